@@ -1,0 +1,173 @@
+"""The library API: ``Agent`` answers questions and returns a frozen ``Answer``.
+
+    from crag import Agent
+    agent = Agent.from_env(kb=["docs"])           # same settings as the CLI, plus overrides
+    result = agent.ask("How do I configure retries?", history=[...])
+    print(result.answer); result.citations; result.usage.llm_calls; result.state
+
+``Agent(model, toolbox, settings)`` wires any ``ChatModel`` and ``Toolbox`` (for tests:
+``crag.llm.ScriptedChatModel``). ``await agent.aask(...)`` runs the same question in a
+worker thread so an event loop is never blocked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from attrs import frozen
+
+from .config import Settings
+from .driver import Driver, Event
+from .errors import UsageError
+from .nodes import NodeConfig
+from .ports import ChatModel, Toolbox
+from .state import AgentState, Citation, Message, Usage
+
+__all__ = ["Agent", "Answer", "parse_history"]
+
+
+@frozen
+class Answer:
+    """The result of one question: the text users read, and everything behind it."""
+
+    answer: str
+    citations: tuple[Citation, ...]
+    usage: Usage
+    trace: tuple[str, ...]
+    state: AgentState
+
+    @property
+    def complexity(self) -> str | None:
+        c = self.state.complexity
+        return c.value if c is not None else None
+
+    @property
+    def grader_action(self) -> str | None:
+        a = self.state.grader_action
+        return a.value if a is not None else None
+
+    @property
+    def iterations(self) -> int:
+        return self.state.iteration
+
+    @property
+    def evidence_scores(self) -> tuple[float, ...]:
+        return self.state.evidence_scores
+
+    @property
+    def audit(self) -> list[dict[str, Any]]:
+        return [event.to_dict() for event in self.state.audit]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The object ``ask --json`` prints (SPEC §4)."""
+        return {
+            "question": self.state.question,
+            "answer": self.answer,
+            "complexity": self.complexity,
+            "grader_action": self.grader_action,
+            "iterations": self.iterations,
+            "trace": list(self.trace),
+            "evidence_scores": [round(s, 4) for s in self.evidence_scores],
+            "citations": [c.to_dict() for c in self.citations],
+            "usage": self.usage.to_dict(),
+            "audit": self.audit,
+        }
+
+
+def parse_history(messages: Iterable[Any]) -> tuple[Message, ...]:
+    """Earlier turns as ``Message`` records, from dicts with ``role`` and ``content``."""
+    out = []
+    for i, m in enumerate(messages):
+        if isinstance(m, Message):
+            out.append(m)
+            continue
+        if not isinstance(m, Mapping) or not isinstance(m.get("role"), str) or not isinstance(
+            m.get("content"), str
+        ):
+            raise UsageError(
+                f"history message {i} must be an object with string fields \"role\" and \"content\""
+            )
+        out.append(Message(m["role"], m["content"]))
+    return tuple(out)
+
+
+class Agent:
+    """A configured crag: a chat model, a toolbox and the settings, reusable across questions."""
+
+    def __init__(self, model: ChatModel, toolbox: Toolbox, settings: Settings | None = None) -> None:
+        self.settings = settings or Settings()
+        self.model = model
+        self.toolbox = toolbox
+        self.driver = Driver(model, toolbox, NodeConfig.from_settings(self.settings, toolbox.available()))
+
+    @classmethod
+    def from_env(
+        cls,
+        kb: Sequence[str | os.PathLike[str]] | None = None,
+        *,
+        model: ChatModel | None = None,
+        toolbox: Toolbox | None = None,
+        environ: Mapping[str, str] | None = None,
+        dotenv: str | os.PathLike[str] | None = ".env",
+        progress: Callable[..., None] | None = None,
+        **settings: Any,
+    ) -> Agent:
+        """An agent from the environment, ``.env`` and keyword overrides (field names of ``Settings``).
+
+        ``kb`` names the knowledge-base roots: they are indexed first when new or changed,
+        and the tools look only inside them. Without it every root the index holds is used.
+        """
+        config = Settings.from_env(environ, dotenv, **settings)
+        roots = [os.fspath(p) for p in kb] if kb else None
+        if toolbox is None:
+            from .index import ensure_indexed
+            from .tools import Toolbox as LocalToolbox
+
+            if roots:
+                ensure_indexed(config, roots, progress=progress)
+            toolbox = LocalToolbox(config, roots=roots)
+        if model is None:
+            from .llm import make_chat_model
+
+            model = make_chat_model(config)
+        return cls(model, toolbox, config)
+
+    def ask(
+        self,
+        question: str,
+        history: Iterable[Any] = (),
+        on_event: Event | None = None,
+        stream: bool = False,
+    ) -> Answer:
+        """Answer one question. ``history`` is a list of ``{"role", "content"}`` dicts or Messages."""
+        if not isinstance(question, str) or not question.strip():
+            raise UsageError("the question is empty")
+        state = self.driver.run(question.strip(), parse_history(history), on_event, stream)
+        return Answer(
+            answer=state.answer or "",
+            citations=state.citations,
+            usage=state.usage,
+            trace=state.trace,
+            state=state,
+        )
+
+    async def aask(
+        self,
+        question: str,
+        history: Iterable[Any] = (),
+        on_event: Event | None = None,
+    ) -> Answer:
+        """``ask`` without blocking the event loop (runs in a worker thread)."""
+        return await asyncio.to_thread(self.ask, question, list(history), on_event)
+
+    def close(self) -> None:
+        self.driver.close()
+
+    def __enter__(self) -> Agent:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,137 @@
+"""The answer a user reads: inline ``[K]`` markers, the citation footer, the usage block.
+
+Pure text functions. ``renumber`` rewrites the model's markers so they run 1, 2, ... in
+order of first use (``[1, 2]``, ``[1][2]`` and ``[1-3]`` are all understood; markers that
+point at no evidence are dropped; code spans and fenced blocks are left alone).
+``compose`` puts body, note, footer and the one usage block together, in that order.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from .state import Citation, EvidenceItem, Usage
+
+__all__ = [
+    "NO_EVIDENCE",
+    "STATS_HEADING",
+    "compose",
+    "footer_lines",
+    "renumber",
+    "stats_block",
+]
+
+NO_EVIDENCE = "I couldn't find relevant information in the knowledge base to answer this question."
+STATS_HEADING = "📊 **LLM Usage Stats:**"
+
+# A fenced block or an inline code span: left untouched by renumbering.
+_CODE = re.compile(r"(```.*?(?:```|\Z)|~~~.*?(?:~~~|\Z)|`[^`\n]*`)", re.S)
+# [1], [1, 2], [1,2;3], [1-3]; not a Markdown link "[1](...)" nor a footnote "[^1]".
+_MARKER = re.compile(r"[ \t]?\[(\s*\d+(?:\s*[-–]\s*\d+)?(?:\s*[,;]\s*\d+(?:\s*[-–]\s*\d+)?)*\s*)\](?!\()")
+
+
+def _numbers(group: str) -> list[int]:
+    """``"1, 2-4"`` -> ``[1, 2, 3, 4]``; a reversed or huge range counts its two ends only."""
+    out: list[int] = []
+    for part in re.split(r"[,;]", group):
+        bounds = re.split(r"[-–]", part)
+        if len(bounds) == 2:
+            a, b = int(bounds[0]), int(bounds[1])
+            out.extend(range(a, b + 1) if 0 < b - a <= 50 else (a, b))
+        else:
+            out.append(int(part))
+    return out
+
+
+def renumber(text: str, n_items: int) -> tuple[str, list[int]]:
+    """Markers renumbered by first use; returns the text and the 0-based items cited, in order."""
+    order: list[int] = []
+    new_number: dict[int, int] = {}
+
+    def replace(match: re.Match[str]) -> str:
+        lead = match.group(0)[0] if match.group(0)[0] in " \t" else ""
+        marks = []
+        for k in _numbers(match.group(1)):
+            if not 1 <= k <= n_items:
+                continue
+            if k not in new_number:
+                new_number[k] = len(order) + 1
+                order.append(k - 1)
+            mark = f"[{new_number[k]}]"
+            if mark not in marks:
+                marks.append(mark)
+        return lead + "".join(marks) if marks else ""
+
+    pieces = _CODE.split(text)
+    for i in range(0, len(pieces), 2):  # even pieces are outside code
+        pieces[i] = _MARKER.sub(replace, pieces[i])
+    return "".join(pieces), order
+
+
+def footer_lines(items: Sequence[EvidenceItem], order: Sequence[int]) -> tuple[list[str], tuple[Citation, ...]]:
+    """``[K] path:L42`` (or ``[K] path`` with no line) for each cited item, K = 1.."""
+    lines: list[str] = []
+    citations: list[Citation] = []
+    for n, index in enumerate(order, start=1):
+        item = items[index]
+        line = item.cite_line
+        lines.append(f"[{n}] {item.source}:L{line}" if line is not None else f"[{n}] {item.source}")
+        citations.append(Citation(n=n, path=item.source, line=line, tool=item.tool))
+    return lines, tuple(citations)
+
+
+def _tokens(u_prompt: int, u_completion: int) -> str:
+    return f"{u_prompt:,} prompt / {u_completion:,} completion / {u_prompt + u_completion:,} total"
+
+
+def stats_block(usage: Usage) -> str:
+    """The usage block that ends every answer: ``---``, the heading, then a Markdown list."""
+    lines = [
+        "---",
+        STATS_HEADING,
+        f"- **Model:** {usage.model or 'unknown'}",
+        f"- **API calls:** {usage.llm_calls}",
+        f"- **Tokens:** {_tokens(usage.prompt_tokens, usage.completion_tokens)}",
+        f"- **Latency:** {usage.latency_ms:,.0f} ms",
+    ]
+    if usage.by_node:
+        lines.append("- **By node:**")
+        for node, u in usage.by_node.items():
+            calls = f"{u.calls} call" + ("" if u.calls == 1 else "s")
+            lines.append(
+                f"  - `{node}`: {calls}, {_tokens(u.prompt_tokens, u.completion_tokens)} tokens, "
+                f"{u.latency_ms:,.0f} ms"
+            )
+    return "\n".join(lines)
+
+
+def compose(
+    body: str,
+    items: Sequence[EvidenceItem],
+    usage: Usage,
+    note: str | None = None,
+    cite: bool = True,
+) -> tuple[str, tuple[Citation, ...]]:
+    """The full answer text and its citations.
+
+    With ``cite`` and evidence, markers are renumbered and a footer lists the cited items;
+    when the body cites none of them, the footer lists every item it was given.
+    """
+    citations: tuple[Citation, ...] = ()
+    parts = []
+    if cite and items:
+        body, order = renumber(body, len(items))
+        if not order:
+            order = list(range(len(items)))
+        lines, citations = footer_lines(items, order)
+        parts.append(body.strip())
+        if note:
+            parts.append(note)
+        parts.append("\n".join(lines))
+    else:
+        parts.append(body.strip())
+        if note:
+            parts.append(note)
+    parts.append(stats_block(usage))
+    return "\n\n".join(p for p in parts if p), citations

@@ -1,0 +1,124 @@
+"""The driver: the only loop, and the only place node requests meet the outside world.
+
+One step: look up the node, ``prepare`` its request, perform it (a chat completion through
+the ``ChatModel`` port, or the round's tool calls through the ``Toolbox`` port, in parallel
+threads when there are several), record the node in ``trace`` and the call in ``usage``,
+``apply`` the reply, and ask ``graph.next_node`` where to go. The iteration cap lives in the
+graph's table; as a second guard the loop refuses to run more steps than the longest legal
+path, so no reply can keep a question running.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from attrs import evolve
+
+from .errors import ToolError
+from .graph import END, START, GraphError, Node, Outcome, TRANSITIONS, next_node
+from .nodes import NODES, NodeConfig
+from .ports import ChatModel, LLMRequest, Toolbox, ToolOutcome, ToolRequest
+from .state import AgentState, Message, Usage
+
+__all__ = ["Driver", "Event", "max_steps"]
+
+# Called with ("node_start", node name) before a node and ("node_end", node name) after it;
+# ("delta", text) while an answer streams when the caller asked for streaming.
+Event = Callable[[str, str], None]
+
+
+def max_steps(max_iterations: int) -> int:
+    """The most node visits a question can take: per round analyze, plan, tool_exec, grade; then synthesize."""
+    return 4 * max_iterations + 2
+
+
+class Driver:
+    """Runs questions through the graph with one chat model and one toolbox."""
+
+    def __init__(
+        self,
+        model: ChatModel,
+        toolbox: Toolbox,
+        cfg: NodeConfig,
+        max_parallel_tools: int = 4,
+    ) -> None:
+        self.model = model
+        self.toolbox = toolbox
+        self.cfg = cfg
+        self.max_parallel_tools = max_parallel_tools
+        self._pool: ThreadPoolExecutor | None = None
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+
+    def run(
+        self,
+        question: str,
+        history: Sequence[Message] = (),
+        on_event: Event | None = None,
+        stream: bool = False,
+    ) -> AgentState:
+        """Answer ``question``; returns the final state (``state.answer`` holds the text)."""
+        state = AgentState(
+            question=question,
+            history=tuple(history),
+            usage=Usage(model=getattr(self.model, "model", "")),
+        )
+        return self.resume(state, TRANSITIONS[START, Outcome.DONE], on_event, stream)
+
+    def resume(
+        self,
+        state: AgentState,
+        node: Node,
+        on_event: Event | None = None,
+        stream: bool = False,
+    ) -> AgentState:
+        """Run from ``node`` with ``state`` until the end (``run`` starts at the first node)."""
+        cfg = self.cfg
+        limit = max_steps(cfg.max_iterations)
+        steps = 0
+        while node is not END:
+            steps += 1
+            if steps > limit:
+                raise GraphError(f"run exceeded {limit} steps at {node.value}")
+            name = node.value
+            if on_event is not None:
+                on_event("node_start", name)
+            module = NODES[node]
+            request = module.prepare(state, cfg)
+            if request is None:
+                state = evolve(state, trace=(*state.trace, name))
+                reply: Any = None
+            elif isinstance(request, LLMRequest):
+                delta = (lambda text: on_event("delta", text)) if stream and on_event and node is Node.SYNTHESIZE else None
+                reply = self.model.complete(request, delta) if delta else self.model.complete(request)
+                state = evolve(state, trace=(*state.trace, name), usage=state.usage.add(name, reply))
+            elif isinstance(request, ToolRequest):
+                reply = self._run_tools(request)
+                state = evolve(state, trace=(*state.trace, name))
+            else:  # pragma: no cover - a node returned something the driver cannot perform
+                raise GraphError(f"{name} asked for {type(request).__name__}")
+            state = module.apply(state, reply, cfg)
+            if on_event is not None:
+                on_event("node_end", name)
+            node = next_node(node, state, cfg.max_iterations)
+        return state
+
+    def _run_tools(self, request: ToolRequest) -> tuple[ToolOutcome, ...]:
+        calls = request.calls
+        if len(calls) <= 1 or self.max_parallel_tools <= 1:
+            return tuple(self._run_one(call) for call in calls)
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.max_parallel_tools, thread_name_prefix="crag-tool")
+        return tuple(self._pool.map(self._run_one, calls))
+
+    def _run_one(self, call) -> ToolOutcome:
+        try:
+            items = self.toolbox.run(call)
+        except ToolError as exc:
+            return ToolOutcome(call, (), str(exc))
+        return ToolOutcome(call, tuple(items))

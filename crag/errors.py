@@ -1,0 +1,98 @@
+"""crag's errors: one class per kind of failure a user can meet.
+
+    CragError                      base; ``str(err)`` is one line a user can act on
+    ├── ConfigError                a setting is malformed (names the variable)   exit 2
+    ├── UsageError                 bad command-line or library arguments          exit 2
+    ├── KnowledgeBaseError         a knowledge-base path is missing or unreadable exit 1
+    ├── IndexStoreError            the index is missing, damaged, locked, or was
+    │   │                          built with another embedder                    exit 1
+    │   └── EmbedderMismatchError  the index's embedder is not the configured one
+    ├── LLMError                   the LLM server failed after retries            exit 1
+    │   └── LLMTimeoutError        ... by not answering in time
+    └── ToolError                  one tool call failed; recorded, never evidence
+
+Third-party exceptions (openai, faiss, sqlite3, OSError) are translated into these at the
+one boundary that calls the library, and chained with ``raise ... from exc`` so the cause
+stays in the traceback of a bug report. The CLI maps each class to its exit status and
+prints ``crag: error: <message>``; any other exception is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+
+class CragError(Exception):
+    """Base of every error crag raises on purpose."""
+
+    exit_status = 1
+
+
+class ConfigError(CragError):
+    """A setting (environment variable or ``.env`` entry) has a value crag cannot use."""
+
+    exit_status = 2
+
+    def __init__(self, variable: str, value: object, accepts: str) -> None:
+        self.variable = variable
+        self.value = value
+        self.accepts = accepts
+        super().__init__(f"{variable}={value!s} is not valid: expected {accepts}")
+
+
+class UsageError(CragError):
+    """The command line or a library call was given arguments that make no sense."""
+
+    exit_status = 2
+
+
+class KnowledgeBaseError(CragError):
+    """A knowledge-base root or file cannot be read."""
+
+    def __init__(self, message: str, path: str | None = None) -> None:
+        self.path = path
+        super().__init__(message)
+
+
+class IndexStoreError(CragError):
+    """The index in ``KB_AGENT_INDEX_DIR`` is missing, damaged or busy."""
+
+    def __init__(self, message: str, index_dir: str | None = None) -> None:
+        self.index_dir = index_dir
+        super().__init__(message)
+
+
+class EmbedderMismatchError(IndexStoreError):
+    """The index was built with another embedder than the configured one."""
+
+
+class LLMError(CragError):
+    """The LLM backend could not produce a reply (after its retries)."""
+
+    def __init__(self, message: str, node: str | None = None, status: int | None = None) -> None:
+        self.node = node
+        self.status = status
+        super().__init__(message)
+
+
+class LLMTimeoutError(LLMError):
+    """The LLM server did not answer within ``KB_AGENT_LLM_TIMEOUT`` (after retries)."""
+
+
+class ToolError(CragError):
+    """One tool call failed. The driver records it in ``tool_history``; it never becomes evidence."""
+
+    def __init__(self, tool: str, message: str) -> None:
+        self.tool = tool
+        super().__init__(f"{tool}: {message}")
+
+
+__all__ = [
+    "ConfigError",
+    "CragError",
+    "EmbedderMismatchError",
+    "IndexStoreError",
+    "KnowledgeBaseError",
+    "LLMError",
+    "LLMTimeoutError",
+    "ToolError",
+    "UsageError",
+]

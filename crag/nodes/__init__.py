@@ -1,0 +1,53 @@
+"""The five nodes, each a pair of pure functions over ``AgentState``.
+
+``prepare(state, cfg)`` says what the node needs from the outside world: an ``LLMRequest``,
+a ``ToolRequest``, or None. ``apply(state, reply, cfg)`` returns the new state given the
+reply (a ``Completion``, a tuple of ``ToolOutcome``, or None). Neither does any I/O; the
+driver performs the request in between. ``NODES`` maps each graph node to its module.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from attrs import frozen
+
+from ..config import Settings
+from ..graph import Node
+from . import analyze_and_route, grade_evidence, plan, synthesize, tool_exec
+
+__all__ = ["NODES", "NodeConfig"]
+
+
+@frozen
+class NodeConfig:
+    """What the nodes need to know besides the state: thresholds, limits and the tools on offer."""
+
+    available_tools: tuple[str, ...] = ("vector_search", "grep_search", "read_file")
+    max_iterations: int = 3
+    auto_approve_max_items: int = 2
+    vector_score_threshold: float = 0.8
+    drop_threshold: float = 0.3
+    generate_threshold: float = 0.7
+    top_k: int = 5
+
+    @classmethod
+    def from_settings(cls, settings: Settings, available_tools: tuple[str, ...]) -> NodeConfig:
+        return cls(
+            available_tools=tuple(available_tools),
+            max_iterations=settings.max_iterations,
+            auto_approve_max_items=settings.auto_approve_max_items,
+            vector_score_threshold=settings.vector_score_threshold,
+            drop_threshold=settings.drop_threshold,
+            generate_threshold=settings.generate_threshold,
+            top_k=settings.top_k,
+        )
+
+
+NODES: dict[Node, ModuleType] = {
+    Node.ANALYZE_AND_ROUTE: analyze_and_route,
+    Node.PLAN: plan,
+    Node.TOOL_EXEC: tool_exec,
+    Node.GRADE_EVIDENCE: grade_evidence,
+    Node.SYNTHESIZE: synthesize,
+}

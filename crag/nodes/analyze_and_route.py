@@ -1,0 +1,49 @@
+"""``analyze_and_route``: classify the question and suggest the tools worth trying.
+
+An unusable reply means the classification is unavailable: the question is treated as
+``complex`` with the default tools, and an audit event says so. When the graph comes back
+here after ``RE_RETRIEVE``, a question already being researched is not downgraded to
+chitchat: it keeps its earlier complexity, so a retry retrieves again instead of chatting.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from attrs import evolve
+
+from .. import prompts
+from ..ports import AnalyzeTask, LLMRequest
+from ..state import AgentState, Complexity, Completion, RoutingPlan
+
+if TYPE_CHECKING:
+    from . import NodeConfig
+
+NAME = "analyze_and_route"
+
+
+def prepare(state: AgentState, cfg: NodeConfig) -> LLMRequest:
+    task = AnalyzeTask(
+        question=state.question,
+        history=state.history,
+        available_tools=cfg.available_tools,
+        previous_attempts=state.tool_history,
+    )
+    return LLMRequest(NAME, task, prompts.render(task))
+
+
+def apply(state: AgentState, reply: Completion | None, cfg: NodeConfig) -> AgentState:
+    plan = prompts.parse_route(reply.text, cfg.available_tools) if reply is not None else None
+    audit = state.audit
+    if plan is None:
+        plan = RoutingPlan(
+            Complexity.COMPLEX,
+            tuple(t for t in prompts.DEFAULT_TOOLS if t in cfg.available_tools),
+            classified=False,
+        )
+        audit = state.log("classification_unavailable", treated_as="complex")
+    elif state.iteration > 0 and plan.complexity is Complexity.CHITCHAT:
+        previous = state.complexity or Complexity.COMPLEX
+        plan = evolve(plan, complexity=previous)
+        audit = state.log("route_kept", complexity=previous.value, reason="retry of a retrieval")
+    return evolve(state, routing_plan=plan, audit=audit)

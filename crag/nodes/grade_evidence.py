@@ -1,0 +1,78 @@
+"""``grade_evidence``: score the whole accumulated context and decide what happens next.
+
+The rules themselves live in ``crag.grading``; this node wires them to the state and the
+audit log: ``fast_path_hit`` (with ``rule_name``), ``grader_parse_failure`` (a warning),
+and one ``evidence_removed`` per item dropped, with its source and score. Afterwards
+``evidence_scores[i]`` is the score of ``context[i]``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from attrs import evolve
+
+from .. import grading, prompts
+from ..ports import GradeTask, LLMRequest
+from ..state import AgentState, AuditEvent, Completion, GraderAction
+
+if TYPE_CHECKING:
+    from . import NodeConfig
+
+NAME = "grade_evidence"
+
+
+def _rule(state: AgentState, cfg: NodeConfig) -> str | None:
+    return grading.fast_path_rule(
+        state.context,
+        state.tool_history,
+        state.iteration,
+        cfg.auto_approve_max_items,
+        cfg.vector_score_threshold,
+    )
+
+
+def prepare(state: AgentState, cfg: NodeConfig) -> LLMRequest | None:
+    if not state.context or _rule(state, cfg) is not None:
+        return None
+    task = GradeTask(question=state.question, items=state.context)
+    return LLMRequest(NAME, task, prompts.render(task))
+
+
+def apply(state: AgentState, reply: Completion | None, cfg: NodeConfig) -> AgentState:
+    context = state.context
+    if not context:
+        return evolve(state, evidence_scores=(), grader_action=GraderAction.RE_RETRIEVE)
+    rule = _rule(state, cfg)
+    if rule is not None:
+        return evolve(
+            state,
+            evidence_scores=(1.0,) * len(context),
+            grader_action=GraderAction.GENERATE,
+            audit=state.log("fast_path_hit", rule_name=rule, items=len(context)),
+        )
+    audit = state.audit
+    scores = prompts.parse_scores(reply.text, len(context)) if reply is not None else None
+    if scores is None:
+        scores = (grading.PARSE_FAILURE_SCORE,) * len(context)
+        audit = state.log(
+            "grader_parse_failure",
+            level="warning",
+            items=len(context),
+            default_score=grading.PARSE_FAILURE_SCORE,
+        )
+    decision = grading.decide(scores, cfg.drop_threshold, cfg.generate_threshold)
+    removed = tuple(
+        AuditEvent(
+            "evidence_removed",
+            {"source": context[i].label, "tool": context[i].tool, "score": scores[i]},
+        )
+        for i in decision.removed
+    )
+    return evolve(
+        state,
+        context=tuple(context[i] for i in decision.kept),
+        evidence_scores=tuple(float(scores[i]) for i in decision.kept),
+        grader_action=decision.action,
+        audit=audit + removed,
+    )

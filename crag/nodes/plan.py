@@ -1,0 +1,52 @@
+"""``plan``: choose this round's tool calls.
+
+The reply is validated strictly by ``prompts.parse_plan``: tools outside the routing plan's
+suggestions or not available are dropped, remote tools need their argument pattern in the
+question, bad arguments never run. Each refusal is audited (``plan_call_rejected``). When
+nothing valid remains the plan is a ``vector_search`` for the question.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from attrs import evolve
+
+from .. import prompts
+from ..ports import LLMRequest, PlanTask
+from ..state import AgentState, AuditEvent, Complexity, Completion, RoutingPlan
+
+if TYPE_CHECKING:
+    from . import NodeConfig
+
+NAME = "plan"
+
+
+def _routing_plan(state: AgentState, cfg: NodeConfig) -> RoutingPlan:
+    if state.routing_plan is not None:
+        return state.routing_plan
+    tools = tuple(t for t in prompts.DEFAULT_TOOLS if t in cfg.available_tools)
+    return RoutingPlan(Complexity.COMPLEX, tools, classified=False)
+
+
+def prepare(state: AgentState, cfg: NodeConfig) -> LLMRequest:
+    task = PlanTask(
+        question=state.question,
+        routing_plan=_routing_plan(state, cfg),
+        evidence=state.context,
+        previous_attempts=state.tool_history,
+        available_tools=cfg.available_tools,
+        top_k=cfg.top_k,
+    )
+    return LLMRequest(NAME, task, prompts.render(task))
+
+
+def apply(state: AgentState, reply: Completion | None, cfg: NodeConfig) -> AgentState:
+    text = reply.text if reply is not None else ""
+    calls, rejected = prompts.parse_plan(
+        text, state.question, _routing_plan(state, cfg), cfg.available_tools, cfg.top_k
+    )
+    if rejected:
+        events = (AuditEvent("plan_call_rejected", {"reason": reason}) for reason in rejected)
+        return evolve(state, tool_calls=calls, audit=(*state.audit, *events))
+    return evolve(state, tool_calls=calls)

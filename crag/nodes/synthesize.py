@@ -1,0 +1,70 @@
+"""``synthesize``: write the answer, or say that nothing was found.
+
+* chitchat: one LLM call, answered conversationally, no footer;
+* no evidence (all filtered, or nothing retrieved): the fixed sentence, no LLM call;
+* otherwise: one LLM call over the evidence numbered [1]..[M]; the model's markers are
+  renumbered, a footer lists the cited sources, and when the iteration cap forced an answer
+  from evidence the grader did not approve, a one-line note says the evidence is weak.
+
+Every answer ends with exactly one usage block; the driver has already added this node's
+own call to ``state.usage`` when ``apply`` runs, so the block counts it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from attrs import evolve
+
+from .. import answer, grading, prompts
+from ..ports import LLMRequest, SynthesizeTask
+from ..state import AgentState, Complexity, Completion, GraderAction
+
+if TYPE_CHECKING:
+    from . import NodeConfig
+
+NAME = "synthesize"
+
+
+def _chitchat(state: AgentState) -> bool:
+    return state.complexity is Complexity.CHITCHAT and not state.context
+
+
+def prepare(state: AgentState, cfg: NodeConfig) -> LLMRequest | None:
+    if _chitchat(state):
+        task = SynthesizeTask(state.question, state.history, (), chitchat=True)
+    elif state.context:
+        task = SynthesizeTask(state.question, state.history, state.context)
+    else:
+        return None
+    return LLMRequest(NAME, task, prompts.render(task))
+
+
+def weak_evidence_note(state: AgentState, cfg: NodeConfig) -> str | None:
+    """The note for an answer the iteration cap forced from evidence the grader did not approve."""
+    if state.grader_action is None or state.grader_action is GraderAction.GENERATE:
+        return None
+    if not state.context or state.iteration < cfg.max_iterations:
+        return None
+    avg = grading.mean(state.evidence_scores) if state.evidence_scores else None
+    figure = f"mean relevance {avg:.2f}, " if avg is not None else ""
+    return (
+        f"_Note: the evidence for this answer is weak ({figure}below {cfg.generate_threshold:g}); "
+        f"the search stopped after {state.iteration} retrieval rounds (KB_AGENT_MAX_ITERATIONS)._"
+    )
+
+
+def apply(state: AgentState, reply: Completion | None, cfg: NodeConfig) -> AgentState:
+    if _chitchat(state):
+        body = prompts.clean_answer(reply.text) if reply is not None else ""
+        text, citations = answer.compose(body, (), state.usage, cite=False)
+    elif not state.context or reply is None:
+        text, citations = answer.compose(answer.NO_EVIDENCE, (), state.usage, cite=False)
+    else:
+        body = prompts.clean_answer(reply.text)
+        if not body:
+            body = "The model returned no answer text; the evidence it was given is listed below."
+        text, citations = answer.compose(
+            body, state.context, state.usage, note=weak_evidence_note(state, cfg)
+        )
+    return evolve(state, answer=text, citations=citations)

@@ -1,0 +1,305 @@
+"""The agent's state: one immutable record and the small records inside it.
+
+Every node is a pure function from an ``AgentState`` to a new one, made with
+``attrs.evolve``; the invariants below are checked in ``__attrs_post_init__`` and so re-run
+on every step (scores in [0, 1], one score per context item once graded, iteration >= 0).
+The names come from the user's requirement documents: ``context``, ``evidence_scores``,
+``grader_action``, ``iteration``, ``tool_history``, ``routing_plan``.
+
+``converter`` is the one cattrs converter that turns a state (or any record here) into
+plain JSON-ready data and back; the CLI's ``--json`` output and replay both go through it.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+import cattrs
+from attrs import evolve, field, frozen
+
+__all__ = [
+    "AgentState",
+    "AuditEvent",
+    "Citation",
+    "Complexity",
+    "Completion",
+    "EvidenceItem",
+    "GraderAction",
+    "Message",
+    "NodeUsage",
+    "RoutingPlan",
+    "ToolCall",
+    "ToolRun",
+    "Usage",
+    "converter",
+    "evolve",
+]
+
+
+class Complexity(str, enum.Enum):
+    CHITCHAT = "chitchat"
+    SIMPLE = "simple"
+    COMPLEX = "complex"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class GraderAction(str, enum.Enum):
+    GENERATE = "GENERATE"
+    REFINE = "REFINE"
+    RE_RETRIEVE = "RE_RETRIEVE"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@frozen
+class Message:
+    """One turn of conversation history."""
+
+    role: str
+    content: str
+
+
+@frozen
+class EvidenceItem:
+    """One piece of evidence: a chunk, a grep match, lines read, or a remote page.
+
+    ``source`` is what a citation shows: a path (relative to the working directory when the
+    file is under it, absolute otherwise), a URL, or a Jira key. ``start_line`` and
+    ``end_line`` are 1-based and inclusive; ``anchor_line`` is the line a citation points at
+    when it is not ``start_line`` (a grep match inside its window). ``score`` is the score
+    the tool itself gave (vector_search: cosine-like in [0, 1]); relevance grades live in
+    ``AgentState.evidence_scores``.
+    """
+
+    tool: str
+    source: str
+    text: str
+    start_line: int | None = None
+    end_line: int | None = None
+    score: float | None = None
+    anchor_line: int | None = None
+    url: str | None = None
+    title: str = ""
+
+    @property
+    def key(self) -> tuple[str, int | None, int | None]:
+        """Identity for de-duplication: source and line span, never the path alone."""
+        return (self.source, self.start_line, self.end_line)
+
+    @property
+    def cite_line(self) -> int | None:
+        """The 1-based line a citation points at, or None when the source has no lines."""
+        return self.anchor_line if self.anchor_line is not None else self.start_line
+
+    @property
+    def label(self) -> str:
+        """``docs/setup.md:L40-L58``, ``docs/setup.md:L40`` or just the source."""
+        if self.start_line is None:
+            return self.source
+        if self.end_line is None or self.end_line == self.start_line:
+            return f"{self.source}:L{self.start_line}"
+        return f"{self.source}:L{self.start_line}-L{self.end_line}"
+
+
+@frozen
+class ToolCall:
+    """A validated request to run one tool."""
+
+    tool: str
+    args: Mapping[str, Any] = field(factory=dict)
+
+
+@frozen
+class ToolRun:
+    """One entry of ``tool_history``: a call, the round it ran in, and what came back."""
+
+    round: int
+    call: ToolCall
+    items: tuple[EvidenceItem, ...] = ()
+    error: str | None = None
+
+
+@frozen
+class RoutingPlan:
+    """What ``analyze_and_route`` decided: the complexity and the tools worth trying.
+
+    ``classified`` is False when the classification was unavailable (bad or missing reply),
+    in which case the complexity is ``complex`` with the default tools.
+    """
+
+    complexity: Complexity
+    suggested_tools: tuple[str, ...]
+    classified: bool = True
+
+
+@frozen
+class NodeUsage:
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency_ms: float = 0.0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@frozen
+class Completion:
+    """What a chat model returned for one request, with what it cost.
+
+    ``billable`` is False for the offline backend, which makes no LLM call: its replies
+    count no calls and no tokens.
+    """
+
+    text: str
+    model: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency_ms: float = 0.0
+    billable: bool = True
+
+
+@frozen
+class Usage:
+    """LLM usage accumulated over one question, per node, in the order nodes first called."""
+
+    model: str = ""
+    by_node: Mapping[str, NodeUsage] = field(factory=dict)
+
+    def add(self, node: str, completion: Completion) -> Usage:
+        prev = self.by_node.get(node, NodeUsage())
+        billable = completion.billable
+        now = NodeUsage(
+            calls=prev.calls + (1 if billable else 0),
+            prompt_tokens=prev.prompt_tokens + (completion.prompt_tokens if billable else 0),
+            completion_tokens=prev.completion_tokens
+            + (completion.completion_tokens if billable else 0),
+            latency_ms=prev.latency_ms + completion.latency_ms,
+        )
+        return Usage(model=completion.model or self.model, by_node={**self.by_node, node: now})
+
+    @property
+    def llm_calls(self) -> int:
+        return sum(u.calls for u in self.by_node.values())
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(u.prompt_tokens for u in self.by_node.values())
+
+    @property
+    def completion_tokens(self) -> int:
+        return sum(u.completion_tokens for u in self.by_node.values())
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    @property
+    def latency_ms(self) -> float:
+        return sum(u.latency_ms for u in self.by_node.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``usage`` object of ``ask --json``."""
+        return {
+            "model": self.model,
+            "llm_calls": self.llm_calls,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.total_tokens,
+            "latency_ms": round(self.latency_ms, 1),
+            "by_node": {
+                node: {
+                    "calls": u.calls,
+                    "prompt_tokens": u.prompt_tokens,
+                    "completion_tokens": u.completion_tokens,
+                    "total_tokens": u.total_tokens,
+                    "latency_ms": round(u.latency_ms, 1),
+                }
+                for node, u in self.by_node.items()
+            },
+        }
+
+
+@frozen
+class AuditEvent:
+    """One line of the audit log (``log_audit`` in the requirement documents)."""
+
+    event: str
+    fields: Mapping[str, Any] = field(factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"event": self.event, **self.fields}
+
+
+@frozen
+class Citation:
+    """One footer entry of an answer: ``[n] path:Lline``."""
+
+    n: int
+    path: str
+    line: int | None
+    tool: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"n": self.n, "path": self.path, "line": self.line, "tool": self.tool}
+
+
+@frozen
+class AgentState:
+    """Everything one question's run knows. Immutable; change it with ``evolve``."""
+
+    question: str
+    history: tuple[Message, ...] = ()
+    routing_plan: RoutingPlan | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    context: tuple[EvidenceItem, ...] = ()
+    evidence_scores: tuple[float, ...] = ()
+    grader_action: GraderAction | None = None
+    iteration: int = 0
+    tool_history: tuple[ToolRun, ...] = ()
+    audit: tuple[AuditEvent, ...] = ()
+    usage: Usage = field(factory=Usage)
+    trace: tuple[str, ...] = ()
+    answer: str | None = None
+    citations: tuple[Citation, ...] = ()
+
+    def __attrs_post_init__(self) -> None:
+        if self.iteration < 0:
+            raise ValueError(f"iteration must be >= 0, got {self.iteration}")
+        scores = self.evidence_scores
+        if scores:
+            if len(scores) != len(self.context):
+                raise ValueError(
+                    f"evidence_scores has {len(scores)} scores for {len(self.context)} context items"
+                )
+            for s in scores:
+                if not 0.0 <= s <= 1.0:
+                    raise ValueError(f"evidence score {s!r} is outside [0, 1]")
+
+    @property
+    def complexity(self) -> Complexity | None:
+        return self.routing_plan.complexity if self.routing_plan is not None else None
+
+    def log(self, event: str, **fields: Any) -> tuple[AuditEvent, ...]:
+        """The audit log with one more event (``log_audit``); use inside ``evolve``."""
+        return (*self.audit, AuditEvent(event, fields))
+
+
+def _make_converter() -> cattrs.Converter:
+    """cattrs handles every record here as is; free-form mappings (tool args, audit
+    fields) become plain dicts, and enums their values."""
+    return cattrs.Converter()
+
+
+converter = _make_converter()
+
+
+def is_record(obj: object) -> bool:
+    return attrs.has(type(obj))

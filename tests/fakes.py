@@ -1,0 +1,84 @@
+"""Test doubles for the Toolbox port and small builders for evidence and replies."""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+
+from crag.errors import ToolError
+from crag.state import EvidenceItem, ToolCall
+
+LOCAL_TOOLS = ("vector_search", "grep_search", "read_file")
+
+
+def item(
+    n: int = 1,
+    tool: str = "vector_search",
+    score: float | None = 0.5,
+    source: str | None = None,
+    start: int | None = ...,  # type: ignore[assignment]
+    end: int | None = ...,  # type: ignore[assignment]
+    text: str | None = None,
+) -> EvidenceItem:
+    """A distinct evidence item; ``n`` makes source, lines and text unique.
+
+    ``start=None`` makes an item without line numbers; leaving it out picks ``10 * n``.
+    """
+    start = 10 * n if start is ... else start
+    if end is ...:
+        end = start + 4 if start is not None else None
+    return EvidenceItem(
+        tool=tool,
+        source=source or f"docs/page{n}.md",
+        text=text or f"Evidence number {n} about the retry policy.",
+        start_line=start,
+        end_line=end,
+        score=score,
+    )
+
+
+class FakeToolbox:
+    """Toolbox port with queued results per tool; records every call it runs.
+
+    A queued entry is a list of items, or an exception to raise. An empty queue returns no
+    items (``default``), so a run can take more rounds than a test scripted.
+    """
+
+    def __init__(
+        self,
+        results: Mapping[str, Iterable[Sequence[EvidenceItem] | Exception]] | None = None,
+        tools: Sequence[str] = LOCAL_TOOLS,
+    ) -> None:
+        self.tools = tuple(tools)
+        self.queues = {k: deque(v) for k, v in (results or {}).items()}
+        self.calls: list[ToolCall] = []
+
+    def available(self) -> tuple[str, ...]:
+        return self.tools
+
+    def run(self, call: ToolCall) -> list[EvidenceItem]:
+        self.calls.append(call)
+        queue = self.queues.get(call.tool)
+        if not queue:
+            return []
+        result = queue.popleft()
+        if isinstance(result, Exception):
+            raise result if isinstance(result, ToolError) else ToolError(call.tool, str(result))
+        return list(result)
+
+
+def route(complexity: str, tools: Sequence[str] = ("vector_search",)) -> str:
+    return json.dumps({"complexity": complexity, "suggested_tools": list(tools)})
+
+
+def plan(*calls: tuple[str, dict]) -> str:
+    return json.dumps({"tool_calls": [{"tool": t, "args": a} for t, a in calls]})
+
+
+def search_plan(query: str = "retry policy") -> str:
+    return plan(("vector_search", {"query": query}))
+
+
+def scores(*values: float) -> str:
+    return json.dumps(list(values))

@@ -1,0 +1,68 @@
+"""Citations footer, marker renumbering and the usage block (SPEC §7)."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from crag.answer import STATS_HEADING, compose, renumber, stats_block
+from crag.state import Completion, EvidenceItem, Usage
+
+from .fakes import item
+
+
+def test_markers_renumbered_by_first_use_and_lists_understood():
+    text, order = renumber("A [3]. B [1, 3]. C [2][3]. D [1-2].", 3)
+    assert text == "A [1]. B [2][1]. C [3][1]. D [2][3]."
+    assert order == [2, 0, 1]
+
+
+def test_markers_pointing_at_no_evidence_are_removed():
+    text, order = renumber("A [7]. B [2]. C [0, 2].", 2)
+    assert text == "A. B [1]. C [1]."
+    assert order == [1]
+
+
+def test_code_links_and_footnotes_are_left_alone():
+    text, order = renumber("Use `arr[1]` and [docs](https://x) [^1]\n```\nx = y[2]\n```\nok [2]", 2)
+    assert "`arr[1]`" in text and "[docs](https://x)" in text and "[^1]" in text and "y[2]" in text
+    assert text.endswith("ok [1]") and order == [1]
+
+
+def test_uncited_answer_lists_every_item_given():
+    items = [item(1, source="a.md", start=3), item(2, source="b.md", start=None)]
+    answer, citations = compose("No markers here.", items, Usage("m"))
+    assert "[1] a.md:L3\n[2] b.md\n" in answer
+    assert [c.path for c in citations] == ["a.md", "b.md"]
+
+
+def test_grep_match_cites_the_matching_line():
+    match = EvidenceItem("grep_search", "src/app.py", "a\nb\nmatch\nd\ne", 8, 12, anchor_line=10)
+    answer, citations = compose("See [1].", [match], Usage("m"))
+    assert "[1] src/app.py:L10" in answer and citations[0].line == 10
+
+
+def test_remote_sources_have_no_line():
+    jira = EvidenceItem("jira_fetch", "FSR-123", "text", url="https://jira/browse/FSR-123")
+    page = EvidenceItem("web_fetch", "https://example.com/page", "text")
+    answer, _ = compose("See [1] and [2].", [jira, page], Usage("m"))
+    assert "[1] FSR-123\n[2] https://example.com/page\n" in answer
+
+
+def test_stats_block_lists_model_calls_tokens_latency_in_total_and_per_node():
+    usage = Usage("gpt-4o-mini").add("plan", Completion("x", "gpt-4o-mini", 300, 40, 410.0))
+    usage = usage.add("synthesize", Completion("x", "gpt-4o-mini", 900, 110, 1200.0))
+    block = stats_block(usage)
+    assert block.startswith("---\n" + STATS_HEADING + "\n")
+    for text in ("gpt-4o-mini", "API calls:** 2", "1,200 prompt / 150 completion / 1,350 total", "1,610 ms",
+                 "`plan`: 1 call, 300 prompt / 40 completion / 340 total tokens, 410 ms"):
+        assert text in block
+
+
+@given(st.text(max_size=200), st.integers(0, 6))
+def test_renumbered_markers_are_always_in_range_and_in_first_use_order(text, n):
+    out, order = renumber(text, n)
+    assert len(order) == len(set(order)) and all(0 <= i < n for i in order)
+    answer, citations = compose(text, [item(k + 1) for k in range(n)], Usage("m"))
+    assert answer.count(STATS_HEADING) >= 1
+    assert [c.n for c in citations] == list(range(1, len(citations) + 1))

@@ -1,0 +1,81 @@
+"""Settings from the environment and .env (SPEC §3)."""
+
+from __future__ import annotations
+
+import pytest
+
+from crag.cli import main
+from crag.config import SETTINGS_TABLE, Settings
+from crag.errors import ConfigError
+
+
+def test_defaults():
+    s = Settings.from_env(environ={}, dotenv=None)
+    assert (s.max_iterations, s.auto_approve_max_items, s.vector_score_threshold) == (3, 2, 0.8)
+    assert (s.drop_threshold, s.generate_threshold, s.top_k, s.index_dir) == (0.3, 0.7, 5, ".crag")
+    assert (s.llm, s.model, s.llm_timeout, s.llm_max_retries) == ("offline", "gpt-4o-mini", 60.0, 3)
+    assert (s.embedder, s.embedding_model, s.web_fetch) == ("hash", "text-embedding-3-small", False)
+
+
+@pytest.mark.parametrize("var", ["OPENAI_API_KEY", "OPENAI_BASE_URL"])
+def test_openai_backend_is_the_default_when_a_key_or_url_is_set(var):
+    value = "http://127.0.0.1:9/v1" if var == "OPENAI_BASE_URL" else "sk-test"
+    assert Settings.from_env(environ={var: value}, dotenv=None).llm == "openai"
+
+
+def test_environment_wins_over_dotenv(tmp_path):
+    f = tmp_path / ".env"
+    f.write_text('# comment\nexport KB_AGENT_TOP_K=9\nKB_AGENT_MODEL="llama3.1"\nKB_AGENT_MAX_ITERATIONS=5\n')
+    s = Settings.from_env(environ={"KB_AGENT_MAX_ITERATIONS": "2"}, dotenv=f)
+    assert (s.top_k, s.model, s.max_iterations) == (9, "llama3.1", 2)
+
+
+@pytest.mark.parametrize(
+    "var, value",
+    [
+        ("KB_AGENT_MAX_ITERATIONS", "lots"),
+        ("KB_AGENT_MAX_ITERATIONS", "0"),
+        ("KB_AGENT_VECTOR_SCORE_THRESHOLD", "1.5"),
+        ("KB_AGENT_DROP_THRESHOLD", "-0.1"),
+        ("KB_AGENT_GENERATE_THRESHOLD", "nan"),
+        ("KB_AGENT_AUTO_APPROVE_MAX_ITEMS", "-1"),
+        ("KB_AGENT_LLM", "claude"),
+        ("KB_AGENT_EMBEDDER", "bert"),
+        ("KB_AGENT_LLM_TIMEOUT", "0"),
+        ("KB_AGENT_WEB_FETCH", "maybe"),
+        ("OPENAI_BASE_URL", "localhost:11434"),
+    ],
+)
+def test_malformed_value_names_the_variable(var, value):
+    with pytest.raises(ConfigError) as info:
+        Settings.from_env(environ={var: value}, dotenv=None)
+    assert var in str(info.value) and "\n" not in str(info.value)
+
+
+def test_cli_exits_2_with_one_line_naming_the_variable(monkeypatch, capsys):
+    monkeypatch.setenv("KB_AGENT_MAX_ITERATIONS", "lots")
+    assert main(["ask", "hello"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("crag: error: KB_AGENT_MAX_ITERATIONS=lots")
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_overrides_are_validated_like_the_environment():
+    assert Settings.from_env(environ={}, dotenv=None, max_iterations=5).max_iterations == 5
+    with pytest.raises(ConfigError, match="KB_AGENT_MAX_ITERATIONS"):
+        Settings.from_env(environ={}, dotenv=None, max_iterations=0)
+    with pytest.raises(ConfigError, match="max_iteration"):
+        Settings.from_env(environ={}, dotenv=None, max_iteration=5)
+
+
+def test_drop_threshold_above_generate_threshold_is_refused():
+    with pytest.raises(ConfigError, match="KB_AGENT_DROP_THRESHOLD"):
+        Settings.from_env(environ={"KB_AGENT_DROP_THRESHOLD": "0.8"}, dotenv=None)
+
+
+def test_env_example_documents_every_setting():
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / ".env.example").read_text()
+    for var, _ in SETTINGS_TABLE.values():
+        assert var in text, var
