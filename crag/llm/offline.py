@@ -1,0 +1,436 @@
+"""The offline backend: every node answered by rules, with no network and no LLM.
+
+``OfflineChatModel`` implements the ``ChatModel`` port from the structured task of each
+request (it never reads the rendered prompt), and its reply text follows the same wire
+contract as a real model's, so it goes through the same strict parsers:
+
+* analyze_and_route: greetings, thanks and small talk are ``chitchat``; a question naming
+  an identifier, a path, a Jira key, a URL or asking for one fact ("what is X") is
+  ``simple``; the rest is ``complex``. Tools are suggested by what the question contains.
+* plan: ``vector_search`` for the question; ``grep_search`` for identifiers; ``read_file``
+  for named paths; remote tools only with their argument in the question. Later rounds
+  vary the calls (keywords only, a larger ``top_k``, terms learnt from the evidence,
+  reading around the best hit) so a retry never repeats itself.
+* grade_evidence: one score per item from the tool's own score and the share of the
+  question's keywords the item contains; lines read by ``read_file`` score high.
+* synthesize: an extractive answer, the evidence sentences that best match the question,
+  quoted with ``[K]`` citations under a line saying no LLM wrote it; chitchat gets a short
+  friendly reply.
+
+Every ``Completion`` is ``billable=False`` with zero tokens and ``model="offline"``, so the
+usage block shows 0 calls; latency is still measured. Replies are deterministic.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from .. import prompts
+from ..config import Settings
+from ..errors import LLMError
+from ..ports import AnalyzeTask, GradeTask, LLMRequest, PlanTask, SynthesizeTask
+from ..state import Completion, EvidenceItem, ToolRun
+
+__all__ = ["OFFLINE_PREFACE", "OfflineChatModel", "keywords"]
+
+OFFLINE_PREFACE = "Composed offline from the knowledge base (no LLM was used); the most relevant passages:"
+
+STOPWORDS = frozenset(
+    """
+    a about above after again against all also am an and any are aren as at be because been
+    before being below between both but by can cannot could couldn did didn do does doesn doing
+    don down during each either else etc ever every few for from further get gets got had hasn
+    has have haven having he her here hers herself him himself his how however i if in into is
+    isn it its itself just let lets like ll may me might more most much must my myself need
+    needs no nor not now of off on once one only or other ought our ours ourselves out over own
+    please re same shall she should shouldn so some such than that the their theirs them
+    themselves then there these they this those through to too under until up upon us use used
+    using very via was wasn way we were weren what whats when where whether which while who whom
+    whose why will with within without won would wouldn yes yet you your yours yourself
+    yourselves tell explain show give know want work works find look does describe mean means
+    anything something someone anyone thing things kind sort
+    """.split()
+)
+
+# Words that carry no content in small talk ("thanks, that helped a lot!").
+_SMALL_TALK = frozenset(
+    """
+    hi hello hey hiya howdy yo greetings morning afternoon evening day night good thanks thank
+    thx ty cheers bye goodbye see ya later ok okay cool great nice awesome perfect wonderful
+    excellent fine got it helped helpful help lot much so very again there everyone all friend
+    mate buddy bot assistant crag how are you doing going up whats sup who what can do today
+    appreciate appreciated job well done welcome sure alright right
+    """.split()
+)
+_GREETING = re.compile(
+    r"^\s*(?:hi|hello|hey|hiya|howdy|yo|greetings|good\s+(?:morning|afternoon|evening|day|night)|"
+    r"thanks|thank\s+you|thx|ty|cheers|bye|goodbye|see\s+(?:you|ya)|ok|okay|cool|great|nice|awesome|"
+    r"perfect|got\s+it|how\s+are\s+you|how's\s+it\s+going|what's\s+up|whats\s+up|sup|who\s+are\s+you|"
+    r"what\s+are\s+you|what\s+can\s+you\s+do|你好|您好|谢谢|多谢|再见|hola|bonjour|merci|danke|hallo|ciao|gracias)\b",
+    re.I,
+)
+_GREETING_CJK = re.compile(r"^\s*(?:你好|您好|谢谢|多谢|再见|早上好|晚上好)[\s!！。.~～]*$")
+_THANKS = re.compile(r"\b(?:thanks|thank\s+you|thx|cheers|appreciate)|谢谢|多谢|merci|danke|gracias", re.I)
+_BYE = re.compile(r"\b(?:bye|goodbye|see\s+(?:you|ya)|good\s+night)|再见", re.I)
+_ABOUT_ME = re.compile(r"\b(?:who\s+are\s+you|what\s+are\s+you|what\s+can\s+you\s+do|help)\b", re.I)
+
+_FACT_QUESTION = re.compile(
+    r"^\s*(?:what\s+(?:is|are|was|does)|what's|whats|define|definition\s+of|meaning\s+of|who\s+(?:is|owns|maintains)|"
+    r"where\s+(?:is|are|do|does)|which\s+(?:file|setting|variable|option|command|port|version)|"
+    r"when\s+(?:is|was|did)|is\s+there|does\s+\S+\s+support)\b",
+    re.I,
+)
+_COMPLEX_MARKER = re.compile(
+    r"\b(?:and\s+(?:how|why|what|when|where)|compare|comparison|versus|vs\.?|difference|differences|"
+    r"why|how|steps|explain|troubleshoot|debug|pros|cons|trade-?offs?|between|relationship|impact)\b",
+    re.I,
+)
+
+_WORD = re.compile(r"[A-Za-z0-9_]+(?:['’][A-Za-z]+)?")
+_CJK_RUN = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]+")
+_CITE_LIKE = re.compile(r"\[(\s*\d+(?:\s*[-–,;]\s*\d+)*\s*)\]")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(`*])|(?<=[。！？])")
+_MARKDOWN_PREFIX = re.compile(r"^\s*(?:>\s*)*(?:[-*+]\s+|\d{1,3}[.)]\s+)?")
+_MAX_SENTENCE = 300
+_MAX_QUOTES = 5
+_PER_ITEM = 2
+
+
+def _stem(word: str) -> str:
+    w = word.lower().replace("’", "'")
+    if w.endswith("'s"):
+        w = w[:-2]
+    if len(w) > 4 and w.endswith("ies"):
+        return w[:-3] + "y"
+    if len(w) > 5 and w.endswith("ing"):
+        return w[:-3]
+    if len(w) > 4 and w.endswith("ed"):
+        return w[:-2]
+    if len(w) > 3 and w.endswith("s") and not w.endswith(("ss", "us", "is")):
+        return w[:-1]
+    return w
+
+
+def keywords(text: str) -> list[str]:
+    """Content words of ``text``, stemmed lightly, in order, without repeats; CJK runs
+    become character bigrams."""
+    out: list[str] = []
+    for match in _WORD.finditer(text):
+        raw = match.group(0)
+        word = _stem(raw)
+        if len(word) < 2 or word in STOPWORDS or raw.lower() in STOPWORDS:
+            continue
+        if word not in out:
+            out.append(word)
+    for run in _CJK_RUN.findall(text):
+        grams = [run] if len(run) == 1 else [run[i : i + 2] for i in range(len(run) - 1)]
+        for gram in grams:
+            if gram not in out:
+                out.append(gram)
+    return out
+
+
+def _matches(word: str, vocabulary: set[str]) -> bool:
+    if word in vocabulary:
+        return True
+    if len(word) < 4:
+        return False
+    return any(
+        len(other) >= 4 and (other.startswith(word) or word.startswith(other)) for other in vocabulary
+    )
+
+
+def overlap(question_words: Sequence[str], text: str) -> float:
+    """Share of ``question_words`` found in ``text`` (prefix matches count), 0..1."""
+    if not question_words:
+        return 0.0
+    vocabulary = set(keywords(text))
+    return sum(1 for w in question_words if _matches(w, vocabulary)) / len(question_words)
+
+
+def _signature(tool: str, args: dict[str, Any]) -> str:
+    return tool + json.dumps(args, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def _is_chitchat(question: str) -> bool:
+    if _GREETING_CJK.match(question):
+        return True
+    if not _GREETING.match(question):
+        return False
+    if prompts.find_identifiers(question) or prompts.find_paths(question) or prompts.find_urls(question):
+        return False
+    if prompts.find_jira_keys(question):
+        return False
+    small_talk = _SMALL_TALK | {_stem(w) for w in _SMALL_TALK}
+    content = [w for w in keywords(question) if w not in small_talk]
+    return not content
+
+
+class OfflineChatModel:
+    """The ``ChatModel`` port answered by rules from each request's task; no network."""
+
+    model = "offline"
+
+    def __init__(self, settings: Settings | None = None) -> None:
+        self.settings = settings or Settings()
+
+    def complete(
+        self, request: LLMRequest, on_delta: Callable[[str], None] | None = None
+    ) -> Completion:
+        started = time.perf_counter()
+        text = self.reply(request)
+        if on_delta is not None and text:
+            on_delta(text)
+        latency_ms = (time.perf_counter() - started) * 1000.0
+        return Completion(text, model=self.model, latency_ms=latency_ms, billable=False)
+
+    def reply(self, request: LLMRequest) -> str:
+        """The reply text for one request, made from its task."""
+        task = request.task
+        if isinstance(task, AnalyzeTask):
+            return self.route(task)
+        if isinstance(task, PlanTask):
+            return self.plan(task)
+        if isinstance(task, GradeTask):
+            return self.grade(task)
+        if isinstance(task, SynthesizeTask):
+            return self.synthesize(task)
+        raise LLMError(
+            f"the offline backend cannot answer node {request.node} ({type(task).__name__})",
+            node=request.node,
+        )
+
+    # -- analyze_and_route -------------------------------------------------------------
+
+    def route(self, task: AnalyzeTask) -> str:
+        question = task.question
+        available = set(task.available_tools)
+        identifiers = prompts.find_identifiers(question)
+        paths = prompts.find_paths(question)
+        keys = prompts.find_jira_keys(question)
+        page_ids = prompts.find_confluence_page_ids(question)
+        urls = prompts.find_urls(question)
+        if _is_chitchat(question) and not task.previous_attempts:
+            return json.dumps({"complexity": "chitchat", "suggested_tools": []})
+        words = len(question.split())
+        named = bool(identifiers or paths or keys or page_ids or urls)
+        if _COMPLEX_MARKER.search(question) or words > 25:
+            complexity = "complex"
+        elif named or (_FACT_QUESTION.match(question) and words <= 12):
+            complexity = "simple"
+        else:
+            complexity = "complex"
+        tools = ["vector_search"]
+        if identifiers or complexity == "complex":
+            tools.append("grep_search")
+        if paths:
+            tools.append("read_file")
+        if keys:
+            tools.append("jira_fetch")
+        if page_ids:
+            tools.append("confluence_fetch")
+        if urls:
+            tools.append("web_fetch")
+        if task.previous_attempts:  # a re-retrieval widens the strategy
+            tools.extend(("grep_search", "read_file"))
+        suggested = [t for t in dict.fromkeys(tools) if t in available]
+        return json.dumps({"complexity": complexity, "suggested_tools": suggested})
+
+    # -- plan ----------------------------------------------------------------------------
+
+    def plan(self, task: PlanTask) -> str:
+        question = task.question
+        allowed = [t for t in task.routing_plan.suggested_tools if t in task.available_tools]
+        tried = {_signature(run.call.tool, dict(run.call.args)) for run in task.previous_attempts}
+        rounds = len({run.round for run in task.previous_attempts})
+        refining = bool(task.previous_attempts or task.evidence)
+        top_k = max(1, min(task.top_k, prompts.MAX_TOP_K))
+        calls: list[dict[str, Any]] = []
+
+        def add(tool: str, args: dict[str, Any]) -> bool:
+            if tool not in allowed or len(calls) >= prompts.MAX_CALLS:
+                return False
+            sig = _signature(tool, args)
+            if sig in tried or any(_signature(c["tool"], c["args"]) == sig for c in calls):
+                return False
+            calls.append({"tool": tool, "args": args})
+            return True
+
+        words = keywords(question)
+        if "vector_search" in allowed or not allowed:
+            allowed = allowed or ["vector_search"]
+            queries = [question.strip()]
+            if refining:
+                learnt = self._evidence_terms(task.evidence, task.previous_attempts, words)
+                queries = [
+                    " ".join(words) or question.strip(),
+                    " ".join([*words, *learnt]) or question.strip(),
+                    question.strip(),
+                ]
+            sizes = [top_k] if not refining else [min(prompts.MAX_TOP_K, top_k * (rounds + 1)), prompts.MAX_TOP_K]
+            for size in sizes:
+                if any(add("vector_search", {"query": q, "top_k": size}) for q in queries if q):
+                    break
+        identifiers = prompts.find_identifiers(question)
+        grep_added = 0
+        for ident in identifiers[:3]:
+            grep_added += add("grep_search", {"pattern": ident, "regex": False})
+        if refining and not grep_added:  # grep wants words as written, not stems
+            literal = {m.group(0).lower() for m in _WORD.finditer(question)}
+            literal = {w for w in literal if len(w) >= 5 and w.isascii() and w not in STOPWORDS}
+            for word in sorted(literal, key=lambda w: (-len(w), w)):
+                if add("grep_search", {"pattern": word, "regex": False}):
+                    break
+        for path in prompts.find_paths(question)[:2]:
+            add("read_file", {"path": path})
+        if refining:
+            best = self._best_located(task.evidence, task.previous_attempts, words)
+            if best is not None and best.start_line is not None:
+                start = max(1, best.start_line - 15)
+                end = (best.end_line or best.start_line) + 30
+                add("read_file", {"path": best.source, "start_line": start, "end_line": end})
+        for key in prompts.find_jira_keys(question)[:2]:
+            add("jira_fetch", {"key": key})
+        for page_id in prompts.find_confluence_page_ids(question)[:2]:
+            add("confluence_fetch", {"page_id": page_id})
+        for url in prompts.find_urls(question)[:2]:
+            add("web_fetch", {"url": url})
+        if not calls:  # everything was tried: search as widely as allowed
+            calls.append({"tool": "vector_search", "args": {"query": question.strip(), "top_k": prompts.MAX_TOP_K}})
+        return json.dumps({"tool_calls": calls}, ensure_ascii=False)
+
+    @staticmethod
+    def _all_items(evidence: Sequence[EvidenceItem], attempts: Sequence[ToolRun]) -> list[EvidenceItem]:
+        items = list(evidence)
+        seen = {i.key for i in items}
+        for run in attempts:
+            for item in run.items:
+                if item.key not in seen:
+                    seen.add(item.key)
+                    items.append(item)
+        return items
+
+    def _evidence_terms(
+        self, evidence: Sequence[EvidenceItem], attempts: Sequence[ToolRun], words: Sequence[str]
+    ) -> list[str]:
+        """Up to three frequent content words of the evidence that the question lacks."""
+        counts: Counter[str] = Counter()
+        for item in self._all_items(evidence, attempts)[:20]:
+            counts.update(w for w in keywords(item.text) if w.isascii() and len(w) >= 4)
+        known = set(words)
+        ranked = sorted(((-n, w) for w, n in counts.items() if w not in known and not w.isdigit()))
+        return [w for _, w in ranked[:3]]
+
+    def _best_located(
+        self, evidence: Sequence[EvidenceItem], attempts: Sequence[ToolRun], words: Sequence[str]
+    ) -> EvidenceItem | None:
+        """The local item (with a path and lines) whose text best matches the question."""
+        best, best_score = None, 0.0
+        for item in self._all_items(evidence, attempts):
+            if item.tool not in ("vector_search", "grep_search") or item.start_line is None:
+                continue
+            score = overlap(words, item.text) + (item.score or 0.0) * 0.1
+            if score > best_score:
+                best, best_score = item, score
+        return best
+
+    # -- grade_evidence ------------------------------------------------------------------
+
+    def grade(self, task: GradeTask) -> str:
+        return json.dumps([self.score(task.question, item) for item in task.items])
+
+    @staticmethod
+    def score(question: str, item: EvidenceItem) -> float:
+        """Relevance of one item, 0..1: the tool's score blended with keyword overlap."""
+        if item.tool == "read_file":
+            return 0.9
+        words = keywords(question)
+        lexical = overlap(words, f"{item.text} {item.source}") if words else 0.5
+        if item.score is not None:
+            tool_score = min(max(float(item.score), 0.0), 1.0)
+            value = 0.4 * tool_score + 0.6 * lexical
+        elif item.tool == "grep_search":
+            value = 0.35 + 0.65 * lexical
+        else:
+            value = 0.3 + 0.7 * lexical
+        return round(min(max(value, 0.0), 1.0), 3)
+
+    # -- synthesize ----------------------------------------------------------------------
+
+    def synthesize(self, task: SynthesizeTask) -> str:
+        if task.chitchat or not task.items:
+            return self._chat(task.question)
+        words = keywords(task.question)
+        candidates: list[tuple[float, int, int, str]] = []  # (-score, item index, position, sentence)
+        for k, item in enumerate(task.items):
+            for pos, sentence in enumerate(_sentences(item.text)):
+                vocabulary = set(keywords(sentence))
+                hits = sum(1 for w in words if _matches(w, vocabulary))
+                if hits:
+                    candidates.append((-(hits + (item.score or 0.0) * 0.1), k, pos, sentence))
+        chosen: list[tuple[int, int, str]] = []
+        per_item: Counter[int] = Counter()
+        for _, k, pos, sentence in sorted(candidates):
+            if len(chosen) >= _MAX_QUOTES:
+                break
+            if per_item[k] >= _PER_ITEM:
+                continue
+            per_item[k] += 1
+            chosen.append((k, pos, sentence))
+        if not chosen:  # nothing matches a keyword: quote the opening of the first items
+            for k, item in enumerate(task.items[:2]):
+                first = next(iter(_sentences(item.text)), None)
+                if first:
+                    chosen.append((k, 0, first))
+        lines = [OFFLINE_PREFACE, ""]
+        for k, _, sentence in sorted(chosen):
+            lines.append(f'- "{sentence}" [{k + 1}]')
+        if not chosen:
+            lines.append(
+                "- The passages found have no quotable text; see the sources listed below "
+                + "".join(f"[{k}]" for k in range(1, min(len(task.items), 3) + 1))
+            )
+        return "\n".join(lines)
+
+    @staticmethod
+    def _chat(question: str) -> str:
+        if _THANKS.search(question):
+            return "You're welcome! Ask me anything else about your documents."
+        if _BYE.search(question):
+            return "Goodbye! Come back any time you have a question about your documents."
+        if _ABOUT_ME.search(question):
+            return (
+                "I'm crag: I answer questions from your knowledge base and cite the file and line of "
+                "each passage I use. I'm running offline right now, so answers are quoted from your "
+                "documents rather than written by an LLM. What would you like to know?"
+            )
+        return (
+            "Hello! I answer questions from your knowledge base, quoting the passages I find with "
+            "citations (running offline: no LLM is used). What would you like to know?"
+        )
+
+
+def _sentences(text: str) -> Iterable[str]:
+    """Quotable sentences of an evidence text: prose lines split at sentence ends; headings,
+    fences, rules and table borders skipped; citation-like ``[2]`` turned into ``(2)``."""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith(("```", "~~~", "#", "|---", "---", "***", "<!--")):
+            continue
+        line = _MARKDOWN_PREFIX.sub("", line).strip()
+        line = _CITE_LIKE.sub(lambda m: f"({m.group(1).strip()})", line)
+        line = line.replace('"', "'")
+        if prompts.strip_stats_blocks(line) != line:
+            continue
+        for sentence in _SENTENCE_END.split(line):
+            sentence = sentence.strip()
+            if len(sentence) < 3 or "couldn't find relevant information" in sentence:
+                continue
+            if len(sentence) > _MAX_SENTENCE:
+                sentence = sentence[: _MAX_SENTENCE - 1].rstrip() + "…"
+            yield sentence

@@ -1,0 +1,240 @@
+"""The offline backend: rule-based replies that pass the same strict parsers as a model's."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from crag import Agent, prompts
+from crag.answer import NO_EVIDENCE
+from crag.config import Settings
+from crag.llm.offline import OFFLINE_PREFACE, OfflineChatModel
+from crag.ports import AnalyzeTask, GradeTask, LLMRequest, PlanTask, SynthesizeTask
+from crag.state import Complexity, EvidenceItem, RoutingPlan, ToolCall, ToolRun
+
+from .fakes import FakeToolbox
+
+LOCAL = ("vector_search", "grep_search", "read_file")
+ALL = (*LOCAL, "jira_fetch", "confluence_fetch", "web_fetch")
+PROPS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+MODEL = OfflineChatModel()
+
+UPLOADS = EvidenceItem(
+    "vector_search", "docs/uploads.md",
+    "# Uploads\nUploads retry three times with exponential backoff.\nThe upload queue lives in Redis.",
+    40, 42, 0.62,
+)
+BILLING = EvidenceItem("vector_search", "docs/billing.md", "Invoices are sent monthly.", 3, 3, 0.41)
+README = EvidenceItem("read_file", "README.md", "crag answers questions.", 1, 1)
+
+
+def ask(task) -> str:
+    node = {AnalyzeTask: "analyze_and_route", PlanTask: "plan", GradeTask: "grade_evidence",
+            SynthesizeTask: "synthesize"}[type(task)]
+    completion = MODEL.complete(LLMRequest(node, task, prompts.render(task)))
+    assert completion.billable is False and completion.model == "offline"
+    assert completion.prompt_tokens == completion.completion_tokens == 0
+    assert completion.latency_ms >= 0
+    return completion.text
+
+
+def route(question: str, tools=LOCAL, attempts=()) -> RoutingPlan:
+    text = ask(AnalyzeTask(question, (), tools, attempts))
+    plan = prompts.parse_route(text, tools)
+    assert plan is not None, text
+    return plan
+
+
+def plan_calls(question: str, routing: RoutingPlan, tools=LOCAL, evidence=(), attempts=(), top_k=5):
+    text = ask(PlanTask(question, routing, tuple(evidence), tuple(attempts), tools, top_k))
+    calls, reasons = prompts.parse_plan(text, question, routing, tools, top_k)
+    assert reasons == (), (text, reasons)
+    return calls
+
+
+# --------------------------------------------------------------------------------------
+# analyze_and_route
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("question", ["hi", "Hello there!", "thanks, that helped a lot", "Good morning",
+                                      "bye", "你好", "谢谢", "who are you?", "how are you?"])
+def test_small_talk_is_chitchat(question):
+    assert route(question).complexity is Complexity.CHITCHAT
+
+
+@pytest.mark.parametrize("question,tools", [
+    ("What is an LFS pointer?", {"vector_search"}),
+    ("Where is `max_retries` set?", {"vector_search", "grep_search"}),
+    ("Show me docs/setup.md", {"vector_search", "read_file"}),
+    ("hello, what does KB_AGENT_TOP_K do?", {"vector_search", "grep_search"}),
+])
+def test_a_single_fact_identifier_or_path_is_simple(question, tools):
+    plan = route(question)
+    assert plan.complexity is Complexity.SIMPLE
+    assert set(plan.suggested_tools) == tools
+
+
+def test_open_questions_are_complex():
+    plan = route("How do uploads recover when the network fails and why is the queue in Redis?")
+    assert plan.complexity is Complexity.COMPLEX
+    assert plan.suggested_tools == ("vector_search", "grep_search")
+
+
+def test_remote_tools_are_suggested_only_with_their_pattern_and_when_available():
+    plan = route("What is the status of FSR-123的状态 and https://example.com/x page 123456?", ALL)
+    assert {"jira_fetch", "web_fetch", "confluence_fetch"} <= set(plan.suggested_tools)
+    assert "jira_fetch" not in route("What is the status of FSR-123?", LOCAL).suggested_tools
+    assert "jira_fetch" not in route("Is UTF-8 supported with GPT-4?", ALL).suggested_tools
+
+
+def test_a_re_retrieval_widens_the_tools():
+    attempts = (ToolRun(1, ToolCall("vector_search", {"query": "q", "top_k": 5}), ()),)
+    assert set(route("How do uploads retry?", LOCAL, attempts).suggested_tools) == set(LOCAL)
+
+
+# --------------------------------------------------------------------------------------
+# plan
+# --------------------------------------------------------------------------------------
+
+
+def test_first_round_plan_searches_the_question_and_greps_identifiers():
+    question = "Why does `upload_queue` ignore --dry-run in docs/setup.md?"
+    routing = RoutingPlan(Complexity.COMPLEX, LOCAL)
+    calls = plan_calls(question, routing)
+    assert calls[0] == ToolCall("vector_search", {"query": question, "top_k": 5})
+    assert ToolCall("grep_search", {"pattern": "upload_queue", "regex": False}) in calls
+    assert ToolCall("grep_search", {"pattern": "--dry-run", "regex": False}) in calls
+    assert ToolCall("read_file", {"path": "docs/setup.md"}) in calls
+
+
+def test_plan_uses_only_suggested_tools_and_remote_tools_with_patterns():
+    question = "What is FSR-7 about?"
+    routing = RoutingPlan(Complexity.SIMPLE, ("vector_search", "jira_fetch"))
+    calls = plan_calls(question, routing, ALL)
+    assert [c.tool for c in calls] == ["vector_search", "jira_fetch"]
+    assert calls[1].args == {"key": "FSR-7"}
+
+
+def test_refine_rounds_differ_from_earlier_rounds():
+    question = "How do uploads retry on failure?"
+    routing = RoutingPlan(Complexity.COMPLEX, LOCAL)
+    first = plan_calls(question, routing)
+    attempts = tuple(ToolRun(1, c, (UPLOADS,)) for c in first)
+    second = plan_calls(question, routing, evidence=(UPLOADS,), attempts=attempts)
+    attempts += tuple(ToolRun(2, c, ()) for c in second)
+    third = plan_calls(question, routing, evidence=(UPLOADS,), attempts=attempts)
+    rounds = [{json.dumps([c.tool, dict(c.args)], sort_keys=True) for c in r} for r in (first, second, third)]
+    assert rounds[0].isdisjoint(rounds[1]) and rounds[1].isdisjoint(rounds[2]) and rounds[0].isdisjoint(rounds[2])
+    vector = [c for c in second if c.tool == "vector_search"][0]
+    assert vector.args["query"] != question and vector.args["top_k"] > 5
+    assert ToolCall("read_file", {"path": "docs/uploads.md", "start_line": 25, "end_line": 72}) in second
+
+
+def test_plan_is_deterministic():
+    task = PlanTask("How do uploads retry?", RoutingPlan(Complexity.COMPLEX, LOCAL), (UPLOADS,), (), LOCAL, 5)
+    assert ask(task) == ask(task)
+
+
+# --------------------------------------------------------------------------------------
+# grade and synthesize
+# --------------------------------------------------------------------------------------
+
+
+def test_grading_gives_one_score_per_item_ranking_the_relevant_higher():
+    text = ask(GradeTask("How do uploads retry?", (UPLOADS, BILLING, README)))
+    scores = prompts.parse_scores(text, 3)
+    assert scores is not None
+    assert scores[0] >= 0.7 > scores[1]
+    assert scores[1] < 0.3  # unrelated evidence would be dropped
+    assert scores[2] == 0.9  # lines read by read_file
+
+
+def test_synthesis_quotes_relevant_sentences_with_citations():
+    text = ask(SynthesizeTask("How do uploads retry?", (), (BILLING, UPLOADS)))
+    assert text.startswith(OFFLINE_PREFACE)
+    assert '"Uploads retry three times with exponential backoff." [2]' in text
+    assert "Invoices" not in text
+    assert NO_EVIDENCE not in text
+
+
+def test_chitchat_gets_a_short_friendly_reply():
+    assert ask(SynthesizeTask("thanks!", (), (), chitchat=True)).startswith("You're welcome")
+    hello = ask(SynthesizeTask("hello", (), (), chitchat=True))
+    assert "offline" in hello and "[" not in hello
+
+
+def test_citation_like_text_in_documents_cannot_become_a_citation():
+    doc = EvidenceItem("grep_search", "docs/a.md", "Uploads retry, see [7] and [1, 9].", 5, 5)
+    text = ask(SynthesizeTask("How do uploads retry?", (), (doc,)))
+    assert set(re.findall(r"\[(\d+)\]", text)) == {"1"}
+    assert "(7)" in text
+
+
+words = st.sampled_from(["uploads", "retry", "queue", "Redis", "backoff", "invoice", "the", "is", "how",
+                         "`max_retries`", "docs/setup.md", "FSR-12", "https://example.com/a", "page 123456",
+                         "hello", "thanks", "why", "and", "UTF-8", "的状态", "[2]", "\n", "."])
+questions = st.one_of(st.lists(words, min_size=1, max_size=12).map(" ".join),
+                      st.text(min_size=1, max_size=60)).filter(str.strip)  # crag refuses a blank question
+texts = st.one_of(st.lists(words, max_size=30).map(" ".join), st.text(max_size=120))
+
+
+@st.composite
+def evidence(draw):
+    n = draw(st.integers(1, 6))
+    tools = st.sampled_from(["vector_search", "grep_search", "read_file", "web_fetch"])
+    out = []
+    for k in range(n):
+        tool = draw(tools)
+        out.append(EvidenceItem(tool, f"docs/p{k}.md", draw(texts), k * 10 + 1, k * 10 + 5,
+                                draw(st.floats(0, 1)) if tool == "vector_search" else None))
+    return tuple(out)
+
+
+@PROPS
+@given(questions, st.lists(st.sampled_from(ALL), unique=True, min_size=1, max_size=6), evidence(),
+       st.integers(1, 60))
+def test_property_every_offline_reply_passes_the_strict_parsers(question, tools, items, top_k):
+    tools = tuple(tools)
+    routing = prompts.parse_route(ask(AnalyzeTask(question, (), tools)), tools)
+    assert routing is not None
+    earlier = (ToolRun(1, ToolCall("vector_search", {"query": question, "top_k": top_k}), items),)
+    for ev, attempts in (((), ()), (items, earlier)):
+        text = ask(PlanTask(question, routing, ev, attempts, tools, top_k))
+        calls, reasons = prompts.parse_plan(text, question, routing, tools, top_k)
+        assert calls
+        if "vector_search" in tools and "vector_search" in routing.suggested_tools:
+            assert reasons == (), (text, reasons)
+        json.loads(text)
+    scores = prompts.parse_scores(ask(GradeTask(question, items)), len(items))
+    assert scores is not None and len(scores) == len(items)
+    answer = prompts.clean_answer(ask(SynthesizeTask(question, (), items)))
+    cited = {int(k) for k in re.findall(r"\[(\d+)\]", answer)}
+    assert cited and cited <= set(range(1, len(items) + 1))
+    assert NO_EVIDENCE not in answer
+
+
+# --------------------------------------------------------------------------------------
+# A whole question, offline
+# --------------------------------------------------------------------------------------
+
+
+def test_an_offline_agent_answers_with_citations_and_zero_llm_calls():
+    toolbox = FakeToolbox({"vector_search": [[UPLOADS, BILLING, README]]})
+    agent = Agent(OfflineChatModel(), toolbox, Settings())
+    result = agent.ask("How do uploads retry?")
+    assert result.usage.llm_calls == 0 and result.usage.model == "offline"
+    assert "Uploads retry three times" in result.answer
+    assert "[1] docs/uploads.md:L40" in result.answer
+    assert "**Model:** offline" in result.answer and "**API calls:** 0" in result.answer
+
+
+def test_an_offline_greeting_is_answered_without_tools():
+    toolbox = FakeToolbox()
+    result = Agent(OfflineChatModel(), toolbox, Settings()).ask("hello!")
+    assert result.trace == ("analyze_and_route", "synthesize") and toolbox.calls == []
+    assert result.answer.startswith("Hello!")
