@@ -1,0 +1,1 @@
+"""Benchmarks: retrieval quality and speed (``python -m benchmarks.retrieval``)."""

@@ -1,0 +1,143 @@
+"""What ``python -m crag index`` and ``python -m crag search`` do, minus the printing.
+
+``cli.py`` parses the arguments and prints; these functions run the work and render the
+text it prints: ``index_report_text`` (what changed), ``search`` (hits as plain records,
+best first), ``search_text`` (a readable ranked list), and ``progress_printer`` (a
+one-line progress display for a terminal).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, TextIO
+
+from ..errors import UsageError
+
+if TYPE_CHECKING:
+    from ..config import Settings
+    from .build import IndexReport, Progress
+
+__all__ = ["index_report_text", "is_terminal", "progress_printer", "search", "search_text"]
+
+_LIST_LIMIT = 10
+
+
+def is_terminal(stream: TextIO) -> bool:
+    """Whether ``stream`` is a terminal (progress is shown only there)."""
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+def progress_printer(stream: TextIO) -> Progress:
+    """A progress callback that redraws one line on ``stream`` (a terminal)."""
+    width = 0
+
+    def show(done: int, total: int, path: str) -> None:
+        nonlocal width
+        name = os.path.basename(path)
+        line = f"indexing {done}/{total}: {name}"[:100]
+        stream.write("\r" + line.ljust(width))
+        width = len(line)
+        if done >= total:
+            stream.write("\r" + " " * width + "\r")
+        stream.flush()
+
+    return show
+
+
+def _names(paths: Sequence[str], cwd: str) -> list[str]:
+    from .discover import relative_label
+
+    shown = [f"  {relative_label(p, cwd)}" for p in paths[:_LIST_LIMIT]]
+    if len(paths) > _LIST_LIMIT:
+        shown.append(f"  ... and {len(paths) - _LIST_LIMIT} more")
+    return shown
+
+
+def index_report_text(report: IndexReport, cwd: str | None = None) -> str:
+    """What an index run changed, for stdout."""
+    cwd = cwd or os.getcwd()
+    lines = []
+    if report.reembedded_all:
+        lines.append(f"re-embedded everything: {report.reason}")
+    elif report.reason:
+        lines.append(report.reason)
+    lines.append(
+        f"indexed {len(report.roots)} path(s) into {report.index_dir} with {report.embedder}: "
+        f"{len(report.added)} added, {len(report.changed)} changed, {len(report.removed)} removed, "
+        f"{report.unchanged} unchanged; {report.chunks_embedded} chunks embedded, "
+        f"{report.chunks_total} in the index; {report.seconds:.2f}s"
+    )
+    for label, paths in (("added", report.added), ("changed", report.changed), ("removed", report.removed)):
+        if paths:
+            lines.append(f"{label}:")
+            lines += _names(paths, cwd)
+    if report.warnings:
+        lines.append(f"skipped {len(report.warnings)} file(s):")
+        from .discover import relative_label
+
+        for path, why in report.warnings[:_LIST_LIMIT]:
+            lines.append(f"  {relative_label(path, cwd)}: {why}")
+        if len(report.warnings) > _LIST_LIMIT:
+            lines.append(f"  ... and {len(report.warnings) - _LIST_LIMIT} more")
+    if not report.wrote and not report.changed_anything:
+        lines.append("the index was already up to date")
+    return "\n".join(lines) + "\n"
+
+
+def search(
+    settings: Settings,
+    query: str,
+    top_k: int | None = None,
+    kb: Sequence[str] = (),
+    cwd: str | None = None,
+) -> tuple[list[dict[str, Any]], IndexReport | None]:
+    """The hits ``vector_search`` would return, as ``{"path", "start_line", "end_line", "score", "text"}``.
+
+    ``kb`` roots are indexed first when new or changed, and the search is limited to them.
+    Returns the hits and the report of that indexing (None without ``kb``).
+    """
+    from ..state import ToolCall
+    from ..tools import Toolbox
+    from . import ensure_indexed
+
+    if not query.strip():
+        raise UsageError("the search query is empty")
+    k = settings.top_k if top_k is None else top_k
+    if k < 1:
+        raise UsageError(f"--top-k must be at least 1, got {k}")
+    report = ensure_indexed(settings, list(kb)) if kb else None
+    box = Toolbox(settings, roots=list(kb) if kb else None, cwd=cwd)
+    try:
+        items = box.run(ToolCall("vector_search", {"query": query, "top_k": min(k, 50)}))
+    finally:
+        box.close()
+    hits = [
+        {
+            "path": item.source,
+            "start_line": item.start_line,
+            "end_line": item.end_line,
+            "score": item.score,
+            "text": item.text,
+        }
+        for item in items
+    ]
+    return hits, report
+
+
+def search_text(hits: Sequence[dict[str, Any]], preview_lines: int = 4) -> str:
+    """A readable ranked list of hits."""
+    if not hits:
+        return "no matching chunks\n"
+    out = []
+    for n, hit in enumerate(hits, 1):
+        out.append(f"{n}. {hit['path']}:L{hit['start_line']}-L{hit['end_line']}  score {hit['score']:.3f}")
+        body = [line for line in hit["text"].splitlines() if line.strip()]
+        for line in body[:preview_lines]:
+            out.append(f"     {line[:120]}")
+        if len(body) > preview_lines:
+            out.append("     ...")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,318 @@
+"""Which files make up a knowledge base, and how their text is read.
+
+Owns the discovery rules shared by the indexer, ``grep_search`` and ``read_file``:
+
+* a root is a directory (walked) or a single file; a root that does not exist is a
+  ``KnowledgeBaseError`` naming it;
+* only text-like files are taken (``TEXT_SUFFIXES`` and a few well-known names such as
+  ``README`` or ``Makefile``); hidden entries, ``.git``, ``.venv``, ``node_modules``,
+  ``__pycache__``, Python virtual environments and the index directory itself are skipped;
+* a symbolic link is followed only when its target lies inside the root (so a link can never
+  pull outside files into the knowledge base), and each real file is taken once;
+* binary files (a NUL byte in the first 8 KiB), oversized and unreadable files are skipped
+  and counted as warnings, never raised;
+* text is decoded as UTF-8 (a BOM is dropped), else cp1252, else latin-1, so undecodable
+  bytes never crash indexing; line endings are normalised the way Python's text mode does
+  (``\\r\\n`` and ``\\r`` become ``\\n``), and ``split_lines`` defines the 1-based line
+  numbers every chunk, match and citation uses.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterable, Iterator, Sequence
+
+from attrs import field, frozen
+
+from ..errors import KnowledgeBaseError
+
+__all__ = [
+    "DiscoveredFile",
+    "Discovery",
+    "MAX_FILE_BYTES",
+    "SKIP_DIRS",
+    "TEXT_SUFFIXES",
+    "decode_text",
+    "discover",
+    "is_text_name",
+    "is_within",
+    "normalize_root",
+    "is_binary",
+    "read_bytes",
+    "read_file_text",
+    "relative_label",
+    "BinaryFileError",
+    "split_lines",
+]
+
+TEXT_SUFFIXES = frozenset(
+    """
+    .md .markdown .mdx .mdown .mkd .txt .text .rst .adoc .asciidoc .org .textile .tex
+    .py .pyi .ipynb .toml .yaml .yml .json .jsonl .cfg .ini .conf .properties
+    .sh .bash .zsh .fish .ps1 .bat
+    .js .jsx .mjs .cjs .ts .tsx .vue .svelte .css .scss .less .html .htm .xml .svg
+    .c .h .cc .cpp .cxx .hpp .hh .cs .java .kt .kts .scala .go .rs .rb .php .pl .pm .lua
+    .r .jl .swift .m .mm .dart .ex .exs .erl .hs .ml .clj .sql .graphql .proto .tf .hcl
+    .gradle .cmake .mk .dockerfile .csv .tsv .log .diff .patch
+    """.split()
+)
+TEXT_NAMES = frozenset(
+    """
+    readme changelog changes history authors contributors license licence copying notice
+    makefile dockerfile containerfile justfile procfile gemfile rakefile vagrantfile
+    """.split()
+)
+SKIP_DIRS = frozenset({".git", ".hg", ".svn", ".venv", "venv", "node_modules", "__pycache__", "site-packages"})
+
+MAX_FILE_BYTES = 8 * 1024 * 1024  # larger "text" files are almost always data dumps or logs
+_SNIFF_BYTES = 8192
+
+
+@frozen
+class DiscoveredFile:
+    """A file to index: its absolute path (as reached from the root), size and mtime."""
+
+    path: str
+    root: str
+    size: int
+    mtime_ns: int
+
+
+@frozen
+class Discovery:
+    """The files found under some roots, plus what was skipped and why."""
+
+    files: tuple[DiscoveredFile, ...]
+    warnings: tuple[tuple[str, str], ...] = field(factory=tuple)
+
+    @property
+    def skipped(self) -> int:
+        return len(self.warnings)
+
+
+def normalize_root(root: str | os.PathLike[str], cwd: str | os.PathLike[str] | None = None) -> str:
+    """The absolute, normalised form of a root (symlinks are kept as the user wrote them)."""
+    raw = os.fspath(root)
+    raw = os.path.expanduser(raw)
+    if not os.path.isabs(raw):
+        raw = os.path.join(os.fspath(cwd) if cwd is not None else os.getcwd(), raw)
+    return os.path.normpath(raw)
+
+
+def is_within(path: str, root: str) -> bool:
+    """True when ``path`` is ``root`` or lies below it (both absolute and normalised)."""
+    if path == root:
+        return True
+    prefix = root if root.endswith(os.sep) else root + os.sep
+    return path.startswith(prefix)
+
+
+def is_text_name(name: str) -> bool:
+    """Whether a file name looks like text crag should index."""
+    lower = name.lower()
+    if lower in TEXT_NAMES:
+        return True
+    stem, dot, suffix = lower.rpartition(".")
+    if not dot:
+        return False
+    if "." + suffix in TEXT_SUFFIXES:
+        return True
+    return stem in TEXT_NAMES  # README.old, LICENSE.txt handled above; Makefile.am etc.
+
+
+def _is_virtualenv(path: str) -> bool:
+    return os.path.isfile(os.path.join(path, "pyvenv.cfg"))
+
+
+def discover(
+    roots: Iterable[str | os.PathLike[str]],
+    exclude: Sequence[str] = (),
+    max_bytes: int = MAX_FILE_BYTES,
+    check_binary: bool = False,
+) -> Discovery:
+    """Every indexable file under ``roots``, sorted by path, deduplicated by real path.
+
+    ``exclude`` holds absolute directories never to enter (the index directory).
+    ``check_binary`` sniffs each file for NUL bytes here; the indexer instead checks when it
+    reads a file, so discovery stays a pure ``stat`` walk.
+    Raises ``KnowledgeBaseError`` for a root that does not exist or cannot be listed.
+    """
+    excluded = {os.path.realpath(e) for e in exclude}
+    found: dict[str, DiscoveredFile] = {}
+    seen_real: set[str] = set()
+    warnings: list[tuple[str, str]] = []
+    for root in roots:
+        root_abs = normalize_root(root)
+        if not os.path.lexists(root_abs):
+            raise KnowledgeBaseError(f"knowledge-base path {root_abs} does not exist", root_abs)
+        root_real = os.path.realpath(root_abs)
+        try:
+            st = os.stat(root_abs)
+        except OSError as exc:
+            raise KnowledgeBaseError(
+                f"knowledge-base path {root_abs} cannot be read ({exc.strerror or exc})", root_abs
+            ) from exc
+        if stat.S_ISREG(st.st_mode):
+            if root_real in seen_real:
+                continue
+            entry = _regular_file(root_abs, root_abs, st, max_bytes, warnings)
+            if entry is not None and (not check_binary or _sniff_ok(entry.path, warnings)):
+                seen_real.add(root_real)
+                found[entry.path] = entry
+            continue
+        if not stat.S_ISDIR(st.st_mode):
+            raise KnowledgeBaseError(f"knowledge-base path {root_abs} is not a file or folder", root_abs)
+        if not os.access(root_abs, os.R_OK | os.X_OK):
+            raise KnowledgeBaseError(f"knowledge-base folder {root_abs} cannot be read (permission denied)", root_abs)
+        for entry in _walk(root_abs, root_real, excluded, max_bytes, warnings, seen_real):
+            if check_binary and not _sniff_ok(entry.path, warnings):
+                continue
+            found.setdefault(entry.path, entry)
+    files = tuple(sorted(found.values(), key=lambda f: f.path))
+    return Discovery(files, tuple(warnings))
+
+
+def _regular_file(
+    path: str, root: str, st: os.stat_result, max_bytes: int, warnings: list[tuple[str, str]]
+) -> DiscoveredFile | None:
+    if st.st_size > max_bytes:
+        warnings.append((path, f"larger than {max_bytes // (1024 * 1024)} MiB"))
+        return None
+    return DiscoveredFile(path, root, st.st_size, st.st_mtime_ns)
+
+
+def _walk(
+    root_abs: str,
+    root_real: str,
+    excluded: set[str],
+    max_bytes: int,
+    warnings: list[tuple[str, str]],
+    seen_real: set[str],
+) -> Iterator[DiscoveredFile]:
+    visited_dirs = {root_real}
+    stack = [root_abs]
+    while stack:
+        directory = stack.pop()
+        try:
+            with os.scandir(directory) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError as exc:
+            warnings.append((directory, f"cannot list folder ({exc.strerror or exc})"))
+            continue
+        subdirs = []
+        for entry in entries:
+            name = entry.name
+            if name.startswith("."):
+                continue
+            path = entry.path
+            try:
+                is_link = entry.is_symlink()
+                real = os.path.realpath(path) if is_link else None
+                if real is not None and not is_within(real, root_real):
+                    warnings.append((path, "symbolic link pointing outside the root"))
+                    continue
+                if entry.is_dir(follow_symlinks=True):
+                    if name in SKIP_DIRS:
+                        continue
+                    real = real or os.path.realpath(path)
+                    if real in visited_dirs or real in excluded or _is_virtualenv(path):
+                        continue
+                    visited_dirs.add(real)
+                    subdirs.append(path)
+                    continue
+                if not entry.is_file(follow_symlinks=True) or not is_text_name(name):
+                    continue
+                st = entry.stat(follow_symlinks=True)
+            except OSError as exc:
+                warnings.append((path, f"cannot read ({exc.strerror or exc})"))
+                continue
+            real = real or os.path.realpath(path)
+            if real in seen_real:
+                continue
+            item = _regular_file(path, root_abs, st, max_bytes, warnings)
+            if item is not None:
+                seen_real.add(real)
+                yield item
+        stack.extend(reversed(subdirs))
+
+
+def _sniff_ok(path: str, warnings: list[tuple[str, str]]) -> bool:
+    try:
+        with open(path, "rb") as f:
+            head = f.read(_SNIFF_BYTES)
+    except OSError as exc:
+        warnings.append((path, f"cannot read ({exc.strerror or exc})"))
+        return False
+    if b"\x00" in head:
+        warnings.append((path, "binary file"))
+        return False
+    return True
+
+
+def decode_text(data: bytes) -> str:
+    """Bytes to text: UTF-8 (BOM dropped), else cp1252, else latin-1; newlines normalised."""
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        try:
+            text = data.decode("cp1252")
+        except UnicodeDecodeError:
+            text = data.decode("latin-1")
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    return text
+
+
+def is_binary(data: bytes) -> bool:
+    """A NUL byte in the first 8 KiB: not text."""
+    return b"\x00" in data[:_SNIFF_BYTES]
+
+
+def read_bytes(path: str | os.PathLike[str], max_bytes: int = MAX_FILE_BYTES) -> bytes:
+    """The bytes of a file; ``ValueError`` when it is larger than ``max_bytes``, ``OSError`` when unreadable."""
+    with open(path, "rb") as f:
+        data = f.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise ValueError(f"larger than {max_bytes // (1024 * 1024)} MiB")
+    return data
+
+
+class BinaryFileError(ValueError):
+    """The file holds NUL bytes: it is not text."""
+
+
+def read_file_text(path: str | os.PathLike[str], max_bytes: int = MAX_FILE_BYTES) -> tuple[bytes, str]:
+    """The raw bytes and decoded text of a file.
+
+    Raises ``BinaryFileError`` for a file with a NUL byte in its first 8 KiB, ``OSError``
+    when it cannot be read, and ``ValueError`` when it is larger than ``max_bytes``.
+    """
+    data = read_bytes(path, max_bytes)
+    if is_binary(data):
+        raise BinaryFileError("binary file")
+    return data, decode_text(data)
+
+
+def split_lines(text: str) -> list[str]:
+    """The lines of normalised text; line N (1-based) is ``split_lines(text)[N - 1]``.
+
+    A final newline does not start an extra empty line, so ``"a\\nb\\n"`` has two lines.
+    """
+    if not text:
+        return []
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return lines
+
+
+def relative_label(path: str | os.PathLike[str], cwd: str | os.PathLike[str] | None = None) -> str:
+    """``path`` relative to ``cwd`` when it lies under it, else absolute (SPEC §4)."""
+    p = os.path.abspath(os.fspath(path))
+    base = os.path.abspath(os.fspath(cwd)) if cwd is not None else os.getcwd()
+    if is_within(p, base) and p != base:
+        return os.path.relpath(p, base)
+    return p

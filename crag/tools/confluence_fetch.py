@@ -1,0 +1,99 @@
+"""``confluence_fetch(page_id)``: one Confluence page as evidence (on when ``CONFLUENCE_BASE_URL`` is set).
+
+GET ``{CONFLUENCE_BASE_URL}/rest/api/content/{id}?expand=body.storage,version`` with the
+same auth rules as Jira (email + token: basic; token alone: bearer). ``page_id`` is the
+numeric id, or a page URL containing ``/pages/<id>`` or ``pageId=<id>``. The page's
+storage-format HTML is reduced to text; the item's source and URL are the page's web URL.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ToolError
+from ..state import EvidenceItem
+from .args import check_known
+from .http import FetchError, html_to_text, http_get
+from .jira_fetch import auth_headers
+
+if TYPE_CHECKING:
+    from . import Toolbox
+
+NAME = "confluence_fetch"
+MAX_BYTES = 8 * 1024 * 1024
+MAX_TEXT = 60_000
+_ID_IN_URL = re.compile(r"(?:/pages/|[?&]pageId=)(\d{1,20})")
+
+
+def page_id_of(value: Any) -> str:
+    """The numeric page id in ``value`` (an id or a page URL), or a ToolError."""
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return str(value)
+    if isinstance(value, str):
+        text = value.strip()
+        if text.isdigit() and len(text) <= 20:
+            return text
+        m = _ID_IN_URL.search(text)
+        if m:
+            return m.group(1)
+    raise ToolError(NAME, f"{value!r} is not a Confluence page id or page URL")
+
+
+def run(box: Toolbox, args: Mapping[str, Any]) -> list[EvidenceItem]:
+    check_known(NAME, args, ("page_id",))
+    page_id = page_id_of(args.get("page_id"))
+    settings = box.settings
+    base = settings.confluence_base_url
+    if not base:
+        raise ToolError(NAME, "Confluence is not configured: set CONFLUENCE_BASE_URL")
+    url = f"{base}/rest/api/content/{page_id}?expand=body.storage,version"
+    try:
+        resp = http_get(
+            url,
+            headers={"Accept": "application/json"},
+            auth_headers=auth_headers(settings.confluence_email, settings.confluence_api_token),
+            timeout=box.http_timeout,
+            max_bytes=MAX_BYTES,
+        )
+    except FetchError as exc:
+        if exc.status in (401, 403):
+            raise ToolError(
+                NAME, f"Confluence refused the request (HTTP {exc.status}): check CONFLUENCE_EMAIL and CONFLUENCE_API_TOKEN"
+            ) from exc
+        if exc.status == 404:
+            raise ToolError(NAME, f"Confluence page {page_id} was not found (or is not visible with these credentials)") from exc
+        raise ToolError(NAME, f"Confluence request failed: {exc}") from exc
+    try:
+        data = json.loads(resp.text())
+        title = str(data.get("title") or "")
+        html = ((data.get("body") or {}).get("storage") or {}).get("value") or ""
+        links = data.get("_links") or {}
+    except (ValueError, AttributeError, TypeError) as exc:
+        raise ToolError(NAME, f"Confluence answered something that is not a page for {page_id}") from exc
+    _, text = html_to_text(str(html))
+    if len(text) > MAX_TEXT:
+        text = text[:MAX_TEXT] + "\n[... page truncated]"
+    page_url = _page_url(base, links, page_id)
+    return [
+        EvidenceItem(
+            tool=NAME,
+            source=page_url,
+            text=(f"{title}\n\n{text}" if title else text).strip(),
+            url=page_url,
+            title=title,
+        )
+    ]
+
+
+def _page_url(base: str, links: Mapping[str, Any], page_id: str) -> str:
+    webui = links.get("webui") if isinstance(links, Mapping) else None
+    link_base = links.get("base") if isinstance(links, Mapping) else None
+    if isinstance(webui, str) and webui:
+        if webui.startswith(("http://", "https://")):
+            return webui
+        root = link_base if isinstance(link_base, str) and link_base else base
+        return root.rstrip("/") + "/" + webui.lstrip("/")
+    return f"{base}/pages/viewpage.action?pageId={page_id}"

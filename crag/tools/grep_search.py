@@ -1,0 +1,94 @@
+"""``grep_search(pattern, glob=None, regex=False)``: matching lines in the knowledge base.
+
+The pattern is a literal, case-insensitive string unless ``regex`` is true (then a Python
+regular expression, also case-insensitive; an invalid one is a ``ToolError``). The files
+searched are those discovery would index under the roots, read from disk (so results are
+current even before re-indexing), optionally filtered by ``glob`` (matched against the
+path relative to its root and against the file name). Each match is one evidence item: the
+matching line as ``anchor_line`` and a window of up to ``CONTEXT`` lines either side as
+start/end/text. At most ``MAX_MATCHES`` matches are returned, files larger than
+``MAX_FILE_BYTES`` are skipped, and lines longer than ``MAX_LINE_CHARS`` are only searched
+in their first part (a guard against pathological regular expressions).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from ..errors import KnowledgeBaseError, ToolError
+from ..index.discover import decode_text, discover, is_binary, read_bytes, split_lines
+from ..state import EvidenceItem
+from .args import check_known, opt_bool, opt_str, req_str
+
+if TYPE_CHECKING:
+    from . import Toolbox
+
+NAME = "grep_search"
+MAX_MATCHES = 20
+CONTEXT = 2
+MAX_FILE_BYTES = 2 * 1024 * 1024
+MAX_LINE_CHARS = 4000
+
+
+def run(box: Toolbox, args: Mapping[str, Any]) -> list[EvidenceItem]:
+    check_known(NAME, args, ("pattern", "glob", "regex"))
+    pattern = req_str(NAME, args, "pattern", max_len=500)
+    glob = opt_str(NAME, args, "glob", max_len=200)
+    use_regex = opt_bool(NAME, args, "regex", False)
+    try:
+        rx = re.compile(pattern if use_regex else re.escape(pattern), re.IGNORECASE)
+    except (re.error, RecursionError, OverflowError) as exc:
+        raise ToolError(NAME, f"invalid regular expression {pattern!r}: {exc}") from exc
+    roots = box.file_roots()
+    try:
+        found = discover([r for r in roots if os.path.exists(r)], exclude=[box.index_dir], max_bytes=MAX_FILE_BYTES)
+    except KnowledgeBaseError as exc:
+        raise ToolError(NAME, str(exc)) from exc
+    items: list[EvidenceItem] = []
+    for f in found.files:
+        if glob and not _glob_match(f.path, f.root, glob):
+            continue
+        try:
+            data = read_bytes(f.path, MAX_FILE_BYTES)
+        except (OSError, ValueError):
+            continue
+        if is_binary(data):
+            continue
+        text = decode_text(data)
+        if not use_regex and not rx.search(text):
+            continue
+        lines = split_lines(text)
+        for i, line in enumerate(lines):
+            if not rx.search(line[:MAX_LINE_CHARS]):
+                continue
+            lo = max(0, i - CONTEXT)
+            hi = min(len(lines) - 1, i + CONTEXT)
+            items.append(
+                EvidenceItem(
+                    tool=NAME,
+                    source=box.label(f.path),
+                    text="\n".join(lines[lo : hi + 1]),
+                    start_line=lo + 1,
+                    end_line=hi + 1,
+                    anchor_line=i + 1,
+                )
+            )
+            if len(items) >= MAX_MATCHES:
+                return items
+    return items
+
+
+def _glob_match(path: str, root: str, glob: str) -> bool:
+    rel = os.path.relpath(path, root) if path != root else os.path.basename(path)
+    rel = rel.replace(os.sep, "/")
+    pattern = glob.replace("\\", "/")
+    if pattern.startswith("./"):
+        pattern = pattern[2:]
+    if fnmatch.fnmatch(rel, pattern) or fnmatch.fnmatch(os.path.basename(path), pattern):
+        return True
+    # "docs/**/*.md" also matches "docs/a.md"
+    return "**/" in pattern and fnmatch.fnmatch(rel, pattern.replace("**/", ""))

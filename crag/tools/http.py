@@ -1,0 +1,342 @@
+"""HTTP GET for the remote tools, with an SSRF guard, redirect, size and time limits.
+
+Built on the standard library's ``http.client`` so that every connection is under crag's
+control:
+
+* the host name is resolved once per hop, every address it resolves to is checked with
+  ``address_allowed`` (a refused one fails the whole request), and the connection goes to
+  the checked address itself (with the original ``Host`` header and TLS server name), so a
+  DNS answer cannot change between the check and the connection;
+* redirects (at most ``max_redirects``) are followed by hand and each hop is checked
+  again; credentials (``auth_headers``) are only ever sent to the first URL's origin;
+* the body is read up to ``max_bytes``; the whole exchange has a deadline;
+* no proxy and no compression is used, so what is checked is what is fetched.
+
+``is_public_address`` is the default guard for ``web_fetch``: only globally routable
+unicast addresses pass (loopback, private, link-local such as 169.254.169.254, CGNAT,
+multicast, reserved, unspecified, IPv4-mapped and 6to4 forms of those are refused).
+Jira and Confluence use no guard: their base URLs are configured by the user and are often
+internal hosts; only the issue key or page id comes from the model, and it is validated.
+
+``html_to_text`` reduces HTML to readable text with ``html.parser``.
+"""
+
+from __future__ import annotations
+
+import http.client
+import ipaddress
+import re
+import socket
+import ssl
+import time
+from collections.abc import Callable, Mapping, Sequence
+from html.parser import HTMLParser
+from urllib.parse import urljoin, urlsplit
+
+from attrs import frozen
+
+__all__ = [
+    "FetchError",
+    "Response",
+    "html_to_text",
+    "http_get",
+    "is_public_address",
+    "system_resolver",
+]
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+AddressPolicy = Callable[[IPAddress], bool]
+Resolver = Callable[[str, int], Sequence[str]]
+
+USER_AGENT = "crag/0.1 (+https://github.com/; knowledge-base agent)"
+
+
+class FetchError(Exception):
+    """A request failed; ``str`` is one line, ``status`` the HTTP status when there was one."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        self.status = status
+        super().__init__(message)
+
+
+@frozen
+class Response:
+    url: str
+    status: int
+    content_type: str
+    charset: str | None
+    body: bytes
+    truncated: bool
+
+    def text(self) -> str:
+        return self.body.decode(self.charset or "utf-8", errors="replace")
+
+
+def is_public_address(ip: IPAddress) -> bool:
+    """True only for globally routable unicast addresses."""
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return is_public_address(ip.ipv4_mapped)
+        if ip.sixtofour is not None:
+            return is_public_address(ip.sixtofour)
+        if ip.teredo is not None:
+            return False
+    return bool(
+        ip.is_global
+        and not ip.is_private
+        and not ip.is_loopback
+        and not ip.is_link_local
+        and not ip.is_multicast
+        and not ip.is_reserved
+        and not ip.is_unspecified
+    )
+
+
+def system_resolver(host: str, port: int) -> list[str]:
+    """Every address ``host`` resolves to (IPv4 and IPv6)."""
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    seen: list[str] = []
+    for info in infos:
+        addr = str(info[4][0]).split("%", 1)[0]
+        if addr not in seen:
+            seen.append(addr)
+    return seen
+
+
+class _PinnedHTTPConnection(http.client.HTTPConnection):
+    """An HTTP connection to a fixed, already checked address."""
+
+    def __init__(self, address: str, host: str, port: int, timeout: float) -> None:
+        super().__init__(host, port, timeout=timeout)
+        self._address = address
+
+    def connect(self) -> None:
+        self.sock = socket.create_connection((self._address, self.port), self.timeout)
+
+
+class _PinnedHTTPSConnection(http.client.HTTPSConnection):
+    """An HTTPS connection to a fixed address, verifying the certificate for ``host``."""
+
+    def __init__(self, address: str, host: str, port: int, timeout: float, context: ssl.SSLContext) -> None:
+        super().__init__(host, port, timeout=timeout, context=context)
+        self._address = address
+        self._ctx = context
+
+    def connect(self) -> None:
+        sock = socket.create_connection((self._address, self.port), self.timeout)
+        self.sock = self._ctx.wrap_socket(sock, server_hostname=self.host)
+
+
+def _origin(url: str) -> tuple[str, str, int]:
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return parts.scheme, (parts.hostname or "").lower(), port
+
+
+def _check_url(url: str) -> tuple[str, str, int, str]:
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise FetchError(f"not a valid URL: {url!r}") from exc
+    if parts.scheme not in ("http", "https"):
+        raise FetchError(f"only http:// and https:// URLs can be fetched, not {url!r}")
+    if not parts.hostname:
+        raise FetchError(f"the URL {url!r} has no host")
+    if parts.username is not None or parts.password is not None:
+        raise FetchError("URLs with a user name or password are refused")
+    port = port or (443 if parts.scheme == "https" else 80)
+    target = parts.path or "/"
+    if parts.query:
+        target += "?" + parts.query
+    return parts.scheme, parts.hostname, port, target
+
+
+def _pick_address(host: str, port: int, resolver: Resolver, allowed: AddressPolicy | None) -> str:
+    try:
+        literal = ipaddress.ip_address(host)
+        addresses = [str(literal)]
+    except ValueError:
+        try:
+            addresses = list(resolver(host, port))
+        except (OSError, UnicodeError) as exc:
+            raise FetchError(f"cannot resolve {host}: {getattr(exc, 'strerror', None) or exc}") from exc
+    if not addresses:
+        raise FetchError(f"cannot resolve {host}")
+    if allowed is not None:
+        for a in addresses:
+            try:
+                ip = ipaddress.ip_address(a.split("%", 1)[0])
+            except ValueError as exc:
+                raise FetchError(f"{host} resolved to an invalid address {a!r}") from exc
+            if not allowed(ip):
+                raise FetchError(f"refused to fetch {host}: it resolves to {ip}, which is not a public address")
+    return addresses[0]
+
+
+def http_get(
+    url: str,
+    *,
+    headers: Mapping[str, str] | None = None,
+    auth_headers: Mapping[str, str] | None = None,
+    timeout: float = 20.0,
+    max_bytes: int = 1024 * 1024,
+    max_redirects: int = 3,
+    address_allowed: AddressPolicy | None = None,
+    resolver: Resolver = system_resolver,
+    truncate: bool = False,
+) -> Response:
+    """GET ``url`` (see the module docstring). Raises ``FetchError`` on any failure.
+
+    A 2xx answer is returned; any other final status raises ``FetchError`` with ``status``.
+    With ``truncate`` a body longer than ``max_bytes`` is cut there (``Response.truncated``),
+    otherwise it is an error.
+    """
+    deadline = time.monotonic() + timeout
+    first_origin = _origin(url)
+    current = url
+    for hop in range(max_redirects + 1):
+        scheme, host, port, target = _check_url(current)
+        address = _pick_address(host, port, resolver, address_allowed)
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise FetchError(f"timed out after {timeout:g}s fetching {url}")
+        if scheme == "https":
+            conn: http.client.HTTPConnection = _PinnedHTTPSConnection(
+                address, host, port, remaining, ssl.create_default_context()
+            )
+        else:
+            conn = _PinnedHTTPConnection(address, host, port, remaining)
+        send = {"User-Agent": USER_AGENT, "Accept-Encoding": "identity", **(headers or {})}
+        if auth_headers and _origin(current) == first_origin:
+            send.update(auth_headers)
+        try:
+            conn.request("GET", target, headers=send)
+            resp = conn.getresponse()
+            status = resp.status
+            if status in (301, 302, 303, 307, 308):
+                location = resp.getheader("Location")
+                resp.close()
+                if not location:
+                    raise FetchError(f"{current} answered {status} without a Location", status)
+                if hop == max_redirects:
+                    raise FetchError(f"too many redirects (more than {max_redirects}) fetching {url}", status)
+                current = urljoin(current, location.strip())
+                continue
+            content_type = resp.getheader("Content-Type", "") or ""
+            body = _read_limited(resp, max_bytes, deadline, timeout, url)
+        except FetchError:
+            raise
+        except TimeoutError as exc:
+            raise FetchError(f"timed out after {timeout:g}s fetching {url}") from exc
+        except ssl.SSLError as exc:
+            raise FetchError(f"TLS error talking to {host}: {exc.reason or exc}") from exc
+        except (OSError, http.client.HTTPException) as exc:
+            raise FetchError(f"cannot fetch {current}: {getattr(exc, 'strerror', None) or exc}") from exc
+        finally:
+            conn.close()
+        truncated = len(body) > max_bytes
+        if truncated and not truncate:
+            raise FetchError(f"{current} is larger than {max_bytes // 1024} KiB")
+        body = body[:max_bytes]
+        if not 200 <= status < 300:
+            raise FetchError(f"{current} answered HTTP {status}", status)
+        mime, _, params = content_type.partition(";")
+        charset = None
+        for param in params.split(";"):
+            key, _, value = param.strip().partition("=")
+            if key.lower() == "charset" and value:
+                charset = value.strip().strip('"') or None
+        if charset is not None:
+            try:
+                "".encode(charset)
+            except LookupError:
+                charset = None
+        return Response(current, status, mime.strip().lower(), charset, body, truncated)
+    raise FetchError(f"too many redirects fetching {url}")  # pragma: no cover - loop returns or raises
+
+
+def _read_limited(resp: http.client.HTTPResponse, max_bytes: int, deadline: float, timeout: float, url: str) -> bytes:
+    chunks = []
+    size = 0
+    while size <= max_bytes:
+        if time.monotonic() > deadline:
+            raise FetchError(f"timed out after {timeout:g}s fetching {url}")
+        data = resp.read(min(65536, max_bytes + 1 - size))
+        if not data:
+            break
+        chunks.append(data)
+        size += len(data)
+    return b"".join(chunks)
+
+
+_BLOCK = frozenset(
+    """address article aside blockquote br dd details dialog div dl dt fieldset figcaption figure
+    footer form h1 h2 h3 h4 h5 h6 header hr li main nav ol p pre section summary table tbody
+    td tfoot th thead tr ul""".split()
+)
+_SKIP = frozenset({"script", "style", "noscript", "template", "svg", "iframe", "object", "head"})
+
+
+class _TextExtractor(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.parts: list[str] = []
+        self.title_parts: list[str] = []
+        self._skip = 0
+        self._in_title = False
+        self._pre = 0
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "title":
+            self._in_title = True
+        if tag in _SKIP:
+            self._skip += 1
+        elif tag in _BLOCK:
+            self.parts.append("\n")
+            if tag == "li":
+                self.parts.append("- ")
+            if tag == "pre":
+                self._pre += 1
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "title":
+            self._in_title = False
+        if tag in _SKIP:
+            self._skip = max(0, self._skip - 1)
+        elif tag in _BLOCK:
+            self.parts.append("\n")
+            if tag == "pre":
+                self._pre = max(0, self._pre - 1)
+
+    def handle_data(self, data: str) -> None:
+        if self._in_title:
+            self.title_parts.append(data)
+            return
+        if self._skip:
+            return
+        if self._pre:
+            self.parts.append(data)
+            return
+        words = " ".join(data.split())
+        lead = " " if data[:1].isspace() else ""
+        trail = " " if data[-1:].isspace() and words else ""
+        self.parts.append(lead + words + trail)
+
+
+def html_to_text(html: str) -> tuple[str, str]:
+    """(title, text) of an HTML document: scripts and styles dropped, blocks on their own lines."""
+    parser = _TextExtractor()
+    try:
+        parser.feed(html)
+        parser.close()
+    except Exception:  # html.parser is lenient; never let odd markup fail a fetch
+        pass
+    text = "".join(parser.parts)
+    lines = [re.sub(r"[ \t]{2,}", " ", line).strip() for line in text.split("\n")]
+    out: list[str] = []
+    for line in lines:
+        if line or (out and out[-1]):
+            out.append(line)
+    title = " ".join("".join(parser.title_parts).split())
+    return title, "\n".join(out).strip()

@@ -1,0 +1,122 @@
+"""``jira_fetch(key)``: one Jira issue as evidence (on when ``JIRA_BASE_URL`` is set).
+
+GET ``{JIRA_BASE_URL}/rest/api/2/issue/{key}`` with basic auth (``JIRA_EMAIL`` +
+``JIRA_API_TOKEN``, Jira Cloud) or a bearer token (``JIRA_API_TOKEN`` alone, Server / Data
+Center). The key must look like ``PROJ-123``, so nothing from the model reaches the URL
+but a validated key. The item's source is the key, its URL the issue's browse page, its
+text the summary, status, type, description and the latest comments.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ToolError
+from ..state import EvidenceItem
+from .args import check_known, req_str
+from .http import FetchError, http_get
+
+if TYPE_CHECKING:
+    from . import Toolbox
+
+NAME = "jira_fetch"
+KEY = re.compile(r"^[A-Z][A-Z0-9_]{0,31}-[1-9][0-9]{0,9}$")
+MAX_BYTES = 4 * 1024 * 1024
+MAX_COMMENTS = 5
+FIELDS = "summary,description,status,issuetype,priority,assignee,comment"
+
+
+def auth_headers(email: str, token: str) -> dict[str, str]:
+    """Basic auth for email + token (Cloud), bearer for a token alone (Server / DC)."""
+    if email and token:
+        raw = base64.b64encode(f"{email}:{token}".encode()).decode("ascii")
+        return {"Authorization": f"Basic {raw}"}
+    if token:
+        return {"Authorization": f"Bearer {token}"}
+    return {}
+
+
+def run(box: Toolbox, args: Mapping[str, Any]) -> list[EvidenceItem]:
+    check_known(NAME, args, ("key",))
+    key = req_str(NAME, args, "key", max_len=64).upper()
+    if not KEY.match(key):
+        raise ToolError(NAME, f"{key!r} is not a Jira issue key (expected something like PROJ-123)")
+    settings = box.settings
+    base = settings.jira_base_url
+    if not base:
+        raise ToolError(NAME, "Jira is not configured: set JIRA_BASE_URL")
+    url = f"{base}/rest/api/2/issue/{key}?fields={FIELDS}"
+    try:
+        resp = http_get(
+            url,
+            headers={"Accept": "application/json"},
+            auth_headers=auth_headers(settings.jira_email, settings.jira_api_token),
+            timeout=box.http_timeout,
+            max_bytes=MAX_BYTES,
+        )
+    except FetchError as exc:
+        if exc.status in (401, 403):
+            raise ToolError(NAME, f"Jira refused the request (HTTP {exc.status}): check JIRA_EMAIL and JIRA_API_TOKEN") from exc
+        if exc.status == 404:
+            raise ToolError(NAME, f"Jira issue {key} was not found (or is not visible with these credentials)") from exc
+        raise ToolError(NAME, f"Jira request failed: {exc}") from exc
+    try:
+        data = json.loads(resp.text())
+        fields = data["fields"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ToolError(NAME, f"Jira answered something that is not an issue for {key}") from exc
+    summary = _s(fields.get("summary"))
+    lines = [f"{key}: {summary}"]
+    for label, name in (("Status", "status"), ("Type", "issuetype"), ("Priority", "priority"), ("Assignee", "assignee")):
+        value = fields.get(name)
+        if isinstance(value, Mapping):
+            value = value.get("name") or value.get("displayName")
+        if value:
+            lines.append(f"{label}: {_s(value)}")
+    description = _s(fields.get("description"))
+    if description:
+        lines += ["", description]
+    comments = ((fields.get("comment") or {}).get("comments") or []) if isinstance(fields.get("comment"), Mapping) else []
+    for c in comments[-MAX_COMMENTS:]:
+        if isinstance(c, Mapping):
+            author = (c.get("author") or {}).get("displayName", "") if isinstance(c.get("author"), Mapping) else ""
+            lines += ["", f"Comment by {author or 'someone'}:", _s(c.get("body"))]
+    return [
+        EvidenceItem(
+            tool=NAME,
+            source=_s(data.get("key")) or key,
+            text="\n".join(lines).strip(),
+            url=f"{base}/browse/{key}",
+            title=summary,
+        )
+    ]
+
+
+def _s(value: Any) -> str:
+    """Text of a field: strings as they are, Atlassian document format flattened."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value.strip()
+    if isinstance(value, Mapping):  # Atlassian Document Format (API v3-style bodies)
+        parts: list[str] = []
+        _adf_text(value, parts)
+        return "".join(parts).strip()
+    return str(value)
+
+
+def _adf_text(node: Any, parts: list[str]) -> None:
+    if isinstance(node, Mapping):
+        if node.get("type") == "text" and isinstance(node.get("text"), str):
+            parts.append(node["text"])
+        for child in node.get("content") or ():
+            _adf_text(child, parts)
+        if node.get("type") in ("paragraph", "heading", "listItem", "codeBlock"):
+            parts.append("\n")
+    elif isinstance(node, list):
+        for child in node:
+            _adf_text(child, parts)

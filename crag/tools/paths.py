@@ -1,0 +1,75 @@
+"""Confinement of file access to the knowledge-base roots (for read_file and grep_search).
+
+``resolve_in_roots`` turns a path a model asked for into a real file inside one of the
+roots, or raises ``ToolError``. A path is accepted only when its *real* path (all symbolic
+links resolved) lies inside the *real* path of a root, so ``..``, absolute paths elsewhere
+and links pointing out of a root are all refused the same way; hidden files and folders
+(``.env``, ``.git/``), skipped folders (``node_modules``, virtual environments) and the
+index directory are refused as well, matching what discovery indexes.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from ..errors import ToolError
+from ..index.discover import SKIP_DIRS, is_within
+
+__all__ = ["resolve_in_roots", "visible_under"]
+
+
+def visible_under(real_path: str, real_root: str) -> bool:
+    """True when no component of ``real_path`` below ``real_root`` is hidden or skipped."""
+    if real_path == real_root:
+        return True
+    rel = os.path.relpath(real_path, real_root)
+    for part in rel.split(os.sep):
+        if part.startswith(".") or part in SKIP_DIRS:
+            return False
+    return True
+
+
+def resolve_in_roots(
+    tool: str,
+    requested: str,
+    roots: Sequence[str],
+    cwd: str,
+    excluded: Sequence[str] = (),
+) -> str:
+    """The real path of ``requested`` when it is a file inside one of ``roots``.
+
+    A relative path is tried against each root (a file root: its folder) and then against
+    ``cwd``; an absolute path is taken as is. Raises ``ToolError`` otherwise.
+    """
+    if "\x00" in requested:
+        raise ToolError(tool, "the path contains a NUL character")
+    path = os.path.expanduser(requested.strip()) if requested.strip().startswith("~") else requested.strip()
+    real_roots = [(r, os.path.realpath(r)) for r in roots]
+    candidates: list[str] = []
+    if os.path.isabs(path):
+        candidates.append(os.path.normpath(path))
+    else:
+        for root, _ in real_roots:
+            base = root if os.path.isdir(root) else os.path.dirname(root)
+            candidates.append(os.path.normpath(os.path.join(base, path)))
+        candidates.append(os.path.normpath(os.path.join(cwd, path)))
+    real_excluded = [os.path.realpath(e) for e in excluded]
+    found_outside = False
+    for candidate in candidates:
+        try:
+            real = os.path.realpath(candidate)
+        except (OSError, ValueError):
+            continue
+        inside = [
+            rr for _, rr in real_roots if is_within(real, rr) and visible_under(real, rr)
+        ]
+        if not inside or any(is_within(real, e) for e in real_excluded):
+            if os.path.exists(real):
+                found_outside = True
+            continue
+        if os.path.isfile(real):
+            return real
+    if found_outside or os.path.isabs(path) or ".." in path.replace("\\", "/").split("/"):
+        raise ToolError(tool, f"{requested} is outside the knowledge base: only files inside its folders can be read")
+    raise ToolError(tool, f"no file {requested} in the knowledge base")

@@ -1,0 +1,47 @@
+"""``vector_search(query, top_k)``: the hybrid index search, one evidence item per chunk.
+
+Each item carries the chunk's path (relative to the working directory when under it),
+1-based start and end lines, its text, the heading path as ``title``, and as ``score`` the
+chunk's cosine similarity to the query clipped to [0, 1] (see ``crag.index.store``), which
+is what the ``high_vector_score`` rule compares with ``KB_AGENT_VECTOR_SCORE_THRESHOLD``.
+Index errors (missing, damaged, built with another embedder) are raised as they are, so
+the user is told to re-index; a failing embedder is a ``ToolError``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from ..errors import LLMError, ToolError
+from ..state import EvidenceItem
+from .args import check_known, opt_int, req_str
+
+if TYPE_CHECKING:
+    from . import Toolbox
+
+NAME = "vector_search"
+MAX_TOP_K = 50
+
+
+def run(box: Toolbox, args: Mapping[str, Any]) -> list[EvidenceItem]:
+    check_known(NAME, args, ("query", "top_k"))
+    query = req_str(NAME, args, "query", max_len=4000)
+    top_k = opt_int(NAME, args, "top_k", box.settings.top_k, 1, MAX_TOP_K)
+    reader = box.reader()
+    try:
+        hits = reader.search(query, top_k, roots=box.search_roots())
+    except LLMError as exc:
+        raise ToolError(NAME, f"the embedder failed: {exc}") from exc
+    return [
+        EvidenceItem(
+            tool=NAME,
+            source=box.label(hit.path),
+            text=hit.text,
+            start_line=hit.start_line,
+            end_line=hit.end_line,
+            score=hit.score,
+            title=hit.heading,
+        )
+        for hit in hits
+    ]

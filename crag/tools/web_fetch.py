@@ -1,0 +1,88 @@
+"""``web_fetch(url)``: a public web page as evidence (on when ``KB_AGENT_WEB_FETCH=on``).
+
+Only ``http``/``https`` URLs of public addresses are fetched: the host is resolved and
+every address it resolves to must pass ``address_allowed`` (default
+``crag.tools.http.is_public_address``), again on every redirect (at most
+``MAX_REDIRECTS``); the body is cut at ``MAX_BYTES`` and the request has a deadline.
+HTML is reduced to text; a JSON array yields one evidence item per element (each with the
+URL plus ``#item-N`` as its source, so items stay distinct); other JSON and plain text
+become one item.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urldefrag
+
+from ..errors import ToolError
+from ..state import EvidenceItem
+from .args import check_known, req_str
+from .http import FetchError, html_to_text, http_get
+
+if TYPE_CHECKING:
+    from . import Toolbox
+
+NAME = "web_fetch"
+MAX_BYTES = 1024 * 1024
+MAX_REDIRECTS = 3
+MAX_TEXT = 40_000
+MAX_ITEMS = 50
+_TEXTUAL = ("text/", "application/json", "application/xml", "application/xhtml", "application/ld+json")
+
+
+def run(box: Toolbox, args: Mapping[str, Any]) -> list[EvidenceItem]:
+    check_known(NAME, args, ("url",))
+    url = req_str(NAME, args, "url", max_len=4096)
+    if not url.lower().startswith(("http://", "https://")):
+        raise ToolError(NAME, f"only http:// and https:// URLs can be fetched, not {url!r}")
+    try:
+        resp = http_get(
+            url,
+            headers={"Accept": "text/html, application/json;q=0.9, text/*;q=0.8"},
+            timeout=box.http_timeout,
+            max_bytes=MAX_BYTES,
+            max_redirects=MAX_REDIRECTS,
+            address_allowed=box.address_allowed,
+            resolver=box.resolver,
+            truncate=True,
+        )
+    except FetchError as exc:
+        raise ToolError(NAME, str(exc)) from exc
+    ctype = resp.content_type
+    if ctype and not ctype.startswith(_TEXTUAL) and not ctype.endswith(("+json", "+xml")):
+        raise ToolError(NAME, f"{resp.url} is {ctype}, not text")
+    final = urldefrag(resp.url)[0]
+    body = resp.text()
+    if "json" in ctype or (not ctype and body.lstrip()[:1] in "[{"):
+        try:
+            data = json.loads(body)
+        except ValueError:
+            data = None
+        if isinstance(data, list):
+            return [
+                EvidenceItem(
+                    tool=NAME,
+                    source=f"{final}#item-{i + 1}",
+                    text=_cap(element if isinstance(element, str) else json.dumps(element, indent=1, ensure_ascii=False)),
+                    url=final,
+                    title=f"item {i + 1} of {len(data)}",
+                )
+                for i, element in enumerate(data[:MAX_ITEMS])
+            ]
+        if data is not None:
+            return [EvidenceItem(tool=NAME, source=final, text=_cap(json.dumps(data, indent=1, ensure_ascii=False)), url=final)]
+    title = ""
+    if "html" in ctype or (not ctype and "<html" in body[:2000].lower()):
+        title, body = html_to_text(body)
+    text = _cap(body.strip())
+    if resp.truncated:
+        text += f"\n[... cut at {MAX_BYTES // 1024} KiB]"
+    if not text.strip():
+        raise ToolError(NAME, f"{final} has no text")
+    return [EvidenceItem(tool=NAME, source=final, text=text, url=final, title=title)]
+
+
+def _cap(text: str) -> str:
+    return text if len(text) <= MAX_TEXT else text[:MAX_TEXT] + "\n[... truncated]"

@@ -1,0 +1,154 @@
+"""``python -m crag index`` and ``python -m crag search`` as a user runs them."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from crag.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def kb(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = tmp_path / "docs"
+    write(root / "setup.md", "# Setup\n\n## Retries\n\nThe client retries failed uploads three times.\n")
+    write(root / "deploy.md", "# Deploy\n\nRun the container with docker compose up.\n")
+    for key in list(os.environ):
+        if key.startswith(("KB_AGENT_", "OPENAI_", "JIRA_", "CONFLUENCE_")):
+            monkeypatch.delenv(key)
+    monkeypatch.setenv("KB_AGENT_INDEX_DIR", str(tmp_path / "index"))
+    monkeypatch.setenv("KB_AGENT_LLM", "offline")
+    monkeypatch.chdir(tmp_path)
+    return root
+
+
+def cli(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), out, err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_index_prints_what_changed_and_is_incremental(kb: Path) -> None:
+    code, out, err = cli("index", "docs")
+    assert code == 0 and err == ""  # no progress: stderr is not a terminal
+    assert "2 added, 0 changed, 0 removed, 0 unchanged" in out and "docs/setup.md" in out
+    code, out, _ = cli("index", "docs")
+    assert code == 0 and "0 added, 0 changed, 0 removed, 2 unchanged" in out and "already up to date" in out
+    write(kb / "deploy.md", "# Deploy\n\nRun it on kubernetes instead.\n")
+    os.utime(kb / "deploy.md", (1, 1))
+    (kb / "setup.md").unlink()
+    code, out, _ = cli("index", "docs")
+    assert "0 added, 1 changed, 1 removed, 0 unchanged" in out
+    assert "changed:\n  docs/deploy.md" in out and "removed:\n  docs/setup.md" in out
+
+
+def test_index_says_so_when_the_embedder_changed(kb: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cli("index", "docs")
+    import crag.index.embedders as embedders
+
+    monkeypatch.setattr(embedders, "DEFAULT_HASH_DIM", 1024)
+    monkeypatch.setattr(embedders.HashEmbedder.__init__, "__defaults__", (1024, embedders.BIGRAM_WEIGHT))
+    code, out, _ = cli("index", "docs")
+    assert code == 0
+    assert out.startswith("re-embedded everything: the index was built with hash:v1:2048, the configured embedder is hash:v1:1024\n")
+    assert "0 added, 2 changed" in out
+
+
+def test_search_json_prints_only_the_hits_best_first(kb: Path) -> None:
+    cli("index", "docs")
+    code, out, err = cli("search", "how many times are uploads retried", "--json", "--top-k", "2")
+    assert code == 0 and err == ""
+    hits = json.loads(out)
+    assert 1 <= len(hits) <= 2
+    assert set(hits[0]) == {"path", "start_line", "end_line", "score", "text"}
+    assert hits[0]["path"] == "docs/setup.md" and hits[0]["start_line"] == 1
+    assert "three times" in hits[0]["text"] and 0 <= hits[0]["score"] <= 1
+
+
+def test_search_plain_output_is_a_ranked_list(kb: Path) -> None:
+    cli("index", "docs")
+    code, out, _ = cli("search", "docker compose")
+    assert code == 0 and out.startswith("1. docs/deploy.md:L1-L3  score ")
+
+
+def test_search_kb_indexes_new_roots_first_and_stays_inside_them(kb: Path, tmp_path: Path) -> None:
+    other = write(tmp_path / "other" / "compose.md", "# Compose\n\nAnother note about docker compose files.\n").parent
+    cli("index", "docs")
+    code, out, err = cli("search", "docker compose", "--kb", str(other), "--json")
+    assert code == 0 and "1 added" in err
+    assert [h["path"] for h in json.loads(out)] == ["other/compose.md"]
+    code, out, err = cli("search", "docker compose", "--kb", "other", "--json")
+    assert err == ""  # nothing new to index
+    code, out, _ = cli("search", "docker compose", "--json")
+    assert {h["path"] for h in json.loads(out)[:2]} == {"other/compose.md", "docs/deploy.md"}
+
+
+def test_errors_are_one_line_with_the_right_exit_status(kb: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    code, out, err = cli("search", "anything")
+    assert code == 1 and out == ""
+    assert err.startswith("crag: error: no index in ") and err.count("\n") == 1 and "python -m crag index PATH" in err
+    code, _, err = cli("index", "no-such-folder")
+    assert code == 1 and "no-such-folder does not exist" in err
+    cli("index", "docs")
+    monkeypatch.setenv("KB_AGENT_EMBEDDER", "openai")
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+    code, _, err = cli("search", "anything")
+    assert code == 1
+    assert err == (
+        "crag: error: index was built with hash:v1:2048, configured embedder is openai:text-embedding-3-small: "
+        "run `python -m crag index PATH` to re-index\n"
+    )
+    monkeypatch.delenv("KB_AGENT_EMBEDDER")
+    code, _, err = cli("search", "x", "--top-k", "0")
+    assert code == 2 and "--top-k must be at least 1" in err
+
+
+def test_search_json_through_a_real_process(kb: Path, tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KB_AGENT_", "OPENAI_"))}
+    env.update(KB_AGENT_INDEX_DIR=str(tmp_path / "proc-index"), KB_AGENT_LLM="offline", PYTHONPATH=str(ROOT))
+    run = subprocess.run(
+        [sys.executable, "-m", "crag", "search", "retries for failed uploads", "--kb", "docs", "--json", "--top-k", "1"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    hits = json.loads(run.stdout)
+    assert len(hits) == 1 and hits[0]["path"] == "docs/setup.md" and "retries" in hits[0]["text"]
+    assert "2 added" in run.stderr
+
+
+def test_index_and_tools_packages_import_no_heavy_library() -> None:
+    code = (
+        "import sys, crag.cli, crag.index, crag.tools, crag.index.commands; crag.cli.build_parser(); "
+        "print(sorted(m for m in ('numpy', 'faiss', 'tiktoken', 'openai') if m in sys.modules))"
+    )
+    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "[]"
+
+
+class FakeTerminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_is_shown_on_a_terminal_only(kb: Path) -> None:
+    out, err = io.StringIO(), FakeTerminal()
+    assert main(["index", "docs"], out, err) == 0
+    shown = err.getvalue()
+    assert "\rindexing 1/2: deploy.md" in shown and "\rindexing 2/2: setup.md" in shown
+    assert shown.endswith("\r") and "indexing" not in out.getvalue().split("\n")[1:]
+    assert "2 added" in out.getvalue()

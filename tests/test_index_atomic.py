@@ -1,0 +1,147 @@
+"""Atomic generations: an indexer killed at any moment leaves the previous index usable."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from crag.config import Settings
+from crag.index import index_roots, open_index
+
+ROOT = Path(__file__).resolve().parents[1]
+N_FILES = 150
+
+# Runs one index update; announces "HALF" after half the files and, in "publish" mode,
+# "PUBLISH" right before the new generation is published (then dawdles so it can be killed).
+INDEXER = r"""
+import sys, time
+import crag.index.build as build
+from crag.config import Settings
+from crag.index import index_roots
+
+mode, index_dir, root = sys.argv[1:4]
+
+def progress(done, total, path):
+    if mode == "half" and done == total // 2:
+        print("HALF", flush=True)
+        time.sleep(30)
+
+if mode == "publish":
+    real_publish = build._publish
+    def slow_publish(index_dir, gen):
+        print("PUBLISH", flush=True)
+        print(gen, flush=True)
+        time.sleep(30)
+        real_publish(index_dir, gen)
+    build._publish = slow_publish
+
+print("START", flush=True)
+index_roots(Settings(index_dir=index_dir), [root], progress=progress)
+print("DONE", flush=True)
+"""
+
+
+def fill(root: Path, marker: str) -> None:
+    for i in range(N_FILES):
+        path = root / f"doc{i:03d}.md"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"# Document {i}\n\nThis page is {marker} edition {i}.\n\n" + f"filler {marker} text. " * 40 + "\n")
+        st = path.stat()
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10_000_000_000 * (marker == "newer")))
+
+
+def state_of(cfg: Settings) -> str:
+    """'older' or 'newer' when the whole index agrees on one edition; fails otherwise."""
+    with open_index(cfg) as reader:
+        assert reader.n_chunks >= N_FILES
+        editions = set()
+        for i in (0, 37, N_FILES - 1):
+            hits = reader.search(f"Document {i} edition {i}", 3)
+            assert hits, "the index answers no search"
+            editions |= {"older" if "older edition" in h.text else "newer" for h in hits if f"Document {i}" in h.text}
+        rows = reader._query("SELECT text FROM chunks")
+        all_editions = {("older" if "older" in t else "newer") for (t,) in rows}
+        assert len(all_editions) == 1, "old and new content are mixed in one generation"
+        assert editions <= all_editions
+        return all_editions.pop()
+
+
+def start(mode: str, cfg: Settings, root: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-c", INDEXER, mode, cfg.index_dir, str(root)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def wait_for(proc: subprocess.Popen, word: str) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            raise AssertionError(f"indexer ended before {word}: {proc.stderr.read()}")
+        if line.strip() == word:
+            return
+    raise AssertionError(f"indexer never said {word}")
+
+
+def kill(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=10)
+    proc.stdout.close()
+    proc.stderr.close()
+
+
+@pytest.fixture
+def setup(tmp_path: Path):
+    root = tmp_path / "kb"
+    cfg = Settings(index_dir=str(tmp_path / "index"))
+    fill(root, "older")
+    index_roots(cfg, [root])
+    assert state_of(cfg) == "older"
+    fill(root, "newer")
+    return cfg, root
+
+
+@pytest.mark.parametrize("moment", ["half", "publish"])
+def test_killed_mid_index_the_old_index_still_answers_with_the_old_content(setup, moment: str) -> None:
+    cfg, root = setup
+    proc = start(moment, cfg, root)
+    wait_for(proc, "HALF" if moment == "half" else "PUBLISH")
+    pending = proc.stdout.readline().strip() if moment == "publish" else None
+    kill(proc)
+    assert state_of(cfg) == "older"
+    if pending:
+        # What was about to be published was already complete and consistent on disk.
+        copy = Path(cfg.index_dir + "-copy")
+        shutil.copytree(cfg.index_dir, copy)
+        (copy / "CURRENT").write_text(pending + "\n")
+        assert state_of(Settings(index_dir=str(copy))) == "newer"
+    gens = sorted(p.name for p in Path(cfg.index_dir).iterdir() if p.name.startswith("gen-"))
+    assert len(gens) == 2, "the unfinished generation is left behind as garbage"
+    report = index_roots(cfg, [root])  # the next indexer takes over and tidies up
+    assert len(report.changed) == N_FILES
+    assert state_of(cfg) == "newer"
+    assert len([p for p in Path(cfg.index_dir).iterdir() if p.name.startswith("gen-")]) == 1
+
+
+def test_killed_at_random_moments_the_index_is_always_whole(setup) -> None:
+    cfg, root = setup
+    rng = random.Random(int.from_bytes(os.urandom(4), "little"))
+    seen = set()
+    for _ in range(4):
+        proc = start("random", cfg, root)
+        wait_for(proc, "START")
+        time.sleep(rng.uniform(0.0, 0.6))
+        kill(proc)
+        seen.add(state_of(cfg))
+        if "newer" in seen:
+            fill(root, "older" if rng.random() < 0.5 else "newer")
+    assert seen <= {"older", "newer"}

@@ -1,0 +1,139 @@
+"""The chunker: Markdown structure, the token budget, and the exact-lines invariant."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from crag.index.chunker import chunk_text, token_counter
+from crag.index.discover import discover, read_file_text, split_lines
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+CORPORA = SHARED / "corpora"
+COUNT = token_counter()
+
+
+def check_invariants(text: str, chunks, max_tokens: int) -> None:
+    """Every chunk is exactly its lines; chunks are in order and never overlap."""
+    lines = split_lines(text)
+    previous_end = 0
+    for c in chunks:
+        assert 1 <= c.start_line <= c.end_line <= len(lines)
+        assert "\n".join(lines[c.start_line - 1 : c.end_line]) == c.text
+        assert c.start_line > previous_end, "chunks overlap or go backwards"
+        previous_end = c.end_line
+        if c.end_line > c.start_line:  # a single line may exceed the budget, nothing else
+            assert COUNT([c.text])[0] <= max_tokens, (c.start_line, c.end_line)
+    covered = {n for c in chunks for n in range(c.start_line, c.end_line + 1)}
+    for n, line in enumerate(lines, 1):
+        if line.strip():
+            assert n in covered, f"non-blank line {n} is in no chunk"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("corpus", ["fastapi_docs", "hf_hub_docs"])
+def test_every_chunk_of_the_real_corpora_is_exactly_its_file_lines(corpus: str) -> None:
+    root = CORPORA / corpus
+    if not root.is_dir():
+        pytest.skip(f"{root} is not available")
+    files = discover([root]).files
+    assert len(files) > 100
+    total = 0
+    for f in files:
+        _, text = read_file_text(f.path)
+        chunks = chunk_text(text, Path(f.path).suffix, count=COUNT)
+        # the invariant, checked against an independent reading of the file
+        file_lines = Path(f.path).read_text(encoding="utf-8").split("\n")
+        for c in chunks:
+            assert "\n".join(file_lines[c.start_line - 1 : c.end_line]) == c.text, (f.path, c.start_line)
+        check_invariants(text, chunks, 400)
+        total += len(chunks)
+    assert total > len(files)
+
+
+def test_headings_start_chunks_and_give_the_heading_path() -> None:
+    body = " ".join(["word"] * 60)
+    text = f"# Guide\n\nIntro {body}\n\n## Install\n\n{body} install steps\n\n### Linux\n\n{body} apt\n\n## Usage\n\n{body}\n"
+    chunks = chunk_text(text, ".md", max_tokens=100, min_tokens=20)
+    starts = [c.text.splitlines()[0] for c in chunks]
+    assert starts == ["# Guide", "## Install", "### Linux", "## Usage"]
+    assert [c.heading for c in chunks] == ["Guide", "Guide > Install", "Guide > Install > Linux", "Guide > Usage"]
+    check_invariants(text, chunks, 100)
+
+
+def test_small_sections_are_merged_until_min_tokens() -> None:
+    text = "# A\n\none\n\n## B\n\ntwo\n\n## C\n\nthree\n"
+    chunks = chunk_text(text, ".md", max_tokens=200, min_tokens=50)
+    assert len(chunks) == 1
+    assert chunks[0].start_line == 1 and chunks[0].end_line == 11
+
+
+def test_a_code_fence_is_never_cut_when_it_fits() -> None:
+    para = " ".join(["alpha"] * 150)
+    code = "\n".join(f"    x{i} = {i}" for i in range(15))
+    text = f"# T\n\n{para}\n\n```python\n{code}\n\n{code}\n```\n\n{para}\n"
+    fence_start = text.split("\n").index("```python") + 1
+    fence_end = fence_start + 32
+    assert text.split("\n")[fence_end - 1] == "```"
+    assert COUNT(["\n".join(text.split("\n")[fence_start - 1 : fence_end])])[0] < 400
+    chunks = chunk_text(text, ".md", max_tokens=400, min_tokens=10)
+    check_invariants(text, chunks, 400)
+    holding = [c for c in chunks if c.start_line <= fence_start <= c.end_line]
+    assert len(holding) == 1 and holding[0].end_line >= fence_end
+    assert len(chunks) > 1
+
+
+def test_an_oversized_block_is_cut_at_line_boundaries_and_a_huge_line_stays_whole() -> None:
+    long_para = "\n".join(f"line {i} " + "text " * 20 for i in range(100))
+    huge_line = "x " * 3000
+    text = f"# T\n\n{long_para}\n\n{huge_line}\n"
+    chunks = chunk_text(text, ".md", max_tokens=120, min_tokens=10)
+    check_invariants(text, chunks, 120)
+    assert len(chunks) > 5
+    assert any(c.text == huge_line for c in chunks)
+
+
+def test_a_heading_never_ends_a_chunk() -> None:
+    para = " ".join(["beta"] * 90)
+    text = f"{para}\n\n## Next\n\n{para}\n"
+    chunks = chunk_text(text, ".md", max_tokens=100, min_tokens=500)
+    check_invariants(text, chunks, 100)
+    for c in chunks:
+        assert not c.text.splitlines()[-1].startswith("#")
+
+
+def test_setext_rst_and_python_structure() -> None:
+    md = "Title\n=====\n\ntext\n\nSub\n---\n\nmore\n"
+    assert [c.heading for c in chunk_text(md, ".md", max_tokens=5, min_tokens=0)][-1] == "Title > Sub"
+    rst = "Guide\n=====\n\nintro\n\nInstall\n-------\n\nsteps\n"
+    assert chunk_text(rst, ".rst", max_tokens=6, min_tokens=0)[-1].heading == "Guide > Install"
+    py = "import os\n\n\ndef first():\n    return 1\n\n\nclass Second:\n    pass\n"
+    chunks = chunk_text(py, ".py", max_tokens=8, min_tokens=0)
+    assert chunks[-1].heading == "class Second"
+    check_invariants(py, chunks, 8)
+
+
+def test_crlf_and_empty_files() -> None:
+    assert chunk_text("", ".md") == []
+    assert chunk_text("\n\n  \n", ".md") == []
+    assert split_lines("a\nb\n") == ["a", "b"]
+    assert split_lines("a\n\nb") == ["a", "", "b"]
+
+
+markdownish = st.lists(
+    st.one_of(
+        st.sampled_from(["# H1", "## H2", "### H3 { #anchor }", "```", "~~~", "---", "===", "", "", "- item", "> quote"]),
+        st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"), max_size=80),
+    ),
+    max_size=60,
+).map("\n".join)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text=markdownish, max_tokens=st.integers(min_value=4, max_value=200), suffix=st.sampled_from([".md", ".rst", ".py", ".txt", ".json"]))
+def test_any_text_chunks_into_exact_ordered_non_overlapping_line_ranges(text: str, max_tokens: int, suffix: str) -> None:
+    chunks = chunk_text(text, suffix, max_tokens=max_tokens, min_tokens=max_tokens // 3, count=COUNT)
+    check_invariants(text, chunks, max_tokens)

@@ -1,0 +1,108 @@
+"""Discovery: which files a knowledge base holds, and how awkward files are handled."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from crag.config import Settings
+from crag.errors import KnowledgeBaseError
+from crag.index import index_roots, open_index
+from crag.index.discover import decode_text, discover, read_file_text
+
+
+def write(path: Path, text: str | bytes) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text, encoding="utf-8")
+    return path
+
+
+def names(discovery, root: Path) -> list[str]:
+    return sorted(os.path.relpath(f.path, root) for f in discovery.files)
+
+
+def test_takes_text_files_and_skips_hidden_vendored_and_index_folders(tmp_path: Path) -> None:
+    kb = tmp_path / "kb"
+    write(kb / "guide.md", "# Guide\n")
+    write(kb / "notes.txt", "notes\n")
+    write(kb / "src" / "app.py", "print(1)\n")
+    write(kb / "conf" / "settings.yaml", "a: 1\n")
+    write(kb / "README", "readme\n")
+    write(kb / "image.png", b"\x89PNG\r\n")
+    write(kb / ".hidden.md", "secret\n")
+    write(kb / ".git" / "config.md", "git\n")
+    write(kb / "node_modules" / "pkg" / "readme.md", "vendored\n")
+    write(kb / "env" / "pyvenv.cfg", "home = /usr\n")
+    write(kb / "env" / "lib" / "site.py", "x = 1\n")
+    write(kb / ".crag" / "gen-000001" / "x.md", "index\n")
+    write(kb / "idx" / "gen-000001" / "note.md", "index internals\n")
+    found = discover([kb], exclude=[kb / "idx"])
+    assert names(found, kb) == ["README", "conf/settings.yaml", "guide.md", "notes.txt", "src/app.py"]
+
+
+def test_a_single_file_can_be_a_root_and_a_missing_root_is_named(tmp_path: Path) -> None:
+    one = write(tmp_path / "one.md", "# One\n")
+    assert [f.path for f in discover([one]).files] == [str(one)]
+    with pytest.raises(KnowledgeBaseError, match="does-not-exist"):
+        discover([tmp_path / "does-not-exist"])
+
+
+def test_symlinks_out_of_the_root_are_not_followed_and_inner_ones_count_once(tmp_path: Path) -> None:
+    outside = write(tmp_path / "outside" / "secret.md", "top secret\n")
+    kb = tmp_path / "kb"
+    inner = write(kb / "docs" / "real.md", "# Real\n")
+    (kb / "link-out.md").symlink_to(outside)
+    (kb / "dir-out").symlink_to(outside.parent, target_is_directory=True)
+    (kb / "link-in.md").symlink_to(inner)
+    (kb / "loop").symlink_to(kb, target_is_directory=True)
+    found = discover([kb])
+    assert names(found, kb) == ["docs/real.md"] or names(found, kb) == ["link-in.md"]
+    reasons = {os.path.basename(p): why for p, why in found.warnings}
+    assert "outside" in reasons["link-out.md"] and "outside" in reasons["dir-out"]
+    assert all("secret" not in Path(f.path).read_text() for f in found.files)
+
+
+def test_non_utf8_text_is_decoded_with_a_fallback() -> None:
+    assert decode_text("café".encode("cp1252")) == "café"
+    assert decode_text(b"\xef\xbb\xbfbom\r\nline\rold-mac\n") == "bom\nline\nold-mac\n"
+    assert decode_text(b"\x81\x8d\x8f\x90\x9d") == "\x81\x8d\x8f\x90\x9d"  # not cp1252: latin-1
+
+
+def test_binary_non_utf8_and_unreadable_files_while_indexing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    kb = tmp_path / "kb"
+    write(kb / "good.md", "# Good\n\nThe retry policy allows three attempts.\n")
+    write(kb / "latin.txt", "Le café est fermé le lundi.\n".encode("cp1252"))
+    write(kb / "blob.txt", b"text\x00\x01\x02binary")
+    unreadable = write(kb / "locked.md", "# Locked\n\nnobody can read this\n")
+    import crag.index.build as build
+
+    real_read = build.read_bytes
+
+    def read_bytes(path, *a, **k):
+        if os.path.basename(path) == "locked.md":
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_read(path, *a, **k)
+
+    monkeypatch.setattr(build, "read_bytes", read_bytes)
+    settings = Settings(index_dir=str(tmp_path / "index"))
+    report = index_roots(settings, [kb])
+    assert sorted(os.path.basename(p) for p in report.added) == ["good.md", "latin.txt"]
+    skipped = {os.path.basename(p): why for p, why in report.warnings}
+    assert skipped == {"blob.txt": "binary file", "locked.md": "cannot read (Permission denied)"}
+    with open_index(settings) as reader:
+        hits = reader.search("café fermé lundi", 3)
+        assert hits and hits[0].path.endswith("latin.txt")
+        assert "café" in hits[0].text
+        assert not any(h.path.endswith("blob.txt") for h in reader.search("binary text", 5))
+    assert unreadable.exists()
+
+
+def test_read_file_text_normalises_newlines(tmp_path: Path) -> None:
+    p = write(tmp_path / "crlf.md", b"a\r\nb\r\n")
+    data, text = read_file_text(p)
+    assert data == b"a\r\nb\r\n" and text == "a\nb\n"

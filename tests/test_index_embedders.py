@@ -1,0 +1,134 @@
+"""The OpenAI embedder against a loopback OpenAI-compatible server, and embedder selection."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from crag.config import Settings
+from crag.errors import ConfigError, LLMError
+from crag.index import index_roots, open_index
+from crag.index.embedders import HashEmbedder, OpenAIEmbedder, make_embedder
+
+DIM = 8
+
+
+def fake_vector(text: str) -> list[float]:
+    """A deterministic, non-normalised vector: crag must normalise it."""
+    v = [0.0] * DIM
+    for word in text.lower().split():
+        v[sum(map(ord, word)) % DIM] += 3.0
+    return v if any(v) else [1.0] + [0.0] * (DIM - 1)
+
+
+class EmbeddingsServer:
+    """POST /v1/embeddings like OpenAI; ``fail`` holds statuses to answer before succeeding."""
+
+    def __init__(self) -> None:
+        self.fail: list[int] = []
+        self.batches: list[list[str]] = []
+        self.auth: list[str | None] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                outer.auth.append(self.headers.get("Authorization"))
+                if outer.fail:
+                    status = outer.fail.pop(0)
+                    payload = {"error": {"message": f"status {status}", "type": "server_error"}}
+                else:
+                    status = 200
+                    texts = body["input"]
+                    outer.batches.append(list(texts))
+                    data = [{"object": "embedding", "index": i, "embedding": fake_vector(t)} for i, t in enumerate(texts)]
+                    data.reverse()  # the index field, not the order, says which is which
+                    payload = {"object": "list", "data": data, "model": body["model"], "usage": {"prompt_tokens": 1, "total_tokens": 1}}
+                raw = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                if status == 429:
+                    self.send_header("Retry-After", "0")
+                self.end_headers()
+                self.wfile.write(raw)
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def api():
+    server = EmbeddingsServer()
+    yield server
+    server.close()
+
+
+def embedder(api: EmbeddingsServer, **kw) -> OpenAIEmbedder:
+    return OpenAIEmbedder("fake-embed", api_key="sk-test", base_url=api.url, timeout=5, **{"max_retries": 2, **kw})
+
+
+def test_vectors_are_batched_ordered_and_unit_length(api: EmbeddingsServer) -> None:
+    emb = embedder(api, batch_size=3, max_parallel=2)
+    texts = [f"text number {i}" for i in range(7)]
+    vecs = emb.embed(texts)
+    assert vecs.shape == (7, DIM) and vecs.dtype == np.float32
+    assert np.allclose(np.linalg.norm(vecs, axis=1), 1.0)
+    expected = np.asarray([fake_vector(t) for t in texts], dtype=np.float32)
+    expected /= np.linalg.norm(expected, axis=1, keepdims=True)
+    assert np.allclose(vecs, expected)
+    assert sorted(len(b) for b in api.batches) == [1, 3, 3]
+    assert set(api.auth) == {"Bearer sk-test"}
+    assert emb.name == "openai:fake-embed" and emb.dim == DIM
+
+
+def test_429_and_5xx_are_retried(api: EmbeddingsServer) -> None:
+    api.fail = [429, 500]
+    vecs = embedder(api).embed(["hello world"])
+    assert vecs.shape == (1, DIM) and api.fail == []
+
+
+def test_failures_become_crag_errors(api: EmbeddingsServer) -> None:
+    api.fail = [401]
+    with pytest.raises(LLMError, match="refused the API key: check OPENAI_API_KEY"):
+        embedder(api, max_retries=0).embed(["x"])
+    api.fail = [503, 503, 503]
+    with pytest.raises(LLMError, match="HTTP 503.*KB_AGENT_EMBEDDING_MODEL"):
+        embedder(api, max_retries=2).embed(["x"])
+    with pytest.raises(LLMError, match="cannot reach the embeddings server"):
+        OpenAIEmbedder("m", api_key="k", base_url="http://127.0.0.1:9/v1", timeout=2, max_retries=0).embed(["x"])
+
+
+def test_an_index_built_with_the_openai_embedder_records_it(api: EmbeddingsServer, tmp_path: Path) -> None:
+    kb = tmp_path / "kb"
+    kb.mkdir()
+    (kb / "a.md").write_text("# Alpha\n\nalpha beta gamma\n")
+    (kb / "b.md").write_text("# Delta\n\ndelta epsilon\n")
+    cfg = Settings(index_dir=str(tmp_path / "idx"), embedder="openai", embedding_model="fake-embed", openai_base_url=api.url, openai_api_key="sk-test")
+    report = index_roots(cfg, [kb])
+    assert report.embedder == "openai:fake-embed" and report.chunks_total == 2
+    with open_index(cfg) as reader:
+        assert reader.dim == DIM and reader.embedder_name == "openai:fake-embed"
+        hits = reader.search("delta epsilon", 1)
+        assert hits[0].path.endswith("b.md") and 0 <= hits[0].score <= 1
+
+
+def test_make_embedder_follows_the_settings() -> None:
+    assert isinstance(make_embedder(Settings()), HashEmbedder)
+    emb = make_embedder(Settings(embedder="openai", openai_api_key="k", embedding_model="text-embedding-3-large"))
+    assert emb.name == "openai:text-embedding-3-large" and emb.dim == 3072
+    with pytest.raises(ConfigError, match="KB_AGENT_EMBEDDER=openai"):
+        make_embedder(Settings(embedder="openai"))

@@ -1,0 +1,345 @@
+"""The index store: incremental updates, embedder records, damage, search and the embedders."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from crag.config import Settings
+from crag.errors import EmbedderMismatchError, IndexStoreError
+from crag.index import ensure_indexed, index_roots, open_index
+from crag.index.embedders import HashEmbedder, make_embedder
+from crag.index.build import IndexLock
+from crag.index.store import fts_query
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class CountingEmbedder:
+    """The hash embedder, recording every text it is asked to embed."""
+
+    def __init__(self, dim: int = 2048) -> None:
+        self.inner = HashEmbedder(dim)
+        self.name = self.inner.name
+        self.dim = self.inner.dim
+        self.texts: list[str] = []
+
+    def embed(self, texts):
+        self.texts.extend(texts)
+        return self.inner.embed(texts)
+
+    def take(self) -> list[str]:
+        taken, self.texts = self.texts, []
+        return taken
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def make_kb(root: Path) -> Path:
+    write(root / "retries.md", "# Retries\n\nThe client retries a failed upload three times with backoff.\n")
+    write(root / "deploy.md", "# Deploy\n\nDeploy the service with docker compose on port 8080.\n")
+    write(root / "guide" / "auth.md", "# Auth\n\nTokens expire after ninety days and must be rotated.\n")
+    return root
+
+
+@pytest.fixture
+def kb(tmp_path: Path) -> Path:
+    return make_kb(tmp_path / "kb")
+
+
+@pytest.fixture
+def cfg(tmp_path: Path) -> Settings:
+    return Settings(index_dir=str(tmp_path / "index"))
+
+
+def paths_of(hits) -> list[str]:
+    return [os.path.basename(h.path) for h in hits]
+
+
+def bump_mtime(path: Path) -> None:
+    st_ = path.stat()
+    os.utime(path, ns=(st_.st_atime_ns, st_.st_mtime_ns + 2_000_000_000))
+
+
+# -- incremental updates -----------------------------------------------------------------
+
+
+def test_unchanged_files_are_not_re_embedded(kb: Path, cfg: Settings) -> None:
+    emb = CountingEmbedder()
+    first = index_roots(cfg, [kb], embedder=emb)
+    assert len(first.added) == 3 and first.wrote
+    assert len(emb.take()) == first.chunks_total == 3
+    again = index_roots(cfg, [kb], embedder=emb)
+    assert emb.take() == [] and not again.wrote and again.unchanged == 3
+    bump_mtime(kb / "deploy.md")  # touched, same bytes: hashed, not re-embedded
+    touched = index_roots(cfg, [kb], embedder=emb)
+    assert emb.take() == [] and touched.unchanged == 3 and not touched.changed
+
+
+def test_a_changed_file_replaces_its_chunks(kb: Path, cfg: Settings) -> None:
+    emb = CountingEmbedder()
+    index_roots(cfg, [kb], embedder=emb)
+    emb.take()
+    write(kb / "deploy.md", "# Deploy\n\nDeploy the service with kubernetes helm charts.\n")
+    bump_mtime(kb / "deploy.md")
+    report = index_roots(cfg, [kb], embedder=emb)
+    assert [os.path.basename(p) for p in report.changed] == ["deploy.md"]
+    assert len(emb.take()) == 1 and report.chunks_total == 3
+    with open_index(cfg, emb) as reader:
+        hits = reader.search("kubernetes helm", 3)
+        assert paths_of(hits)[0] == "deploy.md" and "helm" in hits[0].text
+        assert not any("docker compose" in h.text for h in reader.search("docker compose port", 5))
+        assert reader.n_chunks == 3
+
+
+def test_a_deleted_file_leaves_and_a_renamed_file_moves(kb: Path, cfg: Settings) -> None:
+    emb = CountingEmbedder()
+    index_roots(cfg, [kb], embedder=emb)
+    (kb / "retries.md").unlink()
+    (kb / "guide" / "auth.md").rename(kb / "guide" / "tokens.md")
+    report = index_roots(cfg, [kb], embedder=emb)
+    assert sorted(os.path.basename(p) for p in report.removed) == ["auth.md", "retries.md"]
+    assert [os.path.basename(p) for p in report.added] == ["tokens.md"]
+    with open_index(cfg, emb) as reader:
+        assert reader.n_chunks == 2
+        assert "retries.md" not in paths_of(reader.search("retries failed upload backoff", 5))
+        assert paths_of(reader.search("tokens expire rotated", 1)) == ["tokens.md"]
+
+
+def test_files_outside_the_roots_being_indexed_stay(tmp_path: Path, cfg: Settings) -> None:
+    a = make_kb(tmp_path / "a")
+    b = write(tmp_path / "b" / "other.md", "# Other\n\nAn unrelated note about gardening tomatoes.\n").parent
+    emb = CountingEmbedder()
+    index_roots(cfg, [a, b], embedder=emb)
+    (b / "other.md").unlink()
+    report = index_roots(cfg, [a], embedder=emb)
+    assert report.removed == () and not report.wrote
+    with open_index(cfg, emb) as reader:
+        assert set(reader.roots) == {str(a), str(b)}
+        assert paths_of(reader.search("gardening tomatoes", 1)) == ["other.md"]
+        only_a = reader.search("gardening tomatoes", 5, roots=[str(a)])
+        assert only_a and all(h.path.startswith(str(a) + os.sep) for h in only_a)
+
+
+def test_ensure_indexed_is_cheap_when_nothing_changed_and_indexes_new_roots(kb: Path, cfg: Settings, tmp_path: Path) -> None:
+    emb = CountingEmbedder()
+    first = ensure_indexed(cfg, [kb], embedder=emb)
+    assert len(first.added) == 3
+    emb.take()
+    with IndexLock(os.path.abspath(cfg.index_dir)):  # up to date: no lock needed, no reads
+        again = ensure_indexed(cfg, [kb], embedder=emb, lock_timeout=0.1)
+    assert not again.wrote and again.unchanged == 3 and emb.take() == []
+    other = write(tmp_path / "more" / "x.md", "# X\n\nextra\n").parent
+    grown = ensure_indexed(cfg, [other], embedder=emb)
+    assert len(grown.added) == 1
+
+
+# -- embedder records and damage ---------------------------------------------------------
+
+
+def test_another_embedder_is_a_clear_error_for_search_and_a_full_re_embed_for_index(kb: Path, cfg: Settings) -> None:
+    index_roots(cfg, [kb], embedder=HashEmbedder(1024))
+    with pytest.raises(EmbedderMismatchError) as err:
+        open_index(cfg)
+    assert str(err.value) == (
+        f"index was built with hash:v1:1024, configured embedder is {make_embedder(cfg).name}: "
+        "run `python -m crag index PATH` to re-index"
+    )
+    with pytest.raises(EmbedderMismatchError):
+        ensure_indexed(cfg, [kb])
+    emb = CountingEmbedder()
+    report = index_roots(cfg, [kb], embedder=emb)
+    assert report.reembedded_all and "hash:v1:1024" in report.reason
+    assert len(emb.take()) == 3 and len(report.changed) == 3
+    with open_index(cfg, emb) as reader:
+        assert reader.dim == 2048 and paths_of(reader.search("docker compose", 1)) == ["deploy.md"]
+
+
+def current_gen(cfg: Settings) -> Path:
+    d = Path(cfg.index_dir)
+    return d / (d / "CURRENT").read_text().strip()
+
+
+def test_missing_index(cfg: Settings) -> None:
+    with pytest.raises(IndexStoreError, match=r"no index in .*: run `python -m crag index PATH` first"):
+        open_index(cfg)
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncate"])
+def test_a_damaged_vector_file_is_reported_and_re_indexing_repairs_it(kb: Path, cfg: Settings, damage: str) -> None:
+    index_roots(cfg, [kb])
+    vectors = current_gen(cfg) / "vectors.faiss"
+    data = vectors.read_bytes()
+    vectors.unlink()  # the file may be a hard link shared with an older generation
+    vectors.write_bytes(b"not a faiss index" * 10 if damage == "garbage" else data[: len(data) // 2])
+    with pytest.raises(IndexStoreError, match=r"damaged.*python -m crag index PATH"):
+        open_index(cfg)
+    report = index_roots(cfg, [kb])
+    assert report.reembedded_all and "could not be read" in report.reason
+    with open_index(cfg) as reader:
+        assert paths_of(reader.search("tokens expire", 1)) == ["auth.md"]
+
+
+def test_a_damaged_database_is_reported(kb: Path, cfg: Settings) -> None:
+    index_roots(cfg, [kb])
+    db = current_gen(cfg) / "chunks.sqlite"
+    db.write_bytes(b"\x00garbage" * 1000)
+    with pytest.raises(IndexStoreError, match="damaged"):
+        open_index(cfg)
+    with pytest.raises(IndexStoreError, match="damaged"):
+        ensure_indexed(cfg, [kb])
+
+
+# -- the lock ----------------------------------------------------------------------------
+
+
+def test_a_second_indexer_fails_clearly_when_the_first_holds_the_lock(kb: Path, cfg: Settings) -> None:
+    index_roots(cfg, [kb])
+    write(kb / "new.md", "# New\n\nfresh\n")
+    with IndexLock(os.path.abspath(cfg.index_dir)):
+        started = time.monotonic()
+        with pytest.raises(IndexStoreError, match=r"another crag index is running on .*index"):
+            index_roots(cfg, [kb], lock_timeout=0.3)
+        assert time.monotonic() - started >= 0.3
+    with open_index(cfg) as reader:  # untouched
+        assert reader.n_chunks == 3
+
+
+def test_a_second_indexer_waits_for_the_first(kb: Path, cfg: Settings) -> None:
+    index_roots(cfg, [kb])
+    write(kb / "new.md", "# New\n\nfresh paint on the fence\n")
+    lock = IndexLock(os.path.abspath(cfg.index_dir))
+    lock.__enter__()
+    threading.Timer(0.3, lock.__exit__, args=(None, None, None)).start()
+    report = index_roots(cfg, [kb], lock_timeout=10)
+    assert [os.path.basename(p) for p in report.added] == ["new.md"]
+
+
+INDEXER = """
+import sys
+from crag.config import Settings
+from crag.index import index_roots
+report = index_roots(Settings(index_dir=sys.argv[1]), [sys.argv[2]], lock_timeout=60)
+print(len(report.added) + len(report.changed))
+"""
+
+
+def test_two_indexer_processes_at_once_never_corrupt_the_index(tmp_path: Path, cfg: Settings) -> None:
+    a = tmp_path / "a"
+    b = tmp_path / "b"
+    for i in range(60):
+        write(a / f"a{i}.md", f"# Alpha {i}\n\nalpha content number {i}\n")
+        write(b / f"b{i}.md", f"# Beta {i}\n\nbeta content number {i}\n")
+    procs = [
+        subprocess.Popen([sys.executable, "-c", INDEXER, cfg.index_dir, str(root)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for root in (a, b)
+    ]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    assert sorted(int(o[0].strip()) for o in outs) == [60, 60]
+    with open_index(cfg) as reader:
+        assert reader.n_chunks == 120 and set(reader.roots) == {str(a), str(b)}
+        assert paths_of(reader.search("beta content number 7", 1)) == ["b7.md"]
+    assert sorted(p.name for p in Path(cfg.index_dir).iterdir() if p.name.startswith("gen-")) == [current_gen(cfg).name]
+
+
+# -- search ------------------------------------------------------------------------------
+
+
+def test_scores_are_cosines_in_unit_interval_and_order_is_best_first(kb: Path, cfg: Settings) -> None:
+    index_roots(cfg, [kb])
+    with open_index(cfg) as reader:
+        hits = reader.search("How many times does the client retry a failed upload?", 3)
+        assert paths_of(hits)[0] == "retries.md"
+        assert all(0.0 <= h.score <= 1.0 for h in hits)
+        assert hits[0].score > 0.3
+        assert [h.fused for h in hits] == sorted((h.fused for h in hits), reverse=True)
+        qv = reader.embed_query("docker compose")
+        assert abs(float(np.linalg.norm(qv)) - 1.0) < 1e-5
+        assert reader.search("   ", 3) == [] and reader.search("x", 0) == []
+
+
+@pytest.fixture(scope="module")
+def small_reader(tmp_path_factory: pytest.TempPathFactory):
+    base = tmp_path_factory.mktemp("fts")
+    settings_ = Settings(index_dir=str(base / "index"))
+    index_roots(settings_, [make_kb(base / "kb")])
+    reader = open_index(settings_)
+    yield reader
+    reader.close()
+
+
+@settings(max_examples=200, deadline=None)
+@given(query=st.text(max_size=120))
+def test_any_user_text_is_a_safe_fts_query(small_reader, query: str) -> None:
+    expr = fts_query(query)
+    if expr is not None:
+        for term in expr.split(" OR "):
+            assert term.startswith('"') and term.endswith('"') and '"' not in term[1:-1]
+    small_reader.lexical_ranking(query, 5)
+    small_reader.file_ranking(query, 5)
+    small_reader.search(query, 3)
+
+
+def test_fts_operators_in_queries_are_plain_words(small_reader) -> None:
+    for q in ['docker AND NOT compose', 'title:deploy', '"unbalanced', 'NEAR(a b)', "* ^ - + ( )", "port 8080*"]:
+        small_reader.lexical_ranking(q, 3)
+    assert fts_query("AND OR NOT") is None  # stop words: nothing left to match
+    assert fts_query('title:deploy "x" NEAR(port*)') == '"title" OR "deploy" OR "x" OR "near" OR "port"'
+
+
+# -- the hash embedder -------------------------------------------------------------------
+
+
+def test_hash_embedder_is_deterministic_across_processes_and_unit_length() -> None:
+    texts = ["Rotate the API tokens every ninety days.", "Deploying with docker compose", ""]
+    here = HashEmbedder().embed(texts)
+    code = (
+        "import json, sys; from crag.index.embedders import HashEmbedder; "
+        "print(json.dumps(HashEmbedder().embed(json.loads(sys.argv[1])).tolist()))"
+    )
+    env = {**os.environ, "PYTHONHASHSEED": "12345"}
+    out = subprocess.run([sys.executable, "-c", code, json.dumps(texts)], cwd=ROOT, env=env, capture_output=True, text=True, check=True)
+    there = np.asarray(json.loads(out.stdout), dtype=np.float32)
+    assert np.array_equal(here, there)
+    assert here.dtype == np.float32 and here.shape == (3, HashEmbedder().dim)
+    assert np.allclose(np.linalg.norm(here[:2], axis=1), 1.0, atol=1e-5)
+    assert not here[2].any()  # nothing to hash: the zero vector (cosine 0 with everything)
+
+
+def test_hash_embedder_similarity_follows_shared_words() -> None:
+    emb = HashEmbedder()
+    a, b, c = emb.embed(["tokens expire and must be rotated", "rotating expired tokens", "docker compose port mapping"])
+    assert float(a @ b) > 0.3 > float(a @ c)
+    with pytest.raises(ValueError):
+        HashEmbedder(1000)
+
+
+def test_an_index_in_another_format_is_refused_then_rebuilt(kb: Path, cfg: Settings) -> None:
+    import sqlite3
+
+    index_roots(cfg, [kb])
+    conn = sqlite3.connect(current_gen(cfg) / "chunks.sqlite")
+    conn.execute("UPDATE meta SET value = '1' WHERE key = 'schema'")
+    conn.commit()
+    conn.close()
+    with pytest.raises(IndexStoreError, match=r"has format 1, this crag reads format 2: run `python -m crag index PATH`"):
+        open_index(cfg)
+    report = index_roots(cfg, [kb])
+    assert report.reembedded_all and len(report.added) == 3
+    with open_index(cfg) as reader:
+        assert reader.n_chunks == 3

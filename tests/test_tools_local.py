@@ -1,0 +1,241 @@
+"""The local tools through the Toolbox port: vector_search, grep_search, read_file."""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from crag.config import Settings
+from crag.errors import IndexStoreError, ToolError
+from crag.index import ensure_indexed, index_roots
+from crag.ports import Toolbox as ToolboxPort
+from crag.state import ToolCall
+from crag.tools import Toolbox
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+SETUP = "\n".join(
+    [
+        "# Setup",
+        "",
+        "Install the package with pip.",
+        "",
+        "## Retries",
+        "",
+        "The client retries failed uploads three times.",
+        "Each retry waits twice as long as the one before.",
+        "",
+        "## Ports",
+        "",
+        "The server listens on port 8080 by default.",
+        "",
+    ]
+)
+
+
+@pytest.fixture
+def env(tmp_path: Path):
+    kb = tmp_path / "work" / "kb"
+    write(kb / "setup.md", SETUP)
+    write(kb / "notes" / "faq.txt", "Q: Where are logs?\nA: In /var/log/app.\nQ: Retry limit?\nA: Three.\n")
+    write(kb / "code" / "client.py", "RETRIES = 3\n\n\ndef upload():\n    return RETRIES\n")
+    write(kb / ".env", "SECRET=hunter2\n")
+    write(tmp_path / "outside" / "secret.md", "# Secret\n\nthe launch code is 0000\n")
+    cfg = Settings(index_dir=str(tmp_path / "work" / ".crag"))
+    ensure_indexed(cfg, [kb])
+    box = Toolbox(cfg, roots=[kb], cwd=tmp_path / "work")
+    yield box, kb, tmp_path
+    box.close()
+
+
+def run(box: Toolbox, tool: str, **args):
+    return box.run(ToolCall(tool, args))
+
+
+def test_it_is_a_toolbox_with_the_tools_in_order(tmp_path: Path) -> None:
+    base = Settings(index_dir=str(tmp_path / "i"))
+    assert isinstance(Toolbox(base), ToolboxPort)
+    assert Toolbox(base).available() == ("vector_search", "grep_search", "read_file")
+    full = Settings(
+        index_dir=str(tmp_path / "i"),
+        jira_base_url="https://jira.example.com",
+        confluence_base_url="https://wiki.example.com",
+        web_fetch=True,
+    )
+    assert Toolbox(full).available() == (
+        "vector_search", "grep_search", "read_file", "jira_fetch", "confluence_fetch", "web_fetch",
+    )
+    assert Toolbox(Settings(index_dir="x", web_fetch=True)).available()[-1] == "web_fetch"
+
+
+def test_unknown_tools_disabled_tools_and_bad_arguments_are_tool_errors(env) -> None:
+    box, _, _ = env
+    with pytest.raises(ToolError, match="unknown tool"):
+        run(box, "rm_rf", path="/")
+    with pytest.raises(ToolError, match="web_fetch is not enabled.*KB_AGENT_WEB_FETCH=on"):
+        run(box, "web_fetch", url="https://example.com")
+    with pytest.raises(ToolError, match="unknown argument"):
+        run(box, "vector_search", query="x", limit=3)
+    with pytest.raises(ToolError, match="'query' must be a non-empty string"):
+        run(box, "vector_search", query="  ")
+    with pytest.raises(ToolError, match="'top_k' must be between 1 and 50"):
+        run(box, "vector_search", query="x", top_k=0)
+    with pytest.raises(ToolError, match="'top_k' must be an integer"):
+        run(box, "vector_search", query="x", top_k=True)
+    with pytest.raises(ToolError, match="'start_line' must be an integer"):
+        run(box, "read_file", path="setup.md", start_line="two")
+
+
+def test_vector_search_returns_one_item_per_chunk_with_lines_and_cosine(env) -> None:
+    box, kb, _ = env
+    items = run(box, "vector_search", query="how many times are failed uploads retried", top_k="2")
+    assert 1 <= len(items) <= 2
+    top = items[0]
+    assert top.tool == "vector_search" and top.source == "kb/setup.md"
+    lines = SETUP.split("\n")
+    assert top.text == "\n".join(lines[top.start_line - 1 : top.end_line])
+    assert "three times" in top.text
+    assert 0.0 <= top.score <= 1.0 and top.title.startswith("Setup")
+    assert len({i.key for i in items}) == len(items)
+
+
+def test_vector_search_stays_inside_the_toolbox_roots(env, tmp_path: Path) -> None:
+    box, kb, base = env
+    other = write(base / "other" / "ports.md", "# Ports\n\nThe other service listens on port 9090.\n").parent
+    ensure_indexed(box.settings, [other])
+    scoped = run(box, "vector_search", query="which port does the service listen on", top_k=5)
+    assert scoped and all(i.source.startswith("kb/") for i in scoped)
+    everything = Toolbox(box.settings, cwd=base / "work")  # roots=None: all the index holds
+    sources = {i.source for i in run(everything, "vector_search", query="service listens on port 9090", top_k=5)}
+    assert str(other / "ports.md") in sources  # outside cwd: absolute
+    assert set(everything.file_roots()) == {str(kb), str(other)}
+
+
+def test_the_toolbox_sees_a_re_index_without_being_rebuilt(env) -> None:
+    box, kb, _ = env
+    assert not any("gzip" in i.text for i in run(box, "vector_search", query="gzip compression", top_k=5))
+    write(kb / "compression.md", "# Compression\n\nResponses are compressed with gzip when large.\n")
+    ensure_indexed(box.settings, [kb])
+    items = run(box, "vector_search", query="gzip compression", top_k=5)
+    assert items[0].source == "kb/compression.md"
+
+
+def test_parallel_calls_are_safe(env) -> None:
+    box, _, _ = env
+    calls = [ToolCall("vector_search", {"query": q}) for q in ("retries", "port 8080", "logs", "pip install")] * 5
+    calls += [ToolCall("grep_search", {"pattern": "retr"})] * 5
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(box.run, calls))
+    assert all(results[i] == results[i % 4] for i in range(20))
+
+
+def test_grep_search_literal_case_insensitive_with_windows(env) -> None:
+    box, _, _ = env
+    items = run(box, "grep_search", pattern="RETRIES")
+    by_source = {(i.source, i.anchor_line) for i in items}
+    assert ("kb/setup.md", 5) in by_source and ("kb/code/client.py", 1) in by_source
+    retries = next(i for i in items if i.source == "kb/setup.md" and i.anchor_line == 7)
+    assert (retries.start_line, retries.end_line) == (5, 9)
+    assert retries.text == "\n".join(SETUP.split("\n")[4:9])
+    first = next(i for i in items if i.source == "kb/code/client.py" and i.anchor_line == 1)
+    assert first.start_line == 1 and first.end_line == 3
+    assert not any(".env" in i.source for i in run(box, "grep_search", pattern="hunter2"))
+    assert run(box, "grep_search", pattern="a.b") == []  # literal: the dot is a dot
+
+
+def test_grep_search_regex_glob_and_cap(env) -> None:
+    box, kb, _ = env
+    items = run(box, "grep_search", pattern=r"port \d{4}", regex=True)
+    assert [(i.source, i.anchor_line) for i in items] == [("kb/setup.md", 12)]
+    assert [i.source for i in run(box, "grep_search", pattern="retr", glob="*.py")] == ["kb/code/client.py"] * 2
+    assert {i.source for i in run(box, "grep_search", pattern="retr", glob="notes/*")} == {"kb/notes/faq.txt"}
+    with pytest.raises(ToolError, match="invalid regular expression"):
+        run(box, "grep_search", pattern="(unclosed", regex=True)
+    write(kb / "many.md", "\n".join(f"needle {i}" for i in range(100)))
+    assert len(run(box, "grep_search", pattern="needle")) == 20
+
+
+def test_read_file_ranges_and_caps(env) -> None:
+    box, kb, base = env
+    [item] = run(box, "read_file", path="setup.md", start_line=5, end_line=8)
+    assert item.source == "kb/setup.md" and (item.start_line, item.end_line) == (5, 8)
+    assert item.text == "\n".join(SETUP.split("\n")[4:8])
+    [whole] = run(box, "read_file", path="kb/notes/faq.txt")  # relative to cwd works too
+    assert whole.start_line == 1 and whole.end_line == 4
+    [absolute] = run(box, "read_file", path=str(kb / "code" / "client.py"), start_line=4)
+    assert absolute.text.startswith("def upload")
+    write(kb / "long.md", "\n".join(f"line {i}" for i in range(1, 1001)))
+    [capped] = run(box, "read_file", path="long.md", start_line=10)
+    assert (capped.start_line, capped.end_line) == (10, 209)
+    with pytest.raises(ToolError, match="has 12 lines"):
+        run(box, "read_file", path="setup.md", start_line=50)
+    with pytest.raises(ToolError, match="before start_line"):
+        run(box, "read_file", path="setup.md", start_line=5, end_line=2)
+    with pytest.raises(ToolError, match="no file"):
+        run(box, "read_file", path="missing.md")
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["../outside/secret.md", "../../outside/secret.md", "{outside}/secret.md", ".env", "kb/.env", "/etc/passwd",
+     "link-out.md", "linkdir/secret.md", "setup.md/../../outside/secret.md"],
+)
+def test_read_file_refuses_paths_out_of_the_roots(env, path: str) -> None:
+    box, kb, base = env
+    (kb / "link-out.md").symlink_to(base / "outside" / "secret.md")
+    (kb / "linkdir").symlink_to(base / "outside", target_is_directory=True)
+    with pytest.raises(ToolError) as err:
+        run(box, "read_file", path=path.format(outside=base / "outside"))
+    assert "launch code" not in str(err.value)
+
+
+segment = st.sampled_from(["..", ".", "kb", "outside", "secret.md", "setup.md", "link", "", "~", "etc", "passwd", ".env", "notes"])
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(parts=st.lists(segment, min_size=1, max_size=6), absolute=st.booleans())
+def test_no_generated_path_reads_outside_the_roots(env, parts: list[str], absolute: bool) -> None:
+    box, kb, base = env
+    link = kb / "link"
+    if not link.exists():
+        link.symlink_to(base / "outside", target_is_directory=True)
+    path = ("/" if absolute else "") + "/".join(parts)
+    try:
+        items = run(box, "read_file", path=path)
+    except ToolError:
+        return
+    real_kb = os.path.realpath(kb)
+    for item in items:
+        assert "launch code" not in item.text and "hunter2" not in item.text
+        assert os.path.realpath(base / "work" / item.source).startswith(real_kb + os.sep)
+
+
+def test_without_an_index_roots_none_is_a_clear_index_error(tmp_path: Path) -> None:
+    box = Toolbox(Settings(index_dir=str(tmp_path / "none")))
+    with pytest.raises(IndexStoreError, match="no index in"):
+        run(box, "vector_search", query="x")
+    with pytest.raises(IndexStoreError, match="no index in"):
+        run(box, "grep_search", pattern="x")
+
+
+def test_a_file_root_works_for_all_three_tools(tmp_path: Path) -> None:
+    doc = write(tmp_path / "single.md", "# Single\n\nOnly this file is the knowledge base.\n")
+    write(tmp_path / "sibling.md", "# Sibling\n\nNot part of it.\n")
+    cfg = Settings(index_dir=str(tmp_path / "idx"))
+    index_roots(cfg, [doc])
+    box = Toolbox(cfg, roots=[doc], cwd=tmp_path)
+    assert [i.source for i in run(box, "vector_search", query="only this file")] == ["single.md"]
+    assert [i.source for i in run(box, "grep_search", pattern="part of")] == []
+    assert run(box, "read_file", path="single.md")[0].end_line == 3
+    with pytest.raises(ToolError):
+        run(box, "read_file", path="sibling.md")

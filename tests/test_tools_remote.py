@@ -1,0 +1,296 @@
+"""The remote tools against loopback test servers: Jira, Confluence, and web_fetch's SSRF guard."""
+
+from __future__ import annotations
+
+import base64
+import ipaddress
+import json
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from crag.config import Settings
+from crag.errors import ToolError
+from crag.state import ToolCall
+from crag.tools import Toolbox
+from crag.tools.http import html_to_text, is_public_address
+
+Route = Callable[[BaseHTTPRequestHandler], tuple[int, dict[str, str], bytes]]
+
+
+class FakeServer:
+    """A stdlib HTTP server on 127.0.0.1 (port 0) answering from ``routes``; records requests."""
+
+    def __init__(self, routes: dict[str, Route]) -> None:
+        self.routes = routes
+        self.requests: list[tuple[str, dict[str, str]]] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+                outer.requests.append((self.path, dict(self.headers.items())))
+                route = outer.routes.get(self.path.split("?")[0])
+                if route is None:
+                    status, headers, body = 404, {"Content-Type": "application/json"}, b'{"errorMessages": ["nope"]}'
+                else:
+                    status, headers, body = route(self)
+                self.send_response(status)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.httpd.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def server():
+    servers: list[FakeServer] = []
+
+    def make(routes: dict[str, Route]) -> FakeServer:
+        s = FakeServer(routes)
+        servers.append(s)
+        return s
+
+    yield make
+    for s in servers:
+        s.close()
+
+
+def json_route(payload: object, status: int = 200, auth: str | None = None) -> Route:
+    def route(handler: BaseHTTPRequestHandler):
+        if auth is not None and handler.headers.get("Authorization") != auth:
+            return 401, {"Content-Type": "application/json"}, b'{"message": "unauthorized"}'
+        return status, {"Content-Type": "application/json; charset=utf-8"}, json.dumps(payload).encode()
+
+    return route
+
+
+ISSUE = {
+    "key": "OPS-42",
+    "fields": {
+        "summary": "Uploads time out behind the proxy",
+        "description": "Large uploads fail after 30 seconds.\nRaise proxy_read_timeout.",
+        "status": {"name": "In Progress"},
+        "issuetype": {"name": "Bug"},
+        "comment": {"comments": [{"author": {"displayName": "Ana"}, "body": "Fixed in staging."}]},
+    },
+}
+
+
+def box_for(tmp_path: Path, **settings) -> Toolbox:
+    return Toolbox(Settings(index_dir=str(tmp_path / "idx"), **settings), roots=[tmp_path])
+
+
+def basic(user: str, token: str) -> str:
+    return "Basic " + base64.b64encode(f"{user}:{token}".encode()).decode()
+
+
+# -- Jira ----------------------------------------------------------------------------
+
+
+def test_jira_fetch_with_basic_auth(server, tmp_path: Path) -> None:
+    jira = server({"/rest/api/2/issue/OPS-42": json_route(ISSUE, auth=basic("me@example.com", "s3cret"))})
+    box = box_for(tmp_path, jira_base_url=jira.url, jira_email="me@example.com", jira_api_token="s3cret")
+    [item] = box.run(ToolCall("jira_fetch", {"key": "ops-42"}))
+    assert item.tool == "jira_fetch" and item.source == "OPS-42"
+    assert item.url == f"{jira.url}/browse/OPS-42" and item.title == "Uploads time out behind the proxy"
+    assert item.text.startswith("OPS-42: Uploads time out behind the proxy\nStatus: In Progress\nType: Bug")
+    assert "proxy_read_timeout" in item.text and "Comment by Ana:\nFixed in staging." in item.text
+    assert item.start_line is None
+    path, headers = jira.requests[0]
+    assert path.startswith("/rest/api/2/issue/OPS-42?fields=")
+    assert headers["Authorization"] == basic("me@example.com", "s3cret")
+
+
+def test_jira_fetch_with_a_bearer_token_and_its_errors(server, tmp_path: Path) -> None:
+    jira = server({"/rest/api/2/issue/OPS-42": json_route(ISSUE, auth="Bearer pat-123")})
+    box = box_for(tmp_path, jira_base_url=jira.url, jira_api_token="pat-123")
+    assert box.run(ToolCall("jira_fetch", {"key": "OPS-42"}))[0].source == "OPS-42"
+    with pytest.raises(ToolError, match="Jira issue OPS-43 was not found"):
+        box.run(ToolCall("jira_fetch", {"key": "OPS-43"}))
+    wrong = box_for(tmp_path, jira_base_url=jira.url, jira_api_token="wrong")
+    with pytest.raises(ToolError, match=r"HTTP 401.*JIRA_API_TOKEN"):
+        wrong.run(ToolCall("jira_fetch", {"key": "OPS-42"}))
+    before = len(jira.requests)
+    for bad in ("../../etc/passwd", "OPS-42/../../x", "OPS", "42", "OPS-42?x=1"):
+        with pytest.raises(ToolError, match="not a Jira issue key"):
+            box.run(ToolCall("jira_fetch", {"key": bad}))
+    assert len(jira.requests) == before
+
+
+def test_jira_unreachable_is_a_tool_error(tmp_path: Path) -> None:
+    box = box_for(tmp_path, jira_base_url="http://127.0.0.1:9")
+    with pytest.raises(ToolError, match="Jira request failed"):
+        box.run(ToolCall("jira_fetch", {"key": "OPS-1"}))
+
+
+# -- Confluence ------------------------------------------------------------------------
+
+
+PAGE = {
+    "id": "98765",
+    "title": "Runbook: rotating keys",
+    "body": {"storage": {"value": "<h1>Rotate</h1><p>Run <code>rotate.sh</code> every <b>90</b> days.</p><script>alert(1)</script><ul><li>step one</li><li>step two</li></ul>"}},
+    "version": {"number": 7},
+    "_links": {"webui": "/spaces/OPS/pages/98765/Runbook", "base": "https://wiki.example.com/wiki"},
+}
+
+
+def test_confluence_fetch_reduces_storage_html_and_cites_the_page_url(server, tmp_path: Path) -> None:
+    wiki = server({"/rest/api/content/98765": json_route(PAGE, auth=basic("me@example.com", "tok"))})
+    box = box_for(tmp_path, confluence_base_url=wiki.url, confluence_email="me@example.com", confluence_api_token="tok")
+    for page_id in ("98765", 98765, "https://wiki.example.com/wiki/spaces/OPS/pages/98765/Runbook", "https://x/viewpage.action?pageId=98765"):
+        [item] = box.run(ToolCall("confluence_fetch", {"page_id": page_id}))
+        assert item.source == item.url == "https://wiki.example.com/wiki/spaces/OPS/pages/98765/Runbook"
+        assert item.title == "Runbook: rotating keys"
+        assert item.text == "Runbook: rotating keys\n\nRotate\n\nRun rotate.sh every 90 days.\n\n- step one\n\n- step two"
+    path, headers = wiki.requests[0]
+    assert path == "/rest/api/content/98765?expand=body.storage,version"
+    assert headers["Authorization"] == basic("me@example.com", "tok")
+    with pytest.raises(ToolError, match="not a Confluence page id"):
+        box.run(ToolCall("confluence_fetch", {"page_id": "../admin"}))
+    with pytest.raises(ToolError, match="page 11 was not found"):
+        box.run(ToolCall("confluence_fetch", {"page_id": "11"}))
+
+
+# -- web_fetch and the SSRF guard -----------------------------------------------------------
+
+
+def loopback_only(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    return str(ip) == "127.0.0.1"
+
+
+def web_box(tmp_path: Path, **kw) -> Toolbox:
+    return Toolbox(Settings(index_dir=str(tmp_path / "idx"), web_fetch=True), roots=[tmp_path], **kw)
+
+
+def fetch(box: Toolbox, url: str):
+    return box.run(ToolCall("web_fetch", {"url": url}))
+
+
+@pytest.mark.parametrize(
+    "address",
+    ["127.0.0.1", "10.0.0.1", "169.254.169.254", "::1", "192.168.1.10", "172.16.5.5", "100.64.0.1", "0.0.0.0",
+     "::ffff:127.0.0.1", "fe80::1", "fc00::1", "224.0.0.1", "::"],
+)
+def test_private_and_special_addresses_are_not_public(address: str) -> None:
+    assert not is_public_address(ipaddress.ip_address(address))
+
+
+def test_public_addresses_are_public() -> None:
+    assert is_public_address(ipaddress.ip_address("93.184.216.34"))
+    assert is_public_address(ipaddress.ip_address("2606:4700:4700::1111"))
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://127.0.0.1:{port}/page", "http://localhost:{port}/page", "http://[::1]:{port}/page", "http://2130706433:{port}/page",
+     "http://10.0.0.1/", "http://169.254.169.254/latest/meta-data/", "http://[::ffff:127.0.0.1]:{port}/page"],
+)
+def test_web_fetch_refuses_non_public_addresses_by_default(server, tmp_path: Path, url: str) -> None:
+    site = server({"/page": lambda h: (200, {"Content-Type": "text/plain"}, b"internal secret")})
+    with pytest.raises(ToolError, match="not a public address"):
+        fetch(web_box(tmp_path), url.format(port=site.port))
+    assert site.requests == []
+
+
+def test_a_dns_name_resolving_to_a_private_address_is_refused(tmp_path: Path) -> None:
+    resolved = []
+
+    def resolver(host: str, port: int) -> list[str]:
+        resolved.append(host)
+        return ["93.184.216.34", "10.1.2.3"] if host == "mixed.example" else ["10.1.2.3"]
+
+    for host in ("intranet.example", "mixed.example"):
+        with pytest.raises(ToolError, match=r"resolves to 10\.1\.2\.3, which is not a public address"):
+            fetch(web_box(tmp_path, resolver=resolver), f"http://{host}/")
+    assert resolved == ["intranet.example", "mixed.example"]
+
+
+@pytest.mark.parametrize("url", ["file:///etc/passwd", "ftp://example.com/x", "gopher://x/", "http://user:pw@example.com/", "javascript:alert(1)"])
+def test_web_fetch_refuses_other_schemes_and_credentials(tmp_path: Path, url: str) -> None:
+    with pytest.raises(ToolError):
+        fetch(web_box(tmp_path), url)
+
+
+def test_web_fetch_reads_an_allowed_page_as_text(server, tmp_path: Path) -> None:
+    html = b"<html><head><title>Status page</title><style>p{}</style></head><body><h1>All good</h1><p>Uptime is 99.9%.</p></body></html>"
+    site = server({"/status": lambda h: (200, {"Content-Type": "text/html; charset=utf-8"}, html)})
+    [item] = fetch(web_box(tmp_path, address_allowed=loopback_only), f"{site.url}/status")
+    assert item.tool == "web_fetch" and item.source == item.url == f"{site.url}/status"
+    assert item.title == "Status page" and item.text == "All good\n\nUptime is 99.9%."
+
+
+def test_a_json_array_becomes_one_item_per_element(server, tmp_path: Path) -> None:
+    results = [{"title": "first", "n": 1}, {"title": "second", "n": 2}, "third"]
+    site = server({"/search": json_route(results)})
+    items = fetch(web_box(tmp_path, address_allowed=loopback_only), f"{site.url}/search?q=x")
+    assert [i.source for i in items] == [f"{site.url}/search?q=x#item-{n}" for n in (1, 2, 3)]
+    assert json.loads(items[0].text) == {"title": "first", "n": 1} and items[2].text == "third"
+    assert len({i.key for i in items}) == 3
+
+
+@pytest.mark.parametrize(
+    "target",
+    ["http://169.254.169.254/latest/meta-data/", "http://[::1]:{port}/secret", "http://metadata.example:{port}/secret", "http://10.0.0.1/"],
+)
+def test_a_redirect_to_a_forbidden_address_is_refused(server, tmp_path: Path, target: str) -> None:
+    site = server({})
+    site.routes["/go"] = lambda h: (302, {"Location": target.format(port=site.port)}, b"")
+    site.routes["/secret"] = lambda h: (200, {"Content-Type": "text/plain"}, b"internal secret")
+
+    def resolver(host: str, port: int) -> list[str]:
+        return {"metadata.example": ["169.254.169.254"]}.get(host, ["127.0.0.1"])
+
+    with pytest.raises(ToolError, match="not a public address"):
+        fetch(web_box(tmp_path, address_allowed=loopback_only, resolver=resolver), f"{site.url}/go")
+    assert [p for p, _ in site.requests] == ["/go"]
+
+
+def test_redirects_are_followed_a_few_times_only(server, tmp_path: Path) -> None:
+    site = server({})
+    site.routes["/a"] = lambda h: (301, {"Location": "/b"}, b"")
+    site.routes["/b"] = lambda h: (302, {"Location": f"{site.url}/c"}, b"")
+    site.routes["/c"] = lambda h: (200, {"Content-Type": "text/plain"}, b"arrived")
+    site.routes["/loop"] = lambda h: (302, {"Location": "/loop"}, b"")
+    box = web_box(tmp_path, address_allowed=loopback_only)
+    [item] = fetch(box, f"{site.url}/a")
+    assert item.text == "arrived" and item.source == f"{site.url}/c"
+    with pytest.raises(ToolError, match="too many redirects"):
+        fetch(box, f"{site.url}/loop")
+    assert sum(1 for p, _ in site.requests if p == "/loop") == 4
+
+
+def test_big_pages_are_cut_and_binary_is_refused(server, tmp_path: Path) -> None:
+    site = server(
+        {
+            "/big": lambda h: (200, {"Content-Type": "text/plain"}, b"a" * (3 * 1024 * 1024)),
+            "/img": lambda h: (200, {"Content-Type": "image/png"}, b"\x89PNG"),
+        }
+    )
+    box = web_box(tmp_path, address_allowed=loopback_only)
+    [item] = fetch(box, f"{site.url}/big")
+    assert item.text.endswith("[... cut at 1024 KiB]") and len(item.text) < 100_000
+    with pytest.raises(ToolError, match="image/png, not text"):
+        fetch(box, f"{site.url}/img")
+
+
+def test_html_to_text_drops_scripts_and_keeps_blocks() -> None:
+    title, text = html_to_text("<title>T</title><div>a<script>var x = '<p>no</p>';</script></div><p>b &amp; c</p>")
+    assert title == "T" and text == "a\n\nb & c"
