@@ -16,6 +16,7 @@ from .state import Citation, EvidenceItem, Usage
 __all__ = [
     "NO_EVIDENCE",
     "STATS_HEADING",
+    "StreamRenderer",
     "compose",
     "footer_lines",
     "renumber",
@@ -135,3 +136,54 @@ def compose(
             parts.append(note)
     parts.append(stats_block(usage))
     return "\n\n".join(p for p in parts if p), citations
+
+
+class StreamRenderer:
+    """Shows an answer while it streams, exactly as ``compose`` will print it.
+
+    ``feed`` takes the model's text as it arrives and returns what can be shown now: the
+    cleaned, renumbered prefix of the answer, minus what was already shown. Text that might
+    still change is held back: an unclosed ``[`` (a marker in the making), an unclosed
+    ``<think>``, and a line that might open a usage block. ``rest(final)`` returns what the
+    final answer adds (note, footer, usage block) after what has been shown.
+    """
+
+    _HOLD_LINE = re.compile(r"(?:^|\n)(?:-{1,3}|📊[^\n]*|ðŸ[^\n]*|\s*)$")
+
+    def __init__(self, n_items: int, clean) -> None:
+        self.n_items = n_items
+        self.clean = clean
+        self.raw = ""
+        self.shown = ""
+
+    def _safe_cut(self) -> int:
+        raw = self.raw
+        cut = len(raw)
+        bracket = raw.rfind("[", max(0, cut - 40))
+        if bracket != -1 and "]" not in raw[bracket:]:
+            cut = bracket
+        think = raw.rfind("<think")
+        if think != -1 and "</think>" not in raw[think:]:
+            cut = min(cut, think)
+        partial_tag = raw.rfind("<", max(0, cut - 8))
+        if partial_tag != -1 and "<think>".startswith(raw[partial_tag:cut]):
+            cut = partial_tag
+        line = self._HOLD_LINE.search(raw, 0, cut)
+        if line is not None and line.end() == cut:
+            cut = line.start()
+        return cut
+
+    def feed(self, delta: str) -> str:
+        self.raw += delta
+        text = self.clean(self.raw[: self._safe_cut()])
+        if self.n_items:
+            text, _ = renumber(text, self.n_items)
+        if not text.startswith(self.shown):
+            return ""
+        new, self.shown = text[len(self.shown) :], text
+        return new
+
+    def rest(self, final: str) -> str:
+        if final.startswith(self.shown):
+            return final[len(self.shown) :]
+        return ("\n\n" if self.shown else "") + final

@@ -94,11 +94,30 @@ def cmd_graph(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def cmd_index(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    raise UsageError("the index command is not available in this build")
+    from .index import index_roots
+    from .index.commands import index_report_text, is_terminal, progress_printer
+
+    settings = _settings()
+    progress = progress_printer(err) if is_terminal(err) else None
+    report = index_roots(settings, args.paths, progress=progress)
+    out.write(index_report_text(report))
+    return 0
 
 
 def cmd_search(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    raise UsageError("the search command is not available in this build")
+    import json
+
+    from .index.commands import index_report_text, search, search_text
+
+    settings = _settings()
+    hits, report = search(settings, args.query, args.top_k, args.kb)
+    if report is not None and report.changed_anything:
+        err.write(index_report_text(report))
+    if args.json:
+        out.write(json.dumps(hits, ensure_ascii=False) + "\n")
+    else:
+        out.write(search_text(hits))
+    return 0
 
 
 def _read_history(path: str) -> list:
@@ -163,14 +182,35 @@ class _Progress:
         self.err = err
         self.out = out
         self.tty = hasattr(err, "isatty") and err.isatty()
+        self.renderer = None
 
-    def __call__(self, kind: str, text: str) -> None:
+    def __call__(self, kind: str, payload: object) -> None:
         if kind == "node_start" and self.tty:
-            self.err.write(f"\r\033[K  … {text}")
+            self.err.write(f"\r\033[K  … {payload}")
             self.err.flush()
         elif kind == "node_end" and self.tty:
             self.err.write("\r\033[K")
             self.err.flush()
+        elif kind == "stream_start":
+            from .answer import StreamRenderer
+            from .prompts import clean_answer
+
+            if self.tty:
+                self.err.write("\r\033[K")
+            self.renderer = StreamRenderer(int(payload), clean_answer)  # type: ignore[call-overload]
+            self.out.write("\ncrag> ")
+        elif kind == "delta" and self.renderer is not None:
+            self.out.write(self.renderer.feed(str(payload)))
+            self.out.flush()
+
+    def finish(self, answer: str) -> None:
+        """Print the rest of the answer (all of it when nothing streamed)."""
+        if self.renderer is None:
+            self.out.write("\ncrag> " + answer + "\n")
+        else:
+            self.out.write(self.renderer.rest(answer) + "\n")
+        self.renderer = None
+        self.out.flush()
 
 
 def cmd_chat(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -194,12 +234,12 @@ def cmd_chat(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 break
             question = line.strip()
             try:
-                result = agent.ask(question, history=parse_history(history), on_event=progress)
+                result = agent.ask(question, history=parse_history(history), on_event=progress, stream=True)
             except (LLMError, ToolError) as exc:
+                progress.renderer = None
                 print(f"crag: error: {_one_line(str(exc))}", file=err)
                 continue
-            out.write("\ncrag> " + result.answer + "\n")
-            out.flush()
+            progress.finish(result.answer)
             history.append({"role": "user", "content": question})
             history.append({"role": "assistant", "content": result.answer})
     return 0

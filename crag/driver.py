@@ -24,9 +24,10 @@ from .state import AgentState, Message, Usage
 
 __all__ = ["Driver", "Event", "max_steps"]
 
-# Called with ("node_start", node name) before a node and ("node_end", node name) after it;
-# ("delta", text) while an answer streams when the caller asked for streaming.
-Event = Callable[[str, str], None]
+# Called with ("node_start", node name) before a node and ("node_end", node name) after it.
+# When the caller asked for streaming: ("stream_start", number of evidence items) before the
+# answer's chat completion, then ("delta", text) for each piece of it as it arrives.
+Event = Callable[[str, Any], None]
 
 
 def max_steps(max_iterations: int) -> int:
@@ -94,8 +95,11 @@ class Driver:
                 state = evolve(state, trace=(*state.trace, name))
                 reply: Any = None
             elif isinstance(request, LLMRequest):
-                delta = (lambda text: on_event("delta", text)) if stream and on_event and node is Node.SYNTHESIZE else None
-                reply = self.model.complete(request, delta) if delta else self.model.complete(request)
+                if stream and on_event is not None and node is Node.SYNTHESIZE:
+                    on_event("stream_start", len(getattr(request.task, "items", ())))
+                    reply = self.model.complete(request, lambda text: on_event("delta", text))
+                else:
+                    reply = self.model.complete(request)
                 state = evolve(state, trace=(*state.trace, name), usage=state.usage.add(name, reply))
             elif isinstance(request, ToolRequest):
                 reply = self._run_tools(request)
