@@ -1,0 +1,135 @@
+"""Helpers shared by crag's benchmarks: where results go, how they are written, the run's
+environment, percentiles, Markdown tables, and matplotlib when it is installed.
+
+Every benchmark writes three files of one name under its output directory (by default
+``benchmarks/results/``): ``NAME.json`` (every figure, the arguments and the machine, for
+comparing runs), ``NAME.md`` (the tables that ``docs/benchmarks.md`` quotes) and
+``NAME.png`` (a chart; skipped with a note when matplotlib is not installed). matplotlib and
+langgraph are benchmark-only extras (``pip install -e '.[bench]'``); crag never imports them.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import importlib.metadata
+import json
+import math
+import os
+import platform
+import sys
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "RESULTS_DIR",
+    "environment",
+    "fmt",
+    "load_pyplot",
+    "markdown_table",
+    "percentile",
+    "write_json",
+    "write_text",
+]
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
+def environment(packages: Iterable[str] = ()) -> dict[str, Any]:
+    """The machine and versions a run was measured on, for the JSON record."""
+    versions = {}
+    for name in packages:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return {
+        "date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "python": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "packages": versions,
+    }
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0-100) with linear interpolation between ranks (numpy's default)."""
+    if not values:
+        return math.nan
+    xs = sorted(values)
+    pos = (len(xs) - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = math.ceil(pos)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def fmt(value: Any, digits: int = 2) -> str:
+    """A number for a Markdown table: thousands separators for ints, fixed decimals for floats."""
+    if value is None:
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "–"
+        return f"{value:,.{digits}f}"
+    return str(value)
+
+
+def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], align: str | None = None) -> str:
+    """A GitHub Markdown table; ``align`` is one letter per column, ``l`` or ``r`` (numbers right)."""
+    rows = [list(r) for r in rows]
+    align = align or "l" + "r" * (len(headers) - 1)
+    marks = ["---:" if a == "r" else "---" for a in align]
+    lines = ["| " + " | ".join(headers) + " |", "| " + " | ".join(marks) + " |"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def write_json(path: Path, data: Any) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=False, default=_json_default) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def write_text(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+    return path
+
+
+def _json_default(obj: Any) -> Any:
+    if hasattr(obj, "item"):  # numpy scalars
+        return obj.item()
+    if isinstance(obj, Path):
+        return str(obj)
+    raise TypeError(f"cannot serialise {type(obj).__name__}")
+
+
+def load_pyplot():
+    """matplotlib.pyplot on the non-interactive Agg backend, or None when matplotlib is absent."""
+    try:
+        import matplotlib
+    except ImportError:
+        return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def no_chart_note(name: str) -> str:
+    return f"{name}: matplotlib is not installed, chart skipped (pip install -e '.[bench]')"
+
+
+def python_cmd() -> list[str]:
+    """The interpreter running the benchmark, for subprocess measurements."""
+    return [sys.executable]

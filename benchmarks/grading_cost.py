@@ -1,0 +1,912 @@
+"""Grading cost: how much LLM grading is worth paying for.
+
+Every strategy runs through crag's real grading code, on real prompts, against expert
+relevance labels; only the grader model itself is simulated.
+
+Workload
+--------
+The judged (query, passage) pairs of TREC Deep Learning 2019 + 2020 (``--data``, default
+``../shared/grading/trec_dl/judged_pairs.jsonl``): for each of the 97 queries, the BM25
+top-100 passages that NIST assessors graded 0-3, in BM25 order; relevant = grade >= 2 (the
+TREC cut). These are hard candidates: same topic, shared words, often not an answer.
+A passage becomes an ``EvidenceItem(tool="vector_search", source="msmarco/<docid>.txt",
+start_line=1)`` whose retrieval ``score`` is what crag's ``vector_search`` would record for
+it: the cosine between query and passage under crag's default embedder
+(``crag.index.embedders.HashEmbedder``), clipped to [0, 1]. That is the value the
+``high_vector_score`` fast path compares with ``KB_AGENT_VECTOR_SCORE_THRESHOLD``.
+
+Two workloads, each for every ``k`` in ``--ks`` (default 3, 5, 10):
+
+* ``single round``: the top-k candidates of each query, as one retrieval round hands them to
+  ``grade_evidence``. A state after ``tool_exec`` is built and the node's own
+  ``prepare`` / ``apply`` run on it (fast-path rules, one batched request rendered by
+  ``crag.prompts.render``, ``parse_scores``, the drop filter and the decision).
+* ``up to 3 rounds``: whole questions through ``crag.driver.Driver`` with
+  ``KB_AGENT_MAX_ITERATIONS=3``. The toolbox's ``vector_search`` returns the next ``k``
+  unseen candidates of the query on every call (a refined or re-routed search finds new
+  passages further down the list), so REFINE rounds re-grade the survivors of earlier
+  rounds together with the new items, exactly as SPEC §2 prescribes.
+
+Strategies
+----------
+* ``per_item``: one LLM call per item (``render(GradeTask(question, (item,)))``), no fast
+  path: the common LangGraph CRAG tutorial's grader;
+* ``batch``: seed 000: one call for all N items, no fast path;
+* ``batch_rules``: seed 001, crag's default: fast-path rules first, then one batch call;
+* ``batch_rules_cached``: ``batch_rules`` plus a grade cache keyed by (question, sha256 of
+  the chunk text): only items without a cached grade are sent (in one batch call), and no
+  call is made when every item is cached. It changes nothing in a single round; it saves
+  the re-grading of survivors in REFINE rounds and repeated questions.
+
+The simulated grader
+--------------------
+A grader's score for a passage is ``clip(MEAN[grade] + N(0, --noise), 0, 1)`` rounded to
+one decimal, with ``MEAN = {0: 0.05, 1: 0.45, 2: 0.8, 3: 0.95}`` (``--means``): crag's
+grading prompt asks for 1.0 when an item answers the question, 0.5 when it is related but
+partial and 0.0 when unrelated, which is what TREC grades 3-2, 1 and 0 mean. The noise is
+drawn once per (query, passage) from ``--seed``, so every strategy sees the same grade for
+the same pair (a temperature-0 grader) and the strategies differ only in what they send and
+what they decide. Position effects of long batches and per-item calibration differences are
+not modelled. The reply is a JSON array of those numbers (``[0.8, 0.1, 0.5]``) for a batch
+call, and one number (``0.8``) for a per-item call; it is parsed by ``crag.prompts``.
+
+Tokens are counted with tiktoken (``--encoding``, o200k_base as for gpt-4o-mini) on the
+messages the real prompt builders produce, as the chat format bills them: per message 3
+tokens plus its role and content, plus 3 for the reply primer. Latency per call is
+``--latency-fixed-ms + --latency-prompt-ms * prompt tokens + --latency-completion-ms *
+completion tokens`` (350 ms + 0.2 ms + 15 ms by default, a hosted small model); the calls of
+one per-item grading are counted one after another, as the tutorial makes them. Dollars
+come from ``--price NAME=INPUT/OUTPUT`` (USD per million tokens, repeatable).
+
+Report
+------
+Per strategy and workload: grading LLM calls, prompt and completion tokens, simulated
+latency and dollars (per 1,000 gradings or questions), and decision quality against the
+expert labels over the passages that reach synthesis: the share of retrieved relevant
+passages kept, the share of retrieved irrelevant passages that got through, and the
+fast-path false approvals (irrelevant passages approved by a rule without any LLM having
+seen them) separately. A sweep of the ``high_vector_score`` threshold shows what the rule
+would save, and let through, if it were lowered.
+
+Run: ``python -m benchmarks.grading_cost``. Writes ``grading_cost.json``, ``.md``, ``.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import zlib
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import (
+    RESULTS_DIR,
+    environment,
+    fmt,
+    load_pyplot,
+    markdown_table,
+    no_chart_note,
+    write_json,
+    write_text,
+)
+
+NAME = "grading_cost"
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_DATA = REPO.parent / "shared" / "grading" / "trec_dl" / "judged_pairs.jsonl"
+STRATEGIES = ("per_item", "batch", "batch_rules", "batch_rules_cached")
+DEFAULT_STRATEGY = "batch_rules"
+DEFAULT_MEANS = {0: 0.05, 1: 0.45, 2: 0.8, 3: 0.95}
+DEFAULT_PRICES = ("gpt-4o-mini=0.15/0.60", "gpt-4o=2.50/10.00")
+SWEEP_THRESHOLDS = (0.8, 0.6, 0.5, 0.45, 0.4, 0.35, 0.3)
+NO_RULES = {"auto_approve_max_items": 0, "vector_score_threshold": math.inf}
+
+
+# --------------------------------------------------------------------------------------
+# Workload
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Candidate:
+    qid: str
+    docid: str
+    bm25_rank: int
+    grade: int
+    item: Any  # crag.state.EvidenceItem
+
+    @property
+    def relevant(self) -> bool:
+        return self.grade >= 2
+
+
+@dataclass
+class Query:
+    qid: str
+    text: str
+    candidates: list[Candidate]
+
+
+def load_queries(path: Path, max_queries: int | None = None) -> list[Query]:
+    """The judged pairs grouped by query, in BM25 order, with crag's retrieval score."""
+    from crag.index.embedders import HashEmbedder
+    from crag.state import EvidenceItem
+
+    rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    by_q: dict[str, list[dict]] = defaultdict(list)
+    texts: dict[str, str] = {}
+    for r in rows:
+        by_q[r["qid"]].append(r)
+        texts[r["qid"]] = r["query"]
+    qids = sorted(by_q, key=lambda q: (by_q[q][0]["collection"], int(q) if q.isdigit() else q))
+    if max_queries:
+        qids = qids[:max_queries]
+    embedder = HashEmbedder()
+    qvec = dict(zip(qids, embedder.embed([texts[q] for q in qids])))
+    queries = []
+    for qid in qids:
+        rs = sorted(by_q[qid], key=lambda r: r["bm25_rank"])
+        pvec = embedder.embed([r["passage"] for r in rs])
+        cands = []
+        for r, v in zip(rs, pvec):
+            cos = float(min(1.0, max(0.0, float(qvec[qid] @ v))))
+            item = EvidenceItem(
+                tool="vector_search",
+                source=f"msmarco/{r['docid']}.txt",
+                text=r["passage"],
+                start_line=1,
+                end_line=1,
+                score=round(cos, 6),
+            )
+            cands.append(Candidate(qid, r["docid"], int(r["bm25_rank"]), int(r["grade"]), item))
+        queries.append(Query(qid, texts[qid], cands))
+    return queries
+
+
+# --------------------------------------------------------------------------------------
+# The simulated grader, the meter, and the strategies as a ChatModel
+# --------------------------------------------------------------------------------------
+
+
+class SimulatedGrader:
+    """Scores from the expert grade plus seeded Gaussian noise (see the module docstring)."""
+
+    def __init__(self, labels: dict[tuple[str, str], int], means: dict[int, float], noise: float, seed: int) -> None:
+        self.labels = labels
+        self.means = means
+        self.noise = noise
+        self.seed = seed
+        self._scores: dict[tuple[str, str], float] = {}
+
+    def score(self, question: str, source: str) -> float:
+        key = (question, source)
+        if key not in self._scores:
+            import numpy as np
+
+            rng = np.random.default_rng([self.seed, zlib.crc32(f"{question}\x00{source}".encode())])
+            value = self.means[self.labels[key]] + self.noise * float(rng.standard_normal())
+            self._scores[key] = round(min(1.0, max(0.0, value)), 1)
+        return self._scores[key]
+
+    @staticmethod
+    def reply(scores: Sequence[float]) -> str:
+        return "[" + ", ".join(f"{s:.1f}" for s in scores) + "]"
+
+
+@dataclass
+class CostModel:
+    encoding: str
+    fixed_ms: float
+    prompt_ms: float
+    completion_ms: float
+    _counted: dict[str, int] = field(default_factory=dict, repr=False)
+
+    def _tokens(self, text: str) -> int:
+        n = self._counted.get(text)
+        if n is None:
+            from crag.llm.tokens import count_tokens
+
+            n = self._counted[text] = count_tokens(text, self.encoding)
+        return n
+
+    def prompt_tokens(self, messages: Sequence[dict[str, str]]) -> int:
+        return sum(3 + self._tokens(m["role"]) + self._tokens(m["content"]) for m in messages) + 3
+
+    def completion_tokens(self, text: str) -> int:
+        return self._tokens(text)
+
+    def latency_ms(self, prompt: int, completion: int) -> float:
+        return self.fixed_ms + self.prompt_ms * prompt + self.completion_ms * completion
+
+
+@dataclass
+class Meter:
+    """Grading usage of one strategy on one workload."""
+
+    gradings: int = 0  # grade_evidence visits that had context
+    llm_gradings: int = 0  # ... of which made at least one LLM call
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency_ms: float = 0.0
+    fast_path: Counter = field(default_factory=Counter)
+    cache_hits: int = 0
+    items_graded: int = 0  # items an LLM read
+
+    def call(self, cost: CostModel, messages, reply: str) -> tuple[int, int, float]:
+        p = cost.prompt_tokens(messages)
+        c = cost.completion_tokens(reply)
+        ms = cost.latency_ms(p, c)
+        self.calls += 1
+        self.prompt_tokens += p
+        self.completion_tokens += c
+        self.latency_ms += ms
+        return p, c, ms
+
+
+class StrategyModel:
+    """crag's ChatModel port: scripted replies for routing, planning and synthesis; the
+    simulated grader behind ``grade_evidence``, called the way ``strategy`` calls it."""
+
+    model = "simulated-grader"
+
+    def __init__(self, strategy: str, grader: SimulatedGrader, cost: CostModel, meter: Meter, k: int) -> None:
+        from crag.llm.scripted import ScriptedChatModel
+
+        self.strategy = strategy
+        self.grader = grader
+        self.cost = cost
+        self.meter = meter
+        self.cache: dict[tuple[str, str], float] = {}
+        self.seen_by_llm: set[tuple[str, str]] = set()  # (question, source) an LLM graded
+        self.k = k
+        self._other = ScriptedChatModel(default={"synthesize": "The passages say so [1]."}, model=self.model)
+
+    def complete(self, request, on_delta=None):
+        from crag.state import Completion
+
+        if request.node == "analyze_and_route":
+            return Completion('{"complexity": "complex", "suggested_tools": ["vector_search"]}', self.model)
+        if request.node == "plan":
+            call = {"tool": "vector_search", "args": {"query": request.task.question, "top_k": self.k}}
+            return Completion(json.dumps({"tool_calls": [call]}), self.model)
+        if request.node != "grade_evidence":
+            self._other.requests.clear()
+            return self._other.complete(request, on_delta)
+        return self.grade(request)
+
+    def grade(self, request):
+        """One grading: the strategy's LLM calls, metered; the reply holds all N scores."""
+        from crag import prompts
+        from crag.ports import GradeTask
+        from crag.state import Completion
+
+        task = request.task
+        q, items = task.question, task.items
+        scores = [self.grader.score(q, it.source) for it in items]
+        meter, cost = self.meter, self.cost
+        meter.llm_gradings += 1
+        p = c = 0
+        ms = 0.0
+        if self.strategy == "per_item":
+            for it, s in zip(items, scores):
+                dp, dc, dms = meter.call(cost, prompts.render(GradeTask(q, (it,))), f"{s:.1f}")
+                p, c, ms = p + dp, c + dc, ms + dms
+            meter.items_graded += len(items)
+        elif self.strategy == "batch_rules_cached":
+            keys = [(q, hashlib.sha256(it.text.encode()).hexdigest()) for it in items]
+            new, queued = [], set()
+            for it, s, key in zip(items, scores, keys):
+                if key not in self.cache and key not in queued:  # identical chunks are graded once
+                    queued.add(key)
+                    new.append((it, s, key))
+            meter.cache_hits += len(items) - len(new)
+            if new:
+                messages = prompts.render(GradeTask(q, tuple(it for it, _, _ in new)))
+                p, c, ms = meter.call(cost, messages, self.grader.reply([s for _, s, _ in new]))
+                meter.items_graded += len(new)
+                for _, s, key in new:
+                    self.cache[key] = s
+            scores = [self.cache[key] for key in keys]
+        else:
+            p, c, ms = meter.call(cost, request.messages, self.grader.reply(scores))
+            meter.items_graded += len(items)
+        self.seen_by_llm.update((q, it.source) for it in items)
+        return Completion(self.grader.reply(scores), self.model, prompt_tokens=p, completion_tokens=c, latency_ms=ms)
+
+
+class TrecToolbox:
+    """``vector_search`` returns the next ``k`` unseen candidates of the question, in BM25 order."""
+
+    def __init__(self, query: Query, k: int) -> None:
+        self.query = query
+        self.k = k
+        self.next = 0
+
+    def available(self) -> tuple[str, ...]:
+        return ("vector_search",)
+
+    def run(self, call):
+        items = [c.item for c in self.query.candidates[self.next : self.next + self.k]]
+        self.next += len(items)
+        return items
+
+
+# --------------------------------------------------------------------------------------
+# Running the strategies
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Quality:
+    relevant_retrieved: int = 0
+    relevant_kept: int = 0
+    irrelevant_retrieved: int = 0
+    irrelevant_through: int = 0
+    fast_path_false_approvals: int = 0
+    fast_path_approved: int = 0
+    no_evidence: int = 0
+    actions: Counter = field(default_factory=Counter)
+    rounds: int = 0
+    retrieved_by_grade: Counter = field(default_factory=Counter)
+    kept_by_grade: Counter = field(default_factory=Counter)
+
+    def add(self, retrieved: Iterable[Candidate], kept_sources: set[str]) -> None:
+        for c in retrieved:
+            kept = c.item.source in kept_sources
+            self.retrieved_by_grade[c.grade] += 1
+            self.kept_by_grade[c.grade] += kept
+            if c.relevant:
+                self.relevant_retrieved += 1
+                self.relevant_kept += kept
+            else:
+                self.irrelevant_retrieved += 1
+                self.irrelevant_through += kept
+
+
+def node_config(strategy: str, k: int, threshold: float | None = None):
+    """crag's defaults (3 rounds, rules on), with the rules off for the strategies without them."""
+    from crag.nodes import NodeConfig
+
+    extra: dict[str, Any] = {}
+    if strategy in ("per_item", "batch"):
+        extra = dict(NO_RULES)
+    elif threshold is not None:
+        extra = {"vector_score_threshold": threshold}
+    return NodeConfig(available_tools=("vector_search",), max_iterations=3, top_k=k, **extra)
+
+
+def run_single_round(strategy: str, queries: list[Query], ks: Sequence[int], grader, cost, threshold=None):
+    """Each query's top-k through grade_evidence.prepare / apply, once."""
+    from crag.nodes import grade_evidence
+    from crag.state import AgentState, Complexity, RoutingPlan, ToolCall, ToolRun
+
+    meter, quality = Meter(), Quality()
+    for k in ks:
+        cfg = node_config(strategy, k, threshold)
+        for query in queries:
+            model = StrategyModel(strategy, grader, cost, meter, k)
+            cands = query.candidates[:k]
+            items = tuple(c.item for c in cands)
+            call = ToolCall("vector_search", {"query": query.text, "top_k": k})
+            state = AgentState(
+                question=query.text,
+                routing_plan=RoutingPlan(Complexity.COMPLEX, ("vector_search",)),
+                iteration=1,
+                context=items,
+                tool_history=(ToolRun(1, call, items),),
+                trace=("analyze_and_route", "plan", "tool_exec"),
+            )
+            meter.gradings += 1
+            request = grade_evidence.prepare(state, cfg)
+            reply = model.complete(request) if request is not None else None
+            after = grade_evidence.apply(state, reply, cfg)
+            kept = {it.source for it in after.context}
+            quality.add(cands, kept)
+            quality.actions[after.grader_action.value] += 1
+            quality.rounds += 1
+            if request is None:
+                rule = next(e.fields["rule_name"] for e in after.audit if e.event == "fast_path_hit")
+                meter.fast_path[rule] += 1
+                quality.fast_path_approved += len(cands)
+                quality.fast_path_false_approvals += sum(not c.relevant for c in cands)
+            if not after.context:
+                quality.no_evidence += 1
+    return meter, quality
+
+
+def run_rounds(strategy: str, queries: list[Query], ks: Sequence[int], grader, cost, threshold=None):
+    """Whole questions through crag's Driver, up to KB_AGENT_MAX_ITERATIONS=3 rounds."""
+    from crag.driver import Driver
+
+    meter, quality = Meter(), Quality()
+    for k in ks:
+        cfg = node_config(strategy, k, threshold)
+        for query in queries:
+            model = StrategyModel(strategy, grader, cost, meter, k)
+            toolbox = TrecToolbox(query, k)
+            driver = Driver(model, toolbox, cfg, max_parallel_tools=1)
+            state = driver.run(query.text)
+            retrieved = query.candidates[: toolbox.next]
+            kept = {it.source for it in state.context}
+            quality.add(retrieved, kept)
+            quality.rounds += state.iteration
+            quality.actions[state.grader_action.value if state.grader_action else "none"] += 1
+            meter.gradings += state.trace.count("grade_evidence")
+            hits = [e for e in state.audit if e.event == "fast_path_hit"]
+            for e in hits:
+                meter.fast_path[e.fields["rule_name"]] += 1
+            if hits:  # a rule hit means GENERATE: it was the question's last grading
+                approved = [c for c in retrieved if c.item.source in kept]
+                quality.fast_path_approved += len(approved)
+                quality.fast_path_false_approvals += sum(
+                    not c.relevant and (query.text, c.item.source) not in model.seen_by_llm for c in approved
+                )
+            if not state.context:
+                quality.no_evidence += 1
+    return meter, quality
+
+
+def summarise(strategy: str, meter: Meter, quality: Quality, prices: dict[str, tuple[float, float]], unit: int) -> dict:
+    n = max(meter.gradings, 1) if unit == 0 else unit
+    row = {
+        "strategy": strategy,
+        "units": unit,
+        "gradings": meter.gradings,
+        "llm_calls": meter.calls,
+        "prompt_tokens": meter.prompt_tokens,
+        "completion_tokens": meter.completion_tokens,
+        "total_tokens": meter.prompt_tokens + meter.completion_tokens,
+        "items_read_by_llm": meter.items_graded,
+        "cache_hits": meter.cache_hits,
+        "fast_path_hits": dict(meter.fast_path),
+        "latency_s": meter.latency_ms / 1000,
+        "latency_s_per_unit": meter.latency_ms / 1000 / n,
+        "calls_per_unit": meter.calls / n,
+        "tokens_per_unit": (meter.prompt_tokens + meter.completion_tokens) / n,
+        "usd": {name: (meter.prompt_tokens * pin + meter.completion_tokens * pout) / 1e6
+                for name, (pin, pout) in prices.items()},
+        "usd_per_1000_units": {name: 1000 / n * (meter.prompt_tokens * pin + meter.completion_tokens * pout) / 1e6
+                               for name, (pin, pout) in prices.items()},
+        "relevant_retrieved": quality.relevant_retrieved,
+        "relevant_kept": quality.relevant_kept,
+        "relevant_kept_pct": 100 * quality.relevant_kept / max(quality.relevant_retrieved, 1),
+        "irrelevant_retrieved": quality.irrelevant_retrieved,
+        "irrelevant_through": quality.irrelevant_through,
+        "irrelevant_through_pct": 100 * quality.irrelevant_through / max(quality.irrelevant_retrieved, 1),
+        "kept_pct_by_grade": {str(g): 100 * quality.kept_by_grade[g] / quality.retrieved_by_grade[g]
+                              for g in sorted(quality.retrieved_by_grade)},
+        "fast_path_approved": quality.fast_path_approved,
+        "fast_path_false_approvals": quality.fast_path_false_approvals,
+        "no_evidence_answers": quality.no_evidence,
+        "actions": dict(quality.actions),
+        "rounds": quality.rounds,
+    }
+    return row
+
+
+def run(args) -> dict[str, Any]:
+    queries = load_queries(args.data, args.queries)
+    labels = {(q.text, c.item.source): c.grade for q in queries for c in q.candidates}
+    grader = SimulatedGrader(labels, args.means, args.noise, args.seed)
+    cost = CostModel(args.encoding, args.latency_fixed_ms, args.latency_prompt_ms, args.latency_completion_ms)
+    n_single = len(queries) * len(args.ks)
+    workloads: dict[str, list[dict]] = {"single_round": [], "rounds": []}
+    by_k: dict[str, dict[str, list[dict]]] = {"single_round": {}, "rounds": {}}
+    for strategy in args.strategies:
+        meter, quality = run_single_round(strategy, queries, args.ks, grader, cost)
+        workloads["single_round"].append(summarise(strategy, meter, quality, args.prices, n_single))
+        meter, quality = run_rounds(strategy, queries, args.ks, grader, cost)
+        workloads["rounds"].append(summarise(strategy, meter, quality, args.prices, n_single))
+        if len(args.ks) > 1:
+            for k in args.ks:
+                for workload, fn in (("single_round", run_single_round), ("rounds", run_rounds)):
+                    meter, quality = fn(strategy, queries, [k], grader, cost)
+                    by_k[workload].setdefault(str(k), []).append(
+                        summarise(strategy, meter, quality, args.prices, len(queries)))
+        if args.verbose:
+            s, r = workloads["single_round"][-1], workloads["rounds"][-1]
+            print(f"  grading_cost: {strategy:18s} single: {s['llm_calls']:5d} calls {s['total_tokens']:8,d} tokens   "
+                  f"3 rounds: {r['llm_calls']:5d} calls {r['total_tokens']:8,d} tokens", flush=True)
+    sweep = []
+    if args.sweep and "batch" in args.strategies:
+        batch = next(r for r in workloads["single_round"] if r["strategy"] == "batch")
+        for t in args.sweep:
+            meter, quality = run_single_round("batch_rules", queries, args.ks, grader, cost, threshold=t)
+            row = summarise("batch_rules", meter, quality, args.prices, n_single)
+            sweep.append({
+                "threshold": t,
+                "high_vector_score_hits": row["fast_path_hits"].get("high_vector_score", 0),
+                "gradings": row["gradings"],
+                "tokens_saved_vs_batch_pct": 100 * (1 - row["total_tokens"] / max(batch["total_tokens"], 1)),
+                "fast_path_false_approvals": row["fast_path_false_approvals"],
+                "irrelevant_through_pct": row["irrelevant_through_pct"],
+                "irrelevant_through_pts_vs_batch": row["irrelevant_through_pct"] - batch["irrelevant_through_pct"],
+                "relevant_kept_pct": row["relevant_kept_pct"],
+            })
+    few = []
+    for k in args.few_context_ks:
+        rows = {}
+        for strategy in ("batch", "batch_rules"):
+            meter, quality = run_single_round(strategy, queries, [k], grader, cost)
+            rows[strategy] = summarise(strategy, meter, quality, args.prices, len(queries))
+        b, d = rows["batch"], rows["batch_rules"]
+        few.append({
+            "k": k,
+            "few_context_hits": d["fast_path_hits"].get("few_context", 0),
+            "gradings": d["gradings"],
+            "tokens_saved_vs_batch_pct": 100 * (1 - d["total_tokens"] / max(b["total_tokens"], 1)),
+            "irrelevant_retrieved": d["irrelevant_retrieved"],
+            "fast_path_false_approvals": d["fast_path_false_approvals"],
+            "irrelevant_through_pct": d["irrelevant_through_pct"],
+            "irrelevant_through_pts_vs_batch": d["irrelevant_through_pct"] - b["irrelevant_through_pct"],
+        })
+    result = {
+        "benchmark": NAME,
+        "args": {
+            "data": _display_path(args.data),
+            "queries": len(queries),
+            "pairs": sum(len(q.candidates) for q in queries),
+            "ks": list(args.ks),
+            "strategies": list(args.strategies),
+            "default_strategy": DEFAULT_STRATEGY,
+            "grader_means": {str(g): m for g, m in args.means.items()},
+            "grader_noise_sd": args.noise,
+            "seed": args.seed,
+            "encoding": args.encoding,
+            "latency_model_ms": {"fixed": args.latency_fixed_ms, "per_prompt_token": args.latency_prompt_ms,
+                                 "per_completion_token": args.latency_completion_ms},
+            "prices_usd_per_million": {n: {"input": p[0], "output": p[1]} for n, p in args.prices.items()},
+            "retrieval_score": "crag HashEmbedder cosine(query, passage), clipped to [0, 1]",
+            "crag_thresholds": {"auto_approve_max_items": 2, "vector_score_threshold": 0.8, "drop": 0.3,
+                                "generate": 0.7, "max_iterations": 3},
+        },
+        "environment": environment(["crag", "tiktoken"]),
+        "retrieval_score_stats": _score_stats(queries),
+        "workloads": workloads,
+        "by_k": by_k,
+        "threshold_sweep": sweep,
+        "few_context": few,
+    }
+    result["headline"] = headline(result)
+    return result
+
+
+def _display_path(path: Path) -> str:
+    try:
+        return str(Path(path).resolve().relative_to(REPO.parent))
+    except ValueError:
+        return str(path)
+
+
+def _score_stats(queries: list[Query]) -> dict[str, Any]:
+    from benchmarks.common import percentile
+
+    out = {}
+    for label, pick in (("relevant", True), ("irrelevant", False)):
+        xs = [c.item.score for q in queries for c in q.candidates if c.relevant is pick]
+        out[label] = {"n": len(xs), "p5": percentile(xs, 5), "p50": percentile(xs, 50), "p95": percentile(xs, 95),
+                      "max": max(xs) if xs else None}
+    return out
+
+
+def headline(result: dict[str, Any]) -> dict[str, Any]:
+    """The issue's targets, checked for the default strategy and for every strategy."""
+    out: dict[str, Any] = {"targets": {"calls_vs_per_item": 5.0, "tokens_saved_vs_batch_pct": 25.0,
+                                       "extra_irrelevant_pts_vs_batch": 2.0}}
+    for workload, rows in result["workloads"].items():
+        by = {r["strategy"]: r for r in rows}
+        if "per_item" not in by or "batch" not in by:
+            continue
+        per_item, batch = by["per_item"], by["batch"]
+        verdicts = {}
+        for name, r in by.items():
+            calls_ratio = per_item["llm_calls"] / r["llm_calls"] if r["llm_calls"] else math.inf
+            saved = 100 * (1 - r["total_tokens"] / batch["total_tokens"]) if batch["total_tokens"] else 0.0
+            extra = r["irrelevant_through_pct"] - batch["irrelevant_through_pct"]
+            verdicts[name] = {
+                "calls_ratio_vs_per_item": calls_ratio,
+                "tokens_saved_vs_batch_pct": saved,
+                "extra_irrelevant_pts_vs_batch": extra,
+                "relevant_kept_pts_vs_batch": r["relevant_kept_pct"] - batch["relevant_kept_pct"],
+                "meets_calls": calls_ratio >= 5.0,
+                "meets_tokens": saved >= 25.0,
+                "meets_quality": extra <= 2.0,
+            }
+            verdicts[name]["meets_all"] = all(verdicts[name][k] for k in ("meets_calls", "meets_tokens", "meets_quality"))
+        out[workload] = verdicts
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# Report
+# --------------------------------------------------------------------------------------
+
+WORKLOAD_TITLES = {
+    "single_round": "Single round: each query's top-k graded once ({n:,} gradings)",
+    "rounds": "Whole questions, up to 3 retrieval rounds through crag's driver ({n:,} questions)",
+}
+
+
+def render_markdown(result: dict[str, Any]) -> str:
+    a = result["args"]
+    price_names = list(a["prices_usd_per_million"])
+    out = [(
+        f"{a['queries']} TREC DL queries × k ∈ {{{', '.join(map(str, a['ks']))}}} ({a['pairs']:,} judged passages); "
+        f"simulated grader: mean score by grade "
+        f"{', '.join(f'{g}→{m:g}' for g, m in a['grader_means'].items())}, noise sd {a['grader_noise_sd']}, "
+        f"seed {a['seed']}; "
+        f"tokens: tiktoken {a['encoding']}; latency: {a['latency_model_ms']['fixed']:g} ms + "
+        f"{a['latency_model_ms']['per_prompt_token']:g} ms/prompt token + "
+        f"{a['latency_model_ms']['per_completion_token']:g} ms/completion token per call.\n"
+    )]
+    for workload, rows in result["workloads"].items():
+        unit = "grading" if workload == "single_round" else "question"
+        n = rows[0]["units"] if rows else 0
+        out.append(f"\n**{WORKLOAD_TITLES[workload].format(n=n)}**\n\n")
+        headers = ["strategy", "LLM calls", "prompt tokens", "completion tokens", f"latency s / {unit}",
+                   *[f"$ / 1k {unit}s ({p})" for p in price_names],
+                   "relevant kept", "irrelevant through", "fast-path false approvals"]
+        table = []
+        for r in rows:
+            table.append([
+                f"`{r['strategy']}`" + (" (default)" if r["strategy"] == a["default_strategy"] else ""),
+                fmt(r["llm_calls"]), fmt(r["prompt_tokens"]), fmt(r["completion_tokens"]),
+                fmt(r["latency_s_per_unit"], 2),
+                *[fmt(r["usd_per_1000_units"][p], 3) for p in price_names],
+                f"{r['relevant_kept_pct']:.1f}% ({r['relevant_kept']:,}/{r['relevant_retrieved']:,})",
+                f"{r['irrelevant_through_pct']:.1f}% ({r['irrelevant_through']:,}/{r['irrelevant_retrieved']:,})",
+                fmt(r["fast_path_false_approvals"]),
+            ])
+        out.append(markdown_table(headers, table))
+        default = next((r for r in rows if r["strategy"] == a["default_strategy"]), None)
+        if default:
+            out.append(
+                f"\nPassages kept, by expert grade (`{a['default_strategy']}`): "
+                + ", ".join(f"grade {g} {p:.1f}%" for g, p in sorted(default["kept_pct_by_grade"].items(),
+                                                                    reverse=True))
+                + ". Final actions: "
+                + ", ".join(f"{k} {v:,}" for k, v in sorted(default["actions"].items())) + ".\n"
+            )
+        verdicts = result["headline"].get(workload, {})
+        if verdicts:
+            out.append("\nAgainst the targets (vs `per_item` calls, vs `batch` tokens and irrelevant passages):\n\n")
+            vt = []
+            for name, v in verdicts.items():
+                vt.append([
+                    f"`{name}`", f"{v['calls_ratio_vs_per_item']:.1f}× {'✓' if v['meets_calls'] else '✗'}",
+                    f"{v['tokens_saved_vs_batch_pct']:.1f}% {'✓' if v['meets_tokens'] else '✗'}",
+                    f"{v['extra_irrelevant_pts_vs_batch']:+.1f} pts {'✓' if v['meets_quality'] else '✗'}",
+                    f"{v['relevant_kept_pts_vs_batch']:+.1f} pts",
+                ])
+            out.append(markdown_table(
+                ["strategy", "fewer calls than per_item (≥ 5×)", "fewer tokens than batch (≥ 25%)",
+                 "more irrelevant than batch (≤ +2)", "relevant kept vs batch"], vt, "lrrrr"))
+    by_k = result.get("by_k") or {}
+    if by_k.get("single_round") and by_k.get("rounds"):
+        out.append("\n**By k** (calls and tokens per grading in a single round, per question over up to 3 rounds):\n\n")
+        table = []
+        for k, rows in by_k["single_round"].items():
+            one = {r["strategy"]: r for r in rows}
+            multi = {r["strategy"]: r for r in by_k["rounds"].get(k, [])}
+            cells = [k]
+            for src in (one, multi):
+                pi, b, d = src.get("per_item"), src.get("batch"), src.get(DEFAULT_STRATEGY)
+                cached = src.get("batch_rules_cached")
+                cells += [
+                    fmt(pi["calls_per_unit"], 1) if pi else "–",
+                    fmt(d["calls_per_unit"], 2) if d else "–",
+                    fmt(b["tokens_per_unit"], 0) if b else "–",
+                    fmt(d["tokens_per_unit"], 0) if d else "–",
+                    fmt(cached["tokens_per_unit"], 0) if cached else "–",
+                ]
+            table.append(cells)
+        out.append(markdown_table(
+            ["k", "per_item calls", "default calls", "batch tokens", "default tokens", "cached tokens",
+             "per_item calls / q", "default calls / q", "batch tokens / q", "default tokens / q",
+             "cached tokens / q"], table))
+    sweep = result.get("threshold_sweep") or []
+    if sweep:
+        out.append("\n**`high_vector_score` threshold sweep** (single round, `batch_rules`; the score is crag's "
+                   "hash-embedder cosine):\n\n")
+        out.append(markdown_table(
+            ["threshold", "rule hits", "tokens saved vs batch", "false approvals", "irrelevant through",
+             "vs batch", "relevant kept"],
+            [[f"{s['threshold']:g}", f"{s['high_vector_score_hits']:,} / {s['gradings']:,}",
+              f"{s['tokens_saved_vs_batch_pct']:.1f}%", fmt(s["fast_path_false_approvals"]),
+              f"{s['irrelevant_through_pct']:.1f}%", f"{s['irrelevant_through_pts_vs_batch']:+.1f} pts",
+              f"{s['relevant_kept_pct']:.1f}%"] for s in sweep],
+        ))
+    few = result.get("few_context") or []
+    if few:
+        out.append("\n**`few_context` rule at small k** (single round, `batch_rules` vs `batch`: lists of at most "
+                   "`KB_AGENT_AUTO_APPROVE_MAX_ITEMS` = 2 items are approved unread):\n\n")
+        out.append(markdown_table(
+            ["k", "rule hits", "tokens saved vs batch", "false approvals", "irrelevant through", "vs batch"],
+            [[str(f["k"]), f"{f['few_context_hits']:,} / {f['gradings']:,}", f"{f['tokens_saved_vs_batch_pct']:.1f}%",
+              f"{f['fast_path_false_approvals']:,} of {f['irrelevant_retrieved']:,}",
+              f"{f['irrelevant_through_pct']:.1f}%", f"{f['irrelevant_through_pts_vs_batch']:+.1f} pts"] for f in few],
+        ))
+    st = result["retrieval_score_stats"]
+    out.append(
+        f"\nRetrieval scores (hash-embedder cosine): relevant passages p50 {st['relevant']['p50']:.2f} "
+        f"(p95 {st['relevant']['p95']:.2f}), irrelevant p50 {st['irrelevant']['p50']:.2f} "
+        f"(p95 {st['irrelevant']['p95']:.2f}); highest of all {max(st['relevant']['max'] or 0, st['irrelevant']['max'] or 0):.2f}.\n"
+    )
+    return "".join(out)
+
+
+def render_chart(result: dict[str, Any], path: Path) -> Path | None:
+    """Six panels: cost (calls, tokens, latency, dollars), quality, and the cost/quality trade-off."""
+    plt = load_pyplot()
+    if plt is None:
+        return None
+    workloads = list(result["workloads"])
+    wl_label = {"single_round": "single round\n(per grading)", "rounds": "up to 3 rounds\n(per question)"}
+    strategies = [r["strategy"] for r in result["workloads"][workloads[0]]]
+    colours = {"per_item": "#d62728", "batch": "#ff7f0e", "batch_rules": "#1f77b4", "batch_rules_cached": "#2ca02c"}
+    price = next(iter(result["args"]["prices_usd_per_million"]))
+    get = {w: {r["strategy"]: r for r in rows} for w, rows in result["workloads"].items()}
+    fig, axes = plt.subplots(2, 3, figsize=(16, 9))
+    width = 0.8 / max(len(strategies), 1)
+    panels = [
+        (axes[0, 0], lambda r: r["calls_per_unit"], "LLM grading calls", "{:.1f}"),
+        (axes[0, 1], lambda r: r["tokens_per_unit"], "Grading tokens (prompt + completion)", "{:,.0f}"),
+        (axes[0, 2], lambda r: r["latency_s_per_unit"], "Simulated grading latency (s)", "{:.1f}"),
+        (axes[1, 0], lambda r: r["usd_per_1000_units"][price], f"$ per 1,000 ({price})", "{:.3f}"),
+    ]
+    for ax, value, title, label in panels:
+        for i, s in enumerate(strategies):
+            vals = [value(get[w][s]) for w in workloads]
+            xs = [j + (i - (len(strategies) - 1) / 2) * width for j in range(len(workloads))]
+            bars = ax.bar(xs, vals, width, color=colours.get(s), label=s)
+            for b, v in zip(bars, vals):
+                ax.text(b.get_x() + b.get_width() / 2, v, label.format(v), ha="center", va="bottom", fontsize=7)
+        ax.set(xticks=range(len(workloads)), xticklabels=[wl_label[w] for w in workloads], title=title)
+        ax.margins(y=0.12)
+        ax.grid(True, axis="y", alpha=0.3)
+
+    ax = axes[1, 1]
+    rounds = get["rounds"]
+    metrics = [
+        ("relevant kept", lambda r: r["relevant_kept_pct"], "#2ca02c"),
+        ("grade 1 (related) through", lambda r: r["kept_pct_by_grade"].get("1", 0.0), "#ff7f0e"),
+        ("grade 0 (unrelated) through", lambda r: r["kept_pct_by_grade"].get("0", 0.0), "#d62728"),
+        ("fast-path false approvals\n(% of irrelevant)",
+         lambda r: 100 * r["fast_path_false_approvals"] / max(r["irrelevant_retrieved"], 1), "#9467bd"),
+    ]
+    w2 = 0.8 / len(metrics)
+    for i, (name, value, colour) in enumerate(metrics):
+        vals = [value(rounds[s]) for s in strategies]
+        xs = [j + (i - (len(metrics) - 1) / 2) * w2 for j in range(len(strategies))]
+        bars = ax.bar(xs, vals, w2, color=colour, label=name)
+        for b, v in zip(bars, vals):
+            ax.text(b.get_x() + b.get_width() / 2, v, f"{v:.0f}", ha="center", va="bottom", fontsize=7)
+    ax.set(xticks=range(len(strategies)), xticklabels=[s.replace("_", "_\n", 1) for s in strategies],
+           ylabel="% of retrieved passages of that kind", ylim=(0, 140),
+           title="Decision quality vs expert labels (up to 3 rounds)")
+    ax.legend(fontsize=7, loc="upper right", ncol=2)
+    ax.grid(True, axis="y", alpha=0.3)
+
+    ax = axes[1, 2]
+    h = result.get("headline", {})
+    tgt = h.get("targets", {})
+    ax.fill_between([tgt.get("tokens_saved_vs_batch_pct", 25), 100], -100, tgt.get("extra_irrelevant_pts_vs_batch", 2),
+                    color="#2ca02c", alpha=0.08)
+    ax.axhline(tgt.get("extra_irrelevant_pts_vs_batch", 2), color="#2ca02c", ls="--", lw=1)
+    ax.axvline(tgt.get("tokens_saved_vs_batch_pct", 25), color="#2ca02c", ls="--", lw=1)
+    ax.text(tgt.get("tokens_saved_vs_batch_pct", 25) + 1, tgt.get("extra_irrelevant_pts_vs_batch", 2) - 0.3,
+            "target: ≥ 25% fewer tokens,\n≤ +2 pts irrelevant", fontsize=7, color="#2ca02c", va="top")
+    sweep = result.get("threshold_sweep") or []
+    if sweep:
+        xs = [sw["tokens_saved_vs_batch_pct"] for sw in sweep]
+        ys = [sw["irrelevant_through_pts_vs_batch"] for sw in sweep]
+        ax.plot(xs, ys, "-o", color="#7f7f7f", ms=3, lw=1, label="batch_rules, lower vector threshold")
+        for sw, x, y in zip(sweep, xs, ys):
+            ax.annotate(f"{sw['threshold']:g}", (x, y), fontsize=6, xytext=(3, 3), textcoords="offset points",
+                        color="#555")
+    for w, marker in (("single_round", "s"), ("rounds", "o")):
+        for s, v in h.get(w, {}).items():
+            if s == "per_item":
+                continue
+            ax.scatter(v["tokens_saved_vs_batch_pct"], v["extra_irrelevant_pts_vs_batch"], s=70, marker=marker,
+                       color=colours.get(s), edgecolors="black", linewidths=0.5, zorder=3,
+                       label=f"{s} ({'single round' if w == 'single_round' else 'up to 3 rounds'})")
+    ax.set(xlabel="grading tokens saved vs batch (%)", ylabel="irrelevant passages let through vs batch (pts)",
+           title="Savings vs what gets through", xlim=(-5, 60),
+           ylim=(-1.5, max([2.5] + [sw["irrelevant_through_pts_vs_batch"] + 1 for sw in sweep])))
+    ax.legend(fontsize=6, loc="upper left")
+    ax.grid(True, alpha=0.3)
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", ncol=len(strategies), fontsize=9, bbox_to_anchor=(0.5, 0.965))
+    a = result["args"]
+    fig.suptitle(f"Grading cost: {a['queries']} TREC DL queries, k in {a['ks']} "
+                 f"(simulated grader, real crag prompts and decisions)", y=0.995)
+    fig.tight_layout(rect=(0, 0, 1, 0.94))
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+# --------------------------------------------------------------------------------------
+# Command line
+# --------------------------------------------------------------------------------------
+
+
+def _price(text: str) -> tuple[str, tuple[float, float]]:
+    try:
+        name, rest = text.split("=", 1)
+        pin, pout = rest.split("/", 1)
+        return name.strip(), (float(pin), float(pout))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected NAME=INPUT/OUTPUT (USD per million tokens), got {text!r}") from None
+
+
+def _means(text: str) -> dict[int, float]:
+    try:
+        values = [float(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError("expected four numbers for grades 0,1,2,3") from None
+    if len(values) != 4 or not all(0 <= v <= 1 for v in values):
+        raise argparse.ArgumentTypeError("expected four numbers in [0, 1] for grades 0,1,2,3")
+    return dict(enumerate(values))
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.grading_cost", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", type=Path, default=DEFAULT_DATA, help="judged_pairs.jsonl (default: %(default)s)")
+    p.add_argument("--queries", type=int, default=0, help="use only the first N queries (default: all)")
+    p.add_argument("--ks", default="3,5,10", help="candidate list sizes (default: %(default)s)")
+    p.add_argument("--strategies", default=",".join(STRATEGIES), help="comma-separated (default: %(default)s)")
+    p.add_argument("--noise", type=float, default=0.15, help="grader noise sd (default: %(default)s)")
+    p.add_argument("--means", type=_means, default=DEFAULT_MEANS,
+                   help="grader mean score for grades 0,1,2,3 (default: 0.05,0.45,0.8,0.95)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--encoding", default="o200k_base", help="tiktoken encoding (default: %(default)s)")
+    p.add_argument("--latency-fixed-ms", type=float, default=350.0)
+    p.add_argument("--latency-prompt-ms", type=float, default=0.2, help="ms per prompt token (default: %(default)s)")
+    p.add_argument("--latency-completion-ms", type=float, default=15.0,
+                   help="ms per completion token (default: %(default)s)")
+    p.add_argument("--price", action="append", type=_price, metavar="NAME=IN/OUT",
+                   help="USD per million input/output tokens, repeatable (default: gpt-4o-mini=0.15/0.60, "
+                        "gpt-4o=2.50/10.00)")
+    p.add_argument("--sweep", default=",".join(f"{t:g}" for t in SWEEP_THRESHOLDS),
+                   help="high_vector_score thresholds to sweep, '' for none (default: %(default)s)")
+    p.add_argument("--few-context-ks", default="1,2",
+                   help="small k at which the few_context rule is checked, '' for none (default: %(default)s)")
+    p.add_argument("--out", type=Path, default=RESULTS_DIR)
+    p.add_argument("--quiet", dest="verbose", action="store_false")
+    args = p.parse_args(argv)
+    args.ks = [int(k) for k in args.ks.split(",") if k.strip()]
+    args.few_context_ks = [int(k) for k in args.few_context_ks.split(",") if k.strip()]
+    args.strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
+    unknown = set(args.strategies) - set(STRATEGIES)
+    if unknown:
+        p.error(f"unknown strategy: {', '.join(sorted(unknown))} (choose from {', '.join(STRATEGIES)})")
+    args.prices = dict(args.price or [_price(x) for x in DEFAULT_PRICES])
+    args.sweep = [float(t) for t in args.sweep.split(",") if t.strip()]
+    args.queries = args.queries or None
+    if not Path(args.data).exists():
+        p.error(f"no such file: {args.data} (the TREC DL judged pairs; pass --data)")
+    return args
+
+
+def main(argv=None) -> dict[str, Any]:
+    args = parse_args(argv)
+    result = run(args)
+    write_json(args.out / f"{NAME}.json", result)
+    write_text(args.out / f"{NAME}.md", render_markdown(result))
+    if render_chart(result, args.out / f"{NAME}.png") is None:
+        print(no_chart_note(NAME))
+    if args.verbose:
+        print(render_markdown(result))
+    return result
+
+
+if __name__ == "__main__":
+    main()

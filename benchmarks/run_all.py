@@ -1,0 +1,189 @@
+"""Run every crag benchmark with small defaults and print the headline figures.
+
+``make bench`` calls ``python -m benchmarks.run_all``. Each benchmark runs in its own
+interpreter (so that FAISS's threads and a million vectors in memory cannot disturb the
+microsecond timings of the overhead benchmark), in this order:
+
+1. ``overhead``      driver vs LangGraph per question, start-up, imports;
+2. ``grading_cost``  grading strategies on TREC DL with a simulated grader;
+3. ``index_scale``   exact vs approximate FAISS at 10k, 100k and 1M chunks;
+4. ``retrieval``     when ``benchmarks/retrieval.py`` exists (``--skip-retrieval`` to skip; it
+                     writes to ``benchmarks/results/`` itself, so it is left out when ``--out``
+                     points elsewhere).
+
+Each writes ``NAME.json``, ``NAME.md`` and ``NAME.png`` under ``--out`` (default
+``benchmarks/results/``); this script adds ``summary.json`` and ``summary.md`` with the
+headline figures and the wall time of each part. ``--quick`` runs tiny workloads (seconds,
+for a smoke test); extra arguments for one benchmark go through ``--args NAME="..."``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import (
+    RESULTS_DIR,
+    environment,
+    fmt,
+    markdown_table,
+    write_json,
+    write_text,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+BENCHMARKS = ("overhead", "grading_cost", "index_scale", "retrieval")
+
+DEFAULT_ARGS: dict[str, list[str]] = {
+    "overhead": [],
+    "grading_cost": [],
+    "index_scale": [],
+    "retrieval": [],
+}
+QUICK_ARGS: dict[str, list[str]] = {
+    "overhead": ["--runs", "200", "--warmup", "20", "--startup-runs", "2", "--no-cli-probe"],
+    "grading_cost": ["--queries", "8", "--ks", "3,5", "--sweep", "0.8,0.4", "--few-context-ks", "2"],
+    "index_scale": ["--sizes", "2000,10000", "--queries", "20", "--min-single", "5", "--single-budget-s", "0.5"],
+    "retrieval": [],
+}
+
+
+def _options(name: str) -> str:
+    """The --help text of a benchmark (retrieval.py is another module's; its CLI is read, not assumed)."""
+    proc = subprocess.run([sys.executable, "-m", f"benchmarks.{name}", "--help"], capture_output=True, text=True,
+                          cwd=REPO, check=False)
+    return proc.stdout if proc.returncode == 0 else ""
+
+
+def run_one(name: str, argv: list[str], out: Path) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", f"benchmarks.{name}", *argv]
+    if name != "retrieval" or "--out" in _options(name):
+        cmd += ["--out", str(out)]
+    print(f"== {name}: {' '.join(shlex.quote(c) for c in cmd[1:])}", flush=True)
+    t = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=REPO, check=False)
+    wall = time.perf_counter() - t
+    print(f"== {name}: {'done' if proc.returncode == 0 else f'FAILED (exit {proc.returncode})'} in {wall:.0f} s",
+          flush=True)
+    return {"name": name, "exit_status": proc.returncode, "wall_s": wall, "command": cmd[1:]}
+
+
+def _load(out: Path, name: str) -> dict[str, Any] | None:
+    path = out / f"{name}.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def headlines(out: Path) -> list[str]:
+    """One line per headline figure, read back from the JSON files just written."""
+    lines = []
+    ov = _load(out, "overhead")
+    if ov:
+        h = ov["headline"]
+        crag = h["crag_overhead_us"]
+        if h.get("min_ratio_overhead_langgraph_vs_crag") is not None:
+            lg = h["langgraph_overhead_us"]
+            lines.append(
+                f"Driver overhead per question: crag {min(crag.values()):.0f}–{max(crag.values()):.0f} µs, "
+                f"LangGraph {min(lg.values()):,.0f}–{max(lg.values()):,.0f} µs on the same graph: "
+                f"≥ {h['min_ratio_overhead_langgraph_vs_crag']:.0f}× less (target ≥ {h['target_ratio']:g}×: "
+                f"{'met' if h['target_met'] else 'not met'})."
+            )
+        else:
+            lines.append(f"Driver overhead per question: crag {min(crag.values()):.0f}–{max(crag.values()):.0f} µs "
+                         "(LangGraph not installed: no ratio).")
+        s = ov.get("startup")
+        if s:
+            lines.append(f"`python -m crag --help`: {s['crag_help_ms']:.0f} ms (bare interpreter "
+                         f"{s['python_bare_ms']:.0f} ms).")
+    gc = _load(out, "grading_cost")
+    if gc:
+        default = gc["args"]["default_strategy"]
+        for workload, label in (("single_round", "single round"), ("rounds", "up to 3 rounds")):
+            verdicts = gc["headline"].get(workload, {})
+            for name in (default, "batch_rules_cached"):
+                v = verdicts.get(name)
+                if not v:
+                    continue
+                lines.append(
+                    f"Grading, {label}, `{name}`{' (default)' if name == default else ''}: "
+                    f"{v['calls_ratio_vs_per_item']:.1f}× fewer calls than per_item, "
+                    f"{v['tokens_saved_vs_batch_pct']:.1f}% fewer tokens than batch, "
+                    f"{v['extra_irrelevant_pts_vs_batch']:+.1f} pts irrelevant vs batch "
+                    f"({'meets' if v['meets_all'] else 'misses'} the target)."
+                )
+    ix = _load(out, "index_scale")
+    if ix:
+        rows = [r for r in ix["rows"] if "skipped" not in r]
+        biggest = max(r["chunks"] for r in rows)
+        at = {r["method"]: r for r in rows if r["chunks"] == biggest}
+        k = ix["args"]["k"]
+        parts = [f"{m} p50 {r['search_p50_ms']:.1f} ms (recall@{k} {r[f'recall_at_{k}']:.2f})" for m, r in at.items()]
+        lines.append(f"Index at {biggest:,} chunks (dim {ix['args']['dim']}): " + ", ".join(parts) + ".")
+        adv = ix.get("advice") or {}
+        if adv.get("flat_exceeds_budget_at_chunks"):
+            lines.append(f"Exact search passes {adv['latency_budget_ms']:g} ms per query at about "
+                         f"{adv['flat_exceeds_budget_at_chunks']:,} chunks.")
+    return lines
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.run_all", description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", type=Path, default=None,
+                   help="results directory (default: benchmarks/results; a temporary one with --quick)")
+    p.add_argument("--quick", action="store_true", help="tiny workloads: a smoke test, not a measurement")
+    p.add_argument("--only", default="", help="comma-separated subset of " + ",".join(BENCHMARKS))
+    p.add_argument("--skip-retrieval", action="store_true", help="do not run benchmarks/retrieval.py")
+    p.add_argument("--args", action="append", default=[], metavar='NAME="..."',
+                   help='extra arguments for one benchmark, e.g. --args index_scale="--full"')
+    args = p.parse_args(argv)
+    names = [n.strip() for n in args.only.split(",") if n.strip()] or list(BENCHMARKS)
+    unknown = set(names) - set(BENCHMARKS)
+    if unknown:
+        p.error(f"unknown benchmark: {', '.join(sorted(unknown))}")
+    extra: dict[str, list[str]] = {}
+    for item in args.args:
+        name, _, rest = item.partition("=")
+        if name not in BENCHMARKS:
+            p.error(f"--args: unknown benchmark {name!r}")
+        extra[name] = extra.get(name, []) + shlex.split(rest)
+    base = QUICK_ARGS if args.quick else DEFAULT_ARGS
+    if args.out is None:
+        args.out = Path(tempfile.mkdtemp(prefix="crag-bench-")) if args.quick else RESULTS_DIR
+    if "retrieval" in names:
+        help_text = "" if args.skip_retrieval or not (REPO / "benchmarks" / "retrieval.py").exists() else _options("retrieval")
+        if not help_text or (args.out != RESULTS_DIR and "--out" not in help_text):
+            # it would write into benchmarks/results whatever --out says: only a real run may do that
+            names.remove("retrieval")
+        elif args.quick and "--quick" in help_text:
+            base = {**base, "retrieval": ["--quick"]}
+    args.out.mkdir(parents=True, exist_ok=True)
+    began = time.perf_counter()
+    runs = [run_one(n, base[n] + extra.get(n, []), args.out) for n in names]
+    total = time.perf_counter() - began
+    lines = headlines(args.out)
+    summary = {"quick": args.quick, "total_wall_s": total, "runs": runs, "headlines": lines,
+               "environment": environment(["crag", "faiss-cpu", "numpy", "tiktoken", "langgraph", "matplotlib"])}
+    write_json(args.out / "summary.json", summary)
+    md = ["Headline figures of the last `make bench` run:\n\n", *(f"- {line}\n" for line in lines), "\n",
+          markdown_table(["benchmark", "exit status", "wall time (s)"],
+                         [[r["name"], r["exit_status"], fmt(r["wall_s"], 0)] for r in runs]),
+          (f"\nTotal: {total:.0f} s on {summary['environment']['cpu_count']} cores "
+           f"({summary['environment']['platform']}).\n")]
+    write_text(args.out / "summary.md", "".join(md))
+    print("\n".join(["", "Headlines:", *(f"  - {line}" for line in lines),
+                     f"Total wall time: {total:.0f} s; results in {args.out}"]))
+    return 0 if all(r["exit_status"] == 0 for r in runs) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,153 @@
+"""The benchmarks cannot rot: each runs on a tiny workload and writes its report files.
+
+Nothing here asserts a wall-clock figure; the checks are on what the numbers must satisfy
+whatever the machine (call counts, token orderings, recall of the exact index, identical
+decisions). langgraph and matplotlib are optional: without them the LangGraph columns and
+the PNG charts are skipped, and so are the assertions about them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+
+from benchmarks import grading_cost, index_scale, overhead, run_all
+
+HAS_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
+HAS_LANGGRAPH = importlib.util.find_spec("langgraph") is not None
+
+PASSAGES = {
+    # qid: (query, [(grade, passage), ...] in BM25 order)
+    "101": ("how long do fleas live", [
+        (3, "A flea lives from two weeks to a year depending on temperature and hosts."),
+        (0, "The cat flea's main host is the domestic cat."),
+        (2, "Adult fleas live about two to three months on a host."),
+        (1, "Fleas go through egg, larva, pupa and adult stages."),
+        (0, "Flea markets sell second-hand goods on weekends."),
+        (2, "Without a host an adult flea survives only a week or two."),
+    ]),
+    "102": ("what is the boiling point of water at altitude", [
+        (1, "Water boils at 100 degrees Celsius at sea level."),
+        (3, "At higher altitude air pressure drops, so water boils below 100 C, about 95 C at 1,500 m."),
+        (0, "Altitude sickness starts around 2,500 metres."),
+        (2, "Boiling point falls about 1 degree C for every 300 m of altitude."),
+        (0, "A kettle is a pot for boiling water."),
+        (1, "Pressure cookers raise the boiling point of water."),
+    ]),
+    "103": ("who wrote the origin of species", [
+        (3, "On the Origin of Species was written by Charles Darwin and published in 1859."),
+        (1, "Alfred Russel Wallace also proposed natural selection."),
+        (0, "The species count of beetles is enormous."),
+        (2, "Darwin's book on natural selection appeared in November 1859."),
+        (0, "Origin is a game distribution platform."),
+        (0, "Species are groups of organisms that can interbreed."),
+    ]),
+}
+
+
+@pytest.fixture
+def judged_pairs(tmp_path):
+    path = tmp_path / "judged_pairs.jsonl"
+    with path.open("w") as f:
+        for qid, (query, passages) in PASSAGES.items():
+            for rank, (grade, text) in enumerate(passages, start=1):
+                f.write(json.dumps({"collection": "tiny", "qid": qid, "query": query, "docid": f"{qid}{rank:03d}",
+                                    "bm25_rank": rank, "passage": text, "grade": grade,
+                                    "relevant": grade >= 2}) + "\n")
+    return path
+
+
+def _files(out, name):
+    assert (out / f"{name}.json").is_file()
+    assert (out / f"{name}.md").read_text().strip()
+    if HAS_MATPLOTLIB:
+        assert (out / f"{name}.png").stat().st_size > 1000
+    return json.loads((out / f"{name}.json").read_text())
+
+
+def test_grading_cost_runs_every_strategy_through_crag(tmp_path, judged_pairs):
+    out = tmp_path / "out"
+    grading_cost.main(["--data", str(judged_pairs), "--ks", "3,5", "--sweep", "0.8,0.3", "--few-context-ks", "2",
+                       "--out", str(out), "--quiet"])
+    result = _files(out, "grading_cost")
+    single = {r["strategy"]: r for r in result["workloads"]["single_round"]}
+    rounds = {r["strategy"]: r for r in result["workloads"]["rounds"]}
+    assert set(single) == set(grading_cost.STRATEGIES)
+    # one call per item for per_item, one per grading for batch: 3 queries x (3 + 5) items
+    assert single["per_item"]["llm_calls"] == 3 * (3 + 5)
+    assert single["batch"]["llm_calls"] == 3 * 2
+    assert single["per_item"]["prompt_tokens"] > single["batch"]["prompt_tokens"] > 0
+    # the same simulated grades: strategies without rules decide alike
+    for key in ("relevant_kept", "irrelevant_through", "actions"):
+        assert single["per_item"][key] == single["batch"][key]
+        assert rounds["batch_rules_cached"][key] == rounds["batch_rules"][key]
+    # the cache never costs more than re-grading, and saves only when a round is re-graded
+    assert rounds["batch_rules_cached"]["total_tokens"] <= rounds["batch_rules"]["total_tokens"]
+    assert single["batch_rules_cached"]["total_tokens"] == single["batch_rules"]["total_tokens"]
+    # few_context at k=2 approves every list unread
+    few = result["few_context"][0]
+    assert few["few_context_hits"] == few["gradings"] == 3
+    assert set(result["headline"]["rounds"]) == set(grading_cost.STRATEGIES)
+
+
+def test_simulated_grader_is_deterministic_and_follows_the_grade():
+    labels = {("q", f"s{g}"): g for g in range(4)}
+    exact = grading_cost.SimulatedGrader(labels, grading_cost.DEFAULT_MEANS, noise=0.0, seed=1)
+    scores = [exact.score("q", f"s{g}") for g in range(4)]
+    assert scores == sorted(scores) and len(set(scores)) == 4
+    noisy = [grading_cost.SimulatedGrader(labels, grading_cost.DEFAULT_MEANS, noise=0.15, seed=1) for _ in range(2)]
+    assert noisy[0].score("q", "s2") == noisy[1].score("q", "s2")
+    assert all(0.0 <= noisy[0].score("q", f"s{g}") <= 1.0 for g in range(4))
+    assert exact.reply([0.8, 0.1]) == "[0.8, 0.1]"
+
+
+def test_overhead_runs_and_both_runners_agree(tmp_path):
+    out = tmp_path / "out"
+    result = overhead.main(["--runs", "20", "--warmup", "2", "--no-startup", "--profile", "--profile-runs", "5",
+                            "--out", str(out), "--quiet"])
+    saved = _files(out, "overhead")
+    assert [r["path"] for r in saved["orchestration"]] == list(overhead.PATHS)
+    real = {r["path"]: r for r in result["real_nodes"]}
+    assert real["chitchat"]["trace"] == ["analyze_and_route", "synthesize"]
+    assert real["complex"]["trace"] == ["analyze_and_route", "plan", "tool_exec", "grade_evidence", "synthesize"]
+    assert real["complex"]["llm_calls"] == 4
+    if HAS_LANGGRAPH:
+        assert all("langgraph" in r for r in result["orchestration"])
+    assert result["profile_real_nodes"], "cProfile rows"
+
+
+def test_driver_node_table_is_restored_after_the_orchestration_benchmark():
+    import crag.driver
+    from crag.nodes import NODES
+
+    before = dict(crag.driver.NODES)
+    with overhead.driver_nodes(overhead.trivial_nodes("complex")):
+        assert crag.driver.NODES != before
+    assert crag.driver.NODES == before == NODES
+
+
+def test_index_scale_small(tmp_path):
+    out = tmp_path / "out"
+    index_scale.main(["--sizes", "500,2000", "--dim", "32", "--rank", "16", "--queries", "10", "--min-single", "3",
+                      "--single-budget-s", "0.05", "--ivf-train", "1000", "--batch-repeats", "1",
+                      "--out", str(out), "--quiet"])
+    result = _files(out, "index_scale")
+    rows = [r for r in result["rows"] if "skipped" not in r]
+    assert {(r["method"], r["chunks"]) for r in rows} == {(m, n) for m in index_scale.METHODS for n in (500, 2000)}
+    for r in rows:
+        assert 0.0 <= r["recall_at_10"] <= 1.0
+        assert r["bytes_per_chunk"] >= 32 * 4  # at least the float32 vector
+        if r["method"] == "flat":
+            assert r["recall_at_10"] == 1.0
+            assert r["bytes_per_chunk"] == 32 * 4
+
+
+def test_run_all_quick_writes_a_summary(tmp_path):
+    code = run_all.main(["--quick", "--only", "index_scale", "--out", str(tmp_path),
+                         "--args", "index_scale=--dim 32 --sizes 1000 --ivf-train 1000"])
+    assert code == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert [r["name"] for r in summary["runs"]] == ["index_scale"]
+    assert any("1,000 chunks" in line for line in summary["headlines"])
