@@ -82,6 +82,12 @@ class Driver:
         cfg = self.cfg
         limit = max_steps(cfg.max_iterations)
         steps = 0
+        # trace and usage are kept here and written into the state only when a node reads
+        # them (synthesize puts the usage block in the answer) and at the end: one evolve
+        # per question instead of one per step.
+        trace = list(state.trace)
+        usage = state.usage
+        synced = True
         while node is not END:
             steps += 1
             if steps > limit:
@@ -92,7 +98,6 @@ class Driver:
             module = NODES[node]
             request = module.prepare(state, cfg)
             if request is None:
-                state = evolve(state, trace=(*state.trace, name))
                 reply: Any = None
             elif isinstance(request, LLMRequest):
                 if stream and on_event is not None and node is Node.SYNTHESIZE:
@@ -100,16 +105,22 @@ class Driver:
                     reply = self.model.complete(request, lambda text: on_event("delta", text))
                 else:
                     reply = self.model.complete(request)
-                state = evolve(state, trace=(*state.trace, name), usage=state.usage.add(name, reply))
+                usage = usage.add(name, reply)
             elif isinstance(request, ToolRequest):
                 reply = self._run_tools(request)
-                state = evolve(state, trace=(*state.trace, name))
             else:  # pragma: no cover - a node returned something the driver cannot perform
                 raise GraphError(f"{name} asked for {type(request).__name__}")
+            trace.append(name)
+            synced = False
+            if node is Node.SYNTHESIZE:
+                state = evolve(state, trace=tuple(trace), usage=usage)
+                synced = True
             state = module.apply(state, reply, cfg)
             if on_event is not None:
                 on_event("node_end", name)
             node = next_node(node, state, cfg.max_iterations)
+        if not synced:
+            state = evolve(state, trace=tuple(trace), usage=usage)
         return state
 
     def _run_tools(self, request: ToolRequest) -> tuple[ToolOutcome, ...]:
