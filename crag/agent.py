@@ -102,6 +102,7 @@ class Agent:
         self.model = model
         self.toolbox = toolbox
         self.driver = Driver(model, toolbox, NodeConfig.from_settings(self.settings, toolbox.available()))
+        self._owned: list[Any] = []  # what from_env built, closed with the agent
 
     @classmethod
     def from_env(
@@ -122,6 +123,7 @@ class Agent:
         """
         config = Settings.from_env(environ, dotenv, **settings)
         roots = [os.fspath(p) for p in kb] if kb else None
+        owned: list[Any] = []
         if toolbox is None:
             from .index import ensure_indexed
             from .tools import Toolbox as LocalToolbox
@@ -129,11 +131,15 @@ class Agent:
             if roots:
                 ensure_indexed(config, roots, progress=progress)
             toolbox = LocalToolbox(config, roots=roots)
+            owned.append(toolbox)
         if model is None:
             from .llm import make_chat_model
 
             model = make_chat_model(config)
-        return cls(model, toolbox, config)
+            owned.append(model)
+        agent = cls(model, toolbox, config)
+        agent._owned = owned
+        return agent
 
     def ask(
         self,
@@ -164,7 +170,13 @@ class Agent:
         return await asyncio.to_thread(self.ask, question, list(history), on_event)
 
     def close(self) -> None:
+        """Stop the tool threads and close what ``from_env`` opened (HTTP clients, the index)."""
         self.driver.close()
+        owned, self._owned = self._owned, []
+        for part in owned:
+            close = getattr(part, "close", None)
+            if close is not None:
+                close()
 
     def __enter__(self) -> Agent:
         return self

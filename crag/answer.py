@@ -148,16 +148,29 @@ class StreamRenderer:
     final answer adds (note, footer, usage block) after what has been shown.
     """
 
-    _HOLD_LINE = re.compile(r"(?:^|\n)(?:-{1,3}|📊[^\n]*|ðŸ[^\n]*|\s*)$")
+    _RULE_LINE = re.compile(r"[ \t]*(?:-{3,}|\*{3,}|_{3,})[ \t]*")
 
-    def __init__(self, n_items: int, clean) -> None:
+    def __init__(self, n_items: int, clean, unthink=None) -> None:
         self.n_items = n_items
-        self.clean = clean
+        self.clean = clean  # the full clean-up compose's caller applies (think, usage blocks)
+        self.unthink = unthink or (lambda text: text)  # only the <think> removal
         self.raw = ""
         self.shown = ""
 
-    def _safe_cut(self) -> int:
-        raw = self.raw
+    @staticmethod
+    def _may_open_block(partial: str) -> bool:
+        """Whether an unfinished line could still become (part of) a usage block heading or rule."""
+        if "\U0001F4CA" in partial or "\u00f0" in partial:
+            return True
+        bare = partial.lstrip(" \t")
+        if not bare or bare[0] in "-*_#":
+            return True
+        words = " ".join(bare.strip("*_# \t").lower().split())
+        return "llm usage stats".startswith(words) or words.startswith("llm usage stats")
+
+    @staticmethod
+    def _tag_cut(raw: str) -> int:
+        """Where a marker or a <think> tag still in the making starts (or the end)."""
         cut = len(raw)
         bracket = raw.rfind("[", max(0, cut - 40))
         if bracket != -1 and "]" not in raw[bracket:]:
@@ -166,18 +179,33 @@ class StreamRenderer:
         if think != -1 and "</think>" not in raw[think:]:
             cut = min(cut, think)
         partial_tag = raw.rfind("<", max(0, cut - 8))
-        if partial_tag != -1 and "<think>".startswith(raw[partial_tag:cut]):
+        if partial_tag != -1 and (
+            "<think>".startswith(raw[partial_tag:cut]) or "</think>".startswith(raw[partial_tag:cut])
+        ):
             cut = partial_tag
-        line = self._HOLD_LINE.search(raw, 0, cut)
-        if line is not None and line.end() == cut:
-            cut = line.start()
+        return cut
+
+    def _line_cut(self, text: str) -> int:
+        """Where lines that might still turn into a usage block start (or the end)."""
+        cut = len(text)
+        line_start = text.rfind("\n", 0, cut) + 1
+        if self._may_open_block(text[line_start:cut]):
+            cut = line_start
+        # Complete blank lines and rules just before the cut may precede a heading still to come.
+        while cut > 0 and text[cut - 1] == "\n":
+            prev = text.rfind("\n", 0, cut - 1) + 1
+            line = text[prev : cut - 1]
+            if line.strip() and not self._RULE_LINE.fullmatch(line):
+                break
+            cut = prev
         return cut
 
     def feed(self, delta: str) -> str:
         self.raw += delta
-        text = self.clean(self.raw[: self._safe_cut()])
+        head = self.unthink(self.raw[: self._tag_cut(self.raw)])
+        text = self.clean(head[: self._line_cut(head)])
         if self.n_items:
-            text, _ = renumber(text, self.n_items)
+            text = renumber(text, self.n_items)[0].strip()  # as compose does
         if not text.startswith(self.shown):
             return ""
         new, self.shown = text[len(self.shown) :], text

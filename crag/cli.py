@@ -193,11 +193,11 @@ class _Progress:
             self.err.flush()
         elif kind == "stream_start":
             from .answer import StreamRenderer
-            from .prompts import clean_answer
+            from .prompts import clean_answer, strip_think
 
             if self.tty:
                 self.err.write("\r\033[K")
-            self.renderer = StreamRenderer(int(payload), clean_answer)  # type: ignore[call-overload]
+            self.renderer = StreamRenderer(int(payload), clean_answer, strip_think)  # type: ignore[call-overload]
             self.out.write("\ncrag> ")
         elif kind == "delta" and self.renderer is not None:
             self.out.write(self.renderer.feed(str(payload)))

@@ -915,4 +915,6 @@ def clean_answer(text: Any) -> str:
     """The model's answer without thinking and without a usage block it wrote itself."""
     if not isinstance(text, str):
         return ""
-    return strip_stats_blocks(strip_think(text)).strip()
+    # Runs of blank lines collapse to one always (not only where a block was cut out), so an
+    # answer streamed piece by piece reads the same as the finished one.
+    return re.sub(r"\n{3,}", "\n\n", strip_stats_blocks(strip_think(text))).strip()

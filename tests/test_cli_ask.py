@@ -1,0 +1,361 @@
+"""``python -m crag ask`` / ``chat`` end to end: the real CLI, the real openai client, a loopback server.
+
+The knowledge base is indexed for real (hash embedder, FAISS, SQLite) in a temporary
+directory; the LLM is ``tests.openai_server.FakeOpenAIServer`` on 127.0.0.1, scripted per
+node through the ``X-Crag-Node`` header, so every test also counts the calls each node made.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from crag.answer import NO_EVIDENCE, STATS_HEADING
+from crag.cli import main
+from tests.openai_server import FakeOpenAIServer, Status, Text
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SETUP = """# Setup
+
+Install the service with pip.
+
+## Ports
+
+The server listens on port 8080 by default.
+Set `SERVICE_PORT` to change the port the server listens on.
+
+## Retries
+
+The client retries failed uploads three times before it gives up.
+"""
+
+DEPLOY = """# Deploy
+
+Run the container with docker compose up.
+The image is built from the Dockerfile at the repository root.
+"""
+
+BACKUP = """# Backups
+
+Nightly backups are written to the object store at 02:00 UTC.
+A backup is kept for thirty days.
+"""
+
+OLD_STATS = f"An old answer [1].\n\n[1] docs/setup.md:L3\n\n---\n{STATS_HEADING}\n- **API calls:** 9\n"
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in list(os.environ):
+        if key.startswith(("KB_AGENT_", "OPENAI_", "JIRA_", "CONFLUENCE_")):
+            monkeypatch.delenv(key)
+
+
+@pytest.fixture
+def kb(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A small indexed knowledge base under ``tmp_path/docs``; the working directory is ``tmp_path``."""
+    root = tmp_path / "docs"
+    write(root / "setup.md", SETUP)
+    write(root / "deploy.md", DEPLOY)
+    write(root / "backup.md", BACKUP)
+    clean_env(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KB_AGENT_INDEX_DIR", str(tmp_path / "index"))
+    monkeypatch.setenv("KB_AGENT_LLM", "offline")
+    assert cli("index", "docs")[0] == 0
+    return root
+
+
+@pytest.fixture
+def llm(kb: Path, monkeypatch: pytest.MonkeyPatch):
+    """The loopback OpenAI-compatible server, with crag's settings pointing at it."""
+    with FakeOpenAIServer() as srv:
+        monkeypatch.setenv("KB_AGENT_LLM", "openai")
+        monkeypatch.setenv("OPENAI_BASE_URL", srv.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+        monkeypatch.setenv("KB_AGENT_MODEL", "test-model")
+        monkeypatch.setenv("KB_AGENT_LLM_TIMEOUT", "5")
+        yield srv
+
+
+def cli(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), out, err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def ask_json(*argv: str) -> dict:
+    code, out, err = cli("ask", *argv, "--json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+def route(complexity: str, *tools: str) -> str:
+    return json.dumps({"complexity": complexity, "suggested_tools": list(tools)})
+
+
+def plan(*calls: tuple[str, dict]) -> str:
+    return json.dumps({"tool_calls": [{"tool": tool, "args": args} for tool, args in calls]})
+
+
+def footer(answer: str) -> list[tuple[int, str, int | None]]:
+    """The ``[K] path:LN`` lines of an answer's footer."""
+    found = []
+    for match in re.finditer(r"^\[(\d+)\] (\S+?)(?::L(\d+))?$", answer, re.M):
+        found.append((int(match[1]), match[2], int(match[3]) if match[3] else None))
+    return found
+
+
+def test_chitchat_takes_exactly_two_llm_calls(llm: FakeOpenAIServer) -> None:
+    llm.script("analyze_and_route", route("chitchat"))
+    llm.script("synthesize", "Hello! Ask me anything about your documents.")
+    result = ask_json("hi there")
+    assert llm.nodes() == ["analyze_and_route", "synthesize"]
+    assert result["trace"] == ["analyze_and_route", "synthesize"]
+    assert result["complexity"] == "chitchat" and result["usage"]["llm_calls"] == 2
+    assert result["answer"].startswith("Hello! Ask me anything")
+    assert result["citations"] == []
+
+
+def test_simple_question_takes_exactly_three_llm_calls_and_cites_the_line(llm: FakeOpenAIServer, kb: Path) -> None:
+    llm.script("analyze_and_route", route("simple", "grep_search"))
+    llm.script("plan", plan(("grep_search", {"pattern": "SERVICE_PORT"})))
+    llm.script("synthesize", "Set `SERVICE_PORT` to change it [1].")
+    result = ask_json("Which variable changes the port?")
+    assert llm.nodes() == ["analyze_and_route", "plan", "synthesize"]
+    assert result["trace"] == ["analyze_and_route", "plan", "tool_exec", "synthesize"]  # simple: no grading
+    assert result["grader_action"] is None
+    assert result["citations"] == [{"n": 1, "path": "docs/setup.md", "line": 8, "tool": "grep_search"}]
+    assert "[1] docs/setup.md:L8" in result["answer"]
+    assert "SERVICE_PORT" in SETUP.splitlines()[8 - 1]
+
+
+def test_complex_question_is_graded_and_weak_items_are_removed(llm: FakeOpenAIServer) -> None:
+    llm.script("analyze_and_route", route("complex", "vector_search", "grep_search"))
+    llm.script("plan", plan(("vector_search", {"query": "how many times are uploads retried", "top_k": 3})))
+    llm.script("grade_evidence", "```json\n[0.95, 0.8, 0.1]\n```")
+    llm.script("synthesize", "Uploads are retried three times [1]; see also [2].")
+    result = ask_json("How often does the client retry an upload, and what then?")
+    assert llm.nodes() == ["analyze_and_route", "plan", "grade_evidence", "synthesize"]
+    assert result["grader_action"] == "GENERATE" and result["iterations"] == 1
+    assert result["evidence_scores"] == [0.95, 0.8]
+    removed = [e for e in result["audit"] if e["event"] == "evidence_removed"]
+    assert len(removed) == 1 and removed[0]["score"] == 0.1
+    grade_prompt = json.dumps(next(r.body for r in llm.requests if r.node == "grade_evidence"))
+    assert "[1]" in grade_prompt and "[3]" in grade_prompt and "[4]" not in grade_prompt
+    assert [c["n"] for c in result["citations"]] == [1, 2]
+
+
+def test_refine_goes_back_for_more_evidence_within_the_iteration_cap(llm: FakeOpenAIServer, monkeypatch) -> None:
+    monkeypatch.setenv("KB_AGENT_MAX_ITERATIONS", "2")
+    llm.default("analyze_and_route", route("complex", "vector_search"))
+    llm.default("plan", plan(("vector_search", {"query": "backups retention", "top_k": 3})))
+    llm.script("grade_evidence", "[0.5, 0.5, 0.5]")
+    llm.default("grade_evidence", "not json at all")  # second round: parse failure, 0.5 each
+    llm.script("synthesize", "Backups are kept for thirty days [1].")
+    result = ask_json("How long are backups kept?")
+    assert result["iterations"] == 2
+    assert result["trace"].count("tool_exec") == 2 and result["trace"][-1] == "synthesize"
+    assert any(e["event"] == "grader_parse_failure" for e in result["audit"])
+    assert "weak" in result["answer"].lower()  # the cap forced an answer from weak evidence
+
+
+def test_every_cited_line_shows_the_cited_text_in_the_file(llm: FakeOpenAIServer, kb: Path) -> None:
+    llm.script("analyze_and_route", route("complex", "vector_search", "grep_search"))
+    llm.script("plan", plan(("grep_search", {"pattern": "retries failed uploads"}),
+                            ("grep_search", {"pattern": "thirty days"}),
+                            ("vector_search", {"query": "docker compose container", "top_k": 1})))
+    llm.script("grade_evidence", "[0.9, 0.9, 0.9]")
+    llm.script("synthesize", "Retries [1], backups [2], deploy [3].")
+    result = ask_json("Tell me about retries, backups and deploying")
+    cited = footer(result["answer"])
+    assert len(cited) == 3
+    wanted = {"docs/setup.md": "retries failed uploads", "docs/backup.md": "thirty days",
+              "docs/deploy.md": "# Deploy"}
+    for _, path, line in cited:
+        assert line is not None
+        text = (kb.parent / path).read_text(encoding="utf-8").splitlines()[line - 1]
+        assert wanted[path] in text, (path, line, text)
+
+
+def test_exactly_one_stats_block_despite_history_and_a_hallucinating_model(
+    llm: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    history = tmp_path / "history.json"
+    history.write_text(json.dumps([
+        {"role": "user", "content": "How are uploads retried?"},
+        {"role": "assistant", "content": OLD_STATS},
+        {"role": "user", "content": "And the port?"},
+        {"role": "assistant", "content": OLD_STATS.replace("9", "4")},
+    ]))
+    llm.script("analyze_and_route", route("simple", "grep_search"))
+    llm.script("plan", plan(("grep_search", {"pattern": "port 8080"})))
+    llm.script("synthesize", f"It listens on 8080 [1].\n\n---\n{STATS_HEADING}\n- **API calls:** 1\n- **Tokens:** 5")
+    code, out, err = cli("ask", "What port by default?", "--history", str(history))
+    assert code == 0, err
+    assert out.count(STATS_HEADING) == 1 and out.count("\n---\n") == 1
+    assert out.rstrip().splitlines()[-1].startswith("  - `synthesize`")
+    assert "**API calls:** 3" in out
+    for request in llm.requests:
+        assert "LLM Usage Stats" not in json.dumps(request.body, ensure_ascii=False)
+    first = json.dumps(llm.requests[0].body)
+    assert "How are uploads retried?" in first  # the history reached the model, without its stats
+
+
+def test_no_evidence_gives_the_fixed_sentence_without_footer_or_answer_call(
+    llm: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KB_AGENT_MAX_ITERATIONS", "1")
+    llm.script("analyze_and_route", route("simple", "grep_search"))
+    llm.script("plan", plan(("grep_search", {"pattern": "quantum flux capacitor"})))
+    result = ask_json("Where is the quantum flux capacitor configured?")
+    assert llm.nodes() == ["analyze_and_route", "plan"]
+    assert result["answer"].startswith(NO_EVIDENCE + "\n\n---\n" + STATS_HEADING)
+    assert footer(result["answer"]) == [] and result["citations"] == []
+
+
+def test_json_output_has_every_field_of_the_spec(llm: FakeOpenAIServer) -> None:
+    llm.script("analyze_and_route", Text(route("simple", "grep_search"), prompt_tokens=120, completion_tokens=12))
+    llm.script("plan", Text(plan(("grep_search", {"pattern": "docker compose"})), prompt_tokens=300,
+                            completion_tokens=40))
+    llm.script("synthesize", Text("Use docker compose up [1].", prompt_tokens=500, completion_tokens=20))
+    code, out, err = cli("ask", "How do I run it?", "--json")
+    assert code == 0 and err == ""
+    result = json.loads(out)  # stdout holds only the JSON object
+    for key in ("answer", "complexity", "grader_action", "iterations", "trace", "evidence_scores",
+                "citations", "usage", "audit"):
+        assert key in result, key
+    usage = result["usage"]
+    assert (usage["llm_calls"], usage["prompt_tokens"], usage["completion_tokens"], usage["total_tokens"]) == (
+        3, 920, 72, 992)
+    assert usage["by_node"]["plan"]["calls"] == 1
+    assert usage["by_node"]["plan"]["prompt_tokens"] == 300 and usage["by_node"]["plan"]["completion_tokens"] == 40
+    assert isinstance(usage["by_node"]["plan"]["latency_ms"], float)
+    assert result["complexity"] == "simple" and result["grader_action"] is None and result["iterations"] == 1
+    assert result["citations"] == [{"n": 1, "path": "docs/deploy.md", "line": 3, "tool": "grep_search"}]
+    assert "- **Tokens:** 920 prompt / 72 completion / 992 total" in result["answer"]
+
+
+@pytest.mark.parametrize(("variable", "value"), [
+    ("KB_AGENT_MAX_ITERATIONS", "lots"),
+    ("KB_AGENT_MAX_ITERATIONS", "0"),
+    ("KB_AGENT_GENERATE_THRESHOLD", "1.5"),
+    ("KB_AGENT_LLM", "gpt-please"),
+])
+def test_malformed_settings_exit_2_with_one_line_naming_the_variable(
+    kb: Path, monkeypatch: pytest.MonkeyPatch, variable: str, value: str
+) -> None:
+    monkeypatch.setenv(variable, value)
+    code, out, err = cli("ask", "anything")
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith("crag: error: ") and variable in err
+
+
+def test_llm_down_exits_1_with_one_line_and_no_traceback(kb: Path, tmp_path: Path) -> None:
+    with socket.socket() as s:  # a port that nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "KB_AGENT_LLM": "openai", "OPENAI_BASE_URL": f"http://127.0.0.1:{port}/v1",
+           "OPENAI_API_KEY": "k", "KB_AGENT_LLM_MAX_RETRIES": "1", "KB_AGENT_LLM_TIMEOUT": "2",
+           "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "crag", "ask", "How are uploads retried?"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("crag: error: ")
+    assert f"127.0.0.1:{port}" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_server_errors_until_retries_run_out_name_the_status(
+    llm: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KB_AGENT_LLM_MAX_RETRIES", "2")
+    llm.default("analyze_and_route", Status(503, retry_after=0))
+    code, out, err = cli("ask", "How are uploads retried?")
+    assert code == 1 and out == "" and err.count("\n") == 1
+    assert "503" in err and llm.calls("analyze_and_route") == 3
+
+
+def test_missing_index_is_a_run_time_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    clean_env(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KB_AGENT_INDEX_DIR", str(tmp_path / "nowhere"))
+    code, out, err = cli("ask", "How are uploads retried?")
+    assert code == 1 and out == "" and err.startswith("crag: error: ") and "index" in err
+
+
+def test_kb_flag_indexes_new_roots_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    clean_env(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KB_AGENT_INDEX_DIR", str(tmp_path / "fresh"))
+    write(tmp_path / "notes" / "oncall.md", "# On-call\n\nThe on-call rotation changes every Monday at 09:00.\n")
+    code, out, err = cli("ask", "When does the on-call rotation change?", "--kb", "notes", "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["usage"]["llm_calls"] == 0 and result["usage"]["model"] == "offline"
+    assert "Monday" in result["answer"] and "[1] notes/oncall.md:L" in result["answer"]
+
+
+def test_bad_history_file_is_a_usage_error(kb: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "history.json"
+    bad.write_text('{"role": "user"}')
+    code, _, err = cli("ask", "hi", "--history", str(bad))
+    assert code == 2 and "--history" in err and err.count("\n") == 1
+
+
+def test_chat_keeps_history_across_turns_and_streams(llm: FakeOpenAIServer, tmp_path: Path) -> None:
+    llm.script("analyze_and_route", route("simple", "grep_search"), route("chitchat"))
+    llm.script("plan", plan(("grep_search", {"pattern": "port 8080"})))
+    llm.script("synthesize", "The server listens on 8080 [1].", "You're welcome!")
+    env = {k: v for k, v in os.environ.items()}
+    env["PYTHONPATH"] = str(ROOT)
+    proc = subprocess.run([sys.executable, "-m", "crag", "chat"], cwd=tmp_path, env=env,
+                          input="What port does it use?\nthanks!\n", capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "The server listens on 8080 [1]." in proc.stdout and "[1] docs/setup.md:L7" in proc.stdout
+    assert "You're welcome!" in proc.stdout and proc.stdout.count(STATS_HEADING) == 2
+    second = json.dumps([r.body for r in llm.requests if r.node == "analyze_and_route"][1])
+    assert "What port does it use?" in second and "LLM Usage Stats" not in second
+    assert all(r.body.get("stream") for r in llm.requests if r.node == "synthesize")
+
+
+def test_help_and_graph_import_no_heavy_library() -> None:
+    for argv in (["--help"], ["graph"]):
+        code = ("import runpy, sys; sys.argv = ['crag', *%r]\n"
+                "try:\n    runpy.run_module('crag', run_name='__main__')\n"
+                "except SystemExit:\n    pass\n"
+                "print(sorted(m for m in ('openai', 'faiss', 'numpy', 'tiktoken') if m in sys.modules))") % argv
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+        assert proc.stdout.strip().splitlines()[-1] == "[]", argv
+
+
+def test_library_api_sync_and_async(llm: FakeOpenAIServer, kb: Path) -> None:
+    import asyncio
+
+    from crag import Agent, CragError
+
+    llm.default("analyze_and_route", route("simple", "grep_search"))
+    llm.default("plan", plan(("grep_search", {"pattern": "docker compose"})))
+    llm.default("synthesize", "Run docker compose up [1].")
+    with Agent.from_env(kb=["docs"], dotenv=None) as agent:
+        result = agent.ask("How do I deploy?", history=[{"role": "user", "content": "hello"}])
+        assert result.citations[0].path == "docs/deploy.md" and result.citations[0].line == 3
+        assert result.usage.llm_calls == 3 and result.state.routing_plan.complexity == "simple"
+        again = asyncio.run(agent.aask("How do I deploy?"))
+        assert again.answer.split("\n---\n")[0] == result.answer.split("\n---\n")[0]
+        assert again.trace == result.trace
+    with pytest.raises(CragError, match="KB_AGENT_MAX_ITERATIONS"):
+        Agent.from_env(dotenv=None, max_iterations=0)
