@@ -26,6 +26,9 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
+KB_HELP = "knowledge-base root (repeatable): indexed first when new or changed; the tools look only inside"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="python -m crag",
@@ -36,25 +39,25 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
 
     p = sub.add_parser("index", help="build or update the index of knowledge-base folders/files")
-    p.add_argument("paths", nargs="+", metavar="PATH")
+    p.add_argument("paths", nargs="+", metavar="PATH", help="folders or files to index")
     p.set_defaults(func=cmd_index)
 
     p = sub.add_parser("search", help="retrieval only: what vector_search returns")
     p.add_argument("query")
-    p.add_argument("--top-k", type=int, default=None, metavar="K")
-    p.add_argument("--kb", action="append", default=[], metavar="PATH")
+    p.add_argument("--top-k", type=int, default=None, metavar="K", help="hits to return (default KB_AGENT_TOP_K)")
+    p.add_argument("--kb", action="append", default=[], metavar="PATH", help=KB_HELP)
     p.add_argument("--json", action="store_true", help="print a JSON array")
     p.set_defaults(func=cmd_search)
 
     p = sub.add_parser("ask", help="answer one question")
-    p.add_argument("question")
-    p.add_argument("--kb", action="append", default=[], metavar="PATH")
+    p.add_argument("question", help="the question, quoted")
+    p.add_argument("--kb", action="append", default=[], metavar="PATH", help=KB_HELP)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--history", metavar="FILE", help='JSON list of {"role", "content"} messages')
     p.set_defaults(func=cmd_ask)
 
     p = sub.add_parser("chat", help="multi-turn session in the terminal")
-    p.add_argument("--kb", action="append", default=[], metavar="PATH")
+    p.add_argument("--kb", action="append", default=[], metavar="PATH", help=KB_HELP)
     p.set_defaults(func=cmd_chat)
 
     p = sub.add_parser("graph", help="print the transition table as a Mermaid diagram")

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ..errors import UsageError
+from .discover import relative_label
 
 if TYPE_CHECKING:
     from ..config import Settings
@@ -49,8 +50,6 @@ def progress_printer(stream: TextIO) -> Progress:
 
 
 def _names(paths: Sequence[str], cwd: str) -> list[str]:
-    from .discover import relative_label
-
     shown = [f"  {relative_label(p, cwd)}" for p in paths[:_LIST_LIMIT]]
     if len(paths) > _LIST_LIMIT:
         shown.append(f"  ... and {len(paths) - _LIST_LIMIT} more")
@@ -66,7 +65,7 @@ def index_report_text(report: IndexReport, cwd: str | None = None) -> str:
     elif report.reason:
         lines.append(report.reason)
     lines.append(
-        f"indexed {len(report.roots)} path(s) into {report.index_dir} with {report.embedder}: "
+        f"indexed {len(report.roots)} path(s) into {relative_label(report.index_dir, cwd)} with {report.embedder}: "
         f"{len(report.added)} added, {len(report.changed)} changed, {len(report.removed)} removed, "
         f"{report.unchanged} unchanged; {report.chunks_embedded} chunks embedded, "
         f"{report.chunks_total} in the index; {report.seconds:.2f}s"
@@ -77,8 +76,6 @@ def index_report_text(report: IndexReport, cwd: str | None = None) -> str:
             lines += _names(paths, cwd)
     if report.warnings:
         lines.append(f"skipped {len(report.warnings)} file(s):")
-        from .discover import relative_label
-
         for path, why in report.warnings[:_LIST_LIMIT]:
             lines.append(f"  {relative_label(path, cwd)}: {why}")
         if len(report.warnings) > _LIST_LIMIT:

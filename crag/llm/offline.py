@@ -368,7 +368,7 @@ class OfflineChatModel:
         words = keywords(task.question)
         candidates: list[tuple[float, int, int, str]] = []  # (-score, item index, position, sentence)
         for k, item in enumerate(task.items):
-            for pos, sentence in enumerate(_sentences(item.text)):
+            for pos, sentence in enumerate(_sentences(item.text, task.question)):
                 vocabulary = set(keywords(sentence))
                 hits = sum(1 for w in words if _matches(w, vocabulary))
                 if hits:
@@ -415,14 +415,40 @@ class OfflineChatModel:
         )
 
 
-def _sentences(text: str) -> Iterable[str]:
-    """Quotable sentences of an evidence text: prose lines split at sentence ends; headings,
-    fences, rules and table borders skipped; citation-like ``[2]`` turned into ``(2)``."""
+_LIST_ITEM = re.compile(r"^\s*(?:>\s*)*(?:[-*+]\s+|\d{1,3}[.)]\s+)")
+
+
+def _paragraphs(text: str) -> Iterable[str]:
+    """Prose paragraphs of an evidence text, hard-wrapped lines joined; headings, fenced code,
+    rules, tables and comments skipped; each list item is a paragraph of its own."""
+    lines: list[str] = []
+    in_fence = False
     for raw in text.splitlines():
         line = raw.strip()
-        if not line or line.startswith(("```", "~~~", "#", "|---", "---", "***", "<!--")):
+        if line.startswith(("```", "~~~")):
+            in_fence = not in_fence
+            line = ""
+        elif in_fence:
             continue
-        line = _MARKDOWN_PREFIX.sub("", line).strip()
+        if not line or line.startswith(("#", "|", "---", "***", "<!--")) or _LIST_ITEM.match(raw):
+            if lines:
+                yield " ".join(lines)
+            lines = []
+            if line and _LIST_ITEM.match(raw):
+                lines.append(line)
+            continue
+        lines.append(line)
+    if lines:
+        yield " ".join(lines)
+
+
+def _sentences(text: str, question: str = "") -> Iterable[str]:
+    """Quotable sentences of an evidence text: prose paragraphs split at sentence ends;
+    citation-like ``[2]`` turned into ``(2)``; a sentence that merely repeats the question
+    is left out."""
+    echo = " ".join(question.lower().split()).strip(" ?!.")
+    for paragraph in _paragraphs(text):
+        line = _MARKDOWN_PREFIX.sub("", paragraph).strip()
         line = _CITE_LIKE.sub(lambda m: f"({m.group(1).strip()})", line)
         line = line.replace('"', "'")
         if prompts.strip_stats_blocks(line) != line:
@@ -430,6 +456,8 @@ def _sentences(text: str) -> Iterable[str]:
         for sentence in _SENTENCE_END.split(line):
             sentence = sentence.strip()
             if len(sentence) < 3 or "couldn't find relevant information" in sentence:
+                continue
+            if echo and echo in " ".join(sentence.lower().replace("'", " ").split()):
                 continue
             if len(sentence) > _MAX_SENTENCE:
                 sentence = sentence[: _MAX_SENTENCE - 1].rstrip() + "…"
