@@ -8,8 +8,8 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install -qq --upgrade pip
+	$(PY) -m pip install -qq -e '.[dev]'
 	@rm -f $(VENV)/.installed-*; touch $(STAMP)
 
 install: $(STAMP)
@@ -23,7 +23,7 @@ test: install
 	$(PY) -m pytest
 
 bench: install
-	$(PY) -m pip install --quiet -e '.[bench]'
+	$(PY) -m pip install -qq -e '.[bench]'
 	$(PY) -m benchmarks.run_all
 
 lint: install
