@@ -900,15 +900,34 @@ def parse_scores(text: Any, n: int) -> tuple[float, ...] | None:
 
     Accepts a JSON array or ``{"scores": [...]}``, in code fences or amid prose; the first
     JSON value that is a valid answer wins. Booleans, strings and out-of-range numbers are
-    not scores.
+    not scores; numbers inside ``<think>`` only, and ``[1]``-style markers in prose, are
+    not either (a parse failure, not a guess).
     """
-    if not _is_int(n) or n < 0:
+    if not _is_int(n) or n < 0 or not isinstance(text, str):
         return None
-    for value in iter_json_values(text):
+    cleaned = strip_think(text[:_MAX_JSON_TEXT])  # scores only thought about are no answer
+    for value in iter_json_values(cleaned):
+        if _is_marker(value, cleaned):
+            continue
         scores = _scores(value, n)
         if scores is not None:
             return scores
     return None
+
+
+def _is_marker(value: Any, text: str) -> bool:
+    """A one-integer list inside prose (``Item [1] is weak``) is a reference, not a score."""
+    if not (isinstance(value, list) and len(value) == 1 and _is_int(value[0])):
+        return False
+    alone = {text.strip(), *(m.group(1).strip() for m in _FENCE.finditer(text))}
+    return not any(_scan_one(part) == value for part in alone)
+
+
+def _scan_one(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return None
 
 
 def clean_answer(text: Any) -> str:

@@ -510,6 +510,18 @@ def test_parse_scores_validates_strictly(reply):
     assert parse_scores(reply, 3) is None
 
 
+@pytest.mark.parametrize(("reply", "expected"), [
+    ("Item [1] is weak: 0.2", None),  # a citation-like marker in prose is not a score of 1
+    ("<think>[0.5]</think>", None),  # scores only thought about are no answer
+    ("<think>[0.5]</think>Sorry, I cannot grade this.", None),
+    ("[1]", (1.0,)),
+    ("```json\n[0]\n```", (0.0,)),
+    ("Item [1] looks relevant. Scores: [0.8]", (0.8,)),
+])
+def test_parse_scores_one_item_markers_and_thinking(reply, expected):
+    assert parse_scores(reply, 1) == expected
+
+
 @PROPS
 @given(st.one_of(st.text(max_size=200),
                  st.lists(st.one_of(st.floats(), st.integers(-2, 2), st.booleans(), st.text(max_size=3)),

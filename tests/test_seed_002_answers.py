@@ -98,6 +98,11 @@ def test_chitchat_query_fast_path():
     assert NO_EVIDENCE not in result.answer
 
 
+def test_chitchat_with_an_empty_model_reply_still_says_something():
+    result, _, _ = run({"analyze_and_route": [route("chitchat", [])], "synthesize": ["<think>hmm</think>"]})
+    assert result.answer.startswith("The model returned no answer text." + STATS_BLOCK)
+
+
 def test_simple_query_fast_path():
     result, model, _ = run(
         {"analyze_and_route": [route("simple")], "plan": [search_plan()], "synthesize": ["Three times [1]."]},

@@ -54,16 +54,19 @@ def weak_evidence_note(state: AgentState, cfg: NodeConfig) -> str | None:
     )
 
 
+EMPTY_REPLY = "The model returned no answer text."
+
+
 def apply(state: AgentState, reply: Completion | None, cfg: NodeConfig) -> AgentState:
     if _chitchat(state):
         body = prompts.clean_answer(reply.text) if reply is not None else ""
-        text, citations = answer.compose(body, (), state.usage, cite=False)
+        text, citations = answer.compose(body or EMPTY_REPLY, (), state.usage, cite=False)
     elif not state.context or reply is None:
         text, citations = answer.compose(answer.NO_EVIDENCE, (), state.usage, cite=False)
     else:
         body = prompts.clean_answer(reply.text)
         if not body:
-            body = "The model returned no answer text; the evidence it was given is listed below."
+            body = EMPTY_REPLY + " The evidence it was given is listed below."
         text, citations = answer.compose(
             body, state.context, state.usage, note=weak_evidence_note(state, cfg)
         )
