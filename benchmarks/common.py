@@ -133,3 +133,14 @@ def no_chart_note(name: str) -> str:
 def python_cmd() -> list[str]:
     """The interpreter running the benchmark, for subprocess measurements."""
     return [sys.executable]
+
+
+def write_report(name: str, result: Any, out: Path, render_markdown, render_chart, verbose: bool) -> Any:
+    """Write ``NAME.json``, ``NAME.md`` and (with matplotlib) ``NAME.png`` under ``out``."""
+    write_json(out / f"{name}.json", result)
+    write_text(out / f"{name}.md", render_markdown(result))
+    if render_chart(result, out / f"{name}.png") is None:
+        print(no_chart_note(name))
+    if verbose:
+        print(render_markdown(result))
+    return result

@@ -48,10 +48,8 @@ from benchmarks.common import (
     fmt,
     load_pyplot,
     markdown_table,
-    no_chart_note,
     percentile,
-    write_json,
-    write_text,
+    write_report,
 )
 
 NAME = "index_scale"
@@ -445,15 +443,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> dict[str, Any]:
     args = parse_args(argv)
-    result = run(args)
-    out: Path = args.out
-    write_json(out / f"{NAME}.json", result)
-    write_text(out / f"{NAME}.md", render_markdown(result))
-    if render_chart(result, out / f"{NAME}.png") is None:
-        print(no_chart_note(NAME))
-    if args.verbose:
-        print(render_markdown(result))
-    return result
+    return write_report(NAME, run(args), args.out, render_markdown, render_chart, args.verbose)
 
 
 if __name__ == "__main__":

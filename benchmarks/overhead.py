@@ -71,10 +71,9 @@ from benchmarks.common import (
     fmt,
     load_pyplot,
     markdown_table,
-    no_chart_note,
     percentile,
     python_cmd,
-    write_json,
+    write_report,
     write_text,
 )
 
@@ -897,14 +896,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> dict[str, Any]:
     args = parse_args(argv)
-    result = run(args)
-    write_json(args.out / f"{NAME}.json", result)
-    write_text(args.out / f"{NAME}.md", render_markdown(result))
-    if render_chart(result, args.out / f"{NAME}.png") is None:
-        print(no_chart_note(NAME))
-    if args.verbose:
-        print(render_markdown(result))
-    return result
+    return write_report(NAME, run(args), args.out, render_markdown, render_chart, args.verbose)
 
 
 if __name__ == "__main__":
