@@ -188,10 +188,11 @@ class _Progress:
         self.renderer = None
 
     def __call__(self, kind: str, payload: object) -> None:
-        if kind == "node_start" and self.tty:
+        streaming = self.renderer is not None  # the status line is gone once the answer streams
+        if kind == "node_start" and self.tty and not streaming:
             self.err.write(f"\r\033[K  … {payload}")
             self.err.flush()
-        elif kind == "node_end" and self.tty:
+        elif kind == "node_end" and self.tty and not streaming:
             self.err.write("\r\033[K")
             self.err.flush()
         elif kind == "stream_start":

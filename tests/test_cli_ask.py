@@ -359,3 +359,22 @@ def test_library_api_sync_and_async(llm: FakeOpenAIServer, kb: Path) -> None:
         assert again.trace == result.trace
     with pytest.raises(CragError, match="KB_AGENT_MAX_ITERATIONS"):
         Agent.from_env(dotenv=None, max_iterations=0)
+
+
+def test_chat_status_line_never_erases_streamed_text() -> None:
+    from crag.cli import _Progress
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    screen = Terminal()
+    progress = _Progress(screen, screen)
+    progress("node_start", "synthesize")
+    progress("stream_start", 0)
+    progress("delta", "Hello there.")
+    progress("node_end", "synthesize")
+    progress.finish("Hello there.\n\n---\n" + STATS_HEADING)
+    shown = screen.getvalue()
+    assert "\033[K" not in shown[shown.index("Hello there."):]
+    assert shown.count("Hello there.") == 1

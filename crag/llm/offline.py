@@ -375,12 +375,14 @@ class OfflineChatModel:
                     candidates.append((-(hits + (item.score or 0.0) * 0.1), k, pos, sentence))
         chosen: list[tuple[int, int, str]] = []
         per_item: Counter[int] = Counter()
+        quoted: set[str] = set()
         for _, k, pos, sentence in sorted(candidates):
             if len(chosen) >= _MAX_QUOTES:
                 break
-            if per_item[k] >= _PER_ITEM:
+            if per_item[k] >= _PER_ITEM or sentence in quoted:  # overlapping items repeat text
                 continue
             per_item[k] += 1
+            quoted.add(sentence)
             chosen.append((k, pos, sentence))
         if not chosen:  # nothing matches a keyword: quote the opening of the first items
             for k, item in enumerate(task.items[:2]):
