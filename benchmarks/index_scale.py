@@ -61,7 +61,7 @@ def default_dim() -> tuple[int, str]:
     """crag's hash-embedder dimension when crag.index.embedders tells it, else FALLBACK_DIM."""
     try:
         from crag.index import embedders
-    except Exception:  # noqa: BLE001 - the module is optional for this benchmark
+    except Exception:
         return FALLBACK_DIM, "fallback (crag.index.embedders not importable)"
     dim = getattr(embedders, "DEFAULT_HASH_DIM", None)
     if isinstance(dim, int):

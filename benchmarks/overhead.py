@@ -74,7 +74,6 @@ from benchmarks.common import (
     percentile,
     python_cmd,
     write_report,
-    write_text,
 )
 
 NAME = "overhead"
@@ -268,7 +267,7 @@ def build_langgraph(nodes: dict, model, toolbox, cfg):
     from crag.ports import LLMRequest, ToolOutcome, ToolRequest
     from crag.state import AgentState
 
-    S = TypedDict("S", {"state": AgentState})  # functional form: no string annotations to resolve
+    S = TypedDict("S", {"state": AgentState})  # noqa: UP013 - functional form: no string annotations to resolve
 
     def make(node: Node):
         module = nodes[node]
@@ -506,7 +505,7 @@ def profile_driver(args, trivial: bool) -> list[dict[str, Any]]:
     stats = pstats.Stats(prof, stream=io.StringIO())
     rows = []
     total = sum(v[2] for v in stats.stats.values())  # total internal time
-    for (file, line, func), (cc, nc, tt, ct, _) in stats.stats.items():
+    for (file, line, func), (_cc, nc, tt, ct, _) in stats.stats.items():
         rows.append({
             "function": f"{_short_path(file)}:{line}({func})",
             "calls_per_question": nc / args.profile_runs,

@@ -17,7 +17,7 @@ from attrs import fields, frozen
 
 from .errors import ConfigError
 
-__all__ = ["Settings", "read_dotenv", "SETTINGS_TABLE"]
+__all__ = ["SETTINGS_TABLE", "Settings", "read_dotenv"]
 
 
 def _int(lo: int) -> Callable[[str, str], int]:

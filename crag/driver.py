@@ -17,7 +17,7 @@ from typing import Any
 from attrs import evolve
 
 from .errors import ToolError
-from .graph import END, START, GraphError, Node, Outcome, TRANSITIONS, next_node
+from .graph import END, START, TRANSITIONS, GraphError, Node, Outcome, next_node
 from .nodes import NODES, NodeConfig
 from .ports import ChatModel, LLMRequest, Toolbox, ToolOutcome, ToolRequest
 from .state import AgentState, Message, Usage

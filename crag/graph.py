@@ -20,7 +20,7 @@ import enum
 
 from .state import AgentState, Complexity, GraderAction
 
-__all__ = ["END", "GraphError", "Node", "Outcome", "START", "TRANSITIONS", "mermaid", "next_node", "outcome"]
+__all__ = ["END", "START", "TRANSITIONS", "GraphError", "Node", "Outcome", "mermaid", "next_node", "outcome"]
 
 
 class Node(str, enum.Enum):

@@ -39,7 +39,7 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Union
+from typing import Any
 
 __all__ = [
     "Delay",
@@ -67,7 +67,7 @@ class Text:
     finish_reason: str = "stop"
 
 
-def NoUsage(text: str) -> Text:  # noqa: N802 - reads like the other reply kinds
+def NoUsage(text: str) -> Text:
     """A completion without a ``usage`` object."""
     return Text(text, usage=False)
 
@@ -127,7 +127,7 @@ class Drop:
     text: str = "this answer is cut off mid-stream"
 
 
-Reply = Union[str, Text, Status, Delay, Garbage, EmptyChoices, NullContent, Raw, Drop]
+Reply = str | Text | Status | Delay | Garbage | EmptyChoices | NullContent | Raw | Drop
 
 
 @dataclass(frozen=True)
@@ -166,10 +166,10 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         pass
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         self.server.owner._handle(self)
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         self.server.owner._handle(self)
 
 
@@ -337,7 +337,7 @@ class FakeOpenAIServer:
                 self._embeddings(h, body if isinstance(body, dict) else {}, node or "embeddings")
             else:
                 self._send_json(h, 404, {"error": {"message": f"no route {h.command} {path}"}})
-        except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError, socket.timeout):
+        except (TimeoutError, BrokenPipeError, ConnectionResetError, ConnectionAbortedError):
             h.close_connection = True
 
     def _chat(self, h: _Handler, body: dict[str, Any], node: str) -> None:

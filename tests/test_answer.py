@@ -61,7 +61,7 @@ def test_stats_block_lists_model_calls_tokens_latency_in_total_and_per_node():
 
 @given(st.text(max_size=200), st.integers(0, 6))
 def test_renumbered_markers_are_always_in_range_and_in_first_use_order(text, n):
-    out, order = renumber(text, n)
+    _out, order = renumber(text, n)
     assert len(order) == len(set(order)) and all(0 <= i < n for i in order)
     answer, citations = compose(text, [item(k + 1) for k in range(n)], Usage("m"))
     assert answer.count(STATS_HEADING) >= 1

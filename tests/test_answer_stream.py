@@ -28,7 +28,7 @@ REPLIES = [
 def streamed(reply: str, cuts: list[int]) -> str:
     renderer = StreamRenderer(len(ITEMS), clean_answer, strip_think)
     pieces, last = [], 0
-    for cut in sorted(set(cuts)) + [len(reply)]:
+    for cut in [*sorted(set(cuts)), len(reply)]:
         pieces.append(renderer.feed(reply[last:cut]))
         last = cut
     final, _ = compose(clean_answer(reply), ITEMS, USAGE)

@@ -334,10 +334,10 @@ def test_chat_keeps_history_across_turns_and_streams(llm: FakeOpenAIServer, tmp_
 
 def test_help_and_graph_import_no_heavy_library() -> None:
     for argv in (["--help"], ["graph"]):
-        code = ("import runpy, sys; sys.argv = ['crag', *%r]\n"
+        code = (f"import runpy, sys; sys.argv = ['crag', *{argv!r}]\n"
                 "try:\n    runpy.run_module('crag', run_name='__main__')\n"
                 "except SystemExit:\n    pass\n"
-                "print(sorted(m for m in ('openai', 'faiss', 'numpy', 'tiktoken') if m in sys.modules))") % argv
+                "print(sorted(m for m in ('openai', 'faiss', 'numpy', 'tiktoken') if m in sys.modules))")
         proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
         assert proc.stdout.strip().splitlines()[-1] == "[]", argv
 

@@ -30,7 +30,7 @@ def test_table_is_exactly_the_spec():
         (Node.GRADE_EVIDENCE, Outcome.CAP_REACHED): Node.SYNTHESIZE,
         (Node.SYNTHESIZE, Outcome.DONE): Node.END,
     }
-    assert TRANSITIONS == expected
+    assert expected == TRANSITIONS
 
 
 def test_every_node_is_reachable_and_reaches_the_end():

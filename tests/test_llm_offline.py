@@ -130,7 +130,7 @@ def test_refine_rounds_differ_from_earlier_rounds():
     third = plan_calls(question, routing, evidence=(UPLOADS,), attempts=attempts)
     rounds = [{json.dumps([c.tool, dict(c.args)], sort_keys=True) for c in r} for r in (first, second, third)]
     assert rounds[0].isdisjoint(rounds[1]) and rounds[1].isdisjoint(rounds[2]) and rounds[0].isdisjoint(rounds[2])
-    vector = [c for c in second if c.tool == "vector_search"][0]
+    vector = next(c for c in second if c.tool == "vector_search")
     assert vector.args["query"] != question and vector.args["top_k"] > 5
     assert ToolCall("read_file", {"path": "docs/uploads.md", "start_line": 25, "end_line": 72}) in second
 

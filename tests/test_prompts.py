@@ -27,8 +27,8 @@ from crag.prompts import (
     strip_stats_blocks,
 )
 from crag.state import (
-    Complexity,
     Completion,
+    Complexity,
     EvidenceItem,
     Message,
     RoutingPlan,

@@ -168,7 +168,7 @@ def test_user_queries_a_technical_term_requiring_context():
 def test_plan_node_respects_routing_plan_in_fallback_paths():
     # The plan reply is not JSON; its text names tools outside the routing plan and a Jira
     # lookup although the question carries no Jira key.
-    result, model, toolbox = run(
+    _result, _model, toolbox = run(
         {
             "analyze_and_route": [route("simple", ["vector_search", "jira_fetch"])],
             "plan": ["I would call jira_fetch, then web_fetch and grep_search, then vector_search."],

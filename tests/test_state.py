@@ -8,7 +8,18 @@ import pytest
 from attrs import evolve
 from hypothesis import given
 
-from crag.state import AgentState, AuditEvent, Completion, Complexity, GraderAction, RoutingPlan, ToolCall, ToolRun, Usage, converter
+from crag.state import (
+    AgentState,
+    AuditEvent,
+    Completion,
+    Complexity,
+    GraderAction,
+    RoutingPlan,
+    ToolCall,
+    ToolRun,
+    Usage,
+    converter,
+)
 
 from .strategies import evidence_items
 

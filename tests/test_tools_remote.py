@@ -30,7 +30,7 @@ class FakeServer:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+            def do_GET(self) -> None:
                 outer.requests.append((self.path, dict(self.headers.items())))
                 route = outer.routes.get(self.path.split("?")[0])
                 if route is None:

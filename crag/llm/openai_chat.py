@@ -41,9 +41,9 @@ from ..state import Completion
 from .tokens import count_tokens, encoding_for_model
 
 if TYPE_CHECKING:
-    import openai
+    pass
 
-__all__ = ["NODE_HEADER", "OpenAIChatModel", "RETRY_AFTER_CAP", "parse_retry_after"]
+__all__ = ["NODE_HEADER", "RETRY_AFTER_CAP", "OpenAIChatModel", "parse_retry_after"]
 
 NODE_HEADER = "X-Crag-Node"
 RETRY_AFTER_CAP = 60.0  # seconds; a server asking for longer gets an error, not a wait

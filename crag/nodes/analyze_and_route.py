@@ -14,7 +14,7 @@ from attrs import evolve
 
 from .. import prompts
 from ..ports import AnalyzeTask, LLMRequest
-from ..state import AgentState, Complexity, Completion, RoutingPlan
+from ..state import AgentState, Completion, Complexity, RoutingPlan
 
 if TYPE_CHECKING:
     from . import NodeConfig

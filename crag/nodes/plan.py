@@ -14,7 +14,7 @@ from attrs import evolve
 
 from .. import prompts
 from ..ports import LLMRequest, PlanTask
-from ..state import AgentState, AuditEvent, Complexity, Completion, RoutingPlan
+from ..state import AgentState, AuditEvent, Completion, Complexity, RoutingPlan
 
 if TYPE_CHECKING:
     from . import NodeConfig

@@ -18,7 +18,7 @@ from attrs import evolve
 
 from .. import answer, grading, prompts
 from ..ports import LLMRequest, SynthesizeTask
-from ..state import AgentState, Complexity, Completion, GraderAction
+from ..state import AgentState, Completion, Complexity, GraderAction
 
 if TYPE_CHECKING:
     from . import NodeConfig

@@ -24,10 +24,7 @@ def visible_under(real_path: str, real_root: str) -> bool:
     if real_path == real_root:
         return True
     rel = os.path.relpath(real_path, real_root)
-    for part in rel.split(os.sep):
-        if part.startswith(".") or part in SKIP_DIRS:
-            return False
-    return True
+    return all(not (part.startswith(".") or part in SKIP_DIRS) for part in rel.split(os.sep))
 
 
 def resolve_in_roots(

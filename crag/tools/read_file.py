@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ToolError
-from ..index.discover import MAX_FILE_BYTES, is_binary, read_bytes, decode_text, split_lines
+from ..index.discover import MAX_FILE_BYTES, decode_text, is_binary, read_bytes, split_lines
 from ..state import EvidenceItem
 from .args import check_known, opt_int, req_str
 from .paths import resolve_in_roots
