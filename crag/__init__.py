@@ -4,8 +4,8 @@ The public API. Importing crag is cheap: openai, faiss, numpy and tiktoken are l
 when a backend, the index or token counting is first used.
 """
 
-from .agent import Agent, Answer
-from .config import Settings
+from typing import TYPE_CHECKING
+
 from .errors import (
     ConfigError,
     CragError,
@@ -17,7 +17,35 @@ from .errors import (
     ToolError,
     UsageError,
 )
-from .state import AgentState, Citation, EvidenceItem, Usage
+
+if TYPE_CHECKING:
+    from .agent import Agent, Answer
+    from .config import Settings
+    from .state import AgentState, Citation, EvidenceItem, Usage
+
+# The agent, its settings and its records load on first use, so `python -m crag --help`
+# and `graph` start without attrs, cattrs or asyncio.
+_LAZY = {
+    "Agent": "agent",
+    "Answer": "agent",
+    "Settings": "config",
+    "AgentState": "state",
+    "Citation": "state",
+    "EvidenceItem": "state",
+    "Usage": "state",
+}
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'crag' has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
 
 __version__ = "0.1.0"
 

@@ -12,7 +12,6 @@ worker thread so an event loop is never blocked.
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -167,6 +166,8 @@ class Agent:
         on_event: Event | None = None,
     ) -> Answer:
         """``ask`` without blocking the event loop (runs in a worker thread)."""
+        import asyncio
+
         return await asyncio.to_thread(self.ask, question, list(history), on_event)
 
     def close(self) -> None:
