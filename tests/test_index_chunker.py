@@ -137,3 +137,39 @@ markdownish = st.lists(
 def test_any_text_chunks_into_exact_ordered_non_overlapping_line_ranges(text: str, max_tokens: int, suffix: str) -> None:
     chunks = chunk_text(text, suffix, max_tokens=max_tokens, min_tokens=max_tokens // 3, count=COUNT)
     check_invariants(text, chunks, max_tokens)
+
+
+def _one_by_one(lines: list[str]) -> list[int]:
+    """Per-line counts from encoding this text alone (the definition of line_counts)."""
+    import numpy as np
+
+    text = "\n".join(lines) + "\n"
+    ends = np.cumsum([len(COUNT.encoding.decode_single_token_bytes(t)) for t in COUNT.encoding.encode_ordinary(text)])
+    starts = np.concatenate([[0], ends[:-1]]).astype(int)
+    newlines = [i for i, b in enumerate(text.encode()) if b == 10]
+    return [sum(1 for s in starts if (newlines[k - 1] if k else -1) < s <= newlines[k]) for k in range(len(lines))]
+
+
+line_texts = st.lists(
+    st.lists(
+        st.text(alphabet=st.sampled_from(list(" \t/.!-#`abcXY01é日🤗'")), max_size=12),
+        max_size=6,
+    ),
+    max_size=6,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(files=line_texts)
+def test_line_counts_of_many_texts_encoded_together_equal_each_text_alone(files: list[list[str]]) -> None:
+    many = COUNT.line_counts_many(files)
+    assert many == [_one_by_one(f) if f else [] for f in files]
+    for f, counts in zip(files, many):
+        if f:
+            assert sum(counts) == len(COUNT.encoding.encode_ordinary("\n".join(f) + "\n"))
+
+
+def test_line_counts_with_the_source_text_and_without_a_final_newline() -> None:
+    files = [["# T", "", "alpha beta."], ["/slash first", "x"], ["  indented"], ["no newline at end"]]
+    texts = ["# T\n\nalpha beta.\n", None, "  indented\n", "no newline at end"]
+    assert COUNT.line_counts_many(files, texts) == COUNT.line_counts_many(files) == [_one_by_one(f) for f in files]

@@ -36,7 +36,7 @@ class EmbeddingsServer:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 outer.auth.append(self.headers.get("Authorization"))
                 if outer.fail:
@@ -106,7 +106,7 @@ def test_failures_become_crag_errors(api: EmbeddingsServer) -> None:
     with pytest.raises(LLMError, match="refused the API key: check OPENAI_API_KEY"):
         embedder(api, max_retries=0).embed(["x"])
     api.fail = [503, 503, 503]
-    with pytest.raises(LLMError, match="HTTP 503.*KB_AGENT_EMBEDDING_MODEL"):
+    with pytest.raises(LLMError, match=r"HTTP 503.*KB_AGENT_EMBEDDING_MODEL"):
         embedder(api, max_retries=2).embed(["x"])
     with pytest.raises(LLMError, match="cannot reach the embeddings server"):
         OpenAIEmbedder("m", api_key="k", base_url="http://127.0.0.1:9/v1", timeout=2, max_retries=0).embed(["x"])
@@ -132,3 +132,88 @@ def test_make_embedder_follows_the_settings() -> None:
     assert emb.name == "openai:text-embedding-3-large" and emb.dim == 3072
     with pytest.raises(ConfigError, match="KB_AGENT_EMBEDDER=openai"):
         make_embedder(Settings(embedder="openai"))
+
+
+# The hash embedder's definition, word by word (how it was first written): the bulk
+# implementation must give exactly these vectors.
+def reference_hash_embed(texts: list[str], dim: int = 2048, bigram_weight: float = 0.5) -> np.ndarray:
+    import zlib
+
+    from crag.index import embedders as e
+
+    out = np.zeros((len(texts), dim), dtype=np.float32)
+    codes: list[int] = []
+    lengths = []
+    for text in texts:
+        words = e._WORD.findall(text.lower())
+        codes += [-1 if w in e.STOPWORDS else zlib.crc32(e.stem(w).encode("utf-8")) for w in words]
+        lengths.append(len(words))
+    codes_arr = np.asarray(codes, dtype=np.int64)
+    rows = np.repeat(np.arange(len(texts), dtype=np.uint64), lengths)
+    keep = codes_arr >= 0
+    uni, rows = codes_arr[keep].astype(np.uint64), rows[keep]
+    if not uni.size:
+        return out
+    low = np.uint64((1 << e._KEY_BITS) - 1)
+    feats, feat_rows = [e._mix(uni) & low & ~np.uint64(e._BIGRAM_FLAG)], [rows]
+    if bigram_weight and uni.size > 1:
+        same = rows[1:] == rows[:-1]
+        feats.append((e._mix(((uni[:-1] << np.uint64(32)) | uni[1:])[same]) & low) | np.uint64(e._BIGRAM_FLAG))
+        feat_rows.append(rows[1:][same])
+    keys, counts = np.unique((np.concatenate(feat_rows) << np.uint64(e._KEY_BITS)) | np.concatenate(feats), return_counts=True)
+    weights = 1.0 + np.log(counts.astype(np.float32))
+    weights[(keys & np.uint64(e._BIGRAM_FLAG)) != 0] *= np.float32(bigram_weight)
+    weights[(keys & np.uint64(e._SIGN_BIT)) != 0] *= np.float32(-1.0)
+    slots = (keys & np.uint64(dim - 1)).astype(np.int64)
+    np.add.at(out.reshape(-1), (keys >> np.uint64(e._KEY_BITS)).astype(np.int64) * dim + slots, weights.astype(np.float32))
+    norms = np.linalg.norm(out, axis=1, keepdims=True)
+    np.divide(out, norms, out=out, where=norms > 0)
+    return out
+
+
+TRICKY = [
+    "",
+    "   ",
+    "The tokens of a Tokenizer: tokenizing, tokenized, tokenizes!",
+    "snake_case_words and kebab-case-words, CamelCaseWords 2024 v1.2.3",
+    "Café naïve résumé — “quoted” ‘text’ … 🤗 emoji─box│drawing",
+    "İstanbul KELVIN ßtraße ﬁne ǅemal ΣΟΦΟΣ Ὀδυσσεύς 日本語のテキスト 한국어",
+    "a" * 17 + " " + "b" * 16 + " " + "c" * 40 + " supercalifragilisticexpialidocious",
+    "the and of to is was were been being",
+    "x\x00y\tz\x0bw\x1cv\x85u\u2028t\u00a0s",
+    "cafe\u0301 e\u0301cole",
+]
+
+
+def test_hash_embedder_matches_the_word_by_word_definition() -> None:
+    emb = HashEmbedder()
+    texts = TRICKY + [t.upper() for t in TRICKY] + [" ".join(TRICKY)]
+    assert np.array_equal(emb.embed(texts), reference_hash_embed(texts))
+    # again, with every word now known (the vocabulary path), and one text at a time
+    assert np.array_equal(emb.embed(texts), reference_hash_embed(texts))
+    for t in TRICKY:
+        assert np.array_equal(emb.embed([t]), reference_hash_embed([t]))
+    small = HashEmbedder(64, bigram_weight=0.25)
+    assert np.array_equal(small.embed(texts), reference_hash_embed(texts, 64, 0.25))
+
+
+def test_hash_embedder_matches_the_definition_on_a_real_corpus() -> None:
+    from crag.index.discover import discover, read_file_text
+
+    root = Path(__file__).resolve().parents[2] / "shared" / "corpora" / "fastapi_docs"
+    if not root.is_dir():
+        pytest.skip(f"{root} is not available")
+    texts = [read_file_text(f.path)[1] for f in discover([root]).files[:120]]
+    emb = HashEmbedder()
+    for i in range(0, len(texts), 40):
+        assert np.array_equal(emb.embed(texts[i : i + 40]), reference_hash_embed(texts[i : i + 40]))
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.text(max_size=120), max_size=6))
+def test_hash_embedder_matches_the_definition_on_any_text(texts: list[str]) -> None:
+    assert np.array_equal(HashEmbedder(256).embed(texts), reference_hash_embed(texts, 256))

@@ -58,8 +58,8 @@ def ensure_indexed(
     lock_timeout: float | None = None,
 ) -> IndexReport:
     """Index ``roots`` when they are new or changed since the last run; cheap otherwise."""
-    from .chunker import DEFAULT_MAX_TOKENS, DEFAULT_MIN_TOKENS
     from .build import DEFAULT_LOCK_TIMEOUT, IndexReport, quick_check, update_index
+    from .chunker import DEFAULT_MAX_TOKENS, DEFAULT_MIN_TOKENS
 
     embedder = embedder or make_embedder(settings)
     index_dir = os.path.abspath(settings.index_dir)

@@ -22,12 +22,15 @@ these roots?" from ``stat`` alone, without the lock, for ``ensure_indexed``.
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import os
 import shutil
 import sqlite3
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 from attrs import field, frozen
@@ -77,6 +80,26 @@ __all__ = [
 
 DEFAULT_LOCK_TIMEOUT = 120.0
 _EMBED_BATCH = 256
+_EMBED_SLICE = 128
+# Rows are written in multi-row INSERTs, at most this many rows (or bytes of text) per job
+# of the database thread (at least _MIN_ROWS_PER_JOB when it is idle), and at most this
+# many jobs queued ahead of it.
+_ROWS_PER_JOB = 512
+_MIN_ROWS_PER_JOB = 128
+_BYTES_PER_JOB = 8 << 20
+_ROWS_PER_INSERT = 128
+_MAX_QUEUED_JOBS = 4
+# Embedded vectors are added to FAISS in blocks of up to this many bytes.
+_ADD_BYTES = 16 << 20
+# Files are read and chunked by worker threads in batches of about this many bytes.
+_BATCH_BYTES = 256 << 10
+_BATCH_FILES = 64
+_INSERTS = {
+    "files": "INSERT INTO files (id, path, root, size, mtime_ns, sha256, chunks)",
+    "files_fts": "INSERT INTO files_fts (rowid, title, body)",
+    "chunks": "INSERT INTO chunks (id, file_id, start_line, end_line, heading, tokens, text)",
+    "fts": "INSERT INTO fts (rowid, title, heading, body)",
+}
 
 # progress(files_done, files_total, path): called as files are indexed.
 Progress = Callable[[int, int, str], None]
@@ -234,7 +257,14 @@ def _sha256(data: bytes) -> str:
 
 
 class _Builder:
-    """Builds one new generation directory (lock held); ``commit`` publishes it."""
+    """Builds one new generation directory (lock held); ``commit`` publishes it.
+
+    The calling thread embeds chunks and edits the FAISS index; every SQLite statement
+    runs, in order, on one database thread. Rows are queued and written in large
+    multi-row ``INSERT`` statements: SQLite releases the GIL while a statement runs (FTS5
+    tokenizing the text is most of the database work), so the writes overlap the
+    embedding instead of handing the GIL back and forth once per row.
+    """
 
     def __init__(
         self,
@@ -254,27 +284,41 @@ class _Builder:
         self.db_path = os.path.join(self.gen_dir, DATABASE)
         self.vectors_path = os.path.join(self.gen_dir, VECTORS)
         self.vectors_changed = False
+        self._db: Any = None
+        self.conn = None
         if base is not None:
             shutil.copyfile(base.db_path, self.db_path)
-            self.conn = sqlite3.connect(self.db_path, isolation_level=None)
+            self.conn = sqlite3.connect(self.db_path, isolation_level=None, check_same_thread=False)
             self._pragmas()
             self.base_vectors_path: str | None = base.vectors_path
             self._index: Any = None
             self.next_id = int(base.meta.get("next_chunk_id", "1"))
+            self.next_file_id = int(self.conn.execute("SELECT coalesce(max(id), 0) + 1 FROM files").fetchone()[0])
         else:
-            self.conn = sqlite3.connect(self.db_path, isolation_level=None)
+            self.conn = sqlite3.connect(self.db_path, isolation_level=None, check_same_thread=False)
             self._pragmas()
             self.conn.executescript(_SCHEMA)
             self.base_vectors_path = None
             self._index = faiss.IndexIDMap2(faiss.IndexFlatIP(embedder.dim))
             self.vectors_changed = True
             self.next_id = 1
+            self.next_file_id = 1
         self.conn.execute("BEGIN")
+        limit = getattr(sqlite3, "SQLITE_LIMIT_VARIABLE_NUMBER", None)
+        self._max_vars = self.conn.getlimit(limit) if limit is not None and hasattr(self.conn, "getlimit") else 999
         self._pending_ids: list[int] = []
         self._pending_texts: list[str] = []
         # Enough texts per embed call to keep a remote embedder's parallel requests busy.
         self._batch = max(_EMBED_BATCH, getattr(embedder, "batch_size", 0) * getattr(embedder, "max_parallel", 1))
         self.embedded = 0
+        self._staged: list[tuple[Any, Any]] = []  # (vectors, ids) embedded, not yet in FAISS
+        self._staged_bytes = 0
+        self._rows: dict[str, list[tuple[Any, ...]]] = {name: [] for name in _INSERTS}
+        self._queued_bytes = 0
+        self._jobs: deque[Future[Any]] = deque()
+        from concurrent.futures import ThreadPoolExecutor
+
+        self._db = ThreadPoolExecutor(1, thread_name_prefix="crag-index-db")
 
     def _pragmas(self) -> None:
         # The file is invisible to readers until published and fsynced before that, so the
@@ -289,43 +333,105 @@ class _Builder:
             self._index = faiss.read_index(self.base_vectors_path)
         return self._index
 
+    # -- the database thread -----------------------------------------------------------
+
+    def _submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
+        """Run ``fn(*args)`` on the database thread, after everything submitted before."""
+        while self._jobs and self._jobs[0].done():
+            self._jobs.popleft().result()  # raises what a finished job raised
+        while len(self._jobs) >= _MAX_QUEUED_JOBS:  # do not run far ahead of the writes
+            self._jobs.popleft().result()
+        fut = self._db.submit(fn, *args)
+        self._jobs.append(fut)
+        return fut
+
+    def _wait(self) -> None:
+        while self._jobs:
+            self._jobs.popleft().result()
+
+    def _insert_rows(self, rows: dict[str, list[tuple[Any, ...]]]) -> None:
+        """(database thread) Multi-row INSERTs of the queued rows, table by table.
+
+        Rows go in statements of ``_ROWS_PER_INSERT`` rows (so that SQLite compiles each
+        statement once, and the sqlite3 module caches it) plus one for the remainder.
+        """
+        for name, table_rows in rows.items():
+            if not table_rows:
+                continue
+            width = len(table_rows[0])
+            per = max(1, min(_ROWS_PER_INSERT, self._max_vars // width))
+            for i in range(0, len(table_rows), per):
+                part = table_rows[i : i + per]
+                self.conn.execute(_insert_sql(name, width, len(part)), [v for row in part for v in row])
+
+    def _send_rows(self, everything: bool = True) -> None:
+        """Queue the rows for the database thread (only whole statements' worth unless ``everything``)."""
+        rows = self._rows
+        if not everything:
+            whole = len(rows["chunks"]) // _ROWS_PER_INSERT * _ROWS_PER_INSERT
+            if not whole:
+                return
+            self._rows = {name: [] for name in _INSERTS}
+            self._rows["chunks"], rows["chunks"] = rows["chunks"][whole:], rows["chunks"][:whole]
+            self._rows["fts"], rows["fts"] = rows["fts"][whole:], rows["fts"][:whole]
+            self._queued_bytes = 0
+            self._submit(self._insert_rows, rows)
+        elif any(rows.values()):
+            self._rows = {name: [] for name in _INSERTS}
+            self._queued_bytes = 0
+            self._submit(self._insert_rows, rows)
+
+    # -- edits -------------------------------------------------------------------------
+
     def remove_file(self, file_id: int) -> None:
         import numpy as np
 
-        ids = [r[0] for r in self.conn.execute("SELECT id FROM chunks WHERE file_id = ?", (file_id,))]
+        self._send_rows()
+
+        def remove() -> list[int]:
+            ids = [r[0] for r in self.conn.execute("SELECT id FROM chunks WHERE file_id = ?", (file_id,))]
+            if ids:
+                self.conn.executemany("DELETE FROM fts WHERE rowid = ?", [(i,) for i in ids])
+                self.conn.execute("DELETE FROM chunks WHERE file_id = ?", (file_id,))
+            self.conn.execute("DELETE FROM files_fts WHERE rowid = ?", (file_id,))
+            self.conn.execute("DELETE FROM files WHERE id = ?", (file_id,))
+            return ids
+
+        ids = self._submit(remove).result()
         if ids:
-            self.conn.executemany("DELETE FROM fts WHERE rowid = ?", [(i,) for i in ids])
-            self.conn.execute("DELETE FROM chunks WHERE file_id = ?", (file_id,))
             self._vectors().remove_ids(np.asarray(ids, dtype=np.int64))
             self.vectors_changed = True
-        self.conn.execute("DELETE FROM files_fts WHERE rowid = ?", (file_id,))
-        self.conn.execute("DELETE FROM files WHERE id = ?", (file_id,))
 
     def touch_file(self, file_id: int, size: int, mtime_ns: int) -> None:
-        self.conn.execute("UPDATE files SET size = ?, mtime_ns = ? WHERE id = ?", (size, mtime_ns, file_id))
+        self._send_rows()
+        self._submit(
+            self.conn.execute, "UPDATE files SET size = ?, mtime_ns = ? WHERE id = ?", (size, mtime_ns, file_id)
+        )
 
     def add_file(self, f: DiscoveredFile, sha: str, chunks: Sequence[Chunk], text: str = "") -> None:
-        cur = self.conn.execute(
-            "INSERT INTO files (path, root, size, mtime_ns, sha256, chunks) VALUES (?, ?, ?, ?, ?, ?)",
-            (f.path, f.root, f.size, f.mtime_ns, sha, len(chunks)),
-        )
-        file_id = cur.lastrowid
+        file_id = self.next_file_id
+        self.next_file_id += 1
+        rows = self._rows
+        rows["files"].append((file_id, f.path, f.root, f.size, f.mtime_ns, sha, len(chunks)))
         title = _title_words(f.path, f.root)
         if chunks:
-            self.conn.execute("INSERT INTO files_fts (rowid, title, body) VALUES (?, ?, ?)", (file_id, title, text))
-        rows, fts_rows = [], []
+            rows["files_fts"].append((file_id, title, text))
+        chunk_rows, fts_rows = rows["chunks"], rows["fts"]
+        cid = self.next_id
         for c in chunks:
-            cid = self.next_id
-            self.next_id += 1
-            rows.append((cid, file_id, c.start_line, c.end_line, c.heading, c.tokens, c.text))
+            chunk_rows.append((cid, file_id, c.start_line, c.end_line, c.heading, c.tokens, c.text))
             fts_rows.append((cid, title, c.heading, c.text))
             self._pending_ids.append(cid)
             self._pending_texts.append(embed_text(title, c.heading, c.text))
-        self.conn.executemany(
-            "INSERT INTO chunks (id, file_id, start_line, end_line, heading, tokens, text) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            rows,
-        )
-        self.conn.executemany("INSERT INTO fts (rowid, title, heading, body) VALUES (?, ?, ?, ?)", fts_rows)
+            cid += 1
+        self.next_id = cid
+        self._queued_bytes += 2 * len(text) + 200
+        if (
+            len(chunk_rows) >= _ROWS_PER_JOB
+            or self._queued_bytes >= _BYTES_PER_JOB
+            or (len(chunk_rows) >= _MIN_ROWS_PER_JOB and not (self._jobs and not self._jobs[-1].done()))
+        ):
+            self._send_rows(everything=False)  # a full job, or some rows for an idle database thread
         if len(self._pending_ids) >= self._batch:
             self.flush()
 
@@ -334,29 +440,59 @@ class _Builder:
 
         if not self._pending_ids:
             return
-        vectors = self.embedder.embed(self._pending_texts)
-        if vectors.shape != (len(self._pending_ids), self.embedder.dim):
-            raise IndexStoreError(
-                f"the embedder {self.embedder.name} returned vectors of shape {vectors.shape}, "
-                f"expected ({len(self._pending_ids)}, {self.embedder.dim})",
-                self.index_dir,
-            )
-        self._vectors().add_with_ids(
-            np.ascontiguousarray(vectors, dtype=np.float32), np.asarray(self._pending_ids, dtype=np.int64)
-        )
-        self.vectors_changed = True
-        self.embedded += len(self._pending_ids)
+        self._send_rows(everything=False)  # the database thread writes them while this thread embeds
+        ids, texts = self._pending_ids, self._pending_texts
         self._pending_ids, self._pending_texts = [], []
+        step = max(_EMBED_SLICE, self._batch // 2)
+        for at in range(0, len(ids), step):
+            part = texts[at : at + step]
+            vectors = self.embedder.embed(part)
+            if vectors.shape != (len(part), self.embedder.dim):
+                raise IndexStoreError(
+                    f"the embedder {self.embedder.name} returned vectors of shape {vectors.shape}, "
+                    f"expected ({len(part)}, {self.embedder.dim})",
+                    self.index_dir,
+                )
+            # Vectors go into FAISS in large blocks: each add grows (copies) its storage.
+            self._staged.append((np.asarray(vectors, dtype=np.float32), np.asarray(ids[at : at + step], dtype=np.int64)))
+            self._staged_bytes += vectors.nbytes
+            self.embedded += len(part)
+        self.vectors_changed = True
+        if self._staged_bytes >= _ADD_BYTES:
+            self._add_staged()
+
+    def _add_staged(self) -> None:
+        import numpy as np
+
+        if not self._staged:
+            return
+        if len(self._staged) == 1:
+            vectors, ids = self._staged[0]
+        else:
+            vectors = np.concatenate([v for v, _ in self._staged])
+            ids = np.concatenate([i for _, i in self._staged])
+        self._staged, self._staged_bytes = [], 0
+        self._vectors().add_with_ids(np.ascontiguousarray(vectors), ids)
 
     def set_roots(self, roots: Iterable[str]) -> None:
-        self.conn.execute("DELETE FROM roots")
-        self.conn.executemany("INSERT INTO roots (path) VALUES (?)", [(r,) for r in sorted(set(roots))])
+        self._send_rows()
+        paths = [(r,) for r in sorted(set(roots))]
+
+        def write() -> None:
+            self.conn.execute("DELETE FROM roots")
+            self.conn.executemany("INSERT INTO roots (path) VALUES (?)", paths)
+
+        self._submit(write)
 
     def commit(self) -> int:
         """Write the vectors and the metadata, fsync both, publish. Returns the chunk count."""
         import faiss
 
         self.flush()
+        self._send_rows()
+        self._add_staged()
+        # The vectors are written while the database thread finishes its inserts; both files
+        # are fsynced before CURRENT names the generation.
         if self.vectors_changed:
             faiss.write_index(self._vectors(), self.vectors_path)
         else:
@@ -364,40 +500,63 @@ class _Builder:
                 os.link(self.base_vectors_path, self.vectors_path)
             except OSError:
                 shutil.copyfile(self.base_vectors_path, self.vectors_path)
-        _fsync_file(self.vectors_path)
-        n_chunks = self.conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
-        if self.vectors_changed and self._vectors().ntotal != n_chunks:
-            raise IndexStoreError(
-                f"internal error: {self._vectors().ntotal} vectors for {n_chunks} chunks; the previous index is kept",
-                self.index_dir,
-            )
-        meta = {
-            "schema": str(SCHEMA_VERSION),
-            "embedder": self.embedder.name,
-            "dim": str(self.embedder.dim),
-            "chunker": _chunker_id(*self.chunking),
-            "chunks": str(n_chunks),
-            "next_chunk_id": str(self.next_id),
-            "vectors_bytes": str(os.path.getsize(self.vectors_path)),
-            "generation": self.gen,
-            "updated_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        }
-        self.conn.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", list(meta.items()))
-        self.conn.execute("COMMIT")
-        self.conn.execute("PRAGMA optimize")
-        self.conn.close()
-        _fsync_file(self.db_path)
+        n_vectors = self._vectors().ntotal if self.vectors_changed else None
+        vectors_bytes = os.path.getsize(self.vectors_path)
+
+        def finish() -> int:
+            n_chunks = self.conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
+            if n_vectors is not None and n_vectors != n_chunks:
+                raise IndexStoreError(
+                    f"internal error: {n_vectors} vectors for {n_chunks} chunks; the previous index is kept",
+                    self.index_dir,
+                )
+            meta = {
+                "schema": str(SCHEMA_VERSION),
+                "embedder": self.embedder.name,
+                "dim": str(self.embedder.dim),
+                "chunker": _chunker_id(*self.chunking),
+                "chunks": str(n_chunks),
+                "next_chunk_id": str(self.next_id),
+                "vectors_bytes": str(vectors_bytes),
+                "generation": self.gen,
+                "updated_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            }
+            self.conn.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", list(meta.items()))
+            self.conn.execute("COMMIT")
+            self.conn.execute("PRAGMA optimize")
+            self.conn.close()
+            _fsync_file(self.db_path)
+            return int(n_chunks)
+
+        done = self._submit(finish)
+        _fsync_file(self.vectors_path)  # while the database thread commits and fsyncs
+        n_chunks = done.result()
+        self._wait()
+        self._db.shutdown()
         _fsync_dir(self.gen_dir)
         _fsync_dir(self.index_dir)
         _publish(self.index_dir, self.gen)
         return n_chunks
 
     def abort(self) -> None:
-        try:
-            self.conn.close()
-        except sqlite3.Error:
-            pass
+        if self._db is not None:
+            for fut in self._jobs:
+                fut.cancel()
+            self._jobs.clear()
+            self._db.shutdown(wait=True)
+        if self.conn is not None:
+            try:
+                self.conn.close()
+            except sqlite3.Error:
+                pass
         shutil.rmtree(self.gen_dir, ignore_errors=True)
+
+
+@functools.lru_cache(maxsize=64)
+def _insert_sql(table: str, width: int, rows: int) -> str:
+    """``INSERT INTO table (...) VALUES (?, ...), ...`` for ``rows`` rows of ``width`` values."""
+    one = "(" + ",".join("?" * width) + ")"
+    return f"{_INSERTS[table]} VALUES " + ",".join([one] * rows)
 
 
 @frozen
@@ -434,6 +593,22 @@ def _ordered_map(fn: Callable[[Any], Any], items: Sequence[Any], workers: int = 
         finally:
             for fut in pending:
                 fut.cancel()
+
+
+def _batches(files: Sequence[DiscoveredFile]) -> list[list[DiscoveredFile]]:
+    """Consecutive files in batches of about ``_BATCH_BYTES`` (``_BATCH_FILES`` files at most)."""
+    batches: list[list[DiscoveredFile]] = []
+    batch: list[DiscoveredFile] = []
+    size = 0
+    for f in files:
+        if batch and (size + f.size > _BATCH_BYTES or len(batch) >= _BATCH_FILES):
+            batches.append(batch)
+            batch, size = [], 0
+        batch.append(f)
+        size += f.size
+    if batch:
+        batches.append(batch)
+    return batches
 
 
 @frozen
@@ -617,23 +792,36 @@ def _update_locked(
                 builder.remove_file(old[path].id)
         count = token_counter()
 
-        def prepare(f: DiscoveredFile) -> _Prepared:
-            """Read, hash and chunk one file (in a worker thread: tiktoken releases the GIL)."""
-            try:
-                data = read_bytes(f.path)
-            except (OSError, ValueError) as exc:
-                return _Prepared(f, error=f"cannot read ({getattr(exc, 'strerror', None) or exc})")
-            sha = _sha256(data)
-            prev = old.get(f.path)
-            binary = is_binary(data)
-            if binary or (prev is not None and prev.sha256 == sha):
-                return _Prepared(f, size=len(data), sha=sha, binary=binary)
-            text = decode_text(data)
-            chunks = chunk_lines(split_lines(text), os.path.splitext(f.path)[1], chunking[0], chunking[1], count)
-            return _Prepared(f, size=len(data), sha=sha, text=text, chunks=chunks)
+        def prepare(batch: Sequence[DiscoveredFile]) -> list[_Prepared]:
+            """Read, hash and chunk some files (in a worker thread: tiktoken releases the GIL)."""
+            done: list[_Prepared | None] = []
+            todo: list[tuple[int, DiscoveredFile, bytes, str, str, list[str]]] = []
+            for f in batch:
+                try:
+                    data = read_bytes(f.path)
+                except (OSError, ValueError) as exc:
+                    done.append(_Prepared(f, error=f"cannot read ({getattr(exc, 'strerror', None) or exc})"))
+                    continue
+                sha = _sha256(data)
+                prev = old.get(f.path)
+                binary = is_binary(data)
+                if binary or (prev is not None and prev.sha256 == sha):
+                    done.append(_Prepared(f, size=len(data), sha=sha, binary=binary))
+                    continue
+                text = decode_text(data)
+                todo.append((len(done), f, data, sha, text, split_lines(text)))
+                done.append(None)
+            # One tiktoken pass over the batch gives every line's token count.
+            line_tokens = count.line_counts_many([t[5] for t in todo], [t[4] for t in todo])
+            for (i, f, data, sha, text, lines), tokens in zip(todo, line_tokens):
+                suffix = os.path.splitext(f.path)[1]
+                chunks = chunk_lines(lines, suffix, chunking[0], chunking[1], count, line_tokens=tokens)
+                done[i] = _Prepared(f, size=len(data), sha=sha, text=text, chunks=chunks)
+            return done  # type: ignore[return-value]
 
         total = len(to_read)
-        for n, item in enumerate(_ordered_map(prepare, to_read), 1):
+        prepared = (item for batch in _ordered_map(prepare, _batches(to_read)) for item in batch)
+        for n, item in enumerate(prepared, 1):
             f = item.file
             if progress is not None:
                 progress(n, total, f.path)

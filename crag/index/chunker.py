@@ -4,13 +4,16 @@ A file is first parsed into blocks: headings (ATX ``#`` and setext underlines; f
 reStructuredText, underlined titles; for Python, top-level ``def``/``class`` lines),
 fenced code blocks (kept whole, blank lines and all), YAML front matter, and paragraphs
 (runs of non-blank lines). Blocks are then packed greedily into chunks of at most
-``max_tokens`` tokens (counted with tiktoken, ``crag.llm.tokens``):
+``max_tokens`` tokens (counted with tiktoken, ``crag.llm.tokens``; the file is encoded
+once and a range of lines is sized by the tokens that start in it, see ``TokenCounter``;
+a chunk close to the budget is counted again on its own, so none exceeds it):
 
 * a heading starts a new chunk once the current one holds at least ``min_tokens``, so
   sections stay apart but a run of tiny sections is not scattered into tiny chunks;
 * a heading is never the last thing in a chunk: it moves on with the text it introduces;
-* a code fence is never cut unless it alone exceeds the budget; an oversized block is cut
-  at line boundaries, and a single line longer than the budget becomes one chunk by itself.
+* a code fence is never cut unless it (with the headings moving on with it) exceeds the
+  budget; an oversized block is cut at line boundaries, and a single line longer than the
+  budget becomes one chunk by itself.
 
 Every chunk is a contiguous range of whole lines: ``text`` is exactly
 ``"\\n".join(lines[start_line - 1 : end_line])`` of ``discover.split_lines`` (tested on
@@ -21,8 +24,12 @@ prepends it to the text that is embedded and lexically indexed, never to ``text`
 
 from __future__ import annotations
 
+import functools
 import re
+from bisect import bisect_left
 from collections.abc import Callable, Sequence
+from itertools import accumulate
+from typing import Any, NamedTuple
 
 from attrs import frozen
 
@@ -33,12 +40,13 @@ __all__ = [
     "DEFAULT_MAX_TOKENS",
     "DEFAULT_MIN_TOKENS",
     "Chunk",
+    "TokenCounter",
     "chunk_lines",
     "chunk_text",
     "token_counter",
 ]
 
-CHUNKER_VERSION = 1
+CHUNKER_VERSION = 2
 # Chosen by benchmarks/retrieval.py (see benchmarks/results/retrieval.md).
 DEFAULT_MAX_TOKENS = 400
 DEFAULT_MIN_TOKENS = 120
@@ -54,6 +62,7 @@ _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
 _SETEXT = re.compile(r"^ {0,3}(=+|-+)[ \t]*$")
 _FENCE_START = frozenset("`~")
 _SETEXT_START = frozenset("=-")
+_MD_MARKS = frozenset("`~#=-")  # a line starting with anything else (but a space) is text
 _RST_UNDERLINE = re.compile(r"^([=\-~^\"'`#*+:.])\1{2,}[ \t]*$")
 _PY_TOP = re.compile(r"^(?:async[ \t]+def|def|class)[ \t]+\w")
 
@@ -69,8 +78,7 @@ class Chunk:
     tokens: int
 
 
-@frozen
-class _Block:
+class _Block(NamedTuple):
     start: int  # 0-based line index, inclusive
     end: int  # inclusive
     level: int = 0  # heading level, 0 for other blocks
@@ -78,18 +86,141 @@ class _Block:
     fence: bool = False
 
 
-def token_counter(encoding: str | None = None) -> Callable[[Sequence[str]], list[int]]:
-    """A function counting the tokens of many texts at once with tiktoken (no network)."""
-    from ..llm.tokens import DEFAULT_ENCODING, get_encoding
+# _new_block(_Block, (start, end, level, title, fence)): a _Block without the Python-level
+# __new__ of a NamedTuple (the Markdown parser makes one per paragraph).
+_new_block = tuple.__new__
 
-    enc = get_encoding(encoding or DEFAULT_ENCODING)
 
-    encode = enc.encode_ordinary
+class TokenCounter:
+    """Counts tiktoken tokens: ``counter(texts)`` exactly, ``counter.line_counts(lines)`` in one pass.
 
-    def count(texts: Sequence[str]) -> list[int]:
+    ``line_counts`` encodes the lines joined by newlines once (tiktoken releases the GIL
+    while it encodes, so several files can be counted in parallel threads) and gives each
+    line the tokens that start in it, newline included: a range of lines then costs the
+    sum of its lines' counts, which is the tokens it takes inside its file. That differs
+    from encoding the range alone by at most a token or two at its edges (where tiktoken's
+    pre-tokenizer joins a line's final punctuation or spaces with the newline after it),
+    which is why the chunker checks the exact count of a chunk close to its budget.
+    """
+
+    def __init__(self, encoding: str | None = None) -> None:
+        from ..llm.tokens import DEFAULT_ENCODING, get_encoding
+
+        self.encoding = get_encoding(encoding or DEFAULT_ENCODING)
+        self._encode = self.encoding.encode_ordinary
+
+    def __call__(self, texts: Sequence[str]) -> list[int]:
+        encode = self._encode
         return [len(encode(t)) for t in texts]
 
-    return count
+    def _tokens(self, text: str) -> Any:
+        import numpy as np
+
+        core = getattr(self.encoding, "_core_bpe", None)
+        to_buffer = getattr(core, "encode_to_tiktoken_buffer", None)
+        if to_buffer is not None:
+            # encode_ordinary's tokens without a Python list (an empty allowed-special set
+            # makes encode() ordinary); the GIL is released while it runs.
+            return np.frombuffer(to_buffer(text, set()), dtype=np.uint32)
+        return np.asarray(self._encode(text), dtype=np.int64)  # pragma: no cover
+
+    def line_counts(self, lines: Sequence[str]) -> list[int]:
+        """Tokens of each line, newline included, as counted in the whole text (see above)."""
+        return self.line_counts_many([lines])[0]
+
+    def line_counts_many(
+        self, files: Sequence[Sequence[str]], texts: Sequence[str | None] | None = None
+    ) -> list[list[int]]:
+        """``[line_counts(lines) for lines in files]``, with far fewer calls into tiktoken.
+
+        ``texts[i]``, when given, is the text ``files[i]`` was split from (it saves joining
+        the lines again). Texts are encoded back to back in one call wherever that cannot
+        change a token: tiktoken's pre-tokenizer only carries a piece across a newline
+        into more newlines, spaces or slashes, so a text that starts with anything else is
+        encoded exactly as on its own after a text that ends with a newline (each one
+        here does).
+        """
+        out: list[list[int]] = [[] for _ in files]
+        run: list[int] = []
+        run_texts: list[str] = []
+        run_chars = 0
+        for i, lines in enumerate(files):
+            if not lines:
+                continue
+            text = texts[i] if texts is not None else None
+            if text is None or not text.endswith("\n"):
+                text = "\n".join(lines) + "\n"
+            first = text[0]
+            if run and (first.isspace() or first == "/" or run_chars >= _RUN_CHARS):
+                self._count_run(run, run_texts, files, out)
+                run, run_texts, run_chars = [], [], 0
+            run.append(i)
+            run_texts.append(text)
+            run_chars += len(text)
+        if run:
+            self._count_run(run, run_texts, files, out)
+        return out
+
+    def _count_run(
+        self, run: list[int], run_texts: list[str], files: Sequence[Sequence[str]], out: list[list[int]]
+    ) -> None:
+        import numpy as np
+
+        joined = "".join(run_texts)
+        try:
+            data = joined.encode("utf-8")
+        except UnicodeEncodeError:  # lone surrogates: count each line on its own
+            for i in run:
+                out[i] = [c + 1 for c in self(files[i])]
+            return
+        ends = np.cumsum(_token_byte_lengths(self.encoding.name)[self._tokens(joined)])
+        if not len(ends) or int(ends[-1]) != len(data):  # pragma: no cover - cannot happen with BPE
+            for i in run:
+                out[i] = [c + 1 for c in self(files[i])]
+            return
+        # Tokens start at 0 and at each token's end; line k ends with the newline at byte
+        # newlines[k]. The tokens starting at or before it, less those before line k.
+        newlines = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10)
+        upto = np.searchsorted(ends, newlines, side="right") + 1
+        counts = np.diff(upto, prepend=0).tolist()
+        pos = 0
+        for i in run:
+            n = len(files[i])
+            out[i] = counts[pos : pos + n]
+            pos += n
+
+
+@functools.cache
+def _token_byte_lengths(encoding: str) -> Any:
+    """The UTF-8 byte length of every token of an encoding, indexed by token id."""
+    import numpy as np
+
+    from ..llm.tokens import get_encoding
+
+    enc = get_encoding(encoding)
+    ranks = getattr(enc, "_mergeable_ranks", None)
+    if isinstance(ranks, dict) and ranks:
+        table = np.zeros(max(enc.n_vocab, max(ranks.values()) + 1), dtype=np.int32)
+        table[np.fromiter(ranks.values(), dtype=np.int64, count=len(ranks))] = np.fromiter(
+            map(len, ranks), dtype=np.int32, count=len(ranks)
+        )
+        return table
+    table = np.zeros(enc.n_vocab, dtype=np.int32)  # pragma: no cover - tiktoken has always had _mergeable_ranks
+    for i in range(enc.n_vocab):  # pragma: no cover
+        try:
+            table[i] = len(enc.decode_single_token_bytes(i))
+        except KeyError:
+            pass
+    return table  # pragma: no cover
+
+
+# At most this many characters are encoded in one call of line_counts_many.
+_RUN_CHARS = 1 << 20
+
+
+def token_counter(encoding: str | None = None) -> TokenCounter:
+    """A ``TokenCounter``: ``count(texts)`` counts many texts at once with tiktoken (no network)."""
+    return TokenCounter(encoding)
 
 
 def _clean_title(raw: str) -> str:
@@ -100,60 +231,72 @@ def _clean_title(raw: str) -> str:
 
 def _parse_markdown(lines: Sequence[str]) -> list[_Block]:
     blocks: list[_Block] = []
+    append = blocks.append
     n = len(lines)
     i = 0
     if n and lines[0].strip() == "---":  # YAML front matter
         for j in range(1, min(n, 200)):
             if lines[j].strip() in ("---", "..."):
-                blocks.append(_Block(0, j))
+                append(_new_block(_Block, (0, j, 0, "", False)))
                 i = j + 1
                 break
     para_start = -1
-
-    def close_para(end: int) -> None:
-        nonlocal para_start
-        if para_start >= 0:
-            blocks.append(_Block(para_start, end))
-            para_start = -1
-
+    fence_match = _FENCE.match
     while i < n:
         line = lines[i]
-        if not line.strip():
-            close_para(i - 1)
+        if line:
+            first = line[0]
+            if first not in _MD_MARKS and not first.isspace():
+                # The common case, a line of text: it opens or continues a paragraph.
+                if para_start < 0:
+                    para_start = i
+                i += 1
+                continue
+        if not line or not line.strip():
+            if para_start >= 0:
+                append(_new_block(_Block, (para_start, i - 1, 0, "", False)))
+                para_start = -1
             i += 1
             continue
         first = line.lstrip(" ")[:1]
-        m = _FENCE.match(line) if first in _FENCE_START else None
+        m = fence_match(line) if first in _FENCE_START else None
         if m and not (m.group(1)[0] == "`" and "`" in m.group(2)):
-            close_para(i - 1)
+            if para_start >= 0:
+                append(_new_block(_Block, (para_start, i - 1, 0, "", False)))
+                para_start = -1
             marker = m.group(1)
             j = i + 1
             while j < n:
-                c = _FENCE.match(lines[j])
-                if c and c.group(1)[0] == marker[0] and len(c.group(1)) >= len(marker) and not c.group(2).strip():
-                    break
+                head = lines[j][:4]
+                if "`" in head or "~" in head:
+                    c = fence_match(lines[j])
+                    if c and c.group(1)[0] == marker[0] and len(c.group(1)) >= len(marker) and not c.group(2).strip():
+                        break
                 j += 1
             end = min(j, n - 1)
-            blocks.append(_Block(i, end, fence=True))
+            append(_new_block(_Block, (i, end, 0, "", True)))
             i = end + 1
             continue
         m = _ATX.match(line) if first == "#" else None
         if m:
-            close_para(i - 1)
-            blocks.append(_Block(i, i, len(m.group(1)), _clean_title(m.group(2) or "")))
+            if para_start >= 0:
+                append(_new_block(_Block, (para_start, i - 1, 0, "", False)))
+                para_start = -1
+            append(_new_block(_Block, (i, i, len(m.group(1)), _clean_title(m.group(2) or ""), False)))
             i += 1
             continue
         if para_start >= 0 and first in _SETEXT_START and _SETEXT.match(line):
             level = 1 if line.strip()[0] == "=" else 2
             title = " ".join(lines[k].strip() for k in range(para_start, i))
-            blocks.append(_Block(para_start, i, level, _clean_title(title)))
+            append(_new_block(_Block, (para_start, i, level, _clean_title(title), False)))
             para_start = -1
             i += 1
             continue
         if para_start < 0:
             para_start = i
         i += 1
-    close_para(n - 1)
+    if para_start >= 0:
+        append(_new_block(_Block, (para_start, n - 1, 0, "", False)))
     return blocks
 
 
@@ -167,7 +310,7 @@ def _parse_rst(lines: Sequence[str]) -> list[_Block]:
         line = lines[i]
         if not line.strip():
             if para_start >= 0:
-                blocks.append(_Block(para_start, i - 1))
+                blocks.append(_new_block(_Block, (para_start, i - 1, 0, "", False)))
                 para_start = -1
             i += 1
             continue
@@ -198,7 +341,7 @@ def _parse_rst(lines: Sequence[str]) -> list[_Block]:
             para_start = i
         i += 1
     if para_start >= 0:
-        blocks.append(_Block(para_start, n - 1))
+        blocks.append(_new_block(_Block, (para_start, n - 1, 0, "", False)))
     return blocks
 
 
@@ -237,107 +380,113 @@ def chunk_lines(
     max_tokens: int = DEFAULT_MAX_TOKENS,
     min_tokens: int = DEFAULT_MIN_TOKENS,
     count: Callable[[Sequence[str]], list[int]] | None = None,
+    line_tokens: Sequence[int] | None = None,
 ) -> list[Chunk]:
-    """Chunks of ``lines`` (see the module docstring). ``suffix`` picks the parser."""
+    """Chunks of ``lines`` (see the module docstring). ``suffix`` picks the parser.
+
+    ``count`` counts the tokens of texts (``token_counter()`` by default). Ranges of lines
+    are sized from per-line counts: ``line_tokens`` when given (``count.line_counts(lines)``
+    computed ahead, for many files at once), else ``count.line_counts(lines)`` when ``count``
+    has it (a ``TokenCounter`` does), else each line counted on its own.
+    """
     if not lines:
         return []
     count = count or token_counter()
     blocks = _parse(lines, suffix.lower())
     if not blocks:
         return []
-    texts = ["\n".join(lines[b.start : b.end + 1]) for b in blocks]
-    sizes = count(texts)
+    if line_tokens is None:
+        line_counts = getattr(count, "line_counts", None)
+        line_tokens = line_counts(lines) if line_counts is not None else [c + 1 for c in count(lines)]
+    elif len(line_tokens) != len(lines):
+        raise ValueError(f"{len(line_tokens)} line counts for {len(lines)} lines")
+    prefix = [0, *accumulate(line_tokens)]  # tokens of lines [s, e] = prefix[e + 1] - prefix[s]
 
     chunks: list[Chunk] = []
     stack: list[tuple[int, str]] = []  # (level, title) of the enclosing headings
+    heading_at: list[str] = []  # the heading path at each block
     cur: list[int] = []  # indexes into blocks
-    cur_tokens = 0
     cur_heading = ""
 
-    def heading_path() -> str:
-        return " > ".join(t for _, t in stack if t)
-
-    def emit(start: int, end: int, tokens: int, heading: str) -> None:
-        for s, e, t in _verified(lines, start, end, tokens, max_tokens, count):
+    def emit(start: int, end: int, heading: str) -> None:
+        for s, e, t in _verified(lines, start, end, prefix, max_tokens, count):
             chunks.append(Chunk(s + 1, e + 1, "\n".join(lines[s : e + 1]), heading, t))
 
     def flush(keep_trailing_headings: bool) -> None:
-        nonlocal cur, cur_tokens, cur_heading
-        if not cur:
-            return
+        nonlocal cur, cur_heading, cur_start
         carry: list[int] = []
         if keep_trailing_headings:
             while len(cur) > 1 and blocks[cur[-1]].level:
                 carry.insert(0, cur.pop())
-        tokens = sum(sizes[k] for k in cur) + len(cur) - 1
-        emit(blocks[cur[0]].start, blocks[cur[-1]].end, tokens, cur_heading)
+        emit(cur_start, blocks[cur[-1]].end, cur_heading)
         cur = carry
-        cur_tokens = sum(sizes[k] for k in carry) + max(0, len(carry) - 1)
         if carry:
-            cur_heading = _path_at(carry[0])
+            cur_heading = heading_at[carry[0]]
+            cur_start = blocks[carry[0]].start
 
-    heading_at: dict[int, str] = {}
-
-    def _path_at(k: int) -> str:
-        return heading_at.get(k, "")
-
+    path = ""
+    cur_start = 0  # first line of the current chunk, when `cur` is not empty
     for k, block in enumerate(blocks):
-        if block.level:
-            while stack and stack[-1][0] >= block.level:
+        start, end, level = block.start, block.end, block.level
+        if level:
+            while stack and stack[-1][0] >= level:
                 stack.pop()
-            stack.append((block.level, block.title))
-            if cur and cur_tokens >= min_tokens:
+            stack.append((level, block.title))
+            path = " > ".join(t for _, t in stack if t)
+            if cur and prefix[blocks[cur[-1]].end + 1] - prefix[cur_start] >= min_tokens:
                 flush(keep_trailing_headings=False)
-        heading_at[k] = heading_path()
-        size = sizes[k]
-        if cur and cur_tokens + 1 + size > max_tokens:
+        heading_at.append(path)
+        if cur:
+            if prefix[end + 1] - prefix[cur_start] <= max_tokens:
+                cur.append(k)  # the block fits in the current chunk
+                continue
             flush(keep_trailing_headings=True)
-        if size > max_tokens:
-            # The block alone is too big: emit what is pending (headings included), then
-            # cut this block at line boundaries.
-            pending_start = blocks[cur[0]].start if cur else None
-            cur_head = cur_heading if cur else heading_at[k]
-            used = cur_tokens + 1 if cur else 0
-            pieces = _split_block(lines, block.start, block.end, max_tokens, count, used)
-            first = True
-            for p_start, p_end, p_tokens in pieces:
-                start = pending_start if first and pending_start is not None else p_start
-                emit(start, p_end, p_tokens + (used if first else 0), cur_head if first else heading_at[k])
-                first = False
-            cur, cur_tokens = [], 0
+        first = cur_start if cur else start
+        if prefix[end + 1] - prefix[first] > max_tokens:
+            # The block is too big, alone or with the headings carried over to it: cut it
+            # at line boundaries, the carried headings staying with its first lines.
+            first_heading = cur_heading if cur else path
+            for n, (p_start, p_end) in enumerate(_split_range(lines, prefix, first, start + 1, end, max_tokens)):
+                emit(p_start, p_end, path if n else first_heading)
+            cur = []
             continue
         if not cur:
-            cur_heading = heading_at[k]
-            cur_tokens = size
-        else:
-            cur_tokens += 1 + size
+            cur_heading = path
+            cur_start = start
         cur.append(k)
-    flush(keep_trailing_headings=False)
+    if cur:
+        flush(keep_trailing_headings=False)
     return chunks
+
+
+# A chunk whose in-file count comes this close to the budget is counted again on its own
+# (and so is one starting with "/", which tiktoken may join to the newline before it).
+_EXACT_MARGIN = 4
 
 
 def _verified(
     lines: Sequence[str],
     start: int,
     end: int,
-    estimate: int,
+    prefix: Sequence[int],
     max_tokens: int,
     count: Callable[[Sequence[str]], list[int]],
 ) -> list[tuple[int, int, int]]:
     """``[(start, end, tokens)]`` within the budget by an exact count of the joined lines.
 
-    Packing adds up per-block counts, and BPE merges across line breaks make the joined
-    text almost always cheaper than that sum; when the sum is close enough to the budget
-    for the difference to matter, the joined text is counted, and a range still over the
-    budget is halved until it fits (a single line always stands alone).
+    Packing uses in-file counts (``prefix``), which can differ from the count of the chunk's
+    text on its own by a token or two at its edges; when a range comes within
+    ``_EXACT_MARGIN`` of the budget its text is counted exactly, and a range still over the
+    budget is cut where half its tokens are behind, until it fits (a single line always
+    stands alone).
     """
-    n = end - start + 1
-    if n == 1 or estimate + 2 * n + 2 <= max_tokens:
+    estimate = prefix[end + 1] - prefix[start]
+    if start == end or (estimate <= max_tokens - _EXACT_MARGIN and lines[start][:1] != "/"):
         return [(start, end, estimate)]
     exact = count(["\n".join(lines[start : end + 1])])[0]
     if exact <= max_tokens:
         return [(start, end, exact)]
-    mid = (start + end) // 2
+    mid = bisect_left(prefix, prefix[start] + estimate / 2, start + 1, end) - 1
     out = []
     for s, e in ((start, mid), (mid + 1, end)):
         while s <= e and not lines[s].strip():
@@ -345,33 +494,24 @@ def _verified(
         while e >= s and not lines[e].strip():
             e -= 1
         if s <= e:
-            out += _verified(lines, s, e, max_tokens + 2 * (e - s + 1) + 3, max_tokens, count)
+            out += _verified(lines, s, e, prefix, max_tokens, count)
     return out
 
 
-def _split_block(
-    lines: Sequence[str],
-    start: int,
-    end: int,
-    max_tokens: int,
-    count: Callable[[Sequence[str]], list[int]],
-    used: int = 0,
-) -> list[tuple[int, int, int]]:
+def _split_range(
+    lines: Sequence[str], prefix: Sequence[int], start: int, first_cut: int, end: int, max_tokens: int
+) -> list[tuple[int, int]]:
     """Line ranges (0-based, inclusive) of at most ``max_tokens`` each; one long line stays whole.
 
-    ``used`` tokens of the first piece's budget are already taken (headings it carries).
+    No range ends before line ``first_cut - 1`` (so carried headings keep a line of text).
     """
-    sizes = count(list(lines[start : end + 1]))
-    pieces: list[tuple[int, int, int]] = []
-    p_start, p_tokens, budget = start, 0, max_tokens - used
-    for offset, size in enumerate(sizes):
-        i = start + offset
-        if i > p_start and p_tokens + 1 + size > budget:
-            pieces.append((p_start, i - 1, p_tokens))
-            p_start, p_tokens, budget = i, size, max_tokens
-        else:
-            p_tokens += size + (1 if i > p_start else 0)
-    pieces.append((p_start, end, p_tokens))
+    pieces: list[tuple[int, int]] = []
+    p_start = start
+    for i in range(max(first_cut, start + 1), end + 1):
+        if prefix[i + 1] - prefix[p_start] > max_tokens:
+            pieces.append((p_start, i - 1))
+            p_start = i
+    pieces.append((p_start, end))
     # Pieces made only of blank lines add nothing; keep the others.
     return [p for p in pieces if any(lines[j].strip() for j in range(p[0], p[1] + 1))]
 

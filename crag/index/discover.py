@@ -28,21 +28,21 @@ from attrs import field, frozen
 from ..errors import KnowledgeBaseError
 
 __all__ = [
-    "DiscoveredFile",
-    "Discovery",
     "MAX_FILE_BYTES",
     "SKIP_DIRS",
     "TEXT_SUFFIXES",
+    "BinaryFileError",
+    "DiscoveredFile",
+    "Discovery",
     "decode_text",
     "discover",
+    "is_binary",
     "is_text_name",
     "is_within",
     "normalize_root",
-    "is_binary",
     "read_bytes",
     "read_file_text",
     "relative_label",
-    "BinaryFileError",
     "split_lines",
 ]
 
@@ -191,9 +191,11 @@ def _walk(
     seen_real: set[str],
 ) -> Iterator[DiscoveredFile]:
     visited_dirs = {root_real}
-    stack = [root_abs]
+    # (folder as reached from the root, its real path): the real path of an entry that is
+    # not a symbolic link is then its folder's plus its name, with no realpath() walk.
+    stack = [(root_abs, root_real)]
     while stack:
-        directory = stack.pop()
+        directory, directory_real = stack.pop()
         try:
             with os.scandir(directory) as it:
                 entries = sorted(it, key=lambda e: e.name)
@@ -207,19 +209,20 @@ def _walk(
                 continue
             path = entry.path
             try:
-                is_link = entry.is_symlink()
-                real = os.path.realpath(path) if is_link else None
-                if real is not None and not is_within(real, root_real):
-                    warnings.append((path, "symbolic link pointing outside the root"))
-                    continue
+                if entry.is_symlink():
+                    real = os.path.realpath(path)
+                    if not is_within(real, root_real):
+                        warnings.append((path, "symbolic link pointing outside the root"))
+                        continue
+                else:
+                    real = os.path.join(directory_real, name)
                 if entry.is_dir(follow_symlinks=True):
                     if name in SKIP_DIRS:
                         continue
-                    real = real or os.path.realpath(path)
                     if real in visited_dirs or real in excluded or _is_virtualenv(path):
                         continue
                     visited_dirs.add(real)
-                    subdirs.append(path)
+                    subdirs.append((path, real))
                     continue
                 if not entry.is_file(follow_symlinks=True) or not is_text_name(name):
                     continue
@@ -227,7 +230,6 @@ def _walk(
             except OSError as exc:
                 warnings.append((path, f"cannot read ({exc.strerror or exc})"))
                 continue
-            real = real or os.path.realpath(path)
             if real in seen_real:
                 continue
             item = _regular_file(path, root_abs, st, max_bytes, warnings)

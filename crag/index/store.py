@@ -52,7 +52,6 @@ from attrs import frozen
 
 from ..errors import EmbedderMismatchError, IndexStoreError
 from .chunker import CHUNKER_VERSION
-from .discover import is_within
 from .embedders import STOPWORDS
 
 if TYPE_CHECKING:
@@ -144,9 +143,17 @@ def fts_query(text: str, max_terms: int = 32) -> str | None:
 
 
 def _title_words(path: str, root: str) -> str:
-    rel = os.path.relpath(path, root) if path != root else os.path.basename(path)
+    if path == root:
+        rel = os.path.basename(path)
+    elif path.startswith(root) and path[len(root) : len(root) + 1] == os.sep and root != os.sep:
+        rel = path[len(root) + 1 :]  # what relpath gives for a normalised path under root, cheaply
+    else:
+        rel = os.path.relpath(path, root)
     stem = os.path.splitext(rel)[0]
-    return " ".join(w for w in re.split(r"[\\/_\-. ]+", stem) if w)
+    return " ".join(w for w in _TITLE_SPLIT.split(stem) if w)
+
+
+_TITLE_SPLIT = re.compile(r"[\\/_\-. ]+")
 
 
 def embed_text(title: str, heading: str, text: str) -> str:
