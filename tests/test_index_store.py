@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from crag.config import Settings
 from crag.errors import EmbedderMismatchError, IndexStoreError
 from crag.index import ensure_indexed, index_roots, open_index
-from crag.index.embedders import HashEmbedder, make_embedder
 from crag.index.build import IndexLock
+from crag.index.embedders import HashEmbedder, make_embedder
 from crag.index.store import fts_query
 
 ROOT = Path(__file__).resolve().parents[1]

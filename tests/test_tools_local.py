@@ -82,7 +82,7 @@ def test_unknown_tools_disabled_tools_and_bad_arguments_are_tool_errors(env) -> 
     box, _, _ = env
     with pytest.raises(ToolError, match="unknown tool"):
         run(box, "rm_rf", path="/")
-    with pytest.raises(ToolError, match="web_fetch is not enabled.*KB_AGENT_WEB_FETCH=on"):
+    with pytest.raises(ToolError, match=r"web_fetch is not enabled.*KB_AGENT_WEB_FETCH=on"):
         run(box, "web_fetch", url="https://example.com")
     with pytest.raises(ToolError, match="unknown argument"):
         run(box, "vector_search", query="x", limit=3)
@@ -97,7 +97,7 @@ def test_unknown_tools_disabled_tools_and_bad_arguments_are_tool_errors(env) -> 
 
 
 def test_vector_search_returns_one_item_per_chunk_with_lines_and_cosine(env) -> None:
-    box, kb, _ = env
+    box, _kb, _ = env
     items = run(box, "vector_search", query="how many times are failed uploads retried", top_k="2")
     assert 1 <= len(items) <= 2
     top = items[0]
@@ -166,7 +166,7 @@ def test_grep_search_regex_glob_and_cap(env) -> None:
 
 
 def test_read_file_ranges_and_caps(env) -> None:
-    box, kb, base = env
+    box, kb, _base = env
     [item] = run(box, "read_file", path="setup.md", start_line=5, end_line=8)
     assert item.source == "kb/setup.md" and (item.start_line, item.end_line) == (5, 8)
     assert item.text == "\n".join(SETUP.split("\n")[4:8])
