@@ -162,6 +162,12 @@ def test_synthesis_quotes_relevant_sentences_with_citations():
     assert NO_EVIDENCE not in text
 
 
+def test_synthesis_quotes_a_sentence_once_when_items_overlap_or_quote_each_other():
+    echo = EvidenceItem("grep_search", "notes.md", '> "Uploads retry three times with exponential backoff." (2)', 7, 7)
+    text = ask(SynthesizeTask("How do uploads retry?", (), (UPLOADS, echo)))
+    assert text.count("retry three times") == 1
+
+
 def test_chitchat_gets_a_short_friendly_reply():
     assert ask(SynthesizeTask("thanks!", (), (), chitchat=True)).startswith("You're welcome")
     hello = ask(SynthesizeTask("hello", (), (), chitchat=True))

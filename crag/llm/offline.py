@@ -379,10 +379,11 @@ class OfflineChatModel:
         for _, k, pos, sentence in sorted(candidates):
             if len(chosen) >= _MAX_QUOTES:
                 break
-            if per_item[k] >= _PER_ITEM or sentence in quoted:  # overlapping items repeat text
-                continue
+            words = _words(sentence)
+            if per_item[k] >= _PER_ITEM or any(_same_text(words, q) for q in quoted):
+                continue  # overlapping items (or a document quoting another) repeat text
             per_item[k] += 1
-            quoted.add(sentence)
+            quoted.add(words)
             chosen.append((k, pos, sentence))
         if not chosen:  # nothing matches a keyword: quote the opening of the first items
             for k, item in enumerate(task.items[:2]):
@@ -415,6 +416,17 @@ class OfflineChatModel:
             "Hello! I answer questions from your knowledge base, quoting the passages I find with "
             "citations (running offline: no LLM is used). What would you like to know?"
         )
+
+
+def _words(sentence: str) -> str:
+    """A sentence reduced to its words, to spot the same text quoted twice."""
+    return " ".join(re.findall(r"[a-z0-9]+", sentence.lower()))
+
+
+def _same_text(a: str, b: str) -> bool:
+    if len(a) < 20 or len(b) < 20:
+        return a == b
+    return a in b or b in a
 
 
 _LIST_ITEM = re.compile(r"^\s*(?:>\s*)*(?:[-*+]\s+|\d{1,3}[.)]\s+)")
