@@ -8,7 +8,6 @@ storage-format HTML is reduced to text; the item's source and URL are the page's
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -16,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ToolError
 from ..state import EvidenceItem
 from .args import check_known
-from .http import FetchError, html_to_text, http_get
-from .jira_fetch import auth_headers
+from .atlassian import get_json
+from .http import html_to_text
 
 if TYPE_CHECKING:
     from . import Toolbox
@@ -50,28 +49,13 @@ def run(box: Toolbox, args: Mapping[str, Any]) -> list[EvidenceItem]:
     if not base:
         raise ToolError(NAME, "Confluence is not configured: set CONFLUENCE_BASE_URL")
     url = f"{base}/rest/api/content/{page_id}?expand=body.storage,version"
+    data = get_json(NAME, "Confluence", "CONFLUENCE", url, settings.confluence_email,
+                    settings.confluence_api_token, box.http_timeout, f"Confluence page {page_id}", MAX_BYTES)
     try:
-        resp = http_get(
-            url,
-            headers={"Accept": "application/json"},
-            auth_headers=auth_headers(settings.confluence_email, settings.confluence_api_token),
-            timeout=box.http_timeout,
-            max_bytes=MAX_BYTES,
-        )
-    except FetchError as exc:
-        if exc.status in (401, 403):
-            raise ToolError(
-                NAME, f"Confluence refused the request (HTTP {exc.status}): check CONFLUENCE_EMAIL and CONFLUENCE_API_TOKEN"
-            ) from exc
-        if exc.status == 404:
-            raise ToolError(NAME, f"Confluence page {page_id} was not found (or is not visible with these credentials)") from exc
-        raise ToolError(NAME, f"Confluence request failed: {exc}") from exc
-    try:
-        data = json.loads(resp.text())
         title = str(data.get("title") or "")
         html = ((data.get("body") or {}).get("storage") or {}).get("value") or ""
         links = data.get("_links") or {}
-    except (ValueError, AttributeError, TypeError) as exc:
+    except (AttributeError, TypeError) as exc:
         raise ToolError(NAME, f"Confluence answered something that is not a page for {page_id}") from exc
     _, text = html_to_text(str(html))
     if len(text) > MAX_TEXT:

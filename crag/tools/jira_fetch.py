@@ -9,8 +9,6 @@ text the summary, status, type, description and the latest comments.
 
 from __future__ import annotations
 
-import base64
-import json
 import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -18,26 +16,15 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ToolError
 from ..state import EvidenceItem
 from .args import check_known, req_str
-from .http import FetchError, http_get
+from .atlassian import get_json
 
 if TYPE_CHECKING:
     from . import Toolbox
 
 NAME = "jira_fetch"
 KEY = re.compile(r"^[A-Z][A-Z0-9_]{0,31}-[1-9][0-9]{0,9}$")
-MAX_BYTES = 4 * 1024 * 1024
 MAX_COMMENTS = 5
 FIELDS = "summary,description,status,issuetype,priority,assignee,comment"
-
-
-def auth_headers(email: str, token: str) -> dict[str, str]:
-    """Basic auth for email + token (Cloud), bearer for a token alone (Server / DC)."""
-    if email and token:
-        raw = base64.b64encode(f"{email}:{token}".encode()).decode("ascii")
-        return {"Authorization": f"Basic {raw}"}
-    if token:
-        return {"Authorization": f"Bearer {token}"}
-    return {}
 
 
 def run(box: Toolbox, args: Mapping[str, Any]) -> list[EvidenceItem]:
@@ -50,24 +37,11 @@ def run(box: Toolbox, args: Mapping[str, Any]) -> list[EvidenceItem]:
     if not base:
         raise ToolError(NAME, "Jira is not configured: set JIRA_BASE_URL")
     url = f"{base}/rest/api/2/issue/{key}?fields={FIELDS}"
+    data = get_json(NAME, "Jira", "JIRA", url, settings.jira_email, settings.jira_api_token, box.http_timeout,
+                    f"Jira issue {key}")
     try:
-        resp = http_get(
-            url,
-            headers={"Accept": "application/json"},
-            auth_headers=auth_headers(settings.jira_email, settings.jira_api_token),
-            timeout=box.http_timeout,
-            max_bytes=MAX_BYTES,
-        )
-    except FetchError as exc:
-        if exc.status in (401, 403):
-            raise ToolError(NAME, f"Jira refused the request (HTTP {exc.status}): check JIRA_EMAIL and JIRA_API_TOKEN") from exc
-        if exc.status == 404:
-            raise ToolError(NAME, f"Jira issue {key} was not found (or is not visible with these credentials)") from exc
-        raise ToolError(NAME, f"Jira request failed: {exc}") from exc
-    try:
-        data = json.loads(resp.text())
         fields = data["fields"]
-    except (ValueError, KeyError, TypeError) as exc:
+    except (KeyError, TypeError) as exc:
         raise ToolError(NAME, f"Jira answered something that is not an issue for {key}") from exc
     summary = _s(fields.get("summary"))
     lines = [f"{key}: {summary}"]

@@ -1,0 +1,47 @@
+"""What jira_fetch and confluence_fetch share: credentials and one GET with errors a user can act on."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+from ..errors import ToolError
+from .http import FetchError, http_get
+
+MAX_BYTES = 4 * 1024 * 1024
+
+
+def auth_headers(email: str, token: str) -> dict[str, str]:
+    """Basic auth for email + token (Cloud), bearer for a token alone (Server / DC)."""
+    if email and token:
+        raw = base64.b64encode(f"{email}:{token}".encode()).decode("ascii")
+        return {"Authorization": f"Basic {raw}"}
+    if token:
+        return {"Authorization": f"Bearer {token}"}
+    return {}
+
+
+def get_json(tool: str, service: str, env: str, url: str, email: str, token: str, timeout: float,
+             missing: str, max_bytes: int = MAX_BYTES) -> Any:
+    """GET ``url`` as JSON. ``env`` is the settings prefix (``JIRA``), ``missing`` what a 404 means."""
+    try:
+        resp = http_get(
+            url,
+            headers={"Accept": "application/json"},
+            auth_headers=auth_headers(email, token),
+            timeout=timeout,
+            max_bytes=max_bytes,
+        )
+    except FetchError as exc:
+        if exc.status in (401, 403):
+            raise ToolError(
+                tool, f"{service} refused the request (HTTP {exc.status}): check {env}_EMAIL and {env}_API_TOKEN"
+            ) from exc
+        if exc.status == 404:
+            raise ToolError(tool, f"{missing} was not found (or is not visible with these credentials)") from exc
+        raise ToolError(tool, f"{service} request failed: {exc}") from exc
+    try:
+        return json.loads(resp.text())
+    except ValueError as exc:
+        raise ToolError(tool, f"{service} answered something that is not JSON for {missing.lower()}") from exc
