@@ -149,6 +149,7 @@ class StreamRenderer:
     """
 
     _RULE_LINE = re.compile(r"[ \t]*(?:-{3,}|\*{3,}|_{3,})[ \t]*")
+    _RULE_TAIL = re.compile(r"[ \t]*[-*_]+[ \t]*$")
 
     def __init__(self, n_items: int, clean, unthink=None) -> None:
         self.n_items = n_items
@@ -191,6 +192,10 @@ class StreamRenderer:
         line_start = text.rfind("\n", 0, cut) + 1
         if self._may_open_block(text[line_start:cut]):
             cut = line_start
+        else:  # dashes ending a line may be the rule of a usage block written on the same line
+            tail = self._RULE_TAIL.search(text, line_start, cut)
+            if tail is not None:
+                cut = tail.start()
         # Complete blank lines and rules just before the cut may precede a heading still to come.
         while cut > 0 and text[cut - 1] == "\n":
             prev = text.rfind("\n", 0, cut - 1) + 1
