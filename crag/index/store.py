@@ -460,38 +460,34 @@ class IndexReader:
 
     def lexical_ranking(self, query: str, k: int, roots: Sequence[str] | None = None) -> list[tuple[int, float]]:
         """(chunk id, bm25) pairs, best first (bm25: lower is better, as FTS5 reports it)."""
-        match = fts_query(query)
-        if match is None or k <= 0:
-            return []
         w = self.weights
-        clause, params = self._root_clause(roots)
-        join = " JOIN chunks c ON c.id = fts.rowid JOIN files f ON f.id = c.file_id" if clause else ""
-        sql = (
-            f"SELECT fts.rowid, bm25(fts, ?, ?, ?) AS s FROM fts{join} "
-            f"WHERE fts MATCH ?{clause} ORDER BY s LIMIT ?"
-        )
-        try:
-            rows = self._query(sql, [w.bm25_title, w.bm25_heading, w.bm25_body, match, *params, k])
-        except sqlite3.OperationalError:
-            return []  # fts_query cannot produce a syntax error; never let one reach the user
-        return [(int(i), float(s)) for i, s in rows]
+        join = " JOIN chunks c ON c.id = fts.rowid JOIN files f ON f.id = c.file_id"
+        return self._bm25("fts", join, (w.bm25_title, w.bm25_heading, w.bm25_body), query, k, roots)
 
     def file_ranking(self, query: str, k: int, roots: Sequence[str] | None = None) -> list[tuple[int, float]]:
         """(file id, bm25) pairs, best first, over whole files."""
+        w = self.weights
+        join = " JOIN files f ON f.id = files_fts.rowid"
+        return self._bm25("files_fts", join, (w.bm25_title, w.bm25_body), query, k, roots)
+
+    def _bm25(
+        self, table: str, join: str, weights: tuple[float, ...], query: str, k: int, roots: Sequence[str] | None
+    ) -> list[tuple[int, float]]:
+        """(rowid, bm25) of the best ``k`` rows of an FTS5 ``table``; ``join`` reaches ``files f``
+        and is used only when ``roots`` restricts the search."""
         match = fts_query(query)
         if match is None or k <= 0:
             return []
-        w = self.weights
         clause, params = self._root_clause(roots)
-        join = " JOIN files f ON f.id = files_fts.rowid" if clause else ""
+        marks = ", ".join("?" * len(weights))
         sql = (
-            f"SELECT files_fts.rowid, bm25(files_fts, ?, ?) AS s FROM files_fts{join} "
-            f"WHERE files_fts MATCH ?{clause} ORDER BY s LIMIT ?"
+            f"SELECT {table}.rowid, bm25({table}, {marks}) AS s FROM {table}{join if clause else ''} "
+            f"WHERE {table} MATCH ?{clause} ORDER BY s LIMIT ?"
         )
         try:
-            rows = self._query(sql, [w.bm25_title, w.bm25_body, match, *params, k])
+            rows = self._query(sql, [*weights, match, *params, k])
         except sqlite3.OperationalError:
-            return []
+            return []  # fts_query cannot produce a syntax error; never let one reach the user
         return [(int(i), float(s)) for i, s in rows]
 
     def _cosines(self, query_vec: np.ndarray, ids: Iterable[int]) -> dict[int, float]:
