@@ -146,13 +146,19 @@ class StreamRenderer:
     still change is held back: an unclosed ``[`` (a marker in the making), an unclosed
     ``<think>``, and a line that might open a usage block. ``rest(final)`` returns what the
     final answer adds (note, footer, usage block) after what has been shown.
+
+    Each render cleans and renumbers the whole text so far, so ``feed`` renders only once
+    the text has grown by ``every`` characters (more for a long answer, at most 256): a
+    streamed answer then costs a few dozen renders, not one per token.
     """
 
     _RULE_LINE = re.compile(r"[ \t]*(?:-{3,}|\*{3,}|_{3,})[ \t]*")
     _RULE_TAIL = re.compile(r"[ \t]*[-*_]+[ \t]*$")
 
-    def __init__(self, n_items: int, clean, unthink=None) -> None:
+    def __init__(self, n_items: int, clean, unthink=None, every: int = 32) -> None:
         self.n_items = n_items
+        self.every = every
+        self._rendered_at = 0
         self.clean = clean  # the full clean-up compose's caller applies (think, usage blocks)
         self.unthink = unthink or (lambda text: text)  # only the <think> removal
         self.raw = ""
@@ -207,6 +213,9 @@ class StreamRenderer:
 
     def feed(self, delta: str) -> str:
         self.raw += delta
+        if len(self.raw) - self._rendered_at < min(256, max(self.every, len(self.raw) // 32)):
+            return ""
+        self._rendered_at = len(self.raw)
         head = self.unthink(self.raw[: self._tag_cut(self.raw)])
         text = self.clean(head[: self._line_cut(head)])
         if self.n_items:
