@@ -1,4 +1,4 @@
-"""The core is pure: no I/O library in state, graph, grading, prompts, answer or nodes."""
+"""The core is pure: no I/O library in state, graph, grading, prompts, answer, text or nodes."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 CRAG = Path(__file__).resolve().parents[1] / "crag"
 IO_LIBRARIES = {"openai", "faiss", "httpx", "httpx2", "sqlite3", "time", "socket", "urllib", "requests",
                 "subprocess", "os", "pathlib", "shutil", "tiktoken", "numpy", "threading", "asyncio"}
-CORE = ["state.py", "graph.py", "grading.py", "prompts.py", "answer.py", "ports.py", *[
-    f"nodes/{p.name}" for p in sorted((CRAG / "nodes").glob("*.py"))]]
+CORE = ["state.py", "graph.py", "grading.py", "answer.py", "ports.py", "text.py", *[
+    f"{package}/{p.name}" for package in ("nodes", "prompts") for p in sorted((CRAG / package).glob("*.py"))]]
 
 
 def imported_modules(path: Path) -> set[str]:

@@ -22,13 +22,15 @@ translated into ``LLMError`` at this one boundary. Its ``name`` is ``openai:<mod
 from __future__ import annotations
 
 import functools
-import re
 import threading
 import zlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, LLMError, LLMTimeoutError
+from ..text import STOPWORDS, stem
+from ..text import WORD as _WORD
+from ..text import content_words as tokenize
 
 if TYPE_CHECKING:
     import numpy as np
@@ -48,62 +50,6 @@ HASH_VERSION = 1
 # Chosen by benchmarks/retrieval.py: see benchmarks/results/retrieval.md.
 DEFAULT_HASH_DIM = 2048
 BIGRAM_WEIGHT = 0.5
-
-STOPWORDS = frozenset(
-    """
-    a about above after again against all am an and any are as at be because been before
-    being below between both but by can could did do does doing down during each few for
-    from further had has have having he her here hers herself him himself his how i if in
-    into is it its itself just me more most my myself no nor not of off on once only or
-    other our ours ourselves out over own same she should so some such than that the their
-    theirs them themselves then there these they this those through to too under until up
-    very was we were what when where which while who whom why will with would you your
-    yours yourself yourselves also may might must shall using use used via per etc e g eg
-    ie i.e let lets s t don doesn isn aren wasn weren won can't cannot
-    """.split()
-)
-
-_WORD = re.compile(r"[^\W_]+")
-
-
-def stem(word: str) -> str:
-    """A light English suffix stripper: plurals, -ing, -ed (``tokens`` → ``token``)."""
-    if word[-1:] not in ("s", "g", "d"):  # no suffix this stripper knows (the common case)
-        return word
-    n = len(word)
-    if n <= 3 or word.isdigit():
-        return word
-    if word.endswith("ies") and n > 4:
-        return word[:-3] + "y"
-    if word.endswith("sses"):
-        return word[:-2]
-    if word.endswith("s") and not word.endswith(("ss", "us", "is")):
-        word = word[:-1]
-        n -= 1
-    if word.endswith("ing") and n > 5:
-        return word[:-3]
-    if word.endswith("ed") and n > 4:
-        return word[:-2]
-    return word
-
-
-_stem_cache: dict[str, str | None] = {}
-
-
-def tokenize(text: str) -> list[str]:
-    """Stemmed content words of ``text`` in order (stop words dropped)."""
-    out = []
-    cache = _stem_cache
-    for word in _WORD.findall(text.lower()):
-        s = cache.get(word, "")
-        if s == "":
-            s = None if word in STOPWORDS else stem(word)
-            if len(cache) < 500_000:
-                cache[word] = s
-        if s is not None:
-            out.append(s)
-    return out
-
 
 # Lower-cased UTF-8 bytes -> the same bytes for ASCII letters and digits and for every
 # non-ASCII byte, a space for every other ASCII byte (punctuation, ``_``, whitespace).

@@ -51,8 +51,8 @@ from typing import TYPE_CHECKING, Any
 from attrs import frozen
 
 from ..errors import EmbedderMismatchError, IndexStoreError
+from ..text import STOPWORDS
 from .chunker import CHUNKER_VERSION
-from .embedders import STOPWORDS
 
 if TYPE_CHECKING:
     import numpy as np

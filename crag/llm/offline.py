@@ -35,27 +35,12 @@ from ..config import Settings
 from ..errors import LLMError
 from ..ports import AnalyzeTask, GradeTask, LLMRequest, PlanTask, SynthesizeTask
 from ..state import Completion, EvidenceItem, ToolRun
+from ..text import STOPWORDS, keywords, stem
+from ..text import words as split_words
 
 __all__ = ["OFFLINE_PREFACE", "OfflineChatModel", "keywords"]
 
 OFFLINE_PREFACE = "Composed offline from the knowledge base (no LLM was used); the most relevant passages:"
-
-STOPWORDS = frozenset(
-    """
-    a about above after again against all also am an and any are aren as at be because been
-    before being below between both but by can cannot could couldn did didn do does doesn doing
-    don down during each either else etc ever every few for from further get gets got had hasn
-    has have haven having he her here hers herself him himself his how however i if in into is
-    isn it its itself just let lets like ll may me might more most much must my myself need
-    needs no nor not now of off on once one only or other ought our ours ourselves out over own
-    please re same shall she should shouldn so some such than that the their theirs them
-    themselves then there these they this those through to too under until up upon us use used
-    using very via was wasn way we were weren what whats when where whether which while who whom
-    whose why will with within without won would wouldn yes yet you your yours yourself
-    yourselves tell explain show give know want work works find look does describe mean means
-    anything something someone anyone thing things kind sort
-    """.split()
-)
 
 # Words that carry no content in small talk ("thanks, that helped a lot!").
 _SMALL_TALK = frozenset(
@@ -91,48 +76,12 @@ _COMPLEX_MARKER = re.compile(
     re.I,
 )
 
-_WORD = re.compile(r"[A-Za-z0-9_]+(?:['’][A-Za-z]+)?")
-_CJK_RUN = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]+")
 _CITE_LIKE = re.compile(r"\[(\s*\d+(?:\s*[-–,;]\s*\d+)*\s*)\]")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(`*])|(?<=[。！？])")
 _MARKDOWN_PREFIX = re.compile(r"^\s*(?:>\s*)*(?:[-*+]\s+|\d{1,3}[.)]\s+)?")
 _MAX_SENTENCE = 300
 _MAX_QUOTES = 5
 _PER_ITEM = 2
-
-
-def _stem(word: str) -> str:
-    w = word.lower().replace("’", "'")
-    if w.endswith("'s"):
-        w = w[:-2]
-    if len(w) > 4 and w.endswith("ies"):
-        return w[:-3] + "y"
-    if len(w) > 5 and w.endswith("ing"):
-        return w[:-3]
-    if len(w) > 4 and w.endswith("ed"):
-        return w[:-2]
-    if len(w) > 3 and w.endswith("s") and not w.endswith(("ss", "us", "is")):
-        return w[:-1]
-    return w
-
-
-def keywords(text: str) -> list[str]:
-    """Content words of ``text``, stemmed lightly, in order, without repeats; CJK runs
-    become character bigrams."""
-    out: list[str] = []
-    for match in _WORD.finditer(text):
-        raw = match.group(0)
-        word = _stem(raw)
-        if len(word) < 2 or word in STOPWORDS or raw.lower() in STOPWORDS:
-            continue
-        if word not in out:
-            out.append(word)
-    for run in _CJK_RUN.findall(text):
-        grams = [run] if len(run) == 1 else [run[i : i + 2] for i in range(len(run) - 1)]
-        for gram in grams:
-            if gram not in out:
-                out.append(gram)
-    return out
 
 
 def _matches(word: str, vocabulary: set[str]) -> bool:
@@ -166,7 +115,7 @@ def _is_chitchat(question: str) -> bool:
         return False
     if prompts.find_jira_keys(question):
         return False
-    small_talk = _SMALL_TALK | {_stem(w) for w in _SMALL_TALK}
+    small_talk = _SMALL_TALK | {stem(w) for w in _SMALL_TALK}
     content = [w for w in keywords(question) if w not in small_talk]
     return not content
 
@@ -281,7 +230,7 @@ class OfflineChatModel:
         for ident in identifiers[:3]:
             grep_added += add("grep_search", {"pattern": ident, "regex": False})
         if refining and not grep_added:  # grep wants words as written, not stems
-            literal = {m.group(0).lower() for m in _WORD.finditer(question)}
+            literal = set(split_words(question))
             literal = {w for w in literal if len(w) >= 5 and w.isascii() and w not in STOPWORDS}
             for word in sorted(literal, key=lambda w: (-len(w), w)):
                 if add("grep_search", {"pattern": word, "regex": False}):

@@ -1,0 +1,92 @@
+"""Stats blocks and thinking: what is cut from replies and history before anyone reads them.
+
+``strip_stats_blocks`` removes crag's own usage block (and its mojibake forms) from text;
+``strip_think`` removes ``<think>`` blocks; ``clean_answer`` does both to an answer.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+__all__ = ["clean_answer", "strip_stats_blocks", "strip_think"]
+
+# 📊, and the same bytes read as cp1252 (ðŸ“Š) or latin-1.
+_STATS_EMOJI = "(?:\U0001F4CA|\u00f0\u0178\u201c\u0160|\u00f0\x9f\x93\x8a)"
+_STATS_INLINE = re.compile(_STATS_EMOJI + r"[ \t]*(?:\*\*|__)?[ \t]*LLM[ \t]+Usage[ \t]+Stats", re.I)
+_STATS_BARE = re.compile(
+    r"^[ \t]*(?:#{1,6}[ \t]*)?(?:\*\*|__)?[ \t]*LLM[ \t]+Usage[ \t]+Stats[ \t]*:?[ \t]*(?:\*\*|__)?[ \t]*:?[ \t]*$",
+    re.I,
+)
+_RULE = re.compile(r"^[ \t]*(?:-{3,}|\*{3,}|_{3,})[ \t]*$")
+_RULE_TAIL = re.compile(r"[ \t]*(?:-{3,}|\*{3,}|_{3,})[ \t]*$")
+_LIST_LINE = re.compile(r"^[ \t]*(?:[-*+\u2022]|\d{1,3}[.)])[ \t]+\S|^[ \t]*\|")
+_CONTINUATION = re.compile(r"^[ \t]{2,}\S")
+
+
+def strip_stats_blocks(text: str) -> str:
+    """``text`` without any ``📊 **LLM Usage Stats:**`` block and the Markdown list after it.
+
+    A ``---`` rule right before the heading goes too; so do the mojibake ``ðŸ“Š`` form and a
+    bare ``**LLM Usage Stats:**`` heading line. Text without such a block is returned as is.
+    """
+    if not isinstance(text, str):
+        return ""
+    lines = text.split("\n")
+    out: list[str] = []
+    changed = False
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        match = _STATS_INLINE.search(line)
+        start = match.start() if match else (0 if _STATS_BARE.match(line) else None)
+        if start is None:
+            out.append(line)
+            i += 1
+            continue
+        changed = True
+        before = _RULE_TAIL.sub("", line[:start]).rstrip()
+        if before.strip():
+            out.append(before)
+        else:
+            blanks = 0
+            while out and not out[-1].strip():
+                out.pop()
+                blanks += 1
+            if out and _RULE.match(out[-1]):
+                out.pop()
+            elif blanks:
+                out.append("")
+        i += 1
+        while i < len(lines) and (_LIST_LINE.match(lines[i]) or _CONTINUATION.match(lines[i])):
+            i += 1
+    if not changed:
+        return text
+    return re.sub(r"\n{3,}", "\n\n", "\n".join(out)).strip()
+
+
+_THINK_BLOCK = re.compile(r"<(think|thinking|reasoning)\b[^>]*>.*?</\1\s*>", re.S | re.I)
+_THINK_CLOSE = re.compile(r"</(?:think|thinking|reasoning)\s*>", re.I)
+_THINK_OPEN = re.compile(r"<(?:think|thinking|reasoning)\b[^>]*>", re.I)
+
+
+def strip_think(text: str) -> str:
+    """Remove ``<think>...</think>`` blocks; a lone closing tag drops what precedes it, a
+    lone opening tag (a reply cut off while thinking) drops what follows it."""
+    text = _THINK_BLOCK.sub("", text)
+    closes = list(_THINK_CLOSE.finditer(text))
+    if closes:
+        text = text[closes[-1].end() :]
+    opened = _THINK_OPEN.search(text)
+    if opened:
+        text = text[: opened.start()]
+    return text
+
+
+def clean_answer(text: Any) -> str:
+    """The model's answer without thinking and without a usage block it wrote itself."""
+    if not isinstance(text, str):
+        return ""
+    # Runs of blank lines collapse to one always (not only where a block was cut out), so an
+    # answer streamed piece by piece reads the same as the finished one.
+    return re.sub(r"\n{3,}", "\n\n", strip_stats_blocks(strip_think(text))).strip()

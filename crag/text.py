@@ -1,0 +1,135 @@
+"""Text analysis shared by the index, the offline backend and the prompts: pure, no I/O.
+
+One tokenizer, one stemmer, one stop-word list, so that "a content word" means the same
+thing everywhere crag compares texts:
+
+* ``words(text)``: the lower-cased runs of letters and digits (``[^\\W_]+``, any script);
+  ``_``, apostrophes and punctuation end a word (``snake_case`` is two words).
+* ``stem(word)``: a light English suffix stripper for a lower-cased word: plurals,
+  ``-ing``, ``-ed`` (``tokens`` → ``token``, ``settings`` → ``sett``).
+* ``STOPWORDS``: English function words. The hash embedder and the full-text query drop
+  them, so changing this list changes every hash vector: an index built before must be
+  rebuilt (bump ``HashEmbedder``'s scheme version with it).
+* ``content_words(text)``: the stemmed words of ``text`` that are not stop words, in order,
+  repeats kept: the hash embedder's features.
+* ``keywords(text)``: what a question asks about: stemmed content words without repeats,
+  with ``QUESTION_FILLER`` (``tell``, ``explain``, ``please``...) dropped too and runs of
+  CJK characters turned into character bigrams. The offline backend ranks evidence by them.
+* ``one_line(text, limit)``: any text as one line of single spaces, for messages.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = [
+    "QUESTION_FILLER",
+    "STOPWORDS",
+    "WORD",
+    "content_words",
+    "keywords",
+    "one_line",
+    "stem",
+    "words",
+]
+
+STOPWORDS = frozenset(
+    """
+    a about above after again against all am an and any are as at be because been before
+    being below between both but by can could did do does doing down during each few for
+    from further had has have having he her here hers herself him himself his how i if in
+    into is it its itself just me more most my myself no nor not of off on once only or
+    other our ours ourselves out over own same she should so some such than that the their
+    theirs them themselves then there these they this those through to too under until up
+    very was we were what when where which while who whom why will with would you your
+    yours yourself yourselves also may might must shall using use used via per etc e g eg
+    ie i.e let lets s t don doesn isn aren wasn weren won can't cannot
+    """.split()
+)
+
+# Words a question is phrased with but that say nothing about what it asks for.
+QUESTION_FILLER = frozenset(
+    """
+    couldn didn either else ever every get gets got hasn haven however like ll much need needs
+    now one ought please re shouldn upon us way whats whether within without wouldn yes yet
+    tell explain show give know want work works find look describe mean means anything
+    something someone anyone thing things kind sort
+    """.split()
+)
+
+WORD = re.compile(r"[^\W_]+")
+_CJK_RUN = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]+")
+
+
+def words(text: str) -> list[str]:
+    """The lower-cased words of ``text``, in order."""
+    return WORD.findall(text.lower())
+
+
+def stem(word: str) -> str:
+    """A light English suffix stripper for a lower-cased word: plurals, -ing, -ed."""
+    if word[-1:] not in ("s", "g", "d"):  # no suffix this stripper knows (the common case)
+        return word
+    n = len(word)
+    if n <= 3 or word.isdigit():
+        return word
+    if word.endswith("ies") and n > 4:
+        return word[:-3] + "y"
+    if word.endswith("sses"):
+        return word[:-2]
+    if word.endswith("s") and not word.endswith(("ss", "us", "is")):
+        word = word[:-1]
+        n -= 1
+    if word.endswith("ing") and n > 5:
+        return word[:-3]
+    if word.endswith("ed") and n > 4:
+        return word[:-2]
+    return word
+
+
+_stem_cache: dict[str, str | None] = {}
+
+
+def content_words(text: str) -> list[str]:
+    """Stemmed content words of ``text`` in order (stop words dropped, repeats kept)."""
+    out = []
+    cache = _stem_cache
+    for word in WORD.findall(text.lower()):
+        s = cache.get(word, "")
+        if s == "":
+            s = None if word in STOPWORDS else stem(word)
+            if len(cache) < 500_000:
+                cache[word] = s
+        if s is not None:
+            out.append(s)
+    return out
+
+
+_QUESTION_STOPWORDS = STOPWORDS | QUESTION_FILLER
+
+
+def keywords(text: str) -> list[str]:
+    """What ``text`` asks about: stemmed content words of two characters or more, filler
+    dropped, in order, without repeats; CJK runs become character bigrams."""
+    out: list[str] = []
+    for run in WORD.findall(_CJK_RUN.sub(" ", text).lower()):  # CJK: bigrams, below
+        if run in _QUESTION_STOPWORDS:
+            continue
+        word = stem(run)
+        if len(word) < 2 or word in _QUESTION_STOPWORDS or word in out:
+            continue
+        out.append(word)
+    for run in _CJK_RUN.findall(text):
+        grams = [run] if len(run) == 1 else [run[i : i + 2] for i in range(len(run) - 1)]
+        for gram in grams:
+            if gram not in out:
+                out.append(gram)
+    return out
+
+
+def one_line(text: object, limit: int | None = None) -> str:
+    """``text`` on one line (runs of whitespace become one space), cut to ``limit`` characters."""
+    line = " ".join(str(text).split())
+    if limit is not None and len(line) > limit:
+        return line[: max(limit - 1, 0)] + "…"
+    return line
