@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from ..config import Settings
     from .build import IndexReport, Progress
 
-__all__ = ["index_report_text", "is_terminal", "progress_printer", "search", "search_text"]
+__all__ = ["hit_records", "index_report_text", "is_terminal", "progress_printer", "search", "search_text"]
 
 _LIST_LIMIT = 10
 
@@ -112,7 +112,12 @@ def search(
         items = box.run(ToolCall("vector_search", {"query": query, "top_k": min(k, 50)}))
     finally:
         box.close()
-    hits = [
+    return hit_records(items), report
+
+
+def hit_records(items: Sequence[Any]) -> list[dict[str, Any]]:
+    """``vector_search`` evidence items as the records ``search --json`` prints, in their order."""
+    return [
         {
             "path": item.source,
             "start_line": item.start_line,
@@ -122,7 +127,6 @@ def search(
         }
         for item in items
     ]
-    return hits, report
 
 
 def search_text(hits: Sequence[dict[str, Any]], preview_lines: int = 4) -> str:

@@ -1,0 +1,128 @@
+"""``python -m crag mcp`` end to end: the MCP SDK's own client drives a real server process over stdio.
+
+The server runs with the offline backend over a small knowledge base indexed for real
+(hash embedder, FAISS, SQLite) in a temporary folder.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SETUP = """# Setup
+
+Install the service with pip.
+
+## Ports
+
+The server listens on port 8080 by default.
+Set `SERVICE_PORT` to change the port the server listens on.
+"""
+
+BACKUP = """# Backups
+
+Nightly backups are written to the object store at 02:00 UTC.
+A backup is kept for thirty days.
+"""
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "setup.md").write_text(SETUP, encoding="utf-8")
+    (docs / "backup.md").write_text(BACKUP, encoding="utf-8")
+    (tmp_path / "secret.txt").write_text("not in the knowledge base\n", encoding="utf-8")
+    return tmp_path
+
+
+def server_params(workdir: Path, *args: str) -> StdioServerParameters:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KB_AGENT_", "OPENAI_"))}
+    env.update(PYTHONPATH=str(ROOT), KB_AGENT_LLM="offline", KB_AGENT_INDEX_DIR=str(workdir / "index"))
+    return StdioServerParameters(command=sys.executable, args=["-m", "crag", "mcp", *args], env=env, cwd=str(workdir))
+
+
+def text_of(result) -> str:
+    return "".join(block.text for block in result.content if getattr(block, "type", "") == "text")
+
+
+def test_mcp_server_lists_and_runs_its_three_tools_and_survives_a_failing_call(workdir: Path) -> None:
+    async def session() -> None:
+        async with Client(server_params(workdir, "--kb", "docs"), read_timeout_seconds=120) as client:
+            tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+            assert set(tools) == {"ask", "search", "read_file"}
+            assert set(tools["ask"].input_schema["properties"]) == {"question", "history"}
+            assert tools["ask"].input_schema["required"] == ["question"]
+            assert set(tools["search"].input_schema["properties"]) == {"query", "top_k"}
+            assert set(tools["read_file"].input_schema["properties"]) == {"path", "start_line", "end_line"}
+
+            found = await client.call_tool("search", {"query": "which port does the server listen on", "top_k": 2})
+            assert not found.is_error, text_of(found)
+            hits = found.structured_content["hits"]
+            assert 1 <= len(hits) <= 2
+            assert hits[0]["path"] == "docs/setup.md" and set(hits[0]) == {"path", "start_line", "end_line", "score", "text"}
+            assert [h["score"] for h in hits] == sorted((h["score"] for h in hits), reverse=True)
+            assert "docs/setup.md" in text_of(found)
+
+            answer = await client.call_tool("ask", {"question": "Which port does the server listen on?"})
+            assert not answer.is_error, text_of(answer)
+            assert "8080" in text_of(answer) and "LLM Usage Stats" in text_of(answer)
+            data = answer.structured_content
+            assert data["citations"] and data["citations"][0]["path"] == "docs/setup.md"
+            assert data["usage"]["llm_calls"] == 0 and data["usage"]["model"] == "offline"
+
+            follow_up = await client.call_tool("ask", {
+                "question": "and how long is a backup kept?",
+                "history": [{"role": "user", "content": "Which port?"}, {"role": "assistant", "content": "8080."}],
+            })
+            assert not follow_up.is_error and "thirty days" in text_of(follow_up)
+
+            lines = await client.call_tool("read_file", {"path": "docs/setup.md", "start_line": 7, "end_line": 8})
+            assert not lines.is_error, text_of(lines)
+            assert text_of(lines) == "The server listens on port 8080 by default.\nSet `SERVICE_PORT` to change the port the server listens on."
+            assert lines.structured_content == {"path": "docs/setup.md", "start_line": 7, "end_line": 8,
+                                                "text": text_of(lines)}
+
+            outside = await client.call_tool("read_file", {"path": str(workdir / "secret.txt")})
+            assert outside.is_error
+            message = text_of(outside)
+            assert "read_file" in message and "\n" not in message and "not in the knowledge base" not in message
+
+            empty = await client.call_tool("ask", {"question": "   "})
+            assert empty.is_error and "empty" in text_of(empty)
+
+            again = await client.call_tool("search", {"query": "nightly backups"})
+            assert not again.is_error and again.structured_content["hits"][0]["path"] == "docs/backup.md"
+
+    anyio.run(session)
+
+
+def test_mcp_without_the_sdk_is_one_line_naming_the_extra(tmp_path: Path) -> None:
+    # A Python in which the SDK cannot be found.
+    code = (
+        "import importlib.util, sys\n"
+        "real = importlib.util.find_spec\n"
+        "importlib.util.find_spec = lambda name, *a: None if name.split('.')[0] in ('mcp', 'mcp_types') else real(name, *a)\n"
+        "from crag.cli import main\n"
+        "sys.exit(main(['mcp']))\n"
+    )
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KB_AGENT_", "OPENAI_"))}
+    env["PYTHONPATH"] = str(ROOT)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (
+        "crag: error: the MCP server needs the optional extra: pip install 'crag[mcp]' (make install includes it)"
+    )
+    assert proc.stdout == ""
+
