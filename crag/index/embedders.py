@@ -516,16 +516,18 @@ def make_embedder(settings: Settings) -> HashEmbedder | OpenAIEmbedder:
     if settings.embedder == "hash":
         return HashEmbedder()
     if settings.embedder == "openai":
-        if not settings.openai_api_key and not settings.openai_base_url:
+        # KB_AGENT_EMBEDDING_BASE_URL: an embedding server apart from the chat server.
+        base_url = settings.embedding_base_url or settings.openai_base_url
+        if not settings.openai_api_key and not base_url:
             raise ConfigError(
                 "KB_AGENT_EMBEDDER",
                 "openai",
-                "hash, or openai with OPENAI_API_KEY or OPENAI_BASE_URL set",
+                "hash, or openai with OPENAI_API_KEY, OPENAI_BASE_URL or KB_AGENT_EMBEDDING_BASE_URL set",
             )
         return OpenAIEmbedder(
             settings.embedding_model,
             api_key=settings.openai_api_key,
-            base_url=settings.openai_base_url,
+            base_url=base_url,
             timeout=settings.llm_timeout,
             max_retries=settings.llm_max_retries,
         )

@@ -1,0 +1,340 @@
+"""The command line as users of git, rg and llm expect it: version, help, question words, stdin,
+suggestions, one-line errors for a broken install, settings that point at the right fix.
+
+Everything runs through ``crag.cli.main`` or a real ``python -m crag`` process, over a small
+knowledge base indexed for real (hash embedder, FAISS, SQLite) in a temporary folder.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import crag
+from crag.cli import main
+from crag.config import SETTINGS_TABLE, Settings
+from tests.openai_server import FakeOpenAIServer
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SETUP = """# Setup
+
+Install the service with pip.
+
+## Ports
+
+The server listens on port 8080 by default.
+Set `SERVICE_PORT` to change the port the server listens on.
+"""
+
+BACKUP = """# Backups
+
+Nightly backups are written to the object store at 02:00 UTC.
+A backup is kept for thirty days.
+"""
+
+
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in list(os.environ):
+        if key.startswith(("KB_AGENT_", "OPENAI_", "JIRA_", "CONFLUENCE_")):
+            monkeypatch.delenv(key)
+
+
+@pytest.fixture
+def kb(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``tmp_path/docs`` indexed into ``tmp_path/index``; the working directory is ``tmp_path``."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "setup.md").write_text(SETUP, encoding="utf-8")
+    (docs / "backup.md").write_text(BACKUP, encoding="utf-8")
+    clean_env(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KB_AGENT_INDEX_DIR", str(tmp_path / "index"))
+    monkeypatch.setenv("KB_AGENT_LLM", "offline")
+    assert cli("index", "docs")[0] == 0
+    return docs
+
+
+def cli(*argv: str, stdin: str | None = None) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), out, err, io.StringIO(stdin) if stdin is not None else None)
+    return code, out.getvalue(), err.getvalue()
+
+
+def run_crag(*argv: str, cwd: Path, env: dict[str, str] | None = None, code: str | None = None,
+             stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """A real process: ``python -m crag ARGV`` (or ``python -c CODE``) with crag on the path."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("KB_AGENT_", "OPENAI_"))}
+    environ.update(PYTHONPATH=str(ROOT), KB_AGENT_LLM="offline", **(env or {}))
+    command = [sys.executable, "-c", code, *argv] if code else [sys.executable, "-m", "crag", *argv]
+    return subprocess.run(command, cwd=cwd, env=environ, input=stdin, capture_output=True, text=True, timeout=120)
+
+
+# -- version, help, suggestions ----------------------------------------------------------
+
+
+def test_version_prints_the_package_version() -> None:
+    code, out, err = cli("--version")
+    assert (code, out, err) == (0, f"crag {crag.__version__}\n", "")
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert f'version = "{crag.__version__}"' in pyproject
+
+
+def test_bare_crag_prints_the_help_on_stdout_and_exits_1_like_git(tmp_path: Path) -> None:
+    proc = run_crag(cwd=tmp_path)
+    assert proc.returncode == 1 and proc.stderr == ""
+    assert proc.stdout.startswith("usage: python -m crag")
+    for command in ("index", "search", "ask", "chat", "mcp", "graph"):
+        assert f"    {command} " in proc.stdout
+
+
+@pytest.mark.parametrize(("typed", "meant"), [("ak", "ask"), ("serach", "search"), ("indx", "index"), ("chta", "chat")])
+def test_a_mistyped_command_suggests_the_closest_one(typed: str, meant: str) -> None:
+    code, out, err = cli(typed, "what port?")
+    assert code == 2 and out == ""
+    assert err.startswith(f"crag: error: {typed!r} is not a crag command; did you mean {meant!r}?")
+    assert err.count("\n") == 1
+
+
+def test_a_word_far_from_every_command_lists_the_commands() -> None:
+    code, _, err = cli("xyzzy")
+    assert code == 2 and "did you mean" not in err and "(commands: index, search, ask" in err
+
+
+# -- question words, options anywhere, stdin ------------------------------------------------
+
+
+def test_ask_joins_unquoted_words_into_one_question(kb: Path) -> None:
+    code, out, err = cli("ask", "which", "port", "does", "the", "server", "listen", "on", "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["question"] == "which port does the server listen on"
+    assert "8080" in result["answer"]
+
+
+def test_options_between_question_words_are_options_not_words(kb: Path) -> None:
+    code, out, err = cli("ask", "--top-k", "3", "hi", "--json")
+    assert code == 0, err
+    assert json.loads(out)["question"] == "hi"
+    code, out, err = cli("ask", "how", "long", "--json", "is", "a", "backup", "kept")
+    assert code == 0, err
+    assert json.loads(out)["question"] == "how long is a backup kept"
+
+
+def test_ask_top_k_limits_every_vector_search(kb: Path) -> None:
+    from crag import Agent
+
+    with Agent.from_env(top_k=1) as agent:
+        state = agent.ask("which port does the server listen on").state
+    searches = [run for run in state.tool_history if run.call.tool == "vector_search"]
+    assert searches and all(len(run.items) <= 1 for run in searches)
+    code, _, err = cli("ask", "--top-k", "0", "hi")
+    assert code == 2 and err == "crag: error: --top-k must be at least 1, got 0\n"
+
+
+def test_ask_dash_reads_the_question_from_standard_input(kb: Path) -> None:
+    code, out, err = cli("ask", "-", "--json", stdin="How long is a backup kept?\n")
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["question"] == "How long is a backup kept?" and "thirty days" in result["answer"]
+    proc = run_crag("ask", "-", cwd=kb.parent, env={"KB_AGENT_INDEX_DIR": str(kb.parent / "index")},
+                    stdin="which port does the server listen on")
+    assert proc.returncode == 0, proc.stderr
+    assert "8080" in proc.stdout
+
+
+def test_ask_dash_with_empty_standard_input_is_a_usage_error(kb: Path) -> None:
+    code, out, err = cli("ask", "-", stdin="  \n")
+    assert (code, out) == (2, "") and err == "crag: error: the question read from standard input is empty\n"
+
+
+def test_search_joins_words_and_unknown_options_are_one_line(kb: Path) -> None:
+    code, out, err = cli("search", "nightly", "backups", "--json")
+    assert code == 0, err
+    assert json.loads(out)[0]["path"] == "docs/backup.md"
+    code, _, err = cli("search", "port", "--wat")
+    assert code == 2 and err == "crag: error: unrecognized arguments: --wat (see python -m crag search --help)\n"
+
+
+def test_ask_kb_says_on_stderr_what_it_indexed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    clean_env(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KB_AGENT_INDEX_DIR", str(tmp_path / "index"))
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "oncall.md").write_text("# On-call\n\nThe on-call rotation changes every Monday.\n")
+    code, out, err = cli("ask", "When", "does", "the", "on-call", "rotation", "change?", "--kb", "notes", "--json")
+    assert code == 0, err
+    assert json.loads(out)["answer"]  # stdout holds only the JSON
+    assert err.startswith("crag: indexed notes into index: 1 added, 0 changed, 0 removed, ")
+    assert "roots --remove PATH" in err and err.count("\n") == 1
+    code, _, err = cli("ask", "When does the rotation change?", "--kb", "notes")
+    assert code == 0 and err == ""  # nothing new to index: nothing to say
+
+
+# -- a broken install, configuration hints -----------------------------------------------
+
+
+def test_a_missing_library_is_one_line_and_leaves_no_lock(tmp_path: Path) -> None:
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.md").write_text("# A\n\nSome text about ports.\n")
+    hide_faiss = (
+        "import importlib.util, sys\n"
+        "real = importlib.util.find_spec\n"
+        "importlib.util.find_spec = lambda name, *a: None if name == 'faiss' else real(name, *a)\n"
+        "sys.modules['faiss'] = None  # import faiss raises ModuleNotFoundError\n"
+        "from crag.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    for argv in (["index", "docs"], ["ask", "what", "about", "ports?"], ["search", "ports"]):
+        proc = run_crag(*argv, cwd=tmp_path, env={"KB_AGENT_INDEX_DIR": "idx"}, code=hide_faiss)
+        assert proc.returncode == 1, proc.stderr
+        assert proc.stderr.startswith("crag: error: the Python package 'faiss-cpu' is missing or broken in ")
+        assert "run `make install`" in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+        assert "Traceback" not in proc.stderr and proc.stdout == ""
+        assert not (tmp_path / "idx" / "LOCK").exists()
+
+
+def test_a_missing_library_inside_a_command_is_one_line_too() -> None:
+    from crag.cli import _missing_dependency
+
+    assert "'numpy'" in (_missing_dependency(ModuleNotFoundError("No module named 'numpy'", name="numpy")) or "")
+    assert _missing_dependency(ModuleNotFoundError("No module named 'crag.nope'", name="crag.nope")) is None
+
+
+@pytest.mark.parametrize(("backend", "address"), [
+    ("ollama", "http://localhost:11434/v1"),
+    ("vllm", "http://localhost:8000/v1"),
+    ("llamacpp", "http://localhost:8080/v1"),
+    ("lmstudio", "http://localhost:1234/v1"),
+    ("Ollama", "http://localhost:11434/v1"),
+])
+def test_a_local_server_named_as_backend_points_at_openai_base_url(
+    backend: str, address: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clean_env(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KB_AGENT_LLM", backend)
+    code, out, err = cli("ask", "hi")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert err.startswith(f"crag: error: KB_AGENT_LLM={backend} is not valid: expected openai or offline;")
+    assert f"KB_AGENT_LLM=openai and OPENAI_BASE_URL={address}" in err
+
+
+def test_an_unknown_backend_still_names_openai_base_url() -> None:
+    from crag.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="OPENAI_BASE_URL"):
+        Settings.from_env({"KB_AGENT_LLM": "claude"}, dotenv=None)
+
+
+BOOLEAN_SETTINGS = [name for name, (var, parse) in SETTINGS_TABLE.items()
+                    if isinstance(getattr(Settings(), name), bool)]
+
+
+@pytest.mark.parametrize("name", BOOLEAN_SETTINGS)
+@pytest.mark.parametrize(("word", "value"), [
+    ("on", True), ("ON", True), ("true", True), ("yes", True), ("1", True),
+    ("off", False), ("false", False), ("No", False), ("0", False),
+])
+def test_every_on_off_setting_accepts_the_same_words(name: str, word: str, value: bool) -> None:
+    var = SETTINGS_TABLE[name][0]
+    assert getattr(Settings.from_env({var: word}, dotenv=None), name) is value
+
+
+@pytest.mark.parametrize("name", BOOLEAN_SETTINGS)
+def test_every_on_off_setting_refuses_other_words_naming_the_accepted_ones(name: str) -> None:
+    from crag.errors import ConfigError
+
+    var = SETTINGS_TABLE[name][0]
+    with pytest.raises(ConfigError, match=r"on or off \(also true/false, yes/no, 1/0\)"):
+        Settings.from_env({var: "maybe"}, dotenv=None)
+
+
+def test_there_is_an_on_off_setting_to_check() -> None:
+    assert "web_fetch" in BOOLEAN_SETTINGS
+
+
+# -- the embedding server apart from the chat server ------------------------------------------
+
+
+def test_embedding_base_url_sends_embeddings_to_their_own_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "setup.md").write_text(SETUP)
+    clean_env(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    with FakeOpenAIServer() as chat, FakeOpenAIServer(embedding_dim=1536) as embeddings:
+        monkeypatch.setenv("KB_AGENT_INDEX_DIR", str(tmp_path / "index"))
+        monkeypatch.setenv("KB_AGENT_EMBEDDER", "openai")
+        monkeypatch.setenv("KB_AGENT_LLM", "openai")
+        monkeypatch.setenv("OPENAI_BASE_URL", chat.base_url)
+        monkeypatch.setenv("KB_AGENT_EMBEDDING_BASE_URL", embeddings.base_url)
+        monkeypatch.setenv("KB_AGENT_LLM_TIMEOUT", "5")
+        assert cli("index", "docs")[0] == 0
+        chat.script("analyze_and_route", json.dumps({"complexity": "simple", "suggested_tools": ["vector_search"]}))
+        chat.script("plan", json.dumps({"tool_calls": [{"tool": "vector_search", "args": {"query": "port"}}]}))
+        chat.script("synthesize", "It listens on 8080 [1].")
+        code, out, err = cli("ask", "which port?")
+        assert code == 0, err
+        assert "8080" in out
+        assert embeddings.requests and all(r.path.endswith("/embeddings") for r in embeddings.requests)
+        assert chat.requests and not any(r.path.endswith("/embeddings") for r in chat.requests)
+
+
+# -- chat on a terminal ------------------------------------------------------------------------
+
+
+def test_chat_on_a_terminal_has_line_editing_and_history(kb: Path) -> None:
+    """Up arrow recalls the previous question (readline), instead of printing ``^[[A``."""
+    pytest.importorskip("readline")
+    import pty
+    import select
+    import time
+
+    main_fd, child_fd = pty.openpty()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KB_AGENT_", "OPENAI_"))}
+    env.update(PYTHONPATH=str(ROOT), KB_AGENT_LLM="offline", KB_AGENT_INDEX_DIR=str(kb.parent / "index"), TERM="xterm")
+    proc = subprocess.Popen([sys.executable, "-m", "crag", "chat"], cwd=kb.parent, env=env,
+                            stdin=child_fd, stdout=child_fd, stderr=child_fd, close_fds=True)
+    os.close(child_fd)
+    seen = b""
+
+    def read_until(marker: bytes, count: int = 1, timeout: float = 60.0) -> None:
+        nonlocal seen
+        deadline = time.monotonic() + timeout
+        while seen.count(marker) < count:
+            assert time.monotonic() < deadline, seen.decode(errors="replace")
+            ready, _, _ = select.select([main_fd], [], [], 0.2)
+            if ready:
+                try:
+                    seen += os.read(main_fd, 65536)
+                except OSError:
+                    break
+
+    try:
+        read_until(b"you> ")
+        os.write(main_fd, b"which port does the server listen on\r")
+        read_until(b"LLM Usage Stats", 1)
+        read_until(b"you> ", 2)
+        os.write(main_fd, b"\x1b[A")  # Up: the previous question comes back, editable
+        os.write(main_fd, b"\x7f\x7fon, by default?\r")  # edit its end
+        read_until(b"LLM Usage Stats", 2)
+        read_until(b"you> ", 3)
+        os.write(main_fd, b"\x04")  # Ctrl-D ends the session
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(main_fd)
+    text = seen.decode(errors="replace")
+    assert "^[[A" not in text
+    second = text.split("LLM Usage Stats", 1)[1]
+    assert "on, by default?" in second and "8080" in second
