@@ -2,11 +2,14 @@
 
 The only module that prints or exits. Every expected failure is a ``CragError``; it is
 printed as one line, ``crag: error: <message>``, on stderr and mapped to its exit status
-(1 at run time, 2 for bad usage or configuration). A package missing from the Python that
-runs crag is one line too, naming ``make install`` or the ``pip install`` that fixes it.
-Anything else is a bug and keeps its traceback. Heavy libraries (openai, faiss, numpy,
-tiktoken) are imported inside the commands that need them, so ``--help`` and ``graph``
-start fast.
+(1 at run time, 2 for bad usage or configuration), with every configured secret redacted.
+A package missing from the Python that runs crag is one line too, naming ``make install``
+or the ``pip install`` that fixes it. Text for a terminal goes through
+``crag.safe_text.for_terminal`` (no escape sequences or control characters from documents,
+file names or a model reach the screen) and JSON through ``json_text`` (every control
+character escaped); both with secrets redacted. Anything else is a bug and keeps its
+traceback. Heavy libraries (openai, faiss, numpy, tiktoken) are imported inside the
+commands that need them, so ``--help`` and ``graph`` start fast.
 
 Like git, a bare ``crag`` prints the help on stdout and exits with status 1, and a
 mistyped command is answered with the closest command names. ``ask`` and ``search`` join
@@ -22,6 +25,7 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from .errors import CragError, UsageError
+from .safe_text import for_terminal, json_text, redact
 
 __all__ = ["main"]
 
@@ -31,6 +35,15 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise UsageError(message)
+
+
+def _path_arg(value: str) -> str:
+    """A path on the command line: an empty one would silently mean the working directory."""
+    if not value.strip():
+        raise argparse.ArgumentTypeError("an empty path is not a knowledge-base path")
+    if "\x00" in value:
+        raise argparse.ArgumentTypeError("a path cannot contain a NUL character")
+    return value
 
 
 KB_HELP = "knowledge-base root (repeatable): indexed first when new or changed; the tools look only inside"
@@ -70,31 +83,31 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     p = sub.add_parser("index", help="build or update the index of knowledge-base folders/files")
-    p.add_argument("paths", nargs="+", metavar="PATH", help="folders or files to index")
+    p.add_argument("paths", nargs="+", type=_path_arg, metavar="PATH", help="folders or files to index")
     p.set_defaults(func=cmd_index)
 
     p = sub.add_parser("search", help="retrieval only: what vector_search returns")
     p.add_argument("words", nargs="+", metavar="QUERY", help="the query (several words are joined)")
     p.add_argument("--top-k", type=int, default=None, metavar="K", help="hits to return (default KB_AGENT_TOP_K)")
-    p.add_argument("--kb", action="append", default=[], metavar="PATH", help=KB_HELP)
+    p.add_argument("--kb", action="append", type=_path_arg, default=[], metavar="PATH", help=KB_HELP)
     p.add_argument("--json", action="store_true", help="print a JSON array")
     p.set_defaults(func=cmd_search)
 
     p = sub.add_parser("ask", help="answer one question")
     p.add_argument("words", nargs="+", metavar="QUESTION", help="the question (several words are joined; - reads standard input)")
-    p.add_argument("--kb", action="append", default=[], metavar="PATH", help=KB_HELP)
+    p.add_argument("--kb", action="append", type=_path_arg, default=[], metavar="PATH", help=KB_HELP)
     p.add_argument("--top-k", type=int, default=None, metavar="K", help=TOP_K_HELP)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--history", metavar="FILE", help='JSON list of {"role", "content"} messages')
     p.set_defaults(func=cmd_ask)
 
     p = sub.add_parser("chat", help="multi-turn session in the terminal")
-    p.add_argument("--kb", action="append", default=[], metavar="PATH", help=KB_HELP)
+    p.add_argument("--kb", action="append", type=_path_arg, default=[], metavar="PATH", help=KB_HELP)
     p.add_argument("--top-k", type=int, default=None, metavar="K", help=TOP_K_HELP)
     p.set_defaults(func=cmd_chat)
 
     p = sub.add_parser("mcp", help="serve ask, search and read_file to MCP clients over stdio")
-    p.add_argument("--kb", action="append", default=[], metavar="PATH", help=KB_HELP)
+    p.add_argument("--kb", action="append", type=_path_arg, default=[], metavar="PATH", help=KB_HELP)
     p.set_defaults(func=cmd_mcp)
 
     p = sub.add_parser("graph", help="print the transition table as a Mermaid diagram")
@@ -127,7 +140,7 @@ def main(
         args.stdin = stdin or sys.stdin
         return int(args.func(args, out, err) or 0)
     except CragError as exc:
-        print(f"crag: error: {_one_line(str(exc))}", file=err)
+        print(_error_line(exc), file=err)
         return exc.exit_status
     except ImportError as exc:
         message = _missing_dependency(exc)
@@ -178,6 +191,30 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
+def _secrets() -> tuple[str, ...]:
+    from .config import secret_values
+
+    return secret_values()
+
+
+def _error_line(exc: BaseException) -> str:
+    """``crag: error: <message>``: one line, secrets redacted, nothing a terminal would obey."""
+    return "crag: error: " + _one_line(for_terminal(redact(str(exc), _secrets())))
+
+
+def _shown(text: str) -> str:
+    """Text for the terminal: secrets redacted, no escape sequence or control character."""
+    return for_terminal(redact(text, _secrets()))
+
+
+def _shown_json(value: object, **kwargs: object) -> str:
+    """JSON for stdout: control characters escaped, secrets redacted (also as JSON spells them)."""
+    import json
+
+    secrets = _secrets()
+    return redact(json_text(value, **kwargs), (*secrets, *(json.dumps(s)[1:-1] for s in secrets)))
+
+
 def _settings(**overrides: object):
     from .config import Settings
 
@@ -208,24 +245,22 @@ def cmd_index(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     _require_index_libraries()
     progress = progress_printer(err) if is_terminal(err) else None
     report = index_roots(settings, args.paths, progress=progress)
-    out.write(index_report_text(report))
+    out.write(_shown(index_report_text(report)))
     return 0
 
 
 def cmd_search(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    import json
-
     from .index.commands import index_report_text, search, search_text
 
     settings = _settings()
     _require_index_libraries()
     hits, report = search(settings, " ".join(args.words), args.top_k, args.kb)
     if report is not None and report.changed_anything:
-        err.write(index_report_text(report))
+        err.write(_shown(index_report_text(report)))
     if args.json:
-        out.write(json.dumps(hits, ensure_ascii=False) + "\n")
+        out.write(_shown_json(hits) + "\n")
     else:
-        out.write(search_text(hits))
+        out.write(_shown(search_text(hits)))
     return 0
 
 
@@ -262,7 +297,7 @@ def _agent(args: argparse.Namespace, err: TextIO):
         report = ensure_indexed(settings, args.kb, progress=notes)
         notes.done()
         if report.changed_anything:
-            err.write(kb_note(report) + "\n")
+            err.write(_shown(kb_note(report)) + "\n")
     return Agent.from_env(kb=args.kb or None, progress=notes, top_k=settings.top_k)
 
 
@@ -288,7 +323,7 @@ class _IndexNotes:
     def __call__(self, *args: object, **kwargs: object) -> None:
         if not self.tty:
             return
-        text = " ".join(str(a) for a in args)
+        text = for_terminal(" ".join(str(a) for a in args))
         self.err.write(f"\r\033[Kcrag: indexing {text}")
         self.err.flush()
 
@@ -309,8 +344,6 @@ def _question(args: argparse.Namespace) -> str:
 
 
 def cmd_ask(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    import json
-
     from .agent import parse_history
 
     history = parse_history(_read_history(args.history)) if args.history else ()
@@ -319,9 +352,9 @@ def cmd_ask(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     with _agent(args, err) as agent:
         result = agent.ask(question, history=history)
     if args.json:
-        out.write(json.dumps(result.to_dict(), ensure_ascii=False, indent=2) + "\n")
+        out.write(_shown_json(result.to_dict(), indent=2) + "\n")
     else:
-        out.write(result.answer + "\n")
+        out.write(_shown(result.answer) + "\n")
     return 0
 
 
@@ -337,7 +370,7 @@ class _Progress:
     def __call__(self, kind: str, payload: object) -> None:
         streaming = self.renderer is not None  # the status line is gone once the answer streams
         if kind == "node_start" and self.tty and not streaming:
-            self.err.write(f"\r\033[K  … {payload}")
+            self.err.write(f"\r\033[K  … {for_terminal(str(payload))}")
             self.err.flush()
         elif kind == "node_end" and self.tty and not streaming:
             self.err.write("\r\033[K")
@@ -351,15 +384,15 @@ class _Progress:
             self.renderer = StreamRenderer(int(payload), clean_answer, strip_think)  # type: ignore[call-overload]
             self.out.write("\ncrag> ")
         elif kind == "delta" and self.renderer is not None:
-            self.out.write(self.renderer.feed(str(payload)))
+            self.out.write(for_terminal(self.renderer.feed(str(payload))))
             self.out.flush()
 
     def finish(self, answer: str) -> None:
         """Print the rest of the answer (all of it when nothing streamed)."""
         if self.renderer is None:
-            self.out.write("\ncrag> " + answer + "\n")
+            self.out.write("\ncrag> " + _shown(answer) + "\n")
         else:
-            self.out.write(self.renderer.rest(answer) + "\n")
+            self.out.write(_shown(self.renderer.rest(answer)) + "\n")
         self.renderer = None
         self.out.flush()
 
@@ -426,7 +459,7 @@ def cmd_chat(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 result = agent.ask(question, history=parse_history(history), on_event=progress, stream=True)
             except (LLMError, ToolError) as exc:
                 progress.renderer = None
-                print(f"crag: error: {_one_line(str(exc))}", file=err)
+                print(_error_line(exc), file=err)
                 continue
             progress.finish(result.answer)
             history.append({"role": "user", "content": question})

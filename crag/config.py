@@ -8,16 +8,23 @@ name for library users (``Agent.from_env(max_iterations=2)``), validated the sam
 
 from __future__ import annotations
 
+import math
 import os
+import stat
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
 from attrs import fields, frozen
 
 from .errors import ConfigError
 
-__all__ = ["SETTINGS_TABLE", "Settings", "read_dotenv"]
+__all__ = ["DOTENV_MAX_BYTES", "MAX_SECONDS", "SECRET_VARIABLES", "SETTINGS_TABLE", "Settings", "read_dotenv",
+           "secret_values"]
+
+DOTENV_MAX_BYTES = 1024 * 1024  # a .env is a few lines; anything larger is not one
+MAX_SECONDS = 86400.0  # the longest duration a setting may hold: one day
+# Values never shown in a message, and redacted from everything crag prints.
+SECRET_VARIABLES = frozenset({"OPENAI_API_KEY", "JIRA_API_TOKEN", "CONFLUENCE_API_TOKEN"})
 
 
 def _int(lo: int) -> Callable[[str, str], int]:
@@ -39,11 +46,31 @@ def _float(lo: float, hi: float | None, what: str) -> Callable[[str, str], float
             value = float(raw.strip())
         except ValueError:
             raise ConfigError(var, raw, what) from None
-        if value != value or value < lo or (hi is not None and value > hi):
+        if not math.isfinite(value) or value < lo or (hi is not None and value > hi):
             raise ConfigError(var, raw, what)
         return value
 
     return parse
+
+
+def _seconds(lo: float, hi: float = MAX_SECONDS) -> Callable[[str, str], float]:
+    """A duration: a finite number of seconds in [lo, hi] (``inf`` and ``1e309`` are refused)."""
+    return _float(lo, hi, f"a number of seconds between {lo:g} and {hi:g}")
+
+
+def _secret(var: str, raw: str) -> str:
+    """A key or token sent in an HTTP header: printable ASCII, and never shown in a message."""
+    value = raw.strip()
+    for ch in value:
+        if not " " < ch <= "~":
+            what = "a control character" if ch.isascii() or not ch.isprintable() else "a non-ASCII character"
+            if ch == " ":
+                what = "a space"
+            raise ConfigError(
+                var, None, f"printable ASCII without spaces (it contains {what}; HTTP headers carry nothing else)",
+                secret=True,
+            )
+    return value
 
 
 def _choice(*options: str) -> Callable[[str, str], str]:
@@ -98,11 +125,14 @@ def _backend(var: str, raw: str) -> str:
 
 
 def _text(var: str, raw: str) -> str:
-    return raw.strip()
+    value = raw.strip()
+    if any(ch < " " and ch != "\t" for ch in value):
+        raise ConfigError(var, raw, "text without control characters")
+    return value
 
 
 def _nonempty(var: str, raw: str) -> str:
-    value = raw.strip()
+    value = _text(var, raw)
     if not value:
         raise ConfigError(var, raw, "a non-empty name")
     return value
@@ -112,8 +142,8 @@ def _url(var: str, raw: str) -> str | None:
     value = raw.strip().rstrip("/")
     if not value:
         return None
-    if not value.startswith(("http://", "https://")):
-        raise ConfigError(var, raw, "an http:// or https:// URL")
+    if not value.startswith(("http://", "https://")) or not value.isascii() or not value.isprintable() or " " in value:
+        raise ConfigError(var, _shown_url(raw), "an http:// or https:// URL (printable ASCII, no spaces)")
     return value
 
 
@@ -134,18 +164,18 @@ SETTINGS_TABLE: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "index_dir": ("KB_AGENT_INDEX_DIR", _nonempty),
     "llm": ("KB_AGENT_LLM", _backend),
     "model": ("KB_AGENT_MODEL", _nonempty),
-    "llm_timeout": ("KB_AGENT_LLM_TIMEOUT", _float(0.001, None, "a number of seconds > 0")),
+    "llm_timeout": ("KB_AGENT_LLM_TIMEOUT", _seconds(0.001)),
     "llm_max_retries": ("KB_AGENT_LLM_MAX_RETRIES", _int(0)),
     "embedder": ("KB_AGENT_EMBEDDER", _choice("hash", "openai")),
     "embedding_model": ("KB_AGENT_EMBEDDING_MODEL", _nonempty),
-    "openai_api_key": ("OPENAI_API_KEY", _text),
+    "openai_api_key": ("OPENAI_API_KEY", _secret),
     "openai_base_url": ("OPENAI_BASE_URL", _url),
     "jira_base_url": ("JIRA_BASE_URL", _url),
     "jira_email": ("JIRA_EMAIL", _text),
-    "jira_api_token": ("JIRA_API_TOKEN", _text),
+    "jira_api_token": ("JIRA_API_TOKEN", _secret),
     "confluence_base_url": ("CONFLUENCE_BASE_URL", _url),
     "confluence_email": ("CONFLUENCE_EMAIL", _text),
-    "confluence_api_token": ("CONFLUENCE_API_TOKEN", _text),
+    "confluence_api_token": ("CONFLUENCE_API_TOKEN", _secret),
     "web_fetch": ("KB_AGENT_WEB_FETCH", _switch),
     "embedding_base_url": ("KB_AGENT_EMBEDDING_BASE_URL", _url),
 }
@@ -180,6 +210,13 @@ class Settings:
     embedding_base_url: str | None = None
 
     def __attrs_post_init__(self) -> None:
+        # Checked here as well as when parsed, so Settings(...) built in code holds too.
+        for name in ("llm_timeout",):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not 0 < value <= MAX_SECONDS or not math.isfinite(value):
+                raise ConfigError(self.variable(name), value, f"a number of seconds between 0.001 and {MAX_SECONDS:g}")
+        for name in ("openai_api_key", "jira_api_token", "confluence_api_token"):
+            _secret(self.variable(name), getattr(self, name))
         if self.drop_threshold > self.generate_threshold:
             raise ConfigError(
                 "KB_AGENT_DROP_THRESHOLD",
@@ -205,7 +242,7 @@ class Settings:
         values: dict[str, Any] = {}
         for name, (var, parse) in SETTINGS_TABLE.items():
             raw = merged.get(var)
-            if raw is not None and (raw.strip() or parse in (_text, _url)):
+            if raw is not None and (raw.strip() or parse in (_text, _url, _secret)):
                 values[name] = parse(var, raw)
         if "llm" not in values:
             has_remote = bool(merged.get("OPENAI_API_KEY", "").strip()) or bool(
@@ -220,6 +257,18 @@ class Settings:
             values[name] = parse(var, value if isinstance(value, str) else _as_text(value))
         return cls(**values)
 
+    def secrets(self) -> tuple[str, ...]:
+        """The keys, tokens and URL passwords in these settings, for ``crag.safe_text.redact``."""
+        from urllib.parse import urlsplit
+
+        found = [self.openai_api_key, self.jira_api_token, self.confluence_api_token]
+        for url in (self.openai_base_url, self.jira_base_url, self.confluence_base_url):
+            try:
+                found.append((urlsplit(url).password or "") if url else "")
+            except ValueError:
+                pass
+        return tuple(s for s in found if s)
+
     def variable(self, name: str) -> str:
         """The environment variable behind a field, for messages."""
         return SETTINGS_TABLE[name][0]
@@ -233,17 +282,59 @@ def _as_text(value: Any) -> str:
     return str(value)
 
 
+def _shown_url(raw: str) -> str:
+    from .safe_text import redact
+
+    return redact(raw)
+
+
+def _read_small_regular_file(path: str | os.PathLike[str], limit: int) -> bytes | None:
+    """The bytes of ``path`` when it is a regular file of at most ``limit`` bytes; None when absent.
+
+    Opened without blocking and checked after opening, so a FIFO, a device (``/dev/zero``)
+    or a folder behind the name is refused instead of read forever.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ConfigError(".env", os.fspath(path), f"a readable file ({exc.strerror or exc})") from exc
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ConfigError(".env", os.fspath(path), "a regular file (not a folder, device or pipe)")
+        chunks: list[bytes] = []
+        size = 0
+        while size <= limit:
+            try:
+                chunk = os.read(fd, min(65536, limit + 1 - size))
+            except OSError as exc:
+                raise ConfigError(".env", os.fspath(path), f"a readable file ({exc.strerror or exc})") from exc
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > limit:
+            raise ConfigError(".env", os.fspath(path), f"a file of at most {limit // 1024} KiB")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
 def read_dotenv(path: str | os.PathLike[str]) -> dict[str, str]:
     """``KEY=VALUE`` lines of a ``.env`` file; a missing file is an empty mapping.
 
-    Accepts ``export KEY=VALUE``, single or double quotes, blank lines and ``#`` comments.
+    Accepts ``export KEY=VALUE``, single or double quotes, blank lines, ``#`` comments and a
+    UTF-8 byte-order mark. Only a regular file of at most ``DOTENV_MAX_BYTES`` is read; a
+    NUL character in a value is refused (no environment variable can hold one).
     """
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
+    data = _read_small_regular_file(path, DOTENV_MAX_BYTES)
+    if data is None:
         return {}
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(".env", str(path), f"a readable UTF-8 file ({exc})") from exc
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(".env", os.fspath(path), f"a UTF-8 file (byte {exc.start} is not UTF-8)") from exc
     values: dict[str, str] = {}
     for line in text.splitlines():
         line = line.strip()
@@ -259,5 +350,36 @@ def read_dotenv(path: str | os.PathLike[str]) -> dict[str, str]:
             value = value[1:-1]
         elif " #" in value:
             value = value.split(" #", 1)[0].rstrip()
+        if "\x00" in value or "\x00" in key:
+            raise ConfigError(key, value, "a value without NUL characters", secret=key in SECRET_VARIABLES)
         values[key] = value
     return values
+
+
+def secret_values(environ: Mapping[str, str] | None = None, dotenv: str | os.PathLike[str] | None = ".env") -> tuple[str, ...]:
+    """The secrets configured for crag (keys, tokens, passwords in URLs), for redaction.
+
+    Never raises: a ``.env`` that cannot be read contributes nothing.
+    """
+    from urllib.parse import urlsplit
+
+    env = dict(os.environ if environ is None else environ)
+    try:
+        file_values = read_dotenv(dotenv) if dotenv else {}
+    except Exception:
+        file_values = {}
+    found: list[str] = []
+    for source in (env, file_values):
+        for var, value in source.items():
+            if not isinstance(value, str) or not value.strip():
+                continue
+            if var in SECRET_VARIABLES or var.endswith(("_API_KEY", "_TOKEN", "_PASSWORD", "_SECRET")):
+                found.append(value)
+            elif var.endswith("_URL") or var == "KB_AGENT_STORE":
+                try:
+                    password = urlsplit(value.strip()).password
+                except ValueError:
+                    password = None
+                if password:
+                    found.append(password)
+    return tuple(dict.fromkeys(found))

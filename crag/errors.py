@@ -27,15 +27,22 @@ class CragError(Exception):
 
 
 class ConfigError(CragError):
-    """A setting (environment variable or ``.env`` entry) has a value crag cannot use."""
+    """A setting (environment variable or ``.env`` entry) has a value crag cannot use.
+
+    The message shows the value escaped and shortened, never raw; a secret's (``secret=True``)
+    is not shown at all.
+    """
 
     exit_status = 2
 
-    def __init__(self, variable: str, value: object, accepts: str) -> None:
+    def __init__(self, variable: str, value: object, accepts: str, *, secret: bool = False) -> None:
+        from .safe_text import short_value
+
         self.variable = variable
-        self.value = value
+        self.value = None if secret else value
         self.accepts = accepts
-        super().__init__(f"{variable}={value!s} is not valid: expected {accepts}")
+        shown = f"{variable} (value not shown)" if secret else f"{variable}={short_value(value)}"
+        super().__init__(f"{shown} is not valid: expected {accepts}")
 
 
 class UsageError(CragError):

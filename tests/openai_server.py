@@ -16,7 +16,7 @@ scripted too few replies fails at once.
 A reply is text (a normal ``chat.completion`` with a ``usage`` object), ``Text`` to choose
 the token counts or leave ``usage`` out, or an action: ``Status`` (an error status with an
 optional ``Retry-After`` and body), ``Delay`` (answer late, to trip a client timeout),
-``Garbage`` (a body that is not a completion), ``EmptyChoices``, ``NullContent``, ``Raw``
+``Trickle`` (the whole response one byte at a time, to hold a request open), ``Garbage`` (a body that is not a completion), ``EmptyChoices``, ``NullContent``, ``Raw``
 (any JSON body), ``Drop`` (close the connection, optionally mid-stream). A request with
 ``"stream": true`` is answered as server-sent events, ending with a usage chunk when
 ``stream_options.include_usage`` asks for it; ``reject_stream_options`` and
@@ -53,6 +53,7 @@ __all__ = [
     "RecordedRequest",
     "Status",
     "Text",
+    "Trickle",
 ]
 
 
@@ -88,6 +89,14 @@ class Delay:
 
     seconds: float
     then: Any = "late reply"
+
+
+@dataclass(frozen=True)
+class Trickle:
+    """Send the whole response (status line, headers and body) one byte every ``interval`` seconds."""
+
+    interval: float = 0.2
+    then: Any = "a reply sent one byte at a time"
 
 
 @dataclass(frozen=True)
@@ -127,7 +136,7 @@ class Drop:
     text: str = "this answer is cut off mid-stream"
 
 
-Reply = str | Text | Status | Delay | Garbage | EmptyChoices | NullContent | Raw | Drop
+Reply = str | Text | Status | Delay | Trickle | Garbage | EmptyChoices | NullContent | Raw | Drop
 
 
 @dataclass(frozen=True)
@@ -352,6 +361,8 @@ class FakeOpenAIServer:
                 h.close_connection = True
                 return None
             reply = reply.then
+        if isinstance(reply, Trickle):
+            return self._trickle(h, reply, self._completion(body, Text(reply.then) if isinstance(reply.then, str) else reply.then))
         if isinstance(reply, str):
             reply = Text(reply)
         if isinstance(reply, Status):
@@ -522,6 +533,17 @@ class FakeOpenAIServer:
             data = body.encode() if isinstance(body, str) else body
             return self._send(h, reply.code, data, "text/plain", headers)
         return self._send_json(h, reply.code, body, headers)
+
+    def _trickle(self, h: _Handler, reply: Trickle, payload: Any) -> None:
+        body = json.dumps(payload).encode()
+        head = (f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+                "Connection: close\r\n\r\n").encode()
+        h.close_connection = True
+        for byte in head + body:
+            h.wfile.write(bytes([byte]))
+            h.wfile.flush()
+            if self._stop.wait(reply.interval):
+                return
 
     def _drop(self, h: _Handler) -> None:
         h.close_connection = True

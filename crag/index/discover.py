@@ -25,7 +25,7 @@ from collections.abc import Iterable, Iterator, Sequence
 
 from attrs import field, frozen
 
-from ..errors import KnowledgeBaseError
+from ..errors import KnowledgeBaseError, UsageError
 
 __all__ = [
     "MAX_FILE_BYTES",
@@ -36,6 +36,7 @@ __all__ = [
     "Discovery",
     "decode_text",
     "discover",
+    "excluded_reason",
     "is_binary",
     "is_text_name",
     "is_within",
@@ -92,8 +93,13 @@ class Discovery:
 
 
 def normalize_root(root: str | os.PathLike[str], cwd: str | os.PathLike[str] | None = None) -> str:
-    """The absolute, normalised form of a root (symlinks are kept as the user wrote them)."""
+    """The absolute, normalised form of a root (symlinks are kept as the user wrote them).
+
+    An empty path is refused (``UsageError``) rather than taken as the working directory.
+    """
     raw = os.fspath(root)
+    if isinstance(raw, str) and (not raw.strip() or "\x00" in raw):
+        raise UsageError("a knowledge-base path is empty" if not raw.strip() else "a knowledge-base path contains NUL")
     raw = os.path.expanduser(raw)
     if not os.path.isabs(raw):
         raw = os.path.join(os.fspath(cwd) if cwd is not None else os.getcwd(), raw)
@@ -123,6 +129,34 @@ def is_text_name(name: str) -> bool:
 
 def _is_virtualenv(path: str) -> bool:
     return os.path.isfile(os.path.join(path, "pyvenv.cfg"))
+
+
+def _skipped_dir(name: str, path: str) -> bool:
+    """A folder discovery never enters (besides hidden ones and the index directory)."""
+    return name in SKIP_DIRS or _is_virtualenv(path)
+
+
+def excluded_reason(path: str, root: str) -> str | None:
+    """Why discovery would not index the file ``path`` under ``root`` (None: it would).
+
+    Both are absolute and normalised, ``path`` inside ``root``. The same rules as the walk:
+    no hidden or skipped folder on the way, a text file name, not hidden. A root that is a
+    file is indexed whatever its name. ``read_file`` serves only what this admits.
+    """
+    if path == root:
+        return None
+    rel = os.path.relpath(path, root).split(os.sep)
+    folder = root
+    for part in rel[:-1]:
+        folder = os.path.join(folder, part)
+        if part.startswith(".") or _skipped_dir(part, folder):
+            return f"it is inside {part}/, a folder crag does not index"
+    name = rel[-1]
+    if name.startswith("."):
+        return "hidden files are not part of the knowledge base"
+    if not is_text_name(name):
+        return "crag indexes text files only (Markdown, text, code and configuration by their suffix)"
+    return None
 
 
 def discover(
@@ -217,9 +251,7 @@ def _walk(
                 else:
                     real = os.path.join(directory_real, name)
                 if entry.is_dir(follow_symlinks=True):
-                    if name in SKIP_DIRS:
-                        continue
-                    if real in visited_dirs or real in excluded or _is_virtualenv(path):
+                    if real in visited_dirs or real in excluded or _skipped_dir(name, path):
                         continue
                     visited_dirs.add(real)
                     subdirs.append((path, real))

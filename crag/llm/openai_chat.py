@@ -20,7 +20,9 @@ normal request whose text is passed to ``on_delta`` whole. What worked is rememb
 
 Every failure leaves through one boundary, ``_translate``, as a one-line ``LLMError`` (or
 ``LLMTimeoutError``) naming the server, the status and the node, chained to the SDK's
-exception. ``openai`` is imported when the adapter is built, never by ``import crag``.
+exception, with the API key and any URL password redacted (a server may echo them).
+``KB_AGENT_LLM_TIMEOUT`` bounds each request as a whole, stream included
+(``crag.llm.deadline``), not only each network read. ``openai`` is imported when the adapter is built, never by ``import crag``.
 """
 
 from __future__ import annotations
@@ -37,7 +39,9 @@ from typing import TYPE_CHECKING, Any
 from ..config import Settings
 from ..errors import ConfigError, LLMError, LLMTimeoutError
 from ..ports import LLMRequest
+from ..safe_text import redact
 from ..state import Completion
+from .deadline import deadline_http_client, request_deadline
 from .tokens import count_tokens, encoding_for_model
 
 if TYPE_CHECKING:
@@ -150,11 +154,13 @@ class OpenAIChatModel:
         self._openai = openai
         try:
             self._client = openai.OpenAI(
-                api_key=api_key, base_url=base_url, timeout=self.timeout, max_retries=0
+                api_key=api_key, base_url=base_url, timeout=self.timeout, max_retries=0,
+                http_client=deadline_http_client(openai, timeout=self.timeout),
             )
         except openai.OpenAIError as exc:
             raise LLMError(f"cannot set up the OpenAI client: {_one_line(exc)}") from exc
-        self.server = str(self._client.base_url).rstrip("/")
+        self.server = redact(str(self._client.base_url).rstrip("/"), settings.secrets())
+        self._secrets = (*settings.secrets(), api_key)
 
     def close(self) -> None:
         """Release the client's connections."""
@@ -174,10 +180,11 @@ class OpenAIChatModel:
         retries = 0
         while True:
             try:
-                if mode == "off":
-                    text, usage = self._plain(messages, node)
-                else:
-                    text, usage = self._stream(messages, node, mode, on_delta, delivered)
+                with request_deadline(self.timeout):
+                    if mode == "off":
+                        text, usage = self._plain(messages, node)
+                    else:
+                        text, usage = self._stream(messages, node, mode, on_delta, delivered)
             except _StreamRefused:
                 mode = _STREAM_MODES[_STREAM_MODES.index(mode) + 1]
                 continue
@@ -187,7 +194,7 @@ class OpenAIChatModel:
                     raise
                 wait = self._wait(retries, failure) if not delivered else None
                 if wait is None:
-                    raise self._translate(exc, failure, node, retries) from exc
+                    raise _redacted(self._translate(exc, failure, node, retries), self._secrets) from exc
                 retries += 1
                 self._sleep(wait)
                 continue
@@ -371,6 +378,14 @@ class OpenAIChatModel:
             return LLMError(message, node=node, status=status)
         note = f" ({failure['note']})" if failure.get("note") else ""
         return LLMError(f"{where} {failure['what']} for node {node}{note}", node=node)
+
+
+def _redacted(error: LLMError, secrets: Sequence[str]) -> LLMError:
+    """``error`` with every secret (and URL password) in its message replaced by ``***``."""
+    message = redact(str(error), secrets)
+    if message == str(error):
+        return error
+    return type(error)(message, node=error.node, status=error.status)
 
 
 def _server_message(exc: BaseException) -> str:

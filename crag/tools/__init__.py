@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ToolError
+from ..safe_text import redact
 from ..state import EvidenceItem, ToolCall
 
 if TYPE_CHECKING:
@@ -89,7 +90,15 @@ class Toolbox:
         args = call.args if isinstance(call.args, Mapping) else None
         if args is None:
             raise ToolError(name, "arguments must be an object")
-        return _module(name).run(self, args)
+        try:
+            return _module(name).run(self, args)
+        except ToolError as exc:
+            # The boundary every tool failure crosses on its way to tool_history and the
+            # audit log: a server may echo a token or a URL with a password back at us.
+            message = redact(str(exc), self.settings.secrets())
+            if message == str(exc):
+                raise
+            raise ToolError(exc.tool, message.removeprefix(f"{exc.tool}: ")) from exc
 
     # -- what the tools need --------------------------------------------------------------
 

@@ -8,7 +8,9 @@ path relative to its root and against the file name). Each match is one evidence
 matching line as ``anchor_line`` and a window of up to ``CONTEXT`` lines either side as
 start/end/text. At most ``MAX_MATCHES`` matches are returned, files larger than
 ``MAX_FILE_BYTES`` are skipped, and lines longer than ``MAX_LINE_CHARS`` are only searched
-in their first part (a guard against pathological regular expressions).
+in their first part. A regular expression runs with a time limit
+(``crag.tools.regex_guard``): one that backtracks catastrophically is a ``ToolError``, not
+a hang.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from ..errors import KnowledgeBaseError, ToolError
 from ..index.discover import decode_text, discover, is_binary, read_bytes, split_lines
 from ..state import EvidenceItem
 from .args import check_known, opt_bool, opt_str, req_str
+from .regex_guard import RegexRefused, matching_lines
 
 if TYPE_CHECKING:
     from . import Toolbox
@@ -48,7 +51,7 @@ def run(box: Toolbox, args: Mapping[str, Any]) -> list[EvidenceItem]:
         found = discover([r for r in roots if os.path.exists(r)], exclude=[box.index_dir], max_bytes=MAX_FILE_BYTES)
     except KnowledgeBaseError as exc:
         raise ToolError(NAME, str(exc)) from exc
-    items: list[EvidenceItem] = []
+    texts: list[tuple[str, list[str]]] = []
     for f in found.files:
         if glob and not _glob_match(f.path, f.root, glob):
             continue
@@ -61,16 +64,23 @@ def run(box: Toolbox, args: Mapping[str, Any]) -> list[EvidenceItem]:
         text = decode_text(data)
         if not use_regex and not rx.search(text):
             continue
-        lines = split_lines(text)
-        for i, line in enumerate(lines):
-            if not rx.search(line[:MAX_LINE_CHARS]):
-                continue
+        texts.append((f.path, split_lines(text)))
+    if use_regex:
+        try:
+            hits = matching_lines(pattern, [lines for _, lines in texts], max_chars=MAX_LINE_CHARS)
+        except RegexRefused as exc:
+            raise ToolError(NAME, f"{exc} over {len(texts)} file(s); use a simpler pattern (no nested repetition)") from exc
+    else:
+        hits = [[i for i, line in enumerate(lines) if rx.search(line[:MAX_LINE_CHARS])] for _, lines in texts]
+    items: list[EvidenceItem] = []
+    for (path, lines), matched in zip(texts, hits):
+        for i in matched:
             lo = max(0, i - CONTEXT)
             hi = min(len(lines) - 1, i + CONTEXT)
             items.append(
                 EvidenceItem(
                     tool=NAME,
-                    source=box.label(f.path),
+                    source=box.label(path),
                     text="\n".join(lines[lo : hi + 1]),
                     start_line=lo + 1,
                     end_line=hi + 1,

@@ -9,7 +9,10 @@ control:
   DNS answer cannot change between the check and the connection;
 * redirects (at most ``max_redirects``) are followed by hand and each hop is checked
   again; credentials (``auth_headers``) are only ever sent to the first URL's origin;
-* the body is read up to ``max_bytes``; the whole exchange has a deadline;
+* the body is read up to ``max_bytes``; the whole exchange has a deadline: a watchdog
+  shuts the connection down when it passes, so a server trickling bytes cannot hold it;
+* a header value HTTP cannot carry (a token with a newline or a non-ASCII character) is a
+  ``FetchError`` that does not repeat the value;
 * no proxy and no compression is used, so what is checked is what is fetched.
 
 ``is_public_address`` is the default guard for ``web_fetch``: only globally routable
@@ -28,6 +31,7 @@ import ipaddress
 import re
 import socket
 import ssl
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from html.parser import HTMLParser
@@ -103,27 +107,68 @@ def system_resolver(host: str, port: int) -> list[str]:
     return seen
 
 
+class _Watchdog:
+    """Shuts a connection's socket down at a deadline, waking any read or write blocked on it."""
+
+    def __init__(self, seconds: float) -> None:
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        self.fired = False
+        self._timer = threading.Timer(max(0.0, seconds), self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def watch(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._sock = sock
+            fired = self.fired
+        if fired:
+            self._shutdown(sock)
+
+    def _fire(self) -> None:
+        with self._lock:
+            self.fired = True
+            sock = self._sock
+        if sock is not None:
+            self._shutdown(sock)
+
+    @staticmethod
+    def _shutdown(sock: socket.socket) -> None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+
 class _PinnedHTTPConnection(http.client.HTTPConnection):
     """An HTTP connection to a fixed, already checked address."""
 
-    def __init__(self, address: str, host: str, port: int, timeout: float) -> None:
+    def __init__(self, address: str, host: str, port: int, timeout: float, watchdog: _Watchdog) -> None:
         super().__init__(host, port, timeout=timeout)
         self._address = address
+        self._watchdog = watchdog
 
     def connect(self) -> None:
         self.sock = socket.create_connection((self._address, self.port), self.timeout)
+        self._watchdog.watch(self.sock)
 
 
 class _PinnedHTTPSConnection(http.client.HTTPSConnection):
     """An HTTPS connection to a fixed address, verifying the certificate for ``host``."""
 
-    def __init__(self, address: str, host: str, port: int, timeout: float, context: ssl.SSLContext) -> None:
+    def __init__(self, address: str, host: str, port: int, timeout: float, context: ssl.SSLContext,
+                 watchdog: _Watchdog) -> None:
         super().__init__(host, port, timeout=timeout, context=context)
         self._address = address
         self._ctx = context
+        self._watchdog = watchdog
 
     def connect(self) -> None:
         sock = socket.create_connection((self._address, self.port), self.timeout)
+        self._watchdog.watch(sock)
         self.sock = self._ctx.wrap_socket(sock, server_hostname=self.host)
 
 
@@ -201,17 +246,24 @@ def http_get(
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise FetchError(f"timed out after {timeout:g}s fetching {url}")
+        watchdog = _Watchdog(remaining)
         if scheme == "https":
             conn: http.client.HTTPConnection = _PinnedHTTPSConnection(
-                address, host, port, remaining, ssl.create_default_context()
+                address, host, port, remaining, ssl.create_default_context(), watchdog
             )
         else:
-            conn = _PinnedHTTPConnection(address, host, port, remaining)
+            conn = _PinnedHTTPConnection(address, host, port, remaining, watchdog)
         send = {"User-Agent": USER_AGENT, "Accept-Encoding": "identity", **(headers or {})}
         if auth_headers and _origin(current) == first_origin:
             send.update(auth_headers)
         try:
-            conn.request("GET", target, headers=send)
+            try:
+                conn.request("GET", target, headers=send)
+            except (ValueError, UnicodeError) as exc:  # http.client refuses the header value
+                names = ", ".join(sorted(send))
+                raise FetchError(
+                    f"a request header ({names}) holds characters HTTP cannot carry; check the configured credentials"
+                ) from exc
             resp = conn.getresponse()
             status = resp.status
             if status in (301, 302, 303, 307, 308):
@@ -225,15 +277,20 @@ def http_get(
                 continue
             content_type = resp.getheader("Content-Type", "") or ""
             body = _read_limited(resp, max_bytes, deadline, timeout, url)
+            if watchdog.fired:  # the body ended because the deadline shut the connection
+                raise FetchError(f"timed out after {timeout:g}s fetching {url}")
         except FetchError:
             raise
-        except TimeoutError as exc:
-            raise FetchError(f"timed out after {timeout:g}s fetching {url}") from exc
-        except ssl.SSLError as exc:
-            raise FetchError(f"TLS error talking to {host}: {exc.reason or exc}") from exc
-        except (OSError, http.client.HTTPException) as exc:
-            raise FetchError(f"cannot fetch {current}: {getattr(exc, 'strerror', None) or exc}") from exc
+        except Exception as exc:
+            if watchdog.fired or isinstance(exc, TimeoutError):
+                raise FetchError(f"timed out after {timeout:g}s fetching {url}") from exc
+            if isinstance(exc, ssl.SSLError):
+                raise FetchError(f"TLS error talking to {host}: {exc.reason or exc}") from exc
+            if isinstance(exc, (OSError, http.client.HTTPException)):
+                raise FetchError(f"cannot fetch {current}: {getattr(exc, 'strerror', None) or exc}") from exc
+            raise
         finally:
+            watchdog.cancel()
             conn.close()
         truncated = len(body) > max_bytes
         if truncated and not truncate:

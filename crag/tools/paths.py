@@ -3,9 +3,11 @@
 ``resolve_in_roots`` turns a path a model asked for into a real file inside one of the
 roots, or raises ``ToolError``. A path is accepted only when its *real* path (all symbolic
 links resolved) lies inside the *real* path of a root, so ``..``, absolute paths elsewhere
-and links pointing out of a root are all refused the same way; hidden files and folders
-(``.env``, ``.git/``), skipped folders (``node_modules``, virtual environments) and the
-index directory are refused as well, matching what discovery indexes.
+and links pointing out of a root are all refused the same way. Within a root only what
+discovery would index is served (``crag.index.discover.excluded_reason``, the same rules):
+hidden files and folders (``.env``, ``.git/``), skipped folders (``node_modules``, virtual
+environments), the index directory, and files that are not text by name (``server.key``,
+``credentials``) are refused.
 """
 
 from __future__ import annotations
@@ -14,17 +16,10 @@ import os
 from collections.abc import Sequence
 
 from ..errors import ToolError
-from ..index.discover import SKIP_DIRS, is_within
+from ..index.discover import excluded_reason, is_within
+from ..safe_text import display_name
 
-__all__ = ["resolve_in_roots", "visible_under"]
-
-
-def visible_under(real_path: str, real_root: str) -> bool:
-    """True when no component of ``real_path`` below ``real_root`` is hidden or skipped."""
-    if real_path == real_root:
-        return True
-    rel = os.path.relpath(real_path, real_root)
-    return all(not (part.startswith(".") or part in SKIP_DIRS) for part in rel.split(os.sep))
+__all__ = ["resolve_in_roots"]
 
 
 def resolve_in_roots(
@@ -53,20 +48,25 @@ def resolve_in_roots(
         candidates.append(os.path.normpath(os.path.join(cwd, path)))
     real_excluded = [os.path.realpath(e) for e in excluded]
     found_outside = False
+    refused: str | None = None
     for candidate in candidates:
         try:
             real = os.path.realpath(candidate)
         except (OSError, ValueError):
             continue
-        inside = [
-            rr for _, rr in real_roots if is_within(real, rr) and visible_under(real, rr)
-        ]
+        inside = [rr for _, rr in real_roots if is_within(real, rr)]
         if not inside or any(is_within(real, e) for e in real_excluded):
             if os.path.exists(real):
                 found_outside = True
             continue
-        if os.path.isfile(real):
+        if not os.path.isfile(real):
+            continue
+        reasons = [excluded_reason(real, rr) for rr in inside]
+        if None in reasons:
             return real
+        refused = refused or reasons[0]
+    if refused is not None:
+        raise ToolError(tool, f"{display_name(requested)} is not part of the knowledge base: {refused}")
     if found_outside or os.path.isabs(path) or ".." in path.replace("\\", "/").split("/"):
         raise ToolError(tool, f"{requested} is outside the knowledge base: only files inside its folders can be read")
     raise ToolError(tool, f"no file {requested} in the knowledge base")

@@ -1,0 +1,163 @@
+"""Text crag shows a person: secrets redacted, control sequences stripped, names made safe.
+
+Everything crag prints comes from somewhere it does not control: documents, file names, a
+model's reply, a server's error body. Three pure functions stand between that text and a
+person (all used at the edges: the error boundary and the CLI's printing):
+
+* ``redact(text, secrets)`` replaces every known secret (API keys, tokens, the password
+  of a URL) and anything shaped like a credential (``scheme://user:password@``,
+  ``Authorization: Bearer ...``) with ``***``, whatever a server echoed back;
+* ``for_terminal(text)`` removes ANSI/OSC escape sequences and control characters other
+  than newline and tab (NUL, carriage return, backspace, C1 controls, bidirectional
+  overrides), so neither a document nor a model can move the cursor, retitle the window,
+  hide text or forge lines;
+* ``display_name(name)`` is a file name as crag shows it in answers, footers, reports and
+  JSON: a name with a newline, a control character or bytes that are not UTF-8 is written
+  with backslash escapes (``a\\nb.md``, ``caf\\xe9.md``), so a name can never add a line;
+
+``json_text(obj)`` is ``json.dumps`` whose output holds no raw control character either.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import unicodedata
+from collections.abc import Iterable
+from typing import Any
+
+__all__ = ["REDACTED", "display_name", "for_terminal", "json_text", "one_line", "redact", "short_value"]
+
+REDACTED = "***"
+MIN_SECRET_CHARS = 4  # shorter "secrets" would redact ordinary words
+
+# scheme://user:password@host -> scheme://user:***@host
+_URL_PASSWORD = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://[^\s/@:]*):[^\s/@]*@")
+# Authorization header values and key=value credentials in a message
+_AUTH_VALUE = re.compile(r"(?i)\b(bearer|basic|token)(\s+|=)[A-Za-z0-9._~+/=\-]{6,}")
+
+# ESC sequences: CSI (ESC [ ... final), OSC (ESC ] ... BEL or ST), DCS/SOS/PM/APC strings,
+# two-character escapes; and their 8-bit C1 forms (CSI U+009B, OSC U+009D, ...).
+_ESCAPES = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]?"
+    r"|\x1b\][^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"
+    r"|\x1b[PX^_][^\x1b\x9c]*(?:\x1b\\|\x9c)?"
+    r"|\x1b[ -/]*[0-~]?"
+    r"|\x9b[0-?]*[ -/]*[@-~]?"
+    r"|[\x9d\x90\x98\x9e\x9f][^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"
+)
+_UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp", "Co", "Cn"})
+
+
+def _unsafe(ch: str, keep: str = "\n\t") -> bool:
+    if ch in keep:
+        return False
+    if " " <= ch <= "~":  # printable ASCII: the common case, decided without a table
+        return False
+    return unicodedata.category(ch) in _UNSAFE_CATEGORIES
+
+
+def _terminal_unsafe(ch: str) -> bool:
+    # Format characters that only join or shape text (ZWJ in emoji, soft hyphen) stay;
+    # the ones that reorder it (bidirectional overrides and isolates) go.
+    if ch in "\u200c\u200d\u00ad\ufeff":
+        return ch == "\ufeff"
+    return _unsafe(ch)
+
+
+def for_terminal(text: str) -> str:
+    """``text`` with escape sequences and control characters (except newline, tab) removed.
+
+    Bytes that were not valid text (lone surrogates) become U+FFFD.
+    """
+    if text.isascii() and text.isprintable():
+        return text
+    text = _ESCAPES.sub("", text)
+    return "".join(
+        ("\ufffd" if unicodedata.category(ch) == "Cs" else "") if _terminal_unsafe(ch) else ch for ch in text
+    )
+
+
+def _escape(ch: str) -> str:
+    code = ord(ch)
+    if 0xDC80 <= code <= 0xDCFF:  # a byte that was not UTF-8, as os.fsdecode keeps it
+        return f"\\x{code - 0xDC00:02x}"
+    if ch == "\n":
+        return "\\n"
+    if ch == "\r":
+        return "\\r"
+    if ch == "\t":
+        return "\\t"
+    if code <= 0xFF:
+        return f"\\x{code:02x}"
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    return f"\\U{code:08x}"
+
+
+def display_name(name: str) -> str:
+    """A file name or path as crag shows it: unchanged when it is plain text, else escaped.
+
+    Newlines, tabs, control and format characters, and bytes that are not UTF-8 (kept by
+    Python as lone surrogates) become backslash escapes; in such a name a backslash is
+    doubled, so the escaped form reads back unambiguously.
+    """
+    if name.isascii() and name.isprintable():
+        return name
+    if not any(_unsafe(ch, "") for ch in name):
+        return name
+    return "".join("\\\\" if ch == "\\" else (_escape(ch) if _unsafe(ch, "") else ch) for ch in name)
+
+
+def short_value(value: object, limit: int = 60) -> str:
+    """A value for an error message: escaped like a name and cut to ``limit`` characters."""
+    text = display_name(str(value))
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def one_line(text: str) -> str:
+    """Whitespace runs (newlines included) collapsed to one space."""
+    return " ".join(text.split())
+
+
+def redact(text: str, secrets: Iterable[str] = ()) -> str:
+    """``text`` with each of ``secrets`` and every credential-shaped part replaced by ``***``."""
+    for secret in sorted({s for s in secrets if s and len(s.strip()) >= MIN_SECRET_CHARS}, key=len, reverse=True):
+        text = text.replace(secret, REDACTED)
+        stripped = secret.strip()
+        if stripped != secret:
+            text = text.replace(stripped, REDACTED)
+    text = _URL_PASSWORD.sub(lambda m: f"{m.group(1)}:{REDACTED}@", text)
+    return _AUTH_VALUE.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
+
+
+def _json_escape(match: re.Match[str]) -> str:
+    return "".join(f"\\u{unit:04x}" for unit in _utf16_units(match.group(0)))
+
+
+def _utf16_units(text: str) -> list[int]:
+    units: list[int] = []
+    for ch in text:
+        code = ord(ch)
+        if code > 0xFFFF:
+            code -= 0x10000
+            units += [0xD800 + (code >> 10), 0xDC00 + (code & 0x3FF)]
+        else:
+            units.append(code)
+    return units
+
+
+_JSON_UNSAFE = re.compile(
+    "[\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff\ufff9-\ufffb"
+    "\ud800-\udfff\U000e0000-\U000e007f]"
+)
+
+
+def json_text(obj: Any, **kwargs: Any) -> str:
+    """``json.dumps(obj, ensure_ascii=False, **kwargs)`` with DEL, C1 controls, bidirectional
+    and invisible format characters and lone surrogates written as ``\\uXXXX`` escapes.
+
+    JSON escapes C0 controls itself; the rest can only occur inside strings, so escaping
+    them keeps the document valid and equal when parsed.
+    """
+    return _JSON_UNSAFE.sub(_json_escape, json.dumps(obj, ensure_ascii=False, **kwargs))

@@ -1,0 +1,70 @@
+"""Regular expressions from a plan, run with a time limit.
+
+Python's ``re`` backtracks: a pattern such as ``^(\\w+\\s?)*$`` takes exponential time on an
+ordinary 120-character line, and a running match can be neither interrupted nor timed out
+from inside the process (it holds the interpreter lock). A pattern a model wrote is
+untrusted input, so ``matching_lines`` runs it in a separate Python process over the lines
+to search and kills that process when it exceeds ``TIME_LIMIT`` seconds; the caller gets a
+``RegexRefused`` and reports it as a tool error. Literal (escaped) patterns never need this:
+they match in linear time and stay in process.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Sequence
+
+__all__ = ["TIME_LIMIT", "RegexRefused", "matching_lines"]
+
+TIME_LIMIT = 5.0  # seconds for one call's matching, process start included
+
+_WORKER = """
+import json, re, sys
+request = json.loads(sys.stdin.buffer.read().decode("utf-8"))
+rx = re.compile(request["pattern"], re.IGNORECASE)
+n = request["max_chars"]
+found = [[i for i, line in enumerate(doc) if rx.search(line[:n])] for doc in request["documents"]]
+sys.stdout.write(json.dumps(found))
+"""
+
+
+class RegexRefused(Exception):
+    """The pattern did not finish within the time limit (or could not be run at all)."""
+
+
+def matching_lines(
+    pattern: str,
+    documents: Sequence[Sequence[str]],
+    *,
+    max_chars: int,
+    time_limit: float | None = None,
+) -> list[list[int]]:
+    """Per document, the 0-based indexes of the lines whose first ``max_chars`` characters
+    match ``pattern`` (case-insensitive). Raises ``RegexRefused`` past ``time_limit``
+    (default ``TIME_LIMIT``);
+    ``pattern`` must already compile (``re.error`` is the caller's to report)."""
+    if not documents:
+        return []
+    limit = TIME_LIMIT if time_limit is None else time_limit
+    request = json.dumps({"pattern": pattern, "max_chars": max_chars, "documents": documents}).encode("utf-8")
+    proc = subprocess.Popen(
+        [sys.executable, "-I", "-S", "-c", _WORKER],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        out, err = proc.communicate(request, timeout=limit)
+    except subprocess.TimeoutExpired:
+        raise RegexRefused(f"the regular expression took longer than {limit:g} s") from None
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    if proc.returncode != 0:
+        last = (err.decode("utf-8", "replace").strip().splitlines() or ["no output"])[-1]
+        raise RegexRefused(f"the regular expression could not be run ({last[:200]})")
+    found = json.loads(out)
+    return [[int(i) for i in lines] for lines in found]

@@ -1,0 +1,302 @@
+"""The holes a probe of crag found: hostile names, damaged indexes, slow servers, leaked secrets.
+
+Each test reproduces one finding through the real command line (``crag.cli.main``, the real
+index, the real openai client against the loopback server) and checks what a user sees now:
+one clear line or a clean result, the right exit status, no traceback, no secret, no
+control sequence. The property test at the end draws file names, ``.env`` contents and
+server replies from hostile alphabets.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import socket
+import threading
+from pathlib import Path
+
+import pytest
+
+from crag.cli import main
+from crag.config import Settings
+from crag.errors import ConfigError, ToolError
+from crag.state import ToolCall
+from crag.tools import Toolbox
+from crag.tools.http import FetchError, http_get
+from tests.openai_server import FakeOpenAIServer, Status, Trickle
+
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+SETUP = "# Setup\n\nInstall the service with pip.\nThe server listens on port 8080 by default.\n"
+
+
+def cli(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), out, err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def one_error_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("crag: error: "), err
+    assert not CONTROL.search(lines[0])
+    return lines[0]
+
+
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in list(os.environ):
+        if key.startswith(("KB_AGENT_", "OPENAI_", "JIRA_", "CONFLUENCE_")):
+            monkeypatch.delenv(key)
+
+
+@pytest.fixture
+def kb(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = tmp_path / "docs"
+    root.mkdir()
+    (root / "setup.md").write_text(SETUP, encoding="utf-8")
+    clean_env(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KB_AGENT_INDEX_DIR", str(tmp_path / "index"))
+    monkeypatch.setenv("KB_AGENT_LLM", "offline")
+    assert cli("index", "docs")[0] == 0
+    return root
+
+
+@pytest.fixture
+def llm(kb: Path, monkeypatch: pytest.MonkeyPatch):
+    with FakeOpenAIServer() as srv:
+        monkeypatch.setenv("KB_AGENT_LLM", "openai")
+        monkeypatch.setenv("OPENAI_BASE_URL", srv.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test-key-1234")
+        monkeypatch.setenv("KB_AGENT_LLM_TIMEOUT", "5")
+        monkeypatch.setenv("KB_AGENT_LLM_MAX_RETRIES", "0")
+        yield srv
+
+
+def route(complexity: str, *tools: str) -> str:
+    return json.dumps({"complexity": complexity, "suggested_tools": list(tools)})
+
+
+def plan(*calls: tuple[str, dict]) -> str:
+    return json.dumps({"tool_calls": [{"tool": tool, "args": args} for tool, args in calls]})
+
+
+# -- 5. a catastrophic regular expression from a plan ----------------------------------------
+
+
+def test_5_a_catastrophic_planned_regex_is_a_tool_error_not_a_hang(llm: FakeOpenAIServer, kb: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("crag.tools.regex_guard.TIME_LIMIT", 1.0)
+    (kb / "words.md").write_text(("word " * 24).strip() + "!\n", encoding="utf-8")  # 120 characters
+    llm.script("analyze_and_route", route("simple", "grep_search"))
+    llm.script("plan", plan(("grep_search", {"pattern": r"^(\w+\s?)*$", "regex": True})))
+    llm.default("synthesize", "The server listens on port 8080 [1].")
+    code, out, err = cli("ask", "which port does the server listen on?", "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    errors = [e for e in result["audit"] if e["event"] == "tool_error"]
+    assert errors and "longer than 1 s" in json.dumps(errors)
+
+
+def test_5_a_regex_that_finishes_still_finds_its_lines(kb: Path) -> None:
+    box = Toolbox(Settings.from_env())
+    items = box.run(ToolCall("grep_search", {"pattern": r"port \d+", "regex": True}))
+    assert [(i.source, i.anchor_line) for i in items] == [("docs/setup.md", 4)]
+
+
+# -- 6. durations have a finite range --------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["inf", "1e309", "-inf", "nan", "0", "86401"])
+def test_6_an_infinite_or_out_of_range_timeout_is_refused(kb: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          value: str) -> None:
+    monkeypatch.setenv("KB_AGENT_LLM_TIMEOUT", value)
+    code, out, err = cli("ask", "hi")
+    assert code == 2 and out == ""
+    assert "KB_AGENT_LLM_TIMEOUT" in one_error_line(err) and "between 0.001 and 86400" in err
+
+
+def test_6_settings_built_in_code_are_checked_too() -> None:
+    with pytest.raises(ConfigError, match="KB_AGENT_LLM_TIMEOUT"):
+        Settings(llm_timeout=float("inf"))
+
+
+# -- 7. keys and tokens HTTP cannot carry ----------------------------------------------------
+
+
+@pytest.mark.parametrize("var", ["OPENAI_API_KEY", "JIRA_API_TOKEN", "CONFLUENCE_API_TOKEN"])
+def test_7_a_non_ascii_key_or_token_is_one_line_that_does_not_show_it(kb: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                       var: str) -> None:
+    monkeypatch.setenv(var, "sk-caf\u00e9-secret-value")
+    monkeypatch.setenv("JIRA_BASE_URL", "http://127.0.0.1:9")
+    code, _out, err = cli("ask", "what is PROJ-1?")
+    line = one_error_line(err)
+    assert code == 2 and var in line and "non-ASCII" in line
+    assert "secret-value" not in err
+
+
+def test_7_a_header_http_cannot_carry_is_a_fetch_error_naming_no_value() -> None:
+    for token in ("t\u20acken-secret", "token\r\nX-Injected: 1"):
+        with pytest.raises(FetchError) as caught:
+            http_get("http://127.0.0.1:9/", auth_headers={"Authorization": f"Bearer {token}"}, timeout=2)
+        assert "Authorization" in str(caught.value) and "secret" not in str(caught.value)
+
+
+# -- 8. a total deadline per request ---------------------------------------------------------
+
+
+def test_8_a_server_trickling_bytes_cannot_hold_a_request_past_its_timeout(llm: FakeOpenAIServer,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KB_AGENT_LLM_TIMEOUT", "1")
+    llm.script("analyze_and_route", Trickle(0.05))  # ~15 s for the whole reply, each byte well within 1 s
+    code, _out, err = cli("ask", "which port does the server listen on?")
+    line = one_error_line(err)
+    assert code == 1 and "did not answer within 1 s" in line
+
+
+def _trickle_server() -> tuple[socket.socket, threading.Event]:
+    server = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def serve() -> None:
+        conn, _ = server.accept()
+        with conn:
+            conn.recv(4096)
+            for byte in b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n" + b"x" * 100000:
+                if stop.wait(0.05):
+                    return
+                try:
+                    conn.sendall(bytes([byte]))
+                except OSError:
+                    return
+
+    threading.Thread(target=serve, daemon=True).start()
+    return server, stop
+
+
+def test_8_http_tools_have_a_total_deadline_too() -> None:
+    server, stop = _trickle_server()
+    try:
+        port = server.getsockname()[1]
+        with pytest.raises(FetchError, match="timed out after 1s"):
+            http_get(f"http://127.0.0.1:{port}/", timeout=1.0)
+    finally:
+        stop.set()
+        server.close()
+
+
+# -- 9. secrets never reach the screen or the audit log -------------------------------------
+
+
+def test_9_a_key_with_a_newline_is_refused_without_showing_it(kb: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-abc\nsecretpart")
+    code, _, err = cli("ask", "hi")
+    assert code == 2 and "secretpart" not in err and "sk-abc" not in err
+    one_error_line(err)
+
+
+def test_9_a_server_echoing_the_key_is_redacted(llm: FakeOpenAIServer) -> None:
+    llm.script("analyze_and_route", Status(401, {"error": {"message": "Incorrect API key provided: sk-test-key-1234"}}))
+    code, _, err = cli("ask", "which port?")
+    line = one_error_line(err)
+    assert code == 1 and "sk-test-key-1234" not in err and "***" in line and "OPENAI_API_KEY" in line
+
+
+def test_9_a_password_in_the_base_url_is_never_printed(kb: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as s:
+        port = s.getsockname()[1]  # closed when the block ends: nothing listens there
+    monkeypatch.setenv("KB_AGENT_LLM", "openai")
+    monkeypatch.setenv("OPENAI_BASE_URL", f"http://user:PASSWORD123@127.0.0.1:{port}/v1")
+    monkeypatch.setenv("KB_AGENT_LLM_MAX_RETRIES", "0")
+    code, _, err = cli("ask", "which port?")
+    assert code == 1 and "PASSWORD123" not in err and "user:***@" in one_error_line(err)
+
+
+def test_9_a_tool_error_echoing_the_key_is_redacted_in_the_audit(llm: FakeOpenAIServer) -> None:
+    llm.script("analyze_and_route", route("simple", "read_file"))
+    llm.script("plan", plan(("read_file", {"path": "sk-test-key-1234"})))  # a prompt injection's exfiltration try
+    llm.default("synthesize", "The server listens on port 8080 [1].")
+    code, out, err = cli("ask", "which port does the server listen on?", "--json")
+    assert code == 0, err
+    assert "sk-test-key-1234" not in out and "***" in out
+
+
+# -- 10. no control sequence reaches the terminal --------------------------------------------
+
+
+HOSTILE_DOC = "# Ports\n\nThe server \x1b[31mlistens\x1b[0m on port 8080\x1b]0;pwned\x07 by default.\n"
+
+
+def test_10_escape_sequences_from_documents_never_reach_the_terminal(kb: Path) -> None:
+    (kb / "ports.md").write_text(HOSTILE_DOC, encoding="utf-8")
+    assert cli("index", "docs")[0] == 0
+    for argv in (("ask", "which port does the server listen on?"), ("search", "server listens port")):
+        code, out, err = cli(*argv)
+        assert code == 0, err
+        assert "listens" in out and not CONTROL.search(out + err), argv
+    code, out, _ = cli("search", "server listens port", "--json")
+    assert not CONTROL.search(out)
+    assert any("\x1b[31m" in hit["text"] for hit in json.loads(out))  # data stays data, escaped
+
+
+def test_10_escape_sequences_and_nul_from_the_model_never_reach_the_terminal(llm: FakeOpenAIServer) -> None:
+    llm.script("analyze_and_route", route("chitchat"))
+    llm.script("synthesize", "Hello\x00 \x1b]0;owned\x07there \x1b[2J\x9b31mfriend.")
+    code, out, err = cli("ask", "hi")
+    assert code == 0, err
+    assert "Hello there friend." in out and not CONTROL.search(out)
+
+
+# -- 11. .env edge cases, empty paths, read_file's reach -------------------------------------
+
+
+def test_11_a_bom_does_not_hide_the_first_key(kb: Path) -> None:
+    Path(".env").write_bytes(b"\xef\xbb\xbfKB_AGENT_MAX_ITERATIONS=zero\n")
+    code, _, err = cli("ask", "hi")
+    assert code == 2 and "KB_AGENT_MAX_ITERATIONS=zero" in one_error_line(err)
+
+
+@pytest.mark.parametrize("kind", ["device", "fifo", "folder"])
+def test_11_a_dotenv_that_is_not_a_regular_file_is_refused_without_reading_it(kb: Path, kind: str) -> None:
+    if kind == "device":
+        os.symlink("/dev/zero", ".env")
+    elif kind == "fifo":
+        os.mkfifo(".env")
+    else:
+        os.mkdir(".env")
+    code, _, err = cli("ask", "hi")
+    assert code == 2 and "regular file" in one_error_line(err)
+
+
+def test_11_a_huge_dotenv_is_refused(kb: Path) -> None:
+    Path(".env").write_text("# padding\n" * 200_000, encoding="utf-8")
+    code, _, err = cli("ask", "hi")
+    assert code == 2 and "at most 1024 KiB" in one_error_line(err)
+
+
+def test_11_nul_and_long_invalid_values_are_not_echoed_raw(kb: Path) -> None:
+    Path(".env").write_bytes(b"KB_AGENT_MODEL=gpt\x00\x1b[31mx\n")
+    code, _, err = cli("ask", "hi")
+    assert code == 2 and "\x00" not in err and "KB_AGENT_MODEL=gpt\\x00\\x1b[31mx" in one_error_line(err)
+    Path(".env").write_text("KB_AGENT_TOP_K=" + "9x" * 5000 + "\n", encoding="utf-8")
+    code, _, err = cli("ask", "hi")
+    assert code == 2 and len(one_error_line(err)) < 200
+
+
+@pytest.mark.parametrize("argv", [("index", ""), ("index", "  "), ("search", "port", "--kb", ""), ("ask", "hi", "--kb", "")])
+def test_11_an_empty_path_is_refused_not_taken_as_the_working_directory(kb: Path, argv: tuple[str, ...]) -> None:
+    code, _out, err = cli(*argv)
+    assert code == 2 and "empty path" in one_error_line(err)
+
+
+def test_11_read_file_serves_only_what_discovery_would_index(kb: Path) -> None:
+    (kb / "server.key").write_text("-----BEGIN PRIVATE KEY-----\n", encoding="utf-8")
+    (kb / "credentials").write_text("aws_secret_access_key=abc\n", encoding="utf-8")
+    (kb / "node_modules").mkdir()
+    (kb / "node_modules" / "x.md").write_text("vendored\n", encoding="utf-8")
+    box = Toolbox(Settings.from_env())
+    assert box.run(ToolCall("read_file", {"path": "docs/setup.md"}))[0].text.startswith("# Setup")
+    for path in ("docs/server.key", "docs/credentials", "docs/node_modules/x.md", "server.key"):
+        with pytest.raises(ToolError, match="not part of the knowledge base"):
+            box.run(ToolCall("read_file", {"path": path}))

@@ -1,0 +1,71 @@
+"""``crag.safe_text``: what stands between untrusted text and a person."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from crag.safe_text import display_name, for_terminal, json_text, redact, short_value
+
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def test_for_terminal_removes_ansi_osc_and_nul_but_keeps_text_newlines_and_tabs() -> None:
+    hostile = "red \x1b[31mALERT\x1b[0m\x00 title\x1b]0;pwned\x07 link \x1b]8;;http://x\x1b\\y\x1b]8;;\x1b\\\n\tnext\r\x08"
+    assert for_terminal(hostile) == "red ALERT title link y\n\tnext"
+
+
+def test_for_terminal_removes_c1_controls_and_bidi_overrides_and_replaces_undecodable_bytes() -> None:
+    assert for_terminal("a\x9b31mb\u202ec\udce9") == "ab" + "c\ufffd"
+    assert for_terminal("naïve 日本語 😀 emoji\u200djoin") == "naïve 日本語 😀 emoji\u200djoin"
+
+
+def test_display_name_escapes_newlines_controls_and_bytes_that_are_not_utf8() -> None:
+    assert display_name("docs/setup.md") == "docs/setup.md"
+    assert display_name("docs/日本語.md") == "docs/日本語.md"
+    assert display_name("a\n[2] SECRETS.md:L1") == "a\\n[2] SECRETS.md:L1"
+    assert display_name("caf\udce9.md") == "caf\\xe9.md"
+    assert display_name("x\x1b[31m\\y") == "x\\x1b[31m\\\\y"
+
+
+def test_short_value_escapes_and_cuts() -> None:
+    assert short_value("a\x00b") == "a\\x00b"
+    assert len(short_value("x" * 5000)) == 60
+
+
+def test_redact_replaces_known_secrets_url_passwords_and_authorization_values() -> None:
+    text = ("Incorrect API key provided: sk-live-1234567890 at http://user:hunter22@host/v1 "
+            "(header was Bearer abcdefghijkl)")
+    out = redact(text, ["sk-live-1234567890"])
+    assert "sk-live-1234567890" not in out and "hunter22" not in out and "abcdefghijkl" not in out
+    assert "http://user:***@host/v1" in out
+    assert redact("no secrets here", ["abc"]) == "no secrets here"  # too short to redact safely
+
+
+def test_json_text_escapes_every_control_character_and_reads_back_equal() -> None:
+    value = {"path": "a\nb\x1b[31m\x9b\u202e\udce9.md", "text": "日本語"}
+    out = json_text(value)
+    assert not CONTROL.search(out)
+    assert "日本語" in out
+    assert json.loads(out) == value
+
+
+@given(st.text())
+def test_terminal_text_never_holds_a_control_character(text: str) -> None:
+    assert not CONTROL.search(for_terminal(text).replace("\n", "").replace("\t", ""))
+
+
+@given(st.text())
+def test_display_names_are_one_line_and_control_free(name: str) -> None:
+    shown = display_name(name)
+    assert "\n" not in shown and not CONTROL.search(shown)
+
+
+@given(st.recursive(st.text() | st.integers() | st.none(), lambda c: st.lists(c) | st.dictionaries(st.text(), c)))
+def test_json_text_round_trips_and_is_control_free(value: object) -> None:
+    out = json_text(value)
+    assert not CONTROL.search(out)
+    assert json.loads(out) == value
