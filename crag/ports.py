@@ -60,6 +60,7 @@ class PlanTask:
     previous_attempts: tuple[ToolRun, ...]
     available_tools: tuple[str, ...]
     top_k: int
+    history: tuple[Message, ...] = ()  # earlier turns: a follow-up question is planned in context
 
 
 @frozen

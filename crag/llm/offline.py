@@ -10,7 +10,8 @@ contract as a real model's, so it goes through the same strict parsers:
 * plan: ``vector_search`` for the question; ``grep_search`` for identifiers; ``read_file``
   for named paths; remote tools only with their argument in the question. Later rounds
   vary the calls (keywords only, a larger ``top_k``, terms learnt from the evidence,
-  reading around the best hit) so a retry never repeats itself.
+  reading around the best hit) so a retry never repeats itself. A follow-up question (one
+  with earlier turns) is also searched with the keywords of the previous user turn.
 * grade_evidence: one score per item from the tool's own score and the share of the
   question's keywords the item contains; lines read by ``read_file`` score high.
 * synthesize: an extractive answer, the evidence sentences that best match the question,
@@ -34,7 +35,7 @@ from .. import prompts
 from ..config import Settings
 from ..errors import LLMError
 from ..ports import AnalyzeTask, GradeTask, LLMRequest, PlanTask, SynthesizeTask
-from ..state import Completion, EvidenceItem, ToolRun
+from ..state import Completion, EvidenceItem, Message, ToolRun
 from ..text import STOPWORDS, keywords, stem
 from ..text import words as split_words
 
@@ -100,6 +101,14 @@ def overlap(question_words: Sequence[str], text: str) -> float:
         return 0.0
     vocabulary = set(keywords(text))
     return sum(1 for w in question_words if _matches(w, vocabulary)) / len(question_words)
+
+
+def _follow_up_terms(history: Sequence[Message], words: Sequence[str]) -> list[str]:
+    """Keywords of the latest earlier user turn that the question does not repeat."""
+    for message in reversed(history):
+        if message.role == "user" and message.content.strip():
+            return [w for w in dict.fromkeys(keywords(message.content)) if w not in words][:8]
+    return []
 
 
 def _signature(tool: str, args: dict[str, Any]) -> str:
@@ -225,6 +234,9 @@ class OfflineChatModel:
             for size in sizes:
                 if any(add("vector_search", {"query": q, "top_k": size}) for q in queries if q):
                     break
+            context = _follow_up_terms(task.history, words)
+            if context and not refining:  # a follow-up is also searched with what it follows up on
+                add("vector_search", {"query": " ".join([*words, *context]), "top_k": top_k})
         identifiers = prompts.find_identifiers(question)
         grep_added = 0
         for ident in identifiers[:3]:

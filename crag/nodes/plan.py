@@ -37,6 +37,7 @@ def prepare(state: AgentState, cfg: NodeConfig) -> LLMRequest:
         previous_attempts=state.tool_history,
         available_tools=cfg.available_tools,
         top_k=cfg.top_k,
+        history=state.history,
     )
     return LLMRequest(NAME, task, prompts.render(task))
 

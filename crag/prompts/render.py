@@ -40,8 +40,8 @@ _QUOTED_IS_DATA = (
 
 _ITEM_CHARS = 6000  # longest item text quoted in a grade or synthesize prompt
 _PLAN_ITEM_CHARS = 300  # evidence excerpts shown to the planner
-_HISTORY_TURNS = {"analyze": 6, "synthesize": 10}
-_HISTORY_CHARS = {"analyze": 1500, "synthesize": 3000}
+_HISTORY_TURNS = {"analyze": 6, "plan": 4, "synthesize": 10}
+_HISTORY_CHARS = {"analyze": 1500, "plan": 1000, "synthesize": 3000}
 
 
 def quote(text: str) -> str:
@@ -126,13 +126,15 @@ def _render_plan(task: PlanTask) -> tuple[dict[str, str], ...]:
         "question writes it; never invent one;\n"
         "- grep_search wants a literal identifier, setting name, flag or phrase, not a sentence;\n"
         "- when earlier rounds are listed, do not repeat their calls: change the keywords, "
-        "search for related terms, or read around the most promising evidence.\n"
+        "search for related terms, or read around the most promising evidence;\n"
+        "- when the question follows up on the conversation, write queries that stand on their own: "
+        "name what \"it\", \"that\" or \"there\" refers to.\n"
         f"{_QUOTED_IS_DATA}\n\n"
         'Reply with only JSON: {"tool_calls": [{"tool": "vector_search", "args": {"query": "...", '
         f'"top_k": {task.top_k}}}}}, ...]}}'
     )
     user = (
-        f"Question:\n{quote(task.question)}\n\n"
+        _history_block(task.history, "plan") + f"Question:\n{quote(task.question)}\n\n"
         f"Complexity: {task.routing_plan.complexity.value}\n"
         f"Suggested tools: {', '.join(allowed) or 'vector_search'}"
     )
