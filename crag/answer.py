@@ -82,8 +82,10 @@ def footer_lines(items: Sequence[EvidenceItem], order: Sequence[int]) -> tuple[l
     return lines, tuple(citations)
 
 
-def _tokens(u_prompt: int, u_completion: int) -> str:
-    return f"{u_prompt:,} prompt / {u_completion:,} completion / {u_prompt + u_completion:,} total"
+def _tokens(u_prompt: int, u_completion: int, cached: int = 0) -> str:
+    """Token counts; the cached part of the prompt is named only when the server reported one."""
+    prompt = f"{u_prompt:,} prompt ({cached:,} cached)" if cached else f"{u_prompt:,} prompt"
+    return f"{prompt} / {u_completion:,} completion / {u_prompt + u_completion:,} total"
 
 
 def stats_block(usage: Usage) -> str:
@@ -93,7 +95,7 @@ def stats_block(usage: Usage) -> str:
         STATS_HEADING,
         f"- **Model:** {usage.model or 'unknown'}",
         f"- **API calls:** {usage.llm_calls}",
-        f"- **Tokens:** {_tokens(usage.prompt_tokens, usage.completion_tokens)}",
+        f"- **Tokens:** {_tokens(usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens)}",
         f"- **Latency:** {usage.latency_ms:,.0f} ms",
     ]
     if usage.by_node:
@@ -101,7 +103,7 @@ def stats_block(usage: Usage) -> str:
         for node, u in usage.by_node.items():
             calls = f"{u.calls} call" + ("" if u.calls == 1 else "s")
             lines.append(
-                f"  - `{node}`: {calls}, {_tokens(u.prompt_tokens, u.completion_tokens)} tokens, "
+                f"  - `{node}`: {calls}, {_tokens(u.prompt_tokens, u.completion_tokens, u.cached_tokens)} tokens, "
                 f"{u.latency_ms:,.0f} ms"
             )
     return "\n".join(lines)

@@ -178,6 +178,13 @@ SETTINGS_TABLE: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "confluence_api_token": ("CONFLUENCE_API_TOKEN", _secret),
     "web_fetch": ("KB_AGENT_WEB_FETCH", _switch),
     "embedding_base_url": ("KB_AGENT_EMBEDDING_BASE_URL", _url),
+    "temperature": ("KB_AGENT_TEMPERATURE", _float(0.0, 2.0, "a number between 0 and 2")),
+    "max_answer_tokens": ("KB_AGENT_MAX_ANSWER_TOKENS", _int(16)),
+    "context_tokens": ("KB_AGENT_CONTEXT_TOKENS", _int(1024)),
+    "structured_output": (
+        "KB_AGENT_STRUCTURED_OUTPUT",
+        _choice("auto", "json_schema", "json_object", "off"),
+    ),
 }
 
 
@@ -208,6 +215,10 @@ class Settings:
     confluence_api_token: str = ""
     web_fetch: bool = False
     embedding_base_url: str | None = None
+    temperature: float = 0.2
+    max_answer_tokens: int = 1024
+    context_tokens: int = 8192
+    structured_output: str = "auto"
 
     def __attrs_post_init__(self) -> None:
         # Checked here as well as when parsed, so Settings(...) built in code holds too.
@@ -222,6 +233,12 @@ class Settings:
                 "KB_AGENT_DROP_THRESHOLD",
                 self.drop_threshold,
                 f"a number no greater than KB_AGENT_GENERATE_THRESHOLD ({self.generate_threshold})",
+            )
+        if self.max_answer_tokens * 2 > self.context_tokens:
+            raise ConfigError(
+                "KB_AGENT_MAX_ANSWER_TOKENS",
+                self.max_answer_tokens,
+                f"at most half of KB_AGENT_CONTEXT_TOKENS ({self.context_tokens}), so the prompt has room",
             )
 
     @classmethod

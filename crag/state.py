@@ -144,6 +144,7 @@ class NodeUsage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     latency_ms: float = 0.0
+    cached_tokens: int = 0  # prompt tokens the server reported as served from its cache
 
     @property
     def total_tokens(self) -> int:
@@ -155,7 +156,9 @@ class Completion:
     """What a chat model returned for one request, with what it cost.
 
     ``billable`` is False for the offline backend, which makes no LLM call: its replies
-    count no calls and no tokens.
+    count no calls and no tokens. ``cached_tokens`` is the part of the prompt the server
+    reported as cached (0 when it says nothing); ``finish_reason`` is the server's
+    (``"length"`` when the reply ran into ``max_tokens``).
     """
 
     text: str
@@ -164,6 +167,13 @@ class Completion:
     completion_tokens: int = 0
     latency_ms: float = 0.0
     billable: bool = True
+    cached_tokens: int = 0
+    finish_reason: str | None = None
+
+    @property
+    def truncated(self) -> bool:
+        """The reply was stopped by its ``max_tokens`` budget."""
+        return self.finish_reason == "length"
 
 
 @frozen
@@ -182,6 +192,7 @@ class Usage:
             completion_tokens=prev.completion_tokens
             + (completion.completion_tokens if billable else 0),
             latency_ms=prev.latency_ms + completion.latency_ms,
+            cached_tokens=prev.cached_tokens + (completion.cached_tokens if billable else 0),
         )
         return Usage(model=completion.model or self.model, by_node={**self.by_node, node: now})
 
@@ -205,14 +216,20 @@ class Usage:
     def latency_ms(self) -> float:
         return sum(u.latency_ms for u in self.by_node.values())
 
+    @property
+    def cached_tokens(self) -> int:
+        return sum(u.cached_tokens for u in self.by_node.values())
+
     def to_dict(self) -> dict[str, Any]:
-        """The ``usage`` object of ``ask --json``."""
+        """The ``usage`` object of ``ask --json``; ``cached_tokens`` appears (in total and per
+        node) only when the server reported cached prompt tokens."""
         return {
             "model": self.model,
             "llm_calls": self.llm_calls,
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "total_tokens": self.total_tokens,
+            **({"cached_tokens": self.cached_tokens} if self.cached_tokens else {}),
             "latency_ms": round(self.latency_ms, 1),
             "by_node": {
                 node: {
@@ -220,6 +237,7 @@ class Usage:
                     "prompt_tokens": u.prompt_tokens,
                     "completion_tokens": u.completion_tokens,
                     "total_tokens": u.total_tokens,
+                    **({"cached_tokens": u.cached_tokens} if u.cached_tokens else {}),
                     "latency_ms": round(u.latency_ms, 1),
                 }
                 for node, u in self.by_node.items()

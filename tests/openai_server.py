@@ -13,7 +13,9 @@ whose queue is empty gets its default (``srv.default(node, reply)``, or ``"*"`` 
 node), and without one a 400 naming the node, which is not retried, so a test that
 scripted too few replies fails at once.
 
-A reply is text (a normal ``chat.completion`` with a ``usage`` object), ``Text`` to choose
+A reply is a function of the request body returning one of the replies below (for replies
+that depend on the prompt, like one grade per item), or
+text (a normal ``chat.completion`` with a ``usage`` object), ``Text`` to choose
 the token counts or leave ``usage`` out, or an action: ``Status`` (an error status with an
 optional ``Retry-After`` and body), ``Delay`` (answer late, to trip a client timeout),
 ``Trickle`` (the whole response one byte at a time, to hold a request open), ``Garbage`` (a body that is not a completion), ``EmptyChoices``, ``NullContent``, ``Raw``
@@ -21,6 +23,15 @@ optional ``Retry-After`` and body), ``Delay`` (answer late, to trip a client tim
 ``"stream": true`` is answered as server-sent events, ending with a usage chunk when
 ``stream_options.include_usage`` asks for it; ``reject_stream_options`` and
 ``reject_stream`` make the server refuse those like older local servers do.
+
+What real servers do with request parameters: ``srv.params(node)`` lists each chat request's
+``max_tokens``, ``temperature`` and ``response_format``; ``reject_json_schema`` (or
+``reject_response_format``) answers such a request with a 400 like an older server;
+``Text(..., finish_reason="length")`` is a reply cut by ``max_tokens``; ``Text(...,
+cached_tokens=N)`` reports ``usage.prompt_tokens_details.cached_tokens``; and
+``context_window = N`` refuses (400, as llama.cpp and vLLM do) a request whose prompt,
+counted with tiktoken, plus its ``max_tokens`` exceeds N; ``prompt_sizes`` records the
+prompt tokens of every chat request it counted.
 ``POST /v1/embeddings`` returns deterministic unit vectors (queue key ``"embeddings"``).
 Stopping the server closes every open connection and joins its threads.
 """
@@ -54,6 +65,8 @@ __all__ = [
     "Status",
     "Text",
     "Trickle",
+    "grades",
+    "item_count",
 ]
 
 
@@ -66,6 +79,7 @@ class Text:
     completion_tokens: int | None = None
     usage: bool = True
     finish_reason: str = "stop"
+    cached_tokens: int | None = None
 
 
 def NoUsage(text: str) -> Text:
@@ -196,6 +210,10 @@ class FakeOpenAIServer:
         self.embedding_dim = embedding_dim
         self.reject_stream_options = False
         self.reject_stream = False
+        self.reject_json_schema = False
+        self.reject_response_format = False
+        self.context_window: int | None = None
+        self.prompt_sizes: list[tuple[str, int, int]] = []  # (node, prompt tokens, max_tokens)
         self._queues: dict[str, deque[Any]] = {}
         self._defaults: dict[str, Any] = dict(defaults or {})
         self._requests: list[RecordedRequest] = []
@@ -299,6 +317,15 @@ class FakeOpenAIServer:
             if r.path.endswith("/chat/completions") and (node is None or r.node == node)
         )
 
+    def params(self, node: str | None = None) -> list[dict[str, Any]]:
+        """``max_tokens``, ``temperature`` and ``response_format`` of each chat request (None when absent)."""
+        return [
+            {key: (r.body or {}).get(key) for key in ("max_tokens", "temperature", "response_format")}
+            for r in self.requests
+            if r.path.endswith("/chat/completions") and (node is None or r.node == node)
+            and isinstance(r.body, dict)
+        ]
+
     def nodes(self) -> list[str | None]:
         """The ``X-Crag-Node`` header of every chat-completion request, in order."""
         return [r.node for r in self.requests if r.path.endswith("/chat/completions")]
@@ -355,7 +382,26 @@ class FakeOpenAIServer:
             return self._send_json(h, 400, {"error": {"message": "streaming is not supported"}})
         if streaming and self.reject_stream_options and "stream_options" in body:
             return self._send_json(h, 400, {"error": {"message": "Unrecognized request argument: stream_options"}})
+        response_format = body.get("response_format")
+        if isinstance(response_format, dict) and (
+            self.reject_response_format or (self.reject_json_schema and response_format.get("type") == "json_schema")
+        ):
+            return self._send_json(h, 400, {"error": {
+                "message": f"response_format type {response_format.get('type')!r} is not supported",
+                "type": "invalid_request_error"}})
+        if self.context_window is not None:
+            prompt = _prompt_tokens(body)
+            budget = body.get("max_tokens") or 0
+            with self._lock:
+                self.prompt_sizes.append((node, prompt, int(budget)))
+            if prompt + int(budget) > self.context_window:
+                return self._send_json(h, 400, {"error": {
+                    "message": f"the request exceeds the available context size ({prompt} prompt tokens + "
+                               f"{budget} max_tokens > {self.context_window})",
+                    "type": "exceed_context_size_error"}})
         reply = self._next_reply(node)
+        if callable(reply) and not isinstance(reply, type):
+            reply = reply(body)  # a reply computed from the request
         while isinstance(reply, Delay):
             if self._stop.wait(reply.seconds):
                 h.close_connection = True
@@ -382,7 +428,7 @@ class FakeOpenAIServer:
             return self._stream(h, body, reply)
         return self._send_json(h, 200, self._completion(body, reply))
 
-    def _usage(self, body: dict[str, Any], reply: Text) -> dict[str, int]:
+    def _usage(self, body: dict[str, Any], reply: Text) -> dict[str, Any]:
         messages = body.get("messages") or []
         prompt = reply.prompt_tokens
         if prompt is None:
@@ -390,7 +436,11 @@ class FakeOpenAIServer:
         completion = reply.completion_tokens
         if completion is None:
             completion = len(reply.text.split())
-        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+        usage: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": completion,
+                                 "total_tokens": prompt + completion}
+        if reply.cached_tokens is not None:
+            usage["prompt_tokens_details"] = {"cached_tokens": reply.cached_tokens}
+        return usage
 
     def _envelope(self, body: dict[str, Any], kind: str) -> dict[str, Any]:
         with self._lock:
@@ -555,6 +605,33 @@ class FakeOpenAIServer:
             h.connection.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
+
+
+def item_count(body: dict[str, Any]) -> int:
+    """How many evidence items (``[K] source`` header lines) the request's prompt holds."""
+    import re
+
+    text = "\n".join(str(m.get("content", "")) for m in body.get("messages") or [] if isinstance(m, dict))
+    return len(re.findall(r"^\[\d+\] \S", text, re.M))
+
+
+def grades(*first: float, rest: float = 0.5) -> Any:
+    """A grading reply: ``first`` for the first items, ``rest`` for each item after them."""
+
+    def reply(body: dict[str, Any]) -> str:
+        n = item_count(body)
+        return json.dumps([*first[:n], *([rest] * max(0, n - len(first)))])
+
+    return reply
+
+
+def _prompt_tokens(body: dict[str, Any]) -> int:
+    """A chat request's prompt tokens as a server would count them: tiktoken, plus the chat
+    framing (4 per message and 3 for the reply)."""
+    from crag.llm.tokens import count_tokens
+
+    messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
+    return sum(count_tokens(str(m.get("content", "")), "cl100k_base") + 4 for m in messages) + 3
 
 
 def _write_chunk(h: _Handler, data: bytes) -> None:

@@ -12,9 +12,10 @@ scheme version and the dimension (``hash:v1:2048``), so an index built with anot
 scheme or size is detected as a mismatch.
 
 ``OpenAIEmbedder`` calls ``settings.embedding_model`` through the openai SDK's embeddings
-API (imported lazily): batched, a few requests in flight, retried by the SDK on 429, 5xx,
-timeouts and dropped connections (``KB_AGENT_LLM_MAX_RETRIES``), and its failures
-translated into ``LLMError`` at this one boundary. Its ``name`` is ``openai:<model>``.
+API (imported lazily): batched, a few requests in flight, retried under the same policy as
+chat completions (``crag.llm.retry``: 429, 5xx, timeouts and dropped connections,
+``KB_AGENT_LLM_MAX_RETRIES`` times, honouring ``Retry-After``), and its failures translated
+into ``LLMError`` at this one boundary. Its ``name`` is ``openai:<model>``.
 
 ``make_embedder(settings)`` picks one from ``KB_AGENT_EMBEDDER``.
 """
@@ -31,6 +32,7 @@ from ..errors import ConfigError, LLMError, LLMTimeoutError
 from ..text import STOPWORDS, stem
 from ..text import WORD as _WORD
 from ..text import content_words as tokenize
+from ..llm.retry import ConnectionFailure, Failure, RetryPolicy, StatusFailure, TimeoutFailure
 
 if TYPE_CHECKING:
     import numpy as np
@@ -401,6 +403,7 @@ class OpenAIEmbedder:
         batch_size: int = 128,
         max_parallel: int = 4,
         client: Any = None,
+        policy: RetryPolicy | None = None,
     ) -> None:
         self.model = model
         self.name = f"openai:{model}"
@@ -408,6 +411,7 @@ class OpenAIEmbedder:
         self._base_url = base_url
         self._timeout = timeout
         self._max_retries = max_retries
+        self.policy = policy or RetryPolicy(max_retries)
         self.batch_size = batch_size
         self.max_parallel = max_parallel
         self._client = client
@@ -429,7 +433,7 @@ class OpenAIEmbedder:
                     api_key=self._api_key or "not-needed",
                     base_url=self._base_url or None,
                     timeout=self._timeout,
-                    max_retries=self._max_retries,
+                    max_retries=0,  # retries are crag's own policy (crag.llm.retry)
                 )
             return self._client
 
@@ -449,35 +453,37 @@ class OpenAIEmbedder:
         return out
 
     def _request(self, batch: list[str]) -> list[list[float]]:
-        import openai
-
         client = self._get_client()
-        try:
-            response = client.embeddings.create(model=self.model, input=batch)
-        except openai.APITimeoutError as exc:
-            raise LLMTimeoutError(
-                f"the embeddings server did not answer within {self._timeout:g}s "
-                f"(after {self._max_retries} retries): raise KB_AGENT_LLM_TIMEOUT or check the server"
-            ) from exc
-        except openai.APIConnectionError as exc:
-            raise LLMError(
-                f"cannot reach the embeddings server ({self._base_url or 'api.openai.com'}): "
-                "check OPENAI_BASE_URL and the network"
-            ) from exc
-        except openai.AuthenticationError as exc:
-            raise LLMError("the embeddings server refused the API key: check OPENAI_API_KEY", status=401) from exc
-        except openai.APIStatusError as exc:
-            raise LLMError(
-                f"embedding with {self.model} failed with HTTP {exc.status_code}: "
-                f"{_short(exc.message)} (check KB_AGENT_EMBEDDING_MODEL)",
-                status=exc.status_code,
-            ) from exc
-        except openai.OpenAIError as exc:
-            raise LLMError(f"embedding with {self.model} failed: {_short(str(exc))}") from exc
+        response = self.policy.call(
+            lambda: client.embeddings.create(model=self.model, input=batch), self._translate
+        )
         data = sorted(response.data, key=lambda d: d.index)
         if len(data) != len(batch):
             raise LLMError(f"the embeddings server returned {len(data)} vectors for {len(batch)} texts")
         return [list(d.embedding) for d in data]
+
+    def _translate(self, exc: BaseException, failure: Failure, retries: int) -> LLMError:
+        """The one place an embeddings failure becomes a crag error."""
+        after = f" (after {retries} {'retry' if retries == 1 else 'retries'})" if retries else ""
+        if isinstance(failure, TimeoutFailure):
+            return LLMTimeoutError(
+                f"the embeddings server did not answer within {self._timeout:g}s{after}: "
+                "raise KB_AGENT_LLM_TIMEOUT or check the server"
+            )
+        if isinstance(failure, ConnectionFailure):
+            return LLMError(
+                f"cannot reach the embeddings server ({self._base_url or 'api.openai.com'}){after}: "
+                "check OPENAI_BASE_URL and the network"
+            )
+        if isinstance(failure, StatusFailure):
+            if failure.status == 401:
+                return LLMError("the embeddings server refused the API key: check OPENAI_API_KEY", status=401)
+            return LLMError(
+                f"embedding with {self.model} failed with HTTP {failure.status}{after}: "
+                f"{_short(getattr(exc, 'message', exc))} (check KB_AGENT_EMBEDDING_MODEL)",
+                status=failure.status,
+            )
+        return LLMError(f"embedding with {self.model} failed: {_short(str(exc))}")
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         import numpy as np

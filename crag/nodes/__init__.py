@@ -30,6 +30,9 @@ class NodeConfig:
     drop_threshold: float = 0.3
     generate_threshold: float = 0.7
     top_k: int = 5
+    temperature: float = 0.2
+    max_answer_tokens: int = 1024
+    context_tokens: int = 8192
 
     @classmethod
     def from_settings(cls, settings: Settings, available_tools: tuple[str, ...]) -> NodeConfig:
@@ -41,6 +44,9 @@ class NodeConfig:
             drop_threshold=settings.drop_threshold,
             generate_threshold=settings.generate_threshold,
             top_k=settings.top_k,
+            temperature=settings.temperature,
+            max_answer_tokens=settings.max_answer_tokens,
+            context_tokens=settings.context_tokens,
         )
 
 

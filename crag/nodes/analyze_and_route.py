@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from attrs import evolve
 
-from .. import prompts
+from .. import prompts, schemas
 from ..ports import AnalyzeTask, LLMRequest
 from ..state import AgentState, Completion, Complexity, RoutingPlan
 
@@ -29,7 +29,14 @@ def prepare(state: AgentState, cfg: NodeConfig) -> LLMRequest:
         available_tools=cfg.available_tools,
         previous_attempts=state.tool_history,
     )
-    return LLMRequest(NAME, task, prompts.render(task))
+    return LLMRequest(
+        NAME,
+        task,
+        prompts.render(task),
+        max_tokens=schemas.ANALYZE_MAX_TOKENS,
+        temperature=0.0,
+        reply_schema=schemas.route_schema(cfg.available_tools),
+    )
 
 
 def apply(state: AgentState, reply: Completion | None, cfg: NodeConfig) -> AgentState:

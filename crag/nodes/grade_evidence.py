@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from attrs import evolve
 
-from .. import grading, prompts
+from .. import grading, prompts, schemas
 from ..ports import GradeTask, LLMRequest
 from ..state import AgentState, AuditEvent, Completion, GraderAction
 
@@ -36,7 +36,15 @@ def prepare(state: AgentState, cfg: NodeConfig) -> LLMRequest | None:
     if not state.context or _rule(state, cfg) is not None:
         return None
     task = GradeTask(question=state.question, items=state.context)
-    return LLMRequest(NAME, task, prompts.render(task))
+    n = len(task.items)
+    return LLMRequest(
+        NAME,
+        task,
+        prompts.render(task),
+        max_tokens=schemas.grade_max_tokens(n),
+        temperature=0.0,
+        reply_schema=schemas.grade_schema(n),
+    )
 
 
 def apply(state: AgentState, reply: Completion | None, cfg: NodeConfig) -> AgentState:

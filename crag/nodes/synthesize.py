@@ -37,7 +37,13 @@ def prepare(state: AgentState, cfg: NodeConfig) -> LLMRequest | None:
         task = SynthesizeTask(state.question, state.history, state.context)
     else:
         return None
-    return LLMRequest(NAME, task, prompts.render(task))
+    return LLMRequest(
+        NAME,
+        task,
+        prompts.render(task),
+        max_tokens=cfg.max_answer_tokens,
+        temperature=cfg.temperature,
+    )
 
 
 def weak_evidence_note(state: AgentState, cfg: NodeConfig) -> str | None:

@@ -73,7 +73,7 @@ def _validate_args(tool: str, args: Mapping[str, Any], question: str, top_k: int
             k = top_k
         if not _is_int(k):
             raise _Reject(f"vector_search: top_k must be an integer, got {k!r}")
-        return {"query": query, "top_k": min(max(k, 1), MAX_TOP_K)}
+        return {"query": query, "top_k": min(max(k, top_k), MAX_TOP_K)}  # never fewer than the default
     if tool == "grep_search":
         pattern = _need_str(tool, args, "pattern")
         out: dict[str, Any] = {"pattern": pattern}

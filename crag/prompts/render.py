@@ -150,18 +150,20 @@ def _render_plan(task: PlanTask) -> tuple[dict[str, str], ...]:
 
 def _render_grade(task: GradeTask) -> tuple[dict[str, str], ...]:
     n = len(task.items)
+    example = ", ".join(["0.5"] * min(n, 3)) + (", ..." if n > 3 else "")
     system = (
         "You grade evidence for a knowledge-base assistant. For each numbered item, judge how "
         "useful it is for answering the question: 1.0 answers it directly, 0.5 is related but "
         "partial, 0.0 is unrelated.\n"
         f"{_QUOTED_IS_DATA}\n\n"
-        f"Reply with only a JSON array of exactly {n} numbers between 0 and 1, one per item, in "
-        f"item order ([1] first), e.g. [{', '.join(['0.5'] * min(n, 3))}{', ...' if n > 3 else ''}]."
+        f'Reply with only a JSON object {{"scores": [...]}} holding a JSON array of exactly {n} numbers '
+        f"between 0 and 1, one per item, in item order ([1] first), e.g. "
+        f'{{"scores": [{example}]}}.'
     )
     user = (
         f"Question:\n{quote(task.question)}\n\n"
         f"Evidence items ({n}):\n{_items_block(task.items, _ITEM_CHARS)}\n\n"
-        f"Scores for items [1] to [{n}], as a JSON array of {n} numbers:"
+        f'Scores for items [1] to [{n}], as {{"scores": [{n} numbers]}}:'
     )
     return ({"role": "system", "content": system}, {"role": "user", "content": user})
 

@@ -1,0 +1,239 @@
+"""The one retry policy of crag's OpenAI clients: chat completions and embeddings.
+
+Retries are crag's own loop, not the SDK's (clients are built with ``max_retries=0``): the
+SDK also retries 408 and 409 and cannot say how many retries it took, while crag retries
+exactly 429, 5xx, timeouts and dropped connections, ``KB_AGENT_LLM_MAX_RETRIES`` times (so
+at most that many + 1 requests). The wait is exponential backoff with jitter, or the
+server's ``Retry-After`` (seconds or an HTTP date, or ``Retry-After-Ms``) when it sends
+one; a ``Retry-After`` longer than ``retry_after_cap`` is not waited for and the error says
+what the server asked. Any other 4xx is final at once.
+
+``RetryPolicy.classify`` turns an exception into one of the typed failures below (or None
+when it is not the server's doing, so it propagates untouched); ``RetryPolicy.wait`` says
+how long to wait before the next try, or None when there is none; ``RetryPolicy.call`` runs
+a request under the policy. Turning a failure into a one-line ``LLMError`` stays with each
+client, which knows what to say (the chat node, the embedding model).
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import math
+import random
+import sys
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from attrs import frozen
+
+__all__ = [
+    "RETRY_AFTER_CAP",
+    "BadReply",
+    "BadReplyFailure",
+    "ConnectionFailure",
+    "Failure",
+    "RetryPolicy",
+    "StatusFailure",
+    "TimeoutFailure",
+    "one_line",
+    "parse_retry_after",
+]
+
+RETRY_AFTER_CAP = 60.0  # seconds; a server asking for longer gets an error, not a wait
+
+T = TypeVar("T")
+
+
+class BadReply(Exception):
+    """The server answered 2xx with something that is not a usable reply."""
+
+    def __init__(self, what: str, note: str = "") -> None:
+        super().__init__(what)
+        self.what = what
+        self.note = note
+
+
+@frozen
+class TimeoutFailure:
+    """The server did not answer within the timeout."""
+
+    retry: bool = True
+
+
+@frozen
+class ConnectionFailure:
+    """The connection could not be made, or it was dropped."""
+
+    retry: bool = True
+
+
+@frozen
+class StatusFailure:
+    """The server answered with an error status.
+
+    ``too_long``: a retryable status whose ``Retry-After`` exceeds the policy's cap.
+    """
+
+    status: int
+    retry: bool
+    retry_after: float | None = None
+    too_long: bool = False
+
+
+@frozen
+class BadReplyFailure:
+    """The server answered, but with something that is not a usable reply (never retried)."""
+
+    what: str
+    note: str = ""
+    retry: bool = False
+
+
+Failure = TimeoutFailure | ConnectionFailure | StatusFailure | BadReplyFailure
+
+
+def one_line(text: object, limit: int = 200) -> str:
+    """``text`` on one line, at most ``limit`` characters."""
+    line = " ".join(str(text).split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def parse_retry_after(headers: Mapping[str, str] | None, now: float | None = None) -> float | None:
+    """Seconds to wait from ``Retry-After-Ms`` / ``Retry-After`` (seconds or an HTTP date).
+
+    None when the header is absent or unreadable; never negative.
+    """
+    if not headers:
+        return None
+    lowered = {str(k).lower(): str(v) for k, v in headers.items()}
+    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        raw = lowered.get(name)
+        if raw is None:
+            continue
+        try:
+            seconds = float(raw.strip()) * scale
+        except ValueError:
+            if name == "retry-after-ms":
+                continue
+            try:
+                when = email.utils.parsedate_to_datetime(raw.strip())
+            except (TypeError, ValueError, IndexError, OverflowError):
+                return None
+            if when is None or when.tzinfo is None:
+                return None
+            reference = time.time() if now is None else now
+            return max(0.0, when.timestamp() - reference)
+        if math.isnan(seconds):
+            return None
+        return max(0.0, seconds)
+    return None
+
+
+class RetryPolicy:
+    """Which failures are retried, how often, and how long to wait in between.
+
+    ``sleep`` and ``rng`` are there so tests can observe the waits.
+    """
+
+    def __init__(
+        self,
+        max_retries: int,
+        *,
+        backoff_base: float = 0.5,
+        backoff_max: float = 8.0,
+        retry_after_cap: float = RETRY_AFTER_CAP,
+        sleep: Callable[[float], None] = time.sleep,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.max_retries = int(max_retries)
+        self.backoff_base = backoff_base
+        self.backoff_max = backoff_max
+        self.retry_after_cap = retry_after_cap
+        self.sleep = sleep
+        self.rng = rng or random.Random()
+
+    def classify(self, exc: BaseException) -> Failure | None:
+        """What kind of failure ``exc`` is, or None when it is not the server's doing."""
+        if isinstance(exc, BadReply):
+            return BadReplyFailure(exc.what, exc.note)
+        if isinstance(exc, json.JSONDecodeError):
+            return BadReplyFailure("sent a body that is not valid JSON", one_line(exc, 80))
+        oa = sys.modules.get("openai")  # the clients import it; never imported here
+        if oa is not None:
+            if isinstance(exc, oa.APITimeoutError):
+                return TimeoutFailure()
+            if isinstance(exc, oa.APIConnectionError):
+                return ConnectionFailure()
+            if isinstance(exc, oa.APIStatusError):
+                status = exc.status_code
+                retry_after = parse_retry_after(getattr(exc.response, "headers", None))
+                retryable = status == 429 or status >= 500
+                too_long = retry_after is not None and retry_after > self.retry_after_cap
+                return StatusFailure(
+                    status=status,
+                    retry=retryable and not too_long,
+                    retry_after=retry_after,
+                    too_long=retryable and too_long,
+                )
+            if isinstance(exc, (oa.APIResponseValidationError, oa.APIError)):
+                return BadReplyFailure("sent an unusable reply", one_line(exc, 120))
+        transport = _transport_errors()
+        if transport and isinstance(exc, transport):
+            return ConnectionFailure()
+        return None
+
+    def wait(self, retries: int, failure: Failure) -> float | None:
+        """Seconds to wait before retry number ``retries + 1``, or None when there is none."""
+        if not failure.retry or retries >= self.max_retries:
+            return None
+        if isinstance(failure, StatusFailure) and failure.retry_after is not None:
+            return float(failure.retry_after)
+        ceiling = min(self.backoff_max, self.backoff_base * (2.0**retries))
+        return ceiling / 2.0 + self.rng.uniform(0.0, ceiling / 2.0)
+
+    def call(
+        self,
+        request: Callable[[], T],
+        translate: Callable[[BaseException, Failure, int], BaseException],
+    ) -> T:
+        """``request()`` with retries; a final failure is raised as ``translate(exc, failure, retries)``."""
+        retries = 0
+        while True:
+            try:
+                return request()
+            except Exception as exc:
+                failure = self.classify(exc)
+                if failure is None:
+                    raise
+                wait = self.wait(retries, failure)
+                if wait is None:
+                    raise translate(exc, failure, retries) from exc
+                retries += 1
+                self.sleep(wait)
+
+
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    """The HTTP library's transport errors, for failures the SDK lets through (mid-stream)."""
+    errors: list[type[BaseException]] = []
+    for name in ("httpx2", "httpx"):
+        module = sys.modules.get(name)  # whichever the SDK loaded; never imported here
+        error = getattr(module, "TransportError", None)
+        if isinstance(error, type):
+            errors.append(error)
+    return tuple(errors)
+
+
+def server_message(exc: BaseException) -> Any:
+    """The error message a server put in its body, shortened to one line ("" when none)."""
+    body = getattr(exc, "body", None)
+    message: Any = None
+    if isinstance(body, dict):
+        error = body.get("error", body)
+        message = error.get("message") if isinstance(error, dict) else error
+        if message is None:
+            message = body.get("message") or body.get("detail")
+    elif isinstance(body, str):
+        message = body
+    return one_line(message, 160) if message else ""

@@ -1,0 +1,188 @@
+"""Request parameters, structured output, truncated replies and cached tokens, over real HTTP."""
+
+from __future__ import annotations
+
+import pytest
+
+from crag import Agent
+from crag.config import Settings
+from crag.errors import ConfigError, LLMError
+from crag.llm import OpenAIChatModel
+from crag.ports import GradeTask, LLMRequest
+from crag.schemas import grade_schema
+
+from .fakes import FakeToolbox, item
+from .openai_server import FakeOpenAIServer, Status, Text
+
+ROUTE = '{"complexity": "complex", "suggested_tools": ["vector_search"]}'
+PLAN = '{"tool_calls": [{"tool": "vector_search", "args": {"query": "upload retry"}}]}'
+
+
+@pytest.fixture
+def srv():
+    with FakeOpenAIServer() as server:
+        yield server
+
+
+def settings_for(srv: FakeOpenAIServer, **kw) -> Settings:
+    return Settings(llm="openai", openai_base_url=srv.base_url, model="test-model", **kw)
+
+
+def complex_run(srv: FakeOpenAIServer, **kw):
+    srv.script("analyze_and_route", ROUTE)
+    srv.script("plan", PLAN)
+    srv.script("grade_evidence", "[0.9, 0.8, 0.9]")
+    srv.script("synthesize", "Uploads retry three times [2].")
+    toolbox = FakeToolbox({"vector_search": [[item(k) for k in (1, 2, 3)]]})
+    settings = settings_for(srv, **kw)
+    return Agent(OpenAIChatModel(settings), toolbox, settings).ask("How do uploads retry?")
+
+
+def grade_request(n: int = 2) -> LLMRequest:
+    return LLMRequest("grade_evidence", GradeTask("q", ()), ({"role": "user", "content": "JSON please"},),
+                      max_tokens=16 + 8 * n, temperature=0.0, reply_schema=grade_schema(n))
+
+
+def test_every_node_sends_its_temperature_and_reply_budget(srv):
+    complex_run(srv, temperature=0.4, max_answer_tokens=700)
+    route, plan, grade, synth = (srv.params(node)[0] for node in
+                                 ("analyze_and_route", "plan", "grade_evidence", "synthesize"))
+    assert route["temperature"] == plan["temperature"] == grade["temperature"] == 0.0
+    assert synth["temperature"] == 0.4
+    assert route["max_tokens"] <= 256 and plan["max_tokens"] <= 512
+    assert grade["max_tokens"] == 16 + 8 * 3
+    assert synth["max_tokens"] == 700
+
+
+def test_json_nodes_ask_for_their_reply_schema_and_the_answer_for_none(srv):
+    complex_run(srv)
+    route = srv.params("analyze_and_route")[0]["response_format"]
+    assert route["type"] == "json_schema"
+    schema = route["json_schema"]["schema"]
+    assert schema["properties"]["complexity"]["enum"] == ["chitchat", "simple", "complex"]
+    grade = srv.params("grade_evidence")[0]["response_format"]["json_schema"]["schema"]
+    assert grade["properties"]["scores"]["minItems"] == grade["properties"]["scores"]["maxItems"] == 3
+    assert srv.params("plan")[0]["response_format"]["json_schema"]["name"] == "plan"
+    assert srv.params("synthesize")[0]["response_format"] is None
+
+
+def test_a_server_refusing_json_schema_gets_json_object_and_it_is_remembered(srv):
+    srv.reject_json_schema = True
+    srv.default("grade_evidence", '{"scores": [0.5, 0.5]}')
+    model = OpenAIChatModel(settings_for(srv, llm_max_retries=0))  # fall-backs are not retries
+    first = model.complete(grade_request())
+    assert first.text == '{"scores": [0.5, 0.5]}'
+    kinds = [p["response_format"]["type"] for p in srv.params()]
+    assert kinds == ["json_schema", "json_object"]
+    again = OpenAIChatModel(settings_for(srv, llm_max_retries=0))  # same process, same server
+    again.complete(grade_request())
+    assert [p["response_format"]["type"] for p in srv.params()][2:] == ["json_object"]
+
+
+def test_a_server_refusing_every_format_gets_none_and_it_is_remembered(srv):
+    srv.reject_response_format = True
+    srv.default("grade_evidence", "[0.5, 0.5]")
+    model = OpenAIChatModel(settings_for(srv, llm_max_retries=0))
+    model.complete(grade_request())
+    model.complete(grade_request())
+    formats = [p["response_format"] for p in srv.params()]
+    assert [f and f["type"] for f in formats] == ["json_schema", "json_object", None, None]
+
+
+@pytest.mark.parametrize("mode, sent", [("off", None), ("json_object", "json_object"), ("json_schema", "json_schema")])
+def test_the_structured_output_setting_picks_one_format(srv, mode, sent):
+    srv.default("grade_evidence", "[0.5, 0.5]")
+    OpenAIChatModel(settings_for(srv, structured_output=mode)).complete(grade_request())
+    fmt = srv.params()[0]["response_format"]
+    assert (fmt and fmt["type"]) == sent
+
+
+def test_a_fixed_format_the_server_refuses_is_an_error_not_a_fallback(srv):
+    srv.reject_json_schema = True
+    with pytest.raises(LLMError, match="answered 400 for node grade_evidence"):
+        OpenAIChatModel(settings_for(srv, structured_output="json_schema", llm_max_retries=0)).complete(
+            grade_request()
+        )
+    assert srv.calls() == 1
+
+
+def test_a_server_error_during_the_fallback_is_still_retried(srv):
+    srv.reject_json_schema = True
+    srv.script("grade_evidence", Status(503), '{"scores": [1, 0]}')
+    model = OpenAIChatModel(settings_for(srv, llm_max_retries=1))
+    model.policy.backoff_base = model.policy.backoff_max = 0.01
+    assert model.complete(grade_request()).text == '{"scores": [1, 0]}'
+
+
+def test_a_reply_cut_by_max_tokens_is_audited_and_still_parsed(srv):
+    srv.script("analyze_and_route", Text(ROUTE, finish_reason="length"))
+    srv.script("plan", PLAN)
+    srv.script("grade_evidence", "[0.9, 0.8, 0.9]")
+    srv.script("synthesize", Text("Uploads retry three times [2]", finish_reason="length"))
+    toolbox = FakeToolbox({"vector_search": [[item(k) for k in (1, 2, 3)]]})
+    settings = settings_for(srv)
+    result = Agent(OpenAIChatModel(settings), toolbox, settings).ask("How do uploads retry?")
+    truncated = [e for e in result.state.audit if e.event == "reply_truncated"]
+    assert [e.fields["node"] for e in truncated] == ["analyze_and_route", "synthesize"]
+    assert truncated[0].fields["max_tokens"] <= 256
+    assert result.state.routing_plan.classified  # the cut reply was parsed like any other
+    assert result.answer.startswith("Uploads retry three times [1]")
+
+
+def test_streamed_answers_carry_the_parameters_and_report_truncation(srv):
+    srv.script("analyze_and_route", '{"complexity": "chitchat", "suggested_tools": []}')
+    srv.script("synthesize", Text("Hello there", finish_reason="length"))
+    settings = settings_for(srv, temperature=0.7, max_answer_tokens=99)
+    result = Agent(OpenAIChatModel(settings), FakeToolbox(), settings).ask(
+        "hi", on_event=lambda *_: None, stream=True
+    )
+    body = srv.requests[-1].body
+    assert body["stream"] is True and body["temperature"] == 0.7 and body["max_tokens"] == 99
+    assert any(e.event == "reply_truncated" and e.fields["node"] == "synthesize" for e in result.state.audit)
+
+
+def test_cached_prompt_tokens_are_recorded_per_node_and_shown_when_non_zero(srv):
+    srv.script("analyze_and_route", Text(ROUTE, prompt_tokens=200, cached_tokens=0))
+    srv.script("plan", Text(PLAN, prompt_tokens=300, cached_tokens=128))
+    srv.script("grade_evidence", Text("[0.9, 0.8, 0.9]", prompt_tokens=400, cached_tokens=256))
+    srv.script("synthesize", "Uploads retry three times [2].")
+    toolbox = FakeToolbox({"vector_search": [[item(k) for k in (1, 2, 3)]]})
+    settings = settings_for(srv)
+    result = Agent(OpenAIChatModel(settings), toolbox, settings).ask("How do uploads retry?")
+    usage = result.usage.to_dict()
+    assert usage["cached_tokens"] == 384
+    assert usage["by_node"]["plan"]["cached_tokens"] == 128
+    assert "cached_tokens" not in usage["by_node"]["analyze_and_route"]
+    assert "384 cached" in result.answer
+    assert "`plan`: 1 call, 300 prompt (128 cached)" in result.answer
+    assert "`analyze_and_route`: 1 call, 200 prompt /" in result.answer
+
+
+def test_no_cached_tokens_means_no_mention_in_the_usage_block(srv):
+    result = complex_run(srv)
+    assert "cached" not in result.answer
+
+
+@pytest.mark.parametrize(
+    "var, value",
+    [
+        ("KB_AGENT_TEMPERATURE", "hot"),
+        ("KB_AGENT_TEMPERATURE", "2.5"),
+        ("KB_AGENT_MAX_ANSWER_TOKENS", "0"),
+        ("KB_AGENT_MAX_ANSWER_TOKENS", "lots"),
+        ("KB_AGENT_CONTEXT_TOKENS", "100"),
+        ("KB_AGENT_STRUCTURED_OUTPUT", "yaml"),
+        ("KB_AGENT_MAX_ANSWER_TOKENS", "5000"),  # more than half of the default window
+    ],
+)
+def test_the_request_settings_are_validated(var, value):
+    with pytest.raises(ConfigError) as err:
+        Settings.from_env({var: value}, dotenv=None)
+    assert err.value.variable == var
+
+
+def test_the_request_settings_have_their_defaults():
+    s = Settings.from_env({}, dotenv=None)
+    assert (s.temperature, s.max_answer_tokens, s.context_tokens, s.structured_output) == (0.2, 1024, 8192, "auto")
+    s = Settings.from_env({"KB_AGENT_STRUCTURED_OUTPUT": "JSON_Object", "KB_AGENT_CONTEXT_TOKENS": "32768"}, dotenv=None)
+    assert (s.structured_output, s.context_tokens) == ("json_object", 32768)
