@@ -19,7 +19,7 @@ from attrs import evolve
 from .errors import ToolError
 from .graph import END, START, TRANSITIONS, GraphError, Node, Outcome, next_node
 from .nodes import NODES, NodeConfig
-from .ports import ChatModel, LLMRequest, Toolbox, ToolOutcome, ToolRequest
+from .ports import ChatModel, LLMRequest, Toolbox, ToolOutcome, ToolRequest, ToolResult
 from .state import AgentState, Message, Usage
 
 __all__ = ["Driver", "Event", "max_steps"]
@@ -106,6 +106,11 @@ class Driver:
                 else:
                     reply = self.model.complete(request)
                 usage = usage.add(name, reply)
+                if reply.truncated:
+                    state = evolve(
+                        state,
+                        audit=state.log("reply_truncated", node=name, max_tokens=request.max_tokens),
+                    )
             elif isinstance(request, ToolRequest):
                 reply = self._run_tools(request)
             else:  # pragma: no cover - a node returned something the driver cannot perform
@@ -133,7 +138,9 @@ class Driver:
 
     def _run_one(self, call) -> ToolOutcome:
         try:
-            items = self.toolbox.run(call)
+            result = self.toolbox.run(call)
         except ToolError as exc:
             return ToolOutcome(call, (), str(exc))
-        return ToolOutcome(call, tuple(items))
+        if isinstance(result, ToolResult):
+            return ToolOutcome(call, tuple(result.items), audit=tuple(result.audit))
+        return ToolOutcome(call, tuple(result))

@@ -15,12 +15,12 @@ network, the disk or the clock.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from attrs import frozen
 
-from .state import Completion, EvidenceItem, Message, RoutingPlan, ToolCall, ToolRun
+from .state import AuditEvent, Completion, EvidenceItem, Message, RoutingPlan, ToolCall, ToolRun
 
 if TYPE_CHECKING:
     import numpy as np
@@ -36,6 +36,7 @@ __all__ = [
     "Task",
     "ToolOutcome",
     "ToolRequest",
+    "ToolResult",
     "Toolbox",
 ]
 
@@ -86,9 +87,20 @@ Task = AnalyzeTask | PlanTask | GradeTask | SynthesizeTask
 
 @frozen
 class LLMRequest:
+    """One chat completion a node asks for.
+
+    ``max_tokens`` is the reply's budget and ``temperature`` its sampling temperature (None:
+    the server's default). ``reply_schema``, for nodes whose reply is JSON, is
+    ``{"name": ..., "schema": {JSON Schema}}``: the adapter asks for structured output with
+    it, as far as the server and ``KB_AGENT_STRUCTURED_OUTPUT`` allow.
+    """
+
     node: str
     task: Task
     messages: tuple[dict[str, str], ...]
+    max_tokens: int | None = None
+    temperature: float | None = None
+    reply_schema: Mapping[str, Any] | None = None
 
 
 @frozen
@@ -97,12 +109,29 @@ class ToolRequest:
 
 
 @frozen
+class ToolResult:
+    """What a tool may return instead of a bare list of items: the items plus audit events
+    about the call (a ``glob`` that matched no file and was dropped, for instance)."""
+
+    items: tuple[EvidenceItem, ...] = ()
+    audit: tuple[AuditEvent, ...] = ()
+
+    def __iter__(self) -> Iterator[EvidenceItem]:  # reads like the plain list of items
+        return iter(self.items)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+
+@frozen
 class ToolOutcome:
-    """What one tool call produced: items, or an error message (never both)."""
+    """What one tool call produced: items, or an error message (never both), and the
+    call's audit events."""
 
     call: ToolCall
     items: tuple[EvidenceItem, ...] = ()
     error: str | None = None
+    audit: tuple[AuditEvent, ...] = ()
 
 
 @runtime_checkable
@@ -124,12 +153,13 @@ class ChatModel(Protocol):
 class Toolbox(Protocol):
     """The tools of one question: which are available, and running one call.
 
-    ``run`` raises ``crag.errors.ToolError`` for a failed call; the driver records it.
+    ``run`` returns the call's items (or a ``ToolResult`` with audit events too) and raises
+    ``crag.errors.ToolError`` for a failed call; the driver records it.
     """
 
     def available(self) -> tuple[str, ...]: ...
 
-    def run(self, call: ToolCall) -> Sequence[EvidenceItem]: ...
+    def run(self, call: ToolCall) -> Sequence[EvidenceItem] | ToolResult: ...
 
 
 @runtime_checkable

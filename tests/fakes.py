@@ -43,21 +43,33 @@ class FakeToolbox:
 
     A queued entry is a list of items, or an exception to raise. An empty queue returns no
     items (``default``), so a run can take more rounds than a test scripted.
+
+    With ``question``, the first round's own search for the question (which crag always
+    runs besides the planned calls) is answered with ``question_results`` and recorded in
+    ``question_calls`` instead, so the queues and ``calls`` stay those of the planned calls.
     """
 
     def __init__(
         self,
         results: Mapping[str, Iterable[Sequence[EvidenceItem] | Exception]] | None = None,
         tools: Sequence[str] = LOCAL_TOOLS,
+        question: str | None = None,
+        question_results: Sequence[EvidenceItem] = (),
     ) -> None:
         self.tools = tuple(tools)
         self.queues = {k: deque(v) for k, v in (results or {}).items()}
         self.calls: list[ToolCall] = []
+        self.question = question
+        self.question_results = tuple(question_results)
+        self.question_calls: list[ToolCall] = []
 
     def available(self) -> tuple[str, ...]:
         return self.tools
 
     def run(self, call: ToolCall) -> list[EvidenceItem]:
+        if self.question is not None and call.tool == "vector_search" and _same(call.args.get("query"), self.question):
+            self.question_calls.append(call)
+            return list(self.question_results)
         self.calls.append(call)
         queue = self.queues.get(call.tool)
         if not queue:
@@ -66,6 +78,10 @@ class FakeToolbox:
         if isinstance(result, Exception):
             raise result if isinstance(result, ToolError) else ToolError(call.tool, str(result))
         return list(result)
+
+
+def _same(a: object, b: str) -> bool:
+    return isinstance(a, str) and " ".join(a.split()).casefold() == " ".join(b.split()).casefold()
 
 
 def route(complexity: str, tools: Sequence[str] = ("vector_search",)) -> str:

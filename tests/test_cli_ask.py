@@ -20,7 +20,7 @@ import pytest
 
 from crag.answer import NO_EVIDENCE, STATS_HEADING
 from crag.cli import main
-from tests.openai_server import FakeOpenAIServer, Status, Text
+from tests.openai_server import FakeOpenAIServer, Status, Text, grades, item_count
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -147,24 +147,27 @@ def test_simple_question_takes_exactly_three_llm_calls_and_cites_the_line(llm: F
 def test_complex_question_is_graded_and_weak_items_are_removed(llm: FakeOpenAIServer) -> None:
     llm.script("analyze_and_route", route("complex", "vector_search", "grep_search"))
     llm.script("plan", plan(("vector_search", {"query": "how many times are uploads retried", "top_k": 3})))
-    llm.script("grade_evidence", "```json\n[0.95, 0.8, 0.1]\n```")
+    llm.script("grade_evidence", lambda body: "```json\n" + grades(0.95, 0.8, 0.1, rest=0.9)(body) + "\n```")
     llm.script("synthesize", "Uploads are retried three times [1]; see also [2].")
-    result = ask_json("How often does the client retry an upload, and what then?")
+    result = ask_json("How often does the client retry an upload, and what happens when a backup or deploy fails?")
     assert llm.nodes() == ["analyze_and_route", "plan", "grade_evidence", "synthesize"]
     assert result["grader_action"] == "GENERATE" and result["iterations"] == 1
-    assert result["evidence_scores"] == [0.95, 0.8]
+    grade_body = next(r.body for r in llm.requests if r.node == "grade_evidence")
+    n = item_count(grade_body)
+    assert n >= 3
+    assert result["evidence_scores"] == [0.95, 0.8] + [0.9] * (n - 3)
     removed = [e for e in result["audit"] if e["event"] == "evidence_removed"]
     assert len(removed) == 1 and removed[0]["score"] == 0.1
-    grade_prompt = json.dumps(next(r.body for r in llm.requests if r.node == "grade_evidence"))
-    assert "[1]" in grade_prompt and "[3]" in grade_prompt and "[4]" not in grade_prompt
+    grade_prompt = json.dumps(grade_body)
+    assert "[1]" in grade_prompt and f"[{n}]" in grade_prompt and f"[{n + 1}]" not in grade_prompt
     assert [c["n"] for c in result["citations"]] == [1, 2]
 
 
 def test_refine_goes_back_for_more_evidence_within_the_iteration_cap(llm: FakeOpenAIServer, monkeypatch) -> None:
     monkeypatch.setenv("KB_AGENT_MAX_ITERATIONS", "2")
     llm.default("analyze_and_route", route("complex", "vector_search"))
-    llm.default("plan", plan(("vector_search", {"query": "backups retention", "top_k": 3})))
-    llm.script("grade_evidence", "[0.5, 0.5, 0.5]")
+    llm.default("plan", plan(("vector_search", {"query": "backups retention uploads server docker", "top_k": 3})))
+    llm.script("grade_evidence", grades(rest=0.5))
     llm.default("grade_evidence", "not json at all")  # second round: parse failure, 0.5 each
     llm.script("synthesize", "Backups are kept for thirty days [1].")
     result = ask_json("How long are backups kept?")
@@ -179,7 +182,7 @@ def test_every_cited_line_shows_the_cited_text_in_the_file(llm: FakeOpenAIServer
     llm.script("plan", plan(("grep_search", {"pattern": "retries failed uploads"}),
                             ("grep_search", {"pattern": "thirty days"}),
                             ("vector_search", {"query": "docker compose container", "top_k": 1})))
-    llm.script("grade_evidence", "[0.9, 0.9, 0.9]")
+    llm.script("grade_evidence", grades(rest=0.9))
     llm.script("synthesize", "Retries [1], backups [2], deploy [3].")
     result = ask_json("Tell me about retries, backups and deploying")
     cited = footer(result["answer"])

@@ -11,9 +11,10 @@ from .fakes import FakeToolbox, item, route, scores, search_plan
 
 def run(replies, results, **settings):
     model = ScriptedChatModel(replies)
-    toolbox = FakeToolbox(results)
+    question = "What is the retry policy for uploads?"
+    toolbox = FakeToolbox(results, question=question)
     agent = Agent(model, toolbox, Settings(**settings))
-    return agent.ask("What is the retry policy for uploads?"), model, toolbox
+    return agent.ask(question), model, toolbox
 
 
 def three_items(offset: int = 0):

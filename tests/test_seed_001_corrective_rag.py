@@ -8,11 +8,12 @@ from crag.llm.scripted import ScriptedChatModel
 from .fakes import FakeToolbox, item, plan, route, scores, search_plan
 
 
-def run(replies, results, settings=None, tools=("vector_search", "grep_search", "read_file")):
+def run(replies, results, settings=None, tools=("vector_search", "grep_search", "read_file"),
+        question="Where is the upload retry policy configured?"):
     model = ScriptedChatModel(replies)
-    toolbox = FakeToolbox(results)
+    toolbox = FakeToolbox(results, question=question)
     agent = Agent(model, toolbox, settings or Settings())
-    return agent.ask("Where is the upload retry policy configured?"), model, toolbox
+    return agent.ask(question), model, toolbox
 
 
 def fast_path_events(result):
@@ -28,6 +29,8 @@ def test_rule_read_file_results_auto_approve():
             "synthesize": ["It is in the config [1]."],
         },
         {"read_file": [reads[:2], reads[2:]]},
+        # The user points at the files: only the reads run (no search for the question besides).
+        question="Where is the upload retry policy configured? See docs/page1.md and docs/page2.md",
     )
     assert model.calls("grade_evidence") == 0
     assert result.state.grader_action.value == "GENERATE"

@@ -16,9 +16,10 @@ STATS_BLOCK = f"\n\n---\n{STATS_HEADING}\n"
 
 def run(replies, results=None, history=(), settings=None, tools=("vector_search", "grep_search", "read_file")):
     model = ScriptedChatModel(replies)
-    toolbox = FakeToolbox(results, tools=tools)
+    question = "How do uploads retry on failure?"
+    toolbox = FakeToolbox(results, tools=tools, question=question)
     agent = Agent(model, toolbox, settings or Settings())
-    return agent.ask("How do uploads retry on failure?", history=history), model, toolbox
+    return agent.ask(question, history=history), model, toolbox
 
 
 def test_answer_with_inline_citations_and_llm_stats():
@@ -160,7 +161,8 @@ def test_user_queries_a_technical_term_requiring_context():
     assert result.trace[0] == "analyze_and_route"  # intent and complexity first
     assert model.requests[1].node == "plan"
     assert model.requests[1].task.routing_plan.suggested_tools == ("vector_search", "grep_search")
-    assert [run.call.tool for run in result.state.tool_history] == ["vector_search", "grep_search"]
+    # the planned calls, then the question's own search (always run in the first round)
+    assert [run.call.tool for run in result.state.tool_history] == ["vector_search", "grep_search", "vector_search"]
     assert "[1] docs/glossary.md:L12" in result.answer
     assert re.search(r"large file \[1\]\.", result.answer)
 
@@ -177,6 +179,6 @@ def test_plan_node_respects_routing_plan_in_fallback_paths():
         {"vector_search": [[item(1)]]},
         tools=("vector_search", "grep_search", "read_file", "jira_fetch", "web_fetch"),
     )
-    ran = [c.tool for c in toolbox.calls]
+    ran = [c.tool for c in toolbox.calls + toolbox.question_calls]
     assert ran == ["vector_search"]
     assert "jira_fetch" not in ran and "web_fetch" not in ran and "grep_search" not in ran

@@ -4,6 +4,9 @@ The reply is validated strictly by ``prompts.parse_plan``: tools outside the rou
 suggestions or not available are dropped, remote tools need their argument pattern in the
 question, bad arguments never run. Each refusal is audited (``plan_call_rejected``). When
 nothing valid remains the plan is a ``vector_search`` for the question.
+
+Then ``crag.searches`` makes sure the plan cannot make retrieval worse: the first round also
+searches the question itself, and a call identical to one already run goes one page deeper.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from attrs import evolve
 
-from .. import prompts
+from .. import prompts, schemas, searches
 from ..ports import LLMRequest, PlanTask
 from ..state import AgentState, AuditEvent, Completion, Complexity, RoutingPlan
 
@@ -39,7 +42,15 @@ def prepare(state: AgentState, cfg: NodeConfig) -> LLMRequest:
         top_k=cfg.top_k,
         history=state.history,
     )
-    return LLMRequest(NAME, task, prompts.render(task))
+    allowed = tuple(t for t in task.routing_plan.suggested_tools if t in cfg.available_tools)
+    return LLMRequest(
+        NAME,
+        task,
+        prompts.render(task),
+        max_tokens=schemas.PLAN_MAX_TOKENS,
+        temperature=0.0,
+        reply_schema=schemas.plan_schema(allowed or ("vector_search",)),
+    )
 
 
 def apply(state: AgentState, reply: Completion | None, cfg: NodeConfig) -> AgentState:
@@ -47,7 +58,14 @@ def apply(state: AgentState, reply: Completion | None, cfg: NodeConfig) -> Agent
     calls, rejected = prompts.parse_plan(
         text, state.question, _routing_plan(state, cfg), cfg.available_tools, cfg.top_k
     )
-    if rejected:
-        events = (AuditEvent("plan_call_rejected", {"reason": reason}) for reason in rejected)
+    events = [AuditEvent("plan_call_rejected", {"reason": reason}) for reason in rejected]
+    if state.iteration == 0 and "vector_search" in cfg.available_tools:
+        calls, added = searches.with_question_search(
+            calls, state.question, cfg.top_k, prompts.find_paths(state.question)
+        )
+        events.extend(added)
+    calls, repeated = searches.deepen_repeats(calls, state.tool_history, cfg.top_k, state.question)
+    events.extend(repeated)
+    if events:
         return evolve(state, tool_calls=calls, audit=(*state.audit, *events))
     return evolve(state, tool_calls=calls)

@@ -5,6 +5,11 @@ error). A failed call is audited (``tool_error``) and never becomes evidence. Ne
 added to the survivors of earlier rounds, de-duplicated by source and line span. The round
 is complete: ``iteration`` goes up by one, and the grades of the previous round are cleared
 because the next grading scores the whole context again.
+
+A search repeated one page deeper keeps only what its earlier runs did not return, and a
+``grep_search`` keeps at most 2 x ``KB_AGENT_TOP_K`` matches, best files first
+(``grep_truncated`` when there were more); see ``crag.searches``. Audit events a tool
+reports about its call (a ``glob`` dropped because it matched no file) are logged.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from attrs import evolve
 
+from .. import searches
 from ..ports import ToolOutcome, ToolRequest
 from ..state import AgentState, AuditEvent, ToolRun
 
@@ -30,27 +36,38 @@ def prepare(state: AgentState, cfg: NodeConfig) -> ToolRequest:
 def apply(state: AgentState, reply: Sequence[ToolOutcome] | None, cfg: NodeConfig) -> AgentState:
     round_no = state.iteration + 1
     outcomes = tuple(reply or ())
-    runs = tuple(ToolRun(round_no, o.call, tuple(o.items), o.error) for o in outcomes)
+    events: list[AuditEvent] = []
+    runs = []
+    for o in outcomes:
+        events.extend(o.audit)
+        if o.error is not None:
+            events.append(AuditEvent("tool_error", {"tool": o.call.tool, "args": dict(o.call.args), "error": o.error}))
+            runs.append(ToolRun(round_no, o.call, (), o.error))
+            continue
+        items = searches.unseen(o.call, o.items, state.tool_history)
+        if o.call.tool == "grep_search":
+            items, left_out = searches.cap_matches(items, 2 * cfg.top_k)
+            if left_out:
+                events.append(
+                    AuditEvent(
+                        "grep_truncated",
+                        {"pattern": o.call.args.get("pattern"), "matches": len(items) + left_out, "kept": len(items)},
+                    )
+                )
+        runs.append(ToolRun(round_no, o.call, items))
     seen = {item.key for item in state.context}
     added = []
-    for outcome in outcomes:
-        if outcome.error is not None:
-            continue
-        for item in outcome.items:
+    for run in runs:
+        for item in run.items:
             if item.key not in seen:
                 seen.add(item.key)
                 added.append(item)
-    errors = tuple(
-        AuditEvent("tool_error", {"tool": o.call.tool, "args": dict(o.call.args), "error": o.error})
-        for o in outcomes
-        if o.error is not None
-    )
     return evolve(
         state,
         iteration=round_no,
-        tool_history=state.tool_history + runs,
+        tool_history=state.tool_history + tuple(runs),
         context=state.context + tuple(added),
         evidence_scores=(),
         tool_calls=(),
-        audit=state.audit + errors if errors else state.audit,
+        audit=(*state.audit, *events) if events else state.audit,
     )

@@ -4,9 +4,12 @@ The pattern is a literal, case-insensitive string unless ``regex`` is true (then
 regular expression, also case-insensitive; an invalid one is a ``ToolError``). The files
 searched are those discovery would index under the roots, read from disk (so results are
 current even before re-indexing), optionally filtered by ``glob`` (matched against the
-path relative to its root and against the file name). Each match is one evidence item: the
+path relative to its root and against the file name); a ``glob`` that matches no file of
+the knowledge base (a planner's guess) is dropped, the search runs without it, and the
+result's audit says so (``glob_dropped``). Each match is one evidence item: the
 matching line as ``anchor_line`` and a window of up to ``CONTEXT`` lines either side as
-start/end/text. At most ``MAX_MATCHES`` matches are returned, files larger than
+start/end/text. At most ``MAX_MATCHES`` matches are returned (``tool_exec`` keeps the best
+2 x ``KB_AGENT_TOP_K`` of them and pages through the rest), files larger than
 ``MAX_FILE_BYTES`` are skipped, and lines longer than ``MAX_LINE_CHARS`` are only searched
 in their first part. A regular expression runs with a time limit
 (``crag.tools.regex_guard``): one that backtracks catastrophically is a ``ToolError``, not
@@ -23,7 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import KnowledgeBaseError, ToolError
 from ..index.discover import decode_text, discover, is_binary, read_bytes, split_lines
-from ..state import EvidenceItem
+from ..ports import ToolResult
+from ..state import AuditEvent, EvidenceItem
 from .args import check_known, opt_bool, opt_str, req_str
 from .regex_guard import RegexRefused, matching_lines
 
@@ -31,13 +35,13 @@ if TYPE_CHECKING:
     from . import Toolbox
 
 NAME = "grep_search"
-MAX_MATCHES = 20
+MAX_MATCHES = 500
 CONTEXT = 2
 MAX_FILE_BYTES = 2 * 1024 * 1024
 MAX_LINE_CHARS = 4000
 
 
-def run(box: Toolbox, args: Mapping[str, Any]) -> list[EvidenceItem]:
+def run(box: Toolbox, args: Mapping[str, Any]) -> ToolResult:
     check_known(NAME, args, ("pattern", "glob", "regex"))
     pattern = req_str(NAME, args, "pattern", max_len=500)
     glob = opt_str(NAME, args, "glob", max_len=200)
@@ -52,6 +56,10 @@ def run(box: Toolbox, args: Mapping[str, Any]) -> list[EvidenceItem]:
     except KnowledgeBaseError as exc:
         raise ToolError(NAME, str(exc)) from exc
     texts: list[tuple[str, list[str]]] = []
+    audit: tuple[AuditEvent, ...] = ()
+    if glob and not any(_glob_match(f.path, f.root, glob) for f in found.files):
+        audit = (AuditEvent("glob_dropped", {"glob": glob, "reason": "matches no file in the knowledge base"}),)
+        glob = None
     for f in found.files:
         if glob and not _glob_match(f.path, f.root, glob):
             continue
@@ -88,8 +96,8 @@ def run(box: Toolbox, args: Mapping[str, Any]) -> list[EvidenceItem]:
                 )
             )
             if len(items) >= MAX_MATCHES:
-                return items
-    return items
+                return ToolResult(tuple(items), audit)
+    return ToolResult(tuple(items), audit)
 
 
 def _glob_match(path: str, root: str, glob: str) -> bool:

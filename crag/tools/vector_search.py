@@ -4,6 +4,12 @@ Each item carries the chunk's path (relative to the working directory when under
 1-based start and end lines, its text, the heading path as ``title``, and as ``score`` the
 chunk's cosine similarity to the query clipped to [0, 1] (see ``crag.index.store``), which
 is what the ``high_vector_score`` rule compares with ``KB_AGENT_VECTOR_SCORE_THRESHOLD``.
+
+With the default ``hash`` embedder a hit must share at least one content word (stemmed, not
+a stop word) with the query: hashed vectors of unrelated texts are never quite orthogonal,
+and a question about something the documents never mention should find nothing (and get
+the no-evidence answer) rather than the least unrelated chunks. A learned embedder
+(``openai``) relates words that differ, so its hits are kept as ranked.
 Index errors (missing, damaged, built with another embedder) are raised as they are, so
 the user is told to re-index; a failing embedder is a ``ToolError``.
 """
@@ -14,6 +20,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..errors import LLMError, ToolError
+from ..index.embedders import tokenize
 from ..state import EvidenceItem
 from .args import check_known, opt_int, req_str
 
@@ -33,6 +40,9 @@ def run(box: Toolbox, args: Mapping[str, Any]) -> list[EvidenceItem]:
         hits = reader.search(query, top_k, roots=box.search_roots())
     except LLMError as exc:
         raise ToolError(NAME, f"the embedder failed: {exc}") from exc
+    if box.settings.embedder == "hash":
+        words = set(tokenize(query))
+        hits = [h for h in hits if words & set(tokenize(f"{box.label(h.path)}\n{h.heading}\n{h.text}"))]
     return [
         EvidenceItem(
             tool=NAME,

@@ -1,0 +1,203 @@
+"""Retrieval the planner cannot make worse: the question always searched, repeats paged,
+grep capped and ranked, a glob that matches nothing dropped, hash hits sharing a word."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from crag import Agent
+from crag.config import Settings
+from crag.index import ensure_indexed
+from crag.llm import ScriptedChatModel
+from crag.nodes import NodeConfig, plan
+from crag.ports import ToolResult
+from crag.state import AgentState, Completion, Complexity, EvidenceItem, RoutingPlan, ToolCall, ToolRun
+from crag.tools import Toolbox
+
+from .fakes import FakeToolbox, item
+
+QUESTION = "How do uploads retry?"
+ROUTE = '{"complexity": "complex", "suggested_tools": ["vector_search", "grep_search", "read_file"]}'
+CFG = NodeConfig(top_k=5)
+
+
+def plan_reply(*calls: tuple[str, dict]) -> str:
+    return json.dumps({"tool_calls": [{"tool": t, "args": a} for t, a in calls]})
+
+
+def planned(reply: str, question: str = QUESTION, history=(), iteration: int = 0) -> AgentState:
+    state = AgentState(
+        question=question,
+        routing_plan=RoutingPlan(Complexity.COMPLEX, ("vector_search", "grep_search", "read_file")),
+        tool_history=tuple(history),
+        iteration=iteration,
+    )
+    return plan.apply(state, Completion(reply, "m"), CFG)
+
+
+def test_the_first_round_searches_the_question_besides_the_plan():
+    state = planned(plan_reply(("grep_search", {"pattern": "clauda.py"})))
+    assert state.tool_calls[0].tool == "grep_search"
+    assert state.tool_calls[1] == ToolCall("vector_search", {"query": QUESTION, "top_k": 5})
+    assert any(e.event == "question_searched" for e in state.audit)
+
+
+def test_the_planners_own_question_search_runs_once_with_at_least_top_k():
+    state = planned(plan_reply(("vector_search", {"query": "  how do UPLOADS retry? ", "top_k": 2})))
+    assert state.tool_calls == (ToolCall("vector_search", {"query": "how do UPLOADS retry?", "top_k": 5}),)
+
+
+def test_a_small_top_k_is_raised_and_a_large_one_kept():
+    state = planned(plan_reply(("vector_search", {"query": "clau3.5 sonnet", "top_k": 1}),
+                               ("vector_search", {"query": "retry limit", "top_k": 12})))
+    assert [c.args["top_k"] for c in state.tool_calls] == [5, 12, 5]
+
+
+def test_reading_only_files_the_question_names_runs_only_those_reads():
+    question = "What does docs/setup.md say about ports?"
+    state = planned(plan_reply(("read_file", {"path": "docs/setup.md"})), question=question)
+    assert state.tool_calls == (ToolCall("read_file", {"path": "docs/setup.md"}),)
+    other = planned(plan_reply(("read_file", {"path": "docs/other.md"})), question=question)
+    assert other.tool_calls[-1] == ToolCall("vector_search", {"query": question, "top_k": 5})
+
+
+def test_later_rounds_add_no_question_search():
+    state = planned(plan_reply(("grep_search", {"pattern": "retry"})), iteration=1)
+    assert [c.tool for c in state.tool_calls] == ["grep_search"]
+
+
+def test_a_repeated_search_goes_one_page_deeper():
+    first = ToolRun(1, ToolCall("vector_search", {"query": QUESTION, "top_k": 5}), tuple(item(k) for k in range(5)))
+    state = planned(plan_reply(("vector_search", {"query": QUESTION.upper(), "top_k": 5})), history=[first], iteration=1)
+    assert state.tool_calls == (ToolCall("vector_search", {"query": QUESTION.upper(), "top_k": 10}),)
+    assert [e.fields["action"] for e in state.audit if e.event == "call_repeated"] == ["next page"]
+
+
+def test_a_repeated_read_is_dropped_and_the_question_searched_deeper():
+    read = ToolRun(1, ToolCall("read_file", {"path": "a.md"}), (item(1, tool="read_file"),))
+    asked = ToolRun(1, ToolCall("vector_search", {"query": QUESTION, "top_k": 5}), ())
+    state = planned(plan_reply(("read_file", {"path": "a.md"})), history=[read, asked], iteration=1)
+    assert state.tool_calls == (ToolCall("vector_search", {"query": QUESTION, "top_k": 10}),)
+
+
+def test_a_refine_round_of_the_same_plan_brings_only_new_evidence():
+    page1 = [item(k) for k in range(1, 6)]
+    page2 = [*page1, *(item(k) for k in range(6, 11))]
+    toolbox = FakeToolbox({"vector_search": [page1, page2]})
+    same = plan_reply(("vector_search", {"query": QUESTION}))
+    model = ScriptedChatModel({
+        "analyze_and_route": [ROUTE],
+        "plan": [same, same],
+        "grade_evidence": ["[0.5, 0.5, 0.5, 0.5, 0.5]", json.dumps([0.5] * 10)],
+        "synthesize": ["Uploads retry [1]."],
+    })
+    settings = Settings(max_iterations=2)
+    result = Agent(model, toolbox, settings).ask(QUESTION)
+    assert [c.args["top_k"] for c in toolbox.calls] == [5, 10]
+    second = [r for r in result.state.tool_history if r.round == 2][0]
+    assert [i.source for i in second.items] == [f"docs/page{k}.md" for k in range(6, 11)]
+    assert len(model.requests[-2].task.items) == 10  # the second grading saw 5 new items
+
+
+def grep_items(files: dict[str, int]) -> list[EvidenceItem]:
+    out = []
+    for source, n in files.items():
+        out.extend(EvidenceItem("grep_search", source, f"match {k}", 10 * k + 1, 10 * k + 5, anchor_line=10 * k + 3)
+                   for k in range(n))
+    return out
+
+
+def test_grep_keeps_twice_top_k_matches_best_files_first_and_audits_the_rest():
+    toolbox = FakeToolbox({"grep_search": [grep_items({"a.md": 3, "b.md": 12, "c.md": 6})]})
+    model = ScriptedChatModel({
+        "analyze_and_route": ['{"complexity": "simple", "suggested_tools": ["grep_search"]}'],
+        "plan": [plan_reply(("grep_search", {"pattern": "retry"}))],
+        "synthesize": ["ok [1]."],
+    })
+    result = Agent(model, toolbox, Settings(top_k=4)).ask(QUESTION)
+    grep_run = [r for r in result.state.tool_history if r.call.tool == "grep_search"][0]
+    assert len(grep_run.items) == 8
+    assert [i.source for i in grep_run.items] == ["b.md"] * 8
+    truncated = [e for e in result.state.audit if e.event == "grep_truncated"]
+    assert truncated and truncated[0].fields["matches"] == 21 and truncated[0].fields["kept"] == 8
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def kb_env(tmp_path: Path):
+    kb = tmp_path / "kb"
+    write(kb / "setup.md", "# Setup\n\nThe client retries failed uploads three times.\n\n## Ports\n\nPort 8080.\n")
+    write(kb / "notes.txt", "Uploads go to the bucket named media.\n")
+    settings = Settings(index_dir=str(tmp_path / ".crag"))
+    ensure_indexed(settings, [kb])
+    return kb, settings
+
+
+def test_a_glob_matching_no_file_is_dropped_and_audited(tmp_path):
+    kb, settings = kb_env(tmp_path)
+    box = Toolbox(settings, roots=[kb], cwd=tmp_path)
+    try:
+        result = box.run(ToolCall("grep_search", {"pattern": "uploads", "glob": "clauda.py"}))
+        kept = box.run(ToolCall("grep_search", {"pattern": "uploads", "glob": "*.txt"}))
+    finally:
+        box.close()
+    assert isinstance(result, ToolResult)
+    assert {i.source for i in result.items} == {"kb/setup.md", "kb/notes.txt"}
+    assert [e.event for e in result.audit] == ["glob_dropped"]
+    assert result.audit[0].fields["glob"] == "clauda.py"
+    assert {i.source for i in kept.items} == {"kb/notes.txt"} and not kept.audit
+
+
+def test_a_question_the_documents_never_mention_gets_the_no_evidence_answer(tmp_path, monkeypatch):
+    kb, settings = kb_env(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    model = ScriptedChatModel({"analyze_and_route": ['{"complexity": "simple", "suggested_tools": ["vector_search"]}'],
+                               "plan": [plan_reply(("vector_search", {"query": "swallow airspeed"}))]})
+    box = Toolbox(settings, roots=[kb], cwd=tmp_path)
+    try:
+        result = Agent(model, box, settings).ask("What is the airspeed velocity of a swallow?")
+        hits = box.run(ToolCall("vector_search", {"query": "uploads retry", "top_k": 5}))
+    finally:
+        box.close()
+    assert result.answer.startswith("I couldn't find relevant information in the knowledge base")
+    assert model.calls("synthesize") == 0
+    assert hits and all("upload" in h.text.lower() or "retr" in h.text.lower() for h in hits)
+
+
+# --------------------------------------------------------------------------------------
+# Property: whatever the planner replies, the first round searches the question
+# --------------------------------------------------------------------------------------
+
+tool_entry = st.fixed_dictionaries({
+    "tool": st.sampled_from(["vector_search", "grep_search", "read_file", "jira_fetch", "bogus", ""]),
+    "args": st.dictionaries(st.sampled_from(["query", "top_k", "pattern", "glob", "path"]),
+                            st.one_of(st.text(max_size=20), st.integers(-3, 80), st.none()), max_size=3),
+})
+plan_text = st.one_of(
+    st.lists(tool_entry, max_size=6).map(lambda calls: json.dumps({"tool_calls": calls})),
+    st.text(max_size=60),
+    st.sampled_from(["", "grep_search and read_file", "[]", '{"tool_calls": []}']),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(reply=plan_text, question=st.text(min_size=1, max_size=60).filter(lambda q: q.strip()))
+def test_the_first_round_always_contains_the_questions_own_search(reply, question):
+    state = planned(reply, question=question)
+    calls = state.tool_calls
+    assert 1 <= len(calls)
+    own = [c for c in calls if c.tool == "vector_search" and " ".join(c.args["query"].split()).casefold()
+           == " ".join(question.split()).casefold()]
+    only_named_reads = all(c.tool == "read_file" for c in calls)
+    assert len(own) == 1 or only_named_reads
+    if own:
+        assert own[0].args["top_k"] >= CFG.top_k
+    assert all(c.args.get("top_k", CFG.top_k) >= CFG.top_k for c in calls if c.tool == "vector_search")
