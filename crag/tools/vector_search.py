@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..errors import LLMError, ToolError
-from ..index.embedders import tokenize
+from ..text import keywords
 from ..state import EvidenceItem
 from .args import check_known, opt_int, req_str
 
@@ -41,8 +41,8 @@ def run(box: Toolbox, args: Mapping[str, Any]) -> list[EvidenceItem]:
     except LLMError as exc:
         raise ToolError(NAME, f"the embedder failed: {exc}") from exc
     if box.settings.embedder == "hash":
-        words = set(tokenize(query))
-        hits = [h for h in hits if words & set(tokenize(f"{box.label(h.path)}\n{h.heading}\n{h.text}"))]
+        words = set(keywords(query))
+        hits = [h for h in hits if words & set(keywords(f"{box.label(h.path)}\n{h.heading}\n{h.text}"))]
     return [
         EvidenceItem(
             tool=NAME,
