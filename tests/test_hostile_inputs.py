@@ -82,6 +82,63 @@ def plan(*calls: tuple[str, dict]) -> str:
     return json.dumps({"tool_calls": [{"tool": tool, "args": args} for tool, args in calls]})
 
 
+# -- 1. file names that are not UTF-8 --------------------------------------------------------
+
+
+def _write_bytes_name(folder: Path, name: bytes, text: str) -> None:
+    with open(os.path.join(os.fsencode(folder), name), "wb") as f:
+        f.write(text.encode("utf-8"))
+
+
+def test_1_a_name_that_is_not_utf8_is_skipped_with_one_safe_warning_and_never_blocks_its_root(kb: Path) -> None:
+    for n in range(20):
+        (kb / f"doc{n}.md").write_text(f"# Doc {n}\n\nThe retention of doc {n} is {n} days.\n", encoding="utf-8")
+    _write_bytes_name(kb, b"caf\xe9.md", "# Cafe\n\nThe espresso machine is on floor 3.\n")
+    code, out, err = cli("index", "docs")
+    assert code == 0, err
+    warnings = [line for line in out.splitlines() if "caf" in line]
+    assert warnings == ["  docs/caf\\xe9.md: its name is not valid UTF-8 (rename it to index it)"]
+    assert not CONTROL.search(out)
+    code, out, err = cli("ask", "what is the retention of doc 7?", "--kb", "docs")
+    assert code == 0 and "doc7.md" in out, err
+    box = Toolbox(Settings.from_env())
+    assert box.run(ToolCall("grep_search", {"pattern": "espresso"})) == []
+    with pytest.raises(ToolError, match=r"not valid UTF-8"):
+        box.run(ToolCall("read_file", {"path": os.fsdecode(b"docs/caf\xe9.md")}))
+
+
+def test_1_a_root_whose_own_name_is_not_utf8_is_one_clear_line(kb: Path) -> None:
+    os.mkdir(os.fsencode(kb.parent) + b"/r\xe9sum\xe9")
+    code, _, err = cli("index", os.fsdecode(b"r\xe9sum\xe9"))
+    assert code == 1 and "r\\xe9sum\\xe9" in one_error_line(err) and "not valid UTF-8" in err
+
+
+# -- 2. names are data -----------------------------------------------------------------------
+
+FORGED = "a\n[2] SECRETS.md:L1\n\n---\n\U0001f4ca **LLM Usage Stats:**\n\x1b[31mx.md"
+
+
+def test_2_a_name_with_newlines_cannot_forge_footer_lines_stats_blocks_or_report_lines(kb: Path) -> None:
+    (kb / FORGED).write_text("# Retention\n\nThe retention of audit logs is ninety days.\n", encoding="utf-8")
+    code, out, err = cli("index", "docs")
+    assert code == 0, err
+    assert not CONTROL.search(out)
+    assert "  docs/a\\n[2] SECRETS.md:L1\\n\\n---\\n" in out
+    assert all(not line.startswith(("[2]", "---", "\U0001f4ca")) for line in out.splitlines())
+    code, out, err = cli("ask", "what is the retention of audit logs?")
+    assert code == 0, err
+    assert out.count("\U0001f4ca **LLM Usage Stats:**") == 2  # the real heading, and the escaped name's text
+    assert [line for line in out.splitlines() if line.startswith("\U0001f4ca")] == ["\U0001f4ca **LLM Usage Stats:**"]
+    assert not any(line.startswith("[2] SECRETS") for line in out.splitlines())
+    assert not CONTROL.search(out)
+    code, out, err = cli("ask", "what is the retention of audit logs?", "--json")
+    result = json.loads(out)
+    paths = [c["path"] for c in result["citations"]]
+    assert paths and all("\n" not in p and "\x1b" not in p for p in paths)
+    code, out, err = cli("search", "retention audit logs", "--json")
+    assert all("\n" not in hit["path"] for hit in json.loads(out))
+
+
 # -- 5. a catastrophic regular expression from a plan ----------------------------------------
 
 

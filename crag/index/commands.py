@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ..errors import UsageError
+from ..safe_text import display_name
 from .discover import relative_label
 
 if TYPE_CHECKING:
@@ -38,7 +39,7 @@ def progress_printer(stream: TextIO) -> Progress:
 
     def show(done: int, total: int, path: str) -> None:
         nonlocal width
-        name = os.path.basename(path)
+        name = display_name(os.path.basename(path))
         line = f"indexing {done}/{total}: {name}"[:100]
         stream.write("\r" + line.ljust(width))
         width = len(line)

@@ -9,8 +9,10 @@ Owns the discovery rules shared by the indexer, ``grep_search`` and ``read_file`
   ``__pycache__``, Python virtual environments and the index directory itself are skipped;
 * a symbolic link is followed only when its target lies inside the root (so a link can never
   pull outside files into the knowledge base), and each real file is taken once;
-* binary files (a NUL byte in the first 8 KiB), oversized and unreadable files are skipped
-  and counted as warnings, never raised;
+* binary files (a NUL byte in the first 8 KiB), oversized and unreadable files, and files
+  or folders whose name is not valid UTF-8 (the index stores names as text) are skipped
+  and counted as warnings, never raised; a root whose own path is not valid UTF-8 is a
+  ``KnowledgeBaseError``;
 * text is decoded as UTF-8 (a BOM is dropped), else cp1252, else latin-1, so undecodable
   bytes never crash indexing; line endings are normalised the way Python's text mode does
   (``\\r\\n`` and ``\\r`` become ``\\n``), and ``split_lines`` defines the 1-based line
@@ -26,6 +28,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from attrs import field, frozen
 
 from ..errors import KnowledgeBaseError, UsageError
+from ..safe_text import display_name
 
 __all__ = [
     "MAX_FILE_BYTES",
@@ -136,6 +139,18 @@ def _skipped_dir(name: str, path: str) -> bool:
     return name in SKIP_DIRS or _is_virtualenv(path)
 
 
+NOT_UTF8 = "its name is not valid UTF-8 (rename it to index it)"
+
+
+def _utf8(name: str) -> bool:
+    """Whether a name (as ``os.fsdecode`` gives it) is valid UTF-8 text, not undecodable bytes."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def excluded_reason(path: str, root: str) -> str | None:
     """Why discovery would not index the file ``path`` under ``root`` (None: it would).
 
@@ -149,9 +164,11 @@ def excluded_reason(path: str, root: str) -> str | None:
     folder = root
     for part in rel[:-1]:
         folder = os.path.join(folder, part)
-        if part.startswith(".") or _skipped_dir(part, folder):
-            return f"it is inside {part}/, a folder crag does not index"
+        if part.startswith(".") or not _utf8(part) or _skipped_dir(part, folder):
+            return "it is inside a folder crag does not index"
     name = rel[-1]
+    if not _utf8(name):
+        return NOT_UTF8
     if name.startswith("."):
         return "hidden files are not part of the knowledge base"
     if not is_text_name(name):
@@ -179,13 +196,18 @@ def discover(
     for root in roots:
         root_abs = normalize_root(root)
         if not os.path.lexists(root_abs):
-            raise KnowledgeBaseError(f"knowledge-base path {root_abs} does not exist", root_abs)
+            raise KnowledgeBaseError(f"knowledge-base path {display_name(root_abs)} does not exist", root_abs)
+        if not _utf8(root_abs):
+            raise KnowledgeBaseError(
+                f"knowledge-base path {display_name(root_abs)} cannot be indexed: its name is not valid UTF-8",
+                root_abs,
+            )
         root_real = os.path.realpath(root_abs)
         try:
             st = os.stat(root_abs)
         except OSError as exc:
             raise KnowledgeBaseError(
-                f"knowledge-base path {root_abs} cannot be read ({exc.strerror or exc})", root_abs
+                f"knowledge-base path {display_name(root_abs)} cannot be read ({exc.strerror or exc})", root_abs
             ) from exc
         if stat.S_ISREG(st.st_mode):
             if root_real in seen_real:
@@ -196,9 +218,9 @@ def discover(
                 found[entry.path] = entry
             continue
         if not stat.S_ISDIR(st.st_mode):
-            raise KnowledgeBaseError(f"knowledge-base path {root_abs} is not a file or folder", root_abs)
+            raise KnowledgeBaseError(f"knowledge-base path {display_name(root_abs)} is not a file or folder", root_abs)
         if not os.access(root_abs, os.R_OK | os.X_OK):
-            raise KnowledgeBaseError(f"knowledge-base folder {root_abs} cannot be read (permission denied)", root_abs)
+            raise KnowledgeBaseError(f"knowledge-base folder {display_name(root_abs)} cannot be read (permission denied)", root_abs)
         for entry in _walk(root_abs, root_real, excluded, max_bytes, warnings, seen_real):
             if check_binary and not _sniff_ok(entry.path, warnings):
                 continue
@@ -242,6 +264,9 @@ def _walk(
             if name.startswith("."):
                 continue
             path = entry.path
+            if not _utf8(name):
+                warnings.append((path, NOT_UTF8))
+                continue
             try:
                 if entry.is_symlink():
                     real = os.path.realpath(path)
@@ -344,9 +369,11 @@ def split_lines(text: str) -> list[str]:
 
 
 def relative_label(path: str | os.PathLike[str], cwd: str | os.PathLike[str] | None = None) -> str:
-    """``path`` relative to ``cwd`` when it lies under it, else absolute (SPEC §4)."""
+    """``path`` as crag shows it: relative to ``cwd`` when it lies under it, else absolute,
+    in the safe display form of ``crag.safe_text.display_name`` (a name with a newline or
+    bytes that are not UTF-8 is escaped, so it can never add a line to an answer or report)."""
     p = os.path.abspath(os.fspath(path))
     base = os.path.abspath(os.fspath(cwd)) if cwd is not None else os.getcwd()
     if is_within(p, base) and p != base:
-        return os.path.relpath(p, base)
-    return p
+        return display_name(os.path.relpath(p, base))
+    return display_name(p)
