@@ -102,7 +102,7 @@ def test_1_a_name_that_is_not_utf8_is_skipped_with_one_safe_warning_and_never_bl
     code, out, err = cli("ask", "what is the retention of doc 7?", "--kb", "docs")
     assert code == 0 and "doc7.md" in out, err
     box = Toolbox(Settings.from_env())
-    assert box.run(ToolCall("grep_search", {"pattern": "espresso"})) == []
+    assert list(box.run(ToolCall("grep_search", {"pattern": "espresso"}))) == []
     with pytest.raises(ToolError, match=r"not valid UTF-8"):
         box.run(ToolCall("read_file", {"path": os.fsdecode(b"docs/caf\xe9.md")}))
 
