@@ -39,3 +39,40 @@ grader_reply = st.one_of(
     st.text(max_size=80),
     st.sampled_from(["", "[]", "null", '{"scores": [0.9]}', "```json\n[0.5, 0.5]\n```", "[true, false]"]),
 )
+
+
+# Hostile alphabets: what documents, file names, .env files and servers may hold.
+HOSTILE_CHARS = [
+    "\n", "\r", "\t", "\x00", "\x07", "\x08", "\x1b", "\x7f", "\x9b", "\x9d", "\u202e", "\u2066", "\ufeff",
+    "[", "]", ";", "=", "#", "'", '"', "\\", " ", "é", "ß", "日", "本", "Ж", "ع", "📊", "*", "-", ":",
+]
+hostile_text = st.text(
+    alphabet=st.one_of(st.sampled_from(HOSTILE_CHARS), st.characters(codec="utf-8"), st.sampled_from("abcxyz019")),
+    max_size=40,
+)
+# ANSI/OSC sequences are more likely to be drawn whole than built character by character.
+ESCAPES = ["\x1b[31m", "\x1b[2J", "\x1b]0;title\x07", "\x1b]8;;http://x\x1b\\", "\x9b1m", "\x1bP+q\x1b\\"]
+hostile_reply = st.lists(st.one_of(hostile_text, st.sampled_from(ESCAPES)), max_size=5).map("".join)
+
+
+def _name_ok(raw: bytes) -> bool:
+    return b"/" not in raw and b"\x00" not in raw and raw not in (b".", b"..") and not raw.startswith(b".")
+
+
+# File names of any bytes (not UTF-8 included); the suffix makes discovery consider them.
+hostile_file_name = st.one_of(
+    st.binary(min_size=1, max_size=16),
+    hostile_text.map(lambda t: t.encode("utf-8")),
+).filter(_name_ok).map(lambda raw: raw[:200] + b".md")
+
+
+@st.composite
+def hostile_dotenv(draw, secret_var: str = "OPENAI_API_KEY") -> bytes:
+    """The bytes of a ``.env``: known keys with hostile values, a BOM, garbage lines, raw bytes."""
+    keys = st.sampled_from(["KB_AGENT_MODEL", "KB_AGENT_TOP_K", "KB_AGENT_LLM_TIMEOUT", "KB_AGENT_MAX_ITERATIONS",
+                            "KB_AGENT_GROUNDING", "JIRA_API_TOKEN", "OPENAI_API_KEY", "KB_AGENT_WEB_FETCH", "X"])
+    lines = draw(st.lists(st.tuples(keys, st.one_of(hostile_text, st.binary(max_size=20).map(
+        lambda b: b.decode("latin-1")))), max_size=4))
+    body = "\n".join(f"{k}={v}" for k, v in lines).encode("utf-8", "surrogateescape")
+    prefix = draw(st.sampled_from([b"", b"\xef\xbb\xbf", b"\xff\xfe", b"export "]))
+    return prefix + body

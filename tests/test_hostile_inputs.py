@@ -9,15 +9,19 @@ server replies from hostile alphabets.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
 import re
 import socket
+import tempfile
 import threading
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from crag.cli import main
 from crag.config import Settings
@@ -26,6 +30,7 @@ from crag.state import ToolCall
 from crag.tools import Toolbox
 from crag.tools.http import FetchError, http_get
 from tests.openai_server import FakeOpenAIServer, Status, Trickle
+from tests.strategies import hostile_dotenv, hostile_file_name, hostile_reply
 
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 SETUP = "# Setup\n\nInstall the service with pip.\nThe server listens on port 8080 by default.\n"
@@ -357,3 +362,68 @@ def test_11_read_file_serves_only_what_discovery_would_index(kb: Path) -> None:
     for path in ("docs/server.key", "docs/credentials", "docs/node_modules/x.md", "server.key"):
         with pytest.raises(ToolError, match="not part of the knowledge base"):
             box.run(ToolCall("read_file", {"path": path}))
+
+
+# -- the property: hostile names, .env files and server replies ------------------------------
+
+SECRET = "sk-prop-Secret-0123456789"
+
+
+@contextlib.contextmanager
+def _sandbox(env: dict[str, str]):
+    """A fresh working directory and crag environment for one drawn example."""
+    saved_env = dict(os.environ)
+    saved_cwd = os.getcwd()
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            for key in list(os.environ):
+                if key.startswith(("KB_AGENT_", "OPENAI_", "JIRA_", "CONFLUENCE_")):
+                    del os.environ[key]
+            os.environ.update(env, KB_AGENT_INDEX_DIR=os.path.join(tmp, "index"))
+            os.chdir(tmp)
+            yield Path(tmp)
+        finally:
+            os.chdir(saved_cwd)
+            os.environ.clear()
+            os.environ.update(saved_env)
+
+
+def _check_run(code: int, out: str, err: str) -> None:
+    assert code in (0, 1, 2)
+    if code:
+        one_error_line(err)
+    assert SECRET not in out + err
+    assert not CONTROL.search(out + err)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(names=st.lists(hostile_file_name, min_size=1, max_size=3, unique=True), dotenv=hostile_dotenv(),
+       reply=hostile_reply, doc=hostile_reply)
+def test_hostile_names_dotenv_and_replies_never_traceback_leak_or_lose_the_index(
+    names: list[bytes], dotenv: bytes, reply: str, doc: str
+) -> None:
+    with FakeOpenAIServer() as srv, _sandbox({"KB_AGENT_LLM": "offline"}) as tmp:
+        docs = tmp / "docs"
+        docs.mkdir()
+        (docs / "setup.md").write_text(SETUP, encoding="utf-8")
+        assert cli("index", "docs")[0] == 0
+        for name in names:
+            _write_bytes_name(docs, name, f"# Note\n\nThe server listens {doc} on port 8080.\n")
+        _check_run(*cli("index", "docs"))
+        Path(".env").write_bytes(dotenv.replace(b"OPENAI_API_KEY=", b"OPENAI_API_KEY=" + SECRET.encode() + b"x", 1))
+        os.environ.update(KB_AGENT_LLM="openai", OPENAI_BASE_URL=srv.base_url, OPENAI_API_KEY=SECRET,
+                          KB_AGENT_LLM_MAX_RETRIES="0", KB_AGENT_LLM_TIMEOUT="5")
+        srv.default("analyze_and_route", route("simple", "vector_search"))
+        srv.default("plan", plan(("vector_search", {"query": "server port"})))
+        srv.default("synthesize", reply + " The server listens on port 8080 [1]. " + SECRET)
+        for argv in (("ask", "which port does the server listen on?"), ("ask", "server port", "--json"),
+                     ("search", "server port"), ("search", "server port", "--json")):
+            code, out, err = cli(*argv)
+            _check_run(code, out, err)
+            if "--json" in argv and code == 0:
+                json.loads(out)
+        os.remove(".env")
+        os.environ["KB_AGENT_LLM"] = "offline"
+        code, out, err = cli("search", "server listens port", "--json")  # the index is still there and usable
+        assert code == 0, err
+        assert "docs/setup.md" in [hit["path"] for hit in json.loads(out)]
