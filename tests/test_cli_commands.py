@@ -338,3 +338,22 @@ def test_chat_on_a_terminal_has_line_editing_and_history(kb: Path) -> None:
     assert "^[[A" not in text
     second = text.split("LLM Usage Stats", 1)[1]
     assert "on, by default?" in second and "8080" in second
+
+
+# -- search: best first, paths as SPEC'd -------------------------------------------------------
+
+
+def test_search_paths_are_relative_to_the_working_directory_or_absolute_outside_it(
+    kb: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    code, out, err = cli("search", "nightly", "backups", "--json")
+    assert code == 0, err
+    assert json.loads(out)[0]["path"] == "docs/backup.md"
+    code, out, _ = cli("search", "nightly", "backups")
+    assert out.startswith("1. docs/backup.md:L")
+    elsewhere = kb.parent / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    code, out, err = cli("search", "nightly", "backups", "--json")
+    assert code == 0, err
+    assert json.loads(out)[0]["path"] == str(kb / "backup.md")
