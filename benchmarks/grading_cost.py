@@ -325,8 +325,10 @@ class TrecToolbox:
         self.k = k
         self.next = 0
 
-    def available(self) -> tuple[str, ...]:
-        return ("vector_search",)
+    def tools(self):
+        from crag.tools import builtin
+
+        return builtin("vector_search")
 
     def run(self, call):
         items = [c.item for c in self.query.candidates[self.next : self.next + self.k]]
@@ -375,7 +377,9 @@ def node_config(strategy: str, k: int, threshold: float | None = None):
         extra = dict(NO_RULES)
     elif threshold is not None:
         extra = {"vector_score_threshold": threshold}
-    return NodeConfig(available_tools=("vector_search",), max_iterations=3, top_k=k, **extra)
+    from crag.tools import builtin
+
+    return NodeConfig(tools=builtin("vector_search"), max_iterations=3, top_k=k, **extra)
 
 
 def run_single_round(strategy: str, queries: list[Query], ks: Sequence[int], grader, cost, threshold=None):

@@ -110,8 +110,10 @@ class InstantToolbox:
     def __init__(self) -> None:
         self.items = _items()
 
-    def available(self) -> tuple[str, ...]:
-        return ("vector_search", "grep_search", "read_file")
+    def tools(self):
+        from crag.tools import LOCAL_TOOLS, builtin
+
+        return builtin(*LOCAL_TOOLS)
 
     def run(self, call):
         return self.items
@@ -390,8 +392,9 @@ QUESTION = {
 
 def node_config():
     from crag.nodes import NodeConfig
+    from crag.tools import LOCAL_TOOLS, builtin
 
-    return NodeConfig()
+    return NodeConfig(tools=builtin(*LOCAL_TOOLS))
 
 
 def _lg_invoke(app, model, path: str):

@@ -21,7 +21,10 @@ from .errors import (
 if TYPE_CHECKING:
     from .agent import Agent, Answer
     from .config import Settings
-    from .state import AgentState, Citation, EvidenceItem, Usage
+    from .llm.scripted import ScriptedChatModel
+    from .ports import ChatModel, Toolbox
+    from .state import AgentState, Citation, Completion, EvidenceItem, Usage
+    from .toolspec import Param, QuestionArg, Tool
 
 # The agent, its settings and its records load on first use, so `python -m crag --help`
 # and `graph` start without attrs, cattrs or asyncio.
@@ -33,6 +36,13 @@ _LAZY = {
     "Citation": "state",
     "EvidenceItem": "state",
     "Usage": "state",
+    "Completion": "state",
+    "ChatModel": "ports",
+    "Toolbox": "ports",
+    "Tool": "toolspec",
+    "Param": "toolspec",
+    "QuestionArg": "toolspec",
+    "ScriptedChatModel": "llm.scripted",
 }
 
 
@@ -53,7 +63,9 @@ __all__ = [
     "Agent",
     "AgentState",
     "Answer",
+    "ChatModel",
     "Citation",
+    "Completion",
     "ConfigError",
     "CragError",
     "EmbedderMismatchError",
@@ -62,8 +74,13 @@ __all__ = [
     "KnowledgeBaseError",
     "LLMError",
     "LLMTimeoutError",
+    "Param",
+    "QuestionArg",
+    "ScriptedChatModel",
     "Settings",
+    "Tool",
     "ToolError",
+    "Toolbox",
     "Usage",
     "UsageError",
 ]

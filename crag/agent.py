@@ -5,9 +5,12 @@
     result = agent.ask("How do I configure retries?", history=[...])
     print(result.answer); result.citations; result.usage.llm_calls; result.state
 
-``Agent(model, toolbox, settings)`` wires any ``ChatModel`` and ``Toolbox`` (for tests:
-``crag.llm.ScriptedChatModel``). ``await agent.aask(...)`` runs the same question in a
-worker thread so an event loop is never blocked.
+Keyword overrides of ``from_env`` are ``Settings`` field names (``model="gpt-4o"``,
+``top_k=8``); your own parts go in under names no setting has: ``chat_model=`` (any
+``ChatModel``; for tests ``crag.ScriptedChatModel``), ``toolbox=`` (a whole ``Toolbox``),
+``tools=`` (``crag.Tool`` records added to the built-in tools). ``Agent(chat_model,
+toolbox, settings)`` wires the parts directly. ``await agent.aask(...)`` runs the same
+question in a worker thread so an event loop is never blocked.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from .errors import UsageError
 from .nodes import NodeConfig
 from .ports import ChatModel, Toolbox
 from .state import AgentState, Citation, Message, Usage
+from .toolspec import Tool
 
 __all__ = ["Agent", "Answer", "parse_history"]
 
@@ -96,11 +100,11 @@ def parse_history(messages: Iterable[Any]) -> tuple[Message, ...]:
 class Agent:
     """A configured crag: a chat model, a toolbox and the settings, reusable across questions."""
 
-    def __init__(self, model: ChatModel, toolbox: Toolbox, settings: Settings | None = None) -> None:
+    def __init__(self, chat_model: ChatModel, toolbox: Toolbox, settings: Settings | None = None) -> None:
         self.settings = settings or Settings()
-        self.model = model
+        self.model = chat_model
         self.toolbox = toolbox
-        self.driver = Driver(model, toolbox, NodeConfig.from_settings(self.settings, toolbox.available()))
+        self.driver = Driver(chat_model, toolbox, NodeConfig.from_settings(self.settings, toolbox.tools()))
         self._owned: list[Any] = []  # what from_env built, closed with the agent
 
     @classmethod
@@ -108,8 +112,9 @@ class Agent:
         cls,
         kb: Sequence[str | os.PathLike[str]] | None = None,
         *,
-        model: ChatModel | None = None,
+        chat_model: ChatModel | None = None,
         toolbox: Toolbox | None = None,
+        tools: Sequence[Tool] = (),
         environ: Mapping[str, str] | None = None,
         dotenv: str | os.PathLike[str] | None = ".env",
         progress: Callable[..., None] | None = None,
@@ -119,7 +124,11 @@ class Agent:
 
         ``kb`` names the knowledge-base roots: they are indexed first when new or changed,
         and the tools look only inside them. Without it every root the index holds is used.
+        ``chat_model`` and ``toolbox`` replace the ones the settings would build; ``tools``
+        adds your own ``Tool`` records to the built-in tools (not with ``toolbox``).
         """
+        if toolbox is not None and tools:
+            raise UsageError("pass tools= or toolbox=, not both: a toolbox of your own holds its own tools")
         config = Settings.from_env(environ, dotenv, **settings)
         roots = [os.fspath(p) for p in kb] if kb else None
         owned: list[Any] = []
@@ -129,14 +138,14 @@ class Agent:
 
             if roots:
                 ensure_indexed(config, roots, progress=progress)
-            toolbox = LocalToolbox(config, roots=roots)
+            toolbox = LocalToolbox(config, roots=roots, tools=tools)
             owned.append(toolbox)
-        if model is None:
+        if chat_model is None:
             from .llm import make_chat_model
 
-            model = make_chat_model(config)
-            owned.append(model)
-        agent = cls(model, toolbox, config)
+            chat_model = make_chat_model(config)
+            owned.append(chat_model)
+        agent = cls(chat_model, toolbox, config)
         agent._owned = owned
         return agent
 
@@ -164,11 +173,12 @@ class Agent:
         question: str,
         history: Iterable[Any] = (),
         on_event: Event | None = None,
+        stream: bool = False,
     ) -> Answer:
         """``ask`` without blocking the event loop (runs in a worker thread)."""
         import asyncio
 
-        return await asyncio.to_thread(self.ask, question, list(history), on_event)
+        return await asyncio.to_thread(self.ask, question, list(history), on_event, stream)
 
     def close(self) -> None:
         """Stop the tool threads and close what ``from_env`` opened (HTTP clients, the index)."""

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from attrs import frozen
 
 from .state import AuditEvent, Completion, EvidenceItem, Message, RoutingPlan, ToolCall, ToolRun
+from .toolspec import Tool
 
 if TYPE_CHECKING:
     import numpy as np
@@ -47,8 +48,12 @@ class AnalyzeTask:
 
     question: str
     history: tuple[Message, ...]
-    available_tools: tuple[str, ...]
+    tools: tuple[Tool, ...]
     previous_attempts: tuple[ToolRun, ...] = ()
+
+    @property
+    def available_tools(self) -> tuple[str, ...]:
+        return tuple(t.name for t in self.tools)
 
 
 @frozen
@@ -59,9 +64,13 @@ class PlanTask:
     routing_plan: RoutingPlan
     evidence: tuple[EvidenceItem, ...]
     previous_attempts: tuple[ToolRun, ...]
-    available_tools: tuple[str, ...]
+    tools: tuple[Tool, ...]
     top_k: int
     history: tuple[Message, ...] = ()  # earlier turns: a follow-up question is planned in context
+
+    @property
+    def available_tools(self) -> tuple[str, ...]:
+        return tuple(t.name for t in self.tools)
 
 
 @frozen
@@ -151,13 +160,13 @@ class ChatModel(Protocol):
 
 @runtime_checkable
 class Toolbox(Protocol):
-    """The tools of one question: which are available, and running one call.
+    """The tools of one question: the records of those on offer, and running one call.
 
     ``run`` returns the call's items (or a ``ToolResult`` with audit events too) and raises
     ``crag.errors.ToolError`` for a failed call; the driver records it.
     """
 
-    def available(self) -> tuple[str, ...]: ...
+    def tools(self) -> tuple[Tool, ...]: ...
 
     def run(self, call: ToolCall) -> Sequence[EvidenceItem] | ToolResult: ...
 

@@ -8,6 +8,8 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from crag.errors import ToolError
 from crag.state import EvidenceItem, ToolCall
+from crag.tools import builtin
+from crag.toolspec import Tool
 
 LOCAL_TOOLS = ("vector_search", "grep_search", "read_file")
 
@@ -52,19 +54,19 @@ class FakeToolbox:
     def __init__(
         self,
         results: Mapping[str, Iterable[Sequence[EvidenceItem] | Exception]] | None = None,
-        tools: Sequence[str] = LOCAL_TOOLS,
+        tools: Sequence[str | Tool] = LOCAL_TOOLS,
         question: str | None = None,
         question_results: Sequence[EvidenceItem] = (),
     ) -> None:
-        self.tools = tuple(tools)
+        self.records = tuple(t if isinstance(t, Tool) else builtin(t)[0] for t in tools)
         self.queues = {k: deque(v) for k, v in (results or {}).items()}
         self.calls: list[ToolCall] = []
         self.question = question
         self.question_results = tuple(question_results)
         self.question_calls: list[ToolCall] = []
 
-    def available(self) -> tuple[str, ...]:
-        return self.tools
+    def tools(self) -> tuple[Tool, ...]:
+        return self.records
 
     def run(self, call: ToolCall) -> list[EvidenceItem]:
         if self.question is not None and call.tool == "vector_search" and _same(call.args.get("query"), self.question):

@@ -15,6 +15,7 @@ from crag.config import Settings
 from crag.llm.offline import OFFLINE_PREFACE, OfflineChatModel
 from crag.ports import AnalyzeTask, GradeTask, LLMRequest, PlanTask, SynthesizeTask
 from crag.state import Complexity, EvidenceItem, RoutingPlan, ToolCall, ToolRun
+from crag.tools import builtin
 
 from .fakes import FakeToolbox
 
@@ -43,15 +44,15 @@ def ask(task) -> str:
 
 
 def route(question: str, tools=LOCAL, attempts=()) -> RoutingPlan:
-    text = ask(AnalyzeTask(question, (), tools, attempts))
+    text = ask(AnalyzeTask(question, (), builtin(*tools), attempts))
     plan = prompts.parse_route(text, tools)
     assert plan is not None, text
     return plan
 
 
 def plan_calls(question: str, routing: RoutingPlan, tools=LOCAL, evidence=(), attempts=(), top_k=5):
-    text = ask(PlanTask(question, routing, tuple(evidence), tuple(attempts), tools, top_k))
-    calls, reasons = prompts.parse_plan(text, question, routing, tools, top_k)
+    text = ask(PlanTask(question, routing, tuple(evidence), tuple(attempts), builtin(*tools), top_k))
+    calls, reasons = prompts.parse_plan(text, question, routing, builtin(*tools), top_k)
     assert reasons == (), (text, reasons)
     return calls
 
@@ -136,7 +137,7 @@ def test_refine_rounds_differ_from_earlier_rounds():
 
 
 def test_plan_is_deterministic():
-    task = PlanTask("How do uploads retry?", RoutingPlan(Complexity.COMPLEX, LOCAL), (UPLOADS,), (), LOCAL, 5)
+    task = PlanTask("How do uploads retry?", RoutingPlan(Complexity.COMPLEX, LOCAL), (UPLOADS,), (), builtin(*LOCAL), 5)
     assert ask(task) == ask(task)
 
 
@@ -206,12 +207,12 @@ def evidence(draw):
        st.integers(1, 60))
 def test_property_every_offline_reply_passes_the_strict_parsers(question, tools, items, top_k):
     tools = tuple(tools)
-    routing = prompts.parse_route(ask(AnalyzeTask(question, (), tools)), tools)
+    routing = prompts.parse_route(ask(AnalyzeTask(question, (), builtin(*tools))), tools)
     assert routing is not None
     earlier = (ToolRun(1, ToolCall("vector_search", {"query": question, "top_k": top_k}), items),)
     for ev, attempts in (((), ()), (items, earlier)):
-        text = ask(PlanTask(question, routing, ev, attempts, tools, top_k))
-        calls, reasons = prompts.parse_plan(text, question, routing, tools, top_k)
+        text = ask(PlanTask(question, routing, ev, attempts, builtin(*tools), top_k))
+        calls, reasons = prompts.parse_plan(text, question, routing, builtin(*tools), top_k)
         assert calls
         if "vector_search" in tools and "vector_search" in routing.suggested_tools:
             assert reasons == (), (text, reasons)

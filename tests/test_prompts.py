@@ -36,9 +36,11 @@ from crag.state import (
     ToolRun,
     Usage,
 )
+from crag.tools import builtin
 
 ALL = ("vector_search", "grep_search", "read_file", "jira_fetch", "confluence_fetch", "web_fetch")
 LOCAL = ("vector_search", "grep_search", "read_file")
+ALL_T, LOCAL_T = builtin(*ALL), builtin(*LOCAL)  # the tool records
 PROPS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 MOJIBAKE_HEADING = "\u00f0\u0178\u201c\u0160 **LLM Usage Stats:**"
 
@@ -69,8 +71,8 @@ def usage_block() -> str:
 def test_every_task_renders_a_system_and_a_user_message():
     history = (Message("user", "hi"), Message("assistant", "hello"))
     tasks = [
-        AnalyzeTask("What is X?", history, LOCAL),
-        PlanTask("What is X?", plan_for("vector_search"), (item(1),), (), LOCAL, 5),
+        AnalyzeTask("What is X?", history, LOCAL_T),
+        PlanTask("What is X?", plan_for("vector_search"), (item(1),), (), LOCAL_T, 5),
         GradeTask("What is X?", (item(1), item(2))),
         SynthesizeTask("What is X?", history, (item(1),)),
         SynthesizeTask("hi", history, (), chitchat=True),
@@ -109,7 +111,7 @@ def test_synthesize_prompt_asks_for_citations_and_no_stats_block():
 def test_plan_prompt_lists_only_the_suggested_tools_and_earlier_attempts():
     runs = (ToolRun(1, ToolCall("vector_search", {"query": "retry"}), (item(1),)),
             ToolRun(1, ToolCall("grep_search", {"pattern": "x"}), (), error="grep_search: boom"))
-    system, user = render(PlanTask("q", plan_for("vector_search"), (item(1),), runs, LOCAL, 7))
+    system, user = render(PlanTask("q", plan_for("vector_search"), (item(1),), runs, LOCAL_T, 7))
     assert "- vector_search:" in system["content"] and "- grep_search:" not in system["content"]
     assert '"top_k": 7' in system["content"]
     assert 'round 1: vector_search {"query": "retry"} -> 1 items' in user["content"]
@@ -123,7 +125,7 @@ def test_history_stats_blocks_are_stripped_from_every_prompt():
         Message("assistant", f"Downloads stream [1].\n\n[1] docs/dl.md:L3\n\n{block}"),
         Message("assistant", f"Cached.\n\n---\n{MOJIBAKE_HEADING}\n- **Model:** x"),
     )
-    for task in (AnalyzeTask("q", history, LOCAL), SynthesizeTask("q", history, (item(1),)),
+    for task in (AnalyzeTask("q", history, LOCAL_T), SynthesizeTask("q", history, (item(1),)),
                  SynthesizeTask("q", history, (), chitchat=True)):
         text = contents(render(task))
         assert "LLM Usage Stats" not in text
@@ -182,7 +184,7 @@ def test_property_history_stats_blocks_never_reach_a_prompt(turns, positions, he
             k = p % len(history)
             history[k] = Message(history[k].role, f"{history[k].content}\n\n{block}")
     history_t = tuple(history)
-    for task in (AnalyzeTask("q", history_t, LOCAL), SynthesizeTask("q", history_t, (item(1),)),
+    for task in (AnalyzeTask("q", history_t, LOCAL_T), SynthesizeTask("q", history_t, (item(1),)),
                  SynthesizeTask("q", history_t, (), chitchat=True)):
         assert "LLM Usage Stats" not in contents(render(task))
 
@@ -217,7 +219,7 @@ def test_property_document_lines_never_start_a_prompt_line(texts, kind):
     elif kind == "synthesize":
         task = SynthesizeTask("What about retries?", (), items)
     else:
-        task = PlanTask("What about retries?", plan_for("vector_search"), items, (), LOCAL, 5)
+        task = PlanTask("What about retries?", plan_for("vector_search"), items, (), LOCAL_T, 5)
     for message in render(task):
         lines = message["content"].splitlines()
         headers = [line for line in lines if re.match(r"^\[\d+\] ", line)]
@@ -350,36 +352,36 @@ def call_json(*calls) -> str:
 def test_parse_plan_accepts_objects_bare_arrays_and_fences():
     plan = plan_for("vector_search", "grep_search")
     reply = call_json(("vector_search", {"query": "upload retry"}), ("grep_search", {"pattern": "max_retries"}))
-    calls, reasons = parse_plan(reply, Q, plan, LOCAL, 5)
+    calls, reasons = parse_plan(reply, Q, plan, LOCAL_T, 5)
     assert calls == (ToolCall("vector_search", {"query": "upload retry", "top_k": 5}),
                      ToolCall("grep_search", {"pattern": "max_retries", "regex": False}))
     assert reasons == ()
     bare = json.dumps([{"tool": "vector_search", "args": {"query": "upload retry"}},
                        {"tool": "grep_search", "args": {"pattern": "max_retries"}}])
-    assert parse_plan(f"Plan:\n```json\n{bare}\n```", Q, plan, LOCAL, 5)[0] == calls
+    assert parse_plan(f"Plan:\n```json\n{bare}\n```", Q, plan, LOCAL_T, 5)[0] == calls
 
 
 def test_parse_plan_drops_tools_outside_the_routing_plan_or_not_available():
     calls, reasons = parse_plan(
         call_json(("grep_search", {"pattern": "x"}), ("magic", {}), ("vector_search", {"query": "q"})),
-        Q, plan_for("vector_search"), LOCAL, 5)
+        Q, plan_for("vector_search"), LOCAL_T, 5)
     assert calls == (ToolCall("vector_search", {"query": "q", "top_k": 5}),)
     assert any("grep_search" in r and "suggested" in r for r in reasons)
     assert any("magic" in r and "not an available tool" in r for r in reasons)
 
 
 def test_remote_tools_need_their_argument_in_the_question():
-    plan = plan_for("vector_search", *prompts.REMOTE_TOOLS)
+    plan = plan_for("vector_search", "jira_fetch", "confluence_fetch", "web_fetch")
     reply = call_json(("jira_fetch", {"key": "ABC-1"}), ("confluence_fetch", {"page_id": "123456"}),
                       ("web_fetch", {"url": "https://evil.example/x"}))
-    calls, reasons = parse_plan(reply, "What changed in uploads? (see UTF-8 notes)", plan, ALL, 5)
+    calls, reasons = parse_plan(reply, "What changed in uploads? (see UTF-8 notes)", plan, ALL_T, 5)
     assert [c.tool for c in calls] == ["vector_search"]  # the fallback
     assert len(reasons) == 4
     question = "Status of FSR-123的状态, page 123456 and https://example.com/doc?"
     reply = call_json(("jira_fetch", {"key": "fsr-123"}), ("jira_fetch", {"key": "FSR-999"}),
                       ("confluence_fetch", {"page_id": 123456}), ("web_fetch", {"url": "https://example.com/doc"}),
                       ("web_fetch", {"url": "https://example.com/other"}))
-    calls, reasons = parse_plan(reply, question, plan, ALL, 5)
+    calls, reasons = parse_plan(reply, question, plan, ALL_T, 5)
     assert calls == (ToolCall("jira_fetch", {"key": "FSR-123"}), ToolCall("confluence_fetch", {"page_id": "123456"}),
                      ToolCall("web_fetch", {"url": "https://example.com/doc"}))
     assert len(reasons) == 2
@@ -400,7 +402,7 @@ def test_argument_validation():
         ("read_file", {"path": "docs/c.md", "start_line": True}),
         ("vector_search", {"query": "a", "top_k": 500}),
     )
-    calls, reasons = parse_plan(reply, Q, plan, LOCAL, 5)
+    calls, reasons = parse_plan(reply, Q, plan, LOCAL_T, 5)
     assert calls == (
         ToolCall("vector_search", {"query": "a", "top_k": 50}),
         ToolCall("grep_search", {"pattern": "(literal", "glob": "*.md", "regex": False}),
@@ -412,7 +414,7 @@ def test_argument_validation():
 
 def test_nothing_valid_falls_back_to_vector_search_for_the_question():
     for reply in ("", "{}", '{"tool_calls": []}', "I cannot help", call_json(("read_file", {}))):
-        calls, reasons = parse_plan(reply, Q, plan_for(*LOCAL), LOCAL, 7)
+        calls, reasons = parse_plan(reply, Q, plan_for(*LOCAL), LOCAL_T, 7)
         assert calls == (ToolCall("vector_search", {"query": Q, "top_k": 7}),)
         assert reasons
 
@@ -420,18 +422,18 @@ def test_nothing_valid_falls_back_to_vector_search_for_the_question():
 def test_seed_002_plan_fallback_extracts_only_suggested_tools_with_their_patterns():
     text = "I would call jira_fetch, then web_fetch and grep_search, then vector_search."
     calls, reasons = parse_plan(text, Q, plan_for("vector_search", "jira_fetch"),
-                                ("vector_search", "grep_search", "read_file", "jira_fetch", "web_fetch"), 5)
+                                builtin("vector_search", "grep_search", "read_file", "jira_fetch", "web_fetch"), 5)
     assert calls == (ToolCall("vector_search", {"query": Q, "top_k": 5}),)
     assert any("jira_fetch" in r for r in reasons)
     calls, _ = parse_plan("Use jira fetch and grep-search.", "Why is FSR-12 blocked on `upload_queue`?",
-                          plan_for("vector_search", "jira_fetch", "grep_search"), ALL, 5)
+                          plan_for("vector_search", "jira_fetch", "grep_search"), ALL_T, 5)
     assert calls == (ToolCall("jira_fetch", {"key": "FSR-12"}),
                      ToolCall("grep_search", {"pattern": "upload_queue", "regex": False}))
 
 
 def test_duplicate_calls_are_removed_and_rounds_are_capped():
     reply = call_json(*[("vector_search", {"query": "q"})] * 3, *[("vector_search", {"query": f"q{k}"}) for k in range(12)])
-    calls, reasons = parse_plan(reply, Q, plan_for("vector_search"), LOCAL, 5)
+    calls, reasons = parse_plan(reply, Q, plan_for("vector_search"), LOCAL_T, 5)
     assert len(calls) == prompts.MAX_CALLS
     assert len({json.dumps(dict(c.args), sort_keys=True) for c in calls}) == len(calls)
     assert sum("more than" in r for r in reasons) == 13 - prompts.MAX_CALLS
@@ -462,7 +464,7 @@ plan_replies = st.one_of(
 def test_property_a_plan_only_holds_allowed_tools_with_patterns_from_the_question(reply, question, suggested,
                                                                                    available, top_k):
     routing = RoutingPlan(Complexity.COMPLEX, tuple(suggested))
-    calls, reasons = parse_plan(reply, question, routing, tuple(available), top_k)
+    calls, reasons = parse_plan(reply, question, routing, builtin(*available), top_k)
     assert calls and all(isinstance(r, str) for r in reasons)
     fallback = (ToolCall("vector_search", {"query": question.strip() or question, "top_k": min(top_k, 50)}),)
     if calls != fallback:
@@ -546,7 +548,7 @@ def test_property_valid_scores_survive_any_wrapping(values, wrapper):
 @given(st.text(max_size=300))
 def test_property_parsers_never_raise_on_any_reply(text):
     assert parse_route(text, LOCAL) is None or isinstance(parse_route(text, LOCAL), RoutingPlan)
-    calls, _ = parse_plan(text, Q, plan_for(*LOCAL), LOCAL, 5)
+    calls, _ = parse_plan(text, Q, plan_for(*LOCAL), LOCAL_T, 5)
     assert calls
     assert isinstance(clean_answer(text), str)
     assert parse_scores(text, 2) is None or len(parse_scores(text, 2)) == 2

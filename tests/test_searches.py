@@ -16,13 +16,13 @@ from crag.llm import ScriptedChatModel
 from crag.nodes import NodeConfig, plan
 from crag.ports import ToolResult
 from crag.state import AgentState, Completion, Complexity, EvidenceItem, RoutingPlan, ToolCall, ToolRun
-from crag.tools import Toolbox
+from crag.tools import Toolbox, builtin
 
 from .fakes import FakeToolbox, item
 
 QUESTION = "How do uploads retry?"
 ROUTE = '{"complexity": "complex", "suggested_tools": ["vector_search", "grep_search", "read_file"]}'
-CFG = NodeConfig(top_k=5)
+CFG = NodeConfig(tools=builtin("vector_search", "grep_search", "read_file"), top_k=5)
 
 
 def plan_reply(*calls: tuple[str, dict]) -> str:

@@ -29,10 +29,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, LLMError, LLMTimeoutError
+from ..llm.retry import ConnectionFailure, Failure, RetryPolicy, StatusFailure, TimeoutFailure
 from ..text import STOPWORDS, stem
 from ..text import WORD as _WORD
 from ..text import content_words as tokenize
-from ..llm.retry import ConnectionFailure, Failure, RetryPolicy, StatusFailure, TimeoutFailure
 
 if TYPE_CHECKING:
     import numpy as np

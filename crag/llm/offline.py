@@ -38,9 +38,11 @@ from ..ports import AnalyzeTask, GradeTask, LLMRequest, PlanTask, SynthesizeTask
 from ..state import Completion, EvidenceItem, Message, ToolRun
 from ..text import STOPWORDS, keywords, stem
 from ..text import words as split_words
+from ..toolspec import MAX_TOP_K, Tool
 
 __all__ = ["OFFLINE_PREFACE", "OfflineChatModel", "keywords"]
 
+SEARCH_TOOLS = ("vector_search", "grep_search", "read_file")  # planned by the rules below
 OFFLINE_PREFACE = "Composed offline from the knowledge base (no LLM was used); the most relevant passages:"
 
 # Words that carry no content in small talk ("thanks, that helped a lot!").
@@ -129,6 +131,18 @@ def _is_chitchat(question: str) -> bool:
     return not content
 
 
+def _question_values(tool: Tool, question: str) -> list[dict[str, Any]]:
+    """Arguments for ``tool`` found in the question: one per value of its ``question_arg``,
+    or what its ``from_question`` builds (the three search tools are planned above)."""
+    qa = tool.question_arg
+    if qa is not None:
+        return [{qa.param: value} for value in qa.find(question)]
+    if tool.name in SEARCH_TOOLS or tool.from_question is None:
+        return []
+    args = tool.from_question(question)
+    return [dict(args)] if args else []
+
+
 class OfflineChatModel:
     """The ``ChatModel`` port answered by rules from each request's task; no network."""
 
@@ -170,13 +184,12 @@ class OfflineChatModel:
         available = set(task.available_tools)
         identifiers = prompts.find_identifiers(question)
         paths = prompts.find_paths(question)
-        keys = prompts.find_jira_keys(question)
-        page_ids = prompts.find_confluence_page_ids(question)
-        urls = prompts.find_urls(question)
+        named_in_question = [t.name for t in task.tools if _question_values(t, question)]
         if _is_chitchat(question) and not task.previous_attempts:
             return json.dumps({"complexity": "chitchat", "suggested_tools": []})
         words = len(question.split())
-        named = bool(identifiers or paths or keys or page_ids or urls)
+        named = bool(identifiers or paths or named_in_question or prompts.find_jira_keys(question)
+                     or prompts.find_confluence_page_ids(question) or prompts.find_urls(question))
         if _COMPLEX_MARKER.search(question) or words > 25:
             complexity = "complex"
         elif named or (_FACT_QUESTION.match(question) and words <= 12):
@@ -188,12 +201,7 @@ class OfflineChatModel:
             tools.append("grep_search")
         if paths:
             tools.append("read_file")
-        if keys:
-            tools.append("jira_fetch")
-        if page_ids:
-            tools.append("confluence_fetch")
-        if urls:
-            tools.append("web_fetch")
+        tools.extend(named_in_question)
         if task.previous_attempts:  # a re-retrieval widens the strategy
             tools.extend(("grep_search", "read_file"))
         suggested = [t for t in dict.fromkeys(tools) if t in available]
@@ -207,7 +215,7 @@ class OfflineChatModel:
         tried = {_signature(run.call.tool, dict(run.call.args)) for run in task.previous_attempts}
         rounds = len({run.round for run in task.previous_attempts})
         refining = bool(task.previous_attempts or task.evidence)
-        top_k = max(1, min(task.top_k, prompts.MAX_TOP_K))
+        top_k = max(1, min(task.top_k, MAX_TOP_K))
         calls: list[dict[str, Any]] = []
 
         def add(tool: str, args: dict[str, Any]) -> bool:
@@ -230,7 +238,7 @@ class OfflineChatModel:
                     " ".join([*words, *learnt]) or question.strip(),
                     question.strip(),
                 ]
-            sizes = [top_k] if not refining else [min(prompts.MAX_TOP_K, top_k * (rounds + 1)), prompts.MAX_TOP_K]
+            sizes = [top_k] if not refining else [min(MAX_TOP_K, top_k * (rounds + 1)), MAX_TOP_K]
             for size in sizes:
                 if any(add("vector_search", {"query": q, "top_k": size}) for q in queries if q):
                     break
@@ -255,14 +263,11 @@ class OfflineChatModel:
                 start = max(1, best.start_line - 15)
                 end = (best.end_line or best.start_line) + 30
                 add("read_file", {"path": best.source, "start_line": start, "end_line": end})
-        for key in prompts.find_jira_keys(question)[:2]:
-            add("jira_fetch", {"key": key})
-        for page_id in prompts.find_confluence_page_ids(question)[:2]:
-            add("confluence_fetch", {"page_id": page_id})
-        for url in prompts.find_urls(question)[:2]:
-            add("web_fetch", {"url": url})
+        for tool in task.tools:  # remote tools and your own: arguments from the question
+            for args in _question_values(tool, question)[:2]:
+                add(tool.name, args)
         if not calls:  # everything was tried: search as widely as allowed
-            calls.append({"tool": "vector_search", "args": {"query": question.strip(), "top_k": prompts.MAX_TOP_K}})
+            calls.append({"tool": "vector_search", "args": {"query": question.strip(), "top_k": MAX_TOP_K}})
         return json.dumps({"tool_calls": calls}, ensure_ascii=False)
 
     @staticmethod

@@ -9,12 +9,16 @@ driver performs the request in between. ``NODES`` maps each graph node to its mo
 from __future__ import annotations
 
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 from attrs import frozen
 
-from ..config import Settings
 from ..graph import Node
+from ..toolspec import Tool
 from . import analyze_and_route, grade_evidence, plan, synthesize, tool_exec
+
+if TYPE_CHECKING:
+    from ..config import Settings
 
 __all__ = ["NODES", "NodeConfig"]
 
@@ -23,7 +27,7 @@ __all__ = ["NODES", "NodeConfig"]
 class NodeConfig:
     """What the nodes need to know besides the state: thresholds, limits and the tools on offer."""
 
-    available_tools: tuple[str, ...] = ("vector_search", "grep_search", "read_file")
+    tools: tuple[Tool, ...] = ()
     max_iterations: int = 3
     auto_approve_max_items: int = 2
     vector_score_threshold: float = 0.8
@@ -34,10 +38,14 @@ class NodeConfig:
     max_answer_tokens: int = 1024
     context_tokens: int = 8192
 
+    @property
+    def available_tools(self) -> tuple[str, ...]:
+        return tuple(t.name for t in self.tools)
+
     @classmethod
-    def from_settings(cls, settings: Settings, available_tools: tuple[str, ...]) -> NodeConfig:
+    def from_settings(cls, settings: Settings, tools: tuple[Tool, ...]) -> NodeConfig:
         return cls(
-            available_tools=tuple(available_tools),
+            tools=tuple(tools),
             max_iterations=settings.max_iterations,
             auto_approve_max_items=settings.auto_approve_max_items,
             vector_score_threshold=settings.vector_score_threshold,

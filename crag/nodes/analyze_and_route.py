@@ -26,7 +26,7 @@ def prepare(state: AgentState, cfg: NodeConfig) -> LLMRequest:
     task = AnalyzeTask(
         question=state.question,
         history=state.history,
-        available_tools=cfg.available_tools,
+        tools=cfg.tools,
         previous_attempts=state.tool_history,
     )
     return LLMRequest(

@@ -38,7 +38,7 @@ def prepare(state: AgentState, cfg: NodeConfig) -> LLMRequest:
         routing_plan=_routing_plan(state, cfg),
         evidence=state.context,
         previous_attempts=state.tool_history,
-        available_tools=cfg.available_tools,
+        tools=cfg.tools,
         top_k=cfg.top_k,
         history=state.history,
     )
@@ -56,7 +56,7 @@ def prepare(state: AgentState, cfg: NodeConfig) -> LLMRequest:
 def apply(state: AgentState, reply: Completion | None, cfg: NodeConfig) -> AgentState:
     text = reply.text if reply is not None else ""
     calls, rejected = prompts.parse_plan(
-        text, state.question, _routing_plan(state, cfg), cfg.available_tools, cfg.top_k
+        text, state.question, _routing_plan(state, cfg), cfg.tools, cfg.top_k
     )
     events = [AuditEvent("plan_call_rejected", {"reason": reason}) for reason in rejected]
     if state.iteration == 0 and "vector_search" in cfg.available_tools:

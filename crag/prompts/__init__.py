@@ -35,19 +35,16 @@ from .find import (
     find_urls,
 )
 from .lenient_json import extract_json, iter_json_values
-from .plan import ALL_TOOLS, MAX_CALLS, MAX_TOP_K, REMOTE_TOOLS, parse_plan
-from .render import TOOL_DESCRIPTIONS, quote, render
+from .plan import MAX_CALLS, MAX_TOP_K, parse_plan
+from .render import quote, render
 from .route import DEFAULT_TOOLS, parse_route
 from .scores import parse_scores
 
 __all__ = [
-    "ALL_TOOLS",
     "DEFAULT_TOOLS",
     "MAX_CALLS",
     "MAX_TOP_K",
     "NOT_JIRA_PROJECTS",
-    "REMOTE_TOOLS",
-    "TOOL_DESCRIPTIONS",
     "clean_answer",
     "extract_json",
     "find_confluence_page_ids",

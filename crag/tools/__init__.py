@@ -1,7 +1,8 @@
-"""The tools: ``Toolbox`` runs validated tool calls and turns what they find into evidence.
+"""The tools: ``BUILTIN_TOOLS``, the registry, and ``Toolbox``, which runs checked calls.
 
-One module per tool, each a function from validated arguments to ``list[EvidenceItem]``
-that raises ``ToolError`` when the call fails:
+One module per tool. Each defines ``TOOL``, its ``crag.toolspec.Tool`` record (planner
+description, argument schema, when it is enabled, the function that runs it, which turns
+checked arguments into ``list[EvidenceItem]`` or raises ``ToolError``):
 
     vector_search(query, top_k)             the hybrid index search (crag.index)
     grep_search(pattern, glob, regex)       matching lines, read from disk
@@ -10,8 +11,8 @@ that raises ``ToolError`` when the call fails:
     confluence_fetch(page_id)               when CONFLUENCE_BASE_URL is set
     web_fetch(url)                          when KB_AGENT_WEB_FETCH=on; public addresses only
 
-``Toolbox(settings, roots=None, cwd=None)`` implements the ``Toolbox`` port for the
-driver. ``roots`` are the knowledge-base roots the tools look in (``None``: every root the
+``Toolbox(settings, roots=None, cwd=None, tools=())`` implements the ``Toolbox`` port for
+the driver; ``tools`` adds your own ``Tool`` records to the built-in ones. ``roots`` are the knowledge-base roots the tools look in (``None``: every root the
 index holds); ``cwd`` is where citations are relative to (default: the working directory).
 The index is opened on the first ``vector_search`` and re-opened when an indexer has
 published a newer generation. ``run`` is thread-safe: the driver runs calls in parallel.
@@ -23,22 +24,35 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ToolError
+from ..errors import ToolError, UsageError
+from ..ports import ToolResult
 from ..safe_text import redact
 from ..state import EvidenceItem, ToolCall
+from ..toolspec import ArgumentError, Tool, check_args
+from . import confluence_fetch, grep_search, jira_fetch, read_file, vector_search, web_fetch
 
 if TYPE_CHECKING:
     from ..config import Settings
     from ..index.store import IndexReader
     from ..ports import Embedder
 
-__all__ = ["LOCAL_TOOLS", "Toolbox"]
+__all__ = ["BUILTIN_TOOLS", "LOCAL_TOOLS", "Toolbox", "builtin"]
 
+# The registry: every built-in tool, in the order the planner is shown them.
+BUILTIN_TOOLS: tuple[Tool, ...] = tuple(
+    m.TOOL for m in (vector_search, grep_search, read_file, jira_fetch, confluence_fetch, web_fetch)
+)
 LOCAL_TOOLS = ("vector_search", "grep_search", "read_file")
+_BUILTIN = {t.name: t for t in BUILTIN_TOOLS}
+
+
+def builtin(*names: str) -> tuple[Tool, ...]:
+    """The built-in tool records of ``names``, in that order (``BUILTIN_TOOLS``: all)."""
+    return tuple(_BUILTIN[n] for n in names)
 
 
 class Toolbox:
@@ -54,6 +68,7 @@ class Toolbox:
         address_allowed: Callable[[Any], bool] | None = None,
         resolver: Callable[[str, int], Sequence[str]] | None = None,
         http_timeout: float = 20.0,
+        tools: Sequence[Tool] = (),
     ) -> None:
         from ..index.discover import normalize_root
         from .http import is_public_address, system_resolver
@@ -68,30 +83,32 @@ class Toolbox:
         self.http_timeout = http_timeout
         self._lock = threading.Lock()
         self._reader: IndexReader | None = None
+        self._tools = _registry(tools)
 
     # -- the port ---------------------------------------------------------------------
 
-    def available(self) -> tuple[str, ...]:
-        tools = list(LOCAL_TOOLS)
-        if self.settings.jira_base_url:
-            tools.append("jira_fetch")
-        if self.settings.confluence_base_url:
-            tools.append("confluence_fetch")
-        if self.settings.web_fetch:
-            tools.append("web_fetch")
-        return tuple(tools)
+    def tools(self) -> tuple[Tool, ...]:
+        """The records of the tools the settings enable, built-in ones first."""
+        return tuple(t for t in self._tools.values() if t.enabled(self.settings))
 
-    def run(self, call: ToolCall) -> list[EvidenceItem]:
+    def available(self) -> tuple[str, ...]:
+        return tuple(t.name for t in self.tools())
+
+    def run(self, call: ToolCall) -> Sequence[EvidenceItem] | ToolResult:
         name = call.tool
-        if name not in self.available():
-            if name in _ALL:
-                raise ToolError(name, f"{name} is not enabled ({_ENABLE[name]})")
+        tool = self._tools.get(name) if isinstance(name, str) else None
+        if tool is None:
             raise ToolError(str(name), f"unknown tool; available: {', '.join(self.available())}")
-        args = call.args if isinstance(call.args, Mapping) else None
-        if args is None:
-            raise ToolError(name, "arguments must be an object")
+        if not tool.enabled(self.settings):
+            raise ToolError(name, f"{name} is not enabled ({tool.enable_hint or 'see its settings'})")
         try:
-            return _module(name).run(self, args)
+            args = check_args(tool, call.args, planned=False, top_k=self.settings.top_k)
+        except ArgumentError as exc:
+            raise ToolError(name, exc.reason) from None
+        try:
+            if name in _BUILTIN and tool is _BUILTIN[name]:
+                return tool.run(args, self)
+            return _run_own(tool, args, self)
         except ToolError as exc:
             # The boundary every tool failure crosses on its way to tool_history and the
             # audit log: a server may echo a token or a URL with a password back at us.
@@ -144,15 +161,28 @@ class Toolbox:
                 self._reader = None
 
 
-_ALL = ("vector_search", "grep_search", "read_file", "jira_fetch", "confluence_fetch", "web_fetch")
-_ENABLE = {
-    "jira_fetch": "set JIRA_BASE_URL",
-    "confluence_fetch": "set CONFLUENCE_BASE_URL",
-    "web_fetch": "set KB_AGENT_WEB_FETCH=on",
-}
+def _registry(extra: Sequence[Tool]) -> dict[str, Tool]:
+    tools = dict(_BUILTIN)
+    for tool in extra:
+        if not isinstance(tool, Tool):
+            raise UsageError(f"tools must be crag.Tool records, not {type(tool).__name__}")
+        if tool.name in tools:
+            raise UsageError(f"there is already a tool named {tool.name}")
+        tools[tool.name] = tool
+    return tools
 
 
-def _module(name: str) -> Any:
-    import importlib
-
-    return importlib.import_module(f"{__name__}.{name}")
+def _run_own(tool: Tool, args: dict[str, Any], box: Toolbox) -> Sequence[EvidenceItem] | ToolResult:
+    """A tool from the user's program: what it raises or returns wrongly is a ToolError."""
+    try:
+        result = tool.run(args, box)
+        if not isinstance(result, ToolResult):
+            result = list(result)
+    except ToolError:
+        raise
+    except Exception as exc:  # the boundary to code crag does not own
+        raise ToolError(tool.name, f"failed: {type(exc).__name__}: {exc}") from exc
+    for item in result:
+        if not isinstance(item, EvidenceItem):
+            raise ToolError(tool.name, f"returned {type(item).__name__}, not crag.EvidenceItem")
+    return result

@@ -13,8 +13,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ToolError
+from ..prompts.find import find_confluence_page_ids
 from ..state import EvidenceItem
-from .args import check_known
+from ..toolspec import Param, QuestionArg, Tool
 from .atlassian import get_json
 from .http import html_to_text
 
@@ -41,8 +42,7 @@ def page_id_of(value: Any) -> str:
     raise ToolError(NAME, f"{value!r} is not a Confluence page id or page URL")
 
 
-def run(box: Toolbox, args: Mapping[str, Any]) -> list[EvidenceItem]:
-    check_known(NAME, args, ("page_id",))
+def run(args: Mapping[str, Any], box: Toolbox) -> list[EvidenceItem]:
     page_id = page_id_of(args.get("page_id"))
     settings = box.settings
     base = settings.confluence_base_url
@@ -81,3 +81,25 @@ def _page_url(base: str, links: Mapping[str, Any], page_id: str) -> str:
         root = link_base if isinstance(link_base, str) and link_base else base
         return root.rstrip("/") + "/" + webui.lstrip("/")
     return f"{base}/pages/viewpage.action?pageId={page_id}"
+
+
+def _designated(raw: Any, found: Any) -> str | None:
+    """The page id a model's ``page_id`` (digits, a number or a page URL) names, if found."""
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        raw = str(raw)
+    if not isinstance(raw, str):
+        return None
+    text = raw.strip()
+    given = (text.lstrip("0") or "0",) if text.isdigit() else find_confluence_page_ids(text)
+    return given[0] if given and given[0] in found else None
+
+
+TOOL = Tool(
+    name=NAME,
+    description="fetch a Confluence page",
+    run=run,
+    params=(Param("page_id", required=True, hint='"123456"'),),
+    question_arg=QuestionArg("page_id", find_confluence_page_ids, "a Confluence page id or page URL", _designated),
+    enabled=lambda settings: bool(settings.confluence_base_url),
+    enable_hint="set CONFLUENCE_BASE_URL",
+)

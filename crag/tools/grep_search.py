@@ -27,8 +27,9 @@ from typing import TYPE_CHECKING, Any
 from ..errors import KnowledgeBaseError, ToolError
 from ..index.discover import decode_text, discover, is_binary, read_bytes, split_lines
 from ..ports import ToolResult
+from ..prompts.find import find_identifiers
 from ..state import AuditEvent, EvidenceItem
-from .args import check_known, opt_bool, opt_str, req_str
+from ..toolspec import ArgumentError, Param, Tool
 from .regex_guard import RegexRefused, matching_lines
 
 if TYPE_CHECKING:
@@ -41,11 +42,8 @@ MAX_FILE_BYTES = 2 * 1024 * 1024
 MAX_LINE_CHARS = 4000
 
 
-def run(box: Toolbox, args: Mapping[str, Any]) -> ToolResult:
-    check_known(NAME, args, ("pattern", "glob", "regex"))
-    pattern = req_str(NAME, args, "pattern", max_len=500)
-    glob = opt_str(NAME, args, "glob", max_len=200)
-    use_regex = opt_bool(NAME, args, "regex", False)
+def run(args: Mapping[str, Any], box: Toolbox) -> ToolResult:
+    pattern, glob, use_regex = args["pattern"], args.get("glob"), args.get("regex", False)
     try:
         rx = re.compile(pattern if use_regex else re.escape(pattern), re.IGNORECASE)
     except (re.error, RecursionError, OverflowError) as exc:
@@ -110,3 +108,31 @@ def _glob_match(path: str, root: str, glob: str) -> bool:
         return True
     # "docs/**/*.md" also matches "docs/a.md"
     return "**/" in pattern and fnmatch.fnmatch(rel, pattern.replace("**/", ""))
+
+
+def _check(args: dict[str, Any]) -> None:
+    if args.get("regex"):
+        try:
+            re.compile(args["pattern"])
+        except (re.error, RecursionError, OverflowError) as exc:
+            raise ArgumentError(NAME, f"invalid regular expression {args['pattern']!r} ({exc})") from None
+
+
+def _from_question(question: str) -> dict[str, Any] | None:
+    identifiers = find_identifiers(question)
+    return {"pattern": identifiers[0]} if identifiers else None
+
+
+TOOL = Tool(
+    name=NAME,
+    description="exact text search, case-insensitive",
+    run=run,
+    params=(
+        Param("pattern", required=True, max_length=500),
+        Param("glob", max_length=200, hint='str (optional, e.g. "*.md")'),
+        Param("regex", "boolean", default=False, hint="bool (optional, default false)"),
+    ),
+    check=_check,
+    from_question=_from_question,
+    advice="grep_search wants a literal identifier, setting name, flag or phrase, not a sentence",
+)

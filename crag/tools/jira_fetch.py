@@ -14,8 +14,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ToolError
+from ..prompts.find import find_jira_keys
 from ..state import EvidenceItem
-from .args import check_known, req_str
+from ..toolspec import Param, QuestionArg, Tool
 from .atlassian import get_json
 
 if TYPE_CHECKING:
@@ -27,9 +28,8 @@ MAX_COMMENTS = 5
 FIELDS = "summary,description,status,issuetype,priority,assignee,comment"
 
 
-def run(box: Toolbox, args: Mapping[str, Any]) -> list[EvidenceItem]:
-    check_known(NAME, args, ("key",))
-    key = req_str(NAME, args, "key", max_len=64).upper()
+def run(args: Mapping[str, Any], box: Toolbox) -> list[EvidenceItem]:
+    key = args["key"].upper()
     if not KEY.match(key):
         raise ToolError(NAME, f"{key!r} is not a Jira issue key (expected something like PROJ-123)")
     settings = box.settings
@@ -94,3 +94,19 @@ def _adf_text(node: Any, parts: list[str]) -> None:
     elif isinstance(node, list):
         for child in node:
             _adf_text(child, parts)
+
+
+def _designated(raw: Any, found: Any) -> str | None:
+    key = raw.strip().upper() if isinstance(raw, str) else None
+    return key if key in found else None
+
+
+TOOL = Tool(
+    name=NAME,
+    description="fetch a Jira issue",
+    run=run,
+    params=(Param("key", required=True, max_length=64, hint='"ABC-123"'),),
+    question_arg=QuestionArg("key", find_jira_keys, "a Jira key (like ABC-123)", _designated),
+    enabled=lambda settings: bool(settings.jira_base_url),
+    enable_hint="set JIRA_BASE_URL",
+)

@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ToolError
 from ..index.discover import MAX_FILE_BYTES, decode_text, is_binary, read_bytes, split_lines
+from ..prompts.find import find_paths
 from ..state import EvidenceItem
-from .args import check_known, opt_int, req_str
+from ..toolspec import ArgumentError, Param, Tool
 from .paths import resolve_in_roots
 
 if TYPE_CHECKING:
@@ -26,11 +27,8 @@ NAME = "read_file"
 MAX_LINES = 200
 
 
-def run(box: Toolbox, args: Mapping[str, Any]) -> list[EvidenceItem]:
-    check_known(NAME, args, ("path", "start_line", "end_line"))
-    requested = req_str(NAME, args, "path", max_len=4096)
-    start = opt_int(NAME, args, "start_line", None, 1, 10**9)
-    end = opt_int(NAME, args, "end_line", None, 1, 10**9)
+def run(args: Mapping[str, Any], box: Toolbox) -> list[EvidenceItem]:
+    requested, start, end = args["path"], args.get("start_line"), args.get("end_line")
     real = resolve_in_roots(NAME, requested, box.file_roots(), str(box.cwd), excluded=[box.index_dir])
     try:
         data = read_bytes(real, MAX_FILE_BYTES)
@@ -57,3 +55,28 @@ def run(box: Toolbox, args: Mapping[str, Any]) -> list[EvidenceItem]:
             end_line=last,
         )
     ]
+
+
+def _check(args: dict[str, Any]) -> None:
+    start, end = args.get("start_line"), args.get("end_line")
+    if start is not None and end is not None and end < start:
+        raise ArgumentError(NAME, f"end_line {end} is before start_line {start}")
+
+
+def _from_question(question: str) -> dict[str, Any] | None:
+    paths = find_paths(question)
+    return {"path": paths[0]} if paths else None
+
+
+TOOL = Tool(
+    name=NAME,
+    description="read lines of a knowledge-base file",
+    run=run,
+    params=(
+        Param("path", required=True, max_length=4096),
+        Param("start_line", "integer", minimum=1, maximum=10**9, hint="int"),
+        Param("end_line", "integer", minimum=1, maximum=10**9, hint="int"),
+    ),
+    check=_check,
+    from_question=_from_question,
+)

@@ -20,21 +20,18 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..errors import LLMError, ToolError
-from ..text import keywords
 from ..state import EvidenceItem
-from .args import check_known, opt_int, req_str
+from ..text import keywords
+from ..toolspec import CONFIGURED_TOP_K, MAX_TOP_K, Param, Tool
 
 if TYPE_CHECKING:
     from . import Toolbox
 
 NAME = "vector_search"
-MAX_TOP_K = 50
 
 
-def run(box: Toolbox, args: Mapping[str, Any]) -> list[EvidenceItem]:
-    check_known(NAME, args, ("query", "top_k"))
-    query = req_str(NAME, args, "query", max_len=4000)
-    top_k = opt_int(NAME, args, "top_k", box.settings.top_k, 1, MAX_TOP_K)
+def run(args: Mapping[str, Any], box: Toolbox) -> list[EvidenceItem]:
+    query, top_k = args["query"], args["top_k"]
     reader = box.reader()
     try:
         hits = reader.search(query, top_k, roots=box.search_roots())
@@ -55,3 +52,16 @@ def run(box: Toolbox, args: Mapping[str, Any]) -> list[EvidenceItem]:
         )
         for hit in hits
     ]
+
+
+TOOL = Tool(
+    name=NAME,
+    description="semantic search over the indexed documents",
+    run=run,
+    params=(
+        Param("query", required=True, max_length=4000),
+        Param("top_k", "integer", default=CONFIGURED_TOP_K, minimum=1, maximum=MAX_TOP_K, clamp=True,
+              floor_at_default=True),
+    ),
+    from_question=lambda question: {"query": question.strip()},
+)

@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urldefrag
 
 from ..errors import ToolError
+from ..prompts.find import find_urls
 from ..state import EvidenceItem
-from .args import check_known, req_str
+from ..toolspec import Param, QuestionArg, Tool
 from .http import FetchError, html_to_text, http_get
 
 if TYPE_CHECKING:
@@ -32,9 +33,8 @@ MAX_ITEMS = 50
 _TEXTUAL = ("text/", "application/json", "application/xml", "application/xhtml", "application/ld+json")
 
 
-def run(box: Toolbox, args: Mapping[str, Any]) -> list[EvidenceItem]:
-    check_known(NAME, args, ("url",))
-    url = req_str(NAME, args, "url", max_len=4096)
+def run(args: Mapping[str, Any], box: Toolbox) -> list[EvidenceItem]:
+    url = args["url"]
     if not url.lower().startswith(("http://", "https://")):
         raise ToolError(NAME, f"only http:// and https:// URLs can be fetched, not {url!r}")
     try:
@@ -86,3 +86,24 @@ def run(box: Toolbox, args: Mapping[str, Any]) -> list[EvidenceItem]:
 
 def _cap(text: str) -> str:
     return text if len(text) <= MAX_TEXT else text[:MAX_TEXT] + "\n[... truncated]"
+
+
+def _designated(raw: Any, found: Any) -> str | None:
+    if not isinstance(raw, str):
+        return None
+    url = raw.strip()
+    for candidate in found:
+        if url == candidate or url.rstrip("/") == candidate.rstrip("/"):
+            return candidate
+    return None
+
+
+TOOL = Tool(
+    name=NAME,
+    description="fetch a public web page",
+    run=run,
+    params=(Param("url", required=True, max_length=4096, hint='"https://..."'),),
+    question_arg=QuestionArg("url", find_urls, "an http(s) URL", _designated),
+    enabled=lambda settings: bool(settings.web_fetch),
+    enable_hint="set KB_AGENT_WEB_FETCH=on",
+)
