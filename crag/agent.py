@@ -77,6 +77,7 @@ class Answer:
             "citations": [c.to_dict() for c in self.citations],
             "usage": self.usage.to_dict(),
             "audit": self.audit,
+            "grounding": self.state.grounding.to_dict() if self.state.grounding is not None else None,
         }
 
 

@@ -3,7 +3,9 @@
 Pure text functions. ``renumber`` rewrites the model's markers so they run 1, 2, ... in
 order of first use (``[1, 2]``, ``[1][2]`` and ``[1-3]`` are all understood; markers that
 point at no evidence are dropped; code spans and fenced blocks are left alone).
-``compose`` puts body, note, footer and the one usage block together, in that order.
+``compose`` puts body, note, footer and the one usage block together, in that order; the
+footer lists the items the body cites, nothing else (``crag.grounding`` decides beforehand
+which items those are and narrows each to the passage that supports the sentence).
 """
 
 from __future__ import annotations
@@ -14,22 +16,38 @@ from collections.abc import Sequence
 from .state import Citation, EvidenceItem, Usage
 
 __all__ = [
+    "EMPTY_REPLY",
+    "FIXED_SENTENCES",
+    "MARKER",
     "NO_EVIDENCE",
+    "OFFLINE_PREFACE",
     "STATS_HEADING",
     "StreamRenderer",
+    "code_split",
     "compose",
     "footer_lines",
+    "marker_numbers",
     "renumber",
     "stats_block",
 ]
 
 NO_EVIDENCE = "I couldn't find relevant information in the knowledge base to answer this question."
 STATS_HEADING = "📊 **LLM Usage Stats:**"
+OFFLINE_PREFACE = "Composed offline from the knowledge base (no LLM was used); the most relevant passages:"
+EMPTY_REPLY = "The model returned no answer text."
+# crag's own sentences: grounding never judges them.
+FIXED_SENTENCES = frozenset({NO_EVIDENCE, OFFLINE_PREFACE, EMPTY_REPLY})
 
 # A fenced block or an inline code span: left untouched by renumbering.
 _CODE = re.compile(r"(```.*?(?:```|\Z)|~~~.*?(?:~~~|\Z)|`[^`\n]*`)", re.S)
 # [1], [1, 2], [1,2;3], [1-3]; not a Markdown link "[1](...)" nor a footnote "[^1]".
 _MARKER = re.compile(r"[ \t]?\[(\s*\d+(?:\s*[-–]\s*\d+)?(?:\s*[,;]\s*\d+(?:\s*[-–]\s*\d+)?)*\s*)\](?!\()")
+MARKER = _MARKER
+
+
+def code_split(text: str) -> list[str]:
+    """``text`` cut so that odd pieces are fenced blocks or code spans, even pieces the rest."""
+    return _CODE.split(text)
 
 
 def _numbers(group: str) -> list[int]:
@@ -43,6 +61,9 @@ def _numbers(group: str) -> list[int]:
         else:
             out.append(int(part))
     return out
+
+
+marker_numbers = _numbers
 
 
 def renumber(text: str, n_items: int) -> tuple[str, list[int]]:
@@ -78,7 +99,8 @@ def footer_lines(items: Sequence[EvidenceItem], order: Sequence[int]) -> tuple[l
         item = items[index]
         line = item.cite_line
         lines.append(f"[{n}] {item.source}:L{line}" if line is not None else f"[{n}] {item.source}")
-        citations.append(Citation(n=n, path=item.source, line=line, tool=item.tool))
+        end = item.end_line if line is not None and item.anchor_line is None else line
+        citations.append(Citation(n=n, path=item.source, line=line, tool=item.tool, end_line=end))
     return lines, tuple(citations)
 
 
@@ -118,20 +140,19 @@ def compose(
 ) -> tuple[str, tuple[Citation, ...]]:
     """The full answer text and its citations.
 
-    With ``cite`` and evidence, markers are renumbered and a footer lists the cited items;
-    when the body cites none of them, the footer lists every item it was given.
+    With ``cite`` and evidence, markers are renumbered and a footer lists the cited items
+    (none when the body cites none).
     """
     citations: tuple[Citation, ...] = ()
     parts = []
     if cite and items:
         body, order = renumber(body, len(items))
-        if not order:
-            order = list(range(len(items)))
         lines, citations = footer_lines(items, order)
         parts.append(body.strip())
         if note:
             parts.append(note)
-        parts.append("\n".join(lines))
+        if lines:
+            parts.append("\n".join(lines))
     else:
         parts.append(body.strip())
         if note:
@@ -149,6 +170,10 @@ class StreamRenderer:
     ``<think>``, and a line that might open a usage block. ``rest(final)`` returns what the
     final answer adds (note, footer, usage block) after what has been shown.
 
+    With ``ground`` (``crag.grounding.render_prefix`` over the evidence), each render
+    grounds the whole sentences so far instead of just renumbering, so the stream shows the
+    grounded answer, a sentence at a time.
+
     Each render cleans and renumbers the whole text so far, so ``feed`` renders only once
     the text has grown by ``every`` characters (more for a long answer, at most 256): a
     streamed answer then costs a few dozen renders, not one per token.
@@ -157,8 +182,9 @@ class StreamRenderer:
     _RULE_LINE = re.compile(r"[ \t]*(?:-{3,}|\*{3,}|_{3,})[ \t]*")
     _RULE_TAIL = re.compile(r"[ \t]*[-*_]+[ \t]*$")
 
-    def __init__(self, n_items: int, clean, unthink=None, every: int = 32) -> None:
+    def __init__(self, n_items: int, clean, unthink=None, every: int = 32, ground=None) -> None:
         self.n_items = n_items
+        self.ground = ground  # text -> grounded text with markers into its own sources list
         self.every = every
         self._rendered_at = 0
         self.clean = clean  # the full clean-up compose's caller applies (think, usage blocks)
@@ -220,7 +246,9 @@ class StreamRenderer:
         self._rendered_at = len(self.raw)
         head = self.unthink(self.raw[: self._tag_cut(self.raw)])
         text = self.clean(head[: self._line_cut(head)])
-        if self.n_items:
+        if self.ground is not None:
+            text = renumber(self.ground(text), 1 << 30)[0].strip()
+        elif self.n_items:
             text = renumber(text, self.n_items)[0].strip()  # as compose does
         if not text.startswith(self.shown):
             return ""

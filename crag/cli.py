@@ -361,7 +361,8 @@ def cmd_ask(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 class _Progress:
     """Shows which node is running on a terminal, and streams the answer when the backend can."""
 
-    def __init__(self, err: TextIO, out: TextIO) -> None:
+    def __init__(self, err: TextIO, out: TextIO, grounding: str = "note") -> None:
+        self.grounding = grounding  # KB_AGENT_GROUNDING: the stream shows the grounded answer
         self.err = err
         self.out = out
         self.tty = hasattr(err, "isatty") and err.isatty()
@@ -377,11 +378,18 @@ class _Progress:
             self.err.flush()
         elif kind == "stream_start":
             from .answer import StreamRenderer
+            from .grounding import render_prefix
             from .prompts import clean_answer, strip_think
 
             if self.tty:
                 self.err.write("\r\033[K")
-            self.renderer = StreamRenderer(int(payload), clean_answer, strip_think)  # type: ignore[call-overload]
+            items = tuple(payload) if isinstance(payload, (tuple, list)) else ()
+            n = len(items) if items else int(payload)  # type: ignore[call-overload]
+            ground = None
+            if items and self.grounding != "off":
+                mode = self.grounding
+                ground = lambda text: render_prefix(text, items, mode)  # noqa: E731
+            self.renderer = StreamRenderer(n, clean_answer, strip_think, ground=ground)
             self.out.write("\ncrag> ")
         elif kind == "delta" and self.renderer is not None:
             self.out.write(for_terminal(self.renderer.feed(str(payload))))
@@ -440,9 +448,9 @@ def cmd_chat(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from .agent import parse_history
     from .errors import LLMError, ToolError
 
-    _settings()
+    settings = _settings()
     history: list[dict[str, str]] = []
-    progress = _Progress(err, out)
+    progress = _Progress(err, out, settings.grounding)
     with _agent(args, err) as agent:
         out.write("crag chat: ask about your knowledge base; an empty line or Ctrl-D ends the session.\n")
         read_line = _line_reader(args.stdin, out)

@@ -185,6 +185,7 @@ SETTINGS_TABLE: dict[str, tuple[str, Callable[[str, str], Any]]] = {
         "KB_AGENT_STRUCTURED_OUTPUT",
         _choice("auto", "json_schema", "json_object", "off"),
     ),
+    "grounding": ("KB_AGENT_GROUNDING", _choice("note", "strict", "off")),
 }
 
 
@@ -219,6 +220,7 @@ class Settings:
     max_answer_tokens: int = 1024
     context_tokens: int = 8192
     structured_output: str = "auto"
+    grounding: str = "note"
 
     def __attrs_post_init__(self) -> None:
         # Checked here as well as when parsed, so Settings(...) built in code holds too.

@@ -25,7 +25,7 @@ from .state import AgentState, Message, Usage
 __all__ = ["Driver", "Event", "max_steps"]
 
 # Called with ("node_start", node name) before a node and ("node_end", node name) after it.
-# When the caller asked for streaming: ("stream_start", number of evidence items) before the
+# When the caller asked for streaming: ("stream_start", the evidence items) before the
 # answer's chat completion, then ("delta", text) for each piece of it as it arrives.
 Event = Callable[[str, Any], None]
 
@@ -101,7 +101,7 @@ class Driver:
                 reply: Any = None
             elif isinstance(request, LLMRequest):
                 if stream and on_event is not None and node is Node.SYNTHESIZE:
-                    on_event("stream_start", len(getattr(request.task, "items", ())))
+                    on_event("stream_start", tuple(getattr(request.task, "items", ())))
                     reply = self.model.complete(request, lambda text: on_event("delta", text))
                 else:
                     reply = self.model.complete(request)

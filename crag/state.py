@@ -28,6 +28,7 @@ __all__ = [
     "Complexity",
     "EvidenceItem",
     "GraderAction",
+    "GroundingReport",
     "Message",
     "NodeUsage",
     "RoutingPlan",
@@ -258,15 +259,32 @@ class AuditEvent:
 
 @frozen
 class Citation:
-    """One footer entry of an answer: ``[n] path:Lline``."""
+    """One footer entry of an answer: ``[n] path:Lline``; ``line`` to ``end_line`` is the
+    supporting text in the file."""
 
     n: int
     path: str
     line: int | None
     tool: str
+    end_line: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"n": self.n, "path": self.path, "line": self.line, "tool": self.tool}
+        return {"n": self.n, "path": self.path, "line": self.line, "end_line": self.end_line,
+                "tool": self.tool}
+
+
+@frozen
+class GroundingReport:
+    """How many answer sentences were judged against the evidence, how many it supports,
+    and the text of those it does not (``ask --json``'s ``grounding``)."""
+
+    sentences: int = 0
+    supported: int = 0
+    unsupported: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"sentences": self.sentences, "supported": self.supported,
+                "unsupported": list(self.unsupported)}
 
 
 @frozen
@@ -287,6 +305,7 @@ class AgentState:
     trace: tuple[str, ...] = ()
     answer: str | None = None
     citations: tuple[Citation, ...] = ()
+    grounding: GroundingReport | None = None
 
     def __attrs_post_init__(self) -> None:
         if self.iteration < 0:

@@ -14,9 +14,12 @@ contract as a real model's, so it goes through the same strict parsers:
   with earlier turns) is also searched with the keywords of the previous user turn.
 * grade_evidence: one score per item from the tool's own score and the share of the
   question's keywords the item contains; lines read by ``read_file`` score high.
-* synthesize: an extractive answer, the evidence sentences that best match the question,
-  quoted with ``[K]`` citations under a line saying no LLM wrote it; chitchat gets a short
-  friendly reply.
+* synthesize: an extractive answer, the evidence sentences (and at most one code block) that
+  best match the question, quoted verbatim with ``[K]`` citations under a line saying no LLM
+  wrote it. Only whitespace changes (a sentence wrapped over lines is put on one, a code
+  block inside a list or quote loses that indentation); a sentence holding HTML, a
+  ``[n]``-like bracket, an admonition marker or nothing but links is not quoted, so every
+  marker points at an item. Chitchat gets a short friendly reply.
 
 Every ``Completion`` is ``billable=False`` with zero tokens and ``model="offline"``, so the
 usage block shows 0 calls; latency is still measured. Replies are deterministic.
@@ -31,7 +34,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from .. import prompts
+from .. import grounding, prompts
+from ..answer import OFFLINE_PREFACE
 from ..config import Settings
 from ..errors import LLMError
 from ..ports import AnalyzeTask, GradeTask, LLMRequest, PlanTask, SynthesizeTask
@@ -43,7 +47,6 @@ from ..toolspec import MAX_TOP_K, Tool
 __all__ = ["OFFLINE_PREFACE", "OfflineChatModel", "keywords"]
 
 SEARCH_TOOLS = ("vector_search", "grep_search", "read_file")  # planned by the rules below
-OFFLINE_PREFACE = "Composed offline from the knowledge base (no LLM was used); the most relevant passages:"
 
 # Words that carry no content in small talk ("thanks, that helped a lot!").
 _SMALL_TALK = frozenset(
@@ -80,9 +83,7 @@ _COMPLEX_MARKER = re.compile(
 )
 
 _CITE_LIKE = re.compile(r"\[(\s*\d+(?:\s*[-–,;]\s*\d+)*\s*)\]")
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(`*])|(?<=[。！？])")
-_MARKDOWN_PREFIX = re.compile(r"^\s*(?:>\s*)*(?:[-*+]\s+|\d{1,3}[.)]\s+)?")
-_MAX_SENTENCE = 300
+_MAX_SENTENCE = 600
 _MAX_QUOTES = 5
 _PER_ITEM = 2
 
@@ -332,39 +333,49 @@ class OfflineChatModel:
         if task.chitchat or not task.items:
             return self._chat(task.question)
         words = keywords(task.question)
-        candidates: list[tuple[float, int, int, str]] = []  # (-score, item index, position, sentence)
+        candidates: list[tuple[float, int, int, str]] = []  # (-score, item index, position, quote)
         for k, item in enumerate(task.items):
-            for pos, sentence in enumerate(_sentences(item.text, task.question)):
-                vocabulary = set(keywords(sentence))
+            for pos, quote in _quotable(item.text, task.question):
+                vocabulary = set(keywords(quote))
                 hits = sum(1 for w in words if _matches(w, vocabulary))
-                if hits:
-                    candidates.append((-(hits + (item.score or 0.0) * 0.1), k, pos, sentence))
+                if quote.startswith(("```", "~~~")):
+                    hits = hits - 0.5 if hits >= 2 else 0  # code: only when it names the subject
+                if hits > 0:
+                    candidates.append((-(hits + (item.score or 0.0) * 0.1), k, pos, quote))
         chosen: list[tuple[int, int, str]] = []
         per_item: Counter[int] = Counter()
         quoted: set[str] = set()
-        for _, k, pos, sentence in sorted(candidates):
+        code_blocks = 0
+        for _, k, pos, quote in sorted(candidates):
             if len(chosen) >= _MAX_QUOTES:
                 break
-            words = _words(sentence)
-            if per_item[k] >= _PER_ITEM or any(_same_text(words, q) for q in quoted):
+            is_code = quote.startswith(("```", "~~~"))
+            words_of = _words(quote)
+            if per_item[k] >= _PER_ITEM or any(_same_text(words_of, q) for q in quoted) or (is_code and code_blocks):
                 continue  # overlapping items (or a document quoting another) repeat text
             per_item[k] += 1
-            quoted.add(words)
-            chosen.append((k, pos, sentence))
+            code_blocks += is_code
+            quoted.add(words_of)
+            chosen.append((k, pos, quote))
         if not chosen:  # nothing matches a keyword: quote the opening of the first items
             for k, item in enumerate(task.items[:2]):
-                first = next(iter(_sentences(item.text)), None)
+                first = next((q for q in _quotable(item.text) if not q[1].startswith(("```", "~~~"))), None)
                 if first:
-                    chosen.append((k, 0, first))
+                    chosen.append((k, first[0], first[1]))
         lines = [OFFLINE_PREFACE, ""]
-        for k, _, sentence in sorted(chosen):
-            lines.append(f'- "{sentence}" [{k + 1}]')
+        for k, _, quote in sorted(chosen):
+            if quote.startswith(("```", "~~~")):
+                if lines[-1]:
+                    lines.append("")
+                lines.extend([quote, f"[{k + 1}]", ""])
+            else:
+                lines.append(f"- {quote} [{k + 1}]")
         if not chosen:
             lines.append(
                 "- The passages found have no quotable text; see the sources listed below "
                 + "".join(f"[{k}]" for k in range(1, min(len(task.items), 3) + 1))
             )
-        return "\n".join(lines)
+        return "\n".join(lines).rstrip()
 
     @staticmethod
     def _chat(question: str) -> str:
@@ -395,50 +406,49 @@ def _same_text(a: str, b: str) -> bool:
     return a in b or b in a
 
 
-_LIST_ITEM = re.compile(r"^\s*(?:>\s*)*(?:[-*+]\s+|\d{1,3}[.)]\s+)")
+_HTML = re.compile(r"</?[A-Za-z][^>]*>|<!--")
+_LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
+_ADMONITION = re.compile(r"^\s*(?:\[![A-Za-z]+\]|!!!|\?\?\?|:::|///)")
+_QUOTE_PREFIX = re.compile(r"^[ \t]*(?:>[ \t]?)+", re.M)
 
 
-def _paragraphs(text: str) -> Iterable[str]:
-    """Prose paragraphs of an evidence text, hard-wrapped lines joined; headings, fenced code,
-    rules, tables and comments skipped; each list item is a paragraph of its own."""
-    lines: list[str] = []
-    in_fence = False
-    for raw in text.splitlines():
-        line = raw.strip()
-        if line.startswith(("```", "~~~")):
-            in_fence = not in_fence
-            line = ""
-        elif in_fence:
-            continue
-        if not line or line.startswith(("#", "|", "---", "***", "<!--")) or _LIST_ITEM.match(raw):
-            if lines:
-                yield " ".join(lines)
-            lines = []
-            if line and _LIST_ITEM.match(raw):
-                lines.append(line)
-            continue
-        lines.append(line)
-    if lines:
-        yield " ".join(lines)
+def _markup_only(sentence: str) -> bool:
+    """Whether a sentence is markup rather than prose: HTML, an admonition marker, links only."""
+    if _HTML.search(sentence) or _ADMONITION.match(sentence) or _CITE_LIKE.search(sentence):
+        return True
+    prose = _LINK.sub(" ", sentence)
+    return len(re.findall(r"[^\W\d_]{2,}", prose)) < 3
 
 
-def _sentences(text: str, question: str = "") -> Iterable[str]:
-    """Quotable sentences of an evidence text: prose paragraphs split at sentence ends;
-    citation-like ``[2]`` turned into ``(2)``; a sentence that merely repeats the question
-    is left out."""
+def _code_block(text: str) -> str | None:
+    """A fenced block as it should be quoted: list or quote indentation removed, or None
+    when the block is not closed within the evidence."""
+    lines = _QUOTE_PREFIX.sub("", text).split("\n")
+    indent = min((len(ln) - len(ln.lstrip()) for ln in lines if ln.strip()), default=0)
+    lines = [ln[indent:] for ln in lines]
+    fence = lines[0].strip()[:3]
+    if len(lines) < 3 or not lines[-1].strip().startswith(fence):
+        return None
+    return "\n".join(lines)
+
+
+def _quotable(text: str, question: str = "") -> Iterable[tuple[int, str]]:
+    """(position, quote) for each sentence of ``text`` worth quoting, verbatim but for
+    whitespace, and each closed code block; a sentence repeating the question is left out."""
     echo = " ".join(question.lower().split()).strip(" ?!.")
-    for paragraph in _paragraphs(text):
-        line = _MARKDOWN_PREFIX.sub("", paragraph).strip()
-        line = _CITE_LIKE.sub(lambda m: f"({m.group(1).strip()})", line)
-        line = line.replace('"', "'")
-        if prompts.strip_stats_blocks(line) != line:
+    for pos, piece in enumerate(grounding.passages(text)):
+        if piece.kind != "sentence":
             continue
-        for sentence in _SENTENCE_END.split(line):
-            sentence = sentence.strip()
-            if len(sentence) < 3 or "couldn't find relevant information" in sentence:
-                continue
-            if echo and echo in " ".join(sentence.lower().replace("'", " ").split()):
-                continue
-            if len(sentence) > _MAX_SENTENCE:
-                sentence = sentence[: _MAX_SENTENCE - 1].rstrip() + "…"
-            yield sentence
+        sentence = " ".join(_QUOTE_PREFIX.sub("", piece.text).split())
+        if len(sentence) < 3 or len(sentence) > _MAX_SENTENCE or _markup_only(sentence):
+            continue
+        if "couldn't find relevant information" in sentence or prompts.strip_stats_blocks(sentence) != sentence:
+            continue
+        if echo and echo in " ".join(sentence.lower().replace("'", " ").split()):
+            continue
+        yield piece.start, sentence
+    for piece in grounding.split(text):
+        if piece.kind == "code":
+            block = _code_block(piece.text)
+            if block is not None and len(block) <= 1500:
+                yield piece.start, block

@@ -37,6 +37,7 @@ class NodeConfig:
     temperature: float = 0.2
     max_answer_tokens: int = 1024
     context_tokens: int = 8192
+    grounding: str = "note"
 
     @property
     def available_tools(self) -> tuple[str, ...]:
@@ -55,6 +56,7 @@ class NodeConfig:
             temperature=settings.temperature,
             max_answer_tokens=settings.max_answer_tokens,
             context_tokens=settings.context_tokens,
+            grounding=settings.grounding,
         )
 
 

@@ -2,9 +2,12 @@
 
 * chitchat: one LLM call, answered conversationally, no footer;
 * no evidence (all filtered, or nothing retrieved): the fixed sentence, no LLM call;
-* otherwise: one LLM call over the evidence numbered [1]..[M]; the model's markers are
-  renumbered, a footer lists the cited sources, and when the iteration cap forced an answer
-  from evidence the grader did not approve, a one-line note says the evidence is weak.
+* otherwise: one LLM call over the evidence numbered [1]..[M]; the answer is grounded
+  (``crag.grounding``: each sentence checked against the evidence, markers moved to the
+  items and lines that support it, unsupported sentences marked or removed as
+  ``KB_AGENT_GROUNDING`` says), markers are renumbered, a footer lists the supporting
+  sources, and when the iteration cap forced an answer from evidence the grader did not
+  approve, a one-line note says the evidence is weak.
 
 Every answer ends with exactly one usage block; the driver has already added this node's
 own call to ``state.usage`` when ``apply`` runs, so the block counts it.
@@ -16,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from attrs import evolve
 
-from .. import answer, grading, prompts
+from .. import answer, grading, grounding, prompts
 from ..ports import LLMRequest, SynthesizeTask
 from ..state import AgentState, Completion, Complexity, GraderAction
 
@@ -60,7 +63,7 @@ def weak_evidence_note(state: AgentState, cfg: NodeConfig) -> str | None:
     )
 
 
-EMPTY_REPLY = "The model returned no answer text."
+EMPTY_REPLY = answer.EMPTY_REPLY
 
 
 def apply(state: AgentState, reply: Completion | None, cfg: NodeConfig) -> AgentState:
@@ -70,10 +73,25 @@ def apply(state: AgentState, reply: Completion | None, cfg: NodeConfig) -> Agent
     elif not state.context or reply is None:
         text, citations = answer.compose(answer.NO_EVIDENCE, (), state.usage, cite=False)
     else:
-        body = prompts.clean_answer(reply.text)
-        if not body:
-            body = EMPTY_REPLY + " The evidence it was given is listed below."
-        text, citations = answer.compose(
-            body, state.context, state.usage, note=weak_evidence_note(state, cfg)
-        )
+        return _grounded(state, prompts.clean_answer(reply.text), cfg)
     return evolve(state, answer=text, citations=citations)
+
+
+def _grounded(state: AgentState, body: str, cfg: NodeConfig) -> AgentState:
+    """The answer from the model's text: grounded, renumbered, with footer and notes."""
+    weak = weak_evidence_note(state, cfg)
+    if not body:  # nothing to ground: say so, and list what the model was given
+        text, citations = answer.compose(
+            f"{EMPTY_REPLY} The evidence it was given: "
+            + "".join(f"[{k}]" for k in range(1, len(state.context) + 1)) + ".",
+            state.context, state.usage, note=weak,
+        )
+        return evolve(state, answer=text, citations=citations)
+    done = grounding.ground(body, state.context, cfg.grounding)
+    report = done.report if cfg.grounding != "off" else None
+    if cfg.grounding == "strict" and not done.report.supported:
+        text, citations = answer.compose(answer.NO_EVIDENCE, (), state.usage, cite=False)
+        return evolve(state, answer=text, citations=citations, grounding=report)
+    notes = [n for n in (grounding.note_line(done.report, cfg.grounding), weak) if n]
+    text, citations = answer.compose(done.body, done.sources, state.usage, note="\n\n".join(notes) or None)
+    return evolve(state, answer=text, citations=citations, grounding=report)

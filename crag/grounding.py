@@ -1,0 +1,607 @@
+"""Grounding: which evidence item, and which line of it, supports each sentence of an answer.
+
+Pure and mechanical: no LLM call, no I/O. ``ground(body, items, mode)`` runs after the
+model has written its answer and before the footer is made:
+
+1. ``split`` cuts the body into pieces whose concatenation is the body: prose sentences,
+   list items, code blocks and tables (the last three kept whole), headings and rules, and
+   the whitespace between them.
+2. A piece is *judged* when it has content of its own: a content word that is not a stop
+   word nor answer scaffolding ("Here is what I found:" is not judged), or a number,
+   identifier or inline code. Headings, rules and crag's own fixed sentences are never
+   judged.
+3. ``support(piece, item)`` says whether an evidence item holds the piece's substance, and
+   where: the piece's numbers, dates, versions, identifiers, inline code and URLs must all
+   appear in one passage of the item (up to three consecutive sentences), that passage must
+   hold most of its content words (``COVERAGE``), and the two must agree on negation
+   ("is not" against "is"). A code block is supported by an item that holds most of its
+   lines. The answer cites the line where that passage starts in the file.
+4. Markers are rewritten: a marker on a judged piece stays only if its item supports the
+   piece; a supported piece the model left unmarked gets the best supporting item; an
+   unsupported piece loses its markers and, in ``note`` mode, is tagged ``[unsupported]``
+   (``strict`` removes it). Pieces that are not judged keep their markers as written.
+
+The result's ``sources`` are narrowed copies of the evidence items (``start_line`` and
+``end_line`` are the supporting passage's lines), and the body's markers ``[j]`` index
+them, so ``answer.compose`` renumbers them and writes a footer of supporting items only.
+
+Each piece is judged on its own text, so grounding a prefix of an answer made of whole
+pieces gives a prefix of grounding the whole answer: the chat's streamed output can show
+grounded sentences while the model is still writing (``render_prefix``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from attrs import evolve, frozen
+
+from .answer import FIXED_SENTENCES, MARKER, code_split, marker_numbers
+from .state import EvidenceItem, GroundingReport
+from .text import STOPWORDS, stem, words
+
+__all__ = [
+    "COVERAGE",
+    "MODES",
+    "UNSUPPORTED_TAG",
+    "Grounded",
+    "Piece",
+    "Support",
+    "ground",
+    "note_line",
+    "render_prefix",
+    "split",
+    "support",
+]
+
+MODES = ("note", "strict", "off")
+UNSUPPORTED_TAG = "[unsupported]"
+COVERAGE = 0.6  # share of a piece's content words its supporting passage must hold
+_WINDOW = 3  # most consecutive item sentences one answer sentence may draw on
+
+# Words that make a sentence about the answer rather than about the subject.
+SCAFFOLDING = frozenset(
+    """
+    answer answers summary summarize summarized found find following follows here below above
+    evidence source sources documentation docs doc document documents based according
+    information info passage passages provided context question questions mention mentions
+    mentioned say says said see sure certainly hope helps help note notes detail details
+    relevant available let look looks steps step overview quick short brief like would
+    """.split()
+)
+_NEGATION = frozenset(
+    "not no never cannot can't won't don't doesn't isn't aren't wasn't weren't shouldn't mustn't "
+    "didn't couldn't wouldn't hasn't haven't hadn't without none neither nor".split()
+)
+# Month names are anchors of a date ("May" is left out: it is mostly a verb).
+_MONTHS = "january february march april june july august september october november december".split()
+
+# -- splitting -----------------------------------------------------------------------------
+
+_FENCE = re.compile(r"^[ \t]*(?:>[ \t]?)*(`{3,}|~{3,})")
+_LIST_START = re.compile(r"^[ \t]*(?:>[ \t]?)*(?:[-*+]|\d{1,3}[.)])[ \t]+\S")
+_HEADING = re.compile(r"^[ \t]{0,3}#{1,6}(?:[ \t]|$)")
+_RULE = re.compile(r"^[ \t]*(?:(?:-[ \t]*){3,}|(?:\*[ \t]*){3,}|(?:_[ \t]*){3,}|=+)[ \t]*$")
+_TABLE = re.compile(r"^[ \t]*\|")
+# A sentence ends at . ! ? (closing quotes, brackets, emphasis and citation markers stay
+# with it) before whitespace and the start of another sentence.
+_SENTENCE_END = re.compile(
+    r"[.!?]+[\"'”’)\]*_]*(?:[ \t]*\[\s*\d[\d\s,;\-–]*\])*(?=\s+[\[(\"'“‘`*_]*[A-Z0-9\u00c0-\uffff])"
+    r"|[。！？]+"
+)
+_ABBREVIATION = re.compile(r"(?:\b(?:e\.g|i\.e|etc|vs|cf|approx|fig|no|mr|mrs|dr|st)|\b[A-Za-z])\.$", re.I)
+
+
+@frozen
+class Piece:
+    """One piece of an answer. ``kind``: sentence, item (list item), code, table, heading,
+    rule or space. ``start`` is its offset in the text it was split from."""
+
+    kind: str
+    text: str
+    start: int = 0
+
+    @property
+    def judgeable(self) -> bool:
+        return self.kind in ("sentence", "item", "code", "table")
+
+
+def _block_end(lines: list[str], i: int, starts_new) -> int:
+    j = i + 1
+    while j < len(lines) and lines[j].strip() and not starts_new(lines[j]):
+        j += 1
+    return j
+
+
+def _special(line: str) -> bool:
+    return bool(_FENCE.match(line) or _HEADING.match(line) or _RULE.match(line) or _TABLE.match(line))
+
+
+def _sentences(text: str, offset: int) -> list[Piece]:
+    """A paragraph cut into sentence pieces and the whitespace between them."""
+    code_spans = [(m.start(), m.end()) for m in re.finditer(r"`[^`\n]*`", text)]
+    pieces: list[Piece] = []
+    pos = 0
+    for match in _SENTENCE_END.finditer(text):
+        end = match.end()
+        if any(a < match.start() < b for a, b in code_spans):
+            continue
+        if _ABBREVIATION.search(text[max(0, match.start() - 8) : match.start() + 1]):
+            continue
+        gap = len(text) - len(text[end:].lstrip())
+        if pos < end:
+            pieces.append(Piece("sentence", text[pos:end], offset + pos))
+        if end < gap:
+            pieces.append(Piece("space", text[end:gap], offset + end))
+        pos = gap
+    if pos < len(text):
+        pieces.append(Piece("sentence", text[pos:], offset + pos))
+    return pieces
+
+
+def split(text: str) -> list[Piece]:
+    """``text`` cut into pieces; ``"".join(p.text for p in split(text)) == text``."""
+    lines = text.splitlines(keepends=True)
+    blocks: list[tuple[str, int, int]] = []  # kind, first line, end line (exclusive)
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        fence = _FENCE.match(line)
+        if fence:
+            mark = fence.group(1)
+            j = i + 1
+            while j < len(lines) and not (
+                (m := _FENCE.match(lines[j])) and m.group(1)[0] == mark[0] and len(m.group(1)) >= len(mark)
+                and not lines[j].strip().lstrip(">").strip().lstrip(mark[0]).strip()
+            ):
+                j += 1
+            blocks.append(("code", i, min(j + 1, len(lines))))
+            i = min(j + 1, len(lines))
+        elif not line.strip():
+            blocks.append(("space", i, i + 1))
+            i += 1
+        elif _TABLE.match(line):
+            j = i + 1
+            while j < len(lines) and _TABLE.match(lines[j]):
+                j += 1
+            blocks.append(("table", i, j))
+            i = j
+        elif _HEADING.match(line):
+            blocks.append(("heading", i, i + 1))
+            i += 1
+        elif _RULE.match(line):
+            blocks.append(("rule", i, i + 1))
+            i += 1
+        elif _LIST_START.match(line):
+            j = _block_end(lines, i, lambda ln: bool(_LIST_START.match(ln) or _special(ln)))
+            blocks.append(("item", i, j))
+            i = j
+        else:
+            j = _block_end(lines, i, lambda ln: bool(_LIST_START.match(ln) or _special(ln)))
+            blocks.append(("paragraph", i, j))
+            i = j
+    offsets = [0]
+    for line in lines:
+        offsets.append(offsets[-1] + len(line))
+    pieces: list[Piece] = []
+    for kind, a, b in blocks:
+        block = "".join(lines[a:b])
+        body = block.rstrip("\r\n") if kind != "space" else block
+        tail = block[len(body) :]
+        if kind == "paragraph":
+            pieces.extend(_sentences(body, offsets[a]))
+        else:
+            pieces.append(Piece(kind, body, offsets[a]))
+        if tail:
+            pieces.append(Piece("space", tail, offsets[a] + len(body)))
+    merged: list[Piece] = []
+    for piece in pieces:  # one space piece between two others
+        if merged and piece.kind == "space" and merged[-1].kind == "space":
+            merged[-1] = Piece("space", merged[-1].text + piece.text, merged[-1].start)
+        else:
+            merged.append(piece)
+    return merged
+
+
+# -- what a piece claims ---------------------------------------------------------------------
+
+_INLINE_CODE = re.compile(r"`([^`\n]+)`")
+_URL = re.compile(r"https?://[^\s<>()\[\]`\"']+")
+_NUMBER = re.compile(r"(?<![\w])v?(\d+(?:[.,:/-]\d+)*)")
+_IDENT = re.compile(
+    r"(?<![\w./-])(?:--?[A-Za-z][\w-]*|[A-Za-z_][\w-]*(?:[./][\w-]+)+|[A-Za-z]*_[\w]*|"
+    r"[a-z]+[A-Z][\w]*|[A-Z]+[a-z]+[A-Z][\w]*|[A-Z][A-Z0-9]*_[A-Z0-9_]+)(?![\w])"
+)
+_MONTH = re.compile(r"\b(" + "|".join(_MONTHS) + r")\b", re.I)
+_NOT_IDENT = frozenset({"e.g", "i.e", "a.k.a", "vs", "etc"})
+_PREFIX = re.compile(r"^[ \t]*(?:>[ \t]?)*(?:[-*+]|\d{1,3}[.)])?[ \t]*")
+
+
+@frozen
+class Claims:
+    """What a piece says: content words (stemmed) and anchors that must appear verbatim."""
+
+    words: frozenset[str]
+    anchors: tuple[tuple[str, str], ...]  # (kind, text): code, url, number, ident, month
+    negated: bool
+
+    @property
+    def empty(self) -> bool:
+        return not self.words and not self.anchors
+
+
+def _strip_markers(text: str) -> str:
+    pieces = code_split(text)
+    for i in range(0, len(pieces), 2):
+        pieces[i] = MARKER.sub("", pieces[i]).replace(UNSUPPORTED_TAG, "")
+    return "".join(pieces)
+
+
+def _negated(text: str) -> bool:
+    low = text.lower().replace("’", "'")
+    tokens = re.findall(r"[a-z]+(?:'[a-z]+)?", low)
+    return any(t in _NEGATION or t.endswith("n't") for t in tokens)
+
+
+def claims(text: str) -> Claims:
+    """The content words and anchors of a piece of answer text (markers ignored)."""
+    bare = _PREFIX.sub("", _strip_markers(text), count=1)
+    anchors: list[tuple[str, str]] = []
+    for m in _INLINE_CODE.finditer(bare):
+        code = " ".join(m.group(1).split())
+        if code:
+            anchors.append(("code", code))
+    prose = _INLINE_CODE.sub(" ", bare)
+    for m in _URL.finditer(prose):
+        anchors.append(("url", m.group(0).rstrip(".,;:!?")))
+    prose = _URL.sub(" ", prose)
+    prose = re.sub(r"\]\([^)\s]*\)", "] ", prose)  # a Markdown link's target
+    for m in _IDENT.finditer(prose):
+        token = m.group(0)
+        if token.lower() in _NOT_IDENT or ("/" in token and not token.startswith("/") and not any(
+                ch in token for ch in "._")):
+            continue  # "e.g", "read/write": prose, not an identifier
+        anchors.append(("ident", token))
+    for m in _NUMBER.finditer(prose):
+        anchors.append(("number", m.group(1).rstrip(".,:/-")))
+    for m in _MONTH.finditer(prose):
+        anchors.append(("month", m.group(1).lower()))
+    content = set()
+    for w in words(prose):
+        if w.isdigit() or w in STOPWORDS or w in SCAFFOLDING or w in _NEGATION:
+            continue
+        s = stem(w)
+        if len(s) < 2 or s in STOPWORDS or s in SCAFFOLDING:
+            continue
+        content.add(s)
+    return Claims(frozenset(content), tuple(dict.fromkeys(anchors)), _negated(prose))
+
+
+def _has_anchor(kind: str, anchor: str, text: str, flat: str) -> bool:
+    if kind == "code":
+        return anchor in flat
+    if kind == "url":
+        return anchor in text
+    if kind == "number":
+        return re.search(r"(?<!\d)(?<!\d[.,:])" + re.escape(anchor) + r"(?!\d|[.,:]\d)", text) is not None
+    if kind == "month":
+        return re.search(rf"\b(?:{anchor}|{anchor[:3]})\b", text, re.I) is not None
+    return re.search(r"(?<![\w])" + re.escape(anchor) + r"(?![\w])", text, re.I) is not None
+
+
+def _matches(word: str, vocabulary: set[str]) -> bool:
+    if word in vocabulary:
+        return True
+    if len(word) < 4:
+        return False
+    return any(len(o) >= 4 and (o.startswith(word) or word.startswith(o)) for o in vocabulary)
+
+
+# -- where an item says it -------------------------------------------------------------------
+
+
+@frozen
+class Passage:
+    """A sentence (or a table row, code line or heading: ``kind``) of an evidence text."""
+
+    start: int  # offset in the item's text
+    end: int
+    text: str
+    vocabulary: frozenset[str]
+    negated: bool
+    kind: str = "sentence"
+
+
+def passages(text: str) -> list[Passage]:
+    """An evidence text cut into the passages a sentence may come from: sentences of prose
+    and list items, table rows, code lines, headings; offsets into ``text``."""
+    out: list[Passage] = []
+
+    def add(start: int, part: str, kind: str) -> None:
+        lead = len(part) - len(part.lstrip())
+        part = part.strip()
+        if not part:
+            return
+        s = start + lead
+        out.append(Passage(s, s + len(part), part, frozenset(_vocabulary(part)), _negated(part), kind))
+
+    for piece in split(text):
+        if piece.kind in ("space", "rule"):
+            continue
+        if piece.kind in ("code", "table"):
+            pos = piece.start
+            for line in piece.text.split("\n"):
+                add(pos, line, piece.kind)
+                pos += len(line) + 1
+        elif piece.kind == "item":
+            prefix = _PREFIX.match(piece.text)
+            skip = prefix.end() if prefix else 0
+            for sub in _sentences(piece.text[skip:], piece.start + skip):
+                if sub.kind == "sentence":
+                    add(sub.start, sub.text, "sentence")
+        elif piece.kind == "sentence":
+            prefix = _PREFIX.match(piece.text)  # a blockquote's "> "
+            skip = prefix.end() if prefix else 0
+            add(piece.start + skip, piece.text[skip:], "sentence")
+        else:
+            add(piece.start, piece.text, piece.kind)
+    return out
+
+
+def _vocabulary(text: str) -> set[str]:
+    return {stem(w) for w in words(text) if not w.isdigit()}
+
+
+@frozen
+class Support:
+    """Where item ``index`` supports a piece: the passage's offsets in the item's text."""
+
+    index: int
+    coverage: float
+    start: int
+    end: int
+
+
+def support(c: Claims, item_text: str, index: int = 0, item_passages: Sequence[Passage] | None = None) -> Support | None:
+    """The best passage of ``item_text`` that holds the claims, or None."""
+    whole = " ".join(item_text.split())
+    if not all(_has_anchor(kind, a, item_text, whole) for kind, a in c.anchors):
+        return None
+    found = item_passages if item_passages is not None else passages(item_text)
+    best: Support | None = None
+    for w in range(_WINDOW):  # one passage first: a wider window must do strictly better
+        for i in range(len(found) - w):
+            window = found[i : i + w + 1]
+            if w and not all(any(_matches(x, set(p.vocabulary)) for x in c.words) for p in (window[0], window[-1])):
+                continue  # each end of a window must hold part of the claim
+            text = item_text[window[0].start : window[-1].end]
+            flat = " ".join(text.split())
+            if not all(_has_anchor(kind, a, text, flat) for kind, a in c.anchors):
+                continue
+            if any(p.negated for p in window) != c.negated:
+                continue
+            vocabulary: set[str] = set().union(*(p.vocabulary for p in window))
+            coverage = sum(1 for x in c.words if _matches(x, vocabulary)) / len(c.words) if c.words else 1.0
+            if coverage >= COVERAGE and (best is None or coverage > best.coverage):
+                best = Support(index, coverage, window[0].start, window[-1].end)
+        if best is not None and best.coverage >= 1.0:
+            break
+    return best
+
+
+def _code_lines(text: str) -> list[str]:
+    lines = text.split("\n")[1:]
+    if lines and _FENCE.match(lines[-1]):
+        lines = lines[:-1]
+    return [" ".join(line.split()) for line in lines if line.strip()]
+
+
+def code_support(code: str, item_text: str, index: int = 0) -> Support | None:
+    """An item holding most lines of a code block supports it; cites the first such line."""
+    wanted = _code_lines(code)
+    if not wanted:
+        return None
+    item_lines = item_text.split("\n")
+    flat = [" ".join(line.split()) for line in item_lines]
+    offsets = [0]
+    for line in item_lines:
+        offsets.append(offsets[-1] + len(line) + 1)
+    hits = []
+    for w in wanted:
+        at = next((k for k, f in enumerate(flat) if w and w in f), None)
+        if at is not None:
+            hits.append(at)
+    coverage = len(hits) / len(wanted)
+    if coverage < COVERAGE:
+        return None
+    first = min(hits)
+    if first and _FENCE.match(item_lines[first - 1]):
+        hits.append(first - 1)  # the block starts at its fence
+    return Support(index, coverage, offsets[min(hits)], offsets[max(hits)] + len(item_lines[max(hits)]))
+
+
+# -- the rewrite -----------------------------------------------------------------------------
+
+
+@frozen
+class Grounded:
+    """A grounded body: markers ``[j]`` index ``sources`` (1-based), the report, and whether
+    a piece was supported."""
+
+    body: str
+    sources: tuple[EvidenceItem, ...]
+    report: GroundingReport
+
+
+def _narrow(item: EvidenceItem, s: Support | None) -> EvidenceItem:
+    """The item cut to its supporting passage, lines counted in its file."""
+    if s is None or item.start_line is None:
+        return item
+    first = item.start_line + item.text.count("\n", 0, s.start)
+    last = item.start_line + item.text.count("\n", 0, max(s.start, s.end - 1))
+    return evolve(item, text=item.text[s.start : s.end], start_line=first, end_line=last, anchor_line=None)
+
+
+def _place(text: str, tag: str) -> str:
+    """``tag`` added where a marker goes: before the final punctuation, or at the end."""
+    body = text.rstrip()
+    trail = text[len(body) :]
+    if body and body[-1] in ".!?:;。":
+        cut = len(body) - 1
+        while cut > 0 and body[cut - 1] in ".!?":
+            cut -= 1
+        return body[:cut].rstrip() + " " + tag + body[cut:] + trail
+    return body + " " + tag + trail
+
+
+def _place_block(text: str, kind: str, tag: str) -> str:
+    return text + ("\n\n" if kind == "table" else "\n") + tag.strip()
+
+
+class _Grounder:
+    def __init__(self, items: Sequence[EvidenceItem], mode: str) -> None:
+        self.items = items
+        self.mode = mode
+        self.sources: list[EvidenceItem] = []
+        self.index: dict[tuple, int] = {}
+        self._passages: dict[int, list[Passage]] = {}
+
+    def source(self, item: EvidenceItem) -> int:
+        key = (item.tool, item.source, item.start_line, item.end_line, item.anchor_line, item.url)
+        if key not in self.index:
+            self.sources.append(item)
+            self.index[key] = len(self.sources)
+        return self.index[key]
+
+    def item_passages(self, k: int) -> list[Passage]:
+        if k not in self._passages:
+            self._passages[k] = passages(self.items[k].text)
+        return self._passages[k]
+
+    def supports(self, piece: Piece) -> tuple[Claims | None, list[Support]]:
+        if piece.kind == "code":
+            found = [code_support(piece.text, item.text, k) for k, item in enumerate(self.items)]
+            return None, [s for s in found if s is not None]
+        c = claims(piece.text)
+        if c.empty:
+            return c, []
+        out = []
+        for k, item in enumerate(self.items):
+            if piece.kind == "table":  # a table is held by one item as a whole
+                text = item.text
+                s = support(c, text, k, [Passage(0, len(text), text, frozenset(_vocabulary(text)), c.negated)])
+                if s is not None:
+                    row = next((p for p in self.item_passages(k) if _vocabulary(p.text) & c.words), None)
+                    s = Support(k, s.coverage, row.start, row.end) if row else s
+            else:
+                s = support(c, item.text, k, self.item_passages(k))
+            if s is not None:
+                out.append(s)
+        return c, out
+
+    def remap(self, text: str) -> str:
+        """Markers of a piece that is not judged, pointed at the sources list."""
+
+        def replace(match: re.Match[str]) -> str:
+            lead = match.group(0)[0] if match.group(0)[0] in " \t" else ""
+            marks = [f"[{self.source(self.items[k - 1])}]" for k in marker_numbers(match.group(1))
+                     if 1 <= k <= len(self.items)]
+            return lead + "".join(dict.fromkeys(marks)) if marks else ""
+
+        pieces = code_split(text)
+        for i in range(0, len(pieces), 2):
+            pieces[i] = MARKER.sub(replace, pieces[i])
+        return "".join(pieces)
+
+    def cited(self, text: str) -> list[int]:
+        out: list[int] = []
+        pieces = code_split(text)
+        for i in range(0, len(pieces), 2):
+            for m in MARKER.finditer(pieces[i]):
+                out.extend(k - 1 for k in marker_numbers(m.group(1)) if 1 <= k <= len(self.items))
+        return out
+
+    def piece(self, piece: Piece) -> tuple[str, str | None]:
+        """The rewritten piece and its verdict (None: not judged, "ok", "unsupported")."""
+        bare_text = " ".join(_strip_markers(piece.text).split())
+        if not piece.judgeable or bare_text in FIXED_SENTENCES:
+            return self.remap(piece.text), None
+        c, found = self.supports(piece)
+        if c is not None and c.empty:
+            return self.remap(piece.text), None
+        stripped = piece.text if piece.kind == "code" else _strip_markers(piece.text)
+        if not found:
+            if self.mode == "strict":
+                return "", "unsupported"
+            tag = UNSUPPORTED_TAG
+            return (_place_block(stripped, piece.kind, tag) if piece.kind in ("code", "table")
+                    else _place(stripped, tag)), "unsupported"
+        model = [k for k in dict.fromkeys(self.cited(piece.text)) if any(s.index == k for s in found)]
+        chosen = [s for k in model for s in found if s.index == k] or [max(found, key=lambda s: s.coverage)]
+        tag = "".join(f"[{self.source(_narrow(self.items[s.index], s))}]" for s in chosen)
+        if piece.kind in ("code", "table"):
+            return _place_block(stripped, piece.kind, tag), "ok"
+        return _place(stripped, tag), "ok"
+
+
+def ground(body: str, items: Sequence[EvidenceItem], mode: str = "note") -> Grounded:
+    """The body with markers pointing at the passages that support each piece (see module doc)."""
+    if mode not in MODES:
+        raise ValueError(f"unknown grounding mode {mode!r}")
+    g = _Grounder(items, mode)
+    out: list[tuple[str, str]] = []  # (kind, text); a piece strict mode removed is ("gone", "")
+    judged = supported = 0
+    unsupported: list[str] = []
+    after_block = False  # the last piece was a judged code block or table
+    for piece in split(body):
+        if piece.kind == "space":
+            kept = [k for k, (kind, _) in enumerate(out) if kind != "gone"]
+            if out and out[-1][0] == "gone" and (not kept or out[kept[-1]][0] == "space"):
+                # a removed piece takes one of the spaces around it: the one with more line breaks stays
+                if kept and piece.text.count("\n") > out[kept[-1]][1].count("\n"):
+                    out[kept[-1]] = ("space", piece.text)
+                continue
+            out.append(("space", piece.text))
+            continue
+        if mode == "off":
+            out.append(("text", g.remap(piece.text)))
+            continue
+        if after_block and not _strip_markers(piece.text).strip():
+            out.append(("gone", ""))  # the model's markers for the block above: grounding placed its own
+            continue
+        text, verdict = g.piece(piece)
+        after_block = verdict is not None and piece.kind in ("code", "table")
+        if verdict is not None:
+            judged += 1
+            if verdict == "ok":
+                supported += 1
+            else:
+                unsupported.append(" ".join(_strip_markers(piece.text).split()))
+        out.append(("gone", "") if verdict == "unsupported" and mode == "strict" else ("text", text))
+    report = GroundingReport(sentences=judged, supported=supported, unsupported=tuple(unsupported))
+    return Grounded("".join(text for _, text in out), tuple(g.sources), report)
+
+
+def note_line(report: GroundingReport, mode: str) -> str | None:
+    """The last line of a ``note``-mode body: how many sentences the evidence does not support."""
+    n = len(report.unsupported)
+    if mode != "note" or not n:
+        return None
+    what = "1 sentence" if n == 1 else f"{n} sentences"
+    verb = "is" if n == 1 else "are"
+    return f"_Note: {what} of this answer {verb} not supported by the evidence found (marked {UNSUPPORTED_TAG})._"
+
+
+def render_prefix(text: str, items: Sequence[EvidenceItem], mode: str) -> str:
+    """The grounded form of the whole pieces of a partial answer: the last piece, which may
+    still grow, is left out. Used to stream an answer as ``ground`` will print it."""
+    pieces = split(text)
+    while pieces and pieces[-1].kind == "space":
+        pieces.pop()
+    if not pieces:
+        return ""
+    done = ground(text[: pieces[-1].start], items, mode)
+    if mode == "strict" and not done.report.supported:
+        return ""  # it may still become the no-evidence sentence
+    return done.body
