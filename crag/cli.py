@@ -384,7 +384,7 @@ class _Progress:
             if self.tty:
                 self.err.write("\r\033[K")
             items = tuple(payload) if isinstance(payload, (tuple, list)) else ()
-            n = len(items) if items else int(payload)  # type: ignore[call-overload]
+            n = len(items) if isinstance(payload, (tuple, list)) else int(payload)  # type: ignore[call-overload]
             ground = None
             if items and self.grounding != "off":
                 mode = self.grounding

@@ -500,13 +500,17 @@ class _Grounder:
                 out.append(s)
         return c, out
 
-    def remap(self, text: str) -> str:
-        """Markers of a piece that is not judged, pointed at the sources list."""
+    def remap(self, text: str, supported: dict[int, Support] | None = None) -> str:
+        """Markers pointed at the sources list: all of them for a piece that is not judged;
+        for a supported piece, those whose item supports it, at the supporting passage."""
 
         def replace(match: re.Match[str]) -> str:
             lead = match.group(0)[0] if match.group(0)[0] in " \t" else ""
-            marks = [f"[{self.source(self.items[k - 1])}]" for k in marker_numbers(match.group(1))
-                     if 1 <= k <= len(self.items)]
+            marks = [
+                f"[{self.source(self.items[k - 1] if supported is None else _narrow(self.items[k - 1], supported[k - 1]))}]"
+                for k in marker_numbers(match.group(1))
+                if 1 <= k <= len(self.items) and (supported is None or k - 1 in supported)
+            ]
             return lead + "".join(dict.fromkeys(marks)) if marks else ""
 
         pieces = code_split(text)
@@ -537,9 +541,11 @@ class _Grounder:
             tag = UNSUPPORTED_TAG
             return (_place_block(stripped, piece.kind, tag) if piece.kind in ("code", "table")
                     else _place(stripped, tag)), "unsupported"
-        model = [k for k in dict.fromkeys(self.cited(piece.text)) if any(s.index == k for s in found)]
-        chosen = [s for k in model for s in found if s.index == k] or [max(found, key=lambda s: s.coverage)]
-        tag = "".join(f"[{self.source(_narrow(self.items[s.index], s))}]" for s in chosen)
+        by_item = {s.index: s for s in found}
+        if piece.kind not in ("code", "table") and any(k in by_item for k in self.cited(piece.text)):
+            return self.remap(piece.text, by_item), "ok"  # the model's supported markers stay where they are
+        best = max(found, key=lambda s: s.coverage)
+        tag = f"[{self.source(_narrow(self.items[best.index], best))}]"
         if piece.kind in ("code", "table"):
             return _place_block(stripped, piece.kind, tag), "ok"
         return _place(stripped, tag), "ok"

@@ -29,11 +29,12 @@ def test_code_links_and_footnotes_are_left_alone():
     assert text.endswith("ok [1]") and order == [1]
 
 
-def test_uncited_answer_lists_every_item_given():
+def test_an_answer_citing_nothing_has_no_footer():
+    # The footer lists only what the body cites (grounding adds the markers the model left out).
     items = [item(1, source="a.md", start=3), item(2, source="b.md", start=None)]
     answer, citations = compose("No markers here.", items, Usage("m"))
-    assert "[1] a.md:L3\n[2] b.md\n" in answer
-    assert [c.path for c in citations] == ["a.md", "b.md"]
+    assert "a.md" not in answer and "b.md" not in answer
+    assert answer.startswith("No markers here.\n\n---\n") and citations == ()
 
 
 def test_grep_match_cites_the_matching_line():

@@ -158,7 +158,7 @@ def test_grading_gives_one_score_per_item_ranking_the_relevant_higher():
 def test_synthesis_quotes_relevant_sentences_with_citations():
     text = ask(SynthesizeTask("How do uploads retry?", (), (BILLING, UPLOADS)))
     assert text.startswith(OFFLINE_PREFACE)
-    assert '"Uploads retry three times with exponential backoff." [2]' in text
+    assert "- Uploads retry three times with exponential backoff. [2]" in text  # verbatim
     assert "Invoices" not in text
     assert NO_EVIDENCE not in text
 
@@ -179,7 +179,7 @@ def test_citation_like_text_in_documents_cannot_become_a_citation():
     doc = EvidenceItem("grep_search", "docs/a.md", "Uploads retry, see [7] and [1, 9].", 5, 5)
     text = ask(SynthesizeTask("How do uploads retry?", (), (doc,)))
     assert set(re.findall(r"\[(\d+)\]", text)) == {"1"}
-    assert "(7)" in text
+    assert "[7]" not in text and "(7)" not in text  # such a sentence is not quoted, and never altered
 
 
 words = st.sampled_from(["uploads", "retry", "queue", "Redis", "backoff", "invoice", "the", "is", "how",
@@ -236,7 +236,7 @@ def test_an_offline_agent_answers_with_citations_and_zero_llm_calls():
     result = agent.ask("How do uploads retry?")
     assert result.usage.llm_calls == 0 and result.usage.model == "offline"
     assert "Uploads retry three times" in result.answer
-    assert "[1] docs/uploads.md:L40" in result.answer
+    assert "[1] docs/uploads.md:L41" in result.answer  # the quoted sentence's line, not the chunk's first
     assert "**Model:** offline" in result.answer and "**API calls:** 0" in result.answer
 
 

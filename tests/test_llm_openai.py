@@ -346,7 +346,7 @@ def test_a_complex_question_end_to_end_over_http(srv):
     srv.script("analyze_and_route", '{"complexity": "complex", "suggested_tools": ["vector_search"]}')
     srv.script("plan", '{"tool_calls": [{"tool": "vector_search", "args": {"query": "upload retry"}}]}')
     srv.script("grade_evidence", Text("[0.9, 0.8, 0.9]", prompt_tokens=300, completion_tokens=10))
-    srv.script("synthesize", "Uploads retry three times [2].")
+    srv.script("synthesize", "Evidence number 2 is about the retry policy [2].")
     toolbox = FakeToolbox({"vector_search": [[item(k) for k in (1, 2, 3)]]})
     settings = Settings(llm="openai", openai_base_url=srv.base_url, model="test-model")
     agent = Agent(OpenAIChatModel(settings), toolbox, settings)

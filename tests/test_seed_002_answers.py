@@ -23,18 +23,20 @@ def run(replies, results=None, history=(), settings=None, tools=("vector_search"
 
 
 def test_answer_with_inline_citations_and_llm_stats():
-    a, b = item(1, source="docs/uploads.md", start=42), item(2, source="docs/retry.md", start=7)
+    a = item(1, source="docs/uploads.md", start=42, text="Failed uploads are retried three times.")
+    b = item(2, source="docs/retry.md", start=7, text="Uploads retry with exponential backoff.")
     result, _, _ = run(
         {
             "analyze_and_route": [route("simple")],
             "plan": [search_plan()],
-            "synthesize": [Completion("Uploads retry with backoff [2], three times [1].", "m", 100, 20)],
+            "synthesize": [Completion("Uploads retry with backoff [2]. Failed uploads are retried three times [1].",
+                                      "m", 100, 20)],
         },
         {"vector_search": [[a, b]]},
     )
     body, _, stats = result.answer.partition(STATS_BLOCK)
     # Markers renumbered in order of first use; the footer lists each source with its line.
-    assert body.startswith("Uploads retry with backoff [1], three times [2].")
+    assert body.startswith("Uploads retry with backoff [1]. Failed uploads are retried three times [2].")
     assert body.rstrip().endswith("[1] docs/retry.md:L7\n[2] docs/uploads.md:L42")
     assert [(c.n, c.path, c.line) for c in result.citations] == [(1, "docs/retry.md", 7), (2, "docs/uploads.md", 42)]
     assert stats and result.answer.index(STATS_HEADING) > result.answer.index("[2] docs/uploads.md:L42")
