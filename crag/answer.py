@@ -184,7 +184,7 @@ class StreamRenderer:
 
     def __init__(self, n_items: int, clean, unthink=None, every: int = 32, ground=None) -> None:
         self.n_items = n_items
-        self.ground = ground  # text -> grounded text with markers into its own sources list
+        self.ground = ground  # text -> (grounded text, number of sources its markers index)
         self.every = every
         self._rendered_at = 0
         self.clean = clean  # the full clean-up compose's caller applies (think, usage blocks)
@@ -247,7 +247,8 @@ class StreamRenderer:
         head = self.unthink(self.raw[: self._tag_cut(self.raw)])
         text = self.clean(head[: self._line_cut(head)])
         if self.ground is not None:
-            text = renumber(self.ground(text), 1 << 30)[0].strip()
+            grounded, n_sources = self.ground(text)
+            text = renumber(grounded, n_sources)[0].strip()
         elif self.n_items:
             text = renumber(text, self.n_items)[0].strip()  # as compose does
         if not text.startswith(self.shown):

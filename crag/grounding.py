@@ -75,6 +75,14 @@ _NEGATION = frozenset(
     "didn't couldn't wouldn't hasn't haven't hadn't without none neither nor".split()
 )
 # Month names are anchors of a date ("May" is left out: it is mostly a verb).
+_NUMBER_WORDS = {
+    w: str(n) for n, w in enumerate(
+        "zero _ two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
+        "sixteen seventeen eighteen nineteen twenty".split()) if w != "_"
+} | {"thirty": "30", "forty": "40", "fifty": "50", "sixty": "60", "seventy": "70", "eighty": "80",
+     "ninety": "90", "hundred": "100", "thousand": "1000", "million": "1000000", "billion": "1000000000",
+     "twice": "2"}
+_DIGIT_WORDS = {digits: word for word, digits in _NUMBER_WORDS.items() if word != "twice"}
 _MONTHS = "january february march april june july august september october november december".split()
 
 # -- splitting -----------------------------------------------------------------------------
@@ -267,9 +275,12 @@ def claims(text: str) -> Claims:
         anchors.append(("number", m.group(1).rstrip(".,:/-")))
     for m in _MONTH.finditer(prose):
         anchors.append(("month", m.group(1).lower()))
+    for w in words(prose):
+        if w in _NUMBER_WORDS:
+            anchors.append(("number", w))
     content = set()
     for w in words(prose):
-        if w.isdigit() or w in STOPWORDS or w in SCAFFOLDING or w in _NEGATION:
+        if w.isdigit() or w in STOPWORDS or w in SCAFFOLDING or w in _NEGATION or w in _NUMBER_WORDS:
             continue
         s = stem(w)
         if len(s) < 2 or s in STOPWORDS or s in SCAFFOLDING:
@@ -283,8 +294,16 @@ def _has_anchor(kind: str, anchor: str, text: str, flat: str) -> bool:
         return anchor in flat
     if kind == "url":
         return anchor in text
-    if kind == "number":
-        return re.search(r"(?<!\d)(?<!\d[.,:])" + re.escape(anchor) + r"(?!\d|[.,:]\d)", text) is not None
+    if kind == "number":  # "3" and "three" are the same number
+        if anchor.isalpha():
+            forms = [anchor, _NUMBER_WORDS[anchor]]
+        else:
+            forms = [anchor] + ([_DIGIT_WORDS[anchor]] if anchor in _DIGIT_WORDS else [])
+        return any(
+            re.search((r"\b" + re.escape(f) + r"\b") if f.isalpha()
+                      else (r"(?<!\d)(?<!\d[.,:])" + re.escape(f) + r"(?!\d|[.,:]\d)"), text, re.I)
+            for f in forms
+        )
     if kind == "month":
         return re.search(rf"\b(?:{anchor}|{anchor[:3]})\b", text, re.I) is not None
     return re.search(r"(?<![\w])" + re.escape(anchor) + r"(?![\w])", text, re.I) is not None
@@ -599,15 +618,16 @@ def note_line(report: GroundingReport, mode: str) -> str | None:
     return f"_Note: {what} of this answer {verb} not supported by the evidence found (marked {UNSUPPORTED_TAG})._"
 
 
-def render_prefix(text: str, items: Sequence[EvidenceItem], mode: str) -> str:
-    """The grounded form of the whole pieces of a partial answer: the last piece, which may
-    still grow, is left out. Used to stream an answer as ``ground`` will print it."""
+def render_prefix(text: str, items: Sequence[EvidenceItem], mode: str) -> tuple[str, int]:
+    """The grounded form of the whole pieces of a partial answer, and how many sources its
+    markers index: the last piece, which may still grow, is left out. Used to stream an
+    answer as ``ground`` will print it."""
     pieces = split(text)
     while pieces and pieces[-1].kind == "space":
         pieces.pop()
     if not pieces:
-        return ""
+        return "", 0
     done = ground(text[: pieces[-1].start], items, mode)
     if mode == "strict" and not done.report.supported:
-        return ""  # it may still become the no-evidence sentence
-    return done.body
+        return "", 0  # it may still become the no-evidence sentence
+    return done.body, len(done.sources)

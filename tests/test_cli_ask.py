@@ -386,3 +386,33 @@ def test_chat_status_line_never_erases_streamed_text() -> None:
     shown = screen.getvalue()
     assert "\033[K" not in shown[shown.index("Hello there."):]
     assert shown.count("Hello there.") == 1
+
+
+def test_grounded_answer_through_ask_json(llm: FakeOpenAIServer, kb: Path) -> None:
+    """A model reply with no markers comes back with markers on the sentences taken from the
+    evidence and a footer of exactly those items; a sentence with a date no item holds is
+    listed in ``grounding.unsupported`` and marked; every cited line shows the cited text."""
+    llm.script("analyze_and_route", route("simple", "vector_search", "grep_search"))
+    llm.script("plan", plan(("grep_search", {"pattern": "listens on"}), ("grep_search", {"pattern": "thirty days"})))
+    reply = ("Here is what I found:\n\n"
+             "The server listens on port 8080 by default. A backup is kept for thirty days.\n"
+             "The backup policy was introduced on October 22, 2024.")
+    llm.script("synthesize", reply)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "crag", "ask", "What port is used, and how long are backups kept?",
+                           "--json"], cwd=kb.parent, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    answer = result["answer"]
+    assert answer.startswith("Here is what I found:\n\n"
+                             "The server listens on port 8080 by default [1]. A backup is kept for thirty days [2].\n"
+                             "The backup policy was introduced on October 22, 2024 [unsupported].")
+    assert result["grounding"] == {"sentences": 3, "supported": 2, "unsupported": [
+        "The backup policy was introduced on October 22, 2024."]}
+    assert "_Note: 1 sentence of this answer is not supported" in answer
+    cited = footer(answer)
+    assert [(n, path) for n, path, _ in cited] == [(1, "docs/setup.md"), (2, "docs/backup.md")]
+    assert [(c["n"], c["path"], c["line"]) for c in result["citations"]] == [(n, p, line) for n, p, line in cited]
+    for sentence, (_, path, line) in zip(("The server listens on port 8080", "A backup is kept for thirty days"), cited):
+        assert (kb.parent / path).read_text(encoding="utf-8").splitlines()[line - 1].startswith(sentence)
+    assert answer.index("[2] docs/backup.md") < answer.index(STATS_HEADING)  # the usage block stays last

@@ -1,0 +1,250 @@
+"""Grounding: each answer sentence is checked against the evidence, and citations open at
+the supporting line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from crag import Agent, Settings
+from crag.answer import NO_EVIDENCE, STATS_HEADING, StreamRenderer, compose
+from crag.grounding import UNSUPPORTED_TAG, claims, ground, note_line, render_prefix, split
+from crag.index.chunker import chunk_text
+from crag.llm.scripted import ScriptedChatModel
+from crag.prompts import clean_answer, strip_think
+from crag.state import EvidenceItem, Usage
+
+from .fakes import FakeToolbox, route, search_plan
+
+PROPS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+SETUP = EvidenceItem(
+    "vector_search", "docs/setup.md",
+    "## Ports\n\nThe server listens on port 8080 by default.\n"
+    "Set `SERVICE_PORT` to change the port the server listens on.\n\n"
+    "## Retries\n\nThe client retries failed uploads three times before it gives up.",
+    20, 28, 0.7,
+)
+BACKUP = EvidenceItem(
+    "grep_search", "docs/backup.md",
+    "# Backups\n\nNightly backups are written to the object store at 02:00 UTC.\nA backup is kept for thirty days.",
+    1, 4, anchor_line=3,
+)
+ITEMS = (SETUP, BACKUP)
+
+
+def lines_of(g):
+    return [(s.source, s.start_line) for s in g.sources]
+
+
+# -- what is supported ---------------------------------------------------------------------
+
+
+def test_a_copied_sentence_gets_a_marker_at_the_line_where_it_starts():
+    g = ground("The client retries failed uploads three times before it gives up.", ITEMS)
+    assert g.body == "The client retries failed uploads three times before it gives up [1]."
+    assert lines_of(g) == [("docs/setup.md", 27)]
+    assert g.report.sentences == 1 and g.report.supported == 1 and g.report.unsupported == ()
+
+
+def test_a_marker_on_an_item_that_does_not_support_the_sentence_moves_to_the_one_that_does():
+    g = ground("A backup is kept for thirty days [1].", ITEMS)
+    assert g.body == "A backup is kept for thirty days [1]." and lines_of(g) == [("docs/backup.md", 4)]
+
+
+def test_a_grep_item_is_cited_at_the_supporting_line_of_its_window():
+    g = ground("Nightly backups go to the object store at 02:00 UTC [2].", ITEMS)
+    assert lines_of(g) == [("docs/backup.md", 3)]
+
+
+@pytest.mark.parametrize("sentence", [
+    "The server listens on port 9090 by default.",  # a changed number
+    "The server does not listen on port 8080 by default.",  # a negated claim
+    "A backup is kept for ninety days.",  # a changed number word
+    "The service was released on October 22, 2024 [1].",  # a date no item holds
+    "Uploads are encrypted with AES before they leave the client [1].",  # invented
+])
+def test_changed_negated_and_invented_sentences_are_not_supported(sentence):
+    g = ground(sentence, ITEMS)
+    assert g.report.supported == 0 and len(g.report.unsupported) == 1
+    assert UNSUPPORTED_TAG in g.body and "[1]" not in g.body and g.sources == ()
+
+
+def test_a_number_written_as_a_word_matches_its_digits():
+    assert ground("A backup is kept for 30 days.", ITEMS).report.supported == 1
+
+
+@pytest.mark.parametrize("sentence", ["Here is what I found:", "Based on the documentation:", "[1]", "Sure!"])
+def test_sentences_with_no_content_of_their_own_are_not_judged(sentence):
+    g = ground(sentence, ITEMS)
+    assert g.report.sentences == 0 and UNSUPPORTED_TAG not in g.body
+
+
+def test_code_blocks_lists_and_tables_are_kept_whole():
+    body = "Intro text here.\n\n- one. Two.\n- three\n\n```\na. B.\n```\n\n| a | b |\n|---|---|\n| 1 | 2 |\n"
+    kinds = [p.kind for p in split(body) if p.kind != "space"]
+    assert kinds == ["sentence", "item", "item", "code", "table"]
+    assert "".join(p.text for p in split(body)) == body
+
+
+def test_a_code_block_from_the_evidence_is_cited_at_its_fence():
+    doc = EvidenceItem("read_file", "README.md", "Run:\n\n```sh\npip install crag\ncrag index docs\n```\n", 10, 15)
+    g = ground("Like this:\n\n```sh\npip install crag\ncrag index docs\n```", (doc,))
+    assert g.report.supported == 1 and lines_of(g) == [("README.md", 12)]
+    assert g.body.endswith("```\n[1]")
+
+
+def test_claims_see_numbers_identifiers_and_code():
+    c = claims("Set `SERVICE_PORT` in config/app.yaml to 8080 with --port, since v2.1 [3].")
+    kinds = {kind for kind, _ in c.anchors}
+    assert {"code", "number", "ident"} <= kinds and ("number", "3") not in c.anchors
+
+
+# -- modes -----------------------------------------------------------------------------------
+
+MIXED = "The server listens on port 8080 by default. It was released on October 22, 2024 [2]."
+
+
+def test_note_mode_marks_unsupported_sentences_and_counts_them():
+    g = ground(MIXED, ITEMS, "note")
+    assert g.body == "The server listens on port 8080 by default [1]. It was released on October 22, 2024 [unsupported]."
+    assert note_line(g.report, "note") == (
+        "_Note: 1 sentence of this answer is not supported by the evidence found (marked [unsupported])._")
+
+
+def test_strict_mode_removes_unsupported_sentences():
+    g = ground(MIXED + "\n\nA backup is kept for thirty days.", ITEMS, "strict")
+    assert g.body == "The server listens on port 8080 by default [1].\n\nA backup is kept for thirty days [2]."
+    assert note_line(g.report, "strict") is None
+
+
+def test_off_mode_keeps_the_models_markers():
+    g = ground(MIXED, ITEMS, "off")
+    assert g.body == "The server listens on port 8080 by default. It was released on October 22, 2024 [1]."
+    assert g.sources == (BACKUP,)
+
+
+def agent_answer(reply: str, mode: str):
+    model = ScriptedChatModel({"analyze_and_route": [route("simple")], "plan": [search_plan()],
+                               "synthesize": [reply]})
+    agent = Agent(model, FakeToolbox({"vector_search": [list(ITEMS)]}), Settings(grounding=mode))
+    return agent.ask("What port does the server use?")
+
+
+def test_strict_answer_with_no_supported_sentence_is_the_no_evidence_sentence():
+    result = agent_answer("It was released on October 22, 2024 [1].", "strict")
+    assert result.answer.startswith(NO_EVIDENCE + "\n\n---\n") and result.citations == ()
+    assert result.state.grounding.unsupported == ("It was released on October 22, 2024.",)
+
+
+def test_the_answer_ends_its_body_with_the_count_then_footer_then_usage():
+    result = agent_answer(MIXED, "note")
+    body, _, stats = result.answer.partition("\n\n---\n" + STATS_HEADING)
+    assert body.endswith("(marked [unsupported])._\n\n[1] docs/setup.md:L22")
+    assert [(c.path, c.line, c.end_line) for c in result.citations] == [("docs/setup.md", 22, 22)]
+    assert stats
+
+
+def test_grounding_is_validated_like_every_setting():
+    from crag.config import SETTINGS_TABLE
+
+    assert SETTINGS_TABLE["grounding"][0] == "KB_AGENT_GROUNDING"
+    assert "KB_AGENT_GROUNDING=note" in (Path(__file__).resolve().parents[1] / ".env.example").read_text()
+
+
+# -- properties ------------------------------------------------------------------------------
+
+VOCAB = ("uploads server client backups token index chunk retries queue worker cache port store "
+         "config deploy image build release policy limit file path user model").split()
+
+
+@st.composite
+def documents(draw):
+    """A Markdown file: headings, hard-wrapped paragraphs, list items; distinct sentences."""
+    lines: list[str] = []
+    sentences: list[str] = []
+    for _ in range(draw(st.integers(1, 6))):
+        kind = draw(st.sampled_from(["para", "list", "heading"]))
+        if kind == "heading":
+            lines += [f"## {draw(st.sampled_from(VOCAB)).title()}", ""]
+            continue
+        paragraph = []
+        for _ in range(draw(st.integers(1, 4))):
+            words = draw(st.lists(st.sampled_from(VOCAB), min_size=3, max_size=9))
+            n = len(sentences)
+            sentence = f"The {' '.join(words)} number {n} holds {n * 7 + 3}."
+            sentences.append(sentence)
+            paragraph.append(sentence)
+        if kind == "list":
+            lines += [f"- {s}" for s in paragraph] + [""]
+        else:
+            text, width = " ".join(paragraph), draw(st.integers(30, 100))
+            row = ""
+            for word in text.split(" "):
+                if row and len(row) + 1 + len(word) > width:
+                    lines.append(row)
+                    row = word
+                else:
+                    row = f"{row} {word}" if row else word
+            lines += [row, ""]
+    return "\n".join(lines) + "\n", sentences
+
+
+def flat(text: str) -> str:
+    return " ".join(text.replace("\n- ", "\n").split())
+
+
+@PROPS
+@given(documents().filter(lambda doc: doc[1]), st.data())
+def test_property_a_copied_sentence_is_cited_at_the_line_where_it_starts(tmp_path_factory, doc, data):
+    text, sentences = doc
+    path = tmp_path_factory.mktemp("kb") / "doc.md"
+    path.write_text(text, encoding="utf-8")
+    file_lines = path.read_text(encoding="utf-8").splitlines()
+    tool = data.draw(st.sampled_from(["vector_search", "read_file", "grep_search"]))
+    chunks = chunk_text(text, ".md", max_tokens=data.draw(st.integers(20, 200)), min_tokens=5)
+    items = [EvidenceItem(tool, str(path), c.text, c.start_line, c.end_line,
+                          anchor_line=c.start_line if tool == "grep_search" else None) for c in chunks]
+    whole = [s for s in sentences if any(s in flat(item.text) for item in items)]  # not cut by a chunk edge
+    assume(whole)
+    picked = data.draw(st.lists(st.sampled_from(whole), min_size=1, max_size=3, unique=True))
+    answer = " ".join(picked)
+    g = ground(answer, items)
+    final, citations = compose(g.body, g.sources, Usage("m"))
+    assert g.report.supported == len(picked)
+    for sentence in picked:
+        number = sentence.split(" number ")[1].split(" ")[0]
+        cite = next(c for c in citations if f"number {number} " in " ".join(
+            file_lines[c.line - 1 : c.end_line]).replace("- ", ""))
+        # The cited line holds the start of the sentence.
+        start = file_lines[cite.line - 1]
+        head = sentence.split(" ")[:2]
+        assert " ".join(head) in start or start.rstrip().endswith(head[0]), (sentence, cite, start)
+
+
+PIECES = ["The server listens on port 8080 by default.", " ", "\n", "\n\n", "[1]", "[2]", "[1, 2]",
+          "A backup is kept for thirty days.", "It was released on October 22, 2024.", "Here is what I found:",
+          "- ", "\n```\nx = [1]\n```\n", "Set `SERVICE_PORT` to change the port.", "| a | b |\n", "e.g. ",
+          "The client retries failed uploads three times before it gives up"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(PIECES), max_size=16), st.sampled_from(["note", "strict"]), st.data())
+def test_property_a_grounded_answer_streams_to_exactly_the_final_answer(pieces, mode, data):
+    reply = "".join(pieces)
+    cuts = sorted(set(data.draw(st.lists(st.integers(0, len(reply)), max_size=10))))
+    renderer = StreamRenderer(len(ITEMS), clean_answer, strip_think, every=data.draw(st.sampled_from([0, 8])),
+                              ground=lambda text: render_prefix(text, ITEMS, mode))
+    shown, last = [], 0
+    for cut in [*cuts, len(reply)]:
+        shown.append(renderer.feed(reply[last:cut]))
+        last = cut
+    g = ground(clean_answer(reply), ITEMS, mode)
+    if mode == "strict" and not g.report.supported:
+        final, _ = compose(NO_EVIDENCE, (), Usage("m"), cite=False)
+    else:
+        final, _ = compose(g.body, g.sources, Usage("m"), note=note_line(g.report, mode))
+    assert "".join(shown) + renderer.rest(final) == final
