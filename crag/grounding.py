@@ -89,13 +89,14 @@ _MONTHS = "january february march april june july august september october novem
 
 _FENCE = re.compile(r"^[ \t]*(?:>[ \t]?)*(`{3,}|~{3,})")
 _LIST_START = re.compile(r"^[ \t]*(?:>[ \t]?)*(?:[-*+]|\d{1,3}[.)])[ \t]+\S")
+_INTERRUPT = re.compile(r"^[ \t]*(?:>[ \t]?)*(?:[-*+]|1[.)])[ \t]+\S")
 _HEADING = re.compile(r"^[ \t]{0,3}#{1,6}(?:[ \t]|$)")
 _RULE = re.compile(r"^[ \t]*(?:(?:-[ \t]*){3,}|(?:\*[ \t]*){3,}|(?:_[ \t]*){3,}|=+)[ \t]*$")
 _TABLE = re.compile(r"^[ \t]*\|")
 # A sentence ends at . ! ? (closing quotes, brackets, emphasis and citation markers stay
 # with it) before whitespace and the start of another sentence.
 _SENTENCE_END = re.compile(
-    r"[.!?]+[\"'”’)\]*_]*(?:[ \t]*\[\s*\d[\d\s,;\-–]*\])*(?=\s+[\[(\"'“‘`*_]*[A-Z0-9\u00c0-\uffff])"
+    r"[.!?]+[\"'”’)\]*_]*(?:[ \t]*\[\s*\d[\d\s,;\-–]*\])*(?=\s+(?!\[\s*\d)[\[(\"'“‘`*_]*[A-Z0-9\u00c0-\uffff])"
     r"|[。！？]+"
 )
 _ABBREVIATION = re.compile(r"(?:\b(?:e\.g|i\.e|etc|vs|cf|approx|fig|no|mr|mrs|dr|st)|\b[A-Za-z])\.$", re.I)
@@ -185,8 +186,8 @@ def split(text: str) -> list[Piece]:
             j = _block_end(lines, i, lambda ln: bool(_LIST_START.match(ln) or _special(ln)))
             blocks.append(("item", i, j))
             i = j
-        else:
-            j = _block_end(lines, i, lambda ln: bool(_LIST_START.match(ln) or _special(ln)))
+        else:  # only a bullet or "1." starts a list inside a paragraph ("31. The" wraps)
+            j = _block_end(lines, i, lambda ln: bool(_INTERRUPT.match(ln) or _special(ln)))
             blocks.append(("paragraph", i, j))
             i = j
     offsets = [0]

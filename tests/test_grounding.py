@@ -3,6 +3,7 @@ the supporting line."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -215,14 +216,16 @@ def test_property_a_copied_sentence_is_cited_at_the_line_where_it_starts(tmp_pat
     g = ground(answer, items)
     final, citations = compose(g.body, g.sources, Usage("m"))
     assert g.report.supported == len(picked)
-    for sentence in picked:
-        number = sentence.split(" number ")[1].split(" ")[0]
-        cite = next(c for c in citations if f"number {number} " in " ".join(
-            file_lines[c.line - 1 : c.end_line]).replace("- ", ""))
-        # The cited line holds the start of the sentence.
+    body = final.split("\n\n")[0]
+    markers = [int(n) for n in re.findall(r"\[(\d+)\]", body)]
+    assert len(markers) == len(picked)  # one marker per sentence, in order
+    for sentence, n in zip(picked, markers):
+        cite = citations[n - 1]
         start = file_lines[cite.line - 1]
-        head = sentence.split(" ")[:2]
-        assert " ".join(head) in start or start.rstrip().endswith(head[0]), (sentence, cite, start)
+        # The cited line holds the start of the sentence (which may begin after another one ends).
+        head = " ".join(sentence.split(" ")[:2])
+        assert head in start or start.rstrip().endswith(head.split(" ")[0]), (sentence, cite, start)
+        assert flat(sentence) in flat("\n".join(file_lines[cite.line - 1 : cite.end_line]))
 
 
 PIECES = ["The server listens on port 8080 by default.", " ", "\n", "\n\n", "[1]", "[2]", "[1, 2]",
