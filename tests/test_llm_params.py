@@ -118,7 +118,7 @@ def test_a_reply_cut_by_max_tokens_is_audited_and_still_parsed(srv):
     srv.script("analyze_and_route", Text(ROUTE, finish_reason="length"))
     srv.script("plan", PLAN)
     srv.script("grade_evidence", "[0.9, 0.8, 0.9]")
-    srv.script("synthesize", Text("Uploads retry three times [2]", finish_reason="length"))
+    srv.script("synthesize", Text("Evidence number 2 is about the retry policy [2]", finish_reason="length"))
     toolbox = FakeToolbox({"vector_search": [[item(k) for k in (1, 2, 3)]]})
     settings = settings_for(srv)
     result = Agent(OpenAIChatModel(settings), toolbox, settings).ask("How do uploads retry?")
@@ -126,7 +126,7 @@ def test_a_reply_cut_by_max_tokens_is_audited_and_still_parsed(srv):
     assert [e.fields["node"] for e in truncated] == ["analyze_and_route", "synthesize"]
     assert truncated[0].fields["max_tokens"] <= 256
     assert result.state.routing_plan.classified  # the cut reply was parsed like any other
-    assert result.answer.startswith("Uploads retry three times [1]")
+    assert result.answer.startswith("Evidence number 2 is about the retry policy [1]")  # grounded in item 2
 
 
 def test_streamed_answers_carry_the_parameters_and_report_truncation(srv):
