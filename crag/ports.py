@@ -9,13 +9,16 @@ A node's ``prepare`` returns one of two requests, or None:
 * ``ToolRequest``: the validated tool calls of one retrieval round. Its reply is one
   ``ToolOutcome`` per call, in order.
 
-Adapters implement ``ChatModel``, ``Toolbox`` and ``Embedder``; only they touch the
-network, the disk or the clock.
+Adapters implement ``ChatModel``, ``Toolbox``, ``Embedder``, and the knowledge-base
+ports ``Store``, ``StoreUpdate`` and ``Retriever``; only they touch the network, the disk
+or the clock.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from attrs import frozen
@@ -26,13 +29,24 @@ from .toolspec import Tool
 if TYPE_CHECKING:
     import numpy as np
 
+    from .index.chunker import Chunk
+    from .index.fusion import SearchWeights
+
 __all__ = [
     "AnalyzeTask",
     "ChatModel",
+    "ChunkRow",
+    "DocumentVersion",
     "Embedder",
+    "FileRecord",
     "GradeTask",
+    "Hit",
     "LLMRequest",
     "PlanTask",
+    "Retriever",
+    "Store",
+    "StoreState",
+    "StoreUpdate",
     "SynthesizeTask",
     "Task",
     "ToolOutcome",
@@ -180,3 +194,180 @@ class Embedder(Protocol):
 
     def embed(self, texts: Sequence[str]) -> np.ndarray: ...
 
+
+
+# ---------------------------------------------------------------------------------------
+# The knowledge-base store (see docs/architecture.md, "Adding a store")
+#
+# A store keeps published *states* of the index: the roots, one recorded version of each
+# file (size, mtime, sha256) and its chunks, their vectors and text for lexical search,
+# and the embedder and chunking they were made with. An indexer takes the store's writer
+# lock, reads the published state, and sends its edits to one ``StoreUpdate``; ``commit``
+# publishes them all at once (readers see the previous state or the new one, never a mix)
+# and ``abort`` (or a killed process) leaves the previous state. ``crag.index.build`` is
+# the one driver of updates; ``crag.index.search`` fuses a ``Retriever``'s rankings.
+
+
+@frozen
+class FileRecord:
+    """The version of one file the store holds."""
+
+    path: str
+    size: int
+    mtime_ns: int
+    sha256: str
+    chunks: int
+
+
+@frozen
+class StoreState:
+    """A published state: what it was built with, its roots and (when asked for) its files."""
+
+    version: str
+    embedder: str
+    dim: int
+    chunker: str
+    chunks: int
+    roots: tuple[str, ...]
+    files: Mapping[str, FileRecord] = MappingProxyType({})
+
+
+@frozen
+class DocumentVersion:
+    """One version of a file to write: where it is, what it hashed to, and its chunks."""
+
+    path: str
+    root: str
+    size: int
+    mtime_ns: int
+    sha256: str
+    chunks: tuple[Chunk, ...] = ()
+    text: str = ""
+
+
+@frozen
+class Hit:
+    """One chunk found by a search, best first.
+
+    ``score`` is the chunk's cosine similarity to the query clipped to [0, 1]; ``fused``
+    is the reciprocal-rank-fusion value the order comes from.
+    """
+
+    chunk_id: int
+    path: str
+    start_line: int
+    end_line: int
+    heading: str
+    text: str
+    score: float
+    fused: float = 0.0
+    vector_rank: int | None = None
+    lexical_rank: int | None = None
+
+
+@frozen
+class ChunkRow:
+    """A chunk's metadata and text, as a store returns it to the search."""
+
+    chunk_id: int
+    file_id: int
+    path: str
+    start_line: int
+    end_line: int
+    heading: str
+    text: str
+
+
+@runtime_checkable
+class StoreUpdate(Protocol):
+    """The edits of one update; nothing is visible until ``commit`` publishes them all.
+
+    ``add_file`` writes a document version (its chunks are embedded with the update's
+    embedder); ``remove_file`` removes the recorded version of a path; ``touch_file``
+    records a new size and mtime for unchanged content; ``set_roots`` replaces the roots.
+    ``commit`` returns the number of chunks of the published state; ``abort`` drops the
+    edits. ``embedded`` counts the chunks embedded so far; ``version`` names the new state.
+    """
+
+    embedded: int
+    version: str
+
+    def add_file(self, doc: DocumentVersion) -> None: ...
+
+    def remove_file(self, path: str) -> None: ...
+
+    def touch_file(self, path: str, size: int, mtime_ns: int) -> None: ...
+
+    def set_roots(self, roots: Sequence[str]) -> None: ...
+
+    def commit(self) -> int: ...
+
+    def abort(self) -> None: ...
+
+
+@runtime_checkable
+class Retriever(Protocol):
+    """A published state opened for search. Rankings are (id, score) pairs, best first.
+
+    ``vector_ranking`` ranks chunks by cosine similarity to a unit query vector;
+    ``lexical_ranking`` ranks chunks, and ``file_ranking`` whole files, by the store's
+    full-text ranking of ``query`` (only the order is used). ``roots`` restricts every
+    ranking to files under those paths (None: the whole index). ``search`` is
+    ``crag.index.search.hybrid_search`` over these rankings.
+    """
+
+    version: str
+    embedder_name: str
+    dim: int
+    n_chunks: int
+    roots: tuple[str, ...]
+
+    def embed_query(self, query: str) -> np.ndarray: ...
+
+    def vector_ranking(self, query_vec: np.ndarray, k: int, roots: Sequence[str] | None = None) -> list[tuple[int, float]]: ...
+
+    def lexical_ranking(self, query: str, k: int, roots: Sequence[str] | None = None) -> list[tuple[int, float]]: ...
+
+    def file_ranking(self, query: str, k: int, roots: Sequence[str] | None = None) -> list[tuple[int, float]]: ...
+
+    def chunk_files(self, chunk_ids: Sequence[int]) -> dict[int, int]: ...
+
+    def cosines(self, query_vec: np.ndarray, chunk_ids: Sequence[int]) -> dict[int, float]: ...
+
+    def chunk_rows(self, chunk_ids: Sequence[int]) -> dict[int, ChunkRow]: ...
+
+    def search(self, query: str, top_k: int = 5, roots: Sequence[str] | None = None, mode: str = "hybrid") -> list[Hit]: ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class Store(Protocol):
+    """Where the index lives: the embedded FAISS + SQLite folder, or a PostgreSQL database.
+
+    ``location`` names it in messages; ``reindex_hint`` tells the user how to rebuild it.
+    ``state(files=..., check=...)`` is the published state, with its files when asked
+    (None before the first update; raises ``IndexStoreError`` when it cannot be read, and
+    with ``check`` also when its vectors do not match its metadata); ``version()`` is a cheap check of which
+    state is published. ``writer_lock(timeout)`` is held by the one indexer allowed at a
+    time (a second waits up to ``timeout`` seconds, then raises ``IndexStoreError``).
+    ``begin(base, embedder, chunker)`` starts an update on top of ``base`` (None: from
+    empty). ``open_retriever`` opens the published state for search.
+    """
+
+    location: str
+    reindex_hint: str
+
+    def state(self, files: bool = True, check: bool = False) -> StoreState | None: ...
+
+    def version(self) -> str | None: ...
+
+    def roots(self) -> tuple[str, ...]: ...
+
+    def writer_lock(self, timeout: float) -> AbstractContextManager[object]: ...
+
+    def begin(self, base: StoreState | None, embedder: Embedder, chunker: str) -> StoreUpdate: ...
+
+    def open_retriever(self, embedder: Embedder, weights: SearchWeights | None = None) -> Retriever: ...
+
+    def close(self) -> None: ...

@@ -23,7 +23,7 @@ N_FILES = 150
 # "PUBLISH" right before the new generation is published (then dawdles so it can be killed).
 INDEXER = r"""
 import sys, time
-import crag.index.build as build
+import crag.index.layout as layout
 from crag.config import Settings
 from crag.index import index_roots
 
@@ -35,13 +35,13 @@ def progress(done, total, path):
         time.sleep(30)
 
 if mode == "publish":
-    real_publish = build._publish
+    real_publish = layout.publish
     def slow_publish(index_dir, gen):
         print("PUBLISH", flush=True)
         print(gen, flush=True)
         time.sleep(30)
         real_publish(index_dir, gen)
-    build._publish = slow_publish
+    layout.publish = slow_publish
 
 print("START", flush=True)
 index_roots(Settings(index_dir=index_dir), [root], progress=progress)

@@ -79,16 +79,16 @@ def test_binary_non_utf8_and_unreadable_files_while_indexing(tmp_path: Path, mon
     write(kb / "latin.txt", "Le café est fermé le lundi.\n".encode("cp1252"))
     write(kb / "blob.txt", b"text\x00\x01\x02binary")
     unreadable = write(kb / "locked.md", "# Locked\n\nnobody can read this\n")
-    import crag.index.build as build
+    import crag.index.reading as reading
 
-    real_read = build.read_bytes
+    real_read = reading.read_bytes
 
     def read_bytes(path, *a, **k):
         if os.path.basename(path) == "locked.md":
             raise PermissionError(13, "Permission denied", str(path))
         return real_read(path, *a, **k)
 
-    monkeypatch.setattr(build, "read_bytes", read_bytes)
+    monkeypatch.setattr(reading, "read_bytes", read_bytes)
     settings = Settings(index_dir=str(tmp_path / "index"))
     report = index_roots(settings, [kb])
     assert sorted(os.path.basename(p) for p in report.added) == ["good.md", "latin.txt"]

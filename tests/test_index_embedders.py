@@ -139,14 +139,15 @@ def test_make_embedder_follows_the_settings() -> None:
 def reference_hash_embed(texts: list[str], dim: int = 2048, bigram_weight: float = 0.5) -> np.ndarray:
     import zlib
 
-    from crag.index import embedders as e
+    from crag.index import hash_embedder as e
+    from crag import text as w_
 
     out = np.zeros((len(texts), dim), dtype=np.float32)
     codes: list[int] = []
     lengths = []
     for text in texts:
-        words = e._WORD.findall(text.lower())
-        codes += [-1 if w in e.STOPWORDS else zlib.crc32(e.stem(w).encode("utf-8")) for w in words]
+        words = w_.WORD.findall(text.lower())
+        codes += [-1 if w in w_.STOPWORDS else zlib.crc32(w_.stem(w).encode("utf-8")) for w in words]
         lengths.append(len(words))
     codes_arr = np.asarray(codes, dtype=np.int64)
     rows = np.repeat(np.arange(len(texts), dtype=np.uint64), lengths)

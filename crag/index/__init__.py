@@ -1,14 +1,17 @@
-"""The knowledge-base index: discovery, chunking, embedders and the FAISS + SQLite store.
+"""The knowledge-base index: discovery, chunking, embedders and the stores.
 
 The public entry points, for the CLI, the agent and library users:
 
+* ``open_store(settings) -> Store``: where the index lives (the ``Store`` port of
+  ``crag.ports``): the embedded FAISS + SQLite folder ``KB_AGENT_INDEX_DIR``.
 * ``ensure_indexed(settings, roots, progress=None) -> IndexReport``: index ``roots`` into
   ``settings.index_dir`` when they are new or changed (cheap when nothing changed: a
   size + mtime check, no lock, no reads). It never re-embeds a whole index: an index built
   with another embedder raises ``EmbedderMismatchError`` telling the user to re-index.
 * ``index_roots(settings, roots, progress=None) -> IndexReport``: what ``python -m crag
   index`` does: incremental update, re-embedding everything when the embedder changed.
-* ``open_index(settings) -> IndexReader``: the published index opened for search with the
+* ``drop_roots(settings, roots) -> IndexReport``: remove roots and the files only they hold.
+* ``open_index(settings) -> Retriever``: the published index opened for search with the
   configured embedder; ``reader.search(query, top_k, roots=None, mode="hybrid")`` returns
   ``Hit`` records best first, each with the chunk's cosine similarity in [0, 1] as
   ``score``.
@@ -26,20 +29,30 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..config import Settings
-    from ..ports import Embedder
+    from ..ports import Embedder, Retriever, Store
     from .build import IndexReport, Progress
-    from .store import Hit, IndexReader, SearchWeights
+    from .fusion import SearchWeights
+    from .store import Hit, IndexReader
 
 __all__ = [
     "Hit",
     "IndexReader",
     "IndexReport",
     "SearchWeights",
+    "drop_roots",
     "ensure_indexed",
     "index_roots",
     "make_embedder",
     "open_index",
+    "open_store",
 ]
+
+
+def open_store(settings: Settings) -> Store:
+    """The store ``settings`` name: the embedded one in ``KB_AGENT_INDEX_DIR``."""
+    from .embedded import EmbeddedStore
+
+    return EmbeddedStore(settings.index_dir)
 
 
 def make_embedder(settings: Settings) -> Embedder:
@@ -58,26 +71,26 @@ def ensure_indexed(
     lock_timeout: float | None = None,
 ) -> IndexReport:
     """Index ``roots`` when they are new or changed since the last run; cheap otherwise."""
-    from .build import DEFAULT_LOCK_TIMEOUT, IndexReport, quick_check, update_index
+    from .build import DEFAULT_LOCK_TIMEOUT, IndexReport, quick_check, update_store
     from .chunker import DEFAULT_MAX_TOKENS, DEFAULT_MIN_TOKENS
 
     embedder = embedder or make_embedder(settings)
-    index_dir = os.path.abspath(settings.index_dir)
-    current = quick_check(index_dir, roots, embedder, (DEFAULT_MAX_TOKENS, DEFAULT_MIN_TOKENS))
+    store = open_store(settings)
+    current = quick_check(store, roots, embedder, (DEFAULT_MAX_TOKENS, DEFAULT_MIN_TOKENS))
     if current is not None:
         files, chunks, generation = current
         from .discover import normalize_root
 
         return IndexReport(
-            index_dir,
+            store.location,
             tuple(normalize_root(r) for r in roots),
             embedder.name,
             unchanged=files,
             chunks_total=chunks,
             generation=generation,
         )
-    return update_index(
-        index_dir,
+    return update_store(
+        store,
         roots,
         embedder,
         progress=progress,
@@ -95,10 +108,10 @@ def index_roots(
     lock_timeout: float | None = None,
 ) -> IndexReport:
     """Build or update the index of ``roots`` (``python -m crag index``)."""
-    from .build import DEFAULT_LOCK_TIMEOUT, update_index
+    from .build import DEFAULT_LOCK_TIMEOUT, update_store
 
-    return update_index(
-        os.path.abspath(settings.index_dir),
+    return update_store(
+        open_store(settings),
         roots,
         embedder or make_embedder(settings),
         progress=progress,
@@ -107,20 +120,33 @@ def index_roots(
     )
 
 
+def drop_roots(
+    settings: Settings, roots: Sequence[str | os.PathLike[str]], *, lock_timeout: float | None = None
+) -> IndexReport:
+    """Remove ``roots`` from the index, and every file no remaining root holds."""
+    from .build import DEFAULT_LOCK_TIMEOUT, remove_roots
+
+    return remove_roots(
+        open_store(settings), roots, lock_timeout=DEFAULT_LOCK_TIMEOUT if lock_timeout is None else lock_timeout
+    )
+
+
 def open_index(
     settings: Settings, embedder: Embedder | None = None, weights: SearchWeights | None = None
-) -> IndexReader:
-    """The index in ``settings.index_dir`` opened for search with the configured embedder."""
-    from .store import open_index as open_store
-
-    return open_store(settings.index_dir, embedder or make_embedder(settings), weights)
+) -> Retriever:
+    """The published index opened for search with the configured embedder."""
+    return open_store(settings).open_retriever(embedder or make_embedder(settings), weights)
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("Hit", "IndexReader", "SearchWeights"):
+    if name in ("Hit", "IndexReader"):
         from . import store
 
         return getattr(store, name)
+    if name == "SearchWeights":
+        from .fusion import SearchWeights
+
+        return SearchWeights
     if name == "IndexReport":
         from .build import IndexReport
 

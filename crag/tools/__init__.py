@@ -37,8 +37,7 @@ from . import confluence_fetch, grep_search, jira_fetch, read_file, vector_searc
 
 if TYPE_CHECKING:
     from ..config import Settings
-    from ..index.store import IndexReader
-    from ..ports import Embedder
+    from ..ports import Embedder, Retriever, Store
 
 __all__ = ["BUILTIN_TOOLS", "LOCAL_TOOLS", "Toolbox", "builtin"]
 
@@ -76,13 +75,14 @@ class Toolbox:
         self.settings = settings
         self.cwd = Path(os.path.abspath(cwd if cwd is not None else os.getcwd()))
         self.index_dir = os.path.abspath(settings.index_dir)
+        self._store: Store | None = None
         self._roots = None if roots is None else tuple(dict.fromkeys(normalize_root(r) for r in roots))
         self._embedder = embedder
         self.address_allowed = address_allowed or is_public_address
         self.resolver = resolver or system_resolver
         self.http_timeout = http_timeout
         self._lock = threading.Lock()
-        self._reader: IndexReader | None = None
+        self._reader: Retriever | None = None
         self._tools = _registry(tools)
 
     # -- the port ---------------------------------------------------------------------
@@ -119,21 +119,27 @@ class Toolbox:
 
     # -- what the tools need --------------------------------------------------------------
 
-    def reader(self) -> IndexReader:
-        """The index, opened on first use and re-opened after a re-index."""
-        from ..index import open_index
-        from ..index.store import current_generation
+    def store(self) -> Store:
+        """Where the index lives (``crag.index.open_store``)."""
+        if self._store is None:
+            from ..index import open_store
 
+            self._store = open_store(self.settings)
+        return self._store
+
+    def reader(self) -> Retriever:
+        """The index, opened on first use and re-opened after a re-index."""
         with self._lock:
+            store = self.store()
             reader = self._reader
-            if reader is not None and current_generation(self.index_dir) == reader.generation:
+            if reader is not None and store.version() == reader.version:
                 return reader
             if self._embedder is None:
                 from ..index import make_embedder
 
                 self._embedder = make_embedder(self.settings)
             # A replaced reader is left to the garbage collector: another thread may still use it.
-            self._reader = open_index(self.settings, self._embedder)
+            self._reader = store.open_retriever(self._embedder)
             return self._reader
 
     def search_roots(self) -> tuple[str, ...] | None:
@@ -144,9 +150,7 @@ class Toolbox:
         """The roots grep_search and read_file look in."""
         if self._roots is not None:
             return self._roots
-        from ..index.store import indexed_roots
-
-        return indexed_roots(self.index_dir)
+        return self.store().roots()
 
     def label(self, path: str) -> str:
         """A path as citations show it: relative to ``cwd`` when under it, else absolute."""
@@ -159,6 +163,9 @@ class Toolbox:
             if self._reader is not None:
                 self._reader.close()
                 self._reader = None
+            if self._store is not None:
+                self._store.close()
+                self._store = None
 
 
 def _registry(extra: Sequence[Tool]) -> dict[str, Tool]:

@@ -1,0 +1,72 @@
+"""What every store indexes for a chunk, and the lexical query every store runs.
+
+Both stores embed and full-text index the same text for a chunk (``embed_text``: the
+file's title words, its heading path, then its text) and turn a user's query into the same
+terms (``query_terms``), so that they rank alike. ``fts_query`` is the SQLite FTS5 form of
+those terms. ``chunker_id`` names the chunking a store records; ``REINDEX`` is the advice
+given when an index was built with another embedder.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from .chunker import CHUNKER_VERSION
+from ..text import STOPWORDS
+
+__all__ = ["REINDEX", "chunker_id", "embed_text", "fts_query", "query_terms", "title_words"]
+
+REINDEX = "run `python -m crag index PATH` to re-index"
+
+_TITLE_SPLIT = re.compile(r"[\\/_\-. ]+")
+
+
+def chunker_id(max_tokens: int, min_tokens: int) -> str:
+    """The chunking settings as the store records them."""
+    return f"v{CHUNKER_VERSION}:{max_tokens}:{min_tokens}"
+
+
+def query_terms(text: str, max_terms: int = 32) -> list[str]:
+    """The distinct lower-case words of ``text`` that are not stop words, in order.
+
+    Words are runs of letters and digits, so no operator or quote of any query language
+    can reach a store.
+    """
+    terms: list[str] = []
+    seen = set()
+    for word in re.findall(r"[^\W_]+", text.lower()):
+        if word in STOPWORDS or word in seen:
+            continue
+        seen.add(word)
+        terms.append(word)
+        if len(terms) >= max_terms:
+            break
+    return terms
+
+
+def fts_query(text: str, max_terms: int = 32) -> str | None:
+    """An FTS5 MATCH expression for arbitrary user text: quoted terms joined by OR.
+
+    Terms are runs of letters and digits (so no quote, operator or column filter can reach
+    FTS5), stop words are dropped, and each term is double-quoted. None when nothing is left.
+    """
+    terms = ['"' + word.replace('"', '""') + '"' for word in query_terms(text, max_terms)]
+    return " OR ".join(terms) if terms else None
+
+
+def title_words(path: str, root: str) -> str:
+    """The words of a file's path below its root: what its chunks are titled with."""
+    if path == root:
+        rel = os.path.basename(path)
+    elif path.startswith(root) and path[len(root) : len(root) + 1] == os.sep and root != os.sep:
+        rel = path[len(root) + 1 :]  # what relpath gives for a normalised path under root, cheaply
+    else:
+        rel = os.path.relpath(path, root)
+    stem = os.path.splitext(rel)[0]
+    return " ".join(w for w in _TITLE_SPLIT.split(stem) if w)
+
+
+def embed_text(title: str, heading: str, text: str) -> str:
+    """What is embedded and lexically indexed for a chunk: where it is, then what it says."""
+    return f"{title}\n{heading}\n{text}"

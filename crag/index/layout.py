@@ -1,0 +1,344 @@
+"""The embedded store on disk: generations of FAISS + SQLite files, published atomically.
+
+Layout of ``KB_AGENT_INDEX_DIR``::
+
+    CURRENT              one line, "gen-000007": the generation readers use
+    LOCK                 held (fcntl.flock) by the one indexer allowed at a time
+    gen-000007/
+        vectors.faiss    IndexIDMap2(IndexFlatIP): unit vectors, inner product = cosine;
+                         FAISS ids are the chunk ids of the database
+        chunks.sqlite    meta, roots, files, chunks; ``fts`` (FTS5, porter) over chunks
+                         and ``files_fts`` over whole files, for BM25
+
+Theory of operation. A generation is written once and never modified. An update (under
+the lock) builds the next generation in a new directory: the previous database is copied
+and edited (rows of changed and deleted files removed, new chunks added), the previous
+FAISS index is loaded, edited the same way and written next to it (or hard-linked when the
+vectors did not change), both files are fsynced, and only then is ``CURRENT`` replaced
+atomically (``publish``: write a temporary file, fsync, ``os.replace``, fsync the
+directory). Older generations are deleted afterwards (``cleanup``). A kill at any moment
+therefore leaves ``CURRENT`` naming a complete generation in which FAISS and SQLite agree;
+an unfinished generation directory is garbage that the next indexer removes. Readers take
+no lock: they open the generation ``CURRENT`` names (retrying if an indexer deleted it in
+between), map the FAISS file into memory and open the database read-only as immutable;
+POSIX keeps the files of a deleted generation readable for as long as they are open.
+
+This module holds the layout, the lock and the generation files; ``embedded_write``
+writes a generation, ``store`` reads one, ``embedded`` is the ``Store`` port over them.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import shutil
+import sqlite3
+import time
+from typing import Any
+
+from attrs import frozen
+
+from ..errors import IndexStoreError
+
+__all__ = [
+    "CURRENT",
+    "DATABASE",
+    "DEFAULT_LOCK_TIMEOUT",
+    "GENERATION",
+    "LOCK",
+    "SCHEMA",
+    "SCHEMA_VERSION",
+    "VECTORS",
+    "Generation",
+    "IndexLock",
+    "cleanup",
+    "connect_ro",
+    "current_exists",
+    "current_generation",
+    "fsync_dir",
+    "fsync_file",
+    "next_generation",
+    "open_generation",
+    "publish",
+    "read_current",
+    "read_vectors",
+    "reindex_hint",
+]
+
+SCHEMA_VERSION = 2
+CURRENT = "CURRENT"
+LOCK = "LOCK"
+VECTORS = "vectors.faiss"
+DATABASE = "chunks.sqlite"
+GENERATION = re.compile(r"^gen-(\d{6,})$")
+DEFAULT_LOCK_TIMEOUT = 120.0
+
+SCHEMA = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE roots (path TEXT PRIMARY KEY);
+CREATE TABLE files (
+    id INTEGER PRIMARY KEY,
+    path TEXT NOT NULL UNIQUE,
+    root TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    mtime_ns INTEGER NOT NULL,
+    sha256 TEXT NOT NULL,
+    chunks INTEGER NOT NULL
+);
+CREATE TABLE chunks (
+    id INTEGER PRIMARY KEY,
+    file_id INTEGER NOT NULL,
+    start_line INTEGER NOT NULL,
+    end_line INTEGER NOT NULL,
+    heading TEXT NOT NULL,
+    tokens INTEGER NOT NULL,
+    text TEXT NOT NULL
+);
+CREATE INDEX chunks_file ON chunks(file_id);
+CREATE VIRTUAL TABLE fts USING fts5(title, heading, body, tokenize='porter unicode61 remove_diacritics 2');
+CREATE VIRTUAL TABLE files_fts USING fts5(title, body, tokenize='porter unicode61 remove_diacritics 2');
+"""
+
+
+def reindex_hint(index_dir: str) -> str:
+    return f"run `python -m crag index PATH` (with KB_AGENT_INDEX_DIR={index_dir}) to rebuild it"
+
+
+# ---------------------------------------------------------------------------------------
+# Reading CURRENT and opening a generation
+
+
+def read_current(index_dir: str) -> str | None:
+    """The generation ``CURRENT`` names; None when there is none; IndexStoreError when unreadable."""
+    try:
+        with open(os.path.join(index_dir, CURRENT), encoding="utf-8") as f:
+            name = f.read().strip()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise IndexStoreError(
+            f"cannot read {os.path.join(index_dir, CURRENT)} ({exc.strerror or exc}): {reindex_hint(index_dir)}",
+            index_dir,
+        ) from exc
+    if not GENERATION.match(name):
+        raise IndexStoreError(f"the index in {index_dir} is damaged (bad CURRENT file): {reindex_hint(index_dir)}", index_dir)
+    return name
+
+
+def current_generation(index_dir: str) -> str | None:
+    """The generation ``CURRENT`` names, or None (cheap: one small file read)."""
+    try:
+        return read_current(index_dir)
+    except IndexStoreError:
+        return None
+
+
+def current_exists(index_dir: str) -> bool:
+    return os.path.exists(os.path.join(index_dir, CURRENT))
+
+
+def connect_ro(path: str) -> sqlite3.Connection:
+    from urllib.parse import quote
+
+    uri = "file:" + quote(path, safe="/") + "?mode=ro&immutable=1"
+    return sqlite3.connect(uri, uri=True, check_same_thread=False)
+
+
+@frozen
+class Generation:
+    """A published generation opened for reading: its paths, meta and connection."""
+
+    index_dir: str
+    name: str
+    db_path: str
+    vectors_path: str
+    conn: sqlite3.Connection
+    meta: dict[str, str]
+
+
+def open_generation(index_dir: str) -> Generation:
+    """The generation ``CURRENT`` names, its database open read-only; errors → IndexStoreError."""
+    last_missing = None
+    for _ in range(5):
+        name = read_current(index_dir)
+        if name is None:
+            raise IndexStoreError(f"no index in {index_dir}: run `python -m crag index PATH` first", index_dir)
+        gen_dir = os.path.join(index_dir, name)
+        db_path = os.path.join(gen_dir, DATABASE)
+        vectors_path = os.path.join(gen_dir, VECTORS)
+        if not os.path.exists(db_path) or not os.path.exists(vectors_path):
+            # An indexer may have published a newer generation and removed this one.
+            last_missing = name
+            time.sleep(0.05)
+            continue
+        try:
+            conn = connect_ro(db_path)
+            meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+        except sqlite3.Error as exc:
+            if not os.path.exists(db_path):
+                last_missing = name
+                continue
+            raise IndexStoreError(
+                f"the index database in {gen_dir} is damaged ({exc}): {reindex_hint(index_dir)}", index_dir
+            ) from exc
+        if meta.get("schema") != str(SCHEMA_VERSION):
+            conn.close()
+            raise IndexStoreError(
+                f"the index in {index_dir} has format {meta.get('schema', 'unknown')}, this crag reads "
+                f"format {SCHEMA_VERSION}: {reindex_hint(index_dir)}",
+                index_dir,
+            )
+        return Generation(index_dir, name, db_path, vectors_path, conn, meta)
+    raise IndexStoreError(
+        f"the index in {index_dir} is damaged (generation {last_missing} is missing): {reindex_hint(index_dir)}",
+        index_dir,
+    )
+
+
+def read_vectors(gen: Generation, mmap: bool) -> Any:
+    """The generation's FAISS index, checked against the counts its database records."""
+    import faiss
+
+    expected = gen.meta.get("vectors_bytes")
+    try:
+        size = os.path.getsize(gen.vectors_path)
+    except OSError as exc:
+        raise IndexStoreError(f"cannot read {gen.vectors_path} ({exc.strerror or exc}): {reindex_hint(gen.index_dir)}", gen.index_dir) from exc
+    if expected is not None and str(size) != expected:
+        raise IndexStoreError(
+            f"the vector file {gen.vectors_path} is damaged ({size} bytes, expected {expected}): "
+            f"{reindex_hint(gen.index_dir)}",
+            gen.index_dir,
+        )
+    flags = 0
+    if mmap:
+        flags = getattr(faiss, "IO_FLAG_MMAP_IFC", None) or getattr(faiss, "IO_FLAG_MMAP", 0)
+    try:
+        index = faiss.read_index(gen.vectors_path, flags)
+    except RuntimeError as exc:
+        raise IndexStoreError(
+            f"the vector file {gen.vectors_path} is damaged: {reindex_hint(gen.index_dir)}", gen.index_dir
+        ) from exc
+    n_chunks = int(gen.meta.get("chunks", "-1"))
+    if index.ntotal != n_chunks or index.d != int(gen.meta.get("dim", "-1")):
+        raise IndexStoreError(
+            f"the index in {gen.index_dir} is damaged ({index.ntotal} vectors for {n_chunks} chunks): "
+            f"{reindex_hint(gen.index_dir)}",
+            gen.index_dir,
+        )
+    return index
+
+
+# ---------------------------------------------------------------------------------------
+# The lock
+
+
+class IndexLock:
+    """An exclusive ``flock`` on ``DIR/LOCK``, waited for up to ``timeout`` seconds."""
+
+    def __init__(self, index_dir: str, timeout: float = DEFAULT_LOCK_TIMEOUT) -> None:
+        self.index_dir = index_dir
+        self.timeout = timeout
+        self._fd: int | None = None
+
+    def __enter__(self) -> IndexLock:
+        path = os.path.join(self.index_dir, LOCK)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise IndexStoreError(
+                f"cannot create the lock file {path} ({exc.strerror or exc}): check KB_AGENT_INDEX_DIR",
+                self.index_dir,
+            ) from exc
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    os.close(fd)
+                    raise IndexStoreError(
+                        f"another crag index is running on {self.index_dir} (waited {self.timeout:g}s): "
+                        "try again when it has finished",
+                        self.index_dir,
+                    ) from None
+                time.sleep(0.05)
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+        except OSError:
+            pass
+        self._fd = fd
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._fd is not None:
+            try:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+            finally:
+                os.close(self._fd)
+                self._fd = None
+
+
+# ---------------------------------------------------------------------------------------
+# Publishing generations
+
+
+def fsync_dir(path: str) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def fsync_file(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def publish(index_dir: str, gen: str) -> None:
+    """Make ``gen`` the generation readers open: replace ``CURRENT`` atomically."""
+    tmp = os.path.join(index_dir, f"{CURRENT}.tmp-{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(gen + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, os.path.join(index_dir, CURRENT))
+    fsync_dir(index_dir)
+
+
+def cleanup(index_dir: str, keep: str | None) -> None:
+    """Remove generations other than ``keep`` and stray temporary files (lock held)."""
+    try:
+        names = os.listdir(index_dir)
+    except OSError:
+        return
+    for name in names:
+        path = os.path.join(index_dir, name)
+        if GENERATION.match(name) and name != keep:
+            shutil.rmtree(path, ignore_errors=True)
+        elif name.startswith(f"{CURRENT}.tmp-"):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+
+def next_generation(index_dir: str) -> str:
+    highest = 0
+    for name in os.listdir(index_dir):
+        m = GENERATION.match(name)
+        if m:
+            highest = max(highest, int(m.group(1)))
+    return f"gen-{highest + 1:06d}"

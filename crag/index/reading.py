@@ -1,0 +1,120 @@
+"""Reading files for an update: read, hash and chunk them in worker threads, in order.
+
+``prepare_all(files, recorded, chunking)`` yields one ``Prepared`` per file, in the order
+given: its size and sha256, and (when the content is new or changed and is text) its
+decoded text and chunks; or why it could not be read. Files are read in batches of about
+``_BATCH_BYTES`` by two worker threads (tiktoken and hashing release the GIL), at most a
+window of batches ahead of the caller.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+from attrs import frozen
+
+from ..ports import FileRecord
+from .chunker import Chunk, chunk_lines, token_counter
+from .discover import DiscoveredFile, decode_text, is_binary, read_bytes, split_lines
+
+__all__ = ["Prepared", "prepare_all", "sha256"]
+
+# Files are read and chunked by worker threads in batches of about this many bytes.
+_BATCH_BYTES = 256 << 10
+_BATCH_FILES = 64
+
+
+@frozen
+class Prepared:
+    """One file read, hashed and (when new or changed) chunked, or why it could not be read."""
+
+    file: DiscoveredFile
+    size: int = 0
+    sha: str = ""
+    binary: bool = False
+    text: str = ""
+    chunks: Sequence[Chunk] = ()
+    error: str | None = None
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def prepare_all(
+    files: Sequence[DiscoveredFile], recorded: Mapping[str, FileRecord], chunking: tuple[int, int]
+) -> Iterator[Prepared]:
+    """Every file of ``files`` prepared, in order (see the module docstring)."""
+    count = token_counter()
+
+    def prepare(batch: Sequence[DiscoveredFile]) -> list[Prepared]:
+        """Read, hash and chunk some files (in a worker thread: tiktoken releases the GIL)."""
+        done: list[Prepared | None] = []
+        todo: list[tuple[int, DiscoveredFile, bytes, str, str, list[str]]] = []
+        for f in batch:
+            try:
+                data = read_bytes(f.path)
+            except (OSError, ValueError) as exc:
+                done.append(Prepared(f, error=f"cannot read ({getattr(exc, 'strerror', None) or exc})"))
+                continue
+            sha = sha256(data)
+            prev = recorded.get(f.path)
+            binary = is_binary(data)
+            if binary or (prev is not None and prev.sha256 == sha):
+                done.append(Prepared(f, size=len(data), sha=sha, binary=binary))
+                continue
+            text = decode_text(data)
+            todo.append((len(done), f, data, sha, text, split_lines(text)))
+            done.append(None)
+        # One tiktoken pass over the batch gives every line's token count.
+        line_tokens = count.line_counts_many([t[5] for t in todo], [t[4] for t in todo])
+        for (i, f, data, sha, text, lines), tokens in zip(todo, line_tokens):
+            suffix = os.path.splitext(f.path)[1]
+            chunks = chunk_lines(lines, suffix, chunking[0], chunking[1], count, line_tokens=tokens)
+            done[i] = Prepared(f, size=len(data), sha=sha, text=text, chunks=chunks)
+        return done  # type: ignore[return-value]
+
+    for batch in _ordered_map(prepare, _batches(files)):
+        yield from batch
+
+
+def _ordered_map(fn: Callable[[Any], Any], items: Sequence[Any], workers: int = 2, window: int = 16) -> Iterable[Any]:
+    """``map(fn, items)`` in order, computed by ``workers`` threads at most ``window`` items ahead."""
+    if len(items) <= 1:
+        yield from map(fn, items)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(workers, thread_name_prefix="crag-index") as pool:
+        pending: deque[Any] = deque()
+        it = iter(items)
+        try:
+            for item in it:
+                pending.append(pool.submit(fn, item))
+                if len(pending) >= window:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        finally:
+            for fut in pending:
+                fut.cancel()
+
+
+def _batches(files: Sequence[DiscoveredFile]) -> list[list[DiscoveredFile]]:
+    """Consecutive files in batches of about ``_BATCH_BYTES`` (``_BATCH_FILES`` files at most)."""
+    batches: list[list[DiscoveredFile]] = []
+    batch: list[DiscoveredFile] = []
+    size = 0
+    for f in files:
+        if batch and (size + f.size > _BATCH_BYTES or len(batch) >= _BATCH_FILES):
+            batches.append(batch)
+            batch, size = [], 0
+        batch.append(f)
+        size += f.size
+    if batch:
+        batches.append(batch)
+    return batches

@@ -1,0 +1,71 @@
+"""Hybrid search over any store: the rankings a ``Retriever`` gives, fused by ``fuse``.
+
+``hybrid_search`` is what ``Retriever.search`` does on every store: the cosine ranking
+and the full-text ranking of chunks (``SearchWeights.candidates`` each), plus the
+full-text ranking of whole files in ``hybrid`` mode, fused; each hit reports its cosine
+similarity to the query clipped to [0, 1] as ``score`` (the value the
+``high_vector_score`` rule compares with its threshold, whatever the fusion did to the
+order), so a score means the same on either store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..errors import IndexStoreError
+from ..ports import Hit, Retriever
+from .fusion import SearchWeights, fuse
+
+__all__ = ["MODES", "hybrid_search"]
+
+MODES = ("hybrid", "vector", "lexical")
+
+
+def hybrid_search(
+    retriever: Retriever,
+    weights: SearchWeights,
+    query: str,
+    top_k: int = 5,
+    roots: Sequence[str] | None = None,
+    mode: str = "hybrid",
+    *,
+    location: str = "",
+    reindex_hint: str = "",
+) -> list[Hit]:
+    """The ``top_k`` best chunks for ``query``: ``mode`` is hybrid, vector or lexical."""
+    if mode not in MODES:
+        raise ValueError(f"unknown search mode {mode!r}")
+    if top_k <= 0 or not query.strip():
+        return []
+    pool = max(weights.candidates, top_k)
+    qvec = retriever.embed_query(query)
+    vec_rank = retriever.vector_ranking(qvec, pool, roots) if mode != "lexical" else []
+    lex_rank = retriever.lexical_ranking(query, pool, roots) if mode != "vector" else []
+    if not vec_rank and not lex_rank:
+        return []
+    file_ids: list[int] = []
+    file_of: dict[int, int] = {}
+    if mode == "hybrid" and weights.file:
+        file_ids = [fid for fid, _ in retriever.file_ranking(query, weights.file_candidates, roots)]
+        if file_ids:
+            file_of = retriever.chunk_files(list(dict.fromkeys([c for c, _ in vec_rank] + [c for c, _ in lex_rank])))
+    fused = fuse([c for c, _ in vec_rank], [c for c, _ in lex_rank], weights, file_ids, file_of)[:top_k]
+    best = [f.chunk_id for f in fused]
+    cos = dict(vec_rank)
+    missing = [c for c in best if c not in cos]
+    if missing:
+        cos.update(retriever.cosines(qvec, missing))
+    rows = retriever.chunk_rows(best)
+    hits = []
+    for f in fused:
+        row = rows.get(f.chunk_id)
+        if row is None:
+            raise IndexStoreError(
+                f"the index in {location} is damaged (chunk {f.chunk_id} has no metadata): {reindex_hint}", location
+            )
+        score = min(1.0, max(0.0, cos.get(f.chunk_id, 0.0)))
+        hits.append(
+            Hit(f.chunk_id, row.path, row.start_line, row.end_line, row.heading, row.text, round(score, 6),
+                f.value, f.vector_rank, f.lexical_rank)
+        )
+    return hits
