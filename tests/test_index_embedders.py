@@ -139,8 +139,8 @@ def test_make_embedder_follows_the_settings() -> None:
 def reference_hash_embed(texts: list[str], dim: int = 2048, bigram_weight: float = 0.5) -> np.ndarray:
     import zlib
 
-    from crag.index import hash_embedder as e
     from crag import text as w_
+    from crag.index import hash_embedder as e
 
     out = np.zeros((len(texts), dim), dtype=np.float32)
     codes: list[int] = []

@@ -12,8 +12,8 @@ from __future__ import annotations
 import os
 import re
 
-from .chunker import CHUNKER_VERSION
 from ..text import STOPWORDS
+from .chunker import CHUNKER_VERSION
 
 __all__ = ["REINDEX", "chunker_id", "embed_text", "fts_query", "query_terms", "title_words"]
 
