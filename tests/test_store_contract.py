@@ -1,0 +1,185 @@
+"""The store contract: every store behind the ``Store`` port behaves the same.
+
+Each test runs once per store (the ``store_settings`` fixture): incremental updates, roots,
+the embedder record, atomic updates, the writer lock, and search results identical to the
+embedded store's (same hits, same order, same scores).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from crag.config import Settings
+from crag.errors import EmbedderMismatchError, IndexStoreError, KnowledgeBaseError
+from crag.index import drop_roots, ensure_indexed, index_roots, open_index, open_store
+from crag.index.embedders import HashEmbedder
+from crag.ports import Retriever, Store
+
+STORES = ["embedded"]
+
+
+class CountingEmbedder:
+    """The hash embedder, recording every text it is asked to embed."""
+
+    def __init__(self, dim: int = 2048) -> None:
+        self.inner = HashEmbedder(dim)
+        self.name = self.inner.name
+        self.dim = self.inner.dim
+        self.texts: list[str] = []
+
+    def embed(self, texts):
+        self.texts.extend(texts)
+        return self.inner.embed(texts)
+
+    def take(self) -> list[str]:
+        taken, self.texts = self.texts, []
+        return taken
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def kb(tmp_path: Path) -> Path:
+    root = tmp_path / "kb"
+    write(root / "retries.md", "# Retries\n\nThe client retries a failed upload three times with backoff.\n")
+    write(root / "deploy.md", "# Deploy\n\nDeploy the service with docker compose on port 8080.\n")
+    write(root / "guide" / "auth.md", "# Auth\n\nTokens expire after ninety days and must be rotated.\n")
+    write(root / "guide" / "tokens.md", "# Token rotation\n\nRotate tokens with `crag auth rotate`; old tokens stop working.\n")
+    return root
+
+
+@pytest.fixture(params=STORES)
+def cfg(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
+    return Settings(index_dir=str(tmp_path / "index"))
+
+
+def paths(report_paths) -> list[str]:
+    return sorted(Path(p).name for p in report_paths)
+
+
+def test_it_implements_the_ports(kb: Path, cfg: Settings) -> None:
+    store = open_store(cfg)
+    assert isinstance(store, Store)
+    assert store.state() is None and store.version() is None
+    index_roots(cfg, [kb])
+    state = store.state()
+    assert state is not None and state.version == store.version()
+    assert state.embedder == HashEmbedder().name and state.dim == HashEmbedder().dim
+    assert sorted(Path(p).name for p in state.files) == ["auth.md", "deploy.md", "retries.md", "tokens.md"]
+    with open_index(cfg) as reader:
+        assert isinstance(reader, Retriever)
+        assert reader.n_chunks == state.chunks == 4
+
+
+def test_updates_are_incremental(kb: Path, cfg: Settings) -> None:
+    emb = CountingEmbedder()
+    first = index_roots(cfg, [kb], embedder=emb)
+    assert paths(first.added) == ["auth.md", "deploy.md", "retries.md", "tokens.md"]
+    assert len(emb.take()) == 4
+    again = index_roots(cfg, [kb], embedder=emb)
+    assert again.unchanged == 4 and not again.changed_anything and emb.take() == []
+    write(kb / "deploy.md", "# Deploy\n\nDeploy the service with helm on port 9090.\n")
+    (kb / "retries.md").unlink()
+    write(kb / "new.md", "# New\n\nA page about caching layers.\n")
+    third = index_roots(cfg, [kb], embedder=emb)
+    assert paths(third.changed) == ["deploy.md"] and paths(third.removed) == ["retries.md"]
+    assert paths(third.added) == ["new.md"] and third.unchanged == 2
+    assert len(emb.take()) == 2  # only the changed and the new file
+    with open_index(cfg, emb) as reader:
+        texts = " ".join(h.text for h in reader.search("deploy helm docker port retries backoff", 10))
+        assert "helm" in texts and "docker" not in texts and "backoff" not in texts
+        assert reader.n_chunks == 4
+    assert ensure_indexed(cfg, [kb], embedder=emb).wrote is False
+
+
+def test_roots_are_listed_and_removed(kb: Path, tmp_path: Path, cfg: Settings) -> None:
+    other = tmp_path / "other"
+    write(other / "faq.md", "# FAQ\n\nThe office is closed on Mondays.\n")
+    index_roots(cfg, [kb / "guide"])
+    index_roots(cfg, [kb, other])
+    store = open_store(cfg)
+    assert store.roots() == tuple(sorted([str(kb), str(kb / "guide"), str(other)]))
+    report = drop_roots(cfg, [kb])
+    assert report.removed == tuple(sorted([str(kb / "deploy.md"), str(kb / "retries.md")]))  # guide/ stays
+    assert store.roots() == tuple(sorted([str(kb / "guide"), str(other)]))
+    with open_index(cfg) as reader:
+        assert {Path(h.path).name for h in reader.search("deploy tokens office", 10)} == {"auth.md", "tokens.md", "faq.md"}
+    with pytest.raises(KnowledgeBaseError, match="is not a root"):
+        drop_roots(cfg, [kb])
+
+
+def test_the_embedder_is_recorded_and_checked(kb: Path, cfg: Settings) -> None:
+    index_roots(cfg, [kb])
+    other = HashEmbedder(1024)
+    with pytest.raises(EmbedderMismatchError, match="re-index"):
+        open_index(cfg, other)
+    with pytest.raises(EmbedderMismatchError):
+        ensure_indexed(cfg, [kb], embedder=other)
+    report = index_roots(cfg, [kb], embedder=other)
+    assert report.reembedded_all and "built with hash:v1:2048" in report.reason
+    state = open_store(cfg).state(files=False)
+    assert state is not None and (state.embedder, state.dim) == (other.name, 1024)
+    with open_index(cfg, other) as reader:
+        assert reader.search("tokens expire", 1)[0].path.endswith("auth.md")
+
+
+def test_a_failed_update_leaves_the_previous_state(kb: Path, cfg: Settings) -> None:
+    index_roots(cfg, [kb])
+    before = open_store(cfg).state()
+    write(kb / "deploy.md", "# Deploy\n\nDeploy with kubernetes.\n")
+    write(kb / "late.md", "# Late\n\nA page that never arrives.\n")
+
+    def boom(done: int, total: int, path: str) -> None:
+        if done == total:
+            raise RuntimeError("killed")
+
+    with pytest.raises(RuntimeError, match="killed"):
+        index_roots(cfg, [kb], progress=boom)
+    store = open_store(cfg)
+    assert store.state() == before
+    with open_index(cfg) as reader:
+        assert "docker" in reader.search("deploy", 1)[0].text
+    assert paths(index_roots(cfg, [kb]).added) == ["late.md"]
+
+
+def test_a_second_indexer_waits_for_the_lock_then_fails_clearly(kb: Path, cfg: Settings) -> None:
+    index_roots(cfg, [kb])
+    store = open_store(cfg)
+    write(kb / "more.md", "# More\n\nAnother page.\n")
+    with store.writer_lock(5), pytest.raises(IndexStoreError, match="another crag index is running"):
+        index_roots(cfg, [kb], lock_timeout=0.3)
+    results: list[object] = []
+    lock = store.writer_lock(5)
+    lock.__enter__()
+    worker = threading.Thread(target=lambda: results.append(index_roots(cfg, [kb], lock_timeout=30)))
+    worker.start()
+    time.sleep(0.5)
+    assert not results  # still waiting
+    lock.__exit__(None, None, None)
+    worker.join(30)
+    assert paths(results[0].added) == ["more.md"]
+
+
+def test_search_matches_the_embedded_store(kb: Path, tmp_path: Path, cfg: Settings) -> None:
+    reference = Settings(index_dir=str(tmp_path / "reference"))
+    index_roots(reference, [kb])
+    index_roots(cfg, [kb])
+    queries = ["how many times does the client retry", "rotate tokens", "docker port", "ninety days", "the", "zzz qqq"]
+    with open_index(reference) as want, open_index(cfg) as got:
+        for query in queries:
+            for mode in ("hybrid", "vector", "lexical"):
+                for roots in (None, [str(kb / "guide")]):
+                    expect = [(h.path, h.start_line, h.end_line, h.score, h.vector_rank, h.lexical_rank) for h in want.search(query, 3, roots, mode)]
+                    found = [(h.path, h.start_line, h.end_line, h.score, h.vector_rank, h.lexical_rank) for h in got.search(query, 3, roots, mode)]
+                    assert found == expect, (query, mode, roots)
+        hits = got.search("rotate tokens", 4)
+        assert hits and all(0.0 <= h.score <= 1.0 for h in hits)
+        assert [h.fused for h in hits] == sorted((h.fused for h in hits), reverse=True)
