@@ -9,5 +9,11 @@ import os
 
 from hypothesis import settings
 
-settings.register_profile("ci", derandomize=True, print_blob=True)
+# No deadline: a wall-clock limit per example fails on a busy machine, and crag measures
+# time in benchmarks/, never in tests.
+settings.register_profile("default", deadline=None)
+settings.register_profile("ci", derandomize=True, print_blob=True, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+# A real PostgreSQL with pgvector, started by the tests that ask for it (tests/postgres_server.py).
+from tests.postgres_server import pg_server, pg_uri  # noqa: E402, F401
