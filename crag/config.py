@@ -147,6 +147,13 @@ def _url(var: str, raw: str) -> str | None:
     return value
 
 
+def _store(var: str, raw: str) -> str:
+    value = raw.strip()
+    if value and not value.startswith(("postgresql://", "postgres://")):
+        raise ConfigError(var, raw, "empty (the embedded index in KB_AGENT_INDEX_DIR) or a postgresql:// URI")
+    return value
+
+
 # field name -> (environment variable, parser); the order is the order of .env.example.
 SETTINGS_TABLE: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "max_iterations": ("KB_AGENT_MAX_ITERATIONS", _int(1)),
@@ -186,6 +193,7 @@ SETTINGS_TABLE: dict[str, tuple[str, Callable[[str, str], Any]]] = {
         _choice("auto", "json_schema", "json_object", "off"),
     ),
     "grounding": ("KB_AGENT_GROUNDING", _choice("note", "strict", "off")),
+    "store": ("KB_AGENT_STORE", _store),
 }
 
 
@@ -221,6 +229,7 @@ class Settings:
     context_tokens: int = 8192
     structured_output: str = "auto"
     grounding: str = "note"
+    store: str = ""
 
     def __attrs_post_init__(self) -> None:
         # Checked here as well as when parsed, so Settings(...) built in code holds too.

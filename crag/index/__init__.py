@@ -3,7 +3,8 @@
 The public entry points, for the CLI, the agent and library users:
 
 * ``open_store(settings) -> Store``: where the index lives (the ``Store`` port of
-  ``crag.ports``): the embedded FAISS + SQLite folder ``KB_AGENT_INDEX_DIR``.
+  ``crag.ports``): the embedded FAISS + SQLite folder ``KB_AGENT_INDEX_DIR``, or the
+  PostgreSQL database ``KB_AGENT_STORE`` names.
 * ``ensure_indexed(settings, roots, progress=None) -> IndexReport``: index ``roots`` into
   ``settings.index_dir`` when they are new or changed (cheap when nothing changed: a
   size + mtime check, no lock, no reads). It never re-embeds a whole index: an index built
@@ -49,7 +50,12 @@ __all__ = [
 
 
 def open_store(settings: Settings) -> Store:
-    """The store ``settings`` name: the embedded one in ``KB_AGENT_INDEX_DIR``."""
+    """The store ``KB_AGENT_STORE`` names: PostgreSQL for a ``postgresql://`` URI, else the
+    embedded one in ``KB_AGENT_INDEX_DIR``."""
+    if settings.store:
+        from .postgres import PostgresStore
+
+        return PostgresStore(settings.store)
     from .embedded import EmbeddedStore
 
     return EmbeddedStore(settings.index_dir)

@@ -371,7 +371,11 @@ def split_lines(text: str) -> list[str]:
 def relative_label(path: str | os.PathLike[str], cwd: str | os.PathLike[str] | None = None) -> str:
     """``path`` as crag shows it: relative to ``cwd`` when it lies under it, else absolute,
     in the safe display form of ``crag.safe_text.display_name`` (a name with a newline or
-    bytes that are not UTF-8 is escaped, so it can never add a line to an answer or report)."""
+    bytes that are not UTF-8 is escaped, so it can never add a line to an answer or report).
+
+    A URI (a PostgreSQL store's location) is shown as it is."""
+    if "://" in os.fspath(path):
+        return display_name(os.fspath(path))
     p = os.path.abspath(os.fspath(path))
     base = os.path.abspath(os.fspath(cwd)) if cwd is not None else os.getcwd()
     if is_within(p, base) and p != base:
