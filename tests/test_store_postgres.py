@@ -1,0 +1,202 @@
+"""The PostgreSQL store as a user meets it: the CLI, a killed indexer, two indexers, errors.
+
+Runs against a real PostgreSQL with pgvector started by the tests (``tests/postgres_server.py``).
+The behaviour both stores share is in ``test_store_contract.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from crag.config import Settings
+from crag.index import index_roots, open_index, open_store
+from crag.index.postgres import redact
+
+from .postgres_server import database_uri
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def make_kb(root: Path, n: int = 3, marker: str = "older") -> Path:
+    write(root / "setup.md", "# Setup\n\n## Retries\n\nThe client retries failed uploads three times.\n")
+    write(root / "deploy.md", "# Deploy\n\nRun the container with docker compose up.\n")
+    for i in range(n):
+        write(root / "pages" / f"page{i:03d}.md", f"# Page {i}\n\nThis page is the {marker} edition {i}.\n\n" + f"filler {marker} words. " * 30)
+    return root
+
+
+def env_for(uri: str, tmp_path: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KB_AGENT_", "OPENAI_", "JIRA_", "CONFLUENCE_"))}
+    env.update(KB_AGENT_STORE=uri, KB_AGENT_INDEX_DIR=str(tmp_path / "unused-index"), KB_AGENT_LLM="offline")
+    return env
+
+
+def crag(env: dict[str, str], cwd: Path, *argv: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "crag", *argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def test_index_search_and_ask_through_the_cli(pg_uri: str, tmp_path: Path) -> None:
+    make_kb(tmp_path / "docs")
+    env = env_for(pg_uri, tmp_path)
+    first = crag(env, tmp_path, "index", "docs")
+    assert first.returncode == 0, first.stderr
+    assert "5 added, 0 changed, 0 removed, 0 unchanged" in first.stdout and redact(pg_uri) in first.stdout
+    again = crag(env, tmp_path, "index", "docs")
+    assert "5 unchanged" in again.stdout and "already up to date" in again.stdout
+    found = crag(env, tmp_path, "search", "--json", "how often are uploads retried")
+    assert found.returncode == 0, found.stderr
+    hits = json.loads(found.stdout)
+    hits = hits["hits"] if isinstance(hits, dict) else hits
+    assert hits[0]["path"] == "docs/setup.md" and 0 < hits[0]["score"] <= 1
+    # The same hits and scores as the embedded store gives for the same files.
+    embedded_env = {k: v for k, v in env.items() if k != "KB_AGENT_STORE"}
+    crag(embedded_env, tmp_path, "index", "docs")
+    reference = json.loads(crag(embedded_env, tmp_path, "search", "--json", "how often are uploads retried").stdout)
+    reference = reference["hits"] if isinstance(reference, dict) else reference
+    assert hits[0]["path"] == reference[0]["path"] and abs(hits[0]["score"] - reference[0]["score"]) < 1e-5
+    answer = crag(env, tmp_path, "ask", "How many times does the client retry failed uploads?")
+    assert answer.returncode == 0, answer.stderr
+    assert "three times" in answer.stdout and "docs/setup.md" in answer.stdout
+
+
+INDEXER = r"""
+import sys, time
+from crag.config import Settings
+from crag.index import index_roots
+
+uri, root = sys.argv[1:3]
+
+def progress(done, total, path):
+    if done == total // 2:
+        print("HALF", flush=True)
+        time.sleep(60)
+
+index_roots(Settings(store=uri), [root], progress=progress)
+"""
+
+
+def test_a_killed_indexer_leaves_the_previous_state_and_frees_the_lock(pg_uri: str, tmp_path: Path) -> None:
+    kb = make_kb(tmp_path / "kb", n=40, marker="older")
+    cfg = Settings(store=pg_uri)
+    index_roots(cfg, [kb])
+    before = open_store(cfg).state()
+    make_kb(kb, n=40, marker="newer")
+    for page in (kb / "pages").iterdir():
+        os.utime(page, ns=(page.stat().st_atime_ns, page.stat().st_mtime_ns + 10**10))
+    proc = subprocess.Popen([sys.executable, "-c", INDEXER, pg_uri, str(kb)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "HALF"
+        with open_index(cfg) as reader:  # readers go on reading the previous state meanwhile
+            assert "older edition 7" in reader.search("page 7 edition", 1)[0].text
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert open_store(cfg).state() == before
+    report = index_roots(cfg, [kb], lock_timeout=20)  # the lock went with the killed session
+    assert len(report.changed) == 40
+    with open_index(cfg) as reader:
+        assert "newer edition 7" in reader.search("page 7 edition", 1)[0].text
+
+
+def test_a_second_indexer_waits_then_says_what_it_did(pg_uri: str, tmp_path: Path) -> None:
+    make_kb(tmp_path / "docs")
+    env = env_for(pg_uri, tmp_path)
+    assert crag(env, tmp_path, "index", "docs").returncode == 0
+    write(tmp_path / "docs" / "new.md", "# New\n\nA page about caching.\n")
+    store = open_store(Settings(store=pg_uri))
+    with store.writer_lock(5):
+        second = subprocess.Popen(
+            [sys.executable, "-m", "crag", "index", "docs"], cwd=tmp_path, env=env,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        time.sleep(2)
+        assert second.poll() is None  # waiting for the lock
+    out, err = second.communicate(timeout=120)
+    assert second.returncode == 0, err
+    assert "1 added, 0 changed, 0 removed, 5 unchanged" in out
+
+
+def test_an_unreachable_server_is_one_line_without_the_password(tmp_path: Path) -> None:
+    env = env_for("postgresql://crag:sekret@127.0.0.1:9/kb", tmp_path)
+    write(tmp_path / "docs" / "a.md", "# A\n\ntext\n")
+    for argv in (("index", "docs"), ("search", "anything"), ("ask", "anything?")):
+        run = crag(env, tmp_path, *argv)
+        assert run.returncode == 1, (argv, run.stderr)
+        lines = run.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("crag: error: cannot reach the PostgreSQL server postgresql://crag@127.0.0.1:9/kb")
+        assert "sekret" not in run.stderr + run.stdout
+
+
+def test_a_server_without_pgvector_says_how_to_enable_it(pg_server, tmp_path: Path) -> None:
+    import psycopg
+
+    with psycopg.connect(pg_server.get_uri(), autocommit=True) as conn:
+        conn.execute("DROP DATABASE IF EXISTS crag_novector")
+        conn.execute("DROP ROLE IF EXISTS crag_user")
+        conn.execute("CREATE ROLE crag_user LOGIN")
+        conn.execute("CREATE DATABASE crag_novector OWNER crag_user")
+    uri = database_uri(pg_server, "crag_novector").replace("postgres:@", "crag_user@").replace("postgres@", "crag_user@")
+    write(tmp_path / "docs" / "a.md", "# A\n\ntext\n")
+    run = crag(env_for(uri, tmp_path), tmp_path, "index", "docs")
+    assert run.returncode == 1
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and "lacks the vector extension" in lines[0] and "CREATE EXTENSION vector;" in lines[0]
+
+
+def test_without_psycopg_the_error_names_the_extra(tmp_path: Path) -> None:
+    blocker = tmp_path / "block"
+    write(blocker / "psycopg.py", "raise ImportError('No module named psycopg')\n")
+    env = env_for("postgresql://crag@127.0.0.1:9/kb", tmp_path)
+    env["PYTHONPATH"] = str(blocker)
+    run = crag(env, tmp_path, "search", "anything")
+    assert run.returncode == 1
+    assert run.stderr.strip().splitlines() == [
+        "crag: error: KB_AGENT_STORE names a PostgreSQL server, which needs psycopg: pip install 'crag[postgres]'"
+    ]
+
+
+def test_a_bad_store_setting_names_the_variable(tmp_path: Path) -> None:
+    run = crag(env_for("mysql://x", tmp_path), tmp_path, "search", "anything")
+    assert run.returncode == 2 and "KB_AGENT_STORE" in run.stderr and len(run.stderr.strip().splitlines()) == 1
+
+
+def test_the_schema_is_versioned_and_vectors_get_an_hnsw_index(pg_uri: str, tmp_path: Path) -> None:
+    import psycopg
+
+    from crag.index.hash_embedder import HashEmbedder
+    from crag.index.postgres_schema import MIGRATIONS
+
+    cfg = Settings(store=pg_uri)
+    kb = make_kb(tmp_path / "kb", n=30)
+    index_roots(cfg, [kb], embedder=HashEmbedder(1024))
+    with psycopg.connect(pg_uri) as conn:
+        applied = [v for (v,) in conn.execute("SELECT version FROM crag.migrations ORDER BY version")]
+        indexes = {n for (n,) in conn.execute("SELECT indexname FROM pg_indexes WHERE schemaname = 'crag'")}
+        conn.execute("SET enable_seqscan = off")  # a tiny table: make the planner show the index it can use
+        plan = " ".join(r[0] for r in conn.execute(
+            "EXPLAIN SELECT id FROM crag.chunks WHERE vector_dims(embedding) = 1024 "
+            "ORDER BY embedding::vector(1024) <=> (SELECT embedding FROM crag.chunks LIMIT 1)::vector(1024) LIMIT 5"
+        ))
+    assert applied == [m[0] for m in MIGRATIONS]
+    assert {"chunks_tsv", "files_tsv", "chunks_embedding_hnsw_vector_1024"} <= indexes
+    assert "chunks_embedding_hnsw_vector_1024" in plan
+    with open_index(cfg, HashEmbedder(1024)) as reader:
+        assert reader.hnsw == "vector"
+        hits = reader.search("page 12 edition", 3, mode="vector")
+        assert hits and "edition 12" in hits[0].text
