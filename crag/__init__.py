@@ -21,6 +21,7 @@ from .errors import (
 if TYPE_CHECKING:
     from .agent import Agent, Answer
     from .config import Settings
+    from .events import AnswerDelta, AnswerStarted, NodeFinished, NodeStarted
     from .llm.scripted import ScriptedChatModel
     from .ports import ChatModel, Toolbox
     from .state import AgentState, Citation, Completion, EvidenceItem, Usage
@@ -43,6 +44,10 @@ _LAZY = {
     "Param": "toolspec",
     "QuestionArg": "toolspec",
     "ScriptedChatModel": "llm.scripted",
+    "NodeStarted": "events",
+    "NodeFinished": "events",
+    "AnswerStarted": "events",
+    "AnswerDelta": "events",
 }
 
 
@@ -63,6 +68,8 @@ __all__ = [
     "Agent",
     "AgentState",
     "Answer",
+    "AnswerDelta",
+    "AnswerStarted",
     "ChatModel",
     "Citation",
     "Completion",
@@ -74,6 +81,8 @@ __all__ = [
     "KnowledgeBaseError",
     "LLMError",
     "LLMTimeoutError",
+    "NodeFinished",
+    "NodeStarted",
     "Param",
     "QuestionArg",
     "ScriptedChatModel",

@@ -22,11 +22,12 @@ from typing import Any
 from attrs import frozen
 
 from .config import Settings
-from .driver import Driver, Event
+from .driver import Driver
 from .errors import UsageError
+from .events import Event
 from .nodes import NodeConfig
 from .ports import ChatModel, Toolbox
-from .state import AgentState, Citation, Message, Usage
+from .state import AgentState, Citation, Message, Usage, output_converter
 from .toolspec import Tool
 
 __all__ = ["Agent", "Answer", "parse_history"]
@@ -62,23 +63,30 @@ class Answer:
 
     @property
     def audit(self) -> list[dict[str, Any]]:
-        return [event.to_dict() for event in self.state.audit]
+        return output_converter.unstructure(self.state.audit)
 
     def to_dict(self) -> dict[str, Any]:
-        """The object ``ask --json`` prints (SPEC §4)."""
-        return {
-            "question": self.state.question,
-            "answer": self.answer,
-            "complexity": self.complexity,
-            "grader_action": self.grader_action,
-            "iterations": self.iterations,
-            "trace": list(self.trace),
-            "evidence_scores": [round(s, 4) for s in self.evidence_scores],
-            "citations": [c.to_dict() for c in self.citations],
-            "usage": self.usage.to_dict(),
-            "audit": self.audit,
-            "grounding": self.state.grounding.to_dict() if self.state.grounding is not None else None,
-        }
+        """The object ``ask --json`` prints (docs/wire-contract.md), by ``output_converter``."""
+        return output_converter.unstructure(self)
+
+
+def _answer_json(a: Answer) -> dict[str, Any]:
+    return {
+        "question": a.state.question,
+        "answer": a.answer,
+        "complexity": a.complexity,
+        "grader_action": a.grader_action,
+        "iterations": a.iterations,
+        "trace": list(a.trace),
+        "evidence_scores": [round(s, 4) for s in a.evidence_scores],
+        "citations": output_converter.unstructure(a.citations),
+        "usage": output_converter.unstructure(a.usage),
+        "audit": output_converter.unstructure(a.state.audit),
+        "grounding": output_converter.unstructure(a.state.grounding),
+    }
+
+
+output_converter.register_unstructure_hook(Answer, _answer_json)
 
 
 def parse_history(messages: Iterable[Any]) -> tuple[Message, ...]:

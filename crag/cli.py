@@ -26,6 +26,7 @@ from typing import TextIO
 
 from .errors import CragError, UsageError
 from .safe_text import for_terminal, json_text, redact
+from .text import one_line
 
 __all__ = ["main"]
 
@@ -187,10 +188,6 @@ def _missing_dependency(exc: ImportError) -> str | None:
     )
 
 
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
-
-
 def _secrets() -> tuple[str, ...]:
     from .config import secret_values
 
@@ -199,7 +196,7 @@ def _secrets() -> tuple[str, ...]:
 
 def _error_line(exc: BaseException) -> str:
     """``crag: error: <message>``: one line, secrets redacted, nothing a terminal would obey."""
-    return "crag: error: " + _one_line(for_terminal(redact(str(exc), _secrets())))
+    return "crag: error: " + one_line(for_terminal(redact(str(exc), _secrets())))
 
 
 def _shown(text: str) -> str:
@@ -368,31 +365,32 @@ class _Progress:
         self.tty = hasattr(err, "isatty") and err.isatty()
         self.renderer = None
 
-    def __call__(self, kind: str, payload: object) -> None:
+    def __call__(self, event: object) -> None:
+        from .events import AnswerDelta, AnswerStarted, NodeFinished, NodeStarted
+
         streaming = self.renderer is not None  # the status line is gone once the answer streams
-        if kind == "node_start" and self.tty and not streaming:
-            self.err.write(f"\r\033[K  … {for_terminal(str(payload))}")
+        if isinstance(event, NodeStarted) and self.tty and not streaming:
+            self.err.write(f"\r\033[K  … {for_terminal(event.node)}")
             self.err.flush()
-        elif kind == "node_end" and self.tty and not streaming:
+        elif isinstance(event, NodeFinished) and self.tty and not streaming:
             self.err.write("\r\033[K")
             self.err.flush()
-        elif kind == "stream_start":
+        elif isinstance(event, AnswerStarted):
             from .answer import StreamRenderer
             from .grounding import render_prefix
             from .prompts import clean_answer, strip_think
 
             if self.tty:
                 self.err.write("\r\033[K")
-            items = tuple(payload) if isinstance(payload, (tuple, list)) else ()
-            n = len(items) if isinstance(payload, (tuple, list)) else int(payload)  # type: ignore[call-overload]
+            items = event.items
             ground = None
             if items and self.grounding != "off":
                 mode = self.grounding
                 ground = lambda text: render_prefix(text, items, mode)  # noqa: E731
-            self.renderer = StreamRenderer(n, clean_answer, strip_think, ground=ground)
+            self.renderer = StreamRenderer(len(items), clean_answer, strip_think, ground=ground)
             self.out.write("\ncrag> ")
-        elif kind == "delta" and self.renderer is not None:
-            self.out.write(for_terminal(self.renderer.feed(str(payload))))
+        elif isinstance(event, AnswerDelta) and self.renderer is not None:
+            self.out.write(for_terminal(self.renderer.feed(event.text)))
             self.out.flush()
 
     def finish(self, answer: str) -> None:

@@ -199,7 +199,7 @@ SETTINGS_TABLE: dict[str, tuple[str, Callable[[str, str], Any]]] = {
 
 @frozen
 class Settings:
-    """All of crag's configuration. Field defaults are SPEC §3's defaults."""
+    """All of crag's configuration. Field defaults are the documented defaults (README, Configuration)."""
 
     max_iterations: int = 3
     auto_approve_max_items: int = 2

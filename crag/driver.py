@@ -10,13 +10,14 @@ path, so no reply can keep a question running.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from attrs import evolve
 
 from .errors import ToolError
+from .events import AnswerDelta, AnswerStarted, Event, NodeFinished, NodeStarted
 from .graph import END, START, TRANSITIONS, GraphError, Node, Outcome, next_node
 from .nodes import NODES, NodeConfig
 from .ports import ChatModel, LLMRequest, Toolbox, ToolOutcome, ToolRequest, ToolResult
@@ -24,10 +25,6 @@ from .state import AgentState, Message, Usage
 
 __all__ = ["Driver", "Event", "max_steps"]
 
-# Called with ("node_start", node name) before a node and ("node_end", node name) after it.
-# When the caller asked for streaming: ("stream_start", the evidence items) before the
-# answer's chat completion, then ("delta", text) for each piece of it as it arrives.
-Event = Callable[[str, Any], None]
 
 
 def max_steps(max_iterations: int) -> int:
@@ -94,15 +91,15 @@ class Driver:
                 raise GraphError(f"run exceeded {limit} steps at {node.value}")
             name = node.value
             if on_event is not None:
-                on_event("node_start", name)
+                on_event(NodeStarted(name))
             module = NODES[node]
             request = module.prepare(state, cfg)
             if request is None:
                 reply: Any = None
             elif isinstance(request, LLMRequest):
                 if stream and on_event is not None and node is Node.SYNTHESIZE:
-                    on_event("stream_start", tuple(getattr(request.task, "items", ())))
-                    reply = self.model.complete(request, lambda text: on_event("delta", text))
+                    on_event(AnswerStarted(tuple(getattr(request.task, "items", ()))))
+                    reply = self.model.complete(request, lambda text: on_event(AnswerDelta(text)))
                 else:
                     reply = self.model.complete(request)
                 usage = usage.add(name, reply)
@@ -122,7 +119,7 @@ class Driver:
                 synced = True
             state = module.apply(state, reply, cfg)
             if on_event is not None:
-                on_event("node_end", name)
+                on_event(NodeFinished(name))
             node = next_node(node, state, cfg.max_iterations)
         if not synced:
             state = evolve(state, trace=tuple(trace), usage=usage)

@@ -1,6 +1,6 @@
 """The grading rules of ``grade_evidence``, as pure functions over data.
 
-In the order SPEC §2 fixes:
+In this order (docs/wire-contract.md, "grade_evidence"):
 
 1. no context items → ``RE_RETRIEVE`` (no LLM call);
 2. fast-path rules, first match wins, no LLM call, every item scored 1.0, ``GENERATE``:
@@ -32,7 +32,8 @@ __all__ = [
     "recorded_vector_scores",
 ]
 
-FAST_PATH_RULES = ("read_file", "few_context", "high_vector_score")
+FAST_PATH_RULES = ("read_file", "few_context", "high_vector_score")  # in the order they are tried
+READ_FILE, FEW_CONTEXT, HIGH_VECTOR_SCORE = FAST_PATH_RULES
 PARSE_FAILURE_SCORE = 0.5
 # Scores and means are compared with this much slack, so that 0.7 read from a reply or a
 # setting is "at least 0.7" however the floating-point sum of the scores came out.
@@ -64,13 +65,13 @@ def fast_path_rule(
     """The name of the first fast-path rule that matches, or None. Assumes ``context`` is non-empty."""
     round_tools = [run.call.tool for run in tool_history if run.round == current_round]
     if round_tools and all(tool == "read_file" for tool in round_tools):
-        return "read_file"
+        return READ_FILE
     if len(context) <= auto_approve_max_items:
-        return "few_context"
+        return FEW_CONTEXT
     if all(item.tool == "vector_search" for item in context):
         recorded = recorded_vector_scores(tool_history)
         if all(recorded.get(item.key, -1.0) >= vector_score_threshold - _EPS for item in context):
-            return "high_vector_score"
+            return HIGH_VECTOR_SCORE
     return None
 
 

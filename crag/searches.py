@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .state import AuditEvent, EvidenceItem, ToolCall, ToolRun
+from .toolspec import MAX_TOP_K  # the most hits one vector_search returns
 
 __all__ = [
     "MAX_TOP_K",
@@ -37,7 +38,6 @@ __all__ = [
     "with_question_search",
 ]
 
-MAX_TOP_K = 50  # the most hits one vector_search returns
 PAGED_TOOLS = ("vector_search", "grep_search")
 
 

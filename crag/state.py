@@ -6,8 +6,10 @@ on every step (scores in [0, 1], one score per context item once graded, iterati
 The names come from the user's requirement documents: ``context``, ``evidence_scores``,
 ``grader_action``, ``iteration``, ``tool_history``, ``routing_plan``.
 
-``converter`` is the one cattrs converter that turns a state (or any record here) into
-plain JSON-ready data and back; the CLI's ``--json`` output and replay both go through it.
+``converter`` is the cattrs converter that turns a state (or any record here) into plain
+JSON-ready data and back (replay). ``output_converter`` is the one that writes crag's JSON
+output (``ask --json``, the MCP server): the same, plus the output's own shapes for usage
+totals and audit events.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ import enum
 from collections.abc import Mapping
 from typing import Any
 
-import attrs
 import cattrs
 from attrs import evolve, field, frozen
 
@@ -221,30 +222,6 @@ class Usage:
     def cached_tokens(self) -> int:
         return sum(u.cached_tokens for u in self.by_node.values())
 
-    def to_dict(self) -> dict[str, Any]:
-        """The ``usage`` object of ``ask --json``; ``cached_tokens`` appears (in total and per
-        node) only when the server reported cached prompt tokens."""
-        return {
-            "model": self.model,
-            "llm_calls": self.llm_calls,
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens,
-            "total_tokens": self.total_tokens,
-            **({"cached_tokens": self.cached_tokens} if self.cached_tokens else {}),
-            "latency_ms": round(self.latency_ms, 1),
-            "by_node": {
-                node: {
-                    "calls": u.calls,
-                    "prompt_tokens": u.prompt_tokens,
-                    "completion_tokens": u.completion_tokens,
-                    "total_tokens": u.total_tokens,
-                    **({"cached_tokens": u.cached_tokens} if u.cached_tokens else {}),
-                    "latency_ms": round(u.latency_ms, 1),
-                }
-                for node, u in self.by_node.items()
-            },
-        }
-
 
 @frozen
 class AuditEvent:
@@ -252,9 +229,6 @@ class AuditEvent:
 
     event: str
     fields: Mapping[str, Any] = field(factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"event": self.event, **self.fields}
 
 
 @frozen
@@ -268,9 +242,6 @@ class Citation:
     tool: str
     end_line: int | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"n": self.n, "path": self.path, "line": self.line, "end_line": self.end_line,
-                "tool": self.tool}
 
 
 @frozen
@@ -281,10 +252,6 @@ class GroundingReport:
     sentences: int = 0
     supported: int = 0
     unsupported: tuple[str, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"sentences": self.sentences, "supported": self.supported,
-                "unsupported": list(self.unsupported)}
 
 
 @frozen
@@ -338,5 +305,42 @@ def _make_converter() -> cattrs.Converter:
 converter = _make_converter()
 
 
-def is_record(obj: object) -> bool:
-    return attrs.has(type(obj))
+def _node_usage_json(u: NodeUsage) -> dict[str, Any]:
+    return {
+        "calls": u.calls,
+        "prompt_tokens": u.prompt_tokens,
+        "completion_tokens": u.completion_tokens,
+        "total_tokens": u.total_tokens,
+        **({"cached_tokens": u.cached_tokens} if u.cached_tokens else {}),
+        "latency_ms": round(u.latency_ms, 1),
+    }
+
+
+def _usage_json(u: Usage) -> dict[str, Any]:
+    """The ``usage`` object of ``ask --json``; ``cached_tokens`` appears (in total and per
+    node) only when the server reported cached prompt tokens."""
+    return {
+        "model": u.model,
+        "llm_calls": u.llm_calls,
+        "prompt_tokens": u.prompt_tokens,
+        "completion_tokens": u.completion_tokens,
+        "total_tokens": u.total_tokens,
+        **({"cached_tokens": u.cached_tokens} if u.cached_tokens else {}),
+        "latency_ms": round(u.latency_ms, 1),
+        "by_node": {node: _node_usage_json(n) for node, n in u.by_node.items()},
+    }
+
+
+def _make_output_converter() -> cattrs.Converter:
+    """``converter`` plus the shapes of crag's JSON output (``ask --json``, the MCP server):
+    usage with its totals and rounded latencies, an audit event as one flat object."""
+    out = converter.copy()
+    out.register_unstructure_hook(NodeUsage, _node_usage_json)
+    out.register_unstructure_hook(Usage, _usage_json)
+    out.register_unstructure_hook(AuditEvent, lambda e: {"event": e.event, **out.unstructure(dict(e.fields))})
+    return out
+
+
+# The one converter for JSON output; ``crag.agent`` adds the shape of an ``Answer``.
+output_converter = _make_output_converter()
+

@@ -80,7 +80,8 @@ class Param:
     ``hint`` replaces what the planner is shown for its value (default: the type, its
     range, and ``(optional)``). In a plan, ``clamp`` brings an integer outside its range to
     the nearest bound, and ``floor_at_default`` raises one below the default to the default
-    (a planner never gets fewer search hits than the user configured).
+    (a planner never gets fewer search hits than the user configured). A string holding a
+    NUL character is refused unless ``nul_ok`` (free text such as a search query).
     """
 
     name: str
@@ -92,6 +93,7 @@ class Param:
     max_length: int = 2000
     clamp: bool = False
     floor_at_default: bool = False
+    nul_ok: bool = False
     hint: str = ""
 
     def describe(self) -> str:
@@ -263,7 +265,7 @@ def _value(tool: str, param: Param, value: Any, planned: bool) -> Any:
             return None
         if len(value) > param.max_length:
             raise ArgumentError(tool, f"argument {param.name!r} is longer than {param.max_length} characters")
-        if "\x00" in value:
+        if "\x00" in value and not param.nul_ok:
             raise ArgumentError(tool, f"argument {param.name!r} contains a NUL character")
         return value
     if param.type == "integer":

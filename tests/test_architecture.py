@@ -1,4 +1,5 @@
-"""The core is pure: no I/O library in state, graph, grading, prompts, answer, text or nodes."""
+"""The core is pure: no I/O library, and no crag module that does I/O, in state, graph,
+grading, prompts, answer, text, toolspec, schemas, searches, ports or nodes."""
 
 from __future__ import annotations
 
@@ -10,17 +11,26 @@ import pytest
 CRAG = Path(__file__).resolve().parents[1] / "crag"
 IO_LIBRARIES = {"openai", "faiss", "httpx", "httpx2", "sqlite3", "time", "socket", "urllib", "requests",
                 "subprocess", "os", "pathlib", "shutil", "tiktoken", "numpy", "threading", "asyncio"}
-CORE = ["state.py", "graph.py", "grading.py", "answer.py", "ports.py", "text.py", *[
-    f"{package}/{p.name}" for package in ("nodes", "prompts") for p in sorted((CRAG / package).glob("*.py"))]]
+# crag's own modules that touch the environment, the disk, the network or the clock, or run
+# the loop around the core: the core may name them only for type checkers.
+IO_MODULES = {"config", "llm", "tools", "index", "cli", "mcp_server", "driver", "agent", "__main__"}
+CORE = ["state.py", "graph.py", "grading.py", "answer.py", "ports.py", "text.py", "toolspec.py", "schemas.py", "events.py",
+        "searches.py", *[f"{package}/{p.name}" for package in ("nodes", "prompts")
+                         for p in sorted((CRAG / package).glob("*.py"))]]
 
 
-def imported_modules(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text())
+def _runtime_tree(path: Path, source: str | None = None) -> ast.Module:
+    tree = ast.parse(path.read_text() if source is None else source)
     for block in ast.walk(tree):  # imports only for type checkers do not run
         if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test):
             block.body = []
+    return tree
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Top-level names of the libraries ``path`` imports at run time (absolute imports)."""
     names = set()
-    for node in ast.walk(tree):
+    for node in ast.walk(_runtime_tree(path)):
         if isinstance(node, ast.Import):
             names.update(alias.name.split(".")[0] for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
@@ -28,11 +38,47 @@ def imported_modules(path: Path) -> set[str]:
     return names
 
 
+def crag_modules(path: Path, source: str | None = None) -> set[str]:
+    """The crag modules ``path`` imports at run time, as dotted names under ``crag``,
+    relative imports (``from ..config import Settings``, ``from .. import llm``) resolved."""
+    package = list(path.relative_to(CRAG.parent).with_suffix("").parts[:-1])  # ["crag", "nodes"]
+    found = set()
+    for node in ast.walk(_runtime_tree(path, source)):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.split(".")[0] == "crag")
+        elif isinstance(node, ast.ImportFrom):
+            if node.level == 0:
+                base = node.module or ""
+                if base.split(".")[0] != "crag":
+                    continue
+            else:
+                base = ".".join(package[: len(package) - node.level + 1] + ([node.module] if node.module else []))
+            if node.module is None:
+                found.update(f"{base}.{a.name}" for a in node.names)
+            else:
+                found.add(base)
+    return found
+
+
 @pytest.mark.parametrize("module", CORE)
 def test_core_module_imports_no_io_library(module):
     path = CRAG / module
     assert path.exists(), module
     assert not imported_modules(path) & IO_LIBRARIES
+
+
+@pytest.mark.parametrize("module", CORE)
+def test_core_module_imports_no_io_module_of_crag(module):
+    imported = crag_modules(CRAG / module)
+    assert not {m for m in imported if m.split(".")[1:2] and m.split(".")[1] in IO_MODULES}
+
+
+def test_the_check_sees_relative_imports():
+    source = "from ..config import Settings\nfrom .. import llm\nfrom . import plan\nimport crag.tools.http\n"
+    found = crag_modules(CRAG / "nodes" / "probe.py", source)
+    assert found == {"crag.config", "crag.llm", "crag.nodes.plan", "crag.tools.http"}
+    guarded = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..config import Settings\n"
+    assert crag_modules(CRAG / "nodes" / "probe.py", guarded) == set()
 
 
 def test_importing_crag_loads_no_heavy_library():

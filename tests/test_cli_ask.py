@@ -371,6 +371,7 @@ def test_library_api_sync_and_async(llm: FakeOpenAIServer, kb: Path) -> None:
 
 def test_chat_status_line_never_erases_streamed_text() -> None:
     from crag.cli import _Progress
+    from crag.events import AnswerDelta, AnswerStarted, NodeFinished, NodeStarted
 
     class Terminal(io.StringIO):
         def isatty(self) -> bool:
@@ -378,10 +379,10 @@ def test_chat_status_line_never_erases_streamed_text() -> None:
 
     screen = Terminal()
     progress = _Progress(screen, screen)
-    progress("node_start", "synthesize")
-    progress("stream_start", 0)
-    progress("delta", "Hello there.")
-    progress("node_end", "synthesize")
+    progress(NodeStarted("synthesize"))
+    progress(AnswerStarted(()))
+    progress(AnswerDelta("Hello there."))
+    progress(NodeFinished("synthesize"))
     progress.finish("Hello there.\n\n---\n" + STATS_HEADING)
     shown = screen.getvalue()
     assert "\033[K" not in shown[shown.index("Hello there."):]

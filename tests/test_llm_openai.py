@@ -14,6 +14,7 @@ import pytest
 from crag import Agent, prompts
 from crag.config import Settings
 from crag.errors import ConfigError, LLMError, LLMTimeoutError
+from crag.events import AnswerDelta
 from crag.llm import OfflineChatModel, OpenAIChatModel, ScriptedChatModel, make_chat_model
 from crag.llm.openai_chat import parse_retry_after
 from crag.llm.tokens import count_tokens, encoding_for_model
@@ -364,9 +365,9 @@ def test_synthesis_streams_through_the_agent(srv):
     srv.script("synthesize", "Hello there, ask me anything.")
     settings = Settings(llm="openai", openai_base_url=srv.base_url)
     agent = Agent(OpenAIChatModel(settings), FakeToolbox(), settings)
-    events: list[tuple[str, str]] = []
-    result = agent.ask("hi", on_event=lambda kind, text: events.append((kind, text)), stream=True)
-    streamed = "".join(text for kind, text in events if kind == "delta")
+    events: list = []
+    result = agent.ask("hi", on_event=events.append, stream=True)
+    streamed = "".join(e.text for e in events if isinstance(e, AnswerDelta))
     assert streamed == "Hello there, ask me anything."
     assert result.answer.startswith(streamed)
     assert srv.requests[-1].body["stream"] is True

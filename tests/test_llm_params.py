@@ -149,7 +149,7 @@ def test_cached_prompt_tokens_are_recorded_per_node_and_shown_when_non_zero(srv)
     toolbox = FakeToolbox({"vector_search": [[item(k) for k in (1, 2, 3)]]})
     settings = settings_for(srv)
     result = Agent(OpenAIChatModel(settings), toolbox, settings).ask("How do uploads retry?")
-    usage = result.usage.to_dict()
+    usage = result.to_dict()["usage"]
     assert usage["cached_tokens"] == 384
     assert usage["by_node"]["plan"]["cached_tokens"] == 128
     assert "cached_tokens" not in usage["by_node"]["analyze_and_route"]

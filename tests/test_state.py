@@ -19,6 +19,7 @@ from crag.state import (
     ToolRun,
     Usage,
     converter,
+    output_converter,
 )
 
 from .strategies import evidence_items
@@ -61,5 +62,5 @@ def test_usage_counts_billable_calls_only():
     assert usage.llm_calls == 0 and usage.latency_ms == 2.0 and usage.model == "offline"
     usage = usage.add("plan", Completion("x", "gpt", 10, 5, 1.0))
     assert (usage.llm_calls, usage.total_tokens) == (1, 15)
-    assert usage.to_dict()["by_node"]["plan"] == {
+    assert output_converter.unstructure(usage)["by_node"]["plan"] == {
         "calls": 1, "prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15, "latency_ms": 3.0}

@@ -100,6 +100,7 @@ def search(
     """
     from ..state import ToolCall
     from ..tools import Toolbox
+    from ..toolspec import MAX_TOP_K
     from . import ensure_indexed
 
     if not query.strip():
@@ -110,7 +111,7 @@ def search(
     report = ensure_indexed(settings, list(kb)) if kb else None
     box = Toolbox(settings, roots=list(kb) if kb else None, cwd=cwd)
     try:
-        items = box.run(ToolCall("vector_search", {"query": query, "top_k": min(k, 50)}))
+        items = box.run(ToolCall("vector_search", {"query": query, "top_k": min(k, MAX_TOP_K)}))
     finally:
         box.close()
     return hit_records(items), report

@@ -59,7 +59,7 @@ TOOL = Tool(
     description="semantic search over the indexed documents",
     run=run,
     params=(
-        Param("query", required=True, max_length=4000),
+        Param("query", required=True, max_length=4000, nul_ok=True),
         Param("top_k", "integer", default=CONFIGURED_TOP_K, minimum=1, maximum=MAX_TOP_K, clamp=True,
               floor_at_default=True),
     ),

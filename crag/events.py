@@ -1,0 +1,45 @@
+"""What a run reports while it goes: typed records for ``ask(..., on_event=...)``. Pure.
+
+    NodeStarted(node)      before a node runs (``node`` is its name, e.g. ``"plan"``)
+    NodeFinished(node)     after it
+    AnswerStarted(items)   streaming only: the answer's chat completion starts; ``items``
+                           are the evidence items it may cite, numbered from 1
+    AnswerDelta(text)      streaming only: the next piece of the answer as it arrives
+
+``on_event`` is called on the thread that runs the question; the CLI's progress line and
+streamed answer are built on these (``crag.cli``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from attrs import frozen
+
+from .state import EvidenceItem
+
+__all__ = ["AnswerDelta", "AnswerStarted", "DriverEvent", "Event", "NodeFinished", "NodeStarted"]
+
+
+@frozen
+class NodeStarted:
+    node: str
+
+
+@frozen
+class NodeFinished:
+    node: str
+
+
+@frozen
+class AnswerStarted:
+    items: tuple[EvidenceItem, ...]
+
+
+@frozen
+class AnswerDelta:
+    text: str
+
+
+DriverEvent = NodeStarted | NodeFinished | AnswerStarted | AnswerDelta
+Event = Callable[[DriverEvent], None]

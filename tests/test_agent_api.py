@@ -1,0 +1,51 @@
+"""The public API does what it says: Settings names as keywords, your own parts under
+names that cannot collide, aask with ask's parameters, what extending crag needs exported."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+
+import pytest
+
+import crag
+from crag import Agent, ScriptedChatModel, Settings
+
+from .fakes import FakeToolbox, route
+
+
+def test_from_env_keywords_are_settings_fields_including_model(tmp_path) -> None:
+    env = {"KB_AGENT_INDEX_DIR": str(tmp_path / "i"), "KB_AGENT_LLM": "offline"}
+    with Agent.from_env(environ=env, dotenv=None, model="gpt-4o", top_k=8) as agent:
+        assert agent.settings.model == "gpt-4o" and agent.settings.top_k == 8
+        assert agent.model.model == "offline"  # the backend KB_AGENT_LLM chose, not the string
+        assert agent.ask("hello!").answer
+    with pytest.raises(crag.ConfigError):
+        Agent.from_env(environ=env, dotenv=None, chat_model_name="x")
+
+
+def test_your_own_chat_model_and_toolbox_go_in_under_their_own_names(tmp_path) -> None:
+    model = ScriptedChatModel({"analyze_and_route": [route("chitchat", ())], "synthesize": ["Hi!"]})
+    env = {"KB_AGENT_INDEX_DIR": str(tmp_path / "i")}
+    with Agent.from_env(environ=env, dotenv=None, chat_model=model, toolbox=FakeToolbox(), model="m2") as agent:
+        assert agent.ask("hello").answer.startswith("Hi!")
+        assert agent.settings.model == "m2"
+
+
+def test_aask_takes_the_same_parameters_as_ask_and_streams() -> None:
+    ask, aask = inspect.signature(Agent.ask), inspect.signature(Agent.aask)
+    assert list(ask.parameters) == list(aask.parameters)
+    model = ScriptedChatModel({"analyze_and_route": [route("chitchat", ())], "synthesize": ["Hello there."]})
+    events = []
+    agent = Agent(model, FakeToolbox(), Settings())
+    result = asyncio.run(agent.aask("hi", [], events.append, stream=True))
+    assert result.answer.startswith("Hello there.")
+    assert any(type(e).__name__ == "AnswerDelta" for e in events)
+
+
+def test_what_extending_crag_needs_is_exported() -> None:
+    for name in ("ChatModel", "Toolbox", "Tool", "Param", "QuestionArg", "ScriptedChatModel", "EvidenceItem",
+                 "Completion", "Settings", "Agent"):
+        assert name in crag.__all__ and getattr(crag, name) is not None
+    assert isinstance(ScriptedChatModel(), crag.ChatModel)
+    assert isinstance(FakeToolbox(), crag.Toolbox)
