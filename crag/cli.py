@@ -51,7 +51,7 @@ KB_HELP = "knowledge-base root (repeatable): indexed first when new or changed; 
 TOP_K_HELP = "hits per vector_search (default KB_AGENT_TOP_K)"
 
 # The commands, in the order the help lists them (also what a mistyped command is matched against).
-COMMANDS = ("index", "search", "ask", "chat", "mcp", "graph")
+COMMANDS = ("index", "search", "ask", "chat", "roots", "mcp", "graph")
 
 # Packages crag needs at run time -> how to get them. Anything else missing is a bug.
 _DEPENDENCIES = {
@@ -106,6 +106,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kb", action="append", type=_path_arg, default=[], metavar="PATH", help=KB_HELP)
     p.add_argument("--top-k", type=int, default=None, metavar="K", help=TOP_K_HELP)
     p.set_defaults(func=cmd_chat)
+
+    p = sub.add_parser("roots", help="list the indexed roots with their file and chunk counts, or remove one")
+    p.add_argument("--remove", action="append", type=_path_arg, default=[], metavar="PATH",
+                   help="remove this root and the chunks of its files from the index (repeatable)")
+    p.set_defaults(func=cmd_roots)
 
     p = sub.add_parser("mcp", help="serve ask, search and read_file to MCP clients over stdio")
     p.add_argument("--kb", action="append", type=_path_arg, default=[], metavar="PATH", help=KB_HELP)
@@ -246,14 +251,37 @@ def cmd_index(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return 0
 
 
-def cmd_search(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from .index.commands import index_report_text, search, search_text
+def cmd_roots(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from .index import drop_roots, open_store
+    from .index.commands import removed_text, root_rows, roots_text
 
     settings = _settings()
     _require_index_libraries()
-    hits, report = search(settings, " ".join(args.words), args.top_k, args.kb)
+    store = open_store(settings)
+    try:
+        before = root_rows(store.state(files=True))
+        if args.remove:
+            report = drop_roots(settings, args.remove)
+            out.write(_shown(removed_text(report, before)))
+        else:
+            out.write(_shown(roots_text(before, store.location, store.state(files=False))))
+    finally:
+        store.close()
+    return 0
+
+
+def cmd_search(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from .index.commands import index_report_text, missing_roots_note, search, search_text
+
+    settings = _settings()
+    _require_index_libraries()
+    missing: list[str] = []
+    hits, report = search(settings, " ".join(args.words), args.top_k, args.kb, missing=missing)
     if report is not None and report.changed_anything:
         err.write(_shown(index_report_text(report)))
+    note = missing_roots_note(missing)
+    if note:
+        err.write(_shown(note) + "\n")
     if args.json:
         out.write(_shown_json(hits) + "\n")
     else:

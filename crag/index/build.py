@@ -32,7 +32,7 @@ from ..errors import EmbedderMismatchError, IndexStoreError, KnowledgeBaseError
 from ..ports import DocumentVersion, FileRecord, Store, StoreState
 from .chunker import DEFAULT_MAX_TOKENS, DEFAULT_MIN_TOKENS
 from .discover import Discovery, discover, is_within, normalize_root
-from .documents import REINDEX, chunker_id
+from .documents import chunker_id, reindex
 from .layout import DEFAULT_LOCK_TIMEOUT, IndexLock
 from .reading import prepare_all
 
@@ -164,14 +164,27 @@ def update_store(
     """
     started = time.perf_counter()
     root_list = [normalize_root(r) for r in roots]
-    for r in root_list:
-        if not os.path.exists(r):
-            raise KnowledgeBaseError(f"knowledge-base path {r} does not exist", r)
+    gone = [r for r in root_list if not os.path.exists(r)]
+    if gone:
+        # A recorded root that is gone from disk is dropped (as by any update); any other is an error.
+        recorded = _recorded_roots(store)
+        for r in gone:
+            if r not in recorded:
+                raise KnowledgeBaseError(f"knowledge-base path {r} does not exist", r)
+        root_list = [r for r in root_list if r not in gone]
     chunking = (max_tokens, min_tokens)
     with store.writer_lock(lock_timeout):
         base = _load_base(store, embedder, chunker_id(*chunking), allow_reembed)
         plan = _plan(store, embedder, chunking, base, root_list, started)
         return _apply(plan, progress)
+
+
+def _recorded_roots(store: Store) -> tuple[str, ...]:
+    try:
+        state = store.state(files=False)
+    except IndexStoreError:
+        return ()
+    return state.roots if state is not None else ()
 
 
 def _load_base(store: Store, embedder: Embedder, chunker: str, allow_reembed: bool) -> _Base:
@@ -187,7 +200,7 @@ def _load_base(store: Store, embedder: Embedder, chunker: str, allow_reembed: bo
     if state.embedder != embedder.name:
         if not allow_reembed:
             raise EmbedderMismatchError(
-                f"index was built with {state.embedder}, configured embedder is {embedder.name}: {REINDEX}",
+                f"index was built with {state.embedder}, configured embedder is {embedder.name}: {reindex(state.roots)}",
                 store.location,
             )
         why = f"the index was built with {state.embedder}, the configured embedder is {embedder.name}"
@@ -200,17 +213,17 @@ def _load_base(store: Store, embedder: Embedder, chunker: str, allow_reembed: bo
 def _plan(
     store: Store, embedder: Embedder, chunking: tuple[int, int], base: _Base, roots: list[str], started: float
 ) -> _Plan:
-    # Which roots to walk: the ones asked for, plus every recorded root when rebuilding.
+    # Which roots to walk: the ones asked for, plus every recorded root when rebuilding. A
+    # recorded root gone from disk is dropped, with its files, by any update.
     walk_roots = list(dict.fromkeys(roots))
     dropped_roots: list[str] = []
-    if base.full:
-        for r in base.recorded_roots:
-            if r in walk_roots:
-                continue
-            if os.path.exists(r):
-                walk_roots.append(r)
-            else:
-                dropped_roots.append(r)
+    for r in base.recorded_roots:
+        if r in walk_roots:
+            continue
+        if not os.path.lexists(r):
+            dropped_roots.append(r)
+        elif base.full:
+            walk_roots.append(r)
     exclude = [store.location] if os.path.isabs(store.location) else []
     discovery = discover(walk_roots, exclude=exclude)
     found = {f.path for f in discovery.files}
@@ -218,7 +231,8 @@ def _plan(
     if base.full:
         removed = sorted(p for p in base.files if p not in found)
     else:
-        removed = sorted(p for p in base.files if p not in found and any(is_within(p, r) for r in walk_roots))
+        looked = [*walk_roots, *dropped_roots]
+        removed = sorted(p for p in base.files if p not in found and any(is_within(p, r) for r in looked))
     # Classify by stat first: a file with the same size and mtime is not read at all.
     recorded = {} if base.full else base.files
     unchanged, to_read = [], []
@@ -391,7 +405,7 @@ def quick_check(
         return None
     if state.embedder != embedder.name:
         raise EmbedderMismatchError(
-            f"index was built with {state.embedder}, configured embedder is {embedder.name}: {REINDEX}", store.location
+            f"index was built with {state.embedder}, configured embedder is {embedder.name}: {reindex(state.roots)}", store.location
         )
     if state.chunker != chunker_id(*chunking):
         return None

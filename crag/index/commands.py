@@ -2,8 +2,10 @@
 
 ``cli.py`` parses the arguments and prints; these functions run the work and render the
 text it prints: ``index_report_text`` (what changed), ``search`` (hits as plain records,
-best first), ``search_text`` (a readable ranked list), and ``progress_printer`` (a
-one-line progress display for a terminal).
+best first), ``search_text`` (a readable ranked list), ``progress_printer`` (a
+one-line progress display for a terminal), and for ``python -m crag roots``: ``root_rows``
+(each root with its file and chunk counts, and whether it still exists on disk),
+``roots_text`` and ``removed_text``.
 """
 
 from __future__ import annotations
@@ -12,15 +14,30 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
+from attrs import frozen
+
 from ..errors import UsageError
 from ..safe_text import display_name
 from .discover import relative_label
 
 if TYPE_CHECKING:
     from ..config import Settings
+    from ..ports import StoreState
     from .build import IndexReport, Progress
 
-__all__ = ["hit_records", "index_report_text", "is_terminal", "progress_printer", "search", "search_text"]
+__all__ = [
+    "RootRow",
+    "hit_records",
+    "index_report_text",
+    "is_terminal",
+    "missing_roots_note",
+    "progress_printer",
+    "removed_text",
+    "root_rows",
+    "roots_text",
+    "search",
+    "search_text",
+]
 
 _LIST_LIMIT = 10
 
@@ -92,11 +109,13 @@ def search(
     top_k: int | None = None,
     kb: Sequence[str] = (),
     cwd: str | None = None,
+    missing: list[str] | None = None,
 ) -> tuple[list[dict[str, Any]], IndexReport | None]:
     """The hits ``vector_search`` would return, as ``{"path", "start_line", "end_line", "score", "text"}``.
 
     ``kb`` roots are indexed first when new or changed, and the search is limited to them.
-    Returns the hits and the report of that indexing (None without ``kb``).
+    Returns the hits and the report of that indexing (None without ``kb``). ``missing``,
+    when given, receives the roots of the index that are gone from disk (left out).
     """
     from ..state import ToolCall
     from ..tools import Toolbox
@@ -112,6 +131,8 @@ def search(
     box = Toolbox(settings, roots=list(kb) if kb else None, cwd=cwd)
     try:
         items = box.run(ToolCall("vector_search", {"query": query, "top_k": min(k, MAX_TOP_K)}))
+        if missing is not None:
+            missing.extend(box.missing_roots())
     finally:
         box.close()
     return hit_records(items), report
@@ -144,3 +165,79 @@ def search_text(hits: Sequence[dict[str, Any]], preview_lines: int = 4) -> str:
         if len(body) > preview_lines:
             out.append("     ...")
     return "\n".join(out) + "\n"
+
+
+@frozen
+class RootRow:
+    """One root of the index: how many files and chunks it holds, and whether it is still on disk."""
+
+    path: str
+    files: int
+    chunks: int
+    missing: bool
+
+
+def root_rows(state: StoreState | None) -> list[RootRow]:
+    """The roots of a published state, in path order (none when nothing is published)."""
+    from .discover import is_within
+
+    if state is None:
+        return []
+    rows = []
+    for root in state.roots:
+        held = [f for path, f in state.files.items() if is_within(path, root)]
+        rows.append(RootRow(root, len(held), sum(f.chunks for f in held), not os.path.exists(root)))
+    return sorted(rows, key=lambda r: r.path)
+
+
+def location_label(location: str, cwd: str | None = None) -> str:
+    """A store's location as messages show it: a folder relative to ``cwd``, a server as named."""
+    return relative_label(location, cwd) if os.path.isabs(location) else location
+
+
+def _count(n: int, one: str) -> str:
+    return f"{n} {one}" if n == 1 else f"{n} {one}s"
+
+
+def roots_text(rows: Sequence[RootRow], location: str, state: StoreState | None, cwd: str | None = None) -> str:
+    """What ``python -m crag roots`` prints: one line per root, missing ones said so."""
+    where = location_label(location, cwd)
+    if state is None or not rows:
+        return f"no roots in {where}: `python -m crag index PATH` adds one\n"
+    names = [display_name(relative_label(r.path, cwd)) for r in rows]
+    width = max(len(n) for n in names)
+    lines = [f"{_count(len(rows), 'root')} in {where} ({state.embedder}, {_count(state.chunks, 'chunk')}):"]
+    for name, row in zip(names, rows):
+        counts = f"{_count(row.files, 'file')}, {_count(row.chunks, 'chunk')}"
+        if row.missing:
+            lines.append(f"  {name.ljust(width)}  missing on disk ({counts}; dropped by the next `python -m crag index`)")
+        else:
+            lines.append(f"  {name.ljust(width)}  {counts}")
+    return "\n".join(lines) + "\n"
+
+
+def removed_text(report: IndexReport, before: Sequence[RootRow], cwd: str | None = None) -> str:
+    """What ``python -m crag roots --remove`` prints."""
+    gone = {r.path: r for r in before}
+    lines = []
+    for root in report.roots:
+        row = gone.get(root)
+        counts = f" ({_count(row.files, 'file')}, {_count(row.chunks, 'chunk')})" if row else ""
+        lines.append(f"removed {display_name(relative_label(root, cwd))}{counts}")
+    lines.append(
+        f"{_count(len(report.removed), 'file')} left the index in {location_label(report.index_dir, cwd)}; "
+        f"{_count(report.chunks_total, 'chunk')} remain"
+    )
+    return "\n".join(lines) + "\n"
+
+
+def missing_roots_note(missing: Sequence[str], cwd: str | None = None) -> str | None:
+    """A note for stderr when roots of the index are gone from disk (their chunks are left out)."""
+    if not missing:
+        return None
+    names = ", ".join(display_name(relative_label(r, cwd)) for r in missing)
+    return (
+        f"crag: note: {names} no longer exist{'s' if len(missing) == 1 else ''} on disk and {'is' if len(missing) == 1 else 'are'} "
+        "left out of the search; the next `python -m crag index` drops "
+        f"{'it' if len(missing) == 1 else 'them'} (or `python -m crag roots --remove PATH`)"
+    )

@@ -11,13 +11,26 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 
 from ..text import STOPWORDS
 from .chunker import CHUNKER_VERSION
 
-__all__ = ["REINDEX", "chunker_id", "embed_text", "fts_query", "query_terms", "title_words"]
+__all__ = ["REINDEX", "chunker_id", "embed_text", "fts_query", "query_terms", "reindex", "title_words"]
 
 REINDEX = "run `python -m crag index PATH` to re-index"
+
+
+def reindex(roots: Sequence[str]) -> str:
+    """The advice to re-index, naming the index's roots (relative to the working directory)."""
+    import shlex
+
+    from .discover import relative_label
+
+    if not roots:
+        return REINDEX
+    paths = " ".join(shlex.quote(relative_label(r)) for r in roots if os.path.lexists(r))
+    return f"run `python -m crag index {paths}` to re-index" if paths else REINDEX
 
 _TITLE_SPLIT = re.compile(r"[\\/_\-. ]+")
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 
 from attrs import frozen
 
-__all__ = ["Fused", "SearchWeights", "fuse"]
+__all__ = ["Fused", "SearchWeights", "fuse", "scores_in_rank_order"]
 
 
 @frozen
@@ -77,3 +77,18 @@ def fuse(
                 value[cid] += weights.file / (weights.k + r)
     order = sorted(value, key=lambda c: (-value[c], c))
     return [Fused(c, value[c], v_pos.get(c), l_pos.get(c)) for c in order]
+
+
+def scores_in_rank_order(cosines: Sequence[float]) -> list[float]:
+    """The scores of hits in fused order: each hit's cosine, capped by the score above it.
+
+    Fusion may rank a chunk above one that is more similar to the query; a list of hits whose
+    scores went up and down would read as a ranking error. Each reported score is the lowest
+    cosine similarity at or above its rank, so scores never increase down the list, never
+    exceed the hit's own cosine (a ``high_vector_score`` fast path never fires on a score
+    the vectors do not support), and a list already in cosine order is unchanged.
+    """
+    out: list[float] = []
+    for cos in cosines:
+        out.append(cos if not out else min(cos, out[-1]))
+    return out

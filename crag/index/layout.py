@@ -3,7 +3,8 @@
 Layout of ``KB_AGENT_INDEX_DIR``::
 
     CURRENT              one line, "gen-000007": the generation readers use
-    LOCK                 held (fcntl.flock) by the one indexer allowed at a time
+    LOCK                 held (fcntl.flock) by the one indexer allowed at a time; removed
+                         by its holder when it lets go
     gen-000007/
         vectors.faiss    IndexIDMap2(IndexFlatIP): unit vectors, inner product = cosine;
                          FAISS ids are the chunk ids of the database
@@ -235,27 +236,45 @@ def read_vectors(gen: Generation, mmap: bool) -> Any:
 
 
 class IndexLock:
-    """An exclusive ``flock`` on ``DIR/LOCK``, waited for up to ``timeout`` seconds."""
+    """An exclusive ``flock`` on ``DIR/LOCK``, waited for up to ``timeout`` seconds.
+
+    The holder removes the file when it lets go (also when its update failed), so no LOCK
+    is left behind by a run that ended; one killed outright leaves a file no one holds,
+    which the next indexer takes over. A waiter that wins the lock on a file the previous
+    holder has already removed starts again on the current file, so two indexers never
+    hold locks on two different files.
+    """
 
     def __init__(self, index_dir: str, timeout: float = DEFAULT_LOCK_TIMEOUT) -> None:
         self.index_dir = index_dir
         self.timeout = timeout
         self._fd: int | None = None
+        self._path = os.path.join(index_dir, LOCK)
 
-    def __enter__(self) -> IndexLock:
-        path = os.path.join(self.index_dir, LOCK)
+    def _open(self) -> int:
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            return os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
             raise IndexStoreError(
-                f"cannot create the lock file {path} ({exc.strerror or exc}): check KB_AGENT_INDEX_DIR",
+                f"cannot create the lock file {self._path} ({exc.strerror or exc}): check KB_AGENT_INDEX_DIR",
                 self.index_dir,
             ) from exc
+
+    def _is_current(self, fd: int) -> bool:
+        """Whether ``fd`` is still the file at ``DIR/LOCK`` (not one its holder removed)."""
+        try:
+            on_disk = os.stat(self._path)
+        except OSError:
+            return False
+        mine = os.fstat(fd)
+        return (on_disk.st_dev, on_disk.st_ino) == (mine.st_dev, mine.st_ino)
+
+    def __enter__(self) -> IndexLock:
         deadline = time.monotonic() + self.timeout
+        fd = self._open()
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
             except BlockingIOError:
                 if time.monotonic() >= deadline:
                     os.close(fd)
@@ -265,6 +284,11 @@ class IndexLock:
                         self.index_dir,
                     ) from None
                 time.sleep(0.05)
+                continue
+            if self._is_current(fd):
+                break
+            os.close(fd)  # the previous holder removed this file as it let go: take the current one
+            fd = self._open()
         try:
             os.ftruncate(fd, 0)
             os.write(fd, f"{os.getpid()}\n".encode())
@@ -276,6 +300,10 @@ class IndexLock:
     def __exit__(self, *exc: object) -> None:
         if self._fd is not None:
             try:
+                try:
+                    os.unlink(self._path)  # while still held: a waiter notices and starts again
+                except OSError:
+                    pass
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
             finally:
                 os.close(self._fd)

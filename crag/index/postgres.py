@@ -39,7 +39,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import EmbedderMismatchError, IndexStoreError
 from ..ports import FileRecord, StoreState
-from .documents import REINDEX, embed_text, title_words
+from .documents import embed_text, reindex, title_words
 from .fusion import SearchWeights
 from .postgres_schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION
 
@@ -247,7 +247,7 @@ class PostgresStore:
             raise IndexStoreError(f"no index in {self.location}: run `python -m crag index PATH` first", self.location)
         if state.embedder != embedder.name:
             raise EmbedderMismatchError(
-                f"index was built with {state.embedder}, configured embedder is {embedder.name}: {REINDEX}",
+                f"index was built with {state.embedder}, configured embedder is {embedder.name}: {reindex(state.roots)}",
                 self.location,
             )
         from .postgres_search import PostgresRetriever

@@ -4,8 +4,9 @@
 and the full-text ranking of chunks (``SearchWeights.candidates`` each), plus the
 full-text ranking of whole files in ``hybrid`` mode, fused; each hit reports its cosine
 similarity to the query clipped to [0, 1] as ``score`` (the value the
-``high_vector_score`` rule compares with its threshold, whatever the fusion did to the
-order), so a score means the same on either store.
+``high_vector_score`` rule compares with its threshold), capped by the score of the hit
+above it so that scores follow the order (``scores_in_rank_order``); a score means the
+same on either store.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Sequence
 
 from ..errors import IndexStoreError
 from ..ports import Hit, Retriever
-from .fusion import SearchWeights, fuse
+from .fusion import SearchWeights, fuse, scores_in_rank_order
 
 __all__ = ["MODES", "hybrid_search"]
 
@@ -56,14 +57,14 @@ def hybrid_search(
     if missing:
         cos.update(retriever.cosines(qvec, missing))
     rows = retriever.chunk_rows(best)
+    scores = scores_in_rank_order([min(1.0, max(0.0, cos.get(f.chunk_id, 0.0))) for f in fused])
     hits = []
-    for f in fused:
+    for f, score in zip(fused, scores):
         row = rows.get(f.chunk_id)
         if row is None:
             raise IndexStoreError(
                 f"the index in {location} is damaged (chunk {f.chunk_id} has no metadata): {reindex_hint}", location
             )
-        score = min(1.0, max(0.0, cos.get(f.chunk_id, 0.0)))
         hits.append(
             Hit(f.chunk_id, row.path, row.start_line, row.end_line, row.heading, row.text, round(score, 6),
                 f.value, f.vector_rank, f.lexical_rank)

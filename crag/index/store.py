@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import EmbedderMismatchError, IndexStoreError
 from ..ports import ChunkRow, Hit
-from .documents import REINDEX, fts_query
+from .documents import REINDEX, fts_query, reindex
 from .fusion import SearchWeights
 from .layout import Generation, current_generation, open_generation, read_vectors, reindex_hint
 from .search import hybrid_search
@@ -265,9 +265,14 @@ def open_index(
     gen = open_generation(index_dir)
     built_with = gen.meta.get("embedder", "unknown")
     if built_with != embedder.name:
-        gen.conn.close()
+        try:
+            roots = [r for (r,) in gen.conn.execute("SELECT path FROM roots ORDER BY path")]
+        except sqlite3.Error:
+            roots = []
+        finally:
+            gen.conn.close()
         raise EmbedderMismatchError(
-            f"index was built with {built_with}, configured embedder is {embedder.name}: {REINDEX}", index_dir
+            f"index was built with {built_with}, configured embedder is {embedder.name}: {reindex(roots)}", index_dir
         )
     try:
         return IndexReader(gen, embedder, weights)

@@ -143,14 +143,29 @@ class Toolbox:
             return self._reader
 
     def search_roots(self) -> tuple[str, ...] | None:
-        """The roots vector_search is restricted to (None: the whole index)."""
-        return self._roots
+        """The roots vector_search is restricted to (None: the whole index).
 
-    def file_roots(self) -> tuple[str, ...]:
-        """The roots grep_search and read_file look in."""
+        A root of the index whose folder is gone from disk is left out: its chunks stay in
+        the index until the next ``index`` drops them, but are never returned as if nothing
+        had happened (``missing_roots`` names them).
+        """
         if self._roots is not None:
             return self._roots
-        return self.store().roots()
+        roots = self.reader().roots
+        present = tuple(r for r in roots if os.path.lexists(r))
+        return None if len(present) == len(roots) else present
+
+    def file_roots(self) -> tuple[str, ...]:
+        """The roots grep_search and read_file look in (those still on disk)."""
+        if self._roots is not None:
+            return self._roots
+        return tuple(r for r in self.store().roots() if os.path.lexists(r))
+
+    def missing_roots(self) -> tuple[str, ...]:
+        """Roots of the index that are gone from disk, and so left out of every tool."""
+        if self._roots is not None:
+            return ()
+        return tuple(r for r in self.store().roots() if not os.path.lexists(r))
 
     def label(self, path: str) -> str:
         """A path as citations show it: relative to ``cwd`` when under it, else absolute."""

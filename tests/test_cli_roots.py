@@ -1,0 +1,172 @@
+"""``crag roots``, roots gone from disk, scores in rank order, the lock, the re-index advice.
+
+The real CLI over a real index (hash embedder, FAISS, SQLite) in a temporary folder; the
+working directory is that folder, so paths are shown relative to it.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from crag.cli import main
+from crag.index.fusion import scores_in_rank_order
+
+SETUP = "# Setup\n\nThe server listens on port 8080 by default.\nSet SERVICE_PORT to change the port.\n"
+NOTES = "# Notes\n\nThe notes server port is 9090.\n\n## Backups\n\nThe port for backups is 7070.\n"
+
+
+def cli(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), out, err)
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture
+def kb(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    for key in list(os.environ):
+        if key.startswith(("KB_AGENT_", "OPENAI_")):
+            monkeypatch.delenv(key)
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "setup.md").write_text(SETUP)
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "notes.md").write_text(NOTES)
+    (tmp_path / "notes" / "more.md").write_text("# More\n\nThe port list is kept here.\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KB_AGENT_INDEX_DIR", str(tmp_path / "index"))
+    monkeypatch.setenv("KB_AGENT_LLM", "offline")
+    code, _, err = cli("index", "docs", "notes")
+    assert code == 0, err
+    return tmp_path
+
+
+def test_roots_lists_each_root_with_its_file_and_chunk_counts(kb: Path) -> None:
+    code, out, err = cli("roots")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0].startswith("2 roots in index (hash:")
+    assert lines[1].split() == ["docs", "1", "file,", "1", "chunk"]
+    assert lines[2].split()[:3] == ["notes", "2", "files,"]
+    total = int(lines[0].split("(")[1].split(",")[1].split()[0])
+    assert total == 1 + int(lines[2].split()[3])
+
+
+def test_roots_of_an_empty_index_says_how_to_add_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KB_AGENT_INDEX_DIR", str(tmp_path / "none"))
+    assert cli("roots") == (0, "no roots in none: `python -m crag index PATH` adds one\n", "")
+
+
+def test_roots_remove_drops_the_root_and_its_chunks(kb: Path) -> None:
+    code, out, err = cli("roots", "--remove", "notes")
+    assert code == 0, err
+    assert out.startswith("removed notes (2 files, ")
+    assert "2 files left the index in index; 1 chunk remain" in out
+    assert cli("roots")[1].splitlines()[1:] == ["  docs  1 file, 1 chunk"]
+    code, out, _ = cli("search", "port", "--json")
+    assert {h["path"] for h in json.loads(out)} == {"docs/setup.md"}
+    code, _, err = cli("roots", "--remove", "notes")
+    assert code == 1 and "is not a root of the index (its roots: " in err and err.count("\n") == 1
+
+
+def test_a_root_deleted_from_disk_is_reported_left_out_of_search_and_dropped_by_the_next_index(kb: Path) -> None:
+    code, out, _ = cli("search", "notes", "server", "port", "--json")
+    assert any(h["path"].startswith("notes/") for h in json.loads(out))
+    shutil.rmtree(kb / "notes")
+
+    code, out, err = cli("roots")
+    assert code == 0 and "notes  missing on disk (2 files, " in out and "dropped by the next" in out
+
+    code, out, err = cli("search", "notes", "server", "port", "--json")
+    assert code == 0
+    assert {h["path"] for h in json.loads(out)} <= {"docs/setup.md"}
+    assert err == ("crag: note: notes no longer exists on disk and is left out of the search; the next "
+                   "`python -m crag index` drops it (or `python -m crag roots --remove PATH`)\n")
+
+    code, out, err = cli("ask", "what", "is", "the", "notes", "server", "port?", "--json")
+    assert code == 0, err
+    assert "9090" not in json.loads(out)["answer"]
+
+    code, out, err = cli("index", "docs")
+    assert code == 0, err
+    assert "dropped folder(s) that no longer exist: " in out and "notes/notes.md" in out
+    assert cli("roots")[1].splitlines()[1:] == ["  docs  1 file, 1 chunk"]
+    assert cli("search", "port")[2] == ""
+
+
+def test_indexing_a_deleted_root_by_name_drops_it_instead_of_failing(kb: Path) -> None:
+    shutil.rmtree(kb / "notes")
+    code, out, err = cli("index", "notes")
+    assert code == 0, err
+    assert "dropped folder(s) that no longer exist" in out
+    code, _, err = cli("index", "never-was")
+    assert code == 1 and "never-was does not exist" in err
+
+
+def test_search_scores_follow_the_rank_order(kb: Path) -> None:
+    for query in ("port", "server port", "backups port", "notes", "change the port"):
+        code, out, err = cli("search", query, "--top-k", "10", "--json")
+        assert code == 0, err
+        scores = [h["score"] for h in json.loads(out)]
+        assert scores == sorted(scores, reverse=True), (query, scores)
+        code, out, _ = cli("search", query, "--top-k", "10")
+        shown = [float(line.rsplit("score ", 1)[1]) for line in out.splitlines() if "  score " in line]
+        assert shown == sorted(shown, reverse=True)
+
+
+@pytest.mark.parametrize(("cosines", "scores"), [
+    ([0.272, 0.327, 0.247, 0.316, 0.265], [0.272, 0.272, 0.247, 0.247, 0.247]),
+    ([0.9, 0.8, 0.7], [0.9, 0.8, 0.7]),
+    ([], []),
+    ([0.1, 0.5], [0.1, 0.1]),
+])
+def test_scores_in_rank_order_cap_each_cosine_by_the_score_above(cosines: list[float], scores: list[float]) -> None:
+    result = scores_in_rank_order(cosines)
+    assert result == scores
+    assert all(s <= c for s, c in zip(result, cosines))
+
+
+def test_no_lock_file_is_left_behind_after_an_index_run_or_a_failed_one(kb: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert not (kb / "index" / "LOCK").exists()
+    (kb / "docs" / "new.md").write_text("# New\n\nA new page about ports.\n")
+    monkeypatch.setenv("KB_AGENT_EMBEDDER", "openai")
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")  # nothing listens: the embedder fails
+    monkeypatch.setenv("KB_AGENT_LLM_MAX_RETRIES", "0")
+    monkeypatch.setenv("KB_AGENT_LLM_TIMEOUT", "2")
+    code, _, err = cli("index", "docs")
+    assert code == 1 and err.count("\n") == 1, err
+    assert not (kb / "index" / "LOCK").exists()
+    assert cli("roots")[0] == 0  # the previous index is intact
+
+
+def test_the_reindex_advice_names_the_roots(kb: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KB_AGENT_EMBEDDER", "openai")
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+    for argv in (["search", "port"], ["ask", "which", "port?"], ["ask", "which port?", "--kb", "docs"]):
+        code, out, err = cli(*argv)
+        assert code == 1 and out == ""
+        assert err.endswith("run `python -m crag index docs notes` to re-index\n"), err
+
+
+def test_roots_list_and_remove_on_the_postgresql_store(pg_uri: str, kb: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KB_AGENT_STORE", pg_uri)
+    code, _, err = cli("index", "docs", "notes")
+    assert code == 0, err
+    code, out, err = cli("roots")
+    assert code == 0, err
+    assert out.splitlines()[1].split() == ["docs", "1", "file,", "1", "chunk"]
+    assert out.splitlines()[2].split()[:3] == ["notes", "2", "files,"]
+    code, out, err = cli("roots", "--remove", "notes")
+    assert code == 0 and out.startswith("removed notes (2 files, "), err
+    code, out, _ = cli("search", "port", "--json")
+    assert {h["path"] for h in json.loads(out)} == {"docs/setup.md"}
+    shutil.rmtree(kb / "docs")
+    assert "docs  missing on disk" in cli("roots")[1]
+    code, out, err = cli("search", "port", "--json")
+    assert (code, json.loads(out)) == (0, [])
+    assert "docs no longer exists on disk" in err
