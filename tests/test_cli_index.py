@@ -110,7 +110,7 @@ def test_errors_are_one_line_with_the_right_exit_status(kb: Path, monkeypatch: p
     assert code == 1
     assert err == (
         "crag: error: index was built with hash:v1:2048, configured embedder is openai:text-embedding-3-small: "
-        "run `python -m crag index PATH` to re-index\n"
+        "run `python -m crag index docs` to re-index\n"
     )
     monkeypatch.delenv("KB_AGENT_EMBEDDER")
     code, _, err = cli("search", "x", "--top-k", "0")

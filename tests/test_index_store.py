@@ -157,7 +157,7 @@ def test_another_embedder_is_a_clear_error_for_search_and_a_full_re_embed_for_in
         open_index(cfg)
     assert str(err.value) == (
         f"index was built with hash:v1:1024, configured embedder is {make_embedder(cfg).name}: "
-        "run `python -m crag index PATH` to re-index"
+        f"run `python -m crag index {kb}` to re-index"
     )
     with pytest.raises(EmbedderMismatchError):
         ensure_indexed(cfg, [kb])
