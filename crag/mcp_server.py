@@ -23,7 +23,9 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from . import __version__
+from .config import secret_values
 from .errors import CragError
+from .safe_text import redact
 from .state import ToolCall
 
 if TYPE_CHECKING:
@@ -55,8 +57,8 @@ def build_server(agent: "Agent") -> "MCPServer":
         with lock:
             try:
                 return fn(*args)
-            except CragError as exc:
-                raise MCPToolError(" ".join(str(exc).split())) from exc
+            except CragError as exc:  # one line, with every configured secret redacted
+                raise MCPToolError(" ".join(redact(str(exc), secret_values()).split())) from exc
 
     def result(text: str, structured: dict[str, Any]) -> CallToolResult:
         return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=structured)
