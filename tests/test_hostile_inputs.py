@@ -15,6 +15,7 @@ import json
 import os
 import re
 import socket
+import sqlite3
 import tempfile
 import threading
 from pathlib import Path
@@ -142,6 +143,71 @@ def test_2_a_name_with_newlines_cannot_forge_footer_lines_stats_blocks_or_report
     assert paths and all("\n" not in p and "\x1b" not in p for p in paths)
     code, out, err = cli("search", "retention audit logs", "--json")
     assert all("\n" not in hit["path"] for hit in json.loads(out))
+
+
+# -- 3 and 4. a damaged index is one line, and `index` repairs it ---------------------------
+
+
+def _generation(kb: Path) -> Path:
+    index = Path(os.environ["KB_AGENT_INDEX_DIR"])
+    return index / (index / "CURRENT").read_text().strip()
+
+
+def _sql(db: Path, statement: str) -> None:
+    conn = sqlite3.connect(db)
+    try:
+        conn.execute(statement)
+        conn.commit()
+    finally:
+        conn.close()
+
+
+def _overwrite(path: Path, offset: int, data: bytes) -> None:
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        f.write(data)
+
+
+def _break_current_bytes(kb: Path) -> None:
+    (Path(os.environ["KB_AGENT_INDEX_DIR"]) / "CURRENT").write_bytes(b"\xff\xfe\x00gen")
+
+
+def _break_current_folder(kb: Path) -> None:
+    current = Path(os.environ["KB_AGENT_INDEX_DIR"]) / "CURRENT"
+    current.unlink()
+    current.mkdir()
+
+
+DAMAGE = {
+    "CURRENT holds bytes that are not text": _break_current_bytes,
+    "CURRENT is a folder": _break_current_folder,
+    "meta.chunks is not a number": lambda kb: _sql(_generation(kb) / "chunks.sqlite",
+                                                   "UPDATE meta SET value = 'lots' WHERE key = 'chunks'"),
+    "the FTS table is dropped": lambda kb: _sql(_generation(kb) / "chunks.sqlite", "DROP TABLE fts"),
+    "garbage in the database": lambda kb: _overwrite(_generation(kb) / "chunks.sqlite", 8192, os.urandom(65536)),
+    "garbage in the FAISS file, same size": lambda kb: _overwrite(
+        _generation(kb) / "vectors.faiss", (_generation(kb) / "vectors.faiss").stat().st_size // 2, b"\x7f" * 64),
+    "chunk rows deleted": lambda kb: _sql(_generation(kb) / "chunks.sqlite", "DELETE FROM chunks WHERE id % 2 = 0"),
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGE))
+def test_3_4_a_damaged_index_is_one_line_everywhere_and_index_rebuilds_it(kb: Path, damage: str) -> None:
+    for n in range(6):
+        (kb / f"doc{n}.md").write_text(f"# Doc {n}\n\nThe retention of doc {n} is {n} days.\n", encoding="utf-8")
+    assert cli("index", "docs")[0] == 0
+    DAMAGE[damage](kb)
+    for argv in (("search", "retention"), ("ask", "what is the retention of doc 3?")):
+        code, out, err = cli(*argv)
+        line = one_error_line(err)
+        assert code == 1 and out == "" and "damaged" in line and "crag index" in line, (argv, err)
+    code, out, err = cli("index", "docs")
+    assert code == 0, err
+    assert "rebuilt" in out or "re-embedded everything" in out, out
+    code, out, err = cli("search", "retention of doc 3", "--json")
+    assert code == 0, err
+    assert json.loads(out)[0]["path"] == "docs/doc3.md"
+    assert cli("index", "docs")[1].count("unchanged") == 1  # and the repaired index is healthy again
 
 
 # -- 5. a catastrophic regular expression from a plan ----------------------------------------

@@ -50,7 +50,7 @@ class EmbeddedStore:
         """The published generation; None when there is none. ``check`` verifies its vectors."""
         if layout.read_current(self.index_dir) is None:
             return None
-        gen = layout.open_generation(self.index_dir)
+        gen = layout.open_generation(self.index_dir, verify=check)
         try:
             if check:
                 layout.read_vectors(gen, mmap=True)

@@ -24,7 +24,7 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 from ..errors import IndexStoreError
-from . import layout
+from . import integrity, layout
 from .documents import embed_text, title_words
 
 if TYPE_CHECKING:
@@ -336,6 +336,7 @@ class EmbeddedUpdate:
         n_chunks = done.result()
         self._wait()
         self._db.shutdown()
+        integrity.write_checksums(self.gen_dir, (layout.DATABASE, layout.VECTORS))
         layout.fsync_dir(self.gen_dir)
         layout.fsync_dir(self.index_dir)
         layout.publish(self.index_dir, self.gen)

@@ -8,6 +8,8 @@ Layout of ``KB_AGENT_INDEX_DIR``::
     gen-000007/
         vectors.faiss    IndexIDMap2(IndexFlatIP): unit vectors, inner product = cosine;
                          FAISS ids are the chunk ids of the database
+        CHECKSUMS        size and CRC-32 of both files, checked when the generation is
+                         opened for search or built on (``crag.index.integrity``)
         chunks.sqlite    meta, roots, files, chunks; ``fts`` (FTS5, porter) over chunks
                          and ``files_fts`` over whole files, for BM25
 
@@ -41,6 +43,7 @@ from typing import Any
 from attrs import frozen
 
 from ..errors import IndexStoreError
+from . import integrity
 
 __all__ = [
     "CURRENT",
@@ -111,17 +114,11 @@ def reindex_hint(index_dir: str) -> str:
 
 
 def read_current(index_dir: str) -> str | None:
-    """The generation ``CURRENT`` names; None when there is none; IndexStoreError when unreadable."""
-    try:
-        with open(os.path.join(index_dir, CURRENT), encoding="utf-8") as f:
-            name = f.read().strip()
-    except FileNotFoundError:
+    """The generation ``CURRENT`` names; None when there is none; IndexStoreError when unreadable
+    or damaged (a folder, bytes that are not a generation name)."""
+    name = integrity.read_current_name(os.path.join(index_dir, CURRENT), index_dir, reindex_hint(index_dir))
+    if name is None:
         return None
-    except OSError as exc:
-        raise IndexStoreError(
-            f"cannot read {os.path.join(index_dir, CURRENT)} ({exc.strerror or exc}): {reindex_hint(index_dir)}",
-            index_dir,
-        ) from exc
     if not GENERATION.match(name):
         raise IndexStoreError(f"the index in {index_dir} is damaged (bad CURRENT file): {reindex_hint(index_dir)}", index_dir)
     return name
@@ -158,8 +155,12 @@ class Generation:
     meta: dict[str, str]
 
 
-def open_generation(index_dir: str) -> Generation:
-    """The generation ``CURRENT`` names, its database open read-only; errors → IndexStoreError."""
+def open_generation(index_dir: str, verify: bool = False) -> Generation:
+    """The generation ``CURRENT`` names, its database open read-only; errors → IndexStoreError.
+
+    With ``verify`` the generation checks itself first (``crag.index.integrity``: checksums,
+    tables, counts), so damage is found on open rather than as wrong results.
+    """
     last_missing = None
     for _ in range(5):
         name = read_current(index_dir)
@@ -190,6 +191,12 @@ def open_generation(index_dir: str) -> Generation:
                 f"format {SCHEMA_VERSION}: {reindex_hint(index_dir)}",
                 index_dir,
             )
+        if verify:
+            try:
+                integrity.verify(gen_dir, conn, meta, index_dir, reindex_hint(index_dir))
+            except BaseException:
+                conn.close()
+                raise
         return Generation(index_dir, name, db_path, vectors_path, conn, meta)
     raise IndexStoreError(
         f"the index in {index_dir} is damaged (generation {last_missing} is missing): {reindex_hint(index_dir)}",
@@ -221,8 +228,9 @@ def read_vectors(gen: Generation, mmap: bool) -> Any:
         raise IndexStoreError(
             f"the vector file {gen.vectors_path} is damaged: {reindex_hint(gen.index_dir)}", gen.index_dir
         ) from exc
-    n_chunks = int(gen.meta.get("chunks", "-1"))
-    if index.ntotal != n_chunks or index.d != int(gen.meta.get("dim", "-1")):
+    hint = reindex_hint(gen.index_dir)
+    n_chunks = integrity.int_meta(gen.meta, "chunks", gen.index_dir, hint, default=-1)
+    if index.ntotal != n_chunks or index.d != integrity.int_meta(gen.meta, "dim", gen.index_dir, hint, default=-1):
         raise IndexStoreError(
             f"the index in {gen.index_dir} is damaged ({index.ntotal} vectors for {n_chunks} chunks): "
             f"{reindex_hint(gen.index_dir)}",
@@ -342,7 +350,10 @@ def publish(index_dir: str, gen: str) -> None:
         f.write(gen + "\n")
         f.flush()
         os.fsync(f.fileno())
-    os.replace(tmp, os.path.join(index_dir, CURRENT))
+    current = os.path.join(index_dir, CURRENT)
+    if os.path.isdir(current) and not os.path.islink(current):  # damage: a folder where the pointer belongs
+        shutil.rmtree(current)
+    os.replace(tmp, current)
     fsync_dir(index_dir)
 
 

@@ -262,7 +262,7 @@ def open_index(
     ``EmbedderMismatchError`` when it was built with another embedder.
     """
     index_dir = os.path.abspath(index_dir)
-    gen = open_generation(index_dir)
+    gen = open_generation(index_dir, verify=True)
     built_with = gen.meta.get("embedder", "unknown")
     if built_with != embedder.name:
         try:

@@ -1,0 +1,131 @@
+"""The embedded index checks itself: checksums written when a generation is published,
+verified when it is opened, and the database's shape and counts checked against its meta.
+
+A published generation is never modified, so any change to its files is damage: a dropped
+FTS table, garbage written into the database or into the FAISS file (even at the same
+size), deleted chunk rows. ``write_checksums`` records the size and CRC-32 of each file in
+``CHECKSUMS`` next to them before ``CURRENT`` names the generation; ``verify`` recomputes
+them (a sequential read of both files, the cost of opening an index) and also checks what
+a generation written before checksums existed can still be checked by: the tables are
+all there, the numbers in ``meta`` are numbers, and the chunk rows, the file records and
+the meta agree. Every failure is an ``IndexStoreError`` saying what is damaged and how to
+rebuild; ``crag index`` rebuilds a damaged index from its documents instead of building on it.
+
+``read_current_name`` reads the ``CURRENT`` pointer defensively (a folder, bytes that are
+not text, a huge file are damage, not a traceback).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import zlib
+from collections.abc import Mapping, Sequence
+
+from ..errors import IndexStoreError
+
+__all__ = ["CHECKSUMS", "INT_META", "TABLES", "int_meta", "read_current_name", "verify", "write_checksums"]
+
+CHECKSUMS = "CHECKSUMS"
+TABLES = frozenset({"meta", "roots", "files", "chunks", "fts", "files_fts"})
+INT_META = ("chunks", "dim")  # meta values that must be whole numbers
+OPTIONAL_INT_META = ("next_chunk_id", "vectors_bytes")  # ... when present
+_BLOCK = 1 << 20
+_MAX_CURRENT_BYTES = 256
+
+
+def _digest(path: str) -> dict[str, int]:
+    crc = 0
+    size = 0
+    with open(path, "rb") as f:
+        while block := f.read(_BLOCK):
+            crc = zlib.crc32(block, crc)
+            size += len(block)
+    return {"size": size, "crc32": crc}
+
+
+def write_checksums(gen_dir: str, names: Sequence[str]) -> None:
+    """Record the size and CRC-32 of ``names`` (files in ``gen_dir``) in ``CHECKSUMS``, fsynced."""
+    record = {name: _digest(os.path.join(gen_dir, name)) for name in names}
+    path = os.path.join(gen_dir, CHECKSUMS)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(record, f, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _damaged(index_dir: str, what: str, hint: str) -> IndexStoreError:
+    return IndexStoreError(f"the index in {index_dir} is damaged ({what}): {hint}", index_dir)
+
+
+def read_current_name(path: str, index_dir: str, hint: str) -> str | None:
+    """The text of the ``CURRENT`` file at ``path``; None when absent; damage is an IndexStoreError."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(_MAX_CURRENT_BYTES + 1)
+    except FileNotFoundError:
+        return None
+    except IsADirectoryError:
+        raise _damaged(index_dir, "CURRENT is a folder", hint) from None
+    except OSError as exc:
+        raise IndexStoreError(f"cannot read {path} ({exc.strerror or exc}): {hint}", index_dir) from exc
+    try:
+        text = raw.decode("ascii")
+    except UnicodeDecodeError:
+        raise _damaged(index_dir, "CURRENT does not name a generation", hint) from None
+    if len(raw) > _MAX_CURRENT_BYTES:
+        raise _damaged(index_dir, "CURRENT does not name a generation", hint)
+    return text.strip()
+
+
+def int_meta(meta: Mapping[str, str], key: str, index_dir: str, hint: str, default: int | None = None) -> int:
+    """``meta[key]`` as a whole number; anything else is damage."""
+    raw = meta.get(key)
+    if raw is None and default is not None:
+        return default
+    try:
+        return int(str(raw))
+    except ValueError:
+        raise _damaged(index_dir, f"meta {key} is not a number", hint) from None
+
+
+def verify(gen_dir: str, conn: sqlite3.Connection, meta: Mapping[str, str], index_dir: str, hint: str) -> None:
+    """Check one generation (see the module docstring); raises ``IndexStoreError`` on damage."""
+    path = os.path.join(gen_dir, CHECKSUMS)
+    try:
+        with open(path, encoding="utf-8") as f:
+            recorded = json.load(f)
+    except FileNotFoundError:
+        recorded = None  # written before checksums existed: the checks below still apply
+    except (OSError, ValueError) as exc:
+        raise _damaged(index_dir, "its checksum file cannot be read", hint) from exc
+    if recorded is not None:
+        if not isinstance(recorded, dict):
+            raise _damaged(index_dir, "its checksum file cannot be read", hint)
+        for name, expected in sorted(recorded.items()):
+            try:
+                actual = _digest(os.path.join(gen_dir, str(name)))
+            except OSError as exc:
+                raise _damaged(index_dir, f"{name} cannot be read: {exc.strerror or exc}", hint) from exc
+            if actual != expected:
+                raise _damaged(index_dir, f"{name} does not match its checksum", hint)
+    for key in INT_META:
+        int_meta(meta, key, index_dir, hint)
+    for key in OPTIONAL_INT_META:
+        if key in meta:
+            int_meta(meta, key, index_dir, hint)
+    try:
+        tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        missing = sorted(TABLES - tables)
+        if missing:
+            raise _damaged(index_dir, f"table {', '.join(missing)} is missing", hint)
+        chunks = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
+        listed = conn.execute("SELECT coalesce(sum(chunks), 0) FROM files").fetchone()[0]
+    except sqlite3.Error as exc:
+        raise _damaged(index_dir, str(exc), hint) from exc
+    expected_chunks = int_meta(meta, "chunks", index_dir, hint)
+    if not chunks == listed == expected_chunks:
+        raise _damaged(
+            index_dir, f"{chunks} chunk rows, {listed} listed by its files, {expected_chunks} recorded", hint
+        )
