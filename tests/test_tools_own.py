@@ -131,3 +131,11 @@ def test_tools_and_toolbox_do_not_mix(kb) -> None:
 
     with pytest.raises(UsageError, match="not both"):
         Agent.from_env(toolbox=FakeToolbox(), tools=[TICKET_TOOL], environ=kb, dotenv=None)
+
+
+def test_docs_list_the_registry_as_it_is() -> None:
+    from crag.tools import describe
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "tools.md").read_text()
+    assert page.endswith(describe()), "docs/tools.md is stale: regenerate it from crag.tools.describe()"
+    assert all(f"`{t.name}`" in page for t in BUILTIN_TOOLS)

@@ -32,14 +32,14 @@ from ..errors import ToolError, UsageError
 from ..ports import ToolResult
 from ..safe_text import redact
 from ..state import EvidenceItem, ToolCall
-from ..toolspec import ArgumentError, Tool, check_args
+from ..toolspec import ArgumentError, Tool, check_args, planner_line
 from . import confluence_fetch, grep_search, jira_fetch, read_file, vector_search, web_fetch
 
 if TYPE_CHECKING:
     from ..config import Settings
     from ..ports import Embedder, Retriever, Store
 
-__all__ = ["BUILTIN_TOOLS", "LOCAL_TOOLS", "Toolbox", "builtin"]
+__all__ = ["BUILTIN_TOOLS", "LOCAL_TOOLS", "Toolbox", "builtin", "describe"]
 
 # The registry: every built-in tool, in the order the planner is shown them.
 BUILTIN_TOOLS: tuple[Tool, ...] = tuple(
@@ -47,6 +47,16 @@ BUILTIN_TOOLS: tuple[Tool, ...] = tuple(
 )
 LOCAL_TOOLS = ("vector_search", "grep_search", "read_file")
 _BUILTIN = {t.name: t for t in BUILTIN_TOOLS}
+
+
+def describe(tools: Sequence[Tool] = BUILTIN_TOOLS) -> str:
+    """The tools as docs/tools.md lists them: what turns each on, and the planner's line."""
+    rows = ["| tool | enabled | its argument |", "|---|---|---|"]
+    for t in tools:
+        source = f"{t.question_arg.what}, written in the question" if t.question_arg else "chosen by the planner"
+        rows.append(f"| `{t.name}` | {t.enable_hint or 'always'} | {source} |")
+    lines = "\n".join(planner_line(t) for t in tools)
+    return "\n".join(rows) + "\n\nWhat the planner is shown:\n\n```\n" + lines + "\n```\n"
 
 
 def builtin(*names: str) -> tuple[Tool, ...]:
