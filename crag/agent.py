@@ -113,7 +113,11 @@ class Agent:
         self.settings = settings or Settings()
         self.model = chat_model
         self.toolbox = toolbox
-        self.driver = Driver(chat_model, toolbox, NodeConfig.from_settings(self.settings, toolbox.tools()))
+        self.driver = Driver(
+            chat_model,
+            toolbox,
+            NodeConfig.from_settings(self.settings, toolbox.tools(), _token_counter(chat_model)),
+        )
         self._owned: list[Any] = []  # what from_env built, closed with the agent
 
     @classmethod
@@ -203,3 +207,22 @@ class Agent:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _token_counter(model: ChatModel) -> Callable[[str], int]:
+    """Counts a prompt's tokens for the context budget: tiktoken, the larger of the model's
+    encoding and cl100k_base (the older encoding splits non-English text into more tokens,
+    closer to what local models' tokenizers do)."""
+    from .llm.tokens import count_tokens, encoding_for_model
+
+    encodings = tuple(dict.fromkeys((encoding_for_model(str(getattr(model, "model", "") or "")), "cl100k_base")))
+
+    def count(text: str) -> int:
+        try:
+            return max(count_tokens(text, encoding) for encoding in encodings)
+        except Exception:  # no tokenizer at all: the rough estimate errs on the high side
+            from .budget import rough_count
+
+            return rough_count(text)
+
+    return count

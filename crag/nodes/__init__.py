@@ -8,11 +8,13 @@ driver performs the request in between. ``NODES`` maps each graph node to its mo
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from attrs import frozen
+from attrs import field, frozen
 
+from ..budget import rough_count
 from ..graph import Node
 from ..toolspec import Tool
 from . import analyze_and_route, grade_evidence, plan, synthesize, tool_exec
@@ -25,7 +27,11 @@ __all__ = ["NODES", "NodeConfig"]
 
 @frozen
 class NodeConfig:
-    """What the nodes need to know besides the state: thresholds, limits and the tools on offer."""
+    """What the nodes need to know besides the state: thresholds, limits and the tools on offer.
+
+    ``count_tokens`` counts a prompt's tokens for the context budget (``crag.budget``); the
+    agent gives it the model's tiktoken encoding, the default is a rough, generous estimate.
+    """
 
     tools: tuple[Tool, ...] = ()
     max_iterations: int = 3
@@ -38,13 +44,19 @@ class NodeConfig:
     max_answer_tokens: int = 1024
     context_tokens: int = 8192
     grounding: str = "note"
+    count_tokens: Callable[[str], int] = field(default=rough_count, eq=False, repr=False)
 
     @property
     def available_tools(self) -> tuple[str, ...]:
         return tuple(t.name for t in self.tools)
 
     @classmethod
-    def from_settings(cls, settings: Settings, tools: tuple[Tool, ...]) -> NodeConfig:
+    def from_settings(
+        cls,
+        settings: Settings,
+        tools: tuple[Tool, ...],
+        count_tokens: Callable[[str], int] = rough_count,
+    ) -> NodeConfig:
         return cls(
             tools=tuple(tools),
             max_iterations=settings.max_iterations,
@@ -57,6 +69,7 @@ class NodeConfig:
             max_answer_tokens=settings.max_answer_tokens,
             context_tokens=settings.context_tokens,
             grounding=settings.grounding,
+            count_tokens=count_tokens,
         )
 
 

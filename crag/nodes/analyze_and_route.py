@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from attrs import evolve
 
-from .. import prompts, schemas
+from .. import budget, prompts, schemas
 from ..ports import AnalyzeTask, LLMRequest
 from ..state import AgentState, Completion, Complexity, RoutingPlan
 
@@ -29,10 +29,11 @@ def prepare(state: AgentState, cfg: NodeConfig) -> LLMRequest:
         tools=cfg.tools,
         previous_attempts=state.tool_history,
     )
+    fitted = budget.fit(task, schemas.ANALYZE_MAX_TOKENS, cfg.context_tokens, prompts.render, cfg.count_tokens)
     return LLMRequest(
         NAME,
-        task,
-        prompts.render(task),
+        fitted.task,
+        fitted.messages,
         max_tokens=schemas.ANALYZE_MAX_TOKENS,
         temperature=0.0,
         reply_schema=schemas.route_schema(cfg.available_tools),

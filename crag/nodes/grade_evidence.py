@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from attrs import evolve
 
-from .. import grading, prompts, schemas
+from .. import budget, grading, prompts, schemas
 from ..ports import GradeTask, LLMRequest
 from ..state import AgentState, AuditEvent, Completion, GraderAction
 
@@ -32,15 +32,22 @@ def _rule(state: AgentState, cfg: NodeConfig) -> str | None:
     )
 
 
+def _fit(state: AgentState, cfg: NodeConfig) -> budget.Fitted:
+    """The grading prompt within the context budget; items left out of it are ``dropped``."""
+    task = GradeTask(question=state.question, items=state.context)
+    limit = schemas.grade_max_tokens(len(task.items))
+    return budget.fit(task, limit, cfg.context_tokens, prompts.render, cfg.count_tokens)
+
+
 def prepare(state: AgentState, cfg: NodeConfig) -> LLMRequest | None:
     if not state.context or _rule(state, cfg) is not None:
         return None
-    task = GradeTask(question=state.question, items=state.context)
-    n = len(task.items)
+    fitted = _fit(state, cfg)
+    n = len(fitted.task.items)
     return LLMRequest(
         NAME,
-        task,
-        prompts.render(task),
+        fitted.task,
+        fitted.messages,
         max_tokens=schemas.grade_max_tokens(n),
         temperature=0.0,
         reply_schema=schemas.grade_schema(n),
@@ -60,14 +67,21 @@ def apply(state: AgentState, reply: Completion | None, cfg: NodeConfig) -> Agent
             audit=state.log("fast_path_hit", rule_name=rule, items=len(context)),
         )
     audit = state.audit
+    dropped = set(_fit(state, cfg).dropped)
+    if dropped:  # left out of the grading prompt: they cannot be graded, so they leave context
+        context = tuple(item for i, item in enumerate(context) if i not in dropped)
+        audit = (*audit, AuditEvent("evidence_trimmed", {"node": NAME, "count": len(dropped)}))
+    if not context:
+        return evolve(state, context=(), evidence_scores=(), grader_action=GraderAction.RE_RETRIEVE, audit=audit)
     scores = prompts.parse_scores(reply.text, len(context)) if reply is not None else None
     if scores is None:
         scores = (grading.PARSE_FAILURE_SCORE,) * len(context)
-        audit = state.log(
-            "grader_parse_failure",
-            level="warning",
-            items=len(context),
-            default_score=grading.PARSE_FAILURE_SCORE,
+        audit = (
+            *audit,
+            AuditEvent(
+                "grader_parse_failure",
+                {"level": "warning", "items": len(context), "default_score": grading.PARSE_FAILURE_SCORE},
+            ),
         )
     decision = grading.decide(scores, cfg.drop_threshold, cfg.generate_threshold)
     removed = tuple(

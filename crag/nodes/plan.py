@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from attrs import evolve
 
-from .. import prompts, schemas, searches
+from .. import budget, prompts, schemas, searches
 from ..ports import LLMRequest, PlanTask
 from ..state import AgentState, AuditEvent, Completion, Complexity, RoutingPlan
 
@@ -43,10 +43,11 @@ def prepare(state: AgentState, cfg: NodeConfig) -> LLMRequest:
         history=state.history,
     )
     allowed = tuple(t for t in task.routing_plan.suggested_tools if t in cfg.available_tools)
+    fitted = budget.fit(task, schemas.PLAN_MAX_TOKENS, cfg.context_tokens, prompts.render, cfg.count_tokens)
     return LLMRequest(
         NAME,
-        task,
-        prompts.render(task),
+        fitted.task,
+        fitted.messages,
         max_tokens=schemas.PLAN_MAX_TOKENS,
         temperature=0.0,
         reply_schema=schemas.plan_schema(allowed or ("vector_search",)),

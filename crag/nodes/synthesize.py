@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from attrs import evolve
 
-from .. import answer, grading, grounding, prompts
+from .. import answer, budget, grading, grounding, prompts
 from ..ports import LLMRequest, SynthesizeTask
 from ..state import AgentState, Completion, Complexity, GraderAction
 
@@ -33,17 +33,29 @@ def _chitchat(state: AgentState) -> bool:
     return state.complexity is Complexity.CHITCHAT and not state.context
 
 
-def prepare(state: AgentState, cfg: NodeConfig) -> LLMRequest | None:
+def _fit(state: AgentState, cfg: NodeConfig) -> budget.Fitted | None:
+    """The answer's prompt within the context budget (lowest-scored items left out first)."""
     if _chitchat(state):
         task = SynthesizeTask(state.question, state.history, (), chitchat=True)
     elif state.context:
         task = SynthesizeTask(state.question, state.history, state.context)
     else:
         return None
+    rank = None
+    if len(state.evidence_scores) == len(state.context):
+        scores = state.evidence_scores
+        rank = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
+    return budget.fit(task, cfg.max_answer_tokens, cfg.context_tokens, prompts.render, cfg.count_tokens, rank)
+
+
+def prepare(state: AgentState, cfg: NodeConfig) -> LLMRequest | None:
+    fitted = _fit(state, cfg)
+    if fitted is None:
+        return None
     return LLMRequest(
         NAME,
-        task,
-        prompts.render(task),
+        fitted.task,
+        fitted.messages,
         max_tokens=cfg.max_answer_tokens,
         temperature=cfg.temperature,
     )
@@ -73,21 +85,26 @@ def apply(state: AgentState, reply: Completion | None, cfg: NodeConfig) -> Agent
     elif not state.context or reply is None:
         text, citations = answer.compose(answer.NO_EVIDENCE, (), state.usage, cite=False)
     else:
-        return _grounded(state, prompts.clean_answer(reply.text), cfg)
+        fitted = _fit(state, cfg)
+        if fitted is not None and fitted.dropped:  # left out of the answer's prompt: never cited
+            state = evolve(state, audit=state.log("evidence_trimmed", node=NAME, count=len(fitted.dropped)))
+        items = fitted.task.items if fitted is not None else state.context  # what the model saw
+        return _grounded(state, prompts.clean_answer(reply.text), cfg, items)
     return evolve(state, answer=text, citations=citations)
 
 
-def _grounded(state: AgentState, body: str, cfg: NodeConfig) -> AgentState:
-    """The answer from the model's text: grounded, renumbered, with footer and notes."""
+def _grounded(state: AgentState, body: str, cfg: NodeConfig, items: tuple) -> AgentState:
+    """The answer from the model's text, grounded in ``items`` (the evidence its prompt held):
+    renumbered, with footer and notes."""
     weak = weak_evidence_note(state, cfg)
     if not body:  # nothing to ground: say so, and list what the model was given
         text, citations = answer.compose(
             f"{EMPTY_REPLY} The evidence it was given: "
-            + "".join(f"[{k}]" for k in range(1, len(state.context) + 1)) + ".",
-            state.context, state.usage, note=weak,
+            + "".join(f"[{k}]" for k in range(1, len(items) + 1)) + ".",
+            items, state.usage, note=weak,
         )
         return evolve(state, answer=text, citations=citations)
-    done = grounding.ground(body, state.context, cfg.grounding)
+    done = grounding.ground(body, items, cfg.grounding)
     report = done.report if cfg.grounding != "off" else None
     if cfg.grounding == "strict" and not done.report.supported:
         text, citations = answer.compose(answer.NO_EVIDENCE, (), state.usage, cite=False)

@@ -1,0 +1,163 @@
+"""The context budget: every request's prompt plus its reply budget fits the model's window.
+
+Theory of operation. A node renders its task into messages; ``fit`` makes the task smaller
+until the prompt's tokens plus the request's ``max_tokens`` are at most 90% of
+``KB_AGENT_CONTEXT_TOKENS`` (the 10% is headroom for tokenizers other than the one crag
+counts with). What gives way, in this order (see ``docs/real-models.md``):
+
+1. history, oldest turns first;
+2. the text of evidence items: each is cut to the lines around its best match for the
+   question (the line holding most of the question's keywords), in steps of
+   ``EXCERPT_LINES``; the item keeps its header with the real line numbers of the excerpt;
+3. the lowest-ranked items, left out of the prompt (``Fitted.dropped`` says which): the
+   node decides what that means (grading: they leave ``context``; the answer: not cited).
+
+The system prompt and the question are never cut: a question that cannot fit even with no
+history and no evidence is a ``UsageError`` (exit status 2) that says so.
+
+``fit`` is pure: it takes the token counter as an argument (tiktoken in production, see
+``crag.agent``), so the same state always gives the same prompt, and a node's ``apply`` can
+recompute what its ``prepare`` sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from attrs import evolve, frozen
+
+from .errors import UsageError
+from .ports import AnalyzeTask, GradeTask, PlanTask, SynthesizeTask, Task
+from .state import EvidenceItem
+from .text import keywords
+
+__all__ = ["EXCERPT_LINES", "HEADROOM", "Fitted", "excerpt", "fit", "prompt_tokens", "rough_count"]
+
+HEADROOM = 0.10
+EXCERPT_LINES = (40, 20, 10, 5, 2)  # the excerpt sizes tried, longest first
+
+Counter = Callable[[str], int]
+Render = Callable[[Any], Sequence[dict[str, str]]]
+
+
+def rough_count(text: str) -> int:
+    """A tokenizer-free estimate that errs on the high side (about 3 bytes a token)."""
+    return len(text.encode("utf-8")) // 3 + 1
+
+
+def prompt_tokens(messages: Sequence[dict[str, str]], count: Counter) -> int:
+    """Tokens of a chat prompt: its contents plus OpenAI's framing (4 a message, 3 for the reply)."""
+    return sum(count(str(m.get("content", ""))) + 4 for m in messages) + 3
+
+
+@frozen
+class Fitted:
+    """A task that fits, what it became, and what was left out or cut on the way."""
+
+    task: Any
+    messages: tuple[dict[str, str], ...]
+    prompt_tokens: int
+    dropped: tuple[int, ...] = ()  # indexes (into the original items) left out of the prompt
+    history_dropped: int = 0
+    cut: bool = False  # item texts were cut to excerpts
+
+
+def _items_field(task: Task) -> str | None:
+    if isinstance(task, (GradeTask, SynthesizeTask)):
+        return "items"
+    if isinstance(task, PlanTask):
+        return "evidence"
+    return None
+
+
+def excerpt(item: EvidenceItem, words: Sequence[str], lines: int) -> EvidenceItem:
+    """``item`` cut to ``lines`` lines around its best match for ``words`` (real line numbers kept)."""
+    text_lines = item.text.split("\n")
+    if len(text_lines) <= lines:
+        return item
+    wanted = set(words)
+    best, best_score = 0, -1
+    for i, line in enumerate(text_lines):
+        score = len(wanted & set(keywords(line))) if wanted else 0
+        if score > best_score:
+            best, best_score = i, score
+    if item.anchor_line is not None and item.start_line is not None and best_score <= 0:
+        best = min(max(item.anchor_line - item.start_line, 0), len(text_lines) - 1)
+    lo = max(0, min(best - (lines - 1) // 2, len(text_lines) - lines))
+    hi = lo + lines
+    start = item.start_line + lo if item.start_line is not None else None
+    end = start + lines - 1 if start is not None else item.end_line
+    anchor = item.anchor_line
+    if anchor is not None and start is not None and not start <= anchor <= (end or anchor):
+        anchor = None
+    return evolve(item, text="\n".join(text_lines[lo:hi]), start_line=start, end_line=end, anchor_line=anchor)
+
+
+def fit(
+    task: Task,
+    max_tokens: int,
+    context_tokens: int,
+    render: Render,
+    count: Counter,
+    rank: Sequence[int] | None = None,
+) -> Fitted:
+    """``task`` made small enough that its prompt + ``max_tokens`` fits 90% of ``context_tokens``.
+
+    ``rank`` lists item indexes best first (default: their order); the last ones are left out
+    first. Raises ``UsageError`` when even the bare question does not fit.
+    """
+    limit = int(context_tokens * (1.0 - HEADROOM)) - max_tokens
+
+    def size(t: Any) -> tuple[tuple[dict[str, str], ...], int]:
+        messages = tuple(render(t))
+        return messages, prompt_tokens(messages, count)
+
+    messages, tokens = size(task)
+    if tokens <= limit:
+        return Fitted(task, messages, tokens)
+    history_dropped = 0
+    history = tuple(getattr(task, "history", ()))
+    while history and tokens > limit:  # 1. history, oldest first
+        history = history[1:]
+        history_dropped += 1
+        task = evolve(task, history=history)
+        messages, tokens = size(task)
+    if tokens <= limit:
+        return Fitted(task, messages, tokens, history_dropped=history_dropped)
+    name = _items_field(task)
+    items: tuple[EvidenceItem, ...] = tuple(getattr(task, name)) if name else ()
+    cut = False
+    if items:  # 2. item texts cut to the lines around their best match
+        words = keywords(task.question)
+        for lines in EXCERPT_LINES:
+            shorter = tuple(excerpt(i, words, lines) for i in items)
+            cut = cut or shorter != items
+            task = evolve(task, **{name: shorter})
+            messages, tokens = size(task)
+            if tokens <= limit:
+                return Fitted(task, messages, tokens, history_dropped=history_dropped, cut=cut)
+        items = tuple(getattr(task, name))
+        order = list(rank) if rank is not None else list(range(len(items)))
+
+        def keep(m: int) -> Any:  # the m best-ranked items, in their original order
+            chosen = sorted(order[:m])
+            return evolve(task, **{name: tuple(items[i] for i in chosen)})
+
+        lo, hi = 0, len(items)  # 3. the largest number of best-ranked items that fits
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if size(keep(mid))[1] <= limit:
+                lo = mid
+            else:
+                hi = mid - 1
+        kept = keep(lo)
+        messages, tokens = size(kept)
+        if tokens <= limit:
+            dropped = tuple(sorted(order[lo:]))
+            return Fitted(kept, messages, tokens, dropped=dropped, history_dropped=history_dropped, cut=cut)
+    raise UsageError(
+        f"the question does not fit the model's context window: its prompt needs {tokens} tokens "
+        f"+ {max_tokens} for the reply, more than 90% of KB_AGENT_CONTEXT_TOKENS={context_tokens}; "
+        "ask a shorter question or raise KB_AGENT_CONTEXT_TOKENS to match the server"
+    )

@@ -1,0 +1,165 @@
+"""The context budget: no request exceeds KB_AGENT_CONTEXT_TOKENS, whatever the evidence,
+history and question sizes; what gives way, and in which order."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from crag import Agent
+from crag.budget import excerpt, fit, prompt_tokens
+from crag.config import Settings
+from crag.errors import UsageError
+from crag.llm import OpenAIChatModel, ScriptedChatModel
+from crag.llm.tokens import count_tokens
+from crag.ports import GradeTask
+from crag.prompts import render
+from crag.state import EvidenceItem, Message
+
+from .fakes import FakeToolbox
+from .openai_server import FakeOpenAIServer, grades
+
+QUESTION = "How do uploads retry after a failure?"
+ROUTE = json.dumps({"complexity": "complex", "suggested_tools": ["vector_search", "grep_search"]})
+PLAN = json.dumps({"tool_calls": [{"tool": "grep_search", "args": {"pattern": "retry"}}]})
+WORDS = ["upload", "retry", "failure", "backoff", "queue", "the", "server", "token", "日本語", "ñandú", "x" * 30]
+
+
+def cl100k(text: str) -> int:
+    return count_tokens(text, "cl100k_base")
+
+
+def big_item(n: int, lines: int, words_per_line: int, tool: str = "vector_search") -> EvidenceItem:
+    body = "\n".join(" ".join(WORDS[(n + i + j) % len(WORDS)] for j in range(words_per_line)) for i in range(lines))
+    return EvidenceItem(tool, f"docs/big{n}.md", body, 100 * n + 1, 100 * n + lines, 0.5)
+
+
+def test_an_item_cut_to_an_excerpt_keeps_its_real_line_numbers():
+    text = "\n".join(["filler line"] * 30 + ["uploads retry three times after a failure"] + ["more filler"] * 30)
+    item = EvidenceItem("vector_search", "docs/a.md", text, 101, 161, 0.9)
+    cut = excerpt(item, ["upload", "retry", "failure"], 5)
+    assert cut.text.split("\n")[2] == "uploads retry three times after a failure"
+    assert (cut.start_line, cut.end_line) == (129, 133)  # line 131 of the file is the match
+    assert cut.label == "docs/a.md:L129-L133"
+
+
+def test_history_goes_first_then_item_text_then_the_last_items():
+    items = tuple(big_item(n, 60, 12) for n in range(12))
+    task = GradeTask(QUESTION, items)
+    full = prompt_tokens(render(task), cl100k)
+    fitted = fit(task, 112, 4096, render, cl100k)
+    assert full > 4096 and fitted.cut
+    assert fitted.prompt_tokens + 112 <= int(4096 * 0.9)
+    assert all(len(i.text.split("\n")) <= 40 for i in fitted.task.items)
+    small = fit(GradeTask(QUESTION, items[:2]), 32, 4096, render, cl100k)
+    assert not small.dropped
+
+
+def test_a_question_that_cannot_fit_is_a_usage_error():
+    with pytest.raises(UsageError, match="KB_AGENT_CONTEXT_TOKENS"):
+        fit(GradeTask("why " * 5000, ()), 32, 2048, render, cl100k)
+
+
+def run_agent(items, history, question, context_tokens, answer_tokens=256):
+    toolbox = FakeToolbox({"grep_search": [items]}, question=question, question_results=items[:5])
+    model = ScriptedChatModel(default={
+        "analyze_and_route": ROUTE,
+        "plan": PLAN,
+        "grade_evidence": "[0.9]",  # a parse failure when N != 1: every item 0.5
+        "synthesize": "Uploads retry [1].",
+    })
+    s = Settings(context_tokens=context_tokens, max_answer_tokens=answer_tokens, max_iterations=2,
+                 auto_approve_max_items=0)
+    result = Agent(model, toolbox, s).ask(question, history=history)
+    return result, model
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    sizes=st.lists(st.tuples(st.integers(1, 120), st.integers(1, 40)), min_size=0, max_size=20),
+    turns=st.lists(st.integers(0, 3000), max_size=8),
+    question_words=st.integers(1, 300),
+    context_tokens=st.sampled_from([2048, 4096, 8192]),
+)
+def test_no_request_ever_exceeds_the_context_budget(sizes, turns, question_words, context_tokens):
+    items = [big_item(n, lines, per_line, tool="grep_search") for n, (lines, per_line) in enumerate(sizes)]
+    history = [Message("user" if k % 2 == 0 else "assistant", "retry " * n) for k, n in enumerate(turns)]
+    question = " ".join(WORDS[k % len(WORDS)] for k in range(question_words)) + "?"
+    try:
+        result, model = run_agent(items, history, question, context_tokens)
+    except UsageError:  # beyond the question limit: only a question that takes a big share of the window
+        assert cl100k(question) > context_tokens // 5
+        return
+    assert model.requests
+    for request in model.requests:
+        used = prompt_tokens(request.messages, cl100k) + request.max_tokens
+        assert used <= context_tokens, (request.node, used)
+        assert question.strip() in "".join(m["content"] for m in request.messages).replace("> ", "")
+    sent = {i.source for r in model.requests if r.node == "synthesize" for i in r.task.items}
+    assert {c.path for c in result.citations} <= sent  # an item left out of the answer is not cited
+
+
+def test_items_left_out_of_grading_leave_context_and_are_audited():
+    items = [big_item(n, 30, 150, tool="grep_search") for n in range(10)]  # lines too long for excerpts to help
+    result, model = run_agent(items, [], QUESTION, 4096)
+    graded = [r for r in model.requests if r.node == "grade_evidence"][0]
+    trimmed = [e for e in result.state.audit if e.event == "evidence_trimmed" and e.fields["node"] == "grade_evidence"]
+    assert 0 < len(graded.task.items) < 10
+    assert trimmed and trimmed[0].fields["count"] == 10 - len(graded.task.items)
+    assert len(result.state.context) <= len(graded.task.items)
+
+
+def test_a_real_server_with_that_window_never_refuses_a_request():
+    items = [big_item(n, 80, 16, tool="grep_search") for n in range(15)]
+    with FakeOpenAIServer() as srv:
+        srv.context_window = 4096
+        srv.default("analyze_and_route", ROUTE)
+        srv.default("plan", PLAN)
+        srv.default("grade_evidence", grades(rest=0.8))
+        srv.default("synthesize", "Uploads retry [1].")
+        s = Settings(llm="openai", openai_base_url=srv.base_url, model="test-model", context_tokens=4096,
+                     max_answer_tokens=512)
+        toolbox = FakeToolbox({"grep_search": [items]}, question=QUESTION, question_results=items[:5])
+        history = [Message("user", "retry " * 3000), Message("assistant", "ok")]
+        result = Agent(OpenAIChatModel(s), toolbox, s).ask(QUESTION, history=history)
+        assert result.answer.startswith("Uploads retry [1]")
+        assert srv.prompt_sizes and all(p + m <= 4096 for _, p, m in srv.prompt_sizes)
+        assert max(p for _, p, _ in srv.prompt_sizes) > 2000  # the window was used, not wasted
+
+
+def test_the_fake_server_refuses_a_request_beyond_its_window():
+    with FakeOpenAIServer() as srv:
+        srv.context_window = 1024
+        srv.default("*", "ok")
+        s = Settings(llm="openai", openai_base_url=srv.base_url, model="test-model", llm_max_retries=0,
+                     structured_output="off")
+        from crag.errors import LLMError
+        from crag.ports import LLMRequest
+
+        with pytest.raises(LLMError, match="400"):
+            OpenAIChatModel(s).complete(LLMRequest("synthesize", GradeTask("q", ()),
+                                                   ({"role": "user", "content": "word " * 900},), max_tokens=200))
+
+
+def test_the_cli_says_when_a_question_cannot_fit(tmp_path, monkeypatch):
+    import io
+
+    from crag.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "kb").mkdir()
+    (tmp_path / "kb" / "a.md").write_text("# A\n\nUploads retry.\n")
+    for key in ("KB_AGENT_LLM", "OPENAI_BASE_URL", "OPENAI_API_KEY"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("KB_AGENT_INDEX_DIR", str(tmp_path / "idx"))
+    monkeypatch.setenv("KB_AGENT_CONTEXT_TOKENS", "1024")
+    monkeypatch.setenv("KB_AGENT_MAX_ANSWER_TOKENS", "256")
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["ask", "--kb", "kb", "why " * 3000], out, err)
+    assert code == 2
+    last = err.getvalue().splitlines()[-1]  # after the indexing note
+    assert last.startswith("crag: error: the question does not fit") and "KB_AGENT_CONTEXT_TOKENS" in last
+    assert "Traceback" not in err.getvalue()
