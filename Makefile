@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: install demo test bench lint clean
+.PHONY: install demo test bench field lint clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -25,6 +25,12 @@ test: install
 bench: install
 	$(PY) -m pip install -qq -e '.[bench]'
 	$(PY) -m benchmarks.run_all
+
+# A real OpenAI-compatible server (never part of make test), e.g.
+#   make field FIELD_ARGS="--base-url http://127.0.0.1:8091/v1 --model qwen --questions 8 --context-tokens 2048"
+FIELD_ARGS ?= --offline --questions 8
+field: install
+	$(PY) -m benchmarks.field $(FIELD_ARGS)
 
 lint: install
 	$(PY) -m pip install --quiet ruff
