@@ -269,7 +269,9 @@ def node_table(answers: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return table
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
+def run(args: argparse.Namespace, save: Any = None) -> dict[str, Any]:
+    """Every question, one by one; ``save(report)`` is called after each, so a long run that
+    is stopped early still leaves its figures so far."""
     questions = load_questions(args.questions, args.offset)
     index_dir = args.index_dir or tempfile.mkdtemp(prefix="crag-field-")
     cwd = SHARED / "corpora"
@@ -292,12 +294,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             requests = recorder.take() if recorder is not None else []
             summary = summarize_answer(q, outcome, requests, cwd)
             answers.append(summary)
+            if save is not None:
+                save(report(args, answers))
             print(f"    gold cited: {summary['gold_cited']}  rounds: {summary['rounds']}  "
                   f"calls: {summary['llm_calls']}  prompt tokens: {summary['prompt_tokens']}  "
                   f"{summary['seconds']} s  {summary['error'] or ''}", file=sys.stderr, flush=True)
     finally:
         if recorder is not None:
             recorder.__exit__()
+    return report(args, answers)
+
+
+def report(args: argparse.Namespace, answers: list[dict[str, Any]]) -> dict[str, Any]:
+    offline = args.offline
     all_requests = [r for a in answers for r in a["requests"]]
     largest = max(all_requests, key=lambda r: (r["prompt_tokens"] or 0) + (r["max_tokens"] or 0), default=None)
     done = [a for a in answers if a["exit"] == 0]
@@ -380,10 +389,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--name", default=None, help="results file name (field-NAME.json / .md)")
     p.add_argument("--out", type=Path, default=RESULTS_DIR)
     args = p.parse_args(argv)
-    result = run(args)
     name = args.name or ("offline" if args.offline else "".join(c if c.isalnum() else "-" for c in args.model))
-    write_json(args.out / f"field-{name}.json", result)
-    write_text(args.out / f"field-{name}.md", render_markdown(result))
+
+    def save(result: dict[str, Any]) -> None:
+        write_json(args.out / f"field-{name}.json", result)
+        write_text(args.out / f"field-{name}.md", render_markdown(result))
+
+    result = run(args, save)
+    save(result)
     print(render_markdown(result))
     return 0
 
