@@ -1,20 +1,39 @@
-"""Retrieval benchmark: recall@5 and MRR@5 by file over the two shared documentation corpora.
+"""Retrieval benchmark: crag against a plain BM25 baseline, on documentation and on prose.
 
-Run from the repository root::
+Run from the repository root (``make bench`` runs it through ``benchmarks/run_all.py``)::
 
-    .venv/bin/python -m benchmarks.retrieval            # everything (about a minute)
-    .venv/bin/python -m benchmarks.retrieval --quick    # no dimension / chunk-size sweeps
+    .venv/bin/python -m benchmarks.retrieval              # everything (several minutes)
+    .venv/bin/python -m benchmarks.retrieval --quick      # 1,000 prose questions, one speed round
+    .venv/bin/python -m benchmarks.retrieval --sample 2000
 
-It indexes ``../shared/corpora/fastapi_docs`` and ``../shared/corpora/hf_hub_docs``
-together into a temporary directory with the hash embedder, then asks every question of
-``benchmarks/questions.jsonl`` three ways: vector only (FAISS, hash embedder), lexical only
-(SQLite FTS5 BM25) and the hybrid that ``vector_search`` uses. A question is answered at
-rank r when the r-th hit is a chunk of its gold file. It also measures indexing throughput
-against raw tiktoken throughput on the same files (best of 3 alternating runs of each),
-re-index time when nothing changed, search latency, other hybrid fusion settings, and the
-hash embedder's dimension and chunk-size trade-offs. Results go to
-``benchmarks/results/retrieval.json`` and ``benchmarks/results/retrieval.md`` (``--out DIR``
-to write them elsewhere).
+Two corpora, read in place from ``../shared``:
+
+* ``docs``: ``corpora/fastapi_docs`` + ``corpora/hf_hub_docs`` indexed together, with the
+  questions of ``benchmarks/questions.jsonl`` (gold: a file);
+* ``prose``: ``retrieval/squad_wiki`` (490 Wikipedia articles, one paragraph a line, no
+  headings; 8,416 SQuAD 2.0 questions about 24 of them; gold: the article, and for the
+  answerable ones the line of the paragraph that answers). ``--sample N`` takes a sample
+  stratified by article and answerability.
+
+Each corpus is indexed with the hash embedder (the default). For every question the
+benchmark asks the retriever once for its three rankings (chunks by cosine, chunks by FTS5
+BM25, whole files by BM25) at the depths ``SearchWeights`` uses, and computes every row from
+them with ``crag.index.fusion.fuse`` (the function every search runs) or the single rankings;
+for the first questions it checks that ``Retriever.search`` returns exactly the default row's
+chunks. A hit counts at the file level when it is a chunk of the gold file, at the paragraph
+level when its line span covers a gold line. Rows:
+
+* crag's default (hybrid), and the same rankings fused as before this benchmark's change
+  (reciprocal-rank fusion, k = 60, weights 1/1/1), its parts alone, and other fusion settings;
+* plain BM25 (``bm25s``, Snowball stemmer, English stop words; benchmark-only, the ``bench``
+  extra) over paragraphs: the lines of a file written one paragraph a line (no blank
+  line), else its runs of non-blank lines.
+
+It also measures search latency in-process (warm, p50 / p95), the start-up cost of a
+``crag search`` process, and indexing throughput against raw tiktoken on the same files
+(best of ``--rounds`` alternating runs; CPU seconds beside wall seconds, since the machine
+may be shared). Results go to ``benchmarks/results/retrieval.json`` and ``retrieval.md``
+(``--out DIR`` to write them elsewhere).
 """
 
 from __future__ import annotations
@@ -22,380 +41,524 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
+import resource
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from attrs import frozen
+
+from benchmarks.common import environment, markdown_table, percentile, write_json, write_text
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
-CORPORA = ("fastapi_docs", "hf_hub_docs")
-QUESTIONS = Path(__file__).with_name("questions.jsonl")
 RESULTS = Path(__file__).with_name("results")
 K = 5
-ROUNDS = 3  # speed figures are the best of this many alternating runs
+CHECKED = 200  # questions whose Retriever.search result is compared with the default row
+LATENCY_QUESTIONS = 300
+STARTUP_RUNS = 7
 
 
-def load_questions() -> list[dict[str, str]]:
-    with QUESTIONS.open(encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+@frozen
+class Corpus:
+    name: str
+    label: str
+    roots: tuple[Path, ...]
+    questions: Path
 
 
-def gold_path(q: dict[str, str]) -> str:
-    return str(SHARED / "corpora" / q["corpus"] / q["path"])
+CORPORA = (
+    Corpus(
+        "docs",
+        "fastapi_docs + hf_hub_docs (benchmarks/questions.jsonl)",
+        (SHARED / "corpora" / "fastapi_docs", SHARED / "corpora" / "hf_hub_docs"),
+        Path(__file__).with_name("questions.jsonl"),
+    ),
+    Corpus(
+        "prose",
+        "squad_wiki (SQuAD 2.0 dev questions over Wikipedia articles)",
+        (SHARED / "retrieval" / "squad_wiki" / "corpus",),
+        SHARED / "retrieval" / "squad_wiki" / "questions.jsonl",
+    ),
+)
 
 
-def evaluate(reader: Any, questions: list[dict[str, str]], mode: str, search: Any = None) -> dict[str, Any]:
-    """recall@K and MRR@K by file, plus the failures (gold file not in the top K)."""
-    hits_at: list[int | None] = []
-    failures = []
+@frozen
+class Question:
+    text: str
+    gold: str  # absolute path of the gold file
+    lines: tuple[int, int] | None  # 1-based inclusive span of the gold paragraph, when known
+    stratum: str
+
+
+def load_questions(corpus: Corpus, sample: int | None, seed: int = 7) -> list[Question]:
+    out = []
+    with corpus.questions.open(encoding="utf-8") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            q = json.loads(line)
+            if "gold_file" in q:  # squad_wiki
+                gold = str(corpus.questions.parent / q["gold_file"])
+                span = (q["gold_line"], q["gold_line_end"]) if q.get("answerable") else None
+                out.append(Question(q["question"], gold, span, f"{q['title']}:{q.get('answerable')}"))
+            else:
+                gold = str(SHARED / "corpora" / q["corpus"] / q["path"])
+                out.append(Question(q["question"], gold, None, q["corpus"]))
+    if sample and sample < len(out):
+        rnd = random.Random(seed)
+        strata: dict[str, list[Question]] = {}
+        for q in out:
+            strata.setdefault(q.stratum, []).append(q)
+        picked = []
+        for key in sorted(strata):
+            group = strata[key]
+            picked += rnd.sample(group, min(len(group), max(1, round(len(group) * sample / len(out)))))
+        out = picked
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# Scoring
+
+
+Hit = tuple[str, int, int]  # path, start line, end line
+
+
+def score(questions: Sequence[Question], results: Sequence[Sequence[Hit]]) -> dict[str, Any]:
+    """recall@K and MRR@K at the file level (every question) and the paragraph level (the
+    questions with a gold line span)."""
+    file_ranks: list[int | None] = []
+    para_ranks: list[int | None] = []
+    for q, hits in zip(questions, results):
+        hits = list(hits)[:K]
+        file_ranks.append(next((i for i, h in enumerate(hits, 1) if h[0] == q.gold), None))
+        if q.lines is not None:
+            lo, hi = q.lines
+            para_ranks.append(next((i for i, h in enumerate(hits, 1) if h[0] == q.gold and h[1] <= hi and h[2] >= lo), None))
+
+    def summary(ranks: list[int | None]) -> dict[str, Any] | None:
+        if not ranks:
+            return None
+        return {
+            "questions": len(ranks),
+            "recall@5": round(sum(r is not None for r in ranks) / len(ranks), 4),
+            "mrr@5": round(sum(1.0 / r for r in ranks if r) / len(ranks), 4),
+        }
+
+    return {"file": summary(file_ranks), "paragraph": summary(para_ranks)}
+
+
+# ---------------------------------------------------------------------------------------
+# The plain BM25 baseline
+
+
+def paragraphs(path: str) -> list[tuple[int, int, str]]:
+    """(first line, last line, text) of each paragraph: each line when the file has no blank
+    line (one paragraph a line), else each run of non-blank lines."""
+    from crag.index.discover import read_file_text, split_lines
+
+    lines = split_lines(read_file_text(path)[1])
+    if all(line.strip() for line in lines):
+        return [(i, i, line) for i, line in enumerate(lines, 1)]
+    out, start = [], None
+    for i, line in enumerate([*lines, ""], 1):
+        if line.strip():
+            start = i if start is None else start
+        elif start is not None:
+            out.append((start, i - 1, "\n".join(lines[start - 1 : i - 1])))
+            start = None
+    return out
+
+
+class BM25Baseline:
+    """bm25s over paragraphs, Snowball-stemmed, English stop words dropped."""
+
+    def __init__(self, files: Sequence[str]) -> None:
+        import bm25s
+        import Stemmer
+
+        self._bm25s = bm25s
+        self._stemmer = Stemmer.Stemmer("english")
+        self.units: list[Hit] = []
+        texts = []
+        for path in files:
+            for start, end, text in paragraphs(path):
+                self.units.append((path, start, end))
+                texts.append(text)
+        tokens = bm25s.tokenize(texts, stopwords="en", stemmer=self._stemmer, show_progress=False)
+        self._index = bm25s.BM25()
+        self._index.index(tokens, show_progress=False)
+
+    def search(self, query: str, k: int = K) -> list[Hit]:
+        tokens = self._bm25s.tokenize([query], stopwords="en", stemmer=self._stemmer, show_progress=False)
+        if not tokens.vocab:
+            return []
+        ids, scores = self._index.retrieve(tokens, k=min(k, len(self.units)), show_progress=False)
+        return [self.units[int(i)] for i, s in zip(ids[0], scores[0]) if s > 0]
+
+
+# ---------------------------------------------------------------------------------------
+# Rankings and fusions
+
+
+@frozen
+class Rankings:
+    """What one question's hybrid search fuses, gathered once from the retriever."""
+
+    vector: list[tuple[int, float]]
+    lexical: list[tuple[int, float]]
+    files: list[tuple[int, float]]
+    file_of: dict[int, int]
+
+
+def gather(retriever: Any, query: str, weights: Any) -> tuple[Rankings, dict[int, Hit]]:
+    pool = max(weights.candidates, K)
+    qvec = retriever.embed_query(query)
+    vec = retriever.vector_ranking(qvec, pool)
+    lex = retriever.lexical_ranking(query, pool)
+    files = retriever.file_ranking(query, weights.file_candidates)
+    ids = list(dict.fromkeys([c for c, _ in vec] + [c for c, _ in lex]))
+    file_of = retriever.chunk_files(ids)
+    rows = retriever.chunk_rows(ids)
+    spans = {c: (r.path, r.start_line, r.end_line) for c, r in rows.items()}
+    return Rankings(vec, lex, files, file_of), spans
+
+
+def rrf_before(r: Rankings, k: float = 60.0) -> list[int]:
+    """The fusion crag used before: reciprocal-rank fusion, k = 60, weights 1/1/1."""
+    value: dict[int, float] = {}
+    for ranking in (r.vector, r.lexical):
+        for pos, (cid, _) in enumerate(ranking, 1):
+            value[cid] = value.get(cid, 0.0) + 1.0 / (k + pos)
+    file_pos = {fid: pos for pos, (fid, _) in enumerate(r.files, 1)}
+    for cid in value:
+        pos = file_pos.get(r.file_of.get(cid, -1))
+        if pos is not None:
+            value[cid] += 1.0 / (k + pos)
+    return sorted(value, key=lambda c: (-value[c], c))
+
+
+def fused(weights: Any) -> Callable[[Rankings], list[int]]:
+    from crag.index.fusion import fuse
+
+    def run(r: Rankings) -> list[int]:
+        return [f.chunk_id for f in fuse(r.vector, r.lexical, weights, r.files, r.file_of)]
+
+    return run
+
+
+def variants() -> list[tuple[str, dict[str, float]]]:
+    """Fusion settings compared on the same rankings (``SearchWeights`` fields)."""
+    return [
+        ("vector 0.2", {"vector": 0.2}),
+        ("vector 0.6", {"vector": 0.6}),
+        ("vector 1 (as much as BM25)", {"vector": 1.0}),
+        ("vector 0 (no hash vectors)", {"vector": 0.0}),
+        ("file 0 (no file-level BM25)", {"file": 0.0}),
+        ("file 0.6", {"file": 0.6}),
+        ("same_file 1 (no spreading over files)", {"same_file": 1.0}),
+        ("same_file 0.6", {"same_file": 0.6}),
+    ]
+
+
+def evaluate_corpus(corpus: Corpus, index_dir: str, questions: list[Question], files: list[str]) -> dict[str, Any]:
+    from crag.index.embedders import HashEmbedder
+    from crag.index.fusion import SearchWeights
+    from crag.index.store import open_index
+
+    weights = SearchWeights()
+    results: dict[str, Any] = {"questions": len(questions)}
+    with open_index(index_dir, HashEmbedder(), weights) as retriever:
+        started = time.perf_counter()
+        gathered = [gather(retriever, q.text, weights) for q in questions]
+        results["gather_seconds"] = round(time.perf_counter() - started, 1)
+        spans: dict[int, Hit] = {}
+        for _, s in gathered:
+            spans.update(s)
+        rankings = [g for g, _ in gathered]
+
+        def hits_of(pick: Callable[[Rankings], list[int]]) -> list[list[Hit]]:
+            return [[spans[c] for c in pick(r)[:K]] for r in rankings]
+
+        default = fused(weights)
+        rows = [
+            ("crag default (hybrid fusion)", hits_of(default)),
+            ("crag before: reciprocal-rank fusion k=60, 1/1/1", hits_of(rrf_before)),
+            ("crag, FTS5 BM25 of chunks only", hits_of(lambda r: [c for c, _ in r.lexical])),
+            ("crag, hash vectors only", hits_of(lambda r: [c for c, _ in r.vector])),
+        ]
+        table = [{"retrieval": label, **score(questions, hits)} for label, hits in rows]
+        results["variants"] = [
+            {"fusion": label, **score(questions, hits_of(fused(SearchWeights(**{**_defaults(weights), **change}))))}
+            for label, change in variants()
+        ]
+
+        # The default row is what Retriever.search returns: check it on the first questions.
+        checked = questions[:CHECKED]
+        same = 0
+        for q, r in zip(checked, rankings):
+            real = [h.chunk_id for h in retriever.search(q.text, K)]
+            same += real == default(r)[:K]
+        results["search_agrees"] = {"checked": len(checked), "identical": same}
+
+        # In-process latency: the retriever stays open, as in a long-running process.
+        lat_q = questions[:LATENCY_QUESTIONS]
+        for q in lat_q[:20]:
+            retriever.search(q.text, K)  # warm up
+        wall, cpu = [], []
+        for q in lat_q:
+            t, c = time.perf_counter(), time.process_time()
+            retriever.search(q.text, K)
+            wall.append((time.perf_counter() - t) * 1000)
+            cpu.append((time.process_time() - c) * 1000)
+        results["latency"] = _latency(wall, cpu)
+        results["chunks"] = retriever.n_chunks if hasattr(retriever, "n_chunks") else None
+
+    started = time.perf_counter()
+    bm25 = BM25Baseline(files)
+    results["bm25_index_seconds"] = round(time.perf_counter() - started, 2)
+    results["bm25_units"] = len(bm25.units)
+    bm25_hits, wall, cpu = [], [], []
     for q in questions:
-        hits = search(q["question"]) if search is not None else reader.search(q["question"], K, mode=mode)
-        gold = gold_path(q)
-        rank = next((i + 1 for i, h in enumerate(hits) if h.path == gold), None)
-        hits_at.append(rank)
-        if rank is None:
-            failures.append(
-                {
-                    "question": q["question"],
-                    "gold": f"{q['corpus']}/{q['path']}",
-                    "got": [os.path.relpath(h.path, SHARED / "corpora") for h in hits[:3]],
-                }
-            )
-    n = len(questions)
-    recall = sum(1 for r in hits_at if r is not None) / n
-    mrr = sum(1.0 / r for r in hits_at if r is not None) / n
-    return {"recall@5": round(recall, 4), "mrr@5": round(mrr, 4), "failures": failures}
+        t, c = time.perf_counter(), time.process_time()
+        bm25_hits.append(bm25.search(q.text))
+        wall.append((time.perf_counter() - t) * 1000)
+        cpu.append((time.process_time() - c) * 1000)
+    results["bm25_latency"] = _latency(wall, cpu)
+    table.insert(1, {"retrieval": "plain BM25 over paragraphs (bm25s)", **score(questions, bm25_hits)})
+    results["table"] = table
+    return results
 
 
-def corpus_files() -> list[str]:
-    from crag.index.discover import discover
+def _defaults(weights: Any) -> dict[str, Any]:
+    import attrs
 
-    return [f.path for f in discover([SHARED / "corpora" / c for c in CORPORA]).files]
+    return attrs.asdict(weights)
 
 
-def tiktoken_pass(paths: list[str]) -> tuple[int, float]:
-    """(bytes, seconds) of raw tiktoken on the files: read + decode + encode_ordinary, one thread."""
+def _latency(wall: list[float], cpu: list[float]) -> dict[str, Any]:
+    return {
+        "searches": len(wall),
+        "p50_ms": round(percentile(wall, 50), 2),
+        "p95_ms": round(percentile(wall, 95), 2),
+        "cpu_p50_ms": round(percentile(cpu, 50), 2),
+        "cpu_p95_ms": round(percentile(cpu, 95), 2),
+    }
+
+
+# ---------------------------------------------------------------------------------------
+# Speed: indexing against tiktoken, process start-up
+
+
+def tiktoken_pass(paths: Sequence[str]) -> tuple[int, float, float]:
+    """(bytes, wall s, cpu s) of raw tiktoken on the files: read + decode + encode_ordinary."""
     from crag.index.discover import read_file_text
     from crag.llm.tokens import get_encoding
 
     enc = get_encoding()
     enc.encode_ordinary("warm up")
-    started = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     total = 0
     for p in paths:
         data, text = read_file_text(p)
         total += len(data)
         enc.encode_ordinary(text)
-    return total, time.perf_counter() - started
+    return total, time.perf_counter() - t, time.process_time() - c
 
 
-def build(index_dir: str, embedder: Any, **chunking: int) -> tuple[Any, float]:
+def indexing_speed(corpus: Corpus, tmp: str, paths: Sequence[str], rounds: int) -> tuple[str, dict[str, Any]]:
+    """Indexing from scratch against raw tiktoken, alternating, best of ``rounds`` each."""
     from crag.index.build import update_index
-
-    started = time.perf_counter()
-    report = update_index(index_dir, [SHARED / "corpora" / c for c in CORPORA], embedder, **chunking)
-    return report, time.perf_counter() - started
-
-
-def speed(tmp: str, paths: list[str], rounds: int = ROUNDS) -> tuple[str, dict[str, Any], dict[str, Any]]:
-    """Indexing from scratch against raw tiktoken, measured alternately ``rounds`` times.
-
-    Both figures are the best of their rounds (the machine is shared, so the fastest run is
-    the least disturbed one), and the rounds alternate so that both see the same conditions.
-    Returns the directory of the first index built (the one evaluated), the tiktoken figures
-    and the indexing figures.
-    """
     from crag.index.embedders import HashEmbedder
 
-    tk_runs: list[float] = []
-    runs: list[dict[str, Any]] = []
-    total = 0
+    tk, ix = [], []
+    first_dir = ""
     for i in range(rounds):
-        total, seconds = tiktoken_pass(paths)
-        tk_runs.append(seconds)
-        index_dir = os.path.join(tmp, f"index-{i}")
-        embedder = HashEmbedder()
-        cpu = os.times()
-        report, seconds = build(index_dir, embedder)
-        cpu_after = os.times()
-        runs.append(
-            {
-                "seconds": seconds,
-                "cpu_seconds": (cpu_after.user - cpu.user) + (cpu_after.system - cpu.system),
-                "load_average": os.getloadavg()[0],
-                "report": report,
-                "embedder": embedder.name,
-                "index_dir": index_dir,
-            }
-        )
-    tk_best = min(tk_runs)
-    tiktoken = {"bytes": total, "seconds": round(tk_best, 4), "mb_per_s": round(total / 1e6 / tk_best, 2)}
-    best = min(runs, key=lambda r: r["seconds"])
-    report = best["report"]
-    mb = report.bytes_read / 1e6
-    seconds = best["seconds"]
-    indexing = {
-        "embedder": best["embedder"],
+        total, wall, cpu = tiktoken_pass(paths)
+        tk.append((wall, cpu))
+        index_dir = os.path.join(tmp, f"{corpus.name}-{i}")
+        first_dir = first_dir or index_dir
+        t, c = time.perf_counter(), time.process_time()
+        report = update_index(index_dir, list(corpus.roots), HashEmbedder())
+        ix.append((time.perf_counter() - t, time.process_time() - c, report))
+    mb = total / 1e6
+    tk_wall = min(w for w, _ in tk)
+    tk_cpu = min(c for _, c in tk)
+    best = min(ix, key=lambda x: x[0])
+    ix_wall, ix_cpu, report = best[0], min(c for _, c, _ in ix), best[2]
+    return first_dir, {
         "files": report.files_total,
         "chunks": report.chunks_total,
-        "mb": round(mb, 3),
-        "seconds": round(seconds, 3),
-        "mb_per_s": round(mb / seconds, 2),
-        "files_per_s": round(report.files_total / seconds, 1),
-        "vs_tiktoken": round((mb / seconds) / tiktoken["mb_per_s"], 3),
-        "cpu_seconds": round(best["cpu_seconds"], 3),
-        "cores_busy": round(best["cpu_seconds"] / seconds, 2),
-        "cpu_count": os.cpu_count(),
-        "rounds_seconds": [round(r["seconds"], 3) for r in runs],
-        "tiktoken_rounds_seconds": [round(t, 4) for t in tk_runs],
-        "load_average": round(best["load_average"], 2),
-        "index_bytes": sum(f.stat().st_size for f in Path(runs[0]["index_dir"]).rglob("*") if f.is_file()),
-    }
-    return runs[0]["index_dir"], tiktoken, indexing
-
-
-# Hybrid fusion settings tried on the same index (crag.index.store.SearchWeights fields).
-FUSION_VARIANTS: tuple[tuple[str, dict[str, float]], ...] = (
-    ("reciprocal-rank fusion, k=60, weights 1/1/1 (default)", {}),
-    ("k=20", {"k": 20.0}),
-    ("k=100", {"k": 100.0}),
-    ("no file-level BM25", {"file": 0.0}),
-    ("file-level BM25 weight 2", {"file": 2.0}),
-    ("vector weight 0.5", {"vector": 0.5}),
-    ("lexical weight 1.5", {"lexical": 1.5}),
-    ("BM25 weight of path words and heading path 8 (not 4)", {"bm25_title": 8.0, "bm25_heading": 8.0}),
-)
-
-
-def fusion_variants(index_dir: str, embedder: Any, questions: list[dict[str, str]]) -> list[dict[str, Any]]:
-    """Hybrid recall@5 / MRR@5 under other fusion settings, and with one chunk per file."""
-    from crag.index.store import SearchWeights, open_index
-
-    rows = []
-    for label, weights in FUSION_VARIANTS:
-        with open_index(index_dir, embedder, SearchWeights(**weights)) as reader:
-            r = evaluate(reader, questions, "hybrid")
-        rows.append({"variant": label, "recall@5": r["recall@5"], "mrr@5": r["mrr@5"]})
-    with open_index(index_dir, embedder) as reader:
-
-        def one_chunk_per_file(query: str) -> list[Any]:
-            top, seen = [], set()
-            for hit in reader.search(query, reader.weights.candidates):
-                if hit.path not in seen:
-                    seen.add(hit.path)
-                    top.append(hit)
-            return top[:K]
-
-        r = evaluate(reader, questions, "hybrid", search=one_chunk_per_file)
-    rows.append({"variant": "default fusion, at most one chunk per file in the top 5", "recall@5": r["recall@5"], "mrr@5": r["mrr@5"]})
-    return rows
-
-
-def latency(reader: Any, questions: list[dict[str, str]], rounds: int = 3) -> dict[str, float]:
-    times = []
-    for _ in range(rounds):
-        for q in questions:
-            started = time.perf_counter()
-            reader.search(q["question"], K)
-            times.append((time.perf_counter() - started) * 1000)
-    times.sort()
-    return {
-        "p50_ms": round(statistics.median(times), 2),
-        "p95_ms": round(times[int(0.95 * (len(times) - 1))], 2),
-        "searches": len(times),
+        "mb": round(mb, 2),
+        "tiktoken_mb_per_s": round(mb / tk_wall, 2),
+        "tiktoken_cpu_s": round(tk_cpu, 3),
+        "index_seconds": round(ix_wall, 3),
+        "index_cpu_s": round(ix_cpu, 3),
+        "index_mb_per_s": round(mb / ix_wall, 2),
+        "vs_tiktoken": round(tk_wall / ix_wall, 3),
+        "cpu_vs_tiktoken": round(tk_cpu / ix_cpu, 3),
+        "rounds_index_s": [round(w, 3) for w, _, _ in ix],
+        "rounds_tiktoken_s": [round(w, 3) for w, _ in tk],
+        "load_average": round(os.getloadavg()[0], 2),
     }
 
 
-def run(quick: bool = False) -> dict[str, Any]:
+def _child_run(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t = time.perf_counter()
+    subprocess.run(argv, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    wall = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall * 1000, (after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime) * 1000
+
+
+def startup(index_dir: str, query: str, runs: int) -> dict[str, Any]:
+    """Wall and CPU ms (median of ``runs``) of a ``crag search`` process and of its parts."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env.update({"KB_AGENT_INDEX_DIR": index_dir, "KB_AGENT_LLM": "offline"})
+    py = sys.executable
+    probes = {
+        "python -c pass": [py, "-c", "pass"],
+        "import numpy": [py, "-c", "import numpy"],
+        "import numpy, faiss": [py, "-c", "import numpy, faiss"],
+        "import crag.cli": [py, "-c", "import crag.cli"],
+        "crag search --json (whole process)": [py, "-m", "crag", "search", "--top-k", "5", "--json", query],
+    }
+    out = {}
+    for label, argv in probes.items():
+        _child_run(argv, env)  # warm: bytecode written, files in the page cache
+        samples = [_child_run(argv, env) for _ in range(runs)]
+        out[label] = {
+            "wall_ms": round(statistics.median(s[0] for s in samples), 1),
+            "cpu_ms": round(statistics.median(s[1] for s in samples), 1),
+        }
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+
+
+def run(sample: int | None, rounds: int, startup_runs: int) -> dict[str, Any]:
     import importlib
 
-    from crag.index.build import update_index
-    from crag.index.chunker import DEFAULT_MAX_TOKENS, DEFAULT_MIN_TOKENS
-    from crag.index.embedders import DEFAULT_HASH_DIM, HashEmbedder
-    from crag.index.store import open_index
+    from crag.index.discover import discover
 
     importlib.import_module("faiss")  # loaded up front, so that importing it is not timed as indexing
-
-    questions = load_questions()
-    paths = corpus_files()
     results: dict[str, Any] = {
-        "questions": len(questions),
-        "files": len(paths),
-        "defaults": {
-            "hash_dim": DEFAULT_HASH_DIM,
-            "max_tokens": DEFAULT_MAX_TOKENS,
-            "min_tokens": DEFAULT_MIN_TOKENS,
-        },
+        "k": K,
+        "sample": sample,
+        "environment": environment(["faiss-cpu", "numpy", "tiktoken", "bm25s", "PyStemmer"]),
+        "corpora": {},
     }
-    with tempfile.TemporaryDirectory(prefix="crag-bench-") as tmp:
-        index_dir, results["tiktoken"], results["indexing"] = speed(tmp, paths)
-        embedder = HashEmbedder()
-        started = time.perf_counter()
-        again = update_index(index_dir, [SHARED / "corpora" / c for c in CORPORA], embedder)
-        results["reindex_unchanged"] = {
-            "seconds": round(time.perf_counter() - started, 4),
-            "wrote": again.wrote,
-        }
-        with open_index(index_dir, embedder) as reader:
-            for mode in ("vector", "lexical", "hybrid"):
-                results[mode] = evaluate(reader, questions, mode)
-            results["latency"] = latency(reader, questions)
-            scores = [h.score for q in questions for h in reader.search(q["question"], K)]
-            results["hybrid_scores"] = {
-                "min": round(min(scores), 3),
-                "median": round(statistics.median(scores), 3),
-                "max": round(max(scores), 3),
-                "share_at_or_above_0.8": round(sum(s >= 0.8 for s in scores) / len(scores), 3),
-            }
-        results["fusion"] = fusion_variants(index_dir, embedder, questions)
-
-        if not quick:
-            sweep = []
-            for dim in (512, 1024, 2048, 4096):
-                d = os.path.join(tmp, f"dim-{dim}")
-                emb = HashEmbedder(dim)
-                rep, secs = build(d, emb)
-                with open_index(d, emb) as reader:
-                    v = evaluate(reader, questions, "vector")
-                    h = evaluate(reader, questions, "hybrid")
-                sweep.append(
-                    {
-                        "dim": dim,
-                        "vector_recall@5": v["recall@5"],
-                        "vector_mrr@5": v["mrr@5"],
-                        "hybrid_recall@5": h["recall@5"],
-                        "hybrid_mrr@5": h["mrr@5"],
-                        "bytes_per_chunk": dim * 4 + 8,
-                        "vectors_mb": round(os.path.getsize(_vectors_file(d)) / 1e6, 1),
-                        "index_seconds": round(secs, 2),
-                    }
-                )
-            results["dimensions"] = sweep
-            chunks = []
-            for max_tokens, min_tokens in ((200, 60), (300, 90), (400, 120), (600, 180), (800, 240)):
-                d = os.path.join(tmp, f"chunk-{max_tokens}")
-                rep, secs = build(d, embedder, max_tokens=max_tokens, min_tokens=min_tokens)
-                with open_index(d, embedder) as reader:
-                    v = evaluate(reader, questions, "vector")
-                    lx = evaluate(reader, questions, "lexical")
-                    h = evaluate(reader, questions, "hybrid")
-                chunks.append(
-                    {
-                        "max_tokens": max_tokens,
-                        "min_tokens": min_tokens,
-                        "chunks": rep.chunks_total,
-                        "vector_recall@5": v["recall@5"],
-                        "lexical_recall@5": lx["recall@5"],
-                        "hybrid_recall@5": h["recall@5"],
-                        "hybrid_mrr@5": h["mrr@5"],
-                    }
-                )
-            results["chunk_sizes"] = chunks
+    with tempfile.TemporaryDirectory(prefix="crag-bench-retrieval-") as tmp:
+        for corpus in CORPORA:
+            files = [f.path for f in discover([str(r) for r in corpus.roots]).files]
+            index_dir, speed = indexing_speed(corpus, tmp, files, rounds)
+            questions = load_questions(corpus, sample if corpus.name == "prose" else None)
+            r = evaluate_corpus(corpus, index_dir, questions, files)
+            r["label"] = corpus.label
+            r["files"] = len(files)
+            r["indexing"] = speed
+            if corpus.name == "prose":
+                r["startup"] = startup(index_dir, questions[0].text, startup_runs)
+            results["corpora"][corpus.name] = r
     return results
 
 
-def _vectors_file(index_dir: str) -> str:
-    current = Path(index_dir, "CURRENT").read_text().strip()
-    return str(Path(index_dir, current, "vectors.faiss"))
+def _cell(level: dict[str, Any] | None, key: str) -> str:
+    return "–" if level is None else f"{level[key]:.3f}"
 
 
 def to_markdown(r: dict[str, Any]) -> str:
-    lines = [
-        "# Retrieval benchmark",
-        "",
-        f"{r['questions']} questions over fastapi_docs + hf_hub_docs indexed together "
-        f"({r['files']} files); hash embedder `{r['indexing']['embedder']}`, "
-        f"chunks of at most {r['defaults']['max_tokens']} tokens. A question counts at rank r when "
-        "the r-th hit is a chunk of its gold file.",
-        "",
-        "| retrieval | recall@5 | MRR@5 |",
-        "| --- | --- | --- |",
-    ]
-    for mode, label in (("vector", "hash embedder only (FAISS)"), ("lexical", "lexical only (FTS5 BM25)"), ("hybrid", "hybrid (what vector_search uses)")):
-        lines.append(f"| {label} | {r[mode]['recall@5']:.3f} | {r[mode]['mrr@5']:.3f} |")
-    ix = r["indexing"]
-    tk = r["tiktoken"]
-    lines += [
-        "",
-        "## Speed",
-        "",
-        f"- indexing from scratch: {ix['files']} files, {ix['mb']} MB, {ix['chunks']} chunks in {ix['seconds']} s: "
-        f"**{ix['mb_per_s']} MB/s**, {ix['files_per_s']} files/s; {ix['cpu_seconds']} s of CPU "
-        f"({ix['cores_busy']} of {ix['cpu_count']} cores busy)",
-        f"- raw tiktoken on the same files (read + decode + `encode_ordinary`, one thread): {tk['mb_per_s']} MB/s; "
-        f"indexing runs at **{ix['vs_tiktoken']:.2f}x** of it",
-        f"- both are the best of {len(ix['rounds_seconds'])} alternating runs (indexing "
-        f"{', '.join(str(x) for x in ix['rounds_seconds'])} s; tiktoken "
-        f"{', '.join(str(x) for x in ix['tiktoken_rounds_seconds'])} s); 1-minute load average then: {ix['load_average']}",
-        f"- index size on disk: {ix['index_bytes'] / 1e6:.1f} MB",
-        f"- re-index with nothing changed: {r['reindex_unchanged']['seconds']} s (new generation written: {r['reindex_unchanged']['wrote']})",
-        f"- hybrid search latency over {r['latency']['searches']} searches: p50 {r['latency']['p50_ms']} ms, p95 {r['latency']['p95_ms']} ms",
-        f"- `score` (cosine, clipped to [0, 1]) of the hybrid top-5: min {r['hybrid_scores']['min']}, median "
-        f"{r['hybrid_scores']['median']}, max {r['hybrid_scores']['max']}; share >= 0.8: {r['hybrid_scores']['share_at_or_above_0.8']}",
-    ]
-    if "fusion" in r:
+    lines = ["# Retrieval benchmark", ""]
+    for name, c in r["corpora"].items():
+        file_q = c["table"][0]["file"]["questions"]
+        para = c["table"][0]["paragraph"]
         lines += [
+            f"## {name}: {c['label']}",
             "",
-            "## Hybrid fusion settings (same index)",
+            f"{c['files']} files, {c['indexing']['chunks']} chunks (hash embedder); {file_q} questions"
+            + (f", {para['questions']} of them with a gold paragraph" if para else " (gold: a file, no line)")
+            + ". File level: a hit is a chunk of the gold file; paragraph level: its lines cover the gold paragraph's.",
             "",
-            "| fusion | recall@5 | MRR@5 |",
-            "| --- | --- | --- |",
+            markdown_table(
+                ["retrieval", "file recall@5", "file MRR@5", "paragraph recall@5", "paragraph MRR@5"],
+                [
+                    [t["retrieval"], _cell(t["file"], "recall@5"), _cell(t["file"], "mrr@5"),
+                     _cell(t["paragraph"], "recall@5"), _cell(t["paragraph"], "mrr@5")]
+                    for t in c["table"]
+                ],
+            ),
+            "Other fusion settings (the default's, with one change):",
+            "",
+            markdown_table(
+                ["fusion", "file recall@5", "file MRR@5", "paragraph recall@5", "paragraph MRR@5"],
+                [
+                    [v["fusion"], _cell(v["file"], "recall@5"), _cell(v["file"], "mrr@5"),
+                     _cell(v["paragraph"], "recall@5"), _cell(v["paragraph"], "mrr@5")]
+                    for v in c["variants"]
+                ],
+            ),
         ]
-        for f in r["fusion"]:
-            lines.append(f"| {f['variant']} | {f['recall@5']:.3f} | {f['mrr@5']:.3f} |")
-    if "dimensions" in r:
+        lat, bl, ix = c["latency"], c["bm25_latency"], c["indexing"]
+        agree = c["search_agrees"]
         lines += [
+            f"- `Retriever.search` returned the default row's chunks for {agree['identical']} of the first "
+            f"{agree['checked']} questions.",
+            f"- search in-process (retriever open, warm) over {lat['searches']} questions: p50 {lat['p50_ms']} ms, "
+            f"p95 {lat['p95_ms']} ms (CPU p50 {lat['cpu_p50_ms']} ms, p95 {lat['cpu_p95_ms']} ms); "
+            f"the BM25 baseline: p50 {bl['p50_ms']} ms, p95 {bl['p95_ms']} ms",
+            f"- indexing from scratch: {ix['files']} files, {ix['mb']} MB in {ix['index_seconds']} s "
+            f"({ix['index_mb_per_s']} MB/s, {ix['index_cpu_s']} s CPU); raw tiktoken on the same files "
+            f"{ix['tiktoken_mb_per_s']} MB/s ({ix['tiktoken_cpu_s']} s CPU): indexing runs at "
+            f"**{ix['vs_tiktoken']:.2f}x** tiktoken's throughput by wall time, {ix['cpu_vs_tiktoken']:.2f}x by CPU "
+            f"time (best of {len(ix['rounds_index_s'])} alternating runs: indexing "
+            f"{', '.join(map(str, ix['rounds_index_s']))} s, tiktoken {', '.join(map(str, ix['rounds_tiktoken_s']))} s; "
+            f"load average {ix['load_average']})",
             "",
-            "## Hash embedder dimension",
-            "",
-            "| dim | vector recall@5 | vector MRR@5 | hybrid recall@5 | hybrid MRR@5 | bytes/chunk | vectors MB | index s |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- |",
         ]
-        for d in r["dimensions"]:
-            lines.append(
-                f"| {d['dim']} | {d['vector_recall@5']:.3f} | {d['vector_mrr@5']:.3f} | {d['hybrid_recall@5']:.3f} | "
-                f"{d['hybrid_mrr@5']:.3f} | {d['bytes_per_chunk']} | {d['vectors_mb']} | {d['index_seconds']} |"
-            )
-    if "chunk_sizes" in r:
-        lines += [
-            "",
-            "## Chunk size",
-            "",
-            "| max tokens | min tokens | chunks | vector recall@5 | lexical recall@5 | hybrid recall@5 | hybrid MRR@5 |",
-            "| --- | --- | --- | --- | --- | --- | --- |",
-        ]
-        for c in r["chunk_sizes"]:
-            lines.append(
-                f"| {c['max_tokens']} | {c['min_tokens']} | {c['chunks']} | {c['vector_recall@5']:.3f} | "
-                f"{c['lexical_recall@5']:.3f} | {c['hybrid_recall@5']:.3f} | {c['hybrid_mrr@5']:.3f} |"
-            )
-    lines += ["", "## Failures (gold file not in the top 5)", ""]
-    for mode in ("hybrid", "vector", "lexical"):
-        fails = r[mode]["failures"]
-        lines.append(f"### {mode} ({len(fails)})")
-        lines.append("")
-        for f in fails:
-            lines.append(f"- {f['question']} — gold `{f['gold']}`, got: " + ", ".join(f"`{g}`" for g in f["got"]))
-        lines.append("")
+        if "startup" in c:
+            lines += [
+                "Start-up of a process (median of runs, bytecode cached, files in the page cache):",
+                "",
+                markdown_table(
+                    ["process", "wall ms", "CPU ms"],
+                    [[k, v["wall_ms"], v["cpu_ms"]] for k, v in c["startup"].items()],
+                ),
+            ]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.retrieval", description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="skip the dimension and chunk-size sweeps")
+    parser.add_argument("--quick", action="store_true", help="1,000 prose questions, one speed round, 3 start-up runs")
+    parser.add_argument("--sample", type=int, default=None, metavar="N", help="prose questions: a stratified sample of N")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating indexing / tiktoken runs (default 3)")
     parser.add_argument("--out", type=Path, default=RESULTS, metavar="DIR", help=f"where to write the results (default {RESULTS})")
     args = parser.parse_args(argv)
-    if not (SHARED / "corpora").is_dir():
-        print(f"benchmarks.retrieval: the corpora are not in {SHARED / 'corpora'}", file=sys.stderr)
+    missing = [str(c.questions) for c in CORPORA if not c.questions.exists()]
+    if missing:
+        print(f"benchmarks.retrieval: missing {', '.join(missing)}", file=sys.stderr)
         return 2
-    results = run(quick=args.quick)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "retrieval.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
-    (args.out / "retrieval.md").write_text(to_markdown(results) + "\n", encoding="utf-8")
-    print(to_markdown(results))
+    try:
+        import bm25s  # noqa: F401
+        import Stemmer  # noqa: F401
+    except ImportError:
+        print("benchmarks.retrieval: the BM25 baseline needs the bench extra: pip install -e '.[bench]'", file=sys.stderr)
+        return 2
+    sample = args.sample or (1000 if args.quick else None)
+    results = run(sample, 1 if args.quick else args.rounds, 3 if args.quick else STARTUP_RUNS)
+    write_json(args.out / "retrieval.json", results)
+    md = to_markdown(results)
+    write_text(args.out / "retrieval.md", md + "\n")
+    print(md)
     return 0
 
 

@@ -250,7 +250,7 @@ class Hit:
     """One chunk found by a search, best first.
 
     ``score`` is the chunk's cosine similarity to the query clipped to [0, 1]; ``fused``
-    is the reciprocal-rank-fusion value the order comes from.
+    is the fusion value the order comes from (``crag.index.fusion``).
     """
 
     chunk_id: int
@@ -311,7 +311,9 @@ class Retriever(Protocol):
 
     ``vector_ranking`` ranks chunks by cosine similarity to a unit query vector;
     ``lexical_ranking`` ranks chunks, and ``file_ranking`` whole files, by the store's
-    full-text ranking of ``query`` (only the order is used). ``roots`` restricts every
+    full-text ranking of ``query``. The fusion rescales each ranking's scores within the
+    ranking (its first at 1, its last at 0), so a store's scores may have any scale and
+    either direction, as long as the pairs come best first. ``roots`` restricts every
     ranking to files under those paths (None: the whole index). ``search`` is
     ``crag.index.search.hybrid_search`` over these rankings.
     """

@@ -1,36 +1,49 @@
-"""Reciprocal-rank fusion: a pure function of rankings, shared by every store.
+"""Hybrid fusion: a pure function of rankings, shared by every store.
 
-A search gathers three rankings from a store (chunks by cosine, chunks by full-text rank,
-files by full-text rank over whole files) and ``fuse`` merges them: the chunk at 1-based
-position r of a chunk ranking gains ``weight / (k + r)``, and every candidate chunk of the
-r-th best file gains ``file / (k + r)``. Only positions count, never the stores' own
-scores, so two stores that rank alike fuse alike.
+A search gathers three rankings from a store, each best first with the store's own
+scores: chunks by cosine similarity (``vector``), chunks by full-text rank (``lexical``)
+and whole files by full-text rank (``file``). ``fuse`` merges them in two steps:
+
+1. Each ranking's scores are rescaled to [0, 1] within the ranking, its best candidate at
+   1 and its last at 0 (``normalise``), so the fusion needs neither the stores' scales nor
+   the direction of their scores (FTS5's BM25 is lower-better, a cosine higher-better),
+   and two stores that rank alike fuse alike. A chunk's value is the weighted sum of its
+   rescaled scores: ``vector x cosine + lexical x text rank + file x rank of its file``
+   (0 from a ranking that did not return it).
+2. The order is picked greedily: a chunk's value counts ``same_file`` times less for each
+   chunk of the same file already placed above it, so that one long document cannot fill
+   every place of a short list with near-duplicates of one answer.
+
+Why scores and not reciprocal ranks, and why these weights: ``docs/retrieval.md`` gives
+the measurements (``benchmarks/retrieval.py``).
 """
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Mapping, Sequence
 
 from attrs import frozen
 
-__all__ = ["Fused", "SearchWeights", "fuse", "scores_in_rank_order"]
+__all__ = ["Fused", "SearchWeights", "fuse", "normalise", "scores_in_rank_order"]
 
 
 @frozen
 class SearchWeights:
-    """How the rankings are fused: weighted reciprocal-rank fusion with constant ``k``.
+    """How the rankings are fused (see the module docstring).
 
-    Three rankings: chunks by cosine (``vector``), chunks by BM25 over path words, heading
-    path and text (``lexical``), and files by BM25 over path words and whole text
-    (``file``: every candidate chunk of the r-th best file gains ``file / (k + r)``).
-    ``bm25_*`` weigh the title, heading and body columns of the full-text ranking.
+    ``vector``, ``lexical`` and ``file`` weigh the three rescaled rankings; ``same_file``
+    (in (0, 1]; 1 turns it off) is the factor by which a chunk's value shrinks for each
+    chunk of its file placed above it. ``candidates`` chunks are taken from each chunk
+    ranking and ``file_candidates`` files from the file ranking. ``bm25_*`` weigh the
+    title (path words), heading path and body columns of the embedded store's BM25.
     Defaults measured by ``benchmarks/retrieval.py``.
     """
 
-    vector: float = 1.0
+    vector: float = 0.4
     lexical: float = 1.0
-    file: float = 1.0
-    k: float = 60.0
+    file: float = 0.3
+    same_file: float = 0.8
     candidates: int = 50
     file_candidates: int = 20
     bm25_title: float = 4.0
@@ -48,35 +61,64 @@ class Fused:
     lexical_rank: int | None
 
 
+def normalise(ranking: Sequence[tuple[int, float]]) -> dict[int, float]:
+    """``{id: score rescaled to [0, 1]}`` for a ranking given best first: the first at 1, the
+    last at 0 (all at 1 when the scores are equal). Repeated ids keep their first score."""
+    if not ranking:
+        return {}
+    best, last = ranking[0][1], ranking[-1][1]
+    span = best - last
+    out: dict[int, float] = {}
+    for i, s in ranking:
+        if i not in out:
+            out[i] = min(1.0, max(0.0, (s - last) / span)) if span else 1.0
+    return out
+
+
 def fuse(
-    vector: Sequence[int],
-    lexical: Sequence[int],
+    vector: Sequence[tuple[int, float]],
+    lexical: Sequence[tuple[int, float]],
     weights: SearchWeights,
-    file_ranking: Sequence[int] = (),
+    file_ranking: Sequence[tuple[int, float]] = (),
     file_of: Mapping[int, int] | None = None,
 ) -> list[Fused]:
-    """Every chunk of ``vector`` and ``lexical`` (chunk ids, best first), best fused first.
+    """Every chunk of ``vector`` and ``lexical`` ((chunk id, score) pairs, best first), best first.
 
-    ``file_ranking`` (file ids, best first) adds to the chunks ``file_of`` maps to those
-    files. Ties go to the smaller chunk id.
+    ``file_ranking`` ((file id, score) pairs, best first) adds to the chunks ``file_of``
+    maps to those files; ``file_of`` also tells which chunks share a file for ``same_file``
+    (a chunk it does not map stands alone). Ties go to the smaller chunk id.
     """
+    vec = normalise(vector)
+    lex = normalise(lexical)
+    files = normalise(file_ranking) if weights.file else {}
+    file_of = file_of or {}
+    v_pos = {c: p for p, (c, _) in reversed(list(enumerate(vector, 1)))}
+    l_pos = {c: p for p, (c, _) in reversed(list(enumerate(lexical, 1)))}
     value: dict[int, float] = {}
-    v_pos: dict[int, int] = {}
-    l_pos: dict[int, int] = {}
-    for pos, cid in enumerate(vector, 1):
-        v_pos.setdefault(cid, pos)
-        value[cid] = value.get(cid, 0.0) + weights.vector / (weights.k + pos)
-    for pos, cid in enumerate(lexical, 1):
-        l_pos.setdefault(cid, pos)
-        value[cid] = value.get(cid, 0.0) + weights.lexical / (weights.k + pos)
-    if file_ranking and file_of and weights.file:
-        file_pos = {fid: pos for pos, fid in enumerate(file_ranking, 1)}
-        for cid in value:
-            r = file_pos.get(file_of.get(cid, -1))
-            if r is not None:
-                value[cid] += weights.file / (weights.k + r)
-    order = sorted(value, key=lambda c: (-value[c], c))
-    return [Fused(c, value[c], v_pos.get(c), l_pos.get(c)) for c in order]
+    for cid in (*vec, *lex):
+        if cid not in value:
+            value[cid] = (
+                weights.vector * vec.get(cid, 0.0)
+                + weights.lexical * lex.get(cid, 0.0)
+                + weights.file * files.get(file_of.get(cid, -1), 0.0)
+            )
+    # Greedy order: pop the best; if chunks of its file were placed since its value was
+    # computed, push it back with the value shrunk for them (values only ever shrink).
+    heap = [(-v, c, 0) for c, v in value.items()]
+    heapq.heapify(heap)
+    placed: dict[object, int] = {}
+    out: list[Fused] = []
+    decay = weights.same_file
+    while heap:
+        neg, cid, seen = heapq.heappop(heap)
+        group: object = file_of.get(cid, ("chunk", cid))
+        n = placed.get(group, 0)
+        if n != seen and decay != 1.0:
+            heapq.heappush(heap, (-value[cid] * decay**n, cid, n))
+            continue
+        placed[group] = n + 1
+        out.append(Fused(cid, -neg, v_pos.get(cid), l_pos.get(cid)))
+    return out
 
 
 def scores_in_rank_order(cosines: Sequence[float]) -> list[float]:

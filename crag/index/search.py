@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import attrs
+
 from ..errors import IndexStoreError
 from ..ports import Hit, Retriever
 from .fusion import SearchWeights, fuse, scores_in_rank_order
@@ -44,13 +46,17 @@ def hybrid_search(
     lex_rank = retriever.lexical_ranking(query, pool, roots) if mode != "vector" else []
     if not vec_rank and not lex_rank:
         return []
-    file_ids: list[int] = []
+    if mode != "hybrid":
+        # One ranking alone keeps its own order (whatever the hybrid weights say).
+        weights = attrs.evolve(weights, vector=1.0, lexical=1.0, file=0.0, same_file=1.0)
+    file_rank: list[tuple[int, float]] = []
     file_of: dict[int, int] = {}
-    if mode == "hybrid" and weights.file:
-        file_ids = [fid for fid, _ in retriever.file_ranking(query, weights.file_candidates, roots)]
-        if file_ids:
+    if mode == "hybrid":
+        if weights.file:
+            file_rank = retriever.file_ranking(query, weights.file_candidates, roots)
+        if file_rank or weights.same_file != 1.0:
             file_of = retriever.chunk_files(list(dict.fromkeys([c for c, _ in vec_rank] + [c for c, _ in lex_rank])))
-    fused = fuse([c for c, _ in vec_rank], [c for c, _ in lex_rank], weights, file_ids, file_of)[:top_k]
+    fused = fuse(vec_rank, lex_rank, weights, file_rank, file_of)[:top_k]
     best = [f.chunk_id for f in fused]
     cos = dict(vec_rank)
     missing = [c for c in best if c not in cos]
