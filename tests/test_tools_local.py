@@ -130,6 +130,34 @@ def test_the_toolbox_sees_a_re_index_without_being_rebuilt(env) -> None:
     assert items[0].source == "kb/compression.md"
 
 
+def test_a_long_running_toolbox_opens_the_index_once(env) -> None:
+    """The library, chat and the MCP server keep one toolbox: searches reuse its retriever."""
+    box, kb, _ = env
+    run(box, "vector_search", query="retries")
+    first = box.reader()
+    for q in ("port 8080", "logs", "retries"):
+        run(box, "vector_search", query=q)
+    assert box.reader() is first
+    write(kb / "more.md", "# More\n\nAnother page.\n")
+    ensure_indexed(box.settings, [kb])
+    assert box.reader() is not first  # a re-index is seen, once
+    assert box.reader() is box.reader()
+
+
+def test_local_tools_do_not_load_the_http_client(tmp_path: Path) -> None:
+    """What a `crag search` process imports: no http.client / ssl until a remote tool runs."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from crag.config import Settings; from crag.tools import Toolbox; "
+        f"box = Toolbox(Settings(index_dir={str(tmp_path / 'ix')!r})); "
+        "print(sorted({'http.client', 'ssl', 'html.parser'} & set(sys.modules)))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
 def test_parallel_calls_are_safe(env) -> None:
     box, _, _ = env
     calls = [ToolCall("vector_search", {"query": q}) for q in ("retries", "port 8080", "logs", "pip install")] * 5

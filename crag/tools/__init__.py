@@ -80,7 +80,6 @@ class Toolbox:
         tools: Sequence[Tool] = (),
     ) -> None:
         from ..index.discover import normalize_root
-        from .http import is_public_address, system_resolver
 
         self.settings = settings
         self.cwd = Path(os.path.abspath(cwd if cwd is not None else os.getcwd()))
@@ -88,12 +87,29 @@ class Toolbox:
         self._store: Store | None = None
         self._roots = None if roots is None else tuple(dict.fromkeys(normalize_root(r) for r in roots))
         self._embedder = embedder
-        self.address_allowed = address_allowed or is_public_address
-        self.resolver = resolver or system_resolver
+        # The HTTP client (http.client, ssl, html.parser) loads when a remote tool first runs.
+        self._address_allowed = address_allowed
+        self._resolver = resolver
         self.http_timeout = http_timeout
         self._lock = threading.Lock()
         self._reader: Retriever | None = None
         self._tools = _registry(tools)
+
+    @property
+    def address_allowed(self) -> Callable[[Any], bool]:
+        if self._address_allowed is None:
+            from .http import is_public_address
+
+            self._address_allowed = is_public_address
+        return self._address_allowed
+
+    @property
+    def resolver(self) -> Callable[[str, int], Sequence[str]]:
+        if self._resolver is None:
+            from .http import system_resolver
+
+            self._resolver = system_resolver
+        return self._resolver
 
     # -- the port ---------------------------------------------------------------------
 
