@@ -133,6 +133,22 @@ def headlines(out: Path) -> list[str]:
         if adv.get("flat_exceeds_budget_at_chunks"):
             lines.append(f"Exact search passes {adv['latency_budget_ms']:g} ms per query at about "
                          f"{adv['flat_exceeds_budget_at_chunks']:,} chunks.")
+    rt = _load(out, "retrieval")
+    if rt and "corpora" in rt:
+        for name, c in rt["corpora"].items():
+            crag = next(t for t in c["table"] if t["retrieval"].startswith("crag default"))
+            bm25 = next((t for t in c["table"] if "BM25 over paragraphs" in t["retrieval"]), None)
+            part = [f"file recall@5 {crag['file']['recall@5']:.3f}, MRR@5 {crag['file']['mrr@5']:.3f}"]
+            if crag["paragraph"]:
+                part.append(f"paragraph {crag['paragraph']['recall@5']:.3f} / {crag['paragraph']['mrr@5']:.3f}")
+            vs = ""
+            if bm25:
+                vs = f" (plain BM25: {bm25['file']['recall@5']:.3f} / {bm25['file']['mrr@5']:.3f}"
+                vs += f", paragraph {bm25['paragraph']['recall@5']:.3f} / {bm25['paragraph']['mrr@5']:.3f})" if bm25["paragraph"] else ")"
+            lat = c["latency"]
+            lines.append(f"Retrieval on {name} ({c['table'][0]['file']['questions']} questions): crag " + ", ".join(part)
+                         + vs + f"; search p50 {lat['p50_ms']} ms in-process; indexing "
+                         f"{c['indexing']['vs_tiktoken']:.2f}x raw tiktoken.")
     return lines
 
 

@@ -151,3 +151,30 @@ def test_run_all_quick_writes_a_summary(tmp_path):
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert [r["name"] for r in summary["runs"]] == ["index_scale"]
     assert any("1,000 chunks" in line for line in summary["headlines"])
+
+
+def test_retrieval_scoring_paragraphs_and_the_previous_fusion(tmp_path):
+    """The retrieval benchmark's own arithmetic (its corpora are not needed for this)."""
+    from benchmarks import retrieval
+
+    q = [
+        retrieval.Question("a", "/kb/a.txt", (3, 3), "s"),
+        retrieval.Question("b", "/kb/b.txt", None, "s"),
+    ]
+    hits = [
+        [("/kb/x.txt", 1, 9), ("/kb/a.txt", 1, 2), ("/kb/a.txt", 3, 4)],  # file at 2, paragraph at 3
+        [("/kb/x.txt", 1, 1)],  # missed
+    ]
+    s = retrieval.score(q, hits)
+    assert s["file"] == {"questions": 2, "recall@5": 0.5, "mrr@5": 0.25}
+    assert s["paragraph"] == {"questions": 1, "recall@5": 1.0, "mrr@5": round(1 / 3, 4)}
+
+    prose = tmp_path / "prose.txt"
+    prose.write_text("First paragraph.\nSecond one.\nThird.\n")
+    docs = tmp_path / "doc.md"
+    docs.write_text("# Title\n\nSome text\nwrapped.\n\nLast.\n")
+    assert [p[:2] for p in retrieval.paragraphs(str(prose))] == [(1, 1), (2, 2), (3, 3)]
+    assert [p[:2] for p in retrieval.paragraphs(str(docs))] == [(1, 1), (3, 4), (6, 6)]
+
+    r = retrieval.Rankings([(1, 0.9), (2, 0.8)], [(2, -5.0), (3, -1.0)], [(7, -3.0)], {1: 7, 2: 8, 3: 7})
+    assert retrieval.rrf_before(r) == [1, 2, 3]  # 2/61 for chunk 1; 1/61 + 1/62 for 2 and 3 (tie: smaller id)
