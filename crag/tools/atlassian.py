@@ -7,7 +7,6 @@ import json
 from typing import Any
 
 from ..errors import ToolError
-from .http import FetchError, http_get
 
 MAX_BYTES = 4 * 1024 * 1024
 
@@ -25,6 +24,8 @@ def auth_headers(email: str, token: str) -> dict[str, str]:
 def get_json(tool: str, service: str, env: str, url: str, email: str, token: str, timeout: float,
              missing: str, max_bytes: int = MAX_BYTES) -> Any:
     """GET ``url`` as JSON. ``env`` is the settings prefix (``JIRA``), ``missing`` what a 404 means."""
+    from .http import FetchError, http_get  # the HTTP client loads when a remote tool first runs
+
     try:
         resp = http_get(
             url,

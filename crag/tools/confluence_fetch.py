@@ -17,7 +17,6 @@ from ..prompts.find import find_confluence_page_ids
 from ..state import EvidenceItem
 from ..toolspec import Param, QuestionArg, Tool
 from .atlassian import get_json
-from .http import html_to_text
 
 if TYPE_CHECKING:
     from . import Toolbox
@@ -57,6 +56,8 @@ def run(args: Mapping[str, Any], box: Toolbox) -> list[EvidenceItem]:
         links = data.get("_links") or {}
     except (AttributeError, TypeError) as exc:
         raise ToolError(NAME, f"Confluence answered something that is not a page for {page_id}") from exc
+    from .http import html_to_text  # the HTTP module loads when a remote tool first runs
+
     _, text = html_to_text(str(html))
     if len(text) > MAX_TEXT:
         text = text[:MAX_TEXT] + "\n[... page truncated]"

@@ -20,7 +20,6 @@ from ..errors import ToolError
 from ..prompts.find import find_urls
 from ..state import EvidenceItem
 from ..toolspec import Param, QuestionArg, Tool
-from .http import FetchError, html_to_text, http_get
 
 if TYPE_CHECKING:
     from . import Toolbox
@@ -34,6 +33,8 @@ _TEXTUAL = ("text/", "application/json", "application/xml", "application/xhtml",
 
 
 def run(args: Mapping[str, Any], box: Toolbox) -> list[EvidenceItem]:
+    from .http import FetchError, html_to_text, http_get  # loaded when the tool first runs
+
     url = args["url"]
     if not url.lower().startswith(("http://", "https://")):
         raise ToolError(NAME, f"only http:// and https:// URLs can be fetched, not {url!r}")
