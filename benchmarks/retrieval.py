@@ -155,6 +155,11 @@ def score(questions: Sequence[Question], results: Sequence[Sequence[Hit]]) -> di
     return {"file": summary(file_ranks), "paragraph": summary(para_ranks)}
 
 
+def evaluate(retriever: Any, questions: Sequence[Question], mode: str = "hybrid") -> dict[str, Any]:
+    """``score`` of ``Retriever.search`` in ``mode`` on any store (``benchmarks/store_scale.py``)."""
+    return score(questions, [[(h.path, h.start_line, h.end_line) for h in retriever.search(q.text, K, mode=mode)] for q in questions])
+
+
 # ---------------------------------------------------------------------------------------
 # The plain BM25 baseline
 

@@ -168,8 +168,9 @@ def ranking_parity(settings_kw: dict[str, dict[str, Any]]) -> list[dict[str, Any
     from crag.index import index_roots, open_index
     from crag.index.hash_embedder import HashEmbedder
 
-    questions = retrieval.load_questions()
-    roots = [retrieval.SHARED / "corpora" / c for c in retrieval.CORPORA]
+    docs = retrieval.CORPORA[0]
+    questions = retrieval.load_questions(docs, None)
+    roots = list(docs.roots)
     rows = []
     for name, kw in settings_kw.items():
         settings = Settings(**kw)
@@ -178,7 +179,7 @@ def ranking_parity(settings_kw: dict[str, dict[str, Any]]) -> list[dict[str, Any
         row: dict[str, Any] = {"store": name}
         with open_index(settings, HashEmbedder()) as reader:
             for mode in ("vector", "lexical", "hybrid"):
-                r = retrieval.evaluate(reader, questions, mode)
+                r = retrieval.evaluate(reader, questions, mode)["file"]
                 row[f"{mode}_recall@5"], row[f"{mode}_mrr@5"] = r["recall@5"], r["mrr@5"]
         rows.append(row)
     return rows
