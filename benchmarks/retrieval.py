@@ -262,12 +262,12 @@ def fused(weights: Any) -> Callable[[Rankings], list[int]]:
 def variants() -> list[tuple[str, dict[str, float]]]:
     """Fusion settings compared on the same rankings (``SearchWeights`` fields)."""
     return [
-        ("vector 0.2", {"vector": 0.2}),
-        ("vector 0.6", {"vector": 0.6}),
+        ("vector 0.4, file 0.3", {"vector": 0.4, "file": 0.3}),
+        ("vector 0.3", {"vector": 0.3}),
         ("vector 1 (as much as BM25)", {"vector": 1.0}),
         ("vector 0 (no hash vectors)", {"vector": 0.0}),
         ("file 0 (no file-level BM25)", {"file": 0.0}),
-        ("file 0.6", {"file": 0.6}),
+        ("file 1", {"file": 1.0}),
         ("same_file 1 (no spreading over files)", {"same_file": 1.0}),
         ("same_file 0.6", {"same_file": 0.6}),
     ]

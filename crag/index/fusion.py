@@ -40,9 +40,9 @@ class SearchWeights:
     Defaults measured by ``benchmarks/retrieval.py``.
     """
 
-    vector: float = 0.4
+    vector: float = 0.6
     lexical: float = 1.0
-    file: float = 0.3
+    file: float = 0.6
     same_file: float = 0.8
     candidates: int = 50
     file_candidates: int = 20
