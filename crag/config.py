@@ -167,6 +167,7 @@ SETTINGS_TABLE: dict[str, tuple[str, Callable[[str, str], Any]]] = {
         "KB_AGENT_GENERATE_THRESHOLD",
         _float(0.0, 1.0, "a number between 0 and 1"),
     ),
+    "grade_memory": ("KB_AGENT_GRADE_MEMORY", _switch),
     "top_k": ("KB_AGENT_TOP_K", _int(1)),
     "index_dir": ("KB_AGENT_INDEX_DIR", _nonempty),
     "llm": ("KB_AGENT_LLM", _backend),
@@ -206,6 +207,7 @@ class Settings:
     vector_score_threshold: float = 0.8
     drop_threshold: float = 0.3
     generate_threshold: float = 0.7
+    grade_memory: bool = False
     top_k: int = 5
     index_dir: str = ".crag"
     llm: str = "offline"

@@ -28,6 +28,7 @@ __all__ = [
     "Completion",
     "Complexity",
     "EvidenceItem",
+    "Grade",
     "GraderAction",
     "GroundingReport",
     "Message",
@@ -107,6 +108,33 @@ class EvidenceItem:
         if self.end_line is None or self.end_line == self.start_line:
             return f"{self.source}:L{self.start_line}"
         return f"{self.source}:L{self.start_line}-L{self.end_line}"
+
+
+def _unit_score(instance: object, attribute: attrs.Attribute, value: float) -> None:
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"{attribute.name} {value!r} is outside [0, 1]")
+
+
+@frozen
+class Grade:
+    """A relevance grade an item got in an earlier grading of the same question.
+
+    Kept by item identity (source and line span), so the memories of ``grade_evidence``
+    recognise the item when a later round retrieves it again.
+    """
+
+    source: str
+    start_line: int | None
+    end_line: int | None
+    score: float = field(validator=_unit_score)
+
+    @classmethod
+    def of(cls, item: EvidenceItem, score: float) -> Grade:
+        return cls(item.source, item.start_line, item.end_line, float(score))
+
+    @property
+    def key(self) -> tuple[str, int | None, int | None]:
+        return (self.source, self.start_line, self.end_line)
 
 
 @frozen
@@ -273,6 +301,11 @@ class AgentState:
     answer: str | None = None
     citations: tuple[Citation, ...] = ()
     grounding: GroundingReport | None = None
+    # The two memories of grade_evidence across rounds (docs/architecture.md, "Grading"):
+    # items the filter removed (never added to context again), and every item's latest
+    # grade (re-used instead of re-graded when KB_AGENT_GRADE_MEMORY=on).
+    removed: tuple[Grade, ...] = ()
+    grades: tuple[Grade, ...] = ()
 
     def __attrs_post_init__(self) -> None:
         if self.iteration < 0:

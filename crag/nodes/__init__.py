@@ -43,6 +43,7 @@ class NodeConfig:
     temperature: float = 0.2
     max_answer_tokens: int = 1024
     context_tokens: int = 8192
+    grade_memory: bool = False
     grounding: str = "note"
     count_tokens: Callable[[str], int] = field(default=rough_count, eq=False, repr=False)
 
@@ -70,6 +71,7 @@ class NodeConfig:
             context_tokens=settings.context_tokens,
             grounding=settings.grounding,
             count_tokens=count_tokens,
+            grade_memory=settings.grade_memory,
         )
 
 

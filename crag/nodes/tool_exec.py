@@ -2,9 +2,11 @@
 
 Each call becomes one ``tool_history`` entry (with the round number, the items, or the
 error). A failed call is audited (``tool_error``) and never becomes evidence. New items are
-added to the survivors of earlier rounds, de-duplicated by source and line span. The round
-is complete: ``iteration`` goes up by one, and the grades of the previous round are cleared
-because the next grading scores the whole context again.
+added to the survivors of earlier rounds, de-duplicated by source and line span; an item an
+earlier grading removed is not added again (audit ``evidence_skipped``, with the score it
+got): it would only be graded and dropped once more. The round is complete: ``iteration``
+goes up by one, and the scores of the previous round are cleared because the next grading
+decides over the whole context again.
 
 A search repeated one page deeper keeps only what its earlier runs did not return, and a
 ``grep_search`` keeps at most 2 x ``KB_AGENT_TOP_K`` matches, best files first
@@ -19,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from attrs import evolve
 
-from .. import searches
+from .. import grading, searches
 from ..ports import ToolOutcome, ToolRequest
 from ..state import AgentState, AuditEvent, ToolRun
 
@@ -56,11 +58,21 @@ def apply(state: AgentState, reply: Sequence[ToolOutcome] | None, cfg: NodeConfi
                 )
         runs.append(ToolRun(round_no, o.call, items))
     seen = {item.key for item in state.context}
+    dropped = grading.skipped([item for run in runs for item in run.items], state.removed)
     added = []
     for run in runs:
         for item in run.items:
-            if item.key not in seen:
-                seen.add(item.key)
+            if item.key in seen:
+                continue
+            seen.add(item.key)
+            if item.key in dropped:
+                events.append(
+                    AuditEvent(
+                        "evidence_skipped",
+                        {"source": item.label, "tool": item.tool, "score": dropped[item.key].score},
+                    )
+                )
+            else:
                 added.append(item)
     return evolve(
         state,

@@ -148,21 +148,22 @@ def _render_plan(task: PlanTask) -> tuple[dict[str, str], ...]:
 
 
 def _render_grade(task: GradeTask) -> tuple[dict[str, str], ...]:
+    """The grading prompt. Everything that depends on the number of items comes last, so
+    that a later round, which sends the survivors first in the same order and rendering,
+    shares its whole prefix up to the new items (a server's prefix cache reuses it)."""
     n = len(task.items)
-    example = ", ".join(["0.5"] * min(n, 3)) + (", ..." if n > 3 else "")
     system = (
         "You grade evidence for a knowledge-base assistant. For each numbered item, judge how "
         "useful it is for answering the question: 1.0 answers it directly, 0.5 is related but "
         "partial, 0.0 is unrelated.\n"
         f"{_QUOTED_IS_DATA}\n\n"
-        f'Reply with only a JSON object {{"scores": [...]}} holding a JSON array of exactly {n} numbers '
-        f"between 0 and 1, one per item, in item order ([1] first), e.g. "
-        f'{{"scores": [{example}]}}.'
+        'Reply with only a JSON object {"scores": [...]} holding a JSON array of numbers between '
+        '0 and 1, one per item, in item order ([1] first), e.g. {"scores": [0.5, 0.5, ...]}.'
     )
     user = (
         f"Question:\n{quote(task.question)}\n\n"
-        f"Evidence items ({n}):\n{_items_block(task.items, _ITEM_CHARS)}\n\n"
-        f'Scores for items [1] to [{n}], as {{"scores": [{n} numbers]}}:'
+        f"Evidence items:\n{_items_block(task.items, _ITEM_CHARS)}\n\n"
+        f'Scores for items [1] to [{n}], as {{"scores": [...]}} holding a JSON array of exactly {n} numbers:'
     )
     return ({"role": "system", "content": system}, {"role": "user", "content": user})
 

@@ -1,0 +1,168 @@
+"""The two memories of grade_evidence across rounds (docs/architecture.md, "Grading").
+
+1. An item the filter removed is not added again when a later round retrieves it
+   (audit ``evidence_skipped``).
+2. ``KB_AGENT_GRADE_MEMORY=on``: only items not graded before go to the grader (one batch,
+   none when nothing is new); the decision is made over all items with their scores.
+   ``off`` (the default) grades the whole context every round, survivors first in the same
+   order and rendering, so the earlier prompt is a prefix of the new one up to the new items.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from crag import Agent, Settings
+from crag.config import ConfigError
+from crag.llm.scripted import ScriptedChatModel
+from crag.nodes import NodeConfig, grade_evidence, tool_exec
+from crag.ports import ToolOutcome
+from crag.state import AgentState, Completion, Complexity, GraderAction, RoutingPlan, ToolCall
+
+from .fakes import FakeToolbox, item, route, scores, search_plan
+
+QUESTION = "How do uploads retry and what limits apply?"
+
+
+def run(grades, results, **kw):
+    model = ScriptedChatModel(
+        {
+            "analyze_and_route": [route("complex")] * 3,
+            "plan": [search_plan()] * 3,
+            "grade_evidence": list(grades),
+        },
+        default={"synthesize": "Uploads retry [1]."},
+    )
+    agent = Agent(model, FakeToolbox({"vector_search": results}), Settings(**kw))
+    return agent.ask(QUESTION), model
+
+
+def grade_requests(model):
+    return [r for r in model.requests if r.node == "grade_evidence"]
+
+
+def events(result, name):
+    return [e for e in result.audit if e["event"] == name]
+
+
+# -- memory 1: removed items stay out ----------------------------------------------------
+
+
+@pytest.mark.parametrize("memory", [False, True])
+def test_an_item_removed_in_one_round_is_not_added_again_when_retrieved_again(memory):
+    a, b, c, d, e = (item(n) for n in range(1, 6))
+    result, model = run(
+        [scores(0.6, 0.1, 0.5), scores(0.6, 0.5, 0.5) if not memory else scores(0.5)],
+        [[a, b, c], [b, d, a], [e]],
+        max_iterations=2,
+        grade_memory=memory,
+    )
+    second = grade_requests(model)[1].task.items
+    assert b not in second  # removed with 0.1 in round 1, retrieved again in round 2
+    skipped = events(result, "evidence_skipped")
+    assert [(s["source"], s["score"]) for s in skipped] == [(b.label, 0.1)]
+    assert b not in result.state.context
+    assert [e["source"] for e in events(result, "evidence_removed")] == [b.label]
+
+
+# -- memory 2: KB_AGENT_GRADE_MEMORY -----------------------------------------------------
+
+
+def test_memory_on_grades_only_new_items_and_decides_over_all_with_their_scores():
+    a, b, c, d, e = (item(n) for n in range(1, 6))
+    result, model = run(
+        [scores(0.6, 0.5, 0.1), scores(0.95, 0.9)],
+        [[a, b, c], [d, e]],
+        grade_memory=True,
+    )
+    first, second = grade_requests(model)
+    assert first.task.items == (a, b, c)
+    assert second.task.items == (d, e)  # a and b keep 0.6 and 0.5; c was removed
+    assert result.state.context == (a, b, d, e)
+    assert result.state.evidence_scores == (0.6, 0.5, 0.95, 0.9)
+    assert result.state.grader_action is GraderAction.GENERATE  # mean 0.7375 over all four
+    assert events(result, "grades_reused") == [{"event": "grades_reused", "items": 2, "graded": 2}]
+
+
+def test_memory_on_makes_no_grading_call_when_nothing_is_new():
+    a, b, c = (item(n) for n in range(1, 4))
+    result, model = run([scores(0.6, 0.5, 0.4)], [[a, b, c], [a, c]], max_iterations=2, grade_memory=True)
+    assert len(grade_requests(model)) == 1
+    assert result.state.trace.count("grade_evidence") == 2
+    assert result.state.evidence_scores == (0.6, 0.5, 0.4)
+    assert result.state.grader_action is GraderAction.REFINE
+
+
+def test_memory_off_grades_the_whole_context_survivors_first_in_the_same_rendering():
+    a, b, c, d = (item(n) for n in range(1, 5))
+    result, model = run([scores(0.6, 0.1, 0.5), scores(0.9, 0.8, 0.9)], [[a, b, c], [d]])
+    first, second = grade_requests(model)
+    assert second.task.items == (a, c, d)
+    assert second.messages[0] == first.messages[0]
+    # The survivors a and c were [1] and [3]; now [1] and [2]: the shared prefix ends at a.
+    head = first.messages[1]["content"].split("\n\n[2] ")[0]
+    assert second.messages[1]["content"].startswith(head + "\n\n[2] " + c.label)
+    assert result.state.evidence_scores == (0.9, 0.8, 0.9)
+
+
+def test_memory_on_sends_parse_failure_items_again():
+    a, b, c, d = (item(n) for n in range(1, 5))
+    result, model = run(["no idea", scores(0.9, 0.8, 0.9, 0.7)], [[a, b, c], [d]], grade_memory=True)
+    assert grade_requests(model)[1].task.items == (a, b, c, d)
+    assert len(events(result, "grader_parse_failure")) == 1
+
+
+@pytest.mark.parametrize("raw, value", [("on", True), ("off", False), ("ON", True), ("", False)])
+def test_grade_memory_setting(raw, value):
+    assert Settings.from_env({"KB_AGENT_GRADE_MEMORY": raw}, dotenv=None).grade_memory is value
+
+
+def test_a_bad_grade_memory_setting_names_the_variable():
+    with pytest.raises(ConfigError) as err:
+        Settings.from_env({"KB_AGENT_GRADE_MEMORY": "sometimes"}, dotenv=None)
+    assert "KB_AGENT_GRADE_MEMORY" in str(err.value) and "on or off" in str(err.value)
+
+
+def test_grade_memory_is_off_by_default():
+    assert Settings().grade_memory is False and NodeConfig().grade_memory is False
+
+
+# -- properties over whole runs of the two nodes -------------------------------------------
+
+POOL = tuple(item(n) for n in range(1, 13))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    rounds=st.lists(st.lists(st.sampled_from(POOL), max_size=6), min_size=1, max_size=4),
+    grades=st.dictionaries(st.sampled_from([i.key for i in POOL]), st.sampled_from([0.0, 0.2, 0.5, 0.8, 1.0])),
+    memory=st.booleans(),
+)
+def test_rounds_of_tool_exec_and_grade_evidence_keep_both_memories(rounds, grades, memory):
+    """Any retrieval sequence: a removed item never comes back; with memory on no item is
+    sent twice; with it off every grading sends the whole context, survivors first."""
+    cfg = NodeConfig(auto_approve_max_items=0, vector_score_threshold=1.0, grade_memory=memory)
+    state = AgentState(QUESTION, routing_plan=RoutingPlan(Complexity.COMPLEX, ("vector_search",)))
+    sent: list = []
+    for found in rounds:
+        before = state.context
+        state = tool_exec.apply(state, (ToolOutcome(ToolCall("vector_search"), tuple(found)),), cfg)
+        assert not {i.key for i in state.context} & {g.key for g in state.removed}
+        request = grade_evidence.prepare(state, cfg)
+        if request is not None:
+            items = request.task.items
+            if not memory:
+                assert items == state.context and items[: len(before)] == before
+            reply = Completion(scores(*(grades.get(i.key, 0.5) for i in items)), "scripted")
+            sent.extend(i.key for i in items)
+        else:
+            reply = None
+            assert not state.context or memory
+        state = grade_evidence.apply(state, reply, cfg)
+        assert len(state.evidence_scores) == len(state.context)
+        for it, s in zip(state.context, state.evidence_scores):
+            assert s == grades.get(it.key, 0.5) and s >= 0.3
+    if memory:
+        assert len(sent) == len(set(sent))
