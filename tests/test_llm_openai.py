@@ -100,6 +100,14 @@ def test_usage_is_read_from_the_reply(srv):
     assert completion.latency_ms > 0
 
 
+def test_cached_prompt_tokens_are_read_when_the_server_reports_them(srv):
+    srv.script("plan", Text("a", prompt_tokens=900, completion_tokens=3, cached_tokens=640), Text("b"))
+    model = model_for(srv)
+    cached = model.complete(request())
+    assert (cached.prompt_tokens, cached.cached_tokens) == (900, 640)
+    assert model.complete(request()).cached_tokens == 0  # a server that says nothing: 0
+
+
 def test_usage_is_counted_with_tiktoken_when_the_reply_has_none(srv):
     srv.script("plan", NoUsage("Three short words"))
     completion = model_for(srv).complete(request())
