@@ -33,10 +33,11 @@ Strategies
   path: the common LangGraph CRAG tutorial's grader;
 * ``batch``: seed 000: one call for all N items, no fast path;
 * ``batch_rules``: seed 001, crag's default: fast-path rules first, then one batch call;
-* ``batch_rules_cached``: ``batch_rules`` plus a grade cache keyed by (question, sha256 of
-  the chunk text): only items without a cached grade are sent (in one batch call), and no
-  call is made when every item is cached. It changes nothing in a single round; it saves
-  the re-grading of survivors in REFINE rounds and repeated questions.
+* ``batch_rules_memory``: ``batch_rules`` with crag's grade memory on
+  (``KB_AGENT_GRADE_MEMORY=on``): an item graded in an earlier round of the question keeps
+  its score, only new items are sent (in one batch call), and no call is made when nothing
+  is new. It changes nothing in a single round; it saves the re-grading of survivors in
+  REFINE rounds.
 
 The simulated grader
 --------------------
@@ -96,7 +97,7 @@ from benchmarks.common import (
 NAME = "grading_cost"
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = REPO.parent / "shared" / "grading" / "trec_dl" / "judged_pairs.jsonl"
-STRATEGIES = ("per_item", "batch", "batch_rules", "batch_rules_cached")
+STRATEGIES = ("per_item", "batch", "batch_rules", "batch_rules_memory")
 DEFAULT_STRATEGY = "batch_rules"
 DEFAULT_MEANS = {0: 0.05, 1: 0.45, 2: 0.8, 3: 0.95}
 DEFAULT_PRICES = ("gpt-4o-mini=0.15/0.60", "gpt-4o=2.50/10.00")
@@ -229,39 +230,45 @@ class Meter:
     llm_gradings: int = 0  # ... of which made at least one LLM call
     calls: int = 0
     prompt_tokens: int = 0
+    cached_tokens: int = 0  # of prompt_tokens, what the server took from its prefix cache
     completion_tokens: int = 0
     latency_ms: float = 0.0
     fast_path: Counter = field(default_factory=Counter)
-    cache_hits: int = 0
+    grades_reused: int = 0  # items whose remembered grade was used (grade memory on)
     items_graded: int = 0  # items an LLM read
+    parse_failures: int = 0  # items that got the 0.5 default because a reply did not parse
+    calls_replayed: int = 0  # real grader: replies taken from the record of an earlier run
 
-    def call(self, cost: CostModel, messages, reply: str) -> tuple[int, int, float]:
-        p = cost.prompt_tokens(messages)
-        c = cost.completion_tokens(reply)
-        ms = cost.latency_ms(p, c)
+    def add(self, completion) -> None:
         self.calls += 1
-        self.prompt_tokens += p
-        self.completion_tokens += c
-        self.latency_ms += ms
-        return p, c, ms
+        self.prompt_tokens += completion.prompt_tokens
+        self.cached_tokens += completion.cached_tokens
+        self.completion_tokens += completion.completion_tokens
+        self.latency_ms += completion.latency_ms
 
 
 class StrategyModel:
     """crag's ChatModel port: scripted replies for routing, planning and synthesis; the
-    simulated grader behind ``grade_evidence``, called the way ``strategy`` calls it."""
+    grader behind ``grade_evidence``, called the way ``strategy`` calls it.
 
-    model = "simulated-grader"
+    The grader is the simulated one (``grader`` + ``cost``: tiktoken counts and modelled
+    latency) or, with ``real``, a real OpenAI-compatible server through crag's own adapter
+    (``benchmarks.real_grader.RecordedGrader``: real replies, usage and wall time).
+    """
 
-    def __init__(self, strategy: str, grader: SimulatedGrader, cost: CostModel, meter: Meter, k: int) -> None:
+    def __init__(self, strategy: str, grader: SimulatedGrader, cost: CostModel, meter: Meter, k: int,
+                 real=None, label: dict | None = None) -> None:
         from crag.llm.scripted import ScriptedChatModel
 
         self.strategy = strategy
         self.grader = grader
         self.cost = cost
         self.meter = meter
-        self.cache: dict[tuple[str, str], float] = {}
+        self.real = real
+        self.label = label or {}
         self.seen_by_llm: set[tuple[str, str]] = set()  # (question, source) an LLM graded
         self.k = k
+        self.model = real.model if real is not None else "simulated-grader"
         self._other = ScriptedChatModel(default={"synthesize": "The passages say so [1]."}, model=self.model)
 
     def complete(self, request, on_delta=None):
@@ -277,44 +284,50 @@ class StrategyModel:
             return self._other.complete(request, on_delta)
         return self.grade(request)
 
+    def _ask(self, request):
+        """One grading call: the real server's reply, or the simulated grader's."""
+        from crag.state import Completion
+
+        if self.real is not None:
+            completion = self.real.complete(request, {**self.label, "strategy": self.strategy})
+            self.meter.calls_replayed += bool(getattr(completion, "replayed", False))
+            return completion
+        task = request.task
+        text = self.grader.reply([self.grader.score(task.question, it.source) for it in task.items])
+        p = self.cost.prompt_tokens(request.messages)
+        c = self.cost.completion_tokens(text)
+        return Completion(text, self.model, prompt_tokens=p, completion_tokens=c, latency_ms=self.cost.latency_ms(p, c))
+
     def grade(self, request):
         """One grading: the strategy's LLM calls, metered; the reply holds all N scores."""
         from crag import prompts
-        from crag.ports import GradeTask
+        from crag.grading import PARSE_FAILURE_SCORE
+        from crag.ports import GradeTask, LLMRequest
         from crag.state import Completion
 
         task = request.task
         q, items = task.question, task.items
-        scores = [self.grader.score(q, it.source) for it in items]
-        meter, cost = self.meter, self.cost
+        meter = self.meter
         meter.llm_gradings += 1
-        p = c = 0
-        ms = 0.0
-        if self.strategy == "per_item":
-            for it, s in zip(items, scores):
-                dp, dc, dms = meter.call(cost, prompts.render(GradeTask(q, (it,))), f"{s:.1f}")
-                p, c, ms = p + dp, c + dc, ms + dms
-            meter.items_graded += len(items)
-        elif self.strategy == "batch_rules_cached":
-            keys = [(q, hashlib.sha256(it.text.encode()).hexdigest()) for it in items]
-            new, queued = [], set()
-            for it, s, key in zip(items, scores, keys):
-                if key not in self.cache and key not in queued:  # identical chunks are graded once
-                    queued.add(key)
-                    new.append((it, s, key))
-            meter.cache_hits += len(items) - len(new)
-            if new:
-                messages = prompts.render(GradeTask(q, tuple(it for it, _, _ in new)))
-                p, c, ms = meter.call(cost, messages, self.grader.reply([s for _, s, _ in new]))
-                meter.items_graded += len(new)
-                for _, s, key in new:
-                    self.cache[key] = s
-            scores = [self.cache[key] for key in keys]
-        else:
-            p, c, ms = meter.call(cost, request.messages, self.grader.reply(scores))
-            meter.items_graded += len(items)
+        meter.items_graded += len(items)
         self.seen_by_llm.update((q, it.source) for it in items)
-        return Completion(self.grader.reply(scores), self.model, prompt_tokens=p, completion_tokens=c, latency_ms=ms)
+        if self.strategy != "per_item":
+            completion = self._ask(request)
+            meter.add(completion)
+            if prompts.parse_scores(completion.text, len(items)) is None:
+                meter.parse_failures += len(items)
+            return completion
+        scores, p, c, ms = [], 0, 0, 0.0
+        for it in items:  # one call per item, one after another, as the tutorial makes them
+            one = GradeTask(q, (it,))
+            completion = self._ask(LLMRequest(request.node, one, prompts.render(one)))
+            meter.add(completion)
+            parsed = prompts.parse_scores(completion.text, 1)
+            if parsed is None:
+                meter.parse_failures += 1
+            scores.append(parsed[0] if parsed else PARSE_FAILURE_SCORE)
+            p, c, ms = p + completion.prompt_tokens, c + completion.completion_tokens, ms + completion.latency_ms
+        return Completion(json.dumps(scores), self.model, prompt_tokens=p, completion_tokens=c, latency_ms=ms)
 
 
 class TrecToolbox:
@@ -372,11 +385,11 @@ def node_config(strategy: str, k: int, threshold: float | None = None):
     """crag's defaults (3 rounds, rules on), with the rules off for the strategies without them."""
     from crag.nodes import NodeConfig
 
-    extra: dict[str, Any] = {}
+    extra: dict[str, Any] = {"grade_memory": strategy == "batch_rules_memory"}
     if strategy in ("per_item", "batch"):
-        extra = dict(NO_RULES)
+        extra.update(NO_RULES)
     elif threshold is not None:
-        extra = {"vector_score_threshold": threshold}
+        extra["vector_score_threshold"] = threshold
     from crag.tools import builtin
 
     return NodeConfig(tools=builtin("vector_search"), max_iterations=3, top_k=k, **extra)
@@ -421,35 +434,42 @@ def run_single_round(strategy: str, queries: list[Query], ks: Sequence[int], gra
     return meter, quality
 
 
-def run_rounds(strategy: str, queries: list[Query], ks: Sequence[int], grader, cost, threshold=None):
-    """Whole questions through crag's Driver, up to KB_AGENT_MAX_ITERATIONS=3 rounds."""
+def run_question(strategy: str, query: Query, k: int, model, meter: Meter, quality: Quality, cfg=None) -> None:
+    """One question through crag's Driver, up to KB_AGENT_MAX_ITERATIONS=3 rounds."""
     from crag.driver import Driver
 
+    cfg = cfg or node_config(strategy, k)
+    toolbox = TrecToolbox(query, k)
+    driver = Driver(model, toolbox, cfg, max_parallel_tools=1)
+    state = driver.run(query.text)
+    retrieved = query.candidates[: toolbox.next]
+    kept = {it.source for it in state.context}
+    quality.add(retrieved, kept)
+    quality.rounds += state.iteration
+    quality.actions[state.grader_action.value if state.grader_action else "none"] += 1
+    meter.gradings += state.trace.count("grade_evidence")
+    meter.grades_reused += sum(e.fields["items"] for e in state.audit if e.event == "grades_reused")
+    hits = [e for e in state.audit if e.event == "fast_path_hit"]
+    for e in hits:
+        meter.fast_path[e.fields["rule_name"]] += 1
+    if hits:  # a rule hit means GENERATE: it was the question's last grading
+        approved = [c for c in retrieved if c.item.source in kept]
+        quality.fast_path_approved += len(approved)
+        quality.fast_path_false_approvals += sum(
+            not c.relevant and (query.text, c.item.source) not in model.seen_by_llm for c in approved
+        )
+    if not state.context:
+        quality.no_evidence += 1
+
+
+def run_rounds(strategy: str, queries: list[Query], ks: Sequence[int], grader, cost, threshold=None):
+    """Whole questions through crag's Driver, up to KB_AGENT_MAX_ITERATIONS=3 rounds."""
     meter, quality = Meter(), Quality()
     for k in ks:
         cfg = node_config(strategy, k, threshold)
         for query in queries:
             model = StrategyModel(strategy, grader, cost, meter, k)
-            toolbox = TrecToolbox(query, k)
-            driver = Driver(model, toolbox, cfg, max_parallel_tools=1)
-            state = driver.run(query.text)
-            retrieved = query.candidates[: toolbox.next]
-            kept = {it.source for it in state.context}
-            quality.add(retrieved, kept)
-            quality.rounds += state.iteration
-            quality.actions[state.grader_action.value if state.grader_action else "none"] += 1
-            meter.gradings += state.trace.count("grade_evidence")
-            hits = [e for e in state.audit if e.event == "fast_path_hit"]
-            for e in hits:
-                meter.fast_path[e.fields["rule_name"]] += 1
-            if hits:  # a rule hit means GENERATE: it was the question's last grading
-                approved = [c for c in retrieved if c.item.source in kept]
-                quality.fast_path_approved += len(approved)
-                quality.fast_path_false_approvals += sum(
-                    not c.relevant and (query.text, c.item.source) not in model.seen_by_llm for c in approved
-                )
-            if not state.context:
-                quality.no_evidence += 1
+            run_question(strategy, query, k, model, meter, quality, cfg)
     return meter, quality
 
 
@@ -463,8 +483,11 @@ def summarise(strategy: str, meter: Meter, quality: Quality, prices: dict[str, t
         "prompt_tokens": meter.prompt_tokens,
         "completion_tokens": meter.completion_tokens,
         "total_tokens": meter.prompt_tokens + meter.completion_tokens,
+        "cached_tokens": meter.cached_tokens,
         "items_read_by_llm": meter.items_graded,
-        "cache_hits": meter.cache_hits,
+        "grades_reused": meter.grades_reused,
+        "parse_failures": meter.parse_failures,
+        "calls_replayed": meter.calls_replayed,
         "fast_path_hits": dict(meter.fast_path),
         "latency_s": meter.latency_ms / 1000,
         "latency_s_per_unit": meter.latency_ms / 1000 / n,
@@ -698,7 +721,7 @@ def render_markdown(result: dict[str, Any]) -> str:
             cells = [k]
             for src in (one, multi):
                 pi, b, d = src.get("per_item"), src.get("batch"), src.get(DEFAULT_STRATEGY)
-                cached = src.get("batch_rules_cached")
+                cached = src.get("batch_rules_memory")
                 cells += [
                     fmt(pi["calls_per_unit"], 1) if pi else "–",
                     fmt(d["calls_per_unit"], 2) if d else "–",
@@ -708,9 +731,9 @@ def render_markdown(result: dict[str, Any]) -> str:
                 ]
             table.append(cells)
         out.append(markdown_table(
-            ["k", "per_item calls", "default calls", "batch tokens", "default tokens", "cached tokens",
+            ["k", "per_item calls", "default calls", "batch tokens", "default tokens", "memory tokens",
              "per_item calls / q", "default calls / q", "batch tokens / q", "default tokens / q",
-             "cached tokens / q"], table))
+             "memory tokens / q"], table))
     sweep = result.get("threshold_sweep") or []
     if sweep:
         out.append("\n**`high_vector_score` threshold sweep** (single round, `batch_rules`; the score is crag's "
@@ -750,7 +773,7 @@ def render_chart(result: dict[str, Any], path: Path) -> Path | None:
     workloads = list(result["workloads"])
     wl_label = {"single_round": "single round\n(per grading)", "rounds": "up to 3 rounds\n(per question)"}
     strategies = [r["strategy"] for r in result["workloads"][workloads[0]]]
-    colours = {"per_item": "#d62728", "batch": "#ff7f0e", "batch_rules": "#1f77b4", "batch_rules_cached": "#2ca02c"}
+    colours = {"per_item": "#d62728", "batch": "#ff7f0e", "batch_rules": "#1f77b4", "batch_rules_memory": "#2ca02c"}
     price = next(iter(result["args"]["prices_usd_per_million"]))
     get = {w: {r["strategy"]: r for r in rows} for w, rows in result["workloads"].items()}
     fig, axes = plt.subplots(2, 3, figsize=(16, 9))

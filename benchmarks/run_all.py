@@ -110,7 +110,7 @@ def headlines(out: Path) -> list[str]:
         default = gc["args"]["default_strategy"]
         for workload, label in (("single_round", "single round"), ("rounds", "up to 3 rounds")):
             verdicts = gc["headline"].get(workload, {})
-            for name in (default, "batch_rules_cached"):
+            for name in (default, "batch_rules_memory"):
                 v = verdicts.get(name)
                 if not v:
                     continue

@@ -82,10 +82,10 @@ def test_grading_cost_runs_every_strategy_through_crag(tmp_path, judged_pairs):
     # the same simulated grades: strategies without rules decide alike
     for key in ("relevant_kept", "irrelevant_through", "actions"):
         assert single["per_item"][key] == single["batch"][key]
-        assert rounds["batch_rules_cached"][key] == rounds["batch_rules"][key]
-    # the cache never costs more than re-grading, and saves only when a round is re-graded
-    assert rounds["batch_rules_cached"]["total_tokens"] <= rounds["batch_rules"]["total_tokens"]
-    assert single["batch_rules_cached"]["total_tokens"] == single["batch_rules"]["total_tokens"]
+        assert rounds["batch_rules_memory"][key] == rounds["batch_rules"][key]
+    # the memory never costs more than re-grading, and saves only when a round is re-graded
+    assert rounds["batch_rules_memory"]["total_tokens"] <= rounds["batch_rules"]["total_tokens"]
+    assert single["batch_rules_memory"]["total_tokens"] == single["batch_rules"]["total_tokens"]
     # few_context at k=2 approves every list unread
     few = result["few_context"][0]
     assert few["few_context_hits"] == few["gradings"] == 3
