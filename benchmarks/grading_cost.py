@@ -290,7 +290,7 @@ class StrategyModel:
 
         if self.real is not None:
             completion = self.real.complete(request, {**self.label, "strategy": self.strategy})
-            self.meter.calls_replayed += bool(getattr(completion, "replayed", False))
+            self.meter.calls_replayed += self.real.last_replayed
             return completion
         task = request.task
         text = self.grader.reply([self.grader.score(task.question, it.source) for it in task.items])
@@ -302,7 +302,6 @@ class StrategyModel:
         """One grading: the strategy's LLM calls, metered; the reply holds all N scores."""
         from crag import prompts
         from crag.grading import PARSE_FAILURE_SCORE
-        from crag.ports import GradeTask, LLMRequest
         from crag.state import Completion
 
         task = request.task
@@ -319,8 +318,7 @@ class StrategyModel:
             return completion
         scores, p, c, ms = [], 0, 0, 0.0
         for it in items:  # one call per item, one after another, as the tutorial makes them
-            one = GradeTask(q, (it,))
-            completion = self._ask(LLMRequest(request.node, one, prompts.render(one)))
+            completion = self._ask(single_item_request(q, it))
             meter.add(completion)
             parsed = prompts.parse_scores(completion.text, 1)
             if parsed is None:
@@ -328,6 +326,16 @@ class StrategyModel:
             scores.append(parsed[0] if parsed else PARSE_FAILURE_SCORE)
             p, c, ms = p + completion.prompt_tokens, c + completion.completion_tokens, ms + completion.latency_ms
         return Completion(json.dumps(scores), self.model, prompt_tokens=p, completion_tokens=c, latency_ms=ms)
+
+
+def single_item_request(question: str, item):
+    """The request crag's grade_evidence makes for a context of this one item (rules off):
+    the per-item strategy sends exactly what crag would, parameters included."""
+    from crag.nodes import NodeConfig, grade_evidence
+    from crag.state import AgentState
+
+    state = AgentState(question=question, context=(item,), iteration=1)
+    return grade_evidence.prepare(state, NodeConfig(**NO_RULES))
 
 
 class TrecToolbox:
@@ -904,6 +912,15 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="high_vector_score thresholds to sweep, '' for none (default: %(default)s)")
     p.add_argument("--few-context-ks", default="1,2",
                    help="small k at which the few_context rule is checked, '' for none (default: %(default)s)")
+    real = p.add_argument_group("real grader (benchmarks/real_grader.py)")
+    real.add_argument("--base-url", help="an OpenAI-compatible server: grade with its model instead of the simulated "
+                                         "grader (writes grading_cost_real.*)")
+    real.add_argument("--model", default="local", help="model name sent to the server (default: %(default)s)")
+    real.add_argument("--sample", type=int, default=3, help="evenly spaced TREC DL queries (default: %(default)s)")
+    real.add_argument("--record", type=Path,
+                      help="append-only JSONL of replies; a later run resumes from it "
+                           "(default: grading_cost_real.jsonl under --out)")
+    real.add_argument("--timeout", type=float, default=900.0, help="seconds per request (default: %(default)s)")
     p.add_argument("--out", type=Path, default=RESULTS_DIR)
     p.add_argument("--quiet", dest="verbose", action="store_false")
     args = p.parse_args(argv)
@@ -916,13 +933,29 @@ def parse_args(argv=None) -> argparse.Namespace:
     args.prices = dict(args.price or [_price(x) for x in DEFAULT_PRICES])
     args.sweep = [float(t) for t in args.sweep.split(",") if t.strip()]
     args.queries = args.queries or None
+    args.checkpoint = None
+    args.record = args.record or args.out / "grading_cost_real.jsonl"
     if not Path(args.data).exists():
         p.error(f"no such file: {args.data} (the TREC DL judged pairs; pass --data)")
+    if args.base_url is not None and not args.base_url.startswith(("http://", "https://")):
+        p.error(f"--base-url must be an http:// or https:// URL, got {args.base_url!r}")
+    if args.sample < 1:
+        p.error("--sample must be at least 1")
     return args
 
 
 def main(argv=None) -> dict[str, Any]:
     args = parse_args(argv)
+    if args.base_url:
+        from benchmarks import real_grader
+
+        def checkpoint(result: dict[str, Any]) -> None:  # a report after every question
+            write_report(real_grader.NAME, result, args.out, real_grader.render_markdown, lambda r, p: p, False)
+
+        args.checkpoint = checkpoint
+        result = real_grader.run(args)
+        return write_report(real_grader.NAME, result, args.out, real_grader.render_markdown,
+                            real_grader.render_chart, args.verbose)
     return write_report(NAME, run(args), args.out, render_markdown, render_chart, args.verbose)
 
 

@@ -178,3 +178,34 @@ def test_retrieval_scoring_paragraphs_and_the_previous_fusion(tmp_path):
 
     r = retrieval.Rankings([(1, 0.9), (2, 0.8)], [(2, -5.0), (3, -1.0)], [(7, -3.0)], {1: 7, 2: 8, 3: 7})
     assert retrieval.rrf_before(r) == [1, 2, 3]  # 2/61 for chunk 1; 1/61 + 1/62 for 2 and 3 (tie: smaller id)
+
+
+def test_grading_cost_with_a_real_server_sends_crags_requests_and_resumes_from_its_record(tmp_path, judged_pairs):
+    from .openai_server import FakeOpenAIServer, Text
+
+    out = tmp_path / "out"
+    argv = ["--data", str(judged_pairs), "--ks", "3", "--sample", "2", "--model", "m", "--out", str(out), "--quiet"]
+    with FakeOpenAIServer() as srv:
+        # every one-item request parses; a batch of three gets one number: a parse failure
+        srv.default("grade_evidence", Text("[0.9]", prompt_tokens=100, completion_tokens=4, cached_tokens=60))
+        first = grading_cost.main([*argv, "--base-url", srv.base_url])
+        sent = srv.calls()
+        assert sent == first["requests_sent"] > 0
+        assert {r.headers["x-crag-node"] for r in srv.requests} == {"grade_evidence"}
+        second = grading_cost.main([*argv, "--base-url", srv.base_url])
+        assert srv.calls() == sent  # everything replayed from the record
+    assert second["requests_sent"] == 0 and second["requests_replayed"] > 0
+    same = ("llm_calls", "prompt_tokens", "cached_tokens", "completion_tokens", "relevant_kept", "irrelevant_through",
+            "parse_failures", "actions")
+    for a, b in zip(first["rows"]["real"], second["rows"]["real"]):
+        assert {k: a[k] for k in same} == {k: b[k] for k in same}
+        assert b["calls_replayed"] == b["llm_calls"]
+    assert len((out / "grading_cost_real.jsonl").read_text().splitlines()) == sent
+    saved = _files(out, "grading_cost_real")
+    real = {r["strategy"]: r for r in saved["rows"]["real"]}
+    assert real["per_item"]["parse_failures"] == 0 and real["batch"]["parse_failures"] > 0
+    assert real["per_item"]["cached_tokens"] == 60 * real["per_item"]["llm_calls"]
+    assert real["per_item"]["relevant_kept_pct"] == 100.0  # 0.9 for every item keeps all
+    simulated = {r["strategy"]: r for r in saved["rows"]["simulated"]}
+    assert set(simulated) == set(real) == set(grading_cost.STRATEGIES)
+    assert "real" in (out / "grading_cost_real.md").read_text()

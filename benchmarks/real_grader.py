@@ -1,0 +1,261 @@
+"""Grading cost with a real grader: crag's grading requests sent to a real model.
+
+``python -m benchmarks.grading_cost --base-url URL --model M`` runs this instead of the
+simulated benchmark. The workload is the ``up to 3 rounds`` one of ``grading_cost`` (whole
+questions through crag's Driver, ``k`` new TREC DL candidates per round) on an evenly spaced
+sample of ``--sample`` queries. Each strategy's grading requests are built by crag itself
+(``grade_evidence.prepare``; per-item requests are what it builds for a one-item context)
+and sent through crag's OpenAI adapter (``crag.llm.openai_chat.OpenAIChatModel``), so the
+server sees exactly what crag sends: messages, and whatever sampling parameters crag sets.
+The same sample also runs with the simulated grader, reported side by side.
+
+Usage and time are the server's: ``usage.prompt_tokens``, ``completion_tokens`` and
+``prompt_tokens_details.cached_tokens`` (the part of the prompt the server took from its
+prefix cache), and the wall time of each request. Questions run one after another and, in
+each question, the strategies one after another (``per_item``, ``batch``, ``batch_rules``,
+``batch_rules_memory``), so a run stopped early still compares the strategies on the
+questions it finished (the report counts only those).
+
+Resumable: every reply is appended to ``--record`` (JSONL, one line per request, flushed at
+once), keyed by a hash of the model and the request (messages and parameters), i.e. by the
+item or items it grades. A later run, on this machine or a faster one, replays recorded
+replies (their tokens and time included) and sends only what is missing; ``--sample``
+can grow between runs. An identical request made by two strategies (``batch`` and
+``batch_rules`` when no rule fires; the first round of ``batch_rules_memory``) is sent once
+and its recorded reply, tokens and time count for each: at temperature 0 a server answers
+it the same way (``calls replayed`` in the report says how many). A request that fails
+(timeout, server error) counts as a parse failure in this run and is not recorded, so a
+resumed run sends it again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import load_pyplot, markdown_table
+
+NAME = "grading_cost_real"
+ORDER = ("per_item", "batch", "batch_rules", "batch_rules_memory")
+
+
+class RecordedGrader:
+    """crag's OpenAI adapter behind an append-only record of replies, keyed by request."""
+
+    def __init__(self, base_url: str, model: str, record: Path, timeout: float, verbose: bool = True) -> None:
+        from crag.config import Settings
+        from crag.llm.openai_chat import OpenAIChatModel
+
+        settings = Settings(llm="openai", model=model, openai_base_url=base_url.rstrip("/"),
+                            llm_timeout=timeout, llm_max_retries=1)
+        self.chat = OpenAIChatModel(settings)
+        self.model = model
+        self.record = Path(record)
+        self.verbose = verbose
+        self.replies: dict[str, dict[str, Any]] = {}
+        self.sent = self.replayed = self.errors = 0
+        self.last_replayed = False
+        if self.record.exists():
+            for line in self.record.read_text().splitlines():
+                try:
+                    row = json.loads(line)
+                except ValueError:  # a line cut short by a killed run
+                    continue
+                if isinstance(row, dict) and "key" in row and "text" in row:
+                    self.replies[row["key"]] = row
+
+    def key(self, request) -> str:
+        """The model and everything the request sends, hashed (the task is what was rendered)."""
+        import attrs
+
+        sent = {f.name: getattr(request, f.name) for f in attrs.fields(type(request)) if f.name not in ("task", "node")}
+        blob = json.dumps({"model": self.model, **sent}, sort_keys=True, ensure_ascii=False, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:32]
+
+    def complete(self, request, label: dict[str, Any]):
+        from crag.errors import LLMError
+        from crag.state import Completion
+
+        key = self.key(request)
+        row = self.replies.get(key)
+        self.last_replayed = row is not None
+        if row is not None:
+            self.replayed += 1
+            return Completion(row["text"], self.model, prompt_tokens=row["prompt_tokens"],
+                              completion_tokens=row["completion_tokens"], latency_ms=row["latency_ms"],
+                              cached_tokens=row.get("cached_tokens", 0))
+        try:
+            completion = self.chat.complete(request)
+        except LLMError as exc:
+            self.errors += 1
+            if self.verbose:
+                print(f"  real grader: {label} failed: {exc}", flush=True)
+            return Completion("", self.model)
+        self.sent += 1
+        row = {"key": key, **label, "items": [it.source for it in request.task.items], "text": completion.text,
+               "prompt_tokens": completion.prompt_tokens, "cached_tokens": completion.cached_tokens,
+               "completion_tokens": completion.completion_tokens, "latency_ms": round(completion.latency_ms, 1),
+               "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        self.replies[key] = row
+        self.record.parent.mkdir(parents=True, exist_ok=True)
+        with self.record.open("a") as f:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+        if self.verbose:
+            print(f"  real grader: {label.get('strategy')} q{label.get('qid')} {len(request.task.items)} items: "
+                  f"{completion.prompt_tokens} prompt ({completion.cached_tokens} cached) + "
+                  f"{completion.completion_tokens} completion tokens, {completion.latency_ms / 1000:.1f} s "
+                  f"-> {completion.text.strip()[:60]!r}", flush=True)
+        return completion
+
+
+def sample(queries: Sequence, n: int) -> list:
+    """``n`` queries evenly spaced over the list (deterministic; a larger n keeps the smaller one's
+    queries only when it is a multiple of it)."""
+    if n >= len(queries):
+        return list(queries)
+    step = len(queries) / n
+    return [queries[int(i * step)] for i in range(n)]
+
+
+def run(args) -> dict[str, Any]:
+    from benchmarks import grading_cost as gc
+
+    queries = sample(gc.load_queries(args.data), args.sample)
+    labels = {(q.text, c.item.source): c.grade for q in queries for c in q.candidates}
+    simulated = gc.SimulatedGrader(labels, args.means, args.noise, args.seed)
+    cost = gc.CostModel(args.encoding, args.latency_fixed_ms, args.latency_prompt_ms, args.latency_completion_ms)
+    real = RecordedGrader(args.base_url, args.model, args.record, args.timeout, args.verbose)
+    strategies = [s for s in ORDER if s in args.strategies]
+    acc = {(kind, s): (gc.Meter(), gc.Quality()) for kind in ("real", "simulated") for s in strategies}
+    done: list[str] = []
+    started = time.perf_counter()
+    result: dict[str, Any] = {}
+    for k in args.ks:
+        for query in queries:
+            for strategy in strategies:
+                for kind in ("real", "simulated"):
+                    meter, quality = acc[(kind, strategy)]
+                    model = gc.StrategyModel(strategy, simulated, cost, meter, k,
+                                             real=real if kind == "real" else None,
+                                             label={"qid": query.qid, "k": k})
+                    gc.run_question(strategy, query, k, model, meter, quality)
+            done.append(f"{query.qid}@k{k}")
+            result = summary(args, acc, strategies, done, real, time.perf_counter() - started)
+            if args.verbose:
+                print(f"  grading_cost (real): {len(done)} of {len(queries) * len(args.ks)} questions done", flush=True)
+            if args.checkpoint is not None:
+                args.checkpoint(result)
+    return result
+
+
+def summary(args, acc, strategies, done, real, elapsed_s) -> dict[str, Any]:
+    from benchmarks import grading_cost as gc
+
+    rows = {kind: [gc.summarise(s, *acc[(kind, s)], args.prices, len(done)) for s in strategies]
+            for kind in ("real", "simulated")}
+    return {
+        "args": {"base_url": args.base_url, "model": args.model, "sample": args.sample, "ks": args.ks,
+                 "strategies": strategies, "record": str(args.record), "timeout_s": args.timeout,
+                 "data": str(args.data), "noise": args.noise, "seed": args.seed},
+        "questions_done": list(done),
+        "requests_sent": real.sent,
+        "requests_replayed": real.replayed,
+        "request_errors": real.errors,
+        "elapsed_s": elapsed_s,
+        "rows": rows,
+        "memory_vs_batch": {kind: verdict(rows[kind]) for kind in rows},
+    }
+
+
+def verdict(rows: Sequence[dict]) -> dict[str, Any] | None:
+    by = {r["strategy"]: r for r in rows}
+    batch, memory = by.get("batch"), by.get("batch_rules_memory")
+    if not batch or not memory or not batch["total_tokens"]:
+        return None
+    saved = 100 * (1 - memory["total_tokens"] / batch["total_tokens"])
+    extra = memory["irrelevant_through_pct"] - batch["irrelevant_through_pct"]
+    return {"tokens_saved_pct": saved, "extra_irrelevant_pts": extra,
+            "meets": saved >= 25 and extra <= 2}
+
+
+def render_markdown(result: dict[str, Any]) -> str:
+    a = result["args"]
+    n = len(result["questions_done"])
+    out = [
+        f"# Grading cost with a real grader\n\n"
+        f"`{a['model']}` at `{a['base_url']}`; {n} question(s) done of a sample of {a['sample']} TREC DL "
+        f"queries × k = {', '.join(map(str, a['ks']))} new candidates per round, up to 3 rounds. "
+        f"{result['requests_sent']} requests sent in this run, {result['requests_replayed']} replayed from "
+        f"`{Path(a['record']).name}`, {result['request_errors']} failed. Run time {result['elapsed_s'] / 60:.1f} min.\n\n"
+    ]
+    headers = ["strategy", "grader", "calls", "prompt tokens", "cached", "completion tokens", "grading time (s)",
+               "relevant kept", "irrelevant through", "parse failures (items)", "fast-path false approvals"]
+    table = []
+    for s in a["strategies"]:
+        for kind in ("real", "simulated"):
+            r = next(x for x in result["rows"][kind] if x["strategy"] == s)
+            table.append([
+                f"`{s}`", kind, f"{r['llm_calls']:,}", f"{r['prompt_tokens']:,}",
+                f"{r['cached_tokens']:,}" if kind == "real" else "–", f"{r['completion_tokens']:,}",
+                f"{r['latency_s']:.0f}" if kind == "real" else f"{r['latency_s']:.1f} (modelled)",
+                f"{r['relevant_kept_pct']:.0f}% ({r['relevant_kept']}/{r['relevant_retrieved']})",
+                f"{r['irrelevant_through_pct']:.0f}% ({r['irrelevant_through']}/{r['irrelevant_retrieved']})",
+                f"{r['parse_failures']:,}", f"{r['fast_path_false_approvals']:,}",
+            ])
+    out.append(markdown_table(headers, table))
+    out.append("\nTokens of the simulated grader are tiktoken counts (o200k_base) of the same prompts; its "
+               "time is the benchmark's latency model, not a measurement.\n")
+    for kind, v in result["memory_vs_batch"].items():
+        if v:
+            out.append(f"\n`batch_rules_memory` vs `batch` ({kind} grader): {v['tokens_saved_pct']:.1f}% fewer "
+                       f"grading tokens, {v['extra_irrelevant_pts']:+.1f} pts irrelevant passages let through "
+                       f"(target ≥ 25% and ≤ +2 pts: {'met' if v['meets'] else 'missed'}).\n")
+    return "".join(out)
+
+
+def render_chart(result: dict[str, Any], path: Path) -> Path | None:
+    plt = load_pyplot()
+    if plt is None:
+        return None
+    strategies = result["args"]["strategies"]
+    get = {kind: {r["strategy"]: r for r in rows} for kind, rows in result["rows"].items()}
+    fig, axes = plt.subplots(1, 3, figsize=(16, 5))
+    xs = range(len(strategies))
+    w = 0.38
+    ax = axes[0]
+    for off, kind, colour in ((-w / 2, "real", "#1f77b4"), (w / 2, "simulated", "#aec7e8")):
+        rows = [get[kind][s] for s in strategies]
+        fresh = [r["prompt_tokens"] - r["cached_tokens"] for r in rows]
+        cached = [r["cached_tokens"] for r in rows]
+        comp = [r["completion_tokens"] for r in rows]
+        pos = [x + off for x in xs]
+        ax.bar(pos, fresh, w, color=colour, label=f"{kind}: prompt")
+        ax.bar(pos, cached, w, bottom=fresh, color=colour, hatch="//", alpha=0.6, label=f"{kind}: prompt, cached")
+        ax.bar(pos, comp, w, bottom=[f + c for f, c in zip(fresh, cached)], color="#ff7f0e", label="completion" if kind == "real" else None)
+    ax.set(xticks=list(xs), xticklabels=[s.replace("_", "_\n", 1) for s in strategies], title="Grading tokens")
+    ax.legend(fontsize=7)
+    ax = axes[1]
+    real = [get["real"][s] for s in strategies]
+    ax.bar(list(xs), [r["latency_s"] for r in real], 0.6, color="#1f77b4")
+    ax.set(xticks=list(xs), xticklabels=[s.replace("_", "_\n", 1) for s in strategies],
+           title="Real grading time (s, wall clock)")
+    ax = axes[2]
+    for off, kind, alpha in ((-w / 2, "real", 1.0), (w / 2, "simulated", 0.45)):
+        rows = [get[kind][s] for s in strategies]
+        ax.bar([x + off - w / 4 for x in xs], [r["relevant_kept_pct"] for r in rows], w / 2, color="#2ca02c",
+               alpha=alpha, label=f"relevant kept ({kind})")
+        ax.bar([x + off + w / 4 for x in xs], [r["irrelevant_through_pct"] for r in rows], w / 2, color="#d62728",
+               alpha=alpha, label=f"irrelevant through ({kind})")
+    ax.set(xticks=list(xs), xticklabels=[s.replace("_", "_\n", 1) for s in strategies], ylim=(0, 115),
+           title="Decisions vs expert labels (%)")
+    ax.legend(fontsize=7, ncol=2)
+    a = result["args"]
+    fig.suptitle(f"Real grader {a['model']}: {len(result['questions_done'])} TREC DL questions, up to 3 rounds")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
