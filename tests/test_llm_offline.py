@@ -152,7 +152,27 @@ def test_grading_gives_one_score_per_item_ranking_the_relevant_higher():
     assert scores is not None
     assert scores[0] >= 0.7 > scores[1]
     assert scores[1] < 0.3  # unrelated evidence would be dropped
-    assert scores[2] == 0.9  # lines read by read_file
+    assert scores[2] < 0.3  # lines read by read_file are graded by what they say
+
+
+def test_offline_grades_tell_an_answering_passage_from_scattered_words():
+    question = "How many times do uploads retry and what backoff do they use?"
+    answering = EvidenceItem("read_file", "docs/uploads.md", "Uploads retry three times.\nThe backoff is exponential.", 4, 5)
+    scattered = EvidenceItem(
+        "vector_search", "docs/misc.md",
+        "\n".join(["Uploads are stored in S3."] + ["Unrelated filler text here."] * 8
+                   + ["A retry button exists in the UI."] + ["More filler."] * 8 + ["Backoff is a term from networking."]),
+        1, 19, 0.9,
+    )
+    answer, scatter = prompts.parse_scores(ask(GradeTask(question, (answering, scattered))), 2)
+    assert answer >= 0.7  # covers the question in a few lines: "answers it"
+    assert scatter < answer  # the same words spread over a page, despite a high vector score
+
+
+def test_offline_grade_ignores_the_tools_own_score():
+    low, high = (EvidenceItem("vector_search", "docs/uploads.md", UPLOADS.text, 40, 42, s) for s in (0.05, 0.95))
+    assert prompts.parse_scores(ask(GradeTask("How do uploads retry?", (low, high))), 2) == (
+        prompts.parse_scores(ask(GradeTask("How do uploads retry?", (high, low))), 2))
 
 
 def test_synthesis_quotes_relevant_sentences_with_citations():

@@ -12,8 +12,8 @@ contract as a real model's, so it goes through the same strict parsers:
   vary the calls (keywords only, a larger ``top_k``, terms learnt from the evidence,
   reading around the best hit) so a retry never repeats itself. A follow-up question (one
   with earlier turns) is also searched with the keywords of the previous user turn.
-* grade_evidence: one score per item from the tool's own score and the share of the
-  question's keywords the item contains; lines read by ``read_file`` score high.
+* grade_evidence: one score per item from the share of the question's keywords the item
+  covers, as a whole and in its best few lines.
 * synthesize: an extractive answer, the evidence sentences (and at most one code block) that
   best match the question, quoted verbatim with ``[K]`` citations under a line saying no LLM
   wrote it. Only whitespace changes (a sentence wrapped over lines is put on one, a code
@@ -112,6 +112,25 @@ def _follow_up_terms(history: Sequence[Message], words: Sequence[str]) -> list[s
         if message.role == "user" and message.content.strip():
             return [w for w in dict.fromkeys(keywords(message.content)) if w not in words][:8]
     return []
+
+
+# Offline grading: coverage of the question's keywords mapped onto the grade scale. A
+# strength of _WEAK_COVERAGE scores 0.0, _STRONG_COVERAGE scores 1.0 (linear between).
+_WHOLE_WEIGHT = 0.6
+_WEAK_COVERAGE = 0.25
+_STRONG_COVERAGE = 0.7
+_PASSAGE_LINES = 4
+
+
+def _best_passage(question_words: Sequence[str], text: str) -> float:
+    """The best coverage of ``question_words`` by any few consecutive non-blank lines."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    best = 0.0
+    for start in range(max(len(lines) - _PASSAGE_LINES + 1, 1)):
+        best = max(best, overlap(question_words, " ".join(lines[start : start + _PASSAGE_LINES])))
+        if best >= 1.0:
+            break
+    return best
 
 
 def _signature(tool: str, args: dict[str, Any]) -> str:
@@ -313,18 +332,23 @@ class OfflineChatModel:
 
     @staticmethod
     def score(question: str, item: EvidenceItem) -> float:
-        """Relevance of one item, 0..1: the tool's score blended with keyword overlap."""
-        if item.tool == "read_file":
-            return 0.9
+        """Relevance of one item, 0..1, from how much of the question it covers.
+
+        Two coverages of the question's keywords: by the whole item (its text, heading and
+        path) and by its best passage of a few consecutive lines (an answer sits in one
+        place, not scattered over a page). An item covering about two thirds of the question
+        in one passage scores 0.7 or more ("answers it"); one covering a quarter or less
+        scores below 0.3 and is dropped. Lines ``read_file`` read are graded the same way
+        (reading a file the question names is approved by the ``read_file`` rule before any
+        grading). The tool's own score is not used: hash-embedder cosines sit near 0.3 for
+        relevant and unrelated chunks alike (docs/benchmarks.md).
+        """
         words = keywords(question)
-        lexical = overlap(words, f"{item.text} {item.source}") if words else 0.5
-        if item.score is not None:
-            tool_score = min(max(float(item.score), 0.0), 1.0)
-            value = 0.4 * tool_score + 0.6 * lexical
-        elif item.tool == "grep_search":
-            value = 0.35 + 0.65 * lexical
-        else:
-            value = 0.3 + 0.7 * lexical
+        if not words:
+            return 0.5
+        whole = overlap(words, f"{item.text} {item.title} {item.source}")
+        strength = _WHOLE_WEIGHT * whole + (1 - _WHOLE_WEIGHT) * _best_passage(words, item.text)
+        value = (strength - _WEAK_COVERAGE) / (_STRONG_COVERAGE - _WEAK_COVERAGE)
         return round(min(max(value, 0.0), 1.0), 3)
 
     # -- synthesize ----------------------------------------------------------------------
