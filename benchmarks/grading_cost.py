@@ -75,7 +75,6 @@ Run: ``python -m benchmarks.grading_cost``. Writes ``grading_cost.json``, ``.md`
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
 import zlib
@@ -917,6 +916,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                                          "grader (writes grading_cost_real.*)")
     real.add_argument("--model", default="local", help="model name sent to the server (default: %(default)s)")
     real.add_argument("--sample", type=int, default=3, help="evenly spaced TREC DL queries (default: %(default)s)")
+    real.add_argument("--qids", default="", help="comma-separated TREC query ids instead of --sample")
     real.add_argument("--record", type=Path,
                       help="append-only JSONL of replies; a later run resumes from it "
                            "(default: grading_cost_real.jsonl under --out)")
@@ -934,6 +934,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     args.sweep = [float(t) for t in args.sweep.split(",") if t.strip()]
     args.queries = args.queries or None
     args.checkpoint = None
+    args.qids = [q.strip() for q in args.qids.split(",") if q.strip()]
     args.record = args.record or args.out / "grading_cost_real.jsonl"
     if not Path(args.data).exists():
         p.error(f"no such file: {args.data} (the TREC DL judged pairs; pass --data)")

@@ -124,7 +124,15 @@ def sample(queries: Sequence, n: int) -> list:
 def run(args) -> dict[str, Any]:
     from benchmarks import grading_cost as gc
 
-    queries = sample(gc.load_queries(args.data), args.sample)
+    everything = gc.load_queries(args.data)
+    if args.qids:
+        by_id = {q.qid: q for q in everything}
+        missing = [q for q in args.qids if q not in by_id]
+        if missing:
+            raise SystemExit(f"grading_cost: no such query id in {args.data}: {', '.join(missing)}")
+        queries = [by_id[q] for q in args.qids]
+    else:
+        queries = sample(everything, args.sample)
     labels = {(q.text, c.item.source): c.grade for q in queries for c in q.candidates}
     simulated = gc.SimulatedGrader(labels, args.means, args.noise, args.seed)
     cost = gc.CostModel(args.encoding, args.latency_fixed_ms, args.latency_prompt_ms, args.latency_completion_ms)
@@ -158,7 +166,8 @@ def summary(args, acc, strategies, done, real, elapsed_s) -> dict[str, Any]:
     rows = {kind: [gc.summarise(s, *acc[(kind, s)], args.prices, len(done)) for s in strategies]
             for kind in ("real", "simulated")}
     return {
-        "args": {"base_url": args.base_url, "model": args.model, "sample": args.sample, "ks": args.ks,
+        "args": {"base_url": args.base_url, "model": args.model, "sample": len(args.qids) or args.sample,
+                 "qids": args.qids, "ks": args.ks,
                  "strategies": strategies, "record": str(args.record), "timeout_s": args.timeout,
                  "data": str(args.data), "noise": args.noise, "seed": args.seed},
         "questions_done": list(done),

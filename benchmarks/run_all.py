@@ -7,7 +7,9 @@ microsecond timings of the overhead benchmark), in this order:
 1. ``overhead``      driver vs LangGraph per question, start-up, imports;
 2. ``grading_cost``  grading strategies on TREC DL with a simulated grader;
 3. ``index_scale``   exact vs approximate FAISS at 10k, 100k and 1M chunks;
-4. ``retrieval``     when ``benchmarks/retrieval.py`` exists (``--skip-retrieval`` to skip; it
+4. ``offline_grading`` the offline backend's grades and the fast-path rules on the docs
+                     questions (indexes the two documentation corpora, about 2 minutes);
+5. ``retrieval``     when ``benchmarks/retrieval.py`` exists (``--skip-retrieval`` to skip; it
                      writes to ``benchmarks/results/`` itself, so it is left out when ``--out``
                      points elsewhere).
 
@@ -39,18 +41,20 @@ from benchmarks.common import (
 )
 
 REPO = Path(__file__).resolve().parents[1]
-BENCHMARKS = ("overhead", "grading_cost", "index_scale", "retrieval")
+BENCHMARKS = ("overhead", "grading_cost", "index_scale", "offline_grading", "retrieval")
 
 DEFAULT_ARGS: dict[str, list[str]] = {
     "overhead": [],
     "grading_cost": [],
     "index_scale": [],
+    "offline_grading": [],
     "retrieval": [],
 }
 QUICK_ARGS: dict[str, list[str]] = {
     "overhead": ["--runs", "200", "--warmup", "20", "--startup-runs", "2", "--no-cli-probe"],
     "grading_cost": ["--queries", "8", "--ks", "3,5", "--sweep", "0.8,0.4", "--few-context-ks", "2"],
     "index_scale": ["--sizes", "2000,10000", "--queries", "20", "--min-single", "5", "--single-budget-s", "0.5"],
+    "offline_grading": ["--limit", "5"],
     "retrieval": [],
 }
 
@@ -121,6 +125,17 @@ def headlines(out: Path) -> list[str]:
                     f"{v['extra_irrelevant_pts_vs_batch']:+.1f} pts irrelevant vs batch "
                     f"({'meets' if v['meets_all'] else 'misses'} the target)."
                 )
+    og = _load(out, "offline_grading")
+    if og:
+        s = og["summary"]
+        lines.append(
+            f"Offline grading on {s['questions']} docs questions: weak-evidence note on "
+            f"{s['note_when_gold_retrieved_pct']:.1f}% of the answers whose gold file was retrieved (target ≤ 25%: "
+            f"{'met' if s['target_met'] else 'missed'}), on {s['off_topic_note'] + s['off_topic_no_evidence']} of "
+            f"{s['off_topic']} off-topic questions a note or the no-evidence answer; `high_vector_score` "
+            f"fires on {s['high_vector_score_sweep'][0]['questions']} questions at 0.8 (top-5 scores: median "
+            f"{s['vector_scores']['top5_p50']:.2f})."
+        )
     ix = _load(out, "index_scale")
     if ix:
         rows = [r for r in ix["rows"] if "skipped" not in r]

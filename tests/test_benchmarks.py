@@ -209,3 +209,23 @@ def test_grading_cost_with_a_real_server_sends_crags_requests_and_resumes_from_i
     simulated = {r["strategy"]: r for r in saved["rows"]["simulated"]}
     assert set(simulated) == set(real) == set(grading_cost.STRATEGIES)
     assert "real" in (out / "grading_cost_real.md").read_text()
+
+
+def test_offline_grading_summary_counts_notes_only_where_the_gold_file_was_retrieved():
+    from benchmarks import offline_grading
+
+    def row(note, retrieved=True, off_topic=False, top=(0.9, 0.85, 0.8, 0.82, 0.81), gold_at=0, action="REFINE"):
+        return {"question": "q", "off_topic": off_topic, "no_evidence": False, "gold_retrieved": retrieved,
+                "gold_cited": retrieved, "rounds": 3 if note else 1, "action": action, "note": note,
+                "complexity": "complex", "fast_path": None, "fast_path_items": 0, "fast_path_off_gold": 0,
+                "removed": 0, "skipped": 0, "scores": [],
+                "top5": [{"score": s, "gold": i == gold_at} for i, s in enumerate(top)]}
+
+    rows = [row(True), row(False), row(False), row(False), row(True, retrieved=False),
+            row(True, off_topic=True, top=()), row(False, off_topic=True, top=(), action="GENERATE")]
+    s = offline_grading.summarise(rows)
+    assert (s["questions"], s["gold_retrieved"], s["note_when_gold_retrieved"]) == (5, 4, 1)
+    assert s["note_when_gold_retrieved_pct"] == 25.0 and s["target_met"]
+    assert (s["off_topic"], s["off_topic_note"], s["off_topic_generate"]) == (2, 1, 1)
+    at_08 = s["high_vector_score_sweep"][0]
+    assert at_08["threshold"] == 0.8 and at_08["questions"] == 5 and at_08["off_gold"] == 4 * 5

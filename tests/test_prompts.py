@@ -96,7 +96,7 @@ def test_evidence_items_are_numbered_headers_with_quoted_text():
 
 
 def test_grade_prompt_asks_for_exactly_n_numbers():
-    system, user = render(GradeTask("q", tuple(item(k) for k in range(1, 6))))
+    _system, user = render(GradeTask("q", tuple(item(k) for k in range(1, 6))))
     assert "JSON array of exactly 5 numbers" in user["content"]
     assert "[1] to [5]" in user["content"]
 
@@ -105,7 +105,7 @@ def test_grade_prompt_of_a_later_round_starts_with_the_whole_earlier_prompt_up_t
     """Survivors first, same order and rendering: a prefix cache reuses them (docs/architecture.md)."""
     survivors = tuple(item(k) for k in range(1, 4))
     before = render(GradeTask("q", survivors))
-    after = render(GradeTask("q", survivors + (item(7), item(8))))
+    after = render(GradeTask("q", (*survivors, item(7), item(8))))
     assert after[0] == before[0]  # the system message does not depend on the number of items
     shared = before[1]["content"].rsplit("\n\nScores for items", 1)[0]
     assert after[1]["content"].startswith(shared + "\n\n[4] ")
