@@ -402,42 +402,48 @@ def node_config(strategy: str, k: int, threshold: float | None = None):
     return NodeConfig(tools=builtin("vector_search"), max_iterations=3, top_k=k, **extra)
 
 
-def run_single_round(strategy: str, queries: list[Query], ks: Sequence[int], grader, cost, threshold=None):
-    """Each query's top-k through grade_evidence.prepare / apply, once."""
+def grade_once(strategy: str, query: Query, k: int, model, meter: Meter, quality: Quality, cfg=None) -> None:
+    """The query's top-k through grade_evidence.prepare / apply, once."""
     from crag.nodes import grade_evidence
     from crag.state import AgentState, Complexity, RoutingPlan, ToolCall, ToolRun
 
+    cfg = cfg or node_config(strategy, k)
+    cands = query.candidates[:k]
+    items = tuple(c.item for c in cands)
+    call = ToolCall("vector_search", {"query": query.text, "top_k": k})
+    state = AgentState(
+        question=query.text,
+        routing_plan=RoutingPlan(Complexity.COMPLEX, ("vector_search",)),
+        iteration=1,
+        context=items,
+        tool_history=(ToolRun(1, call, items),),
+        trace=("analyze_and_route", "plan", "tool_exec"),
+    )
+    meter.gradings += 1
+    request = grade_evidence.prepare(state, cfg)
+    reply = model.complete(request) if request is not None else None
+    after = grade_evidence.apply(state, reply, cfg)
+    kept = {it.source for it in after.context}
+    quality.add(cands, kept)
+    quality.actions[after.grader_action.value] += 1
+    quality.rounds += 1
+    if request is None:
+        rule = next(e.fields["rule_name"] for e in after.audit if e.event == "fast_path_hit")
+        meter.fast_path[rule] += 1
+        quality.fast_path_approved += len(cands)
+        quality.fast_path_false_approvals += sum(not c.relevant for c in cands)
+    if not after.context:
+        quality.no_evidence += 1
+
+
+def run_single_round(strategy: str, queries: list[Query], ks: Sequence[int], grader, cost, threshold=None):
+    """Each query's top-k through grade_evidence.prepare / apply, once."""
     meter, quality = Meter(), Quality()
     for k in ks:
         cfg = node_config(strategy, k, threshold)
         for query in queries:
             model = StrategyModel(strategy, grader, cost, meter, k)
-            cands = query.candidates[:k]
-            items = tuple(c.item for c in cands)
-            call = ToolCall("vector_search", {"query": query.text, "top_k": k})
-            state = AgentState(
-                question=query.text,
-                routing_plan=RoutingPlan(Complexity.COMPLEX, ("vector_search",)),
-                iteration=1,
-                context=items,
-                tool_history=(ToolRun(1, call, items),),
-                trace=("analyze_and_route", "plan", "tool_exec"),
-            )
-            meter.gradings += 1
-            request = grade_evidence.prepare(state, cfg)
-            reply = model.complete(request) if request is not None else None
-            after = grade_evidence.apply(state, reply, cfg)
-            kept = {it.source for it in after.context}
-            quality.add(cands, kept)
-            quality.actions[after.grader_action.value] += 1
-            quality.rounds += 1
-            if request is None:
-                rule = next(e.fields["rule_name"] for e in after.audit if e.event == "fast_path_hit")
-                meter.fast_path[rule] += 1
-                quality.fast_path_approved += len(cands)
-                quality.fast_path_false_approvals += sum(not c.relevant for c in cands)
-            if not after.context:
-                quality.no_evidence += 1
+            grade_once(strategy, query, k, model, meter, quality, cfg)
     return meter, quality
 
 
@@ -916,6 +922,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                                          "grader (writes grading_cost_real.*)")
     real.add_argument("--model", default="local", help="model name sent to the server (default: %(default)s)")
     real.add_argument("--sample", type=int, default=3, help="evenly spaced TREC DL queries (default: %(default)s)")
+    real.add_argument("--workload", choices=("rounds", "single"), default="rounds",
+                      help="rounds: whole questions, up to 3 rounds; single: each query's top-k graded once "
+                           "(default: %(default)s)")
     real.add_argument("--qids", default="", help="comma-separated TREC query ids instead of --sample")
     real.add_argument("--record", type=Path,
                       help="append-only JSONL of replies; a later run resumes from it "
@@ -950,13 +959,15 @@ def main(argv=None) -> dict[str, Any]:
     if args.base_url:
         from benchmarks import real_grader
 
+        name = real_grader.NAME + ("_single" if args.workload == "single" else "")
+
         def checkpoint(result: dict[str, Any]) -> None:  # a report after every question
-            write_report(real_grader.NAME, result, args.out, real_grader.render_markdown, lambda r, p: p, False)
+            write_report(name, result, args.out, real_grader.render_markdown, lambda r, p: p, False)
 
         args.checkpoint = checkpoint
         result = real_grader.run(args)
-        return write_report(real_grader.NAME, result, args.out, real_grader.render_markdown,
-                            real_grader.render_chart, args.verbose)
+        return write_report(name, result, args.out, real_grader.render_markdown, real_grader.render_chart,
+                            args.verbose)
     return write_report(NAME, run(args), args.out, render_markdown, render_chart, args.verbose)
 
 

@@ -2,8 +2,9 @@
 
 ``python -m benchmarks.grading_cost --base-url URL --model M`` runs this instead of the
 simulated benchmark. The workload is the ``up to 3 rounds`` one of ``grading_cost`` (whole
-questions through crag's Driver, ``k`` new TREC DL candidates per round) on an evenly spaced
-sample of ``--sample`` queries. Each strategy's grading requests are built by crag itself
+questions through crag's Driver, ``k`` new TREC DL candidates per round), or with
+``--workload single`` each query's top ``k`` graded once, on an evenly spaced sample of
+``--sample`` queries (or the ``--qids`` given). Each strategy's grading requests are built by crag itself
 (``grade_evidence.prepare``; per-item requests are what it builds for a one-item context)
 and sent through crag's OpenAI adapter (``crag.llm.openai_chat.OpenAIChatModel``), so the
 server sees exactly what crag sends: messages, and whatever sampling parameters crag sets.
@@ -39,7 +40,7 @@ from typing import Any
 
 from benchmarks.common import load_pyplot, markdown_table
 
-NAME = "grading_cost_real"
+NAME = "grading_cost_real"  # + "_single" for the single-round workload
 ORDER = ("per_item", "batch", "batch_rules", "batch_rules_memory")
 
 
@@ -150,7 +151,8 @@ def run(args) -> dict[str, Any]:
                     model = gc.StrategyModel(strategy, simulated, cost, meter, k,
                                              real=real if kind == "real" else None,
                                              label={"qid": query.qid, "k": k})
-                    gc.run_question(strategy, query, k, model, meter, quality)
+                    run = gc.grade_once if args.workload == "single" else gc.run_question
+                    run(strategy, query, k, model, meter, quality)
             done.append(f"{query.qid}@k{k}")
             result = summary(args, acc, strategies, done, real, time.perf_counter() - started)
             if args.verbose:
@@ -167,7 +169,7 @@ def summary(args, acc, strategies, done, real, elapsed_s) -> dict[str, Any]:
             for kind in ("real", "simulated")}
     return {
         "args": {"base_url": args.base_url, "model": args.model, "sample": len(args.qids) or args.sample,
-                 "qids": args.qids, "ks": args.ks,
+                 "qids": args.qids, "ks": args.ks, "workload": args.workload,
                  "strategies": strategies, "record": str(args.record), "timeout_s": args.timeout,
                  "data": str(args.data), "noise": args.noise, "seed": args.seed},
         "questions_done": list(done),
@@ -194,11 +196,14 @@ def verdict(rows: Sequence[dict]) -> dict[str, Any] | None:
 def render_markdown(result: dict[str, Any]) -> str:
     a = result["args"]
     n = len(result["questions_done"])
+    if a.get("workload") == "single":
+        shape = f"queries × top k = {', '.join(map(str, a['ks']))} candidates graded once (single round). "
+    else:
+        shape = f"queries × k = {', '.join(map(str, a['ks']))} new candidates per round, up to 3 rounds. "
     out = [
         f"# Grading cost with a real grader\n\n"
         f"`{a['model']}` at `{a['base_url']}`; {n} question(s) done of a sample of {a['sample']} TREC DL "
-        f"queries × k = {', '.join(map(str, a['ks']))} new candidates per round, up to 3 rounds. "
-        f"{result['requests_sent']} requests sent in this run, {result['requests_replayed']} replayed from "
+        f"{shape}{result['requests_sent']} requests sent in this run, {result['requests_replayed']} replayed from "
         f"`{Path(a['record']).name}`, {result['request_errors']} failed. Run time {result['elapsed_s'] / 60:.1f} min.\n\n"
     ]
     headers = ["strategy", "grader", "calls", "prompt tokens", "cached", "completion tokens", "grading time (s)",
@@ -263,7 +268,8 @@ def render_chart(result: dict[str, Any], path: Path) -> Path | None:
            title="Decisions vs expert labels (%)")
     ax.legend(fontsize=7, ncol=2)
     a = result["args"]
-    fig.suptitle(f"Real grader {a['model']}: {len(result['questions_done'])} TREC DL questions, up to 3 rounds")
+    how = "top k graded once" if a.get("workload") == "single" else "up to 3 rounds"
+    fig.suptitle(f"Real grader {a['model']}: {len(result['questions_done'])} TREC DL questions, {how}")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
