@@ -30,7 +30,8 @@ def run(grades, results, **kw):
     model = ScriptedChatModel(
         {
             "analyze_and_route": [route("complex")] * 3,
-            "plan": [search_plan()] * 3,
+            # a different search each round (a repeated one would page past what it returned)
+            "plan": [search_plan(QUESTION), search_plan("upload retry limits"), search_plan("retry backoff")],
             "grade_evidence": list(grades),
         },
         default={"synthesize": "Uploads retry [1]."},
