@@ -110,7 +110,7 @@ class EvidenceItem:
         return f"{self.source}:L{self.start_line}-L{self.end_line}"
 
 
-def _unit_score(instance: object, attribute: attrs.Attribute, value: float) -> None:
+def _unit_score(instance: object, attribute: Any, value: float) -> None:
     if not 0.0 <= value <= 1.0:
         raise ValueError(f"{attribute.name} {value!r} is outside [0, 1]")
 
