@@ -39,6 +39,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import EmbedderMismatchError, IndexStoreError
 from ..ports import FileRecord, StoreState
+from ..text import WORD
 from .documents import embed_text, reindex, title_words
 from .fusion import SearchWeights
 from .postgres_schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION
@@ -47,7 +48,7 @@ if TYPE_CHECKING:
 
     from ..ports import DocumentVersion, Embedder, Retriever
 
-__all__ = ["PostgresStore", "PostgresUpdate", "hnsw_kind", "redact", "vector_literal"]
+__all__ = ["PostgresStore", "PostgresUpdate", "hnsw_kind", "redact", "vector_literal", "word_count"]
 
 # The advisory lock every crag indexer of a database takes: "crag" in ASCII.
 LOCK_KEY = 0x63726167
@@ -145,9 +146,9 @@ class PostgresStore:
         return conn.execute(f"SELECT max(version) FROM {SCHEMA}.migrations").fetchone()[0]
 
     def _check_schema(self, conn: Any) -> bool:
-        """True when the schema is current, False when absent; IndexStoreError when newer."""
+        """True when the schema is current, False when absent; IndexStoreError when older or newer."""
         version = self._schema_version(conn)
-        if version is None or version == 0:
+        if not version:
             return False
         if version > SCHEMA_VERSION:
             raise IndexStoreError(
@@ -155,7 +156,13 @@ class PostgresStore:
                 "upgrade crag",
                 self.location,
             )
-        return version == SCHEMA_VERSION
+        if version < SCHEMA_VERSION:
+            raise IndexStoreError(
+                f"the index in {self.location} has format {version}, this crag reads format {SCHEMA_VERSION}: "
+                "run `python -m crag index PATH` to upgrade it",
+                self.location,
+            )
+        return True
 
     def migrate(self, conn: Any) -> None:
         """Create or upgrade crag's schema (``conn`` in autocommit; the writer lock held)."""
@@ -288,6 +295,11 @@ class PostgresStore:
 # One update: one transaction
 
 
+def word_count(*texts: str) -> int:
+    """A text's length for BM25: all its words, as SQLite's FTS5 counts them in the embedded store."""
+    return sum(len(WORD.findall(t)) for t in texts)
+
+
 def _copy_header() -> bytes:
     return b"PGCOPY\n\xff\r\n\x00" + struct.pack("!ii", 0, 0)
 
@@ -381,12 +393,13 @@ class PostgresUpdate:
         try:
             with self.conn.cursor() as cur:
                 cur.executemany(
-                    f"INSERT INTO {SCHEMA}.files (id, path, root, size, mtime_ns, sha256, chunks, tsv) VALUES "
-                    "(%s, %s, %s, %s, %s, %s, %s, setweight(to_tsvector('english', %s), 'A') "
+                    f"INSERT INTO {SCHEMA}.files (id, path, root, size, mtime_ns, sha256, chunks, dl, tsv) VALUES "
+                    "(%s, %s, %s, %s, %s, %s, %s, %s, setweight(to_tsvector('english', %s), 'A') "
                     "|| setweight(to_tsvector('english', %s), 'D'))",
                     [
-                        (file_id, d.path, d.root, d.size, d.mtime_ns, d.sha256, len(d.chunks), titles[file_id],
-                         d.text[:_FILE_TEXT_LIMIT] if d.chunks else "")
+                        (file_id, d.path, d.root, d.size, d.mtime_ns, d.sha256, len(d.chunks),
+                         word_count(titles[file_id], d.text[:_FILE_TEXT_LIMIT] if d.chunks else ""),
+                         titles[file_id], d.text[:_FILE_TEXT_LIMIT] if d.chunks else "")
                         for file_id, d in docs
                     ],
                 )
@@ -399,7 +412,7 @@ class PostgresUpdate:
         """Write the chunks with one binary COPY (the vectors in pgvector's binary format)."""
         dim = vectors.shape[1]
         vec_head = struct.pack("!iHH", 4 + 4 * dim, dim, 0)
-        row_head = struct.pack("!h", 9)
+        row_head = struct.pack("!h", 10)
         parts = [_copy_header()]
         n = 0
         for file_id, doc in docs:
@@ -409,7 +422,7 @@ class PostgresUpdate:
                     row_head,
                     struct.pack("!iqiqiiii", 8, self.next_chunk_id, 8, file_id, 4, c.start_line, 4, c.end_line),
                     _text_field(c.heading),
-                    struct.pack("!ii", 4, c.tokens),
+                    struct.pack("!iiii", 4, c.tokens, 4, word_count(titles[file_id], c.heading, c.text)),
                     title,
                     _text_field(c.text),
                 ]
@@ -418,7 +431,7 @@ class PostgresUpdate:
                 n += 1
         parts.append(struct.pack("!h", -1))
         sql = (
-            f"COPY {SCHEMA}.chunks (id, file_id, start_line, end_line, heading, tokens, title, text, embedding) "
+            f"COPY {SCHEMA}.chunks (id, file_id, start_line, end_line, heading, tokens, dl, title, text, embedding) "
             "FROM STDIN (FORMAT BINARY)"
         )
         with cur.copy(sql) as copy:
@@ -427,7 +440,10 @@ class PostgresUpdate:
     def commit(self) -> int:
         self.flush()
         try:
-            n_chunks = self.conn.execute(f"SELECT count(*) FROM {SCHEMA}.chunks").fetchone()[0]
+            n_chunks, avgdl = self.conn.execute(f"SELECT count(*), coalesce(avg(dl), 1) FROM {SCHEMA}.chunks").fetchone()
+            n_files, file_avgdl = self.conn.execute(
+                f"SELECT count(*), coalesce(avg(dl), 1) FROM {SCHEMA}.files WHERE chunks > 0"
+            ).fetchone()
             dim = self.embedder.dim
             meta = {
                 "schema": str(SCHEMA_VERSION),
@@ -437,6 +453,9 @@ class PostgresUpdate:
                 "chunks": str(n_chunks),
                 "next_chunk_id": str(self.next_chunk_id),
                 "next_file_id": str(self.next_file_id),
+                "text_files": str(n_files),
+                "avgdl_chunks": repr(float(avgdl)),
+                "avgdl_files": repr(float(file_avgdl)),
                 "version": self.version,
                 "updated_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             }

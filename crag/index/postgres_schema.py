@@ -25,6 +25,7 @@ MIGRATIONS: tuple[tuple[int, str, str], ...] = (
             mtime_ns bigint NOT NULL,
             sha256 text NOT NULL,
             chunks integer NOT NULL,
+            dl integer NOT NULL,
             tsv tsvector NOT NULL
         );
         CREATE INDEX files_tsv ON {SCHEMA}.files USING gin (tsv);
@@ -35,6 +36,7 @@ MIGRATIONS: tuple[tuple[int, str, str], ...] = (
             end_line integer NOT NULL,
             heading text NOT NULL,
             tokens integer NOT NULL,
+            dl integer NOT NULL,
             title text NOT NULL,
             text text NOT NULL,
             embedding vector NOT NULL,

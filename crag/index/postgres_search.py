@@ -3,10 +3,12 @@
 See ``crag.index.postgres`` for the tables. Vector search uses the HNSW index on cosine
 distance when there is one and no roots restrict the search (``hnsw.ef_search`` raised to
 twice the candidates asked for, at least 100), and is exact otherwise; scores are inner products of
-unit vectors, the cosine similarity the embedded store reports. Full-text ranking: each of
-the query's terms (``documents.query_terms``) that PostgreSQL keeps is weighted by its
-inverse document frequency (as BM25 does) times ``ts_rank`` of the term with the title,
-heading and body weights of ``SearchWeights``, normalised by the log of the length. A
+unit vectors, the cosine similarity the embedded store reports. Full-text ranking is BM25,
+computed in SQL as SQLite's FTS5 computes it in the embedded store: the query's words
+(``documents.query_terms``) as PostgreSQL lexemes, each weighted by its inverse document
+frequency; a lexeme's frequency in a row counts its positions in the ``tsvector`` with the
+title, heading and body weights of ``SearchWeights`` (A, B and D); the row's length is its
+word count (``dl``) against the average recorded at the last update. A
 search runs in one REPEATABLE READ read-only transaction, so everything it fuses comes
 from one committed state.
 """
@@ -36,6 +38,10 @@ if TYPE_CHECKING:
 
 __all__ = ["PostgresRetriever"]
 
+# BM25's constants, as SQLite's FTS5 uses them in the embedded store.
+_K1 = 1.2
+_B = 0.75
+
 
 class PostgresRetriever:
     """A published state of a PostgreSQL store opened for search (a ``Retriever``).
@@ -61,7 +67,10 @@ class PostgresRetriever:
         self.hnsw: str | None = None
         with store.session() as conn:
             self.hnsw = hnsw_kind(store.pgvector_version(conn), self.dim)
-            self.n_files = int(conn.execute(f"SELECT count(*) FROM {SCHEMA}.files WHERE chunks > 0").fetchone()[0])
+            meta = store.meta(conn)
+        self.n_files = int(meta.get("text_files", "0"))
+        self.avgdl_chunks = float(meta.get("avgdl_chunks", "1")) or 1.0
+        self.avgdl_files = float(meta.get("avgdl_files", "1")) or 1.0
 
     def _conn(self) -> Any:
         conn = getattr(self._local, "conn", None)
@@ -155,44 +164,53 @@ class PostgresRetriever:
         return [(int(i), float(s)) for i, s in rows]
 
     def _terms(self, query: str, table: str) -> tuple[list[str], list[float]]:
-        """The query's terms that PostgreSQL keeps, each with its inverse document frequency."""
+        """The query's words as PostgreSQL lexemes that occur in ``table``, each with its
+        inverse document frequency (BM25's, never negative)."""
         words = query_terms(query)
         if not words:
             return [], []
         rows = self._query(
-            f"SELECT DISTINCT ON (tq::text) w, (SELECT count(*) FROM {SCHEMA}.{table} t WHERE t.tsv @@ tq) "
-            "FROM unnest(%s::text[]) AS w, plainto_tsquery('english', w) AS tq WHERE numnode(tq) > 0",
+            f"SELECT l.lexeme, (SELECT count(*) FROM {SCHEMA}.{table} t WHERE t.tsv @@ l.lexeme::tsquery) "
+            "FROM (SELECT DISTINCT lexeme FROM unnest(%s::text[]) AS w, unnest(to_tsvector('english', w))) AS l",
             (words,),
         )
         total = self.n_chunks if table == "chunks" else self.n_files
-        terms, idfs = [], []
-        for word, df in rows:
+        lexemes, idfs = [], []
+        for lexeme, df in rows:
             if df:
-                terms.append(word)
+                lexemes.append(lexeme)
                 idfs.append(math.log(1.0 + (total - df + 0.5) / (df + 0.5)))
-        return terms, idfs
+        return lexemes, idfs
 
     def _ranked(self, table: str, query: str, k: int, roots: Sequence[str] | None) -> list[tuple[int, float]]:
-        """(id, rank) of the best ``k`` rows of ``table``: the sum over the query's terms of
-        idf x ``ts_rank`` (normalised by the log of the length)."""
+        """(id, BM25) of the best ``k`` rows of ``table`` (see the module docstring)."""
         if k <= 0:
             return []
         with self.snapshot():
-            terms, idfs = self._terms(query, table)
-            if not terms:
+            lexemes, idfs = self._terms(query, table)
+            if not lexemes:
                 return []
             clause, params = self._root_clause(roots)
             if table == "chunks":
                 source = f"{SCHEMA}.chunks t" + (f" JOIN {SCHEMA}.files f ON f.id = t.file_id" if clause else "")
+                avgdl = self.avgdl_chunks
             else:
                 source = f"{SCHEMA}.files t"
                 clause = clause.replace("f.path", "t.path")
+                avgdl = self.avgdl_files
+            w = self.weights
+            match = " | ".join("'" + lexeme.replace("'", "''") + "'" for lexeme in lexemes)
+            # tf: a lexeme's positions, each counted with its column's weight (A title, B heading, D body).
             rows = self._query(
-                "SELECT t.id, sum(u.idf * ts_rank(%s::float4[], t.tsv, plainto_tsquery('english', u.w), 1)) AS s "
-                "FROM unnest(%s::text[], %s::float8[]) AS u(w, idf) "
-                f"JOIN {source} ON t.tsv @@ plainto_tsquery('english', u.w) WHERE true{clause} "
-                "GROUP BY t.id ORDER BY s DESC, t.id LIMIT %s",
-                [self._rank_weights(), terms, idfs, *params, k],
+                f"WITH q AS (SELECT * FROM unnest(%s::text[], %s::float8[]) AS q(lexeme, idf)), "
+                f"cand AS (SELECT t.id, t.tsv, t.dl FROM {source} WHERE t.tsv @@ %s::tsquery{clause}) "
+                "SELECT c.id, sum(q.idf * m.f * (%s + 1) / (m.f + %s * (1 - %s + %s * c.dl / %s))) AS s FROM cand c "
+                "CROSS JOIN LATERAL (SELECT u.lexeme, (SELECT sum(CASE x WHEN 'A' THEN %s WHEN 'B' THEN %s "
+                "WHEN 'C' THEN 0 ELSE %s END) FROM unnest(u.weights) AS x) AS f "
+                "FROM unnest(c.tsv) AS u WHERE u.lexeme = ANY(%s::text[])) AS m "
+                "JOIN q ON q.lexeme = m.lexeme GROUP BY c.id ORDER BY s DESC, c.id LIMIT %s",
+                [lexemes, idfs, match, *params, _K1, _K1, _B, _B, avgdl,
+                 w.bm25_title, w.bm25_heading, w.bm25_body, lexemes, k],
             )
         return [(int(i), float(s)) for i, s in rows]
 
@@ -203,12 +221,6 @@ class PostgresRetriever:
     def file_ranking(self, query: str, k: int, roots: Sequence[str] | None = None) -> list[tuple[int, float]]:
         """(file id, rank) pairs, best first, over whole files."""
         return self._ranked("files", query, k, roots)
-
-    def _rank_weights(self) -> list[float]:
-        """``ts_rank``'s {D, C, B, A} weights: body, unused, heading, title, scaled to at most 1."""
-        w = self.weights
-        top = max(w.bm25_title, w.bm25_heading, w.bm25_body) or 1.0
-        return [w.bm25_body / top, 0.0, w.bm25_heading / top, w.bm25_title / top]
 
     def chunk_files(self, chunk_ids: Sequence[int]) -> dict[int, int]:
         ids = list(chunk_ids)
