@@ -275,28 +275,36 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             print(f"writing the corpus to {corpus} ...", flush=True)
             make_corpus(corpus, args.chunks, args.seed)
         queries = make_queries(corpus, args.queries, args.seed)
-        rows = []
+        rows: list[dict[str, Any]] = []
         uris: dict[str, dict[str, Any]] = {}
+        env = environment(["faiss-cpu", "numpy", "psycopg", "pgserver"])
+        arguments = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+
+        def partial(questions: list[dict[str, Any]]) -> dict[str, Any]:
+            result = {"args": arguments, "rows": rows, "questions": questions, "environment": env}
+            write_report(NAME, result, args.out, render_markdown, lambda r, p: None, False)  # kept if a later step fails
+            return result
+
         for store in args.stores:
             if store == "embedded":
                 index_dir = work / "embedded-index"
                 shutil.rmtree(index_dir, ignore_errors=True)
                 rows.append(measure("embedded", {"index_dir": str(index_dir)}, corpus, queries, args))
                 uris["embedded"] = {"index_dir": str(work / "questions-index")}
+                partial([])
             elif store == "postgresql":
                 uri = args.postgres
                 if not uri:
                     server, uri = start_postgres(str(work / "pg"))
                 rows.append(measure("postgresql", {"store": uri}, corpus, queries, args))
                 uris["postgresql"] = {"store": _other_database(uri, "crag_questions")}
+                partial([])
         questions = []
         from benchmarks import retrieval
 
         if not args.no_questions and (retrieval.SHARED / "corpora").is_dir():
             questions = ranking_parity(uris)
-        env = environment(["faiss-cpu", "numpy", "psycopg", "pgserver"])
-        return {"args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}, "rows": rows,
-                "questions": questions, "environment": env}
+        return partial(questions)
     finally:
         if server is not None:
             server.cleanup()
@@ -306,7 +314,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
-    return write_report(NAME, run(args), args.out, render_markdown, lambda result, path: None, True)
+    result = run(args)
+    print(render_markdown(result))
+    return result
 
 
 if __name__ == "__main__":
