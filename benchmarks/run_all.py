@@ -9,7 +9,9 @@ microsecond timings of the overhead benchmark), in this order:
 3. ``index_scale``   exact vs approximate FAISS at 10k, 100k and 1M chunks;
 4. ``offline_grading`` the offline backend's grades and the fast-path rules on the docs
                      questions (indexes the two documentation corpora, about 2 minutes);
-5. ``retrieval``     when ``benchmarks/retrieval.py`` exists (``--skip-retrieval`` to skip; it
+5. ``grounding``     share of offline answer sentences supported, line-exact citations,
+                     and the "unsupported" verdict's precision and recall on labelled answers;
+6. ``retrieval``     when ``benchmarks/retrieval.py`` exists (``--skip-retrieval`` to skip; it
                      writes to ``benchmarks/results/`` itself, so it is left out when ``--out``
                      points elsewhere).
 
@@ -41,13 +43,14 @@ from benchmarks.common import (
 )
 
 REPO = Path(__file__).resolve().parents[1]
-BENCHMARKS = ("overhead", "grading_cost", "index_scale", "offline_grading", "retrieval")
+BENCHMARKS = ("overhead", "grading_cost", "index_scale", "offline_grading", "grounding", "retrieval")
 
 DEFAULT_ARGS: dict[str, list[str]] = {
     "overhead": [],
     "grading_cost": [],
     "index_scale": [],
     "offline_grading": [],
+    "grounding": [],
     "retrieval": [],
 }
 QUICK_ARGS: dict[str, list[str]] = {
@@ -55,6 +58,7 @@ QUICK_ARGS: dict[str, list[str]] = {
     "grading_cost": ["--queries", "8", "--ks", "3,5", "--sweep", "0.8,0.4", "--few-context-ks", "2"],
     "index_scale": ["--sizes", "2000,10000", "--queries", "20", "--min-single", "5", "--single-budget-s", "0.5"],
     "offline_grading": ["--limit", "5"],
+    "grounding": ["--quick"],
     "retrieval": [],
 }
 
@@ -164,6 +168,15 @@ def headlines(out: Path) -> list[str]:
             lines.append(f"Retrieval on {name} ({c['table'][0]['file']['questions']} questions): crag " + ", ".join(part)
                          + vs + f"; search p50 {lat['p50_ms']} ms in-process; indexing "
                          f"{c['indexing']['vs_tiktoken']:.2f}x raw tiktoken.")
+    gr = _load(out, "grounding")
+    if gr:
+        o, lab = gr["offline"], gr["labelled"]
+        lines.append(
+            f"Grounding, offline answers over {o['questions']} questions: {fmt(o['supported_share'], 3)} of "
+            f"sentences supported, {fmt(o['line_exact_share'], 3)} of citations line-exact, "
+            f"{fmt(o['in_gold_span_share'], 3)} inside the gold file's relevant span; labelled answers: "
+            f"\"unsupported\" precision {fmt(lab['precision_unsupported'], 3)}, recall {fmt(lab['recall_unsupported'], 3)}."
+        )
     return lines
 
 

@@ -224,7 +224,8 @@ _IDENT = re.compile(
 )
 _MONTH = re.compile(r"\b(" + "|".join(_MONTHS) + r")\b", re.I)
 _NOT_IDENT = frozenset({"e.g", "i.e", "a.k.a", "vs", "etc"})
-_PREFIX = re.compile(r"^[ \t]*(?:>[ \t]?)*(?:[-*+]|\d{1,3}[.)])?[ \t]*")
+_ADMONITION = re.compile(r"\[![A-Za-z]+\][ \t]*(?:\n[ \t]*(?:>[ \t]?)*)?")
+_PREFIX = re.compile(r"^[ \t]*(?:>[ \t]?)*(?:(?:[-*+]|\d{1,3}[.)])[ \t]+)?")  # "> ", "- ", "1. "; not "**bold**"
 
 
 @frozen
@@ -363,6 +364,8 @@ def passages(text: str) -> list[Passage]:
         elif piece.kind == "sentence":
             prefix = _PREFIX.match(piece.text)  # a blockquote's "> "
             skip = prefix.end() if prefix else 0
+            marker = _ADMONITION.match(piece.text, skip)  # "> [!NOTE]" opens the text, it is not part of it
+            skip = marker.end() if marker else skip
             add(piece.start + skip, piece.text[skip:], "sentence")
         else:
             add(piece.start, piece.text, piece.kind)
@@ -393,13 +396,16 @@ def support(c: Claims, item_text: str, index: int = 0, item_passages: Sequence[P
     for w in range(_WINDOW):  # one passage first: a wider window must do strictly better
         for i in range(len(found) - w):
             window = found[i : i + w + 1]
-            if w and not all(any(_matches(x, set(p.vocabulary)) for x in c.words) for p in (window[0], window[-1])):
-                continue  # each end of a window must hold part of the claim
+            if w and (any(p.kind == "heading" for p in window) or not all(
+                    any(_matches(x, set(p.vocabulary)) for x in c.words) for p in (window[0], window[-1]))):
+                continue  # a heading is a title, not a claim; each end of a window holds part of the claim
             text = item_text[window[0].start : window[-1].end]
             flat = " ".join(text.split())
             if not all(_has_anchor(kind, a, text, flat) for kind, a in c.anchors):
                 continue
-            if any(p.negated for p in window) != c.negated:
+            # Negation is read where the claim is: in the passage holding most of its words.
+            core = max(window, key=lambda p: sum(1 for x in c.words if _matches(x, set(p.vocabulary))))
+            if core.negated != c.negated:
                 continue
             vocabulary: set[str] = set().union(*(p.vocabulary for p in window))
             coverage = sum(1 for x in c.words if _matches(x, vocabulary)) / len(c.words) if c.words else 1.0

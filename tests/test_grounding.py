@@ -251,3 +251,10 @@ def test_property_a_grounded_answer_streams_to_exactly_the_final_answer(pieces, 
     else:
         final, _ = compose(g.body, g.sources, Usage("m"), note=note_line(g.report, mode))
     assert "".join(shown) + renderer.rest(final) == final
+
+
+def test_a_passage_keeps_its_emphasis_and_loses_only_list_and_quote_marks():
+    from crag.grounding import passages
+
+    texts = [p.text for p in passages("**`fullWidth`**: _boolean_\n\n- item one\n\n> quoted text\n\n1. first step")]
+    assert texts == ["**`fullWidth`**: _boolean_", "item one", "quoted text", "first step"]

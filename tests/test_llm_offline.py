@@ -265,3 +265,62 @@ def test_an_offline_greeting_is_answered_without_tools():
     result = Agent(OfflineChatModel(), toolbox, Settings()).ask("hello!")
     assert result.trace == ("analyze_and_route", "synthesize") and toolbox.calls == []
     assert result.answer.startswith("Hello!")
+
+
+TIP = EvidenceItem("read_file", "docs/hub/trusted-publishers.md", """\
+The resulting token can read gated repos you have access to and uses your account's rate limits.
+
+> [!TIP]
+> Need the token itself (for `curl`, `git clone`, or a tool that reads `HF_TOKEN`)? `hf auth token` performs the exchange and prints the short-lived token to stdout:
+>
+> ```yaml
+>       - name: Get a short-lived HF token
+>         env:
+>           HF_OIDC_RESOURCE: your-hf-username  # or a repo, e.g. acme/awesome-model
+>         run: echo "HF_TOKEN=$(hf auth token)" >> "$GITHUB_ENV"
+> ```
+>
+> This works with both user publishers and repo publishers — the token is scoped to whatever `HF_OIDC_RESOURCE` points at.
+
+<a id='private-repositories'></a>
+
+- [llama.cpp](./gguf-llamacpp)
+- [Ollama](./ollama)
+""", 124, 143)
+
+
+def test_offline_quotes_are_verbatim_and_code_stays_a_code_block():
+    text = ask(SynthesizeTask("How do I get a short-lived HF token with hf auth token in a workflow?", (), (TIP,)))
+    assert '        run: echo "HF_TOKEN=$(hf auth token)" >> "$GITHUB_ENV"\n```' in text  # not one character changed
+    assert "```yaml\n      - name: Get a short-lived HF token\n" in text
+    flat_item = " ".join(TIP.text.replace("\n> ", "\n").split())
+    for line in text.splitlines()[2:]:
+        if line.startswith("- "):
+            quote = re.sub(r" \[\d+\]$", "", line[2:])
+            assert " ".join(quote.split()) in flat_item, quote
+
+
+def test_offline_never_quotes_markup_only_lines():
+    text = ask(SynthesizeTask("Which private repositories work with llama.cpp, Ollama and the TIP?", (), (TIP,)))
+    for markup in ("<a id=", "[!TIP]", "](./gguf-llamacpp)", "](./ollama)"):
+        assert markup not in text
+    assert set(re.findall(r"\[(\d+)\]", text)) <= {"1"}  # every marker resolves
+
+
+def test_offline_answer_cites_the_line_where_each_quoted_sentence_starts():
+    toolbox = FakeToolbox({"read_file": [[TIP]], "vector_search": [[TIP]]})
+    result = Agent(OfflineChatModel(), toolbox, Settings()).ask("What does the resulting token read, and its rate limits?")
+    file_lines = TIP.text.splitlines()
+    assert result.citations
+    for c in result.citations:
+        start = file_lines[c.line - TIP.start_line]
+        assert start.strip(), c
+    assert "[1] docs/hub/trusted-publishers.md:L124" in result.answer
+
+
+def test_offline_never_quotes_an_include_directive():
+    doc = EvidenceItem("vector_search", "docs/params.md",
+                       "Declare a path parameter greater than zero with gt.\n\n"
+                       "{* ../../docs_src/path_params_numeric_validations/tutorial002_py310.py hl[7] *}\n", 50, 52, 0.9)
+    text = ask(SynthesizeTask("How do I require a numeric path parameter greater than zero?", (), (doc,)))
+    assert "{*" not in text and "Declare a path parameter greater than zero with gt. [1]" in text

@@ -432,12 +432,13 @@ def _same_text(a: str, b: str) -> bool:
 
 _HTML = re.compile(r"</?[A-Za-z][^>]*>|<!--")
 _LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
-_ADMONITION = re.compile(r"^\s*(?:\[![A-Za-z]+\]|!!!|\?\?\?|:::|///)")
+_ADMONITION = re.compile(r"^\s*(?:\[![A-Za-z]+\]|!!!|\?\?\?|:::|///|\{\*.*\*\}\s*$)")  # or an include: {* file *}
 _QUOTE_PREFIX = re.compile(r"^[ \t]*(?:>[ \t]?)+", re.M)
 
 
 def _markup_only(sentence: str) -> bool:
-    """Whether a sentence is markup rather than prose: HTML, an admonition marker, links only."""
+    """Whether a sentence is markup rather than prose: HTML, an admonition marker, an include
+    directive (``{* file.py *}``), links only."""
     if _HTML.search(sentence) or _ADMONITION.match(sentence) or _CITE_LIKE.search(sentence):
         return True
     prose = _LINK.sub(" ", sentence)
