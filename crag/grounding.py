@@ -38,6 +38,7 @@ from collections.abc import Sequence
 from attrs import evolve, frozen
 
 from .answer import FIXED_SENTENCES, MARKER, code_split, marker_numbers
+from .sentences import FENCE, Piece, sentences, split
 from .state import EvidenceItem, GroundingReport
 from .text import STOPWORDS, stem, words
 
@@ -84,134 +85,6 @@ _NUMBER_WORDS = {
      "twice": "2"}
 _DIGIT_WORDS = {digits: word for word, digits in _NUMBER_WORDS.items() if word != "twice"}
 _MONTHS = "january february march april june july august september october november december".split()
-
-# -- splitting -----------------------------------------------------------------------------
-
-_FENCE = re.compile(r"^[ \t]*(?:>[ \t]?)*(`{3,}|~{3,})")
-_LIST_START = re.compile(r"^[ \t]*(?:>[ \t]?)*(?:[-*+]|\d{1,3}[.)])[ \t]+\S")
-_INTERRUPT = re.compile(r"^[ \t]*(?:>[ \t]?)*(?:[-*+]|1[.)])[ \t]+\S")
-_HEADING = re.compile(r"^[ \t]{0,3}#{1,6}(?:[ \t]|$)")
-_RULE = re.compile(r"^[ \t]*(?:(?:-[ \t]*){3,}|(?:\*[ \t]*){3,}|(?:_[ \t]*){3,}|=+)[ \t]*$")
-_TABLE = re.compile(r"^[ \t]*\|")
-# A sentence ends at . ! ? (closing quotes, brackets, emphasis and citation markers stay
-# with it) before whitespace and the start of another sentence.
-_SENTENCE_END = re.compile(
-    r"[.!?]+[\"'”’)\]*_]*(?:[ \t]*\[\s*\d[\d\s,;\-–]*\])*(?=\s+(?!\[\s*\d)[\[(\"'“‘`*_]*[A-Z0-9\u00c0-\uffff])"
-    r"|[。！？]+"
-)
-_ABBREVIATION = re.compile(r"(?:\b(?:e\.g|i\.e|etc|vs|cf|approx|fig|no|mr|mrs|dr|st)|\b[A-Za-z])\.$", re.I)
-
-
-@frozen
-class Piece:
-    """One piece of an answer. ``kind``: sentence, item (list item), code, table, heading,
-    rule or space. ``start`` is its offset in the text it was split from."""
-
-    kind: str
-    text: str
-    start: int = 0
-
-    @property
-    def judgeable(self) -> bool:
-        return self.kind in ("sentence", "item", "code", "table")
-
-
-def _block_end(lines: list[str], i: int, starts_new) -> int:
-    j = i + 1
-    while j < len(lines) and lines[j].strip() and not starts_new(lines[j]):
-        j += 1
-    return j
-
-
-def _special(line: str) -> bool:
-    return bool(_FENCE.match(line) or _HEADING.match(line) or _RULE.match(line) or _TABLE.match(line))
-
-
-def _sentences(text: str, offset: int) -> list[Piece]:
-    """A paragraph cut into sentence pieces and the whitespace between them."""
-    code_spans = [(m.start(), m.end()) for m in re.finditer(r"`[^`\n]*`", text)]
-    pieces: list[Piece] = []
-    pos = 0
-    for match in _SENTENCE_END.finditer(text):
-        end = match.end()
-        if any(a < match.start() < b for a, b in code_spans):
-            continue
-        if _ABBREVIATION.search(text[max(0, match.start() - 8) : match.start() + 1]):
-            continue
-        gap = len(text) - len(text[end:].lstrip())
-        if pos < end:
-            pieces.append(Piece("sentence", text[pos:end], offset + pos))
-        if end < gap:
-            pieces.append(Piece("space", text[end:gap], offset + end))
-        pos = gap
-    if pos < len(text):
-        pieces.append(Piece("sentence", text[pos:], offset + pos))
-    return pieces
-
-
-def split(text: str) -> list[Piece]:
-    """``text`` cut into pieces; ``"".join(p.text for p in split(text)) == text``."""
-    lines = text.splitlines(keepends=True)
-    blocks: list[tuple[str, int, int]] = []  # kind, first line, end line (exclusive)
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        fence = _FENCE.match(line)
-        if fence:
-            mark = fence.group(1)
-            j = i + 1
-            while j < len(lines) and not (
-                (m := _FENCE.match(lines[j])) and m.group(1)[0] == mark[0] and len(m.group(1)) >= len(mark)
-                and not lines[j].strip().lstrip(">").strip().lstrip(mark[0]).strip()
-            ):
-                j += 1
-            blocks.append(("code", i, min(j + 1, len(lines))))
-            i = min(j + 1, len(lines))
-        elif not line.strip():
-            blocks.append(("space", i, i + 1))
-            i += 1
-        elif _TABLE.match(line):
-            j = i + 1
-            while j < len(lines) and _TABLE.match(lines[j]):
-                j += 1
-            blocks.append(("table", i, j))
-            i = j
-        elif _HEADING.match(line):
-            blocks.append(("heading", i, i + 1))
-            i += 1
-        elif _RULE.match(line):
-            blocks.append(("rule", i, i + 1))
-            i += 1
-        elif _LIST_START.match(line):
-            j = _block_end(lines, i, lambda ln: bool(_LIST_START.match(ln) or _special(ln)))
-            blocks.append(("item", i, j))
-            i = j
-        else:  # only a bullet or "1." starts a list inside a paragraph ("31. The" wraps)
-            j = _block_end(lines, i, lambda ln: bool(_INTERRUPT.match(ln) or _special(ln)))
-            blocks.append(("paragraph", i, j))
-            i = j
-    offsets = [0]
-    for line in lines:
-        offsets.append(offsets[-1] + len(line))
-    pieces: list[Piece] = []
-    for kind, a, b in blocks:
-        block = "".join(lines[a:b])
-        body = block.rstrip("\r\n") if kind != "space" else block
-        tail = block[len(body) :]
-        if kind == "paragraph":
-            pieces.extend(_sentences(body, offsets[a]))
-        else:
-            pieces.append(Piece(kind, body, offsets[a]))
-        if tail:
-            pieces.append(Piece("space", tail, offsets[a] + len(body)))
-    merged: list[Piece] = []
-    for piece in pieces:  # one space piece between two others
-        if merged and piece.kind == "space" and merged[-1].kind == "space":
-            merged[-1] = Piece("space", merged[-1].text + piece.text, merged[-1].start)
-        else:
-            merged.append(piece)
-    return merged
-
 
 # -- what a piece claims ---------------------------------------------------------------------
 
@@ -358,7 +231,7 @@ def passages(text: str) -> list[Passage]:
         elif piece.kind == "item":
             prefix = _PREFIX.match(piece.text)
             skip = prefix.end() if prefix else 0
-            for sub in _sentences(piece.text[skip:], piece.start + skip):
+            for sub in sentences(piece.text[skip:], piece.start + skip):
                 if sub.kind == "sentence":
                     add(sub.start, sub.text, "sentence")
         elif piece.kind == "sentence":
@@ -418,7 +291,7 @@ def support(c: Claims, item_text: str, index: int = 0, item_passages: Sequence[P
 
 def _code_lines(text: str) -> list[str]:
     lines = text.split("\n")[1:]
-    if lines and _FENCE.match(lines[-1]):
+    if lines and FENCE.match(lines[-1]):
         lines = lines[:-1]
     return [" ".join(line.split()) for line in lines if line.strip()]
 
@@ -442,7 +315,7 @@ def code_support(code: str, item_text: str, index: int = 0) -> Support | None:
     if coverage < COVERAGE:
         return None
     first = min(hits)
-    if first and _FENCE.match(item_lines[first - 1]):
+    if first and FENCE.match(item_lines[first - 1]):
         hits.append(first - 1)  # the block starts at its fence
     return Support(index, coverage, offsets[min(hits)], offsets[max(hits)] + len(item_lines[max(hits)]))
 

@@ -1,0 +1,139 @@
+"""Cutting an answer into pieces: prose sentences, list items, code blocks, tables, headings.
+
+Pure text handling for grounding (``crag.grounding``): ``split(text)`` returns pieces whose
+concatenation is the text, so a rewrite can change one piece and keep the rest byte for byte.
+Code blocks, lists and tables are kept whole; a paragraph is cut into sentences.
+"""
+
+from __future__ import annotations
+
+import re
+
+from attrs import frozen
+
+__all__ = ["FENCE", "Piece", "sentences", "split"]
+
+FENCE = re.compile(r"^[ \t]*(?:>[ \t]?)*(`{3,}|~{3,})")
+_LIST_START = re.compile(r"^[ \t]*(?:>[ \t]?)*(?:[-*+]|\d{1,3}[.)])[ \t]+\S")
+_INTERRUPT = re.compile(r"^[ \t]*(?:>[ \t]?)*(?:[-*+]|1[.)])[ \t]+\S")
+_HEADING = re.compile(r"^[ \t]{0,3}#{1,6}(?:[ \t]|$)")
+_RULE = re.compile(r"^[ \t]*(?:(?:-[ \t]*){3,}|(?:\*[ \t]*){3,}|(?:_[ \t]*){3,}|=+)[ \t]*$")
+_TABLE = re.compile(r"^[ \t]*\|")
+# A sentence ends at . ! ? (closing quotes, brackets, emphasis and citation markers stay
+# with it) before whitespace and the start of another sentence.
+_SENTENCE_END = re.compile(
+    r"[.!?]+[\"'”’)\]*_]*(?:[ \t]*\[\s*\d[\d\s,;\-–]*\])*(?=\s+(?!\[\s*\d)[\[(\"'“‘`*_]*[A-Z0-9\u00c0-\uffff])"
+    r"|[。！？]+"
+)
+_ABBREVIATION = re.compile(r"(?:\b(?:e\.g|i\.e|etc|vs|cf|approx|fig|no|mr|mrs|dr|st)|\b[A-Za-z])\.$", re.I)
+
+
+@frozen
+class Piece:
+    """One piece of an answer. ``kind``: sentence, item (list item), code, table, heading,
+    rule or space. ``start`` is its offset in the text it was split from."""
+
+    kind: str
+    text: str
+    start: int = 0
+
+    @property
+    def judgeable(self) -> bool:
+        return self.kind in ("sentence", "item", "code", "table")
+
+
+def _block_end(lines: list[str], i: int, starts_new) -> int:
+    j = i + 1
+    while j < len(lines) and lines[j].strip() and not starts_new(lines[j]):
+        j += 1
+    return j
+
+
+def _special(line: str) -> bool:
+    return bool(FENCE.match(line) or _HEADING.match(line) or _RULE.match(line) or _TABLE.match(line))
+
+
+def sentences(text: str, offset: int) -> list[Piece]:
+    """A paragraph cut into sentence pieces and the whitespace between them."""
+    code_spans = [(m.start(), m.end()) for m in re.finditer(r"`[^`\n]*`", text)]
+    pieces: list[Piece] = []
+    pos = 0
+    for match in _SENTENCE_END.finditer(text):
+        end = match.end()
+        if any(a < match.start() < b for a, b in code_spans):
+            continue
+        if _ABBREVIATION.search(text[max(0, match.start() - 8) : match.start() + 1]):
+            continue
+        gap = len(text) - len(text[end:].lstrip())
+        if pos < end:
+            pieces.append(Piece("sentence", text[pos:end], offset + pos))
+        if end < gap:
+            pieces.append(Piece("space", text[end:gap], offset + end))
+        pos = gap
+    if pos < len(text):
+        pieces.append(Piece("sentence", text[pos:], offset + pos))
+    return pieces
+
+
+def split(text: str) -> list[Piece]:
+    """``text`` cut into pieces; ``"".join(p.text for p in split(text)) == text``."""
+    lines = text.splitlines(keepends=True)
+    blocks: list[tuple[str, int, int]] = []  # kind, first line, end line (exclusive)
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        fence = FENCE.match(line)
+        if fence:
+            mark = fence.group(1)
+            j = i + 1
+            while j < len(lines) and not (
+                (m := FENCE.match(lines[j])) and m.group(1)[0] == mark[0] and len(m.group(1)) >= len(mark)
+                and not lines[j].strip().lstrip(">").strip().lstrip(mark[0]).strip()
+            ):
+                j += 1
+            blocks.append(("code", i, min(j + 1, len(lines))))
+            i = min(j + 1, len(lines))
+        elif not line.strip():
+            blocks.append(("space", i, i + 1))
+            i += 1
+        elif _TABLE.match(line):
+            j = i + 1
+            while j < len(lines) and _TABLE.match(lines[j]):
+                j += 1
+            blocks.append(("table", i, j))
+            i = j
+        elif _HEADING.match(line):
+            blocks.append(("heading", i, i + 1))
+            i += 1
+        elif _RULE.match(line):
+            blocks.append(("rule", i, i + 1))
+            i += 1
+        elif _LIST_START.match(line):
+            j = _block_end(lines, i, lambda ln: bool(_LIST_START.match(ln) or _special(ln)))
+            blocks.append(("item", i, j))
+            i = j
+        else:  # only a bullet or "1." starts a list inside a paragraph ("31. The" wraps)
+            j = _block_end(lines, i, lambda ln: bool(_INTERRUPT.match(ln) or _special(ln)))
+            blocks.append(("paragraph", i, j))
+            i = j
+    offsets = [0]
+    for line in lines:
+        offsets.append(offsets[-1] + len(line))
+    pieces: list[Piece] = []
+    for kind, a, b in blocks:
+        block = "".join(lines[a:b])
+        body = block.rstrip("\r\n") if kind != "space" else block
+        tail = block[len(body) :]
+        if kind == "paragraph":
+            pieces.extend(sentences(body, offsets[a]))
+        else:
+            pieces.append(Piece(kind, body, offsets[a]))
+        if tail:
+            pieces.append(Piece("space", tail, offsets[a] + len(body)))
+    merged: list[Piece] = []
+    for piece in pieces:  # one space piece between two others
+        if merged and piece.kind == "space" and merged[-1].kind == "space":
+            merged[-1] = Piece("space", merged[-1].text + piece.text, merged[-1].start)
+        else:
+            merged.append(piece)
+    return merged
