@@ -28,11 +28,11 @@ from typing import TYPE_CHECKING
 
 from attrs import field, frozen
 
-from ..errors import EmbedderMismatchError, IndexStoreError, KnowledgeBaseError
+from ..errors import IndexStoreError, KnowledgeBaseError
 from ..ports import DocumentVersion, FileRecord, Store, StoreState
 from .chunker import DEFAULT_MAX_TOKENS, DEFAULT_MIN_TOKENS
 from .discover import Discovery, discover, is_within, normalize_root
-from .documents import chunker_id, reindex
+from .documents import chunker_id, embedder_mismatch
 from .layout import DEFAULT_LOCK_TIMEOUT, IndexLock
 from .reading import prepare_all
 
@@ -199,10 +199,7 @@ def _load_base(store: Store, embedder: Embedder, chunker: str, allow_reembed: bo
         return _Base(None)
     if state.embedder != embedder.name:
         if not allow_reembed:
-            raise EmbedderMismatchError(
-                f"index was built with {state.embedder}, configured embedder is {embedder.name}: {reindex(state.roots)}",
-                store.location,
-            )
+            raise embedder_mismatch(state.embedder, embedder.name, state.roots, store.location)
         why = f"the index was built with {state.embedder}, the configured embedder is {embedder.name}"
         return _Base(state, True, why)
     if state.chunker != chunker:
@@ -404,9 +401,7 @@ def quick_check(
     if state is None:
         return None
     if state.embedder != embedder.name:
-        raise EmbedderMismatchError(
-            f"index was built with {state.embedder}, configured embedder is {embedder.name}: {reindex(state.roots)}", store.location
-        )
+        raise embedder_mismatch(state.embedder, embedder.name, state.roots, store.location)
     if state.chunker != chunker_id(*chunking):
         return None
     if not set(root_list) <= set(state.roots):

@@ -13,12 +13,20 @@ import os
 import re
 from collections.abc import Sequence
 
+from ..errors import EmbedderMismatchError
 from ..text import STOPWORDS
 from .chunker import CHUNKER_VERSION
 
-__all__ = ["REINDEX", "chunker_id", "embed_text", "fts_query", "query_terms", "reindex", "title_words"]
+__all__ = ["REINDEX", "chunker_id", "embed_text", "embedder_mismatch", "fts_query", "query_terms", "reindex", "title_words"]
 
 REINDEX = "run `python -m crag index PATH` to re-index"
+
+
+def embedder_mismatch(built_with: str, configured: str, roots: Sequence[str], location: str | None) -> EmbedderMismatchError:
+    """The one error for an index built with another embedder than the configured one."""
+    return EmbedderMismatchError(
+        f"index was built with {built_with}, configured embedder is {configured}: {reindex(roots)}", location
+    )
 
 
 def reindex(roots: Sequence[str]) -> str:

@@ -37,10 +37,10 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
-from ..errors import EmbedderMismatchError, IndexStoreError
+from ..errors import IndexStoreError
 from ..ports import FileRecord, StoreState
 from ..text import WORD
-from .documents import embed_text, reindex, title_words
+from .documents import embed_text, embedder_mismatch, title_words
 from .fusion import SearchWeights
 from .postgres_schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION
 
@@ -253,10 +253,7 @@ class PostgresStore:
         if state is None:
             raise IndexStoreError(f"no index in {self.location}: run `python -m crag index PATH` first", self.location)
         if state.embedder != embedder.name:
-            raise EmbedderMismatchError(
-                f"index was built with {state.embedder}, configured embedder is {embedder.name}: {reindex(state.roots)}",
-                self.location,
-            )
+            raise embedder_mismatch(state.embedder, embedder.name, state.roots, self.location)
         from .postgres_search import PostgresRetriever
 
         return PostgresRetriever(self, state, embedder, weights or SearchWeights())

@@ -21,9 +21,9 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..errors import EmbedderMismatchError, IndexStoreError
+from ..errors import IndexStoreError
 from ..ports import ChunkRow, Hit
-from .documents import REINDEX, fts_query, reindex
+from .documents import REINDEX, embedder_mismatch, fts_query
 from .fusion import SearchWeights
 from .layout import Generation, current_generation, open_generation, read_vectors, reindex_hint
 from .search import hybrid_search
@@ -271,9 +271,7 @@ def open_index(
             roots = []
         finally:
             gen.conn.close()
-        raise EmbedderMismatchError(
-            f"index was built with {built_with}, configured embedder is {embedder.name}: {reindex(roots)}", index_dir
-        )
+        raise embedder_mismatch(built_with, embedder.name, roots, index_dir)
     try:
         return IndexReader(gen, embedder, weights)
     except BaseException:
