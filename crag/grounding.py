@@ -14,7 +14,8 @@ model has written its answer and before the footer is made:
    where: the piece's numbers, dates, versions, identifiers, inline code and URLs must all
    appear in one passage of the item (up to three consecutive sentences), that passage must
    hold most of its content words (``COVERAGE``), and the two must agree on negation
-   ("is not" against "is"). A code block is supported by an item that holds most of its
+   ("is not" against "is"); a paraphrase keeping all its anchors needs less of its wording
+   (``_anchored``). A code block is supported by an item that holds most of its
    lines. The answer cites the line where that passage starts in the file.
 4. Markers are rewritten: a marker on a judged piece stays only if its item supports the
    piece; a supported piece the model left unmarked gets the best supporting item; an
@@ -59,6 +60,7 @@ __all__ = [
 MODES = ("note", "strict", "off")
 UNSUPPORTED_TAG = "[unsupported]"
 COVERAGE = 0.6  # share of a piece's content words its supporting passage must hold
+ANCHORED_COVERAGE = 0.3  # the same for a passage holding all of a piece's anchors (code, names, numbers)
 _WINDOW = 3  # most consecutive item sentences one answer sentence may draw on
 
 # Words that make a sentence about the answer rather than about the subject.
@@ -285,6 +287,36 @@ def support(c: Claims, item_text: str, index: int = 0, item_passages: Sequence[P
             if coverage >= COVERAGE and (best is None or coverage > best.coverage):
                 best = Support(index, coverage, window[0].start, window[-1].end)
         if best is not None and best.coverage >= 1.0:
+            break
+    if best is None and c.anchors and len(c.words) >= 4:
+        best = _anchored(c, item_text, index, found)
+    return best
+
+
+def _anchored(c: Claims, item_text: str, index: int, found: Sequence[Passage]) -> Support | None:
+    """A paraphrase that keeps every anchor: a passage of the item (up to three sentences)
+    holds all of the sentence's inline code, identifiers and numbers and a good part of its
+    content words (``ANCHORED_COVERAGE``), and the item as a whole holds most of them. Small
+    models restate a passage in words of their own around the exact names they copy; the
+    anchors, read in that passage, keep an invented or changed number or name out."""
+    whole: set[str] = set().union(*(p.vocabulary for p in found)) if found else set()
+    if sum(1 for x in c.words if _matches(x, whole)) / len(c.words) < COVERAGE - 0.1:
+        return None
+    best: Support | None = None
+    for w in range(_WINDOW):
+        for i in range(len(found) - w):
+            window = found[i : i + w + 1]
+            text = item_text[window[0].start : window[-1].end]
+            if not all(_has_anchor(kind, a, text, " ".join(text.split())) for kind, a in c.anchors):
+                continue
+            core = max(window, key=lambda p: sum(1 for x in c.words if _matches(x, set(p.vocabulary))))
+            if core.negated != c.negated:
+                continue
+            vocabulary: set[str] = set().union(*(p.vocabulary for p in window))
+            coverage = sum(1 for x in c.words if _matches(x, vocabulary)) / len(c.words)
+            if coverage >= ANCHORED_COVERAGE and (best is None or coverage > best.coverage):
+                best = Support(index, coverage, window[0].start, window[-1].end)
+        if best is not None:
             break
     return best
 
