@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -100,3 +101,10 @@ def search_plan(query: str = "retry policy") -> str:
 
 def scores(*values: float) -> str:
     return json.dumps(list(values))
+
+
+def clean_env(monkeypatch) -> None:
+    """Remove every crag, OpenAI, Jira and Confluence variable, so a test sees only what it sets."""
+    for key in list(os.environ):
+        if key.startswith(("KB_AGENT_", "OPENAI_", "JIRA_", "CONFLUENCE_")):
+            monkeypatch.delenv(key)

@@ -20,6 +20,7 @@ import pytest
 
 from crag.answer import NO_EVIDENCE, STATS_HEADING
 from crag.cli import main
+from tests.fakes import clean_env
 from tests.openai_server import FakeOpenAIServer, Status, Text, grades, item_count
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,12 +58,6 @@ def write(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
     return path
-
-
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for key in list(os.environ):
-        if key.startswith(("KB_AGENT_", "OPENAI_", "JIRA_", "CONFLUENCE_")):
-            monkeypatch.delenv(key)
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ import pytest
 import crag
 from crag.cli import main
 from crag.config import SETTINGS_TABLE, Settings
+from tests.fakes import clean_env
 from tests.openai_server import FakeOpenAIServer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,12 +39,6 @@ BACKUP = """# Backups
 Nightly backups are written to the object store at 02:00 UTC.
 A backup is kept for thirty days.
 """
-
-
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for key in list(os.environ):
-        if key.startswith(("KB_AGENT_", "OPENAI_", "JIRA_", "CONFLUENCE_")):
-            monkeypatch.delenv(key)
 
 
 @pytest.fixture

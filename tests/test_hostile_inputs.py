@@ -30,6 +30,7 @@ from crag.errors import ConfigError, ToolError
 from crag.state import ToolCall
 from crag.tools import Toolbox
 from crag.tools.http import FetchError, http_get
+from tests.fakes import clean_env
 from tests.openai_server import FakeOpenAIServer, Status, Trickle
 from tests.strategies import hostile_dotenv, hostile_file_name, hostile_reply
 
@@ -48,12 +49,6 @@ def one_error_line(err: str) -> str:
     assert len(lines) == 1 and lines[0].startswith("crag: error: "), err
     assert not CONTROL.search(lines[0])
     return lines[0]
-
-
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for key in list(os.environ):
-        if key.startswith(("KB_AGENT_", "OPENAI_", "JIRA_", "CONFLUENCE_")):
-            monkeypatch.delenv(key)
 
 
 @pytest.fixture
