@@ -421,6 +421,8 @@ def index_stages(paths: Sequence[str], root: str) -> dict[str, float]:
     The indexer overlaps them on two threads (SQLite writes beside the rest), so their sum
     is more than its CPU time by the threads' overhead only; the split says where time goes.
     """
+    from sqlite3 import connect
+
     import faiss
     import numpy as np
 
@@ -429,7 +431,6 @@ def index_stages(paths: Sequence[str], root: str) -> dict[str, float]:
     from crag.index.documents import embed_text, title_words
     from crag.index.embedders import HashEmbedder
     from crag.index.layout import SCHEMA
-    from sqlite3 import connect
 
     out: dict[str, float] = {}
 

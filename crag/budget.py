@@ -13,7 +13,9 @@ counts with). What gives way, in this order (see ``docs/real-models.md``):
    node decides what that means (grading: they leave ``context``; the answer: not cited).
 
 The system prompt and the question are never cut: a question that cannot fit even with no
-history and no evidence is a ``UsageError`` (exit status 2) that says so.
+history and no evidence is a ``UsageError`` (exit status 2) that says so. So is one that
+leaves no room for a single evidence item where the node needs one (``min_items``: grading
+and the answer), rather than an answer written from no evidence.
 
 ``fit`` is pure: it takes the token counter as an argument (tiktoken in production, see
 ``crag.agent``), so the same state always gives the same prompt, and a node's ``apply`` can
@@ -28,7 +30,7 @@ from typing import Any
 from attrs import evolve, frozen
 
 from .errors import UsageError
-from .ports import AnalyzeTask, GradeTask, PlanTask, SynthesizeTask, Task
+from .ports import GradeTask, PlanTask, SynthesizeTask, Task
 from .state import EvidenceItem
 from .text import keywords
 
@@ -101,11 +103,13 @@ def fit(
     render: Render,
     count: Counter,
     rank: Sequence[int] | None = None,
+    min_items: int = 0,
 ) -> Fitted:
     """``task`` made small enough that its prompt + ``max_tokens`` fits 90% of ``context_tokens``.
 
     ``rank`` lists item indexes best first (default: their order); the last ones are left out
-    first. Raises ``UsageError`` when even the bare question does not fit.
+    first. Raises ``UsageError`` when even the bare question does not fit, or when the task
+    has items and fewer than ``min_items`` of them fit.
     """
     limit = int(context_tokens * (1.0 - HEADROOM)) - max_tokens
 
@@ -153,6 +157,13 @@ def fit(
                 hi = mid - 1
         kept = keep(lo)
         messages, tokens = size(kept)
+        if tokens <= limit and lo < min(min_items, len(items)):
+            raise UsageError(
+                f"the question leaves no room for its evidence in the model's context window: with one "
+                f"evidence item the prompt needs {size(keep(1))[1]} tokens + {max_tokens} for the reply, more "
+                f"than 90% of KB_AGENT_CONTEXT_TOKENS={context_tokens}; ask a shorter question or raise "
+                "KB_AGENT_CONTEXT_TOKENS to match the server"
+            )
         if tokens <= limit:
             dropped = tuple(sorted(order[lo:]))
             return Fitted(kept, messages, tokens, dropped=dropped, history_dropped=history_dropped, cut=cut)

@@ -472,7 +472,6 @@ def _isatty(stream: TextIO) -> bool:
 
 def cmd_chat(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from .agent import parse_history
-    from .errors import LLMError, ToolError
 
     settings = _settings()
     history: list[dict[str, str]] = []
@@ -491,7 +490,7 @@ def cmd_chat(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             question = line.strip()
             try:
                 result = agent.ask(question, history=parse_history(history), on_event=progress, stream=True)
-            except (LLMError, ToolError) as exc:
+            except CragError as exc:  # one question failed (too long, server down): the session goes on
                 progress.renderer = None
                 print(_error_line(exc), file=err)
                 continue

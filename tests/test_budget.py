@@ -63,6 +63,16 @@ def test_a_question_that_cannot_fit_is_a_usage_error():
         fit(GradeTask("why " * 5000, ()), 32, 2048, render, cl100k)
 
 
+def test_a_question_that_leaves_no_room_for_one_item_is_a_usage_error_where_items_are_needed():
+    items = (big_item(1, 2, 100),)
+    question = "why " * 1500  # fits alone, not with a 2-line excerpt of the item
+    assert not fit(GradeTask(question, items), 32, 2048, render, cl100k).task.items  # by default: left out
+    with pytest.raises(UsageError, match="no room for its evidence"):
+        fit(GradeTask(question, items), 32, 2048, render, cl100k, min_items=1)
+    assert fit(GradeTask(question, ()), 32, 2048, render, cl100k, min_items=1).task.items == ()
+    assert fit(GradeTask(QUESTION, items), 32, 2048, render, cl100k, min_items=1).task.items == items
+
+
 def run_agent(items, history, question, context_tokens, answer_tokens=256):
     toolbox = FakeToolbox({"grep_search": [items]}, question=question, question_results=items[:5])
     model = ScriptedChatModel(default={
@@ -105,7 +115,7 @@ def test_no_request_ever_exceeds_the_context_budget(sizes, turns, question_words
 def test_items_left_out_of_grading_leave_context_and_are_audited():
     items = [big_item(n, 30, 150, tool="grep_search") for n in range(10)]  # lines too long for excerpts to help
     result, model = run_agent(items, [], QUESTION, 4096)
-    graded = [r for r in model.requests if r.node == "grade_evidence"][0]
+    graded = next(r for r in model.requests if r.node == "grade_evidence")
     trimmed = [e for e in result.state.audit if e.event == "evidence_trimmed" and e.fields["node"] == "grade_evidence"]
     assert 0 < len(graded.task.items) < 10
     assert trimmed and trimmed[0].fields["count"] == 10 - len(graded.task.items)

@@ -425,6 +425,65 @@ def test_11_read_file_serves_only_what_discovery_would_index(kb: Path) -> None:
             box.run(ToolCall("read_file", {"path": path}))
 
 
+# -- 12. questions that are empty after cleaning, only punctuation, huge ------------------------
+
+NO_EVIDENCE = "I couldn't find relevant information in the knowledge base to answer this question."
+
+
+def cli_stdin(text: str, *argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), out, err, io.StringIO(text))
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.mark.parametrize("question", ["\x00", "\x00\x00\n", "\x01\x02\x03", "\x1b[31m", "\u200b", "\x00 \x7f",
+                                      "?!...", "--- ***", "the of and is", "\x00http://x.io\x00"])
+def test_12_a_question_of_controls_punctuation_or_stop_words_is_a_clean_answer(kb: Path, question: str) -> None:
+    for argv, stdin in ((("ask", "-"), question), (("ask", question), ""), (("ask", "-", "--json"), question)):
+        code, out, err = cli_stdin(stdin, *argv)
+        assert code == 0, err
+        assert not err.strip() and not CONTROL.search(out)
+        text = json.loads(out)["answer"] if "--json" in argv else out
+        assert text.startswith(NO_EVIDENCE) and "LLM Usage Stats" in text
+
+
+@pytest.mark.parametrize("question", ["", " ", "\n\t \n", "\x85\x1c"])
+def test_12_a_blank_question_is_one_line_and_status_2(kb: Path, question: str) -> None:
+    for argv, stdin in ((("ask", "-"), question), (("ask", question), "")):
+        code, out, err = cli_stdin(stdin, *argv)
+        assert code == 2 and not out
+        assert "empty" in one_error_line(err)
+
+
+def test_12_a_10k_character_question_is_answered(kb: Path) -> None:
+    for question in ("which port does the server listen on " * 270, "x" * 10_000):
+        code, out, err = cli_stdin(question, "ask", "-", "--json")
+        assert code == 0, err
+        result = json.loads(out)
+        assert not [e for e in result["audit"] if e["event"] == "plan_call_rejected"]
+    assert "docs/setup.md" in result["answer"] or result["answer"].startswith(NO_EVIDENCE)
+
+
+def test_12_a_question_at_the_context_limit_is_status_2_with_one_line(kb: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KB_AGENT_CONTEXT_TOKENS", "2048")
+    code, _, err = cli_stdin("which port does the server listen on " * 300, "ask", "-")
+    assert code == 2 and "KB_AGENT_CONTEXT_TOKENS" in one_error_line(err)
+    code, out, err = cli_stdin("which port does the server listen on " * 100, "ask", "-")  # no room for evidence
+    assert code == 2 and "no room for its evidence" in one_error_line(err) and not out
+    code, out, err = cli_stdin("which port does the server listen on " * 50, "ask", "-")  # fits: answered
+    assert code == 0, err
+    assert "docs/setup.md:L4" in out and "unsupported" not in out
+
+
+def test_12_a_question_too_long_for_chat_is_one_line_and_the_session_goes_on(kb: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KB_AGENT_CONTEXT_TOKENS", "2048")
+    lines = ["which port " * 1000, "\x00\x01", "which port does the server listen on?", ""]
+    code, out, err = cli_stdin("\n".join(lines), "chat")
+    assert code == 0, err
+    assert "KB_AGENT_CONTEXT_TOKENS" in one_error_line(err)
+    assert out.count("crag> ") == 2 and "docs/setup.md:L4" in out
+
+
 # -- the property: hostile names, .env files and server replies ------------------------------
 
 SECRET = "sk-prop-Secret-0123456789"

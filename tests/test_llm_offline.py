@@ -141,6 +141,22 @@ def test_plan_is_deterministic():
     assert ask(task) == ask(task)
 
 
+@pytest.mark.parametrize("question", [
+    "how do uploads retry " * 600,               # 12,000 characters of words
+    "x" * 10_000,                                 # one word longer than any query may be
+    "why does " + "a_" * 400 + "b fail?",         # an identifier longer than a grep pattern may be
+    "read " + "d/" * 2100 + "x.md please",        # a path longer than read_file accepts
+    "\x00", "\x01\x02", "\x00 \x1b[31m", "?!...", "the of and",
+])
+def test_a_hostile_or_huge_question_is_planned_within_the_checkers_limits(question):
+    routing = RoutingPlan(Complexity.COMPLEX, LOCAL)
+    earlier = (ToolRun(1, ToolCall("vector_search", {"query": question, "top_k": 5}), (UPLOADS,)),)
+    for evidence, attempts in (((), ()), ((UPLOADS,), earlier)):
+        calls = plan_calls(question, routing, evidence=evidence, attempts=attempts)  # asserts no refusal
+        assert any(c.tool == "vector_search" for c in calls)
+        assert all(len(str(v)) <= 4000 for c in calls for v in c.args.values())
+
+
 # --------------------------------------------------------------------------------------
 # grade and synthesize
 # --------------------------------------------------------------------------------------
@@ -205,8 +221,12 @@ def test_citation_like_text_in_documents_cannot_become_a_citation():
 words = st.sampled_from(["uploads", "retry", "queue", "Redis", "backoff", "invoice", "the", "is", "how",
                          "`max_retries`", "docs/setup.md", "FSR-12", "https://example.com/a", "page 123456",
                          "hello", "thanks", "why", "and", "UTF-8", "的状态", "[2]", "\n", "."])
+# Pieces a hostile or garbled question is made of: control characters next to URLs, keys and words.
+pieces = st.sampled_from(["\x00", "\x01", "\x1b", "\x7f", "\x85", "\u200b", " ", "\t", "?", "-", "/", "the",
+                          "http://x.io", "ABC-12", "page 123456", "docs/a.md", "max_retries", "retry"])
 questions = st.one_of(st.lists(words, min_size=1, max_size=12).map(" ".join),
-                      st.text(min_size=1, max_size=60)).filter(str.strip)  # crag refuses a blank question
+                      st.text(min_size=1, max_size=60),
+                      st.lists(pieces, min_size=1, max_size=12).map("".join)).filter(str.strip)  # crag refuses a blank question
 texts = st.one_of(st.lists(words, max_size=30).map(" ".join), st.text(max_size=120))
 
 

@@ -339,6 +339,13 @@ def test_confluence_page_ids_and_urls():
     assert find_urls("ftp://x.org and https:// nothing") == ()
 
 
+@pytest.mark.parametrize("control", ["\x00", "\x01", "\x1b", "\x7f", "\x85", "\x9b"])
+def test_a_url_ends_at_a_control_character(control):
+    # web_fetch refuses an argument holding NUL, so a URL found in the question must not hold one
+    assert find_urls(f"read http://x.io{control}and more") == ("http://x.io",)
+    assert find_urls(f"http://x.io/a{control}") == ("http://x.io/a",)
+
+
 def test_identifiers_and_paths():
     q = 'Why does `max_retries` ignore KB_AGENT_TOP_K and --dry-run in RetryPolicy.run() per docs/setup.md?'
     assert prompts.find_paths(q) == ("docs/setup.md",)

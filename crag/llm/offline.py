@@ -42,7 +42,7 @@ from ..ports import AnalyzeTask, GradeTask, LLMRequest, PlanTask, SynthesizeTask
 from ..state import Completion, EvidenceItem, Message, ToolRun
 from ..text import STOPWORDS, keywords, stem
 from ..text import words as split_words
-from ..toolspec import MAX_TOP_K, Tool
+from ..toolspec import MAX_TOP_K, ArgumentError, Tool, check_args
 
 __all__ = ["OFFLINE_PREFACE", "OfflineChatModel", "keywords"]
 
@@ -135,6 +135,22 @@ def _best_passage(question_words: Sequence[str], text: str) -> float:
 
 def _signature(tool: str, args: dict[str, Any]) -> str:
     return tool + json.dumps(args, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def _clip(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters, at a space when one is near the end."""
+    if len(text) <= limit:
+        return text
+    cut = text[:limit]
+    space = cut.rfind(" ")
+    return (cut[:space] if space > limit // 2 else cut).strip()
+
+
+def _max_length(tools: Sequence[Tool], tool: str, param: str, default: int = 2000) -> int:
+    for record in tools:
+        if record.name == tool:
+            return next((p.max_length for p in record.params if p.name == param), default)
+    return default
 
 
 def _is_chitchat(question: str) -> bool:
@@ -237,6 +253,9 @@ class OfflineChatModel:
         refining = bool(task.previous_attempts or task.evidence)
         top_k = max(1, min(task.top_k, MAX_TOP_K))
         calls: list[dict[str, Any]] = []
+        records = {t.name: t for t in task.tools}
+        limit = _max_length(task.tools, "vector_search", "query")
+        whole = _clip(question.strip(), limit)  # a very long question is searched by its beginning
 
         def add(tool: str, args: dict[str, Any]) -> bool:
             if tool not in allowed or len(calls) >= prompts.MAX_CALLS:
@@ -244,19 +263,24 @@ class OfflineChatModel:
             sig = _signature(tool, args)
             if sig in tried or any(_signature(c["tool"], c["args"]) == sig for c in calls):
                 return False
+            if tool in records:  # never plan what the strict plan checker would refuse
+                try:
+                    check_args(records[tool], args, planned=True, question=question, top_k=top_k)
+                except ArgumentError:
+                    return False
             calls.append({"tool": tool, "args": args})
             return True
 
         words = keywords(question)
         if "vector_search" in allowed or not allowed:
             allowed = allowed or ["vector_search"]
-            queries = [question.strip()]
+            queries = [whole]
             if refining:
                 learnt = self._evidence_terms(task.evidence, task.previous_attempts, words)
                 queries = [
-                    " ".join(words) or question.strip(),
-                    " ".join([*words, *learnt]) or question.strip(),
-                    question.strip(),
+                    _clip(" ".join(words), limit) or whole,
+                    _clip(" ".join([*words, *learnt]), limit) or whole,
+                    whole,
                 ]
             sizes = [top_k] if not refining else [min(MAX_TOP_K, top_k * (rounds + 1)), MAX_TOP_K]
             for size in sizes:
@@ -264,7 +288,7 @@ class OfflineChatModel:
                     break
             context = _follow_up_terms(task.history, words)
             if context and not refining:  # a follow-up is also searched with what it follows up on
-                add("vector_search", {"query": " ".join([*words, *context]), "top_k": top_k})
+                add("vector_search", {"query": _clip(" ".join([*words, *context]), limit), "top_k": top_k})
         identifiers = prompts.find_identifiers(question)
         grep_added = 0
         for ident in identifiers[:3]:
@@ -287,7 +311,7 @@ class OfflineChatModel:
             for args in _question_values(tool, question)[:2]:
                 add(tool.name, args)
         if not calls:  # everything was tried: search as widely as allowed
-            calls.append({"tool": "vector_search", "args": {"query": question.strip(), "top_k": MAX_TOP_K}})
+            calls.append({"tool": "vector_search", "args": {"query": whole, "top_k": MAX_TOP_K}})
         return json.dumps({"tool_calls": calls}, ensure_ascii=False)
 
     @staticmethod
@@ -461,7 +485,7 @@ def _quotable(text: str, question: str = "") -> Iterable[tuple[int, str]]:
     """(position, quote) for each sentence of ``text`` worth quoting, verbatim but for
     whitespace, and each closed code block; a sentence repeating the question is left out."""
     echo = " ".join(question.lower().split()).strip(" ?!.")
-    for pos, piece in enumerate(grounding.passages(text)):
+    for piece in grounding.passages(text):
         if piece.kind != "sentence":
             continue
         sentence = " ".join(_QUOTE_PREFIX.sub("", piece.text).split())

@@ -51,7 +51,7 @@ def _fit(state: AgentState, cfg: NodeConfig, todo: tuple[int, ...]) -> budget.Fi
     (indices into ``todo``)."""
     task = GradeTask(question=state.question, items=tuple(state.context[i] for i in todo))
     limit = schemas.grade_max_tokens(len(task.items))
-    return budget.fit(task, limit, cfg.context_tokens, prompts.render, cfg.count_tokens)
+    return budget.fit(task, limit, cfg.context_tokens, prompts.render, cfg.count_tokens, min_items=1)
 
 
 def prepare(state: AgentState, cfg: NodeConfig) -> LLMRequest | None:

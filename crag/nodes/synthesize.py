@@ -45,7 +45,8 @@ def _fit(state: AgentState, cfg: NodeConfig) -> budget.Fitted | None:
     if len(state.evidence_scores) == len(state.context):
         scores = state.evidence_scores
         rank = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
-    return budget.fit(task, cfg.max_answer_tokens, cfg.context_tokens, prompts.render, cfg.count_tokens, rank)
+    return budget.fit(task, cfg.max_answer_tokens, cfg.context_tokens, prompts.render, cfg.count_tokens, rank,
+                      min_items=1)  # an answer from no evidence at all would be made up
 
 
 def prepare(state: AgentState, cfg: NodeConfig) -> LLMRequest | None:

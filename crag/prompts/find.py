@@ -36,7 +36,7 @@ NOT_JIRA_PROJECTS = frozenset(
 _JIRA = re.compile(
     r"(?<![A-Za-z0-9_\-.])([A-Z][A-Z0-9_]{1,19})-([1-9][0-9]{0,6})(?![A-Za-z0-9_]|[-.][0-9])"
 )
-_URL = re.compile(r"(?<![A-Za-z0-9+.-])https?://[^\s<>\"'`\u3000-\u303f\uff01-\uff0f\uff1a-\uff20\uff3b-\uff40\uff5b-\uff65]+", re.I)
+_URL = re.compile(r"(?<![A-Za-z0-9+.-])https?://[^\s\x00-\x1f\x7f-\x9f<>\"'`\u3000-\u303f\uff01-\uff0f\uff1a-\uff20\uff3b-\uff40\uff5b-\uff65]+", re.I)
 _URL_TRAILING = ".,;:!?'\"*_~"
 _CONFLUENCE_PATTERNS = (
     re.compile(r"[?&]pageId=([0-9]{1,20})(?![0-9])", re.I),
