@@ -33,8 +33,7 @@ field: install
 	$(PY) -m benchmarks.field $(FIELD_ARGS)
 
 lint: install
-	$(PY) -m pip install --quiet ruff
-	$(VENV)/bin/ruff check crag tests benchmarks
+	$(PY) -m ruff check crag tests benchmarks
 
 clean:
 	rm -rf $(VENV) .crag .crag-demo .pytest_cache .hypothesis
