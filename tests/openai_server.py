@@ -519,6 +519,7 @@ class FakeOpenAIServer:
     def _embeddings(self, h: _Handler, body: dict[str, Any], node: str) -> None:
         with self._lock:
             scripted = bool(self._queues.get(node)) or node in self._defaults
+        trickle = None
         if scripted:
             reply = self._next_reply(node)
             while isinstance(reply, Delay):
@@ -526,6 +527,8 @@ class FakeOpenAIServer:
                     h.close_connection = True
                     return
                 reply = reply.then
+            if isinstance(reply, Trickle):  # the vectors below, one byte at a time
+                trickle = reply
             if isinstance(reply, Status):
                 return self._send_status(h, reply)
             if isinstance(reply, Drop):
@@ -553,8 +556,11 @@ class FakeOpenAIServer:
                 else vector
             )
             data.append({"object": "embedding", "index": i, "embedding": value})
-        self._send_json(h, 200, {"object": "list", "data": data, "model": str(body.get("model") or self.model),
-                                 "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
+        payload = {"object": "list", "data": data, "model": str(body.get("model") or self.model),
+                   "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+        if trickle is not None:
+            return self._trickle(h, trickle, payload)
+        self._send_json(h, 200, payload)
 
     # -- low-level writes -----------------------------------------------------------------
 

@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 
 from crag.config import Settings
-from crag.errors import ConfigError, LLMError
+from crag.errors import ConfigError, LLMError, LLMTimeoutError
 from crag.index import index_roots, open_index
 from crag.index.embedders import HashEmbedder, OpenAIEmbedder, make_embedder
+from tests.openai_server import FakeOpenAIServer, Trickle
 
 DIM = 8
 
@@ -110,6 +111,38 @@ def test_failures_become_crag_errors(api: EmbeddingsServer) -> None:
         embedder(api, max_retries=2).embed(["x"])
     with pytest.raises(LLMError, match="cannot reach the embeddings server"):
         OpenAIEmbedder("m", api_key="k", base_url="http://127.0.0.1:9/v1", timeout=2, max_retries=0).embed(["x"])
+
+
+def test_a_server_trickling_its_reply_cannot_hold_an_embedding_past_its_timeout() -> None:
+    # Each byte comes well within the 1 s read timeout; the whole reply would take several seconds.
+    with FakeOpenAIServer() as srv:
+        srv.script("embeddings", Trickle(0.02))
+        emb = OpenAIEmbedder("fake-embed", api_key="sk-test", base_url=srv.base_url, timeout=1, max_retries=0)
+        with pytest.raises(LLMTimeoutError, match=r"did not answer within 1s: raise KB_AGENT_LLM_TIMEOUT"):
+            emb.embed(["hello world"])
+        assert emb.embed(["hello world"]).shape == (1, srv.embedding_dim)  # the next request is served
+
+
+def test_index_with_a_trickling_embeddings_server_is_one_line_and_status_1(tmp_path: Path, monkeypatch) -> None:
+    import io
+
+    from crag.cli import main
+    from tests.fakes import clean_env
+
+    clean_env(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.md").write_text("# A\n\nThe server listens on port 8080.\n", encoding="utf-8")
+    with FakeOpenAIServer() as srv:
+        srv.script("embeddings", Trickle(0.02))
+        monkeypatch.setenv("KB_AGENT_EMBEDDER", "openai")
+        monkeypatch.setenv("OPENAI_BASE_URL", srv.base_url)
+        monkeypatch.setenv("KB_AGENT_LLM_TIMEOUT", "1")
+        monkeypatch.setenv("KB_AGENT_LLM_MAX_RETRIES", "0")
+        out, err = io.StringIO(), io.StringIO()
+        assert main(["index", "docs"], out, err) == 1
+        lines = err.getvalue().strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("crag: error: ") and "did not answer within 1s" in lines[0]
 
 
 def test_an_index_built_with_the_openai_embedder_records_it(api: EmbeddingsServer, tmp_path: Path) -> None:

@@ -15,7 +15,9 @@ scheme or size is detected as a mismatch.
 API (imported lazily): batched, a few requests in flight, retried under the same policy as
 chat completions (``crag.llm.retry``: 429, 5xx, timeouts and dropped connections,
 ``KB_AGENT_LLM_MAX_RETRIES`` times, honouring ``Retry-After``), and its failures translated
-into ``LLMError`` at this one boundary. Its ``name`` is ``openai:<model>``.
+into ``LLMError`` at this one boundary. Like a chat request, each attempt has a total
+deadline of ``KB_AGENT_LLM_TIMEOUT`` (``crag.llm.deadline``), so a server that trickles its
+reply a byte at a time cannot hold an indexer or a search. Its ``name`` is ``openai:<model>``.
 
 ``make_embedder(settings)`` picks one from ``KB_AGENT_EMBEDDER``.
 """
@@ -27,6 +29,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, LLMError, LLMTimeoutError
+from ..llm.deadline import deadline_http_client, request_deadline
 from ..llm.retry import ConnectionFailure, Failure, RetryPolicy, StatusFailure, TimeoutFailure
 from ..text import STOPWORDS, stem
 from ..text import content_words as tokenize
@@ -102,6 +105,7 @@ class OpenAIEmbedder:
                     base_url=self._base_url or None,
                     timeout=self._timeout,
                     max_retries=0,  # retries are crag's own policy (crag.llm.retry)
+                    http_client=deadline_http_client(openai, timeout=self._timeout),
                 )
             return self._client
 
@@ -122,9 +126,12 @@ class OpenAIEmbedder:
 
     def _request(self, batch: list[str]) -> list[list[float]]:
         client = self._get_client()
-        response = self.policy.call(
-            lambda: client.embeddings.create(model=self.model, input=batch), self._translate
-        )
+
+        def attempt() -> Any:
+            with request_deadline(self._timeout):  # the whole exchange, not only each read
+                return client.embeddings.create(model=self.model, input=batch)
+
+        response = self.policy.call(attempt, self._translate)
         data = sorted(response.data, key=lambda d: d.index)
         if len(data) != len(batch):
             raise LLMError(f"the embeddings server returned {len(data)} vectors for {len(batch)} texts")
