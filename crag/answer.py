@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from .safe_text import redacted_prefix
 from .state import Citation, EvidenceItem, Usage
 
 __all__ = [
@@ -174,6 +175,10 @@ class StreamRenderer:
     grounds the whole sentences so far instead of just renumbering, so the stream shows the
     grounded answer, a sentence at a time.
 
+    With ``secrets``, what is shown is redacted as ``crag.safe_text.redact`` redacts the
+    final answer (the last word is held back until it is complete), and ``rest`` takes the
+    redacted final answer.
+
     Each render cleans and renumbers the whole text so far, so ``feed`` renders only once
     the text has grown by ``every`` characters (more for a long answer, at most 256): a
     streamed answer then costs a few dozen renders, not one per token.
@@ -182,8 +187,9 @@ class StreamRenderer:
     _RULE_LINE = re.compile(r"[ \t]*(?:-{3,}|\*{3,}|_{3,})[ \t]*")
     _RULE_TAIL = re.compile(r"[ \t]*[-*_]+[ \t]*$")
 
-    def __init__(self, n_items: int, clean, unthink=None, every: int = 32, ground=None) -> None:
+    def __init__(self, n_items: int, clean, unthink=None, every: int = 32, ground=None, secrets=None) -> None:
         self.n_items = n_items
+        self.secrets = secrets  # when given, what is shown is redacted (``rest`` then wants the redacted answer)
         self.ground = ground  # text -> (grounded text, number of sources its markers index)
         self.every = every
         self._rendered_at = 0
@@ -251,6 +257,8 @@ class StreamRenderer:
             text = renumber(grounded, n_sources)[0].strip()
         elif self.n_items:
             text = renumber(text, self.n_items)[0].strip()  # as compose does
+        if self.secrets is not None:
+            text = redacted_prefix(text, self.secrets)
         if not text.startswith(self.shown):
             return ""
         new, self.shown = text[len(self.shown) :], text

@@ -415,7 +415,7 @@ class _Progress:
             if items and self.grounding != "off":
                 mode = self.grounding
                 ground = lambda text: render_prefix(text, items, mode)  # noqa: E731
-            self.renderer = StreamRenderer(len(items), clean_answer, strip_think, ground=ground)
+            self.renderer = StreamRenderer(len(items), clean_answer, strip_think, ground=ground, secrets=_secrets())
             self.out.write("\ncrag> ")
         elif isinstance(event, AnswerDelta) and self.renderer is not None:
             self.out.write(for_terminal(self.renderer.feed(event.text)))
@@ -425,8 +425,8 @@ class _Progress:
         """Print the rest of the answer (all of it when nothing streamed)."""
         if self.renderer is None:
             self.out.write("\ncrag> " + _shown(answer) + "\n")
-        else:
-            self.out.write(_shown(self.renderer.rest(answer)) + "\n")
+        else:  # the stream showed the redacted answer's beginning
+            self.out.write(for_terminal(self.renderer.rest(redact(answer, _secrets()))) + "\n")
         self.renderer = None
         self.out.flush()
 

@@ -7,6 +7,8 @@ person (all used at the edges: the error boundary and the CLI's printing):
 * ``redact(text, secrets)`` replaces every known secret (API keys, tokens, the password
   of a URL) and anything shaped like a credential (``scheme://user:password@``,
   ``Authorization: Bearer ...``) with ``***``, whatever a server echoed back;
+  ``redacted_prefix(text, secrets)`` does the same for text still streaming in, holding
+  back the tail that more text could turn into a secret;
 * ``for_terminal(text)`` removes ANSI/OSC escape sequences and control characters other
   than newline and tab (NUL, carriage return, backspace, C1 controls, bidirectional
   overrides), so neither a document nor a model can move the cursor, retitle the window,
@@ -26,7 +28,16 @@ import unicodedata
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["REDACTED", "display_name", "for_terminal", "json_text", "one_line", "redact", "short_value"]
+__all__ = [
+    "REDACTED",
+    "display_name",
+    "for_terminal",
+    "json_text",
+    "one_line",
+    "redact",
+    "redacted_prefix",
+    "short_value",
+]
 
 REDACTED = "***"
 MIN_SECRET_CHARS = 4  # shorter "secrets" would redact ordinary words
@@ -129,6 +140,38 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
             text = text.replace(stripped, REDACTED)
     text = _URL_PASSWORD.sub(lambda m: f"{m.group(1)}:{REDACTED}@", text)
     return _AUTH_VALUE.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
+
+
+def _secret_set(secrets: Iterable[str]) -> set[str]:
+    out: set[str] = set()
+    for secret in secrets:
+        if secret and len(secret.strip()) >= MIN_SECRET_CHARS:
+            out.update((secret, secret.strip()))
+    return out
+
+
+def redacted_prefix(text: str, secrets: Iterable[str] = ()) -> str:
+    """The part of a text still arriving (a streamed answer) that can be shown now, redacted.
+
+    ``redact`` of the whole text, once it is complete, starts with what this returns: the
+    text is cut before its last word (a credential-shaped word may still be growing), before
+    a secret that the cut would split, and before an unfinished secret at its end.
+    """
+    cut = len(text)
+    while cut and not text[cut - 1].isspace():
+        cut -= 1
+    for secret in _secret_set(secrets):
+        for k in range(len(secret) - 1, 0, -1):  # the text ends with the beginning of a secret
+            if text.endswith(secret[:k]):
+                cut = min(cut, len(text) - k)
+                break
+        start = text.find(secret)
+        while start != -1 and start < cut:  # a secret the cut would split
+            if start + len(secret) > cut:
+                cut = start
+                break
+            start = text.find(secret, start + 1)
+    return redact(text[:cut], secrets)
 
 
 def _json_escape(match: re.Match[str]) -> str:

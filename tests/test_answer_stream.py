@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from crag.answer import STATS_HEADING, StreamRenderer, compose
 from crag.prompts import clean_answer, strip_think
+from crag.safe_text import redact
 from crag.state import Completion, EvidenceItem, Usage
 
 ITEMS = (
@@ -76,3 +77,43 @@ def test_unbalanced_backticks_never_lose_the_final_answer(pieces: list[str], dat
     cuts = data.draw(st.lists(st.integers(0, len(reply)), max_size=10))
     shown, final = streamed(reply, cuts)
     assert shown.endswith(final)
+
+
+# -- secrets a server echoes while the answer streams ---------------------------------------
+
+SECRETS = ("sk-live-Secret-0123456789", "jira tok 42")  # a token may hold a space
+SECRET_PIECES = [*PIECES, "sk-live-Secret-0123456789", "sk-live-", "Secret-0123456789", "jira tok 42", "jira ",
+                 "Bearer abcdefgh123 ", "Authorization: Bearer ", "token=zzzzzz9", "https://bob:hunter2pass@db.example/ ",
+                 "https://bob:", "hunter2pass@x ", "sk-"]
+
+
+def streamed_redacted(reply: str, cuts: list[int], every: int) -> tuple[list[str], str, str]:
+    renderer = StreamRenderer(len(ITEMS), clean_answer, strip_think, every=every, secrets=SECRETS)
+    pieces, last = [], 0
+    for cut in [*sorted(set(cuts)), len(reply)]:
+        pieces.append(renderer.feed(reply[last:cut]))
+        last = cut
+    final = redact(compose(clean_answer(reply), ITEMS, USAGE)[0], SECRETS)
+    return pieces, renderer.rest(final), final
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.lists(st.sampled_from(SECRET_PIECES), max_size=25), st.data())
+def test_a_streamed_answer_is_redacted_as_the_printed_one(pieces: list[str], data) -> None:
+    reply = "".join(pieces)
+    cuts = data.draw(st.lists(st.integers(0, len(reply)), max_size=12))
+    shown, rest, final = streamed_redacted(reply, cuts, data.draw(st.sampled_from([0, 8, 32])))
+    screen = "".join(shown) + rest
+    assert screen.endswith(final)  # the whole redacted answer (once more, when the stream could not show it)
+    assert not any(secret in screen for secret in SECRETS)
+    for credential in ("Bearer abcdefgh123", "token=zzzzzz9", "bob:hunter2pass"):
+        assert credential in final or credential not in screen  # what print redacts never showed either
+
+
+def test_a_secret_split_across_deltas_is_held_back_then_redacted() -> None:
+    renderer = StreamRenderer(0, clean_answer, strip_think, every=0, secrets=SECRETS)
+    assert renderer.feed("Your key is sk-li") == "Your key is "
+    assert renderer.feed("ve-Secret-01234") == ""
+    assert renderer.feed("56789 and more") == "*** and "
+    assert renderer.feed(" text from jira t") == "more text from "
+    assert renderer.rest(redact("Your key is sk-live-Secret-0123456789 and more text from jira tok 42.", SECRETS)) == "***."

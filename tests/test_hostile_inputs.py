@@ -345,6 +345,28 @@ def test_9_a_tool_error_echoing_the_key_is_redacted_in_the_audit(llm: FakeOpenAI
     assert "sk-test-key-1234" not in out and "***" in out
 
 
+@pytest.mark.parametrize("grounding", ["note", "off"])
+def test_9_secrets_a_server_echoes_while_chat_streams_are_redacted(llm: FakeOpenAIServer, grounding: str,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KB_AGENT_GROUNDING", grounding)
+    leak = ("The server listens on port 8080 [1]. Your key is sk-test-key-1234, the database is "
+            "postgresql://admin:Sup3rSecretPw@db.internal/kb and the header Authorization: Bearer abcdef123456 works. "
+            "The server listens on port 8080 by default [1]. " * 3)
+    llm.default("analyze_and_route", route("simple", "vector_search"))
+    llm.default("plan", plan(("vector_search", {"query": "server port"})))
+    llm.script("synthesize", leak, leak)
+    code, printed, err = cli("ask", "which port does the server listen on?")
+    code_chat, streamed, err_chat = cli_stdin("which port does the server listen on?\n", "chat")
+    assert code == code_chat == 0, err + err_chat
+    assert [bool(r.body.get("stream")) for r in llm.requests if r.node == "synthesize"] == [False, True]
+    for shown in (printed, streamed):
+        assert "port 8080" in shown and "admin:***@db.internal" in shown and "Bearer ***" in shown
+        for secret in ("sk-test-key-1234", "Sup3rSecretPw", "abcdef123456"):
+            assert secret not in shown
+    body = printed.split("\n---\n")[0]
+    assert "crag> " + body in streamed  # the stream showed the answer as ask prints it, redactions included
+
+
 # -- 10. no control sequence reaches the terminal --------------------------------------------
 
 
