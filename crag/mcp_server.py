@@ -15,7 +15,9 @@ indexed first, as for ``ask``) and serves every call; an indexer that publishes 
 index is picked up by the next search. Calls run one at a time. A call that fails (a path
 outside the roots, an unreachable LLM, a bad argument) is an MCP tool error whose text is
 crag's one-line message; the server keeps running. Nothing but the protocol is written to
-stdout; notes go to stderr. See ``docs/mcp.md``.
+stdout; notes go to stderr. Every configured secret (and anything shaped like a credential)
+is redacted from what the tools return, as the command line redacts what it prints, so a
+model or a document that echoes a key does not hand it to the client. See ``docs/mcp.md``.
 """
 
 # No ``from __future__ import annotations``: the SDK reads the tools' annotations at run time.
@@ -61,7 +63,11 @@ def build_server(agent: "Agent") -> "MCPServer":
                 raise MCPToolError(" ".join(redact(str(exc), secret_values()).split())) from exc
 
     def result(text: str, structured: dict[str, Any]) -> CallToolResult:
-        return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=structured)
+        secrets = secret_values()
+        return CallToolResult(
+            content=[TextContent(type="text", text=redact(text, secrets))],
+            structured_content=_redacted(structured, secrets),
+        )
 
     def ask(question: str, history: list[dict[str, str]] | None = None) -> CallToolResult:
         """Answer a question from the knowledge base, citing file:line for what it says.
@@ -102,6 +108,17 @@ def build_server(agent: "Agent") -> "MCPServer":
     for fn in (ask, search, read_file):
         server.add_tool(fn, structured_output=False)
     return server
+
+
+def _redacted(value: Any, secrets: tuple[str, ...]) -> Any:
+    """``value`` (JSON-like) with every string in it redacted."""
+    if isinstance(value, str):
+        return redact(value, secrets)
+    if isinstance(value, dict):
+        return {k: _redacted(v, secrets) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_redacted(v, secrets) for v in value]
+    return value
 
 
 def serve(agent: "Agent") -> None:

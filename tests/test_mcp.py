@@ -105,6 +105,30 @@ def test_mcp_server_lists_and_runs_its_three_tools_and_survives_a_failing_call(w
     anyio.run(session)
 
 
+def test_mcp_tools_redact_configured_secrets_and_credentials(workdir: Path) -> None:
+    key = "sk-mcp-Secret-0123456789"
+    (workdir / "docs" / "leak.md").write_text(
+        f"# Leak\n\nThe deploy key is {key} for the deploy job.\n"
+        "The deploy database is postgresql://deployer:Hunter2Pw@db.internal/deploy for the deploy job.\n",
+        encoding="utf-8",
+    )
+    params = server_params(workdir, "--kb", "docs")
+    params.env["OPENAI_API_KEY"] = key  # a configured secret (the backend stays offline)
+
+    async def session() -> None:
+        async with Client(params, read_timeout_seconds=120) as client:
+            calls = [("search", {"query": "deploy key database"}), ("ask", {"question": "What is the deploy key?"}),
+                     ("read_file", {"path": "docs/leak.md"})]
+            for name, args in calls:
+                got = await client.call_tool(name, args)
+                assert not got.is_error, text_of(got)
+                shown = text_of(got) + repr(got.structured_content)
+                assert "deploy" in shown and "***" in shown, name
+                assert key not in shown and "Hunter2Pw" not in shown, name
+
+    anyio.run(session)
+
+
 def test_mcp_without_the_sdk_is_one_line_naming_the_extra(tmp_path: Path) -> None:
     # A Python in which the SDK cannot be found.
     code = (
