@@ -477,6 +477,7 @@ def cmd_chat(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     history: list[dict[str, str]] = []
     progress = _Progress(err, out, settings.grounding)
     with _agent(args, err) as agent:
+        _open_index(agent)
         out.write("crag chat: ask about your knowledge base; an empty line or Ctrl-D ends the session.\n")
         read_line = _line_reader(args.stdin, out)
         while True:
@@ -498,6 +499,14 @@ def cmd_chat(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             history.append({"role": "user", "content": question})
             history.append({"role": "assistant", "content": result.answer})
     return 0
+
+
+def _open_index(agent) -> None:
+    """A missing, damaged or mismatched index fails the session at its start (status 1), as
+    ``ask`` would, rather than every question of it."""
+    reader = getattr(agent.toolbox, "reader", None)
+    if reader is not None and "vector_search" in agent.toolbox.available():
+        reader()
 
 
 def cmd_mcp(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

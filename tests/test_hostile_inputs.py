@@ -506,6 +506,19 @@ def test_12_a_question_too_long_for_chat_is_one_line_and_the_session_goes_on(kb:
     assert out.count("crag> ") == 2 and "docs/setup.md:L4" in out
 
 
+def test_12_chat_without_a_usable_index_fails_at_its_start_like_ask(kb: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for argv in (("ask", "which port?"), ("chat",)):  # a damaged index
+        DAMAGE["garbage in the FAISS file, same size"](kb)
+        code, out, err = cli_stdin("which port?\n", *argv)
+        assert code == 1 and not out
+        assert "damaged" in one_error_line(err)
+    monkeypatch.setenv("KB_AGENT_INDEX_DIR", str(kb.parent / "no-index"))
+    for argv in (("ask", "which port?"), ("chat",)):
+        code, out, err = cli_stdin("which port?\n", *argv)
+        assert code == 1 and not out
+        assert "no index" in one_error_line(err)
+
+
 # -- the property: hostile names, .env files and server replies ------------------------------
 
 SECRET = "sk-prop-Secret-0123456789"
