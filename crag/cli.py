@@ -301,6 +301,8 @@ def _read_history(path: str) -> list:
         raise UsageError(f"--history file {path} cannot be read: {exc}") from exc
     except json.JSONDecodeError as exc:
         raise UsageError(f"--history file {path} is not JSON: {exc.msg} at line {exc.lineno}") from exc
+    except RecursionError:
+        raise UsageError(f"--history file {path} nests JSON too deeply to be a list of messages") from None
     if not isinstance(data, list):
         raise UsageError(f'--history file {path} must hold a JSON list of {{"role", "content"}} messages')
     return data
@@ -358,10 +360,31 @@ class _IndexNotes:
             self.err.flush()
 
 
+def _undecodable_bytes_kept(stream: TextIO) -> None:
+    """Read bytes that are not UTF-8 as lone surrogates (``_not_utf8`` finds them) instead of
+    failing the read: Python reads standard input strictly under most locales."""
+    reconfigure = getattr(stream, "reconfigure", None)
+    if reconfigure is not None:
+        try:
+            reconfigure(errors="surrogateescape")
+        except (ValueError, OSError, TypeError):
+            pass
+
+
+def _not_utf8(text: str) -> bool:
+    return any("\udc80" <= ch <= "\udcff" for ch in text)
+
+
 def _question(args: argparse.Namespace) -> str:
     """The question's words joined, or standard input when the question is ``-``."""
     if args.words == ["-"]:
-        text = args.stdin.read()
+        _undecodable_bytes_kept(args.stdin)
+        try:
+            text = args.stdin.read()
+        except UnicodeDecodeError:
+            text = "\udcff"
+        if _not_utf8(text):
+            raise UsageError("the question read from standard input is not UTF-8 text: save it as UTF-8")
         if not text.strip():
             raise UsageError("the question read from standard input is empty")
         return text.strip()
@@ -479,6 +502,7 @@ def cmd_chat(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     with _agent(args, err) as agent:
         _open_index(agent)
         out.write("crag chat: ask about your knowledge base; an empty line or Ctrl-D ends the session.\n")
+        _undecodable_bytes_kept(args.stdin)
         read_line = _line_reader(args.stdin, out)
         while True:
             try:
@@ -486,8 +510,13 @@ def cmd_chat(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             except KeyboardInterrupt:
                 out.write("\n")
                 break
+            except UnicodeDecodeError:
+                line = "\udcff"
             if not line or not line.strip():
                 break
+            if _not_utf8(line):
+                print("crag: error: that line is not UTF-8 text; type it again", file=err)
+                continue
             question = line.strip()
             try:
                 result = agent.ask(question, history=parse_history(history), on_event=progress, stream=True)

@@ -519,6 +519,27 @@ def test_12_chat_without_a_usable_index_fails_at_its_start_like_ask(kb: Path, mo
         assert "no index" in one_error_line(err)
 
 
+def _strict_stdin(data: bytes) -> io.TextIOWrapper:
+    return io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", errors="strict")  # as under most locales
+
+
+def test_12_standard_input_that_is_not_utf8_is_one_line_not_a_traceback(kb: Path) -> None:
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["ask", "-"], out, err, _strict_stdin(b"which port \xff\xfe does it use?")) == 2
+    assert "not UTF-8" in one_error_line(err.getvalue()) and not out.getvalue()
+    out, err = io.StringIO(), io.StringIO()  # chat: that line is refused, the next one answered
+    assert main(["chat"], out, err, _strict_stdin(b"caf\xe9 port?\nwhich port does the server listen on?\n")) == 0
+    assert "not UTF-8" in one_error_line(err.getvalue())
+    assert out.getvalue().count("crag> ") == 1 and "docs/setup.md:L4" in out.getvalue()
+
+
+def test_12_a_history_file_nested_too_deeply_is_one_line(kb: Path, tmp_path: Path) -> None:
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000, encoding="utf-8")
+    code, out, err = cli("ask", "which port?", "--history", str(deep))
+    assert code == 2 and not out and "--history" in one_error_line(err)
+
+
 # -- the property: hostile names, .env files and server replies ------------------------------
 
 SECRET = "sk-prop-Secret-0123456789"
