@@ -27,6 +27,7 @@ from .errors import UsageError
 from .events import Event
 from .nodes import NodeConfig
 from .ports import ChatModel, Toolbox
+from .safe_text import valid_text
 from .state import AgentState, Citation, Message, Usage, output_converter
 from .toolspec import Tool
 
@@ -172,7 +173,9 @@ class Agent:
         """Answer one question. ``history`` is a list of ``{"role", "content"}`` dicts or Messages."""
         if not isinstance(question, str) or not question.strip():
             raise UsageError("the question is empty")
-        state = self.driver.run(question.strip(), parse_history(history), on_event, stream)
+        # Bytes that were not UTF-8 (a command line, a JSON escape) cannot go to a server as they are.
+        turns = tuple(Message(m.role, valid_text(m.content)) for m in parse_history(history))
+        state = self.driver.run(valid_text(question.strip()), turns, on_event, stream)
         return Answer(
             answer=state.answer or "",
             citations=state.citations,

@@ -17,7 +17,9 @@ person (all used at the edges: the error boundary and the CLI's printing):
   JSON: a name with a newline, a control character or bytes that are not UTF-8 is written
   with backslash escapes (``a\\nb.md``, ``caf\\xe9.md``), so a name can never add a line;
 
-``json_text(obj)`` is ``json.dumps`` whose output holds no raw control character either.
+``json_text(obj)`` is ``json.dumps`` whose output holds no raw control character either;
+``valid_text(text)`` replaces lone surrogates (bytes that were not UTF-8, as Python keeps
+them from a command line or a JSON escape) with U+FFFD, so text can be sent as UTF-8.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ __all__ = [
     "redact",
     "redacted_prefix",
     "short_value",
+    "valid_text",
 ]
 
 REDACTED = "***"
@@ -140,6 +143,14 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
             text = text.replace(stripped, REDACTED)
     text = _URL_PASSWORD.sub(lambda m: f"{m.group(1)}:{REDACTED}@", text)
     return _AUTH_VALUE.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def valid_text(text: str) -> str:
+    """``text`` with every lone surrogate replaced by U+FFFD: encodable as UTF-8."""
+    return _SURROGATE.sub("\ufffd", text)
 
 
 def _secret_set(secrets: Iterable[str]) -> set[str]:

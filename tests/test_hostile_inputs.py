@@ -533,6 +533,22 @@ def test_12_standard_input_that_is_not_utf8_is_one_line_not_a_traceback(kb: Path
     assert out.getvalue().count("crag> ") == 1 and "docs/setup.md:L4" in out.getvalue()
 
 
+def test_12_bytes_that_are_not_utf8_in_a_question_or_history_still_reach_the_server(llm: FakeOpenAIServer,
+                                                                                    tmp_path: Path) -> None:
+    # A command line under a UTF-8 locale keeps such bytes as lone surrogates, which UTF-8 cannot encode.
+    llm.default("analyze_and_route", route("simple", "vector_search"))
+    llm.default("plan", plan(("vector_search", {"query": "server port \udcff"})))
+    llm.default("synthesize", "The server listens on port 8080 [1].")
+    history = tmp_path / "history.json"
+    history.write_text(json.dumps([{"role": "user", "content": "caf\udce9?"}]), encoding="utf-8")
+    for argv in (("ask", "which port \udcff does it use?"), ("ask", "\udcff\udcfe", "--history", str(history), "--json")):
+        code, out, err = cli(*argv)
+        assert code == 0, err
+        assert "port 8080" in out and not CONTROL.search(out)
+    sent = json.dumps([r.body for r in llm.requests])
+    assert "\\ufffd" in sent and "\\udc" not in sent
+
+
 def test_12_a_history_file_nested_too_deeply_is_one_line(kb: Path, tmp_path: Path) -> None:
     deep = tmp_path / "deep.json"
     deep.write_text("[" * 100_000, encoding="utf-8")

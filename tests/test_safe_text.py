@@ -69,3 +69,11 @@ def test_json_text_round_trips_and_is_control_free(value: object) -> None:
     out = json_text(value)
     assert not CONTROL.search(out)
     assert json.loads(out) == value
+
+
+def test_valid_text_replaces_lone_surrogates_only() -> None:
+    from crag.safe_text import valid_text
+
+    assert valid_text("caf\udce9 \U0001F4CA ok") == "caf\ufffd \U0001F4CA ok"
+    assert valid_text("plain") == "plain"
+    valid_text("\ud800\udfff x").encode("utf-8")  # encodable

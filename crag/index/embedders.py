@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ConfigError, LLMError, LLMTimeoutError
 from ..llm.deadline import deadline_http_client, request_deadline
 from ..llm.retry import ConnectionFailure, Failure, RetryPolicy, StatusFailure, TimeoutFailure
+from ..safe_text import valid_text
 from ..text import STOPWORDS, stem
 from ..text import content_words as tokenize
 from .hash_embedder import BIGRAM_WEIGHT, DEFAULT_HASH_DIM, HASH_VERSION, HashEmbedder
@@ -115,7 +116,7 @@ class OpenAIEmbedder:
         enc = None
         out = []
         for text in texts:
-            text = text if text.strip() else " "
+            text = valid_text(text) if text.strip() else " "
             if len(text) > _MAX_INPUT_TOKENS:  # a token is at least one character
                 enc = enc or get_encoding("cl100k_base")
                 tokens = enc.encode_ordinary(text)

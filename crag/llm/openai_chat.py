@@ -44,7 +44,7 @@ from attrs import frozen
 from ..config import Settings
 from ..errors import ConfigError, LLMError, LLMTimeoutError
 from ..ports import LLMRequest
-from ..safe_text import redact
+from ..safe_text import redact, valid_text
 from ..state import Completion
 from .deadline import deadline_http_client, request_deadline
 from .retry import (
@@ -170,7 +170,7 @@ class OpenAIChatModel:
         """One chat completion for ``request``, with retries; raises ``LLMError``."""
         started = time.perf_counter()
         node = request.node
-        messages = [{"role": str(m["role"]), "content": str(m["content"])} for m in request.messages]
+        messages = [{"role": str(m["role"]), "content": valid_text(str(m["content"]))} for m in request.messages]
         delivered: list[str] = []
         mode = self._stream_mode if on_delta is not None else "off"
         fmt = self._first_format() if request.reply_schema is not None else "off"
