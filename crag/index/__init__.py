@@ -62,7 +62,7 @@ def open_store(settings: Settings) -> Store:
 
 
 def make_embedder(settings: Settings) -> Embedder:
-    """The embedder ``KB_AGENT_EMBEDDER`` names (``hash`` or ``openai``)."""
+    """The embedder ``KB_AGENT_EMBEDDER`` names (``hash``, ``openai`` or ``local``)."""
     from .embedders import make_embedder as make
 
     return make(settings)

@@ -19,6 +19,9 @@ into ``LLMError`` at this one boundary. Like a chat request, each attempt has a 
 deadline of ``KB_AGENT_LLM_TIMEOUT`` (``crag.llm.deadline``), so a server that trickles its
 reply a byte at a time cannot hold an indexer or a search. Its ``name`` is ``openai:<model>``.
 
+``LocalEmbedder`` (``crag.index.local_embedder``, the optional ``crag[local]`` extra) runs a
+sentence-transformers model from the folder ``KB_AGENT_EMBEDDING_PATH`` names, offline.
+
 ``make_embedder(settings)`` picks one from ``KB_AGENT_EMBEDDER``.
 """
 
@@ -40,6 +43,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from ..config import Settings
+    from .local_embedder import LocalEmbedder
 
 __all__ = [
     "BIGRAM_WEIGHT",
@@ -193,10 +197,14 @@ def _short(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def make_embedder(settings: Settings) -> HashEmbedder | OpenAIEmbedder:
+def make_embedder(settings: Settings) -> HashEmbedder | OpenAIEmbedder | LocalEmbedder:
     """The embedder ``KB_AGENT_EMBEDDER`` names."""
     if settings.embedder == "hash":
         return HashEmbedder()
+    if settings.embedder == "local":
+        from .local_embedder import LocalEmbedder
+
+        return LocalEmbedder(settings.embedding_path)
     if settings.embedder == "openai":
         # KB_AGENT_EMBEDDING_BASE_URL: an embedding server apart from the chat server.
         base_url = settings.embedding_base_url or settings.openai_base_url
@@ -213,4 +221,4 @@ def make_embedder(settings: Settings) -> HashEmbedder | OpenAIEmbedder:
             timeout=settings.llm_timeout,
             max_retries=settings.llm_max_retries,
         )
-    raise ConfigError("KB_AGENT_EMBEDDER", settings.embedder, "hash or openai")
+    raise ConfigError("KB_AGENT_EMBEDDER", settings.embedder, "hash, openai or local")
