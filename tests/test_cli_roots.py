@@ -66,12 +66,18 @@ def test_roots_remove_drops_the_root_and_its_chunks(kb: Path) -> None:
     code, out, err = cli("roots", "--remove", "notes")
     assert code == 0, err
     assert out.startswith("removed notes (2 files, ")
-    assert "2 files left the index in index; 1 chunk remain" in out
+    assert "2 files left the index in index; 1 chunk remains" in out
     assert cli("roots")[1].splitlines()[1:] == ["  docs  1 file, 1 chunk"]
     code, out, _ = cli("search", "port", "--json")
     assert {h["path"] for h in json.loads(out)} == {"docs/setup.md"}
     code, _, err = cli("roots", "--remove", "notes")
     assert code == 1 and "is not a root of the index (its roots: " in err and err.count("\n") == 1
+
+
+def test_a_root_named_twice_is_removed_once(kb: Path) -> None:
+    code, out, err = cli("roots", "--remove", "notes", "--remove", "./notes")
+    assert code == 0, err
+    assert out.count("removed notes") == 1 and "2 files left the index" in out
 
 
 def test_a_root_deleted_from_disk_is_reported_left_out_of_search_and_dropped_by_the_next_index(kb: Path) -> None:

@@ -220,13 +220,13 @@ def removed_text(report: IndexReport, before: Sequence[RootRow], cwd: str | None
     """What ``python -m crag roots --remove`` prints."""
     gone = {r.path: r for r in before}
     lines = []
-    for root in report.roots:
+    for root in dict.fromkeys(report.roots):  # a root named twice was removed once
         row = gone.get(root)
         counts = f" ({_count(row.files, 'file')}, {_count(row.chunks, 'chunk')})" if row else ""
         lines.append(f"removed {display_name(relative_label(root, cwd))}{counts}")
     lines.append(
         f"{_count(len(report.removed), 'file')} left the index in {location_label(report.index_dir, cwd)}; "
-        f"{_count(report.chunks_total, 'chunk')} remain"
+        f"{_count(report.chunks_total, 'chunk')} remain{'s' if report.chunks_total == 1 else ''}"
     )
     return "\n".join(lines) + "\n"
 
