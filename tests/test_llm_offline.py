@@ -205,6 +205,25 @@ def test_synthesis_quotes_a_sentence_once_when_items_overlap_or_quote_each_other
     assert text.count("retry three times") == 1
 
 
+def test_a_one_word_question_quotes_the_sentences_holding_the_word():
+    setup = EvidenceItem("vector_search", "docs/setup.md",
+                         "# Setup\n\nInstall the service with pip.\n\n## Ports\n\nThe server listens on port 8080 by default.",
+                         1, 7, 0.4)
+    for question in ("port", "port?", "which port"):
+        text = ask(SynthesizeTask(question, (), (setup,)))
+        assert "- The server listens on port 8080 by default. [1]" in text, (question, text)
+        assert "Install the service" not in text
+
+
+def test_a_faq_line_repeating_the_question_is_not_quoted_as_its_answer():
+    faq = EvidenceItem("vector_search", "docs/faq.md",
+                       "## How do uploads retry on failure?\n\nUploads retry three times with exponential backoff.",
+                       1, 3, 0.6)
+    text = ask(SynthesizeTask("How do uploads retry on failure?", (), (faq,)))
+    assert "- Uploads retry three times with exponential backoff. [1]" in text
+    assert "How do uploads retry on failure?" not in text
+
+
 def test_chitchat_gets_a_short_friendly_reply():
     assert ask(SynthesizeTask("thanks!", (), (), chitchat=True)).startswith("You're welcome")
     hello = ask(SynthesizeTask("hello", (), (), chitchat=True))

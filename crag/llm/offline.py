@@ -483,8 +483,11 @@ def _code_block(text: str) -> str | None:
 
 def _quotable(text: str, question: str = "") -> Iterable[tuple[int, str]]:
     """(position, quote) for each sentence of ``text`` worth quoting, verbatim but for
-    whitespace, and each closed code block; a sentence repeating the question is left out."""
-    echo = " ".join(question.lower().split()).strip(" ?!.")
+    whitespace, and each closed code block; a sentence repeating the question (of three words
+    or more, give or take three words: a FAQ line, a heading) is left out. A shorter question
+    ("port") is a keyword, and the sentences holding it are the answer."""
+    echo = " ".join(question.lower().replace("'", " ").split()).strip(" ?!.")
+    echo_words = len(echo.split()) if len(echo.split()) >= 3 else 0
     for piece in grounding.passages(text):
         if piece.kind != "sentence":
             continue
@@ -493,7 +496,8 @@ def _quotable(text: str, question: str = "") -> Iterable[tuple[int, str]]:
             continue
         if "couldn't find relevant information" in sentence or prompts.strip_stats_blocks(sentence) != sentence:
             continue
-        if echo and echo in " ".join(sentence.lower().replace("'", " ").split()):
+        flat = " ".join(sentence.lower().replace("'", " ").split())
+        if echo_words and echo in flat and len(flat.split()) <= echo_words + 3:
             continue
         yield piece.start, sentence
     for piece in grounding.split(text):
