@@ -144,7 +144,12 @@ def main(
             return 1  # as git does: the help, and a status that says nothing was done
         _join_words(args, extra)
         args.stdin = stdin or sys.stdin
-        return int(args.func(args, out, err) or 0)
+        code = int(args.func(args, out, err) or 0)
+        out.flush()
+        return code
+    except BrokenPipeError:  # the reader went away (`| head -1`): nothing left to say to it
+        _silence(out)
+        return BROKEN_PIPE
     except CragError as exc:
         print(_error_line(exc), file=err)
         return exc.exit_status
@@ -157,6 +162,21 @@ def main(
     except KeyboardInterrupt:
         print("crag: interrupted", file=err)
         return 130
+
+
+BROKEN_PIPE = 141  # as a shell reports a command stopped by SIGPIPE
+
+
+def _silence(stream: TextIO) -> None:
+    """Point a closed standard output at /dev/null, so the exit's flush does not fail again."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass  # not a real file (a test's StringIO): nothing will flush it
 
 
 def _check_command(argv: Sequence[str]) -> None:

@@ -556,6 +556,21 @@ def test_12_a_history_file_nested_too_deeply_is_one_line(kb: Path, tmp_path: Pat
     assert code == 2 and not out and "--history" in one_error_line(err)
 
 
+@pytest.mark.parametrize("argv", [("search", "server port", "--json"), ("ask", "which port?"), ("roots",)])
+def test_12_a_reader_that_stops_reading_is_no_traceback(kb: Path, argv: tuple[str, ...]) -> None:
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.Popen([sys.executable, "-m", "crag", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, env=env)
+    proc.stdout.close()  # as `| head -0` does, before crag writes anything
+    err = proc.stderr.read().decode()
+    proc.stderr.close()
+    assert proc.wait(timeout=120) == 141, err
+    assert err == ""
+
+
 # -- the property: hostile names, .env files and server replies ------------------------------
 
 SECRET = "sk-prop-Secret-0123456789"
