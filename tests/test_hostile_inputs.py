@@ -205,6 +205,14 @@ def test_3_4_a_damaged_index_is_one_line_everywhere_and_index_rebuilds_it(kb: Pa
     assert cli("index", "docs")[1].count("unchanged") == 1  # and the repaired index is healthy again
 
 
+def test_3_4_an_index_dir_that_is_a_file_is_one_line_naming_the_setting(kb: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (kb.parent / "a-file").write_text("not an index\n", encoding="utf-8")
+    monkeypatch.setenv("KB_AGENT_INDEX_DIR", str(kb.parent / "a-file"))
+    for argv in (("search", "port"), ("ask", "which port?"), ("roots",), ("index", "docs")):
+        code, out, err = cli(*argv)
+        assert code == 1 and not out and "KB_AGENT_INDEX_DIR" in one_error_line(err), argv
+
+
 # -- 5. a catastrophic regular expression from a plan ----------------------------------------
 
 

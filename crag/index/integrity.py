@@ -68,6 +68,10 @@ def read_current_name(path: str, index_dir: str, hint: str) -> str | None:
         return None
     except IsADirectoryError:
         raise _damaged(index_dir, "CURRENT is a folder", hint) from None
+    except NotADirectoryError:
+        raise IndexStoreError(
+            f"{index_dir} is a file, not an index folder: point KB_AGENT_INDEX_DIR at a folder", index_dir
+        ) from None
     except OSError as exc:
         raise IndexStoreError(f"cannot read {path} ({exc.strerror or exc}): {hint}", index_dir) from exc
     try:
