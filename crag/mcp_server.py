@@ -52,7 +52,22 @@ def build_server(agent: "Agent") -> "MCPServer":
 
     from .index.commands import hit_records, search_text
 
-    server = MCPServer("crag", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
+    class Server(MCPServer):
+        async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+            try:
+                return await super().call_tool(name, arguments, context)
+            except MCPToolError as exc:  # arguments the schema refuses: one line, not pydantic's report
+                cause = exc.__cause__
+                errors = getattr(cause, "errors", None)
+                if cause is None or errors is None or not callable(errors):
+                    raise
+                what = "; ".join(
+                    f"{'.'.join(str(p) for p in e.get('loc', ())) or 'arguments'}: {e.get('msg', 'invalid')}"
+                    for e in errors()
+                )
+                raise MCPToolError(" ".join(f"Error executing tool {name}: {what}".split())) from cause
+
+    server = Server("crag", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
     lock = threading.Lock()  # one call at a time: the SDK runs each in a worker thread
 
     def guarded(fn: Any, *args: Any) -> Any:

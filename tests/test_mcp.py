@@ -99,6 +99,11 @@ def test_mcp_server_lists_and_runs_its_three_tools_and_survives_a_failing_call(w
             empty = await client.call_tool("ask", {"question": "   "})
             assert empty.is_error and "empty" in text_of(empty)
 
+            for name, args, field in (("search", {"query": "port", "top_k": "lots"}, "top_k"),
+                                      ("ask", {}, "question"), ("ask", {"question": "hi", "history": "x"}, "history")):
+                wrong = await client.call_tool(name, args)  # refused by the schema: still one line
+                assert wrong.is_error and field in text_of(wrong) and "\n" not in text_of(wrong), text_of(wrong)
+
             again = await client.call_tool("search", {"query": "nightly backups"})
             assert not again.is_error and again.structured_content["hits"][0]["path"] == "docs/backup.md"
 
