@@ -36,4 +36,4 @@ lint: install
 	$(PY) -m ruff check crag tests benchmarks
 
 clean:
-	rm -rf $(VENV) .crag .crag-demo .pytest_cache .hypothesis
+	rm -rf $(VENV) .crag .crag-demo .pytest_cache .hypothesis .ruff_cache

@@ -140,6 +140,8 @@ def main(
             out.write(f"crag {__version__}\n")
             return 0
         if args.command is None:
+            if extra:  # `crag --kb docs`: options of a command, given without the command
+                raise UsageError(f"unrecognized arguments: {' '.join(extra)} (see {_prog()} --help)")
             out.write(parser.format_help())
             return 1  # as git does: the help, and a status that says nothing was done
         _join_words(args, extra)

@@ -157,6 +157,11 @@ def test_search_joins_words_and_unknown_options_are_one_line(kb: Path) -> None:
     assert code == 2 and err == "crag: error: unrecognized arguments: --wat (see python -m crag search --help)\n"
 
 
+def test_options_of_a_command_without_the_command_are_one_line(kb: Path) -> None:
+    code, out, err = cli("--kb", "docs")
+    assert (code, out) == (2, "") and err == "crag: error: unrecognized arguments: --kb docs (see python -m crag --help)\n"
+
+
 def test_ask_kb_says_on_stderr_what_it_indexed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     clean_env(monkeypatch)
     monkeypatch.chdir(tmp_path)
