@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from .safe_text import redacted_prefix
+from .safe_text import for_terminal, redacted_prefix
 from .state import Citation, EvidenceItem, Usage
 
 __all__ = [
@@ -175,9 +175,9 @@ class StreamRenderer:
     grounds the whole sentences so far instead of just renumbering, so the stream shows the
     grounded answer, a sentence at a time.
 
-    With ``secrets``, what is shown is redacted as ``crag.safe_text.redact`` redacts the
-    final answer (the last word is held back until it is complete), and ``rest`` takes the
-    redacted final answer.
+    With ``secrets``, what is shown is made safe for a terminal (``crag.safe_text.for_terminal``)
+    and redacted as ``crag.safe_text.redact`` redacts the final answer (the last word is held
+    back until it is complete), and ``rest`` takes the final answer made safe the same way.
 
     Each render cleans and renumbers the whole text so far, so ``feed`` renders only once
     the text has grown by ``every`` characters (more for a long answer, at most 256): a
@@ -258,7 +258,7 @@ class StreamRenderer:
         elif self.n_items:
             text = renumber(text, self.n_items)[0].strip()  # as compose does
         if self.secrets is not None:
-            text = redacted_prefix(text, self.secrets)
+            text = redacted_prefix(for_terminal(text), self.secrets)
         if not text.startswith(self.shown):
             return ""
         new, self.shown = text[len(self.shown) :], text

@@ -223,12 +223,13 @@ def _secrets() -> tuple[str, ...]:
 
 def _error_line(exc: BaseException) -> str:
     """``crag: error: <message>``: one line, secrets redacted, nothing a terminal would obey."""
-    return "crag: error: " + one_line(for_terminal(redact(str(exc), _secrets())))
+    return "crag: error: " + one_line(redact(for_terminal(str(exc)), _secrets()))
 
 
 def _shown(text: str) -> str:
-    """Text for the terminal: secrets redacted, no escape sequence or control character."""
-    return for_terminal(redact(text, _secrets()))
+    """Text for the terminal: no escape sequence or control character, secrets redacted (after
+    the removal, so a control character inside a key cannot hide it from redaction)."""
+    return redact(for_terminal(text), _secrets())
 
 
 def _shown_json(value: object, **kwargs: object) -> str:
@@ -463,7 +464,7 @@ class _Progress:
             self.renderer = StreamRenderer(len(items), clean_answer, strip_think, ground=ground, secrets=_secrets())
             self.out.write("\ncrag> ")
         elif isinstance(event, AnswerDelta) and self.renderer is not None:
-            self.out.write(for_terminal(self.renderer.feed(event.text)))
+            self.out.write(self.renderer.feed(event.text))  # terminal-safe and redacted
             self.out.flush()
 
     def finish(self, answer: str) -> None:
@@ -471,7 +472,7 @@ class _Progress:
         if self.renderer is None:
             self.out.write("\ncrag> " + _shown(answer) + "\n")
         else:  # the stream showed the redacted answer's beginning
-            self.out.write(for_terminal(self.renderer.rest(redact(answer, _secrets()))) + "\n")
+            self.out.write(self.renderer.rest(_shown(answer)) + "\n")
         self.renderer = None
         self.out.flush()
 

@@ -359,7 +359,8 @@ def test_9_a_tool_error_echoing_the_key_is_redacted_in_the_audit(llm: FakeOpenAI
 def test_9_secrets_a_server_echoes_while_chat_streams_are_redacted(llm: FakeOpenAIServer, grounding: str,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KB_AGENT_GROUNDING", grounding)
-    leak = ("The server listens on port 8080 [1]. Your key is sk-test-key-1234, the database is "
+    leak = ("The server listens on port 8080 [1]. Your key is sk-test-key-1234 (or sk-test-\x1b[0mkey-1234, or "
+            "sk-test-\x00key-1234 for a terminal), the database is "
             "postgresql://admin:Sup3rSecretPw@db.internal/kb and the header Authorization: Bearer abcdef123456 works. "
             "The server listens on port 8080 by default [1]. " * 3)
     llm.default("analyze_and_route", route("simple", "vector_search"))
