@@ -48,8 +48,9 @@ partial and 0.0 when unrelated, which is what TREC grades 3-2, 1 and 0 mean. The
 drawn once per (query, passage) from ``--seed``, so every strategy sees the same grade for
 the same pair (a temperature-0 grader) and the strategies differ only in what they send and
 what they decide. Position effects of long batches and per-item calibration differences are
-not modelled. The reply is a JSON array of those numbers (``[0.8, 0.1, 0.5]``) for a batch
-call, and one number (``0.8``) for a per-item call; it is parsed by ``crag.prompts``.
+not modelled. The reply is what crag's prompt and reply schema ask for, the object
+``{"scores": [0.8, 0.1, 0.5]}`` (one number in it for a per-item call), parsed by
+``crag.prompts``.
 
 Tokens are counted with tiktoken (``--encoding``, o200k_base as for gpt-4o-mini) on the
 messages the real prompt builders produce, as the chat format bills them: per message 3
@@ -192,7 +193,9 @@ class SimulatedGrader:
 
     @staticmethod
     def reply(scores: Sequence[float]) -> str:
-        return "[" + ", ".join(f"{s:.1f}" for s in scores) + "]"
+        """The reply crag's prompt and JSON schema ask for (a schema-enforcing server returns
+        exactly this shape), so completion tokens are counted as a real grader spends them."""
+        return '{"scores": [' + ", ".join(f"{s:.1f}" for s in scores) + "]}"
 
 
 @dataclass
@@ -237,6 +240,10 @@ class Meter:
     items_graded: int = 0  # items an LLM read
     parse_failures: int = 0  # items that got the 0.5 default because a reply did not parse
     calls_replayed: int = 0  # real grader: replies taken from the record of an earlier run
+    # Where the prompt tokens go (tiktoken counts of the rendered prompts, whichever grader):
+    header_tokens: int = 0  # instructions, question and reply format: paid once per call
+    new_item_tokens: int = 0  # items an LLM reads for the first time in this question
+    resent_item_tokens: int = 0  # items an LLM already graded in an earlier round, sent again
 
     def add(self, completion) -> None:
         self.calls += 1
@@ -297,6 +304,31 @@ class StrategyModel:
         c = self.cost.completion_tokens(text)
         return Completion(text, self.model, prompt_tokens=p, completion_tokens=c, latency_ms=self.cost.latency_ms(p, c))
 
+    def _split(self, question: str, items, messages) -> None:
+        """Meter where a grading's prompt tokens go: the fixed part of each call, the items read
+        for the first time, and the items sent again (graded by an LLM in an earlier round)."""
+        from crag import prompts
+        from crag.ports import GradeTask
+
+        tokens = self.cost.prompt_tokens
+        seen = [(question, it.source) in self.seen_by_llm for it in items]
+        if self.strategy == "per_item":
+            for item, again in zip(items, seen):
+                header = tokens(prompts.render(GradeTask(question=question, items=())))
+                body = tokens(prompts.render(GradeTask(question=question, items=(item,)))) - header
+                self.meter.header_tokens += header
+                if again:
+                    self.meter.resent_item_tokens += body
+                else:
+                    self.meter.new_item_tokens += body
+            return
+        header = tokens(prompts.render(GradeTask(question=question, items=())))
+        fresh = tuple(it for it, again in zip(items, seen) if not again)
+        new = tokens(prompts.render(GradeTask(question=question, items=fresh))) - header if fresh else 0
+        self.meter.header_tokens += header
+        self.meter.new_item_tokens += new
+        self.meter.resent_item_tokens += tokens(messages) - header - new
+
     def grade(self, request):
         """One grading: the strategy's LLM calls, metered; the reply holds all N scores."""
         from crag import prompts
@@ -308,6 +340,7 @@ class StrategyModel:
         meter = self.meter
         meter.llm_gradings += 1
         meter.items_graded += len(items)
+        self._split(q, items, request.messages)
         self.seen_by_llm.update((q, it.source) for it in items)
         if self.strategy != "per_item":
             completion = self._ask(request)
@@ -374,6 +407,7 @@ class Quality:
     rounds: int = 0
     retrieved_by_grade: Counter = field(default_factory=Counter)
     kept_by_grade: Counter = field(default_factory=Counter)
+    questions_by_rounds: Counter = field(default_factory=Counter)  # retrieval rounds -> questions
 
     def add(self, retrieved: Iterable[Candidate], kept_sources: set[str]) -> None:
         for c in retrieved:
@@ -459,6 +493,7 @@ def run_question(strategy: str, query: Query, k: int, model, meter: Meter, quali
     kept = {it.source for it in state.context}
     quality.add(retrieved, kept)
     quality.rounds += state.iteration
+    quality.questions_by_rounds[state.iteration] += 1
     quality.actions[state.grader_action.value if state.grader_action else "none"] += 1
     meter.gradings += state.trace.count("grade_evidence")
     meter.grades_reused += sum(e.fields["items"] for e in state.audit if e.event == "grades_reused")
@@ -501,6 +536,9 @@ def summarise(strategy: str, meter: Meter, quality: Quality, prices: dict[str, t
         "grades_reused": meter.grades_reused,
         "parse_failures": meter.parse_failures,
         "calls_replayed": meter.calls_replayed,
+        "prompt_split_tiktoken": {"header": meter.header_tokens, "new_items": meter.new_item_tokens,
+                                  "resent_items": meter.resent_item_tokens},
+        "questions_by_rounds": {str(r): n for r, n in sorted(quality.questions_by_rounds.items())},
         "fast_path_hits": dict(meter.fast_path),
         "latency_s": meter.latency_ms / 1000,
         "latency_s_per_unit": meter.latency_ms / 1000 / n,
@@ -747,6 +785,7 @@ def render_markdown(result: dict[str, Any]) -> str:
             ["k", "per_item calls", "default calls", "batch tokens", "default tokens", "memory tokens",
              "per_item calls / q", "default calls / q", "batch tokens / q", "default tokens / q",
              "memory tokens / q"], table))
+    out.append(render_split(result))
     sweep = result.get("threshold_sweep") or []
     if sweep:
         out.append("\n**`high_vector_score` threshold sweep** (single round, `batch_rules`; the score is crag's "
@@ -775,6 +814,35 @@ def render_markdown(result: dict[str, Any]) -> str:
         f"(p95 {st['relevant']['p95']:.2f}), irrelevant p50 {st['irrelevant']['p50']:.2f} "
         f"(p95 {st['irrelevant']['p95']:.2f}); highest of all {max(st['relevant']['max'] or 0, st['irrelevant']['max'] or 0):.2f}.\n"
     )
+    return "".join(out)
+
+
+def render_split(result: dict[str, Any]) -> str:
+    """Where each strategy's grading tokens go over whole questions: what grade memory can save."""
+    rows = [r for r in result["workloads"].get("rounds", []) if r.get("prompt_split_tiktoken")]
+    if not rows:
+        return ""
+    table = []
+    for r in rows:
+        split, total = r["prompt_split_tiktoken"], max(r["total_tokens"], 1)
+
+        def share(n: int) -> str:
+            return f"{n:,} ({100 * n / total:.0f}%)"
+
+        table.append([f"`{r['strategy']}`", fmt(r["llm_calls"]), share(split["header"]), share(split["new_items"]),
+                      share(split["resent_items"]), share(r["completion_tokens"]),
+                      " / ".join(str(r["questions_by_rounds"].get(str(n), 0)) for n in (1, 2, 3))])
+    out = ["\n**Where the grading tokens go** (whole questions; prompt split by tiktoken counts of the rendered "
+           "prompts; share of the strategy's prompt + completion tokens):\n\n",
+           markdown_table(["strategy", "LLM calls", "instructions + question (once per call)", "items read first time",
+                           "items sent again", "completion", "questions with 1 / 2 / 3 rounds"], table)]
+    by = {r["strategy"]: r for r in rows}
+    if "batch" in by:
+        b = by["batch"]
+        ceiling = 100 * b["prompt_split_tiktoken"]["resent_items"] / max(b["total_tokens"], 1)
+        out.append(f"\nWhat `batch` sends again (survivors re-graded in later rounds) is {ceiling:.1f}% of its "
+                   "tokens: the most that not re-grading them can save. The rest is read once by any strategy "
+                   "(items, and their scores in the reply) or paid once per call (instructions and question).\n")
     return "".join(out)
 
 

@@ -100,7 +100,7 @@ def test_simulated_grader_is_deterministic_and_follows_the_grade():
     noisy = [grading_cost.SimulatedGrader(labels, grading_cost.DEFAULT_MEANS, noise=0.15, seed=1) for _ in range(2)]
     assert noisy[0].score("q", "s2") == noisy[1].score("q", "s2")
     assert all(0.0 <= noisy[0].score("q", f"s{g}") <= 1.0 for g in range(4))
-    assert exact.reply([0.8, 0.1]) == "[0.8, 0.1]"
+    assert exact.reply([0.8, 0.1]) == '{"scores": [0.8, 0.1]}'
 
 
 def test_overhead_runs_and_both_runners_agree(tmp_path):
