@@ -840,9 +840,12 @@ def render_split(result: dict[str, Any]) -> str:
     if "batch" in by:
         b = by["batch"]
         ceiling = 100 * b["prompt_split_tiktoken"]["resent_items"] / max(b["total_tokens"], 1)
+        one = b["questions_by_rounds"].get("1", 0)
         out.append(f"\nWhat `batch` sends again (survivors re-graded in later rounds) is {ceiling:.1f}% of its "
-                   "tokens: the most that not re-grading them can save. The rest is read once by any strategy "
-                   "(items, and their scores in the reply) or paid once per call (instructions and question).\n")
+                   "tokens; with their scores in the reply, that is all that grading each item once can save. "
+                   "The rest is read once by any strategy (each item, and its score) or paid once per call (the "
+                   f"instructions and the question), and {one:,} of {b['units']:,} questions end after one round, "
+                   "where there is nothing to re-grade.\n")
     return "".join(out)
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -192,6 +193,18 @@ def headlines(out: Path) -> list[str]:
     return lines
 
 
+def _load_average() -> float | None:
+    """The 1-minute load average (None where the OS has none): how busy the machine was."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+
+
+def _fmt_load(value: float | None) -> str:
+    return "unknown" if value is None else f"{value:.1f}"
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.run_all", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, default=None,
@@ -227,18 +240,22 @@ def main(argv=None) -> int:
         elif args.quick and "--quick" in help_text:
             base = {**base, "retrieval": ["--quick"]}
     args.out.mkdir(parents=True, exist_ok=True)
+    load_before = _load_average()
     began = time.perf_counter()
     runs = [run_one(n, base[n] + extra.get(n, []), args.out) for n in names]
     total = time.perf_counter() - began
+    load_after = _load_average()
     lines = headlines(args.out)
     summary = {"quick": args.quick, "total_wall_s": total, "runs": runs, "headlines": lines,
+               "load_average_1min": {"start": load_before, "end": load_after},
                "environment": environment(["crag", "faiss-cpu", "numpy", "tiktoken", "langgraph", "matplotlib"])}
     write_json(args.out / "summary.json", summary)
     md = ["Headline figures of the last `make bench` run:\n\n", *(f"- {line}\n" for line in lines), "\n",
           markdown_table(["benchmark", "exit status", "wall time (s)"],
                          [[r["name"], r["exit_status"], fmt(r["wall_s"], 0)] for r in runs]),
           (f"\nTotal: {total:.0f} s on {summary['environment']['cpu_count']} cores "
-           f"({summary['environment']['platform']}).\n")]
+           f"({summary['environment']['platform']}); 1-minute load average {_fmt_load(load_before)} at the start, "
+           f"{_fmt_load(load_after)} at the end (other work shares the machine).\n")]
     write_text(args.out / "summary.md", "".join(md))
     print("\n".join(["", "Headlines:", *(f"  - {line}" for line in lines),
                      f"Total wall time: {total:.0f} s; results in {args.out}"]))
