@@ -822,15 +822,15 @@ def render_split(result: dict[str, Any]) -> str:
     rows = [r for r in result["workloads"].get("rounds", []) if r.get("prompt_split_tiktoken")]
     if not rows:
         return ""
+    def share(n: int, total: int) -> str:
+        return f"{n:,} ({100 * n / max(total, 1):.0f}%)"
+
     table = []
     for r in rows:
-        split, total = r["prompt_split_tiktoken"], max(r["total_tokens"], 1)
-
-        def share(n: int) -> str:
-            return f"{n:,} ({100 * n / total:.0f}%)"
-
-        table.append([f"`{r['strategy']}`", fmt(r["llm_calls"]), share(split["header"]), share(split["new_items"]),
-                      share(split["resent_items"]), share(r["completion_tokens"]),
+        split, total = r["prompt_split_tiktoken"], r["total_tokens"]
+        table.append([f"`{r['strategy']}`", fmt(r["llm_calls"]), share(split["header"], total),
+                      share(split["new_items"], total), share(split["resent_items"], total),
+                      share(r["completion_tokens"], total),
                       " / ".join(str(r["questions_by_rounds"].get(str(n), 0)) for n in (1, 2, 3))])
     out = ["\n**Where the grading tokens go** (whole questions; prompt split by tiktoken counts of the rendered "
            "prompts; share of the strategy's prompt + completion tokens):\n\n",
