@@ -221,6 +221,22 @@ def render_markdown(result: dict[str, Any]) -> str:
                 f"{r['parse_failures']:,}", f"{r['fast_path_false_approvals']:,}",
             ])
     out.append(markdown_table(headers, table))
+    detail = []
+    for s in a["strategies"]:
+        for kind in ("real", "simulated"):
+            r = next(x for x in result["rows"][kind] if x["strategy"] == s)
+            by_grade = r.get("kept_pct_by_grade", {})
+            rounds = r.get("questions_by_rounds", {})
+            detail.append([
+                f"`{s}`", kind,
+                *[f"{by_grade[g]:.0f}%" if g in by_grade else "–" for g in ("3", "2", "1", "0")],
+                " / ".join(str(rounds.get(str(n), 0)) for n in (1, 2, 3)),
+                ", ".join(f"{k} {v}" for k, v in sorted(r.get("actions", {}).items())),
+            ])
+    out.append("\nKept, by expert grade (3 = answers, 2 = relevant, 1 = related, 0 = unrelated), rounds per question "
+               "and final actions:\n\n")
+    out.append(markdown_table(["strategy", "grader", "grade 3 kept", "grade 2 kept", "grade 1 kept", "grade 0 kept",
+                               "questions with 1 / 2 / 3 rounds", "final actions"], detail))
     out.append("\nTokens of the simulated grader are tiktoken counts (o200k_base) of the same prompts; its "
                "time is the benchmark's latency model, not a measurement.\n")
     for kind, v in result["memory_vs_batch"].items():
