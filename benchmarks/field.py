@@ -277,6 +277,7 @@ def run(args: argparse.Namespace, save: Any = None) -> dict[str, Any]:
     cwd = SHARED / "corpora"
     offline = args.offline
     env = crag_env(index_dir, None, args.model, args.context_tokens, args.timeout, args.max_answer_tokens)
+    env.update(args.settings)
     roots = sorted({str(corpus_root(q)) for q in questions})
     print(f"indexing {len(roots)} corpora into {index_dir} ...", file=sys.stderr)
     subprocess.run([sys.executable, "-m", "crag", "index", *roots], env=env, cwd=cwd, check=True,
@@ -288,6 +289,7 @@ def run(args: argparse.Namespace, save: Any = None) -> dict[str, Any]:
             recorder.__enter__()
             env = crag_env(index_dir, recorder.base_url, args.model, args.context_tokens, args.timeout,
                            args.max_answer_tokens)
+            env.update(args.settings)
         for n, q in enumerate(questions, 1):
             print(f"[{n}/{len(questions)}] {q['question']}", file=sys.stderr, flush=True)
             outcome = ask(q, env, cwd, args.wall_timeout)
@@ -388,7 +390,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--index-dir", default=None, help="reuse an index (default: a new temporary one)")
     p.add_argument("--name", default=None, help="results file name (field-NAME.json / .md)")
     p.add_argument("--out", type=Path, default=RESULTS_DIR)
+    p.add_argument("--set", dest="settings", action="append", default=[], metavar="KB_AGENT_X=VALUE",
+                   help="another crag setting for every question (repeatable), e.g. KB_AGENT_GRADE_MEMORY=on")
     args = p.parse_args(argv)
+    pairs = [s.partition("=") for s in args.settings]
+    bad = [k for k, eq, _ in pairs if not eq or not k.startswith("KB_AGENT_")]
+    if bad:
+        p.error(f"--set takes KB_AGENT_NAME=VALUE, not {bad[0]!r}")
+    args.settings = {k: v for k, _, v in pairs}
     name = args.name or ("offline" if args.offline else "".join(c if c.isalnum() else "-" for c in args.model))
 
     def save(result: dict[str, Any]) -> None:

@@ -236,3 +236,12 @@ def test_offline_grading_summary_counts_notes_only_where_the_gold_file_was_retri
     assert (s["off_topic"], s["off_topic_note"], s["off_topic_generate"]) == (2, 1, 1)
     at_08 = s["high_vector_score_sweep"][0]
     assert at_08["threshold"] == 0.8 and at_08["questions"] == 5 and at_08["off_gold"] == 4 * 5
+
+
+def test_the_field_benchmark_refuses_a_setting_that_is_not_crags(capsys):
+    from benchmarks import field
+
+    with pytest.raises(SystemExit) as exit_:
+        field.main(["--offline", "--set", "OPENAI_API_KEY=sk-x"])
+    assert exit_.value.code == 2
+    assert "--set takes KB_AGENT_NAME=VALUE" in capsys.readouterr().err
