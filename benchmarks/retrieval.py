@@ -633,6 +633,17 @@ def _cell(level: dict[str, Any] | None, key: str) -> str:
     return "–" if level is None else f"{level[key]:.3f}"
 
 
+def _levels_table(label: str, rows: list[dict[str, Any]]) -> str:
+    """Recall@5 and MRR@5 at file and paragraph level, a row per retrieval (named by ``label``)."""
+    return markdown_table(
+        [label, "file recall@5", "file MRR@5", "paragraph recall@5", "paragraph MRR@5"],
+        [
+            [row[label], *(_cell(row[level], key) for level in ("file", "paragraph") for key in ("recall@5", "mrr@5"))]
+            for row in rows
+        ],
+    )
+
+
 def to_markdown(r: dict[str, Any]) -> str:
     lines = ["# Retrieval benchmark", ""]
     for name, c in r["corpora"].items():
@@ -645,24 +656,10 @@ def to_markdown(r: dict[str, Any]) -> str:
             + (f", {para['questions']} of them with a gold paragraph" if para else " (gold: a file, no line)")
             + ". File level: a hit is a chunk of the gold file; paragraph level: its lines cover the gold paragraph's.",
             "",
-            markdown_table(
-                ["retrieval", "file recall@5", "file MRR@5", "paragraph recall@5", "paragraph MRR@5"],
-                [
-                    [t["retrieval"], _cell(t["file"], "recall@5"), _cell(t["file"], "mrr@5"),
-                     _cell(t["paragraph"], "recall@5"), _cell(t["paragraph"], "mrr@5")]
-                    for t in c["table"]
-                ],
-            ),
+            _levels_table("retrieval", c["table"]),
             "Other fusion settings (the default's, with one change):",
             "",
-            markdown_table(
-                ["fusion", "file recall@5", "file MRR@5", "paragraph recall@5", "paragraph MRR@5"],
-                [
-                    [v["fusion"], _cell(v["file"], "recall@5"), _cell(v["file"], "mrr@5"),
-                     _cell(v["paragraph"], "recall@5"), _cell(v["paragraph"], "mrr@5")]
-                    for v in c["variants"]
-                ],
-            ),
+            _levels_table("fusion", c["variants"]),
         ]
         lat, bl, ix = c["latency"], c["bm25_latency"], c["indexing"]
         agree = c["search_agrees"]
@@ -693,14 +690,7 @@ def to_markdown(r: dict[str, Any]) -> str:
                 f"on {'a stratified sample of ' if lo['sampled'] else ''}{lo['questions']} questions, "
                 "beside the hash default and BM25 on the same questions:",
                 "",
-                markdown_table(
-                    ["retrieval", "file recall@5", "file MRR@5", "paragraph recall@5", "paragraph MRR@5"],
-                    [
-                        [t["retrieval"], _cell(t["file"], "recall@5"), _cell(t["file"], "mrr@5"),
-                         _cell(t["paragraph"], "recall@5"), _cell(t["paragraph"], "mrr@5")]
-                        for t in lo["table"]
-                    ],
-                ),
+                _levels_table("retrieval", lo["table"]),
                 f"- indexing from scratch with it: {lo['chunks']} chunks in {lo['index_seconds']} s "
                 f"({lo['index_cpu_s']} s CPU), after loading the model in {lo['load_seconds']} s "
                 f"({lo['load_cpu_s']} s CPU); with the hash embedder {ix['index_seconds']} s ({ix['index_cpu_s']} s CPU)",

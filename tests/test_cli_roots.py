@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -16,6 +15,8 @@ import pytest
 
 from crag.cli import main
 from crag.index.fusion import scores_in_rank_order
+
+from .fakes import clean_env
 
 SETUP = "# Setup\n\nThe server listens on port 8080 by default.\nSet SERVICE_PORT to change the port.\n"
 NOTES = "# Notes\n\nThe notes server port is 9090.\n\n## Backups\n\nThe port for backups is 7070.\n"
@@ -29,9 +30,7 @@ def cli(*argv: str) -> tuple[int, str, str]:
 
 @pytest.fixture
 def kb(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    for key in list(os.environ):
-        if key.startswith(("KB_AGENT_", "OPENAI_")):
-            monkeypatch.delenv(key)
+    clean_env(monkeypatch)
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "setup.md").write_text(SETUP)
     (tmp_path / "notes").mkdir()

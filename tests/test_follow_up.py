@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import io
 import json
-import os
 from pathlib import Path
 
 import pytest
 
 from crag import Agent
 from crag.cli import main
+from tests.fakes import clean_env
 from tests.openai_server import FakeOpenAIServer
 
 INSTALL = """# Install
@@ -32,9 +32,7 @@ HISTORY = [
 
 @pytest.fixture
 def kb(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    for key in list(os.environ):
-        if key.startswith(("KB_AGENT_", "OPENAI_")):
-            monkeypatch.delenv(key)
+    clean_env(monkeypatch)
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "install.md").write_text(INSTALL)
     (tmp_path / "docs" / "ports.md").write_text(PORTS)
