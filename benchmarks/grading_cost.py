@@ -25,7 +25,10 @@ Two workloads, each for every ``k`` in ``--ks`` (default 3, 5, 10):
   ``KB_AGENT_MAX_ITERATIONS=3``. The toolbox's ``vector_search`` returns the next ``k``
   unseen candidates of the query on every call (a refined or re-routed search finds new
   passages further down the list), so REFINE rounds re-grade the survivors of earlier
-  rounds together with the new items, exactly as SPEC §2 prescribes.
+  rounds together with the new items, exactly as SPEC §2 prescribes. The planner asks for a
+  keyword query (the question's content words), as planners do; crag's first round also
+  searches the question itself (SPEC §5), so a question's first round grades 2k candidates
+  (two searches) and each later round k more (the planned search one page deeper).
 
 Strategies
 ----------
@@ -282,8 +285,8 @@ class StrategyModel:
 
         if request.node == "analyze_and_route":
             return Completion('{"complexity": "complex", "suggested_tools": ["vector_search"]}', self.model)
-        if request.node == "plan":
-            call = {"tool": "vector_search", "args": {"query": request.task.question, "top_k": self.k}}
+        if request.node == "plan":  # a keyword query, as planners write; crag searches the question too
+            call = {"tool": "vector_search", "args": {"query": planner_query(request.task.question), "top_k": self.k}}
             return Completion(json.dumps({"tool_calls": [call]}), self.model)
         if request.node != "grade_evidence":
             self._other.requests.clear()
@@ -368,6 +371,13 @@ def single_item_request(question: str, item):
 
     state = AgentState(question=question, context=(item,), iteration=1)
     return grade_evidence.prepare(state, NodeConfig(**NO_RULES))
+
+
+def planner_query(question: str) -> str:
+    """The planned search: the question's content words (a reformulation, not the question)."""
+    from crag.text import content_words
+
+    return " ".join(content_words(question)) or question
 
 
 class TrecToolbox:
