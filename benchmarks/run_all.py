@@ -1,19 +1,23 @@
-"""Run every crag benchmark with small defaults and print the headline figures.
+"""Run every crag benchmark and print the headline figures.
 
-``make bench`` calls ``python -m benchmarks.run_all``. Each benchmark runs in its own
-interpreter (so that FAISS's threads and a million vectors in memory cannot disturb the
-microsecond timings of the overhead benchmark), in this order:
+``make bench`` calls ``python -m benchmarks.run_all`` (the default run, under 10 minutes on
+2 cores); ``make bench-full`` calls ``python -m benchmarks.run_all --full``. Each benchmark
+runs in its own interpreter (so that FAISS's threads and a million vectors in memory cannot
+disturb the microsecond timings of the overhead benchmark), in this order:
 
 1. ``overhead``      driver vs LangGraph per question, start-up, imports;
 2. ``grading_cost``  grading strategies on TREC DL with a simulated grader;
-3. ``index_scale``   exact vs approximate FAISS at 10k, 100k and 1M chunks;
+3. ``index_scale``   exact vs approximate FAISS at 10k, 30k and 100k chunks
+                     (``--full``: 10k, 100k and 1M);
 4. ``offline_grading`` the offline backend's grades and the fast-path rules on the docs
-                     questions (indexes the two documentation corpora, about 2 minutes);
+                     questions (indexes the two documentation corpora);
 5. ``grounding``     share of offline answer sentences supported, line-exact citations,
                      and the "unsupported" verdict's precision and recall on labelled answers;
-6. ``retrieval``     when ``benchmarks/retrieval.py`` exists (``--skip-retrieval`` to skip; it
-                     writes to ``benchmarks/results/`` itself, so it is left out when ``--out``
-                     points elsewhere).
+6. ``retrieval``     when ``benchmarks/retrieval.py`` exists (``--skip-retrieval`` to skip):
+                     the 98 docs questions and a 1,000-question sample of the prose ones,
+                     one indexing round (its ``--quick``); ``--full``: all 8,416 prose
+                     questions, 3 indexing rounds, and the local neural embedder when it is
+                     installed.
 
 Each writes ``NAME.json``, ``NAME.md`` and ``NAME.png`` under ``--out`` (default
 ``benchmarks/results/``); this script adds ``summary.json`` and ``summary.md`` with the
@@ -46,13 +50,20 @@ from benchmarks.common import (
 REPO = Path(__file__).resolve().parents[1]
 BENCHMARKS = ("overhead", "grading_cost", "index_scale", "offline_grading", "grounding", "retrieval")
 
-DEFAULT_ARGS: dict[str, list[str]] = {
+# make bench-full: every benchmark at its own defaults (about 30 minutes on 2 cores).
+FULL_ARGS: dict[str, list[str]] = {
     "overhead": [],
     "grading_cost": [],
     "index_scale": [],
     "offline_grading": [],
     "grounding": [],
     "retrieval": [],
+}
+# make bench: the same, with the two long parts made smaller (under 10 minutes on 2 cores).
+# retrieval's --quick is added below when its CLI has it.
+DEFAULT_ARGS: dict[str, list[str]] = {
+    **FULL_ARGS,
+    "index_scale": ["--sizes", "10000,30000,100000"],
 }
 QUICK_ARGS: dict[str, list[str]] = {
     "overhead": ["--runs", "200", "--warmup", "20", "--startup-runs", "2", "--no-cli-probe"],
@@ -209,7 +220,10 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.run_all", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, default=None,
                    help="results directory (default: benchmarks/results; a temporary one with --quick)")
-    p.add_argument("--quick", action="store_true", help="tiny workloads: a smoke test, not a measurement")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--full", action="store_true",
+                      help="full sizes: index_scale up to 1M chunks, every prose question (about 30 minutes)")
+    mode.add_argument("--quick", action="store_true", help="tiny workloads: a smoke test, not a measurement")
     p.add_argument("--only", default="", help="comma-separated subset of " + ",".join(BENCHMARKS))
     p.add_argument("--skip-retrieval", action="store_true", help="do not run benchmarks/retrieval.py")
     p.add_argument("--args", action="append", default=[], metavar='NAME="..."',
@@ -225,10 +239,10 @@ def main(argv=None) -> int:
         if name not in BENCHMARKS:
             p.error(f"--args: unknown benchmark {name!r}")
         extra[name] = extra.get(name, []) + shlex.split(rest)
-    base = QUICK_ARGS if args.quick else DEFAULT_ARGS
+    base = QUICK_ARGS if args.quick else FULL_ARGS if args.full else DEFAULT_ARGS
     if args.out is None:
         args.out = Path(tempfile.mkdtemp(prefix="crag-bench-")) if args.quick else RESULTS_DIR
-    if "retrieval" in names and not args.quick and _local_model_installed():
+    if "retrieval" in names and args.full and _local_model_installed():
         # The local neural embedder is measured when its extra and a packaged model are installed.
         base = {**base, "retrieval": [*base["retrieval"], "--local-model", "auto", "--local-threads", "1",
                                       "--local-sample", "2000"]}
@@ -237,7 +251,7 @@ def main(argv=None) -> int:
         if not help_text or (args.out != RESULTS_DIR and "--out" not in help_text):
             # it would write into benchmarks/results whatever --out says: only a real run may do that
             names.remove("retrieval")
-        elif args.quick and "--quick" in help_text:
+        elif not args.full and "--quick" in help_text:
             base = {**base, "retrieval": ["--quick"]}
     args.out.mkdir(parents=True, exist_ok=True)
     load_before = _load_average()
@@ -246,11 +260,13 @@ def main(argv=None) -> int:
     total = time.perf_counter() - began
     load_after = _load_average()
     lines = headlines(args.out)
-    summary = {"quick": args.quick, "total_wall_s": total, "runs": runs, "headlines": lines,
+    summary = {"mode": "quick" if args.quick else "full" if args.full else "default", "quick": args.quick,
+               "total_wall_s": total, "runs": runs, "headlines": lines,
                "load_average_1min": {"start": load_before, "end": load_after},
                "environment": environment(["crag", "faiss-cpu", "numpy", "tiktoken", "langgraph", "matplotlib"])}
     write_json(args.out / "summary.json", summary)
-    md = ["Headline figures of the last `make bench` run:\n\n", *(f"- {line}\n" for line in lines), "\n",
+    run_name = "run_all --quick" if args.quick else "make bench-full" if args.full else "make bench"
+    md = [f"Headline figures of the last `{run_name}` run:\n\n", *(f"- {line}\n" for line in lines), "\n",
           markdown_table(["benchmark", "exit status", "wall time (s)"],
                          [[r["name"], r["exit_status"], fmt(r["wall_s"], 0)] for r in runs]),
           (f"\nTotal: {total:.0f} s on {summary['environment']['cpu_count']} cores "

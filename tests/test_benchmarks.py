@@ -153,6 +153,35 @@ def test_run_all_quick_writes_a_summary(tmp_path):
     assert any("1,000 chunks" in line for line in summary["headlines"])
 
 
+
+@pytest.mark.parametrize(("flags", "index_sizes", "retrieval_quick"), [
+    ([], ["--sizes", "10000,30000,100000"], True),   # make bench: under 10 minutes
+    (["--full"], [], False),                                  # make bench-full: 1M chunks, every prose question
+])
+def test_run_all_default_is_the_short_run_and_full_the_long_one(tmp_path, monkeypatch, flags, index_sizes,
+                                                                retrieval_quick):
+    ran = {}
+
+    def fake_run_one(name, argv, out):
+        ran[name] = argv
+        return {"name": name, "exit_status": 0, "wall_s": 0.0, "command": argv}
+
+    monkeypatch.setattr(run_all, "run_one", fake_run_one)
+    monkeypatch.setattr(run_all, "RESULTS_DIR", tmp_path)
+    assert run_all.main([*flags, "--out", str(tmp_path)]) == 0
+    assert ran["index_scale"] == index_sizes
+    assert ran["grading_cost"] == [] and ran["overhead"] == []
+    if "retrieval" in ran:  # only where benchmarks/retrieval.py and its --out exist
+        assert ("--quick" in ran["retrieval"]) == retrieval_quick
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["mode"] == ("full" if flags else "default")
+
+
+def test_run_all_full_and_quick_exclude_each_other(capsys):
+    with pytest.raises(SystemExit):
+        run_all.main(["--full", "--quick"])
+    assert "not allowed with" in capsys.readouterr().err
+
 def test_retrieval_scoring_paragraphs_and_the_previous_fusion(tmp_path):
     """The retrieval benchmark's own arithmetic (its corpora are not needed for this)."""
     from benchmarks import retrieval
