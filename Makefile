@@ -25,7 +25,7 @@ test: install
 # make bench: every benchmark, index_scale up to 100k chunks and retrieval on the 98 docs
 # questions plus a 1,000-question prose sample (under 10 minutes on 2 cores; timed in
 # docs/benchmarks.md). make bench-full: index_scale up to 1M chunks and all 8,416 prose
-# questions (about 30 minutes on 2 cores). Both write benchmarks/results/.
+# questions (about 30 minutes on 2 cores), into benchmarks/results/full/.
 bench: install
 	$(PY) -m pip install -qq -e '.[bench]'
 	$(PY) -m benchmarks.run_all

@@ -20,7 +20,8 @@ disturb the microsecond timings of the overhead benchmark), in this order:
                      installed.
 
 Each writes ``NAME.json``, ``NAME.md`` and ``NAME.png`` under ``--out`` (default
-``benchmarks/results/``); this script adds ``summary.json`` and ``summary.md`` with the
+``benchmarks/results/``, ``benchmarks/results/full/`` with ``--full``, so neither run
+overwrites the other's); this script adds ``summary.json`` and ``summary.md`` with the
 headline figures and the wall time of each part. ``--quick`` runs tiny workloads (seconds,
 for a smoke test); extra arguments for one benchmark go through ``--args NAME="..."``.
 """
@@ -219,7 +220,8 @@ def _fmt_load(value: float | None) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.run_all", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, default=None,
-                   help="results directory (default: benchmarks/results; a temporary one with --quick)")
+                   help="results directory (default: benchmarks/results; benchmarks/results/full with --full; "
+                        "a temporary one with --quick)")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--full", action="store_true",
                       help="full sizes: index_scale up to 1M chunks, every prose question (about 30 minutes)")
@@ -241,7 +243,8 @@ def main(argv=None) -> int:
         extra[name] = extra.get(name, []) + shlex.split(rest)
     base = QUICK_ARGS if args.quick else FULL_ARGS if args.full else DEFAULT_ARGS
     if args.out is None:
-        args.out = Path(tempfile.mkdtemp(prefix="crag-bench-")) if args.quick else RESULTS_DIR
+        args.out = (Path(tempfile.mkdtemp(prefix="crag-bench-")) if args.quick
+                    else RESULTS_DIR / "full" if args.full else RESULTS_DIR)
     if "retrieval" in names and args.full and _local_model_installed():
         # The local neural embedder is measured when its extra and a packaged model are installed.
         base = {**base, "retrieval": [*base["retrieval"], "--local-model", "auto", "--local-threads", "1",
