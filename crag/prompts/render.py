@@ -184,8 +184,7 @@ def _render_synthesize(task: SynthesizeTask) -> tuple[dict[str, str], ...]:
     system = (
         "You answer questions using only the numbered evidence from the user's knowledge base.\n"
         "- Cite every claim with the number of its evidence item in square brackets, like [1] or "
-        "[2][3], right after the claim; when several items state it, cite each of them.\n"
-        "- Answer from the items that address the question most directly.\n"
+        "[2][3], right after the claim.\n"
         "- Use only what the evidence says; if it answers only part of the question, say what is "
         "missing.\n"
         "- Be concise; keep code, commands and setting names exactly as written in the evidence.\n"
