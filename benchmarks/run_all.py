@@ -1,9 +1,10 @@
 """Run every crag benchmark and print the headline figures.
 
-``make bench`` calls ``python -m benchmarks.run_all`` (the default run, under 10 minutes on
-2 cores); ``make bench-full`` calls ``python -m benchmarks.run_all --full``. Each benchmark
-runs in its own interpreter (so that FAISS's threads and a million vectors in memory cannot
-disturb the microsecond timings of the overhead benchmark), in this order:
+``make bench`` calls ``python -m benchmarks.run_all`` (the default run, 4 to 6 minutes
+on 2 cores); ``make bench-full`` calls ``python -m benchmarks.run_all --full`` (15 to 17
+minutes). Each benchmark runs in its own interpreter (so that FAISS's threads and a million
+vectors in memory cannot disturb the microsecond timings of the overhead benchmark), in
+this order:
 
 1. ``overhead``      driver vs LangGraph per question, start-up, imports;
 2. ``grading_cost``  grading strategies on TREC DL with a simulated grader;
@@ -51,7 +52,7 @@ from benchmarks.common import (
 REPO = Path(__file__).resolve().parents[1]
 BENCHMARKS = ("overhead", "grading_cost", "index_scale", "offline_grading", "grounding", "retrieval")
 
-# make bench-full: every benchmark at its own defaults (about 30 minutes on 2 cores).
+# make bench-full: every benchmark at its own defaults (15 to 17 minutes on 2 cores).
 FULL_ARGS: dict[str, list[str]] = {
     "overhead": [],
     "grading_cost": [],
@@ -60,7 +61,7 @@ FULL_ARGS: dict[str, list[str]] = {
     "grounding": [],
     "retrieval": [],
 }
-# make bench: the same, with the two long parts made smaller (under 10 minutes on 2 cores).
+# make bench: the same, with the two long parts made smaller (4 to 6 minutes on 2 cores).
 # retrieval's --quick is added below when its CLI has it.
 DEFAULT_ARGS: dict[str, list[str]] = {
     **FULL_ARGS,
@@ -224,7 +225,7 @@ def main(argv=None) -> int:
                         "a temporary one with --quick)")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--full", action="store_true",
-                      help="full sizes: index_scale up to 1M chunks, every prose question (about 30 minutes)")
+                      help="full sizes: index_scale up to 1M chunks, every prose question (15 to 17 minutes on 2 cores)")
     mode.add_argument("--quick", action="store_true", help="tiny workloads: a smoke test, not a measurement")
     p.add_argument("--only", default="", help="comma-separated subset of " + ",".join(BENCHMARKS))
     p.add_argument("--skip-retrieval", action="store_true", help="do not run benchmarks/retrieval.py")
