@@ -153,7 +153,6 @@ def test_run_all_quick_writes_a_summary(tmp_path):
     assert any("1,000 chunks" in line for line in summary["headlines"])
 
 
-
 @pytest.mark.parametrize(("flags", "index_sizes", "retrieval_quick"), [
     ([], ["--sizes", "10000,30000,100000"], True),   # make bench: under 10 minutes
     (["--full"], [], False),                                  # make bench-full: 1M chunks, every prose question
@@ -171,8 +170,7 @@ def test_run_all_default_is_the_short_run_and_full_the_long_one(tmp_path, monkey
     assert run_all.main(flags) == 0
     assert ran["index_scale"] == index_sizes
     assert ran["grading_cost"] == [] and ran["overhead"] == []
-    if "retrieval" in ran:  # only where benchmarks/retrieval.py and its --out exist
-        assert ("--quick" in ran["retrieval"]) == retrieval_quick
+    assert ("--quick" in ran["retrieval"]) == retrieval_quick
     out = tmp_path / "full" if flags else tmp_path  # neither run overwrites the other's results
     summary = json.loads((out / "summary.json").read_text())
     assert summary["mode"] == ("full" if flags else "default")
@@ -182,6 +180,7 @@ def test_run_all_full_and_quick_exclude_each_other(capsys):
     with pytest.raises(SystemExit):
         run_all.main(["--full", "--quick"])
     assert "not allowed with" in capsys.readouterr().err
+
 
 def test_retrieval_scoring_paragraphs_and_the_previous_fusion(tmp_path):
     """The retrieval benchmark's own arithmetic (its corpora are not needed for this)."""
