@@ -131,7 +131,7 @@ class Recorder:
             self.records.append({
                 "node": node,
                 "status": status,
-                "max_tokens": request.get("max_tokens"),
+                "max_tokens": request.get("max_tokens", request.get("max_completion_tokens")),
                 "temperature": request.get("temperature"),
                 "response_format": fmt.get("type") if isinstance(fmt, dict) else None,
                 "prompt_tokens": usage.get("prompt_tokens"),

@@ -29,6 +29,8 @@ What real servers do with request parameters: ``srv.params(node)`` lists each ch
 ``reject_response_format``) answers such a request with a 400 like an older server;
 ``Text(..., finish_reason="length")`` is a reply cut by ``max_tokens``; ``Text(...,
 cached_tokens=N)`` reports ``usage.prompt_tokens_details.cached_tokens``; and
+``reject_params = {"max_tokens", "temperature"}`` refuses those as OpenAI's reasoning models do
+(a 400 naming the parameter; a ``temperature`` of 1 is accepted); and
 ``context_window = N`` refuses (400, as llama.cpp and vLLM do) a request whose prompt,
 counted with tiktoken, plus its ``max_tokens`` exceeds N; ``prompt_sizes`` records the
 prompt tokens of every chat request it counted.
@@ -212,6 +214,7 @@ class FakeOpenAIServer:
         self.reject_stream = False
         self.reject_json_schema = False
         self.reject_response_format = False
+        self.reject_params: set[str] = set()
         self.context_window: int | None = None
         self.prompt_sizes: list[tuple[str, int, int]] = []  # (node, prompt tokens, max_tokens)
         self._queues: dict[str, deque[Any]] = {}
@@ -318,9 +321,11 @@ class FakeOpenAIServer:
         )
 
     def params(self, node: str | None = None) -> list[dict[str, Any]]:
-        """``max_tokens``, ``temperature`` and ``response_format`` of each chat request (None when absent)."""
+        """``max_tokens`` (or ``max_completion_tokens``), ``temperature`` and ``response_format`` of
+        each chat request (None when absent)."""
         return [
-            {key: (r.body or {}).get(key) for key in ("max_tokens", "temperature", "response_format")}
+            {key: (r.body or {}).get(key)
+             for key in ("max_tokens", "max_completion_tokens", "temperature", "response_format")}
             for r in self.requests
             if r.path.endswith("/chat/completions") and (node is None or r.node == node)
             and isinstance(r.body, dict)
@@ -389,9 +394,19 @@ class FakeOpenAIServer:
             return self._send_json(h, 400, {"error": {
                 "message": f"response_format type {response_format.get('type')!r} is not supported",
                 "type": "invalid_request_error"}})
+        if "max_tokens" in self.reject_params and "max_tokens" in body:
+            return self._send_json(h, 400, {"error": {
+                "message": "Unsupported parameter: 'max_tokens' is not supported with this model. "
+                           "Use 'max_completion_tokens' instead.",
+                "type": "invalid_request_error", "param": "max_tokens", "code": "unsupported_parameter"}})
+        if "temperature" in self.reject_params and body.get("temperature", 1) != 1:
+            return self._send_json(h, 400, {"error": {
+                "message": f"Unsupported value: 'temperature' does not support {body['temperature']} with this "
+                           "model. Only the default (1) value is supported.",
+                "type": "invalid_request_error", "param": "temperature", "code": "unsupported_value"}})
         if self.context_window is not None:
             prompt = _prompt_tokens(body)
-            budget = body.get("max_tokens") or 0
+            budget = body.get("max_tokens") or body.get("max_completion_tokens") or 0
             with self._lock:
                 self.prompt_sizes.append((node, prompt, int(budget)))
             if prompt + int(budget) > self.context_window:

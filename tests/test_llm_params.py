@@ -114,6 +114,46 @@ def test_a_server_error_during_the_fallback_is_still_retried(srv):
     assert model.complete(grade_request()).text == '{"scores": [1, 0]}'
 
 
+def test_a_model_refusing_max_tokens_gets_max_completion_tokens_and_it_is_remembered(srv):
+    srv.reject_params = {"max_tokens"}
+    srv.default("grade_evidence", '{"scores": [0.5, 0.5]}')
+    model = OpenAIChatModel(settings_for(srv, llm_max_retries=0))  # not a retry
+    assert model.complete(grade_request()).text == '{"scores": [0.5, 0.5]}'
+    first, second = srv.params()
+    assert first["max_tokens"] == 32 and first["max_completion_tokens"] is None
+    assert second["max_tokens"] is None and second["max_completion_tokens"] == 32
+    assert first["response_format"] == second["response_format"]  # the refusal was not taken for the format's
+    OpenAIChatModel(settings_for(srv, llm_max_retries=0)).complete(grade_request())  # same process and server
+    assert srv.params()[2]["max_completion_tokens"] == 32 and len(srv.params()) == 3
+
+
+def test_a_model_refusing_a_temperature_gets_its_default(srv):
+    srv.reject_params = {"temperature"}
+    srv.default("grade_evidence", "[1, 0]")
+    model = OpenAIChatModel(settings_for(srv, llm_max_retries=0))
+    model.complete(grade_request())
+    model.complete(grade_request())
+    assert [p["temperature"] for p in srv.params()] == [0.0, None, None]
+    assert [p["max_tokens"] for p in srv.params()] == [32, 32, 32]
+
+
+def test_a_reasoning_model_answers_a_whole_question_streamed_or_not(srv):
+    srv.reject_params = {"max_tokens", "temperature"}
+    result = complex_run(srv, temperature=0.4, max_answer_tokens=700)
+    assert "Uploads retry three times" in result.answer
+    sent = srv.params()
+    assert [p["max_completion_tokens"] for p in sent if p["max_completion_tokens"]][-1] == 700
+    assert sent[-1]["temperature"] is None and sent[-1]["max_tokens"] is None
+    assert len(sent) == 4 + 2  # one refusal for each parameter, then every node once
+    srv.script("synthesize", "Streamed [1].")
+    model = OpenAIChatModel(settings_for(srv))
+    request = LLMRequest("synthesize", GradeTask("q", ()), ({"role": "user", "content": "hi"},),
+                         max_tokens=99, temperature=0.2)
+    deltas: list[str] = []
+    assert model.complete(request, on_delta=deltas.append).text == "Streamed [1]."
+    assert "".join(deltas) == "Streamed [1]." and srv.params()[-1]["max_completion_tokens"] == 99
+
+
 def test_a_reply_cut_by_max_tokens_is_audited_and_still_parsed(srv):
     srv.script("analyze_and_route", Text(ROUTE, finish_reason="length"))
     srv.script("plan", PLAN)

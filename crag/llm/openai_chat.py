@@ -19,6 +19,12 @@ works is remembered for the server and model for the rest of the process, and th
 fall-backs are not retries. ``json_schema``, ``json_object`` and ``off`` use that one format
 only.
 
+Parameters a model refuses: OpenAI's reasoning models (the o-series, GPT-5) answer
+``max_tokens`` with a 400 asking for ``max_completion_tokens``, and a ``temperature`` other
+than 1 with a 400 too. Such a refusal (the error names the parameter) is asked again with the
+budget sent as ``max_completion_tokens``, or without ``temperature``; what the server refused
+is remembered for the server and model for the rest of the process, and it is not a retry.
+
 Streaming (``on_delta``) asks for ``stream_options.include_usage``; a server that refuses
 that gets a plain stream, and one that refuses streaming (or answers it with no events) a
 normal request whose text is passed to ``on_delta`` whole. What worked is remembered.
@@ -78,6 +84,12 @@ _FORMATS = ("json_schema", "json_object", "off")
 _format_memory: dict[tuple[str, str], str] = {}
 _format_lock = threading.Lock()
 
+# Request parameters a model may refuse, and what is sent instead: the reply budget under
+# its newer name, or no temperature (the model's default).
+_ADAPTABLE = ("max_tokens", "temperature")
+# (server, model) -> the parameters it refused, for the rest of the process.
+_refused_memory: dict[tuple[str, str], frozenset[str]] = {}
+
 _one_line = one_line
 
 
@@ -87,6 +99,14 @@ class _StreamRefused(Exception):
 
 class _FormatRefused(Exception):
     """The server refused this response_format; the next simpler one is worth a try."""
+
+
+class _ParamRefused(Exception):
+    """The server refused a request parameter (``param``) that can be sent another way."""
+
+    def __init__(self, param: str) -> None:
+        super().__init__(param)
+        self.param = param
 
 
 def _is_count(value: Any) -> bool:
@@ -183,6 +203,9 @@ class OpenAIChatModel:
                         reply = self._plain(messages, node, params)
                     else:
                         reply = self._stream(messages, node, params, mode, on_delta, delivered)
+            except _ParamRefused as refused:
+                self._remember_refused(refused.param)
+                continue
             except _FormatRefused:
                 fmt = _FORMATS[_FORMATS.index(fmt) + 1]
                 continue
@@ -232,12 +255,22 @@ class OpenAIChatModel:
         with _format_lock:
             return _format_memory.get(self._format_key, _FORMATS[0])
 
+    def _refused(self) -> frozenset[str]:
+        with _format_lock:
+            return _refused_memory.get(self._format_key, frozenset())
+
+    def _remember_refused(self, param: str) -> None:
+        with _format_lock:
+            _refused_memory[self._format_key] = _refused_memory.get(self._format_key, frozenset()) | {param}
+
     def _params(self, request: LLMRequest, fmt: str) -> dict[str, Any]:
         params: dict[str, Any] = {}
-        if request.temperature is not None:
+        refused = self._refused()
+        if request.temperature is not None and "temperature" not in refused:
             params["temperature"] = float(request.temperature)
         if request.max_tokens is not None:
-            params["max_tokens"] = int(request.max_tokens)
+            budget = "max_completion_tokens" if "max_tokens" in refused else "max_tokens"
+            params[budget] = int(request.max_tokens)
         schema = request.reply_schema
         if schema is not None and fmt == "json_schema":
             params["response_format"] = {
@@ -251,6 +284,19 @@ class OpenAIChatModel:
         elif schema is not None and fmt == "json_object":
             params["response_format"] = {"type": "json_object"}
         return params
+
+    def _refused_param(self, exc: BaseException, params: Mapping[str, Any]) -> str | None:
+        """The parameter of ``params`` that ``exc`` refuses and crag can send another way, if any:
+        the error names it in its ``param`` field, or as "Unsupported parameter/value: 'name'"."""
+        if not isinstance(exc, self._openai.APIStatusError) or exc.status_code not in _FORMAT_REFUSALS:
+            return None
+        named = getattr(exc, "param", None)
+        text = str(getattr(exc, "message", "") or exc)
+        for param in _ADAPTABLE:
+            if param in params and (named == param or f"nsupported parameter: '{param}'" in text
+                                    or f"nsupported value: '{param}'" in text):
+                return param
+        return None
 
     def _refused_format(self, exc: BaseException, params: Mapping[str, Any]) -> bool:
         """``exc`` is a refusal worth answering with a simpler response_format."""
@@ -269,6 +315,9 @@ class OpenAIChatModel:
                 model=self.model, messages=messages, extra_headers={NODE_HEADER: node}, **params
             )
         except self._openai.APIStatusError as exc:
+            refused = self._refused_param(exc, params)
+            if refused is not None:
+                raise _ParamRefused(refused) from exc
             if self._refused_format(exc, params):
                 raise _FormatRefused from exc
             raise
@@ -311,6 +360,9 @@ class OpenAIChatModel:
                 **extra,
             )
         except self._openai.APIStatusError as exc:
+            refused = self._refused_param(exc, params)
+            if refused is not None:
+                raise _ParamRefused(refused) from exc
             if self._refused_format(exc, params):
                 raise _FormatRefused from exc
             if exc.status_code in _STREAM_REFUSALS:
