@@ -71,8 +71,10 @@ SCAFFOLDING = frozenset(
     information info passage passages provided context question questions mention mentions
     mentioned say says said see sure certainly hope helps help note notes detail details
     relevant available let look looks steps step overview quick short brief like would
+    welcome glad happy pleasure feel free ask asking hesitate reach assist assistance anything
+    else thanks thank need re ve ll
     """.split()
-)
+)  # and courtesy: "You're welcome!", "Feel free to ask if you have other questions."
 _NEGATION = frozenset(
     "not no never cannot can't won't don't doesn't isn't aren't wasn't weren't shouldn't mustn't "
     "didn't couldn't wouldn't hasn't haven't hadn't without none neither nor".split()

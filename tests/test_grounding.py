@@ -84,6 +84,16 @@ def test_sentences_with_no_content_of_their_own_are_not_judged(sentence):
     assert g.report.sentences == 0 and UNSUPPORTED_TAG not in g.body
 
 
+def test_courtesy_is_not_judged_but_a_claim_beside_it_is():
+    # a small model answering "thanks!" after retrieval ran: nothing in it is a claim
+    reply = ("You're welcome! I'm glad I could help. If you have any other questions, feel free to ask. "
+             "Don't hesitate to reach out if you need anything else.")
+    g = ground(reply, ITEMS)
+    assert g.report.sentences == 0 and UNSUPPORTED_TAG not in g.body and g.body == reply
+    g = ground("You're welcome! You'll need port 9090 for that.", ITEMS)
+    assert g.report.sentences == 1 and g.report.unsupported == ("You'll need port 9090 for that.",)
+
+
 def test_code_blocks_lists_and_tables_are_kept_whole():
     body = "Intro text here.\n\n- one. Two.\n- three\n\n```\na. B.\n```\n\n| a | b |\n|---|---|\n| 1 | 2 |\n"
     kinds = [p.kind for p in split(body) if p.kind != "space"]
