@@ -25,9 +25,9 @@ Two workloads, each for every ``k`` in ``--ks`` (default 3, 5, 10):
   ``KB_AGENT_MAX_ITERATIONS=3``. The toolbox's ``vector_search`` returns the next ``k``
   unseen candidates of the query on every call (a refined or re-routed search finds new
   passages further down the list), so REFINE rounds re-grade the survivors of earlier
-  rounds together with the new items, exactly as SPEC §2 prescribes. The planner asks for a
+  rounds together with the new items, as crag's grading does by default (docs/architecture.md). The planner asks for a
   keyword query (the question's content words), as planners do; crag's first round also
-  searches the question itself (SPEC §5), so a question's first round grades 2k candidates
+  searches the question itself (docs/real-models.md), so a question's first round grades 2k candidates
   (two searches) and each later round k more (the planned search one page deeper).
 
 Strategies
