@@ -461,8 +461,10 @@ class _Progress:
             if items and self.grounding != "off":
                 mode = self.grounding
                 ground = lambda text: render_prefix(text, items, mode)  # noqa: E731
+            again = self.renderer is not None  # the request was fitted to a smaller window: nothing shown yet
             self.renderer = StreamRenderer(len(items), clean_answer, strip_think, ground=ground, secrets=_secrets())
-            self.out.write("\ncrag> ")
+            if not again:
+                self.out.write("\ncrag> ")
         elif isinstance(event, AnswerDelta) and self.renderer is not None:
             self.out.write(self.renderer.feed(event.text))  # terminal-safe and redacted
             self.out.flush()

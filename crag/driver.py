@@ -16,7 +16,7 @@ from typing import Any
 
 from attrs import evolve
 
-from .errors import ToolError
+from .errors import LLMContextError, ToolError
 from .events import AnswerDelta, AnswerStarted, Event, NodeFinished, NodeStarted
 from .graph import END, START, TRANSITIONS, GraphError, Node, Outcome, next_node
 from .nodes import NODES, NodeConfig
@@ -25,6 +25,19 @@ from .state import AgentState, Message, Usage
 
 __all__ = ["Driver", "Event", "max_steps"]
 
+
+
+REFITS = 3  # times one request is fitted again to a smaller window the server reported
+MIN_WINDOW = 1024  # below this, a window is too small to fit a request to
+
+
+def smaller_window(current: int, reported: int | None) -> int | None:
+    """The window to fit a refused request to: the server's, when it said and it is smaller
+    than the one used; else four fifths of the one used; None when that is too small."""
+    if reported is not None and MIN_WINDOW <= reported < current:
+        return reported
+    smaller = current * 4 // 5
+    return smaller if smaller >= MIN_WINDOW else None
 
 
 def max_steps(max_iterations: int) -> int:
@@ -97,11 +110,7 @@ class Driver:
             if request is None:
                 reply: Any = None
             elif isinstance(request, LLMRequest):
-                if stream and on_event is not None and node is Node.SYNTHESIZE:
-                    on_event(AnswerStarted(tuple(getattr(request.task, "items", ()))))
-                    reply = self.model.complete(request, lambda text: on_event(AnswerDelta(text)))
-                else:
-                    reply = self.model.complete(request)
+                reply, request, cfg, state = self._complete(module, node, state, cfg, request, stream, on_event)
                 usage = usage.add(name, reply)
                 if reply.truncated:
                     state = evolve(
@@ -124,6 +133,42 @@ class Driver:
         if not synced:
             state = evolve(state, trace=tuple(trace), usage=usage)
         return state
+
+    def _complete(
+        self,
+        module: Any,
+        node: Node,
+        state: AgentState,
+        cfg: NodeConfig,
+        request: LLMRequest,
+        stream: bool,
+        on_event: Event | None,
+    ) -> tuple[Any, LLMRequest, NodeConfig, AgentState]:
+        """One chat completion. A server that refuses the request as longer than its window
+        gets it again, fitted to the window it reported (or a fifth smaller); that window is
+        kept for the rest of the question and for the agent's later questions (audit
+        ``context_refit``)."""
+        for attempt in range(REFITS + 1):
+            try:
+                if stream and on_event is not None and node is Node.SYNTHESIZE:
+                    on_event(AnswerStarted(tuple(getattr(request.task, "items", ()))))
+                    reply = self.model.complete(request, lambda text: on_event(AnswerDelta(text)))
+                else:
+                    reply = self.model.complete(request)
+                return reply, request, cfg, state
+            except LLMContextError as err:
+                window = smaller_window(cfg.context_tokens, err.window)
+                if attempt == REFITS or window is None:
+                    raise
+                cfg = evolve(cfg, context_tokens=window, max_answer_tokens=min(cfg.max_answer_tokens, window // 2))
+                self.cfg = cfg
+                state = evolve(state, audit=state.log(
+                    "context_refit", node=node.value, context_tokens=window, server_window=err.window))
+                refitted = module.prepare(state, cfg)
+                if not isinstance(refitted, LLMRequest):  # pragma: no cover - prepare is pure
+                    raise
+                request = refitted
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _run_tools(self, request: ToolRequest) -> tuple[ToolOutcome, ...]:
         calls = request.calls

@@ -80,6 +80,16 @@ class LLMError(CragError):
         super().__init__(message)
 
 
+class LLMContextError(LLMError):
+    """The server refused a request as longer than its context window; ``window`` is that
+    window in tokens when the server said."""
+
+    def __init__(self, message: str, node: str | None = None, status: int | None = None,
+                 window: int | None = None) -> None:
+        self.window = window
+        super().__init__(message, node=node, status=status)
+
+
 class LLMTimeoutError(LLMError):
     """The LLM server did not answer within ``KB_AGENT_LLM_TIMEOUT`` (after retries)."""
 
@@ -98,6 +108,7 @@ __all__ = [
     "EmbedderMismatchError",
     "IndexStoreError",
     "KnowledgeBaseError",
+    "LLMContextError",
     "LLMError",
     "LLMTimeoutError",
     "ToolError",

@@ -32,7 +32,8 @@ cached_tokens=N)`` reports ``usage.prompt_tokens_details.cached_tokens``; and
 ``reject_params = {"max_tokens", "temperature"}`` refuses those as OpenAI's reasoning models do
 (a 400 naming the parameter; a ``temperature`` of 1 is accepted); and
 ``context_window = N`` refuses (400, as llama.cpp and vLLM do) a request whose prompt,
-counted with tiktoken, plus its ``max_tokens`` exceeds N; ``prompt_sizes`` records the
+counted with tiktoken, plus its ``max_tokens`` exceeds N, worded as ``context_error`` says
+(``"llama.cpp"``, with ``n_ctx``; ``"vllm"``; ``"bare"``, no size); ``prompt_sizes`` records the
 prompt tokens of every chat request it counted.
 ``POST /v1/embeddings`` returns deterministic unit vectors (queue key ``"embeddings"``).
 Stopping the server closes every open connection and joins its threads.
@@ -216,6 +217,7 @@ class FakeOpenAIServer:
         self.reject_response_format = False
         self.reject_params: set[str] = set()
         self.context_window: int | None = None
+        self.context_error = "llama.cpp"  # how a request beyond the window is refused: or "vllm", "bare"
         self.prompt_sizes: list[tuple[str, int, int]] = []  # (node, prompt tokens, max_tokens)
         self._queues: dict[str, deque[Any]] = {}
         self._defaults: dict[str, Any] = dict(defaults or {})
@@ -331,6 +333,20 @@ class FakeOpenAIServer:
             and isinstance(r.body, dict)
         ]
 
+    def _overflow(self, prompt: int, budget: int) -> dict[str, Any]:
+        """The error body of a request beyond the window, as ``context_error`` says servers word it."""
+        window = self.context_window
+        if self.context_error == "vllm":
+            return {"message": f"This model's maximum context length is {window} tokens. However, you requested "
+                               f"{prompt + budget} tokens ({prompt} in the messages, {budget} in the completion). "
+                               "Please reduce the length of the messages or completion.",
+                    "type": "BadRequestError", "param": None, "code": 400}
+        if self.context_error == "bare":
+            return {"message": "the prompt is too long for this model: too many tokens", "type": "invalid_request_error"}
+        return {"code": 400, "message": f"request ({prompt + budget} tokens) exceeds the available context size "
+                                        f"({window} tokens), try increasing it",
+                "type": "exceed_context_size_error", "n_prompt_tokens": prompt + budget, "n_ctx": window}
+
     def nodes(self) -> list[str | None]:
         """The ``X-Crag-Node`` header of every chat-completion request, in order."""
         return [r.node for r in self.requests if r.path.endswith("/chat/completions")]
@@ -410,10 +426,7 @@ class FakeOpenAIServer:
             with self._lock:
                 self.prompt_sizes.append((node, prompt, int(budget)))
             if prompt + int(budget) > self.context_window:
-                return self._send_json(h, 400, {"error": {
-                    "message": f"the request exceeds the available context size ({prompt} prompt tokens + "
-                               f"{budget} max_tokens > {self.context_window})",
-                    "type": "exceed_context_size_error"}})
+                return self._send_json(h, 400, {"error": self._overflow(prompt, int(budget))})
         reply = self._next_reply(node)
         if callable(reply) and not isinstance(reply, type):
             reply = reply(body)  # a reply computed from the request

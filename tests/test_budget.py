@@ -140,6 +140,58 @@ def test_a_real_server_with_that_window_never_refuses_a_request():
         assert max(p for _, p, _ in srv.prompt_sizes) > 2000  # the window was used, not wasted
 
 
+def window_run(srv: FakeOpenAIServer, window: int, style: str, context_tokens: int = 8192, agent=None):
+    """A complex question with long evidence against a server whose window is smaller than crag was told."""
+    items = [big_item(n, 80, 16, tool="grep_search") for n in range(15)]
+    srv.context_window = window
+    srv.context_error = style
+    srv.default("analyze_and_route", ROUTE)
+    srv.default("plan", PLAN)
+    srv.default("grade_evidence", grades(rest=0.8))
+    srv.default("synthesize", "Uploads retry [1].")
+    s = Settings(llm="openai", openai_base_url=srv.base_url, model="test-model", context_tokens=context_tokens,
+                 max_answer_tokens=1024, llm_max_retries=0)
+    toolbox = FakeToolbox({"grep_search": [items]}, question=QUESTION, question_results=items[:5])
+    agent = agent or Agent(OpenAIChatModel(s), toolbox, s)
+    return agent, agent.ask(QUESTION)
+
+
+@pytest.mark.parametrize("style", ["llama.cpp", "vllm"])
+def test_a_server_with_a_smaller_window_than_configured_gets_requests_fitted_to_it(style):
+    with FakeOpenAIServer() as srv:
+        agent, result = window_run(srv, 3000, style)
+        assert result.answer.startswith("Uploads retry [1]")
+        refits = [e.fields for e in result.state.audit if e.event == "context_refit"]
+        assert refits == [{"node": "grade_evidence", "context_tokens": 3000, "server_window": 3000}]
+        accepted = [(n, p, m) for n, p, m in srv.prompt_sizes if p + m <= 3000]
+        assert len(accepted) == len(srv.prompt_sizes) - 1  # one refusal, then every request fits
+        formats = [p["response_format"] for p in srv.params("grade_evidence")]
+        assert all(f and f["type"] == "json_schema" for f in formats)  # too long is not a format refusal
+        refused = len(srv.prompt_sizes)
+        agent.ask(QUESTION)  # the agent keeps the window it learnt
+        assert all(p + m <= 3000 for _, p, m in srv.prompt_sizes[refused:])
+
+
+def test_a_server_that_does_not_say_its_window_gets_smaller_requests_until_one_fits():
+    with FakeOpenAIServer() as srv:
+        _, result = window_run(srv, 2600, "bare", context_tokens=4096)
+        assert result.answer.startswith("Uploads retry [1]")
+        refits = [e.fields for e in result.state.audit if e.event == "context_refit"]
+        assert refits == [{"node": "synthesize", "context_tokens": 3276, "server_window": None}]  # four fifths
+        (_, last_prompt, last_budget), refused = srv.prompt_sizes[-1], srv.prompt_sizes[-2]
+        assert refused[1] + refused[2] > 2600 >= last_prompt + last_budget
+
+
+def test_a_window_too_small_for_any_request_is_one_clear_error():
+    from crag.errors import LLMContextError
+
+    with FakeOpenAIServer() as srv, pytest.raises(LLMContextError) as caught:
+        window_run(srv, 300, "llama.cpp", context_tokens=2048)
+    message = str(caught.value)
+    assert "does not fit the model's context window of 300 tokens" in message
+    assert "KB_AGENT_CONTEXT_TOKENS" in message and "\n" not in message
+
+
 def test_the_fake_server_refuses_a_request_beyond_its_window():
     with FakeOpenAIServer() as srv:
         srv.context_window = 1024

@@ -335,6 +335,26 @@ def test_chat_keeps_history_across_turns_and_streams(llm: FakeOpenAIServer, tmp_
     assert all(r.body.get("stream") for r in llm.requests if r.node == "synthesize")
 
 
+def test_chat_and_ask_fit_to_a_server_window_smaller_than_configured(llm: FakeOpenAIServer, tmp_path: Path) -> None:
+    llm.context_window = 1200  # llama.cpp --ctx-size 1200, while crag was told 8192
+    llm.default("analyze_and_route", route("simple", "grep_search"))
+    llm.default("plan", plan(("grep_search", {"pattern": "port 8080"})))
+    llm.default("synthesize", "The server listens on 8080 [1].")
+    env = {k: v for k, v in os.environ.items()}
+    env["PYTHONPATH"] = str(ROOT)
+    proc = subprocess.run([sys.executable, "-m", "crag", "chat"], cwd=tmp_path, env=env,
+                          input="What port does it use?\n", capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("crag> ") == 1 and "The server listens on 8080 [1]." in proc.stdout
+    refused = [size for size in llm.prompt_sizes if size[1] + size[2] > 1200]
+    assert [node for node, _, _ in refused] == ["synthesize"]  # once: not taken for a refusal to stream
+    assert all(r.body.get("stream_options") for r in llm.requests if r.node == "synthesize")
+    code, out, err = cli("ask", "--json", "What port does it use?")
+    assert code == 0, err
+    refit = [e for e in json.loads(out)["audit"] if e["event"] == "context_refit"]
+    assert refit == [{"event": "context_refit", "node": "synthesize", "context_tokens": 1200, "server_window": 1200}]
+
+
 def test_help_and_graph_import_no_heavy_library() -> None:
     for argv in (["--help"], ["graph"]):
         code = (f"import runpy, sys; sys.argv = ['crag', *{argv!r}]\n"

@@ -40,6 +40,7 @@ is built, never by ``import crag``.
 from __future__ import annotations
 
 import random
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -48,7 +49,7 @@ from typing import Any
 from attrs import frozen
 
 from ..config import Settings
-from ..errors import ConfigError, LLMError, LLMTimeoutError
+from ..errors import ConfigError, LLMContextError, LLMError, LLMTimeoutError
 from ..ports import LLMRequest
 from ..safe_text import redact, valid_text
 from ..state import Completion
@@ -89,6 +90,17 @@ _format_lock = threading.Lock()
 _ADAPTABLE = ("max_tokens", "temperature")
 # (server, model) -> the parameters it refused, for the rest of the process.
 _refused_memory: dict[tuple[str, str], frozenset[str]] = {}
+
+# How servers say a request is longer than the model's window, and where they give its size:
+# llama.cpp: type "exceed_context_size_error", "n_ctx"; OpenAI: code "context_length_exceeded";
+# vLLM: "This model's maximum context length is 4096 tokens".
+_OVERFLOW_KINDS = frozenset({"exceed_context_size_error", "context_length_exceeded"})
+_OVERFLOW = re.compile(
+    r"maximum context length|exceeds? (?:the )?(?:available |maximum )?context (?:size|length|window)"
+    r"|context (?:length|size|window) (?:exceeded|is too small)|too many tokens|prompt is too long", re.I)
+_WINDOW = re.compile(
+    r"maximum context length (?:is|of) (\d+)|available context size \((\d+) tokens\)"
+    r"|context (?:window|length|size) (?:is|of) (\d+)", re.I)
 
 _one_line = one_line
 
@@ -287,14 +299,19 @@ class OpenAIChatModel:
 
     def _refused_param(self, exc: BaseException, params: Mapping[str, Any]) -> str | None:
         """The parameter of ``params`` that ``exc`` refuses and crag can send another way, if any:
-        the error names it in its ``param`` field, or as "Unsupported parameter/value: 'name'"."""
+        "Unsupported parameter: 'name'" or "Unsupported value: 'name' ..." (OpenAI's codes
+        ``unsupported_parameter`` and ``unsupported_value`` with ``param``). A value that is
+        merely too large (a budget beyond the window) is not a refusal of the parameter."""
         if not isinstance(exc, self._openai.APIStatusError) or exc.status_code not in _FORMAT_REFUSALS:
             return None
         named = getattr(exc, "param", None)
+        code = getattr(exc, "code", None)
         text = str(getattr(exc, "message", "") or exc)
         for param in _ADAPTABLE:
-            if param in params and (named == param or f"nsupported parameter: '{param}'" in text
-                                    or f"nsupported value: '{param}'" in text):
+            if param not in params:
+                continue
+            if (named == param and code in ("unsupported_parameter", "unsupported_value")) or (
+                    f"nsupported parameter: '{param}'" in text or f"nsupported value: '{param}'" in text):
                 return param
         return None
 
@@ -305,6 +322,7 @@ class OpenAIChatModel:
             and self.structured_output == "auto"
             and isinstance(exc, self._openai.APIStatusError)
             and exc.status_code in _FORMAT_REFUSALS
+            and _context_overflow(exc, server_message(exc)) is None  # too long is not a format refusal
         )
 
     # -- one request -----------------------------------------------------------------------
@@ -365,8 +383,8 @@ class OpenAIChatModel:
                 raise _ParamRefused(refused) from exc
             if self._refused_format(exc, params):
                 raise _FormatRefused from exc
-            if exc.status_code in _STREAM_REFUSALS:
-                raise _StreamRefused from exc
+            if exc.status_code in _STREAM_REFUSALS and _context_overflow(exc, server_message(exc)) is None:
+                raise _StreamRefused from exc  # (too long is not a refusal to stream)
             raise
         usage = None
         finish: str | None = None
@@ -443,6 +461,16 @@ class OpenAIChatModel:
             status = failure.status
             message = f"{where} answered {status} for node {node}{after}"
             detail = server_message(exc)
+            overflow = _context_overflow(exc, detail) if status in (400, 413) else None
+            if overflow is not None:
+                window = overflow or None
+                size = f" of {window} tokens" if window else ""
+                return LLMContextError(
+                    f"{message}: the request does not fit the model's context window{size}; set "
+                    "KB_AGENT_CONTEXT_TOKENS to the window the server gives a request"
+                    + (f" ({detail})" if detail else ""),
+                    node=node, status=status, window=window,
+                )
             if status == 401:
                 message += ": check OPENAI_API_KEY"
             elif status == 403:
@@ -461,9 +489,28 @@ class OpenAIChatModel:
         return LLMError(f"{where} {failure.what} for node {node}{note}", node=node)
 
 
+def _context_overflow(exc: BaseException, detail: str) -> int | None:
+    """For a refusal because the request is longer than the model's window: that window in
+    tokens, or 0 when the server did not say; None for any other refusal."""
+    body = getattr(exc, "body", None)
+    error = body.get("error", body) if isinstance(body, dict) else {}
+    error = error if isinstance(error, dict) else {}
+    kinds = {str(error.get("type") or ""), str(error.get("code") or ""), str(getattr(exc, "code", "") or "")}
+    text = detail or str(error.get("message") or "")
+    if not (kinds & _OVERFLOW_KINDS or _OVERFLOW.search(text)):
+        return None
+    n_ctx = error.get("n_ctx")
+    if isinstance(n_ctx, int) and not isinstance(n_ctx, bool) and n_ctx > 0:
+        return n_ctx
+    found = _WINDOW.search(text)
+    return int(next(g for g in found.groups() if g)) if found else 0
+
+
 def _redacted(error: LLMError, secrets: Sequence[str]) -> LLMError:
     """``error`` with every secret (and URL password) in its message replaced by ``***``."""
     message = redact(str(error), secrets)
     if message == str(error):
         return error
+    if isinstance(error, LLMContextError):
+        return LLMContextError(message, node=error.node, status=error.status, window=error.window)
     return type(error)(message, node=error.node, status=error.status)
