@@ -460,7 +460,8 @@ class _Progress:
             ground = None
             if items and self.grounding != "off":
                 mode = self.grounding
-                ground = lambda text: render_prefix(text, items, mode)  # noqa: E731
+                question = event.question
+                ground = lambda text: render_prefix(text, items, mode, question)  # noqa: E731
             again = self.renderer is not None  # the request was fitted to a smaller window: nothing shown yet
             self.renderer = StreamRenderer(len(items), clean_answer, strip_think, ground=ground, secrets=_secrets())
             if not again:

@@ -151,7 +151,7 @@ class Driver:
         for attempt in range(REFITS + 1):
             try:
                 if stream and on_event is not None and node is Node.SYNTHESIZE:
-                    on_event(AnswerStarted(tuple(getattr(request.task, "items", ()))))
+                    on_event(AnswerStarted(tuple(getattr(request.task, "items", ())), state.question))
                     reply = self.model.complete(request, lambda text: on_event(AnswerDelta(text)))
                 else:
                     reply = self.model.complete(request)

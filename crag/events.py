@@ -2,7 +2,8 @@
 
     NodeStarted(node)      before a node runs (``node`` is its name, e.g. ``"plan"``)
     NodeFinished(node)     after it
-    AnswerStarted(items)   streaming only: the answer's chat completion starts; ``items``
+    AnswerStarted(items, question)
+                           streaming only: the answer's chat completion starts; ``items``
                            are the evidence items it may cite, numbered from 1
     AnswerDelta(text)      streaming only: the next piece of the answer as it arrives
 
@@ -34,6 +35,7 @@ class NodeFinished:
 @frozen
 class AnswerStarted:
     items: tuple[EvidenceItem, ...]
+    question: str = ""
 
 
 @frozen

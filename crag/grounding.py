@@ -9,7 +9,8 @@ model has written its answer and before the footer is made:
 2. A piece is *judged* when it has content of its own: a content word that is not a stop
    word nor answer scaffolding ("Here is what I found:" is not judged), or a number,
    identifier or inline code. Headings, rules and crag's own fixed sentences are never
-   judged.
+   judged, nor is a lead-in that only restates the question ("To render templates, follow
+   these steps:": a colon at the end, no anchor, only the question's content words).
 3. ``support(piece, item)`` says whether an evidence item holds the piece's substance, and
    where: the piece's numbers, dates, versions, identifiers, inline code and URLs must all
    appear in one passage of the item (up to three consecutive sentences), that passage must
@@ -72,7 +73,7 @@ SCAFFOLDING = frozenset(
     mentioned say says said see sure certainly hope helps help note notes detail details
     relevant available let look looks steps step overview quick short brief like would
     welcome glad happy pleasure feel free ask asking hesitate reach assist assistance anything
-    else thanks thank need re ve ll
+    else thanks thank need re ve ll follow example examples
     """.split()
 )  # and courtesy: "You're welcome!", "Feel free to ask if you have other questions."
 _NEGATION = frozenset(
@@ -392,10 +393,19 @@ def _place_block(text: str, kind: str, tag: str) -> str:
     return text + ("\n\n" if kind == "table" else "\n") + tag.strip()
 
 
+def _restates(c: Claims, text: str, asked: frozenset[str]) -> bool:
+    """A lead-in that only restates the question ("To render Jinja2 templates from an
+    endpoint, follow these steps:"): it ends with a colon, holds no anchor, and every content
+    word of it is one of the question's. What it introduces is judged on its own."""
+    return bool(asked) and not c.anchors and text.rstrip().endswith(":") and all(
+        _matches(w, set(asked)) for w in c.words)
+
+
 class _Grounder:
-    def __init__(self, items: Sequence[EvidenceItem], mode: str) -> None:
+    def __init__(self, items: Sequence[EvidenceItem], mode: str, question: str = "") -> None:
         self.items = items
         self.mode = mode
+        self.asked = claims(question).words if question else frozenset()
         self.sources: list[EvidenceItem] = []
         self.index: dict[tuple, int] = {}
         self._passages: dict[int, list[Passage]] = {}
@@ -465,7 +475,7 @@ class _Grounder:
         if not piece.judgeable or bare_text in FIXED_SENTENCES:
             return self.remap(piece.text), None
         c, found = self.supports(piece)
-        if c is not None and c.empty:
+        if c is not None and (c.empty or _restates(c, bare_text, self.asked)):
             return self.remap(piece.text), None
         stripped = piece.text if piece.kind == "code" else _strip_markers(piece.text)
         if not found:
@@ -484,11 +494,12 @@ class _Grounder:
         return _place(stripped, tag), "ok"
 
 
-def ground(body: str, items: Sequence[EvidenceItem], mode: str = "note") -> Grounded:
-    """The body with markers pointing at the passages that support each piece (see module doc)."""
+def ground(body: str, items: Sequence[EvidenceItem], mode: str = "note", question: str = "") -> Grounded:
+    """The body with markers pointing at the passages that support each piece (see module doc);
+    ``question``, when given, lets a lead-in that only restates it go unjudged."""
     if mode not in MODES:
         raise ValueError(f"unknown grounding mode {mode!r}")
-    g = _Grounder(items, mode)
+    g = _Grounder(items, mode, question)
     out: list[tuple[str, str]] = []  # (kind, text); a piece strict mode removed is ("gone", "")
     judged = supported = 0
     unsupported: list[str] = []
@@ -532,7 +543,7 @@ def note_line(report: GroundingReport, mode: str) -> str | None:
     return f"_Note: {what} of this answer {verb} not supported by the evidence found (marked {UNSUPPORTED_TAG})._"
 
 
-def render_prefix(text: str, items: Sequence[EvidenceItem], mode: str) -> tuple[str, int]:
+def render_prefix(text: str, items: Sequence[EvidenceItem], mode: str, question: str = "") -> tuple[str, int]:
     """The grounded form of the whole pieces of a partial answer, and how many sources its
     markers index: the last piece, which may still grow, is left out. Used to stream an
     answer as ``ground`` will print it."""
@@ -541,7 +552,7 @@ def render_prefix(text: str, items: Sequence[EvidenceItem], mode: str) -> tuple[
         pieces.pop()
     if not pieces:
         return "", 0
-    done = ground(text[: pieces[-1].start], items, mode)
+    done = ground(text[: pieces[-1].start], items, mode, question)
     if mode == "strict" and not done.report.supported:
         return "", 0  # it may still become the no-evidence sentence
     return done.body, len(done.sources)

@@ -94,6 +94,20 @@ def test_courtesy_is_not_judged_but_a_claim_beside_it_is():
     assert g.report.sentences == 1 and g.report.unsupported == ("You'll need port 9090 for that.",)
 
 
+def test_a_lead_in_that_restates_the_question_is_not_judged():
+    question = "How do I render Jinja2 HTML templates from an endpoint?"
+    lead = "To render Jinja2 HTML templates from an endpoint, follow these steps:"
+    g = ground(lead + "\n\n1. The server listens on port 8080.", ITEMS, question=question)
+    assert g.report.sentences == 1 and g.report.supported == 1 and UNSUPPORTED_TAG not in g.body
+    assert ground(lead, ITEMS).report.unsupported == (lead,)  # without the question it is a claim
+    assert ground(lead, ITEMS, question="How do I render a page?").report.sentences == 1  # words not asked
+    claim = "To render Jinja2 HTML templates, set `SERVICE_PORT`:"  # an anchor makes it a claim
+    assert ground(claim, ITEMS, question=question).report.sentences == 1
+    answer = "You render Jinja2 HTML templates from an endpoint."  # not a lead-in: judged
+    assert ground(answer, ITEMS, question=question).report.sentences == 1
+    assert ground("Here's an example:", ITEMS).report.sentences == 0
+
+
 def test_code_blocks_lists_and_tables_are_kept_whole():
     body = "Intro text here.\n\n- one. Two.\n- three\n\n```\na. B.\n```\n\n| a | b |\n|---|---|\n| 1 | 2 |\n"
     kinds = [p.kind for p in split(body) if p.kind != "space"]

@@ -105,7 +105,7 @@ def _grounded(state: AgentState, body: str, cfg: NodeConfig, items: tuple) -> Ag
             items, state.usage, note=weak,
         )
         return evolve(state, answer=text, citations=citations)
-    done = grounding.ground(body, items, cfg.grounding)
+    done = grounding.ground(body, items, cfg.grounding, state.question)
     report = done.report if cfg.grounding != "off" else None
     if cfg.grounding == "strict" and not done.report.supported:
         text, citations = answer.compose(answer.NO_EVIDENCE, (), state.usage, cite=False)
