@@ -2,7 +2,8 @@
 
 Pure text handling for grounding (``crag.grounding``): ``split(text)`` returns pieces whose
 concatenation is the text, so a rewrite can change one piece and keep the rest byte for byte.
-Code blocks, lists and tables are kept whole; a paragraph is cut into sentences.
+Code blocks and tables are kept whole; a paragraph is cut into sentences, and so is a list
+item (its first sentence, with the bullet, is the ``item`` piece).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ __all__ = ["FENCE", "Piece", "sentences", "split"]
 
 FENCE = re.compile(r"^[ \t]*(?:>[ \t]?)*(`{3,}|~{3,})")
 _LIST_START = re.compile(r"^[ \t]*(?:>[ \t]?)*(?:[-*+]|\d{1,3}[.)])[ \t]+\S")
+_BULLET = re.compile(r"[ \t]*(?:>[ \t]?)*(?:[-*+]|\d{1,3}[.)])[ \t]+")
 _INTERRUPT = re.compile(r"^[ \t]*(?:>[ \t]?)*(?:[-*+]|1[.)])[ \t]+\S")
 _HEADING = re.compile(r"^[ \t]{0,3}#{1,6}(?:[ \t]|$)")
 _RULE = re.compile(r"^[ \t]*(?:(?:-[ \t]*){3,}|(?:\*[ \t]*){3,}|(?:_[ \t]*){3,}|=+)[ \t]*$")
@@ -126,6 +128,14 @@ def split(text: str) -> list[Piece]:
         tail = block[len(body) :]
         if kind == "paragraph":
             pieces.extend(sentences(body, offsets[a]))
+        elif kind == "item":  # each sentence of a list item is a claim of its own; the first keeps the bullet
+            bullet = _BULLET.match(body)
+            skip = bullet.end() if bullet else 0
+            cut = sentences(body[skip:], offsets[a] + skip)
+            if cut and cut[0].kind == "sentence":
+                pieces.extend([Piece("item", body[:skip] + cut[0].text, offsets[a]), *cut[1:]])
+            else:
+                pieces.append(Piece(kind, body, offsets[a]))
         else:
             pieces.append(Piece(kind, body, offsets[a]))
         if tail:

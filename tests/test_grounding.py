@@ -108,10 +108,12 @@ def test_a_lead_in_that_restates_the_question_is_not_judged():
     assert ground("Here's an example:", ITEMS).report.sentences == 0
 
 
-def test_code_blocks_lists_and_tables_are_kept_whole():
+def test_code_blocks_and_tables_are_kept_whole_and_list_items_cut_into_sentences():
     body = "Intro text here.\n\n- one. Two.\n- three\n\n```\na. B.\n```\n\n| a | b |\n|---|---|\n| 1 | 2 |\n"
-    kinds = [p.kind for p in split(body) if p.kind != "space"]
-    assert kinds == ["sentence", "item", "item", "code", "table"]
+    kinds = [(p.kind, p.text) for p in split(body) if p.kind != "space"]
+    assert [k for k, _ in kinds] == ["sentence", "item", "sentence", "item", "code", "table"]
+    assert kinds[1:4] == [("item", "- one."), ("sentence", "Two."), ("item", "- three")]
+    assert [p.text for p in split("1. Install it. Then run it.")] == ["1. Install it.", " ", "Then run it."]
     assert "".join(p.text for p in split(body)) == body
 
 
