@@ -3,9 +3,9 @@
 Pure and mechanical: no LLM call, no I/O. ``ground(body, items, mode)`` runs after the
 model has written its answer and before the footer is made:
 
-1. ``split`` cuts the body into pieces whose concatenation is the body: prose sentences,
-   list items, code blocks and tables (the last three kept whole), headings and rules, and
-   the whitespace between them.
+1. ``split`` cuts the body into pieces whose concatenation is the body: prose sentences
+   (a list item's too, its first sentence keeping the bullet), code blocks and tables (kept
+   whole), headings and rules, and the whitespace between them.
 2. A piece is *judged* when it has content of its own: a content word that is not a stop
    word nor answer scaffolding ("Here is what I found:" is not judged), or a number,
    identifier or inline code. Headings, rules and crag's own fixed sentences are never
