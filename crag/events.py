@@ -4,7 +4,9 @@
     NodeFinished(node)     after it
     AnswerStarted(items, question)
                            streaming only: the answer's chat completion starts; ``items``
-                           are the evidence items it may cite, numbered from 1
+                           are the evidence items it may cite, numbered from 1; it
+                           comes again, before any delta, when a server refused the
+                           request as too long and crag fitted it to a smaller window
     AnswerDelta(text)      streaming only: the next piece of the answer as it arrives
 
 ``on_event`` is called on the thread that runs the question; the CLI's progress line and
