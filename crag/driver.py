@@ -34,8 +34,8 @@ MIN_WINDOW = 1024  # below this, a window is too small to fit a request to
 def smaller_window(current: int, reported: int | None) -> int | None:
     """The window to fit a refused request to: the server's, when it said and it is smaller
     than the one used; else four fifths of the one used; None when that is too small."""
-    if reported is not None and MIN_WINDOW <= reported < current:
-        return reported
+    if reported is not None and reported < current:
+        return reported if reported >= MIN_WINDOW else None
     smaller = current * 4 // 5
     return smaller if smaller >= MIN_WINDOW else None
 
@@ -148,7 +148,8 @@ class Driver:
         gets it again, fitted to the window it reported (or a fifth smaller); that window is
         kept for the rest of the question and for the agent's later questions (audit
         ``context_refit``)."""
-        for attempt in range(REFITS + 1):
+        refits = 0
+        while True:
             try:
                 if stream and on_event is not None and node is Node.SYNTHESIZE:
                     on_event(AnswerStarted(tuple(getattr(request.task, "items", ())), state.question))
@@ -158,8 +159,9 @@ class Driver:
                 return reply, request, cfg, state
             except LLMContextError as err:
                 window = smaller_window(cfg.context_tokens, err.window)
-                if attempt == REFITS or window is None:
+                if refits == REFITS or window is None:
                     raise
+                refits += 1
                 cfg = evolve(cfg, context_tokens=window, max_answer_tokens=min(cfg.max_answer_tokens, window // 2))
                 self.cfg = cfg
                 state = evolve(state, audit=state.log(
@@ -168,7 +170,6 @@ class Driver:
                 if not isinstance(refitted, LLMRequest):  # pragma: no cover - prepare is pure
                     raise
                 request = refitted
-        raise AssertionError("unreachable")  # pragma: no cover
 
     def _run_tools(self, request: ToolRequest) -> tuple[ToolOutcome, ...]:
         calls = request.calls

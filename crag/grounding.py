@@ -189,7 +189,7 @@ def _has_anchor(kind: str, anchor: str, text: str, flat: str) -> bool:
     return re.search(r"(?<![\w])" + re.escape(anchor) + r"(?![\w])", text, re.I) is not None
 
 
-def _matches(word: str, vocabulary: set[str]) -> bool:
+def _matches(word: str, vocabulary: set[str] | frozenset[str]) -> bool:
     if word in vocabulary:
         return True
     if len(word) < 4:
@@ -398,7 +398,7 @@ def _restates(c: Claims, text: str, asked: frozenset[str]) -> bool:
     endpoint, follow these steps:"): it ends with a colon, holds no anchor, and every content
     word of it is one of the question's. What it introduces is judged on its own."""
     return bool(asked) and not c.anchors and text.rstrip().endswith(":") and all(
-        _matches(w, set(asked)) for w in c.words)
+        _matches(w, asked) for w in c.words)
 
 
 class _Grounder:

@@ -185,8 +185,11 @@ def test_a_server_that_does_not_say_its_window_gets_smaller_requests_until_one_f
 def test_a_window_too_small_for_any_request_is_one_clear_error():
     from crag.errors import LLMContextError
 
-    with FakeOpenAIServer() as srv, pytest.raises(LLMContextError) as caught:
-        window_run(srv, 300, "llama.cpp", context_tokens=2048)
+    with FakeOpenAIServer() as srv:
+        with pytest.raises(LLMContextError) as caught:
+            window_run(srv, 300, "llama.cpp", context_tokens=2048)
+        # the first request is refused and not sent again: a window the server names this small is final
+        assert [node for node, _, _ in srv.prompt_sizes] == ["analyze_and_route"]
     message = str(caught.value)
     assert "does not fit the model's context window of 300 tokens" in message
     assert "KB_AGENT_CONTEXT_TOKENS" in message and "\n" not in message
