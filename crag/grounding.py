@@ -19,7 +19,8 @@ model has written its answer and before the footer is made:
    (``_anchored``). A code block is supported by an item that holds most of its
    lines. The answer cites the line where that passage starts in the file.
 4. Markers are rewritten: a marker on a judged piece stays only if its item supports the
-   piece; a supported piece the model left unmarked gets the best supporting item; an
+   piece; a supported piece the model left unmarked gets the best supporting item; a
+   supported prose sentence also cites up to ``CORROBORATING`` other files that hold it; an
    unsupported piece loses its markers and, in ``note`` mode, is tagged ``[unsupported]``
    (``strict`` removes it). Pieces that are not judged keep their markers as written.
 
@@ -62,6 +63,7 @@ MODES = ("note", "strict", "off")
 UNSUPPORTED_TAG = "[unsupported]"
 COVERAGE = 0.6  # share of a piece's content words its supporting passage must hold
 ANCHORED_COVERAGE = 0.3  # the same for a passage holding all of a piece's anchors (code, names, numbers)
+CORROBORATING = 2  # most files cited beside the one a sentence's marker names
 _WINDOW = 3  # most consecutive item sentences one answer sentence may draw on
 
 # Words that make a sentence about the answer rather than about the subject.
@@ -377,6 +379,24 @@ def _narrow(item: EvidenceItem, s: Support | None) -> EvidenceItem:
     return evolve(item, text=item.text[s.start : s.end], start_line=first, end_line=last, anchor_line=None)
 
 
+def _file(item: EvidenceItem) -> str:
+    return item.url or item.source
+
+
+def _after_last_marker(text: str, marks: str) -> str:
+    """``marks`` inserted right after the last marker of ``text`` outside code."""
+    if not marks:
+        return text
+    pieces = code_split(text)
+    for i in reversed(range(0, len(pieces), 2)):
+        found = list(MARKER.finditer(pieces[i]))
+        if found:
+            end = found[-1].end()
+            pieces[i] = pieces[i][:end] + marks + pieces[i][end:]
+            return "".join(pieces)
+    return text
+
+
 def _place(text: str, tag: str) -> str:
     """``tag`` added where a marker goes: before the final punctuation, or at the end."""
     body = text.rstrip()
@@ -485,13 +505,32 @@ class _Grounder:
             return (_place_block(stripped, piece.kind, tag) if piece.kind in ("code", "table")
                     else _place(stripped, tag)), "unsupported"
         by_item = {s.index: s for s in found}
-        if piece.kind not in ("code", "table") and any(k in by_item for k in self.cited(piece.text)):
-            return self.remap(piece.text, by_item), "ok"  # the model's supported markers stay where they are
+        kept = [k for k in self.cited(piece.text) if k in by_item]
+        if piece.kind not in ("code", "table") and kept:
+            # the model's supported markers stay where they are; other files that hold the
+            # sentence as well follow its last one
+            text = self.remap(piece.text, by_item)
+            return _after_last_marker(text, self.corroborating(found, kept)), "ok"
         best = max(found, key=lambda s: s.coverage)
         tag = f"[{self.source(_narrow(self.items[best.index], best))}]"
         if piece.kind in ("code", "table"):
             return _place_block(stripped, piece.kind, tag), "ok"
-        return _place(stripped, tag), "ok"
+        return _place(stripped, tag + self.corroborating(found, [best.index])), "ok"
+
+    def corroborating(self, found: Sequence[Support], cited: Sequence[int]) -> str:
+        """Markers for up to ``CORROBORATING`` more files that hold a prose sentence fully
+        (``COVERAGE``, every anchor), best first, then in evidence order: a small model picks
+        one of several pages that state a fact, often not the one the question is about."""
+        seen = {_file(self.items[k]) for k in cited}
+        marks: list[str] = []
+        for s in sorted(found, key=lambda s: (-s.coverage, s.index)):
+            f = _file(self.items[s.index])
+            if len(marks) == CORROBORATING:
+                break
+            if s.coverage >= COVERAGE and f not in seen:
+                seen.add(f)
+                marks.append(f"[{self.source(_narrow(self.items[s.index], s))}]")
+        return "".join(marks)
 
 
 def ground(body: str, items: Sequence[EvidenceItem], mode: str = "note", question: str = "") -> Grounded:

@@ -61,6 +61,44 @@ def test_a_grep_item_is_cited_at_the_supporting_line_of_its_window():
     assert lines_of(g) == [("docs/backup.md", 3)]
 
 
+SPACES = EvidenceItem(
+    "vector_search", "docs/spaces.md",
+    "# Spaces\n\nThe sync action keeps a Space in step with GitHub.\nIt runs on every push.",
+    1, 4, 0.6,
+)
+REPOS = EvidenceItem(
+    "vector_search", "docs/repos.md",
+    "# Repositories\n\nIntro.\n\nThe sync action keeps a repository in step with a GitHub repository.",
+    10, 15, 0.6,
+)
+OTHER_CHUNK = EvidenceItem(
+    "vector_search", "docs/spaces.md",
+    "The sync action keeps a Space in step with GitHub.", 3, 3, 0.5,
+)
+
+
+def test_other_files_that_hold_the_sentence_are_cited_beside_the_models_marker():
+    g = ground("The sync action keeps a repository in step with a GitHub repository [1].", (SPACES, OTHER_CHUNK, REPOS))
+    assert g.body == "The sync action keeps a repository in step with a GitHub repository [1][2]."
+    assert lines_of(g) == [("docs/spaces.md", 3), ("docs/repos.md", 14)]  # not the second chunk of spaces.md
+
+
+def test_an_unmarked_sentence_gets_the_best_item_first_then_the_others_that_hold_it():
+    g = ground("The sync action keeps a repository in step with a GitHub repository.", (SPACES, REPOS))
+    assert g.body == "The sync action keeps a repository in step with a GitHub repository [1][2]."
+    assert lines_of(g) == [("docs/repos.md", 14), ("docs/spaces.md", 3)]
+
+
+def test_corroborating_files_are_few_and_each_supports_the_sentence():
+    copies = tuple(EvidenceItem("vector_search", f"docs/copy{k}.md", SETUP.text, 1, 9, 0.5) for k in range(5))
+    g = ground("The server listens on port 8080 by default [1].", (*copies, BACKUP))
+    assert g.body == "The server listens on port 8080 by default [1][2][3]."
+    assert [s for s, _ in lines_of(g)] == ["docs/copy0.md", "docs/copy1.md", "docs/copy2.md"]
+    g = ground("The server listens on port 8080 by default [1]. Nightly backups are written at 02:00 UTC [2].",
+               (SETUP, BACKUP))
+    assert g.body == "The server listens on port 8080 by default [1]. Nightly backups are written at 02:00 UTC [2]."
+
+
 @pytest.mark.parametrize("sentence", [
     "The server listens on port 9090 by default.",  # a changed number
     "The server does not listen on port 8080 by default.",  # a negated claim
