@@ -397,6 +397,42 @@ def _after_last_marker(text: str, marks: str) -> str:
     return text
 
 
+_REFERENCE = re.compile(r"(?<![\w/.-])\[?([^\s`\[\]()<>]+?):L(\d+)(?:-L(\d+))?\]?(?![\w-])")
+
+
+def source_references(text: str, items: Sequence[EvidenceItem]) -> str:
+    """``text`` with each evidence header the model copied as a reference
+    (``docs/setup.md:L40-L58``, bare, bracketed or as inline code) turned into the marker of
+    the item it names: small models cite that way as often as with ``[K]``. A path with a
+    line that no item holds is left as written; so is a path without a line, which prose
+    uses for files it talks about."""
+    spans: dict[str, list[tuple[int, int, int]]] = {}
+    for k, item in enumerate(items, start=1):
+        if item.start_line is not None:
+            spans.setdefault(item.source, []).append((k, item.start_line, item.end_line or item.start_line))
+    if not spans or ":L" not in text:
+        return text
+
+    def marker(match: re.Match[str]) -> str | None:
+        found = spans.get(match.group(1))
+        line = int(match.group(2))
+        k = next((k for k, a, b in found or () if a <= line <= b), None)
+        return None if k is None else f"[{k}]"
+
+    def replace(match: re.Match[str]) -> str:
+        return marker(match) or match.group(0)
+
+    pieces = code_split(text)
+    for i, piece in enumerate(pieces):
+        if i % 2 == 0:
+            pieces[i] = _REFERENCE.sub(replace, piece)
+        elif not piece.startswith(("```", "~~~")):  # a code span holding only a reference
+            inner = _REFERENCE.fullmatch(piece.strip("`").strip())
+            mark = marker(inner) if inner else None
+            pieces[i] = mark or piece
+    return "".join(pieces)
+
+
 def _place(text: str, tag: str) -> str:
     """``tag`` added where a marker goes: before the final punctuation, or at the end."""
     body = text.rstrip()
@@ -538,6 +574,7 @@ def ground(body: str, items: Sequence[EvidenceItem], mode: str = "note", questio
     ``question``, when given, lets a lead-in that only restates it go unjudged."""
     if mode not in MODES:
         raise ValueError(f"unknown grounding mode {mode!r}")
+    body = source_references(body, items)
     g = _Grounder(items, mode, question)
     out: list[tuple[str, str]] = []  # (kind, text); a piece strict mode removed is ("gone", "")
     judged = supported = 0

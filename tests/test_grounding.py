@@ -89,6 +89,16 @@ def test_an_unmarked_sentence_gets_the_best_item_first_then_the_others_that_hold
     assert lines_of(g) == [("docs/repos.md", 14), ("docs/spaces.md", 3)]
 
 
+def test_an_evidence_header_copied_as_a_reference_becomes_its_marker():
+    g = ground("1. The server listens on port 8080 by default, see `docs/setup.md:L20-L28`.\n"
+               "2. A backup is kept for thirty days [docs/backup.md:L4].\n"
+               "3. Edit `docs/setup.md` and `docs/setup.md:L99` to change it.", ITEMS)
+    assert g.body.splitlines()[:2] == ["1. The server listens on port 8080 by default, see [1].",
+                                       "2. A backup is kept for thirty days [2]."]
+    assert "`docs/setup.md` and `docs/setup.md:L99`" in g.body  # a path without a line, or a line no item holds
+    assert lines_of(g) == [("docs/setup.md", 22), ("docs/backup.md", 4)]
+
+
 def test_corroborating_files_are_few_and_each_supports_the_sentence():
     copies = tuple(EvidenceItem("vector_search", f"docs/copy{k}.md", SETUP.text, 1, 9, 0.5) for k in range(5))
     g = ground("The server listens on port 8080 by default [1].", (*copies, BACKUP))
