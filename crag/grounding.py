@@ -403,7 +403,7 @@ _REFERENCE = re.compile(r"(?<![\w/.-])\[?([^\s`\[\]()<>]+?):L(\d+)(?:-L(\d+))?\]
 def source_references(text: str, items: Sequence[EvidenceItem]) -> str:
     """``text`` with each evidence header the model copied as a reference
     (``docs/setup.md:L40-L58``, bare, bracketed or as inline code) turned into the marker of
-    the item it names: small models cite that way as often as with ``[K]``. A path with a
+    the item it names (Qwen2.5-Coder-1.5B once wrote every step that way). A path with a
     line that no item holds is left as written; so is a path without a line, which prose
     uses for files it talks about."""
     spans: dict[str, list[tuple[int, int, int]]] = {}
@@ -560,9 +560,9 @@ class _Grounder:
         seen = {_file(self.items[k]) for k in cited}
         marks: list[str] = []
         for s in sorted(found, key=lambda s: (-s.coverage, s.index)):
-            f = _file(self.items[s.index])
             if len(marks) == CORROBORATING:
                 break
+            f = _file(self.items[s.index])
             if s.coverage >= COVERAGE and f not in seen:
                 seen.add(f)
                 marks.append(f"[{self.source(_narrow(self.items[s.index], s))}]")
