@@ -256,6 +256,18 @@ def _vocabulary(text: str) -> set[str]:
     return {stem(w) for w in words(text) if not w.isdigit()}
 
 
+def _negated_for(p: Passage, c: Claims) -> bool:
+    """Whether ``p`` says the negation of what it shares with ``c``. A table row states one
+    thing per cell, so only the cells holding the claim's words count: in
+    ``| Q4_1 | [GH](...) | Legacy method (not used widely) |`` the name and its link are not
+    denied by the third cell's "not"."""
+    if p.kind != "table" or not p.negated:
+        return p.negated
+    cells = [cell for cell in p.text.strip().strip("|").split("|") if cell.strip()]
+    shared = [cell for cell in cells if any(_matches(x, _vocabulary(cell)) for x in c.words)]
+    return any(_negated(cell) for cell in shared)
+
+
 @frozen
 class Support:
     """Where item ``index`` supports a piece: the passage's offsets in the item's text."""
@@ -285,7 +297,7 @@ def support(c: Claims, item_text: str, index: int = 0, item_passages: Sequence[P
                 continue
             # Negation is read where the claim is: in the passage holding most of its words.
             core = max(window, key=lambda p: sum(1 for x in c.words if _matches(x, set(p.vocabulary))))
-            if core.negated != c.negated:
+            if _negated_for(core, c) != c.negated:
                 continue
             vocabulary: set[str] = set().union(*(p.vocabulary for p in window))
             coverage = sum(1 for x in c.words if _matches(x, vocabulary)) / len(c.words) if c.words else 1.0
@@ -315,7 +327,7 @@ def _anchored(c: Claims, item_text: str, index: int, found: Sequence[Passage]) -
             if not all(_has_anchor(kind, a, text, " ".join(text.split())) for kind, a in c.anchors):
                 continue
             core = max(window, key=lambda p: sum(1 for x in c.words if _matches(x, set(p.vocabulary))))
-            if core.negated != c.negated:
+            if _negated_for(core, c) != c.negated:
                 continue
             vocabulary: set[str] = set().union(*(p.vocabulary for p in window))
             coverage = sum(1 for x in c.words if _matches(x, vocabulary)) / len(c.words)

@@ -122,6 +122,23 @@ def test_changed_negated_and_invented_sentences_are_not_supported(sentence):
     assert UNSUPPORTED_TAG in g.body and "[1]" not in g.body and g.sources == ()
 
 
+QUANT = EvidenceItem("vector_search", "docs/quant.md",
+                     "| type | source | description |\n| --- | --- | --- |\n"
+                     "| Q4_1 | [GH](https://example.com/pull/615) | 4-bit quantization. Legacy method (not used widely). |\n"
+                     "| Q4_K | [GH](https://example.com/pull/1684) | 4-bit quantization with super-blocks. |", 10, 13, 0.5)
+
+
+@pytest.mark.parametrize(("sentence", "supported"), [
+    ("- Q4_1: [GH](https://example.com/pull/615)", True),  # the row's "not" is in a cell the claim does not use
+    ("Q4_1 is a legacy method, not used widely.", True),
+    ("Q4_1 is a legacy method that is used widely.", False),  # the cell it comes from says "not"
+])
+def test_a_table_row_is_negated_only_in_the_cells_a_claim_draws_on(sentence, supported):
+    g = ground(sentence, (QUANT,))
+    assert g.report.supported == int(supported)
+    assert (g.sources[0].source == "docs/quant.md") if supported else UNSUPPORTED_TAG in g.body
+
+
 def test_a_number_written_as_a_word_matches_its_digits():
     assert ground("A backup is kept for 30 days.", ITEMS).report.supported == 1
 
