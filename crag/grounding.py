@@ -22,7 +22,9 @@ model has written its answer and before the footer is made:
    piece; a supported piece the model left unmarked gets the best supporting item; a
    supported prose sentence also cites up to ``CORROBORATING`` other files that hold it; an
    unsupported piece loses its markers and, in ``note`` mode, is tagged ``[unsupported]``
-   (``strict`` removes it). Pieces that are not judged keep their markers as written.
+   (``strict`` removes it). In ``note`` mode, a prose sentence no item holds as a whole is
+   judged again clause by clause (``clauses``): when a clause is supported, each clause gets
+   its own marker or tag. Pieces that are not judged keep their markers as written.
 
 The result's ``sources`` are narrowed copies of the evidence items (``start_line`` and
 ``end_line`` are the supporting passage's lines), and the body's markers ``[j]`` index
@@ -65,6 +67,8 @@ COVERAGE = 0.6  # share of a piece's content words its supporting passage must h
 ANCHORED_COVERAGE = 0.3  # the same for a passage holding all of a piece's anchors (code, names, numbers)
 CORROBORATING = 2  # most files cited beside the one a sentence's marker names
 _WINDOW = 3  # most consecutive item sentences one answer sentence may draw on
+CLAUSE_WORDS = 3  # fewest content words and anchors of a clause judged on its own
+_CLAUSE_BREAK = re.compile(r"[,;][ \t]+")
 
 # Words that make a sentence about the answer rather than about the subject.
 SCAFFOLDING = frozenset(
@@ -469,6 +473,35 @@ def _restates(c: Claims, text: str, asked: frozenset[str]) -> bool:
         _matches(w, asked) for w in c.words)
 
 
+def _clause(text: str) -> bool:
+    """Whether a part of a sentence says enough to be judged alone: a content word, and at
+    least ``CLAUSE_WORDS`` content words, names, numbers and code spans in all."""
+    c = claims(text)
+    return bool(c.words) and len(c.words) + len(c.anchors) >= CLAUSE_WORDS
+
+
+def clauses(text: str) -> list[str]:
+    """``text`` cut after its commas and semicolons (outside code) into clauses that each
+    say enough to be judged alone (``_clause``); a shorter part stays with the clause before
+    it, so a list of names ("`Path`, `Query` and `Cookie`") or a short aside stays whole.
+    The clauses concatenate to ``text``."""
+    cuts = [0]
+    pieces = code_split(text)
+    pos = 0
+    for i, part in enumerate(pieces):
+        if i % 2 == 0:
+            cuts.extend(pos + m.end() for m in _CLAUSE_BREAK.finditer(part))
+        pos += len(part)
+    parts = [text[a:b] for a, b in zip(cuts, [*cuts[1:], len(text)], strict=True) if b > a]
+    out: list[str] = []
+    for part in parts:
+        if out and not (_clause(out[-1]) and _clause(part)):
+            out[-1] += part
+        else:
+            out.append(part)
+    return out
+
+
 class _Grounder:
     def __init__(self, items: Sequence[EvidenceItem], mode: str, question: str = "") -> None:
         self.items = items
@@ -537,33 +570,79 @@ class _Grounder:
                 out.extend(k - 1 for k in marker_numbers(m.group(1)) if 1 <= k <= len(self.items))
         return out
 
-    def piece(self, piece: Piece) -> tuple[str, str | None]:
-        """The rewritten piece and its verdict (None: not judged, "ok", "unsupported")."""
+    def piece(self, piece: Piece) -> tuple[str, list[tuple[str, str]]]:
+        """The rewritten piece and its verdicts: none when it is not judged, else one
+        ("ok" or "unsupported", the text judged) for it or for each of its clauses."""
         bare_text = " ".join(_strip_markers(piece.text).split())
         if not piece.judgeable or bare_text in FIXED_SENTENCES:
-            return self.remap(piece.text), None
+            return self.remap(piece.text), []
         c, found = self.supports(piece)
         if c is not None and (c.empty or _restates(c, bare_text, self.asked)):
-            return self.remap(piece.text), None
+            return self.remap(piece.text), []
         stripped = piece.text if piece.kind == "code" else _strip_markers(piece.text)
+        if not found and piece.kind in ("sentence", "item") and self.mode == "note":
+            judged = self.by_clause(piece)
+            if judged is not None:
+                return judged
         if not found:
             if self.mode == "strict":
-                return "", "unsupported"
+                return "", [("unsupported", bare_text)]
             tag = UNSUPPORTED_TAG
             return (_place_block(stripped, piece.kind, tag) if piece.kind in ("code", "table")
-                    else _place(stripped, tag)), "unsupported"
+                    else _place(stripped, tag)), [("unsupported", bare_text)]
+        if piece.kind in ("code", "table"):
+            best = max(found, key=lambda s: s.coverage)
+            tag = f"[{self.source(_narrow(self.items[best.index], best))}]"
+            return _place_block(stripped, piece.kind, tag), [("ok", bare_text)]
+        return self.cite(piece.text, found), [("ok", bare_text)]
+
+    def cite(self, text: str, found: Sequence[Support]) -> str:
+        """Supported prose with its markers: the model's markers whose items support it stay
+        where they are, or, when none does, the best supporting item's marker goes before the
+        final punctuation; other files that hold it as well follow (``corroborating``)."""
         by_item = {s.index: s for s in found}
-        kept = [k for k in self.cited(piece.text) if k in by_item]
-        if piece.kind not in ("code", "table") and kept:
-            # the model's supported markers stay where they are; other files that hold the
-            # sentence as well follow its last one
-            text = self.remap(piece.text, by_item)
-            return _after_last_marker(text, self.corroborating(found, kept)), "ok"
+        kept = [k for k in self.cited(text) if k in by_item]
+        if kept:
+            return _after_last_marker(self.remap(text, by_item), self.corroborating(found, kept))
         best = max(found, key=lambda s: s.coverage)
         tag = f"[{self.source(_narrow(self.items[best.index], best))}]"
-        if piece.kind in ("code", "table"):
-            return _place_block(stripped, piece.kind, tag), "ok"
-        return _place(stripped, tag + self.corroborating(found, [best.index])), "ok"
+        return _place(_strip_markers(text), tag + self.corroborating(found, [best.index]))
+
+    def by_clause(self, piece: Piece) -> tuple[str, list[tuple[str, str]]] | None:
+        """A prose sentence no item holds as a whole, judged clause by clause, or None when
+        it has one clause or none of its clauses is supported. A small model joins steps
+        from two pages, or a supported step and one of its own, in one long sentence; each
+        clause then gets its marker or its tag. A clause that only restates the question
+        ("To read a cookie in an endpoint,") is not judged."""
+        parts = clauses(piece.text)
+        if len(parts) < 2:
+            return None
+        judged: list[tuple[str, list[Support] | None]] = []  # None: not judged
+        for part in parts:
+            c, found = self.supports(Piece(piece.kind, part))
+            restates = c is not None and bool(self.asked) and not c.anchors and all(
+                _matches(w, self.asked) for w in c.words)
+            judged.append((part, None if c is None or c.empty or restates else found))
+        if not any(found for _, found in judged):
+            return None
+        text = ""
+        verdicts: list[tuple[str, str]] = []
+        for part, found in judged:
+            if found is None:
+                text += self.remap(part)
+                continue
+            body = part.rstrip()
+            sep = body[-1] if body[-1:] in ",;" else ""  # the clause's own comma follows its marker
+            body = body[: len(body) - len(sep)]
+            trail = sep + part[len(part.rstrip()) :]
+            bare = " ".join(_strip_markers(body).split())
+            if not found:
+                text += _place(_strip_markers(body), UNSUPPORTED_TAG) + trail
+                verdicts.append(("unsupported", bare))
+                continue
+            text += self.cite(body, found) + trail
+            verdicts.append(("ok", bare))
+        return text, verdicts
 
     def corroborating(self, found: Sequence[Support], cited: Sequence[int]) -> str:
         """Markers for up to ``CORROBORATING`` more files that hold a prose sentence fully
@@ -608,15 +687,16 @@ def ground(body: str, items: Sequence[EvidenceItem], mode: str = "note", questio
         if after_block and not _strip_markers(piece.text).strip():
             out.append(("gone", ""))  # the model's markers for the block above: grounding placed its own
             continue
-        text, verdict = g.piece(piece)
-        after_block = verdict is not None and piece.kind in ("code", "table")
-        if verdict is not None:
+        text, verdicts = g.piece(piece)
+        after_block = bool(verdicts) and piece.kind in ("code", "table")
+        for verdict, judged_text in verdicts:
             judged += 1
             if verdict == "ok":
                 supported += 1
             else:
-                unsupported.append(" ".join(_strip_markers(piece.text).split()))
-        out.append(("gone", "") if verdict == "unsupported" and mode == "strict" else ("text", text))
+                unsupported.append(judged_text)
+        gone = mode == "strict" and [v for v, _ in verdicts] == ["unsupported"]
+        out.append(("gone", "") if gone else ("text", text))
     report = GroundingReport(sentences=judged, supported=supported, unsupported=tuple(unsupported))
     return Grounded("".join(text for _, text in out), tuple(g.sources), report)
 

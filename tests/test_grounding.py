@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from crag import Agent, Settings
 from crag.answer import NO_EVIDENCE, STATS_HEADING, StreamRenderer, compose
-from crag.grounding import UNSUPPORTED_TAG, claims, ground, note_line, render_prefix, split
+from crag.grounding import UNSUPPORTED_TAG, claims, clauses, ground, note_line, render_prefix, split
 from crag.index.chunker import chunk_text
 from crag.llm.scripted import ScriptedChatModel
 from crag.prompts import clean_answer, strip_think
@@ -137,6 +137,51 @@ def test_a_table_row_is_negated_only_in_the_cells_a_claim_draws_on(sentence, sup
     g = ground(sentence, (QUANT,))
     assert g.report.supported == int(supported)
     assert (g.sources[0].source == "docs/quant.md") if supported else UNSUPPORTED_TAG in g.body
+
+
+def test_a_sentence_no_item_holds_whole_is_judged_clause_by_clause():
+    # steps from two pages joined in one sentence: each clause cites its own page
+    g = ground("To change the port, set `SERVICE_PORT` to change the port the server listens on, "
+               "and nightly backups are written to the object store at 02:00 UTC.", ITEMS,
+               question="How do I change the port?")
+    assert g.body == ("To change the port, set `SERVICE_PORT` to change the port the server listens on [1], "
+                      "and nightly backups are written to the object store at 02:00 UTC [2].")
+    assert lines_of(g) == [("docs/setup.md", 23), ("docs/backup.md", 3)]
+    assert g.report.sentences == 2 and g.report.supported == 2
+    # a supported clause and an invented one: the marker and the tag each go where they belong
+    g = ground("A backup is kept for thirty days [2], and every copy is encrypted with a key the security "
+               "team holds.", ITEMS)
+    assert g.body == ("A backup is kept for thirty days [1], and every copy is encrypted with a key the security "
+                      "team holds [unsupported].")
+    assert lines_of(g) == [("docs/backup.md", 4)]
+    assert g.report.supported == 1 and g.report.unsupported == (
+        "and every copy is encrypted with a key the security team holds.",)
+
+
+@pytest.mark.parametrize("sentence", [
+    "The server listens on port 9090 by default, and backups are kept for ninety days.",  # no clause holds
+    "Uploads are encrypted with AES, signed with a client key, and checked by the server.",
+])
+def test_a_sentence_none_of_whose_clauses_is_supported_is_tagged_once(sentence):
+    g = ground(sentence, ITEMS)
+    assert g.body.count(UNSUPPORTED_TAG) == 1 and g.report.sentences == 1 and g.sources == ()
+
+
+def test_strict_mode_removes_a_sentence_that_is_only_partly_supported():
+    g = ground("A backup is kept for thirty days, and every copy is encrypted with a key the security "
+               "team holds.", ITEMS, "strict")
+    assert g.body == "" and g.report.supported == 0
+
+
+@pytest.mark.parametrize(("sentence", "parts"), [
+    ("Import `Path`, `Query` and `Cookie` from `fastapi`.", 1),  # a list of names stays whole
+    ("It runs on Linux, macOS and Windows, and the installer is signed.", 1),  # a short part joins its clause
+    ("Import the class from the package, declare the cookie parameters like query ones, then read the value "
+     "in the endpoint.", 3),
+])
+def test_clauses_are_cut_at_commas_into_parts_that_say_enough(sentence, parts):
+    cut = clauses(sentence)
+    assert "".join(cut) == sentence and len(cut) == parts
 
 
 def test_a_number_written_as_a_word_matches_its_digits():
