@@ -45,7 +45,9 @@ CORPORA = ("fastapi_docs", "hf_hub_docs")
 QUESTIONS = Path(__file__).with_name("questions.jsonl")
 CASES = Path(__file__).with_name("grounding_cases.json")
 RESULTS = Path(__file__).with_name("results")
-_QUOTE = re.compile(r"^- (.*) \[(\d+)\]$")
+# A quoted line and its markers: the first is the quote's own source, any others are files
+# grounding found holding the same sentence (corroborating: not verbatim, not checked here).
+_QUOTE = re.compile(r"^- (.*?) \[(\d+)\](?:\[\d+\])*$")
 _HEADING = re.compile(r"^(#{1,6})\s")
 
 

@@ -22,9 +22,11 @@ _HEADING = re.compile(r"^[ \t]{0,3}#{1,6}(?:[ \t]|$)")
 _RULE = re.compile(r"^[ \t]*(?:(?:-[ \t]*){3,}|(?:\*[ \t]*){3,}|(?:_[ \t]*){3,}|=+)[ \t]*$")
 _TABLE = re.compile(r"^[ \t]*\|")
 # A sentence ends at . ! ? (closing quotes, brackets, emphasis and citation markers stay
-# with it) before whitespace and the start of another sentence.
+# with it) before whitespace and the start of another sentence, also on the next line of a
+# blockquote ("> ").
 _SENTENCE_END = re.compile(
-    r"[.!?]+[\"'”’)\]*_]*(?:[ \t]*\[\s*\d[\d\s,;\-–]*\])*(?=\s+(?!\[\s*\d)[\[(\"'“‘`*_]*[A-Z0-9\u00c0-\uffff])"
+    r"[.!?]+[\"'”’)\]*_]*(?:[ \t]*\[\s*\d[\d\s,;\-–]*\])*"
+    r"(?=\s+(?:(?<=\n)(?:>[ \t]?)+)?(?!\[\s*\d)[\[(\"'“‘`*_]*[A-Z0-9\u00c0-\uffff])"
     r"|[。！？]+"
 )
 _ABBREVIATION = re.compile(r"(?:\b(?:e\.g|i\.e|etc|vs|cf|approx|fig|no|mr|mrs|dr|st)|\b[A-Za-z])\.$", re.I)

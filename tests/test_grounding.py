@@ -184,6 +184,16 @@ def test_clauses_are_cut_at_commas_into_parts_that_say_enough(sentence, parts):
     assert "".join(cut) == sentence and len(cut) == parts
 
 
+def test_sentences_of_a_blockquote_are_cut_across_its_lines():
+    tip = EvidenceItem("vector_search", "docs/tip.md",
+                       "> [!TIP]\n> Set a `SECRET_KEY` secret to keep user sessions alive across restarts.\n"
+                       "> Without it, a random key is made on each boot and all users are logged out.", 5, 7, 0.5)
+    g = ground("Set a `SECRET_KEY` secret to keep user sessions alive across restarts.", (tip,))
+    assert g.report.supported == 1 and lines_of(g) == [("docs/tip.md", 6)]  # the next line's "without" is not its
+    assert [p.text for p in split("> One line.\n> Another one.") if p.kind == "sentence"] == [
+        "> One line.", "> Another one."]
+
+
 def test_a_number_written_as_a_word_matches_its_digits():
     assert ground("A backup is kept for 30 days.", ITEMS).report.supported == 1
 
