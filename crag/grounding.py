@@ -465,12 +465,17 @@ def _place_block(text: str, kind: str, tag: str) -> str:
     return text + ("\n\n" if kind == "table" else "\n") + tag.strip()
 
 
-def _restates(c: Claims, text: str, asked: frozenset[str]) -> bool:
+def _restates(c: Claims, asked: frozenset[str]) -> bool:
+    """Text that only restates the question: no anchor, and every content word of it is one
+    of the question's."""
+    return bool(asked) and not c.anchors and all(_matches(w, asked) for w in c.words)
+
+
+def _lead_in(c: Claims, text: str, asked: frozenset[str]) -> bool:
     """A lead-in that only restates the question ("To render Jinja2 templates from an
-    endpoint, follow these steps:"): it ends with a colon, holds no anchor, and every content
-    word of it is one of the question's. What it introduces is judged on its own."""
-    return bool(asked) and not c.anchors and text.rstrip().endswith(":") and all(
-        _matches(w, asked) for w in c.words)
+    endpoint, follow these steps:"): it ends with a colon. What it introduces is judged on
+    its own."""
+    return text.rstrip().endswith(":") and _restates(c, asked)
 
 
 def _clause(text: str) -> bool:
@@ -577,7 +582,7 @@ class _Grounder:
         if not piece.judgeable or bare_text in FIXED_SENTENCES:
             return self.remap(piece.text), []
         c, found = self.supports(piece)
-        if c is not None and (c.empty or _restates(c, bare_text, self.asked)):
+        if c is not None and (c.empty or _lead_in(c, bare_text, self.asked)):
             return self.remap(piece.text), []
         stripped = piece.text if piece.kind == "code" else _strip_markers(piece.text)
         if not found and piece.kind in ("sentence", "item") and self.mode == "note":
@@ -620,9 +625,7 @@ class _Grounder:
         judged: list[tuple[str, list[Support] | None]] = []  # None: not judged
         for part in parts:
             c, found = self.supports(Piece(piece.kind, part))
-            restates = c is not None and bool(self.asked) and not c.anchors and all(
-                _matches(w, self.asked) for w in c.words)
-            judged.append((part, None if c is None or c.empty or restates else found))
+            judged.append((part, None if c is None or c.empty or _restates(c, self.asked) else found))
         if not any(found for _, found in judged):
             return None
         text = ""
@@ -632,7 +635,7 @@ class _Grounder:
                 text += self.remap(part)
                 continue
             body = part.rstrip()
-            sep = body[-1] if body[-1:] in ",;" else ""  # the clause's own comma follows its marker
+            sep = body[-1:] if body[-1:] in (",", ";") else ""  # the clause's own comma follows its marker
             body = body[: len(body) - len(sep)]
             trail = sep + part[len(part.rstrip()) :]
             bare = " ".join(_strip_markers(body).split())
