@@ -517,10 +517,18 @@ class _Grounder:
         self._passages: dict[int, list[Passage]] = {}
 
     def source(self, item: EvidenceItem) -> int:
-        key = (item.tool, item.source, item.start_line, item.end_line, item.anchor_line, item.url)
+        """The 1-based index of ``item`` in the sources list. Items the footer would print
+        alike (one file and cited line, or one URL with no line) are one source: when two
+        passages open at one line, the source spans the longer one."""
+        key = (item.source, item.url, item.cite_line)
         if key not in self.index:
             self.sources.append(item)
             self.index[key] = len(self.sources)
+        else:
+            k = self.index[key] - 1
+            held = self.sources[k]
+            if item.cite_line is not None and (item.end_line or 0) > (held.end_line or 0):
+                self.sources[k] = item
         return self.index[key]
 
     def item_passages(self, k: int) -> list[Passage]:

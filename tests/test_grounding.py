@@ -194,6 +194,16 @@ def test_sentences_of_a_blockquote_are_cut_across_its_lines():
         "> One line.", "> Another one."]
 
 
+def test_passages_opening_at_one_line_are_one_source_spanning_the_longer():
+    item = EvidenceItem("vector_search", "docs/net.md",
+                        "The server listens on port 8080 by default.\nIt answers health checks on that port too.",
+                        7, 8, 0.5)
+    g = ground("The server listens on port 8080 by default. "
+               "The server listens on port 8080 by default and answers health checks on that port too.", (item,))
+    assert g.body.count("[1]") == 2 and "[2]" not in g.body
+    assert [(s.source, s.start_line, s.end_line) for s in g.sources] == [("docs/net.md", 7, 8)]
+
+
 def test_a_number_written_as_a_word_matches_its_digits():
     assert ground("A backup is kept for 30 days.", ITEMS).report.supported == 1
 
