@@ -387,7 +387,9 @@ def test_property_a_copied_sentence_is_cited_at_the_line_where_it_starts(tmp_pat
 PIECES = ["The server listens on port 8080 by default.", " ", "\n", "\n\n", "[1]", "[2]", "[1, 2]",
           "A backup is kept for thirty days.", "It was released on October 22, 2024.", "Here is what I found:",
           "- ", "\n```\nx = [1]\n```\n", "Set `SERVICE_PORT` to change the port.", "| a | b |\n", "e.g. ",
-          "The client retries failed uploads three times before it gives up"]
+          "The client retries failed uploads three times before it gives up",
+          ", and every copy is encrypted with a key the security team holds",  # a clause judged on its own
+          ", and nightly backups are written to the object store at 02:00 UTC"]
 
 
 @settings(max_examples=400, deadline=None)
