@@ -24,7 +24,8 @@ model has written its answer and before the footer is made:
    unsupported piece loses its markers and, in ``note`` mode, is tagged ``[unsupported]``
    (``strict`` removes it). In ``note`` mode, a prose sentence no item holds as a whole is
    judged again clause by clause (``clauses``): when a clause is supported, each clause gets
-   its own marker or tag. Pieces that are not judged keep their markers as written.
+   its own marker or tag, and the sentence is supported when every judged clause is. Pieces
+   that are not judged keep their markers as written.
 
 The result's ``sources`` are narrowed copies of the evidence items (``start_line`` and
 ``end_line`` are the supporting passage's lines), and the body's markers ``[j]`` index
@@ -583,15 +584,14 @@ class _Grounder:
                 out.extend(k - 1 for k in marker_numbers(m.group(1)) if 1 <= k <= len(self.items))
         return out
 
-    def piece(self, piece: Piece) -> tuple[str, list[tuple[str, str]]]:
-        """The rewritten piece and its verdicts: none when it is not judged, else one
-        ("ok" or "unsupported", the text judged) for it or for each of its clauses."""
+    def piece(self, piece: Piece) -> tuple[str, str | None]:
+        """The rewritten piece and its verdict (None: not judged, "ok", "unsupported")."""
         bare_text = " ".join(_strip_markers(piece.text).split())
         if not piece.judgeable or bare_text in FIXED_SENTENCES:
-            return self.remap(piece.text), []
+            return self.remap(piece.text), None
         c, found = self.supports(piece)
         if c is not None and (c.empty or _lead_in(c, bare_text, self.asked)):
-            return self.remap(piece.text), []
+            return self.remap(piece.text), None
         stripped = piece.text if piece.kind == "code" else _strip_markers(piece.text)
         if not found and piece.kind in ("sentence", "item") and self.mode == "note":
             judged = self.by_clause(piece)
@@ -599,15 +599,15 @@ class _Grounder:
                 return judged
         if not found:
             if self.mode == "strict":
-                return "", [("unsupported", bare_text)]
+                return "", "unsupported"
             tag = UNSUPPORTED_TAG
             return (_place_block(stripped, piece.kind, tag) if piece.kind in ("code", "table")
-                    else _place(stripped, tag)), [("unsupported", bare_text)]
+                    else _place(stripped, tag)), "unsupported"
         if piece.kind in ("code", "table"):
             best = max(found, key=lambda s: s.coverage)
             tag = f"[{self.source(_narrow(self.items[best.index], best))}]"
-            return _place_block(stripped, piece.kind, tag), [("ok", bare_text)]
-        return self.cite(piece.text, found), [("ok", bare_text)]
+            return _place_block(stripped, piece.kind, tag), "ok"
+        return self.cite(piece.text, found), "ok"
 
     def cite(self, text: str, found: Sequence[Support]) -> str:
         """Supported prose with its markers: the model's markers whose items support it stay
@@ -621,12 +621,13 @@ class _Grounder:
         tag = f"[{self.source(_narrow(self.items[best.index], best))}]"
         return _place(_strip_markers(text), tag + self.corroborating(found, [best.index]))
 
-    def by_clause(self, piece: Piece) -> tuple[str, list[tuple[str, str]]] | None:
+    def by_clause(self, piece: Piece) -> tuple[str, str] | None:
         """A prose sentence no item holds as a whole, judged clause by clause, or None when
         it has one clause or none of its clauses is supported. A small model joins steps
         from two pages, or a supported step and one of its own, in one long sentence; each
         clause then gets its marker or its tag. A clause that only restates the question
-        ("To read a cookie in an endpoint,") is not judged."""
+        ("To read a cookie in an endpoint,") is not judged. The verdict stays the
+        sentence's: "ok" when every judged clause is supported, else "unsupported"."""
         parts = clauses(piece.text)
         if len(parts) < 2:
             return None
@@ -637,7 +638,7 @@ class _Grounder:
         if not any(found for _, found in judged):
             return None
         text = ""
-        verdicts: list[tuple[str, str]] = []
+        verdict = "ok"
         for part, found in judged:
             if found is None:
                 text += self.remap(part)
@@ -646,14 +647,12 @@ class _Grounder:
             sep = body[-1:] if body[-1:] in (",", ";") else ""  # the clause's own comma follows its marker
             body = body[: len(body) - len(sep)]
             trail = sep + part[len(part.rstrip()) :]
-            bare = " ".join(_strip_markers(body).split())
-            if not found:
+            if found:
+                text += self.cite(body, found) + trail
+            else:
                 text += _place(_strip_markers(body), UNSUPPORTED_TAG) + trail
-                verdicts.append(("unsupported", bare))
-                continue
-            text += self.cite(body, found) + trail
-            verdicts.append(("ok", bare))
-        return text, verdicts
+                verdict = "unsupported"
+        return text, verdict
 
     def corroborating(self, found: Sequence[Support], cited: Sequence[int]) -> str:
         """Markers for up to ``CORROBORATING`` more files that hold a prose sentence fully
@@ -698,16 +697,15 @@ def ground(body: str, items: Sequence[EvidenceItem], mode: str = "note", questio
         if after_block and not _strip_markers(piece.text).strip():
             out.append(("gone", ""))  # the model's markers for the block above: grounding placed its own
             continue
-        text, verdicts = g.piece(piece)
-        after_block = bool(verdicts) and piece.kind in ("code", "table")
-        for verdict, judged_text in verdicts:
+        text, verdict = g.piece(piece)
+        after_block = verdict is not None and piece.kind in ("code", "table")
+        if verdict is not None:
             judged += 1
             if verdict == "ok":
                 supported += 1
             else:
-                unsupported.append(judged_text)
-        gone = mode == "strict" and [v for v, _ in verdicts] == ["unsupported"]
-        out.append(("gone", "") if gone else ("text", text))
+                unsupported.append(" ".join(_strip_markers(piece.text).split()))
+        out.append(("gone", "") if verdict == "unsupported" and mode == "strict" else ("text", text))
     report = GroundingReport(sentences=judged, supported=supported, unsupported=tuple(unsupported))
     return Grounded("".join(text for _, text in out), tuple(g.sources), report)
 
