@@ -604,9 +604,7 @@ class _Grounder:
             return (_place_block(stripped, piece.kind, tag) if piece.kind in ("code", "table")
                     else _place(stripped, tag)), "unsupported"
         if piece.kind in ("code", "table"):
-            best = max(found, key=lambda s: s.coverage)
-            tag = f"[{self.source(_narrow(self.items[best.index], best))}]"
-            return _place_block(stripped, piece.kind, tag), "ok"
+            return _place_block(stripped, piece.kind, self.marker(max(found, key=lambda s: s.coverage))), "ok"
         return self.cite(piece.text, found), "ok"
 
     def cite(self, text: str, found: Sequence[Support]) -> str:
@@ -618,8 +616,11 @@ class _Grounder:
         if kept:
             return _after_last_marker(self.remap(text, by_item), self.corroborating(found, kept))
         best = max(found, key=lambda s: s.coverage)
-        tag = f"[{self.source(_narrow(self.items[best.index], best))}]"
-        return _place(_strip_markers(text), tag + self.corroborating(found, [best.index]))
+        return _place(_strip_markers(text), self.marker(best) + self.corroborating(found, [best.index]))
+
+    def marker(self, s: Support) -> str:
+        """``[j]`` for the passage ``s`` names: its item narrowed to it, as a source."""
+        return f"[{self.source(_narrow(self.items[s.index], s))}]"
 
     def by_clause(self, piece: Piece) -> tuple[str, str] | None:
         """A prose sentence no item holds as a whole, judged clause by clause, or None when
@@ -666,7 +667,7 @@ class _Grounder:
             f = _file(self.items[s.index])
             if s.coverage >= COVERAGE and f not in seen:
                 seen.add(f)
-                marks.append(f"[{self.source(_narrow(self.items[s.index], s))}]")
+                marks.append(self.marker(s))
         return "".join(marks)
 
 
