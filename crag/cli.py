@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from .errors import CragError, UsageError
-from .safe_text import for_terminal, json_text, redact
+from .safe_text import for_terminal, json_text, redact, redact_message
 from .text import one_line
 
 __all__ = ["main"]
@@ -223,7 +223,7 @@ def _secrets() -> tuple[str, ...]:
 
 def _error_line(exc: BaseException) -> str:
     """``crag: error: <message>``: one line, secrets redacted, nothing a terminal would obey."""
-    return "crag: error: " + one_line(redact(for_terminal(str(exc)), _secrets()))
+    return "crag: error: " + one_line(redact_message(for_terminal(str(exc)), _secrets()))
 
 
 def _shown(text: str) -> str:

@@ -319,9 +319,9 @@ def _as_text(value: Any) -> str:
 
 
 def _shown_url(raw: str) -> str:
-    from .safe_text import redact
+    from .safe_text import redact_message
 
-    return redact(raw)
+    return redact_message(raw)
 
 
 def _read_small_regular_file(path: str | os.PathLike[str], limit: int) -> bytes | None:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from . import __version__
 from .config import secret_values
 from .errors import CragError
-from .safe_text import redact
+from .safe_text import redact, redact_message
 from .state import ToolCall
 
 if TYPE_CHECKING:
@@ -75,7 +75,7 @@ def build_server(agent: "Agent") -> "MCPServer":
             try:
                 return fn(*args)
             except CragError as exc:  # one line, with every configured secret redacted
-                raise MCPToolError(" ".join(redact(str(exc), secret_values()).split())) from exc
+                raise MCPToolError(" ".join(redact_message(str(exc), secret_values()).split())) from exc
 
     def result(text: str, structured: dict[str, Any]) -> CallToolResult:
         secrets = secret_values()

@@ -4,11 +4,14 @@ Everything crag prints comes from somewhere it does not control: documents, file
 model's reply, a server's error body. Three pure functions stand between that text and a
 person (all used at the edges: the error boundary and the CLI's printing):
 
-* ``redact(text, secrets)`` replaces every known secret (API keys, tokens, the password
-  of a URL) and anything shaped like a credential (``scheme://user:password@``,
-  ``Authorization: Bearer ...``) with ``***``, whatever a server echoed back;
+* ``redact(text, secrets)`` replaces every secret crag was given (API keys, tokens, the
+  password of a configured URL) with ``***``: what crag shows of documents and of a model's
+  answer, which are the user's data and are never rewritten by a word pattern;
   ``redacted_prefix(text, secrets)`` does the same for text still streaming in, holding
   back the tail that more text could turn into a secret;
+* ``redact_message(text, secrets)`` also masks anything shaped like a credential
+  (``scheme://user:password@``, ``Authorization: Bearer ...``): for crag's own messages and
+  what a server echoed back in an error;
 * ``for_terminal(text)`` removes ANSI/OSC escape sequences and control characters other
   than newline and tab (NUL, carriage return, backspace, C1 controls, bidirectional
   overrides), so neither a document nor a model can move the cursor, retitle the window,
@@ -37,6 +40,7 @@ __all__ = [
     "json_text",
     "one_line",
     "redact",
+    "redact_message",
     "redacted_prefix",
     "short_value",
     "valid_text",
@@ -135,13 +139,20 @@ def one_line(text: str) -> str:
 
 
 def redact(text: str, secrets: Iterable[str] = ()) -> str:
-    """``text`` with each of ``secrets`` and every credential-shaped part replaced by ``***``."""
-    for secret in sorted({s for s in secrets if s and len(s.strip()) >= MIN_SECRET_CHARS}, key=len, reverse=True):
+    """``text`` with each of ``secrets`` replaced by ``***``, and nothing else changed.
+
+    For documents and a model's prose: a word that only looks like a credential ("CPU Basic
+    hardware", "## Token Policy") is the user's text, and so is a secret a document holds.
+    """
+    for secret in sorted(_secret_set(secrets), key=len, reverse=True):
         text = text.replace(secret, REDACTED)
-        stripped = secret.strip()
-        if stripped != secret:
-            text = text.replace(stripped, REDACTED)
-    text = _URL_PASSWORD.sub(lambda m: f"{m.group(1)}:{REDACTED}@", text)
+    return text
+
+
+def redact_message(text: str, secrets: Iterable[str] = ()) -> str:
+    """``redact`` that also masks every credential-shaped part (a URL's password, the value of
+    an ``Authorization`` header, ``token=...``): for crag's own messages and server error bodies."""
+    text = _URL_PASSWORD.sub(lambda m: f"{m.group(1)}:{REDACTED}@", redact(text, secrets))
     return _AUTH_VALUE.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
 
 
@@ -165,8 +176,8 @@ def redacted_prefix(text: str, secrets: Iterable[str] = ()) -> str:
     """The part of a text still arriving (a streamed answer) that can be shown now, redacted.
 
     ``redact`` of the whole text, once it is complete, starts with what this returns: the
-    text is cut before its last word (a credential-shaped word may still be growing), before
-    a secret that the cut would split, and before an unfinished secret at its end.
+    text is cut before its last word (it may still be growing), before a secret that the cut
+    would split, and before an unfinished secret at its end.
     """
     cut = len(text)
     while cut and not text[cut - 1].isspace():

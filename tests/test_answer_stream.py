@@ -106,8 +106,8 @@ def test_a_streamed_answer_is_redacted_as_the_printed_one(pieces: list[str], dat
     screen = "".join(shown) + rest
     assert screen.endswith(final)  # the whole redacted answer (once more, when the stream could not show it)
     assert not any(secret in screen for secret in SECRETS)
-    for credential in ("Bearer abcdefgh123", "token=zzzzzz9", "bob:hunter2pass"):
-        assert credential in final or credential not in screen  # what print redacts never showed either
+    if not any(secret in reply for secret in SECRETS):  # credential-shaped words are the model's own
+        assert "***" not in screen
 
 
 def test_a_secret_split_across_deltas_is_held_back_then_redacted() -> None:

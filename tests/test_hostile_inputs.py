@@ -30,6 +30,7 @@ from crag.errors import ConfigError, ToolError
 from crag.state import ToolCall
 from crag.tools import Toolbox
 from crag.tools.http import FetchError, http_get
+from tests.auth_words import AUTH_WORD, auth_word_document, auth_word_lines
 from tests.fakes import clean_env
 from tests.openai_server import FakeOpenAIServer, Status, Trickle
 from tests.strategies import hostile_dotenv, hostile_file_name, hostile_reply
@@ -359,6 +360,7 @@ def test_9_a_tool_error_echoing_the_key_is_redacted_in_the_audit(llm: FakeOpenAI
 def test_9_secrets_a_server_echoes_while_chat_streams_are_redacted(llm: FakeOpenAIServer, grounding: str,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KB_AGENT_GROUNDING", grounding)
+    monkeypatch.setenv("JIRA_API_TOKEN", "abcdef123456")  # configured: masked wherever it shows
     leak = ("The server listens on port 8080 [1]. Your key is sk-test-key-1234 (or sk-test-\x1b[0mkey-1234, or "
             "sk-test-\x00key-1234 for a terminal), the database is "
             "postgresql://admin:Sup3rSecretPw@db.internal/kb and the header Authorization: Bearer abcdef123456 works. "
@@ -371,11 +373,34 @@ def test_9_secrets_a_server_echoes_while_chat_streams_are_redacted(llm: FakeOpen
     assert code == code_chat == 0, err + err_chat
     assert [bool(r.body.get("stream")) for r in llm.requests if r.node == "synthesize"] == [False, True]
     for shown in (printed, streamed):
-        assert "port 8080" in shown and "admin:***@db.internal" in shown and "Bearer ***" in shown
-        for secret in ("sk-test-key-1234", "Sup3rSecretPw", "abcdef123456"):
+        assert "port 8080" in shown and "Bearer ***" in shown
+        for secret in ("sk-test-key-1234", "abcdef123456"):
             assert secret not in shown
+        # A password crag was not given is the model's prose: shown as written, not guessed at.
+        assert "postgresql://admin:Sup3rSecretPw@db.internal/kb" in shown
     body = printed.split("\n---\n")[0]
     assert "crag> " + body in streamed  # the stream showed the answer as ask prints it, redactions included
+
+
+def test_9_documents_with_auth_words_print_unchanged_with_no_secret_configured(kb: Path) -> None:
+    # "CPU Basic hardware" once printed as "CPU Basic ***": a word pattern rewrote documents.
+    (kb / "auth.md").write_text(auth_word_document(), encoding="utf-8")
+    assert cli("index", "docs")[0] == 0
+    document = (kb / "auth.md").read_text(encoding="utf-8")
+    code, out, err = cli("search", "basic bearer token", "--top-k", "50", "--json")
+    assert code == 0, err
+    hits = json.loads(out)
+    assert hits and all(h["text"] in document for h in hits)
+    code, printed, err = cli("search", "basic bearer token", "--top-k", "50")
+    assert code == 0 and "***" not in printed, err
+    shown, asked = 0, auth_word_lines()[::4]  # every line: by hand (issue 26's note); a quarter here
+    for line in asked:
+        code, out, err = cli("ask", line, "--json")
+        assert code == 0, err
+        answer = json.loads(out)["answer"]
+        assert "***" not in answer, line
+        shown += AUTH_WORD.search(line).group(0) in answer
+    assert shown >= len(asked) // 2  # the offline answer quotes most of them
 
 
 # -- 10. no control sequence reaches the terminal --------------------------------------------

@@ -15,6 +15,8 @@ import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
+from tests.auth_words import auth_word_document, auth_word_lines
+
 ROOT = Path(__file__).resolve().parents[1]
 
 SETUP = """# Setup
@@ -110,7 +112,7 @@ def test_mcp_server_lists_and_runs_its_three_tools_and_survives_a_failing_call(w
     anyio.run(session)
 
 
-def test_mcp_tools_redact_configured_secrets_and_credentials(workdir: Path) -> None:
+def test_mcp_tools_redact_configured_secrets_only(workdir: Path) -> None:
     key = "sk-mcp-Secret-0123456789"
     (workdir / "docs" / "leak.md").write_text(
         f"# Leak\n\nThe deploy key is {key} for the deploy job.\n"
@@ -129,7 +131,10 @@ def test_mcp_tools_redact_configured_secrets_and_credentials(workdir: Path) -> N
                 assert not got.is_error, text_of(got)
                 shown = text_of(got) + repr(got.structured_content)
                 assert "deploy" in shown and "***" in shown, name
-                assert key not in shown and "Hunter2Pw" not in shown, name
+                assert key not in shown, name
+            # The document's own credential-shaped text is the user's data, shown as written.
+            got = await client.call_tool("read_file", {"path": "docs/leak.md"})
+            assert "postgresql://deployer:Hunter2Pw@db.internal/deploy" in text_of(got)
 
     anyio.run(session)
 
@@ -154,3 +159,20 @@ def test_mcp_without_the_sdk_is_one_line_naming_the_extra(tmp_path: Path) -> Non
     )
     assert proc.stdout == ""
 
+
+
+def test_mcp_prints_documents_with_auth_words_unchanged(workdir: Path) -> None:
+    document = auth_word_document()
+    (workdir / "docs" / "auth.md").write_text(document, encoding="utf-8")
+
+    async def session() -> None:
+        async with Client(server_params(workdir, "--kb", "docs"), read_timeout_seconds=120) as client:
+            found = await client.call_tool("search", {"query": "basic bearer token", "top_k": 20})
+            assert not found.is_error and "***" not in text_of(found)
+            assert all(hit["text"] in document for hit in found.structured_content["hits"])
+            got = await client.call_tool("read_file", {"path": "docs/auth.md", "start_line": 1, "end_line": 200})
+            assert not got.is_error and got.structured_content["text"] in document
+            answer = await client.call_tool("ask", {"question": auth_word_lines()[0]})
+            assert not answer.is_error and "***" not in text_of(answer)
+
+    anyio.run(session)

@@ -8,7 +8,7 @@ import re
 from hypothesis import given
 from hypothesis import strategies as st
 
-from crag.safe_text import display_name, for_terminal, json_text, redact, short_value
+from crag.safe_text import display_name, for_terminal, json_text, redact, redact_message, short_value
 
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 
@@ -36,13 +36,40 @@ def test_short_value_escapes_and_cuts() -> None:
     assert len(short_value("x" * 5000)) == 60
 
 
-def test_redact_replaces_known_secrets_url_passwords_and_authorization_values() -> None:
+def test_a_message_has_known_secrets_url_passwords_and_authorization_values_redacted() -> None:
     text = ("Incorrect API key provided: sk-live-1234567890 at http://user:hunter22@host/v1 "
             "(header was Bearer abcdefghijkl)")
-    out = redact(text, ["sk-live-1234567890"])
+    out = redact_message(text, ["sk-live-1234567890"])
     assert "sk-live-1234567890" not in out and "hunter22" not in out and "abcdefghijkl" not in out
     assert "http://user:***@host/v1" in out
-    assert redact("no secrets here", ["abc"]) == "no secrets here"  # too short to redact safely
+    assert redact_message("no secrets here", ["abc"]) == "no secrets here"  # too short to redact safely
+
+
+AUTH_WORD_LINES = [
+    "| CPU Basic hardware | 2 vCPU |",
+    "## Token Policy",
+    "If the token contains `foobar`, refresh it.",
+    "Use bearer tokens: `Authorization: Bearer abcdefghijkl`.",
+    "connect with postgresql://deployer:Hunter2Pw@db.internal/kb",
+    "token=zzzzzz9 is the example value",
+]
+
+
+def test_document_text_is_redacted_only_where_it_holds_a_configured_secret() -> None:
+    for line in AUTH_WORD_LINES:
+        assert redact(line, ["sk-live-1234567890"]) == line  # a document's words are its own
+    assert redact("the key sk-live-1234567890 leaked", ["sk-live-1234567890"]) == "the key *** leaked"
+    assert redact("pw Hunter2Pw", [" Hunter2Pw "]) == "pw ***"  # a value set with spaces around it
+
+
+@given(st.text(), st.lists(st.text(min_size=4), max_size=3))
+def test_redact_changes_nothing_but_the_secrets(text: str, secrets: list[str]) -> None:
+    shown = redact(text, secrets)
+    if not any(s.strip() and s.strip() in text for s in secrets if len(s.strip()) >= 4):
+        assert shown == text
+    for secret in secrets:
+        if len(secret.strip()) >= 4 and "*" not in secret:
+            assert secret.strip() not in shown
 
 
 def test_json_text_escapes_every_control_character_and_reads_back_equal() -> None:

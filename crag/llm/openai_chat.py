@@ -51,7 +51,7 @@ from attrs import frozen
 from ..config import Settings
 from ..errors import ConfigError, LLMContextError, LLMError, LLMTimeoutError
 from ..ports import LLMRequest
-from ..safe_text import redact, valid_text
+from ..safe_text import redact_message, valid_text
 from ..state import Completion
 from .deadline import deadline_http_client, request_deadline
 from .retry import (
@@ -183,7 +183,7 @@ class OpenAIChatModel:
             )
         except openai.OpenAIError as exc:
             raise LLMError(f"cannot set up the OpenAI client: {_one_line(exc)}") from exc
-        self.server = redact(str(self._client.base_url).rstrip("/"), settings.secrets())
+        self.server = redact_message(str(self._client.base_url).rstrip("/"), settings.secrets())
         self._secrets = (*settings.secrets(), api_key)
 
     @property
@@ -508,7 +508,7 @@ def _context_overflow(exc: BaseException, detail: str) -> int | None:
 
 def _redacted(error: LLMError, secrets: Sequence[str]) -> LLMError:
     """``error`` with every secret (and URL password) in its message replaced by ``***``."""
-    message = redact(str(error), secrets)
+    message = redact_message(str(error), secrets)
     if message == str(error):
         return error
     if isinstance(error, LLMContextError):

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ToolError, UsageError
 from ..ports import ToolResult
-from ..safe_text import redact
+from ..safe_text import redact_message
 from ..state import EvidenceItem, ToolCall
 from ..toolspec import ArgumentError, Tool, check_args, planner_line
 from . import confluence_fetch, grep_search, jira_fetch, read_file, vector_search, web_fetch
@@ -138,7 +138,7 @@ class Toolbox:
         except ToolError as exc:
             # The boundary every tool failure crosses on its way to tool_history and the
             # audit log: a server may echo a token or a URL with a password back at us.
-            message = redact(str(exc), self.settings.secrets())
+            message = redact_message(str(exc), self.settings.secrets())
             if message == str(exc):
                 raise
             raise ToolError(exc.tool, message.removeprefix(f"{exc.tool}: ")) from exc
