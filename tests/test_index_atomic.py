@@ -145,3 +145,29 @@ def test_killed_at_random_moments_the_index_is_always_whole(setup) -> None:
         if "newer" in seen:
             fill(root, "older" if rng.random() < 0.5 else "newer")
     assert seen <= {"older", "newer"}
+
+
+def test_readers_never_fail_while_index_runs_publish_and_remove_generations(tmp_path: Path) -> None:
+    # A search opened gen-000004, the indexer published gen-000005 and removed gen-000004, and
+    # the search was told "cannot read .../gen-000004/vectors.faiss: run crag index to rebuild it".
+    from tests.reader_stress import stress
+
+    result = stress(tmp_path, runs=6, files=600)
+    assert result.searches >= 20 and result.failures == (), result.failures
+
+
+def test_a_generation_deleted_after_it_was_opened_is_still_read_whole(tmp_path: Path) -> None:
+    from crag.index import layout
+    from crag.index.hash_embedder import HashEmbedder
+
+    root = tmp_path / "kb"
+    fill(root, "older")
+    cfg = Settings(index_dir=str(tmp_path / "index"))
+    index_roots(cfg, [str(root)])
+    gen = layout.open_generation(cfg.index_dir)
+    shutil.rmtree(os.path.join(cfg.index_dir, gen.name))  # what an indexer's clean-up does
+    layout.integrity.verify(os.path.join(cfg.index_dir, gen.name), gen.conn, gen.meta, cfg.index_dir, "", gen.held)
+    from crag.index.store import IndexReader
+
+    with IndexReader(gen, HashEmbedder()) as reader:
+        assert reader.search("older edition 7", 3)

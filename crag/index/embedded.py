@@ -76,7 +76,7 @@ class EmbeddedStore:
                 f"the index database in {self.index_dir} is damaged ({exc}): {self.reindex_hint}", self.index_dir
             ) from exc
         finally:
-            gen.conn.close()
+            gen.close()
 
     def roots(self) -> tuple[str, ...]:
         return indexed_roots(self.index_dir)
@@ -105,7 +105,7 @@ class EmbeddedStore:
                 )
             return EmbeddedUpdate(self.index_dir, embedder, gen, chunker)
         finally:
-            gen.conn.close()
+            gen.close()
 
     def close(self) -> None:
         pass

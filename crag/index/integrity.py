@@ -36,12 +36,17 @@ _MAX_CURRENT_BYTES = 256
 
 
 def _digest(path: str) -> dict[str, int]:
+    with open(path, "rb") as f:
+        return _digest_fd(f.fileno())
+
+
+def _digest_fd(fd: int) -> dict[str, int]:
+    """Size and CRC-32 of an open file, read with ``pread`` (its offset is left alone)."""
     crc = 0
     size = 0
-    with open(path, "rb") as f:
-        while block := f.read(_BLOCK):
-            crc = zlib.crc32(block, crc)
-            size += len(block)
+    while block := os.pread(fd, _BLOCK, size):
+        crc = zlib.crc32(block, crc)
+        size += len(block)
     return {"size": size, "crc32": crc}
 
 
@@ -94,12 +99,26 @@ def int_meta(meta: Mapping[str, str], key: str, index_dir: str, hint: str, defau
         raise _damaged(index_dir, f"meta {key} is not a number", hint) from None
 
 
-def verify(gen_dir: str, conn: sqlite3.Connection, meta: Mapping[str, str], index_dir: str, hint: str) -> None:
-    """Check one generation (see the module docstring); raises ``IndexStoreError`` on damage."""
-    path = os.path.join(gen_dir, CHECKSUMS)
+def verify(
+    gen_dir: str, conn: sqlite3.Connection, meta: Mapping[str, str], index_dir: str, hint: str,
+    held: Mapping[str, int] | None = None,
+) -> None:
+    """Check one generation (see the module docstring); raises ``IndexStoreError`` on damage.
+
+    ``held`` maps file names of the generation to descriptors its reader holds open: those
+    files are read through them (the generation may have been deleted since it was opened).
+    """
+    held = held or {}
+
+    def digest(name: str) -> dict[str, int]:
+        return _digest_fd(held[name]) if name in held else _digest(os.path.join(gen_dir, name))
+
     try:
-        with open(path, encoding="utf-8") as f:
-            recorded = json.load(f)
+        if CHECKSUMS in held:
+            recorded = json.loads(os.pread(held[CHECKSUMS], _BLOCK, 0).decode("utf-8"))
+        else:
+            with open(os.path.join(gen_dir, CHECKSUMS), encoding="utf-8") as f:
+                recorded = json.load(f)
     except FileNotFoundError:
         recorded = None  # written before checksums existed: the checks below still apply
     except (OSError, ValueError) as exc:
@@ -109,7 +128,7 @@ def verify(gen_dir: str, conn: sqlite3.Connection, meta: Mapping[str, str], inde
             raise _damaged(index_dir, "its checksum file cannot be read", hint)
         for name, expected in sorted(recorded.items()):
             try:
-                actual = _digest(os.path.join(gen_dir, str(name)))
+                actual = digest(str(name))
             except OSError as exc:
                 raise _damaged(index_dir, f"{name} cannot be read: {exc.strerror or exc}", hint) from exc
             if actual != expected:

@@ -23,8 +23,10 @@ directory). Older generations are deleted afterwards (``cleanup``). A kill at an
 therefore leaves ``CURRENT`` naming a complete generation in which FAISS and SQLite agree;
 an unfinished generation directory is garbage that the next indexer removes. Readers take
 no lock: they open the generation ``CURRENT`` names (retrying if an indexer deleted it in
-between), map the FAISS file into memory and open the database read-only as immutable;
-POSIX keeps the files of a deleted generation readable for as long as they are open.
+between) and hold its files open from then on, so the checksums, the FAISS file and the
+database they read are the ones of that generation even after an indexer has published a
+newer one and deleted this one: POSIX keeps the files of a deleted generation readable for
+as long as they are open (a ``Generation`` reads them through its own descriptors).
 
 This module holds the layout, the lock and the generation files; ``embedded_write``
 writes a generation, ``store`` reads one, ``embedded`` is the ``Store`` port over them.
@@ -145,7 +147,9 @@ def connect_ro(path: str) -> sqlite3.Connection:
 
 @frozen
 class Generation:
-    """A published generation opened for reading: its paths, meta and connection."""
+    """A published generation opened for reading: its paths, meta and connection, and its
+    files held open (``held``: name -> descriptor), so that a generation an indexer deletes
+    while it is read stays readable. ``close`` lets go of all of it."""
 
     index_dir: str
     name: str
@@ -153,6 +157,45 @@ class Generation:
     vectors_path: str
     conn: sqlite3.Connection
     meta: dict[str, str]
+    held: dict[str, int]
+
+    def readable(self, name: str) -> str:
+        """A path that opens the generation's file ``name`` as it was opened, deleted or not."""
+        fd = self.held.get(name)
+        if fd is not None and os.path.isdir("/proc/self/fd"):
+            return f"/proc/self/fd/{fd}"
+        return os.path.join(self.index_dir, self.name, name)
+
+    def close(self) -> None:
+        self.conn.close()
+        _close_all(self.held)
+
+
+def _close_all(held: dict[str, int]) -> None:
+    for fd in held.values():
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    held.clear()
+
+
+def _hold(gen_dir: str) -> dict[str, int] | None:
+    """Descriptors of a generation's files (CHECKSUMS only when it has one); None when the
+    generation is gone (an indexer removed it after publishing a newer one)."""
+    held: dict[str, int] = {}
+    try:
+        for name in (integrity.CHECKSUMS, VECTORS, DATABASE):
+            try:
+                held[name] = os.open(os.path.join(gen_dir, name), os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            except FileNotFoundError:
+                if name != integrity.CHECKSUMS:
+                    _close_all(held)
+                    return None
+    except OSError:
+        _close_all(held)
+        raise
+    return held
 
 
 def open_generation(index_dir: str, verify: bool = False) -> Generation:
@@ -169,8 +212,12 @@ def open_generation(index_dir: str, verify: bool = False) -> Generation:
         gen_dir = os.path.join(index_dir, name)
         db_path = os.path.join(gen_dir, DATABASE)
         vectors_path = os.path.join(gen_dir, VECTORS)
-        if not os.path.exists(db_path) or not os.path.exists(vectors_path):
-            # An indexer may have published a newer generation and removed this one.
+        try:
+            held = _hold(gen_dir)
+        except OSError as exc:
+            raise IndexStoreError(f"cannot read {gen_dir} ({exc.strerror or exc}): {reindex_hint(index_dir)}", index_dir) from exc
+        if held is None:
+            # An indexer published a newer generation and removed this one: read CURRENT again.
             last_missing = name
             time.sleep(0.05)
             continue
@@ -178,26 +225,27 @@ def open_generation(index_dir: str, verify: bool = False) -> Generation:
             conn = connect_ro(db_path)
             meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
         except sqlite3.Error as exc:
+            _close_all(held)
             if not os.path.exists(db_path):
                 last_missing = name
                 continue
             raise IndexStoreError(
                 f"the index database in {gen_dir} is damaged ({exc}): {reindex_hint(index_dir)}", index_dir
             ) from exc
-        if meta.get("schema") != str(SCHEMA_VERSION):
-            conn.close()
-            raise IndexStoreError(
-                f"the index in {index_dir} has format {meta.get('schema', 'unknown')}, this crag reads "
-                f"format {SCHEMA_VERSION}: {reindex_hint(index_dir)}",
-                index_dir,
-            )
-        if verify:
-            try:
-                integrity.verify(gen_dir, conn, meta, index_dir, reindex_hint(index_dir))
-            except BaseException:
-                conn.close()
-                raise
-        return Generation(index_dir, name, db_path, vectors_path, conn, meta)
+        gen = Generation(index_dir, name, db_path, vectors_path, conn, meta, held)
+        try:
+            if meta.get("schema") != str(SCHEMA_VERSION):
+                raise IndexStoreError(
+                    f"the index in {index_dir} has format {meta.get('schema', 'unknown')}, this crag reads "
+                    f"format {SCHEMA_VERSION}: {reindex_hint(index_dir)}",
+                    index_dir,
+                )
+            if verify:
+                integrity.verify(gen_dir, conn, meta, index_dir, reindex_hint(index_dir), held)
+        except BaseException:
+            gen.close()
+            raise
+        return gen
     raise IndexStoreError(
         f"the index in {index_dir} is damaged (generation {last_missing} is missing): {reindex_hint(index_dir)}",
         index_dir,
@@ -210,7 +258,7 @@ def read_vectors(gen: Generation, mmap: bool) -> Any:
 
     expected = gen.meta.get("vectors_bytes")
     try:
-        size = os.path.getsize(gen.vectors_path)
+        size = os.fstat(gen.held[VECTORS]).st_size if VECTORS in gen.held else os.path.getsize(gen.vectors_path)
     except OSError as exc:
         raise IndexStoreError(f"cannot read {gen.vectors_path} ({exc.strerror or exc}): {reindex_hint(gen.index_dir)}", gen.index_dir) from exc
     if expected is not None and str(size) != expected:
@@ -223,7 +271,7 @@ def read_vectors(gen: Generation, mmap: bool) -> Any:
     if mmap:
         flags = getattr(faiss, "IO_FLAG_MMAP_IFC", None) or getattr(faiss, "IO_FLAG_MMAP", 0)
     try:
-        index = faiss.read_index(gen.vectors_path, flags)
+        index = faiss.read_index(gen.readable(VECTORS), flags)
     except RuntimeError as exc:
         raise IndexStoreError(
             f"the vector file {gen.vectors_path} is damaged: {reindex_hint(gen.index_dir)}", gen.index_dir

@@ -55,7 +55,7 @@ def indexed_roots(index_dir: str) -> tuple[str, ...]:
             f"the index database in {index_dir} is damaged ({exc}): {reindex_hint(index_dir)}", index_dir
         ) from exc
     finally:
-        gen.conn.close()
+        gen.close()
 
 
 class IndexReader:
@@ -95,7 +95,7 @@ class IndexReader:
 
     def close(self) -> None:
         with self._lock:
-            self._conn.close()
+            self._gen.close()
             self._vectors = None
 
     def __enter__(self) -> IndexReader:
@@ -270,10 +270,10 @@ def open_index(
         except sqlite3.Error:
             roots = []
         finally:
-            gen.conn.close()
+            gen.close()
         raise embedder_mismatch(built_with, embedder.name, roots, index_dir)
     try:
         return IndexReader(gen, embedder, weights)
     except BaseException:
-        gen.conn.close()
+        gen.close()
         raise
