@@ -206,3 +206,22 @@ def test_search_matches_the_embedded_store(kb: Path, tmp_path: Path, cfg: Settin
         hits = got.search("rotate tokens", 4)
         assert hits and all(0.0 <= h.score <= 1.0 for h in hits)
         assert [h.fused for h in hits] == sorted((h.fused for h in hits), reverse=True)
+
+
+def test_a_text_file_with_nul_bytes_after_its_first_8_kib_is_indexed_the_same_by_every_store(
+    kb: Path, cfg: Settings
+) -> None:
+    # A log padded with NUL after a crash: PostgreSQL refused it ("text fields cannot contain
+    # NUL (0x00) bytes") and the whole index run failed, while the embedded store indexed it.
+    head = "".join(f"line {i}: the upload worker restarted cleanly.\n" for i in range(200))
+    assert len(head) > 8192
+    (kb / "worker.log.txt").write_bytes(head.encode() + b"\x00" * 4096 + b"after the padding: shutdown complete\n")
+    (kb / "image.txt").write_bytes(b"GIF89a\x00\x01" + b"pixels " * 100)  # NUL in its first 8 KiB: binary
+    report = index_roots(cfg, [kb])
+    assert paths(report.added) == ["auth.md", "deploy.md", "retries.md", "tokens.md", "worker.log.txt"]
+    with open_index(cfg) as reader:
+        hits = reader.search("after the padding shutdown complete", 3)
+        assert hits and Path(hits[0].path).name == "worker.log.txt"
+        assert "\x00" not in hits[0].text and "after the padding: shutdown complete" in hits[0].text
+        assert hits[0].end_line == 201  # line numbers as the file has them
+        assert all(Path(h.path).name != "image.txt" for h in reader.search("pixels", 10))

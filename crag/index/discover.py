@@ -15,8 +15,10 @@ Owns the discovery rules shared by the indexer, ``grep_search`` and ``read_file`
   ``KnowledgeBaseError``;
 * text is decoded as UTF-8 (a BOM is dropped), else cp1252, else latin-1, so undecodable
   bytes never crash indexing; line endings are normalised the way Python's text mode does
-  (``\\r\\n`` and ``\\r`` become ``\\n``), and ``split_lines`` defines the 1-based line
-  numbers every chunk, match and citation uses.
+  (``\\r\\n`` and ``\\r`` become ``\\n``), NUL bytes past the first 8 KiB (a log padded
+  after a crash) are dropped, which no store can hold as text and no line number depends
+  on, and ``split_lines`` defines the 1-based line numbers every chunk, match and citation
+  uses.
 """
 
 from __future__ import annotations
@@ -310,9 +312,16 @@ def _sniff_ok(path: str, warnings: list[tuple[str, str]]) -> bool:
 
 
 def decode_text(data: bytes) -> str:
-    """Bytes to text: UTF-8 (BOM dropped), else cp1252, else latin-1; newlines normalised."""
+    """Bytes to text: UTF-8 (BOM dropped), else cp1252, else latin-1; newlines normalised.
+
+    NUL bytes are dropped: a file with one in its first 8 KiB is binary (``is_binary``) and
+    never decoded; one further on is padding, and PostgreSQL refuses it in text. One rule,
+    for every store and for ``read_file`` and ``grep_search``, so lines and chunks agree.
+    """
     if data.startswith(b"\xef\xbb\xbf"):
         data = data[3:]
+    if b"\x00" in data:
+        data = data.replace(b"\x00", b"")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
