@@ -152,3 +152,73 @@ def test_progress_is_shown_on_a_terminal_only(kb: Path) -> None:
     assert "\rindexing 1/2: deploy.md" in shown and "\rindexing 2/2: setup.md" in shown
     assert shown.endswith("\r") and "indexing" not in out.getvalue().split("\n")[1:]
     assert "2 added" in out.getvalue()
+
+
+FILE_TOO_BIG = r"""
+import resource, signal, sys
+from crag.cli import main
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead
+resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, 64 * 1024))
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("command", [("index", "docs"), ("ask", "how are uploads retried?", "--kb", "docs")])
+def test_a_disk_that_refuses_the_write_is_one_line_and_the_previous_index_answers(
+    kb: Path, tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    # faiss's "RuntimeError ... No space left on device" and sqlite3's "database or disk is
+    # full" were tracebacks. A file size limit makes every library's write fail for real.
+    assert cli("index", "docs")[0] == 0
+    for i in range(40):
+        write(kb / f"big{i}.md", f"# Big {i}\n\n" + " ".join(f"w{j}x{i}" for j in range(3000)) + "\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    run = subprocess.run([sys.executable, "-c", FILE_TOO_BIG, *command], capture_output=True, text=True, env=env,
+                         cwd=tmp_path, timeout=120)
+    assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr
+    (line,) = run.stderr.strip().splitlines()
+    assert line.startswith("crag: error: cannot write the index: " + str(tmp_path / "index" / "gen-000002"))
+    assert "File too large; the previous index is unchanged" in line
+    assert sorted(os.listdir(tmp_path / "index")) == ["CURRENT", "gen-000001"]
+    code, out, _ = cli("search", "uploads retried")
+    assert code == 0 and "setup.md" in out
+
+
+@pytest.mark.parametrize(
+    ("where", "error", "said"),
+    [
+        ("faiss", RuntimeError("Error in void faiss::write_index(...) at index_write.cpp:499: Error: 'ret == (size * 4)' "
+                               "failed: write error in {gen}/vectors.faiss: 4014 != 4915200 (No space left on device)"),
+         "{gen}/vectors.faiss: No space left on device"),
+        ("sqlite", __import__("sqlite3").OperationalError("database or disk is full"),
+         "{gen}/chunks.sqlite: database or disk is full"),
+        ("checksums", OSError(122, os.strerror(122), "{gen}/CHECKSUMS"), "{gen}/CHECKSUMS: Disk quota exceeded"),
+        ("checksums", OSError(30, os.strerror(30), "{gen}/CHECKSUMS"), "{gen}/CHECKSUMS: Read-only file system"),
+        ("checksums", OSError(13, os.strerror(13), "{gen}/CHECKSUMS"), "{gen}/CHECKSUMS: Permission denied"),
+    ],
+)
+def test_every_kind_of_refused_write_is_one_line_naming_the_path(
+    kb: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str, error: Exception, said: str
+) -> None:
+    import faiss
+
+    from crag.index import embedded_write, integrity
+
+    assert cli("index", "docs")[0] == 0
+    gen = str(tmp_path / "index" / "gen-000002")
+    if isinstance(error, OSError):
+        error = OSError(error.errno, error.strerror, error.filename.format(gen=gen))
+    elif isinstance(error, RuntimeError):
+        error = RuntimeError(str(error).format(gen=gen))
+
+    def fail(*args: object, **kwargs: object) -> None:
+        raise error
+
+    target = {"faiss": (faiss, "write_index"), "sqlite": (embedded_write.EmbeddedUpdate, "_insert_rows"),
+              "checksums": (integrity, "write_checksums")}[where]
+    monkeypatch.setattr(*target, fail)
+    write(kb / "new.md", "# New\n\nA new page about restores.\n")
+    code, _, err = cli("index", "docs")
+    assert code == 1 and err == f"crag: error: cannot write the index: {said.format(gen=gen)}; the previous index is " \
+        "unchanged (free some space, or point KB_AGENT_INDEX_DIR at a writable folder)\n"
+    assert sorted(os.listdir(tmp_path / "index")) == ["CURRENT", "gen-000001"]

@@ -6,10 +6,13 @@ is published atomically; ``embedded_write`` writes a generation and ``store`` se
 
 from __future__ import annotations
 
+import errno
 import os
+import re
 import sqlite3
 from contextlib import AbstractContextManager
 from types import MappingProxyType
+from typing import Any
 
 from ..errors import IndexStoreError
 from ..ports import Embedder, FileRecord, StoreState
@@ -96,16 +99,75 @@ class EmbeddedStore:
         if base is None:
             if not layout.current_exists(self.index_dir):
                 layout.cleanup(self.index_dir, None)  # leftovers of an indexer killed before its first publish
-            return EmbeddedUpdate(self.index_dir, embedder, None, chunker)
+            return _WriteErrors.around(lambda: EmbeddedUpdate(self.index_dir, embedder, None, chunker), self, False)
         gen = layout.open_generation(self.index_dir)
         try:
             if gen.name != base.version:
                 raise IndexStoreError(
                     f"the index in {self.index_dir} changed during the update: try again", self.index_dir
                 )
-            return EmbeddedUpdate(self.index_dir, embedder, gen, chunker)
+            return _WriteErrors.around(lambda: EmbeddedUpdate(self.index_dir, embedder, gen, chunker), self, True)
         finally:
             gen.close()
 
     def close(self) -> None:
         pass
+
+
+# What a full, read-only or forbidden disk looks like from the libraries that write a generation.
+_WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO, errno.EFBIG})
+_SQLITE_WRITE = re.compile(r"disk is full|readonly database|disk I/O error|unable to open database file", re.I)
+_FAISS_WRITE = re.compile(r"error in (\S+?):.*\((" + "|".join(re.escape(os.strerror(e)) for e in sorted(_WRITE_ERRNOS)) + r")\)")
+
+
+class _WriteErrors:
+    """An ``EmbeddedUpdate`` whose disk errors (full, over quota, read-only, not allowed) are one
+    ``IndexStoreError`` naming the path and saying that the published index is unchanged: the
+    update writes only its own new generation, which ``abort`` removes."""
+
+    def __init__(self, update: EmbeddedUpdate, store: EmbeddedStore, had_index: bool) -> None:
+        self._update = update
+        self._store = store
+        self._had_index = had_index
+
+    @classmethod
+    def around(cls, make: Any, store: EmbeddedStore, had_index: bool) -> Any:
+        try:
+            return cls(make(), store, had_index)
+        except (OSError, sqlite3.Error, RuntimeError) as exc:
+            raise cls.translated(exc, store.index_dir, store.index_dir, had_index) from exc
+
+    @staticmethod
+    def translated(exc: BaseException, where: str, index_dir: str, had_index: bool) -> BaseException:
+        """The one-line error for a disk that refused a write, else ``exc`` itself."""
+        path, reason = where, None
+        if isinstance(exc, OSError) and exc.errno in _WRITE_ERRNOS:
+            path, reason = exc.filename2 or exc.filename or where, exc.strerror  # a copy names its source first
+        elif isinstance(exc, sqlite3.Error) and _SQLITE_WRITE.search(str(exc)):
+            path, reason = os.path.join(where, layout.DATABASE), str(exc)
+        elif isinstance(exc, RuntimeError) and (m := _FAISS_WRITE.search(str(exc))):
+            path, reason = m.group(1), m.group(2)
+        if reason is None:
+            return exc
+        kept = "the previous index is unchanged" if had_index else "nothing was indexed"
+        return IndexStoreError(
+            f"cannot write the index: {os.fspath(path)}: {reason}; {kept} (free some space, or point "
+            f"KB_AGENT_INDEX_DIR at a writable folder)",
+            index_dir,
+        )
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._update, name)
+        if not callable(value) or name == "abort":
+            return value
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return value(*args, **kwargs)
+            except (OSError, sqlite3.Error, RuntimeError) as exc:
+                error = self.translated(exc, self._update.gen_dir, self._store.index_dir, self._had_index)
+                if error is exc:
+                    raise
+                raise error from exc
+
+        return call

@@ -69,8 +69,6 @@ class EmbeddedUpdate:
         base: layout.Generation | None,
         chunker: str,
     ) -> None:
-        import faiss
-
         self.index_dir = index_dir
         self.embedder = embedder
         self.chunker = chunker
@@ -83,6 +81,16 @@ class EmbeddedUpdate:
         self.vectors_changed = False
         self._db: Any = None
         self.conn = None
+        try:
+            self._start(base)
+        except BaseException:
+            self.abort()  # a disk that refused the copy: the new generation's folder goes
+            raise
+
+    def _start(self, base: layout.Generation | None) -> None:
+        import faiss
+
+        embedder = self.embedder
         if base is not None:
             shutil.copyfile(base.db_path, self.db_path)
             self.conn = sqlite3.connect(self.db_path, isolation_level=None, check_same_thread=False)

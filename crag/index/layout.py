@@ -312,7 +312,8 @@ class IndexLock:
             return os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
             raise IndexStoreError(
-                f"cannot create the lock file {self._path} ({exc.strerror or exc}): check KB_AGENT_INDEX_DIR",
+                f"cannot create the lock file {self._path} ({exc.strerror or exc}); the index is unchanged: "
+                "check KB_AGENT_INDEX_DIR",
                 self.index_dir,
             ) from exc
 
