@@ -105,7 +105,9 @@ DEFAULT_STRATEGY = "batch_rules"
 DEFAULT_MEANS = {0: 0.05, 1: 0.45, 2: 0.8, 3: 0.95}
 DEFAULT_PRICES = ("gpt-4o-mini=0.15/0.60", "gpt-4o=2.50/10.00")
 SWEEP_THRESHOLDS = (0.8, 0.6, 0.5, 0.45, 0.4, 0.35, 0.3)
-NO_RULES = {"auto_approve_max_items": 0, "vector_score_threshold": math.inf}
+# The fast-path rules off: few_context needs at most 0 items, high_vector_score a perfect
+# cosine for every item (the highest threshold a setting holds; no TREC top-k has one).
+NO_RULES = {"auto_approve_max_items": 0, "vector_score_threshold": 1.0}
 
 
 # --------------------------------------------------------------------------------------
@@ -366,11 +368,12 @@ class StrategyModel:
 def single_item_request(question: str, item):
     """The request crag's grade_evidence makes for a context of this one item (rules off):
     the per-item strategy sends exactly what crag would, parameters included."""
+    from crag.config import Settings
     from crag.nodes import NodeConfig, grade_evidence
     from crag.state import AgentState
 
     state = AgentState(question=question, context=(item,), iteration=1)
-    return grade_evidence.prepare(state, NodeConfig(**NO_RULES))
+    return grade_evidence.prepare(state, NodeConfig(Settings(**NO_RULES)))
 
 
 def planner_query(question: str) -> str:
@@ -434,6 +437,7 @@ class Quality:
 
 def node_config(strategy: str, k: int, threshold: float | None = None):
     """crag's defaults (3 rounds, rules on), with the rules off for the strategies without them."""
+    from crag.config import Settings
     from crag.nodes import NodeConfig
 
     extra: dict[str, Any] = {"grade_memory": strategy == "batch_rules_memory"}
@@ -443,7 +447,7 @@ def node_config(strategy: str, k: int, threshold: float | None = None):
         extra["vector_score_threshold"] = threshold
     from crag.tools import builtin
 
-    return NodeConfig(tools=builtin("vector_search"), max_iterations=3, top_k=k, **extra)
+    return NodeConfig(Settings(max_iterations=3, top_k=k, **extra), tools=builtin("vector_search"))
 
 
 def grade_once(strategy: str, query: Query, k: int, model, meter: Meter, quality: Quality, cfg=None) -> None:

@@ -391,10 +391,11 @@ QUESTION = {
 
 
 def node_config():
+    from crag.config import Settings
     from crag.nodes import NodeConfig
     from crag.tools import LOCAL_TOOLS, builtin
 
-    return NodeConfig(tools=builtin(*LOCAL_TOOLS))
+    return NodeConfig(Settings(), tools=builtin(*LOCAL_TOOLS))
 
 
 def _lg_invoke(app, model, path: str):

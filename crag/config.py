@@ -1,25 +1,31 @@
-"""Settings: read from the process environment, then from ``.env`` (the environment wins).
+"""Settings: one record, read from the process environment, then from ``.env`` (the environment wins).
 
-Every setting has a default. A value that is set is validated, and a bad one raises
-``ConfigError`` naming the variable and what it accepts; the CLI turns that into one line
-and exit status 2. ``Settings.from_env(**overrides)`` takes the same settings by field
-name for library users (``Agent.from_env(max_iterations=2)``), validated the same way.
+Each setting is declared once, as a field of ``Settings`` made by ``setting(variable,
+kind, default)``: its environment variable, the ``Kind`` that reads it from text and holds
+its range or choices, and ``node=True`` when the nodes read it (``crag.nodes.NodeConfig``
+exposes exactly those). The kind is the field's attrs converter too, so a value given in
+code is checked like one from the environment: ``Settings(max_iterations=0)`` raises the
+``ConfigError`` that ``KB_AGENT_MAX_ITERATIONS=0`` does. ``Settings.from_env`` is the one
+loader: it reads each field's variable from the environment and ``.env``; the CLI turns a
+``ConfigError`` into one line and exit status 2. Adding a setting is one ``setting(...)``
+field below (plus its line in ``.env.example``, which a test checks).
 """
 
 from __future__ import annotations
 
+import enum
 import math
 import os
 import stat
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from attrs import fields, frozen
+from attrs import field, fields, frozen
 
 from .errors import ConfigError
 
-__all__ = ["DOTENV_MAX_BYTES", "MAX_SECONDS", "SECRET_VARIABLES", "SETTINGS_TABLE", "Settings", "read_dotenv",
-           "secret_values"]
+__all__ = ["DOTENV_MAX_BYTES", "MAX_SECONDS", "SECRET_VARIABLES", "SETTINGS_TABLE", "EmbedderKind", "GroundingMode",
+           "LLMBackend", "Settings", "StructuredOutput", "read_dotenv", "secret_values"]
 
 DOTENV_MAX_BYTES = 1024 * 1024  # a .env is a few lines; anything larger is not one
 MAX_SECONDS = 86400.0  # the longest duration a setting may hold: one day
@@ -27,35 +33,94 @@ MAX_SECONDS = 86400.0  # the longest duration a setting may hold: one day
 SECRET_VARIABLES = frozenset({"OPENAI_API_KEY", "JIRA_API_TOKEN", "CONFLUENCE_API_TOKEN"})
 
 
-def _int(lo: int) -> Callable[[str, str], int]:
-    def parse(var: str, raw: str) -> int:
+# -- the modes: settings that name one of a few behaviours -----------------------------------
+# StrEnum: each member is its own value, so it compares, prints and serialises as the word
+# a user sets (``settings.grounding == "strict"``, ``f"{settings.llm}"`` is ``openai``).
+
+
+class LLMBackend(enum.StrEnum):
+    OPENAI = "openai"
+    OFFLINE = "offline"
+
+
+class EmbedderKind(enum.StrEnum):
+    HASH = "hash"
+    OPENAI = "openai"
+    LOCAL = "local"
+
+
+class StructuredOutput(enum.StrEnum):
+    AUTO = "auto"
+    JSON_SCHEMA = "json_schema"
+    JSON_OBJECT = "json_object"
+    OFF = "off"
+
+
+class GroundingMode(enum.StrEnum):
+    NOTE = "note"
+    STRICT = "strict"
+    OFF = "off"
+
+
+# -- kinds: how a setting is read from text, and what it accepts -----------------------------
+# A kind is called as ``kind(variable, text)`` and returns the value or raises ConfigError
+# naming the variable and what it accepts. It is also each field's converter (``setting``),
+# over the text of a value given in code, so both paths check the same range.
+
+Kind = Callable[[str, str], Any]
+
+
+@frozen
+class Integer:
+    lo: int
+
+    def __call__(self, var: str, raw: str) -> int:
         try:
             value = int(raw.strip())
         except ValueError:
-            raise ConfigError(var, raw, f"an integer >= {lo}") from None
-        if value < lo:
-            raise ConfigError(var, raw, f"an integer >= {lo}")
+            raise ConfigError(var, raw, f"an integer >= {self.lo}") from None
+        if value < self.lo:
+            raise ConfigError(var, raw, f"an integer >= {self.lo}")
         return value
 
-    return parse
 
+@frozen
+class Number:
+    lo: float
+    hi: float
+    accepts: str
 
-def _float(lo: float, hi: float | None, what: str) -> Callable[[str, str], float]:
-    def parse(var: str, raw: str) -> float:
+    def __call__(self, var: str, raw: str) -> float:
         try:
             value = float(raw.strip())
         except ValueError:
-            raise ConfigError(var, raw, what) from None
-        if not math.isfinite(value) or value < lo or (hi is not None and value > hi):
-            raise ConfigError(var, raw, what)
+            raise ConfigError(var, raw, self.accepts) from None
+        if not math.isfinite(value) or not self.lo <= value <= self.hi:
+            raise ConfigError(var, raw, self.accepts)
         return value
 
-    return parse
+
+def fraction() -> Number:
+    return Number(0.0, 1.0, "a number between 0 and 1")
 
 
-def _seconds(lo: float, hi: float = MAX_SECONDS) -> Callable[[str, str], float]:
+def seconds(lo: float, hi: float = MAX_SECONDS) -> Number:
     """A duration: a finite number of seconds in [lo, hi] (``inf`` and ``1e309`` are refused)."""
-    return _float(lo, hi, f"a number of seconds between {lo:g} and {hi:g}")
+    return Number(lo, hi, f"a number of seconds between {lo:g} and {hi:g}")
+
+
+@frozen
+class Choice:
+    """One of an enum's values, case-insensitive; the value is the enum member."""
+
+    options: type[enum.StrEnum]
+
+    def __call__(self, var: str, raw: str) -> Any:
+        value = raw.strip().lower()
+        try:
+            return self.options(value)
+        except ValueError:
+            raise ConfigError(var, raw, "one of " + ", ".join(self.options)) from None
 
 
 def _secret(var: str, raw: str) -> str:
@@ -71,16 +136,6 @@ def _secret(var: str, raw: str) -> str:
                 secret=True,
             )
     return value
-
-
-def _choice(*options: str) -> Callable[[str, str], str]:
-    def parse(var: str, raw: str) -> str:
-        value = raw.strip().lower()
-        if value not in options:
-            raise ConfigError(var, raw, "one of " + ", ".join(options))
-        return value
-
-    return parse
 
 
 # The words every on/off setting accepts, whatever its name.
@@ -109,10 +164,10 @@ LOCAL_SERVERS = {
 }
 
 
-def _backend(var: str, raw: str) -> str:
+def _backend(var: str, raw: str) -> LLMBackend:
     value = raw.strip().lower()
-    if value in ("openai", "offline"):
-        return value
+    if value in tuple(LLMBackend):
+        return LLMBackend(value)
     server = LOCAL_SERVERS.get(value.replace(" ", ""))
     if server is not None:
         raise ConfigError(
@@ -154,96 +209,84 @@ def _store(var: str, raw: str) -> str:
     return value
 
 
-# field name -> (environment variable, parser); the order is the order of .env.example.
-SETTINGS_TABLE: dict[str, tuple[str, Callable[[str, str], Any]]] = {
-    "max_iterations": ("KB_AGENT_MAX_ITERATIONS", _int(1)),
-    "auto_approve_max_items": ("KB_AGENT_AUTO_APPROVE_MAX_ITEMS", _int(0)),
-    "vector_score_threshold": (
-        "KB_AGENT_VECTOR_SCORE_THRESHOLD",
-        _float(0.0, 1.0, "a number between 0 and 1"),
-    ),
-    "drop_threshold": ("KB_AGENT_DROP_THRESHOLD", _float(0.0, 1.0, "a number between 0 and 1")),
-    "generate_threshold": (
-        "KB_AGENT_GENERATE_THRESHOLD",
-        _float(0.0, 1.0, "a number between 0 and 1"),
-    ),
-    "grade_memory": ("KB_AGENT_GRADE_MEMORY", _switch),
-    "top_k": ("KB_AGENT_TOP_K", _int(1)),
-    "index_dir": ("KB_AGENT_INDEX_DIR", _nonempty),
-    "llm": ("KB_AGENT_LLM", _backend),
-    "model": ("KB_AGENT_MODEL", _nonempty),
-    "llm_timeout": ("KB_AGENT_LLM_TIMEOUT", _seconds(0.001)),
-    "llm_max_retries": ("KB_AGENT_LLM_MAX_RETRIES", _int(0)),
-    "embedder": ("KB_AGENT_EMBEDDER", _choice("hash", "openai", "local")),
-    "embedding_model": ("KB_AGENT_EMBEDDING_MODEL", _nonempty),
-    "openai_api_key": ("OPENAI_API_KEY", _secret),
-    "openai_base_url": ("OPENAI_BASE_URL", _url),
-    "jira_base_url": ("JIRA_BASE_URL", _url),
-    "jira_email": ("JIRA_EMAIL", _text),
-    "jira_api_token": ("JIRA_API_TOKEN", _secret),
-    "confluence_base_url": ("CONFLUENCE_BASE_URL", _url),
-    "confluence_email": ("CONFLUENCE_EMAIL", _text),
-    "confluence_api_token": ("CONFLUENCE_API_TOKEN", _secret),
-    "web_fetch": ("KB_AGENT_WEB_FETCH", _switch),
-    "embedding_base_url": ("KB_AGENT_EMBEDDING_BASE_URL", _url),
-    "temperature": ("KB_AGENT_TEMPERATURE", _float(0.0, 2.0, "a number between 0 and 2")),
-    "max_answer_tokens": ("KB_AGENT_MAX_ANSWER_TOKENS", _int(16)),
-    "context_tokens": ("KB_AGENT_CONTEXT_TOKENS", _int(1024)),
-    "structured_output": (
-        "KB_AGENT_STRUCTURED_OUTPUT",
-        _choice("auto", "json_schema", "json_object", "off"),
-    ),
-    "grounding": ("KB_AGENT_GROUNDING", _choice("note", "strict", "off")),
-    "store": ("KB_AGENT_STORE", _store),
-    "embedding_path": ("KB_AGENT_EMBEDDING_PATH", _text),
-}
+# Kinds whose empty text is a value (no URL, no key, no e-mail); for the others an empty
+# variable means "the default".
+READS_EMPTY = (_text, _url, _secret)
+
+
+def _as_text(value: Any) -> str:
+    """A value given in code as the text a user would set, for its kind to read and check."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if value is None:
+        return ""
+    return os.fspath(value) if isinstance(value, os.PathLike) else str(value)
+
+
+@frozen
+class _Convert:
+    """A field's converter: the field's kind over the text of the value (a string as is)."""
+
+    variable: str
+    kind: Kind
+
+    def __call__(self, value: Any) -> Any:
+        return self.kind(self.variable, value if isinstance(value, str) else _as_text(value))
+
+
+def setting(variable: str, kind: Kind, default: Any, *, node: bool = False) -> Any:
+    """A ``Settings`` field: read from ``variable`` by ``kind``, which also checks values given in code.
+
+    ``node=True``: the nodes read it (``NodeConfig`` exposes it).
+    """
+    return field(default=default, converter=_Convert(variable, kind),
+                 metadata={"variable": variable, "kind": kind, "node": node})
 
 
 @frozen
 class Settings:
-    """All of crag's configuration. Field defaults are the documented defaults (README, Configuration)."""
+    """All of crag's configuration, one field per setting in the order of ``.env.example``.
 
-    max_iterations: int = 3
-    auto_approve_max_items: int = 2
-    vector_score_threshold: float = 0.8
-    drop_threshold: float = 0.3
-    generate_threshold: float = 0.7
-    grade_memory: bool = False
-    top_k: int = 5
-    index_dir: str = ".crag"
-    llm: str = "offline"
-    model: str = "gpt-4o-mini"
-    llm_timeout: float = 60.0
-    llm_max_retries: int = 3
-    embedder: str = "hash"
-    embedding_model: str = "text-embedding-3-small"
-    openai_api_key: str = ""
-    openai_base_url: str | None = None
-    jira_base_url: str | None = None
-    jira_email: str = ""
-    jira_api_token: str = ""
-    confluence_base_url: str | None = None
-    confluence_email: str = ""
-    confluence_api_token: str = ""
-    web_fetch: bool = False
-    embedding_base_url: str | None = None
-    temperature: float = 0.2
-    max_answer_tokens: int = 1024
-    context_tokens: int = 8192
-    structured_output: str = "auto"
-    grounding: str = "note"
-    store: str = ""
-    embedding_path: str = ""
+    Field defaults are the documented defaults (README, Configuration).
+    """
+
+    max_iterations: int = setting("KB_AGENT_MAX_ITERATIONS", Integer(1), 3, node=True)
+    auto_approve_max_items: int = setting("KB_AGENT_AUTO_APPROVE_MAX_ITEMS", Integer(0), 2, node=True)
+    vector_score_threshold: float = setting("KB_AGENT_VECTOR_SCORE_THRESHOLD", fraction(), 0.8, node=True)
+    drop_threshold: float = setting("KB_AGENT_DROP_THRESHOLD", fraction(), 0.3, node=True)
+    generate_threshold: float = setting("KB_AGENT_GENERATE_THRESHOLD", fraction(), 0.7, node=True)
+    grade_memory: bool = setting("KB_AGENT_GRADE_MEMORY", _switch, False, node=True)
+    top_k: int = setting("KB_AGENT_TOP_K", Integer(1), 5, node=True)
+    index_dir: str = setting("KB_AGENT_INDEX_DIR", _nonempty, ".crag")
+    llm: LLMBackend = setting("KB_AGENT_LLM", _backend, LLMBackend.OFFLINE)
+    model: str = setting("KB_AGENT_MODEL", _nonempty, "gpt-4o-mini")
+    llm_timeout: float = setting("KB_AGENT_LLM_TIMEOUT", seconds(0.001), 60.0)
+    llm_max_retries: int = setting("KB_AGENT_LLM_MAX_RETRIES", Integer(0), 3)
+    embedder: EmbedderKind = setting("KB_AGENT_EMBEDDER", Choice(EmbedderKind), EmbedderKind.HASH)
+    embedding_model: str = setting("KB_AGENT_EMBEDDING_MODEL", _nonempty, "text-embedding-3-small")
+    openai_api_key: str = setting("OPENAI_API_KEY", _secret, "")
+    openai_base_url: str | None = setting("OPENAI_BASE_URL", _url, None)
+    jira_base_url: str | None = setting("JIRA_BASE_URL", _url, None)
+    jira_email: str = setting("JIRA_EMAIL", _text, "")
+    jira_api_token: str = setting("JIRA_API_TOKEN", _secret, "")
+    confluence_base_url: str | None = setting("CONFLUENCE_BASE_URL", _url, None)
+    confluence_email: str = setting("CONFLUENCE_EMAIL", _text, "")
+    confluence_api_token: str = setting("CONFLUENCE_API_TOKEN", _secret, "")
+    web_fetch: bool = setting("KB_AGENT_WEB_FETCH", _switch, False)
+    embedding_base_url: str | None = setting("KB_AGENT_EMBEDDING_BASE_URL", _url, None)
+    temperature: float = setting("KB_AGENT_TEMPERATURE", Number(0.0, 2.0, "a number between 0 and 2"), 0.2,
+                                 node=True)
+    max_answer_tokens: int = setting("KB_AGENT_MAX_ANSWER_TOKENS", Integer(16), 1024, node=True)
+    context_tokens: int = setting("KB_AGENT_CONTEXT_TOKENS", Integer(1024), 8192, node=True)
+    structured_output: StructuredOutput = setting(
+        "KB_AGENT_STRUCTURED_OUTPUT", Choice(StructuredOutput), StructuredOutput.AUTO)
+    grounding: GroundingMode = setting("KB_AGENT_GROUNDING", Choice(GroundingMode), GroundingMode.NOTE, node=True)
+    store: str = setting("KB_AGENT_STORE", _store, "")
+    embedding_path: str = setting("KB_AGENT_EMBEDDING_PATH", _text, "")
 
     def __attrs_post_init__(self) -> None:
-        # Checked here as well as when parsed, so Settings(...) built in code holds too.
-        for name in ("llm_timeout",):
-            value = getattr(self, name)
-            if not isinstance(value, (int, float)) or not 0 < value <= MAX_SECONDS or not math.isfinite(value):
-                raise ConfigError(self.variable(name), value, f"a number of seconds between 0.001 and {MAX_SECONDS:g}")
-        for name in ("openai_api_key", "jira_api_token", "confluence_api_token"):
-            _secret(self.variable(name), getattr(self, name))
-        if self.embedder == "local" and not self.embedding_path.strip():
+        # Rules across settings; each field's own range is checked by its converter.
+        if self.embedder == EmbedderKind.LOCAL and not self.embedding_path.strip():
             raise ConfigError(
                 "KB_AGENT_EMBEDDING_PATH", self.embedding_path, "the folder of a sentence-transformers model (KB_AGENT_EMBEDDER=local)"
             )
@@ -269,28 +312,28 @@ class Settings:
     ) -> Settings:
         """Settings from ``environ`` (default ``os.environ``), then ``dotenv``, then overrides.
 
-        ``overrides`` use field names (``max_iterations=2``); a string value is parsed like
+        ``overrides`` use field names (``max_iterations=2``); a string value is read like
         the environment variable, any other value is checked the same way.
         """
         env = dict(os.environ if environ is None else environ)
         file_values = read_dotenv(dotenv) if dotenv else {}
         merged = {**file_values, **env}
         values: dict[str, Any] = {}
-        for name, (var, parse) in SETTINGS_TABLE.items():
+        for f in fields(cls):
+            var, kind = f.metadata["variable"], f.metadata["kind"]
             raw = merged.get(var)
-            if raw is not None and (raw.strip() or parse in (_text, _url, _secret)):
-                values[name] = parse(var, raw)
+            if raw is not None and (raw.strip() or kind in READS_EMPTY):
+                values[f.name] = kind(var, raw)
         if "llm" not in values:
             has_remote = bool(merged.get("OPENAI_API_KEY", "").strip()) or bool(
                 merged.get("OPENAI_BASE_URL", "").strip()
             )
-            values["llm"] = "openai" if has_remote else "offline"
+            values["llm"] = LLMBackend.OPENAI if has_remote else LLMBackend.OFFLINE
         known = {f.name for f in fields(cls)}
         for name, value in overrides.items():
             if name not in known:
                 raise ConfigError(name, value, "a setting name: " + ", ".join(sorted(known)))
-            var, parse = SETTINGS_TABLE[name]
-            values[name] = parse(var, value if isinstance(value, str) else _as_text(value))
+            values[name] = value
         return cls(**values)
 
     def secrets(self) -> tuple[str, ...]:
@@ -307,15 +350,13 @@ class Settings:
 
     def variable(self, name: str) -> str:
         """The environment variable behind a field, for messages."""
-        return SETTINGS_TABLE[name][0]
+        return getattr(fields(Settings), name).metadata["variable"]
 
 
-def _as_text(value: Any) -> str:
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    if value is None:
-        return ""
-    return str(value)
+# field name -> (environment variable, kind), read from the fields: for messages, docs and tests.
+SETTINGS_TABLE: dict[str, tuple[str, Kind]] = {
+    f.name: (f.metadata["variable"], f.metadata["kind"]) for f in fields(Settings)
+}
 
 
 def _shown_url(raw: str) -> str:

@@ -162,7 +162,7 @@ class Driver:
                 if refits == REFITS or window is None:
                     raise
                 refits += 1
-                cfg = evolve(cfg, context_tokens=window, max_answer_tokens=min(cfg.max_answer_tokens, window // 2))
+                cfg = cfg.with_settings(context_tokens=window, max_answer_tokens=min(cfg.max_answer_tokens, window // 2))
                 self.cfg = cfg
                 state = evolve(state, audit=state.log(
                     "context_refit", node=node.value, context_tokens=window, server_window=err.window))

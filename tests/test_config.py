@@ -79,3 +79,64 @@ def test_env_example_documents_every_setting():
     text = (Path(__file__).resolve().parents[1] / ".env.example").read_text()
     for var, _ in SETTINGS_TABLE.values():
         assert var in text, var
+
+
+# -- one record: each field carries its variable and its kind, checked in code too ---------------
+
+
+@pytest.mark.parametrize(("name", "value", "var"), [
+    ("max_iterations", 0, "KB_AGENT_MAX_ITERATIONS"),
+    ("grounding", "banana", "KB_AGENT_GROUNDING"),
+    ("vector_score_threshold", 1.5, "KB_AGENT_VECTOR_SCORE_THRESHOLD"),
+    ("top_k", 2.5, "KB_AGENT_TOP_K"),
+    ("web_fetch", "maybe", "KB_AGENT_WEB_FETCH"),
+    ("llm", "claude", "KB_AGENT_LLM"),
+    ("openai_base_url", "localhost:11434", "OPENAI_BASE_URL"),
+])
+def test_a_value_given_in_code_is_refused_like_the_same_value_in_the_environment(name, value, var):
+    with pytest.raises(ConfigError) as in_code:
+        Settings(**{name: value})
+    with pytest.raises(ConfigError) as from_env:
+        Settings.from_env(environ={var: str(value)}, dotenv=None)
+    assert str(in_code.value) == str(from_env.value)
+    assert str(in_code.value).startswith(f"{var}=")
+
+
+def test_evolve_checks_again():
+    from attrs import evolve
+
+    with pytest.raises(ConfigError, match="KB_AGENT_MAX_ITERATIONS"):
+        evolve(Settings(), max_iterations=0)
+
+
+def test_modes_are_enums_that_read_and_print_as_the_word_a_user_sets():
+    from crag.config import EmbedderKind, GroundingMode, LLMBackend, StructuredOutput
+
+    s = Settings(grounding="STRICT", llm="openai", embedder="hash", structured_output="json_object")
+    assert s.grounding is GroundingMode.STRICT and s.grounding == "strict" and f"{s.grounding}" == "strict"
+    assert (s.llm, s.embedder, s.structured_output) == (LLMBackend.OPENAI, EmbedderKind.HASH,
+                                                        StructuredOutput.JSON_OBJECT)
+    assert Settings.from_env(environ={"KB_AGENT_GROUNDING": "Off"}, dotenv=None).grounding is GroundingMode.OFF
+
+
+def test_every_setting_has_a_distinct_variable_and_its_default_reads_back_unchanged():
+    from attrs import fields
+
+    variables = [f.metadata["variable"] for f in fields(Settings)]
+    assert len(set(variables)) == len(variables) == len(SETTINGS_TABLE)
+    defaults = Settings()
+    environ = {var: "" if value is None else ("on" if value is True else "off" if value is False else str(value))
+               for var, value in ((SETTINGS_TABLE[f.name][0], getattr(defaults, f.name)) for f in fields(Settings))}
+    assert Settings.from_env(environ=environ, dotenv=None) == defaults
+
+
+def test_node_config_shows_the_nodes_the_settings_marked_for_them_and_nothing_else():
+    from crag.nodes import NodeConfig
+
+    cfg = NodeConfig(Settings(top_k=7, openai_api_key="sk-test"))
+    assert (cfg.top_k, cfg.grounding, cfg.max_iterations) == (7, "note", 3)
+    with pytest.raises(AttributeError):
+        cfg.openai_api_key  # noqa: B018 - a key is not the nodes' business
+    assert cfg.with_settings(context_tokens=2048, max_answer_tokens=512).context_tokens == 2048
+    with pytest.raises(ConfigError, match="KB_AGENT_MAX_ANSWER_TOKENS"):
+        cfg.with_settings(context_tokens=1024)

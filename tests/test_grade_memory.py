@@ -127,7 +127,7 @@ def test_a_bad_grade_memory_setting_names_the_variable():
 
 
 def test_grade_memory_is_off_by_default():
-    assert Settings().grade_memory is False and NodeConfig().grade_memory is False
+    assert Settings().grade_memory is False and NodeConfig(Settings()).grade_memory is False
 
 
 # -- properties over whole runs of the two nodes -------------------------------------------
@@ -144,7 +144,7 @@ POOL = tuple(item(n) for n in range(1, 13))
 def test_rounds_of_tool_exec_and_grade_evidence_keep_both_memories(rounds, grades, memory):
     """Any retrieval sequence: a removed item never comes back; with memory on no item is
     sent twice; with it off every grading sends the whole context, survivors first."""
-    cfg = NodeConfig(auto_approve_max_items=0, vector_score_threshold=1.0, grade_memory=memory)
+    cfg = NodeConfig(Settings(auto_approve_max_items=0, vector_score_threshold=1.0, grade_memory=memory))
     state = AgentState(QUESTION, routing_plan=RoutingPlan(Complexity.COMPLEX, ("vector_search",)))
     sent: list = []
     for found in rounds:

@@ -70,7 +70,7 @@ def test_high_vector_score_reads_the_scores_recorded_in_tool_history():
 @given(evidence_items(min_size=3, max_size=8, tool=st.just("grep_search")), grader_reply)
 def test_any_grader_reply_yields_exactly_n_scores_in_range(items, reply):
     state = _state(items, ["grep_search"])
-    cfg = NodeConfig(auto_approve_max_items=2)
+    cfg = NodeConfig(Settings(auto_approve_max_items=2))
     assert grade_evidence.prepare(state, cfg) is not None
     new = grade_evidence.apply(state, Completion(reply, "m"), cfg)
     assert len(new.evidence_scores) == len(new.context) <= len(items)

@@ -22,7 +22,7 @@ from .fakes import FakeToolbox, item
 
 QUESTION = "How do uploads retry?"
 ROUTE = '{"complexity": "complex", "suggested_tools": ["vector_search", "grep_search", "read_file"]}'
-CFG = NodeConfig(tools=builtin("vector_search", "grep_search", "read_file"), top_k=5)
+CFG = NodeConfig(Settings(top_k=5), tools=builtin("vector_search", "grep_search", "read_file"))
 
 
 def plan_reply(*calls: tuple[str, dict]) -> str:

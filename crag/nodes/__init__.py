@@ -9,10 +9,11 @@ driver performs the request in between. ``NODES`` maps each graph node to its mo
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import cache
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from attrs import field, frozen
+from attrs import evolve, field, fields, frozen
 
 from ..budget import rough_count
 from ..graph import Node
@@ -27,25 +28,26 @@ __all__ = ["NODES", "NodeConfig"]
 
 @frozen
 class NodeConfig:
-    """What the nodes need to know besides the state: thresholds, limits and the tools on offer.
+    """What the nodes need to know besides the state: the settings they read, the tools on offer
+    and a token counter.
 
-    ``count_tokens`` counts a prompt's tokens for the context budget (``crag.budget``); the
-    agent gives it the model's tiktoken encoding, the default is a rough, generous estimate.
+    ``settings`` is a ``crag.config.Settings``; the nodes read the fields it marks for them
+    (``node=True``: thresholds, limits, the answer's budget, the grounding mode) as attributes
+    of this record (``cfg.top_k``), and nothing else of it (no keys, no URLs). A setting
+    added there for the nodes is here with no change to this class. ``count_tokens`` counts a
+    prompt's tokens for the context budget (``crag.budget``); the agent gives it the model's
+    tiktoken encoding, the default is a rough, generous estimate.
     """
 
-    tools: tuple[Tool, ...] = ()
-    max_iterations: int = 3
-    auto_approve_max_items: int = 2
-    vector_score_threshold: float = 0.8
-    drop_threshold: float = 0.3
-    generate_threshold: float = 0.7
-    top_k: int = 5
-    temperature: float = 0.2
-    max_answer_tokens: int = 1024
-    context_tokens: int = 8192
-    grade_memory: bool = False
-    grounding: str = "note"
+    settings: Settings
+    tools: tuple[Tool, ...] = field(default=(), converter=tuple)
     count_tokens: Callable[[str], int] = field(default=rough_count, eq=False, repr=False)
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for names that are not this record's own.
+        if name != "settings" and name in _node_settings(type(self.settings)):
+            return getattr(self.settings, name)
+        raise AttributeError(f"NodeConfig has no attribute {name!r}")
 
     @property
     def available_tools(self) -> tuple[str, ...]:
@@ -55,24 +57,20 @@ class NodeConfig:
     def from_settings(
         cls,
         settings: Settings,
-        tools: tuple[Tool, ...],
+        tools: tuple[Tool, ...] = (),
         count_tokens: Callable[[str], int] = rough_count,
     ) -> NodeConfig:
-        return cls(
-            tools=tuple(tools),
-            max_iterations=settings.max_iterations,
-            auto_approve_max_items=settings.auto_approve_max_items,
-            vector_score_threshold=settings.vector_score_threshold,
-            drop_threshold=settings.drop_threshold,
-            generate_threshold=settings.generate_threshold,
-            top_k=settings.top_k,
-            temperature=settings.temperature,
-            max_answer_tokens=settings.max_answer_tokens,
-            context_tokens=settings.context_tokens,
-            grounding=settings.grounding,
-            count_tokens=count_tokens,
-            grade_memory=settings.grade_memory,
-        )
+        return cls(settings, tools, count_tokens)
+
+    def with_settings(self, **changes: Any) -> NodeConfig:
+        """This config with some node settings changed (checked like any setting)."""
+        return evolve(self, settings=evolve(self.settings, **changes))
+
+
+@cache
+def _node_settings(settings_class: type) -> frozenset[str]:
+    """The fields of a settings class marked for the nodes (``crag.config.setting(..., node=True)``)."""
+    return frozenset(f.name for f in fields(settings_class) if f.metadata.get("node"))
 
 
 NODES: dict[Node, ModuleType] = {
