@@ -10,7 +10,8 @@ Keyword overrides of ``from_env`` are ``Settings`` field names (``model="gpt-4o"
 ``ChatModel``; for tests ``crag.ScriptedChatModel``), ``toolbox=`` (a whole ``Toolbox``),
 ``tools=`` (``crag.Tool`` records added to the built-in tools). ``Agent(chat_model,
 toolbox, settings)`` wires the parts directly. ``await agent.aask(...)`` runs the same
-question in a worker thread so an event loop is never blocked.
+question in a worker thread so an event loop is never blocked. ``agent.search(query,
+top_k=8)`` is retrieval alone, what ``crag search`` prints: no model is asked.
 """
 
 from __future__ import annotations
@@ -26,12 +27,12 @@ from .driver import Driver
 from .errors import UsageError
 from .events import Event
 from .nodes import NodeConfig
-from .ports import ChatModel, Toolbox
+from .ports import ChatModel, Toolbox, ToolResult
 from .safe_text import valid_text
-from .state import AgentState, Citation, Message, Usage, output_converter
-from .toolspec import Tool
+from .state import AgentState, Citation, EvidenceItem, Message, Usage, output_converter
+from .toolspec import MAX_TOP_K, Tool, question_search
 
-__all__ = ["Agent", "Answer", "parse_history"]
+__all__ = ["Agent", "Answer", "parse_history", "search"]
 
 
 @frozen
@@ -196,6 +197,12 @@ class Agent:
 
         return await asyncio.to_thread(self.ask, question, list(history), on_event, stream)
 
+    def search(self, query: str, top_k: int | None = None) -> tuple[EvidenceItem, ...]:
+        """The knowledge-base passages that best match ``query``, best first: retrieval alone,
+        as ``crag search`` does it (no model call). ``top_k`` hits (default ``KB_AGENT_TOP_K``,
+        at most 50); each item has ``source``, ``start_line``, ``end_line``, ``score`` and ``text``."""
+        return search(self.toolbox, query, self.settings.top_k if top_k is None else top_k)
+
     def close(self) -> None:
         """Stop the tool threads and close what ``from_env`` opened (HTTP clients, the index)."""
         self.driver.close()
@@ -210,6 +217,20 @@ class Agent:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def search(toolbox: Toolbox, query: str, top_k: int) -> tuple[EvidenceItem, ...]:
+    """``query`` searched by the toolbox's search tool (the one that ``searches_question``),
+    ``top_k`` hits at most ``MAX_TOP_K``; ``UsageError`` for an empty query or a ``top_k`` below 1."""
+    if not isinstance(query, str) or not query.strip():
+        raise UsageError("the search query is empty")
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+        raise UsageError(f"top_k must be at least 1, got {top_k!r}")
+    call = question_search(toolbox.tools(), valid_text(query), min(top_k, MAX_TOP_K))
+    if call is None:
+        raise UsageError("no tool of this toolbox searches the knowledge base")
+    result = toolbox.run(call)
+    return tuple(result.items if isinstance(result, ToolResult) else result)
 
 
 def _token_counter(model: ChatModel) -> Callable[[str], int]:

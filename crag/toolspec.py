@@ -30,7 +30,7 @@ from typing import Any
 
 from attrs import field, frozen
 
-from .state import EvidenceItem
+from .state import EvidenceItem, ToolCall
 
 __all__ = [
     "CONFIGURED_TOP_K",
@@ -40,6 +40,7 @@ __all__ = [
     "Tool",
     "check_args",
     "planner_line",
+    "question_search",
 ]
 
 TOOL_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
@@ -147,6 +148,10 @@ class Tool:
     arguments from the question alone, for a plan reply that only names the tool (None:
     it cannot). ``enabled(settings)`` says whether the settings turn it on, and
     ``enable_hint`` how to (``set JIRA_BASE_URL``).
+
+    ``searches_question``: the tool searches the knowledge base for a text in words,
+    ``from_question(text)`` and a ``top_k`` being such a search (``question_search``; used
+    by ``Agent.search`` and ``crag search``).
     """
 
     name: str = field(validator=_check_name)
@@ -159,6 +164,7 @@ class Tool:
     advice: str = ""
     enabled: Callable[[Any], bool] = _always
     enable_hint: str = ""
+    searches_question: bool = False
 
     def __attrs_post_init__(self) -> None:
         names = [p.name for p in self.params]
@@ -166,6 +172,20 @@ class Tool:
             raise ValueError(f"tool {self.name} declares an argument twice")
         if self.question_arg is not None and self.question_arg.param not in names:
             raise ValueError(f"tool {self.name}: question_arg {self.question_arg.param!r} is not a parameter")
+        if self.searches_question and self.from_question is None:
+            raise ValueError(f"tool {self.name} searches the question but has no from_question")
+
+
+def question_search(tools: Iterable[Tool], text: str, top_k: int) -> ToolCall | None:
+    """The call that searches for ``text`` itself with ``top_k`` hits, by the first of ``tools``
+    that ``searches_question``; None when none does."""
+    for tool in tools:
+        if tool.searches_question and tool.from_question is not None:
+            args = dict(tool.from_question(text) or {})
+            if any(p.name == "top_k" for p in tool.params):
+                args["top_k"] = top_k
+            return ToolCall(tool.name, args)
+    return None
 
 
 def planner_line(tool: Tool) -> str:

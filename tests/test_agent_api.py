@@ -49,3 +49,41 @@ def test_what_extending_crag_needs_is_exported() -> None:
         assert name in crag.__all__ and getattr(crag, name) is not None
     assert isinstance(ScriptedChatModel(), crag.ChatModel)
     assert isinstance(FakeToolbox(), crag.Toolbox)
+
+
+def test_search_is_what_crag_search_prints_and_asks_no_model(tmp_path, monkeypatch) -> None:
+    import json
+
+    from crag.cli import main
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "setup.md").write_text("# Setup\n\n## Retries\n\nThe client retries failed uploads three times.\n")
+    (docs / "deploy.md").write_text("# Deploy\n\nRun the container with docker compose up.\n")
+    env = {"KB_AGENT_INDEX_DIR": str(tmp_path / "index"), "KB_AGENT_LLM": "offline"}
+    monkeypatch.chdir(tmp_path)
+    model = ScriptedChatModel({})  # any request would fail: search asks no model
+    with Agent.from_env(["docs"], environ=env, dotenv=None, chat_model=model) as agent:
+        hits = agent.search("how many times are uploads retried", top_k=2)
+        assert 1 <= len(hits) <= 2 and hits[0].source == "docs/setup.md" and "three times" in hits[0].text
+        assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+        assert len(agent.search("docker compose", top_k=500)) <= 50
+        with pytest.raises(crag.UsageError, match="empty"):
+            agent.search("  ")
+        with pytest.raises(crag.UsageError, match="top_k"):
+            agent.search("docker", top_k=0)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    from io import StringIO
+    out = StringIO()
+    monkeypatch.setattr("sys.stdout", out)
+    assert main(["search", "how many times are uploads retried", "--json", "--top-k", "2"]) == 0
+    printed = json.loads(out.getvalue())
+    assert [(h["path"], h["start_line"], h["end_line"], h["score"], h["text"]) for h in printed] == [
+        (h.source, h.start_line, h.end_line, h.score, h.text) for h in hits]
+
+
+def test_search_through_a_toolbox_without_a_search_tool_says_so() -> None:
+    agent = Agent(ScriptedChatModel({}), FakeToolbox(tools=()), Settings())
+    with pytest.raises(crag.UsageError, match="searches the knowledge base"):
+        agent.search("anything")

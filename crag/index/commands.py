@@ -117,9 +117,8 @@ def search(
     Returns the hits and the report of that indexing (None without ``kb``). ``missing``,
     when given, receives the roots of the index that are gone from disk (left out).
     """
-    from ..state import ToolCall
+    from ..agent import search as search_toolbox
     from ..tools import Toolbox
-    from ..toolspec import MAX_TOP_K
     from . import ensure_indexed
 
     if not query.strip():
@@ -130,7 +129,7 @@ def search(
     report = ensure_indexed(settings, list(kb)) if kb else None
     box = Toolbox(settings, roots=list(kb) if kb else None, cwd=cwd)
     try:
-        items = box.run(ToolCall("vector_search", {"query": query, "top_k": min(k, MAX_TOP_K)}))
+        items = search_toolbox(box, query, k)
         if missing is not None:
             missing.extend(box.missing_roots())
     finally:

@@ -64,4 +64,5 @@ TOOL = Tool(
               floor_at_default=True),
     ),
     from_question=lambda question: {"query": question.strip()},
+    searches_question=True,
 )
