@@ -59,6 +59,7 @@ __all__ = [
     "Delay",
     "Drop",
     "EmptyChoices",
+    "Events",
     "FakeOpenAIServer",
     "Garbage",
     "NoUsage",
@@ -153,7 +154,14 @@ class Drop:
     text: str = "this answer is cut off mid-stream"
 
 
-Reply = str | Text | Status | Delay | Trickle | Garbage | EmptyChoices | NullContent | Raw | Drop
+@dataclass(frozen=True)
+class Events:
+    """A 200 event stream whose body is exactly ``data`` (bytes as they are), ended cleanly."""
+
+    data: bytes
+
+
+Reply = str | Text | Status | Delay | Trickle | Garbage | EmptyChoices | NullContent | Raw | Drop | Events
 
 
 @dataclass(frozen=True)
@@ -447,6 +455,15 @@ class FakeOpenAIServer:
             if streaming and reply.after > 0:
                 return self._stream(h, body, Text(reply.text), drop_after=reply.after)
             return self._drop(h)
+        if isinstance(reply, Events):
+            h.send_response(200)
+            h.send_header("Content-Type", "text/event-stream")
+            h.send_header("Transfer-Encoding", "chunked")
+            h.end_headers()
+            _write_chunk(h, reply.data)
+            _write_chunk(h, b"")
+            h.wfile.flush()
+            return None
         if isinstance(reply, Garbage):
             if streaming:
                 return self._stream_garbage(h, reply)

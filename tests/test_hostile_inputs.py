@@ -32,7 +32,7 @@ from crag.tools import Toolbox
 from crag.tools.http import FetchError, http_get
 from tests.auth_words import AUTH_WORD, auth_word_document, auth_word_lines
 from tests.fakes import clean_env
-from tests.openai_server import FakeOpenAIServer, Status, Trickle
+from tests.openai_server import Events, FakeOpenAIServer, Garbage, Status, Trickle
 from tests.strategies import hostile_dotenv, hostile_file_name, hostile_reply
 
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
@@ -605,6 +605,96 @@ def test_12_a_reader_that_stops_reading_is_no_traceback(kb: Path, argv: tuple[st
     proc.stderr.close()
     assert proc.wait(timeout=120) == 141, err
     assert err == ""
+
+
+# -- 13. bodies crag cannot decode, streams cut mid-answer --------------------------------------
+
+
+def completion_body(content: bytes) -> bytes:
+    """A chat completion whose message content is ``content`` (bytes as they are)."""
+    head = json.dumps({"id": "c1", "object": "chat.completion", "created": 0, "model": "m", "choices": [
+        {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "CONTENT"}}]})
+    return head.encode().replace(b"CONTENT", content)
+
+
+def sse(*events: object) -> bytes:
+    return b"".join(b"data: " + (e if isinstance(e, bytes) else json.dumps(e).encode()) + b"\n\n" for e in events)
+
+
+def delta(text: str | None = None, finish: str | None = None) -> dict:
+    return {"id": "c1", "object": "chat.completion.chunk", "created": 0, "model": "m",
+            "choices": [{"index": 0, "delta": {} if text is None else {"content": text}, "finish_reason": finish}]}
+
+
+ANSWER_EVENTS = [delta("The server listens "), delta("on port 8080 [1]."), delta(finish="stop")]
+
+
+@pytest.mark.parametrize(("body", "said"), [
+    (completion_body(b"port \xff\xfe 8080"), "sent a body that is not UTF-8 text"),
+    (b"[" * 2000 + b"]" * 2000, "sent a body nested more than 64 levels deep"),
+    (completion_body(b'port 8080"' + b', "x": ' + b"[" * 2000 + b"]" * 2000 + b', "y": "'),
+     "sent a body nested more than 64 levels deep"),
+])
+def test_13_a_200_reply_crag_cannot_decode_is_one_line_in_ask_and_chat(llm: FakeOpenAIServer, body: bytes,
+                                                                      said: str) -> None:
+    # UnicodeDecodeError and RecursionError tracebacks from the openai SDK; chat died.
+    llm.default("analyze_and_route", route("simple", "vector_search"))
+    llm.default("plan", plan(("vector_search", {"query": "server port"})))
+    llm.script("synthesize", Garbage(body))
+    code, _, err = cli("ask", "which port does the server listen on?")
+    assert code == 1 and said in one_error_line(err) and "for node synthesize" in err
+    events = sse(delta("The server "), body[: len(body) // 2] if body.startswith(b"[") else body, b"[DONE]")
+    llm.script("synthesize", Events(events), "The server listens on port 8080 [1].")
+    code, out, err = cli_stdin("which port does the server listen on?\nwhich port again?\n", "chat")
+    assert code == 0 and ("not UTF-8 text" in err or "levels deep" in err), err
+    assert out.count("port 8080") >= 1  # the session went on to the next question
+
+
+@pytest.mark.parametrize("cut", range(1, len(ANSWER_EVENTS) + 1))  # (no event at all: a server ignoring stream=True)
+def test_13_a_stream_cut_before_its_finish_is_said_not_passed_off_as_an_answer(llm: FakeOpenAIServer, cut: int) -> None:
+    # A server that sent part of the answer and closed without finish_reason or [DONE]: chat
+    # printed the fragment and the usage block as if it were the answer, and exited 0.
+    llm.default("analyze_and_route", route("simple", "vector_search"))
+    llm.default("plan", plan(("vector_search", {"query": "server port"})))
+    events = ANSWER_EVENTS[:cut] if cut < len(ANSWER_EVENTS) else [*ANSWER_EVENTS, b"[DONE]"]
+    llm.script("synthesize", Events(sse(*events)))
+    code, out, err = cli_stdin("which port does the server listen on?\n", "chat")
+    assert code == 0
+    if cut == len(ANSWER_EVENTS):
+        assert "port 8080" in out and "LLM Usage Stats" in out and err == ""
+    else:
+        assert "LLM Usage Stats" not in out
+        line = err.strip().splitlines()[-1]
+        assert line.startswith("crag: error: ") and "ended the answer's stream before it was finished for node " \
+            "synthesize (no finish_reason and no [DONE])" in line, err
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(junk=st.binary(max_size=12), at=st.integers(0, 400), depth=st.integers(0, 300), cut=st.integers(0, 2000),
+       stream=st.booleans())
+def test_13_any_server_body_bytes_depth_or_cut_point_is_an_answer_or_one_line(
+    llm: FakeOpenAIServer, junk: bytes, at: int, depth: int, cut: int, stream: bool
+) -> None:
+    llm.default("analyze_and_route", route("simple", "vector_search"))
+    llm.default("plan", plan(("vector_search", {"query": "server port"})))
+    nested = b"[" * depth + b"]" * depth
+    if stream:
+        body = sse(delta("The server listens "), delta("on port 8080 [1]."), delta(finish="stop"), b"[DONE]")
+        body = body[: at % (len(body) + 1)] + junk + nested + body[at % (len(body) + 1):]
+        llm.script("synthesize", Events(body[: max(cut, 1)]))
+        code, out, err = cli_stdin("which port does the server listen on?\n", "chat")
+        assert code == 0 and "Traceback" not in err
+        assert not err or err.strip().splitlines()[-1].startswith("crag: error: LLM server ")
+    else:
+        body = completion_body(b"The server listens on port 8080 [1].")
+        body = body[: at % (len(body) + 1)] + junk + nested + body[at % (len(body) + 1):]
+        llm.script("synthesize", Garbage(body[: max(cut, 1)] if cut < len(body) else body))
+        code, out, err = cli("ask", "which port does the server listen on?")
+        assert code in (0, 1)
+        if code:
+            assert "LLM server " in one_error_line(err)
+        else:
+            assert "LLM Usage Stats" in out
 
 
 # -- the property: hostile names, .env files and server replies ------------------------------

@@ -251,3 +251,31 @@ from hypothesis import strategies as st  # noqa: E402
 @given(st.lists(st.text(max_size=120), max_size=6))
 def test_hash_embedder_matches_the_definition_on_any_text(texts: list[str]) -> None:
     assert np.array_equal(HashEmbedder(256).embed(texts), reference_hash_embed(texts, 256))
+
+
+def _body(data: list, extra: bytes = b"") -> bytes:
+    return json.dumps({"object": "list", "model": "m", "data": [
+        {"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(data)]}).encode() + extra
+
+
+@pytest.mark.parametrize(("reply", "said"), [
+    (_body([[0.1, 0.2, 0.3], [0.1, 0.2]]), "vectors of different lengths"),
+    (_body([[0.1, 0.2], [0.3, 0.4]]).replace(b'"list"', b'"l\xffst"'), r"not UTF-8 text \(byte \d+ is 0xff\)"),
+    (b"[" * 2000 + b"]" * 2000, "nested more than 64 levels deep"),
+    (_body([[0.1, 0.2], [0.3, 0.4]]).replace(b"0.3", b"NaN"), "NaN or infinity"),
+    (_body([[0.1, 0.2], [0.3, 0.4]]).replace(b"0.3", b"1e300"), "NaN or infinity"),  # inf as float32
+    (_body([[0.1, 0.2], [0.0, 0.0]]), "an all-zero vector"),
+    (_body([[0.1, 0.2], ["x", 0.4]]), "not a list of numbers"),
+    (b'{"object": "list", "data": null}', "without indexed vectors"),
+])
+def test_an_embeddings_reply_crag_cannot_use_is_one_llm_error(reply: bytes, said: str) -> None:
+    # Vectors of different lengths, bad bytes and deep nesting were tracebacks; NaN and all-zero
+    # vectors were stored, and every later hit scored 0.000.
+    from tests.openai_server import Garbage
+
+    with FakeOpenAIServer() as srv:
+        srv.script("embeddings", Garbage(reply))
+        emb = OpenAIEmbedder("fake-embed", api_key="sk-test", base_url=srv.base_url, timeout=5, max_retries=0)
+        with pytest.raises(LLMError, match=said):
+            emb.embed(["one text", "another text"])
+        assert srv.requests[0].body["encoding_format"] == "float"

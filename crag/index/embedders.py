@@ -32,8 +32,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, LLMError, LLMTimeoutError
-from ..llm.deadline import deadline_http_client, request_deadline
-from ..llm.retry import ConnectionFailure, Failure, RetryPolicy, StatusFailure, TimeoutFailure
+from ..llm.bodies import http_client
+from ..llm.deadline import request_deadline
+from ..llm.retry import BadReplyFailure, ConnectionFailure, Failure, RetryPolicy, StatusFailure, TimeoutFailure
 from ..safe_text import valid_text
 from ..text import STOPWORDS, stem
 from ..text import content_words as tokenize
@@ -110,7 +111,7 @@ class OpenAIEmbedder:
                     base_url=self._base_url or None,
                     timeout=self._timeout,
                     max_retries=0,  # retries are crag's own policy (crag.llm.retry)
-                    http_client=deadline_http_client(openai, timeout=self._timeout),
+                    http_client=http_client(openai, timeout=self._timeout),
                 )
             return self._client
 
@@ -134,13 +135,17 @@ class OpenAIEmbedder:
 
         def attempt() -> Any:
             with request_deadline(self._timeout):  # the whole exchange, not only each read
-                return client.embeddings.create(model=self.model, input=batch)
+                # Floats, not the SDK's default base64: the body crag checks is what is parsed.
+                return client.embeddings.create(model=self.model, input=batch, encoding_format="float")
 
         response = self.policy.call(attempt, self._translate)
-        data = sorted(response.data, key=lambda d: d.index)
+        data = getattr(response, "data", None)
+        if not isinstance(data, list) or not all(isinstance(getattr(d, "index", None), int) for d in data):
+            raise LLMError(f"the embeddings server sent a reply without indexed vectors ({self.model})")
+        data = sorted(data, key=lambda d: d.index)
         if len(data) != len(batch):
             raise LLMError(f"the embeddings server returned {len(data)} vectors for {len(batch)} texts")
-        return [list(d.embedding) for d in data]
+        return _checked_vectors([d.embedding for d in data], self.model)
 
     def _translate(self, exc: BaseException, failure: Failure, retries: int) -> LLMError:
         """The one place an embeddings failure becomes a crag error."""
@@ -163,6 +168,9 @@ class OpenAIEmbedder:
                 f"{_short(getattr(exc, 'message', exc))} (check KB_AGENT_EMBEDDING_MODEL)",
                 status=failure.status,
             )
+        if isinstance(failure, BadReplyFailure):
+            note = f" ({failure.note})" if failure.note else ""
+            return LLMError(f"the embeddings server {failure.what}{note} ({self.model})")
         return LLMError(f"embedding with {self.model} failed: {_short(str(exc))}")
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
@@ -190,6 +198,24 @@ class OpenAIEmbedder:
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
         np.divide(vectors, norms, out=vectors, where=norms > 0)
         return vectors
+
+
+def _checked_vectors(vectors: list[Any], model: str) -> list[list[float]]:
+    """Vectors an embeddings server sent, if they are usable: lists of numbers, all of one
+    length, finite and not all zero (such a vector scores 0 against everything); else LLMError."""
+    import numpy as np
+
+    if not all(isinstance(v, list) and v and all(type(x) in (int, float) for x in v) for v in vectors):
+        raise LLMError(f"the embeddings server sent a vector that is not a list of numbers ({model})")
+    if len({len(v) for v in vectors}) > 1:
+        raise LLMError(f"the embeddings server sent vectors of different lengths in one reply ({model})")
+    with np.errstate(over="ignore", invalid="ignore"):  # too large for float32: inf, refused below
+        array = np.asarray(vectors, dtype=np.float32)
+    if not np.isfinite(array).all():
+        raise LLMError(f"the embeddings server sent vectors holding NaN or infinity ({model})")
+    if not np.abs(array).max(axis=1).all():
+        raise LLMError(f"the embeddings server sent an all-zero vector, which matches nothing ({model})")
+    return vectors
 
 
 def _short(text: str, limit: int = 200) -> str:

@@ -10,7 +10,8 @@ Retries follow crag's one policy for OpenAI clients (``crag.llm.retry``): 429, 5
 timeouts and dropped connections, ``KB_AGENT_LLM_MAX_RETRIES`` times, honouring
 ``Retry-After``. Any other 4xx is final at once (401 and 403 point at ``OPENAI_API_KEY``).
 A stream that has already delivered text is not retried, so a reader never sees an answer
-twice.
+twice; one that ends with neither a ``finish_reason`` nor ``[DONE]`` was cut mid-answer and is
+an error like a dropped connection, never passed off as a whole answer.
 
 Structured output: a request with a ``reply_schema`` asks for ``response_format``
 ``json_schema``. With ``KB_AGENT_STRUCTURED_OUTPUT=auto`` a server that refuses it (400 or
@@ -53,7 +54,8 @@ from ..errors import ConfigError, LLMContextError, LLMError, LLMTimeoutError
 from ..ports import LLMRequest
 from ..safe_text import redact_message, valid_text
 from ..state import Completion
-from .deadline import deadline_http_client, request_deadline
+from .bodies import http_client, saw_done
+from .deadline import request_deadline
 from .retry import (
     RETRY_AFTER_CAP,
     BadReply,
@@ -179,7 +181,7 @@ class OpenAIChatModel:
         try:
             self._client = openai.OpenAI(
                 api_key=api_key, base_url=base_url, timeout=self.timeout, max_retries=0,
-                http_client=deadline_http_client(openai, timeout=self.timeout),
+                http_client=http_client(openai, timeout=self.timeout),
             )
         except openai.OpenAIError as exc:
             raise LLMError(f"cannot set up the OpenAI client: {_one_line(exc)}") from exc
@@ -405,6 +407,9 @@ class OpenAIChatModel:
                             on_delta(piece)
         if chunks == 0:  # not an event stream: the server ignored stream=True
             raise _StreamRefused
+        if finish is None and not saw_done(getattr(stream, "response", None)):
+            # Closed mid-answer: what was shown is a fragment, not an answer (as a dropped connection).
+            raise BadReply("ended the answer's stream before it was finished", "no finish_reason and no [DONE]")
         return _Reply("".join(delivered), usage, finish)
 
     # -- accounting ------------------------------------------------------------------------

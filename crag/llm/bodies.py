@@ -1,0 +1,187 @@
+"""Every body an OpenAI-compatible server sends crag is checked before any library parses it.
+
+The openai SDK decodes what a server sends with the standard library: a reply whose
+``content`` holds bytes that are not UTF-8 was a ``UnicodeDecodeError`` traceback, JSON
+nested 2,000 deep a ``RecursionError``, and a body of any size was read whole. The HTTP
+client crag gives the SDK (``http_client``) checks each response's body on its way in:
+
+* a JSON body is read up to ``MAX_BODY_BYTES``, then must be UTF-8 and nest at most
+  ``MAX_DEPTH`` arrays and objects deep;
+* an event stream (``text/event-stream``) is passed on line by line, each line checked the
+  same way once it is whole (at most ``MAX_LINE_BYTES``, the stream ``MAX_BODY_BYTES`` in all),
+  so the SDK's decoder only ever sees checked lines; ``saw_done`` tells whether it ended with
+  ``data: [DONE]``.
+
+A 2xx body that breaks a limit raises ``BadReply`` (one line through the adapters' boundary,
+never retried); an error body (4xx, 5xx) that does is dropped, so the status still tells what
+happened. Bodies are asked for without compression (``Accept-Encoding: identity``), so the
+bytes checked are the bytes parsed. The client also keeps ``crag.llm.deadline``'s total
+deadline.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+from .deadline import deadline_http_client
+from .retry import BadReply
+
+__all__ = ["MAX_BODY_BYTES", "MAX_DEPTH", "MAX_LINE_BYTES", "check_json", "http_client", "saw_done"]
+
+MAX_BODY_BYTES = 64 << 20  # an embeddings reply of 128 vectors of 3,072 floats is about 8 MiB
+MAX_LINE_BYTES = 4 << 20  # one event of a stream: a delta of a few tokens
+MAX_DEPTH = 64  # no reply of the chat or embeddings API nests more than a handful
+
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+def json_depth(body: bytes) -> int:
+    """How deep arrays and objects nest in ``body`` (JSON text), found without parsing it."""
+    brackets = _STRING.sub(b"", body).translate(None, _NOT_BRACKETS)
+    if len(brackets) <= MAX_DEPTH:
+        return (len(brackets) + 1) // 2
+    import numpy as np
+
+    steps = np.frombuffer(brackets, dtype=np.uint8)
+    opening = (steps == ord("[")) | (steps == ord("{"))
+    return int(np.cumsum(np.where(opening, 1, -1)).max())
+
+
+def check_json(body: bytes, what: str = "a body") -> str:
+    """``body`` as text when it is UTF-8 JSON text within the limits; else ``BadReply``."""
+    if len(body) > MAX_BODY_BYTES:
+        raise BadReply(f"sent {what} over {MAX_BODY_BYTES >> 20} MiB")
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadReply(f"sent {what} that is not UTF-8 text", f"byte {exc.start} is 0x{body[exc.start]:02x}") from None
+    if json_depth(body) > MAX_DEPTH:
+        raise BadReply(f"sent {what} nested more than {MAX_DEPTH} levels deep")
+    return text
+
+
+class _Checked:
+    """A response's byte stream, checked as the module docstring says."""
+
+    def __init__(self, inner: Any, events: bool, error: bool) -> None:
+        self._inner = inner
+        self._events = events
+        self._error = error
+        self.done = False  # an event stream's "data: [DONE]" went by
+
+    def __iter__(self) -> Iterator[bytes]:
+        return self._lines() if self._events else self._whole()
+
+    def _whole(self) -> Iterator[bytes]:
+        parts: list[bytes] = []
+        size = 0
+        for chunk in self._inner:
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                if self._error:
+                    return
+                raise BadReply(f"sent a body over {MAX_BODY_BYTES >> 20} MiB")
+            parts.append(chunk)
+        body = b"".join(parts)
+        try:
+            check_json(body)
+        except BadReply:
+            if self._error:
+                return  # the status says what went wrong; a body no one can read adds nothing
+            raise
+        yield body
+
+    def _lines(self) -> Iterator[bytes]:
+        pending = b""
+        size = 0
+        for chunk in self._inner:
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                raise BadReply(f"sent an event stream over {MAX_BODY_BYTES >> 20} MiB")
+            pending += chunk
+            if b"\n" not in chunk:
+                if len(pending) > MAX_LINE_BYTES:
+                    raise BadReply(f"sent an event over {MAX_LINE_BYTES >> 20} MiB")
+                continue
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                _check_line(line)
+                self.done = self.done or line.rstrip(b"\r") == b"data: [DONE]"
+            yield b"\n".join(lines) + b"\n"
+        if pending:
+            _check_line(pending)
+            self.done = self.done or pending.rstrip(b"\r") == b"data: [DONE]"
+            yield pending
+
+    def close(self) -> None:
+        close = getattr(self._inner, "close", None)
+        if close is not None:
+            close()
+
+
+def saw_done(response: Any) -> bool:
+    """Whether the event stream of ``response`` (read through this module's client) sent ``[DONE]``."""
+    return bool(getattr(getattr(response, "stream", None), "done", False))
+
+
+def _check_line(line: bytes) -> None:
+    if len(line) > MAX_LINE_BYTES:
+        raise BadReply(f"sent an event over {MAX_LINE_BYTES >> 20} MiB")
+    check_json(line, "an event")
+
+
+def _response_hook(base: type) -> Any:
+    """The client's response hook: the body is checked as it is read (see the module docstring).
+    ``base`` is the HTTP library's ``SyncByteStream``, which a response's stream must be."""
+    checked = type("CheckedStream", (_Checked, base), {})
+    decoded = type("DecodedStream", (_Decoded, base), {})
+
+    def hook(response: Any) -> None:
+        encoding = response.headers.get("content-encoding", "identity").strip().lower()
+        if encoding not in ("", "identity"):
+            # Compressed although crag asked for identity: check the bytes once decoded, when
+            # the HTTP library lets its decoder be reached; else leave them to it.
+            decoder = getattr(response, "_get_content_decoder", None)
+            if decoder is None:
+                return
+            response.stream = decoded(response.stream, decoder())
+            del response.headers["content-encoding"]
+        events = "text/event-stream" in response.headers.get("content-type", "")
+        response.stream = checked(response.stream, events, response.status_code >= 400)
+
+    return hook
+
+
+class _Decoded:
+    """A compressed byte stream, decoded (so that what is checked is what will be parsed)."""
+
+    def __init__(self, inner: Any, decoder: Any) -> None:
+        self._inner = inner
+        self._decoder = decoder
+
+    def __iter__(self) -> Iterator[bytes]:
+        for chunk in self._inner:
+            yield self._decoder.decode(chunk)
+        yield self._decoder.flush()
+
+    def close(self) -> None:
+        close = getattr(self._inner, "close", None)
+        if close is not None:
+            close()
+
+
+def http_client(openai_module: Any, **kwargs: Any) -> Any:
+    """The HTTP client for ``openai.OpenAI(http_client=...)``: bodies checked, requests held to
+    ``crag.llm.deadline``'s total deadline."""
+    client = deadline_http_client(openai_module, **kwargs)
+    library = next(
+        sys.modules[cls.__module__.split(".")[0]] for cls in type(client).__mro__
+        if cls.__module__.split(".")[0] in ("httpx2", "httpx")
+    )
+    client.headers["Accept-Encoding"] = "identity"
+    client.event_hooks["response"].append(_response_hook(library.SyncByteStream))
+    return client
