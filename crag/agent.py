@@ -91,6 +91,39 @@ def _answer_json(a: Answer) -> dict[str, Any]:
 output_converter.register_unstructure_hook(Answer, _answer_json)
 
 
+# No token of the encodings crag counts with (cl100k_base, o200k_base) is longer than 128
+# characters, so a text of more than 128 x KB_AGENT_CONTEXT_TOKENS characters cannot fit the
+# window: it is refused (a question) or left out (the oldest turns of a history) before any
+# tokenizing, which for a 300 MB question took minutes and gigabytes.
+MAX_TOKEN_CHARS = 128
+
+
+def input_limit(settings: Settings) -> int:
+    """The most characters a question can have and still fit ``KB_AGENT_CONTEXT_TOKENS``."""
+    return MAX_TOKEN_CHARS * settings.context_tokens
+
+
+def too_long(what: str, size: int, settings: Settings) -> UsageError:
+    """The refusal of an input that cannot fit the model's window, said before tokenizing it."""
+    return UsageError(
+        f"{what} is {size:,} characters, more than can fit KB_AGENT_CONTEXT_TOKENS={settings.context_tokens} "
+        f"({input_limit(settings):,} characters at most): shorten it"
+    )
+
+
+def _fitting_turns(turns: Sequence[Message], limit: int) -> tuple[Message, ...]:
+    """The newest turns whose text adds up to at most ``limit`` characters: older ones could
+    never fit the window, and the budget drops the oldest turns first anyway."""
+    kept: list[Message] = []
+    size = 0
+    for turn in reversed(turns):
+        size += len(turn.content)
+        if size > limit:
+            break
+        kept.append(turn)
+    return tuple(reversed(kept))
+
+
 def parse_history(messages: Iterable[Any]) -> tuple[Message, ...]:
     """Earlier turns as ``Message`` records, from dicts with ``role`` and ``content``."""
     out = []
@@ -174,8 +207,11 @@ class Agent:
         """Answer one question. ``history`` is a list of ``{"role", "content"}`` dicts or Messages."""
         if not isinstance(question, str) or not question.strip():
             raise UsageError("the question is empty")
+        limit = input_limit(self.settings)
+        if len(question) > limit and len(question := question.strip()) > limit:
+            raise too_long("the question", len(question), self.settings)
         # Bytes that were not UTF-8 (a command line, a JSON escape) cannot go to a server as they are.
-        turns = tuple(Message(m.role, valid_text(m.content)) for m in parse_history(history))
+        turns = tuple(Message(m.role, valid_text(m.content)) for m in _fitting_turns(parse_history(history), limit))
         state = self.driver.run(valid_text(question.strip()), turns, on_event, stream)
         return Answer(
             answer=state.answer or "",

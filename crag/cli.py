@@ -312,12 +312,17 @@ def cmd_search(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return 0
 
 
-def _read_history(path: str) -> list:
+def _read_history(path: str, limit: int) -> list:
+    """The messages of a ``--history`` file of at most ``limit`` bytes (read no further)."""
     import json
 
     try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
+        with open(path, "rb") as f:
+            raw = f.read(limit + 1)
+        if len(raw) > limit:
+            raise UsageError(f"--history file {path} is over {limit:,} bytes, more than a conversation crag could "
+                             "use: keep its latest turns")
+        data = json.loads(raw.decode("utf-8"))
     except FileNotFoundError:
         raise UsageError(f"--history file {path} does not exist") from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -398,14 +403,18 @@ def _not_utf8(text: str) -> bool:
     return any("\udc80" <= ch <= "\udcff" for ch in text)
 
 
-def _question(args: argparse.Namespace) -> str:
-    """The question's words joined, or standard input when the question is ``-``."""
+def _question(args: argparse.Namespace, limit: int) -> str:
+    """The question's words joined, or standard input when the question is ``-`` (at most
+    ``limit`` characters of it are read: ``ask - < /dev/zero`` is refused, not read forever)."""
     if args.words == ["-"]:
         _undecodable_bytes_kept(args.stdin)
         try:
-            text = args.stdin.read()
+            text = args.stdin.read(limit + 1)
         except UnicodeDecodeError:
             text = "\udcff"
+        if len(text) > limit:
+            raise UsageError(f"the question read from standard input is over {limit:,} characters, more than can "
+                             "fit KB_AGENT_CONTEXT_TOKENS: shorten it")
         if _not_utf8(text):
             raise UsageError("the question read from standard input is not UTF-8 text: save it as UTF-8")
         if not text.strip():
@@ -415,11 +424,11 @@ def _question(args: argparse.Namespace) -> str:
 
 
 def cmd_ask(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from .agent import parse_history
+    from .agent import input_limit, parse_history
 
-    history = parse_history(_read_history(args.history)) if args.history else ()
-    _settings()  # validate configuration before any work
-    question = _question(args)
+    limit = input_limit(_settings())  # (the configuration is validated before any work)
+    history = parse_history(_read_history(args.history, 4 * limit)) if args.history else ()
+    question = _question(args, limit)
     with _agent(args, err) as agent:
         result = agent.ask(question, history=history)
     if args.json:
@@ -480,8 +489,9 @@ class _Progress:
         self.out.flush()
 
 
-def _line_reader(stdin: TextIO, out: TextIO):
-    """Reads one line after a prompt; on a terminal through ``input()`` with ``readline``.
+def _line_reader(stdin: TextIO, out: TextIO, limit: int):
+    """Reads one line after a prompt (at most ``limit`` characters of a line that is not typed);
+    on a terminal through ``input()`` with ``readline``.
 
     With the standard library's ``readline`` (absent on some platforms), the arrow keys edit
     the line and Up/Down walk through the session's earlier questions. Returns "" at the end.
@@ -507,7 +517,11 @@ def _line_reader(stdin: TextIO, out: TextIO):
     def read_stream(prompt: str) -> str:
         out.write(prompt)
         out.flush()
-        return stdin.readline()
+        line = stdin.readline(limit + 1)
+        if len(line) > limit:
+            raise UsageError(f"a line of standard input is over {limit:,} characters, more than can fit "
+                             "KB_AGENT_CONTEXT_TOKENS: shorten it")
+        return line
 
     return read_stream
 
@@ -529,7 +543,9 @@ def cmd_chat(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         _open_index(agent)
         out.write("crag chat: ask about your knowledge base; an empty line or Ctrl-D ends the session.\n")
         _undecodable_bytes_kept(args.stdin)
-        read_line = _line_reader(args.stdin, out)
+        from .agent import input_limit
+
+        read_line = _line_reader(args.stdin, out, input_limit(settings))
         while True:
             try:
                 line = read_line("\nyou> ")

@@ -16,6 +16,8 @@ import os
 import re
 import socket
 import sqlite3
+import subprocess
+import sys
 import tempfile
 import threading
 from pathlib import Path
@@ -592,11 +594,40 @@ def test_12_a_history_file_nested_too_deeply_is_one_line(kb: Path, tmp_path: Pat
     assert code == 2 and not out and "--history" in one_error_line(err)
 
 
+@pytest.mark.parametrize("argv", [("ask", "-"), ("ask", "--history", "/dev/zero", "which port?"), ("chat",)])
+def test_12_endless_input_is_refused_before_tokenizing_within_memory(kb: Path, argv: tuple[str, ...]) -> None:
+    # `ask - < /dev/zero` reached 6.1 GB in 10 s, `ask --history /dev/zero` 7.5 GB in 20 s.
+    import resource
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    with open("/dev/zero", "rb") as zero:
+        run = subprocess.run([sys.executable, "-m", "crag", *argv], stdin=zero, capture_output=True, text=True,
+                             env=env, timeout=60)
+    assert run.returncode == 2 and "more than" in one_error_line(run.stderr.split("you> ")[-1]), run.stderr
+    assert resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss < 1024 * 1024  # KiB: under 1 GB
+
+
+def test_12_a_question_longer_than_any_window_is_refused_before_tokenizing(kb: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A 300 MB question took over 60 s and 14.7 GB before a refusal: tokenizing what can never fit.
+    from crag import Agent
+    from crag.errors import UsageError
+
+    monkeypatch.setenv("KB_AGENT_CONTEXT_TOKENS", "1024")  # at most 128 x 1024 characters
+    monkeypatch.setenv("KB_AGENT_MAX_ANSWER_TOKENS", "256")
+    code, _, err = cli_stdin("which port? " * 20000, "ask", "-")
+    assert code == 2 and "is over 131,072 characters" in one_error_line(err)
+    with Agent.from_env() as agent:
+        with pytest.raises(UsageError, match=r"the question is 300,000,000 characters, more than can fit "
+                                             r"KB_AGENT_CONTEXT_TOKENS=1024 \(131,072 characters at most\)"):
+            agent.ask("a" * 300_000_000)
+        # Turns older than what could ever fit are left out before counting, as the budget would.
+        old = [{"role": "user", "content": "x " * 200_000}, {"role": "assistant", "content": "ok"}]
+        answer = agent.ask("which port does the server listen on?", history=[*old, {"role": "user", "content": "hi"}])
+        assert "8080" in answer.answer
+
+
 @pytest.mark.parametrize("argv", [("search", "server port", "--json"), ("ask", "which port?"), ("roots",)])
 def test_12_a_reader_that_stops_reading_is_no_traceback(kb: Path, argv: tuple[str, ...]) -> None:
-    import subprocess
-    import sys
-
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     proc = subprocess.Popen([sys.executable, "-m", "crag", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             stdin=subprocess.DEVNULL, env=env)
