@@ -15,6 +15,9 @@ thing everywhere crag compares texts:
 * ``keywords(text)``: what a question asks about: stemmed content words without repeats,
   with ``QUESTION_FILLER`` (``tell``, ``explain``, ``please``...) dropped too and runs of
   CJK characters turned into character bigrams. The offline backend ranks evidence by them.
+* ``in_vocabulary(word, vocabulary)``: whether a stemmed word is one of a text's: the same
+  stem, or a word and a longer one sharing their first ``PREFIX`` letters or more
+  (``config`` and ``configuration``). Grounding and the offline backend compare by it.
 * ``one_line(text, limit)``: any text as one line of single spaces, for messages.
 """
 
@@ -23,10 +26,12 @@ from __future__ import annotations
 import re
 
 __all__ = [
+    "PREFIX",
     "QUESTION_FILLER",
     "STOPWORDS",
     "WORD",
     "content_words",
+    "in_vocabulary",
     "keywords",
     "one_line",
     "stem",
@@ -125,6 +130,19 @@ def keywords(text: str) -> list[str]:
             if gram not in out:
                 out.append(gram)
     return out
+
+
+PREFIX = 4  # fewest letters two words share at their start to count as one (``in_vocabulary``)
+
+
+def in_vocabulary(word: str, vocabulary: set[str] | frozenset[str]) -> bool:
+    """Whether ``word`` is in ``vocabulary``, or it and a word of it, both at least ``PREFIX``
+    letters long, are one the other's beginning."""
+    if word in vocabulary:
+        return True
+    if len(word) < PREFIX:
+        return False
+    return any(len(other) >= PREFIX and (other.startswith(word) or word.startswith(other)) for other in vocabulary)
 
 
 def one_line(text: object, limit: int | None = None) -> str:

@@ -40,7 +40,7 @@ from ..config import Settings
 from ..errors import LLMError
 from ..ports import AnalyzeTask, GradeTask, LLMRequest, PlanTask, SynthesizeTask
 from ..state import Completion, EvidenceItem, Message, ToolRun
-from ..text import STOPWORDS, keywords, stem
+from ..text import STOPWORDS, in_vocabulary, keywords, stem
 from ..text import words as split_words
 from ..toolspec import MAX_TOP_K, ArgumentError, Tool, check_args
 
@@ -88,22 +88,12 @@ _MAX_QUOTES = 5
 _PER_ITEM = 2
 
 
-def _matches(word: str, vocabulary: set[str]) -> bool:
-    if word in vocabulary:
-        return True
-    if len(word) < 4:
-        return False
-    return any(
-        len(other) >= 4 and (other.startswith(word) or word.startswith(other)) for other in vocabulary
-    )
-
-
 def overlap(question_words: Sequence[str], text: str) -> float:
     """Share of ``question_words`` found in ``text`` (prefix matches count), 0..1."""
     if not question_words:
         return 0.0
     vocabulary = set(keywords(text))
-    return sum(1 for w in question_words if _matches(w, vocabulary)) / len(question_words)
+    return sum(1 for w in question_words if in_vocabulary(w, vocabulary)) / len(question_words)
 
 
 def _follow_up_terms(history: Sequence[Message], words: Sequence[str]) -> list[str]:
@@ -385,7 +375,7 @@ class OfflineChatModel:
         for k, item in enumerate(task.items):
             for pos, quote in _quotable(item.text, task.question):
                 vocabulary = set(keywords(quote))
-                hits = sum(1 for w in words if _matches(w, vocabulary))
+                hits = sum(1 for w in words if in_vocabulary(w, vocabulary))
                 if quote.startswith(("```", "~~~")):
                     hits = hits - 0.5 if hits >= 2 else 0  # code: only when it names the subject
                 if hits > 0:
