@@ -31,6 +31,7 @@ __all__ = [
     "Grade",
     "GraderAction",
     "GroundingReport",
+    "Judgement",
     "Message",
     "NodeUsage",
     "RoutingPlan",
@@ -273,13 +274,28 @@ class Citation:
 
 
 @frozen
+class Judgement:
+    """Grounding's verdict on one judged sentence (or code block, or table): whether the
+    evidence supports it, and the rule that decided (``crag.grounding.RULES``; ``none``
+    when no rule held; ``clauses`` when it was judged clause by clause, with the clauses'
+    own verdicts)."""
+
+    sentence: str
+    supported: bool
+    rule: str
+    clauses: tuple[Judgement, ...] = ()
+
+
+@frozen
 class GroundingReport:
     """How many answer sentences were judged against the evidence, how many it supports,
-    and the text of those it does not (``ask --json``'s ``grounding``)."""
+    the text of those it does not, and each verdict with its rule (``ask --json``'s
+    ``grounding``)."""
 
     sentences: int = 0
     supported: int = 0
     unsupported: tuple[str, ...] = ()
+    judgements: tuple[Judgement, ...] = ()
 
 
 @frozen
@@ -366,11 +382,26 @@ def _usage_json(u: Usage) -> dict[str, Any]:
 
 def _make_output_converter() -> cattrs.Converter:
     """``converter`` plus the shapes of crag's JSON output (``ask --json``, the MCP server):
-    usage with its totals and rounded latencies, an audit event as one flat object."""
+    usage with its totals and rounded latencies, an audit event as one flat object, the
+    grounding report as SPEC's three fields and a verdict without empty clauses."""
     out = converter.copy()
     out.register_unstructure_hook(NodeUsage, _node_usage_json)
     out.register_unstructure_hook(Usage, _usage_json)
     out.register_unstructure_hook(AuditEvent, lambda e: {"event": e.event, **out.unstructure(dict(e.fields))})
+    out.register_unstructure_hook(GroundingReport, _grounding_json)
+    out.register_unstructure_hook(Judgement, _judgement_json)
+    return out
+
+
+def _grounding_json(g: GroundingReport) -> dict[str, Any]:
+    """SPEC's ``grounding`` object, exactly its three fields; the verdicts go in ``judgements``."""
+    return {"sentences": g.sentences, "supported": g.supported, "unsupported": list(g.unsupported)}
+
+
+def _judgement_json(j: Judgement) -> dict[str, Any]:
+    out: dict[str, Any] = {"sentence": j.sentence, "supported": j.supported, "rule": j.rule}
+    if j.clauses:
+        out["clauses"] = [_judgement_json(c) for c in j.clauses]
     return out
 
 

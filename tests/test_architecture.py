@@ -1,5 +1,5 @@
 """The core is pure: no I/O library, and no crag module that does I/O, in state, graph,
-grading, prompts, answer, text, toolspec, schemas, searches, ports or nodes."""
+grading, prompts, answer, text, toolspec, schemas, searches, ports, grounding or nodes."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ IO_LIBRARIES = {"openai", "faiss", "httpx", "httpx2", "sqlite3", "time", "socket
 # the loop around the core: the core may name them only for type checkers.
 IO_MODULES = {"config", "llm", "tools", "index", "cli", "mcp_server", "driver", "agent", "__main__"}
 CORE = ["state.py", "graph.py", "grading.py", "answer.py", "ports.py", "text.py", "toolspec.py", "schemas.py", "events.py",
-        "searches.py", "grounding.py", "sentences.py", *[f"{package}/{p.name}" for package in ("nodes", "prompts")
+        "searches.py", "sentences.py", *[f"{package}/{p.name}" for package in ("nodes", "prompts", "grounding")
                          for p in sorted((CRAG / package).glob("*.py"))]]
 
 

@@ -1,0 +1,273 @@
+"""What a piece of an answer claims: its content words, its anchors and its polarity.
+
+``claims(text)`` reads a sentence (markers ignored) into a ``Claims`` record:
+
+* content words: stemmed words that are neither stop words, answer scaffolding ("Here is
+  what I found"), negations nor numbers;
+* anchors: what must appear verbatim in the evidence, of the kinds ``ANCHOR_KINDS`` lists
+  (inline code, URLs, identifiers, numbers, month names), each kind with how it is found in
+  an answer and how an evidence text is read for it;
+* polarity: whether the sentence negates (``NEGATION`` words, or any ``n't``).
+
+It also owns the two tests on a whole sentence that decide whether it is judged at all
+(``restates``, ``lead_in``) and how a sentence is cut into clauses (``clauses``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+
+from attrs import frozen
+
+from ..answer import MARKER, code_split
+from ..text import STOPWORDS, in_vocabulary, stem, words
+
+__all__ = [
+    "ANCHOR_KINDS",
+    "CLAUSE_WORDS",
+    "SCAFFOLDING",
+    "UNSUPPORTED_TAG",
+    "AnchorKind",
+    "Claims",
+    "claims",
+    "clauses",
+    "has_anchor",
+    "lead_in",
+    "negated",
+    "restates",
+    "strip_markers",
+]
+
+UNSUPPORTED_TAG = "[unsupported]"
+CLAUSE_WORDS = 3  # fewest content words and anchors of a clause judged on its own
+_CLAUSE_BREAK = re.compile(r"[,;][ \t]+")
+
+# Words that make a sentence about the answer rather than about the subject.
+SCAFFOLDING = frozenset(
+    """
+    answer answers summary summarize summarized found find following follows here below above
+    evidence source sources documentation docs doc document documents based according
+    information info passage passages provided context question questions mention mentions
+    mentioned say says said see sure certainly hope helps help note notes detail details
+    relevant available let look looks steps step overview quick short brief like would
+    welcome glad happy pleasure feel free ask asking hesitate reach assist assistance anything
+    else thanks thank need re ve ll follow example examples
+    """.split()
+)  # and courtesy: "You're welcome!", "Feel free to ask if you have other questions."
+NEGATION = frozenset(
+    "not no never cannot can't won't don't doesn't isn't aren't wasn't weren't shouldn't mustn't "
+    "didn't couldn't wouldn't hasn't haven't hadn't without none neither nor".split()
+)
+NUMBER_WORDS = {
+    w: str(n) for n, w in enumerate(
+        "zero _ two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
+        "sixteen seventeen eighteen nineteen twenty".split()) if w != "_"
+} | {"thirty": "30", "forty": "40", "fifty": "50", "sixty": "60", "seventy": "70", "eighty": "80",
+     "ninety": "90", "hundred": "100", "thousand": "1000", "million": "1000000", "billion": "1000000000",
+     "twice": "2"}
+_DIGIT_WORDS = {digits: word for word, digits in NUMBER_WORDS.items() if word != "twice"}
+# Month names are anchors of a date ("May" is left out: it is mostly a verb).
+_MONTHS = "january february march april june july august september october november december".split()
+
+_INLINE_CODE = re.compile(r"`([^`\n]+)`")
+_URL = re.compile(r"https?://[^\s<>()\[\]`\"']+")
+_LINK_TARGET = re.compile(r"\]\([^)\s]*\)")
+_NUMBER = re.compile(r"(?<![\w])v?(\d+(?:[.,:/-]\d+)*)")
+_IDENT = re.compile(
+    r"(?<![\w./-])(?:--?[A-Za-z][\w-]*|[A-Za-z_][\w-]*(?:[./][\w-]+)+|[A-Za-z]*_[\w]*|"
+    r"[a-z]+[A-Z][\w]*|[A-Z]+[a-z]+[A-Z][\w]*|[A-Z][A-Z0-9]*_[A-Z0-9_]+)(?![\w])"
+)
+_MONTH = re.compile(r"\b(" + "|".join(_MONTHS) + r")\b", re.I)
+_NOT_IDENT = frozenset({"e.g", "i.e", "a.k.a", "vs", "etc"})
+PREFIX = re.compile(r"^[ \t]*(?:>[ \t]?)*(?:(?:[-*+]|\d{1,3}[.)])[ \t]+)?")  # "> ", "- ", "1. "; not "**bold**"
+
+
+# -- anchor kinds ----------------------------------------------------------------------------
+
+
+def _find_code(text: str) -> Iterable[str]:
+    for m in _INLINE_CODE.finditer(text):
+        code = " ".join(m.group(1).split())
+        if code:
+            yield code
+
+
+def _find_urls(text: str) -> Iterable[str]:
+    return (m.group(0).rstrip(".,;:!?") for m in _URL.finditer(text))
+
+
+def _find_idents(text: str) -> Iterable[str]:
+    for m in _IDENT.finditer(text):
+        token = m.group(0)
+        if token.lower() in _NOT_IDENT or ("/" in token and not token.startswith("/") and not any(
+                ch in token for ch in "._")):
+            continue  # "e.g", "read/write": prose, not an identifier
+        yield token
+
+
+def _find_numbers(text: str) -> Iterable[str]:
+    return (m.group(1).rstrip(".,:/-") for m in _NUMBER.finditer(text))
+
+
+def _find_months(text: str) -> Iterable[str]:
+    return (m.group(1).lower() for m in _MONTH.finditer(text))
+
+
+def _find_number_words(text: str) -> Iterable[str]:
+    return (w for w in words(text) if w in NUMBER_WORDS)
+
+
+def _holds_verbatim_flat(anchor: str, text: str, flat: str) -> bool:
+    return anchor in flat  # whitespace aside
+
+
+def _holds_verbatim(anchor: str, text: str, flat: str) -> bool:
+    return anchor in text
+
+
+def _holds_number(anchor: str, text: str, flat: str) -> bool:
+    """"3" and "three" are the same number; "3" is not part of "3.10" nor of "13"."""
+    if anchor.isalpha():
+        forms = [anchor, NUMBER_WORDS[anchor]]
+    else:
+        forms = [anchor] + ([_DIGIT_WORDS[anchor]] if anchor in _DIGIT_WORDS else [])
+    return any(
+        re.search((r"\b" + re.escape(f) + r"\b") if f.isalpha()
+                  else (r"(?<!\d)(?<!\d[.,:])" + re.escape(f) + r"(?!\d|[.,:]\d)"), text, re.I)
+        for f in forms
+    )
+
+
+def _holds_month(anchor: str, text: str, flat: str) -> bool:
+    return re.search(rf"\b(?:{anchor}|{anchor[:3]})\b", text, re.I) is not None
+
+
+def _holds_word(anchor: str, text: str, flat: str) -> bool:
+    return re.search(r"(?<![\w])" + re.escape(anchor) + r"(?![\w])", text, re.I) is not None
+
+
+@frozen
+class AnchorKind:
+    """One kind of anchor: how an answer's text is searched for it (``find``), whether the
+    text is then hidden from the kinds after it (``hides``: a URL's digits are not a
+    number), and how an evidence text is read for one (``held(anchor, text, flat)``, where
+    ``flat`` is the text with its whitespace made single spaces)."""
+
+    name: str
+    find: Callable[[str], Iterable[str]]
+    held: Callable[[str, str, str], bool]
+    hides: tuple[re.Pattern[str], ...] = ()
+
+
+# In the order they are read; a kind's ``hides`` apply to all the kinds after it.
+ANCHOR_KINDS: tuple[AnchorKind, ...] = (
+    AnchorKind("code", _find_code, _holds_verbatim_flat, hides=(_INLINE_CODE,)),
+    AnchorKind("url", _find_urls, _holds_verbatim, hides=(_URL, _LINK_TARGET)),  # and a Markdown link's target
+    AnchorKind("ident", _find_idents, _holds_word),
+    AnchorKind("number", _find_numbers, _holds_number),
+    AnchorKind("month", _find_months, _holds_month),
+    AnchorKind("number", _find_number_words, _holds_number),  # "three", after the digits
+)
+_HELD = {kind.name: kind.held for kind in ANCHOR_KINDS}
+_HIDDEN_AS = {_LINK_TARGET: "] "}  # what a hidden match leaves behind (else a space)
+
+
+def has_anchor(kind: str, anchor: str, text: str, flat: str) -> bool:
+    """Whether ``text`` (``flat``: the same with single spaces) holds ``anchor`` of ``kind``."""
+    return _HELD[kind](anchor, text, flat)
+
+
+# -- claims ----------------------------------------------------------------------------------
+
+
+@frozen
+class Claims:
+    """What a piece says: content words (stemmed) and anchors that must appear verbatim."""
+
+    words: frozenset[str]
+    anchors: tuple[tuple[str, str], ...]  # (kind, text): code, url, number, ident, month
+    negated: bool
+
+    @property
+    def empty(self) -> bool:
+        return not self.words and not self.anchors
+
+
+def strip_markers(text: str) -> str:
+    """``text`` without its ``[K]`` markers and ``[unsupported]`` tags (code left alone)."""
+    pieces = code_split(text)
+    for i in range(0, len(pieces), 2):
+        pieces[i] = MARKER.sub("", pieces[i]).replace(UNSUPPORTED_TAG, "")
+    return "".join(pieces)
+
+
+def negated(text: str) -> bool:
+    """Whether ``text`` holds a negation word (``NEGATION``, or any ``n't``)."""
+    low = text.lower().replace("’", "'")
+    tokens = re.findall(r"[a-z]+(?:'[a-z]+)?", low)
+    return any(t in NEGATION or t.endswith("n't") for t in tokens)
+
+
+def claims(text: str) -> Claims:
+    """The content words and anchors of a piece of answer text (markers ignored)."""
+    prose = PREFIX.sub("", strip_markers(text), count=1)
+    anchors: list[tuple[str, str]] = []
+    for kind in ANCHOR_KINDS:
+        anchors.extend((kind.name, a) for a in kind.find(prose))
+        for pattern in kind.hides:
+            prose = pattern.sub(_HIDDEN_AS.get(pattern, " "), prose)
+    content = set()
+    for w in words(prose):
+        if w.isdigit() or w in STOPWORDS or w in SCAFFOLDING or w in NEGATION or w in NUMBER_WORDS:
+            continue
+        s = stem(w)
+        if len(s) < 2 or s in STOPWORDS or s in SCAFFOLDING:
+            continue
+        content.add(s)
+    return Claims(frozenset(content), tuple(dict.fromkeys(anchors)), negated(prose))
+
+
+# -- sentences that are not judged, and clauses ----------------------------------------------
+
+
+def restates(c: Claims, asked: frozenset[str]) -> bool:
+    """Text that only restates the question: no anchor, and every content word of it is one
+    of the question's."""
+    return bool(asked) and not c.anchors and all(in_vocabulary(w, asked) for w in c.words)
+
+
+def lead_in(c: Claims, text: str, asked: frozenset[str]) -> bool:
+    """A lead-in that only restates the question ("To render Jinja2 templates from an
+    endpoint, follow these steps:"): it ends with a colon. What it introduces is judged on
+    its own."""
+    return text.rstrip().endswith(":") and restates(c, asked)
+
+
+def _clause(text: str) -> bool:
+    """Whether a part of a sentence says enough to be judged alone: a content word, and at
+    least ``CLAUSE_WORDS`` content words, names, numbers and code spans in all."""
+    c = claims(text)
+    return bool(c.words) and len(c.words) + len(c.anchors) >= CLAUSE_WORDS
+
+
+def clauses(text: str) -> list[str]:
+    """``text`` cut after its commas and semicolons (outside code) into clauses that each
+    say enough to be judged alone (``_clause``); a shorter part stays with the clause before
+    it, so a list of names ("`Path`, `Query` and `Cookie`") or a short aside stays whole.
+    The clauses concatenate to ``text``."""
+    cuts = [0]
+    pieces = code_split(text)
+    pos = 0
+    for i, part in enumerate(pieces):
+        if i % 2 == 0:
+            cuts.extend(pos + m.end() for m in _CLAUSE_BREAK.finditer(part))
+        pos += len(part)
+    parts = [text[a:b] for a, b in zip(cuts, [*cuts[1:], len(text)], strict=True) if b > a]
+    out: list[str] = []
+    for part in parts:
+        if out and not (_clause(out[-1]) and _clause(part)):
+            out[-1] += part
+        else:
+            out.append(part)
+    return out

@@ -1,0 +1,179 @@
+"""The engine: each piece of an answer judged by the rules, then rewritten.
+
+``ground`` splits the body into pieces, decides for each whether it is judged, asks the
+rules (``crag.grounding.rules``) which items support it, falls back to judging a prose
+sentence clause by clause in ``note`` mode, and hands the verdicts to the rewrite
+(``crag.grounding.rewrite``). Every verdict is a ``Judgement`` that names the rule that
+decided it; the report carries them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from attrs import frozen
+
+from ..answer import FIXED_SENTENCES
+from ..sentences import Piece, split
+from ..state import EvidenceItem, GroundingReport, Judgement
+from .claims import UNSUPPORTED_TAG, Claims, claims, clauses, lead_in, restates, strip_markers
+from .evidence import Evidence
+from .rewrite import Assembly, Sources, place, place_block, source_references
+from .rules import NO_RULE, Support, first_rule, supports
+
+__all__ = ["BY_CLAUSE", "MODES", "Grounded", "ground", "note_line", "render_prefix"]
+
+MODES = ("note", "strict", "off")
+BY_CLAUSE = "clauses"  # the rule named by a sentence judged clause by clause
+
+
+@frozen
+class Grounded:
+    """A grounded body: markers ``[j]`` index ``sources`` (1-based), the report, and whether
+    a piece was supported."""
+
+    body: str
+    sources: tuple[EvidenceItem, ...]
+    report: GroundingReport
+
+
+def _bare(text: str) -> str:
+    return " ".join(strip_markers(text).split())
+
+
+class _Grounder:
+    """One answer's judging: the evidence read once, the sources its markers index."""
+
+    def __init__(self, items: Sequence[EvidenceItem], mode: str, question: str = "") -> None:
+        self.mode = mode
+        self.asked = claims(question).words if question else frozenset()
+        self.evidence = Evidence(items)
+        self.sources = Sources(items)
+
+    def supports(self, kind: str, text: str, c: Claims | None) -> list[Support]:
+        return supports(kind, text, c, [self.evidence[k] for k in range(len(self.evidence))])
+
+    def piece(self, piece: Piece) -> tuple[str, Judgement | None]:
+        """The rewritten piece and its verdict (None: not judged)."""
+        bare = _bare(piece.text)
+        if not piece.judgeable or bare in FIXED_SENTENCES:
+            return self.sources.remap(piece.text), None
+        c = None if piece.kind == "code" else claims(piece.text)
+        if c is not None and (c.empty or lead_in(c, bare, self.asked)):
+            return self.sources.remap(piece.text), None
+        found = self.supports(piece.kind, piece.text, c)
+        stripped = piece.text if piece.kind == "code" else strip_markers(piece.text)
+        if not found and piece.kind in ("sentence", "item") and self.mode == "note":
+            judged = self.by_clause(piece)
+            if judged is not None:
+                return judged
+        if not found:
+            verdict = Judgement(bare, False, NO_RULE)
+            if self.mode == "strict":
+                return "", verdict
+            if piece.kind in ("code", "table"):
+                return place_block(stripped, piece.kind, UNSUPPORTED_TAG), verdict
+            return place(stripped, UNSUPPORTED_TAG), verdict
+        verdict = Judgement(bare, True, first_rule(found))
+        if piece.kind in ("code", "table"):
+            best = max(found, key=lambda s: s.coverage)
+            return place_block(stripped, piece.kind, self.sources.marker(best)), verdict
+        return self.sources.cite(piece.text, found), verdict
+
+    def by_clause(self, piece: Piece) -> tuple[str, Judgement] | None:
+        """A prose sentence no item holds as a whole, judged clause by clause, or None when
+        it has one clause or none of its clauses is supported. A small model joins steps
+        from two pages, or a supported step and one of its own, in one long sentence; each
+        clause then gets its marker or its tag. A clause that only restates the question
+        ("To read a cookie in an endpoint,") is not judged. The verdict stays the
+        sentence's, supported when every judged clause is, and names ``BY_CLAUSE``; the
+        clauses' own verdicts go with it."""
+        parts = clauses(piece.text)
+        if len(parts) < 2:
+            return None
+        judged: list[tuple[str, list[Support] | None]] = []  # None: not judged
+        for part in parts:
+            c = claims(part)
+            judged.append((part, None if c.empty or restates(c, self.asked) else self.supports(piece.kind, part, c)))
+        if not any(found for _, found in judged):
+            return None
+        text = ""
+        verdicts = []
+        for part, found in judged:
+            if found is None:
+                text += self.sources.remap(part)
+                continue
+            body = part.rstrip()
+            sep = body[-1:] if body[-1:] in (",", ";") else ""  # the clause's own comma follows its marker
+            body = body[: len(body) - len(sep)]
+            trail = sep + part[len(part.rstrip()) :]
+            if found:
+                text += self.sources.cite(body, found) + trail
+            else:
+                text += place(strip_markers(body), UNSUPPORTED_TAG) + trail
+            verdicts.append(Judgement(_bare(part), bool(found), first_rule(found)))
+        supported = all(v.supported for v in verdicts)
+        return text, Judgement(_bare(piece.text), supported, BY_CLAUSE, tuple(verdicts))
+
+
+def ground(body: str, items: Sequence[EvidenceItem], mode: str = "note", question: str = "") -> Grounded:
+    """The body with markers pointing at the passages that support each piece (see the
+    package's docstring); ``question``, when given, lets a lead-in that only restates it go
+    unjudged."""
+    if mode not in MODES:
+        raise ValueError(f"unknown grounding mode {mode!r}")
+    body = source_references(body, items)
+    g = _Grounder(items, mode, question)
+    out = Assembly()
+    judgements: list[Judgement] = []
+    after_block = False  # the last piece was a judged code block or table
+    for piece in split(body):
+        if piece.kind == "space":
+            out.space(piece.text)
+            continue
+        if mode == "off":
+            out.text(g.sources.remap(piece.text))
+            continue
+        if after_block and not strip_markers(piece.text).strip():
+            out.drop()  # the model's markers for the block above: grounding placed its own
+            continue
+        text, verdict = g.piece(piece)
+        after_block = verdict is not None and piece.kind in ("code", "table")
+        if verdict is not None:
+            judgements.append(verdict)
+        if verdict is not None and not verdict.supported and mode == "strict":
+            out.drop()
+        else:
+            out.text(text)
+    report = GroundingReport(
+        sentences=len(judgements),
+        supported=sum(1 for j in judgements if j.supported),
+        unsupported=tuple(j.sentence for j in judgements if not j.supported),
+        judgements=tuple(judgements),
+    )
+    return Grounded(out.body(), tuple(g.sources.sources), report)
+
+
+def note_line(report: GroundingReport, mode: str) -> str | None:
+    """The last line of a ``note``-mode body: how many sentences the evidence does not support."""
+    n = len(report.unsupported)
+    if mode != "note" or not n:
+        return None
+    what = "1 sentence" if n == 1 else f"{n} sentences"
+    verb = "is" if n == 1 else "are"
+    return f"_Note: {what} of this answer {verb} not supported by the evidence found (marked {UNSUPPORTED_TAG})._"
+
+
+def render_prefix(text: str, items: Sequence[EvidenceItem], mode: str, question: str = "") -> tuple[str, int]:
+    """The grounded form of the whole pieces of a partial answer, and how many sources its
+    markers index: the last piece, which may still grow, is left out. Used to stream an
+    answer as ``ground`` will print it."""
+    pieces = split(text)
+    while pieces and pieces[-1].kind == "space":
+        pieces.pop()
+    if not pieces:
+        return "", 0
+    done = ground(text[: pieces[-1].start], items, mode, question)
+    if mode == "strict" and not done.report.supported:
+        return "", 0  # it may still become the no-evidence sentence
+    return done.body, len(done.sources)

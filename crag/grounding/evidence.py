@@ -1,0 +1,141 @@
+"""The evidence an answer is judged against, read once per answer.
+
+``passages(text)`` cuts an evidence text into the passages a sentence may come from:
+sentences of prose and of list items, table rows, code lines and headings, each with its
+offsets in the text, its vocabulary (stemmed words) and its polarity. ``Evidence`` holds,
+for every item of an answer, its passages, its text as one passage (``whole``: how a table
+is read), its flat text and its lines, built on first use and kept for every later piece
+of the same answer.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from functools import cached_property
+
+from attrs import frozen
+
+from ..sentences import sentences, split
+from ..state import EvidenceItem
+from ..text import in_vocabulary, stem, words
+from .claims import PREFIX, Claims, has_anchor, negated
+
+__all__ = ["Evidence", "ItemEvidence", "Passage", "negated_for", "passages", "vocabulary"]
+
+_ADMONITION = re.compile(r"\[![A-Za-z]+\][ \t]*(?:\n[ \t]*(?:>[ \t]?)*)?")
+
+
+def vocabulary(text: str) -> set[str]:
+    """The stemmed words of ``text``, numbers left out."""
+    return {stem(w) for w in words(text) if not w.isdigit()}
+
+
+@frozen
+class Passage:
+    """A sentence (or a table row, code line or heading: ``kind``) of an evidence text."""
+
+    start: int  # offset in the item's text
+    end: int
+    text: str
+    vocabulary: frozenset[str]
+    negated: bool
+    kind: str = "sentence"
+
+
+def passages(text: str) -> list[Passage]:
+    """An evidence text cut into the passages a sentence may come from: sentences of prose
+    and list items, table rows, code lines, headings; offsets into ``text``."""
+    out: list[Passage] = []
+
+    def add(start: int, part: str, kind: str) -> None:
+        lead = len(part) - len(part.lstrip())
+        part = part.strip()
+        if not part:
+            return
+        s = start + lead
+        out.append(Passage(s, s + len(part), part, frozenset(vocabulary(part)), negated(part), kind))
+
+    for piece in split(text):
+        if piece.kind in ("space", "rule"):
+            continue
+        if piece.kind in ("code", "table"):
+            pos = piece.start
+            for line in piece.text.split("\n"):
+                add(pos, line, piece.kind)
+                pos += len(line) + 1
+        elif piece.kind == "item":
+            prefix = PREFIX.match(piece.text)
+            skip = prefix.end() if prefix else 0
+            for sub in sentences(piece.text[skip:], piece.start + skip):
+                if sub.kind == "sentence":
+                    add(sub.start, sub.text, "sentence")
+        elif piece.kind == "sentence":
+            prefix = PREFIX.match(piece.text)  # a blockquote's "> "
+            skip = prefix.end() if prefix else 0
+            marker = _ADMONITION.match(piece.text, skip)  # "> [!NOTE]" opens the text, it is not part of it
+            skip = marker.end() if marker else skip
+            add(piece.start + skip, piece.text[skip:], "sentence")
+        else:
+            add(piece.start, piece.text, piece.kind)
+    return out
+
+
+def negated_for(p: Passage, c: Claims) -> bool:
+    """Whether ``p`` says the negation of what it shares with ``c``. A table row states one
+    thing per cell, so only the cells holding the claim's words count: in
+    ``| Q4_1 | [GH](...) | Legacy method (not used widely) |`` the name and its link are not
+    denied by the third cell's "not"."""
+    if p.kind != "table" or not p.negated:
+        return p.negated
+    cells = [cell for cell in p.text.strip().strip("|").split("|") if cell.strip()]
+    shared = [cell for cell in cells if any(in_vocabulary(x, vocabulary(cell)) for x in c.words)]
+    return any(negated(cell) for cell in shared)
+
+
+class ItemEvidence:
+    """One evidence item as grounding reads it; each part is computed on first use."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    @cached_property
+    def flat(self) -> str:
+        """The text with its whitespace made single spaces."""
+        return " ".join(self.text.split())
+
+    @cached_property
+    def passages(self) -> tuple[Passage, ...]:
+        return tuple(passages(self.text))
+
+    @cached_property
+    def whole(self) -> Passage:
+        """The text as one passage, with no polarity of its own: how a table is held."""
+        return Passage(0, len(self.text), self.text, frozenset(vocabulary(self.text)), False, "whole")
+
+    @cached_property
+    def lines(self) -> tuple[str, ...]:
+        return tuple(self.text.split("\n"))
+
+    @cached_property
+    def flat_lines(self) -> tuple[str, ...]:
+        return tuple(" ".join(line.split()) for line in self.lines)
+
+    def holds_anchors(self, c: Claims) -> bool:
+        return all(has_anchor(kind, a, self.text, self.flat) for kind, a in c.anchors)
+
+
+class Evidence:
+    """The items of one answer, each read once (``ItemEvidence``), in evidence order."""
+
+    def __init__(self, items: Sequence[EvidenceItem]) -> None:
+        self.items = tuple(items)
+        self._read: dict[int, ItemEvidence] = {}
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, k: int) -> ItemEvidence:
+        if k not in self._read:
+            self._read[k] = ItemEvidence(self.items[k].text)
+        return self._read[k]

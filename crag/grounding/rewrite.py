@@ -1,0 +1,225 @@
+"""The text rewrite: markers moved to the passages that support a piece, and nothing else.
+
+Pure string work, given the verdicts. ``Sources`` is the list the rewritten markers ``[j]``
+index: evidence items narrowed to their supporting passage (``narrow``), one entry per
+place the footer would print. ``Sources.remap`` points a piece's markers at it, ``cite``
+writes a supported sentence's markers (the model's, or the best item's, then up to
+``CORROBORATING`` other files), ``place`` and ``place_block`` put a marker or tag where it
+goes, ``source_references`` turns a copied evidence header into its marker, and
+``Assembly`` joins the pieces, giving a piece strict mode removed one of the spaces around
+it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from attrs import evolve
+
+from ..answer import MARKER, code_split, marker_numbers
+from ..state import EvidenceItem
+from .claims import strip_markers
+from .rules import COVERAGE, Support
+
+__all__ = [
+    "CORROBORATING",
+    "Assembly",
+    "Sources",
+    "after_last_marker",
+    "narrow",
+    "place",
+    "place_block",
+    "source_references",
+]
+
+CORROBORATING = 2  # most files cited beside the one a sentence's marker names
+
+
+def narrow(item: EvidenceItem, s: Support | None) -> EvidenceItem:
+    """The item cut to its supporting passage, lines counted in its file."""
+    if s is None or item.start_line is None:
+        return item
+    first = item.start_line + item.text.count("\n", 0, s.start)
+    last = item.start_line + item.text.count("\n", 0, max(s.start, s.end - 1))
+    return evolve(item, text=item.text[s.start : s.end], start_line=first, end_line=last, anchor_line=None)
+
+
+def _file(item: EvidenceItem) -> str:
+    return item.url or item.source
+
+
+def place(text: str, tag: str) -> str:
+    """``tag`` added where a marker goes: before the final punctuation, or at the end."""
+    body = text.rstrip()
+    trail = text[len(body) :]
+    if body and body[-1] in ".!?:;。":
+        cut = len(body) - 1
+        while cut > 0 and body[cut - 1] in ".!?":
+            cut -= 1
+        return body[:cut].rstrip() + " " + tag + body[cut:] + trail
+    return body + " " + tag + trail
+
+
+def place_block(text: str, kind: str, tag: str) -> str:
+    """``tag`` on the line after a code block, or after a blank line below a table."""
+    return text + ("\n\n" if kind == "table" else "\n") + tag.strip()
+
+
+def after_last_marker(text: str, marks: str) -> str:
+    """``marks`` inserted right after the last marker of ``text`` outside code."""
+    if not marks:
+        return text
+    pieces = code_split(text)
+    for i in reversed(range(0, len(pieces), 2)):
+        found = list(MARKER.finditer(pieces[i]))
+        if found:
+            end = found[-1].end()
+            pieces[i] = pieces[i][:end] + marks + pieces[i][end:]
+            return "".join(pieces)
+    return text
+
+
+class Sources:
+    """The sources list of one grounded answer and the markers that index it."""
+
+    def __init__(self, items: Sequence[EvidenceItem]) -> None:
+        self.items = items
+        self.sources: list[EvidenceItem] = []
+        self.index: dict[tuple, int] = {}
+
+    def source(self, item: EvidenceItem) -> int:
+        """The 1-based index of ``item`` in the sources list. Items the footer would print
+        alike (one file and cited line, or one URL with no line) are one source: when two
+        passages open at one line, the source spans the longer one."""
+        key = (item.source, item.url, item.cite_line)
+        if key not in self.index:
+            self.sources.append(item)
+            self.index[key] = len(self.sources)
+        else:
+            k = self.index[key] - 1
+            held = self.sources[k]
+            if item.cite_line is not None and (item.end_line or 0) > (held.end_line or 0):
+                self.sources[k] = item
+        return self.index[key]
+
+    def marker(self, s: Support) -> str:
+        """``[j]`` for the passage ``s`` names: its item narrowed to it, as a source."""
+        return f"[{self.source(narrow(self.items[s.index], s))}]"
+
+    def remap(self, text: str, supported: dict[int, Support] | None = None) -> str:
+        """Markers pointed at the sources list: all of them for a piece that is not judged;
+        for a supported piece, those whose item supports it, at the supporting passage."""
+
+        def replace(match: re.Match[str]) -> str:
+            lead = match.group(0)[0] if match.group(0)[0] in " \t" else ""
+            marks = [
+                f"[{self.source(self.items[k - 1] if supported is None else narrow(self.items[k - 1], supported[k - 1]))}]"
+                for k in marker_numbers(match.group(1))
+                if 1 <= k <= len(self.items) and (supported is None or k - 1 in supported)
+            ]
+            return lead + "".join(dict.fromkeys(marks)) if marks else ""
+
+        pieces = code_split(text)
+        for i in range(0, len(pieces), 2):
+            pieces[i] = MARKER.sub(replace, pieces[i])
+        return "".join(pieces)
+
+    def cited(self, text: str) -> list[int]:
+        """The 0-based items the markers of ``text`` name, outside code, in order."""
+        out: list[int] = []
+        pieces = code_split(text)
+        for i in range(0, len(pieces), 2):
+            for m in MARKER.finditer(pieces[i]):
+                out.extend(k - 1 for k in marker_numbers(m.group(1)) if 1 <= k <= len(self.items))
+        return out
+
+    def cite(self, text: str, found: Sequence[Support]) -> str:
+        """Supported prose with its markers: the model's markers whose items support it stay
+        where they are, or, when none does, the best supporting item's marker goes before the
+        final punctuation; other files that hold it as well follow (``corroborating``)."""
+        by_item = {s.index: s for s in found}
+        kept = [k for k in self.cited(text) if k in by_item]
+        if kept:
+            return after_last_marker(self.remap(text, by_item), self.corroborating(found, kept))
+        best = max(found, key=lambda s: s.coverage)
+        return place(strip_markers(text), self.marker(best) + self.corroborating(found, [best.index]))
+
+    def corroborating(self, found: Sequence[Support], cited: Sequence[int]) -> str:
+        """Markers for up to ``CORROBORATING`` more files that hold a prose sentence fully
+        (``COVERAGE``, every anchor), best first, then in evidence order: a small model picks
+        one of several pages that state a fact, often not the one the question is about."""
+        seen = {_file(self.items[k]) for k in cited}
+        marks: list[str] = []
+        for s in sorted(found, key=lambda s: (-s.coverage, s.index)):
+            if len(marks) == CORROBORATING:
+                break
+            f = _file(self.items[s.index])
+            if s.coverage >= COVERAGE and f not in seen:
+                seen.add(f)
+                marks.append(self.marker(s))
+        return "".join(marks)
+
+
+_REFERENCE = re.compile(r"(?<![\w/.-])\[?([^\s`\[\]()<>]+?):L(\d+)(?:-L(\d+))?\]?(?![\w-])")
+
+
+def source_references(text: str, items: Sequence[EvidenceItem]) -> str:
+    """``text`` with each evidence header the model copied as a reference
+    (``docs/setup.md:L40-L58``, bare, bracketed or as inline code) turned into the marker of
+    the item it names (Qwen2.5-Coder-1.5B once wrote every step that way). A path with a
+    line that no item holds is left as written; so is a path without a line, which prose
+    uses for files it talks about."""
+    spans: dict[str, list[tuple[int, int, int]]] = {}
+    for k, item in enumerate(items, start=1):
+        if item.start_line is not None:
+            spans.setdefault(item.source, []).append((k, item.start_line, item.end_line or item.start_line))
+    if not spans or ":L" not in text:
+        return text
+
+    def marker(match: re.Match[str]) -> str | None:
+        found = spans.get(match.group(1))
+        line = int(match.group(2))
+        k = next((k for k, a, b in found or () if a <= line <= b), None)
+        return None if k is None else f"[{k}]"
+
+    def replace(match: re.Match[str]) -> str:
+        return marker(match) or match.group(0)
+
+    pieces = code_split(text)
+    for i, piece in enumerate(pieces):
+        if i % 2 == 0:
+            pieces[i] = _REFERENCE.sub(replace, piece)
+        elif not piece.startswith(("```", "~~~")):  # a code span holding only a reference
+            inner = _REFERENCE.fullmatch(piece.strip("`").strip())
+            mark = marker(inner) if inner else None
+            pieces[i] = mark or piece
+    return "".join(pieces)
+
+
+class Assembly:
+    """The rewritten pieces of an answer joined in order. A piece strict mode removed
+    (``drop``) takes one of the spaces around it: of the space before and the one after,
+    the one with more line breaks stays, so no blank line is doubled and no paragraph
+    break is lost."""
+
+    def __init__(self) -> None:
+        self.out: list[tuple[str, str]] = []  # (kind, text); a removed piece is ("gone", "")
+
+    def space(self, text: str) -> None:
+        out = self.out
+        kept = [k for k, (kind, _) in enumerate(out) if kind != "gone"]
+        if out and out[-1][0] == "gone" and (not kept or out[kept[-1]][0] == "space"):
+            if kept and text.count("\n") > out[kept[-1]][1].count("\n"):
+                out[kept[-1]] = ("space", text)
+            return
+        out.append(("space", text))
+
+    def text(self, text: str) -> None:
+        self.out.append(("text", text))
+
+    def drop(self) -> None:
+        self.out.append(("gone", ""))
+
+    def body(self) -> str:
+        return "".join(text for _, text in self.out)

@@ -1,0 +1,225 @@
+"""When an evidence item supports a piece of an answer: the rules, as a table of records.
+
+Theory of operation. For each judged piece and each evidence item, the rules of ``RULES``
+that judge the piece's kind are tried in order and the first that holds wins for that
+item: its ``Support`` names the rule, the passage it found and how much of the piece's
+wording that passage covers. The piece's verdict names the first rule, in table order,
+that holds for any item (``first_rule``); a piece no rule holds for is unsupported
+(``NO_RULE``). Every rule except ``code_lines`` needs all of the piece's anchors in the
+item, read in the passage found too.
+
+A rule for prose is one call of ``score``, the one window loop: it slides a window of one
+to ``WINDOW`` consecutive passages (or takes the item as one text) over the item, keeps
+windows that hold every anchor and, when the rule reads ``polarity``, negate exactly when
+the piece does, and returns the narrowest best-covered window reaching ``min_coverage``.
+The rules differ only in their fields:
+
+========================  ===========  ========  ====================================================
+rule                      pieces       unit      needs
+========================  ===========  ========  ====================================================
+``code_lines``            code blocks  lines     ``COVERAGE`` of the block's lines, whitespace aside
+``table``                 tables       whole     ``COVERAGE`` of the words in the whole item
+``table_anchored``        tables       whole     anchors, ``ANCHORED_MIN_WORDS`` words, ``ITEM_COVERAGE``
+``passage``               prose        passages  ``COVERAGE`` in a tight window, same polarity
+``anchored``              prose        passages  anchors, ``ANCHORED_MIN_WORDS`` words,
+                                                 ``ANCHORED_COVERAGE`` in a window, ``ITEM_COVERAGE``
+                                                 in the item, same polarity
+========================  ===========  ========  ====================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from attrs import frozen
+
+from ..sentences import FENCE
+from ..text import in_vocabulary
+from .claims import Claims, has_anchor
+from .evidence import ItemEvidence, Passage, negated_for
+
+__all__ = [
+    "ANCHORED_COVERAGE",
+    "ANCHORED_MIN_WORDS",
+    "COVERAGE",
+    "ITEM_COVERAGE",
+    "NO_RULE",
+    "RULES",
+    "WINDOW",
+    "Rule",
+    "Support",
+    "code_lines",
+    "coverage",
+    "first_rule",
+    "score",
+    "score_lines",
+    "supports",
+]
+
+COVERAGE = 0.6  # share of a piece's content words its supporting passage must hold
+ANCHORED_COVERAGE = 0.3  # the same for a passage holding all of a piece's anchors (code, names, numbers)
+ITEM_COVERAGE = 0.5  # share of them the whole item must hold for the anchored rules
+ANCHORED_MIN_WORDS = 4  # fewest content words of a piece the anchored rules judge
+WINDOW = 3  # most consecutive item passages one answer sentence may draw on
+NO_RULE = "none"  # the rule named by an unsupported verdict: no rule held
+
+
+@frozen
+class Rule:
+    """One way an item supports a piece.
+
+    ``kinds``: the piece kinds it judges. ``unit``: what of the item is read, ``passages``
+    (a window of one to ``WINDOW`` consecutive passages), ``whole`` (the item as one text,
+    cited at its first passage sharing a word with the piece: a table's row) or ``lines``
+    (a code block's lines). ``min_coverage``: the least share of the piece's content words
+    (of its lines, for ``lines``) the unit must hold. ``needs_anchors`` and ``min_words``:
+    what the piece must have for the rule to be tried. ``item_coverage``: the least share
+    the whole item must hold as well. ``polarity``: whether the window must negate exactly
+    when the piece does. ``tight``: a window of several passages never spans a heading and
+    each of its ends holds a content word of the piece. ``settle_at``: a window covering
+    this much ends the search; until then a wider window is tried, and must do strictly
+    better (``None``: ``min_coverage``, the narrowest window that holds)."""
+
+    name: str
+    kinds: tuple[str, ...]
+    unit: str
+    min_coverage: float
+    needs_anchors: bool = False
+    min_words: int = 0
+    item_coverage: float | None = None
+    polarity: bool = True
+    tight: bool = False
+    settle_at: float | None = None
+
+    def tried(self, kind: str, c: Claims | None) -> bool:
+        """Whether this rule judges a piece of ``kind`` claiming ``c``."""
+        if kind not in self.kinds:
+            return False
+        if c is None:
+            return True
+        return (c.anchors or not self.needs_anchors) and len(c.words) >= self.min_words
+
+
+_PROSE = ("sentence", "item")
+# First match wins, for each item; a piece's verdict names the first rule any item meets.
+RULES: tuple[Rule, ...] = (
+    Rule("code_lines", ("code",), "lines", COVERAGE),
+    Rule("table", ("table",), "whole", COVERAGE, polarity=False),
+    Rule("table_anchored", ("table",), "whole", ANCHORED_COVERAGE, needs_anchors=True,
+         min_words=ANCHORED_MIN_WORDS, item_coverage=ITEM_COVERAGE, polarity=False),
+    Rule("passage", _PROSE, "passages", COVERAGE, tight=True, settle_at=1.0),
+    Rule("anchored", _PROSE, "passages", ANCHORED_COVERAGE, needs_anchors=True, min_words=ANCHORED_MIN_WORDS,
+         item_coverage=ITEM_COVERAGE),
+)
+_ORDER = {rule.name: n for n, rule in enumerate(RULES)}
+
+
+@frozen
+class Support:
+    """Where item ``index`` supports a piece: the passage's offsets in the item's text, the
+    share of the piece it covers and the rule that found it."""
+
+    index: int
+    coverage: float
+    start: int
+    end: int
+    rule: str = "passage"
+
+
+def coverage(wanted: frozenset[str], vocabulary: set[str] | frozenset[str]) -> float:
+    """The share of ``wanted`` (stemmed content words) that ``vocabulary`` holds; 1.0 for none."""
+    if not wanted:
+        return 1.0
+    return sum(1 for x in wanted if in_vocabulary(x, vocabulary)) / len(wanted)
+
+
+def _holds_some(p: Passage, c: Claims) -> bool:
+    return any(in_vocabulary(x, p.vocabulary) for x in c.words)
+
+
+def score(c: Claims, ev: ItemEvidence, rule: Rule, index: int = 0) -> Support | None:
+    """The best window of ``ev`` that meets ``rule`` for claims ``c``, or None: the one
+    window loop every prose and table rule runs (see the module's docstring)."""
+    units = ev.passages if rule.unit == "passages" else (ev.whole,)
+    if rule.item_coverage is not None and units and (
+            coverage(c.words, set().union(*(p.vocabulary for p in units))) < rule.item_coverage):
+        return None
+    settle_at = rule.min_coverage if rule.settle_at is None else rule.settle_at
+    best: Support | None = None
+    for width in range(1, WINDOW + 1):
+        for i in range(len(units) - width + 1):
+            window = units[i : i + width]
+            if width > 1 and rule.tight and (any(p.kind == "heading" for p in window) or not (
+                    _holds_some(window[0], c) and _holds_some(window[-1], c))):
+                continue  # a heading is a title, not a claim; each end of a window holds part of the claim
+            text = ev.text[window[0].start : window[-1].end]
+            flat = " ".join(text.split())
+            if not all(has_anchor(kind, a, text, flat) for kind, a in c.anchors):
+                continue
+            if rule.polarity:
+                # Negation is read where the claim is: in the passage holding most of its words.
+                core = max(window, key=lambda p: sum(1 for x in c.words if in_vocabulary(x, p.vocabulary)))
+                if negated_for(core, c) != c.negated:
+                    continue
+            covered = coverage(c.words, set().union(*(p.vocabulary for p in window)))
+            if covered >= rule.min_coverage and (best is None or covered > best.coverage):
+                best = Support(index, covered, window[0].start, window[-1].end, rule.name)
+        if best is not None and best.coverage >= settle_at:
+            break
+    if best is not None and rule.unit == "whole":  # cited at the row that holds the claim
+        row = next((p for p in ev.passages if p.vocabulary & c.words), None)
+        if row is not None:
+            best = Support(index, best.coverage, row.start, row.end, rule.name)
+    return best
+
+
+def code_lines(code: str) -> list[str]:
+    """The lines of a fenced code block, fences left out, whitespace made single spaces."""
+    lines = code.split("\n")[1:]
+    if lines and FENCE.match(lines[-1]):
+        lines = lines[:-1]
+    return [" ".join(line.split()) for line in lines if line.strip()]
+
+
+def score_lines(wanted: Sequence[str], ev: ItemEvidence, rule: Rule, index: int = 0) -> Support | None:
+    """An item holding ``rule.min_coverage`` of a code block's lines (``wanted``) supports
+    it; cited from the first such line, or from the fence just above it."""
+    if not wanted:
+        return None
+    hits = []
+    for w in wanted:
+        at = next((k for k, f in enumerate(ev.flat_lines) if w and w in f), None)
+        if at is not None:
+            hits.append(at)
+    covered = len(hits) / len(wanted)
+    if covered < rule.min_coverage:
+        return None
+    first = min(hits)
+    if first and FENCE.match(ev.lines[first - 1]):
+        hits.append(first - 1)  # the block starts at its fence
+    offsets = [0]
+    for line in ev.lines:
+        offsets.append(offsets[-1] + len(line) + 1)
+    return Support(index, covered, offsets[min(hits)], offsets[max(hits)] + len(ev.lines[max(hits)]), rule.name)
+
+
+def supports(kind: str, text: str, c: Claims | None, evidence: Sequence[ItemEvidence]) -> list[Support]:
+    """For each item that supports a piece of ``kind`` (``text``, claiming ``c``; None for
+    code), the support found by the first rule that holds, in evidence order."""
+    rules = [rule for rule in RULES if rule.tried(kind, c)]
+    wanted = code_lines(text) if kind == "code" else ()
+    out = []
+    for k, ev in enumerate(evidence):
+        if c is not None and not ev.holds_anchors(c):
+            continue
+        for rule in rules:
+            s = score_lines(wanted, ev, rule, k) if rule.unit == "lines" else score(c, ev, rule, k)
+            if s is not None:
+                out.append(s)
+                break
+    return out
+
+
+def first_rule(found: Sequence[Support]) -> str:
+    """The rule a piece's verdict names: the first in ``RULES`` that holds for any item."""
+    return min((s.rule for s in found), key=_ORDER.__getitem__, default=NO_RULE)
