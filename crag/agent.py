@@ -85,6 +85,7 @@ def _answer_json(a: Answer) -> dict[str, Any]:
         "usage": output_converter.unstructure(a.usage),
         "audit": output_converter.unstructure(a.state.audit),
         "grounding": output_converter.unstructure(a.state.grounding),
+        "judgements": output_converter.unstructure(a.state.grounding.judgements) if a.state.grounding else [],
     }
 
 

@@ -416,3 +416,62 @@ def test_a_passage_keeps_its_emphasis_and_loses_only_list_and_quote_marks():
 
     texts = [p.text for p in passages("**`fullWidth`**: _boolean_\n\n- item one\n\n> quoted text\n\n1. first step")]
     assert texts == ["**`fullWidth`**: _boolean_", "item one", "quoted text", "first step"]
+
+
+# -- each verdict names its rule -------------------------------------------------------------
+
+
+def rules_of(g):
+    return [(j.rule, j.supported) for j in g.report.judgements]
+
+
+@pytest.mark.parametrize(("body", "items", "expected"), [
+    ("The client retries failed uploads three times before it gives up.", ITEMS, [("passage", True)]),
+    # a paraphrase around the exact name: all anchors, a third of the words, half of them in the item
+    ("Put a value in `SERVICE_PORT` and the server listens on that port instead of the default.", ITEMS,
+     [("anchored", True)]),
+    ("Uploads are encrypted with AES before they leave the client.", ITEMS, [("none", False)]),
+    ("| type | source |\n| --- | --- |\n| Q4_K | [GH](https://example.com/pull/1684) |", (QUANT,), [("table", True)]),
+    ("```sh\npip install crag\ncrag index docs\n```",
+     (EvidenceItem("read_file", "README.md", "```sh\npip install crag\ncrag index docs\n```\n", 10, 13),),
+     [("code_lines", True)]),
+    ("Here is what I found: A backup is kept for thirty days.", ITEMS, [("passage", True)]),  # scaffolding unjudged
+])
+def test_every_verdict_names_the_rule_that_decided_it(body, items, expected):
+    g = ground(body, items)
+    assert rules_of(g) == expected
+    assert g.report.sentences == len(g.report.judgements)
+    assert g.report.unsupported == tuple(j.sentence for j in g.report.judgements if not j.supported)
+
+
+def test_a_sentence_judged_clause_by_clause_names_the_clauses_rule_and_each_clause_its_own():
+    g = ground("A backup is kept for thirty days [2], and every copy is encrypted with a key the security "
+               "team holds.", ITEMS)
+    (j,) = g.report.judgements
+    assert (j.rule, j.supported) == ("clauses", False)
+    assert [(c.rule, c.supported) for c in j.clauses] == [("passage", True), ("none", False)]
+    assert [c.sentence for c in j.clauses] == [
+        "A backup is kept for thirty days,", "and every copy is encrypted with a key the security team holds."]
+
+
+def test_the_rules_are_a_table_with_one_name_each():
+    from crag.grounding import RULES, rule_names
+
+    names = rule_names()
+    assert len(set(names)) == len(names) == len(RULES) + 2 and names[-2:] == ("clauses", "none")
+    assert all(rule.kinds and 0 < rule.min_coverage <= 1 for rule in RULES)
+
+
+def test_a_verdict_is_in_the_json_and_the_audit_and_spec_grounding_keeps_its_three_fields():
+    agent = Agent(ScriptedChatModel({"analyze_and_route": [route("simple", "vector_search")],
+                                     "plan": [search_plan("port")],
+                                     "synthesize": ["The server listens on port 8080 by default [1]. "
+                                                    "It was released on October 22, 2024 [1]."]}),
+                  FakeToolbox({"vector_search": [[SETUP]]}), Settings())
+    out = agent.ask("Which port?").to_dict()
+    assert out["grounding"] == {"sentences": 2, "supported": 1, "unsupported": ["It was released on October 22, 2024."]}
+    assert out["judgements"] == [
+        {"sentence": "The server listens on port 8080 by default.", "supported": True, "rule": "passage"},
+        {"sentence": "It was released on October 22, 2024.", "supported": False, "rule": "none"}]
+    audited = [(e["rule"], e["supported"]) for e in out["audit"] if e["event"] == "sentence_judged"]
+    assert audited == [("passage", True), ("none", False)]

@@ -107,6 +107,9 @@ def _grounded(state: AgentState, body: str, cfg: NodeConfig, items: tuple) -> Ag
         return evolve(state, answer=text, citations=citations)
     done = grounding.ground(body, items, cfg.grounding, state.question)
     report = done.report if cfg.grounding != "off" else None
+    for j in report.judgements if report is not None else ():  # each verdict with the rule that decided it
+        state = evolve(state, audit=state.log("sentence_judged", sentence=j.sentence, supported=j.supported,
+                                              rule=j.rule))
     if cfg.grounding == "strict" and not done.report.supported:
         text, citations = answer.compose(answer.NO_EVIDENCE, (), state.usage, cite=False)
         return evolve(state, answer=text, citations=citations, grounding=report)
