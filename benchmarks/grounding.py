@@ -23,6 +23,11 @@ Two parts:
    passage and the next case's passage (a distractor), and the "unsupported" verdict is
    scored: precision, recall, and the confusion per kind.
 
+Both parts count the rule each verdict names (``crag.grounding.RULES``, ``clauses``,
+``none``): how many sentences it decided, and on the labelled answers how many of those
+verdicts match the label (the rule's precision), so a rule that does not pay for itself
+shows it.
+
 Results go to ``benchmarks/results/grounding.json`` and ``.md`` (``--out DIR`` elsewhere).
 """
 
@@ -87,6 +92,7 @@ def offline_part(limit: int | None) -> dict[str, Any]:
     totals = {"questions": 0, "sentences": 0, "supported": 0, "citations": 0, "line_exact": 0,
               "quotes_checked": 0, "in_gold_file": 0, "in_gold_span": 0}
     misses: list[dict[str, Any]] = []
+    rules: dict[str, int] = {}
     with tempfile.TemporaryDirectory(prefix="crag-grounding-") as tmp:
         began = time.perf_counter()
         agent = Agent.from_env(roots, environ={}, dotenv=None, llm="offline", index_dir=tmp)
@@ -100,6 +106,8 @@ def offline_part(limit: int | None) -> dict[str, Any]:
                 if g is not None:
                     totals["sentences"] += g.sentences
                     totals["supported"] += g.supported
+                    for j in g.judgements:
+                        rules[j.rule] = rules.get(j.rule, 0) + 1
                 gold = (SHARED / "corpora" / q["corpus"] / q["path"]).resolve()
                 span = relevant_span(gold, q["question"])
                 quotes = {}
@@ -141,6 +149,7 @@ def offline_part(limit: int | None) -> dict[str, Any]:
         "index_s": index_s,
         "ask_s": ask_s,
         "line_misses": misses,
+        "rules": rules,
     }
 
 
@@ -159,11 +168,16 @@ def labelled_part() -> dict[str, Any]:
     by_kind: dict[str, dict[str, int]] = {}
     wrong = []
     marked_uncited = 0
+    rules: dict[str, dict[str, int]] = {}
     for n, c in enumerate(cases):
         evidence = (items[n], items[(n + 1) % len(items)])
         for s in c["sentences"]:
             g = ground(s["text"], evidence, "note")
             said = "unsupported" if g.report.unsupported else "supported"
+            for j in g.report.judgements:
+                r = rules.setdefault(j.rule, {"n": 0, "as_expected": 0})
+                r["n"] += 1
+                r["as_expected"] += ("supported" if j.supported else "unsupported") == s["expected"]
             if s["kind"] == "uncited" and g.sources:
                 marked_uncited += 1
             k = by_kind.setdefault(s["kind"], {"n": 0, "as_expected": 0})
@@ -184,6 +198,7 @@ def labelled_part() -> dict[str, Any]:
         "by_kind": by_kind,
         "uncited_given_a_marker": f"{marked_uncited}/{uncited}",
         "wrong": wrong,
+        "rules": rules,
     }
 
 
@@ -208,10 +223,24 @@ def render_markdown(r: dict[str, Any]) -> str:
         markdown_table(["kind", "sentences", "verdict as expected"],
                        [[k, v["n"], v["as_expected"]] for k, v in lab["by_kind"].items()]),
     ]
+    lines.append("\nVerdicts by the rule that decided them (`crag.grounding.RULES`, then `clauses`, `none`): "
+                 "sentences decided, and on the labelled answers the share whose verdict matches the label.\n\n")
+    lines.append(rule_table(o, lab))
     if lab["wrong"]:
         lines.append("\nVerdicts that differ from the label:\n\n")
         lines += [f"- {w['kind']} (expected {w['expected']}): {w['text']}\n" for w in lab["wrong"]]
     return "".join(lines)
+
+
+def rule_table(o: dict[str, Any], lab: dict[str, Any]) -> str:
+    from crag.grounding import rule_names
+
+    rows = []
+    for name in rule_names():
+        got = lab["rules"].get(name, {"n": 0, "as_expected": 0})
+        precision = f"{fmt(got['as_expected'] / got['n'], 3)} ({got['as_expected']}/{got['n']})" if got["n"] else "-"
+        rows.append([f"`{name}`", got["n"], precision, o["rules"].get(name, 0)])
+    return markdown_table(["rule", "labelled: decided", "labelled: as labelled", "offline answers: decided"], rows)
 
 
 def main(argv=None) -> int:
