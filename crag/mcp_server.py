@@ -12,7 +12,10 @@ to an MCP client (Claude Desktop, Cursor, Claude Code, any agent that speaks MCP
 
 The agent, and with it the index, is built once when the server starts (``--kb`` roots are
 indexed first, as for ``ask``) and serves every call; an indexer that publishes a newer
-index is picked up by the next search. Calls run one at a time. A call that fails (a path
+index is picked up by the next search. Calls run side by side, each in a worker thread of its
+own; a call the client cancels (``notifications/cancelled``) or abandons by closing stdin
+stops waiting for its servers within a fraction of a second, and never holds the others. A
+line that is not a JSON-RPC message gets a JSON-RPC error reply. A call that fails (a path
 outside the roots, an unreachable LLM, a bad argument) is an MCP tool error whose text is
 crag's one-line message; the server keeps running. Nothing but the protocol is written to
 stdout; notes go to stderr. Every configured secret (and anything shaped like a credential)
@@ -24,9 +27,13 @@ model or a document that echoes a key does not hand it to the client. See ``docs
 import threading
 from typing import TYPE_CHECKING, Any
 
+import anyio
+import anyio.to_thread
+
 from . import __version__
 from .config import secret_values
 from .errors import CragError
+from .llm.deadline import cancellable
 from .safe_text import redact, redact_message
 from .state import ToolCall
 
@@ -68,14 +75,28 @@ def build_server(agent: "Agent") -> "MCPServer":
                 raise MCPToolError(" ".join(f"Error executing tool {name}: {what}".split())) from cause
 
     server = Server("crag", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
-    lock = threading.Lock()  # one call at a time: the SDK runs each in a worker thread
 
-    def guarded(fn: Any, *args: Any) -> Any:
-        with lock:
-            try:
+    async def guarded(fn: Any, *args: Any) -> Any:
+        """``fn(*args)`` in a worker thread of its own, which a cancelled call really stops.
+
+        Calls run side by side (the agent, its toolbox and index are shared safely), so a
+        slow ``ask`` never holds a ``read_file``. When the client cancels the call (or goes
+        away), the await is given up at once and the thread is told: its next wait for a
+        server (``crag.llm.deadline``) raises instead, so it ends within a fraction of a second.
+        """
+        cancel = threading.Event()
+
+        def work() -> Any:
+            with cancellable(cancel):
                 return fn(*args)
-            except CragError as exc:  # one line, with every configured secret redacted
-                raise MCPToolError(" ".join(redact_message(str(exc), secret_values()).split())) from exc
+
+        try:
+            return await anyio.to_thread.run_sync(work, abandon_on_cancel=True)
+        except anyio.get_cancelled_exc_class():
+            cancel.set()
+            raise
+        except CragError as exc:  # one line, with every configured secret redacted
+            raise MCPToolError(" ".join(redact_message(str(exc), secret_values()).split())) from exc
 
     def result(text: str, structured: dict[str, Any]) -> CallToolResult:
         secrets = secret_values()
@@ -84,17 +105,17 @@ def build_server(agent: "Agent") -> "MCPServer":
             structured_content=_redacted(structured, secrets),
         )
 
-    def ask(question: str, history: list[dict[str, str]] | None = None) -> CallToolResult:
+    async def ask(question: str, history: list[dict[str, str]] | None = None) -> CallToolResult:
         """Answer a question from the knowledge base, citing file:line for what it says.
 
         `history` is an optional list of earlier turns, {"role": "user" | "assistant", "content": "..."}.
         The text is the answer with its footer and usage block; the structured content also has
         `citations`, `usage`, `grounding`, `complexity`, `trace` and `audit`.
         """
-        answer = guarded(agent.ask, question, history or [])
+        answer = await guarded(agent.ask, question, history or [])
         return result(answer.answer, answer.to_dict())
 
-    def search(query: str, top_k: int | None = None) -> CallToolResult:
+    async def search(query: str, top_k: int | None = None) -> CallToolResult:
         """Retrieval only: the knowledge-base passages that best match `query`, best first.
 
         Each hit has `path`, `start_line`, `end_line`, `score` (cosine-like, 0 to 1) and `text`.
@@ -103,10 +124,10 @@ def build_server(agent: "Agent") -> "MCPServer":
         args: dict[str, Any] = {"query": query}
         if top_k is not None:
             args["top_k"] = top_k
-        hits = hit_records(guarded(agent.toolbox.run, ToolCall("vector_search", args)))
+        hits = hit_records(await guarded(agent.toolbox.run, ToolCall("vector_search", args)))
         return result(search_text(hits), {"hits": hits})
 
-    def read_file(path: str, start_line: int | None = None, end_line: int | None = None) -> CallToolResult:
+    async def read_file(path: str, start_line: int | None = None, end_line: int | None = None) -> CallToolResult:
         """Read lines of a file inside the knowledge-base roots (a path as `ask` and `search` cite it).
 
         `start_line` and `end_line` are 1-based and inclusive; at most 200 lines are returned.
@@ -116,7 +137,7 @@ def build_server(agent: "Agent") -> "MCPServer":
             args["start_line"] = start_line
         if end_line is not None:
             args["end_line"] = end_line
-        (item,) = guarded(agent.toolbox.run, ToolCall("read_file", args))
+        (item,) = await guarded(agent.toolbox.run, ToolCall("read_file", args))
         structured = {"path": item.source, "start_line": item.start_line, "end_line": item.end_line, "text": item.text}
         return result(item.text, structured)
 
@@ -137,8 +158,66 @@ def _redacted(value: Any, secrets: tuple[str, ...]) -> Any:
 
 
 def serve(agent: "Agent") -> None:
-    """Serve ``agent`` over stdio until the client closes the connection."""
-    build_server(agent).run("stdio")
+    """Serve ``agent`` over stdio until the client closes the connection (calls still running
+    are cancelled then, so the server ends at once)."""
+    anyio.run(_serve_stdio, build_server(agent))
+
+
+async def _serve_stdio(server: "MCPServer") -> None:
+    """``MCPServer.run_stdio_async``, except that a line that is not a JSON-RPC message is
+    answered with a JSON-RPC error (the SDK's transport hands it over as an exception, which
+    its server would only log), so a client is never left waiting on it."""
+    from mcp.server.stdio import stdio_server
+
+    lowlevel = server._lowlevel_server  # what run_stdio_async serves; the SDK is pinned below 3
+    async with stdio_server() as (read_stream, write_stream):
+        await lowlevel.run(_ErrorsAnswered(read_stream, write_stream), write_stream,
+                           lowlevel.create_initialization_options())
+
+
+class _ErrorsAnswered:
+    """The transport's read stream, answering every line it could not read as a message with
+    a JSON-RPC error (parse error, or invalid request for JSON that is no message; ``id`` null)."""
+
+    def __init__(self, inner: Any, write: Any) -> None:
+        self._inner = inner
+        self._write = write
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def receive(self) -> Any:
+        from mcp.shared.message import SessionMessage
+        from mcp_types import INVALID_REQUEST, PARSE_ERROR, ErrorData, JSONRPCError
+
+        while True:
+            item = await self._inner.receive()
+            if not isinstance(item, Exception):
+                return item
+            errors = getattr(item, "errors", None)
+            kinds = {e.get("type") for e in errors()} if callable(errors) else set()
+            code, what = (PARSE_ERROR, "Parse error") if "json_invalid" in kinds else (INVALID_REQUEST, "Invalid Request")
+            reply = JSONRPCError(jsonrpc="2.0", id=None, error=ErrorData(code=code, message=f"{what}: not a JSON-RPC message"))
+            await self._write.send(SessionMessage(reply))
+
+    def __aiter__(self) -> "_ErrorsAnswered":
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            raise StopAsyncIteration from None
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> "_ErrorsAnswered":
+        await self._inner.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> Any:
+        return await self._inner.__aexit__(*exc)
 
 
 def missing_extra() -> str | None:

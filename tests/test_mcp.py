@@ -176,3 +176,120 @@ def test_mcp_prints_documents_with_auth_words_unchanged(workdir: Path) -> None:
             assert not answer.is_error and "***" not in text_of(answer)
 
     anyio.run(session)
+
+
+def _slow_llm_params(workdir: Path, srv) -> StdioServerParameters:
+    params = server_params(workdir, "--kb", "docs")
+    params.env.update(KB_AGENT_LLM="openai", OPENAI_BASE_URL=srv.base_url, OPENAI_API_KEY="sk-test",
+                      KB_AGENT_LLM_TIMEOUT="60", KB_AGENT_LLM_MAX_RETRIES="3")
+    return params
+
+
+def test_a_cancelled_ask_frees_the_server_within_a_second(workdir: Path) -> None:
+    # After notifications/cancelled for an ask waiting on a slow model, a read_file waited 29 s
+    # (with the defaults about four minutes): the abandoned call held the server.
+    import time
+
+    from tests.openai_server import Delay, FakeOpenAIServer
+
+    with FakeOpenAIServer() as srv:
+        srv.default("analyze_and_route", Delay(120, "{}"))
+        params = _slow_llm_params(workdir, srv)
+
+        async def session() -> None:
+            async with Client(params, read_timeout_seconds=120) as client:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(client.call_tool, "ask", {"question": "Which port does the server listen on?"})
+                    while not srv.requests:  # the ask is waiting on the model
+                        await anyio.sleep(0.05)
+                    tg.cancel_scope.cancel()  # the client sends notifications/cancelled
+                started = time.monotonic()
+                got = await client.call_tool("read_file", {"path": "docs/setup.md"})
+                assert not got.is_error and "8080" in text_of(got)
+                assert time.monotonic() - started < 1.0
+                await anyio.sleep(0.5)
+                assert srv.calls() == 1  # the cancelled ask stopped: no retry was sent
+
+        anyio.run(session)
+
+
+def test_a_slow_ask_never_holds_other_calls(workdir: Path) -> None:
+    import time
+
+    from tests.openai_server import Delay, FakeOpenAIServer
+
+    with FakeOpenAIServer() as srv:
+        srv.default("analyze_and_route", Delay(120, "{}"))
+        params = _slow_llm_params(workdir, srv)
+
+        async def session() -> None:
+            async with Client(params, read_timeout_seconds=120) as client, anyio.create_task_group() as tg:
+                tg.start_soon(client.call_tool, "ask", {"question": "Which port does the server listen on?"})
+                while not srv.requests:
+                    await anyio.sleep(0.05)
+                started = time.monotonic()
+                found = await client.call_tool("search", {"query": "nightly backups"})
+                assert not found.is_error and time.monotonic() - started < 1.0
+                tg.cancel_scope.cancel()
+
+        anyio.run(session)
+
+
+def test_closed_stdin_ends_the_server_promptly_with_a_call_in_flight(workdir: Path) -> None:
+    import json
+    import subprocess
+    import time
+
+    from tests.openai_server import Delay, FakeOpenAIServer
+
+    with FakeOpenAIServer() as srv:
+        srv.default("analyze_and_route", Delay(120, "{}"))
+        params = _slow_llm_params(workdir, srv)
+        proc = subprocess.Popen([params.command, *params.args], env=params.env, cwd=params.cwd,
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        lines = [
+            {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}},
+            {"jsonrpc": "2.0", "method": "notifications/initialized"},
+            {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "ask", "arguments": {
+                "question": "Which port does the server listen on?"}}},
+        ]
+        try:
+            for line in lines:
+                proc.stdin.write(json.dumps(line).encode() + b"\n")
+                proc.stdin.flush()
+            assert json.loads(proc.stdout.readline())["id"] == 1
+            deadline = time.monotonic() + 60
+            while not srv.requests and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert srv.requests
+            started = time.monotonic()
+            proc.stdin.close()
+            assert proc.wait(timeout=10) == 0
+            assert time.monotonic() - started < 3.0
+        finally:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_line_that_is_not_json_rpc_gets_an_error_reply(workdir: Path) -> None:
+    import json
+    import subprocess
+
+    params = server_params(workdir)
+    proc = subprocess.Popen([params.command, *params.args], env=params.env, cwd=params.cwd,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+    try:
+        proc.stdin.write(json.dumps(hello).encode() + b"\nnot json at all\n" + b'{"jsonrpc": "2.0", "id": 5}\n')
+        proc.stdin.flush()
+        assert json.loads(proc.stdout.readline())["id"] == 1
+        assert json.loads(proc.stdout.readline()) == {
+            "jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "Parse error: not a JSON-RPC message"}}
+        assert json.loads(proc.stdout.readline())["error"]["code"] == -32600
+        proc.stdin.close()
+        assert proc.wait(timeout=10) == 0
+    finally:
+        proc.kill()
+        proc.wait()

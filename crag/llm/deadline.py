@@ -13,6 +13,12 @@ own read timeout, which the SDK reports as ``APITimeoutError`` like any other ti
 
 The deadline lives in a context variable, so it follows the thread (or task) that makes
 the request, and pooled connections obey whichever request is using them.
+
+A call can also be cancelled from outside (an MCP client's ``notifications/cancelled``):
+inside ``cancellable(event)``, waiting for the server is done in slices of at most
+``CANCEL_CHECK`` seconds, and once ``event`` is set the next slice (and any retry's wait,
+``pause``) raises ``Cancelled`` instead of waiting on: the worker thread that runs the call
+ends within a fraction of a second, not when the LLM timeout runs out.
 The hook is the connection pool's network backend (``httpcore``'s documented extension
 point), reached through the transport of the client built here.
 """
@@ -22,13 +28,46 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import importlib
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["deadline_http_client", "remaining", "request_deadline"]
+__all__ = ["CANCEL_CHECK", "Cancelled", "cancellable", "deadline_http_client", "pause", "remaining",
+           "request_deadline"]
 
 _DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("crag_request_deadline", default=None)
+_CANCEL: contextvars.ContextVar[threading.Event | None] = contextvars.ContextVar("crag_cancel", default=None)
+CANCEL_CHECK = 0.2  # seconds: how soon a cancelled call stops waiting for a server
+
+
+class Cancelled(Exception):
+    """The call this work belongs to was cancelled by its caller."""
+
+
+@contextlib.contextmanager
+def cancellable(event: threading.Event) -> Iterator[None]:
+    """Requests and retry waits inside the block stop soon after ``event`` is set (``Cancelled``)."""
+    token = _CANCEL.set(event)
+    try:
+        yield
+    finally:
+        _CANCEL.reset(token)
+
+
+def _check_cancelled() -> None:
+    event = _CANCEL.get()
+    if event is not None and event.is_set():
+        raise Cancelled("the call was cancelled")
+
+
+def pause(seconds: float) -> None:
+    """``time.sleep`` that a cancellation cuts short (``Cancelled``)."""
+    event = _CANCEL.get()
+    if event is None:
+        time.sleep(seconds)
+    elif event.wait(seconds):
+        raise Cancelled("the call was cancelled")
 
 
 @contextlib.contextmanager
@@ -62,12 +101,28 @@ class _Stream:
         self._core = core
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        limit = _limit(timeout)
-        if limit is not None and limit <= 0:
-            raise self._core.ReadTimeout("the request's deadline has passed")
-        return self._inner.read(max_bytes, limit)
+        if _CANCEL.get() is None:
+            limit = _limit(timeout)
+            if limit is not None and limit <= 0:
+                raise self._core.ReadTimeout("the request's deadline has passed")
+            return self._inner.read(max_bytes, limit)
+        # A cancellable call: wait in slices, looking at the cancellation between them (a read
+        # that timed out consumed nothing, so it is simply made again).
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            _check_cancelled()
+            limit = _limit(None if end is None else max(0.0, end - time.monotonic()))
+            if limit is not None and limit <= 0:
+                raise self._core.ReadTimeout("the request's deadline has passed")
+            step = CANCEL_CHECK if limit is None else min(limit, CANCEL_CHECK)
+            try:
+                return self._inner.read(max_bytes, step)
+            except self._core.ReadTimeout:
+                if limit is not None and limit <= CANCEL_CHECK:
+                    raise
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        _check_cancelled()
         limit = _limit(timeout)
         if limit is not None and limit <= 0:
             raise self._core.WriteTimeout("the request's deadline has passed")
@@ -92,6 +147,7 @@ class _Backend:
 
     def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
                     socket_options: Any = None) -> _Stream:
+        _check_cancelled()
         limit = _limit(timeout)
         if limit is not None and limit <= 0:
             raise self._core.ConnectTimeout("the request's deadline has passed")

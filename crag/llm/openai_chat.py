@@ -55,7 +55,7 @@ from ..ports import LLMRequest
 from ..safe_text import redact_message, valid_text
 from ..state import Completion
 from .bodies import http_client, saw_done
-from .deadline import request_deadline
+from .deadline import pause, request_deadline
 from .retry import (
     RETRY_AFTER_CAP,
     BadReply,
@@ -150,7 +150,7 @@ class OpenAIChatModel:
         backoff_base: float = 0.5,
         backoff_max: float = 8.0,
         retry_after_cap: float = RETRY_AFTER_CAP,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], None] = pause,  # time.sleep that a cancelled call cuts short
         rng: random.Random | None = None,
     ) -> None:
         self.settings = settings

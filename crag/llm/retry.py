@@ -28,6 +28,8 @@ from typing import Any, TypeVar
 
 from attrs import frozen
 
+from .deadline import pause
+
 __all__ = [
     "RETRY_AFTER_CAP",
     "BadReply",
@@ -144,7 +146,7 @@ class RetryPolicy:
         backoff_base: float = 0.5,
         backoff_max: float = 8.0,
         retry_after_cap: float = RETRY_AFTER_CAP,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], None] = pause,  # time.sleep that a cancelled call cuts short
         rng: random.Random | None = None,
     ) -> None:
         self.max_retries = int(max_retries)
