@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from .llm.scripted import ScriptedChatModel
     from .ports import ChatModel, Toolbox
     from .state import AgentState, Citation, Completion, EvidenceItem, Usage
+    from .stream import AnswerStream, AsyncAnswerStream
     from .toolspec import Param, QuestionArg, Tool
 
 # The agent, its settings and its records load on first use, so `python -m crag --help`
@@ -49,6 +50,8 @@ _LAZY = {
     "NodeFinished": "events",
     "AnswerStarted": "events",
     "AnswerDelta": "events",
+    "AnswerStream": "stream",
+    "AsyncAnswerStream": "stream",
 }
 
 
@@ -71,6 +74,8 @@ __all__ = [
     "Answer",
     "AnswerDelta",
     "AnswerStarted",
+    "AnswerStream",
+    "AsyncAnswerStream",
     "ChatModel",
     "Citation",
     "Completion",

@@ -12,13 +12,15 @@ Keyword overrides of ``from_env`` are ``Settings`` field names (``model="gpt-4o"
 toolbox, settings)`` wires the parts directly. ``await agent.aask(...)`` runs the same
 question in a worker thread so an event loop is never blocked. ``agent.search(query,
 top_k=8)`` is retrieval alone, what ``crag search`` prints: no model is asked.
+``agent.stream(question)`` (and ``astream``) yields the grounded answer while the model
+writes it, in chunks that join to the answer ``ask`` returns (``crag.stream``).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attrs import frozen
 
@@ -31,6 +33,9 @@ from .ports import ChatModel, Toolbox, ToolResult
 from .safe_text import valid_text
 from .state import AgentState, Citation, EvidenceItem, Message, Usage, output_converter
 from .toolspec import MAX_TOP_K, Tool, question_search
+
+if TYPE_CHECKING:
+    from .stream import AnswerStream, AsyncAnswerStream
 
 __all__ = ["Agent", "Answer", "parse_history", "search"]
 
@@ -233,6 +238,27 @@ class Agent:
         import asyncio
 
         return await asyncio.to_thread(self.ask, question, list(history), on_event, stream)
+
+    def stream(self, question: str, history: Iterable[Any] = (), on_event: Event | None = None) -> AnswerStream:
+        """``ask`` with the answer shown as the model writes it: iterate the returned stream
+        for grounded text chunks that join to the answer ``ask`` returns, then read its
+        ``result`` (the ``Answer``). ``crag.stream`` says what the chunks are and when."""
+        from .stream import AnswerStream
+
+        return AnswerStream(self._streamed(question, history), self.settings.grounding, on_event)
+
+    def astream(self, question: str, history: Iterable[Any] = (), on_event: Event | None = None) -> AsyncAnswerStream:
+        """``stream`` for an event loop: ``async for chunk in agent.astream(...)``, then ``.result``."""
+        from .stream import AsyncAnswerStream
+
+        return AsyncAnswerStream(self._streamed(question, history), self.settings.grounding, on_event)
+
+    def _streamed(self, question: str, history: Iterable[Any]) -> Callable[[Event], Answer]:
+        """The streamed run of ``ask``, checked now, run when the stream is iterated."""
+        if not isinstance(question, str) or not question.strip():
+            raise UsageError("the question is empty")
+        turns = parse_history(history)
+        return lambda on_event: self.ask(question, turns, on_event, stream=True)
 
     def search(self, query: str, top_k: int | None = None) -> tuple[EvidenceItem, ...]:
         """The knowledge-base passages that best match ``query``, best first: retrieval alone,

@@ -1,0 +1,198 @@
+"""Grounded streaming: an answer shown while the model writes it, exactly as ``ask`` returns it.
+
+    stream = agent.stream("How do I configure retries?")
+    for chunk in stream:            # grounded text, a sentence or a few at a time
+        print(chunk, end="", flush=True)
+    stream.result                   # the Answer: ask()'s record, citations, usage, state
+
+The chunks join to ``stream.result.answer``, the text ``ask`` returns for the same run:
+each sentence appears once it is whole (the next one has begun, or the reply has ended),
+already grounded, its markers moved to the passages that support it and numbered as the
+footer numbers them. What the finished answer adds after the streamed text (the notes, the
+citation footer, the usage block; all of it for an answer that was not streamed: chitchat
+from a backend that does not stream, the no-evidence sentence) is the last chunk. In
+``strict`` grounding nothing is shown before the first supported sentence, since the
+answer may still become the no-evidence sentence.
+
+One case cannot be kept exact: a model whose later text changes what came before it (a
+``</think>`` with no ``<think>``, which makes everything before it reasoning; a stray
+code fence that turns earlier prose into code). The finished answer then does not extend
+what was shown: the last chunk is a blank line and the whole answer, and
+``stream.restarted`` is True. A terminal shows the answer again below what it streamed;
+a program that keeps the chunks should take ``stream.result.answer`` instead.
+
+``AnswerText`` is the pure part (driver events in, text out; no thread, no I/O).
+``AnswerStream`` and ``AsyncAnswerStream`` run the question on a thread of their own, start
+it when iteration starts, and hand its events over in order: ``on_event``, when given, is
+called on the iterating thread (or the event loop), just before the chunk the event
+produced. Stopping early (``break``, closing the iterator) makes the run stop at its next
+event; a run that fails raises its error from the iteration.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from .answer import StreamRenderer
+from .errors import UsageError
+from .events import AnswerDelta, AnswerStarted, DriverEvent, Event
+from .grounding import render_prefix
+from .prompts import clean_answer, strip_think
+
+if TYPE_CHECKING:
+    from .agent import Answer
+
+__all__ = ["AnswerStream", "AnswerText", "AsyncAnswerStream"]
+
+
+class AnswerText:
+    """The grounded answer text of one run, from its driver events: ``event`` returns what
+    the event lets show now, ``finish`` what the finished answer adds after it."""
+
+    def __init__(self, grounding: str = "note", every: int = 32) -> None:
+        self.grounding = str(grounding)  # KB_AGENT_GROUNDING: the stream shows the grounded answer
+        self.every = every
+        self.renderer: StreamRenderer | None = None
+        self.restarted = False
+
+    @property
+    def shown(self) -> str:
+        return self.renderer.shown if self.renderer is not None else ""
+
+    def event(self, event: DriverEvent) -> str:
+        if isinstance(event, AnswerStarted):
+            items, question, mode = event.items, event.question, self.grounding
+            ground = None
+            if items and mode != "off":
+                ground = lambda text: render_prefix(text, items, mode, question)  # noqa: E731
+            shown = self.shown  # a request fitted to a smaller window starts again; nothing was shown
+            self.renderer = StreamRenderer(len(items), clean_answer, strip_think, every=self.every, ground=ground)
+            self.renderer.shown = shown
+            return ""
+        if isinstance(event, AnswerDelta) and self.renderer is not None:
+            return self.renderer.feed(event.text)
+        return ""
+
+    def finish(self, answer: str) -> str:
+        """The rest of ``answer`` after what was shown (all of it when nothing was)."""
+        shown = self.shown
+        self.restarted = not answer.startswith(shown)
+        return answer[len(shown) :] if not self.restarted else "\n\n" + answer
+
+
+class _Closed(BaseException):
+    """Raised inside the run, at its next event, when the stream was closed: the run stops.
+    A BaseException, so no ``except Exception`` on the way turns it into an error to report."""
+
+
+class _Run:
+    """The question on a thread of its own; its events, then its Answer or its error, go
+    to ``put`` as ("event", event), ("done", answer) or ("error", exc)."""
+
+    def __init__(self, ask: Callable[[Event], Answer], put: Callable[[tuple[str, Any]], None]) -> None:
+        self.ask = ask
+        self.put = put
+        self.closed = False
+
+    def start(self) -> None:
+        threading.Thread(target=self._work, name="crag-stream", daemon=True).start()
+
+    def on_event(self, event: DriverEvent) -> None:
+        if self.closed:
+            raise _Closed
+        self.put(("event", event))
+
+    def _work(self) -> None:
+        try:
+            item: tuple[str, Any] = ("done", self.ask(self.on_event))
+        except _Closed:
+            return
+        except BaseException as exc:  # handed to the iterating thread, which raises it
+            item = ("error", exc)
+        if not self.closed:
+            try:
+                self.put(item)
+            except RuntimeError:  # the event loop that was waiting for it is closed
+                pass
+
+
+class _Stream:
+    """What the sync and async streams share: the text, the result, one item's handling."""
+
+    def __init__(self, ask: Callable[[Event], Answer], grounding: str, on_event: Event | None = None) -> None:
+        self._ask = ask
+        self._text = AnswerText(grounding)
+        self._on_event = on_event
+        self._result: Answer | None = None
+        self._started = False
+
+    @property
+    def result(self) -> Answer:
+        """The finished run's ``Answer`` (the same record ``ask`` returns)."""
+        if self._result is None:
+            raise UsageError("the stream has not finished: iterate it to the end first")
+        return self._result
+
+    @property
+    def restarted(self) -> bool:
+        """Whether the finished answer did not extend what was streamed (see the module doc)."""
+        return self._text.restarted
+
+    def _begin(self) -> None:
+        if self._started:
+            raise UsageError("an answer stream can be iterated once")
+        self._started = True
+
+    def _take(self, kind: str, value: Any) -> str:
+        """The text an item from the run adds; raises the run's error."""
+        if kind == "event":
+            if self._on_event is not None:
+                self._on_event(value)
+            return self._text.event(value)
+        if kind == "error":
+            raise value
+        self._result = value
+        return self._text.finish(value.answer)
+
+
+class AnswerStream(_Stream):
+    """The grounded chunks of one question's answer (``Agent.stream``); ``result`` after."""
+
+    def __iter__(self) -> Iterator[str]:
+        self._begin()
+        items: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        run = _Run(self._ask, items.put)
+        run.start()
+        try:
+            while self._result is None:
+                text = self._take(*items.get())
+                if text:
+                    yield text
+        finally:
+            run.closed = True
+
+
+class AsyncAnswerStream(_Stream):
+    """``AnswerStream`` for an event loop (``Agent.astream``): ``async for chunk in ...``."""
+
+    def __aiter__(self) -> AsyncIterator[str]:
+        return self._chunks()
+
+    async def _chunks(self) -> AsyncIterator[str]:
+        import asyncio
+
+        self._begin()
+        loop = asyncio.get_running_loop()
+        items: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        run = _Run(self._ask, lambda item: loop.call_soon_threadsafe(items.put_nowait, item))
+        run.start()
+        try:
+            while self._result is None:
+                text = self._take(*await items.get())
+                if text:
+                    yield text
+        finally:
+            run.closed = True

@@ -1,0 +1,174 @@
+"""Agent.stream and Agent.astream: grounded chunks that join to exactly the answer ask returns."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import threading
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from crag import Agent, AnswerStream, ScriptedChatModel, Settings
+from crag.answer import NO_EVIDENCE
+from crag.errors import LLMError, UsageError
+from crag.events import AnswerDelta, AnswerStarted, NodeFinished, NodeStarted
+from crag.stream import AnswerText
+
+from .fakes import FakeToolbox, route, search_plan
+from .test_grounding import BACKUP, SETUP
+
+# Sentences grounding supports, does not support, judges clause by clause; markers right and
+# wrong; code, a table row, lists, scaffolding; whitespace of every kind.
+PIECES = ["The server listens on port 8080 by default.", " ", "\n", "\n\n", "[1]", "[2]", "[1, 2]", "[7]",
+          "A backup is kept for thirty days.", "It was released on October 22, 2024.", "Here is what I found:",
+          "- ", "1. ", "\n```\nx = [1]\n```\n", "Set `SERVICE_PORT` to change the port.", "| a | b |\n", "e.g. ",
+          "The client retries failed uploads three times before it gives up",
+          ", and every copy is encrypted with a key the security team holds",
+          ", and nightly backups are written to the object store at 02:00 UTC", "**bold** ", "# Heading\n"]
+
+
+class Chunked(ScriptedChatModel):
+    """A scripted model that streams its answer in the pieces ``cuts`` makes."""
+
+    def __init__(self, replies, cuts=()) -> None:
+        super().__init__(replies)
+        self.cuts = cuts
+
+    def complete(self, request, on_delta=None):
+        reply = super().complete(request)
+        if on_delta is not None:
+            last = 0
+            for cut in [*sorted(set(self.cuts)), len(reply.text)]:
+                if reply.text[last:cut]:
+                    on_delta(reply.text[last:cut])
+                last = max(last, cut)
+        return reply
+
+
+def agent_for(reply: str, mode: str = "note", cuts=()) -> Agent:
+    model = Chunked({"analyze_and_route": [route("simple", ["vector_search"])], "plan": [search_plan("port")],
+                     "synthesize": [reply]}, cuts)
+    return Agent(model, FakeToolbox({"vector_search": [[SETUP, BACKUP]]}), Settings(grounding=mode))
+
+
+def without_latency(text: str) -> str:
+    return re.sub(r"\d+ ms", "N ms", text)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.sampled_from(PIECES), min_size=1, max_size=14), st.sampled_from(["note", "strict", "off"]),
+       st.data())
+def test_property_the_chunks_join_to_exactly_the_answer_ask_returns(pieces, mode, data):
+    reply = "".join(pieces)
+    cuts = data.draw(st.lists(st.integers(0, len(reply)), max_size=10))
+    stream = agent_for(reply, mode, cuts).stream("Which port does the server listen on?")
+    chunks = list(stream)
+    assert "".join(chunks) == stream.result.answer and not stream.restarted
+    asked = agent_for(reply, mode).ask("Which port does the server listen on?")
+    assert without_latency(stream.result.answer) == without_latency(asked.answer)
+    assert stream.result.state.grounding == asked.state.grounding
+
+
+def test_a_grounded_answer_streams_sentence_by_sentence_and_ends_with_footer_and_usage():
+    reply = "The server listens on port 8080 by default [2]. A backup is kept for thirty days. It is blue."
+    cuts = range(0, len(reply), 5)
+    stream = agent_for(reply, cuts=cuts).stream("Which port?")
+    chunks = list(stream)
+    assert len(chunks) >= 2  # the first sentence arrived while the model wrote
+    assert chunks[0].startswith("The server listens on port 8080 by default [1].")  # grounded, renumbered
+    assert "[1] docs/setup.md:L22" in chunks[-1] and "LLM Usage Stats" in chunks[-1]
+    assert "".join(chunks) == stream.result.answer
+    assert "It is blue [unsupported]." in stream.result.answer
+
+
+def test_an_answer_that_is_not_streamed_is_one_chunk():
+    agent = Agent(ScriptedChatModel({"analyze_and_route": [route("simple", ["vector_search"])],
+                                     "plan": [search_plan("port")]}), FakeToolbox({}), Settings(max_iterations=1))
+    stream = agent.stream("Which port?")
+    (chunk,) = list(stream)
+    assert chunk == stream.result.answer and chunk.startswith(NO_EVIDENCE)
+
+
+def test_astream_yields_the_same_chunks_in_an_event_loop():
+    reply = "The server listens on port 8080 by default. A backup is kept for thirty days."
+
+    async def run():
+        stream = agent_for(reply, cuts=range(0, len(reply), 7)).astream("Which port?")
+        return [chunk async for chunk in stream], stream
+
+    chunks, stream = asyncio.run(run())
+    again = list(agent_for(reply, cuts=range(0, len(reply), 7)).stream("Which port?"))
+    assert "".join(chunks) == stream.result.answer and len(chunks) == len(again)
+
+
+def test_events_reach_on_event_on_the_iterating_thread_in_order_with_the_chunks():
+    seen: list[object] = []
+    threads = set()
+
+    def on_event(event):
+        seen.append(event)
+        threads.add(threading.get_ident())
+
+    stream = agent_for("The server listens on port 8080 by default.").stream("Which port?", on_event=on_event)
+    for chunk in stream:
+        seen.append(chunk)
+    assert threads == {threading.get_ident()}
+    names = [(type(e).__name__, getattr(e, "node", "")) for e in seen if not isinstance(e, str)]
+    assert names[0] == ("NodeStarted", "analyze_and_route") and names[-1] == ("NodeFinished", "synthesize")
+    assert isinstance(seen[-1], str) and "LLM Usage Stats" in seen[-1]  # the last chunk comes after the last event
+    assert any(isinstance(e, AnswerStarted) for e in seen)
+
+
+def test_a_failed_run_raises_from_the_iteration_and_the_stream_has_no_result():
+    model = ScriptedChatModel({"analyze_and_route": [route("simple", ["vector_search"])], "plan": [search_plan()],
+                               "synthesize": [LLMError("server down", node="synthesize")]})
+    stream = Agent(model, FakeToolbox({"vector_search": [[SETUP]]}), Settings()).stream("Which port?")
+    with pytest.raises(LLMError, match="server down"):
+        list(stream)
+    with pytest.raises(UsageError, match="not finished"):
+        _ = stream.result
+
+
+def test_a_stream_is_checked_at_once_and_iterated_once():
+    agent = agent_for("The server listens on port 8080 by default.")
+    with pytest.raises(UsageError, match="empty"):
+        agent.stream("  ")
+    stream = agent.stream("Which port?")
+    assert isinstance(stream, AnswerStream)
+    list(stream)
+    with pytest.raises(UsageError, match="once"):
+        list(stream)
+
+
+def test_a_stream_closed_early_stops_its_run_at_the_next_event():
+    gate, done = threading.Event(), threading.Event()
+    raised: list[str] = []
+
+    def ask(on_event):
+        try:
+            on_event(AnswerStarted(()))
+            on_event(AnswerDelta("The first sentence of a long answer is here. "))
+            gate.wait(10)  # the reader closes the stream meanwhile
+            on_event(AnswerDelta("More text that nobody reads. "))
+        except BaseException as exc:
+            raised.append(type(exc).__name__)
+            raise
+        finally:
+            done.set()
+
+    chunks = iter(AnswerStream(ask, "off"))
+    assert next(chunks).startswith("The first sentence")
+    chunks.close()
+    gate.set()
+    assert done.wait(10) and raised == ["_Closed"]
+
+
+def test_answer_text_restarts_when_the_answer_does_not_extend_what_was_shown():
+    text = AnswerText("off", every=0)
+    text.event(NodeStarted("synthesize"))
+    text.event(AnswerStarted(()))
+    shown = text.event(AnswerDelta("Thinking aloud. More text follows here. "))
+    text.event(NodeFinished("synthesize"))
+    assert shown and text.finish("The answer.") == "\n\nThe answer." and text.restarted
