@@ -13,7 +13,6 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from .safe_text import for_terminal, redacted_prefix
 from .state import Citation, EvidenceItem, Usage
 
 __all__ = [
@@ -173,11 +172,8 @@ class StreamRenderer:
 
     With ``ground`` (``crag.grounding.render_prefix`` over the evidence), each render
     grounds the whole sentences so far instead of just renumbering, so the stream shows the
-    grounded answer, a sentence at a time.
-
-    With ``secrets``, what is shown is made safe for a terminal (``crag.safe_text.for_terminal``)
-    and redacted as ``crag.safe_text.redact`` redacts the final answer (the last word is held
-    back until it is complete), and ``rest`` takes the final answer made safe the same way.
+    grounded answer, a sentence at a time (``crag.stream`` builds it so from driver events;
+    a terminal shows its output through ``crag.safe_text.ShownStream``).
 
     Each render cleans and renumbers the whole text so far, so ``feed`` renders only once
     the text has grown by ``every`` characters (more for a long answer, at most 256): a
@@ -187,9 +183,8 @@ class StreamRenderer:
     _RULE_LINE = re.compile(r"[ \t]*(?:-{3,}|\*{3,}|_{3,})[ \t]*")
     _RULE_TAIL = re.compile(r"[ \t]*[-*_]+[ \t]*$")
 
-    def __init__(self, n_items: int, clean, unthink=None, every: int = 32, ground=None, secrets=None) -> None:
+    def __init__(self, n_items: int, clean, unthink=None, every: int = 32, ground=None) -> None:
         self.n_items = n_items
-        self.secrets = secrets  # when given, what is shown is redacted (``rest`` then wants the redacted answer)
         self.ground = ground  # text -> (grounded text, number of sources its markers index)
         self.every = every
         self._rendered_at = 0
@@ -257,8 +252,6 @@ class StreamRenderer:
             text = renumber(grounded, n_sources)[0].strip()
         elif self.n_items:
             text = renumber(text, self.n_items)[0].strip()  # as compose does
-        if self.secrets is not None:
-            text = redacted_prefix(for_terminal(text), self.secrets)
         if not text.startswith(self.shown):
             return ""
         new, self.shown = text[len(self.shown) :], text

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from .errors import CragError, UsageError
-from .safe_text import for_terminal, json_text, redact, redact_message
+from .safe_text import ShownStream, for_terminal, json_text, redact, redact_message
 from .text import one_line
 
 __all__ = ["main"]
@@ -439,54 +439,54 @@ def cmd_ask(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 class _Progress:
-    """Shows which node is running on a terminal, and streams the answer when the backend can."""
+    """Shows which node is running on a terminal, and prints the answer's chunks
+    (``Agent.stream``: grounded in the library) as they come, terminal-safe and redacted."""
 
-    def __init__(self, err: TextIO, out: TextIO, grounding: str = "note") -> None:
-        self.grounding = grounding  # KB_AGENT_GROUNDING: the stream shows the grounded answer
+    def __init__(self, err: TextIO, out: TextIO) -> None:
         self.err = err
         self.out = out
         self.tty = hasattr(err, "isatty") and err.isatty()
-        self.renderer = None
+        self.screen: ShownStream | None = None  # the answer on screen, once it streams
+        self.text = ""  # the chunks so far
 
     def __call__(self, event: object) -> None:
-        from .events import AnswerDelta, AnswerStarted, NodeFinished, NodeStarted
+        from .events import AnswerStarted, NodeFinished, NodeStarted
 
-        streaming = self.renderer is not None  # the status line is gone once the answer streams
+        streaming = self.screen is not None  # the status line is gone once the answer streams
         if isinstance(event, NodeStarted) and self.tty and not streaming:
             self.err.write(f"\r\033[K  … {for_terminal(event.node)}")
             self.err.flush()
         elif isinstance(event, NodeFinished) and self.tty and not streaming:
             self.err.write("\r\033[K")
             self.err.flush()
-        elif isinstance(event, AnswerStarted):
-            from .answer import StreamRenderer
-            from .grounding import render_prefix
-            from .prompts import clean_answer, strip_think
-
+        elif isinstance(event, AnswerStarted) and not streaming:  # again: a refit request, nothing shown yet
             if self.tty:
                 self.err.write("\r\033[K")
-            items = event.items
-            ground = None
-            if items and self.grounding != "off":
-                mode = self.grounding
-                question = event.question
-                ground = lambda text: render_prefix(text, items, mode, question)  # noqa: E731
-            again = self.renderer is not None  # the request was fitted to a smaller window: nothing shown yet
-            self.renderer = StreamRenderer(len(items), clean_answer, strip_think, ground=ground, secrets=_secrets())
-            if not again:
-                self.out.write("\ncrag> ")
-        elif isinstance(event, AnswerDelta) and self.renderer is not None:
-            self.out.write(self.renderer.feed(event.text))  # terminal-safe and redacted
+            self.screen = ShownStream(_secrets())
+            self.out.write("\ncrag> ")
+
+    def chunk(self, text: str) -> None:
+        """One chunk of the stream, shown at once when the answer streams (else at the end:
+        the no-evidence sentence, a backend that does not stream)."""
+        self.text += text
+        if self.screen is not None:
+            self.out.write(self.screen.feed(text))
             self.out.flush()
 
-    def finish(self, answer: str) -> None:
+    def finish(self) -> None:
         """Print the rest of the answer (all of it when nothing streamed)."""
-        if self.renderer is None:
-            self.out.write("\ncrag> " + _shown(answer) + "\n")
+        final = _shown(self.text)
+        if self.screen is None:
+            self.out.write("\ncrag> " + final + "\n")
         else:  # the stream showed the redacted answer's beginning
-            self.out.write(self.renderer.rest(_shown(answer)) + "\n")
-        self.renderer = None
+            self.out.write(self.screen.rest(final) + "\n")
         self.out.flush()
+        self.reset()
+
+    def reset(self) -> None:
+        """Ready for the next question (also after one that failed)."""
+        self.screen = None
+        self.text = ""
 
 
 def _line_reader(stdin: TextIO, out: TextIO, limit: int):
@@ -538,7 +538,7 @@ def cmd_chat(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
     settings = _settings()
     history: list[dict[str, str]] = []
-    progress = _Progress(err, out, settings.grounding)
+    progress = _Progress(err, out)
     with _agent(args, err) as agent:
         _open_index(agent)
         out.write("crag chat: ask about your knowledge base; an empty line or Ctrl-D ends the session.\n")
@@ -560,13 +560,16 @@ def cmd_chat(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 print("crag: error: that line is not UTF-8 text; type it again", file=err)
                 continue
             question = line.strip()
+            stream = agent.stream(question, history=parse_history(history), on_event=progress)
             try:
-                result = agent.ask(question, history=parse_history(history), on_event=progress, stream=True)
+                for chunk in stream:
+                    progress.chunk(chunk)
             except CragError as exc:  # one question failed (too long, server down): the session goes on
-                progress.renderer = None
+                progress.reset()
                 print(_error_line(exc), file=err)
                 continue
-            progress.finish(result.answer)
+            progress.finish()
+            result = stream.result
             history.append({"role": "user", "content": question})
             history.append({"role": "assistant", "content": result.answer})
     return 0

@@ -8,7 +8,8 @@ person (all used at the edges: the error boundary and the CLI's printing):
   password of a configured URL) with ``***``: what crag shows of documents and of a model's
   answer, which are the user's data and are never rewritten by a word pattern;
   ``redacted_prefix(text, secrets)`` does the same for text still streaming in, holding
-  back the tail that more text could turn into a secret;
+  back the tail that more text could turn into a secret, and ``ShownStream`` prints
+  streamed chunks that way, made safe for a terminal;
 * ``redact_message(text, secrets)`` also masks anything shaped like a credential
   (``scheme://user:password@``, ``Authorization: Bearer ...``): for crag's own messages and
   what a server echoed back in an error;
@@ -35,6 +36,7 @@ from typing import Any
 
 __all__ = [
     "REDACTED",
+    "ShownStream",
     "display_name",
     "for_terminal",
     "json_text",
@@ -194,6 +196,32 @@ def redacted_prefix(text: str, secrets: Iterable[str] = ()) -> str:
                 break
             start = text.find(secret, start + 1)
     return redact(text[:cut], secrets)
+
+
+class ShownStream:
+    """Streamed text as a terminal shows it: ``feed(chunk)`` returns what can be shown now of
+    all the chunks so far, terminal-safe and redacted (``redacted_prefix``), beyond what it
+    showed before; ``rest(final)`` what ``final`` (the whole text, shown as ``redact`` and
+    ``for_terminal`` show it) adds after that, or, when it does not extend what was shown, a
+    blank line and all of it."""
+
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        self.secrets = tuple(secrets)
+        self.text = ""
+        self.shown = ""
+
+    def feed(self, chunk: str) -> str:
+        self.text += chunk
+        now = redacted_prefix(for_terminal(self.text), self.secrets)
+        if not now.startswith(self.shown):
+            return ""
+        new, self.shown = now[len(self.shown) :], now
+        return new
+
+    def rest(self, final: str) -> str:
+        if final.startswith(self.shown):
+            return final[len(self.shown) :]
+        return ("\n\n" if self.shown else "") + final
 
 
 def _json_escape(match: re.Match[str]) -> str:

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from crag.answer import STATS_HEADING, StreamRenderer, compose
 from crag.prompts import clean_answer, strip_think
-from crag.safe_text import redact
+from crag.safe_text import ShownStream, redact
 from crag.state import Completion, EvidenceItem, Usage
 
 ITEMS = (
@@ -88,13 +88,17 @@ SECRET_PIECES = [*PIECES, "sk-live-Secret-0123456789", "sk-live-", "Secret-01234
 
 
 def streamed_redacted(reply: str, cuts: list[int], every: int) -> tuple[list[str], str, str]:
-    renderer = StreamRenderer(len(ITEMS), clean_answer, strip_think, every=every, secrets=SECRETS)
+    """What a terminal shows: the rendered stream through ``ShownStream``, as ``crag chat`` prints it."""
+    renderer = StreamRenderer(len(ITEMS), clean_answer, strip_think, every=every)
+    screen = ShownStream(SECRETS)
     pieces, last = [], 0
     for cut in [*sorted(set(cuts)), len(reply)]:
-        pieces.append(renderer.feed(reply[last:cut]))
+        pieces.append(screen.feed(renderer.feed(reply[last:cut])))
         last = cut
-    final = redact(compose(clean_answer(reply), ITEMS, USAGE)[0], SECRETS)
-    return pieces, renderer.rest(final), final
+    answer = compose(clean_answer(reply), ITEMS, USAGE)[0]
+    pieces.append(screen.feed(renderer.rest(answer)))
+    final = redact(answer, SECRETS)
+    return pieces, screen.rest(redact(screen.text, SECRETS)), final
 
 
 @settings(max_examples=2000, deadline=None)
@@ -111,10 +115,10 @@ def test_a_streamed_answer_is_redacted_as_the_printed_one(pieces: list[str], dat
         assert "***" not in screen
 
 
-def test_a_secret_split_across_deltas_is_held_back_then_redacted() -> None:
-    renderer = StreamRenderer(0, clean_answer, strip_think, every=0, secrets=SECRETS)
-    assert renderer.feed("Your key is sk-li") == "Your key is "
-    assert renderer.feed("ve-Secret-01234") == ""
-    assert renderer.feed("56789 and more") == "*** and "
-    assert renderer.feed(" text from jira t") == "more text from "
-    assert renderer.rest(redact("Your key is sk-live-Secret-0123456789 and more text from jira tok 42.", SECRETS)) == "***."
+def test_a_secret_split_across_chunks_is_held_back_then_redacted() -> None:
+    screen = ShownStream(SECRETS)
+    assert screen.feed("Your key is sk-li") == "Your key is "
+    assert screen.feed("ve-Secret-01234") == ""
+    assert screen.feed("56789 and more") == "*** and "
+    assert screen.feed(" text from jira t") == "more text from "
+    assert screen.rest(redact("Your key is sk-live-Secret-0123456789 and more text from jira tok 42.", SECRETS)) == "***."

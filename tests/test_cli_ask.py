@@ -386,7 +386,7 @@ def test_library_api_sync_and_async(llm: FakeOpenAIServer, kb: Path) -> None:
 
 def test_chat_status_line_never_erases_streamed_text() -> None:
     from crag.cli import _Progress
-    from crag.events import AnswerDelta, AnswerStarted, NodeFinished, NodeStarted
+    from crag.events import AnswerStarted, NodeFinished, NodeStarted
 
     class Terminal(io.StringIO):
         def isatty(self) -> bool:
@@ -396,9 +396,10 @@ def test_chat_status_line_never_erases_streamed_text() -> None:
     progress = _Progress(screen, screen)
     progress(NodeStarted("synthesize"))
     progress(AnswerStarted(()))
-    progress(AnswerDelta("Hello there."))
+    progress.chunk("Hello there. ")
     progress(NodeFinished("synthesize"))
-    progress.finish("Hello there.\n\n---\n" + STATS_HEADING)
+    progress.chunk("\n\n---\n" + STATS_HEADING)
+    progress.finish()
     shown = screen.getvalue()
     assert "\033[K" not in shown[shown.index("Hello there."):]
     assert shown.count("Hello there.") == 1
