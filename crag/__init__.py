@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from .ports import ChatModel, Toolbox
     from .state import AgentState, Citation, Completion, EvidenceItem, Usage
     from .stream import AnswerStream, AsyncAnswerStream
-    from .toolspec import Param, QuestionArg, Tool
+    from .toolspec import Param, QuestionArg, Tool, ToolContext, ToolResult
 
 # The agent, its settings and its records load on first use, so `python -m crag --help`
 # and `graph` start without attrs, cattrs or asyncio.
@@ -45,6 +45,8 @@ _LAZY = {
     "Tool": "toolspec",
     "Param": "toolspec",
     "QuestionArg": "toolspec",
+    "ToolContext": "toolspec",
+    "ToolResult": "toolspec",
     "ScriptedChatModel": "llm.scripted",
     "NodeStarted": "events",
     "NodeFinished": "events",
@@ -95,7 +97,9 @@ __all__ = [
     "ScriptedChatModel",
     "Settings",
     "Tool",
+    "ToolContext",
     "ToolError",
+    "ToolResult",
     "Toolbox",
     "Usage",
     "UsageError",

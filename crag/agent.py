@@ -29,10 +29,10 @@ from .driver import Driver
 from .errors import UsageError
 from .events import Event
 from .nodes import NodeConfig
-from .ports import ChatModel, Toolbox, ToolResult
+from .ports import ChatModel, Toolbox
 from .safe_text import valid_text
 from .state import AgentState, Citation, EvidenceItem, Message, Usage, output_converter
-from .toolspec import MAX_TOP_K, Tool, question_search
+from .toolspec import MAX_TOP_K, Tool, ToolResult, question_search
 
 if TYPE_CHECKING:
     from .stream import AnswerStream, AsyncAnswerStream

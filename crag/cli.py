@@ -578,9 +578,9 @@ def cmd_chat(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 def _open_index(agent) -> None:
     """A missing, damaged or mismatched index fails the session at its start (status 1), as
     ``ask`` would, rather than every question of it."""
-    reader = getattr(agent.toolbox, "reader", None)
-    if reader is not None and "vector_search" in agent.toolbox.available():
-        reader()
+    retriever = getattr(agent.toolbox, "retriever", None)
+    if retriever is not None and any(t.searches_question for t in agent.toolbox.tools()):
+        retriever()
 
 
 def cmd_mcp(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

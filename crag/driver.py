@@ -20,8 +20,9 @@ from .errors import LLMContextError, ToolError
 from .events import AnswerDelta, AnswerStarted, Event, NodeFinished, NodeStarted
 from .graph import END, START, TRANSITIONS, GraphError, Node, Outcome, next_node
 from .nodes import NODES, NodeConfig
-from .ports import ChatModel, LLMRequest, Toolbox, ToolOutcome, ToolRequest, ToolResult
+from .ports import ChatModel, LLMRequest, Toolbox, ToolOutcome, ToolRequest
 from .state import AgentState, Message, Usage
+from .toolspec import ToolResult
 
 __all__ = ["Driver", "Event", "max_steps"]
 

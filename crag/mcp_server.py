@@ -36,6 +36,7 @@ from .errors import CragError
 from .llm.deadline import cancellable
 from .safe_text import redact, redact_message
 from .state import ToolCall
+from .toolspec import question_search
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
@@ -121,10 +122,11 @@ def build_server(agent: "Agent") -> "MCPServer":
         Each hit has `path`, `start_line`, `end_line`, `score` (cosine-like, 0 to 1) and `text`.
         `top_k` is how many hits (default: crag's KB_AGENT_TOP_K).
         """
-        args: dict[str, Any] = {"query": query}
-        if top_k is not None:
-            args["top_k"] = top_k
-        hits = hit_records(await guarded(agent.toolbox.run, ToolCall("vector_search", args)))
+        # The toolbox checks the arguments as given: a top_k out of range is refused, not clamped.
+        call = question_search(agent.toolbox.tools(), query, agent.settings.top_k if top_k is None else top_k)
+        if call is None:
+            raise MCPToolError("this server's toolbox has no search tool")
+        hits = hit_records(await guarded(agent.toolbox.run, call))
         return result(search_text(hits), {"hits": hits})
 
     async def read_file(path: str, start_line: int | None = None, end_line: int | None = None) -> CallToolResult:
@@ -132,12 +134,15 @@ def build_server(agent: "Agent") -> "MCPServer":
 
         `start_line` and `end_line` are 1-based and inclusive; at most 200 lines are returned.
         """
-        args: dict[str, Any] = {"path": path}
+        reader = next((t for t in agent.toolbox.tools() if t.path_arg is not None), None)
+        if reader is None:
+            raise MCPToolError("this server's toolbox has no tool that reads files")
+        args: dict[str, Any] = {reader.path_arg: path}
         if start_line is not None:
             args["start_line"] = start_line
         if end_line is not None:
             args["end_line"] = end_line
-        (item,) = await guarded(agent.toolbox.run, ToolCall("read_file", args))
+        (item,) = await guarded(agent.toolbox.run, ToolCall(reader.name, args))
         structured = {"path": item.source, "start_line": item.start_line, "end_line": item.end_line, "text": item.text}
         return result(item.text, structured)
 

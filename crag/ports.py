@@ -16,7 +16,7 @@ or the clock.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from attrs import frozen
 
 from .state import AuditEvent, Completion, EvidenceItem, Message, RoutingPlan, ToolCall, ToolRun
-from .toolspec import Tool
+from .toolspec import Tool, ToolResult  # ToolResult: re-exported, a tool's run returns it
 
 if TYPE_CHECKING:
     import numpy as np
@@ -132,21 +132,6 @@ class ToolRequest:
 
 
 @frozen
-class ToolResult:
-    """What a tool may return instead of a bare list of items: the items plus audit events
-    about the call (a ``glob`` that matched no file and was dropped, for instance)."""
-
-    items: tuple[EvidenceItem, ...] = ()
-    audit: tuple[AuditEvent, ...] = ()
-
-    def __iter__(self) -> Iterator[EvidenceItem]:  # reads like the plain list of items
-        return iter(self.items)
-
-    def __len__(self) -> int:
-        return len(self.items)
-
-
-@frozen
 class ToolOutcome:
     """What one tool call produced: items, or an error message (never both), and the
     call's audit events."""
@@ -176,18 +161,23 @@ class ChatModel(Protocol):
 class Toolbox(Protocol):
     """The tools of one question: the records of those on offer, and running one call.
 
-    ``run`` returns the call's items (or a ``ToolResult`` with audit events too) and raises
-    ``crag.errors.ToolError`` for a failed call; the driver records it.
+    ``run`` returns the call's ``ToolResult`` (its items, and audit events about it) and
+    raises ``crag.errors.ToolError`` for a failed call; the driver records it.
     """
 
     def tools(self) -> tuple[Tool, ...]: ...
 
-    def run(self, call: ToolCall) -> Sequence[EvidenceItem] | ToolResult: ...
+    def run(self, call: ToolCall) -> ToolResult: ...
 
 
 @runtime_checkable
 class Embedder(Protocol):
-    """Texts to unit-length float32 vectors, shape (len(texts), dim)."""
+    """Texts to unit-length float32 vectors, shape (len(texts), dim).
+
+    An embedder may say ``relates_words = False`` (the hash embedder): its vectors relate no
+    texts that share no word, so a search keeps only hits sharing a word with the query
+    (``crag.index.search``). Without the attribute it relates them (a learned model).
+    """
 
     name: str
     dim: int
@@ -315,9 +305,11 @@ class Retriever(Protocol):
     ranking (its first at 1, its last at 0), so a store's scores may have any scale and
     either direction, as long as the pairs come best first. ``roots`` restricts every
     ranking to files under those paths (None: the whole index). ``search`` is
-    ``crag.index.search.hybrid_search`` over these rankings.
+    ``crag.index.search.hybrid_search`` over these rankings, with ``embedder``'s rule for
+    which hits a query may find.
     """
 
+    embedder: Embedder
     version: str
     embedder_name: str
     dim: int

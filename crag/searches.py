@@ -2,22 +2,26 @@
 
 Theory of operation. The planner (an LLM, sometimes a small one) decides what to look for;
 these pure rules make sure its choices can only add to what a plain search for the question
-finds (see ``docs/real-models.md``):
+finds (see ``docs/real-models.md``). They read what they need of a tool from its record
+(``crag.toolspec.Tool``: ``searches``, ``paging``, ``same_search``, ``match_cap``,
+``path_arg``), never its name:
 
-* ``with_question_search``: the first round always runs ``vector_search`` with the user's
-  question and ``top_k`` = ``KB_AGENT_TOP_K``, once, besides the planned calls (after them,
-  so the planner's targeted finds keep the first numbers). The
-  one exception: when every planned call reads a file whose path the question itself names,
-  the user pointed at the source and only those reads run.
-* ``deepen_repeats``: a planned call identical to one already run for this question (same
-  tool and query, pattern or path; ``top_k`` aside) would only bring the same evidence
-  again. A ``vector_search`` or ``grep_search`` becomes the same search one page deeper:
-  ``vector_search`` asks for ``top_k`` more hits and ``grep_search`` keeps its arguments,
-  and ``tool_exec`` keeps only what earlier runs of that search did not return
-  (``unseen``). Any other repeated call is dropped. Audited as ``call_repeated``.
-* ``cap_matches``: a ``grep_search`` keeps at most 2 x ``KB_AGENT_TOP_K`` matches, the
-  files with the most matches first (in their order of discovery on ties), lines in file
-  order within a file; when there were more, ``grep_truncated`` says how many.
+* ``with_question_search``: the first round always runs the question's own search (the tool
+  that ``searches_question``, ``vector_search``: the user's question with ``top_k`` =
+  ``KB_AGENT_TOP_K``), once, besides the planned calls (after them, so the planner's
+  targeted finds keep the first numbers). The one exception: when every planned call reads
+  a file (``path_arg``) whose path the question itself names, the user pointed at the
+  source and only those reads run.
+* ``deepen_repeats``: a planned call identical to one already run for this question (the
+  tool's ``same_search``; ``top_k`` aside) would only bring the same evidence again. A tool
+  with ``paging`` makes it the same search one page deeper: ``Paging.DEEPER`` asks for
+  ``top_k`` more hits (``vector_search``), ``Paging.AGAIN`` keeps its arguments
+  (``grep_search``), and ``tool_exec`` keeps only what earlier runs of that search did not
+  return (``unseen``). Any other repeated call is dropped. Audited as ``call_repeated``.
+* ``cap_matches``: a tool with a ``match_cap`` (``grep_search``: 2) keeps at most
+  ``match_cap`` x ``KB_AGENT_TOP_K`` results, the files with the most matches first (in
+  their order of discovery on ties), lines in file order within a file; when there were
+  more, ``grep_truncated`` says how many.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .state import AuditEvent, EvidenceItem, ToolCall, ToolRun
-from .toolspec import MAX_TOP_K  # the most hits one vector_search returns
+from .toolspec import MAX_TOP_K, Paging, Tool, question_search  # MAX_TOP_K: the most hits one search returns
 
 __all__ = [
     "MAX_TOP_K",
@@ -38,101 +42,117 @@ __all__ = [
     "with_question_search",
 ]
 
-PAGED_TOOLS = ("vector_search", "grep_search")
-
 
 def same_query(a: str, b: str) -> bool:
     """Two queries are the same search when they differ only in case and spacing."""
     return " ".join(str(a).split()).casefold() == " ".join(str(b).split()).casefold()
 
 
-def signature(call: ToolCall) -> tuple[Any, ...]:
-    """What makes two calls the same search (``top_k`` aside)."""
-    args = call.args
-    if call.tool == "vector_search":
-        return (call.tool, " ".join(str(args.get("query", "")).split()).casefold())
-    if call.tool == "grep_search":
-        regex = bool(args.get("regex", False))
-        pattern = str(args.get("pattern", ""))
-        return (call.tool, pattern if regex else pattern.casefold(), str(args.get("glob") or ""), regex)
-    return (call.tool, tuple(sorted((str(k), repr(v)) for k, v in args.items())))
+def _records(tools: Sequence[Tool]) -> dict[str, Tool]:
+    return {t.name: t for t in tools}
 
 
-def question_search(question: str, top_k: int) -> ToolCall:
-    return ToolCall("vector_search", {"query": question.strip() or question, "top_k": top_k})
+def signature(call: ToolCall, tool: Tool | None) -> tuple[Any, ...]:
+    """What makes two calls the same search: the tool's ``same_search``, else every argument
+    but ``top_k``."""
+    if tool is not None and tool.same_search is not None:
+        return (call.tool, tool.same_search(call.args))
+    return (call.tool, tuple(sorted((str(k), repr(v)) for k, v in call.args.items() if k != "top_k")))
 
 
 def with_question_search(
-    calls: Sequence[ToolCall], question: str, top_k: int, named_paths: Sequence[str]
+    calls: Sequence[ToolCall], question: str, top_k: int, named_paths: Sequence[str], tools: Sequence[Tool]
 ) -> tuple[tuple[ToolCall, ...], tuple[AuditEvent, ...]]:
-    """The first round's calls: the question's own search first, then the planned ones."""
+    """The first round's calls: the planned ones, then the question's own search."""
     calls = tuple(calls)
-    named = {p.lstrip("./") for p in named_paths}
-    if calls and named and all(
-        c.tool == "read_file" and str(c.args.get("path", "")).lstrip("./") in named for c in calls
-    ):
+    own_search = question_search(tools, question.strip() or question, top_k)
+    if own_search is None:
         return calls, ()
-    own = [c for c in calls if c.tool == "vector_search" and same_query(c.args.get("query", ""), question)]
+    records = _records(tools)
+    named = {p.lstrip("./") for p in named_paths}
+
+    def reads_named_file(call: ToolCall) -> bool:
+        arg = records[call.tool].path_arg if call.tool in records else None
+        return arg is not None and str(call.args.get(arg, "")).lstrip("./") in named
+
+    if calls and named and all(reads_named_file(c) for c in calls):
+        return calls, ()
+    searcher = records[own_search.tool]
+    query_arg = searcher.query_arg or ""
+    own = [c for c in calls if c.tool == searcher.name and same_query(c.args.get(query_arg, ""), question)]
     if own:  # the planner asked for it too: run it once, with at least top_k hits
         first = own[0]
         k = max(int(first.args.get("top_k", top_k)), top_k)
         kept = tuple(c for c in calls if c is first or c not in own)
-        return tuple(ToolCall("vector_search", {**c.args, "top_k": k}) if c is first else c for c in kept), ()
+        return tuple(ToolCall(c.tool, {**c.args, "top_k": k}) if c is first else c for c in kept), ()
     event = AuditEvent("question_searched", {"query": question.strip(), "top_k": top_k})
-    return (*calls, question_search(question, top_k)), (event,)
+    return (*calls, own_search), (event,)
 
 
 def deepen_repeats(
-    calls: Sequence[ToolCall], history: Sequence[ToolRun], top_k: int, question: str
+    calls: Sequence[ToolCall], history: Sequence[ToolRun], top_k: int, question: str, tools: Sequence[Tool]
 ) -> tuple[tuple[ToolCall, ...], tuple[AuditEvent, ...]]:
     """Calls identical to earlier ones made one page deeper (or dropped); see the module doc."""
+    records = _records(tools)
+
+    def paging(call: ToolCall) -> Paging | None:
+        record = records.get(call.tool)
+        return record.paging if record is not None else None
+
     earlier: dict[tuple[Any, ...], int] = {}
     for run in history:
         if run.error is None:
-            key = signature(run.call)
-            k = int(run.call.args.get("top_k", top_k) or top_k) if run.call.tool == "vector_search" else 0
+            key = signature(run.call, records.get(run.call.tool))
+            k = int(run.call.args.get("top_k", top_k) or top_k) if paging(run.call) is Paging.DEEPER else 0
             earlier[key] = max(earlier.get(key, 0), k)
     out: list[ToolCall] = []
     audit: list[AuditEvent] = []
     seen: set[tuple[Any, ...]] = set()
     for call in calls:
-        key = signature(call)
+        key = signature(call, records.get(call.tool))
         if key in seen:
             continue
         seen.add(key)
         if key not in earlier:
             out.append(call)
             continue
-        if call.tool == "vector_search" and earlier[key] < MAX_TOP_K:
+        pages = paging(call)
+        if pages is Paging.DEEPER and earlier[key] < MAX_TOP_K:
             deeper = min(MAX_TOP_K, earlier[key] + max(int(call.args.get("top_k", top_k)), top_k))
             out.append(ToolCall(call.tool, {**call.args, "top_k": deeper}))
             audit.append(AuditEvent("call_repeated", {"tool": call.tool, "action": "next page", "top_k": deeper}))
-        elif call.tool == "grep_search":
+        elif pages is Paging.AGAIN:
             out.append(call)
             audit.append(AuditEvent("call_repeated", {"tool": call.tool, "action": "next page"}))
         else:
             audit.append(AuditEvent("call_repeated", {"tool": call.tool, "action": "dropped"}))
     if not out:
-        fallback = question_search(question, top_k)
-        if signature(fallback) in earlier:
-            return deepen_repeats((fallback,), history, top_k, question)[0], tuple(audit)
+        fallback = question_search(tools, question.strip() or question, top_k)
+        if fallback is None:
+            return (), tuple(audit)
+        if signature(fallback, records.get(fallback.tool)) in earlier:
+            return deepen_repeats((fallback,), history, top_k, question, tools)[0], tuple(audit)
         out.append(fallback)
     return tuple(out), tuple(audit)
 
 
-def unseen(call: ToolCall, items: Sequence[EvidenceItem], history: Sequence[ToolRun]) -> tuple[EvidenceItem, ...]:
-    """``items`` without those an earlier run of the same search already returned."""
-    if call.tool not in PAGED_TOOLS:
+def unseen(
+    call: ToolCall, items: Sequence[EvidenceItem], history: Sequence[ToolRun], tool: Tool | None
+) -> tuple[EvidenceItem, ...]:
+    """``items`` without those an earlier run of the same search already returned (a tool
+    with ``paging``; any other keeps all)."""
+    if tool is None or tool.paging is None:
         return tuple(items)
-    key = signature(call)
-    returned = {i.key for run in history if signature(run.call) == key for i in run.items}
+    key = signature(call, tool)
+    returned = {i.key for run in history if run.call.tool == call.tool and signature(run.call, tool) == key
+                for i in run.items}
     if not returned:
         return tuple(items)
     return tuple(i for i in items if i.key not in returned)
 
 
 def cap_matches(items: Sequence[EvidenceItem], cap: int) -> tuple[tuple[EvidenceItem, ...], int]:
-    """At most ``cap`` grep matches, best files first, and how many were left out."""
+    """At most ``cap`` matches, best files first, and how many were left out."""
     items = tuple(items)
     if len(items) <= cap:
         return items, 0

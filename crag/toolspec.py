@@ -3,7 +3,9 @@
 A ``Tool`` says what the planner is told (``description``, ``params``, ``advice``), how
 its arguments are checked (``params``, ``check``), when it may run (``enabled`` by the
 settings; with ``question_arg``, only with an argument written in the user's question),
-and what runs it (``run``). The built-in tools each define theirs in their own module
+and what runs it (``run``), and what the core may rely on when it plans around the planner
+(``searches``, ``query_arg``, ``paging``, ``match_cap``, ``path_arg``, ``same_search``: see
+``Tool``). The built-in tools each define theirs in their own module
 under ``crag/tools/``; ``crag.tools.BUILTIN_TOOLS`` is the registry the toolbox reads, and
 the nodes receive the records of the tools on offer as data. A tool written in your own
 program is a ``Tool`` too: pass it to ``Agent.from_env(tools=[...])`` (docs/architecture.md
@@ -23,24 +25,35 @@ Either way a refusal is an ``ArgumentError`` whose message names the tool and ar
 
 from __future__ import annotations
 
+import enum
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from attrs import field, frozen
 
-from .state import EvidenceItem, ToolCall
+from .state import AuditEvent, EvidenceItem, ToolCall
+
+if TYPE_CHECKING:
+    from .config import Settings
+    from .ports import Retriever
 
 __all__ = [
     "CONFIGURED_TOP_K",
     "ArgumentError",
+    "Http",
+    "Paging",
     "Param",
     "QuestionArg",
+    "Searches",
     "Tool",
+    "ToolContext",
+    "ToolResult",
     "check_args",
     "planner_line",
     "question_search",
+    "search_tools",
 ]
 
 TOOL_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
@@ -129,6 +142,76 @@ class QuestionArg:
         return raw if isinstance(raw, str) and raw in found else None
 
 
+@frozen
+class ToolResult:
+    """What a tool's ``run`` returns: the items it found, plus audit events about the call (a
+    ``glob`` that matched no file and was dropped, for instance)."""
+
+    items: tuple[EvidenceItem, ...] = field(default=(), converter=tuple)
+    audit: tuple[AuditEvent, ...] = field(default=(), converter=tuple)
+
+    def __iter__(self) -> Iterator[EvidenceItem]:  # reads like the plain list of items
+        return iter(self.items)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, index: Any) -> Any:
+        return self.items[index]
+
+
+@frozen
+class Http:
+    """How a remote tool reaches the network: one request's ``timeout`` in seconds, which
+    addresses it may connect to, and how host names resolve (None: public addresses only,
+    the system resolver; ``crag.tools.http``)."""
+
+    timeout: float = 20.0
+    address_allowed: Callable[[Any], bool] | None = None
+    resolver: Callable[[str, int], Sequence[str]] | None = None
+
+
+@runtime_checkable
+class ToolContext(Protocol):
+    """What a tool's ``run`` receives besides its arguments: the least a tool needs, never
+    the toolbox that runs it.
+
+    ``settings`` is read-only configuration (a remote tool's address and credentials);
+    ``file_roots()`` the folders file tools look in and ``search_roots()`` those an index
+    search is restricted to (None: the whole index); ``retriever()`` the index opened for
+    search, terms and scores its business; ``label(path)`` a path as citations show it;
+    ``cwd`` what relative paths are read against; ``index_dir`` the index folder, never
+    read as a document; ``http`` how remote tools reach the network.
+    """
+
+    settings: Settings
+    cwd: str
+    index_dir: str
+    http: Http
+
+    def file_roots(self) -> tuple[str, ...]: ...
+
+    def search_roots(self) -> tuple[str, ...] | None: ...
+
+    def retriever(self) -> Retriever: ...
+
+    def label(self, path: str) -> str: ...
+
+
+class Searches(enum.StrEnum):
+    """What a searching tool's ``query_arg`` holds."""
+
+    QUESTION = "question"  # words, as a question is written: ranked passages; the question's own search
+    TERMS = "terms"  # a term as written (an identifier, a setting name): the lines that hold it
+
+
+class Paging(enum.StrEnum):
+    """What a call identical to an earlier one of the same question becomes (see ``crag.searches``)."""
+
+    DEEPER = "deeper"  # the same search with ``top_k`` more hits; only hits not returned before are kept
+    AGAIN = "again"  # the same call; only results not returned before are kept
+
+
 def _always(settings: Any) -> bool:
     return True
 
@@ -142,21 +225,32 @@ def _check_name(_: Any, attribute: Any, value: str) -> None:
 class Tool:
     """One tool (see the module docstring).
 
-    ``run(args, toolbox)`` gets the checked arguments and the toolbox running it (for its
-    ``settings``, ``label(path)``, ``http_timeout``...) and returns the evidence found; it
-    raises ``crag.errors.ToolError`` when the call fails. ``from_question(question)`` builds
+    ``run(args, context)`` gets the checked arguments and a ``ToolContext`` (roots, labels,
+    the retriever, HTTP) and returns a ``ToolResult``; it raises ``crag.errors.ToolError``
+    when the call fails. ``from_question(question)`` builds
     arguments from the question alone, for a plan reply that only names the tool (None:
     it cannot). ``enabled(settings)`` says whether the settings turn it on, and
     ``enable_hint`` how to (``set JIRA_BASE_URL``).
 
-    ``searches_question``: the tool searches the knowledge base for a text in words,
-    ``from_question(text)`` and a ``top_k`` being such a search (``question_search``; used
-    by ``Agent.search`` and ``crag search``).
+    What the core relies on, instead of a tool's name, when it plans around the planner:
+
+    * ``searches``: the tool searches the knowledge base for what its ``query_arg`` holds;
+      such tools are suggested when the router names none. ``Searches.QUESTION``: a
+      question in words, so ``from_question(text)`` with a ``top_k`` is the search for
+      ``text`` (``question_search``: the first round's search of the question, the plan
+      when nothing else is left, ``Agent.search``). ``Searches.TERMS``: a term as written.
+    * ``paging``: what a call identical to an earlier one becomes (``Paging``; None: it is
+      dropped), and ``same_search(args)`` what makes two calls identical (default: all the
+      arguments but ``top_k``).
+    * ``match_cap``: at most ``match_cap`` x ``KB_AGENT_TOP_K`` results of a call are kept,
+      the files with the most first (0: no cap).
+    * ``path_arg``: the tool reads the file this argument names; a plan that only reads
+      files the question names runs alone.
     """
 
     name: str = field(validator=_check_name)
     description: str
-    run: Callable[[dict[str, Any], Any], Iterable[EvidenceItem]]  # or a crag.ports.ToolResult
+    run: Callable[[dict[str, Any], ToolContext], ToolResult]
     params: tuple[Param, ...] = field(default=(), converter=tuple)
     check: Callable[[dict[str, Any]], None] | None = None
     question_arg: QuestionArg | None = None
@@ -164,7 +258,16 @@ class Tool:
     advice: str = ""
     enabled: Callable[[Any], bool] = _always
     enable_hint: str = ""
-    searches_question: bool = False
+    searches: Searches | None = None
+    query_arg: str | None = None
+    paging: Paging | None = None
+    same_search: Callable[[Mapping[str, Any]], Hashable] | None = None
+    match_cap: int = 0
+    path_arg: str | None = None
+
+    @property
+    def searches_question(self) -> bool:
+        return self.searches is Searches.QUESTION
 
     def __attrs_post_init__(self) -> None:
         names = [p.name for p in self.params]
@@ -172,8 +275,20 @@ class Tool:
             raise ValueError(f"tool {self.name} declares an argument twice")
         if self.question_arg is not None and self.question_arg.param not in names:
             raise ValueError(f"tool {self.name}: question_arg {self.question_arg.param!r} is not a parameter")
+        for arg in (self.query_arg, self.path_arg):
+            if arg is not None and arg not in names:
+                raise ValueError(f"tool {self.name}: {arg!r} is not a parameter")
+        if self.searches is not None and self.query_arg is None:
+            raise ValueError(f"tool {self.name} searches but names no query_arg")
         if self.searches_question and self.from_question is None:
             raise ValueError(f"tool {self.name} searches the question but has no from_question")
+        if self.paging is Paging.DEEPER and "top_k" not in names:
+            raise ValueError(f"tool {self.name} pages deeper but has no top_k")
+
+
+def search_tools(tools: Iterable[Tool]) -> tuple[str, ...]:
+    """The names of the tools that search the knowledge base, in order: the router's default."""
+    return tuple(t.name for t in tools if t.searches is not None)
 
 
 def question_search(tools: Iterable[Tool], text: str, top_k: int) -> ToolCall | None:

@@ -88,3 +88,19 @@ def test_importing_crag_loads_no_heavy_library():
     code = "import sys, crag, crag.cli; print(sorted(m for m in ('openai','faiss','numpy','tiktoken') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+BUILTIN_TOOL_NAMES = ("vector_search", "grep_search", "read_file", "jira_fetch", "confluence_fetch", "web_fetch")
+
+
+def test_built_in_tool_names_are_written_outside_crag_tools_only_by_the_fast_path_rules():
+    """What the core knows about a tool is a field of its record (docs/architecture.md): a
+    built-in tool's name, as a string, appears outside crag/tools/ only in grading.py's
+    fast-path rules (read_file, high_vector_score), which the seed defines by name."""
+    import re
+
+    quoted = re.compile(r"[\"'](" + "|".join(BUILTIN_TOOL_NAMES) + r")[\"']")
+    places = [(str(p.relative_to(CRAG)), n) for p in sorted(CRAG.rglob("*.py")) if "tools" not in p.relative_to(CRAG).parts[:1]
+              for n, line in enumerate(p.read_text().splitlines(), 1) for _ in quoted.finditer(line)]
+    assert {path for path, _ in places} <= {"grading.py"}, places
+    assert len(places) <= 10

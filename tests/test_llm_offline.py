@@ -272,7 +272,7 @@ def test_property_every_offline_reply_passes_the_strict_parsers(question, tools,
     for ev, attempts in (((), ()), (items, earlier)):
         text = ask(PlanTask(question, routing, ev, attempts, builtin(*tools), top_k))
         calls, reasons = prompts.parse_plan(text, question, routing, builtin(*tools), top_k)
-        assert calls
+        assert calls or "vector_search" not in tools  # without a search of the question, nothing to fall back on
         if "vector_search" in tools and "vector_search" in routing.suggested_tools:
             assert reasons == (), (text, reasons)
         json.loads(text)

@@ -14,7 +14,6 @@ from crag import prompts
 from crag.answer import STATS_HEADING, stats_block
 from crag.ports import AnalyzeTask, GradeTask, PlanTask, SynthesizeTask
 from crag.prompts import (
-    DEFAULT_TOOLS,
     clean_answer,
     extract_json,
     find_confluence_page_ids,
@@ -37,6 +36,7 @@ from crag.state import (
     Usage,
 )
 from crag.tools import builtin
+from crag.toolspec import search_tools
 
 ALL = ("vector_search", "grep_search", "read_file", "jira_fetch", "confluence_fetch", "web_fetch")
 LOCAL = ("vector_search", "grep_search", "read_file")
@@ -281,9 +281,11 @@ def test_parse_route_reads_a_plain_or_wrapped_object():
 def test_parse_route_drops_unknown_tools_and_falls_back_to_defaults():
     plan = parse_route('{"complexity": "complex", "suggested_tools": ["web_fetch", "magic", "read_file"]}', LOCAL)
     assert plan.suggested_tools == ("read_file",)
-    plan = parse_route('{"complexity": "complex", "suggested_tools": ["magic"]}', LOCAL)
-    assert plan.suggested_tools == DEFAULT_TOOLS
-    assert parse_route('{"complexity": "complex"}', ("vector_search",)).suggested_tools == ("vector_search",)
+    defaults = search_tools(builtin(*LOCAL))
+    assert defaults == ("vector_search", "grep_search")  # the tools that search, from their records
+    plan = parse_route('{"complexity": "complex", "suggested_tools": ["magic"]}', LOCAL, defaults)
+    assert plan.suggested_tools == defaults
+    assert parse_route('{"complexity": "complex"}', ("vector_search",), defaults).suggested_tools == ("vector_search",)
 
 
 @pytest.mark.parametrize("reply", ["", "complex", "no idea what you mean", '{"complexity": "hard"}',
@@ -482,8 +484,9 @@ def test_property_a_plan_only_holds_allowed_tools_with_patterns_from_the_questio
                                                                                    available, top_k):
     routing = RoutingPlan(Complexity.COMPLEX, tuple(suggested))
     calls, reasons = parse_plan(reply, question, routing, builtin(*available), top_k)
-    assert calls and all(isinstance(r, str) for r in reasons)
-    fallback = (ToolCall("vector_search", {"query": question.strip() or question, "top_k": min(top_k, 50)}),)
+    # Never an empty plan while a tool can search the question (none can: nothing to fall back on).
+    assert (calls or "vector_search" not in available) and all(isinstance(r, str) for r in reasons)
+    fallback = (ToolCall("vector_search", {"query": question.strip(), "top_k": min(top_k, 50)}),)
     if calls != fallback:
         for call in calls:
             assert call.tool in suggested and call.tool in available

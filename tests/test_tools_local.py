@@ -134,14 +134,14 @@ def test_a_long_running_toolbox_opens_the_index_once(env) -> None:
     """The library, chat and the MCP server keep one toolbox: searches reuse its retriever."""
     box, kb, _ = env
     run(box, "vector_search", query="retries")
-    first = box.reader()
+    first = box.retriever()
     for q in ("port 8080", "logs", "retries"):
         run(box, "vector_search", query=q)
-    assert box.reader() is first
+    assert box.retriever() is first
     write(kb / "more.md", "# More\n\nAnother page.\n")
     ensure_indexed(box.settings, [kb])
-    assert box.reader() is not first  # a re-index is seen, once
-    assert box.reader() is box.reader()
+    assert box.retriever() is not first  # a re-index is seen, once
+    assert box.retriever() is box.retriever()
 
 
 def test_local_tools_do_not_load_the_http_client(tmp_path: Path) -> None:

@@ -139,3 +139,23 @@ def test_docs_list_the_registry_as_it_is() -> None:
     page = (Path(__file__).resolve().parents[1] / "docs" / "tools.md").read_text()
     assert page.endswith(describe()), "docs/tools.md is stale: regenerate it from crag.tools.describe()"
     assert all(f"`{t.name}`" in page for t in BUILTIN_TOOLS)
+
+
+def test_a_tool_gets_a_context_never_the_toolbox(tmp_path: Path) -> None:
+    from crag import Settings, ToolContext, ToolResult
+    from crag.state import ToolCall
+
+    seen = []
+
+    def probe(args, context):
+        seen.append(context)
+        return ToolResult()
+
+    box = Toolbox(Settings(index_dir=str(tmp_path / "ix")), roots=[tmp_path], cwd=tmp_path,
+                  tools=[Tool("probe", "looks at what it is given", probe)], http_timeout=7.0)
+    assert box.run(ToolCall("probe", {})) == ToolResult()
+    (context,) = seen
+    assert isinstance(context, ToolContext) and context is not box
+    assert not any(hasattr(context, name) for name in ("run", "tools", "close", "store"))
+    assert context.file_roots() == (str(tmp_path),) and context.label(str(tmp_path / "a.md")) == "a.md"
+    assert context.http.timeout == 7.0 and context.cwd == str(tmp_path)

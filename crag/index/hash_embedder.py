@@ -149,6 +149,8 @@ class HashEmbedder:
     the vocabulary, used under a lock.
     """
 
+    relates_words = False  # vectors of texts without a common word are unrelated (crag.index.search)
+
     def __init__(self, dim: int = DEFAULT_HASH_DIM, bigram_weight: float = BIGRAM_WEIGHT) -> None:
         if dim < 16 or dim & (dim - 1) or dim > (1 << 24):
             raise ValueError(f"hash embedder dimension must be a power of two in [16, 2**24], got {dim}")

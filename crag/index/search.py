@@ -7,6 +7,14 @@ similarity to the query clipped to [0, 1] as ``score`` (the value the
 ``high_vector_score`` rule compares with its threshold), capped by the score of the hit
 above it so that scores follow the order (``scores_in_rank_order``); a score means the
 same on either store.
+
+Which hits a query may find is decided here too. An embedder whose vectors relate no words
+that differ (the ``hash`` embedder: ``relates_words = False``; hashed vectors of unrelated
+texts are never quite orthogonal) keeps only the hits that share a content word (stemmed,
+not a stop word) with the query, in the chunk's text, heading or path as shown (relative to
+the working directory): a question about something the documents never mention finds
+nothing (and gets the no-evidence answer) rather than the least unrelated chunks. A learned
+embedder relates words that differ, so its hits are kept as ranked.
 """
 
 from __future__ import annotations
@@ -17,6 +25,8 @@ import attrs
 
 from ..errors import IndexStoreError
 from ..ports import Hit, Retriever
+from ..text import keywords
+from .discover import relative_label
 from .fusion import SearchWeights, fuse, scores_in_rank_order
 
 __all__ = ["MODES", "hybrid_search"]
@@ -75,4 +85,12 @@ def hybrid_search(
             Hit(f.chunk_id, row.path, row.start_line, row.end_line, row.heading, row.text, round(score, 6),
                 f.value, f.vector_rank, f.lexical_rank)
         )
+    if not getattr(retriever.embedder, "relates_words", True):
+        hits = sharing_a_word(hits, query)
     return hits
+
+
+def sharing_a_word(hits: Sequence[Hit], query: str) -> list[Hit]:
+    """The hits that share a content word with ``query`` (see the module docstring)."""
+    words = set(keywords(query))
+    return [h for h in hits if words & set(keywords(f"{relative_label(h.path)}\n{h.heading}\n{h.text}"))]

@@ -7,8 +7,10 @@ contract as a real model's, so it goes through the same strict parsers:
 * analyze_and_route: greetings, thanks and small talk are ``chitchat``; a question naming
   an identifier, a path, a Jira key, a URL or asking for one fact ("what is X") is
   ``simple``; the rest is ``complex``. Tools are suggested by what the question contains.
-* plan: ``vector_search`` for the question; ``grep_search`` for identifiers; ``read_file``
-  for named paths; remote tools only with their argument in the question. Later rounds
+* plan: the question's own search (``vector_search``) for the question; the term search
+  (``grep_search``) for identifiers; the file reader (``read_file``) for named paths;
+  remote tools only with their argument in the question. Which tool plays which part is
+  read from the records (``searches``, ``path_arg``), not from names. Later rounds
   vary the calls (keywords only, a larger ``top_k``, terms learnt from the evidence,
   reading around the best hit) so a retry never repeats itself. A follow-up question (one
   with earlier turns) is also searched with the keywords of the previous user turn.
@@ -34,6 +36,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from attrs import frozen
+
 from .. import grounding, prompts
 from ..answer import OFFLINE_PREFACE
 from ..config import Settings
@@ -42,11 +46,9 @@ from ..ports import AnalyzeTask, GradeTask, LLMRequest, PlanTask, SynthesizeTask
 from ..state import Completion, EvidenceItem, Message, ToolRun
 from ..text import STOPWORDS, in_vocabulary, keywords, stem
 from ..text import words as split_words
-from ..toolspec import MAX_TOP_K, ArgumentError, Tool, check_args
+from ..toolspec import MAX_TOP_K, ArgumentError, Searches, Tool, check_args, question_search, search_tools
 
 __all__ = ["OFFLINE_PREFACE", "OfflineChatModel", "keywords"]
-
-SEARCH_TOOLS = ("vector_search", "grep_search", "read_file")  # planned by the rules below
 
 # Words that carry no content in small talk ("thanks, that helped a lot!").
 _SMALL_TALK = frozenset(
@@ -136,11 +138,31 @@ def _clip(text: str, limit: int) -> str:
     return (cut[:space] if space > limit // 2 else cut).strip()
 
 
-def _max_length(tools: Sequence[Tool], tool: str, param: str, default: int = 2000) -> int:
-    for record in tools:
-        if record.name == tool:
-            return next((p.max_length for p in record.params if p.name == param), default)
-    return default
+def _max_length(tool: Tool | None, param: str | None, default: int = 2000) -> int:
+    if tool is None:
+        return default
+    return next((p.max_length for p in tool.params if p.name == param), default)
+
+
+@frozen
+class _Parts:
+    """The tools the rules below plan with, found by what their records say they do."""
+
+    search: Tool | None  # the question's own search (vector_search)
+    terms: Tool | None  # a term as written (grep_search)
+    reader: Tool | None  # lines of a file (read_file)
+
+    @classmethod
+    def of(cls, tools: Sequence[Tool]) -> _Parts:
+        return cls(
+            next((t for t in tools if t.searches_question), None),
+            next((t for t in tools if t.searches is Searches.TERMS), None),
+            next((t for t in tools if t.path_arg is not None), None),
+        )
+
+    @staticmethod
+    def name(tool: Tool | None) -> str | None:
+        return tool.name if tool is not None else None
 
 
 def _is_chitchat(question: str) -> bool:
@@ -159,11 +181,12 @@ def _is_chitchat(question: str) -> bool:
 
 def _question_values(tool: Tool, question: str) -> list[dict[str, Any]]:
     """Arguments for ``tool`` found in the question: one per value of its ``question_arg``,
-    or what its ``from_question`` builds (the three search tools are planned above)."""
+    or what its ``from_question`` builds (the searches and the file reader are planned by
+    their own rules)."""
     qa = tool.question_arg
     if qa is not None:
         return [{qa.param: value} for value in qa.find(question)]
-    if tool.name in SEARCH_TOOLS or tool.from_question is None:
+    if tool.searches is not None or tool.path_arg is not None or tool.from_question is None:
         return []
     args = tool.from_question(question)
     return [dict(args)] if args else []
@@ -222,14 +245,16 @@ class OfflineChatModel:
             complexity = "simple"
         else:
             complexity = "complex"
-        tools = ["vector_search"]
+        parts = _Parts.of(task.tools)
+        search, terms, reader = _Parts.name(parts.search), _Parts.name(parts.terms), _Parts.name(parts.reader)
+        tools = [search]
         if identifiers or complexity == "complex":
-            tools.append("grep_search")
+            tools.append(terms)
         if paths:
-            tools.append("read_file")
+            tools.append(reader)
         tools.extend(named_in_question)
         if task.previous_attempts:  # a re-retrieval widens the strategy
-            tools.extend(("grep_search", "read_file"))
+            tools.extend((terms, reader))
         suggested = [t for t in dict.fromkeys(tools) if t in available]
         return json.dumps({"complexity": complexity, "suggested_tools": suggested})
 
@@ -243,27 +268,33 @@ class OfflineChatModel:
         refining = bool(task.previous_attempts or task.evidence)
         top_k = max(1, min(task.top_k, MAX_TOP_K))
         calls: list[dict[str, Any]] = []
+        planned: set[str] = set()
         records = {t.name: t for t in task.tools}
-        limit = _max_length(task.tools, "vector_search", "query")
+        parts = _Parts.of(task.tools)
+        search = parts.search
+        query_arg = search.query_arg if search is not None else None
+        limit = _max_length(search, query_arg)
         whole = _clip(question.strip(), limit)  # a very long question is searched by its beginning
 
-        def add(tool: str, args: dict[str, Any]) -> bool:
-            if tool not in allowed or len(calls) >= prompts.MAX_CALLS:
+        def add(tool: str | None, args: dict[str, Any]) -> bool:
+            if tool is None or tool not in allowed or len(calls) >= prompts.MAX_CALLS:
                 return False
-            sig = _signature(tool, args)
-            if sig in tried or any(_signature(c["tool"], c["args"]) == sig for c in calls):
-                return False
+            checked = args
             if tool in records:  # never plan what the strict plan checker would refuse
                 try:
-                    check_args(records[tool], args, planned=True, question=question, top_k=top_k)
+                    checked = check_args(records[tool], args, planned=True, question=question, top_k=top_k)
                 except ArgumentError:
                     return False
+            sig = _signature(tool, checked)  # as the calls already run were recorded: checked
+            if sig in tried or sig in planned:
+                return False
+            planned.add(sig)
             calls.append({"tool": tool, "args": args})
             return True
 
         words = keywords(question)
-        if "vector_search" in allowed or not allowed:
-            allowed = allowed or ["vector_search"]
+        if search is not None and (search.name in allowed or not allowed):
+            allowed = allowed or [search.name]
             queries = [whole]
             if refining:
                 learnt = self._evidence_terms(task.evidence, task.previous_attempts, words)
@@ -274,34 +305,40 @@ class OfflineChatModel:
                 ]
             sizes = [top_k] if not refining else [min(MAX_TOP_K, top_k * (rounds + 1)), MAX_TOP_K]
             for size in sizes:
-                if any(add("vector_search", {"query": q, "top_k": size}) for q in queries if q):
+                if any(add(search.name, {query_arg: q, "top_k": size}) for q in queries if q):
                     break
             context = _follow_up_terms(task.history, words)
             if context and not refining:  # a follow-up is also searched with what it follows up on
-                add("vector_search", {"query": _clip(" ".join([*words, *context]), limit), "top_k": top_k})
+                add(search.name, {query_arg: _clip(" ".join([*words, *context]), limit), "top_k": top_k})
         identifiers = prompts.find_identifiers(question)
-        grep_added = 0
-        for ident in identifiers[:3]:
-            grep_added += add("grep_search", {"pattern": ident, "regex": False})
-        if refining and not grep_added:  # grep wants words as written, not stems
-            literal = set(split_words(question))
-            literal = {w for w in literal if len(w) >= 5 and w.isascii() and w not in STOPWORDS}
-            for word in sorted(literal, key=lambda w: (-len(w), w)):
-                if add("grep_search", {"pattern": word, "regex": False}):
-                    break
-        for path in prompts.find_paths(question)[:2]:
-            add("read_file", {"path": path})
-        if refining:
-            best = self._best_located(task.evidence, task.previous_attempts, words)
-            if best is not None and best.start_line is not None:
-                start = max(1, best.start_line - 15)
-                end = (best.end_line or best.start_line) + 30
-                add("read_file", {"path": best.source, "start_line": start, "end_line": end})
+        terms = parts.terms
+        term_added = 0
+        if terms is not None:
+            for ident in identifiers[:3]:
+                term_added += add(terms.name, {terms.query_arg: ident})
+            if refining and not term_added:  # a term search wants words as written, not stems
+                literal = set(split_words(question))
+                literal = {w for w in literal if len(w) >= 5 and w.isascii() and w not in STOPWORDS}
+                for word in sorted(literal, key=lambda w: (-len(w), w)):
+                    if add(terms.name, {terms.query_arg: word}):
+                        break
+        reader = parts.reader
+        if reader is not None:
+            for path in prompts.find_paths(question)[:2]:
+                add(reader.name, {reader.path_arg: path})
+            if refining:
+                searched = set(search_tools(task.tools))
+                best = self._best_located(task.evidence, task.previous_attempts, words, searched)
+                if best is not None and best.start_line is not None:
+                    start = max(1, best.start_line - 15)
+                    end = (best.end_line or best.start_line) + 30
+                    add(reader.name, {reader.path_arg: best.source, "start_line": start, "end_line": end})
         for tool in task.tools:  # remote tools and your own: arguments from the question
             for args in _question_values(tool, question)[:2]:
                 add(tool.name, args)
-        if not calls:  # everything was tried: search as widely as allowed
-            calls.append({"tool": "vector_search", "args": {"query": whole, "top_k": MAX_TOP_K}})
+        widest = question_search(task.tools, whole, MAX_TOP_K) if not calls else None
+        if widest is not None:  # everything was tried: search as widely as allowed
+            calls.append({"tool": widest.tool, "args": dict(widest.args)})
         return json.dumps({"tool_calls": calls}, ensure_ascii=False)
 
     @staticmethod
@@ -327,12 +364,13 @@ class OfflineChatModel:
         return [w for _, w in ranked[:3]]
 
     def _best_located(
-        self, evidence: Sequence[EvidenceItem], attempts: Sequence[ToolRun], words: Sequence[str]
+        self, evidence: Sequence[EvidenceItem], attempts: Sequence[ToolRun], words: Sequence[str],
+        searched: set[str],
     ) -> EvidenceItem | None:
-        """The local item (with a path and lines) whose text best matches the question."""
+        """The item a search found (with a path and lines) whose text best matches the question."""
         best, best_score = None, 0.0
         for item in self._all_items(evidence, attempts):
-            if item.tool not in ("vector_search", "grep_search") or item.start_line is None:
+            if item.tool not in searched or item.start_line is None:
                 continue
             score = overlap(words, item.text) + (item.score or 0.0) * 0.1
             if score > best_score:

@@ -15,6 +15,7 @@ from attrs import evolve
 from .. import budget, prompts, schemas
 from ..ports import AnalyzeTask, LLMRequest
 from ..state import AgentState, Completion, Complexity, RoutingPlan
+from ..toolspec import search_tools
 
 if TYPE_CHECKING:
     from . import NodeConfig
@@ -41,14 +42,11 @@ def prepare(state: AgentState, cfg: NodeConfig) -> LLMRequest:
 
 
 def apply(state: AgentState, reply: Completion | None, cfg: NodeConfig) -> AgentState:
-    plan = prompts.parse_route(reply.text, cfg.available_tools) if reply is not None else None
+    defaults = search_tools(cfg.tools)
+    plan = prompts.parse_route(reply.text, cfg.available_tools, defaults) if reply is not None else None
     audit = state.audit
     if plan is None:
-        plan = RoutingPlan(
-            Complexity.COMPLEX,
-            tuple(t for t in prompts.DEFAULT_TOOLS if t in cfg.available_tools),
-            classified=False,
-        )
+        plan = RoutingPlan(Complexity.COMPLEX, defaults, classified=False)
         audit = state.log("classification_unavailable", treated_as="complex")
     elif state.iteration > 0 and plan.complexity is Complexity.CHITCHAT:
         previous = state.complexity or Complexity.COMPLEX

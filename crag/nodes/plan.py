@@ -3,7 +3,7 @@
 The reply is validated strictly by ``prompts.parse_plan``: tools outside the routing plan's
 suggestions or not available are dropped, remote tools need their argument pattern in the
 question, bad arguments never run. Each refusal is audited (``plan_call_rejected``). When
-nothing valid remains the plan is a ``vector_search`` for the question.
+nothing valid remains the plan is the question's own search (``vector_search``).
 
 Then ``crag.searches`` makes sure the plan cannot make retrieval worse: the first round also
 searches the question itself, and a call identical to one already run goes one page deeper.
@@ -18,6 +18,7 @@ from attrs import evolve
 from .. import budget, prompts, schemas, searches
 from ..ports import LLMRequest, PlanTask
 from ..state import AgentState, AuditEvent, Completion, Complexity, RoutingPlan
+from ..toolspec import question_search, search_tools
 
 if TYPE_CHECKING:
     from . import NodeConfig
@@ -28,8 +29,7 @@ NAME = "plan"
 def _routing_plan(state: AgentState, cfg: NodeConfig) -> RoutingPlan:
     if state.routing_plan is not None:
         return state.routing_plan
-    tools = tuple(t for t in prompts.DEFAULT_TOOLS if t in cfg.available_tools)
-    return RoutingPlan(Complexity.COMPLEX, tools, classified=False)
+    return RoutingPlan(Complexity.COMPLEX, search_tools(cfg.tools), classified=False)
 
 
 def prepare(state: AgentState, cfg: NodeConfig) -> LLMRequest:
@@ -43,6 +43,9 @@ def prepare(state: AgentState, cfg: NodeConfig) -> LLMRequest:
         history=state.history,
     )
     allowed = tuple(t for t in task.routing_plan.suggested_tools if t in cfg.available_tools)
+    if not allowed:
+        own = question_search(cfg.tools, state.question, cfg.top_k)
+        allowed = (own.tool,) if own is not None else ()
     fitted = budget.fit(task, schemas.PLAN_MAX_TOKENS, cfg.context_tokens, prompts.render, cfg.count_tokens)
     return LLMRequest(
         NAME,
@@ -50,7 +53,7 @@ def prepare(state: AgentState, cfg: NodeConfig) -> LLMRequest:
         fitted.messages,
         max_tokens=schemas.PLAN_MAX_TOKENS,
         temperature=0.0,
-        reply_schema=schemas.plan_schema(allowed or ("vector_search",)),
+        reply_schema=schemas.plan_schema(allowed),
     )
 
 
@@ -60,12 +63,12 @@ def apply(state: AgentState, reply: Completion | None, cfg: NodeConfig) -> Agent
         text, state.question, _routing_plan(state, cfg), cfg.tools, cfg.top_k
     )
     events = [AuditEvent("plan_call_rejected", {"reason": reason}) for reason in rejected]
-    if state.iteration == 0 and "vector_search" in cfg.available_tools:
+    if state.iteration == 0:
         calls, added = searches.with_question_search(
-            calls, state.question, cfg.top_k, prompts.find_paths(state.question)
+            calls, state.question, cfg.top_k, prompts.find_paths(state.question), cfg.tools
         )
         events.extend(added)
-    calls, repeated = searches.deepen_repeats(calls, state.tool_history, cfg.top_k, state.question)
+    calls, repeated = searches.deepen_repeats(calls, state.tool_history, cfg.top_k, state.question, cfg.tools)
     events.extend(repeated)
     if events:
         return evolve(state, tool_calls=calls, audit=(*state.audit, *events))

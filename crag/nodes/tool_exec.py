@@ -9,8 +9,9 @@ goes up by one, and the scores of the previous round are cleared because the nex
 decides over the whole context again.
 
 A search repeated one page deeper keeps only what its earlier runs did not return, and a
-``grep_search`` keeps at most 2 x ``KB_AGENT_TOP_K`` matches, best files first
-(``grep_truncated`` when there were more); see ``crag.searches``. Audit events a tool
+tool with a ``match_cap`` (``grep_search``: 2) keeps at most that many times
+``KB_AGENT_TOP_K`` matches, best files first (``grep_truncated`` when there were more); see
+``crag.searches``. Audit events a tool
 reports about its call (a ``glob`` dropped because it matched no file) are logged.
 """
 
@@ -37,6 +38,7 @@ def prepare(state: AgentState, cfg: NodeConfig) -> ToolRequest:
 
 def apply(state: AgentState, reply: Sequence[ToolOutcome] | None, cfg: NodeConfig) -> AgentState:
     round_no = state.iteration + 1
+    records = {t.name: t for t in cfg.tools}
     outcomes = tuple(reply or ())
     events: list[AuditEvent] = []
     runs = []
@@ -46,9 +48,10 @@ def apply(state: AgentState, reply: Sequence[ToolOutcome] | None, cfg: NodeConfi
             events.append(AuditEvent("tool_error", {"tool": o.call.tool, "args": dict(o.call.args), "error": o.error}))
             runs.append(ToolRun(round_no, o.call, (), o.error))
             continue
-        items = searches.unseen(o.call, o.items, state.tool_history)
-        if o.call.tool == "grep_search":
-            items, left_out = searches.cap_matches(items, 2 * cfg.top_k)
+        tool = records.get(o.call.tool)
+        items = searches.unseen(o.call, o.items, state.tool_history, tool)
+        if tool is not None and tool.match_cap:
+            items, left_out = searches.cap_matches(items, tool.match_cap * cfg.top_k)
             if left_out:
                 events.append(
                     AuditEvent(

@@ -37,11 +37,10 @@ from .find import (
 from .lenient_json import extract_json, iter_json_values
 from .plan import MAX_CALLS, MAX_TOP_K, parse_plan
 from .render import quote, render
-from .route import DEFAULT_TOOLS, parse_route
+from .route import parse_route
 from .scores import parse_scores
 
 __all__ = [
-    "DEFAULT_TOOLS",
     "MAX_CALLS",
     "MAX_TOP_K",
     "NOT_JIRA_PROJECTS",

@@ -4,7 +4,7 @@ A JSON reply (``{"tool_calls": [...]}``, a bare array, OpenAI function-call shap
 checked entry by entry against each tool's record (``crag.toolspec``); any other reply
 falls back to the tools its text names, with arguments built from the question. A tool's
 ``question_arg`` must be written in the user's question; when nothing valid remains, the
-plan is one ``vector_search`` for the question.
+plan is the question's own search (``toolspec.question_search``: ``vector_search``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 from ..state import RoutingPlan, ToolCall
 from ..text import one_line as _one_line
-from ..toolspec import MAX_TOP_K, ArgumentError, Tool, check_args
+from ..toolspec import MAX_TOP_K, ArgumentError, Tool, check_args, question_search
 from .clean import strip_think
 from .lenient_json import iter_json_values
 from .route import tool_name as _tool_name
@@ -95,7 +95,7 @@ def parse_plan(
     reply falls back to the tools its text names, with arguments built from the question
     (``Tool.from_question``). Either way a tool outside ``routing_plan.suggested_tools`` or
     ``tools`` is refused, a ``question_arg`` must be written in the question, and when no
-    call survives the plan is one ``vector_search`` for the question.
+    call survives the plan is the question's own search (``toolspec.question_search``).
     """
     by_name = {t.name: t for t in tools}
     suggested = tuple(routing_plan.suggested_tools)
@@ -143,9 +143,9 @@ def parse_plan(
         for name in _mentioned_tools(text, tools):
             admit(name, None)
 
-    if not calls:
-        fallback = ToolCall("vector_search", {"query": question.strip() or question, "top_k": top_k})
-        reasons.append("no valid tool call in the plan; searching for the question with vector_search")
+    fallback = None if calls else question_search(tools, question.strip() or question, top_k)
+    if fallback is not None:
+        reasons.append(f"no valid tool call in the plan; searching for the question with {fallback.tool}")
         calls.append(fallback)
     return tuple(calls), tuple(reasons)
 

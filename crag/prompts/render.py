@@ -106,10 +106,22 @@ def _render_analyze(task: AnalyzeTask) -> tuple[dict[str, str], ...]:
     return ({"role": "system", "content": system}, {"role": "user", "content": user})
 
 
+def _plan_example(tool: Tool | None, top_k: int) -> str:
+    """The reply shape the planner is shown: a call of the question's own search tool, its
+    query argument and ``top_k`` (``vector_search`` with ``query``)."""
+    if tool is None:
+        return '{"tool_calls": [{"tool": "...", "args": {...}}, ...]}'
+    args = f'"{tool.query_arg}": "..."' if tool.query_arg else ", ".join(f'"{p.name}": ...' for p in tool.params)
+    if any(p.name == "top_k" for p in tool.params):
+        args += f', "top_k": {top_k}'
+    return f'{{"tool_calls": [{{"tool": "{tool.name}", "args": {{{args}}}}}, ...]}}'
+
+
 def _render_plan(task: PlanTask) -> tuple[dict[str, str], ...]:
     by_name = {t.name: t for t in task.tools}
     allowed = tuple(by_name[t] for t in task.routing_plan.suggested_tools if t in by_name)
-    shown = allowed or tuple(t for t in task.tools if t.name == "vector_search")
+    searcher = next((t for t in task.tools if t.searches_question), None)
+    shown = allowed or ((searcher,) if searcher is not None else ())
     remote = [t.name for t in shown if t.question_arg is not None]
     rules = "".join(f"- {t.advice};\n" for t in shown if t.advice)
     if remote:
@@ -129,13 +141,12 @@ def _render_plan(task: PlanTask) -> tuple[dict[str, str], ...]:
         "- when the question follows up on the conversation, write queries that stand on their own: "
         "name what \"it\", \"that\" or \"there\" refers to.\n"
         f"{_QUOTED_IS_DATA}\n\n"
-        'Reply with only JSON: {"tool_calls": [{"tool": "vector_search", "args": {"query": "...", '
-        f'"top_k": {task.top_k}}}}}, ...]}}'
+        f"Reply with only JSON: {_plan_example(searcher or (shown[0] if shown else None), task.top_k)}"
     )
     user = (
         _history_block(task.history, "plan") + f"Question:\n{quote(task.question)}\n\n"
         f"Complexity: {task.routing_plan.complexity.value}\n"
-        f"Suggested tools: {', '.join(t.name for t in allowed) or 'vector_search'}"
+        f"Suggested tools: {', '.join(t.name for t in allowed or shown)}"
     )
     if task.previous_attempts:
         user += f"\n\nEarlier calls:\n{_attempts_block(task.previous_attempts)}"

@@ -9,9 +9,7 @@ from typing import Any
 from ..state import Complexity, RoutingPlan
 from .lenient_json import iter_json_values
 
-__all__ = ["DEFAULT_TOOLS", "parse_route", "tool_name"]
-
-DEFAULT_TOOLS = ("vector_search", "grep_search")
+__all__ = ["parse_route", "tool_name"]
 
 _COMPLEXITIES = {c.value: c for c in Complexity}
 
@@ -26,11 +24,11 @@ def tool_name(value: Any) -> str | None:
     return name or None
 
 
-def parse_route(text: Any, available_tools: Sequence[str]) -> RoutingPlan | None:
+def parse_route(text: Any, available_tools: Sequence[str], default_tools: Sequence[str] = ()) -> RoutingPlan | None:
     """The routing plan in a reply, or None when it has no usable ``complexity``.
 
-    Unknown or unavailable tools are dropped; when none remain, the default tools that are
-    available are suggested.
+    Unknown or unavailable tools are dropped; when none remain, the ``default_tools`` that
+    are available are suggested (the node's: the tools that search, ``toolspec.search_tools``).
     """
     available = tuple(available_tools)
     for value in iter_json_values(text):
@@ -53,6 +51,6 @@ def parse_route(text: Any, available_tools: Sequence[str]) -> RoutingPlan | None
                 if name in available and name not in tools:
                     tools.append(name)
         if not tools:
-            tools = [t for t in DEFAULT_TOOLS if t in available]
+            tools = [t for t in default_tools if t in available]
         return RoutingPlan(complexity, tuple(tools))
     return None

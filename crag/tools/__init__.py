@@ -1,8 +1,9 @@
 """The tools: ``BUILTIN_TOOLS``, the registry, and ``Toolbox``, which runs checked calls.
 
 One module per tool. Each defines ``TOOL``, its ``crag.toolspec.Tool`` record (planner
-description, argument schema, when it is enabled, the function that runs it, which turns
-checked arguments into ``list[EvidenceItem]`` or raises ``ToolError``):
+description, argument schema, when it is enabled, what the core may rely on, the function
+that runs it, which turns checked arguments and a ``ToolContext`` into a ``ToolResult`` or
+raises ``ToolError``):
 
     vector_search(query, top_k)             the hybrid index search (crag.index)
     grep_search(pattern, glob, regex)       matching lines, read from disk
@@ -12,9 +13,11 @@ checked arguments into ``list[EvidenceItem]`` or raises ``ToolError``):
     web_fetch(url)                          when KB_AGENT_WEB_FETCH=on; public addresses only
 
 ``Toolbox(settings, roots=None, cwd=None, tools=())`` implements the ``Toolbox`` port for
-the driver; ``tools`` adds your own ``Tool`` records to the built-in ones. ``roots`` are the knowledge-base roots the tools look in (``None``: every root the
+the driver; ``tools`` adds your own ``Tool`` records to the built-in ones. A tool is never
+handed the toolbox: it gets a ``ToolContext`` (``ToolboxContext``), the roots, labels,
+retriever and HTTP options of this toolbox and nothing else. ``roots`` are the knowledge-base roots the tools look in (``None``: every root the
 index holds); ``cwd`` is where citations are relative to (default: the working directory).
-The index is opened on the first ``vector_search`` and re-opened when an indexer has
+The index is opened on the first search and re-opened when an indexer has
 published a newer generation. ``run`` is thread-safe: the driver runs calls in parallel.
 Index problems (missing, damaged, another embedder) are raised as ``IndexStoreError`` so
 the user learns to re-index; everything else that goes wrong in a call is a ``ToolError``.
@@ -29,17 +32,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ToolError, UsageError
-from ..ports import ToolResult
 from ..safe_text import redact_message
 from ..state import EvidenceItem, ToolCall
-from ..toolspec import ArgumentError, Tool, check_args, planner_line
+from ..toolspec import ArgumentError, Http, Tool, ToolResult, check_args, planner_line
 from . import confluence_fetch, grep_search, jira_fetch, read_file, vector_search, web_fetch
 
 if TYPE_CHECKING:
     from ..config import Settings
     from ..ports import Embedder, Retriever, Store
 
-__all__ = ["BUILTIN_TOOLS", "LOCAL_TOOLS", "Toolbox", "builtin", "describe"]
+__all__ = ["BUILTIN_TOOLS", "LOCAL_TOOLS", "Toolbox", "ToolboxContext", "builtin", "describe"]
 
 # The registry: every built-in tool, in the order the planner is shown them.
 BUILTIN_TOOLS: tuple[Tool, ...] = tuple(
@@ -87,29 +89,13 @@ class Toolbox:
         self._store: Store | None = None
         self._roots = None if roots is None else tuple(dict.fromkeys(normalize_root(r) for r in roots))
         self._embedder = embedder
-        # The HTTP client (http.client, ssl, html.parser) loads when a remote tool first runs.
-        self._address_allowed = address_allowed
-        self._resolver = resolver
-        self.http_timeout = http_timeout
+        # None: public addresses only and the system resolver (crag.tools.http, which loads
+        # when a remote tool first runs).
+        self.http = Http(http_timeout, address_allowed, resolver)
         self._lock = threading.Lock()
         self._reader: Retriever | None = None
         self._tools = _registry(tools)
-
-    @property
-    def address_allowed(self) -> Callable[[Any], bool]:
-        if self._address_allowed is None:
-            from .http import is_public_address
-
-            self._address_allowed = is_public_address
-        return self._address_allowed
-
-    @property
-    def resolver(self) -> Callable[[str, int], Sequence[str]]:
-        if self._resolver is None:
-            from .http import system_resolver
-
-            self._resolver = system_resolver
-        return self._resolver
+        self._context = ToolboxContext(self)
 
     # -- the port ---------------------------------------------------------------------
 
@@ -120,7 +106,7 @@ class Toolbox:
     def available(self) -> tuple[str, ...]:
         return tuple(t.name for t in self.tools())
 
-    def run(self, call: ToolCall) -> Sequence[EvidenceItem] | ToolResult:
+    def run(self, call: ToolCall) -> ToolResult:
         name = call.tool
         tool = self._tools.get(name) if isinstance(name, str) else None
         if tool is None:
@@ -133,8 +119,8 @@ class Toolbox:
             raise ToolError(name, exc.reason) from None
         try:
             if name in _BUILTIN and tool is _BUILTIN[name]:
-                return tool.run(args, self)
-            return _run_own(tool, args, self)
+                return tool.run(args, self._context)
+            return _run_own(tool, args, self._context)
         except ToolError as exc:
             # The boundary every tool failure crosses on its way to tool_history and the
             # audit log: a server may echo a token or a URL with a password back at us.
@@ -153,7 +139,7 @@ class Toolbox:
             self._store = open_store(self.settings)
         return self._store
 
-    def reader(self) -> Retriever:
+    def retriever(self) -> Retriever:
         """The index, opened on first use and re-opened after a re-index."""
         with self._lock:
             store = self.store()
@@ -169,7 +155,7 @@ class Toolbox:
             return self._reader
 
     def search_roots(self) -> tuple[str, ...] | None:
-        """The roots vector_search is restricted to (None: the whole index).
+        """The roots an index search is restricted to (None: the whole index).
 
         A root of the index whose folder is gone from disk is left out: its chunks stay in
         the index until the next ``index`` drops them, but are never returned as if nothing
@@ -177,12 +163,12 @@ class Toolbox:
         """
         if self._roots is not None:
             return self._roots
-        roots = self.reader().roots
+        roots = self.retriever().roots
         present = tuple(r for r in roots if os.path.lexists(r))
         return None if len(present) == len(roots) else present
 
     def file_roots(self) -> tuple[str, ...]:
-        """The roots grep_search and read_file look in (those still on disk)."""
+        """The roots file tools (grep_search, read_file) look in (those still on disk)."""
         if self._roots is not None:
             return self._roots
         return tuple(r for r in self.store().roots() if os.path.lexists(r))
@@ -209,6 +195,31 @@ class Toolbox:
                 self._store = None
 
 
+class ToolboxContext:
+    """The ``ToolContext`` a toolbox gives its tools: what they need of it, and nothing else."""
+
+    __slots__ = ("_box", "cwd", "http", "index_dir", "settings")
+
+    def __init__(self, box: Toolbox) -> None:
+        self._box = box
+        self.settings = box.settings
+        self.cwd = str(box.cwd)
+        self.index_dir = box.index_dir
+        self.http = box.http
+
+    def file_roots(self) -> tuple[str, ...]:
+        return self._box.file_roots()
+
+    def search_roots(self) -> tuple[str, ...] | None:
+        return self._box.search_roots()
+
+    def retriever(self) -> Retriever:
+        return self._box.retriever()
+
+    def label(self, path: str) -> str:
+        return self._box.label(path)
+
+
 def _registry(extra: Sequence[Tool]) -> dict[str, Tool]:
     tools = dict(_BUILTIN)
     for tool in extra:
@@ -220,12 +231,13 @@ def _registry(extra: Sequence[Tool]) -> dict[str, Tool]:
     return tools
 
 
-def _run_own(tool: Tool, args: dict[str, Any], box: Toolbox) -> Sequence[EvidenceItem] | ToolResult:
-    """A tool from the user's program: what it raises or returns wrongly is a ToolError."""
+def _run_own(tool: Tool, args: dict[str, Any], context: ToolboxContext) -> ToolResult:
+    """A tool from the user's program: what it raises or returns wrongly is a ToolError. A
+    plain list of items is read as ``ToolResult(items)``."""
     try:
-        result = tool.run(args, box)
+        result = tool.run(args, context)
         if not isinstance(result, ToolResult):
-            result = list(result)
+            result = ToolResult(tuple(result))
     except ToolError:
         raise
     except Exception as exc:  # the boundary to code crag does not own

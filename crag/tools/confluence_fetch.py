@@ -10,16 +10,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import ToolError
 from ..prompts.find import find_confluence_page_ids
 from ..state import EvidenceItem
-from ..toolspec import Param, QuestionArg, Tool
+from ..toolspec import Param, QuestionArg, Tool, ToolContext, ToolResult
 from .atlassian import get_json
-
-if TYPE_CHECKING:
-    from . import Toolbox
 
 NAME = "confluence_fetch"
 MAX_BYTES = 8 * 1024 * 1024
@@ -41,15 +38,15 @@ def page_id_of(value: Any) -> str:
     raise ToolError(NAME, f"{value!r} is not a Confluence page id or page URL")
 
 
-def run(args: Mapping[str, Any], box: Toolbox) -> list[EvidenceItem]:
+def run(args: Mapping[str, Any], context: ToolContext) -> ToolResult:
     page_id = page_id_of(args.get("page_id"))
-    settings = box.settings
+    settings = context.settings
     base = settings.confluence_base_url
     if not base:
         raise ToolError(NAME, "Confluence is not configured: set CONFLUENCE_BASE_URL")
     url = f"{base}/rest/api/content/{page_id}?expand=body.storage,version"
     data = get_json(NAME, "Confluence", "CONFLUENCE", url, settings.confluence_email,
-                    settings.confluence_api_token, box.http_timeout, f"Confluence page {page_id}", MAX_BYTES)
+                    settings.confluence_api_token, context.http.timeout, f"Confluence page {page_id}", MAX_BYTES)
     try:
         title = str(data.get("title") or "")
         html = ((data.get("body") or {}).get("storage") or {}).get("value") or ""
@@ -62,15 +59,15 @@ def run(args: Mapping[str, Any], box: Toolbox) -> list[EvidenceItem]:
     if len(text) > MAX_TEXT:
         text = text[:MAX_TEXT] + "\n[... page truncated]"
     page_url = _page_url(base, links, page_id)
-    return [
+    return ToolResult((
         EvidenceItem(
             tool=NAME,
             source=page_url,
             text=(f"{title}\n\n{text}" if title else text).strip(),
             url=page_url,
             title=title,
-        )
-    ]
+        ),
+    ))
 
 
 def _page_url(base: str, links: Mapping[str, Any], page_id: str) -> str:

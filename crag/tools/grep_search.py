@@ -22,18 +22,14 @@ import fnmatch
 import os
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import KnowledgeBaseError, ToolError
 from ..index.discover import decode_text, discover, is_binary, read_bytes, split_lines
-from ..ports import ToolResult
 from ..prompts.find import find_identifiers
 from ..state import AuditEvent, EvidenceItem
-from ..toolspec import ArgumentError, Param, Tool
+from ..toolspec import ArgumentError, Paging, Param, Searches, Tool, ToolContext, ToolResult
 from .regex_guard import RegexRefused, matching_lines
-
-if TYPE_CHECKING:
-    from . import Toolbox
 
 NAME = "grep_search"
 MAX_MATCHES = 500
@@ -42,15 +38,15 @@ MAX_FILE_BYTES = 2 * 1024 * 1024
 MAX_LINE_CHARS = 4000
 
 
-def run(args: Mapping[str, Any], box: Toolbox) -> ToolResult:
+def run(args: Mapping[str, Any], context: ToolContext) -> ToolResult:
     pattern, glob, use_regex = args["pattern"], args.get("glob"), args.get("regex", False)
     try:
         rx = re.compile(pattern if use_regex else re.escape(pattern), re.IGNORECASE)
     except (re.error, RecursionError, OverflowError) as exc:
         raise ToolError(NAME, f"invalid regular expression {pattern!r}: {exc}") from exc
-    roots = box.file_roots()
+    roots = context.file_roots()
     try:
-        found = discover([r for r in roots if os.path.exists(r)], exclude=[box.index_dir], max_bytes=MAX_FILE_BYTES)
+        found = discover([r for r in roots if os.path.exists(r)], exclude=[context.index_dir], max_bytes=MAX_FILE_BYTES)
     except KnowledgeBaseError as exc:
         raise ToolError(NAME, str(exc)) from exc
     texts: list[tuple[str, list[str]]] = []
@@ -86,7 +82,7 @@ def run(args: Mapping[str, Any], box: Toolbox) -> ToolResult:
             items.append(
                 EvidenceItem(
                     tool=NAME,
-                    source=box.label(path),
+                    source=context.label(path),
                     text="\n".join(lines[lo : hi + 1]),
                     start_line=lo + 1,
                     end_line=hi + 1,
@@ -123,6 +119,13 @@ def _from_question(question: str) -> dict[str, Any] | None:
     return {"pattern": identifiers[0]} if identifiers else None
 
 
+def _same_search(args: Mapping[str, Any]) -> tuple[str, str, bool]:
+    """The same pattern (a literal one in any case), glob and mode."""
+    regex = bool(args.get("regex", False))
+    pattern = str(args.get("pattern", ""))
+    return (pattern if regex else pattern.casefold(), str(args.get("glob") or ""), regex)
+
+
 TOOL = Tool(
     name=NAME,
     description="exact text search, case-insensitive",
@@ -135,4 +138,9 @@ TOOL = Tool(
     check=_check,
     from_question=_from_question,
     advice="grep_search wants a literal identifier, setting name, flag or phrase, not a sentence",
+    searches=Searches.TERMS,
+    query_arg="pattern",
+    paging=Paging.AGAIN,
+    same_search=_same_search,
+    match_cap=2,
 )

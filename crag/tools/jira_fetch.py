@@ -11,16 +11,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import ToolError
 from ..prompts.find import find_jira_keys
 from ..state import EvidenceItem
-from ..toolspec import Param, QuestionArg, Tool
+from ..toolspec import Param, QuestionArg, Tool, ToolContext, ToolResult
 from .atlassian import get_json
-
-if TYPE_CHECKING:
-    from . import Toolbox
 
 NAME = "jira_fetch"
 KEY = re.compile(r"^[A-Z][A-Z0-9_]{0,31}-[1-9][0-9]{0,9}$")
@@ -28,16 +25,16 @@ MAX_COMMENTS = 5
 FIELDS = "summary,description,status,issuetype,priority,assignee,comment"
 
 
-def run(args: Mapping[str, Any], box: Toolbox) -> list[EvidenceItem]:
+def run(args: Mapping[str, Any], context: ToolContext) -> ToolResult:
     key = args["key"].upper()
     if not KEY.match(key):
         raise ToolError(NAME, f"{key!r} is not a Jira issue key (expected something like PROJ-123)")
-    settings = box.settings
+    settings = context.settings
     base = settings.jira_base_url
     if not base:
         raise ToolError(NAME, "Jira is not configured: set JIRA_BASE_URL")
     url = f"{base}/rest/api/2/issue/{key}?fields={FIELDS}"
-    data = get_json(NAME, "Jira", "JIRA", url, settings.jira_email, settings.jira_api_token, box.http_timeout,
+    data = get_json(NAME, "Jira", "JIRA", url, settings.jira_email, settings.jira_api_token, context.http.timeout,
                     f"Jira issue {key}")
     try:
         fields = data["fields"]
@@ -59,15 +56,15 @@ def run(args: Mapping[str, Any], box: Toolbox) -> list[EvidenceItem]:
         if isinstance(c, Mapping):
             author = (c.get("author") or {}).get("displayName", "") if isinstance(c.get("author"), Mapping) else ""
             lines += ["", f"Comment by {author or 'someone'}:", _s(c.get("body"))]
-    return [
+    return ToolResult((
         EvidenceItem(
             tool=NAME,
             source=_s(data.get("key")) or key,
             text="\n".join(lines).strip(),
             url=f"{base}/browse/{key}",
             title=summary,
-        )
-    ]
+        ),
+    ))
 
 
 def _s(value: Any) -> str:

@@ -11,25 +11,22 @@ of a root, hidden files and binary files are refused with a ``ToolError``. At mo
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import ToolError
 from ..index.discover import MAX_FILE_BYTES, decode_text, is_binary, read_bytes, split_lines
 from ..prompts.find import find_paths
 from ..state import EvidenceItem
-from ..toolspec import ArgumentError, Param, Tool
+from ..toolspec import ArgumentError, Param, Tool, ToolContext, ToolResult
 from .paths import resolve_in_roots
-
-if TYPE_CHECKING:
-    from . import Toolbox
 
 NAME = "read_file"
 MAX_LINES = 200
 
 
-def run(args: Mapping[str, Any], box: Toolbox) -> list[EvidenceItem]:
+def run(args: Mapping[str, Any], context: ToolContext) -> ToolResult:
     requested, start, end = args["path"], args.get("start_line"), args.get("end_line")
-    real = resolve_in_roots(NAME, requested, box.file_roots(), str(box.cwd), excluded=[box.index_dir])
+    real = resolve_in_roots(NAME, requested, context.file_roots(), context.cwd, excluded=[context.index_dir])
     try:
         data = read_bytes(real, MAX_FILE_BYTES)
     except (OSError, ValueError) as exc:
@@ -46,15 +43,15 @@ def run(args: Mapping[str, Any], box: Toolbox) -> list[EvidenceItem]:
     if last < first:
         raise ToolError(NAME, f"end_line {last} is before start_line {first}")
     last = min(last, len(lines), first + MAX_LINES - 1)
-    return [
+    return ToolResult((
         EvidenceItem(
             tool=NAME,
-            source=box.label(real),
+            source=context.label(real),
             text="\n".join(lines[first - 1 : last]),
             start_line=first,
             end_line=last,
-        )
-    ]
+        ),
+    ))
 
 
 def _check(args: dict[str, Any]) -> None:
@@ -79,4 +76,5 @@ TOOL = Tool(
     ),
     check=_check,
     from_question=_from_question,
+    path_arg="path",
 )

@@ -5,45 +5,33 @@ Each item carries the chunk's path (relative to the working directory when under
 chunk's cosine similarity to the query clipped to [0, 1] (see ``crag.index.store``), which
 is what the ``high_vector_score`` rule compares with ``KB_AGENT_VECTOR_SCORE_THRESHOLD``.
 
-With the default ``hash`` embedder a hit must share at least one content word (stemmed, not
-a stop word) with the query: hashed vectors of unrelated texts are never quite orthogonal,
-and a question about something the documents never mention should find nothing (and get
-the no-evidence answer) rather than the least unrelated chunks. A learned embedder
-(``openai``) relates words that differ, so its hits are kept as ranked.
-Index errors (missing, damaged, built with another embedder) are raised as they are, so
+Which hits a query finds is the retriever's business (``crag.index.search``: with the
+``hash`` embedder, only chunks sharing a content word with the query). Index errors (missing, damaged, built with another embedder) are raised as they are, so
 the user is told to re-index; a failing embedder is a ``ToolError``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import LLMError, ToolError
 from ..state import EvidenceItem
-from ..text import keywords
-from ..toolspec import CONFIGURED_TOP_K, MAX_TOP_K, Param, Tool
-
-if TYPE_CHECKING:
-    from . import Toolbox
+from ..toolspec import CONFIGURED_TOP_K, MAX_TOP_K, Paging, Param, Searches, Tool, ToolContext, ToolResult
 
 NAME = "vector_search"
 
 
-def run(args: Mapping[str, Any], box: Toolbox) -> list[EvidenceItem]:
+def run(args: Mapping[str, Any], context: ToolContext) -> ToolResult:
     query, top_k = args["query"], args["top_k"]
-    reader = box.reader()
     try:
-        hits = reader.search(query, top_k, roots=box.search_roots())
+        hits = context.retriever().search(query, top_k, roots=context.search_roots())
     except LLMError as exc:
         raise ToolError(NAME, f"the embedder failed: {exc}") from exc
-    if box.settings.embedder == "hash":
-        words = set(keywords(query))
-        hits = [h for h in hits if words & set(keywords(f"{box.label(h.path)}\n{h.heading}\n{h.text}"))]
-    return [
+    return ToolResult(
         EvidenceItem(
             tool=NAME,
-            source=box.label(hit.path),
+            source=context.label(hit.path),
             text=hit.text,
             start_line=hit.start_line,
             end_line=hit.end_line,
@@ -51,7 +39,12 @@ def run(args: Mapping[str, Any], box: Toolbox) -> list[EvidenceItem]:
             title=hit.heading,
         )
         for hit in hits
-    ]
+    )
+
+
+def _same_search(args: Mapping[str, Any]) -> str:
+    """Two queries are the same search when they differ only in case and spacing."""
+    return " ".join(str(args.get("query", "")).split()).casefold()
 
 
 TOOL = Tool(
@@ -64,5 +57,8 @@ TOOL = Tool(
               floor_at_default=True),
     ),
     from_question=lambda question: {"query": question.strip()},
-    searches_question=True,
+    searches=Searches.QUESTION,
+    query_arg="query",
+    paging=Paging.DEEPER,
+    same_search=_same_search,
 )

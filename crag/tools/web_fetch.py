@@ -13,16 +13,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urldefrag
 
 from ..errors import ToolError
 from ..prompts.find import find_urls
 from ..state import EvidenceItem
-from ..toolspec import Param, QuestionArg, Tool
-
-if TYPE_CHECKING:
-    from . import Toolbox
+from ..toolspec import Param, QuestionArg, Tool, ToolContext, ToolResult
 
 NAME = "web_fetch"
 MAX_BYTES = 1024 * 1024
@@ -32,8 +29,8 @@ MAX_ITEMS = 50
 _TEXTUAL = ("text/", "application/json", "application/xml", "application/xhtml", "application/ld+json")
 
 
-def run(args: Mapping[str, Any], box: Toolbox) -> list[EvidenceItem]:
-    from .http import FetchError, html_to_text, http_get  # loaded when the tool first runs
+def run(args: Mapping[str, Any], context: ToolContext) -> ToolResult:
+    from .http import FetchError, html_to_text, http_get, is_public_address, system_resolver  # loaded on first run
 
     url = args["url"]
     if not url.lower().startswith(("http://", "https://")):
@@ -42,11 +39,11 @@ def run(args: Mapping[str, Any], box: Toolbox) -> list[EvidenceItem]:
         resp = http_get(
             url,
             headers={"Accept": "text/html, application/json;q=0.9, text/*;q=0.8"},
-            timeout=box.http_timeout,
+            timeout=context.http.timeout,
             max_bytes=MAX_BYTES,
             max_redirects=MAX_REDIRECTS,
-            address_allowed=box.address_allowed,
-            resolver=box.resolver,
+            address_allowed=context.http.address_allowed or is_public_address,
+            resolver=context.http.resolver or system_resolver,
             truncate=True,
         )
     except FetchError as exc:
@@ -62,7 +59,7 @@ def run(args: Mapping[str, Any], box: Toolbox) -> list[EvidenceItem]:
         except ValueError:
             data = None
         if isinstance(data, list):
-            return [
+            return ToolResult(
                 EvidenceItem(
                     tool=NAME,
                     source=f"{final}#item-{i + 1}",
@@ -71,9 +68,10 @@ def run(args: Mapping[str, Any], box: Toolbox) -> list[EvidenceItem]:
                     title=f"item {i + 1} of {len(data)}",
                 )
                 for i, element in enumerate(data[:MAX_ITEMS])
-            ]
+            )
         if data is not None:
-            return [EvidenceItem(tool=NAME, source=final, text=_cap(json.dumps(data, indent=1, ensure_ascii=False)), url=final)]
+            text = _cap(json.dumps(data, indent=1, ensure_ascii=False))
+            return ToolResult((EvidenceItem(tool=NAME, source=final, text=text, url=final),))
     title = ""
     if "html" in ctype or (not ctype and "<html" in body[:2000].lower()):
         title, body = html_to_text(body)
@@ -82,7 +80,7 @@ def run(args: Mapping[str, Any], box: Toolbox) -> list[EvidenceItem]:
         text += f"\n[... cut at {MAX_BYTES // 1024} KiB]"
     if not text.strip():
         raise ToolError(NAME, f"{final} has no text")
-    return [EvidenceItem(tool=NAME, source=final, text=text, url=final, title=title)]
+    return ToolResult((EvidenceItem(tool=NAME, source=final, text=text, url=final, title=title),))
 
 
 def _cap(text: str) -> str:
