@@ -2,7 +2,8 @@
 
 ``passages(text)`` cuts an evidence text into the passages a sentence may come from:
 sentences of prose and of list items, table rows, code lines and headings, each with its
-offsets in the text, its vocabulary (stemmed words) and its polarity. ``Evidence`` holds,
+offsets in the text, its vocabulary (stemmed words) and its polarity (a table row's per
+cell: a row states one thing per cell). ``Evidence`` holds,
 for every item of an answer, its passages, its text as one passage (``whole``: how a table
 is read), its flat text and its lines, built on first use and kept for every later piece
 of the same answer.
@@ -33,7 +34,8 @@ def vocabulary(text: str) -> set[str]:
 
 @frozen
 class Passage:
-    """A sentence (or a table row, code line or heading: ``kind``) of an evidence text."""
+    """A sentence (or a table row, code line or heading: ``kind``) of an evidence text; a
+    negated table row also holds each cell's vocabulary and polarity (``cells``)."""
 
     start: int  # offset in the item's text
     end: int
@@ -41,6 +43,7 @@ class Passage:
     vocabulary: frozenset[str]
     negated: bool
     kind: str = "sentence"
+    cells: tuple[tuple[frozenset[str], bool], ...] = ()
 
 
 def passages(text: str) -> list[Passage]:
@@ -54,7 +57,9 @@ def passages(text: str) -> list[Passage]:
         if not part:
             return
         s = start + lead
-        out.append(Passage(s, s + len(part), part, frozenset(vocabulary(part)), negated(part), kind))
+        denies = negated(part)
+        cells = _cells(part) if kind == "table" and denies else ()
+        out.append(Passage(s, s + len(part), part, frozenset(vocabulary(part)), denies, kind, cells))
 
     for piece in split(text):
         if piece.kind in ("space", "rule"):
@@ -81,6 +86,11 @@ def passages(text: str) -> list[Passage]:
     return out
 
 
+def _cells(row: str) -> tuple[tuple[frozenset[str], bool], ...]:
+    cells = [cell for cell in row.strip().strip("|").split("|") if cell.strip()]
+    return tuple((frozenset(vocabulary(cell)), negated(cell)) for cell in cells)
+
+
 def negated_for(p: Passage, c: Claims) -> bool:
     """Whether ``p`` says the negation of what it shares with ``c``. A table row states one
     thing per cell, so only the cells holding the claim's words count: in
@@ -88,9 +98,7 @@ def negated_for(p: Passage, c: Claims) -> bool:
     denied by the third cell's "not"."""
     if p.kind != "table" or not p.negated:
         return p.negated
-    cells = [cell for cell in p.text.strip().strip("|").split("|") if cell.strip()]
-    shared = [cell for cell in cells if any(in_vocabulary(x, vocabulary(cell)) for x in c.words)]
-    return any(negated(cell) for cell in shared)
+    return any(denies for words, denies in p.cells if any(in_vocabulary(x, words) for x in c.words))
 
 
 class ItemEvidence:
