@@ -3,10 +3,9 @@
 ``passages(text)`` cuts an evidence text into the passages a sentence may come from:
 sentences of prose and of list items, table rows, code lines and headings, each with its
 offsets in the text, its vocabulary (stemmed words) and its polarity (a table row's per
-cell: a row states one thing per cell). ``Evidence`` holds,
-for every item of an answer, its passages, its text as one passage (``whole``: how a table
-is read), its flat text and its lines, built on first use and kept for every later piece
-of the same answer.
+cell too: a row states one thing per cell). ``Evidence`` holds, for every item of an
+answer, its passages, its text as one passage (``whole``: how a table is read), its flat
+text and its lines, built on first use and kept for every later piece of the same answer.
 """
 
 from __future__ import annotations
