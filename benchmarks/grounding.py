@@ -49,6 +49,7 @@ SHARED = ROOT.parent / "shared"
 CORPORA = ("fastapi_docs", "hf_hub_docs")
 QUESTIONS = Path(__file__).with_name("questions.jsonl")
 CASES = Path(__file__).with_name("grounding_cases.json")
+RULE_CASES = Path(__file__).with_name("grounding_rule_cases.json")
 RESULTS = Path(__file__).with_name("results")
 # A quoted line and its markers: the first is the quote's own source, any others are files
 # grounding found holding the same sentence (corroborating: not verbatim, not checked here).
@@ -153,11 +154,11 @@ def offline_part(limit: int | None) -> dict[str, Any]:
     }
 
 
-def labelled_part() -> dict[str, Any]:
+def labelled_part(path: Path = CASES) -> dict[str, Any]:
     from crag.grounding import ground
     from crag.state import EvidenceItem
 
-    cases = json.loads(CASES.read_text(encoding="utf-8"))
+    cases = json.loads(path.read_text(encoding="utf-8"))
     items = []
     for c in cases:
         path = SHARED / "corpora" / c["corpus"] / c["path"]
@@ -223,24 +224,37 @@ def render_markdown(r: dict[str, Any]) -> str:
         markdown_table(["kind", "sentences", "verdict as expected"],
                        [[k, v["n"], v["as_expected"]] for k, v in lab["by_kind"].items()]),
     ]
-    lines.append("\nVerdicts by the rule that decided them (`crag.grounding.RULES`, then `clauses`, `none`): "
-                 "sentences decided, and on the labelled answers the share whose verdict matches the label.\n\n")
-    lines.append(rule_table(o, lab))
     if lab["wrong"]:
         lines.append("\nVerdicts that differ from the label:\n\n")
         lines += [f"- {w['kind']} (expected {w['expected']}): {w['text']}\n" for w in lab["wrong"]]
+    rc = r["rule_cases"]
+    lines += [
+        f"\nRule cases ({rc['sentences']} sentences, `benchmarks/grounding_rule_cases.json`: tables, sentences "
+        f"joining two pages, invented clauses): precision {fmt(rc['precision_unsupported'], 3)}, recall "
+        f"{fmt(rc['recall_unsupported'], 3)}.\n\n",
+        markdown_table(["kind", "sentences", "verdict as expected"],
+                       [[k, v["n"], v["as_expected"]] for k, v in rc["by_kind"].items()]),
+    ]
+    if rc["wrong"]:
+        lines.append("\nVerdicts that differ from the label:\n\n")
+        lines += [f"- {w['kind']} (expected {w['expected']}): {' / '.join(w['text'].splitlines())}\n"
+                  for w in rc["wrong"]]
+    lines.append("\nVerdicts by the rule that decided them (`crag.grounding.RULES`, then `clauses`, `none`): "
+                 "sentences decided, and on the labelled sets the share whose verdict matches the label.\n\n")
+    lines.append(rule_table(o, lab, rc))
     return "".join(lines)
 
 
-def rule_table(o: dict[str, Any], lab: dict[str, Any]) -> str:
+def rule_table(o: dict[str, Any], *labelled: dict[str, Any]) -> str:
     from crag.grounding import rule_names
 
-    rows = []
-    for name in rule_names():
-        got = lab["rules"].get(name, {"n": 0, "as_expected": 0})
-        precision = f"{fmt(got['as_expected'] / got['n'], 3)} ({got['as_expected']}/{got['n']})" if got["n"] else "-"
-        rows.append([f"`{name}`", got["n"], precision, o["rules"].get(name, 0)])
-    return markdown_table(["rule", "labelled: decided", "labelled: as labelled", "offline answers: decided"], rows)
+    def cell(part: dict[str, Any], name: str) -> str:
+        got = part["rules"].get(name, {"n": 0, "as_expected": 0})
+        return f"{fmt(got['as_expected'] / got['n'], 3)} ({got['as_expected']}/{got['n']})" if got["n"] else "-"
+
+    rows = [[f"`{name}`", *(cell(part, name) for part in labelled), o["rules"].get(name, 0)] for name in rule_names()]
+    return markdown_table(["rule", "labelled answers: as labelled", "rule cases: as labelled",
+                           "offline answers: decided"], rows)
 
 
 def main(argv=None) -> int:
@@ -254,6 +268,7 @@ def main(argv=None) -> int:
     result = {
         "offline": offline_part(20 if args.quick else None),
         "labelled": labelled_part(),
+        "rule_cases": labelled_part(RULE_CASES),
         "environment": environment(["crag"]),
     }
     args.out.mkdir(parents=True, exist_ok=True)
