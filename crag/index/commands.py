@@ -1,6 +1,6 @@
 """What ``python -m crag index`` and ``python -m crag search`` do, minus the printing.
 
-``cli.py`` parses the arguments and prints; these functions run the work and render the
+``crag.cli`` parses the arguments and prints; these functions run the work and render the
 text it prints: ``index_report_text`` (what changed), ``search`` (hits as plain records,
 best first), ``search_text`` (a readable ranked list), ``progress_printer`` (a
 one-line progress display for a terminal), and for ``python -m crag roots``: ``root_rows``

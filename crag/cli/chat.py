@@ -1,0 +1,154 @@
+"""``chat``: a multi-turn session in the terminal, the answer streamed as it is written.
+
+``Progress`` shows which node is running (on a terminal) and streams the grounded answer;
+``line_reader`` reads a question, with line editing and history on a terminal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TextIO
+
+from ..errors import CragError, UsageError
+from ..safe_text import ShownStream, for_terminal
+from .ask import agent_for
+from .common import error_line, isatty, not_utf8, secrets, settings, shown, undecodable_bytes_kept
+
+
+class Progress:
+    """Shows which node is running on a terminal, and prints the answer's chunks
+    (``Agent.stream``: grounded in the library) as they come, terminal-safe and redacted."""
+
+    def __init__(self, err: TextIO, out: TextIO) -> None:
+        self.err = err
+        self.out = out
+        self.tty = hasattr(err, "isatty") and err.isatty()
+        self.screen: ShownStream | None = None  # the answer on screen, once it streams
+        self.text = ""  # the chunks so far
+
+    def __call__(self, event: object) -> None:
+        from ..events import AnswerStarted, NodeFinished, NodeStarted
+
+        streaming = self.screen is not None  # the status line is gone once the answer streams
+        if isinstance(event, NodeStarted) and self.tty and not streaming:
+            self.err.write(f"\r\033[K  … {for_terminal(event.node)}")
+            self.err.flush()
+        elif isinstance(event, NodeFinished) and self.tty and not streaming:
+            self.err.write("\r\033[K")
+            self.err.flush()
+        elif isinstance(event, AnswerStarted) and not streaming:  # again: a refit request, nothing shown yet
+            if self.tty:
+                self.err.write("\r\033[K")
+            self.screen = ShownStream(secrets())
+            self.out.write("\ncrag> ")
+
+    def chunk(self, text: str) -> None:
+        """One chunk of the stream, shown at once when the answer streams (else at the end:
+        the no-evidence sentence, a backend that does not stream)."""
+        self.text += text
+        if self.screen is not None:
+            self.out.write(self.screen.feed(text))
+            self.out.flush()
+
+    def finish(self) -> None:
+        """Print the rest of the answer (all of it when nothing streamed)."""
+        final = shown(self.text)
+        if self.screen is None:
+            self.out.write("\ncrag> " + final + "\n")
+        else:  # the stream showed the redacted answer's beginning
+            self.out.write(self.screen.rest(final) + "\n")
+        self.out.flush()
+        self.reset()
+
+    def reset(self) -> None:
+        """Ready for the next question (also after one that failed)."""
+        self.screen = None
+        self.text = ""
+
+
+def line_reader(stdin: TextIO, out: TextIO, limit: int):
+    """Reads one line after a prompt (at most ``limit`` characters of a line that is not typed);
+    on a terminal through ``input()`` with ``readline``.
+
+    With the standard library's ``readline`` (absent on some platforms), the arrow keys edit
+    the line and Up/Down walk through the session's earlier questions. Returns "" at the end.
+    """
+    interactive = stdin is sys.stdin and out is sys.stdout and isatty(stdin) and isatty(out)
+    if interactive:
+        try:
+            import readline  # noqa: F401  (importing it is what gives input() line editing)
+        except ImportError:
+            pass
+
+        def read(prompt: str) -> str:
+            lead, newline, last = prompt.rpartition("\n")
+            out.write(lead + newline)  # readline redraws only the prompt's last line
+            try:
+                return input(last)
+            except EOFError:
+                out.write("\n")
+                return ""
+
+        return read
+
+    def read_stream(prompt: str) -> str:
+        out.write(prompt)
+        out.flush()
+        line = stdin.readline(limit + 1)
+        if len(line) > limit:
+            raise UsageError(f"a line of standard input is over {limit:,} characters, more than can fit "
+                             "KB_AGENT_CONTEXT_TOKENS: shorten it")
+        return line
+
+    return read_stream
+
+
+def cmd_chat(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from ..agent import parse_history
+
+    config = settings()
+    history: list[dict[str, str]] = []
+    progress = Progress(err, out)
+    with agent_for(args, err) as agent:
+        open_index(agent)
+        out.write("crag chat: ask about your knowledge base; an empty line or Ctrl-D ends the session.\n")
+        undecodable_bytes_kept(args.stdin)
+        from ..agent import input_limit
+
+        read_line = line_reader(args.stdin, out, input_limit(config))
+        while True:
+            try:
+                line = read_line("\nyou> ")
+            except KeyboardInterrupt:
+                out.write("\n")
+                break
+            except UnicodeDecodeError:
+                line = "\udcff"
+            if not line or not line.strip():
+                break
+            if not_utf8(line):
+                print("crag: error: that line is not UTF-8 text; type it again", file=err)
+                continue
+            question = line.strip()
+            stream = agent.stream(question, history=parse_history(history), on_event=progress)
+            try:
+                for chunk in stream:
+                    progress.chunk(chunk)
+            except CragError as exc:  # one question failed (too long, server down): the session goes on
+                progress.reset()
+                print(error_line(exc), file=err)
+                continue
+            progress.finish()
+            result = stream.result
+            history.append({"role": "user", "content": question})
+            history.append({"role": "assistant", "content": result.answer})
+    return 0
+
+
+def open_index(agent) -> None:
+    """A missing, damaged or mismatched index fails the session at its start (status 1), as
+    ``ask`` would, rather than every question of it."""
+    retriever = getattr(agent.toolbox, "retriever", None)
+    if retriever is not None and any(t.searches_question for t in agent.toolbox.tools()):
+        retriever()

@@ -1,0 +1,101 @@
+"""What every command of the command line shares: the parser class, the program's name,
+settings, and the two ways text leaves crag (``shown`` for a terminal, ``shown_json`` for
+JSON), both with every configured secret redacted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import TextIO
+
+from ..errors import UsageError
+from ..safe_text import for_terminal, json_text, redact, redact_message
+from ..text import one_line
+
+KB_HELP = "knowledge-base root (repeatable): indexed first when new or changed; the tools look only inside"
+TOP_K_HELP = "hits per vector_search (default KB_AGENT_TOP_K)"
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that raises ``UsageError`` instead of printing usage and exiting."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(message)
+
+
+def path_arg(value: str) -> str:
+    """A path on the command line: an empty one would silently mean the working directory."""
+    if not value.strip():
+        raise argparse.ArgumentTypeError("an empty path is not a knowledge-base path")
+    if "\x00" in value:
+        raise argparse.ArgumentTypeError("a path cannot contain a NUL character")
+    return value
+
+
+def prog() -> str:
+    """``crag`` when run through the installed command, else ``python -m crag``."""
+    return "crag" if os.path.basename(sys.argv[0] or "") == "crag" else "python -m crag"
+
+
+def secrets() -> tuple[str, ...]:
+    from ..config import secret_values
+
+    return secret_values()
+
+
+def error_line(exc: BaseException) -> str:
+    """``crag: error: <message>``: one line, secrets redacted, nothing a terminal would obey."""
+    return "crag: error: " + one_line(redact_message(for_terminal(str(exc)), secrets()))
+
+
+def shown(text: str) -> str:
+    """Text for the terminal: no escape sequence or control character, secrets redacted (after
+    the removal, so a control character inside a key cannot hide it from redaction)."""
+    return redact(for_terminal(text), secrets())
+
+
+def shown_json(value: object, **kwargs: object) -> str:
+    """JSON for stdout: control characters escaped, secrets redacted (also as JSON spells them)."""
+    import json
+
+    found = secrets()
+    return redact(json_text(value, **kwargs), (*found, *(json.dumps(s)[1:-1] for s in found)))
+
+
+def settings(**overrides: object):
+    from ..config import Settings
+
+    return Settings.from_env(**{k: v for k, v in overrides.items() if v is not None})
+
+
+def require_index_libraries() -> None:
+    """Fail before touching the index (no lock taken) when the index's libraries are missing."""
+    from importlib.util import find_spec
+
+    for name in ("numpy", "faiss", "tiktoken"):
+        if find_spec(name) is None:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+
+def isatty(stream: TextIO) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+def undecodable_bytes_kept(stream: TextIO) -> None:
+    """Read bytes that are not UTF-8 as lone surrogates (``not_utf8`` finds them) instead of
+    failing the read: Python reads standard input strictly under most locales."""
+    reconfigure = getattr(stream, "reconfigure", None)
+    if reconfigure is not None:
+        try:
+            reconfigure(errors="surrogateescape")
+        except (ValueError, OSError, TypeError):
+            pass
+
+
+def not_utf8(text: str) -> bool:
+    return any("\udc80" <= ch <= "\udcff" for ch in text)

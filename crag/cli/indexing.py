@@ -1,0 +1,61 @@
+"""``index``, ``roots`` and ``search``: the commands that build, list and query the index.
+
+The work and the text they print are in ``crag.index.commands``; these print it.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import TextIO
+
+from .common import require_index_libraries, settings, shown, shown_json
+
+
+def cmd_index(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from ..index import index_roots
+    from ..index.commands import index_report_text, is_terminal, progress_printer
+
+    config = settings()
+    require_index_libraries()
+    progress = progress_printer(err) if is_terminal(err) else None
+    report = index_roots(config, args.paths, progress=progress)
+    out.write(shown(index_report_text(report)))
+    return 0
+
+
+def cmd_roots(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from ..index import drop_roots, open_store
+    from ..index.commands import removed_text, root_rows, roots_text
+
+    config = settings()
+    require_index_libraries()
+    store = open_store(config)
+    try:
+        before = root_rows(store.state(files=True))
+        if args.remove:
+            report = drop_roots(config, args.remove)
+            out.write(shown(removed_text(report, before)))
+        else:
+            out.write(shown(roots_text(before, store.location, store.state(files=False))))
+    finally:
+        store.close()
+    return 0
+
+
+def cmd_search(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from ..index.commands import index_report_text, missing_roots_note, search, search_text
+
+    config = settings()
+    require_index_libraries()
+    missing: list[str] = []
+    hits, report = search(config, " ".join(args.words), args.top_k, args.kb, missing=missing)
+    if report is not None and report.changed_anything:
+        err.write(shown(index_report_text(report)))
+    note = missing_roots_note(missing)
+    if note:
+        err.write(shown(note) + "\n")
+    if args.json:
+        out.write(shown_json(hits) + "\n")
+    else:
+        out.write(shown(search_text(hits)))
+    return 0

@@ -1,0 +1,29 @@
+"""``mcp`` and ``graph``: crag served to MCP clients, and its transition table drawn."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TextIO
+
+from ..errors import UsageError
+from .ask import agent_for
+from .common import settings
+
+
+def cmd_mcp(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from ..mcp_server import missing_extra, serve
+
+    settings()
+    problem = missing_extra()
+    if problem is not None:
+        raise UsageError(problem)
+    with agent_for(args, err) as agent:
+        serve(agent)
+    return 0
+
+
+def cmd_graph(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from ..graph import mermaid
+
+    out.write(mermaid())
+    return 0
