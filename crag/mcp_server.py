@@ -1,6 +1,6 @@
 """``python -m crag mcp``: crag as a Model Context Protocol server over stdio.
 
-Built on the official ``mcp`` SDK (the optional extra ``crag[mcp]``), it serves three tools
+Built on the official ``mcp`` SDK (the optional extra ``crag-kb[mcp]``), it serves three tools
 to an MCP client (Claude Desktop, Cursor, Claude Code, any agent that speaks MCP):
 
     ask(question, history=None)                  the answer text; structured content is the
@@ -230,5 +230,5 @@ def missing_extra() -> str | None:
     from importlib.util import find_spec
 
     if find_spec("mcp") is None or find_spec("mcp_types") is None:
-        return "the MCP server needs the optional extra: pip install 'crag[mcp]' (make install includes it)"
+        return "the MCP server needs the optional extra: pip install 'crag-kb[mcp]' (make install includes it)"
     return None

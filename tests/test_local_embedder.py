@@ -1,4 +1,4 @@
-"""The local neural embedder (``KB_AGENT_EMBEDDER=local``, the ``crag[local]`` extra).
+"""The local neural embedder (``KB_AGENT_EMBEDDER=local``, the ``crag-kb[local]`` extra).
 
 The settings and the errors are tested everywhere. The real model tests need the extra
 (sentence-transformers) and a model folder: ``CRAG_TEST_LOCAL_MODEL`` names one, else the
@@ -40,7 +40,7 @@ def model_folder() -> str | None:
 
 HAVE_EXTRA = importlib.util.find_spec("sentence_transformers") is not None
 MODEL = model_folder() if HAVE_EXTRA else None
-needs_model = pytest.mark.skipif(MODEL is None, reason="needs crag[local] and a model folder (CRAG_TEST_LOCAL_MODEL)")
+needs_model = pytest.mark.skipif(MODEL is None, reason="needs crag-kb[local] and a model folder (CRAG_TEST_LOCAL_MODEL)")
 
 
 def fake_model(folder: Path) -> Path:
@@ -79,7 +79,7 @@ def test_a_missing_extra_is_one_clear_error(tmp_path: Path, monkeypatch) -> None
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "sentence_transformers" else real(name, *a))
     with pytest.raises(ConfigError) as err:
         LocalEmbedder(folder)
-    assert "pip install 'crag[local]'" in str(err.value) and "KB_AGENT_EMBEDDER=local" in str(err.value)
+    assert "pip install 'crag-kb[local]'" in str(err.value) and "KB_AGENT_EMBEDDER=local" in str(err.value)
 
 
 def test_the_cli_says_so_in_one_line(tmp_path: Path) -> None:
@@ -94,7 +94,7 @@ def test_the_cli_says_so_in_one_line(tmp_path: Path) -> None:
     assert proc.stderr.startswith("crag: error: KB_AGENT_EMBEDDING_PATH=") and proc.stderr.count("\n") == 1
 
 
-@pytest.mark.skipif(not HAVE_EXTRA, reason="needs crag[local]")
+@pytest.mark.skipif(not HAVE_EXTRA, reason="needs crag-kb[local]")
 def test_the_name_follows_the_folder_content(tmp_path: Path) -> None:
     a = fake_model(tmp_path / "mini")
     first = LocalEmbedder(a).name
@@ -103,7 +103,7 @@ def test_the_name_follows_the_folder_content(tmp_path: Path) -> None:
     assert LocalEmbedder(a).name != first
 
 
-@pytest.mark.skipif(not HAVE_EXTRA, reason="needs crag[local]")
+@pytest.mark.skipif(not HAVE_EXTRA, reason="needs crag-kb[local]")
 def test_a_folder_that_does_not_load_is_one_clear_error(tmp_path: Path) -> None:
     emb = LocalEmbedder(fake_model(tmp_path / "broken"))
     with pytest.raises(ConfigError) as err:

@@ -155,7 +155,7 @@ def test_mcp_without_the_sdk_is_one_line_naming_the_extra(tmp_path: Path) -> Non
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=60)
     assert proc.returncode == 2
     assert proc.stderr.strip() == (
-        "crag: error: the MCP server needs the optional extra: pip install 'crag[mcp]' (make install includes it)"
+        "crag: error: the MCP server needs the optional extra: pip install 'crag-kb[mcp]' (make install includes it)"
     )
     assert proc.stdout == ""
 

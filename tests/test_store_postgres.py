@@ -167,7 +167,7 @@ def test_without_psycopg_the_error_names_the_extra(tmp_path: Path) -> None:
     run = crag(env, tmp_path, "search", "anything")
     assert run.returncode == 1
     assert run.stderr.strip().splitlines() == [
-        "crag: error: KB_AGENT_STORE names a PostgreSQL server, which needs psycopg: pip install 'crag[postgres]'"
+        "crag: error: KB_AGENT_STORE names a PostgreSQL server, which needs psycopg: pip install 'crag-kb[postgres]'"
     ]
 
 

@@ -19,7 +19,7 @@ into ``LLMError`` at this one boundary. Like a chat request, each attempt has a 
 deadline of ``KB_AGENT_LLM_TIMEOUT`` (``crag.llm.deadline``), so a server that trickles its
 reply a byte at a time cannot hold an indexer or a search. Its ``name`` is ``openai:<model>``.
 
-``LocalEmbedder`` (``crag.index.local_embedder``, the optional ``crag[local]`` extra) runs a
+``LocalEmbedder`` (``crag.index.local_embedder``, the optional ``crag-kb[local]`` extra) runs a
 sentence-transformers model from the folder ``KB_AGENT_EMBEDDING_PATH`` names, offline.
 
 ``make_embedder(settings)`` picks one from ``KB_AGENT_EMBEDDER``.

@@ -1,4 +1,4 @@
-"""A neural embedder that runs offline from a model folder on disk (the ``crag[local]`` extra).
+"""A neural embedder that runs offline from a model folder on disk (the ``crag-kb[local]`` extra).
 
 ``LocalEmbedder(path)`` loads a sentence-transformers model (for example all-MiniLM-L6-v2)
 from ``path`` with sentence-transformers on the CPU, never from a model hub: the hub is
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 __all__ = ["EXTRA_HINT", "LocalEmbedder"]
 
 EXTRA_HINT = (
-    "the local embedder's extra: pip install 'crag[local]' "
+    "the local embedder's extra: pip install 'crag-kb[local]' "
     "(sentence-transformers; install PyTorch's CPU build first, see docs/retrieval.md)"
 )
 # A folder is a model when it holds one of these (a sentence-transformers folder, or a plain

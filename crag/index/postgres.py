@@ -1,7 +1,7 @@
 """The PostgreSQL store: pgvector and full-text search in one database (a ``Store``).
 
 ``KB_AGENT_STORE=postgresql://...`` selects it; psycopg 3 comes with the optional extra
-``crag[postgres]``. See docs/postgresql.md for when to use it and how to set a server up.
+``crag-kb[postgres]``. See docs/postgresql.md for when to use it and how to set a server up.
 
 Tables live in the schema ``crag`` and are created on first use (``MIGRATIONS``, recorded in
 ``crag.migrations``, so that a later crag can upgrade them)::
@@ -67,7 +67,7 @@ def _psycopg() -> Any:
         import psycopg
     except ImportError:
         raise IndexStoreError(
-            "KB_AGENT_STORE names a PostgreSQL server, which needs psycopg: pip install 'crag[postgres]'", ""
+            "KB_AGENT_STORE names a PostgreSQL server, which needs psycopg: pip install 'crag-kb[postgres]'", ""
         ) from None
     return psycopg
 

@@ -1,0 +1,39 @@
+"""The distribution has a name of its own on the package index (``crag`` there is another
+project): ``crag-kb``. The import name and the command stay ``crag``, and every message and
+document that tells a user to install an extra names ``crag-kb``."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_distribution_is_crag_kb_and_the_command_and_package_stay_crag() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["name"] == "crag-kb"
+    assert project["scripts"] == {"crag": "crag.cli:main"}
+    extras = project["optional-dependencies"]
+    assert {"mcp", "postgres", "local"} <= set(extras)
+    self_refs = [d for d in extras["dev"] if d.startswith("crag")]
+    assert self_refs and all(d.startswith("crag-kb[") for d in self_refs)
+    assert {"mcp", "postgres"} <= set(self_refs[0][len("crag-kb["):-1].split(","))
+
+
+def test_every_install_line_names_the_distribution() -> None:
+    wrong = re.compile(r"\bcrag\[")
+    files = [ROOT / "README.md", ROOT / ".env.example", *(ROOT / "docs").glob("*.md"), *(ROOT / "crag").rglob("*.py")]
+    found = [f"{p.relative_to(ROOT)}:{n}" for p in files
+             for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if wrong.search(line)]
+    assert found == [], found
+
+
+def test_the_missing_extra_message_names_crag_kb(monkeypatch) -> None:
+    import importlib.util
+
+    from crag.mcp_server import missing_extra
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
+    assert missing_extra().endswith("pip install 'crag-kb[mcp]' (make install includes it)")
