@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from .pages import is_paged, page_line
 from .state import Citation, EvidenceItem, Usage
 
 __all__ = [
@@ -92,16 +93,20 @@ def renumber(text: str, n_items: int) -> tuple[str, list[int]]:
 
 
 def footer_lines(items: Sequence[EvidenceItem], order: Sequence[int]) -> tuple[list[str], tuple[Citation, ...]]:
-    """``[K] path:L42`` (or ``[K] path`` with no line) for each cited item, K = 1.."""
-    lines: list[str] = []
+    """``[K] path:L42`` (``[K] guide.pdf:p3:L12`` in a PDF, ``[K] path`` with no line) for each
+    cited item, K = 1.."""
     citations: list[Citation] = []
     for n, index in enumerate(order, start=1):
         item = items[index]
         line = item.cite_line
-        lines.append(f"[{n}] {item.source}:L{line}" if line is not None else f"[{n}] {item.source}")
         end = item.end_line if line is not None and item.anchor_line is None else line
-        citations.append(Citation(n=n, path=item.source, line=line, tool=item.tool, end_line=end))
-    return lines, tuple(citations)
+        page = None
+        if line is not None and is_paged(item.source):
+            page, line = page_line(line)
+            end_page, end_on_page = page_line(end) if end is not None else (page, line)
+            end = end_on_page if end_page == page else None
+        citations.append(Citation(n=n, path=item.source, line=line, tool=item.tool, end_line=end, page=page))
+    return [f"[{c.n}] {c.ref}" for c in citations], tuple(citations)
 
 
 def _tokens(u_prompt: int, u_completion: int, cached: int = 0) -> str:

@@ -270,6 +270,14 @@ class Citation:
     line: int | None
     tool: str
     end_line: int | None = None
+    page: int | None = None  # a PDF's page; ``line`` and ``end_line`` then count lines on it
+
+    @property
+    def ref(self) -> str:
+        """How the footer names it: ``docs/a.md:L42``, ``guide.pdf:p3:L12`` or just the path."""
+        if self.line is None:
+            return self.path
+        return f"{self.path}:p{self.page}:L{self.line}" if self.page is not None else f"{self.path}:L{self.line}"
 
 
 
@@ -387,6 +395,10 @@ def _make_output_converter() -> cattrs.Converter:
     out = converter.copy()
     out.register_unstructure_hook(NodeUsage, _node_usage_json)
     out.register_unstructure_hook(Usage, _usage_json)
+    out.register_unstructure_hook(Citation, lambda c: {
+        "n": c.n, "path": c.path, "line": c.line, "tool": c.tool, "end_line": c.end_line,
+        **({"page": c.page} if c.page is not None else {}),
+    })
     out.register_unstructure_hook(AuditEvent, lambda e: {"event": e.event, **out.unstructure(dict(e.fields))})
     out.register_unstructure_hook(GroundingReport, _grounding_json)
     out.register_unstructure_hook(Judgement, _judgement_json)

@@ -50,6 +50,7 @@ _DEPENDENCIES = {
     "attr": "attrs",
     "cattrs": "cattrs",
     "cattr": "cattrs",
+    "pathspec": "pathspec",
 }
 
 _Progress = Progress  # the name tests and older callers use
@@ -66,6 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("index", help="build or update the index of knowledge-base folders/files")
     p.add_argument("paths", nargs="+", type=path_arg, metavar="PATH", help="folders or files to index")
+    p.add_argument("--exclude", action="append", default=[], metavar="GLOB",
+                   help="leave out paths matching this .gitignore-style pattern, for this run (repeatable)")
     p.set_defaults(func=cmd_index)
 
     p = sub.add_parser("search", help="retrieval only: what vector_search returns")

@@ -18,7 +18,7 @@ def cmd_index(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     config = settings()
     require_index_libraries()
     progress = progress_printer(err) if is_terminal(err) else None
-    report = index_roots(config, args.paths, progress=progress)
+    report = index_roots(config, args.paths, progress=progress, patterns=args.exclude)
     out.write(shown(index_report_text(report)))
     return 0
 

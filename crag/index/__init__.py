@@ -112,8 +112,10 @@ def index_roots(
     *,
     embedder: Embedder | None = None,
     lock_timeout: float | None = None,
+    patterns: Sequence[str] = (),
 ) -> IndexReport:
-    """Build or update the index of ``roots`` (``python -m crag index``)."""
+    """Build or update the index of ``roots`` (``python -m crag index``); ``patterns`` are its
+    ``--exclude`` globs."""
     from .build import DEFAULT_LOCK_TIMEOUT, update_store
 
     return update_store(
@@ -123,6 +125,7 @@ def index_roots(
         progress=progress,
         allow_reembed=True,
         lock_timeout=DEFAULT_LOCK_TIMEOUT if lock_timeout is None else lock_timeout,
+        patterns=patterns,
     )
 
 

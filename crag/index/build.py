@@ -76,6 +76,7 @@ class IndexReport:
     wrote: bool = False
     generation: str = ""
     warnings: tuple[tuple[str, str], ...] = field(factory=tuple)
+    skipped_types: tuple[str, ...] = ()  # suffixes of the files left out for their type
 
     @property
     def files_total(self) -> int:
@@ -156,11 +157,13 @@ def update_store(
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
     max_tokens: int = DEFAULT_MAX_TOKENS,
     min_tokens: int = DEFAULT_MIN_TOKENS,
+    patterns: Sequence[str] = (),
 ) -> IndexReport:
     """Index ``roots`` into ``store`` incrementally (see the module docstring).
 
     With ``allow_reembed`` False (``ask``/``search --kb``), an index built with another
-    embedder raises ``EmbedderMismatchError`` instead of being rebuilt.
+    embedder raises ``EmbedderMismatchError`` instead of being rebuilt. ``patterns`` are
+    ``--exclude`` globs for this run: files they match are left out (and leave the index).
     """
     started = time.perf_counter()
     root_list = [normalize_root(r) for r in roots]
@@ -175,7 +178,7 @@ def update_store(
     chunking = (max_tokens, min_tokens)
     with store.writer_lock(lock_timeout):
         base = _load_base(store, embedder, chunker_id(*chunking), allow_reembed)
-        plan = _plan(store, embedder, chunking, base, root_list, started)
+        plan = _plan(store, embedder, chunking, base, root_list, started, patterns)
         return _apply(plan, progress)
 
 
@@ -208,7 +211,8 @@ def _load_base(store: Store, embedder: Embedder, chunker: str, allow_reembed: bo
 
 
 def _plan(
-    store: Store, embedder: Embedder, chunking: tuple[int, int], base: _Base, roots: list[str], started: float
+    store: Store, embedder: Embedder, chunking: tuple[int, int], base: _Base, roots: list[str], started: float,
+    patterns: Sequence[str] = (),
 ) -> _Plan:
     # Which roots to walk: the ones asked for, plus every recorded root when rebuilding. A
     # recorded root gone from disk is dropped, with its files, by any update.
@@ -222,7 +226,7 @@ def _plan(
         elif base.full:
             walk_roots.append(r)
     exclude = [store.location] if os.path.isabs(store.location) else []
-    discovery = discover(walk_roots, exclude=exclude)
+    discovery = discover(walk_roots, exclude=exclude, patterns=patterns)
     found = {f.path for f in discovery.files}
     new_roots = sorted(set(base.recorded_roots) - set(dropped_roots) | set(roots))
     if base.full:
@@ -251,7 +255,7 @@ def _unchanged_report(plan: _Plan, unchanged: int, bytes_read: int = 0, warnings
         plan.store.location, plan.walk_roots, plan.embedder.name, unchanged=unchanged,
         chunks_total=state.chunks if state else 0, bytes_read=bytes_read,
         seconds=time.perf_counter() - plan.started, generation=state.version if state else "",
-        warnings=tuple(warnings) or plan.discovery.warnings,
+        warnings=tuple(warnings) or plan.discovery.warnings, skipped_types=plan.discovery.skipped_types,
     )
 
 
@@ -333,6 +337,7 @@ def _apply(plan: _Plan, progress: Progress | None) -> IndexReport:
         reembedded_all=plan.base.full,
         reason=reason,
         wrote=True,
+        skipped_types=plan.discovery.skipped_types,
         generation=update.version,
         warnings=tuple(warnings),
     )

@@ -33,6 +33,7 @@ from typing import Any, NamedTuple
 
 from attrs import frozen
 
+from ..pages import PAGE_LINES, PAGED_SUFFIXES
 from .discover import split_lines
 
 __all__ = [
@@ -46,7 +47,7 @@ __all__ = [
     "token_counter",
 ]
 
-CHUNKER_VERSION = 2
+CHUNKER_VERSION = 3  # 3: PDF pages are chunked apart; HTML is indexed as its text
 # Chosen by benchmarks/retrieval.py (see benchmarks/results/retrieval.md).
 DEFAULT_MAX_TOKENS = 400
 DEFAULT_MIN_TOKENS = 120
@@ -366,7 +367,25 @@ def _parse_plain(lines: Sequence[str], python: bool) -> list[_Block]:
     return blocks
 
 
+def _parse_pages(lines: Sequence[str]) -> list[_Block]:
+    """A PDF's text (``crag.pages``): paragraphs, each page opening with a heading block
+    ``page N`` at its first line of text, so no chunk spans two pages."""
+    blocks: list[_Block] = []
+    for top in range(0, len(lines), PAGE_LINES):
+        page = _parse_plain(lines[top : top + PAGE_LINES], python=False)
+        if not page:
+            continue
+        first = page[0]
+        blocks.append(_Block(top + first.start, top + first.start, 1, f"page {top // PAGE_LINES + 1}"))
+        if first.end > first.start:
+            blocks.append(_Block(top + first.start + 1, top + first.end))
+        blocks += [_Block(top + b.start, top + b.end) for b in page[1:]]
+    return blocks
+
+
 def _parse(lines: Sequence[str], suffix: str) -> list[_Block]:
+    if suffix in PAGED_SUFFIXES:
+        return _parse_pages(lines)
     if suffix in RST_SUFFIXES:
         return _parse_rst(lines)
     if suffix in MARKDOWN_SUFFIXES:
@@ -393,6 +412,8 @@ def chunk_lines(
         return []
     count = count or token_counter()
     blocks = _parse(lines, suffix.lower())
+    if suffix.lower() in PAGED_SUFFIXES:
+        min_tokens = 0  # every page starts a chunk
     if not blocks:
         return []
     if line_tokens is None:

@@ -19,6 +19,7 @@ from attrs import frozen
 from ..errors import UsageError
 from ..safe_text import display_name
 from .discover import relative_label
+from .readers import skipped_line
 
 if TYPE_CHECKING:
     from ..config import Settings
@@ -98,6 +99,9 @@ def index_report_text(report: IndexReport, cwd: str | None = None) -> str:
             lines.append(f"  {relative_label(path, cwd)}: {why}")
         if len(report.warnings) > _LIST_LIMIT:
             lines.append(f"  ... and {len(report.warnings) - _LIST_LIMIT} more")
+    skipped = skipped_line(report.skipped_types)
+    if skipped:
+        lines.append(skipped)
     if not report.wrote and not report.changed_anything:
         lines.append("the index was already up to date")
     return "\n".join(lines) + "\n"

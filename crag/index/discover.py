@@ -5,7 +5,10 @@ Owns the discovery rules shared by the indexer, ``grep_search`` and ``read_file`
 * a root is a directory (walked) or a single file; a root that does not exist is a
   ``KnowledgeBaseError`` naming it;
 * only text-like files are taken (``TEXT_SUFFIXES`` and a few well-known names such as
-  ``README`` or ``Makefile``); hidden entries, ``.git``, ``.venv``, ``node_modules``,
+  ``README`` or ``Makefile``), and documents a reader of ``crag.index.readers`` can read
+  (PDF and DOCX when their extra is installed, HTML as text); every other file is counted by
+  its suffix in ``Discovery.skipped_types``; paths that ``.gitignore`` / ``.cragignore``
+  files or ``--exclude`` patterns leave out are not entered (``crag.index.ignore``); hidden entries, ``.git``, ``.venv``, ``node_modules``,
   ``__pycache__``, Python virtual environments and the index directory itself are skipped;
 * a symbolic link is followed only when its target lies inside the root (so a link can never
   pull outside files into the knowledge base), and each real file is taken once;
@@ -31,6 +34,8 @@ from attrs import field, frozen
 
 from ..errors import KnowledgeBaseError, UsageError
 from ..safe_text import display_name
+from .ignore import Ignores
+from .readers import reader_for
 
 __all__ = [
     "MAX_FILE_BYTES",
@@ -43,6 +48,7 @@ __all__ = [
     "discover",
     "excluded_reason",
     "is_binary",
+    "is_indexable_name",
     "is_text_name",
     "is_within",
     "normalize_root",
@@ -50,6 +56,7 @@ __all__ = [
     "read_file_text",
     "relative_label",
     "split_lines",
+    "text_of",
 ]
 
 TEXT_SUFFIXES = frozenset(
@@ -91,6 +98,7 @@ class Discovery:
 
     files: tuple[DiscoveredFile, ...]
     warnings: tuple[tuple[str, str], ...] = field(factory=tuple)
+    skipped_types: tuple[str, ...] = ()  # the suffix of each file left out for its type
 
     @property
     def skipped(self) -> int:
@@ -117,6 +125,19 @@ def is_within(path: str, root: str) -> bool:
         return True
     prefix = root if root.endswith(os.sep) else root + os.sep
     return path.startswith(prefix)
+
+
+def is_indexable_name(name: str) -> bool:
+    """Whether crag indexes a file of this name: text, or a document whose reader is installed."""
+    if is_text_name(name):
+        return True
+    reader = reader_for(name)
+    return reader is not None and reader.available()
+
+
+def _suffix(name: str) -> str:
+    stem, dot, suffix = name.lower().rpartition(".")
+    return "." + suffix if dot and stem else ""
 
 
 def is_text_name(name: str) -> bool:
@@ -164,17 +185,22 @@ def excluded_reason(path: str, root: str) -> str | None:
         return None
     rel = os.path.relpath(path, root).split(os.sep)
     folder = root
+    ignores = Ignores(root)
     for part in rel[:-1]:
         folder = os.path.join(folder, part)
         if part.startswith(".") or not _utf8(part) or _skipped_dir(part, folder):
             return "it is inside a folder crag does not index"
+        if ignores.ignored(folder, is_dir=True):
+            return "it is inside a folder that .gitignore or .cragignore leaves out"
     name = rel[-1]
     if not _utf8(name):
         return NOT_UTF8
     if name.startswith("."):
         return "hidden files are not part of the knowledge base"
-    if not is_text_name(name):
-        return "crag indexes text files only (Markdown, text, code and configuration by their suffix)"
+    if not is_indexable_name(name):
+        return "crag indexes text files only (Markdown, text, code and configuration by their suffix), PDF and DOCX"
+    if ignores.ignored(path, is_dir=False):
+        return ".gitignore or .cragignore leaves it out"
     return None
 
 
@@ -183,10 +209,12 @@ def discover(
     exclude: Sequence[str] = (),
     max_bytes: int = MAX_FILE_BYTES,
     check_binary: bool = False,
+    patterns: Sequence[str] = (),
 ) -> Discovery:
     """Every indexable file under ``roots``, sorted by path, deduplicated by real path.
 
-    ``exclude`` holds absolute directories never to enter (the index directory).
+    ``exclude`` holds absolute directories never to enter (the index directory); ``patterns``
+    are ``--exclude`` globs (gitignore syntax, relative to each root).
     ``check_binary`` sniffs each file for NUL bytes here; the indexer instead checks when it
     reads a file, so discovery stays a pure ``stat`` walk.
     Raises ``KnowledgeBaseError`` for a root that does not exist or cannot be listed.
@@ -195,6 +223,7 @@ def discover(
     found: dict[str, DiscoveredFile] = {}
     seen_real: set[str] = set()
     warnings: list[tuple[str, str]] = []
+    skipped: list[str] = []
     for root in roots:
         root_abs = normalize_root(root)
         if not os.path.lexists(root_abs):
@@ -223,12 +252,13 @@ def discover(
             raise KnowledgeBaseError(f"knowledge-base path {display_name(root_abs)} is not a file or folder", root_abs)
         if not os.access(root_abs, os.R_OK | os.X_OK):
             raise KnowledgeBaseError(f"knowledge-base folder {display_name(root_abs)} cannot be read (permission denied)", root_abs)
-        for entry in _walk(root_abs, root_real, excluded, max_bytes, warnings, seen_real):
-            if check_binary and not _sniff_ok(entry.path, warnings):
+        walk = _walk(root_abs, root_real, excluded, max_bytes, warnings, seen_real, Ignores(root_abs, patterns), skipped)
+        for entry in walk:
+            if check_binary and reader_for(entry.path) is None and not _sniff_ok(entry.path, warnings):
                 continue
             found.setdefault(entry.path, entry)
     files = tuple(sorted(found.values(), key=lambda f: f.path))
-    return Discovery(files, tuple(warnings))
+    return Discovery(files, tuple(warnings), tuple(skipped))
 
 
 def _regular_file(
@@ -247,6 +277,8 @@ def _walk(
     max_bytes: int,
     warnings: list[tuple[str, str]],
     seen_real: set[str],
+    ignores: Ignores,
+    skipped: list[str],
 ) -> Iterator[DiscoveredFile]:
     visited_dirs = {root_real}
     # (folder as reached from the root, its real path): the real path of an entry that is
@@ -280,10 +312,15 @@ def _walk(
                 if entry.is_dir(follow_symlinks=True):
                     if real in visited_dirs or real in excluded or _skipped_dir(name, path):
                         continue
+                    if ignores.ignored(path, is_dir=True):
+                        continue
                     visited_dirs.add(real)
                     subdirs.append((path, real))
                     continue
-                if not entry.is_file(follow_symlinks=True) or not is_text_name(name):
+                if not entry.is_file(follow_symlinks=True) or ignores.ignored(path, is_dir=False):
+                    continue
+                if not is_indexable_name(name):
+                    skipped.append(_suffix(name))
                     continue
                 st = entry.stat(follow_symlinks=True)
             except OSError as exc:
@@ -350,6 +387,26 @@ def read_bytes(path: str | os.PathLike[str], max_bytes: int = MAX_FILE_BYTES) ->
 
 class BinaryFileError(ValueError):
     """The file holds NUL bytes: it is not text."""
+
+
+def text_of(path: str, data: bytes) -> str:
+    """The text crag indexes and cites for the file ``path`` holding ``data``: a document's text
+    through its reader (``crag.index.readers``), anything else decoded as text.
+
+    Raises ``BinaryFileError`` for a file that is neither, and ``ValueError`` when a reader
+    cannot read it or is not installed (the message says what to install)."""
+    reader = reader_for(os.path.basename(path))
+    if reader is None:
+        if is_binary(data):
+            raise BinaryFileError("binary file")
+        return decode_text(data)
+    if not reader.available():
+        from .readers import DISTRIBUTION
+
+        raise ValueError(f"reading {reader.name} needs the extra: pip install '{DISTRIBUTION}[{reader.extra}]'")
+    from .readers import cached_text
+
+    return cached_text(path, reader, data)
 
 
 def read_file_text(path: str | os.PathLike[str], max_bytes: int = MAX_FILE_BYTES) -> tuple[bytes, str]:

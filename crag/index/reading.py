@@ -19,7 +19,7 @@ from attrs import frozen
 
 from ..ports import FileRecord
 from .chunker import Chunk, chunk_lines, token_counter
-from .discover import DiscoveredFile, decode_text, is_binary, read_bytes, split_lines
+from .discover import BinaryFileError, DiscoveredFile, read_bytes, split_lines, text_of
 
 __all__ = ["Prepared", "prepare_all", "sha256"]
 
@@ -63,11 +63,17 @@ def prepare_all(
                 continue
             sha = sha256(data)
             prev = recorded.get(f.path)
-            binary = is_binary(data)
-            if binary or (prev is not None and prev.sha256 == sha):
-                done.append(Prepared(f, size=len(data), sha=sha, binary=binary))
+            if prev is not None and prev.sha256 == sha:
+                done.append(Prepared(f, size=len(data), sha=sha))
                 continue
-            text = decode_text(data)
+            try:
+                text = text_of(f.path, data)
+            except BinaryFileError:
+                done.append(Prepared(f, size=len(data), sha=sha, binary=True))
+                continue
+            except ValueError as exc:
+                done.append(Prepared(f, error=str(exc)))
+                continue
             todo.append((len(done), f, data, sha, text, split_lines(text)))
             done.append(None)
         # One tiktoken pass over the batch gives every line's token count.

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import KnowledgeBaseError, ToolError
-from ..index.discover import decode_text, discover, is_binary, read_bytes, split_lines
+from ..index.discover import discover, read_bytes, split_lines, text_of
 from ..prompts.find import find_identifiers
 from ..state import AuditEvent, EvidenceItem
 from ..toolspec import ArgumentError, Paging, Param, Searches, Tool, ToolContext, ToolResult
@@ -59,11 +59,9 @@ def run(args: Mapping[str, Any], context: ToolContext) -> ToolResult:
             continue
         try:
             data = read_bytes(f.path, MAX_FILE_BYTES)
-        except (OSError, ValueError):
+            text = text_of(f.path, data)
+        except (OSError, ValueError):  # unreadable, binary (BinaryFileError) or a document its reader refused
             continue
-        if is_binary(data):
-            continue
-        text = decode_text(data)
         if not use_regex and not rx.search(text):
             continue
         texts.append((f.path, split_lines(text)))

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import ToolError
-from ..index.discover import MAX_FILE_BYTES, decode_text, is_binary, read_bytes, split_lines
+from ..index.discover import MAX_FILE_BYTES, BinaryFileError, read_bytes, split_lines, text_of
 from ..prompts.find import find_paths
 from ..state import EvidenceItem
 from ..toolspec import ArgumentError, Param, Tool, ToolContext, ToolResult
@@ -31,9 +31,13 @@ def run(args: Mapping[str, Any], context: ToolContext) -> ToolResult:
         data = read_bytes(real, MAX_FILE_BYTES)
     except (OSError, ValueError) as exc:
         raise ToolError(NAME, f"cannot read {requested} ({getattr(exc, 'strerror', None) or exc})") from exc
-    if is_binary(data):
-        raise ToolError(NAME, f"{requested} is a binary file")
-    lines = split_lines(decode_text(data))
+    try:
+        text = text_of(real, data)
+    except BinaryFileError:
+        raise ToolError(NAME, f"{requested} is a binary file") from None
+    except ValueError as exc:
+        raise ToolError(NAME, f"cannot read {requested} ({exc})") from exc
+    lines = split_lines(text)
     if not lines:
         raise ToolError(NAME, f"{requested} is empty")
     first = start or 1
@@ -43,6 +47,8 @@ def run(args: Mapping[str, Any], context: ToolContext) -> ToolResult:
     if last < first:
         raise ToolError(NAME, f"end_line {last} is before start_line {first}")
     last = min(last, len(lines), first + MAX_LINES - 1)
+    while last > first and not lines[last - 1].strip():  # a PDF page's unused lines (crag.pages)
+        last -= 1
     return ToolResult((
         EvidenceItem(
             tool=NAME,

@@ -1,0 +1,165 @@
+"""Documents as people keep them: PDF (cited by page and line), DOCX and HTML read as text,
+files skipped for their type counted with how to include them, and ``.gitignore`` /
+``.cragignore`` / ``--exclude`` respected. The PDF and DOCX files are made here, by the same
+libraries that read them (pypdf, python-docx: the ``pdf`` and ``docx`` extras)."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from crag.cli import main
+from crag.index.discover import discover
+from crag.index.readers import READERS, reader_for, skipped_line
+from crag.pages import PAGE_LINES, line_ref, page_line
+from tests.fakes import clean_env
+
+pypdf = pytest.importorskip("pypdf", reason="the pdf extra (make install has it)")
+docx = pytest.importorskip("docx", reason="the docx extra (make install has it)")
+
+
+def make_pdf(path: Path, pages: list[list[str]]) -> Path:
+    """A PDF whose pages hold these lines of text (Helvetica, one text object a page)."""
+    from pypdf import PdfWriter
+    from pypdf.generic import DecodedStreamObject, DictionaryObject, NameObject
+
+    writer = PdfWriter()
+    font = writer._add_object(DictionaryObject({
+        NameObject("/Type"): NameObject("/Font"), NameObject("/Subtype"): NameObject("/Type1"),
+        NameObject("/BaseFont"): NameObject("/Helvetica"),
+    }))
+    for lines in pages:
+        page = writer.add_blank_page(612, 792)
+        ops = ["BT", "/F1 12 Tf", "14 TL", "72 720 Td"]
+        ops += ["(" + line.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)") + ") Tj T*" for line in lines]
+        stream = DecodedStreamObject()
+        stream.set_data("\n".join([*ops, "ET"]).encode("latin-1"))
+        page[NameObject("/Contents")] = writer._add_object(stream)
+        page[NameObject("/Resources")] = DictionaryObject({NameObject("/Font"): DictionaryObject({NameObject("/F1"): font})})
+    with open(path, "wb") as f:
+        writer.write(f)
+    return path
+
+
+def make_docx(path: Path) -> Path:
+    document = docx.Document()
+    document.add_heading("Parts report", 1)
+    document.add_paragraph("The gearbox ships in March.")
+    table = document.add_table(rows=2, cols=2)
+    for (r, c), text in {(0, 0): "Part", (0, 1): "Count", (1, 0): "flange bolts", (1, 1): "12"}.items():
+        table.cell(r, c).text = text
+    document.add_paragraph("Flange bolts are zinc plated.")
+    document.save(path)
+    return path
+
+
+HTML = """<!doctype html>
+<html><head><title>Widgets</title>
+<style>p { color: red }</style></head>
+<body>
+<p>Widgets &amp; gadgets are
+<b>sold</b> at the harbour shop.</p>
+<script>var hidden = "never indexed";</script>
+</body></html>
+"""
+
+
+def cli(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), out, err)
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture
+def kb(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    make_pdf(docs / "guide.pdf", [
+        ["Widget guide", "An introduction to the widget."],
+        ["Installation steps follow.", "The widget needs a torque wrench.", "Tighten every flange to forty newton metres."],
+    ])
+    make_docx(docs / "report.docx")
+    (docs / "shop.html").write_text(HTML, encoding="utf-8")
+    (docs / "notes.md").write_text("# Notes\n\nThe harbour shop opens at nine.\n", encoding="utf-8")
+    (docs / "photo.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00")
+    clean_env(monkeypatch)
+    monkeypatch.setenv("KB_AGENT_LLM", "offline")
+    monkeypatch.chdir(tmp_path)
+    return docs
+
+
+def test_each_reader_keeps_lines_a_person_can_find() -> None:
+    assert [r.name for r in READERS] == ["PDF", "DOCX", "HTML"] and reader_for("A.PDF").name == "PDF"
+    assert reader_for("notes.md") is None
+    html = reader_for("x.html").read(HTML.encode()).split("\n")
+    assert html[1] == "Widgets" and html[4] == "Widgets & gadgets are" and html[5] == "sold at the harbour shop."
+    assert "never indexed" not in "\n".join(html) and "color" not in "\n".join(html)
+    assert page_line(1) == (1, 1) and page_line(PAGE_LINES + 3) == (2, 3) and line_ref("a/Guide.PDF", 2 * PAGE_LINES + 12) == "p3:L12"
+    assert line_ref("docs/a.md", 42) == "L42"
+
+
+def test_a_folder_of_pdf_docx_html_and_markdown_is_indexed_and_cited_by_page_and_line(kb: Path) -> None:
+    code, out, _ = cli("index", "docs")
+    assert code == 0 and "4 added" in out
+    assert "skipped by type: 1 .png" in out and "pip install" not in out  # nothing that an extra would read
+
+    code, out, _ = cli("ask", "Which torque wrench does the widget need?", "--json")
+    result = json.loads(out)
+    pdf = [c for c in result["citations"] if c["path"] == "docs/guide.pdf"]
+    assert pdf and pdf[0]["page"] == 2 and pdf[0]["line"] == 2
+    assert "[1] docs/guide.pdf:p2:L2" in result["answer"] or "docs/guide.pdf:p2:L2" in result["answer"]
+
+    code, out, _ = cli("ask", "How many flange bolts are in the parts report?", "--json")
+    cited = {(c["path"], c["line"]) for c in json.loads(out)["citations"]}
+    # Line K of a DOCX is its Kth paragraph or table row: 3-4 the table, 5 the paragraph on bolts.
+    assert any(path == "docs/report.docx" and 3 <= line <= 5 for path, line in cited), cited
+
+    code, out, _ = cli("search", "harbour shop widgets gadgets", "--json")
+    hits = {h["path"]: h for h in json.loads(out)}
+    assert hits["docs/shop.html"]["start_line"] <= 5 and "<p>" not in hits["docs/shop.html"]["text"]
+
+    code, out, _ = cli("ask", "Which torque wrench does the widget need?")
+    assert "docs/guide.pdf:p2:L2" in out
+
+
+def test_files_a_missing_extra_would_read_are_counted_with_the_install_line(kb: Path, monkeypatch) -> None:
+    from crag.index import readers
+
+    monkeypatch.setattr(readers.Reader, "available", lambda self: self.module is None)
+    found = discover([str(kb)])
+    assert sorted(found.skipped_types) == [".docx", ".pdf", ".png"]
+    line = skipped_line(found.skipped_types)
+    assert line.startswith("skipped by type: ") and "1 .pdf" in line and "1 .docx" in line
+    assert line.endswith("(to include them: pip install 'crag-kb[docx,pdf]')")
+    assert skipped_line([]) is None
+
+
+def test_gitignore_and_cragignore_are_respected_like_ripgrep(tmp_path: Path, monkeypatch) -> None:
+    root = tmp_path / "project"
+    for rel in ("docs/a.md", "docs/keep.log.md", "docs/drafts/b.md", "dist/out.md", "vendor/lib/x.md",
+                "docs/sub/c.md", "docs/sub/d.md", "release-notes.md", "node_modules/pkg/readme.md"):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text("# T\n\ntext\n", encoding="utf-8")
+    (root / ".git").mkdir()
+    (root / ".gitignore").write_text("dist/\n*.log.md\n!keep.log.md\nvendor/\n")
+    (root / "docs" / ".cragignore").write_text("drafts/\n")
+    (root / "docs" / "sub" / ".gitignore").write_text("d.md\n")
+    (root / "docs" / "sub" / ".cragignore").write_text("!d.md\nc.md\n")  # .cragignore wins in its folder
+    found = {str(Path(f.path).relative_to(root)) for f in discover([str(root)]).files}
+    assert found == {"docs/a.md", "docs/keep.log.md", "docs/sub/d.md", "release-notes.md"}
+    # A root below the ignore file still honours it (up to the git work tree's top).
+    below = {str(Path(f.path).relative_to(root)) for f in discover([str(root / "docs")]).files}
+    assert below == {"docs/a.md", "docs/keep.log.md", "docs/sub/d.md"}
+
+    clean_env(monkeypatch)
+    monkeypatch.setenv("KB_AGENT_LLM", "offline")
+    monkeypatch.chdir(root)
+    code, out, _ = cli("index", ".", "--exclude", "release-notes.md", "--exclude", "docs/sub/")
+    assert code == 0 and "2 added" in out and "release-notes.md" not in out
+    code, out, _ = cli("search", "text", "--json")
+    assert {h["path"] for h in json.loads(out)} == {"docs/a.md", "docs/keep.log.md"}
+    code, out, _ = cli("ask", "what is in dist/out.md?", "--json")
+    assert code == 0 and "dist/out.md" not in {c["path"] for c in json.loads(out)["citations"]}
