@@ -51,6 +51,22 @@ class Answer:
     state: AgentState
 
     @property
+    def body(self) -> str:
+        """The answer without its footer and usage block (``ask --json``'s ``body``): the text,
+        with its ``[K]`` markers and any note lines."""
+        from .answer import answer_parts
+
+        return answer_parts(self.answer, self.citations)[0]
+
+    @property
+    def without_usage(self) -> str:
+        """The answer without its usage block: body, notes and footer (``--no-usage``)."""
+        from .answer import answer_parts
+
+        body, footer, _ = answer_parts(self.answer, self.citations)
+        return f"{body}\n\n{footer}" if footer else body
+
+    @property
     def complexity(self) -> str | None:
         c = self.state.complexity
         return c.value if c is not None else None
@@ -81,6 +97,7 @@ def _answer_json(a: Answer) -> dict[str, Any]:
     return {
         "question": a.state.question,
         "answer": a.answer,
+        "body": a.body,
         "complexity": a.complexity,
         "grader_action": a.grader_action,
         "iterations": a.iterations,

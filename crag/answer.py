@@ -24,6 +24,7 @@ __all__ = [
     "OFFLINE_PREFACE",
     "STATS_HEADING",
     "StreamRenderer",
+    "answer_parts",
     "code_split",
     "compose",
     "footer_lines",
@@ -107,6 +108,23 @@ def footer_lines(items: Sequence[EvidenceItem], order: Sequence[int]) -> tuple[l
             end = end_on_page if end_page == page else None
         citations.append(Citation(n=n, path=item.source, line=line, tool=item.tool, end_line=end, page=page))
     return [f"[{c.n}] {c.ref}" for c in citations], tuple(citations)
+
+
+def answer_parts(answer: str, citations: Sequence[Citation]) -> tuple[str, str, str]:
+    """A composed answer cut into its body (notes included), its footer and its usage block
+    (each part without the blank lines between them; an empty string for a part it lacks)."""
+    block = "---\n" + STATS_HEADING
+    cut = answer.rfind("\n\n" + block)
+    if answer.startswith(block):
+        text, usage = "", answer
+    elif cut != -1:
+        text, usage = answer[:cut], answer[cut + 2 :]
+    else:
+        text, usage = answer, ""
+    footer = "\n".join(f"[{c.n}] {c.ref}" for c in citations)
+    if footer and text.endswith("\n\n" + footer):
+        return text[: -len(footer) - 2], footer, usage
+    return text, "", usage
 
 
 def _tokens(u_prompt: int, u_completion: int, cached: int = 0) -> str:

@@ -24,13 +24,17 @@ from attrs import field, fields, frozen
 
 from .errors import ConfigError
 
-__all__ = ["DOTENV_MAX_BYTES", "MAX_SECONDS", "SECRET_VARIABLES", "SETTINGS_TABLE", "EmbedderKind", "GroundingMode",
-           "LLMBackend", "Settings", "StructuredOutput", "read_dotenv", "secret_values"]
+__all__ = ["DOTENV_MAX_BYTES", "INDEX_FOLDER", "MAX_SECONDS", "SECRET_VARIABLES", "SETTINGS_TABLE", "EmbedderKind",
+           "GroundingMode", "LLMBackend", "Settings", "StructuredOutput", "config_warnings", "find_index_dir",
+           "read_dotenv", "secret_values"]
 
 DOTENV_MAX_BYTES = 1024 * 1024  # a .env is a few lines; anything larger is not one
 MAX_SECONDS = 86400.0  # the longest duration a setting may hold: one day
 # Values never shown in a message, and redacted from everything crag prints.
 SECRET_VARIABLES = frozenset({"OPENAI_API_KEY", "JIRA_API_TOKEN", "CONFLUENCE_API_TOKEN"})
+# Variables crag reads besides the settings (the MCP server's tool descriptions).
+OTHER_VARIABLES = ("KB_AGENT_MCP_ASK_DESCRIPTION", "KB_AGENT_MCP_SEARCH_DESCRIPTION", "KB_AGENT_MCP_READ_FILE_DESCRIPTION")
+INDEX_FOLDER = ".crag"  # the index folder found the way git finds .git
 
 
 # -- the modes: settings that name one of a few behaviours -----------------------------------
@@ -283,6 +287,8 @@ class Settings:
     grounding: GroundingMode = setting("KB_AGENT_GROUNDING", Choice(GroundingMode), GroundingMode.NOTE, node=True)
     store: str = setting("KB_AGENT_STORE", _store, "")
     embedding_path: str = setting("KB_AGENT_EMBEDDING_PATH", _text, "")
+    log: bool = setting("KB_AGENT_LOG", _switch, True)
+    show_usage: bool = setting("KB_AGENT_SHOW_USAGE", _switch, True)
 
     def __attrs_post_init__(self) -> None:
         # Rules across settings; each field's own range is checked by its converter.
@@ -313,7 +319,10 @@ class Settings:
         """Settings from ``environ`` (default ``os.environ``), then ``dotenv``, then overrides.
 
         ``overrides`` use field names (``max_iterations=2``); a string value is read like
-        the environment variable, any other value is checked the same way.
+        the environment variable, any other value is checked the same way. A bad value's
+        error says where it came from (the environment, ``.env`` or an argument). Without
+        ``KB_AGENT_INDEX_DIR`` or an ``index_dir`` override, the index is the nearest ``.crag``
+        (``find_index_dir``).
         """
         env = dict(os.environ if environ is None else environ)
         file_values = read_dotenv(dotenv) if dotenv else {}
@@ -323,7 +332,10 @@ class Settings:
             var, kind = f.metadata["variable"], f.metadata["kind"]
             raw = merged.get(var)
             if raw is not None and (raw.strip() or kind in READS_EMPTY):
-                values[f.name] = kind(var, raw)
+                origin = "set in the environment" if var in env else f"set in {os.fspath(dotenv)}"
+                values[f.name] = _with_origin(kind, var, raw, origin)
+        if "index_dir" not in values and "index_dir" not in overrides:
+            values["index_dir"] = find_index_dir()
         if "llm" not in values:
             has_remote = bool(merged.get("OPENAI_API_KEY", "").strip()) or bool(
                 merged.get("OPENAI_BASE_URL", "").strip()
@@ -333,7 +345,8 @@ class Settings:
         for name, value in overrides.items():
             if name not in known:
                 raise ConfigError(name, value, "a setting name: " + ", ".join(sorted(known)))
-            values[name] = value
+            convert = getattr(fields(cls), name).converter
+            values[name] = _with_origin(lambda _var, raw, c=convert: c(raw), name, value, "given as an argument")
         return cls(**values)
 
     def secrets(self) -> tuple[str, ...]:
@@ -357,6 +370,57 @@ class Settings:
 SETTINGS_TABLE: dict[str, tuple[str, Kind]] = {
     f.name: (f.metadata["variable"], f.metadata["kind"]) for f in fields(Settings)
 }
+
+
+def _with_origin(kind: Callable[[str, Any], Any], var: str, raw: Any, origin: str) -> Any:
+    """``kind(var, raw)``, its error saying where the value came from."""
+    try:
+        return kind(var, raw)
+    except ConfigError as exc:
+        raise ConfigError(exc.variable, exc.value, f"{exc.accepts} ({origin})", secret=exc.value is None) from None
+
+
+def find_index_dir(cwd: str | None = None) -> str:
+    """The nearest ``.crag`` folder in ``cwd`` or a parent, the way git finds ``.git``:
+    ``.crag`` when it is in ``cwd`` itself or when there is none (``index`` creates it there),
+    else its absolute path. An index in the home folder is thus found from every folder below
+    it that has none of its own: the per-user index for documents outside any project."""
+    start = os.path.abspath(cwd or os.getcwd())
+    folder = start
+    while True:
+        if os.path.isdir(os.path.join(folder, INDEX_FOLDER)):
+            return INDEX_FOLDER if folder == start else os.path.join(folder, INDEX_FOLDER)
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return INDEX_FOLDER
+        folder = parent
+
+
+def config_warnings(environ: Mapping[str, str] | None = None, dotenv: str | os.PathLike[str] | None = ".env") -> list[str]:
+    """What looks like a mistake in the configuration but does not stop crag: ``.env`` lines
+    that are not assignments, and ``KB_AGENT_*`` names crag does not know (with the closest
+    known name). Never shows a value."""
+    import difflib
+
+    known = [var for var, _ in SETTINGS_TABLE.values()] + list(OTHER_VARIABLES)
+    env = dict(os.environ if environ is None else environ)
+    found: list[str] = []
+    bad_lines: list[int] = []
+    try:
+        file_values = read_dotenv(dotenv, bad_lines) if dotenv else {}
+    except ConfigError:
+        file_values = {}  # Settings.from_env reports it
+    where = os.fspath(dotenv) if dotenv else ".env"
+    for number in bad_lines:
+        found.append(f"{where} line {number} is not an assignment (NAME=value); it is ignored")
+    for origin, names in ((where, file_values), ("the environment", env)):
+        for name in sorted(names):
+            if not name.startswith("KB_AGENT_") or name in known:
+                continue
+            close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            found.append(f"{name} (in {origin}) is not a crag setting{hint}")
+    return found
 
 
 def _shown_url(raw: str) -> str:
@@ -398,12 +462,13 @@ def _read_small_regular_file(path: str | os.PathLike[str], limit: int) -> bytes 
         os.close(fd)
 
 
-def read_dotenv(path: str | os.PathLike[str]) -> dict[str, str]:
+def read_dotenv(path: str | os.PathLike[str], bad_lines: list[int] | None = None) -> dict[str, str]:
     """``KEY=VALUE`` lines of a ``.env`` file; a missing file is an empty mapping.
 
     Accepts ``export KEY=VALUE``, single or double quotes, blank lines, ``#`` comments and a
     UTF-8 byte-order mark. Only a regular file of at most ``DOTENV_MAX_BYTES`` is read; a
-    NUL character in a value is refused (no environment variable can hold one).
+    NUL character in a value is refused (no environment variable can hold one). The numbers of
+    lines that are not assignments go to ``bad_lines`` when given.
     """
     data = _read_small_regular_file(path, DOTENV_MAX_BYTES)
     if data is None:
@@ -413,14 +478,16 @@ def read_dotenv(path: str | os.PathLike[str]) -> dict[str, str]:
     except UnicodeDecodeError as exc:
         raise ConfigError(".env", os.fspath(path), f"a UTF-8 file (byte {exc.start} is not UTF-8)") from exc
     values: dict[str, str] = {}
-    for line in text.splitlines():
+    for number, line in enumerate(text.splitlines(), 1):
         line = line.strip()
         if not line or line.startswith("#"):
             continue
         if line.startswith("export "):
             line = line[len("export ") :].lstrip()
         key, sep, value = line.partition("=")
-        if not sep:
+        if not sep or not key.strip():
+            if bad_lines is not None:
+                bad_lines.append(number)
             continue
         key, value = key.strip(), value.strip()
         if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":

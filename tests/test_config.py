@@ -98,7 +98,7 @@ def test_a_value_given_in_code_is_refused_like_the_same_value_in_the_environment
         Settings(**{name: value})
     with pytest.raises(ConfigError) as from_env:
         Settings.from_env(environ={var: str(value)}, dotenv=None)
-    assert str(in_code.value) == str(from_env.value)
+    assert str(from_env.value) == f"{in_code.value} (set in the environment)"  # the same check, and where
     assert str(in_code.value).startswith(f"{var}=")
 
 

@@ -1,4 +1,4 @@
-"""The command line: ``python -m crag index | search | ask | chat | roots | mcp | graph``.
+"""The command line: ``python -m crag index | search | ask | chat | log | roots | mcp | graph``.
 
 The only package that prints or exits. Every expected failure is a ``CragError``; it is
 printed as one line, ``crag: error: <message>``, on stderr and mapped to its exit status
@@ -15,9 +15,14 @@ Like git, a bare ``crag`` prints the help on stdout and exits with status 1, and
 mistyped command is answered with the closest command names. ``ask`` and ``search`` join
 the words of an unquoted question; ``ask -`` reads the question from standard input.
 
+Every command takes ``-m/--model`` and ``--index DIR`` (before or after its name), which
+override ``KB_AGENT_MODEL`` and ``KB_AGENT_INDEX_DIR`` for that run. Before a command runs,
+``.env`` lines that are not assignments and unknown ``KB_AGENT_*`` names are warned about on
+stderr, with the closest known name.
+
 This module parses and dispatches; each command group has its module: ``indexing``
-(index, roots, search), ``ask``, ``chat``, ``serve`` (mcp, graph); ``common`` holds what
-they share. See ``docs/cli.md``.
+(index, roots, search), ``ask``, ``chat``, ``log``, ``serve`` (mcp, graph), ``render``
+(an answer for a person); ``common`` holds what they share. See ``docs/cli.md``.
 """
 
 from __future__ import annotations
@@ -28,16 +33,18 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from ..errors import CragError, UsageError
+from . import common
 from .ask import cmd_ask
 from .chat import Progress, cmd_chat
-from .common import KB_HELP, TOP_K_HELP, Parser, error_line, path_arg, prog
+from .common import KB_HELP, TOP_K_HELP, Parser, error_line, path_arg, prog, shown
 from .indexing import cmd_index, cmd_roots, cmd_search
+from .log import cmd_log
 from .serve import cmd_graph, cmd_mcp
 
 __all__ = ["build_parser", "main"]
 
 # The commands, in the order the help lists them (also what a mistyped command is matched against).
-COMMANDS = ("index", "search", "ask", "chat", "roots", "mcp", "graph")
+COMMANDS = ("index", "search", "ask", "chat", "log", "roots", "mcp", "graph")
 
 # Packages crag needs at run time -> how to get them. Anything else missing is a bug.
 _DEPENDENCIES = {
@@ -56,6 +63,15 @@ _DEPENDENCIES = {
 _Progress = Progress  # the name tests and older callers use
 
 
+def _run_options(parser: argparse.ArgumentParser, default: object) -> None:
+    """-m/--model and --index DIR; a command's own copy has no default, so that the value
+    given before the command name is not overwritten."""
+    parser.add_argument("-m", "--model", default=default, metavar="MODEL",
+                        help="the chat model for this run (overrides KB_AGENT_MODEL)")
+    parser.add_argument("--index", type=path_arg, default=default, metavar="DIR",
+                        help="the index folder for this run (overrides KB_AGENT_INDEX_DIR and the search for .crag)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog=prog(),
@@ -63,44 +79,63 @@ def build_parser() -> argparse.ArgumentParser:
         "and the cost of every answer.",
     )
     parser.add_argument("--version", action="store_true", help="print crag's version and exit")
+    _run_options(parser, None)
+    run = Parser(add_help=False)
+    _run_options(run, argparse.SUPPRESS)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
 
-    p = sub.add_parser("index", help="build or update the index of knowledge-base folders/files")
+    def add(name: str, **kwargs: object) -> argparse.ArgumentParser:
+        return sub.add_parser(name, parents=[run], **kwargs)
+
+    p = add("index", help="build or update the index of knowledge-base folders/files")
     p.add_argument("paths", nargs="+", type=path_arg, metavar="PATH", help="folders or files to index")
     p.add_argument("--exclude", action="append", default=[], metavar="GLOB",
                    help="leave out paths matching this .gitignore-style pattern, for this run (repeatable)")
     p.set_defaults(func=cmd_index)
 
-    p = sub.add_parser("search", help="retrieval only: what vector_search returns")
+    p = add("search", help="retrieval only: what vector_search returns")
     p.add_argument("words", nargs="+", metavar="QUERY", help="the query (several words are joined)")
     p.add_argument("--top-k", type=int, default=None, metavar="K", help="hits to return (default KB_AGENT_TOP_K)")
     p.add_argument("--kb", action="append", type=path_arg, default=[], metavar="PATH", help=KB_HELP)
     p.add_argument("--json", action="store_true", help="print a JSON array")
     p.set_defaults(func=cmd_search)
 
-    p = sub.add_parser("ask", help="answer one question")
+    p = add("ask", help="answer one question")
     p.add_argument("words", nargs="+", metavar="QUESTION", help="the question (several words are joined; - reads standard input)")
     p.add_argument("--kb", action="append", type=path_arg, default=[], metavar="PATH", help=KB_HELP)
     p.add_argument("--top-k", type=int, default=None, metavar="K", help=TOP_K_HELP)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--history", metavar="FILE", help='JSON list of {"role", "content"} messages')
+    p.add_argument("-c", "--continue", dest="continue_", action="store_true",
+                   help="carry on the last logged conversation (its turns are the history)")
+    p.add_argument("--no-usage", action="store_true", help="leave the usage block out of the printed answer")
     p.set_defaults(func=cmd_ask)
 
-    p = sub.add_parser("chat", help="multi-turn session in the terminal")
+    p = add("chat", help="multi-turn session in the terminal")
     p.add_argument("--kb", action="append", type=path_arg, default=[], metavar="PATH", help=KB_HELP)
     p.add_argument("--top-k", type=int, default=None, metavar="K", help=TOP_K_HELP)
+    p.add_argument("-c", "--continue", dest="continue_", action="store_true",
+                   help="carry on the last logged conversation")
+    p.add_argument("--no-usage", action="store_true", help="leave the usage block out of the printed answers")
     p.set_defaults(func=cmd_chat)
 
-    p = sub.add_parser("roots", help="list the indexed roots with their file and chunk counts, or remove one")
+    p = add("log", help="the answers crag gave, newest first: list, search or show one")
+    p.add_argument("words", nargs="*", metavar="QUERY", help="only answers whose question or answer holds these words")
+    p.add_argument("-n", dest="limit", type=int, default=None, metavar="N", help="how many answers (default 10)")
+    p.add_argument("--show", metavar="ID", help="one answer in full: its number in the list, or 'last'")
+    p.add_argument("--json", action="store_true", help="print a JSON array of whole entries")
+    p.set_defaults(func=cmd_log)
+
+    p = add("roots", help="list the indexed roots with their file and chunk counts, or remove one")
     p.add_argument("--remove", action="append", type=path_arg, default=[], metavar="PATH",
                    help="remove this root and the chunks of its files from the index (repeatable)")
     p.set_defaults(func=cmd_roots)
 
-    p = sub.add_parser("mcp", help="serve ask, search and read_file to MCP clients over stdio")
+    p = add("mcp", help="serve ask, search and read_file to MCP clients over stdio")
     p.add_argument("--kb", action="append", type=path_arg, default=[], metavar="PATH", help=KB_HELP)
     p.set_defaults(func=cmd_mcp)
 
-    p = sub.add_parser("graph", help="print the transition table as a Mermaid diagram")
+    p = add("graph", help="print the transition table as a Mermaid diagram")
     p.set_defaults(func=cmd_graph)
     return parser
 
@@ -130,6 +165,9 @@ def main(
             return 1  # as git does: the help, and a status that says nothing was done
         _join_words(args, extra)
         args.stdin = stdin or sys.stdin
+        common.OVERRIDES.clear()
+        common.OVERRIDES.update({"model": args.model, "index_dir": args.index})
+        _warn_about_configuration(err)
         code = int(args.func(args, out, err) or 0)
         out.flush()
         return code
@@ -148,6 +186,19 @@ def main(
     except KeyboardInterrupt:
         print("crag: interrupted", file=err)
         return 130
+
+
+def _warn_about_configuration(err: TextIO) -> None:
+    """Warnings about the configuration, when it is valid (else its one error line says it all)."""
+    from ..config import config_warnings
+    from ..errors import ConfigError
+
+    try:
+        common.settings()
+    except ConfigError:
+        return
+    for warning in config_warnings():
+        err.write(shown(f"crag: warning: {warning}") + "\n")
 
 
 BROKEN_PIPE = 141  # as a shell reports a command stopped by SIGPIPE

@@ -10,6 +10,9 @@ from typing import TextIO
 from ..errors import UsageError
 from ..safe_text import for_terminal
 from .common import (
+    OVERRIDES,
+    index_label,
+    index_note,
     not_utf8,
     prog,
     require_index_libraries,
@@ -53,6 +56,7 @@ def agent_for(args: argparse.Namespace, err: TextIO):
         raise UsageError(f"--top-k must be at least 1, got {top_k}")
     config = settings(top_k=top_k)
     require_index_libraries()
+    index_note(config, err)
     notes = IndexNotes(err)
     if args.kb:
         from ..index import ensure_indexed
@@ -61,7 +65,8 @@ def agent_for(args: argparse.Namespace, err: TextIO):
         notes.done()
         if report.changed_anything:
             err.write(shown(kb_note(report)) + "\n")
-    return Agent.from_env(kb=args.kb or None, progress=notes, top_k=config.top_k)
+    overrides = {k: v for k, v in OVERRIDES.items() if v is not None}
+    return Agent.from_env(kb=args.kb or None, progress=notes, top_k=config.top_k, **overrides)
 
 
 def kb_note(report, cwd: str | None = None) -> str:
@@ -118,14 +123,24 @@ def question_of(args: argparse.Namespace, limit: int) -> str:
 
 def cmd_ask(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from ..agent import input_limit, parse_history
+    from .log import last_conversation, record
+    from .render import print_answer
 
-    limit = input_limit(settings())  # (the configuration is validated before any work)
+    if args.history and args.continue_:
+        raise UsageError("--history and -c/--continue both give the earlier turns: use one")
+    config = settings()  # validate configuration before any work
+    limit = input_limit(config)
     history = parse_history(read_history(args.history, 4 * limit)) if args.history else ()
     question = question_of(args, limit)
+    conversation = None
+    if args.continue_:
+        conversation, turns = last_conversation(config, err)
+        history = parse_history(turns)
     with agent_for(args, err) as agent:
         result = agent.ask(question, history=history)
+    record(agent.settings, result, err, conversation, "ask")
     if args.json:
-        out.write(shown_json(result.to_dict(), indent=2) + "\n")
+        out.write(shown_json({**result.to_dict(), "index": index_label(agent.settings)}, indent=2) + "\n")
     else:
-        out.write(shown(result.answer) + "\n")
+        print_answer(out, result, show_usage=agent.settings.show_usage and not args.no_usage)
     return 0

@@ -20,12 +20,14 @@ class Progress:
     """Shows which node is running on a terminal, and prints the answer's chunks
     (``Agent.stream``: grounded in the library) as they come, terminal-safe and redacted."""
 
-    def __init__(self, err: TextIO, out: TextIO) -> None:
+    def __init__(self, err: TextIO, out: TextIO, show_usage: bool = True) -> None:
         self.err = err
         self.out = out
         self.tty = hasattr(err, "isatty") and err.isatty()
+        self.show_usage = show_usage  # off: the usage block (in the last chunk) is not printed
         self.screen: ShownStream | None = None  # the answer on screen, once it streams
         self.text = ""  # the chunks so far
+        self.fed = 0  # how much of ``text`` went to the screen
 
     def __call__(self, event: object) -> None:
         from ..events import AnswerStarted, NodeFinished, NodeStarted
@@ -48,12 +50,23 @@ class Progress:
         the no-evidence sentence, a backend that does not stream)."""
         self.text += text
         if self.screen is not None:
-            self.out.write(self.screen.feed(text))
+            visible = self._visible(self.text)
+            self.out.write(self.screen.feed(visible[self.fed :]))
+            self.fed = max(self.fed, len(visible))
             self.out.flush()
+
+    def _visible(self, text: str) -> str:
+        """``text`` as printed: without its usage block when that is hidden (``--no-usage``)."""
+        if self.show_usage:
+            return text
+        from ..answer import STATS_HEADING
+
+        cut = text.rfind("\n\n---\n" + STATS_HEADING)
+        return text[:cut] if cut != -1 else text
 
     def finish(self) -> None:
         """Print the rest of the answer (all of it when nothing streamed)."""
-        final = shown(self.text)
+        final = shown(self._visible(self.text))
         if self.screen is None:
             self.out.write("\ncrag> " + final + "\n")
         else:  # the stream showed the redacted answer's beginning
@@ -65,6 +78,7 @@ class Progress:
         """Ready for the next question (also after one that failed)."""
         self.screen = None
         self.text = ""
+        self.fed = 0
 
 
 def line_reader(stdin: TextIO, out: TextIO, limit: int):
@@ -106,13 +120,21 @@ def line_reader(stdin: TextIO, out: TextIO, limit: int):
 
 def cmd_chat(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from ..agent import parse_history
+    from .log import last_conversation, record
 
     config = settings()
     history: list[dict[str, str]] = []
+    conversation = None
+    if args.continue_:
+        conversation, history = last_conversation(config, err)
     progress = Progress(err, out)
     with agent_for(args, err) as agent:
         open_index(agent)
-        out.write("crag chat: ask about your knowledge base; an empty line or Ctrl-D ends the session.\n")
+        progress.show_usage = agent.settings.show_usage and not args.no_usage
+        out.write("crag chat: ask about your knowledge base; an empty line or Ctrl-D ends the session, "
+                  "Ctrl-C stops an answer.\n")
+        if history:
+            out.write(f"(carrying on the last conversation: {len(history) // 2} earlier question(s))\n")
         undecodable_bytes_kept(args.stdin)
         from ..agent import input_limit
 
@@ -120,9 +142,10 @@ def cmd_chat(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         while True:
             try:
                 line = read_line("\nyou> ")
-            except KeyboardInterrupt:
+            except KeyboardInterrupt:  # at the prompt: the session ends, as an interrupted program
                 out.write("\n")
-                break
+                out.flush()
+                return 130
             except UnicodeDecodeError:
                 line = "\udcff"
             if not line or not line.strip():
@@ -132,15 +155,25 @@ def cmd_chat(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 continue
             question = line.strip()
             stream = agent.stream(question, history=parse_history(history), on_event=progress)
+            chunks = iter(stream)
             try:
-                for chunk in stream:
+                for chunk in chunks:
                     progress.chunk(chunk)
             except CragError as exc:  # one question failed (too long, server down): the session goes on
                 progress.reset()
                 print(error_line(exc), file=err)
                 continue
+            except KeyboardInterrupt:  # Ctrl-C while answering: that answer stops, the session goes on
+                chunks.close()  # the run stops at its next step
+                progress.reset()
+                if progress.tty:
+                    err.write("\r\033[K")  # the node status line
+                out.write("\n")
+                print("crag: answer cancelled (Ctrl-C); ask again, or Ctrl-D to end", file=err)
+                continue
             progress.finish()
             result = stream.result
+            conversation = record(agent.settings, result, err, conversation, "chat")
             history.append({"role": "user", "content": question})
             history.append({"role": "assistant", "content": result.answer})
     return 0

@@ -39,6 +39,18 @@ def prog() -> str:
     return "crag" if os.path.basename(sys.argv[0] or "") == "crag" else "python -m crag"
 
 
+def own_name(message: str) -> str:
+    """A message of crag's (an error, a note, a report) with the commands it suggests spelled
+    the way this program was run: ``crag index`` to a user who typed ``crag``. Never applied
+    to an answer or a document's text."""
+    name = prog()
+    return message if name == "python -m crag" else message.replace("`python -m crag", f"`{name}")
+
+
+# -m/--model and --index DIR of this run, as Settings overrides (set by ``main``).
+OVERRIDES: dict[str, str] = {}
+
+
 def secrets() -> tuple[str, ...]:
     from ..config import secret_values
 
@@ -47,7 +59,7 @@ def secrets() -> tuple[str, ...]:
 
 def error_line(exc: BaseException) -> str:
     """``crag: error: <message>``: one line, secrets redacted, nothing a terminal would obey."""
-    return "crag: error: " + one_line(redact_message(for_terminal(str(exc)), secrets()))
+    return "crag: error: " + one_line(redact_message(for_terminal(own_name(str(exc))), secrets()))
 
 
 def shown(text: str) -> str:
@@ -65,9 +77,28 @@ def shown_json(value: object, **kwargs: object) -> str:
 
 
 def settings(**overrides: object):
+    """The settings of this run: environment, ``.env``, then the command line's options."""
     from ..config import Settings
 
-    return Settings.from_env(**{k: v for k, v in overrides.items() if v is not None})
+    return Settings.from_env(**{k: v for k, v in {**OVERRIDES, **overrides}.items() if v is not None})
+
+
+def index_label(config) -> str:
+    """The index a command uses, as messages show it: a folder relative to the working
+    directory, or a PostgreSQL store's URI without its password."""
+    from ..index.discover import relative_label
+
+    return redact(config.store, config.secrets()) if config.store else relative_label(config.index_dir)
+
+
+def index_note(config, err: TextIO) -> None:
+    """Say on stderr which index a command uses when it lies outside the working directory (found
+    in a parent folder, or named by ``--index`` or ``KB_AGENT_INDEX_DIR``); ``roots`` always
+    names it, and ``ask --json`` has it as ``index``."""
+    here = os.path.abspath(os.getcwd())
+    if config.store or os.path.abspath(config.index_dir).startswith(here + os.sep):
+        return
+    err.write(shown(f"crag: index {index_label(config)}") + "\n")
 
 
 def require_index_libraries() -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import TextIO
 
-from .common import require_index_libraries, settings, shown, shown_json
+from .common import index_note, own_name, require_index_libraries, settings, shown, shown_json
 
 
 def cmd_index(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -19,7 +19,7 @@ def cmd_index(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     require_index_libraries()
     progress = progress_printer(err) if is_terminal(err) else None
     report = index_roots(config, args.paths, progress=progress, patterns=args.exclude)
-    out.write(shown(index_report_text(report)))
+    out.write(shown(own_name(index_report_text(report))))
     return 0
 
 
@@ -34,9 +34,9 @@ def cmd_roots(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         before = root_rows(store.state(files=True))
         if args.remove:
             report = drop_roots(config, args.remove)
-            out.write(shown(removed_text(report, before)))
+            out.write(shown(own_name(removed_text(report, before))))
         else:
-            out.write(shown(roots_text(before, store.location, store.state(files=False))))
+            out.write(shown(own_name(roots_text(before, store.location, store.state(files=False)))))
     finally:
         store.close()
     return 0
@@ -47,13 +47,14 @@ def cmd_search(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
     config = settings()
     require_index_libraries()
+    index_note(config, err)
     missing: list[str] = []
     hits, report = search(config, " ".join(args.words), args.top_k, args.kb, missing=missing)
     if report is not None and report.changed_anything:
-        err.write(shown(index_report_text(report)))
+        err.write(shown(own_name(index_report_text(report))))
     note = missing_roots_note(missing)
     if note:
-        err.write(shown(note) + "\n")
+        err.write(shown(own_name(note)) + "\n")
     if args.json:
         out.write(shown_json(hits) + "\n")
     else:

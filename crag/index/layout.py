@@ -208,7 +208,8 @@ def open_generation(index_dir: str, verify: bool = False) -> Generation:
     for _ in range(5):
         name = read_current(index_dir)
         if name is None:
-            raise IndexStoreError(f"no index in {index_dir}: run `python -m crag index PATH` first", index_dir)
+            where = f"{index_dir} (nor a .crag in any parent folder)" if index_dir == ".crag" else index_dir
+            raise IndexStoreError(f"no index in {where}: run `python -m crag index PATH` first", index_dir)
         gen_dir = os.path.join(index_dir, name)
         db_path = os.path.join(gen_dir, DATABASE)
         vectors_path = os.path.join(gen_dir, VECTORS)

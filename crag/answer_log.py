@@ -1,0 +1,319 @@
+"""The answer log: every answer crag gave, in a SQLite file beside the index.
+
+Each ``ask``, each ``chat`` turn and each MCP ``ask`` is one row of ``answers``: the
+question, the full answer and its body, the model, the settings that shaped it (never a key,
+token or password: ``logged_settings``), the time, with its citations and its usage by node
+in tables of their own (one table per kind of record). Answers belong to a conversation
+(``conversations``): ``ask`` opens one, ``ask -c`` and ``chat --continue`` carry on the
+newest, a ``chat`` session is one. ``python -m crag log`` reads it back (``crag.cli.log``).
+
+The file is ``log.sqlite`` in the index folder (``KB_AGENT_INDEX_DIR``, or the nearest
+``.crag``); ``KB_AGENT_LOG=off`` keeps nothing. Its schema is numbered migrations, applied in
+order on first use and recorded in ``migrations``, as the PostgreSQL store's are
+(``crag.index.postgres_schema``): a later crag appends a migration and upgrades an older log
+when it opens it. Text is redacted of every configured secret before it is written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from attrs import frozen
+
+from .errors import CragError
+
+if TYPE_CHECKING:
+    from .agent import Answer
+    from .config import Settings
+
+__all__ = ["LOG_FILE", "MIGRATIONS", "AnswerLog", "LogEntry", "LogError", "logged_settings"]
+
+LOG_FILE = "log.sqlite"
+
+MIGRATIONS: tuple[tuple[int, str, str], ...] = (
+    (
+        1,
+        "conversations, answers, their citations and their usage by node",
+        """
+        CREATE TABLE conversations (
+            id INTEGER PRIMARY KEY,
+            started REAL NOT NULL,          -- Unix time
+            source TEXT NOT NULL            -- ask, chat or mcp
+        );
+        CREATE TABLE answers (
+            id INTEGER PRIMARY KEY,
+            conversation_id INTEGER NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
+            time REAL NOT NULL,             -- Unix time the answer was finished
+            question TEXT NOT NULL,
+            answer TEXT NOT NULL,           -- in full: footer and usage block included
+            body TEXT NOT NULL,             -- without footer and usage block
+            model TEXT NOT NULL,
+            complexity TEXT,
+            grader_action TEXT,
+            iterations INTEGER NOT NULL,
+            llm_calls INTEGER NOT NULL,
+            prompt_tokens INTEGER NOT NULL,
+            completion_tokens INTEGER NOT NULL,
+            latency_ms REAL NOT NULL,
+            settings TEXT NOT NULL          -- JSON: the settings that shaped the answer
+        );
+        CREATE INDEX answers_conversation ON answers (conversation_id);
+        CREATE TABLE citations (
+            answer_id INTEGER NOT NULL REFERENCES answers (id) ON DELETE CASCADE,
+            n INTEGER NOT NULL,
+            path TEXT NOT NULL,
+            line INTEGER,
+            page INTEGER,
+            tool TEXT NOT NULL,
+            PRIMARY KEY (answer_id, n)
+        );
+        CREATE TABLE node_usage (
+            answer_id INTEGER NOT NULL REFERENCES answers (id) ON DELETE CASCADE,
+            node TEXT NOT NULL,
+            calls INTEGER NOT NULL,
+            prompt_tokens INTEGER NOT NULL,
+            completion_tokens INTEGER NOT NULL,
+            cached_tokens INTEGER NOT NULL,
+            latency_ms REAL NOT NULL,
+            PRIMARY KEY (answer_id, node)
+        );
+        """,
+    ),
+)
+SCHEMA_VERSION = MIGRATIONS[-1][0]
+
+# Settings that are about where things are or who may read them, not about the answer.
+_NOT_LOGGED = frozenset({"openai_api_key", "jira_api_token", "confluence_api_token", "jira_email",
+                         "confluence_email", "index_dir", "log"})
+
+
+class LogError(CragError):
+    """The answer log cannot be read or written (a damaged file, a read-only folder)."""
+
+
+def logged_settings(settings: Settings) -> dict[str, Any]:
+    """The settings an answer is logged with: every one but keys, tokens, e-mail addresses and
+    paths, and a URL without its password."""
+    from attrs import asdict
+
+    from .safe_text import redact
+
+    secrets = settings.secrets()
+    out: dict[str, Any] = {}
+    for name, value in asdict(settings).items():
+        if name in _NOT_LOGGED:
+            continue
+        out[name] = redact(value, secrets) if isinstance(value, str) else value
+    return out
+
+
+@frozen
+class LogEntry:
+    """One logged answer, as ``crag log --json`` prints it."""
+
+    id: int
+    conversation: int
+    source: str
+    time: float
+    question: str
+    answer: str
+    body: str
+    model: str
+    complexity: str | None
+    grader_action: str | None
+    iterations: int
+    usage: dict[str, Any]
+    citations: tuple[dict[str, Any], ...]
+    settings: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        from datetime import UTC, datetime
+
+        return {
+            "id": self.id,
+            "conversation": self.conversation,
+            "source": self.source,
+            "time": datetime.fromtimestamp(self.time, UTC).isoformat(timespec="seconds"),
+            "question": self.question,
+            "answer": self.answer,
+            "body": self.body,
+            "model": self.model,
+            "complexity": self.complexity,
+            "grader_action": self.grader_action,
+            "iterations": self.iterations,
+            "usage": self.usage,
+            "citations": list(self.citations),
+            "settings": self.settings,
+        }
+
+
+class AnswerLog:
+    """The log file of one index folder. Opened per command; every write is one transaction."""
+
+    def __init__(self, index_dir: str, secrets: Sequence[str] = ()) -> None:
+        self.path = os.path.join(index_dir, LOG_FILE)
+        self.secrets = tuple(secrets)
+        self._db: sqlite3.Connection | None = None
+
+    @classmethod
+    def for_settings(cls, settings: Settings) -> AnswerLog:
+        return cls(settings.index_dir, settings.secrets())
+
+    def exists(self) -> bool:
+        return os.path.isfile(self.path)
+
+    def _open(self) -> sqlite3.Connection:
+        if self._db is None:
+            try:
+                os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+                db = sqlite3.connect(self.path, timeout=10.0)
+                db.execute("PRAGMA foreign_keys = ON")
+                _migrate(db)
+            except (OSError, sqlite3.Error) as exc:
+                raise LogError(f"the answer log {self.path} cannot be opened ({exc}); "
+                               "KB_AGENT_LOG=off stops logging") from exc
+            self._db = db
+        return self._db
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    def __enter__(self) -> AnswerLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def record(self, answer: Answer, settings: Settings, *, conversation: int | None = None,
+               source: str = "ask", when: float | None = None) -> tuple[int, int]:
+        """Log one answer; returns its conversation's id and the answer's id. Without
+        ``conversation`` a new conversation is opened."""
+        from .safe_text import redact
+
+        def clean(text: str) -> str:
+            return redact(text, self.secrets)
+
+        now = time.time() if when is None else when
+        usage = answer.usage
+        db = self._open()
+        try:
+            with db:
+                if conversation is None:
+                    conversation = db.execute("INSERT INTO conversations (started, source) VALUES (?, ?)",
+                                              (now, source)).lastrowid
+                answer_id = db.execute(
+                    "INSERT INTO answers (conversation_id, time, question, answer, body, model, complexity, "
+                    "grader_action, iterations, llm_calls, prompt_tokens, completion_tokens, latency_ms, settings) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (conversation, now, clean(answer.state.question), clean(answer.answer), clean(answer.body),
+                     usage.model or "", answer.complexity, answer.grader_action, answer.iterations, usage.llm_calls,
+                     usage.prompt_tokens, usage.completion_tokens, usage.latency_ms,
+                     json.dumps(logged_settings(settings), sort_keys=True)),
+                ).lastrowid
+                db.executemany(
+                    "INSERT INTO citations (answer_id, n, path, line, page, tool) VALUES (?, ?, ?, ?, ?, ?)",
+                    [(answer_id, c.n, clean(c.path), c.line, c.page, c.tool) for c in answer.citations],
+                )
+                db.executemany(
+                    "INSERT INTO node_usage (answer_id, node, calls, prompt_tokens, completion_tokens, "
+                    "cached_tokens, latency_ms) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    [(answer_id, node, u.calls, u.prompt_tokens, u.completion_tokens, u.cached_tokens, u.latency_ms)
+                     for node, u in usage.by_node.items()],
+                )
+        except sqlite3.Error as exc:
+            raise LogError(f"the answer log {self.path} cannot be written ({exc}); KB_AGENT_LOG=off stops logging") from exc
+        return int(conversation), int(answer_id)
+
+    def last_conversation(self) -> tuple[int | None, list[dict[str, str]]]:
+        """The newest conversation's id and its turns as ``{"role", "content"}`` messages
+        (none when nothing is logged)."""
+        try:
+            return self._last_conversation()
+        except sqlite3.Error as exc:
+            raise LogError(f"the answer log {self.path} cannot be read ({exc})") from exc
+
+    def _last_conversation(self) -> tuple[int | None, list[dict[str, str]]]:
+        if not self.exists():
+            return None, []
+        db = self._open()
+        row = db.execute("SELECT conversation_id FROM answers ORDER BY id DESC LIMIT 1").fetchone()
+        if row is None:
+            return None, []
+        turns: list[dict[str, str]] = []
+        for question, answer in db.execute(
+            "SELECT question, answer FROM answers WHERE conversation_id = ? ORDER BY id", (row[0],)
+        ):
+            turns += [{"role": "user", "content": question}, {"role": "assistant", "content": answer}]
+        return int(row[0]), turns
+
+    def entries(self, query: str = "", limit: int | None = 10, ids: Sequence[int] = ()) -> list[LogEntry]:
+        """Logged answers, newest first: all, those whose question or answer holds every word
+        of ``query`` (case-insensitive), or those with the given ids."""
+        try:
+            return self._entries(query, limit, ids)
+        except sqlite3.Error as exc:
+            raise LogError(f"the answer log {self.path} cannot be read ({exc})") from exc
+
+    def _entries(self, query: str, limit: int | None, ids: Sequence[int]) -> list[LogEntry]:
+        if not self.exists():
+            return []
+        db = self._open()
+        where, params = [], []
+        for word in query.split():
+            where.append("(question LIKE ? ESCAPE '\\' OR answer LIKE ? ESCAPE '\\')")
+            pattern = "%" + word.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+            params += [pattern, pattern]
+        if ids:
+            where.append(f"answers.id IN ({', '.join('?' * len(ids))})")
+            params += list(ids)
+        sql = ("SELECT answers.id, conversation_id, source, time, question, answer, body, model, complexity, "
+               "grader_action, iterations, llm_calls, prompt_tokens, completion_tokens, latency_ms, settings "
+               "FROM answers JOIN conversations ON conversations.id = conversation_id")
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY answers.id DESC"
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        return [self._entry(db, row) for row in db.execute(sql, params).fetchall()]
+
+    @staticmethod
+    def _entry(db: sqlite3.Connection, row: tuple[Any, ...]) -> LogEntry:
+        (answer_id, conversation, source, when, question, answer, body, model, complexity, action, iterations,
+         calls, prompt, completion, latency, settings) = row
+        by_node = {
+            node: {"calls": c, "prompt_tokens": p, "completion_tokens": k, "cached_tokens": cached,
+                   "latency_ms": round(ms, 1)}
+            for node, c, p, k, cached, ms in db.execute(
+                "SELECT node, calls, prompt_tokens, completion_tokens, cached_tokens, latency_ms "
+                "FROM node_usage WHERE answer_id = ? ORDER BY rowid", (answer_id,))
+        }
+        citations = tuple(
+            {"n": n, "path": path, "line": line, **({"page": page} if page is not None else {}), "tool": tool}
+            for n, path, line, page, tool in db.execute(
+                "SELECT n, path, line, page, tool FROM citations WHERE answer_id = ? ORDER BY n", (answer_id,))
+        )
+        usage = {"llm_calls": calls, "prompt_tokens": prompt, "completion_tokens": completion,
+                 "total_tokens": prompt + completion, "latency_ms": round(latency, 1), "by_node": by_node}
+        return LogEntry(answer_id, conversation, source, when, question, answer, body, model, complexity, action,
+                        iterations, usage, citations, json.loads(settings))
+
+
+def _migrate(db: sqlite3.Connection) -> None:
+    """Apply the migrations this file has not had yet, each in its own transaction."""
+    db.execute("CREATE TABLE IF NOT EXISTS migrations (version INTEGER PRIMARY KEY, description TEXT NOT NULL, "
+               "applied REAL NOT NULL)")
+    done = {v for (v,) in db.execute("SELECT version FROM migrations")}
+    if done and max(done) > SCHEMA_VERSION:
+        raise sqlite3.DatabaseError(f"it was written by a newer crag (schema {max(done)}, this crag knows {SCHEMA_VERSION})")
+    for version, description, sql in MIGRATIONS:
+        if version in done:
+            continue
+        quoted = "'" + description.replace("'", "''") + "'"
+        db.executescript(f"BEGIN; {sql}; INSERT INTO migrations VALUES ({version}, {quoted}, {time.time()}); COMMIT;")

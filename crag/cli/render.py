@@ -1,0 +1,39 @@
+"""An answer printed for a person: on a terminal with ``rich`` installed (the ``color`` extra),
+its Markdown rendered with colour; otherwise (piped, redirected, or without ``rich``) the
+plain text, exactly as ``--json``'s ``answer`` holds it. The text is made terminal-safe and
+redacted (``shown``) before either. The footer keeps one source per line.
+"""
+
+from __future__ import annotations
+
+from importlib.util import find_spec
+from typing import TextIO
+
+from .common import isatty, shown
+
+
+def print_answer(out: TextIO, answer, show_usage: bool = True) -> None:
+    """Print ``answer`` (an ``Answer``), without its usage block when ``show_usage`` is off."""
+    text = answer.answer if show_usage else answer.without_usage
+    if not (isatty(out) and find_spec("rich") is not None):
+        out.write(shown(text) + "\n")
+        return
+    from ..answer import answer_parts
+
+    body, footer, usage = answer_parts(shown(answer.answer), answer.citations)
+    _rich(out, body, footer, usage if show_usage else "")
+
+
+def _rich(out: TextIO, body: str, footer: str, usage: str) -> None:
+    from rich.console import Console
+    from rich.markdown import Markdown
+    from rich.text import Text
+
+    console = Console(file=out, highlight=False, emoji=False)
+    console.print(Markdown(body))
+    if footer:
+        console.print()
+        console.print(Text(footer, style="cyan"))
+    if usage:
+        console.print()
+        console.print(Markdown(usage), style="dim")

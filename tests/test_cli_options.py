@@ -1,0 +1,121 @@
+"""Index discovery (the nearest ``.crag``, as git finds ``.git``) and the options every command
+takes: ``-m/--model``, ``--index DIR``, the program's own name in messages, warnings about
+``.env`` and unknown ``KB_AGENT_*`` names, and errors that say where a bad value came from."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from crag.cli import main
+from crag.config import Settings, config_warnings, find_index_dir
+from tests.fakes import clean_env
+from tests.openai_server import FakeOpenAIServer
+
+DOC = "# Deploy\n\nRun docker compose up to deploy the server.\n"
+
+
+def cli(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), out, err)
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A project with docs indexed into its own ./.crag; the working directory is the project."""
+    (tmp_path / "docs" / "guides").mkdir(parents=True)
+    (tmp_path / "docs" / "deploy.md").write_text(DOC, encoding="utf-8")
+    clean_env(monkeypatch)
+    monkeypatch.setenv("KB_AGENT_LLM", "offline")
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = cli("index", "docs")
+    assert code == 0 and "into .crag" in out  # nothing found above: ./.crag is created
+    return tmp_path
+
+
+def test_a_subfolder_finds_the_index_of_its_project_and_says_which(project: Path, monkeypatch) -> None:
+    monkeypatch.chdir(project / "docs" / "guides")
+    assert find_index_dir() == str(project / ".crag")
+    code, out, err = cli("ask", "How do I deploy the server?")
+    assert code == 0 and "docker compose up" in out
+    assert f"crag: index {project / '.crag'}" in err
+    code, out, _ = cli("ask", "How do I deploy the server?", "--json")
+    assert json.loads(out)["index"] == str(project / ".crag")
+    code, out, _ = cli("roots")
+    assert code == 0 and f"1 root in {project / '.crag'}" in out
+    code, out, _ = cli("search", "deploy", "--json")
+    assert code == 0 and json.loads(out)[0]["path"] == str(project / "docs" / "deploy.md")
+
+
+def test_index_dir_from_the_environment_or_index_option_wins_over_the_search(project: Path, monkeypatch) -> None:
+    monkeypatch.chdir(project / "docs")
+    code, out, _ = cli("--index", str(project / "elsewhere"), "roots")
+    assert code == 0 and "no roots in" in out and "elsewhere" in out
+    code, out, _ = cli("roots", "--index", str(project / ".crag"))
+    assert code == 0 and "1 root in" in out
+    monkeypatch.setenv("KB_AGENT_INDEX_DIR", str(project / "other"))
+    code, _, err = cli("ask", "How do I deploy?")
+    assert code == 1 and "no index in" in err and "other" in err
+    assert Settings.from_env(dotenv=None).index_dir == str(project / "other")
+
+
+def test_model_option_overrides_the_setting_for_one_call(project: Path, monkeypatch) -> None:
+    with FakeOpenAIServer() as srv:
+        monkeypatch.setenv("KB_AGENT_LLM", "openai")
+        monkeypatch.setenv("OPENAI_BASE_URL", srv.base_url)
+        monkeypatch.setenv("KB_AGENT_MODEL", "configured-model")
+        srv.default("analyze_and_route", json.dumps({"complexity": "chitchat", "suggested_tools": []}))
+        srv.default("synthesize", "Hello.")
+        code, out, err = cli("ask", "-m", "my-model", "hello", "--json")
+        assert code == 0, err
+        assert json.loads(out)["usage"]["model"] == "my-model"
+        assert {r.body["model"] for r in srv.requests if isinstance(r.body, dict)} == {"my-model"}
+        code, out, _ = cli("--model", "other-model", "ask", "hello", "--json")
+        assert json.loads(out)["usage"]["model"] == "other-model"
+        code, out, _ = cli("ask", "hello", "--json")
+        assert json.loads(out)["usage"]["model"] == "configured-model"
+    code, _, err = cli("ask", "-m", " ", "hello")
+    assert code == 2 and "KB_AGENT_MODEL" in err and "given as an argument" in err
+
+
+def test_messages_name_the_program_as_it_was_run(tmp_path: Path, monkeypatch) -> None:
+    clean_env(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["/usr/local/bin/crag"])
+    _, _, err = cli("ask", "anything")
+    assert "`crag index PATH`" in err and "python -m crag" not in err
+    monkeypatch.setattr(sys, "argv", ["/usr/lib/python3/crag/__main__.py"])
+    _, _, err = cli("ask", "anything")
+    assert "`python -m crag index PATH`" in err
+
+
+def test_dotenv_lines_that_are_not_assignments_and_unknown_names_are_warned_about(tmp_path: Path, monkeypatch) -> None:
+    clean_env(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".env").write_text("KB_AGENT_TOPK=3\nKB_AGENT_LLM offline\n# a comment\n\nKB_AGENT_LLM=offline\n")
+    monkeypatch.setenv("KB_AGENT_GROUDNING", "strict")
+    code, _, err = cli("graph")
+    assert code == 0
+    assert "crag: warning: .env line 2 is not an assignment (NAME=value); it is ignored" in err
+    assert "KB_AGENT_TOPK (in .env) is not a crag setting; did you mean KB_AGENT_TOP_K?" in err
+    assert "KB_AGENT_GROUDNING (in the environment) is not a crag setting; did you mean KB_AGENT_GROUNDING?" in err
+    assert config_warnings(environ={}, dotenv=None) == []
+
+
+@pytest.mark.parametrize("where", ["environment", ".env"])
+def test_a_bad_value_says_where_it_came_from(tmp_path: Path, monkeypatch, where: str) -> None:
+    clean_env(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    if where == ".env":
+        (tmp_path / ".env").write_text("KB_AGENT_MAX_ITERATIONS=lots\n")
+    else:
+        monkeypatch.setenv("KB_AGENT_MAX_ITERATIONS", "lots")
+    code, _, err = cli("ask", "anything")
+    assert code == 2 and err.count("\n") == 1
+    assert err.startswith("crag: error: KB_AGENT_MAX_ITERATIONS=lots is not valid: expected an integer >= 1")
+    assert f"(set in {'the environment' if where == 'environment' else '.env'})" in err

@@ -1,0 +1,104 @@
+"""Output for scripts and people: ``ask --json``'s ``body`` (the answer without footer and usage
+block), the usage block hidden on request, Markdown rendered with colour on a terminal (plain
+when piped), and Ctrl-C in ``chat``: it cancels an answer and keeps the session, and at the
+prompt it ends the session with status 130."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from crag.answer import STATS_HEADING
+from crag.cli import main
+from tests.fakes import clean_env
+
+DOC = "# Deploy\n\nRun docker compose up to deploy the server.\n\nThe image is built from the Dockerfile.\n"
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def cli(*argv: str, out: io.StringIO | None = None, stdin: io.StringIO | None = None) -> tuple[int, str, str]:
+    out = out if out is not None else io.StringIO()
+    err = io.StringIO()
+    code = main(list(argv), out, err, stdin)
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture
+def kb(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "deploy.md").write_text(DOC, encoding="utf-8")
+    clean_env(monkeypatch)
+    monkeypatch.setenv("KB_AGENT_LLM", "offline")
+    monkeypatch.chdir(tmp_path)
+    assert cli("index", "docs")[0] == 0
+    return tmp_path
+
+
+def test_json_body_holds_the_answer_without_footer_or_usage_block(kb: Path) -> None:
+    code, out, _ = cli("ask", "How do I deploy the server?", "--json")
+    data = json.loads(out)
+    assert code == 0 and "docker compose up" in data["body"]
+    assert STATS_HEADING not in data["body"] and "[1] docs/deploy.md:L3" not in data["body"]
+    assert data["answer"].startswith(data["body"] + "\n\n[1] docs/deploy.md:L3\n\n---\n" + STATS_HEADING)
+    code, out, _ = cli("ask", "hello", "--json")  # chitchat: no footer
+    data = json.loads(out)
+    assert data["answer"].startswith(data["body"] + "\n\n---\n") and STATS_HEADING not in data["body"]
+
+
+def test_the_usage_block_is_hidden_on_request_and_kept_by_default(kb: Path, monkeypatch) -> None:
+    _, out, _ = cli("ask", "How do I deploy the server?")
+    assert STATS_HEADING in out and "[1] docs/deploy.md:L3" in out
+    _, out, _ = cli("ask", "How do I deploy the server?", "--no-usage")
+    assert STATS_HEADING not in out and out.rstrip().endswith("[1] docs/deploy.md:L3")
+    monkeypatch.setenv("KB_AGENT_SHOW_USAGE", "off")
+    _, out, _ = cli("ask", "How do I deploy the server?")
+    assert STATS_HEADING not in out and "docker compose up" in out
+    _, out, _ = cli("ask", "How do I deploy the server?", "--json")
+    assert STATS_HEADING in json.loads(out)["answer"]  # --json's answer is always whole
+    _, out, _ = cli("chat", stdin=io.StringIO("How do I deploy the server?\n\n"))
+    assert STATS_HEADING not in out and "docker compose up" in out
+
+
+def test_markdown_is_rendered_with_colour_on_a_terminal_and_plain_when_piped(kb: Path, monkeypatch) -> None:
+    pytest.importorskip("rich", reason="the color extra (make install has it)")
+    monkeypatch.setenv("TERM", "xterm-256color")
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    _, shown, _ = cli("ask", "How do I deploy the server?", out=Terminal())
+    assert "\033[" in shown and "docker compose up" in shown and "docs/deploy.md:L3" in shown
+    assert "**LLM Usage Stats:**" not in shown and "LLM Usage Stats" in shown  # rendered, not raw Markdown
+    _, piped, _ = cli("ask", "How do I deploy the server?")
+    assert "\033[" not in piped and f"---\n{STATS_HEADING}" in piped
+
+
+def test_ctrl_c_in_chat_cancels_the_answer_and_keeps_the_session(kb: Path, monkeypatch) -> None:
+    from crag.agent import Agent
+
+    real_ask = Agent.ask
+    calls = []
+
+    def ask(self, question, *args, **kwargs):
+        calls.append(question)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        return real_ask(self, question, *args, **kwargs)
+
+    monkeypatch.setattr(Agent, "ask", ask)
+    code, out, err = cli("chat", stdin=io.StringIO("first question about deploy\nHow do I deploy the server?\n\n"))
+    assert code == 0 and calls == ["first question about deploy", "How do I deploy the server?"]
+    assert "answer cancelled" in err and "docker compose up" in out
+
+
+def test_ctrl_c_at_the_chat_prompt_exits_with_status_130(kb: Path) -> None:
+    class Interrupting(io.StringIO):
+        def readline(self, *args: object) -> str:
+            raise KeyboardInterrupt
+
+    code, _, _ = cli("chat", stdin=Interrupting())
+    assert code == 130
