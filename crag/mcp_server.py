@@ -10,6 +10,15 @@ to an MCP client (Claude Desktop, Cursor, Claude Code, any agent that speaks MCP
     read_file(path, start_line=None, end_line=None)
                                                  lines of a file inside the knowledge-base roots
 
+Each tool publishes the JSON Schema of its structured content (``outputSchema``), and is
+annotated read-only (it changes no file and no index; ``ask`` adds its answer to the answer
+log, as the command line does), open-world only when a remote tool (web, Jira, Confluence)
+is configured. Only tools are advertised: the server has no resources or prompts, so it
+does not claim those capabilities. A tool's description (what tells an agent when to use
+it) can be replaced through the environment or ``.env``: ``KB_AGENT_MCP_ASK_DESCRIPTION``,
+``KB_AGENT_MCP_SEARCH_DESCRIPTION``, ``KB_AGENT_MCP_READ_FILE_DESCRIPTION`` (as
+mcp-server-qdrant lets its users describe their collection).
+
 The agent, and with it the index, is built once when the server starts (``--kb`` roots are
 indexed first, as for ``ask``) and serves every call; an indexer that publishes a newer
 index is picked up by the next search. Calls run side by side, each in a worker thread of its
@@ -52,11 +61,91 @@ INSTRUCTIONS = (
 )
 
 
+# Request handlers of capabilities crag does not offer: the SDK registers them on every server.
+_UNOFFERED = ("prompts/list", "prompts/get", "resources/list", "resources/templates/list", "resources/read",
+              "resources/subscribe", "resources/unsubscribe")
+
+
+def description_variable(tool: str) -> str:
+    """The environment variable that replaces a tool's description: ``KB_AGENT_MCP_ASK_DESCRIPTION``..."""
+    return f"KB_AGENT_MCP_{tool.upper()}_DESCRIPTION"
+
+
+def descriptions(tools: Any, environ: Any = None, dotenv: str | None = ".env") -> dict[str, str]:
+    """The descriptions of ``tools`` (names) set by ``description_variable`` (environment first, then ``.env``)."""
+    import os
+
+    from .config import read_dotenv
+
+    env = os.environ if environ is None else environ
+    try:
+        file_values = read_dotenv(dotenv) if dotenv else {}
+    except CragError:
+        file_values = {}
+    out = {}
+    for tool in tools:
+        var = description_variable(tool)
+        text = (env.get(var) or file_values.get(var) or "").strip()
+        if text:
+            out[tool] = text
+    return out
+
+
+def _output_types() -> tuple[Any, Any, Any]:
+    """The structured content of ask, search and read_file, as TypedDicts the SDK turns into
+    ``outputSchema`` (and checks each result against)."""
+    from typing import NotRequired
+
+    from typing_extensions import TypedDict
+
+    class Citation(TypedDict):
+        n: int
+        path: str
+        line: int | None
+        tool: str
+        end_line: int | None
+        page: NotRequired[int]
+
+    class AskResult(TypedDict):
+        question: str
+        answer: str
+        body: str
+        complexity: str | None
+        grader_action: str | None
+        iterations: int
+        trace: list[str]
+        evidence_scores: list[float]
+        citations: list[Citation]
+        usage: dict[str, Any]
+        audit: list[dict[str, Any]]
+        grounding: dict[str, Any] | None
+
+    class Hit(TypedDict):
+        path: str
+        start_line: int | None
+        end_line: int | None
+        score: float | None
+        text: str
+
+    class SearchResult(TypedDict):
+        hits: list[Hit]
+
+    class FileLines(TypedDict):
+        path: str
+        start_line: int | None
+        end_line: int | None
+        text: str
+
+    return AskResult, SearchResult, FileLines
+
+
 def build_server(agent: "Agent") -> "MCPServer":
     """An ``MCPServer`` whose three tools use ``agent`` (its model, toolbox and index)."""
+    from typing import Annotated
+
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError as MCPToolError
-    from mcp_types import CallToolResult, TextContent
+    from mcp_types import CallToolResult, TextContent, ToolAnnotations
 
     from .index.commands import hit_records, search_text
 
@@ -106,7 +195,9 @@ def build_server(agent: "Agent") -> "MCPServer":
             structured_content=_redacted(structured, secrets),
         )
 
-    async def ask(question: str, history: list[dict[str, str]] | None = None) -> CallToolResult:
+    ask_result, search_result, file_lines = _output_types()
+
+    async def ask(question: str, history: list[dict[str, str]] | None = None) -> Annotated[CallToolResult, ask_result]:
         """Answer a question from the knowledge base, citing file:line for what it says.
 
         `history` is an optional list of earlier turns, {"role": "user" | "assistant", "content": "..."}.
@@ -114,9 +205,10 @@ def build_server(agent: "Agent") -> "MCPServer":
         `citations`, `usage`, `grounding`, `complexity`, `trace` and `audit`.
         """
         answer = await guarded(agent.ask, question, history or [])
+        await anyio.to_thread.run_sync(_log, agent, answer)
         return result(answer.answer, answer.to_dict())
 
-    async def search(query: str, top_k: int | None = None) -> CallToolResult:
+    async def search(query: str, top_k: int | None = None) -> Annotated[CallToolResult, search_result]:
         """Retrieval only: the knowledge-base passages that best match `query`, best first.
 
         Each hit has `path`, `start_line`, `end_line`, `score` (cosine-like, 0 to 1) and `text`.
@@ -129,7 +221,9 @@ def build_server(agent: "Agent") -> "MCPServer":
         hits = hit_records(await guarded(agent.toolbox.run, call))
         return result(search_text(hits), {"hits": hits})
 
-    async def read_file(path: str, start_line: int | None = None, end_line: int | None = None) -> CallToolResult:
+    async def read_file(
+        path: str, start_line: int | None = None, end_line: int | None = None
+    ) -> Annotated[CallToolResult, file_lines]:
         """Read lines of a file inside the knowledge-base roots (a path as `ask` and `search` cite it).
 
         `start_line` and `end_line` are 1-based and inclusive; at most 200 lines are returned.
@@ -146,9 +240,36 @@ def build_server(agent: "Agent") -> "MCPServer":
         structured = {"path": item.source, "start_line": item.start_line, "end_line": item.end_line, "text": item.text}
         return result(item.text, structured)
 
-    for fn in (ask, search, read_file):
-        server.add_tool(fn, structured_output=False)
+    settings = agent.settings
+    remote = bool(settings.web_fetch or settings.jira_base_url or settings.confluence_base_url)
+    titles = {ask: "Ask the knowledge base", search: "Search the knowledge base", read_file: "Read a file"}
+    described = descriptions(fn.__name__ for fn in titles)
+    for fn, title in titles.items():
+        hints = ToolAnnotations(title=title, read_only_hint=True, destructive_hint=False, idempotent_hint=True,
+                                open_world_hint=remote and fn is ask)
+        server.add_tool(fn, title=title, description=described.get(fn.__name__), annotations=hints,
+                        structured_output=True)
+    handlers = getattr(getattr(server, "_lowlevel_server", None), "_request_handlers", None)
+    if isinstance(handlers, dict):  # no empty resources or prompts capability in the handshake
+        for method in _UNOFFERED:
+            handlers.pop(method, None)
     return server
+
+
+def _log(agent: "Agent", answer: Any) -> None:
+    """Add an MCP ``ask`` to the answer log (``KB_AGENT_LOG``); a log that cannot be written
+    costs the client nothing but a note on stderr."""
+    import sys
+
+    if not agent.settings.log:
+        return
+    from .answer_log import AnswerLog, LogError
+
+    try:
+        with AnswerLog.for_settings(agent.settings) as log:
+            log.record(answer, agent.settings, source="mcp")
+    except LogError as exc:
+        print(f"crag: note: {redact_message(str(exc), secret_values())}", file=sys.stderr)
 
 
 def _redacted(value: Any, secrets: tuple[str, ...]) -> Any:

@@ -293,3 +293,28 @@ def test_a_line_that_is_not_json_rpc_gets_an_error_reply(workdir: Path) -> None:
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_mcp_tools_have_output_schemas_read_only_hints_and_descriptions_from_the_environment(workdir: Path) -> None:
+    params = server_params(workdir, "--kb", "docs")
+    params.env["KB_AGENT_MCP_SEARCH_DESCRIPTION"] = "Search the runbooks of the payments team."
+
+    async def session() -> None:
+        async with Client(params, read_timeout_seconds=120) as client:
+            capabilities = client.server_capabilities
+            assert capabilities.tools is not None
+            assert capabilities.resources is None and capabilities.prompts is None  # nothing empty advertised
+            tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+            for tool in tools.values():
+                assert tool.annotations.read_only_hint is True and tool.annotations.destructive_hint is False
+                assert tool.output_schema and tool.output_schema["type"] == "object"
+            assert tools["search"].description == "Search the runbooks of the payments team."
+            assert tools["ask"].description.startswith("Answer a question from the knowledge base")
+            assert {"answer", "body", "citations", "usage"} <= set(tools["ask"].output_schema["properties"])
+            assert tools["search"].output_schema["required"] == ["hits"]
+            answer = await client.call_tool("ask", {"question": "Which port does the server listen on?"})
+            assert not answer.is_error and "LLM Usage Stats" not in answer.structured_content["body"]
+
+    anyio.run(session)
+    log = workdir / "index" / "log.sqlite"  # the MCP ask is in the answer log
+    assert log.is_file()
