@@ -94,10 +94,13 @@ def cmd_log(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         off = " (KB_AGENT_LOG=off: nothing is logged)" if not config.log else ""
         out.write(shown(f"no logged answers {what}in {log.path}{off}") + "\n")
         return 0
+    from ..answer import OFFLINE_PREFACE
+
     for e in entries:
         tokens = e.usage["total_tokens"]
+        gist = e.body.replace(OFFLINE_PREFACE, "").lstrip(" \n-*")  # the offline answer's preface says nothing
         out.write(shown(f"#{e.id}  {_when(e.time)}  {e.model}  {_one_line(e.question, 70)}") + "\n")
-        out.write(shown(f"      {_one_line(e.body, 90)}  ({len(e.citations)} cited, {tokens:,} tokens)") + "\n")
+        out.write(shown(f"      {_one_line(gist, 90)}  ({len(e.citations)} cited, {tokens:,} tokens)") + "\n")
     out.write(f"\n`{prog()} log --show ID` prints one answer in full\n")
     return 0
 
