@@ -296,6 +296,9 @@ def test_a_line_that_is_not_json_rpc_gets_an_error_reply(workdir: Path) -> None:
 
 
 def test_mcp_tools_have_output_schemas_read_only_hints_and_descriptions_from_the_environment(workdir: Path) -> None:
+    from crag.config import config_warnings
+    from crag.mcp_server import description_variable
+
     params = server_params(workdir, "--kb", "docs")
     params.env["KB_AGENT_MCP_SEARCH_DESCRIPTION"] = "Search the runbooks of the payments team."
 
@@ -309,6 +312,8 @@ def test_mcp_tools_have_output_schemas_read_only_hints_and_descriptions_from_the
                 assert tool.annotations.read_only_hint is True and tool.annotations.destructive_hint is False
                 assert tool.output_schema and tool.output_schema["type"] == "object"
             assert tools["search"].description == "Search the runbooks of the payments team."
+            named = {description_variable(name): "text" for name in tools}  # names crag warns about never
+            assert config_warnings(environ=named, dotenv=None) == []
             assert tools["ask"].description.startswith("Answer a question from the knowledge base")
             assert {"answer", "body", "citations", "usage"} <= set(tools["ask"].output_schema["properties"])
             assert tools["search"].output_schema["required"] == ["hits"]
