@@ -163,3 +163,17 @@ def test_gitignore_and_cragignore_are_respected_like_ripgrep(tmp_path: Path, mon
     assert {h["path"] for h in json.loads(out)} == {"docs/a.md", "docs/keep.log.md"}
     code, out, _ = cli("ask", "what is in dist/out.md?", "--json")
     assert code == 0 and "dist/out.md" not in {c["path"] for c in json.loads(out)["citations"]}
+
+
+def test_a_pdf_may_be_larger_than_a_text_file(kb: Path) -> None:
+    """A PDF's size is mostly images and fonts: it is read up to DOCUMENT_MAX_BYTES, a text
+    file up to the limit of text."""
+    from crag.index.discover import DOCUMENT_MAX_BYTES, size_limit
+
+    limit = (kb / "notes.md").stat().st_size - 1  # notes.md is over it, guide.pdf far more so
+    found = discover([str(kb)], max_bytes=limit)
+    names = {Path(f.path).name for f in found.files}
+    assert "guide.pdf" in names and "report.docx" in names and "notes.md" not in names
+    assert any(path.endswith("notes.md") and "larger than" in why for path, why in found.warnings)
+    assert size_limit("a.pdf", 100) == DOCUMENT_MAX_BYTES and size_limit("a.md", 100) == 100
+    assert size_limit("page.html", 100) == 100  # HTML is text: its size is its text's

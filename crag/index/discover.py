@@ -38,6 +38,7 @@ from .ignore import Ignores
 from .readers import reader_for
 
 __all__ = [
+    "DOCUMENT_MAX_BYTES",
     "MAX_FILE_BYTES",
     "SKIP_DIRS",
     "TEXT_SUFFIXES",
@@ -55,6 +56,7 @@ __all__ = [
     "read_bytes",
     "read_file_text",
     "relative_label",
+    "size_limit",
     "split_lines",
     "text_of",
 ]
@@ -79,6 +81,14 @@ TEXT_NAMES = frozenset(
 SKIP_DIRS = frozenset({".git", ".hg", ".svn", ".venv", "venv", "node_modules", "__pycache__", "site-packages"})
 
 MAX_FILE_BYTES = 8 * 1024 * 1024  # larger "text" files are almost always data dumps or logs
+DOCUMENT_MAX_BYTES = 128 * 1024 * 1024  # a PDF or DOCX holds images and fonts besides its text
+
+
+def size_limit(path: str | os.PathLike[str], max_bytes: int = MAX_FILE_BYTES) -> int:
+    """The most bytes crag reads of the file ``path``: ``max_bytes``, or more for a document
+    read through a reader (``DOCUMENT_MAX_BYTES``), whose text is a small part of its size."""
+    reader = reader_for(os.path.basename(os.fspath(path)))
+    return max(max_bytes, DOCUMENT_MAX_BYTES) if reader is not None and reader.module is not None else max_bytes
 _SNIFF_BYTES = 8192
 
 
@@ -264,6 +274,7 @@ def discover(
 def _regular_file(
     path: str, root: str, st: os.stat_result, max_bytes: int, warnings: list[tuple[str, str]]
 ) -> DiscoveredFile | None:
+    max_bytes = size_limit(path, max_bytes)
     if st.st_size > max_bytes:
         warnings.append((path, f"larger than {max_bytes // (1024 * 1024)} MiB"))
         return None
@@ -377,7 +388,9 @@ def is_binary(data: bytes) -> bool:
 
 
 def read_bytes(path: str | os.PathLike[str], max_bytes: int = MAX_FILE_BYTES) -> bytes:
-    """The bytes of a file; ``ValueError`` when it is larger than ``max_bytes``, ``OSError`` when unreadable."""
+    """The bytes of a file; ``ValueError`` when it is larger than ``max_bytes`` (``size_limit``: more
+    for a PDF or DOCX), ``OSError`` when unreadable."""
+    max_bytes = size_limit(path, max_bytes)
     with open(path, "rb") as f:
         data = f.read(max_bytes + 1)
     if len(data) > max_bytes:
