@@ -347,6 +347,10 @@ class Settings:
                 raise ConfigError(name, value, "a setting name: " + ", ".join(sorted(known)))
             convert = getattr(fields(cls), name).converter
             values[name] = _with_origin(lambda _var, raw, c=convert: c(raw), name, value, "given as an argument")
+        if "max_answer_tokens" not in values and "context_tokens" in values:
+            # A default adapts to what the user set (SPEC §3): the answer budget to a small window.
+            default = fields(cls).max_answer_tokens.default
+            values["max_answer_tokens"] = min(default, values["context_tokens"] // 2)
         return cls(**values)
 
     def secrets(self) -> tuple[str, ...]:

@@ -140,3 +140,14 @@ def test_node_config_shows_the_nodes_the_settings_marked_for_them_and_nothing_el
     assert cfg.with_settings(context_tokens=2048, max_answer_tokens=512).context_tokens == 2048
     with pytest.raises(ConfigError, match="KB_AGENT_MAX_ANSWER_TOKENS"):
         cfg.with_settings(context_tokens=1024)
+
+
+def test_the_default_answer_budget_adapts_to_a_small_window_only_a_set_one_conflicts():
+    # KB_AGENT_CONTEXT_TOKENS=2000 alone was refused: the *default* answer budget (1024) is
+    # over half of it. A default adapts to what the user set (SPEC §3).
+    alone = Settings.from_env(environ={"KB_AGENT_CONTEXT_TOKENS": "2000"}, dotenv=None)
+    assert (alone.context_tokens, alone.max_answer_tokens) == (2000, 1000)
+    assert Settings.from_env(environ={}, dotenv=None, context_tokens=1500).max_answer_tokens == 750
+    assert Settings.from_env(environ={"KB_AGENT_CONTEXT_TOKENS": "32768"}, dotenv=None).max_answer_tokens == 1024
+    with pytest.raises(ConfigError, match=r"KB_AGENT_MAX_ANSWER_TOKENS=1500 .*at most half of KB_AGENT_CONTEXT_TOKENS \(2000\)"):
+        Settings.from_env(environ={"KB_AGENT_CONTEXT_TOKENS": "2000", "KB_AGENT_MAX_ANSWER_TOKENS": "1500"}, dotenv=None)
