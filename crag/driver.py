@@ -118,6 +118,8 @@ class Driver:
                         state,
                         audit=state.log("reply_truncated", node=name, max_tokens=request.max_tokens),
                     )
+                if reply.usage_replaced:
+                    state = evolve(state, audit=state.log("usage_implausible", node=name))
             elif isinstance(request, ToolRequest):
                 reply = self._run_tools(request)
             else:  # pragma: no cover - a node returned something the driver cannot perform

@@ -189,7 +189,8 @@ class Completion:
     ``billable`` is False for the offline backend, which makes no LLM call: its replies
     count no calls and no tokens. ``cached_tokens`` is the part of the prompt the server
     reported as cached (0 when it says nothing); ``finish_reason`` is the server's
-    (``"length"`` when the reply ran into ``max_tokens``).
+    (``"length"`` when the reply ran into ``max_tokens``); ``usage_replaced`` says the server's
+    counts were implausible and tiktoken's stand in.
     """
 
     text: str
@@ -200,6 +201,7 @@ class Completion:
     billable: bool = True
     cached_tokens: int = 0
     finish_reason: str | None = None
+    usage_replaced: bool = False  # the server's token counts were implausible: counted instead
 
     @property
     def truncated(self) -> bool:

@@ -181,6 +181,20 @@ def test_streamed_answers_carry_the_parameters_and_report_truncation(srv):
     assert any(e.event == "reply_truncated" and e.fields["node"] == "synthesize" for e in result.state.audit)
 
 
+def test_implausible_server_token_counts_are_replaced_by_counted_ones_and_audited(srv):
+    # A usage block once showed 3 x 10^29 completion tokens, as the server reported them.
+    srv.script("analyze_and_route", '{"complexity": "chitchat", "suggested_tools": []}')
+    srv.script("synthesize", Text("Hello there, how can I help?", prompt_tokens=10**12, completion_tokens=3 * 10**29))
+    settings = settings_for(srv)
+    result = Agent(OpenAIChatModel(settings), FakeToolbox(), settings).ask("hi")
+    synth = result.usage.by_node["synthesize"]
+    assert 0 < synth.completion_tokens < 20 and 0 < synth.prompt_tokens < 2000
+    assert "300000000000000000000000000000" not in result.answer
+    assert [e.fields["node"] for e in result.state.audit if e.event == "usage_implausible"] == ["synthesize"]
+    plausible = result.usage.by_node["analyze_and_route"]
+    assert plausible.completion_tokens == 4  # the server's own count (words), kept when it can be one
+
+
 def test_cached_prompt_tokens_are_recorded_per_node_and_shown_when_non_zero(srv):
     srv.script("analyze_and_route", Text(ROUTE, prompt_tokens=200, cached_tokens=0))
     srv.script("plan", Text(PLAN, prompt_tokens=300, cached_tokens=128))

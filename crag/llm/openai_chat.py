@@ -106,6 +106,10 @@ _WINDOW = re.compile(
 
 _one_line = one_line
 
+# Tokens a server may count beyond one per byte of the text crag sent or received (a chat
+# template, a system prompt of its own): a reported count above that cannot be one.
+_SLACK_TOKENS = 8192
+
 
 class _StreamRefused(Exception):
     """The server refused this streaming mode; the next simpler one is worth a try."""
@@ -244,7 +248,8 @@ class OpenAIChatModel:
             self._stream_mode = mode
             if mode == "off" and reply.text:
                 on_delta(reply.text)
-        prompt_tokens, completion_tokens, cached = self._usage(reply.usage, messages, reply.text)
+        prompt_tokens, completion_tokens, cached, replaced = self._usage(
+            reply.usage, messages, reply.text, request.max_tokens)
         latency_ms = (time.perf_counter() - started) * 1000.0
         return Completion(
             text=reply.text,
@@ -254,6 +259,7 @@ class OpenAIChatModel:
             latency_ms=latency_ms,
             cached_tokens=cached,
             finish_reason=reply.finish_reason,
+            usage_replaced=replaced,
         )
 
     # -- request parameters ----------------------------------------------------------------
@@ -421,10 +427,17 @@ class OpenAIChatModel:
             return max(1, len(text) // 4) if text else 0
 
     def _usage(
-        self, usage: Any, messages: Sequence[Mapping[str, str]], text: str
-    ) -> tuple[int, int, int]:
+        self, usage: Any, messages: Sequence[Mapping[str, str]], text: str, budget: int | None = None
+    ) -> tuple[int, int, int, bool]:
         """Prompt, completion and cached prompt tokens from the reply's ``usage``, else counted
-        (OpenAI's chat framing: 4 per message plus 3 for the reply; nothing cached)."""
+        (OpenAI's chat framing: 4 per message plus 3 for the reply; nothing cached), and whether
+        a reported count was replaced because no tokenizer could have produced it.
+
+        A tokenizer makes at most one token of each byte, so a count far above the bytes of its
+        text is not a count: a server once reported 3 x 10^29 completion tokens. The bound is
+        generous (``_SLACK_TOKENS`` for a chat template or a system prompt the server adds, and
+        hidden reasoning tokens up to the reply's budget): only an impossible count is replaced.
+        """
         prompt = getattr(usage, "prompt_tokens", None) if usage is not None else None
         completion = getattr(usage, "completion_tokens", None) if usage is not None else None
         details = getattr(usage, "prompt_tokens_details", None) if usage is not None else None
@@ -432,13 +445,19 @@ class OpenAIChatModel:
             cached = details.get("cached_tokens")
         else:
             cached = getattr(details, "cached_tokens", None)
+        replaced = False
+        prompt_bytes = sum(len(m["content"].encode("utf-8", "replace")) for m in messages)
+        if _is_count(prompt) and prompt > prompt_bytes + _SLACK_TOKENS:
+            prompt, replaced = None, True
+        if _is_count(completion) and completion > max(len(text.encode("utf-8", "replace")) + _SLACK_TOKENS, budget or 0):
+            completion, replaced = None, True
         if not _is_count(prompt):
             prompt = sum(self._count(m["content"]) + 4 for m in messages) + 3
         if not _is_count(completion):
             completion = self._count(text)
         if not _is_count(cached):
             cached = 0
-        return prompt, completion, min(cached, prompt)
+        return prompt, completion, min(cached, prompt), replaced
 
     # -- failures --------------------------------------------------------------------------
 
