@@ -175,3 +175,19 @@ def test_roots_list_and_remove_on_the_postgresql_store(pg_uri: str, kb: Path, mo
     code, out, err = cli("search", "port", "--json")
     assert (code, json.loads(out)) == (0, [])
     assert "docs no longer exists on disk" in err
+
+
+def test_a_folder_through_a_symlink_and_through_its_real_path_is_one_root(kb: Path) -> None:
+    # Indexed both ways it was two roots, and every hit came back twice.
+    (kb / "docs-link").symlink_to(kb / "docs", target_is_directory=True)
+    code, out, err = cli("index", "docs-link")
+    assert code == 0 and "0 added" in out, err
+    code, out, _ = cli("roots")
+    assert out.splitlines()[0].startswith("2 roots in index") and "docs-link" not in out
+    code, out, err = cli("search", "server port", "--json", "--kb", "docs-link")
+    assert code == 0, err
+    hits = [(h["path"], h["start_line"]) for h in json.loads(out)]
+    assert hits and len(hits) == len(set(hits)) and all(path == "docs/setup.md" for path, _ in hits)
+    code, out, err = cli("roots", "--remove", "docs-link")
+    assert code == 0 and "docs" in out, err
+    assert cli("roots")[1].splitlines()[0].startswith("1 root in index")

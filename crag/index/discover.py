@@ -116,9 +116,11 @@ class Discovery:
 
 
 def normalize_root(root: str | os.PathLike[str], cwd: str | os.PathLike[str] | None = None) -> str:
-    """The absolute, normalised form of a root (symlinks are kept as the user wrote them).
+    """The real path of a root: absolute, normalised, symbolic links resolved.
 
-    An empty path is refused (``UsageError``) rather than taken as the working directory.
+    One folder is one root however it is reached: indexed through a symbolic link and
+    through its real path, it was two roots and every hit came back twice. An empty path is
+    refused (``UsageError``) rather than taken as the working directory.
     """
     raw = os.fspath(root)
     if isinstance(raw, str) and (not raw.strip() or "\x00" in raw):
@@ -126,7 +128,7 @@ def normalize_root(root: str | os.PathLike[str], cwd: str | os.PathLike[str] | N
     raw = os.path.expanduser(raw)
     if not os.path.isabs(raw):
         raw = os.path.join(os.fspath(cwd) if cwd is not None else os.getcwd(), raw)
-    return os.path.normpath(raw)
+    return os.path.realpath(raw)
 
 
 def is_within(path: str, root: str) -> bool:
