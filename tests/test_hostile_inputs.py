@@ -615,7 +615,6 @@ def test_12_a_question_longer_than_any_window_is_refused_before_tokenizing(kb: P
     from crag.errors import UsageError
 
     monkeypatch.setenv("KB_AGENT_CONTEXT_TOKENS", "1024")  # at most 128 x 1024 characters
-    monkeypatch.setenv("KB_AGENT_MAX_ANSWER_TOKENS", "256")
     code, _, err = cli_stdin("which port? " * 20000, "ask", "-")
     assert code == 2 and "is over 131,072 characters" in one_error_line(err)
     with Agent.from_env() as agent:

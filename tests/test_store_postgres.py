@@ -200,3 +200,45 @@ def test_the_schema_is_versioned_and_vectors_get_an_hnsw_index(pg_uri: str, tmp_
         assert reader.hnsw == "vector"
         hits = reader.search("page 12 edition", 3, mode="vector")
         assert hits and "edition 12" in hits[0].text
+
+
+CLI_INDEXER = r"""
+import sys
+import crag.index.postgres as pg
+from crag.cli import main
+
+real_flush, flushes = pg.PostgresUpdate.flush, []
+
+def flush(self):
+    flushes.append(1)
+    if len(flushes) == 2:  # mid-update, with a transaction open: the test cuts the connection now
+        print("HALF", flush=True)
+        sys.stdin.readline()
+    real_flush(self)
+
+pg.PostgresUpdate.flush = flush
+sys.exit(main(["index", sys.argv[1]]))
+"""
+
+
+def test_a_server_that_goes_away_mid_index_is_one_line_with_no_psycopg_chatter(pg_uri: str, tmp_path: Path) -> None:
+    # Killing PostgreSQL mid-index printed "error ignored terminating <psycopg.Pipeline [BAD]
+    # ...>: the connection is lost" before crag's own line.
+    import psycopg
+
+    kb = make_kb(tmp_path / "kb", n=700)
+    env = {**env_for(pg_uri, tmp_path), "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-c", CLI_INDEXER, str(kb)], cwd=tmp_path, env=env, text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "HALF"
+        with psycopg.connect(pg_uri, autocommit=True) as conn:
+            conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                         "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+        _, err = proc.communicate("\n", timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1
+    (line,) = err.strip().splitlines()
+    assert line.startswith("crag: error: the PostgreSQL server ") and "password" not in line

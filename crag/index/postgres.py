@@ -28,6 +28,7 @@ Vector search uses an HNSW index on cosine distance per dimension (an expression
 
 from __future__ import annotations
 
+import logging
 import re
 import struct
 import time
@@ -69,7 +70,14 @@ def _psycopg() -> Any:
         raise IndexStoreError(
             "KB_AGENT_STORE names a PostgreSQL server, which needs psycopg: pip install 'crag-kb[postgres]'", ""
         ) from None
+    # psycopg logs what it ignores while a failed connection is torn down ("error ignored
+    # terminating <psycopg.Pipeline [BAD]>: the connection is lost"), and with no logging set
+    # up Python prints that on stderr beside crag's own line about the same failure.
+    logging.getLogger("psycopg").addHandler(_QUIET)
     return psycopg
+
+
+_QUIET = logging.NullHandler()
 
 
 def redact(uri: str) -> str:
