@@ -29,12 +29,10 @@ from .toolspec import Tool, ToolResult  # ToolResult: re-exported, a tool's run 
 if TYPE_CHECKING:
     import numpy as np
 
-    from .index.chunker import Chunk
-    from .index.fusion import SearchWeights
-
 __all__ = [
     "AnalyzeTask",
     "ChatModel",
+    "Chunk",
     "ChunkRow",
     "DocumentVersion",
     "Embedder",
@@ -44,6 +42,7 @@ __all__ = [
     "LLMRequest",
     "PlanTask",
     "Retriever",
+    "SearchWeights",
     "Store",
     "StoreState",
     "StoreUpdate",
@@ -223,6 +222,18 @@ class StoreState:
 
 
 @frozen
+class Chunk:
+    """A contiguous range of lines of one file (1-based, inclusive) and its heading path (``crag.index.chunker``
+    makes them)."""
+
+    start_line: int
+    end_line: int
+    text: str
+    heading: str
+    tokens: int
+
+
+@frozen
 class DocumentVersion:
     """One version of a file to write: where it is, what it hashed to, and its chunks."""
 
@@ -293,6 +304,29 @@ class StoreUpdate(Protocol):
     def commit(self) -> int: ...
 
     def abort(self) -> None: ...
+
+
+@frozen
+class SearchWeights:
+    """How the rankings are fused (``crag.index.fusion``).
+
+    ``vector``, ``lexical`` and ``file`` weigh the three rescaled rankings; ``same_file``
+    (in (0, 1]; 1 turns it off) is the factor by which a chunk's value shrinks for each
+    chunk of its file placed above it. ``candidates`` chunks are taken from each chunk
+    ranking and ``file_candidates`` files from the file ranking. ``bm25_*`` weigh the
+    title (path words), heading path and body columns of the embedded store's BM25.
+    Defaults measured by ``benchmarks/retrieval.py``; ``crag.index.fusion`` applies them.
+    """
+
+    vector: float = 0.6
+    lexical: float = 1.0
+    file: float = 0.6
+    same_file: float = 0.8
+    candidates: int = 50
+    file_candidates: int = 20
+    bm25_title: float = 4.0
+    bm25_heading: float = 4.0
+    bm25_body: float = 1.0
 
 
 @runtime_checkable

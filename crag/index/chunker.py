@@ -31,9 +31,8 @@ from collections.abc import Callable, Sequence
 from itertools import accumulate
 from typing import Any, NamedTuple
 
-from attrs import frozen
-
 from ..pages import PAGE_LINES, PAGED_SUFFIXES
+from ..ports import Chunk  # the record is the store port's; chunking makes it
 from .discover import split_lines
 
 __all__ = [
@@ -66,17 +65,6 @@ _SETEXT_START = frozenset("=-")
 _MD_MARKS = frozenset("`~#=-")  # a line starting with anything else (but a space) is text
 _RST_UNDERLINE = re.compile(r"^([=\-~^\"'`#*+:.])\1{2,}[ \t]*$")
 _PY_TOP = re.compile(r"^(?:async[ \t]+def|def|class)[ \t]+\w")
-
-
-@frozen
-class Chunk:
-    """A contiguous range of lines of one file (1-based, inclusive) and its heading path."""
-
-    start_line: int
-    end_line: int
-    text: str
-    heading: str
-    tokens: int
 
 
 class _Block(NamedTuple):

@@ -25,30 +25,9 @@ from collections.abc import Mapping, Sequence
 
 from attrs import frozen
 
+from ..ports import SearchWeights  # the record is the store port's; fusion reads it
+
 __all__ = ["Fused", "SearchWeights", "fuse", "normalise", "scores_in_rank_order"]
-
-
-@frozen
-class SearchWeights:
-    """How the rankings are fused (see the module docstring).
-
-    ``vector``, ``lexical`` and ``file`` weigh the three rescaled rankings; ``same_file``
-    (in (0, 1]; 1 turns it off) is the factor by which a chunk's value shrinks for each
-    chunk of its file placed above it. ``candidates`` chunks are taken from each chunk
-    ranking and ``file_candidates`` files from the file ranking. ``bm25_*`` weigh the
-    title (path words), heading path and body columns of the embedded store's BM25.
-    Defaults measured by ``benchmarks/retrieval.py``.
-    """
-
-    vector: float = 0.6
-    lexical: float = 1.0
-    file: float = 0.6
-    same_file: float = 0.8
-    candidates: int = 50
-    file_candidates: int = 20
-    bm25_title: float = 4.0
-    bm25_heading: float = 4.0
-    bm25_body: float = 1.0
 
 
 @frozen
