@@ -22,10 +22,10 @@ from .errors import (
 if TYPE_CHECKING:
     from .agent import Agent, Answer
     from .config import Settings
-    from .events import AnswerDelta, AnswerStarted, NodeFinished, NodeStarted
+    from .events import AnswerDelta, AnswerStarted, Event, EventHandler, NodeFinished, NodeStarted
     from .llm.scripted import ScriptedChatModel
     from .ports import ChatModel, Toolbox
-    from .state import AgentState, Citation, Completion, EvidenceItem, Usage
+    from .state import AgentState, Citation, Completion, Complexity, EvidenceItem, GraderAction, GroundingReport, Usage
     from .stream import AnswerStream, AsyncAnswerStream
     from .toolspec import Param, QuestionArg, Tool, ToolContext, ToolResult
 
@@ -40,6 +40,9 @@ _LAZY = {
     "EvidenceItem": "state",
     "Usage": "state",
     "Completion": "state",
+    "Complexity": "state",
+    "GraderAction": "state",
+    "GroundingReport": "state",
     "ChatModel": "ports",
     "Toolbox": "ports",
     "Tool": "toolspec",
@@ -52,6 +55,8 @@ _LAZY = {
     "NodeFinished": "events",
     "AnswerStarted": "events",
     "AnswerDelta": "events",
+    "Event": "events",
+    "EventHandler": "events",
     "AnswerStream": "stream",
     "AsyncAnswerStream": "stream",
 }
@@ -81,10 +86,15 @@ __all__ = [
     "ChatModel",
     "Citation",
     "Completion",
+    "Complexity",
     "ConfigError",
     "CragError",
     "EmbedderMismatchError",
+    "Event",
+    "EventHandler",
     "EvidenceItem",
+    "GraderAction",
+    "GroundingReport",
     "IndexStoreError",
     "KnowledgeBaseError",
     "LLMContextError",

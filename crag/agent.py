@@ -27,11 +27,21 @@ from attrs import frozen
 from .config import Settings
 from .driver import Driver
 from .errors import UsageError
-from .events import Event
+from .events import EventHandler
 from .nodes import NodeConfig
 from .ports import ChatModel, Toolbox
 from .safe_text import valid_text
-from .state import AgentState, Citation, EvidenceItem, Message, Usage, output_converter
+from .state import (
+    AgentState,
+    Citation,
+    Complexity,
+    EvidenceItem,
+    GraderAction,
+    GroundingReport,
+    Message,
+    Usage,
+    output_converter,
+)
 from .toolspec import MAX_TOP_K, Tool, ToolResult, question_search
 
 if TYPE_CHECKING:
@@ -42,7 +52,13 @@ __all__ = ["Agent", "Answer", "parse_history", "search"]
 
 @frozen
 class Answer:
-    """The result of one question: the text users read, and everything behind it."""
+    """The result of one question: the text users read, and everything behind it.
+
+    ``complexity`` and ``grader_action`` are the enums the state holds (``Complexity``,
+    ``GraderAction``; each compares equal to its word, ``"GENERATE"``), None when the run
+    did not classify or grade; ``grounding`` is the grounding report (None with
+    ``KB_AGENT_GROUNDING=off`` or no answer to ground). ``to_dict`` is ``ask --json``.
+    """
 
     answer: str
     citations: tuple[Citation, ...]
@@ -67,14 +83,16 @@ class Answer:
         return f"{body}\n\n{footer}" if footer else body
 
     @property
-    def complexity(self) -> str | None:
-        c = self.state.complexity
-        return c.value if c is not None else None
+    def complexity(self) -> Complexity | None:
+        return self.state.complexity
 
     @property
-    def grader_action(self) -> str | None:
-        a = self.state.grader_action
-        return a.value if a is not None else None
+    def grader_action(self) -> GraderAction | None:
+        return self.state.grader_action
+
+    @property
+    def grounding(self) -> GroundingReport | None:
+        return self.state.grounding
 
     @property
     def iterations(self) -> int:
@@ -98,16 +116,16 @@ def _answer_json(a: Answer) -> dict[str, Any]:
         "question": a.state.question,
         "answer": a.answer,
         "body": a.body,
-        "complexity": a.complexity,
-        "grader_action": a.grader_action,
+        "complexity": a.complexity.value if a.complexity is not None else None,
+        "grader_action": a.grader_action.value if a.grader_action is not None else None,
         "iterations": a.iterations,
         "trace": list(a.trace),
         "evidence_scores": [round(s, 4) for s in a.evidence_scores],
         "citations": output_converter.unstructure(a.citations),
         "usage": output_converter.unstructure(a.usage),
         "audit": output_converter.unstructure(a.state.audit),
-        "grounding": output_converter.unstructure(a.state.grounding),
-        "judgements": output_converter.unstructure(a.state.grounding.judgements) if a.state.grounding else [],
+        "grounding": output_converter.unstructure(a.grounding),
+        "judgements": output_converter.unstructure(a.grounding.judgements) if a.grounding else [],
     }
 
 
@@ -224,7 +242,7 @@ class Agent:
         self,
         question: str,
         history: Iterable[Any] = (),
-        on_event: Event | None = None,
+        on_event: EventHandler | None = None,
         stream: bool = False,
     ) -> Answer:
         """Answer one question. ``history`` is a list of ``{"role", "content"}`` dicts or Messages."""
@@ -248,7 +266,7 @@ class Agent:
         self,
         question: str,
         history: Iterable[Any] = (),
-        on_event: Event | None = None,
+        on_event: EventHandler | None = None,
         stream: bool = False,
     ) -> Answer:
         """``ask`` without blocking the event loop (runs in a worker thread)."""
@@ -256,7 +274,7 @@ class Agent:
 
         return await asyncio.to_thread(self.ask, question, list(history), on_event, stream)
 
-    def stream(self, question: str, history: Iterable[Any] = (), on_event: Event | None = None) -> AnswerStream:
+    def stream(self, question: str, history: Iterable[Any] = (), on_event: EventHandler | None = None) -> AnswerStream:
         """``ask`` with the answer shown as the model writes it: iterate the returned stream
         for grounded text chunks that join to the answer ``ask`` returns, then read its
         ``result`` (the ``Answer``). ``crag.stream`` says what the chunks are and when."""
@@ -264,13 +282,13 @@ class Agent:
 
         return AnswerStream(self._streamed(question, history), self.settings.grounding, on_event)
 
-    def astream(self, question: str, history: Iterable[Any] = (), on_event: Event | None = None) -> AsyncAnswerStream:
+    def astream(self, question: str, history: Iterable[Any] = (), on_event: EventHandler | None = None) -> AsyncAnswerStream:
         """``stream`` for an event loop: ``async for chunk in agent.astream(...)``, then ``.result``."""
         from .stream import AsyncAnswerStream
 
         return AsyncAnswerStream(self._streamed(question, history), self.settings.grounding, on_event)
 
-    def _streamed(self, question: str, history: Iterable[Any]) -> Callable[[Event], Answer]:
+    def _streamed(self, question: str, history: Iterable[Any]) -> Callable[[EventHandler], Answer]:
         """The streamed run of ``ask``, checked now, run when the stream is iterated."""
         if not isinstance(question, str) or not question.strip():
             raise UsageError("the question is empty")

@@ -213,7 +213,8 @@ class AnswerLog:
                     "grader_action, iterations, llm_calls, prompt_tokens, completion_tokens, latency_ms, settings) "
                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (conversation, now, clean(answer.state.question), clean(answer.answer), clean(answer.body),
-                     usage.model or "", answer.complexity, answer.grader_action, answer.iterations, usage.llm_calls,
+                     usage.model or "", _word(answer.complexity), _word(answer.grader_action), answer.iterations,
+                     usage.llm_calls,
                      usage.prompt_tokens, usage.completion_tokens, usage.latency_ms,
                      json.dumps(logged_settings(settings), sort_keys=True)),
                 ).lastrowid
@@ -317,3 +318,8 @@ def _migrate(db: sqlite3.Connection) -> None:
             continue
         quoted = "'" + description.replace("'", "''") + "'"
         db.executescript(f"BEGIN; {sql}; INSERT INTO migrations VALUES ({version}, {quoted}, {time.time()}); COMMIT;")
+
+
+def _word(mode: Any) -> str | None:
+    """An enum of the answer (``Complexity``, ``GraderAction``) as the word ``--json`` prints."""
+    return None if mode is None else str(getattr(mode, "value", mode))

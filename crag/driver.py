@@ -17,14 +17,14 @@ from typing import Any
 from attrs import evolve
 
 from .errors import LLMContextError, ToolError
-from .events import AnswerDelta, AnswerStarted, Event, NodeFinished, NodeStarted
+from .events import AnswerDelta, AnswerStarted, EventHandler, NodeFinished, NodeStarted
 from .graph import END, START, TRANSITIONS, GraphError, Node, Outcome, next_node
 from .nodes import NODES, NodeConfig
 from .ports import ChatModel, LLMRequest, Toolbox, ToolOutcome, ToolRequest
 from .state import AgentState, Message, Usage
 from .toolspec import ToolResult
 
-__all__ = ["Driver", "Event", "max_steps"]
+__all__ = ["Driver", "EventHandler", "max_steps"]
 
 
 
@@ -71,7 +71,7 @@ class Driver:
         self,
         question: str,
         history: Sequence[Message] = (),
-        on_event: Event | None = None,
+        on_event: EventHandler | None = None,
         stream: bool = False,
     ) -> AgentState:
         """Answer ``question``; returns the final state (``state.answer`` holds the text)."""
@@ -86,7 +86,7 @@ class Driver:
         self,
         state: AgentState,
         node: Node,
-        on_event: Event | None = None,
+        on_event: EventHandler | None = None,
         stream: bool = False,
     ) -> AgentState:
         """Run from ``node`` with ``state`` until the end (``run`` starts at the first node)."""
@@ -145,7 +145,7 @@ class Driver:
         cfg: NodeConfig,
         request: LLMRequest,
         stream: bool,
-        on_event: Event | None,
+        on_event: EventHandler | None,
     ) -> tuple[Any, LLMRequest, NodeConfig, AgentState]:
         """One chat completion. A server that refuses the request as longer than its window
         gets it again, fitted to the window it reported (or a fifth smaller); that window is

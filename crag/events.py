@@ -9,8 +9,9 @@
                            request as too long and crag fitted it to a smaller window
     AnswerDelta(text)      streaming only: the next piece of the answer as it arrives
 
-``on_event`` is called on the thread that runs the question; the CLI's progress line and
-streamed answer are built on these (``crag.cli``).
+``Event`` is any of these records; an ``EventHandler`` (``on_event``) is a function that
+receives them. It is called on the thread that runs the question; the CLI's progress line
+and ``Agent.stream``'s grounded chunks are built on these (``crag.stream``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from attrs import frozen
 
 from .state import EvidenceItem
 
-__all__ = ["AnswerDelta", "AnswerStarted", "DriverEvent", "Event", "NodeFinished", "NodeStarted"]
+__all__ = ["AnswerDelta", "AnswerStarted", "Event", "EventHandler", "NodeFinished", "NodeStarted"]
 
 
 @frozen
@@ -45,5 +46,5 @@ class AnswerDelta:
     text: str
 
 
-DriverEvent = NodeStarted | NodeFinished | AnswerStarted | AnswerDelta
-Event = Callable[[DriverEvent], None]
+Event = NodeStarted | NodeFinished | AnswerStarted | AnswerDelta
+EventHandler = Callable[[Event], None]

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from .answer import StreamRenderer
 from .errors import UsageError
-from .events import AnswerDelta, AnswerStarted, DriverEvent, Event
+from .events import AnswerDelta, AnswerStarted, Event, EventHandler
 from .grounding import render_prefix
 from .prompts import clean_answer, strip_think
 
@@ -62,7 +62,7 @@ class AnswerText:
     def shown(self) -> str:
         return self.renderer.shown if self.renderer is not None else ""
 
-    def event(self, event: DriverEvent) -> str:
+    def event(self, event: Event) -> str:
         if isinstance(event, AnswerStarted):
             items, question, mode = event.items, event.question, self.grounding
             ground = None
@@ -92,7 +92,7 @@ class _Run:
     """The question on a thread of its own; its events, then its Answer or its error, go
     to ``put`` as ("event", event), ("done", answer) or ("error", exc)."""
 
-    def __init__(self, ask: Callable[[Event], Answer], put: Callable[[tuple[str, Any]], None]) -> None:
+    def __init__(self, ask: Callable[[EventHandler], Answer], put: Callable[[tuple[str, Any]], None]) -> None:
         self.ask = ask
         self.put = put
         self.closed = False
@@ -100,7 +100,7 @@ class _Run:
     def start(self) -> None:
         threading.Thread(target=self._work, name="crag-stream", daemon=True).start()
 
-    def on_event(self, event: DriverEvent) -> None:
+    def on_event(self, event: Event) -> None:
         if self.closed:
             raise _Closed
         self.put(("event", event))
@@ -122,7 +122,7 @@ class _Run:
 class _Stream:
     """What the sync and async streams share: the text, the result, one item's handling."""
 
-    def __init__(self, ask: Callable[[Event], Answer], grounding: str, on_event: Event | None = None) -> None:
+    def __init__(self, ask: Callable[[EventHandler], Answer], grounding: str, on_event: EventHandler | None = None) -> None:
         self._ask = ask
         self._text = AnswerText(grounding)
         self._on_event = on_event

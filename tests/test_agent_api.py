@@ -87,3 +87,36 @@ def test_search_through_a_toolbox_without_a_search_tool_says_so() -> None:
     agent = Agent(ScriptedChatModel({}), FakeToolbox(tools=()), Settings())
     with pytest.raises(crag.UsageError, match="searches the knowledge base"):
         agent.search("anything")
+
+
+def test_an_answer_holds_its_enums_and_grounding_and_json_writes_their_words() -> None:
+    import json
+
+    from crag import Complexity, EvidenceItem, GraderAction, GroundingReport
+
+    from .fakes import scores
+
+    items = [EvidenceItem("vector_search", f"docs/{k}.md", "Uploads are retried three times.", 1, 1, score=0.5)
+             for k in range(3)]
+    model = ScriptedChatModel({"analyze_and_route": [route("complex", ("vector_search",))],
+                               "plan": ['{"tool_calls": [{"tool": "vector_search", "args": {"query": "retries"}}]}'],
+                               "grade_evidence": [scores(0.9, 0.9, 0.9)],
+                               "synthesize": ["Uploads are retried three times [1]."]})
+    result = Agent(model, FakeToolbox({"vector_search": [items]}), Settings()).ask("How often are uploads retried?")
+    assert result.grader_action is GraderAction.GENERATE and result.grader_action == "GENERATE"
+    assert result.complexity is Complexity.COMPLEX
+    assert isinstance(result.grounding, GroundingReport) and result.grounding is result.state.grounding
+    printed = json.loads(json.dumps(result.to_dict()))
+    assert (printed["grader_action"], printed["complexity"]) == ("GENERATE", "complex")
+    assert type(result.to_dict()["grader_action"]) is str
+
+
+def test_event_is_what_a_handler_receives() -> None:
+    from crag import AnswerDelta, AnswerStarted, Event, EventHandler, NodeFinished, NodeStarted
+
+    assert set(Event.__args__) == {NodeStarted, NodeFinished, AnswerStarted, AnswerDelta}
+    seen: list[Event] = []
+    handler: EventHandler = seen.append
+    Agent(ScriptedChatModel({"analyze_and_route": [route("chitchat", ())], "synthesize": ["Hi."]}), FakeToolbox(),
+          Settings()).ask("hi", on_event=handler)
+    assert seen[0] == NodeStarted("analyze_and_route") and all(isinstance(e, Event.__args__) for e in seen)
