@@ -9,7 +9,7 @@ line on it that a reader of the PDF finds (``guide.pdf:p3:L12``). Pure functions
 
 from __future__ import annotations
 
-__all__ = ["PAGED_SUFFIXES", "PAGE_LINES", "is_paged", "line_ref", "page_line"]
+__all__ = ["PAGED_SUFFIXES", "PAGE_LINES", "is_paged", "line_ref", "page_line", "span_ref"]
 
 PAGE_LINES = 1000  # lines set aside for each page; a page with more has its last ones joined
 PAGED_SUFFIXES = (".pdf",)
@@ -32,3 +32,11 @@ def line_ref(source: str, line: int) -> str:
         page, on_page = page_line(line)
         return f"p{page}:L{on_page}"
     return f"L{line}"
+
+
+def span_ref(source: str, start: int, end: int) -> str:
+    """A range of lines as a person finds it: ``L3-L9``, ``p2:L1-L7``, or ``p2:L40-p3:L5``
+    across a page break."""
+    first, last = line_ref(source, start), line_ref(source, end)
+    page, _, _ = first.rpartition("L")
+    return f"{first}-{last[len(page):]}" if last.startswith(page + "L") else f"{first}-{last}"

@@ -14,7 +14,7 @@ import pytest
 from crag.cli import main
 from crag.index.discover import discover
 from crag.index.readers import READERS, reader_for, skipped_line
-from crag.pages import PAGE_LINES, line_ref, page_line
+from crag.pages import PAGE_LINES, line_ref, page_line, span_ref
 from tests.fakes import clean_env
 
 pypdf = pytest.importorskip("pypdf", reason="the pdf extra (make install has it)")
@@ -99,6 +99,8 @@ def test_each_reader_keeps_lines_a_person_can_find() -> None:
     assert "never indexed" not in "\n".join(html) and "color" not in "\n".join(html)
     assert page_line(1) == (1, 1) and page_line(PAGE_LINES + 3) == (2, 3) and line_ref("a/Guide.PDF", 2 * PAGE_LINES + 12) == "p3:L12"
     assert line_ref("docs/a.md", 42) == "L42"
+    assert span_ref("a.md", 3, 9) == "L3-L9" and span_ref("g.pdf", PAGE_LINES + 1, PAGE_LINES + 7) == "p2:L1-L7"
+    assert span_ref("g.pdf", PAGE_LINES + 40, 2 * PAGE_LINES + 5) == "p2:L40-p3:L5"
 
 
 def test_a_folder_of_pdf_docx_html_and_markdown_is_indexed_and_cited_by_page_and_line(kb: Path) -> None:
@@ -123,6 +125,8 @@ def test_a_folder_of_pdf_docx_html_and_markdown_is_indexed_and_cited_by_page_and
 
     code, out, _ = cli("ask", "Which torque wrench does the widget need?")
     assert "docs/guide.pdf:p2:L2" in out
+    code, out, _ = cli("search", "torque wrench")
+    assert "docs/guide.pdf:p2:L1-L3  score" in out
 
 
 def test_files_a_missing_extra_would_read_are_counted_with_the_install_line(kb: Path, monkeypatch) -> None:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from attrs import frozen
 
 from ..errors import UsageError
+from ..pages import span_ref
 from ..safe_text import display_name
 from .discover import relative_label
 from .readers import skipped_line
@@ -161,7 +162,7 @@ def search_text(hits: Sequence[dict[str, Any]], preview_lines: int = 4) -> str:
         return "no matching chunks\n"
     out = []
     for n, hit in enumerate(hits, 1):
-        out.append(f"{n}. {hit['path']}:L{hit['start_line']}-L{hit['end_line']}  score {hit['score']:.3f}")
+        out.append(f"{n}. {hit['path']}:{span_ref(hit['path'], hit['start_line'], hit['end_line'])}  score {hit['score']:.3f}")
         body = [line for line in hit["text"].splitlines() if line.strip()]
         for line in body[:preview_lines]:
             out.append(f"     {line[:120]}")
