@@ -147,7 +147,7 @@ def build_server(agent: "Agent") -> "MCPServer":
     from mcp.server.mcpserver.exceptions import ToolError as MCPToolError
     from mcp_types import CallToolResult, TextContent, ToolAnnotations
 
-    from .index.commands import hit_records, search_text
+    from .cli.index_text import hit_records, search_text
 
     class Server(MCPServer):
         async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:

@@ -3,7 +3,7 @@
 An indexer process runs ``crag index`` ``runs`` times over a folder, editing one file before
 each run (so every run publishes a new generation and removes the previous one), while
 ``readers`` threads of this process search the index through ``crag search``'s own code
-(``crag.index.commands.search``, which opens the generation ``CURRENT`` names, verifies it
+(``crag.cli.index_text.search``, which opens the generation ``CURRENT`` names, verifies it
 and reads its vectors) until the indexer is done. Every failure is kept with its message.
 
 By hand (the figures in issue 26's note): ``python -m tests.reader_stress --runs 20 --files 1500``.
@@ -58,10 +58,10 @@ def fill(root: Path, files: int) -> None:
 
 def stress(work: Path, runs: int, files: int, readers: int = 2) -> StressResult:
     """Index ``files`` pages once, then ``runs`` index runs against ``readers`` searching threads."""
+    from crag.cli.index_text import search
     from crag.config import Settings
     from crag.errors import CragError
     from crag.index import index_roots
-    from crag.index.commands import search
 
     root, index_dir = work / "kb", str(work / "index")
     fill(root, files)

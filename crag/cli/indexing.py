@@ -1,6 +1,6 @@
 """``index``, ``roots`` and ``search``: the commands that build, list and query the index.
 
-The work and the text they print are in ``crag.index.commands``; these print it.
+The text they print, and the search they run, are in ``crag.cli.index_text``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from .common import index_note, own_name, require_index_libraries, settings, sho
 
 def cmd_index(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from ..index import index_roots
-    from ..index.commands import index_report_text, is_terminal, progress_printer
+    from .index_text import index_report_text, is_terminal, progress_printer
 
     config = settings()
     require_index_libraries()
@@ -25,7 +25,7 @@ def cmd_index(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 def cmd_roots(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from ..index import drop_roots, open_store
-    from ..index.commands import removed_text, root_rows, roots_text
+    from .index_text import removed_text, root_rows, roots_text
 
     config = settings()
     require_index_libraries()
@@ -43,7 +43,7 @@ def cmd_roots(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def cmd_search(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from ..index.commands import index_report_text, missing_roots_note, search, search_text
+    from .index_text import index_report_text, missing_roots_note, search, search_text
 
     config = settings()
     require_index_libraries()

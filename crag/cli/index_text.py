@@ -1,7 +1,8 @@
-"""What ``python -m crag index`` and ``python -m crag search`` do, minus the printing.
+"""What ``crag index``, ``crag roots`` and ``crag search`` print, and the search they run.
 
-``crag.cli`` parses the arguments and prints; these functions run the work and render the
-text it prints: ``index_report_text`` (what changed), ``search`` (hits as plain records,
+Command-line code, kept out of ``crag.index`` (which knows nothing of terminals or of the
+toolbox): ``crag.cli.indexing`` parses the arguments and prints; these functions render the
+text it prints (the MCP server's search text too): ``index_report_text`` (what changed), ``search`` (hits as plain records,
 best first), ``search_text`` (a readable ranked list), ``progress_printer`` (a
 one-line progress display for a terminal), and for ``python -m crag roots``: ``root_rows``
 (each root with its file and chunk counts, and whether it still exists on disk),
@@ -17,15 +18,15 @@ from typing import TYPE_CHECKING, Any, TextIO
 from attrs import frozen
 
 from ..errors import UsageError
+from ..index.discover import relative_label
+from ..index.readers import skipped_line
 from ..pages import span_ref
 from ..safe_text import display_name
-from .discover import relative_label
-from .readers import skipped_line
 
 if TYPE_CHECKING:
     from ..config import Settings
+    from ..index.build import IndexReport, Progress
     from ..ports import StoreState
-    from .build import IndexReport, Progress
 
 __all__ = [
     "RootRow",
@@ -123,8 +124,8 @@ def search(
     when given, receives the roots of the index that are gone from disk (left out).
     """
     from ..agent import search as search_toolbox
+    from ..index import ensure_indexed
     from ..tools import Toolbox
-    from . import ensure_indexed
 
     if not query.strip():
         raise UsageError("the search query is empty")
@@ -183,7 +184,7 @@ class RootRow:
 
 def root_rows(state: StoreState | None) -> list[RootRow]:
     """The roots of a published state, in path order (none when nothing is published)."""
-    from .discover import is_within
+    from ..index.discover import is_within
 
     if state is None:
         return []
