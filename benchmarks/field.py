@@ -153,8 +153,8 @@ class Recorder:
 # --------------------------------------------------------------------------------------
 
 
-def load_questions(n: int, offset: int = 0) -> list[dict[str, str]]:
-    with QUESTIONS.open(encoding="utf-8") as f:
+def load_questions(n: int, offset: int = 0, path: Path = QUESTIONS) -> list[dict[str, str]]:
+    with Path(path).open(encoding="utf-8") as f:
         questions = [json.loads(line) for line in f if line.strip()]
     step = max(1, len(questions) // max(1, n))
     picked = [questions[(offset + i * step) % len(questions)] for i in range(n)]
@@ -165,8 +165,20 @@ def corpus_root(q: dict[str, str]) -> Path:
     return SHARED / "corpora" / q["corpus"] / "corpus"
 
 
-def gold_path(q: dict[str, str]) -> Path:
-    return SHARED / "corpora" / q["corpus"] / q["path"]
+def gold_path(q: dict[str, str]) -> Path | None:
+    """The file that answers ``q``; None for a question the corpus does not answer."""
+    return SHARED / "corpora" / q["corpus"] / q["path"] if q.get("path") else None
+
+
+# How an answer says the knowledge base does not hold what was asked: the no-evidence
+# sentence, the opening of an answer grounding found unsupported (grounding.verdict), or the
+# note of an answer the iteration cap forced from weak evidence.
+NOT_FOUND_MARKS = ("I couldn't find relevant information", "The knowledge base does not appear to answer",
+                   "_Note: the evidence for this answer is weak")
+
+
+def says_not_found(answer: str) -> bool:
+    return any(mark in answer for mark in NOT_FOUND_MARKS)
 
 
 def crag_env(index_dir: str, base_url: str | None, model: str, context_tokens: int, timeout: float,
@@ -217,9 +229,10 @@ def summarize_answer(q: dict[str, str], run: dict[str, Any], requests: list[dict
     }
     result = run.get("result")
     if result is None:
-        out.update(gold_cited=False, rounds=None, llm_calls=len(requests), prompt_tokens=None, audit={})
+        out.update(gold_cited=False, answerable=bool(q.get("path")), says_not_found=False, rounds=None,
+                   llm_calls=len(requests), prompt_tokens=None, audit={})
         return out
-    gold = gold_path(q).resolve()
+    gold = gold_path(q).resolve() if gold_path(q) else None
     cited = [(cwd / c["path"]).resolve() for c in result.get("citations", [])]
     audit: dict[str, int] = {}
     for event in result.get("audit", []):
@@ -230,7 +243,10 @@ def summarize_answer(q: dict[str, str], run: dict[str, Any], requests: list[dict
     )
     usage = result.get("usage", {})
     out.update(
-        gold_cited=gold in cited,
+        gold_cited=gold is not None and gold in cited,
+        answerable=gold is not None,
+        says_not_found=says_not_found(result.get("answer", "")),
+        verdict=(result.get("grounding") or {}).get("verdict"),
         complexity=result.get("complexity"),
         rounds=result.get("iterations"),
         llm_calls=usage.get("llm_calls"),
@@ -272,7 +288,7 @@ def node_table(answers: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 def run(args: argparse.Namespace, save: Any = None) -> dict[str, Any]:
     """Every question, one by one; ``save(report)`` is called after each, so a long run that
     is stopped early still leaves its figures so far."""
-    questions = load_questions(args.questions, args.offset)
+    questions = load_questions(args.questions, args.offset, args.questions_file)
     index_dir = args.index_dir or tempfile.mkdtemp(prefix="crag-field-")
     cwd = SHARED / "corpora"
     offline = args.offline
@@ -322,6 +338,11 @@ def report(args: argparse.Namespace, answers: list[dict[str, Any]]) -> dict[str,
         "answered": len(done),
         "timeouts": sum(1 for a in answers if "within" in str(a.get("error") or "") or "did not answer" in str(a.get("error") or "")),
         "gold_cited": sum(1 for a in answers if a["gold_cited"]),
+        "answerable": sum(1 for a in answers if a.get("answerable", True)),
+        "unanswerable": sum(1 for a in answers if not a.get("answerable", True)),
+        "unanswerable_said_not_found": sum(1 for a in answers if not a.get("answerable", True)
+                                           and a.get("says_not_found")),
+        "grader_uninformative": sum((a.get("audit") or {}).get("grader_uninformative", 0) for a in answers),
         "no_evidence": sum(1 for a in answers if a.get("no_evidence")),
         "prompt_tokens_per_question": round(sum(a.get("prompt_tokens") or 0 for a in done) / max(1, len(done)), 1),
         "llm_calls_per_question": round(sum(a.get("llm_calls") or 0 for a in done) / max(1, len(done)), 2),
@@ -344,7 +365,12 @@ def render_markdown(r: dict[str, Any]) -> str:
         f"Date: {r['environment']['date']}; context budget (KB_AGENT_CONTEXT_TOKENS): {r['context_tokens']}",
         "",
         f"- questions: {r['questions']}, answered: {r['answered']}, timeouts: {r['timeouts']}",
-        f"- a gold file cited: **{r['gold_cited']} of {r['questions']}**; no-evidence answers: {r['no_evidence']}",
+        f"- a gold file cited: **{r['gold_cited']} of {r.get('answerable', r['questions'])}** answerable; "
+        f"no-evidence answers: {r['no_evidence']}",
+        *([f"- questions the corpus does not answer: {r['unanswerable']}; the answer says the knowledge base does "
+           f"not hold it (no-evidence sentence, grounding's opening, or the weak-evidence note): "
+           f"**{r['unanswerable_said_not_found']} of {r['unanswerable']}**"] if r.get("unanswerable") else []),
+        f"- gradings audited `grader_uninformative`: {r.get('grader_uninformative', 0)}",
         f"- prompt tokens per question: **{r['prompt_tokens_per_question']}**; LLM calls per question: "
         f"{r['llm_calls_per_question']}",
     ]
@@ -367,7 +393,9 @@ def render_markdown(r: dict[str, Any]) -> str:
     lines += ["", "## Per answer", ""]
     rows = []
     for a in r["answers"]:
-        rows.append([a["question"][:70], a["corpus"], "yes" if a["gold_cited"] else "no", a.get("complexity") or "",
+        gold = ("yes" if a["gold_cited"] else "no") if a.get("answerable", True) else (
+            "(none) says not found" if a.get("says_not_found") else "(none) answered")
+        rows.append([a["question"][:70], a["corpus"], gold, a.get("complexity") or "",
                      a.get("rounds") if a.get("rounds") is not None else "", a.get("llm_calls") or 0,
                      a.get("prompt_tokens") if a.get("prompt_tokens") is not None else "", a["seconds"],
                      (a.get("error") or "")[:80]])
@@ -383,6 +411,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--offline", action="store_true", help="the offline backend instead of a server")
     p.add_argument("--questions", type=int, default=8, help="how many questions (spread over the set)")
     p.add_argument("--offset", type=int, default=0)
+    p.add_argument("--questions-file", type=Path, default=QUESTIONS,
+                   help="JSONL of {question, path, corpus}; path null: the corpus does not answer it "
+                        "(e.g. benchmarks/unanswerable.jsonl)")
     p.add_argument("--context-tokens", type=int, default=int(os.environ.get("KB_AGENT_CONTEXT_TOKENS", "8192")))
     p.add_argument("--max-answer-tokens", type=int, default=int(os.environ.get("KB_AGENT_MAX_ANSWER_TOKENS", "1024")))
     p.add_argument("--timeout", type=float, default=600.0, help="KB_AGENT_LLM_TIMEOUT for crag, seconds")

@@ -32,9 +32,13 @@ Two workloads, each for every ``k`` in ``--ks`` (default 3, 5, 10):
 
 Strategies
 ----------
-* ``per_item``: one LLM call per item (``render(GradeTask(question, (item,)))``), no fast
-  path: the common LangGraph CRAG tutorial's grader;
-* ``batch``: seed 000: one call for all N items, no fast path;
+* ``per_item``: one LLM call per item, no fast path: the common LangGraph CRAG tutorial's
+  grader, and crag's ``KB_AGENT_GRADER=pointwise`` (each call is the request crag's
+  pointwise grader makes for that item);
+* ``batch``: seed 000: one call for all N items, no fast path (``KB_AGENT_GRADER=batch``,
+  crag's default style: a yes/no line per item, read from token probabilities);
+* ``scores``: as ``batch``, with ``KB_AGENT_GRADER=scores`` (N numbers as JSON, the first
+  prompt);
 * ``batch_rules``: seed 001, crag's default: fast-path rules first, then one batch call;
 * ``batch_rules_memory``: ``batch_rules`` with crag's grade memory on
   (``KB_AGENT_GRADE_MEMORY=on``): an item graded in an earlier round of the question keeps
@@ -65,7 +69,9 @@ come from ``--price NAME=INPUT/OUTPUT`` (USD per million tokens, repeatable).
 
 Report
 ------
-Per strategy and workload: grading LLM calls, prompt and completion tokens, simulated
+Per strategy and workload: the AUC of the grader's scores against the expert labels over
+every item an LLM graded (relevant = grade >= 2; the probability that a relevant item scores
+above an irrelevant one, ties half), grading LLM calls, prompt and completion tokens, simulated
 latency and dollars (per 1,000 gradings or questions), and decision quality against the
 expert labels over the passages that reach synthesis: the share of retrieved relevant
 passages kept, the share of retrieved irrelevant passages that got through, and the
@@ -100,7 +106,7 @@ from benchmarks.common import (
 NAME = "grading_cost"
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = REPO.parent / "shared" / "grading" / "trec_dl" / "judged_pairs.jsonl"
-STRATEGIES = ("per_item", "batch", "batch_rules", "batch_rules_memory")
+STRATEGIES = ("per_item", "batch", "scores", "batch_rules", "batch_rules_memory")
 DEFAULT_STRATEGY = "batch_rules"
 DEFAULT_MEANS = {0: 0.05, 1: 0.45, 2: 0.8, 3: 0.95}
 DEFAULT_PRICES = ("gpt-4o-mini=0.15/0.60", "gpt-4o=2.50/10.00")
@@ -245,6 +251,7 @@ class Meter:
     items_graded: int = 0  # items an LLM read
     parse_failures: int = 0  # items that got the 0.5 default because a reply did not parse
     calls_replayed: int = 0  # real grader: replies taken from the record of an earlier run
+    scored: list = field(default_factory=list)  # (score, relevant) of every item an LLM graded
     # Where the prompt tokens go (tiktoken counts of the rendered prompts, whichever grader):
     header_tokens: int = 0  # instructions, question and reply format: paid once per call
     new_item_tokens: int = 0  # items an LLM reads for the first time in this question
@@ -319,8 +326,8 @@ class StrategyModel:
         seen = [(question, it.source) in self.seen_by_llm for it in items]
         if self.strategy == "per_item":
             for item, again in zip(items, seen):
-                header = tokens(prompts.render(GradeTask(question=question, items=())))
-                body = tokens(prompts.render(GradeTask(question=question, items=(item,)))) - header
+                header = tokens(prompts.render(GradeTask(question=question, items=(), style="pointwise")))
+                body = tokens(prompts.render(GradeTask(question=question, items=(item,), style="pointwise"))) - header
                 self.meter.header_tokens += header
                 if again:
                     self.meter.resent_item_tokens += body
@@ -336,8 +343,8 @@ class StrategyModel:
 
     def grade(self, request):
         """One grading: the strategy's LLM calls, metered; the reply holds all N scores."""
-        from crag import prompts
         from crag.grading import PARSE_FAILURE_SCORE
+        from crag.nodes import grade_evidence
         from crag.state import Completion
 
         task = request.task
@@ -350,30 +357,53 @@ class StrategyModel:
         if self.strategy != "per_item":
             completion = self._ask(request)
             meter.add(completion)
-            if prompts.parse_scores(completion.text, len(items)) is None:
+            reading = grade_evidence.read_reply(completion, len(items), task.style)
+            if reading is None:
                 meter.parse_failures += len(items)
+            else:
+                self._score(q, items, reading.scores)
             return completion
         scores, p, c, ms = [], 0, 0, 0.0
         for it in items:  # one call per item, one after another, as the tutorial makes them
             completion = self._ask(single_item_request(q, it))
             meter.add(completion)
-            parsed = prompts.parse_scores(completion.text, 1)
-            if parsed is None:
+            reading = grade_evidence.read_reply(completion, 1, "pointwise")
+            if reading is None:
                 meter.parse_failures += 1
-            scores.append(parsed[0] if parsed else PARSE_FAILURE_SCORE)
+            else:
+                self._score(q, (it,), reading.scores)
+            scores.append(reading.scores[0] if reading else PARSE_FAILURE_SCORE)
             p, c, ms = p + completion.prompt_tokens, c + completion.completion_tokens, ms + completion.latency_ms
         return Completion(json.dumps(scores), self.model, prompt_tokens=p, completion_tokens=c, latency_ms=ms)
 
+    def _score(self, question: str, items, scores) -> None:
+        labels = self.grader.labels
+        self.meter.scored += [(s, labels[(question, it.source)] >= 2) for it, s in zip(items, scores)
+                              if (question, it.source) in labels]
+
 
 def single_item_request(question: str, item):
-    """The request crag's grade_evidence makes for a context of this one item (rules off):
-    the per-item strategy sends exactly what crag would, parameters included."""
+    """The request crag's pointwise grader makes for this item (rules off): the per-item
+    strategy sends exactly what crag would, parameters included."""
     from crag.config import Settings
     from crag.nodes import NodeConfig, grade_evidence
     from crag.state import AgentState
 
     state = AgentState(question=question, context=(item,), iteration=1)
-    return grade_evidence.prepare(state, NodeConfig(Settings(**NO_RULES)))
+    return grade_evidence.prepare(state, NodeConfig(Settings(**NO_RULES, grader="pointwise"))).requests[0]
+
+
+def auc(scored) -> float | None:
+    """The probability that a relevant item scores above an irrelevant one (ties count half)."""
+    pos = sorted(s for s, y in scored if y)
+    neg = sorted(s for s, y in scored if not y)
+    if not pos or not neg:
+        return None
+    import bisect
+
+    wins = sum(bisect.bisect_left(neg, p) + 0.5 * (bisect.bisect_right(neg, p) - bisect.bisect_left(neg, p))
+               for p in pos)
+    return wins / (len(pos) * len(neg))
 
 
 def planner_query(question: str) -> str:
@@ -440,8 +470,9 @@ def node_config(strategy: str, k: int, threshold: float | None = None):
     from crag.config import Settings
     from crag.nodes import NodeConfig
 
-    extra: dict[str, Any] = {"grade_memory": strategy == "batch_rules_memory"}
-    if strategy in ("per_item", "batch"):
+    extra: dict[str, Any] = {"grade_memory": strategy == "batch_rules_memory",
+                             "grader": "scores" if strategy == "scores" else "batch"}
+    if strategy in ("per_item", "batch", "scores"):
         extra.update(NO_RULES)
     elif threshold is not None:
         extra["vector_score_threshold"] = threshold
@@ -549,6 +580,8 @@ def summarise(strategy: str, meter: Meter, quality: Quality, prices: dict[str, t
         "items_read_by_llm": meter.items_graded,
         "grades_reused": meter.grades_reused,
         "parse_failures": meter.parse_failures,
+        "auc": auc(meter.scored),
+        "items_scored": len(meter.scored),
         "calls_replayed": meter.calls_replayed,
         "prompt_split_tiktoken": {"header": meter.header_tokens, "new_items": meter.new_item_tokens,
                                   "resent_items": meter.resent_item_tokens},
@@ -740,7 +773,7 @@ def render_markdown(result: dict[str, Any]) -> str:
         out.append(f"\n**{WORKLOAD_TITLES[workload].format(n=n)}**\n\n")
         headers = ["strategy", "LLM calls", "prompt tokens", "completion tokens", f"latency s / {unit}",
                    *[f"$ / 1k {unit}s ({p})" for p in price_names],
-                   "relevant kept", "irrelevant through", "fast-path false approvals"]
+                   "relevant kept", "irrelevant through", "AUC (items an LLM graded)", "fast-path false approvals"]
         table = []
         for r in rows:
             table.append([
@@ -750,6 +783,7 @@ def render_markdown(result: dict[str, Any]) -> str:
                 *[fmt(r["usd_per_1000_units"][p], 3) for p in price_names],
                 f"{r['relevant_kept_pct']:.1f}% ({r['relevant_kept']:,}/{r['relevant_retrieved']:,})",
                 f"{r['irrelevant_through_pct']:.1f}% ({r['irrelevant_through']:,}/{r['irrelevant_retrieved']:,})",
+                "–" if r.get("auc") is None else f"{r['auc']:.3f} ({r['items_scored']:,})",
                 fmt(r["fast_path_false_approvals"]),
             ])
         out.append(markdown_table(headers, table))
@@ -871,7 +905,7 @@ def render_chart(result: dict[str, Any], path: Path) -> Path | None:
     workloads = list(result["workloads"])
     wl_label = {"single_round": "single round\n(per grading)", "rounds": "up to 3 rounds\n(per question)"}
     strategies = [r["strategy"] for r in result["workloads"][workloads[0]]]
-    colours = {"per_item": "#d62728", "batch": "#ff7f0e", "batch_rules": "#1f77b4", "batch_rules_memory": "#2ca02c"}
+    colours = {"per_item": "#d62728", "batch": "#ff7f0e", "scores": "#9467bd", "batch_rules": "#1f77b4", "batch_rules_memory": "#2ca02c"}
     price = next(iter(result["args"]["prices_usd_per_million"]))
     get = {w: {r["strategy"]: r for r in rows} for w, rows in result["workloads"].items()}
     fig, axes = plt.subplots(2, 3, figsize=(16, 9))

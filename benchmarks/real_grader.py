@@ -41,7 +41,7 @@ from typing import Any
 from benchmarks.common import load_pyplot, markdown_table
 
 NAME = "grading_cost_real"  # + "_single" for the single-round workload
-ORDER = ("per_item", "batch", "batch_rules", "batch_rules_memory")
+ORDER = ("per_item", "batch", "scores", "batch_rules", "batch_rules_memory")
 
 
 class RecordedGrader:
@@ -85,10 +85,14 @@ class RecordedGrader:
         row = self.replies.get(key)
         self.last_replayed = row is not None
         if row is not None:
+            from crag.state import TokenLogprob
+
             self.replayed += 1
+            logprobs = None if not row.get("logprobs") else tuple(
+                TokenLogprob(t, lp, tuple((a, b) for a, b in top)) for t, lp, top in row["logprobs"])
             return Completion(row["text"], self.model, prompt_tokens=row["prompt_tokens"],
                               completion_tokens=row["completion_tokens"], latency_ms=row["latency_ms"],
-                              cached_tokens=row.get("cached_tokens", 0))
+                              cached_tokens=row.get("cached_tokens", 0), logprobs=logprobs)
         try:
             completion = self.chat.complete(request)
         except LLMError as exc:
@@ -100,6 +104,8 @@ class RecordedGrader:
         row = {"key": key, **label, "items": [it.source for it in request.task.items], "text": completion.text,
                "prompt_tokens": completion.prompt_tokens, "cached_tokens": completion.cached_tokens,
                "completion_tokens": completion.completion_tokens, "latency_ms": round(completion.latency_ms, 1),
+               "logprobs": None if completion.logprobs is None else [
+                   [t.token, t.logprob, [list(a) for a in t.top]] for t in completion.logprobs],
                "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         self.replies[key] = row
         self.record.parent.mkdir(parents=True, exist_ok=True)
@@ -207,7 +213,7 @@ def render_markdown(result: dict[str, Any]) -> str:
         f"`{Path(a['record']).name}`, {result['request_errors']} failed. Run time {result['elapsed_s'] / 60:.1f} min.\n\n"
     ]
     headers = ["strategy", "grader", "calls", "prompt tokens", "cached", "completion tokens", "grading time (s)",
-               "relevant kept", "irrelevant through", "parse failures (items)", "fast-path false approvals"]
+               "relevant kept", "irrelevant through", "AUC", "parse failures (items)", "fast-path false approvals"]
     table = []
     for s in a["strategies"]:
         for kind in ("real", "simulated"):
@@ -218,6 +224,7 @@ def render_markdown(result: dict[str, Any]) -> str:
                 f"{r['latency_s']:.0f}" if kind == "real" else f"{r['latency_s']:.1f} (modelled)",
                 f"{r['relevant_kept_pct']:.0f}% ({r['relevant_kept']}/{r['relevant_retrieved']})",
                 f"{r['irrelevant_through_pct']:.0f}% ({r['irrelevant_through']}/{r['irrelevant_retrieved']})",
+                "–" if r.get("auc") is None else f"{r['auc']:.2f}",
                 f"{r['parse_failures']:,}", f"{r['fast_path_false_approvals']:,}",
             ])
     out.append(markdown_table(headers, table))

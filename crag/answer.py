@@ -37,8 +37,13 @@ NO_EVIDENCE = "I couldn't find relevant information in the knowledge base to ans
 STATS_HEADING = "📊 **LLM Usage Stats:**"
 OFFLINE_PREFACE = "Composed offline from the knowledge base (no LLM was used); the most relevant passages:"
 EMPTY_REPLY = "The model returned no answer text."
+# The opening of an answer the evidence does not hold (SPEC §7, ``grounding.verdict``).
+NOT_ANSWERED = (
+    "The knowledge base does not appear to answer this question: most of the answer written from "
+    "the documents found is not supported by them, so only what they support is kept below."
+)
 # crag's own sentences: grounding never judges them.
-FIXED_SENTENCES = frozenset({NO_EVIDENCE, OFFLINE_PREFACE, EMPTY_REPLY})
+FIXED_SENTENCES = frozenset({NO_EVIDENCE, OFFLINE_PREFACE, EMPTY_REPLY, NOT_ANSWERED})
 
 # A fenced block or an inline code span: left untouched by renumbering.
 _CODE = re.compile(r"(```.*?(?:```|\Z)|~~~.*?(?:~~~|\Z)|`[^`\n]*`)", re.S)

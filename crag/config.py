@@ -60,6 +60,14 @@ class StructuredOutput(enum.StrEnum):
     OFF = "off"
 
 
+class GraderStyle(enum.StrEnum):
+    """``KB_AGENT_GRADER``: how grades are asked for and read (``crag.grading.GRADERS``)."""
+
+    BATCH = "batch"
+    POINTWISE = "pointwise"
+    SCORES = "scores"
+
+
 class GroundingMode(enum.StrEnum):
     NOTE = "note"
     STRICT = "strict"
@@ -260,6 +268,7 @@ class Settings:
     drop_threshold: float = setting("KB_AGENT_DROP_THRESHOLD", fraction(), 0.3, node=True)
     generate_threshold: float = setting("KB_AGENT_GENERATE_THRESHOLD", fraction(), 0.7, node=True)
     grade_memory: bool = setting("KB_AGENT_GRADE_MEMORY", _switch, False, node=True)
+    grader: GraderStyle = setting("KB_AGENT_GRADER", Choice(GraderStyle), GraderStyle.BATCH, node=True)
     top_k: int = setting("KB_AGENT_TOP_K", Integer(1), 5, node=True)
     index_dir: str = setting("KB_AGENT_INDEX_DIR", _nonempty, ".crag")
     llm: LLMBackend = setting("KB_AGENT_LLM", _backend, LLMBackend.OFFLINE)

@@ -20,7 +20,7 @@ from .errors import LLMContextError, ToolError
 from .events import AnswerDelta, AnswerStarted, EventHandler, NodeFinished, NodeStarted
 from .graph import END, START, TRANSITIONS, GraphError, Node, Outcome, next_node
 from .nodes import NODES, NodeConfig
-from .ports import ChatModel, LLMRequest, Toolbox, ToolOutcome, ToolRequest
+from .ports import ChatModel, LLMRequest, LLMRequests, Toolbox, ToolOutcome, ToolRequest
 from .state import AgentState, Message, Usage
 from .toolspec import ToolResult
 
@@ -120,6 +120,17 @@ class Driver:
                     )
                 if reply.usage_replaced:
                     state = evolve(state, audit=state.log("usage_implausible", node=name))
+            elif isinstance(request, LLMRequests):
+                replies = []
+                for one in request.requests:
+                    done, one, cfg, state = self._complete(module, node, state, cfg, one, False, on_event)
+                    usage = usage.add(name, done)
+                    replies.append(done)
+                    if done.truncated:
+                        state = evolve(state, audit=state.log("reply_truncated", node=name, max_tokens=one.max_tokens))
+                    if done.usage_replaced:
+                        state = evolve(state, audit=state.log("usage_implausible", node=name))
+                reply = tuple(replies)
             elif isinstance(request, ToolRequest):
                 reply = self._run_tools(request)
             else:  # pragma: no cover - a node returned something the driver cannot perform
@@ -170,6 +181,10 @@ class Driver:
                 state = evolve(state, audit=state.log(
                     "context_refit", node=node.value, context_tokens=window, server_window=err.window))
                 refitted = module.prepare(state, cfg)
+                if isinstance(refitted, LLMRequests):  # one of several: the same item's request, refitted
+                    keys = [tuple(i.key for i in r.task.items) for r in refitted.requests]
+                    mine = tuple(i.key for i in request.task.items)
+                    refitted = refitted.requests[keys.index(mine)] if mine in keys else None
                 if not isinstance(refitted, LLMRequest):  # pragma: no cover - prepare is pure
                     raise
                 request = refitted

@@ -12,6 +12,15 @@ In this order (docs/wire-contract.md, "grade_evidence"):
 4. items below the drop threshold are removed; none left → ``RE_RETRIEVE``; mean of the
    rest >= the generate threshold → ``GENERATE``; otherwise ``REFINE``.
 
+A grade must carry information (``uninformative``): a reply that gives every one of several
+items the same score, or whose token probabilities show every item was a coin toss, says
+nothing about the items. It never removes evidence or forces another round by itself: the
+items stay, each at ``UNGRADED_SCORE``, and the action comes from what crag does know
+(``ungraded_action``: the question's own search found them, or retrieval scored them at
+least at the drop threshold → ``GENERATE``; otherwise ``REFINE``).
+
+``GRADERS`` are the styles of ``KB_AGENT_GRADER``: how the grade is asked for and read.
+
 Two memories span the rounds of one question. Items the filter removed are remembered
 (``AgentState.removed``) and ``tool_exec`` does not add them again (``skipped``). Every grade
 a grader gave is remembered (``AgentState.grades``); with grade memory on, only the items
@@ -26,11 +35,15 @@ from collections.abc import Sequence
 
 from attrs import frozen
 
+from . import searches
 from .state import EvidenceItem, Grade, GraderAction, ToolRun
 
 __all__ = [
     "FAST_PATH_RULES",
+    "GRADERS",
     "PARSE_FAILURE_SCORE",
+    "UNGRADED_SCORE",
+    "UNINFORMATIVE_MIN_ITEMS",
     "Decision",
     "decide",
     "fast_path_rule",
@@ -40,11 +53,25 @@ __all__ = [
     "remember",
     "skipped",
     "ungraded",
+    "ungraded_action",
+    "uninformative",
 ]
 
 FAST_PATH_RULES = ("read_file", "few_context", "high_vector_score")  # in the order they are tried
 READ_FILE, FEW_CONTEXT, HIGH_VECTOR_SCORE = FAST_PATH_RULES
 PARSE_FAILURE_SCORE = 0.5
+
+# KB_AGENT_GRADER: style -> what it is (docs/real-models.md, "Grading a real model").
+GRADERS = {
+    "batch": "one request for all N items; one yes/no line per item, read from token probabilities",
+    "pointwise": "one request per item; one yes/no, read from token probabilities",
+    "scores": "one request for all N items; N numbers as JSON (structured output)",
+}
+# "Several" items: with three or fewer, one score for all is a plausible verdict (and the
+# seed scenarios grade three items alike); the degenerate replies measured on small models
+# gave one value to 5, 10 and 15 items.
+UNINFORMATIVE_MIN_ITEMS = 4
+UNGRADED_SCORE = PARSE_FAILURE_SCORE  # what an item the grader did not inform about is worth
 # Scores and means are compared with this much slack, so that 0.7 read from a reply or a
 # setting is "at least 0.7" however the floating-point sum of the scores came out.
 _EPS = 1e-9
@@ -146,3 +173,43 @@ def merge_scores(
     fresh = dict(zip(new, new_scores))
     known = {g.key: g.score for g in grades}
     return tuple(float(fresh[i]) if i in fresh else known[item.key] for i, item in enumerate(context))
+
+
+# --------------------------------------------------------------------------------------
+# A grade that carries no information
+# --------------------------------------------------------------------------------------
+
+
+def uninformative(scores: Sequence[float], tosses: int = 0) -> str | None:
+    """Why a grade carries no information, or None when it does: ``same_score`` (every one of
+    at least ``UNINFORMATIVE_MIN_ITEMS`` items given one score, to two decimals) or
+    ``coin_toss`` (the token probabilities of every item near even)."""
+    if not scores:
+        return None
+    if tosses >= len(scores):
+        return "coin_toss"
+    if len(scores) >= UNINFORMATIVE_MIN_ITEMS and len({round(s, 2) for s in scores}) == 1:
+        return "same_score"
+    return None
+
+
+def ungraded_action(
+    context: Sequence[EvidenceItem], tool_history: Sequence[ToolRun], question: str, drop_threshold: float
+) -> GraderAction:
+    """The action when the grade carried no information, from what crag knows: ``GENERATE``
+    when some item came from the search of the question itself, or retrieval scored it at
+    least ``drop_threshold``, or is a literal match (a grep match, lines read); ``REFINE``
+    otherwise."""
+    own_search = searches.question_search(question, 1)
+    own = {
+        item.key
+        for run in tool_history
+        if run.call.tool == own_search.tool and searches.same_query(run.call.args.get("query", ""), question)
+        for item in run.items
+    }
+    recorded = recorded_vector_scores(tool_history)
+    for item in context:
+        scored = recorded.get(item.key)
+        if item.key in own or item.tool != own_search.tool or (scored is not None and scored >= drop_threshold - _EPS):
+            return GraderAction.GENERATE
+    return GraderAction.REFINE

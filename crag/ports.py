@@ -1,11 +1,13 @@
 """The ports: what a node asks of the outside world, and the small interfaces that answer.
 
-A node's ``prepare`` returns one of two requests, or None:
+A node's ``prepare`` returns one of these requests, or None:
 
 * ``LLMRequest``: a chat completion for one node. It carries both the rendered
   ``messages`` (what an OpenAI-compatible server receives) and the structured ``task`` they
   were rendered from, so that the offline backend can answer the same contract from data
   instead of parsing prompts. Its reply is a ``Completion``.
+* ``LLMRequests``: several of those, made one after another; its reply is one
+  ``Completion`` per request.
 * ``ToolRequest``: the validated tool calls of one retrieval round. Its reply is one
   ``ToolOutcome`` per call, in order.
 
@@ -40,6 +42,7 @@ __all__ = [
     "GradeTask",
     "Hit",
     "LLMRequest",
+    "LLMRequests",
     "PlanTask",
     "Retriever",
     "SearchWeights",
@@ -88,10 +91,15 @@ class PlanTask:
 
 @frozen
 class GradeTask:
-    """Score each of ``items`` for relevance to ``question``, 0.0 to 1.0."""
+    """Score each of ``items`` for relevance to ``question``, 0.0 to 1.0.
+
+    ``style`` is how the grade is asked for (``KB_AGENT_GRADER``, ``crag.grading.GRADERS``):
+    the prompt and the reply's shape; every style's reply is read into one score per item.
+    """
 
     question: str
     items: tuple[EvidenceItem, ...]
+    style: str = "batch"
 
 
 @frozen
@@ -114,7 +122,10 @@ class LLMRequest:
     ``max_tokens`` is the reply's budget and ``temperature`` its sampling temperature (None:
     the server's default). ``reply_schema``, for nodes whose reply is JSON, is
     ``{"name": ..., "schema": {JSON Schema}}``: the adapter asks for structured output with
-    it, as far as the server and ``KB_AGENT_STRUCTURED_OUTPUT`` allow.
+    it, as far as the server and ``KB_AGENT_STRUCTURED_OUTPUT`` allow. ``logprobs`` > 0 asks
+    for the reply's token probabilities with that many alternatives per token (the grader
+    reads its grades from them); a server that refuses or ignores them is remembered, and the
+    reply comes back without them.
     """
 
     node: str
@@ -123,6 +134,15 @@ class LLMRequest:
     max_tokens: int | None = None
     temperature: float | None = None
     reply_schema: Mapping[str, Any] | None = None
+    logprobs: int = 0
+
+
+@frozen
+class LLMRequests:
+    """Several chat completions one node asks for, made one after another (the ``pointwise``
+    grader asks one per item). Its reply is one ``Completion`` per request, in order."""
+
+    requests: tuple[LLMRequest, ...]
 
 
 @frozen

@@ -35,6 +35,7 @@ __all__ = [
     "Message",
     "NodeUsage",
     "RoutingPlan",
+    "TokenLogprob",
     "ToolCall",
     "ToolRun",
     "Usage",
@@ -183,6 +184,17 @@ class NodeUsage:
 
 
 @frozen
+class TokenLogprob:
+    """One token of a reply with its log probability, and the most likely tokens the model
+    weighed at that position (``top``: (token, logprob) pairs, best first), as servers
+    return them under ``logprobs``."""
+
+    token: str
+    logprob: float
+    top: tuple[tuple[str, float], ...] = ()
+
+
+@frozen
 class Completion:
     """What a chat model returned for one request, with what it cost.
 
@@ -190,7 +202,9 @@ class Completion:
     count no calls and no tokens. ``cached_tokens`` is the part of the prompt the server
     reported as cached (0 when it says nothing); ``finish_reason`` is the server's
     (``"length"`` when the reply ran into ``max_tokens``); ``usage_replaced`` says the server's
-    counts were implausible and tiktoken's stand in.
+    counts were implausible and tiktoken's stand in. ``logprobs`` holds the reply's tokens
+    with their probabilities when the request asked for them and the server returned them
+    (None otherwise).
     """
 
     text: str
@@ -202,6 +216,7 @@ class Completion:
     cached_tokens: int = 0
     finish_reason: str | None = None
     usage_replaced: bool = False  # the server's token counts were implausible: counted instead
+    logprobs: tuple[TokenLogprob, ...] | None = None
 
     @property
     def truncated(self) -> bool:
@@ -306,6 +321,11 @@ class GroundingReport:
     supported: int = 0
     unsupported: tuple[str, ...] = ()
     judgements: tuple[Judgement, ...] = ()
+    # What the answer makes of the report (crag.nodes.synthesize): "answered", or
+    # "not_answered" when most judged sentences are unsupported and no informative grade
+    # approved the evidence (the answer then says the knowledge base does not appear to hold
+    # it), or "unsupported" when most are unsupported but a grader approved the evidence.
+    verdict: str | None = None
 
 
 @frozen
@@ -332,6 +352,10 @@ class AgentState:
     # grade (re-used instead of re-graded when KB_AGENT_GRADE_MEMORY=on).
     removed: tuple[Grade, ...] = ()
     grades: tuple[Grade, ...] = ()
+    # How the current evidence_scores came about (crag.grading.GRADED_BY): "grader" (an
+    # informative LLM grade), "fast_path", "ungraded" (the grade carried no information),
+    # "parse_failure"; None before any grading (the simple path).
+    graded_by: str | None = None
 
     def __attrs_post_init__(self) -> None:
         if self.iteration < 0:

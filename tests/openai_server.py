@@ -28,8 +28,9 @@ What real servers do with request parameters: ``srv.params(node)`` lists each ch
 ``max_tokens``, ``temperature`` and ``response_format``; ``reject_json_schema`` (or
 ``reject_response_format``) answers such a request with a 400 like an older server;
 ``Text(..., finish_reason="length")`` is a reply cut by ``max_tokens``; ``Text(...,
+logprobs=[...])`` sends token probabilities when the request asks for them; ``Text(...,
 cached_tokens=N)`` reports ``usage.prompt_tokens_details.cached_tokens``; and
-``reject_params = {"max_tokens", "temperature"}`` refuses those as OpenAI's reasoning models do
+``reject_params = {"max_tokens", "temperature", "logprobs"}`` refuses those as OpenAI's reasoning models do
 (a 400 naming the parameter; a ``temperature`` of 1 is accepted); and
 ``context_window = N`` refuses (400, as llama.cpp and vLLM do) a request whose prompt,
 counted with tiktoken, plus its ``max_tokens`` exceeds N, worded as ``context_error`` says
@@ -84,6 +85,9 @@ class Text:
     usage: bool = True
     finish_reason: str = "stop"
     cached_tokens: int | None = None
+    # (token, logprob, [(alternative, logprob), ...]) per reply token, sent when the request
+    # asks for logprobs (as llama.cpp, vLLM and OpenAI do); None: never sent
+    logprobs: list[tuple[str, float, list[tuple[str, float]]]] | None = None
 
 
 def NoUsage(text: str) -> Text:
@@ -335,7 +339,8 @@ class FakeOpenAIServer:
         each chat request (None when absent)."""
         return [
             {key: (r.body or {}).get(key)
-             for key in ("max_tokens", "max_completion_tokens", "temperature", "response_format")}
+             for key in ("max_tokens", "max_completion_tokens", "temperature", "response_format", "logprobs",
+                         "top_logprobs")}
             for r in self.requests
             if r.path.endswith("/chat/completions") and (node is None or r.node == node)
             and isinstance(r.body, dict)
@@ -428,6 +433,9 @@ class FakeOpenAIServer:
                 "message": f"Unsupported value: 'temperature' does not support {body['temperature']} with this "
                            "model. Only the default (1) value is supported.",
                 "type": "invalid_request_error", "param": "temperature", "code": "unsupported_value"}})
+        if "logprobs" in self.reject_params and "logprobs" in body:
+            return self._send_json(h, 400, {"error": {
+                "message": "logprobs is not supported by this server", "type": "invalid_request_error"}})
         if self.context_window is not None:
             prompt = _prompt_tokens(body)
             budget = body.get("max_tokens") or body.get("max_completion_tokens") or 0
@@ -506,7 +514,14 @@ class FakeOpenAIServer:
             out["choices"] = [{"index": 0, "finish_reason": "stop", "logprobs": None,
                                "message": {"role": "assistant", "content": None, "refusal": reply.refusal}}]
         else:
-            out["choices"] = [{"index": 0, "finish_reason": reply.finish_reason, "logprobs": None,
+            logprobs = None
+            if reply.logprobs is not None and body.get("logprobs"):
+                k = int(body.get("top_logprobs") or 0)
+                logprobs = {"content": [
+                    {"token": t, "logprob": lp, "bytes": list(t.encode()),
+                     "top_logprobs": [{"token": a, "logprob": alp, "bytes": list(a.encode())} for a, alp in top[:k]]}
+                    for t, lp, top in reply.logprobs]}
+            out["choices"] = [{"index": 0, "finish_reason": reply.finish_reason, "logprobs": logprobs,
                                "message": {"role": "assistant", "content": reply.text}}]
             if reply.usage:
                 out["usage"] = self._usage(body, reply)

@@ -241,7 +241,7 @@ def test_grading_cost_with_a_real_server_sends_crags_requests_and_resumes_from_i
     with FakeOpenAIServer() as srv:  # the single-round workload: its one-item requests are in the record;
         srv.default("grade_evidence", Text("[0.9]"))  # a first round holds 2k items, so each top-k batch is new
         single = grading_cost.main([*argv, "--base-url", srv.base_url, "--workload", "single"])
-        assert srv.calls() == 2  # one per query, shared by the three batch strategies
+        assert srv.calls() == 2 * 2  # per query: one shared by the three batch strategies, one for scores
     rows = {r["strategy"]: r for r in single["rows"]["real"]}
     assert rows["per_item"]["llm_calls"] == 2 * 3 and rows["batch"]["llm_calls"] == 2
     assert (out / "grading_cost_real_single.md").is_file()

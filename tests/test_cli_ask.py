@@ -249,7 +249,7 @@ def test_json_output_has_every_field_of_the_spec(llm: FakeOpenAIServer) -> None:
     assert result["complexity"] == "simple" and result["grader_action"] is None and result["iterations"] == 1
     assert result["citations"] == [
         {"n": 1, "path": "docs/deploy.md", "line": 3, "end_line": 3, "tool": "grep_search"}]
-    assert result["grounding"] == {"sentences": 1, "supported": 1, "unsupported": []}
+    assert result["grounding"] == {"sentences": 1, "supported": 1, "unsupported": [], "verdict": "answered"}
     assert "- **Tokens:** 920 prompt / 72 completion / 992 total" in result["answer"]
 
 
@@ -425,7 +425,7 @@ def test_grounded_answer_through_ask_json(llm: FakeOpenAIServer, kb: Path) -> No
                              "The server listens on port 8080 by default [1]. A backup is kept for thirty days [2].\n"
                              "The backup policy was introduced on October 22, 2024 [unsupported].")
     assert result["grounding"] == {"sentences": 3, "supported": 2, "unsupported": [
-        "The backup policy was introduced on October 22, 2024."]}
+        "The backup policy was introduced on October 22, 2024."], "verdict": "answered"}
     assert "_Note: 1 sentence of this answer is not supported" in answer
     cited = footer(answer)
     assert [(n, path) for n, path, _ in cited] == [(1, "docs/setup.md"), (2, "docs/backup.md")]

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from crag import Agent, Settings
+from crag import Agent, Settings, grading
 from crag.config import ConfigError
 from crag.llm.scripted import ScriptedChatModel
 from crag.nodes import NodeConfig, grade_evidence, tool_exec
@@ -143,7 +143,8 @@ POOL = tuple(item(n) for n in range(1, 13))
 )
 def test_rounds_of_tool_exec_and_grade_evidence_keep_both_memories(rounds, grades, memory):
     """Any retrieval sequence: a removed item never comes back; with memory on no item is
-    sent twice; with it off every grading sends the whole context, survivors first."""
+    sent twice (unless its grade carried no information: like a parse failure's, such a grade
+    is not remembered); with it off every grading sends the whole context, survivors first."""
     cfg = NodeConfig(Settings(auto_approve_max_items=0, vector_score_threshold=1.0, grade_memory=memory))
     state = AgentState(QUESTION, routing_plan=RoutingPlan(Complexity.COMPLEX, ("vector_search",)))
     sent: list = []
@@ -156,14 +157,18 @@ def test_rounds_of_tool_exec_and_grade_evidence_keep_both_memories(rounds, grade
             items = request.task.items
             if not memory:
                 assert items == state.context and items[: len(before)] == before
-            reply = Completion(scores(*(grades.get(i.key, 0.5) for i in items)), "scripted")
-            sent.extend(i.key for i in items)
+            given = [grades.get(i.key, 0.5) for i in items]
+            reply = Completion(scores(*given), "scripted")
+            ungraded = grading.uninformative(given) is not None
+            if not ungraded:
+                sent.extend(i.key for i in items)
         else:
             reply = None
+            ungraded = False
             assert not state.context or memory
         state = grade_evidence.apply(state, reply, cfg)
         assert len(state.evidence_scores) == len(state.context)
         for it, s in zip(state.context, state.evidence_scores):
-            assert s == grades.get(it.key, 0.5) and s >= 0.3
+            assert s == (grading.UNGRADED_SCORE if ungraded else grades.get(it.key, 0.5)) and s >= 0.3
     if memory:
         assert len(sent) == len(set(sent))

@@ -55,7 +55,7 @@ def test_every_node_sends_its_temperature_and_reply_budget(srv):
 
 
 def test_json_nodes_ask_for_their_reply_schema_and_the_answer_for_none(srv):
-    complex_run(srv)
+    complex_run(srv, grader="scores")  # the label graders ask for no format (it flattens their probabilities)
     route = srv.params("analyze_and_route")[0]["response_format"]
     assert route["type"] == "json_schema"
     schema = route["json_schema"]["schema"]
@@ -64,6 +64,13 @@ def test_json_nodes_ask_for_their_reply_schema_and_the_answer_for_none(srv):
     assert grade["properties"]["scores"]["minItems"] == grade["properties"]["scores"]["maxItems"] == 3
     assert srv.params("plan")[0]["response_format"]["json_schema"]["name"] == "plan"
     assert srv.params("synthesize")[0]["response_format"] is None
+
+
+def test_the_default_grader_asks_for_token_probabilities_and_no_format(srv):
+    complex_run(srv)
+    grade = srv.params("grade_evidence")[0]
+    assert grade["response_format"] is None
+    assert grade["logprobs"] is True and grade["top_logprobs"] == 5
 
 
 def test_a_server_refusing_json_schema_gets_json_object_and_it_is_remembered(srv):
@@ -240,3 +247,47 @@ def test_the_request_settings_have_their_defaults():
     assert (s.temperature, s.max_answer_tokens, s.context_tokens, s.structured_output) == (0.2, 1024, 8192, "auto")
     s = Settings.from_env({"KB_AGENT_STRUCTURED_OUTPUT": "JSON_Object", "KB_AGENT_CONTEXT_TOKENS": "32768"}, dotenv=None)
     assert (s.structured_output, s.context_tokens) == ("json_object", 32768)
+
+
+# -- token probabilities (the grader's logprobs) ----------------------------------------------
+
+
+def logprob_request(n: int = 2) -> LLMRequest:
+    return LLMRequest("grade_evidence", GradeTask("q", ()), ({"role": "user", "content": "yes or no"},),
+                      max_tokens=16 + 8 * n, temperature=0.0, logprobs=5)
+
+
+LABELS = [("1", 0.0, [("1", 0.0)]), (":", 0.0, [(":", 0.0)]), (" yes", -0.2, [(" yes", -0.2), (" no", -1.7)])]
+
+
+def test_logprobs_are_asked_for_and_read_from_the_reply(srv):
+    srv.default("grade_evidence", Text("1: yes", logprobs=LABELS))
+    reply = OpenAIChatModel(settings_for(srv)).complete(logprob_request())
+    sent = srv.params()[0]
+    assert sent["logprobs"] is True and sent["top_logprobs"] == 5
+    assert [t.token for t in reply.logprobs] == ["1", ":", " yes"]
+    assert reply.logprobs[2].top == ((" yes", -0.2), (" no", -1.7))
+
+
+def test_only_the_grader_asks_for_logprobs(srv):
+    complex_run(srv)
+    assert [n for n in ("analyze_and_route", "plan", "grade_evidence", "synthesize")
+            if srv.params(n)[0]["logprobs"]] == ["grade_evidence"]
+
+
+def test_a_server_refusing_logprobs_is_asked_without_them_and_it_is_remembered(srv):
+    srv.reject_params = {"logprobs"}
+    srv.default("grade_evidence", "1: yes\n2: no")
+    model = OpenAIChatModel(settings_for(srv, llm_max_retries=0))  # not a retry
+    assert model.complete(logprob_request()).text == "1: yes\n2: no"
+    assert [p["logprobs"] for p in srv.params()] == [True, None]
+    OpenAIChatModel(settings_for(srv, llm_max_retries=0)).complete(logprob_request())
+    assert [p["logprobs"] for p in srv.params()][2:] == [None]
+
+
+def test_a_server_ignoring_logprobs_is_remembered(srv):
+    srv.default("grade_evidence", "1: yes\n2: no")  # a Text without logprobs: the server sends none
+    model = OpenAIChatModel(settings_for(srv))
+    assert model.complete(logprob_request()).logprobs is None
+    model.complete(logprob_request())
+    assert [p["logprobs"] for p in srv.params()] == [True, None]

@@ -92,7 +92,7 @@ def test_a_refine_round_of_the_same_plan_brings_only_new_evidence():
     model = ScriptedChatModel({
         "analyze_and_route": [ROUTE],
         "plan": [same, same],
-        "grade_evidence": ["[0.5, 0.5, 0.5, 0.5, 0.5]", json.dumps([0.5] * 10)],
+        "grade_evidence": ["[0.5, 0.6, 0.5, 0.6, 0.5]", json.dumps([0.5, 0.6] * 5)],  # REFINE
         "synthesize": ["Uploads retry [1]."],
     })
     settings = Settings(max_iterations=2)

@@ -26,6 +26,12 @@ than 1 with a 400 too. Such a refusal (the error names the parameter) is asked a
 budget sent as ``max_completion_tokens``, or without ``temperature``; what the server refused
 is remembered for the server and model for the rest of the process, and it is not a retry.
 
+Token probabilities: a request with ``logprobs`` > 0 (the grader's) sends ``logprobs: true``
+and ``top_logprobs``, and the reply's tokens come back in ``Completion.logprobs``. A server
+that refuses them (400 or 422 naming ``logprobs``) is asked again without them, and one that
+answers without them is taken at its word; either is remembered for the server and model for
+the rest of the process, so later requests do not ask again. Not a retry either.
+
 Streaming (``on_delta``) asks for ``stream_options.include_usage``; a server that refuses
 that gets a plain stream, and one that refuses streaming (or answers it with no events) a
 normal request whose text is passed to ``on_delta`` whole. What worked is remembered.
@@ -53,9 +59,10 @@ from ..config import Settings
 from ..errors import ConfigError, LLMContextError, LLMError, LLMTimeoutError
 from ..ports import LLMRequest
 from ..safe_text import redact_message, valid_text
-from ..state import Completion
+from ..state import Completion, TokenLogprob
 from .bodies import http_client, saw_done
 from .deadline import pause, request_deadline
+from .logprobs import read_logprobs
 from .retry import (
     RETRY_AFTER_CAP,
     BadReply,
@@ -90,7 +97,10 @@ _format_lock = threading.Lock()
 # Request parameters a model may refuse, and what is sent instead: the reply budget under
 # its newer name, or no temperature (the model's default).
 _ADAPTABLE = ("max_tokens", "temperature")
-# (server, model) -> the parameters it refused, for the rest of the process.
+# Token probabilities are asked for with these; a server may refuse or ignore them.
+_LOGPROBS = "logprobs"
+_TOP_LOGPROBS_MAX = 20  # OpenAI's limit on top_logprobs
+# (server, model) -> the parameters it refused (or, for logprobs, ignored), for the rest of the process.
 _refused_memory: dict[tuple[str, str], frozenset[str]] = {}
 
 # How servers say a request is longer than the model's window, and where they give its size:
@@ -138,6 +148,7 @@ class _Reply:
     text: str
     usage: Any = None
     finish_reason: str | None = None
+    logprobs: tuple[TokenLogprob, ...] | None = None
 
 
 class OpenAIChatModel:
@@ -241,6 +252,8 @@ class OpenAIChatModel:
                 self.policy.sleep(wait)
                 continue
             break
+        if "logprobs" in params and reply.logprobs is None:
+            self._remember_refused(_LOGPROBS)  # the server ignores them: stop asking
         if request.reply_schema is not None and self.structured_output == "auto":
             with _format_lock:
                 _format_memory[self._format_key] = fmt
@@ -260,6 +273,7 @@ class OpenAIChatModel:
             cached_tokens=cached,
             finish_reason=reply.finish_reason,
             usage_replaced=replaced,
+            logprobs=reply.logprobs,
         )
 
     # -- request parameters ----------------------------------------------------------------
@@ -291,6 +305,9 @@ class OpenAIChatModel:
         if request.max_tokens is not None:
             budget = "max_completion_tokens" if "max_tokens" in refused else "max_tokens"
             params[budget] = int(request.max_tokens)
+        if request.logprobs > 0 and _LOGPROBS not in refused:
+            params["logprobs"] = True
+            params["top_logprobs"] = min(int(request.logprobs), _TOP_LOGPROBS_MAX)
         schema = request.reply_schema
         if schema is not None and fmt == "json_schema":
             params["response_format"] = {
@@ -315,6 +332,9 @@ class OpenAIChatModel:
         named = getattr(exc, "param", None)
         code = getattr(exc, "code", None)
         text = str(getattr(exc, "message", "") or exc)
+        if "logprobs" in params and (named in ("logprobs", "top_logprobs") or "logprobs" in text.lower()) \
+                and _context_overflow(exc, server_message(exc)) is None:
+            return _LOGPROBS
         for param in _ADAPTABLE:
             if param not in params:
                 continue
@@ -364,7 +384,8 @@ class OpenAIChatModel:
             refusal = getattr(message, "refusal", None)
             why = f"refusal: {_one_line(refusal, 120)}" if refusal else (f"finish_reason {finish}" if finish else "")
             raise BadReply("returned no message content", why)
-        return _Reply(content, getattr(reply, "usage", None), finish if isinstance(finish, str) else None)
+        return _Reply(content, getattr(reply, "usage", None), finish if isinstance(finish, str) else None,
+                      read_logprobs(getattr(choices[0], "logprobs", None)) if "logprobs" in params else None)
 
     def _stream(
         self,

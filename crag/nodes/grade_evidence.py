@@ -11,6 +11,15 @@ prefix caching reuses the survivors' part of the prompt. With grade memory on
 (``KB_AGENT_GRADE_MEMORY=on``) only the items without a remembered grade are sent (no call
 when there are none, audit ``grades_reused``), and the decision is made over all items.
 Grades from a parse failure's default are not remembered: those items are sent again.
+
+How the grade is asked for and read is ``KB_AGENT_GRADER`` (``crag.grading.GRADERS``): the
+default ``batch`` asks in one request for a yes/no line per item and reads each item's score
+from the reply's token probabilities where the server returns them (``crag.prompts.grades``);
+``pointwise`` asks one request per item; ``scores`` asks for N numbers as JSON. A grade that
+carries no information (``crag.grading.uninformative``) is audited ``grader_uninformative``:
+nothing is removed, every item is scored ``UNGRADED_SCORE``, and the action comes from what
+retrieval found (``grading.ungraded_action``); ``graded_by`` says so, and the answer says its
+evidence was not graded.
 """
 
 from __future__ import annotations
@@ -20,13 +29,14 @@ from typing import TYPE_CHECKING
 from attrs import evolve
 
 from .. import budget, grading, prompts, schemas
-from ..ports import GradeTask, LLMRequest
+from ..ports import GradeTask, LLMRequest, LLMRequests
 from ..state import AgentState, AuditEvent, Completion, EvidenceItem, Grade, GraderAction
 
 if TYPE_CHECKING:
     from . import NodeConfig
 
 NAME = "grade_evidence"
+TOP_LOGPROBS = 5  # alternatives per reply token asked for by the label styles
 
 
 def _rule(state: AgentState, cfg: NodeConfig) -> str | None:
@@ -48,28 +58,67 @@ def _to_grade(context: tuple[EvidenceItem, ...], state: AgentState, cfg: NodeCon
 
 def _fit(state: AgentState, cfg: NodeConfig, todo: tuple[int, ...]) -> budget.Fitted:
     """The grading prompt within the context budget; items left out of it are ``dropped``
-    (indices into ``todo``)."""
-    task = GradeTask(question=state.question, items=tuple(state.context[i] for i in todo))
+    (indices into ``todo``). A pointwise grader fits each item alone and leaves none out."""
+    items = tuple(state.context[i] for i in todo)
+    if cfg.grader == "pointwise":
+        return budget.Fitted(GradeTask(state.question, items, cfg.grader), (), 0)
+    task = GradeTask(question=state.question, items=items, style=cfg.grader)
     limit = schemas.grade_max_tokens(len(task.items))
     return budget.fit(task, limit, cfg.context_tokens, prompts.render, cfg.count_tokens, min_items=1)
 
 
-def prepare(state: AgentState, cfg: NodeConfig) -> LLMRequest | None:
+def _request(task: GradeTask, messages: tuple[dict[str, str], ...]) -> LLMRequest:
+    n = len(task.items)
+    scores = task.style == "scores"
+    return LLMRequest(
+        NAME,
+        task,
+        messages,
+        max_tokens=schemas.grade_max_tokens(n),
+        temperature=0.0,
+        reply_schema=schemas.grade_schema(n) if scores else None,  # constrained decoding flattens the probabilities
+        logprobs=0 if scores else TOP_LOGPROBS,
+    )
+
+
+def prepare(state: AgentState, cfg: NodeConfig) -> LLMRequest | LLMRequests | None:
     if not state.context or _rule(state, cfg) is not None:
         return None
     todo = _to_grade(state.context, state, cfg)
     if not todo:
         return None
     fitted = _fit(state, cfg, todo)
-    n = len(fitted.task.items)
-    return LLMRequest(
-        NAME,
-        fitted.task,
-        fitted.messages,
-        max_tokens=schemas.grade_max_tokens(n),
-        temperature=0.0,
-        reply_schema=schemas.grade_schema(n),
-    )
+    if cfg.grader == "pointwise":
+        requests = []
+        for item in fitted.task.items:
+            one = budget.fit(GradeTask(state.question, (item,), "pointwise"), schemas.grade_max_tokens(1),
+                             cfg.context_tokens, prompts.render, cfg.count_tokens, min_items=1)
+            requests.append(_request(one.task, one.messages))
+        return LLMRequests(tuple(requests))
+    return _request(fitted.task, fitted.messages)
+
+
+def read_reply(reply: Completion | tuple[Completion, ...] | None, n: int, style: str) -> prompts.Reading | None:
+    """The scores of a grading reply (one completion, or one per item for ``pointwise``)."""
+    if reply is None:
+        return None
+    if isinstance(reply, tuple):
+        readings = [prompts.read_grades(r.text, 1, r.logprobs) for r in reply]
+        if len(readings) != n or any(r is None for r in readings):
+            return None
+        return prompts.Reading(
+            tuple(r.scores[0] for r in readings if r is not None),
+            from_logprobs=all(r is not None and r.from_logprobs for r in readings),
+            tosses=sum(r.tosses for r in readings if r is not None),
+        )
+    return prompts.read_grades(reply.text, n, reply.logprobs)
+
+
+def _informed(reply: Completion | tuple[Completion, ...] | None) -> bool:
+    """Whether the grade came from a model that may fail to inform (an LLM); the offline
+    backend's grade is computed from the question's keywords and says what it says."""
+    replies = reply if isinstance(reply, tuple) else (reply,)
+    return not all(r is not None and not r.billable for r in replies)
 
 
 def apply(state: AgentState, reply: Completion | None, cfg: NodeConfig) -> AgentState:
@@ -83,6 +132,7 @@ def apply(state: AgentState, reply: Completion | None, cfg: NodeConfig) -> Agent
             evidence_scores=(1.0,) * len(context),
             grader_action=GraderAction.GENERATE,
             audit=state.log("fast_path_hit", rule_name=rule, items=len(context)),
+            graded_by="fast_path",
         )
     audit = state.audit
     todo = _to_grade(context, state, cfg)
@@ -95,11 +145,14 @@ def apply(state: AgentState, reply: Completion | None, cfg: NodeConfig) -> Agent
     if not context:
         return evolve(state, context=(), evidence_scores=(), grader_action=GraderAction.RE_RETRIEVE, audit=audit)
     graded: tuple[Grade, ...] = ()
+    graded_by = "grader"
     if not todo:
         new_scores: tuple[float, ...] = ()
     else:
-        parsed = prompts.parse_scores(reply.text, len(todo)) if reply is not None else None
-        if parsed is None:
+        reading = read_reply(reply, len(todo), cfg.grader)
+        why = grading.uninformative(reading.scores, reading.tosses) if reading is not None else None
+        if reading is None:
+            graded_by = "parse_failure"
             new_scores = (grading.PARSE_FAILURE_SCORE,) * len(todo)
             audit = (
                 *audit,
@@ -108,9 +161,24 @@ def apply(state: AgentState, reply: Completion | None, cfg: NodeConfig) -> Agent
                     {"level": "warning", "items": len(todo), "default_score": grading.PARSE_FAILURE_SCORE},
                 ),
             )
+        elif why is not None and _informed(reply):
+            # no information: nothing is removed and no round is forced by this grade
+            event = AuditEvent("grader_uninformative", {
+                "level": "warning", "items": len(todo), "reason": why, "scores": list(reading.scores),
+                "from_logprobs": reading.from_logprobs})
+            keep = context
+            action = grading.ungraded_action(keep, state.tool_history, state.question, cfg.drop_threshold)
+            return evolve(
+                state,
+                context=keep,
+                evidence_scores=(grading.UNGRADED_SCORE,) * len(keep),
+                grader_action=action,
+                audit=(*audit, event),
+                graded_by="ungraded",
+            )
         else:
-            new_scores = parsed
-            graded = tuple(Grade.of(context[i], s) for i, s in zip(todo, parsed))
+            new_scores = reading.scores
+            graded = tuple(Grade.of(context[i], s) for i, s in zip(todo, reading.scores))
     reused = len(context) - len(todo)
     if reused:
         audit = (*audit, AuditEvent("grades_reused", {"items": reused, "graded": len(todo)}))
@@ -131,4 +199,5 @@ def apply(state: AgentState, reply: Completion | None, cfg: NodeConfig) -> Agent
         audit=audit + removed,
         removed=state.removed + tuple(Grade.of(context[i], scores[i]) for i in decision.removed),
         grades=grading.remember(state.grades, graded),
+        graded_by=graded_by,
     )

@@ -9,6 +9,14 @@
   sources, and when the iteration cap forced an answer from evidence the grader did not
   approve, a one-line note says the evidence is weak.
 
+An answer the evidence does not hold is not presented as one (``verdict``): when no
+informative grade approved the evidence (the simple path asks none; a fast path approves
+without one; a grade may carry no information) and grounding finds most of the answer's
+judged sentences unsupported, the answer opens by saying that the knowledge base does not
+appear to answer the question and keeps only the supported sentences (none: the no-evidence
+sentence); ``grounding.verdict`` is ``not_answered``. Evidence whose grade carried no
+information is named in a note.
+
 Every answer ends with exactly one usage block; the driver has already added this node's
 own call to ``state.usage`` when ``apply`` runs, so the block counts it.
 """
@@ -21,7 +29,7 @@ from attrs import evolve
 
 from .. import answer, budget, grading, grounding, prompts
 from ..ports import LLMRequest, SynthesizeTask
-from ..state import AgentState, Completion, Complexity, GraderAction
+from ..state import AgentState, Completion, Complexity, GraderAction, GroundingReport
 
 if TYPE_CHECKING:
     from . import NodeConfig
@@ -62,8 +70,16 @@ def prepare(state: AgentState, cfg: NodeConfig) -> LLMRequest | None:
     )
 
 
+UNGRADED_NOTE = (
+    "_Note: the grader's scores for this evidence carried no information, so it was not graded; "
+    "it is used as retrieval ranked it._"
+)
+
+
 def weak_evidence_note(state: AgentState, cfg: NodeConfig) -> str | None:
     """The note for an answer the iteration cap forced from evidence the grader did not approve."""
+    if state.graded_by == "ungraded":
+        return UNGRADED_NOTE
     if state.grader_action is None or state.grader_action is GraderAction.GENERATE:
         return None
     if not state.context or state.iteration < cfg.max_iterations:
@@ -106,13 +122,33 @@ def _grounded(state: AgentState, body: str, cfg: NodeConfig, items: tuple) -> Ag
         )
         return evolve(state, answer=text, citations=citations)
     done = grounding.ground(body, items, cfg.grounding, state.question)
-    report = done.report if cfg.grounding != "off" else None
-    for j in report.judgements if report is not None else ():  # each verdict with the rule that decided it
+    if cfg.grounding == "off":
+        text, citations = answer.compose(done.body, done.sources, state.usage, note=weak)
+        return evolve(state, answer=text, citations=citations)
+    for j in done.report.judgements:  # each verdict with the rule that decided it
         state = evolve(state, audit=state.log("sentence_judged", sentence=j.sentence, supported=j.supported,
                                               rule=j.rule))
-    if cfg.grounding == "strict" and not done.report.supported:
+    verdict = verdict_of(done.report, state)
+    report = evolve(done.report, verdict=verdict)
+    if verdict == "not_answered" and cfg.grounding != "strict":
+        done = grounding.ground(body, items, "strict", state.question)  # only the supported sentences
+    if (cfg.grounding == "strict" or verdict == "not_answered") and not done.report.supported:
         text, citations = answer.compose(answer.NO_EVIDENCE, (), state.usage, cite=False)
         return evolve(state, answer=text, citations=citations, grounding=report)
-    notes = [n for n in (grounding.note_line(done.report, cfg.grounding), weak) if n]
-    text, citations = answer.compose(done.body, done.sources, state.usage, note="\n\n".join(notes) or None)
+    body = f"{answer.NOT_ANSWERED}\n\n{done.body}" if verdict == "not_answered" else done.body
+    removed = verdict == "not_answered"  # the opening says so: no count of tagged sentences
+    notes = [n for n in (None if removed else grounding.note_line(done.report, cfg.grounding), weak) if n]
+    text, citations = answer.compose(body, done.sources, state.usage, note="\n\n".join(notes) or None)
     return evolve(state, answer=text, citations=citations, grounding=report)
+
+
+def verdict_of(report: GroundingReport, state: AgentState) -> str | None:
+    """What the answer makes of its grounding report: None when no sentence was judged;
+    ``answered`` when at least half the judged sentences are supported; else ``not_answered``
+    when no informative grade approved the evidence (then crag says so), ``unsupported`` when
+    a grader did."""
+    if not report.sentences:
+        return None
+    if 2 * report.supported >= report.sentences:
+        return "answered"
+    return "unsupported" if state.graded_by == "grader" else "not_answered"

@@ -83,6 +83,7 @@ def apply(state: AgentState, reply: Sequence[ToolOutcome] | None, cfg: NodeConfi
         tool_history=state.tool_history + tuple(runs),
         context=state.context + tuple(added),
         evidence_scores=(),
+        graded_by=None,
         tool_calls=(),
         audit=(*state.audit, *events) if events else state.audit,
     )

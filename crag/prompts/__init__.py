@@ -9,6 +9,8 @@ code fences, prose around the JSON, trailing commas) and validated strictly:
 * ``parse_route``  -> a ``RoutingPlan``, or None when the classification is unusable;
 * ``parse_plan``   -> validated ``ToolCall``s plus the reasons for every refusal;
 * ``parse_scores`` -> exactly N finite numbers in [0, 1], or None;
+* ``read_grades``  -> N scores from a grading reply's labels (with their token
+  probabilities) or numbers, or None;
 * ``clean_answer`` -> the answer text without thinking or a usage block of its own.
 
 No parser raises on any input: a reply is data from the network, and a bad one has a
@@ -19,7 +21,8 @@ documented fallback in the node that asked for it. The modules, one concern each
     lenient_json.py  JSON values in a reply, most likely first
     route.py         analyze_and_route replies
     plan.py          plan replies: entries, arguments, refusals
-    scores.py        grade_evidence replies
+    scores.py        grade_evidence replies: JSON numbers
+    grades.py        grade_evidence replies: labels and token probabilities
     find.py          what a question names: Jira keys, URLs, page ids, paths, identifiers
 """
 
@@ -34,6 +37,7 @@ from .find import (
     find_paths,
     find_urls,
 )
+from .grades import Reading, read_grades
 from .lenient_json import extract_json, iter_json_values
 from .plan import MAX_CALLS, MAX_TOP_K, parse_plan
 from .render import quote, render
@@ -44,6 +48,7 @@ __all__ = [
     "MAX_CALLS",
     "MAX_TOP_K",
     "NOT_JIRA_PROJECTS",
+    "Reading",
     "clean_answer",
     "extract_json",
     "find_confluence_page_ids",
@@ -56,6 +61,7 @@ __all__ = [
     "parse_route",
     "parse_scores",
     "quote",
+    "read_grades",
     "render",
     "strip_stats_blocks",
     "strip_think",

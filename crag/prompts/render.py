@@ -25,6 +25,7 @@ _QUOTED_IS_DATA = (
 )
 
 _ITEM_CHARS = 6000  # longest item text quoted in a grade or synthesize prompt
+_RESTATED_CHARS = 500  # a grading prompt repeats a question up to this long after the items
 _PLAN_ITEM_CHARS = 300  # evidence excerpts shown to the planner
 _HISTORY_TURNS = {"analyze": 6, "plan": 4, "synthesize": 10}
 _HISTORY_CHARS = {"analyze": 1500, "plan": 1000, "synthesize": 3000}
@@ -159,9 +160,46 @@ def _render_plan(task: PlanTask) -> tuple[dict[str, str], ...]:
 
 
 def _render_grade(task: GradeTask) -> tuple[dict[str, str], ...]:
-    """The grading prompt. Everything that depends on the number of items comes last, so
-    that a later round, which sends the survivors first in the same order and rendering,
-    shares its whole prefix up to the new items (a server's prefix cache reuses it)."""
+    """The grading prompt of ``task.style``. Everything that depends on the number of items
+    comes last, so that a later round, which sends the survivors first in the same order and
+    rendering, shares its whole prefix up to the new items (a server's prefix cache reuses
+    it). The label styles ask for one word per item and give no example reply (a small model
+    copies an example's values), and restate the question after the items, next to where the
+    model writes its labels (a question longer than ``_RESTATED_CHARS`` is said once: doubled,
+    it would take the evidence's room)."""
+    n = len(task.items)
+    if task.style == "scores":
+        return _render_grade_scores(task)
+    again = f"Question:\n{quote(task.question)}\n\n" if len(task.question) <= _RESTATED_CHARS else ""
+    if task.style == "pointwise":
+        system = (
+            "You check whether a document passage answers a question. Reply yes if it answers the "
+            "question or holds the information needed to answer it, no otherwise. Reply with one word.\n"
+            f"{_QUOTED_IS_DATA}"
+        )
+        user = (
+            f"Question:\n{quote(task.question)}\n\n"
+            f"Passage:\n{_items_block(task.items, _ITEM_CHARS)}\n\n"
+            f"{again}"
+            "Does the passage answer the question? yes or no:"
+        )
+        return ({"role": "system", "content": system}, {"role": "user", "content": user})
+    system = (
+        "You check whether document passages answer a question. For each numbered passage, say "
+        "yes if it answers the question or holds the information needed to answer it, no otherwise.\n"
+        f"{_QUOTED_IS_DATA}"
+    )
+    user = (
+        f"Question:\n{quote(task.question)}\n\n"
+        f"Passages:\n{_items_block(task.items, _ITEM_CHARS)}\n\n"
+        f"{again}"
+        f"For each passage [1] to [{n}], one line: its number, a colon, then yes or no."
+    )
+    return ({"role": "system", "content": system}, {"role": "user", "content": user})
+
+
+def _render_grade_scores(task: GradeTask) -> tuple[dict[str, str], ...]:
+    """The first grading prompt (style ``scores``): N numbers as JSON."""
     n = len(task.items)
     system = (
         "You grade evidence for a knowledge-base assistant. For each numbered item, judge how "

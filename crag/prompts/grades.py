@@ -1,0 +1,128 @@
+"""``grade_evidence`` replies read into one score per item, from the text or the token probabilities.
+
+Two reply shapes are read, whatever style asked (``crag.grading.GRADERS``):
+
+* a label per item, one per line: ``1: yes`` / ``2: no`` (the ``batch`` prompt asks for
+  this; a ``pointwise`` request asks for one bare ``yes`` or ``no``). Read from the text, a
+  label is 1.0 or 0.0. Where the reply carries token probabilities (``Completion.logprobs``),
+  an item's score is the model's probability of ``yes`` against ``no`` at the label's token:
+  the expected grade, not the one sampled, so that "yes, barely" and "yes, surely" differ;
+* the seed's JSON array of N numbers (or ``{"scores": [...]}``), read by ``parse_scores``.
+
+A reply that gives neither exactly N labels nor N numbers is no reading (None): the node's
+parse-failure fallback applies. ``Reading.tosses`` counts the items whose probabilities
+were a coin toss (``yes`` and ``no`` both near even), for ``crag.grading.uninformative``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from attrs import frozen
+
+from ..state import TokenLogprob
+from .clean import strip_think
+from .scores import parse_scores
+
+__all__ = ["LABELS", "TOSS_MARGIN", "Reading", "read_grades"]
+
+# Label words and the score each stands for, lower-cased, without surrounding space or punctuation.
+LABELS = {"yes": 1.0, "no": 0.0}
+# An item whose P(yes) is within this of 0.5 was a coin toss.
+TOSS_MARGIN = 0.15
+
+# "1: yes", "[2] no", "3. Yes", "4 - no", "Passage 5: yes" (the number, then the label)
+_LINE = re.compile(r"^[ \t>*-]*(?:passage|item)?\s*\[?(\d{1,4})\]?\s*[:.)\-=]?\s*\**\s*([A-Za-z]+)", re.I | re.M)
+# the text of a reply up to a label's position: a line's number and its separator, nothing after
+_BEFORE_LABEL = re.compile(r"(?:^|\n)[ \t>*-]*(?:passage|item)?\s*\[?(\d{1,4})\]?\s*[:.)\-=]?\s*\**\s*$", re.I)
+
+
+@frozen
+class Reading:
+    """The scores read from one grading reply, and how: ``from_logprobs`` when every score
+    came from token probabilities; ``tosses`` items whose probabilities were a coin toss."""
+
+    scores: tuple[float, ...]
+    from_logprobs: bool = False
+    tosses: int = 0
+
+
+def _word(token: str) -> str:
+    return token.strip().strip(".,;:!*\"'`()[]").lower()
+
+
+def p_label(choice: TokenLogprob) -> float | None:
+    """The expected label score at one token, from its alternatives (``top``) or the token
+    itself: sum of P(label) x score over the label words present, renormalised; None when no
+    label word is among them."""
+    weights: dict[str, float] = {}
+    alternatives = choice.top or ((choice.token, choice.logprob),)
+    for token, logprob in alternatives:
+        word = _word(token)
+        if word in LABELS:
+            weights[word] = weights.get(word, 0.0) + math.exp(logprob)
+    if not weights:
+        return None
+    total = sum(weights.values())
+    return sum(LABELS[w] * p for w, p in weights.items()) / total
+
+
+def _from_logprobs(tokens: Sequence[TokenLogprob], n: int) -> dict[int, float]:
+    """Item number -> expected score, at the first label token after each item's number."""
+    text = ""
+    found: dict[int, float] = {}
+    waiting: int | None = None
+    single = n == 1  # a pointwise reply is one bare label
+    for choice in tokens:
+        if (waiting is not None or (single and not text.strip())) and choice.token.strip():
+            p = p_label(choice)
+            key = waiting if waiting is not None else 1
+            if p is not None and key not in found:
+                found[key] = p
+            waiting = None
+        text += choice.token
+        m = _BEFORE_LABEL.search(text)
+        waiting = int(m.group(1)) if m and choice.token.strip() else waiting
+    return found
+
+
+def _from_text(text: str, n: int) -> dict[int, float]:
+    found: dict[int, float] = {}
+    if n == 1:
+        word = _word(text.split()[0]) if text.split() else ""
+        if word in LABELS:
+            found[1] = LABELS[word]
+    for m in _LINE.finditer(text):
+        k, word = int(m.group(1)), m.group(2).lower()
+        if word in LABELS and k not in found:
+            found[k] = LABELS[word]
+    return found
+
+
+def read_grades(text: Any, n: int, logprobs: Sequence[TokenLogprob] | None = None) -> Reading | None:
+    """Exactly ``n`` scores in [0, 1] from a grading reply, or None (see the module doc)."""
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1 or not isinstance(text, str):
+        return None
+    numbers = parse_scores(text, n)
+    if numbers is not None:
+        return Reading(numbers)
+    cleaned = strip_think(text)
+    labels = _from_text(cleaned, n)
+    if any(k not in labels for k in range(1, n + 1)):
+        return None
+    probs = _from_logprobs(logprobs, n) if logprobs and cleaned == text else {}
+    scores = []
+    tosses = 0
+    for k in range(1, n + 1):
+        p = probs.get(k)
+        if p is None:
+            scores.append(labels[k])
+            continue
+        p = min(1.0, max(0.0, p))
+        tosses += abs(p - 0.5) < TOSS_MARGIN
+        scores.append(round(p, 4))
+    return Reading(tuple(scores), from_logprobs=len(probs) >= n and all(k in probs for k in range(1, n + 1)),
+                   tosses=tosses)

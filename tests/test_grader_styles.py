@@ -1,0 +1,250 @@
+"""KB_AGENT_GRADER styles, grades read from token probabilities, and grades that carry no
+information (SPEC §2 "A grade must carry information"; §7 "An answer the evidence does not hold")."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from crag import Agent, grading
+from crag.config import Settings
+from crag.errors import ConfigError
+from crag.llm.scripted import ScriptedChatModel
+from crag.nodes import NodeConfig, grade_evidence
+from crag.ports import GradeTask, LLMRequest, LLMRequests
+from crag.prompts import read_grades, render
+from crag.state import AgentState, Completion, TokenLogprob, ToolCall, ToolRun
+
+from .fakes import FakeToolbox, item, route, scores, search_plan
+
+QUESTION = "Where is the upload retry policy configured?"
+
+
+def label_tokens(*p_yes: float) -> tuple[TokenLogprob, ...]:
+    """The tokens of a reply ``1: yes`` / ``2: no`` ... whose label token at item k has P(yes) = p_yes[k]."""
+    out = []
+    for k, p in enumerate(p_yes, 1):
+        if k > 1:
+            out.append(TokenLogprob("\n", 0.0))
+        word = " yes" if p >= 0.5 else " no"
+        top = ((" yes", math.log(max(p, 1e-9))), (" no", math.log(max(1 - p, 1e-9))))
+        top = tuple(sorted(top, key=lambda t: -t[1]))
+        out += [TokenLogprob(str(k), 0.0), TokenLogprob(":", 0.0), TokenLogprob(word, max(top[0][1], -50.0), top)]
+    return tuple(out)
+
+
+def label_reply(*p_yes: float, logprobs: bool = True) -> Completion:
+    tokens = label_tokens(*p_yes)
+    return Completion("".join(t.token for t in tokens), "m", prompt_tokens=100, completion_tokens=len(tokens),
+                      logprobs=tokens if logprobs else None)
+
+
+# -- reading a reply -----------------------------------------------------------------------
+
+
+def test_label_lines_are_read_from_their_token_probabilities():
+    reading = read_grades(label_reply(0.9, 0.2, 0.55).text, 3, label_reply(0.9, 0.2, 0.55).logprobs)
+    assert reading.from_logprobs
+    assert reading.scores == pytest.approx((0.9, 0.2, 0.55), abs=1e-3)
+    assert reading.tosses == 1  # 0.55 is a coin toss
+
+
+def test_label_lines_without_probabilities_are_read_from_the_text():
+    reading = read_grades("1: yes\n2: no\n3: Yes.", 3)
+    assert reading.scores == (1.0, 0.0, 1.0) and not reading.from_logprobs
+
+
+@pytest.mark.parametrize("text", ["[1] yes\n[2] no", "1. yes\n2. no", "Passage 1: yes\nPassage 2: no", "1 - yes\n2 - no"])
+def test_label_lines_in_the_shapes_small_models_write(text):
+    assert read_grades(text, 2).scores == (1.0, 0.0)
+
+
+def test_the_seed_reply_of_n_numbers_still_reads():
+    assert read_grades("[0.9, 0.1, 0.5]", 3).scores == (0.9, 0.1, 0.5)
+    assert read_grades('{"scores": [1, 0]}', 2).scores == (1.0, 0.0)
+
+
+@pytest.mark.parametrize("text", ["1: yes", "1: yes\n2: maybe\n3: no", "", "yes no yes"])
+def test_a_reply_without_a_label_for_every_item_is_a_parse_failure(text):
+    assert read_grades(text, 3) is None
+
+
+def test_a_pointwise_reply_is_one_bare_label():
+    tokens = (TokenLogprob("Yes", math.log(0.7), (("Yes", math.log(0.7)), ("No", math.log(0.3)))),)
+    reading = read_grades("Yes", 1, tokens)
+    assert reading.scores == pytest.approx((0.7,), abs=1e-3) and reading.from_logprobs
+
+
+@given(st.text(max_size=300), st.integers(1, 12))
+def test_any_reply_reads_into_n_scores_in_range_or_none(text, n):
+    reading = read_grades(text, n)
+    assert reading is None or (len(reading.scores) == n and all(0.0 <= s <= 1.0 for s in reading.scores))
+
+
+# -- uninformative grades ------------------------------------------------------------------
+
+
+def test_the_same_score_for_several_items_carries_no_information():
+    assert grading.uninformative((0.0,) * 5) == "same_score"
+    assert grading.uninformative((0.5,) * 10) == "same_score"
+    assert grading.uninformative((0.1, 0.1, 0.1)) is None  # three alike is a plausible verdict (seed 001)
+    assert grading.uninformative((0.0, 0.0, 0.0, 0.9)) is None
+
+
+def test_coin_tosses_carry_no_information():
+    assert grading.uninformative((0.5, 0.45, 0.6), tosses=3) == "coin_toss"
+    assert grading.uninformative((0.5, 0.95, 0.6), tosses=2) is None
+
+
+def _run(replies, results, settings=None):
+    model = ScriptedChatModel(replies)
+    toolbox = FakeToolbox(results, question=QUESTION)
+    return Agent(model, toolbox, settings or Settings()).ask(QUESTION), model
+
+
+def test_an_uninformative_grade_removes_nothing_and_forces_no_round():
+    five = [item(k, score=0.5) for k in range(1, 6)]
+    result, model = _run(
+        {"analyze_and_route": [route("complex")], "plan": [search_plan()],
+         "grade_evidence": [scores(0.0, 0.0, 0.0, 0.0, 0.0)],
+         "synthesize": ["Evidence number 1 about the retry policy [1]."]},
+        {"vector_search": [five]},
+    )
+    audit = result.audit
+    assert [e["reason"] for e in audit if e["event"] == "grader_uninformative"] == ["same_score"]
+    assert not [e for e in audit if e["event"] == "evidence_removed"]
+    assert model.calls("grade_evidence") == 1 and result.iterations == 1  # no second round
+    assert result.state.grader_action.value == "GENERATE"  # the planned search found them (the question's words)
+    assert len(result.state.context) == 5
+    assert result.state.evidence_scores == (grading.UNGRADED_SCORE,) * 5
+    assert "was not graded" in result.answer
+
+
+def test_without_the_questions_own_hits_an_uninformative_grade_refines_by_retrieval():
+    ctx = [item(k, score=0.1) for k in range(1, 5)]
+    state = AgentState(QUESTION, context=tuple(ctx), iteration=1,
+                       tool_history=(ToolRun(1, ToolCall("vector_search", {"query": "other words"}), tuple(ctx)),))
+    assert grading.ungraded_action(state.context, state.tool_history, QUESTION, 0.3).value == "REFINE"
+    own = (ToolRun(1, ToolCall("vector_search", {"query": QUESTION}), tuple(ctx[:1])),)
+    assert grading.ungraded_action(state.context, own, QUESTION, 0.3).value == "GENERATE"
+
+
+def test_a_grade_read_from_probabilities_filters_as_the_seed_says():
+    five = [item(k, score=0.5) for k in range(1, 6)]
+    result, model = _run(
+        {"analyze_and_route": [route("complex")], "plan": [search_plan()],
+         "grade_evidence": [label_reply(0.95, 0.1, 0.85, 0.2, 0.9)],
+         "synthesize": ["Evidence number 1 about the retry policy [1]."]},
+        {"vector_search": [five]},
+    )
+    request = model.requests[[r.node for r in model.requests].index("grade_evidence")]
+    assert request.logprobs > 0 and request.reply_schema is None
+    assert request.max_tokens == 16 + 8 * 5
+    assert result.state.evidence_scores == pytest.approx((0.95, 0.85, 0.9), abs=1e-3)
+    assert [e["source"] for e in result.audit if e["event"] == "evidence_removed"] == [five[1].label, five[3].label]
+    assert result.state.grader_action.value == "GENERATE"
+    assert result.state.graded_by == "grader"
+
+
+def test_the_pointwise_grader_asks_once_per_item():
+    four = [item(k, score=0.5) for k in range(1, 5)]
+    yes = Completion("yes", "m", logprobs=(TokenLogprob("yes", math.log(0.9), (("yes", math.log(0.9)), ("no", math.log(0.1)))),))
+    no = Completion("no", "m", logprobs=(TokenLogprob("no", math.log(0.8), (("no", math.log(0.8)), ("yes", math.log(0.2)))),))
+    result, model = _run(
+        {"analyze_and_route": [route("complex")], "plan": [search_plan()],
+         "grade_evidence": [yes, no, yes, no], "synthesize": ["Evidence number 1 about the retry policy [1]."]},
+        {"vector_search": [four]},
+        Settings(grader="pointwise"),
+    )
+    assert model.calls("grade_evidence") == 4
+    assert all(len(r.task.items) == 1 for r in model.requests if r.node == "grade_evidence")
+    assert result.state.evidence_scores == pytest.approx((0.9, 0.9), abs=1e-3)
+    assert result.usage.by_node["grade_evidence"].calls == 4
+
+
+def test_pointwise_prepare_is_one_request_per_item():
+    ctx = tuple(item(k) for k in range(1, 4))
+    state = AgentState(QUESTION, context=ctx, iteration=1)
+    request = grade_evidence.prepare(state, NodeConfig(Settings(auto_approve_max_items=0, grader="pointwise")))
+    assert isinstance(request, LLMRequests) and len(request.requests) == 3
+    assert all(isinstance(r, LLMRequest) and r.max_tokens == 24 for r in request.requests)
+
+
+def test_the_scores_style_is_the_first_prompt_with_structured_output():
+    ctx = tuple(item(k) for k in range(1, 4))
+    state = AgentState(QUESTION, context=ctx, iteration=1)
+    request = grade_evidence.prepare(state, NodeConfig(Settings(auto_approve_max_items=0, grader="scores")))
+    assert request.reply_schema is not None and request.logprobs == 0
+    assert '{"scores"' in request.messages[0]["content"]
+
+
+def test_the_batch_prompt_gives_no_example_and_restates_the_question():
+    messages = render(GradeTask(QUESTION, tuple(item(k) for k in range(1, 4))))
+    user = messages[1]["content"]
+    assert user.count(QUESTION) == 2
+    assert user.rstrip().endswith("then yes or no.")
+    assert "0.5" not in messages[0]["content"] + user
+
+
+def test_the_grader_setting_is_validated():
+    assert Settings.from_env({"KB_AGENT_GRADER": "pointwise"}, dotenv=None).grader == "pointwise"
+    assert Settings.from_env({}, dotenv=None).grader == "batch"
+    with pytest.raises(ConfigError, match="KB_AGENT_GRADER"):
+        Settings.from_env({"KB_AGENT_GRADER": "sometimes"}, dotenv=None)
+
+
+def test_the_offline_backends_grade_is_never_called_uninformative():
+    from crag.llm.offline import OfflineChatModel
+
+    state = AgentState(QUESTION, context=tuple(item(k, text="Nothing to see here at all.") for k in range(1, 6)),
+                       iteration=1)
+    cfg = NodeConfig(Settings(auto_approve_max_items=0))
+    request = grade_evidence.prepare(state, cfg)
+    reply = OfflineChatModel().complete(request)
+    after = grade_evidence.apply(state, reply, cfg)
+    assert not [e for e in after.audit if e.event == "grader_uninformative"]
+    assert after.grader_action.value == "RE_RETRIEVE"
+
+
+# -- the verdict on the simple path ----------------------------------------------------------
+
+
+def test_a_simple_answer_the_evidence_does_not_hold_says_so():
+    evidence = [item(1, text="Uploads are retried three times by the upload worker.")]
+    result, _ = _run(
+        {"analyze_and_route": [route("simple")], "plan": [search_plan()],
+         "synthesize": ["Uploads are retried three times [1]. Set RETRY_BACKOFF_SECONDS in settings.toml to "
+                        "change the delay [1]. The dashboard shows each retry in red [1]."]},
+        {"vector_search": [evidence]},
+    )
+    body = result.to_dict()
+    assert body["grounding"]["verdict"] == "not_answered"
+    assert result.answer.startswith("The knowledge base does not appear to answer this question")
+    assert "Uploads are retried three times [1]." in result.answer
+    assert "RETRY_BACKOFF_SECONDS" not in result.answer and "dashboard" not in result.answer
+
+
+def test_a_simple_answer_with_no_supported_sentence_is_the_no_evidence_sentence():
+    from crag.answer import NO_EVIDENCE
+
+    result, _ = _run(
+        {"analyze_and_route": [route("simple")], "plan": [search_plan()],
+         "synthesize": ["Set RETRY_BACKOFF_SECONDS in settings.toml [1]. The dashboard shows retries [1]."]},
+        {"vector_search": [[item(1, text="Uploads are retried three times by the upload worker.")]]},
+    )
+    assert result.answer.startswith(NO_EVIDENCE)
+    assert result.to_dict()["grounding"]["verdict"] == "not_answered"
+    assert not result.citations
+
+
+def test_a_supported_simple_answer_is_answered():
+    result, _ = _run(
+        {"analyze_and_route": [route("simple")], "plan": [search_plan()],
+         "synthesize": ["Uploads are retried three times by the upload worker [1]."]},
+        {"vector_search": [[item(1, text="Uploads are retried three times by the upload worker.")]]},
+    )
+    assert result.to_dict()["grounding"]["verdict"] == "answered"
+    assert not result.answer.startswith("The knowledge base does not appear")
