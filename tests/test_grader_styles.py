@@ -52,6 +52,18 @@ def test_label_lines_are_read_from_their_token_probabilities():
     assert reading.tosses == 1  # 0.55 is a coin toss
 
 
+def test_a_label_word_among_the_separators_alternatives_is_not_read_as_the_label():
+    """llama.cpp's ``:`` after ``2`` listed `` yes`` at -9.9: the label is the next token."""
+    tokens = (TokenLogprob("1", 0.0), TokenLogprob(":", 0.0, ((":", 0.0), (" no", -11.0))),
+              TokenLogprob(" no", -0.24, ((" no", -0.24), (" yes", -1.86))), TokenLogprob("\n", 0.0),
+              TokenLogprob("2", -0.06), TokenLogprob(":", 0.0, ((":", 0.0), (" yes", -9.86))),
+              TokenLogprob(" yes", -0.21, ((" yes", -0.21), (" no", -1.68))))
+    reading = read_grades("1: no\n2: yes", 2, tokens)
+    p1 = math.exp(-1.86) / (math.exp(-1.86) + math.exp(-0.24))
+    p2 = math.exp(-0.21) / (math.exp(-0.21) + math.exp(-1.68))
+    assert reading.scores == pytest.approx((p1, p2), abs=1e-3)
+
+
 def test_label_lines_without_probabilities_are_read_from_the_text():
     reading = read_grades("1: yes\n2: no\n3: Yes.", 3)
     assert reading.scores == (1.0, 0.0, 1.0) and not reading.from_logprobs

@@ -71,21 +71,25 @@ def p_label(choice: TokenLogprob) -> float | None:
 
 
 def _from_logprobs(tokens: Sequence[TokenLogprob], n: int) -> dict[int, float]:
-    """Item number -> expected score, at the first label token after each item's number."""
+    """Item number -> expected score, read at each item's label token: the first token after
+    the item's number (and separator) that is itself a label word. The alternatives of other
+    tokens are never read, even when a label word is among them (the separator after a
+    number may list ``yes`` as a far-fetched alternative)."""
     text = ""
     found: dict[int, float] = {}
-    waiting: int | None = None
-    single = n == 1  # a pointwise reply is one bare label
+    waiting: int | None = 1 if n == 1 else None  # a pointwise reply is one bare label
     for choice in tokens:
-        if (waiting is not None or (single and not text.strip())) and choice.token.strip():
+        if waiting is not None and _word(choice.token) in LABELS:
             p = p_label(choice)
-            key = waiting if waiting is not None else 1
-            if p is not None and key not in found:
-                found[key] = p
+            if p is not None and waiting not in found:
+                found[waiting] = p
             waiting = None
+        elif waiting is not None and "\n" in choice.token and n > 1:
+            waiting = None  # the line ended without a label
         text += choice.token
         m = _BEFORE_LABEL.search(text)
-        waiting = int(m.group(1)) if m and choice.token.strip() else waiting
+        if m and n > 1:
+            waiting = int(m.group(1))
     return found
 
 
