@@ -432,8 +432,10 @@ def _make_output_converter() -> cattrs.Converter:
 
 
 def _grounding_json(g: GroundingReport) -> dict[str, Any]:
-    """SPEC's ``grounding`` object, exactly its three fields; the verdicts go in ``judgements``."""
-    return {"sentences": g.sentences, "supported": g.supported, "unsupported": list(g.unsupported)}
+    """SPEC's ``grounding`` object: its three fields and the answer's ``verdict`` (SPEC §7);
+    the sentences' verdicts go in ``judgements``."""
+    return {"sentences": g.sentences, "supported": g.supported, "unsupported": list(g.unsupported),
+            "verdict": g.verdict}
 
 
 def _judgement_json(j: Judgement) -> dict[str, Any]:

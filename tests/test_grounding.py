@@ -462,14 +462,15 @@ def test_the_rules_are_a_table_with_one_name_each():
     assert all(rule.kinds and 0 < rule.min_coverage <= 1 for rule in RULES)
 
 
-def test_a_verdict_is_in_the_json_and_the_audit_and_spec_grounding_keeps_its_three_fields():
+def test_a_verdict_is_in_the_json_and_the_audit_and_spec_grounding_keeps_its_fields():
     agent = Agent(ScriptedChatModel({"analyze_and_route": [route("simple", "vector_search")],
                                      "plan": [search_plan("port")],
                                      "synthesize": ["The server listens on port 8080 by default [1]. "
                                                     "It was released on October 22, 2024 [1]."]}),
                   FakeToolbox({"vector_search": [[SETUP]]}), Settings())
     out = agent.ask("Which port?").to_dict()
-    assert out["grounding"] == {"sentences": 2, "supported": 1, "unsupported": ["It was released on October 22, 2024."]}
+    assert out["grounding"] == {"sentences": 2, "supported": 1, "unsupported": ["It was released on October 22, 2024."],
+                                "verdict": "answered"}  # the answer's verdict (SPEC §7), not a sentence's
     assert out["judgements"] == [
         {"sentence": "The server listens on port 8080 by default.", "supported": True, "rule": "passage"},
         {"sentence": "It was released on October 22, 2024.", "supported": False, "rule": "none"}]
