@@ -14,9 +14,12 @@ from a backend that does not stream, the no-evidence sentence) is the last chunk
 ``strict`` grounding nothing is shown before the first supported sentence, since the
 answer may still become the no-evidence sentence.
 
-One case cannot be kept exact: a model whose later text changes what came before it (a
+Two cases cannot be kept exact: a model whose later text changes what came before it (a
 ``</think>`` with no ``<think>``, which makes everything before it reasoning; a stray
-code fence that turns earlier prose into code). The finished answer then does not extend
+code fence that turns earlier prose into code), and an answer that grounding finds the
+evidence does not hold (``grounding.verdict`` ``not_answered``: the finished answer opens by
+saying the knowledge base does not appear to answer the question and keeps only the
+supported sentences, which is known only once every sentence is in). The finished answer then does not extend
 what was shown: the last chunk is a blank line and the whole answer, and
 ``stream.restarted`` is True. A terminal shows the answer again below what it streamed;
 a program that keeps the chunks should take ``stream.result.answer`` instead.

@@ -65,7 +65,12 @@ def test_property_the_chunks_join_to_exactly_the_answer_ask_returns(pieces, mode
     cuts = data.draw(st.lists(st.integers(0, len(reply)), max_size=10))
     stream = agent_for(reply, mode, cuts).stream("Which port does the server listen on?")
     chunks = list(stream)
-    assert "".join(chunks) == stream.result.answer and not stream.restarted
+    grounding = stream.result.state.grounding
+    joined = "".join(chunks)
+    if grounding is not None and grounding.verdict == "not_answered":  # known only at the end: shown again
+        assert joined == stream.result.answer or (stream.restarted and joined.endswith("\n\n" + stream.result.answer))
+    else:
+        assert "".join(chunks) == stream.result.answer and not stream.restarted
     asked = agent_for(reply, mode).ask("Which port does the server listen on?")
     assert without_latency(stream.result.answer) == without_latency(asked.answer)
     assert stream.result.state.grounding == asked.state.grounding
