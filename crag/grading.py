@@ -37,6 +37,7 @@ from attrs import frozen
 
 from . import searches
 from .state import EvidenceItem, Grade, GraderAction, ToolRun
+from .toolspec import Tool, question_search
 
 __all__ = [
     "FAST_PATH_RULES",
@@ -194,22 +195,27 @@ def uninformative(scores: Sequence[float], tosses: int = 0) -> str | None:
 
 
 def ungraded_action(
-    context: Sequence[EvidenceItem], tool_history: Sequence[ToolRun], question: str, drop_threshold: float
+    context: Sequence[EvidenceItem],
+    tool_history: Sequence[ToolRun],
+    question: str,
+    drop_threshold: float,
+    tools: Sequence[Tool] = (),
 ) -> GraderAction:
     """The action when the grade carried no information, from what crag knows: ``GENERATE``
-    when some item came from the search of the question itself, or retrieval scored it at
-    least ``drop_threshold``, or is a literal match (a grep match, lines read); ``REFINE``
-    otherwise."""
-    own_search = searches.question_search(question, 1)
-    own = {
-        item.key
-        for run in tool_history
-        if run.call.tool == own_search.tool and searches.same_query(run.call.args.get("query", ""), question)
-        for item in run.items
-    }
+    when some item came from the search of the question itself (``tools``' question search),
+    or retrieval scored it at least ``drop_threshold``, or it is a literal match with no
+    retrieval score (a grep match, lines read); ``REFINE`` otherwise."""
+    own: set[tuple] = set()
+    call = question_search(tools, question, 1)
+    if call is not None:
+        carries = [name for name, value in call.args.items() if value == question]  # the argument holding it
+        for run in tool_history:
+            if run.call.tool == call.tool and any(
+                    searches.same_query(run.call.args.get(name, ""), question) for name in carries):
+                own.update(item.key for item in run.items)
     recorded = recorded_vector_scores(tool_history)
     for item in context:
         scored = recorded.get(item.key)
-        if item.key in own or item.tool != own_search.tool or (scored is not None and scored >= drop_threshold - _EPS):
+        if item.key in own or scored is None or scored >= drop_threshold - _EPS:
             return GraderAction.GENERATE
     return GraderAction.REFINE

@@ -17,6 +17,7 @@ from crag.nodes import NodeConfig, grade_evidence
 from crag.ports import GradeTask, LLMRequest, LLMRequests
 from crag.prompts import read_grades, render
 from crag.state import AgentState, Completion, TokenLogprob, ToolCall, ToolRun
+from crag.tools import builtin
 
 from .fakes import FakeToolbox, item, route, scores, search_plan
 
@@ -139,9 +140,10 @@ def test_without_the_questions_own_hits_an_uninformative_grade_refines_by_retrie
     ctx = [item(k, score=0.1) for k in range(1, 5)]
     state = AgentState(QUESTION, context=tuple(ctx), iteration=1,
                        tool_history=(ToolRun(1, ToolCall("vector_search", {"query": "other words"}), tuple(ctx)),))
-    assert grading.ungraded_action(state.context, state.tool_history, QUESTION, 0.3).value == "REFINE"
+    tools = builtin("vector_search")
+    assert grading.ungraded_action(state.context, state.tool_history, QUESTION, 0.3, tools).value == "REFINE"
     own = (ToolRun(1, ToolCall("vector_search", {"query": QUESTION}), tuple(ctx[:1])),)
-    assert grading.ungraded_action(state.context, own, QUESTION, 0.3).value == "GENERATE"
+    assert grading.ungraded_action(state.context, own, QUESTION, 0.3, tools).value == "GENERATE"
 
 
 def test_a_grade_read_from_probabilities_filters_as_the_seed_says():

@@ -167,7 +167,7 @@ def apply(state: AgentState, reply: Completion | None, cfg: NodeConfig) -> Agent
                 "level": "warning", "items": len(todo), "reason": why, "scores": list(reading.scores),
                 "from_logprobs": reading.from_logprobs})
             keep = context
-            action = grading.ungraded_action(keep, state.tool_history, state.question, cfg.drop_threshold)
+            action = grading.ungraded_action(keep, state.tool_history, state.question, cfg.drop_threshold, cfg.tools)
             return evolve(
                 state,
                 context=keep,
