@@ -1,4 +1,11 @@
-"""Token probabilities in a chat completion's reply (``choices[0].logprobs``), as records.
+"""Token probabilities: asking for them, and reading them from a reply, as records.
+
+A request with ``LLMRequest.logprobs`` > 0 (the grader's) sends ``logprobs: true`` and
+``top_logprobs`` (``logprob_params``). A server that refuses them (400 or 422 naming
+``logprobs``: ``refuses_logprobs``) is asked again without them, and one that answers
+without them is taken at its word; either is remembered for the server and model for the
+rest of the process (``crag.llm.openai_chat``), so later requests do not ask again. Neither
+counts as a retry.
 
 OpenAI, vLLM and llama.cpp answer ``logprobs: true`` with ``top_logprobs: k`` by a
 ``content`` list: per reply token its text, its log probability and the ``k`` most likely
@@ -13,7 +20,23 @@ from typing import Any
 
 from ..state import TokenLogprob
 
-__all__ = ["read_logprobs"]
+__all__ = ["LOGPROBS", "logprob_params", "read_logprobs", "refuses_logprobs"]
+
+LOGPROBS = "logprobs"  # the request parameter, and its name among the parameters a server refused
+TOP_LOGPROBS_MAX = 20  # OpenAI's limit on top_logprobs
+
+
+def logprob_params(wanted: int, refused: frozenset[str]) -> dict[str, Any]:
+    """The request parameters that ask for ``wanted`` alternatives per token (none when 0 or
+    when the server refused or ignored them)."""
+    if wanted <= 0 or LOGPROBS in refused:
+        return {}
+    return {LOGPROBS: True, "top_logprobs": min(int(wanted), TOP_LOGPROBS_MAX)}
+
+
+def refuses_logprobs(params: Any, named: Any, message: str) -> bool:
+    """A refused request that asked for logprobs names them (its ``param`` or its message)."""
+    return LOGPROBS in params and (named in (LOGPROBS, "top_logprobs") or LOGPROBS in message.lower())
 
 
 def read_logprobs(value: Any) -> tuple[TokenLogprob, ...] | None:

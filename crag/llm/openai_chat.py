@@ -26,12 +26,6 @@ than 1 with a 400 too. Such a refusal (the error names the parameter) is asked a
 budget sent as ``max_completion_tokens``, or without ``temperature``; what the server refused
 is remembered for the server and model for the rest of the process, and it is not a retry.
 
-Token probabilities: a request with ``logprobs`` > 0 (the grader's) sends ``logprobs: true``
-and ``top_logprobs``, and the reply's tokens come back in ``Completion.logprobs``. A server
-that refuses them (400 or 422 naming ``logprobs``) is asked again without them, and one that
-answers without them is taken at its word; either is remembered for the server and model for
-the rest of the process, so later requests do not ask again. Not a retry either.
-
 Streaming (``on_delta``) asks for ``stream_options.include_usage``; a server that refuses
 that gets a plain stream, and one that refuses streaming (or answers it with no events) a
 normal request whose text is passed to ``on_delta`` whole. What worked is remembered.
@@ -62,7 +56,8 @@ from ..safe_text import redact_message, valid_text
 from ..state import Completion, TokenLogprob
 from .bodies import http_client, saw_done
 from .deadline import pause, request_deadline
-from .logprobs import read_logprobs
+from .logprobs import LOGPROBS as _LOGPROBS
+from .logprobs import logprob_params, read_logprobs, refuses_logprobs
 from .retry import (
     RETRY_AFTER_CAP,
     BadReply,
@@ -97,10 +92,7 @@ _format_lock = threading.Lock()
 # Request parameters a model may refuse, and what is sent instead: the reply budget under
 # its newer name, or no temperature (the model's default).
 _ADAPTABLE = ("max_tokens", "temperature")
-# Token probabilities are asked for with these; a server may refuse or ignore them.
-_LOGPROBS = "logprobs"
-_TOP_LOGPROBS_MAX = 20  # OpenAI's limit on top_logprobs
-# (server, model) -> the parameters it refused (or, for logprobs, ignored), for the rest of the process.
+# (server, model) -> the parameters it refused (or, for logprobs, ignored: crag.llm.logprobs), for good.
 _refused_memory: dict[tuple[str, str], frozenset[str]] = {}
 
 # How servers say a request is longer than the model's window, and where they give its size:
@@ -305,9 +297,7 @@ class OpenAIChatModel:
         if request.max_tokens is not None:
             budget = "max_completion_tokens" if "max_tokens" in refused else "max_tokens"
             params[budget] = int(request.max_tokens)
-        if request.logprobs > 0 and _LOGPROBS not in refused:
-            params["logprobs"] = True
-            params["top_logprobs"] = min(int(request.logprobs), _TOP_LOGPROBS_MAX)
+        params.update(logprob_params(request.logprobs, refused))
         schema = request.reply_schema
         if schema is not None and fmt == "json_schema":
             params["response_format"] = {
@@ -332,8 +322,7 @@ class OpenAIChatModel:
         named = getattr(exc, "param", None)
         code = getattr(exc, "code", None)
         text = str(getattr(exc, "message", "") or exc)
-        if "logprobs" in params and (named in ("logprobs", "top_logprobs") or "logprobs" in text.lower()) \
-                and _context_overflow(exc, server_message(exc)) is None:
+        if refuses_logprobs(params, named, text) and _context_overflow(exc, server_message(exc)) is None:
             return _LOGPROBS
         for param in _ADAPTABLE:
             if param not in params:
