@@ -27,9 +27,10 @@ stops waiting for its servers within a fraction of a second, and never holds the
 line that is not a JSON-RPC message gets a JSON-RPC error reply. A call that fails (a path
 outside the roots, an unreachable LLM, a bad argument) is an MCP tool error whose text is
 crag's one-line message; the server keeps running. Nothing but the protocol is written to
-stdout; notes go to stderr. Every configured secret (and anything shaped like a credential)
-is redacted from what the tools return, as the command line redacts what it prints, so a
-model or a document that echoes a key does not hand it to the client. See ``docs/mcp.md``.
+stdout; notes go to stderr. Every configured secret is redacted from what the tools return,
+as the command line redacts what it prints, so a model or a document that echoes a key does
+not hand it to the client; an error message also has anything shaped like a credential
+masked, while documents and answers are never rewritten by a pattern. See ``docs/mcp.md``.
 """
 
 # No ``from __future__ import annotations``: the SDK reads the tools' annotations at run time.
