@@ -6,10 +6,17 @@ threads when there are several), record the node in ``trace`` and the call in ``
 ``apply`` the reply, and ask ``graph.next_node`` where to go. The iteration cap lives in the
 graph's table; as a second guard the loop refuses to run more steps than the longest legal
 path, so no reply can keep a question running.
+
+The state after every step is the whole truth: ``trace``, ``usage`` and the context window
+requests are fitted to (``context_window``, after a server refused a longer request) are in
+it, so a run can be inspected, or resumed with ``resume(state, node)``, between any two
+steps. The driver's own ``cfg`` never changes; a window learnt from a server is also
+offered to the driver's later questions (``learnt_window``), never to one already running.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -41,6 +48,19 @@ def smaller_window(current: int, reported: int | None) -> int | None:
     return smaller if smaller >= MIN_WINDOW else None
 
 
+_NAMES = {node: node.value for node in Node}  # a node's name, without the Enum property per step
+
+
+def _noted(state: AgentState, node: str, request: LLMRequest, reply: Any) -> AgentState:
+    """``state`` with what a reply says about itself audited: cut by its budget, or counted
+    by crag because the server's token counts were implausible (rare: no evolve otherwise)."""
+    if reply.truncated:
+        state = evolve(state, audit=state.log("reply_truncated", node=node, max_tokens=request.max_tokens))
+    if reply.usage_replaced:
+        state = evolve(state, audit=state.log("usage_implausible", node=node))
+    return state
+
+
 def max_steps(max_iterations: int) -> int:
     """The most node visits a question can take: per round analyze, plan, tool_exec, grade; then synthesize."""
     return 4 * max_iterations + 2
@@ -61,6 +81,9 @@ class Driver:
         self.cfg = cfg
         self.max_parallel_tools = max_parallel_tools
         self._pool: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+        self.learnt_window: int | None = None  # the smallest window a server asked for so far
+        self._fitted: dict[int, NodeConfig] = {}
 
     def close(self) -> None:
         if self._pool is not None:
@@ -79,8 +102,21 @@ class Driver:
             question=question,
             history=tuple(history),
             usage=Usage(model=getattr(self.model, "model", "")),
+            context_window=self.learnt_window,
         )
         return self.resume(state, TRANSITIONS[START, Outcome.DONE], on_event, stream)
+
+    def config(self, state: AgentState) -> NodeConfig:
+        """The nodes' config for ``state``: the driver's, fitted to the state's ``context_window``."""
+        window = state.context_window
+        if window is None or window == self.cfg.context_tokens:
+            return self.cfg
+        fitted = self._fitted.get(window)
+        if fitted is None:
+            fitted = self.cfg.with_settings(context_tokens=window,
+                                            max_answer_tokens=min(self.cfg.max_answer_tokens, window // 2))
+            self._fitted[window] = fitted
+        return fitted
 
     def resume(
         self,
@@ -90,63 +126,55 @@ class Driver:
         stream: bool = False,
     ) -> AgentState:
         """Run from ``node`` with ``state`` until the end (``run`` starts at the first node)."""
-        cfg = self.cfg
-        limit = max_steps(cfg.max_iterations)
+        limit = max_steps(self.cfg.max_iterations)
         steps = 0
-        # trace and usage are kept here and written into the state only when a node reads
-        # them (synthesize puts the usage block in the answer) and at the end: one evolve
-        # per question instead of one per step.
-        trace = list(state.trace)
-        usage = state.usage
-        synced = True
         while node is not END:
             steps += 1
             if steps > limit:
                 raise GraphError(f"run exceeded {limit} steps at {node.value}")
-            name = node.value
-            if on_event is not None:
-                on_event(NodeStarted(name))
-            module = NODES[node]
-            request = module.prepare(state, cfg)
-            if request is None:
-                reply: Any = None
-            elif isinstance(request, LLMRequest):
-                reply, request, cfg, state = self._complete(module, node, state, cfg, request, stream, on_event)
-                usage = usage.add(name, reply)
-                if reply.truncated:
-                    state = evolve(
-                        state,
-                        audit=state.log("reply_truncated", node=name, max_tokens=request.max_tokens),
-                    )
-                if reply.usage_replaced:
-                    state = evolve(state, audit=state.log("usage_implausible", node=name))
-            elif isinstance(request, LLMRequests):
-                replies = []
-                for one in request.requests:
-                    done, one, cfg, state = self._complete(module, node, state, cfg, one, False, on_event)
-                    usage = usage.add(name, done)
-                    replies.append(done)
-                    if done.truncated:
-                        state = evolve(state, audit=state.log("reply_truncated", node=name, max_tokens=one.max_tokens))
-                    if done.usage_replaced:
-                        state = evolve(state, audit=state.log("usage_implausible", node=name))
-                reply = tuple(replies)
-            elif isinstance(request, ToolRequest):
-                reply = self._run_tools(request)
-            else:  # pragma: no cover - a node returned something the driver cannot perform
-                raise GraphError(f"{name} asked for {type(request).__name__}")
-            trace.append(name)
-            synced = False
-            if node is Node.SYNTHESIZE:
-                state = evolve(state, trace=tuple(trace), usage=usage)
-                synced = True
-            state = module.apply(state, reply, cfg)
-            if on_event is not None:
-                on_event(NodeFinished(name))
-            node = next_node(node, state, cfg.max_iterations)
-        if not synced:
-            state = evolve(state, trace=tuple(trace), usage=usage)
+            state, node = self.step(state, node, on_event, stream)
         return state
+
+    def step(
+        self,
+        state: AgentState,
+        node: Node,
+        on_event: EventHandler | None = None,
+        stream: bool = False,
+    ) -> tuple[AgentState, Node]:
+        """One node: prepare, perform the request, record it, apply; the new state and the
+        node that comes next (``END`` after the last)."""
+        name = _NAMES[node]
+        if on_event is not None:
+            on_event(NodeStarted(name))
+        module = NODES[node]
+        cfg = self.cfg if state.context_window is None else self.config(state)
+        request = module.prepare(state, cfg)
+        usage = state.usage
+        if request is None:
+            reply: Any = None
+        elif isinstance(request, LLMRequest):
+            reply, request, cfg, state = self._complete(module, node, state, cfg, request, stream, on_event)
+            usage = usage.add(name, reply)
+            state = _noted(state, name, request, reply)
+        elif isinstance(request, LLMRequests):
+            replies = []
+            for one in request.requests:
+                done, one, cfg, state = self._complete(module, node, state, cfg, one, False, on_event)
+                usage = usage.add(name, done)
+                replies.append(done)
+                state = _noted(state, name, one, done)
+            reply = tuple(replies)
+        elif isinstance(request, ToolRequest):
+            reply = self._run_tools(request)
+        else:  # pragma: no cover - a node returned something the driver cannot perform
+            raise GraphError(f"{name} asked for {type(request).__name__}")
+        # The step's bookkeeping before apply, so synthesize's usage block counts its own call.
+        state = state.recorded(name, usage, state.audit)
+        state = module.apply(state, reply, cfg)
+        if on_event is not None:
+            on_event(NodeFinished(name))
+        return state, next_node(node, state, cfg.max_iterations)
 
     def _complete(
         self,
@@ -160,8 +188,8 @@ class Driver:
     ) -> tuple[Any, LLMRequest, NodeConfig, AgentState]:
         """One chat completion. A server that refuses the request as longer than its window
         gets it again, fitted to the window it reported (or a fifth smaller); that window is
-        kept for the rest of the question and for the agent's later questions (audit
-        ``context_refit``)."""
+        the state's ``context_window`` for the rest of the question (audit
+        ``context_refit``) and ``learnt_window`` for the driver's later questions."""
         refits = 0
         while True:
             try:
@@ -176,10 +204,12 @@ class Driver:
                 if refits == REFITS or window is None:
                     raise
                 refits += 1
-                cfg = cfg.with_settings(context_tokens=window, max_answer_tokens=min(cfg.max_answer_tokens, window // 2))
-                self.cfg = cfg
-                state = evolve(state, audit=state.log(
+                with self._lock:
+                    if self.learnt_window is None or window < self.learnt_window:
+                        self.learnt_window = window
+                state = evolve(state, context_window=window, audit=state.log(
                     "context_refit", node=node.value, context_tokens=window, server_window=err.window))
+                cfg = self.config(state)
                 refitted = module.prepare(state, cfg)
                 if isinstance(refitted, LLMRequests):  # one of several: the same item's request, refitted
                     keys = [tuple(i.key for i in r.task.items) for r in refitted.requests]

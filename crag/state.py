@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
+from operator import attrgetter
 from typing import Any
 
 import cattrs
-from attrs import evolve, field, frozen
+from attrs import evolve, field, fields, frozen
 
 __all__ = [
     "AgentState",
@@ -224,6 +225,9 @@ class Completion:
         return self.finish_reason == "length"
 
 
+_NO_USAGE = NodeUsage()
+
+
 @frozen
 class Usage:
     """LLM usage accumulated over one question, per node, in the order nodes first called."""
@@ -232,17 +236,17 @@ class Usage:
     by_node: Mapping[str, NodeUsage] = field(factory=dict)
 
     def add(self, node: str, completion: Completion) -> Usage:
-        prev = self.by_node.get(node, NodeUsage())
+        prev = self.by_node.get(node) or _NO_USAGE
         billable = completion.billable
+        # Positional arguments, in field order: the driver adds usage once per LLM call.
         now = NodeUsage(
-            calls=prev.calls + (1 if billable else 0),
-            prompt_tokens=prev.prompt_tokens + (completion.prompt_tokens if billable else 0),
-            completion_tokens=prev.completion_tokens
-            + (completion.completion_tokens if billable else 0),
-            latency_ms=prev.latency_ms + completion.latency_ms,
-            cached_tokens=prev.cached_tokens + (completion.cached_tokens if billable else 0),
+            prev.calls + (1 if billable else 0),
+            prev.prompt_tokens + (completion.prompt_tokens if billable else 0),
+            prev.completion_tokens + (completion.completion_tokens if billable else 0),
+            prev.latency_ms + completion.latency_ms,
+            prev.cached_tokens + (completion.cached_tokens if billable else 0),
         )
-        return Usage(model=completion.model or self.model, by_node={**self.by_node, node: now})
+        return Usage(completion.model or self.model, {**self.by_node, node: now})
 
     @property
     def llm_calls(self) -> int:
@@ -356,10 +360,15 @@ class AgentState:
     # informative LLM grade), "fast_path", "ungraded" (the grade carried no information),
     # "parse_failure"; None before any grading (the simple path).
     graded_by: str | None = None
+    # The context window requests are fitted to after a server refused a longer one
+    # (audit ``context_refit``); None: KB_AGENT_CONTEXT_TOKENS.
+    context_window: int | None = None
 
     def __attrs_post_init__(self) -> None:
         if self.iteration < 0:
             raise ValueError(f"iteration must be >= 0, got {self.iteration}")
+        if self.context_window is not None and self.context_window < 1:
+            raise ValueError(f"context_window must be >= 1, got {self.context_window}")
         scores = self.evidence_scores
         if scores:
             if len(scores) != len(self.context):
@@ -377,6 +386,23 @@ class AgentState:
     def log(self, event: str, **fields: Any) -> tuple[AuditEvent, ...]:
         """The audit log with one more event (``log_audit``); use inside ``evolve``."""
         return (*self.audit, AuditEvent(event, fields))
+
+    def recorded(self, node: str, usage: Usage, audit: tuple[AuditEvent, ...]) -> AgentState:
+        """This state with one more step recorded: ``node`` added to ``trace``, and the
+        step's ``usage`` and ``audit``. What ``evolve(state, trace=..., usage=..., audit=...)``
+        returns, invariants checked alike; the driver calls it after every step, and this
+        way it costs half of ``evolve``'s generic walk over the fields (docs/benchmarks.md)."""
+        values = list(_state_values(self))
+        values[_TRACE] = (*self.trace, node)
+        values[_USAGE] = usage
+        values[_AUDIT] = audit
+        return AgentState(*values)
+
+
+# AgentState's fields in order, read in one call (AgentState.recorded).
+_STATE_FIELDS = tuple(a.name for a in fields(AgentState))
+_state_values = attrgetter(*_STATE_FIELDS)
+_TRACE, _USAGE, _AUDIT = (_STATE_FIELDS.index(name) for name in ("trace", "usage", "audit"))
 
 
 def _make_converter() -> cattrs.Converter:

@@ -167,9 +167,12 @@ def test_a_server_with_a_smaller_window_than_configured_gets_requests_fitted_to_
         assert len(accepted) == len(srv.prompt_sizes) - 1  # one refusal, then every request fits
         sent = srv.params("grade_evidence")
         assert all(p["logprobs"] is True for p in sent)  # too long is not a refusal of logprobs
+        assert result.state.context_window == 3000  # the window is the run's, in its state
+        assert agent.driver.cfg.context_tokens == 8192  # the config other runs share never changes
         refused = len(srv.prompt_sizes)
-        agent.ask(QUESTION)  # the agent keeps the window it learnt
+        again = agent.ask(QUESTION)  # the agent's later questions start from the window it learnt
         assert all(p + m <= 3000 for _, p, m in srv.prompt_sizes[refused:])
+        assert again.state.context_window == 3000 and agent.driver.cfg.context_tokens == 8192
 
 
 def test_a_server_that_does_not_say_its_window_gets_smaller_requests_until_one_fits():

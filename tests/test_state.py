@@ -64,3 +64,30 @@ def test_usage_counts_billable_calls_only():
     assert (usage.llm_calls, usage.total_tokens) == (1, 15)
     assert output_converter.unstructure(usage)["by_node"]["plan"] == {
         "calls": 1, "prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15, "latency_ms": 3.0}
+
+
+def test_recording_a_step_is_evolve_of_trace_usage_and_audit_and_keeps_every_other_field():
+    from attrs import fields
+
+    from crag.state import Citation, Grade, GroundingReport, Message
+
+    from .fakes import item
+
+    values = {  # every field away from its default, so a field the fast path forgot shows
+        "question": "q", "history": (Message("user", "hi"),),
+        "routing_plan": RoutingPlan(Complexity.COMPLEX, ("grep_search",)),
+        "tool_calls": (ToolCall("grep_search", {"pattern": "x"}),), "context": (item(1),), "evidence_scores": (0.5,),
+        "grader_action": GraderAction.REFINE, "iteration": 2, "tool_history": (ToolRun(1, ToolCall("read_file"), ()),),
+        "audit": (AuditEvent("a", {}),), "usage": Usage("m"), "trace": ("plan",), "answer": "A.",
+        "citations": (Citation(1, "a.md", 1, "grep_search"),), "grounding": GroundingReport(sentences=1),
+        "removed": (Grade("b.md", 1, 2, 0.1),), "grades": (Grade("c.md", 1, 2, 0.9),), "context_window": 2048,
+        "graded_by": "grader",
+    }
+    defaults = AgentState("q")
+    assert set(values) == {f.name for f in fields(AgentState)}
+    assert all(values[n] != getattr(defaults, n) for n in values if n != "question")
+    state = AgentState(**values)
+    usage = Usage("m").add("plan", Completion("x", "m", 3, 4, 1.5))
+    audit = (*state.audit, AuditEvent("b", {}))
+    assert state.recorded("tool_exec", usage, audit) == evolve(state, trace=("plan", "tool_exec"), usage=usage,
+                                                                audit=audit)

@@ -1,0 +1,77 @@
+"""The driver: the state after every step is the whole truth, so a run can be inspected, or
+resumed, between any two steps."""
+
+from __future__ import annotations
+
+import attrs
+import pytest
+
+from crag import Settings
+from crag.driver import Driver
+from crag.graph import END, START, TRANSITIONS, Outcome
+from crag.llm import OfflineChatModel
+from crag.nodes import NodeConfig
+from crag.state import AgentState, EvidenceItem, Usage
+from crag.tools import builtin
+from crag.toolspec import ToolResult
+
+QUESTION = "How many times are failed uploads retried, and how do I change it?"
+ITEMS = (
+    EvidenceItem("vector_search", "docs/setup.md", "The client retries failed uploads three times.", 3, 3, score=0.4),
+    EvidenceItem("vector_search", "docs/setup.md", "Set UPLOAD_RETRIES to change how often uploads are retried.", 9, 9,
+                 score=0.35),
+    EvidenceItem("vector_search", "docs/deploy.md", "Run the container with docker compose up.", 1, 1, score=0.3),
+)
+
+
+class SameToolbox:
+    """Every call finds the same items: a run is the same however it is cut into steps."""
+
+    def tools(self):
+        return builtin("vector_search", "grep_search", "read_file")
+
+    def run(self, call):
+        return ToolResult(ITEMS)
+
+
+def driver() -> Driver:
+    toolbox = SameToolbox()
+    return Driver(OfflineChatModel(), toolbox, NodeConfig(Settings(auto_approve_max_items=0), toolbox.tools()))
+
+
+def start() -> AgentState:
+    return AgentState(QUESTION, usage=Usage(model="offline"))
+
+
+def without_latency(state: AgentState) -> AgentState:
+    usage = attrs.evolve(state.usage, by_node={k: attrs.evolve(v, latency_ms=0.0) for k, v in state.usage.by_node.items()})
+    answer = "\n".join(line for line in (state.answer or "").splitlines() if " ms" not in line)
+    return attrs.evolve(state, usage=usage, answer=answer)
+
+
+def steps() -> list[tuple[AgentState, object]]:
+    """Every state of one run with the node that comes next."""
+    d, state, node = driver(), start(), TRANSITIONS[START, Outcome.DONE]
+    out = []
+    while node is not END:
+        state, node = d.step(state, node)
+        out.append((state, node))
+    return out
+
+
+def test_the_state_after_every_step_holds_its_trace_and_usage():
+    run = steps()
+    assert len(run) >= 5 and run[-1][1] is END
+    for n, (state, _) in enumerate(run, 1):
+        assert len(state.trace) == n  # the node just run is in the trace, not only at the end
+        assert set(state.usage.by_node) <= set(state.trace)
+    final = run[-1][0]
+    assert final.trace[-1] == "synthesize" and "LLM Usage Stats" in (final.answer or "")
+
+
+@pytest.mark.parametrize("cut", range(1, 5))
+def test_a_run_resumed_between_any_two_steps_ends_as_the_straight_run(cut):
+    run = steps()
+    middle, node = run[cut - 1]
+    resumed = driver().resume(middle, node)  # another driver, from the state alone
+    assert without_latency(resumed) == without_latency(run[-1][0])
