@@ -143,7 +143,7 @@ def grade(style: str, question: str, passages: list[dict], model: Recorded) -> d
     state = AgentState(question=question, context=items, iteration=1, tool_history=(run,))
     cfg = NodeConfig(Settings(auto_approve_max_items=0, vector_score_threshold=1.0, grader=style,
                               context_tokens=8192))  # no fast path: items score 0.5
-    request = grade_evidence.prepare(state, cfg)
+    request = grade_evidence.prepare(state, cfg).request
     requests = request.requests if isinstance(request, LLMRequests) else (request,)
     started = time.perf_counter()
     replies = tuple(model.complete(r) for r in requests)

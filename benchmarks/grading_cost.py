@@ -390,7 +390,7 @@ def single_item_request(question: str, item):
     from crag.state import AgentState
 
     state = AgentState(question=question, context=(item,), iteration=1)
-    return grade_evidence.prepare(state, NodeConfig(Settings(**NO_RULES, grader="pointwise"))).requests[0]
+    return grade_evidence.prepare(state, NodeConfig(Settings(**NO_RULES, grader="pointwise"))).request.requests[0]
 
 
 def auc(scored) -> float | None:
@@ -499,9 +499,10 @@ def grade_once(strategy: str, query: Query, k: int, model, meter: Meter, quality
         trace=("analyze_and_route", "plan", "tool_exec"),
     )
     meter.gradings += 1
-    request = grade_evidence.prepare(state, cfg)
+    step = grade_evidence.prepare(state, cfg)
+    request = step.request
     reply = model.complete(request) if request is not None else None
-    after = grade_evidence.apply(state, reply, cfg)
+    after = grade_evidence.apply(state, step, reply, cfg)
     kept = {it.source for it in after.context}
     quality.add(cands, kept)
     quality.actions[after.grader_action.value] += 1

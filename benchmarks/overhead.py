@@ -160,29 +160,31 @@ def trivial_nodes(path: str) -> dict:
     from attrs import evolve
 
     from crag.graph import Node
-    from crag.ports import GradeTask, LLMRequest, ToolRequest
+    from crag.ports import GradeTask, LLMRequest, Step, ToolRequest
     from crag.state import Complexity, GraderAction, RoutingPlan, ToolCall
 
     plan_ = RoutingPlan(Complexity(path), ("vector_search",))
     calls = (ToolCall("vector_search", {"query": "q"}),)
-    request = {n: LLMRequest(n.value, GradeTask("q", ()), ()) for n in Node}
-    tool_request = ToolRequest(calls)
+    step = {n: Step(LLMRequest(n.value, GradeTask("q", ()), ())) for n in Node}
+    tool_step = Step(ToolRequest(calls))
 
     def llm(node):
-        return lambda state, cfg: request[node]
+        return lambda state, cfg: step[node]
 
     return {
         Node.ANALYZE_AND_ROUTE: SimpleNamespace(
-            prepare=llm(Node.ANALYZE_AND_ROUTE), apply=lambda s, r, c: evolve(s, routing_plan=plan_)
+            prepare=llm(Node.ANALYZE_AND_ROUTE), apply=lambda s, st, r, c: evolve(s, routing_plan=plan_)
         ),
-        Node.PLAN: SimpleNamespace(prepare=llm(Node.PLAN), apply=lambda s, r, c: evolve(s, tool_calls=calls)),
+        Node.PLAN: SimpleNamespace(prepare=llm(Node.PLAN), apply=lambda s, st, r, c: evolve(s, tool_calls=calls)),
         Node.TOOL_EXEC: SimpleNamespace(
-            prepare=lambda s, c: tool_request, apply=lambda s, r, c: evolve(s, iteration=s.iteration + 1)
+            prepare=lambda s, c: tool_step, apply=lambda s, st, r, c: evolve(s, iteration=s.iteration + 1)
         ),
         Node.GRADE_EVIDENCE: SimpleNamespace(
-            prepare=llm(Node.GRADE_EVIDENCE), apply=lambda s, r, c: evolve(s, grader_action=GraderAction.GENERATE)
+            prepare=llm(Node.GRADE_EVIDENCE),
+            apply=lambda s, st, r, c: evolve(s, grader_action=GraderAction.GENERATE),
         ),
-        Node.SYNTHESIZE: SimpleNamespace(prepare=llm(Node.SYNTHESIZE), apply=lambda s, r, c: evolve(s, answer="ok")),
+        Node.SYNTHESIZE: SimpleNamespace(prepare=llm(Node.SYNTHESIZE),
+                                         apply=lambda s, st, r, c: evolve(s, answer="ok")),
     }
 
 
@@ -277,7 +279,8 @@ def build_langgraph(nodes: dict, model, toolbox, cfg):
 
         def step(st):
             state = st["state"]
-            request = module.prepare(state, cfg)
+            prepared = module.prepare(state, cfg)
+            request = prepared.request
             if request is None:
                 state = evolve(state, trace=(*state.trace, name))
                 reply = None
@@ -287,7 +290,7 @@ def build_langgraph(nodes: dict, model, toolbox, cfg):
             elif isinstance(request, ToolRequest):
                 reply = tuple(ToolOutcome(c, tuple(toolbox.run(c))) for c in request.calls)
                 state = evolve(state, trace=(*state.trace, name))
-            return {"state": module.apply(state, reply, cfg)}
+            return {"state": module.apply(state, prepared, reply, cfg)}
 
         return step
 
@@ -371,13 +374,14 @@ def replay_runner(path: str, cfg, nodes: dict | None = None, model=None):
     def run():
         state = AgentState(question=QUESTION[path], usage=Usage(model=model.model))
         for module in steps:
-            request = module.prepare(state, cfg)
+            prepared = module.prepare(state, cfg)
+            request = prepared.request
             reply = None
             if isinstance(request, LLMRequest):
                 reply = model.complete(request)
             elif isinstance(request, ToolRequest):
                 reply = tuple(ToolOutcome(c, tuple(toolbox.run(c))) for c in request.calls)
-            state = module.apply(state, reply, cfg)
+            state = module.apply(state, prepared, reply, cfg)
         return state
 
     return run, model

@@ -27,7 +27,7 @@ from .errors import LLMContextError, ToolError
 from .events import AnswerDelta, AnswerStarted, EventHandler, NodeFinished, NodeStarted
 from .graph import END, START, TRANSITIONS, GraphError, Node, Outcome, next_node
 from .nodes import NODES, NodeConfig
-from .ports import ChatModel, LLMRequest, LLMRequests, Toolbox, ToolOutcome, ToolRequest
+from .ports import ChatModel, LLMRequest, LLMRequests, Step, Toolbox, ToolOutcome, ToolRequest
 from .state import AgentState, Message, Usage
 from .toolspec import ToolResult
 
@@ -142,25 +142,27 @@ class Driver:
         on_event: EventHandler | None = None,
         stream: bool = False,
     ) -> tuple[AgentState, Node]:
-        """One node: prepare, perform the request, record it, apply; the new state and the
-        node that comes next (``END`` after the last)."""
+        """One node: prepare its step, perform the step's request, record it, apply the step
+        with the reply; the new state and the node that comes next (``END`` after the last)."""
         name = _NAMES[node]
         if on_event is not None:
             on_event(NodeStarted(name))
         module = NODES[node]
         cfg = self.cfg if state.context_window is None else self.config(state)
-        request = module.prepare(state, cfg)
+        step = module.prepare(state, cfg)
+        request = step.request
         usage = state.usage
         if request is None:
             reply: Any = None
         elif isinstance(request, LLMRequest):
-            reply, request, cfg, state = self._complete(module, node, state, cfg, request, stream, on_event)
+            reply, request, refitted, cfg, state = self._complete(module, node, state, cfg, request, stream, on_event)
+            step = refitted or step  # a request fitted again to a smaller window: its plan too
             usage = usage.add(name, reply)
             state = _noted(state, name, request, reply)
         elif isinstance(request, LLMRequests):
             replies = []
             for one in request.requests:
-                done, one, cfg, state = self._complete(module, node, state, cfg, one, False, on_event)
+                done, one, _, cfg, state = self._complete(module, node, state, cfg, one, False, on_event)
                 usage = usage.add(name, done)
                 replies.append(done)
                 state = _noted(state, name, one, done)
@@ -171,7 +173,7 @@ class Driver:
             raise GraphError(f"{name} asked for {type(request).__name__}")
         # The step's bookkeeping before apply, so synthesize's usage block counts its own call.
         state = state.recorded(name, usage, state.audit)
-        state = module.apply(state, reply, cfg)
+        state = module.apply(state, step, reply, cfg)
         if on_event is not None:
             on_event(NodeFinished(name))
         return state, next_node(node, state, cfg.max_iterations)
@@ -185,12 +187,16 @@ class Driver:
         request: LLMRequest,
         stream: bool,
         on_event: EventHandler | None,
-    ) -> tuple[Any, LLMRequest, NodeConfig, AgentState]:
-        """One chat completion. A server that refuses the request as longer than its window
-        gets it again, fitted to the window it reported (or a fifth smaller); that window is
-        the state's ``context_window`` for the rest of the question (audit
-        ``context_refit``) and ``learnt_window`` for the driver's later questions."""
+    ) -> tuple[Any, LLMRequest, Step | None, NodeConfig, AgentState]:
+        """One chat completion: the reply, the request it answers, the node's step prepared
+        again when the request was (None: the step stands), the config and the state.
+
+        A server that refuses the request as longer than its window gets it again, fitted to
+        the window it reported (or a fifth smaller); that window is the state's
+        ``context_window`` for the rest of the question (audit ``context_refit``) and
+        ``learnt_window`` for the driver's later questions."""
         refits = 0
+        refitted_step: Step | None = None
         while True:
             try:
                 if stream and on_event is not None and node is Node.SYNTHESIZE:
@@ -198,7 +204,7 @@ class Driver:
                     reply = self.model.complete(request, lambda text: on_event(AnswerDelta(text)))
                 else:
                     reply = self.model.complete(request)
-                return reply, request, cfg, state
+                return reply, request, refitted_step, cfg, state
             except LLMContextError as err:
                 window = smaller_window(cfg.context_tokens, err.window)
                 if refits == REFITS or window is None:
@@ -210,7 +216,8 @@ class Driver:
                 state = evolve(state, context_window=window, audit=state.log(
                     "context_refit", node=node.value, context_tokens=window, server_window=err.window))
                 cfg = self.config(state)
-                refitted = module.prepare(state, cfg)
+                refitted_step = module.prepare(state, cfg)
+                refitted = refitted_step.request
                 if isinstance(refitted, LLMRequests):  # one of several: the same item's request, refitted
                     keys = [tuple(i.key for i in r.task.items) for r in refitted.requests]
                     mine = tuple(i.key for i in request.task.items)

@@ -1,6 +1,9 @@
 """The ports: what a node asks of the outside world, and the small interfaces that answer.
 
-A node's ``prepare`` returns one of these requests, or None:
+A node's ``prepare`` returns a ``Step``: the request the outside world must answer (one of
+these, or None when the node needs nothing) and the plan behind it; the driver performs the
+request and hands the step back to ``apply`` with the reply, so ``apply`` reads what
+``prepare`` decided instead of deciding it again. The requests:
 
 * ``LLMRequest``: a chat completion for one node. It carries both the rendered
   ``messages`` (what an OpenAI-compatible server receives) and the structured ``task`` they
@@ -46,6 +49,7 @@ __all__ = [
     "PlanTask",
     "Retriever",
     "SearchWeights",
+    "Step",
     "Store",
     "StoreState",
     "StoreUpdate",
@@ -148,6 +152,18 @@ class LLMRequests:
 @frozen
 class ToolRequest:
     calls: tuple[ToolCall, ...]
+
+
+@frozen
+class Step:
+    """What a node's ``prepare`` decided: ``request``, what the outside world must answer
+    (None: nothing), and ``plan``, the node's own record of the decisions behind it (which
+    rule fired, which items were sent, which were left out of the prompt). The driver hands
+    the step back to ``apply`` with the reply, as an HTTP client hands a response back with
+    its request: ``apply`` never decides again what ``prepare`` decided."""
+
+    request: LLMRequest | LLMRequests | ToolRequest | None = None
+    plan: Any = None
 
 
 @frozen

@@ -75,3 +75,26 @@ def test_a_run_resumed_between_any_two_steps_ends_as_the_straight_run(cut):
     middle, node = run[cut - 1]
     resumed = driver().resume(middle, node)  # another driver, from the state alone
     assert without_latency(resumed) == without_latency(run[-1][0])
+
+
+def test_apply_reads_the_step_and_never_renders_or_counts_again():
+    """What prepare fitted (the grading prompt, the answer's prompt) travels to apply in the
+    step: apply counts no token, and trusts the plan it is handed."""
+    from crag.nodes import grade_evidence, synthesize
+    from crag.state import Completion
+
+    counted: list[str] = []
+    cfg = NodeConfig(Settings(auto_approve_max_items=0), builtin("vector_search"),
+                     count_tokens=lambda text: counted.append(text) or len(text) // 3)
+    state = AgentState(QUESTION, context=ITEMS, iteration=1)
+    step = grade_evidence.prepare(state, cfg)
+    assert counted and step.request is not None and step.plan.todo == (0, 1, 2)
+    counted.clear()
+    graded = grade_evidence.apply(state, step, Completion("[0.9, 0.8, 0.1]", "m"), cfg)
+    assert counted == [] and graded.evidence_scores == (0.9, 0.8)
+    answer_step = synthesize.prepare(graded, cfg)
+    counted.clear()
+    shown_one = attrs.evolve(answer_step, plan=attrs.evolve(answer_step.plan, task=attrs.evolve(
+        answer_step.plan.task, items=graded.context[:1])))  # as if the prompt had room for one item
+    done = synthesize.apply(graded, shown_one, Completion("Failed uploads are retried three times [1].", "m"), cfg)
+    assert counted == [] and [c.path for c in done.citations] == ["docs/setup.md"]

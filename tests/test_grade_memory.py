@@ -150,9 +150,11 @@ def test_rounds_of_tool_exec_and_grade_evidence_keep_both_memories(rounds, grade
     sent: list = []
     for found in rounds:
         before = state.context
-        state = tool_exec.apply(state, (ToolOutcome(ToolCall("vector_search"), tuple(found)),), cfg)
+        state = tool_exec.apply(state, tool_exec.prepare(state, cfg), (ToolOutcome(ToolCall("vector_search"),
+                                                                                   tuple(found)),), cfg)
         assert not {i.key for i in state.context} & {g.key for g in state.removed}
-        request = grade_evidence.prepare(state, cfg)
+        step = grade_evidence.prepare(state, cfg)
+        request = step.request
         if request is not None:
             items = request.task.items
             if not memory:
@@ -166,7 +168,7 @@ def test_rounds_of_tool_exec_and_grade_evidence_keep_both_memories(rounds, grade
             reply = None
             ungraded = False
             assert not state.context or memory
-        state = grade_evidence.apply(state, reply, cfg)
+        state = grade_evidence.apply(state, step, reply, cfg)
         assert len(state.evidence_scores) == len(state.context)
         for it, s in zip(state.context, state.evidence_scores):
             assert s == (grading.UNGRADED_SCORE if ungraded else grades.get(it.key, 0.5)) and s >= 0.3

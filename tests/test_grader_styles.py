@@ -182,7 +182,7 @@ def test_the_pointwise_grader_asks_once_per_item():
 def test_pointwise_prepare_is_one_request_per_item():
     ctx = tuple(item(k) for k in range(1, 4))
     state = AgentState(QUESTION, context=ctx, iteration=1)
-    request = grade_evidence.prepare(state, NodeConfig(Settings(auto_approve_max_items=0, grader="pointwise")))
+    request = grade_evidence.prepare(state, NodeConfig(Settings(auto_approve_max_items=0, grader="pointwise"))).request
     assert isinstance(request, LLMRequests) and len(request.requests) == 3
     assert all(isinstance(r, LLMRequest) and r.max_tokens == 24 for r in request.requests)
 
@@ -190,7 +190,7 @@ def test_pointwise_prepare_is_one_request_per_item():
 def test_the_scores_style_is_the_first_prompt_with_structured_output():
     ctx = tuple(item(k) for k in range(1, 4))
     state = AgentState(QUESTION, context=ctx, iteration=1)
-    request = grade_evidence.prepare(state, NodeConfig(Settings(auto_approve_max_items=0, grader="scores")))
+    request = grade_evidence.prepare(state, NodeConfig(Settings(auto_approve_max_items=0, grader="scores"))).request
     assert request.reply_schema is not None and request.logprobs == 0
     assert '{"scores"' in request.messages[0]["content"]
 
@@ -216,9 +216,9 @@ def test_the_offline_backends_grade_is_never_called_uninformative():
     state = AgentState(QUESTION, context=tuple(item(k, text="Nothing to see here at all.") for k in range(1, 6)),
                        iteration=1)
     cfg = NodeConfig(Settings(auto_approve_max_items=0))
-    request = grade_evidence.prepare(state, cfg)
-    reply = OfflineChatModel().complete(request)
-    after = grade_evidence.apply(state, reply, cfg)
+    step = grade_evidence.prepare(state, cfg)
+    reply = OfflineChatModel().complete(step.request)
+    after = grade_evidence.apply(state, step, reply, cfg)
     assert not [e for e in after.audit if e.event == "grader_uninformative"]
     assert after.grader_action.value == "RE_RETRIEVE"
 

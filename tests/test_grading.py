@@ -71,8 +71,9 @@ def test_high_vector_score_reads_the_scores_recorded_in_tool_history():
 def test_any_grader_reply_yields_exactly_n_scores_in_range(items, reply):
     state = _state(items, ["grep_search"])
     cfg = NodeConfig(Settings(auto_approve_max_items=2))
-    assert grade_evidence.prepare(state, cfg) is not None
-    new = grade_evidence.apply(state, Completion(reply, "m"), cfg)
+    step = grade_evidence.prepare(state, cfg)
+    assert step.request is not None
+    new = grade_evidence.apply(state, step, Completion(reply, "m"), cfg)
     assert len(new.evidence_scores) == len(new.context) <= len(items)
     assert all(0.0 <= s <= 1.0 for s in new.evidence_scores)
     removed = [e for e in new.audit if e.event == "evidence_removed"]

@@ -36,7 +36,7 @@ def planned(reply: str, question: str = QUESTION, history=(), iteration: int = 0
         tool_history=tuple(history),
         iteration=iteration,
     )
-    return plan.apply(state, Completion(reply, "m"), CFG)
+    return plan.apply(state, plan.prepare(state, CFG), Completion(reply, "m"), CFG)
 
 
 def test_the_first_round_searches_the_question_besides_the_plan():

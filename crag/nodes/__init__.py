@@ -1,9 +1,12 @@
 """The five nodes, each a pair of pure functions over ``AgentState``.
 
-``prepare(state, cfg)`` says what the node needs from the outside world: an ``LLMRequest``,
-a ``ToolRequest``, or None. ``apply(state, reply, cfg)`` returns the new state given the
-reply (a ``Completion``, a tuple of ``ToolOutcome``, or None). Neither does any I/O; the
-driver performs the request in between. ``NODES`` maps each graph node to its module.
+``prepare(state, cfg)`` returns a ``crag.ports.Step``: what the node needs from the outside
+world (an ``LLMRequest``, ``LLMRequests``, a ``ToolRequest``, or None) and the plan behind
+it. ``apply(state, step, reply, cfg)`` returns the new state given that step and the reply
+(a ``Completion``, a tuple of them, a tuple of ``ToolOutcome``, or None); it reads what
+``prepare`` decided from the step (the fast-path rule, the items sent, the fitted prompt)
+and never decides it again. Neither does any I/O; the driver performs the request in
+between. ``NODES`` maps each graph node to its module.
 """
 
 from __future__ import annotations

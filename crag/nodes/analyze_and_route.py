@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from attrs import evolve
 
 from .. import budget, prompts, schemas
-from ..ports import AnalyzeTask, LLMRequest
+from ..ports import AnalyzeTask, LLMRequest, Step
 from ..state import AgentState, Completion, Complexity, RoutingPlan
 from ..toolspec import search_tools
 
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 NAME = "analyze_and_route"
 
 
-def prepare(state: AgentState, cfg: NodeConfig) -> LLMRequest:
+def prepare(state: AgentState, cfg: NodeConfig) -> Step:
     task = AnalyzeTask(
         question=state.question,
         history=state.history,
@@ -31,17 +31,17 @@ def prepare(state: AgentState, cfg: NodeConfig) -> LLMRequest:
         previous_attempts=state.tool_history,
     )
     fitted = budget.fit(task, schemas.ANALYZE_MAX_TOKENS, cfg.context_tokens, prompts.render, cfg.count_tokens)
-    return LLMRequest(
+    return Step(LLMRequest(
         NAME,
         fitted.task,
         fitted.messages,
         max_tokens=schemas.ANALYZE_MAX_TOKENS,
         temperature=0.0,
         reply_schema=schemas.route_schema(cfg.available_tools),
-    )
+    ))
 
 
-def apply(state: AgentState, reply: Completion | None, cfg: NodeConfig) -> AgentState:
+def apply(state: AgentState, step: Step, reply: Completion | None, cfg: NodeConfig) -> AgentState:
     defaults = search_tools(cfg.tools)
     plan = prompts.parse_route(reply.text, cfg.available_tools, defaults) if reply is not None else None
     audit = state.audit

@@ -20,16 +20,19 @@ carries no information (``crag.grading.uninformative``) is audited ``grader_unin
 nothing is removed, every item is scored ``UNGRADED_SCORE``, and the action comes from what
 retrieval found (``grading.ungraded_action``); ``graded_by`` says so, and the answer says its
 evidence was not graded.
+
+``prepare`` decides everything but the grades (``Grading``: the fast-path rule, the items
+the prompt has no room for, the items sent) and ``apply`` reads that plan with the reply.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from attrs import evolve
+from attrs import evolve, frozen
 
 from .. import budget, grading, prompts, schemas
-from ..ports import GradeTask, LLMRequest, LLMRequests
+from ..ports import GradeTask, LLMRequest, LLMRequests, Step
 from ..state import AgentState, AuditEvent, Completion, EvidenceItem, Grade, GraderAction
 
 if TYPE_CHECKING:
@@ -37,6 +40,19 @@ if TYPE_CHECKING:
 
 NAME = "grade_evidence"
 TOP_LOGPROBS = 5  # alternatives per reply token asked for by the label styles
+
+
+@frozen
+class Grading:
+    """What ``prepare`` decided, for ``apply``: the fast-path ``rule`` that approves the
+    context without a grade (None: it is graded); else the ``context`` left once the items the
+    grading prompt had no room for are out (``trimmed`` of them), and ``todo``, the indices
+    into it of the items sent to the grader (none: every grade is remembered)."""
+
+    rule: str | None = None
+    context: tuple[EvidenceItem, ...] = ()
+    trimmed: int = 0
+    todo: tuple[int, ...] = ()
 
 
 def _rule(state: AgentState, cfg: NodeConfig) -> str | None:
@@ -81,21 +97,32 @@ def _request(task: GradeTask, messages: tuple[dict[str, str], ...]) -> LLMReques
     )
 
 
-def prepare(state: AgentState, cfg: NodeConfig) -> LLMRequest | LLMRequests | None:
-    if not state.context or _rule(state, cfg) is not None:
-        return None
-    todo = _to_grade(state.context, state, cfg)
+def prepare(state: AgentState, cfg: NodeConfig) -> Step:
+    """The grading request (one, or one per item for ``pointwise``) with its ``Grading`` plan;
+    no request when a fast-path rule approves the context or nothing needs a grade."""
+    context = state.context
+    if not context:
+        return Step()
+    rule = _rule(state, cfg)
+    if rule is not None:
+        return Step(None, Grading(rule=rule))
+    todo = _to_grade(context, state, cfg)
     if not todo:
-        return None
+        return Step(None, Grading(context=context))
     fitted = _fit(state, cfg, todo)
+    dropped = {todo[j] for j in fitted.dropped}
+    if dropped:  # left out of the grading prompt: they cannot be graded, so they leave context
+        context = tuple(item for i, item in enumerate(context) if i not in dropped)
+        todo = _to_grade(context, state, cfg)
+    plan = Grading(context=context, trimmed=len(dropped), todo=todo)
     if cfg.grader == "pointwise":
         requests = []
         for item in fitted.task.items:
             one = budget.fit(GradeTask(state.question, (item,), "pointwise"), schemas.grade_max_tokens(1),
                              cfg.context_tokens, prompts.render, cfg.count_tokens, min_items=1)
             requests.append(_request(one.task, one.messages))
-        return LLMRequests(tuple(requests))
-    return _request(fitted.task, fitted.messages)
+        return Step(LLMRequests(tuple(requests)), plan)
+    return Step(_request(fitted.task, fitted.messages), plan)
 
 
 def read_reply(reply: Completion | tuple[Completion, ...] | None, n: int, style: str) -> prompts.Reading | None:
@@ -121,27 +148,23 @@ def _informed(reply: Completion | tuple[Completion, ...] | None) -> bool:
     return not all(r is not None and not r.billable for r in replies)
 
 
-def apply(state: AgentState, reply: Completion | None, cfg: NodeConfig) -> AgentState:
-    context = state.context
-    if not context:
+def apply(state: AgentState, step: Step, reply: Completion | tuple[Completion, ...] | None,
+          cfg: NodeConfig) -> AgentState:
+    plan: Grading | None = step.plan
+    if plan is None:  # no context to grade
         return evolve(state, evidence_scores=(), grader_action=GraderAction.RE_RETRIEVE)
-    rule = _rule(state, cfg)
-    if rule is not None:
+    if plan.rule is not None:
         return evolve(
             state,
-            evidence_scores=(1.0,) * len(context),
+            evidence_scores=(1.0,) * len(state.context),
             grader_action=GraderAction.GENERATE,
-            audit=state.log("fast_path_hit", rule_name=rule, items=len(context)),
+            audit=state.log("fast_path_hit", rule_name=plan.rule, items=len(state.context)),
             graded_by="fast_path",
         )
     audit = state.audit
-    todo = _to_grade(context, state, cfg)
-    if todo:
-        dropped = {todo[j] for j in _fit(state, cfg, todo).dropped}
-        if dropped:  # left out of the grading prompt: they cannot be graded, so they leave context
-            context = tuple(item for i, item in enumerate(context) if i not in dropped)
-            audit = (*audit, AuditEvent("evidence_trimmed", {"node": NAME, "count": len(dropped)}))
-            todo = _to_grade(context, state, cfg)
+    context, todo = plan.context, plan.todo
+    if plan.trimmed:
+        audit = (*audit, AuditEvent("evidence_trimmed", {"node": NAME, "count": plan.trimmed}))
     if not context:
         return evolve(state, context=(), evidence_scores=(), grader_action=GraderAction.RE_RETRIEVE, audit=audit)
     graded: tuple[Grade, ...] = ()

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from attrs import evolve
 
 from .. import budget, prompts, schemas, searches
-from ..ports import LLMRequest, PlanTask
+from ..ports import LLMRequest, PlanTask, Step
 from ..state import AgentState, AuditEvent, Completion, Complexity, RoutingPlan
 from ..toolspec import question_search, search_tools
 
@@ -32,7 +32,8 @@ def _routing_plan(state: AgentState, cfg: NodeConfig) -> RoutingPlan:
     return RoutingPlan(Complexity.COMPLEX, search_tools(cfg.tools), classified=False)
 
 
-def prepare(state: AgentState, cfg: NodeConfig) -> LLMRequest:
+def prepare(state: AgentState, cfg: NodeConfig) -> Step:
+    """The planning request; its plan is the routing plan the reply is checked against."""
     task = PlanTask(
         question=state.question,
         routing_plan=_routing_plan(state, cfg),
@@ -47,7 +48,7 @@ def prepare(state: AgentState, cfg: NodeConfig) -> LLMRequest:
         own = question_search(cfg.tools, state.question, cfg.top_k)
         allowed = (own.tool,) if own is not None else ()
     fitted = budget.fit(task, schemas.PLAN_MAX_TOKENS, cfg.context_tokens, prompts.render, cfg.count_tokens)
-    return LLMRequest(
+    request = LLMRequest(
         NAME,
         fitted.task,
         fitted.messages,
@@ -55,13 +56,12 @@ def prepare(state: AgentState, cfg: NodeConfig) -> LLMRequest:
         temperature=0.0,
         reply_schema=schemas.plan_schema(allowed),
     )
+    return Step(request, task.routing_plan)
 
 
-def apply(state: AgentState, reply: Completion | None, cfg: NodeConfig) -> AgentState:
+def apply(state: AgentState, step: Step, reply: Completion | None, cfg: NodeConfig) -> AgentState:
     text = reply.text if reply is not None else ""
-    calls, rejected = prompts.parse_plan(
-        text, state.question, _routing_plan(state, cfg), cfg.tools, cfg.top_k
-    )
+    calls, rejected = prompts.parse_plan(text, state.question, step.plan, cfg.tools, cfg.top_k)
     events = [AuditEvent("plan_call_rejected", {"reason": reason}) for reason in rejected]
     if state.iteration == 0:
         calls, added = searches.with_question_search(

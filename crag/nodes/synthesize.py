@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from attrs import evolve
 
 from .. import answer, budget, grading, grounding, prompts
-from ..ports import LLMRequest, SynthesizeTask
+from ..ports import LLMRequest, Step, SynthesizeTask
 from ..state import AgentState, Completion, Complexity, GraderAction, GroundingReport
 
 if TYPE_CHECKING:
@@ -57,17 +57,20 @@ def _fit(state: AgentState, cfg: NodeConfig) -> budget.Fitted | None:
                       min_items=1)  # an answer from no evidence at all would be made up
 
 
-def prepare(state: AgentState, cfg: NodeConfig) -> LLMRequest | None:
+def prepare(state: AgentState, cfg: NodeConfig) -> Step:
+    """The answer's request; its plan is the fitted prompt (the items the model is shown, those
+    left out), or None when there is nothing to answer from."""
     fitted = _fit(state, cfg)
     if fitted is None:
-        return None
-    return LLMRequest(
+        return Step()
+    request = LLMRequest(
         NAME,
         fitted.task,
         fitted.messages,
         max_tokens=cfg.max_answer_tokens,
         temperature=cfg.temperature,
     )
+    return Step(request, fitted)
 
 
 UNGRADED_NOTE = (
@@ -95,18 +98,17 @@ def weak_evidence_note(state: AgentState, cfg: NodeConfig) -> str | None:
 EMPTY_REPLY = answer.EMPTY_REPLY
 
 
-def apply(state: AgentState, reply: Completion | None, cfg: NodeConfig) -> AgentState:
-    if _chitchat(state):
+def apply(state: AgentState, step: Step, reply: Completion | None, cfg: NodeConfig) -> AgentState:
+    fitted: budget.Fitted | None = step.plan
+    if fitted is not None and fitted.task.chitchat:
         body = prompts.clean_answer(reply.text) if reply is not None else ""
         text, citations = answer.compose(body or EMPTY_REPLY, (), state.usage, cite=False)
-    elif not state.context or reply is None:
+    elif fitted is None or reply is None:
         text, citations = answer.compose(answer.NO_EVIDENCE, (), state.usage, cite=False)
     else:
-        fitted = _fit(state, cfg)
-        if fitted is not None and fitted.dropped:  # left out of the answer's prompt: never cited
+        if fitted.dropped:  # left out of the answer's prompt: never cited
             state = evolve(state, audit=state.log("evidence_trimmed", node=NAME, count=len(fitted.dropped)))
-        items = fitted.task.items if fitted is not None else state.context  # what the model saw
-        return _grounded(state, prompts.clean_answer(reply.text), cfg, items)
+        return _grounded(state, prompts.clean_answer(reply.text), cfg, fitted.task.items)  # what the model saw
     return evolve(state, answer=text, citations=citations)
 
 

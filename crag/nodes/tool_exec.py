@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from attrs import evolve
 
 from .. import grading, searches
-from ..ports import ToolOutcome, ToolRequest
+from ..ports import Step, ToolOutcome, ToolRequest
 from ..state import AgentState, AuditEvent, ToolRun
 
 if TYPE_CHECKING:
@@ -32,11 +32,11 @@ if TYPE_CHECKING:
 NAME = "tool_exec"
 
 
-def prepare(state: AgentState, cfg: NodeConfig) -> ToolRequest:
-    return ToolRequest(state.tool_calls)
+def prepare(state: AgentState, cfg: NodeConfig) -> Step:
+    return Step(ToolRequest(state.tool_calls))
 
 
-def apply(state: AgentState, reply: Sequence[ToolOutcome] | None, cfg: NodeConfig) -> AgentState:
+def apply(state: AgentState, step: Step, reply: Sequence[ToolOutcome] | None, cfg: NodeConfig) -> AgentState:
     round_no = state.iteration + 1
     records = {t.name: t for t in cfg.tools}
     outcomes = tuple(reply or ())
