@@ -87,6 +87,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import time
 import zlib
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
@@ -1074,6 +1075,81 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
+# --------------------------------------------------------------------------------------
+# With a real grader (--base-url): benchmarks/real_grader.py records its replies
+# --------------------------------------------------------------------------------------
+
+
+def sample_queries(queries: Sequence, n: int) -> list:
+    """``n`` queries evenly spaced over the list (deterministic; a larger n keeps the smaller one's
+    queries only when it is a multiple of it)."""
+    if n >= len(queries):
+        return list(queries)
+    step = len(queries) / n
+    return [queries[int(i * step)] for i in range(n)]
+
+
+def run_real(args) -> dict[str, Any]:
+    """The simulated benchmark's workload with a real grader beside the simulated one (``--base-url``)."""
+    from benchmarks.real_grader import ORDER, RecordedGrader
+
+    everything = load_queries(args.data)
+    if args.qids:
+        by_id = {q.qid: q for q in everything}
+        missing = [q for q in args.qids if q not in by_id]
+        if missing:
+            raise SystemExit(f"grading_cost: no such query id in {args.data}: {', '.join(missing)}")
+        queries = [by_id[q] for q in args.qids]
+    else:
+        queries = sample_queries(everything, args.sample)
+    labels = {(q.text, c.item.source): c.grade for q in queries for c in q.candidates}
+    simulated = SimulatedGrader(labels, args.means, args.noise, args.seed)
+    cost = CostModel(args.encoding, args.latency_fixed_ms, args.latency_prompt_ms, args.latency_completion_ms)
+    real = RecordedGrader(args.base_url, args.model, args.record, args.timeout, args.verbose)
+    strategies = [s for s in ORDER if s in args.strategies]
+    acc = {(kind, s): (Meter(), Quality()) for kind in ("real", "simulated") for s in strategies}
+    done: list[str] = []
+    started = time.perf_counter()
+    result: dict[str, Any] = {}
+    for k in args.ks:
+        for query in queries:
+            for strategy in strategies:
+                for kind in ("real", "simulated"):
+                    meter, quality = acc[(kind, strategy)]
+                    model = StrategyModel(strategy, simulated, cost, meter, k,
+                                             real=real if kind == "real" else None,
+                                             label={"qid": query.qid, "k": k})
+                    run = grade_once if args.workload == "single" else run_question
+                    run(strategy, query, k, model, meter, quality)
+            done.append(f"{query.qid}@k{k}")
+            result = summary_real(args, acc, strategies, done, real, time.perf_counter() - started)
+            if args.verbose:
+                print(f"  grading_cost (real): {len(done)} of {len(queries) * len(args.ks)} questions done", flush=True)
+            if args.checkpoint is not None:
+                args.checkpoint(result)
+    return result
+
+
+def summary_real(args, acc, strategies, done, real, elapsed_s) -> dict[str, Any]:
+    from benchmarks.real_grader import verdict
+
+    rows = {kind: [summarise(s, *acc[(kind, s)], args.prices, len(done)) for s in strategies]
+            for kind in ("real", "simulated")}
+    return {
+        "args": {"base_url": args.base_url, "model": args.model, "sample": len(args.qids) or args.sample,
+                 "qids": args.qids, "ks": args.ks, "workload": args.workload,
+                 "strategies": strategies, "record": str(args.record), "timeout_s": args.timeout,
+                 "data": str(args.data), "noise": args.noise, "seed": args.seed},
+        "questions_done": list(done),
+        "requests_sent": real.sent,
+        "requests_replayed": real.replayed,
+        "request_errors": real.errors,
+        "elapsed_s": elapsed_s,
+        "rows": rows,
+        "memory_vs_batch": {kind: verdict(rows[kind]) for kind in rows},
+    }
+
+
 def main(argv=None) -> dict[str, Any]:
     args = parse_args(argv)
     if args.base_url:
@@ -1085,7 +1161,7 @@ def main(argv=None) -> dict[str, Any]:
             write_report(name, result, args.out, real_grader.render_markdown, lambda r, p: p, False)
 
         args.checkpoint = checkpoint
-        result = real_grader.run(args)
+        result = run_real(args)
         return write_report(name, result, args.out, real_grader.render_markdown, real_grader.render_chart,
                             args.verbose)
     return write_report(NAME, run(args), args.out, render_markdown, render_chart, args.verbose)

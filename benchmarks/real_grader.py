@@ -1,8 +1,10 @@
 """Grading cost with a real grader: crag's grading requests sent to a real model.
 
-``python -m benchmarks.grading_cost --base-url URL --model M`` runs this instead of the
-simulated benchmark. The workload is the ``up to 3 rounds`` one of ``grading_cost`` (whole
-questions through crag's Driver, ``k`` new TREC DL candidates per round), or with
+``python -m benchmarks.grading_cost --base-url URL --model M`` runs it instead of the
+simulated benchmark (``grading_cost.run_real``); this module holds what only the real grader
+needs (``RecordedGrader``, the report and chart) and imports nothing of ``grading_cost``.
+The workload is the ``up to 3 rounds`` one of ``grading_cost`` (whole questions through
+crag's Driver, ``k`` new TREC DL candidates per round), or with
 ``--workload single`` each query's top ``k`` graded once, on an evenly spaced sample of
 ``--sample`` queries (or the ``--qids`` given). Each strategy's grading requests are built by crag itself
 (``grade_evidence.prepare``; per-item requests are what it builds for a one-item context)
@@ -117,75 +119,6 @@ class RecordedGrader:
                   f"{completion.completion_tokens} completion tokens, {completion.latency_ms / 1000:.1f} s "
                   f"-> {completion.text.strip()[:60]!r}", flush=True)
         return completion
-
-
-def sample(queries: Sequence, n: int) -> list:
-    """``n`` queries evenly spaced over the list (deterministic; a larger n keeps the smaller one's
-    queries only when it is a multiple of it)."""
-    if n >= len(queries):
-        return list(queries)
-    step = len(queries) / n
-    return [queries[int(i * step)] for i in range(n)]
-
-
-def run(args) -> dict[str, Any]:
-    from benchmarks import grading_cost as gc
-
-    everything = gc.load_queries(args.data)
-    if args.qids:
-        by_id = {q.qid: q for q in everything}
-        missing = [q for q in args.qids if q not in by_id]
-        if missing:
-            raise SystemExit(f"grading_cost: no such query id in {args.data}: {', '.join(missing)}")
-        queries = [by_id[q] for q in args.qids]
-    else:
-        queries = sample(everything, args.sample)
-    labels = {(q.text, c.item.source): c.grade for q in queries for c in q.candidates}
-    simulated = gc.SimulatedGrader(labels, args.means, args.noise, args.seed)
-    cost = gc.CostModel(args.encoding, args.latency_fixed_ms, args.latency_prompt_ms, args.latency_completion_ms)
-    real = RecordedGrader(args.base_url, args.model, args.record, args.timeout, args.verbose)
-    strategies = [s for s in ORDER if s in args.strategies]
-    acc = {(kind, s): (gc.Meter(), gc.Quality()) for kind in ("real", "simulated") for s in strategies}
-    done: list[str] = []
-    started = time.perf_counter()
-    result: dict[str, Any] = {}
-    for k in args.ks:
-        for query in queries:
-            for strategy in strategies:
-                for kind in ("real", "simulated"):
-                    meter, quality = acc[(kind, strategy)]
-                    model = gc.StrategyModel(strategy, simulated, cost, meter, k,
-                                             real=real if kind == "real" else None,
-                                             label={"qid": query.qid, "k": k})
-                    run = gc.grade_once if args.workload == "single" else gc.run_question
-                    run(strategy, query, k, model, meter, quality)
-            done.append(f"{query.qid}@k{k}")
-            result = summary(args, acc, strategies, done, real, time.perf_counter() - started)
-            if args.verbose:
-                print(f"  grading_cost (real): {len(done)} of {len(queries) * len(args.ks)} questions done", flush=True)
-            if args.checkpoint is not None:
-                args.checkpoint(result)
-    return result
-
-
-def summary(args, acc, strategies, done, real, elapsed_s) -> dict[str, Any]:
-    from benchmarks import grading_cost as gc
-
-    rows = {kind: [gc.summarise(s, *acc[(kind, s)], args.prices, len(done)) for s in strategies]
-            for kind in ("real", "simulated")}
-    return {
-        "args": {"base_url": args.base_url, "model": args.model, "sample": len(args.qids) or args.sample,
-                 "qids": args.qids, "ks": args.ks, "workload": args.workload,
-                 "strategies": strategies, "record": str(args.record), "timeout_s": args.timeout,
-                 "data": str(args.data), "noise": args.noise, "seed": args.seed},
-        "questions_done": list(done),
-        "requests_sent": real.sent,
-        "requests_replayed": real.replayed,
-        "request_errors": real.errors,
-        "elapsed_s": elapsed_s,
-        "rows": rows,
-        "memory_vs_batch": {kind: verdict(rows[kind]) for kind in rows},
-    }
 
 
 def verdict(rows: Sequence[dict]) -> dict[str, Any] | None:
