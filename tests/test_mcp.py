@@ -185,7 +185,7 @@ def _slow_llm_params(workdir: Path, srv) -> StdioServerParameters:
     return params
 
 
-def test_a_cancelled_ask_frees_the_server_within_a_second(workdir: Path) -> None:
+def test_a_cancelled_ask_frees_the_server(workdir: Path) -> None:
     # After notifications/cancelled for an ask waiting on a slow model, a read_file waited 29 s
     # (with the defaults about four minutes): the abandoned call held the server.
     import time
@@ -206,7 +206,9 @@ def test_a_cancelled_ask_frees_the_server_within_a_second(workdir: Path) -> None
                 started = time.monotonic()
                 got = await client.call_tool("read_file", {"path": "docs/setup.md"})
                 assert not got.is_error and "8080" in text_of(got)
-                assert time.monotonic() - started < 1.0
+                # a held server would answer after the model's 60 s timeout at the soonest; the
+                # bound is loose so a loaded machine cannot fail it (within a second when measured)
+                assert time.monotonic() - started < 20.0
                 await anyio.sleep(0.5)
                 assert srv.calls() == 1  # the cancelled ask stopped: no retry was sent
 
@@ -229,7 +231,7 @@ def test_a_slow_ask_never_holds_other_calls(workdir: Path) -> None:
                     await anyio.sleep(0.05)
                 started = time.monotonic()
                 found = await client.call_tool("search", {"query": "nightly backups"})
-                assert not found.is_error and time.monotonic() - started < 1.0
+                assert not found.is_error and time.monotonic() - started < 20.0  # held: >= 60 s
                 tg.cancel_scope.cancel()
 
         anyio.run(session)
@@ -263,10 +265,11 @@ def test_closed_stdin_ends_the_server_promptly_with_a_call_in_flight(workdir: Pa
             while not srv.requests and time.monotonic() < deadline:
                 time.sleep(0.05)
             assert srv.requests
-            started = time.monotonic()
             proc.stdin.close()
-            assert proc.wait(timeout=10) == 0
-            assert time.monotonic() - started < 3.0
+            # The model would keep the call for 120 s and crag would wait 60 s a try: a server that
+            # waited for the call would still be running. The bound is loose so that a loaded
+            # machine cannot fail it (promptness is measured by hand, docs/mcp.md).
+            assert proc.wait(timeout=30) == 0
         finally:
             proc.kill()
             proc.wait()
