@@ -56,7 +56,8 @@ def apply(state: AgentState, step: Step, reply: Sequence[ToolOutcome] | None, cf
                 events.append(
                     AuditEvent(
                         "grep_truncated",
-                        {"pattern": o.call.args.get("pattern"), "matches": len(items) + left_out, "kept": len(items)},
+                        {"pattern": o.call.args.get(tool.query_arg or ""), "matches": len(items) + left_out,
+                         "kept": len(items)},
                     )
                 )
         runs.append(ToolRun(round_no, o.call, items))
