@@ -184,7 +184,7 @@ DAMAGE = {
     "the FTS table is dropped": lambda kb: _sql(_generation(kb) / "chunks.sqlite", "DROP TABLE fts"),
     "garbage in the database": lambda kb: _overwrite(_generation(kb) / "chunks.sqlite", 8192, os.urandom(65536)),
     "garbage in the FAISS file, same size": lambda kb: _overwrite(
-        _generation(kb) / "vectors.faiss", (_generation(kb) / "vectors.faiss").stat().st_size // 2, b"\x7f" * 64),
+        _generation(kb) / "vectors.faiss", (_generation(kb) / "vectors.faiss").stat().st_size // 2, b"\xa5\x5a" * 32),
     "chunk rows deleted": lambda kb: _sql(_generation(kb) / "chunks.sqlite", "DELETE FROM chunks WHERE id % 2 = 0"),
 }
 

@@ -169,7 +169,7 @@ def test_make_embedder_follows_the_settings() -> None:
 
 # The hash embedder's definition, word by word (how it was first written): the bulk
 # implementation must give exactly these vectors.
-def reference_hash_embed(texts: list[str], dim: int = 2048, bigram_weight: float = 0.5) -> np.ndarray:
+def reference_hash_embed(texts: list[str], dim: int = 1024, bigram_weight: float = 0.5) -> np.ndarray:
     import zlib
 
     from crag import text as w_

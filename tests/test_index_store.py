@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 class CountingEmbedder:
     """The hash embedder, recording every text it is asked to embed."""
 
-    def __init__(self, dim: int = 2048) -> None:
+    def __init__(self, dim: int = 1024) -> None:
         self.inner = HashEmbedder(dim)
         self.name = self.inner.name
         self.dim = self.inner.dim
@@ -152,21 +152,21 @@ def test_ensure_indexed_is_cheap_when_nothing_changed_and_indexes_new_roots(kb: 
 
 
 def test_another_embedder_is_a_clear_error_for_search_and_a_full_re_embed_for_index(kb: Path, cfg: Settings) -> None:
-    index_roots(cfg, [kb], embedder=HashEmbedder(1024))
+    index_roots(cfg, [kb], embedder=HashEmbedder(2048))
     with pytest.raises(EmbedderMismatchError) as err:
         open_index(cfg)
     assert str(err.value) == (
-        f"index was built with hash:v1:1024, configured embedder is {make_embedder(cfg).name}: "
+        f"index was built with hash:v1:2048, configured embedder is {make_embedder(cfg).name}: "
         f"run `python -m crag index {kb}` to re-index"
     )
     with pytest.raises(EmbedderMismatchError):
         ensure_indexed(cfg, [kb])
     emb = CountingEmbedder()
     report = index_roots(cfg, [kb], embedder=emb)
-    assert report.reembedded_all and "hash:v1:1024" in report.reason
+    assert report.reembedded_all and "hash:v1:2048" in report.reason
     assert len(emb.take()) == 3 and len(report.changed) == 3
     with open_index(cfg, emb) as reader:
-        assert reader.dim == 2048 and paths_of(reader.search("docker compose", 1)) == ["deploy.md"]
+        assert reader.dim == 1024 and paths_of(reader.search("docker compose", 1)) == ["deploy.md"]
 
 
 def current_gen(cfg: Settings) -> Path:

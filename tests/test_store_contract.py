@@ -25,7 +25,7 @@ STORES = ["embedded", "postgresql"]
 class CountingEmbedder:
     """The hash embedder, recording every text it is asked to embed."""
 
-    def __init__(self, dim: int = 2048) -> None:
+    def __init__(self, dim: int = 1024) -> None:
         self.inner = HashEmbedder(dim)
         self.name = self.inner.name
         self.dim = self.inner.dim
@@ -134,15 +134,15 @@ def test_roots_are_listed_and_removed(kb: Path, tmp_path: Path, cfg: Settings) -
 
 def test_the_embedder_is_recorded_and_checked(kb: Path, cfg: Settings) -> None:
     index_roots(cfg, [kb])
-    other = HashEmbedder(1024)
+    other = HashEmbedder(2048)
     with pytest.raises(EmbedderMismatchError, match="re-index"):
         open_index(cfg, other)
     with pytest.raises(EmbedderMismatchError):
         ensure_indexed(cfg, [kb], embedder=other)
     report = index_roots(cfg, [kb], embedder=other)
-    assert report.reembedded_all and "built with hash:v1:2048" in report.reason
+    assert report.reembedded_all and "built with hash:v1:1024" in report.reason
     state = open_store(cfg).state(files=False)
-    assert state is not None and (state.embedder, state.dim) == (other.name, 1024)
+    assert state is not None and (state.embedder, state.dim) == (other.name, 2048)
     with open_index(cfg, other) as reader:
         assert reader.search("expire after ninety days", 1)[0].path.endswith("auth.md")
 

@@ -17,7 +17,7 @@ from ..errors import EmbedderMismatchError
 from ..text import STOPWORDS
 from .chunker import CHUNKER_VERSION
 
-__all__ = ["REINDEX", "chunker_id", "embed_text", "embedder_mismatch", "fts_query", "query_terms", "reindex", "title_words"]
+__all__ = ["REINDEX", "chunker_id", "embed_text", "embedder_mismatch", "fts_match", "fts_phrase", "fts_query", "query_terms", "reindex", "title_words"]
 
 REINDEX = "run `python -m crag index PATH` to re-index"
 
@@ -72,8 +72,18 @@ def fts_query(text: str, max_terms: int = 32) -> str | None:
     Terms are runs of letters and digits (so no quote, operator or column filter can reach
     FTS5), stop words are dropped, and each term is double-quoted. None when nothing is left.
     """
-    terms = ['"' + word.replace('"', '""') + '"' for word in query_terms(text, max_terms)]
-    return " OR ".join(terms) if terms else None
+    terms = query_terms(text, max_terms)
+    return fts_match(terms, "any") if terms else None
+
+
+def fts_phrase(term: str) -> str:
+    """One term as an FTS5 string (double-quoted)."""
+    return '"' + term.replace('"', '""') + '"'
+
+
+def fts_match(terms: Sequence[str], mode: str = "any") -> str:
+    """An FTS5 MATCH expression for rows holding any (``mode`` "any") or all ("all") of ``terms``."""
+    return (" AND " if mode == "all" else " OR ").join(fts_phrase(t) for t in terms)
 
 
 def title_words(path: str, root: str) -> str:

@@ -24,7 +24,7 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 from ..errors import IndexStoreError
-from . import integrity, layout
+from . import integrity, layout, vectors
 from .documents import embed_text, title_words
 
 if TYPE_CHECKING:
@@ -98,14 +98,16 @@ class EmbeddedUpdate:
             self.base_vectors_path: str | None = base.vectors_path
             self._index: Any = None
             self.next_id = int(base.meta.get("next_chunk_id", "1"))
+            self.vectors_kind = base.meta.get("vectors", "exact")
             self.next_file_id = int(self.conn.execute("SELECT coalesce(max(id), 0) + 1 FROM files").fetchone()[0])
         else:
             self.conn = sqlite3.connect(self.db_path, isolation_level=None, check_same_thread=False)
             self._pragmas()
             self.conn.executescript(layout.SCHEMA)
             self.base_vectors_path = None
-            self._index = faiss.IndexIDMap2(faiss.IndexFlatIP(embedder.dim))
+            self._index = vectors.empty(embedder.dim)
             self.vectors_changed = True
+            self.vectors_kind = "exact"
             self.next_id = 1
             self.next_file_id = 1
         self.conn.execute("BEGIN")
@@ -303,9 +305,12 @@ class EmbeddedUpdate:
         self._send_rows()
         self._add_staged()
         # The vectors are written while the database thread finishes its inserts; both files
-        # are fsynced before CURRENT names the generation.
+        # are fsynced before CURRENT names the generation. The index's kind follows the
+        # knowledge base's new size (crag.index.vectors), rebuilt here when it no longer suits.
         if self.vectors_changed:
-            faiss.write_index(self._vectors(), self.vectors_path)
+            self._index = vectors.fit(self._vectors())
+            self.vectors_kind = vectors.describe(self._index)
+            faiss.write_index(self._index, self.vectors_path)
         else:
             try:
                 os.link(self.base_vectors_path, self.vectors_path)
@@ -329,6 +334,7 @@ class EmbeddedUpdate:
                 "chunks": str(n_chunks),
                 "next_chunk_id": str(self.next_id),
                 "vectors_bytes": str(vectors_bytes),
+                "vectors": self.vectors_kind,
                 "generation": self.gen,
                 "updated_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             }

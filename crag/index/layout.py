@@ -6,7 +6,9 @@ Layout of ``KB_AGENT_INDEX_DIR``::
     LOCK                 held (fcntl.flock) by the one indexer allowed at a time; removed
                          by its holder when it lets go
     gen-000007/
-        vectors.faiss    IndexIDMap2(IndexFlatIP): unit vectors, inner product = cosine;
+        vectors.faiss    unit vectors as 8-bit codes, inner product = cosine, searched
+                         exactly or through IVF cells by the knowledge base's size
+                         (``crag.index.vectors``);
                          FAISS ids are the chunk ids of the database
         CHECKSUMS        size and CRC-32 of both files, checked when the generation is
                          opened for search or built on (``crag.index.integrity``)

@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import IndexStoreError
 from ..ports import ChunkRow, Hit
-from .documents import REINDEX, embedder_mismatch, fts_query
+from . import lexical, vectors
+from .documents import REINDEX, embedder_mismatch, fts_match, fts_phrase, fts_query, query_terms
 from .fusion import SearchWeights
 from .layout import Generation, current_generation, open_generation, read_vectors, reindex_hint
 from .search import hybrid_search
@@ -42,6 +43,9 @@ __all__ = [
     "indexed_roots",
     "open_index",
 ]
+
+
+_DF_CACHE = 100_000  # document frequencies a reader remembers
 
 
 def indexed_roots(index_dir: str) -> tuple[str, ...]:
@@ -85,6 +89,7 @@ class IndexReader:
             raise self._damaged(exc) from exc
         self._vectors = read_vectors(gen, mmap=True)
         self._allowed_cache: dict[tuple[str, ...], Any] = {}
+        self._df_cache: dict[tuple[str, str, int], int] = {}
 
     def _damaged(self, exc: Exception) -> IndexStoreError:
         return IndexStoreError(
@@ -154,8 +159,8 @@ class IndexReader:
     def vector_ranking(
         self, query_vec: np.ndarray, k: int, roots: Sequence[str] | None = None
     ) -> list[tuple[int, float]]:
-        """(chunk id, cosine) pairs, best first."""
-        import faiss
+        """(chunk id, cosine) pairs, best first: exact or approximate as the index's kind
+        (``crag.index.vectors``)."""
         import numpy as np
 
         index = self._vectors
@@ -163,16 +168,18 @@ class IndexReader:
             raise IndexStoreError(f"the index in {self.index_dir} was closed", self.index_dir)
         if index.ntotal == 0 or k <= 0:
             return []
-        params = None
+        allowed = None
         if roots is not None:
             allowed = self._allowed_ids(roots)
             if allowed.size == 0:
                 return []
-            if allowed.size < index.ntotal:
-                params = faiss.SearchParameters(sel=faiss.IDSelectorBatch(allowed))
-            k = min(k, int(allowed.size))
+            if allowed.size >= index.ntotal:
+                allowed = None
+            else:
+                k = min(k, int(allowed.size))
         k = min(k, int(index.ntotal))
         q = np.ascontiguousarray(query_vec, dtype=np.float32).reshape(1, -1)
+        params = vectors.search_params(index, allowed)
         scores, ids = index.search(q, k, params=params) if params is not None else index.search(q, k)
         return [(int(i), float(s)) for i, s in zip(ids[0], scores[0]) if i >= 0]
 
@@ -188,24 +195,53 @@ class IndexReader:
         join = " JOIN files f ON f.id = files_fts.rowid"
         return self._bm25("files_fts", join, (w.bm25_title, w.bm25_body), query, k, roots)
 
+    def _df(self, table: str, match: str, cap: int) -> int:
+        """How many rows of ``table`` match ``match``, counted up to ``cap`` (cached: a generation never changes)."""
+        key = (table, match, cap)
+        df = self._df_cache.get(key)
+        if df is None:
+            rows = self._query(
+                f"SELECT count(*) FROM (SELECT 1 FROM {table} WHERE {table} MATCH ? LIMIT ?)", [match, cap]
+            )
+            df = int(rows[0][0])
+            if len(self._df_cache) > _DF_CACHE:
+                self._df_cache.clear()
+            self._df_cache[key] = df
+        return df
+
     def _bm25(
         self, table: str, join: str, weights: tuple[float, ...], query: str, k: int, roots: Sequence[str] | None
     ) -> list[tuple[int, float]]:
-        """(rowid, bm25) of the best ``k`` rows of an FTS5 ``table``; ``join`` reaches ``files f``
-        and is used only when ``roots`` restricts the search."""
-        match = fts_query(query)
-        if match is None or k <= 0:
+        """(rowid, bm25) of the best ``k`` rows of an FTS5 ``table`` for the terms
+        ``crag.index.lexical.plan`` picks; ``join`` reaches ``files f`` and is used only when
+        ``roots`` restricts the search."""
+        terms = query_terms(query)
+        if not terms or k <= 0:
             return []
-        clause, params = self._root_clause(roots)
-        marks = ", ".join("?" * len(weights))
-        sql = (
-            f"SELECT {table}.rowid, bm25({table}, {marks}) AS s FROM {table}{join if clause else ''} "
-            f"WHERE {table} MATCH ?{clause} ORDER BY s LIMIT ?"
-        )
+        budget = lexical.CHUNK_BUDGET if table == "fts" else lexical.FILE_BUDGET
         try:
+            chosen = lexical.plan([(t, self._df(table, fts_phrase(t), budget + 1)) for t in terms], budget)
+            if not chosen.terms:
+                return []
+            match = fts_match(chosen.terms, chosen.mode)
+            clause, params = self._root_clause(roots)
+            window = ""
+            if chosen.mode == lexical.ALL and self._df(table, match, budget + 1) > budget:
+                # Frequent words only, and more rows hold them all than the budget: the last ones indexed.
+                last = self._query(
+                    f"SELECT rowid FROM {table} WHERE {table} MATCH ? ORDER BY rowid DESC LIMIT 1 OFFSET ?",
+                    [match, budget - 1],
+                )
+                if last:
+                    window, params = f" AND {table}.rowid >= ?", [int(last[0][0]), *params]
+            marks = ", ".join("?" * len(weights))
+            sql = (
+                f"SELECT {table}.rowid, bm25({table}, {marks}) AS s FROM {table}{join if clause else ''} "
+                f"WHERE {table} MATCH ?{window}{clause} ORDER BY s LIMIT ?"
+            )
             rows = self._query(sql, [*weights, match, *params, k])
         except sqlite3.OperationalError:
-            return []  # fts_query cannot produce a syntax error; never let one reach the user
+            return []  # fts_match cannot produce a syntax error; never let one reach the user
         return [(int(i), float(s)) for i, s in rows]
 
     # -- what the fusion needs -------------------------------------------------------------

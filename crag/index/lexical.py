@@ -1,0 +1,72 @@
+"""Bounded full-text ranking: which query terms a store ranks with, so that a query costs
+about the same on a large knowledge base as on a small one.
+
+Both stores rank chunks (and files) by BM25 over the query's terms (``query_terms``), and
+the cost of a BM25 ranking grows with the rows it scores: every row holding any term, and,
+for the inverse document frequencies, every row of every term. A question's rare words
+match a few rows; a frequent word ("history", "system") matches a large share of a
+million chunks, and would cost hundreds of milliseconds for the least useful part of
+the ranking (its weight, the IDF, is the smallest).
+
+``plan(dfs, budget)`` decides from each term's document frequency (counted by the store up
+to ``budget + 1``, so counting is bounded too):
+
+* terms are taken rarest first while the rows they match add up to at most ``budget``:
+  the ranking is BM25 over those terms (``ANY``). Below ``budget`` rows per term total,
+  which covers every query on a knowledge base of up to ``budget`` chunks, this is
+  exactly the BM25 of every term; above, the frequent terms are left to the vector
+  ranking, as stop words are;
+* when even the rarest term matches more than ``budget`` rows (a query of frequent words
+  only), the ranking is BM25 over the rows holding every term (``ALL``); the store counts
+  those too, and when they are still more than ``budget`` it scores the ``budget`` of them
+  indexed last.
+
+Terms no row holds are dropped. The stores' ``lexical_ranking`` and ``file_ranking``
+follow the plan with their own budgets (``CHUNK_BUDGET``, ``FILE_BUDGET``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from attrs import frozen
+
+__all__ = ["ALL", "ANY", "CHUNK_BUDGET", "FILE_BUDGET", "LexicalPlan", "plan"]
+
+ANY = "any"
+ALL = "all"
+# Rows a ranking scores at most (measured by benchmarks/store_scale.py: about 1 µs a row
+# in SQLite's FTS5 on this machine).
+CHUNK_BUDGET = 20_000
+FILE_BUDGET = 5_000
+
+
+@frozen
+class LexicalPlan:
+    """The terms a ranking matches (``ANY``: rows holding any; ``ALL``: rows holding every one),
+    and the terms left out."""
+
+    terms: tuple[str, ...]
+    mode: str = ANY
+    dropped: tuple[str, ...] = ()
+
+
+def plan(dfs: Sequence[tuple[str, int]], budget: int) -> LexicalPlan:
+    """The plan for terms with their document frequencies (capped at ``budget + 1``), in query order."""
+    present = [(t, df) for t, df in dfs if df > 0]
+    if not present:
+        return LexicalPlan(())
+    by_rarity = sorted(present, key=lambda p: p[1])
+    taken: list[str] = []
+    rows = 0
+    for term, df in by_rarity:
+        if rows + df > budget:
+            break
+        taken.append(term)
+        rows += df
+    if taken:
+        keep = set(taken)
+        return LexicalPlan(
+            tuple(t for t, _ in present if t in keep), ANY, tuple(t for t, _ in present if t not in keep)
+        )
+    return LexicalPlan(tuple(t for t, _ in present), ALL)
