@@ -19,7 +19,7 @@ to ``budget + 1``, so counting is bounded too):
 * when even the rarest term matches more than ``budget`` rows (a query of frequent words
   only), the ranking is BM25 over the rows holding every term (``ALL``); the store counts
   those too, and when they are still more than ``budget`` it scores the ``budget`` of them
-  indexed last.
+  indexed first.
 
 Terms no row holds are dropped. The stores' ``lexical_ranking`` and ``file_ranking``
 follow the plan with their own budgets (``CHUNK_BUDGET``, ``FILE_BUDGET``).

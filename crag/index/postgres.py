@@ -43,19 +43,17 @@ from ..ports import FileRecord, StoreState
 from ..text import WORD
 from .documents import embed_text, embedder_mismatch, title_words
 from .fusion import SearchWeights
-from .postgres_schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION
+from .postgres_schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION, hnsw_index, hnsw_kind, vector_literal
+from .postgres_search import PostgresRetriever
+from .vectors import quantize
 
 if TYPE_CHECKING:
-
     from ..ports import DocumentVersion, Embedder, Retriever
 
 __all__ = ["PostgresStore", "PostgresUpdate", "hnsw_kind", "redact", "vector_literal", "word_count"]
 
 # The advisory lock every crag indexer of a database takes: "crag" in ASCII.
 LOCK_KEY = 0x63726167
-# Most dimensions pgvector's HNSW indexes on vector (and, from 0.7, on halfvec).
-_HNSW_VECTOR_DIMS = 2000
-_HNSW_HALFVEC_DIMS = 4000
 _EMBED_BATCH = 256
 _FILE_TEXT_LIMIT = 400_000  # characters of a file's text in its full-text vector (tsvector max 1 MB)
 
@@ -98,11 +96,6 @@ def redact(uri: str) -> str:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
-
-
-def vector_literal(vec: Any) -> str:
-    """A vector as pgvector's text input: exact for float32 values."""
-    return "[" + ",".join(map(repr, vec.astype("float64").tolist())) + "]"
 
 
 def _pg_version_tuple(text: str) -> tuple[int, ...]:
@@ -262,8 +255,6 @@ class PostgresStore:
             raise IndexStoreError(f"no index in {self.location}: run `python -m crag index PATH` first", self.location)
         if state.embedder != embedder.name:
             raise embedder_mismatch(state.embedder, embedder.name, state.roots, self.location)
-        from .postgres_search import PostgresRetriever
-
         return PostgresRetriever(self, state, embedder, weights or SearchWeights())
 
     # -- writing ---------------------------------------------------------------------------
@@ -388,6 +379,8 @@ class PostgresUpdate:
         vectors = np.zeros((0, self.embedder.dim), dtype=np.float32)
         if texts:
             vectors = self.embedder.embed(texts)
+            if vectors.shape == (len(texts), self.embedder.dim):
+                vectors = quantize(vectors)  # as the embedded store holds them: both report the same cosines
             if vectors.shape != (len(texts), self.embedder.dim):
                 raise IndexStoreError(
                     f"the embedder {self.embedder.name} returned vectors of shape {vectors.shape}, "
@@ -487,21 +480,12 @@ class PostgresUpdate:
         self.conn.close()
 
 
-def hnsw_kind(pgvector: tuple[int, ...], dim: int) -> str | None:
-    """The type an HNSW index of ``dim`` dimensions uses (vector or halfvec), or None: exact search."""
-    if dim <= _HNSW_VECTOR_DIMS:
-        return "vector"
-    if dim <= _HNSW_HALFVEC_DIMS and pgvector >= (0, 7):
-        return "halfvec"
-    return None
-
-
 def _ensure_hnsw(conn: Any, pgvector: tuple[int, ...], dim: int) -> None:
     """Create the HNSW index of ``dim``-dimensional embeddings when it is missing."""
     kind = hnsw_kind(pgvector, dim)
     if kind is None:
         return
-    name = f"chunks_embedding_hnsw_{kind}_{dim}"
+    name = hnsw_index(kind, dim)
     conn.execute(
         f"CREATE INDEX IF NOT EXISTS {name} ON {SCHEMA}.chunks USING hnsw "
         f"((embedding::{kind}({dim})) {kind}_cosine_ops) WHERE vector_dims(embedding) = {dim}"

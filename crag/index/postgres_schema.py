@@ -2,13 +2,42 @@
 
 Each migration runs once, in a transaction, and is recorded in ``crag.migrations``; a
 later crag appends migrations here and upgrades an older database when it first writes.
+The vector index is the one part made outside them (by dimension, once vectors of that
+dimension exist): ``hnsw_kind`` says which type it indexes, ``hnsw_index`` names it.
+Both ``crag.index.postgres`` (writing) and ``crag.index.postgres_search`` (reading) use
+this module; neither imports the other's internals.
 """
 
 from __future__ import annotations
 
-__all__ = ["MIGRATIONS", "SCHEMA", "SCHEMA_VERSION"]
+from typing import Any
+
+__all__ = ["MIGRATIONS", "SCHEMA", "SCHEMA_VERSION", "hnsw_index", "hnsw_kind", "vector_literal"]
 
 SCHEMA = "crag"
+# Most dimensions pgvector's HNSW indexes on vector (and, from 0.7, on halfvec).
+HNSW_VECTOR_DIMS = 2000
+HNSW_HALFVEC_DIMS = 4000
+
+
+def hnsw_kind(pgvector: tuple[int, ...], dim: int) -> str | None:
+    """The type an HNSW index of ``dim`` dimensions uses (vector or halfvec), or None: exact search."""
+    if dim <= HNSW_VECTOR_DIMS:
+        return "vector"
+    if dim <= HNSW_HALFVEC_DIMS and pgvector >= (0, 7):
+        return "halfvec"
+    return None
+
+
+def hnsw_index(kind: str, dim: int) -> str:
+    """The name of the HNSW index of ``dim``-dimensional embeddings as ``kind``."""
+    return f"chunks_embedding_hnsw_{kind}_{dim}"
+
+
+def vector_literal(vec: Any) -> str:
+    """A vector as pgvector's text input: exact for float32 values."""
+    return "[" + ",".join(map(repr, vec.astype("float64").tolist())) + "]"
+
 
 MIGRATIONS: tuple[tuple[int, str, str], ...] = (
     (

@@ -24,17 +24,17 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import IndexStoreError
 from ..ports import ChunkRow, Hit, StoreState
+from . import lexical
 from .documents import REINDEX, query_terms
 from .fusion import SearchWeights
-from .postgres import hnsw_kind, vector_literal
-from .postgres_schema import SCHEMA
+from .postgres_schema import SCHEMA, hnsw_kind, vector_literal
 from .search import hybrid_search
 
 if TYPE_CHECKING:
     import numpy as np
 
     from ..ports import Embedder
-    from .postgres import PostgresStore
+    from .postgres import PostgresStore  # the type only: postgres imports this module, not the reverse
 
 __all__ = ["PostgresRetriever"]
 
@@ -163,33 +163,42 @@ class PostgresRetriever:
         )
         return [(int(i), float(s)) for i, s in rows]
 
-    def _terms(self, query: str, table: str) -> tuple[list[str], list[float]]:
-        """The query's words as PostgreSQL lexemes that occur in ``table``, each with its
-        inverse document frequency (BM25's, never negative)."""
+    def _terms(self, query: str, table: str, cap: int) -> list[tuple[str, int]]:
+        """The query's words as PostgreSQL lexemes, each with the number of rows of ``table``
+        holding it, counted up to ``cap`` (``crag.index.lexical``)."""
         words = query_terms(query)
         if not words:
-            return [], []
+            return []
         rows = self._query(
-            f"SELECT l.lexeme, (SELECT count(*) FROM {SCHEMA}.{table} t WHERE t.tsv @@ l.lexeme::tsquery) "
-            "FROM (SELECT DISTINCT lexeme FROM unnest(%s::text[]) AS w, unnest(to_tsvector('english', w))) AS l",
-            (words,),
+            f"SELECT l.lexeme, (SELECT count(*) FROM (SELECT 1 FROM {SCHEMA}.{table} t "
+            "WHERE t.tsv @@ quote_literal(l.lexeme)::tsquery LIMIT %s) AS m) "
+            "FROM (SELECT lexeme, min(n) AS n FROM unnest(%s::text[]) WITH ORDINALITY AS w(word, n), "
+            "unnest(to_tsvector('english', w.word)) GROUP BY lexeme) AS l ORDER BY l.n",
+            (cap, words),
         )
-        total = self.n_chunks if table == "chunks" else self.n_files
-        lexemes, idfs = [], []
-        for lexeme, df in rows:
-            if df:
-                lexemes.append(lexeme)
-                idfs.append(math.log(1.0 + (total - df + 0.5) / (df + 0.5)))
-        return lexemes, idfs
+        return [(str(lexeme), int(df)) for lexeme, df in rows]
 
     def _ranked(self, table: str, query: str, k: int, roots: Sequence[str] | None) -> list[tuple[int, float]]:
         """(id, BM25) of the best ``k`` rows of ``table`` (see the module docstring)."""
         if k <= 0:
             return []
+        budget = lexical.CHUNK_BUDGET if table == "chunks" else lexical.FILE_BUDGET
         with self.snapshot():
-            lexemes, idfs = self._terms(query, table)
-            if not lexemes:
+            dfs = self._terms(query, table, budget + 1)
+            chosen = lexical.plan(dfs, budget)
+            if not chosen.terms:
                 return []
+            joiner = " & " if chosen.mode == lexical.ALL else " | "
+            match = joiner.join("'" + lexeme.replace("'", "''") + "'" for lexeme in chosen.terms)
+            df = dict(dfs)
+            if chosen.mode == lexical.ALL:
+                # Frequent words only: their document frequencies, for the IDF, counted in full.
+                for lexeme in chosen.terms:
+                    df[lexeme] = int(self._query(
+                        f"SELECT count(*) FROM {SCHEMA}.{table} t WHERE t.tsv @@ quote_literal(%s)::tsquery", (lexeme,)
+                    )[0][0])
+            total = self.n_chunks if table == "chunks" else self.n_files
+            idfs = [math.log(1.0 + (total - df[t] + 0.5) / (df[t] + 0.5)) for t in chosen.terms]
             clause, params = self._root_clause(roots)
             if table == "chunks":
                 source = f"{SCHEMA}.chunks t" + (f" JOIN {SCHEMA}.files f ON f.id = t.file_id" if clause else "")
@@ -198,19 +207,21 @@ class PostgresRetriever:
                 source = f"{SCHEMA}.files t"
                 clause = clause.replace("f.path", "t.path")
                 avgdl = self.avgdl_files
+            # At most `budget` rows are scored: more hold every word only of a query of frequent words,
+            # and then the first ones indexed are ranked (as in the embedded store).
             w = self.weights
-            match = " | ".join("'" + lexeme.replace("'", "''") + "'" for lexeme in lexemes)
             # tf: a lexeme's positions, each counted with its column's weight (A title, B heading, D body).
             rows = self._query(
                 f"WITH q AS (SELECT * FROM unnest(%s::text[], %s::float8[]) AS q(lexeme, idf)), "
-                f"cand AS (SELECT t.id, t.tsv, t.dl FROM {source} WHERE t.tsv @@ %s::tsquery{clause}) "
+                f"cand AS (SELECT t.id, t.tsv, t.dl FROM {source} WHERE t.tsv @@ %s::tsquery{clause} "
+                "ORDER BY t.id LIMIT %s) "
                 "SELECT c.id, sum(q.idf * m.f * (%s + 1) / (m.f + %s * (1 - %s + %s * c.dl / %s))) AS s FROM cand c "
                 "CROSS JOIN LATERAL (SELECT u.lexeme, (SELECT sum(CASE x WHEN 'A' THEN %s WHEN 'B' THEN %s "
                 "WHEN 'C' THEN 0 ELSE %s END) FROM unnest(u.weights) AS x) AS f "
                 "FROM unnest(c.tsv) AS u WHERE u.lexeme = ANY(%s::text[])) AS m "
                 "JOIN q ON q.lexeme = m.lexeme GROUP BY c.id ORDER BY s DESC, c.id LIMIT %s",
-                [lexemes, idfs, match, *params, _K1, _K1, _B, _B, avgdl,
-                 w.bm25_title, w.bm25_heading, w.bm25_body, lexemes, k],
+                [list(chosen.terms), idfs, match, *params, budget, _K1, _K1, _B, _B, avgdl,
+                 w.bm25_title, w.bm25_heading, w.bm25_body, list(chosen.terms), k],
             )
         return [(int(i), float(s)) for i, s in rows]
 

@@ -227,13 +227,13 @@ class IndexReader:
             clause, params = self._root_clause(roots)
             window = ""
             if chosen.mode == lexical.ALL and self._df(table, match, budget + 1) > budget:
-                # Frequent words only, and more rows hold them all than the budget: the last ones indexed.
+                # Frequent words only, and more rows hold them all than the budget: the first ones indexed.
                 last = self._query(
-                    f"SELECT rowid FROM {table} WHERE {table} MATCH ? ORDER BY rowid DESC LIMIT 1 OFFSET ?",
+                    f"SELECT rowid FROM {table} WHERE {table} MATCH ? ORDER BY rowid LIMIT 1 OFFSET ?",
                     [match, budget - 1],
                 )
                 if last:
-                    window, params = f" AND {table}.rowid >= ?", [int(last[0][0]), *params]
+                    window, params = f" AND {table}.rowid <= ?", [int(last[0][0]), *params]
             marks = ", ".join("?" * len(weights))
             sql = (
                 f"SELECT {table}.rowid, bm25({table}, {marks}) AS s FROM {table}{join if clause else ''} "
