@@ -1,207 +1,439 @@
-"""Store scale: the embedded store (FAISS + SQLite) and PostgreSQL + pgvector on one corpus.
+"""Store scale: both stores at 100k and 1M chunks of real text, searched as users search.
 
-Both stores index the same synthetic Markdown corpus through crag's own update path
-(discovery, chunking, the hash embedder, the store's writes) and answer the same queries
-through ``Retriever.search`` (hybrid: vector + full-text + file ranking, fused). Reported
-for each store:
+The knowledge base is copies of the shared corpora (``../shared``): the SQuAD Wikipedia
+articles and the two documentation sets, about 14,600 chunks a copy, hard-linked into
+``copyNN/`` folders (``--chunks`` picks the number of copies). Each store indexes it with
+``crag index`` in a child process, from empty, with crag's defaults (the hash embedder),
+then answers searches through the library's entry point, ``Agent.search``: one agent
+opened once, as the MCP server holds one. Reported for each store:
 
-* indexing throughput: chunks per second of a first ``index_roots`` over the corpus, and
-  the time of a second run that finds nothing changed;
-* search latency: p50 and p95 of single hybrid searches (top 5), and of vector-only ones;
-* throughput with 1, 4 and 16 concurrent clients (``--clients``): separate processes, each
-  opening the store and searching for ``--client-seconds``; searches per second in total;
-* for PostgreSQL, recall@10 of the HNSW index against exact search over the same vectors.
+* indexing: wall and CPU seconds, MB/s of text (wall and CPU), peak memory of the
+  indexing process, disk used, and for the embedded store the bytes its vectors take
+  (the FAISS index, which a search process holds in memory) and the vector index's kind;
+* search latency, p50 / p95 of single searches (top 5, hybrid): real questions (SQuAD
+  questions and the docs questions of ``benchmarks/questions.jsonl``) and frequent-word
+  queries (one to three of the corpus's most frequent content words), each in its own set;
+* recall against exact search, on the questions: of the vector ranking (the 50 candidates a
+  search takes; an approximate result counts when its cosine reaches the exact 50th's, so
+  copies of one chunk count alike), and of the top 5 hybrid hits against a search whose
+  vector ranking is exact and whose full-text rankings score every matching row (a hit
+  counts by its place in the corpus, whichever copy it comes from);
+* throughput: searches per second with 1, 4 and 16 clients (threads sharing the agent,
+  as concurrent MCP requests do; PostgreSQL gives each its own connection);
+* PostgreSQL only: search latency while an index run writes (a tenth of the copies'
+  files changed and re-indexed in a child process).
 
-The corpus (``--chunks``, default 100k) is generated from a Zipf-distributed vocabulary, in
-files of 8 sections each; queries are phrases from random chunks. ``--dim`` sets the hash
-embedder's dimension (default 1024: pgvector before 0.7 builds HNSW indexes of at most 2000
-dimensions; crag's default of 2048 searches exactly on those servers). PostgreSQL is the
-server ``--postgres URI`` names, or one started with ``pgserver`` in a temporary folder.
+``--questions-check`` (on by default below 200k chunks) also indexes the shared corpora
+themselves on each store and reports recall@5 / MRR@5 there (``benchmarks/retrieval.py``'s
+scoring), so the two stores' ranking quality can be compared.
 
-Run: ``python -m benchmarks.store_scale --chunks 100000`` (``--chunks 1000000`` on a bigger
-machine). Writes ``store_scale.json`` and ``.md`` to ``--out`` (no chart).
+Run: ``python -m benchmarks.store_scale --chunks 100000`` (``make bench``) or ``--chunks
+1000000`` (``make bench-full``). PostgreSQL is the server ``--postgres URI`` names, or one
+started with ``pgserver`` in the work folder. Writes ``store_scale.json`` and ``.md`` to
+``--out``.
 """
 
 from __future__ import annotations
 
 import argparse
-import multiprocessing
+import json
+import math
+import os
 import random
+import re
+import resource
 import shutil
+import subprocess
+import sys
 import tempfile
+import threading
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import RESULTS_DIR, environment, fmt, markdown_table, percentile, write_report
+from benchmarks.common import RESULTS_DIR, environment, fmt, markdown_table, percentile, write_json, write_text
 
 NAME = "store_scale"
-SECTIONS_PER_FILE = 8
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+SOURCES = {
+    "squad": SHARED / "retrieval" / "squad_wiki" / "corpus",
+    "fastapi": SHARED / "corpora" / "fastapi_docs",
+    "hfhub": SHARED / "corpora" / "hf_hub_docs",
+}
+CHUNKS_PER_COPY = 14_600  # the three sources chunked with crag's defaults
+COPY = re.compile(r"^copy\d+/")
 
 
-def make_corpus(root: Path, chunks: int, seed: int, words_per_section: int = 90) -> int:
-    """Write about ``chunks`` sections of Zipf-distributed words; returns the number of files."""
+# ---------------------------------------------------------------------------------------
+# The knowledge base and the queries
+
+
+def make_corpus(root: Path, copies: int) -> int:
+    """``copies`` copies of the sources under ``root`` (hard links where possible); returns bytes of text."""
+    total = 0
+    for c in range(copies):
+        for name, src in SOURCES.items():
+            dest = root / f"copy{c:03d}" / name
+            if dest.exists():
+                total += sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())
+                continue
+            for path in src.rglob("*"):
+                if not path.is_file():
+                    continue
+                target = dest / path.relative_to(src)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                try:
+                    os.link(path, target)
+                except OSError:
+                    shutil.copyfile(path, target)
+                total += path.stat().st_size
+    return total
+
+
+def real_questions(n: int, seed: int) -> list[str]:
+    """SQuAD questions (three quarters) and docs questions (a quarter), ``n`` in all."""
     rng = random.Random(seed)
-    syllables = ["ka", "lo", "mi", "ne", "ru", "sa", "ti", "vo", "ze", "pa", "qui", "dor", "fen", "gal", "hul", "jix"]
-    vocab = sorted({"".join(rng.choice(syllables) for _ in range(rng.randint(2, 4))) for _ in range(30_000)})
-    weights = [1.0 / (r + 1) ** 1.05 for r in range(len(vocab))]
-    files = max(1, chunks // SECTIONS_PER_FILE)
-    for f in range(files):
-        folder = root / f"area{f % 100:02d}"
-        folder.mkdir(parents=True, exist_ok=True)
-        words = rng.choices(vocab, weights, k=SECTIONS_PER_FILE * (words_per_section + 3) + 4)
-        it = iter(words)
-        lines = [f"# {' '.join(next(it) for _ in range(4))}", ""]
-        for s in range(SECTIONS_PER_FILE):
-            lines += [f"## {s + 1}. {' '.join(next(it) for _ in range(3))}", ""]
-            body = [next(it) for _ in range(words_per_section)]
-            lines += [" ".join(body[i : i + 15]) + "." for i in range(0, len(body), 15)] + [""]
-        (folder / f"doc{f:06d}.md").write_text("\n".join(lines), encoding="utf-8")
-    return files
+    squad = [json.loads(line)["question"] for line in (SHARED / "retrieval" / "squad_wiki" / "questions.jsonl").open()]
+    docs = [json.loads(line)["question"] for line in (REPO / "benchmarks" / "questions.jsonl").open() if line.strip()]
+    n_docs = min(len(docs), n // 4)
+    return rng.sample(squad, n - n_docs) + rng.sample(docs, n_docs)
 
 
-def make_queries(root: Path, n: int, seed: int) -> list[str]:
+def frequent_queries(n: int, seed: int) -> tuple[list[str], list[tuple[str, float]]]:
+    """``n`` queries of one to three of the 60 content words in most chunks of one copy; and those words."""
+    from crag.index.chunker import chunk_text
+    from crag.text import STOPWORDS, words
+
+    df: Counter[str] = Counter()
+    chunks = 0
+    for src in SOURCES.values():
+        for path in sorted(src.rglob("*")):
+            if path.is_file() and path.suffix in {".md", ".txt"}:
+                for chunk in chunk_text(path.read_text(encoding="utf-8", errors="replace"), path.suffix):
+                    df.update({w for w in words(chunk.text) if w not in STOPWORDS and len(w) > 2 and w.isalpha()})
+                    chunks += 1
+    top = [(w, c / chunks) for w, c in df.most_common(60)]
     rng = random.Random(seed + 1)
-    paths = sorted(root.rglob("*.md"))
-    queries = []
-    for _ in range(n):
-        text = rng.choice(paths).read_text(encoding="utf-8").split()
-        start = rng.randrange(0, max(1, len(text) - 5))
-        queries.append(" ".join(w.strip(".#") for w in text[start : start + rng.randint(3, 5)]))
-    return queries
+    pool = [w for w, _ in top]
+    return [" ".join(rng.sample(pool, rng.randint(1, 3))) for _ in range(n)], top
 
 
-def timed_searches(reader: Any, queries: list[str], mode: str) -> list[float]:
-    times = []
+# ---------------------------------------------------------------------------------------
+# Measuring
+
+
+def index_child(env: dict[str, str], corpus: Path) -> dict[str, Any]:
+    """``crag index corpus`` in a child process: wall and CPU seconds, its peak memory."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "crag", "index", str(corpus)], env=env, cwd=REPO,
+                          capture_output=True, text=True, check=False)
+    wall = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise RuntimeError(f"crag index failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    return {
+        "wall_s": wall,
+        "cpu_s": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
+        "peak_rss_mb": after.ru_maxrss / 1024,  # the largest child so far: indexing is the first
+        "output": proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else "",
+    }
+
+
+def timed(agent: Any, queries: list[str]) -> list[float]:
+    out = []
     for q in queries:
         t = time.perf_counter()
-        reader.search(q, 5, mode=mode)
-        times.append(time.perf_counter() - t)
-    return times
+        agent.search(q, top_k=5)
+        out.append(time.perf_counter() - t)
+    return out
 
 
-def _client(job: tuple[dict[str, Any], list[str], float, int]) -> int:
-    settings_kw, queries, seconds, dim = job
+def latency(times: list[float]) -> dict[str, float]:
+    return {"p50_ms": 1000 * percentile(times, 50), "p95_ms": 1000 * percentile(times, 95)}
+
+
+def throughput(agent: Any, queries: list[str], clients: int, seconds: float) -> float:
+    """Searches per second of ``clients`` threads searching through one agent for ``seconds``."""
+    counts = [0] * clients
+    stop = time.perf_counter() + seconds
+    errors: list[BaseException] = []
+
+    def client(i: int) -> None:
+        j = i
+        try:
+            while time.perf_counter() < stop:
+                agent.search(queries[j % len(queries)], top_k=5)
+                counts[i] += 1
+                j += clients
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    start = time.perf_counter()
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    if errors:
+        raise errors[0]
+    return sum(counts) / (time.perf_counter() - start)
+
+
+def exact_vector_top(retriever: Any, qvecs: Any, k: int) -> list[list[tuple[int, float]]]:
+    """The exact top ``k`` (chunk id, cosine) of each query vector over every stored vector."""
+    import numpy as np
+
+    from crag.index import vectors
+
+    if hasattr(retriever, "_vectors"):  # the embedded store: decode its codes block by block
+        blocks = vectors._contents(retriever._vectors)
+    else:  # PostgreSQL: read the stored vectors
+        blocks = _pg_vector_blocks(retriever)
+    best_ids = np.full((len(qvecs), k), -1, dtype=np.int64)
+    best = np.full((len(qvecs), k), -np.inf, dtype=np.float32)
+    q = np.ascontiguousarray(qvecs, dtype=np.float32)
+    for ids, vecs in blocks:
+        scores = q @ vecs.T
+        ids_all = np.concatenate([best_ids, np.broadcast_to(ids, (len(q), len(ids)))], axis=1)
+        s_all = np.concatenate([best, scores], axis=1)
+        top = np.argpartition(-s_all, k - 1, axis=1)[:, :k]
+        best_ids = np.take_along_axis(ids_all, top, axis=1)
+        best = np.take_along_axis(s_all, top, axis=1)
+    out = []
+    for i in range(len(q)):
+        order = np.argsort(-best[i])
+        out.append([(int(best_ids[i][j]), float(best[i][j])) for j in order])
+    return out
+
+
+def _pg_vector_blocks(retriever: Any, block: int = 20_000) -> Any:
+    import numpy as np
+
+    from crag.index.postgres_schema import SCHEMA
+
+    last = 0
+    conn = retriever.store.connect(autocommit=True)
+    try:
+        while True:
+            rows = conn.execute(
+                f"SELECT id, embedding::text FROM {SCHEMA}.chunks WHERE id > %s ORDER BY id LIMIT %s", (last, block)
+            ).fetchall()
+            if not rows:
+                return
+            ids = np.array([r[0] for r in rows], dtype=np.int64)
+            vecs = np.array([json.loads(r[1]) for r in rows], dtype=np.float32)
+            last = int(ids[-1])
+            yield ids, vecs
+    finally:
+        conn.close()
+
+
+def recall(retriever: Any, questions: list[str], args: argparse.Namespace) -> dict[str, Any]:
+    """Vector recall@50 and hybrid recall@5 against exact search (see the module docstring)."""
+    import attrs
+
+    from crag.index import lexical
+    from crag.index.fusion import SearchWeights
+
+    k = SearchWeights().candidates
+    qs = questions[: args.recall_queries]
+    qvecs = [retriever.embed_query(q).reshape(-1) for q in qs]
+    t = time.perf_counter()
+    exact = exact_vector_top(retriever, qvecs, k)
+    exact_s = time.perf_counter() - t
+    found = 0
+    for qv, ex in zip(qvecs, exact):
+        approx = retriever.vector_ranking(qv.reshape(1, -1), k)
+        floor = ex[-1][1] - 1e-5
+        found += sum(1 for _, s in approx if s >= floor)
+    vector_recall = found / (k * len(qs))
+
+    def place(hit: Any) -> tuple[str, int]:
+        rel = os.path.relpath(hit.path, args.corpus)
+        return COPY.sub("", rel), hit.start_line
+
+    approx_hits = [{place(h) for h in retriever.search(q, 5)} for q in qs]
+    exact_of = dict(zip(qs, exact))
+    budgets = (lexical.CHUNK_BUDGET, lexical.FILE_BUDGET)
+    real_ranking = retriever.vector_ranking
+    try:
+        lexical.CHUNK_BUDGET = lexical.FILE_BUDGET = 10**9
+        df_cache = getattr(retriever, "_df_cache", None)
+        if df_cache is not None:
+            df_cache.clear()
+        current: dict[str, Any] = {}
+        retriever.vector_ranking = lambda qv, kk, roots=None: current["exact"][:kk]
+        exact_hits = []
+        for q in qs:
+            current["exact"] = exact_of[q]
+            exact_hits.append({place(h) for h in retriever.search(q, 5)})
+    finally:
+        lexical.CHUNK_BUDGET, lexical.FILE_BUDGET = budgets
+        retriever.vector_ranking = real_ranking
+        if getattr(retriever, "_df_cache", None) is not None:
+            retriever._df_cache.clear()
+    same = sum(len(a & e) for a, e in zip(approx_hits, exact_hits))
+    total = sum(len(e) for e in exact_hits)
+    return {
+        "queries": len(qs),
+        "vector_recall_at_50": vector_recall,
+        "hybrid_recall_at_5": same / total if total else None,
+        "exact_scan_s": exact_s,
+        "_weights": attrs.asdict(SearchWeights()),
+    }
+
+
+def disk_bytes(path: Path) -> int:
+    seen: set[tuple[int, int]] = set()
+    total = 0
+    for p in path.rglob("*"):
+        try:
+            st = p.lstat()
+        except OSError:
+            continue
+        if p.is_file() and (st.st_dev, st.st_ino) not in seen:
+            seen.add((st.st_dev, st.st_ino))
+            total += st.st_blocks * 512
+    return total
+
+
+def open_agent(settings: dict[str, str]) -> Any:
+    from crag import Agent
+
+    return Agent.from_env(environ={"KB_AGENT_LLM": "offline", **settings}, dotenv=None)
+
+
+def measure(name: str, env_settings: dict[str, str], corpus: Path, text_bytes: int, queries: dict[str, list[str]],
+            args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    env = {**os.environ, "KB_AGENT_LLM": "offline", **env_settings}
+    row: dict[str, Any] = {"store": name}
+    print(f"[{name}] indexing {text_bytes / 1e6:,.0f} MB ...", flush=True)
+    ix = index_child(env, corpus)
+    row.update(
+        index_wall_s=ix["wall_s"], index_cpu_s=ix["cpu_s"], index_peak_rss_mb=ix["peak_rss_mb"],
+        index_mb_s=text_bytes / 1e6 / ix["wall_s"], index_mb_s_cpu=text_bytes / 1e6 / ix["cpu_s"],
+        index_output=ix["output"], text_mb=text_bytes / 1e6,
+    )
+    print(f"[{name}] {ix['output']}", flush=True)
     from crag.config import Settings
     from crag.index import open_index
-    from crag.index.hash_embedder import HashEmbedder
 
-    done = 0
-    with open_index(Settings(**settings_kw), HashEmbedder(dim)) as reader:
-        deadline = time.perf_counter() + seconds
-        i = 0
-        while time.perf_counter() < deadline:
-            reader.search(queries[i % len(queries)], 5)
-            done += 1
-            i += 1
-    return done
+    settings = Settings.from_env({"KB_AGENT_LLM": "offline", **env_settings}, None)
+    with open_index(settings) as retriever:
+        row["chunks"] = retriever.n_chunks
+        if name == "embedded":
+            gen = Path(settings.index_dir) / retriever.generation
+            row["disk_mb"] = disk_bytes(Path(settings.index_dir)) / 1e6
+            row["vectors_mb"] = (gen / "vectors.faiss").stat().st_size / 1e6
+            from crag.index import vectors
 
-
-def concurrent_throughput(settings_kw: dict[str, Any], queries: list[str], clients: int, seconds: float, dim: int) -> float:
-    ctx = multiprocessing.get_context("spawn")
-    with ctx.Pool(clients) as pool:
-        shares = [queries[i::clients] or queries for i in range(clients)]
-        start = time.perf_counter()
-        counts = pool.map(_client, [(settings_kw, s, seconds, dim) for s in shares])
-        elapsed = max(seconds, time.perf_counter() - start)
-    return sum(counts) / elapsed
-
-
-def hnsw_recall(reader: Any, queries: list[str], root: str, k: int) -> float | None:
-    """recall@k of the PostgreSQL store's HNSW ranking against its exact ranking."""
-    if getattr(reader, "hnsw", None) is None:
-        return None
-    found = total = 0
-    for q in queries:
-        vec = reader.embed_query(q)
-        approx = {i for i, _ in reader.vector_ranking(vec, k)}
-        exact = {i for i, _ in reader.vector_ranking(vec, k, roots=[root])}  # restricted: exact search
-        found += len(approx & exact)
-        total += len(exact)
-    return found / total if total else None
-
-
-def measure(name: str, settings_kw: dict[str, Any], corpus: Path, queries: list[str], args: argparse.Namespace) -> dict[str, Any]:
-    from crag.config import Settings
-    from crag.index import index_roots, open_index
-    from crag.index.hash_embedder import HashEmbedder
-
-    settings = Settings(**settings_kw)
-    embedder = HashEmbedder(args.dim)
-    print(f"[{name}] indexing ...", flush=True)
-    t = time.perf_counter()
-    report = index_roots(settings, [corpus], embedder=embedder, lock_timeout=600)
-    seconds = time.perf_counter() - t
-    t = time.perf_counter()
-    index_roots(settings, [corpus], embedder=embedder)
-    again = time.perf_counter() - t
-    row: dict[str, Any] = {
-        "store": name,
-        "chunks": report.chunks_total,
-        "files": len(report.added),
-        "index_s": seconds,
-        "index_chunks_per_s": report.chunks_total / seconds,
-        "reindex_unchanged_s": again,
-    }
-    print(f"[{name}] {row['chunks']} chunks in {seconds:.1f}s; searching ...", flush=True)
-    with open_index(settings, embedder) as reader:
-        timed_searches(reader, queries[:5], "hybrid")  # warm caches
-        hybrid = timed_searches(reader, queries, "hybrid")
-        vector = timed_searches(reader, queries, "vector")
-        row.update(
-            hybrid_p50_ms=1000 * percentile(hybrid, 50), hybrid_p95_ms=1000 * percentile(hybrid, 95),
-            vector_p50_ms=1000 * percentile(vector, 50), vector_p95_ms=1000 * percentile(vector, 95),
-        )
-        if name == "postgresql":
-            row["hnsw"] = reader.hnsw or "none (exact)"
-            row["hnsw_recall_at_10"] = hnsw_recall(reader, queries[: args.recall_queries], str(corpus), 10)
-    for clients in args.clients:
-        print(f"[{name}] {clients} concurrent clients ...", flush=True)
-        row[f"qps_{clients}"] = concurrent_throughput(settings_kw, queries, clients, args.client_seconds, args.dim)
+            row["vector_index"] = vectors.describe(retriever._vectors)
+        else:
+            with retriever.store.session() as conn:
+                row["disk_mb"] = conn.execute("SELECT pg_database_size(current_database())").fetchone()[0] / 1e6
+                row["vectors_mb"] = conn.execute(
+                    "SELECT sum(pg_column_size(embedding)) FROM crag.chunks").fetchone()[0] / 1e6
+            row["vector_index"] = f"hnsw ({retriever.hnsw})" if retriever.hnsw else "exact"
+        print(f"[{name}] recall against exact search ...", flush=True)
+        row["recall"] = recall(retriever, queries["questions"], args)
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    agent = open_agent(env_settings)
+    try:
+        t = time.perf_counter()
+        agent.search(queries["questions"][0], top_k=5)  # opens the index
+        row["open_s"] = time.perf_counter() - t
+        timed(agent, queries["questions"][:5])
+        for kind, qs in queries.items():
+            print(f"[{name}] {len(qs)} {kind} ...", flush=True)
+            row[kind] = latency(timed(agent, qs))
+        for clients in args.clients:
+            print(f"[{name}] {clients} concurrent client(s) ...", flush=True)
+            row[f"qps_{clients}"] = throughput(agent, queries["questions"], clients, args.client_seconds)
+        if name == "postgresql" and args.during_writes:
+            row["during_writes"] = searches_during_an_update(agent, env, corpus, queries["questions"], work)
+    finally:
+        agent.close()
+    row["search_process_peak_rss_mb"] = max(rss_before, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) / 1024
     return row
 
 
-def ranking_parity(settings_kw: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """recall@5 and MRR@5 of each store on the shared corpora's questions (benchmarks/retrieval.py)."""
+def searches_during_an_update(agent: Any, env: dict[str, str], corpus: Path, questions: list[str], work: Path) -> dict[str, Any]:
+    """Latency of searches while a child re-indexes a tenth of the files (changed), against before."""
+    files = sorted(p for p in corpus.rglob("*.txt"))[:: 10]
+    saved = []
+    for p in files:  # a hard link is replaced, not written through, so the shared corpus is untouched
+        text = p.read_text(encoding="utf-8") + "\nChanged for the store_scale benchmark.\n"
+        saved.append((p, p.read_bytes()))
+        tmp = p.with_name(p.name + ".tmp")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, p)
+    proc = subprocess.Popen([sys.executable, "-m", "crag", "index", str(corpus)], env=env, cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    times: list[float] = []
+    i = 0
+    t0 = time.perf_counter()
+    while proc.poll() is None:
+        q = questions[i % len(questions)]
+        t = time.perf_counter()
+        agent.search(q, top_k=5)
+        times.append(time.perf_counter() - t)
+        i += 1
+    update_s = time.perf_counter() - t0
+    for p, data in saved:
+        tmp = p.with_name(p.name + ".tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, p)
+    return {"files_changed": len(files), "update_s": update_s, "searches": len(times), **latency(times),
+            "exit_status": proc.returncode}
+
+
+# ---------------------------------------------------------------------------------------
+# The questions check: the shared corpora on each store
+
+
+def questions_check(env_settings: dict[str, dict[str, str]], sample: int) -> list[dict[str, Any]]:
     from benchmarks import retrieval
     from crag.config import Settings
     from crag.index import index_roots, open_index
-    from crag.index.hash_embedder import HashEmbedder
 
-    docs = retrieval.CORPORA[0]
-    questions = retrieval.load_questions(docs, None)
-    roots = list(docs.roots)
     rows = []
-    for name, kw in settings_kw.items():
-        settings = Settings(**kw)
-        print(f"[{name}] questions: indexing the shared corpora ...", flush=True)
-        index_roots(settings, roots, embedder=HashEmbedder())
-        row: dict[str, Any] = {"store": name}
-        with open_index(settings, HashEmbedder()) as reader:
-            for mode in ("vector", "lexical", "hybrid"):
-                r = retrieval.evaluate(reader, questions, mode)["file"]
-                row[f"{mode}_recall@5"], row[f"{mode}_mrr@5"] = r["recall@5"], r["mrr@5"]
-        rows.append(row)
+    for name, kw in env_settings.items():
+        settings = Settings.from_env({"KB_AGENT_LLM": "offline", **kw}, None)
+        for corpus in retrieval.CORPORA:
+            print(f"[{name}] questions check: {corpus.name} ...", flush=True)
+            questions = retrieval.load_questions(corpus, sample if corpus.name == "prose" else None)
+            index_roots(settings, list(corpus.roots))
+            with open_index(settings) as reader:
+                r = retrieval.evaluate(reader, questions, "hybrid")["file"]
+            rows.append({"store": name, "corpus": corpus.name, "questions": len(questions),
+                         "recall@5": r["recall@5"], "mrr@5": r["mrr@5"]})
+            from crag.index import drop_roots
+
+            drop_roots(settings, list(corpus.roots))
     return rows
+
+
+# ---------------------------------------------------------------------------------------
+# PostgreSQL
 
 
 def start_postgres(folder: str) -> tuple[Any, str]:
     import pgserver
-
-    server = pgserver.get_server(folder, cleanup_mode="stop")
     import psycopg
 
+    server = pgserver.get_server(folder, cleanup_mode="stop")
     with psycopg.connect(server.get_uri(), autocommit=True) as conn:
         conn.execute("DROP DATABASE IF EXISTS crag_bench")
         conn.execute("CREATE DATABASE crag_bench")
         # An HNSW build is much faster when its graph fits in maintenance_work_mem.
-        conn.execute("ALTER DATABASE crag_bench SET maintenance_work_mem = '2GB'")
-    uri = server.get_uri().replace("/postgres?", "/crag_bench?")
-    return server, uri
+        conn.execute("ALTER DATABASE crag_bench SET maintenance_work_mem = '4GB'")
+    return server, server.get_uri().replace("/postgres?", "/crag_bench?")
 
 
-def _other_database(uri: str, name: str) -> str:
-    """A fresh database ``name`` on the server of ``uri``, and its URI."""
+def other_database(uri: str, name: str) -> str:
     from urllib.parse import urlsplit, urlunsplit
 
     import psycopg
@@ -213,98 +445,127 @@ def _other_database(uri: str, name: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, "/" + name, parts.query, parts.fragment))
 
 
+# ---------------------------------------------------------------------------------------
+# Report
+
+
 def render_markdown(result: dict[str, Any]) -> str:
     rows = result["rows"]
-    clients = result["args"]["clients"]
-    header = ["store", "chunks", "index chunks/s", "re-index (nothing changed) s", "hybrid p50 / p95 ms",
-              "vector p50 / p95 ms", *[f"{c} client(s) searches/s" for c in clients], "HNSW recall@10"]
+    a = result["args"]
+    clients = a["clients"]
+    header = ["store", "chunks", "text MB", "index s (CPU s)", "MB/s (per CPU s)", "peak RSS indexing MB", "disk MB",
+              "vectors MB (index)", "questions p50 / p95 ms", "frequent words p50 / p95 ms",
+              "vector recall@50", "hybrid recall@5", *[f"{c} client(s)/s" for c in clients]]
     body = []
     for r in rows:
-        recall = r.get("hnsw_recall_at_10")
+        rc = r.get("recall", {})
         body.append([
-            r["store"], f"{r['chunks']:,}", fmt(r["index_chunks_per_s"], 0), fmt(r["reindex_unchanged_s"], 2),
-            f"{fmt(r['hybrid_p50_ms'], 1)} / {fmt(r['hybrid_p95_ms'], 1)}",
-            f"{fmt(r['vector_p50_ms'], 1)} / {fmt(r['vector_p95_ms'], 1)}",
-            *[fmt(r[f"qps_{c}"], 1) for c in clients],
-            "exact" if r["store"] == "embedded" else (f"{recall:.3f} ({r['hnsw']})" if recall is not None else r.get("hnsw", "")),
+            r["store"], f"{r.get('chunks', 0):,}", fmt(r["text_mb"], 0),
+            f"{fmt(r['index_wall_s'], 0)} ({fmt(r['index_cpu_s'], 0)})",
+            f"{fmt(r['index_mb_s'], 2)} ({fmt(r['index_mb_s_cpu'], 2)})",
+            fmt(r["index_peak_rss_mb"], 0), fmt(r.get("disk_mb"), 0),
+            f"{fmt(r.get('vectors_mb'), 0)} ({r.get('vector_index', '')})",
+            f"{fmt(r['questions']['p50_ms'], 1)} / {fmt(r['questions']['p95_ms'], 1)}" if "questions" in r else "–",
+            f"{fmt(r['frequent']['p50_ms'], 1)} / {fmt(r['frequent']['p95_ms'], 1)}" if "frequent" in r else "–",
+            fmt(rc.get("vector_recall_at_50"), 3), fmt(rc.get("hybrid_recall_at_5"), 3),
+            *[fmt(r.get(f"qps_{c}"), 1) for c in clients],
         ])
-    a = result["args"]
-    parity = ""
-    if result.get("questions"):
-        modes = ("vector", "lexical", "hybrid")
-        parity = (
-            "\n\nOn the shared corpora's questions (benchmarks/questions.jsonl, hash embedder at its default "
-            "dimension; recall@5 / MRR@5 by file):\n\n"
-            + markdown_table(["store", *modes], [[r["store"], *[f"{r[m + '_recall@5']:.3f} / {r[m + '_mrr@5']:.3f}" for m in modes]] for r in result["questions"]])
-        )
     intro = (
-        f"Synthetic Markdown corpus, {a['chunks']:,} chunks requested, hash embedder at {a['dim']} dimensions; "
-        f"{a['queries']} queries of 3-5 words; top 5; clients are separate processes searching for "
-        f"{a['client_seconds']:g}s each; {result['environment'].get('cpu_count', '?')} CPU(s).\n\n"
+        f"{a['copies']} copies of the shared corpora (SQuAD articles, FastAPI and Hugging Face Hub docs); "
+        f"crag's defaults (hash embedder, hybrid search, top 5) through `Agent.search`; "
+        f"{len(result['queries']['questions'])} real questions and {len(result['queries']['frequent'])} frequent-word "
+        f"queries; recall on {a['recall_queries']} questions; clients are threads sharing one agent for "
+        f"{a['client_seconds']:g} s; {result['environment'].get('cpu_count', '?')} CPUs, load average "
+        f"{result.get('load_average', '?')} at the start.\n\n"
     )
-    return intro + markdown_table(header, body) + parity + "\n"
+    out = intro + markdown_table(header, body) + "\n"
+    for r in rows:
+        dw = r.get("during_writes")
+        if dw:
+            out += (f"\n{r['store']}: while an index run rewrote {dw['files_changed']} files ({fmt(dw['update_s'], 0)} s), "
+                    f"{dw['searches']} searches took p50 {fmt(dw['p50_ms'], 1)} / p95 {fmt(dw['p95_ms'], 1)} ms.\n")
+    words = result.get("frequent_words") or []
+    if words:
+        out += "\nFrequent words (share of one copy's chunks holding them): " + ", ".join(
+            f"{w} {s:.0%}" for w, s in words[:15]) + " ...\n"
+    if result.get("questions_check"):
+        out += "\nOn the shared corpora themselves (hybrid, by file):\n\n" + markdown_table(
+            ["store", "corpus", "questions", "recall@5", "MRR@5"],
+            [[r["store"], r["corpus"], r["questions"], f"{r['recall@5']:.3f}", f"{r['mrr@5']:.3f}"]
+             for r in result["questions_check"]]) + "\n"
+    return out
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks.store_scale", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--chunks", type=int, default=100_000, help="chunks in the corpus (default: %(default)s)")
-    p.add_argument("--dim", type=int, default=1024, help="hash embedder dimension (default: %(default)s)")
-    p.add_argument("--queries", type=int, default=200, help="queries for the latency figures (default: %(default)s)")
-    p.add_argument("--recall-queries", type=int, default=100, help="queries for HNSW recall (default: %(default)s)")
+    p.add_argument("--chunks", type=int, default=100_000, help="about this many chunks (default: %(default)s)")
+    p.add_argument("--questions", type=int, default=200, help="real questions for latency (default: %(default)s)")
+    p.add_argument("--frequent", type=int, default=100, help="frequent-word queries (default: %(default)s)")
+    p.add_argument("--recall-queries", type=int, default=50, help="questions for recall (default: %(default)s)")
     p.add_argument("--clients", default="1,4,16", help="concurrent client counts (default: %(default)s)")
-    p.add_argument("--client-seconds", type=float, default=10.0, help="seconds each client searches (default: %(default)s)")
+    p.add_argument("--client-seconds", type=float, default=10.0, help="seconds per client count (default: %(default)s)")
     p.add_argument("--stores", default="embedded,postgresql", help="which stores (default: %(default)s)")
     p.add_argument("--postgres", default="", help="a postgresql:// URI to use instead of starting pgserver")
-    p.add_argument("--workdir", default="", help="where the corpus and the embedded index go (default: a temporary folder)")
-    p.add_argument("--no-questions", action="store_true", help="skip recall@5 / MRR@5 on the shared corpora's questions")
+    p.add_argument("--workdir", default="", help="where the corpus and the indexes go (default: a temporary folder)")
+    p.add_argument("--questions-check", choices=("auto", "yes", "no"), default="auto",
+                   help="also rank the shared corpora's questions on each store (auto: below 200k chunks)")
+    p.add_argument("--no-during-writes", dest="during_writes", action="store_false",
+                   help="skip PostgreSQL searches during an index run")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=RESULTS_DIR)
     args = p.parse_args(argv)
     args.clients = [int(c) for c in args.clients.split(",") if c]
     args.stores = [s for s in args.stores.split(",") if s]
+    args.copies = max(1, math.ceil(args.chunks / CHUNKS_PER_COPY))
     return args
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     work = Path(args.workdir or tempfile.mkdtemp(prefix="crag-store-scale-"))
+    work.mkdir(parents=True, exist_ok=True)
     corpus = work / "corpus"
+    args.corpus = str(corpus)
     server = None
     try:
-        if not corpus.exists():
-            print(f"writing the corpus to {corpus} ...", flush=True)
-            make_corpus(corpus, args.chunks, args.seed)
-        queries = make_queries(corpus, args.queries, args.seed)
-        rows: list[dict[str, Any]] = []
-        uris: dict[str, dict[str, Any]] = {}
-        env = environment(["faiss-cpu", "numpy", "psycopg", "pgserver"])
+        print(f"linking {args.copies} copies of the shared corpora into {corpus} ...", flush=True)
+        text_bytes = make_corpus(corpus, args.copies)
+        frequent, top_words = frequent_queries(args.frequent, args.seed)
+        queries = {"questions": real_questions(args.questions, args.seed), "frequent": frequent}
         arguments = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+        result: dict[str, Any] = {
+            "args": arguments, "rows": [], "queries": queries, "frequent_words": top_words,
+            "environment": environment(["faiss-cpu", "numpy", "psycopg", "pgserver"]),
+            "load_average": round(os.getloadavg()[0], 2),
+        }
+        settings: dict[str, dict[str, str]] = {}
 
-        def partial(questions: list[dict[str, Any]]) -> dict[str, Any]:
-            result = {"args": arguments, "rows": rows, "questions": questions, "environment": env}
-            write_report(NAME, result, args.out, render_markdown, lambda r, p: None, False)  # kept if a later step fails
-            return result
+        def save() -> None:
+            write_json(args.out / f"{NAME}.json", {k: v for k, v in result.items()})
+            write_text(args.out / f"{NAME}.md", "# Store scale\n\n" + render_markdown(result))
 
         for store in args.stores:
             if store == "embedded":
                 index_dir = work / "embedded-index"
                 shutil.rmtree(index_dir, ignore_errors=True)
-                rows.append(measure("embedded", {"index_dir": str(index_dir)}, corpus, queries, args))
-                uris["embedded"] = {"index_dir": str(work / "questions-index")}
-                partial([])
-            elif store == "postgresql":
+                kw = {"KB_AGENT_INDEX_DIR": str(index_dir)}
+                settings["embedded"] = {"KB_AGENT_INDEX_DIR": str(work / "questions-index")}
+            else:
                 uri = args.postgres
                 if not uri:
                     server, uri = start_postgres(str(work / "pg"))
-                rows.append(measure("postgresql", {"store": uri}, corpus, queries, args))
-                uris["postgresql"] = {"store": _other_database(uri, "crag_questions")}
-                partial([])
-        questions = []
-        from benchmarks import retrieval
-
-        if not args.no_questions and (retrieval.SHARED / "corpora").is_dir():
-            questions = ranking_parity(uris)
-        return partial(questions)
+                else:
+                    uri = other_database(uri, "crag_bench")
+                kw = {"KB_AGENT_STORE": uri, "KB_AGENT_INDEX_DIR": str(work / "unused-index")}
+                settings["postgresql"] = {"KB_AGENT_STORE": other_database(uri, "crag_questions"),
+                                          "KB_AGENT_INDEX_DIR": str(work / "unused-index")}
+            result["rows"].append(measure(store, kw, corpus, text_bytes, queries, args, work))
+            save()
+        check = args.questions_check == "yes" or (args.questions_check == "auto" and args.chunks < 200_000)
+        if check and (SHARED / "corpora").is_dir():
+            result["questions_check"] = questions_check(settings, 1000)
+            save()
+        return result
     finally:
         if server is not None:
             server.cleanup()

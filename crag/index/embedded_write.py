@@ -88,8 +88,6 @@ class EmbeddedUpdate:
             raise
 
     def _start(self, base: layout.Generation | None) -> None:
-        import faiss
-
         embedder = self.embedder
         if base is not None:
             shutil.copyfile(base.db_path, self.db_path)

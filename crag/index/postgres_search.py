@@ -41,6 +41,8 @@ __all__ = ["PostgresRetriever"]
 # BM25's constants, as SQLite's FTS5 uses them in the embedded store.
 _K1 = 1.2
 _B = 0.75
+# Candidates PostgreSQL's ts_rank keeps for BM25 (at least four times the rows asked for).
+_PRE_RANKED = 200
 
 
 class PostgresRetriever:
@@ -184,6 +186,7 @@ class PostgresRetriever:
             return []
         budget = lexical.CHUNK_BUDGET if table == "chunks" else lexical.FILE_BUDGET
         with self.snapshot():
+            self._conn().execute("SET LOCAL enable_seqscan = off")  # counts and candidates through the GIN index
             dfs = self._terms(query, table, budget + 1)
             chosen = lexical.plan(dfs, budget)
             if not chosen.terms:
@@ -207,21 +210,25 @@ class PostgresRetriever:
                 source = f"{SCHEMA}.files t"
                 clause = clause.replace("f.path", "t.path")
                 avgdl = self.avgdl_files
-            # At most `budget` rows are scored: more hold every word only of a query of frequent words,
-            # and then the first ones indexed are ranked (as in the embedded store).
+            # At most `budget` rows are candidates: more hold every word only of a query of frequent
+            # words, and then the first ones indexed are taken (as in the embedded store). PostgreSQL's
+            # ts_rank (in C) keeps the best few of them; BM25 ranks those.
             w = self.weights
+            top = w.bm25_title or 1.0
+            pre_weights = [w.bm25_body / top, 0.0, w.bm25_heading / top, w.bm25_title / top]  # D, C, B, A
+            order = " ORDER BY t.id" if chosen.mode == lexical.ALL else ""
             # tf: a lexeme's positions, each counted with its column's weight (A title, B heading, D body).
             rows = self._query(
                 f"WITH q AS (SELECT * FROM unnest(%s::text[], %s::float8[]) AS q(lexeme, idf)), "
-                f"cand AS (SELECT t.id, t.tsv, t.dl FROM {source} WHERE t.tsv @@ %s::tsquery{clause} "
-                "ORDER BY t.id LIMIT %s) "
-                "SELECT c.id, sum(q.idf * m.f * (%s + 1) / (m.f + %s * (1 - %s + %s * c.dl / %s))) AS s FROM cand c "
+                f"cand AS (SELECT t.id, t.tsv, t.dl FROM {source} WHERE t.tsv @@ %s::tsquery{clause}{order} LIMIT %s), "
+                "best AS (SELECT * FROM cand ORDER BY ts_rank(%s::float4[], tsv, %s::tsquery, 0) DESC, id LIMIT %s) "
+                "SELECT c.id, sum(q.idf * m.f * (%s + 1) / (m.f + %s * (1 - %s + %s * c.dl / %s))) AS s FROM best c "
                 "CROSS JOIN LATERAL (SELECT u.lexeme, (SELECT sum(CASE x WHEN 'A' THEN %s WHEN 'B' THEN %s "
                 "WHEN 'C' THEN 0 ELSE %s END) FROM unnest(u.weights) AS x) AS f "
                 "FROM unnest(c.tsv) AS u WHERE u.lexeme = ANY(%s::text[])) AS m "
                 "JOIN q ON q.lexeme = m.lexeme GROUP BY c.id ORDER BY s DESC, c.id LIMIT %s",
-                [list(chosen.terms), idfs, match, *params, budget, _K1, _K1, _B, _B, avgdl,
-                 w.bm25_title, w.bm25_heading, w.bm25_body, list(chosen.terms), k],
+                [list(chosen.terms), idfs, match, *params, budget, pre_weights, match, max(_PRE_RANKED, 4 * k),
+                 _K1, _K1, _B, _B, avgdl, w.bm25_title, w.bm25_heading, w.bm25_body, list(chosen.terms), k],
             )
         return [(int(i), float(s)) for i, s in rows]
 
