@@ -145,7 +145,7 @@ def _contents(index: Any) -> Any:
                 continue
             ids = faiss.rev_swig_ptr(invlists.get_ids(lst), size).copy()
             codes = faiss.rev_swig_ptr(invlists.get_codes(lst), size * index.code_size).copy()
-            yield ids.astype(np.int64), index.sa_decode(codes.reshape(size, index.code_size))
+            yield ids.astype(np.int64), index.sq.decode(codes.reshape(size, index.code_size))
         return
     ids = faiss.vector_to_array(index.id_map).astype(np.int64)
     inner = faiss.downcast_index(index.index) if isinstance(index, faiss.IndexIDMap) else index
@@ -174,7 +174,9 @@ def _ivf(index: Any, n: int) -> Any:
     nlist = cells(n)
     sample = _sample(index, nlist * _TRAIN_PER_CELL)
     nlist = max(1, min(nlist, sample.shape[0] // 4))
-    kmeans = faiss.Kmeans(d, nlist, niter=_TRAIN_ITERATIONS, spherical=True, seed=_SEED, verbose=False)
+    kmeans = faiss.Kmeans(
+        d, nlist, niter=_TRAIN_ITERATIONS, spherical=True, seed=_SEED, verbose=False, min_points_per_centroid=4
+    )
     kmeans.train(sample)
     coarse = faiss.IndexFlatIP(d)
     coarse.add(np.ascontiguousarray(kmeans.centroids, dtype=np.float32))
