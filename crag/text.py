@@ -117,17 +117,20 @@ def keywords(text: str) -> list[str]:
     """What ``text`` asks about: stemmed content words of two characters or more, filler
     dropped, in order, without repeats; CJK runs become character bigrams."""
     out: list[str] = []
+    seen: set[str] = set()
     for run in WORD.findall(_CJK_RUN.sub(" ", text).lower()):  # CJK: bigrams, below
         if run in _QUESTION_STOPWORDS:
             continue
         word = stem(run)
-        if len(word) < 2 or word in _QUESTION_STOPWORDS or word in out:
+        if len(word) < 2 or word in _QUESTION_STOPWORDS or word in seen:
             continue
+        seen.add(word)
         out.append(word)
     for run in _CJK_RUN.findall(text):
         grams = [run] if len(run) == 1 else [run[i : i + 2] for i in range(len(run) - 1)]
         for gram in grams:
-            if gram not in out:
+            if gram not in seen:
+                seen.add(gram)
                 out.append(gram)
     return out
 

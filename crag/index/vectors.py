@@ -42,6 +42,7 @@ __all__ = [
     "nprobe",
     "quantize",
     "search_params",
+    "single_threaded",
 ]
 
 RANGE = 0.5  # codes cover [-RANGE, RANGE]; larger components (short texts only) are clipped
@@ -212,6 +213,11 @@ def fit(index: Any) -> Any:
     if have == "ivf" and cells(n) < RETRAIN_GROWTH * index.nlist and n >= index.nlist * 4:
         return index
     return _ivf(index, n)
+
+
+def single_threaded() -> None:
+    """FAISS searches from the calling thread use one OpenMP thread (the setting is per thread)."""
+    _faiss().omp_set_num_threads(1)
 
 
 def search_params(index: Any, allowed: Any = None) -> Any:
