@@ -209,24 +209,33 @@ def exact_vector_top(retriever: Any, qvecs: Any, k: int) -> list[list[tuple[int,
     return out
 
 
-def _pg_vector_blocks(retriever: Any, block: int = 20_000) -> Any:
+def _pg_vector_blocks(retriever: Any, block: int = 50_000) -> Any:
+    """(ids, vectors) blocks of a PostgreSQL store, read with a binary COPY (fixed-size rows)."""
     import numpy as np
 
     from crag.index.postgres_schema import SCHEMA
 
-    last = 0
+    row = np.dtype([("fields", ">i2"), ("id_len", ">i4"), ("id", ">i8"), ("vec_len", ">i4"), ("dim", ">i2"),
+                    ("unused", ">i2"), ("vec", ">f4", (retriever.dim,))])
     conn = retriever.store.connect(autocommit=True)
     try:
-        while True:
-            rows = conn.execute(
-                f"SELECT id, embedding::text FROM {SCHEMA}.chunks WHERE id > %s ORDER BY id LIMIT %s", (last, block)
-            ).fetchall()
-            if not rows:
-                return
-            ids = np.array([r[0] for r in rows], dtype=np.int64)
-            vecs = np.array([json.loads(r[1]) for r in rows], dtype=np.float32)
-            last = int(ids[-1])
-            yield ids, vecs
+        buffer = bytearray()
+        header = 19  # signature, flags, extension length
+        with conn.cursor().copy(f"COPY (SELECT id, embedding FROM {SCHEMA}.chunks) TO STDOUT (FORMAT BINARY)") as copy:
+            for part in copy:
+                buffer += part
+                if header and len(buffer) >= header:
+                    del buffer[:header]
+                    header = 0
+                n = len(buffer) // row.itemsize
+                if n >= block:
+                    rows = np.frombuffer(bytes(buffer[: n * row.itemsize]), dtype=row)
+                    del buffer[: n * row.itemsize]
+                    yield rows["id"].astype(np.int64), rows["vec"].astype(np.float32)
+        n = len(buffer) // row.itemsize  # the trailer (two bytes) is left over
+        if n:
+            rows = np.frombuffer(bytes(buffer[: n * row.itemsize]), dtype=row)
+            yield rows["id"].astype(np.int64), rows["vec"].astype(np.float32)
     finally:
         conn.close()
 
