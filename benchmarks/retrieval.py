@@ -220,9 +220,9 @@ def gather(retriever: Any, query: str, weights: Any) -> tuple[Rankings, dict[int
     qvec = retriever.embed_query(query)
     vec = retriever.vector_ranking(qvec, pool)
     lex = retriever.lexical_ranking(query, pool)
-    files = retriever.file_ranking(query, weights.file_candidates)
     ids = list(dict.fromkeys([c for c, _ in vec] + [c for c, _ in lex]))
     file_of = retriever.chunk_files(ids)
+    files = retriever.file_ranking(query, weights.file_candidates, files=sorted(set(file_of.values())))
     rows = retriever.chunk_rows(ids)
     spans = {c: (r.path, r.start_line, r.end_line) for c, r in rows.items()}
     return Rankings(vec, lex, files, file_of), spans

@@ -142,17 +142,22 @@ def index_child(env: dict[str, str], corpus: Path) -> dict[str, Any]:
     }
 
 
-def timed(agent: Any, queries: list[str]) -> list[float]:
-    out = []
+def timed(agent: Any, queries: list[str]) -> tuple[list[float], list[float]]:
+    """Wall and CPU seconds (this process, every thread) of each search, one after another."""
+    wall, cpu = [], []
     for q in queries:
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         agent.search(q, top_k=5)
-        out.append(time.perf_counter() - t)
+        wall.append(time.perf_counter() - t)
+        cpu.append(time.process_time() - c)
+    return wall, cpu
+
+
+def latency(times: list[float], cpu: list[float] | None = None) -> dict[str, float]:
+    out = {"p50_ms": 1000 * percentile(times, 50), "p95_ms": 1000 * percentile(times, 95)}
+    if cpu:
+        out.update(cpu_p50_ms=1000 * percentile(cpu, 50), cpu_p95_ms=1000 * percentile(cpu, 95))
     return out
-
-
-def latency(times: list[float]) -> dict[str, float]:
-    return {"p50_ms": 1000 * percentile(times, 50), "p95_ms": 1000 * percentile(times, 95)}
 
 
 def throughput(agent: Any, queries: list[str], clients: int, seconds: float) -> float:
@@ -357,7 +362,7 @@ def measure(name: str, env_settings: dict[str, str], corpus: Path, text_bytes: i
         timed(agent, queries["questions"][:5])
         for kind, qs in queries.items():
             print(f"[{name}] {len(qs)} {kind} ...", flush=True)
-            row[kind] = latency(timed(agent, qs))
+            row[kind] = latency(*timed(agent, qs))
         for clients in args.clients:
             print(f"[{name}] {clients} concurrent client(s) ...", flush=True)
             row[f"qps_{clients}"] = throughput(agent, queries["questions"], clients, args.client_seconds)
@@ -458,6 +463,15 @@ def other_database(uri: str, name: str) -> str:
 # Report
 
 
+def _lat(d: dict[str, float] | None) -> str:
+    if not d:
+        return "–"
+    text = f"{fmt(d['p50_ms'], 1)} / {fmt(d['p95_ms'], 1)}"
+    if "cpu_p50_ms" in d:
+        text += f" (CPU {fmt(d['cpu_p50_ms'], 1)} / {fmt(d['cpu_p95_ms'], 1)})"
+    return text
+
+
 def render_markdown(result: dict[str, Any]) -> str:
     rows = result["rows"]
     a = result["args"]
@@ -474,8 +488,7 @@ def render_markdown(result: dict[str, Any]) -> str:
             f"{fmt(r['index_mb_s'], 2)} ({fmt(r['index_mb_s_cpu'], 2)})",
             fmt(r["index_peak_rss_mb"], 0), fmt(r.get("disk_mb"), 0),
             f"{fmt(r.get('vectors_mb'), 0)} ({r.get('vector_index', '')})",
-            f"{fmt(r['questions']['p50_ms'], 1)} / {fmt(r['questions']['p95_ms'], 1)}" if "questions" in r else "–",
-            f"{fmt(r['frequent']['p50_ms'], 1)} / {fmt(r['frequent']['p95_ms'], 1)}" if "frequent" in r else "–",
+            _lat(r.get("questions")), _lat(r.get("frequent")),
             fmt(rc.get("vector_recall_at_50"), 3), fmt(rc.get("hybrid_recall_at_5"), 3),
             *[fmt(r.get(f"qps_{c}"), 1) for c in clients],
         ])

@@ -349,7 +349,9 @@ class SearchWeights:
     ``vector``, ``lexical`` and ``file`` weigh the three rescaled rankings; ``same_file``
     (in (0, 1]; 1 turns it off) is the factor by which a chunk's value shrinks for each
     chunk of its file placed above it. ``candidates`` chunks are taken from each chunk
-    ranking and ``file_candidates`` files from the file ranking. ``bm25_*`` weigh the
+    ranking; the file ranking ranks the files of those candidates, at most ``file_candidates``
+    of them (on the shared questions, ranking only them ranks better than the best 20 files
+    of the whole index did, and costs a bounded number of rows: ``docs/retrieval.md``). ``bm25_*`` weigh the
     title (path words), heading path and body columns of the embedded store's BM25.
     Defaults measured by ``benchmarks/retrieval.py``; ``crag.index.fusion`` applies them.
     """
@@ -359,7 +361,7 @@ class SearchWeights:
     file: float = 0.6
     same_file: float = 0.8
     candidates: int = 50
-    file_candidates: int = 20
+    file_candidates: int = 100
     bm25_title: float = 4.0
     bm25_heading: float = 4.0
     bm25_body: float = 1.0
@@ -371,7 +373,7 @@ class Retriever(Protocol):
 
     ``vector_ranking`` ranks chunks by cosine similarity to a unit query vector;
     ``lexical_ranking`` ranks chunks, and ``file_ranking`` whole files, by the store's
-    full-text ranking of ``query``. The fusion rescales each ranking's scores within the
+    full-text ranking of ``query`` (``file_ranking`` only the ids ``files`` names, when given). The fusion rescales each ranking's scores within the
     ranking (its first at 1, its last at 0), so a store's scores may have any scale and
     either direction, as long as the pairs come best first. ``roots`` restricts every
     ranking to files under those paths (None: the whole index). ``search`` is
@@ -392,7 +394,9 @@ class Retriever(Protocol):
 
     def lexical_ranking(self, query: str, k: int, roots: Sequence[str] | None = None) -> list[tuple[int, float]]: ...
 
-    def file_ranking(self, query: str, k: int, roots: Sequence[str] | None = None) -> list[tuple[int, float]]: ...
+    def file_ranking(
+        self, query: str, k: int, roots: Sequence[str] | None = None, files: Sequence[int] | None = None
+    ) -> list[tuple[int, float]]: ...
 
     def chunk_files(self, chunk_ids: Sequence[int]) -> dict[int, int]: ...
 

@@ -35,8 +35,8 @@ def hnsw_index(kind: str, dim: int) -> str:
 
 
 def vector_literal(vec: Any) -> str:
-    """A vector as pgvector's text input: exact for float32 values."""
-    return "[" + ",".join(map(repr, vec.astype("float64").tolist())) + "]"
+    """A vector as pgvector's text input: exact for float32 values (nine significant digits)."""
+    return "[" + ",".join(f"{x:.9g}" for x in vec.astype("float32").tolist()) + "]"
 
 
 MIGRATIONS: tuple[tuple[int, str, str], ...] = (
@@ -77,6 +77,17 @@ MIGRATIONS: tuple[tuple[int, str, str], ...] = (
         );
         CREATE INDEX chunks_file ON {SCHEMA}.chunks (file_id);
         CREATE INDEX chunks_tsv ON {SCHEMA}.chunks USING gin (tsv);
+        """,
+    ),
+    (
+        2,
+        "full-text indexes without a pending list, so that searches stay fast while an index run writes",
+        # With fastupdate, new rows' entries wait in a list every search of the index reads
+        # in full (up to gin_pending_list_limit, 4 MB by default), and an index run fills it
+        # again and again; without it they go into the index as they are written.
+        f"""
+        ALTER INDEX {SCHEMA}.chunks_tsv SET (fastupdate = off);
+        ALTER INDEX {SCHEMA}.files_tsv SET (fastupdate = off);
         """,
     ),
 )

@@ -45,6 +45,27 @@ _B = 0.75
 _PRE_RANKED = 200
 
 
+def _tf(weights: str) -> str:
+    """SQL: how many positions of the lexeme ``q.tq`` in ``c.tsv`` carry a weight ``weights`` (D, C,
+    B, A) gives 1, read back from ts_rank.
+
+    For a query of one lexeme, ts_rank (normalisation 0) is ``sum(w_j / j**2) / (pi**2 / 6)`` over
+    the lexeme's positions j = 1, 2, ... in order, when the first weighs most; a chunk's
+    positions run title (A), heading (B), text (D), so with A, A and B, or every weight at 1,
+    it is ``sum(1 / j**2, j <= n) / (pi**2 / 6)`` for the n positions of those columns, and
+    ``1 / (pi**2 / 6 - that sum)`` is n + 1/2 within 0.03 (exact tf below 256 positions, the
+    most a tsvector keeps). A C function per row instead of unnesting every lexeme of the row.
+    """
+    r = f"ts_rank('{weights}', c.tsv, q.tq, 0)::float8"
+    return f"(CASE WHEN {r} < 1e-9 THEN 0 ELSE round(1.0 / greatest({_ZETA2} * (1.0 - {r}), 1e-9) - 0.5) END)"
+
+
+_ZETA2 = 1.64493406685  # pi ** 2 / 6, as ts_rank divides by it
+_TF_A = _tf("{0,0,0,1}")
+_TF_AB = _tf("{0,0,1,1}")
+_TF_ALL = _tf("{1,1,1,1}")
+
+
 class PostgresRetriever:
     """A published state of a PostgreSQL store opened for search (a ``Retriever``).
 
@@ -180,9 +201,11 @@ class PostgresRetriever:
         )
         return [(str(lexeme), int(df)) for lexeme, df in rows]
 
-    def _ranked(self, table: str, query: str, k: int, roots: Sequence[str] | None) -> list[tuple[int, float]]:
-        """(id, BM25) of the best ``k`` rows of ``table`` (see the module docstring)."""
-        if k <= 0:
+    def _ranked(
+        self, table: str, query: str, k: int, roots: Sequence[str] | None, ids: Sequence[int] | None = None
+    ) -> list[tuple[int, float]]:
+        """(id, BM25) of the best ``k`` rows of ``table`` (of ``ids`` only, when given; see the module docstring)."""
+        if k <= 0 or (ids is not None and not ids):
             return []
         budget = lexical.CHUNK_BUDGET if table == "chunks" else lexical.FILE_BUDGET
         with self.snapshot():
@@ -210,25 +233,29 @@ class PostgresRetriever:
                 source = f"{SCHEMA}.files t"
                 clause = clause.replace("f.path", "t.path")
                 avgdl = self.avgdl_files
+            if ids is not None:
+                clause, params = clause + " AND t.id = ANY(%s)", [*params, list(ids)]
             # At most `budget` rows are candidates: more hold every word only of a query of frequent
-            # words, and then the first ones indexed are taken (as in the embedded store). PostgreSQL's
-            # ts_rank (in C) keeps the best few of them; BM25 ranks those.
+            # words, and then the first ones indexed are taken (as in the embedded store).
+            # PostgreSQL's ts_rank (C, one call a row) keeps the best _PRE_RANKED of them, and BM25
+            # ranks those, each lexeme's weighted frequency read back from ts_rank (_tf).
+            order = " ORDER BY t.id" if chosen.mode == lexical.ALL and ids is None else ""
             w = self.weights
-            top = w.bm25_title or 1.0
+            top = max(w.bm25_title, w.bm25_heading, w.bm25_body) or 1.0
             pre_weights = [w.bm25_body / top, 0.0, w.bm25_heading / top, w.bm25_title / top]  # D, C, B, A
-            order = " ORDER BY t.id" if chosen.mode == lexical.ALL else ""
-            # tf: a lexeme's positions, each counted with its column's weight (A title, B heading, D body).
             rows = self._query(
-                f"WITH q AS (SELECT * FROM unnest(%s::text[], %s::float8[]) AS q(lexeme, idf)), "
-                f"cand AS (SELECT t.id, t.tsv, t.dl FROM {source} WHERE t.tsv @@ %s::tsquery{clause}{order} LIMIT %s), "
-                "best AS (SELECT * FROM cand ORDER BY ts_rank(%s::float4[], tsv, %s::tsquery, 0) DESC, id LIMIT %s) "
-                "SELECT c.id, sum(q.idf * m.f * (%s + 1) / (m.f + %s * (1 - %s + %s * c.dl / %s))) AS s FROM best c "
-                "CROSS JOIN LATERAL (SELECT u.lexeme, (SELECT sum(CASE x WHEN 'A' THEN %s WHEN 'B' THEN %s "
-                "WHEN 'C' THEN 0 ELSE %s END) FROM unnest(u.weights) AS x) AS f "
-                "FROM unnest(c.tsv) AS u WHERE u.lexeme = ANY(%s::text[])) AS m "
-                "JOIN q ON q.lexeme = m.lexeme GROUP BY c.id ORDER BY s DESC, c.id LIMIT %s",
+                f"WITH q AS (SELECT q.lexeme, quote_literal(q.lexeme)::tsquery AS tq, q.idf "
+                "FROM unnest(%s::text[], %s::float8[]) AS q(lexeme, idf)), "
+                f"cand AS (SELECT t.id, t.dl, t.tsv FROM {source} WHERE t.tsv @@ %s::tsquery{clause}{order} LIMIT %s), "
+                # A copy of each kept tsvector: decompressed once, not once per ts_rank call.
+                "best AS MATERIALIZED (SELECT id, dl, tsv || ''::tsvector AS tsv FROM cand "
+                "ORDER BY ts_rank(%s::float4[], tsv, %s::tsquery, 0) DESC, id LIMIT %s), "
+                f"tf AS (SELECT c.id, c.dl, q.idf, {_TF_A} AS a, {_TF_AB} AS ab, {_TF_ALL} AS al FROM best c, q), "
+                "f AS (SELECT id, dl, idf, %s * a + %s * (ab - a) + %s * (al - ab) AS f FROM tf WHERE al > 0) "
+                "SELECT id, sum(idf * f * (%s + 1) / (f + %s * (1 - %s + %s * dl / %s))) AS s FROM f "
+                "GROUP BY id ORDER BY s DESC, id LIMIT %s",
                 [list(chosen.terms), idfs, match, *params, budget, pre_weights, match, max(_PRE_RANKED, 4 * k),
-                 _K1, _K1, _B, _B, avgdl, w.bm25_title, w.bm25_heading, w.bm25_body, list(chosen.terms), k],
+                 w.bm25_title, w.bm25_heading, w.bm25_body, _K1, _K1, _B, _B, avgdl, k],
             )
         return [(int(i), float(s)) for i, s in rows]
 
@@ -236,9 +263,11 @@ class PostgresRetriever:
         """(chunk id, rank) pairs, best first: title, heading and text weighted as ``SearchWeights`` says."""
         return self._ranked("chunks", query, k, roots)
 
-    def file_ranking(self, query: str, k: int, roots: Sequence[str] | None = None) -> list[tuple[int, float]]:
-        """(file id, rank) pairs, best first, over whole files."""
-        return self._ranked("files", query, k, roots)
+    def file_ranking(
+        self, query: str, k: int, roots: Sequence[str] | None = None, files: Sequence[int] | None = None
+    ) -> list[tuple[int, float]]:
+        """(file id, rank) pairs, best first, over whole files (only ``files``, when given)."""
+        return self._ranked("files", query, k, roots, files)
 
     def chunk_files(self, chunk_ids: Sequence[int]) -> dict[int, int]:
         ids = list(chunk_ids)

@@ -1,8 +1,8 @@
 """Hybrid search over any store: the rankings a ``Retriever`` gives, fused by ``fuse``.
 
 ``hybrid_search`` is what ``Retriever.search`` does on every store: the cosine ranking
-and the full-text ranking of chunks (``SearchWeights.candidates`` each), plus the
-full-text ranking of whole files in ``hybrid`` mode, fused; each hit reports its cosine
+and the full-text ranking of chunks (``SearchWeights.candidates`` each), plus in
+``hybrid`` mode the full-text ranking of the whole files those candidates come from, fused; each hit reports its cosine
 similarity to the query clipped to [0, 1] as ``score`` (the value the
 ``high_vector_score`` rule compares with its threshold), capped by the score of the hit
 above it so that scores follow the order (``scores_in_rank_order``); a score means the
@@ -34,6 +34,26 @@ __all__ = ["MODES", "hybrid_search"]
 MODES = ("hybrid", "vector", "lexical")
 
 
+def _with_lexical_candidates(
+    retriever: Retriever, qvec: object, vec_rank: list[tuple[int, float]], lex_rank: list[tuple[int, float]], pool: int
+) -> list[tuple[int, float]]:
+    """The cosine ranking, with the full-text candidates' own cosines merged in, best ``pool``.
+
+    Over an exact vector index this changes nothing (a candidate whose cosine beats the
+    ranking's last is already in it); over an approximate one (IVF cells, HNSW) it puts back
+    what the index missed among the chunks the fusion considers anyway, so that hybrid
+    search stays close to its exact result (``benchmarks/store_scale.py`` measures it).
+    """
+    have = {c for c, _ in vec_rank}
+    missing = [c for c, _ in lex_rank if c not in have]
+    if not missing:
+        return vec_rank
+    extra = retriever.cosines(qvec, missing)  # type: ignore[arg-type]
+    merged = vec_rank + [(c, extra[c]) for c in missing if c in extra]
+    merged.sort(key=lambda p: -p[1])  # stable: ties keep the index's order, then the candidates'
+    return merged[:pool]
+
+
 def hybrid_search(
     retriever: Retriever,
     weights: SearchWeights,
@@ -54,6 +74,8 @@ def hybrid_search(
     qvec = retriever.embed_query(query)
     vec_rank = retriever.vector_ranking(qvec, pool, roots) if mode != "lexical" else []
     lex_rank = retriever.lexical_ranking(query, pool, roots) if mode != "vector" else []
+    if mode == "hybrid" and vec_rank and lex_rank:
+        vec_rank = _with_lexical_candidates(retriever, qvec, vec_rank, lex_rank, pool)
     if not vec_rank and not lex_rank:
         return []
     if mode != "hybrid":
@@ -61,11 +83,11 @@ def hybrid_search(
         weights = attrs.evolve(weights, vector=1.0, lexical=1.0, file=0.0, same_file=1.0)
     file_rank: list[tuple[int, float]] = []
     file_of: dict[int, int] = {}
-    if mode == "hybrid":
-        if weights.file:
-            file_rank = retriever.file_ranking(query, weights.file_candidates, roots)
-        if file_rank or weights.same_file != 1.0:
-            file_of = retriever.chunk_files(list(dict.fromkeys([c for c, _ in vec_rank] + [c for c, _ in lex_rank])))
+    if mode == "hybrid" and (weights.file or weights.same_file != 1.0):
+        file_of = retriever.chunk_files(list(dict.fromkeys([c for c, _ in vec_rank] + [c for c, _ in lex_rank])))
+        if weights.file and file_of:
+            files = sorted(set(file_of.values()))
+            file_rank = retriever.file_ranking(query, weights.file_candidates, roots, files=files)
     fused = fuse(vec_rank, lex_rank, weights, file_rank, file_of)[:top_k]
     best = [f.chunk_id for f in fused]
     cos = dict(vec_rank)

@@ -193,11 +193,13 @@ class IndexReader:
         join = " JOIN chunks c ON c.id = fts.rowid JOIN files f ON f.id = c.file_id"
         return self._bm25("fts", join, (w.bm25_title, w.bm25_heading, w.bm25_body), query, k, roots)
 
-    def file_ranking(self, query: str, k: int, roots: Sequence[str] | None = None) -> list[tuple[int, float]]:
-        """(file id, bm25) pairs, best first, over whole files."""
+    def file_ranking(
+        self, query: str, k: int, roots: Sequence[str] | None = None, files: Sequence[int] | None = None
+    ) -> list[tuple[int, float]]:
+        """(file id, bm25) pairs, best first, over whole files (only ``files``, when given)."""
         w = self.weights
         join = " JOIN files f ON f.id = files_fts.rowid"
-        return self._bm25("files_fts", join, (w.bm25_title, w.bm25_body), query, k, roots)
+        return self._bm25("files_fts", join, (w.bm25_title, w.bm25_body), query, k, roots, files)
 
     def _df(self, table: str, match: str, cap: int) -> int:
         """How many rows of ``table`` match ``match``, counted up to ``cap`` (cached: a generation never changes)."""
@@ -214,13 +216,20 @@ class IndexReader:
         return df
 
     def _bm25(
-        self, table: str, join: str, weights: tuple[float, ...], query: str, k: int, roots: Sequence[str] | None
+        self,
+        table: str,
+        join: str,
+        weights: tuple[float, ...],
+        query: str,
+        k: int,
+        roots: Sequence[str] | None,
+        rowids: Sequence[int] | None = None,
     ) -> list[tuple[int, float]]:
-        """(rowid, bm25) of the best ``k`` rows of an FTS5 ``table`` for the terms
-        ``crag.index.lexical.plan`` picks; ``join`` reaches ``files f`` and is used only when
-        ``roots`` restricts the search."""
+        """(rowid, bm25) of the best ``k`` rows of an FTS5 ``table`` (of ``rowids`` only, when
+        given) for the terms ``crag.index.lexical.plan`` picks; ``join`` reaches ``files f`` and
+        is used only when ``roots`` restricts the search."""
         terms = query_terms(query)
-        if not terms or k <= 0:
+        if not terms or k <= 0 or (rowids is not None and not rowids):
             return []
         budget = lexical.CHUNK_BUDGET if table == "fts" else lexical.FILE_BUDGET
         try:
@@ -230,7 +239,9 @@ class IndexReader:
             match = fts_match(chosen.terms, chosen.mode)
             clause, params = self._root_clause(roots)
             window = ""
-            if chosen.mode == lexical.ALL and self._df(table, match, budget + 1) > budget:
+            if rowids is not None:
+                window, params = f" AND {table}.rowid IN ({','.join('?' * len(rowids))})", [*rowids, *params]
+            elif chosen.mode == lexical.ALL and self._df(table, match, budget + 1) > budget:
                 # Frequent words only, and more rows hold them all than the budget: the first ones indexed.
                 last = self._query(
                     f"SELECT rowid FROM {table} WHERE {table} MATCH ? ORDER BY rowid LIMIT 1 OFFSET ?",

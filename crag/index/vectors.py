@@ -93,8 +93,8 @@ def cells(n: int) -> int:
 
 
 def nprobe(nlist: int) -> int:
-    """Cells searched per query."""
-    return max(8, min(nlist, nlist // 32))
+    """Cells searched per query: a thirty-second of them, at least 16."""
+    return max(16, min(nlist, nlist // 32))
 
 
 def kind_for(n: int, current: str | None = None) -> str:
@@ -140,13 +140,19 @@ def _contents(index: Any) -> Any:
     faiss = _faiss()
     if kind(index) == "ivf":
         invlists = index.invlists
-        for lst in range(index.nlist):
-            size = invlists.list_size(lst)
-            if not size:
-                continue
-            ids = faiss.rev_swig_ptr(invlists.get_ids(lst), size).copy()
-            codes = faiss.rev_swig_ptr(invlists.get_codes(lst), size * index.code_size).copy()
-            yield ids.astype(np.int64), index.sq.decode(codes.reshape(size, index.code_size))
+        id_parts: list[Any] = []
+        code_parts: list[Any] = []
+        held = 0
+        for lst in range(index.nlist + 1):
+            size = invlists.list_size(lst) if lst < index.nlist else 0
+            if size:
+                id_parts.append(faiss.rev_swig_ptr(invlists.get_ids(lst), size).copy())
+                code_parts.append(faiss.rev_swig_ptr(invlists.get_codes(lst), size * index.code_size).copy())
+                held += size
+            if held and (held >= _BLOCK or lst == index.nlist):  # cells gathered into blocks
+                codes = np.concatenate(code_parts).reshape(held, index.code_size)
+                yield np.concatenate(id_parts).astype(np.int64), index.sq.decode(codes)
+                id_parts, code_parts, held = [], [], 0
         return
     ids = faiss.vector_to_array(index.id_map).astype(np.int64)
     inner = faiss.downcast_index(index.index) if isinstance(index, faiss.IndexIDMap) else index
