@@ -37,7 +37,7 @@ ANY = "any"
 ALL = "all"
 # Rows a ranking scores at most (measured by benchmarks/store_scale.py: about 1 µs a row
 # in SQLite's FTS5 on this machine).
-CHUNK_BUDGET = 20_000
+CHUNK_BUDGET = 10_000
 FILE_BUDGET = 5_000
 
 
