@@ -18,7 +18,10 @@ this order:
                      the 98 docs questions and a 1,000-question sample of the prose ones,
                      one indexing round (its ``--quick``); ``--full``: all 8,416 prose
                      questions, 3 indexing rounds, and the local neural embedder when it is
-                     installed.
+                     installed;
+7. ``store_scale``   both stores (embedded and PostgreSQL, started with pgserver) on
+                     100k chunks of copies of the shared corpora, through ``Agent.search``
+                     (``--full``: a million chunks; an hour or more on 2 cores).
 
 Each writes ``NAME.json``, ``NAME.md`` and ``NAME.png`` under ``--out`` (default
 ``benchmarks/results/``, ``benchmarks/results/full/`` with ``--full``, so neither run
@@ -50,7 +53,7 @@ from benchmarks.common import (
 )
 
 REPO = Path(__file__).resolve().parents[1]
-BENCHMARKS = ("overhead", "grading_cost", "index_scale", "offline_grading", "grounding", "retrieval")
+BENCHMARKS = ("overhead", "grading_cost", "index_scale", "offline_grading", "grounding", "retrieval", "store_scale")
 
 # make bench-full: every benchmark at its own defaults (15 to 17 minutes on 2 cores).
 FULL_ARGS: dict[str, list[str]] = {
@@ -60,12 +63,14 @@ FULL_ARGS: dict[str, list[str]] = {
     "offline_grading": [],
     "grounding": [],
     "retrieval": [],
+    "store_scale": ["--chunks", "1000000"],
 }
 # make bench: the same, with the two long parts made smaller (4 to 6 minutes on 2 cores).
 # retrieval's --quick is added below when its CLI has it.
 DEFAULT_ARGS: dict[str, list[str]] = {
     **FULL_ARGS,
     "index_scale": ["--sizes", "10000,30000,100000"],
+    "store_scale": ["--chunks", "100000"],
 }
 QUICK_ARGS: dict[str, list[str]] = {
     "overhead": ["--runs", "200", "--warmup", "20", "--startup-runs", "2", "--no-cli-probe"],
@@ -74,6 +79,8 @@ QUICK_ARGS: dict[str, list[str]] = {
     "offline_grading": ["--limit", "5"],
     "grounding": ["--quick"],
     "retrieval": [],
+    "store_scale": ["--chunks", "1", "--stores", "embedded", "--questions", "20", "--frequent", "10",
+                    "--recall-queries", "5", "--clients", "1,2", "--client-seconds", "1", "--questions-check", "no"],
 }
 
 
@@ -194,6 +201,17 @@ def headlines(out: Path) -> list[str]:
                 lines.append(f"Local embedder ({lo['embedder']}) on {name}, {lo['questions']} questions: hybrid file "
                              f"recall@5 {hy['file']['recall@5']:.3f}, MRR@5 {hy['file']['mrr@5']:.3f}; indexing "
                              f"{lo['index_seconds']} s ({lo['index_cpu_s']} s CPU).")
+    ss = _load(out, "store_scale")
+    if ss:
+        for r in ss["rows"]:
+            q, f, rc = r.get("questions", {}), r.get("frequent", {}), r.get("recall", {})
+            lines.append(
+                f"Store scale, {r['store']} at {r.get('chunks', 0):,} chunks: indexing {r['index_mb_s']:.2f} MB/s "
+                f"({r['index_mb_s_cpu']:.2f} per CPU second), vectors {r.get('vectors_mb', 0):,.0f} MB "
+                f"({r.get('vector_index', '')}); search p50 / p95 {q.get('p50_ms', 0):.1f} / {q.get('p95_ms', 0):.1f} ms "
+                f"(frequent words {f.get('p50_ms', 0):.1f} / {f.get('p95_ms', 0):.1f}); hybrid recall@5 against exact "
+                f"{rc.get('hybrid_recall_at_5') or 0:.3f}."
+            )
     gr = _load(out, "grounding")
     if gr:
         o, lab = gr["offline"], gr["labelled"]

@@ -171,6 +171,7 @@ def test_run_all_default_is_the_short_run_and_full_the_long_one(tmp_path, monkey
     assert ran["index_scale"] == index_sizes
     assert ran["grading_cost"] == [] and ran["overhead"] == []
     assert ("--quick" in ran["retrieval"]) == retrieval_quick
+    assert ran["store_scale"] == ["--chunks", "1000000" if flags else "100000"]
     out = tmp_path / "full" if flags else tmp_path  # neither run overwrites the other's results
     summary = json.loads((out / "summary.json").read_text())
     assert summary["mode"] == ("full" if flags else "default")
@@ -274,3 +275,25 @@ def test_the_field_benchmark_refuses_a_setting_that_is_not_crags(capsys):
         field.main(["--offline", "--set", "OPENAI_API_KEY=sk-x"])
     assert exit_.value.code == 2
     assert "--set takes KB_AGENT_NAME=VALUE" in capsys.readouterr().err
+
+
+def test_store_scale_copies_and_report():
+    """store_scale's arithmetic and report (its corpora and stores are not needed for this)."""
+    from benchmarks import store_scale
+
+    args = store_scale.parse_args(["--chunks", "1000000", "--clients", "1,4"])
+    assert args.copies == 69 and args.clients == [1, 4]
+    assert store_scale.parse_args(["--chunks", "1"]).copies == 1
+    row = {
+        "store": "embedded", "chunks": 1_007_607, "text_mb": 1335.0, "index_wall_s": 200.0, "index_cpu_s": 250.0,
+        "index_mb_s": 6.7, "index_mb_s_cpu": 5.3, "index_peak_rss_mb": 3000.0, "disk_mb": 9000.0,
+        "vectors_mb": 1070.0, "vector_index": "ivf:1024",
+        "questions": {"p50_ms": 30.0, "p95_ms": 80.0, "cpu_p50_ms": 25.0, "cpu_p95_ms": 60.0},
+        "frequent": {"p50_ms": 20.0, "p95_ms": 40.0},
+        "recall": {"vector_recall_at_50": 0.7, "hybrid_recall_at_5": 0.95}, "qps_1": 30.0, "qps_4": 40.0,
+    }
+    result = {"args": vars(args) | {"corpus": "x"}, "rows": [row], "queries": {"questions": ["q"], "frequent": ["f"]},
+              "environment": {"cpu_count": 2}, "load_average": 3.0, "frequent_words": [("one", 0.28)]}
+    md = store_scale.render_markdown(result)
+    assert "| embedded | 1,007,607 |" in md and "30.0 / 80.0 (CPU 25.0 / 60.0)" in md and "ivf:1024" in md
+    assert "one 28%" in md
