@@ -4,13 +4,17 @@ See ``crag.index.postgres`` for the tables. Vector search uses the HNSW index on
 distance when there is one and no roots restrict the search (``hnsw.ef_search`` raised to
 twice the candidates asked for, at least 100), and is exact otherwise; scores are inner products of
 unit vectors, the cosine similarity the embedded store reports. Full-text ranking is BM25,
-computed in SQL as SQLite's FTS5 computes it in the embedded store: the query's words
-(``documents.query_terms``) as PostgreSQL lexemes, each weighted by its inverse document
-frequency; a lexeme's frequency in a row counts its positions in the ``tsvector`` with the
-title, heading and body weights of ``SearchWeights`` (A, B and D); the row's length is its
-word count (``dl``) against the average recorded at the last update. A
+computed in SQL as SQLite's FTS5 computes it in the embedded store, over the rows
+``crag.index.lexical`` bounds: the query's words (``documents.query_terms``) as PostgreSQL
+lexemes, counted through the GIN index up to the budget, each weighted by its inverse
+document frequency; ``ts_rank`` (in C, one call a row) keeps the best candidates, and a
+lexeme's frequency in each of those counts its positions in the ``tsvector`` with the title,
+heading and body weights of ``SearchWeights`` (A, B and D), read back from ``ts_rank`` of
+that lexeme alone (``_tf``) rather than by unnesting the row's every lexeme; the row's
+length is its word count (``dl``) against the average recorded at the last update. A
 search runs in one REPEATABLE READ read-only transaction, so everything it fuses comes
-from one committed state.
+from one committed state. This module reads ``crag.index.postgres_schema``; the store
+(``crag.index.postgres``) imports it, not the reverse.
 """
 
 from __future__ import annotations
@@ -212,8 +216,8 @@ class PostgresRetriever:
             self._conn().execute("SET LOCAL enable_seqscan = off")  # counts and candidates through the GIN index
             dfs = self._terms(query, table, budget + 1)
             chosen = lexical.plan(dfs, budget)
-            if not chosen.terms:
-                return []
+            if not chosen.terms or (ids is not None and chosen.mode == lexical.ALL):
+                return []  # nothing matches, or frequent words only: no ranking of the candidates' files
             joiner = " & " if chosen.mode == lexical.ALL else " | "
             match = joiner.join("'" + lexeme.replace("'", "''") + "'" for lexeme in chosen.terms)
             df = dict(dfs)

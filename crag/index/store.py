@@ -234,8 +234,8 @@ class IndexReader:
         budget = lexical.CHUNK_BUDGET if table == "fts" else lexical.FILE_BUDGET
         try:
             chosen = lexical.plan([(t, self._df(table, fts_phrase(t), budget + 1)) for t in terms], budget)
-            if not chosen.terms:
-                return []
+            if not chosen.terms or (rowids is not None and chosen.mode == lexical.ALL):
+                return []  # nothing matches, or frequent words only: no ranking of the candidates' files
             match = fts_match(chosen.terms, chosen.mode)
             clause, params = self._root_clause(roots)
             window = ""
