@@ -138,7 +138,7 @@ def index_child(env: dict[str, str], corpus: Path) -> dict[str, Any]:
         "wall_s": wall,
         "cpu_s": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
         "peak_rss_mb": after.ru_maxrss / 1024,  # the largest child so far: indexing is the first
-        "output": proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else "",
+        "output": next((line for line in proc.stdout.splitlines() if line.startswith("indexed")), ""),
     }
 
 
