@@ -153,6 +153,23 @@ def timed(agent: Any, queries: list[str]) -> tuple[list[float], list[float]]:
     return wall, cpu
 
 
+def server_cpu_s(agent: Any) -> float | None:
+    """CPU seconds the PostgreSQL backends of the agent's connections have used (None: not PostgreSQL,
+    or their /proc is not readable). Ticks of 10 ms: meaningful over many searches, not one."""
+    conns = getattr(agent.toolbox.retriever(), "_conns", None)
+    if conns is None:
+        return None
+    total = 0
+    try:
+        for conn in list(conns):
+            with open(f"/proc/{conn.info.backend_pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+    except (OSError, ValueError, IndexError):
+        return None
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def latency(times: list[float], cpu: list[float] | None = None) -> dict[str, float]:
     out = {"p50_ms": 1000 * percentile(times, 50), "p95_ms": 1000 * percentile(times, 95)}
     if cpu:
@@ -381,7 +398,11 @@ def measure(name: str, env_settings: dict[str, str], corpus: Path, text_bytes: i
         timed(agent, queries["questions"][:5])
         for kind, qs in queries.items():
             print(f"[{name}] {len(qs)} {kind} ...", flush=True)
+            before = server_cpu_s(agent)
             row[kind] = latency(*timed(agent, qs))
+            after = server_cpu_s(agent)
+            if before is not None and after is not None:
+                row[kind]["server_cpu_mean_ms"] = 1000 * (after - before) / len(qs)
         for clients in args.clients:
             print(f"[{name}] {clients} concurrent client(s) ...", flush=True)
             row[f"qps_{clients}"] = throughput(agent, queries["questions"], clients, args.client_seconds)
@@ -488,7 +509,10 @@ def _lat(d: dict[str, float] | None) -> str:
         return "–"
     text = f"{fmt(d['p50_ms'], 1)} / {fmt(d['p95_ms'], 1)}"
     if "cpu_p50_ms" in d:
-        text += f" (CPU {fmt(d['cpu_p50_ms'], 1)} / {fmt(d['cpu_p95_ms'], 1)})"
+        text += f" (CPU {fmt(d['cpu_p50_ms'], 1)} / {fmt(d['cpu_p95_ms'], 1)}"
+        if "server_cpu_mean_ms" in d:
+            text += f", server CPU {fmt(d['server_cpu_mean_ms'], 1)} a search"
+        text += ")"
     return text
 
 

@@ -7,8 +7,8 @@ unit vectors, the cosine similarity the embedded store reports. Full-text rankin
 computed in SQL as SQLite's FTS5 computes it in the embedded store, over the rows
 ``crag.index.lexical`` bounds: the query's words (``documents.query_terms``) as PostgreSQL
 lexemes, counted through the GIN index up to the budget, each weighted by its inverse
-document frequency; ``ts_rank`` (in C, one call a row) keeps the best candidates, and a
-lexeme's frequency in each of those counts its positions in the ``tsvector`` with the title,
+document frequency; the candidates that hold the most (by IDF) are kept without reading
+their ``tsvector``, and a lexeme's frequency in each of those counts its positions in the ``tsvector`` with the title,
 heading and body weights of ``SearchWeights`` (A, B and D), read back from ``ts_rank`` of
 that lexeme alone (``_tf``) rather than by unnesting the row's every lexeme; the row's
 length is its word count (``dl``) against the average recorded at the last update. A
@@ -45,7 +45,7 @@ __all__ = ["PostgresRetriever"]
 # BM25's constants, as SQLite's FTS5 uses them in the embedded store.
 _K1 = 1.2
 _B = 0.75
-# Candidates PostgreSQL's ts_rank keeps for BM25 (at least four times the rows asked for).
+# Candidates kept for BM25 by the IDFs of the words they hold (at least four times the rows asked for).
 _PRE_RANKED = 200
 
 
@@ -240,25 +240,33 @@ class PostgresRetriever:
             if ids is not None:
                 clause, params = clause + " AND t.id = ANY(%s)", [*params, list(ids)]
             # At most `budget` rows are candidates: more hold every word only of a query of frequent
-            # words, and then the first ones indexed are taken (as in the embedded store).
-            # PostgreSQL's ts_rank (C, one call a row) keeps the best _PRE_RANKED of them, and BM25
-            # ranks those, each lexeme's weighted frequency read back from ts_rank (_tf).
-            order = " ORDER BY t.id" if chosen.mode == lexical.ALL and ids is None else ""
+            # words, and then the first ones indexed are taken (as in the embedded store). The
+            # candidates are found through the GIN index without reading their tsvectors: each
+            # scores the IDFs of the words it holds (shorter rows first among equals), the best
+            # _PRE_RANKED are kept, and BM25 ranks those, each lexeme's weighted frequency read back
+            # from ts_rank (_tf).
+            if chosen.mode == lexical.ALL:
+                hits = (f"SELECT t.id, t.dl, 0.0::float8 AS idf FROM {source} WHERE t.tsv @@ %s::tsquery{clause} "
+                        f"{'ORDER BY t.id ' if ids is None else ''}LIMIT %s")
+                hit_params: list[Any] = [match, *params, budget]
+            else:
+                hits = (f"SELECT h.id, h.dl, q.idf FROM q CROSS JOIN LATERAL (SELECT t.id, t.dl FROM {source} "
+                        f"WHERE t.tsv @@ q.tq{clause} LIMIT %s) AS h")
+                hit_params = [*params, budget]
             w = self.weights
-            top = max(w.bm25_title, w.bm25_heading, w.bm25_body) or 1.0
-            pre_weights = [w.bm25_body / top, 0.0, w.bm25_heading / top, w.bm25_title / top]  # D, C, B, A
             rows = self._query(
                 f"WITH q AS (SELECT q.lexeme, quote_literal(q.lexeme)::tsquery AS tq, q.idf "
                 "FROM unnest(%s::text[], %s::float8[]) AS q(lexeme, idf)), "
-                f"cand AS (SELECT t.id, t.dl, t.tsv FROM {source} WHERE t.tsv @@ %s::tsquery{clause}{order} LIMIT %s), "
+                f"hits AS ({hits}), "
+                "pre AS (SELECT id, min(dl) AS dl, sum(idf) AS p FROM hits GROUP BY id ORDER BY p DESC, dl, id LIMIT %s), "
                 # A copy of each kept tsvector: decompressed once, not once per ts_rank call.
-                "best AS MATERIALIZED (SELECT id, dl, tsv || ''::tsvector AS tsv FROM cand "
-                "ORDER BY ts_rank(%s::float4[], tsv, %s::tsquery, 0) DESC, id LIMIT %s), "
+                f"best AS MATERIALIZED (SELECT pre.id, pre.dl, t.tsv || ''::tsvector AS tsv FROM pre "
+                f"JOIN {SCHEMA}.{table} t ON t.id = pre.id), "
                 f"tf AS (SELECT c.id, c.dl, q.idf, {_TF_A} AS a, {_TF_AB} AS ab, {_TF_ALL} AS al FROM best c, q), "
                 "f AS (SELECT id, dl, idf, %s * a + %s * (ab - a) + %s * (al - ab) AS f FROM tf WHERE al > 0) "
                 "SELECT id, sum(idf * f * (%s + 1) / (f + %s * (1 - %s + %s * dl / %s))) AS s FROM f "
                 "GROUP BY id ORDER BY s DESC, id LIMIT %s",
-                [list(chosen.terms), idfs, match, *params, budget, pre_weights, match, max(_PRE_RANKED, 4 * k),
+                [list(chosen.terms), idfs, *hit_params, max(_PRE_RANKED, 4 * k),
                  w.bm25_title, w.bm25_heading, w.bm25_body, _K1, _K1, _B, _B, avgdl, k],
             )
         return [(int(i), float(s)) for i, s in rows]
