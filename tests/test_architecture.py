@@ -104,3 +104,29 @@ def test_built_in_tool_names_are_written_outside_crag_tools_only_by_the_fast_pat
               for n, line in enumerate(p.read_text().splitlines(), 1) for _ in quoted.finditer(line)]
     assert {path for path, _ in places} <= {"grading.py"}, places
     assert len(places) <= 10
+
+
+STORE_MODULES = ("postgres", "postgres_search", "postgres_schema", "store", "search", "fusion", "lexical", "vectors",
+                 "embedded", "embedded_write", "layout", "integrity", "embedders", "hash_embedder")
+
+
+def test_the_store_modules_import_no_cycle():
+    """The stores' modules import one another in one direction (the PostgreSQL search module
+    reads the schema module, and the store imports the search module, never the reverse)."""
+    graph = {}
+    for path in sorted((CRAG / "index").glob("*.py")):
+        graph[f"crag.index.{path.stem}"] = {m for m in crag_modules(path) if m.startswith("crag.index.")}
+    assert "crag.index.postgres" not in graph["crag.index.postgres_search"]
+
+    def in_a_cycle(start: str) -> bool:
+        todo, seen = list(graph.get(start, ())), set()
+        while todo:
+            m = todo.pop()
+            if m == start:
+                return True
+            if m not in seen:
+                seen.add(m)
+                todo.extend(graph.get(m, ()))
+        return False
+
+    assert not [m for m in STORE_MODULES if in_a_cycle(f"crag.index.{m}")]
