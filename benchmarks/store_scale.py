@@ -344,11 +344,8 @@ def open_agent(settings: dict[str, str]) -> Any:
 
 
 def _previous_row(args: argparse.Namespace, name: str) -> dict[str, Any] | None:
-    try:
-        previous = json.loads((args.out / f"{NAME}.json").read_text())
-    except (OSError, ValueError):
-        return None
-    return next((r for r in previous.get("rows", []) if r.get("store") == name), None)
+    """The row of ``name`` in the results this run found in ``--out`` when it started."""
+    return next((r for r in getattr(args, "previous_rows", []) if r.get("store") == name), None)
 
 
 def measure(name: str, env_settings: dict[str, str], corpus: Path, text_bytes: int, queries: dict[str, list[str]],
@@ -591,6 +588,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    try:  # read before this run writes over it: --reuse-index takes the indexing figures from there
+        args.previous_rows = json.loads((args.out / f"{NAME}.json").read_text()).get("rows", [])
+    except (OSError, ValueError):
+        args.previous_rows = []
     work = Path(args.workdir or tempfile.mkdtemp(prefix="crag-store-scale-"))
     work.mkdir(parents=True, exist_ok=True)
     corpus = work / "corpus"
@@ -601,7 +602,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         text_bytes = make_corpus(corpus, args.copies)
         frequent, top_words = frequent_queries(args.frequent, args.seed)
         queries = {"questions": real_questions(args.questions, args.seed), "frequent": frequent}
-        arguments = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+        arguments = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "previous_rows"}
         result: dict[str, Any] = {
             "args": arguments, "rows": [], "queries": queries, "frequent_words": top_words,
             "environment": environment(["faiss-cpu", "numpy", "psycopg", "pgserver"]),
