@@ -542,6 +542,9 @@ def render_markdown(result: dict[str, Any]) -> str:
         f"{a['client_seconds']:g} s; {result['environment'].get('cpu_count', '?')} CPUs, load average "
         f"{result.get('load_average', '?')} at the start.\n\n"
     )
+    if any(r["store"] == "postgresql" for r in rows):
+        intro += ("PostgreSQL's indexing CPU and peak memory are those of the `crag index` process; the server's "
+                  "are not counted (its CPU a search is, from the backends' /proc counters).\n\n")
     out = intro + markdown_table(header, body) + "\n"
     for r in rows:
         dw = r.get("during_writes")
