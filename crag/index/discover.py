@@ -35,7 +35,7 @@ from attrs import field, frozen
 from ..errors import KnowledgeBaseError, UsageError
 from ..safe_text import display_name
 from .ignore import Ignores
-from .readers import reader_for
+from .readers import decode_text, reader_for  # decode_text: the one rule, re-exported here
 
 __all__ = [
     "DOCUMENT_MAX_BYTES",
@@ -359,29 +359,6 @@ def _sniff_ok(path: str, warnings: list[tuple[str, str]]) -> bool:
         warnings.append((path, "binary file"))
         return False
     return True
-
-
-def decode_text(data: bytes) -> str:
-    """Bytes to text: UTF-8 (BOM dropped), else cp1252, else latin-1; newlines normalised.
-
-    NUL bytes are dropped: a file with one in its first 8 KiB is binary (``is_binary``) and
-    never decoded; one further on is padding, and PostgreSQL refuses it in text. One rule,
-    for every store and for ``read_file`` and ``grep_search``, so lines and chunks agree.
-    """
-    if data.startswith(b"\xef\xbb\xbf"):
-        data = data[3:]
-    if b"\x00" in data:
-        data = data.replace(b"\x00", b"")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        try:
-            text = data.decode("cp1252")
-        except UnicodeDecodeError:
-            text = data.decode("latin-1")
-    if "\r" in text:
-        text = text.replace("\r\n", "\n").replace("\r", "\n")
-    return text
 
 
 def is_binary(data: bytes) -> bool:

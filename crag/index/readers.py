@@ -33,7 +33,7 @@ from attrs import frozen
 
 from ..pages import PAGE_LINES
 
-__all__ = ["DISTRIBUTION", "READERS", "Reader", "cached_text", "reader_for", "skipped_line"]
+__all__ = ["DISTRIBUTION", "READERS", "Reader", "cached_text", "decode_text", "reader_for", "skipped_line"]
 
 # The name crag is installed under from the package index (the import name stays ``crag``).
 DISTRIBUTION = "crag-kb"
@@ -94,10 +94,31 @@ def _docx(data: bytes) -> str:
     return "\n".join(lines) + "\n" if lines else ""
 
 
+def decode_text(data: bytes) -> str:
+    """Bytes to text: UTF-8 (BOM dropped), else cp1252, else latin-1; newlines normalised.
+
+    NUL bytes are dropped: a file with one in its first 8 KiB is binary (``is_binary``) and
+    never decoded; one further on is padding, and PostgreSQL refuses it in text. One rule,
+    for every store and for ``read_file`` and ``grep_search``, so lines and chunks agree.
+    """
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    if b"\x00" in data:
+        data = data.replace(b"\x00", b"")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        try:
+            text = data.decode("cp1252")
+        except UnicodeDecodeError:
+            text = data.decode("latin-1")
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    return text
+
+
 def _html(data: bytes) -> str:
     from html.parser import HTMLParser  # imported here: a search that reads no HTML never loads it
-
-    from .discover import decode_text
 
     class HTMLText(HTMLParser):
         """Collects the text of an HTML document on the lines where it stands in the source."""
