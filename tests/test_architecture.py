@@ -130,3 +130,113 @@ def test_the_store_modules_import_no_cycle():
         return False
 
     assert not [m for m in STORE_MODULES if in_a_cycle(f"crag.index.{m}")]
+
+
+# -- the import graph of crag/: layers, no arrow upward, no cycle --------------------------------
+#
+# Each layer may import its own layer and those below it, never one above, with imports for
+# type checkers counted too (a type is a dependency). Listed bottom up; a module's layer is
+# that of its first dotted part below crag (``crag.index.store`` is in ``index``).
+LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
+    ("text and settings", frozenset({"errors", "safe_text", "text", "sentences", "pages", "config"})),
+    ("records and ports", frozenset({"state", "events", "toolspec", "ports"})),
+    ("the pure core", frozenset({"graph", "grading", "schemas", "budget", "answer", "grounding", "prompts",
+                                 "searches", "nodes"})),
+    ("the LLM adapters", frozenset({"llm"})),
+    ("the knowledge-base index", frozenset({"index"})),
+    ("the tools", frozenset({"tools"})),
+    ("the loop", frozenset({"driver"})),
+    ("the library", frozenset({"agent", "stream", "answer_log"})),
+    ("the interfaces", frozenset({"cli", "mcp_server", "__main__", "__init__"})),
+)
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(CRAG.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module_name(p): p for p in sorted(CRAG.rglob("*.py"))}
+
+
+def _layer(module: str) -> int:
+    part = module.split(".")[1] if "." in module else "__init__"
+    return next(n for n, (_, names) in enumerate(LAYERS) if part in names)
+
+
+def imports_of(module: str, *, type_checking: bool) -> set[str]:
+    """The crag modules ``module`` imports (anywhere in it, functions included), as module
+    names; with ``type_checking``, also those imported for type checkers only."""
+    path = MODULES[module]
+    source = path.read_text()
+    if type_checking:
+        source = source.replace("if TYPE_CHECKING:", "if True:")
+    found = set()
+    for name in crag_modules(path, source):
+        while name not in MODULES and "." in name:  # ``from .x import Name``: the module x
+            name = name.rsplit(".", 1)[0]
+        if name in MODULES and name != module:
+            found.add(name)
+    return found
+
+
+def test_every_module_of_crag_has_a_layer():
+    assert [m for m in MODULES if not any(m.split(".")[1:2] == [p] or m == "crag" for _, ps in LAYERS for p in ps)] == []
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_no_module_imports_a_layer_above_its_own(module):
+    upward = {m: LAYERS[_layer(m)][0] for m in imports_of(module, type_checking=True) if _layer(m) > _layer(module)}
+    assert upward == {}, f"{module} ({LAYERS[_layer(module)][0]}) imports {upward}"
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import cycles of ``graph`` (module -> the modules it imports), each as a path."""
+    found: list[list[str]] = []
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = 1
+        for nxt in sorted(graph[module]):
+            if state.get(nxt) == 1:
+                found.append([*path[path.index(nxt):], nxt])
+            elif nxt not in state:
+                visit(nxt, [*path, nxt])
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    return found
+
+
+def test_the_import_graph_of_crag_has_no_cycle():
+    assert cycles({m: imports_of(m, type_checking=False) for m in MODULES}) == []
+
+
+def test_no_two_benchmarks_import_each_other():
+    bench = CRAG.parent / "benchmarks"
+    names = {p.stem for p in bench.glob("*.py")}
+    graph = {}
+    for path in sorted(bench.glob("*.py")):
+        found = set()
+        for node in ast.walk(_runtime_tree(path)):
+            if isinstance(node, ast.ImportFrom) and node.module == "benchmarks":
+                found.update(a.name for a in node.names if a.name in names)
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("benchmarks."):
+                found.add(node.module.split(".")[1])
+        graph[path.stem] = found - {path.stem}
+    assert cycles(graph) == []
+
+
+def test_the_checks_see_an_upward_import_and_a_cycle():
+    assert "crag.nodes" in imports_of("crag.driver", type_checking=False)
+    assert "crag.config" in imports_of("crag.nodes", type_checking=True)  # for type checkers only
+    assert "crag.config" not in imports_of("crag.nodes", type_checking=False)
+    assert _layer("crag.index.store") > _layer("crag.ports") and _layer("crag") == len(LAYERS) - 1
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
+
+
+def test_no_module_of_crag_is_over_550_lines():
+    long = {m: n for m, p in MODULES.items() if (n := len(p.read_text().splitlines())) > 550}
+    assert long == {}
