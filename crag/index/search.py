@@ -32,6 +32,7 @@ from .fusion import SearchWeights, fuse, scores_in_rank_order
 __all__ = ["MODES", "hybrid_search"]
 
 MODES = ("hybrid", "vector", "lexical")
+_TIE = 1e-6  # cosines closer than this are equal (float32 sums in different orders)
 
 
 def _with_lexical_candidates(
@@ -49,7 +50,10 @@ def _with_lexical_candidates(
     if not missing:
         return vec_rank
     extra = retriever.cosines(qvec, missing)  # type: ignore[arg-type]
-    merged = vec_rank + [(c, extra[c]) for c in missing if c in extra]
+    # Only a cosine clearly above the ranking's last goes in: the index and ``cosines`` may
+    # sum a dot product in another order, and a tie must not change an exact ranking.
+    floor = vec_rank[-1][1] + _TIE if len(vec_rank) >= pool else float("-inf")
+    merged = vec_rank + [(c, extra[c]) for c in missing if c in extra and extra[c] > floor]
     merged.sort(key=lambda p: -p[1])  # stable: ties keep the index's order, then the candidates'
     return merged[:pool]
 
