@@ -42,6 +42,12 @@ NOT_ANSWERED = (
     "The knowledge base does not appear to answer this question: most of the answer written from "
     "the documents found is not supported by them, so only what they support is kept below."
 )
+# The opening of an answer whose question names what no evidence found mentions ({terms}:
+# those names, joined by "or").
+NOT_MENTIONED = (
+    "The knowledge base does not appear to answer this question: none of the documents found "
+    "mentions {terms}, so only what they support is kept below."
+)
 # crag's own sentences: grounding never judges them.
 FIXED_SENTENCES = frozenset({NO_EVIDENCE, OFFLINE_PREFACE, EMPTY_REPLY, NOT_ANSWERED})
 

@@ -13,11 +13,19 @@ In this order (docs/wire-contract.md, "grade_evidence"):
    rest >= the generate threshold → ``GENERATE``; otherwise ``REFINE``.
 
 A grade must carry information (``uninformative``): a reply that gives every one of several
-items the same score, or whose token probabilities show every item was a coin toss, says
-nothing about the items. It never removes evidence or forces another round by itself: the
-items stay, each at ``UNGRADED_SCORE``, and the action comes from what crag does know
-(``ungraded_action``: the question's own search found them, or retrieval scored them at
-least at the drop threshold → ``GENERATE``; otherwise ``REFINE``).
+items the same score, or the same label without being sure of each, or whose token
+probabilities show every item was a coin toss, says nothing about the items. It never
+removes evidence or forces another round by itself: the items stay, each at
+``UNGRADED_SCORE``, and the action comes from what crag does know (``ungraded_action``: the
+question's own search found them, or retrieval scored them at least at the drop threshold →
+``GENERATE``; otherwise ``REFINE``).
+
+The same holds item by item for a grade read from token probabilities (``decide`` with
+``unsure``): an item whose probability lies between the drop and the generate thresholds is
+one the grader could not decide. It is kept (it is not below the drop threshold) and it
+does not count in the mean that chooses the action; when no kept item was decided, the
+action is ``ungraded_action``'s. Measured on a small model, such items were relevant and
+irrelevant alike (docs/real-models.md, "Grading a real model").
 
 ``GRADERS`` are the styles of ``KB_AGENT_GRADER``: how the grade is asked for and read.
 
@@ -53,6 +61,7 @@ __all__ = [
     "recorded_vector_scores",
     "remember",
     "skipped",
+    "undecided",
     "ungraded",
     "ungraded_action",
     "uninformative",
@@ -127,15 +136,30 @@ class Decision:
     mean: float
 
 
-def decide(scores: Sequence[float], drop_threshold: float, generate_threshold: float) -> Decision:
-    """Filter by ``drop_threshold`` and choose GENERATE / REFINE / RE_RETRIEVE by the mean."""
+def decide(scores: Sequence[float], drop_threshold: float, generate_threshold: float,
+           unsure: GraderAction | None = None) -> Decision:
+    """Filter by ``drop_threshold`` and choose GENERATE / REFINE / RE_RETRIEVE by the mean.
+
+    ``unsure`` (for scores read from token probabilities): the action when no kept item was
+    decided; the mean is then over the kept items at or above ``generate_threshold`` alone,
+    the others being ones the grader could not decide (see the module doc)."""
     kept = tuple(i for i, s in enumerate(scores) if s >= drop_threshold - _EPS)
     removed = tuple(i for i, s in enumerate(scores) if s < drop_threshold - _EPS)
     if not kept:
         return Decision(kept, removed, GraderAction.RE_RETRIEVE, 0.0)
-    avg = mean([scores[i] for i in kept])
+    counted = kept
+    if unsure is not None:
+        counted = tuple(i for i in kept if scores[i] >= generate_threshold - _EPS)
+        if not counted:
+            return Decision(kept, removed, unsure, mean([scores[i] for i in kept]))
+    avg = mean([scores[i] for i in counted])
     action = GraderAction.GENERATE if avg >= generate_threshold - _EPS else GraderAction.REFINE
     return Decision(kept, removed, action, avg)
+
+
+def undecided(scores: Sequence[float], drop_threshold: float, generate_threshold: float) -> int:
+    """How many of ``scores`` lie between the two thresholds (kept, but not decided)."""
+    return sum(drop_threshold - _EPS <= s < generate_threshold - _EPS for s in scores)
 
 
 # --------------------------------------------------------------------------------------
@@ -181,16 +205,21 @@ def merge_scores(
 # --------------------------------------------------------------------------------------
 
 
-def uninformative(scores: Sequence[float], tosses: int = 0) -> str | None:
+def uninformative(scores: Sequence[float], tosses: int = 0, labels: Sequence[str] = (), sure: int = 0) -> str | None:
     """Why a grade carries no information, or None when it does: ``same_score`` (every one of
-    at least ``UNINFORMATIVE_MIN_ITEMS`` items given one score, to two decimals) or
-    ``coin_toss`` (the token probabilities of every item near even)."""
+    at least ``UNINFORMATIVE_MIN_ITEMS`` items given one score, to two decimals),
+    ``same_label`` (every one of that many given one label, ``labels``, when the token
+    probabilities show the model was not sure of every one of them: ``sure`` counts the sure
+    ones; a small model copies its first label down the list) or ``coin_toss`` (the token
+    probabilities of every item near even)."""
     if not scores:
         return None
     if tosses >= len(scores):
         return "coin_toss"
     if len(scores) >= UNINFORMATIVE_MIN_ITEMS and len({round(s, 2) for s in scores}) == 1:
         return "same_score"
+    if len(labels) >= UNINFORMATIVE_MIN_ITEMS and len(set(labels)) == 1 and sure < len(labels):
+        return "same_label"
     return None
 
 

@@ -15,7 +15,7 @@ from crag.config import Settings
 from crag.errors import UsageError
 from crag.llm import OpenAIChatModel, ScriptedChatModel
 from crag.llm.tokens import count_tokens
-from crag.ports import GradeTask
+from crag.ports import GradeTask, SynthesizeTask
 from crag.prompts import render
 from crag.state import EvidenceItem, Message
 
@@ -48,7 +48,7 @@ def test_an_item_cut_to_an_excerpt_keeps_its_real_line_numbers():
 
 def test_history_goes_first_then_item_text_then_the_last_items():
     items = tuple(big_item(n, 60, 12) for n in range(12))
-    task = GradeTask(QUESTION, items)
+    task = SynthesizeTask(QUESTION, (), items)  # a grading prompt quotes excerpts already
     full = prompt_tokens(render(task), cl100k)
     fitted = fit(task, 112, 4096, render, cl100k)
     assert full > 4096 and fitted.cut
@@ -65,12 +65,12 @@ def test_a_question_that_cannot_fit_is_a_usage_error():
 
 def test_a_question_that_leaves_no_room_for_one_item_is_a_usage_error_where_items_are_needed():
     items = (big_item(1, 2, 100),)
-    question = "why " * 1500  # fits alone, not with a 2-line excerpt of the item
-    assert not fit(GradeTask(question, items), 32, 2048, render, cl100k).task.items  # by default: left out
+    question = "why " * 1500  # fits alone, not with a 2-line excerpt of the item (an answer prompt quotes it whole)
+    assert not fit(SynthesizeTask(question, (), items), 32, 2048, render, cl100k).task.items  # by default: left out
     with pytest.raises(UsageError, match="no room for its evidence"):
-        fit(GradeTask(question, items), 32, 2048, render, cl100k, min_items=1)
-    assert fit(GradeTask(question, ()), 32, 2048, render, cl100k, min_items=1).task.items == ()
-    assert fit(GradeTask(QUESTION, items), 32, 2048, render, cl100k, min_items=1).task.items == items
+        fit(SynthesizeTask(question, (), items), 32, 2048, render, cl100k, min_items=1)
+    assert fit(SynthesizeTask(question, (), ()), 32, 2048, render, cl100k, min_items=1).task.items == ()
+    assert fit(SynthesizeTask(QUESTION, (), items), 32, 2048, render, cl100k, min_items=1).task.items == items
 
 
 def run_agent(items, history, question, context_tokens, answer_tokens=256):
@@ -113,8 +113,9 @@ def test_no_request_ever_exceeds_the_context_budget(sizes, turns, question_words
 
 
 def test_items_left_out_of_grading_leave_context_and_are_audited():
-    items = [big_item(n, 30, 150, tool="grep_search") for n in range(10)]  # lines too long for excerpts to help
-    result, model = run_agent(items, [], QUESTION, 4096)
+    # a grading prompt quotes a 600-character excerpt of each item: ten do not fit in 2,048 tokens
+    items = [big_item(n, 30, 150, tool="grep_search") for n in range(10)]
+    result, model = run_agent(items, [], QUESTION, 2048)
     graded = next(r for r in model.requests if r.node == "grade_evidence")
     trimmed = [e for e in result.state.audit if e.event == "evidence_trimmed" and e.fields["node"] == "grade_evidence"]
     assert 0 < len(graded.task.items) < 10
@@ -162,7 +163,9 @@ def test_a_server_with_a_smaller_window_than_configured_gets_requests_fitted_to_
         agent, result = window_run(srv, 3000, style)
         assert result.answer.startswith("Uploads retry [1]")
         refits = [e.fields for e in result.state.audit if e.event == "context_refit"]
-        assert refits == [{"node": "grade_evidence", "context_tokens": 3000, "server_window": 3000}]
+        # the first request over the server's window is refused once and refitted (the grading
+        # prompt quotes excerpts and may fit; the answer's prompt quotes whole items)
+        assert len(refits) == 1 and refits[0]["context_tokens"] == 3000 and refits[0]["server_window"] == 3000
         accepted = [(n, p, m) for n, p, m in srv.prompt_sizes if p + m <= 3000]
         assert len(accepted) == len(srv.prompt_sizes) - 1  # one refusal, then every request fits
         sent = srv.params("grade_evidence")

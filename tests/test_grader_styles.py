@@ -262,3 +262,94 @@ def test_a_supported_simple_answer_is_answered():
     )
     assert result.to_dict()["grounding"]["verdict"] == "answered"
     assert not result.answer.startswith("The knowledge base does not appear")
+
+
+# -- items the grader could not decide, replies that copy one label ---------------------------
+
+
+def test_one_label_for_every_item_without_being_sure_carries_no_information():
+    unsure = read_grades("1: no\n2: no\n3: no\n4: no", 4, label_tokens(0.2, 0.35, 0.15, 0.4))
+    assert grading.uninformative(unsure.scores, unsure.tosses, unsure.labels, unsure.sure) == "same_label"
+    sure = read_grades("1: no\n2: no\n3: no\n4: no", 4, label_tokens(0.02, 0.05, 0.01, 0.08))
+    assert grading.uninformative(sure.scores, sure.tosses, sure.labels, sure.sure) is None  # a sure "no" to all
+    mixed = read_grades("1: no\n2: yes\n3: no\n4: no", 4, label_tokens(0.2, 0.75, 0.15, 0.4))
+    assert grading.uninformative(mixed.scores, mixed.tosses, mixed.labels, mixed.sure) is None
+    three = read_grades("1: no\n2: no\n3: no", 3, label_tokens(0.2, 0.35, 0.15))
+    assert grading.uninformative(three.scores, three.tosses, three.labels, three.sure) is None  # seed 001: three alike
+
+
+def test_probabilities_between_the_thresholds_are_kept_and_do_not_choose_the_action():
+    # 0.2 is below the drop threshold; 0.45 and 0.6 are undecided; 0.8 is a yes
+    decision = grading.decide((0.2, 0.45, 0.6, 0.8), 0.3, 0.7, grading.GraderAction.REFINE)
+    assert decision.removed == (0,) and decision.kept == (1, 2, 3)
+    assert decision.action.value == "GENERATE"  # the mean of the decided kept items: 0.8
+    nothing_decided = grading.decide((0.2, 0.45, 0.6), 0.3, 0.7, grading.GraderAction.GENERATE)
+    assert nothing_decided.kept == (1, 2) and nothing_decided.action.value == "GENERATE"  # from retrieval
+    assert grading.decide((0.2, 0.45, 0.6), 0.3, 0.7).action.value == "REFINE"  # a number reply: the seed's mean
+    assert grading.undecided((0.2, 0.45, 0.6, 0.8), 0.3, 0.7) == 2
+
+
+def test_a_mid_range_probability_grade_answers_in_one_round():
+    five = [item(k, score=0.5) for k in range(1, 6)]
+    result, model = _run(
+        {"analyze_and_route": [route("complex")], "plan": [search_plan()],
+         "grade_evidence": [label_reply(0.62, 0.1, 0.55, 0.4, 0.58)],
+         "synthesize": ["Evidence number 1 about the retry policy [1]."]},
+        {"vector_search": [five]},
+    )
+    assert model.calls("grade_evidence") == 1 and result.iterations == 1
+    assert result.state.grader_action.value == "GENERATE"  # the question's own search found them
+    assert [e["source"] for e in result.audit if e["event"] == "evidence_removed"] == [five[1].label]
+    assert [e["items"] for e in result.audit if e["event"] == "grades_undecided"] == [4]
+
+
+def test_a_grading_prompt_quotes_each_items_best_excerpt():
+    filler = "\n".join(f"unrelated line {k} about colours and shapes" for k in range(60))
+    text = filler + "\nThe upload retry policy is configured in retry.toml.\n" + filler
+    task = GradeTask(QUESTION, (item(1, text=text),))
+    prompt = render(task)[1]["content"]
+    assert "> The upload retry policy is configured in retry.toml." in prompt
+    assert len(prompt) < len(text) // 3
+    assert render(GradeTask(QUESTION, (item(1, text="short text"),)))[1]["content"].count("short text") == 1
+
+
+# -- what the question names -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("question, terms", [
+    ("How do I serve my FastAPI application over HTTP/3?", ["FastAPI", "HTTP/3"]),
+    ("How do I run a model from the Hub on an Apple Watch?", ["Hub", "Apple Watch"]),
+    ("How do I expose my endpoints as gRPC services?", ["gRPC"]),
+    ("Which libraries serve a GraphQL API?", ["GraphQL", "API"]),
+    ("I use Flask. Then how do I render templates?", ["Flask"]),
+    ("how do uploads retry after a failure?", []),
+])
+def test_the_terms_a_question_names(question, terms):
+    from crag.grounding import named
+
+    assert named(question) == terms
+
+
+def test_a_term_no_evidence_holds_makes_the_answer_not_answered_whatever_the_grade():
+    from crag.grounding import missing
+
+    assert missing("How do I serve it over HTTP/3?", ["HTTP/2 is supported", "the server"]) == ["HTTP/3"]
+    assert missing("Where is Hugging Face?", ["huggingface.co hosts it"]) == []
+    evidence = [item(k, text=f"Uploads are retried three times by the upload worker, note {k}.") for k in range(1, 6)]
+    result, _ = _run(
+        {"analyze_and_route": [route("complex")], "plan": [search_plan()],
+         "grade_evidence": [scores(0.9, 0.9, 0.9, 0.9, 0.8)],
+         "synthesize": ["Uploads are retried three times by the upload worker [1]."]},
+        {"vector_search": [evidence]},
+    )
+    assert result.to_dict()["grounding"]["verdict"] == "answered"
+    question = "How are uploads retried when sent through Kafka?"
+    model = ScriptedChatModel({"analyze_and_route": [route("complex")], "plan": [search_plan()],
+                               "grade_evidence": [scores(0.9, 0.9, 0.9, 0.9, 0.8)],
+                               "synthesize": ["Uploads are retried three times by the upload worker [1]."]})
+    kafka = Agent(model, FakeToolbox({"vector_search": [evidence]}, question=question), Settings()).ask(question)
+    assert kafka.to_dict()["grounding"]["verdict"] == "not_answered"
+    assert kafka.answer.startswith("The knowledge base does not appear to answer this question: none of the "
+                                   "documents found mentions Kafka")
+    assert "\n\nUploads are retried three times by the upload worker [1]" in kafka.answer  # what they support
+    assert [e["terms"] for e in kafka.audit if e["event"] == "question_terms_missing"] == [["Kafka"]]

@@ -40,6 +40,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..sentences import Piece, split
+from .asked import missing, named
 from .claims import ANCHOR_KINDS, SCAFFOLDING, UNSUPPORTED_TAG, Claims, claims, clauses
 from .engine import BY_CLAUSE, MODES, Grounded, ground, note_line, render_prefix
 from .evidence import ItemEvidence, Passage, passages
@@ -77,6 +78,8 @@ __all__ = [
     "clauses",
     "code_support",
     "ground",
+    "missing",
+    "named",
     "note_line",
     "passages",
     "render_prefix",

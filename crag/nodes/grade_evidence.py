@@ -169,11 +169,13 @@ def apply(state: AgentState, step: Step, reply: Completion | tuple[Completion, .
         return evolve(state, context=(), evidence_scores=(), grader_action=GraderAction.RE_RETRIEVE, audit=audit)
     graded: tuple[Grade, ...] = ()
     graded_by = "grader"
+    reading = None
     if not todo:
         new_scores: tuple[float, ...] = ()
     else:
         reading = read_reply(reply, len(todo), cfg.grader)
-        why = grading.uninformative(reading.scores, reading.tosses) if reading is not None else None
+        why = (grading.uninformative(reading.scores, reading.tosses, reading.labels, reading.sure)
+               if reading is not None else None)
         if reading is None:
             graded_by = "parse_failure"
             new_scores = (grading.PARSE_FAILURE_SCORE,) * len(todo)
@@ -206,7 +208,13 @@ def apply(state: AgentState, step: Step, reply: Completion | tuple[Completion, .
     if reused:
         audit = (*audit, AuditEvent("grades_reused", {"items": reused, "graded": len(todo)}))
     scores = grading.merge_scores(context, state.grades, todo, new_scores)
-    decision = grading.decide(scores, cfg.drop_threshold, cfg.generate_threshold)
+    unsure = None  # probabilities: items between the thresholds are undecided (crag.grading)
+    if graded_by == "grader" and todo and reading is not None and reading.from_logprobs:
+        unsure = grading.ungraded_action(context, state.tool_history, state.question, cfg.drop_threshold, cfg.tools)
+        count = grading.undecided(scores, cfg.drop_threshold, cfg.generate_threshold)
+        if count:
+            audit = (*audit, AuditEvent("grades_undecided", {"items": count}))
+    decision = grading.decide(scores, cfg.drop_threshold, cfg.generate_threshold, unsure)
     removed = tuple(
         AuditEvent(
             "evidence_removed",

@@ -14,8 +14,10 @@ informative grade approved the evidence (the simple path asks none; a fast path 
 without one; a grade may carry no information) and grounding finds most of the answer's
 judged sentences unsupported, the answer opens by saying that the knowledge base does not
 appear to answer the question and keeps only the supported sentences (none: the no-evidence
-sentence); ``grounding.verdict`` is ``not_answered``. Evidence whose grade carried no
-information is named in a note.
+sentence); ``grounding.verdict`` is ``not_answered``. So it is, whatever the grade, when the
+question names a term (``HTTP/3``, ``Terraform``) that no evidence item holds
+(``crag.grounding.missing``, audit ``question_terms_missing``). Evidence whose grade carried
+no information is named in a note.
 
 Every answer ends with exactly one usage block; the driver has already added this node's
 own call to ``state.usage`` when ``apply`` runs, so the block counts it.
@@ -130,27 +132,34 @@ def _grounded(state: AgentState, body: str, cfg: NodeConfig, items: tuple) -> Ag
     for j in done.report.judgements:  # each verdict with the rule that decided it
         state = evolve(state, audit=state.log("sentence_judged", sentence=j.sentence, supported=j.supported,
                                               rule=j.rule))
-    verdict = verdict_of(done.report, state)
+    absent = grounding.missing(state.question, [item.text for item in items])
+    if absent:
+        state = evolve(state, audit=state.log("question_terms_missing", terms=absent))
+    verdict = verdict_of(done.report, state, absent)
     report = evolve(done.report, verdict=verdict)
     if verdict == "not_answered" and cfg.grounding != "strict":
         done = grounding.ground(body, items, "strict", state.question)  # only the supported sentences
     if (cfg.grounding == "strict" or verdict == "not_answered") and not done.report.supported:
         text, citations = answer.compose(answer.NO_EVIDENCE, (), state.usage, cite=False)
         return evolve(state, answer=text, citations=citations, grounding=report)
-    body = f"{answer.NOT_ANSWERED}\n\n{done.body}" if verdict == "not_answered" else done.body
+    opening = answer.NOT_MENTIONED.format(terms=" or ".join(absent)) if absent else answer.NOT_ANSWERED
+    body = f"{opening}\n\n{done.body}" if verdict == "not_answered" else done.body
     removed = verdict == "not_answered"  # the opening says so: no count of tagged sentences
     notes = [n for n in (None if removed else grounding.note_line(done.report, cfg.grounding), weak) if n]
     text, citations = answer.compose(body, done.sources, state.usage, note="\n\n".join(notes) or None)
     return evolve(state, answer=text, citations=citations, grounding=report)
 
 
-def verdict_of(report: GroundingReport, state: AgentState) -> str | None:
+def verdict_of(report: GroundingReport, state: AgentState, absent: list[str] | tuple[str, ...] = ()) -> str | None:
     """What the answer makes of its grounding report: None when no sentence was judged;
-    ``answered`` when at least half the judged sentences are supported; else ``not_answered``
-    when no informative grade approved the evidence (then crag says so), ``unsupported`` when
-    a grader did."""
+    ``not_answered`` when the question names a term no evidence item holds (``absent``,
+    ``crag.grounding.missing``), whatever the grade; ``answered`` when at least half the
+    judged sentences are supported; else ``not_answered`` when no informative grade approved
+    the evidence (then crag says so), ``unsupported`` when a grader did."""
     if not report.sentences:
         return None
+    if absent:
+        return "not_answered"
     if 2 * report.supported >= report.sentences:
         return "answered"
     return "unsupported" if state.graded_by == "grader" else "not_answered"

@@ -33,6 +33,8 @@ __all__ = ["LABELS", "TOSS_MARGIN", "Reading", "read_grades"]
 LABELS = {"yes": 1.0, "no": 0.0}
 # An item whose P(yes) is within this of 0.5 was a coin toss.
 TOSS_MARGIN = 0.15
+# A label the model gave with at least this probability was a sure one.
+SURE = 0.9
 
 # "1: yes", "[2] no", "3. Yes", "4 - no", "Passage 5: yes" (the number, then the label)
 _LINE = re.compile(r"^[ \t>*-]*(?:passage|item)?\s*\[?(\d{1,4})\]?\s*[:.)\-=]?\s*\**\s*([A-Za-z]+)", re.I | re.M)
@@ -43,11 +45,15 @@ _BEFORE_LABEL = re.compile(r"(?:^|\n)[ \t>*-]*(?:passage|item)?\s*\[?(\d{1,4})\]
 @frozen
 class Reading:
     """The scores read from one grading reply, and how: ``from_logprobs`` when every score
-    came from token probabilities; ``tosses`` items whose probabilities were a coin toss."""
+    came from token probabilities; ``tosses`` items whose probabilities were a coin toss;
+    ``labels`` the label words of the reply's text, one per item (none for a JSON reply);
+    ``sure`` items whose written label had a probability of at least ``SURE``."""
 
     scores: tuple[float, ...]
     from_logprobs: bool = False
     tosses: int = 0
+    labels: tuple[str, ...] = ()
+    sure: int = 0
 
 
 def _word(token: str) -> str:
@@ -119,7 +125,7 @@ def read_grades(text: Any, n: int, logprobs: Sequence[TokenLogprob] | None = Non
         return None
     probs = _from_logprobs(logprobs, n) if logprobs and cleaned == text else {}
     scores = []
-    tosses = 0
+    tosses = sure = 0
     for k in range(1, n + 1):
         p = probs.get(k)
         if p is None:
@@ -127,6 +133,8 @@ def read_grades(text: Any, n: int, logprobs: Sequence[TokenLogprob] | None = Non
             continue
         p = min(1.0, max(0.0, p))
         tosses += abs(p - 0.5) < TOSS_MARGIN
+        sure += max(p, 1.0 - p) >= SURE
         scores.append(round(p, 4))
+    words = tuple("yes" if labels[k] == LABELS["yes"] else "no" for k in range(1, n + 1))
     return Reading(tuple(scores), from_logprobs=len(probs) >= n and all(k in probs for k in range(1, n + 1)),
-                   tosses=tosses)
+                   tosses=tosses, labels=words, sure=sure)
