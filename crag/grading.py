@@ -39,7 +39,7 @@ the earlier ones with their remembered scores (``merge_scores``).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from attrs import frozen
 
@@ -56,6 +56,7 @@ __all__ = [
     "Decision",
     "decide",
     "fast_path_rule",
+    "first_label_spared",
     "mean",
     "merge_scores",
     "recorded_vector_scores",
@@ -137,14 +138,15 @@ class Decision:
 
 
 def decide(scores: Sequence[float], drop_threshold: float, generate_threshold: float,
-           unsure: GraderAction | None = None) -> Decision:
+           unsure: GraderAction | None = None, spared: Collection[int] = ()) -> Decision:
     """Filter by ``drop_threshold`` and choose GENERATE / REFINE / RE_RETRIEVE by the mean.
 
     ``unsure`` (for scores read from token probabilities): the action when no kept item was
     decided; the mean is then over the kept items at or above ``generate_threshold`` alone,
-    the others being ones the grader could not decide (see the module doc)."""
-    kept = tuple(i for i, s in enumerate(scores) if s >= drop_threshold - _EPS)
-    removed = tuple(i for i, s in enumerate(scores) if s < drop_threshold - _EPS)
+    the others being ones the grader could not decide (see the module doc). ``spared``:
+    indices kept whatever their score (``first_label_spared``)."""
+    kept = tuple(i for i, s in enumerate(scores) if s >= drop_threshold - _EPS or i in spared)
+    removed = tuple(i for i, s in enumerate(scores) if s < drop_threshold - _EPS and i not in spared)
     if not kept:
         return Decision(kept, removed, GraderAction.RE_RETRIEVE, 0.0)
     counted = kept
@@ -155,6 +157,18 @@ def decide(scores: Sequence[float], drop_threshold: float, generate_threshold: f
     avg = mean([scores[i] for i in counted])
     action = GraderAction.GENERATE if avg >= generate_threshold - _EPS else GraderAction.REFINE
     return Decision(kept, removed, action, avg)
+
+
+def first_label_spared(scores: Sequence[float], sure: float) -> bool:
+    """Whether the first item of a batch grading read from token probabilities stays below
+    the drop threshold: unless the grader was sure of its ``no`` (P(yes) at most 1 - ``sure``).
+
+    A small model writes ``no`` as its first label whatever the first passage says: on
+    Qwen2.5-Coder-1.5B, P(yes) of the first item was 0.14-0.28 on each of six documentation
+    questions (the question's best retrieval hit, the gold page's in five), and in five of the
+    six the same passage moved to the end of the list read ``yes`` (docs/real-models.md). The first
+    item is the question's own best hit, and a removal is never undone (``skipped``)."""
+    return len(scores) > 1 and scores[0] > 1.0 - sure + _EPS
 
 
 def undecided(scores: Sequence[float], drop_threshold: float, generate_threshold: float) -> int:

@@ -353,3 +353,20 @@ def test_a_term_no_evidence_holds_makes_the_answer_not_answered_whatever_the_gra
                                    "documents found mentions Kafka")
     assert "\n\nUploads are retried three times by the upload worker [1]" in kafka.answer  # what they support
     assert [e["terms"] for e in kafka.audit if e["event"] == "question_terms_missing"] == [["Kafka"]]
+
+
+def test_the_first_item_of_a_batch_is_removed_only_on_a_sure_no():
+    five = [item(k, score=0.5) for k in range(1, 6)]
+    replies = {"analyze_and_route": [route("complex")], "plan": [search_plan()],
+               "synthesize": ["Evidence number 1 about the retry policy [1]."]}
+    # a small model's first label is "no" whatever the passage: below the drop threshold, not sure
+    result, _ = _run({**replies, "grade_evidence": [label_reply(0.2, 0.1, 0.85, 0.2, 0.9)]}, {"vector_search": [five]})
+    assert [e["source"] for e in result.audit if e["event"] == "first_label_spared"] == [five[0].label]
+    assert [e["source"] for e in result.audit if e["event"] == "evidence_removed"] == [five[1].label, five[3].label]
+    assert result.state.context[0] == five[0] and result.state.grader_action.value == "GENERATE"
+    # a sure "no" removes it; so does a number reply (the seed's protocol)
+    sure, _ = _run({**replies, "grade_evidence": [label_reply(0.05, 0.1, 0.85, 0.2, 0.9)]}, {"vector_search": [five]})
+    assert five[0].label in [e["source"] for e in sure.audit if e["event"] == "evidence_removed"]
+    numbers, _ = _run({**replies, "grade_evidence": [scores(0.2, 0.1, 0.85, 0.2, 0.9)]}, {"vector_search": [five]})
+    assert five[0].label in [e["source"] for e in numbers.audit if e["event"] == "evidence_removed"]
+    assert grading.first_label_spared((0.2, 0.9), 0.9) and not grading.first_label_spared((0.2,), 0.9)

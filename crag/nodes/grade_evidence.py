@@ -209,12 +209,19 @@ def apply(state: AgentState, step: Step, reply: Completion | tuple[Completion, .
         audit = (*audit, AuditEvent("grades_reused", {"items": reused, "graded": len(todo)}))
     scores = grading.merge_scores(context, state.grades, todo, new_scores)
     unsure = None  # probabilities: items between the thresholds are undecided (crag.grading)
+    spared: tuple[int, ...] = ()
     if graded_by == "grader" and todo and reading is not None and reading.from_logprobs:
         unsure = grading.ungraded_action(context, state.tool_history, state.question, cfg.drop_threshold, cfg.tools)
         count = grading.undecided(scores, cfg.drop_threshold, cfg.generate_threshold)
         if count:
             audit = (*audit, AuditEvent("grades_undecided", {"items": count}))
-    decision = grading.decide(scores, cfg.drop_threshold, cfg.generate_threshold, unsure)
+        first = todo[0]
+        if (cfg.grader == "batch" and scores[first] < cfg.drop_threshold
+                and grading.first_label_spared(reading.scores, prompts.SURE)):
+            spared = (first,)
+            audit = (*audit, AuditEvent("first_label_spared", {"source": context[first].label,
+                                                               "score": scores[first]}))
+    decision = grading.decide(scores, cfg.drop_threshold, cfg.generate_threshold, unsure, spared)
     removed = tuple(
         AuditEvent(
             "evidence_removed",

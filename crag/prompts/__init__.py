@@ -37,7 +37,7 @@ from .find import (
     find_paths,
     find_urls,
 )
-from .grades import Reading, read_grades
+from .grades import SURE, Reading, read_grades
 from .lenient_json import extract_json, iter_json_values
 from .plan import MAX_CALLS, MAX_TOP_K, parse_plan
 from .render import quote, render
@@ -48,6 +48,7 @@ __all__ = [
     "MAX_CALLS",
     "MAX_TOP_K",
     "NOT_JIRA_PROJECTS",
+    "SURE",
     "Reading",
     "clean_answer",
     "extract_json",
