@@ -352,7 +352,7 @@ def measure(name: str, env_settings: dict[str, str], corpus: Path, text_bytes: i
             args: argparse.Namespace, work: Path) -> dict[str, Any]:
     env = {**os.environ, "KB_AGENT_LLM": "offline", **env_settings}
     row: dict[str, Any] = {"store": name}
-    previous = _previous_row(args, name) if args.reuse_index else None
+    previous = _previous_row(args, name) if args.reuse_index else None  # None: this store is indexed now
     if previous is not None:
         print(f"[{name}] reusing the index in {args.workdir} ...", flush=True)
         row.update({k: v for k, v in previous.items() if k.startswith("index_") or k == "text_mb"})
@@ -481,7 +481,7 @@ def start_postgres(folder: str, fresh: bool = True) -> tuple[Any, str]:
             conn.execute("DROP DATABASE IF EXISTS crag_bench")
             conn.execute("CREATE DATABASE crag_bench")
             # An HNSW build is much faster when its graph fits in maintenance_work_mem.
-            conn.execute("ALTER DATABASE crag_bench SET maintenance_work_mem = '4GB'")
+            conn.execute("ALTER DATABASE crag_bench SET maintenance_work_mem = '8GB'")
     return server, server.get_uri().replace("/postgres?", "/crag_bench?")
 
 
@@ -578,7 +578,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--questions-check", choices=("auto", "yes", "no"), default="auto",
                    help="also rank the shared corpora's questions on each store (auto: below 200k chunks)")
     p.add_argument("--reuse-index", action="store_true",
-                   help="search the index a previous run left in --workdir (its indexing figures from --out)")
+                   help="search the indexes a previous run left in --workdir (their indexing figures from --out); "
+                        "a store with no row there is indexed")
     p.add_argument("--no-during-writes", dest="during_writes", action="store_false",
                    help="skip PostgreSQL searches during an index run")
     p.add_argument("--seed", type=int, default=0)
@@ -618,17 +619,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             write_text(args.out / f"{NAME}.md", "# Store scale\n\n" + render_markdown(result))
 
         for store in args.stores:
+            # A store is reused only when the previous figures have its row (an index built then).
+            reuse = args.reuse_index and _previous_row(args, store) is not None
             if store == "embedded":
                 index_dir = work / "embedded-index"
-                if not args.reuse_index:
+                if not reuse:
                     shutil.rmtree(index_dir, ignore_errors=True)
                 kw = {"KB_AGENT_INDEX_DIR": str(index_dir)}
                 settings["embedded"] = {"KB_AGENT_INDEX_DIR": str(work / "questions-index")}
             else:
                 uri = args.postgres
                 if not uri:
-                    server, uri = start_postgres(str(work / "pg"), fresh=not args.reuse_index)
-                elif not args.reuse_index:
+                    server, uri = start_postgres(str(work / "pg"), fresh=not reuse)
+                elif not reuse:
                     uri = other_database(uri, "crag_bench")
                 kw = {"KB_AGENT_STORE": uri, "KB_AGENT_INDEX_DIR": str(work / "unused-index")}
                 settings["postgresql"] = {"KB_AGENT_STORE": other_database(uri, "crag_questions"),

@@ -194,12 +194,86 @@ def test_the_schema_is_versioned_and_vectors_get_an_hnsw_index(pg_uri: str, tmp_
             "ORDER BY embedding::vector(1024) <=> (SELECT embedding FROM crag.chunks LIMIT 1)::vector(1024) LIMIT 5"
         ))
     assert applied == [m[0] for m in MIGRATIONS]
-    assert {"chunks_tsv", "files_tsv", "chunks_embedding_hnsw_vector_1024"} <= indexes
+    assert {"postings_lexeme", "file_postings_lexeme", "chunks_embedding_hnsw_vector_1024"} <= indexes
     assert "chunks_embedding_hnsw_vector_1024" in plan
     with open_index(cfg, HashEmbedder(1024)) as reader:
         assert reader.hnsw == "vector"
         hits = reader.search("page 12 edition", 3, mode="vector")
         assert hits and "edition 12" in hits[0].text
+
+
+Rows = set[tuple[object, ...]]
+
+
+def _postings_as_derived(conn: object, table: str = "chunks") -> tuple[Rows, Rows, Rows, Rows]:
+    """(stored postings, postings derived from the tsvectors of ``table``, stored document
+    frequencies, document frequencies counted from the tsvectors)."""
+    from crag.index.postgres_schema import postings_of
+
+    postings, terms_table = ("postings", "terms") if table == "chunks" else ("file_postings", "file_terms")
+    stored = set(conn.execute(f"SELECT * FROM crag.{postings}").fetchall())  # type: ignore[attr-defined]
+    derived = set(conn.execute(postings_of(table)).fetchall())  # type: ignore[attr-defined]
+    terms = set(conn.execute(f"SELECT lexeme, df FROM crag.{terms_table}").fetchall())  # type: ignore[attr-defined]
+    counted = set(conn.execute(  # type: ignore[attr-defined]
+        f"SELECT u.lexeme, count(*)::integer FROM crag.{table} c, unnest(c.tsv) u GROUP BY u.lexeme").fetchall())
+    return stored, derived, terms, counted
+
+
+def test_postings_and_document_frequencies_follow_every_update(pg_uri: str, tmp_path: Path) -> None:
+    import psycopg
+
+    cfg = Settings(store=pg_uri)
+    kb = make_kb(tmp_path / "kb", n=6)
+    index_roots(cfg, [kb])
+    write(kb / "pages" / "page002.md", "# Page 2\n\nRewritten: a zeppelin and a retry budget.\n")  # changed
+    (kb / "pages" / "page004.md").unlink()  # removed
+    write(kb / "new.md", "# Zeppelin\n\nA new page about the zeppelin hangar.\n")  # added
+    index_roots(cfg, [kb])
+    with psycopg.connect(pg_uri) as conn:
+        stored, derived, terms, counted = _postings_as_derived(conn)
+        weights = conn.execute("SELECT a, b, d FROM crag.postings WHERE lexeme = 'zeppelin' ORDER BY chunk_id").fetchall()
+        files = _postings_as_derived(conn, "files")
+    assert files[0] == files[1] and files[2] == files[3] and ("zeppelin", 2) in files[2]
+    assert stored == derived and len(stored) > 30
+    # "edition": pages 0, 1, 3 and 5 (2 was rewritten, 4 removed)
+    assert terms == counted and ("zeppelin", 2) in terms and ("edit", 4) in terms
+    assert sorted(weights) == [(0, 0, 1), (0, 1, 2)]  # new.md: heading (B) once, text (D) twice
+    with open_index(cfg) as reader:
+        hits = reader.search("zeppelin hangar", 2, mode="lexical")
+    assert [Path(h.path).name for h in hits][:1] == ["new.md"]
+
+
+def test_an_index_of_the_previous_format_is_upgraded_in_place(pg_uri: str, tmp_path: Path) -> None:
+    """A database written before postings existed (format 2): a reader says to run crag index, in one
+    line; `crag index` upgrades it in place (postings from the chunks already there) and searches."""
+    import psycopg
+
+    from crag.index.postgres_schema import SCHEMA_VERSION
+
+    env = env_for(pg_uri, tmp_path)
+    kb = make_kb(tmp_path / "kb", n=4)
+    assert crag(env, tmp_path, "index", str(kb)).returncode == 0
+    with psycopg.connect(pg_uri, autocommit=True) as conn:  # back to format 2, as the previous crag left it
+        conn.execute("DROP TABLE crag.postings, crag.terms, crag.file_postings, crag.file_terms")
+        conn.execute("CREATE INDEX chunks_tsv ON crag.chunks USING gin (tsv) WITH (fastupdate = off)")
+        conn.execute("CREATE INDEX files_tsv ON crag.files USING gin (tsv) WITH (fastupdate = off)")
+        conn.execute("DELETE FROM crag.migrations WHERE version > 2")
+    old = crag(env, tmp_path, "search", "docker compose")
+    assert old.returncode == 1 and old.stdout == ""
+    assert old.stderr.strip().splitlines() == [
+        f"crag: error: the index in {redact(pg_uri)} has format 2, this crag reads format {SCHEMA_VERSION}: "
+        "run `python -m crag index PATH` to upgrade it"
+    ]
+    upgraded = crag(env, tmp_path, "index", str(kb))
+    assert upgraded.returncode == 0, upgraded.stderr
+    assert "0 added, 0 changed, 0 removed" in upgraded.stdout  # nothing re-read: the chunks were migrated
+    with psycopg.connect(pg_uri) as conn:
+        stored, derived, terms, counted = _postings_as_derived(conn)
+        files = _postings_as_derived(conn, "files")
+    assert stored == derived and terms == counted and stored
+    assert files[0] == files[1] and files[2] == files[3] and files[0]
+    found = crag(env, tmp_path, "search", "docker compose")
+    assert found.returncode == 0 and "deploy.md" in found.stdout
 
 
 CLI_INDEXER = r"""

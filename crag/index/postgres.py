@@ -41,9 +41,10 @@ from urllib.parse import urlsplit, urlunsplit
 from ..errors import IndexStoreError
 from ..ports import FileRecord, StoreState
 from ..text import WORD
+from . import postgres_schema as schema
 from .documents import embed_text, embedder_mismatch, title_words
 from .fusion import SearchWeights
-from .postgres_schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION, hnsw_index, hnsw_kind, vector_literal
+from .postgres_schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION, ensure_hnsw, hnsw_kind, postings_of, vector_literal
 from .postgres_search import PostgresRetriever
 from .vectors import quantize
 
@@ -319,8 +320,21 @@ class PostgresUpdate:
             meta = store.meta(self.conn)
             previous = int(meta.get("version", "0"))
             self.version = str(previous + 1)
+            # Changes of document frequencies (which table's, lexeme, +/- rows), applied to
+            # ``terms`` and ``file_terms`` at the commit.
+            self.conn.execute(
+                "CREATE TEMPORARY TABLE crag_df (tab text NOT NULL, lexeme text NOT NULL, n integer NOT NULL) "
+                "ON COMMIT DROP"
+            )
+            # A first build (no previous state: nobody searches yet) writes the postings without
+            # their indexes and creates them at the commit, in one sort instead of an insert a row.
+            self.first_build = "version" not in meta
+            if self.first_build:
+                self.conn.execute(f"DROP INDEX IF EXISTS {SCHEMA}.postings_lexeme, {SCHEMA}.file_postings_lexeme")
             if base is None:
                 # From empty: readers keep the previous rows until the commit.
+                for table in ("postings", "file_postings", "terms", "file_terms"):
+                    self.conn.execute(f"DELETE FROM {SCHEMA}.{table}")
                 self.conn.execute(f"DELETE FROM {SCHEMA}.chunks")
                 self.conn.execute(f"DELETE FROM {SCHEMA}.files")
                 self.conn.execute(f"DELETE FROM {SCHEMA}.roots")
@@ -347,7 +361,22 @@ class PostgresUpdate:
         except self.psycopg.Error as exc:
             raise self.store.error(exc) from exc
 
+    def _postings(self, table: str, where: str, params: Sequence[Any], remove: bool = False) -> None:
+        """Add (or remove) the postings of the rows of ``table`` (chunks or files) ``where`` says,
+        and record the changes of their lexemes' document frequencies."""
+        postings, key = ("postings", "chunk_id") if table == "chunks" else ("file_postings", "file_id")
+        if remove:
+            sql = (f"WITH gone AS ({postings_of(table)} WHERE {where}), d AS (DELETE FROM {SCHEMA}.{postings} p "
+                   f"USING gone WHERE p.lexeme = gone.lexeme AND p.{key} = gone.id RETURNING p.lexeme) "
+                   "INSERT INTO crag_df SELECT %s, lexeme, -count(*) FROM d GROUP BY lexeme")
+        else:
+            sql = (f"WITH p AS (INSERT INTO {SCHEMA}.{postings} {postings_of(table)} WHERE {where} RETURNING lexeme) "
+                   "INSERT INTO crag_df SELECT %s, lexeme, count(*) FROM p GROUP BY lexeme")
+        self._execute(sql, [*params, table])
+
     def remove_file(self, path: str) -> None:
+        self._postings("chunks", f"c.file_id = (SELECT id FROM {SCHEMA}.files WHERE path = %s)", (path,), remove=True)
+        self._postings("files", "c.path = %s", (path,), remove=True)
         self._execute(f"DELETE FROM {SCHEMA}.files WHERE path = %s", (path,))  # chunks go with it (cascade)
 
     def touch_file(self, path: str, size: int, mtime_ns: int) -> None:
@@ -401,10 +430,14 @@ class PostgresUpdate:
                         for file_id, d in docs
                     ],
                 )
+                first = self.next_chunk_id
                 if texts:
                     self._copy_chunks(cur, docs, titles, np.asarray(vectors, dtype=">f4"))
         except self.psycopg.Error as exc:
             raise self.store.error(exc) from exc
+        self._postings("files", "c.id = ANY(%s)", ([file_id for file_id, _ in docs],))
+        if texts:
+            self._postings("chunks", "c.id >= %s AND c.id < %s", (first, self.next_chunk_id))
 
     def _copy_chunks(self, cur: Any, docs: Sequence[tuple[int, DocumentVersion]], titles: dict[int, str], vectors: Any) -> None:
         """Write the chunks with one binary COPY (the vectors in pgvector's binary format)."""
@@ -438,6 +471,13 @@ class PostgresUpdate:
     def commit(self) -> int:
         self.flush()
         try:
+            for table, terms in (("chunks", "terms"), ("files", "file_terms")):
+                self.conn.execute(
+                    f"INSERT INTO {SCHEMA}.{terms} SELECT lexeme, sum(n) FROM crag_df WHERE tab = %s GROUP BY lexeme "
+                    f"ON CONFLICT (lexeme) DO UPDATE SET df = {terms}.df + excluded.df",
+                    (table,),
+                )
+                self.conn.execute(f"DELETE FROM {SCHEMA}.{terms} WHERE df <= 0")
             n_chunks, avgdl = self.conn.execute(f"SELECT count(*), coalesce(avg(dl), 1) FROM {SCHEMA}.chunks").fetchone()
             n_files, file_avgdl = self.conn.execute(
                 f"SELECT count(*), coalesce(avg(dl), 1) FROM {SCHEMA}.files WHERE chunks > 0"
@@ -463,14 +503,29 @@ class PostgresUpdate:
                     "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
                     list(meta.items()),
                 )
-            _ensure_hnsw(self.conn, self.store.pgvector_version(self.conn), dim)
+            if self.first_build:
+                for sql in schema.POSTINGS_INDEXES:
+                    self.conn.execute(sql)
+            ensure_hnsw(self.conn, self.store.pgvector_version(self.conn), dim)
             self.conn.commit()
         except self.psycopg.Error as exc:
             self.abort()
             raise self.store.error(exc) from exc
         finally:
             self.conn.close()
+        self._vacuum()
         return int(n_chunks)
+
+    def _vacuum(self) -> None:
+        """Mark the new postings visible to every reader, so that searches read them by index-only
+        scans without visiting the table (autovacuum would, later); best effort: a role that may
+        not vacuum leaves it to autovacuum."""
+        try:
+            with self.store.session() as conn:
+                conn.execute(f"VACUUM (ANALYZE) {SCHEMA}.postings, {SCHEMA}.file_postings, {SCHEMA}.terms, "
+                             f"{SCHEMA}.file_terms")
+        except IndexStoreError:
+            pass
 
     def abort(self) -> None:
         try:
@@ -479,14 +534,3 @@ class PostgresUpdate:
             pass
         self.conn.close()
 
-
-def _ensure_hnsw(conn: Any, pgvector: tuple[int, ...], dim: int) -> None:
-    """Create the HNSW index of ``dim``-dimensional embeddings when it is missing."""
-    kind = hnsw_kind(pgvector, dim)
-    if kind is None:
-        return
-    name = hnsw_index(kind, dim)
-    conn.execute(
-        f"CREATE INDEX IF NOT EXISTS {name} ON {SCHEMA}.chunks USING hnsw "
-        f"((embedding::{kind}({dim})) {kind}_cosine_ops) WHERE vector_dims(embedding) = {dim}"
-    )
