@@ -195,17 +195,44 @@ def compose(
     return "\n\n".join(p for p in parts if p), citations
 
 
+# Ways a reply may go on from any point: a word or sentence going on, a line turning into a
+# heading, list item, quote, table, rule, fence or usage block, a code span closing, a marker,
+# a think tag. What the text so far becomes under each of them is what the stream may show.
+CONTINUATIONS = (
+    "", " ", "x", "X", "1", ".", ". X", ":", ",", ")", "*", "_", "\n", "\nx", "\nX", "\n\n", "\n\nX", "`", "```",
+    "\n```\n", "~~~", "\n~~~\n", "|", "\n| x |", "#", "\n# X", "-", "- X", "\n- X", "1. X", "\n1. X", "\n---\n",
+    "\n***", "\n===", "> X", "\n> X", "[", "[1]", " [1].", "</think>", "<think>", STATS_HEADING,
+    "\n\n---\n" + STATS_HEADING + "\n- x", "\nLLM Usage Stats:",
+)
+
+
+_ANY = 10**9  # as many sources as a marker may name
+
+
+def _common(texts: Sequence[str]) -> str:
+    """The longest text every one of ``texts`` starts with."""
+    low, high = min(texts), max(texts)  # the first and last in order differ first
+    n = 0
+    while n < min(len(low), len(high)) and low[n] == high[n]:
+        n += 1
+    return low[:n]
+
+
 class StreamRenderer:
     """Shows an answer while it streams, exactly as ``compose`` will print it.
 
     ``feed`` takes the model's text as it arrives and returns what can be shown now: the
-    cleaned, renumbered prefix of the answer, minus what was already shown. Text that might
-    still change is held back: an unclosed ``[`` (a marker in the making), an unclosed
-    ``<think>``, and a line that might open a usage block. ``rest(final)`` returns what the
-    final answer adds (note, footer, usage block) after what has been shown.
+    cleaned, renumbered prefix of the answer that no later text can change, minus what was
+    already shown. What might still change is held back: an unclosed ``[`` (a marker in the
+    making), an unclosed ``<think>``, a line that might open a usage block, and whatever
+    the answer would print differently if the reply went on in one of the ways
+    ``CONTINUATIONS`` lists (a sentence still growing, a line that could become a heading
+    or a fence, a code span that could close, a lone ``</think>`` before the answer has
+    begun). ``rest(final)`` returns what the final answer adds (note, footer, usage block)
+    after what has been shown.
 
     With ``ground`` (``crag.grounding.render_prefix`` over the evidence), each render
-    grounds the whole sentences so far instead of just renumbering, so the stream shows the
+    grounds the final pieces so far instead of just renumbering, so the stream shows the
     grounded answer, a sentence at a time (``crag.stream`` builds it so from driver events;
     a terminal shows its output through ``crag.safe_text.ShownStream``).
 
@@ -238,21 +265,28 @@ class StreamRenderer:
         words = " ".join(bare.strip("*_# \t").lower().split())
         return "llm usage stats".startswith(words) or words.startswith("llm usage stats")
 
-    @staticmethod
-    def _tag_cut(raw: str) -> int:
-        """Where a marker or a <think> tag still in the making starts (or the end)."""
+    _THINK_OPEN = re.compile(r"<(think|thinking|reasoning)\b[^>]*>", re.I)
+    _TAG_NAMES = ("think", "thinking", "reasoning")
+
+    @classmethod
+    def _tag_cut(cls, raw: str) -> int:
+        """Where a marker or a think tag still in the making, or a think block not yet
+        closed, starts (or the end)."""
         cut = len(raw)
         bracket = raw.rfind("[", max(0, cut - 40))
         if bracket != -1 and "]" not in raw[bracket:]:
             cut = bracket
-        think = raw.rfind("<think")
-        if think != -1 and "</think>" not in raw[think:]:
-            cut = min(cut, think)
-        partial_tag = raw.rfind("<", max(0, cut - 8))
-        if partial_tag != -1 and (
-            "<think>".startswith(raw[partial_tag:cut]) or "</think>".startswith(raw[partial_tag:cut])
-        ):
-            cut = partial_tag
+        for opened in cls._THINK_OPEN.finditer(raw):
+            if not re.search(rf"</{opened.group(1)}\s*>", raw[opened.end() :], re.I):
+                cut = min(cut, opened.start())
+                break
+        lt = raw.rfind("<", 0, cut)
+        if lt != -1 and ">" not in raw[lt:cut]:
+            name = re.match(r"</?([A-Za-z]*)", raw[lt:cut])
+            word = name.group(1).lower() if name else ""
+            rest = raw[lt + (name.end() if name else 1) : cut]
+            if any(tag.startswith(word) for tag in cls._TAG_NAMES) and (not rest or word in cls._TAG_NAMES):
+                cut = lt  # "<", "</thi", "<think attr=..."
         return cut
 
     def _line_cut(self, text: str) -> int:
@@ -279,13 +313,22 @@ class StreamRenderer:
         if len(self.raw) - self._rendered_at < min(256, max(self.every, len(self.raw) // 32)):
             return ""
         self._rendered_at = len(self.raw)
-        head = self.unthink(self.raw[: self._tag_cut(self.raw)])
+        cut = self._tag_cut(self.raw)
+        head = self.unthink(self.raw[:cut])
         text = self.clean(head[: self._line_cut(head)])
+        # The answer, had the reply gone on so: right after the text (a think block still
+        # open may close, and the answer goes on where it began) or after what is held back.
+        ends = {self.raw[:cut], self.raw}
+        others = [self.clean(end + more) for end in ends for more in CONTINUATIONS]
         if self.ground is not None:
-            grounded, n_sources = self.ground(text)
-            text = renumber(grounded, n_sources)[0].strip()
-        elif self.n_items:
-            text = renumber(text, self.n_items)[0].strip()  # as compose does
+            grounded, n_sources = self.ground(text, others)
+            # A marker grounding left as written (in what it reads as code) is kept only if
+            # it points at a source: up to it, the text is the same however many come later.
+            text = _common([renumber(grounded, n)[0].strip() for n in (n_sources, _ANY)])
+        elif self.n_items:  # as compose does
+            text = _common([renumber(t, self.n_items)[0].strip() for t in (text, *others)])
+        else:
+            text = _common([t.strip() for t in (text, *others)])
         if not text.startswith(self.shown):
             return ""
         new, self.shown = text[len(self.shown) :], text

@@ -27,6 +27,7 @@ from .errors import LLMContextError, ToolError
 from .events import AnswerDelta, AnswerStarted, EventHandler, NodeFinished, NodeStarted
 from .graph import END, START, TRANSITIONS, GraphError, Node, Outcome, next_node
 from .nodes import NODES, NodeConfig
+from .nodes.synthesize import verdict_may_rewrite
 from .ports import ChatModel, LLMRequest, LLMRequests, Step, Toolbox, ToolOutcome, ToolRequest
 from .state import AgentState, Message, Usage
 from .toolspec import ToolResult
@@ -200,7 +201,8 @@ class Driver:
         while True:
             try:
                 if stream and on_event is not None and node is Node.SYNTHESIZE:
-                    on_event(AnswerStarted(tuple(getattr(request.task, "items", ())), state.question))
+                    on_event(AnswerStarted(tuple(getattr(request.task, "items", ())), state.question,
+                                           verdict_may_rewrite(state)))
                     reply = self.model.complete(request, lambda text: on_event(AnswerDelta(text)))
                 else:
                     reply = self.model.complete(request)

@@ -2,9 +2,12 @@
 
     NodeStarted(node)      before a node runs (``node`` is its name, e.g. ``"plan"``)
     NodeFinished(node)     after it
-    AnswerStarted(items, question)
+    AnswerStarted(items, question, verdict_may_rewrite)
                            streaming only: the answer's chat completion starts; ``items``
-                           are the evidence items it may cite, numbered from 1; it
+                           are the evidence items it may cite, numbered from 1;
+                           ``verdict_may_rewrite``: no informative grade approved the
+                           evidence, so grounding's verdict may still replace the
+                           answer's opening (``grounding.verdict`` ``not_answered``); it
                            comes again, before any delta, when a server refused the
                            request as too long and crag fitted it to a smaller window
     AnswerDelta(text)      streaming only: the next piece of the answer as it arrives
@@ -39,6 +42,7 @@ class NodeFinished:
 class AnswerStarted:
     items: tuple[EvidenceItem, ...]
     question: str = ""
+    verdict_may_rewrite: bool = True
 
 
 @frozen

@@ -5,24 +5,27 @@
         print(chunk, end="", flush=True)
     stream.result                   # the Answer: ask()'s record, citations, usage, state
 
-The chunks join to ``stream.result.answer``, the text ``ask`` returns for the same run:
-each sentence appears once it is whole (the next one has begun, or the reply has ended),
-already grounded, its markers moved to the passages that support it and numbered as the
-footer numbers them. What the finished answer adds after the streamed text (the notes, the
-citation footer, the usage block; all of it for an answer that was not streamed: chitchat
-from a backend that does not stream, the no-evidence sentence) is the last chunk. In
-``strict`` grounding nothing is shown before the first supported sentence, since the
-answer may still become the no-evidence sentence.
+The chunks join to exactly ``stream.result.answer``, the text ``ask`` returns for the same
+run, for every reply: a chunk is only text that nothing the model writes later can change.
+Each sentence appears once it is final, already grounded, its markers moved to the passages
+that support it and numbered as the footer numbers them. Held back until it is final: a
+sentence that may still grow or join the next one, a line that may still become a heading,
+list item, table, fence or usage block, a code span or think block not yet closed, a marker
+in the making, and everything before the first sentence that ends with a citation marker
+(until then a lone ``</think>`` would make it reasoning; ``crag.prompts.strip_think``). What
+the finished answer adds after the streamed text (the notes, the citation footer, the usage
+block) is the last chunk.
 
-Two cases cannot be kept exact: a model whose later text changes what came before it (a
-``</think>`` with no ``<think>``, which makes everything before it reasoning; a stray
-code fence that turns earlier prose into code), and an answer that grounding finds the
-evidence does not hold (``grounding.verdict`` ``not_answered``: the finished answer opens by
-saying the knowledge base does not appear to answer the question and keeps only the
-supported sentences, which is known only once every sentence is in). The finished answer then does not extend
-what was shown: the last chunk is a blank line and the whole answer, and
-``stream.restarted`` is True. A terminal shows the answer again below what it streamed;
-a program that keeps the chunks should take ``stream.result.answer`` instead.
+Held back whole, the answer is the last chunk: when grounding's verdict may still replace
+its opening (no informative grade approved the evidence, as on the simple path, in
+``note`` and ``strict``: ``grounding.verdict`` ``not_answered`` opens the answer by saying
+the knowledge base does not appear to answer the question, and is known only once every
+sentence is in), a reply with no cited sentence (chitchat, most often), a backend that does
+not stream, and the no-evidence sentence. In ``strict`` grounding nothing is shown before
+the first supported sentence either, since the answer may still become the no-evidence
+sentence. ``stream.restarted`` stays for callers that checked it; it is True only if the
+finished answer did not extend what was shown (the last chunk is then a blank line and the
+whole answer), which the property tests in tests/test_stream.py check never happens.
 
 ``AnswerText`` is the pure part (driver events in, text out; no thread, no I/O).
 ``AnswerStream`` and ``AsyncAnswerStream`` run the question on a thread of their own, start
@@ -51,6 +54,10 @@ if TYPE_CHECKING:
 __all__ = ["AnswerStream", "AnswerText", "AsyncAnswerStream"]
 
 
+def _unthink(text: str) -> str:
+    return strip_think(text, answer=True)
+
+
 class AnswerText:
     """The grounded answer text of one run, from its driver events: ``event`` returns what
     the event lets show now, ``finish`` what the finished answer adds after it."""
@@ -59,6 +66,7 @@ class AnswerText:
         self.grounding = str(grounding)  # KB_AGENT_GROUNDING: the stream shows the grounded answer
         self.every = every
         self.renderer: StreamRenderer | None = None
+        self.held = False  # nothing is shown before the answer is finished
         self.restarted = False
 
     @property
@@ -69,13 +77,18 @@ class AnswerText:
         if isinstance(event, AnswerStarted):
             items, question, mode = event.items, event.question, self.grounding
             ground = None
-            if items and mode != "off":
-                ground = lambda text: render_prefix(text, items, mode, question)  # noqa: E731
+            if items:  # as synthesize grounds it ("off": markers pointed at the items, no verdicts)
+                ground = lambda text, others: render_prefix(text, items, mode, question, others)  # noqa: E731
             shown = self.shown  # a request fitted to a smaller window starts again; nothing was shown
-            self.renderer = StreamRenderer(len(items), clean_answer, strip_think, every=self.every, ground=ground)
+            self.renderer = StreamRenderer(len(items), clean_answer, _unthink, every=self.every, ground=ground)
             self.renderer.shown = shown
+            # The verdict may replace the answer's opening (not_answered): known once it is whole.
+            self.held = bool(items) and mode != "off" and event.verdict_may_rewrite
             return ""
         if isinstance(event, AnswerDelta) and self.renderer is not None:
+            if self.held:
+                self.renderer.raw += event.text
+                return ""
             return self.renderer.feed(event.text)
         return ""
 
@@ -141,7 +154,8 @@ class _Stream:
 
     @property
     def restarted(self) -> bool:
-        """Whether the finished answer did not extend what was streamed (see the module doc)."""
+        """Whether the finished answer did not extend what was streamed: never, unless crag
+        has a bug (see the module doc)."""
         return self._text.restarted
 
     def _begin(self) -> None:

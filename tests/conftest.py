@@ -2,7 +2,8 @@
 
 ``HYPOTHESIS_PROFILE=ci`` (set by ``.ci/run``) makes every property test draw the same
 examples on every run, so CI passes or fails reproducibly; locally the default profile
-draws new examples each time and keeps looking for counterexamples.
+draws new examples each time and keeps looking for counterexamples; ``thorough`` draws
+2,000 examples for each property that does not fix its own number.
 """
 
 import os
@@ -13,6 +14,8 @@ from hypothesis import settings
 # time in benchmarks/, never in tests.
 settings.register_profile("default", deadline=None)
 settings.register_profile("ci", derandomize=True, print_blob=True, deadline=None)
+# A longer hunt, run by hand: HYPOTHESIS_PROFILE=thorough pytest tests/test_stream.py
+settings.register_profile("thorough", max_examples=2000, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 # A real PostgreSQL with pgvector, started by the tests that ask for it (tests/postgres_server.py).

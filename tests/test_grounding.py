@@ -398,7 +398,7 @@ def test_property_a_grounded_answer_streams_to_exactly_the_final_answer(pieces, 
     reply = "".join(pieces)
     cuts = sorted(set(data.draw(st.lists(st.integers(0, len(reply)), max_size=10))))
     renderer = StreamRenderer(len(ITEMS), clean_answer, strip_think, every=data.draw(st.sampled_from([0, 8])),
-                              ground=lambda text: render_prefix(text, ITEMS, mode))
+                              ground=lambda text, others: render_prefix(text, ITEMS, mode, "", others))
     shown, last = [], 0
     for cut in [*cuts, len(reply)]:
         shown.append(renderer.feed(reply[last:cut]))

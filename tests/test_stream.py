@@ -11,12 +11,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from crag import Agent, AnswerStream, ScriptedChatModel, Settings
-from crag.answer import NO_EVIDENCE
+from crag.answer import NO_EVIDENCE, NOT_ANSWERED, STATS_HEADING
 from crag.errors import LLMError, UsageError
-from crag.events import AnswerDelta, AnswerStarted, NodeFinished, NodeStarted
+from crag.events import AnswerDelta, AnswerStarted
+from crag.llm.openai_chat import OpenAIChatModel
 from crag.stream import AnswerText
 
-from .fakes import FakeToolbox, route, search_plan
+from .fakes import FakeToolbox, route, scores, search_plan
+from .openai_server import FakeOpenAIServer, grades
 from .test_grounding import BACKUP, SETUP
 
 # Sentences grounding supports, does not support, judges clause by clause; markers right and
@@ -27,6 +29,15 @@ PIECES = ["The server listens on port 8080 by default.", " ", "\n", "\n\n", "[1]
           "The client retries failed uploads three times before it gives up",
           ", and every copy is encrypted with a key the security team holds",
           ", and nightly backups are written to the object store at 02:00 UTC", "**bold** ", "# Heading\n"]
+# What rewrites text already written once more arrives: think tags (a lone "</think>" drops
+# what precedes it until a cited sentence), fences and code spans, repeated sentences as
+# list items, usage blocks the model writes, references copied from the evidence headers,
+# unicode; and sentences grounding does not support, whose verdict may reopen the answer.
+REWRITES = ["<think>", "</think>", "<think>Which page [2]?</think>", "<thinking>", "</reasoning>", "<THINK>", "```",
+            "`", "~~~", "\n```python\n", "1. The server listens on port 8080 by default.", "\n- A backup is kept",
+            "\n---\n", STATS_HEADING, "\nLLM Usage Stats:\n", "- **Model:** x\n", "docs/setup.md:L22", "> ", "1.",
+            "It is blue.", "The moon is made of cheese.", "Überall grün — ja. ", "日本語の文です。", "🚀 ", "\u00f0\u0178",
+            "| port | 8080 |\n|---|---|\n", "\t", "\r\n", "?", "[", "]", "[1].", "A backup is kept for thirty days [2]."]
 
 
 class Chunked(ScriptedChatModel):
@@ -47,10 +58,13 @@ class Chunked(ScriptedChatModel):
         return reply
 
 
-def agent_for(reply: str, mode: str = "note", cuts=()) -> Agent:
-    model = Chunked({"analyze_and_route": [route("simple", ["vector_search"])], "plan": [search_plan("port")],
-                     "synthesize": [reply]}, cuts)
-    return Agent(model, FakeToolbox({"vector_search": [[SETUP, BACKUP]]}), Settings(grounding=mode))
+def agent_for(reply: str, mode: str = "note", cuts=(), graded: bool = False) -> Agent:
+    """The simple path (no grade: the verdict may rewrite the answer's opening), or with
+    ``graded`` the corrective path, where the grader approved the evidence."""
+    replies = {"analyze_and_route": [route("complex" if graded else "simple", ["vector_search"])],
+               "plan": [search_plan("port")], "grade_evidence": [scores(0.9, 0.9)], "synthesize": [reply]}
+    settings = Settings(grounding=mode, auto_approve_max_items=0)
+    return Agent(Chunked(replies, cuts), FakeToolbox({"vector_search": [[SETUP, BACKUP]]}), settings)
 
 
 def without_latency(text: str) -> str:
@@ -58,28 +72,54 @@ def without_latency(text: str) -> str:
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(st.sampled_from(PIECES), min_size=1, max_size=14), st.sampled_from(["note", "strict", "off"]),
-       st.data())
-def test_property_the_chunks_join_to_exactly_the_answer_ask_returns(pieces, mode, data):
+@given(st.lists(st.sampled_from(PIECES + REWRITES), min_size=1, max_size=14), st.sampled_from(["note", "strict", "off"]),
+       st.booleans(), st.data())
+def test_property_the_chunks_join_to_exactly_the_answer_ask_returns(pieces, mode, graded, data):
     reply = "".join(pieces)
     cuts = data.draw(st.lists(st.integers(0, len(reply)), max_size=10))
-    stream = agent_for(reply, mode, cuts).stream("Which port does the server listen on?")
+    stream = agent_for(reply, mode, cuts, graded).stream("Which port does the server listen on?")
     chunks = list(stream)
-    grounding = stream.result.state.grounding
-    joined = "".join(chunks)
-    if grounding is not None and grounding.verdict == "not_answered":  # known only at the end: shown again
-        assert joined == stream.result.answer or (stream.restarted and joined.endswith("\n\n" + stream.result.answer))
-    else:
-        assert "".join(chunks) == stream.result.answer and not stream.restarted
-    asked = agent_for(reply, mode).ask("Which port does the server listen on?")
+    assert "".join(chunks) == stream.result.answer and not stream.restarted
+    asked = agent_for(reply, mode, graded=graded).ask("Which port does the server listen on?")
     assert without_latency(stream.result.answer) == without_latency(asked.answer)
+    assert stream.result.state.grounding == asked.state.grounding
+
+
+# -- against a real OpenAI-compatible server on loopback, the answer streamed word by word --
+
+@pytest.fixture(scope="module")
+def server():
+    with FakeOpenAIServer() as srv:
+        yield srv
+
+
+def served(srv: FakeOpenAIServer, reply: str, mode: str, path: str) -> Agent:
+    srv.default("analyze_and_route", route(path, ["vector_search"]))
+    srv.default("plan", search_plan("port"))
+    srv.default("grade_evidence", grades(rest=0.9))
+    srv.default("synthesize", reply)
+    settings = Settings(llm="openai", openai_base_url=srv.base_url, grounding=mode, auto_approve_max_items=0)
+    return Agent(OpenAIChatModel(settings), FakeToolbox({"vector_search": [[SETUP, BACKUP]]}), settings)
+
+
+@settings(suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(st.lists(st.sampled_from(PIECES + REWRITES), max_size=16), st.sampled_from(["note", "strict", "off"]),
+       st.sampled_from(["simple", "complex", "chitchat"]))
+def test_property_over_http_the_chunks_join_to_exactly_the_answer_ask_returns(server, pieces, mode, path):
+    # The default profile draws 100 replies; HYPOTHESIS_PROFILE=thorough draws 2,000.
+    reply = "".join(pieces)
+    stream = served(server, reply, mode, path).stream("Which port does the server listen on?")
+    chunks = list(stream)
+    assert "".join(chunks) == stream.result.answer and not stream.restarted
+    asked = served(server, reply, mode, path).ask("Which port does the server listen on?")
+    assert without_latency("".join(chunks)) == without_latency(asked.answer)
     assert stream.result.state.grounding == asked.state.grounding
 
 
 def test_a_grounded_answer_streams_sentence_by_sentence_and_ends_with_footer_and_usage():
     reply = "The server listens on port 8080 by default [2]. A backup is kept for thirty days. It is blue."
     cuts = range(0, len(reply), 5)
-    stream = agent_for(reply, cuts=cuts).stream("Which port?")
+    stream = agent_for(reply, cuts=cuts, graded=True).stream("Which port?")
     chunks = list(stream)
     assert len(chunks) >= 2  # the first sentence arrived while the model wrote
     assert chunks[0].startswith("The server listens on port 8080 by default [1].")  # grounded, renumbered
@@ -154,7 +194,7 @@ def test_a_stream_closed_early_stops_its_run_at_the_next_event():
     def ask(on_event):
         try:
             on_event(AnswerStarted(()))
-            on_event(AnswerDelta("The first sentence of a long answer is here. "))
+            on_event(AnswerDelta("The first sentence of a long answer is here [1]. "))
             gate.wait(10)  # the reader closes the stream meanwhile
             on_event(AnswerDelta("More text that nobody reads. "))
         except BaseException as exc:
@@ -170,10 +210,30 @@ def test_a_stream_closed_early_stops_its_run_at_the_next_event():
     assert done.wait(10) and raised == ["_Closed"]
 
 
-def test_answer_text_restarts_when_the_answer_does_not_extend_what_was_shown():
+def test_a_lone_closing_think_tag_drops_what_came_before_it_so_nothing_before_it_was_shown():
     text = AnswerText("off", every=0)
-    text.event(NodeStarted("synthesize"))
     text.event(AnswerStarted(()))
     shown = text.event(AnswerDelta("Thinking aloud. More text follows here. "))
-    text.event(NodeFinished("synthesize"))
-    assert shown and text.finish("The answer.") == "\n\nThe answer." and text.restarted
+    shown += text.event(AnswerDelta("</think>The answer."))
+    assert shown == "" and text.finish("The answer.") == "The answer." and not text.restarted
+
+
+def test_after_a_cited_sentence_a_lone_closing_think_tag_is_removed_alone():
+    text = AnswerText("off", every=0)
+    text.event(AnswerStarted((SETUP, BACKUP)))
+    shown = text.event(AnswerDelta("It listens on 8080 [1]. And then "))
+    shown += text.event(AnswerDelta("</think>more."))
+    assert shown.startswith("It listens on 8080 [1].")
+    asked = agent_for("It listens on 8080 [1]. And then </think>more.", "off").ask("Which port?")
+    assert asked.answer.startswith("It listens on 8080 [1]. And then more.")
+
+
+def test_an_answer_on_the_simple_path_is_held_back_until_its_verdict_is_known():
+    reply = "It is blue [1]. It is red. The server listens on port 8080 by default."
+    for mode in ("note", "strict"):
+        stream = agent_for(reply, mode, cuts=range(0, len(reply), 4)).stream("Which port?")
+        chunks = list(stream)
+        assert len(chunks) == 1 and chunks[0] == stream.result.answer
+        assert chunks[0].startswith(NOT_ANSWERED) and stream.result.state.grounding.verdict == "not_answered"
+    chunks = list(agent_for(reply, "note", cuts=range(0, len(reply), 4), graded=True).stream("Which port?"))
+    assert len(chunks) > 1 and chunks[0].startswith("It is blue [unsupported].")  # a grader approved: no verdict rewrite

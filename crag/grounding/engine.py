@@ -164,16 +164,45 @@ def note_line(report: GroundingReport, mode: str) -> str | None:
     return f"_Note: {what} of this answer {verb} not supported by the evidence found (marked {UNSUPPORTED_TAG})._"
 
 
-def render_prefix(text: str, items: Sequence[EvidenceItem], mode: str, question: str = "") -> tuple[str, int]:
-    """The grounded form of the whole pieces of a partial answer, and how many sources its
-    markers index: the last piece, which may still grow, is left out. Used to stream an
-    answer as ``ground`` will print it."""
+def render_prefix(
+    text: str, items: Sequence[EvidenceItem], mode: str, question: str = "", others: Sequence[str] = ()
+) -> tuple[str, int]:
+    """The grounded form of the pieces of a partial answer that are final, and how many
+    sources its markers index. Used to stream an answer as ``ground`` will print it.
+
+    ``others`` are the answers the reply could still become (crag.answer.StreamRenderer:
+    the reply so far ending in a few ways); a piece is final when every one of them cuts
+    the text before it into the same pieces, so it can no longer grow, join the next piece
+    or change kind. Without ``others`` the last piece, which may still grow, is left out.
+    Each piece is judged on its own text, so grounding the final pieces gives a prefix of
+    grounding the whole answer."""
+    text = source_references(text, items)
     pieces = split(text)
     while pieces and pieces[-1].kind == "space":
         pieces.pop()
     if not pieces:
         return "", 0
-    done = ground(text[: pieces[-1].start], items, mode, question)
+    cut = pieces[-1].start if not others else len(text)
+    for other in dict.fromkeys(others):  # each distinct one once
+        cut = min(cut, _same_pieces(pieces, split(source_references(other, items)), cut))
+        if not cut:
+            return "", 0
+    while cut and (again := _same_pieces(pieces, split(text[:cut]), cut)) < cut:
+        cut = again  # the text cut there splits as the whole text does
+    done = ground(text[:cut], items, mode, question)
     if mode == "strict" and not done.report.supported:
         return "", 0  # it may still become the no-evidence sentence
     return done.body, len(done.sources)
+
+
+def _same_pieces(pieces: Sequence[Piece], other: Sequence[Piece], limit: int) -> int:
+    """Where the last piece (not a space) two splits share from the start ends, at most
+    ``limit``, a piece end of ``pieces`` itself."""
+    end = 0
+    for mine, theirs in zip(pieces, other):
+        stop = mine.start + len(mine.text)
+        if mine != theirs or stop > limit:
+            break
+        if mine.kind != "space":
+            end = stop
+    return end

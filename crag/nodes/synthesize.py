@@ -162,4 +162,11 @@ def verdict_of(report: GroundingReport, state: AgentState, absent: list[str] | t
         return "not_answered"
     if 2 * report.supported >= report.sentences:
         return "answered"
-    return "unsupported" if state.graded_by == "grader" else "not_answered"
+    return "not_answered" if verdict_may_rewrite(state) else "unsupported"
+
+
+def verdict_may_rewrite(state: AgentState) -> bool:
+    """Whether the verdict may be ``not_answered``, which replaces the answer's opening: no
+    informative grade approved the evidence. Known before the answer is written, so a
+    stream holds the grounded answer back until it is finished (``crag.stream``)."""
+    return state.graded_by != "grader"

@@ -70,12 +70,27 @@ _THINK_CLOSE = re.compile(r"</(?:think|thinking|reasoning)\s*>", re.I)
 _THINK_OPEN = re.compile(r"<(?:think|thinking|reasoning)\b[^>]*>", re.I)
 
 
-def strip_think(text: str) -> str:
+# A sentence that ends with a citation marker ("... port 8080 [1]." or "[1]" at the end of a
+# line): the answer has begun, and reasoning does not come after it.
+_CITED = re.compile(r"\[\s*\d+(?:\s*[-\u2013,;]\s*\d+)*\s*\](?=[.!?\u3002]|[ \t]*\n)")
+
+
+def strip_think(text: str, *, answer: bool = False) -> str:
     """Remove ``<think>...</think>`` blocks; a lone closing tag drops what precedes it, a
-    lone opening tag (a reply cut off while thinking) drops what follows it."""
+    lone opening tag (a reply cut off while thinking) drops what follows it.
+
+    With ``answer`` (an answer, not JSON): a lone closing tag drops what precedes it only
+    while the answer has not begun, that is before the first sentence that ends with a
+    citation marker; one that comes later is removed alone. So text after a cited sentence
+    is final as soon as it is written, and a streamed answer never has to be taken back."""
     text = _THINK_BLOCK.sub("", text)
     closes = list(_THINK_CLOSE.finditer(text))
-    if closes:
+    if answer and closes:
+        begun = _CITED.search(text)
+        limit = begun.start() if begun else len(text)
+        ends = [m.end() for m in closes if m.start() < limit]
+        text = _THINK_CLOSE.sub("", text[ends[-1] if ends else 0 :])
+    elif closes:
         text = text[closes[-1].end() :]
     opened = _THINK_OPEN.search(text)
     if opened:
@@ -89,4 +104,4 @@ def clean_answer(text: Any) -> str:
         return ""
     # Runs of blank lines collapse to one always (not only where a block was cut out), so an
     # answer streamed piece by piece reads the same as the finished one.
-    return re.sub(r"\n{3,}", "\n\n", strip_stats_blocks(strip_think(text))).strip()
+    return re.sub(r"\n{3,}", "\n\n", strip_stats_blocks(strip_think(text, answer=True))).strip()
