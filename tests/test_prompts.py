@@ -24,6 +24,7 @@ from crag.prompts import (
     parse_scores,
     render,
     strip_stats_blocks,
+    strip_think,
 )
 from crag.state import (
     Completion,
@@ -175,6 +176,13 @@ def test_clean_answer_drops_thinking_and_self_written_stats():
     assert clean_answer(text) == "The answer [1]."
     assert clean_answer("reasoning...</think>Final.") == "Final."
     assert clean_answer("Final.<think>cut off") == "Final."
+
+
+def test_a_lone_closing_think_tag_after_a_cited_sentence_is_removed_alone_from_an_answer():
+    assert clean_answer("Reasoning about [1] first.</think>The answer [1].") == "The answer [1]."  # not ended by a marker
+    assert clean_answer("Port 8080 [1]. More</think> text.") == "Port 8080 [1]. More text."  # the answer had begun
+    assert clean_answer("Port 8080 [1]\nthinking</THINKING>Done.") == "Port 8080 [1]\nthinkingDone."
+    assert strip_think("Port 8080 [1]. More</think> text.") == " text."  # JSON replies: as before
 
 
 @PROPS
