@@ -68,10 +68,10 @@ def agent_for(reply: str, mode: str = "note", cuts=(), graded: bool = False) -> 
 
 
 def without_latency(text: str) -> str:
-    return re.sub(r"\d+ ms", "N ms", text)
+    return re.sub(r"\d[\d,]* ms", "N ms", text)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(suppress_health_check=[HealthCheck.too_slow])  # 100 examples; HYPOTHESIS_PROFILE=thorough: 2,000
 @given(st.lists(st.sampled_from(PIECES + REWRITES), min_size=1, max_size=14), st.sampled_from(["note", "strict", "off"]),
        st.booleans(), st.data())
 def test_property_the_chunks_join_to_exactly_the_answer_ask_returns(pieces, mode, graded, data):
