@@ -201,8 +201,8 @@ class Driver:
         while True:
             try:
                 if stream and on_event is not None and node is Node.SYNTHESIZE:
-                    on_event(AnswerStarted(tuple(getattr(request.task, "items", ())), state.question,
-                                           verdict_may_rewrite(state)))
+                    items = tuple(getattr(request.task, "items", ()))
+                    on_event(AnswerStarted(items, state.question, verdict_may_rewrite(state, items)))
                     reply = self.model.complete(request, lambda text: on_event(AnswerDelta(text)))
                 else:
                     reply = self.model.complete(request)

@@ -5,9 +5,10 @@
     AnswerStarted(items, question, verdict_may_rewrite)
                            streaming only: the answer's chat completion starts; ``items``
                            are the evidence items it may cite, numbered from 1;
-                           ``verdict_may_rewrite``: no informative grade approved the
-                           evidence, so grounding's verdict may still replace the
-                           answer's opening (``grounding.verdict`` ``not_answered``); it
+                           ``verdict_may_rewrite``: grounding's verdict may still replace
+                           the answer's opening (``grounding.verdict`` ``not_answered``:
+                           no informative grade approved the evidence, or the question
+                           names a term no item holds); it
                            comes again, before any delta, when a server refused the
                            request as too long and crag fitted it to a smaller window
     AnswerDelta(text)      streaming only: the next piece of the answer as it arrives

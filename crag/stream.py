@@ -17,8 +17,9 @@ the finished answer adds after the streamed text (the notes, the citation footer
 block) is the last chunk.
 
 Held back whole, the answer is the last chunk: when grounding's verdict may still replace
-its opening (no informative grade approved the evidence, as on the simple path, in
-``note`` and ``strict``: ``grounding.verdict`` ``not_answered`` opens the answer by saying
+its opening (no informative grade approved the evidence, as on the simple path, or the
+question names a term no item holds; in ``note`` and ``strict``: ``grounding.verdict``
+``not_answered`` opens the answer by saying
 the knowledge base does not appear to answer the question, and is known only once every
 sentence is in), a reply with no cited sentence (chitchat, most often), a backend that does
 not stream, and the no-evidence sentence. In ``strict`` grounding nothing is shown before

@@ -102,16 +102,20 @@ def served(srv: FakeOpenAIServer, reply: str, mode: str, path: str) -> Agent:
     return Agent(OpenAIChatModel(settings), FakeToolbox({"vector_search": [[SETUP, BACKUP]]}), settings)
 
 
+# The second question names a term no evidence item holds: the verdict is not_answered whatever the grade.
+QUESTIONS = ["Which port does the server listen on?", "Which port does the gRPC server listen on?"]
+
+
 @settings(suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(st.lists(st.sampled_from(PIECES + REWRITES), max_size=16), st.sampled_from(["note", "strict", "off"]),
-       st.sampled_from(["simple", "complex", "chitchat"]))
-def test_property_over_http_the_chunks_join_to_exactly_the_answer_ask_returns(server, pieces, mode, path):
+       st.sampled_from(["simple", "complex", "chitchat"]), st.sampled_from(QUESTIONS))
+def test_property_over_http_the_chunks_join_to_exactly_the_answer_ask_returns(server, pieces, mode, path, question):
     # The default profile draws 100 replies; HYPOTHESIS_PROFILE=thorough draws 2,000.
     reply = "".join(pieces)
-    stream = served(server, reply, mode, path).stream("Which port does the server listen on?")
+    stream = served(server, reply, mode, path).stream(question)
     chunks = list(stream)
     assert "".join(chunks) == stream.result.answer and not stream.restarted
-    asked = served(server, reply, mode, path).ask("Which port does the server listen on?")
+    asked = served(server, reply, mode, path).ask(question)
     assert without_latency("".join(chunks)) == without_latency(asked.answer)
     assert stream.result.state.grounding == asked.state.grounding
 
@@ -237,3 +241,6 @@ def test_an_answer_on_the_simple_path_is_held_back_until_its_verdict_is_known():
         assert chunks[0].startswith(NOT_ANSWERED) and stream.result.state.grounding.verdict == "not_answered"
     chunks = list(agent_for(reply, "note", cuts=range(0, len(reply), 4), graded=True).stream("Which port?"))
     assert len(chunks) > 1 and chunks[0].startswith("It is blue [unsupported].")  # a grader approved: no verdict rewrite
+    stream = agent_for(reply, "note", cuts=range(0, len(reply), 4), graded=True).stream("Which gRPC port?")
+    chunks = list(stream)  # a term no item holds: not_answered whatever the grade
+    assert len(chunks) == 1 and stream.result.state.grounding.verdict == "not_answered"

@@ -31,7 +31,7 @@ from attrs import evolve
 
 from .. import answer, budget, grading, grounding, prompts
 from ..ports import LLMRequest, Step, SynthesizeTask
-from ..state import AgentState, Completion, Complexity, GraderAction, GroundingReport
+from ..state import AgentState, Completion, Complexity, EvidenceItem, GraderAction, GroundingReport
 
 if TYPE_CHECKING:
     from . import NodeConfig
@@ -162,11 +162,12 @@ def verdict_of(report: GroundingReport, state: AgentState, absent: list[str] | t
         return "not_answered"
     if 2 * report.supported >= report.sentences:
         return "answered"
-    return "not_answered" if verdict_may_rewrite(state) else "unsupported"
+    return "unsupported" if state.graded_by == "grader" else "not_answered"
 
 
-def verdict_may_rewrite(state: AgentState) -> bool:
+def verdict_may_rewrite(state: AgentState, items: tuple[EvidenceItem, ...]) -> bool:
     """Whether the verdict may be ``not_answered``, which replaces the answer's opening: no
-    informative grade approved the evidence. Known before the answer is written, so a
-    stream holds the grounded answer back until it is finished (``crag.stream``)."""
-    return state.graded_by != "grader"
+    informative grade approved the evidence, or the question names a term none of ``items``
+    (the evidence the answer is written from) holds. Known before the answer is written, so
+    a stream holds the grounded answer back until it is finished (``crag.stream``)."""
+    return state.graded_by != "grader" or bool(grounding.missing(state.question, [item.text for item in items]))
