@@ -160,8 +160,9 @@ def decide(scores: Sequence[float], drop_threshold: float, generate_threshold: f
 
 
 def first_label_spared(scores: Sequence[float], sure: float) -> bool:
-    """Whether the first item of a batch grading read from token probabilities stays below
-    the drop threshold: unless the grader was sure of its ``no`` (P(yes) at most 1 - ``sure``).
+    """Whether the first item of a batch grading read from token probabilities is kept even
+    below the drop threshold: it is, unless the grader was sure of its ``no`` (P(yes) at most
+    1 - ``sure``).
 
     A small model writes ``no`` as its first label whatever the first passage says: on
     Qwen2.5-Coder-1.5B, P(yes) of the first item was 0.14-0.28 on each of six documentation
