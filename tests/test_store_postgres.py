@@ -176,28 +176,126 @@ def test_a_bad_store_setting_names_the_variable(tmp_path: Path) -> None:
     assert run.returncode == 2 and "KB_AGENT_STORE" in run.stderr and len(run.stderr.strip().splitlines()) == 1
 
 
-def test_the_schema_is_versioned_and_vectors_get_an_hnsw_index(pg_uri: str, tmp_path: Path) -> None:
+def _vector_indexes(conn: object) -> set[str]:
+    from crag.index.postgres_vectors import vector_index_names
+
+    return set(vector_index_names(conn))
+
+
+def _meta(conn: object) -> dict[str, str]:
+    return dict(conn.execute("SELECT key, value FROM crag.meta").fetchall())  # type: ignore[attr-defined]
+
+
+def test_the_schema_is_versioned_and_a_small_knowledge_base_is_searched_exactly(pg_uri: str, tmp_path: Path) -> None:
     import psycopg
 
     from crag.index.hash_embedder import HashEmbedder
     from crag.index.postgres_schema import MIGRATIONS
 
     cfg = Settings(store=pg_uri)
-    kb = make_kb(tmp_path / "kb", n=30)
-    index_roots(cfg, [kb], embedder=HashEmbedder(1024))
+    index_roots(cfg, [make_kb(tmp_path / "kb", n=30)], embedder=HashEmbedder(1024))
     with psycopg.connect(pg_uri) as conn:
         applied = [v for (v,) in conn.execute("SELECT version FROM crag.migrations ORDER BY version")]
         indexes = {n for (n,) in conn.execute("SELECT indexname FROM pg_indexes WHERE schemaname = 'crag'")}
-        conn.execute("SET enable_seqscan = off")  # a tiny table: make the planner show the index it can use
-        plan = " ".join(r[0] for r in conn.execute(
-            "EXPLAIN SELECT id FROM crag.chunks WHERE vector_dims(embedding) = 1024 "
-            "ORDER BY embedding::vector(1024) <=> (SELECT embedding FROM crag.chunks LIMIT 1)::vector(1024) LIMIT 5"
-        ))
-    assert applied == [m[0] for m in MIGRATIONS]
-    assert {"postings_lexeme", "file_postings_lexeme", "chunks_embedding_hnsw_vector_1024"} <= indexes
-    assert "chunks_embedding_hnsw_vector_1024" in plan
+        assert applied == [m[0] for m in MIGRATIONS]
+        assert {"postings_lexeme", "file_postings_lexeme"} <= indexes
+        assert _vector_indexes(conn) == set() and _meta(conn)["vectors"] == "exact"
     with open_index(cfg, HashEmbedder(1024)) as reader:
-        assert reader.hnsw == "vector"
+        assert reader.vector_index == "exact"
+        hits = reader.search("page 12 edition", 3, mode="vector")
+        assert hits and "edition 12" in hits[0].text
+
+
+def test_the_vector_index_is_ivfflat_with_cells_that_follow_the_knowledge_base(
+    pg_uri: str, tmp_path: Path, monkeypatch: object
+) -> None:
+    import psycopg
+
+    from crag.index import postgres_vectors as postgres_schema
+    from crag.index.hash_embedder import HashEmbedder
+
+    monkeypatch.setattr(postgres_schema, "IVF_MIN_CHUNKS", 8)  # type: ignore[attr-defined]
+    cfg = Settings(store=pg_uri)
+    kb = make_kb(tmp_path / "kb", n=10)
+    seen: list[int] = []
+    for n in (10, 100, 400):  # 4 * sqrt(chunks) passes twice the cells each time: a new index
+        make_kb(kb, n=n)
+        index_roots(cfg, [kb], embedder=HashEmbedder(1024))
+        with psycopg.connect(pg_uri) as conn:
+            chunks = int(_meta(conn)["chunks"])
+            lists = postgres_schema.wanted_lists(chunks, seen[-1] if seen else None)
+            assert lists == postgres_schema.lists_for(chunks)
+            assert _meta(conn)["vectors"] == f"ivf:{lists}"
+            assert _vector_indexes(conn) == {postgres_schema.ivf_index("vector", 1024, lists)}  # the old one dropped
+            conn.execute("SET enable_seqscan = off")  # a small table: make the planner show the index it can use
+            plan = " ".join(r[0] for r in conn.execute(
+                "EXPLAIN SELECT id FROM crag.chunks WHERE vector_dims(embedding) = 1024 ORDER BY "
+                "embedding::vector(1024) <=> (SELECT embedding FROM crag.chunks LIMIT 1)::vector(1024) LIMIT 5"
+            ))
+            assert postgres_schema.ivf_index("vector", 1024, lists) in plan
+        seen.append(lists)
+        with open_index(cfg, HashEmbedder(1024)) as reader:
+            assert reader.vector_index == f"ivf:{lists}" and reader.probes == postgres_schema.probes(lists)
+            hits = reader.search("page 7 edition", 3, mode="vector")
+            assert hits and "edition 7" in hits[0].text
+    assert seen[0] < seen[1] < seen[2]
+    make_kb(kb, n=401)  # one more file: the index is kept
+    index_roots(cfg, [kb], embedder=HashEmbedder(1024))
+    with psycopg.connect(pg_uri) as conn:
+        assert _meta(conn)["vectors"] == f"ivf:{seen[-1]}"
+
+
+def test_an_older_hnsw_index_is_searched_until_an_update_replaces_it(pg_uri: str, tmp_path: Path, monkeypatch: object) -> None:
+    import psycopg
+
+    from crag.index import postgres_vectors as postgres_schema
+    from crag.index.hash_embedder import HashEmbedder
+
+    cfg = Settings(store=pg_uri)
+    kb = make_kb(tmp_path / "kb", n=30)
+    index_roots(cfg, [kb], embedder=HashEmbedder(1024))
+    with psycopg.connect(pg_uri, autocommit=True) as conn:  # as an older crag left it
+        conn.execute("DELETE FROM crag.meta WHERE key IN ('vectors', 'vectors_error')")
+        conn.execute(
+            "CREATE INDEX chunks_embedding_hnsw_vector_1024 ON crag.chunks USING hnsw "
+            "((embedding::vector(1024)) vector_cosine_ops) WHERE vector_dims(embedding) = 1024"
+        )
+    with open_index(cfg, HashEmbedder(1024)) as reader:
+        assert reader.vector_index == "hnsw"
+        hits = reader.search("page 12 edition", 3, mode="vector")
+        assert hits and "edition 12" in hits[0].text
+    monkeypatch.setattr(postgres_schema, "IVF_MIN_CHUNKS", 8)  # type: ignore[attr-defined]
+    make_kb(kb, n=31)
+    index_roots(cfg, [kb], embedder=HashEmbedder(1024))
+    with psycopg.connect(pg_uri) as conn:
+        lists = int(_meta(conn)["vectors"].removeprefix("ivf:"))
+        assert _vector_indexes(conn) == {postgres_schema.ivf_index("vector", 1024, lists)}
+
+
+def test_a_vector_index_the_server_refuses_leaves_the_update_whole(pg_uri: str, tmp_path: Path, monkeypatch: object) -> None:
+    import psycopg
+
+    from crag.index import postgres_vectors as postgres_schema
+    from crag.index.hash_embedder import HashEmbedder
+
+    monkeypatch.setattr(postgres_schema, "IVF_MIN_CHUNKS", 8)  # type: ignore[attr-defined]
+
+    def refused(conn: object, kind: str, dim: int, n: int, lists: int) -> str:
+        conn.execute(  # type: ignore[attr-defined]
+            "CREATE INDEX refused ON crag.chunks USING ivfflat ((embedding::vector(1024)) vector_cosine_ops) "
+            "WITH (lists = 0) WHERE vector_dims(embedding) = 1024"
+        )
+        return "refused"
+
+    monkeypatch.setattr(postgres_schema, "build_ivf", refused)  # type: ignore[attr-defined]
+    cfg = Settings(store=pg_uri)
+    kb = make_kb(tmp_path / "kb", n=30)
+    index_roots(cfg, [kb], embedder=HashEmbedder(1024))
+    with psycopg.connect(pg_uri) as conn:
+        meta = _meta(conn)
+        assert meta["vectors"] == "exact" and "lists" in meta["vectors_error"]
+        assert int(meta["chunks"]) >= 30 and _vector_indexes(conn) == set()
+    with open_index(cfg, HashEmbedder(1024)) as reader:
         hits = reader.search("page 12 edition", 3, mode="vector")
         assert hits and "edition 12" in hits[0].text
 

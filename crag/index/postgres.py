@@ -19,11 +19,10 @@ one update runs in ONE transaction, committed at the end: a killed indexer's con
 drops, PostgreSQL rolls the transaction back and frees the lock, and the previous state
 stays. A search runs in one REPEATABLE READ read-only transaction, so the rankings it fuses
 come from one committed state; readers never wait for an indexer (no DDL in an update,
-except creating a missing HNSW index, which readers do not wait for).
+except building the vector index at its commit, which readers do not wait for, and
+dropping the one it replaces after it, concurrently).
 
-Vector search uses an HNSW index on cosine distance per dimension (an expression index on
-``embedding::vector(d)``: pgvector indexes at most 2000 dimensions, and up to 4000 as
-``halfvec`` from pgvector 0.7); ``crag.index.postgres_search`` searches.
+Vector search: ``crag.index.postgres_vectors`` (the index), ``postgres_search`` (searching).
 """
 
 from __future__ import annotations
@@ -44,14 +43,15 @@ from ..text import WORD
 from . import postgres_schema as schema
 from .documents import embed_text, embedder_mismatch, title_words
 from .fusion import SearchWeights
-from .postgres_schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION, ensure_hnsw, hnsw_kind, postings_of, vector_literal
+from .postgres_schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION, postings_of, vector_literal
 from .postgres_search import PostgresRetriever
+from .postgres_vectors import drop_others, settle, vector_kind
 from .vectors import quantize
 
 if TYPE_CHECKING:
     from ..ports import DocumentVersion, Embedder, Retriever
 
-__all__ = ["PostgresStore", "PostgresUpdate", "hnsw_kind", "redact", "vector_literal", "word_count"]
+__all__ = ["PostgresStore", "PostgresUpdate", "redact", "vector_kind", "vector_literal", "word_count"]
 
 # The advisory lock every crag indexer of a database takes: "crag" in ASCII.
 LOCK_KEY = 0x63726167
@@ -320,6 +320,7 @@ class PostgresUpdate:
             meta = store.meta(self.conn)
             previous = int(meta.get("version", "0"))
             self.version = str(previous + 1)
+            self.previous_vectors = meta.get("vectors", "")
             # Changes of document frequencies (which table's, lexeme, +/- rows), applied to
             # ``terms`` and ``file_terms`` at the commit.
             self.conn.execute(
@@ -483,6 +484,8 @@ class PostgresUpdate:
                 f"SELECT count(*), coalesce(avg(dl), 1) FROM {SCHEMA}.files WHERE chunks > 0"
             ).fetchone()
             dim = self.embedder.dim
+            vectors, vectors_error = settle(self.conn, self.store.pgvector_version(self.conn), dim, int(n_chunks),
+                                            self.previous_vectors, self.psycopg.Error)
             meta = {
                 "schema": str(SCHEMA_VERSION),
                 "embedder": self.embedder.name,
@@ -494,6 +497,8 @@ class PostgresUpdate:
                 "text_files": str(n_files),
                 "avgdl_chunks": repr(float(avgdl)),
                 "avgdl_files": repr(float(file_avgdl)),
+                "vectors": vectors,
+                "vectors_error": vectors_error,
                 "version": self.version,
                 "updated_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             }
@@ -506,15 +511,23 @@ class PostgresUpdate:
             if self.first_build:
                 for sql in schema.POSTINGS_INDEXES:
                     self.conn.execute(sql)
-            ensure_hnsw(self.conn, self.store.pgvector_version(self.conn), dim)
             self.conn.commit()
         except self.psycopg.Error as exc:
             self.abort()
             raise self.store.error(exc) from exc
         finally:
             self.conn.close()
+        self._drop_other_vector_indexes(vectors, dim)
         self._vacuum()
         return int(n_chunks)
+
+    def _drop_other_vector_indexes(self, vectors: str, dim: int) -> None:
+        """Drop the vector indexes searches no longer use; best effort, as ``_vacuum``."""
+        try:
+            with self.store.session() as conn:
+                drop_others(conn, vector_kind(self.store.pgvector_version(conn), dim), dim, vectors)
+        except IndexStoreError:
+            pass
 
     def _vacuum(self) -> None:
         """Mark the new postings visible to every reader, so that searches read them by index-only

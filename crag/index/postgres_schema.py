@@ -2,8 +2,8 @@
 
 Each migration runs once, in a transaction, and is recorded in ``crag.migrations``; a
 later crag appends migrations here and upgrades an older database when it first writes.
-The vector index is the one part made outside them (by dimension, once vectors of that
-dimension exist): ``hnsw_kind`` says which type it indexes, ``hnsw_index`` names it.
+The vector index is the one part made outside them, by each update's commit, from the
+number of chunks and their dimension (``crag.index.postgres_vectors``).
 Both ``crag.index.postgres`` (writing) and ``crag.index.postgres_search`` (reading) use
 this module; neither imports the other's internals.
 """
@@ -12,38 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["MIGRATIONS", "POSTINGS_INDEXES", "SCHEMA", "SCHEMA_VERSION", "ensure_hnsw", "hnsw_index", "hnsw_kind", "postings_of", "vector_literal"]
+__all__ = ["MIGRATIONS", "POSTINGS_INDEXES", "SCHEMA", "SCHEMA_VERSION", "postings_of", "vector_literal"]
 
 SCHEMA = "crag"
-# Most dimensions pgvector's HNSW indexes on vector (and, from 0.7, on halfvec).
-HNSW_VECTOR_DIMS = 2000
-HNSW_HALFVEC_DIMS = 4000
-
-
-def hnsw_kind(pgvector: tuple[int, ...], dim: int) -> str | None:
-    """The type an HNSW index of ``dim`` dimensions uses (vector or halfvec), or None: exact search."""
-    if dim <= HNSW_VECTOR_DIMS:
-        return "vector"
-    if dim <= HNSW_HALFVEC_DIMS and pgvector >= (0, 7):
-        return "halfvec"
-    return None
-
-
-def hnsw_index(kind: str, dim: int) -> str:
-    """The name of the HNSW index of ``dim``-dimensional embeddings as ``kind``."""
-    return f"chunks_embedding_hnsw_{kind}_{dim}"
-
-
-def ensure_hnsw(conn: Any, pgvector: tuple[int, ...], dim: int) -> None:
-    """Create the HNSW index of ``dim``-dimensional embeddings when it is missing."""
-    kind = hnsw_kind(pgvector, dim)
-    if kind is None:
-        return
-    name = hnsw_index(kind, dim)
-    conn.execute(
-        f"CREATE INDEX IF NOT EXISTS {name} ON {SCHEMA}.chunks USING hnsw "
-        f"((embedding::{kind}({dim})) {kind}_cosine_ops) WHERE vector_dims(embedding) = {dim}"
-    )
 
 
 def vector_literal(vec: Any) -> str:

@@ -1,9 +1,10 @@
 """Searching a PostgreSQL store: pgvector and full-text rankings (a ``Retriever``).
 
-See ``crag.index.postgres`` for the tables. Vector search uses the HNSW index on cosine
-distance when there is one and no roots restrict the search (``hnsw.ef_search`` raised to
-twice the candidates asked for, at least 200), and is exact otherwise; scores are inner products of
-unit vectors, the cosine similarity the embedded store reports. Full-text ranking is BM25,
+See ``crag.index.postgres`` for the tables. Vector search uses the IVFFlat index that
+``meta.vectors`` names (``ivf:<cells>``: ``ivfflat.probes`` is ``postgres_vectors.probes``
+of its cells; it ranks by cosine distance) when no roots restrict the search, an older crag's HNSW index until the next
+update replaces it, and is exact otherwise; scores are inner products of the stored
+vectors with the query, the cosine similarity the embedded store reports. Full-text ranking is BM25,
 computed in SQL as SQLite's FTS5 computes it in the embedded store, over the rows
 ``crag.index.lexical`` bounds, from the postings tables (``postings`` for chunks,
 ``file_postings`` for files: one row per lexeme and row, with the row's length and the
@@ -33,7 +34,8 @@ from ..ports import ChunkRow, Hit, StoreState
 from . import lexical
 from .documents import REINDEX, query_terms
 from .fusion import SearchWeights
-from .postgres_schema import SCHEMA, hnsw_kind
+from .postgres_schema import SCHEMA
+from .postgres_vectors import hnsw_index, ivf_lists, probes, vector_index_names, vector_kind
 from .search import hybrid_search
 
 if TYPE_CHECKING:
@@ -47,9 +49,7 @@ __all__ = ["PostgresRetriever"]
 # BM25's constants, as SQLite's FTS5 uses them in the embedded store.
 _K1 = 1.2
 _B = 0.75
-# HNSW's candidate list: at least twice the candidates a search asks for, and at least this
-# (measured at 29k chunks, 50 candidates: recall@50 against exact search 0.77 at 100, 0.86 at
-# 200, for a millisecond more; the docs questions' hybrid recall@5 0.969 at 100, 0.980 at 200).
+# An older crag's HNSW index: its candidate list, at least twice the candidates a search asks for.
 _EF_SEARCH = 200
 
 
@@ -74,13 +74,24 @@ class PostgresRetriever:
         self._local = threading.local()
         self._conns: list[Any] = []
         self._lock = threading.Lock()
-        self.hnsw: str | None = None
         with store.session() as conn:
-            self.hnsw = hnsw_kind(store.pgvector_version(conn), self.dim)
+            self.kind = vector_kind(store.pgvector_version(conn), self.dim)
             meta = store.meta(conn)
+            self.vector_index = self._index_of(meta.get("vectors"), vector_index_names(conn))
+        self.lists = ivf_lists(self.vector_index)
+        self.probes = probes(self.lists) if self.lists else 0
         self.n_files = int(meta.get("text_files", "0"))
         self.avgdl_chunks = float(meta.get("avgdl_chunks", "1")) or 1.0
         self.avgdl_files = float(meta.get("avgdl_files", "1")) or 1.0
+
+    def _index_of(self, vectors: str | None, indexes: list[str]) -> str:
+        """What vector searches use: ``ivf:<cells>`` (``meta.vectors``), ``hnsw`` (an older crag's
+        index, whose store records no ``vectors``), or ``exact``."""
+        if self.kind is None:
+            return "exact"
+        if vectors is not None:
+            return vectors if ivf_lists(vectors) else "exact"
+        return "hnsw" if hnsw_index(self.kind, self.dim) in indexes else "exact"
 
     def _conn(self) -> Any:
         conn = getattr(self._local, "conn", None)
@@ -88,6 +99,8 @@ class PostgresRetriever:
             conn = self.store.connect(autocommit=True)
             try:
                 conn.execute(f"SET hnsw.ef_search = {_EF_SEARCH}")
+                if self.probes:
+                    conn.execute(f"SET ivfflat.probes = {self.probes}")
             except self.psycopg.Error as exc:
                 conn.close()
                 raise self.store.error(exc) from exc
@@ -154,13 +167,26 @@ class PostgresRetriever:
         return vec
 
     def vector_ranking(self, query_vec: np.ndarray, k: int, roots: Sequence[str] | None = None) -> list[tuple[int, float]]:
-        """(chunk id, cosine) pairs, best first: HNSW when there is one and no roots restrict, else exact."""
+        """(chunk id, cosine) pairs, best first: by the vector index when no roots restrict, else exact."""
         if k <= 0:
             return []
         q = self._vector_param(query_vec)
         d = self.dim
-        if self.hnsw is not None and roots is None:
-            kind = self.hnsw
+        if self.lists and roots is None:
+            # Cells enough to hold twice the candidates asked for, when that is more than usual.
+            wanted = min(self.lists, math.ceil(2 * k * self.lists / max(1, self.n_chunks)))
+            with self.snapshot():
+                if wanted > self.probes:
+                    self._conn().execute(f"SET LOCAL ivfflat.probes = {wanted}")
+                rows = self._query(
+                    f"SELECT id, -(embedding <#> %(q)b::real[]::vector) FROM {SCHEMA}.chunks "
+                    f"WHERE vector_dims(embedding) = {d} "
+                    f"ORDER BY embedding::{self.kind}({d}) <=> %(q)b::real[]::{self.kind}({d}) LIMIT %(k)s",
+                    {"q": q, "k": k},
+                )
+            return [(int(i), float(s)) for i, s in rows]
+        if self.vector_index == "hnsw" and roots is None:
+            kind = self.kind
             with self.snapshot():
                 ef_search = max(_EF_SEARCH, min(1000, 2 * k))
                 if ef_search != _EF_SEARCH:  # the connection's own setting otherwise (``_conn``)

@@ -1,0 +1,168 @@
+"""The PostgreSQL store's vector index: which one, how many cells, built and replaced.
+
+The index is IVFFlat (pgvector's k-means cells) on cosine distance, an expression index on
+``embedding::vector(d)`` (pgvector indexes at most 2,000 dimensions as ``vector``, and up
+to 4,000 as ``halfvec`` from 0.7). Each update's commit decides from the number of chunks
+(``wanted_lists``), builds a missing index in its own transaction (``build_ivf``; readers
+do not wait for it) and records what searches use in ``meta.vectors``: ``ivf:<cells>`` or
+``exact``. After the commit the index it replaced (fewer cells, or an older crag's HNSW)
+is dropped concurrently. ``crag.index.postgres_search`` reads ``meta.vectors``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from .postgres_schema import SCHEMA
+
+__all__ = [
+    "IVF_MIN_CHUNKS",
+    "build_ivf",
+    "drop_others",
+    "hnsw_index",
+    "ivf_index",
+    "ivf_lists",
+    "lists_for",
+    "probes",
+    "settle",
+    "vector_index_names",
+    "vector_kind",
+    "wanted_lists",
+]
+
+# Most dimensions pgvector indexes as vector (and, from 0.7, as halfvec).
+VECTOR_DIMS = 2000
+HALFVEC_DIMS = 4000
+
+# The vector index: IVFFlat (pgvector's k-means cells), by the number of chunks.
+#
+# Below IVF_MIN_CHUNKS a search compares every vector (exact). Above, the index has
+# ``lists_for(n)`` cells, the power of two nearest 4 * sqrt(n) (FAISS's guidance: 4 to 16
+# * sqrt(n)), at most MAX_LISTS, and a search reads ``probes(lists)`` of them: a hundred
+# and twenty-eighth, at least 16. Measured on the million chunks of benchmarks/store_scale.py
+# (docs/postgresql.md): 2,048 cells and 16 probes read about 9,000 vectors a search, 19 ms,
+# and find 0.75 of the exact top 50 (32 probes: 0.80, 33 ms); cells on inner product
+# (``vector_ip_ops``) found 0.66, and 1,024 of those needed 32 probes and 54 ms for 0.76; HNSW
+# (m 16) found 0.32 at ef_search 200 and 0.51 at 800: its graph does not cross between
+# clusters of near-identical chunks. The k-means of a build holds a sample of 50 rows a cell
+# and a bound per sample and cell in ``maintenance_work_mem`` (about 1.3 GB at 2,048 cells
+# of 1,024 dimensions), which ``build_ivf`` raises for its own transaction; the build took
+# 153 s at a million chunks with two parallel workers.
+IVF_MIN_CHUNKS = 5_000
+MAX_LISTS = 2048
+_MIN_LISTS = 16
+_SAMPLE_PER_LIST = 50
+
+
+def vector_kind(pgvector: tuple[int, ...], dim: int) -> str | None:
+    """The type a vector index of ``dim`` dimensions uses (vector or halfvec), or None: exact search."""
+    if dim <= VECTOR_DIMS:
+        return "vector"
+    if dim <= HALFVEC_DIMS and pgvector >= (0, 7):
+        return "halfvec"
+    return None
+
+
+def lists_for(n: int) -> int:
+    """The number of IVFFlat cells for ``n`` chunks (see above)."""
+    ideal = 4 * math.sqrt(max(1, n))
+    return max(_MIN_LISTS, min(MAX_LISTS, 2 ** round(math.log2(ideal))))
+
+
+def probes(lists: int) -> int:
+    """Cells a search reads: a hundred and twenty-eighth of them, at least 16 (all, when fewer)."""
+    return min(lists, max(16, lists // 128))
+
+
+def wanted_lists(n: int, current: int | None) -> int | None:
+    """The cells the index should have for ``n`` chunks (None: no index, exact search). An index
+    of ``current`` cells is kept while the ideal number (4 * sqrt(n), bounded) stays within a
+    factor of two of it, so that a knowledge base near a boundary is not rebuilt by every update."""
+    if n < IVF_MIN_CHUNKS:
+        return None
+    ideal = max(_MIN_LISTS, min(MAX_LISTS, 4 * math.sqrt(n)))
+    if current is not None and current / 2 < ideal < current * 2:
+        return current
+    return lists_for(n)
+
+
+def ivf_index(kind: str, dim: int, lists: int) -> str:
+    """The name of the IVFFlat index of ``dim``-dimensional embeddings as ``kind`` in ``lists`` cells."""
+    return f"chunks_embedding_ivf_{kind}_{dim}_{lists}"
+
+
+def hnsw_index(kind: str, dim: int) -> str:
+    """The name of the HNSW index an older crag made (searched until the next update replaces it)."""
+    return f"chunks_embedding_hnsw_{kind}_{dim}"
+
+
+def vector_index_names(conn: Any) -> list[str]:
+    """The vector indexes on the chunks (IVFFlat or an older crag's HNSW)."""
+    rows = conn.execute(
+        "SELECT indexname FROM pg_indexes WHERE schemaname = %s AND tablename = 'chunks' "
+        "AND indexname LIKE 'chunks\\_embedding\\_%%' ORDER BY indexname",
+        (SCHEMA,),
+    ).fetchall()
+    return [name for (name,) in rows]
+
+
+def _build_memory_mb(n: int, lists: int, dim: int) -> int:
+    """``maintenance_work_mem`` pgvector's k-means asks for (samples, their bounds, centers), with room."""
+    samples = min(n, lists * _SAMPLE_PER_LIST)
+    size = samples * (dim * 4 + 16) + samples * lists * 4 + lists * lists * 4 + 4 * lists * (dim * 4 + 16)
+    return int(size * 1.25 / 2**20) + 64
+
+
+def build_ivf(conn: Any, kind: str, dim: int, n: int, lists: int) -> str:
+    """Create the IVFFlat index of ``lists`` cells (in ``conn``'s transaction) and return its name."""
+    need = _build_memory_mb(n, lists, dim)
+    have = conn.execute(
+        "SELECT setting::bigint * (CASE unit WHEN '8kB' THEN 8 WHEN 'kB' THEN 1 WHEN 'MB' THEN 1024 ELSE 1 END) / 1024 "
+        "FROM pg_settings WHERE name = 'maintenance_work_mem'"
+    ).fetchone()[0]
+    if need > int(have):
+        conn.execute(f"SET LOCAL maintenance_work_mem = '{need}MB'")
+    name = ivf_index(kind, dim, lists)
+    conn.execute(
+        f"CREATE INDEX IF NOT EXISTS {name} ON {SCHEMA}.chunks USING ivfflat "
+        f"((embedding::{kind}({dim})) {kind}_cosine_ops) WITH (lists = {lists}) WHERE vector_dims(embedding) = {dim}"
+    )
+    return name
+
+
+def ivf_lists(vectors: str | None) -> int | None:
+    """The cells of a ``meta.vectors`` value (``ivf:<cells>``), or None."""
+    kind, _, lists = (vectors or "").partition(":")
+    return int(lists) if kind == "ivf" and lists.isdigit() else None
+
+
+def settle(conn: Any, pgvector: tuple[int, ...], dim: int, n: int, previous: str, errors: Any) -> tuple[str, str]:
+    """Build the index ``n`` chunks call for when it is missing, in ``conn``'s transaction; return
+    what searches use (``meta.vectors``) and why a build failed (``meta.vectors_error``, else "").
+
+    A build the server refuses (``errors``: memory, permissions) is undone alone, in a savepoint:
+    the update commits, searching with the index it had, else exactly."""
+    kind = vector_kind(pgvector, dim)
+    current = ivf_lists(previous)
+    lists = wanted_lists(n, current) if kind is not None else None
+    if kind is None or lists is None:
+        return "exact", ""
+    try:
+        with conn.transaction():
+            build_ivf(conn, kind, dim, n, lists)
+    except errors as exc:
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        kept = current is not None and ivf_index(kind, dim, current) in vector_index_names(conn)
+        return (f"ivf:{current}" if kept else "exact"), reason
+    return f"ivf:{lists}", ""
+
+
+def drop_others(conn: Any, kind: str | None, dim: int, vectors: str) -> None:
+    """Drop the vector indexes other than the one ``vectors`` names (a previous cell count, an older
+    crag's HNSW), without blocking searches: DROP INDEX CONCURRENTLY, in autocommit."""
+    lists = ivf_lists(vectors)
+    keep = ivf_index(kind, dim, lists) if kind is not None and lists is not None else None
+    for name in vector_index_names(conn):
+        if name != keep:
+            conn.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {SCHEMA}.{name}")
