@@ -101,6 +101,13 @@ def real_questions(n: int, seed: int) -> list[str]:
     return rng.sample(squad, n - n_docs) + rng.sample(docs, n_docs)
 
 
+def warmup_questions(args: argparse.Namespace) -> list[str]:
+    """``--warmup`` SQuAD questions the measured ones do not include (another seed, then filtered)."""
+    measured = set(real_questions(args.questions, args.seed))
+    pool = [q for q in real_questions(args.warmup + args.questions, args.seed + 7) if q not in measured]
+    return pool[: args.warmup]
+
+
 def frequent_queries(n: int, seed: int) -> tuple[list[str], list[tuple[str, float]]]:
     """``n`` queries of one to three of the 60 content words in most chunks of one copy; and those words."""
     from crag.index.chunker import chunk_text
@@ -383,7 +390,12 @@ def measure(name: str, env_settings: dict[str, str], corpus: Path, text_bytes: i
                 row["disk_mb"] = conn.execute("SELECT pg_database_size(current_database())").fetchone()[0] / 1e6
                 row["vectors_mb"] = conn.execute(
                     "SELECT sum(pg_column_size(embedding)) FROM crag.chunks").fetchone()[0] / 1e6
-            row["vector_index"] = f"hnsw ({retriever.hnsw})" if retriever.hnsw else "exact"
+                row["vector_index_mb"] = conn.execute(
+                    "SELECT coalesce(sum(pg_relation_size(format('%I.%I', schemaname, indexname)::regclass)), 0)::bigint "
+                    "FROM pg_indexes WHERE schemaname = 'crag' AND indexname LIKE 'chunks\\_embedding\\_%'"
+                ).fetchone()[0] / 1e6
+                row["shared_buffers"] = conn.execute("SHOW shared_buffers").fetchone()[0]
+            row["vector_index"] = retriever.vector_index
         print(f"[{name}] recall against exact search ...", flush=True)
         row["recall"] = recall(retriever, queries["questions"], args)
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -392,7 +404,11 @@ def measure(name: str, env_settings: dict[str, str], corpus: Path, text_bytes: i
         t = time.perf_counter()
         agent.search(queries["questions"][0], top_k=5)  # opens the index
         row["open_s"] = time.perf_counter() - t
-        timed(agent, queries["questions"][:5])
+        # Warm-up with other questions: each store's indexes in memory, as in a server that has
+        # been answering for a while (the embedded store reads its vectors whole when it opens).
+        t = time.perf_counter()
+        timed(agent, warmup_questions(args))
+        row["warmup"] = {"searches": args.warmup, "s": time.perf_counter() - t}
         for kind, qs in queries.items():
             print(f"[{name}] {len(qs)} {kind} ...", flush=True)
             before = server_cpu_s(agent)
@@ -471,11 +487,38 @@ def questions_check(env_settings: dict[str, dict[str, str]], sample: int) -> lis
 # PostgreSQL
 
 
-def start_postgres(folder: str, fresh: bool = True) -> tuple[Any, str]:
+def shared_buffers(setting: str) -> str | None:
+    """The ``shared_buffers`` to give the server (``--shared-buffers``): None keeps its own."""
+    if setting == "keep":
+        return None
+    if setting != "auto":
+        return setting
+    try:
+        pages, page = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError):
+        return None
+    return f"{max(128, int(pages * page * 0.4 / 2**20))}MB"
+
+
+def start_postgres(folder: str, fresh: bool = True, buffers: str | None = None) -> tuple[Any, str]:
+    """A pgserver in ``folder``; with ``buffers``, restarted with that ``shared_buffers`` (a server
+    for a knowledge base this size is given memory for its indexes: docs/postgresql.md)."""
     import pgserver
     import psycopg
 
     server = pgserver.get_server(folder, cleanup_mode="stop")
+    if buffers is not None:
+        with psycopg.connect(server.get_uri(), autocommit=True) as conn:
+            current = conn.execute("SHOW shared_buffers").fetchone()[0]
+            if current.lower() != buffers.lower():
+                conn.execute(f"ALTER SYSTEM SET shared_buffers = '{buffers}'")
+                conn.execute(f"ALTER SYSTEM SET effective_cache_size = '{buffers}'")
+                restart = True
+            else:
+                restart = False
+        if restart:
+            server.cleanup()
+            server = pgserver.get_server(folder, cleanup_mode="stop")
     if fresh:
         with psycopg.connect(server.get_uri(), autocommit=True) as conn:
             conn.execute("DROP DATABASE IF EXISTS crag_bench")
@@ -540,11 +583,17 @@ def render_markdown(result: dict[str, Any]) -> str:
         f"{len(result['queries']['questions'])} real questions and {len(result['queries']['frequent'])} frequent-word "
         f"queries; recall on {a['recall_queries']} questions; clients are threads sharing one agent for "
         f"{a['client_seconds']:g} s; {result['environment'].get('cpu_count', '?')} CPUs, load average "
-        f"{result.get('load_average', '?')} at the start.\n\n"
+        f"{result.get('load_average', '?')} at the start; each store searched {a.get('warmup', 0)} other questions "
+        "first (warm-up).\n\n"
     )
     if any(r["store"] == "postgresql" for r in rows):
         intro += ("PostgreSQL's indexing CPU and peak memory are those of the `crag index` process; the server's "
-                  "are not counted (its CPU a search is, from the backends' /proc counters).\n\n")
+                  "are not counted (its CPU a search is, from the backends' /proc counters).")
+        pg = next(r for r in rows if r["store"] == "postgresql")
+        if pg.get("shared_buffers"):
+            intro += (f" The server's `shared_buffers`: {pg['shared_buffers']}; its vector index: "
+                      f"{fmt(pg.get('vector_index_mb'), 0)} MB.")
+        intro += "\n\n"
     out = intro + markdown_table(header, body) + "\n"
     for r in rows:
         dw = r.get("during_writes")
@@ -570,6 +619,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--questions", type=int, default=200, help="real questions for latency (default: %(default)s)")
     p.add_argument("--frequent", type=int, default=100, help="frequent-word queries (default: %(default)s)")
     p.add_argument("--recall-queries", type=int, default=50, help="questions for recall (default: %(default)s)")
+    p.add_argument("--warmup", type=int, default=300,
+                   help="searches of other questions before the measured ones, on each store (default: %(default)s)")
+    p.add_argument("--shared-buffers", default="auto",
+                   help="shared_buffers of the PostgreSQL server this benchmark starts: auto (40%% of memory), "
+                        "a size (8GB), or keep (default: %(default)s)")
     p.add_argument("--clients", default="1,4,16", help="concurrent client counts (default: %(default)s)")
     p.add_argument("--client-seconds", type=float, default=10.0, help="seconds per client count (default: %(default)s)")
     p.add_argument("--stores", default="embedded,postgresql", help="which stores (default: %(default)s)")
@@ -630,7 +684,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             else:
                 uri = args.postgres
                 if not uri:
-                    server, uri = start_postgres(str(work / "pg"), fresh=not reuse)
+                    server, uri = start_postgres(str(work / "pg"), fresh=not reuse, buffers=shared_buffers(args.shared_buffers))
                 elif not reuse:
                     uri = other_database(uri, "crag_bench")
                 kw = {"KB_AGENT_STORE": uri, "KB_AGENT_INDEX_DIR": str(work / "unused-index")}

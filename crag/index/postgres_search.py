@@ -35,7 +35,7 @@ from . import lexical
 from .documents import REINDEX, query_terms
 from .fusion import SearchWeights
 from .postgres_schema import SCHEMA
-from .postgres_vectors import hnsw_index, ivf_lists, probes, vector_index_names, vector_kind
+from .postgres_vectors import hnsw_index, ivf_index, ivf_lists, probes, vector_index_names, vector_kind
 from .search import hybrid_search
 
 if TYPE_CHECKING:
@@ -89,9 +89,15 @@ class PostgresRetriever:
         index, whose store records no ``vectors``), or ``exact``."""
         if self.kind is None:
             return "exact"
-        if vectors is not None:
-            return vectors if ivf_lists(vectors) else "exact"
-        return "hnsw" if hnsw_index(self.kind, self.dim) in indexes else "exact"
+        for kind in ("halfvec", "vector"):  # the type it was built on (pgvector may have been upgraded since)
+            lists = ivf_lists(vectors)
+            if lists is not None and ivf_index(kind, self.dim, lists) in indexes:
+                self.kind = kind
+                return f"ivf:{lists}"
+            if vectors is None and hnsw_index(kind, self.dim) in indexes:
+                self.kind = kind
+                return "hnsw"
+        return "exact"
 
     def _conn(self) -> Any:
         conn = getattr(self._local, "conn", None)
@@ -184,7 +190,10 @@ class PostgresRetriever:
                     f"ORDER BY embedding::{self.kind}({d}) <=> %(q)b::real[]::{self.kind}({d}) LIMIT %(k)s",
                     {"q": q, "k": k},
                 )
-            return [(int(i), float(s)) for i, s in rows]
+            # The cells are found by cosine distance; the ranking is by the score (inner product), as
+            # an exact search ranks: stored vectors' norms differ a little (8-bit codes).
+            ranked = sorted(((int(i), float(s)) for i, s in rows), key=lambda p: -p[1])
+            return ranked
         if self.vector_index == "hnsw" and roots is None:
             kind = self.kind
             with self.snapshot():

@@ -41,26 +41,32 @@ HALFVEC_DIMS = 4000
 # ``lists_for(n)`` cells, the power of two nearest 4 * sqrt(n) (FAISS's guidance: 4 to 16
 # * sqrt(n)), at most MAX_LISTS, and a search reads ``probes(lists)`` of them: a hundred
 # and twenty-eighth, at least 16. Measured on the million chunks of benchmarks/store_scale.py
-# (docs/postgresql.md): 2,048 cells and 16 probes read about 9,000 vectors a search, 19 ms,
-# and find 0.75 of the exact top 50 (32 probes: 0.80, 33 ms); cells on inner product
-# (``vector_ip_ops``) found 0.66, and 1,024 of those needed 32 probes and 54 ms for 0.76; HNSW
-# (m 16) found 0.32 at ef_search 200 and 0.51 at 800: its graph does not cross between
-# clusters of near-identical chunks. The k-means of a build holds a sample of 50 rows a cell
-# and a bound per sample and cell in ``maintenance_work_mem`` (about 1.3 GB at 2,048 cells
-# of 1,024 dimensions), which ``build_ivf`` raises for its own transaction; the build took
-# 153 s at a million chunks with two parallel workers.
+# (docs/postgresql.md): 4,096 cells and 32 probes read about 8,600 vectors a search, 18 ms,
+# and find 0.84 of the exact top 50 (hybrid top 5: 0.981 of its exact-vector result, as the
+# embedded store); 2,048 cells and 16 probes read as many for 0.74 (hybrid 0.944); cells on
+# inner product (``vector_ip_ops``) found 0.66, 1,024 cells needed 32 probes and 54 ms for
+# 0.76, and HNSW (m 16) found 0.32 at ef_search 200 and 0.51 at 800: its graph does not cross
+# between clusters of near-identical chunks. The k-means of a build holds a sample of 50 rows
+# a cell and a bound per sample and cell in ``maintenance_work_mem`` (about 4.1 GB at 4,096
+# cells of 1,024 dimensions, 1.2 GB at 2,048), which ``build_ivf`` raises for its own
+# transaction; the build took 398 s at a million chunks (2,048 cells: 153 s).
+#
+# pgvector 0.7 and later index ``halfvec``: two bytes a dimension, so that three vectors fit
+# a page where one ``vector`` of 1,024 dimensions does (a third of the index, and of what a
+# search reads); the stored vectors (8-bit codes) lose nothing to it that matters to ranking.
 IVF_MIN_CHUNKS = 5_000
-MAX_LISTS = 2048
+MAX_LISTS = 4096
 _MIN_LISTS = 16
 _SAMPLE_PER_LIST = 50
 
 
 def vector_kind(pgvector: tuple[int, ...], dim: int) -> str | None:
-    """The type a vector index of ``dim`` dimensions uses (vector or halfvec), or None: exact search."""
-    if dim <= VECTOR_DIMS:
-        return "vector"
+    """The type a vector index of ``dim`` dimensions uses (halfvec from pgvector 0.7, else vector),
+    or None: exact search."""
     if dim <= HALFVEC_DIMS and pgvector >= (0, 7):
         return "halfvec"
+    if dim <= VECTOR_DIMS:
+        return "vector"
     return None
 
 
@@ -111,7 +117,7 @@ def _build_memory_mb(n: int, lists: int, dim: int) -> int:
     """``maintenance_work_mem`` pgvector's k-means asks for (samples, their bounds, centers), with room."""
     samples = min(n, lists * _SAMPLE_PER_LIST)
     size = samples * (dim * 4 + 16) + samples * lists * 4 + lists * lists * 4 + 4 * lists * (dim * 4 + 16)
-    return int(size * 1.25 / 2**20) + 64
+    return int(size * 1.1 / 2**20) + 64
 
 
 def build_ivf(conn: Any, kind: str, dim: int, n: int, lists: int) -> str:
