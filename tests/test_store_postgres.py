@@ -235,7 +235,7 @@ def test_the_vector_index_is_ivfflat_with_cells_that_follow_the_knowledge_base(
             assert postgres_schema.ivf_index("vector", 1024, lists) in plan
         seen.append(lists)
         with open_index(cfg, HashEmbedder(1024)) as reader:
-            assert reader.vector_index == f"ivf:{lists}" and reader.probes == postgres_schema.probes(lists)
+            assert reader.vector_index == f"ivf:{lists}" and reader.probes == postgres_schema.probes(lists, chunks)
             hits = reader.search("page 7 edition", 3, mode="vector")
             assert hits and "edition 7" in hits[0].text
     assert seen[0] < seen[1] < seen[2]
