@@ -645,9 +645,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def with_unmeasured(result: dict[str, Any], previous_rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """``result`` with the previous rows of stores it has not measured (yet) as ``unmeasured_rows``:
+    a run that stops part-way must not lose the figures a later ``--reuse-index`` needs (without
+    them it would index that store again, and drop the database of a ``--postgres`` URI)."""
+    measured = {r.get("store") for r in result["rows"]}
+    kept = [r for r in previous_rows if r.get("store") not in measured]
+    return {**result, "unmeasured_rows": kept} if kept else dict(result)
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     try:  # read before this run writes over it: --reuse-index takes the indexing figures from there
-        args.previous_rows = json.loads((args.out / f"{NAME}.json").read_text()).get("rows", [])
+        previous = json.loads((args.out / f"{NAME}.json").read_text())
+        args.previous_rows = previous.get("rows", []) + previous.get("unmeasured_rows", [])
     except (OSError, ValueError):
         args.previous_rows = []
     work = Path(args.workdir or tempfile.mkdtemp(prefix="crag-store-scale-"))
@@ -669,7 +679,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         settings: dict[str, dict[str, str]] = {}
 
         def save() -> None:
-            write_json(args.out / f"{NAME}.json", {k: v for k, v in result.items()})
+            write_json(args.out / f"{NAME}.json", with_unmeasured(result, args.previous_rows))
             write_text(args.out / f"{NAME}.md", "# Store scale\n\n" + render_markdown(result))
 
         for store in args.stores:

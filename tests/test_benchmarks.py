@@ -297,3 +297,15 @@ def test_store_scale_copies_and_report():
     md = store_scale.render_markdown(result)
     assert "| embedded | 1,007,607 |" in md and "30.0 / 80.0 (CPU 25.0 / 60.0)" in md and "ivf:1024" in md
     assert "one 28%" in md
+
+
+def test_store_scale_keeps_the_figures_of_stores_a_run_has_not_measured():
+    """A run stopped after its first store keeps the other store's previous row for --reuse-index."""
+    from benchmarks import store_scale
+
+    previous = [{"store": "embedded", "index_wall_s": 1.0}, {"store": "postgresql", "index_wall_s": 2.0}]
+    part = store_scale.with_unmeasured({"rows": [{"store": "embedded", "index_wall_s": 3.0}]}, previous)
+    assert part["rows"] == [{"store": "embedded", "index_wall_s": 3.0}]
+    assert part["unmeasured_rows"] == [{"store": "postgresql", "index_wall_s": 2.0}]
+    whole = store_scale.with_unmeasured({"rows": [{"store": "embedded"}, {"store": "postgresql"}]}, previous)
+    assert "unmeasured_rows" not in whole
