@@ -414,3 +414,42 @@ def test_a_server_that_goes_away_mid_index_is_one_line_with_no_psycopg_chatter(p
     assert proc.returncode == 1
     (line,) = err.strip().splitlines()
     assert line.startswith("crag: error: the PostgreSQL server ") and "password" not in line
+
+
+def test_after_a_pgvector_upgrade_a_refused_build_keeps_the_index_searches_use(
+    pg_uri: str, tmp_path: Path, monkeypatch: object
+) -> None:
+    import psycopg
+
+    from crag.index import postgres, postgres_search
+    from crag.index import postgres_vectors as pv
+    from crag.index.hash_embedder import HashEmbedder
+
+    monkeypatch.setattr(pv, "IVF_MIN_CHUNKS", 8)  # type: ignore[attr-defined]
+    cfg = Settings(store=pg_uri)
+    kb = make_kb(tmp_path / "kb", n=30)
+    index_roots(cfg, [kb], embedder=HashEmbedder(1024))  # built on vector (pgvector 0.6)
+    with psycopg.connect(pg_uri) as conn:
+        lists = pv.ivf_lists(_meta(conn)["vectors"])
+        assert lists and _vector_indexes(conn) == {pv.ivf_index("vector", 1024, lists)}
+
+    def upgraded(pgvector: object, dim: int) -> str:  # as pgvector 0.7 answers
+        return "halfvec"
+
+    def refused(conn: object, kind: str, dim: int, n: int, lists: int) -> str:
+        conn.execute("SELECT 1 / 0")  # type: ignore[attr-defined]
+        return ""
+
+    for module in (pv, postgres, postgres_search):
+        monkeypatch.setattr(module, "vector_kind", upgraded)  # type: ignore[attr-defined]
+    monkeypatch.setattr(pv, "build_ivf", refused)  # type: ignore[attr-defined]
+    make_kb(kb, n=31)
+    index_roots(cfg, [kb], embedder=HashEmbedder(1024))
+    with psycopg.connect(pg_uri) as conn:
+        meta = _meta(conn)
+        assert meta["vectors"] == f"ivf:{lists}" and "division by zero" in meta["vectors_error"]
+        assert _vector_indexes(conn) == {pv.ivf_index("vector", 1024, lists)}  # kept, not dropped
+    with open_index(cfg, HashEmbedder(1024)) as reader:
+        assert (reader.vector_index, reader.kind) == (f"ivf:{lists}", "vector")
+        hits = reader.search("page 12 edition", 3, mode="vector")
+        assert hits and "edition 12" in hits[0].text

@@ -1,10 +1,11 @@
 """Searching a PostgreSQL store: pgvector and full-text rankings (a ``Retriever``).
 
 See ``crag.index.postgres`` for the tables. Vector search uses the IVFFlat index that
-``meta.vectors`` names (``ivf:<cells>``: ``ivfflat.probes`` is ``postgres_vectors.probes``
-of its cells and chunks; it ranks by cosine distance) when no roots restrict the search, an older crag's HNSW index until the next
-update replaces it, and is exact otherwise; scores are inner products of the stored
-vectors with the query, the cosine similarity the embedded store reports. Full-text ranking is BM25,
+``meta.vectors`` names (``ivf:<cells>``; ``ivfflat.probes`` is ``postgres_vectors.probes``
+of its cells and chunks; its cells are found by cosine distance) when no roots restrict the
+search, an older crag's HNSW index until the next update replaces it, and is exact
+otherwise; scores are inner products of the stored vectors with the query, the cosine
+similarity the embedded store reports. Full-text ranking is BM25,
 computed in SQL as SQLite's FTS5 computes it in the embedded store, over the rows
 ``crag.index.lexical`` bounds, from the postings tables (``postings`` for chunks,
 ``file_postings`` for files: one row per lexeme and row, with the row's length and the
@@ -75,29 +76,29 @@ class PostgresRetriever:
         self._conns: list[Any] = []
         self._lock = threading.Lock()
         with store.session() as conn:
-            self.kind = vector_kind(store.pgvector_version(conn), self.dim)
             meta = store.meta(conn)
-            self.vector_index = self._index_of(meta.get("vectors"), vector_index_names(conn))
+            self.vector_index, self.kind = self._index_of(
+                meta.get("vectors"), vector_index_names(conn), vector_kind(store.pgvector_version(conn), self.dim)
+            )
         self.lists = ivf_lists(self.vector_index)
         self.probes = probes(self.lists, self.n_chunks) if self.lists else 0
         self.n_files = int(meta.get("text_files", "0"))
         self.avgdl_chunks = float(meta.get("avgdl_chunks", "1")) or 1.0
         self.avgdl_files = float(meta.get("avgdl_files", "1")) or 1.0
 
-    def _index_of(self, vectors: str | None, indexes: list[str]) -> str:
-        """What vector searches use: ``ivf:<cells>`` (``meta.vectors``), ``hnsw`` (an older crag's
-        index, whose store records no ``vectors``), or ``exact``."""
-        if self.kind is None:
-            return "exact"
-        for kind in ("halfvec", "vector"):  # the type it was built on (pgvector may have been upgraded since)
-            lists = ivf_lists(vectors)
-            if lists is not None and ivf_index(kind, self.dim, lists) in indexes:
-                self.kind = kind
-                return f"ivf:{lists}"
-            if vectors is None and hnsw_index(kind, self.dim) in indexes:
-                self.kind = kind
-                return "hnsw"
-        return "exact"
+    def _index_of(self, vectors: str | None, indexes: list[str], kind: str | None) -> tuple[str, str | None]:
+        """What vector searches use, and the type its index was built on (pgvector may have been
+        upgraded since): ``ivf:<cells>`` (``meta.vectors``), ``hnsw`` (an older crag's index,
+        whose store records no ``vectors``), or ``exact``."""
+        if kind is None:
+            return "exact", None
+        lists = ivf_lists(vectors)
+        for built in ("halfvec", "vector"):
+            if lists is not None and ivf_index(built, self.dim, lists) in indexes:
+                return f"ivf:{lists}", built
+            if vectors is None and hnsw_index(built, self.dim) in indexes:
+                return "hnsw", built
+        return "exact", kind
 
     def _conn(self) -> Any:
         conn = getattr(self._local, "conn", None)

@@ -165,7 +165,7 @@ def settle(conn: Any, pgvector: tuple[int, ...], dim: int, n: int, previous: str
             build_ivf(conn, kind, dim, n, lists)
     except errors as exc:
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        kept = current is not None and ivf_index(kind, dim, current) in vector_index_names(conn)
+        kept = current is not None and bool(_built(vector_index_names(conn), dim, current))
         return (f"ivf:{current}" if kept else "exact"), reason
     return f"ivf:{lists}", ""
 
@@ -174,7 +174,17 @@ def drop_others(conn: Any, kind: str | None, dim: int, vectors: str) -> None:
     """Drop the vector indexes other than the one ``vectors`` names (a previous cell count, an older
     crag's HNSW), without blocking searches: DROP INDEX CONCURRENTLY, in autocommit."""
     lists = ivf_lists(vectors)
-    keep = ivf_index(kind, dim, lists) if kind is not None and lists is not None else None
-    for name in vector_index_names(conn):
+    names = vector_index_names(conn)
+    built = _built(names, dim, lists) if lists is not None else []
+    # The index of today's type; else the one of another type searches still use (a build of
+    # today's type the server refused after a pgvector upgrade).
+    today = [name for name in built if kind is not None and name == ivf_index(kind, dim, lists or 0)]
+    keep = (today or built or [None])[0]
+    for name in names:
         if name != keep:
             conn.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {SCHEMA}.{name}")
+
+
+def _built(names: list[str], dim: int, lists: int) -> list[str]:
+    """The IVFFlat indexes of ``lists`` cells among ``names``, of either type."""
+    return [ivf_index(k, dim, lists) for k in ("halfvec", "vector") if ivf_index(k, dim, lists) in names]
