@@ -14,6 +14,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from crag.config import Settings
 from crag.index import index_roots, open_index, open_store
 from crag.index.postgres import redact
@@ -176,6 +178,14 @@ def test_a_bad_store_setting_names_the_variable(tmp_path: Path) -> None:
     assert run.returncode == 2 and "KB_AGENT_STORE" in run.stderr and len(run.stderr.strip().splitlines()) == 1
 
 
+@pytest.fixture
+def ivf_from_8_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An IVFFlat index from 8 chunks on (crag builds one from 5,000), so that small stores get one."""
+    from crag.index import postgres_vectors
+
+    monkeypatch.setattr(postgres_vectors, "IVF_MIN_CHUNKS", 8)
+
+
 def _vector_indexes(conn: object) -> set[str]:
     from crag.index.postgres_vectors import vector_index_names
 
@@ -206,15 +216,13 @@ def test_the_schema_is_versioned_and_a_small_knowledge_base_is_searched_exactly(
         assert hits and "edition 12" in hits[0].text
 
 
-def test_the_vector_index_is_ivfflat_with_cells_that_follow_the_knowledge_base(
-    pg_uri: str, tmp_path: Path, monkeypatch: object
-) -> None:
+@pytest.mark.usefixtures("ivf_from_8_chunks")
+def test_the_vector_index_is_ivfflat_with_cells_that_follow_the_knowledge_base(pg_uri: str, tmp_path: Path) -> None:
     import psycopg
 
     from crag.index import postgres_vectors as postgres_schema
     from crag.index.hash_embedder import HashEmbedder
 
-    monkeypatch.setattr(postgres_schema, "IVF_MIN_CHUNKS", 8)  # type: ignore[attr-defined]
     cfg = Settings(store=pg_uri)
     kb = make_kb(tmp_path / "kb", n=10)
     seen: list[int] = []
@@ -272,13 +280,15 @@ def test_an_older_hnsw_index_is_searched_until_an_update_replaces_it(pg_uri: str
         assert _vector_indexes(conn) == {postgres_schema.ivf_index("vector", 1024, lists)}
 
 
-def test_a_vector_index_the_server_refuses_leaves_the_update_whole(pg_uri: str, tmp_path: Path, monkeypatch: object) -> None:
+@pytest.mark.usefixtures("ivf_from_8_chunks")
+def test_a_vector_index_the_server_refuses_leaves_the_update_whole(
+    pg_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import psycopg
 
     from crag.index import postgres_vectors as postgres_schema
     from crag.index.hash_embedder import HashEmbedder
 
-    monkeypatch.setattr(postgres_schema, "IVF_MIN_CHUNKS", 8)  # type: ignore[attr-defined]
 
     def refused(conn: object, kind: str, dim: int, n: int, lists: int) -> str:
         conn.execute(  # type: ignore[attr-defined]
@@ -416,8 +426,9 @@ def test_a_server_that_goes_away_mid_index_is_one_line_with_no_psycopg_chatter(p
     assert line.startswith("crag: error: the PostgreSQL server ") and "password" not in line
 
 
+@pytest.mark.usefixtures("ivf_from_8_chunks")
 def test_after_a_pgvector_upgrade_a_refused_build_keeps_the_index_searches_use(
-    pg_uri: str, tmp_path: Path, monkeypatch: object
+    pg_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import psycopg
 
@@ -425,7 +436,6 @@ def test_after_a_pgvector_upgrade_a_refused_build_keeps_the_index_searches_use(
     from crag.index import postgres_vectors as pv
     from crag.index.hash_embedder import HashEmbedder
 
-    monkeypatch.setattr(pv, "IVF_MIN_CHUNKS", 8)  # type: ignore[attr-defined]
     cfg = Settings(store=pg_uri)
     kb = make_kb(tmp_path / "kb", n=30)
     index_roots(cfg, [kb], embedder=HashEmbedder(1024))  # built on vector (pgvector 0.6)
