@@ -463,3 +463,32 @@ def test_after_a_pgvector_upgrade_a_refused_build_keeps_the_index_searches_use(
         assert (reader.vector_index, reader.kind) == (f"ivf:{lists}", "vector")
         hits = reader.search("page 12 edition", 3, mode="vector")
         assert hits and "edition 12" in hits[0].text
+
+
+def test_the_published_version_is_read_on_one_kept_connection(pg_uri: str, tmp_path: Path) -> None:
+    """An agent asks for the version before every search: one statement, not a new connection
+    each time; a connection the server dropped is replaced, and ``close`` closes it."""
+    import psycopg
+
+    cfg = Settings(store=pg_uri)
+    store = open_store(cfg)
+    assert store.version() is None  # no index yet
+    kb = make_kb(tmp_path / "kb")
+    index_roots(cfg, [kb])
+    opened = []
+    connect = store.connect
+    store.connect = lambda autocommit=False: opened.append(autocommit) or connect(autocommit)  # type: ignore[method-assign]
+    first = store.version()
+    assert first is not None and all(store.version() == first for _ in range(10))
+    assert opened == []  # the connection of the first question, kept
+    write(kb / "new.md", "# New\n\nA page added later.\n")
+    index_roots(cfg, [kb])
+    second = store.version()
+    assert second is not None and second != first
+    with psycopg.connect(pg_uri, autocommit=True) as conn:
+        conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                     "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+    assert store.version() == second and len(opened) == 1
+    kept = store._local.conn  # type: ignore[attr-defined]
+    store.close()
+    assert kept.closed
