@@ -57,7 +57,7 @@ def test_index_prints_what_changed_and_is_incremental(kb: Path) -> None:
 
 
 def test_index_says_so_when_the_embedder_changed(kb: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """An index built by a crag whose hash embedder had 2,048 dimensions is re-embedded at today's 1,024."""
+    """An index built by a crag whose hash embedder had 2,048 dimensions is re-embedded at today's 1,008."""
     import crag.index.embedders as embedders
 
     with monkeypatch.context() as older:
@@ -66,7 +66,7 @@ def test_index_says_so_when_the_embedder_changed(kb: Path, monkeypatch: pytest.M
         cli("index", "docs")
     code, out, _ = cli("index", "docs")
     assert code == 0
-    assert out.startswith("re-embedded everything: the index was built with hash:v1:2048, the configured embedder is hash:v1:1024\n")
+    assert out.startswith("re-embedded everything: the index was built with hash:v1:2048, the configured embedder is hash:v1:1008\n")
     assert "0 added, 2 changed" in out
 
 
@@ -111,7 +111,7 @@ def test_errors_are_one_line_with_the_right_exit_status(kb: Path, monkeypatch: p
     code, _, err = cli("search", "anything")
     assert code == 1
     assert err == (
-        "crag: error: index was built with hash:v1:1024, configured embedder is openai:text-embedding-3-small: "
+        "crag: error: index was built with hash:v1:1008, configured embedder is openai:text-embedding-3-small: "
         "run `python -m crag index docs` to re-index\n"
     )
     monkeypatch.delenv("KB_AGENT_EMBEDDER")

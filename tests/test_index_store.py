@@ -325,8 +325,9 @@ def test_hash_embedder_similarity_follows_shared_words() -> None:
     emb = HashEmbedder()
     a, b, c = emb.embed(["tokens expire and must be rotated", "rotating expired tokens", "docker compose port mapping"])
     assert float(a @ b) > 0.3 > float(a @ c)
-    with pytest.raises(ValueError):
-        HashEmbedder(1000)
+    for dim in (8, 1 << 25):
+        with pytest.raises(ValueError):
+            HashEmbedder(dim)
 
 
 def test_an_index_in_another_format_is_refused_then_rebuilt(kb: Path, cfg: Settings) -> None:

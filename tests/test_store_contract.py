@@ -140,7 +140,7 @@ def test_the_embedder_is_recorded_and_checked(kb: Path, cfg: Settings) -> None:
     with pytest.raises(EmbedderMismatchError):
         ensure_indexed(cfg, [kb], embedder=other)
     report = index_roots(cfg, [kb], embedder=other)
-    assert report.reembedded_all and "built with hash:v1:1024" in report.reason
+    assert report.reembedded_all and "built with hash:v1:1008" in report.reason
     state = open_store(cfg).state(files=False)
     assert state is not None and (state.embedder, state.dim) == (other.name, 2048)
     with open_index(cfg, other) as reader:

@@ -16,9 +16,12 @@ if TYPE_CHECKING:
 __all__ = ["BIGRAM_WEIGHT", "DEFAULT_HASH_DIM", "HASH_VERSION", "HashEmbedder"]
 
 HASH_VERSION = 1
-# Chosen by benchmarks/retrieval.py (see docs/retrieval.md): hybrid search ranks the shared
-# questions at 1,024 dimensions as at 2,048, and pgvector builds HNSW indexes of at most 2,000.
-DEFAULT_HASH_DIM = 1024
+# Chosen by benchmarks/retrieval.py and benchmarks/store_scale.py (docs/retrieval.md): hybrid
+# search ranks the shared questions at 1,008 dimensions as at 1,024 and 2,048, and 1,008 is
+# the most at which two vectors fit one page of a pgvector index (4 bytes a dimension, 16 of
+# headers and 4 of line pointer each, in 8,160 bytes): the PostgreSQL store's vector index is
+# half the size it is at 1,024, and a search reads half the pages (docs/postgresql.md).
+DEFAULT_HASH_DIM = 1008
 BIGRAM_WEIGHT = 0.5
 
 # Lower-cased UTF-8 bytes -> the same bytes for ASCII letters and digits and for every
@@ -153,8 +156,8 @@ class HashEmbedder:
     relates_words = False  # vectors of texts without a common word are unrelated (crag.index.search)
 
     def __init__(self, dim: int = DEFAULT_HASH_DIM, bigram_weight: float = BIGRAM_WEIGHT) -> None:
-        if dim < 16 or dim & (dim - 1) or dim > (1 << 24):
-            raise ValueError(f"hash embedder dimension must be a power of two in [16, 2**24], got {dim}")
+        if not 16 <= dim <= (1 << 24):
+            raise ValueError(f"hash embedder dimension must be in [16, 2**24], got {dim}")
         self.dim = dim
         self.bigram_weight = bigram_weight
         suffix = "" if bigram_weight == BIGRAM_WEIGHT else f":b{bigram_weight:g}"
@@ -313,7 +316,8 @@ class HashEmbedder:
         weights[bigram] *= np.float32(self.bigram_weight)
         negative = (keys & np.uint64(_SIGN_BIT)) != 0
         weights[negative] *= np.float32(-1.0)
-        slots = (keys & np.uint64(dim - 1)).astype(np.int64)
+        # The feature's slot: its low 32 bits modulo ``dim`` (for a power of two, its low bits).
+        slots = ((keys & np.uint64(0xFFFFFFFF)) % np.uint64(dim)).astype(np.int64)
         key_rows = (keys >> np.uint64(_KEY_BITS)).astype(np.int64)
         np.add.at(out.reshape(-1), key_rows * dim + slots, weights.astype(np.float32))
         # np.linalg.norm(out, axis=1) without its copy of `out`: the same float32 sums. An
