@@ -492,3 +492,39 @@ def test_the_published_version_is_read_on_one_kept_connection(pg_uri: str, tmp_p
     kept = store._local.conn  # type: ignore[attr-defined]
     store.close()
     assert kept.closed
+
+
+def test_a_query_of_frequent_words_only_ranks_the_rows_holding_every_word(
+    pg_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """More rows than the budget hold each word (``lexical.ALL``): the ranking is of the rows
+    holding them all, with and without roots; those of the embedded store's ranking that come
+    before every word's budget-th row (all of them when nothing is cut)."""
+    from crag.index import lexical
+
+    kb = tmp_path / "kb"
+    for n in range(12):
+        extra = " zebra" * (1 + n % 3) if n % 2 else ""
+        write(kb / "a" / f"doc{n:02d}.md", f"# Doc {n}\n\nThe system archive stores records{extra}.\n")
+        write(kb / "b" / f"doc{n:02d}.md", f"# Other {n}\n\nEach system keeps records{extra} in an archive.\n")
+    monkeypatch.setattr(lexical, "CHUNK_BUDGET", 5)
+    pg, embedded = Settings(store=pg_uri), Settings(index_dir=str(tmp_path / "index"))
+    index_roots(pg, [kb])
+    index_roots(embedded, [kb])
+    with open_index(pg) as got, open_index(embedded) as want:
+        for query in ("system archive records", "system records zebra"):
+            for roots in (None, [str(kb / "b")]):
+                found, expect = got.lexical_ranking(query, 10, roots), want.lexical_ranking(query, 10, roots)
+                paths_found = [got.chunk_rows([c])[c].path for c, _ in found]
+                assert 0 < len(found) <= 5
+                expected = {want.chunk_rows([c])[c].path for c, _ in expect}
+                if "zebra" in query:  # "system" has its budget of rows before most of "zebra"'s
+                    assert set(paths_found) < expected, (query, roots)
+                else:
+                    assert set(paths_found) == expected, (query, roots)
+                texts = [got.chunk_rows([c])[c].text for c, _ in found]
+                assert all(all(w in t for w in ("system", "records")) for t in texts)
+                if "zebra" in query:
+                    assert all("zebra" in t for t in texts)
+                if roots:
+                    assert all(p.startswith(roots[0] + os.sep) for p in paths_found)

@@ -241,11 +241,13 @@ class IndexReader:
             window = ""
             if rowids is not None:
                 window, params = f" AND {table}.rowid IN ({','.join('?' * len(rowids))})", [*rowids, *params]
-            elif chosen.mode == lexical.ALL and self._df(table, match, budget + 1) > budget:
-                # Frequent words only, and more rows hold them all than the budget: the first ones indexed.
+            elif chosen.mode == lexical.ALL:
+                # Frequent words only: when more rows (of the roots) hold them all than the budget,
+                # the first ones indexed.
                 last = self._query(
-                    f"SELECT rowid FROM {table} WHERE {table} MATCH ? ORDER BY rowid LIMIT 1 OFFSET ?",
-                    [match, budget - 1],
+                    f"SELECT {table}.rowid FROM {table}{join if clause else ''} WHERE {table} MATCH ?{clause} "
+                    f"ORDER BY {table}.rowid LIMIT 1 OFFSET ?",
+                    [match, *params, budget - 1],
                 )
                 if last:
                     window, params = f" AND {table}.rowid <= ?", [int(last[0][0]), *params]
