@@ -11,7 +11,7 @@ shared questions the codes rank as float32 did (``docs/retrieval.md``).
 The index has one of two kinds, by the number of chunks (``kind_for``):
 
 * ``exact``: ``IndexIDMap2(IndexScalarQuantizer)``, brute force over every code, while the
-  knowledge base holds at most ``EXACT_MAX`` chunks (at 1,024 dimensions a query then costs
+  knowledge base holds at most ``EXACT_MAX`` chunks (at 1,008 dimensions a query then costs
   at most about 10 ms on one core, ``benchmarks/store_scale.py``);
 * ``ivf``: ``IndexIVFScalarQuantizer`` over the same codes (not residuals), its vectors in
   ``cells(n)`` k-means cells trained on a sample, ``nprobe(nlist)`` cells searched per
