@@ -241,9 +241,9 @@ class IndexReader:
             window = ""
             if rowids is not None:
                 window, params = f" AND {table}.rowid IN ({','.join('?' * len(rowids))})", [*rowids, *params]
-            elif chosen.mode == lexical.ALL:
+            elif chosen.mode == lexical.ALL and (clause or self._df(table, match, budget + 1) > budget):
                 # Frequent words only: when more rows (of the roots) hold them all than the budget,
-                # the first ones indexed.
+                # the first ones indexed (the count of the whole index is cached).
                 last = self._query(
                     f"SELECT {table}.rowid FROM {table}{join if clause else ''} WHERE {table} MATCH ?{clause} "
                     f"ORDER BY {table}.rowid LIMIT 1 OFFSET ?",
