@@ -489,7 +489,7 @@ def test_the_published_version_is_read_on_one_kept_connection(pg_uri: str, tmp_p
         conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                      "WHERE datname = current_database() AND pid <> pg_backend_pid()")
     assert store.version() == second and len(opened) == 1
-    kept = store._local.conn  # type: ignore[attr-defined]
+    kept = store._version_conns.current()  # type: ignore[attr-defined]
     store.close()
     assert kept.closed
 
@@ -528,3 +528,37 @@ def test_a_query_of_frequent_words_only_ranks_the_rows_holding_every_word(
                     assert all("zebra" in t for t in texts)
                 if roots:
                     assert all(p.startswith(roots[0] + os.sep) for p in paths_found)
+
+
+def test_connections_of_a_thread_that_ended_are_closed(pg_uri: str, tmp_path: Path) -> None:
+    """``crag mcp`` runs each call in a worker thread, and worker threads come and go: the
+    connections a thread opened (to search, to check the published version) close when it ends,
+    so a long-running server does not pile them up on the database."""
+    import gc
+    import threading
+
+    import psycopg
+
+    cfg = Settings(store=pg_uri)
+    index_roots(cfg, [make_kb(tmp_path / "kb")])
+    store = open_store(cfg)
+
+    def backends() -> int:
+        with psycopg.connect(pg_uri, autocommit=True) as conn:
+            return conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                                "AND pid <> pg_backend_pid()").fetchone()[0]
+
+    with open_index(cfg) as reader:
+        assert store.version() and reader.search("retries", 2)  # this thread's, kept
+        before = backends()
+        for _ in range(4):
+            worker = threading.Thread(target=lambda: (store.version(), reader.search("retries", 2)))
+            worker.start()
+            worker.join()
+        gc.collect()
+        deadline = time.monotonic() + 10
+        while backends() > before and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert backends() == before
+        assert store.version() and reader.search("retries", 2)
+    store.close()

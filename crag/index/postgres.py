@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import logging
 import re
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -41,6 +40,7 @@ from ..errors import IndexStoreError
 from ..ports import FileRecord, StoreState
 from .documents import embedder_mismatch
 from .fusion import SearchWeights
+from .postgres_connections import PerThread
 from .postgres_schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION, vector_literal
 from .postgres_search import PostgresRetriever
 from .postgres_update import PostgresUpdate, word_count
@@ -110,9 +110,7 @@ class PostgresStore:
         self.location = redact(uri)
         self.reindex_hint = f"run `python -m crag index PATH` (with KB_AGENT_STORE={self.location}) to rebuild it"
         self.psycopg = _psycopg()
-        self._local = threading.local()  # each thread's connection for ``version``
-        self._kept: list[Any] = []
-        self._lock = threading.Lock()
+        self._version_conns = PerThread(lambda: self.connect(autocommit=True))
 
     def __repr__(self) -> str:
         return f"PostgresStore({self.location!r})"
@@ -213,20 +211,17 @@ class PostgresStore:
         asks before every search, so this is one statement on a connection kept for it (a new
         connection cost more than the rest of a search); a broken one is replaced once."""
         for _ in range(2):
-            conn = getattr(self._local, "conn", None)
+            conn = None
             try:
-                if conn is None or conn.closed:
-                    conn = self.connect(autocommit=True)
-                    self._local.conn = conn
-                    with self._lock:
-                        self._kept.append(conn)
+                conn = self._version_conns.get()
                 migrations, version = conn.execute(_VERSION).fetchone()
             except IndexStoreError:
                 return None
             except self.psycopg.errors.UndefinedTable:
                 return None
             except self.psycopg.Error:
-                conn.close()
+                if conn is not None:
+                    conn.close()
                 continue
             return version if migrations == SCHEMA_VERSION else None
         return None
@@ -300,7 +295,4 @@ class PostgresStore:
         return PostgresUpdate(self, base, embedder, chunker)
 
     def close(self) -> None:
-        with self._lock:
-            kept, self._kept = self._kept, []
-        for conn in kept:
-            conn.close()
+        self._version_conns.close()

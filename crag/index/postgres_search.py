@@ -38,6 +38,7 @@ from ..ports import ChunkRow, Hit, StoreState
 from . import lexical
 from .documents import REINDEX, query_terms
 from .fusion import SearchWeights
+from .postgres_connections import PerThread
 from .postgres_schema import SCHEMA
 from .postgres_vectors import hnsw_index, ivf_index, ivf_lists, probes, vector_index_names, vector_kind
 from .search import hybrid_search
@@ -75,9 +76,8 @@ class PostgresRetriever:
         self.index_dir = store.location
         self.weights = weights
         self.psycopg = store.psycopg
-        self._local = threading.local()
-        self._conns: list[Any] = []
-        self._lock = threading.Lock()
+        self._local = threading.local()  # the last query vector sent (``_vector_param``)
+        self._conns = PerThread(self._connect)  # each thread's connection
         with store.session() as conn:
             meta = store.meta(conn)
             self.vector_index, self.kind = self._index_of(
@@ -104,29 +104,22 @@ class PostgresRetriever:
         return "exact", kind
 
     def _conn(self) -> Any:
-        conn = getattr(self._local, "conn", None)
-        if conn is None or conn.closed:
-            conn = self.store.connect(autocommit=True)
-            try:
-                conn.execute(f"SET hnsw.ef_search = {_EF_SEARCH}")
-                if self.probes:
-                    conn.execute(f"SET ivfflat.probes = {self.probes}")
-            except self.psycopg.Error as exc:
-                conn.close()
-                raise self.store.error(exc) from exc
-            self._local.conn = conn
-            with self._lock:
-                self._conns.append(conn)
+        return self._conns.get()
+
+    def _connect(self) -> Any:
+        """A new connection for this thread, with the vector index's search settings."""
+        conn = self.store.connect(autocommit=True)
+        try:
+            conn.execute(f"SET hnsw.ef_search = {_EF_SEARCH}")
+            if self.probes:
+                conn.execute(f"SET ivfflat.probes = {self.probes}")
+        except self.psycopg.Error as exc:
+            conn.close()
+            raise self.store.error(exc) from exc
         return conn
 
     def close(self) -> None:
-        with self._lock:
-            for conn in self._conns:
-                try:
-                    conn.close()
-                except Exception:
-                    pass
-            self._conns.clear()
+        self._conns.close()
 
     def __enter__(self) -> PostgresRetriever:
         return self

@@ -1,0 +1,62 @@
+"""One PostgreSQL connection per thread, closed when its thread ends (``PerThread``).
+
+The PostgreSQL store's readers keep a connection per thread: psycopg connections are not
+shared between threads, and opening one costs more than a search. A long-running server
+(``crag mcp``) runs each call in a worker thread, and worker threads come and go; a
+connection held for a thread that has ended would stay open on the database for the life
+of the process. So a thread's connection lives in its thread-local storage alone: when the
+thread ends, the storage goes and a finalizer closes the connection. ``close`` closes those
+of the threads still running.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["PerThread"]
+
+
+class _Held:
+    """A thread's connection; closing it is the holder's finalizer."""
+
+    __slots__ = ("__weakref__", "conn")
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+        weakref.finalize(self, conn.close)
+
+
+class PerThread:
+    """The calling thread's connection from ``open`` (a new one when it has none, or it was closed)."""
+
+    def __init__(self, open: Callable[[], Any]) -> None:
+        self._open = open
+        self._local = threading.local()
+        self._held: weakref.WeakSet[_Held] = weakref.WeakSet()
+        self._lock = threading.Lock()
+
+    def get(self) -> Any:
+        held = getattr(self._local, "held", None)
+        if held is None or held.conn.closed:
+            held = _Held(self._open())
+            self._local.held = held
+            with self._lock:
+                self._held.add(held)
+        return held.conn
+
+    def current(self) -> Any:
+        """The calling thread's connection, or None (opens nothing)."""
+        held = getattr(self._local, "held", None)
+        return None if held is None else held.conn
+
+    def close(self) -> None:
+        with self._lock:
+            held = list(self._held)
+        for h in held:
+            try:
+                h.conn.close()
+            except Exception:
+                pass
