@@ -1,0 +1,158 @@
+"""``ask`` on a terminal: which step is running, the answer as the model writes it, then the
+grounded answer. Used only when standard output is a terminal and ``--json`` is not given:
+piped, redirected or as JSON, ``ask`` prints the result alone, as it always has.
+
+The run goes through ``Agent.stream``, and two things show while it works:
+
+- **The status region, on stderr.** The running step (``… plan``) and, while ``synthesize``
+  runs, the last lines the model has written so far (its raw reply, before grounding, made
+  terminal-safe and redacted), each line clipped to the terminal's width so the region's
+  height is known and can be erased exactly. It is erased when the grounded answer starts
+  and when the run ends or is interrupted.
+- **The grounded answer, on stdout,** a sentence at a time as ``Agent.stream`` lets it show
+  (``crag.stream`` says when), completed by the finished answer's rest. When the stream held
+  the whole answer back (the simple path, a reply with no citation), nothing was shown on
+  stdout, and the finished answer is printed exactly as ``ask`` prints it on a terminal
+  without progress (Markdown rendered when ``rich`` is installed).
+
+With ``TERM=dumb`` (or no ``TERM``) no cursor control is written: each step is one plain
+line on stderr (``crag: plan…``) and there is no preview of the raw reply; the grounded
+answer still streams on stdout, which only ever appends. When stderr is not a terminal the
+status is not shown at all. A terminal too narrow for a useful preview (under 20 columns)
+gets the step line alone.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+import unicodedata
+from typing import TextIO
+
+from ..events import AnswerDelta, AnswerStarted, NodeStarted
+from ..safe_text import ShownStream
+from .common import isatty, secrets, shown
+
+PREVIEW_LINES = 8  # at most this many lines of the raw reply under the step name
+MIN_COLUMNS = 20  # narrower than this, the step line alone
+REDRAW_EVERY = 0.05  # seconds between redraws of the preview (deltas can come much faster)
+
+
+def wants_progress(out: TextIO, as_json: bool) -> bool:
+    """Whether ``ask`` shows its progress: on a terminal, and not with ``--json``."""
+    return not as_json and isatty(out)
+
+
+def dumb_terminal(environ: dict[str, str] | None = None) -> bool:
+    """A terminal that takes no cursor control (``TERM=dumb``, or no ``TERM`` outside Windows)."""
+    term = (os.environ if environ is None else environ).get("TERM", "")
+    return term == "dumb" or (not term and os.name != "nt")
+
+
+def width(ch: str) -> int:
+    """The columns ``ch`` takes on a terminal: 0 for combining marks, 2 for wide characters."""
+    if unicodedata.combining(ch) or unicodedata.category(ch) in ("Mn", "Me", "Cf"):
+        return 0
+    return 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
+
+
+def clip(line: str, columns: int, end: bool = False) -> str:
+    """The start of ``line`` that fits in ``columns``; with ``end``, its end (the words the
+    model wrote last)."""
+    taken, used = [], 0
+    for ch in reversed(line) if end else line:
+        used += width(ch)
+        if used > columns:
+            break
+        taken.append(ch)
+    return "".join(reversed(taken) if end else taken)
+
+
+class LiveAsk:
+    """The screen of one ``ask`` on a terminal: ``event`` takes the run's events (the status
+    region), ``chunk`` the grounded chunks, ``finish`` the ``Answer``; ``abort`` erases the
+    status region after Ctrl-C or an error."""
+
+    def __init__(self, out: TextIO, err: TextIO, show_usage: bool = True, dumb: bool | None = None) -> None:
+        self.out = out
+        self.err = err
+        self.show_usage = show_usage
+        self.status = isatty(err)  # the status region goes to stderr only when it is a terminal
+        self.dumb = dumb_terminal() if dumb is None else dumb
+        self.node = ""
+        self.reply = ""  # the raw reply being written (the preview)
+        self.rows = 0  # rows the status region takes on screen (cursor at the end of its last)
+        self.drawn_at = 0.0
+        self.screen: ShownStream | None = None  # the grounded answer on stdout, once it streams
+
+    # -- the status region ------------------------------------------------------------------
+
+    def event(self, event: object) -> None:
+        if self.screen is not None or not self.status:
+            return
+        if isinstance(event, NodeStarted):
+            self.node, self.reply = event.node, ""
+            if self.dumb:
+                self.err.write(f"crag: {shown(event.node)}…\n")
+                self.err.flush()
+            else:
+                self._draw()
+        elif isinstance(event, AnswerStarted):  # again after a refit: the reply starts over
+            self.reply = ""
+        elif isinstance(event, AnswerDelta) and not self.dumb:
+            self.reply += event.text
+            now = time.monotonic()
+            if now - self.drawn_at >= REDRAW_EVERY:
+                self._draw()
+
+    def _draw(self) -> None:
+        columns, lines = shutil.get_terminal_size((80, 24))
+        columns -= 1  # never write into the last column: some terminals wrap there at once
+        region = [clip(f"  … {shown(self.node)}", columns)]
+        if self.reply and columns >= MIN_COLUMNS:
+            written = [line for line in shown(self.reply).splitlines() if line.strip()]
+            room = max(0, min(PREVIEW_LINES, lines - 3))
+            region += ["    " + clip(line.strip().replace("\t", " "), columns - 4, end=True) for line in written[-room:]] if room else []
+        self._erase()
+        self.err.write("\n".join(region))
+        self.err.flush()
+        self.rows = len(region)
+        self.drawn_at = time.monotonic()
+
+    def _erase(self) -> None:
+        if self.rows and not self.dumb:
+            up = f"\033[{self.rows - 1}A" if self.rows > 1 else ""
+            self.err.write(f"\r{up}\033[J")
+            self.err.flush()
+        self.rows = 0
+
+    # -- the grounded answer ----------------------------------------------------------------
+
+    def chunk(self, text: str) -> None:
+        """A grounded chunk shown before the run finished: printed at once on stdout."""
+        if self.screen is None:
+            self._erase()
+            self.screen = ShownStream(secrets())
+        self.out.write(self.screen.feed(text))
+        self.out.flush()
+
+    def finish(self, answer) -> None:
+        """The finished ``Answer``: the rest of the streamed text, or the whole answer as
+        ``ask`` prints it when nothing streamed."""
+        from .render import print_answer
+
+        self._erase()
+        if self.screen is None:
+            print_answer(self.out, answer, show_usage=self.show_usage)
+        else:
+            final = shown(answer.answer if self.show_usage else answer.without_usage)
+            self.out.write(self.screen.rest(final) + "\n")
+        self.out.flush()
+
+    def abort(self) -> None:
+        """The run stopped (Ctrl-C, an error): the status region goes, a streamed line ends."""
+        self._erase()
+        if self.screen is not None:
+            self.out.write("\n")
+            self.out.flush()

@@ -1,0 +1,196 @@
+"""``python -m crag ask`` on a terminal: the running step, the answer as it is written, then
+the grounded answer; on a pipe or with ``--json``, the result alone (``crag.cli.live``).
+
+The terminal is a real pseudo-terminal (``pty``) holding the child's stdout and stderr; the
+LLM is ``tests.openai_server.FakeOpenAIServer`` on 127.0.0.1, streaming the answer as
+server-sent events.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from crag.events import AnswerDelta, AnswerStarted, NodeFinished, NodeStarted
+from tests.openai_server import Delay, FakeOpenAIServer, grades
+from tests.test_cli_ask import SETUP, cli, plan, route, write
+
+ROOT = Path(__file__).resolve().parents[1]
+QUESTION = "How often does the client retry an upload, and what happens when it gives up?"
+REPLY = "The client retries failed uploads three times before it gives up [1]."
+
+
+@pytest.fixture
+def kb(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    from tests.fakes import clean_env
+
+    write(tmp_path / "docs" / "setup.md", SETUP)
+    clean_env(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KB_AGENT_INDEX_DIR", str(tmp_path / "index"))
+    monkeypatch.setenv("KB_AGENT_LLM", "offline")
+    assert cli("index", "docs")[0] == 0
+    return tmp_path
+
+
+@pytest.fixture
+def llm(kb: Path):
+    """The loopback server, scripted for a complex question (every step runs once)."""
+    with FakeOpenAIServer() as srv:
+        srv.default("analyze_and_route", route("complex", "grep_search"))
+        srv.default("plan", plan(("grep_search", {"pattern": "retries failed uploads"})))
+        srv.default("grade_evidence", grades(rest=0.9))
+        srv.default("synthesize", REPLY)
+        yield srv
+
+
+def child_env(kb: Path, srv: FakeOpenAIServer, term: str = "xterm") -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KB_AGENT_", "OPENAI_"))}
+    env.update(PYTHONPATH=str(ROOT), KB_AGENT_LLM="openai", OPENAI_BASE_URL=srv.base_url, OPENAI_API_KEY="k",
+               KB_AGENT_MODEL="test-model", KB_AGENT_LLM_TIMEOUT="30", KB_AGENT_INDEX_DIR=str(kb / "index"),
+               TERM=term, COLUMNS="100", LINES="30")
+    return env
+
+
+class Terminal:
+    """A child process whose stdout and stderr are a pseudo-terminal; ``seen`` is what it showed."""
+
+    def __init__(self, argv: list[str], cwd: Path, env: dict[str, str]) -> None:
+        import pty
+
+        self.main_fd, child_fd = pty.openpty()
+        self.proc = subprocess.Popen([sys.executable, "-m", "crag", *argv], cwd=cwd, env=env,
+                                     stdin=subprocess.DEVNULL, stdout=child_fd, stderr=child_fd, close_fds=True)
+        os.close(child_fd)
+        self.seen = b""
+
+    def read_until(self, marker: bytes, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout  # a generous bound that only catches a hang
+        while marker not in self.seen:
+            assert time.monotonic() < deadline, self.seen.decode(errors="replace")
+            ready, _, _ = select.select([self.main_fd], [], [], 0.2)
+            if ready:
+                try:
+                    data = os.read(self.main_fd, 65536)
+                except OSError:  # the child closed the terminal
+                    return
+                if not data:
+                    return
+                self.seen += data
+
+    def finish(self, timeout: float = 60.0) -> int:
+        try:
+            self.read_until(b"\0never\0", timeout)  # read to the end (the child closes the terminal)
+            return self.proc.wait(timeout=timeout)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+            os.close(self.main_fd)
+
+    @property
+    def text(self) -> str:
+        return self.seen.decode(errors="replace")
+
+
+def test_ask_on_a_terminal_shows_each_step_then_the_grounded_answer(llm: FakeOpenAIServer, kb: Path) -> None:
+    term = Terminal(["ask", QUESTION], kb, child_env(kb, llm))
+    assert term.finish() == 0, term.text
+    shown = term.text
+    steps = [shown.find(f"… {node}") for node in ("analyze_and_route", "plan", "tool_exec", "grade_evidence",
+                                                  "synthesize")]
+    assert -1 not in steps and steps == sorted(steps), shown
+    answer = shown.index("The client retries failed uploads three times before it gives up [1].")
+    assert answer > steps[-1] and "[1] docs/setup.md:L" in shown[answer:] and "LLM Usage Stats" in shown[answer:]
+    assert "\033[J" in shown[:answer]  # the status region was erased before the answer
+    assert all(r.body.get("stream") for r in llm.requests if r.node == "synthesize")
+
+
+def test_ask_on_a_dumb_terminal_writes_plain_step_lines(llm: FakeOpenAIServer, kb: Path) -> None:
+    term = Terminal(["ask", QUESTION], kb, child_env(kb, llm, term="dumb"))
+    assert term.finish() == 0, term.text
+    shown = term.text
+    assert "\033" not in shown
+    lines = shown.replace("\r\n", "\n").splitlines()
+    assert lines[:5] == ["crag: analyze_and_route…", "crag: plan…", "crag: tool_exec…", "crag: grade_evidence…",
+                         "crag: synthesize…"]
+    assert "The client retries failed uploads three times before it gives up [1]." in shown
+
+
+def test_ask_piped_or_json_prints_only_the_result(llm: FakeOpenAIServer, kb: Path) -> None:
+    """Off a terminal nothing of the progress is written, and the answer is the one a
+    non-streaming run gives (stdout byte for byte)."""
+    env = child_env(kb, llm)
+    piped = subprocess.run([sys.executable, "-m", "crag", "ask", "--no-usage", QUESTION], cwd=kb, env=env,
+                           capture_output=True, text=True, timeout=120)
+    assert piped.returncode == 0 and piped.stderr == ""
+    assert piped.stdout.startswith(REPLY) and "…" not in piped.stdout and "\033" not in piped.stdout
+    assert not any(r.body.get("stream") for r in llm.requests)  # as before: the answer is not streamed
+    as_json = Terminal(["ask", "--json", QUESTION], kb, env)
+    assert as_json.finish() == 0
+    assert "…" not in as_json.text and "\033" not in as_json.text
+    assert json.loads(as_json.text)["body"].startswith(REPLY)
+
+
+def test_ctrl_c_on_a_terminal_erases_the_status_and_exits_130(llm: FakeOpenAIServer, kb: Path) -> None:
+    llm.script("synthesize", Delay(20, REPLY))
+    term = Terminal(["ask", QUESTION], kb, child_env(kb, llm))
+    try:
+        term.read_until(b"synthesize")
+        term.proc.send_signal(signal.SIGINT)
+    finally:
+        code = term.finish()
+    shown = term.text
+    assert code == 130 and "crag: interrupted" in shown and "Traceback" not in shown
+    assert shown.rindex("\033[J") < shown.index("crag: interrupted")  # the step line was erased first
+    assert REPLY not in shown
+
+
+class FakeTerminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_the_preview_shows_the_reply_as_written_clipped_to_the_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    from crag.cli import live
+
+    monkeypatch.setattr(live, "REDRAW_EVERY", 0.0)
+    monkeypatch.setenv("COLUMNS", "30")
+    monkeypatch.setenv("LINES", "12")
+    err, out = FakeTerminal(), FakeTerminal()
+    screen = live.LiveAsk(out, err, dumb=False)
+    screen.event(NodeStarted("synthesize"))
+    screen.event(AnswerStarted(()))
+    screen.event(AnswerDelta("The client retries failed uploads three times\n\nbefore it "))
+    screen.event(AnswerDelta("gives up. \x1b[31mRed\x1b[0m 宽宽宽宽宽宽宽宽宽宽宽宽宽宽宽宽"))
+    last = err.getvalue().rsplit("\033[J", 1)[1]
+    rows = last.split("\n")
+    assert rows[0] == "  … synthesize" and len(rows) == 3
+    assert all(sum(live.width(ch) for ch in row) <= 29 for row in rows)
+    assert "\x1b[31m" not in last and rows[-1].endswith("宽宽")
+    assert "before it gives up" in rows[-1] or "宽" in rows[-1]
+    screen.event(NodeFinished("synthesize"))
+    screen.chunk("The client retries failed uploads [1].")
+    assert err.getvalue().endswith("\r\033[2A\033[J")  # the three rows erased before the answer
+    assert out.getvalue().startswith("The client retries failed uploads")
+
+
+def test_the_preview_is_not_drawn_on_a_narrow_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    from crag.cli import live
+
+    monkeypatch.setattr(live, "REDRAW_EVERY", 0.0)
+    monkeypatch.setenv("COLUMNS", "12")
+    err = FakeTerminal()
+    screen = live.LiveAsk(FakeTerminal(), err, dumb=False)
+    screen.event(NodeStarted("grade_evidence"))
+    screen.event(AnswerDelta("some words"))
+    assert "\n" not in err.getvalue() and err.getvalue().endswith("\r\033[J  … grade_e")
