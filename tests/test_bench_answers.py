@@ -1,0 +1,145 @@
+"""``benchmarks.answers`` cannot rot: it runs on a tiny SQuAD-shaped set, on the offline
+backend and against the scripted loopback server, and its scoring is checked on its own."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks import answers
+from tests.openai_server import FakeOpenAIServer, grades
+
+ARTICLES = {
+    "Lighthouses": ("The Fastnet lighthouse stands on a rock off the south coast of Ireland.\n"
+                    "Its light was first lit in 1854 and was replaced by a granite tower in 1904.\n"),
+    "Tea_clippers": ("The Cutty Sark was built in Dumbarton in 1869 as a tea clipper.\n"
+                     "She carried tea from China to London and later wool from Australia.\n"),
+    "Beekeeping": ("A honey bee colony has one queen and thousands of workers.\n"
+                   "Beekeepers harvest honey in late summer.\n"),
+    "Glaciers": ("The Aletsch glacier is the largest glacier in the Alps.\n"
+                 "It has retreated by more than three kilometres since 1870.\n"),
+}
+QUESTIONS = [
+    ("Lighthouses", "When was the Fastnet light first lit?", ["1854"], True),
+    ("Lighthouses", "Who painted the Fastnet lighthouse in 1920?", [], False),
+    ("Tea_clippers", "Where was the Cutty Sark built?", ["Dumbarton"], True),
+    ("Tea_clippers", "How many masts did the Cutty Sark lose in 1880?", [], False),
+    ("Beekeeping", "When do beekeepers harvest honey?", ["late summer"], True),
+    ("Beekeeping", "What colour is the queen's marking in 2020?", [], False),
+    ("Glaciers", "Which glacier is the largest in the Alps?", ["Aletsch glacier", "Aletsch"], True),
+    ("Glaciers", "How fast did the Aletsch glacier flow in 1850?", [], False),
+]
+
+
+@pytest.fixture
+def squad(tmp_path: Path) -> Path:
+    """A SQuAD-shaped split: ``corpus/<Title>.txt`` and ``questions.jsonl``."""
+    root = tmp_path / "squad"
+    (root / "corpus").mkdir(parents=True)
+    for title, text in ARTICLES.items():
+        (root / "corpus" / f"{title}.txt").write_text(text, encoding="utf-8")
+    with (root / "questions.jsonl").open("w", encoding="utf-8") as f:
+        for n, (title, question, gold, answerable) in enumerate(QUESTIONS):
+            f.write(json.dumps({"id": f"q{n}", "question": question, "answers": gold, "answerable": answerable,
+                                "title": title, "gold_file": f"corpus/{title}.txt", "gold_line": 1,
+                                "gold_line_end": 1}) + "\n")
+    return root
+
+
+def run(tmp_path: Path, squad: Path, *extra: str) -> dict:
+    argv = ["--sets", "squad", "--squad", str(squad), "--answerable", "1", "--unanswerable", "1",
+            "--out", str(tmp_path / "out"), "--index-dir", str(tmp_path / "index"), "--name", "t", *extra]
+    assert answers.main(argv) == 0
+    return json.loads((tmp_path / "out" / "answers-t.json").read_text())
+
+
+def test_offline_run_scores_each_crag_configuration_and_resumes(tmp_path: Path, squad: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = run(tmp_path, squad, "--offline")
+    assert result["configs"] == ["crag", "crag-simple", "crag-complex"] and result["tutorial_left_out"]
+    table = result["table"]["squad"]
+    assert all(cell["answerable"] == 1 and cell["unanswerable"] == 1 for cell in table.values())
+    rows = result["answers"]
+    assert {r["route"] for r in rows if r["config"] == "crag-simple"} == {"simple"}
+    assert {r["route"] for r in rows if r["config"] == "crag-complex"} == {"complex"}
+    assert all("grade_evidence" not in r["trace"] for r in rows if r["config"] == "crag-simple")
+    assert all("grade_evidence" in r["trace"] for r in rows if r["config"] == "crag-complex")
+    heldout = answers.split_articles([f"corpus/{t}.txt" for t in ARTICLES])["heldout"]
+    assert {r["gold"] for r in rows if r["answerable"]} <= set(heldout)
+    assert "| squad | crag-simple |" in (tmp_path / "out" / "answers-t.md").read_text()
+    record = tmp_path / "out" / "answers-t.jsonl"
+    lines = record.read_text().splitlines()
+    assert len(lines) == 6
+    again = run(tmp_path, squad, "--offline")  # every question is in the record: nothing runs again
+    assert record.read_text().splitlines() == lines and again["table"] == result["table"]
+
+
+def test_all_four_configurations_against_a_scripted_server(tmp_path: Path, squad: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    heldout = answers.split_articles([f"corpus/{t}.txt" for t in ARTICLES])["heldout"]
+    gold = next(g for title, _, g, ok in QUESTIONS if ok and f"corpus/{title}.txt" == heldout[0])
+    with FakeOpenAIServer() as srv:
+        srv.default("analyze_and_route", json.dumps({"complexity": "simple", "suggested_tools": ["vector_search"]}))
+        srv.default("plan", json.dumps({"tool_calls": []}))
+        srv.default("grade_evidence", grades(rest=0.9))
+        srv.default("synthesize", f"It is {gold[0]} [1].")
+        srv.default("grade_documents", '{"binary_score": "no"}')
+        srv.default("transform_query", "a better question")
+        srv.default("generate", "I don't know.")
+        result = run(tmp_path, squad, "--base-url", srv.base_url, "--model", "m", "--api-key", "k")
+        generate = [r.body for r in srv.requests if r.node == "generate"]
+        rewrites = srv.calls("transform_query")
+    assert result["configs"] == list(answers.CONFIGS) and result["tutorial_runner"] in ("langgraph", "plain")
+    table = result["table"]["squad"]
+    assert table["tutorial"]["right"] == 0 and table["tutorial"]["honest_unanswerable"] == 1
+    assert table["tutorial"]["loop_acted"] == 2  # every document graded "no": the question is rewritten
+    assert len(generate) == rewrites == 2  # the answer is generated for the rewritten question
+    assert all(b["messages"][-1]["content"].startswith("You are an assistant for question-answering tasks. ")
+               and "Question: a better question \nContext: " in b["messages"][-1]["content"] for b in generate)
+    tutorial = [r for r in result["answers"] if r["config"] == "tutorial"]
+    assert all(r["rewritten"] == "a better question" and r["calls"] >= 3 for r in tutorial)
+    for config in ("crag", "crag-simple", "crag-complex"):
+        assert table[config]["errors"] == 0 and table[config]["calls_per_question"] >= 3
+    assert table["crag-simple"]["right"] == 1 and table["crag"]["right"] == 1
+    assert {r["route"] for r in result["answers"] if r["config"] == "crag-complex"} == {"complex"}
+
+
+def test_squad_normalisation_and_refusals() -> None:
+    assert answers.normalize("The  Aletsch-Glacier!") == "aletschglacier"
+    assert answers.holds_answer("It is the Aletsch glacier, in the Alps.", ["Aletsch glacier"])
+    assert not answers.holds_answer("It was lit in 18540.", ["1854"])
+    assert answers.refuses("I couldn't find relevant information in the knowledge base to answer this question.")
+    assert answers.refuses("The context does not mention who painted it.")
+    assert answers.refuses("I don\u2019t know.")
+    assert not answers.refuses("It was first lit in 1854 [1].")
+    q = {"set": "squad", "answerable": True, "answers": ["1854"], "gold": "corpus/Lighthouses.txt"}
+    assert answers.score(q, "It was lit in 1854, but I don't know more.", []) == {"right": False, "refused": True}
+
+
+def test_the_article_split_is_deterministic_and_disjoint() -> None:
+    titles = [f"corpus/A{n}.txt" for n in range(24)]
+    first, second = answers.split_articles(titles), answers.split_articles(list(reversed(titles)))
+    assert first == second and len(first["heldout"]) == len(first["tuning"]) == 12
+    assert not set(first["heldout"]) & set(first["tuning"])
+
+
+def test_the_tutorial_graph_follows_its_edges() -> None:
+    seen: list[str] = []
+
+    def node(name: str, **update):
+        def run(state: dict) -> dict:
+            seen.append(name)
+            return update
+
+        return run
+
+    nodes = {"retrieve": node("retrieve", documents=[]), "grade_documents": node("grade_documents", web_search="No"),
+             "transform_query": node("transform_query"), "web_search_node": node("web_search_node"),
+             "generate": node("generate", generation="done")}
+    invoke, _ = answers.build_tutorial(nodes)
+    assert invoke({"question": "q"})["generation"] == "done"
+    assert seen == ["retrieve", "grade_documents", "generate"]
