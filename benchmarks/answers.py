@@ -25,12 +25,12 @@ Four configurations answer the same questions over the same index:
 
 Two question sets:
 
-- ``squad``: the shared SQuAD 2.0 split (``../shared/retrieval/squad_wiki``: 490 Wikipedia
+- ``squad``: the shared SQuAD 2.0 split (``--squad``, ``retrieval/squad_wiki`` in the shared data: 490 Wikipedia
   articles, questions about 24 of them with gold answer strings, about half unanswerable). The
   24 articles are split in two by a hash of their names: ``tuning`` and ``heldout`` (reported
   by default, ``--half``). From that half, ``--answerable`` and ``--unanswerable`` questions
   are taken round-robin over its articles, each article's questions shuffled with ``--seed``.
-- ``docs``: the two shared documentation corpora (``../shared/corpora``) with
+- ``docs``: the two shared documentation corpora (``corpora`` in the shared data, ``--shared``) with
   ``benchmarks/questions.jsonl`` (spread over the file) and ``benchmarks/unanswerable.jsonl``.
 
 Scoring (one table, per set and configuration):

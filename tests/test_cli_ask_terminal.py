@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from crag.events import AnswerDelta, AnswerStarted, NodeFinished, NodeStarted
-from tests.openai_server import Delay, FakeOpenAIServer, grades
+from tests.openai_server import Delay, FakeOpenAIServer, Status, grades
 from tests.test_cli_ask import SETUP, cli, plan, route, write
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -153,6 +153,17 @@ def test_ctrl_c_on_a_terminal_erases_the_status_and_exits_130(llm: FakeOpenAISer
     assert code == 130 and "crag: interrupted" in shown and "Traceback" not in shown
     assert shown.rindex("\033[J") < shown.index("crag: interrupted")  # the step line was erased first
     assert REPLY not in shown
+
+
+def test_a_failed_run_on_a_terminal_erases_the_status_before_its_error_line(llm: FakeOpenAIServer, kb: Path) -> None:
+    llm.default("synthesize", Status(400, body={"error": {"message": "the model is not loaded"}}))
+    term = Terminal(["ask", QUESTION], kb, child_env(kb, llm))
+    code = term.finish()
+    shown = term.text
+    assert code == 1 and "Traceback" not in shown
+    error = shown.index("crag: error: ")
+    assert "… synthesize" in shown[:error] and shown[:error].endswith("\r\033[J")
+    assert shown[error:].count("\n") == 1
 
 
 class FakeTerminal(io.StringIO):
