@@ -112,7 +112,7 @@ class LiveAsk:
         region = [clip(f"  … {shown(self.node)}", columns)]
         if self.reply and columns >= MIN_COLUMNS:
             written = [line for line in shown(self.reply).splitlines() if line.strip()]
-            room = max(0, min(PREVIEW_LINES, lines - 3))  # the answer's first lines keep their place
+            room = max(0, min(PREVIEW_LINES, lines - 3))  # rows scrolled off the screen cannot be erased
             for line in written[-room:] if room else []:
                 region.append("    " + clip(line.strip().replace("\t", " "), columns - 4, end=True))
         self._erase()
