@@ -64,8 +64,16 @@ def error_line(exc: BaseException) -> str:
 
 def shown(text: str) -> str:
     """Text for the terminal: no escape sequence or control character, secrets redacted (after
-    the removal, so a control character inside a key cannot hide it from redaction)."""
+    the removal, so a control character inside a key cannot hide it from redaction). For text
+    that holds documents or answers: a configured value is masked when it is secret-shaped
+    (``crag.safe_text.secret_shaped``)."""
     return redact(for_terminal(text), secrets())
+
+
+def shown_message(text: str) -> str:
+    """One of crag's own messages for the terminal (a note, an error): as ``shown``, with every
+    configured secret masked whatever its shape, and any URL's password."""
+    return redact_message(for_terminal(text), secrets())
 
 
 def shown_json(value: object, **kwargs: object) -> str:
@@ -88,7 +96,7 @@ def index_label(config) -> str:
     directory, or a PostgreSQL store's URI without its password."""
     from ..index.discover import relative_label
 
-    return redact(config.store, config.secrets()) if config.store else relative_label(config.index_dir)
+    return redact_message(config.store, config.secrets()) if config.store else relative_label(config.index_dir)
 
 
 def index_note(config, err: TextIO) -> None:
@@ -98,7 +106,7 @@ def index_note(config, err: TextIO) -> None:
     here = os.path.abspath(os.getcwd())
     if config.store or os.path.abspath(config.index_dir).startswith(here + os.sep):
         return
-    err.write(shown(f"crag: index {index_label(config)}") + "\n")
+    err.write(shown_message(f"crag: index {index_label(config)}") + "\n")
 
 
 def require_index_libraries() -> None:
