@@ -51,10 +51,23 @@ def own_name(message: str) -> str:
 OVERRIDES: dict[str, str] = {}
 
 
+# The secrets of this run, found when first asked for and kept until ``main`` ends (it
+# forgets them at its start and its end): a command printing 100,000 lines looks for them once.
+_RUN_SECRETS: list[tuple[str, ...]] = []
+
+
 def secrets() -> tuple[str, ...]:
+    """The configured secrets (``crag.environment.secret_values``), found once per run."""
     from ..config import secret_values
 
-    return secret_values()
+    if not _RUN_SECRETS:
+        _RUN_SECRETS.append(secret_values())
+    return _RUN_SECRETS[0]
+
+
+def forget_secrets() -> None:
+    """Look for the secrets again when next asked: a new run, with its own environment."""
+    _RUN_SECRETS.clear()
 
 
 def error_line(exc: BaseException) -> str:

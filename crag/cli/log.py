@@ -81,7 +81,7 @@ def _show_arg(value: str) -> int | None:
         return None
     if value.isascii() and value.isdigit():
         return int(value)
-    raise UsageError(f"--show takes an answer's number (see `{prog()} log`) or 'last', got {short_value(value)!r}")
+    raise UsageError(f"--show takes an answer's number (see `{prog()} log`) or 'last', got '{short_value(value)}'")
 
 
 def cmd_log(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -92,7 +92,7 @@ def cmd_log(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         raise UsageError(f"-n must be at least 1, got {args.limit}")
     query = " ".join(args.words)
     if not_utf8(query):
-        raise UsageError(f"QUERY {short_value(query)!r} holds bytes that are not UTF-8; no logged text can match it")
+        raise UsageError(f"QUERY '{short_value(query)}' holds bytes that are not UTF-8; no logged text can match it")
     show = _show_arg(args.show) if args.show is not None else None
     log = AnswerLog.for_settings(config)
     with log:
