@@ -180,7 +180,16 @@ class AnswerLog:
         return cls(settings.index_dir, settings.secrets())
 
     def exists(self) -> bool:
-        return os.path.isfile(self.path)
+        """Whether there is a log to read; a log file that is no file (a folder named
+        ``log.sqlite``, an index folder that is a file) is a ``LogError``, not "no log"."""
+        if os.path.isfile(self.path):
+            return True
+        folder = os.path.dirname(self.path) or "."
+        if os.path.lexists(self.path):
+            raise LogError(f"the answer log {self.path} cannot be read (it is not a file)")
+        if os.path.lexists(folder) and not os.path.isdir(folder):
+            raise LogError(f"the answer log {self.path} cannot be read ({folder} is not a folder)")
+        return False
 
     def _open(self) -> sqlite3.Connection:
         if self._db is None:

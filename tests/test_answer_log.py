@@ -285,3 +285,28 @@ def test_crag_log_streams_memory_does_not_grow_with_the_entries(tmp_path: Path, 
         written.append(sink.chars)
     assert written[1] > 9 * written[0]  # ten times the entries were all written...
     assert peaks[1] < 2 * peaks[0], peaks  # ...in about the same memory
+
+
+def test_a_log_that_is_no_file_is_one_error_line_not_an_empty_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    clean_env(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".crag").write_text("not a folder")
+    code, out, err = cli("log")
+    assert code == 1 and out == "" and err.count("\n") == 1 and "is not a folder" in err, out + err
+    (tmp_path / ".crag").unlink()
+    (tmp_path / ".crag" / "log.sqlite").mkdir(parents=True)
+    code, out, err = cli("log", "--json")
+    assert code == 1 and out == "" and err.startswith("crag: error: the answer log ") and "not a file" in err
+
+
+def test_crag_log_strips_control_sequences_from_what_it_shows(project: Path) -> None:
+    assert cli("ask", "Which port does the server listen on?")[0] == 0
+    db = sqlite3.connect(project / ".crag" / "log.sqlite")
+    db.execute("UPDATE answers SET question = ?, model = ?", ("port\x1b]0;pwned\x07 \x1b[2J?", "m\x1b[31m"))
+    db.commit()
+    db.close()
+    for argv in (("log",), ("log", "--show", "last")):
+        code, out, _ = cli(*argv)
+        assert code == 0 and "\x1b" not in out and "\x07" not in out and "port" in out
+    code, out, _ = cli("log", "--json")
+    assert "\x1b" not in out and json.loads(out)[0]["question"].startswith("port\x1b]0;pwned")
