@@ -56,8 +56,8 @@ REDACTED = "***"
 MIN_SECRET_CHARS = 4  # shorter "secrets" would redact ordinary words, even in messages
 
 # When a configured value looks like a secret rather than a word, so that it is masked in a
-# document's text too: each row is (what it is, the fewest characters, the test). A value
-# with whitespace in it is never one. Placeholders users set for local servers ("ollama",
+# document's text too: each row is (what it is, the fewest characters, the test), applied to
+# the value without surrounding whitespace. Placeholders users set for local servers ("ollama",
 # "none", "EMPTY", "lm-studio", "sk-no-key-required") match no row: they are words.
 SECRET_SHAPES: tuple[tuple[str, int, Callable[[str], bool]], ...] = (
     ("letters and digits", 8, lambda v: any(c.isalpha() for c in v) and any(c.isdigit() for c in v)),
@@ -157,8 +157,6 @@ def one_line(text: str) -> str:
 def secret_shaped(value: str) -> bool:
     """Whether a configured value looks like a secret, not a word (a row of ``SECRET_SHAPES``)."""
     value = value.strip()
-    if any(ch.isspace() for ch in value):
-        return False
     return any(len(value) >= fewest and test(value) for _, fewest, test in SECRET_SHAPES)
 
 
