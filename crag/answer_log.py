@@ -11,7 +11,11 @@ The file is ``log.sqlite`` in the index folder (``KB_AGENT_INDEX_DIR``, or the n
 ``.crag``); ``KB_AGENT_LOG=off`` keeps nothing. Its schema is numbered migrations, applied in
 order on first use and recorded in ``migrations``, as the PostgreSQL store's are
 (``crag.index.postgres_schema``): a later crag appends a migration and upgrades an older log
-when it opens it. Text is redacted of every configured secret before it is written.
+when it opens it. Everything is masked before it is written, with the secrets configured
+when the answer is given (``Settings.secrets``: the settings' and the environment's), so the
+file holds none once they are unset: the settings and the model (crag's own record) of every
+configured secret and any URL's password, the question, answer and citations (the user's
+text) of every secret-shaped one, as ``crag.safe_text`` defines it for what crag prints.
 """
 
 from __future__ import annotations
