@@ -11,7 +11,11 @@ The file is ``log.sqlite`` in the index folder (``KB_AGENT_INDEX_DIR``, or the n
 ``.crag``); ``KB_AGENT_LOG=off`` keeps nothing. Its schema is numbered migrations, applied in
 order on first use and recorded in ``migrations``, as the PostgreSQL store's are
 (``crag.index.postgres_schema``): a later crag appends a migration and upgrades an older log
-when it opens it. Text is redacted of every configured secret before it is written.
+when it opens it. Everything is masked before it is written, with the secrets configured
+when the answer is given (``Settings.secrets``: the settings' and the environment's), so the
+file holds none once they are unset: the settings and the model (crag's own record) of every
+configured secret and any URL's password, the question, answer and citations (the user's
+text) of every secret-shaped one, as ``crag.safe_text`` defines it for what crag prints.
 """
 
 from __future__ import annotations
@@ -20,9 +24,10 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+import attrs
 from attrs import frozen
 
 from .errors import CragError
@@ -98,47 +103,52 @@ class LogError(CragError):
 
 def logged_settings(settings: Settings) -> dict[str, Any]:
     """The settings an answer is logged with: every one but keys, tokens, e-mail addresses and
-    paths, and a URL without its password."""
+    paths; in the others every configured secret (``Settings.secrets``, whatever its shape)
+    and any URL's password is ``***``: the settings are crag's own record."""
     from attrs import asdict
 
-    from .safe_text import redact
+    from .safe_text import redact_message
 
     secrets = settings.secrets()
     out: dict[str, Any] = {}
     for name, value in asdict(settings).items():
         if name in _NOT_LOGGED:
             continue
-        out[name] = redact(value, secrets) if isinstance(value, str) else value
+        out[name] = redact_message(value, secrets) if isinstance(value, str) else value
     return out
 
 
 @frozen
 class LogEntry:
-    """One logged answer, as ``crag log --json`` prints it."""
+    """One logged answer, as ``crag log --json`` prints it.
+
+    A row whose cells do not hold what the schema says (a settings cell that is not JSON, a
+    time no calendar has) is read all the same: those fields are None and named in
+    ``damaged``."""
 
     id: int
-    conversation: int
+    conversation: int | None
     source: str
-    time: float
+    time: float | None
     question: str
     answer: str
     body: str
     model: str
     complexity: str | None
     grader_action: str | None
-    iterations: int
+    iterations: int | None
     usage: dict[str, Any]
     citations: tuple[dict[str, Any], ...]
-    settings: dict[str, Any]
+    settings: dict[str, Any] | None
+    damaged: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        from datetime import UTC, datetime
-
-        return {
+        """The entry as JSON data; ``damaged`` is there only when something is."""
+        out = {
             "id": self.id,
             "conversation": self.conversation,
             "source": self.source,
-            "time": datetime.fromtimestamp(self.time, UTC).isoformat(timespec="seconds"),
+            "time": None if self.time is None else _utc(self.time).isoformat(timespec="seconds"),
             "question": self.question,
             "answer": self.answer,
             "body": self.body,
@@ -150,6 +160,15 @@ class LogEntry:
             "citations": list(self.citations),
             "settings": self.settings,
         }
+        if self.damaged:
+            out["damaged"] = list(self.damaged)
+        return out
+
+
+def _utc(when: float) -> Any:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(when, UTC)
 
 
 class AnswerLog:
@@ -165,7 +184,16 @@ class AnswerLog:
         return cls(settings.index_dir, settings.secrets())
 
     def exists(self) -> bool:
-        return os.path.isfile(self.path)
+        """Whether there is a log to read; a log file that is no file (a folder named
+        ``log.sqlite``, an index folder that is a file) is a ``LogError``, not "no log"."""
+        if os.path.isfile(self.path):
+            return True
+        folder = os.path.dirname(self.path) or "."
+        if os.path.lexists(self.path):
+            raise LogError(f"the answer log {self.path} cannot be read (it is not a file)")
+        if os.path.lexists(folder) and not os.path.isdir(folder):
+            raise LogError(f"the answer log {self.path} cannot be read ({folder} is not a folder)")
+        return False
 
     def _open(self) -> sqlite3.Connection:
         if self._db is None:
@@ -195,10 +223,13 @@ class AnswerLog:
                source: str = "ask", when: float | None = None) -> tuple[int, int]:
         """Log one answer; returns its conversation's id and the answer's id. Without
         ``conversation`` a new conversation is opened."""
-        from .safe_text import redact
+        from .safe_text import redact, redact_message, valid_text
 
-        def clean(text: str) -> str:
-            return redact(text, self.secrets)
+        def clean(text: str) -> str:  # the user's text and the documents': secret-shaped values
+            return valid_text(redact(text, self.secrets))
+
+        def own(text: str) -> str:  # crag's record: every configured secret
+            return valid_text(redact_message(text, self.secrets))
 
         now = time.time() if when is None else when
         usage = answer.usage
@@ -213,10 +244,10 @@ class AnswerLog:
                     "grader_action, iterations, llm_calls, prompt_tokens, completion_tokens, latency_ms, settings) "
                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (conversation, now, clean(answer.state.question), clean(answer.answer), clean(answer.body),
-                     usage.model or "", _word(answer.complexity), _word(answer.grader_action), answer.iterations,
+                     own(usage.model or ""), _word(answer.complexity), _word(answer.grader_action), answer.iterations,
                      usage.llm_calls,
                      usage.prompt_tokens, usage.completion_tokens, usage.latency_ms,
-                     json.dumps(logged_settings(settings), sort_keys=True)),
+                     own(json.dumps(logged_settings(settings), sort_keys=True))),
                 ).lastrowid
                 db.executemany(
                     "INSERT INTO citations (answer_id, n, path, line, page, tool) VALUES (?, ?, ?, ?, ?, ?)",
@@ -257,53 +288,139 @@ class AnswerLog:
     def entries(self, query: str = "", limit: int | None = 10, ids: Sequence[int] = ()) -> list[LogEntry]:
         """Logged answers, newest first: all, those whose question or answer holds every word
         of ``query`` (case-insensitive), or those with the given ids."""
+        return list(self.iter_entries(query, limit, ids))
+
+    def iter_entries(self, query: str = "", limit: int | None = 10, ids: Sequence[int] = ()) -> Iterator[LogEntry]:
+        """``entries`` one at a time, read from the file as they are asked for: the memory it
+        takes does not grow with the number of entries (``crag log --json`` of the whole log)."""
         try:
-            return self._entries(query, limit, ids)
+            yield from self._entries(query, limit, ids)
         except sqlite3.Error as exc:
             raise LogError(f"the answer log {self.path} cannot be read ({exc})") from exc
 
-    def _entries(self, query: str, limit: int | None, ids: Sequence[int]) -> list[LogEntry]:
+    def _entries(self, query: str, limit: int | None, ids: Sequence[int]) -> Iterator[LogEntry]:
+        from .safe_text import valid_text
+
         if not self.exists():
-            return []
+            return
+        wanted = [i for i in ids if 0 <= i <= SQL_INT_MAX]  # larger numbers are no row's id
+        if ids and not wanted:
+            return
+        ids = wanted
         db = self._open()
         where, params = [], []
         for word in query.split():
             where.append("(question LIKE ? ESCAPE '\\' OR answer LIKE ? ESCAPE '\\')")
-            pattern = "%" + word.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+            pattern = "%" + valid_text(word).replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
             params += [pattern, pattern]
         if ids:
             where.append(f"answers.id IN ({', '.join('?' * len(ids))})")
             params += list(ids)
         sql = ("SELECT answers.id, conversation_id, source, time, question, answer, body, model, complexity, "
                "grader_action, iterations, llm_calls, prompt_tokens, completion_tokens, latency_ms, settings "
-               "FROM answers JOIN conversations ON conversations.id = conversation_id")
+               "FROM answers LEFT JOIN conversations ON conversations.id = conversation_id")
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY answers.id DESC"
         if limit is not None:
-            sql += f" LIMIT {int(limit)}"
-        return [self._entry(db, row) for row in db.execute(sql, params).fetchall()]
+            sql += " LIMIT ?"
+            params.append(min(max(int(limit), 0), SQL_INT_MAX))
+        for row in db.execute(sql, params):
+            yield self._entry(db, row)
 
     @staticmethod
     def _entry(db: sqlite3.Connection, row: tuple[Any, ...]) -> LogEntry:
         (answer_id, conversation, source, when, question, answer, body, model, complexity, action, iterations,
          calls, prompt, completion, latency, settings) = row
-        by_node = {
-            node: {"calls": c, "prompt_tokens": p, "completion_tokens": k, "cached_tokens": cached,
-                   "latency_ms": round(ms, 1)}
-            for node, c, p, k, cached, ms in db.execute(
+        damaged: list[str] = []
+
+        def cell(name: str, value: Any, read: Any) -> Any:
+            got = read(value)
+            if got is _DAMAGED:
+                damaged.append(name)
+                return None
+            return got
+
+        by_node = {}
+        for node, c, p, k, cached, ms in db.execute(
                 "SELECT node, calls, prompt_tokens, completion_tokens, cached_tokens, latency_ms "
-                "FROM node_usage WHERE answer_id = ? ORDER BY rowid", (answer_id,))
-        }
-        citations = tuple(
-            {"n": n, "path": path, "line": line, **({"page": page} if page is not None else {}), "tool": tool}
-            for n, path, line, page, tool in db.execute(
-                "SELECT n, path, line, page, tool FROM citations WHERE answer_id = ? ORDER BY n", (answer_id,))
-        )
-        usage = {"llm_calls": calls, "prompt_tokens": prompt, "completion_tokens": completion,
-                 "total_tokens": prompt + completion, "latency_ms": round(latency, 1), "by_node": by_node}
-        return LogEntry(answer_id, conversation, source, when, question, answer, body, model, complexity, action,
-                        iterations, usage, citations, json.loads(settings))
+                "FROM node_usage WHERE answer_id = ? ORDER BY rowid", (answer_id,)):
+            by_node[_text(node)] = {
+                "calls": cell("usage", c, _int), "prompt_tokens": cell("usage", p, _int),
+                "completion_tokens": cell("usage", k, _int), "cached_tokens": cell("usage", cached, _int),
+                "latency_ms": cell("usage", ms, _ms)}
+        citations = []
+        for n, path, line, page, tool in db.execute(
+                "SELECT n, path, line, page, tool FROM citations WHERE answer_id = ? ORDER BY n", (answer_id,)):
+            page = cell("citations", page, _optional_int)
+            citations.append({"n": cell("citations", n, _int), "path": _text(path),
+                              "line": cell("citations", line, _optional_int),
+                              **({"page": page} if page is not None else {}), "tool": _text(tool)})
+        prompt, completion = cell("usage", prompt, _int), cell("usage", completion, _int)
+        usage = {"llm_calls": cell("usage", calls, _int), "prompt_tokens": prompt, "completion_tokens": completion,
+                 "total_tokens": None if prompt is None or completion is None else prompt + completion,
+                 "latency_ms": cell("usage", latency, _ms), "by_node": by_node}
+        entry = LogEntry(
+            answer_id, cell("conversation", conversation, _optional_int), _text(source), cell("time", when, _time),
+            _text(question), _text(answer), _text(body), _text(model), _optional_text(complexity),
+            _optional_text(action), cell("iterations", iterations, _int), usage, tuple(citations),
+            cell("settings", settings, _settings))
+        return attrs.evolve(entry, damaged=tuple(f for f in _CELLS if f in damaged)) if damaged else entry
+
+
+# -- reading a cell: what the schema says it holds, or _DAMAGED --------------------------------
+# SQLite keeps whatever a cell was given; a row written by something else than crag (or a
+# damaged file) is read cell by cell, so one bad cell is named, not a traceback.
+
+_DAMAGED = object()
+_CELLS = ("conversation", "time", "iterations", "usage", "citations", "settings")  # the order they are named in
+SQL_INT_MAX = 2**63 - 1  # SQLite's largest integer
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return "" if value is None else str(value)
+
+
+def _optional_text(value: Any) -> str | None:
+    return None if value is None else _text(value)
+
+
+def _int(value: Any) -> Any:
+    return value if isinstance(value, int) else _DAMAGED
+
+
+def _optional_int(value: Any) -> Any:
+    return None if value is None else _int(value)
+
+
+def _ms(value: Any) -> Any:
+    import math
+
+    if isinstance(value, int | float) and math.isfinite(value):
+        return round(value, 1)
+    return _DAMAGED
+
+
+def _time(value: Any) -> Any:
+    if not isinstance(value, int | float):
+        return _DAMAGED
+    try:
+        _utc(value)
+    except (OverflowError, ValueError, OSError):
+        return _DAMAGED
+    return float(value)
+
+
+def _settings(value: Any) -> Any:
+    try:
+        settings = json.loads(value)
+    except (TypeError, ValueError, RecursionError):
+        return _DAMAGED
+    return settings if isinstance(settings, dict) else _DAMAGED
 
 
 def _migrate(db: sqlite3.Connection) -> None:

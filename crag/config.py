@@ -16,22 +16,19 @@ from __future__ import annotations
 import enum
 import math
 import os
-import stat
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from attrs import field, fields, frozen
 
+from .environment import DOTENV_MAX_BYTES, SECRET_VARIABLES, find_secrets, read_dotenv, secret_values
 from .errors import ConfigError
 
 __all__ = ["DOTENV_MAX_BYTES", "INDEX_FOLDER", "MAX_SECONDS", "SECRET_VARIABLES", "SETTINGS_TABLE", "EmbedderKind",
            "GroundingMode", "LLMBackend", "Settings", "StructuredOutput", "config_warnings", "find_index_dir",
-           "read_dotenv", "secret_values"]
+           "find_secrets", "read_dotenv", "secret_values"]
 
-DOTENV_MAX_BYTES = 1024 * 1024  # a .env is a few lines; anything larger is not one
 MAX_SECONDS = 86400.0  # the longest duration a setting may hold: one day
-# Values never shown in a message, and redacted from everything crag prints.
-SECRET_VARIABLES = frozenset({"OPENAI_API_KEY", "JIRA_API_TOKEN", "CONFLUENCE_API_TOKEN"})
 # Variables crag reads besides the settings (the MCP server's tool descriptions).
 OTHER_VARIABLES = ("KB_AGENT_MCP_ASK_DESCRIPTION", "KB_AGENT_MCP_SEARCH_DESCRIPTION", "KB_AGENT_MCP_READ_FILE_DESCRIPTION")
 INDEX_FOLDER = ".crag"  # the index folder found the way git finds .git
@@ -205,6 +202,24 @@ def _nonempty(var: str, raw: str) -> str:
     return value
 
 
+def _not_utf8(text: str) -> bool:
+    """Whether ``text`` holds bytes that were not UTF-8 (kept by Python as lone surrogates)."""
+    return any("\ud800" <= ch <= "\udfff" for ch in text)
+
+
+def _sent_text(var: str, raw: str) -> str:
+    """Text that is sent to a server (an e-mail in a header): also valid UTF-8."""
+    value = _text(var, raw)
+    if _not_utf8(value):
+        raise ConfigError(var, raw, "UTF-8 text (it holds bytes that are not UTF-8, and it is sent to a server)")
+    return value
+
+
+def _sent_name(var: str, raw: str) -> str:
+    """A model's name: non-empty, sent to the server, so valid UTF-8."""
+    return _nonempty(var, _sent_text(var, raw))
+
+
 def _url(var: str, raw: str) -> str | None:
     value = raw.strip().rstrip("/")
     if not value:
@@ -216,14 +231,16 @@ def _url(var: str, raw: str) -> str | None:
 
 def _store(var: str, raw: str) -> str:
     value = raw.strip()
-    if value and not value.startswith(("postgresql://", "postgres://")):
-        raise ConfigError(var, raw, "empty (the embedded index in KB_AGENT_INDEX_DIR) or a postgresql:// URI")
+    if value and (not value.startswith(("postgresql://", "postgres://")) or _not_utf8(value)
+                  or any(ch < " " for ch in value)):
+        raise ConfigError(var, _shown_url(raw), "empty (the embedded index in KB_AGENT_INDEX_DIR) or a postgresql:// "
+                          "URI (UTF-8 text without control characters)")
     return value
 
 
 # Kinds whose empty text is a value (no URL, no key, no e-mail); for the others an empty
 # variable means "the default".
-READS_EMPTY = (_text, _url, _secret)
+READS_EMPTY = (_text, _sent_text, _url, _secret)
 
 
 def _as_text(value: Any) -> str:
@@ -272,18 +289,18 @@ class Settings:
     top_k: int = setting("KB_AGENT_TOP_K", Integer(1), 5, node=True)
     index_dir: str = setting("KB_AGENT_INDEX_DIR", _nonempty, ".crag")
     llm: LLMBackend = setting("KB_AGENT_LLM", _backend, LLMBackend.OFFLINE)
-    model: str = setting("KB_AGENT_MODEL", _nonempty, "gpt-4o-mini")
+    model: str = setting("KB_AGENT_MODEL", _sent_name, "gpt-4o-mini")
     llm_timeout: float = setting("KB_AGENT_LLM_TIMEOUT", seconds(0.001), 60.0)
     llm_max_retries: int = setting("KB_AGENT_LLM_MAX_RETRIES", Integer(0), 3)
     embedder: EmbedderKind = setting("KB_AGENT_EMBEDDER", Choice(EmbedderKind), EmbedderKind.HASH)
-    embedding_model: str = setting("KB_AGENT_EMBEDDING_MODEL", _nonempty, "text-embedding-3-small")
+    embedding_model: str = setting("KB_AGENT_EMBEDDING_MODEL", _sent_name, "text-embedding-3-small")
     openai_api_key: str = setting("OPENAI_API_KEY", _secret, "")
     openai_base_url: str | None = setting("OPENAI_BASE_URL", _url, None)
     jira_base_url: str | None = setting("JIRA_BASE_URL", _url, None)
-    jira_email: str = setting("JIRA_EMAIL", _text, "")
+    jira_email: str = setting("JIRA_EMAIL", _sent_text, "")
     jira_api_token: str = setting("JIRA_API_TOKEN", _secret, "")
     confluence_base_url: str | None = setting("CONFLUENCE_BASE_URL", _url, None)
-    confluence_email: str = setting("CONFLUENCE_EMAIL", _text, "")
+    confluence_email: str = setting("CONFLUENCE_EMAIL", _sent_text, "")
     confluence_api_token: str = setting("CONFLUENCE_API_TOKEN", _secret, "")
     web_fetch: bool = setting("KB_AGENT_WEB_FETCH", _switch, False)
     embedding_base_url: str | None = setting("KB_AGENT_EMBEDDING_BASE_URL", _url, None)
@@ -363,16 +380,11 @@ class Settings:
         return cls(**values)
 
     def secrets(self) -> tuple[str, ...]:
-        """The keys, tokens and URL passwords in these settings, for ``crag.safe_text.redact``."""
-        from urllib.parse import urlsplit
-
-        found = [self.openai_api_key, self.jira_api_token, self.confluence_api_token]
-        for url in (self.openai_base_url, self.jira_base_url, self.confluence_base_url):
-            try:
-                found.append((urlsplit(url).password or "") if url else "")
-            except ValueError:
-                pass
-        return tuple(s for s in found if s)
+        """The keys, tokens and URL passwords of these settings (every URL's, the store's too)
+        and those configured in the environment and ``.env`` (``secret_values``), for
+        ``crag.safe_text``: what ``find_secrets`` finds in both."""
+        own = {f.metadata["variable"]: _as_text(getattr(self, f.name)) for f in fields(Settings)}
+        return tuple(dict.fromkeys((*find_secrets(own), *secret_values())))
 
     def variable(self, name: str) -> str:
         """The environment variable behind a field, for messages."""
@@ -409,14 +421,21 @@ def find_index_dir(cwd: str | None = None) -> str:
         folder = parent
 
 
+WARNINGS_SHOWN = 20  # of each kind; the rest are counted in one more line
+
+
 def config_warnings(environ: Mapping[str, str] | None = None, dotenv: str | os.PathLike[str] | None = ".env") -> list[str]:
     """What looks like a mistake in the configuration but does not stop crag: ``.env`` lines
     that are not assignments, and ``KB_AGENT_*`` names crag does not know (with the closest
-    known name). Never shows a value."""
+    known name). Never shows a value. At most ``WARNINGS_SHOWN`` of each kind are listed and
+    looked up, the rest counted: a ``.env`` of 30,000 unknown names costs 20 look-ups."""
     import difflib
 
+    from .safe_text import short_value
+
     known = [var for var, _ in SETTINGS_TABLE.values()] + list(OTHER_VARIABLES)
-    env = dict(os.environ if environ is None else environ)
+    known_set = frozenset(known)
+    env = os.environ if environ is None else environ
     found: list[str] = []
     bad_lines: list[int] = []
     try:
@@ -424,15 +443,18 @@ def config_warnings(environ: Mapping[str, str] | None = None, dotenv: str | os.P
     except ConfigError:
         file_values = {}  # Settings.from_env reports it
     where = os.fspath(dotenv) if dotenv else ".env"
-    for number in bad_lines:
+    for number in bad_lines[:WARNINGS_SHOWN]:
         found.append(f"{where} line {number} is not an assignment (NAME=value); it is ignored")
-    for origin, names in ((where, file_values), ("the environment", env)):
-        for name in sorted(names):
-            if not name.startswith("KB_AGENT_") or name in known:
-                continue
-            close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
-            hint = f"; did you mean {close[0]}?" if close else ""
-            found.append(f"{name} (in {origin}) is not a crag setting{hint}")
+    if len(bad_lines) > WARNINGS_SHOWN:
+        found.append(f"{len(bad_lines) - WARNINGS_SHOWN:,} more lines of {where} are not assignments; they are ignored")
+    unknown = [(name, origin) for origin, names in ((where, file_values), ("the environment", env))
+               for name in sorted(names) if name.startswith("KB_AGENT_") and name not in known_set]
+    for name, origin in unknown[:WARNINGS_SHOWN]:
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.6) if len(name) <= 100 else []
+        hint = f"; did you mean {close[0]}?" if close else ""
+        found.append(f"{short_value(name, 100)} (in {origin}) is not a crag setting{hint}")
+    if len(unknown) > WARNINGS_SHOWN:
+        found.append(f"{len(unknown) - WARNINGS_SHOWN:,} more KB_AGENT_* names are not crag settings")
     return found
 
 
@@ -440,103 +462,3 @@ def _shown_url(raw: str) -> str:
     from .safe_text import redact_message
 
     return redact_message(raw)
-
-
-def _read_small_regular_file(path: str | os.PathLike[str], limit: int) -> bytes | None:
-    """The bytes of ``path`` when it is a regular file of at most ``limit`` bytes; None when absent.
-
-    Opened without blocking and checked after opening, so a FIFO, a device (``/dev/zero``)
-    or a folder behind the name is refused instead of read forever.
-    """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise ConfigError(".env", os.fspath(path), f"a readable file ({exc.strerror or exc})") from exc
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ConfigError(".env", os.fspath(path), "a regular file (not a folder, device or pipe)")
-        chunks: list[bytes] = []
-        size = 0
-        while size <= limit:
-            try:
-                chunk = os.read(fd, min(65536, limit + 1 - size))
-            except OSError as exc:
-                raise ConfigError(".env", os.fspath(path), f"a readable file ({exc.strerror or exc})") from exc
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        if size > limit:
-            raise ConfigError(".env", os.fspath(path), f"a file of at most {limit // 1024} KiB")
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
-
-
-def read_dotenv(path: str | os.PathLike[str], bad_lines: list[int] | None = None) -> dict[str, str]:
-    """``KEY=VALUE`` lines of a ``.env`` file; a missing file is an empty mapping.
-
-    Accepts ``export KEY=VALUE``, single or double quotes, blank lines, ``#`` comments and a
-    UTF-8 byte-order mark. Only a regular file of at most ``DOTENV_MAX_BYTES`` is read; a
-    NUL character in a value is refused (no environment variable can hold one). The numbers of
-    lines that are not assignments go to ``bad_lines`` when given.
-    """
-    data = _read_small_regular_file(path, DOTENV_MAX_BYTES)
-    if data is None:
-        return {}
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(".env", os.fspath(path), f"a UTF-8 file (byte {exc.start} is not UTF-8)") from exc
-    values: dict[str, str] = {}
-    for number, line in enumerate(text.splitlines(), 1):
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        if line.startswith("export "):
-            line = line[len("export ") :].lstrip()
-        key, sep, value = line.partition("=")
-        if not sep or not key.strip():
-            if bad_lines is not None:
-                bad_lines.append(number)
-            continue
-        key, value = key.strip(), value.strip()
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-            value = value[1:-1]
-        elif " #" in value:
-            value = value.split(" #", 1)[0].rstrip()
-        if "\x00" in value or "\x00" in key:
-            raise ConfigError(key, value, "a value without NUL characters", secret=key in SECRET_VARIABLES)
-        values[key] = value
-    return values
-
-
-def secret_values(environ: Mapping[str, str] | None = None, dotenv: str | os.PathLike[str] | None = ".env") -> tuple[str, ...]:
-    """The secrets configured for crag (keys, tokens, passwords in URLs), for redaction.
-
-    Never raises: a ``.env`` that cannot be read contributes nothing.
-    """
-    from urllib.parse import urlsplit
-
-    env = dict(os.environ if environ is None else environ)
-    try:
-        file_values = read_dotenv(dotenv) if dotenv else {}
-    except Exception:
-        file_values = {}
-    found: list[str] = []
-    for source in (env, file_values):
-        for var, value in source.items():
-            if not isinstance(value, str) or not value.strip():
-                continue
-            if var in SECRET_VARIABLES or var.endswith(("_API_KEY", "_TOKEN", "_PASSWORD", "_SECRET")):
-                found.append(value)
-            elif var.endswith("_URL") or var == "KB_AGENT_STORE":
-                try:
-                    password = urlsplit(value.strip()).password
-                except ValueError:
-                    password = None
-                if password:
-                    found.append(password)
-    return tuple(dict.fromkeys(found))

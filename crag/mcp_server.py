@@ -42,7 +42,7 @@ import anyio.to_thread
 
 from . import __version__
 from .config import secret_values
-from .errors import CragError
+from .errors import ConfigError, CragError
 from .llm.deadline import cancellable
 from .safe_text import redact, redact_message
 from .state import ToolCall
@@ -73,7 +73,10 @@ def description_variable(tool: str) -> str:
 
 
 def descriptions(tools: Any, environ: Any = None, dotenv: str | None = ".env") -> dict[str, str]:
-    """The descriptions of ``tools`` (names) set by ``description_variable`` (environment first, then ``.env``)."""
+    """The descriptions of ``tools`` (names) set by ``description_variable`` (environment first, then ``.env``).
+
+    A description is sent to the client as JSON text: one holding bytes that are not UTF-8
+    (possible in the environment) is a ``ConfigError`` naming its variable."""
     import os
 
     from .config import read_dotenv
@@ -87,9 +90,20 @@ def descriptions(tools: Any, environ: Any = None, dotenv: str | None = ".env") -
     for tool in tools:
         var = description_variable(tool)
         text = (env.get(var) or file_values.get(var) or "").strip()
+        if any("\ud800" <= ch <= "\udfff" for ch in text):  # bytes that were not UTF-8
+            raise ConfigError(var, text, "UTF-8 text (it holds bytes that are not UTF-8, and MCP sends it as JSON)")
         if text:
             out[tool] = text
     return out
+
+
+def check_descriptions(environ: Any = None, dotenv: str | None = ".env") -> None:
+    """``descriptions`` of every tool crag serves, for their errors only: run before the index
+    is opened, so a description that cannot be sent is the command's one error line."""
+    from .config import OTHER_VARIABLES
+
+    tools = (v.removeprefix("KB_AGENT_MCP_").removesuffix("_DESCRIPTION").lower() for v in OTHER_VARIABLES)
+    descriptions(tools, environ, dotenv)
 
 
 def _output_types() -> tuple[Any, Any, Any]:

@@ -4,14 +4,17 @@ Everything crag prints comes from somewhere it does not control: documents, file
 model's reply, a server's error body. Three pure functions stand between that text and a
 person (all used at the edges: the error boundary and the CLI's printing):
 
-* ``redact(text, secrets)`` replaces every secret crag was given (API keys, tokens, the
-  password of a configured URL) with ``***``: what crag shows of documents and of a model's
-  answer, which are the user's data and are never rewritten by a word pattern;
+* ``redact(text, secrets)`` replaces every *secret-shaped* secret crag was given (API keys,
+  tokens, the password of a configured URL; ``secret_shaped`` says which) with ``***``: what
+  crag shows of documents and of a model's answer, which are the user's data and are never
+  rewritten by a word pattern, nor by a configured value that is an ordinary word
+  (``OPENAI_API_KEY=ollama`` leaves "ollama serve" alone);
   ``redacted_prefix(text, secrets)`` does the same for text still streaming in, holding
   back the tail that more text could turn into a secret, and ``ShownStream`` prints
   streamed chunks that way, made safe for a terminal;
-* ``redact_message(text, secrets)`` also masks anything shaped like a credential
-  (``scheme://user:password@``, ``Authorization: Bearer ...``): for crag's own messages and
+* ``redact_message(text, secrets)`` masks every configured secret, whatever its shape, and
+  anything shaped like a credential (``scheme://user:password@``, ``Authorization: Bearer
+  ...``): for crag's own messages and records (errors, the settings in the answer log) and
   what a server echoed back in an error;
 * ``for_terminal(text)`` removes ANSI/OSC escape sequences and control characters other
   than newline and tab (NUL, carriage return, backspace, C1 controls, bidirectional
@@ -31,7 +34,7 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 __all__ = [
@@ -44,12 +47,23 @@ __all__ = [
     "redact",
     "redact_message",
     "redacted_prefix",
+    "secret_shaped",
     "short_value",
     "valid_text",
 ]
 
 REDACTED = "***"
-MIN_SECRET_CHARS = 4  # shorter "secrets" would redact ordinary words
+MIN_SECRET_CHARS = 4  # shorter "secrets" would redact ordinary words, even in messages
+
+# When a configured value looks like a secret rather than a word, so that it is masked in a
+# document's text too: each row is (what it is, the fewest characters, the test), applied to
+# the value without surrounding whitespace. Placeholders users set for local servers ("ollama",
+# "none", "EMPTY", "lm-studio", "sk-no-key-required") match no row: they are words.
+SECRET_SHAPES: tuple[tuple[str, int, Callable[[str], bool]], ...] = (
+    ("letters and digits", 8, lambda v: any(c.isalpha() for c in v) and any(c.isdigit() for c in v)),
+    ("upper and lower case", 16, lambda v: any(c.isupper() for c in v) and any(c.islower() for c in v)),
+    ("long", 24, lambda v: True),
+)
 
 # scheme://user:password@host -> scheme://user:***@host
 _URL_PASSWORD = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://[^\s/@:]*):[^\s/@]*@")
@@ -140,22 +154,36 @@ def one_line(text: str) -> str:
     return " ".join(text.split())
 
 
+def secret_shaped(value: str) -> bool:
+    """Whether a configured value looks like a secret, not a word (a row of ``SECRET_SHAPES``)."""
+    value = value.strip()
+    return any(len(value) >= fewest and test(value) for _, fewest, test in SECRET_SHAPES)
+
+
 def redact(text: str, secrets: Iterable[str] = ()) -> str:
-    """``text`` with each of ``secrets`` replaced by ``***``, and nothing else changed.
+    """``text`` with each secret-shaped one of ``secrets`` replaced by ``***``, and nothing else
+    changed.
 
     For documents and a model's prose: a word that only looks like a credential ("CPU Basic
-    hardware", "## Token Policy") is the user's text, and so is a secret a document holds.
+    hardware", "## Token Policy") is the user's text, and so is a secret a document holds,
+    and so is a word that happens to be configured as a key (``OPENAI_API_KEY=ollama``).
     """
-    for secret in sorted(_secret_set(secrets), key=len, reverse=True):
-        text = text.replace(secret, REDACTED)
-    return text
+    return _replace(text, _secret_set(secrets, shaped=True))
 
 
 def redact_message(text: str, secrets: Iterable[str] = ()) -> str:
-    """``redact`` that also masks every credential-shaped part (a URL's password, the value of
-    an ``Authorization`` header, ``token=...``): for crag's own messages and server error bodies."""
-    text = _URL_PASSWORD.sub(lambda m: f"{m.group(1)}:{REDACTED}@", redact(text, secrets))
+    """``text`` with every one of ``secrets`` (of at least ``MIN_SECRET_CHARS``), whatever its
+    shape, and every credential-shaped part (a URL's password, the value of an
+    ``Authorization`` header, ``token=...``) replaced by ``***``: for crag's own messages and
+    records and for server error bodies."""
+    text = _URL_PASSWORD.sub(lambda m: f"{m.group(1)}:{REDACTED}@", _replace(text, _secret_set(secrets)))
     return _AUTH_VALUE.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
+
+
+def _replace(text: str, secrets: set[str]) -> str:
+    for secret in sorted(secrets, key=len, reverse=True):
+        text = text.replace(secret, REDACTED)
+    return text
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -166,10 +194,10 @@ def valid_text(text: str) -> str:
     return _SURROGATE.sub("\ufffd", text)
 
 
-def _secret_set(secrets: Iterable[str]) -> set[str]:
+def _secret_set(secrets: Iterable[str], *, shaped: bool = False) -> set[str]:
     out: set[str] = set()
     for secret in secrets:
-        if secret and len(secret.strip()) >= MIN_SECRET_CHARS:
+        if secret and len(secret.strip()) >= MIN_SECRET_CHARS and (not shaped or secret_shaped(secret)):
             out.update((secret, secret.strip()))
     return out
 
@@ -184,7 +212,7 @@ def redacted_prefix(text: str, secrets: Iterable[str] = ()) -> str:
     cut = len(text)
     while cut and not text[cut - 1].isspace():
         cut -= 1
-    for secret in _secret_set(secrets):
+    for secret in _secret_set(secrets, shaped=True):
         for k in range(len(secret) - 1, 0, -1):  # the text ends with the beginning of a secret
             if text.endswith(secret[:k]):
                 cut = min(cut, len(text) - k)

@@ -138,3 +138,175 @@ def test_a_damaged_log_is_one_line_and_never_costs_an_answer(project: Path) -> N
     assert err.startswith("crag: note: the answer log ") and err.count("\n") == 1
     code, _, err = cli("log")
     assert code == 1 and err.startswith("crag: error: the answer log ") and err.count("\n") == 1
+
+
+# -- secrets: one finder for output, the log and --json ------------------------------------
+
+GITHUB_TOKEN = "ghp_Log0123456789abcdefABCDEF0123456789"
+OPENAI_KEY = "sk-proj-LogKey0123456789abcdef"
+
+
+def test_no_configured_secret_reaches_the_log_file_or_a_later_crag_log(project: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", OPENAI_KEY)
+    monkeypatch.setenv("KB_AGENT_LLM", "offline")
+    monkeypatch.setenv("GITHUB_TOKEN", GITHUB_TOKEN)  # no crag setting, but a token all the same
+    monkeypatch.setenv("KB_AGENT_EMBEDDING_BASE_URL", "http://emb:embpw@127.0.0.1:9/v1")  # short: masked anyway
+    code, out, err = cli("ask", f"Which port does the server listen on, with {GITHUB_TOKEN} and {OPENAI_KEY}?")
+    assert code == 0, err
+    raw = (project / ".crag" / "log.sqlite").read_bytes()
+    for secret in (GITHUB_TOKEN, OPENAI_KEY, "embpw"):
+        assert secret.encode() not in raw, secret
+    for var in ("OPENAI_API_KEY", "GITHUB_TOKEN", "KB_AGENT_EMBEDDING_BASE_URL"):
+        monkeypatch.delenv(var)  # a later `crag log` knows no secret: the file must hold none
+    code, out, _ = cli("log", "--json")
+    entry = json.loads(out)[0]
+    assert code == 0 and entry["question"].count("***") == 2 and "8080" in entry["answer"]
+    assert entry["settings"]["embedding_base_url"] == "http://emb:***@127.0.0.1:9/v1"
+    assert GITHUB_TOKEN not in out and OPENAI_KEY not in out and "embpw" not in out
+
+
+def test_a_store_password_is_a_secret_of_the_settings_the_log_and_every_label() -> None:
+    from crag.answer_log import logged_settings
+    from crag.cli.common import index_label
+    from crag.config import Settings
+
+    settings = Settings(store="postgresql://u:pgsecret@db/x", embedding_base_url="http://e:embpw@h/v1")
+    assert {"pgsecret", "embpw"} <= set(settings.secrets())
+    assert index_label(settings) == "postgresql://u:***@db/x"
+    logged = json.dumps(logged_settings(settings))
+    assert "pgsecret" not in logged and "embpw" not in logged and "postgresql://u:***@db/x" in logged
+
+
+def test_a_placeholder_key_leaves_the_words_of_documents_alone(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (project / "docs" / "ollama.md").write_text(
+        "# Local models\n\nStart ollama with `ollama serve` on the workstation.\n"
+        "Of the old scripts none are employed any more.\n", encoding="utf-8")
+    assert cli("index", "docs")[0] == 0
+    monkeypatch.setenv("KB_AGENT_LLM", "offline")
+    for key, words in (("ollama", "Start ollama with `ollama serve`"), ("none", "none are employed")):
+        monkeypatch.setenv("OPENAI_API_KEY", key)  # what a local server is given: a word, not a secret
+        code, out, err = cli("search", "start ollama serve workstation old scripts employed")
+        assert code == 0 and words in out, out + err
+        code, out, err = cli("search", "--json", "start ollama serve workstation old scripts employed")
+        assert code == 0 and any(words in hit["text"] for hit in json.loads(out))
+    code, out, err = cli("ask", "How do I start ollama?")
+    assert code == 0 and "`ollama serve`" in out
+    assert "`ollama serve`" in json.loads(cli("log", "--json")[1])[0]["answer"]
+
+
+# -- crag log: arguments and damaged rows ----------------------------------------------------
+
+
+@pytest.mark.parametrize("argv", [("--show", "²"), ("--show", "1" * 23), ("--show", "-1"), ("caf\udce9",),
+                                  ("-n", "0"), ("-n", "x")])
+def test_a_bad_log_argument_is_a_usage_error(project: Path, argv: tuple[str, ...]) -> None:
+    assert cli("ask", "Which port does the server listen on?")[0] == 0
+    code, out, err = cli("log", *argv)
+    assert code == 2 and out == "" and err.startswith("crag: error: ") and err.count("\n") == 1, err
+
+
+def test_a_huge_limit_lists_everything(project: Path) -> None:
+    assert cli("ask", "Which port does the server listen on?")[0] == 0
+    code, out, err = cli("log", "-n", "9" * 20)
+    assert code == 0 and "Which port" in out, err
+    code, out, err = cli("log", "-n", "9" * 20, "--json")
+    assert code == 0 and len(json.loads(out)) == 1
+
+
+def test_damaged_rows_are_shown_as_damaged(project: Path) -> None:
+    for question in ("Which port does the server listen on?", "How long is a backup kept?", "Where are backups?"):
+        assert cli("ask", question)[0] == 0
+    db = sqlite3.connect(project / ".crag" / "log.sqlite")
+    db.execute("UPDATE answers SET settings = 'not json {' WHERE id = 1")
+    db.execute("UPDATE answers SET time = 1e20, prompt_tokens = 'many' WHERE id = 2")
+    db.execute("UPDATE citations SET line = 'x' WHERE answer_id = 3")
+    db.commit()
+    db.close()
+    code, out, err = cli("log")
+    assert code == 0 and err == "" and out.count("[damaged:") == 3, out + err
+    assert "[damaged: time, usage]" in out and "[damaged: settings]" in out and "[damaged: citations]" in out
+    code, out, err = cli("log", "--json")
+    entries = {e["id"]: e for e in json.loads(out)}
+    assert code == 0 and entries[1]["settings"] is None and entries[1]["damaged"] == ["settings"]
+    assert entries[2]["time"] is None and entries[2]["usage"]["total_tokens"] is None
+    assert "damaged" not in entries[3] or entries[3]["damaged"] == ["citations"]
+    for answer_id in ("1", "2", "3"):
+        code, out, err = cli("log", "--show", answer_id)
+        assert code == 0 and "damaged: " in out and "you> " in out, out + err
+
+
+# -- crag log: bounded memory -----------------------------------------------------------------
+
+
+class _Sink(io.TextIOBase):
+    """A stdout that keeps nothing but the count of what it was given."""
+
+    def __init__(self) -> None:
+        self.chars = 0
+
+    def write(self, text: str) -> int:
+        self.chars += len(text)
+        return len(text)
+
+
+def _fill(path: Path, n: int) -> None:
+    with AnswerLog(str(path)) as log:
+        db = log._open()
+    db = sqlite3.connect(path / "log.sqlite")
+    db.execute("INSERT INTO conversations (id, started, source) VALUES (1, 0, 'ask')")
+    answer = "The server listens on port 8080. " * 60  # 2 KB an answer
+    db.executemany(
+        "INSERT INTO answers (conversation_id, time, question, answer, body, model, iterations, llm_calls, "
+        "prompt_tokens, completion_tokens, latency_ms, settings) VALUES (1, ?, ?, ?, ?, 'offline', 1, 0, 0, 0, 1.0, '{}')",
+        [(1_700_000_000 + i, f"question {i}", answer, answer) for i in range(n)])
+    db.commit()
+    db.close()
+
+
+@pytest.mark.parametrize("argv", [("log", "--json"), ("log", "-n", "100000")])
+def test_crag_log_streams_memory_does_not_grow_with_the_entries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                argv: tuple[str, ...]) -> None:
+    import tracemalloc
+
+    clean_env(monkeypatch)
+    peaks, written = [], []
+    for n in (300, 3000):
+        folder = tmp_path / str(n)
+        folder.mkdir()
+        _fill(folder, n)
+        monkeypatch.setenv("KB_AGENT_INDEX_DIR", str(folder))
+        sink = _Sink()
+        tracemalloc.start()
+        code = main([*argv], sink, io.StringIO())
+        peaks.append(tracemalloc.get_traced_memory()[1])
+        tracemalloc.stop()
+        assert code == 0
+        written.append(sink.chars)
+    assert written[1] > 9 * written[0]  # ten times the entries were all written...
+    assert peaks[1] < 2 * peaks[0], peaks  # ...in about the same memory
+
+
+def test_a_log_that_is_no_file_is_one_error_line_not_an_empty_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    clean_env(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".crag").write_text("not a folder")
+    code, out, err = cli("log")
+    assert code == 1 and out == "" and err.count("\n") == 1 and "is not a folder" in err, out + err
+    (tmp_path / ".crag").unlink()
+    (tmp_path / ".crag" / "log.sqlite").mkdir(parents=True)
+    code, out, err = cli("log", "--json")
+    assert code == 1 and out == "" and err.startswith("crag: error: the answer log ") and "not a file" in err
+
+
+def test_crag_log_strips_control_sequences_from_what_it_shows(project: Path) -> None:
+    assert cli("ask", "Which port does the server listen on?")[0] == 0
+    db = sqlite3.connect(project / ".crag" / "log.sqlite")
+    db.execute("UPDATE answers SET question = ?, model = ?", ("port\x1b]0;pwned\x07 \x1b[2J?", "m\x1b[31m"))
+    db.commit()
+    db.close()
+    for argv in (("log",), ("log", "--show", "last")):
+        code, out, _ = cli(*argv)
+        assert code == 0 and "\x1b" not in out and "\x07" not in out and "port" in out
+    code, out, _ = cli("log", "--json")
+    assert "\x1b" not in out and json.loads(out)[0]["question"].startswith("port\x1b]0;pwned")

@@ -13,7 +13,7 @@ IO_LIBRARIES = {"openai", "faiss", "httpx", "httpx2", "sqlite3", "time", "socket
                 "subprocess", "os", "pathlib", "shutil", "tiktoken", "numpy", "threading", "asyncio"}
 # crag's own modules that touch the environment, the disk, the network or the clock, or run
 # the loop around the core: the core may name them only for type checkers.
-IO_MODULES = {"config", "llm", "tools", "index", "cli", "mcp_server", "driver", "agent", "answer_log", "__main__"}
+IO_MODULES = {"config", "environment", "llm", "tools", "index", "cli", "mcp_server", "driver", "agent", "answer_log", "__main__"}
 CORE = ["state.py", "graph.py", "grading.py", "answer.py", "ports.py", "text.py", "toolspec.py", "schemas.py", "events.py",
         "searches.py", "sentences.py", "pages.py", *[f"{package}/{p.name}" for package in ("nodes", "prompts", "grounding")
                          for p in sorted((CRAG / package).glob("*.py"))]]
@@ -138,7 +138,7 @@ def test_the_store_modules_import_no_cycle():
 # type checkers counted too (a type is a dependency). Listed bottom up; a module's layer is
 # that of its first dotted part below crag (``crag.index.store`` is in ``index``).
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
-    ("text and settings", frozenset({"errors", "safe_text", "text", "sentences", "pages", "config"})),
+    ("text and settings", frozenset({"errors", "safe_text", "text", "sentences", "pages", "environment", "config"})),
     ("records and ports", frozenset({"state", "events", "toolspec", "ports"})),
     ("the pure core", frozenset({"graph", "grading", "schemas", "budget", "answer", "grounding", "prompts",
                                  "searches", "nodes"})),

@@ -119,3 +119,85 @@ def test_a_bad_value_says_where_it_came_from(tmp_path: Path, monkeypatch, where:
     assert code == 2 and err.count("\n") == 1
     assert err.startswith("crag: error: KB_AGENT_MAX_ITERATIONS=lots is not valid: expected an integer >= 1")
     assert f"(set in {'the environment' if where == 'environment' else '.env'})" in err
+
+
+# -- values sent to a server must be UTF-8 ----------------------------------------------------
+
+
+def test_a_model_name_that_is_not_utf8_is_one_line_naming_the_option(project: Path) -> None:
+    code, out, err = cli("ask", "-m", "caf\udce9", "How do I deploy?")  # as Python reads $'caf\xe9'
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert err.startswith("crag: error: KB_AGENT_MODEL=caf\\xe9 is not valid: expected UTF-8 text")
+    assert "given as an argument" in err
+
+
+@pytest.mark.parametrize(("var", "value"), [
+    ("KB_AGENT_MODEL", "caf\udce9"), ("KB_AGENT_EMBEDDING_MODEL", "emb\udce9"), ("JIRA_EMAIL", "ada\udce9@example.com"),
+    ("CONFLUENCE_EMAIL", "ada\udce9@example.com"), ("KB_AGENT_STORE", "postgresql://u:pw@db/caf\udce9"),
+    ("OPENAI_BASE_URL", "http://caf\udce9/v1"), ("OPENAI_API_KEY", "sk-caf\udce9"), ("JIRA_API_TOKEN", "tok\udce9"),
+])
+def test_a_setting_sent_to_a_server_that_is_not_utf8_is_a_usage_error(project: Path, monkeypatch, var: str,
+                                                                      value: str) -> None:
+    monkeypatch.setenv(var, value)
+    code, out, err = cli("ask", "How do I deploy?")
+    assert code == 2 and out == "" and err.count("\n") == 1 and err.startswith(f"crag: error: {var}")
+    assert "(set in the environment)" in err and "pw" not in err.split(var, 1)[1].split("is not valid")[0]
+
+
+# -- .env is read once, and its warnings are bounded ---------------------------------------------
+
+
+def test_dotenv_is_parsed_once_however_many_lines_are_printed(project: Path, monkeypatch) -> None:
+    import os
+
+    for n in range(12):
+        assert cli("ask", f"How do I deploy, question {n}?")[0] == 0
+    env = project / ".env"
+    env.write_text("".join(f"OTHER_PROGRAM_{i}=value {i}\n" for i in range(3000)) + "GITHUB_TOKEN=ghp_Env0123456789abcdef\n")
+    # A .env changed in the last two seconds is parsed at every read (it may change again within
+    # the same tick of the file system's clock); this one counts as older.
+    monkeypatch.setattr("crag.environment._RACY_NS", 0, raising=False)
+    opened = []
+    real_open = os.open
+
+    def counting_open(path, *args, **kwargs):
+        if os.fspath(path) == ".env":
+            opened.append(path)
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", counting_open)
+    code, out, _ = cli("log", "-n", "12")
+    assert code == 0 and out.count("\n#") + out.startswith("#") == 12
+    assert len(opened) <= 1  # not once for every printed line
+
+
+def test_a_changed_dotenv_is_read_again_even_with_the_same_size_and_time(tmp_path: Path) -> None:
+    import os
+
+    from crag.config import secret_values
+
+    env = tmp_path / ".env"
+    env.write_text("GITHUB_TOKEN=ghp_First0123456789\n")
+    os.utime(env, (1_600_000_000, 1_600_000_000))
+    assert secret_values(environ={}, dotenv=env) == ("ghp_First0123456789",)
+    env.write_text("GITHUB_TOKEN=ghp_Other0123456789\n")
+    os.utime(env, (1_600_000_000, 1_600_000_000))  # same size, same modification time
+    assert secret_values(environ={}, dotenv=env) == ("ghp_Other0123456789",)
+
+
+def test_thousands_of_unknown_names_are_warned_about_boundedly(tmp_path: Path, monkeypatch) -> None:
+    import difflib
+
+    clean_env(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".env").write_text("".join(f"KB_AGENT_UNKNOWN_{i}=x\n" for i in range(30_000))
+                                   + "".join(f"not an assignment {i}\n" for i in range(50)))
+    looked_up = []
+    real = difflib.get_close_matches
+    monkeypatch.setattr(difflib, "get_close_matches", lambda *a, **k: looked_up.append(a[0]) or real(*a, **k))
+    code, _, err = cli("graph")
+    lines = err.splitlines()
+    assert code == 0 and len(lines) == 42 and all(line.startswith("crag: warning: ") for line in lines)
+    assert "29,980 more KB_AGENT_* names are not crag settings" in lines[-1]
+    assert "30 more lines of .env are not assignments" in err
+    assert len(looked_up) <= 20

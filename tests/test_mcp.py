@@ -326,3 +326,17 @@ def test_mcp_tools_have_output_schemas_read_only_hints_and_descriptions_from_the
     anyio.run(session)
     log = workdir / "index" / "log.sqlite"  # the MCP ask is in the answer log
     assert log.is_file()
+
+
+def test_a_description_that_is_not_utf8_is_one_line_naming_its_variable(workdir: Path) -> None:
+    import subprocess
+
+    params = server_params(workdir, "--kb", "docs")
+    env = {os.fsencode(k): os.fsencode(v) for k, v in params.env.items()}
+    env[b"KB_AGENT_MCP_ASK_DESCRIPTION"] = b"caf\xe9 docs"  # as a shell's $'caf\xe9 docs' sets it
+    proc = subprocess.run([sys.executable, *params.args], env=env, cwd=workdir, capture_output=True, timeout=120,
+                          input=b"")
+    err = proc.stderr.decode("utf-8", "replace")
+    assert proc.returncode == 2, err
+    assert err.count("\n") == 1 and err.startswith("crag: error: KB_AGENT_MCP_ASK_DESCRIPTION=caf\\xe9 docs")
+    assert "UTF-8" in err and proc.stdout == b""

@@ -8,7 +8,16 @@ import re
 from hypothesis import given
 from hypothesis import strategies as st
 
-from crag.safe_text import display_name, for_terminal, json_text, redact, redact_message, short_value
+from crag.safe_text import (
+    display_name,
+    for_terminal,
+    json_text,
+    redact,
+    redact_message,
+    redacted_prefix,
+    secret_shaped,
+    short_value,
+)
 
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 
@@ -63,13 +72,39 @@ def test_document_text_is_redacted_only_where_it_holds_a_configured_secret() -> 
 
 
 @given(st.text(), st.lists(st.text(min_size=4), max_size=3))
-def test_redact_changes_nothing_but_the_secrets(text: str, secrets: list[str]) -> None:
+def test_redact_changes_nothing_but_the_secret_shaped_secrets(text: str, secrets: list[str]) -> None:
     shown = redact(text, secrets)
-    if not any(s.strip() and s.strip() in text for s in secrets if len(s.strip()) >= 4):
+    if not any(s.strip() and s.strip() in text for s in secrets if secret_shaped(s)):
         assert shown == text
     for secret in secrets:
-        if len(secret.strip()) >= 4 and "*" not in secret:
+        if secret_shaped(secret) and "*" not in secret:
             assert secret.strip() not in shown
+
+
+@given(st.text(), st.lists(st.text(min_size=4), max_size=3))
+def test_a_message_never_holds_a_configured_secret_whatever_its_shape(text: str, secrets: list[str]) -> None:
+    shown = redact_message(text, secrets)
+    for secret in secrets:
+        if len(secret.strip()) >= 4 and "*" not in secret and not any(c in secret for c in ":@/="):
+            assert secret.strip() not in shown
+
+
+PLACEHOLDER_KEYS = ["ollama", "none", "EMPTY", "lm-studio", "not-needed", "sk-no-key-required", "dummy", "password"]
+REAL_KEYS = ["sk-proj-Ab3dEf6hIj9kLm", "ghp_0123456789abcdefABCDEF0123456789abcd", "abcdef123456", "Hunter2Pw",
+             "3f9a0c1e5b7d2a4c6e8f0a1b", "CorrectHorseBatteryStaple", "correcthorsebatterystapleplus"]
+
+
+def test_a_configured_word_is_not_masked_in_documents_but_always_in_messages() -> None:
+    for key in PLACEHOLDER_KEYS:
+        assert not secret_shaped(key), key
+        doc = f"Start {key} with `{key} serve`; {key} are employed."
+        assert redact(doc, [key]) == doc  # the user's document, as written
+        assert redacted_prefix(doc + " more", [key]) == doc + " "  # a streamed answer too
+        assert key not in redact_message(f"crag: error: the server refused key {key}", [key])
+    for key in REAL_KEYS:
+        assert secret_shaped(key), key
+        assert redact(f"the key {key} leaked", [key]) == "the key *** leaked"
+    assert secret_shaped(" jira tok 42 ")  # a token may hold a space
 
 
 def test_json_text_escapes_every_control_character_and_reads_back_equal() -> None:

@@ -146,8 +146,14 @@ def main(
     stderr: TextIO | None = None,
     stdin: TextIO | None = None,
 ) -> int:
-    out = stdout or sys.stdout
-    err = stderr or sys.stderr
+    common.forget_secrets()
+    try:
+        return _main(argv, stdout or sys.stdout, stderr or sys.stderr, stdin)
+    finally:
+        common.forget_secrets()
+
+
+def _main(argv: Sequence[str] | None, out: TextIO, err: TextIO, stdin: TextIO | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         parser = build_parser()

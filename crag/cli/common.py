@@ -51,10 +51,23 @@ def own_name(message: str) -> str:
 OVERRIDES: dict[str, str] = {}
 
 
+# The secrets of this run, found when first asked for and kept until ``main`` ends (it
+# forgets them at its start and its end): a command printing 100,000 lines looks for them once.
+_RUN_SECRETS: list[tuple[str, ...]] = []
+
+
 def secrets() -> tuple[str, ...]:
+    """The configured secrets (``crag.environment.secret_values``), found once per run."""
     from ..config import secret_values
 
-    return secret_values()
+    if not _RUN_SECRETS:
+        _RUN_SECRETS.append(secret_values())
+    return _RUN_SECRETS[0]
+
+
+def forget_secrets() -> None:
+    """Look for the secrets again when next asked: a new run, with its own environment."""
+    _RUN_SECRETS.clear()
 
 
 def error_line(exc: BaseException) -> str:
@@ -64,8 +77,16 @@ def error_line(exc: BaseException) -> str:
 
 def shown(text: str) -> str:
     """Text for the terminal: no escape sequence or control character, secrets redacted (after
-    the removal, so a control character inside a key cannot hide it from redaction)."""
+    the removal, so a control character inside a key cannot hide it from redaction). For text
+    that holds documents or answers: a configured value is masked when it is secret-shaped
+    (``crag.safe_text.secret_shaped``)."""
     return redact(for_terminal(text), secrets())
+
+
+def shown_message(text: str) -> str:
+    """One of crag's own messages for the terminal (a note, an error): as ``shown``, with every
+    configured secret masked whatever its shape, and any URL's password."""
+    return redact_message(for_terminal(text), secrets())
 
 
 def shown_json(value: object, **kwargs: object) -> str:
@@ -88,7 +109,7 @@ def index_label(config) -> str:
     directory, or a PostgreSQL store's URI without its password."""
     from ..index.discover import relative_label
 
-    return redact(config.store, config.secrets()) if config.store else relative_label(config.index_dir)
+    return redact_message(config.store, config.secrets()) if config.store else relative_label(config.index_dir)
 
 
 def index_note(config, err: TextIO) -> None:
@@ -98,7 +119,7 @@ def index_note(config, err: TextIO) -> None:
     here = os.path.abspath(os.getcwd())
     if config.store or os.path.abspath(config.index_dir).startswith(here + os.sep):
         return
-    err.write(shown(f"crag: index {index_label(config)}") + "\n")
+    err.write(shown_message(f"crag: index {index_label(config)}") + "\n")
 
 
 def require_index_libraries() -> None:

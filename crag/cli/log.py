@@ -3,7 +3,9 @@
 
 ``crag log`` lists the last answers (``-n``), ``crag log QUERY`` those whose question or
 answer holds every word of the query, ``crag log --show ID`` one answer in full (``last``
-for the newest); ``--json`` prints a JSON array of whole entries instead.
+for the newest); ``--json`` prints a JSON array of whole entries instead. Entries are
+printed as they are read from the log, so neither form holds the whole log in memory; a
+damaged row is printed with what is damaged named, never a traceback.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ import argparse
 from typing import TextIO
 
 from ..errors import UsageError
-from .common import prog, settings, shown, shown_json
+from ..safe_text import short_value
+from .common import not_utf8, prog, settings, shown, shown_json, shown_message
 
 
 def answer_log(config):
@@ -36,7 +39,7 @@ def record(config, answer, err: TextIO, conversation: int | None = None, source:
         with log:
             conversation, _ = log.record(answer, config, conversation=conversation, source=source)
     except LogError as exc:
-        err.write(shown(f"crag: note: {exc}") + "\n")
+        err.write(shown_message(f"crag: note: {exc}") + "\n")
     return conversation
 
 
@@ -52,15 +55,33 @@ def last_conversation(config, err: TextIO) -> tuple[int | None, list[dict[str, s
     return found
 
 
-def _when(ts: float) -> str:
+def _when(ts: float | None) -> str:
     from datetime import datetime
 
-    return datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M")
+    if ts is None:
+        return "????-??-?? ??:??"
+    try:
+        return datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M")
+    except (OverflowError, ValueError, OSError):
+        return "????-??-?? ??:??"
 
 
 def _one_line(text: str, width: int) -> str:
     line = " ".join(text.split())
     return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def _count(value: object) -> str:
+    return f"{value:,}" if isinstance(value, int) else "?"
+
+
+def _show_arg(value: str) -> int | None:
+    """``--show``'s answer number, None for ``last``; anything else is a usage error."""
+    if value == "last":
+        return None
+    if value.isascii() and value.isdigit():
+        return int(value)
+    raise UsageError(f"--show takes an answer's number (see `{prog()} log`) or 'last', got '{short_value(value)}'")
 
 
 def cmd_log(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -69,47 +90,68 @@ def cmd_log(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     config = settings()
     if args.limit is not None and args.limit < 1:
         raise UsageError(f"-n must be at least 1, got {args.limit}")
-    log = AnswerLog.for_settings(config)
     query = " ".join(args.words)
+    if not_utf8(query):
+        raise UsageError(f"QUERY '{short_value(query)}' holds bytes that are not UTF-8; no logged text can match it")
+    show = _show_arg(args.show) if args.show is not None else None
+    log = AnswerLog.for_settings(config)
     with log:
         if args.show is not None:
-            if args.show == "last":
-                entries = log.entries(limit=1)
-            elif args.show.isdigit():
-                entries = log.entries(ids=[int(args.show)], limit=None)
-            else:
-                raise UsageError(f"--show takes an answer's number (see `{prog()} log`) or 'last', got {args.show!r}")
-            if not entries:
-                raise UsageError(f"no answer {args.show} in {log.path} (`{prog()} log` lists them)")
+            entries = log.iter_entries(limit=1) if show is None else log.iter_entries(ids=[show], limit=None)
         else:
-            entries = log.entries(query, limit=args.limit or (None if args.json else 10))
-    if args.json:
-        out.write(shown_json([e.to_dict() for e in entries], indent=2) + "\n")
-        return 0
-    if args.show is not None:
-        out.write(shown(_full(entries[0])) + "\n")
-        return 0
-    if not entries:
-        what = f"matching {query!r} " if query else ""
-        off = " (KB_AGENT_LOG=off: nothing is logged)" if not config.log else ""
-        out.write(shown(f"no logged answers {what}in {log.path}{off}") + "\n")
-        return 0
-    from ..answer import OFFLINE_PREFACE
-
-    for e in entries:
-        tokens = e.usage["total_tokens"]
-        gist = e.body.replace(OFFLINE_PREFACE, "").lstrip(" \n-*")  # the offline answer's preface says nothing
-        out.write(shown(f"#{e.id}  {_when(e.time)}  {e.model}  {_one_line(e.question, 70)}") + "\n")
-        out.write(shown(f"      {_one_line(gist, 90)}  ({len(e.citations)} cited, {tokens:,} tokens)") + "\n")
+            entries = log.iter_entries(query, limit=args.limit or (None if args.json else 10))
+        if args.json:
+            _write_json(entries, out)
+            return 0
+        if args.show is not None:
+            entry = next(iter(entries), None)
+            if entry is None:
+                raise UsageError(f"no answer {args.show} in {log.path} (`{prog()} log` lists them)")
+            out.write(shown(_full(entry)) + "\n")
+            return 0
+        if not _write_list(entries, out):
+            what = f"matching {query!r} " if query else ""
+            off = " (KB_AGENT_LOG=off: nothing is logged)" if not config.log else ""
+            out.write(shown(f"no logged answers {what}in {log.path}{off}") + "\n")
+            return 0
     out.write(f"\n`{prog()} log --show ID` prints one answer in full\n")
     return 0
 
 
+def _write_json(entries, out: TextIO) -> None:
+    """The JSON array of ``entries``, written one entry at a time: the same text as
+    ``json.dumps(list, indent=2)``, without the list."""
+    first = True
+    for entry in entries:
+        text = shown_json(entry.to_dict(), indent=2)  # no raw newline inside: JSON escapes it
+        out.write(("[\n" if first else ",\n") + "\n".join("  " + line for line in text.split("\n")))
+        first = False
+    out.write("[]\n" if first else "\n]\n")
+
+
+def _write_list(entries, out: TextIO) -> int:
+    """Two lines per entry, as each is read; the number written."""
+    from ..answer import OFFLINE_PREFACE
+
+    count = 0
+    for e in entries:
+        gist = e.body.replace(OFFLINE_PREFACE, "").lstrip(" \n-*")  # the offline answer's preface says nothing
+        damaged = f"  [damaged: {', '.join(e.damaged)}]" if e.damaged else ""
+        out.write(shown(f"#{e.id}  {_when(e.time)}  {e.model}  {_one_line(e.question, 70)}{damaged}") + "\n")
+        out.write(shown(f"      {_one_line(gist, 90)}  ({len(e.citations)} cited, "
+                        f"{_count(e.usage['total_tokens'])} tokens)") + "\n")
+        count += 1
+    return count
+
+
 def _full(e) -> str:
+    latency = e.usage["latency_ms"]
     lines = [
-        f"#{e.id}  {_when(e.time)}  {e.source}, conversation {e.conversation}",
-        f"model: {e.model}; {e.usage['llm_calls']} LLM calls, {e.usage['total_tokens']:,} tokens, "
-        f"{e.usage['latency_ms']:,.0f} ms; {e.complexity or 'unrouted'}, {e.iterations} retrieval round(s)",
+        f"#{e.id}  {_when(e.time)}  {e.source}, conversation {e.conversation if e.conversation is not None else '?'}",
+        f"model: {e.model}; {_count(e.usage['llm_calls'])} LLM calls, {_count(e.usage['total_tokens'])} tokens, "
+        f"{f'{latency:,.0f}' if latency is not None else '?'} ms; {e.complexity or 'unrouted'}, "
+        f"{_count(e.iterations)} retrieval round(s)",
+        *([f"damaged: {', '.join(e.damaged)} (the log's row does not hold what crag wrote)"] if e.damaged else []),
         "",
         f"you> {e.question}",
         "",

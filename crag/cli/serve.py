@@ -11,12 +11,13 @@ from .common import settings
 
 
 def cmd_mcp(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from ..mcp_server import missing_extra, serve
+    from ..mcp_server import check_descriptions, missing_extra, serve
 
     settings()
     problem = missing_extra()
     if problem is not None:
         raise UsageError(problem)
+    check_descriptions()
     with agent_for(args, err) as agent:
         serve(agent)
     return 0

@@ -1,0 +1,202 @@
+"""The environment crag runs in: ``.env`` files, read once, and the secrets configured there
+and in the process environment, found by one finder.
+
+``read_dotenv`` parses a ``.env`` (``KEY=VALUE`` lines) and keeps it while the file stays
+the same, so a command that prints a thousand lines, each redacted of every configured
+secret, parses it once. ``find_secrets`` is the one secret finder: ``crag.config.Settings``
+(``Settings.secrets``), the command line's output, the answer log and the MCP server all
+mask what it finds. What masking means for a document and for crag's own messages is
+``crag.safe_text``'s; docs/safety.md, "Secrets", says it for users.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Mapping
+from typing import Any
+
+from attrs import frozen
+
+from .errors import ConfigError
+
+__all__ = ["DOTENV_MAX_BYTES", "SECRET_SUFFIXES", "SECRET_VARIABLES", "find_secrets", "read_dotenv", "secret_values"]
+
+DOTENV_MAX_BYTES = 1024 * 1024  # a .env is a few lines; anything larger is not one
+# Values never shown in a message, and redacted from everything crag prints; so is the value
+# of any variable named with one of SECRET_SUFFIXES.
+SECRET_VARIABLES = frozenset({"OPENAI_API_KEY", "JIRA_API_TOKEN", "CONFLUENCE_API_TOKEN"})
+SECRET_SUFFIXES = ("_API_KEY", "_TOKEN", "_PASSWORD", "_SECRET")
+
+
+def _read_small_regular_file(path: str | os.PathLike[str], limit: int) -> bytes | None:
+    """The bytes of ``path`` when it is a regular file of at most ``limit`` bytes; None when absent.
+
+    Opened without blocking and checked after opening, so a FIFO, a device (``/dev/zero``)
+    or a folder behind the name is refused instead of read forever.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ConfigError(".env", os.fspath(path), f"a readable file ({exc.strerror or exc})") from exc
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ConfigError(".env", os.fspath(path), "a regular file (not a folder, device or pipe)")
+        chunks: list[bytes] = []
+        size = 0
+        while size <= limit:
+            try:
+                chunk = os.read(fd, min(65536, limit + 1 - size))
+            except OSError as exc:
+                raise ConfigError(".env", os.fspath(path), f"a readable file ({exc.strerror or exc})") from exc
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > limit:
+            raise ConfigError(".env", os.fspath(path), f"a file of at most {limit // 1024} KiB")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+@frozen
+class _DotenvRead:
+    """A ``.env`` as parsed: its assignments, the numbers of its lines that are not
+    assignments, and the secrets among its values."""
+
+    values: dict[str, str]
+    bad_lines: tuple[int, ...]
+    secrets: tuple[str, ...]
+
+
+# A .env changed within the same tick of the file system's clock may keep its size and its
+# modification time: one modified this recently is parsed again at every read (git treats
+# such a file as "racily clean" the same way).
+_RACY_NS = 2_000_000_000
+_DOTENV_READS: dict[tuple[Any, ...], _DotenvRead] = {}
+_DOTENV_READS_KEPT = 8  # the .env files of different folders one process may read
+
+
+def _read_dotenv_cached(path: str | os.PathLike[str]) -> _DotenvRead:
+    """``path`` parsed; from memory while its identity, size and times are the ones it had
+    when it was parsed (every printed line asks for the secrets: a large ``.env`` must not be
+    parsed again for each)."""
+    import time
+
+    key = None
+    try:
+        st = os.stat(path)
+        if stat.S_ISREG(st.st_mode):
+            key = (os.path.abspath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    except (OSError, ValueError):
+        pass
+    if key is not None and key in _DOTENV_READS:
+        return _DOTENV_READS[key]
+    bad: list[int] = []
+    values = _parse_dotenv(path, bad)
+    read = _DotenvRead(values, tuple(bad), find_secrets(values))
+    if key is not None and time.time_ns() - max(key[4], key[5]) > _RACY_NS:
+        if len(_DOTENV_READS) >= _DOTENV_READS_KEPT:
+            _DOTENV_READS.clear()
+        _DOTENV_READS[key] = read
+    return read
+
+
+def read_dotenv(path: str | os.PathLike[str], bad_lines: list[int] | None = None) -> dict[str, str]:
+    """``KEY=VALUE`` lines of a ``.env`` file; a missing file is an empty mapping.
+
+    Accepts ``export KEY=VALUE``, single or double quotes, blank lines, ``#`` comments and a
+    UTF-8 byte-order mark. Only a regular file of at most ``DOTENV_MAX_BYTES`` is read; a
+    NUL character in a value is refused (no environment variable can hold one). The numbers of
+    lines that are not assignments go to ``bad_lines`` when given. An unchanged file is parsed
+    once per process.
+    """
+    read = _read_dotenv_cached(path)
+    if bad_lines is not None:
+        bad_lines.extend(read.bad_lines)
+    return dict(read.values)
+
+
+def _parse_dotenv(path: str | os.PathLike[str], bad_lines: list[int]) -> dict[str, str]:
+    data = _read_small_regular_file(path, DOTENV_MAX_BYTES)
+    if data is None:
+        return {}
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(".env", os.fspath(path), f"a UTF-8 file (byte {exc.start} is not UTF-8)") from exc
+    values: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("export "):
+            line = line[len("export ") :].lstrip()
+        key, sep, value = line.partition("=")
+        if not sep or not key.strip():
+            bad_lines.append(number)
+            continue
+        key, value = key.strip(), value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        elif " #" in value:
+            value = value.split(" #", 1)[0].rstrip()
+        if "\x00" in value or "\x00" in key:
+            raise ConfigError(key, value, "a value without NUL characters", secret=_secret_variable(key) or _url_variable(key))
+        values[key] = value
+    return values
+
+
+# -- secrets: the one finder ------------------------------------------------------------
+# Output, error lines, the answer log and --json all mask what ``find_secrets`` finds: in the
+# settings (``crag.config.Settings.secrets``) and in the environment and ``.env``
+# (``secret_values``).
+
+def _secret_variable(var: str) -> bool:
+    """Whether the whole value of ``var`` is a secret (a key, token, password)."""
+    return var in SECRET_VARIABLES or var.endswith(SECRET_SUFFIXES)
+
+
+def _url_variable(var: str) -> bool:
+    """Whether ``var`` holds a URL whose password is a secret."""
+    return var.endswith("_URL") or var == "KB_AGENT_STORE"
+
+
+def find_secrets(values: Mapping[str, object]) -> tuple[str, ...]:
+    """The secrets among ``values`` (variable name -> value): the whole value of
+    ``OPENAI_API_KEY``, the Jira and Confluence tokens and any ``*_API_KEY``, ``*_TOKEN``,
+    ``*_PASSWORD`` or ``*_SECRET``; the password of any ``*_URL`` and of ``KB_AGENT_STORE``."""
+    from urllib.parse import urlsplit
+
+    found: list[str] = []
+    for var, value in values.items():
+        if not isinstance(value, str) or not value.strip():
+            continue
+        if _secret_variable(var):
+            found.append(value)
+        elif _url_variable(var):
+            try:
+                password = urlsplit(value.strip()).password
+            except ValueError:
+                password = None
+            if password:
+                found.append(password)
+    return tuple(dict.fromkeys(found))
+
+
+def secret_values(environ: Mapping[str, str] | None = None, dotenv: str | os.PathLike[str] | None = ".env") -> tuple[str, ...]:
+    """The secrets configured for crag in ``environ`` (default ``os.environ``) and ``dotenv``,
+    as ``find_secrets`` finds them, for redaction.
+
+    Never raises: a ``.env`` that cannot be read contributes nothing. An unchanged ``.env`` is
+    parsed once, however often this is asked.
+    """
+    env = os.environ if environ is None else environ
+    try:
+        file_secrets = _read_dotenv_cached(dotenv).secrets if dotenv else ()
+    except Exception:
+        file_secrets = ()
+    return tuple(dict.fromkeys((*find_secrets(env), *file_secrets)))
