@@ -31,7 +31,7 @@ from attrs import evolve
 
 from .. import answer, budget, grading, grounding, prompts
 from ..ports import LLMRequest, Step, SynthesizeTask
-from ..state import AgentState, Completion, Complexity, EvidenceItem, GraderAction, GroundingReport
+from ..state import AgentState, Completion, Complexity, EvidenceItem, GradedBy, GraderAction, GroundingReport
 
 if TYPE_CHECKING:
     from . import NodeConfig
@@ -83,7 +83,7 @@ UNGRADED_NOTE = (
 
 def weak_evidence_note(state: AgentState, cfg: NodeConfig) -> str | None:
     """The note for an answer the iteration cap forced from evidence the grader did not approve."""
-    if state.graded_by == "ungraded":
+    if state.graded_by is GradedBy.UNGRADED:
         return UNGRADED_NOTE
     if state.grader_action is None or state.grader_action is GraderAction.GENERATE:
         return None
@@ -162,7 +162,7 @@ def verdict_of(report: GroundingReport, state: AgentState, absent: list[str] | t
         return "not_answered"
     if 2 * report.supported >= report.sentences:
         return "answered"
-    return "unsupported" if state.graded_by == "grader" else "not_answered"
+    return "unsupported" if state.graded_by is GradedBy.GRADER else "not_answered"
 
 
 def verdict_may_rewrite(state: AgentState, items: tuple[EvidenceItem, ...]) -> bool:
@@ -170,4 +170,4 @@ def verdict_may_rewrite(state: AgentState, items: tuple[EvidenceItem, ...]) -> b
     informative grade approved the evidence, or the question names a term none of ``items``
     (the evidence the answer is written from) holds. Known before the answer is written, so
     a stream holds the grounded answer back until it is finished (``crag.stream``)."""
-    return state.graded_by != "grader" or bool(grounding.missing(state.question, [item.text for item in items]))
+    return state.graded_by is not GradedBy.GRADER or bool(grounding.missing(state.question, [item.text for item in items]))
