@@ -59,6 +59,8 @@ def _noted(state: AgentState, node: str, request: LLMRequest, reply: Any) -> Age
         state = evolve(state, audit=state.log("reply_truncated", node=node, max_tokens=request.max_tokens))
     if reply.usage_replaced:
         state = evolve(state, audit=state.log("usage_implausible", node=node))
+    if getattr(reply, "adapted", ()):
+        state = evolve(state, audit=state.log("request_adapted", node=node, because_refused=list(reply.adapted)))
     return state
 
 
@@ -68,7 +70,12 @@ def max_steps(max_iterations: int) -> int:
 
 
 class Driver:
-    """Runs questions through the graph with one chat model and one toolbox."""
+    """Runs questions through the graph with one chat model and one toolbox.
+
+    ``learnt_window`` is the one thing a driver carries from one question to the next: the
+    smallest context window a server asked for. A question that starts with it says so in its
+    audit (``context_window_learnt``), so two identical questions that behave differently show
+    why; set it to None to forget it."""
 
     def __init__(
         self,
@@ -99,12 +106,15 @@ class Driver:
         stream: bool = False,
     ) -> AgentState:
         """Answer ``question``; returns the final state (``state.answer`` holds the text)."""
+        window = self.learnt_window
         state = AgentState(
             question=question,
             history=tuple(history),
             usage=Usage(model=getattr(self.model, "model", "")),
-            context_window=self.learnt_window,
+            context_window=window,
         )
+        if window is not None:
+            state = evolve(state, audit=state.log("context_window_learnt", context_tokens=window))
         return self.resume(state, TRANSITIONS[START, Outcome.DONE], on_event, stream)
 
     def config(self, state: AgentState) -> NodeConfig:

@@ -228,6 +228,9 @@ class Completion:
     finish_reason: str | None = None
     usage_replaced: bool = False  # the server's token counts were implausible: counted instead
     logprobs: tuple[TokenLogprob, ...] | None = None
+    # What the adapter left out or sent another way because the server refused it earlier
+    # (crag.llm.server_memory): "logprobs", "temperature", "max_tokens", "response_format=...".
+    adapted: tuple[str, ...] = ()
 
     @property
     def truncated(self) -> bool:

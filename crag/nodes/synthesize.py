@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 from attrs import evolve
 
 from .. import answer, budget, grading, grounding, prompts
+from ..grounding import verdict
 from ..ports import LLMRequest, Step, SynthesizeTask
 from ..state import AgentState, Completion, Complexity, EvidenceItem, GradedBy, GraderAction, GroundingReport
 
@@ -135,39 +136,30 @@ def _grounded(state: AgentState, body: str, cfg: NodeConfig, items: tuple) -> Ag
     absent = grounding.missing(state.question, [item.text for item in items])
     if absent:
         state = evolve(state, audit=state.log("question_terms_missing", terms=absent))
-    verdict = verdict_of(done.report, state, absent)
-    report = evolve(done.report, verdict=verdict)
-    if verdict == "not_answered" and cfg.grounding != "strict":
+    judged = verdict_of(done.report, state, absent)
+    report = evolve(done.report, verdict=judged)
+    if judged == "not_answered" and cfg.grounding != "strict":
         done = grounding.ground(body, items, "strict", state.question)  # only the supported sentences
-    if (cfg.grounding == "strict" or verdict == "not_answered") and not done.report.supported:
+    if (cfg.grounding == "strict" or judged == "not_answered") and not done.report.supported:
         text, citations = answer.compose(answer.NO_EVIDENCE, (), state.usage, cite=False)
         return evolve(state, answer=text, citations=citations, grounding=report)
     opening = answer.NOT_MENTIONED.format(terms=" or ".join(absent)) if absent else answer.NOT_ANSWERED
-    body = f"{opening}\n\n{done.body}" if verdict == "not_answered" else done.body
-    removed = verdict == "not_answered"  # the opening says so: no count of tagged sentences
+    body = f"{opening}\n\n{done.body}" if judged == "not_answered" else done.body
+    removed = judged == "not_answered"  # the opening says so: no count of tagged sentences
     notes = [n for n in (None if removed else grounding.note_line(done.report, cfg.grounding), weak) if n]
     text, citations = answer.compose(body, done.sources, state.usage, note="\n\n".join(notes) or None)
     return evolve(state, answer=text, citations=citations, grounding=report)
 
 
 def verdict_of(report: GroundingReport, state: AgentState, absent: list[str] | tuple[str, ...] = ()) -> str | None:
-    """What the answer makes of its grounding report: None when no sentence was judged;
-    ``not_answered`` when the question names a term no evidence item holds (``absent``,
-    ``crag.grounding.missing``), whatever the grade; ``answered`` when at least half the
-    judged sentences are supported; else ``not_answered`` when no informative grade approved
-    the evidence (then crag says so), ``unsupported`` when a grader did."""
-    if not report.sentences:
-        return None
-    if absent:
-        return "not_answered"
-    if 2 * report.supported >= report.sentences:
-        return "answered"
-    return "unsupported" if state.graded_by is GradedBy.GRADER else "not_answered"
+    """The answer's verdict on ``report`` (``crag.grounding.verdict.judge``)."""
+    found = verdict.judge(report, state.graded_by is GradedBy.GRADER, absent)
+    return None if found is None else found.value
 
 
 def verdict_may_rewrite(state: AgentState, items: tuple[EvidenceItem, ...]) -> bool:
-    """Whether the verdict may be ``not_answered``, which replaces the answer's opening: no
-    informative grade approved the evidence, or the question names a term none of ``items``
-    (the evidence the answer is written from) holds. Known before the answer is written, so
-    a stream holds the grounded answer back until it is finished (``crag.stream``)."""
-    return state.graded_by is not GradedBy.GRADER or bool(grounding.missing(state.question, [item.text for item in items]))
+    """Whether the verdict may be ``not_answered``, which replaces the answer's opening, for an
+    answer written from ``items`` (``crag.grounding.verdict.may_rewrite``). Known before the
+    answer is written, so a stream holds the grounded answer back until it is finished."""
+    absent = grounding.missing(state.question, [item.text for item in items])
+    return verdict.may_rewrite(state.graded_by is GradedBy.GRADER, absent)
