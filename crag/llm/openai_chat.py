@@ -57,7 +57,6 @@ from .bodies import http_client, saw_done
 from .deadline import pause, request_deadline
 from .logprobs import LOGPROBS as _LOGPROBS
 from .logprobs import logprob_params, read_logprobs, refuses_logprobs
-from .server_memory import PROCESS, ServerMemory
 from .retry import (
     RETRY_AFTER_CAP,
     BadReply,
@@ -70,6 +69,7 @@ from .retry import (
     parse_retry_after,
     server_message,
 )
+from .server_memory import PROCESS, ServerMemory
 from .tokens import count_tokens, encoding_for_model
 
 __all__ = ["NODE_HEADER", "RETRY_AFTER_CAP", "OpenAIChatModel", "parse_retry_after"]
