@@ -235,11 +235,11 @@ def test_after_a_cited_sentence_a_lone_closing_think_tag_is_removed_alone():
 def test_an_answer_on_the_simple_path_is_held_back_until_its_verdict_is_known():
     reply = "It is blue [1]. It is red. The server listens on port 8080 by default."
     for mode in ("note", "strict"):
-        stream = agent_for(reply, mode, cuts=range(0, len(reply), 4)).stream("Which port?")
+        stream = agent_for(reply, mode, cuts=range(0, len(reply), 4)).stream("What colour is the logo?")
         chunks = list(stream)
         assert len(chunks) == 1 and chunks[0] == stream.result.answer
         assert chunks[0].startswith(NOT_ANSWERED) and stream.result.state.grounding.verdict == "not_answered"
-    chunks = list(agent_for(reply, "note", cuts=range(0, len(reply), 4), graded=True).stream("Which port?"))
+    chunks = list(agent_for(reply, "note", cuts=range(0, len(reply), 4), graded=True).stream("What colour is the logo?"))
     assert len(chunks) > 1 and chunks[0].startswith("It is blue [unsupported].")  # a grader approved: no verdict rewrite
     stream = agent_for(reply, "note", cuts=range(0, len(reply), 4), graded=True).stream("Which gRPC port?")
     chunks = list(stream)  # a term no item holds: not_answered whatever the grade

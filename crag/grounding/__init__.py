@@ -40,7 +40,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..sentences import Piece, split
-from .asked import missing, named
+from .asked import addresses, missing, named
 from .claims import ANCHOR_KINDS, SCAFFOLDING, UNSUPPORTED_TAG, Claims, claims, clauses
 from .engine import BY_CLAUSE, MODES, Grounded, ground, note_line, render_prefix
 from .evidence import ItemEvidence, Passage, passages
@@ -74,6 +74,7 @@ __all__ = [
     "Piece",
     "Rule",
     "Support",
+    "addresses",
     "claims",
     "clauses",
     "code_support",

@@ -9,6 +9,14 @@ capitalised word that does not open a sentence (``Terraform``); consecutive plai
 capitalised words are one name (``Apple Watch``). ``missing`` is the named terms no evidence item holds,
 compared without case, spaces and punctuation (``Hugging Face`` holds ``huggingface``).
 
+``addresses`` asks the same of the passages an answer's supported sentences rest on: that they
+are about what the question asks, not only that they hold the answer's words (SPEC §7). A
+question about January answered from a passage about a July record, or about a neighbourhood's
+features answered from a passage about a telephone's bandwidth, is not addressed. The passages
+must hold every term the question names and every anchor it writes (a number, a month, an
+identifier, code); a question that names or writes none must share at least ``FOCUS_SHARE`` of
+its content words with them.
+
 Measured on the project's documentation questions (docs/real-models.md, "Questions the
 knowledge base cannot answer"): no answerable question had a named term missing from its
 top five passages; seven of the eight unanswerable ones did.
@@ -19,7 +27,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-__all__ = ["missing", "named"]
+from .claims import claims
+
+__all__ = ["addresses", "missing", "named"]
 
 _TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9+#./_-]*[A-Za-z0-9+#]|[A-Za-z0-9]")
 # capitalised words that name nothing: how questions and sentences open
@@ -80,3 +90,21 @@ def missing(question: str, texts: Iterable[str]) -> list[str]:
         return []
     blob = _flat("\n".join(texts))
     return [t for t in terms if _flat(t) and _flat(t) not in blob]
+
+
+FOCUS_SHARE = 1 / 3  # of the question's content words, when it names no term
+
+
+def addresses(question: str, passages: Iterable[str]) -> bool:
+    """Whether ``passages`` (the text an answer's supported sentences rest on) are about what
+    ``question`` asks (see the module doc); True when the question gives nothing to check."""
+    texts = list(passages)
+    blob = _flat("\n".join(texts))
+    asked = claims(question)
+    terms = [t for t in (*named(question), *(text for _, text in asked.anchors)) if _flat(t)]
+    if any(_flat(t) not in blob for t in terms):
+        return False
+    if terms or not asked.words:
+        return True
+    held = claims("\n".join(texts)).words
+    return len(asked.words & held) >= FOCUS_SHARE * len(asked.words)

@@ -12,11 +12,18 @@ rule               when                                                   verdic
 =================  =====================================================  ===============
 ``not_judged``     no sentence of the answer was judged                   None
 ``term_missing``   the question names a term no evidence item holds       ``not_answered``
-``most_supported`` at least half the judged sentences are supported       ``answered``
+``addressed``      a sentence is supported, and the passages the          ``answered``
+                   supported sentences rest on address the question
+                   (``crag.grounding.addresses``)
 ``graded``         an informative grade approved the evidence             ``unsupported``
 ``ungraded``       otherwise (the simple path, a fast path, a grade that  ``not_answered``
                    carried no information)
 =================  =====================================================  ===============
+
+So a refusal opens an answer only when its evidence does not hold the answer: a right answer
+with some unsupported sentences is ``answered`` (its unsupported sentences marked, or removed in
+``strict``), and an answer whose supported sentences rest on a passage about something else is
+not.
 """
 
 from __future__ import annotations
@@ -35,15 +42,16 @@ class Verdict(enum.StrEnum):
     NOT_ANSWERED = "not_answered"  # the answer opens by saying the knowledge base does not appear to answer
 
 
-def judge(report: GroundingReport, graded: bool, absent: Sequence[str] = ()) -> Verdict | None:
+def judge(report: GroundingReport, graded: bool, absent: Sequence[str] = (), addressed: bool = True) -> Verdict | None:
     """The verdict on an answer whose grounding gave ``report`` (see the module's table).
     ``graded``: an informative grade approved the evidence; ``absent``: the terms the question
-    names that no evidence item holds (``crag.grounding.missing``)."""
+    names that no evidence item holds (``crag.grounding.missing``); ``addressed``: the passages
+    the supported sentences rest on address the question (``crag.grounding.addresses``)."""
     if not report.sentences:
         return None
     if absent:
         return Verdict.NOT_ANSWERED
-    if 2 * report.supported >= report.sentences:
+    if report.supported and addressed:
         return Verdict.ANSWERED
     return Verdict.UNSUPPORTED if graded else Verdict.NOT_ANSWERED
 

@@ -69,7 +69,7 @@ from .retry import (
     parse_retry_after,
     server_message,
 )
-from .server_memory import PROCESS, ServerMemory
+from .server_memory import PROCESS, ServerMemory, adapted
 from .tokens import count_tokens, encoding_for_model
 
 __all__ = ["NODE_HEADER", "RETRY_AFTER_CAP", "OpenAIChatModel", "parse_retry_after"]
@@ -264,7 +264,8 @@ class OpenAIChatModel:
             finish_reason=reply.finish_reason,
             usage_replaced=replaced,
             logprobs=reply.logprobs,
-            adapted=self._adapted(request, fmt, first, first_fmt),
+            adapted=adapted(request, first, first_fmt if self.structured_output == "auto" else _FORMATS[0], fmt,
+                            _FORMATS[0]),
         )
 
     # -- request parameters ----------------------------------------------------------------
@@ -284,19 +285,6 @@ class OpenAIChatModel:
 
     def _remember_refused(self, param: str) -> None:
         self.memory.remember_refused(self._format_key, param)
-
-    def _adapted(self, request: LLMRequest, fmt: str, first: frozenset[str], first_fmt: str) -> tuple[str, ...]:
-        """How the memory this request started with (``first``, ``first_fmt``) changed it."""
-        notes = []
-        if request.temperature is not None and "temperature" in first:
-            notes.append("temperature")
-        if request.max_tokens is not None and "max_tokens" in first:
-            notes.append("max_tokens")
-        if request.logprobs and _LOGPROBS in first:
-            notes.append(_LOGPROBS)
-        if request.reply_schema is not None and first_fmt != _FORMATS[0] and fmt == first_fmt:
-            notes.append(f"response_format={fmt}")
-        return tuple(notes)
 
     def _params(self, request: LLMRequest, fmt: str) -> dict[str, Any]:
         params: dict[str, Any] = {}

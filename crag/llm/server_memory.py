@@ -15,8 +15,9 @@ differently show why.
 from __future__ import annotations
 
 import threading
+from typing import Any
 
-__all__ = ["PROCESS", "ServerMemory"]
+__all__ = ["PROCESS", "ServerMemory", "adapted"]
 
 Key = tuple[str, str]  # (server URL, model)
 
@@ -54,3 +55,14 @@ class ServerMemory:
 
 
 PROCESS = ServerMemory()  # the default: what the process's chat models learnt, for the rest of it
+
+
+def adapted(request: Any, refused: frozenset[str], remembered_format: str, fmt: str, first_format: str) -> tuple[str, ...]:
+    """How the memory a request started with (``refused``, ``remembered_format``) changed it:
+    the parameters left out or sent another way, and the format used instead of ``first_format``."""
+    notes = [name for name, wanted in (("temperature", request.temperature is not None),
+                                       ("max_tokens", request.max_tokens is not None),
+                                       ("logprobs", bool(request.logprobs))) if wanted and name in refused]
+    if request.reply_schema is not None and remembered_format != first_format and fmt == remembered_format:
+        notes.append(f"response_format={fmt}")
+    return tuple(notes)

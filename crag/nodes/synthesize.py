@@ -136,14 +136,18 @@ def _grounded(state: AgentState, body: str, cfg: NodeConfig, items: tuple) -> Ag
     absent = grounding.missing(state.question, [item.text for item in items])
     if absent:
         state = evolve(state, audit=state.log("question_terms_missing", terms=absent))
-    judged = verdict_of(done.report, state, absent)
+    addressed = grounding.addresses(state.question, [source.text for source in done.sources])
+    if not addressed and done.report.supported:
+        state = evolve(state, audit=state.log("question_not_addressed"))
+    judged = verdict_of(done.report, state, absent, addressed)
     report = evolve(done.report, verdict=judged)
     if judged == "not_answered" and cfg.grounding != "strict":
         done = grounding.ground(body, items, "strict", state.question)  # only the supported sentences
     if (cfg.grounding == "strict" or judged == "not_answered") and not done.report.supported:
         text, citations = answer.compose(answer.NO_EVIDENCE, (), state.usage, cite=False)
         return evolve(state, answer=text, citations=citations, grounding=report)
-    opening = answer.NOT_MENTIONED.format(terms=" or ".join(absent)) if absent else answer.NOT_ANSWERED
+    opening = (answer.NOT_MENTIONED.format(terms=" or ".join(absent)) if absent
+               else answer.NOT_ADDRESSED if report.supported and not addressed else answer.NOT_ANSWERED)
     body = f"{opening}\n\n{done.body}" if judged == "not_answered" else done.body
     removed = judged == "not_answered"  # the opening says so: no count of tagged sentences
     notes = [n for n in (None if removed else grounding.note_line(done.report, cfg.grounding), weak) if n]
@@ -151,9 +155,10 @@ def _grounded(state: AgentState, body: str, cfg: NodeConfig, items: tuple) -> Ag
     return evolve(state, answer=text, citations=citations, grounding=report)
 
 
-def verdict_of(report: GroundingReport, state: AgentState, absent: list[str] | tuple[str, ...] = ()) -> str | None:
+def verdict_of(report: GroundingReport, state: AgentState, absent: list[str] | tuple[str, ...] = (),
+               addressed: bool = True) -> str | None:
     """The answer's verdict on ``report`` (``crag.grounding.verdict.judge``)."""
-    found = verdict.judge(report, state.graded_by is GradedBy.GRADER, absent)
+    found = verdict.judge(report, state.graded_by is GradedBy.GRADER, absent, addressed)
     return None if found is None else found.value
 
 
