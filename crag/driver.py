@@ -26,6 +26,7 @@ from attrs import evolve
 from .errors import LLMContextError, ToolError
 from .events import AnswerDelta, AnswerStarted, EventHandler, NodeFinished, NodeStarted
 from .graph import END, START, TRANSITIONS, GraphError, Node, Outcome, next_node
+from .grounding import missing
 from .nodes import NODES, NodeConfig
 from .nodes.synthesize import verdict_may_rewrite
 from .ports import ChatModel, LLMRequest, LLMRequests, Step, Toolbox, ToolOutcome, ToolRequest
@@ -212,7 +213,8 @@ class Driver:
             try:
                 if stream and on_event is not None and node is Node.SYNTHESIZE:
                     items = tuple(getattr(request.task, "items", ()))
-                    on_event(AnswerStarted(items, state.question, verdict_may_rewrite(state, items)))
+                    absent = tuple(missing(state.question, [item.text for item in items]))
+                    on_event(AnswerStarted(items, state.question, verdict_may_rewrite(state, items), absent))
                     reply = self.model.complete(request, lambda text: on_event(AnswerDelta(text)))
                 else:
                     reply = self.model.complete(request)
