@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 from .answer import StreamRenderer
 from .errors import UsageError
 from .events import AnswerDelta, AnswerStarted, Event, EventHandler
-from .grounding import addresses
+from .grounding import HELD_SHARE, addresses
 from .grounding.engine import ground_prefix
 from .grounding.verdict import Verdict, judge
 from .prompts import clean_answer, strip_think
@@ -104,7 +104,7 @@ class AnswerText:
     def _grounder(self, items, question: str, mode: str, absent: tuple[str, ...]):
         """The renderer's grounding of the final pieces so far; while the answer is held, it
         also asks the verdict (``crag.grounding.verdict.judge``) of those pieces: once a
-        supported sentence addresses the question, the verdict is ``answered`` whatever the
+        supported sentence holds the question's focus, the verdict is ``answered`` whatever the
         model writes next (more pieces only add support), so nothing can replace the opening."""
 
         def ground(text: str, others) -> tuple[str, int]:
@@ -112,8 +112,12 @@ class AnswerText:
             if done is None or (mode == "strict" and not done.report.supported):
                 return "", 0  # strict: it may still become the no-evidence sentence
             if self.held and not self.answered and not absent:
-                addressed = addresses(question, [source.text for source in done.sources])
-                self.answered = judge(done.report, False, absent, addressed) is Verdict.ANSWERED
+                passages = [source.text for source in done.sources]
+                addressed = addresses(question, passages)
+                held = addressed and addresses(question, passages, HELD_SHARE)
+                # Only what more sentences cannot undo: supported passages that hold the question's
+                # focus (a majority of supported sentences so far may still become a minority).
+                self.answered = held and judge(done.report, False, absent, addressed, held) is Verdict.ANSWERED
             return done.body, len(done.sources)
 
         return ground

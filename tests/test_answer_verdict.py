@@ -52,8 +52,10 @@ def test_the_verdict_table():
     one_of_three = GroundingReport(sentences=3, supported=1)
     none = GroundingReport(sentences=2, supported=0)
     assert judge(GroundingReport(), graded=False) is None
-    assert judge(one_of_three, graded=False) is Verdict.ANSWERED
-    assert judge(one_of_three, graded=False, absent=["gRPC"]) is Verdict.NOT_ANSWERED
+    assert judge(GroundingReport(sentences=3, supported=2), graded=False) is Verdict.ANSWERED
+    assert judge(one_of_three, graded=False) is Verdict.NOT_ANSWERED  # mostly unsupported...
+    assert judge(one_of_three, graded=False, held=True) is Verdict.ANSWERED  # ...but it holds the question's focus
+    assert judge(one_of_three, graded=False, absent=["gRPC"], held=True) is Verdict.NOT_ANSWERED
     assert judge(one_of_three, graded=False, addressed=False) is Verdict.NOT_ANSWERED
     assert judge(one_of_three, graded=True, addressed=False) is Verdict.UNSUPPORTED
     assert judge(none, graded=True) is Verdict.UNSUPPORTED and judge(none, graded=False) is Verdict.NOT_ANSWERED

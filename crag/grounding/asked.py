@@ -29,7 +29,7 @@ from collections.abc import Iterable
 
 from .claims import claims
 
-__all__ = ["addresses", "missing", "named"]
+__all__ = ["FOCUS_SHARE", "HELD_SHARE", "addresses", "missing", "named"]
 
 _TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9+#./_-]*[A-Za-z0-9+#]|[A-Za-z0-9]")
 # capitalised words that name nothing: how questions and sentences open
@@ -93,18 +93,29 @@ def missing(question: str, texts: Iterable[str]) -> list[str]:
 
 
 FOCUS_SHARE = 1 / 3  # of the question's content words, when it names no term
+HELD_SHARE = 2 / 3  # of them, for passages that hold the answer however much else is unsupported
 
 
-def addresses(question: str, passages: Iterable[str]) -> bool:
+def addresses(question: str, passages: Iterable[str], share: float = FOCUS_SHARE) -> bool:
     """Whether ``passages`` (the text an answer's supported sentences rest on) are about what
-    ``question`` asks (see the module doc); True when the question gives nothing to check."""
+    ``question`` asks (see the module doc); True when the question gives nothing to check.
+    With ``share=HELD_SHARE``, whether they hold the question's focus whatever it names: the
+    test for a right answer padded with unsupported sentences."""
     texts = list(passages)
     blob = _flat("\n".join(texts))
     asked = claims(question)
     terms = [t for t in (*named(question), *(text for _, text in asked.anchors)) if _flat(t)]
     if any(_flat(t) not in blob for t in terms):
         return False
-    if terms or not asked.words:
+    if (terms and share <= FOCUS_SHARE) or not asked.words:
         return True
     held = claims("\n".join(texts)).words
-    return len(asked.words & held) >= FOCUS_SHARE * len(asked.words)
+    found = sum(1 for w in asked.words if w in held or any(_near(w, h) for h in held))
+    return found >= share * len(asked.words)
+
+
+def _near(a: str, b: str) -> bool:
+    """Two stems of one word the stemmer left apart (``retry`` and ``retri``, ``policy`` and
+    ``polici``): they differ at most in their last letter, and share at least four."""
+    n = min(len(a), len(b))
+    return n >= 4 and abs(len(a) - len(b)) <= 1 and a[: n - 1] == b[: n - 1]

@@ -12,16 +12,18 @@ rule               when                                                   verdic
 =================  =====================================================  ===============
 ``not_judged``     no sentence of the answer was judged                   None
 ``term_missing``   the question names a term no evidence item holds       ``not_answered``
-``addressed``      a sentence is supported, and the passages the          ``answered``
-                   supported sentences rest on address the question
-                   (``crag.grounding.addresses``)
+``addressed``      a sentence is supported, the passages the supported    ``answered``
+                   sentences rest on address the question
+                   (``crag.grounding.addresses``), and either at least
+                   half the judged sentences are supported or those
+                   passages hold two thirds of the question's words
 ``graded``         an informative grade approved the evidence             ``unsupported``
 ``ungraded``       otherwise (the simple path, a fast path, a grade that  ``not_answered``
                    carried no information)
 =================  =====================================================  ===============
 
 So a refusal opens an answer only when its evidence does not hold the answer: a right answer
-with some unsupported sentences is ``answered`` (its unsupported sentences marked, or removed in
+with some unsupported sentences (its supported ones holding the question's focus) is ``answered`` (its unsupported sentences marked, or removed in
 ``strict``), and an answer whose supported sentences rest on a passage about something else is
 not.
 """
@@ -42,16 +44,18 @@ class Verdict(enum.StrEnum):
     NOT_ANSWERED = "not_answered"  # the answer opens by saying the knowledge base does not appear to answer
 
 
-def judge(report: GroundingReport, graded: bool, absent: Sequence[str] = (), addressed: bool = True) -> Verdict | None:
+def judge(report: GroundingReport, graded: bool, absent: Sequence[str] = (), addressed: bool = True,
+          held: bool = False) -> Verdict | None:
     """The verdict on an answer whose grounding gave ``report`` (see the module's table).
     ``graded``: an informative grade approved the evidence; ``absent``: the terms the question
     names that no evidence item holds (``crag.grounding.missing``); ``addressed``: the passages
-    the supported sentences rest on address the question (``crag.grounding.addresses``)."""
+    the supported sentences rest on address the question (``crag.grounding.addresses``);
+    ``held``: they hold the question's focus (``addresses`` with ``HELD_SHARE``)."""
     if not report.sentences:
         return None
     if absent:
         return Verdict.NOT_ANSWERED
-    if report.supported and addressed:
+    if report.supported and addressed and (2 * report.supported >= report.sentences or held):
         return Verdict.ANSWERED
     return Verdict.UNSUPPORTED if graded else Verdict.NOT_ANSWERED
 

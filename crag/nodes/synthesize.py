@@ -136,10 +136,12 @@ def _grounded(state: AgentState, body: str, cfg: NodeConfig, items: tuple) -> Ag
     absent = grounding.missing(state.question, [item.text for item in items])
     if absent:
         state = evolve(state, audit=state.log("question_terms_missing", terms=absent))
-    addressed = grounding.addresses(state.question, [source.text for source in done.sources])
+    passages = [source.text for source in done.sources]
+    addressed = grounding.addresses(state.question, passages)
     if not addressed and done.report.supported:
         state = evolve(state, audit=state.log("question_not_addressed"))
-    judged = verdict_of(done.report, state, absent, addressed)
+    held = addressed and grounding.addresses(state.question, passages, grounding.HELD_SHARE)
+    judged = verdict_of(done.report, state, absent, addressed, held)
     report = evolve(done.report, verdict=judged)
     if judged == "not_answered" and cfg.grounding != "strict":
         done = grounding.ground(body, items, "strict", state.question)  # only the supported sentences
@@ -156,9 +158,9 @@ def _grounded(state: AgentState, body: str, cfg: NodeConfig, items: tuple) -> Ag
 
 
 def verdict_of(report: GroundingReport, state: AgentState, absent: list[str] | tuple[str, ...] = (),
-               addressed: bool = True) -> str | None:
+               addressed: bool = True, held: bool = False) -> str | None:
     """The answer's verdict on ``report`` (``crag.grounding.verdict.judge``)."""
-    found = verdict.judge(report, state.graded_by is GradedBy.GRADER, absent, addressed)
+    found = verdict.judge(report, state.graded_by is GradedBy.GRADER, absent, addressed, held)
     return None if found is None else found.value
 
 
