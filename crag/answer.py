@@ -42,6 +42,12 @@ NOT_ANSWERED = (
     "The knowledge base does not appear to answer this question: most of the answer written from "
     "the documents found is not supported by them, so only what they support is kept below."
 )
+# The opening of an answer whose supported sentences rest on passages about something else
+# (SPEC §7: "supported" means the cited evidence addresses the question).
+NOT_ADDRESSED = (
+    "The knowledge base does not appear to answer this question: the passages the answer rests "
+    "on are about something else, so only what they support is kept below."
+)
 # The opening of an answer whose question names what no evidence found mentions ({terms}:
 # those names, joined by "or").
 NOT_MENTIONED = (
@@ -49,7 +55,7 @@ NOT_MENTIONED = (
     "mentions {terms}, so only what they support is kept below."
 )
 # crag's own sentences: grounding never judges them.
-FIXED_SENTENCES = frozenset({NO_EVIDENCE, OFFLINE_PREFACE, EMPTY_REPLY, NOT_ANSWERED})
+FIXED_SENTENCES = frozenset({NO_EVIDENCE, OFFLINE_PREFACE, EMPTY_REPLY, NOT_ANSWERED, NOT_ADDRESSED})
 
 # A fenced block or an inline code span: left untouched by renumbering.
 _CODE = re.compile(r"(```.*?(?:```|\Z)|~~~.*?(?:~~~|\Z)|`[^`\n]*`)", re.S)

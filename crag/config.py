@@ -65,6 +65,13 @@ class GraderStyle(enum.StrEnum):
     SCORES = "scores"
 
 
+class GradingPolicyName(enum.StrEnum):
+    """``KB_AGENT_GRADING_POLICY``: rules beyond the seeds' (``crag.grading.policy``); ``seed``: none."""
+
+    DEFAULT = "default"
+    SEED = "seed"
+
+
 class GroundingMode(enum.StrEnum):
     NOTE = "note"
     STRICT = "strict"
@@ -286,6 +293,7 @@ class Settings:
     generate_threshold: float = setting("KB_AGENT_GENERATE_THRESHOLD", fraction(), 0.7, node=True)
     grade_memory: bool = setting("KB_AGENT_GRADE_MEMORY", _switch, False, node=True)
     grader: GraderStyle = setting("KB_AGENT_GRADER", Choice(GraderStyle), GraderStyle.BATCH, node=True)
+    grading_policy: GradingPolicyName = setting("KB_AGENT_GRADING_POLICY", Choice(GradingPolicyName), GradingPolicyName.DEFAULT, node=True)
     top_k: int = setting("KB_AGENT_TOP_K", Integer(1), 5, node=True)
     index_dir: str = setting("KB_AGENT_INDEX_DIR", _nonempty, ".crag")
     llm: LLMBackend = setting("KB_AGENT_LLM", _backend, LLMBackend.OFFLINE)

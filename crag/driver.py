@@ -26,6 +26,7 @@ from attrs import evolve
 from .errors import LLMContextError, ToolError
 from .events import AnswerDelta, AnswerStarted, EventHandler, NodeFinished, NodeStarted
 from .graph import END, START, TRANSITIONS, GraphError, Node, Outcome, next_node
+from .grounding import missing
 from .nodes import NODES, NodeConfig
 from .nodes.synthesize import verdict_may_rewrite
 from .ports import ChatModel, LLMRequest, LLMRequests, Step, Toolbox, ToolOutcome, ToolRequest
@@ -59,6 +60,8 @@ def _noted(state: AgentState, node: str, request: LLMRequest, reply: Any) -> Age
         state = evolve(state, audit=state.log("reply_truncated", node=node, max_tokens=request.max_tokens))
     if reply.usage_replaced:
         state = evolve(state, audit=state.log("usage_implausible", node=node))
+    if getattr(reply, "adapted", ()):
+        state = evolve(state, audit=state.log("request_adapted", node=node, because_refused=list(reply.adapted)))
     return state
 
 
@@ -68,7 +71,12 @@ def max_steps(max_iterations: int) -> int:
 
 
 class Driver:
-    """Runs questions through the graph with one chat model and one toolbox."""
+    """Runs questions through the graph with one chat model and one toolbox.
+
+    ``learnt_window`` is the one thing a driver carries from one question to the next: the
+    smallest context window a server asked for. A question that starts with it says so in its
+    audit (``context_window_learnt``), so two identical questions that behave differently show
+    why; set it to None to forget it."""
 
     def __init__(
         self,
@@ -99,12 +107,15 @@ class Driver:
         stream: bool = False,
     ) -> AgentState:
         """Answer ``question``; returns the final state (``state.answer`` holds the text)."""
+        window = self.learnt_window
         state = AgentState(
             question=question,
             history=tuple(history),
             usage=Usage(model=getattr(self.model, "model", "")),
-            context_window=self.learnt_window,
+            context_window=window,
         )
+        if window is not None:
+            state = evolve(state, audit=state.log("context_window_learnt", context_tokens=window))
         return self.resume(state, TRANSITIONS[START, Outcome.DONE], on_event, stream)
 
     def config(self, state: AgentState) -> NodeConfig:
@@ -202,7 +213,8 @@ class Driver:
             try:
                 if stream and on_event is not None and node is Node.SYNTHESIZE:
                     items = tuple(getattr(request.task, "items", ()))
-                    on_event(AnswerStarted(items, state.question, verdict_may_rewrite(state, items)))
+                    absent = tuple(missing(state.question, [item.text for item in items]))
+                    on_event(AnswerStarted(items, state.question, verdict_may_rewrite(state, items), absent))
                     reply = self.model.complete(request, lambda text: on_event(AnswerDelta(text)))
                 else:
                     reply = self.model.complete(request)

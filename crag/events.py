@@ -44,6 +44,7 @@ class AnswerStarted:
     items: tuple[EvidenceItem, ...]
     question: str = ""
     verdict_may_rewrite: bool = True
+    absent: tuple[str, ...] = ()  # the terms the question names that no item holds (verdict: not_answered)
 
 
 @frozen

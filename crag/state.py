@@ -30,6 +30,7 @@ __all__ = [
     "Complexity",
     "EvidenceItem",
     "Grade",
+    "GradedBy",
     "GraderAction",
     "GroundingReport",
     "Judgement",
@@ -52,6 +53,15 @@ class Complexity(str, enum.Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+class GradedBy(enum.StrEnum):
+    """How the current ``evidence_scores`` came about (``AgentState.graded_by``; crag.grading)."""
+
+    GRADER = "grader"  # a grade that informs: numbers, or labels read through their probabilities
+    FAST_PATH = "fast_path"
+    UNGRADED = "ungraded"  # the grade carried no information (a grading policy's rule)
+    PARSE_FAILURE = "parse_failure"
 
 
 class GraderAction(str, enum.Enum):
@@ -218,6 +228,9 @@ class Completion:
     finish_reason: str | None = None
     usage_replaced: bool = False  # the server's token counts were implausible: counted instead
     logprobs: tuple[TokenLogprob, ...] | None = None
+    # What the adapter left out or sent another way because the server refused it earlier
+    # (crag.llm.server_memory): "logprobs", "temperature", "max_tokens", "response_format=...".
+    adapted: tuple[str, ...] = ()
 
     @property
     def truncated(self) -> bool:
@@ -356,10 +369,9 @@ class AgentState:
     # grade (re-used instead of re-graded when KB_AGENT_GRADE_MEMORY=on).
     removed: tuple[Grade, ...] = ()
     grades: tuple[Grade, ...] = ()
-    # How the current evidence_scores came about (crag.grading.GRADED_BY): "grader" (an
-    # informative LLM grade), "fast_path", "ungraded" (the grade carried no information),
-    # "parse_failure"; None before any grading (the simple path).
-    graded_by: str | None = None
+    # How the current evidence_scores came about (GradedBy); None before any grading (the
+    # simple path).
+    graded_by: GradedBy | None = None
     # The context window requests are fitted to after a server refused a longer one
     # (audit ``context_refit``); None: KB_AGENT_CONTEXT_TOKENS.
     context_window: int | None = None

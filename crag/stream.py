@@ -46,7 +46,9 @@ from typing import TYPE_CHECKING, Any
 from .answer import StreamRenderer
 from .errors import UsageError
 from .events import AnswerDelta, AnswerStarted, Event, EventHandler
-from .grounding import render_prefix
+from .grounding import HELD_SHARE, addresses
+from .grounding.engine import ground_prefix
+from .grounding.verdict import Verdict, judge
 from .prompts import clean_answer, strip_think
 
 if TYPE_CHECKING:
@@ -67,7 +69,8 @@ class AnswerText:
         self.grounding = str(grounding)  # KB_AGENT_GROUNDING: the stream shows the grounded answer
         self.every = every
         self.renderer: StreamRenderer | None = None
-        self.held = False  # nothing is shown before the answer is finished
+        self.held = False  # nothing is shown before the verdict is known
+        self.answered = False  # the final pieces so far make the verdict ``answered`` already
         self.restarted = False
 
     @property
@@ -79,19 +82,45 @@ class AnswerText:
             items, question, mode = event.items, event.question, self.grounding
             ground = None
             if items:  # as synthesize grounds it ("off": markers pointed at the items, no verdicts)
-                ground = lambda text, others: render_prefix(text, items, mode, question, others)  # noqa: E731
+                ground = self._grounder(items, question, mode, event.absent)
             shown = self.shown  # a request fitted to a smaller window starts again; nothing was shown
             self.renderer = StreamRenderer(len(items), clean_answer, _unthink, every=self.every, ground=ground)
             self.renderer.shown = shown
-            # The verdict may replace the answer's opening (not_answered): known once it is whole.
+            # The verdict may replace the answer's opening (not_answered): held until it is known.
             self.held = bool(items) and mode != "off" and event.verdict_may_rewrite
+            self.answered = False
             return ""
         if isinstance(event, AnswerDelta) and self.renderer is not None:
-            if self.held:
-                self.renderer.raw += event.text
-                return ""
-            return self.renderer.feed(event.text)
+            if not self.held:
+                return self.renderer.feed(event.text)
+            before = self.renderer.shown
+            new = self.renderer.feed(event.text)
+            if self.answered:  # the verdict is answered whatever follows: show from here on
+                self.held = False
+                return new
+            self.renderer.shown = before
         return ""
+
+    def _grounder(self, items, question: str, mode: str, absent: tuple[str, ...]):
+        """The renderer's grounding of the final pieces so far; while the answer is held, it
+        also asks the verdict (``crag.grounding.verdict.judge``) of those pieces: once a
+        supported sentence holds the question's focus, the verdict is ``answered`` whatever the
+        model writes next (more pieces only add support), so nothing can replace the opening."""
+
+        def ground(text: str, others) -> tuple[str, int]:
+            done = ground_prefix(text, items, mode, question, others)
+            if done is None or (mode == "strict" and not done.report.supported):
+                return "", 0  # strict: it may still become the no-evidence sentence
+            if self.held and not self.answered and not absent:
+                passages = [source.text for source in done.sources]
+                addressed = addresses(question, passages)
+                held = addressed and addresses(question, passages, HELD_SHARE)
+                # Only what more sentences cannot undo: supported passages that hold the question's
+                # focus (a majority of supported sentences so far may still become a minority).
+                self.answered = held and judge(done.report, False, absent, addressed, held) is Verdict.ANSWERED
+            return done.body, len(done.sources)
+
+        return ground
 
     def finish(self, answer: str) -> str:
         """The rest of ``answer`` after what was shown (all of it when nothing was)."""

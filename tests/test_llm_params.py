@@ -291,3 +291,18 @@ def test_a_server_ignoring_logprobs_is_remembered(srv):
     assert model.complete(logprob_request()).logprobs is None
     model.complete(logprob_request())
     assert [p["logprobs"] for p in srv.params()] == [True, None]
+
+
+def test_a_request_changed_by_what_the_server_refused_earlier_says_so(srv):
+    """The memory of refusals is a record (crag.llm.server_memory) passed in, and the request it
+    changes is marked, so that the audit can say why two identical questions differ."""
+    from crag.llm.server_memory import ServerMemory
+
+    srv.reject_params = {"temperature"}
+    srv.default("grade_evidence", "[1, 0]")
+    memory = ServerMemory()
+    model = OpenAIChatModel(settings_for(srv, llm_max_retries=0), memory=memory)
+    assert model.complete(grade_request()).adapted == ()  # refused, then sent without: not from memory
+    assert model.complete(grade_request()).adapted == ("temperature",)
+    assert OpenAIChatModel(settings_for(srv, llm_max_retries=0), memory=ServerMemory()).memory is not memory
+    assert next(iter(memory.as_dict().values()))["refused"] == ["temperature"]

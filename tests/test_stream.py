@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from crag import Agent, AnswerStream, ScriptedChatModel, Settings
-from crag.answer import NO_EVIDENCE, NOT_ANSWERED, STATS_HEADING
+from crag.answer import NO_EVIDENCE, NOT_ADDRESSED, STATS_HEADING
 from crag.errors import LLMError, UsageError
 from crag.events import AnswerDelta, AnswerStarted
 from crag.llm.openai_chat import OpenAIChatModel
@@ -235,12 +235,23 @@ def test_after_a_cited_sentence_a_lone_closing_think_tag_is_removed_alone():
 def test_an_answer_on_the_simple_path_is_held_back_until_its_verdict_is_known():
     reply = "It is blue [1]. It is red. The server listens on port 8080 by default."
     for mode in ("note", "strict"):
-        stream = agent_for(reply, mode, cuts=range(0, len(reply), 4)).stream("Which port?")
+        stream = agent_for(reply, mode, cuts=range(0, len(reply), 4)).stream("What colour is the logo?")
         chunks = list(stream)
         assert len(chunks) == 1 and chunks[0] == stream.result.answer
-        assert chunks[0].startswith(NOT_ANSWERED) and stream.result.state.grounding.verdict == "not_answered"
-    chunks = list(agent_for(reply, "note", cuts=range(0, len(reply), 4), graded=True).stream("Which port?"))
+        assert chunks[0].startswith(NOT_ADDRESSED) and stream.result.state.grounding.verdict == "not_answered"
+    chunks = list(agent_for(reply, "note", cuts=range(0, len(reply), 4), graded=True).stream("What colour is the logo?"))
     assert len(chunks) > 1 and chunks[0].startswith("It is blue [unsupported].")  # a grader approved: no verdict rewrite
     stream = agent_for(reply, "note", cuts=range(0, len(reply), 4), graded=True).stream("Which gRPC port?")
     chunks = list(stream)  # a term no item holds: not_answered whatever the grade
     assert len(chunks) == 1 and stream.result.state.grounding.verdict == "not_answered"
+
+
+def test_an_answer_on_the_simple_path_streams_once_a_supported_sentence_answers_the_question():
+    """The verdict is known to be ``answered`` as soon as a supported sentence addresses the
+    question (more sentences only add support): the stream shows it then, not at the end."""
+    reply = ("The server listens on port 8080 by default [1]. It was chosen long ago by the founders. "
+             "Teams rarely change it. Firewalls expect it.")
+    stream = agent_for(reply, "note", cuts=range(0, len(reply), 4)).stream("Which port does the server listen on?")
+    chunks = list(stream)
+    assert len(chunks) > 2 and chunks[0].startswith("The server listens on port 8080 by default [1].")
+    assert "".join(chunks) == stream.result.answer and stream.result.state.grounding.verdict == "answered"

@@ -37,13 +37,11 @@ sentences while the model is still writing (``render_prefix``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from ..sentences import Piece, split
-from .asked import missing, named
+from .asked import FOCUS_SHARE, HELD_SHARE, addresses, missing, named
 from .claims import ANCHOR_KINDS, SCAFFOLDING, UNSUPPORTED_TAG, Claims, claims, clauses
 from .engine import BY_CLAUSE, MODES, Grounded, ground, note_line, render_prefix
-from .evidence import ItemEvidence, Passage, passages
+from .evidence import Passage, passages
 from .rewrite import CORROBORATING, source_references
 from .rules import (
     ANCHORED_COVERAGE,
@@ -52,9 +50,6 @@ from .rules import (
     RULES,
     Rule,
     Support,
-    code_lines,
-    score,
-    score_lines,
 )
 
 __all__ = [
@@ -63,6 +58,8 @@ __all__ = [
     "BY_CLAUSE",
     "CORROBORATING",
     "COVERAGE",
+    "FOCUS_SHARE",
+    "HELD_SHARE",
     "MODES",
     "NO_RULE",
     "RULES",
@@ -74,6 +71,7 @@ __all__ = [
     "Piece",
     "Rule",
     "Support",
+    "addresses",
     "claims",
     "clauses",
     "code_support",
@@ -86,30 +84,7 @@ __all__ = [
     "rule_names",
     "source_references",
     "split",
-    "support",
 ]
-
-
-def support(c: Claims, item_text: str, index: int = 0, item_passages: Sequence[Passage] | None = None) -> Support | None:
-    """The best passage of ``item_text`` that holds the claims of a prose sentence, by the
-    first prose rule that holds, or None."""
-    ev = ItemEvidence(item_text)
-    if item_passages is not None:
-        ev.passages = tuple(item_passages)
-    if not ev.holds_anchors(c):
-        return None
-    for rule in RULES:
-        if rule.tried("sentence", c):
-            s = score(c, ev, rule, index)
-            if s is not None:
-                return s
-    return None
-
-
-def code_support(code: str, item_text: str, index: int = 0) -> Support | None:
-    """An item holding most lines of a code block supports it; cites the first such line."""
-    rule = next(rule for rule in RULES if rule.unit == "lines")
-    return score_lines(code_lines(code), ItemEvidence(item_text), rule, index)
 
 
 def rule_names() -> tuple[str, ...]:

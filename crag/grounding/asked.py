@@ -9,6 +9,14 @@ capitalised word that does not open a sentence (``Terraform``); consecutive plai
 capitalised words are one name (``Apple Watch``). ``missing`` is the named terms no evidence item holds,
 compared without case, spaces and punctuation (``Hugging Face`` holds ``huggingface``).
 
+``addresses`` asks the same of the passages an answer's supported sentences rest on: that they
+are about what the question asks, not only that they hold the answer's words (SPEC §7). A
+question about January answered from a passage about a July record, or about a neighbourhood's
+features answered from a passage about a telephone's bandwidth, is not addressed. The passages
+must hold every term the question names and every anchor it writes (a number, a month, an
+identifier, code); a question that names or writes none must share at least ``FOCUS_SHARE`` of
+its content words with them.
+
 Measured on the project's documentation questions (docs/real-models.md, "Questions the
 knowledge base cannot answer"): no answerable question had a named term missing from its
 top five passages; seven of the eight unanswerable ones did.
@@ -19,7 +27,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-__all__ = ["missing", "named"]
+from .claims import claims
+
+__all__ = ["FOCUS_SHARE", "HELD_SHARE", "addresses", "missing", "named"]
 
 _TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9+#./_-]*[A-Za-z0-9+#]|[A-Za-z0-9]")
 # capitalised words that name nothing: how questions and sentences open
@@ -80,3 +90,32 @@ def missing(question: str, texts: Iterable[str]) -> list[str]:
         return []
     blob = _flat("\n".join(texts))
     return [t for t in terms if _flat(t) and _flat(t) not in blob]
+
+
+FOCUS_SHARE = 1 / 3  # of the question's content words, when it names no term
+HELD_SHARE = 2 / 3  # of them, for passages that hold the answer however much else is unsupported
+
+
+def addresses(question: str, passages: Iterable[str], share: float = FOCUS_SHARE) -> bool:
+    """Whether ``passages`` (the text an answer's supported sentences rest on) are about what
+    ``question`` asks (see the module doc); True when the question gives nothing to check.
+    With ``share=HELD_SHARE``, whether they hold the question's focus whatever it names: the
+    test for a right answer padded with unsupported sentences."""
+    texts = list(passages)
+    blob = _flat("\n".join(texts))
+    asked = claims(question)
+    terms = [t for t in (*named(question), *(text for _, text in asked.anchors)) if _flat(t)]
+    if any(_flat(t) not in blob for t in terms):
+        return False
+    if (terms and share <= FOCUS_SHARE) or not asked.words:
+        return True
+    held = claims("\n".join(texts)).words
+    found = sum(1 for w in asked.words if w in held or any(_near(w, h) for h in held))
+    return found >= share * len(asked.words)
+
+
+def _near(a: str, b: str) -> bool:
+    """Two stems of one word the stemmer left apart (``retry`` and ``retri``, ``policy`` and
+    ``polici``): they differ at most in their last letter, and share at least four."""
+    n = min(len(a), len(b))
+    return n >= 4 and abs(len(a) - len(b)) <= 1 and a[: n - 1] == b[: n - 1]

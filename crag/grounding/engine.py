@@ -176,23 +176,31 @@ def render_prefix(
     or change kind. Without ``others`` the last piece, which may still grow, is left out.
     Each piece is judged on its own text, so grounding the final pieces gives a prefix of
     grounding the whole answer."""
+    done = ground_prefix(text, items, mode, question, others)
+    if done is None or (mode == "strict" and not done.report.supported):
+        return "", 0  # strict: it may still become the no-evidence sentence
+    return done.body, len(done.sources)
+
+
+def ground_prefix(
+    text: str, items: Sequence[EvidenceItem], mode: str, question: str = "", others: Sequence[str] = ()
+) -> Grounded | None:
+    """``ground`` of the final pieces of a partial answer (see ``render_prefix``); None when
+    no piece is final yet."""
     text = source_references(text, items)
     pieces = split(text)
     while pieces and pieces[-1].kind == "space":
         pieces.pop()
     if not pieces:
-        return "", 0
+        return None
     cut = pieces[-1].start if not others else len(text)
     for other in dict.fromkeys(others):  # each distinct one once
         cut = min(cut, _same_pieces(pieces, split(source_references(other, items)), cut))
         if not cut:
-            return "", 0
+            return None
     while cut and (again := _same_pieces(pieces, split(text[:cut]), cut)) < cut:
         cut = again  # the text cut there splits as the whole text does
-    done = ground(text[:cut], items, mode, question)
-    if mode == "strict" and not done.report.supported:
-        return "", 0  # it may still become the no-evidence sentence
-    return done.body, len(done.sources)
+    return ground(text[:cut], items, mode, question)
 
 
 def _same_pieces(pieces: Sequence[Piece], other: Sequence[Piece], limit: int) -> int:

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import random
 import re
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -70,6 +69,7 @@ from .retry import (
     parse_retry_after,
     server_message,
 )
+from .server_memory import PROCESS, ServerMemory, adapted
 from .tokens import count_tokens, encoding_for_model
 
 __all__ = ["NODE_HEADER", "RETRY_AFTER_CAP", "OpenAIChatModel", "parse_retry_after"]
@@ -85,15 +85,11 @@ _STREAM_MODES = ("usage", "plain", "off")
 _FORMAT_REFUSALS = frozenset({400, 422})
 _FORMATS = ("json_schema", "json_object", "off")
 
-# (server, model) -> the structured-output format that worked, for the rest of the process.
-_format_memory: dict[tuple[str, str], str] = {}
-_format_lock = threading.Lock()
-
 # Request parameters a model may refuse, and what is sent instead: the reply budget under
 # its newer name, or no temperature (the model's default).
 _ADAPTABLE = ("max_tokens", "temperature")
-# (server, model) -> the parameters it refused (or, for logprobs, ignored: crag.llm.logprobs), for good.
-_refused_memory: dict[tuple[str, str], frozenset[str]] = {}
+# What a server refused (or, for logprobs, ignored: crag.llm.logprobs) and the format that
+# worked are remembered per Agent in a ServerMemory (crag.llm.server_memory).
 
 # How servers say a request is longer than the model's window, and where they give its size:
 # llama.cpp: type "exceed_context_size_error", "n_ctx"; OpenAI: code "context_length_exceeded";
@@ -159,8 +155,10 @@ class OpenAIChatModel:
         retry_after_cap: float = RETRY_AFTER_CAP,
         sleep: Callable[[float], None] = pause,  # time.sleep that a cancelled call cuts short
         rng: random.Random | None = None,
+        memory: ServerMemory | None = None,
     ) -> None:
         self.settings = settings
+        self.memory = memory if memory is not None else PROCESS
         self.model = settings.model
         self.timeout = float(settings.llm_timeout)
         self.policy = RetryPolicy(
@@ -215,6 +213,7 @@ class OpenAIChatModel:
         delivered: list[str] = []
         mode = self._stream_mode if on_delta is not None else "off"
         fmt = self._first_format() if request.reply_schema is not None else "off"
+        first, first_fmt = self._refused(), fmt
         retries = 0
         while True:
             params = self._params(request, fmt)
@@ -247,8 +246,7 @@ class OpenAIChatModel:
         if "logprobs" in params and reply.logprobs is None:
             self._remember_refused(_LOGPROBS)  # the server ignores them: stop asking
         if request.reply_schema is not None and self.structured_output == "auto":
-            with _format_lock:
-                _format_memory[self._format_key] = fmt
+            self.memory.remember_format(self._format_key, fmt)
         if on_delta is not None:
             self._stream_mode = mode
             if mode == "off" and reply.text:
@@ -266,6 +264,8 @@ class OpenAIChatModel:
             finish_reason=reply.finish_reason,
             usage_replaced=replaced,
             logprobs=reply.logprobs,
+            adapted=adapted(request, first, first_fmt if self.structured_output == "auto" else _FORMATS[0], fmt,
+                            _FORMATS[0]),
         )
 
     # -- request parameters ----------------------------------------------------------------
@@ -278,16 +278,13 @@ class OpenAIChatModel:
         """The structured-output format to try first for a JSON reply."""
         if self.structured_output != "auto":
             return self.structured_output
-        with _format_lock:
-            return _format_memory.get(self._format_key, _FORMATS[0])
+        return self.memory.format(self._format_key, _FORMATS[0])
 
     def _refused(self) -> frozenset[str]:
-        with _format_lock:
-            return _refused_memory.get(self._format_key, frozenset())
+        return self.memory.refused(self._format_key)
 
     def _remember_refused(self, param: str) -> None:
-        with _format_lock:
-            _refused_memory[self._format_key] = _refused_memory.get(self._format_key, frozenset()) | {param}
+        self.memory.remember_refused(self._format_key, param)
 
     def _params(self, request: LLMRequest, fmt: str) -> dict[str, Any]:
         params: dict[str, Any] = {}

@@ -33,7 +33,7 @@ from attrs import evolve, frozen
 
 from .. import budget, grading, prompts, schemas
 from ..ports import GradeTask, LLMRequest, LLMRequests, Step
-from ..state import AgentState, AuditEvent, Completion, EvidenceItem, Grade, GraderAction
+from ..state import AgentState, Completion, EvidenceItem, Grade
 
 if TYPE_CHECKING:
     from . import NodeConfig
@@ -102,10 +102,10 @@ def prepare(state: AgentState, cfg: NodeConfig) -> Step:
     no request when a fast-path rule approves the context or nothing needs a grade."""
     context = state.context
     if not context:
-        return Step()
+        return Step(None, Grading())
     rule = _rule(state, cfg)
     if rule is not None:
-        return Step(None, Grading(rule=rule))
+        return Step(None, Grading(rule=rule, context=context))
     todo = _to_grade(context, state, cfg)
     if not todo:
         return Step(None, Grading(context=context))
@@ -125,117 +125,36 @@ def prepare(state: AgentState, cfg: NodeConfig) -> Step:
     return Step(_request(fitted.task, fitted.messages), plan)
 
 
-def read_reply(reply: Completion | tuple[Completion, ...] | None, n: int, style: str) -> prompts.Reading | None:
-    """The scores of a grading reply (one completion, or one per item for ``pointwise``)."""
-    if reply is None:
-        return None
-    if isinstance(reply, tuple):
-        readings = [prompts.read_grades(r.text, 1, r.logprobs) for r in reply]
-        if len(readings) != n or any(r is None for r in readings):
-            return None
-        return prompts.Reading(
-            tuple(r.scores[0] for r in readings if r is not None),
-            from_logprobs=all(r is not None and r.from_logprobs for r in readings),
-            tosses=sum(r.tosses for r in readings if r is not None),
-        )
-    return prompts.read_grades(reply.text, n, reply.logprobs)
-
-
-def _informed(reply: Completion | tuple[Completion, ...] | None) -> bool:
-    """Whether the grade came from a model that may fail to inform (an LLM); the offline
-    backend's grade is computed from the question's keywords and says what it says."""
-    replies = reply if isinstance(reply, tuple) else (reply,)
-    return not all(r is not None and not r.billable for r in replies)
+def read_reply(reply: Completion | tuple[Completion, ...] | None, n: int, style: str = "batch") -> prompts.Reading | None:
+    """The scores of a grading reply (``crag.prompts.read_replies``)."""
+    return prompts.read_replies(reply, n)
 
 
 def apply(state: AgentState, step: Step, reply: Completion | tuple[Completion, ...] | None,
           cfg: NodeConfig) -> AgentState:
-    plan: Grading | None = step.plan
-    if plan is None:  # no context to grade
-        return evolve(state, evidence_scores=(), grader_action=GraderAction.RE_RETRIEVE)
-    if plan.rule is not None:
-        return evolve(
-            state,
-            evidence_scores=(1.0,) * len(state.context),
-            grader_action=GraderAction.GENERATE,
-            audit=state.log("fast_path_hit", rule_name=plan.rule, items=len(state.context)),
-            graded_by="fast_path",
-        )
-    audit = state.audit
-    context, todo = plan.context, plan.todo
-    if plan.trimmed:
-        audit = (*audit, AuditEvent("evidence_trimmed", {"node": NAME, "count": plan.trimmed}))
-    if not context:
-        return evolve(state, context=(), evidence_scores=(), grader_action=GraderAction.RE_RETRIEVE, audit=audit)
-    graded: tuple[Grade, ...] = ()
-    graded_by = "grader"
-    reading = None
-    if not todo:
-        new_scores: tuple[float, ...] = ()
-    else:
-        reading = read_reply(reply, len(todo), cfg.grader)
-        why = (grading.uninformative(reading.scores, reading.tosses, reading.labels, reading.sure)
-               if reading is not None else None)
-        if reading is None:
-            graded_by = "parse_failure"
-            new_scores = (grading.PARSE_FAILURE_SCORE,) * len(todo)
-            audit = (
-                *audit,
-                AuditEvent(
-                    "grader_parse_failure",
-                    {"level": "warning", "items": len(todo), "default_score": grading.PARSE_FAILURE_SCORE},
-                ),
-            )
-        elif why is not None and _informed(reply):
-            # no information: nothing is removed and no round is forced by this grade
-            event = AuditEvent("grader_uninformative", {
-                "level": "warning", "items": len(todo), "reason": why, "scores": list(reading.scores),
-                "from_logprobs": reading.from_logprobs})
-            keep = context
-            action = grading.ungraded_action(keep, state.tool_history, state.question, cfg.drop_threshold, cfg.tools)
-            return evolve(
-                state,
-                context=keep,
-                evidence_scores=(grading.UNGRADED_SCORE,) * len(keep),
-                grader_action=action,
-                audit=(*audit, event),
-                graded_by="ungraded",
-            )
-        else:
-            new_scores = reading.scores
-            graded = tuple(Grade.of(context[i], s) for i, s in zip(todo, reading.scores))
-    reused = len(context) - len(todo)
-    if reused:
-        audit = (*audit, AuditEvent("grades_reused", {"items": reused, "graded": len(todo)}))
-    scores = grading.merge_scores(context, state.grades, todo, new_scores)
-    unsure = None  # probabilities: items between the thresholds are undecided (crag.grading)
-    spared: tuple[int, ...] = ()
-    if graded_by == "grader" and todo and reading is not None and reading.from_logprobs:
-        unsure = grading.ungraded_action(context, state.tool_history, state.question, cfg.drop_threshold, cfg.tools)
-        count = grading.undecided(scores, cfg.drop_threshold, cfg.generate_threshold)
-        if count:
-            audit = (*audit, AuditEvent("grades_undecided", {"items": count}))
-        first = todo[0]
-        if (cfg.grader == "batch" and scores[first] < cfg.drop_threshold
-                and grading.first_label_spared(reading.scores, prompts.SURE)):
-            spared = (first,)
-            audit = (*audit, AuditEvent("first_label_spared", {"source": context[first].label,
-                                                               "score": scores[first]}))
-    decision = grading.decide(scores, cfg.drop_threshold, cfg.generate_threshold, unsure, spared)
-    removed = tuple(
-        AuditEvent(
-            "evidence_removed",
-            {"source": context[i].label, "tool": context[i].tool, "score": scores[i]},
-        )
-        for i in decision.removed
+    """The state with ``crag.grading.verdict``'s outcome applied: it decides, this only records."""
+    plan: Grading = step.plan or Grading()
+    case = grading.GradeCase(
+        items=plan.context,
+        drop_threshold=cfg.drop_threshold,
+        generate_threshold=cfg.generate_threshold,
+        fast_path=plan.rule,
+        trimmed=plan.trimmed,
+        todo=plan.todo,
+        reading=prompts.read_replies(reply, len(plan.todo)),
+        remembered=state.grades,
+        facts=grading.retrieval_facts(state.tool_history, state.question, cfg.tools),
+        batch=cfg.grader == "batch",
     )
+    verdict = grading.verdict(case, grading.POLICIES[cfg.grading_policy])
+    context = plan.context
     return evolve(
         state,
-        context=tuple(context[i] for i in decision.kept),
-        evidence_scores=tuple(float(scores[i]) for i in decision.kept),
-        grader_action=decision.action,
-        audit=audit + removed,
-        removed=state.removed + tuple(Grade.of(context[i], scores[i]) for i in decision.removed),
-        grades=grading.remember(state.grades, graded),
-        graded_by=graded_by,
+        context=tuple(context[i] for i in verdict.kept),
+        evidence_scores=tuple(verdict.scores[i] for i in verdict.kept),
+        grader_action=verdict.action,
+        audit=state.audit + verdict.events,
+        removed=state.removed + tuple(Grade.of(context[i], verdict.scores[i]) for i in verdict.removed),
+        grades=grading.remember(state.grades, verdict.graded),
+        graded_by=verdict.graded_by,
     )

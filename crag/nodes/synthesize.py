@@ -30,8 +30,9 @@ from typing import TYPE_CHECKING
 from attrs import evolve
 
 from .. import answer, budget, grading, grounding, prompts
+from ..grounding import verdict
 from ..ports import LLMRequest, Step, SynthesizeTask
-from ..state import AgentState, Completion, Complexity, EvidenceItem, GraderAction, GroundingReport
+from ..state import AgentState, Completion, Complexity, EvidenceItem, GradedBy, GraderAction, GroundingReport
 
 if TYPE_CHECKING:
     from . import NodeConfig
@@ -83,7 +84,7 @@ UNGRADED_NOTE = (
 
 def weak_evidence_note(state: AgentState, cfg: NodeConfig) -> str | None:
     """The note for an answer the iteration cap forced from evidence the grader did not approve."""
-    if state.graded_by == "ungraded":
+    if state.graded_by is GradedBy.UNGRADED:
         return UNGRADED_NOTE
     if state.grader_action is None or state.grader_action is GraderAction.GENERATE:
         return None
@@ -135,39 +136,37 @@ def _grounded(state: AgentState, body: str, cfg: NodeConfig, items: tuple) -> Ag
     absent = grounding.missing(state.question, [item.text for item in items])
     if absent:
         state = evolve(state, audit=state.log("question_terms_missing", terms=absent))
-    verdict = verdict_of(done.report, state, absent)
-    report = evolve(done.report, verdict=verdict)
-    if verdict == "not_answered" and cfg.grounding != "strict":
+    passages = [source.text for source in done.sources]
+    addressed = grounding.addresses(state.question, passages)
+    if not addressed and done.report.supported:
+        state = evolve(state, audit=state.log("question_not_addressed"))
+    held = addressed and grounding.addresses(state.question, passages, grounding.HELD_SHARE)
+    judged = verdict_of(done.report, state, absent, addressed, held)
+    report = evolve(done.report, verdict=judged)
+    if judged == "not_answered" and cfg.grounding != "strict":
         done = grounding.ground(body, items, "strict", state.question)  # only the supported sentences
-    if (cfg.grounding == "strict" or verdict == "not_answered") and not done.report.supported:
+    if (cfg.grounding == "strict" or judged == "not_answered") and not done.report.supported:
         text, citations = answer.compose(answer.NO_EVIDENCE, (), state.usage, cite=False)
         return evolve(state, answer=text, citations=citations, grounding=report)
-    opening = answer.NOT_MENTIONED.format(terms=" or ".join(absent)) if absent else answer.NOT_ANSWERED
-    body = f"{opening}\n\n{done.body}" if verdict == "not_answered" else done.body
-    removed = verdict == "not_answered"  # the opening says so: no count of tagged sentences
+    opening = (answer.NOT_MENTIONED.format(terms=" or ".join(absent)) if absent
+               else answer.NOT_ADDRESSED if report.supported and not addressed else answer.NOT_ANSWERED)
+    body = f"{opening}\n\n{done.body}" if judged == "not_answered" else done.body
+    removed = judged == "not_answered"  # the opening says so: no count of tagged sentences
     notes = [n for n in (None if removed else grounding.note_line(done.report, cfg.grounding), weak) if n]
     text, citations = answer.compose(body, done.sources, state.usage, note="\n\n".join(notes) or None)
     return evolve(state, answer=text, citations=citations, grounding=report)
 
 
-def verdict_of(report: GroundingReport, state: AgentState, absent: list[str] | tuple[str, ...] = ()) -> str | None:
-    """What the answer makes of its grounding report: None when no sentence was judged;
-    ``not_answered`` when the question names a term no evidence item holds (``absent``,
-    ``crag.grounding.missing``), whatever the grade; ``answered`` when at least half the
-    judged sentences are supported; else ``not_answered`` when no informative grade approved
-    the evidence (then crag says so), ``unsupported`` when a grader did."""
-    if not report.sentences:
-        return None
-    if absent:
-        return "not_answered"
-    if 2 * report.supported >= report.sentences:
-        return "answered"
-    return "unsupported" if state.graded_by == "grader" else "not_answered"
+def verdict_of(report: GroundingReport, state: AgentState, absent: list[str] | tuple[str, ...] = (),
+               addressed: bool = True, held: bool = False) -> str | None:
+    """The answer's verdict on ``report`` (``crag.grounding.verdict.judge``)."""
+    found = verdict.judge(report, state.graded_by is GradedBy.GRADER, absent, addressed, held)
+    return None if found is None else found.value
 
 
 def verdict_may_rewrite(state: AgentState, items: tuple[EvidenceItem, ...]) -> bool:
-    """Whether the verdict may be ``not_answered``, which replaces the answer's opening: no
-    informative grade approved the evidence, or the question names a term none of ``items``
-    (the evidence the answer is written from) holds. Known before the answer is written, so
-    a stream holds the grounded answer back until it is finished (``crag.stream``)."""
-    return state.graded_by != "grader" or bool(grounding.missing(state.question, [item.text for item in items]))
+    """Whether the verdict may be ``not_answered``, which replaces the answer's opening, for an
+    answer written from ``items`` (``crag.grounding.verdict.may_rewrite``). Known before the
+    answer is written, so a stream holds the grounded answer back until it is finished."""
+    absent = grounding.missing(state.question, [item.text for item in items])
+    return verdict.may_rewrite(state.graded_by is GradedBy.GRADER, absent)

@@ -37,7 +37,7 @@ from .find import (
     find_paths,
     find_urls,
 )
-from .grades import SURE, Reading, read_grades
+from .grades import SURE, Reading, read_grades, read_replies
 from .lenient_json import extract_json, iter_json_values
 from .plan import MAX_CALLS, MAX_TOP_K, parse_plan
 from .render import quote, render
@@ -63,6 +63,7 @@ __all__ = [
     "parse_scores",
     "quote",
     "read_grades",
+    "read_replies",
     "render",
     "strip_stats_blocks",
     "strip_think",

@@ -23,11 +23,11 @@ from typing import Any
 
 from attrs import frozen
 
-from ..state import TokenLogprob
+from ..state import Completion, TokenLogprob
 from .clean import strip_think
 from .scores import parse_scores
 
-__all__ = ["LABELS", "TOSS_MARGIN", "Reading", "read_grades"]
+__all__ = ["LABELS", "TOSS_MARGIN", "Reading", "read_grades", "read_replies"]
 
 # Label words and the score each stands for, lower-cased, without surrounding space or punctuation.
 LABELS = {"yes": 1.0, "no": 0.0}
@@ -138,3 +138,20 @@ def read_grades(text: Any, n: int, logprobs: Sequence[TokenLogprob] | None = Non
     words = tuple("yes" if labels[k] == LABELS["yes"] else "no" for k in range(1, n + 1))
     return Reading(tuple(scores), from_logprobs=len(probs) >= n and all(k in probs for k in range(1, n + 1)),
                    tosses=tosses, labels=words, sure=sure)
+
+
+def read_replies(reply: Completion | tuple[Completion, ...] | None, n: int) -> Reading | None:
+    """The reading of a grading reply: one completion for all ``n`` items, or one completion per
+    item (a pointwise grading); None when there is none or it gives no ``n`` scores."""
+    if reply is None or n < 1:
+        return None
+    if isinstance(reply, tuple):
+        readings = [read_grades(r.text, 1, r.logprobs) for r in reply]
+        if len(readings) != n or any(r is None for r in readings):
+            return None
+        return Reading(
+            tuple(r.scores[0] for r in readings if r is not None),
+            from_logprobs=all(r is not None and r.from_logprobs for r in readings),
+            tosses=sum(r.tosses for r in readings if r is not None),
+        )
+    return read_grades(reply.text, n, reply.logprobs)

@@ -1,0 +1,48 @@
+"""Grading policies: every rule and threshold beyond the seeds' own, as one frozen record.
+
+The seeds' rule (filter below the drop threshold, mean of the rest against the generate
+threshold, none left → ``RE_RETRIEVE``, parse failure → 0.5 each) is not a policy: it always
+decides a reply of numbers. A policy adds rules for grades read through token probabilities,
+where a small model's habits show (docs/real-models.md, "Grading a real model"):
+
+* ``uninformative``: a probability reading that carries no information (every label a coin
+  toss; one label copied down a list of at least ``min_items`` without confidence; one
+  probability for every item) removes nothing and forces no round by itself;
+* ``undecided``: an item whose P(yes) lies between the two thresholds is kept but does not
+  count in the mean; when no kept item was decided, retrieval's facts choose the action;
+* ``first_label``: a batch's first item (the question's best hit) is kept below the drop
+  threshold unless the grader was sure of its ``no``.
+
+``seed`` switches every one of them off; ``default`` keeps them (``KB_AGENT_GRADING_POLICY``).
+"""
+
+from __future__ import annotations
+
+from attrs import frozen
+
+__all__ = ["DEFAULT", "POLICIES", "SEED", "GradingPolicy", "PolicyName"]
+
+
+PolicyName = str  # KB_AGENT_GRADING_POLICY's values (crag.config.GradingPolicyName): "default", "seed"
+
+
+@frozen
+class GradingPolicy:
+    """The rules beyond the seeds' and their thresholds (see the module doc).
+
+    ``toss_margin``: a P(yes) within this of 0.5 is a coin toss. ``sure``: a label read with at
+    least this probability is a sure one. ``min_items``: one label (or one probability) for
+    this many items or more can be a copied one; fewer alike is a plausible verdict."""
+
+    name: PolicyName
+    uninformative: bool
+    undecided: bool
+    first_label: bool
+    toss_margin: float = 0.15
+    sure: float = 0.9
+    min_items: int = 4
+
+
+DEFAULT = GradingPolicy("default", uninformative=True, undecided=True, first_label=True)
+SEED = GradingPolicy("seed", uninformative=False, undecided=False, first_label=False)
+POLICIES: dict[PolicyName, GradingPolicy] = {DEFAULT.name: DEFAULT, SEED.name: SEED}

@@ -1,0 +1,71 @@
+"""SPEC §7: "supported" means the cited evidence addresses the question, and a refusal opens an
+answer only when the evidence does not hold the answer (``crag.grounding.verdict``)."""
+
+from __future__ import annotations
+
+from crag import Agent, Settings
+from crag.answer import NOT_ADDRESSED, NOT_ANSWERED
+from crag.grounding import addresses
+from crag.grounding.verdict import Verdict, judge, may_rewrite
+from crag.llm.scripted import ScriptedChatModel
+from crag.state import GroundingReport
+
+from .fakes import FakeToolbox, item, route, search_plan
+
+CLIMATE = item(1, text="The record high temperature of 105 °F was set on July 8, 1936.")
+WINTER = item(3, text="January is the coldest month of the year in the city.")
+PORTS = item(2, text="The server listens on port 8080 by default.")
+
+
+def simple(question: str, reply: str, items) -> object:
+    replies = {"analyze_and_route": [route("simple")], "plan": [search_plan("record")], "synthesize": [reply]}
+    return Agent(ScriptedChatModel(replies), FakeToolbox({"vector_search": [list(items)]}), Settings()).ask(question)
+
+
+def test_an_answer_from_a_passage_about_something_else_is_not_answered():
+    result = simple("What is the record high in January?",
+                    "The record high temperature of 105 °F was set on July 8, 1936 [1].", [CLIMATE, WINTER])
+    assert result.state.grounding.supported == 1  # the sentence quotes its evidence...
+    assert result.state.grounding.verdict == "not_answered"  # ...which is about July, not January
+    assert result.answer.startswith(NOT_ADDRESSED)
+    assert any(e["event"] == "question_not_addressed" for e in result.audit)
+
+
+def test_the_same_passage_answers_the_question_it_addresses():
+    result = simple("What is the record high in July?",
+                    "The record high temperature of 105 °F was set on July 8, 1936 [1].", [CLIMATE])
+    assert result.state.grounding.verdict == "answered" and not result.answer.startswith(NOT_ANSWERED)
+
+
+def test_a_right_answer_padded_with_unsupported_sentences_is_not_refused():
+    reply = ("The server listens on port 8080 by default [1]. It was chosen in 1998 by the founders. "
+             "Most teams never change it because firewalls are configured for it.")
+    result = simple("Which port does the server listen on?", reply, [PORTS])
+    g = result.state.grounding
+    assert g.sentences == 3 and g.supported == 1  # most sentences unsupported
+    assert g.verdict == "answered" and not result.answer.startswith(NOT_ANSWERED)
+    assert result.answer.startswith("The server listens on port 8080 by default [1].")
+    assert "[unsupported]" in result.answer  # the padding stays visibly marked (note)
+
+
+def test_the_verdict_table():
+    one_of_three = GroundingReport(sentences=3, supported=1)
+    none = GroundingReport(sentences=2, supported=0)
+    assert judge(GroundingReport(), graded=False) is None
+    assert judge(GroundingReport(sentences=3, supported=2), graded=False) is Verdict.ANSWERED
+    assert judge(one_of_three, graded=False) is Verdict.NOT_ANSWERED  # mostly unsupported...
+    assert judge(one_of_three, graded=False, held=True) is Verdict.ANSWERED  # ...but it holds the question's focus
+    assert judge(one_of_three, graded=False, absent=["gRPC"], held=True) is Verdict.NOT_ANSWERED
+    assert judge(one_of_three, graded=False, addressed=False) is Verdict.NOT_ANSWERED
+    assert judge(one_of_three, graded=True, addressed=False) is Verdict.UNSUPPORTED
+    assert judge(none, graded=True) is Verdict.UNSUPPORTED and judge(none, graded=False) is Verdict.NOT_ANSWERED
+    assert may_rewrite(graded=False) and not may_rewrite(graded=True) and may_rewrite(True, ["gRPC"])
+
+
+def test_what_addresses_a_question():
+    assert not addresses("What is the record high in January?", ["The record high of 105 F was set on July 8."])
+    assert addresses("What is the record high in January?", ["The record high for January is 76 F."])
+    assert not addresses("How far apart are some of the neighborhood's features?",
+                         ["The Picturephone used a bandwidth of 1 MHz."])
+    assert addresses("How do I point crag at a local Ollama server?",
+                     ["Set OPENAI_BASE_URL=http://localhost:11434/v1 for Ollama."])

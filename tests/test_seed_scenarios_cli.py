@@ -1,0 +1,127 @@
+"""Seeds 000 and 001 through ``python -m crag ask --json`` on a loopback OpenAI-compatible server.
+
+Uniform grading replies (one value for every item) of 3, 4 and 10 items, and mixed ones, with
+crag's default settings apart from the iteration cap and ``KB_AGENT_TOP_K`` (which sets how many
+items the question's search brings): every one is decided by the seeds' rule.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from crag.answer import NO_EVIDENCE
+from crag.cli import main
+from tests.fakes import clean_env
+from tests.openai_server import FakeOpenAIServer, grades, item_count
+
+QUESTION = "What is the upload retry policy?"
+
+
+def _page(k: int) -> str:
+    return f"# Service {k}\n\nService {k} keeps an upload retry policy of its own: it retries {k} times.\n"
+
+
+@pytest.fixture
+def llm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    root = tmp_path / "docs"
+    root.mkdir()
+    for k in range(1, 31):
+        (root / f"service{k}.md").write_text(_page(k), encoding="utf-8")
+    clean_env(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KB_AGENT_INDEX_DIR", str(tmp_path / "index"))
+    monkeypatch.setenv("KB_AGENT_LLM", "offline")
+    assert _cli("index", "docs")[0] == 0
+    with FakeOpenAIServer() as srv:
+        monkeypatch.setenv("KB_AGENT_LLM", "openai")
+        monkeypatch.setenv("OPENAI_BASE_URL", srv.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+        monkeypatch.setenv("KB_AGENT_LLM_TIMEOUT", "5")
+        srv.default("analyze_and_route", json.dumps({"complexity": "complex", "suggested_tools": ["vector_search"]}))
+        srv.default("plan", json.dumps({"tool_calls": [{"tool": "vector_search", "args": {"query": QUESTION}}]}))
+        srv.default("synthesize", "Service 1 retries 1 times [1].")
+        yield srv
+
+
+def _cli(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    return main(list(argv), out, err), out.getvalue(), err.getvalue()
+
+
+def _ask(monkeypatch, n: int, cap: int, grade) -> dict:
+    monkeypatch.setenv("KB_AGENT_MAX_ITERATIONS", str(cap))
+    monkeypatch.setenv("KB_AGENT_TOP_K", str(n))
+    code, out, err = _cli("ask", QUESTION, "--json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+def _decided(result: dict) -> list[str]:
+    return [e["action"] for e in result["audit"] if e["event"] == "grade_decided"]
+
+
+def _after_grading(result: dict) -> list[str]:
+    trace = result["trace"]
+    return [trace[i + 1] for i, node in enumerate(trace) if node == "grade_evidence"]
+
+
+@pytest.mark.parametrize("n", [3, 4, 10])
+def test_uniform_half_grades_refine_back_to_plan(llm, monkeypatch, n):
+    llm.default("grade_evidence", grades(rest=0.5))
+    result = _ask(monkeypatch, n, 3, grades(rest=0.5))
+    first = next(r.body for r in llm.requests if r.node == "grade_evidence")
+    assert item_count(first) == n
+    assert _decided(result)[0] == "REFINE"
+    assert _after_grading(result)[:2] == ["plan", "plan"]  # REFINE → plan, twice, then the cap
+    assert result["iterations"] == 3 and result["trace"][-1] == "synthesize"
+    assert not [e for e in result["audit"] if e["event"] in ("grader_uninformative", "evidence_removed")]
+    assert "weak" in result["answer"].lower()  # the cap forced an answer from evidence scored 0.5
+
+
+@pytest.mark.parametrize("n", [3, 4, 10])
+def test_uniform_low_grades_remove_everything_and_re_retrieve(llm, monkeypatch, n):
+    llm.default("grade_evidence", grades(rest=0.1))
+    result = _ask(monkeypatch, n, 3, None)
+    assert _decided(result)[0] == "RE_RETRIEVE"
+    assert _after_grading(result)[0] == "analyze_and_route"
+    removed = [e for e in result["audit"] if e["event"] == "evidence_removed"]
+    assert len(removed) >= n and all(e["score"] == 0.1 for e in removed)
+    assert result["iterations"] == 3, (result["trace"], [e for e in result["audit"] if e["event"] != "sentence_judged"])
+    assert result["answer"].startswith(NO_EVIDENCE)  # all filtered: the fixed sentence
+
+
+@pytest.mark.parametrize("n", [3, 10])
+def test_at_the_cap_refine_synthesizes_with_what_is_left(llm, monkeypatch, n):
+    llm.default("grade_evidence", grades(rest=0.5))
+    result = _ask(monkeypatch, n, 2, None)
+    assert result["iterations"] == 2 and result["trace"].count("tool_exec") == 2
+    assert result["grader_action"] == "REFINE" and result["trace"][-1] == "synthesize"
+    assert result["evidence_scores"] and all(s == 0.5 for s in result["evidence_scores"])
+
+
+@pytest.mark.parametrize("n", [4, 10])
+def test_uniform_high_grades_generate_whatever_retrieval_scored(llm, monkeypatch, n):
+    llm.default("grade_evidence", grades(rest=0.9))
+    result = _ask(monkeypatch, n, 3, None)
+    assert _decided(result) == ["GENERATE"] and result["iterations"] == 1
+    assert result["evidence_scores"] == [0.9] * n
+
+
+@pytest.mark.parametrize("n", [4, 10])
+def test_no_labels_without_token_probabilities_re_retrieve(llm, monkeypatch, n):
+    llm.default("grade_evidence", lambda body: "\n".join(f"{k}: no" for k in range(1, item_count(body) + 1)))
+    result = _ask(monkeypatch, n, 3, None)
+    assert _decided(result)[0] == "RE_RETRIEVE"
+    assert _after_grading(result)[0] == "analyze_and_route"
+
+
+def test_mixed_grades_filter_and_decide_by_the_mean_of_the_rest(llm, monkeypatch):
+    llm.script("grade_evidence", grades(0.9, 0.1, 0.8, 0.2, 0.7))
+    result = _ask(monkeypatch, 5, 3, None)
+    assert _decided(result) == ["GENERATE"]  # mean of 0.9, 0.8, 0.7 = 0.8
+    assert result["evidence_scores"] == [0.9, 0.8, 0.7]
+    assert [e["score"] for e in result["audit"] if e["event"] == "evidence_removed"] == [0.1, 0.2]
