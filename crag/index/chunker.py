@@ -13,11 +13,14 @@ a chunk close to the budget is counted again on its own, so none exceeds it):
 * a heading is never the last thing in a chunk: it moves on with the text it introduces;
 * a code fence is never cut unless it (with the headings moving on with it) exceeds the
   budget; an oversized block is cut at line boundaries, and a single line longer than the
-  budget becomes one chunk by itself.
+  budget (a minified file, a PDF page of more than ``PAGE_LINES`` lines) is cut into
+  pieces within it, at spaces where it has them.
 
 Every chunk is a contiguous range of whole lines: ``text`` is exactly
 ``"\\n".join(lines[start_line - 1 : end_line])`` of ``discover.split_lines`` (tested on
-real corpora), so a citation ``path:Lstart`` opens where the text begins. ``heading`` is
+real corpora), so a citation ``path:Lstart`` opens where the text begins; the one exception
+is a line over the budget, whose pieces are chunks of that one line (``start_line ==
+end_line``) that join back into it in order. No chunk exceeds the budget. ``heading`` is
 the chunk's heading path (``"Deployment > Docker > Build"``) at its first line; the indexer
 prepends it to the text that is embedded and lexically indexed, never to ``text``.
 """
@@ -46,7 +49,7 @@ __all__ = [
     "token_counter",
 ]
 
-CHUNKER_VERSION = 3  # 3: PDF pages are chunked apart; HTML is indexed as its text
+CHUNKER_VERSION = 4  # 3: PDF pages are chunked apart; HTML is indexed as its text. 4: a long line is cut
 # Chosen by benchmarks/retrieval.py (see benchmarks/results/retrieval.md).
 DEFAULT_MAX_TOKENS = 400
 DEFAULT_MIN_TOKENS = 120
@@ -419,7 +422,11 @@ def chunk_lines(
 
     def emit(start: int, end: int, heading: str) -> None:
         for s, e, t in _verified(lines, start, end, prefix, max_tokens, count):
-            chunks.append(Chunk(s + 1, e + 1, "\n".join(lines[s : e + 1]), heading, t))
+            if s == e and t > max_tokens:
+                for piece, tokens in _cut_line(lines[s], t, max_tokens, count):
+                    chunks.append(Chunk(s + 1, e + 1, piece, heading, tokens))
+            else:
+                chunks.append(Chunk(s + 1, e + 1, "\n".join(lines[s : e + 1]), heading, t))
 
     def flush(keep_trailing_headings: bool) -> None:
         nonlocal cur, cur_heading, cur_start
@@ -505,6 +512,33 @@ def _verified(
         if s <= e:
             out += _verified(lines, s, e, prefix, max_tokens, count)
     return out
+
+
+def _cut_line(
+    line: str, estimate: int, max_tokens: int, count: Callable[[Sequence[str]], list[int]]
+) -> list[tuple[str, int]]:
+    """``[(piece, tokens)]``: one line over the budget in pieces within it, which join back
+    into the line. A piece is sized from the line's characters per token and ends after a
+    space when one lies in its second half; one still over the budget is halved. Each
+    character is counted about once."""
+    pieces: list[tuple[str, int]] = []
+    per_token = len(line) / max(estimate, 1)
+    i, n = 0, len(line)
+    while i < n:
+        size = max(1, int(max_tokens * per_token * 0.9))
+        while True:
+            j = min(n, i + size)
+            if j < n:
+                space = line.rfind(" ", i + size // 2, j)
+                if space > i:
+                    j = space + 1  # the space stays with the piece before it
+            tokens = count([line[i:j]])[0]
+            if tokens <= max_tokens or j - i <= 1:
+                break
+            size = max(1, (j - i) // 2)
+        pieces.append((line[i:j], tokens))
+        i = j
+    return pieces
 
 
 def _split_range(
