@@ -65,7 +65,7 @@ MAX_TEXT_BYTES = 8 * 1024 * 1024  # the most text of one file: a text file's siz
 MAX_PDF_PAGES = 2000  # pypdf needs about 1.5 ms and 80 KB a page: a longer PDF is refused
 MAX_DOCX_XML_BYTES = 32 * 1024 * 1024  # what a DOCX's XML may unpack to (python-docx holds it all)
 MAX_ZIP_RATIO = 100  # a part over 1 MiB unpacking to more than this many times its size: a zip bomb
-TIME_BUDGET_SECONDS = 60.0  # a reader taking longer gives up (checked between pages and paragraphs)
+TIME_BUDGET_SECONDS = 60.0  # a reader taking longer gives up (checked at each PDF operator, each DOCX paragraph)
 
 # The loggers of the libraries readers use, caught while a reader runs.
 _LIBRARY_LOGGERS = ("pypdf",)
@@ -99,6 +99,10 @@ class _Budget:
         self.size += len(text)
         if self.size > MAX_TEXT_BYTES:
             raise _Refused(f"its text is larger than {_mib(MAX_TEXT_BYTES)}")
+        self.check()
+
+    def check(self, *_: object) -> None:
+        """Refuse the file once its time is up (pypdf calls it for every operator of a page)."""
         if time.monotonic() > self.deadline:
             raise _Refused(f"reading it took longer than {TIME_BUDGET_SECONDS:g} s")
 
@@ -189,7 +193,7 @@ def _pdf(data: bytes) -> str:
             raise _Refused(f"it has {count:,} pages; crag reads PDFs of at most {MAX_PDF_PAGES:,}")
         pages = []
         for page in reader.pages:
-            pages.append(page.extract_text() or "")
+            pages.append(page.extract_text(visitor_operand_before=budget.check) or "")
             budget.add(pages[-1])
     except PyPdfError as exc:
         raise _Refused(f"pypdf cannot read it ({_one_line(exc)})") from exc
