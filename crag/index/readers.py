@@ -22,10 +22,10 @@ than ``MAX_DOCX_XML_BYTES`` (or at more than ``MAX_ZIP_RATIO`` to one), binary d
 ``.html``, a read that takes longer than ``TIME_BUDGET_SECONDS``: each is a ``ValueError``
 with one line saying why, which the indexer reports as a skipped file and the tools as a
 file they cannot read. The libraries' own log lines (pypdf logs what it repairs) are
-caught while a reader runs, never printed; the last one joins the reason when the file is
-refused. Texts already read, and refusals, are kept for the process's life (keyed by path,
-size and modification time), so ``grep_search`` does not parse a PDF again for every
-search in one process.
+caught while a reader runs, never printed; the last one joins the reason when the library
+fails with an exception that is not one of its own errors. Texts already read, and
+refusals, are kept for the process's life (keyed by path, size and modification time), so
+``grep_search`` does not parse a PDF again for every search in one process.
 """
 
 from __future__ import annotations
