@@ -19,6 +19,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from crag.index import readers
 from crag.index.readers import READERS, Reader, cached_text, read_document, reader_for
@@ -266,3 +268,27 @@ def test_html_text_keeps_every_piece_on_its_source_line() -> None:
     assert read(b"<script>if (a<b) x</script>ok<STYLE>p{}</style >Z") == "ok Z\n"
     assert read(b"text <a unterminated") == "text\n" and read(b"x<!-- open comment") == "x\n"
     assert read(b"<p>\n\n  hello\n   world <i>x</i>y</p>\n\n") == "\n\nhello\nworld x y\n"
+
+
+def test_no_mutation_of_a_valid_docx_escapes_the_reader(tmp_path: Path) -> None:
+    good = make_docx(tmp_path / "good.docx").read_bytes()
+    rng = random.Random(15)
+    refused = 0
+    for _ in range(150):
+        data = bytearray(good)
+        for _ in range(rng.randint(1, 6)):
+            data[rng.randrange(len(data))] = rng.randrange(256)
+        try:
+            assert isinstance(read_document(DOCX_READER, bytes(data)), str)
+        except ValueError as exc:
+            assert str(exc) and "\n" not in str(exc)
+            refused += 1
+    assert refused
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("<>!-[]?/=\"' \nabpsvgcriptCDATA&#;x")), max_size=300))
+def test_any_html_reads_into_at_most_its_own_lines(source: str) -> None:
+    text = HTML_READER.read(source.encode())
+    assert text == "" or text.endswith("\n")
+    assert text.count("\n") <= source.count("\n") + 1
