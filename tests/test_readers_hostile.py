@@ -292,3 +292,21 @@ def test_any_html_reads_into_at_most_its_own_lines(source: str) -> None:
     text = HTML_READER.read(source.encode())
     assert text == "" or text.endswith("\n")
     assert text.count("\n") <= source.count("\n") + 1
+
+
+def test_a_document_removed_while_the_index_reads_it_is_one_skipped_file(folder: Path, monkeypatch) -> None:
+    from crag.index import discover
+
+    make_pdf(folder / "guide.pdf", [["Widget guide"]])
+    real = discover.read_bytes
+
+    def read_then_remove(path, *args):
+        data = real(path, *args)
+        if str(path).endswith(".pdf"):
+            os.unlink(path)
+        return data
+
+    monkeypatch.setattr("crag.index.reading.read_bytes", read_then_remove)
+    code, out, _ = cli("index", "docs")
+    assert code == 0 and "docs/ok.md" in out
+    assert skipped(out) == {"docs/guide.pdf": "cannot read (No such file or directory)"}
