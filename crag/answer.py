@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from .pages import is_paged, page_line
+from .pages import location
 from .state import Citation, EvidenceItem, Usage
 
 __all__ = [
@@ -118,11 +118,9 @@ def footer_lines(items: Sequence[EvidenceItem], order: Sequence[int]) -> tuple[l
         item = items[index]
         line = item.cite_line
         end = item.end_line if line is not None and item.anchor_line is None else line
-        page = None
-        if line is not None and is_paged(item.source):
-            page, line = page_line(line)
-            end_page, end_on_page = page_line(end) if end is not None else (page, line)
-            end = end_on_page if end_page == page else None
+        place = location(item.source, line, end)  # a PDF's page and lines on it
+        page, line = place.get("page"), place["start_line"]
+        end = place["end_line"] if "end_page" not in place else None
         citations.append(Citation(n=n, path=item.source, line=line, tool=item.tool, end_line=end, page=page))
     return [f"[{c.n}] {c.ref}" for c in citations], tuple(citations)
 

@@ -7,8 +7,12 @@ to an MCP client (Claude Desktop, Cursor, Claude Code, any agent that speaks MCP
                                                  object ``ask --json`` prints (citations,
                                                  usage, grounding, trace, ...)
     search(query, top_k=None)                    ``{"hits": [...]}``, the hits of ``search --json``
-    read_file(path, start_line=None, end_line=None)
+    read_file(path, start_line=None, end_line=None, page=None)
                                                  lines of a file inside the knowledge-base roots
+                                                 (of one page of a PDF)
+
+A place in a PDF is a ``page`` and lines on that page, in every tool's input and output
+(``crag.pages.location``), as ``ask`` cites it.
 
 Each tool publishes the JSON Schema of its structured content (``outputSchema``), and is
 annotated read-only (it changes no file and no index; ``ask`` adds its answer to the answer
@@ -44,6 +48,7 @@ from . import __version__
 from .config import secret_values
 from .errors import ConfigError, CragError
 from .llm.deadline import cancellable
+from .pages import location
 from .safe_text import redact, redact_message
 from .state import ToolCall
 from .toolspec import question_search
@@ -137,8 +142,10 @@ def _output_types() -> tuple[Any, Any, Any]:
 
     class Hit(TypedDict):
         path: str
+        page: NotRequired[int]  # a PDF's: start_line and end_line are lines of this page
         start_line: int | None
         end_line: int | None
+        end_page: NotRequired[int]  # when the lines run onto a later page, end_line's
         score: float | None
         text: str
 
@@ -147,6 +154,7 @@ def _output_types() -> tuple[Any, Any, Any]:
 
     class FileLines(TypedDict):
         path: str
+        page: NotRequired[int]
         start_line: int | None
         end_line: int | None
         text: str
@@ -226,7 +234,8 @@ def build_server(agent: "Agent") -> "MCPServer":
     async def search(query: str, top_k: int | None = None) -> Annotated[CallToolResult, search_result]:
         """Retrieval only: the knowledge-base passages that best match `query`, best first.
 
-        Each hit has `path`, `start_line`, `end_line`, `score` (cosine-like, 0 to 1) and `text`.
+        Each hit has `path`, `start_line`, `end_line`, `score` (cosine-like, 0 to 1) and `text`;
+        a PDF's hit also has `page`, and its lines are counted on that page.
         `top_k` is how many hits (default: crag's KB_AGENT_TOP_K).
         """
         # The toolbox checks the arguments as given: a top_k out of range is refused, not clamped.
@@ -237,11 +246,12 @@ def build_server(agent: "Agent") -> "MCPServer":
         return result(search_text(hits), {"hits": hits})
 
     async def read_file(
-        path: str, start_line: int | None = None, end_line: int | None = None
+        path: str, start_line: int | None = None, end_line: int | None = None, page: int | None = None
     ) -> Annotated[CallToolResult, file_lines]:
         """Read lines of a file inside the knowledge-base roots (a path as `ask` and `search` cite it).
 
         `start_line` and `end_line` are 1-based and inclusive; at most 200 lines are returned.
+        In a PDF they are lines of `page` (default 1), as `ask` and `search` give them.
         """
         reader = next((t for t in agent.toolbox.tools() if t.path_arg is not None), None)
         if reader is None:
@@ -251,8 +261,10 @@ def build_server(agent: "Agent") -> "MCPServer":
             args["start_line"] = start_line
         if end_line is not None:
             args["end_line"] = end_line
+        if page is not None:
+            args["page"] = page
         (item,) = await guarded(agent.toolbox.run, ToolCall(reader.name, args))
-        structured = {"path": item.source, "start_line": item.start_line, "end_line": item.end_line, "text": item.text}
+        structured = {"path": item.source, **location(item.source, item.start_line, item.end_line), "text": item.text}
         return result(item.text, structured)
 
     settings = agent.settings

@@ -22,6 +22,8 @@ from typing import Any
 import cattrs
 from attrs import evolve, field, fields, frozen
 
+from .pages import location, location_ref
+
 __all__ = [
     "AgentState",
     "AuditEvent",
@@ -115,12 +117,12 @@ class EvidenceItem:
 
     @property
     def label(self) -> str:
-        """``docs/setup.md:L40-L58``, ``docs/setup.md:L40`` or just the source."""
+        """``docs/setup.md:L40-L58``, ``docs/setup.md:L40``, ``guide.pdf:p2:L1-L6`` (a PDF's
+        page and lines on it, ``crag.pages``) or just the source."""
         if self.start_line is None:
             return self.source
-        if self.end_line is None or self.end_line == self.start_line:
-            return f"{self.source}:L{self.start_line}"
-        return f"{self.source}:L{self.start_line}-L{self.end_line}"
+        end = None if self.end_line == self.start_line else self.end_line
+        return f"{self.source}:{location_ref(location(self.source, self.start_line, end))}"
 
 
 def _unit_score(instance: object, attribute: Any, value: float) -> None:

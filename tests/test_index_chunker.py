@@ -17,16 +17,23 @@ COUNT = token_counter()
 
 
 def check_invariants(text: str, chunks, max_tokens: int) -> None:
-    """Every chunk is exactly its lines; chunks are in order and never overlap."""
+    """Every chunk is exactly its lines, or a piece of one line over the budget (its pieces
+    join back into it); chunks are in order, never overlap, and none exceeds the budget."""
     lines = split_lines(text)
     previous_end = 0
+    pieces: dict[int, list[str]] = {}
     for c in chunks:
         assert 1 <= c.start_line <= c.end_line <= len(lines)
-        assert "\n".join(lines[c.start_line - 1 : c.end_line]) == c.text
-        assert c.start_line > previous_end, "chunks overlap or go backwards"
+        assert COUNT([c.text])[0] <= max_tokens, (c.start_line, c.end_line)
+        if c.text != "\n".join(lines[c.start_line - 1 : c.end_line]):
+            assert c.start_line == c.end_line, "only a line over the budget is cut"
+            assert c.start_line >= previous_end, "chunks go backwards"
+            pieces.setdefault(c.start_line, []).append(c.text)
+        else:
+            assert c.start_line > previous_end, "chunks overlap or go backwards"
         previous_end = c.end_line
-        if c.end_line > c.start_line:  # a single line may exceed the budget, nothing else
-            assert COUNT([c.text])[0] <= max_tokens, (c.start_line, c.end_line)
+    for n, parts in pieces.items():
+        assert "".join(parts) == lines[n - 1] and len(parts) > 1, n
     covered = {n for c in chunks for n in range(c.start_line, c.end_line + 1)}
     for n, line in enumerate(lines, 1):
         if line.strip():
@@ -48,7 +55,8 @@ def test_every_chunk_of_the_real_corpora_is_exactly_its_file_lines(corpus: str) 
         # the invariant, checked against an independent reading of the file
         file_lines = Path(f.path).read_text(encoding="utf-8").split("\n")
         for c in chunks:
-            assert "\n".join(file_lines[c.start_line - 1 : c.end_line]) == c.text, (f.path, c.start_line)
+            whole = "\n".join(file_lines[c.start_line - 1 : c.end_line])
+            assert whole == c.text or (c.start_line == c.end_line and c.text in whole), (f.path, c.start_line)
         check_invariants(text, chunks, 400)
         total += len(chunks)
     assert total > len(files)
@@ -86,14 +94,25 @@ def test_a_code_fence_is_never_cut_when_it_fits() -> None:
     assert len(chunks) > 1
 
 
-def test_an_oversized_block_is_cut_at_line_boundaries_and_a_huge_line_stays_whole() -> None:
+def test_an_oversized_block_is_cut_at_line_boundaries_and_a_huge_line_into_pieces() -> None:
     long_para = "\n".join(f"line {i} " + "text " * 20 for i in range(100))
     huge_line = "x " * 3000
     text = f"# T\n\n{long_para}\n\n{huge_line}\n"
     chunks = chunk_text(text, ".md", max_tokens=120, min_tokens=10)
     check_invariants(text, chunks, 120)
     assert len(chunks) > 5
-    assert any(c.text == huge_line for c in chunks)
+    line = split_lines(text).index(huge_line) + 1
+    cut = [c for c in chunks if c.start_line == line]
+    assert len(cut) >= 3000 * 2 // (120 * 4) and "".join(c.text for c in cut) == huge_line
+    assert all(c.text.endswith(" ") for c in cut[:-1])  # cut after a space
+
+
+def test_a_line_without_spaces_and_a_minified_megabyte_are_cut_within_the_budget() -> None:
+    for line in ("漢字" * 20_000, "a" * 50_000, ("{\"k\":[1,2,3],\"v\":\"text\"}" * 30_000)):
+        text = f"# T\n\n{line}\n"
+        chunks = chunk_text(text, ".md", max_tokens=400, min_tokens=120, count=COUNT)
+        check_invariants(text, chunks, 400)
+        assert sum(len(c.text) for c in chunks if c.start_line == 3) == len(line)
 
 
 def test_a_heading_never_ends_a_chunk() -> None:

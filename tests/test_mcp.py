@@ -64,7 +64,7 @@ def test_mcp_server_lists_and_runs_its_three_tools_and_survives_a_failing_call(w
             assert set(tools["ask"].input_schema["properties"]) == {"question", "history"}
             assert tools["ask"].input_schema["required"] == ["question"]
             assert set(tools["search"].input_schema["properties"]) == {"query", "top_k"}
-            assert set(tools["read_file"].input_schema["properties"]) == {"path", "start_line", "end_line"}
+            assert set(tools["read_file"].input_schema["properties"]) == {"path", "start_line", "end_line", "page"}
 
             found = await client.call_tool("search", {"query": "which port does the server listen on", "top_k": 2})
             assert not found.is_error, text_of(found)
@@ -108,6 +108,46 @@ def test_mcp_server_lists_and_runs_its_three_tools_and_survives_a_failing_call(w
 
             again = await client.call_tool("search", {"query": "nightly backups"})
             assert not again.is_error and again.structured_content["hits"][0]["path"] == "docs/backup.md"
+
+    anyio.run(session)
+
+
+def test_a_pdf_place_is_a_page_and_lines_on_that_page_in_every_tool(workdir: Path) -> None:
+    """``ask`` cites p2:L2; ``search`` gives page 2, lines 1-3; ``read_file`` takes page 2 and
+    line 2 back to the same sentence (it gave page 1 for start_line 1 and search said 1001)."""
+    pytest.importorskip("pypdf", reason="the pdf extra (make install has it)")
+    from tests.test_readers import make_pdf
+
+    make_pdf(workdir / "docs" / "guide.pdf", [
+        ["Widget guide", "An introduction to the widget."],
+        ["Installation steps follow.", "The widget needs a torque wrench.", "Tighten every flange to forty newton metres."],
+    ])
+
+    async def session() -> None:
+        async with Client(server_params(workdir, "--kb", "docs"), read_timeout_seconds=120) as client:
+            found = await client.call_tool("search", {"query": "torque wrench flange newton", "top_k": 3})
+            hit = next(h for h in found.structured_content["hits"] if h["path"] == "docs/guide.pdf")
+            assert (hit["page"], hit["start_line"], hit["end_line"]) == (2, 1, 3)
+            assert "docs/guide.pdf:p2:L1-L3" in text_of(found)
+
+            answer = await client.call_tool("ask", {"question": "Which torque wrench does the widget need?"})
+            cited = [c for c in answer.structured_content["citations"] if c["path"] == "docs/guide.pdf"]
+            assert cited and (cited[0]["page"], cited[0]["line"]) == (2, 2)
+
+            line = await client.call_tool("read_file", {"path": "docs/guide.pdf", "page": 2, "start_line": 2, "end_line": 2})
+            assert not line.is_error, text_of(line)
+            assert line.structured_content == {"path": "docs/guide.pdf", "page": 2, "start_line": 2, "end_line": 2,
+                                               "text": "The widget needs a torque wrench."}
+            page = await client.call_tool("read_file", {"path": "docs/guide.pdf", "page": 2})
+            assert (page.structured_content["start_line"], page.structured_content["end_line"]) == (1, 3)
+            first = await client.call_tool("read_file", {"path": "docs/guide.pdf", "start_line": 1})
+            assert first.structured_content["page"] == 1 and text_of(first).startswith("Widget guide")
+            for args, why in (({"page": 3}, "has 2 pages; page 3 is past the end"),
+                              ({"page": 2, "start_line": 4}, "page 2 of docs/guide.pdf has 3 lines; start_line 4")):
+                wrong = await client.call_tool("read_file", {"path": "docs/guide.pdf", **args})
+                assert wrong.is_error and why in text_of(wrong), text_of(wrong)
+            no_pages = await client.call_tool("read_file", {"path": "docs/setup.md", "page": 1})
+            assert no_pages.is_error and "has no pages" in text_of(no_pages)
 
     anyio.run(session)
 

@@ -127,6 +127,12 @@ def test_a_folder_of_pdf_docx_html_and_markdown_is_indexed_and_cited_by_page_and
     assert "docs/guide.pdf:p2:L2" in out
     code, out, _ = cli("search", "torque wrench")
     assert "docs/guide.pdf:p2:L1-L3  score" in out
+    # search --json states the same place: page 2, lines 1-3 of it (not crag's internal 1001-1003).
+    code, out, _ = cli("search", "torque wrench harbour shop", "--json", "--top-k", "5")
+    hit = next(h for h in json.loads(out) if h["path"] == "docs/guide.pdf")
+    assert list(hit) == ["path", "page", "start_line", "end_line", "score", "text"]
+    assert (hit["page"], hit["start_line"], hit["end_line"]) == (2, 1, 3) and "torque wrench" in hit["text"]
+    assert "page" not in next(h for h in json.loads(out) if h["path"] != "docs/guide.pdf")
 
 
 def test_files_a_missing_extra_would_read_are_counted_with_the_install_line(kb: Path, monkeypatch) -> None:

@@ -20,7 +20,7 @@ from attrs import frozen
 from ..errors import UsageError
 from ..index.discover import relative_label
 from ..index.readers import skipped_line
-from ..pages import span_ref
+from ..pages import location, location_ref
 from ..safe_text import display_name
 
 if TYPE_CHECKING:
@@ -144,15 +144,10 @@ def search(
 
 
 def hit_records(items: Sequence[Any]) -> list[dict[str, Any]]:
-    """``vector_search`` evidence items as the records ``search --json`` prints, in their order."""
+    """``vector_search`` evidence items as the records ``search --json`` prints, in their order:
+    a PDF's hit has its ``page`` and lines counted on that page (``crag.pages.location``)."""
     return [
-        {
-            "path": item.source,
-            "start_line": item.start_line,
-            "end_line": item.end_line,
-            "score": item.score,
-            "text": item.text,
-        }
+        {"path": item.source, **location(item.source, item.start_line, item.end_line), "score": item.score, "text": item.text}
         for item in items
     ]
 
@@ -163,7 +158,7 @@ def search_text(hits: Sequence[dict[str, Any]], preview_lines: int = 4) -> str:
         return "no matching chunks\n"
     out = []
     for n, hit in enumerate(hits, 1):
-        out.append(f"{n}. {hit['path']}:{span_ref(hit['path'], hit['start_line'], hit['end_line'])}  score {hit['score']:.3f}")
+        out.append(f"{n}. {hit['path']}:{location_ref(hit)}  score {hit['score']:.3f}")
         body = [line for line in hit["text"].splitlines() if line.strip()]
         for line in body[:preview_lines]:
             out.append(f"     {line[:120]}")

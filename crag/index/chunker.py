@@ -13,27 +13,30 @@ a chunk close to the budget is counted again on its own, so none exceeds it):
 * a heading is never the last thing in a chunk: it moves on with the text it introduces;
 * a code fence is never cut unless it (with the headings moving on with it) exceeds the
   budget; an oversized block is cut at line boundaries, and a single line longer than the
-  budget becomes one chunk by itself.
+  budget (a minified file, a PDF page of more than ``PAGE_LINES`` lines) is cut into
+  pieces within it, at spaces where it has them.
 
 Every chunk is a contiguous range of whole lines: ``text`` is exactly
 ``"\\n".join(lines[start_line - 1 : end_line])`` of ``discover.split_lines`` (tested on
-real corpora), so a citation ``path:Lstart`` opens where the text begins. ``heading`` is
+real corpora), so a citation ``path:Lstart`` opens where the text begins; the one exception
+is a line over the budget, whose pieces are chunks of that one line (``start_line ==
+end_line``) that join back into it in order. No chunk exceeds the budget. ``heading`` is
 the chunk's heading path (``"Deployment > Docker > Build"``) at its first line; the indexer
 prepends it to the text that is embedded and lexically indexed, never to ``text``.
 """
 
 from __future__ import annotations
 
-import functools
 import re
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from itertools import accumulate
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from ..pages import PAGE_LINES, PAGED_SUFFIXES
 from ..ports import Chunk  # the record is the store port's; chunking makes it
 from .discover import split_lines
+from .token_count import TokenCounter, token_counter  # re-exported: the chunker counts with them
 
 __all__ = [
     "CHUNKER_VERSION",
@@ -46,7 +49,7 @@ __all__ = [
     "token_counter",
 ]
 
-CHUNKER_VERSION = 3  # 3: PDF pages are chunked apart; HTML is indexed as its text
+CHUNKER_VERSION = 4  # 3: PDF pages are chunked apart; HTML is indexed as its text. 4: a long line is cut
 # Chosen by benchmarks/retrieval.py (see benchmarks/results/retrieval.md).
 DEFAULT_MAX_TOKENS = 400
 DEFAULT_MIN_TOKENS = 120
@@ -78,138 +81,6 @@ class _Block(NamedTuple):
 # _new_block(_Block, (start, end, level, title, fence)): a _Block without the Python-level
 # __new__ of a NamedTuple (the Markdown parser makes one per paragraph).
 _new_block = tuple.__new__
-
-
-class TokenCounter:
-    """Counts tiktoken tokens: ``counter(texts)`` exactly, ``counter.line_counts(lines)`` in one pass.
-
-    ``line_counts`` encodes the lines joined by newlines once (tiktoken releases the GIL
-    while it encodes, so several files can be counted in parallel threads) and gives each
-    line the tokens that start in it, newline included: a range of lines then costs the
-    sum of its lines' counts, which is the tokens it takes inside its file. That differs
-    from encoding the range alone by at most a token or two at its edges (where tiktoken's
-    pre-tokenizer joins a line's final punctuation or spaces with the newline after it),
-    which is why the chunker checks the exact count of a chunk close to its budget.
-    """
-
-    def __init__(self, encoding: str | None = None) -> None:
-        from ..llm.tokens import DEFAULT_ENCODING, get_encoding
-
-        self.encoding = get_encoding(encoding or DEFAULT_ENCODING)
-        self._encode = self.encoding.encode_ordinary
-
-    def __call__(self, texts: Sequence[str]) -> list[int]:
-        encode = self._encode
-        return [len(encode(t)) for t in texts]
-
-    def _tokens(self, text: str) -> Any:
-        import numpy as np
-
-        core = getattr(self.encoding, "_core_bpe", None)
-        to_buffer = getattr(core, "encode_to_tiktoken_buffer", None)
-        if to_buffer is not None:
-            # encode_ordinary's tokens without a Python list (an empty allowed-special set
-            # makes encode() ordinary); the GIL is released while it runs.
-            return np.frombuffer(to_buffer(text, set()), dtype=np.uint32)
-        return np.asarray(self._encode(text), dtype=np.int64)  # pragma: no cover
-
-    def line_counts(self, lines: Sequence[str]) -> list[int]:
-        """Tokens of each line, newline included, as counted in the whole text (see above)."""
-        return self.line_counts_many([lines])[0]
-
-    def line_counts_many(
-        self, files: Sequence[Sequence[str]], texts: Sequence[str | None] | None = None
-    ) -> list[list[int]]:
-        """``[line_counts(lines) for lines in files]``, with far fewer calls into tiktoken.
-
-        ``texts[i]``, when given, is the text ``files[i]`` was split from (it saves joining
-        the lines again). Texts are encoded back to back in one call wherever that cannot
-        change a token: tiktoken's pre-tokenizer only carries a piece across a newline
-        into more newlines, spaces or slashes, so a text that starts with anything else is
-        encoded exactly as on its own after a text that ends with a newline (each one
-        here does).
-        """
-        out: list[list[int]] = [[] for _ in files]
-        run: list[int] = []
-        run_texts: list[str] = []
-        run_chars = 0
-        for i, lines in enumerate(files):
-            if not lines:
-                continue
-            text = texts[i] if texts is not None else None
-            if text is None or not text.endswith("\n"):
-                text = "\n".join(lines) + "\n"
-            first = text[0]
-            if run and (first.isspace() or first == "/" or run_chars >= _RUN_CHARS):
-                self._count_run(run, run_texts, files, out)
-                run, run_texts, run_chars = [], [], 0
-            run.append(i)
-            run_texts.append(text)
-            run_chars += len(text)
-        if run:
-            self._count_run(run, run_texts, files, out)
-        return out
-
-    def _count_run(
-        self, run: list[int], run_texts: list[str], files: Sequence[Sequence[str]], out: list[list[int]]
-    ) -> None:
-        import numpy as np
-
-        joined = "".join(run_texts)
-        try:
-            data = joined.encode("utf-8")
-        except UnicodeEncodeError:  # lone surrogates: count each line on its own
-            for i in run:
-                out[i] = [c + 1 for c in self(files[i])]
-            return
-        ends = np.cumsum(_token_byte_lengths(self.encoding.name)[self._tokens(joined)])
-        if not len(ends) or int(ends[-1]) != len(data):  # pragma: no cover - cannot happen with BPE
-            for i in run:
-                out[i] = [c + 1 for c in self(files[i])]
-            return
-        # Tokens start at 0 and at each token's end; line k ends with the newline at byte
-        # newlines[k]. The tokens starting at or before it, less those before line k.
-        newlines = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10)
-        upto = np.searchsorted(ends, newlines, side="right") + 1
-        counts = np.diff(upto, prepend=0).tolist()
-        pos = 0
-        for i in run:
-            n = len(files[i])
-            out[i] = counts[pos : pos + n]
-            pos += n
-
-
-@functools.cache
-def _token_byte_lengths(encoding: str) -> Any:
-    """The UTF-8 byte length of every token of an encoding, indexed by token id."""
-    import numpy as np
-
-    from ..llm.tokens import get_encoding
-
-    enc = get_encoding(encoding)
-    ranks = getattr(enc, "_mergeable_ranks", None)
-    if isinstance(ranks, dict) and ranks:
-        table = np.zeros(max(enc.n_vocab, max(ranks.values()) + 1), dtype=np.int32)
-        table[np.fromiter(ranks.values(), dtype=np.int64, count=len(ranks))] = np.fromiter(
-            map(len, ranks), dtype=np.int32, count=len(ranks)
-        )
-        return table
-    table = np.zeros(enc.n_vocab, dtype=np.int32)  # pragma: no cover - tiktoken has always had _mergeable_ranks
-    for i in range(enc.n_vocab):  # pragma: no cover
-        try:
-            table[i] = len(enc.decode_single_token_bytes(i))
-        except KeyError:
-            pass
-    return table  # pragma: no cover
-
-
-# At most this many characters are encoded in one call of line_counts_many.
-_RUN_CHARS = 1 << 20
-
-
-def token_counter(encoding: str | None = None) -> TokenCounter:
-    """A ``TokenCounter``: ``count(texts)`` counts many texts at once with tiktoken (no network)."""
-    return TokenCounter(encoding)
 
 
 def _clean_title(raw: str) -> str:
@@ -419,7 +290,11 @@ def chunk_lines(
 
     def emit(start: int, end: int, heading: str) -> None:
         for s, e, t in _verified(lines, start, end, prefix, max_tokens, count):
-            chunks.append(Chunk(s + 1, e + 1, "\n".join(lines[s : e + 1]), heading, t))
+            if s == e and t > max_tokens:
+                for piece, tokens in _cut_line(lines[s], t, max_tokens, count):
+                    chunks.append(Chunk(s + 1, e + 1, piece, heading, tokens))
+            else:
+                chunks.append(Chunk(s + 1, e + 1, "\n".join(lines[s : e + 1]), heading, t))
 
     def flush(keep_trailing_headings: bool) -> None:
         nonlocal cur, cur_heading, cur_start
@@ -505,6 +380,33 @@ def _verified(
         if s <= e:
             out += _verified(lines, s, e, prefix, max_tokens, count)
     return out
+
+
+def _cut_line(
+    line: str, estimate: int, max_tokens: int, count: Callable[[Sequence[str]], list[int]]
+) -> list[tuple[str, int]]:
+    """``[(piece, tokens)]``: one line over the budget in pieces within it, which join back
+    into the line. A piece is sized from the line's characters per token and ends after a
+    space when one lies in its second half; one still over the budget is halved. Each
+    character is counted about once."""
+    pieces: list[tuple[str, int]] = []
+    per_token = len(line) / max(estimate, 1)
+    i, n = 0, len(line)
+    while i < n:
+        size = max(1, int(max_tokens * per_token * 0.9))
+        while True:
+            j = min(n, i + size)
+            if j < n:
+                space = line.rfind(" ", i + size // 2, j)
+                if space > i:
+                    j = space + 1  # the space stays with the piece before it
+            tokens = count([line[i:j]])[0]
+            if tokens <= max_tokens or j - i <= 1:
+                break
+            size = max(1, (j - i) // 2)
+        pieces.append((line[i:j], tokens))
+        i = j
+    return pieces
 
 
 def _split_range(

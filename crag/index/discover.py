@@ -35,7 +35,7 @@ from attrs import field, frozen
 from ..errors import KnowledgeBaseError, UsageError
 from ..safe_text import display_name
 from .ignore import Ignores
-from .readers import decode_text, reader_for  # decode_text: the one rule, re-exported here
+from .readers import MAX_TEXT_BYTES, decode_text, reader_for  # decode_text: the one rule, re-exported here
 
 __all__ = [
     "DOCUMENT_MAX_BYTES",
@@ -80,7 +80,7 @@ TEXT_NAMES = frozenset(
 )
 SKIP_DIRS = frozenset({".git", ".hg", ".svn", ".venv", "venv", "node_modules", "__pycache__", "site-packages"})
 
-MAX_FILE_BYTES = 8 * 1024 * 1024  # larger "text" files are almost always data dumps or logs
+MAX_FILE_BYTES = MAX_TEXT_BYTES  # larger "text" files are almost always data dumps or logs
 DOCUMENT_MAX_BYTES = 128 * 1024 * 1024  # a PDF or DOCX holds images and fonts besides its text
 
 

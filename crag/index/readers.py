@@ -8,35 +8,67 @@ it among the files skipped for their type, with the ``pip install`` that include
 
 * **PDF** (``pypdf``, extra ``pdf``): page after page, each starting at line
   ``(page - 1) * PAGE_LINES + 1`` (``crag.pages``), so a citation reads ``guide.pdf:p3:L12``:
-  page 3, the 12th line of text on it.
+  page 3, the 12th line of text on it. A PDF encrypted with an empty user password (one that
+  opens without asking) is read; one that needs a password is not.
 * **DOCX** (``python-docx``, extra ``docx``): one line per paragraph or table row, in the
   order of the document, so ``report.docx:L12`` is its 12th paragraph.
-* **HTML** (the standard library's ``html.parser``): the text only (no tags, scripts or
+* **HTML** (``crag.index.html_text``, in linear time): the text only (no tags, scripts or
   styles; entities decoded), each piece on the line it has in the HTML file, so
   ``page.html:L42`` opens the source where the text is.
 
-A document that its library cannot read raises ``ValueError`` with the reason, which the
-indexer reports as a skipped file. Texts already read are kept for the process's life
-(keyed by path, size and modification time), so ``grep_search`` does not parse a PDF again
-for every question.
+A reader is a boundary (``read_document``): whatever its library raises, a text over
+``MAX_TEXT_BYTES``, a PDF of more than ``MAX_PDF_PAGES`` pages, a DOCX that unpacks to more
+than ``MAX_DOCX_XML_BYTES`` (or at more than ``MAX_ZIP_RATIO`` to one), binary data named
+``.html``, a read that takes longer than ``TIME_BUDGET_SECONDS``: each is a ``ValueError``
+with one line saying why, which the indexer reports as a skipped file and the tools as a
+file they cannot read. The libraries' own log lines (pypdf logs what it repairs) are
+caught while a reader runs, never printed; the last one joins the reason when the library
+fails with an exception that is not one of its own errors. Texts already read, and
+refusals, are kept for the process's life (keyed by path, size and modification time), so
+``grep_search`` does not parse a PDF again for every search in one process.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import io
+import logging
 import os
+import threading
+import time
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 
 from attrs import frozen
 
 from ..pages import PAGE_LINES
 
-__all__ = ["DISTRIBUTION", "READERS", "Reader", "cached_text", "decode_text", "reader_for", "skipped_line"]
+__all__ = [
+    "DISTRIBUTION",
+    "MAX_DOCX_XML_BYTES",
+    "MAX_PDF_PAGES",
+    "MAX_TEXT_BYTES",
+    "READERS",
+    "Reader",
+    "cached_text",
+    "decode_text",
+    "read_document",
+    "reader_for",
+    "skipped_line",
+]
 
 # The name crag is installed under from the package index (the import name stays ``crag``).
 DISTRIBUTION = "crag-kb"
+
+MAX_TEXT_BYTES = 8 * 1024 * 1024  # the most text of one file: a text file's size, a document's text
+MAX_PDF_PAGES = 2000  # pypdf needs about 1.5 ms and 80 KB a page: a longer PDF is refused
+MAX_DOCX_XML_BYTES = 32 * 1024 * 1024  # what a DOCX's XML may unpack to (python-docx holds it all)
+MAX_ZIP_RATIO = 100  # a part over 1 MiB unpacking to more than this many times its size: a zip bomb
+TIME_BUDGET_SECONDS = 60.0  # a reader taking longer gives up (checked at each PDF operator, each DOCX paragraph)
+
+# The loggers of the libraries readers use, caught while a reader runs.
+_LIBRARY_LOGGERS = ("pypdf",)
 
 
 @frozen
@@ -51,21 +83,124 @@ class Reader:
         return self.module is None or importlib.util.find_spec(self.module) is not None
 
 
+class _Refused(ValueError):
+    """A reader's own refusal: its message is the whole reason."""
+
+
+class _Budget:
+    """The text and time a reader may still spend on one file."""
+
+    def __init__(self) -> None:
+        self.deadline = time.monotonic() + TIME_BUDGET_SECONDS
+        self.size = 0
+
+    def add(self, text: str) -> None:
+        """Count ``text`` as read; refuse the file once its text or its time is over the limit."""
+        self.size += len(text)
+        if self.size > MAX_TEXT_BYTES:
+            raise _Refused(f"its text is larger than {_mib(MAX_TEXT_BYTES)}")
+        self.check()
+
+    def check(self, *_: object) -> None:
+        """Refuse the file once its time is up (pypdf calls it for every operator of a page)."""
+        if time.monotonic() > self.deadline:
+            raise _Refused(f"reading it took longer than {TIME_BUDGET_SECONDS:g} s")
+
+
+class _Caught(logging.Handler):
+    """Keeps the log records of a thread that is running a reader; passes the others on.
+
+    It is the one handler of the libraries' loggers, which no longer propagate: a record
+    logged outside a reader goes on to the root logger's handlers, as it did before."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.local = threading.local()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        kept = getattr(self.local, "records", None)
+        if kept is None:
+            logging.getLogger().callHandlers(record)
+            return
+        try:
+            kept.append(record.getMessage())
+        except Exception:  # a library's malformed log call (the "--- Logging error ---" blocks)
+            kept.append(str(record.msg))
+
+
+_CAUGHT = _Caught()
+for _name in _LIBRARY_LOGGERS:
+    logging.getLogger(_name).addHandler(_CAUGHT)
+    logging.getLogger(_name).propagate = False
+
+
+@contextmanager
+def _caught_logs() -> Iterator[list[str]]:
+    """The messages the readers' libraries log in this thread meanwhile."""
+    outer = getattr(_CAUGHT.local, "records", None)
+    _CAUGHT.local.records = records = []
+    try:
+        yield records
+    finally:
+        _CAUGHT.local.records = outer
+
+
+def _one_line(text: str, limit: int = 200) -> str:
+    words = " ".join(str(text).split())
+    return words if len(words) <= limit else words[: limit - 3] + "..."
+
+
+def read_document(reader: Reader, data: bytes) -> str:
+    """``reader.read(data)`` behind the boundary (see the module docstring): its text, or
+    ``ValueError`` with one line saying why not."""
+    with _caught_logs() as logged:
+        try:
+            text = reader.read(data)
+        except _Refused:
+            raise
+        except MemoryError:
+            raise ValueError(f"the {reader.name} reader ran out of memory") from None
+        except Exception as exc:  # a parser's bug is this file's problem, never the run's
+            said = f"; {reader.module or reader.name} logged: {_one_line(logged[-1], 120)}" if logged else ""
+            reason = _one_line(f"{type(exc).__name__}: {exc}") if str(exc) else type(exc).__name__
+            raise ValueError(f"{reader.module or reader.name} cannot read it ({reason}{said})") from exc
+    if len(text) - text.count("\n") > MAX_TEXT_BYTES // 4 and _text_bytes(text) > MAX_TEXT_BYTES:
+        raise ValueError(f"its text is larger than {_mib(MAX_TEXT_BYTES)}")
+    return text
+
+
+def _text_bytes(text: str) -> int:
+    """The size of a document's text in UTF-8, line breaks not counted (a PDF's blank page lines)."""
+    return len(text.encode("utf-8", "surrogatepass")) - text.count("\n")
+
+
 def _pdf(data: bytes) -> str:
     from pypdf import PdfReader
-    from pypdf.errors import PyPdfError
+    from pypdf.errors import FileNotDecryptedError, PyPdfError
 
+    budget = _Budget()
     try:
         reader = PdfReader(io.BytesIO(data))
         if reader.is_encrypted:
-            raise ValueError("the PDF is encrypted")
-        pages = [page.extract_text() or "" for page in reader.pages]
+            try:
+                opened = reader.decrypt("")  # an empty user password: it opens without asking
+            except (FileNotDecryptedError, NotImplementedError):
+                opened = 0
+            if not opened:
+                raise _Refused("the PDF is encrypted with a password")
+        count = len(reader.pages)
+        if count > MAX_PDF_PAGES:
+            raise _Refused(f"it has {count:,} pages; crag reads PDFs of at most {MAX_PDF_PAGES:,}")
+        pages = []
+        for page in reader.pages:
+            pages.append(page.extract_text(visitor_operand_before=budget.check) or "")
+            budget.add(pages[-1])
     except PyPdfError as exc:
-        raise ValueError(f"pypdf cannot read it ({exc})") from exc
+        raise _Refused(f"pypdf cannot read it ({_one_line(exc)})") from exc
     out: list[str] = []
     for text in pages:
         lines = [line.rstrip() for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n")]
-        if len(lines) > PAGE_LINES:  # keep every word, on the page's last line
+        if len(lines) > PAGE_LINES:  # keep every word, on the page's last line (the chunker cuts it)
             lines[PAGE_LINES - 1 :] = [" ".join(lines[PAGE_LINES - 1 :])]
         out += lines + [""] * (PAGE_LINES - len(lines))
     while out and not out[-1]:
@@ -73,24 +208,51 @@ def _pdf(data: bytes) -> str:
     return "\n".join(out) + "\n" if out else ""
 
 
+def _check_zip(data: bytes) -> None:
+    """Refuse a DOCX whose parts would unpack past ``MAX_DOCX_XML_BYTES`` or at a bomb's ratio,
+    by the sizes its zip directory declares (zipfile never unpacks more than declared)."""
+    import zipfile
+
+    try:
+        parts = zipfile.ZipFile(io.BytesIO(data)).infolist()
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, OSError) as exc:
+        raise _Refused(f"it is not a DOCX (not a zip archive: {_one_line(exc)})") from exc
+    for p in parts:
+        if p.file_size > 1024 * 1024 and p.file_size > MAX_ZIP_RATIO * max(p.compress_size, 1):
+            raise _Refused(f"its part {_one_line(p.filename, 80)} unpacks {p.file_size // max(p.compress_size, 1):,} "
+                           f"times over (a zip bomb?); crag allows {MAX_ZIP_RATIO} times")
+    xml = sum(p.file_size for p in parts if p.filename.endswith((".xml", ".rels")))
+    if xml > MAX_DOCX_XML_BYTES:
+        raise _Refused(f"its XML unpacks to {_mib(xml)}; crag reads at most {_mib(MAX_DOCX_XML_BYTES)}")
+
+
+def _mib(size: int) -> str:
+    """``32 MiB``, ``2.5 MiB``: a size as limits are stated."""
+    return f"{size / (1024 * 1024):.1f}".removesuffix(".0") + " MiB"
+
+
 def _docx(data: bytes) -> str:
     import docx
     from docx.table import Table
     from docx.text.paragraph import Paragraph
 
+    _check_zip(data)
+    budget = _Budget()
     try:
         document = docx.Document(io.BytesIO(data))
     except Exception as exc:  # python-docx raises zipfile, lxml and its own errors alike
-        raise ValueError(f"python-docx cannot read it ({type(exc).__name__}: {exc})") from exc
+        raise _Refused(f"python-docx cannot read it ({_one_line(f'{type(exc).__name__}: {exc}')})") from exc
     lines: list[str] = []
     for child in document.element.body.iterchildren():
         tag = child.tag.rsplit("}", 1)[-1]
         if tag == "p":
             lines.append(" ".join(Paragraph(child, document).text.split("\n")))
+            budget.add(lines[-1])
         elif tag == "tbl":
             for row in Table(child, document).rows:
                 cells = dict.fromkeys(" ".join(c.text.split()) for c in row.cells)  # merged cells repeat
                 lines.append(" | ".join(cells))
+                budget.add(lines[-1])
     return "\n".join(lines) + "\n" if lines else ""
 
 
@@ -118,44 +280,20 @@ def decode_text(data: bytes) -> str:
 
 
 def _html(data: bytes) -> str:
-    from html.parser import HTMLParser  # imported here: a search that reads no HTML never loads it
+    from .html_text import html_text
 
-    class HTMLText(HTMLParser):
-        """Collects the text of an HTML document on the lines where it stands in the source."""
+    if _looks_binary(data):
+        raise _Refused("binary data, not HTML")
+    return html_text(decode_text(data))
 
-        SKIP = frozenset({"script", "style", "template", "noscript", "svg"})
 
-        def __init__(self) -> None:
-            super().__init__(convert_charrefs=True)
-            self.lines: dict[int, list[str]] = {}
-            self.skipping: list[str] = []
-
-        def handle_starttag(self, tag: str, attrs: object) -> None:
-            if tag in self.SKIP:
-                self.skipping.append(tag)
-
-        def handle_endtag(self, tag: str) -> None:
-            if tag in self.skipping:
-                while self.skipping and self.skipping.pop() != tag:
-                    pass
-
-        def handle_data(self, data: str) -> None:
-            if self.skipping:
-                return
-            line, _ = self.getpos()
-            for n, piece in enumerate(data.split("\n")):
-                if piece.strip():
-                    self.lines.setdefault(line + n, []).append(" ".join(piece.split()))
-
-    text = decode_text(data)
-    parser = HTMLText()
-    parser.feed(text)
-    parser.close()
-    total = text.count("\n") + (0 if text.endswith("\n") else 1)
-    lines = [" ".join(parser.lines.get(n, ())) for n in range(1, total + 1)]
-    while lines and not lines[-1]:
-        lines.pop()
-    return "\n".join(lines) + "\n" if lines else ""
+def _looks_binary(data: bytes) -> bool:
+    """A NUL byte, or more than one byte in 20 a control character, in the first 8 KiB."""
+    head = data[:8192]
+    if b"\x00" in head:
+        return True
+    controls = sum(head.count(bytes([c])) for c in range(32) if c not in (9, 10, 12, 13, 27))
+    return controls * 20 > len(head)
 
 
 READERS: tuple[Reader, ...] = (
@@ -172,32 +310,43 @@ def reader_for(name: str) -> Reader | None:
     return _BY_SUFFIX.get("." + suffix) if dot else None
 
 
-_CACHE: OrderedDict[tuple[str, int, int], str] = OrderedDict()
+_CACHE: OrderedDict[tuple[str, int, int], str | ValueError] = OrderedDict()
 _CACHE_BYTES = 64 * 1024 * 1024
 _cached_bytes = 0
+_cache_lock = threading.Lock()
 
 
 def cached_text(path: str, reader: Reader, data: bytes | None = None) -> str:
     """The text of the document at ``path``, read once per (path, size, mtime) in a process.
 
     Raises ``OSError`` when it cannot be read and ``ValueError`` when its reader cannot make
-    text of it."""
+    text of it (a refusal is kept as a text is, so a damaged PDF is not parsed again)."""
     global _cached_bytes
     st = os.stat(path)
     key = (path, st.st_size, st.st_mtime_ns)
-    text = _CACHE.get(key)
-    if text is not None:
-        _CACHE.move_to_end(key)
-        return text
+    with _cache_lock:
+        found = _CACHE.get(key)
+        if found is not None:
+            _CACHE.move_to_end(key)
+    if isinstance(found, ValueError):
+        raise ValueError(str(found))
+    if found is not None:
+        return found
     if data is None:
         with open(path, "rb") as f:
             data = f.read()
-    text = reader.read(data)
-    _CACHE[key] = text
-    _cached_bytes += len(text)
-    while _cached_bytes > _CACHE_BYTES and len(_CACHE) > 1:
-        _, old = _CACHE.popitem(last=False)
-        _cached_bytes -= len(old)
+    try:
+        text: str | ValueError = read_document(reader, data)
+    except ValueError as exc:
+        text = ValueError(str(exc))
+    with _cache_lock:
+        _CACHE[key] = text
+        _cached_bytes += len(text) if isinstance(text, str) else 100
+        while _cached_bytes > _CACHE_BYTES and len(_CACHE) > 1:
+            _, old = _CACHE.popitem(last=False)
+            _cached_bytes -= len(old) if isinstance(old, str) else 100
+    if isinstance(text, ValueError):
+        raise ValueError(str(text))
     return text
 
 

@@ -74,6 +74,9 @@ def prepare_all(
             except ValueError as exc:
                 done.append(Prepared(f, error=str(exc)))
                 continue
+            except OSError as exc:  # gone or changed since it was read (a document's cache looks again)
+                done.append(Prepared(f, error=f"cannot read ({exc.strerror or exc})"))
+                continue
             todo.append((len(done), f, data, sha, text, split_lines(text)))
             done.append(None)
         # One tiktoken pass over the batch gives every line's token count.

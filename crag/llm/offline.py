@@ -42,6 +42,7 @@ from .. import grounding, prompts
 from ..answer import OFFLINE_PREFACE
 from ..config import Settings
 from ..errors import LLMError
+from ..pages import location
 from ..ports import AnalyzeTask, GradeTask, LLMRequest, PlanTask, SynthesizeTask
 from ..state import Completion, EvidenceItem, Message, ToolRun
 from ..text import STOPWORDS, in_vocabulary, keywords, stem
@@ -330,9 +331,13 @@ class OfflineChatModel:
                 searched = set(search_tools(task.tools))
                 best = self._best_located(task.evidence, task.previous_attempts, words, searched)
                 if best is not None and best.start_line is not None:
-                    start = max(1, best.start_line - 15)
-                    end = (best.end_line or best.start_line) + 30
-                    add(reader.name, {reader.path_arg: best.source, "start_line": start, "end_line": end})
+                    # Around the best item, in the place read_file takes: a PDF's page and its lines.
+                    place = location(best.source, best.start_line, best.end_line or best.start_line)
+                    args = {reader.path_arg: best.source, "start_line": max(1, place["start_line"] - 15),
+                            "end_line": (place["end_line"] if "end_page" not in place else place["start_line"]) + 30}
+                    if "page" in place and any(param.name == "page" for param in reader.params):
+                        args["page"] = place["page"]
+                    add(reader.name, args)
         for tool in task.tools:  # remote tools and your own: arguments from the question
             for args in _question_values(tool, question)[:2]:
                 add(tool.name, args)

@@ -1,11 +1,14 @@
-"""``read_file(path, start_line=None, end_line=None)``: lines of one knowledge-base file.
+"""``read_file(path, start_line=None, end_line=None, page=None)``: lines of one knowledge-base file.
 
 The path is relative to a root (or to the working directory) or absolute, and must lead to
 a file inside the roots (``crag.tools.paths``): ``..``, outside absolute paths, links out
 of a root, hidden files and binary files are refused with a ``ToolError``. At most
 ``MAX_LINES`` lines are returned: from ``start_line`` (default 1) to ``end_line``
 (default: as many as allowed). Lines are numbered as everywhere in crag
-(``crag.index.discover.split_lines``).
+(``crag.index.discover.split_lines``). In a PDF they are lines of ``page`` (default 1), as
+``ask`` and ``search`` cite them (``p2:L5`` is ``page=2, start_line=5``), and never run past
+that page; ``page`` is refused for a file without pages. The evidence item keeps crag's own
+line numbers (``crag.pages``), which citations turn back into the page.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Any
 
 from ..errors import ToolError
 from ..index.discover import MAX_FILE_BYTES, BinaryFileError, read_bytes, split_lines, text_of
+from ..pages import PAGE_LINES, is_paged, lines_of
 from ..prompts.find import find_paths
 from ..state import EvidenceItem
 from ..toolspec import ArgumentError, Param, Tool, ToolContext, ToolResult
@@ -25,8 +29,10 @@ MAX_LINES = 200
 
 
 def run(args: Mapping[str, Any], context: ToolContext) -> ToolResult:
-    requested, start, end = args["path"], args.get("start_line"), args.get("end_line")
+    requested, start, end, page = args["path"], args.get("start_line"), args.get("end_line"), args.get("page")
     real = resolve_in_roots(NAME, requested, context.file_roots(), context.cwd, excluded=[context.index_dir])
+    if page is not None and not is_paged(real):
+        raise ToolError(NAME, f"{requested} has no pages: give start_line and end_line alone")
     try:
         data = read_bytes(real, MAX_FILE_BYTES)
     except (OSError, ValueError) as exc:
@@ -40,12 +46,15 @@ def run(args: Mapping[str, Any], context: ToolContext) -> ToolResult:
     lines = split_lines(text)
     if not lines:
         raise ToolError(NAME, f"{requested} is empty")
-    first = start or 1
-    if first > len(lines):
-        raise ToolError(NAME, f"{requested} has {len(lines)} lines; start_line {first} is past the end")
-    last = end if end is not None else first + MAX_LINES - 1
-    if last < first:
-        raise ToolError(NAME, f"end_line {last} is before start_line {first}")
+    if is_paged(real):
+        first, last, lines = _on_page(requested, lines, page or 1, start or 1, end)
+    else:
+        first = start or 1
+        if first > len(lines):
+            raise ToolError(NAME, f"{requested} has {len(lines)} lines; start_line {first} is past the end")
+        last = end if end is not None else first + MAX_LINES - 1
+        if last < first:
+            raise ToolError(NAME, f"end_line {last} is before start_line {first}")
     last = min(last, len(lines), first + MAX_LINES - 1)
     while last > first and not lines[last - 1].strip():  # a PDF page's unused lines (crag.pages)
         last -= 1
@@ -58,6 +67,26 @@ def run(args: Mapping[str, Any], context: ToolContext) -> ToolResult:
             end_line=last,
         ),
     ))
+
+
+def _on_page(requested: str, lines: list[str], page: int, start: int, end: int | None) -> tuple[int, int, list[str]]:
+    """Lines ``start``-``end`` of ``page`` in crag's numbering, and the file's lines up to that
+    page's end (so a read never runs onto the next page)."""
+    pages = (len(lines) + PAGE_LINES - 1) // PAGE_LINES
+    if page > pages:
+        raise ToolError(NAME, f"{requested} has {pages} page{'s' * (pages != 1)}; page {page} is past the end")
+    top = (page - 1) * PAGE_LINES
+    on_page = lines[top : top + PAGE_LINES]
+    count = len(on_page)
+    while count and not on_page[count - 1].strip():
+        count -= 1
+    if start > count:
+        held = f"{count} line{'s' * (count != 1)}" if count else "no text"
+        raise ToolError(NAME, f"page {page} of {requested} has {held}; start_line {start} is past its end")
+    if end is not None and end < start:
+        raise ToolError(NAME, f"end_line {end} is before start_line {start}")
+    first, last = lines_of(page, start, min(end, count) if end is not None else start + MAX_LINES - 1)
+    return first, min(last, top + count), lines[: top + count]
 
 
 def _check(args: dict[str, Any]) -> None:
@@ -73,12 +102,13 @@ def _from_question(question: str) -> dict[str, Any] | None:
 
 TOOL = Tool(
     name=NAME,
-    description="read lines of a knowledge-base file",
+    description="read lines of a knowledge-base file (of a PDF: lines of one page, as cited p2:L5)",
     run=run,
     params=(
         Param("path", required=True, max_length=4096),
         Param("start_line", "integer", minimum=1, maximum=10**9, hint="int"),
         Param("end_line", "integer", minimum=1, maximum=10**9, hint="int"),
+        Param("page", "integer", minimum=1, maximum=10**6, hint="int (a PDF's page, optional)"),
     ),
     check=_check,
     from_question=_from_question,
