@@ -168,7 +168,7 @@ def server_cpu_s(agent: Any) -> float | None:
         return None
     total = 0
     try:
-        for conn in list(conns):
+        for conn in conns.connections():
             with open(f"/proc/{conn.info.backend_pid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
             total += int(fields[11]) + int(fields[12])  # utime, stime

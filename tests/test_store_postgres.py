@@ -490,8 +490,10 @@ def test_the_published_version_is_read_on_one_kept_connection(pg_uri: str, tmp_p
                      "WHERE datname = current_database() AND pid <> pg_backend_pid()")
     assert store.version() == second and len(opened) == 1
     kept = store._version_conns.current()  # type: ignore[attr-defined]
+    assert store._version_conns.connections() == [kept]  # type: ignore[attr-defined]
     store.close()
     assert kept.closed
+    assert store._version_conns.connections() == []  # type: ignore[attr-defined]
 
 
 def test_a_query_of_frequent_words_only_ranks_the_rows_holding_every_word(
