@@ -352,11 +352,12 @@ def test_postings_and_document_frequencies_follow_every_update(pg_uri: str, tmp_
 
 
 def test_a_first_build_is_written_by_parallel_writers_and_matches_one_written_in_one_transaction(
-    pg_server: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    pg_server: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ivf_from_8_chunks: None
 ) -> None:
     """A first build's full batches go to the bulk writers (a few chunks a batch here): the same
-    files, chunks, postings and document frequencies as a build that writes them all in its own
-    transaction, and the same search results."""
+    files, chunks, postings, document frequencies and vector index (built on a connection of its
+    own beside the postings' indexes) as a build that writes them all in its own transaction,
+    and the same search results."""
     import psycopg
 
     from crag.index import postgres_update
@@ -384,10 +385,12 @@ def test_a_first_build_is_written_by_parallel_writers_and_matches_one_written_in
                     for t in ("files", "postings", "file_postings", "terms", "file_terms")}
             rows["chunks"] = set(conn.execute("SELECT id, file_id, text, embedding::text FROM crag.chunks").fetchall())
             assert _postings_as_derived(conn)[2:] == (rows["terms"], rows["terms"])
+            rows["vectors"] = {_meta(conn)["vectors"], *_vector_indexes(conn)}
             found.append(rows)
         with open_index(Settings(store=uri)) as reader:
             found[-1]["hits"] = {(h.path, h.start_line) for h in reader.search("page 7 edition", 5)}
     assert found[0] == found[1] and len(found[0]["chunks"]) > 40
+    assert len(found[0]["vectors"]) == 2 and any(v.startswith("ivf:") for v in found[0]["vectors"])
 
 
 BULK_INDEXER = r"""

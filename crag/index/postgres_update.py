@@ -24,7 +24,7 @@ from ..text import WORD
 from . import postgres_schema as schema
 from .documents import embed_text, title_words
 from .postgres_schema import SCHEMA, SCHEMA_VERSION, postings_of
-from .postgres_vectors import drop_others, settle, vector_kind
+from .postgres_vectors import drop_others, settle, vector_index_names, vector_kind
 from .vectors import quantize
 
 if TYPE_CHECKING:
@@ -156,6 +156,8 @@ class PostgresUpdate:
             self.bulk = self.first_build and base is None
             if self.bulk:
                 self.conn.execute(f"DROP INDEX IF EXISTS {SCHEMA}.postings_lexeme, {SCHEMA}.file_postings_lexeme")
+                for name in vector_index_names(self.conn):  # built once, at the commit
+                    self.conn.execute(f"DROP INDEX {SCHEMA}.{name}")
                 self.conn.execute(f"TRUNCATE {SCHEMA}.postings, {SCHEMA}.file_postings, {SCHEMA}.terms, "
                                   f"{SCHEMA}.file_terms, {SCHEMA}.chunks, {SCHEMA}.files, {SCHEMA}.roots")
                 self.conn.commit()
@@ -273,7 +275,7 @@ class PostgresUpdate:
         first = self.next_chunk_id
         chunks = self._chunks_copy(docs, titles, np.asarray(vectors, dtype=">f4")) if texts else b""
         batch = (file_rows, chunks, [file_id for file_id, _ in docs], first, self.next_chunk_id)
-        if self.bulk and full:
+        if self.bulk and (full or self._writers is not None):
             if self._writers is None:
                 self._writers = _BulkWriters(self.store, BULK_WRITERS)
             self._writers.submit(lambda conn: self._write(conn, *batch))
@@ -332,10 +334,19 @@ class PostgresUpdate:
 
     def commit(self) -> int:
         self.flush()
+        dim = self.embedder.dim
+        vectors_apart: list[Any] = []
+        apart = None
         try:
-            if self._writers is not None:
-                writers, self._writers = self._writers, None
+            writers, self._writers = self._writers, None
+            if writers is not None:
                 writers.finish()
+            n_chunks, avgdl = self.conn.execute(f"SELECT count(*), coalesce(avg(dl), 1) FROM {SCHEMA}.chunks").fetchone()
+            if writers is not None:
+                # Every row is committed: the vector index is built beside the postings' indexes.
+                apart = threading.Thread(target=self._vectors_apart, args=(int(n_chunks), vectors_apart),
+                                         name="crag-pg-vectors", daemon=True)
+                apart.start()
             if self.first_build:  # the postings' indexes, in one sort each
                 self._raise_memory(_BULK_INDEX_MEMORY_MB)
                 for sql in schema.POSTINGS_INDEXES:
@@ -352,13 +363,17 @@ class PostgresUpdate:
                     (table,),
                 )
                 self.conn.execute(f"DELETE FROM {SCHEMA}.{terms} WHERE df <= 0")
-            n_chunks, avgdl = self.conn.execute(f"SELECT count(*), coalesce(avg(dl), 1) FROM {SCHEMA}.chunks").fetchone()
             n_files, file_avgdl = self.conn.execute(
                 f"SELECT count(*), coalesce(avg(dl), 1) FROM {SCHEMA}.files WHERE chunks > 0"
             ).fetchone()
-            dim = self.embedder.dim
-            vectors, vectors_error = settle(self.conn, self.store.pgvector_version(self.conn), dim, int(n_chunks),
-                                            self.previous_vectors, self.psycopg.Error)
+            if apart is not None:
+                apart.join()
+                if isinstance(vectors_apart[0], BaseException):
+                    raise vectors_apart[0]
+                vectors, vectors_error = vectors_apart[0]
+            else:
+                vectors, vectors_error = settle(self.conn, self.store.pgvector_version(self.conn), dim, int(n_chunks),
+                                                self.previous_vectors, self.psycopg.Error)
             meta = {
                 "schema": str(SCHEMA_VERSION),
                 "embedder": self.embedder.name,
@@ -390,6 +405,21 @@ class PostgresUpdate:
         self._drop_other_vector_indexes(vectors, dim)
         self._vacuum()
         return int(n_chunks)
+
+    def _vectors_apart(self, n: int, out: list[Any]) -> None:
+        """``settle`` on a connection of its own (a bulk load, whose rows are committed), its result
+        or failure in ``out``. A build committed by a load killed before its own commit goes with
+        that load's rows when the next first build starts."""
+        try:
+            conn = self.store.connect(autocommit=False)
+            try:
+                out.append(settle(conn, self.store.pgvector_version(conn), self.embedder.dim, n,
+                                  self.previous_vectors, self.psycopg.Error))
+                conn.commit()
+            finally:
+                conn.close()
+        except BaseException as exc:
+            out.append(exc)
 
     def _raise_memory(self, mb: int) -> None:
         """``maintenance_work_mem`` at least ``mb`` for the rest of the transaction."""
