@@ -26,8 +26,8 @@ this order:
 Each writes ``NAME.json``, ``NAME.md`` and ``NAME.png`` under ``--out`` (default
 ``benchmarks/results/``, ``benchmarks/results/full/`` with ``--full``, so neither run
 overwrites the other's); this script adds ``summary.json`` and ``summary.md`` with the
-headline figures and the wall time of each part. ``--quick`` runs tiny workloads (seconds,
-for a smoke test); extra arguments for one benchmark go through ``--args NAME="..."``.
+headline figures and the wall time of each part. ``--quick`` runs tiny workloads (about a
+minute in all: the smoke test ``make test`` runs, tests/test_benchmarks.py); extra arguments for one benchmark go through ``--args NAME="..."``.
 """
 
 from __future__ import annotations
