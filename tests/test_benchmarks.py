@@ -11,6 +11,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import shlex
+import subprocess
+import sys
 
 import pytest
 
@@ -181,6 +183,18 @@ def test_every_benchmark_runs_at_its_quick_size(name, tmp_path, request):
         assert set(rows) == {"embedded", "postgresql"}
         assert all(r["chunks"] > 0 and r["questions"]["p50_ms"] > 0 for r in rows.values())
         assert rows["postgresql"]["during_writes"]["exit_status"] == 0
+
+
+def test_the_field_benchmark_runs_offline(tmp_path):
+    """``make field``'s default (the offline backend; no server), on two questions, as a process."""
+    if not (SHARED / "corpora").is_dir():
+        pytest.skip(f"benchmarks.field reads the shared corpora beside the clone, not at {SHARED / 'corpora'}")
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.field", "--offline", "--questions", "2", "--out",
+                           str(tmp_path), "--index-dir", str(tmp_path / "index")],
+                          cwd=run_all.REPO, capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads((tmp_path / "field-offline.json").read_text())
+    assert result["questions"] == result["answered"] == len(result["answers"]) == 2
 
 
 def test_run_all_quick_writes_a_summary(tmp_path):
