@@ -26,8 +26,8 @@ this order:
 Each writes ``NAME.json``, ``NAME.md`` and ``NAME.png`` under ``--out`` (default
 ``benchmarks/results/``, ``benchmarks/results/full/`` with ``--full``, so neither run
 overwrites the other's); this script adds ``summary.json`` and ``summary.md`` with the
-headline figures and the wall time of each part. ``--quick`` runs tiny workloads (seconds,
-for a smoke test); extra arguments for one benchmark go through ``--args NAME="..."``.
+headline figures and the wall time of each part. ``--quick`` runs tiny workloads (about a
+minute in all: the smoke test ``make test`` runs, tests/test_benchmarks.py); extra arguments for one benchmark go through ``--args NAME="..."``.
 """
 
 from __future__ import annotations
@@ -78,9 +78,10 @@ QUICK_ARGS: dict[str, list[str]] = {
     "index_scale": ["--sizes", "2000,10000", "--queries", "20", "--min-single", "5", "--single-budget-s", "0.5"],
     "offline_grading": ["--limit", "5"],
     "grounding": ["--quick"],
-    "retrieval": [],
-    "store_scale": ["--chunks", "1", "--stores", "embedded", "--questions", "20", "--frequent", "10",
-                    "--recall-queries", "5", "--clients", "1,2", "--client-seconds", "1", "--questions-check", "no"],
+    "retrieval": ["--quick", "--sample", "40"],
+    "store_scale": ["--chunks", "1500", "--stores", "embedded,postgresql", "--shared-buffers", "keep",
+                    "--questions", "12", "--frequent", "6", "--recall-queries", "3", "--warmup", "4",
+                    "--clients", "1,2", "--client-seconds", "0.5", "--questions-check", "no"],
 }
 
 
@@ -273,8 +274,10 @@ def main(argv=None) -> int:
         if not help_text or (args.out != RESULTS_DIR and "--out" not in help_text):
             # it would write into benchmarks/results whatever --out says: only a real run may do that
             names.remove("retrieval")
-        elif not args.full and "--quick" in help_text:
+        elif not args.full and not args.quick and "--quick" in help_text:
             base = {**base, "retrieval": ["--quick"]}
+        elif args.quick and "--sample" not in help_text:  # a smoke run with the options its CLI has
+            base = {**base, "retrieval": ["--quick"] if "--quick" in help_text else []}
     args.out.mkdir(parents=True, exist_ok=True)
     load_before = _load_average()
     began = time.perf_counter()

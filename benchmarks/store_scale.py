@@ -2,7 +2,8 @@
 
 The knowledge base is copies of the shared corpora (``../shared``): the SQuAD Wikipedia
 articles and the two documentation sets, about 14,600 chunks a copy, hard-linked into
-``copyNN/`` folders (``--chunks`` picks the number of copies). Each store indexes it with
+``copyNN/`` folders (``--chunks`` picks the number of copies; below one copy, a smoke run,
+every n-th file of one copy). Each store indexes it with
 ``crag index`` in a child process, from empty, with crag's defaults (the hash embedder),
 then answers searches through the library's entry point, ``Agent.search``: one agent
 opened once, as the MCP server holds one. Reported for each store:
@@ -70,8 +71,9 @@ COPY = re.compile(r"^copy\d+/")
 # The knowledge base and the queries
 
 
-def make_corpus(root: Path, copies: int) -> int:
-    """``copies`` copies of the sources under ``root`` (hard links where possible); returns bytes of text."""
+def make_corpus(root: Path, copies: int, every: int = 1) -> int:
+    """``copies`` copies of the sources under ``root`` (hard links where possible), each of every
+    ``every``-th file of a source (a smoke run's corpus is a part of one copy); returns bytes of text."""
     total = 0
     for c in range(copies):
         for name, src in SOURCES.items():
@@ -79,9 +81,7 @@ def make_corpus(root: Path, copies: int) -> int:
             if dest.exists():
                 total += sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())
                 continue
-            for path in src.rglob("*"):
-                if not path.is_file():
-                    continue
+            for path in sorted(p for p in src.rglob("*") if p.is_file())[::every]:
                 target = dest / path.relative_to(src)
                 target.parent.mkdir(parents=True, exist_ok=True)
                 try:
@@ -108,15 +108,16 @@ def warmup_questions(args: argparse.Namespace) -> list[str]:
     return pool[: args.warmup]
 
 
-def frequent_queries(n: int, seed: int) -> tuple[list[str], list[tuple[str, float]]]:
-    """``n`` queries of one to three of the 60 content words in most chunks of one copy; and those words."""
+def frequent_queries(n: int, seed: int, copy: Path) -> tuple[list[str], list[tuple[str, float]]]:
+    """``n`` queries of one to three of the 60 content words in most chunks of one copy (the
+    folder ``copy``); and those words."""
     from crag.index.chunker import chunk_text
     from crag.text import STOPWORDS, words
 
     df: Counter[str] = Counter()
     chunks = 0
-    for src in SOURCES.values():
-        for path in sorted(src.rglob("*")):
+    for src in SOURCES:
+        for path in sorted((copy / src).rglob("*")):
             if path.is_file() and path.suffix in {".md", ".txt"}:
                 for chunk in chunk_text(path.read_text(encoding="utf-8", errors="replace"), path.suffix):
                     df.update({w for w in words(chunk.text) if w not in STOPWORDS and len(w) > 2 and w.isalpha()})
@@ -168,7 +169,7 @@ def server_cpu_s(agent: Any) -> float | None:
         return None
     total = 0
     try:
-        for conn in list(conns):
+        for conn in conns.connections():
             with open(f"/proc/{conn.info.backend_pid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
             total += int(fields[11]) + int(fields[12])  # utime, stime
@@ -449,10 +450,13 @@ def searches_during_an_update(agent: Any, env: dict[str, str], corpus: Path, que
         times.append(time.perf_counter() - t)
         i += 1
     update_s = time.perf_counter() - t0
+    _, err = proc.communicate()
     for p, data in saved:
         tmp = p.with_name(p.name + ".tmp")
         tmp.write_bytes(data)
         os.replace(tmp, p)
+    if proc.returncode != 0:
+        raise RuntimeError(f"crag index (during searches) failed ({proc.returncode}): {err[-2000:]}")
     return {"files_changed": len(files), "update_s": update_s, "searches": len(times), **latency(times),
             "exit_status": proc.returncode}
 
@@ -642,6 +646,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.clients = [int(c) for c in args.clients.split(",") if c]
     args.stores = [s for s in args.stores.split(",") if s]
     args.copies = max(1, math.ceil(args.chunks / CHUNKS_PER_COPY))
+    # Fewer chunks than a copy (a smoke run, run_all --quick): every n-th file of one copy.
+    args.every = max(1, CHUNKS_PER_COPY // max(1, args.chunks))
     return args
 
 
@@ -667,8 +673,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     server = None
     try:
         print(f"linking {args.copies} copies of the shared corpora into {corpus} ...", flush=True)
-        text_bytes = make_corpus(corpus, args.copies)
-        frequent, top_words = frequent_queries(args.frequent, args.seed)
+        text_bytes = make_corpus(corpus, args.copies, args.every)
+        frequent, top_words = frequent_queries(args.frequent, args.seed, corpus / "copy000")
         queries = {"questions": real_questions(args.questions, args.seed), "frequent": frequent}
         arguments = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "previous_rows"}
         result: dict[str, Any] = {

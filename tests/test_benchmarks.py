@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shlex
+import subprocess
+import sys
 
 import pytest
 
@@ -142,6 +145,56 @@ def test_index_scale_small(tmp_path):
         if r["method"] == "flat":
             assert r["recall_at_10"] == 1.0
             assert r["bytes_per_chunk"] == 32 * 4
+
+
+# What each benchmark reads from the shared data beside the clone (../shared); without it the
+# benchmark's smoke run is skipped, saying so.
+SHARED = run_all.REPO.parent / "shared"
+SHARED_DATA = {
+    "grading_cost": "grading/trec_dl/judged_pairs.jsonl",
+    "offline_grading": "corpora",
+    "grounding": "corpora",
+    "retrieval": "retrieval/squad_wiki",
+    "store_scale": "retrieval/squad_wiki",
+}
+
+
+@pytest.mark.parametrize("name", run_all.BENCHMARKS)
+def test_every_benchmark_runs_at_its_quick_size(name, tmp_path, request):
+    """``python -m benchmarks.run_all --quick``, one benchmark at a time, in its own process as
+    ``make bench`` runs it: a change to the code a benchmark drives fails here, not in the next
+    ``make bench``. store_scale measures both stores (PostgreSQL: the tests' server). Without
+    the bench extra the parts that need it are left out (no chart, no LangGraph, no BM25 row)."""
+    need = SHARED_DATA.get(name)
+    if need and not (SHARED / need).exists():
+        pytest.skip(f"benchmarks.{name} reads {need} from the shared data beside the clone, not at {SHARED}")
+    extra = []
+    if name == "store_scale":
+        server = request.getfixturevalue("pg_server")
+        extra = ["--args", f"store_scale=--postgres {shlex.quote(server.get_uri())}"]
+    assert run_all.main(["--quick", "--only", name, "--out", str(tmp_path), *extra]) == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert [(r["name"], r["exit_status"]) for r in summary["runs"]] == [(name, 0)]
+    assert (tmp_path / f"{name}.md").read_text().strip()
+    result = json.loads((tmp_path / f"{name}.json").read_text())
+    assert summary["headlines"], "the headline figures are read back from what the benchmark wrote"
+    if name == "store_scale":
+        rows = {r["store"]: r for r in result["rows"]}
+        assert set(rows) == {"embedded", "postgresql"}
+        assert all(r["chunks"] > 0 and r["questions"]["p50_ms"] > 0 for r in rows.values())
+        assert rows["postgresql"]["during_writes"]["exit_status"] == 0
+
+
+def test_the_field_benchmark_runs_offline(tmp_path):
+    """``make field``'s default (the offline backend; no server), on two questions, as a process."""
+    if not (SHARED / "corpora").is_dir():
+        pytest.skip(f"benchmarks.field reads the shared corpora beside the clone, not at {SHARED / 'corpora'}")
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.field", "--offline", "--questions", "2", "--out",
+                           str(tmp_path), "--index-dir", str(tmp_path / "index")],
+                          cwd=run_all.REPO, capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads((tmp_path / "field-offline.json").read_text())
+    assert result["questions"] == result["answered"] == len(result["answers"]) == 2
 
 
 def test_run_all_quick_writes_a_summary(tmp_path):

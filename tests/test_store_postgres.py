@@ -351,6 +351,98 @@ def test_postings_and_document_frequencies_follow_every_update(pg_uri: str, tmp_
     assert [Path(h.path).name for h in hits][:1] == ["new.md"]
 
 
+def test_a_first_build_is_written_by_parallel_writers_and_matches_one_written_in_one_transaction(
+    pg_server: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ivf_from_8_chunks: None
+) -> None:
+    """A first build's full batches go to the bulk writers (a few chunks a batch here): the same
+    files, chunks, postings, document frequencies and vector index (built on a connection of its
+    own beside the postings' indexes) as a build that writes them all in its own transaction,
+    and the same search results."""
+    import psycopg
+
+    from crag.index import postgres_update
+
+    kb = make_kb(tmp_path / "kb", n=40)
+    names = ("crag_bulk_writers", "crag_bulk_inline")
+    uris = [database_uri(pg_server, name) for name in names]
+    with psycopg.connect(pg_server.get_uri(), autocommit=True) as conn:  # type: ignore[attr-defined]
+        for name in names:
+            conn.execute(f"DROP DATABASE IF EXISTS {name}")
+            conn.execute(f"CREATE DATABASE {name}")
+    started = []
+    real = postgres_update._BulkWriters
+    monkeypatch.setattr(postgres_update, "_BulkWriters", lambda *a: started.append(1) or real(*a))
+    monkeypatch.setattr(postgres_update, "BULK_BATCH", 5)
+    index_roots(Settings(store=uris[0]), [kb])
+    assert started == [1]
+    monkeypatch.setattr(postgres_update, "BULK_BATCH", 10**9)  # never full: all in the update's transaction
+    index_roots(Settings(store=uris[1]), [kb])
+    assert started == [1]
+    found = []
+    for uri in uris:
+        with psycopg.connect(uri) as conn:
+            rows = {t: set(conn.execute(f"SELECT * FROM crag.{t}").fetchall())
+                    for t in ("files", "postings", "file_postings", "terms", "file_terms")}
+            rows["chunks"] = set(conn.execute("SELECT id, file_id, text, embedding::text FROM crag.chunks").fetchall())
+            assert _postings_as_derived(conn)[2:] == (rows["terms"], rows["terms"])
+            rows["vectors"] = {_meta(conn)["vectors"], *_vector_indexes(conn)}
+            found.append(rows)
+        with open_index(Settings(store=uri)) as reader:
+            found[-1]["hits"] = {(h.path, h.start_line) for h in reader.search("page 7 edition", 5)}
+    assert found[0] == found[1] and len(found[0]["chunks"]) > 40
+    assert len(found[0]["vectors"]) == 2 and any(v.startswith("ivf:") for v in found[0]["vectors"])
+
+
+BULK_INDEXER = r"""
+import sys, time
+from crag.config import Settings
+from crag.index import index_roots, postgres_update
+
+postgres_update.BULK_BATCH = 4
+uri, root = sys.argv[1:3]
+
+def progress(done, total, path):
+    if done == total // 2:
+        time.sleep(3)  # the writers commit the batches queued so far
+        print("HALF", flush=True)
+        time.sleep(60)
+
+index_roots(Settings(store=uri), [root], progress=progress)
+"""
+
+
+def test_a_killed_first_build_leaves_no_index_and_the_next_one_starts_clean(pg_uri: str, tmp_path: Path) -> None:
+    """The bulk writers commit their batches, yet a reader sees no index until the build publishes
+    its version; killed half-way, the next build clears what it left and indexes every file once."""
+    import psycopg
+
+    kb = make_kb(tmp_path / "kb", n=40)
+    proc = subprocess.Popen([sys.executable, "-c", BULK_INDEXER, pg_uri, str(kb)], cwd=ROOT, stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "HALF"
+        with psycopg.connect(pg_uri) as conn:
+            committed = conn.execute("SELECT count(*) FROM crag.chunks").fetchone()[0]
+        assert committed > 0
+        assert open_store(Settings(store=pg_uri)).state() is None
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    cfg = Settings(store=pg_uri)
+    assert open_store(cfg).state() is None
+    report = index_roots(cfg, [kb], lock_timeout=20)
+    assert len(report.added) == 42
+    with psycopg.connect(pg_uri) as conn:
+        files, distinct = conn.execute("SELECT count(*), count(DISTINCT path) FROM crag.files").fetchone()
+        stored, derived, terms, counted = _postings_as_derived(conn)
+    assert files == distinct == 42
+    assert stored == derived and terms == counted
+    with open_index(cfg) as reader:
+        assert "older edition 7" in reader.search("page 7 edition", 1)[0].text
+
+
 def test_an_index_of_the_previous_format_is_upgraded_in_place(pg_uri: str, tmp_path: Path) -> None:
     """A database written before postings existed (format 2): a reader says to run crag index, in one
     line; `crag index` upgrades it in place (postings from the chunks already there) and searches."""
@@ -490,8 +582,10 @@ def test_the_published_version_is_read_on_one_kept_connection(pg_uri: str, tmp_p
                      "WHERE datname = current_database() AND pid <> pg_backend_pid()")
     assert store.version() == second and len(opened) == 1
     kept = store._version_conns.current()  # type: ignore[attr-defined]
+    assert store._version_conns.connections() == [kept]  # type: ignore[attr-defined]
     store.close()
     assert kept.closed
+    assert store._version_conns.connections() == []  # type: ignore[attr-defined]
 
 
 def test_a_query_of_frequent_words_only_ranks_the_rows_holding_every_word(

@@ -17,7 +17,9 @@ Theory of operation. An indexer holds a session advisory lock (``pg_try_advisory
 polled until ``lock_timeout``) for the whole update, so indexers serialise; every edit of
 one update runs in ONE transaction, committed at the end: a killed indexer's connection
 drops, PostgreSQL rolls the transaction back and frees the lock, and the previous state
-stays. A search runs in one REPEATABLE READ read-only transaction, so the rankings it fuses
+stays. A first build, which nobody can search before it publishes its version, is a bulk
+load written by parallel connections, a transaction a batch (``crag.index.postgres_update``);
+until its last transaction publishes the version readers see no index, as before it began. A search runs in one REPEATABLE READ read-only transaction, so the rankings it fuses
 come from one committed state; readers never wait for an indexer (no DDL in an update,
 except building the vector index at its commit, which readers do not wait for, and
 dropping the one it replaces after it, concurrently).

@@ -6,7 +6,8 @@ shared between threads, and opening one costs more than a search. A long-running
 connection held for a thread that has ended would stay open on the database for the life
 of the process. So a thread's connection lives in its thread-local storage alone: when the
 thread ends, the storage goes and a finalizer closes the connection. ``close`` closes those
-of the threads still running.
+of the threads still running; ``connections`` lists them (a benchmark reads their backends'
+CPU time).
 """
 
 from __future__ import annotations
@@ -51,6 +52,12 @@ class PerThread:
         """The calling thread's connection, or None (opens nothing)."""
         held = getattr(self._local, "held", None)
         return None if held is None else held.conn
+
+    def connections(self) -> list[Any]:
+        """The open connections of the threads still running (each thread's own, at most one)."""
+        with self._lock:
+            held = list(self._held)
+        return [h.conn for h in held if not h.conn.closed]
 
     def close(self) -> None:
         with self._lock:

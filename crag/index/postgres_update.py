@@ -1,8 +1,19 @@
-"""One update of the PostgreSQL store: one transaction, committed at the end (see ``crag.index.postgres``)."""
+"""One update of the PostgreSQL store: one transaction, committed at the end (see ``crag.index.postgres``).
+
+A first build (no published version: readers see no index until its commit) is a bulk load:
+its leftovers are cleared up front (TRUNCATE, committed), the postings' indexes dropped, and
+full batches are written by ``BULK_WRITERS`` connections of their own, in parallel, each batch
+one transaction (``_BulkWriters``); the update's own transaction then derives the document
+frequencies from the postings, builds the postings' and the vector index once, and publishes
+the version. A killed bulk load leaves committed rows no reader sees (no version), which the
+next first build clears. An update of a published index stays one transaction throughout.
+"""
 
 from __future__ import annotations
 
+import queue
 import struct
+import threading
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -13,16 +24,24 @@ from ..text import WORD
 from . import postgres_schema as schema
 from .documents import embed_text, title_words
 from .postgres_schema import SCHEMA, SCHEMA_VERSION, postings_of
-from .postgres_vectors import drop_others, settle, vector_kind
+from .postgres_vectors import drop_others, settle, vector_index_names, vector_kind
 from .vectors import quantize
 
 if TYPE_CHECKING:
     from ..ports import DocumentVersion, Embedder
     from .postgres import PostgresStore
 
-__all__ = ["PostgresUpdate", "word_count"]
+__all__ = ["BULK_BATCH", "BULK_WRITERS", "PostgresUpdate", "word_count"]
 
 _EMBED_BATCH = 256
+# A first build's batches: chunks a batch, and the connections writing them side by side (the
+# server parses each chunk's text into its tsvector and postings: its work, not crag's).
+BULK_BATCH = 2048
+BULK_WRITERS = 2
+# maintenance_work_mem for building the postings' indexes once (raised for the transaction
+# only, never lowered): their sort runs in memory up to it, in parallel workers
+# (max_parallel_maintenance_workers) when the server allows.
+_BULK_INDEX_MEMORY_MB = 512
 _FILE_TEXT_LIMIT = 400_000  # characters of a file's text in its full-text vector (tsvector max 1 MB)
 
 
@@ -44,6 +63,77 @@ def _text_field(value: str) -> bytes:
     return struct.pack("!i", len(data)) + data
 
 
+class _BulkWriters:
+    """Connections writing a first build's batches side by side, each batch in its own transaction,
+    committed (readers see none of it before the update publishes its version)."""
+
+    def __init__(self, store: PostgresStore, n: int) -> None:
+        self.store = store
+        self.errors: list[BaseException] = []
+        self.conns = []
+        try:
+            for _ in range(n):
+                conn = store.connect(autocommit=False)
+                self.conns.append(conn)
+                # The update's own commit flushes the write-ahead log; a crash before it leaves
+                # rows no reader sees, which the next first build clears.
+                conn.execute("SET synchronous_commit = off")
+                conn.commit()
+        except BaseException:
+            self.close()
+            raise
+        self.jobs: queue.Queue[Any] = queue.Queue(maxsize=n)
+        self.threads = [threading.Thread(target=self._run, args=(c,), name="crag-pg-writer", daemon=True)
+                        for c in self.conns]
+        for t in self.threads:
+            t.start()
+
+    def _run(self, conn: Any) -> None:
+        while True:
+            job = self.jobs.get()
+            if job is None:
+                return
+            if self.errors:  # another batch failed: the rest are dropped, the update fails
+                continue
+            try:
+                job(conn)
+                conn.commit()
+            except BaseException as exc:
+                self.errors.append(exc)
+
+    def submit(self, job: Any) -> None:
+        self._raise()
+        self.jobs.put(job)
+
+    def _raise(self) -> None:
+        if self.errors:
+            exc = self.errors[0]
+            if isinstance(exc, self.store.psycopg.Error):
+                raise self.store.error(exc) from exc
+            raise exc
+
+    def finish(self) -> None:
+        """Wait for every batch; raise the first failure."""
+        self._stop()
+        self._raise()
+
+    def _stop(self) -> None:
+        for _ in self.threads:
+            self.jobs.put(None)
+        for t in self.threads:
+            t.join()
+        self.threads = []
+        self.close()
+
+    def close(self) -> None:
+        for conn in self.conns:
+            try:
+                conn.close()
+            except Exception:
+                pass
+        self.conns = []
+
+
 class PostgresUpdate:
     """The edits of one update, in one transaction (see the module docstring)."""
 
@@ -59,18 +149,30 @@ class PostgresUpdate:
             previous = int(meta.get("version", "0"))
             self.version = str(previous + 1)
             self.previous_vectors = meta.get("vectors", "")
+            # A first build (no previous state: nobody searches yet) writes the postings without
+            # their indexes and creates them at the commit, in one sort instead of an insert a row.
+            self.first_build = "version" not in meta
+            # ... and is a bulk load (the module docstring): what a killed one left goes first.
+            self.bulk = self.first_build and base is None
+            if self.bulk:
+                self.conn.execute(f"DROP INDEX IF EXISTS {SCHEMA}.postings_lexeme, {SCHEMA}.file_postings_lexeme")
+                for name in vector_index_names(self.conn):  # built once, at the commit
+                    self.conn.execute(f"DROP INDEX {SCHEMA}.{name}")
+                self.conn.execute(f"TRUNCATE {SCHEMA}.postings, {SCHEMA}.file_postings, {SCHEMA}.terms, "
+                                  f"{SCHEMA}.file_terms, {SCHEMA}.chunks, {SCHEMA}.files, {SCHEMA}.roots")
+                self.conn.commit()
+            elif self.first_build:
+                self.conn.execute(f"DROP INDEX IF EXISTS {SCHEMA}.postings_lexeme, {SCHEMA}.file_postings_lexeme")
             # Changes of document frequencies (which table's, lexeme, +/- rows), applied to
-            # ``terms`` and ``file_terms`` at the commit.
+            # ``terms`` and ``file_terms`` at the commit (a bulk load counts its postings instead).
             self.conn.execute(
                 "CREATE TEMPORARY TABLE crag_df (tab text NOT NULL, lexeme text NOT NULL, n integer NOT NULL) "
                 "ON COMMIT DROP"
             )
-            # A first build (no previous state: nobody searches yet) writes the postings without
-            # their indexes and creates them at the commit, in one sort instead of an insert a row.
-            self.first_build = "version" not in meta
-            if self.first_build:
-                self.conn.execute(f"DROP INDEX IF EXISTS {SCHEMA}.postings_lexeme, {SCHEMA}.file_postings_lexeme")
-            if base is None:
+            if self.bulk:
+                self.next_chunk_id = 1
+                self.next_file_id = 1
+            elif base is None:
                 # From empty: readers keep the previous rows until the commit.
                 for table in ("postings", "file_postings", "terms", "file_terms"):
                     self.conn.execute(f"DELETE FROM {SCHEMA}.{table}")
@@ -93,6 +195,9 @@ class PostgresUpdate:
         self._docs: list[tuple[int, DocumentVersion]] = []
         self._pending = 0
         self._batch = max(_EMBED_BATCH, getattr(embedder, "batch_size", 0) * getattr(embedder, "max_parallel", 1))
+        if self.bulk:
+            self._batch = BULK_BATCH
+        self._writers: _BulkWriters | None = None
 
     def _execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
         try:
@@ -100,10 +205,14 @@ class PostgresUpdate:
         except self.psycopg.Error as exc:
             raise self.store.error(exc) from exc
 
-    def _postings(self, table: str, where: str, params: Sequence[Any], remove: bool = False) -> None:
+    def _postings(self, table: str, where: str, params: Sequence[Any], remove: bool = False, conn: Any = None) -> None:
         """Add (or remove) the postings of the rows of ``table`` (chunks or files) ``where`` says,
-        and record the changes of their lexemes' document frequencies."""
+        and record the changes of their lexemes' document frequencies (a bulk load: not, it counts
+        its postings at the commit)."""
         postings, key = ("postings", "chunk_id") if table == "chunks" else ("file_postings", "file_id")
+        if self.bulk:
+            (conn or self.conn).execute(f"INSERT INTO {SCHEMA}.{postings} {postings_of(table)} WHERE {where}", params)
+            return
         if remove:
             sql = (f"WITH gone AS ({postings_of(table)} WHERE {where}), d AS (DELETE FROM {SCHEMA}.{postings} p "
                    f"USING gone WHERE p.lexeme = gone.lexeme AND p.{key} = gone.id RETURNING p.lexeme) "
@@ -133,10 +242,11 @@ class PostgresUpdate:
         self._docs.append((file_id, doc))
         self._pending += len(doc.chunks)
         if self._pending >= self._batch:
-            self.flush()
+            self.flush(full=True)
 
-    def flush(self) -> None:
-        """Embed the queued files' chunks and write the files and chunks (one COPY)."""
+    def flush(self, full: bool = False) -> None:
+        """Embed the queued files' chunks and write the files and chunks (one COPY); a bulk load's
+        ``full`` batch goes to its writers, the rest into the update's transaction."""
         import numpy as np
 
         docs, self._docs, self._pending = self._docs, [], 0
@@ -156,30 +266,50 @@ class PostgresUpdate:
                     self.store.location,
                 )
             self.embedded += len(texts)
+        file_rows = [
+            (file_id, d.path, d.root, d.size, d.mtime_ns, d.sha256, len(d.chunks),
+             word_count(titles[file_id], d.text[:_FILE_TEXT_LIMIT] if d.chunks else ""),
+             titles[file_id], d.text[:_FILE_TEXT_LIMIT] if d.chunks else "")
+            for file_id, d in docs
+        ]
+        first = self.next_chunk_id
+        chunks = self._chunks_copy(docs, titles, np.asarray(vectors, dtype=">f4")) if texts else b""
+        batch = (file_rows, chunks, [file_id for file_id, _ in docs], first, self.next_chunk_id)
+        if self.bulk and (full or self._writers is not None):
+            if self._writers is None:
+                self._writers = _BulkWriters(self.store, BULK_WRITERS)
+            self._writers.submit(lambda conn: self._write(conn, *batch))
+            return
         try:
-            with self.conn.cursor() as cur:
-                cur.executemany(
-                    f"INSERT INTO {SCHEMA}.files (id, path, root, size, mtime_ns, sha256, chunks, dl, tsv) VALUES "
-                    "(%s, %s, %s, %s, %s, %s, %s, %s, setweight(to_tsvector('english', %s), 'A') "
-                    "|| setweight(to_tsvector('english', %s), 'D'))",
-                    [
-                        (file_id, d.path, d.root, d.size, d.mtime_ns, d.sha256, len(d.chunks),
-                         word_count(titles[file_id], d.text[:_FILE_TEXT_LIMIT] if d.chunks else ""),
-                         titles[file_id], d.text[:_FILE_TEXT_LIMIT] if d.chunks else "")
-                        for file_id, d in docs
-                    ],
-                )
-                first = self.next_chunk_id
-                if texts:
-                    self._copy_chunks(cur, docs, titles, np.asarray(vectors, dtype=">f4"))
+            self._write(self.conn, *batch)
         except self.psycopg.Error as exc:
             raise self.store.error(exc) from exc
-        self._postings("files", "c.id = ANY(%s)", ([file_id for file_id, _ in docs],))
-        if texts:
-            self._postings("chunks", "c.id >= %s AND c.id < %s", (first, self.next_chunk_id))
 
-    def _copy_chunks(self, cur: Any, docs: Sequence[tuple[int, DocumentVersion]], titles: dict[int, str], vectors: Any) -> None:
-        """Write the chunks with one binary COPY (the vectors in pgvector's binary format)."""
+    def _write(self, conn: Any, file_rows: list[tuple[Any, ...]], chunks: bytes, file_ids: list[int],
+               first: int, end: int) -> None:
+        """Write a batch on ``conn``: its files, its chunks (``chunks``: a binary COPY's data, ids
+        ``first`` to ``end``) and their postings."""
+        with conn.cursor() as cur:
+            cur.executemany(
+                f"INSERT INTO {SCHEMA}.files (id, path, root, size, mtime_ns, sha256, chunks, dl, tsv) VALUES "
+                "(%s, %s, %s, %s, %s, %s, %s, %s, setweight(to_tsvector('english', %s), 'A') "
+                "|| setweight(to_tsvector('english', %s), 'D'))",
+                file_rows,
+            )
+            if chunks:
+                sql = (
+                    f"COPY {SCHEMA}.chunks (id, file_id, start_line, end_line, heading, tokens, dl, title, text, "
+                    "embedding) FROM STDIN (FORMAT BINARY)"
+                )
+                with cur.copy(sql) as copy:
+                    copy.write(chunks)
+        self._postings("files", "c.id = ANY(%s)", (file_ids,), conn=conn)
+        if chunks:
+            self._postings("chunks", "c.id >= %s AND c.id < %s", (first, end), conn=conn)
+
+    def _chunks_copy(self, docs: Sequence[tuple[int, DocumentVersion]], titles: dict[int, str], vectors: Any) -> bytes:
+        """The chunks as a binary COPY's data (the vectors in pgvector's binary format); their ids
+        from ``next_chunk_id`` on."""
         dim = vectors.shape[1]
         vec_head = struct.pack("!iHH", 4 + 4 * dim, dim, 0)
         row_head = struct.pack("!h", 10)
@@ -200,30 +330,50 @@ class PostgresUpdate:
                 self.next_chunk_id += 1
                 n += 1
         parts.append(struct.pack("!h", -1))
-        sql = (
-            f"COPY {SCHEMA}.chunks (id, file_id, start_line, end_line, heading, tokens, dl, title, text, embedding) "
-            "FROM STDIN (FORMAT BINARY)"
-        )
-        with cur.copy(sql) as copy:
-            copy.write(b"".join(parts))
+        return b"".join(parts)
 
     def commit(self) -> int:
         self.flush()
+        dim = self.embedder.dim
+        vectors_apart: list[Any] = []
+        apart = None
         try:
+            writers, self._writers = self._writers, None
+            if writers is not None:
+                writers.finish()
+            n_chunks, avgdl = self.conn.execute(f"SELECT count(*), coalesce(avg(dl), 1) FROM {SCHEMA}.chunks").fetchone()
+            if writers is not None:
+                # Every row is committed: the vector index is built beside the postings' indexes.
+                apart = threading.Thread(target=self._vectors_apart, args=(int(n_chunks), vectors_apart),
+                                         name="crag-pg-vectors", daemon=True)
+                apart.start()
+            if self.first_build:  # the postings' indexes, in one sort each
+                self._raise_memory(_BULK_INDEX_MEMORY_MB)
+                for sql in schema.POSTINGS_INDEXES:
+                    self.conn.execute(sql)
             for table, terms in (("chunks", "terms"), ("files", "file_terms")):
+                if self.bulk:
+                    postings = "postings" if table == "chunks" else "file_postings"
+                    self.conn.execute(f"INSERT INTO {SCHEMA}.{terms} SELECT lexeme, count(*) FROM {SCHEMA}.{postings} "
+                                      "GROUP BY lexeme")
+                    continue
                 self.conn.execute(
                     f"INSERT INTO {SCHEMA}.{terms} SELECT lexeme, sum(n) FROM crag_df WHERE tab = %s GROUP BY lexeme "
                     f"ON CONFLICT (lexeme) DO UPDATE SET df = {terms}.df + excluded.df",
                     (table,),
                 )
                 self.conn.execute(f"DELETE FROM {SCHEMA}.{terms} WHERE df <= 0")
-            n_chunks, avgdl = self.conn.execute(f"SELECT count(*), coalesce(avg(dl), 1) FROM {SCHEMA}.chunks").fetchone()
             n_files, file_avgdl = self.conn.execute(
                 f"SELECT count(*), coalesce(avg(dl), 1) FROM {SCHEMA}.files WHERE chunks > 0"
             ).fetchone()
-            dim = self.embedder.dim
-            vectors, vectors_error = settle(self.conn, self.store.pgvector_version(self.conn), dim, int(n_chunks),
-                                            self.previous_vectors, self.psycopg.Error)
+            if apart is not None:
+                apart.join()
+                if isinstance(vectors_apart[0], BaseException):
+                    raise vectors_apart[0]
+                vectors, vectors_error = vectors_apart[0]
+            else:
+                vectors, vectors_error = settle(self.conn, self.store.pgvector_version(self.conn), dim, int(n_chunks),
+                                                self.previous_vectors, self.psycopg.Error)
             meta = {
                 "schema": str(SCHEMA_VERSION),
                 "embedder": self.embedder.name,
@@ -246,9 +396,6 @@ class PostgresUpdate:
                     "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
                     list(meta.items()),
                 )
-            if self.first_build:
-                for sql in schema.POSTINGS_INDEXES:
-                    self.conn.execute(sql)
             self.conn.commit()
         except self.psycopg.Error as exc:
             self.abort()
@@ -258,6 +405,30 @@ class PostgresUpdate:
         self._drop_other_vector_indexes(vectors, dim)
         self._vacuum()
         return int(n_chunks)
+
+    def _vectors_apart(self, n: int, out: list[Any]) -> None:
+        """``settle`` on a connection of its own (a bulk load, whose rows are committed), its result
+        or failure in ``out``. A build committed by a load killed before its own commit goes with
+        that load's rows when the next first build starts."""
+        try:
+            conn = self.store.connect(autocommit=False)
+            try:
+                out.append(settle(conn, self.store.pgvector_version(conn), self.embedder.dim, n,
+                                  self.previous_vectors, self.psycopg.Error))
+                conn.commit()
+            finally:
+                conn.close()
+        except BaseException as exc:
+            out.append(exc)
+
+    def _raise_memory(self, mb: int) -> None:
+        """``maintenance_work_mem`` at least ``mb`` for the rest of the transaction."""
+        have = self.conn.execute(
+            "SELECT setting::bigint * (CASE unit WHEN '8kB' THEN 8 WHEN 'kB' THEN 1 WHEN 'MB' THEN 1024 ELSE 1 END) "
+            "/ 1024 FROM pg_settings WHERE name = 'maintenance_work_mem'"
+        ).fetchone()[0]
+        if int(have) < mb:
+            self.conn.execute(f"SET LOCAL maintenance_work_mem = '{mb}MB'")
 
     def _drop_other_vector_indexes(self, vectors: str, dim: int) -> None:
         """Drop the vector indexes searches no longer use; best effort, as ``_vacuum``."""
@@ -279,8 +450,16 @@ class PostgresUpdate:
             pass
 
     def abort(self) -> None:
+        if self._writers is not None:
+            writers, self._writers = self._writers, None
+            writers.errors.append(RuntimeError("aborted"))  # the batches not yet written are dropped
+            writers._stop()
         try:
             self.conn.rollback()
+            if self.bulk:  # the batches the writers committed: no reader sees them, nothing should keep them
+                self.conn.execute(f"TRUNCATE {SCHEMA}.postings, {SCHEMA}.file_postings, {SCHEMA}.chunks, "
+                                  f"{SCHEMA}.files")
+                self.conn.commit()
         except Exception:
             pass
         self.conn.close()
