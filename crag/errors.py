@@ -11,6 +11,10 @@
     │   └── LLMTimeoutError        ... by not answering in time
     └── ToolError                  one tool call failed; recorded, never evidence
 
+    CragWarning (a UserWarning)    something crag works around that a user should know
+                                   (a skipped ignore line); the CLI prints each once
+                                   as ``crag: warning: <message>``
+
 Third-party exceptions (openai, faiss, sqlite3, OSError) are translated into these at the
 one boundary that calls the library, and chained with ``raise ... from exc`` so the cause
 stays in the traceback of a bug report. The CLI maps each class to its exit status and
@@ -102,9 +106,14 @@ class ToolError(CragError):
         super().__init__(f"{tool}: {message}")
 
 
+class CragWarning(UserWarning):
+    """Something crag works around but a user should know, said through ``warnings.warn``."""
+
+
 __all__ = [
     "ConfigError",
     "CragError",
+    "CragWarning",
     "EmbedderMismatchError",
     "IndexStoreError",
     "KnowledgeBaseError",

@@ -33,6 +33,7 @@ from ..ports import DocumentVersion, FileRecord, Store, StoreState
 from .chunker import DEFAULT_MAX_TOKENS, DEFAULT_MIN_TOKENS
 from .discover import Discovery, discover, is_within, normalize_root
 from .documents import chunker_id, embedder_mismatch
+from .ignore import check_excludes
 from .layout import DEFAULT_LOCK_TIMEOUT, IndexLock
 from .reading import prepare_all
 
@@ -166,6 +167,7 @@ def update_store(
     ``--exclude`` globs for this run: files they match are left out (and leave the index).
     """
     started = time.perf_counter()
+    check_excludes(patterns)  # before anything is written
     root_list = [normalize_root(r) for r in roots]
     gone = [r for r in root_list if not os.path.exists(r)]
     if gone:
