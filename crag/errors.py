@@ -6,7 +6,8 @@
     ├── KnowledgeBaseError         a knowledge-base path is missing or unreadable exit 1
     ├── IndexStoreError            the index is missing, damaged, locked, or was
     │   │                          built with another embedder                    exit 1
-    │   └── EmbedderMismatchError  the index's embedder is not the configured one
+    │   ├── EmbedderMismatchError  the index's embedder is not the configured one
+    │   └── IndexFormatError       the index was written by a newer crag
     ├── LLMError                   the LLM server failed after retries            exit 1
     │   └── LLMTimeoutError        ... by not answering in time
     └── ToolError                  one tool call failed; recorded, never evidence
@@ -75,6 +76,10 @@ class EmbedderMismatchError(IndexStoreError):
     """The index was built with another embedder than the configured one."""
 
 
+class IndexFormatError(IndexStoreError):
+    """The index was written by a newer crag, in a format this one cannot read: never rebuilt."""
+
+
 class LLMError(CragError):
     """The LLM backend could not produce a reply (after its retries)."""
 
@@ -115,6 +120,7 @@ __all__ = [
     "CragError",
     "CragWarning",
     "EmbedderMismatchError",
+    "IndexFormatError",
     "IndexStoreError",
     "KnowledgeBaseError",
     "LLMContextError",

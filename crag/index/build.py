@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from attrs import field, frozen
 
-from ..errors import IndexStoreError, KnowledgeBaseError
+from ..errors import IndexFormatError, IndexStoreError, KnowledgeBaseError
 from ..ports import DocumentVersion, FileRecord, Store, StoreState
 from .chunker import DEFAULT_MAX_TOKENS, DEFAULT_MIN_TOKENS
 from .discover import Discovery, discover, is_within, normalize_root
@@ -196,6 +196,8 @@ def _load_base(store: Store, embedder: Embedder, chunker: str, allow_reembed: bo
     """The published state to build on, and whether it must be rebuilt (and why)."""
     try:
         state = store.state(files=True, check=True)
+    except IndexFormatError:
+        raise  # a newer crag's index is not ours to rebuild
     except IndexStoreError as exc:
         if not allow_reembed:
             raise
