@@ -163,7 +163,7 @@ def test_an_unreadable_ignore_file_is_said(project: Path) -> None:
     assert code == 0 and "docs/secret.md" in indexed(out)  # indexed, as it would be by git, and said:
     assert err.splitlines() == [
         "crag: warning: docs/.gitignore cannot be read (Too many levels of symbolic links), so the paths it "
-        "leaves out are not left out (they may hold secrets): fix its permissions or remove it"
+        "leaves out are not left out (they may hold secrets): make it readable, or remove it"
     ]
 
 

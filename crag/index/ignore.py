@@ -35,6 +35,7 @@ __all__ = ["IGNORE_FILES", "Ignores", "check_excludes"]
 
 IGNORE_FILES = (".gitignore", ".cragignore")  # later files win over earlier ones in a folder
 
+
 def _shown(path: str) -> str:
     """A path as messages show it: relative to the working folder when below it."""
     try:
@@ -58,13 +59,11 @@ def _read_lines(path: str) -> list[str] | None:
     try:
         with open(path, "rb") as f:
             data = f.read()
-    except FileNotFoundError:
-        return None
-    except IsADirectoryError:
+    except (FileNotFoundError, IsADirectoryError):
         return None
     except OSError as exc:
         _warn(f"{_shown(path)} cannot be read ({exc.strerror or exc}), so the paths it leaves out are not "
-              "left out (they may hold secrets): fix its permissions or remove it")
+              "left out (they may hold secrets): make it readable, or remove it")
         return None
     if data.startswith(b"\xef\xbb\xbf"):
         data = data[3:]
