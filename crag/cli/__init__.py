@@ -210,15 +210,17 @@ def _warnings_to(err: TextIO) -> Iterator[None]:
 
     from ..errors import CragWarning
 
+    said: set[str] = set()  # by text: a library resetting the warning filters cannot repeat one
     with warnings.catch_warnings():
-        warnings.simplefilter("default", CragWarning)  # once per message, whatever -W says
+        warnings.simplefilter("always", CragWarning)  # whatever -W says; `said` keeps it to once
         previous = warnings.showwarning
 
         def show(message, category, filename, lineno, file=None, line=None):
-            if issubclass(category, CragWarning):
-                err.write(shown(f"crag: warning: {message}") + "\n")
-            else:
+            if not issubclass(category, CragWarning):
                 previous(message, category, filename, lineno, file, line)
+            elif str(message) not in said:
+                said.add(str(message))
+                err.write(shown(f"crag: warning: {message}") + "\n")
 
         warnings.showwarning = show
         yield

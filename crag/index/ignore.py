@@ -23,7 +23,9 @@ file. In ``--exclude`` such a pattern is a ``UsageError``.
 
 from __future__ import annotations
 
+import functools
 import os
+import stat
 import warnings
 from collections.abc import Sequence
 
@@ -53,22 +55,36 @@ def _warn(message: str) -> None:
     warnings.warn(CragWarning(message), stacklevel=2)
 
 
-def _read_lines(path: str) -> list[str] | None:
-    """The lines of the ignore file ``path``; None when there is none or it cannot be read
-    (which is said once: the files it would leave out are then not left out)."""
+def _parsed(path: str) -> RuleSet | None:
+    """The rules of the ignore file ``path``, none when there is none; its problems, and a
+    file that cannot be read (whose exclusions are then missing), are said each time: the
+    CLI says each warning once."""
     try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except (FileNotFoundError, IsADirectoryError):
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        found, problems = _parse_version(path, (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
+    except FileNotFoundError:
         return None
     except OSError as exc:
         _warn(f"{_shown(path)} cannot be read ({exc.strerror or exc}), so the paths it leaves out are not "
               "left out (they may hold secrets): make it readable, or remove it")
         return None
+    _report(_shown(path), problems)
+    return found
+
+
+@functools.lru_cache(maxsize=64)
+def _parse_version(path: str, version: tuple[int, ...]) -> tuple[RuleSet | None, tuple[Problem, ...]]:
+    """One version of an ignore file, parsed once (a large file is read once for all the
+    searches of a session, not once per search). A BOM is dropped, as git drops it."""
+    with open(path, "rb") as f:
+        data = f.read()
     if data.startswith(b"\xef\xbb\xbf"):
         data = data[3:]
-    lines = data.decode("utf-8", errors="replace").split("\n")
-    return [line[:-1] if line.endswith("\r") else line for line in lines]
+    lines = [line[:-1] if line.endswith("\r") else line for line in data.decode("utf-8", errors="replace").split("\n")]
+    found, problems = parse_rules(lines)
+    return (RuleSet(found) if found else None), tuple(problems)
 
 
 def _report(source: str, problems: Sequence[Problem]) -> None:
@@ -111,16 +127,10 @@ class Ignores:
 
     def _folder_spec(self, folder: str) -> RuleSet | None:
         if folder not in self._specs:
-            rules: list[Rule] = []
-            for name in IGNORE_FILES:
-                path = os.path.join(folder, name)
-                lines = _read_lines(path)
-                if lines is None:
-                    continue
-                found, problems = parse_rules(lines)
-                _report(_shown(path), problems)
-                rules += found
-            self._specs[folder] = RuleSet(rules) if rules else None
+            found = [spec for name in IGNORE_FILES if (spec := _parsed(os.path.join(folder, name)))]
+            if len(found) > 1:  # .cragignore's lines come after .gitignore's, so they win
+                found = [RuleSet([rule for spec in found for rule in spec.rules])]
+            self._specs[folder] = found[0] if found else None
         return self._specs[folder]
 
     def ignored(self, path: str, is_dir: bool) -> bool:
