@@ -8,7 +8,11 @@ in tables of their own (one table per kind of record). Answers belong to a conve
 newest, a ``chat`` session is one. ``python -m crag log`` reads it back (``crag.cli.log``).
 
 The file is ``log.sqlite`` in the index folder (``KB_AGENT_INDEX_DIR``, or the nearest
-``.crag``); ``KB_AGENT_LOG=off`` keeps nothing. Its schema is numbered migrations, applied in
+``.crag``) when that folder exists; before there is one (a question asked with no index,
+the PostgreSQL store) it is ``crag/log.sqlite`` in the user's state folder
+(``$XDG_STATE_HOME``, else ``~/.local/state``): writing the log never creates an index
+folder, which would hide a parent's index (``log_folder``). ``KB_AGENT_LOG=off`` keeps
+nothing. Its schema is numbered migrations, applied in
 order on first use and recorded in ``migrations``, as the PostgreSQL store's are
 (``crag.index.postgres_schema``): a later crag appends a migration and upgrades an older log
 when it opens it. Everything is masked before it is written, with the secrets configured
@@ -36,7 +40,7 @@ if TYPE_CHECKING:
     from .agent import Answer
     from .config import Settings
 
-__all__ = ["LOG_FILE", "MIGRATIONS", "AnswerLog", "LogEntry", "LogError", "logged_settings"]
+__all__ = ["LOG_FILE", "MIGRATIONS", "AnswerLog", "LogEntry", "LogError", "log_folder", "logged_settings"]
 
 LOG_FILE = "log.sqlite"
 
@@ -171,34 +175,53 @@ def _utc(when: float) -> Any:
     return datetime.fromtimestamp(when, UTC)
 
 
-class AnswerLog:
-    """The log file of one index folder. Opened per command; every write is one transaction."""
+def log_folder(settings: Settings) -> str:
+    """Where the answer log of ``settings`` is kept: the index folder when it exists (or is
+    something else by that name, which opening the log reports), else the user's state folder."""
+    index_dir = settings.index_dir
+    if os.path.lexists(index_dir):
+        return index_dir
+    state = os.environ.get("XDG_STATE_HOME", "").strip()
+    if not os.path.isabs(state):  # the XDG rule: a relative value is ignored
+        state = os.path.join(os.path.expanduser("~"), ".local", "state")
+    return os.path.join(state, "crag")
 
-    def __init__(self, index_dir: str, secrets: Sequence[str] = ()) -> None:
-        self.path = os.path.join(index_dir, LOG_FILE)
+
+class AnswerLog:
+    """The log file of one folder. Opened per command; every write is one transaction.
+
+    ``create``: the folder is made when missing (the user's state folder; never an index
+    folder)."""
+
+    def __init__(self, folder: str, secrets: Sequence[str] = (), *, create: bool = False) -> None:
+        self.path = os.path.join(folder, LOG_FILE)
         self.secrets = tuple(secrets)
+        self.create = create
         self._db: sqlite3.Connection | None = None
 
     @classmethod
     def for_settings(cls, settings: Settings) -> AnswerLog:
-        return cls(settings.index_dir, settings.secrets())
+        folder = log_folder(settings)
+        return cls(folder, settings.secrets(), create=folder != settings.index_dir)
 
     def exists(self) -> bool:
-        """Whether there is a log to read; a log file that is no file (a folder named
-        ``log.sqlite``, an index folder that is a file) is a ``LogError``, not "no log"."""
-        if os.path.isfile(self.path):
-            return True
+        """Whether there is a log to read; ``LogError`` when something else stands where the
+        log or its folder belongs (a file named like the folder, a folder named like the log)."""
         folder = os.path.dirname(self.path) or "."
-        if os.path.lexists(self.path):
-            raise LogError(f"the answer log {self.path} cannot be read (it is not a file)")
         if os.path.lexists(folder) and not os.path.isdir(folder):
-            raise LogError(f"the answer log {self.path} cannot be read ({folder} is not a folder)")
-        return False
+            what = "a symbolic link to nothing" if os.path.islink(folder) else "not a folder"
+            raise LogError(f"the answer log cannot be kept in {folder}: it is {what}")
+        if os.path.lexists(self.path) and not os.path.isfile(self.path):
+            raise LogError(f"the answer log {self.path} is not a file (a folder?): move it away to start a new log")
+        return os.path.isfile(self.path)
 
     def _open(self) -> sqlite3.Connection:
         if self._db is None:
             try:
-                os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+                if self.create:
+                    os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+                else:
+                    self.exists()  # what stands in the way is said as it is
                 db = sqlite3.connect(self.path, timeout=10.0)
                 db.execute("PRAGMA foreign_keys = ON")
                 _migrate(db)

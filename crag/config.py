@@ -414,19 +414,26 @@ def _with_origin(kind: Callable[[str, Any], Any], var: str, raw: Any, origin: st
 
 
 def find_index_dir(cwd: str | None = None) -> str:
-    """The nearest ``.crag`` folder in ``cwd`` or a parent, the way git finds ``.git``:
-    ``.crag`` when it is in ``cwd`` itself or when there is none (``index`` creates it there),
-    else its absolute path. An index in the home folder is thus found from every folder below
-    it that has none of its own: the per-user index for documents outside any project."""
+    """The nearest ``.crag`` in ``cwd`` or a parent that holds an index (``CURRENT``), as git
+    finds ``.git``: ``.crag`` when in ``cwd``, else its absolute path. With none, the nearest
+    ``.crag`` folder, else ``.crag`` (``index`` creates it). A link to nothing stops the search
+    (commands name it). So ``~/.crag`` serves every folder below home that has no index."""
     start = os.path.abspath(cwd or os.getcwd())
-    folder = start
+    folder, found = start, None
     while True:
-        if os.path.isdir(os.path.join(folder, INDEX_FOLDER)):
-            return INDEX_FOLDER if folder == start else os.path.join(folder, INDEX_FOLDER)
+        candidate = os.path.join(folder, INDEX_FOLDER)
+        if os.path.lexists(os.path.join(candidate, "CURRENT")):  # crag.index.layout.CURRENT
+            found = folder
+            break
+        if found is None and (os.path.isdir(candidate) or os.path.islink(candidate)):
+            found = folder
+            if not os.path.isdir(candidate):
+                break  # a link to nothing: commands name it rather than use another index
         parent = os.path.dirname(folder)
         if parent == folder:
-            return INDEX_FOLDER
+            break
         folder = parent
+    return INDEX_FOLDER if found is None or found == start else os.path.join(found, INDEX_FOLDER)
 
 
 WARNINGS_SHOWN = 20  # of each kind; the rest are counted in one more line

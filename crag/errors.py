@@ -6,10 +6,15 @@
     ├── KnowledgeBaseError         a knowledge-base path is missing or unreadable exit 1
     ├── IndexStoreError            the index is missing, damaged, locked, or was
     │   │                          built with another embedder                    exit 1
-    │   └── EmbedderMismatchError  the index's embedder is not the configured one
+    │   ├── EmbedderMismatchError  the index's embedder is not the configured one
+    │   └── IndexFormatError       the index was written by a newer crag
     ├── LLMError                   the LLM server failed after retries            exit 1
     │   └── LLMTimeoutError        ... by not answering in time
     └── ToolError                  one tool call failed; recorded, never evidence
+
+    CragWarning (a UserWarning)    something crag works around that a user should know
+                                   (a skipped ignore line); the CLI prints each once
+                                   as ``crag: warning: <message>``
 
 Third-party exceptions (openai, faiss, sqlite3, OSError) are translated into these at the
 one boundary that calls the library, and chained with ``raise ... from exc`` so the cause
@@ -71,6 +76,10 @@ class EmbedderMismatchError(IndexStoreError):
     """The index was built with another embedder than the configured one."""
 
 
+class IndexFormatError(IndexStoreError):
+    """The index was written by a newer crag, in a format this one cannot read: never rebuilt."""
+
+
 class LLMError(CragError):
     """The LLM backend could not produce a reply (after its retries)."""
 
@@ -102,10 +111,16 @@ class ToolError(CragError):
         super().__init__(f"{tool}: {message}")
 
 
+class CragWarning(UserWarning):
+    """Something crag works around but a user should know, said through ``warnings.warn``."""
+
+
 __all__ = [
     "ConfigError",
     "CragError",
+    "CragWarning",
     "EmbedderMismatchError",
+    "IndexFormatError",
     "IndexStoreError",
     "KnowledgeBaseError",
     "LLMContextError",

@@ -8,6 +8,7 @@ draws new examples each time and keeps looking for counterexamples; ``thorough``
 
 import os
 
+import pytest
 from hypothesis import settings
 
 # No deadline: a wall-clock limit per example fails on a busy machine, and crag measures
@@ -20,3 +21,10 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 # A real PostgreSQL with pgvector, started by the tests that ask for it (tests/postgres_server.py).
 from tests.postgres_server import pg_server, pg_uri  # noqa: E402, F401
+
+
+@pytest.fixture(autouse=True)
+def _user_state_folder(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An answer log kept outside an index folder (``crag.answer_log.log_folder``) goes to a
+    temporary state folder, never the user's."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))

@@ -28,8 +28,9 @@ This module parses and dispatches; each command group has its module: ``indexing
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TextIO
 
 from ..errors import CragError, UsageError
@@ -57,7 +58,6 @@ _DEPENDENCIES = {
     "attr": "attrs",
     "cattrs": "cattrs",
     "cattr": "cattrs",
-    "pathspec": "pathspec",
 }
 
 _Progress = Progress  # the name tests and older callers use
@@ -174,7 +174,8 @@ def _main(argv: Sequence[str] | None, out: TextIO, err: TextIO, stdin: TextIO | 
         common.OVERRIDES.clear()
         common.OVERRIDES.update({"model": args.model, "index_dir": args.index})
         _warn_about_configuration(err)
-        code = int(args.func(args, out, err) or 0)
+        with _warnings_to(err):
+            code = int(args.func(args, out, err) or 0)
         out.flush()
         return code
     except BrokenPipeError:  # the reader went away (`| head -1`): nothing left to say to it
@@ -205,6 +206,30 @@ def _warn_about_configuration(err: TextIO) -> None:
         return
     for warning in config_warnings():
         err.write(shown(f"crag: warning: {warning}") + "\n")
+
+
+@contextlib.contextmanager
+def _warnings_to(err: TextIO) -> Iterator[None]:
+    """Each distinct ``CragWarning`` of the command (a skipped ignore line, an unreadable
+    ignore file) printed once on ``err`` as ``crag: warning: <message>``."""
+    import warnings
+
+    from ..errors import CragWarning
+
+    said: set[str] = set()  # by text: a library resetting the warning filters cannot repeat one
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", CragWarning)  # whatever -W says; `said` keeps it to once
+        previous = warnings.showwarning
+
+        def show(message, category, filename, lineno, file=None, line=None):
+            if not issubclass(category, CragWarning):
+                previous(message, category, filename, lineno, file, line)
+            elif str(message) not in said:
+                said.add(str(message))
+                err.write(shown(f"crag: warning: {message}") + "\n")
+
+        warnings.showwarning = show
+        yield
 
 
 BROKEN_PIPE = 141  # as a shell reports a command stopped by SIGPIPE

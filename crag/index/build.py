@@ -28,11 +28,12 @@ from typing import TYPE_CHECKING
 
 from attrs import field, frozen
 
-from ..errors import IndexStoreError, KnowledgeBaseError
+from ..errors import IndexFormatError, IndexStoreError, KnowledgeBaseError
 from ..ports import DocumentVersion, FileRecord, Store, StoreState
 from .chunker import DEFAULT_MAX_TOKENS, DEFAULT_MIN_TOKENS
 from .discover import Discovery, discover, is_within, normalize_root
 from .documents import chunker_id, embedder_mismatch
+from .ignore import check_excludes
 from .layout import DEFAULT_LOCK_TIMEOUT, IndexLock
 from .reading import prepare_all
 
@@ -166,6 +167,7 @@ def update_store(
     ``--exclude`` globs for this run: files they match are left out (and leave the index).
     """
     started = time.perf_counter()
+    check_excludes(patterns)  # before anything is written
     root_list = [normalize_root(r) for r in roots]
     gone = [r for r in root_list if not os.path.exists(r)]
     if gone:
@@ -194,6 +196,8 @@ def _load_base(store: Store, embedder: Embedder, chunker: str, allow_reembed: bo
     """The published state to build on, and whether it must be rebuilt (and why)."""
     try:
         state = store.state(files=True, check=True)
+    except IndexFormatError:
+        raise  # a newer crag's index is not ours to rebuild
     except IndexStoreError as exc:
         if not allow_reembed:
             raise

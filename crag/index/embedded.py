@@ -36,6 +36,7 @@ class EmbeddedStore:
         return f"EmbeddedStore({self.index_dir!r})"
 
     def _make_dir(self) -> None:
+        layout.check_link(self.index_dir)
         try:
             os.makedirs(self.index_dir, exist_ok=True)
         except OSError as exc:

@@ -8,63 +8,144 @@ back in, and ``.cragignore`` wins over ``.gitignore`` in the same folder (as rip
 repository's ``.gitignore``. Unlike ripgrep, a ``.gitignore`` counts outside a git work tree
 too. A folder that is ignored is not entered, so nothing under it can be taken back (as in
 git). ``--exclude GLOB`` patterns are gitignore patterns relative to the root being indexed,
-for one run. Patterns are matched by ``pathspec``'s ``GitIgnoreSpec``.
+for one run.
+
+Patterns follow git's (``crag.index.globs``: parsed as git parses them, matched without
+backtracking, a large file looked up rather than scanned). Within one folder the last
+matching line decides.
+
+A line git would never match (``!`` alone, a trailing ``\\``, an unclosed ``[``, an unknown
+``[:class:]``) is skipped and named once, with its file and line, as a ``CragWarning`` (the
+CLI prints it as ``crag: warning: ...``); so is an ignore file that cannot be read, whose
+exclusions are then missing. A byte-order mark is dropped, and size is no reason to skip a
+file. In ``--exclude`` such a pattern is a ``UsageError``.
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import stat
+import warnings
 from collections.abc import Sequence
-from typing import Any
 
-__all__ = ["IGNORE_FILES", "Ignores"]
+from ..errors import CragWarning, UsageError
+from ..safe_text import display_name
+from .globs import Problem, Rule, RuleSet, parse_rules
+
+__all__ = ["IGNORE_FILES", "Ignores", "check_excludes"]
 
 IGNORE_FILES = (".gitignore", ".cragignore")  # later files win over earlier ones in a folder
-_MAX_IGNORE_BYTES = 1024 * 1024
 
 
-def _spec(lines: Sequence[str]) -> Any:
-    from pathspec import GitIgnoreSpec
+def _shown(path: str) -> str:
+    """A path as messages show it: relative to the working folder when below it."""
+    try:
+        cwd = os.getcwd()
+        rel = os.path.relpath(path, cwd)
+        if not rel.startswith(".." + os.sep) and rel != "..":
+            path = rel
+    except (OSError, ValueError):
+        pass
+    return display_name(path)
 
-    return GitIgnoreSpec.from_lines(lines)
+
+def _warn(message: str) -> None:
+    # Said once per message and process: the CLI prints it as `crag: warning: ...`.
+    warnings.warn(CragWarning(message), stacklevel=2)
+
+
+def _parsed(path: str) -> RuleSet | None:
+    """The rules of the ignore file ``path``, none when there is none; its problems, and a
+    file that cannot be read (whose exclusions are then missing), are said each time: the
+    CLI says each warning once."""
+    try:
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        found, problems = _parse_version(path, (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        _warn(f"{_shown(path)} cannot be read ({exc.strerror or exc}), so the paths it leaves out are not "
+              "left out (they may hold secrets): make it readable, or remove it")
+        return None
+    _report(_shown(path), problems)
+    return found
+
+
+@functools.lru_cache(maxsize=64)
+def _parse_version(path: str, version: tuple[int, ...]) -> tuple[RuleSet | None, tuple[Problem, ...]]:
+    """One version of an ignore file, parsed once (a large file is read once for all the
+    searches of a session, not once per search). A BOM is dropped, as git drops it."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    lines = [line[:-1] if line.endswith("\r") else line for line in data.decode("utf-8", errors="replace").split("\n")]
+    found, problems = parse_rules(lines)
+    return (RuleSet(found) if found else None), tuple(problems)
+
+
+def _report(source: str, problems: Sequence[Problem]) -> None:
+    for p in problems:
+        shown_line = display_name(p.text)
+        if p.skipped:
+            _warn(f"{source} line {p.line} \"{shown_line}\" is skipped: {p.why}")
+        else:
+            _warn(f"{source} line {p.line} \"{shown_line}\": {p.why}")
+
+
+def _exclude_rules(patterns: Sequence[str]) -> RuleSet:
+    """``--exclude`` patterns; one git would never match is a ``UsageError``."""
+    rules: list[Rule] = []
+    for pattern in patterns:
+        found, problems = parse_rules([pattern])
+        if problems:
+            raise UsageError(f"--exclude \"{display_name(pattern)}\" is not a pattern crag can use: {problems[0].why}")
+        if not found:
+            raise UsageError(f"--exclude \"{display_name(pattern)}\" is not a pattern (it is empty, or a # comment)")
+        rules += found
+    return RuleSet(rules)
+
+
+def check_excludes(patterns: Sequence[str]) -> None:
+    """Raise ``UsageError`` for an ``--exclude`` pattern that could never match."""
+    _exclude_rules(patterns)
 
 
 class Ignores:
-    """The ignore rules of one root; ``ignored(path, is_dir)`` for any path under it."""
+    """The ignore rules of one root; ``ignored(path, is_dir)`` for any path under it.
+
+    Raises ``UsageError`` for an ``exclude`` pattern that could never match."""
 
     def __init__(self, root: str, exclude: Sequence[str] = ()) -> None:
         self.root = root
-        self.exclude = _spec(exclude) if exclude else None
+        self.exclude = _exclude_rules(exclude) if exclude else None
         self.top = _work_tree_top(root)
-        self._specs: dict[str, Any] = {}
+        self._specs: dict[str, RuleSet | None] = {}
 
-    def _folder_spec(self, folder: str) -> Any:
+    def _folder_spec(self, folder: str) -> RuleSet | None:
         if folder not in self._specs:
-            lines: list[str] = []
-            for name in IGNORE_FILES:
-                path = os.path.join(folder, name)
-                try:
-                    if os.path.isfile(path) and os.path.getsize(path) <= _MAX_IGNORE_BYTES:
-                        with open(path, encoding="utf-8", errors="replace") as f:
-                            lines += f.read().splitlines()
-                except OSError:
-                    continue
-            self._specs[folder] = _spec(lines) if any(ln.strip() and not ln.startswith("#") for ln in lines) else None
+            found = [spec for name in IGNORE_FILES if (spec := _parsed(os.path.join(folder, name)))]
+            if len(found) > 1:  # .cragignore's lines come after .gitignore's, so they win
+                found = [RuleSet([rule for spec in found for rule in spec.rules])]
+            self._specs[folder] = found[0] if found else None
         return self._specs[folder]
 
     def ignored(self, path: str, is_dir: bool) -> bool:
         """Whether ``path`` (absolute, under the root) is left out."""
-        suffix = "/" if is_dir else ""
-        rel = os.path.relpath(path, self.root).replace(os.sep, "/") + suffix
-        if self.exclude is not None and path != self.root and self.exclude.match_file(rel):
-            return True
+        if self.exclude is not None and path != self.root:
+            rel = os.path.relpath(path, self.root).replace(os.sep, "/")
+            if self.exclude.decide(rel, is_dir):
+                return True
         folder = os.path.dirname(path)
         while True:
             spec = self._folder_spec(folder)
             if spec is not None:
-                result = spec.check_file(os.path.relpath(path, folder).replace(os.sep, "/") + suffix)
-                if result.include is not None:
-                    return bool(result.include)
+                result = spec.decide(os.path.relpath(path, folder).replace(os.sep, "/"), is_dir)
+                if result is not None:
+                    return result
             if folder == self.top or len(folder) <= len(self.top):
                 return False
             parent = os.path.dirname(folder)

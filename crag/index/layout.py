@@ -46,7 +46,7 @@ from typing import Any
 
 from attrs import frozen
 
-from ..errors import IndexStoreError
+from ..errors import IndexFormatError, IndexStoreError
 from . import integrity
 
 __all__ = [
@@ -60,6 +60,7 @@ __all__ = [
     "VECTORS",
     "Generation",
     "IndexLock",
+    "check_link",
     "cleanup",
     "connect_ro",
     "current_exists",
@@ -117,9 +118,26 @@ def reindex_hint(index_dir: str) -> str:
 # Reading CURRENT and opening a generation
 
 
+def check_link(index_dir: str) -> None:
+    """An ``IndexStoreError`` when ``index_dir`` is a symbolic link to nothing: crag neither
+    reads it as "no index yet" nor creates its target (a drive that is not mounted, say)."""
+    if os.path.islink(index_dir) and not os.path.exists(index_dir):
+        try:
+            target = os.readlink(index_dir)
+        except OSError:
+            target = "?"
+        raise IndexStoreError(
+            f"the index folder {index_dir} is a symbolic link to {target}, which does not exist: "
+            "create that folder (or mount its drive), or remove the link",
+            index_dir,
+        )
+
+
 def read_current(index_dir: str) -> str | None:
     """The generation ``CURRENT`` names; None when there is none; IndexStoreError when unreadable
-    or damaged (a folder, bytes that are not a generation name)."""
+    or damaged (a folder, bytes that are not a generation name), or when ``index_dir`` is a
+    symbolic link to nothing (``check_link``)."""
+    check_link(index_dir)
     name = integrity.read_current_name(os.path.join(index_dir, CURRENT), index_dir, reindex_hint(index_dir))
     if name is None:
         return None
@@ -237,7 +255,14 @@ def open_generation(index_dir: str, verify: bool = False) -> Generation:
             ) from exc
         gen = Generation(index_dir, name, db_path, vectors_path, conn, meta, held)
         try:
-            if meta.get("schema") != str(SCHEMA_VERSION):
+            schema = meta.get("schema", "unknown")
+            if schema.isdigit() and len(schema) < 10 and int(schema) > SCHEMA_VERSION:
+                raise IndexFormatError(
+                    f"the index in {index_dir} was written by a newer crag (format {schema}; this crag reads "
+                    f"format {SCHEMA_VERSION}): upgrade crag, or index into another folder with --index DIR",
+                    index_dir,
+                )
+            if schema != str(SCHEMA_VERSION):
                 raise IndexStoreError(
                     f"the index in {index_dir} has format {meta.get('schema', 'unknown')}, this crag reads "
                     f"format {SCHEMA_VERSION}: {reindex_hint(index_dir)}",

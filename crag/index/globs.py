@@ -1,0 +1,468 @@
+"""gitignore patterns, compiled so that matching cannot backtrack (``crag.index.ignore``
+reads the files).
+
+A line is parsed the way git parses it (``gitignore(5)``: ``#`` comments, trailing spaces
+unless escaped, ``!`` negation, a trailing ``/`` for folders only, a ``/`` elsewhere anchoring
+the pattern to its folder), and each path component's glob follows git's ``wildmatch``: ``*``
+and ``?`` never match ``/``, ``[...]`` classes with ranges, ``!``/``^`` negation and
+``[:alpha:]``-style names, ``\\`` escapes, and a component that is only ``**`` matching any
+number of folders.
+
+Theory of operation. Matching is not a backtracking regular expression. A component's glob is
+the fixed-length pieces between its stars: the first piece is tried at the start, the last at
+the end, each middle one at its leftmost place after the one before (the classic greedy
+wildcard match, at most length x pattern steps); ``**`` components are placed the same way over
+the path's components. So no pattern and no file name can make matching slow. Within a
+``RuleSet`` the last matching line decides; lines that are a plain name, ``*suffix``,
+``prefix*`` or an anchored plain path are looked up in dictionaries, so a file of a hundred
+thousand such lines costs a few lookups per path; the other lines are filed by what a path
+must have to match them (a first folder, a last or first character), and only those that
+can match are tried one by one, from the last back, stopping at the first match.
+
+A line git would never match (``!`` alone, a trailing ``\\``, an unclosed ``[``, an unknown
+``[:class:]``) is a ``Problem`` that skips it; an empty range (``[z-a]``) is a ``Problem`` that
+keeps the line, whose range matches nothing, as in git.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+
+from attrs import frozen
+
+__all__ = ["Glob", "Problem", "Rule", "RuleSet", "parse_rules"]
+
+# ---------------------------------------------------------------------------------------
+# One path component's glob: fixed-length pieces between stars
+
+
+class _CharClass:
+    """A ``[...]`` class: single characters, ranges and named classes, maybe negated."""
+
+    __slots__ = ("chars", "named", "negated", "ranges")
+
+    def __init__(self, chars: frozenset[str], ranges: tuple[tuple[str, str], ...],
+                 named: tuple[frozenset[str], ...], negated: bool) -> None:
+        self.chars, self.ranges, self.named, self.negated = chars, ranges, named, negated
+
+    def matches(self, ch: str) -> bool:
+        if ch == "/":
+            return False
+        found = ch in self.chars or any(lo <= ch <= hi for lo, hi in self.ranges) or any(ch in s for s in self.named)
+        return found != self.negated
+
+
+_ASCII = [chr(i) for i in range(128)]
+_NAMED_CLASSES = {
+    "alnum": frozenset(c for c in _ASCII if c.isalnum()),
+    "alpha": frozenset(c for c in _ASCII if c.isalpha()),
+    "blank": frozenset(" \t"),
+    "cntrl": frozenset(c for c in _ASCII if ord(c) < 32 or ord(c) == 127),
+    "digit": frozenset("0123456789"),
+    "graph": frozenset(c for c in _ASCII if 33 <= ord(c) <= 126),
+    "lower": frozenset("abcdefghijklmnopqrstuvwxyz"),
+    "print": frozenset(c for c in _ASCII if 32 <= ord(c) <= 126),
+    "punct": frozenset(c for c in _ASCII if 33 <= ord(c) <= 126 and not c.isalnum()),
+    "space": frozenset(" \t\n\r\f\v"),
+    "upper": frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ"),
+    "xdigit": frozenset("0123456789abcdefABCDEF"),
+}
+
+# A piece is a run of single-character tokens: a str when they are all literal (matched with
+# str methods), else a tuple of tokens (a literal character, None for ``?``, or a class).
+
+
+def _piece_at(piece: str | tuple, text: str, i: int) -> bool:
+    if isinstance(piece, str):
+        return text.startswith(piece, i)
+    for j, token in enumerate(piece):
+        ch = text[i + j]
+        if token is None:
+            if ch == "/":
+                return False
+        elif isinstance(token, str):
+            if ch != token:
+                return False
+        elif not token.matches(ch):
+            return False
+    return True
+
+
+def _find_piece(piece: str | tuple, text: str, start: int, end: int) -> int:
+    """The leftmost ``i`` in ``[start, end - len(piece)]`` where ``piece`` matches, else -1."""
+    if isinstance(piece, str):
+        return text.find(piece, start, end)
+    for i in range(start, end - len(piece) + 1):
+        if _piece_at(piece, text, i):
+            return i
+    return -1
+
+
+@frozen
+class Glob:
+    """One path component's pattern: ``pieces[0] * pieces[1] * ... * pieces[-1]``."""
+
+    pieces: tuple[str | tuple, ...]
+
+    def matches(self, text: str) -> bool:
+        pieces = self.pieces
+        first = pieces[0]
+        if len(pieces) == 1:
+            return len(text) == len(first) and _piece_at(first, text, 0)
+        last = pieces[-1]
+        end = len(text) - len(last)
+        if end < len(first) or not _piece_at(first, text, 0) or not _piece_at(last, text, end):
+            return False
+        pos = len(first)
+        for piece in pieces[1:-1]:
+            found = _find_piece(piece, text, pos, end)
+            if found < 0:
+                return False
+            pos = found + len(piece)
+        return True
+
+
+GLOBSTAR = None  # a component that is only ``**``: any number of folders
+
+
+def _path_matches(segments: tuple[Glob | None, ...], parts: Sequence[str]) -> bool:
+    """Whether the components ``parts`` match ``segments``, ``**`` placed greedily."""
+    groups: list[list[Glob]] = [[]]
+    for seg in segments:
+        if seg is GLOBSTAR:
+            groups.append([])
+        else:
+            groups[-1].append(seg)
+
+    def at(group: list[Glob], i: int) -> bool:
+        return all(g.matches(parts[i + k]) for k, g in enumerate(group))
+
+    first = groups[0]
+    if len(groups) == 1:
+        return len(parts) == len(first) and at(first, 0)
+    last = groups[-1]
+    end = len(parts) - len(last)
+    if end < len(first) or not at(first, 0) or not at(last, end):
+        return False
+    pos = len(first)
+    for group in groups[1:-1]:
+        for i in range(pos, end - len(group) + 1):
+            if at(group, i):
+                pos = i + len(group)
+                break
+        else:
+            return False
+    return True
+
+
+# ---------------------------------------------------------------------------------------
+# Parsing lines
+
+
+class _Dead(Exception):
+    """A pattern git would never match: the line is skipped, and why is said."""
+
+
+def _parse_class(text: str, i: int, problems: list[str]) -> tuple[_CharClass, int]:
+    """The class opening at ``text[i] == "["`` and the index after its ``]`` (git's wildmatch)."""
+    start = i
+    i += 1
+    negated = i < len(text) and text[i] in "!^"
+    if negated:
+        i += 1
+    chars: set[str] = set()
+    ranges: list[tuple[str, str]] = []
+    named: list[frozenset[str]] = []
+    prev: str | None = None
+    first = True
+    while True:
+        if i >= len(text):
+            raise _Dead(f"the \"[\" at {start + 1} is not closed (write \\[ for a bracket)")
+        ch = text[i]
+        if ch == "]" and not first:
+            return _CharClass(frozenset(chars), tuple(ranges), tuple(named), negated), i + 1
+        first = False
+        if ch == "\\":
+            i += 1
+            if i >= len(text):
+                raise _Dead("it ends in an escaping backslash")
+            ch = text[i]
+            chars.add(ch)
+            prev = ch
+        elif ch == "-" and prev is not None and i + 1 < len(text) and text[i + 1] != "]":
+            i += 1
+            hi = text[i]
+            if hi == "\\":
+                i += 1
+                if i >= len(text):
+                    raise _Dead("it ends in an escaping backslash")
+                hi = text[i]
+            if hi < prev:
+                problems.append(f"the range {prev}-{hi} is empty, so it matches nothing")
+            else:
+                ranges.append((prev, hi))
+            prev = None
+        elif ch == "[" and text.startswith(":", i + 1):
+            close = text.find("]", i + 2)
+            if close < 0:
+                raise _Dead(f"the \"[\" at {start + 1} is not closed (write \\[ for a bracket)")
+            body = text[i + 2:close]
+            if not body.endswith(":"):  # no ":]": the "[" is an ordinary member
+                chars.add("[")
+                prev = "["
+            else:
+                name = body[:-1]
+                if name not in _NAMED_CLASSES:
+                    raise _Dead(f"[:{name}:] is not a character class ({', '.join(f'[:{n}:]' for n in _NAMED_CLASSES)})")
+                named.append(_NAMED_CLASSES[name])
+                prev = None
+                i = close
+        else:
+            chars.add(ch)
+            prev = ch
+        i += 1
+
+
+def _glob(text: str, problems: list[str]) -> Glob:
+    """One component (no ``/``) as a ``Glob``."""
+    if "[" not in text and "?" not in text and "\\" not in text:
+        return Glob(tuple(text.split("*")))  # literal pieces between stars: the common case
+    pieces: list[list] = [[]]
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch == "*":
+            pieces.append([])
+        elif ch == "?":
+            pieces[-1].append(None)
+        elif ch == "[":
+            cls, i = _parse_class(text, i, problems)
+            pieces[-1].append(cls)
+            continue
+        elif ch == "\\":
+            i += 1
+            if i >= len(text):
+                raise _Dead("it ends in an escaping backslash (write \\\\ for a backslash)")
+            pieces[-1].append(text[i])
+        else:
+            pieces[-1].append(ch)
+        i += 1
+    return Glob(tuple("".join(p) if all(isinstance(t, str) for t in p) else tuple(p) for p in pieces))
+
+
+def _split_components(pattern: str) -> list[str]:
+    """``pattern`` split at the slashes that are not escaped."""
+    if "\\" not in pattern:
+        return pattern.split("/")
+    parts: list[str] = []
+    current: list[str] = []
+    i = 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\" and i + 1 < len(pattern):
+            current.append(pattern[i:i + 2])
+            i += 2
+            continue
+        if ch == "/":
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(ch)
+        i += 1
+    parts.append("".join(current))
+    return parts
+
+
+def _trim_trailing_spaces(line: str) -> str:
+    """Trailing spaces go unless escaped with a backslash, as git trims them."""
+    end = len(line)
+    while end and line[end - 1] == " ":
+        backslashes = 0
+        j = end - 2
+        while j >= 0 and line[j] == "\\":
+            backslashes += 1
+            j -= 1
+        if backslashes % 2:
+            break
+        end -= 1
+    return line[:end]
+
+
+@frozen
+class Rule:
+    """One ignore line, compiled."""
+
+    line: int
+    text: str
+    negated: bool
+    dir_only: bool
+    anchored: bool  # matched against the whole path from its folder, else the last component
+    segments: tuple[Glob | None, ...]
+
+
+def _rule(number: int, line: str, problems: list[str]) -> Rule | None:
+    """The rule of one line; None for a blank line or a comment; ``_Dead`` when git would
+    never match it."""
+    text = _trim_trailing_spaces(line) if line.endswith(" ") else line
+    if not text or text[0] == "#":
+        return None
+    pattern = text
+    negated = pattern.startswith("!")
+    if negated:
+        pattern = pattern[1:]
+        if not pattern:
+            raise _Dead("a \"!\" alone negates no pattern")
+    dir_only = pattern.endswith("/") and not pattern.endswith("\\/")
+    if dir_only:
+        pattern = pattern[:-1]
+    parts = _split_components(pattern)
+    anchored = len(parts) > 1
+    if anchored and parts[0] == "":
+        parts = parts[1:]
+    if not pattern or "" in parts:
+        raise _Dead("it names no path" if not pattern.strip("/") else "it holds an empty folder name (\"//\")")
+    segments: list[Glob | None] = []
+    for part in parts:
+        if anchored and part.startswith("**") and not part.strip("*"):
+            segments.append(GLOBSTAR)
+        else:
+            segments.append(_glob(part, problems))
+    if segments and segments[-1] is GLOBSTAR:
+        # "dir/**" matches what is inside dir, not dir itself: one component at least.
+        segments[-1:] = [Glob(("", "")), GLOBSTAR]
+    return Rule(number, text, negated, dir_only, anchored, tuple(segments))
+
+
+@frozen
+class Problem:
+    """A line that is skipped or partly meaningless, and why."""
+
+    line: int
+    text: str
+    why: str
+    skipped: bool
+
+
+def parse_rules(lines: Sequence[str], first_line: int = 1) -> tuple[list[Rule], list[Problem]]:
+    """The rules of ignore-file ``lines`` (numbered from ``first_line``), and the problems."""
+    rules: list[Rule] = []
+    problems: list[Problem] = []
+    for number, line in enumerate(lines, first_line):
+        notes: list[str] = []
+        try:
+            rule = _rule(number, line, notes)
+        except _Dead as exc:
+            problems.append(Problem(number, line, str(exc), True))
+            continue
+        problems += [Problem(number, line, why, False) for why in notes]
+        if rule is not None:
+            rules.append(rule)
+    return rules, problems
+
+
+# ---------------------------------------------------------------------------------------
+# A set of rules: the last match decides
+
+
+class RuleSet:
+    """The rules of one folder (or of ``--exclude``), in order; ``decide`` says whether the
+    last rule matching a path ignores it (True), takes it back (False), or none matches (None).
+
+    Rules that are a plain name, ``*suffix``, ``prefix*`` or an anchored plain path are kept
+    in dictionaries by that text, the others by what a matching path must have, so only
+    rules that can match, and can still be the last match, are tried."""
+
+    def __init__(self, rules: Sequence[Rule]) -> None:
+        self.rules = list(rules)
+        self._names: dict[str, list[int]] = {}
+        self._suffixes: dict[str, list[int]] = {}
+        self._prefixes: dict[str, list[int]] = {}
+        self._paths: dict[str, list[int]] = {}
+        # The other rules, by what a path they match must have: its first component (an
+        # anchored rule that starts with a plain name), the last or first character of its
+        # name (a glob that ends or starts with a plain piece); ``_others`` have no such key.
+        self._first_component: dict[str, list[int]] = {}
+        self._last_char: dict[str, list[int]] = {}
+        self._first_char: dict[str, list[int]] = {}
+        self._others: list[int] = []
+        for index, rule in enumerate(self.rules):
+            table, text = self._key(rule)
+            if table is None:
+                self._others.append(index)
+            else:
+                table.setdefault(text, []).append(index)
+        self._suffix_lengths = sorted({len(s) for s in self._suffixes})
+        self._prefix_lengths = sorted({len(s) for s in self._prefixes})
+
+    def _key(self, rule: Rule) -> tuple[dict[str, list[int]] | None, str]:
+        """The table a rule is filed in and its key there."""
+        segments = rule.segments
+        if rule.anchored:
+            first = segments[0]
+            if first is None or len(first.pieces) != 1 or not isinstance(first.pieces[0], str):
+                return None, ""
+            if all(s is not None and len(s.pieces) == 1 and isinstance(s.pieces[0], str) for s in segments):
+                return self._paths, "/".join(s.pieces[0] for s in segments)  # type: ignore[union-attr]
+            return self._first_component, first.pieces[0]
+        pieces = segments[0].pieces  # type: ignore[union-attr]
+        if all(isinstance(p, str) for p in pieces):
+            if len(pieces) == 1:
+                return self._names, pieces[0]  # type: ignore[return-value]
+            if len(pieces) == 2 and pieces[0] == "" and pieces[1]:
+                return self._suffixes, pieces[1]  # type: ignore[return-value]
+            if len(pieces) == 2 and pieces[1] == "" and pieces[0]:
+                return self._prefixes, pieces[0]  # type: ignore[return-value]
+        if isinstance(pieces[-1], str) and pieces[-1]:
+            return self._last_char, pieces[-1][-1]
+        if isinstance(pieces[0], str) and pieces[0]:
+            return self._first_char, pieces[0][0]
+        return None, ""
+
+    def __bool__(self) -> bool:
+        return bool(self.rules)
+
+    def _applies(self, index: int, is_dir: bool) -> bool:
+        return is_dir or not self.rules[index].dir_only
+
+    def _last_of(self, found: list[int] | None, best: int, is_dir: bool) -> int:
+        if found:
+            for index in reversed(found):
+                if index <= best:
+                    break
+                if self._applies(index, is_dir):
+                    return index
+        return best
+
+    def decide(self, rel: str, is_dir: bool) -> bool | None:
+        """For ``rel`` (``/``-separated, relative to the rules' folder)."""
+        name = rel.rpartition("/")[2]
+        best = self._last_of(self._names.get(name), -1, is_dir)
+        best = self._last_of(self._paths.get(rel), best, is_dir)
+        for n in self._suffix_lengths:
+            if n > len(name):
+                break
+            best = self._last_of(self._suffixes.get(name[-n:]), best, is_dir)
+        for n in self._prefix_lengths:
+            if n > len(name):
+                break
+            best = self._last_of(self._prefixes.get(name[:n]), best, is_dir)
+        parts = rel.split("/")
+        candidates = [found for found in (self._others, self._first_component.get(parts[0]),
+                                          self._last_char.get(name[-1:]), self._first_char.get(name[:1])) if found]
+        ordered = heapq.merge(*(reversed(found) for found in candidates), reverse=True) if len(candidates) > 1 else (
+            reversed(candidates[0]) if candidates else ())
+        for index in ordered:
+            if index <= best:
+                break
+            rule = self.rules[index]
+            if rule.dir_only and not is_dir:
+                continue
+            if rule.anchored:
+                hit = _path_matches(rule.segments, parts)
+            else:
+                hit = rule.segments[0].matches(name)  # type: ignore[union-attr]
+            if hit:
+                best = index
+                break
+        return None if best < 0 else not self.rules[best].negated

@@ -1,0 +1,209 @@
+"""Ignore files as git reads them (``crag.index.ignore``, ``crag.index.globs``): the same
+verdicts as ``git check-ignore``, a bad line skipped and named once, an ignore file never
+dropped for its size or its byte-order mark, an unreadable one said, and matching that no
+pattern or file name can make slow."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from crag.cli import main
+from tests.fakes import clean_env
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def cli(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), out, err)
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "ok.md").write_text("# Deploy\n\nThe deploy runs nightly.\n", encoding="utf-8")
+    (tmp_path / "docs" / "secret.md").write_text("# Vault\n\nThe vault code is zebra-plum-42.\n", encoding="utf-8")
+    clean_env(monkeypatch)
+    monkeypatch.setenv("KB_AGENT_LLM", "offline")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def indexed(out: str) -> set[str]:
+    """The files an index report says were added."""
+    lines = out.splitlines()
+    start = lines.index("added:") + 1 if "added:" in lines else len(lines)
+    return {line.strip() for line in lines[start:] if line.startswith("  ")}
+
+
+# ---------------------------------------------------------------------------------------
+# The same verdicts as git
+
+
+def git_verdicts(tmp: Path, patterns: list[str], paths: list[str]) -> dict[str, bool]:
+    """Whether git ignores each path (a trailing ``/`` marks a folder) under these patterns."""
+    repo = tmp / f"repo{len(list(tmp.iterdir()))}"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / ".gitignore").write_text("\n".join(patterns) + "\n", encoding="utf-8")
+    run = subprocess.run(["git", "-C", str(repo), "check-ignore", "--no-index", "-v", "-n", "-z", "--stdin"],
+                         input="\0".join(paths) + "\0", capture_output=True, text=True, check=False)
+    fields = run.stdout.split("\0")
+    verdicts = {}
+    for i in range(0, len(fields) - 3, 4):
+        source, _, pattern, path = fields[i:i + 4]
+        verdicts[path] = bool(source) and not pattern.startswith("!")
+    return verdicts
+
+
+def crag_verdict(patterns: list[str], path: str) -> bool:
+    """Whether crag ignores ``path``: a folder on the way that is ignored is not entered."""
+    from crag.index.globs import RuleSet, parse_rules
+
+    rules = RuleSet(parse_rules(patterns)[0])
+    parts = path.rstrip("/").split("/")
+    if any(rules.decide("/".join(parts[:i]), True) for i in range(1, len(parts))):
+        return True
+    return bool(rules.decide(path.rstrip("/"), path.endswith("/")))
+
+
+CASES = [
+    (["*.log", "!keep.log"], ["a.log", "keep.log", "x/keep.log", "x/b.log"]),
+    (["/build", "doc/*.txt", "doc/**/*.pdf", "**/foo", "a/**/b", "x/**"],
+     ["build", "y/build", "doc/a.txt", "doc/s/a.txt", "doc/a.pdf", "doc/s/t/a.pdf", "foo", "q/r/foo",
+      "a/b", "a/c/d/b", "x", "x/y", "x/y/z"]),
+    (["dist/", "ab\\ ", "cd  ", "\\#x", "\\!y", "[a-c]z", "[!a]q", "[]]r", "[[:digit:]]d", "*a*a*c", "a?c", "**b",
+      "x**y"],
+     ["dist/", "dist", "ab ", "ab", "cd", "#x", "!y", "bz", "dz", "aq", "bq", "]r", "5d", "aaaac", "abc", "bb",
+      "b", "xzzy"]),
+    (["[z-a]", "[z-ab]x", "foo\\", "[abc", "[[:foo:]]", "!", "[a-]m", "[-a]n", "[\\]]o", "[a-c-e]p"],
+     ["z", "a", "bx", "ax", "foo", "foo\\", "[abc", "-m", "am", "-n", "]o", "dp", "-p", "ep", "bp"]),
+]
+
+
+def random_case(rng: random.Random) -> tuple[list[str], list[str]]:
+    atoms = ["a", "b", "*", "?", "/", "[a-b]", "[!a]", "**", "\\*", "[ab]", "!", "c"]
+    patterns = []
+    while len(patterns) < rng.randint(1, 4):
+        pattern = "".join(rng.choice(atoms) for _ in range(rng.randint(1, 6)))
+        # A line that is only "!" is ignored by git's status but reported by check-ignore.
+        if "a**" not in pattern and "b**" not in pattern and pattern.strip("!"):
+            patterns.append(pattern)
+    paths = sorted({"/".join("".join(rng.choice("abc*") for _ in range(rng.randint(1, 4)))
+                             for _ in range(rng.randint(1, 4))) + rng.choice(["", "/"]) for _ in range(25)})
+    return patterns, paths
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="compares with git")
+def test_ignore_rules_give_gits_verdicts(tmp_path: Path) -> None:
+    rng = random.Random(37)
+    cases = CASES + [random_case(rng) for _ in range(60)]
+    for patterns, paths in cases:
+        git = git_verdicts(tmp_path, patterns, paths)
+        for path in paths:
+            assert crag_verdict(patterns, path) == git[path], (patterns, path)
+
+
+# ---------------------------------------------------------------------------------------
+# Bad lines, odd files
+
+
+def test_a_bad_ignore_line_is_skipped_and_named_once(project: Path) -> None:
+    (project / "docs" / ".gitignore").write_text("!\n[z-a]\nsecret.md\nfoo\\\n[abc\n", encoding="utf-8")
+    code, out, err = cli("index", "docs")
+    assert code == 0 and indexed(out) == {"docs/ok.md"}, err
+    warnings = err.splitlines()
+    assert warnings == [
+        'crag: warning: docs/.gitignore line 1 "!" is skipped: a "!" alone negates no pattern',
+        'crag: warning: docs/.gitignore line 2 "[z-a]": the range z-a is empty, so it matches nothing',
+        'crag: warning: docs/.gitignore line 4 "foo\\" is skipped: it ends in an escaping backslash '
+        '(write \\\\ for a backslash)',
+        'crag: warning: docs/.gitignore line 5 "[abc" is skipped: the "[" at 1 is not closed (write \\[ for a bracket)',
+    ]
+    # ask and search through the same folder: the answer comes, each line is named once.
+    code, out, err = cli("ask", "--json", "--kb", "docs", "What is the vault code?")
+    assert code == 0 and "zebra-plum" not in out and json.loads(out)["question"] == "What is the vault code?"
+    assert err.count("line 1") == 1 and "Traceback" not in err
+    code, out, err = cli("search", "--kb", "docs", "vault code")
+    assert code == 0 and "zebra-plum" not in out and err.count("line 4") == 1
+
+
+def test_an_exclude_that_cannot_match_is_a_usage_error(project: Path) -> None:
+    for pattern in ("!", "[abc", "foo\\", ""):
+        code, out, err = cli("index", "docs", "--exclude", pattern)
+        assert code == 2 and out == "" and len(err.splitlines()) == 1 and err.startswith("crag: error: --exclude"), err
+    assert not (project / ".crag").exists()
+
+
+@pytest.mark.parametrize("content", [
+    b"\xef\xbb\xbfsecret.md\n",  # a byte-order mark, which git drops
+    b"# padding\n" * 120_000 + b"secret.md\n",  # over 1 MiB
+    b"secret.md\r\n",  # Windows line endings
+])
+def test_an_ignore_file_is_never_dropped_for_its_size_or_bom(project: Path, content: bytes) -> None:
+    (project / "docs" / ".gitignore").write_bytes(content)
+    code, out, err = cli("index", "docs")
+    assert code == 0 and indexed(out) == {"docs/ok.md"} and err == ""
+    code, out, _ = cli("search", "vault code zebra")
+    assert "zebra-plum" not in out
+
+
+def test_an_unreadable_ignore_file_is_said(project: Path) -> None:
+    os.symlink(".gitignore", project / "docs" / ".gitignore")  # a loop: it cannot be opened, even by root
+    code, out, err = cli("index", "docs")
+    assert code == 0 and "docs/secret.md" in indexed(out)  # indexed, as it would be by git, and said:
+    assert err.splitlines() == [
+        "crag: warning: docs/.gitignore cannot be read (Too many levels of symbolic links), so the paths it "
+        "leaves out are not left out (they may hold secrets): make it readable, or remove it"
+    ]
+
+
+# ---------------------------------------------------------------------------------------
+# Bounded work
+
+
+def test_no_pattern_makes_matching_exponential(tmp_path: Path) -> None:
+    """``*a*a*a*a*a*a*a*a*a*a*c`` against a name of a's took seconds a match with a
+    backtracking regex (and doubled with every letter); here it is a few steps. The
+    timeout only catches that blow-up."""
+    script = (
+        "from crag.index.ignore import Ignores\n"
+        "import os, sys\n"
+        "root = sys.argv[1]\n"
+        "ig = Ignores(root, ['*a*a*a*a*a*a*a*a*a*a*c', 'x/**/**/**/**/**/**/**/**/**/y'])\n"
+        "for n in range(30, 200):\n"
+        "    assert not ig.ignored(os.path.join(root, 'a' * n), False)\n"
+        "    assert not ig.ignored(os.path.join(root, 'x/' + 'q/' * n + 'z'), False)\n"
+        "print('ok')\n"
+    )
+    run = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True,
+                         timeout=120, cwd=ROOT, check=False)
+    assert run.stdout.strip() == "ok", run.stderr
+
+
+def test_a_large_ignore_file_is_looked_up_not_scanned(monkeypatch: pytest.MonkeyPatch) -> None:
+    from crag.index import globs
+
+    lines = [f"build-{i}.md" for i in range(25_000)] + [f"*.ext{i}" for i in range(25_000)]
+    lines += [f"tmp{i}-*" for i in range(25_000)] + [f"/out/{i}/report.md" for i in range(25_000)]
+    lines += ["!keep*.md", "*.md~"]  # the first is matched one by one
+    rules = globs.RuleSet(globs.parse_rules(lines)[0])
+    tried = []
+    real = globs.Glob.matches
+    monkeypatch.setattr(globs.Glob, "matches", lambda self, text: tried.append(text) or real(self, text))
+    paths = [f"docs/page-{i}.md" for i in range(200)]
+    assert [rules.decide(p, False) for p in paths] == [None] * 200
+    assert rules.decide("a/build-7.md", False) and rules.decide("x.ext99", False)
+    assert rules.decide("tmp5-a.md", False) and rules.decide("out/3/report.md", False)
+    assert rules.decide("keep-build-7.md", False) is False  # the last match takes it back
+    assert rules.decide("build-7.md~", False)
+    assert len(tried) <= 206  # at most one line tried one by one per path
