@@ -299,6 +299,7 @@ class EmbeddedUpdate:
             removed = np.concatenate(self._removed) if self._removed else np.zeros(0, dtype=np.int64)
             self.vectors_kind, n_vectors = write_vectors(self.vectors_path, self.embedder.dim, base, removed, self._spill)
             self._spill.remove()
+            self._base = None  # its memory map and id table go before the database is committed
         else:
             self._spill.remove()
             try:
