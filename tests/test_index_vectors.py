@@ -78,6 +78,14 @@ def test_an_index_past_the_threshold_is_searched_through_its_cells(tmp_path: Pat
         assert vectors.kind(reader._vectors) == "ivf"
         assert reader.search("colour of box 17 shade17", 1)[0].path.endswith("note17.md")
         assert reader.search("shade3", 1, roots=[str(kb / "note3.md")])[0].path.endswith("note3.md")
+        cells = reader._vectors.nlist
+    # A changed note in an update that keeps the cells: its old vector goes, its new one is found.
+    (kb / "note5.md").write_text("# Note 5\n\nThe colour of box 5 is now vermilion.\n", encoding="utf-8")
+    index_roots(cfg, [kb])
+    with open_index(cfg) as reader:
+        assert vectors.kind(reader._vectors) == "ivf" and reader._vectors.nlist == cells
+        assert reader._vectors.ntotal == reader.n_chunks == 40
+        assert reader.search("vermilion box 5", 1)[0].path.endswith("note5.md")
     for n in range(30):
         (kb / f"note{n}.md").unlink()
     index_roots(cfg, [kb])
@@ -110,3 +118,168 @@ def test_frequent_words_are_ranked_within_the_budget(tmp_path: Path, monkeypatch
         # Frequent words only: rows holding all of them, at most the budget of them.
         ranked = reader.lexical_ranking("system records", 10)
         assert 0 < len(ranked) <= 5
+
+
+# -- the vectors of an update are written in bounded memory (crag.index.vectors_write) ---------
+
+
+def _lists(index: object) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Each cell's ids and codes, in the order the index holds them."""
+    import faiss
+
+    out = []
+    for lst in range(index.nlist):
+        size = index.invlists.list_size(lst)
+        ids = faiss.rev_swig_ptr(index.invlists.get_ids(lst), size).copy() if size else np.zeros(0, np.int64)
+        codes = faiss.rev_swig_ptr(index.invlists.get_codes(lst), size * index.code_size).copy() if size else b""
+        out.append((ids, np.asarray(codes, dtype=np.uint8).reshape(size, index.code_size)))
+    return out
+
+
+def _written(tmp_path: Path, base_index: object | None, removed: list[int], x: np.ndarray, ids: np.ndarray) -> tuple[str, object]:
+    import faiss
+
+    from crag.index import vectors_write
+
+    folder = tmp_path / f"gen{len(list(tmp_path.iterdir()))}"
+    folder.mkdir()
+    base = None
+    if base_index is not None:
+        faiss.write_index(base_index, str(folder / "base.faiss"))
+        base = vectors_write.Base(str(folder / "base.faiss"))
+        if base.kind != "ivf" and removed:
+            base.remove(np.asarray(removed, dtype=np.int64))
+    spill = vectors_write.Spill(str(folder), x.shape[1], base.index.quantizer if base and base.kind == "ivf" else None)
+    for at in range(0, len(ids), 97):  # in batches, as an update embeds them
+        spill.add(x[at : at + 97], ids[at : at + 97])
+    kind, n = vectors_write.write_vectors(str(folder / "out.faiss"), x.shape[1], base, np.asarray(removed, np.int64), spill)
+    spill.remove()
+    out = faiss.read_index(str(folder / "out.faiss"))
+    assert n == out.ntotal and vectors.describe(out) == kind
+    return kind, out
+
+
+def test_an_index_written_in_blocks_is_the_one_faiss_builds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from crag.index import vectors_write
+
+    monkeypatch.setattr(vectors, "EXACT_MAX", 400)
+    monkeypatch.setattr(vectors, "_MIN_CELLS", 8)
+    monkeypatch.setattr(vectors, "_BLOCK", 256)
+    monkeypatch.setattr(vectors_write, "BLOCK", 256)
+    x = unit(3000)
+    ids = np.arange(3000, dtype=np.int64) * 3 + 7
+    # From empty: the same cells, and every cell holds the same ids and codes in the same order.
+    expected = vectors.empty(64)
+    expected.add_with_ids(x, ids)
+    expected = vectors.fit(expected)
+    kind, got = _written(tmp_path, None, [], x, ids)
+    assert kind == vectors.describe(expected) and kind.startswith("ivf:")
+    assert np.array_equal(faiss_centroids(got), faiss_centroids(expected))
+    for (gi, gc), (ei, ec) in zip(_lists(got), _lists(expected)):
+        assert np.array_equal(gi, ei) and np.array_equal(gc, ec)
+    assert np.array_equal(got.reconstruct(int(ids[5])), expected.reconstruct(int(ids[5])))
+    q = x[:30]
+    assert np.array_equal(got.search(q, 10)[1], expected.search(q, 10)[1])
+    assert got.nprobe == expected.nprobe
+
+    # An update on it: some removed, some added, the cells kept: the same vectors in each cell.
+    more = unit(400, seed=3)
+    more_ids = np.arange(400, dtype=np.int64) + 100_000
+    removed = [int(i) for i in ids[::7]]
+    expected.remove_ids(np.asarray(removed, dtype=np.int64))
+    expected.add_with_ids(more, more_ids)
+    assert vectors.fit(expected) is expected
+    kind2, got2 = _written(tmp_path, got, removed, more, more_ids)
+    assert kind2 == kind and got2.ntotal == expected.ntotal
+    for (gi, gc), (ei, ec) in zip(_lists(got2), _lists(expected)):
+        assert sorted(gi.tolist()) == sorted(ei.tolist())
+        assert np.array_equal(gc[np.argsort(gi)], ec[np.argsort(ei)])
+    assert np.array_equal(got2.reconstruct(100_017), expected.reconstruct(100_017))
+    with pytest.raises(RuntimeError):
+        got2.reconstruct(int(ids[7]))  # removed
+
+    # Most of it removed: exact again, in the order FAISS keeps.
+    keep = ids[:150]
+    _, small = _written(tmp_path, got2, [int(i) for i in ids[150:]] + more_ids.tolist(), np.zeros((0, 64), np.float32), np.zeros(0, np.int64))
+    assert vectors.kind(small) == "exact" and small.ntotal == 150 - len(range(0, 150, 7))
+    assert set(__import__("faiss").vector_to_array(small.id_map).tolist()) == set(keep.tolist()) - set(removed)
+
+
+def test_an_exact_index_updated_in_blocks_is_the_one_faiss_builds(tmp_path: Path) -> None:
+    import faiss
+
+    x = unit(300)
+    ids = np.arange(300, dtype=np.int64) + 1
+    base = vectors.empty(64)
+    base.add_with_ids(x[:200], ids[:200])
+    expected = faiss.clone_index(base)
+    expected.remove_ids(ids[10:20])
+    expected.add_with_ids(x[200:], ids[200:])
+    kind, got = _written(tmp_path, base, ids[10:20].tolist(), x[200:], ids[200:])
+    assert kind == "exact"
+    assert np.array_equal(faiss.vector_to_array(got.id_map), faiss.vector_to_array(expected.id_map))
+    assert np.array_equal(got.search(x[:20], 10)[1], expected.search(x[:20], 10)[1])
+
+
+def test_a_grown_index_written_in_blocks_gets_new_cells(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(vectors, "EXACT_MAX", 100)
+    monkeypatch.setattr(vectors, "_MIN_CELLS", 4)
+    _, small = _written(tmp_path, None, [], unit(200), np.arange(200, dtype=np.int64))
+    x = unit(20000, seed=1)
+    _, grown = _written(tmp_path, small, [3, 4], x, np.arange(200, 20200, dtype=np.int64))
+    assert grown.nlist >= vectors.RETRAIN_GROWTH * small.nlist and grown.ntotal == 20198
+    assert np.array_equal(grown.reconstruct(5000), vectors.quantize(x[4800:4801])[0])
+    found = grown.search(x[:50], 1, params=vectors.search_params(grown))[1][:, 0]
+    assert np.mean(found == np.arange(200, 250)) > 0.9
+
+
+def faiss_centroids(index: object) -> np.ndarray:
+    import faiss
+
+    return faiss.rev_swig_ptr(faiss.downcast_index(index.quantizer).get_xb(), index.nlist * index.d).copy()
+
+
+_PEAK_CHILD = r"""
+import random, resource, sys
+from pathlib import Path
+from crag.index import build, vectors
+from crag.index.embedders import HashEmbedder
+try:
+    from crag.index import vectors_write
+    vectors_write.BLOCK = 256
+except ImportError:
+    pass
+vectors.EXACT_MAX, vectors._MIN_CELLS, vectors._MAX_CELLS, vectors._BLOCK = 200, 16, 16, 256
+kb, files = Path(sys.argv[1]), int(sys.argv[2])
+words = [f"w{i}" for i in range(300)]
+rng = random.Random(0)
+for f in range(files):
+    sections = ["## Part %d\n\n%s\n" % (s, " ".join(rng.choices(words, k=40))) for s in range(20)]
+    (kb / f"doc{f}.md").write_text("# Doc %d\n\n" % f + "\n".join(sections), encoding="utf-8")
+report = build.update_index(str(kb / ".index"), [kb], HashEmbedder(8192), max_tokens=64, min_tokens=16)
+print(report.chunks_total, vectors.kind_for(report.chunks_total), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+
+def _indexing_peak(tmp_path: Path, files: int) -> tuple[int, int]:
+    """(chunks, peak RSS in KiB) of a child process indexing ``files`` files of 20 chunks."""
+    import subprocess
+    import sys
+
+    kb = tmp_path / f"kb{files}"
+    kb.mkdir()
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", _PEAK_CHILD, str(kb), str(files)], cwd=root, capture_output=True,
+                         text=True, timeout=600, check=True).stdout.split()
+    assert out[1] == "ivf"
+    return int(out[0]), int(out[2])
+
+
+def test_indexing_memory_does_not_grow_with_the_knowledge_base(tmp_path: Path) -> None:
+    """Four times the chunks (each an 8 KB code, 32 KB as floats) and the indexer's peak stays
+    where it was: the vectors go to disk as they are embedded and come back a block at a time.
+    (Holding them would take at least 3,000 * 8 KB = 24 MB more; the bound is a third of that.)"""
+    small_chunks, small = _indexing_peak(tmp_path, 50)
+    large_chunks, large = _indexing_peak(tmp_path, 200)
+    assert large_chunks >= 4 * small_chunks - 10
+    assert large - small < 8 * 1024, f"peak RSS {small} KiB for {small_chunks} chunks, {large} KiB for {large_chunks}"

@@ -24,8 +24,9 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 from ..errors import IndexStoreError
-from . import integrity, layout, vectors
+from . import integrity, layout
 from .documents import embed_text, title_words
+from .vectors_write import Base, Spill, write_vectors
 
 if TYPE_CHECKING:
     from ..ports import DocumentVersion, Embedder
@@ -42,8 +43,6 @@ _MIN_ROWS_PER_JOB = 128
 _BYTES_PER_JOB = 8 << 20
 _ROWS_PER_INSERT = 128
 _MAX_QUEUED_JOBS = 4
-# Embedded vectors are added to FAISS in blocks of up to this many bytes.
-_ADD_BYTES = 16 << 20
 _INSERTS = {
     "files": "INSERT INTO files (id, path, root, size, mtime_ns, sha256, chunks)",
     "files_fts": "INSERT INTO files_fts (rowid, title, body)",
@@ -94,7 +93,6 @@ class EmbeddedUpdate:
             self.conn = sqlite3.connect(self.db_path, isolation_level=None, check_same_thread=False)
             self._pragmas()
             self.base_vectors_path: str | None = base.vectors_path
-            self._index: Any = None
             self.next_id = int(base.meta.get("next_chunk_id", "1"))
             self.vectors_kind = base.meta.get("vectors", "exact")
             self.next_file_id = int(self.conn.execute("SELECT coalesce(max(id), 0) + 1 FROM files").fetchone()[0])
@@ -103,7 +101,6 @@ class EmbeddedUpdate:
             self._pragmas()
             self.conn.executescript(layout.SCHEMA)
             self.base_vectors_path = None
-            self._index = vectors.empty(embedder.dim)
             self.vectors_changed = True
             self.vectors_kind = "exact"
             self.next_id = 1
@@ -116,8 +113,12 @@ class EmbeddedUpdate:
         # Enough texts per embed call to keep a remote embedder's parallel requests busy.
         self._batch = max(_EMBED_BATCH, getattr(embedder, "batch_size", 0) * getattr(embedder, "max_parallel", 1))
         self.embedded = 0
-        self._staged: list[tuple[Any, Any]] = []  # (vectors, ids) embedded, not yet in FAISS
-        self._staged_bytes = 0
+        # New vectors go to disk as they are embedded; removed chunk ids are kept until commit.
+        self._base: Base | None = None
+        self._removed: list[Any] = []
+        # Over a published ivf index, each new vector's cell is found as it is embedded.
+        cells = self._vectors().index.quantizer if self.vectors_kind.startswith("ivf") else None
+        self._spill = Spill(self.gen_dir, embedder.dim, cells)
         self._rows: dict[str, list[tuple[Any, ...]]] = {name: [] for name in _INSERTS}
         self._queued_bytes = 0
         self._jobs: deque[Future[Any]] = deque()
@@ -131,12 +132,11 @@ class EmbeddedUpdate:
         self.conn.execute("PRAGMA journal_mode=OFF")
         self.conn.execute("PRAGMA synchronous=OFF")
 
-    def _vectors(self) -> Any:
-        if self._index is None:
-            import faiss
-
-            self._index = faiss.read_index(self.base_vectors_path)
-        return self._index
+    def _vectors(self) -> Base:
+        """The published vectors (read when first needed: an update that adds only does not)."""
+        if self._base is None:
+            self._base = Base(self.base_vectors_path)
+        return self._base
 
     # -- the database thread -----------------------------------------------------------
 
@@ -209,7 +209,10 @@ class EmbeddedUpdate:
 
         ids = self._submit(remove).result()
         if ids:
-            self._vectors().remove_ids(np.asarray(ids, dtype=np.int64))
+            gone = np.asarray(ids, dtype=np.int64)
+            if self.base_vectors_path is not None and self._vectors().kind != "ivf":
+                self._vectors().remove(gone)
+            self._removed.append(gone)
             self.vectors_changed = True
 
     def touch_file(self, path: str, size: int, mtime_ns: int) -> None:
@@ -263,26 +266,10 @@ class EmbeddedUpdate:
                     f"expected ({len(part)}, {self.embedder.dim})",
                     self.index_dir,
                 )
-            # Vectors go into FAISS in large blocks: each add grows (copies) its storage.
-            self._staged.append((np.asarray(vectors, dtype=np.float32), np.asarray(ids[at : at + step], dtype=np.int64)))
-            self._staged_bytes += vectors.nbytes
+            # Coded and written to disk now: the update holds no more than a batch of vectors.
+            self._spill.add(vectors, np.asarray(ids[at : at + step], dtype=np.int64))
             self.embedded += len(part)
         self.vectors_changed = True
-        if self._staged_bytes >= _ADD_BYTES:
-            self._add_staged()
-
-    def _add_staged(self) -> None:
-        import numpy as np
-
-        if not self._staged:
-            return
-        if len(self._staged) == 1:
-            vectors, ids = self._staged[0]
-        else:
-            vectors = np.concatenate([v for v, _ in self._staged])
-            ids = np.concatenate([i for _, i in self._staged])
-        self._staged, self._staged_bytes = [], 0
-        self._vectors().add_with_ids(np.ascontiguousarray(vectors), ids)
 
     def set_roots(self, roots: Iterable[str]) -> None:
         """Replace the recorded roots."""
@@ -297,24 +284,28 @@ class EmbeddedUpdate:
 
     def commit(self) -> int:
         """Write the vectors and the metadata, fsync both, publish. Returns the chunk count."""
-        import faiss
+        import numpy as np
 
         self.flush()
         self._send_rows()
-        self._add_staged()
         # The vectors are written while the database thread finishes its inserts; both files
         # are fsynced before CURRENT names the generation. The index's kind follows the
-        # knowledge base's new size (crag.index.vectors), rebuilt here when it no longer suits.
+        # knowledge base's new size (crag.index.vectors), rebuilt here when it no longer suits;
+        # it is written from the published index and the spilled codes a block at a time
+        # (crag.index.vectors_write).
+        n_vectors = None
         if self.vectors_changed:
-            self._index = vectors.fit(self._vectors())
-            self.vectors_kind = vectors.describe(self._index)
-            faiss.write_index(self._index, self.vectors_path)
+            base = self._vectors() if self.base_vectors_path is not None else None
+            removed = np.concatenate(self._removed) if self._removed else np.zeros(0, dtype=np.int64)
+            self.vectors_kind, n_vectors = write_vectors(self.vectors_path, self.embedder.dim, base, removed, self._spill)
+            self._spill.remove()
+            self._base = None  # its memory map and id table go before the database is committed
         else:
+            self._spill.remove()
             try:
                 os.link(self.base_vectors_path, self.vectors_path)
             except OSError:
                 shutil.copyfile(self.base_vectors_path, self.vectors_path)
-        n_vectors = self._vectors().ntotal if self.vectors_changed else None
         vectors_bytes = os.path.getsize(self.vectors_path)
 
         def finish() -> int:
@@ -361,6 +352,9 @@ class EmbeddedUpdate:
                 fut.cancel()
             self._jobs.clear()
             self._db.shutdown(wait=True)
+        spill = getattr(self, "_spill", None)
+        if spill is not None:
+            spill.finish()
         if self.conn is not None:
             try:
                 self.conn.close()

@@ -172,7 +172,8 @@ def _sample(index: Any, n: int) -> Any:
 
     total = index.ntotal
     step = max(1, total // max(1, n))
-    parts = [vectors[::step] for _, vectors in _contents(index)] if step > 1 else [v for _, v in _contents(index)]
+    # Copies: a view would keep its whole decoded block alive, every block of the index.
+    parts = [vectors[::step].copy() for _, vectors in _contents(index)] if step > 1 else [v for _, v in _contents(index)]
     sample = np.concatenate(parts) if parts else np.zeros((0, index.d), dtype=np.float32)
     return np.ascontiguousarray(sample[:n] if sample.shape[0] > n else sample)
 
