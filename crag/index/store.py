@@ -240,7 +240,11 @@ class IndexReader:
             clause, params = self._root_clause(roots)
             window = ""
             if rowids is not None:
-                window, params = f" AND {table}.rowid IN ({','.join('?' * len(rowids))})", [*rowids, *params]
+                # ``+rowid``: a plain ``rowid IN`` makes SQLite run the FTS5 query once per id, and
+                # FTS5 reads every term's row count (its IDF) again each time (35 ms instead of
+                # 1 for 100 files); the range lets FTS5 skip the rows outside it.
+                window = f" AND {table}.rowid BETWEEN ? AND ? AND +{table}.rowid IN ({','.join('?' * len(rowids))})"
+                params = [min(rowids), max(rowids), *rowids, *params]
             elif chosen.mode == lexical.ALL and (clause or self._df(table, match, budget + 1) > budget):
                 # Frequent words only: when more rows (of the roots) hold them all than the budget,
                 # the first ones indexed (the count of the whole index is cached).
@@ -251,12 +255,22 @@ class IndexReader:
                 )
                 if last:
                     window, params = f" AND {table}.rowid <= ?", [int(last[0][0]), *params]
+            matches = [match]
+            if chosen.scored_only:
+                # The rows of the selecting terms, scored by every term: those holding a frequent
+                # term too, and those holding none (where the frequent terms score 0). FTS5 scores
+                # each phrase of an expression once, and reads each frequent term's row count
+                # (its IDF) but ranks none of its rows beyond these.
+                others = fts_match(chosen.scored_only, lexical.ANY)
+                matches = [f"({match}) AND ({others})", f"({match}) NOT ({others})"]
             marks = ", ".join("?" * len(weights))
             sql = (
                 f"SELECT {table}.rowid, bm25({table}, {marks}) AS s FROM {table}{join if clause else ''} "
-                f"WHERE {table} MATCH ?{window}{clause} ORDER BY s LIMIT ?"
+                f"WHERE {table} MATCH ?{window}{clause} ORDER BY s, {table}.rowid LIMIT ?"
             )
-            rows = self._query(sql, [*weights, match, *params, k])
+            rows = sorted(
+                (r for m in matches for r in self._query(sql, [*weights, m, *params, k])), key=lambda r: (r[1], r[0])
+            )[:k]
         except sqlite3.OperationalError:
             return []  # fts_match cannot produce a syntax error; never let one reach the user
         return [(int(i), float(s)) for i, s in rows]
