@@ -38,7 +38,7 @@ from collections.abc import Sequence
 
 from attrs import frozen
 
-__all__ = ["ALL", "ANY", "CHUNK_BUDGET", "FILE_BUDGET", "LexicalPlan", "plan"]
+__all__ = ["ALL", "ANY", "CHUNK_BUDGET", "FILE_BUDGET", "RESCORED", "LexicalPlan", "plan"]
 
 ANY = "any"
 ALL = "all"
@@ -46,6 +46,9 @@ ALL = "all"
 # in SQLite's FTS5 on this machine).
 CHUNK_BUDGET = 10_000
 FILE_BUDGET = 2_000
+# PostgreSQL: the rows of the selecting terms that the frequent terms score (the best by the
+# selecting terms); each costs an index lookup a frequent term.
+RESCORED = 1_000
 
 
 @frozen

@@ -226,8 +226,8 @@ class IndexReader:
         rowids: Sequence[int] | None = None,
     ) -> list[tuple[int, float]]:
         """(rowid, bm25) of the best ``k`` rows of an FTS5 ``table`` (of ``rowids`` only, when
-        given) for the terms ``crag.index.lexical.plan`` picks; ``join`` reaches ``files f`` and
-        is used only when ``roots`` restricts the search."""
+        given): the rows the terms ``crag.index.lexical.plan`` selects, scored by BM25 over every
+        term; ``join`` reaches ``files f`` and is used only when ``roots`` restricts the search."""
         terms = query_terms(query)
         if not terms or k <= 0 or (rowids is not None and not rowids):
             return []
