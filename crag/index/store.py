@@ -255,22 +255,23 @@ class IndexReader:
                 )
                 if last:
                     window, params = f" AND {table}.rowid <= ?", [int(last[0][0]), *params]
-            matches = [match]
-            if chosen.scored_only:
-                # The rows of the selecting terms, scored by every term: those holding a frequent
-                # term too, and those holding none (where the frequent terms score 0). FTS5 scores
-                # each phrase of an expression once, and reads each frequent term's row count
-                # (its IDF) but ranks none of its rows beyond these.
-                others = fts_match(chosen.scored_only, lexical.ANY)
-                matches = [f"({match}) AND ({others})", f"({match}) NOT ({others})"]
             marks = ", ".join("?" * len(weights))
             sql = (
                 f"SELECT {table}.rowid, bm25({table}, {marks}) AS s FROM {table}{join if clause else ''} "
                 f"WHERE {table} MATCH ?{window}{clause} ORDER BY s, {table}.rowid LIMIT ?"
             )
-            rows = sorted(
-                (r for m in matches for r in self._query(sql, [*weights, m, *params, k])), key=lambda r: (r[1], r[0])
-            )[:k]
+            rows = self._query(sql, [*weights, match, *params, k])
+            if chosen.scored_only:
+                # The selected rows holding a frequent term too, scored by every term (FTS5 scores each
+                # phrase of an expression once, and reads each frequent term's row count, its IDF, but
+                # ranks none of its other rows). A row that holds none scores as it does by the selecting
+                # terms alone; one that holds some but is not among these ``k`` scores below all of them
+                # by every term, and lower still by the selecting ones, so it cannot stay in the best ``k``.
+                others = fts_match(chosen.scored_only, lexical.ANY)
+                full = self._query(sql, [*weights, f"({match}) AND ({others})", *params, k])
+                best = dict(rows)
+                best.update(full)
+                rows = sorted(best.items(), key=lambda r: (r[1], r[0]))[:k]
         except sqlite3.OperationalError:
             return []  # fts_match cannot produce a syntax error; never let one reach the user
         return [(int(i), float(s)) for i, s in rows]
