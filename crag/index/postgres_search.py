@@ -16,11 +16,11 @@ index-only scan of (lexeme, id) and every one of them is scored, as FTS5 scores 
 it matches. The words the plan leaves to score only (``scored_only``: too frequent to select
 rows) add their BM25 to the ``lexical.RESCORED`` best of those rows, read by an index lookup
 of (lexeme, id) for each (the embedded store adds them to every selected row: the two agree
-whenever fewer rows than that hold a selecting word). For a query of frequent words only (``lexical.ALL``) the rows holding every word
-are found by merge-joining each word's first ``budget`` rows in id order: the embedded
-store's rows up to the id where the first word reaches its budget (all of them, unless a
-word is cut short). A lexeme's frequency weighs its title, heading and text positions with the
-weights of ``SearchWeights``; the row's
+whenever fewer rows than that hold a selecting word). For a query of frequent words only
+(``lexical.ALL``) the rows holding every word are found by merge-joining each word's first
+``budget`` rows in id order: the embedded store's rows up to the id where the first word
+reaches its budget (all of them, unless a word is cut short). A lexeme's frequency weighs
+its title, heading and text positions with the weights of ``SearchWeights``; the row's
 length is its word count (``dl``) against the average recorded at the last update. A
 search runs in one REPEATABLE READ read-only transaction, so everything it fuses comes
 from one committed state. This module reads ``crag.index.postgres_schema``; the store
