@@ -356,7 +356,7 @@ class SearchWeights:
     Defaults measured by ``benchmarks/retrieval.py``; ``crag.index.fusion`` applies them.
     """
 
-    vector: float = 0.6
+    vector: float = 0.2
     lexical: float = 1.0
     file: float = 0.6
     same_file: float = 0.8

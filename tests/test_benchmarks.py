@@ -263,6 +263,31 @@ def test_retrieval_scoring_paragraphs_and_the_previous_fusion(tmp_path):
     assert retrieval.rrf_before(r) == [1, 2, 3]  # 2/61 for chunk 1; 1/61 + 1/62 for 2 and 3 (tie: smaller id)
 
 
+def test_retrieval_tunes_the_fusion_on_one_half_of_the_articles_and_reports_the_other():
+    """Held-out tuning: questions split by article, the setting chosen on the tuning half alone."""
+    from benchmarks import retrieval
+
+    q = [retrieval.Question(f"q{i}", f"/kb/{a}.txt", None, "s") for i, a in enumerate("abcdabcd")]
+    tune, test = retrieval.split_by_article(q)
+    assert tune == [0, 2, 4, 6] and test == [1, 3, 5, 7]  # articles a and c tune, b and d are held out
+    assert {q[i].gold for i in tune}.isdisjoint({q[i].gold for i in test})
+
+    miss = [("/kb/NONE", 1, 1)]
+    def hits_of(setting):
+        # vector 0.4 finds every tuning question's article and none held out; the default the reverse
+        if setting["vector"] == 0.4 and setting["file"] == 0.0 and setting["same_file"] == 0.6:
+            return [[(x.gold, 1, 1)] if i in tune else miss for i, x in enumerate(q)]
+        return [[(x.gold, 1, 1)] if i in test else miss for i, x in enumerate(q)]
+
+    default = {"vector": 0.6, "file": 0.6, "same_file": 0.8}
+    r = retrieval.held_out(q, hits_of, [miss] * len(q), default)
+    rows = {row["retrieval"]: row for row in r["rows"]}
+    assert rows["best on the tuning half"]["setting"] == {"vector": 0.4, "file": 0.0, "same_file": 0.6}
+    assert rows["best on the tuning half"]["held_out"]["file"]["mrr@5"] == 0.0
+    assert rows["crag default"]["held_out"]["file"]["mrr@5"] == 1.0
+    assert r["held_out_questions"] == 4 and r["settings_tried"] == len(retrieval.fusion_grid())
+
+
 def test_grading_cost_with_a_real_server_sends_crags_requests_and_resumes_from_its_record(tmp_path, judged_pairs):
     from .openai_server import FakeOpenAIServer, Text
 

@@ -283,3 +283,32 @@ def test_indexing_memory_does_not_grow_with_the_knowledge_base(tmp_path: Path) -
     large_chunks, large = _indexing_peak(tmp_path, 200)
     assert large_chunks >= 4 * small_chunks - 10
     assert large - small < 8 * 1024, f"peak RSS {small} KiB for {small_chunks} chunks, {large} KiB for {large_chunks}"
+
+def test_frequent_words_still_score_the_rows_a_rare_word_selects(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Above the budget a frequent word selects no rows of its own, but it is not dropped: the
+    rows the rare word selects are ranked by BM25 over every word, with the same scores as
+    an unbounded ranking gives them, in chunk and file rankings alike."""
+    kb = tmp_path / "kb"
+    kb.mkdir()
+    for n in range(30):
+        text = "The system stores records." if n % 4 == 1 else "The system stores data."
+        if n == 5:
+            text = "A zebra."  # the shortest row holding the rare word: first by the rare word alone
+        if n == 7:
+            text = "The zebra stores many records."
+        (kb / f"doc{n:02d}.md").write_text(f"# Doc {n}\n\n{text}\n", encoding="utf-8")
+    cfg = Settings(index_dir=str(tmp_path / "index"))
+    index_roots(cfg, [kb])
+    with open_index(cfg) as reader:
+        unbounded = reader.lexical_ranking("zebra records", 10)
+        files = sorted(reader.chunk_files([c for c, _ in unbounded]).values())
+        unbounded_files = reader.file_ranking("zebra records", 10, files=files)
+    monkeypatch.setattr(lexical, "CHUNK_BUDGET", 5)
+    monkeypatch.setattr(lexical, "FILE_BUDGET", 5)
+    with open_index(cfg) as reader:
+        ranked = reader.lexical_ranking("zebra records", 10)
+        assert [reader.chunk_rows([c])[c].path for c, _ in ranked] == [str(kb / "doc07.md"), str(kb / "doc05.md")]
+        assert ranked == [p for p in unbounded if p[0] in dict(ranked)]
+        zebra_files = sorted(reader.chunk_files([c for c, _ in ranked]).values())
+        assert reader.file_ranking("zebra records", 10, files=files) == [p for p in unbounded_files if p[0] in zebra_files]
+        assert reader.file_ranking("zebra records", 10, files=files)[0][0] == reader.chunk_files([ranked[0][0]])[ranked[0][0]]

@@ -624,6 +624,38 @@ def test_a_query_of_frequent_words_only_ranks_the_rows_holding_every_word(
                     assert all(p.startswith(roots[0] + os.sep) for p in paths_found)
 
 
+def test_frequent_words_still_score_the_rows_a_rare_word_selects(
+    pg_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Above the budget a frequent word selects no rows of its own but still scores the rows the
+    rare word selects, in chunk and file rankings, as in the embedded store."""
+    from crag.index import lexical
+
+    kb = tmp_path / "kb"
+    for n in range(30):
+        text = "The system stores records." if n % 4 == 1 else "The system stores data."
+        if n == 5:
+            text = "A zebra."  # the shortest row holding the rare word: first by the rare word alone
+        if n == 7:
+            text = "The zebra stores many records."
+        write(kb / f"doc{n:02d}.md", f"# Doc {n}\n\n{text}\n")
+    pg, embedded = Settings(store=pg_uri), Settings(index_dir=str(tmp_path / "index"))
+    index_roots(pg, [kb])
+    index_roots(embedded, [kb])
+    monkeypatch.setattr(lexical, "CHUNK_BUDGET", 5)
+    monkeypatch.setattr(lexical, "FILE_BUDGET", 5)
+    with open_index(pg) as got, open_index(embedded) as want:
+        for reader in (got, want):
+            ranked = reader.lexical_ranking("zebra records", 10)
+            assert [reader.chunk_rows([c])[c].path for c, _ in ranked] == [str(kb / "doc07.md"), str(kb / "doc05.md")]
+            files = sorted(reader.chunk_files([c for c, _ in ranked]).values())
+            by_file = reader.file_ranking("zebra records", 10, files=files)
+            assert [reader.chunk_rows([c])[c].path for c, _ in ranked] == [
+                next(reader.chunk_rows([c])[c].path for c, f in reader.chunk_files([c for c, _ in ranked]).items() if f == fid)
+                for fid, _ in by_file
+            ]
+
+
 def test_connections_of_a_thread_that_ended_are_closed(pg_uri: str, tmp_path: Path) -> None:
     """``crag mcp`` runs each call in a worker thread, and worker threads come and go: the
     connections a thread opened (to search, to check the published version) close when it ends,

@@ -12,10 +12,13 @@ the ranking (its weight, the IDF, is the smallest).
 to ``budget + 1``, so counting is bounded too):
 
 * terms are taken rarest first while the rows they match add up to at most ``budget``:
-  the ranking is BM25 over those terms (``ANY``). Below ``budget`` rows per term total,
-  which covers every query on a knowledge base of up to ``budget`` chunks, this is
-  exactly the BM25 of every term; above, the frequent terms are left to the vector
-  ranking, as stop words are;
+  those terms select the rows ranked (``ANY``: every row holding any of them), and every
+  term of the query scores them (the others are ``scored_only``). The ranking is the
+  BM25 of every term, exactly, over the rows holding at least one selecting term; a row
+  holding only frequent terms is not ranked (the MaxScore bound of information retrieval:
+  frequent terms weigh little, so such a row rarely outranks one holding a rare term).
+  Below ``budget`` rows per term total, which covers every query on a knowledge base of
+  up to ``budget`` chunks, every term selects and this is BM25 over every row;
 * when even the rarest term matches more than ``budget`` rows (a query of frequent words
   only), the ranking is BM25 over the rows holding every term (``ALL``); the store counts
   those too, and when they are still more than ``budget`` it scores the ``budget`` of them
@@ -35,7 +38,7 @@ from collections.abc import Sequence
 
 from attrs import frozen
 
-__all__ = ["ALL", "ANY", "CHUNK_BUDGET", "FILE_BUDGET", "LexicalPlan", "plan"]
+__all__ = ["ALL", "ANY", "CHUNK_BUDGET", "FILE_BUDGET", "RESCORED", "LexicalPlan", "plan"]
 
 ANY = "any"
 ALL = "all"
@@ -43,16 +46,19 @@ ALL = "all"
 # in SQLite's FTS5 on this machine).
 CHUNK_BUDGET = 10_000
 FILE_BUDGET = 2_000
+# PostgreSQL: the rows of the selecting terms that the frequent terms score (the best by the
+# selecting terms); each costs an index lookup a frequent term.
+RESCORED = 1_000
 
 
 @frozen
 class LexicalPlan:
-    """The terms a ranking matches (``ANY``: rows holding any; ``ALL``: rows holding every one),
-    and the terms left out."""
+    """The terms that select the rows a ranking scores (``ANY``: rows holding any; ``ALL``: rows
+    holding every one), and the terms that only score them."""
 
     terms: tuple[str, ...]
     mode: str = ANY
-    dropped: tuple[str, ...] = ()
+    scored_only: tuple[str, ...] = ()
 
 
 def plan(dfs: Sequence[tuple[str, int]], budget: int) -> LexicalPlan:

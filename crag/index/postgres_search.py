@@ -13,11 +13,14 @@ lexeme's positions in its title, heading and text), never from a ``tsvector``: t
 words (``documents.query_terms``) as PostgreSQL lexemes, each with its document frequency
 read from ``terms`` / ``file_terms``; the rows of the words the plan keeps are read by an
 index-only scan of (lexeme, id) and every one of them is scored, as FTS5 scores every row
-it matches. For a query of frequent words only (``lexical.ALL``) the rows holding every word
-are found by merge-joining each word's first ``budget`` rows in id order: the embedded
-store's rows up to the id where the first word reaches its budget (all of them, unless a
-word is cut short). A lexeme's frequency weighs its title, heading and text positions with the
-weights of ``SearchWeights``; the row's
+it matches. The words the plan leaves to score only (``scored_only``: too frequent to select
+rows) add their BM25 to the ``lexical.RESCORED`` best of those rows, read by an index lookup
+of (lexeme, id) for each (the embedded store adds them to every selected row: the two agree
+whenever fewer rows than that hold a selecting word). For a query of frequent words only
+(``lexical.ALL``) the rows holding every word are found by merge-joining each word's first
+``budget`` rows in id order: the embedded store's rows up to the id where the first word
+reaches its budget (all of them, unless a word is cut short). A lexeme's frequency weighs
+its title, heading and text positions with the weights of ``SearchWeights``; the row's
 length is its word count (``dl``) against the average recorded at the last update. A
 search runs in one REPEATABLE READ read-only transaction, so everything it fuses comes
 from one committed state. This module reads ``crag.index.postgres_schema``; the store
@@ -273,6 +276,9 @@ class PostgresRetriever:
             if chosen.mode == lexical.ALL:
                 rows = self._holding_every_term(
                     key, source, clause, params, chosen.terms, df, idfs, tf_params, avgdl, budget, k)
+            elif chosen.scored_only:
+                rows = self._rescored(key, postings, source, clause, params, chosen, df, total, idfs, tf_params,
+                                      avgdl, budget, k)
             else:
                 # Each word's rows (at most the budget in all, by the plan) by an index-only scan.
                 rows = self._query(
@@ -284,6 +290,34 @@ class PostgresRetriever:
                     [list(chosen.terms), idfs, _K1 + 1, _K1, _B, _B, avgdl, *tf_params, *params, budget, k],
                 )
         return [(int(i), float(s)) for i, s in rows]
+
+    def _rescored(
+        self, key: str, postings: str, source: str, clause: str, params: list[Any], chosen: lexical.LexicalPlan,
+        df: dict[str, int], total: int, idfs: list[float], tf_params: list[float], avgdl: float, budget: int, k: int,
+    ) -> list[tuple[Any, ...]]:
+        """BM25 of every term over the rows the selecting terms hold (``chosen.scored_only``: the
+        frequent terms): the ``lexical.RESCORED`` best of those rows by the selecting terms, each
+        with what the frequent terms add (their postings of those rows, by index lookups)."""
+        others = list(chosen.scored_only)
+        other_idfs = [math.log(1.0 + (total - df[t] + 0.5) / (df[t] + 0.5)) for t in others]
+        bm25 = "sum(%s * x.f * %s / (x.f + %s * (1 - %s + %s * x.dl / %s)))"
+        bm25_params = [_K1 + 1, _K1, _B, _B, avgdl]
+        f = "(%s * p.a + %s * p.b + %s * p.d)::float8 AS f"
+        return self._query(
+            "WITH q AS (SELECT * FROM unnest(%s::text[], %s::float8[]) AS q(lexeme, idf)), "
+            f"partial AS (SELECT x.{key} AS id, {bm25.replace('%s', 'x.idf', 1)} AS s "
+            f"FROM q CROSS JOIN LATERAL (SELECT q.idf, p.{key}, p.dl, {f} "
+            f"FROM {source} WHERE p.lexeme = q.lexeme{clause} LIMIT %s) AS x "
+            f"GROUP BY x.{key} ORDER BY s DESC, x.{key} LIMIT %s), "
+            "o AS (SELECT * FROM unnest(%s::text[], %s::float8[]) AS o(lexeme, idf)), "
+            f"more AS (SELECT x.{key} AS id, {bm25.replace('%s', 'x.idf', 1)} AS s "
+            f"FROM o CROSS JOIN LATERAL (SELECT o.idf, p.{key}, p.dl, {f} FROM {SCHEMA}.{postings} p "
+            f"WHERE p.lexeme = o.lexeme AND p.{key} = ANY(ARRAY(SELECT id FROM partial))) AS x GROUP BY x.{key}) "
+            "SELECT partial.id, partial.s + coalesce(more.s, 0) AS s FROM partial LEFT JOIN more USING (id) "
+            "ORDER BY s DESC, partial.id LIMIT %s",
+            [list(chosen.terms), idfs, *bm25_params, *tf_params, *params, budget, lexical.RESCORED,
+             others, other_idfs, *bm25_params, *tf_params, k],
+        )
 
     def _holding_every_term(
         self, key: str, source: str, clause: str, params: list[Any], terms: Sequence[str], df: dict[str, int],

@@ -226,8 +226,8 @@ class IndexReader:
         rowids: Sequence[int] | None = None,
     ) -> list[tuple[int, float]]:
         """(rowid, bm25) of the best ``k`` rows of an FTS5 ``table`` (of ``rowids`` only, when
-        given) for the terms ``crag.index.lexical.plan`` picks; ``join`` reaches ``files f`` and
-        is used only when ``roots`` restricts the search."""
+        given): the rows the terms ``crag.index.lexical.plan`` selects, scored by BM25 over every
+        term; ``join`` reaches ``files f`` and is used only when ``roots`` restricts the search."""
         terms = query_terms(query)
         if not terms or k <= 0 or (rowids is not None and not rowids):
             return []
@@ -240,7 +240,11 @@ class IndexReader:
             clause, params = self._root_clause(roots)
             window = ""
             if rowids is not None:
-                window, params = f" AND {table}.rowid IN ({','.join('?' * len(rowids))})", [*rowids, *params]
+                # ``+rowid``: a plain ``rowid IN`` makes SQLite run the FTS5 query once per id, and
+                # FTS5 reads every term's row count (its IDF) again each time (35 ms instead of
+                # 1 for 100 files); the range lets FTS5 skip the rows outside it.
+                window = f" AND {table}.rowid BETWEEN ? AND ? AND +{table}.rowid IN ({','.join('?' * len(rowids))})"
+                params = [min(rowids), max(rowids), *rowids, *params]
             elif chosen.mode == lexical.ALL and (clause or self._df(table, match, budget + 1) > budget):
                 # Frequent words only: when more rows (of the roots) hold them all than the budget,
                 # the first ones indexed (the count of the whole index is cached).
@@ -254,9 +258,20 @@ class IndexReader:
             marks = ", ".join("?" * len(weights))
             sql = (
                 f"SELECT {table}.rowid, bm25({table}, {marks}) AS s FROM {table}{join if clause else ''} "
-                f"WHERE {table} MATCH ?{window}{clause} ORDER BY s LIMIT ?"
+                f"WHERE {table} MATCH ?{window}{clause} ORDER BY s, {table}.rowid LIMIT ?"
             )
             rows = self._query(sql, [*weights, match, *params, k])
+            if chosen.scored_only:
+                # The selected rows holding a frequent term too, scored by every term (FTS5 scores each
+                # phrase of an expression once, and reads each frequent term's row count, its IDF, but
+                # ranks none of its other rows). A row that holds none scores as it does by the selecting
+                # terms alone; one that holds some but is not among these ``k`` scores below all of them
+                # by every term, and lower still by the selecting ones, so it cannot stay in the best ``k``.
+                others = fts_match(chosen.scored_only, lexical.ANY)
+                full = self._query(sql, [*weights, f"({match}) AND ({others})", *params, k])
+                best = dict(rows)
+                best.update(full)
+                rows = sorted(best.items(), key=lambda r: (r[1], r[0]))[:k]
         except sqlite3.OperationalError:
             return []  # fts_match cannot produce a syntax error; never let one reach the user
         return [(int(i), float(s)) for i, s in rows]
