@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 from .answer import StreamRenderer
 from .errors import UsageError
 from .events import AnswerDelta, AnswerStarted, Event, EventHandler
-from .grounding import HELD_SHARE, addresses
+from .grounding import HELD_SHARE, addresses, cited
 from .grounding.engine import ground_prefix
 from .grounding.verdict import Verdict, judge
 from .prompts import clean_answer, strip_think
@@ -112,7 +112,7 @@ class AnswerText:
             if done is None or (mode == "strict" and not done.report.supported):
                 return "", 0  # strict: it may still become the no-evidence sentence
             if self.held and not self.answered and not absent:
-                passages = [source.text for source in done.sources]
+                passages = cited(done.sources, items)
                 addressed = addresses(question, passages)
                 held = addressed and addresses(question, passages, HELD_SHARE)
                 # Only what more sentences cannot undo: supported passages that hold the question's

@@ -68,4 +68,4 @@ def test_what_addresses_a_question():
     assert not addresses("How far apart are some of the neighborhood's features?",
                          ["The Picturephone used a bandwidth of 1 MHz."])
     assert addresses("How do I point crag at a local Ollama server?",
-                     ["Set OPENAI_BASE_URL=http://localhost:11434/v1 for Ollama."])
+                     ["To point crag at a local Ollama server, set OPENAI_BASE_URL=http://localhost:11434/v1."])

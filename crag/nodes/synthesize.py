@@ -136,7 +136,7 @@ def _grounded(state: AgentState, body: str, cfg: NodeConfig, items: tuple) -> Ag
     absent = grounding.missing(state.question, [item.text for item in items])
     if absent:
         state = evolve(state, audit=state.log("question_terms_missing", terms=absent))
-    passages = [source.text for source in done.sources]
+    passages = grounding.cited(done.sources, items)
     addressed = grounding.addresses(state.question, passages)
     if not addressed and done.report.supported:
         state = evolve(state, audit=state.log("question_not_addressed"))
