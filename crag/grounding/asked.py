@@ -14,8 +14,11 @@ are about what the question asks, not only that they hold the answer's words (SP
 question about January answered from a passage about a July record, or about a neighbourhood's
 features answered from a passage about a telephone's bandwidth, is not addressed. The passages
 (the whole evidence items the supported sentences cite, ``cited``) must hold every anchor the
-question writes (a number, a month, an identifier, code), at least half of the terms it names,
-and at least ``FOCUS_SHARE`` of its content words (stems one letter apart count as one).
+question writes (a number, a month, an identifier, code) and share a content word with it
+(stems one letter apart count as one). Measured on the project's documentation questions with a
+small model, a stricter test (every named term, a third of the content words) refused right
+answers whose chunk says "partial updates" for "partially update ... PATCH"
+(docs/real-models.md); what is caught is an answer resting on a passage about something else.
 
 Measured on the project's documentation questions (docs/real-models.md, "Questions the
 knowledge base cannot answer"): no answerable question had a named term missing from its
@@ -92,7 +95,7 @@ def missing(question: str, texts: Iterable[str]) -> list[str]:
     return [t for t in terms if _flat(t) and _flat(t) not in blob]
 
 
-FOCUS_SHARE = 1 / 3  # of the question's content words, when it names no term
+FOCUS_SHARE = 0.0  # of the question's content words beyond one (docs/real-models.md)
 HELD_SHARE = 2 / 3  # of them, for passages that hold the answer however much else is unsupported
 
 
@@ -107,14 +110,11 @@ def addresses(question: str, passages: Iterable[str], share: float = FOCUS_SHARE
     anchors = [_flat(text) for _, text in asked.anchors if _flat(text)]
     if any(a not in blob for a in anchors):
         return False
-    names = [_flat(t) for t in named(question) if _flat(t)]
-    if 2 * sum(n in blob for n in names) < len(names):
-        return False
     if not asked.words:
         return True
     held = claims("\n".join(texts)).words
     found = sum(1 for w in asked.words if w in held or any(_near(w, h) for h in held))
-    return found >= share * len(asked.words)
+    return found >= max(1, share * len(asked.words))
 
 
 def _near(a: str, b: str) -> bool:
