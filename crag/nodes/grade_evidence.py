@@ -15,14 +15,12 @@ Grades from a parse failure's default are not remembered: those items are sent a
 How the grade is asked for and read is ``KB_AGENT_GRADER`` (``crag.grading.GRADERS``): the
 default ``batch`` asks in one request for a yes/no line per item and reads each item's score
 from the reply's token probabilities where the server returns them (``crag.prompts.grades``);
-``pointwise`` asks one request per item; ``scores`` asks for N numbers as JSON. A grade that
-carries no information (``crag.grading.uninformative``) is audited ``grader_uninformative``:
-nothing is removed, every item is scored ``UNGRADED_SCORE``, and the action comes from what
-retrieval found (``grading.ungraded_action``); ``graded_by`` says so, and the answer says its
-evidence was not graded.
+``pointwise`` asks one request per item; ``scores`` asks for N numbers as JSON.
 
 ``prepare`` decides everything but the grades (``Grading``: the fast-path rule, the items
-the prompt has no room for, the items sent) and ``apply`` reads that plan with the reply.
+the prompt has no room for, the items sent); ``apply`` reads the reply and records what
+``crag.grading.verdict`` decides from it under ``KB_AGENT_GRADING_POLICY`` (a reply of numbers:
+the seeds' rule; the policy's rules apply only to grades read through token probabilities).
 """
 
 from __future__ import annotations
