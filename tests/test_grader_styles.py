@@ -368,3 +368,33 @@ def test_the_first_item_of_a_batch_is_removed_only_on_a_sure_no():
     assert five[0].label in [e["source"] for e in sure.audit if e["event"] == "evidence_removed"]
     numbers, _ = _run({**replies, "grade_evidence": [scores(0.2, 0.1, 0.85, 0.2, 0.9)]}, {"vector_search": [five]})
     assert five[0].label in [e["source"] for e in numbers.audit if e["event"] == "evidence_removed"]
+
+
+def test_a_term_no_item_holds_sends_the_first_round_back_to_search_once():
+    """The ``named_terms`` rule: grades read from token probabilities approve evidence that
+    never mentions Kafka; the first round refines (rule ``term_missing``), a second round
+    that still lacks it is decided by the grades. A reply of numbers and the ``seed`` policy
+    are the seeds' rule: one round."""
+    question = "How are uploads retried when sent through Kafka?"
+    evidence = [item(k, text=f"Uploads are retried three times by the upload worker, note {k}.") for k in range(1, 6)]
+
+    def ask(grades, settings=None):
+        model = ScriptedChatModel({"analyze_and_route": [route("complex")],
+                                   "plan": [search_plan(), search_plan("uploads Kafka")],
+                                   "grade_evidence": list(grades),
+                                   "synthesize": ["Uploads are retried three times by the upload worker [1]."]})
+        toolbox = FakeToolbox({"vector_search": [evidence, evidence]}, question=question)
+        return Agent(model, toolbox, settings or Settings()).ask(question), model
+
+    sure = label_reply(0.95, 0.9, 0.92, 0.9, 0.97)
+    result, model = ask([sure, sure])
+    decided = [(e["rule"], e["action"]) for e in result.audit if e["event"] == "grade_decided"]
+    assert decided == [("term_missing", "REFINE"), ("mean_high", "GENERATE")]
+    assert model.calls("plan") == 2 and result.iterations == 2
+    assert [e["terms"] for e in result.audit if e["event"] == "question_terms_missing"][0] == ["Kafka"]
+    assert result.to_dict()["grounding"]["verdict"] == "not_answered"  # still not mentioned: said so
+
+    numbers, model = ask([scores(0.9, 0.9, 0.9, 0.9, 0.8)])
+    assert model.calls("plan") == 1 and numbers.iterations == 1
+    seed, model = ask([sure], Settings(grading_policy="seed"))
+    assert model.calls("plan") == 1 and seed.iterations == 1

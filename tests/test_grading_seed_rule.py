@@ -162,5 +162,6 @@ def test_the_grading_table_names_every_rule_once_and_marks_the_policys():
     rules = [row.rule for row in grading.RULES]
     assert rules == list(grading.GradeRule)
     assert {row.rule for row in grading.RULES if row.policy} == {grading.GradeRule.UNINFORMATIVE,
-                                                                  grading.GradeRule.UNDECIDED}
+                                                                  grading.GradeRule.UNDECIDED,
+                                                                  grading.GradeRule.TERM_MISSING}
     assert all(not getattr(grading.SEED, row.policy) for row in grading.RULES if row.policy)

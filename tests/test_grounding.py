@@ -476,3 +476,25 @@ def test_a_verdict_is_in_the_json_and_the_audit_and_spec_grounding_keeps_its_fie
         {"sentence": "It was released on October 22, 2024.", "supported": False, "rule": "none"}]
     audited = [(e["rule"], e["supported"]) for e in out["audit"] if e["event"] == "sentence_judged"]
     assert audited == [("passage", True), ("none", False)]
+
+
+HUGUENOTS = EvidenceItem(
+    "vector_search", "corpus/Huguenot.txt",
+    "After this, Huguenots (with estimates ranging from 200,000 to 1,000,000) fled to surrounding "
+    "Protestant countries: England, the Netherlands, Switzerland and Prussia. Following this exodus, "
+    "Huguenots remained in large numbers in only one region of France.",
+    12, 12, 0.21,
+)
+
+
+def test_an_anchor_the_question_names_is_not_a_claim_of_the_answer():
+    """A sentence repeating the question's year ("by the 1700s") is supported by a passage
+    that holds the rest of it (the figures) in its own words ("the early 18th century");
+    without the question, the year is the sentence's own claim and must be held."""
+    question = "How many Huguenots fled France by the 1700s?"
+    answer = ("The number of Huguenots who fled France by the 1700s is estimated to be between "
+              "200,000 and 1,000,000 [1].")
+    assert ground(answer, (HUGUENOTS,), question=question).report.supported == 1
+    assert ground(answer, (HUGUENOTS,)).report.supported == 0
+    wrong = "The number of Huguenots who fled France by the 1700s is 500,000 [1]."  # a figure it does not hold
+    assert ground(wrong, (HUGUENOTS,), question=question).report.supported == 0

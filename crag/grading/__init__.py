@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .. import searches
+from .. import grounding, searches
 from ..state import EvidenceItem, ToolRun
 from ..toolspec import Tool, question_search
 from .fast_path import EPS, FAST_PATH_RULES, fast_path_rule, recorded_vector_scores
@@ -88,10 +88,12 @@ GRADERS = {
 }
 
 
-def retrieval_facts(tool_history: Sequence[ToolRun], question: str, tools: Sequence[Tool] = ()) -> Facts:
+def retrieval_facts(tool_history: Sequence[ToolRun], question: str, tools: Sequence[Tool] = (),
+                    context: Sequence[EvidenceItem] = (), rounds: int = 1) -> Facts:
     """What retrieval knows (``Facts``): the items the search of the question itself returned
-    (``tools``' question search, with the argument that holds the question) and the vector
-    score recorded for each item."""
+    (``tools``' question search, with the argument that holds the question), the vector
+    score recorded for each item, the terms the question names that no item of ``context``
+    holds, and whether this is the first round (``rounds`` completed)."""
     own: set[tuple] = set()
     call = question_search(tools, question, 1)
     if call is not None:
@@ -100,7 +102,8 @@ def retrieval_facts(tool_history: Sequence[ToolRun], question: str, tools: Seque
             if run.call.tool == call.tool and any(
                     searches.same_query(run.call.args.get(name, ""), question) for name in carries):
                 own.update(item.key for item in run.items)
-    return Facts(frozenset(own), recorded_vector_scores(tool_history))
+    absent = tuple(grounding.missing(question, [item.text for item in context])) if context else ()
+    return Facts(frozenset(own), recorded_vector_scores(tool_history), absent, rounds <= 1)
 
 
 def ungraded_action(context: Sequence[EvidenceItem], tool_history: Sequence[ToolRun], question: str,

@@ -11,7 +11,10 @@ where a small model's habits show (docs/real-models.md, "Grading a real model"):
 * ``undecided``: an item whose P(yes) lies between the two thresholds is kept but does not
   count in the mean; when no kept item was decided, retrieval's facts choose the action;
 * ``first_label``: a batch's first item (the question's best hit) is kept below the drop
-  threshold unless the grader was sure of its ``no``.
+  threshold unless the grader was sure of its ``no``;
+* ``named_terms``: when the question names a term (``HTTP/3``, ``User Access Token``) that no
+  item holds, the first round's evidence does not answer it whatever the grades say: search
+  again (``REFINE``) once, where the seeds' arithmetic would have generated.
 
 ``seed`` switches every one of them off; ``default`` keeps them (``KB_AGENT_GRADING_POLICY``).
 """
@@ -38,11 +41,12 @@ class GradingPolicy:
     uninformative: bool
     undecided: bool
     first_label: bool
+    named_terms: bool = False
     toss_margin: float = 0.15
     sure: float = 0.9
     min_items: int = 4
 
 
-DEFAULT = GradingPolicy("default", uninformative=True, undecided=True, first_label=True)
-SEED = GradingPolicy("seed", uninformative=False, undecided=False, first_label=False)
+DEFAULT = GradingPolicy("default", uninformative=True, undecided=True, first_label=True, named_terms=True)
+SEED = GradingPolicy("seed", uninformative=False, undecided=False, first_label=False, named_terms=False)
 POLICIES: dict[PolicyName, GradingPolicy] = {DEFAULT.name: DEFAULT, SEED.name: SEED}

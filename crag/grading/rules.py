@@ -15,6 +15,8 @@ rule                  seeds'  applies when                                     a
 ``all_trimmed``       yes     the grading prompt had room for no item          RE_RETRIEVE
 ``uninformative``     policy  a probability reading carries no information     retrieval's
 ``none_left``         yes     every item scored below the drop threshold       RE_RETRIEVE
+``term_missing``      policy  a probability reading, the first round, and the  REFINE
+                              question names a term no item holds
 ``undecided``         policy  no kept probability grade reached the generate   retrieval's
                               threshold
 ``mean_high``         yes     mean of the kept scores >= the generate threshold  GENERATE
@@ -27,7 +29,8 @@ always numbers, decided by the seeds' rows; the policy's rows (and its ``first_l
 spare, which keeps a batch's first item below the drop threshold) apply only to grades read
 through token probabilities (``Reading.from_logprobs``). "Retrieval's" action: ``GENERATE``
 when an item came from the question's own search, or retrieval scored it at least the drop
-threshold, or it is a literal match with no retrieval score; else ``REFINE``.
+threshold, or it is a literal match with no retrieval score; else ``REFINE``; and ``REFINE``
+in the first round when the question names a term no item holds (with ``named_terms``).
 
 With the ``seed`` policy every policy row is off and the decision is exactly the seeds' rule.
 """
@@ -75,6 +78,7 @@ class GradeRule(enum.StrEnum):
     ALL_TRIMMED = "all_trimmed"
     UNINFORMATIVE = "uninformative"
     NONE_LEFT = "none_left"
+    TERM_MISSING = "term_missing"
     UNDECIDED = "undecided"
     MEAN_HIGH = "mean_high"
     MEAN_LOW = "mean_low"
@@ -163,12 +167,24 @@ def _sure(scores: Sequence[float], sure: float) -> int:
 class Facts:
     """What retrieval knows about the items, for the policy rows' action: ``own`` the keys of
     items the question's own search returned; ``recorded`` the vector score recorded for an
-    item's key (none: a literal match, a grep hit or lines read)."""
+    item's key (none: a literal match, a grep hit or lines read); ``missing`` the terms the
+    question names that no item holds (``crag.grounding.missing``); ``first_round`` whether
+    this is the first round's grading (no search has been refined yet)."""
 
     own: frozenset[tuple] = frozenset()
     recorded: Mapping[tuple, float] = field(factory=dict)
+    missing: tuple[str, ...] = ()
+    first_round: bool = True
 
-    def action(self, items: Sequence[EvidenceItem], drop_threshold: float) -> GraderAction:
+    @property
+    def search_again(self) -> bool:
+        """A term the question names is in no item, and no round has searched for it again yet."""
+        return bool(self.missing) and self.first_round
+
+    def action(self, items: Sequence[EvidenceItem], drop_threshold: float,
+               named_terms: bool = False) -> GraderAction:
+        if named_terms and self.search_again:
+            return GraderAction.REFINE
         for item in items:
             scored = self.recorded.get(item.key)
             if item.key in self.own or scored is None or scored >= drop_threshold - EPS:
@@ -258,7 +274,7 @@ class _Facts:
                 and new[0] > 1.0 - policy.sure + EPS):
             self.spared = (first,)
         self.undecided = self.probabilities and policy.undecided
-        unsure = case.facts.action(case.items, case.drop_threshold) if self.undecided else None
+        unsure = case.facts.action(case.items, case.drop_threshold, policy.named_terms) if self.undecided else None
         self.decision = decide(self.scores, case.drop_threshold, case.generate_threshold, unsure, self.spared)
 
 
@@ -277,8 +293,10 @@ RULES: tuple[Rule, ...] = (
     Rule(GradeRule.FAST_PATH, None, lambda f: f.case.fast_path is not None, lambda f: GraderAction.GENERATE),
     Rule(GradeRule.ALL_TRIMMED, None, lambda f: not f.case.items, lambda f: GraderAction.RE_RETRIEVE),
     Rule(GradeRule.UNINFORMATIVE, "uninformative", lambda f: f.why is not None,
-         lambda f: f.case.facts.action(f.case.items, f.case.drop_threshold)),
+         lambda f: f.case.facts.action(f.case.items, f.case.drop_threshold, f.policy.named_terms)),
     Rule(GradeRule.NONE_LEFT, None, lambda f: not f.decision.kept, lambda f: GraderAction.RE_RETRIEVE),
+    Rule(GradeRule.TERM_MISSING, "named_terms", lambda f: f.probabilities and f.case.facts.search_again,
+         lambda f: GraderAction.REFINE),
     Rule(GradeRule.UNDECIDED, "undecided", _undecided_decides, lambda f: f.decision.action),
     Rule(GradeRule.MEAN_HIGH, None, _mean_high, lambda f: GraderAction.GENERATE),
     Rule(GradeRule.MEAN_LOW, None, lambda f: True, lambda f: GraderAction.REFINE),
@@ -306,6 +324,8 @@ def verdict(case: GradeCase, policy: GradingPolicy) -> GradeVerdict:
                             (_event("fast_path_hit", rule_name=case.fast_path, items=n),))
     if row.rule is GradeRule.ALL_TRIMMED:
         return GradeVerdict(row.rule, action, None, events=tuple(events))
+    if f.probabilities and policy.named_terms and case.facts.search_again:
+        events.append(_event("question_terms_missing", node="grade_evidence", terms=list(case.facts.missing)))
     if row.rule is GradeRule.UNINFORMATIVE:
         reading = case.reading
         events.append(_event("grader_uninformative", level="warning", items=len(case.todo), reason=f.why,

@@ -46,11 +46,20 @@ class _Grounder:
 
     def __init__(self, items: Sequence[EvidenceItem], mode: str, question: str = "") -> None:
         self.mode = mode
-        self.asked = claims(question).words if question else frozenset()
+        asked = claims(question) if question else None
+        self.asked = asked.words if asked else frozenset()
+        self.given = frozenset(asked.anchors) if asked else frozenset()
         self.evidence = Evidence(items)
         self.sources = Sources(items)
 
     def supports(self, kind: str, text: str, c: Claims | None) -> list[Support]:
+        """Items that support a piece claiming ``c``. An anchor the question itself names (the
+        year, month or name the sentence repeats from it) is the question's, not a claim of
+        the answer: the evidence need not write it the same way ("by the 1700s" for "the early
+        18th century"). Whether the passages cited are about what the question names is
+        asked of them as a whole (``addresses``)."""
+        if c is not None and self.given:
+            c = Claims(c.words, tuple(a for a in c.anchors if a not in self.given), c.negated)
         return supports(kind, text, c, [self.evidence[k] for k in range(len(self.evidence))])
 
     def piece(self, piece: Piece) -> tuple[str, Judgement | None]:

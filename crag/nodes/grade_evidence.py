@@ -141,7 +141,8 @@ def apply(state: AgentState, step: Step, reply: Completion | tuple[Completion, .
         todo=plan.todo,
         reading=prompts.read_replies(reply, len(plan.todo)),
         remembered=state.grades,
-        facts=grading.retrieval_facts(state.tool_history, state.question, cfg.tools),
+        facts=grading.retrieval_facts(state.tool_history, state.question, cfg.tools, plan.context,
+                                       state.iteration),
         batch=cfg.grader == "batch",
     )
     verdict = grading.verdict(case, grading.POLICIES[cfg.grading_policy])
