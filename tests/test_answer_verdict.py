@@ -69,3 +69,12 @@ def test_what_addresses_a_question():
                          ["The Picturephone used a bandwidth of 1 MHz."])
     assert addresses("How do I point crag at a local Ollama server?",
                      ["To point crag at a local Ollama server, set OPENAI_BASE_URL=http://localhost:11434/v1."])
+
+
+def test_a_decade_or_century_the_question_names_is_held_by_a_year_within_it():
+    question = "How many Huguenots fled France by the 1700s?"
+    assert addresses(question, ["Some 200,000 Huguenots fled; in the early 18th century a group rioted."])
+    assert addresses(question, ["By 1715 some 200,000 Huguenots had fled France."])
+    assert not addresses(question, ["Huguenots fled France in 1685."])
+    assert addresses("What bands were popular in the 1990s?", ["In 1994 the bands Oasis and Blur were popular."])
+    assert not addresses("What bands were popular in the 1990s?", ["In 1984 the bands were popular."])

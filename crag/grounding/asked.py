@@ -14,8 +14,9 @@ are about what the question asks, not only that they hold the answer's words (SP
 question about January answered from a passage about a July record, or about a neighbourhood's
 features answered from a passage about a telephone's bandwidth, is not addressed. The passages
 (the whole evidence items the supported sentences cite, ``cited``) must hold every anchor the
-question writes (a number, a month, an identifier, code) and share a content word with it
-(stems one letter apart count as one). Measured on the project's documentation questions with a
+question writes (a number, a month, an identifier, code; a decade or century written as years,
+"the 1700s", is held by a year within it or by "the 18th century") and share a content word
+with it (stems one letter apart count as one). Measured on the project's documentation questions with a
 small model, a stricter test (every named term, a third of the content words) refused right
 answers whose chunk says "partial updates" for "partially update ... PATCH"
 (docs/real-models.md); what is caught is an answer resting on a passage about something else.
@@ -105,16 +106,32 @@ def addresses(question: str, passages: Iterable[str], share: float = FOCUS_SHARE
     With ``share=HELD_SHARE``, whether they hold the question's focus whatever it names: the
     test for a right answer padded with unsupported sentences."""
     texts = list(passages)
-    blob = _flat("\n".join(texts))
+    joined = "\n".join(texts)
+    blob = _flat(joined)
     asked = claims(question)
+    spans = {m.group(1): m.group(1) for m in _YEARS.finditer(question)}  # "1700s": 1700 to 1799
     anchors = [_flat(text) for _, text in asked.anchors if _flat(text)]
-    if any(a not in blob for a in anchors):
+    if any(a not in blob and not (a in spans and _in_span(a, joined)) for a in anchors):
         return False
     if not asked.words:
         return True
     held = claims("\n".join(texts)).words
     found = sum(1 for w in asked.words if w in held or any(_near(w, h) for h in held))
     return found >= max(1, share * len(asked.words))
+
+
+_YEARS = re.compile(r"\b(1\d\d0|20\d0)'?s\b")  # a decade or century written as years: the 1990s, the 1700s
+
+
+def _in_span(year: str, text: str) -> bool:
+    """Whether ``text`` names a year of the decade or century ``year`` + "s" spans ("the 1700s":
+    1700 to 1799, or "the 18th century"; "the 1990s": 1990 to 1999)."""
+    if year.endswith("00"):
+        century = int(year[:2]) + 1
+        if re.search(rf"\b{century}(?:st|nd|rd|th)[ -]century\b", text, re.IGNORECASE):
+            return True
+        return re.search(rf"\b{year[:2]}\d\d\b", text) is not None
+    return re.search(rf"\b{year[:3]}\d\b", text) is not None
 
 
 def _near(a: str, b: str) -> bool:
