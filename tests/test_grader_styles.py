@@ -391,7 +391,7 @@ def test_a_term_no_item_holds_sends_the_first_round_back_to_search_once():
     decided = [(e["rule"], e["action"]) for e in result.audit if e["event"] == "grade_decided"]
     assert decided == [("term_missing", "REFINE"), ("mean_high", "GENERATE")]
     assert model.calls("plan") == 2 and result.iterations == 2
-    assert [e["terms"] for e in result.audit if e["event"] == "question_terms_missing"][0] == ["Kafka"]
+    assert next(e["terms"] for e in result.audit if e["event"] == "question_terms_missing") == ["Kafka"]
     assert result.to_dict()["grounding"]["verdict"] == "not_answered"  # still not mentioned: said so
 
     numbers, model = ask([scores(0.9, 0.9, 0.9, 0.9, 0.8)])
