@@ -330,8 +330,7 @@ def search(toolbox: Toolbox, query: str, top_k: int) -> tuple[EvidenceItem, ...]
     call = question_search(toolbox.tools(), valid_text(query), min(top_k, MAX_TOP_K))
     if call is None:
         raise UsageError("no tool of this toolbox searches the knowledge base")
-    result = toolbox.run(call)
-    return tuple(result.items if isinstance(result, ToolResult) else result)
+    return ToolResult.of(toolbox.run(call)).items
 
 
 def _token_counter(model: ChatModel) -> Callable[[str], int]:

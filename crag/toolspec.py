@@ -150,6 +150,12 @@ class ToolResult:
     items: tuple[EvidenceItem, ...] = field(default=(), converter=tuple)
     audit: tuple[AuditEvent, ...] = field(default=(), converter=tuple)
 
+    @classmethod
+    def of(cls, result: ToolResult | Iterable[EvidenceItem]) -> ToolResult:
+        """``result`` as a ``ToolResult``: itself, or a plain list of items (what a toolbox or a
+        tool of your own may return) as ``ToolResult(items)``."""
+        return result if isinstance(result, cls) else cls(tuple(result))
+
     def __iter__(self) -> Iterator[EvidenceItem]:  # reads like the plain list of items
         return iter(self.items)
 
