@@ -15,7 +15,8 @@
 The fast-path rules (``crag.grading.fast_path``) are found by the node's ``prepare``, since
 they spare the call; the memories across rounds are in ``crag.grading.memory``.
 
-``GRADERS`` are the styles of ``KB_AGENT_GRADER``: how the grade is asked for and read.
+``GRADERS`` are the styles of ``KB_AGENT_GRADER`` (``crag.modes.GraderStyle``): how the grade is
+asked for and read.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .. import grounding, searches
+from ..modes import GraderStyle
 from ..state import EvidenceItem, ToolRun
 from ..toolspec import Tool, question_search
 from .fast_path import EPS, FAST_PATH_RULES, fast_path_rule, recorded_vector_scores
@@ -81,11 +83,7 @@ __all__ = [
 _EPS = EPS
 
 # KB_AGENT_GRADER: style -> what it is (docs/real-models.md, "Grading a real model").
-GRADERS = {
-    "batch": "one request for all N items; one yes/no line per item, read from token probabilities",
-    "pointwise": "one request per item; one yes/no, read from token probabilities",
-    "scores": "one request for all N items; N numbers as JSON (structured output)",
-}
+GRADERS = {style.value: style.description for style in GraderStyle}
 
 
 def retrieval_facts(tool_history: Sequence[ToolRun], question: str, tools: Sequence[Tool] = (),
