@@ -86,12 +86,13 @@ _EPS = EPS
 GRADERS = {style.value: style.description for style in GraderStyle}
 
 
-def retrieval_facts(tool_history: Sequence[ToolRun], question: str, tools: Sequence[Tool] = (),
+def retrieval_facts(tool_history: Sequence[ToolRun], question: str, tools: Sequence[Tool],
                     context: Sequence[EvidenceItem] = (), rounds: int = 1) -> Facts:
     """What retrieval knows (``Facts``): the items the search of the question itself returned
     (``tools``' question search, with the argument that holds the question), the vector
-    score recorded for each item, the terms the question names that no item of ``context``
-    holds, and whether this is the first round (``rounds`` completed)."""
+    score recorded for each item (by a tool with ``vector_scores``), the terms the question
+    names that no item of ``context`` holds, and whether this is the first round (``rounds``
+    completed)."""
     own: set[tuple] = set()
     call = question_search(tools, question, 1)
     if call is not None:
@@ -101,10 +102,10 @@ def retrieval_facts(tool_history: Sequence[ToolRun], question: str, tools: Seque
                     searches.same_query(run.call.args.get(name, ""), question) for name in carries):
                 own.update(item.key for item in run.items)
     absent = tuple(grounding.missing(question, [item.text for item in context])) if context else ()
-    return Facts(frozenset(own), recorded_vector_scores(tool_history), absent, rounds <= 1)
+    return Facts(frozenset(own), recorded_vector_scores(tool_history, tools), absent, rounds <= 1)
 
 
 def ungraded_action(context: Sequence[EvidenceItem], tool_history: Sequence[ToolRun], question: str,
-                    drop_threshold: float, tools: Sequence[Tool] = ()):
+                    drop_threshold: float, tools: Sequence[Tool]):
     """The action of the policy rows (``uninformative``, ``undecided``), from what retrieval knows."""
     return retrieval_facts(tool_history, question, tools).action(context, drop_threshold)
