@@ -253,3 +253,12 @@ def test_the_checks_see_an_upward_import_and_a_cycle():
 def test_no_module_of_crag_is_over_550_lines():
     long = {m: n for m, p in MODULES.items() if (n := len(p.read_text().splitlines())) > 550}
     assert long == {}
+
+
+@pytest.mark.parametrize("module", sorted(set(MODULES) - {"crag.__main__"}))  # that one runs the CLI
+def test_every_name_a_module_exports_exists(module):
+    """``__all__`` names only what the module defines: ``from crag.x import *`` never fails."""
+    import importlib
+
+    loaded = importlib.import_module(module)
+    assert [name for name in getattr(loaded, "__all__", ()) if not hasattr(loaded, name)] == []
