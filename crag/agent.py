@@ -319,7 +319,10 @@ class Agent:
 
 def search(toolbox: Toolbox, query: str, top_k: int) -> tuple[EvidenceItem, ...]:
     """``query`` searched by the toolbox's search tool (the one that ``searches_question``),
-    ``top_k`` hits at most ``MAX_TOP_K``; ``UsageError`` for an empty query or a ``top_k`` below 1."""
+    ``top_k`` hits at most ``MAX_TOP_K``; ``UsageError`` for an empty query or a ``top_k`` below 1.
+
+    The one retrieval-only search: ``Agent.search``, ``crag search`` and the MCP server's
+    ``search`` all run it, so they return the same hits for the same arguments."""
     if not isinstance(query, str) or not query.strip():
         raise UsageError("the search query is empty")
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
@@ -327,8 +330,7 @@ def search(toolbox: Toolbox, query: str, top_k: int) -> tuple[EvidenceItem, ...]
     call = question_search(toolbox.tools(), valid_text(query), min(top_k, MAX_TOP_K))
     if call is None:
         raise UsageError("no tool of this toolbox searches the knowledge base")
-    result = toolbox.run(call)
-    return tuple(result.items if isinstance(result, ToolResult) else result)
+    return ToolResult.of(toolbox.run(call)).items
 
 
 def _token_counter(model: ChatModel) -> Callable[[str], int]:

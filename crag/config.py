@@ -23,6 +23,14 @@ from attrs import field, fields, frozen
 
 from .environment import DOTENV_MAX_BYTES, SECRET_VARIABLES, find_secrets, read_dotenv, secret_values
 from .errors import ConfigError
+from .modes import (  # re-exported
+    EmbedderKind,
+    GraderStyle,
+    GradingPolicyName,
+    GroundingMode,
+    LLMBackend,
+    StructuredOutput,
+)
 
 __all__ = ["DOTENV_MAX_BYTES", "INDEX_FOLDER", "MAX_SECONDS", "SECRET_VARIABLES", "SETTINGS_TABLE", "EmbedderKind",
            "GroundingMode", "LLMBackend", "Settings", "StructuredOutput", "config_warnings", "find_index_dir",
@@ -32,50 +40,6 @@ MAX_SECONDS = 86400.0  # the longest duration a setting may hold: one day
 # Variables crag reads besides the settings (the MCP server's tool descriptions).
 OTHER_VARIABLES = ("KB_AGENT_MCP_ASK_DESCRIPTION", "KB_AGENT_MCP_SEARCH_DESCRIPTION", "KB_AGENT_MCP_READ_FILE_DESCRIPTION")
 INDEX_FOLDER = ".crag"  # the index folder found the way git finds .git
-
-
-# -- the modes: settings that name one of a few behaviours -----------------------------------
-# StrEnum: each member is its own value, so it compares, prints and serialises as the word
-# a user sets (``settings.grounding == "strict"``, ``f"{settings.llm}"`` is ``openai``).
-
-
-class LLMBackend(enum.StrEnum):
-    OPENAI = "openai"
-    OFFLINE = "offline"
-
-
-class EmbedderKind(enum.StrEnum):
-    HASH = "hash"
-    OPENAI = "openai"
-    LOCAL = "local"
-
-
-class StructuredOutput(enum.StrEnum):
-    AUTO = "auto"
-    JSON_SCHEMA = "json_schema"
-    JSON_OBJECT = "json_object"
-    OFF = "off"
-
-
-class GraderStyle(enum.StrEnum):
-    """``KB_AGENT_GRADER``: how grades are asked for and read (``crag.grading.GRADERS``)."""
-
-    BATCH = "batch"
-    POINTWISE = "pointwise"
-    SCORES = "scores"
-
-
-class GradingPolicyName(enum.StrEnum):
-    """``KB_AGENT_GRADING_POLICY``: rules beyond the seeds' (``crag.grading.policy``); ``seed``: none."""
-
-    DEFAULT = "default"
-    SEED = "seed"
-
-
-class GroundingMode(enum.StrEnum):
-    NOTE = "note"
-    STRICT = "strict"
-    OFF = "off"
 
 
 # -- kinds: how a setting is read from text, and what it accepts -----------------------------

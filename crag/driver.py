@@ -250,9 +250,7 @@ class Driver:
 
     def _run_one(self, call) -> ToolOutcome:
         try:
-            result = self.toolbox.run(call)
+            result = ToolResult.of(self.toolbox.run(call))
         except ToolError as exc:
             return ToolOutcome(call, (), str(exc))
-        if isinstance(result, ToolResult):
-            return ToolOutcome(call, tuple(result.items), audit=tuple(result.audit))
-        return ToolOutcome(call, tuple(result))
+        return ToolOutcome(call, result.items, audit=result.audit)

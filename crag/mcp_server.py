@@ -51,7 +51,6 @@ from .llm.deadline import cancellable
 from .pages import location
 from .safe_text import redact, redact_message
 from .state import ToolCall
-from .toolspec import question_search
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
@@ -236,13 +235,9 @@ def build_server(agent: "Agent") -> "MCPServer":
 
         Each hit has `path`, `start_line`, `end_line`, `score` (cosine-like, 0 to 1) and `text`;
         a PDF's hit also has `page`, and its lines are counted on that page.
-        `top_k` is how many hits (default: crag's KB_AGENT_TOP_K).
+        `top_k` is how many hits (default: crag's KB_AGENT_TOP_K; at most 50).
         """
-        # The toolbox checks the arguments as given: a top_k out of range is refused, not clamped.
-        call = question_search(agent.toolbox.tools(), query, agent.settings.top_k if top_k is None else top_k)
-        if call is None:
-            raise MCPToolError("this server's toolbox has no search tool")
-        hits = hit_records(await guarded(agent.toolbox.run, call))
+        hits = hit_records(await guarded(agent.search, query, top_k))  # the search of ``crag search``
         return result(search_text(hits), {"hits": hits})
 
     async def read_file(

@@ -4,12 +4,12 @@ A ``Tool`` says what the planner is told (``description``, ``params``, ``advice`
 its arguments are checked (``params``, ``check``), when it may run (``enabled`` by the
 settings; with ``question_arg``, only with an argument written in the user's question),
 and what runs it (``run``), and what the core may rely on when it plans around the planner
-(``searches``, ``query_arg``, ``paging``, ``match_cap``, ``path_arg``, ``same_search``: see
-``Tool``). The built-in tools each define theirs in their own module
-under ``crag/tools/``; ``crag.tools.BUILTIN_TOOLS`` is the registry the toolbox reads, and
-the nodes receive the records of the tools on offer as data. A tool written in your own
-program is a ``Tool`` too: pass it to ``Agent.from_env(tools=[...])`` (docs/architecture.md
-walks through it).
+(``searches``, ``query_arg``, ``paging``, ``match_cap``, ``path_arg``, ``same_search``) and
+when it grades (``reads_lines``, ``vector_scores``): see ``Tool``. The built-in tools each
+define theirs in their own module under ``crag/tools/``; ``crag.tools.BUILTIN_TOOLS`` is the
+registry the toolbox reads, and the nodes receive the records of the tools on offer as data.
+A tool written in your own program is a ``Tool`` too: pass it to
+``Agent.from_env(tools=[...])`` (docs/architecture.md walks through it).
 
 Arguments are checked by ``check_args`` in one of two modes:
 
@@ -150,6 +150,12 @@ class ToolResult:
     items: tuple[EvidenceItem, ...] = field(default=(), converter=tuple)
     audit: tuple[AuditEvent, ...] = field(default=(), converter=tuple)
 
+    @classmethod
+    def of(cls, result: ToolResult | Iterable[EvidenceItem]) -> ToolResult:
+        """``result`` as a ``ToolResult``: itself, or a plain list of items (what a toolbox or a
+        tool of your own may return) as ``ToolResult(items)``."""
+        return result if isinstance(result, cls) else cls(tuple(result))
+
     def __iter__(self) -> Iterator[EvidenceItem]:  # reads like the plain list of items
         return iter(self.items)
 
@@ -246,6 +252,11 @@ class Tool:
       the files with the most first (0: no cap).
     * ``path_arg``: the tool reads the file this argument names; a plan that only reads
       files the question names runs alone.
+    * ``reads_lines``: the tool returns the lines its arguments name, not a ranking of
+      passages; a round whose every call is such a tool is approved without a grading call
+      (the seeds' fast-path rule ``read_file``).
+    * ``vector_scores``: each item's ``score`` is the index's cosine-like score in [0, 1]; the
+      seeds' fast-path rule ``high_vector_score`` reads the scores recorded for such items.
     """
 
     name: str = field(validator=_check_name)
@@ -264,6 +275,8 @@ class Tool:
     same_search: Callable[[Mapping[str, Any]], Hashable] | None = None
     match_cap: int = 0
     path_arg: str | None = None
+    reads_lines: bool = False
+    vector_scores: bool = False
 
     @property
     def searches_question(self) -> bool:

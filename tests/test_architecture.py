@@ -15,7 +15,7 @@ IO_LIBRARIES = {"openai", "faiss", "httpx", "httpx2", "sqlite3", "time", "socket
 # the loop around the core: the core may name them only for type checkers.
 IO_MODULES = {"config", "environment", "llm", "tools", "index", "cli", "mcp_server", "driver", "agent", "answer_log", "__main__"}
 CORE = ["state.py", "graph.py", "answer.py", "ports.py", "text.py", "toolspec.py", "schemas.py", "events.py",
-        "searches.py", "sentences.py", "pages.py", *[f"{package}/{p.name}" for package in ("nodes", "prompts", "grounding", "grading")
+        "searches.py", "sentences.py", "pages.py", "modes.py", *[f"{package}/{p.name}" for package in ("nodes", "prompts", "grounding", "grading")
                          for p in sorted((CRAG / package).glob("*.py"))]]
 
 
@@ -93,17 +93,29 @@ def test_importing_crag_loads_no_heavy_library():
 BUILTIN_TOOL_NAMES = ("vector_search", "grep_search", "read_file", "jira_fetch", "confluence_fetch", "web_fetch")
 
 
-def test_built_in_tool_names_are_written_outside_crag_tools_only_by_the_fast_path_rules():
-    """What the core knows about a tool is a field of its record (docs/architecture.md): a
-    built-in tool's name, as a string, appears outside crag/tools/ only in grading/fast_path.py's
-    fast-path rules (read_file, high_vector_score), which the seed defines by name."""
-    import re
+def _tool_names_written(source: str) -> list[int]:
+    """The lines of ``source`` where a built-in tool's name is a string constant, except as a
+    fast-path rule's name in the ``FAST_PATH_RULES`` table (an audit value the seed names)."""
+    tree = ast.parse(source)
+    rule_names = {id(c) for node in ast.walk(tree) if isinstance(node, ast.Assign)
+                  and any(isinstance(t, ast.Name) and t.id == "FAST_PATH_RULES" for t in node.targets)
+                  for c in ast.walk(node.value)}
+    return [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Constant)
+            and node.value in BUILTIN_TOOL_NAMES and id(node) not in rule_names]
 
-    quoted = re.compile(r"[\"'](" + "|".join(BUILTIN_TOOL_NAMES) + r")[\"']")
-    places = [(str(p.relative_to(CRAG)), n) for p in sorted(CRAG.rglob("*.py")) if "tools" not in p.relative_to(CRAG).parts[:1]
-              for n, line in enumerate(p.read_text().splitlines(), 1) for _ in quoted.finditer(line)]
-    assert {path for path, _ in places} <= {"grading/fast_path.py"}, places
-    assert len(places) <= 10
+
+def test_no_built_in_tool_name_is_written_outside_crag_tools():
+    """What the core knows about a tool is a field of its record (docs/architecture.md): a
+    built-in tool's name never appears as a string outside crag/tools/. The one string that
+    reads like one is the fast-path rule ``read_file``, a name in the seed's rule table."""
+    places = [(str(p.relative_to(CRAG)), n) for p in sorted(CRAG.rglob("*.py"))
+              if "tools" not in p.relative_to(CRAG).parts[:1] for n in _tool_names_written(p.read_text())]
+    assert places == []
+
+
+def test_the_tool_name_check_sees_a_name_outside_the_rule_table():
+    source = 'FAST_PATH_RULES = ("read_file", "few_context")\nif tool == "read_file":\n    pass\n'
+    assert _tool_names_written(source) == [2]
 
 
 STORE_MODULES = ("postgres", "postgres_search", "postgres_schema", "store", "search", "fusion", "lexical", "vectors",
@@ -138,7 +150,8 @@ def test_the_store_modules_import_no_cycle():
 # type checkers counted too (a type is a dependency). Listed bottom up; a module's layer is
 # that of its first dotted part below crag (``crag.index.store`` is in ``index``).
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
-    ("text and settings", frozenset({"errors", "safe_text", "text", "sentences", "pages", "environment", "config"})),
+    ("text and settings", frozenset({"errors", "safe_text", "text", "sentences", "pages", "modes", "environment",
+                                     "config"})),
     ("records and ports", frozenset({"state", "events", "toolspec", "ports"})),
     ("the pure core", frozenset({"graph", "grading", "schemas", "budget", "answer", "grounding", "prompts",
                                  "searches", "nodes"})),
@@ -240,3 +253,12 @@ def test_the_checks_see_an_upward_import_and_a_cycle():
 def test_no_module_of_crag_is_over_550_lines():
     long = {m: n for m, p in MODULES.items() if (n := len(p.read_text().splitlines())) > 550}
     assert long == {}
+
+
+@pytest.mark.parametrize("module", sorted(set(MODULES) - {"crag.__main__"}))  # that one runs the CLI
+def test_every_name_a_module_exports_exists(module):
+    """``__all__`` names only what the module defines: ``from crag.x import *`` never fails."""
+    import importlib
+
+    loaded = importlib.import_module(module)
+    assert [name for name in getattr(loaded, "__all__", ()) if not hasattr(loaded, name)] == []

@@ -9,6 +9,8 @@ from crag import grading
 from crag.config import Settings
 from crag.nodes import NodeConfig, grade_evidence
 from crag.state import AgentState, Completion, Complexity, EvidenceItem, GraderAction, RoutingPlan, ToolCall, ToolRun
+from crag.tools import BUILTIN_TOOLS
+from crag.toolspec import Tool, ToolResult
 
 from .strategies import evidence_items, grader_reply, scores, threshold
 
@@ -47,7 +49,7 @@ def _state(items, round_tools):
 @given(evidence_items(min_size=1), st.integers(0, 10), threshold)
 def test_rule_order_is_read_file_then_few_context_then_high_vector_score(items, max_items, vthr):
     tools = sorted({i.tool for i in items})
-    rule = grading.fast_path_rule(items, _state(items, tools).tool_history, 1, max_items, vthr)
+    rule = grading.fast_path_rule(items, _state(items, tools).tool_history, 1, max_items, vthr, BUILTIN_TOOLS)
     if tools == ["read_file"]:
         assert rule == "read_file"
     elif len(items) <= max_items:
@@ -63,8 +65,30 @@ def test_high_vector_score_reads_the_scores_recorded_in_tool_history():
     # The items claim 0.9 but tool_history recorded lower scores for them: no fast path.
     recorded = tuple(EvidenceItem("vector_search", f"d{k}.md", "t", 1, 2, score=0.5) for k in range(3))
     history = (ToolRun(1, ToolCall("vector_search"), recorded),)
-    assert grading.fast_path_rule(items, history, 1, 2, 0.8) is None
-    assert grading.fast_path_rule(items, (ToolRun(1, ToolCall("vector_search"), tuple(items)),), 1, 2, 0.8) == "high_vector_score"
+    assert grading.fast_path_rule(items, history, 1, 2, 0.8, BUILTIN_TOOLS) is None
+    history = (ToolRun(1, ToolCall("vector_search"), tuple(items)),)
+    assert grading.fast_path_rule(items, history, 1, 2, 0.8, BUILTIN_TOOLS) == "high_vector_score"
+
+
+def test_the_fast_path_rules_follow_the_tool_records_not_the_tool_names():
+    """``read_file`` covers every tool that ``reads_lines``, ``high_vector_score`` every tool with
+    ``vector_scores`` (a tool of your own too); a tool named like a built-in one but without the
+    capability is graded. The rule names stay the seeds'."""
+    def tool(name: str, **capabilities: bool) -> Tool:
+        return Tool(name, "a tool", lambda args, context: ToolResult(), **capabilities)
+
+    own = (tool("open_page", reads_lines=True), tool("semantic", vector_scores=True),
+           tool("read_file"), tool("vector_search"))
+    items = [EvidenceItem("semantic", f"d{k}.md", "t", 1, 2, score=0.9) for k in range(3)]
+    read = (ToolRun(1, ToolCall("open_page"), tuple(items)),)
+    assert grading.fast_path_rule(items, read, 1, 2, 0.8, own) == "read_file"
+    searched = (ToolRun(1, ToolCall("semantic"), tuple(items)),)
+    assert grading.fast_path_rule(items, searched, 1, 2, 0.8, own) == "high_vector_score"
+    named = [EvidenceItem("vector_search", f"d{k}.md", "t", 1, 2, score=0.9) for k in range(3)]
+    history = (ToolRun(1, ToolCall("read_file"), ()), ToolRun(1, ToolCall("vector_search"), tuple(named)))
+    assert grading.fast_path_rule(named, history, 1, 2, 0.8, own) is None
+    assert grading.retrieval_facts(history, "q", own).recorded == {}
+    assert grading.retrieval_facts(searched, "q", own).recorded == {i.key: 0.9 for i in items}
 
 
 @given(evidence_items(min_size=3, max_size=8, tool=st.just("grep_search")), grader_reply)

@@ -112,6 +112,27 @@ def test_mcp_server_lists_and_runs_its_three_tools_and_survives_a_failing_call(w
     anyio.run(session)
 
 
+def test_mcp_search_returns_at_most_50_hits_as_crag_search_does(workdir: Path) -> None:
+    """MCP ``search`` runs the search ``crag search`` and ``Agent.search`` run: a ``top_k`` above
+    50 gets 50 hits (it was refused: "must be between 1 and 50, got 500"), one below 1 is refused."""
+    for n in range(60):
+        (workdir / "docs" / f"part{n:02}.md").write_text(f"# Part {n}\n\nThe gearbox part {n} is bolted on.\n",
+                                                        encoding="utf-8")
+
+    async def session() -> None:
+        async with Client(server_params(workdir, "--kb", "docs"), read_timeout_seconds=120) as client:
+            many = await client.call_tool("search", {"query": "gearbox part", "top_k": 500})
+            assert not many.is_error, text_of(many)
+            hits = many.structured_content["hits"]
+            assert len(hits) == 50 and all(h["path"].startswith("docs/part") for h in hits)
+            assert text_of(many).count("docs/part") == 50
+            none = await client.call_tool("search", {"query": "gearbox part", "top_k": 0})
+            assert none.is_error and "top_k must be at least 1, got 0" in text_of(none), text_of(none)
+            assert "\n" not in text_of(none)
+
+    anyio.run(session)
+
+
 def test_a_pdf_place_is_a_page_and_lines_on_that_page_in_every_tool(workdir: Path) -> None:
     """``ask`` cites p2:L2; ``search`` gives page 2, lines 1-3; ``read_file`` takes page 2 and
     line 2 back to the same sentence (it gave page 1 for start_line 1 and search said 1001)."""

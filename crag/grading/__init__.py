@@ -15,7 +15,8 @@
 The fast-path rules (``crag.grading.fast_path``) are found by the node's ``prepare``, since
 they spare the call; the memories across rounds are in ``crag.grading.memory``.
 
-``GRADERS`` are the styles of ``KB_AGENT_GRADER``: how the grade is asked for and read.
+``GRADERS`` are the styles of ``KB_AGENT_GRADER`` (``crag.modes.GraderStyle``): how the grade is
+asked for and read.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .. import grounding, searches
+from ..modes import GraderStyle
 from ..state import EvidenceItem, ToolRun
 from ..toolspec import Tool, question_search
 from .fast_path import EPS, FAST_PATH_RULES, fast_path_rule, recorded_vector_scores
@@ -81,19 +83,16 @@ __all__ = [
 _EPS = EPS
 
 # KB_AGENT_GRADER: style -> what it is (docs/real-models.md, "Grading a real model").
-GRADERS = {
-    "batch": "one request for all N items; one yes/no line per item, read from token probabilities",
-    "pointwise": "one request per item; one yes/no, read from token probabilities",
-    "scores": "one request for all N items; N numbers as JSON (structured output)",
-}
+GRADERS = {style.value: style.description for style in GraderStyle}
 
 
-def retrieval_facts(tool_history: Sequence[ToolRun], question: str, tools: Sequence[Tool] = (),
+def retrieval_facts(tool_history: Sequence[ToolRun], question: str, tools: Sequence[Tool],
                     context: Sequence[EvidenceItem] = (), rounds: int = 1) -> Facts:
     """What retrieval knows (``Facts``): the items the search of the question itself returned
     (``tools``' question search, with the argument that holds the question), the vector
-    score recorded for each item, the terms the question names that no item of ``context``
-    holds, and whether this is the first round (``rounds`` completed)."""
+    score recorded for each item (by a tool with ``vector_scores``), the terms the question
+    names that no item of ``context`` holds, and whether this is the first round (``rounds``
+    completed)."""
     own: set[tuple] = set()
     call = question_search(tools, question, 1)
     if call is not None:
@@ -103,10 +102,10 @@ def retrieval_facts(tool_history: Sequence[ToolRun], question: str, tools: Seque
                     searches.same_query(run.call.args.get(name, ""), question) for name in carries):
                 own.update(item.key for item in run.items)
     absent = tuple(grounding.missing(question, [item.text for item in context])) if context else ()
-    return Facts(frozenset(own), recorded_vector_scores(tool_history), absent, rounds <= 1)
+    return Facts(frozenset(own), recorded_vector_scores(tool_history, tools), absent, rounds <= 1)
 
 
 def ungraded_action(context: Sequence[EvidenceItem], tool_history: Sequence[ToolRun], question: str,
-                    drop_threshold: float, tools: Sequence[Tool] = ()):
+                    drop_threshold: float, tools: Sequence[Tool]):
     """The action of the policy rows (``uninformative``, ``undecided``), from what retrieval knows."""
     return retrieval_facts(tool_history, question, tools).action(context, drop_threshold)

@@ -75,7 +75,6 @@ __all__ = [
     "cited",
     "claims",
     "clauses",
-    "code_support",
     "ground",
     "missing",
     "named",

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from attrs import frozen
 
 from ..answer import FIXED_SENTENCES
+from ..modes import GroundingMode
 from ..sentences import Piece, split
 from ..state import EvidenceItem, GroundingReport, Judgement
 from .claims import UNSUPPORTED_TAG, Claims, claims, clauses, lead_in, restates, strip_markers
@@ -23,7 +24,7 @@ from .rules import NO_RULE, Support, first_rule, supports
 
 __all__ = ["BY_CLAUSE", "MODES", "Grounded", "ground", "note_line", "render_prefix"]
 
-MODES = ("note", "strict", "off")
+MODES = tuple(mode.value for mode in GroundingMode)  # KB_AGENT_GROUNDING: note, strict, off
 BY_CLAUSE = "clauses"  # the rule named by a sentence judged clause by clause
 
 

@@ -60,6 +60,7 @@ def _rule(state: AgentState, cfg: NodeConfig) -> str | None:
         state.iteration,
         cfg.auto_approve_max_items,
         cfg.vector_score_threshold,
+        cfg.tools,
     )
 
 

@@ -235,9 +235,7 @@ def _run_own(tool: Tool, args: dict[str, Any], context: ToolboxContext) -> ToolR
     """A tool from the user's program: what it raises or returns wrongly is a ToolError. A
     plain list of items is read as ``ToolResult(items)``."""
     try:
-        result = tool.run(args, context)
-        if not isinstance(result, ToolResult):
-            result = ToolResult(tuple(result))
+        result = ToolResult.of(tool.run(args, context))
     except ToolError:
         raise
     except Exception as exc:  # the boundary to code crag does not own

@@ -113,4 +113,5 @@ TOOL = Tool(
     check=_check,
     from_question=_from_question,
     path_arg="path",
+    reads_lines=True,
 )

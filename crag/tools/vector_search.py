@@ -61,4 +61,5 @@ TOOL = Tool(
     query_arg="query",
     paging=Paging.DEEPER,
     same_search=_same_search,
+    vector_scores=True,
 )
