@@ -165,3 +165,10 @@ def test_the_grading_table_names_every_rule_once_and_marks_the_policys():
                                                                   grading.GradeRule.UNDECIDED,
                                                                   grading.GradeRule.TERM_MISSING}
     assert all(not getattr(grading.SEED, row.policy) for row in grading.RULES if row.policy)
+
+
+def test_one_policy_per_grading_policy_setting():
+    from crag.config import GradingPolicyName
+
+    assert set(grading.POLICIES) == set(GradingPolicyName)
+    assert all(grading.POLICIES[name].name is name for name in GradingPolicyName)

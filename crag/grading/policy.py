@@ -23,10 +23,12 @@ from __future__ import annotations
 
 from attrs import frozen
 
+from ..modes import GradingPolicyName
+
 __all__ = ["DEFAULT", "POLICIES", "SEED", "GradingPolicy", "PolicyName"]
 
 
-PolicyName = str  # KB_AGENT_GRADING_POLICY's values (crag.config.GradingPolicyName): "default", "seed"
+PolicyName = GradingPolicyName  # KB_AGENT_GRADING_POLICY's values
 
 
 @frozen
@@ -47,6 +49,6 @@ class GradingPolicy:
     min_items: int = 4
 
 
-DEFAULT = GradingPolicy("default", uninformative=True, undecided=True, first_label=True, named_terms=True)
-SEED = GradingPolicy("seed", uninformative=False, undecided=False, first_label=False, named_terms=False)
+DEFAULT = GradingPolicy(GradingPolicyName.DEFAULT, uninformative=True, undecided=True, first_label=True, named_terms=True)
+SEED = GradingPolicy(GradingPolicyName.SEED, uninformative=False, undecided=False, first_label=False, named_terms=False)
 POLICIES: dict[PolicyName, GradingPolicy] = {DEFAULT.name: DEFAULT, SEED.name: SEED}
