@@ -141,9 +141,9 @@ def test_without_the_questions_own_hits_an_uninformative_grade_refines_by_retrie
     state = AgentState(QUESTION, context=tuple(ctx), iteration=1,
                        tool_history=(ToolRun(1, ToolCall("vector_search", {"query": "other words"}), tuple(ctx)),))
     tools = builtin("vector_search")
-    assert grading.ungraded_action(state.context, state.tool_history, QUESTION, 0.3, tools).value == "REFINE"
+    assert grading.retrieval_action(state.context, state.tool_history, QUESTION, 0.3, tools).value == "REFINE"
     own = (ToolRun(1, ToolCall("vector_search", {"query": QUESTION}), tuple(ctx[:1])),)
-    assert grading.ungraded_action(state.context, own, QUESTION, 0.3, tools).value == "GENERATE"
+    assert grading.retrieval_action(state.context, own, QUESTION, 0.3, tools).value == "GENERATE"
 
 
 def test_a_grade_read_from_probabilities_filters_as_the_seed_says():

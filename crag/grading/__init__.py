@@ -28,7 +28,7 @@ from ..modes import GraderStyle
 from ..state import EvidenceItem, ToolRun
 from ..toolspec import Tool, question_search
 from .fast_path import EPS, FAST_PATH_RULES, fast_path_rule, recorded_vector_scores
-from .memory import merge_scores, remember, skipped, ungraded
+from .memory import merge_scores, remember, skipped, unremembered
 from .policy import DEFAULT, POLICIES, SEED, GradingPolicy, PolicyName
 from .rules import (
     PARSE_FAILURE_SCORE,
@@ -72,11 +72,11 @@ __all__ = [
     "merge_scores",
     "recorded_vector_scores",
     "remember",
+    "retrieval_action",
     "retrieval_facts",
     "skipped",
-    "ungraded",
-    "ungraded_action",
     "uninformative",
+    "unremembered",
     "verdict",
 ]
 
@@ -105,7 +105,7 @@ def retrieval_facts(tool_history: Sequence[ToolRun], question: str, tools: Seque
     return Facts(frozenset(own), recorded_vector_scores(tool_history, tools), absent, rounds <= 1)
 
 
-def ungraded_action(context: Sequence[EvidenceItem], tool_history: Sequence[ToolRun], question: str,
+def retrieval_action(context: Sequence[EvidenceItem], tool_history: Sequence[ToolRun], question: str,
                     drop_threshold: float, tools: Sequence[Tool]):
     """The action of the policy rows (``uninformative``, ``undecided``), from what retrieval knows."""
     return retrieval_facts(tool_history, question, tools).action(context, drop_threshold)

@@ -2,7 +2,7 @@
 
 Items the filter removed are remembered (``AgentState.removed``) and ``tool_exec`` does not
 add them again (``skipped``). Every grade a grader gave is remembered (``AgentState.grades``);
-with grade memory on, only the items without one are sent to the grader (``ungraded``) and
+with grade memory on, only the items without one are sent to the grader (``unremembered``) and
 the decision is made over all items, the earlier ones with their remembered scores
 (``merge_scores``).
 """
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from ..state import EvidenceItem, Grade
 
-__all__ = ["merge_scores", "remember", "skipped", "ungraded"]
+__all__ = ["merge_scores", "remember", "skipped", "unremembered"]
 
 
 def remember(grades: Sequence[Grade], new: Sequence[Grade]) -> tuple[Grade, ...]:
@@ -28,7 +28,7 @@ def skipped(items: Sequence[EvidenceItem], removed: Sequence[Grade]) -> dict[tup
     return {item.key: by_key[item.key] for item in items if item.key in by_key}
 
 
-def ungraded(context: Sequence[EvidenceItem], grades: Sequence[Grade]) -> tuple[int, ...]:
+def unremembered(context: Sequence[EvidenceItem], grades: Sequence[Grade]) -> tuple[int, ...]:
     """Indices of the ``context`` items that have no remembered grade."""
     known = {g.key for g in grades}
     return tuple(i for i, item in enumerate(context) if item.key not in known)

@@ -67,7 +67,7 @@ def _rule(state: AgentState, cfg: NodeConfig) -> str | None:
 def _to_grade(context: tuple[EvidenceItem, ...], state: AgentState, cfg: NodeConfig) -> tuple[int, ...]:
     """Indices of the context items this grading sends to the grader."""
     if cfg.grade_memory:
-        return grading.ungraded(context, state.grades)
+        return grading.unremembered(context, state.grades)
     return tuple(range(len(context)))
 
 
