@@ -171,4 +171,4 @@ def test_one_policy_per_grading_policy_setting():
     from crag.config import GradingPolicyName
 
     assert set(grading.POLICIES) == set(GradingPolicyName)
-    assert all(grading.POLICIES[name].name is name for name in GradingPolicyName)
+    assert all(grading.POLICIES[name].name == name for name in GradingPolicyName)
