@@ -398,3 +398,20 @@ def test_a_term_no_item_holds_sends_the_first_round_back_to_search_once():
     assert model.calls("plan") == 1 and numbers.iterations == 1
     seed, model = ask([sure], Settings(grading_policy="seed"))
     assert model.calls("plan") == 1 and seed.iterations == 1
+
+
+def test_a_term_held_only_by_an_item_the_grades_remove_sends_the_round_back_to_search():
+    """The term is asked of the items the grades keep: an answer from them would say none
+    mentions it, so the first round searches again."""
+    question = "How are uploads retried when sent through Kafka?"
+    evidence = [item(k, text=f"Uploads are retried three times by the upload worker, note {k}.") for k in range(1, 5)]
+    evidence.append(item(5, text="Kafka topics are listed in the broker settings."))
+    model = ScriptedChatModel({"analyze_and_route": [route("complex")],
+                               "plan": [search_plan(), search_plan("uploads Kafka")],
+                               "grade_evidence": [label_reply(0.95, 0.9, 0.92, 0.9, 0.02)] * 2,
+                               "synthesize": ["Uploads are retried three times by the upload worker [1]."]})
+    toolbox = FakeToolbox({"vector_search": [evidence, evidence]}, question=question)
+    result = Agent(model, toolbox, Settings()).ask(question)
+    decided = [e["rule"] for e in result.audit if e["event"] == "grade_decided"]
+    assert decided == ["term_missing", "mean_high"]
+    assert next(e["terms"] for e in result.audit if e["event"] == "question_terms_missing") == ["Kafka"]

@@ -87,11 +87,11 @@ GRADERS = {style.value: style.description for style in GraderStyle}
 
 
 def retrieval_facts(tool_history: Sequence[ToolRun], question: str, tools: Sequence[Tool],
-                    context: Sequence[EvidenceItem] = (), rounds: int = 1) -> Facts:
+                    rounds: int = 1) -> Facts:
     """What retrieval knows (``Facts``): the items the search of the question itself returned
     (``tools``' question search, with the argument that holds the question), the vector
     score recorded for each item (by a tool with ``vector_scores``), the terms the question
-    names that no item of ``context`` holds, and whether this is the first round (``rounds``
+    names (``crag.grounding.named``), and whether this is the first round (``rounds``
     completed)."""
     own: set[tuple] = set()
     call = question_search(tools, question, 1)
@@ -101,11 +101,11 @@ def retrieval_facts(tool_history: Sequence[ToolRun], question: str, tools: Seque
             if run.call.tool == call.tool and any(
                     searches.same_query(run.call.args.get(name, ""), question) for name in carries):
                 own.update(item.key for item in run.items)
-    absent = tuple(grounding.missing(question, [item.text for item in context])) if context else ()
-    return Facts(frozenset(own), recorded_vector_scores(tool_history, tools), absent, rounds <= 1)
+    named = tuple(grounding.named(question))
+    return Facts(frozenset(own), recorded_vector_scores(tool_history, tools), named, rounds <= 1)
 
 
 def retrieval_action(context: Sequence[EvidenceItem], tool_history: Sequence[ToolRun], question: str,
-                    drop_threshold: float, tools: Sequence[Tool]):
+                     drop_threshold: float, tools: Sequence[Tool]):
     """The action of the policy rows (``uninformative``, ``undecided``), from what retrieval knows."""
     return retrieval_facts(tool_history, question, tools).action(context, drop_threshold)

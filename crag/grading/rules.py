@@ -16,7 +16,7 @@ rule                  seeds'  applies when                                     a
 ``uninformative``     policy  a probability reading carries no information     retrieval's
 ``none_left``         yes     every item scored below the drop threshold       RE_RETRIEVE
 ``term_missing``      policy  a probability reading, the first round, and the  REFINE
-                              question names a term no item holds
+                              question names a term no kept item holds
 ``undecided``         policy  no kept probability grade reached the generate   retrieval's
                               threshold
 ``mean_high``         yes     mean of the kept scores >= the generate threshold  GENERATE
@@ -31,6 +31,8 @@ through token probabilities (``Reading.from_logprobs``). "Retrieval's" action: `
 when an item came from the question's own search, or retrieval scored it at least the drop
 threshold, or it is a literal match with no retrieval score; else ``REFINE``; and ``REFINE``
 in the first round when the question names a term no item holds (with ``named_terms``).
+The ``term_missing`` row asks it of the items the grades keep: an answer from them would say
+that none mentions the term (``crag.nodes.synthesize``), so the round searches again first.
 
 With the ``seed`` policy every policy row is off and the decision is exactly the seeds' rule.
 """
@@ -43,6 +45,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 
 from attrs import field, frozen
 
+from ..grounding.asked import absent
 from ..prompts.grades import Reading
 from ..state import AuditEvent, EvidenceItem, Grade, GradedBy, GraderAction
 from .fast_path import EPS
@@ -167,23 +170,25 @@ def _sure(scores: Sequence[float], sure: float) -> int:
 class Facts:
     """What retrieval knows about the items, for the policy rows' action: ``own`` the keys of
     items the question's own search returned; ``recorded`` the vector score recorded for an
-    item's key (none: a literal match, a grep hit or lines read); ``missing`` the terms the
-    question names that no item holds (``crag.grounding.missing``); ``first_round`` whether
-    this is the first round's grading (no search has been refined yet)."""
+    item's key (none: a literal match, a grep hit or lines read); ``named`` the terms the
+    question names (``crag.grounding.named``); ``first_round`` whether this is the first
+    round's grading (no search has been refined yet)."""
 
     own: frozenset[tuple] = frozenset()
     recorded: Mapping[tuple, float] = field(factory=dict)
-    missing: tuple[str, ...] = ()
+    named: tuple[str, ...] = ()
     first_round: bool = True
 
-    @property
-    def search_again(self) -> bool:
-        """A term the question names is in no item, and no round has searched for it again yet."""
-        return bool(self.missing) and self.first_round
+    def search_again(self, items: Sequence[EvidenceItem]) -> tuple[str, ...]:
+        """The named terms none of ``items`` holds, in the first round (later: none): what
+        sends the round back to search under ``named_terms``."""
+        if not (self.named and self.first_round):
+            return ()
+        return tuple(absent(self.named, [item.text for item in items]))
 
     def action(self, items: Sequence[EvidenceItem], drop_threshold: float,
                named_terms: bool = False) -> GraderAction:
-        if named_terms and self.search_again:
+        if named_terms and self.search_again(items):
             return GraderAction.REFINE
         for item in items:
             scored = self.recorded.get(item.key)
@@ -252,6 +257,7 @@ class _Facts:
         self.why: str | None = None
         self.scores: tuple[float, ...] = ()
         self.spared: tuple[int, ...] = ()
+        self.missing: tuple[str, ...] = ()
         self.decision = Decision((), (), GraderAction.RE_RETRIEVE, 0.0)
         if case.fast_path is None and case.items:
             self._grade(case, policy)
@@ -276,6 +282,8 @@ class _Facts:
         self.undecided = self.probabilities and policy.undecided
         unsure = case.facts.action(case.items, case.drop_threshold, policy.named_terms) if self.undecided else None
         self.decision = decide(self.scores, case.drop_threshold, case.generate_threshold, unsure, self.spared)
+        if self.probabilities and policy.named_terms:  # what the kept items leave unmentioned
+            self.missing = case.facts.search_again([case.items[i] for i in self.decision.kept])
 
 
 def _undecided_decides(f: _Facts) -> bool:
@@ -295,7 +303,7 @@ RULES: tuple[Rule, ...] = (
     Rule(GradeRule.UNINFORMATIVE, "uninformative", lambda f: f.why is not None,
          lambda f: f.case.facts.action(f.case.items, f.case.drop_threshold, f.policy.named_terms)),
     Rule(GradeRule.NONE_LEFT, None, lambda f: not f.decision.kept, lambda f: GraderAction.RE_RETRIEVE),
-    Rule(GradeRule.TERM_MISSING, "named_terms", lambda f: f.probabilities and f.case.facts.search_again,
+    Rule(GradeRule.TERM_MISSING, "named_terms", lambda f: f.probabilities and bool(f.missing),
          lambda f: GraderAction.REFINE),
     Rule(GradeRule.UNDECIDED, "undecided", _undecided_decides, lambda f: f.decision.action),
     Rule(GradeRule.MEAN_HIGH, None, _mean_high, lambda f: GraderAction.GENERATE),
@@ -324,8 +332,10 @@ def verdict(case: GradeCase, policy: GradingPolicy) -> GradeVerdict:
                             (_event("fast_path_hit", rule_name=case.fast_path, items=n),))
     if row.rule is GradeRule.ALL_TRIMMED:
         return GradeVerdict(row.rule, action, None, events=tuple(events))
-    if f.probabilities and policy.named_terms and case.facts.search_again:
-        events.append(_event("question_terms_missing", node="grade_evidence", terms=list(case.facts.missing)))
+    missing = f.missing if row.rule is not GradeRule.UNINFORMATIVE else (
+        case.facts.search_again(case.items) if f.probabilities and policy.named_terms else ())
+    if missing:
+        events.append(_event("question_terms_missing", node="grade_evidence", terms=list(missing)))
     if row.rule is GradeRule.UNINFORMATIVE:
         reading = case.reading
         events.append(_event("grader_uninformative", level="warning", items=len(case.todo), reason=f.why,

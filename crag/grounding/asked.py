@@ -33,7 +33,7 @@ from collections.abc import Iterable
 
 from .claims import claims
 
-__all__ = ["FOCUS_SHARE", "HELD_SHARE", "addresses", "cited", "missing", "named"]
+__all__ = ["FOCUS_SHARE", "HELD_SHARE", "absent", "addresses", "cited", "missing", "named"]
 
 _TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9+#./_-]*[A-Za-z0-9+#]|[A-Za-z0-9]")
 # capitalised words that name nothing: how questions and sentences open
@@ -89,7 +89,12 @@ def named(question: str) -> list[str]:
 
 def missing(question: str, texts: Iterable[str]) -> list[str]:
     """The terms ``question`` names that none of ``texts`` holds."""
-    terms = named(question)
+    return absent(named(question), texts)
+
+
+def absent(terms: Iterable[str], texts: Iterable[str]) -> list[str]:
+    """The ones of ``terms`` that none of ``texts`` holds (without case, spaces and punctuation)."""
+    terms = list(terms)
     if not terms:
         return []
     blob = _flat("\n".join(texts))

@@ -142,8 +142,7 @@ def apply(state: AgentState, step: Step, reply: Completion | tuple[Completion, .
         todo=plan.todo,
         reading=prompts.read_replies(reply, len(plan.todo)),
         remembered=state.grades,
-        facts=grading.retrieval_facts(state.tool_history, state.question, cfg.tools, plan.context,
-                                       state.iteration),
+        facts=grading.retrieval_facts(state.tool_history, state.question, cfg.tools, state.iteration),
         batch=cfg.grader == "batch",
     )
     verdict = grading.verdict(case, grading.POLICIES[cfg.grading_policy])
