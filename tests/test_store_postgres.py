@@ -314,8 +314,8 @@ Rows = set[tuple[object, ...]]
 
 
 def _postings_as_derived(conn: object, table: str = "chunks") -> tuple[Rows, Rows, Rows, Rows]:
-    """(stored postings, postings derived from the tsvectors of ``table``, stored document
-    frequencies, document frequencies counted from the tsvectors)."""
+    """(stored postings, postings derived from the tsvectors (a file's: from its chunks'), stored
+    document frequencies, document frequencies counted from those postings)."""
     from crag.index.postgres_schema import postings_of
 
     postings, terms_table = ("postings", "terms") if table == "chunks" else ("file_postings", "file_terms")
@@ -323,7 +323,7 @@ def _postings_as_derived(conn: object, table: str = "chunks") -> tuple[Rows, Row
     derived = set(conn.execute(postings_of(table)).fetchall())  # type: ignore[attr-defined]
     terms = set(conn.execute(f"SELECT lexeme, df FROM crag.{terms_table}").fetchall())  # type: ignore[attr-defined]
     counted = set(conn.execute(  # type: ignore[attr-defined]
-        f"SELECT u.lexeme, count(*)::integer FROM crag.{table} c, unnest(c.tsv) u GROUP BY u.lexeme").fetchall())
+        f"SELECT lexeme, count(*)::integer FROM ({postings_of(table)}) AS p GROUP BY lexeme").fetchall())
     return stored, derived, terms, counted
 
 
@@ -443,6 +443,15 @@ def test_a_killed_first_build_leaves_no_index_and_the_next_one_starts_clean(pg_u
         assert "older edition 7" in reader.search("page 7 edition", 1)[0].text
 
 
+def conn_storage(uri: str) -> str:
+    """The storage of the chunks' vectors (``e``: external, ``x``: extended)."""
+    import psycopg
+
+    with psycopg.connect(uri) as conn:
+        return conn.execute("SELECT attstorage FROM pg_attribute WHERE attrelid = 'crag.chunks'::regclass "
+                            "AND attname = 'embedding'").fetchone()[0]
+
+
 def test_an_index_of_the_previous_format_is_upgraded_in_place(pg_uri: str, tmp_path: Path) -> None:
     """A database written before postings existed (format 2): a reader says to run crag index, in one
     line; `crag index` upgrades it in place (postings from the chunks already there) and searches."""
@@ -455,6 +464,13 @@ def test_an_index_of_the_previous_format_is_upgraded_in_place(pg_uri: str, tmp_p
     assert crag(env, tmp_path, "index", str(kb)).returncode == 0
     with psycopg.connect(pg_uri, autocommit=True) as conn:  # back to format 2, as the previous crag left it
         conn.execute("DROP TABLE crag.postings, crag.terms, crag.file_postings, crag.file_terms")
+        conn.execute(  # a file's tsv held its title and whole text then
+            "UPDATE crag.files f SET tsv = setweight(to_tsvector('english', k.title), 'A') || "
+            "setweight(to_tsvector('english', k.text), 'D') FROM (SELECT file_id, min(title) AS title, "
+            "string_agg(text, E'\\n' ORDER BY start_line) AS text FROM crag.chunks GROUP BY file_id) k "
+            "WHERE k.file_id = f.id"
+        )
+        conn.execute("ALTER TABLE crag.chunks ALTER COLUMN embedding SET STORAGE EXTENDED")
         conn.execute("CREATE INDEX chunks_tsv ON crag.chunks USING gin (tsv) WITH (fastupdate = off)")
         conn.execute("CREATE INDEX files_tsv ON crag.files USING gin (tsv) WITH (fastupdate = off)")
         conn.execute("DELETE FROM crag.migrations WHERE version > 2")
@@ -472,6 +488,8 @@ def test_an_index_of_the_previous_format_is_upgraded_in_place(pg_uri: str, tmp_p
         files = _postings_as_derived(conn, "files")
     assert stored == derived and terms == counted and stored
     assert files[0] == files[1] and files[2] == files[3] and files[0]
+    storage = conn_storage(pg_uri)
+    assert storage == "e"  # format 4: vectors stored out of line, uncompressed
     found = crag(env, tmp_path, "search", "docker compose")
     assert found.returncode == 0 and "deploy.md" in found.stdout
 

@@ -42,7 +42,6 @@ BULK_WRITERS = 2
 # only, never lowered): their sort runs in memory up to it, in parallel workers
 # (max_parallel_maintenance_workers) when the server allows.
 _BULK_INDEX_MEMORY_MB = 512
-_FILE_TEXT_LIMIT = 400_000  # characters of a file's text in its full-text vector (tsvector max 1 MB)
 
 
 # ---------------------------------------------------------------------------------------
@@ -211,14 +210,18 @@ class PostgresUpdate:
         its postings at the commit)."""
         postings, key = ("postings", "chunk_id") if table == "chunks" else ("file_postings", "file_id")
         if self.bulk:
-            (conn or self.conn).execute(f"INSERT INTO {SCHEMA}.{postings} {postings_of(table)} WHERE {where}", params)
+            (conn or self.conn).execute(f"INSERT INTO {SCHEMA}.{postings} {postings_of(table, where)}", params)
             return
         if remove:
-            sql = (f"WITH gone AS ({postings_of(table)} WHERE {where}), d AS (DELETE FROM {SCHEMA}.{postings} p "
+            gone = f"SELECT lexeme, id FROM ({postings_of(table, where)}) AS g"
+            if table == "files":  # and what an older crag derived from the file's own tsv (its whole text)
+                gone += f" UNION SELECT u.lexeme, c.id FROM {SCHEMA}.files c, unnest(c.tsv) AS u WHERE {where}"
+                params = [*params, *params]
+            sql = (f"WITH gone AS ({gone}), d AS (DELETE FROM {SCHEMA}.{postings} p "
                    f"USING gone WHERE p.lexeme = gone.lexeme AND p.{key} = gone.id RETURNING p.lexeme) "
                    "INSERT INTO crag_df SELECT %s, lexeme, -count(*) FROM d GROUP BY lexeme")
         else:
-            sql = (f"WITH p AS (INSERT INTO {SCHEMA}.{postings} {postings_of(table)} WHERE {where} RETURNING lexeme) "
+            sql = (f"WITH p AS (INSERT INTO {SCHEMA}.{postings} {postings_of(table, where)} RETURNING lexeme) "
                    "INSERT INTO crag_df SELECT %s, lexeme, count(*) FROM p GROUP BY lexeme")
         self._execute(sql, [*params, table])
 
@@ -268,8 +271,7 @@ class PostgresUpdate:
             self.embedded += len(texts)
         file_rows = [
             (file_id, d.path, d.root, d.size, d.mtime_ns, d.sha256, len(d.chunks),
-             word_count(titles[file_id], d.text[:_FILE_TEXT_LIMIT] if d.chunks else ""),
-             titles[file_id], d.text[:_FILE_TEXT_LIMIT] if d.chunks else "")
+             word_count(titles[file_id], d.text if d.chunks else ""), titles[file_id])
             for file_id, d in docs
         ]
         first = self.next_chunk_id
@@ -292,8 +294,7 @@ class PostgresUpdate:
         with conn.cursor() as cur:
             cur.executemany(
                 f"INSERT INTO {SCHEMA}.files (id, path, root, size, mtime_ns, sha256, chunks, dl, tsv) VALUES "
-                "(%s, %s, %s, %s, %s, %s, %s, %s, setweight(to_tsvector('english', %s), 'A') "
-                "|| setweight(to_tsvector('english', %s), 'D'))",
+                "(%s, %s, %s, %s, %s, %s, %s, %s, setweight(to_tsvector('english', %s), 'A'))",
                 file_rows,
             )
             if chunks:
@@ -303,9 +304,9 @@ class PostgresUpdate:
                 )
                 with cur.copy(sql) as copy:
                     copy.write(chunks)
-        self._postings("files", "c.id = ANY(%s)", (file_ids,), conn=conn)
-        if chunks:
+        if chunks:  # a file's postings are its chunks' (``postings_of``)
             self._postings("chunks", "c.id >= %s AND c.id < %s", (first, end), conn=conn)
+            self._postings("files", "c.id = ANY(%s)", (file_ids,), conn=conn)
 
     def _chunks_copy(self, docs: Sequence[tuple[int, DocumentVersion]], titles: dict[int, str], vectors: Any) -> bytes:
         """The chunks as a binary COPY's data (the vectors in pgvector's binary format); their ids
