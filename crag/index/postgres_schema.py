@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["MIGRATIONS", "POSTINGS_INDEXES", "SCHEMA", "SCHEMA_VERSION", "postings_of", "vector_literal"]
+__all__ = ["MIGRATIONS", "POSTINGS_INDEXES", "SCHEMA", "SCHEMA_VERSION", "bulk_postings", "postings_of", "vector_literal"]
 
 SCHEMA = "crag"
 
@@ -43,6 +43,17 @@ def postings_of(table: str, where: str = "true") -> str:
         f"least(sum({_COUNT.format('D')}), 32767)::smallint AS d "
         f"FROM {SCHEMA}.files c JOIN {SCHEMA}.chunks k ON k.file_id = c.id, unnest(k.tsv) AS u "
         f"WHERE {where} GROUP BY u.lexeme, c.id, c.dl"
+    )
+
+
+def bulk_postings(where: str) -> str:
+    """SQL: insert the postings of the chunks ``where`` selects (aliased ``c``) and of their files,
+    whose chunks they all are (a bulk load's batch), from one pass over the chunks' tsvectors."""
+    return (
+        f"WITH u AS MATERIALIZED ({postings_of('chunks', where).replace('SELECT u.lexeme, c.id,', 'SELECT u.lexeme, c.id, c.file_id,')}), "
+        f"p AS (INSERT INTO {SCHEMA}.postings SELECT lexeme, id, dl, a, b, d FROM u) "
+        f"INSERT INTO {SCHEMA}.file_postings SELECT u.lexeme, u.file_id, f.dl, max(u.a), 0, least(sum(u.d), 32767) "
+        f"FROM u JOIN {SCHEMA}.files f ON f.id = u.file_id GROUP BY u.lexeme, u.file_id, f.dl"
     )
 
 

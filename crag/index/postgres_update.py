@@ -304,7 +304,9 @@ class PostgresUpdate:
                 )
                 with cur.copy(sql) as copy:
                     copy.write(chunks)
-        if chunks:  # a file's postings are its chunks' (``postings_of``)
+        if chunks and self.bulk:  # both from one pass over the chunks' tsvectors
+            conn.execute(schema.bulk_postings("c.id >= %s AND c.id < %s"), (first, end))
+        elif chunks:  # a file's postings are its chunks' (``postings_of``)
             self._postings("chunks", "c.id >= %s AND c.id < %s", (first, end), conn=conn)
             self._postings("files", "c.id = ANY(%s)", (file_ids,), conn=conn)
 
