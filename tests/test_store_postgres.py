@@ -706,3 +706,25 @@ def test_connections_of_a_thread_that_ended_are_closed(pg_uri: str, tmp_path: Pa
         assert backends() == before
         assert store.version() and reader.search("retries", 2)
     store.close()
+
+
+def test_a_files_postings_are_its_chunks_summed_so_its_text_is_parsed_once(pg_uri: str, tmp_path: Path) -> None:
+    """A file's postings come from its chunks' (not from parsing its whole text again): a word's
+    count is the sum of its chunks' counts, beyond the 256 positions a file's tsvector would keep,
+    and the file's own tsvector holds its title alone."""
+    import psycopg
+
+    kb = tmp_path / "kb"
+    body = "\n\n".join(f"## Part {i}\n\n" + "The zeppelin hangar holds a zeppelin. " * 15 for i in range(10))
+    write(kb / "airships.md", "# Airships\n\n" + body + "\n")
+    cfg = Settings(store=pg_uri)
+    index_roots(cfg, [kb])
+    with psycopg.connect(pg_uri) as conn:
+        chunks = conn.execute("SELECT count(*) FROM crag.chunks").fetchone()[0]
+        (a, b, d), = conn.execute("SELECT a, b, d FROM crag.file_postings WHERE lexeme = 'zeppelin'").fetchall()
+        summed = conn.execute("SELECT sum(d) FROM crag.postings WHERE lexeme = 'zeppelin'").fetchone()[0]
+        title_only = conn.execute("SELECT tsv = setweight(to_tsvector('english', 'airships'), 'A') FROM crag.files"
+                                  ).fetchone()[0]
+        files = _postings_as_derived(conn, "files")
+    assert chunks > 1 and (a, b) == (0, 0) and d == summed == 300
+    assert title_only and files[0] == files[1] and files[2] == files[3]
