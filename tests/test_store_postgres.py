@@ -728,3 +728,23 @@ def test_a_files_postings_are_its_chunks_summed_so_its_text_is_parsed_once(pg_ur
         files = _postings_as_derived(conn, "files")
     assert chunks > 1 and (a, b) == (0, 0) and d == summed == 300
     assert title_only and files[0] == files[1] and files[2] == files[3]
+
+
+@pytest.mark.parametrize("text", ["", "a_b c", "é_x naïve café—über 12€ 3.5", "x\ud800y", "日本語 テキスト", "«q» a-b",
+                                  "\u00a0a\u2003b", "ǅemal Ⅻ x²", "tab\tand\x0bvt"])
+def test_word_count_counts_the_words_the_regex_finds(text: str) -> None:
+    """The bytes-based count equals ``WORD.findall``'s (the length FTS5 counts), for ASCII and not."""
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    from crag.index.postgres_update import word_count
+    from crag.text import WORD
+
+    assert word_count(text, text) == 2 * len(WORD.findall(text))
+
+    @given(st.text())
+    def same(t: str) -> None:
+        assert word_count(t) == len(WORD.findall(t))
+
+    if text == "":
+        same()

@@ -48,9 +48,22 @@ _BULK_INDEX_MEMORY_MB = 512
 # One update: one transaction
 
 
+# Bytes that may be part of a word (``WORD``): ASCII letters and digits, and every byte of a
+# non-ASCII character. Any other ASCII character ends a word.
+_WORD_BYTES = bytes(b if (48 <= b <= 57 or 65 <= b <= 90 or 97 <= b <= 122 or b >= 128) else 32 for b in range(256))
+
 def word_count(*texts: str) -> int:
-    """A text's length for BM25: all its words, as SQLite's FTS5 counts them in the embedded store."""
-    return sum(len(WORD.findall(t)) for t in texts)
+    """A text's length for BM25: all its words (``WORD.findall``), as SQLite's FTS5 counts them in
+    the embedded store. Counted on bytes: ASCII punctuation and spaces always end a word, so the
+    words are the runs of other bytes, except that a run holding non-ASCII bytes goes through the
+    regex (it may hold letters, or symbols that end words): half the regex's time, or less."""
+    n = 0
+    for text in texts:
+        runs = text.encode("utf-8", "surrogatepass").translate(_WORD_BYTES).split()
+        n += len(runs)
+        if not text.isascii():
+            n += sum(len(WORD.findall(r.decode("utf-8", "surrogatepass"))) - 1 for r in runs if not r.isascii())
+    return n
 
 
 def _copy_header() -> bytes:
