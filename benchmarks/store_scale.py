@@ -641,7 +641,10 @@ def render_markdown(result: dict[str, Any]) -> str:
     )
     if any(r["store"] == "postgresql" for r in rows):
         intro += ("PostgreSQL's indexing CPU and peak memory are those of the `crag index` process; the server's "
-                  "are not counted (its CPU a search is, from the backends' /proc counters).")
+                  "CPU while indexing is its own column (every server process's, from /proc, when the server runs on "
+                  "this machine), as is its CPU a search (the backends' /proc counters). 1-minute load average when each "
+                  "index run ended (its own processes included): " + ", ".join(f"{r['store']} {r['index_load_average']}" for r in rows
+                                                      if "index_load_average" in r) + ".")
         pg = next(r for r in rows if r["store"] == "postgresql")
         if pg.get("shared_buffers"):
             intro += (f" The server's `shared_buffers`: {pg['shared_buffers']}; its vector index: "
