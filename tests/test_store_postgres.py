@@ -461,8 +461,11 @@ def test_an_index_of_the_previous_format_is_upgraded_in_place(pg_uri: str, tmp_p
 
     env = env_for(pg_uri, tmp_path)
     kb = make_kb(tmp_path / "kb", n=4)
+    write(kb / "blank-zanzibar.md", "\n\n\n")  # no chunks
     assert crag(env, tmp_path, "index", str(kb)).returncode == 0
     with psycopg.connect(pg_uri, autocommit=True) as conn:  # back to format 2, as the previous crag left it
+        conn.execute("UPDATE crag.files SET tsv = setweight(to_tsvector('english', 'blank zanzibar'), 'A') "
+                     "WHERE chunks = 0")
         conn.execute("DROP TABLE crag.postings, crag.terms, crag.file_postings, crag.file_terms")
         conn.execute(  # a file's tsv held its title and whole text then
             "UPDATE crag.files f SET tsv = setweight(to_tsvector('english', k.title), 'A') || "
@@ -487,11 +490,23 @@ def test_an_index_of_the_previous_format_is_upgraded_in_place(pg_uri: str, tmp_p
         stored, derived, terms, counted = _postings_as_derived(conn)
         files = _postings_as_derived(conn, "files")
     assert stored == derived and terms == counted and stored
-    assert files[0] == files[1] and files[2] == files[3] and files[0]
+    # As the previous crag derived them, from each file's tsv: the same as from its chunks, but
+    # for the file without chunks, whose title's postings stay until it changes.
+    assert files[1] < files[0] and {row[0] for row in files[0] - files[1]} == {"blank", "zanzibar"}
+    assert files[2] - files[3] == {("blank", 1), ("zanzibar", 1)} and files[3] < files[2]
     storage = conn_storage(pg_uri)
     assert storage == "e"  # format 4: vectors stored out of line, uncompressed
     found = crag(env, tmp_path, "search", "docker compose")
     assert found.returncode == 0 and "deploy.md" in found.stdout
+    # The rows that crag wrote go with their files: the file without chunks (its title's postings,
+    # from its own tsv) and a changed one.
+    (kb / "blank-zanzibar.md").unlink()
+    write(kb / "deploy.md", "# Deploy\n\nRun the container with podman instead.\n")
+    assert crag(env, tmp_path, "index", str(kb)).returncode == 0
+    with psycopg.connect(pg_uri) as conn:
+        files = _postings_as_derived(conn, "files")
+        left = conn.execute("SELECT count(*) FROM crag.file_postings WHERE lexeme = 'zanzibar'").fetchone()[0]
+    assert files[0] == files[1] and files[2] == files[3] and left == 0
 
 
 CLI_INDEXER = r"""

@@ -34,10 +34,7 @@ _COUNT = "coalesce(cardinality(array_positions(u.weights, '{0}')), 0)"
 def postings_of(table: str, where: str = "true") -> str:
     """SQL: the postings of the rows of ``table`` (``chunks`` or ``files``, aliased ``c``) ``where`` selects."""
     if table == "chunks":
-        return (
-            f"SELECT u.lexeme, c.id, c.dl, {_COUNT.format('A')} AS a, {_COUNT.format('B')} AS b, "
-            f"{_COUNT.format('D')} AS d FROM {SCHEMA}.chunks c, unnest(c.tsv) AS u WHERE {where}"
-        )
+        return _chunk_postings(where)
     return (
         f"SELECT u.lexeme, c.id, c.dl, max({_COUNT.format('A')})::smallint AS a, 0::smallint AS b, "
         f"least(sum({_COUNT.format('D')}), 32767)::smallint AS d "
@@ -46,11 +43,18 @@ def postings_of(table: str, where: str = "true") -> str:
     )
 
 
+def _chunk_postings(where: str, file_id: bool = False) -> str:
+    return (
+        f"SELECT u.lexeme, c.id, {'c.file_id, ' if file_id else ''}c.dl, {_COUNT.format('A')} AS a, "
+        f"{_COUNT.format('B')} AS b, {_COUNT.format('D')} AS d FROM {SCHEMA}.chunks c, unnest(c.tsv) AS u WHERE {where}"
+    )
+
+
 def bulk_postings(where: str) -> str:
     """SQL: insert the postings of the chunks ``where`` selects (aliased ``c``) and of their files,
     whose chunks they all are (a bulk load's batch), from one pass over the chunks' tsvectors."""
     return (
-        f"WITH u AS MATERIALIZED ({postings_of('chunks', where).replace('SELECT u.lexeme, c.id,', 'SELECT u.lexeme, c.id, c.file_id,')}), "
+        f"WITH u AS MATERIALIZED ({_chunk_postings(where, file_id=True)}), "
         f"p AS (INSERT INTO {SCHEMA}.postings SELECT lexeme, id, dl, a, b, d FROM u) "
         f"INSERT INTO {SCHEMA}.file_postings SELECT u.lexeme, u.file_id, f.dl, max(u.a), 0, least(sum(u.d), 32767) "
         f"FROM u JOIN {SCHEMA}.files f ON f.id = u.file_id GROUP BY u.lexeme, u.file_id, f.dl"
