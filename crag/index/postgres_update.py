@@ -52,6 +52,7 @@ _BULK_INDEX_MEMORY_MB = 512
 # non-ASCII character. Any other ASCII character ends a word.
 _WORD_BYTES = bytes(b if (48 <= b <= 57 or 65 <= b <= 90 or 97 <= b <= 122 or b >= 128) else 32 for b in range(256))
 
+
 def word_count(*texts: str) -> int:
     """A text's length for BM25: all its words (``WORD.findall``), as SQLite's FTS5 counts them in
     the embedded store. Counted on bytes: ASCII punctuation and spaces always end a word, so the
@@ -217,14 +218,11 @@ class PostgresUpdate:
         except self.psycopg.Error as exc:
             raise self.store.error(exc) from exc
 
-    def _postings(self, table: str, where: str, params: Sequence[Any], remove: bool = False, conn: Any = None) -> None:
+    def _postings(self, table: str, where: str, params: Sequence[Any], remove: bool = False) -> None:
         """Add (or remove) the postings of the rows of ``table`` (chunks or files) ``where`` says,
-        and record the changes of their lexemes' document frequencies (a bulk load: not, it counts
-        its postings at the commit)."""
+        and record the changes of their lexemes' document frequencies (a bulk load writes its
+        postings with ``schema.bulk_postings`` and counts them at the commit)."""
         postings, key = ("postings", "chunk_id") if table == "chunks" else ("file_postings", "file_id")
-        if self.bulk:
-            (conn or self.conn).execute(f"INSERT INTO {SCHEMA}.{postings} {postings_of(table, where)}", params)
-            return
         if remove:
             gone = f"SELECT lexeme, id FROM ({postings_of(table, where)}) AS g"
             if table == "files":  # and what an older crag derived from the file's own tsv (its whole text)
@@ -320,8 +318,8 @@ class PostgresUpdate:
         if chunks and self.bulk:  # both from one pass over the chunks' tsvectors
             conn.execute(schema.bulk_postings("c.id >= %s AND c.id < %s"), (first, end))
         elif chunks:  # a file's postings are its chunks' (``postings_of``)
-            self._postings("chunks", "c.id >= %s AND c.id < %s", (first, end), conn=conn)
-            self._postings("files", "c.id = ANY(%s)", (file_ids,), conn=conn)
+            self._postings("chunks", "c.id >= %s AND c.id < %s", (first, end))
+            self._postings("files", "c.id = ANY(%s)", (file_ids,))
 
     def _chunks_copy(self, docs: Sequence[tuple[int, DocumentVersion]], titles: dict[int, str], vectors: Any) -> bytes:
         """The chunks as a binary COPY's data (the vectors in pgvector's binary format); their ids
