@@ -185,6 +185,36 @@ def server_cpu_s(agent: Any) -> float | None:
     return total / os.sysconf("SC_CLK_TCK")
 
 
+def server_tree_cpu_s(uri: str) -> float | None:
+    """CPU seconds the PostgreSQL server at ``uri`` has used so far, every process of it: the
+    postmaster's own and its ended children's (``cutime``/``cstime``) and its running children's
+    (None: the server is not on this machine, or its /proc is not readable). The difference
+    over an index run is the server's share of the indexing."""
+    import psycopg
+
+    def stat(pid: int | str) -> list[str]:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+
+    try:
+        with psycopg.connect(uri, autocommit=True) as conn:
+            backend = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+            postmaster = int(stat(backend)[1])
+        fields = stat(postmaster)
+        ticks = sum(int(x) for x in fields[11:15])  # utime, stime, cutime, cstime
+        for pid in os.listdir("/proc"):
+            if pid.isdigit():
+                try:
+                    child = stat(pid)
+                except OSError:
+                    continue
+                if int(child[1]) == postmaster:
+                    ticks += int(child[11]) + int(child[12])
+    except (OSError, ValueError, IndexError, psycopg.Error):
+        return None
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 def latency(times: list[float], cpu: list[float] | None = None) -> dict[str, float]:
     out = {"p50_ms": 1000 * percentile(times, 50), "p95_ms": 1000 * percentile(times, 95)}
     if cpu:
@@ -377,7 +407,14 @@ def measure(name: str, env_settings: dict[str, str], corpus: Path, text_bytes: i
         row.update({k: v for k, v in previous.items() if k.startswith("index_") or k == "text_mb"})
     else:
         print(f"[{name}] indexing {text_bytes / 1e6:,.0f} MB ...", flush=True)
+        uri = env_settings.get("KB_AGENT_STORE")
+        server_before = server_tree_cpu_s(uri) if uri else None
         ix = index_child(env, corpus)
+        server_after = server_tree_cpu_s(uri) if uri else None
+        if server_before is not None and server_after is not None:
+            row["index_server_cpu_s"] = server_after - server_before
+            row["index_server_cpu_s_per_mb"] = row["index_server_cpu_s"] / (text_bytes / 1e6)
+        row["index_load_average"] = round(os.getloadavg()[0], 2)
         row.update(
             index_wall_s=ix["wall_s"], index_cpu_s=ix["cpu_s"], index_peak_rss_mb=ix["peak_rss_mb"],
             index_mb_s=text_bytes / 1e6 / ix["wall_s"], index_mb_s_cpu=text_bytes / 1e6 / ix["cpu_s"],
@@ -575,7 +612,7 @@ def render_markdown(result: dict[str, Any]) -> str:
     rows = result["rows"]
     a = result["args"]
     clients = a["clients"]
-    header = ["store", "chunks", "text MB", "index s (CPU s)", "MB/s (per CPU s)", "peak RSS indexing MB", "disk MB",
+    header = ["store", "chunks", "text MB", "index s (CPU s)", "MB/s (per CPU s)", "server CPU s a MB indexing", "peak RSS indexing MB", "disk MB",
               "vectors MB (index)", "questions p50 / p95 ms", "frequent words p50 / p95 ms",
               "gold article in the top 5", "vector recall@50", "hybrid recall@5 (exact vectors / exact all)", *[f"{c} client(s)/s" for c in clients]]
     body = []
@@ -585,6 +622,7 @@ def render_markdown(result: dict[str, Any]) -> str:
             r["store"], f"{r.get('chunks', 0):,}", fmt(r["text_mb"], 0),
             f"{fmt(r['index_wall_s'], 0)} ({fmt(r['index_cpu_s'], 0)})",
             f"{fmt(r['index_mb_s'], 2)} ({fmt(r['index_mb_s_cpu'], 2)})",
+            fmt(r.get("index_server_cpu_s_per_mb"), 2),
             fmt(r["index_peak_rss_mb"], 0), fmt(r.get("disk_mb"), 0),
             f"{fmt(r.get('vectors_mb'), 0)} ({r.get('vector_index', '')})",
             _lat(r.get("questions")), _lat(r.get("frequent")),
@@ -603,7 +641,10 @@ def render_markdown(result: dict[str, Any]) -> str:
     )
     if any(r["store"] == "postgresql" for r in rows):
         intro += ("PostgreSQL's indexing CPU and peak memory are those of the `crag index` process; the server's "
-                  "are not counted (its CPU a search is, from the backends' /proc counters).")
+                  "CPU while indexing is its own column (every server process's, from /proc, when the server runs on "
+                  "this machine), as is its CPU a search (the backends' /proc counters). 1-minute load average when each "
+                  "index run ended (its own processes included): " + ", ".join(f"{r['store']} {r['index_load_average']}" for r in rows
+                                                      if "index_load_average" in r) + ".")
         pg = next(r for r in rows if r["store"] == "postgresql")
         if pg.get("shared_buffers"):
             intro += (f" The server's `shared_buffers`: {pg['shared_buffers']}; its vector index: "

@@ -314,8 +314,8 @@ Rows = set[tuple[object, ...]]
 
 
 def _postings_as_derived(conn: object, table: str = "chunks") -> tuple[Rows, Rows, Rows, Rows]:
-    """(stored postings, postings derived from the tsvectors of ``table``, stored document
-    frequencies, document frequencies counted from the tsvectors)."""
+    """(stored postings, postings derived from the tsvectors (a file's: from its chunks'), stored
+    document frequencies, document frequencies counted from those postings)."""
     from crag.index.postgres_schema import postings_of
 
     postings, terms_table = ("postings", "terms") if table == "chunks" else ("file_postings", "file_terms")
@@ -323,7 +323,7 @@ def _postings_as_derived(conn: object, table: str = "chunks") -> tuple[Rows, Row
     derived = set(conn.execute(postings_of(table)).fetchall())  # type: ignore[attr-defined]
     terms = set(conn.execute(f"SELECT lexeme, df FROM crag.{terms_table}").fetchall())  # type: ignore[attr-defined]
     counted = set(conn.execute(  # type: ignore[attr-defined]
-        f"SELECT u.lexeme, count(*)::integer FROM crag.{table} c, unnest(c.tsv) u GROUP BY u.lexeme").fetchall())
+        f"SELECT lexeme, count(*)::integer FROM ({postings_of(table)}) AS p GROUP BY lexeme").fetchall())
     return stored, derived, terms, counted
 
 
@@ -443,6 +443,15 @@ def test_a_killed_first_build_leaves_no_index_and_the_next_one_starts_clean(pg_u
         assert "older edition 7" in reader.search("page 7 edition", 1)[0].text
 
 
+def conn_storage(uri: str) -> str:
+    """The storage of the chunks' vectors (``e``: external, ``x``: extended)."""
+    import psycopg
+
+    with psycopg.connect(uri) as conn:
+        return conn.execute("SELECT attstorage FROM pg_attribute WHERE attrelid = 'crag.chunks'::regclass "
+                            "AND attname = 'embedding'").fetchone()[0]
+
+
 def test_an_index_of_the_previous_format_is_upgraded_in_place(pg_uri: str, tmp_path: Path) -> None:
     """A database written before postings existed (format 2): a reader says to run crag index, in one
     line; `crag index` upgrades it in place (postings from the chunks already there) and searches."""
@@ -452,9 +461,19 @@ def test_an_index_of_the_previous_format_is_upgraded_in_place(pg_uri: str, tmp_p
 
     env = env_for(pg_uri, tmp_path)
     kb = make_kb(tmp_path / "kb", n=4)
+    write(kb / "blank-zanzibar.md", "\n\n\n")  # no chunks
     assert crag(env, tmp_path, "index", str(kb)).returncode == 0
     with psycopg.connect(pg_uri, autocommit=True) as conn:  # back to format 2, as the previous crag left it
+        conn.execute("UPDATE crag.files SET tsv = setweight(to_tsvector('english', 'blank zanzibar'), 'A') "
+                     "WHERE chunks = 0")
         conn.execute("DROP TABLE crag.postings, crag.terms, crag.file_postings, crag.file_terms")
+        conn.execute(  # a file's tsv held its title and whole text then
+            "UPDATE crag.files f SET tsv = setweight(to_tsvector('english', k.title), 'A') || "
+            "setweight(to_tsvector('english', k.text), 'D') FROM (SELECT file_id, min(title) AS title, "
+            "string_agg(text, E'\\n' ORDER BY start_line) AS text FROM crag.chunks GROUP BY file_id) k "
+            "WHERE k.file_id = f.id"
+        )
+        conn.execute("ALTER TABLE crag.chunks ALTER COLUMN embedding SET STORAGE EXTENDED")
         conn.execute("CREATE INDEX chunks_tsv ON crag.chunks USING gin (tsv) WITH (fastupdate = off)")
         conn.execute("CREATE INDEX files_tsv ON crag.files USING gin (tsv) WITH (fastupdate = off)")
         conn.execute("DELETE FROM crag.migrations WHERE version > 2")
@@ -471,9 +490,23 @@ def test_an_index_of_the_previous_format_is_upgraded_in_place(pg_uri: str, tmp_p
         stored, derived, terms, counted = _postings_as_derived(conn)
         files = _postings_as_derived(conn, "files")
     assert stored == derived and terms == counted and stored
-    assert files[0] == files[1] and files[2] == files[3] and files[0]
+    # As the previous crag derived them, from each file's tsv: the same as from its chunks, but
+    # for the file without chunks, whose title's postings stay until it changes.
+    assert files[1] < files[0] and {row[0] for row in files[0] - files[1]} == {"blank", "zanzibar"}
+    assert files[2] - files[3] == {("blank", 1), ("zanzibar", 1)} and files[3] < files[2]
+    storage = conn_storage(pg_uri)
+    assert storage == "e"  # format 4: vectors stored out of line, uncompressed
     found = crag(env, tmp_path, "search", "docker compose")
     assert found.returncode == 0 and "deploy.md" in found.stdout
+    # The rows that crag wrote go with their files: the file without chunks (its title's postings,
+    # from its own tsv) and a changed one.
+    (kb / "blank-zanzibar.md").unlink()
+    write(kb / "deploy.md", "# Deploy\n\nRun the container with podman instead.\n")
+    assert crag(env, tmp_path, "index", str(kb)).returncode == 0
+    with psycopg.connect(pg_uri) as conn:
+        files = _postings_as_derived(conn, "files")
+        left = conn.execute("SELECT count(*) FROM crag.file_postings WHERE lexeme = 'zanzibar'").fetchone()[0]
+    assert files[0] == files[1] and files[2] == files[3] and left == 0
 
 
 CLI_INDEXER = r"""
@@ -688,3 +721,45 @@ def test_connections_of_a_thread_that_ended_are_closed(pg_uri: str, tmp_path: Pa
         assert backends() == before
         assert store.version() and reader.search("retries", 2)
     store.close()
+
+
+def test_a_files_postings_are_its_chunks_summed_so_its_text_is_parsed_once(pg_uri: str, tmp_path: Path) -> None:
+    """A file's postings come from its chunks' (not from parsing its whole text again): a word's
+    count is the sum of its chunks' counts, beyond the 256 positions a file's tsvector would keep,
+    and the file's own tsvector holds its title alone."""
+    import psycopg
+
+    kb = tmp_path / "kb"
+    body = "\n\n".join(f"## Part {i}\n\n" + "The zeppelin hangar holds a zeppelin. " * 15 for i in range(10))
+    write(kb / "airships.md", "# Airships\n\n" + body + "\n")
+    cfg = Settings(store=pg_uri)
+    index_roots(cfg, [kb])
+    with psycopg.connect(pg_uri) as conn:
+        chunks = conn.execute("SELECT count(*) FROM crag.chunks").fetchone()[0]
+        (a, b, d), = conn.execute("SELECT a, b, d FROM crag.file_postings WHERE lexeme = 'zeppelin'").fetchall()
+        summed = conn.execute("SELECT sum(d) FROM crag.postings WHERE lexeme = 'zeppelin'").fetchone()[0]
+        title_only = conn.execute("SELECT tsv = setweight(to_tsvector('english', 'airships'), 'A') FROM crag.files"
+                                  ).fetchone()[0]
+        files = _postings_as_derived(conn, "files")
+    assert chunks > 1 and (a, b) == (0, 0) and d == summed == 300
+    assert title_only and files[0] == files[1] and files[2] == files[3]
+
+
+@pytest.mark.parametrize("text", ["", "a_b c", "é_x naïve café—über 12€ 3.5", "x\ud800y", "日本語 テキスト", "«q» a-b",
+                                  "\u00a0a\u2003b", "ǅemal Ⅻ x²", "tab\tand\x0bvt"])
+def test_word_count_counts_the_words_the_regex_finds(text: str) -> None:
+    """The bytes-based count equals ``WORD.findall``'s (the length FTS5 counts), for ASCII and not."""
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    from crag.index.postgres_update import word_count
+    from crag.text import WORD
+
+    assert word_count(text, text) == 2 * len(WORD.findall(text))
+
+    @given(st.text())
+    def same(t: str) -> None:
+        assert word_count(t) == len(WORD.findall(t))
+
+    if text == "":
+        same()

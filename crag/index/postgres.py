@@ -8,8 +8,8 @@ Tables live in the schema ``crag`` and are created on first use (``MIGRATIONS``,
 
     meta     key -> value: embedder, dim, chunker, chunks, version, next ids
     roots    the knowledge-base roots
-    files    one row per file version: path, size, mtime, sha256; ``tsv`` over its title
-             words (weight A) and whole text (D) for the file ranking
+    files    one row per file version: path, size, mtime, sha256; ``tsv`` of its title
+             words (weight A; its postings for the file ranking are its chunks', summed)
     chunks   lines, heading, title, text, ``embedding vector``; ``tsv`` generated from
              title (A), heading (B) and text (D) for the chunk ranking
 

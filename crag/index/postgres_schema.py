@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["MIGRATIONS", "POSTINGS_INDEXES", "SCHEMA", "SCHEMA_VERSION", "postings_of", "vector_literal"]
+__all__ = ["MIGRATIONS", "POSTINGS_INDEXES", "SCHEMA", "SCHEMA_VERSION", "bulk_postings", "postings_of", "vector_literal"]
 
 SCHEMA = "crag"
 
@@ -23,13 +23,47 @@ def vector_literal(vec: Any) -> str:
 
 
 # The postings of the rows of ``table`` (chunks or files), aliased ``c``: one row per (lexeme,
-# row) of its ``tsv``, with the row's length and how many of the lexeme's positions are in its
-# title (A), heading (B: chunks only) and text (D).
+# row), with the row's length and how many of the lexeme's positions are in its title (A),
+# heading (B: chunks only) and text (D). A chunk's come from its ``tsv``. A file's come from
+# its chunks' (its title's count, the sum of its chunks' text counts: the chunks are its
+# lines, cut without overlap), so that its text is parsed once, by its chunks; a file
+# without chunks has none.
 _COUNT = "coalesce(cardinality(array_positions(u.weights, '{0}')), 0)"
 
 
-def postings_of(table: str) -> str:
-    """SQL: the postings of every row of ``table`` (``chunks`` or ``files``); add a WHERE on ``c``."""
+def postings_of(table: str, where: str = "true") -> str:
+    """SQL: the postings of the rows of ``table`` (``chunks`` or ``files``, aliased ``c``) ``where`` selects."""
+    if table == "chunks":
+        return _chunk_postings(where)
+    return (
+        f"SELECT u.lexeme, c.id, c.dl, max({_COUNT.format('A')})::smallint AS a, 0::smallint AS b, "
+        f"least(sum({_COUNT.format('D')}), 32767)::smallint AS d "
+        f"FROM {SCHEMA}.files c JOIN {SCHEMA}.chunks k ON k.file_id = c.id, unnest(k.tsv) AS u "
+        f"WHERE {where} GROUP BY u.lexeme, c.id, c.dl"
+    )
+
+
+def _chunk_postings(where: str, file_id: bool = False) -> str:
+    return (
+        f"SELECT u.lexeme, c.id, {'c.file_id, ' if file_id else ''}c.dl, {_COUNT.format('A')} AS a, "
+        f"{_COUNT.format('B')} AS b, {_COUNT.format('D')} AS d FROM {SCHEMA}.chunks c, unnest(c.tsv) AS u WHERE {where}"
+    )
+
+
+def bulk_postings(where: str) -> str:
+    """SQL: insert the postings of the chunks ``where`` selects (aliased ``c``) and of their files,
+    whose chunks they all are (a bulk load's batch), from one pass over the chunks' tsvectors."""
+    return (
+        f"WITH u AS MATERIALIZED ({_chunk_postings(where, file_id=True)}), "
+        f"p AS (INSERT INTO {SCHEMA}.postings SELECT lexeme, id, dl, a, b, d FROM u) "
+        f"INSERT INTO {SCHEMA}.file_postings SELECT u.lexeme, u.file_id, f.dl, max(u.a), 0, least(sum(u.d), 32767) "
+        f"FROM u JOIN {SCHEMA}.files f ON f.id = u.file_id GROUP BY u.lexeme, u.file_id, f.dl"
+    )
+
+
+def _postings_of_tsvectors(table: str) -> str:
+    """SQL: the postings of every row of ``table`` from its own ``tsv`` (how format 3 filled them:
+    a file's ``tsv`` then held its whole text)."""
     return (
         f"SELECT u.lexeme, c.id, c.dl, {_COUNT.format('A')} AS a, {_COUNT.format('B')} AS b, "
         f"{_COUNT.format('D')} AS d FROM {SCHEMA}.{table} c, unnest(c.tsv) AS u"
@@ -114,8 +148,8 @@ MIGRATIONS: tuple[tuple[int, str, str], ...] = (
         );
         CREATE TABLE {SCHEMA}.file_postings (LIKE {SCHEMA}.postings);
         ALTER TABLE {SCHEMA}.file_postings RENAME chunk_id TO file_id;
-        INSERT INTO {SCHEMA}.postings {postings_of("chunks")};
-        INSERT INTO {SCHEMA}.file_postings {postings_of("files")};
+        INSERT INTO {SCHEMA}.postings {_postings_of_tsvectors("chunks")};
+        INSERT INTO {SCHEMA}.file_postings {_postings_of_tsvectors("files")};
         {";".join(POSTINGS_INDEXES)};
         CREATE TABLE {SCHEMA}.terms (lexeme text PRIMARY KEY, df integer NOT NULL);
         CREATE TABLE {SCHEMA}.file_terms (LIKE {SCHEMA}.terms INCLUDING INDEXES);
@@ -124,6 +158,17 @@ MIGRATIONS: tuple[tuple[int, str, str], ...] = (
         DROP INDEX {SCHEMA}.chunks_tsv;
         DROP INDEX {SCHEMA}.files_tsv;
         ANALYZE {SCHEMA}.postings, {SCHEMA}.file_postings, {SCHEMA}.terms, {SCHEMA}.file_terms;
+        """,
+    ),
+    (
+        4,
+        "vectors stored out of line without compression, and files' tsvector of their title alone",
+        # A vector (4 bytes a dimension) does not compress: PostgreSQL tried, for every row
+        # written, before storing it as it was. A file's postings now come from its chunks'
+        # (``postings_of``), so its tsv holds its title; the rows an older crag wrote keep
+        # theirs until their file changes.
+        f"""
+        ALTER TABLE {SCHEMA}.chunks ALTER COLUMN embedding SET STORAGE EXTERNAL;
         """,
     ),
 )

@@ -42,16 +42,29 @@ BULK_WRITERS = 2
 # only, never lowered): their sort runs in memory up to it, in parallel workers
 # (max_parallel_maintenance_workers) when the server allows.
 _BULK_INDEX_MEMORY_MB = 512
-_FILE_TEXT_LIMIT = 400_000  # characters of a file's text in its full-text vector (tsvector max 1 MB)
 
 
 # ---------------------------------------------------------------------------------------
 # One update: one transaction
 
 
+# Bytes that may be part of a word (``WORD``): ASCII letters and digits, and every byte of a
+# non-ASCII character. Any other ASCII character ends a word.
+_WORD_BYTES = bytes(b if (48 <= b <= 57 or 65 <= b <= 90 or 97 <= b <= 122 or b >= 128) else 32 for b in range(256))
+
+
 def word_count(*texts: str) -> int:
-    """A text's length for BM25: all its words, as SQLite's FTS5 counts them in the embedded store."""
-    return sum(len(WORD.findall(t)) for t in texts)
+    """A text's length for BM25: all its words (``WORD.findall``), as SQLite's FTS5 counts them in
+    the embedded store. Counted on bytes: ASCII punctuation and spaces always end a word, so the
+    words are the runs of other bytes, except that a run holding non-ASCII bytes goes through the
+    regex (it may hold letters, or symbols that end words): half the regex's time, or less."""
+    n = 0
+    for text in texts:
+        runs = text.encode("utf-8", "surrogatepass").translate(_WORD_BYTES).split()
+        n += len(runs)
+        if not text.isascii():
+            n += sum(len(WORD.findall(r.decode("utf-8", "surrogatepass"))) - 1 for r in runs if not r.isascii())
+    return n
 
 
 def _copy_header() -> bytes:
@@ -205,20 +218,21 @@ class PostgresUpdate:
         except self.psycopg.Error as exc:
             raise self.store.error(exc) from exc
 
-    def _postings(self, table: str, where: str, params: Sequence[Any], remove: bool = False, conn: Any = None) -> None:
+    def _postings(self, table: str, where: str, params: Sequence[Any], remove: bool = False) -> None:
         """Add (or remove) the postings of the rows of ``table`` (chunks or files) ``where`` says,
-        and record the changes of their lexemes' document frequencies (a bulk load: not, it counts
-        its postings at the commit)."""
+        and record the changes of their lexemes' document frequencies (a bulk load writes its
+        postings with ``schema.bulk_postings`` and counts them at the commit)."""
         postings, key = ("postings", "chunk_id") if table == "chunks" else ("file_postings", "file_id")
-        if self.bulk:
-            (conn or self.conn).execute(f"INSERT INTO {SCHEMA}.{postings} {postings_of(table)} WHERE {where}", params)
-            return
         if remove:
-            sql = (f"WITH gone AS ({postings_of(table)} WHERE {where}), d AS (DELETE FROM {SCHEMA}.{postings} p "
+            gone = f"SELECT lexeme, id FROM ({postings_of(table, where)}) AS g"
+            if table == "files":  # and what an older crag derived from the file's own tsv (its whole text)
+                gone += f" UNION SELECT u.lexeme, c.id FROM {SCHEMA}.files c, unnest(c.tsv) AS u WHERE {where}"
+                params = [*params, *params]
+            sql = (f"WITH gone AS ({gone}), d AS (DELETE FROM {SCHEMA}.{postings} p "
                    f"USING gone WHERE p.lexeme = gone.lexeme AND p.{key} = gone.id RETURNING p.lexeme) "
                    "INSERT INTO crag_df SELECT %s, lexeme, -count(*) FROM d GROUP BY lexeme")
         else:
-            sql = (f"WITH p AS (INSERT INTO {SCHEMA}.{postings} {postings_of(table)} WHERE {where} RETURNING lexeme) "
+            sql = (f"WITH p AS (INSERT INTO {SCHEMA}.{postings} {postings_of(table, where)} RETURNING lexeme) "
                    "INSERT INTO crag_df SELECT %s, lexeme, count(*) FROM p GROUP BY lexeme")
         self._execute(sql, [*params, table])
 
@@ -268,8 +282,7 @@ class PostgresUpdate:
             self.embedded += len(texts)
         file_rows = [
             (file_id, d.path, d.root, d.size, d.mtime_ns, d.sha256, len(d.chunks),
-             word_count(titles[file_id], d.text[:_FILE_TEXT_LIMIT] if d.chunks else ""),
-             titles[file_id], d.text[:_FILE_TEXT_LIMIT] if d.chunks else "")
+             word_count(titles[file_id], d.text if d.chunks else ""), titles[file_id])
             for file_id, d in docs
         ]
         first = self.next_chunk_id
@@ -292,8 +305,7 @@ class PostgresUpdate:
         with conn.cursor() as cur:
             cur.executemany(
                 f"INSERT INTO {SCHEMA}.files (id, path, root, size, mtime_ns, sha256, chunks, dl, tsv) VALUES "
-                "(%s, %s, %s, %s, %s, %s, %s, %s, setweight(to_tsvector('english', %s), 'A') "
-                "|| setweight(to_tsvector('english', %s), 'D'))",
+                "(%s, %s, %s, %s, %s, %s, %s, %s, setweight(to_tsvector('english', %s), 'A'))",
                 file_rows,
             )
             if chunks:
@@ -303,9 +315,11 @@ class PostgresUpdate:
                 )
                 with cur.copy(sql) as copy:
                     copy.write(chunks)
-        self._postings("files", "c.id = ANY(%s)", (file_ids,), conn=conn)
-        if chunks:
-            self._postings("chunks", "c.id >= %s AND c.id < %s", (first, end), conn=conn)
+        if chunks and self.bulk:  # both from one pass over the chunks' tsvectors
+            conn.execute(schema.bulk_postings("c.id >= %s AND c.id < %s"), (first, end))
+        elif chunks:  # a file's postings are its chunks' (``postings_of``)
+            self._postings("chunks", "c.id >= %s AND c.id < %s", (first, end))
+            self._postings("files", "c.id = ANY(%s)", (file_ids,))
 
     def _chunks_copy(self, docs: Sequence[tuple[int, DocumentVersion]], titles: dict[int, str], vectors: Any) -> bytes:
         """The chunks as a binary COPY's data (the vectors in pgvector's binary format); their ids
