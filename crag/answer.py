@@ -205,7 +205,8 @@ def compose(
 CONTINUATIONS = (
     "", " ", "x", "X", "1", ".", ". X", ":", ",", ")", "*", "_", "\n", "\nx", "\nX", "\n\n", "\n\nX", "`", "```",
     "\n```\n", "~~~", "\n~~~\n", "|", "\n| x |", "#", "\n# X", "-", "- X", "\n- X", "1. X", "\n1. X", "\n---\n",
-    "\n***", "\n===", "> X", "\n> X", "[", "[1]", " [1].", "</think>", "<think>", STATS_HEADING,
+    "\n***", "\n===", "> X", "\n> X", "[", "[1]", " [1].", "</think>", "</thinking>", "</reasoning>", "<think>",
+    STATS_HEADING,
     "\n\n---\n" + STATS_HEADING + "\n- x", "\nLLM Usage Stats:",
 )
 

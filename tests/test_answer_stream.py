@@ -124,3 +124,11 @@ def test_a_secret_split_across_chunks_is_held_back_then_redacted() -> None:
     assert screen.feed("56789 and more") == "*** and "
     assert screen.feed(" text from jira t") == "more text from "
     assert screen.rest(redact("Your key is sk-live-Secret-0123456789 and more text from jira tok 42.", SECRETS)) == "***."
+
+
+def test_a_lone_closing_tag_of_any_thinking_name_is_a_way_the_reply_may_go_on() -> None:
+    # "</reasoning>" after an unclosed <think> makes everything before it reasoning: "Port" is
+    # not shown while that can still happen (found by hypothesis).
+    reply = "Port <think><THINKING></think><think></reasoning>"
+    shown, final = streamed(reply, [37])
+    assert shown == final
