@@ -27,7 +27,8 @@ optional ``Retry-After`` and body), ``Delay`` (answer late, to trip a client tim
 What real servers do with request parameters: ``srv.params(node)`` lists each chat request's
 ``max_tokens``, ``temperature`` and ``response_format``; ``reject_json_schema`` (or
 ``reject_response_format``) answers such a request with a 400 like an older server;
-``Text(..., finish_reason="length")`` is a reply cut by ``max_tokens``; ``Text(...,
+``Text(..., finish_reason="length")`` is a reply cut by ``max_tokens``; ``Text(..., interval=0.1)``
+is streamed a word every 0.1 s, as a slow model writes; ``Text(...,
 logprobs=[...])`` sends token probabilities when the request asks for them; ``Text(...,
 cached_tokens=N)`` reports ``usage.prompt_tokens_details.cached_tokens``; and
 ``reject_params = {"max_tokens", "temperature", "logprobs"}`` refuses those as OpenAI's reasoning models do
@@ -88,6 +89,7 @@ class Text:
     # (token, logprob, [(alternative, logprob), ...]) per reply token, sent when the request
     # asks for logprobs (as llama.cpp, vLLM and OpenAI do); None: never sent
     logprobs: list[tuple[str, float, list[tuple[str, float]]]] | None = None
+    interval: float = 0.0  # streamed: the seconds before each piece (a model writing slowly)
 
 
 def NoUsage(text: str) -> Text:
@@ -550,6 +552,8 @@ class FakeOpenAIServer:
             event(chunk({"role": "assistant", "content": ""}))
         for i, piece in enumerate(pieces):
             if drop_after is not None and i >= drop_after:
+                return self._drop(h)
+            if isinstance(reply, Text) and reply.interval and self._stop.wait(reply.interval):
                 return self._drop(h)
             content: str | None = None if isinstance(reply, NullContent) else piece
             event(chunk({"content": content}))

@@ -20,8 +20,9 @@ from pathlib import Path
 
 import pytest
 
+from crag.answer import STATS_HEADING
 from crag.events import AnswerDelta, AnswerStarted, NodeFinished, NodeStarted
-from tests.openai_server import Delay, FakeOpenAIServer, Status, grades
+from tests.openai_server import Delay, FakeOpenAIServer, Status, Text, grades
 from tests.test_cli_ask import SETUP, cli, plan, route, write
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,13 +65,19 @@ def child_env(kb: Path, srv: FakeOpenAIServer, term: str = "xterm") -> dict[str,
 class Terminal:
     """A child process whose stdout and stderr are a pseudo-terminal; ``seen`` is what it showed."""
 
-    def __init__(self, argv: list[str], cwd: Path, env: dict[str, str]) -> None:
+    def __init__(self, argv: list[str], cwd: Path, env: dict[str, str], typed: str | None = None) -> None:
+        """``typed``: standard input (a pipe holding it, then its end), for ``chat``."""
         import pty
 
         self.main_fd, child_fd = pty.openpty()
+        stdin = subprocess.DEVNULL if typed is None else subprocess.PIPE
         self.proc = subprocess.Popen([sys.executable, "-m", "crag", *argv], cwd=cwd, env=env,
-                                     stdin=subprocess.DEVNULL, stdout=child_fd, stderr=child_fd, close_fds=True)
+                                     stdin=stdin, stdout=child_fd, stderr=child_fd, close_fds=True)
         os.close(child_fd)
+        if typed is not None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(typed.encode())
+            self.proc.stdin.close()
         self.seen = b""
 
     def read_until(self, marker: bytes, timeout: float = 60.0) -> None:
@@ -166,6 +173,53 @@ def test_a_failed_run_on_a_terminal_erases_the_status_before_its_error_line(llm:
     assert shown[error:].count("\n") == 1
 
 
+def test_chat_on_a_terminal_shows_the_reply_as_written_then_the_grounded_answer(llm: FakeOpenAIServer,
+                                                                                 kb: Path) -> None:
+    """On the simple path the stream holds the grounded answer until the reply is finished;
+    meanwhile the status region shows the raw reply's words as the model writes them."""
+    llm.default("analyze_and_route", route("simple", "grep_search"))
+    llm.default("synthesize", Text(REPLY, interval=0.1))
+    term = Terminal(["chat"], kb, child_env(kb, llm), typed=QUESTION + "\n")
+    assert term.finish() == 0, term.text
+    shown = term.text
+    answer = shown.index("crag> " + REPLY)
+    steps = [shown.find(f"… {node}") for node in ("analyze_and_route", "plan", "tool_exec", "synthesize")]
+    assert -1 not in steps and steps == sorted(steps) and steps[-1] < answer, shown
+    preview = shown.find("\n    The client retries")  # a row of the region under "… synthesize"
+    assert steps[-1] < preview < answer, shown
+    assert shown[:answer].endswith("\033[J\r\n")  # the region erased, then the answer
+    assert "[1] docs/setup.md:L" in shown[answer:] and shown.count(STATS_HEADING) == 1
+    assert shown.rstrip().endswith("you>")  # the next prompt, then the end of input ends the session
+
+
+def test_chat_on_a_dumb_terminal_writes_plain_step_lines(llm: FakeOpenAIServer, kb: Path) -> None:
+    term = Terminal(["chat"], kb, child_env(kb, llm, term="dumb"), typed=QUESTION + "\n")
+    assert term.finish() == 0, term.text
+    shown = term.text
+    assert "\033" not in shown
+    lines = shown.replace("\r\n", "\n").splitlines()
+    steps = [line.removeprefix("you> ") for line in lines if "crag: " in line]  # nothing typed ends the prompt's line
+    assert steps == ["crag: analyze_and_route…", "crag: plan…", "crag: tool_exec…", "crag: grade_evidence…",
+                     "crag: synthesize…"]
+    assert "crag> " + REPLY in lines
+
+
+def test_ctrl_c_in_chat_on_a_terminal_erases_the_status_and_the_session_goes_on(llm: FakeOpenAIServer,
+                                                                                 kb: Path) -> None:
+    llm.script("synthesize", Delay(20, REPLY))
+    term = Terminal(["chat"], kb, child_env(kb, llm), typed=QUESTION + "\n")
+    try:
+        term.read_until(b"synthesize")
+        term.proc.send_signal(signal.SIGINT)
+    finally:
+        code = term.finish()
+    shown = term.text
+    assert code == 0 and "Traceback" not in shown  # the end of input ends the session after the message
+    cancelled = shown.index("crag: answer cancelled (Ctrl-C)")
+    assert shown.rindex("\033[J", 0, cancelled) > shown.rindex("… synthesize", 0, cancelled)
+    assert REPLY not in shown and shown.rstrip().endswith("you>")
+
+
 class FakeTerminal(io.StringIO):
     def isatty(self) -> bool:
         return True
@@ -178,7 +232,7 @@ def test_the_preview_shows_the_reply_as_written_clipped_to_the_width(monkeypatch
     monkeypatch.setenv("COLUMNS", "30")
     monkeypatch.setenv("LINES", "12")
     err, out = FakeTerminal(), FakeTerminal()
-    screen = live.LiveAsk(out, err, dumb=False)
+    screen = live.LiveAnswer(out, err, dumb=False)
     screen.event(NodeStarted("synthesize"))
     screen.event(AnswerStarted(()))
     screen.event(AnswerDelta("The client retries failed uploads three times\n\nbefore it "))
@@ -201,7 +255,25 @@ def test_the_preview_is_not_drawn_on_a_narrow_terminal(monkeypatch: pytest.Monke
     monkeypatch.setattr(live, "REDRAW_EVERY", 0.0)
     monkeypatch.setenv("COLUMNS", "12")
     err = FakeTerminal()
-    screen = live.LiveAsk(FakeTerminal(), err, dumb=False)
+    screen = live.LiveAnswer(FakeTerminal(), err, dumb=False)
     screen.event(NodeStarted("grade_evidence"))
     screen.event(AnswerDelta("some words"))
     assert "\n" not in err.getvalue() and err.getvalue().endswith("\r\033[J  … grade_e")
+
+
+def test_chat_writes_its_prompt_before_the_answer_streamed_or_whole() -> None:
+    from crag.cli import live
+    from crag.cli.chat import ANSWER_LEAD
+
+    class Finished:
+        answer = without_usage = "The client retries failed uploads [1].\n\n[1] docs/setup.md:L12"
+
+    out = FakeTerminal()
+    screen = live.LiveAnswer(out, FakeTerminal(), dumb=False, lead=ANSWER_LEAD, render=False)
+    screen.chunk("The client retries ")
+    screen.chunk("failed uploads [1].")
+    screen.finish(Finished())
+    assert out.getvalue() == ANSWER_LEAD + Finished.answer + "\n"
+    whole = FakeTerminal()
+    live.LiveAnswer(whole, FakeTerminal(), dumb=False, lead=ANSWER_LEAD, render=False).finish(Finished())
+    assert whole.getvalue() == out.getvalue()  # plain text after the prompt, not rendered

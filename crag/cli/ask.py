@@ -136,47 +136,18 @@ def cmd_ask(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.continue_:
         conversation, turns = last_conversation(config, err)
         history = parse_history(turns)
-    from .live import wants_progress
+    from .live import LiveAnswer, answer_live, wants_progress
 
     live = wants_progress(out, args.json)
     with agent_for(args, err) as agent:
         show_usage = agent.settings.show_usage and not args.no_usage
-        result = ask_live(agent, question, history, out, err, show_usage) if live else agent.ask(question, history=history)
+        if live:  # Ctrl-C erases the status, stops the run at its next step and ends ``ask`` (status 130)
+            result = answer_live(agent, question, history, LiveAnswer(out, err, show_usage))
+        else:
+            result = agent.ask(question, history=history)
     record(agent.settings, result, err, conversation, "ask")
     if args.json:
         out.write(shown_json({**result.to_dict(), "index": index_label(agent.settings)}, indent=2) + "\n")
     elif not live:
         print_answer(out, result, show_usage=show_usage)
     return 0
-
-
-def ask_live(agent, question: str, history, out: TextIO, err: TextIO, show_usage: bool):
-    """``agent.ask`` with its progress on the terminal (``crag.cli.live``); the ``Answer``.
-    Ctrl-C erases the status, stops the run at its next step and ends ``ask`` (status 130)."""
-    from .live import LiveAsk
-
-    live = LiveAsk(out, err, show_usage)
-    stream = agent.stream(question, history=history, on_event=live.event)
-    chunks = iter(stream)
-    try:
-        for chunk in chunks:
-            if finished(stream):  # this chunk is the answer's rest, which ``finish`` prints
-                break
-            live.chunk(chunk)
-    except BaseException:
-        chunks.close()
-        live.abort()
-        raise
-    live.finish(stream.result)
-    return stream.result
-
-
-def finished(stream) -> bool:
-    """Whether the stream's run has finished (its ``result`` is there)."""
-    from ..errors import UsageError
-
-    try:
-        stream.result  # noqa: B018  (raises until the run has finished)
-    except UsageError:
-        return False
-    return True

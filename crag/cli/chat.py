@@ -1,7 +1,10 @@
 """``chat``: a multi-turn session in the terminal, the answer streamed as it is written.
 
-``Progress`` shows which node is running (on a terminal) and streams the grounded answer;
-``line_reader`` reads a question, with line editing and history on a terminal.
+When standard output is a terminal, each answer shows as ``ask``'s does (``crag.cli.live``):
+the running step and the last lines of the model's raw reply on stderr, then the grounded
+answer after the ``crag>`` prompt. Otherwise ``Progress`` streams the grounded answer alone
+(and, when only stderr is a terminal, names the running node there). ``line_reader`` reads a
+question, with line editing and history on a terminal.
 """
 
 from __future__ import annotations
@@ -14,11 +17,15 @@ from ..errors import CragError, UsageError
 from ..safe_text import ShownStream, for_terminal
 from .ask import agent_for
 from .common import error_line, isatty, not_utf8, secrets, settings, shown, undecodable_bytes_kept
+from .live import LiveAnswer, answer_live, wants_progress
+
+ANSWER_LEAD = "\ncrag> "  # what stdout shows before each answer
 
 
 class Progress:
-    """Shows which node is running on a terminal, and prints the answer's chunks
-    (``Agent.stream``: grounded in the library) as they come, terminal-safe and redacted."""
+    """``chat`` when standard output is not a terminal: prints the answer's chunks
+    (``Agent.stream``: grounded in the library) as they come, terminal-safe and redacted, and
+    shows which node is running when stderr is a terminal."""
 
     def __init__(self, err: TextIO, out: TextIO, show_usage: bool = True) -> None:
         self.err = err
@@ -43,7 +50,7 @@ class Progress:
             if self.tty:
                 self.err.write("\r\033[K")
             self.screen = ShownStream(secrets())
-            self.out.write("\ncrag> ")
+            self.out.write(ANSWER_LEAD)
 
     def chunk(self, text: str) -> None:
         """One chunk of the stream, shown at once when the answer streams (else at the end:
@@ -68,7 +75,7 @@ class Progress:
         """Print the rest of the answer (all of it when nothing streamed)."""
         final = shown(self._visible(self.text))
         if self.screen is None:
-            self.out.write("\ncrag> " + final + "\n")
+            self.out.write(ANSWER_LEAD + final + "\n")
         else:  # the stream showed the redacted answer's beginning
             self.out.write(self.screen.rest(final) + "\n")
         self.out.flush()
@@ -79,6 +86,24 @@ class Progress:
         self.screen = None
         self.text = ""
         self.fed = 0
+
+
+def streamed(agent, question: str, history, progress: Progress):
+    """The ``Answer`` to ``question``, its chunks printed by ``progress`` as they come. An error
+    or Ctrl-C stops the run at its next step and is raised again for the session to handle."""
+    stream = agent.stream(question, history=history, on_event=progress)
+    chunks = iter(stream)
+    try:
+        for chunk in chunks:
+            progress.chunk(chunk)
+    except BaseException as exc:
+        chunks.close()
+        progress.reset()
+        if isinstance(exc, KeyboardInterrupt) and progress.tty:
+            progress.err.write("\r\033[K")  # the node status line
+        raise
+    progress.finish()
+    return stream.result
 
 
 def line_reader(stdin: TextIO, out: TextIO, limit: int):
@@ -128,6 +153,7 @@ def cmd_chat(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.continue_:
         conversation, history = last_conversation(config, err)
     progress = Progress(err, out)
+    live = wants_progress(out)  # on a terminal: the step and the raw reply while the model works
     with agent_for(args, err) as agent:
         open_index(agent)
         progress.show_usage = agent.settings.show_usage and not args.no_usage
@@ -154,25 +180,19 @@ def cmd_chat(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 print("crag: error: that line is not UTF-8 text; type it again", file=err)
                 continue
             question = line.strip()
-            stream = agent.stream(question, history=parse_history(history), on_event=progress)
-            chunks = iter(stream)
             try:
-                for chunk in chunks:
-                    progress.chunk(chunk)
+                if live:
+                    screen = LiveAnswer(out, err, progress.show_usage, lead=ANSWER_LEAD, render=False)
+                    result = answer_live(agent, question, parse_history(history), screen)
+                else:
+                    result = streamed(agent, question, parse_history(history), progress)
             except CragError as exc:  # one question failed (too long, server down): the session goes on
-                progress.reset()
                 print(error_line(exc), file=err)
                 continue
             except KeyboardInterrupt:  # Ctrl-C while answering: that answer stops, the session goes on
-                chunks.close()  # the run stops at its next step
-                progress.reset()
-                if progress.tty:
-                    err.write("\r\033[K")  # the node status line
                 out.write("\n")
                 print("crag: answer cancelled (Ctrl-C); ask again, or Ctrl-D to end", file=err)
                 continue
-            progress.finish()
-            result = stream.result
             conversation = record(agent.settings, result, err, conversation, "chat")
             history.append({"role": "user", "content": question})
             history.append({"role": "assistant", "content": result.answer})

@@ -1,8 +1,9 @@
-"""``ask`` on a terminal: which step is running, the answer as the model writes it, then the
-grounded answer. Used only when standard output is a terminal and ``--json`` is not given:
-piped, redirected or as JSON, ``ask`` prints the result alone, as it always has.
+"""``ask`` and ``chat`` on a terminal: which step is running, the answer as the model writes
+it, then the grounded answer. Used only when standard output is a terminal (and, for ``ask``,
+``--json`` is not given): piped, redirected or as JSON, ``ask`` prints the result alone and
+``chat`` its answers alone, as they always have.
 
-The run goes through ``Agent.stream``, and two things show while it works:
+The run goes through ``Agent.stream`` (``answer_live``), and two things show while it works:
 
 - **The status region, on stderr.** The running step (``… plan``) and, while ``synthesize``
   runs, the last lines the model has written so far (its raw reply, before grounding, made
@@ -12,8 +13,9 @@ The run goes through ``Agent.stream``, and two things show while it works:
 - **The grounded answer, on stdout,** a sentence at a time as ``Agent.stream`` lets it show
   (``crag.stream`` says when), completed by the finished answer's rest. When the stream held
   the whole answer back (the simple path, a reply with no citation), nothing was shown on
-  stdout, and the finished answer is printed exactly as ``ask`` prints it on a terminal
-  without progress (Markdown rendered when ``rich`` is installed).
+  stdout, and the finished answer is printed whole: by ``ask`` exactly as it prints it on a
+  terminal without progress (Markdown rendered when ``rich`` is installed), by ``chat`` as
+  plain text after its ``crag>`` prompt (``LiveAnswer``'s ``lead`` and ``render``).
 
 With ``TERM=dumb`` (or no ``TERM``) no cursor control is written: each step is one plain
 line on stderr (``crag: plan…``) and there is no preview of the raw reply; the grounded
@@ -39,8 +41,8 @@ MIN_COLUMNS = 20  # narrower than this, the step line alone
 REDRAW_EVERY = 0.05  # seconds between redraws of the preview (deltas can come much faster)
 
 
-def wants_progress(out: TextIO, as_json: bool) -> bool:
-    """Whether ``ask`` shows its progress: on a terminal, and not with ``--json``."""
+def wants_progress(out: TextIO, as_json: bool = False) -> bool:
+    """Whether ``ask`` or ``chat`` shows its progress: on a terminal, and not with ``--json``."""
     return not as_json and isatty(out)
 
 
@@ -69,15 +71,22 @@ def clip(line: str, columns: int, end: bool = False) -> str:
     return "".join(reversed(taken) if end else taken)
 
 
-class LiveAsk:
-    """The screen of one ``ask`` on a terminal: ``event`` takes the run's events (the status
+class LiveAnswer:
+    """The screen of one answer on a terminal: ``event`` takes the run's events (the status
     region), ``chunk`` the grounded chunks, ``finish`` the ``Answer``; ``abort`` erases the
-    status region after Ctrl-C or an error."""
+    status region after Ctrl-C or an error.
 
-    def __init__(self, out: TextIO, err: TextIO, show_usage: bool = True, dumb: bool | None = None) -> None:
+    ``lead`` is written on stdout just before the answer (``chat``'s ``crag>`` prompt); with
+    ``render`` off, an answer printed whole is its plain text (``chat``), not ``ask``'s
+    rendering."""
+
+    def __init__(self, out: TextIO, err: TextIO, show_usage: bool = True, dumb: bool | None = None,
+                 lead: str = "", render: bool = True) -> None:
         self.out = out
         self.err = err
         self.show_usage = show_usage
+        self.lead = lead
+        self.render = render
         self.status = isatty(err)  # the status region goes to stderr only when it is a terminal
         self.dumb = dumb_terminal() if dumb is None else dumb
         self.node = ""
@@ -135,20 +144,24 @@ class LiveAsk:
         if self.screen is None:
             self._erase()
             self.screen = ShownStream(secrets())
+            self.out.write(self.lead)
         self.out.write(self.screen.feed(text))
         self.out.flush()
 
     def finish(self, answer) -> None:
-        """The finished ``Answer``: the rest of the streamed text, or the whole answer as
-        ``ask`` prints it when nothing streamed."""
+        """The finished ``Answer``: the rest of the streamed text, or the whole answer when
+        nothing streamed."""
         from .render import print_answer
 
         self._erase()
-        if self.screen is None:
+        final = shown(answer.answer if self.show_usage else answer.without_usage)
+        if self.screen is not None:
+            self.out.write(self.screen.rest(final) + "\n")
+        elif self.render:
+            self.out.write(self.lead)
             print_answer(self.out, answer, show_usage=self.show_usage)
         else:
-            final = shown(answer.answer if self.show_usage else answer.without_usage)
-            self.out.write(self.screen.rest(final) + "\n")
+            self.out.write(self.lead + final + "\n")
         self.out.flush()
 
     def abort(self) -> None:
@@ -157,3 +170,32 @@ class LiveAsk:
         if self.screen is not None:
             self.out.write("\n")
             self.out.flush()
+
+
+def answer_live(agent, question: str, history, screen: LiveAnswer):
+    """``agent.ask`` with its progress on ``screen``; the ``Answer``. An error or Ctrl-C erases
+    the status, stops the run at its next step and is raised again for the command to handle."""
+    stream = agent.stream(question, history=history, on_event=screen.event)
+    chunks = iter(stream)
+    try:
+        for chunk in chunks:
+            if finished(stream):  # this chunk is the answer's rest, which ``finish`` prints
+                break
+            screen.chunk(chunk)
+    except BaseException:
+        chunks.close()
+        screen.abort()
+        raise
+    screen.finish(stream.result)
+    return stream.result
+
+
+def finished(stream) -> bool:
+    """Whether the stream's run has finished (its ``result`` is there)."""
+    from ..errors import UsageError
+
+    try:
+        stream.result  # noqa: B018  (raises until the run has finished)
+    except UsageError:
+        return False
+    return True
