@@ -125,9 +125,9 @@ class LiveAnswer:
             for line in written[-room:] if room else []:
                 region.append("    " + clip(line.strip().replace("\t", " "), columns - 4, end=True))
         self._erase()
+        self.rows = len(region)  # before the write: a Ctrl-C right after it still erases the region
         self.err.write("\n".join(region))
         self.err.flush()
-        self.rows = len(region)
         self.drawn_at = time.monotonic()
 
     def _erase(self) -> None:
