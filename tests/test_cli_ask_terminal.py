@@ -148,15 +148,22 @@ def test_ask_piped_or_json_prints_only_the_result(llm: FakeOpenAIServer, kb: Pat
     assert json.loads(as_json.text)["body"].startswith(REPLY)
 
 
-def test_ctrl_c_on_a_terminal_erases_the_status_and_exits_130(llm: FakeOpenAIServer, kb: Path) -> None:
+def interrupted_while_answering(llm: FakeOpenAIServer, kb: Path, args: list[str],
+                               typed: str | None = None) -> tuple[int, str]:
+    """Run ``crag ARGS`` on a terminal, send Ctrl-C once ``synthesize`` shows (its reply held
+    for 20 s); the exit status and what the terminal showed."""
     llm.script("synthesize", Delay(20, REPLY))
-    term = Terminal(["ask", QUESTION], kb, child_env(kb, llm))
+    term = Terminal(args, kb, child_env(kb, llm), typed=typed)
     try:
         term.read_until(b"synthesize")
         term.proc.send_signal(signal.SIGINT)
     finally:
         code = term.finish()
-    shown = term.text
+    return code, term.text
+
+
+def test_ctrl_c_on_a_terminal_erases_the_status_and_exits_130(llm: FakeOpenAIServer, kb: Path) -> None:
+    code, shown = interrupted_while_answering(llm, kb, ["ask", QUESTION])
     assert code == 130 and "crag: interrupted" in shown and "Traceback" not in shown
     assert shown.rindex("\033[J") < shown.index("crag: interrupted")  # the step line was erased first
     assert REPLY not in shown
@@ -206,14 +213,7 @@ def test_chat_on_a_dumb_terminal_writes_plain_step_lines(llm: FakeOpenAIServer, 
 
 def test_ctrl_c_in_chat_on_a_terminal_erases_the_status_and_the_session_goes_on(llm: FakeOpenAIServer,
                                                                                  kb: Path) -> None:
-    llm.script("synthesize", Delay(20, REPLY))
-    term = Terminal(["chat"], kb, child_env(kb, llm), typed=QUESTION + "\n")
-    try:
-        term.read_until(b"synthesize")
-        term.proc.send_signal(signal.SIGINT)
-    finally:
-        code = term.finish()
-    shown = term.text
+    code, shown = interrupted_while_answering(llm, kb, ["chat"], typed=QUESTION + "\n")
     assert code == 0 and "Traceback" not in shown  # the end of input ends the session after the message
     cancelled = shown.index("crag: answer cancelled (Ctrl-C)")
     assert shown.rindex("\033[J", 0, cancelled) > shown.rindex("… synthesize", 0, cancelled)
