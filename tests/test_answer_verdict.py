@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from crag import Agent, Settings
 from crag.answer import NOT_ADDRESSED, NOT_ANSWERED
-from crag.grounding import addresses
+from crag.grounding import HELD_SHARE, addresses
 from crag.grounding.verdict import Verdict, judge, may_rewrite
 from crag.llm.scripted import ScriptedChatModel
 from crag.state import GroundingReport
@@ -78,3 +78,15 @@ def test_a_decade_or_century_the_question_names_is_held_by_a_year_within_it():
     assert not addresses(question, ["Huguenots fled France in 1685."])
     assert addresses("What bands were popular in the 1990s?", ["In 1994 the bands Oasis and Blur were popular."])
     assert not addresses("What bands were popular in the 1990s?", ["In 1984 the bands were popular."])
+
+
+def test_an_identifier_the_question_names_is_held_when_a_passage_quotes_it_as_code():
+    """A passage that writes ``secrets.compare_digest()`` in backticks holds it as code, not as
+    the words secret, compare and digest: those are the question's anchor, checked as one."""
+    question = "Why should a username and password check use secrets.compare_digest to avoid timing attacks?"
+    passage = ("Use a dependency to check if the username and password are correct.\n\n"
+               "But by using the `secrets.compare_digest()` it will be secure against a type of "
+               "attacks called \"timing attacks\".")
+    assert addresses(question, [passage], HELD_SHARE)
+    assert not addresses(question, [passage.replace("secrets.compare_digest", "hmac.new")], HELD_SHARE)
+    assert not addresses(question, ["The `secrets.compare_digest()` function compares two strings."], HELD_SHARE)
