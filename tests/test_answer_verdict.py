@@ -90,3 +90,12 @@ def test_an_identifier_the_question_names_is_held_when_a_passage_quotes_it_as_co
     assert addresses(question, [passage], HELD_SHARE)
     assert not addresses(question, [passage.replace("secrets.compare_digest", "hmac.new")], HELD_SHARE)
     assert not addresses(question, ["The `secrets.compare_digest()` function compares two strings."], HELD_SHARE)
+
+
+def test_two_words_written_as_one_are_the_same_words():
+    question = "How can I put the dataset viewer into my own web page?"
+    passage = "You can embed the Dataset Viewer in your own webpage using an iframe."
+    assert addresses(question, [passage], HELD_SHARE)
+    assert addresses("How do I embed the viewer in a webpage?", ["Embed the viewer in a web page with an iframe."],
+                     HELD_SHARE)
+    assert not addresses(question, ["You can embed the Dataset Viewer using an iframe."], HELD_SHARE)

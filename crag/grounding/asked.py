@@ -17,7 +17,8 @@ features answered from a passage about a telephone's bandwidth, is not addressed
 question writes (a number, a month, an identifier, code; a decade or century written as years,
 "the 1700s", is held by a year within it or by "the 18th century") and share a content word
 with it (stems one letter apart count as one; the words of an anchor are not counted again,
-since a passage that quotes ``secrets.compare_digest`` as code holds no words of it). Measured on the project's documentation questions with a
+since a passage that quotes ``secrets.compare_digest`` as code holds no words of it; two words
+written as one, "web page" and "webpage", are the same words). Measured on the project's documentation questions with a
 small model, a stricter test (every named term, a third of the content words) refused right
 answers whose chunk says "partial updates" for "partially update ... PATCH"
 (docs/real-models.md); what is caught is an answer resting on a passage about something else.
@@ -126,9 +127,19 @@ def addresses(question: str, passages: Iterable[str], share: float = FOCUS_SHARE
     want = [w for w in asked.words if w not in named_words]
     if not want:
         return True
-    held = claims("\n".join(texts)).words
-    found = sum(1 for w in want if w in held or any(_near(w, h) for h in held))
+    held = claims(joined).words
+    joined_words = held | {joint for _, _, joint in _joints(joined)}  # "web page" holds "webpage"
+    split_words = {w for a, b, joint in _joints(question) if joint in held for w in (a, b)}  # and the other way
+    found = sum(1 for w in want
+                if w in joined_words or w in split_words or any(_near(w, h) for h in held))
     return found >= max(1, share * len(want))
+
+
+def _joints(text: str) -> list[tuple[str, str, str]]:
+    """Each two neighbouring words of ``text`` as stems, with the stem of the two written as one
+    word: ("web", "page", "webpag")."""
+    ws = words(text)
+    return [(stem(a), stem(b), stem(a + b)) for a, b in zip(ws, ws[1:])]
 
 
 _YEARS = re.compile(r"\b(1\d\d0|20\d0)'?s\b")  # a decade or century written as years: the 1990s, the 1700s
