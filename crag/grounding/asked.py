@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from itertools import pairwise
 
 from ..text import stem, words
 from .claims import claims
@@ -139,7 +140,7 @@ def _joints(text: str) -> list[tuple[str, str, str]]:
     """Each two neighbouring words of ``text`` as stems, with the stem of the two written as one
     word: ("web", "page", "webpag")."""
     ws = words(text)
-    return [(stem(a), stem(b), stem(a + b)) for a, b in zip(ws, ws[1:])]
+    return [(stem(a), stem(b), stem(a + b)) for a, b in pairwise(ws)]
 
 
 _YEARS = re.compile(r"\b(1\d\d0|20\d0)'?s\b")  # a decade or century written as years: the 1990s, the 1700s
