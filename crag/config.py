@@ -349,6 +349,13 @@ class Settings:
             # A default adapts to what the user set (SPEC §3): the answer budget to a small window.
             default = fields(cls).max_answer_tokens.default
             values["max_answer_tokens"] = min(default, values["context_tokens"] // 2)
+        # The same for the two grading thresholds: only values the user set can conflict, so
+        # KB_AGENT_DROP_THRESHOLD=0.8 alone raises the default GENERATE threshold to 0.8, and
+        # KB_AGENT_GENERATE_THRESHOLD=0.2 alone lowers the default DROP threshold to 0.2.
+        if "drop_threshold" in values and "generate_threshold" not in values:
+            values["generate_threshold"] = max(fields(cls).generate_threshold.default, values["drop_threshold"])
+        if "generate_threshold" in values and "drop_threshold" not in values:
+            values["drop_threshold"] = min(fields(cls).drop_threshold.default, values["generate_threshold"])
         return cls(**values)
 
     def secrets(self) -> tuple[str, ...]:

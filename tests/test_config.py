@@ -69,8 +69,23 @@ def test_overrides_are_validated_like_the_environment():
 
 
 def test_drop_threshold_above_generate_threshold_is_refused():
+    # Both set by the user: they conflict. (One set alone moves the other's default.)
     with pytest.raises(ConfigError, match="KB_AGENT_DROP_THRESHOLD"):
-        Settings.from_env(environ={"KB_AGENT_DROP_THRESHOLD": "0.8"}, dotenv=None)
+        Settings.from_env(
+            environ={"KB_AGENT_DROP_THRESHOLD": "0.8", "KB_AGENT_GENERATE_THRESHOLD": "0.7"}, dotenv=None
+        )
+
+
+def test_a_default_threshold_adapts_to_the_one_the_user_set():
+    # KB_AGENT_DROP_THRESHOLD=0.8 alone was refused because of the *default* generate
+    # threshold (0.7), and KB_AGENT_GENERATE_THRESHOLD=0.2 alone blamed KB_AGENT_DROP_THRESHOLD=0.3,
+    # which the user never set. SPEC §3: only values the user set can conflict.
+    drop = Settings.from_env(environ={"KB_AGENT_DROP_THRESHOLD": "0.8"}, dotenv=None)
+    assert (drop.drop_threshold, drop.generate_threshold) == (0.8, 0.8)
+    gen = Settings.from_env(environ={"KB_AGENT_GENERATE_THRESHOLD": "0.2"}, dotenv=None)
+    assert (gen.drop_threshold, gen.generate_threshold) == (0.2, 0.2)
+    assert Settings.from_env(environ={}, dotenv=None, generate_threshold=0.9).drop_threshold == 0.3
+    assert Settings.from_env(environ={"KB_AGENT_DROP_THRESHOLD": "0.1"}, dotenv=None).generate_threshold == 0.7
 
 
 def test_env_example_documents_every_setting():
