@@ -326,12 +326,14 @@ class Settings:
         file_values = read_dotenv(dotenv) if dotenv else {}
         merged = {**file_values, **env}
         values: dict[str, Any] = {}
+        origins: dict[str, str] = {}  # variable -> where the user set it, for errors across settings
         for f in fields(cls):
             var, kind = f.metadata["variable"], f.metadata["kind"]
             raw = merged.get(var)
             if raw is not None and (raw.strip() or kind in READS_EMPTY):
                 origin = "set in the environment" if var in env else f"set in {os.fspath(dotenv)}"
                 values[f.name] = _with_origin(kind, var, raw, origin)
+                origins[var] = origin
         if "index_dir" not in values and "index_dir" not in overrides:
             values["index_dir"] = find_index_dir()
         if "llm" not in values:
@@ -345,6 +347,7 @@ class Settings:
                 raise ConfigError(name, value, "a setting name: " + ", ".join(sorted(known)))
             convert = getattr(fields(cls), name).converter
             values[name] = _with_origin(lambda _var, raw, c=convert: c(raw), name, value, "given as an argument")
+            origins[getattr(fields(cls), name).metadata["variable"]] = "given as an argument"
         if "max_answer_tokens" not in values and "context_tokens" in values:
             # A default adapts to what the user set (SPEC §3): the answer budget to a small window.
             default = fields(cls).max_answer_tokens.default
@@ -356,7 +359,13 @@ class Settings:
             values["generate_threshold"] = max(fields(cls).generate_threshold.default, values["drop_threshold"])
         if "generate_threshold" in values and "drop_threshold" not in values:
             values["drop_threshold"] = min(fields(cls).drop_threshold.default, values["generate_threshold"])
-        return cls(**values)
+        try:
+            return cls(**values)
+        except ConfigError as exc:  # a rule across settings: say where the blamed value was set
+            if exc.variable not in origins:
+                raise
+            raise ConfigError(exc.variable, exc.value, f"{exc.accepts} ({origins[exc.variable]})",
+                              secret=exc.value is None) from None
 
     def secrets(self) -> tuple[str, ...]:
         """The keys, tokens and URL passwords of these settings (every URL's, the store's too)

@@ -76,6 +76,19 @@ def test_drop_threshold_above_generate_threshold_is_refused():
         )
 
 
+def test_an_error_across_settings_says_where_the_blamed_value_was_set(tmp_path):
+    # docs/cli.md: "A value that is set but invalid is an error, which says where it was set".
+    # The rules across settings (drop > generate, an answer budget over half the window) left it out.
+    with pytest.raises(ConfigError, match=r"KB_AGENT_DROP_THRESHOLD=0.8 .*\(0.5\) \(set in the environment\)$"):
+        Settings.from_env(environ={"KB_AGENT_DROP_THRESHOLD": "0.8", "KB_AGENT_GENERATE_THRESHOLD": "0.5"}, dotenv=None)
+    dotenv = tmp_path / ".env"
+    dotenv.write_text("KB_AGENT_MAX_ANSWER_TOKENS=5000\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"KB_AGENT_MAX_ANSWER_TOKENS=5000 .*\(set in .*\.env\)$"):
+        Settings.from_env(environ={}, dotenv=dotenv)
+    with pytest.raises(ConfigError, match=r"\(given as an argument\)$"):
+        Settings.from_env(environ={}, dotenv=None, max_answer_tokens=5000)
+
+
 def test_a_default_threshold_adapts_to_the_one_the_user_set():
     # KB_AGENT_DROP_THRESHOLD=0.8 alone was refused because of the *default* generate
     # threshold (0.7), and KB_AGENT_GENERATE_THRESHOLD=0.2 alone blamed KB_AGENT_DROP_THRESHOLD=0.3,
