@@ -110,6 +110,24 @@ def renumber(text: str, n_items: int) -> tuple[str, list[int]]:
     return "".join(pieces), order
 
 
+# A line a model wrote as a source list entry: "[1] docs/setup.md:L4", "- [2]: https://...".
+_SOURCE_LINE = re.compile(
+    r"^[ \t]*(?:[-*][ \t]+)?\[\s*\d+\s*\]:?[ \t]+[^\s/.]*[/.]\S*(?:[ \t]*\([^)\n]*\))?[ \t]*$\n?", re.M
+)
+# Its heading, when nothing follows it once those lines are gone.
+_SOURCES_HEADING = re.compile(r"(?:^|\n)[ \t]*(?:#+[ \t]*)?\**(?:sources|references|citations)\**:?\**[ \t]*\s*\Z", re.I)
+
+
+def without_citations(text: str) -> str:
+    """``text`` with no citation at all, for an answer that has no evidence (chitchat): its
+    markers removed, and a source list the model wrote (lines opening with ``[K]``) left out."""
+    pieces = _CODE.split(text)
+    for i in range(0, len(pieces), 2):  # even pieces are outside code
+        pieces[i] = _SOURCE_LINE.sub("", pieces[i])
+    text, _ = renumber("".join(pieces), 0)
+    return _SOURCES_HEADING.sub("", text.rstrip()).strip()
+
+
 def footer_lines(items: Sequence[EvidenceItem], order: Sequence[int]) -> tuple[list[str], tuple[Citation, ...]]:
     """``[K] path:L42`` (``[K] guide.pdf:p3:L12`` in a PDF, ``[K] path`` with no line) for each
     cited item, K = 1.."""

@@ -214,7 +214,8 @@ class Driver:
                 if stream and on_event is not None and node is Node.SYNTHESIZE:
                     items = tuple(getattr(request.task, "items", ()))
                     absent = tuple(missing(state.question, [item.text for item in items]))
-                    on_event(AnswerStarted(items, state.question, verdict_may_rewrite(state, items), absent))
+                    on_event(AnswerStarted(items, state.question, verdict_may_rewrite(state, items), absent,
+                                           chitchat=bool(getattr(request.task, "chitchat", False))))
                     reply = self.model.complete(request, lambda text: on_event(AnswerDelta(text)))
                 else:
                     reply = self.model.complete(request)

@@ -10,7 +10,9 @@
                            no informative grade approved the evidence, or the question
                            names a term no item holds); it
                            comes again, before any delta, when a server refused the
-                           request as too long and crag fitted it to a smaller window
+                           request as too long and crag fitted it to a smaller window;
+                           ``chitchat``: the answer has no evidence and cites nothing (its
+                           markers are removed from the finished text)
     AnswerDelta(text)      streaming only: the next piece of the answer as it arrives
 
 ``Event`` is any of these records; an ``EventHandler`` (``on_event``) is a function that
@@ -45,6 +47,7 @@ class AnswerStarted:
     question: str = ""
     verdict_may_rewrite: bool = True
     absent: tuple[str, ...] = ()  # the terms the question names that no item holds (verdict: not_answered)
+    chitchat: bool = False  # no evidence, no citation: answer.without_citations edits the finished text
 
 
 @frozen

@@ -21,7 +21,8 @@ its opening (no informative grade approved the evidence, as on the simple path, 
 question names a term no item holds; in ``note`` and ``strict``: ``grounding.verdict``
 ``not_answered`` opens the answer by saying
 the knowledge base does not appear to answer the question, and is known only once every
-sentence is in), a reply with no cited sentence (chitchat, most often), a backend that does
+sentence is in), an answer with no evidence (chitchat, whose markers are removed), a reply with no
+cited sentence, a backend that does
 not stream, and the no-evidence sentence. In ``strict`` grounding nothing is shown before
 the first supported sentence either, since the answer may still become the no-evidence
 sentence. ``stream.restarted`` stays for callers that checked it; it is True only if the
@@ -87,7 +88,9 @@ class AnswerText:
             self.renderer = StreamRenderer(len(items), clean_answer, _unthink, every=self.every, ground=ground)
             self.renderer.shown = shown
             # The verdict may replace the answer's opening (not_answered): held until it is known.
-            self.held = bool(items) and mode != "off" and event.verdict_may_rewrite
+            # Chitchat is held whole: its markers and any source list the model wrote are
+            # removed only from the finished text (answer.without_citations).
+            self.held = event.chitchat or (bool(items) and mode != "off" and event.verdict_may_rewrite)
             self.answered = False
             return ""
         if isinstance(event, AnswerDelta) and self.renderer is not None:

@@ -101,6 +101,23 @@ def test_chitchat_query_fast_path():
     assert NO_EVIDENCE not in result.answer
 
 
+def test_chitchat_cites_nothing_even_when_the_model_writes_markers_and_sources():
+    # Chitchat has no evidence: no footer (SPEC §1), and markers that point at no evidence are
+    # removed (§7). The model's "[1]" markers and its own source list stayed in the answer, and
+    # the stream showed them too.
+    reply = "Hello [1]! Ask me about the docs [2, 3].\n\nSources:\n[1] docs/setup.md:L4\n- [2]: https://example.com/x"
+    result, _, _ = run({"analyze_and_route": [route("chitchat", [])], "synthesize": [reply]})
+    assert result.answer.startswith("Hello! Ask me about the docs." + STATS_BLOCK), result.answer
+    assert result.citations == ()
+    code = "Write `xs[1]`:\n```\n[1] docs/kept.md:L1\n```"
+    kept, _, _ = run({"analyze_and_route": [route("chitchat", [])], "synthesize": [code]})
+    assert kept.answer.startswith(code + STATS_BLOCK)  # code is never touched
+    model = ScriptedChatModel({"analyze_and_route": [route("chitchat", [])], "synthesize": [reply]})
+    stream = Agent(model, FakeToolbox(question="hi"), Settings()).stream("hi")
+    assert "".join(stream) == stream.result.answer and not stream.restarted
+    assert stream.result.answer.startswith("Hello! Ask me about the docs." + STATS_BLOCK)
+
+
 def test_chitchat_with_an_empty_model_reply_still_says_something():
     result, _, _ = run({"analyze_and_route": [route("chitchat", [])], "synthesize": ["<think>hmm</think>"]})
     assert result.answer.startswith("The model returned no answer text." + STATS_BLOCK)

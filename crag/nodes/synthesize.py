@@ -104,7 +104,8 @@ EMPTY_REPLY = answer.EMPTY_REPLY
 def apply(state: AgentState, step: Step, reply: Completion | None, cfg: NodeConfig) -> AgentState:
     fitted: budget.Fitted | None = step.plan
     if fitted is not None and fitted.task.chitchat:
-        body = prompts.clean_answer(reply.text) if reply is not None else ""
+        # No evidence, so no citation: markers and a source list the model wrote go (SPEC §7).
+        body = answer.without_citations(prompts.clean_answer(reply.text)) if reply is not None else ""
         text, citations = answer.compose(body or EMPTY_REPLY, (), state.usage, cite=False)
     elif fitted is None or reply is None:
         text, citations = answer.compose(answer.NO_EVIDENCE, (), state.usage, cite=False)
