@@ -89,6 +89,25 @@ def test_bare_crag_prints_the_help_on_stdout_and_exits_1_like_git(tmp_path: Path
         assert f"    {command} " in proc.stdout
 
 
+def test_output_that_cannot_be_written_is_one_line_not_a_traceback(kb: Path) -> None:
+    # `crag search ... > /dev/full` (a full disk) and `crag ... >&-` (no standard output) ended
+    # in a Python traceback; SPEC §4: every expected failure is one `crag: error:` line.
+    env = {"KB_AGENT_INDEX_DIR": str(kb.parent / "index")}
+    command = [sys.executable, "-m", "crag", "search", "port", "--top-k", "50"]
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("KB_AGENT_", "OPENAI_"))}
+    environ.update(PYTHONPATH=str(ROOT), KB_AGENT_LLM="offline", **env)
+    if os.path.exists("/dev/full"):
+        with open("/dev/full", "w") as full:
+            proc = subprocess.run(command, cwd=kb.parent, env=environ, stdout=full, stderr=subprocess.PIPE,
+                                  text=True, timeout=120)
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+        assert proc.stderr.startswith("crag: error: cannot write the output (") and proc.stderr.count("\n") == 1
+    closed = subprocess.run(command, cwd=kb.parent, env=environ, stderr=subprocess.PIPE, text=True, timeout=120,
+                            preexec_fn=lambda: os.close(1))
+    assert closed.returncode == 1 and closed.stderr.startswith("crag: error: standard output is closed"), closed.stderr
+    assert closed.stderr.count("\n") == 1
+
+
 @pytest.mark.parametrize(("typed", "meant"), [("ak", "ask"), ("serach", "search"), ("indx", "index"), ("chta", "chat")])
 def test_a_mistyped_command_suggests_the_closest_one(typed: str, meant: str) -> None:
     code, out, err = cli(typed, "what port?")

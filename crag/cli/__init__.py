@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import sys
 from collections.abc import Iterator, Sequence
 from typing import TextIO
@@ -148,7 +149,12 @@ def main(
 ) -> int:
     common.forget_secrets()
     try:
-        return _main(argv, stdout or sys.stdout, stderr or sys.stderr, stdin)
+        out = stdout or sys.stdout
+        if out is None:  # `crag ... >&-`: Python has no sys.stdout when file descriptor 1 is closed
+            print("crag: error: standard output is closed: run crag with its output going somewhere "
+                  "(a terminal, a file, a pipe, or /dev/null)", file=stderr or sys.stderr)
+            return 1
+        return _main(argv, out, stderr or sys.stderr, stdin)
     finally:
         common.forget_secrets()
 
@@ -181,6 +187,15 @@ def _main(argv: Sequence[str] | None, out: TextIO, err: TextIO, stdin: TextIO | 
     except BrokenPipeError:  # the reader went away (`| head -1`): nothing left to say to it
         _silence(out)
         return BROKEN_PIPE
+    except OSError as exc:
+        if exc.errno not in _FULL:
+            raise  # not the machine's failure: a bug, which keeps its traceback
+        # A full disk or quota, or a device that fails (`> /dev/full`): one line, not a traceback.
+        what = f"cannot write {exc.filename}" if exc.filename else "cannot write the output"
+        print(f"crag: error: {what} ({exc.strerror or exc}): free some space, or send the output "
+              "elsewhere", file=err)
+        _silence(out)
+        return 1
     except CragError as exc:
         print(error_line(exc), file=err)
         return exc.exit_status
@@ -233,6 +248,11 @@ def _warnings_to(err: TextIO) -> Iterator[None]:
 
 
 BROKEN_PIPE = 141  # as a shell reports a command stopped by SIGPIPE
+
+
+# What writing fails with when the machine, not crag, is at fault: no space, over quota, a
+# file too large, an I/O error.
+_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO})
 
 
 def _silence(stream: TextIO) -> None:
