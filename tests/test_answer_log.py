@@ -99,6 +99,17 @@ def test_log_off_keeps_nothing(project: Path, monkeypatch: pytest.MonkeyPatch) -
     assert code == 0 and "no logged answers" in out and "KB_AGENT_LOG=off" in out
 
 
+def test_log_off_says_so_also_over_answers_logged_before(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # docs/cli.md: "`off` keeps nothing and `crag log` says so". It said so only when the log
+    # was empty: over answers logged before, `crag log` listed them as if logging were on.
+    assert cli("ask", "Which port does the server listen on?")[0] == 0
+    monkeypatch.setenv("KB_AGENT_LOG", "off")
+    code, out, err = cli("log")
+    assert code == 0 and "Which port" in out and err == "crag: note: KB_AGENT_LOG=off: new answers are not logged\n"
+    code, out, err = cli("log", "--json")
+    assert code == 0 and json.loads(out) and "KB_AGENT_LOG=off" in err  # stdout stays JSON
+
+
 def test_the_log_holds_no_secret(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     key = "sk-log-Secret-0123456789"
     (project / "docs" / "keys.md").write_text(f"# Keys\n\nThe deploy key is {key} for the deploy job.\n")
