@@ -84,11 +84,22 @@ def test_ask_continue_carries_on_the_last_conversation(project: Path, monkeypatc
 def test_chat_turns_are_logged_and_chat_continue_picks_up_the_conversation(project: Path) -> None:
     code, _, _ = cli("chat", stdin="Which port does the server listen on?\n\n")
     assert code == 0
-    code, out, _ = cli("chat", "--continue", stdin="How long is a backup kept?\n\n")
-    assert code == 0 and "1 earlier question" in out
+    code, out, err = cli("chat", "--continue", stdin="How long is a backup kept?\n\n")
+    assert code == 0 and "1 earlier question" in err and "earlier question" not in out  # a note: stderr
     entries = json.loads(cli("log", "--json")[1])
     assert [e["source"] for e in entries] == ["chat", "chat"]
     assert entries[0]["conversation"] == entries[1]["conversation"]
+
+
+def test_chat_on_a_pipe_prints_the_answers_alone(project: Path) -> None:
+    """SPEC §4: on a pipe, chat prints only the result: no banner, prompt or lead on stdout,
+    and nothing but error lines on stderr when a script sends the questions."""
+    code, out, err = cli("chat", stdin="Which port does the server listen on?\nHow long is a backup kept?\n\n")
+    assert code == 0 and err == ""
+    assert "you> " not in out and "crag> " not in out and "crag chat" not in out
+    first, second = out.split("\n\n---\n")[:2]
+    assert first.startswith("Composed offline") and out.count("LLM Usage Stats") == 2
+    assert "\n\nComposed offline" in second  # a blank line between the two answers
 
 
 def test_log_off_keeps_nothing(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:

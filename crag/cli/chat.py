@@ -3,13 +3,18 @@
 When standard output is a terminal, each answer shows as ``ask``'s does (``crag.cli.live``):
 the running step and the last lines of the model's raw reply on stderr, then the grounded
 answer after the ``crag>`` prompt. Otherwise ``Progress`` streams the grounded answer alone
-(and, when only stderr is a terminal, names the running node there). ``line_reader`` reads a
-question, with line editing and history on a terminal.
+(and, when only stderr is a terminal, names the running node there): on a pipe standard
+output holds the answers and nothing else (SPEC §4), one after another with a blank line
+between them. The banner, the ``you>`` prompts and the ``crag>`` leads then go to stderr when
+someone is typing at a terminal, and nowhere when a script feeds the session (its stderr
+holds only the error lines).
+``line_reader`` reads a question, with line editing and history on a terminal.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import sys
 from typing import TextIO
 
@@ -19,7 +24,7 @@ from .ask import agent_for
 from .common import error_line, isatty, not_utf8, secrets, settings, shown, undecodable_bytes_kept
 from .live import LiveAnswer, answer_live, wants_progress
 
-ANSWER_LEAD = "\ncrag> "  # what stdout shows before each answer
+ANSWER_LEAD = "\ncrag> "  # what a terminal shows before each answer
 
 
 class Progress:
@@ -30,6 +35,7 @@ class Progress:
     def __init__(self, err: TextIO, out: TextIO, show_usage: bool = True) -> None:
         self.err = err
         self.out = out
+        self.answers = 0  # printed so far: a blank line goes between two on standard output
         self.tty = hasattr(err, "isatty") and err.isatty()
         self.show_usage = show_usage  # off: the usage block (in the last chunk) is not printed
         self.screen: ShownStream | None = None  # the answer on screen, once it streams
@@ -50,7 +56,7 @@ class Progress:
             if self.tty:
                 self.err.write("\r\033[K")
             self.screen = ShownStream(secrets())
-            self.out.write(ANSWER_LEAD)
+            self._lead()
 
     def chunk(self, text: str) -> None:
         """One chunk of the stream, shown at once when the answer streams (else at the end:
@@ -75,11 +81,22 @@ class Progress:
         """Print the rest of the answer (all of it when nothing streamed)."""
         final = shown(self._visible(self.text))
         if self.screen is None:
-            self.out.write(ANSWER_LEAD + final + "\n")
+            self._lead()
+            self.out.write(final + "\n")
         else:  # the stream showed the redacted answer's beginning
             self.out.write(self.screen.rest(final) + "\n")
         self.out.flush()
         self.reset()
+
+    def _lead(self) -> None:
+        """Before an answer: the ``crag>`` lead on stderr when it is a terminal (standard
+        output holds only the answers), and a blank line on standard output after the one before."""
+        if self.tty:
+            self.err.write(ANSWER_LEAD)
+            self.err.flush()
+        if self.answers:
+            self.out.write("\n")
+        self.answers += 1
 
     def reset(self) -> None:
         """Ready for the next question (also after one that failed)."""
@@ -154,23 +171,27 @@ def cmd_chat(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         conversation, history = last_conversation(config, err)
     progress = Progress(err, out)
     live = wants_progress(out)  # on a terminal: the step and the raw reply while the model works
+    # The banner and prompts: on a pipe stdout holds only the answers (SPEC §4), so they go to a
+    # terminal's stderr when someone types the questions, and nowhere when a script sends them.
+    talk = out if isatty(out) else err if isatty(args.stdin) and isatty(err) else io.StringIO()
     with agent_for(args, err) as agent:
         open_index(agent)
         progress.show_usage = agent.settings.show_usage and not args.no_usage
-        out.write("crag chat: ask about your knowledge base; an empty line or Ctrl-D ends the session, "
-                  "Ctrl-C stops an answer.\n")
+        talk.write("crag chat: ask about your knowledge base; an empty line or Ctrl-D ends the session, "
+                   "Ctrl-C stops an answer.\n")
         if history:
-            out.write(f"(carrying on the last conversation: {len(history) // 2} earlier question(s))\n")
+            note = out if isatty(out) else err  # a note, not a prompt: on a pipe, stderr holds it
+            note.write(f"(carrying on the last conversation: {len(history) // 2} earlier question(s))\n")
         undecodable_bytes_kept(args.stdin)
         from ..agent import input_limit
 
-        read_line = line_reader(args.stdin, out, input_limit(config))
+        read_line = line_reader(args.stdin, talk, input_limit(config))
         while True:
             try:
                 line = read_line("\nyou> ")
             except KeyboardInterrupt:  # at the prompt: the session ends, as an interrupted program
-                out.write("\n")
-                out.flush()
+                talk.write("\n")
+                talk.flush()
                 return 130
             except UnicodeDecodeError:
                 line = "\udcff"
