@@ -240,6 +240,9 @@ def test_read_file_takes_back_the_escaped_path_crag_shows_for_a_name_with_contro
         [read] = run(box, "read_file", path=hit.source)
         assert read.source == shown and read.text == "The backup runs at noon."
         (kb / name).unlink()
+    write(kb / "empty\x1b[2J.md", "")
+    with pytest.raises(ToolError, match=r"^read_file: empty\\x1b\[2J\.md is empty$"):
+        run(box, "read_file", path="empty\x1b[2J.md")
     write(kb / "plain\\nname.md", "A literal backslash in the name.\n")  # a label without escapes is taken as it is
     [plain] = run(box, "read_file", path="plain\\nname.md")
     assert plain.text == "A literal backslash in the name."
