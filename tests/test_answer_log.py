@@ -178,6 +178,18 @@ def test_a_store_password_is_a_secret_of_the_settings_the_log_and_every_label() 
     assert "pgsecret" not in logged and "embpw" not in logged and "postgresql://u:***@db/x" in logged
 
 
+def test_no_path_is_among_the_logged_settings() -> None:
+    """docs/cli.md: "Keys, tokens, e-mail addresses and paths are not among the logged
+    settings." The local embedder's model folder (``KB_AGENT_EMBEDDING_PATH``, a path in the
+    user's home) was logged with every answer."""
+    from crag.answer_log import logged_settings
+    from crag.config import Settings
+
+    logged = logged_settings(Settings(index_dir="/home/alice/.crag", embedding_path="/home/alice/models/minilm"))
+    assert "/home/alice" not in json.dumps(logged)
+    assert {"index_dir", "embedding_path"}.isdisjoint(logged) and logged["embedder"] == "hash"
+
+
 def test_a_placeholder_key_leaves_the_words_of_documents_alone(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (project / "docs" / "ollama.md").write_text(
         "# Local models\n\nStart ollama with `ollama serve` on the workstation.\n"
