@@ -218,6 +218,18 @@ def test_3_4_an_index_dir_that_is_a_file_is_one_line_naming_the_setting(kb: Path
         assert "rebuild" not in line and "re-index" not in line, line  # indexing cannot fix it
 
 
+@pytest.mark.parametrize("gone", ["vectors.faiss", "chunks.sqlite"])
+def test_3_4_a_file_missing_from_the_generation_is_named_not_the_generation(kb: Path, gone: str) -> None:
+    """With only its FAISS file deleted, the index was said to be damaged because "generation
+    gen-000001 is missing", though that folder is there: the line names what is missing."""
+    (_generation(kb) / gone).unlink()
+    code, out, err = cli("search", "port")
+    assert out == ""
+    line = one_error_line(err)
+    assert code == 1 and f"{_generation(kb).name}/{gone} is missing" in line and "generation gen" not in line, line
+    assert cli("index", "docs")[0] == 0 and cli("search", "port")[0] == 0
+
+
 # -- 5. a catastrophic regular expression from a plan ----------------------------------------
 
 
