@@ -99,6 +99,19 @@ def test_log_off_keeps_nothing(project: Path, monkeypatch: pytest.MonkeyPatch) -
     assert code == 0 and "no logged answers" in out and "KB_AGENT_LOG=off" in out
 
 
+def test_log_off_says_so_when_it_lists_answers_logged_before(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/cli.md: "`off` keeps nothing and `crag log` says so". With answers logged while it
+    was on, ``crag log`` listed them and said nothing, so the answer just given seemed lost."""
+    assert cli("ask", "Which port does the server listen on?")[0] == 0
+    monkeypatch.setenv("KB_AGENT_LOG", "off")
+    assert cli("ask", "How long is a backup kept?")[0] == 0
+    for argv in (("log",), ("log", "--json"), ("log", "--show", "last")):
+        code, out, err = cli(*argv)
+        assert code == 0 and "Which port" in out and "backup" not in out, argv
+        assert "KB_AGENT_LOG=off" in err and "not logged" in err, (argv, err)
+    assert json.loads(cli("log", "--json")[1])[0]["question"] == "Which port does the server listen on?"
+
+
 def test_the_log_holds_no_secret(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     key = "sk-log-Secret-0123456789"
     (project / "docs" / "keys.md").write_text(f"# Keys\n\nThe deploy key is {key} for the deploy job.\n")

@@ -94,6 +94,8 @@ def cmd_log(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if not_utf8(query):
         raise UsageError(f"QUERY '{short_value(query)}' holds bytes that are not UTF-8; no logged text can match it")
     show = _show_arg(args.show) if args.show is not None else None
+    if not config.log:  # what is listed was logged before: say why the latest answers are not there
+        err.write("crag: note: KB_AGENT_LOG=off: new answers are not logged\n")
     log = AnswerLog.for_settings(config)
     with log:
         if args.show is not None:
