@@ -143,6 +143,16 @@ def test_2_a_name_with_newlines_cannot_forge_footer_lines_stats_blocks_or_report
     assert all("\n" not in hit["path"] for hit in json.loads(out))
 
 
+@pytest.mark.parametrize("argv", [("index", "{name}"), ("ask", "which port?", "--history", "{name}")])
+def test_2_a_missing_path_with_control_characters_is_named_escaped(kb: Path, argv: tuple[str, ...]) -> None:
+    """``crag index`` of a missing path, and a missing ``--history`` file, named the path raw:
+    the terminal filter turned ``no<ESC>[31m<LF>such`` into "no such", a name that is not the
+    one given; every other path crag shows is escaped (docs/safety.md, Names are data)."""
+    code, out, err = cli(*(a.format(name="no\x1b[31m\nsuch") for a in argv))
+    line = one_error_line(err)
+    assert code in (1, 2) and not out and "no\\x1b[31m\\nsuch" in line, line
+
+
 # -- 3 and 4. a damaged index is one line, and `index` repairs it ---------------------------
 
 

@@ -176,7 +176,7 @@ def update_store(
         recorded = _recorded_roots(store)
         for r in gone:
             if r not in recorded:
-                raise KnowledgeBaseError(f"knowledge-base path {r} does not exist", r)
+                raise KnowledgeBaseError(f"knowledge-base path {display_name(r)} does not exist", r)
         root_list = [r for r in root_list if r not in gone]
     chunking = (max_tokens, min_tokens)
     with store.writer_lock(lock_timeout):
