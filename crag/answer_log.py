@@ -98,7 +98,7 @@ SCHEMA_VERSION = MIGRATIONS[-1][0]
 
 # Settings that are about where things are or who may read them, not about the answer.
 _NOT_LOGGED = frozenset({"openai_api_key", "jira_api_token", "confluence_api_token", "jira_email",
-                         "confluence_email", "index_dir", "log"})
+                         "confluence_email", "index_dir", "embedding_path", "log"})
 
 
 class LogError(CragError):

@@ -44,6 +44,7 @@ __all__ = [
     "for_terminal",
     "json_text",
     "one_line",
+    "read_back_name",
     "redact",
     "redact_message",
     "redacted_prefix",
@@ -141,6 +142,24 @@ def display_name(name: str) -> str:
     if not any(_unsafe(ch, "") for ch in name):
         return name
     return "".join("\\\\" if ch == "\\" else (_escape(ch) if _unsafe(ch, "") else ch) for ch in name)
+
+
+_NAME_ESCAPE = re.compile(r"\\(\\|n|r|t|x[0-9a-f]{2}|u[0-9a-f]{4}|U[0-9a-f]{8})")
+_NAME_UNESCAPE = {"\\": "\\", "n": "\n", "r": "\r", "t": "\t"}
+
+
+def read_back_name(shown: str) -> str | None:
+    """The name ``display_name`` showed as ``shown``, or None when ``shown`` holds no escape
+    (or a backslash that is not one). ``\\xNN`` reads back as the character U+00NN: a name
+    whose bytes are not UTF-8 is never indexed nor read, so it is never asked for back."""
+    if "\\" not in shown or _NAME_ESCAPE.sub("", shown).count("\\"):
+        return None
+
+    def one(match: re.Match[str]) -> str:
+        code = match.group(1)
+        return _NAME_UNESCAPE.get(code) or chr(int(code[1:], 16))
+
+    return _NAME_ESCAPE.sub(one, shown)
 
 
 def short_value(value: object, limit: int = 60) -> str:

@@ -79,13 +79,14 @@ def with_question_search(
         return calls, ()
     searcher = records[own_search.tool]
     query_arg = searcher.query_arg or ""
-    own = [c for c in calls if c.tool == searcher.name and same_query(c.args.get(query_arg, ""), question)]
+    query = own_search.args.get(query_arg, question)  # a long question's beginning
+    own = [c for c in calls if c.tool == searcher.name and same_query(c.args.get(query_arg, ""), query)]
     if own:  # the planner asked for it too: run it once, with at least top_k hits
         first = own[0]
         k = max(int(first.args.get("top_k", top_k)), top_k)
         kept = tuple(c for c in calls if c is first or c not in own)
         return tuple(ToolCall(c.tool, {**c.args, "top_k": k}) if c is first else c for c in kept), ()
-    event = AuditEvent("question_searched", {"query": question.strip(), "top_k": top_k})
+    event = AuditEvent("question_searched", {"query": str(query).strip(), "top_k": top_k})
     return (*calls, own_search), (event,)
 
 

@@ -51,6 +51,7 @@ __all__ = [
     "ToolContext",
     "ToolResult",
     "check_args",
+    "clip",
     "planner_line",
     "question_search",
     "search_tools",
@@ -304,12 +305,26 @@ def search_tools(tools: Iterable[Tool]) -> tuple[str, ...]:
     return tuple(t.name for t in tools if t.searches is not None)
 
 
+def clip(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters, at a space when one is near the end."""
+    if len(text) <= limit:
+        return text
+    cut = text[:limit]
+    space = cut.rfind(" ")
+    return (cut[:space] if space > limit // 2 else cut).strip()
+
+
 def question_search(tools: Iterable[Tool], text: str, top_k: int) -> ToolCall | None:
     """The call that searches for ``text`` itself with ``top_k`` hits, by the first of ``tools``
-    that ``searches_question``; None when none does."""
+    that ``searches_question``; None when none does. A text longer than the tool's argument may
+    be is searched by its beginning (a question may hold far more than a query)."""
     for tool in tools:
         if tool.searches_question and tool.from_question is not None:
             args = dict(tool.from_question(text) or {})
+            for param in tool.params:
+                value = args.get(param.name)
+                if isinstance(value, str) and len(value) > param.max_length:
+                    args[param.name] = clip(value, param.max_length)
             if any(p.name == "top_k" for p in tool.params):
                 args["top_k"] = top_k
             return ToolCall(tool.name, args)

@@ -110,15 +110,17 @@ def test_log_off_keeps_nothing(project: Path, monkeypatch: pytest.MonkeyPatch) -
     assert code == 0 and "no logged answers" in out and "KB_AGENT_LOG=off" in out
 
 
-def test_log_off_says_so_also_over_answers_logged_before(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # docs/cli.md: "`off` keeps nothing and `crag log` says so". It said so only when the log
-    # was empty: over answers logged before, `crag log` listed them as if logging were on.
+def test_log_off_says_so_when_it_lists_answers_logged_before(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/cli.md: "`off` keeps nothing and `crag log` says so". With answers logged while it
+    was on, ``crag log`` listed them and said nothing, so the answer just given seemed lost."""
     assert cli("ask", "Which port does the server listen on?")[0] == 0
     monkeypatch.setenv("KB_AGENT_LOG", "off")
-    code, out, err = cli("log")
-    assert code == 0 and "Which port" in out and err == "crag: note: KB_AGENT_LOG=off: new answers are not logged\n"
-    code, out, err = cli("log", "--json")
-    assert code == 0 and json.loads(out) and "KB_AGENT_LOG=off" in err  # stdout stays JSON
+    assert cli("ask", "How long is a backup kept?")[0] == 0
+    for argv in (("log",), ("log", "--json"), ("log", "--show", "last")):
+        code, out, err = cli(*argv)
+        assert code == 0 and "Which port" in out and "backup" not in out, argv
+        assert "KB_AGENT_LOG=off" in err and "not logged" in err, (argv, err)
+    assert json.loads(cli("log", "--json")[1])[0]["question"] == "Which port does the server listen on?"
 
 
 def test_the_log_holds_no_secret(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -198,6 +200,18 @@ def test_a_store_password_is_a_secret_of_the_settings_the_log_and_every_label() 
     assert index_label(settings) == "postgresql://u:***@db/x"
     logged = json.dumps(logged_settings(settings))
     assert "pgsecret" not in logged and "embpw" not in logged and "postgresql://u:***@db/x" in logged
+
+
+def test_no_path_is_among_the_logged_settings() -> None:
+    """docs/cli.md: "Keys, tokens, e-mail addresses and paths are not among the logged
+    settings." The local embedder's model folder (``KB_AGENT_EMBEDDING_PATH``, a path in the
+    user's home) was logged with every answer."""
+    from crag.answer_log import logged_settings
+    from crag.config import Settings
+
+    logged = logged_settings(Settings(index_dir="/home/alice/.crag", embedding_path="/home/alice/models/minilm"))
+    assert "/home/alice" not in json.dumps(logged)
+    assert {"index_dir", "embedding_path"}.isdisjoint(logged) and logged["embedder"] == "hash"
 
 
 def test_a_placeholder_key_leaves_the_words_of_documents_alone(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -71,6 +72,21 @@ def test_roots_remove_drops_the_root_and_its_chunks(kb: Path) -> None:
     assert {h["path"] for h in json.loads(out)} == {"docs/setup.md"}
     code, _, err = cli("roots", "--remove", "notes")
     assert code == 1 and "is not a root of the index (its roots: " in err and err.count("\n") == 1
+
+
+def test_removing_a_path_that_is_no_root_names_it_escaped_as_every_path_crag_shows(kb: Path) -> None:
+    """docs/safety.md: every path crag shows is escaped by one function. ``roots --remove`` of a
+    path that is not a root named it raw, so the terminal filter turned ``x<ESC>[31m<LF>y``
+    into "x y" (a name that does not exist) and a byte that is not UTF-8 into U+FFFD."""
+    odd = kb / "odd\nroot"
+    odd.mkdir()
+    (odd / "a.md").write_text("# A\n\nThe odd port is 6060.\n")
+    assert cli("index", str(odd))[0] == 0
+    for name, shown in (("x\x1b[31m\ny", "x\\x1b[31m\\ny"), (os.fsdecode(b"r\xff"), "r\\xff")):
+        code, out, err = cli("roots", "--remove", name)
+        assert code == 1 and not out and err.count("\n") == 1, err
+        assert f"{kb / shown} is not a root of the index" in err and "\ufffd" not in err, err
+        assert "odd\\nroot" in err, err  # the roots it holds are shown the same way
 
 
 def test_a_root_named_twice_is_removed_once(kb: Path) -> None:

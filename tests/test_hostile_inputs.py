@@ -143,6 +143,16 @@ def test_2_a_name_with_newlines_cannot_forge_footer_lines_stats_blocks_or_report
     assert all("\n" not in hit["path"] for hit in json.loads(out))
 
 
+@pytest.mark.parametrize("argv", [("index", "{name}"), ("ask", "which port?", "--history", "{name}")])
+def test_2_a_missing_path_with_control_characters_is_named_escaped(kb: Path, argv: tuple[str, ...]) -> None:
+    """``crag index`` of a missing path, and a missing ``--history`` file, named the path raw:
+    the terminal filter turned ``no<ESC>[31m<LF>such`` into "no such", a name that is not the
+    one given; every other path crag shows is escaped (docs/safety.md, Names are data)."""
+    code, out, err = cli(*(a.format(name="no\x1b[31m\nsuch") for a in argv))
+    line = one_error_line(err)
+    assert code in (1, 2) and not out and "no\\x1b[31m\\nsuch" in line, line
+
+
 # -- 3 and 4. a damaged index is one line, and `index` repairs it ---------------------------
 
 
@@ -216,6 +226,18 @@ def test_3_4_an_index_dir_that_is_a_file_is_one_line_naming_the_setting(kb: Path
         line = one_error_line(err)
         assert code == 1 and not out and "KB_AGENT_INDEX_DIR" in line, argv
         assert "rebuild" not in line and "re-index" not in line, line  # indexing cannot fix it
+
+
+@pytest.mark.parametrize("gone", ["vectors.faiss", "chunks.sqlite"])
+def test_3_4_a_file_missing_from_the_generation_is_named_not_the_generation(kb: Path, gone: str) -> None:
+    """With only its FAISS file deleted, the index was said to be damaged because "generation
+    gen-000001 is missing", though that folder is there: the line names what is missing."""
+    (_generation(kb) / gone).unlink()
+    code, out, err = cli("search", "port")
+    assert out == ""
+    line = one_error_line(err)
+    assert code == 1 and f"{_generation(kb).name}/{gone} is missing" in line and "generation gen" not in line, line
+    assert cli("index", "docs")[0] == 0 and cli("search", "port")[0] == 0
 
 
 # -- 5. a catastrophic regular expression from a plan ----------------------------------------

@@ -167,6 +167,23 @@ def test_an_unreadable_ignore_file_is_said(project: Path) -> None:
     ]
 
 
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_an_ignore_file_that_is_not_a_file_is_said(project: Path, kind: str) -> None:
+    """An ignore file that cannot be read is a warning (docs/cli.md): its exclusions are missing.
+    A ``.gitignore`` that is a FIFO or a link to ``/dev/zero`` was passed over in silence."""
+    ignore = project / "docs" / ".gitignore"
+    if kind == "fifo":
+        os.mkfifo(ignore)
+    else:
+        os.symlink("/dev/zero", ignore)
+    code, out, err = cli("index", "docs")
+    assert code == 0 and "docs/secret.md" in indexed(out)
+    assert err.splitlines() == [
+        "crag: warning: docs/.gitignore cannot be read (it is not a regular file), so the paths it leaves out "
+        "are not left out (they may hold secrets): make it a file, or remove it"
+    ]
+
+
 # ---------------------------------------------------------------------------------------
 # Bounded work
 

@@ -187,3 +187,26 @@ def test_a_pdf_may_be_larger_than_a_text_file(kb: Path) -> None:
     assert any(path.endswith("notes.md") and "larger than" in why for path, why in found.warnings)
     assert size_limit("a.pdf", 100) == DOCUMENT_MAX_BYTES and size_limit("a.md", 100) == 100
     assert size_limit("page.html", 100) == 100  # HTML is text: its size is its text's
+
+
+def test_a_grep_match_in_a_pdf_keeps_its_window_on_the_matching_page(kb: Path, tmp_path: Path) -> None:
+    """A place in a PDF is a page and lines on that page, and a range never spans two pages
+    (docs/cli.md). A grep match on page 2's first line had a window reaching back into page 1's
+    blank padding (``p1:L999-p2:L3``, lines no reader of the PDF can find), and one on page 1
+    ran on into that padding (``p1:L1-L4`` of a two-line page)."""
+    from crag.config import Settings
+    from crag.pages import location
+    from crag.state import ToolCall
+    from crag.tools import Toolbox
+
+    assert cli("index", "docs")[0] == 0
+    box = Toolbox(Settings(index_dir=str(tmp_path / ".crag")), cwd=tmp_path)
+    try:
+        [first] = [i for i in box.run(ToolCall("grep_search", {"pattern": "installation steps"})) if i.source == "docs/guide.pdf"]
+        [intro] = [i for i in box.run(ToolCall("grep_search", {"pattern": "introduction"})) if i.source == "docs/guide.pdf"]
+    finally:
+        box.close()
+    assert location(first.source, first.start_line, first.end_line) == {"page": 2, "start_line": 1, "end_line": 3}
+    assert first.text == "Installation steps follow.\nThe widget needs a torque wrench.\nTighten every flange to forty newton metres."
+    assert location(intro.source, intro.start_line, intro.end_line) == {"page": 1, "start_line": 1, "end_line": 2}
+    assert intro.text == "Widget guide\nAn introduction to the widget."

@@ -201,3 +201,39 @@ def test_the_first_round_always_contains_the_questions_own_search(reply, questio
     if own:
         assert own[0].args["top_k"] >= CFG.top_k
     assert all(c.args.get("top_k", CFG.top_k) >= CFG.top_k for c in calls if c.tool == "vector_search")
+
+
+# --------------------------------------------------------------------------------------
+# A question longer than a search query may be is searched by its beginning
+# --------------------------------------------------------------------------------------
+
+LONG_QUESTION = "How do uploads retry? " + "Please explain it in detail and be precise. " * 100  # 4,422 characters
+
+
+def test_a_question_longer_than_a_query_may_be_is_searched_by_its_beginning():
+    """The question is always searched (SPEC §5), also one of more than the 4,000 characters a
+    ``vector_search`` query may hold (a question may be up to 1,048,576): it was a tool error."""
+    state = planned(plan_reply(("grep_search", {"pattern": "uploads"})), question=LONG_QUESTION)
+    own = [c for c in state.tool_calls if c.tool == "vector_search"]
+    assert len(own) == 1 and LONG_QUESTION.startswith(own[0].args["query"])
+    assert 2000 < len(own[0].args["query"]) <= 4000 and not own[0].args["query"].endswith(" ")
+    again = planned(plan_reply(("vector_search", {"query": own[0].args["query"]})), question=LONG_QUESTION)
+    assert [c.tool for c in again.tool_calls] == ["vector_search"]  # the planner's own is that search: run once
+
+
+def test_a_long_question_is_answered_from_its_search_without_a_tool_error(tmp_path, monkeypatch):
+    kb, settings = kb_env(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    model = ScriptedChatModel({"analyze_and_route": ['{"complexity": "simple", "suggested_tools": ["vector_search"]}'],
+                               "plan": [plan_reply(("vector_search", {"query": "bucket"}))],
+                               "synthesize": ["The client retries failed uploads three times [1]."]})
+    box = Toolbox(settings, roots=[kb], cwd=tmp_path)
+    try:
+        agent = Agent(model, box, settings)
+        result = agent.ask(LONG_QUESTION)
+        hits = agent.search(LONG_QUESTION)
+    finally:
+        box.close()
+    assert not [e for e in result.state.audit if e.event == "tool_error"], result.state.audit
+    assert "retries failed uploads three times" in result.answer and "kb/setup.md:L3" in result.answer
+    assert hits and hits[0].source == "kb/setup.md"

@@ -227,6 +227,40 @@ def test_read_file_refuses_paths_out_of_the_roots(env, path: str) -> None:
     assert "launch code" not in str(err.value)
 
 
+def test_read_file_takes_back_the_escaped_path_crag_shows_for_a_name_with_control_characters(env) -> None:
+    """docs/mcp.md: paths are shown as everywhere in crag and ``read_file`` accepts them back. A
+    name with a newline or an escape sequence is shown escaped (``a\\nb.md``); reading that label
+    said "no file ... in the knowledge base", so neither an MCP client nor the planner could open it."""
+    box, kb, base = env
+    for name, shown in (("a\nb.md", "kb/a\\nb.md"), ("bell\x07\x1b[31m.md", "kb/bell\\x07\\x1b[31m.md")):
+        write(kb / name, "The backup runs at noon.\n")
+        ensure_indexed(Settings(index_dir=str(base / "work" / ".crag")), [kb])
+        [hit] = run(box, "vector_search", query="backup runs at noon", top_k=1)
+        assert hit.source == shown
+        [read] = run(box, "read_file", path=hit.source)
+        assert read.source == shown and read.text == "The backup runs at noon."
+        (kb / name).unlink()
+    write(kb / "empty\x1b[2J.md", "")
+    with pytest.raises(ToolError, match=r"^read_file: empty\\x1b\[2J\.md is empty$"):
+        run(box, "read_file", path="empty\x1b[2J.md")
+    write(kb / "plain\\nname.md", "A literal backslash in the name.\n")  # a label without escapes is taken as it is
+    [plain] = run(box, "read_file", path="plain\\nname.md")
+    assert plain.text == "A literal backslash in the name."
+
+
+@pytest.mark.parametrize("path", ["zz\x1b[31mRED\x1b]0;title\x07.md", "/etc/\x1b[2Jpass\nwd", "../a\x9bb\nc"])
+def test_read_file_errors_show_the_requested_path_escaped(env, path: str) -> None:
+    """Every path crag shows goes through one escaping function (docs/safety.md): the path a
+    tool error names too, so a requested name cannot put an escape sequence or a line into
+    the one-line message an MCP client or the audit shows."""
+    box, _kb, _base = env
+    with pytest.raises(ToolError) as err:
+        run(box, "read_file", path=path)
+    message = str(err.value)
+    assert not any(ch in message for ch in "\x1b\x07\x9b\n"), message
+    assert "\\x1b" in message or "\\x9b" in message
+
+
 segment = st.sampled_from(["..", ".", "kb", "outside", "secret.md", "setup.md", "link", "", "~", "etc", "passwd", ".env", "notes"])
 
 

@@ -229,6 +229,20 @@ def test_web_fetch_refuses_other_schemes_and_credentials(tmp_path: Path, url: st
         fetch(web_box(tmp_path), url)
 
 
+@pytest.mark.parametrize("url", ["http://[abc/", "http://[::1/x", "https://x]y/", "http://a:b@[/"])
+def test_a_url_python_cannot_split_is_a_tool_error(tmp_path: Path, url: str) -> None:
+    """``crag ask "what is at http://[abc/ please"`` with ``KB_AGENT_WEB_FETCH=on`` ended in a
+    traceback (``ValueError: Invalid IPv6 URL`` from urlsplit, outside the tool's error boundary)."""
+    with pytest.raises(ToolError, match="not a valid URL"):
+        fetch(web_box(tmp_path), url)
+
+
+def test_a_redirect_to_a_url_python_cannot_split_is_a_tool_error(server, tmp_path: Path) -> None:
+    site = server({"/moved": lambda h: (302, {"Location": "http://[oops/"}, b"")})
+    with pytest.raises(ToolError, match="not a valid URL"):
+        fetch(web_box(tmp_path, address_allowed=loopback_only), f"{site.url}/moved")
+
+
 def test_web_fetch_reads_an_allowed_page_as_text(server, tmp_path: Path) -> None:
     html = b"<html><head><title>Status page</title><style>p{}</style></head><body><h1>All good</h1><p>Uptime is 99.9%.</p></body></html>"
     site = server({"/status": lambda h: (200, {"Content-Type": "text/html; charset=utf-8"}, html)})

@@ -8,7 +8,7 @@ import argparse
 from typing import TextIO
 
 from ..errors import UsageError
-from ..safe_text import for_terminal
+from ..safe_text import display_name, for_terminal
 from .common import (
     OVERRIDES,
     index_label,
@@ -31,19 +31,19 @@ def read_history(path: str, limit: int) -> list:
         with open(path, "rb") as f:
             raw = f.read(limit + 1)
         if len(raw) > limit:
-            raise UsageError(f"--history file {path} is over {limit:,} bytes, more than a conversation crag could "
-                             "use: keep its latest turns")
+            raise UsageError(f"--history file {display_name(path)} is over {limit:,} bytes, more than a conversation "
+                             "crag could use: keep its latest turns")
         data = json.loads(raw.decode("utf-8"))
     except FileNotFoundError:
-        raise UsageError(f"--history file {path} does not exist") from None
+        raise UsageError(f"--history file {display_name(path)} does not exist") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"--history file {path} cannot be read: {exc}") from exc
+        raise UsageError(f"--history file {display_name(path)} cannot be read: {exc}") from exc
     except json.JSONDecodeError as exc:
-        raise UsageError(f"--history file {path} is not JSON: {exc.msg} at line {exc.lineno}") from exc
+        raise UsageError(f"--history file {display_name(path)} is not JSON: {exc.msg} at line {exc.lineno}") from exc
     except RecursionError:
-        raise UsageError(f"--history file {path} nests JSON too deeply to be a list of messages") from None
+        raise UsageError(f"--history file {display_name(path)} nests JSON too deeply to be a list of messages") from None
     if not isinstance(data, list):
-        raise UsageError(f'--history file {path} must hold a JSON list of {{"role", "content"}} messages')
+        raise UsageError(f'--history file {display_name(path)} must hold a JSON list of {{"role", "content"}} messages')
     return data
 
 

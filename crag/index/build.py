@@ -30,6 +30,7 @@ from attrs import field, frozen
 
 from ..errors import IndexFormatError, IndexStoreError, KnowledgeBaseError
 from ..ports import DocumentVersion, FileRecord, Store, StoreState
+from ..safe_text import display_name
 from .chunker import DEFAULT_MAX_TOKENS, DEFAULT_MIN_TOKENS
 from .discover import Discovery, discover, is_within, normalize_root
 from .documents import chunker_id, embedder_mismatch
@@ -175,7 +176,7 @@ def update_store(
         recorded = _recorded_roots(store)
         for r in gone:
             if r not in recorded:
-                raise KnowledgeBaseError(f"knowledge-base path {r} does not exist", r)
+                raise KnowledgeBaseError(f"knowledge-base path {display_name(r)} does not exist", r)
         root_list = [r for r in root_list if r not in gone]
     chunking = (max_tokens, min_tokens)
     with store.writer_lock(lock_timeout):
@@ -373,8 +374,10 @@ def remove_roots(
             raise IndexStoreError(f"no index in {store.location}: run `python -m crag index PATH` first", store.location)
         unknown = [r for r in drop if r not in state.roots]
         if unknown:
-            held = ", ".join(state.roots) or "none"
-            raise KnowledgeBaseError(f"{unknown[0]} is not a root of the index (its roots: {held})", unknown[0])
+            held = ", ".join(display_name(r) for r in state.roots) or "none"
+            raise KnowledgeBaseError(
+                f"{display_name(unknown[0])} is not a root of the index (its roots: {held})", unknown[0]
+            )
         keep = [r for r in state.roots if r not in drop]
         gone = sorted(p for p in state.files if not any(is_within(p, r) for r in keep))
         update = store.begin(state, _RecordedEmbedder(state.embedder, state.dim), state.chunker)

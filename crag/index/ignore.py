@@ -61,7 +61,11 @@ def _parsed(path: str) -> RuleSet | None:
     CLI says each warning once."""
     try:
         st = os.stat(path)
-        if not stat.S_ISREG(st.st_mode):
+        if stat.S_ISDIR(st.st_mode):
+            return None  # a folder of that name holds no patterns, for git either
+        if not stat.S_ISREG(st.st_mode):  # a FIFO or a device: reading it could block or never end
+            _warn(f"{_shown(path)} cannot be read (it is not a regular file), so the paths it leaves out are not "
+                  "left out (they may hold secrets): make it a file, or remove it")
             return None
         found, problems = _parse_version(path, (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
     except FileNotFoundError:

@@ -275,9 +275,18 @@ def open_generation(index_dir: str, verify: bool = False) -> Generation:
             raise
         return gen
     raise IndexStoreError(
-        f"the index in {index_dir} is damaged (generation {last_missing} is missing): {reindex_hint(index_dir)}",
+        f"the index in {index_dir} is damaged ({_missing(index_dir, str(last_missing))}): {reindex_hint(index_dir)}",
         index_dir,
     )
+
+
+def _missing(index_dir: str, name: str) -> str:
+    """What is missing of generation ``name``: the folder, or the files it should hold."""
+    gen_dir = os.path.join(index_dir, name)
+    gone = [f for f in (VECTORS, DATABASE) if not os.path.exists(os.path.join(gen_dir, f))]
+    if not os.path.isdir(gen_dir) or not gone:
+        return f"generation {name} is missing"
+    return f"{', '.join(f'{name}/{f}' for f in gone)} {'is' if len(gone) == 1 else 'are'} missing"
 
 
 def read_vectors(gen: Generation, mmap: bool) -> Any:

@@ -47,7 +47,7 @@ from ..ports import AnalyzeTask, GradeTask, LLMRequest, PlanTask, SynthesizeTask
 from ..state import Completion, EvidenceItem, Message, ToolRun
 from ..text import STOPWORDS, in_vocabulary, keywords, stem
 from ..text import words as split_words
-from ..toolspec import MAX_TOP_K, ArgumentError, Searches, Tool, check_args, question_search, search_tools
+from ..toolspec import MAX_TOP_K, ArgumentError, Searches, Tool, check_args, clip, question_search, search_tools
 
 __all__ = ["OFFLINE_PREFACE", "OfflineChatModel", "keywords"]
 
@@ -128,15 +128,6 @@ def _best_passage(question_words: Sequence[str], text: str) -> float:
 
 def _signature(tool: str, args: dict[str, Any]) -> str:
     return tool + json.dumps(args, sort_keys=True, ensure_ascii=False, default=str)
-
-
-def _clip(text: str, limit: int) -> str:
-    """``text`` cut to at most ``limit`` characters, at a space when one is near the end."""
-    if len(text) <= limit:
-        return text
-    cut = text[:limit]
-    space = cut.rfind(" ")
-    return (cut[:space] if space > limit // 2 else cut).strip()
 
 
 def _max_length(tool: Tool | None, param: str | None, default: int = 2000) -> int:
@@ -275,7 +266,7 @@ class OfflineChatModel:
         search = parts.search
         query_arg = search.query_arg if search is not None else None
         limit = _max_length(search, query_arg)
-        whole = _clip(question.strip(), limit)  # a very long question is searched by its beginning
+        whole = clip(question.strip(), limit)  # a very long question is searched by its beginning
 
         def add(tool: str | None, args: dict[str, Any]) -> bool:
             if tool is None or tool not in allowed or len(calls) >= prompts.MAX_CALLS:
@@ -300,8 +291,8 @@ class OfflineChatModel:
             if refining:
                 learnt = self._evidence_terms(task.evidence, task.previous_attempts, words)
                 queries = [
-                    _clip(" ".join(words), limit) or whole,
-                    _clip(" ".join([*words, *learnt]), limit) or whole,
+                    clip(" ".join(words), limit) or whole,
+                    clip(" ".join([*words, *learnt]), limit) or whole,
                     whole,
                 ]
             sizes = [top_k] if not refining else [min(MAX_TOP_K, top_k * (rounds + 1)), MAX_TOP_K]
@@ -310,7 +301,7 @@ class OfflineChatModel:
                     break
             context = _follow_up_terms(task.history, words)
             if context and not refining:  # a follow-up is also searched with what it follows up on
-                add(search.name, {query_arg: _clip(" ".join([*words, *context]), limit), "top_k": top_k})
+                add(search.name, {query_arg: clip(" ".join([*words, *context]), limit), "top_k": top_k})
         identifiers = prompts.find_identifiers(question)
         terms = parts.terms
         term_added = 0

@@ -8,7 +8,8 @@ path relative to its root and against the file name); a ``glob`` that matches no
 the knowledge base (a planner's guess) is dropped, the search runs without it, and the
 result's audit says so (``glob_dropped``). Each match is one evidence item: the
 matching line as ``anchor_line`` and a window of up to ``CONTEXT`` lines either side as
-start/end/text. At most ``MAX_MATCHES`` matches are returned (``tool_exec`` keeps the best
+start/end/text (in a PDF, lines of the match's page only). At most ``MAX_MATCHES``
+matches are returned (``tool_exec`` keeps the best
 2 x ``KB_AGENT_TOP_K`` of them and pages through the rest), files larger than
 ``MAX_FILE_BYTES`` are skipped, and lines longer than ``MAX_LINE_CHARS`` are only searched
 in their first part. A regular expression runs with a time limit
@@ -26,6 +27,7 @@ from typing import Any
 
 from ..errors import KnowledgeBaseError, ToolError
 from ..index.discover import discover, read_bytes, split_lines, text_of
+from ..pages import PAGE_LINES, is_paged
 from ..prompts.find import find_identifiers
 from ..state import AuditEvent, EvidenceItem
 from ..toolspec import ArgumentError, Paging, Param, Searches, Tool, ToolContext, ToolResult
@@ -74,9 +76,9 @@ def run(args: Mapping[str, Any], context: ToolContext) -> ToolResult:
         hits = [[i for i, line in enumerate(lines) if rx.search(line[:MAX_LINE_CHARS])] for _, lines in texts]
     items: list[EvidenceItem] = []
     for (path, lines), matched in zip(texts, hits):
+        paged = is_paged(path)
         for i in matched:
-            lo = max(0, i - CONTEXT)
-            hi = min(len(lines) - 1, i + CONTEXT)
+            lo, hi = _window(lines, i, paged)
             items.append(
                 EvidenceItem(
                     tool=NAME,
@@ -90,6 +92,20 @@ def run(args: Mapping[str, Any], context: ToolContext) -> ToolResult:
             if len(items) >= MAX_MATCHES:
                 return ToolResult(tuple(items), audit)
     return ToolResult(tuple(items), audit)
+
+
+def _window(lines: list[str], i: int, paged: bool) -> tuple[int, int]:
+    """Up to ``CONTEXT`` lines either side of line ``i`` (0-based); in a paged document only
+    lines of ``i``'s page, without the blank lines that pad the page out."""
+    lo, hi = max(0, i - CONTEXT), min(len(lines) - 1, i + CONTEXT)
+    if paged:
+        top = i - i % PAGE_LINES
+        lo, hi = max(lo, top), min(hi, top + PAGE_LINES - 1)
+        while lo < i and not lines[lo].strip():
+            lo += 1
+        while hi > i and not lines[hi].strip():
+            hi -= 1
+    return lo, hi
 
 
 def _glob_match(path: str, root: str, glob: str) -> bool:

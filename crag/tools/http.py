@@ -238,6 +238,7 @@ def http_get(
     otherwise it is an error.
     """
     deadline = time.monotonic() + timeout
+    _check_url(url)  # a URL that cannot be split is a FetchError before anything else reads it
     first_origin = _origin(url)
     current = url
     for hop in range(max_redirects + 1):
@@ -273,7 +274,11 @@ def http_get(
                     raise FetchError(f"{current} answered {status} without a Location", status)
                 if hop == max_redirects:
                     raise FetchError(f"too many redirects (more than {max_redirects}) fetching {url}", status)
-                current = urljoin(current, location.strip())
+                try:
+                    current = urljoin(current, location.strip())
+                except ValueError as exc:
+                    raise FetchError(f"{current} redirected to a location that is not a valid URL: "
+                                     f"{location.strip()[:200]!r}", status) from exc
                 continue
             content_type = resp.getheader("Content-Type", "") or ""
             body = _read_limited(resp, max_bytes, deadline, timeout, url)

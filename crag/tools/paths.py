@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from ..errors import ToolError
 from ..index.discover import excluded_reason, is_within
-from ..safe_text import display_name
+from ..safe_text import display_name, read_back_name
 
 __all__ = ["resolve_in_roots"]
 
@@ -32,8 +32,23 @@ def resolve_in_roots(
     """The real path of ``requested`` when it is a file inside one of ``roots``.
 
     A relative path is tried against each root (a file root: its folder) and then against
-    ``cwd``; an absolute path is taken as is. Raises ``ToolError`` otherwise.
+    ``cwd``; an absolute path is taken as is. A path as crag shows it (a name with a newline
+    or a control character escaped, ``a\\nb.md``) is taken back when no file has the name as
+    written. Raises ``ToolError`` otherwise.
     """
+    try:
+        return _resolve(tool, requested, roots, cwd, excluded)
+    except ToolError as first:
+        name = read_back_name(requested)
+        if name is None:
+            raise
+        try:
+            return _resolve(tool, name, roots, cwd, excluded)
+        except ToolError:
+            raise first from None
+
+
+def _resolve(tool: str, requested: str, roots: Sequence[str], cwd: str, excluded: Sequence[str]) -> str:
     if "\x00" in requested:
         raise ToolError(tool, "the path contains a NUL character")
     path = os.path.expanduser(requested.strip()) if requested.strip().startswith("~") else requested.strip()
@@ -68,5 +83,5 @@ def resolve_in_roots(
     if refused is not None:
         raise ToolError(tool, f"{display_name(requested)} is not part of the knowledge base: {refused}")
     if found_outside or os.path.isabs(path) or ".." in path.replace("\\", "/").split("/"):
-        raise ToolError(tool, f"{requested} is outside the knowledge base: only files inside its folders can be read")
-    raise ToolError(tool, f"no file {requested} in the knowledge base")
+        raise ToolError(tool, f"{display_name(requested)} is outside the knowledge base: only files inside its folders can be read")
+    raise ToolError(tool, f"no file {display_name(requested)} in the knowledge base")

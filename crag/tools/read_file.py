@@ -20,6 +20,7 @@ from ..errors import ToolError
 from ..index.discover import MAX_FILE_BYTES, BinaryFileError, read_bytes, split_lines, text_of
 from ..pages import PAGE_LINES, is_paged, lines_of
 from ..prompts.find import find_paths
+from ..safe_text import display_name
 from ..state import EvidenceItem
 from ..toolspec import ArgumentError, Param, Tool, ToolContext, ToolResult
 from .paths import resolve_in_roots
@@ -29,8 +30,9 @@ MAX_LINES = 200
 
 
 def run(args: Mapping[str, Any], context: ToolContext) -> ToolResult:
-    requested, start, end, page = args["path"], args.get("start_line"), args.get("end_line"), args.get("page")
-    real = resolve_in_roots(NAME, requested, context.file_roots(), context.cwd, excluded=[context.index_dir])
+    start, end, page = args.get("start_line"), args.get("end_line"), args.get("page")
+    real = resolve_in_roots(NAME, args["path"], context.file_roots(), context.cwd, excluded=[context.index_dir])
+    requested = display_name(args["path"])  # as messages show it
     if page is not None and not is_paged(real):
         raise ToolError(NAME, f"{requested} has no pages: give start_line and end_line alone")
     try:
