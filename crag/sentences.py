@@ -9,10 +9,11 @@ item (its first sentence, with the bullet, is the ``item`` piece).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 from attrs import frozen
 
-__all__ = ["FENCE", "Piece", "sentences", "split"]
+__all__ = ["FENCE", "Piece", "closes", "open_fence", "sentences", "split"]
 
 FENCE = re.compile(r"^[ \t]*(?:>[ \t]?)*(`{3,}|~{3,})")
 _LIST_START = re.compile(r"^[ \t]*(?:>[ \t]?)*(?:[-*+]|\d{1,3}[.)])[ \t]+\S")
@@ -57,6 +58,26 @@ def _special(line: str) -> bool:
     return bool(FENCE.match(line) or _HEADING.match(line) or _RULE.match(line) or _TABLE.match(line))
 
 
+def closes(line: str, mark: str) -> bool:
+    """Whether ``line`` closes a block opened by the fence ``mark`` (the same character, at
+    least as many, nothing after it)."""
+    m = FENCE.match(line)
+    return bool(m and m.group(1)[0] == mark[0] and len(m.group(1)) >= len(mark)
+                and not line.strip().lstrip(">").strip().lstrip(mark[0]).strip())
+
+
+def open_fence(lines: Iterable[str]) -> str | None:
+    """The opening line of the code block still open after ``lines`` (None: none is)."""
+    opening, mark = None, ""
+    for line in lines:
+        if opening is None:
+            if fence := FENCE.match(line):
+                opening, mark = line, fence.group(1)
+        elif closes(line, mark):
+            opening = None
+    return opening
+
+
 def sentences(text: str, offset: int) -> list[Piece]:
     """A paragraph cut into sentence pieces and the whitespace between them."""
     code_spans = [(m.start(), m.end()) for m in re.finditer(r"`[^`\n]*`", text)]
@@ -90,10 +111,7 @@ def split(text: str) -> list[Piece]:
         if fence:
             mark = fence.group(1)
             j = i + 1
-            while j < len(lines) and not (
-                (m := FENCE.match(lines[j])) and m.group(1)[0] == mark[0] and len(m.group(1)) >= len(mark)
-                and not lines[j].strip().lstrip(">").strip().lstrip(mark[0]).strip()
-            ):
+            while j < len(lines) and not closes(lines[j], mark):
                 j += 1
             blocks.append(("code", i, min(j + 1, len(lines))))
             i = min(j + 1, len(lines))

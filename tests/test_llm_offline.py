@@ -363,3 +363,44 @@ def test_offline_never_quotes_an_include_directive():
                        "{* ../../docs_src/path_params_numeric_validations/tutorial002_py310.py hl[7] *}\n", 50, 52, 0.9)
     text = ask(SynthesizeTask("How do I require a numeric path parameter greater than zero?", (), (doc,)))
     assert "{*" not in text and "Declare a path parameter greater than zero with gt. [1]" in text
+
+
+RUN_DOC = """\
+# Run it
+
+Start the server in development mode:
+
+```console
+$ fastapi dev main.py
+
+ ╭────────── FastAPI CLI - Development mode ───────────╮
+ │  Serving at: http://127.0.0.1:8000                  │
+ ╰─────────────────────────────────────────────────────╯
+```
+
+In development mode the server reloads when a file changes.
+"""
+
+
+@pytest.mark.parametrize("first, last", [(8, 9), (8, 13)], ids=["an excerpt inside the block", "a chunk starting in it"])
+def test_offline_quotes_lines_below_their_fence_as_code(tmp_path, first, last):
+    """An item whose text starts inside a code block of its file (an excerpt the context budget
+    cut, a chunk of a long block) is quoted as code, verbatim, never as a prose sentence."""
+    path = tmp_path / "run.md"
+    path.write_text(RUN_DOC, encoding="utf-8")
+    lines = RUN_DOC.split("\n")
+    item = EvidenceItem("vector_search", str(path), "\n".join(lines[first - 1 : last]), first, last, 0.5)
+    text = ask(SynthesizeTask("How do I run FastAPI in development mode?", (), (item,)))
+    assert not [line for line in text.splitlines() if line.startswith("- ") and "╭" in line]  # no prose bullet
+    code = "\n".join(lines[first - 1 : min(last, 10)])  # up to the closing fence
+    assert "```console\n" + code + "\n```\n[1]" in text  # verbatim, under its own fence
+    if last == 13:  # the prose after the block is still prose
+        assert "- In development mode the server reloads when a file changes. [1]" in text
+
+
+def test_offline_reads_an_item_on_its_own_when_its_file_no_longer_holds_it(tmp_path):
+    path = tmp_path / "run.md"
+    path.write_text(RUN_DOC, encoding="utf-8")
+    item = EvidenceItem("vector_search", str(path), "In development mode the server restarts on changes.", 9, 9)
+    text = ask(SynthesizeTask("What does development mode do?", (), (item,)))
+    assert "- In development mode the server restarts on changes. [1]" in text

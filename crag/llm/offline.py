@@ -21,7 +21,9 @@ contract as a real model's, so it goes through the same strict parsers:
   wrote it. Only whitespace changes (a sentence wrapped over lines is put on one, a code
   block inside a list or quote loses that indentation); a sentence holding HTML, a
   ``[n]``-like bracket, an admonition marker or nothing but links is not quoted, so every
-  marker points at an item. Chitchat gets a short friendly reply.
+  marker points at an item. Lines inside a code block whose fence lies above the item's text
+  in its file (a chunk of a long block, an excerpt) are code too (``code_context``).
+  Chitchat gets a short friendly reply.
 
 Every ``Completion`` is ``billable=False`` with zero tokens and ``model="offline"``, so the
 usage block shows 0 calls; latency is still measured. Replies are deterministic.
@@ -48,6 +50,7 @@ from ..state import Completion, EvidenceItem, Message, ToolRun
 from ..text import STOPWORDS, in_vocabulary, keywords, stem
 from ..text import words as split_words
 from ..toolspec import MAX_TOP_K, ArgumentError, Searches, Tool, check_args, clip, question_search, search_tools
+from .code_context import FileLines, leading_code, opening_fence
 
 __all__ = ["OFFLINE_PREFACE", "OfflineChatModel", "keywords"]
 
@@ -406,8 +409,10 @@ class OfflineChatModel:
             return self._chat(task.question)
         words = keywords(task.question)
         candidates: list[tuple[float, int, int, str]] = []  # (-score, item index, position, quote)
+        files = FileLines()
+        leads = [opening_fence(item, files) for item in task.items]
         for k, item in enumerate(task.items):
-            for pos, quote in _quotable(item.text, task.question):
+            for pos, quote in _quotable(item.text, task.question, leads[k]):
                 vocabulary = set(keywords(quote))
                 hits = sum(1 for w in words if in_vocabulary(w, vocabulary))
                 if quote.startswith(("```", "~~~")):
@@ -431,7 +436,8 @@ class OfflineChatModel:
             chosen.append((k, pos, quote))
         if not chosen:  # nothing matches a keyword: quote the opening of the first items
             for k, item in enumerate(task.items[:2]):
-                first = next((q for q in _quotable(item.text) if not q[1].startswith(("```", "~~~"))), None)
+                quotes = _quotable(item.text, lead=leads[k])
+                first = next((q for q in quotes if not q[1].startswith(("```", "~~~"))), None)
                 if first:
                     chosen.append((k, first[0], first[1]))
         lines = [OFFLINE_PREFACE, ""]
@@ -505,13 +511,19 @@ def _code_block(text: str) -> str | None:
     return "\n".join(lines)
 
 
-def _quotable(text: str, question: str = "") -> Iterable[tuple[int, str]]:
+def _quotable(text: str, question: str = "", lead: str | None = None) -> Iterable[tuple[int, str]]:
     """(position, quote) for each sentence of ``text`` worth quoting, verbatim but for
     whitespace, and each closed code block; a sentence repeating the question (of three words
     or more, give or take three words: a FAQ line, a heading) is left out. A shorter question
-    ("port") is a keyword, and the sentences holding it are the answer."""
+    ("port") is a keyword, and the sentences holding it are the answer. ``lead`` is the fence
+    line of the block the text starts inside of (``code_context``): those lines are code."""
     echo = " ".join(question.lower().replace("'", " ").split()).strip(" ?!.")
     echo_words = len(echo.split()) if len(echo.split()) >= 3 else 0
+    raw, skip = leading_code(text, lead)
+    code = _code_block(raw) if raw is not None else None
+    if code is not None and len(code) <= 1500:
+        yield 0, code
+    text = text[skip:]
     for piece in grounding.passages(text):
         if piece.kind != "sentence":
             continue
@@ -523,9 +535,9 @@ def _quotable(text: str, question: str = "") -> Iterable[tuple[int, str]]:
         flat = " ".join(sentence.lower().replace("'", " ").split())
         if echo_words and echo in flat and len(flat.split()) <= echo_words + 3:
             continue
-        yield piece.start, sentence
+        yield skip + piece.start, sentence
     for piece in grounding.split(text):
         if piece.kind == "code":
             block = _code_block(piece.text)
             if block is not None and len(block) <= 1500:
-                yield piece.start, block
+                yield skip + piece.start, block
