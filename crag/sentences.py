@@ -30,6 +30,7 @@ _SENTENCE_END = re.compile(
     r"(?=\s+(?:(?<=\n)(?:>[ \t]?)+)?(?!\[\s*\d)[\[(\"'“‘`*_]*[A-Z0-9\u00c0-\uffff])"
     r"|[。！？]+"
 )
+_CODE_SPAN = re.compile(r"`[^`]*`")  # within a paragraph (no blank line), line breaks included
 _ABBREVIATION = re.compile(r"(?:\b(?:e\.g|i\.e|etc|vs|cf|approx|fig|no|mr|mrs|dr|st)|\b[A-Za-z])\.$", re.I)
 
 
@@ -80,7 +81,9 @@ def open_fence(lines: Iterable[str]) -> str | None:
 
 def sentences(text: str, offset: int) -> list[Piece]:
     """A paragraph cut into sentence pieces and the whitespace between them."""
-    code_spans = [(m.start(), m.end()) for m in re.finditer(r"`[^`\n]*`", text)]
+    # Inline code may run over a line break, as in Markdown ("... ask \"Which port does\nthe
+    # server listen on?\"`"): pairing backticks line by line would pair the wrong ones.
+    code_spans = [(m.start(), m.end()) for m in _CODE_SPAN.finditer(text)]
     pieces: list[Piece] = []
     pos = 0
     for match in _SENTENCE_END.finditer(text):

@@ -498,3 +498,20 @@ def test_an_anchor_the_question_names_is_not_a_claim_of_the_answer():
     assert ground(answer, (HUGUENOTS,)).report.supported == 0
     wrong = "The number of Huguenots who fled France by the 1700s is 500,000 [1]."  # a figure it does not hold
     assert ground(wrong, (HUGUENOTS,), question=question).report.supported == 0
+
+
+def test_inline_code_over_a_line_break_is_one_span_in_the_evidence():
+    # Markdown lets inline code run over a line break. Paired line by line, the backtick that
+    # closes it was paired with the next span's, so the paragraph was one passage holding "no"
+    # ("It sends no `usage`") and a quote of its first sentence was judged negated: unsupported.
+    item = EvidenceItem(
+        "vector_search", "docs/wire.md",
+        'Run it, then `OPENAI_BASE_URL=http://127.0.0.1:8765/v1 python -m crag ask "Which port does\n'
+        'the server listen on?" --kb docs`. It sends no `usage`, so crag counts tokens with tiktoken.\n',
+        602, 603,
+    )
+    body = ('Run it, then `OPENAI_BASE_URL=http://127.0.0.1:8765/v1 python -m crag ask "Which port does the '
+            'server listen on?" --kb docs` [1]. It sends no `usage`, so crag counts tokens with tiktoken. [1]')
+    done = ground(body, (item,), "note", "how do I run a test server?")
+    assert [j.supported for j in done.report.judgements] == [True, True] and UNSUPPORTED_TAG not in done.body
+    assert [p.text[:12] for p in split(item.text) if p.kind == "sentence"] == ["Run it, then", "It sends no "]
