@@ -22,11 +22,11 @@ _INTERRUPT = re.compile(r"^[ \t]*(?:>[ \t]?)*(?:[-*+]|1[.)])[ \t]+\S")
 _HEADING = re.compile(r"^[ \t]{0,3}#{1,6}(?:[ \t]|$)")
 _RULE = re.compile(r"^[ \t]*(?:(?:-[ \t]*){3,}|(?:\*[ \t]*){3,}|(?:_[ \t]*){3,}|=+)[ \t]*$")
 _TABLE = re.compile(r"^[ \t]*\|")
-# A sentence ends at . ! ? (closing quotes, brackets, emphasis and citation markers stay
-# with it) before whitespace and the start of another sentence, also on the next line of a
-# blockquote ("> ").
+# A sentence ends at . ! ? (closing quotes, brackets, emphasis, the backtick of inline code
+# and citation markers stay with it) before whitespace and the start of another sentence,
+# also on the next line of a blockquote ("> ").
 _SENTENCE_END = re.compile(
-    r"[.!?]+[\"'”’)\]*_]*(?:[ \t]*\[\s*\d[\d\s,;\-–]*\])*"
+    r"[.!?]+[\"'”’)\]*_`]*(?:[ \t]*\[\s*\d[\d\s,;\-–]*\])*"
     r"(?=\s+(?:(?<=\n)(?:>[ \t]?)+)?(?!\[\s*\d)[\[(\"'“‘`*_]*[A-Z0-9\u00c0-\uffff])"
     r"|[。！？]+"
 )
@@ -88,8 +88,8 @@ def sentences(text: str, offset: int) -> list[Piece]:
     pos = 0
     for match in _SENTENCE_END.finditer(text):
         end = match.end()
-        if any(a < match.start() < b for a, b in code_spans):
-            continue
+        if any(a < match.start() < b and match.end() < b for a, b in code_spans):
+            continue  # inside code; a span that ends the sentence ("... one line: `Done.`") ends it
         if _ABBREVIATION.search(text[max(0, match.start() - 8) : match.start() + 1]):
             continue
         gap = len(text) - len(text[end:].lstrip())

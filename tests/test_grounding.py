@@ -515,3 +515,24 @@ def test_inline_code_over_a_line_break_is_one_span_in_the_evidence():
     done = ground(body, (item,), "note", "how do I run a test server?")
     assert [j.supported for j in done.report.judgements] == [True, True] and UNSUPPORTED_TAG not in done.body
     assert [p.text[:12] for p in split(item.text) if p.kind == "sentence"] == ["Run it, then", "It sends no "]
+
+
+def test_a_sentence_ending_in_inline_code_ends_there_and_code_does_not_negate():
+    # "... one line: `_Note: ... not supported ..._`" ended no sentence (its period is inside
+    # the code), so the next sentence, which says "no", joined its passage; and the "not"
+    # inside the code negated the passage. A verbatim quote of it was judged unsupported.
+    item = EvidenceItem(
+        "vector_search", "docs/grounding.md",
+        "With `KB_AGENT_GROUNDING=note` (the default)\nit stays, tagged `[unsupported]`, and the body ends with "
+        "one line:\n`_Note: 2 sentences of this answer are not supported by the evidence found._`\n"
+        "With `strict` it is removed; an answer left with no supported sentence becomes the\nno-evidence sentence.\n",
+        70, 74,
+    )
+    body = ("With `KB_AGENT_GROUNDING=note` (the default) it stays, tagged `[unsupported]`, and the body ends "
+            "with one line: `_Note: 2 sentences of this answer are not supported by the evidence found._` [1]")
+    done = ground(body, (item,), "note", "What does KB_AGENT_GROUNDING do?")
+    assert [j.supported for j in done.report.judgements] == [True] and done.body.count(UNSUPPORTED_TAG) == 1  # the code's
+    assert [p.text[:10] for p in split(item.text) if p.kind == "sentence"] == ["With `KB_A", "With `stri"]
+    # a sentence that does say no is still read as a negation
+    denied = ground("The body does not end with one line [1].", (item,), "note", "q")
+    assert [j.supported for j in denied.report.judgements] == [False]

@@ -202,6 +202,15 @@ def strip_markers(text: str) -> str:
     return "".join(pieces)
 
 
+def negated_outside_code(text: str) -> bool:
+    """Whether ``text`` negates in its own words: a "not" inside inline code (which may run
+    over a line break) belongs to the code, as ``claims`` reads an answer's sentence."""
+    return negated(_ANY_CODE_SPAN.sub(" ", text))
+
+
+_ANY_CODE_SPAN = re.compile(r"`[^`]+`")
+
+
 def negated(text: str) -> bool:
     """Whether ``text`` holds a negation word (``NEGATION``, or any ``n't``)."""
     low = text.lower().replace("’", "'")

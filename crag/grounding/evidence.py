@@ -19,7 +19,7 @@ from attrs import frozen
 from ..sentences import sentences, split
 from ..state import EvidenceItem
 from ..text import in_vocabulary, stem, words
-from .claims import PREFIX, Claims, has_anchor, negated
+from .claims import PREFIX, Claims, has_anchor, negated, negated_outside_code
 
 __all__ = ["Evidence", "ItemEvidence", "Passage", "negated_for", "passages", "vocabulary"]
 
@@ -56,7 +56,7 @@ def passages(text: str) -> list[Passage]:
         if not part:
             return
         s = start + lead
-        denies = negated(part)
+        denies = negated_outside_code(part) if kind != "code" else negated(part)
         cells = _cells(part) if kind == "table" and denies else ()
         out.append(Passage(s, s + len(part), part, frozenset(vocabulary(part)), denies, kind, cells))
 
@@ -87,7 +87,7 @@ def passages(text: str) -> list[Passage]:
 
 def _cells(row: str) -> tuple[tuple[frozenset[str], bool], ...]:
     cells = [cell for cell in row.strip().strip("|").split("|") if cell.strip()]
-    return tuple((frozenset(vocabulary(cell)), negated(cell)) for cell in cells)
+    return tuple((frozenset(vocabulary(cell)), negated_outside_code(cell)) for cell in cells)
 
 
 def negated_for(p: Passage, c: Claims) -> bool:
