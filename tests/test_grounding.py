@@ -536,3 +536,17 @@ def test_a_sentence_ending_in_inline_code_ends_there_and_code_does_not_negate():
     # a sentence that does say no is still read as a negation
     denied = ground("The body does not end with one line [1].", (item,), "note", "q")
     assert [j.supported for j in denied.report.judgements] == [False]
+
+
+def test_a_lead_in_naming_the_code_it_introduces_is_not_judged():
+    # A real model's "Here's an example code snippet:" before a code block was marked
+    # [unsupported]: a lead-in is not a claim, whether it restates the question or names
+    # what it introduces. With a name or a claim of its own it is still judged.
+    body = ("The server listens on port 8080 by default [1]. Here's an example code snippet:\n\n"
+            "```sh\nSERVICE_PORT=9000 serve\n```\n")
+    done = ground(body, ITEMS, "note", "Which port does the server listen on?")
+    assert done.report.judgements[0].sentence.startswith("The server listens")
+    assert "snippet:" in done.body and "snippet: [unsupported]" not in done.body
+    assert not any(j.sentence.startswith("Here's") for j in done.report.judgements)
+    judged = ground("Here's a snippet that retries uploads forever:", ITEMS, "note", "q")
+    assert [j.supported for j in judged.report.judgements] == [False]

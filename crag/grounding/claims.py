@@ -246,11 +246,17 @@ def restates(c: Claims, asked: frozenset[str]) -> bool:
     return bool(asked) and not c.anchors and all(in_vocabulary(w, asked) for w in c.words)
 
 
+# Words a lead-in uses to name what follows it ("Here's an example code snippet:").
+INTRODUCING = frozenset("code snippet sample usage show demonstrate illustrate python script".split())
+
+
 def lead_in(c: Claims, text: str, asked: frozenset[str]) -> bool:
-    """A lead-in that only restates the question ("To render Jinja2 templates from an
-    endpoint, follow these steps:"): it ends with a colon. What it introduces is judged on
-    its own."""
-    return text.rstrip().endswith(":") and restates(c, asked)
+    """A lead-in that only restates the question or names what it introduces ("To render
+    Jinja2 templates from an endpoint, follow these steps:", "Here's an example code
+    snippet:"): it ends with a colon. What it introduces is judged on its own."""
+    if not text.rstrip().endswith(":") or c.anchors:
+        return False
+    return restates(c, asked | INTRODUCING)
 
 
 def _clause(text: str) -> bool:
