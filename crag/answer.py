@@ -31,6 +31,7 @@ __all__ = [
     "marker_numbers",
     "renumber",
     "stats_block",
+    "without_source_list",
 ]
 
 NO_EVIDENCE = "I couldn't find relevant information in the knowledge base to answer this question."
@@ -111,11 +112,16 @@ def renumber(text: str, n_items: int) -> tuple[str, list[int]]:
 
 
 # A line a model wrote as a source list entry: "[1] docs/setup.md:L4", "- [2]: https://...".
+# The one word after the marker must look like a path or URL (a dot or slash inside it), so a
+# sentence such as "[1] Done." is not taken for one.
 _SOURCE_LINE = re.compile(
-    r"^[ \t]*(?:[-*][ \t]+)?\[\s*\d+\s*\]:?[ \t]+[^\s/.]*[/.]\S*(?:[ \t]*\([^)\n]*\))?[ \t]*$\n?", re.M
+    r"^[ \t]*(?:[-*][ \t]+)?\[\s*\d+\s*\]:?[ \t]+\S*?[/.]\w\S*(?:[ \t]*\([^)\n]*\))?[ \t]*$\n?", re.M
 )
 # Its heading, when nothing follows it once those lines are gone.
-_SOURCES_HEADING = re.compile(r"(?:^|\n)[ \t]*(?:#+[ \t]*)?\**(?:sources|references|citations)\**:?\**[ \t]*\s*\Z", re.I)
+_HEADING_WORDS = ("sources", "references", "citations")
+_SOURCES_HEADING = re.compile(
+    r"(?:^|\n)[ \t]*(?:#+[ \t]*)?\**(?:" + "|".join(f"{w[:-1]}s?" for w in _HEADING_WORDS) + r")\**:?\**[ \t]*\s*\Z", re.I
+)
 
 
 def without_citations(text: str) -> str:
@@ -126,6 +132,22 @@ def without_citations(text: str) -> str:
         pieces[i] = _SOURCE_LINE.sub("", pieces[i])
     text, _ = renumber("".join(pieces), 0)
     return _SOURCES_HEADING.sub("", text.rstrip()).strip()
+
+
+def without_source_list(text: str) -> str:
+    """``text`` without the source list a model wrote at its end (the lines ``without_citations``
+    leaves out, with blank lines between them) and a heading that only introduces it: crag
+    writes the footer itself (SPEC §7). Such lines followed by more of the answer, and lines in
+    code, stay."""
+    pieces = _CODE.split(text)  # the last piece is outside code
+    lines = pieces[-1].split("\n")
+    end = len(lines)
+    while end and (not lines[end - 1].strip() or _SOURCE_LINE.fullmatch(lines[end - 1])):
+        end -= 1
+    if not any(line.strip() for line in lines[end:]):
+        return text
+    pieces[-1] = "\n".join(lines[:end])
+    return _SOURCES_HEADING.sub("", "".join(pieces).rstrip()).rstrip()
 
 
 def footer_lines(items: Sequence[EvidenceItem], order: Sequence[int]) -> tuple[list[str], tuple[Citation, ...]]:
@@ -218,14 +240,16 @@ def compose(
 
 
 # Ways a reply may go on from any point: a word or sentence going on, a line turning into a
-# heading, list item, quote, table, rule, fence or usage block, a code span closing, a marker,
-# a think tag. What the text so far becomes under each of them is what the stream may show.
+# heading, list item, quote, table, rule, fence, usage block or source list, a code span
+# closing, a marker, a think tag. What the text so far becomes under each of them is what
+# the stream may show.
 CONTINUATIONS = (
     "", " ", "x", "X", "1", ".", ". X", ":", ",", ")", "*", "_", "\n", "\nx", "\nX", "\n\n", "\n\nX", "`", "```",
     "\n```\n", "~~~", "\n~~~\n", "|", "\n| x |", "#", "\n# X", "-", "- X", "\n- X", "1. X", "\n1. X", "\n---\n",
     "\n***", "\n===", "> X", "\n> X", "[", "[1]", " [1].", "</think>", "</thinking>", "</reasoning>", "<think>",
     STATS_HEADING,
     "\n\n---\n" + STATS_HEADING + "\n- x", "\nLLM Usage Stats:",
+    "\n[1] x.md", "[1] x.md", " x.md", "/x",  # a source list the model writes (its heading goes with it)
 )
 
 
@@ -288,6 +312,18 @@ class StreamRenderer:
         words = " ".join(bare.strip("*_# \t").lower().split())
         return "llm usage stats".startswith(words) or words.startswith("llm usage stats")
 
+    # A line opening with a marker and at most one word: it may still become a source list entry.
+    _SOURCE_START = re.compile(r"[ \t]*\[\s*\d+\s*\]:?(?:[ \t]+\S*)?")
+
+    @classmethod
+    def _may_open_source_list(cls, partial: str) -> bool:
+        """Whether an unfinished line could still become a line of a source list the model
+        writes, or its heading (``without_source_list`` removes both from the answer's end)."""
+        if cls._SOURCE_START.fullmatch(partial):
+            return True
+        words = partial.strip("*_#: \t").lower()
+        return bool(words) and any(heading.startswith(words) for heading in _HEADING_WORDS)
+
     _THINK_OPEN = re.compile(r"<(think|thinking|reasoning)\b[^>]*>", re.I)
     _TAG_NAMES = ("think", "thinking", "reasoning")
 
@@ -313,10 +349,12 @@ class StreamRenderer:
         return cut
 
     def _line_cut(self, text: str) -> int:
-        """Where lines that might still turn into a usage block start (or the end)."""
+        """Where lines that might still turn into a usage block, or a source list the model
+        writes, start (or the end)."""
         cut = len(text)
         line_start = text.rfind("\n", 0, cut) + 1
-        if self._may_open_block(text[line_start:cut]):
+        partial = text[line_start:cut]
+        if self._may_open_block(partial) or self._may_open_source_list(partial):
             cut = line_start
         else:  # dashes ending a line may be the rule of a usage block written on the same line
             tail = self._RULE_TAIL.search(text, line_start, cut)

@@ -5,7 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from crag.answer import STATS_HEADING, compose, renumber, stats_block
+from crag.answer import STATS_HEADING, compose, renumber, stats_block, without_source_list
+from crag.prompts import clean_answer
 from crag.state import Completion, EvidenceItem, Usage
 
 from .fakes import item
@@ -35,6 +36,18 @@ def test_an_answer_citing_nothing_has_no_footer():
     answer, citations = compose("No markers here.", items, Usage("m"))
     assert "a.md" not in answer and "b.md" not in answer
     assert answer.startswith("No markers here.\n\n---\n") and citations == ()
+
+
+def test_a_source_list_the_model_wrote_at_its_end_is_left_out_for_the_footer():
+    listed = "Port 8080 [1].\n\nSources:\n[1] docs/setup.md:L7\n\n- [2]: https://example.com/a (Setup)\n"
+    assert without_source_list(listed) == "Port 8080 [1]."
+    assert without_source_list("Port [1].\n\n**References:**\n[2] setup.md") == "Port [1]."
+    assert without_source_list("Port [1].\n\n## Source\n* [1] https://example.com/a") == "Port [1]."
+    assert clean_answer(listed + f"\n---\n{STATS_HEADING}\n- **API calls:** 9") == "Port 8080 [1]."
+    # Prose that opens with a marker, a list the answer goes on after, code, a heading in prose: kept.
+    for kept in ("[1] Done.", "Port [1].\n[1] Restart the server.", "See:\n[1] docs/a.md\n\nMore [1].",
+                 "Port [1].\n```\n[1] docs/a.md\n```", "Port [1].\n\nSources: the setup guide."):
+        assert without_source_list(kept) == kept
 
 
 def test_grep_match_cites_the_matching_line():

@@ -23,6 +23,7 @@ REPLIES = [
     "Port [1, 2].\n\n---\n" + STATS_HEADING + "\n- **API calls:** 9",
     "- first point [3]\n- second point [2]\n\n```\ncode [1]\n```\nDone [1].",
     "No citations at all.",
+    "Port [1], retries [2].\n\nSources:\n[1] docs/setup.md:L7\n[2] docs/other.md:L5\n- [3]: https://example.com/x",
 ]
 
 

@@ -335,6 +335,29 @@ def test_chat_keeps_history_across_turns_and_streams(llm: FakeOpenAIServer, tmp_
     assert all(r.body.get("stream") for r in llm.requests if r.node == "synthesize")
 
 
+def test_a_source_list_the_model_writes_gives_way_to_the_footer(llm: FakeOpenAIServer, tmp_path: Path) -> None:
+    # A small model ends its reply with its own source list. crag printed "Sources:" and
+    # " docs/other.md:L5 [unsupported]" above its footer, and counted that line as an unsupported
+    # sentence; now the list and its heading are left out, in ask and in chat's stream.
+    reply = ("The server listens on port 8080 by default [1].\n\nReferences:\n"
+             "[1] docs/setup.md:L7\n[2] docs/other.md:L5\n- [3]: https://example.com/ports")
+    llm.default("analyze_and_route", route("simple", "grep_search"))
+    llm.default("plan", plan(("grep_search", {"pattern": "port 8080"})))
+    llm.default("synthesize", reply)
+    result = ask_json("What port does it use?")
+    assert result["answer"].startswith("The server listens on port 8080 by default [1].\n\n[1] docs/setup.md:L7\n\n---")
+    assert result["grounding"]["unsupported"] == [] and footer(result["answer"]) == [(1, "docs/setup.md", 7)]
+    asked = len(llm.requests)
+    env = {k: v for k, v in os.environ.items()}
+    env["PYTHONPATH"] = str(ROOT)
+    proc = subprocess.run([sys.executable, "-m", "crag", "chat"], cwd=tmp_path, env=env,
+                          input="What port does it use?\n", capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "The server listens on port 8080 by default [1].\n\n[1] docs/setup.md:L7\n\n---" in proc.stdout
+    assert "References" not in proc.stdout and "other.md" not in proc.stdout and "unsupported" not in proc.stdout
+    assert [r.body.get("stream") for r in llm.requests[asked:] if r.node == "synthesize"] == [True]
+
+
 def test_chat_and_ask_fit_to_a_server_window_smaller_than_configured(llm: FakeOpenAIServer, tmp_path: Path) -> None:
     llm.context_window = 1200  # llama.cpp --ctx-size 1200, while crag was told 8192
     llm.default("analyze_and_route", route("simple", "grep_search"))

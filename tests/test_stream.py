@@ -37,7 +37,9 @@ REWRITES = ["<think>", "</think>", "<think>Which page [2]?</think>", "<thinking>
             "`", "~~~", "\n```python\n", "1. The server listens on port 8080 by default.", "\n- A backup is kept",
             "\n---\n", STATS_HEADING, "\nLLM Usage Stats:\n", "- **Model:** x\n", "docs/setup.md:L22", "> ", "1.",
             "It is blue.", "The moon is made of cheese.", "Überall grün — ja. ", "日本語の文です。", "🚀 ", "\u00f0\u0178",
-            "| port | 8080 |\n|---|---|\n", "\t", "\r\n", "?", "[", "]", "[1].", "A backup is kept for thirty days [2]."]
+            "| port | 8080 |\n|---|---|\n", "\t", "\r\n", "?", "[", "]", "[1].", "A backup is kept for thirty days [2].",
+            # a source list the model writes itself, which only crag's footer replaces
+            "\n\nSources:\n", "[1] docs/setup.md:L22\n", "- [2]: https://example.com/x", "[2] docs/other.md:L5"]
 
 
 class Chunked(ScriptedChatModel):
@@ -130,6 +132,25 @@ def test_a_grounded_answer_streams_sentence_by_sentence_and_ends_with_footer_and
     assert "[1] docs/setup.md:L22" in chunks[-1] and "LLM Usage Stats" in chunks[-1]
     assert "".join(chunks) == stream.result.answer
     assert "It is blue [unsupported]." in stream.result.answer
+
+
+def test_a_source_list_the_model_writes_is_left_out_of_the_streamed_answer():
+    # Small models end their reply with a source list of their own; it was grounded as
+    # sentences ("Sources:", " docs/other.md:L5 [unsupported]") after crag's footer took its
+    # place. Now it goes before grounding, and the stream never shows a line of it.
+    reply = ("The server listens on port 8080 by default [1].\n\n[2] A backup is kept for thirty days.\n\n"
+             "Sources:\n[1] docs/setup.md:L22\n[2] docs/other.md:L5\n")
+    for cuts in (range(0, len(reply), 3), range(len(reply))):
+        stream = agent_for(reply, cuts=cuts, graded=True).stream("Which port does the server listen on?")
+        chunks = list(stream)
+        answer = stream.result.answer
+        assert len(chunks) >= 2 and "".join(chunks) == answer and not stream.restarted
+        assert chunks[0].startswith("The server listens on port 8080 by default [1].")  # while the model wrote
+        # A line of prose that opens with a marker stays; the footer is crag's own.
+        assert answer.startswith("The server listens on port 8080 by default [1].\n\n"
+                                 "[2] A backup is kept for thirty days.\n\n"
+                                 "[1] docs/setup.md:L22\n[2] docs/backup.md:L4\n\n---\n")
+        assert stream.result.state.grounding.unsupported == ()
 
 
 def test_an_answer_that_is_not_streamed_is_one_chunk():

@@ -11,7 +11,8 @@ code fences, prose around the JSON, trailing commas) and validated strictly:
 * ``parse_scores`` -> exactly N finite numbers in [0, 1], or None;
 * ``read_grades``  -> N scores from a grading reply's labels (with their token
   probabilities) or numbers, or None;
-* ``clean_answer`` -> the answer text without thinking or a usage block of its own.
+* ``clean_answer`` -> the answer text without thinking, and without a usage block or a trailing
+  source list of its own.
 
 No parser raises on any input: a reply is data from the network, and a bad one has a
 documented fallback in the node that asked for it. The modules, one concern each:

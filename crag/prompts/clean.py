@@ -1,13 +1,16 @@
 """Stats blocks and thinking: what is cut from replies and history before anyone reads them.
 
 ``strip_stats_blocks`` removes crag's own usage block (and its mojibake forms) from text;
-``strip_think`` removes ``<think>`` blocks; ``clean_answer`` does both to an answer.
+``strip_think`` removes ``<think>`` blocks; ``clean_answer`` does both to an answer, and
+removes the source list a model wrote at its end (``crag.answer.without_source_list``).
 """
 
 from __future__ import annotations
 
 import re
 from typing import Any
+
+from ..answer import without_source_list
 
 __all__ = ["clean_answer", "strip_stats_blocks", "strip_think"]
 
@@ -99,9 +102,11 @@ def strip_think(text: str, *, answer: bool = False) -> str:
 
 
 def clean_answer(text: Any) -> str:
-    """The model's answer without thinking and without a usage block it wrote itself."""
+    """The model's answer without thinking, and without a usage block or a trailing source
+    list it wrote itself (crag writes the footer; a list left in would be judged as sentences)."""
     if not isinstance(text, str):
         return ""
+    text = without_source_list(strip_stats_blocks(strip_think(text, answer=True)))
     # Runs of blank lines collapse to one always (not only where a block was cut out), so an
     # answer streamed piece by piece reads the same as the finished one.
-    return re.sub(r"\n{3,}", "\n\n", strip_stats_blocks(strip_think(text, answer=True))).strip()
+    return re.sub(r"\n{3,}", "\n\n", text).strip()
