@@ -49,6 +49,12 @@ NOT_ADDRESSED = (
     "The knowledge base does not appear to answer this question: the passages the answer rests "
     "on are about something else, so only what they support is kept below."
 )
+# The opening of an answer whose supported sentences only repeat the question: nothing in them
+# answers it (crag.grounding.says_nothing_new).
+ONLY_RESTATED = (
+    "The knowledge base does not appear to answer this question: what the documents found support "
+    "of the answer only repeats the question, so only that is kept below."
+)
 # The opening of an answer whose question names what no evidence found mentions ({terms}:
 # those names, joined by "or").
 NOT_MENTIONED = (
@@ -56,7 +62,7 @@ NOT_MENTIONED = (
     "mentions {terms}, so only what they support is kept below."
 )
 # crag's own sentences: grounding never judges them.
-FIXED_SENTENCES = frozenset({NO_EVIDENCE, OFFLINE_PREFACE, EMPTY_REPLY, NOT_ANSWERED, NOT_ADDRESSED})
+FIXED_SENTENCES = frozenset({NO_EVIDENCE, OFFLINE_PREFACE, EMPTY_REPLY, NOT_ANSWERED, NOT_ADDRESSED, ONLY_RESTATED})
 
 # A fenced block or an inline code span: left untouched by renumbering.
 _CODE = re.compile(r"(```.*?(?:```|\Z)|~~~.*?(?:~~~|\Z)|`[^`\n]*`)", re.S)

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 from .answer import StreamRenderer
 from .errors import UsageError
 from .events import AnswerDelta, AnswerStarted, Event, EventHandler
-from .grounding import HELD_SHARE, addresses, cited
+from .grounding import HELD_SHARE, addresses, cited, says_nothing_new
 from .grounding.engine import ground_prefix
 from .grounding.verdict import Verdict, judge
 from .prompts import clean_answer, strip_think
@@ -116,10 +116,12 @@ class AnswerText:
                 return "", 0  # strict: it may still become the no-evidence sentence
             if self.held and not self.answered and not absent:
                 passages = cited(done.sources, items)
-                addressed = addresses(question, passages)
+                said = [j.sentence for j in done.report.judgements if j.supported]
+                addressed = addresses(question, passages) and not says_nothing_new(question, said)
                 held = addressed and addresses(question, passages, HELD_SHARE)
                 # Only what more sentences cannot undo: supported passages that hold the question's
-                # focus (a majority of supported sentences so far may still become a minority).
+                # focus and say something it does not (a majority of supported sentences so far
+                # may still become a minority).
                 self.answered = held and judge(done.report, False, absent, addressed, held) is Verdict.ANSWERED
             return done.body, len(done.sources)
 

@@ -4,8 +4,8 @@ answer only when the evidence does not hold the answer (``crag.grounding.verdict
 from __future__ import annotations
 
 from crag import Agent, Settings
-from crag.answer import NOT_ADDRESSED, NOT_ANSWERED
-from crag.grounding import HELD_SHARE, addresses
+from crag.answer import NOT_ADDRESSED, NOT_ANSWERED, ONLY_RESTATED
+from crag.grounding import HELD_SHARE, addresses, says_nothing_new
 from crag.grounding.verdict import Verdict, judge, may_rewrite
 from crag.llm.scripted import ScriptedChatModel
 from crag.state import GroundingReport
@@ -15,6 +15,7 @@ from .fakes import FakeToolbox, item, route, search_plan
 CLIMATE = item(1, text="The record high temperature of 105 °F was set on July 8, 1936.")
 WINTER = item(3, text="January is the coldest month of the year in the city.")
 PORTS = item(2, text="The server listens on port 8080 by default.")
+OIL = item(4, text="The problem consists of trying to increase oil supplies while keeping prices low.")
 
 
 def simple(question: str, reply: str, items) -> object:
@@ -99,3 +100,32 @@ def test_two_words_written_as_one_are_the_same_words():
     assert addresses("How do I embed the viewer in a webpage?", ["Embed the viewer in a web page with an iframe."],
                      HELD_SHARE)
     assert not addresses(question, ["You can embed the Dataset Viewer using an iframe."], HELD_SHARE)
+
+
+def test_an_answer_that_only_repeats_the_question_is_not_answered():
+    question = "What problem consists of trying to increase oil supplies?"
+    result = simple(question, "The problem consists of trying to increase oil supplies [1].", [OIL])
+    assert result.state.grounding.supported == 1  # it quotes its evidence, and answers nothing
+    assert result.state.grounding.verdict == "not_answered"
+    assert result.answer.startswith(ONLY_RESTATED)
+    assert any(e["event"] == "answer_restates_question" for e in result.audit)
+    answered = simple(question, "The problem consists of trying to increase oil supplies while keeping "
+                      "prices low [1].", [OIL])
+    assert answered.state.grounding.verdict == "answered"
+    assert not any(e["event"] == "answer_restates_question" for e in answered.audit)
+
+
+def test_what_says_nothing_new():
+    question = "What problem consists of trying to increase oil supplies and threats to US energy security?"
+    assert says_nothing_new(question, ["The problem consists of trying to increase oil supplies [1]."])
+    assert not says_nothing_new("When did the Democratic Republic of Afghanistan collapse?",
+                                ["The Democratic Republic of Afghanistan collapsed in 1992 [1]."])  # a year
+    assert not says_nothing_new("What are the small tentacles on Cydippids called?",
+                                ["The small tentacles on Cydippids are called tentilla [1]."])  # a word
+    assert not says_nothing_new("How many homes had the service in 2010?",
+                                ["In 2010 the service reached 10 million homes [1]."])  # the question's year aside
+    assert says_nothing_new("How many homes had the service in 2010?", ["The service had homes in 2010 [1]."])
+    assert not says_nothing_new("What did the treaty limit?", ["The treaty did not limit anything [1]."])  # a no
+    assert not says_nothing_new("Does the server retry failed requests?",  # yes or no: may repeat it
+                                ["The server retries failed requests [1]."])
+    assert not says_nothing_new("What problem consists of trying to increase oil supplies?", [])

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from crag import Agent, AnswerStream, ScriptedChatModel, Settings
-from crag.answer import NO_EVIDENCE, NOT_ADDRESSED, STATS_HEADING
+from crag.answer import NO_EVIDENCE, NOT_ADDRESSED, ONLY_RESTATED, STATS_HEADING
 from crag.errors import LLMError, UsageError
 from crag.events import AnswerDelta, AnswerStarted
 from crag.llm.openai_chat import OpenAIChatModel
@@ -276,3 +276,17 @@ def test_an_answer_on_the_simple_path_streams_once_a_supported_sentence_answers_
     chunks = list(stream)
     assert len(chunks) > 2 and chunks[0].startswith("The server listens on port 8080 by default [1].")
     assert "".join(chunks) == stream.result.answer and stream.result.state.grounding.verdict == "answered"
+
+
+def test_an_answer_that_only_repeats_the_question_is_held_back_and_said_so():
+    question = "Which port does the server listen on by default?"
+    reply = "The server listens on a port by default [1]."
+    stream = agent_for(reply, "note", cuts=range(0, len(reply), 4)).stream(question)
+    chunks = list(stream)
+    assert len(chunks) == 1 and chunks[0].startswith(ONLY_RESTATED)
+    assert stream.result.state.grounding.verdict == "not_answered"
+    reply += " It listens on 8080 [1]. Teams rarely change it. Firewalls expect it."
+    stream = agent_for(reply, "note", cuts=range(0, len(reply), 4)).stream(question)
+    chunks = list(stream)  # shown once a supported sentence says what the question does not
+    assert len(chunks) > 1 and "".join(chunks) == stream.result.answer
+    assert stream.result.state.grounding.verdict == "answered"

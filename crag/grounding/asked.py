@@ -23,6 +23,12 @@ small model, a stricter test (every named term, a third of the content words) re
 answers whose chunk says "partial updates" for "partially update ... PATCH"
 (docs/real-models.md); what is caught is an answer resting on a passage about something else.
 
+``says_nothing_new`` asks whether an answer's supported sentences say anything the question does not:
+"What problem consists of trying to increase oil supplies?" answered by "The problem consists
+of trying to increase oil supplies [1]" quotes a passage and answers nothing. A question that
+asks for something (not one answered yes or no) is answered only by a word, number or name it
+does not hold itself, or by a "no".
+
 Measured on the project's documentation questions (docs/real-models.md, "Questions the
 knowledge base cannot answer"): no answerable question had a named term missing from its
 top five passages; seven of the eight unanswerable ones did.
@@ -34,10 +40,10 @@ import re
 from collections.abc import Iterable
 from itertools import pairwise
 
-from ..text import stem, words
+from ..text import in_vocabulary, stem, words
 from .claims import claims
 
-__all__ = ["FOCUS_SHARE", "HELD_SHARE", "absent", "addresses", "cited", "missing", "named"]
+__all__ = ["FOCUS_SHARE", "HELD_SHARE", "absent", "addresses", "cited", "missing", "named", "says_nothing_new"]
 
 _TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9+#./_-]*[A-Za-z0-9+#]|[A-Za-z0-9]")
 # capitalised words that name nothing: how questions and sentences open
@@ -134,6 +140,30 @@ def addresses(question: str, passages: Iterable[str], share: float = FOCUS_SHARE
     found = sum(1 for w in want
                 if w in joined_words or w in split_words or any(_near(w, h) for h in held))
     return found >= max(1, share * len(want))
+
+
+# a question answered yes or no opens with its verb: "Is ...", "Can I ...", "Does ..."
+_YES_NO = re.compile(
+    r"\s*(?:is|are|was|were|am|do|does|did|can|could|should|would|will|shall|may|might|must|has|have|had)\b",
+    re.IGNORECASE,
+)
+
+
+def says_nothing_new(question: str, sentences: Iterable[str]) -> bool:
+    """Whether ``sentences`` (an answer's supported sentences) say nothing ``question`` does
+    not: no content word, number or name beyond its own (stems one letter apart count as one),
+    and no negation it lacks. False for a question answered yes or no, which an answer may well
+    repeat, and when there are no sentences."""
+    said_text = " ".join(sentences)
+    if not said_text.strip() or _YES_NO.match(question):
+        return False
+    asked, said = claims(question), claims(said_text)
+    if said.negated and not asked.negated:
+        return False
+    asked_anchors = {_flat(text) for _, text in asked.anchors}
+    if any(_flat(text) not in asked_anchors for _, text in said.anchors if _flat(text)):
+        return False
+    return all(in_vocabulary(w, asked.words) for w in said.words)
 
 
 def _joints(text: str) -> list[tuple[str, str, str]]:

@@ -14,9 +14,11 @@ rule               when                                                   verdic
 ``term_missing``   the question names a term no evidence item holds       ``not_answered``
 ``addressed``      a sentence is supported, the passages the supported    ``answered``
                    sentences rest on address the question
-                   (``crag.grounding.addresses``), and either at least
-                   half the judged sentences are supported or those
-                   passages hold two thirds of the question's words
+                   (``crag.grounding.addresses``), the supported
+                   sentences say something the question does not
+                   (``crag.grounding.says_nothing_new``), and either at
+                   least half the judged sentences are supported or
+                   those passages hold two thirds of the question's words
 ``graded``         an informative grade approved the evidence             ``unsupported``
 ``ungraded``       otherwise (the simple path, a fast path, a grade that  ``not_answered``
                    carried no information)
@@ -49,7 +51,8 @@ def judge(report: GroundingReport, graded: bool, absent: Sequence[str] = (), add
     """The verdict on an answer whose grounding gave ``report`` (see the module's table).
     ``graded``: an informative grade approved the evidence; ``absent``: the terms the question
     names that no evidence item holds (``crag.grounding.missing``); ``addressed``: the passages
-    the supported sentences rest on address the question (``crag.grounding.addresses``);
+    the supported sentences rest on address the question (``crag.grounding.addresses``) and
+    those sentences do not only repeat it (``crag.grounding.says_nothing_new``);
     ``held``: they hold the question's focus (``addresses`` with ``HELD_SHARE``)."""
     if not report.sentences:
         return None

@@ -141,6 +141,11 @@ def _grounded(state: AgentState, body: str, cfg: NodeConfig, items: tuple) -> Ag
     addressed = grounding.addresses(state.question, passages)
     if not addressed and done.report.supported:
         state = evolve(state, audit=state.log("question_not_addressed"))
+    restated = addressed and grounding.says_nothing_new(
+        state.question, [j.sentence for j in done.report.judgements if j.supported])
+    if restated:
+        state = evolve(state, audit=state.log("answer_restates_question"))
+        addressed = False
     held = addressed and grounding.addresses(state.question, passages, grounding.HELD_SHARE)
     judged = verdict_of(done.report, state, absent, addressed, held)
     report = evolve(done.report, verdict=judged)
@@ -150,6 +155,7 @@ def _grounded(state: AgentState, body: str, cfg: NodeConfig, items: tuple) -> Ag
         text, citations = answer.compose(answer.NO_EVIDENCE, (), state.usage, cite=False)
         return evolve(state, answer=text, citations=citations, grounding=report)
     opening = (answer.NOT_MENTIONED.format(terms=" or ".join(absent)) if absent
+               else answer.ONLY_RESTATED if restated
                else answer.NOT_ADDRESSED if report.supported and not addressed else answer.NOT_ANSWERED)
     body = f"{opening}\n\n{done.body}" if judged == "not_answered" else done.body
     removed = judged == "not_answered"  # the opening says so: no count of tagged sentences
