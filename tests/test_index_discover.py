@@ -73,6 +73,23 @@ def test_non_utf8_text_is_decoded_with_a_fallback() -> None:
     assert decode_text(b"\x81\x8d\x8f\x90\x9d") == "\x81\x8d\x8f\x90\x9d"  # not cp1252: latin-1
 
 
+def test_utf16_text_with_its_byte_order_mark_is_text(tmp_path: Path) -> None:
+    """What PowerShell's ``>`` writes: UTF-16 with a byte order mark, NUL bytes and all."""
+    kb = tmp_path / "kb"
+    write(kb / "le.txt", "Notes\r\n\r\nThe gateway listens on port 7311.\r\n".encode("utf-16"))
+    write(kb / "be.md", b"\xfe\xff" + "# Keys\n\nThe zebra service rotates keys weekly.\n".encode("utf-16-be"))
+    write(kb / "odd.txt", b"\xff\xfe" + "half".encode("utf-16-le") + b"\x00")  # odd length: not UTF-16
+    assert decode_text((kb / "le.txt").read_bytes()) == "Notes\n\nThe gateway listens on port 7311.\n"
+    assert read_file_text(kb / "be.md")[1] == "# Keys\n\nThe zebra service rotates keys weekly.\n"
+    settings = Settings(index_dir=str(tmp_path / "index"))
+    report = index_roots(settings, [kb])
+    assert sorted(os.path.basename(p) for p in report.added) == ["be.md", "le.txt"]
+    assert {os.path.basename(p): why for p, why in report.warnings} == {"odd.txt": "binary file"}
+    with open_index(settings) as reader:
+        hits = reader.search("gateway port 7311", 3)
+        assert hits and hits[0].path.endswith("le.txt") and "port 7311" in hits[0].text
+
+
 def test_binary_non_utf8_and_unreadable_files_while_indexing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     kb = tmp_path / "kb"
     write(kb / "good.md", "# Good\n\nThe retry policy allows three attempts.\n")

@@ -35,7 +35,7 @@ from attrs import field, frozen
 from ..errors import KnowledgeBaseError, UsageError
 from ..safe_text import display_name
 from .ignore import Ignores
-from .readers import MAX_TEXT_BYTES, decode_text, reader_for  # decode_text: the one rule, re-exported here
+from .readers import MAX_TEXT_BYTES, decode_text, reader_for, utf16  # decode_text: the one rule, re-exported here
 
 __all__ = [
     "DOCUMENT_MAX_BYTES",
@@ -362,7 +362,10 @@ def _sniff_ok(path: str, warnings: list[tuple[str, str]]) -> bool:
 
 
 def is_binary(data: bytes) -> bool:
-    """A NUL byte in the first 8 KiB: not text."""
+    """A NUL byte in the first 8 KiB: not text, unless the file opens with a UTF-16 byte order
+    mark and decodes as UTF-16 (``decode_text``): what Windows tools such as PowerShell write."""
+    if utf16(data) is not None:
+        return False
     return b"\x00" in data[:_SNIFF_BYTES]
 
 

@@ -56,6 +56,7 @@ __all__ = [
     "read_document",
     "reader_for",
     "skipped_line",
+    "utf16",
 ]
 
 # The name crag is installed under from the package index (the import name stays ``crag``).
@@ -256,24 +257,40 @@ def _docx(data: bytes) -> str:
     return "\n".join(lines) + "\n" if lines else ""
 
 
+def utf16(data: bytes) -> str | None:
+    """The text of ``data`` when it opens with a UTF-16 byte order mark and decodes as UTF-16
+    (without the mark), else None."""
+    if not data.startswith((b"\xff\xfe", b"\xfe\xff")) or data.startswith(b"\xff\xfe\x00\x00"):  # UTF-32
+        return None
+    try:
+        return data.decode("utf-16")
+    except UnicodeDecodeError:
+        return None
+
+
 def decode_text(data: bytes) -> str:
-    """Bytes to text: UTF-8 (BOM dropped), else cp1252, else latin-1; newlines normalised.
+    """Bytes to text: UTF-16 when it opens with its byte order mark (``utf16``), else UTF-8
+    (BOM dropped), else cp1252, else latin-1; newlines normalised.
 
     NUL bytes are dropped: a file with one in its first 8 KiB is binary (``is_binary``) and
     never decoded; one further on is padding, and PostgreSQL refuses it in text. One rule,
     for every store and for ``read_file`` and ``grep_search``, so lines and chunks agree.
     """
-    if data.startswith(b"\xef\xbb\xbf"):
-        data = data[3:]
-    if b"\x00" in data:
-        data = data.replace(b"\x00", b"")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
+    text = utf16(data)
+    if text is not None:
+        text = text.replace("\x00", "")
+    else:
+        if data.startswith(b"\xef\xbb\xbf"):
+            data = data[3:]
+        if b"\x00" in data:
+            data = data.replace(b"\x00", b"")
         try:
-            text = data.decode("cp1252")
+            text = data.decode("utf-8")
         except UnicodeDecodeError:
-            text = data.decode("latin-1")
+            try:
+                text = data.decode("cp1252")
+            except UnicodeDecodeError:
+                text = data.decode("latin-1")
     if "\r" in text:
         text = text.replace("\r\n", "\n").replace("\r", "\n")
     return text
