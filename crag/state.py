@@ -214,7 +214,8 @@ class Completion:
     ``billable`` is False for the offline backend, which makes no LLM call: its replies
     count no calls and no tokens. ``cached_tokens`` is the part of the prompt the server
     reported as cached (0 when it says nothing); ``finish_reason`` is the server's
-    (``"length"`` when the reply ran into ``max_tokens``); ``usage_replaced`` says the server's
+    (``"length"`` when the reply ran into ``max_tokens``; crag's ``"refusal"`` when the model
+declined and ``text`` is its refusal); ``usage_replaced`` says the server's
     counts were implausible and tiktoken's stand in. ``logprobs`` holds the reply's tokens
     with their probabilities when the request asked for them and the server returned them
     (None otherwise).
@@ -238,6 +239,11 @@ class Completion:
     def truncated(self) -> bool:
         """The reply was stopped by its ``max_tokens`` budget."""
         return self.finish_reason == "length"
+
+    @property
+    def refused(self) -> bool:
+        """The reply is the model's refusal (``text`` holds it), not the reply asked for."""
+        return self.finish_reason == "refusal"
 
 
 _NO_USAGE = NodeUsage()

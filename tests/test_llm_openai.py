@@ -235,7 +235,6 @@ def test_a_dropped_connection_is_retried(srv):
     (Garbage(b"<html>hi</html>", content_type="text/html"), "not a chat completion"),
     (EmptyChoices(), "returned no choices"),
     (NullContent(), "returned no message content"),
-    (NullContent(refusal="I can't help with that"), "refusal: I can't help with that"),
     (Raw([1, 2, 3]), "not a chat completion"),
     (Raw({"id": "x"}), "returned no choices"),
 ])
@@ -248,6 +247,22 @@ def test_unusable_bodies_are_clear_llm_errors_without_retry(srv, reply, words):
     assert "\n" not in message
     assert srv.calls("grade_evidence") == 1
     assert caught.value.__cause__ is not None
+
+
+def test_a_refused_answer_is_a_clear_llm_error_without_retry(srv):
+    srv.script("synthesize", NullContent(refusal="I can't help with that"))
+    answer = LLMRequest("synthesize", SynthesizeTask("q", (), ()), tuple(MESSAGES))
+    with pytest.raises(LLMError) as caught:
+        model_for(srv).complete(answer)
+    assert "refusal: I can't help with that" in str(caught.value) and "for node synthesize" in str(caught.value)
+    assert srv.calls("synthesize") == 1
+
+
+def test_a_refusal_to_grade_is_the_reply_for_the_nodes_fallback(srv):
+    srv.script("grade_evidence", NullContent(refusal="I can't help with that"))
+    completion = model_for(srv).complete(request("grade_evidence"))
+    assert completion.text == "I can't help with that" and completion.refused and completion.finish_reason == "refusal"
+    assert completion.prompt_tokens > 0 and srv.calls("grade_evidence") == 1
 
 
 def test_replies_in_code_fences_go_through_the_parsers(srv):

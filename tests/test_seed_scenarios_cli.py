@@ -16,7 +16,7 @@ import pytest
 from crag.answer import NO_EVIDENCE
 from crag.cli import main
 from tests.fakes import clean_env
-from tests.openai_server import FakeOpenAIServer, grades, item_count
+from tests.openai_server import FakeOpenAIServer, NullContent, grades, item_count
 
 QUESTION = "What is the upload retry policy?"
 
@@ -125,3 +125,37 @@ def test_mixed_grades_filter_and_decide_by_the_mean_of_the_rest(llm, monkeypatch
     assert _decided(result) == ["GENERATE"]  # mean of 0.9, 0.8, 0.7 = 0.8
     assert result["evidence_scores"] == [0.9, 0.8, 0.7]
     assert [e["score"] for e in result["audit"] if e["event"] == "evidence_removed"] == [0.1, 0.2]
+
+
+def test_a_grader_that_refuses_is_the_seeds_parse_failure(llm, monkeypatch):
+    # OpenAI's structured outputs answer a request the model declines with content null and
+    # a `refusal`: that is grader output that cannot be parsed as scores (seed 000), not a
+    # failure of the server.
+    llm.script("grade_evidence", NullContent(refusal="I can't help with that."))
+    llm.default("grade_evidence", grades(rest=0.9))
+    result = _ask(monkeypatch, 5, 3, None)
+    failures = [e for e in result["audit"] if e["event"] == "grader_parse_failure"]
+    assert failures and failures[0]["level"] == "warning"
+    assert _decided(result)[:2] == ["REFINE", "GENERATE"]  # every item 0.5, then a real grade
+    assert {"event": "reply_refused", "node": "grade_evidence", "refusal": "I can't help with that."} in result["audit"]
+    assert result["usage"]["by_node"]["grade_evidence"]["calls"] == 2  # the refused call is counted
+
+
+def test_a_router_or_planner_that_refuses_takes_the_specs_fallbacks(llm, monkeypatch):
+    llm.script("analyze_and_route", NullContent(refusal="No."))
+    llm.script("plan", NullContent(refusal="No."))
+    llm.default("grade_evidence", grades(rest=0.9))
+    result = _ask(monkeypatch, 5, 3, None)
+    assert result["complexity"] == "complex"  # §5: anything else → complex with the default tools
+    assert result["trace"] == ["analyze_and_route", "plan", "tool_exec", "grade_evidence", "synthesize"]
+    assert result["evidence_scores"] == [0.9] * 5  # the plan fell back to the question's search
+    assert [e["node"] for e in result["audit"] if e["event"] == "reply_refused"] == ["analyze_and_route", "plan"]
+
+
+def test_an_answer_the_model_refuses_is_one_line_and_status_1(llm, monkeypatch):
+    llm.default("grade_evidence", grades(rest=0.9))
+    llm.script("synthesize", NullContent(refusal="I can't help with that."))
+    monkeypatch.setenv("KB_AGENT_TOP_K", "5")
+    code, out, err = _cli("ask", QUESTION, "--json")
+    assert (code, out) == (1, "")
+    assert err.startswith("crag: error: ") and err.count("\n") == 1 and "refusal: I can't help with that." in err

@@ -30,6 +30,12 @@ Streaming (``on_delta``) asks for ``stream_options.include_usage``; a server tha
 that gets a plain stream, and one that refuses streaming (or answers it with no events) a
 normal request whose text is passed to ``on_delta`` whole. What worked is remembered.
 
+A model that declines (content null, with a ``refusal``, as OpenAI's structured outputs answer)
+has replied: for a node whose reply is parsed (routing, plan, grades) the refusal's text is
+the reply, so the node's fallback for a reply it cannot read applies (``complex``, the
+question's own search, every item 0.5), with ``finish_reason`` ``"refusal"``; an answer
+refused is an ``LLMError`` naming the refusal, never passed off as an answer.
+
 Every failure leaves through one boundary, ``_translate``, as a one-line ``LLMError`` (or
 ``LLMTimeoutError``) naming the server, the status and the node, chained to the SDK's
 exception, with the API key and any URL password redacted (a server may echo them).
@@ -50,7 +56,7 @@ from attrs import frozen
 
 from ..config import Settings
 from ..errors import ConfigError, LLMContextError, LLMError, LLMTimeoutError
-from ..ports import LLMRequest
+from ..ports import LLMRequest, SynthesizeTask
 from ..safe_text import redact_message, valid_text
 from ..state import Completion, TokenLogprob
 from .bodies import http_client, saw_done
@@ -127,6 +133,9 @@ class _ParamRefused(Exception):
 
 def _is_count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+REFUSAL = "refusal"  # the finish_reason of a reply that is the model's refusal
 
 
 @frozen
@@ -220,7 +229,7 @@ class OpenAIChatModel:
             try:
                 with request_deadline(self.timeout):
                     if mode == "off":
-                        reply = self._plain(messages, node, params)
+                        reply = self._plain(messages, node, params, not isinstance(request.task, SynthesizeTask))
                     else:
                         reply = self._stream(messages, node, params, mode, on_delta, delivered)
             except _ParamRefused as refused:
@@ -341,7 +350,9 @@ class OpenAIChatModel:
 
     # -- one request -----------------------------------------------------------------------
 
-    def _plain(self, messages: list[dict[str, str]], node: str, params: dict[str, Any]) -> _Reply:
+    def _plain(self, messages: list[dict[str, str]], node: str, params: dict[str, Any],
+               refusal_is_reply: bool = False) -> _Reply:
+        """One request. ``refusal_is_reply``: a refusal is the reply (module doc), else an error."""
         try:
             reply = self._client.chat.completions.create(
                 model=self.model, messages=messages, extra_headers={NODE_HEADER: node}, **params
@@ -368,6 +379,8 @@ class OpenAIChatModel:
             )
         if not isinstance(content, str):
             refusal = getattr(message, "refusal", None)
+            if refusal_is_reply and isinstance(refusal, str) and refusal.strip():
+                return _Reply(refusal, getattr(reply, "usage", None), REFUSAL)
             why = f"refusal: {_one_line(refusal, 120)}" if refusal else (f"finish_reason {finish}" if finish else "")
             raise BadReply("returned no message content", why)
         return _Reply(content, getattr(reply, "usage", None), finish if isinstance(finish, str) else None,
