@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ import pytest
 from crag.answer import NO_EVIDENCE
 from crag.cli import main
 from tests.fakes import clean_env
-from tests.openai_server import FakeOpenAIServer, NullContent, grades, item_count
+from tests.openai_server import FakeOpenAIServer, NullContent, Text, grades, item_count
 
 QUESTION = "What is the upload retry policy?"
 
@@ -159,3 +160,45 @@ def test_an_answer_the_model_refuses_is_one_line_and_status_1(llm, monkeypatch):
     code, out, err = _cli("ask", QUESTION, "--json")
     assert (code, out) == (1, "")
     assert err.startswith("crag: error: ") and err.count("\n") == 1 and "refusal: I can't help with that." in err
+
+
+def _labelled(p_yes: float):
+    """A grading reply of one label per item whose label token has P(yes) = ``p_yes``, with its
+    token probabilities (as llama.cpp, vLLM and OpenAI send them when asked)."""
+    yes, no = math.log(p_yes), math.log(1.0 - p_yes)
+    top = sorted([(" yes", yes), (" no", no)], key=lambda t: -t[1])
+
+    def reply(body: dict) -> Text:
+        n = item_count(body)
+        tokens = []
+        for k in range(1, n + 1):
+            tokens += [(str(k), 0.0, []), (":", 0.0, []), (top[0][0], top[0][1], top), ("\n", 0.0, [])]
+        return Text("".join(t for t, _, _ in tokens).rstrip("\n"), logprobs=tokens[:-1])
+
+    return reply
+
+
+@pytest.mark.parametrize("p_yes", [0.005, 0.02])
+def test_a_grader_sure_that_no_item_is_relevant_is_information(llm, monkeypatch, p_yes):
+    # SPEC §2: only a reading with no information (coin tosses; one label copied down the
+    # list *without confidence*) is uninformative. A model sure of "no" for every item has
+    # said something: every item goes (RE_RETRIEVE), however alike its probabilities.
+    llm.default("grade_evidence", _labelled(p_yes))
+    result = _ask(monkeypatch, 5, 3, None)
+    assert not [e for e in result["audit"] if e["event"] == "grader_uninformative"]
+    assert _decided(result)[0] == "RE_RETRIEVE"
+    assert _after_grading(result)[0] == "analyze_and_route"
+
+
+def test_a_grader_sure_that_every_item_is_relevant_graded_them(llm, monkeypatch):
+    llm.default("grade_evidence", _labelled(0.995))
+    result = _ask(monkeypatch, 5, 3, None)
+    assert not [e for e in result["audit"] if e["event"] == "grader_uninformative"]
+    assert _decided(result) == ["GENERATE"] and "not graded" not in result["answer"]
+
+
+def test_one_unsure_probability_copied_down_the_list_is_uninformative(llm, monkeypatch):
+    llm.default("grade_evidence", _labelled(0.2))
+    result = _ask(monkeypatch, 5, 3, None)
+    assert [e["reason"] for e in result["audit"] if e["event"] == "grader_uninformative"] == ["same_score"]
+    assert not [e for e in result["audit"] if e["event"] == "evidence_removed"]
