@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -26,6 +27,7 @@ from .openai_server import (
     Delay,
     Drop,
     EmptyChoices,
+    Events,
     FakeOpenAIServer,
     Garbage,
     NoUsage,
@@ -277,6 +279,25 @@ def test_replies_in_code_fences_go_through_the_parsers(srv):
 # --------------------------------------------------------------------------------------
 # Streaming
 # --------------------------------------------------------------------------------------
+
+
+def test_a_streamed_refusal_is_the_same_error_as_a_refusal(srv):
+    """OpenAI streams a refusal as ``delta.refusal`` pieces with no content: that is no answer
+    (as without streaming), never an empty one."""
+    def event(delta: dict, finish: str | None = None) -> bytes:
+        chunk = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m",
+                 "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+        return b"data: " + json.dumps(chunk).encode() + b"\n\n"
+
+    srv.script("synthesize", Events(event({"role": "assistant", "content": None, "refusal": ""})
+                                    + event({"refusal": "I can't help "}) + event({"refusal": "with that."})
+                                    + event({}, "stop") + b"data: [DONE]\n\n"))
+    answer = LLMRequest("synthesize", SynthesizeTask("q", (), ()), tuple(MESSAGES))
+    deltas: list[str] = []
+    with pytest.raises(LLMError) as caught:
+        model_for(srv).complete(answer, deltas.append)
+    assert "refusal: I can't help with that." in str(caught.value) and "for node synthesize" in str(caught.value)
+    assert deltas == [] and srv.calls("synthesize") == 1
 
 
 def test_streaming_delivers_deltas_and_reads_the_usage_chunk(srv):

@@ -417,6 +417,7 @@ class OpenAIChatModel:
         usage = None
         finish: str | None = None
         chunks = 0
+        refusal: list[str] = []  # a refusal streams as delta.refusal pieces, with no content
         with stream:
             for chunk in stream:
                 chunks += 1
@@ -426,6 +427,9 @@ class OpenAIChatModel:
                     reason = getattr(choice, "finish_reason", None)
                     if isinstance(reason, str) and reason:
                         finish = reason
+                    declined = getattr(getattr(choice, "delta", None), "refusal", None)
+                    if isinstance(declined, str):
+                        refusal.append(declined)
                     piece = getattr(getattr(choice, "delta", None), "content", None)
                     if isinstance(piece, str) and piece:
                         delivered.append(piece)
@@ -436,6 +440,8 @@ class OpenAIChatModel:
         if finish is None and not saw_done(getattr(stream, "response", None)):
             # Closed mid-answer: what was shown is a fragment, not an answer (as a dropped connection).
             raise BadReply("ended the answer's stream before it was finished", "no finish_reason and no [DONE]")
+        if not delivered and "".join(refusal).strip():  # as a refusal without streaming
+            raise BadReply("returned no message content", f"refusal: {_one_line(''.join(refusal), 120)}")
         return _Reply("".join(delivered), usage, finish)
 
     # -- accounting ------------------------------------------------------------------------
