@@ -60,7 +60,7 @@ def _noted(state: AgentState, node: str, request: LLMRequest, reply: Any) -> Age
     if reply.truncated:
         state = evolve(state, audit=state.log("reply_truncated", node=node, max_tokens=request.max_tokens))
     if reply.refused:
-        state = evolve(state, audit=state.log("reply_refused", node=node, refusal=one_line(reply.text, 200)))
+        state = evolve(state, audit=state.log("reply_refused", node=node, refusal=one_line(reply.refusal, 200)))
     if reply.usage_replaced:
         state = evolve(state, audit=state.log("usage_implausible", node=node))
     if getattr(reply, "adapted", ()):

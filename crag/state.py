@@ -214,11 +214,11 @@ class Completion:
     ``billable`` is False for the offline backend, which makes no LLM call: its replies
     count no calls and no tokens. ``cached_tokens`` is the part of the prompt the server
     reported as cached (0 when it says nothing); ``finish_reason`` is the server's
-    (``"length"`` when the reply ran into ``max_tokens``; crag's ``"refusal"`` when the model
-declined and ``text`` is its refusal); ``usage_replaced`` says the server's
+    (``"length"`` when the reply ran into ``max_tokens``); ``usage_replaced`` says the server's
     counts were implausible and tiktoken's stand in. ``logprobs`` holds the reply's tokens
     with their probabilities when the request asked for them and the server returned them
-    (None otherwise).
+    (None otherwise). ``refusal`` is the model's refusal when it declined to reply (``text``
+    is then empty, so the node's fallback for a reply it cannot read applies).
     """
 
     text: str
@@ -234,6 +234,7 @@ declined and ``text`` is its refusal); ``usage_replaced`` says the server's
     # What the adapter left out or sent another way because the server refused it earlier
     # (crag.llm.server_memory): "logprobs", "temperature", "max_tokens", "response_format=...".
     adapted: tuple[str, ...] = ()
+    refusal: str | None = None
 
     @property
     def truncated(self) -> bool:
@@ -242,8 +243,8 @@ declined and ``text`` is its refusal); ``usage_replaced`` says the server's
 
     @property
     def refused(self) -> bool:
-        """The reply is the model's refusal (``text`` holds it), not the reply asked for."""
-        return self.finish_reason == "refusal"
+        """The model declined to reply (``refusal`` says how)."""
+        return self.refusal is not None
 
 
 _NO_USAGE = NodeUsage()

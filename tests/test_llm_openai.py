@@ -263,7 +263,7 @@ def test_a_refused_answer_is_a_clear_llm_error_without_retry(srv):
 def test_a_refusal_to_grade_is_the_reply_for_the_nodes_fallback(srv):
     srv.script("grade_evidence", NullContent(refusal="I can't help with that"))
     completion = model_for(srv).complete(request("grade_evidence"))
-    assert completion.text == "I can't help with that" and completion.refused and completion.finish_reason == "refusal"
+    assert completion.text == "" and completion.refused and completion.refusal == "I can't help with that"
     assert completion.prompt_tokens > 0 and srv.calls("grade_evidence") == 1
 
 

@@ -31,10 +31,10 @@ that gets a plain stream, and one that refuses streaming (or answers it with no 
 normal request whose text is passed to ``on_delta`` whole. What worked is remembered.
 
 A model that declines (content null, with a ``refusal``, as OpenAI's structured outputs answer)
-has replied: for a node whose reply is parsed (routing, plan, grades) the refusal's text is
-the reply, so the node's fallback for a reply it cannot read applies (``complex``, the
-question's own search, every item 0.5), with ``finish_reason`` ``"refusal"``; an answer
-refused is an ``LLMError`` naming the refusal, never passed off as an answer.
+has replied: for a node whose reply is parsed (routing, plan, grades) the reply is empty and
+``Completion.refusal`` holds the refusal, so the node's fallback for a reply it cannot read
+applies (``complex``, the question's own search, every item 0.5); an answer refused is an
+``LLMError`` naming the refusal, never passed off as an answer.
 
 Every failure leaves through one boundary, ``_translate``, as a one-line ``LLMError`` (or
 ``LLMTimeoutError``) naming the server, the status and the node, chained to the SDK's
@@ -135,9 +135,6 @@ def _is_count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-REFUSAL = "refusal"  # the finish_reason of a reply that is the model's refusal
-
-
 @frozen
 class _Reply:
     """What one request brought back, before accounting."""
@@ -146,6 +143,7 @@ class _Reply:
     usage: Any = None
     finish_reason: str | None = None
     logprobs: tuple[TokenLogprob, ...] | None = None
+    refusal: str | None = None  # the model declined: its reply is empty
 
 
 class OpenAIChatModel:
@@ -272,6 +270,7 @@ class OpenAIChatModel:
             cached_tokens=cached,
             finish_reason=reply.finish_reason,
             usage_replaced=replaced,
+            refusal=reply.refusal,
             logprobs=reply.logprobs,
             adapted=adapted(request, first, first_fmt if self.structured_output == "auto" else _FORMATS[0], fmt,
                             _FORMATS[0]),
@@ -380,7 +379,8 @@ class OpenAIChatModel:
         if not isinstance(content, str):
             refusal = getattr(message, "refusal", None)
             if refusal_is_reply and isinstance(refusal, str) and refusal.strip():
-                return _Reply(refusal, getattr(reply, "usage", None), REFUSAL)
+                return _Reply("", getattr(reply, "usage", None), finish if isinstance(finish, str) else None,
+                              refusal=refusal)
             why = f"refusal: {_one_line(refusal, 120)}" if refusal else (f"finish_reason {finish}" if finish else "")
             raise BadReply("returned no message content", why)
         return _Reply(content, getattr(reply, "usage", None), finish if isinstance(finish, str) else None,
