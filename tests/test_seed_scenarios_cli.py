@@ -202,3 +202,14 @@ def test_one_unsure_probability_copied_down_the_list_is_uninformative(llm, monke
     result = _ask(monkeypatch, 5, 3, None)
     assert [e["reason"] for e in result["audit"] if e["event"] == "grader_uninformative"] == ["same_score"]
     assert not [e for e in result["audit"] if e["event"] == "evidence_removed"]
+
+
+def test_a_refusal_that_names_a_tool_is_no_plan(llm, monkeypatch):
+    llm.script("analyze_and_route", json.dumps({"complexity": "complex", "suggested_tools": ["vector_search", "grep_search"]}))
+    llm.script("plan", NullContent(refusal="I won't run grep_search for `retries 7 times`."))
+    llm.default("grade_evidence", grades(rest=0.9))
+    monkeypatch.setenv("KB_AGENT_TOP_K", "5")
+    code, out, err = _cli("ask", "Which service has `retries 7 times`?", "--json")
+    assert code == 0, err
+    reasons = [e["reason"] for e in json.loads(out)["audit"] if e["event"] == "plan_call_rejected"]
+    assert reasons and reasons[-1].startswith("no valid tool call in the plan")  # the question's search alone
