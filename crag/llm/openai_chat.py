@@ -47,7 +47,6 @@ is built, never by ``import crag``.
 from __future__ import annotations
 
 import random
-import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -71,6 +70,7 @@ from .retry import (
     RetryPolicy,
     StatusFailure,
     TimeoutFailure,
+    context_overflow,
     one_line,
     parse_retry_after,
     server_message,
@@ -96,17 +96,6 @@ _FORMATS = ("json_schema", "json_object", "off")
 _ADAPTABLE = ("max_tokens", "temperature")
 # What a server refused (or, for logprobs, ignored: crag.llm.logprobs) and the format that
 # worked are remembered per Agent in a ServerMemory (crag.llm.server_memory).
-
-# How servers say a request is longer than the model's window, and where they give its size:
-# llama.cpp: type "exceed_context_size_error", "n_ctx"; OpenAI: code "context_length_exceeded";
-# vLLM: "This model's maximum context length is 4096 tokens".
-_OVERFLOW_KINDS = frozenset({"exceed_context_size_error", "context_length_exceeded"})
-_OVERFLOW = re.compile(
-    r"maximum context length|exceeds? (?:the )?(?:available |maximum )?context (?:size|length|window)"
-    r"|context (?:length|size|window) (?:exceeded|is too small)|too many tokens|prompt is too long", re.I)
-_WINDOW = re.compile(
-    r"maximum context length (?:is|of) (\d+)|available context size \((\d+) tokens\)"
-    r"|context (?:window|length|size) (?:is|of) (\d+)", re.I)
 
 _one_line = one_line
 
@@ -327,7 +316,7 @@ class OpenAIChatModel:
         named = getattr(exc, "param", None)
         code = getattr(exc, "code", None)
         text = str(getattr(exc, "message", "") or exc)
-        if refuses_logprobs(params, named, text) and _context_overflow(exc, server_message(exc)) is None:
+        if refuses_logprobs(params, named, text) and context_overflow(exc, server_message(exc)) is None:
             return _LOGPROBS
         for param in _ADAPTABLE:
             if param not in params:
@@ -344,7 +333,7 @@ class OpenAIChatModel:
             and self.structured_output == "auto"
             and isinstance(exc, self._openai.APIStatusError)
             and exc.status_code in _FORMAT_REFUSALS
-            and _context_overflow(exc, server_message(exc)) is None  # too long is not a format refusal
+            and context_overflow(exc, server_message(exc)) is None  # too long is not a format refusal
         )
 
     # -- one request -----------------------------------------------------------------------
@@ -411,7 +400,7 @@ class OpenAIChatModel:
                 raise _ParamRefused(refused) from exc
             if self._refused_format(exc, params):
                 raise _FormatRefused from exc
-            if exc.status_code in _STREAM_REFUSALS and _context_overflow(exc, server_message(exc)) is None:
+            if exc.status_code in _STREAM_REFUSALS and context_overflow(exc, server_message(exc)) is None:
                 raise _StreamRefused from exc  # (too long is not a refusal to stream)
             raise
         usage = None
@@ -511,7 +500,7 @@ class OpenAIChatModel:
             status = failure.status
             message = f"{where} answered {status} for node {node}{after}"
             detail = server_message(exc)
-            overflow = _context_overflow(exc, detail) if status in (400, 413) else None
+            overflow = context_overflow(exc, detail) if status in (400, 413) else None
             if overflow is not None:
                 window = overflow or None
                 size = f" of {window} tokens" if window else ""
@@ -537,23 +526,6 @@ class OpenAIChatModel:
             return LLMError(message, node=node, status=status)
         note = f" ({failure.note})" if failure.note else ""
         return LLMError(f"{where} {failure.what} for node {node}{note}", node=node)
-
-
-def _context_overflow(exc: BaseException, detail: str) -> int | None:
-    """For a refusal because the request is longer than the model's window: that window in
-    tokens, or 0 when the server did not say; None for any other refusal."""
-    body = getattr(exc, "body", None)
-    error = body.get("error", body) if isinstance(body, dict) else {}
-    error = error if isinstance(error, dict) else {}
-    kinds = {str(error.get("type") or ""), str(error.get("code") or ""), str(getattr(exc, "code", "") or "")}
-    text = detail or str(error.get("message") or "")
-    if not (kinds & _OVERFLOW_KINDS or _OVERFLOW.search(text)):
-        return None
-    n_ctx = error.get("n_ctx")
-    if isinstance(n_ctx, int) and not isinstance(n_ctx, bool) and n_ctx > 0:
-        return n_ctx
-    found = _WINDOW.search(text)
-    return int(next(g for g in found.groups() if g)) if found else 0
 
 
 def _redacted(error: LLMError, secrets: Sequence[str]) -> LLMError:
