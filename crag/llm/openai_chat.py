@@ -234,7 +234,8 @@ class OpenAIChatModel:
                     raise
                 wait = self.policy.wait(retries, failure) if not delivered else None
                 if wait is None:
-                    raise _redacted(self._translate(exc, failure, node, retries), self._secrets) from exc
+                    error = self._translate(exc, failure, node, retries, "response_format" in params)
+                    raise _redacted(error, self._secrets) from exc
                 retries += 1
                 self.policy.sleep(wait)
                 continue
@@ -476,8 +477,10 @@ class OpenAIChatModel:
 
     # -- failures --------------------------------------------------------------------------
 
-    def _translate(self, exc: BaseException, failure: Failure, node: str, retries: int) -> LLMError:
-        """The one place an SDK failure becomes a crag error: one line, server, status, node."""
+    def _translate(self, exc: BaseException, failure: Failure, node: str, retries: int,
+                   format_sent: bool = False) -> LLMError:
+        """The one place an SDK failure becomes a crag error: one line, server, status, node
+        (``format_sent``: the request carried a ``response_format``)."""
         where = f"LLM server {self.server}"
         after = f" after {retries} {'retry' if retries == 1 else 'retries'}" if retries else ""
         if isinstance(failure, TimeoutFailure):
@@ -516,6 +519,9 @@ class OpenAIChatModel:
                 message += f": access denied; check OPENAI_API_KEY and its access to model {self.model}"
             elif status == 404:
                 message += f": check KB_AGENT_MODEL ({self.model}) and OPENAI_BASE_URL"
+            elif status in _FORMAT_REFUSALS and format_sent and self.structured_output != "auto":
+                message += (f": the server may not support KB_AGENT_STRUCTURED_OUTPUT={self.structured_output}; "
+                            "set it to auto to fall back")
             elif failure.too_long:
                 message += (
                     f": it asked to retry after {failure.retry_after:.0f} s, longer than "
