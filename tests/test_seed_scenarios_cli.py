@@ -17,7 +17,7 @@ import pytest
 from crag.answer import NO_EVIDENCE
 from crag.cli import main
 from tests.fakes import clean_env
-from tests.openai_server import FakeOpenAIServer, NullContent, Text, grades, item_count
+from tests.openai_server import FakeOpenAIServer, NullContent, Raw, Text, grades, item_count
 
 QUESTION = "What is the upload retry policy?"
 
@@ -213,3 +213,34 @@ def test_a_refusal_that_names_a_tool_is_no_plan(llm, monkeypatch):
     assert code == 0, err
     reasons = [e["reason"] for e in json.loads(out)["audit"] if e["event"] == "plan_call_rejected"]
     assert reasons and reasons[-1].startswith("no valid tool call in the plan")  # the question's search alone
+
+
+def _spent(node_reply_text: None = None) -> Raw:
+    """A reply whose budget ran out before any content (a reasoning model still thinking):
+    ``content`` null, ``finish_reason`` ``length``, as vLLM's reasoning parsers send it."""
+    return Raw({"id": "x", "object": "chat.completion", "created": 0, "model": "m",
+                "choices": [{"index": 0, "finish_reason": "length",
+                             "message": {"role": "assistant", "content": node_reply_text}}],
+                "usage": {"prompt_tokens": 100, "completion_tokens": 256, "total_tokens": 356}})
+
+
+def test_a_reply_whose_budget_ran_out_before_any_text_is_truncated_not_a_failure(llm, monkeypatch):
+    # SPEC §5: a reply stopped by its budget is audited reply_truncated and parsed like any
+    # other; with no text at all, the node's fall-back for a reply it cannot read applies.
+    llm.script("analyze_and_route", _spent())
+    llm.script("grade_evidence", _spent())
+    llm.default("grade_evidence", grades(rest=0.9))
+    result = _ask(monkeypatch, 5, 3, None)
+    assert result["complexity"] == "complex"
+    assert [e["node"] for e in result["audit"] if e["event"] == "reply_truncated"] == ["analyze_and_route",
+                                                                                      "grade_evidence"]
+    assert [e["event"] for e in result["audit"] if e["event"] == "grader_parse_failure"]
+    assert _decided(result)[:2] == ["REFINE", "GENERATE"]
+
+
+def test_an_answer_whose_budget_ran_out_before_any_text_says_so(llm, monkeypatch):
+    llm.default("grade_evidence", grades(rest=0.9))
+    llm.script("synthesize", _spent())
+    result = _ask(monkeypatch, 5, 3, None)
+    assert result["body"].startswith("The model returned no answer text.")
+    assert [e["node"] for e in result["audit"] if e["event"] == "reply_truncated"] == ["synthesize"]

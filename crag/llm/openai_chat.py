@@ -30,7 +30,8 @@ Streaming (``on_delta``) asks for ``stream_options.include_usage``; a server tha
 that gets a plain stream, and one that refuses streaming (or answers it with no events) a
 normal request whose text is passed to ``on_delta`` whole. What worked is remembered.
 
-A model that declines (content null, with a ``refusal``, as OpenAI's structured outputs answer)
+A reply with no content whose ``finish_reason`` is ``length`` ran out of budget before any
+text: an empty, truncated reply. A model that declines (content null, with a ``refusal``, as OpenAI's structured outputs answer)
 has replied: for a node whose reply is parsed (routing, plan, grades) the reply is empty and
 ``Completion.refusal`` holds the refusal, so the node's fallback for a reply it cannot read
 applies (``complex``, the question's own search, every item 0.5); an answer refused is an
@@ -368,6 +369,8 @@ class OpenAIChatModel:
             )
         if not isinstance(content, str):
             refusal = getattr(message, "refusal", None)
+            if finish == "length" and not refusal:  # the budget ran out before any text: a truncated reply
+                return _Reply("", getattr(reply, "usage", None), finish)
             if refusal_is_reply and isinstance(refusal, str) and refusal.strip():
                 return _Reply("", getattr(reply, "usage", None), finish if isinstance(finish, str) else None,
                               refusal=refusal)
