@@ -244,3 +244,15 @@ def test_an_answer_whose_budget_ran_out_before_any_text_says_so(llm, monkeypatch
     result = _ask(monkeypatch, 5, 3, None)
     assert result["body"].startswith("The model returned no answer text.")
     assert [e["node"] for e in result["audit"] if e["event"] == "reply_truncated"] == ["synthesize"]
+
+
+def test_a_grade_stopped_by_a_content_filter_is_a_refusal(llm, monkeypatch):
+    # Azure OpenAI answers a filtered request with content null and finish_reason content_filter.
+    filtered = Raw({"id": "x", "object": "chat.completion", "created": 0, "model": "m",
+                    "choices": [{"index": 0, "finish_reason": "content_filter",
+                                 "message": {"role": "assistant", "content": None}}]})
+    llm.script("grade_evidence", filtered)
+    llm.default("grade_evidence", grades(rest=0.9))
+    result = _ask(monkeypatch, 5, 3, None)
+    assert [e["node"] for e in result["audit"] if e["event"] == "reply_refused"] == ["grade_evidence"]
+    assert _decided(result)[:2] == ["REFINE", "GENERATE"]

@@ -371,9 +371,10 @@ class OpenAIChatModel:
             refusal = getattr(message, "refusal", None)
             if finish == "length" and not refusal:  # the budget ran out before any text: a truncated reply
                 return _Reply("", getattr(reply, "usage", None), finish)
+            if finish == "content_filter" and not (isinstance(refusal, str) and refusal.strip()):
+                refusal = "the server's content filter (finish_reason content_filter)"
             if refusal_is_reply and isinstance(refusal, str) and refusal.strip():
-                return _Reply("", getattr(reply, "usage", None), finish if isinstance(finish, str) else None,
-                              refusal=refusal)
+                return _Reply("", getattr(reply, "usage", None), finish, refusal=refusal)
             why = f"refusal: {_one_line(refusal, 120)}" if refusal else (f"finish_reason {finish}" if finish else "")
             raise BadReply("returned no message content", why)
         return _Reply(content, getattr(reply, "usage", None), finish if isinstance(finish, str) else None,
