@@ -300,6 +300,15 @@ def test_a_streamed_refusal_is_the_same_error_as_a_refusal(srv):
     assert deltas == [] and srv.calls("synthesize") == 1
 
 
+def test_a_streamed_answer_stopped_by_a_content_filter_is_a_refusal(srv):
+    chunk = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m",
+             "choices": [{"index": 0, "delta": {"role": "assistant"}, "finish_reason": "content_filter"}]}
+    srv.script("synthesize", Events(b"data: " + json.dumps(chunk).encode() + b"\n\ndata: [DONE]\n\n"))
+    answer = LLMRequest("synthesize", SynthesizeTask("q", (), ()), tuple(MESSAGES))
+    with pytest.raises(LLMError, match="refusal: the server's content filter"):
+        model_for(srv).complete(answer, lambda piece: None)
+
+
 def test_streaming_delivers_deltas_and_reads_the_usage_chunk(srv):
     srv.script("synthesize", Text("Uploads retry three times [1].", prompt_tokens=50, completion_tokens=7))
     deltas: list[str] = []

@@ -30,12 +30,10 @@ Streaming (``on_delta``) asks for ``stream_options.include_usage``; a server tha
 that gets a plain stream, and one that refuses streaming (or answers it with no events) a
 normal request whose text is passed to ``on_delta`` whole. What worked is remembered.
 
-A reply with no content whose ``finish_reason`` is ``length`` ran out of budget before any
-text: an empty, truncated reply. A model that declines (content null, with a ``refusal``, as OpenAI's structured outputs answer)
-has replied: for a node whose reply is parsed (routing, plan, grades) the reply is empty and
-``Completion.refusal`` holds the refusal, so the node's fallback for a reply it cannot read
-applies (``complex``, the question's own search, every item 0.5); an answer refused is an
-``LLMError`` naming the refusal, never passed off as an answer.
+No content with ``finish_reason`` ``length`` is an empty, truncated reply. A refusal (no content
+and a ``refusal``, or ``finish_reason`` ``content_filter``) to route, plan or grade is an empty
+reply with ``Completion.refusal`` beside it, so the node's fallback for a reply it cannot read
+applies; an answer refused, streamed or not, is an ``LLMError`` naming the refusal.
 
 Every failure leaves through one boundary, ``_translate``, as a one-line ``LLMError`` (or
 ``LLMTimeoutError``) naming the server, the status and the node, chained to the SDK's
@@ -99,6 +97,7 @@ _ADAPTABLE = ("max_tokens", "temperature")
 # worked are remembered per Agent in a ServerMemory (crag.llm.server_memory).
 
 _one_line = one_line
+_FILTERED = "the server's content filter (finish_reason content_filter)"  # a refusal with no words
 
 # Tokens a server may count beyond one per byte of the text crag sent or received (a chat
 # template, a system prompt of its own): a reported count above that cannot be one.
@@ -362,6 +361,7 @@ class OpenAIChatModel:
         message = getattr(choices[0], "message", None)
         content = getattr(message, "content", None)
         finish = getattr(choices[0], "finish_reason", None)
+        finish = finish if isinstance(finish, str) else None
         if isinstance(content, list):  # content parts, as some servers send them
             content = "".join(
                 str(part.get("text", "")) if isinstance(part, dict) else str(getattr(part, "text", ""))
@@ -369,15 +369,15 @@ class OpenAIChatModel:
             )
         if not isinstance(content, str):
             refusal = getattr(message, "refusal", None)
+            refusal = refusal.strip() if isinstance(refusal, str) else ""
+            refusal = refusal or (_FILTERED if finish == "content_filter" else "")
             if finish == "length" and not refusal:  # the budget ran out before any text: a truncated reply
                 return _Reply("", getattr(reply, "usage", None), finish)
-            if finish == "content_filter" and not (isinstance(refusal, str) and refusal.strip()):
-                refusal = "the server's content filter (finish_reason content_filter)"
-            if refusal_is_reply and isinstance(refusal, str) and refusal.strip():
+            if refusal_is_reply and refusal:
                 return _Reply("", getattr(reply, "usage", None), finish, refusal=refusal)
             why = f"refusal: {_one_line(refusal, 120)}" if refusal else (f"finish_reason {finish}" if finish else "")
             raise BadReply("returned no message content", why)
-        return _Reply(content, getattr(reply, "usage", None), finish if isinstance(finish, str) else None,
+        return _Reply(content, getattr(reply, "usage", None), finish,
                       read_logprobs(getattr(choices[0], "logprobs", None)) if "logprobs" in params else None)
 
     def _stream(
@@ -421,9 +421,9 @@ class OpenAIChatModel:
                     reason = getattr(choice, "finish_reason", None)
                     if isinstance(reason, str) and reason:
                         finish = reason
-                    declined = getattr(getattr(choice, "delta", None), "refusal", None)
-                    if isinstance(declined, str):
-                        refusal.append(declined)
+                    said = getattr(getattr(choice, "delta", None), "refusal", None)
+                    if isinstance(said, str):
+                        refusal.append(said)
                     piece = getattr(getattr(choice, "delta", None), "content", None)
                     if isinstance(piece, str) and piece:
                         delivered.append(piece)
@@ -434,8 +434,9 @@ class OpenAIChatModel:
         if finish is None and not saw_done(getattr(stream, "response", None)):
             # Closed mid-answer: what was shown is a fragment, not an answer (as a dropped connection).
             raise BadReply("ended the answer's stream before it was finished", "no finish_reason and no [DONE]")
-        if not delivered and "".join(refusal).strip():  # as a refusal without streaming
-            raise BadReply("returned no message content", f"refusal: {_one_line(''.join(refusal), 120)}")
+        declined = "".join(refusal).strip() or (_FILTERED if finish == "content_filter" else "")
+        if not delivered and declined:  # as a refusal without streaming
+            raise BadReply("returned no message content", f"refusal: {_one_line(declined, 120)}")
         return _Reply("".join(delivered), usage, finish)
 
     # -- accounting ------------------------------------------------------------------------
