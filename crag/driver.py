@@ -31,6 +31,7 @@ from .nodes import NODES, NodeConfig
 from .nodes.synthesize import verdict_may_rewrite
 from .ports import ChatModel, LLMRequest, LLMRequests, Step, Toolbox, ToolOutcome, ToolRequest
 from .state import AgentState, Message, Usage
+from .text import one_line
 from .toolspec import ToolResult
 
 __all__ = ["Driver", "EventHandler", "max_steps"]
@@ -54,10 +55,12 @@ _NAMES = {node: node.value for node in Node}  # a node's name, without the Enum 
 
 
 def _noted(state: AgentState, node: str, request: LLMRequest, reply: Any) -> AgentState:
-    """``state`` with what a reply says about itself audited: cut by its budget, or counted
+    """``state`` with what a reply says about itself audited: cut by its budget, a refusal, or counted
     by crag because the server's token counts were implausible (rare: no evolve otherwise)."""
     if reply.truncated:
         state = evolve(state, audit=state.log("reply_truncated", node=node, max_tokens=request.max_tokens))
+    if reply.refused:
+        state = evolve(state, audit=state.log("reply_refused", node=node, refusal=one_line(reply.refusal, 200)))
     if reply.usage_replaced:
         state = evolve(state, audit=state.log("usage_implausible", node=node))
     if getattr(reply, "adapted", ()):

@@ -217,7 +217,8 @@ class Completion:
     (``"length"`` when the reply ran into ``max_tokens``); ``usage_replaced`` says the server's
     counts were implausible and tiktoken's stand in. ``logprobs`` holds the reply's tokens
     with their probabilities when the request asked for them and the server returned them
-    (None otherwise).
+    (None otherwise). ``refusal`` is the model's refusal when it declined to reply (``text``
+    is then empty, so the node's fallback for a reply it cannot read applies).
     """
 
     text: str
@@ -233,11 +234,17 @@ class Completion:
     # What the adapter left out or sent another way because the server refused it earlier
     # (crag.llm.server_memory): "logprobs", "temperature", "max_tokens", "response_format=...".
     adapted: tuple[str, ...] = ()
+    refusal: str | None = None
 
     @property
     def truncated(self) -> bool:
         """The reply was stopped by its ``max_tokens`` budget."""
         return self.finish_reason == "length"
+
+    @property
+    def refused(self) -> bool:
+        """The model declined to reply (``refusal`` says how)."""
+        return self.refusal is not None
 
 
 _NO_USAGE = NodeUsage()

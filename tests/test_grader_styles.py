@@ -105,6 +105,8 @@ def test_the_same_score_for_several_items_carries_no_information():
     assert grading.uninformative((0.5,) * 10) == "same_score"
     assert grading.uninformative((0.1, 0.1, 0.1)) is None  # three alike is a plausible verdict (seed 001)
     assert grading.uninformative((0.0, 0.0, 0.0, 0.9)) is None
+    assert grading.uninformative((0.0,) * 5, sure=5) is None  # sure of every "no": that is a verdict
+    assert grading.uninformative((0.0,) * 5, sure=4) == "same_score"
 
 
 def test_coin_tosses_carry_no_information():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -26,6 +27,7 @@ from .openai_server import (
     Delay,
     Drop,
     EmptyChoices,
+    Events,
     FakeOpenAIServer,
     Garbage,
     NoUsage,
@@ -235,7 +237,6 @@ def test_a_dropped_connection_is_retried(srv):
     (Garbage(b"<html>hi</html>", content_type="text/html"), "not a chat completion"),
     (EmptyChoices(), "returned no choices"),
     (NullContent(), "returned no message content"),
-    (NullContent(refusal="I can't help with that"), "refusal: I can't help with that"),
     (Raw([1, 2, 3]), "not a chat completion"),
     (Raw({"id": "x"}), "returned no choices"),
 ])
@@ -250,6 +251,22 @@ def test_unusable_bodies_are_clear_llm_errors_without_retry(srv, reply, words):
     assert caught.value.__cause__ is not None
 
 
+def test_a_refused_answer_is_a_clear_llm_error_without_retry(srv):
+    srv.script("synthesize", NullContent(refusal="I can't help with that"))
+    answer = LLMRequest("synthesize", SynthesizeTask("q", (), ()), tuple(MESSAGES))
+    with pytest.raises(LLMError) as caught:
+        model_for(srv).complete(answer)
+    assert "refusal: I can't help with that" in str(caught.value) and "for node synthesize" in str(caught.value)
+    assert srv.calls("synthesize") == 1
+
+
+def test_a_refusal_to_grade_is_the_reply_for_the_nodes_fallback(srv):
+    srv.script("grade_evidence", NullContent(refusal="I can't help with that"))
+    completion = model_for(srv).complete(request("grade_evidence"))
+    assert completion.text == "" and completion.refused and completion.refusal == "I can't help with that"
+    assert completion.prompt_tokens > 0 and srv.calls("grade_evidence") == 1
+
+
 def test_replies_in_code_fences_go_through_the_parsers(srv):
     srv.script("analyze_and_route", '```json\n{"complexity": "simple", "suggested_tools": ["grep_search"]}\n```')
     srv.script("grade_evidence", "<think>let me see</think>\nScores:\n```\n[0.9, 0.2, 0.7]\n```")
@@ -262,6 +279,34 @@ def test_replies_in_code_fences_go_through_the_parsers(srv):
 # --------------------------------------------------------------------------------------
 # Streaming
 # --------------------------------------------------------------------------------------
+
+
+def test_a_streamed_refusal_is_the_same_error_as_a_refusal(srv):
+    """OpenAI streams a refusal as ``delta.refusal`` pieces with no content: that is no answer
+    (as without streaming), never an empty one."""
+    def event(delta: dict, finish: str | None = None) -> bytes:
+        chunk = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m",
+                 "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+        return b"data: " + json.dumps(chunk).encode() + b"\n\n"
+
+    srv.script("synthesize", Events(event({"role": "assistant", "content": None, "refusal": ""})
+                                    + event({"refusal": "I can't help "}) + event({"refusal": "with that."})
+                                    + event({}, "stop") + b"data: [DONE]\n\n"))
+    answer = LLMRequest("synthesize", SynthesizeTask("q", (), ()), tuple(MESSAGES))
+    deltas: list[str] = []
+    with pytest.raises(LLMError) as caught:
+        model_for(srv).complete(answer, deltas.append)
+    assert "refusal: I can't help with that." in str(caught.value) and "for node synthesize" in str(caught.value)
+    assert deltas == [] and srv.calls("synthesize") == 1
+
+
+def test_a_streamed_answer_stopped_by_a_content_filter_is_a_refusal(srv):
+    chunk = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m",
+             "choices": [{"index": 0, "delta": {"role": "assistant"}, "finish_reason": "content_filter"}]}
+    srv.script("synthesize", Events(b"data: " + json.dumps(chunk).encode() + b"\n\ndata: [DONE]\n\n"))
+    answer = LLMRequest("synthesize", SynthesizeTask("q", (), ()), tuple(MESSAGES))
+    with pytest.raises(LLMError, match="refusal: the server's content filter"):
+        model_for(srv).complete(answer, lambda piece: None)
 
 
 def test_streaming_delivers_deltas_and_reads_the_usage_chunk(srv):

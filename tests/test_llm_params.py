@@ -113,6 +113,15 @@ def test_a_fixed_format_the_server_refuses_is_an_error_not_a_fallback(srv):
     assert srv.calls() == 1
 
 
+@pytest.mark.parametrize("mode", ["json_schema", "json_object"])
+def test_a_fixed_format_the_server_refuses_says_which_setting_to_change(srv, mode):
+    srv.reject_response_format = True
+    with pytest.raises(LLMError) as caught:
+        OpenAIChatModel(settings_for(srv, structured_output=mode, llm_max_retries=0)).complete(grade_request())
+    message = str(caught.value)
+    assert f"KB_AGENT_STRUCTURED_OUTPUT={mode}" in message and "auto" in message and "\n" not in message
+
+
 def test_a_server_error_during_the_fallback_is_still_retried(srv):
     srv.reject_json_schema = True
     srv.script("grade_evidence", Status(503), '{"scores": [1, 0]}')

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ import pytest
 from crag.answer import NO_EVIDENCE
 from crag.cli import main
 from tests.fakes import clean_env
-from tests.openai_server import FakeOpenAIServer, grades, item_count
+from tests.openai_server import FakeOpenAIServer, NullContent, Raw, Text, grades, item_count
 
 QUESTION = "What is the upload retry policy?"
 
@@ -125,3 +126,133 @@ def test_mixed_grades_filter_and_decide_by_the_mean_of_the_rest(llm, monkeypatch
     assert _decided(result) == ["GENERATE"]  # mean of 0.9, 0.8, 0.7 = 0.8
     assert result["evidence_scores"] == [0.9, 0.8, 0.7]
     assert [e["score"] for e in result["audit"] if e["event"] == "evidence_removed"] == [0.1, 0.2]
+
+
+def test_a_grader_that_refuses_is_the_seeds_parse_failure(llm, monkeypatch):
+    # OpenAI's structured outputs answer a request the model declines with content null and
+    # a `refusal`: that is grader output that cannot be parsed as scores (seed 000), not a
+    # failure of the server.
+    llm.script("grade_evidence", NullContent(refusal="I can't help with that."))
+    llm.default("grade_evidence", grades(rest=0.9))
+    result = _ask(monkeypatch, 5, 3, None)
+    failures = [e for e in result["audit"] if e["event"] == "grader_parse_failure"]
+    assert failures and failures[0]["level"] == "warning"
+    assert _decided(result)[:2] == ["REFINE", "GENERATE"]  # every item 0.5, then a real grade
+    assert {"event": "reply_refused", "node": "grade_evidence", "refusal": "I can't help with that."} in result["audit"]
+    assert result["usage"]["by_node"]["grade_evidence"]["calls"] == 2  # the refused call is counted
+
+
+def test_a_router_or_planner_that_refuses_takes_the_specs_fallbacks(llm, monkeypatch):
+    llm.script("analyze_and_route", NullContent(refusal="No."))
+    llm.script("plan", NullContent(refusal="No."))
+    llm.default("grade_evidence", grades(rest=0.9))
+    result = _ask(monkeypatch, 5, 3, None)
+    assert result["complexity"] == "complex"  # §5: anything else → complex with the default tools
+    assert result["trace"] == ["analyze_and_route", "plan", "tool_exec", "grade_evidence", "synthesize"]
+    assert result["evidence_scores"] == [0.9] * 5  # the plan fell back to the question's search
+    assert [e["node"] for e in result["audit"] if e["event"] == "reply_refused"] == ["analyze_and_route", "plan"]
+
+
+def test_an_answer_the_model_refuses_is_one_line_and_status_1(llm, monkeypatch):
+    llm.default("grade_evidence", grades(rest=0.9))
+    llm.script("synthesize", NullContent(refusal="I can't help with that."))
+    monkeypatch.setenv("KB_AGENT_TOP_K", "5")
+    code, out, err = _cli("ask", QUESTION, "--json")
+    assert (code, out) == (1, "")
+    assert err.startswith("crag: error: ") and err.count("\n") == 1 and "refusal: I can't help with that." in err
+
+
+def _labelled(p_yes: float):
+    """A grading reply of one label per item whose label token has P(yes) = ``p_yes``, with its
+    token probabilities (as llama.cpp, vLLM and OpenAI send them when asked)."""
+    yes, no = math.log(p_yes), math.log(1.0 - p_yes)
+    top = sorted([(" yes", yes), (" no", no)], key=lambda t: -t[1])
+
+    def reply(body: dict) -> Text:
+        n = item_count(body)
+        tokens = []
+        for k in range(1, n + 1):
+            tokens += [(str(k), 0.0, []), (":", 0.0, []), (top[0][0], top[0][1], top), ("\n", 0.0, [])]
+        return Text("".join(t for t, _, _ in tokens).rstrip("\n"), logprobs=tokens[:-1])
+
+    return reply
+
+
+@pytest.mark.parametrize("p_yes", [0.005, 0.02])
+def test_a_grader_sure_that_no_item_is_relevant_is_information(llm, monkeypatch, p_yes):
+    # SPEC §2: only a reading with no information (coin tosses; one label copied down the
+    # list *without confidence*) is uninformative. A model sure of "no" for every item has
+    # said something: every item goes (RE_RETRIEVE), however alike its probabilities.
+    llm.default("grade_evidence", _labelled(p_yes))
+    result = _ask(monkeypatch, 5, 3, None)
+    assert not [e for e in result["audit"] if e["event"] == "grader_uninformative"]
+    assert _decided(result)[0] == "RE_RETRIEVE"
+    assert _after_grading(result)[0] == "analyze_and_route"
+
+
+def test_a_grader_sure_that_every_item_is_relevant_graded_them(llm, monkeypatch):
+    llm.default("grade_evidence", _labelled(0.995))
+    result = _ask(monkeypatch, 5, 3, None)
+    assert not [e for e in result["audit"] if e["event"] == "grader_uninformative"]
+    assert _decided(result) == ["GENERATE"] and "not graded" not in result["answer"]
+
+
+def test_one_unsure_probability_copied_down_the_list_is_uninformative(llm, monkeypatch):
+    llm.default("grade_evidence", _labelled(0.2))
+    result = _ask(monkeypatch, 5, 3, None)
+    assert [e["reason"] for e in result["audit"] if e["event"] == "grader_uninformative"] == ["same_score"]
+    assert not [e for e in result["audit"] if e["event"] == "evidence_removed"]
+
+
+def test_a_refusal_that_names_a_tool_is_no_plan(llm, monkeypatch):
+    llm.script("analyze_and_route", json.dumps({"complexity": "complex", "suggested_tools": ["vector_search", "grep_search"]}))
+    llm.script("plan", NullContent(refusal="I won't run grep_search for `retries 7 times`."))
+    llm.default("grade_evidence", grades(rest=0.9))
+    monkeypatch.setenv("KB_AGENT_TOP_K", "5")
+    code, out, err = _cli("ask", "Which service has `retries 7 times`?", "--json")
+    assert code == 0, err
+    reasons = [e["reason"] for e in json.loads(out)["audit"] if e["event"] == "plan_call_rejected"]
+    assert reasons and reasons[-1].startswith("no valid tool call in the plan")  # the question's search alone
+
+
+def _spent(node_reply_text: None = None) -> Raw:
+    """A reply whose budget ran out before any content (a reasoning model still thinking):
+    ``content`` null, ``finish_reason`` ``length``, as vLLM's reasoning parsers send it."""
+    return Raw({"id": "x", "object": "chat.completion", "created": 0, "model": "m",
+                "choices": [{"index": 0, "finish_reason": "length",
+                             "message": {"role": "assistant", "content": node_reply_text}}],
+                "usage": {"prompt_tokens": 100, "completion_tokens": 256, "total_tokens": 356}})
+
+
+def test_a_reply_whose_budget_ran_out_before_any_text_is_truncated_not_a_failure(llm, monkeypatch):
+    # SPEC §5: a reply stopped by its budget is audited reply_truncated and parsed like any
+    # other; with no text at all, the node's fall-back for a reply it cannot read applies.
+    llm.script("analyze_and_route", _spent())
+    llm.script("grade_evidence", _spent())
+    llm.default("grade_evidence", grades(rest=0.9))
+    result = _ask(monkeypatch, 5, 3, None)
+    assert result["complexity"] == "complex"
+    assert [e["node"] for e in result["audit"] if e["event"] == "reply_truncated"] == ["analyze_and_route",
+                                                                                      "grade_evidence"]
+    assert [e["event"] for e in result["audit"] if e["event"] == "grader_parse_failure"]
+    assert _decided(result)[:2] == ["REFINE", "GENERATE"]
+
+
+def test_an_answer_whose_budget_ran_out_before_any_text_says_so(llm, monkeypatch):
+    llm.default("grade_evidence", grades(rest=0.9))
+    llm.script("synthesize", _spent())
+    result = _ask(monkeypatch, 5, 3, None)
+    assert result["body"].startswith("The model returned no answer text.")
+    assert [e["node"] for e in result["audit"] if e["event"] == "reply_truncated"] == ["synthesize"]
+
+
+def test_a_grade_stopped_by_a_content_filter_is_a_refusal(llm, monkeypatch):
+    # Azure OpenAI answers a filtered request with content null and finish_reason content_filter.
+    filtered = Raw({"id": "x", "object": "chat.completion", "created": 0, "model": "m",
+                    "choices": [{"index": 0, "finish_reason": "content_filter",
+                                 "message": {"role": "assistant", "content": None}}]})
+    llm.script("grade_evidence", filtered)
+    llm.default("grade_evidence", grades(rest=0.9))
+    result = _ask(monkeypatch, 5, 3, None)
+    assert [e["node"] for e in result["audit"] if e["event"] == "reply_refused"] == ["grade_evidence"]
+    assert _decided(result)[:2] == ["REFINE", "GENERATE"]

@@ -7,7 +7,7 @@ where a small model's habits show (docs/real-models.md, "Grading a real model"):
 
 * ``uninformative``: a probability reading that carries no information (every label a coin
   toss; one label copied down a list of at least ``min_items`` without confidence; one
-  probability for every item) removes nothing and forces no round by itself;
+  probability, not a sure one, for every item) removes nothing and forces no round by itself;
 * ``undecided``: an item whose P(yes) lies between the two thresholds is kept but does not
   count in the mean; when no kept item was decided, retrieval's facts choose the action;
 * ``first_label``: a batch's first item (the question's best hit) is kept below the drop

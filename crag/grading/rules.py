@@ -136,7 +136,8 @@ def uninformative(scores: Sequence[float], tosses: int = 0, labels: Sequence[str
                   min_items: int = 4) -> str | None:
     """Why a grade read through token probabilities carries no information, or None:
     ``coin_toss`` (every item's P(yes) near even: ``tosses`` of them), ``same_score`` (every one
-    of at least ``min_items`` items given one probability, to two decimals) or ``same_label``
+    of at least ``min_items`` items given one probability, to two decimals, not a sure one for
+    each: a model sure that no item answers has said so) or ``same_label``
     (every one of that many given one label, ``labels``, without the model being sure of each:
     ``sure`` counts the sure ones; a small model copies its first label down the list).
 
@@ -146,7 +147,7 @@ def uninformative(scores: Sequence[float], tosses: int = 0, labels: Sequence[str
         return None
     if tosses >= len(scores):
         return "coin_toss"
-    if len(scores) >= min_items and len({round(s, 2) for s in scores}) == 1:
+    if len(scores) >= min_items and len({round(s, 2) for s in scores}) == 1 and sure < len(scores):
         return "same_score"
     if len(labels) >= min_items and len(set(labels)) == 1 and sure < len(labels):
         return "same_label"

@@ -30,6 +30,11 @@ Streaming (``on_delta``) asks for ``stream_options.include_usage``; a server tha
 that gets a plain stream, and one that refuses streaming (or answers it with no events) a
 normal request whose text is passed to ``on_delta`` whole. What worked is remembered.
 
+No content with ``finish_reason`` ``length`` is an empty, truncated reply. A refusal (no content
+and a ``refusal``, or ``finish_reason`` ``content_filter``) to route, plan or grade is an empty
+reply with ``Completion.refusal`` beside it, so the node's fallback for a reply it cannot read
+applies; an answer refused, streamed or not, is an ``LLMError`` naming the refusal.
+
 Every failure leaves through one boundary, ``_translate``, as a one-line ``LLMError`` (or
 ``LLMTimeoutError``) naming the server, the status and the node, chained to the SDK's
 exception, with the API key and any URL password redacted (a server may echo them).
@@ -41,7 +46,6 @@ is built, never by ``import crag``.
 from __future__ import annotations
 
 import random
-import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -50,7 +54,7 @@ from attrs import frozen
 
 from ..config import Settings
 from ..errors import ConfigError, LLMContextError, LLMError, LLMTimeoutError
-from ..ports import LLMRequest
+from ..ports import LLMRequest, SynthesizeTask
 from ..safe_text import redact_message, valid_text
 from ..state import Completion, TokenLogprob
 from .bodies import http_client, saw_done
@@ -65,6 +69,7 @@ from .retry import (
     RetryPolicy,
     StatusFailure,
     TimeoutFailure,
+    context_overflow,
     one_line,
     parse_retry_after,
     server_message,
@@ -91,18 +96,8 @@ _ADAPTABLE = ("max_tokens", "temperature")
 # What a server refused (or, for logprobs, ignored: crag.llm.logprobs) and the format that
 # worked are remembered per Agent in a ServerMemory (crag.llm.server_memory).
 
-# How servers say a request is longer than the model's window, and where they give its size:
-# llama.cpp: type "exceed_context_size_error", "n_ctx"; OpenAI: code "context_length_exceeded";
-# vLLM: "This model's maximum context length is 4096 tokens".
-_OVERFLOW_KINDS = frozenset({"exceed_context_size_error", "context_length_exceeded"})
-_OVERFLOW = re.compile(
-    r"maximum context length|exceeds? (?:the )?(?:available |maximum )?context (?:size|length|window)"
-    r"|context (?:length|size|window) (?:exceeded|is too small)|too many tokens|prompt is too long", re.I)
-_WINDOW = re.compile(
-    r"maximum context length (?:is|of) (\d+)|available context size \((\d+) tokens\)"
-    r"|context (?:window|length|size) (?:is|of) (\d+)", re.I)
-
 _one_line = one_line
+_FILTERED = "the server's content filter (finish_reason content_filter)"  # a refusal with no words
 
 # Tokens a server may count beyond one per byte of the text crag sent or received (a chat
 # template, a system prompt of its own): a reported count above that cannot be one.
@@ -137,6 +132,7 @@ class _Reply:
     usage: Any = None
     finish_reason: str | None = None
     logprobs: tuple[TokenLogprob, ...] | None = None
+    refusal: str | None = None  # the model declined: its reply is empty
 
 
 class OpenAIChatModel:
@@ -220,7 +216,7 @@ class OpenAIChatModel:
             try:
                 with request_deadline(self.timeout):
                     if mode == "off":
-                        reply = self._plain(messages, node, params)
+                        reply = self._plain(messages, node, params, not isinstance(request.task, SynthesizeTask))
                     else:
                         reply = self._stream(messages, node, params, mode, on_delta, delivered)
             except _ParamRefused as refused:
@@ -238,7 +234,8 @@ class OpenAIChatModel:
                     raise
                 wait = self.policy.wait(retries, failure) if not delivered else None
                 if wait is None:
-                    raise _redacted(self._translate(exc, failure, node, retries), self._secrets) from exc
+                    error = self._translate(exc, failure, node, retries, "response_format" in params)
+                    raise _redacted(error, self._secrets) from exc
                 retries += 1
                 self.policy.sleep(wait)
                 continue
@@ -263,6 +260,7 @@ class OpenAIChatModel:
             cached_tokens=cached,
             finish_reason=reply.finish_reason,
             usage_replaced=replaced,
+            refusal=reply.refusal,
             logprobs=reply.logprobs,
             adapted=adapted(request, first, first_fmt if self.structured_output == "auto" else _FORMATS[0], fmt,
                             _FORMATS[0]),
@@ -319,7 +317,7 @@ class OpenAIChatModel:
         named = getattr(exc, "param", None)
         code = getattr(exc, "code", None)
         text = str(getattr(exc, "message", "") or exc)
-        if refuses_logprobs(params, named, text) and _context_overflow(exc, server_message(exc)) is None:
+        if refuses_logprobs(params, named, text) and context_overflow(exc, server_message(exc)) is None:
             return _LOGPROBS
         for param in _ADAPTABLE:
             if param not in params:
@@ -336,12 +334,14 @@ class OpenAIChatModel:
             and self.structured_output == "auto"
             and isinstance(exc, self._openai.APIStatusError)
             and exc.status_code in _FORMAT_REFUSALS
-            and _context_overflow(exc, server_message(exc)) is None  # too long is not a format refusal
+            and context_overflow(exc, server_message(exc)) is None  # too long is not a format refusal
         )
 
     # -- one request -----------------------------------------------------------------------
 
-    def _plain(self, messages: list[dict[str, str]], node: str, params: dict[str, Any]) -> _Reply:
+    def _plain(self, messages: list[dict[str, str]], node: str, params: dict[str, Any],
+               refusal_is_reply: bool = False) -> _Reply:
+        """One request. ``refusal_is_reply``: a refusal is the reply (module doc), else an error."""
         try:
             reply = self._client.chat.completions.create(
                 model=self.model, messages=messages, extra_headers={NODE_HEADER: node}, **params
@@ -361,6 +361,7 @@ class OpenAIChatModel:
         message = getattr(choices[0], "message", None)
         content = getattr(message, "content", None)
         finish = getattr(choices[0], "finish_reason", None)
+        finish = finish if isinstance(finish, str) else None
         if isinstance(content, list):  # content parts, as some servers send them
             content = "".join(
                 str(part.get("text", "")) if isinstance(part, dict) else str(getattr(part, "text", ""))
@@ -368,9 +369,15 @@ class OpenAIChatModel:
             )
         if not isinstance(content, str):
             refusal = getattr(message, "refusal", None)
+            refusal = refusal.strip() if isinstance(refusal, str) else ""
+            refusal = refusal or (_FILTERED if finish == "content_filter" else "")
+            if finish == "length" and not refusal:  # the budget ran out before any text: a truncated reply
+                return _Reply("", getattr(reply, "usage", None), finish)
+            if refusal_is_reply and refusal:
+                return _Reply("", getattr(reply, "usage", None), finish, refusal=refusal)
             why = f"refusal: {_one_line(refusal, 120)}" if refusal else (f"finish_reason {finish}" if finish else "")
             raise BadReply("returned no message content", why)
-        return _Reply(content, getattr(reply, "usage", None), finish if isinstance(finish, str) else None,
+        return _Reply(content, getattr(reply, "usage", None), finish,
                       read_logprobs(getattr(choices[0], "logprobs", None)) if "logprobs" in params else None)
 
     def _stream(
@@ -398,12 +405,13 @@ class OpenAIChatModel:
                 raise _ParamRefused(refused) from exc
             if self._refused_format(exc, params):
                 raise _FormatRefused from exc
-            if exc.status_code in _STREAM_REFUSALS and _context_overflow(exc, server_message(exc)) is None:
+            if exc.status_code in _STREAM_REFUSALS and context_overflow(exc, server_message(exc)) is None:
                 raise _StreamRefused from exc  # (too long is not a refusal to stream)
             raise
         usage = None
         finish: str | None = None
         chunks = 0
+        refusal: list[str] = []  # a refusal streams as delta.refusal pieces, with no content
         with stream:
             for chunk in stream:
                 chunks += 1
@@ -413,6 +421,9 @@ class OpenAIChatModel:
                     reason = getattr(choice, "finish_reason", None)
                     if isinstance(reason, str) and reason:
                         finish = reason
+                    said = getattr(getattr(choice, "delta", None), "refusal", None)
+                    if isinstance(said, str):
+                        refusal.append(said)
                     piece = getattr(getattr(choice, "delta", None), "content", None)
                     if isinstance(piece, str) and piece:
                         delivered.append(piece)
@@ -423,6 +434,9 @@ class OpenAIChatModel:
         if finish is None and not saw_done(getattr(stream, "response", None)):
             # Closed mid-answer: what was shown is a fragment, not an answer (as a dropped connection).
             raise BadReply("ended the answer's stream before it was finished", "no finish_reason and no [DONE]")
+        declined = "".join(refusal).strip() or (_FILTERED if finish == "content_filter" else "")
+        if not delivered and declined:  # as a refusal without streaming
+            raise BadReply("returned no message content", f"refusal: {_one_line(declined, 120)}")
         return _Reply("".join(delivered), usage, finish)
 
     # -- accounting ------------------------------------------------------------------------
@@ -468,8 +482,10 @@ class OpenAIChatModel:
 
     # -- failures --------------------------------------------------------------------------
 
-    def _translate(self, exc: BaseException, failure: Failure, node: str, retries: int) -> LLMError:
-        """The one place an SDK failure becomes a crag error: one line, server, status, node."""
+    def _translate(self, exc: BaseException, failure: Failure, node: str, retries: int,
+                   format_sent: bool = False) -> LLMError:
+        """The one place an SDK failure becomes a crag error: one line, server, status, node
+        (``format_sent``: the request carried a ``response_format``)."""
         where = f"LLM server {self.server}"
         after = f" after {retries} {'retry' if retries == 1 else 'retries'}" if retries else ""
         if isinstance(failure, TimeoutFailure):
@@ -492,7 +508,7 @@ class OpenAIChatModel:
             status = failure.status
             message = f"{where} answered {status} for node {node}{after}"
             detail = server_message(exc)
-            overflow = _context_overflow(exc, detail) if status in (400, 413) else None
+            overflow = context_overflow(exc, detail) if status in (400, 413) else None
             if overflow is not None:
                 window = overflow or None
                 size = f" of {window} tokens" if window else ""
@@ -508,6 +524,9 @@ class OpenAIChatModel:
                 message += f": access denied; check OPENAI_API_KEY and its access to model {self.model}"
             elif status == 404:
                 message += f": check KB_AGENT_MODEL ({self.model}) and OPENAI_BASE_URL"
+            elif status in _FORMAT_REFUSALS and format_sent and self.structured_output != "auto":
+                message += (f": the server may not support KB_AGENT_STRUCTURED_OUTPUT={self.structured_output}; "
+                            "set it to auto to fall back")
             elif failure.too_long:
                 message += (
                     f": it asked to retry after {failure.retry_after:.0f} s, longer than "
@@ -518,23 +537,6 @@ class OpenAIChatModel:
             return LLMError(message, node=node, status=status)
         note = f" ({failure.note})" if failure.note else ""
         return LLMError(f"{where} {failure.what} for node {node}{note}", node=node)
-
-
-def _context_overflow(exc: BaseException, detail: str) -> int | None:
-    """For a refusal because the request is longer than the model's window: that window in
-    tokens, or 0 when the server did not say; None for any other refusal."""
-    body = getattr(exc, "body", None)
-    error = body.get("error", body) if isinstance(body, dict) else {}
-    error = error if isinstance(error, dict) else {}
-    kinds = {str(error.get("type") or ""), str(error.get("code") or ""), str(getattr(exc, "code", "") or "")}
-    text = detail or str(error.get("message") or "")
-    if not (kinds & _OVERFLOW_KINDS or _OVERFLOW.search(text)):
-        return None
-    n_ctx = error.get("n_ctx")
-    if isinstance(n_ctx, int) and not isinstance(n_ctx, bool) and n_ctx > 0:
-        return n_ctx
-    found = _WINDOW.search(text)
-    return int(next(g for g in found.groups() if g)) if found else 0
 
 
 def _redacted(error: LLMError, secrets: Sequence[str]) -> LLMError:

@@ -12,7 +12,9 @@ what the server asked. Any other 4xx is final at once.
 when it is not the server's doing, so it propagates untouched); ``RetryPolicy.wait`` says
 how long to wait before the next try, or None when there is none; ``RetryPolicy.call`` runs
 a request under the policy. Turning a failure into a one-line ``LLMError`` stays with each
-client, which knows what to say (the chat node, the embedding model).
+client, which knows what to say (the chat node, the embedding model). ``server_message`` and
+``context_overflow`` read what a server's error says (its message; a request longer than the
+model's window, and that window).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import email.utils
 import json
 import math
 import random
+import re
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -39,6 +42,7 @@ __all__ = [
     "RetryPolicy",
     "StatusFailure",
     "TimeoutFailure",
+    "context_overflow",
     "one_line",
     "parse_retry_after",
 ]
@@ -239,3 +243,31 @@ def server_message(exc: BaseException) -> Any:
     elif isinstance(body, str):
         message = body
     return one_line(message, 160) if message else ""
+
+
+# How servers say a request is longer than the model's window, and where they give its size:
+# llama.cpp: type "exceed_context_size_error", "n_ctx"; OpenAI: code "context_length_exceeded";
+# vLLM: "This model's maximum context length is 4096 tokens".
+_OVERFLOW_KINDS = frozenset({"exceed_context_size_error", "context_length_exceeded"})
+_OVERFLOW = re.compile(
+    r"maximum context length|exceeds? (?:the )?(?:available |maximum )?context (?:size|length|window)"
+    r"|context (?:length|size|window) (?:exceeded|is too small)|too many tokens|prompt is too long", re.I)
+_WINDOW = re.compile(
+    r"maximum context length (?:is|of) (\d+)|available context size \((\d+) tokens\)"
+    r"|context (?:window|length|size) (?:is|of) (\d+)", re.I)
+
+def context_overflow(exc: BaseException, detail: str) -> int | None:
+    """For a refusal because the request is longer than the model's window: that window in
+    tokens, or 0 when the server did not say; None for any other refusal."""
+    body = getattr(exc, "body", None)
+    error = body.get("error", body) if isinstance(body, dict) else {}
+    error = error if isinstance(error, dict) else {}
+    kinds = {str(error.get("type") or ""), str(error.get("code") or ""), str(getattr(exc, "code", "") or "")}
+    text = detail or str(error.get("message") or "")
+    if not (kinds & _OVERFLOW_KINDS or _OVERFLOW.search(text)):
+        return None
+    n_ctx = error.get("n_ctx")
+    if isinstance(n_ctx, int) and not isinstance(n_ctx, bool) and n_ctx > 0:
+        return n_ctx
+    found = _WINDOW.search(text)
+    return int(next(g for g in found.groups() if g)) if found else 0
