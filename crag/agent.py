@@ -30,7 +30,7 @@ from .errors import UsageError
 from .events import EventHandler
 from .nodes import NodeConfig
 from .ports import ChatModel, Toolbox
-from .safe_text import valid_text
+from .safe_text import short_value, valid_text
 from .state import (
     AgentState,
     Citation,
@@ -178,8 +178,14 @@ def parse_history(messages: Iterable[Any]) -> tuple[Message, ...]:
             raise UsageError(
                 f"history message {i} must be an object with string fields \"role\" and \"content\""
             )
+        if m["role"] not in ROLES:
+            raise UsageError(f"history message {i} has the role \"{short_value(m['role'])}\": "
+                             f"earlier turns are \"user\" or \"assistant\"")
         out.append(Message(m["role"], m["content"]))
     return tuple(out)
+
+
+ROLES = frozenset({"user", "assistant"})  # the roles of earlier turns a history may hold
 
 
 class Agent:

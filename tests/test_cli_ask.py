@@ -317,6 +317,10 @@ def test_bad_history_file_is_a_usage_error(kb: Path, tmp_path: Path) -> None:
     bad.write_text('{"role": "user"}')
     code, _, err = cli("ask", "hi", "--history", str(bad))
     assert code == 2 and "--history" in err and err.count("\n") == 1
+    bad.write_text('[{"role": "user", "content": "hi"}, {"role": "bogus\\u001b[31m", "content": "x"}]')
+    code, _, err = cli("ask", "hi", "--history", str(bad))  # a role no turn has: not sent on silently
+    assert code == 2 and err.count("\n") == 1 and "history message 1" in err and "bogus" in err
+    assert "\x1b" not in err and '"user" or "assistant"' in err
 
 
 def test_chat_keeps_history_across_turns_and_streams(llm: FakeOpenAIServer, tmp_path: Path) -> None:
