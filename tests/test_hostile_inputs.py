@@ -196,6 +196,12 @@ DAMAGE = {
     "garbage in the FAISS file, same size": lambda kb: _overwrite(
         _generation(kb) / "vectors.faiss", (_generation(kb) / "vectors.faiss").stat().st_size // 2, b"\xa5\x5a" * 32),
     "chunk rows deleted": lambda kb: _sql(_generation(kb) / "chunks.sqlite", "DELETE FROM chunks WHERE id % 2 = 0"),
+    # CHECKSUMS nested past Python's recursion limit was a RecursionError traceback; one that
+    # lists no file (or other files) checked nothing, or read whatever it named.
+    "CHECKSUMS nested too deeply": lambda kb: (_generation(kb) / "CHECKSUMS").write_bytes(b"[" * 100_000),
+    "CHECKSUMS lists no file": lambda kb: (_generation(kb) / "CHECKSUMS").write_bytes(b"{}"),
+    "CHECKSUMS lists another file": lambda kb: (_generation(kb) / "CHECKSUMS").write_text(
+        json.dumps({"../CURRENT": {"size": 11, "crc32": 0}}), encoding="utf-8"),
 }
 
 
@@ -238,6 +244,20 @@ def test_3_4_a_file_missing_from_the_generation_is_named_not_the_generation(kb: 
     line = one_error_line(err)
     assert code == 1 and f"{_generation(kb).name}/{gone} is missing" in line and "generation gen" not in line, line
     assert cli("index", "docs")[0] == 0 and cli("search", "port")[0] == 0
+
+
+def test_3_4_a_checksum_file_naming_an_endless_file_is_damage_not_a_read_forever(kb: Path) -> None:
+    """CHECKSUMS that named /dev/zero beside the generation's files made every search read
+    it forever: only the generation's own files are checked."""
+    checksums = _generation(kb) / "CHECKSUMS"
+    checksums.write_text(json.dumps({**json.loads(checksums.read_text()), "/dev/zero": {"size": 0, "crc32": 0}}))
+    done: list[tuple[int, str, str]] = []
+    worker = threading.Thread(target=lambda: done.append(cli("search", "port")), daemon=True)
+    worker.start()
+    worker.join(30)
+    assert done, "search still reading after 30s"
+    code, out, err = done[0]
+    assert code == 1 and not out and "damaged" in one_error_line(err)
 
 
 # -- 5. a catastrophic regular expression from a plan ----------------------------------------

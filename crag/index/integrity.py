@@ -25,9 +25,10 @@ from collections.abc import Mapping, Sequence
 
 from ..errors import IndexStoreError
 
-__all__ = ["CHECKSUMS", "INT_META", "TABLES", "int_meta", "read_current_name", "verify", "write_checksums"]
+__all__ = ["CHECKED_FILES", "CHECKSUMS", "INT_META", "TABLES", "int_meta", "read_current_name", "verify", "write_checksums"]
 
 CHECKSUMS = "CHECKSUMS"
+CHECKED_FILES = ("chunks.sqlite", "vectors.faiss")  # what CHECKSUMS holds: layout.DATABASE, layout.VECTORS
 TABLES = frozenset({"meta", "roots", "files", "chunks", "fts", "files_fts"})
 INT_META = ("chunks", "dim")  # meta values that must be whole numbers
 OPTIONAL_INT_META = ("next_chunk_id", "vectors_bytes")  # ... when present
@@ -121,11 +122,13 @@ def verify(
                 recorded = json.load(f)
     except FileNotFoundError:
         recorded = None  # written before checksums existed: the checks below still apply
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise _damaged(index_dir, "its checksum file cannot be read", hint) from exc
     if recorded is not None:
         if not isinstance(recorded, dict):
             raise _damaged(index_dir, "its checksum file cannot be read", hint)
+        if sorted(recorded) != sorted(CHECKED_FILES):  # only the generation's own files are read
+            raise _damaged(index_dir, f"its checksum file does not list {' and '.join(CHECKED_FILES)}", hint)
         for name, expected in sorted(recorded.items()):
             try:
                 actual = digest(str(name))
