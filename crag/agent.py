@@ -199,7 +199,7 @@ class Agent:
     @classmethod
     def from_env(
         cls,
-        kb: Sequence[str | os.PathLike[str]] | None = None,
+        kb: Sequence[str | os.PathLike[str]] | str | os.PathLike[str] | None = None,
         *,
         chat_model: ChatModel | None = None,
         toolbox: Toolbox | None = None,
@@ -211,7 +211,7 @@ class Agent:
     ) -> Agent:
         """An agent from the environment, ``.env`` and keyword overrides (field names of ``Settings``).
 
-        ``kb`` names the knowledge-base roots: they are indexed first when new or changed,
+        ``kb`` names the knowledge-base roots (one path or a list of them): they are indexed first when new or changed,
         and the tools look only inside them. Without it every root the index holds is used.
         ``chat_model`` and ``toolbox`` replace the ones the settings would build; ``tools``
         adds your own ``Tool`` records to the built-in tools (not with ``toolbox``).
@@ -219,7 +219,9 @@ class Agent:
         if toolbox is not None and tools:
             raise UsageError("pass tools= or toolbox=, not both: a toolbox of your own holds its own tools")
         config = Settings.from_env(environ, dotenv, **settings)
-        roots = [os.fspath(p) for p in kb] if kb else None
+        if isinstance(kb, (str, bytes, os.PathLike)):  # one path is one root, not its characters
+            kb = [kb]
+        roots = [os.fsdecode(p) for p in kb] if kb else None
         owned: list[Any] = []
         if toolbox is None:
             from .index import ensure_indexed

@@ -120,3 +120,20 @@ def test_event_is_what_a_handler_receives() -> None:
     Agent(ScriptedChatModel({"analyze_and_route": [route("chitchat", ())], "synthesize": ["Hi."]}), FakeToolbox(),
           Settings()).ask("hi", on_event=handler)
     assert seen[0] == NodeStarted("analyze_and_route") and all(isinstance(e, Event.__args__) for e in seen)
+
+
+@pytest.mark.parametrize("kb", ["docs", b"docs", "{path}", b"{path}"])
+def test_kb_of_one_path_is_that_root_not_its_characters(tmp_path, monkeypatch, kb) -> None:
+    """``Agent.from_env(kb="docs")`` was read as the roots "d", "o", "c", "s" and failed with
+    "knowledge-base path .../d does not exist"; a single path (str, bytes or PathLike) is one root."""
+    from pathlib import Path
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "setup.md").write_text("# Setup\n\nThe server listens on port 8080 by default.\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    if kb in ("{path}", b"{path}"):
+        kb = Path(docs) if isinstance(kb, str) else bytes(docs)
+    env = {"KB_AGENT_INDEX_DIR": str(tmp_path / "i"), "KB_AGENT_LLM": "offline"}
+    with Agent.from_env(kb, environ=env, dotenv=None) as agent:
+        assert agent.ask("Which port does the server listen on?").citations[0].path == "docs/setup.md"
