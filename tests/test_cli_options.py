@@ -64,6 +64,18 @@ def test_index_dir_from_the_environment_or_index_option_wins_over_the_search(pro
     assert Settings.from_env(dotenv=None).index_dir == str(project / "other")
 
 
+@pytest.mark.parametrize("argv", [("search", "deploy"), ("ask", "How do I deploy?"), ("chat",)])
+def test_no_index_outside_the_working_directory_is_one_line_not_a_note_and_an_error(project: Path, monkeypatch,
+                                                                                 argv: tuple[str, ...]) -> None:
+    """``crag: index /elsewhere`` came before ``crag: error: no index in /elsewhere``: two lines for
+    one failure, the second naming the folder already."""
+    monkeypatch.chdir(project / "docs")
+    code, out, err = cli("--index", str(project / "elsewhere"), *argv)
+    assert code == 1 and not out
+    assert err.splitlines() == [f"crag: error: no index in {project / 'elsewhere'}: run `python -m crag index PATH` "
+                                "first"], err
+
+
 def test_model_option_overrides_the_setting_for_one_call(project: Path, monkeypatch) -> None:
     with FakeOpenAIServer() as srv:
         monkeypatch.setenv("KB_AGENT_LLM", "openai")
