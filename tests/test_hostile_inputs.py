@@ -176,6 +176,11 @@ def _overwrite(path: Path, offset: int, data: bytes) -> None:
         f.write(data)
 
 
+def _without_checksums(kb: Path, statement: str) -> None:
+    _sql(_generation(kb) / "chunks.sqlite", statement)
+    (_generation(kb) / "CHECKSUMS").unlink()
+
+
 def _break_current_bytes(kb: Path) -> None:
     (Path(os.environ["KB_AGENT_INDEX_DIR"]) / "CURRENT").write_bytes(b"\xff\xfe\x00gen")
 
@@ -202,6 +207,12 @@ DAMAGE = {
     "CHECKSUMS lists no file": lambda kb: (_generation(kb) / "CHECKSUMS").write_bytes(b"{}"),
     "CHECKSUMS lists another file": lambda kb: (_generation(kb) / "CHECKSUMS").write_text(
         json.dumps({"../CURRENT": {"size": 11, "crc32": 0}}), encoding="utf-8"),
+    # With no CHECKSUMS (as before checksums existed), chunk text stored as bytes was a TypeError
+    # traceback in ask and search --json, and a line number past SQLite's integers one in the log.
+    "no CHECKSUMS, chunk text as bytes": lambda kb: _without_checksums(kb, "UPDATE chunks SET text = x'00ff'"),
+    "no CHECKSUMS, line numbers out of range": lambda kb: _without_checksums(
+        kb, "UPDATE chunks SET start_line = 9223372036854775807, end_line = 9223372036854775807"),
+    "no CHECKSUMS, file paths as bytes": lambda kb: _without_checksums(kb, "UPDATE files SET path = CAST(path AS BLOB)"),
 }
 
 
