@@ -119,6 +119,18 @@ def test_errors_are_one_line_with_the_right_exit_status(kb: Path, monkeypatch: p
     assert code == 2 and "--top-k must be at least 1" in err
 
 
+def test_the_re_index_advice_for_a_root_named_like_an_option_runs_as_written(kb: Path, monkeypatch) -> None:
+    """A root named ``-docs`` was advised as `python -m crag index -docs`, which is a usage error."""
+    write(kb.parent / "-docs" / "notes.md", "# Notes\n\nThe dashboard shows upload retries.\n")
+    assert cli("index", "--", "-docs")[0] == 0
+    monkeypatch.setenv("KB_AGENT_EMBEDDER", "openai")
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+    code, _, err = cli("search", "retries")
+    assert code == 1 and err.endswith(": run `python -m crag index ./-docs` to re-index\n"), err
+    monkeypatch.delenv("KB_AGENT_EMBEDDER")
+    assert cli("index", "./-docs")[0] == 0
+
+
 def test_search_json_through_a_real_process(kb: Path, tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KB_AGENT_", "OPENAI_"))}
     env.update(KB_AGENT_INDEX_DIR=str(tmp_path / "proc-index"), KB_AGENT_LLM="offline", PYTHONPATH=str(ROOT))
