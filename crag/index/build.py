@@ -226,7 +226,7 @@ def _plan(
     for r in base.recorded_roots:
         if r in walk_roots:
             continue
-        if not os.path.lexists(r):
+        if not os.path.exists(r):  # a link to nothing is gone too, as `roots` says
             dropped_roots.append(r)
         elif base.full:
             walk_roots.append(r)
