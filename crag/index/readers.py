@@ -50,12 +50,14 @@ __all__ = [
     "MAX_PDF_PAGES",
     "MAX_TEXT_BYTES",
     "READERS",
+    "UTF16_BOMS",
     "Reader",
     "cached_text",
     "decode_text",
     "read_document",
     "reader_for",
     "skipped_line",
+    "utf16_text",
 ]
 
 # The name crag is installed under from the package index (the import name stays ``crag``).
@@ -256,24 +258,49 @@ def _docx(data: bytes) -> str:
     return "\n".join(lines) + "\n" if lines else ""
 
 
-def decode_text(data: bytes) -> str:
-    """Bytes to text: UTF-8 (BOM dropped), else cp1252, else latin-1; newlines normalised.
+UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
 
-    NUL bytes are dropped: a file with one in its first 8 KiB is binary (``is_binary``) and
-    never decoded; one further on is padding, and PostgreSQL refuses it in text. One rule,
-    for every store and for ``read_file`` and ``grep_search``, so lines and chunks agree.
-    """
+
+def utf16_text(data: bytes) -> str | None:
+    """The text of bytes that are UTF-16 opening with its byte order mark (Windows PowerShell 5
+    writes redirected output so), else None: no BOM, an odd length, unpaired surrogates, or
+    control characters other than whitespace and ESC (binary data that happens to open so)."""
+    if not data.startswith(UTF16_BOMS) or len(data) % 2:
+        return None
+    try:
+        text = data.decode("utf-16")
+    except UnicodeDecodeError:
+        return None
+    if any(ch < " " and ch not in "\t\n\r\f\x1b" for ch in text):
+        return None
+    return text
+
+
+def _decode_bytes(data: bytes) -> str:
     if data.startswith(b"\xef\xbb\xbf"):
         data = data[3:]
     if b"\x00" in data:
         data = data.replace(b"\x00", b"")
     try:
-        text = data.decode("utf-8")
+        return data.decode("utf-8")
     except UnicodeDecodeError:
         try:
-            text = data.decode("cp1252")
+            return data.decode("cp1252")
         except UnicodeDecodeError:
-            text = data.decode("latin-1")
+            return data.decode("latin-1")
+
+
+def decode_text(data: bytes) -> str:
+    """Bytes to text: UTF-16 with its BOM (``utf16_text``), else UTF-8 (BOM dropped), else
+    cp1252, else latin-1; newlines normalised.
+
+    NUL bytes are dropped: a file with one in its first 8 KiB is binary (``is_binary``) and
+    never decoded; one further on is padding, and PostgreSQL refuses it in text. One rule,
+    for every store and for ``read_file`` and ``grep_search``, so lines and chunks agree.
+    """
+    text = utf16_text(data)
+    if text is None:
+        text = _decode_bytes(data)
     if "\r" in text:
         text = text.replace("\r\n", "\n").replace("\r", "\n")
     return text
