@@ -173,6 +173,12 @@ def _nonempty(var: str, raw: str) -> str:
     return value
 
 
+def _folder(var: str, raw: str) -> str:
+    """A folder name; ``~`` is the home folder, as a shell would read it (no shell reads ``.env``)."""
+    value = _nonempty(var, raw)
+    return os.path.expanduser(value) if value.startswith("~") else value
+
+
 def _not_utf8(text: str) -> bool:
     """Whether ``text`` holds bytes that were not UTF-8 (kept by Python as lone surrogates)."""
     return any("\ud800" <= ch <= "\udfff" for ch in text)
@@ -259,7 +265,7 @@ class Settings:
     grader: GraderStyle = setting("KB_AGENT_GRADER", Choice(GraderStyle), GraderStyle.BATCH, node=True)
     grading_policy: GradingPolicyName = setting("KB_AGENT_GRADING_POLICY", Choice(GradingPolicyName), GradingPolicyName.DEFAULT, node=True)
     top_k: int = setting("KB_AGENT_TOP_K", Integer(1), 5, node=True)
-    index_dir: str = setting("KB_AGENT_INDEX_DIR", _nonempty, ".crag")
+    index_dir: str = setting("KB_AGENT_INDEX_DIR", _folder, ".crag")
     llm: LLMBackend = setting("KB_AGENT_LLM", _backend, LLMBackend.OFFLINE)
     model: str = setting("KB_AGENT_MODEL", _sent_name, "gpt-4o-mini")
     llm_timeout: float = setting("KB_AGENT_LLM_TIMEOUT", seconds(0.001), 60.0)

@@ -76,6 +76,22 @@ def test_no_index_outside_the_working_directory_is_one_line_not_a_note_and_an_er
                                 "first"], err
 
 
+@pytest.mark.parametrize("where", ["dotenv", "environment", "option"])
+def test_an_index_dir_under_the_home_folder_written_with_a_tilde_is_there(project: Path, monkeypatch,
+                                                                          tmp_path_factory, where: str) -> None:
+    """No shell expands ``~`` in ``.env`` (nor in a quoted ``--index '~/x'``): crag made a folder
+    named ``~`` in the working directory and put the index there."""
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("HOME", str(home))
+    if where == "dotenv":
+        (project / ".env").write_text("KB_AGENT_INDEX_DIR=~/kb-index\n", encoding="utf-8")
+    elif where == "environment":
+        monkeypatch.setenv("KB_AGENT_INDEX_DIR", "~/kb-index")
+    code, _, err = cli(*(("--index", "~/kb-index") if where == "option" else ()), "index", "docs")
+    assert code == 0, err
+    assert (home / "kb-index" / "CURRENT").is_file() and not (project / "~").exists()
+
+
 def test_model_option_overrides_the_setting_for_one_call(project: Path, monkeypatch) -> None:
     with FakeOpenAIServer() as srv:
         monkeypatch.setenv("KB_AGENT_LLM", "openai")
