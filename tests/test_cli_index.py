@@ -168,6 +168,16 @@ def test_progress_is_shown_on_a_terminal_only(kb: Path) -> None:
     assert "2 added" in out.getvalue()
 
 
+def test_kb_indexing_progress_on_a_terminal_reads_like_index_progress(kb: Path) -> None:
+    """``ask --kb`` drew "crag: indexing 1 2 /abs/path/deploy.md": the count and the name as
+    ``crag index`` shows them are "1/2: deploy.md"."""
+    out, err = io.StringIO(), FakeTerminal()
+    assert main(["ask", "how are uploads retried?", "--kb", "docs"], out, err) == 0
+    shown = err.getvalue()
+    assert "crag: indexing 1/2: deploy.md" in shown and "crag: indexing 2/2: setup.md" in shown, shown
+    assert str(kb) not in shown
+
+
 FILE_TOO_BIG = r"""
 import resource, signal, sys
 from crag.cli import main

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from typing import TextIO
 
 from ..errors import UsageError
@@ -88,10 +89,10 @@ class IndexNotes:
         self.err = err
         self.tty = hasattr(err, "isatty") and err.isatty()
 
-    def __call__(self, *args: object, **kwargs: object) -> None:
+    def __call__(self, done: int, total: int, path: str) -> None:
         if not self.tty:
             return
-        text = for_terminal(" ".join(str(a) for a in args))
+        text = for_terminal(f"{done}/{total}: {display_name(os.path.basename(path))}")  # as `crag index` shows it
         self.err.write(f"\r\033[Kcrag: indexing {text}")
         self.err.flush()
 
