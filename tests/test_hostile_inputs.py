@@ -692,6 +692,22 @@ def test_12_a_reader_that_stops_reading_is_no_traceback(kb: Path, argv: tuple[st
     assert err == ""
 
 
+@pytest.mark.parametrize(("argv", "code", "said"), [
+    (("ask", "-"), 2, "crag: error: the question read from standard input is empty\n"),
+    (("chat",), 0, ""),
+    (("mcp",), 2, "crag: error: standard input is closed: "),
+])
+def test_12_a_closed_standard_input_reads_as_empty_not_a_traceback(kb: Path, argv: tuple[str, ...], code: int,
+                                                                   said: str) -> None:
+    """``crag ask - <&-``, ``crag chat <&-`` and ``crag mcp <&-`` (started by a service with no
+    input) were AttributeError tracebacks: Python has no sys.stdin when descriptor 0 is closed."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    run = subprocess.run(["sh", "-c", 'exec "$0" -m crag "$@" <&-', sys.executable, *argv],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert run.returncode == code and run.stderr.startswith(said) and run.stderr.count("\n") <= 1, run.stderr
+    assert "Traceback" not in run.stderr and run.stdout == ""
+
+
 # -- 13. bodies crag cannot decode, streams cut mid-answer --------------------------------------
 
 

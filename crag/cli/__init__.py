@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import io
 import sys
 from collections.abc import Iterator, Sequence
 from typing import TextIO
@@ -176,7 +177,7 @@ def _main(argv: Sequence[str] | None, out: TextIO, err: TextIO, stdin: TextIO | 
             out.write(parser.format_help())
             return 1  # as git does: the help, and a status that says nothing was done
         _join_words(args, extra)
-        args.stdin = stdin or sys.stdin
+        args.stdin = stdin or sys.stdin or io.StringIO()  # `<&-`: no sys.stdin; a closed input reads as empty
         common.OVERRIDES.clear()
         common.OVERRIDES.update({"model": args.model, "index_dir": args.index})
         _warn_about_configuration(err)
