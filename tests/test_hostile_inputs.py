@@ -708,6 +708,22 @@ def test_12_a_closed_standard_input_reads_as_empty_not_a_traceback(kb: Path, arg
     assert "Traceback" not in run.stderr and run.stdout == ""
 
 
+@pytest.mark.parametrize(("setting", "code"), [("KB_AGENT_TOP_KK=3", 0), ("KB_AGENT_INDEX_DIR=nowhere", 1),
+                                               ("KB_AGENT_TOP_K=0", 2)])
+def test_12_a_closed_standard_error_keeps_the_status_and_stdout_clean(kb: Path, setting: str, code: int) -> None:
+    """With ``2>&-`` a warning was an AttributeError (status 1, no result) and an error line
+    went to standard output, into the JSON a script reads."""
+    name, _, value = setting.partition("=")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), name: value}
+    run = subprocess.run(["sh", "-c", 'exec "$0" -m crag search port --json 2>&-', sys.executable],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert run.returncode == code, run.stdout
+    if code == 0:
+        assert json.loads(run.stdout)[0]["path"] == "docs/setup.md"
+    else:
+        assert run.stdout == ""
+
+
 # -- 13. bodies crag cannot decode, streams cut mid-answer --------------------------------------
 
 

@@ -155,7 +155,8 @@ def main(
             print("crag: error: standard output is closed: run crag with its output going somewhere "
                   "(a terminal, a file, a pipe, or /dev/null)", file=stderr or sys.stderr)
             return 1
-        return _main(argv, out, stderr or sys.stderr, stdin)
+        # `crag ... 2>&-`: no sys.stderr; what would go there is dropped, never written to stdout
+        return _main(argv, out, stderr or sys.stderr or io.StringIO(), stdin)
     finally:
         common.forget_secrets()
 
