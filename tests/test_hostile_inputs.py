@@ -245,6 +245,18 @@ def test_3_4_an_index_dir_that_is_a_file_is_one_line_naming_the_setting(kb: Path
         assert "rebuild" not in line and "re-index" not in line, line  # indexing cannot fix it
 
 
+def test_3_4_an_index_dir_name_too_long_is_one_line_naming_the_setting(kb: Path, monkeypatch) -> None:
+    """A folder name past the file system's limit was "cannot read .../CURRENT (File name too
+    long): run `python -m crag index PATH` (with KB_AGENT_INDEX_DIR=...) to rebuild it": advice
+    that cannot work, and the 5,000-character name twice in one line."""
+    monkeypatch.setenv("KB_AGENT_INDEX_DIR", "x" * 5000)
+    for argv in (("search", "port"), ("ask", "which port?"), ("roots",), ("index", "docs")):
+        code, out, err = cli(*argv)
+        line = one_error_line(err)
+        assert code == 1 and not out and "KB_AGENT_INDEX_DIR" in line and "File name too long" in line, argv
+        assert "rebuild" not in line and line.count("x" * 5000) <= 1, line
+
+
 @pytest.mark.parametrize("gone", ["vectors.faiss", "chunks.sqlite"])
 def test_3_4_a_file_missing_from_the_generation_is_named_not_the_generation(kb: Path, gone: str) -> None:
     """With only its FAISS file deleted, the index was said to be damaged because "generation

@@ -87,8 +87,8 @@ def read_current_name(path: str, index_dir: str, hint: str) -> str | None:
         raise IndexStoreError(
             f"{index_dir} is a file, not an index folder: point KB_AGENT_INDEX_DIR at a folder", index_dir
         ) from None
-    except OSError as exc:
-        raise IndexStoreError(f"cannot read {path} ({exc.strerror or exc}): {hint}", index_dir) from exc
+    except OSError as exc:  # the folder cannot be reached (a name too long, no permission): no index can fix it
+        raise IndexStoreError(f"cannot read {path} ({exc.strerror or exc}): check KB_AGENT_INDEX_DIR", index_dir) from exc
     try:
         text = raw.decode("ascii")
     except UnicodeDecodeError:
