@@ -34,7 +34,7 @@ def read_history(path: str, limit: int) -> list:
         if len(raw) > limit:
             raise UsageError(f"--history file {display_name(path)} is over {limit:,} bytes, more than a conversation "
                              "crag could use: keep its latest turns")
-        data = json.loads(raw.decode("utf-8"))
+        data = json.loads(raw)  # UTF-8, UTF-16 or UTF-32, with or without a byte order mark (RFC 8259 readers may)
     except FileNotFoundError:
         raise UsageError(f"--history file {display_name(path)} does not exist") from None
     except (OSError, UnicodeDecodeError) as exc:
