@@ -76,6 +76,13 @@ def test_no_index_outside_the_working_directory_is_one_line_not_a_note_and_an_er
                                 "first"], err
 
 
+def test_an_index_in_the_working_directory_itself_needs_no_note(project: Path) -> None:
+    """``--index .`` said "crag: index /the/working/folder", as for an index found elsewhere."""
+    assert cli("--index", ".", "index", "docs")[0] == 0
+    code, out, err = cli("--index", ".", "ask", "How do I deploy the server?")
+    assert code == 0 and "docker compose up" in out and err == "", err
+
+
 @pytest.mark.parametrize("where", ["dotenv", "environment", "option"])
 def test_an_index_dir_under_the_home_folder_written_with_a_tilde_is_there(project: Path, monkeypatch,
                                                                           tmp_path_factory, where: str) -> None:

@@ -120,7 +120,8 @@ def index_note(config, err: TextIO) -> None:
     from ..index.layout import current_exists
 
     here = os.path.abspath(os.getcwd())
-    if config.store or os.path.abspath(config.index_dir).startswith(here + os.sep):
+    index_dir = os.path.abspath(config.index_dir)
+    if config.store or index_dir == here or index_dir.startswith(here + os.sep):
         return
     if not current_exists(config.index_dir):
         return
