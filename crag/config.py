@@ -328,7 +328,9 @@ class Settings:
         ``KB_AGENT_INDEX_DIR`` or an ``index_dir`` override, the index is the nearest ``.crag``
         (``find_index_dir``).
         """
-        env = dict(os.environ if environ is None else environ)
+        # A mapping given in code may hold numbers or booleans: read as their text, None as unset.
+        env = {k: v if isinstance(v, str) else str(v)
+               for k, v in (os.environ if environ is None else environ).items() if v is not None}
         file_values = read_dotenv(dotenv) if dotenv else {}
         merged = {**file_values, **env}
         values: dict[str, Any] = {}

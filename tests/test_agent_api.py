@@ -137,3 +137,14 @@ def test_kb_of_one_path_is_that_root_not_its_characters(tmp_path, monkeypatch, k
     env = {"KB_AGENT_INDEX_DIR": str(tmp_path / "i"), "KB_AGENT_LLM": "offline"}
     with Agent.from_env(kb, environ=env, dotenv=None) as agent:
         assert agent.ask("Which port does the server listen on?").citations[0].path == "docs/setup.md"
+
+
+def test_an_environ_mapping_with_numbers_is_read_like_the_environment(tmp_path) -> None:
+    """``environ={"KB_AGENT_TOP_K": 8}`` was an AttributeError ('int' object has no attribute
+    'strip'); a value that is no string is read as its text, and a bad one names its variable."""
+    env = {"KB_AGENT_INDEX_DIR": str(tmp_path / "i"), "KB_AGENT_LLM": "offline", "KB_AGENT_TOP_K": 8,
+           "KB_AGENT_LLM_TIMEOUT": 2.5, "KB_AGENT_WEB_FETCH": True, "KB_AGENT_MODEL": None}
+    settings = Settings.from_env(environ=env, dotenv=None)
+    assert (settings.top_k, settings.llm_timeout, settings.web_fetch, settings.model) == (8, 2.5, True, "gpt-4o-mini")
+    with pytest.raises(crag.ConfigError, match="KB_AGENT_MAX_ITERATIONS"):
+        Settings.from_env(environ={**env, "KB_AGENT_MAX_ITERATIONS": 0}, dotenv=None)
