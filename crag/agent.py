@@ -248,8 +248,7 @@ class Agent:
         stream: bool = False,
     ) -> Answer:
         """Answer one question. ``history`` is a list of ``{"role", "content"}`` dicts or Messages."""
-        if not isinstance(question, str) or not question.strip():
-            raise UsageError("the question is empty")
+        _check_text("the question", question)
         limit = input_limit(self.settings)
         if len(question) > limit and len(question := question.strip()) > limit:
             raise too_long("the question", len(question), self.settings)
@@ -292,8 +291,7 @@ class Agent:
 
     def _streamed(self, question: str, history: Iterable[Any]) -> Callable[[EventHandler], Answer]:
         """The streamed run of ``ask``, checked now, run when the stream is iterated."""
-        if not isinstance(question, str) or not question.strip():
-            raise UsageError("the question is empty")
+        _check_text("the question", question)
         turns = parse_history(history)
         return lambda on_event: self.ask(question, turns, on_event, stream=True)
 
@@ -325,14 +323,21 @@ def search(toolbox: Toolbox, query: str, top_k: int) -> tuple[EvidenceItem, ...]
 
     The one retrieval-only search: ``Agent.search``, ``crag search`` and the MCP server's
     ``search`` all run it, so they return the same hits for the same arguments."""
-    if not isinstance(query, str) or not query.strip():
-        raise UsageError("the search query is empty")
+    _check_text("the search query", query)
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
         raise UsageError(f"top_k must be at least 1, got {top_k!r}")
     call = question_search(toolbox.tools(), valid_text(query), min(top_k, MAX_TOP_K))
     if call is None:
         raise UsageError("no tool of this toolbox searches the knowledge base")
     return ToolResult.of(toolbox.run(call)).items
+
+
+def _check_text(what: str, value: object) -> None:
+    """``UsageError`` for a question or query that is not text, or is blank."""
+    if not isinstance(value, str):
+        raise UsageError(f"{what} must be text (a str), not {type(value).__name__}")
+    if not value.strip():
+        raise UsageError(f"{what} is empty")
 
 
 def _token_counter(model: ChatModel) -> Callable[[str], int]:

@@ -148,3 +148,14 @@ def test_an_environ_mapping_with_numbers_is_read_like_the_environment(tmp_path) 
     assert (settings.top_k, settings.llm_timeout, settings.web_fetch, settings.model) == (8, 2.5, True, "gpt-4o-mini")
     with pytest.raises(crag.ConfigError, match="KB_AGENT_MAX_ITERATIONS"):
         Settings.from_env(environ={**env, "KB_AGENT_MAX_ITERATIONS": 0}, dotenv=None)
+
+
+@pytest.mark.parametrize("value", [42, b"which port?", None, ["which port?"]])
+def test_a_question_or_query_that_is_not_text_is_said_so_not_called_empty(value) -> None:
+    """``agent.ask(42)`` and ``agent.search(b"port")`` said "the question is empty"."""
+    agent = Agent(ScriptedChatModel(), FakeToolbox(), Settings())
+    for call, what in ((agent.ask, "the question"), (agent.search, "the search query"), (agent.stream, "the question")):
+        with pytest.raises(crag.UsageError, match=f"^{what} must be text \\(a str\\), not {type(value).__name__}$"):
+            call(value)
+    with pytest.raises(crag.UsageError, match=r"^the question is empty$"):
+        agent.ask("  ")
