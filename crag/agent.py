@@ -205,7 +205,7 @@ class Agent:
     @classmethod
     def from_env(
         cls,
-        kb: Sequence[str | os.PathLike[str]] | None = None,
+        kb: Sequence[str | os.PathLike[str]] | str | os.PathLike[str] | None = None,
         *,
         chat_model: ChatModel | None = None,
         toolbox: Toolbox | None = None,
@@ -217,7 +217,7 @@ class Agent:
     ) -> Agent:
         """An agent from the environment, ``.env`` and keyword overrides (field names of ``Settings``).
 
-        ``kb`` names the knowledge-base roots: they are indexed first when new or changed,
+        ``kb`` names the knowledge-base roots (one path or a list of them): they are indexed first when new or changed,
         and the tools look only inside them. Without it every root the index holds is used.
         ``chat_model`` and ``toolbox`` replace the ones the settings would build; ``tools``
         adds your own ``Tool`` records to the built-in tools (not with ``toolbox``).
@@ -225,7 +225,9 @@ class Agent:
         if toolbox is not None and tools:
             raise UsageError("pass tools= or toolbox=, not both: a toolbox of your own holds its own tools")
         config = Settings.from_env(environ, dotenv, **settings)
-        roots = [os.fspath(p) for p in kb] if kb else None
+        if isinstance(kb, (str, bytes, os.PathLike)):  # one path is one root, not its characters
+            kb = [kb]
+        roots = [os.fsdecode(p) for p in kb] if kb else None
         owned: list[Any] = []
         if toolbox is None:
             from .index import ensure_indexed
@@ -252,8 +254,7 @@ class Agent:
         stream: bool = False,
     ) -> Answer:
         """Answer one question. ``history`` is a list of ``{"role", "content"}`` dicts or Messages."""
-        if not isinstance(question, str) or not question.strip():
-            raise UsageError("the question is empty")
+        _check_text("the question", question)
         limit = input_limit(self.settings)
         if len(question) > limit and len(question := question.strip()) > limit:
             raise too_long("the question", len(question), self.settings)
@@ -296,8 +297,7 @@ class Agent:
 
     def _streamed(self, question: str, history: Iterable[Any]) -> Callable[[EventHandler], Answer]:
         """The streamed run of ``ask``, checked now, run when the stream is iterated."""
-        if not isinstance(question, str) or not question.strip():
-            raise UsageError("the question is empty")
+        _check_text("the question", question)
         turns = parse_history(history)
         return lambda on_event: self.ask(question, turns, on_event, stream=True)
 
@@ -329,14 +329,21 @@ def search(toolbox: Toolbox, query: str, top_k: int) -> tuple[EvidenceItem, ...]
 
     The one retrieval-only search: ``Agent.search``, ``crag search`` and the MCP server's
     ``search`` all run it, so they return the same hits for the same arguments."""
-    if not isinstance(query, str) or not query.strip():
-        raise UsageError("the search query is empty")
+    _check_text("the search query", query)
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
         raise UsageError(f"top_k must be at least 1, got {top_k!r}")
     call = question_search(toolbox.tools(), valid_text(query), min(top_k, MAX_TOP_K))
     if call is None:
         raise UsageError("no tool of this toolbox searches the knowledge base")
     return ToolResult.of(toolbox.run(call)).items
+
+
+def _check_text(what: str, value: object) -> None:
+    """``UsageError`` for a question or query that is not text, or is blank."""
+    if not isinstance(value, str):
+        raise UsageError(f"{what} must be text (a str), not {type(value).__name__}")
+    if not value.strip():
+        raise UsageError(f"{what} is empty")
 
 
 def _token_counter(model: ChatModel) -> Callable[[str], int]:

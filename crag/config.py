@@ -173,6 +173,12 @@ def _nonempty(var: str, raw: str) -> str:
     return value
 
 
+def _folder(var: str, raw: str) -> str:
+    """A folder name; ``~`` is the home folder, as a shell would read it (no shell reads ``.env``)."""
+    value = _nonempty(var, raw)
+    return os.path.expanduser(value) if value.startswith("~") else value
+
+
 def _not_utf8(text: str) -> bool:
     """Whether ``text`` holds bytes that were not UTF-8 (kept by Python as lone surrogates)."""
     return any("\ud800" <= ch <= "\udfff" for ch in text)
@@ -259,7 +265,7 @@ class Settings:
     grader: GraderStyle = setting("KB_AGENT_GRADER", Choice(GraderStyle), GraderStyle.BATCH, node=True)
     grading_policy: GradingPolicyName = setting("KB_AGENT_GRADING_POLICY", Choice(GradingPolicyName), GradingPolicyName.DEFAULT, node=True)
     top_k: int = setting("KB_AGENT_TOP_K", Integer(1), 5, node=True)
-    index_dir: str = setting("KB_AGENT_INDEX_DIR", _nonempty, ".crag")
+    index_dir: str = setting("KB_AGENT_INDEX_DIR", _folder, ".crag")
     llm: LLMBackend = setting("KB_AGENT_LLM", _backend, LLMBackend.OFFLINE)
     model: str = setting("KB_AGENT_MODEL", _sent_name, "gpt-4o-mini")
     llm_timeout: float = setting("KB_AGENT_LLM_TIMEOUT", seconds(0.001), 60.0)
@@ -322,7 +328,9 @@ class Settings:
         ``KB_AGENT_INDEX_DIR`` or an ``index_dir`` override, the index is the nearest ``.crag``
         (``find_index_dir``).
         """
-        env = dict(os.environ if environ is None else environ)
+        # A mapping given in code may hold numbers or booleans: read as their text, None as unset.
+        env = {k: v if isinstance(v, str) else str(v)
+               for k, v in (os.environ if environ is None else environ).items() if v is not None}
         file_values = read_dotenv(dotenv) if dotenv else {}
         merged = {**file_values, **env}
         values: dict[str, Any] = {}

@@ -108,11 +108,11 @@ def _read_dotenv_cached(path: str | os.PathLike[str]) -> _DotenvRead:
 def read_dotenv(path: str | os.PathLike[str], bad_lines: list[int] | None = None) -> dict[str, str]:
     """``KEY=VALUE`` lines of a ``.env`` file; a missing file is an empty mapping.
 
-    Accepts ``export KEY=VALUE``, single or double quotes, blank lines, ``#`` comments and a
-    UTF-8 byte-order mark. Only a regular file of at most ``DOTENV_MAX_BYTES`` is read; a
-    NUL character in a value is refused (no environment variable can hold one). The numbers of
-    lines that are not assignments go to ``bad_lines`` when given. An unchanged file is parsed
-    once per process.
+    Accepts ``export KEY=VALUE``, single or double quotes, blank lines, ``#`` comments (also
+    after a value, quoted or not) and a UTF-8 byte-order mark. Only a regular file of at most
+    ``DOTENV_MAX_BYTES`` is read; a NUL character in a value is refused (no environment
+    variable can hold one). The numbers of lines that are not assignments go to ``bad_lines``
+    when given. An unchanged file is parsed once per process.
     """
     read = _read_dotenv_cached(path)
     if bad_lines is not None:
@@ -140,7 +140,10 @@ def _parse_dotenv(path: str | os.PathLike[str], bad_lines: list[int]) -> dict[st
             bad_lines.append(number)
             continue
         key, value = key.strip(), value.strip()
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+        close = value.find(value[0], 1) if value[:1] in ("'", '"') else -1
+        if close > 0 and value[close + 1 :].lstrip().startswith("#"):  # "value"  # a comment
+            value = value[1:close]
+        elif len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
             value = value[1:-1]
         elif " #" in value:
             value = value.split(" #", 1)[0].rstrip()

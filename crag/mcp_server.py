@@ -291,7 +291,8 @@ def _log(agent: "Agent", answer: Any) -> None:
         with AnswerLog.for_settings(agent.settings) as log:
             log.record(answer, agent.settings, source="mcp")
     except LogError as exc:
-        print(f"crag: note: {redact_message(str(exc), secret_values())}", file=sys.stderr)
+        if sys.stderr is not None:  # `2>&-`: print would write to stdout, the protocol's stream
+            print(f"crag: note: {redact_message(str(exc), secret_values())}", file=sys.stderr)
 
 
 def _redacted(value: Any, secrets: tuple[str, ...]) -> Any:

@@ -120,3 +120,42 @@ def test_event_is_what_a_handler_receives() -> None:
     Agent(ScriptedChatModel({"analyze_and_route": [route("chitchat", ())], "synthesize": ["Hi."]}), FakeToolbox(),
           Settings()).ask("hi", on_event=handler)
     assert seen[0] == NodeStarted("analyze_and_route") and all(isinstance(e, Event.__args__) for e in seen)
+
+
+@pytest.mark.parametrize("kb", ["docs", b"docs", "{path}", b"{path}"])
+def test_kb_of_one_path_is_that_root_not_its_characters(tmp_path, monkeypatch, kb) -> None:
+    """``Agent.from_env(kb="docs")`` was read as the roots "d", "o", "c", "s" and failed with
+    "knowledge-base path .../d does not exist"; a single path (str, bytes or PathLike) is one root."""
+    from pathlib import Path
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "setup.md").write_text("# Setup\n\nThe server listens on port 8080 by default.\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    if kb in ("{path}", b"{path}"):
+        kb = Path(docs) if isinstance(kb, str) else bytes(docs)
+    env = {"KB_AGENT_INDEX_DIR": str(tmp_path / "i"), "KB_AGENT_LLM": "offline"}
+    with Agent.from_env(kb, environ=env, dotenv=None) as agent:
+        assert agent.ask("Which port does the server listen on?").citations[0].path == "docs/setup.md"
+
+
+def test_an_environ_mapping_with_numbers_is_read_like_the_environment(tmp_path) -> None:
+    """``environ={"KB_AGENT_TOP_K": 8}`` was an AttributeError ('int' object has no attribute
+    'strip'); a value that is no string is read as its text, and a bad one names its variable."""
+    env = {"KB_AGENT_INDEX_DIR": str(tmp_path / "i"), "KB_AGENT_LLM": "offline", "KB_AGENT_TOP_K": 8,
+           "KB_AGENT_LLM_TIMEOUT": 2.5, "KB_AGENT_WEB_FETCH": True, "KB_AGENT_MODEL": None}
+    settings = Settings.from_env(environ=env, dotenv=None)
+    assert (settings.top_k, settings.llm_timeout, settings.web_fetch, settings.model) == (8, 2.5, True, "gpt-4o-mini")
+    with pytest.raises(crag.ConfigError, match="KB_AGENT_MAX_ITERATIONS"):
+        Settings.from_env(environ={**env, "KB_AGENT_MAX_ITERATIONS": 0}, dotenv=None)
+
+
+@pytest.mark.parametrize("value", [42, b"which port?", None, ["which port?"]])
+def test_a_question_or_query_that_is_not_text_is_said_so_not_called_empty(value) -> None:
+    """``agent.ask(42)`` and ``agent.search(b"port")`` said "the question is empty"."""
+    agent = Agent(ScriptedChatModel(), FakeToolbox(), Settings())
+    for call, what in ((agent.ask, "the question"), (agent.search, "the search query"), (agent.stream, "the question")):
+        with pytest.raises(crag.UsageError, match=f"^{what} must be text \\(a str\\), not {type(value).__name__}$"):
+            call(value)
+    with pytest.raises(crag.UsageError, match=r"^the question is empty$"):
+        agent.ask("  ")

@@ -323,6 +323,18 @@ def test_bad_history_file_is_a_usage_error(kb: Path, tmp_path: Path) -> None:
     assert "\x1b" not in err and '"user" or "assistant"' in err
 
 
+@pytest.mark.parametrize("encoding", ["utf-8-sig", "utf-16"])
+def test_a_history_file_saved_with_a_byte_order_mark_is_read(kb: Path, tmp_path: Path, encoding: str) -> None:
+    """Notepad and PowerShell 5 save JSON with a BOM: "is not JSON: Unexpected UTF-8 BOM (decode
+    using utf-8-sig)", and UTF-16 "cannot be read: 'utf-8' codec can't decode byte 0xff"."""
+    history = tmp_path / "history.json"
+    history.write_text(json.dumps([{"role": "user", "content": "Where do uploads go?"},
+                                   {"role": "assistant", "content": "To the bucket."}]), encoding=encoding)
+    code, out, err = cli("ask", "how are uploads retried?", "--history", str(history))
+    assert code == 0 and err == "", err
+    assert "three times" in out
+
+
 def test_chat_keeps_history_across_turns_and_streams(llm: FakeOpenAIServer, tmp_path: Path) -> None:
     llm.script("analyze_and_route", route("simple", "grep_search"), route("chitchat"))
     llm.script("plan", plan(("grep_search", {"pattern": "port 8080"})))

@@ -119,6 +119,18 @@ def test_errors_are_one_line_with_the_right_exit_status(kb: Path, monkeypatch: p
     assert code == 2 and "--top-k must be at least 1" in err
 
 
+def test_the_re_index_advice_for_a_root_named_like_an_option_runs_as_written(kb: Path, monkeypatch) -> None:
+    """A root named ``-docs`` was advised as `python -m crag index -docs`, which is a usage error."""
+    write(kb.parent / "-docs" / "notes.md", "# Notes\n\nThe dashboard shows upload retries.\n")
+    assert cli("index", "--", "-docs")[0] == 0
+    monkeypatch.setenv("KB_AGENT_EMBEDDER", "openai")
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+    code, _, err = cli("search", "retries")
+    assert code == 1 and err.endswith(": run `python -m crag index ./-docs` to re-index\n"), err
+    monkeypatch.delenv("KB_AGENT_EMBEDDER")
+    assert cli("index", "./-docs")[0] == 0
+
+
 def test_search_json_through_a_real_process(kb: Path, tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KB_AGENT_", "OPENAI_"))}
     env.update(KB_AGENT_INDEX_DIR=str(tmp_path / "proc-index"), KB_AGENT_LLM="offline", PYTHONPATH=str(ROOT))
@@ -154,6 +166,16 @@ def test_progress_is_shown_on_a_terminal_only(kb: Path) -> None:
     assert "\rindexing 1/2: deploy.md" in shown and "\rindexing 2/2: setup.md" in shown
     assert shown.endswith("\r") and "indexing" not in out.getvalue().split("\n")[1:]
     assert "2 added" in out.getvalue()
+
+
+def test_kb_indexing_progress_on_a_terminal_reads_like_index_progress(kb: Path) -> None:
+    """``ask --kb`` drew "crag: indexing 1 2 /abs/path/deploy.md": the count and the name as
+    ``crag index`` shows them are "1/2: deploy.md"."""
+    out, err = io.StringIO(), FakeTerminal()
+    assert main(["ask", "how are uploads retried?", "--kb", "docs"], out, err) == 0
+    shown = err.getvalue()
+    assert "crag: indexing 1/2: deploy.md" in shown and "crag: indexing 2/2: setup.md" in shown, shown
+    assert str(kb) not in shown
 
 
 FILE_TOO_BIG = r"""

@@ -64,6 +64,41 @@ def test_index_dir_from_the_environment_or_index_option_wins_over_the_search(pro
     assert Settings.from_env(dotenv=None).index_dir == str(project / "other")
 
 
+@pytest.mark.parametrize("argv", [("search", "deploy"), ("ask", "How do I deploy?"), ("chat",)])
+def test_no_index_outside_the_working_directory_is_one_line_not_a_note_and_an_error(project: Path, monkeypatch,
+                                                                                 argv: tuple[str, ...]) -> None:
+    """``crag: index /elsewhere`` came before ``crag: error: no index in /elsewhere``: two lines for
+    one failure, the second naming the folder already."""
+    monkeypatch.chdir(project / "docs")
+    code, out, err = cli("--index", str(project / "elsewhere"), *argv)
+    assert code == 1 and not out
+    assert err.splitlines() == [f"crag: error: no index in {project / 'elsewhere'}: run `python -m crag index PATH` "
+                                "first"], err
+
+
+def test_an_index_in_the_working_directory_itself_needs_no_note(project: Path) -> None:
+    """``--index .`` said "crag: index /the/working/folder", as for an index found elsewhere."""
+    assert cli("--index", ".", "index", "docs")[0] == 0
+    code, out, err = cli("--index", ".", "ask", "How do I deploy the server?")
+    assert code == 0 and "docker compose up" in out and err == "", err
+
+
+@pytest.mark.parametrize("where", ["dotenv", "environment", "option"])
+def test_an_index_dir_under_the_home_folder_written_with_a_tilde_is_there(project: Path, monkeypatch,
+                                                                          tmp_path_factory, where: str) -> None:
+    """No shell expands ``~`` in ``.env`` (nor in a quoted ``--index '~/x'``): crag made a folder
+    named ``~`` in the working directory and put the index there."""
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("HOME", str(home))
+    if where == "dotenv":
+        (project / ".env").write_text("KB_AGENT_INDEX_DIR=~/kb-index\n", encoding="utf-8")
+    elif where == "environment":
+        monkeypatch.setenv("KB_AGENT_INDEX_DIR", "~/kb-index")
+    code, _, err = cli(*(("--index", "~/kb-index") if where == "option" else ()), "index", "docs")
+    assert code == 0, err
+    assert (home / "kb-index" / "CURRENT").is_file() and not (project / "~").exists()
+
+
 def test_model_option_overrides_the_setting_for_one_call(project: Path, monkeypatch) -> None:
     with FakeOpenAIServer() as srv:
         monkeypatch.setenv("KB_AGENT_LLM", "openai")

@@ -129,6 +129,22 @@ def test_indexing_a_deleted_root_by_name_drops_it_instead_of_failing(kb: Path) -
     assert code == 1 and "never-was does not exist" in err
 
 
+@pytest.mark.parametrize("target", ["not-there", "notes"], ids=["dangling", "loop"])
+def test_a_root_replaced_by_a_link_to_nothing_is_missing_like_a_deleted_one(kb: Path, target: str) -> None:
+    """``roots`` said such a root was missing and dropped by the next index, but search kept
+    its chunks without a note, and the next index kept them (`crag index notes` said "already
+    up to date")."""
+    shutil.rmtree(kb / "notes")
+    os.symlink(target, kb / "notes")
+    assert "notes  missing on disk (2 files, " in cli("roots")[1]
+    code, out, err = cli("search", "notes", "server", "port", "--json")
+    assert code == 0 and {h["path"] for h in json.loads(out)} <= {"docs/setup.md"}
+    assert err.startswith("crag: note: notes no longer exists on disk and is left out of the search"), err
+    code, out, err = cli("index", "docs")
+    assert code == 0 and "dropped folder(s) that no longer exist" in out and "notes/notes.md" in out, out + err
+    assert cli("roots")[1].splitlines()[1:] == ["  docs  1 file, 1 chunk"]
+
+
 def test_search_scores_follow_the_rank_order(kb: Path) -> None:
     for query in ("port", "server port", "backups port", "notes", "change the port"):
         code, out, err = cli("search", query, "--top-k", "10", "--json")

@@ -30,6 +30,22 @@ def test_environment_wins_over_dotenv(tmp_path):
     assert (s.top_k, s.model, s.max_iterations) == (9, "llama3.1", 2)
 
 
+@pytest.mark.parametrize(("line", "value"), [
+    ('OPENAI_API_KEY="sk-live-abc123"  # the team key', "sk-live-abc123"),
+    ("OPENAI_API_KEY='sk-live-abc123' # the team key", "sk-live-abc123"),
+    ('OPENAI_API_KEY="sk-live #abc"', "sk-live #abc"),
+    ("OPENAI_API_KEY=sk-live-abc123 # the team key", "sk-live-abc123"),
+    ("OPENAI_API_KEY=sk#live", "sk#live"),
+])
+def test_a_quoted_dotenv_value_followed_by_a_comment_loses_its_quotes(tmp_path, line: str, value: str) -> None:
+    """``KEY="value"  # comment`` kept the quotes in the value: a key sent with them is refused by the server."""
+    from crag.environment import read_dotenv
+
+    f = tmp_path / ".env"
+    f.write_text(line + "\n", encoding="utf-8")
+    assert read_dotenv(f) == {"OPENAI_API_KEY": value}
+
+
 @pytest.mark.parametrize(
     "var, value",
     [

@@ -176,6 +176,11 @@ def _overwrite(path: Path, offset: int, data: bytes) -> None:
         f.write(data)
 
 
+def _without_checksums(kb: Path, statement: str) -> None:
+    _sql(_generation(kb) / "chunks.sqlite", statement)
+    (_generation(kb) / "CHECKSUMS").unlink()
+
+
 def _break_current_bytes(kb: Path) -> None:
     (Path(os.environ["KB_AGENT_INDEX_DIR"]) / "CURRENT").write_bytes(b"\xff\xfe\x00gen")
 
@@ -196,6 +201,18 @@ DAMAGE = {
     "garbage in the FAISS file, same size": lambda kb: _overwrite(
         _generation(kb) / "vectors.faiss", (_generation(kb) / "vectors.faiss").stat().st_size // 2, b"\xa5\x5a" * 32),
     "chunk rows deleted": lambda kb: _sql(_generation(kb) / "chunks.sqlite", "DELETE FROM chunks WHERE id % 2 = 0"),
+    # CHECKSUMS nested past Python's recursion limit was a RecursionError traceback; one that
+    # lists no file (or other files) checked nothing, or read whatever it named.
+    "CHECKSUMS nested too deeply": lambda kb: (_generation(kb) / "CHECKSUMS").write_bytes(b"[" * 100_000),
+    "CHECKSUMS lists no file": lambda kb: (_generation(kb) / "CHECKSUMS").write_bytes(b"{}"),
+    "CHECKSUMS lists another file": lambda kb: (_generation(kb) / "CHECKSUMS").write_text(
+        json.dumps({"../CURRENT": {"size": 11, "crc32": 0}}), encoding="utf-8"),
+    # With no CHECKSUMS (as before checksums existed), chunk text stored as bytes was a TypeError
+    # traceback in ask and search --json, and a line number past SQLite's integers one in the log.
+    "no CHECKSUMS, chunk text as bytes": lambda kb: _without_checksums(kb, "UPDATE chunks SET text = x'00ff'"),
+    "no CHECKSUMS, line numbers out of range": lambda kb: _without_checksums(
+        kb, "UPDATE chunks SET start_line = 9223372036854775807, end_line = 9223372036854775807"),
+    "no CHECKSUMS, file paths as bytes": lambda kb: _without_checksums(kb, "UPDATE files SET path = CAST(path AS BLOB)"),
 }
 
 
@@ -228,6 +245,18 @@ def test_3_4_an_index_dir_that_is_a_file_is_one_line_naming_the_setting(kb: Path
         assert "rebuild" not in line and "re-index" not in line, line  # indexing cannot fix it
 
 
+def test_3_4_an_index_dir_name_too_long_is_one_line_naming_the_setting(kb: Path, monkeypatch) -> None:
+    """A folder name past the file system's limit was "cannot read .../CURRENT (File name too
+    long): run `python -m crag index PATH` (with KB_AGENT_INDEX_DIR=...) to rebuild it": advice
+    that cannot work, and the 5,000-character name twice in one line."""
+    monkeypatch.setenv("KB_AGENT_INDEX_DIR", "x" * 5000)
+    for argv in (("search", "port"), ("ask", "which port?"), ("roots",), ("index", "docs")):
+        code, out, err = cli(*argv)
+        line = one_error_line(err)
+        assert code == 1 and not out and "KB_AGENT_INDEX_DIR" in line and "File name too long" in line, argv
+        assert "rebuild" not in line and line.count("x" * 5000) <= 1, line
+
+
 @pytest.mark.parametrize("gone", ["vectors.faiss", "chunks.sqlite"])
 def test_3_4_a_file_missing_from_the_generation_is_named_not_the_generation(kb: Path, gone: str) -> None:
     """With only its FAISS file deleted, the index was said to be damaged because "generation
@@ -238,6 +267,20 @@ def test_3_4_a_file_missing_from_the_generation_is_named_not_the_generation(kb: 
     line = one_error_line(err)
     assert code == 1 and f"{_generation(kb).name}/{gone} is missing" in line and "generation gen" not in line, line
     assert cli("index", "docs")[0] == 0 and cli("search", "port")[0] == 0
+
+
+def test_3_4_a_checksum_file_naming_an_endless_file_is_damage_not_a_read_forever(kb: Path) -> None:
+    """CHECKSUMS that named /dev/zero beside the generation's files made every search read
+    it forever: only the generation's own files are checked."""
+    checksums = _generation(kb) / "CHECKSUMS"
+    checksums.write_text(json.dumps({**json.loads(checksums.read_text()), "/dev/zero": {"size": 0, "crc32": 0}}))
+    done: list[tuple[int, str, str]] = []
+    worker = threading.Thread(target=lambda: done.append(cli("search", "port")), daemon=True)
+    worker.start()
+    worker.join(30)
+    assert done, "search still reading after 30s"
+    code, out, err = done[0]
+    assert code == 1 and not out and "damaged" in one_error_line(err)
 
 
 # -- 5. a catastrophic regular expression from a plan ----------------------------------------
@@ -659,6 +702,38 @@ def test_12_a_reader_that_stops_reading_is_no_traceback(kb: Path, argv: tuple[st
     proc.stderr.close()
     assert proc.wait(timeout=120) == 141, err
     assert err == ""
+
+
+@pytest.mark.parametrize(("argv", "code", "said"), [
+    (("ask", "-"), 2, "crag: error: the question read from standard input is empty\n"),
+    (("chat",), 0, ""),
+    (("mcp",), 2, "crag: error: standard input is closed: "),
+])
+def test_12_a_closed_standard_input_reads_as_empty_not_a_traceback(kb: Path, argv: tuple[str, ...], code: int,
+                                                                   said: str) -> None:
+    """``crag ask - <&-``, ``crag chat <&-`` and ``crag mcp <&-`` (started by a service with no
+    input) were AttributeError tracebacks: Python has no sys.stdin when descriptor 0 is closed."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    run = subprocess.run(["sh", "-c", 'exec "$0" -m crag "$@" <&-', sys.executable, *argv],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert run.returncode == code and run.stderr.startswith(said) and run.stderr.count("\n") <= 1, run.stderr
+    assert "Traceback" not in run.stderr and run.stdout == ""
+
+
+@pytest.mark.parametrize(("setting", "code"), [("KB_AGENT_TOP_KK=3", 0), ("KB_AGENT_INDEX_DIR=nowhere", 1),
+                                               ("KB_AGENT_TOP_K=0", 2)])
+def test_12_a_closed_standard_error_keeps_the_status_and_stdout_clean(kb: Path, setting: str, code: int) -> None:
+    """With ``2>&-`` a warning was an AttributeError (status 1, no result) and an error line
+    went to standard output, into the JSON a script reads."""
+    name, _, value = setting.partition("=")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), name: value}
+    run = subprocess.run(["sh", "-c", 'exec "$0" -m crag search port --json 2>&-', sys.executable],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert run.returncode == code, run.stdout
+    if code == 0:
+        assert json.loads(run.stdout)[0]["path"] == "docs/setup.md"
+    else:
+        assert run.stdout == ""
 
 
 # -- 13. bodies crag cannot decode, streams cut mid-answer --------------------------------------

@@ -119,6 +119,34 @@ def test_binary_non_utf8_and_unreadable_files_while_indexing(tmp_path: Path, mon
     assert unreadable.exists()
 
 
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be"])
+def test_utf16_text_with_its_byte_order_mark_is_text_not_binary(tmp_path: Path, encoding: str) -> None:
+    """Windows PowerShell 5 writes `>` redirections as UTF-16 with a BOM: such a file was
+    skipped as "binary file" by the index, read_file and grep_search."""
+    from crag.state import ToolCall
+    from crag.tools import Toolbox
+
+    bom = {"utf-16": b"", "utf-16-le": b"\xff\xfe", "utf-16-be": b"\xfe\xff"}[encoding]
+    text = "# Notes\r\n\r\nThe café backup runs at 02:00 UTC.\r\n"
+    write(tmp_path / "kb" / "notes.md", bom + text.encode(encoding))
+    write(tmp_path / "kb" / "blob.md", b"\xff\xfe" + bytes(range(256)) * 8)  # a BOM, then no text
+    settings = Settings(index_dir=str(tmp_path / "index"))
+    report = index_roots(settings, [tmp_path / "kb"])
+    assert [os.path.basename(p) for p in report.added] == ["notes.md"], report.warnings
+    assert [(os.path.basename(p), why) for p, why in report.warnings] == [("blob.md", "binary file")]
+    with open_index(settings) as reader:
+        hit = reader.search("café backup", 1)[0]
+        assert hit.path.endswith("notes.md") and hit.start_line == 1 and "The café backup runs at 02:00 UTC." in hit.text
+    box = Toolbox(settings, roots=[str(tmp_path / "kb")])
+    try:
+        read = box.run(ToolCall("read_file", {"path": str(tmp_path / "kb" / "notes.md"), "start_line": 3}))
+        assert [i.text for i in read.items] == ["The café backup runs at 02:00 UTC."]
+        grep = box.run(ToolCall("grep_search", {"pattern": "backup runs"}))
+        assert [i.start_line for i in grep.items] == [1] and "02:00" in grep.items[0].text
+    finally:
+        box.close()
+
+
 def test_read_file_text_normalises_newlines(tmp_path: Path) -> None:
     p = write(tmp_path / "crlf.md", b"a\r\nb\r\n")
     data, text = read_file_text(p)

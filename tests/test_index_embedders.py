@@ -282,3 +282,39 @@ def test_an_embeddings_reply_crag_cannot_use_is_one_llm_error(reply: bytes, said
         with pytest.raises(LLMError, match=said):
             emb.embed(["one text", "another text"])
         assert srv.requests[0].body["encoding_format"] == "float"
+
+
+def test_an_embedding_model_whose_vectors_changed_length_is_re_embedded_not_a_traceback(tmp_path: Path,
+                                                                                         monkeypatch) -> None:
+    """The same model name served with another dimension (another model pulled under that tag,
+    another server): adding a file was a numpy ValueError traceback from concatenating 64- and
+    32-dimensional vectors. It is an embedder change: `index` re-embeds and says so, `--kb`
+    (which never re-embeds) is one line telling to re-index."""
+    import io
+
+    from crag.cli import main
+    from tests.fakes import clean_env
+
+    def cli(*argv: str) -> tuple[int, str, str]:
+        out, err = io.StringIO(), io.StringIO()
+        return main(list(argv), out, err), out.getvalue(), err.getvalue()
+
+    clean_env(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.md").write_text("# A\n\nAlpha retention is 5 days.\n", encoding="utf-8")
+    monkeypatch.setenv("KB_AGENT_LLM", "offline")
+    monkeypatch.setenv("KB_AGENT_EMBEDDER", "openai")
+    monkeypatch.setenv("KB_AGENT_EMBEDDING_MODEL", "custom-embed")
+    with FakeOpenAIServer(embedding_dim=64) as srv:
+        monkeypatch.setenv("OPENAI_BASE_URL", srv.base_url)
+        assert cli("index", "docs")[0] == 0
+    (tmp_path / "docs" / "b.md").write_text("# B\n\nBeta retention is 6 days.\n", encoding="utf-8")
+    with FakeOpenAIServer(embedding_dim=32) as srv:
+        monkeypatch.setenv("OPENAI_BASE_URL", srv.base_url)
+        code, out, err = cli("search", "beta retention", "--kb", "docs")
+        assert code == 1 and not out and err.count("\n") == 1 and "crag index" in err and "32" in err, err
+        code, out, err = cli("index", "docs")
+        assert code == 0 and "re-embedded everything" in out and "2 in the index" in out, out + err
+        code, out, err = cli("search", "beta retention", "--json")
+        assert code == 0 and json.loads(out)[0]["path"] == "docs/b.md", err

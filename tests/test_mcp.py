@@ -401,3 +401,25 @@ def test_a_description_that_is_not_utf8_is_one_line_naming_its_variable(workdir:
     assert proc.returncode == 2, err
     assert err.count("\n") == 1 and err.startswith("crag: error: KB_AGENT_MCP_ASK_DESCRIPTION=caf\\xe9 docs")
     assert "UTF-8" in err and proc.stdout == b""
+
+
+def test_a_log_note_with_standard_error_closed_never_reaches_the_protocol_stream(workdir: Path) -> None:
+    """``crag mcp 2>&-`` with an answer log it cannot write: its note was printed to standard
+    output (Python prints to sys.stdout when sys.stderr is None), in the middle of the JSON-RPC
+    stream, and the client lost the answer."""
+    index = workdir / "index"
+    base = server_params(workdir, "--kb", "docs")
+    index.mkdir()
+    (index / "log.sqlite").mkdir()  # a log that is a folder: every ask has a note to say
+    params = StdioServerParameters(command="sh", args=["-c", 'exec "$0" "$@" 2>&-', base.command, *base.args],
+                                   env=base.env, cwd=base.cwd)
+
+    async def session() -> None:
+        with anyio.fail_after(60):
+            async with Client(params, read_timeout_seconds=60) as client:
+                answer = await client.call_tool("ask", {"question": "Which port does the server listen on?"})
+                assert not answer.is_error and "8080" in text_of(answer), text_of(answer)
+                again = await client.call_tool("search", {"query": "nightly backups"})
+                assert not again.is_error
+
+    anyio.run(session)

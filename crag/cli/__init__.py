@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import io
 import sys
 from collections.abc import Iterator, Sequence
 from typing import TextIO
@@ -154,7 +155,8 @@ def main(
             print("crag: error: standard output is closed: run crag with its output going somewhere "
                   "(a terminal, a file, a pipe, or /dev/null)", file=stderr or sys.stderr)
             return 1
-        return _main(argv, out, stderr or sys.stderr, stdin)
+        # `crag ... 2>&-`: no sys.stderr; what would go there is dropped, never written to stdout
+        return _main(argv, out, stderr or sys.stderr or io.StringIO(), stdin)
     finally:
         common.forget_secrets()
 
@@ -176,7 +178,7 @@ def _main(argv: Sequence[str] | None, out: TextIO, err: TextIO, stdin: TextIO | 
             out.write(parser.format_help())
             return 1  # as git does: the help, and a status that says nothing was done
         _join_words(args, extra)
-        args.stdin = stdin or sys.stdin
+        args.stdin = stdin or sys.stdin or io.StringIO()  # `<&-`: no sys.stdin; a closed input reads as empty
         common.OVERRIDES.clear()
         common.OVERRIDES.update({"model": args.model, "index_dir": args.index})
         _warn_about_configuration(err)

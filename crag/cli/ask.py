@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from typing import TextIO
 
 from ..errors import UsageError
@@ -33,7 +34,7 @@ def read_history(path: str, limit: int) -> list:
         if len(raw) > limit:
             raise UsageError(f"--history file {display_name(path)} is over {limit:,} bytes, more than a conversation "
                              "crag could use: keep its latest turns")
-        data = json.loads(raw.decode("utf-8"))
+        data = json.loads(raw)  # UTF-8, UTF-16 or UTF-32, with or without a byte order mark (RFC 8259 readers may)
     except FileNotFoundError:
         raise UsageError(f"--history file {display_name(path)} does not exist") from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -88,10 +89,10 @@ class IndexNotes:
         self.err = err
         self.tty = hasattr(err, "isatty") and err.isatty()
 
-    def __call__(self, *args: object, **kwargs: object) -> None:
+    def __call__(self, done: int, total: int, path: str) -> None:
         if not self.tty:
             return
-        text = for_terminal(" ".join(str(a) for a in args))
+        text = for_terminal(f"{done}/{total}: {display_name(os.path.basename(path))}")  # as `crag index` shows it
         self.err.write(f"\r\033[Kcrag: indexing {text}")
         self.err.flush()
 

@@ -115,9 +115,15 @@ def index_label(config) -> str:
 def index_note(config, err: TextIO) -> None:
     """Say on stderr which index a command uses when it lies outside the working directory (found
     in a parent folder, or named by ``--index`` or ``KB_AGENT_INDEX_DIR``); ``roots`` always
-    names it, and ``ask --json`` has it as ``index``."""
+    names it, and ``ask --json`` has it as ``index``. Not for a folder with no index yet: the
+    command's own line names it then (``indexed ... into DIR``, or the error ``no index in DIR``)."""
+    from ..index.layout import current_exists
+
     here = os.path.abspath(os.getcwd())
-    if config.store or os.path.abspath(config.index_dir).startswith(here + os.sep):
+    index_dir = os.path.abspath(config.index_dir)
+    if config.store or index_dir == here or index_dir.startswith(here + os.sep):
+        return
+    if not current_exists(config.index_dir):
         return
     err.write(shown_message(f"crag: index {index_label(config)}") + "\n")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import TextIO
 
 from ..errors import UsageError
@@ -14,6 +15,9 @@ def cmd_mcp(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from ..mcp_server import check_descriptions, missing_extra, serve
 
     settings()
+    if sys.stdin is None:  # `crag mcp <&-`: no client can send a request
+        raise UsageError("standard input is closed: crag mcp serves one MCP client over its standard input and "
+                         "output; let the client start it")
     problem = missing_extra()
     if problem is not None:
         raise UsageError(problem)

@@ -182,6 +182,15 @@ def update_store(
     with store.writer_lock(lock_timeout):
         base = _load_base(store, embedder, chunker_id(*chunking), allow_reembed)
         plan = _plan(store, embedder, chunking, base, root_list, started, patterns)
+        if _writes(plan) and plan.builds_on is not None and plan.builds_on.dim != embedder.dim:
+            # The same model name now gives vectors of another length (another model under that
+            # name, another server): its vectors cannot join the index's, as another embedder's cannot.
+            built = f"{plan.builds_on.embedder} ({plan.builds_on.dim} dimensions)"
+            configured = f"{embedder.name} (now {embedder.dim} dimensions)"
+            if not allow_reembed:
+                raise embedder_mismatch(built, configured, plan.builds_on.roots, store.location)
+            base = _Base(base.state, True, f"the index was built with {built}, the configured embedder is {configured}")
+            plan = _plan(store, embedder, chunking, base, root_list, started, patterns)
         return _apply(plan, progress)
 
 
@@ -226,7 +235,7 @@ def _plan(
     for r in base.recorded_roots:
         if r in walk_roots:
             continue
-        if not os.path.lexists(r):
+        if not os.path.exists(r):  # a link to nothing is gone too, as `roots` says
             dropped_roots.append(r)
         elif base.full:
             walk_roots.append(r)
@@ -264,9 +273,14 @@ def _unchanged_report(plan: _Plan, unchanged: int, bytes_read: int = 0, warnings
     )
 
 
+def _writes(plan: _Plan) -> bool:
+    """Whether carrying out ``plan`` opens a store update (else nothing changed)."""
+    return bool(plan.to_read or plan.removed or plan.roots_changed or plan.base.full)
+
+
 def _apply(plan: _Plan, progress: Progress | None) -> IndexReport:
     """Carry out ``plan`` in one store update (writer lock held)."""
-    if not plan.to_read and not plan.removed and not plan.roots_changed and not plan.base.full:
+    if not _writes(plan):
         return _unchanged_report(plan, len(plan.unchanged))
     recorded = plan.recorded
     update = plan.store.begin(plan.builds_on, plan.embedder, chunker_id(*plan.chunking))

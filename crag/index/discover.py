@@ -12,11 +12,12 @@ Owns the discovery rules shared by the indexer, ``grep_search`` and ``read_file`
   ``__pycache__``, Python virtual environments and the index directory itself are skipped;
 * a symbolic link is followed only when its target lies inside the root (so a link can never
   pull outside files into the knowledge base), and each real file is taken once;
-* binary files (a NUL byte in the first 8 KiB), oversized and unreadable files, and files
+* binary files (a NUL byte in the first 8 KiB, unless the file is UTF-16 text opening with its
+  byte order mark), oversized and unreadable files, and files
   or folders whose name is not valid UTF-8 (the index stores names as text) are skipped
   and counted as warnings, never raised; a root whose own path is not valid UTF-8 is a
   ``KnowledgeBaseError``;
-* text is decoded as UTF-8 (a BOM is dropped), else cp1252, else latin-1, so undecodable
+* text is decoded as UTF-16 when it opens with that BOM, else as UTF-8 (a BOM is dropped), else cp1252, else latin-1, so undecodable
   bytes never crash indexing; line endings are normalised the way Python's text mode does
   (``\\r\\n`` and ``\\r`` become ``\\n``), NUL bytes past the first 8 KiB (a log padded
   after a crash) are dropped, which no store can hold as text and no line number depends
@@ -35,7 +36,7 @@ from attrs import field, frozen
 from ..errors import KnowledgeBaseError, UsageError
 from ..safe_text import display_name
 from .ignore import Ignores
-from .readers import MAX_TEXT_BYTES, decode_text, reader_for, utf16  # decode_text: the one rule, re-exported here
+from .readers import MAX_TEXT_BYTES, UTF16_BOMS, decode_text, reader_for, utf16_text  # decode_text: re-exported here
 
 __all__ = [
     "DOCUMENT_MAX_BYTES",
@@ -355,18 +356,15 @@ def _sniff_ok(path: str, warnings: list[tuple[str, str]]) -> bool:
     except OSError as exc:
         warnings.append((path, f"cannot read ({exc.strerror or exc})"))
         return False
-    if b"\x00" in head:
+    if b"\x00" in head and not head.startswith(UTF16_BOMS):  # UTF-16 is told from binary when read whole
         warnings.append((path, "binary file"))
         return False
     return True
 
 
 def is_binary(data: bytes) -> bool:
-    """A NUL byte in the first 8 KiB: not text, unless the file opens with a UTF-16 byte order
-    mark and decodes as UTF-16 (``decode_text``): what Windows tools such as PowerShell write."""
-    if utf16(data) is not None:
-        return False
-    return b"\x00" in data[:_SNIFF_BYTES]
+    """A NUL byte in the first 8 KiB: not text, unless it is UTF-16 with its BOM (``utf16_text``)."""
+    return b"\x00" in data[:_SNIFF_BYTES] and utf16_text(data) is None
 
 
 def read_bytes(path: str | os.PathLike[str], max_bytes: int = MAX_FILE_BYTES) -> bytes:

@@ -37,7 +37,8 @@ def reindex(roots: Sequence[str]) -> str:
 
     if not roots:
         return REINDEX
-    paths = " ".join(shlex.quote(relative_label(r)) for r in roots if os.path.lexists(r))
+    labels = (relative_label(r) for r in roots if os.path.lexists(r))
+    paths = " ".join(shlex.quote(f"./{p}" if p.startswith("-") else p) for p in labels)  # "-docs" is no option
     return f"run `python -m crag index {paths}` to re-index" if paths else REINDEX
 
 _TITLE_SPLIT = re.compile(r"[\\/_\-. ]+")

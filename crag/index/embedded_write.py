@@ -339,7 +339,7 @@ class EmbeddedUpdate:
         n_chunks = done.result()
         self._wait()
         self._db.shutdown()
-        integrity.write_checksums(self.gen_dir, (layout.DATABASE, layout.VECTORS))
+        integrity.write_checksums(self.gen_dir, integrity.CHECKED_FILES)
         layout.fsync_dir(self.gen_dir)
         layout.fsync_dir(self.index_dir)
         layout.publish(self.index_dir, self.gen)

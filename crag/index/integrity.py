@@ -7,8 +7,8 @@ size), deleted chunk rows. ``write_checksums`` records the size and CRC-32 of ea
 ``CHECKSUMS`` next to them before ``CURRENT`` names the generation; ``verify`` recomputes
 them (a sequential read of both files, the cost of opening an index) and also checks what
 a generation written before checksums existed can still be checked by: the tables are
-all there, the numbers in ``meta`` are numbers, and the chunk rows, the file records and
-the meta agree. Every failure is an ``IndexStoreError`` saying what is damaged and how to
+all there, the numbers in ``meta`` are numbers, the chunk rows, the file records and
+the meta agree, and the rows hold text and line numbers of the right types. Every failure is an ``IndexStoreError`` saying what is damaged and how to
 rebuild; ``crag index`` rebuilds a damaged index from its documents instead of building on it.
 
 ``read_current_name`` reads the ``CURRENT`` pointer defensively (a folder, bytes that are
@@ -25,13 +25,23 @@ from collections.abc import Mapping, Sequence
 
 from ..errors import IndexStoreError
 
-__all__ = ["CHECKSUMS", "INT_META", "TABLES", "int_meta", "read_current_name", "verify", "write_checksums"]
+__all__ = ["CHECKED_FILES", "CHECKSUMS", "INT_META", "TABLES", "int_meta", "read_current_name", "verify", "write_checksums"]
 
 CHECKSUMS = "CHECKSUMS"
+CHECKED_FILES = ("chunks.sqlite", "vectors.faiss")  # what CHECKSUMS holds: layout.DATABASE, layout.VECTORS
 TABLES = frozenset({"meta", "roots", "files", "chunks", "fts", "files_fts"})
 INT_META = ("chunks", "dim")  # meta values that must be whole numbers
 OPTIONAL_INT_META = ("next_chunk_id", "vectors_bytes")  # ... when present
 _BLOCK = 1 << 20
+_MAX_LINE = 1 << 40  # a line number past any file crag reads
+# Rows a reader would turn into a traceback or a wrong citation: text that is not text, line
+# numbers that are not whole numbers in 1.._MAX_LINE (start before end).
+_BAD_ROWS = f"""
+SELECT (SELECT count(*) FROM chunks WHERE typeof(text) != 'text' OR typeof(heading) != 'text'
+            OR typeof(start_line) != 'integer' OR typeof(end_line) != 'integer'
+            OR start_line < 1 OR end_line < start_line OR end_line > {_MAX_LINE})
+     + (SELECT count(*) FROM files WHERE typeof(path) != 'text' OR typeof(root) != 'text')
+"""
 _MAX_CURRENT_BYTES = 256
 
 
@@ -77,8 +87,8 @@ def read_current_name(path: str, index_dir: str, hint: str) -> str | None:
         raise IndexStoreError(
             f"{index_dir} is a file, not an index folder: point KB_AGENT_INDEX_DIR at a folder", index_dir
         ) from None
-    except OSError as exc:
-        raise IndexStoreError(f"cannot read {path} ({exc.strerror or exc}): {hint}", index_dir) from exc
+    except OSError as exc:  # the folder cannot be reached (a name too long, no permission): no index can fix it
+        raise IndexStoreError(f"cannot read {path} ({exc.strerror or exc}): check KB_AGENT_INDEX_DIR", index_dir) from exc
     try:
         text = raw.decode("ascii")
     except UnicodeDecodeError:
@@ -121,11 +131,13 @@ def verify(
                 recorded = json.load(f)
     except FileNotFoundError:
         recorded = None  # written before checksums existed: the checks below still apply
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise _damaged(index_dir, "its checksum file cannot be read", hint) from exc
     if recorded is not None:
         if not isinstance(recorded, dict):
             raise _damaged(index_dir, "its checksum file cannot be read", hint)
+        if sorted(recorded) != sorted(CHECKED_FILES):  # only the generation's own files are read
+            raise _damaged(index_dir, f"its checksum file does not list {' and '.join(CHECKED_FILES)}", hint)
         for name, expected in sorted(recorded.items()):
             try:
                 actual = digest(str(name))
@@ -145,6 +157,10 @@ def verify(
             raise _damaged(index_dir, f"table {', '.join(missing)} is missing", hint)
         chunks = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
         listed = conn.execute("SELECT coalesce(sum(chunks), 0) FROM files").fetchone()[0]
+        if recorded is None:  # no checksum vouches for the rows: check what readers rely on
+            bad = conn.execute(_BAD_ROWS).fetchone()[0]
+            if bad:
+                raise _damaged(index_dir, f"{bad} rows hold values of the wrong type or out of range", hint)
     except sqlite3.Error as exc:
         raise _damaged(index_dir, str(exc), hint) from exc
     expected_chunks = int_meta(meta, "chunks", index_dir, hint)

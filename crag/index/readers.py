@@ -50,13 +50,14 @@ __all__ = [
     "MAX_PDF_PAGES",
     "MAX_TEXT_BYTES",
     "READERS",
+    "UTF16_BOMS",
     "Reader",
     "cached_text",
     "decode_text",
     "read_document",
     "reader_for",
     "skipped_line",
-    "utf16",
+    "utf16_text",
 ]
 
 # The name crag is installed under from the package index (the import name stays ``crag``).
@@ -257,40 +258,49 @@ def _docx(data: bytes) -> str:
     return "\n".join(lines) + "\n" if lines else ""
 
 
-def utf16(data: bytes) -> str | None:
-    """The text of ``data`` when it opens with a UTF-16 byte order mark and decodes as UTF-16
-    (without the mark), else None."""
-    if not data.startswith((b"\xff\xfe", b"\xfe\xff")) or data.startswith(b"\xff\xfe\x00\x00"):  # UTF-32
+UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+
+
+def utf16_text(data: bytes) -> str | None:
+    """The text of bytes that are UTF-16 opening with its byte order mark (Windows PowerShell 5
+    writes redirected output so), else None: no BOM, an odd length, unpaired surrogates, or
+    control characters other than whitespace and ESC (binary data that happens to open so)."""
+    if not data.startswith(UTF16_BOMS) or len(data) % 2:
         return None
     try:
-        return data.decode("utf-16")
+        text = data.decode("utf-16")
     except UnicodeDecodeError:
         return None
+    if any(ch < " " and ch not in "\t\n\r\f\x1b" for ch in text):
+        return None
+    return text
+
+
+def _decode_bytes(data: bytes) -> str:
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    if b"\x00" in data:
+        data = data.replace(b"\x00", b"")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        try:
+            return data.decode("cp1252")
+        except UnicodeDecodeError:
+            return data.decode("latin-1")
 
 
 def decode_text(data: bytes) -> str:
-    """Bytes to text: UTF-16 when it opens with its byte order mark (``utf16``), else UTF-8
-    (BOM dropped), else cp1252, else latin-1; newlines normalised.
+    """Bytes to text: UTF-16 with its BOM (``utf16_text``), else UTF-8 (BOM dropped), else
+    cp1252, else latin-1; newlines normalised.
 
     NUL bytes are dropped: a file with one in its first 8 KiB is binary (``is_binary``) and
     never decoded; one further on is padding, and PostgreSQL refuses it in text. One rule,
     for every store and for ``read_file`` and ``grep_search``, so lines and chunks agree.
     """
-    text = utf16(data)
-    if text is not None:
-        text = text.replace("\x00", "")
-    else:
-        if data.startswith(b"\xef\xbb\xbf"):
-            data = data[3:]
-        if b"\x00" in data:
-            data = data.replace(b"\x00", b"")
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError:
-            try:
-                text = data.decode("cp1252")
-            except UnicodeDecodeError:
-                text = data.decode("latin-1")
+    text = utf16_text(data)
+    if text is None:
+        text = _decode_bytes(data)
     if "\r" in text:
         text = text.replace("\r\n", "\n").replace("\r", "\n")
     return text

@@ -164,20 +164,20 @@ class Toolbox:
         if self._roots is not None:
             return self._roots
         roots = self.retriever().roots
-        present = tuple(r for r in roots if os.path.lexists(r))
+        present = tuple(r for r in roots if os.path.exists(r))
         return None if len(present) == len(roots) else present
 
     def file_roots(self) -> tuple[str, ...]:
         """The roots file tools (grep_search, read_file) look in (those still on disk)."""
         if self._roots is not None:
             return self._roots
-        return tuple(r for r in self.store().roots() if os.path.lexists(r))
+        return tuple(r for r in self.store().roots() if os.path.exists(r))
 
     def missing_roots(self) -> tuple[str, ...]:
         """Roots of the index that are gone from disk, and so left out of every tool."""
         if self._roots is not None:
             return ()
-        return tuple(r for r in self.store().roots() if not os.path.lexists(r))
+        return tuple(r for r in self.store().roots() if not os.path.exists(r))
 
     def label(self, path: str) -> str:
         """A path as citations show it: relative to ``cwd`` when under it, else absolute."""
