@@ -109,7 +109,7 @@ def read_dotenv(path: str | os.PathLike[str], bad_lines: list[int] | None = None
     """``KEY=VALUE`` lines of a ``.env`` file; a missing file is an empty mapping.
 
     Accepts ``export KEY=VALUE``, single or double quotes, blank lines, ``#`` comments (also
-    after a value, quoted or not) and a UTF-8 byte-order mark. Only a regular file of at most
+    after a value, quoted or not) and a UTF-8 byte-order mark (or UTF-16 with its mark). Only a regular file of at most
     ``DOTENV_MAX_BYTES`` is read; a NUL character in a value is refused (no environment
     variable can hold one). The numbers of lines that are not assignments go to ``bad_lines``
     when given. An unchanged file is parsed once per process.
@@ -124,8 +124,8 @@ def _parse_dotenv(path: str | os.PathLike[str], bad_lines: list[int]) -> dict[st
     data = _read_small_regular_file(path, DOTENV_MAX_BYTES)
     if data is None:
         return {}
-    try:
-        text = data.decode("utf-8-sig")
+    try:  # UTF-16 with its byte-order mark is what PowerShell's ">" writes
+        text = data.decode("utf-16") if data.startswith((b"\xff\xfe", b"\xfe\xff")) else data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise ConfigError(".env", os.fspath(path), f"a UTF-8 file (byte {exc.start} is not UTF-8)") from exc
     values: dict[str, str] = {}

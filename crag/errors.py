@@ -46,7 +46,10 @@ class ConfigError(CragError):
         self.variable = variable
         self.value = None if secret else value
         self.accepts = accepts
-        shown = f"{variable} (value not shown)" if secret else f"{variable}={short_value(value)}"
+        if variable == ".env":  # the settings file itself: its path
+            shown = f"the settings file {short_value(value)}"
+        else:
+            shown = f"{variable} (value not shown)" if secret else f"{variable}={short_value(value)}"
         super().__init__(f"{shown} is not valid: expected {accepts}")
 
 

@@ -519,6 +519,15 @@ def test_11_a_dotenv_that_is_not_a_regular_file_is_refused_without_reading_it(kb
     assert code == 2 and "regular file" in one_error_line(err)
 
 
+def test_11_a_dotenv_in_utf16_is_read_and_one_that_is_not_text_is_named(kb: Path) -> None:
+    Path(".env").write_bytes("KB_AGENT_MAX_ITERATIONS=zero\r\n".encode("utf-16"))  # PowerShell's ">"
+    code, _, err = cli("ask", "hi")
+    assert code == 2 and "KB_AGENT_MAX_ITERATIONS=zero" in one_error_line(err)
+    Path(".env").write_bytes(b"KB_AGENT_TOP_K=5\n\xff bad\n")
+    code, _, err = cli("ask", "hi")
+    assert code == 2 and one_error_line(err).startswith("crag: error: the settings file .env is not valid: expected")
+
+
 def test_11_a_huge_dotenv_is_refused(kb: Path) -> None:
     Path(".env").write_text("# padding\n" * 200_000, encoding="utf-8")
     code, _, err = cli("ask", "hi")
