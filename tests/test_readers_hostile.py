@@ -156,9 +156,12 @@ def test_binary_data_named_html_is_skipped_as_binary(folder: Path) -> None:
     (folder / "dump.html").write_bytes(bytes(rng.randrange(256) for _ in range(200_000)))
     (folder / "controls.htm").write_bytes(bytes(rng.choice([1, 2, 3, 65, 66, 32]) for _ in range(50_000)))
     (folder / "page.html").write_text("<p>The harbour ferry leaves at ten.</p>\n", encoding="utf-8")
+    (folder / "saved.html").write_bytes("<p>The night bus stops at the pier.</p>\r\n".encode("utf-16"))  # text
     code, out, _ = cli("index", "docs")
-    assert code == 0 and "2 added" in out
+    assert code == 0 and "3 added" in out
     assert skipped(out) == {"docs/controls.htm": "binary data, not HTML", "docs/dump.html": "binary data, not HTML"}
+    code, out, _ = cli("search", "night bus pier", "--json")
+    assert json.loads(out)[0]["path"] == "docs/saved.html"
 
 
 def test_a_pdf_over_the_page_limit_or_the_time_budget_is_refused_and_not_parsed_again(

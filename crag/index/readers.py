@@ -309,7 +309,7 @@ def decode_text(data: bytes) -> str:
 def _html(data: bytes) -> str:
     from .html_text import html_text
 
-    if _looks_binary(data):
+    if utf16_text(data) is None and _looks_binary(data):  # UTF-16 with its BOM holds NUL bytes
         raise _Refused("binary data, not HTML")
     return html_text(decode_text(data))
 
