@@ -417,8 +417,9 @@ class Store(Protocol):
     ``state(files=..., check=...)`` is the published state, with its files when asked
     (None before the first update; raises ``IndexStoreError`` when it cannot be read, and
     with ``check`` also when its vectors do not match its metadata); ``version()`` is a cheap check of which
-    state is published. ``writer_lock(timeout)`` is held by the one indexer allowed at a
-    time (a second waits up to ``timeout`` seconds, then raises ``IndexStoreError``).
+    state is published. ``writer_lock(timeout, waiting)`` is held by the one indexer allowed
+    at a time (a second calls ``waiting()`` once, when given, then waits up to ``timeout``
+    seconds and raises ``IndexStoreError``).
     ``begin(base, embedder, chunker)`` starts an update on top of ``base`` (None: from
     empty). ``open_retriever`` opens the published state for search.
     """
@@ -432,7 +433,7 @@ class Store(Protocol):
 
     def roots(self) -> tuple[str, ...]: ...
 
-    def writer_lock(self, timeout: float) -> AbstractContextManager[object]: ...
+    def writer_lock(self, timeout: float, waiting: Callable[[], None] | None = None) -> AbstractContextManager[object]: ...
 
     def begin(self, base: StoreState | None, embedder: Embedder, chunker: str) -> StoreUpdate: ...
 

@@ -378,3 +378,17 @@ def test_search_paths_are_relative_to_the_working_directory_or_absolute_outside_
     code, out, err = cli("search", "nightly", "backups", "--json")
     assert code == 0, err
     assert json.loads(out)[0]["path"] == str(kb / "backup.md")
+
+
+def test_index_says_so_while_it_waits_for_another_crag_index(kb: Path, tmp_path: Path) -> None:
+    import threading
+
+    from crag.index.layout import IndexLock
+
+    (kb / "more.md").write_text("# More\n\nAnother page.\n", encoding="utf-8")
+    lock = IndexLock(str(tmp_path / "index"))
+    lock.__enter__()
+    threading.Timer(0.5, lock.__exit__, (None, None, None)).start()  # the other indexer finishes
+    code, out, err = cli("index", "docs")
+    assert code == 0 and "1 added" in out
+    assert err.splitlines()[-1] == f"crag: another crag index is at work on {tmp_path / 'index'}; waiting for it to finish"

@@ -170,15 +170,18 @@ def test_a_second_indexer_waits_for_the_lock_then_fails_clearly(kb: Path, cfg: S
     index_roots(cfg, [kb])
     store = open_store(cfg)
     write(kb / "more.md", "# More\n\nAnother page.\n")
+    waits: list[str] = []
     with store.writer_lock(5), pytest.raises(IndexStoreError, match="another crag index is running"):
-        index_roots(cfg, [kb], lock_timeout=0.3)
+        index_roots(cfg, [kb], lock_timeout=0.3, waiting=lambda: waits.append("told"))
+    assert waits == ["told"]  # once, however long it polls
     results: list[object] = []
     lock = store.writer_lock(5)
     lock.__enter__()
-    worker = threading.Thread(target=lambda: results.append(index_roots(cfg, [kb], lock_timeout=30)))
+    worker = threading.Thread(target=lambda: results.append(
+        index_roots(cfg, [kb], lock_timeout=30, waiting=lambda: waits.append("again"))))
     worker.start()
     time.sleep(0.5)
-    assert not results  # still waiting
+    assert not results and waits == ["told", "again"]  # still waiting, and said so
     lock.__exit__(None, None, None)
     worker.join(30)
     assert paths(results[0].added) == ["more.md"]

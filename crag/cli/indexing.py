@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import TextIO
 
+from ..safe_text import display_name
 from .common import index_note, own_name, require_index_libraries, settings, shown, shown_json
 
 
@@ -18,7 +19,13 @@ def cmd_index(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     config = settings()
     require_index_libraries()
     progress = progress_printer(err) if is_terminal(err) else None
-    report = index_roots(config, args.paths, progress=progress, patterns=args.exclude)
+
+    def waiting() -> None:  # one line while another crag index holds the index, not silence
+        err.write(f"crag: another crag index is at work on {display_name(config.index_dir)}; "
+                  "waiting for it to finish\n")
+        err.flush()
+
+    report = index_roots(config, args.paths, progress=progress, patterns=args.exclude, waiting=waiting)
     out.write(shown(own_name(index_report_text(report))))
     return 0
 

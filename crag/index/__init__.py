@@ -25,7 +25,7 @@ Importing this package is cheap: numpy, faiss and tiktoken are loaded on first u
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -113,9 +113,10 @@ def index_roots(
     embedder: Embedder | None = None,
     lock_timeout: float | None = None,
     patterns: Sequence[str] = (),
+    waiting: Callable[[], None] | None = None,
 ) -> IndexReport:
     """Build or update the index of ``roots`` (``python -m crag index``); ``patterns`` are its
-    ``--exclude`` globs."""
+    ``--exclude`` globs; ``waiting`` is called once when another indexer is at work on it."""
     from .build import DEFAULT_LOCK_TIMEOUT, update_store
 
     return update_store(
@@ -123,6 +124,7 @@ def index_roots(
         roots,
         embedder or make_embedder(settings),
         progress=progress,
+        waiting=waiting,
         allow_reembed=True,
         lock_timeout=DEFAULT_LOCK_TIMEOUT if lock_timeout is None else lock_timeout,
         patterns=patterns,

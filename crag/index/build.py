@@ -155,6 +155,7 @@ def update_store(
     embedder: Embedder,
     *,
     progress: Progress | None = None,
+    waiting: Callable[[], None] | None = None,
     allow_reembed: bool = True,
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
     max_tokens: int = DEFAULT_MAX_TOKENS,
@@ -166,6 +167,7 @@ def update_store(
     With ``allow_reembed`` False (``ask``/``search --kb``), an index built with another
     embedder raises ``EmbedderMismatchError`` instead of being rebuilt. ``patterns`` are
     ``--exclude`` globs for this run: files they match are left out (and leave the index).
+    ``waiting`` is called once when another indexer holds the store's lock (``writer_lock``).
     """
     started = time.perf_counter()
     check_excludes(patterns)  # before anything is written
@@ -179,7 +181,7 @@ def update_store(
                 raise KnowledgeBaseError(f"knowledge-base path {display_name(r)} does not exist", r)
         root_list = [r for r in root_list if r not in gone]
     chunking = (max_tokens, min_tokens)
-    with store.writer_lock(lock_timeout):
+    with store.writer_lock(lock_timeout, waiting):
         base = _load_base(store, embedder, chunker_id(*chunking), allow_reembed)
         plan = _plan(store, embedder, chunking, base, root_list, started, patterns)
         if _writes(plan) and plan.builds_on is not None and plan.builds_on.dim != embedder.dim:

@@ -10,6 +10,7 @@ import errno
 import os
 import re
 import sqlite3
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from types import MappingProxyType
 from typing import Any
@@ -90,9 +91,9 @@ class EmbeddedStore:
 
     # -- writing ---------------------------------------------------------------------------
 
-    def writer_lock(self, timeout: float) -> AbstractContextManager[object]:
+    def writer_lock(self, timeout: float, waiting: Callable[[], None] | None = None) -> AbstractContextManager[object]:
         self._make_dir()
-        return layout.IndexLock(self.index_dir, timeout)
+        return layout.IndexLock(self.index_dir, timeout, waiting)
 
     def begin(self, base: StoreState | None, embedder: Embedder, chunker: str) -> EmbeddedUpdate:
         """A new generation on top of ``base`` (which must be the published one), or from empty."""

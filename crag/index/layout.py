@@ -42,6 +42,7 @@ import re
 import shutil
 import sqlite3
 import time
+from collections.abc import Callable
 from typing import Any
 
 from attrs import frozen
@@ -329,7 +330,8 @@ def read_vectors(gen: Generation, mmap: bool) -> Any:
 
 
 class IndexLock:
-    """An exclusive ``flock`` on ``DIR/LOCK``, waited for up to ``timeout`` seconds.
+    """An exclusive ``flock`` on ``DIR/LOCK``, waited for up to ``timeout`` seconds (``waiting``,
+    when given, is called once when another indexer holds it, before the wait).
 
     The holder removes the file when it lets go (also when its update failed), so no LOCK
     is left behind by a run that ended; one killed outright leaves a file no one holds,
@@ -338,9 +340,11 @@ class IndexLock:
     hold locks on two different files.
     """
 
-    def __init__(self, index_dir: str, timeout: float = DEFAULT_LOCK_TIMEOUT) -> None:
+    def __init__(self, index_dir: str, timeout: float = DEFAULT_LOCK_TIMEOUT,
+                 waiting: Callable[[], None] | None = None) -> None:
         self.index_dir = index_dir
         self.timeout = timeout
+        self.waiting = waiting
         self._fd: int | None = None
         self._path = os.path.join(index_dir, LOCK)
 
@@ -370,6 +374,9 @@ class IndexLock:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
+                if self.waiting is not None:
+                    self.waiting()
+                    self.waiting = None  # once
                 if time.monotonic() >= deadline:
                     os.close(fd)
                     raise IndexStoreError(

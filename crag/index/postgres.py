@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -273,12 +273,16 @@ class PostgresStore:
     # -- writing ---------------------------------------------------------------------------
 
     @contextmanager
-    def writer_lock(self, timeout: float) -> Iterator[object]:
-        """The database's crag advisory lock, polled for up to ``timeout`` seconds."""
+    def writer_lock(self, timeout: float, waiting: Callable[[], None] | None = None) -> Iterator[object]:
+        """The database's crag advisory lock, polled for up to ``timeout`` seconds (``waiting``
+        called once when another indexer holds it)."""
         conn = self.connect(autocommit=True)
         try:
             deadline = time.monotonic() + timeout
             while not conn.execute("SELECT pg_try_advisory_lock(%s)", (LOCK_KEY,)).fetchone()[0]:
+                if waiting is not None:
+                    waiting()
+                    waiting = None  # once
                 if time.monotonic() >= deadline:
                     raise IndexStoreError(
                         f"another crag index is running on {self.location} (waited {timeout:g}s): "
