@@ -111,7 +111,7 @@ class AnswerText:
         model writes next (more pieces only add support), so nothing can replace the opening."""
 
         def ground(text: str, others) -> tuple[str, int]:
-            done = ground_prefix(text, items, mode, question, others)
+            done = ground_prefix(text, items, mode, question, others, absent)
             if done is None or (mode == "strict" and not done.report.supported):
                 return "", 0  # strict: it may still become the no-evidence sentence
             if self.held and not self.answered and not absent:

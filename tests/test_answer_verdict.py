@@ -129,3 +129,16 @@ def test_what_says_nothing_new():
     assert not says_nothing_new("Does the server retry failed requests?",  # yes or no: may repeat it
                                 ["The server retries failed requests [1]."])
     assert not says_nothing_new("What problem consists of trying to increase oil supplies?", [])
+
+
+def test_a_sentence_naming_a_term_no_evidence_holds_is_not_kept_as_supported():
+    """The question names HTTP/3, no item holds it: the opening says so, and the sentence that
+    claims HTTP/3 support from a passage about uvicorn is not kept as what the evidence says."""
+    uvicorn = item(5, text="Run uvicorn main:app --host 0.0.0.0 --port 80 to start the server.")
+    reply = ("Run uvicorn main:app --host 0.0.0.0 --port 80 to start the server [1]. "
+             "Run uvicorn main:app --host 0.0.0.0 --port 80 to start the server over HTTP/3 [1].")
+    result = simple("How do I serve my app over HTTP/3 with QUIC?", reply, [uvicorn])
+    assert result.state.grounding.verdict == "not_answered"
+    assert result.state.grounding.supported == 1  # the sentence that writes HTTP/3 is not
+    assert "over HTTP/3" not in result.body.split("\n\n", 1)[1]  # only what the evidence says
+    assert "Run uvicorn main:app" in result.body

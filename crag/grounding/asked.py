@@ -37,7 +37,7 @@ top five passages; seven of the eight unanswerable ones did.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from itertools import pairwise
 
 from ..text import in_vocabulary, stem, words
@@ -100,6 +100,17 @@ def named(question: str) -> list[str]:
 def missing(question: str, texts: Iterable[str]) -> list[str]:
     """The terms ``question`` names that none of ``texts`` holds."""
     return absent(named(question), texts)
+
+
+def writes_any(text: str, terms: Sequence[str]) -> bool:
+    """Whether ``text`` writes one of ``terms`` (named terms, ``named``): as one of its tokens,
+    or up to three consecutive ones, compared without case, spaces and punctuation ("quick"
+    does not write "QUIC"; "Apple Watch" and "http/3" write "Apple Watch" and "HTTP/3")."""
+    wanted = {_flat(t) for t in terms} - {""}
+    if not wanted:
+        return False
+    tokens = [_flat(m.group()) for m in _TOKEN.finditer(text)]
+    return any("".join(tokens[i : i + n]) in wanted for n in (1, 2, 3) for i in range(len(tokens)))
 
 
 def absent(terms: Iterable[str], texts: Iterable[str]) -> list[str]:

@@ -17,6 +17,7 @@ from ..answer import FIXED_SENTENCES
 from ..modes import GroundingMode
 from ..sentences import Piece, split
 from ..state import EvidenceItem, GroundingReport, Judgement
+from .asked import writes_any
 from .claims import UNSUPPORTED_TAG, Claims, claims, clauses, lead_in, restates, strip_markers
 from .evidence import Evidence
 from .rewrite import Assembly, Sources, place, place_block, source_references
@@ -45,11 +46,13 @@ def _bare(text: str) -> str:
 class _Grounder:
     """One answer's judging: the evidence read once, the sources its markers index."""
 
-    def __init__(self, items: Sequence[EvidenceItem], mode: str, question: str = "") -> None:
+    def __init__(self, items: Sequence[EvidenceItem], mode: str, question: str = "",
+                 unheld: Sequence[str] = ()) -> None:
         self.mode = mode
         asked = claims(question) if question else None
         self.asked = asked.words if asked else frozenset()
         self.given = frozenset(asked.anchors) if asked else frozenset()
+        self.unheld = tuple(unheld)
         self.evidence = Evidence(items)
         self.sources = Sources(items)
 
@@ -59,6 +62,8 @@ class _Grounder:
         the answer: the evidence need not write it the same way ("by the 1700s" for "the early
         18th century"). Whether the passages cited are about what the question names is
         asked of them as a whole (``addresses``)."""
+        if self.unheld and writes_any(text, self.unheld):
+            return []  # it names what no evidence item holds: no item supports it
         if c is not None and self.given:
             c = Claims(c.words, tuple(a for a in c.anchors if a not in self.given), c.negated)
         return supports(kind, text, c, [self.evidence[k] for k in range(len(self.evidence))])
@@ -126,14 +131,17 @@ class _Grounder:
         return text, Judgement(_bare(piece.text), supported, BY_CLAUSE, tuple(verdicts))
 
 
-def ground(body: str, items: Sequence[EvidenceItem], mode: str = "note", question: str = "") -> Grounded:
+def ground(body: str, items: Sequence[EvidenceItem], mode: str = "note", question: str = "",
+           unheld: Sequence[str] = ()) -> Grounded:
     """The body with markers pointing at the passages that support each piece (see the
     package's docstring); ``question``, when given, lets a lead-in that only restates it go
-    unjudged."""
+    unjudged, and the anchors it names need not be found again (``_Grounder.supports``),
+    except the terms of ``unheld``: those it names that no evidence item holds
+    (``crag.grounding.missing``)."""
     if mode not in MODES:
         raise ValueError(f"unknown grounding mode {mode!r}")
     body = source_references(body, items)
-    g = _Grounder(items, mode, question)
+    g = _Grounder(items, mode, question, unheld)
     out = Assembly()
     judgements: list[Judgement] = []
     after_block = False  # the last piece was a judged code block or table
@@ -193,7 +201,8 @@ def render_prefix(
 
 
 def ground_prefix(
-    text: str, items: Sequence[EvidenceItem], mode: str, question: str = "", others: Sequence[str] = ()
+    text: str, items: Sequence[EvidenceItem], mode: str, question: str = "", others: Sequence[str] = (),
+    unheld: Sequence[str] = (),
 ) -> Grounded | None:
     """``ground`` of the final pieces of a partial answer (see ``render_prefix``); None when
     no piece is final yet."""
@@ -210,7 +219,7 @@ def ground_prefix(
             return None
     while cut and (again := _same_pieces(pieces, split(text[:cut]), cut)) < cut:
         cut = again  # the text cut there splits as the whole text does
-    return ground(text[:cut], items, mode, question)
+    return ground(text[:cut], items, mode, question, unheld)
 
 
 def _same_pieces(pieces: Sequence[Piece], other: Sequence[Piece], limit: int) -> int:

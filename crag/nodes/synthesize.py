@@ -127,14 +127,14 @@ def _grounded(state: AgentState, body: str, cfg: NodeConfig, items: tuple) -> Ag
             items, state.usage, note=weak,
         )
         return evolve(state, answer=text, citations=citations)
-    done = grounding.ground(body, items, cfg.grounding, state.question)
+    absent = grounding.missing(state.question, [item.text for item in items])
+    done = grounding.ground(body, items, cfg.grounding, state.question, absent)
     if cfg.grounding == "off":
         text, citations = answer.compose(done.body, done.sources, state.usage, note=weak)
         return evolve(state, answer=text, citations=citations)
     for j in done.report.judgements:  # each verdict with the rule that decided it
         state = evolve(state, audit=state.log("sentence_judged", sentence=j.sentence, supported=j.supported,
                                               rule=j.rule))
-    absent = grounding.missing(state.question, [item.text for item in items])
     if absent:
         state = evolve(state, audit=state.log("question_terms_missing", terms=absent))
     passages = grounding.cited(done.sources, items)
@@ -150,7 +150,7 @@ def _grounded(state: AgentState, body: str, cfg: NodeConfig, items: tuple) -> Ag
     judged = verdict_of(done.report, state, absent, addressed, held)
     report = evolve(done.report, verdict=judged)
     if judged == "not_answered" and cfg.grounding != "strict":
-        done = grounding.ground(body, items, "strict", state.question)  # only the supported sentences
+        done = grounding.ground(body, items, "strict", state.question, absent)  # only the supported sentences
     if (cfg.grounding == "strict" or judged == "not_answered") and not done.report.supported:
         text, citations = answer.compose(answer.NO_EVIDENCE, (), state.usage, cite=False)
         return evolve(state, answer=text, citations=citations, grounding=report)
