@@ -43,7 +43,7 @@ from itertools import pairwise
 from ..text import in_vocabulary, stem, words
 from .claims import claims
 
-__all__ = ["FOCUS_SHARE", "HELD_SHARE", "absent", "addresses", "cited", "missing", "named", "says_nothing_new"]
+__all__ = ["FOCUS_SHARE", "HELD_SHARE", "absent", "addresses", "cited", "missing", "named", "says_nothing_new", "writes_any"]
 
 _TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9+#./_-]*[A-Za-z0-9+#]|[A-Za-z0-9]")
 # capitalised words that name nothing: how questions and sentences open
