@@ -11,7 +11,7 @@ which items those are and narrows each to the passage that supports the sentence
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from .pages import location
 from .state import Citation, EvidenceItem, Usage
@@ -30,6 +30,7 @@ __all__ = [
     "footer_lines",
     "marker_numbers",
     "renumber",
+    "rewrite_markers",
     "stats_block",
     "without_source_list",
 ]
@@ -67,8 +68,35 @@ FIXED_SENTENCES = frozenset({NO_EVIDENCE, OFFLINE_PREFACE, EMPTY_REPLY, NOT_ANSW
 # A fenced block or an inline code span: left untouched by renumbering.
 _CODE = re.compile(r"(```.*?(?:```|\Z)|~~~.*?(?:~~~|\Z)|`[^`\n]*`)", re.S)
 # [1], [1, 2], [1,2;3], [1-3]; not a Markdown link "[1](...)" nor a footnote "[^1]".
-_MARKER = re.compile(r"[ \t]?\[(\s*\d+(?:\s*[-–]\s*\d+)?(?:\s*[,;]\s*\d+(?:\s*[-–]\s*\d+)?)*\s*)\](?!\()")
+_ONE_MARKER = r"\[(\s*\d+(?:\s*[-–]\s*\d+)?(?:\s*[,;]\s*\d+(?:\s*[-–]\s*\d+)?)*\s*)\](?!\()"
+_MARKER = re.compile(r"[ \t]?" + _ONE_MARKER)
 MARKER = _MARKER
+# Markers a model lists as prose ("[1], [2], and [3]", "[1]; [4]"): rewritten as one, so
+# dropping some of them leaves no stray commas behind.
+_MARKER_RUN = re.compile(
+    r"[ \t]?" + _ONE_MARKER + r"(?:(?:[ \t]*[,;&][ \t]*(?:and[ \t]+)?|[ \t]+and[ \t]+)" + _ONE_MARKER + r")*"
+)
+# Where a run was dropped: the comma before it goes too when punctuation follows
+# ("as the evidence says, [4], it ..." -> "as the evidence says, it ...").
+_GONE = "\ue000"
+_AFTER_GONE = re.compile(r"[ \t]*,?[ \t]*" + _GONE + r"(?=[ \t]*[,.;:!?)])")
+
+
+def rewrite_markers(text: str, replace: Callable[[list[int]], str]) -> str:
+    """``text`` with each run of markers outside code replaced by ``replace(numbers)``, the
+    numbers the run names in order (``""`` drops the run and the separators around it)."""
+
+    def run(match: re.Match[str]) -> str:
+        lead = match.group(0)[0] if match.group(0)[0] in " \t" else ""
+        numbers = [k for m in _MARKER.finditer(match.group(0)) for k in _numbers(m.group(1))]
+        marks = replace(numbers)
+        return lead + marks if marks else _GONE
+
+    pieces = _CODE.split(text)
+    for i in range(0, len(pieces), 2):  # even pieces are outside code
+        if "[" in pieces[i]:
+            pieces[i] = _AFTER_GONE.sub("", _MARKER_RUN.sub(run, pieces[i].replace(_GONE, ""))).replace(_GONE, "")
+    return "".join(pieces)
 
 
 def code_split(text: str) -> list[str]:
@@ -97,10 +125,9 @@ def renumber(text: str, n_items: int) -> tuple[str, list[int]]:
     order: list[int] = []
     new_number: dict[int, int] = {}
 
-    def replace(match: re.Match[str]) -> str:
-        lead = match.group(0)[0] if match.group(0)[0] in " \t" else ""
+    def replace(numbers: list[int]) -> str:
         marks = []
-        for k in _numbers(match.group(1)):
+        for k in numbers:
             if not 1 <= k <= n_items:
                 continue
             if k not in new_number:
@@ -109,12 +136,9 @@ def renumber(text: str, n_items: int) -> tuple[str, list[int]]:
             mark = f"[{new_number[k]}]"
             if mark not in marks:
                 marks.append(mark)
-        return lead + "".join(marks) if marks else ""
+        return "".join(marks)
 
-    pieces = _CODE.split(text)
-    for i in range(0, len(pieces), 2):  # even pieces are outside code
-        pieces[i] = _MARKER.sub(replace, pieces[i])
-    return "".join(pieces), order
+    return rewrite_markers(text, replace), order
 
 
 # A line a model wrote as a source list entry: "[1] docs/setup.md:L4", "- [2]: https://...".
@@ -256,6 +280,7 @@ CONTINUATIONS = (
     STATS_HEADING,
     "\n\n---\n" + STATS_HEADING + "\n- x", "\nLLM Usage Stats:",
     "\n[1] x.md", "[1] x.md", " x.md", "/x",  # a source list the model writes (its heading goes with it)
+    ", [1]", "; [1]", " & [1]", " and [1]", "and [1]", "nd [1]", "d [1]",  # a run of markers growing
 )
 
 

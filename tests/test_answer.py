@@ -80,3 +80,13 @@ def test_renumbered_markers_are_always_in_range_and_in_first_use_order(text, n):
     answer, citations = compose(text, [item(k + 1) for k in range(n)], Usage("m"))
     assert answer.count(STATS_HEADING) >= 1
     assert [c.n for c in citations] == list(range(1, len(citations) + 1))
+
+
+def test_markers_listed_as_prose_are_renumbered_as_one_run_and_leave_no_stray_commas() -> None:
+    # Qwen2.5-Coder-1.5B wrote "According to the evidence, [1], [2], [3], and [4], there were
+    # ..."; with only [1] pointing at evidence the answer read "evidence,, [1],,, and, there".
+    text = "According to the evidence, [1], [2], [3], and [4], there were 500,000 [4]."
+    assert renumber(text, 1) == ("According to the evidence, [1], there were 500,000.", [0])
+    assert renumber(text, 0)[0] == "According to the evidence, there were 500,000."
+    assert renumber("See [2] and [1]; [2].", 2) == ("See [1][2].", [1, 0])
+    assert renumber("Use `a[1], [2]` as [3] and [1] do.", 3)[0] == "Use `a[1], [2]` as [1][2] do."

@@ -24,6 +24,8 @@ REPLIES = [
     "- first point [3]\n- second point [2]\n\n```\ncode [1]\n```\nDone [1].",
     "No citations at all.",
     "Port [1], retries [2].\n\nSources:\n[1] docs/setup.md:L7\n[2] docs/other.md:L5\n- [3]: https://example.com/x",
+    "As the evidence says, [1], [2], [7], and [3], it listens on 8080 [9], [8].",
+    "Port [1] and [2] & [3]; [4] and retries [2], [1].",
 ]
 
 
@@ -53,7 +55,7 @@ def test_markers_are_renumbered_while_streaming() -> None:
     assert renderer.feed("<think>hidden") == ""
 
 
-PIECES = ["Port ", "[1]", "[2, 3]", "[9]", "\n", "\n\n", "---", "- item ", "**bold** ", "📊 **LLM Usage Stats:**",
+PIECES = ["Port ", "[1]", "[2, 3]", "[9]", ", ", " and ", ", and ", "; ", "\n", "\n\n", "---", "- item ", "**bold** ", "📊 **LLM Usage Stats:**",
           "LLM Usage Stats", "<think>", "<think>[2] hm</think>", "`code`", "text. ", "# Heading", "[", "]", " "]
 FENCE = "\n```\nx = [1]\n```\n"
 

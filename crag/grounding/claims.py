@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 
 from attrs import frozen
 
-from ..answer import MARKER, code_split
+from ..answer import code_split, rewrite_markers
 from ..text import STOPWORDS, in_vocabulary, stem, words
 
 __all__ = [
@@ -196,9 +196,9 @@ class Claims:
 
 def strip_markers(text: str) -> str:
     """``text`` without its ``[K]`` markers and ``[unsupported]`` tags (code left alone)."""
-    pieces = code_split(text)
+    pieces = code_split(rewrite_markers(text, lambda numbers: ""))
     for i in range(0, len(pieces), 2):
-        pieces[i] = MARKER.sub("", pieces[i]).replace(UNSUPPORTED_TAG, "")
+        pieces[i] = pieces[i].replace(UNSUPPORTED_TAG, "")
     return "".join(pieces)
 
 

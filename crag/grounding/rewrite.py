@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from attrs import evolve
 
-from ..answer import MARKER, code_split, marker_numbers
+from ..answer import MARKER, code_split, marker_numbers, rewrite_markers
 from ..state import EvidenceItem
 from .claims import strip_markers
 from .rules import COVERAGE, Support
@@ -111,19 +111,15 @@ class Sources:
         """Markers pointed at the sources list: all of them for a piece that is not judged;
         for a supported piece, those whose item supports it, at the supporting passage."""
 
-        def replace(match: re.Match[str]) -> str:
-            lead = match.group(0)[0] if match.group(0)[0] in " \t" else ""
+        def replace(numbers: list[int]) -> str:
             marks = [
                 f"[{self.source(self.items[k - 1] if supported is None else narrow(self.items[k - 1], supported[k - 1]))}]"
-                for k in marker_numbers(match.group(1))
+                for k in numbers
                 if 1 <= k <= len(self.items) and (supported is None or k - 1 in supported)
             ]
-            return lead + "".join(dict.fromkeys(marks)) if marks else ""
+            return "".join(dict.fromkeys(marks))
 
-        pieces = code_split(text)
-        for i in range(0, len(pieces), 2):
-            pieces[i] = MARKER.sub(replace, pieces[i])
-        return "".join(pieces)
+        return rewrite_markers(text, replace)
 
     def cited(self, text: str) -> list[int]:
         """The 0-based items the markers of ``text`` name, outside code, in order."""
