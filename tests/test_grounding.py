@@ -122,6 +122,23 @@ def test_changed_negated_and_invented_sentences_are_not_supported(sentence):
     assert UNSUPPORTED_TAG in g.body and "[1]" not in g.body and g.sources == ()
 
 
+NEW_YORK = EvidenceItem(
+    "vector_search", "New_York_City.txt",
+    "In 1664, Peter Stuyvesant, the Director-General of the colony of New Netherland, surrendered New "
+    "Amsterdam to the English without bloodshed. The English promptly renamed the fledgling city \"New York\".",
+    12, 12, 0.6,
+)
+
+
+def test_an_ordinal_no_item_holds_is_a_claim_not_supported():
+    # Qwen2.5-Coder-1.5B's answer; every other word of it is in the passage or near it.
+    g = ground("New York City was founded in 1664 and was the third English colony in North America [1].", (NEW_YORK,))
+    assert g.report.supported == 0
+    held = EvidenceItem("vector_search", "colonies.md", "New York, taken in 1664, was the 3rd English colony.", 1, 1)
+    assert ground("New York was the third English colony, taken in 1664 [1].", (held,)).report.supported == 1
+    assert claims("First, restart the server a second time.").anchors == ()  # instructions and units
+
+
 QUANT = EvidenceItem("vector_search", "docs/quant.md",
                      "| type | source | description |\n| --- | --- | --- |\n"
                      "| Q4_1 | [GH](https://example.com/pull/615) | 4-bit quantization. Legacy method (not used widely). |\n"

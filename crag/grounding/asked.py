@@ -41,7 +41,7 @@ from collections.abc import Iterable, Sequence
 from itertools import pairwise
 
 from ..text import in_vocabulary, stem, words
-from .claims import claims
+from .claims import claims, has_anchor
 
 __all__ = ["FOCUS_SHARE", "HELD_SHARE", "absent", "addresses", "cited", "missing", "named", "says_nothing_new", "writes_any"]
 
@@ -136,9 +136,11 @@ def addresses(question: str, passages: Iterable[str], share: float = FOCUS_SHARE
     blob = _flat(joined)
     asked = claims(question)
     spans = {m.group(1): m.group(1) for m in _YEARS.finditer(question)}  # "1700s": 1700 to 1799
-    anchors = [_flat(text) for _, text in asked.anchors if _flat(text)]
+    anchors = [_flat(text) for kind, text in asked.anchors if _flat(text) and kind != "ordinal"]
     if any(a not in blob and not (a in spans and _in_span(a, joined)) for a in anchors):
         return False
+    if any(not has_anchor(kind, text, joined, blob) for kind, text in asked.anchors if kind == "ordinal"):
+        return False  # "third" is held as "3rd" too
     # an anchor's own words ("secrets.compare_digest": secret, compare, digest) are held with it:
     # passages that quote it as code hide them from their words
     named_words = {stem(w) for _, text in asked.anchors for w in words(text)}

@@ -67,6 +67,13 @@ NUMBER_WORDS = {
      "ninety": "90", "hundred": "100", "thousand": "1000", "million": "1000000", "billion": "1000000000",
      "twice": "2"}
 _DIGIT_WORDS = {digits: word for word, digits in NUMBER_WORDS.items() if word != "twice"}
+# Ordinals state a fact as a number does ("the third English colony"); "first", "second" and
+# "last" are left out: instructions and units use them ("first, install it", "per second").
+ORDINALS = {
+    w: n for n, w in enumerate(
+        "_ _ _ third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth thirteenth fourteenth "
+        "fifteenth sixteenth seventeenth eighteenth nineteenth twentieth".split()) if w != "_"
+}
 # Month names are anchors of a date ("May" is left out: it is mostly a verb).
 _MONTHS = "january february march april june july august september october november december".split()
 
@@ -116,6 +123,17 @@ def _find_months(text: str) -> Iterable[str]:
 
 def _find_number_words(text: str) -> Iterable[str]:
     return (w for w in words(text) if w in NUMBER_WORDS)
+
+
+def _find_ordinals(text: str) -> Iterable[str]:
+    return (w for w in words(text) if w in ORDINALS)
+
+
+def _holds_ordinal(anchor: str, text: str, flat: str) -> bool:
+    """"third" and "3rd" are the same ordinal."""
+    n = ORDINALS[anchor]
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return re.search(rf"\b(?:{anchor}|{n}{suffix})\b", text, re.I) is not None
 
 
 def _holds_verbatim_flat(anchor: str, text: str, flat: str) -> bool:
@@ -168,6 +186,7 @@ ANCHOR_KINDS: tuple[AnchorKind, ...] = (
     AnchorKind("number", _find_numbers, _holds_number),
     AnchorKind("month", _find_months, _holds_month),
     AnchorKind("number", _find_number_words, _holds_number),  # "three", after the digits
+    AnchorKind("ordinal", _find_ordinals, _holds_ordinal),
 )
 _HELD = {kind.name: kind.held for kind in ANCHOR_KINDS}
 _HIDDEN_AS = {_LINK_TARGET: "] "}  # what a hidden match leaves behind (else a space)
@@ -228,7 +247,7 @@ def claims(text: str) -> Claims:
             prose = pattern.sub(_HIDDEN_AS.get(pattern, " "), prose)
     content = set()
     for w in words(prose):
-        if w.isdigit() or w in STOPWORDS or w in SCAFFOLDING or w in NEGATION or w in NUMBER_WORDS:
+        if w.isdigit() or w in STOPWORDS or w in SCAFFOLDING or w in NEGATION or w in NUMBER_WORDS or w in ORDINALS:
             continue
         s = stem(w)
         if len(s) < 2 or s in STOPWORDS or s in SCAFFOLDING:
