@@ -447,17 +447,42 @@ def _settings(value: Any) -> Any:
 
 
 def _migrate(db: sqlite3.Connection) -> None:
-    """Apply the migrations this file has not had yet, each in its own transaction."""
+    """Apply the migrations this file has not had yet, in one transaction that holds the write
+    lock from the moment it reads what was applied: another crag opening the same new log
+    waits, then finds the tables made (it failed with "table conversations already exists")."""
     db.execute("CREATE TABLE IF NOT EXISTS migrations (version INTEGER PRIMARY KEY, description TEXT NOT NULL, "
                "applied REAL NOT NULL)")
     done = {v for (v,) in db.execute("SELECT version FROM migrations")}
     if done and max(done) > SCHEMA_VERSION:
         raise sqlite3.DatabaseError(f"it was written by a newer crag (schema {max(done)}, this crag knows {SCHEMA_VERSION})")
-    for version, description, sql in MIGRATIONS:
-        if version in done:
-            continue
-        quoted = "'" + description.replace("'", "''") + "'"
-        db.executescript(f"BEGIN; {sql}; INSERT INTO migrations VALUES ({version}, {quoted}, {time.time()}); COMMIT;")
+    if done >= {version for version, _, _ in MIGRATIONS}:
+        return
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        done = {v for (v,) in db.execute("SELECT version FROM migrations")}
+        for version, description, sql in MIGRATIONS:
+            if version in done:
+                continue
+            for statement in _statements(sql):
+                db.execute(statement)
+            db.execute("INSERT INTO migrations VALUES (?, ?, ?)", (version, description, time.time()))
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+
+
+def _statements(sql: str) -> Iterator[str]:
+    """The statements of a migration's script, one at a time (``executescript`` would commit
+    the transaction that holds the lock)."""
+    statement = ""
+    for line in sql.splitlines(keepends=True):
+        statement += line
+        if sqlite3.complete_statement(statement):
+            yield statement
+            statement = ""
+    if statement.strip():
+        yield statement
 
 
 def _word(mode: Any) -> str | None:
