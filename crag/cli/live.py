@@ -32,7 +32,6 @@ import time
 import unicodedata
 from typing import TextIO
 
-from ..events import AnswerDelta, AnswerStarted, NodeStarted
 from ..safe_text import ShownStream
 from .common import isatty, secrets, shown
 
@@ -98,6 +97,8 @@ class LiveAnswer:
     # -- the status region ------------------------------------------------------------------
 
     def event(self, event: object) -> None:
+        from ..events import AnswerDelta, AnswerStarted, NodeStarted  # here: the CLI loads without attrs
+
         if self.screen is not None or not self.status:
             return
         if isinstance(event, NodeStarted):
