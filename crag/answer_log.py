@@ -211,6 +211,11 @@ class AnswerLog:
         if os.path.lexists(folder) and not os.path.isdir(folder):
             what = "a symbolic link to nothing" if os.path.islink(folder) else "not a folder"
             raise LogError(f"the answer log cannot be kept in {folder}: it is {what}")
+        above = folder  # a file where a folder above it belongs (``XDG_STATE_HOME`` a file)
+        while not os.path.lexists(above) and os.path.dirname(above) not in ("", above):
+            above = os.path.dirname(above)
+        if above != folder and os.path.lexists(above) and not os.path.isdir(above):
+            raise LogError(f"the answer log cannot be kept in {folder}: {above} is not a folder")
         if os.path.lexists(self.path) and not os.path.isfile(self.path):
             raise LogError(f"the answer log {self.path} is not a file (a folder?): move it away to start a new log")
         return os.path.isfile(self.path)

@@ -367,6 +367,23 @@ def test_a_log_that_is_no_file_is_one_error_line_not_an_empty_log(tmp_path: Path
     assert code == 1 and out == "" and err.startswith("crag: error: the answer log ") and "not a file" in err
 
 
+def test_a_file_where_the_state_folder_belongs_is_one_error_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no index folder the log is ``$XDG_STATE_HOME/crag/log.sqlite``; a file standing
+    where a folder above it belongs (``XDG_STATE_HOME``, or ``~/.local/state``, is a file)
+    made ``crag log`` say "no logged answers" while every answer's note said the log cannot
+    be opened."""
+    clean_env(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KB_AGENT_LLM", "offline")
+    (tmp_path / "state").write_text("a file, not a folder")
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    code, out, err = cli("ask", "hello")
+    assert code == 0 and out.startswith("Hello") and "crag: note: the answer log " in err
+    code, out, err = cli("log")
+    assert code == 1 and out == "" and err.count("\n") == 1, out + err
+    assert err.startswith("crag: error: the answer log cannot be kept in ") and "is not a folder" in err
+
+
 def test_crag_log_strips_control_sequences_from_what_it_shows(project: Path) -> None:
     assert cli("ask", "Which port does the server listen on?")[0] == 0
     db = sqlite3.connect(project / ".crag" / "log.sqlite")
