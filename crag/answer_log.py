@@ -211,6 +211,11 @@ class AnswerLog:
         if os.path.lexists(folder) and not os.path.isdir(folder):
             what = "a symbolic link to nothing" if os.path.islink(folder) else "not a folder"
             raise LogError(f"the answer log cannot be kept in {folder}: it is {what}")
+        above = folder  # a file where a folder above it belongs (``XDG_STATE_HOME`` a file)
+        while not os.path.lexists(above) and os.path.dirname(above) not in ("", above):
+            above = os.path.dirname(above)
+        if above != folder and os.path.lexists(above) and not os.path.isdir(above):
+            raise LogError(f"the answer log cannot be kept in {folder}: {above} is not a folder")
         if os.path.lexists(self.path) and not os.path.isfile(self.path):
             raise LogError(f"the answer log {self.path} is not a file (a folder?): move it away to start a new log")
         return os.path.isfile(self.path)
@@ -447,17 +452,42 @@ def _settings(value: Any) -> Any:
 
 
 def _migrate(db: sqlite3.Connection) -> None:
-    """Apply the migrations this file has not had yet, each in its own transaction."""
+    """Apply the migrations this file has not had yet, in one transaction that holds the write
+    lock from the moment it reads what was applied: another crag opening the same new log
+    waits, then finds the tables made (it failed with "table conversations already exists")."""
     db.execute("CREATE TABLE IF NOT EXISTS migrations (version INTEGER PRIMARY KEY, description TEXT NOT NULL, "
                "applied REAL NOT NULL)")
     done = {v for (v,) in db.execute("SELECT version FROM migrations")}
     if done and max(done) > SCHEMA_VERSION:
         raise sqlite3.DatabaseError(f"it was written by a newer crag (schema {max(done)}, this crag knows {SCHEMA_VERSION})")
-    for version, description, sql in MIGRATIONS:
-        if version in done:
-            continue
-        quoted = "'" + description.replace("'", "''") + "'"
-        db.executescript(f"BEGIN; {sql}; INSERT INTO migrations VALUES ({version}, {quoted}, {time.time()}); COMMIT;")
+    if done >= {version for version, _, _ in MIGRATIONS}:
+        return
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        done = {v for (v,) in db.execute("SELECT version FROM migrations")}
+        for version, description, sql in MIGRATIONS:
+            if version in done:
+                continue
+            for statement in _statements(sql):
+                db.execute(statement)
+            db.execute("INSERT INTO migrations VALUES (?, ?, ?)", (version, description, time.time()))
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+
+
+def _statements(sql: str) -> Iterator[str]:
+    """The statements of a migration's script, one at a time (``executescript`` would commit
+    the transaction that holds the lock)."""
+    statement = ""
+    for line in sql.splitlines(keepends=True):
+        statement += line
+        if sqlite3.complete_statement(statement):
+            yield statement
+            statement = ""
+    if statement.strip():
+        yield statement
 
 
 def _word(mode: Any) -> str | None:

@@ -344,7 +344,11 @@ class _ErrorsAnswered:
             if not isinstance(item, Exception):
                 return item
             errors = getattr(item, "errors", None)
-            kinds = {e.get("type") for e in errors()} if callable(errors) else set()
+            details = errors() if callable(errors) else []
+            kinds = {e.get("type") for e in details}
+            repaired = _with_lone_surrogates_replaced(details[0].get("input")) if "json_invalid" in kinds else None
+            if repaired is not None:
+                return SessionMessage(repaired)
             code, what = (PARSE_ERROR, "Parse error") if "json_invalid" in kinds else (INVALID_REQUEST, "Invalid Request")
             reply = JSONRPCError(jsonrpc="2.0", id=None, error=ErrorData(code=code, message=f"{what}: not a JSON-RPC message"))
             await self._write.send(SessionMessage(reply))
@@ -367,6 +371,37 @@ class _ErrorsAnswered:
 
     async def __aexit__(self, *exc: Any) -> Any:
         return await self._inner.__aexit__(*exc)
+
+
+def _with_lone_surrogates_replaced(line: Any) -> Any:
+    """The message of ``line`` when it is JSON whose only fault is half of a surrogate pair
+    escaped in a string (``"\\ud83d"``, what JavaScript's ``JSON.stringify`` writes for a
+    string cut inside an emoji; the SDK's parser refuses it), with U+FFFD in its place, as
+    crag reads text that is not UTF-8 elsewhere (``valid_text``); else None."""
+    import json
+
+    from mcp_types import jsonrpc_message_adapter
+
+    from .safe_text import valid_text
+
+    def valid(value: Any) -> Any:
+        if isinstance(value, str):
+            return valid_text(value)
+        if isinstance(value, dict):
+            return {valid(k): valid(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [valid(v) for v in value]
+        return value
+
+    if not isinstance(line, str | bytes):
+        return None
+    try:
+        message = json.loads(line)
+        if valid(message) == message:  # no lone surrogate: the fault is elsewhere
+            return None
+        return jsonrpc_message_adapter.validate_python(valid(message), by_name=False)
+    except ValueError:  # not JSON, or no JSON-RPC message (pydantic's errors are ValueErrors)
+        return None
 
 
 def missing_extra() -> str | None:

@@ -155,6 +155,38 @@ def test_migrations_are_numbered_and_recorded(tmp_path: Path) -> None:
         log._open()
 
 
+def _open_log_at(folder: str, barrier, results) -> None:  # a process of its own, as a second crag is
+    barrier.wait()
+    try:
+        with AnswerLog(folder) as log:
+            log._open()
+        results.put("opened")
+    except Exception as exc:  # the test shows what went wrong
+        results.put(repr(exc))
+
+
+def test_processes_opening_a_new_log_at_once_all_open_it(tmp_path: Path) -> None:
+    """Two crag processes answering at once on an index with no log yet (two MCP servers, a
+    script running asks in parallel) both migrate the new file: the second must find the
+    tables the first made, not fail with "table conversations already exists" and lose its answer."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    for trial in range(6):
+        folder = tmp_path / f"log{trial}"
+        folder.mkdir()
+        barrier, results = context.Barrier(4), context.Queue()
+        workers = [context.Process(target=_open_log_at, args=(str(folder), barrier, results)) for _ in range(4)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join(60)
+        assert [results.get(timeout=5) for _ in workers] == ["opened"] * 4
+        db = sqlite3.connect(folder / "log.sqlite")
+        assert [v for (v,) in db.execute("SELECT version FROM migrations")] == [1]
+        db.close()
+
+
 def test_a_damaged_log_is_one_line_and_never_costs_an_answer(project: Path) -> None:
     (project / ".crag" / "log.sqlite").write_bytes(b"this is not a database" * 100)
     code, out, err = cli("ask", "Which port does the server listen on?")
@@ -333,6 +365,23 @@ def test_a_log_that_is_no_file_is_one_error_line_not_an_empty_log(tmp_path: Path
     (tmp_path / ".crag" / "log.sqlite").mkdir(parents=True)
     code, out, err = cli("log", "--json")
     assert code == 1 and out == "" and err.startswith("crag: error: the answer log ") and "not a file" in err
+
+
+def test_a_file_where_the_state_folder_belongs_is_one_error_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no index folder the log is ``$XDG_STATE_HOME/crag/log.sqlite``; a file standing
+    where a folder above it belongs (``XDG_STATE_HOME``, or ``~/.local/state``, is a file)
+    made ``crag log`` say "no logged answers" while every answer's note said the log cannot
+    be opened."""
+    clean_env(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KB_AGENT_LLM", "offline")
+    (tmp_path / "state").write_text("a file, not a folder")
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    code, out, err = cli("ask", "hello")
+    assert code == 0 and out.startswith("Hello") and "crag: note: the answer log " in err
+    code, out, err = cli("log")
+    assert code == 1 and out == "" and err.count("\n") == 1, out + err
+    assert err.startswith("crag: error: the answer log cannot be kept in ") and "is not a folder" in err
 
 
 def test_crag_log_strips_control_sequences_from_what_it_shows(project: Path) -> None:

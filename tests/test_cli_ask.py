@@ -446,6 +446,21 @@ def test_chat_status_line_never_erases_streamed_text() -> None:
     assert shown.count("Hello there.") == 1
 
 
+def test_chat_fed_by_a_script_writes_no_lead_to_a_terminal_stderr(kb: Path) -> None:
+    """A script sends the questions (stdin a pipe) and only stderr is a terminal: the running
+    step may show there, but the ``crag>`` lead does not, as the banner and prompts do not
+    (docs/cli.md, chat): it was left on stderr before every answer."""
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    out, err = io.StringIO(), Terminal()
+    code = main(["chat", "--no-usage"], out, err, io.StringIO("Which port does the server listen on?\nAnd backups?\n"))
+    assert code == 0 and "8080" in out.getvalue() and out.getvalue().count("Composed offline") == 2
+    assert "crag> " not in err.getvalue() and "you> " not in err.getvalue() and "crag chat" not in err.getvalue()
+
+
 def test_grounded_answer_through_ask_json(llm: FakeOpenAIServer, kb: Path) -> None:
     """A model reply with no markers comes back with markers on the sentences taken from the
     evidence and a footer of exactly those items; a sentence with a date no item holds is

@@ -222,6 +222,25 @@ def test_a_missing_library_is_one_line_and_leaves_no_lock(tmp_path: Path) -> Non
         assert not (tmp_path / "idx" / "LOCK").exists()
 
 
+@pytest.mark.parametrize("hidden", ["cattrs", "attrs"])
+def test_python_m_crag_without_attrs_or_cattrs_is_one_line_not_a_traceback(tmp_path: Path, hidden: str) -> None:
+    """The system Python run in crag's folder (``python3 -m crag ...``) may lack attrs or cattrs:
+    importing the command line needed them (``crag.cli.live`` loaded the event records), so
+    every command, ``--version`` included, died with a traceback instead of the one line."""
+    hide = (
+        "import runpy, sys\n"
+        f"sys.modules[{hidden!r}] = None  # import {hidden} raises ModuleNotFoundError\n"
+        "sys.argv[0] = 'crag'\n"
+        "runpy.run_module('crag', run_name='__main__', alter_sys=True)\n"
+    )
+    proc = run_crag("--version", cwd=tmp_path, code=hide)
+    assert (proc.returncode, proc.stderr) == (0, "") and proc.stdout.startswith("crag "), proc.stderr
+    proc = run_crag("ask", "what", "about", "ports?", cwd=tmp_path, code=hide)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith(f"crag: error: the Python package {hidden!r} is missing or broken in ")
+    assert proc.stderr.count("\n") == 1 and proc.stdout == ""
+
+
 def test_a_missing_library_inside_a_command_is_one_line_too() -> None:
     from crag.cli import _missing_dependency
 

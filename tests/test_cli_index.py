@@ -178,6 +178,25 @@ def test_kb_indexing_progress_on_a_terminal_reads_like_index_progress(kb: Path) 
     assert str(kb) not in shown
 
 
+def test_indexing_progress_fits_the_terminal_width(kb: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A progress line wider than the terminal wraps, and ``\\r`` then returns to its last row
+    only: every file left a line behind. The line is clipped to the terminal's width (in
+    columns: a wide character takes two), for ``crag index`` and ``ask --kb`` alike."""
+    import shutil
+
+    from crag.cli.live import width
+
+    write(kb / ("2024-01-15-meeting-notes-with-the-infrastructure-team-" + "会议" * 10 + ".md"),
+          "# Notes\n\nThe gateway moves to the new cluster in March.\n")
+    monkeypatch.setattr(shutil, "get_terminal_size", lambda fallback=(80, 24): os.terminal_size((40, 24)))
+    for argv in (["index", "docs"], ["ask", "--kb", "docs", "--index", "other", "when does the gateway move?"]):
+        err = FakeTerminal()
+        assert main(argv, io.StringIO(), err) == 0
+        rows = [row.replace("\033[K", "") for row in err.getvalue().split("\r")]
+        assert any("indexing 1/3" in row for row in rows), rows
+        assert all(sum(width(ch) for ch in row) < 40 for row in rows if "indexing" in row), rows
+
+
 FILE_TOO_BIG = r"""
 import resource, signal, sys
 from crag.cli import main

@@ -51,6 +51,21 @@ def test_a_copied_sentence_gets_a_marker_at_the_line_where_it_starts():
     assert g.report.sentences == 1 and g.report.supported == 1 and g.report.unsupported == ()
 
 
+def test_terminal_escape_sequences_are_neither_words_nor_numbers_of_a_sentence():
+    """A reply that colours a word (``\\x1b[31m...\\x1b[0m``: what a terminal-trained model may
+    write) made "31mretries" a word and 31 and 0 numbers the sentence claims, so a sentence
+    copied from the evidence was unsupported and the simple path refused the answer. The
+    escape sequences are read as the terminal shows them: not at all."""
+    g = ground("The client \x1b[31mretries\x1b[0m failed uploads three times before it gives up.", ITEMS)
+    assert g.report.sentences == 1 and g.report.supported == 1 and g.report.unsupported == ()
+    assert lines_of(g) == [("docs/setup.md", 27)]
+    assert claims("The \x1b]0;title\x07server listens on port \x1b[1m8080\x1b[0m.") == claims(
+        "The server listens on port 8080.")
+    from crag.grounding import missing
+
+    assert missing("\x1b[31mWhen\x1b[0m does the server listen on port 8080?", [SETUP.text]) == []
+
+
 def test_a_marker_on_an_item_that_does_not_support_the_sentence_moves_to_the_one_that_does():
     g = ground("A backup is kept for thirty days [1].", ITEMS)
     assert g.body == "A backup is kept for thirty days [1]." and lines_of(g) == [("docs/backup.md", 4)]

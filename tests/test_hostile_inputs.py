@@ -549,6 +549,14 @@ def test_11_an_empty_path_is_refused_not_taken_as_the_working_directory(kb: Path
     assert code == 2 and "empty path" in one_error_line(err)
 
 
+def test_11_an_empty_index_folder_is_not_called_a_knowledge_base_path(kb: Path) -> None:
+    """``--index ''`` was refused as "an empty path is not a knowledge-base path": the index
+    folder is not a knowledge-base path, and the line sent the user looking in the wrong place."""
+    for argv in (("--index", "", "ask", "hi"), ("search", "port", "--index", "  ")):
+        line = one_error_line(cli(*argv)[2])
+        assert "argument --index: an empty path" in line and "knowledge-base" not in line, line
+
+
 def test_11_read_file_serves_only_what_discovery_would_index(kb: Path) -> None:
     (kb / "server.key").write_text("-----BEGIN PRIVATE KEY-----\n", encoding="utf-8")
     (kb / "credentials").write_text("aws_secret_access_key=abc\n", encoding="utf-8")

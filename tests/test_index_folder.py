@@ -99,6 +99,19 @@ def test_crag_log_says_what_stands_where_the_log_belongs(proj: Path) -> None:
     assert code == 0 and out.startswith("Hello") and "crag: note: the answer log .crag/log.sqlite is not a file" in err
 
 
+def test_an_index_folder_whose_name_is_not_utf8_is_one_line(proj: Path) -> None:
+    """The vector library takes file names as UTF-8 text: ``crag --index $'caf\\xe9' index docs``
+    (or a working folder so named, where ``.crag`` is looked for) died in faiss's
+    ``write_index`` with a TypeError traceback. It is refused at once, naming the folder."""
+    folder = os.fsdecode(os.fsencode(str(proj)) + b"/caf\xe9-index")
+    for argv in (("--index", folder, "index", "docs"), ("--index", folder, "search", "docker"),
+                 ("--index", folder, "ask", "How do I run the server?")):
+        code, out, err = cli(*argv)
+        assert code == 1 and out == "" and len(err.splitlines()) == 1, (argv, err)
+        assert err.startswith("crag: error: the index folder ") and "caf\\xe9-index" in err
+        assert "not valid UTF-8" in err and "--index DIR" in err
+
+
 def test_a_crag_link_to_nothing_is_named_by_every_command(proj: Path, tmp_path: Path) -> None:
     target = tmp_path / "unmounted" / "index"
     os.symlink(target, proj / ".crag")

@@ -359,6 +359,37 @@ def test_a_line_that_is_not_json_rpc_gets_an_error_reply(workdir: Path) -> None:
         proc.wait()
 
 
+def test_a_call_holding_a_lone_surrogate_is_answered_under_its_id(workdir: Path) -> None:
+    """JSON that escapes half of a surrogate pair (``"\\ud83d"``: what JavaScript's
+    ``JSON.stringify`` writes for a string cut inside an emoji) is valid JSON that the SDK's
+    parser refuses: the call was answered as a parse error with ``id`` null, which no client
+    matches to its call, so the client waited until its timeout. It is read as crag reads
+    text that is not UTF-8 elsewhere (a U+FFFD in its place) and answered."""
+    import json
+    import subprocess
+
+    params = server_params(workdir, "--kb", "docs")
+    proc = subprocess.Popen([params.command, *params.args], env=params.env, cwd=params.cwd,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+    call = ('{"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "search", '
+            '"arguments": {"query": "which port does the server listen on \\ud83d"}}}')
+    try:
+        proc.stdin.write(json.dumps(hello).encode() + b"\n" + b'{"jsonrpc": "2.0", "method": "notifications/initialized"}\n'
+                         + call.encode() + b"\n")
+        proc.stdin.flush()
+        assert json.loads(proc.stdout.readline())["id"] == 1
+        reply = json.loads(proc.stdout.readline())
+        assert reply["id"] == 7 and "error" not in reply, reply
+        assert reply["result"]["structuredContent"]["hits"][0]["path"] == "docs/setup.md"
+        proc.stdin.close()
+        assert proc.wait(timeout=10) == 0
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_mcp_tools_have_output_schemas_read_only_hints_and_descriptions_from_the_environment(workdir: Path) -> None:
     from crag.config import config_warnings
     from crag.mcp_server import description_variable

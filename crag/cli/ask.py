@@ -92,8 +92,10 @@ class IndexNotes:
     def __call__(self, done: int, total: int, path: str) -> None:
         if not self.tty:
             return
+        from .live import fitted
+
         text = for_terminal(f"{done}/{total}: {display_name(os.path.basename(path))}")  # as `crag index` shows it
-        self.err.write(f"\r\033[Kcrag: indexing {text}")
+        self.err.write(f"\r\033[K{fitted(f'crag: indexing {text}')}")
         self.err.flush()
 
     def done(self) -> None:

@@ -37,6 +37,7 @@ class Progress:
         self.out = out
         self.answers = 0  # printed so far: a blank line goes between two on standard output
         self.tty = hasattr(err, "isatty") and err.isatty()
+        self.leads = self.tty  # the ``crag>`` lead on stderr: off when a script sends the questions
         self.show_usage = show_usage  # off: the usage block (in the last chunk) is not printed
         self.screen: ShownStream | None = None  # the answer on screen, once it streams
         self.text = ""  # the chunks so far
@@ -89,9 +90,9 @@ class Progress:
         self.reset()
 
     def _lead(self) -> None:
-        """Before an answer: the ``crag>`` lead on stderr when it is a terminal (standard
-        output holds only the answers), and a blank line on standard output after the one before."""
-        if self.tty:
+        """Before an answer: the ``crag>`` lead on stderr when it is a terminal someone types at
+        (standard output holds only the answers), and a blank line on standard output after the one before."""
+        if self.leads:
             self.err.write(ANSWER_LEAD)
             self.err.flush()
         if self.answers:
@@ -174,6 +175,7 @@ def cmd_chat(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     # The banner and prompts: on a pipe stdout holds only the answers (SPEC §4), so they go to a
     # terminal's stderr when someone types the questions, and nowhere when a script sends them.
     talk = out if isatty(out) else err if isatty(args.stdin) and isatty(err) else io.StringIO()
+    progress.leads = talk is err
     with agent_for(args, err) as agent:
         open_index(agent)
         progress.show_usage = agent.settings.show_usage and not args.no_usage

@@ -28,7 +28,7 @@ class Parser(argparse.ArgumentParser):
 def path_arg(value: str) -> str:
     """A path on the command line: an empty one would silently mean the working directory."""
     if not value.strip():
-        raise argparse.ArgumentTypeError("an empty path is not a knowledge-base path")
+        raise argparse.ArgumentTypeError("an empty path names no file or folder (it is not taken for the working directory)")
     if "\x00" in value:
         raise argparse.ArgumentTypeError("a path cannot contain a NUL character")
     return value

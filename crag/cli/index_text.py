@@ -58,11 +58,15 @@ def progress_printer(stream: TextIO) -> Progress:
     width = 0
 
     def show(done: int, total: int, path: str) -> None:
+        from .live import fitted
+        from .live import width as columns_of
+
         nonlocal width
         name = display_name(os.path.basename(path))
-        line = f"indexing {done}/{total}: {name}"[:100]
-        stream.write("\r" + line.ljust(width))
-        width = len(line)
+        line = fitted(f"indexing {done}/{total}: {name}"[:100])
+        used = sum(columns_of(ch) for ch in line)
+        stream.write("\r" + line + " " * max(width - used, 0))
+        width = used
         if done >= total:
             stream.write("\r" + " " * width + "\r")
         stream.flush()

@@ -32,7 +32,6 @@ import time
 import unicodedata
 from typing import TextIO
 
-from ..events import AnswerDelta, AnswerStarted, NodeStarted
 from ..safe_text import ShownStream
 from .common import isatty, secrets, shown
 
@@ -71,6 +70,13 @@ def clip(line: str, columns: int, end: bool = False) -> str:
     return "".join(reversed(taken) if end else taken)
 
 
+def fitted(line: str) -> str:
+    """``line`` clipped to the terminal's width, so that ``\\r`` rewrites it in place (a line
+    that wraps leaves its first rows behind)."""
+    columns = shutil.get_terminal_size((80, 24)).columns - 1  # never the last column: some terminals wrap there
+    return clip(line, max(columns, 1))
+
+
 class LiveAnswer:
     """The screen of one answer on a terminal: ``event`` takes the run's events (the status
     region), ``chunk`` the grounded chunks, ``finish`` the ``Answer``; ``abort`` erases the
@@ -98,6 +104,8 @@ class LiveAnswer:
     # -- the status region ------------------------------------------------------------------
 
     def event(self, event: object) -> None:
+        from ..events import AnswerDelta, AnswerStarted, NodeStarted  # here: the CLI loads without attrs
+
         if self.screen is not None or not self.status:
             return
         if isinstance(event, NodeStarted):

@@ -98,8 +98,11 @@ def named(question: str) -> list[str]:
 
 
 def missing(question: str, texts: Iterable[str]) -> list[str]:
-    """The terms ``question`` names that none of ``texts`` holds."""
-    return absent(named(question), texts)
+    """The terms ``question`` names that none of ``texts`` holds (its escape sequences are
+    not read: ``\\x1b[31mwhen`` names no term "31mwhen")."""
+    from ..safe_text import for_terminal
+
+    return absent(named(for_terminal(question)), texts)
 
 
 def writes_any(text: str, terms: Sequence[str]) -> bool:

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable
 from attrs import frozen
 
 from ..answer import code_split, rewrite_markers
+from ..safe_text import for_terminal
 from ..text import STOPWORDS, in_vocabulary, stem, words
 
 __all__ = [
@@ -238,8 +239,9 @@ def negated(text: str) -> bool:
 
 
 def claims(text: str) -> Claims:
-    """The content words and anchors of a piece of answer text (markers ignored)."""
-    prose = PREFIX.sub("", strip_markers(text), count=1)
+    """The content words and anchors of a piece of answer text (markers ignored; escape
+    sequences too, as a terminal shows them: ``\\x1b[31m`` is no word and no number 31)."""
+    prose = PREFIX.sub("", strip_markers(for_terminal(text)), count=1)
     anchors: list[tuple[str, str]] = []
     for kind in ANCHOR_KINDS:
         anchors.extend((kind.name, a) for a in kind.find(prose))

@@ -121,7 +121,17 @@ def reindex_hint(index_dir: str) -> str:
 
 def check_link(index_dir: str) -> None:
     """An ``IndexStoreError`` when ``index_dir`` is a symbolic link to nothing: crag neither
-    reads it as "no index yet" nor creates its target (a drive that is not mounted, say)."""
+    reads it as "no index yet" nor creates its target (a drive that is not mounted, say); or
+    when its name is not UTF-8 (faiss takes file names as UTF-8 text, and failed with a
+    ``TypeError`` on one)."""
+    if any("\ud800" <= ch <= "\udfff" for ch in index_dir):  # bytes that were not UTF-8
+        from ..safe_text import display_name
+
+        raise IndexStoreError(
+            f"the index folder {display_name(index_dir)} cannot be used: its name is not valid UTF-8: "
+            "choose another folder with --index DIR or KB_AGENT_INDEX_DIR",
+            index_dir,
+        )
     if os.path.islink(index_dir) and not os.path.exists(index_dir):
         try:
             target = os.readlink(index_dir)
