@@ -251,10 +251,10 @@ class AnswerLog:
                source: str = "ask", when: float | None = None) -> tuple[int, int]:
         """Log one answer; returns its conversation's id and the answer's id. Without
         ``conversation`` a new conversation is opened."""
-        from .safe_text import redact, redact_message, valid_text
+        from .safe_text import redact_credentials, redact_message, valid_text
 
-        def clean(text: str) -> str:  # the user's text and the documents': secret-shaped values
-            return valid_text(redact(text, self.secrets))
+        def clean(text: str) -> str:  # the user's text and the documents': secret-shaped values, credentials
+            return valid_text(redact_credentials(text, self.secrets))
 
         def own(text: str) -> str:  # crag's record: every configured secret
             return valid_text(redact_message(text, self.secrets))

@@ -16,6 +16,9 @@ person (all used at the edges: the error boundary and the CLI's printing):
   anything shaped like a credential (``scheme://user:password@``, ``Authorization: Bearer
   ...``): for crag's own messages and records (errors, the settings in the answer log) and
   what a server echoed back in an error;
+* ``redact_credentials(text, secrets)`` is ``redact`` plus the credentials written in the
+  text (a URL's password, a secret-shaped value after ``Bearer`` or ``token=``): for the
+  user's text the answer log keeps;
 * ``for_terminal(text)`` removes ANSI/OSC escape sequences and control characters other
   than newline and tab (NUL, carriage return, backspace, C1 controls, bidirectional
   overrides), so neither a document nor a model can move the cursor, retitle the window,
@@ -46,6 +49,7 @@ __all__ = [
     "one_line",
     "read_back_name",
     "redact",
+    "redact_credentials",
     "redact_message",
     "redacted_prefix",
     "secret_shaped",
@@ -197,6 +201,21 @@ def redact_message(text: str, secrets: Iterable[str] = ()) -> str:
     records and for server error bodies."""
     text = _URL_PASSWORD.sub(lambda m: f"{m.group(1)}:{REDACTED}@", _replace(text, _secret_set(secrets)))
     return _AUTH_VALUE.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
+
+
+# An Authorization value or a key=value credential, its value alone (for ``redact_credentials``).
+_CREDENTIAL = re.compile(r"(?i)\b(bearer|basic|token|api[_-]?key|password|secret)(\s*[=:]\s*|\s+)([A-Za-z0-9._~+/=\-]{8,})")
+
+
+def redact_credentials(text: str, secrets: Iterable[str] = ()) -> str:
+    """``text`` as ``redact`` gives it, with the credentials written in it masked too: a URL's
+    password, and the value after ``Bearer``, ``Basic``, ``token``, ``api_key``, ``password``
+    or ``secret`` when it is secret-shaped (``SECRET_SHAPES``), so "the token expires" is left
+    alone. For what the answer log keeps of the user's text: a credential pasted into a question
+    is not written to disk."""
+    text = _URL_PASSWORD.sub(lambda m: f"{m.group(1)}:{REDACTED}@", redact(text, secrets))
+    return _CREDENTIAL.sub(
+        lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}" if secret_shaped(m.group(3)) else m.group(0), text)
 
 
 def _replace(text: str, secrets: set[str]) -> str:

@@ -395,3 +395,16 @@ def test_crag_log_strips_control_sequences_from_what_it_shows(project: Path) -> 
         assert code == 0 and "\x1b" not in out and "\x07" not in out and "port" in out
     code, out, _ = cli("log", "--json")
     assert "\x1b" not in out and json.loads(out)[0]["question"].startswith("port\x1b]0;pwned")
+
+
+def test_credentials_written_in_a_question_are_not_kept_in_the_log(project: Path) -> None:
+    question = ("Why does postgresql://admin:Hunter2Pass9@db/app refuse Authorization: Bearer abcDEF1234567890xyz "
+                "and api_key=tok_0a1b2c3d4e when the token expires?")
+    code, _, err = cli("ask", question)
+    assert code == 0, err
+    raw = (project / ".crag" / "log.sqlite").read_bytes()
+    for secret in (b"Hunter2Pass9", b"abcDEF1234567890xyz", b"tok_0a1b2c3d4e"):
+        assert secret not in raw, secret
+    entry = json.loads(cli("log", "--json")[1])[0]
+    assert entry["question"] == ("Why does postgresql://admin:***@db/app refuse Authorization: Bearer *** "
+                                 "and api_key=*** when the token expires?")
