@@ -301,3 +301,16 @@ def test_a_file_root_works_for_all_three_tools(tmp_path: Path) -> None:
     assert run(box, "read_file", path="single.md")[0].end_line == 3
     with pytest.raises(ToolError):
         run(box, "read_file", path="sibling.md")
+
+
+def test_read_file_takes_a_path_as_a_footer_cites_it(env) -> None:
+    # An agent copying "kb/setup.md:L5-L8" from an answer's footer got "no file ... in the knowledge base".
+    box, _kb, _ = env
+    [item] = run(box, "read_file", path="setup.md:L5-L8")
+    assert item.source == "kb/setup.md" and (item.start_line, item.end_line) == (5, 8)
+    [one] = run(box, "read_file", path="kb/setup.md:L5")
+    assert one.start_line == 5
+    [given] = run(box, "read_file", path="setup.md:L5-L8", start_line=2, end_line=3)  # the arguments win
+    assert (given.start_line, given.end_line) == (2, 3)
+    with pytest.raises(ToolError, match="no file missing.md:L3 in the knowledge base"):
+        run(box, "read_file", path="missing.md:L3")

@@ -7,12 +7,14 @@ of a root, hidden files and binary files are refused with a ``ToolError``. At mo
 (default: as many as allowed). Lines are numbered as everywhere in crag
 (``crag.index.discover.split_lines``). In a PDF they are lines of ``page`` (default 1), as
 ``ask`` and ``search`` cite them (``p2:L5`` is ``page=2, start_line=5``), and never run past
-that page; ``page`` is refused for a file without pages. The evidence item keeps crag's own
+that page; ``page`` is refused for a file without pages. A path as an answer's footer cites
+it (``setup.md:L40-L58``, ``guide.pdf:p2:L1``) reads that place of the file. The evidence item keeps crag's own
 line numbers (``crag.pages``), which citations turn back into the page.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -29,9 +31,35 @@ NAME = "read_file"
 MAX_LINES = 200
 
 
+# The place a citation adds to a path ("docs/setup.md:L40-L58", "guide.pdf:p2:L1").
+_CITED_AT = re.compile(r":(?:p(?P<page>\d+)(?::|\Z))?(?:L(?P<start>\d+)(?:-L(?P<end>\d+))?)?\Z")
+
+
+def _cited(args: Mapping[str, Any], context: ToolContext) -> tuple[str, Mapping[str, Any]]:
+    """The file a path names and the arguments to read it with: a path copied from an answer's
+    footer (``setup.md:L40-L58``) that names no file as written is its file at that place,
+    unless the arguments give lines or a page of their own."""
+    try:
+        return resolve_in_roots(NAME, args["path"], context.file_roots(), context.cwd,
+                                excluded=[context.index_dir]), args
+    except ToolError as first:
+        cited = _CITED_AT.search(args["path"])
+        if cited is None or not any(cited.groups()):
+            raise
+        try:
+            real = resolve_in_roots(NAME, args["path"][: cited.start()], context.file_roots(), context.cwd,
+                                    excluded=[context.index_dir])
+        except ToolError:
+            raise first from None
+    if any(args.get(k) is not None for k in ("start_line", "end_line", "page")):
+        return real, args
+    place = {"page": cited["page"], "start_line": cited["start"], "end_line": cited["end"]}
+    return real, {**args, **{k: int(v) for k, v in place.items() if v is not None}}
+
+
 def run(args: Mapping[str, Any], context: ToolContext) -> ToolResult:
+    real, args = _cited(args, context)
     start, end, page = args.get("start_line"), args.get("end_line"), args.get("page")
-    real = resolve_in_roots(NAME, args["path"], context.file_roots(), context.cwd, excluded=[context.index_dir])
     requested = display_name(args["path"])  # as messages show it
     if page is not None and not is_paged(real):
         raise ToolError(NAME, f"{requested} has no pages: give start_line and end_line alone")
