@@ -151,3 +151,13 @@ def test_read_file_text_normalises_newlines(tmp_path: Path) -> None:
     p = write(tmp_path / "crlf.md", b"a\r\nb\r\n")
     data, text = read_file_text(p)
     assert data == b"a\r\nb\r\n" and text == "a\nb\n"
+
+
+def test_the_index_folder_is_not_a_knowledge_base_root(tmp_path: Path) -> None:
+    # `crag index .crag` added the index folder as a root of 0 files, shown by `crag roots`.
+    index = tmp_path / ".crag"
+    (index / "sub").mkdir(parents=True)
+    for root in (index, index / "sub"):
+        with pytest.raises(KnowledgeBaseError, match="is crag's index folder or inside it"):
+            discover([str(root)], exclude=[str(index)])
+    assert discover([str(tmp_path)], exclude=[str(index)]).files == ()  # a root holding it is fine

@@ -312,5 +312,5 @@ def test_read_file_takes_a_path_as_a_footer_cites_it(env) -> None:
     assert one.start_line == 5
     [given] = run(box, "read_file", path="setup.md:L5-L8", start_line=2, end_line=3)  # the arguments win
     assert (given.start_line, given.end_line) == (2, 3)
-    with pytest.raises(ToolError, match="no file missing.md:L3 in the knowledge base"):
+    with pytest.raises(ToolError, match=r"no file missing\.md:L3 in the knowledge base"):
         run(box, "read_file", path="missing.md:L3")

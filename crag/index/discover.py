@@ -247,6 +247,10 @@ def discover(
                 root_abs,
             )
         root_real = os.path.realpath(root_abs)
+        if any(is_within(root_real, e) for e in excluded):
+            raise KnowledgeBaseError(
+                f"knowledge-base path {display_name(root_abs)} is crag's index folder or inside it: "
+                "give the folders of your documents", root_abs)
         try:
             st = os.stat(root_abs)
         except OSError as exc:
