@@ -102,6 +102,13 @@ def test_chat_on_a_pipe_prints_the_answers_alone(project: Path) -> None:
     assert "\n\nComposed offline" in second  # a blank line between the two answers
 
 
+@pytest.mark.parametrize("ending", ["exit", "QUIT", " /quit ", ":q"])
+def test_a_line_saying_exit_ends_chat_and_is_never_asked(project: Path, ending: str) -> None:
+    code, out, _ = cli("chat", stdin=f"Which port does the server listen on?\n{ending}\nHow long is a backup kept?\n")
+    assert code == 0 and out.count("LLM Usage Stats") == 1
+    assert [e["question"] for e in json.loads(cli("log", "--json")[1])] == ["Which port does the server listen on?"]
+
+
 def test_log_off_keeps_nothing(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KB_AGENT_LOG", "off")
     assert cli("ask", "Which port does the server listen on?")[0] == 0

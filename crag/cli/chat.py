@@ -161,6 +161,11 @@ def line_reader(stdin: TextIO, out: TextIO, limit: int):
     return read_stream
 
 
+# A line that ends the session as an empty line does, as a user of a shell or a REPL types it;
+# never sent to the model as a question.
+ENDINGS = frozenset({"exit", "quit", "/exit", "/quit", "exit()", "quit()", ":q", "bye"})
+
+
 def cmd_chat(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from ..agent import parse_history
     from .log import last_conversation, record
@@ -179,7 +184,7 @@ def cmd_chat(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     with agent_for(args, err) as agent:
         open_index(agent)
         progress.show_usage = agent.settings.show_usage and not args.no_usage
-        talk.write("crag chat: ask about your knowledge base; an empty line or Ctrl-D ends the session, "
+        talk.write("crag chat: ask about your knowledge base; an empty line, exit or Ctrl-D ends the session, "
                    "Ctrl-C stops an answer.\n")
         if history:
             note = out if isatty(out) else err  # a note, not a prompt: on a pipe, stderr holds it
@@ -197,7 +202,7 @@ def cmd_chat(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 return 130
             except UnicodeDecodeError:
                 line = "\udcff"
-            if not line or not line.strip():
+            if not line or not line.strip() or line.strip().lower() in ENDINGS:
                 break
             if not_utf8(line):
                 print("crag: error: that line is not UTF-8 text; type it again", file=err)
