@@ -763,3 +763,37 @@ def test_word_count_counts_the_words_the_regex_finds(text: str) -> None:
 
     if text == "":
         same()
+
+
+@pytest.mark.parametrize(
+    ("uri", "shown"),
+    [
+        ("postgresql://crag:sekret@db:5432/kb", "postgresql://crag@db:5432/kb"),
+        ("postgresql:///kb?host=/run/pg&user=crag&password=sekret", "postgresql:///kb?host=/run/pg&user=crag"),
+        ("postgresql://crag@db/kb?Password=sekret&sslmode=require", "postgresql://crag@db/kb?sslmode=require"),
+        ("postgresql://crag:sekret@[::1]:5433/kb", "postgresql://crag@[::1]:5433/kb"),
+        ("postgresql://:sekret@/kb?host=/run/pg", "postgresql:///kb?host=/run/pg"),
+        ("postgresql://crag:sekret@db:x/kb", "postgresql://crag@db:x/kb"),
+        ("postgresql://crag@db/kb", "postgresql://crag@db/kb"),
+    ],
+)
+def test_redact_drops_every_form_of_the_password(uri: str, shown: str) -> None:
+    assert redact(uri) == shown
+
+
+def test_a_password_in_the_uri_query_or_a_bad_port_is_one_line_without_the_password(tmp_path: Path) -> None:
+    write(tmp_path / "docs" / "a.md", "# A\n\ntext\n")
+    for uri in ("postgresql:///kb?host=127.0.0.1&port=9&user=crag&password=sekret9",
+                "postgresql://crag:sekret9@127.0.0.1:x/kb"):
+        for argv in (("index", "docs"), ("search", "anything")):
+            run = crag(env_for(uri, tmp_path), tmp_path, *argv)
+            assert run.returncode in (1, 2), (uri, argv, run.stderr)
+            lines = run.stderr.strip().splitlines()
+            assert len(lines) == 1 and lines[0].startswith("crag: error: "), (uri, run.stderr)
+            assert "sekret9" not in run.stderr + run.stdout
+
+
+def test_a_keyword_store_setting_is_refused_without_showing_its_password(tmp_path: Path) -> None:
+    run = crag(env_for("host=db dbname=kb user=crag password=sekret9abc", tmp_path), tmp_path, "search", "anything")
+    assert run.returncode == 2 and "KB_AGENT_STORE" in run.stderr and len(run.stderr.strip().splitlines()) == 1
+    assert "sekret" not in run.stderr

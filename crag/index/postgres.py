@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from ..errors import IndexStoreError
 from ..ports import FileRecord, StoreState
@@ -81,18 +81,18 @@ _QUIET = logging.NullHandler()
 
 
 def redact(uri: str) -> str:
-    """``uri`` without its password, for messages."""
+    """``uri`` without its password, for messages: the one after the user name and a
+    ``password`` query parameter (libpq reads both). Built from the URI's text, so a port
+    that is not a number or an IPv6 address is shown as written."""
     try:
         parts = urlsplit(uri)
     except ValueError:
         return "postgresql://..."
-    if parts.password is None:
-        return uri
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    user = f"{parts.username}@" if parts.username else ""
-    return urlunsplit((parts.scheme, user + host, parts.path, parts.query, parts.fragment))
+    user = parts.netloc.rpartition("@")[0].partition(":")[0]
+    netloc = (f"{user}@" if user else "") + parts.netloc.rpartition("@")[2]
+    query = "&".join(p for p in parts.query.split("&") if p.partition("=")[0].strip().lower() != "password")
+    return f"{parts.scheme}://{netloc}{parts.path}" + (f"?{query}" if query else "") + (
+        f"#{parts.fragment}" if parts.fragment else "")
 
 
 def _first_line(exc: BaseException) -> str:
