@@ -797,3 +797,20 @@ def test_a_keyword_store_setting_is_refused_without_showing_its_password(tmp_pat
     run = crag(env_for("host=db dbname=kb user=crag password=sekret9abc", tmp_path), tmp_path, "search", "anything")
     assert run.returncode == 2 and "KB_AGENT_STORE" in run.stderr and len(run.stderr.strip().splitlines()) == 1
     assert "sekret" not in run.stderr
+
+
+def test_a_search_after_the_server_dropped_its_connections_reconnects(pg_uri: str, tmp_path: Path) -> None:
+    """A long-running reader (``crag mcp``) keeps a connection per thread; after the server
+    restarts (or a pooler or failover drops them) the next search reconnects instead of
+    failing once per kept connection."""
+    import psycopg
+
+    cfg = Settings(store=pg_uri)
+    index_roots(cfg, [make_kb(tmp_path / "kb")])
+    with open_index(cfg) as reader:
+        assert reader.search("retries", 2)
+        with psycopg.connect(pg_uri, autocommit=True) as conn:
+            conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                         "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+        time.sleep(0.2)
+        assert reader.search("retries", 2)[0].path.endswith("setup.md")
