@@ -159,3 +159,36 @@ def test_a_question_or_query_that_is_not_text_is_said_so_not_called_empty(value)
             call(value)
     with pytest.raises(crag.UsageError, match=r"^the question is empty$"):
         agent.ask("  ")
+
+
+def test_arguments_of_the_wrong_type_are_one_usage_error_not_a_type_or_attribute_error(tmp_path) -> None:
+    """``history=5``, ``from_env(kb=5)``, ``environ=5``, ``chat_model=5``, ``Agent(None, None)``
+    and ``on_event="x"`` were TypeErrors and AttributeErrors from crag's insides."""
+    agent = Agent(ScriptedChatModel(), FakeToolbox(), Settings())
+    for history in (5, 2.5, object()):
+        with pytest.raises(crag.UsageError, match=r"^history must be a list of"):
+            agent.ask("which port?", history=history)
+        with pytest.raises(crag.UsageError, match=r"^history must be a list of"):
+            agent.stream("which port?", history=history)
+        with pytest.raises(crag.UsageError, match=r"^history must be a list of"):
+            asyncio.run(agent.aask("which port?", history=history))
+    with pytest.raises(crag.UsageError, match=r"^on_event must be callable"):
+        agent.ask("which port?", on_event="print")
+    with pytest.raises(crag.UsageError, match=r"^top_k must be at least 1, got '5'$"):
+        agent.search("port", top_k="5")
+    env = {"KB_AGENT_INDEX_DIR": str(tmp_path / "i"), "KB_AGENT_LLM": "offline"}
+    for kb in (5, [None], ["docs", 3]):
+        with pytest.raises(crag.UsageError, match=r"^kb must be a path or a list of paths"):
+            Agent.from_env(kb, environ=env, dotenv=None)
+    with pytest.raises(crag.UsageError, match=r"^environ must be a mapping"):
+        Agent.from_env(environ=5, dotenv=None)
+    with pytest.raises(crag.UsageError, match=r"^chat_model must be a crag\.ChatModel"):
+        Agent.from_env(chat_model=5, environ=env, dotenv=None)
+    with pytest.raises(crag.UsageError, match=r"^toolbox must be a crag\.Toolbox"):
+        Agent(ScriptedChatModel(), None)
+
+
+def test_history_none_is_no_history() -> None:
+    agent = Agent(ScriptedChatModel({"analyze_and_route": [route("chitchat", ())], "synthesize": ["Hi."]}),
+                  FakeToolbox(), Settings())
+    assert agent.ask("hi", history=None).answer.startswith("Hi.")
