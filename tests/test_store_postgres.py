@@ -132,6 +132,8 @@ def test_a_second_indexer_waits_then_says_what_it_did(pg_uri: str, tmp_path: Pat
     out, err = second.communicate(timeout=120)
     assert second.returncode == 0, err
     assert "1 added, 0 changed, 0 removed, 5 unchanged" in out
+    # the store it waits for, not the unused index folder
+    assert err.splitlines()[0] == f"crag: another crag index is at work on {redact(pg_uri)}; waiting for it to finish"
 
 
 def test_an_unreachable_server_is_one_line_without_the_password(tmp_path: Path) -> None:

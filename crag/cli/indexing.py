@@ -14,6 +14,7 @@ from .common import index_note, own_name, require_index_libraries, settings, sho
 
 def cmd_index(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from ..index import index_roots
+    from ..index.postgres import redact
     from .index_text import index_report_text, is_terminal, progress_printer
 
     config = settings()
@@ -21,7 +22,8 @@ def cmd_index(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     progress = progress_printer(err) if is_terminal(err) else None
 
     def waiting() -> None:  # one line while another crag index holds the index, not silence
-        err.write(f"crag: another crag index is at work on {display_name(config.index_dir)}; "
+        where = redact(config.store) if config.store else display_name(config.index_dir)  # as "indexed ... into" says
+        err.write(f"crag: another crag index is at work on {where}; "
                   "waiting for it to finish\n")
         err.flush()
 
