@@ -192,3 +192,40 @@ def test_history_none_is_no_history() -> None:
     agent = Agent(ScriptedChatModel({"analyze_and_route": [route("chitchat", ())], "synthesize": ["Hi."]}),
                   FakeToolbox(), Settings())
     assert agent.ask("hi", history=None).answer.startswith("Hi.")
+
+
+def test_closing_the_agent_while_another_thread_asks_lets_that_question_finish() -> None:
+    """``close`` shut the tool threads down under a question running in another thread, which
+    then failed with concurrent.futures' CancelledError (or RuntimeError: cannot schedule new
+    futures after shutdown); an agent used after ``close`` works, and so does one closed meanwhile."""
+    import threading
+
+    from .fakes import plan
+
+    started, release = threading.Event(), threading.Event()
+
+    class Slow(FakeToolbox):
+        def run(self, call):
+            started.set()
+            release.wait(10)
+            return super().run(call)
+
+    searches = [("vector_search", {"query": f"words {i}"}) for i in range(6)]  # more calls than tool threads
+    model = ScriptedChatModel({"analyze_and_route": [route("simple")], "plan": [plan(*searches)],
+                               "synthesize": ["Nothing."]})
+    agent = Agent(model, Slow(), Settings())
+    outcome: list[object] = []
+    asker = threading.Thread(target=lambda: outcome.append(_result_or_error(agent.ask, "What is the retry policy?")))
+    asker.start()
+    assert started.wait(10)
+    agent.close()
+    release.set()
+    asker.join(10)
+    assert outcome and isinstance(outcome[0], crag.Answer), outcome
+
+
+def _result_or_error(f, *args):
+    try:
+        return f(*args)
+    except Exception as exc:
+        return exc
