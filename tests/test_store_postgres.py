@@ -816,3 +816,25 @@ def test_a_search_after_the_server_dropped_its_connections_reconnects(pg_uri: st
                          "WHERE datname = current_database() AND pid <> pg_backend_pid()")
         time.sleep(0.2)
         assert reader.search("retries", 2)[0].path.endswith("setup.md")
+
+
+def test_a_role_that_may_only_read_is_told_why_an_update_is_refused(pg_server, pg_uri: str, tmp_path: Path) -> None:
+    """A reader's role (docs/postgresql.md: USAGE and SELECT only) searches; ``--kb`` with a
+    changed file, or ``crag index``, failed with only "permission denied for table files"."""
+    import psycopg
+
+    make_kb(tmp_path / "docs")
+    assert crag(env_for(pg_uri, tmp_path), tmp_path, "index", "docs").returncode == 0
+    with psycopg.connect(pg_uri, autocommit=True) as conn:
+        conn.execute("DROP ROLE IF EXISTS crag_reader_only")
+        conn.execute("CREATE ROLE crag_reader_only LOGIN")
+        conn.execute("GRANT USAGE ON SCHEMA crag TO crag_reader_only")
+        conn.execute("GRANT SELECT ON ALL TABLES IN SCHEMA crag TO crag_reader_only")
+    reader = env_for(pg_uri.replace("postgres:@", "crag_reader_only@").replace("postgres@", "crag_reader_only@"), tmp_path)
+    assert crag(reader, tmp_path, "search", "retries").returncode == 0
+    write(tmp_path / "docs" / "new.md", "# New\n\nA page about caching.\n")
+    for argv in (("ask", "--kb", "docs", "How is caching done?"), ("index", "docs")):
+        run = crag(reader, tmp_path, *argv)
+        assert run.returncode == 1, run.stderr
+        (line,) = run.stderr.strip().splitlines()
+        assert "permission denied" in line and "may only read" in line, line

@@ -129,8 +129,13 @@ class PostgresStore:
                 f"cannot reach the PostgreSQL server {self.location}: {_first_line(exc)}", self.location
             ) from exc
 
-    def error(self, exc: BaseException) -> IndexStoreError:
-        return IndexStoreError(f"the PostgreSQL server {self.location} failed: {_first_line(exc)}", self.location)
+    def error(self, exc: BaseException, *, writing: bool = False) -> IndexStoreError:
+        """``exc`` as one line; ``writing``: it came from an update, so a refused right is the
+        role's (a reader's role, docs/postgresql.md, may only read)."""
+        reason = _first_line(exc)
+        if writing and isinstance(exc, self.psycopg.errors.InsufficientPrivilege):
+            reason += ": this role may only read; update the index with a role that may write (docs/postgresql.md)"
+        return IndexStoreError(f"the PostgreSQL server {self.location} failed: {reason}", self.location)
 
     @contextmanager
     def session(self, autocommit: bool = True) -> Iterator[Any]:
