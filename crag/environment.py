@@ -168,6 +168,30 @@ def _url_variable(var: str) -> bool:
     return var.endswith("_URL") or var == "KB_AGENT_STORE"
 
 
+def store_credentials(uri: str) -> tuple[str | None, str]:
+    """A PostgreSQL URI as libpq splits off its credentials: (the password or None, the URI
+    without the password). libpq takes ``user[:password]`` up to the first ``@``
+    before any ``/``, so a password may hold ``#`` or ``?``, which a URL parser reads as the end
+    of the host; a ``password=`` query parameter counts too, and is left out as well."""
+    scheme, sep, rest = uri.partition("://")
+    password = None
+    at, slash = rest.find("@"), rest.find("/")
+    if sep and at != -1 and (slash == -1 or at < slash):
+        user, colon, password = rest[:at].partition(":")
+        password = password if colon else None
+        rest = (f"{user}@" if user else "") + rest[at + 1 :]
+    location, question, query = rest.partition("?")
+    kept = []
+    for part in query.split("&") if question else ():
+        key, _, value = part.partition("=")
+        if key.strip().lower() == "password":
+            password = password or value
+        else:
+            kept.append(part)
+    shown = f"{scheme}{sep}{location}" + ("?" + "&".join(kept) if kept else "")
+    return password or None, shown
+
+
 def find_secrets(values: Mapping[str, object]) -> tuple[str, ...]:
     """The secrets among ``values`` (variable name -> value): the whole value of
     ``OPENAI_API_KEY``, the Jira and Confluence tokens and any ``*_API_KEY``, ``*_TOKEN``,
@@ -181,10 +205,13 @@ def find_secrets(values: Mapping[str, object]) -> tuple[str, ...]:
         if _secret_variable(var):
             found.append(value)
         elif _url_variable(var):
-            try:
-                password = urlsplit(value.strip()).password
-            except ValueError:
-                password = None
+            if var == "KB_AGENT_STORE":
+                password = store_credentials(value.strip())[0]
+            else:
+                try:
+                    password = urlsplit(value.strip()).password
+                except ValueError:
+                    password = None
             if password:
                 found.append(password)
     return tuple(dict.fromkeys(found))

@@ -777,6 +777,9 @@ def test_word_count_counts_the_words_the_regex_finds(text: str) -> None:
         ("postgresql://:sekret@/kb?host=/run/pg", "postgresql:///kb?host=/run/pg"),
         ("postgresql://crag:sekret@db:x/kb", "postgresql://crag@db:x/kb"),
         ("postgresql://crag@db/kb", "postgresql://crag@db/kb"),
+        # libpq reads the password up to the first "@" before any "/": "#" and "?" are its own
+        ("postgresql://crag:Top#Secret?9@/kb?host=/run/pg", "postgresql://crag@/kb?host=/run/pg"),
+        ("postgresql://crag:a?b@db/kb?sslmode=require&password=x#y", "postgresql://crag@db/kb?sslmode=require"),
     ],
 )
 def test_redact_drops_every_form_of_the_password(uri: str, shown: str) -> None:
@@ -838,3 +841,19 @@ def test_a_role_that_may_only_read_is_told_why_an_update_is_refused(pg_server, p
         assert run.returncode == 1, run.stderr
         (line,) = run.stderr.strip().splitlines()
         assert "permission denied" in line and "may only read" in line, line
+
+
+@pytest.mark.parametrize(
+    ("uri", "password"),
+    [
+        ("postgresql://crag:sekret9@db/kb", "sekret9"),
+        ("postgresql://crag:Top#Secret?9@/kb?host=/run/pg", "Top#Secret?9"),
+        ("postgresql:///kb?host=/run/pg&user=crag&password=sekret9", "sekret9"),
+    ],
+)
+def test_the_store_password_is_a_secret_however_the_uri_gives_it(uri: str, password: str) -> None:
+    """Every message is redacted of the secrets ``find_secrets`` finds: the store's password as
+    libpq reads it, also one with "#" or "?" (which a URL parser takes for the end of the host)."""
+    from crag.environment import find_secrets
+
+    assert find_secrets({"KB_AGENT_STORE": uri}) == (password,)

@@ -36,8 +36,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
+from ..environment import store_credentials
 from ..errors import IndexStoreError
 from ..ports import FileRecord, StoreState
 from .documents import embedder_mismatch
@@ -82,17 +82,8 @@ _QUIET = logging.NullHandler()
 
 def redact(uri: str) -> str:
     """``uri`` without its password, for messages: the one after the user name and a
-    ``password`` query parameter (libpq reads both). Built from the URI's text, so a port
-    that is not a number or an IPv6 address is shown as written."""
-    try:
-        parts = urlsplit(uri)
-    except ValueError:
-        return "postgresql://..."
-    user = parts.netloc.rpartition("@")[0].partition(":")[0]
-    netloc = (f"{user}@" if user else "") + parts.netloc.rpartition("@")[2]
-    query = "&".join(p for p in parts.query.split("&") if p.partition("=")[0].strip().lower() != "password")
-    return f"{parts.scheme}://{netloc}{parts.path}" + (f"?{query}" if query else "") + (
-        f"#{parts.fragment}" if parts.fragment else "")
+    ``password`` query parameter, read as libpq reads them (``store_credentials``)."""
+    return store_credentials(uri)[1]
 
 
 def _first_line(exc: BaseException) -> str:
