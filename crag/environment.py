@@ -12,6 +12,7 @@ mask what it finds. What masking means for a document and for crag's own message
 from __future__ import annotations
 
 import os
+import re
 import stat
 from collections.abc import Mapping
 from typing import Any
@@ -168,27 +169,30 @@ def _url_variable(var: str) -> bool:
     return var.endswith("_URL") or var == "KB_AGENT_STORE"
 
 
+_PASSWORD_PARAMETER = re.compile(r"(?i)(?:^|\?)\s*password\s*=")
+
+
 def store_credentials(uri: str) -> tuple[str | None, str]:
     """A PostgreSQL URI as libpq splits off its credentials: (the password or None, the URI
     without the password). libpq takes ``user[:password]`` up to the first ``@``
     before any ``/``, so a password may hold ``#`` or ``?``, which a URL parser reads as the end
     of the host; a ``password=`` query parameter counts too, and is left out as well."""
     scheme, sep, rest = uri.partition("://")
-    password = None
+    password, user = None, ""
     at, slash = rest.find("@"), rest.find("/")
     if sep and at != -1 and (slash == -1 or at < slash):
         user, colon, password = rest[:at].partition(":")
         password = password if colon else None
-        rest = (f"{user}@" if user else "") + rest[at + 1 :]
+        user, rest = (f"{user}@" if user else ""), rest[at + 1 :]
     location, question, query = rest.partition("?")
     kept = []
     for part in query.split("&") if question else ():
-        key, _, value = part.partition("=")
-        if key.strip().lower() == "password":
-            password = password or value
+        given = _PASSWORD_PARAMETER.search(part)  # also one behind a stray "?", which libpq refuses
+        if given:
+            password = password or part[given.end() :]
         else:
             kept.append(part)
-    shown = f"{scheme}{sep}{location}" + ("?" + "&".join(kept) if kept else "")
+    shown = f"{scheme}{sep}{user}{location}" + ("?" + "&".join(kept) if kept else "")
     return password or None, shown
 
 

@@ -780,6 +780,7 @@ def test_word_count_counts_the_words_the_regex_finds(text: str) -> None:
         # libpq reads the password up to the first "@" before any "/": "#" and "?" are its own
         ("postgresql://crag:Top#Secret?9@/kb?host=/run/pg", "postgresql://crag@/kb?host=/run/pg"),
         ("postgresql://crag:a?b@db/kb?sslmode=require&password=x#y", "postgresql://crag@db/kb?sslmode=require"),
+        ("postgresql://jo?e@db/kb?password=sekret&sslmode=require", "postgresql://jo?e@db/kb?sslmode=require"),
     ],
 )
 def test_redact_drops_every_form_of_the_password(uri: str, shown: str) -> None:
