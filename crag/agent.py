@@ -166,7 +166,11 @@ def _fitting_turns(turns: Sequence[Message], limit: int) -> tuple[Message, ...]:
 
 
 def parse_history(messages: Iterable[Any]) -> tuple[Message, ...]:
-    """Earlier turns as ``Message`` records, from dicts with ``role`` and ``content``."""
+    """Earlier turns as ``Message`` records, from dicts with ``role`` and ``content`` (None: none)."""
+    if messages is None:
+        return ()
+    if not isinstance(messages, Iterable):
+        raise UsageError(f"history must be a list of {{\"role\", \"content\"}} messages, not {type(messages).__name__}")
     out = []
     for i, m in enumerate(messages):
         if isinstance(m, Message):
@@ -192,6 +196,10 @@ class Agent:
     """A configured crag: a chat model, a toolbox and the settings, reusable across questions."""
 
     def __init__(self, chat_model: ChatModel, toolbox: Toolbox, settings: Settings | None = None) -> None:
+        if not callable(getattr(chat_model, "complete", None)):
+            raise UsageError(f"chat_model must be a crag.ChatModel (with .complete), not {type(chat_model).__name__}")
+        if not all(callable(getattr(toolbox, name, None)) for name in ("tools", "run")):
+            raise UsageError(f"toolbox must be a crag.Toolbox (with .tools and .run), not {type(toolbox).__name__}")
         self.settings = settings or Settings()
         self.model = chat_model
         self.toolbox = toolbox
@@ -224,9 +232,14 @@ class Agent:
         """
         if toolbox is not None and tools:
             raise UsageError("pass tools= or toolbox=, not both: a toolbox of your own holds its own tools")
-        config = Settings.from_env(environ, dotenv, **settings)
+        if environ is not None and not isinstance(environ, Mapping):
+            raise UsageError(f"environ must be a mapping of variable names to values, not {type(environ).__name__}")
         if isinstance(kb, (str, bytes, os.PathLike)):  # one path is one root, not its characters
             kb = [kb]
+        kb = list(kb) if isinstance(kb, Iterable) else kb
+        if kb is not None and (not isinstance(kb, list) or not all(isinstance(p, (str, bytes, os.PathLike)) for p in kb)):
+            raise UsageError("kb must be a path or a list of paths (str, bytes or os.PathLike)")
+        config = Settings.from_env(environ, dotenv, **settings)
         roots = [os.fsdecode(p) for p in kb] if kb else None
         owned: list[Any] = []
         if toolbox is None:
@@ -255,6 +268,8 @@ class Agent:
     ) -> Answer:
         """Answer one question. ``history`` is a list of ``{"role", "content"}`` dicts or Messages."""
         _check_text("the question", question)
+        if on_event is not None and not callable(on_event):
+            raise UsageError(f"on_event must be callable (it receives each crag.Event), not {type(on_event).__name__}")
         limit = input_limit(self.settings)
         if len(question) > limit and len(question := question.strip()) > limit:
             raise too_long("the question", len(question), self.settings)
@@ -279,7 +294,7 @@ class Agent:
         """``ask`` without blocking the event loop (runs in a worker thread)."""
         import asyncio
 
-        return await asyncio.to_thread(self.ask, question, list(history), on_event, stream)
+        return await asyncio.to_thread(self.ask, question, parse_history(history), on_event, stream)
 
     def stream(self, question: str, history: Iterable[Any] = (), on_event: EventHandler | None = None) -> AnswerStream:
         """``ask`` with the answer shown as the model writes it: iterate the returned stream

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import CancelledError, ThreadPoolExecutor
 from typing import Any
 
 from attrs import evolve
@@ -98,9 +98,16 @@ class Driver:
         self._fitted: dict[int, NodeConfig] = {}
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
-            self._pool = None
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    def _executor(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.max_parallel_tools, thread_name_prefix="crag-tool")
+            return self._pool
 
     def run(
         self,
@@ -248,9 +255,15 @@ class Driver:
         calls = request.calls
         if len(calls) <= 1 or self.max_parallel_tools <= 1:
             return tuple(self._run_one(call) for call in calls)
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.max_parallel_tools, thread_name_prefix="crag-tool")
-        return tuple(self._pool.map(self._run_one, calls))
+        pool = self._executor()
+        try:
+            return tuple(pool.map(self._run_one, calls))
+        except (RuntimeError, CancelledError):
+            if self._pool is pool:
+                raise
+        # close() shut that pool down meanwhile (another thread closed the agent): the question
+        # still gets its answer, on new threads, as a question asked after close does.
+        return tuple(self._executor().map(self._run_one, calls))
 
     def _run_one(self, call) -> ToolOutcome:
         try:

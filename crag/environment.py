@@ -12,6 +12,7 @@ mask what it finds. What masking means for a document and for crag's own message
 from __future__ import annotations
 
 import os
+import re
 import stat
 from collections.abc import Mapping
 from typing import Any
@@ -168,6 +169,33 @@ def _url_variable(var: str) -> bool:
     return var.endswith("_URL") or var == "KB_AGENT_STORE"
 
 
+_PASSWORD_PARAMETER = re.compile(r"(?i)(?:^|\?)\s*password\s*=")
+
+
+def store_credentials(uri: str) -> tuple[str | None, str]:
+    """A PostgreSQL URI as libpq splits off its credentials: (the password or None, the URI
+    without the password). libpq takes ``user[:password]`` up to the first ``@``
+    before any ``/``, so a password may hold ``#`` or ``?``, which a URL parser reads as the end
+    of the host; a ``password=`` query parameter counts too, and is left out as well."""
+    scheme, sep, rest = uri.partition("://")
+    password, user = None, ""
+    at, slash = rest.find("@"), rest.find("/")
+    if sep and at != -1 and (slash == -1 or at < slash):
+        user, colon, password = rest[:at].partition(":")
+        password = password if colon else None
+        user, rest = (f"{user}@" if user else ""), rest[at + 1 :]
+    location, question, query = rest.partition("?")
+    kept = []
+    for part in query.split("&") if question else ():
+        given = _PASSWORD_PARAMETER.search(part)  # also one behind a stray "?", which libpq refuses
+        if given:
+            password = password or part[given.end() :]
+        else:
+            kept.append(part)
+    shown = f"{scheme}{sep}{user}{location}" + ("?" + "&".join(kept) if kept else "")
+    return password or None, shown
+
+
 def find_secrets(values: Mapping[str, object]) -> tuple[str, ...]:
     """The secrets among ``values`` (variable name -> value): the whole value of
     ``OPENAI_API_KEY``, the Jira and Confluence tokens and any ``*_API_KEY``, ``*_TOKEN``,
@@ -181,10 +209,13 @@ def find_secrets(values: Mapping[str, object]) -> tuple[str, ...]:
         if _secret_variable(var):
             found.append(value)
         elif _url_variable(var):
-            try:
-                password = urlsplit(value.strip()).password
-            except ValueError:
-                password = None
+            if var == "KB_AGENT_STORE":
+                password = store_credentials(value.strip())[0]
+            else:
+                try:
+                    password = urlsplit(value.strip()).password
+                except ValueError:
+                    password = None
             if password:
                 found.append(password)
     return tuple(dict.fromkeys(found))

@@ -74,6 +74,8 @@ SECRET_SHAPES: tuple[tuple[str, int, Callable[[str], bool]], ...] = (
 _URL_PASSWORD = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://[^\s/@:]*):[^\s/@]*@")
 # Authorization header values and key=value credentials in a message
 _AUTH_VALUE = re.compile(r"(?i)\b(bearer|basic|token)(\s+|=)[A-Za-z0-9._~+/=\-]{6,}")
+# a password given as a parameter, as libpq reads it in a URI's query or a keyword string
+_PASSWORD_VALUE = re.compile(r"(?i)\b(password\s*=\s*)('(?:[^'\\]|\\.)*'?|[^\s&#]+)")
 
 # ESC sequences: CSI (ESC [ ... final), OSC (ESC ] ... BEL or ST), DCS/SOS/PM/APC strings,
 # two-character escapes; and their 8-bit C1 forms (CSI U+009B, OSC U+009D, ...).
@@ -196,10 +198,11 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
 
 def redact_message(text: str, secrets: Iterable[str] = ()) -> str:
     """``text`` with every one of ``secrets`` (of at least ``MIN_SECRET_CHARS``), whatever its
-    shape, and every credential-shaped part (a URL's password, the value of an
-    ``Authorization`` header, ``token=...``) replaced by ``***``: for crag's own messages and
+    shape, and every credential-shaped part (a URL's password, ``password=...``, the value of
+    an ``Authorization`` header, ``token=...``) replaced by ``***``: for crag's own messages and
     records and for server error bodies."""
     text = _URL_PASSWORD.sub(lambda m: f"{m.group(1)}:{REDACTED}@", _replace(text, _secret_set(secrets)))
+    text = _PASSWORD_VALUE.sub(lambda m: f"{m.group(1)}{REDACTED}", text)
     return _AUTH_VALUE.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
 
 

@@ -159,3 +159,73 @@ def test_a_question_or_query_that_is_not_text_is_said_so_not_called_empty(value)
             call(value)
     with pytest.raises(crag.UsageError, match=r"^the question is empty$"):
         agent.ask("  ")
+
+
+def test_arguments_of_the_wrong_type_are_one_usage_error_not_a_type_or_attribute_error(tmp_path) -> None:
+    """``history=5``, ``from_env(kb=5)``, ``environ=5``, ``chat_model=5``, ``Agent(None, None)``
+    and ``on_event="x"`` were TypeErrors and AttributeErrors from crag's insides."""
+    agent = Agent(ScriptedChatModel(), FakeToolbox(), Settings())
+    for history in (5, 2.5, object()):
+        with pytest.raises(crag.UsageError, match=r"^history must be a list of"):
+            agent.ask("which port?", history=history)
+        with pytest.raises(crag.UsageError, match=r"^history must be a list of"):
+            agent.stream("which port?", history=history)
+        with pytest.raises(crag.UsageError, match=r"^history must be a list of"):
+            asyncio.run(agent.aask("which port?", history=history))
+    with pytest.raises(crag.UsageError, match=r"^on_event must be callable"):
+        agent.ask("which port?", on_event="print")
+    with pytest.raises(crag.UsageError, match=r"^top_k must be at least 1, got '5'$"):
+        agent.search("port", top_k="5")
+    env = {"KB_AGENT_INDEX_DIR": str(tmp_path / "i"), "KB_AGENT_LLM": "offline"}
+    for kb in (5, [None], ["docs", 3]):
+        with pytest.raises(crag.UsageError, match=r"^kb must be a path or a list of paths"):
+            Agent.from_env(kb, environ=env, dotenv=None)
+    with pytest.raises(crag.UsageError, match=r"^environ must be a mapping"):
+        Agent.from_env(environ=5, dotenv=None)
+    with pytest.raises(crag.UsageError, match=r"^chat_model must be a crag\.ChatModel"):
+        Agent.from_env(chat_model=5, environ=env, dotenv=None)
+    with pytest.raises(crag.UsageError, match=r"^toolbox must be a crag\.Toolbox"):
+        Agent(ScriptedChatModel(), None)
+
+
+def test_history_none_is_no_history() -> None:
+    agent = Agent(ScriptedChatModel({"analyze_and_route": [route("chitchat", ())], "synthesize": ["Hi."]}),
+                  FakeToolbox(), Settings())
+    assert agent.ask("hi", history=None).answer.startswith("Hi.")
+
+
+def test_closing_the_agent_while_another_thread_asks_lets_that_question_finish() -> None:
+    """``close`` shut the tool threads down under a question running in another thread, which
+    then failed with concurrent.futures' CancelledError (or RuntimeError: cannot schedule new
+    futures after shutdown); an agent used after ``close`` works, and so does one closed meanwhile."""
+    import threading
+
+    from .fakes import plan
+
+    started, release = threading.Event(), threading.Event()
+
+    class Slow(FakeToolbox):
+        def run(self, call):
+            started.set()
+            release.wait(10)
+            return super().run(call)
+
+    searches = [("vector_search", {"query": f"words {i}"}) for i in range(6)]  # more calls than tool threads
+    model = ScriptedChatModel({"analyze_and_route": [route("simple")], "plan": [plan(*searches)],
+                               "synthesize": ["Nothing."]})
+    agent = Agent(model, Slow(), Settings())
+    outcome: list[object] = []
+    asker = threading.Thread(target=lambda: outcome.append(_result_or_error(agent.ask, "What is the retry policy?")))
+    asker.start()
+    assert started.wait(10)
+    agent.close()
+    release.set()
+    asker.join(10)
+    assert outcome and isinstance(outcome[0], crag.Answer), outcome
+
+
+def _result_or_error(f, *args):
+    try:
+        return f(*args)
+    except Exception as exc:
+        return exc

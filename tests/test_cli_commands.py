@@ -411,3 +411,20 @@ def test_index_says_so_while_it_waits_for_another_crag_index(kb: Path, tmp_path:
     code, out, err = cli("index", "docs")
     assert code == 0 and "1 added" in out
     assert err.splitlines()[-1] == f"crag: another crag index is at work on {tmp_path / 'index'}; waiting for it to finish"
+
+
+@pytest.mark.parametrize("command", [("ask", "Which page is another?"), ("search", "another", "page")])
+def test_ask_and_search_with_kb_say_so_while_they_wait_for_another_crag_index(kb: Path, tmp_path: Path, command) -> None:
+    """``--kb`` indexes first: while another crag index held the index, ``ask`` and ``search``
+    waited in silence (up to two minutes) where ``crag index`` says why."""
+    import threading
+
+    from crag.index.layout import IndexLock
+
+    (kb / "more.md").write_text("# More\n\nAnother page.\n", encoding="utf-8")
+    lock = IndexLock(str(tmp_path / "index"))
+    lock.__enter__()
+    threading.Timer(0.5, lock.__exit__, (None, None, None)).start()  # the other indexer finishes
+    code, _, err = cli(*command, "--kb", "docs")
+    assert code == 0, err
+    assert f"crag: another crag index is at work on {tmp_path / 'index'}; waiting for it to finish" in err.splitlines()

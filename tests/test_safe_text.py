@@ -54,6 +54,15 @@ def test_a_message_has_known_secrets_url_passwords_and_authorization_values_reda
     assert redact_message("no secrets here", ["abc"]) == "no secrets here"  # too short to redact safely
 
 
+def test_a_message_has_password_parameters_redacted_but_not_the_word_password() -> None:
+    # libpq reads a password from a URI's query and from a keyword string, too
+    assert redact_message("postgresql:///kb?host=/run/pg&password=hunter22&sslmode=require") == (
+        "postgresql:///kb?host=/run/pg&password=***&sslmode=require")
+    assert redact_message("host=db user=crag password = 'hunter 22' dbname=kb") == "host=db user=crag password = *** dbname=kb"
+    line = 'FATAL: password authentication failed for user "crag"'
+    assert redact_message(line) == line
+
+
 AUTH_WORD_LINES = [
     "| CPU Basic hardware | 2 vCPU |",
     "## Token Policy",

@@ -132,6 +132,8 @@ def test_a_second_indexer_waits_then_says_what_it_did(pg_uri: str, tmp_path: Pat
     out, err = second.communicate(timeout=120)
     assert second.returncode == 0, err
     assert "1 added, 0 changed, 0 removed, 5 unchanged" in out
+    # the store it waits for, not the unused index folder
+    assert err.splitlines()[0] == f"crag: another crag index is at work on {redact(pg_uri)}; waiting for it to finish"
 
 
 def test_an_unreachable_server_is_one_line_without_the_password(tmp_path: Path) -> None:
@@ -763,3 +765,96 @@ def test_word_count_counts_the_words_the_regex_finds(text: str) -> None:
 
     if text == "":
         same()
+
+
+@pytest.mark.parametrize(
+    ("uri", "shown"),
+    [
+        ("postgresql://crag:sekret@db:5432/kb", "postgresql://crag@db:5432/kb"),
+        ("postgresql:///kb?host=/run/pg&user=crag&password=sekret", "postgresql:///kb?host=/run/pg&user=crag"),
+        ("postgresql://crag@db/kb?Password=sekret&sslmode=require", "postgresql://crag@db/kb?sslmode=require"),
+        ("postgresql://crag:sekret@[::1]:5433/kb", "postgresql://crag@[::1]:5433/kb"),
+        ("postgresql://:sekret@/kb?host=/run/pg", "postgresql:///kb?host=/run/pg"),
+        ("postgresql://crag:sekret@db:x/kb", "postgresql://crag@db:x/kb"),
+        ("postgresql://crag@db/kb", "postgresql://crag@db/kb"),
+        # libpq reads the password up to the first "@" before any "/": "#" and "?" are its own
+        ("postgresql://crag:Top#Secret?9@/kb?host=/run/pg", "postgresql://crag@/kb?host=/run/pg"),
+        ("postgresql://crag:a?b@db/kb?sslmode=require&password=x#y", "postgresql://crag@db/kb?sslmode=require"),
+        ("postgresql://jo?e@db/kb?password=sekret&sslmode=require", "postgresql://jo?e@db/kb?sslmode=require"),
+    ],
+)
+def test_redact_drops_every_form_of_the_password(uri: str, shown: str) -> None:
+    assert redact(uri) == shown
+
+
+def test_a_password_in_the_uri_query_or_a_bad_port_is_one_line_without_the_password(tmp_path: Path) -> None:
+    write(tmp_path / "docs" / "a.md", "# A\n\ntext\n")
+    for uri in ("postgresql:///kb?host=127.0.0.1&port=9&user=crag&password=sekret9",
+                "postgresql://crag:sekret9@127.0.0.1:x/kb"):
+        for argv in (("index", "docs"), ("search", "anything")):
+            run = crag(env_for(uri, tmp_path), tmp_path, *argv)
+            assert run.returncode in (1, 2), (uri, argv, run.stderr)
+            lines = run.stderr.strip().splitlines()
+            assert len(lines) == 1 and lines[0].startswith("crag: error: "), (uri, run.stderr)
+            assert "sekret9" not in run.stderr + run.stdout
+
+
+def test_a_keyword_store_setting_is_refused_without_showing_its_password(tmp_path: Path) -> None:
+    run = crag(env_for("host=db dbname=kb user=crag password=sekret9abc", tmp_path), tmp_path, "search", "anything")
+    assert run.returncode == 2 and "KB_AGENT_STORE" in run.stderr and len(run.stderr.strip().splitlines()) == 1
+    assert "sekret" not in run.stderr
+
+
+def test_a_search_after_the_server_dropped_its_connections_reconnects(pg_uri: str, tmp_path: Path) -> None:
+    """A long-running reader (``crag mcp``) keeps a connection per thread; after the server
+    restarts (or a pooler or failover drops them) the next search reconnects instead of
+    failing once per kept connection."""
+    import psycopg
+
+    cfg = Settings(store=pg_uri)
+    index_roots(cfg, [make_kb(tmp_path / "kb")])
+    with open_index(cfg) as reader:
+        assert reader.search("retries", 2)
+        with psycopg.connect(pg_uri, autocommit=True) as conn:
+            conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                         "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+        time.sleep(0.2)
+        assert reader.search("retries", 2)[0].path.endswith("setup.md")
+
+
+def test_a_role_that_may_only_read_is_told_why_an_update_is_refused(pg_server, pg_uri: str, tmp_path: Path) -> None:
+    """A reader's role (docs/postgresql.md: USAGE and SELECT only) searches; ``--kb`` with a
+    changed file, or ``crag index``, failed with only "permission denied for table files"."""
+    import psycopg
+
+    make_kb(tmp_path / "docs")
+    assert crag(env_for(pg_uri, tmp_path), tmp_path, "index", "docs").returncode == 0
+    with psycopg.connect(pg_uri, autocommit=True) as conn:
+        conn.execute("DROP ROLE IF EXISTS crag_reader_only")
+        conn.execute("CREATE ROLE crag_reader_only LOGIN")
+        conn.execute("GRANT USAGE ON SCHEMA crag TO crag_reader_only")
+        conn.execute("GRANT SELECT ON ALL TABLES IN SCHEMA crag TO crag_reader_only")
+    reader = env_for(pg_uri.replace("postgres:@", "crag_reader_only@").replace("postgres@", "crag_reader_only@"), tmp_path)
+    assert crag(reader, tmp_path, "search", "retries").returncode == 0
+    write(tmp_path / "docs" / "new.md", "# New\n\nA page about caching.\n")
+    for argv in (("ask", "--kb", "docs", "How is caching done?"), ("index", "docs")):
+        run = crag(reader, tmp_path, *argv)
+        assert run.returncode == 1, run.stderr
+        (line,) = run.stderr.strip().splitlines()
+        assert "permission denied" in line and "may only read" in line, line
+
+
+@pytest.mark.parametrize(
+    ("uri", "password"),
+    [
+        ("postgresql://crag:sekret9@db/kb", "sekret9"),
+        ("postgresql://crag:Top#Secret?9@/kb?host=/run/pg", "Top#Secret?9"),
+        ("postgresql:///kb?host=/run/pg&user=crag&password=sekret9", "sekret9"),
+    ],
+)
+def test_the_store_password_is_a_secret_however_the_uri_gives_it(uri: str, password: str) -> None:
+    """Every message is redacted of the secrets ``find_secrets`` finds: the store's password as
+    libpq reads it, also one with "#" or "?" (which a URL parser takes for the end of the host)."""
+    from crag.environment import find_secrets
+
+    assert find_secrets({"KB_AGENT_STORE": uri}) == (password,)

@@ -21,6 +21,7 @@ from .common import (
     shown,
     shown_json,
     undecodable_bytes_kept,
+    waiting_note,
 )
 
 
@@ -62,7 +63,7 @@ def agent_for(args: argparse.Namespace, err: TextIO):
     if args.kb:
         from ..index import ensure_indexed
 
-        report = ensure_indexed(config, args.kb, progress=notes)
+        report = ensure_indexed(config, args.kb, progress=notes, waiting=waiting_note(config, err))
         notes.done()
         if report.changed_anything:
             err.write(shown(kb_note(report)) + "\n")

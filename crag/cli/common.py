@@ -112,6 +112,21 @@ def index_label(config) -> str:
     return redact_message(config.store, config.secrets()) if config.store else relative_label(config.index_dir)
 
 
+def waiting_note(config, err: TextIO):
+    """What a command that indexes calls when another crag index holds the index: one line
+    saying so, not silence (it may wait up to two minutes)."""
+    from ..index.postgres import redact
+    from ..safe_text import display_name
+
+    where = redact(config.store) if config.store else display_name(config.index_dir)  # as "indexed ... into" says
+
+    def waiting() -> None:
+        err.write(f"crag: another crag index is at work on {where}; waiting for it to finish\n")
+        err.flush()
+
+    return waiting
+
+
 def index_note(config, err: TextIO) -> None:
     """Say on stderr which index a command uses when it lies outside the working directory (found
     in a parent folder, or named by ``--index`` or ``KB_AGENT_INDEX_DIR``); ``roots`` always

@@ -12,7 +12,7 @@ one-line progress display for a terminal), and for ``python -m crag roots``: ``r
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
 from attrs import frozen
@@ -120,6 +120,7 @@ def search(
     kb: Sequence[str] = (),
     cwd: str | None = None,
     missing: list[str] | None = None,
+    waiting: Callable[[], None] | None = None,
 ) -> tuple[list[dict[str, Any]], IndexReport | None]:
     """The hits ``vector_search`` would return, as ``{"path", "start_line", "end_line", "score", "text"}``.
 
@@ -136,7 +137,7 @@ def search(
     k = settings.top_k if top_k is None else top_k
     if k < 1:
         raise UsageError(f"--top-k must be at least 1, got {k}")
-    report = ensure_indexed(settings, list(kb)) if kb else None
+    report = ensure_indexed(settings, list(kb), waiting=waiting) if kb else None
     box = Toolbox(settings, roots=list(kb) if kb else None, cwd=cwd)
     try:
         items = search_toolbox(box, query, k)

@@ -8,8 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import TextIO
 
-from ..safe_text import display_name
-from .common import index_note, own_name, require_index_libraries, settings, shown, shown_json
+from .common import index_note, own_name, require_index_libraries, settings, shown, shown_json, waiting_note
 
 
 def cmd_index(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -20,12 +19,7 @@ def cmd_index(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     require_index_libraries()
     progress = progress_printer(err) if is_terminal(err) else None
 
-    def waiting() -> None:  # one line while another crag index holds the index, not silence
-        err.write(f"crag: another crag index is at work on {display_name(config.index_dir)}; "
-                  "waiting for it to finish\n")
-        err.flush()
-
-    report = index_roots(config, args.paths, progress=progress, patterns=args.exclude, waiting=waiting)
+    report = index_roots(config, args.paths, progress=progress, patterns=args.exclude, waiting=waiting_note(config, err))
     out.write(shown(own_name(index_report_text(report))))
     return 0
 
@@ -56,7 +50,8 @@ def cmd_search(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     require_index_libraries()
     index_note(config, err)
     missing: list[str] = []
-    hits, report = search(config, " ".join(args.words), args.top_k, args.kb, missing=missing)
+    hits, report = search(config, " ".join(args.words), args.top_k, args.kb, missing=missing,
+                          waiting=waiting_note(config, err))
     if report is not None and report.changed_anything:
         err.write(shown(own_name(index_report_text(report))))
     note = missing_roots_note(missing)

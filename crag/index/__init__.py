@@ -75,8 +75,10 @@ def ensure_indexed(
     *,
     embedder: Embedder | None = None,
     lock_timeout: float | None = None,
+    waiting: Callable[[], None] | None = None,
 ) -> IndexReport:
-    """Index ``roots`` when they are new or changed since the last run; cheap otherwise."""
+    """Index ``roots`` when they are new or changed since the last run; cheap otherwise.
+    ``waiting`` is called once when another indexer is at work on the index."""
     from .build import DEFAULT_LOCK_TIMEOUT, IndexReport, quick_check, update_store
     from .chunker import DEFAULT_MAX_TOKENS, DEFAULT_MIN_TOKENS
 
@@ -100,6 +102,7 @@ def ensure_indexed(
         roots,
         embedder,
         progress=progress,
+        waiting=waiting,
         allow_reembed=False,
         lock_timeout=DEFAULT_LOCK_TIMEOUT if lock_timeout is None else lock_timeout,
     )

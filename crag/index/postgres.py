@@ -36,8 +36,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
 
+from ..environment import store_credentials
 from ..errors import IndexStoreError
 from ..ports import FileRecord, StoreState
 from .documents import embedder_mismatch
@@ -81,18 +81,9 @@ _QUIET = logging.NullHandler()
 
 
 def redact(uri: str) -> str:
-    """``uri`` without its password, for messages."""
-    try:
-        parts = urlsplit(uri)
-    except ValueError:
-        return "postgresql://..."
-    if parts.password is None:
-        return uri
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    user = f"{parts.username}@" if parts.username else ""
-    return urlunsplit((parts.scheme, user + host, parts.path, parts.query, parts.fragment))
+    """``uri`` without its password, for messages: the one after the user name and a
+    ``password`` query parameter, read as libpq reads them (``store_credentials``)."""
+    return store_credentials(uri)[1]
 
 
 def _first_line(exc: BaseException) -> str:
@@ -129,8 +120,13 @@ class PostgresStore:
                 f"cannot reach the PostgreSQL server {self.location}: {_first_line(exc)}", self.location
             ) from exc
 
-    def error(self, exc: BaseException) -> IndexStoreError:
-        return IndexStoreError(f"the PostgreSQL server {self.location} failed: {_first_line(exc)}", self.location)
+    def error(self, exc: BaseException, *, writing: bool = False) -> IndexStoreError:
+        """``exc`` as one line; ``writing``: it came from an update, so a refused right is the
+        role's (a reader's role, docs/postgresql.md, may only read)."""
+        reason = _first_line(exc)
+        if writing and isinstance(exc, self.psycopg.errors.InsufficientPrivilege):
+            reason += ": this role may only read; update the index with a role that may write (docs/postgresql.md)"
+        return IndexStoreError(f"the PostgreSQL server {self.location} failed: {reason}", self.location)
 
     @contextmanager
     def session(self, autocommit: bool = True) -> Iterator[Any]:

@@ -390,7 +390,18 @@ class PostgresRetriever:
         return {int(r[0]): ChunkRow(*r) for r in rows}
 
     def search(self, query: str, top_k: int = 5, roots: Sequence[str] | None = None, mode: str = "hybrid") -> list[Hit]:
-        """The ``top_k`` best chunks for ``query``, from one snapshot (see ``hybrid_search``)."""
+        """The ``top_k`` best chunks for ``query``, from one snapshot (see ``hybrid_search``).
+        A kept connection the server has dropped since (a restart, a pooler, a failover) is
+        replaced and the search run again, once."""
+        try:
+            return self._search(query, top_k, roots, mode)
+        except IndexStoreError:
+            conn = self._conns.current()
+            if conn is None or not conn.closed:
+                raise
+        return self._search(query, top_k, roots, mode)
+
+    def _search(self, query: str, top_k: int, roots: Sequence[str] | None, mode: str) -> list[Hit]:
         with self.snapshot():
             return hybrid_search(
                 self, self.weights, query, top_k, roots, mode,

@@ -122,7 +122,7 @@ class _BulkWriters:
         if self.errors:
             exc = self.errors[0]
             if isinstance(exc, self.store.psycopg.Error):
-                raise self.store.error(exc) from exc
+                raise self.store.error(exc, writing=True) from exc
             raise exc
 
     def finish(self) -> None:
@@ -201,7 +201,7 @@ class PostgresUpdate:
                 self.next_file_id = int(meta.get("next_file_id", "1"))
         except self.psycopg.Error as exc:
             self.conn.close()
-            raise store.error(exc) from exc
+            raise store.error(exc, writing=True) from exc
         except BaseException:
             self.conn.close()
             raise
@@ -216,7 +216,7 @@ class PostgresUpdate:
         try:
             return self.conn.execute(sql, params)
         except self.psycopg.Error as exc:
-            raise self.store.error(exc) from exc
+            raise self.store.error(exc, writing=True) from exc
 
     def _postings(self, table: str, where: str, params: Sequence[Any], remove: bool = False) -> None:
         """Add (or remove) the postings of the rows of ``table`` (chunks or files) ``where`` says,
@@ -296,7 +296,7 @@ class PostgresUpdate:
         try:
             self._write(self.conn, *batch)
         except self.psycopg.Error as exc:
-            raise self.store.error(exc) from exc
+            raise self.store.error(exc, writing=True) from exc
 
     def _write(self, conn: Any, file_rows: list[tuple[Any, ...]], chunks: bytes, file_ids: list[int],
                first: int, end: int) -> None:
@@ -413,7 +413,7 @@ class PostgresUpdate:
             self.conn.commit()
         except self.psycopg.Error as exc:
             self.abort()
-            raise self.store.error(exc) from exc
+            raise self.store.error(exc, writing=True) from exc
         finally:
             self.conn.close()
         self._drop_other_vector_indexes(vectors, dim)
