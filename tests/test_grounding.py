@@ -154,6 +154,17 @@ def test_an_ordinal_no_item_holds_is_a_claim_not_supported():
     assert claims("First, restart the server a second time.").anchors == ()  # instructions and units
 
 
+def test_a_name_of_letters_and_digits_is_held_only_as_that_name():
+    # "The item106 belongs to the bison herd." was cited to f1.md, which says item1.
+    items = tuple(EvidenceItem("vector_search", f"kb/f{i}.md", f"# F{i}\n\nThe item{i} belongs to the bison herd.", 1, 3)
+                  for i in (1, 106))
+    g = ground("The item106 belongs to the bison herd [1].", items)
+    assert g.report.supported == 1 and [s.source for s in g.sources] == ["kb/f106.md"]
+    http = EvidenceItem("vector_search", "docs/http.md", "Uvicorn serves HTTP/2 with Python 3.11.", 1, 1)
+    assert ground("Uvicorn serves HTTP2 with Python3.", (http,)).report.supported == 1  # written apart, the same name
+    assert ground("Uvicorn serves HTTP3 with Python3.", (http,)).report.supported == 0
+
+
 QUANT = EvidenceItem("vector_search", "docs/quant.md",
                      "| type | source | description |\n| --- | --- | --- |\n"
                      "| Q4_1 | [GH](https://example.com/pull/615) | 4-bit quantization. Legacy method (not used widely). |\n"

@@ -126,6 +126,22 @@ def _find_number_words(text: str) -> Iterable[str]:
     return (w for w in words(text) if w in NUMBER_WORDS)
 
 
+# A name of letters then digits ("item106", "Python3", "H100", "mp3"): a version ("v3") is a number.
+_ALNUM = re.compile(r"(?<![\w/.-])(?!v\d+(?![A-Za-z]))([A-Za-z]+\d[A-Za-z\d]*)(?![\w])")
+
+
+def _find_alnum(text: str) -> Iterable[str]:
+    return (m.group(1) for m in _ALNUM.finditer(text))
+
+
+def _holds_alnum(anchor: str, text: str, flat: str) -> bool:
+    """"item106" is held as written, or with a space, slash, dot or dash between its letters and
+    digits ("HTTP/2" holds "HTTP2"); never inside a longer name ("item1" is not "item106")."""
+    runs = re.findall(r"[A-Za-z]+|\d+", anchor)
+    pattern = r"[\s/._-]?".join(re.escape(r) for r in runs)
+    return re.search(rf"(?<![A-Za-z0-9]){pattern}(?![A-Za-z0-9])", text, re.I) is not None
+
+
 def _find_ordinals(text: str) -> Iterable[str]:
     return (w for w in words(text) if w in ORDINALS)
 
@@ -184,6 +200,7 @@ ANCHOR_KINDS: tuple[AnchorKind, ...] = (
     AnchorKind("code", _find_code, _holds_verbatim_flat, hides=(_INLINE_CODE,)),
     AnchorKind("url", _find_urls, _holds_verbatim, hides=(_URL, _LINK_TARGET)),  # and a Markdown link's target
     AnchorKind("ident", _find_idents, _holds_word),
+    AnchorKind("alnum", _find_alnum, _holds_alnum),
     AnchorKind("number", _find_numbers, _holds_number),
     AnchorKind("month", _find_months, _holds_month),
     AnchorKind("number", _find_number_words, _holds_number),  # "three", after the digits

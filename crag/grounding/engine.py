@@ -64,9 +64,13 @@ class _Grounder:
         asked of them as a whole (``addresses``)."""
         if self.unheld and writes_any(text, self.unheld):
             return []  # it names what no evidence item holds: no item supports it
-        if c is not None and self.given:
-            c = Claims(c.words, tuple(a for a in c.anchors if a not in self.given), c.negated)
-        return supports(kind, text, c, [self.evidence[k] for k in range(len(self.evidence))])
+        return supports(kind, text, self.beyond(c), [self.evidence[k] for k in range(len(self.evidence))])
+
+    def beyond(self, c: Claims | None) -> Claims | None:
+        """``c`` without the anchors the question names itself."""
+        if c is None or not self.given:
+            return c
+        return Claims(c.words, tuple(a for a in c.anchors if a not in self.given), c.negated)
 
     def piece(self, piece: Piece) -> tuple[str, Judgement | None]:
         """The rewritten piece and its verdict (None: not judged)."""
@@ -74,7 +78,7 @@ class _Grounder:
         if not piece.judgeable or bare in FIXED_SENTENCES:
             return self.sources.remap(piece.text), None
         c = None if piece.kind == "code" else claims(piece.text)
-        if c is not None and (c.empty or lead_in(c, bare, self.asked)):
+        if c is not None and (c.empty or lead_in(self.beyond(c), bare, self.asked)):
             return self.sources.remap(piece.text), None
         found = self.supports(piece.kind, piece.text, c)
         stripped = piece.text if piece.kind == "code" else strip_markers(piece.text)
@@ -109,7 +113,7 @@ class _Grounder:
         judged: list[tuple[str, list[Support] | None]] = []  # None: not judged
         for part in parts:
             c = claims(part)
-            judged.append((part, None if c.empty or restates(c, self.asked) else self.supports(piece.kind, part, c)))
+            judged.append((part, None if c.empty or restates(self.beyond(c), self.asked) else self.supports(piece.kind, part, c)))
         if not any(found for _, found in judged):
             return None
         text = ""
