@@ -415,3 +415,11 @@ def test_credentials_written_in_a_question_are_not_kept_in_the_log(project: Path
     entry = json.loads(cli("log", "--json")[1])[0]
     assert entry["question"] == ("Why does postgresql://admin:***@db/app refuse Authorization: Bearer *** "
                                  "and api_key=*** when the token expires?")
+
+
+@pytest.mark.parametrize("extra", [["deploy"], ["-n", "5"]])
+def test_show_with_a_query_or_a_count_is_a_usage_error(project: Path, extra: list[str]) -> None:
+    # `crag log --show 1 deploy` printed answer 1 and ignored the query without a word.
+    assert cli("ask", "Which port does the server listen on?")[0] == 0
+    code, out, err = cli("log", "--show", "1", *extra)
+    assert code == 2 and out == "" and err.count("\n") == 1 and "--show prints one answer" in err

@@ -94,6 +94,8 @@ def cmd_log(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if not_utf8(query):
         raise UsageError(f"QUERY '{short_value(query)}' holds bytes that are not UTF-8; no logged text can match it")
     show = _show_arg(args.show) if args.show is not None else None
+    if args.show is not None and (query or args.limit is not None):
+        raise UsageError("--show prints one answer: give it without QUERY and -n")
     if not config.log:  # the answers listed were kept earlier; say that new ones are not
         err.write("crag: note: KB_AGENT_LOG=off: new answers are not logged\n")
     log = AnswerLog.for_settings(config)
