@@ -115,7 +115,7 @@ def test_a_root_deleted_from_disk_is_reported_left_out_of_search_and_dropped_by_
 
     code, out, err = cli("index", "docs")
     assert code == 0, err
-    assert "dropped folder(s) that no longer exist: " in out and "notes/notes.md" in out
+    assert "dropped knowledge-base path(s) that no longer exist: " in out and "notes/notes.md" in out
     assert cli("roots")[1].splitlines()[1:] == ["  docs  1 file, 1 chunk"]
     assert cli("search", "port")[2] == ""
 
@@ -124,7 +124,7 @@ def test_indexing_a_deleted_root_by_name_drops_it_instead_of_failing(kb: Path) -
     shutil.rmtree(kb / "notes")
     code, out, err = cli("index", "notes")
     assert code == 0, err
-    assert "dropped folder(s) that no longer exist" in out
+    assert "dropped knowledge-base path(s) that no longer exist" in out
     code, _, err = cli("index", "never-was")
     assert code == 1 and "never-was does not exist" in err
 
@@ -141,7 +141,7 @@ def test_a_root_replaced_by_a_link_to_nothing_is_missing_like_a_deleted_one(kb: 
     assert code == 0 and {h["path"] for h in json.loads(out)} <= {"docs/setup.md"}
     assert err.startswith("crag: note: notes no longer exists on disk and is left out of the search"), err
     code, out, err = cli("index", "docs")
-    assert code == 0 and "dropped folder(s) that no longer exist" in out and "notes/notes.md" in out, out + err
+    assert code == 0 and "dropped knowledge-base path(s) that no longer exist" in out and "notes/notes.md" in out, out + err
     assert cli("roots")[1].splitlines()[1:] == ["  docs  1 file, 1 chunk"]
 
 

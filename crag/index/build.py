@@ -341,7 +341,7 @@ def _apply(plan: _Plan, progress: Progress | None) -> IndexReport:
         raise
     reason = plan.base.reason
     if plan.dropped_roots:
-        note = "dropped folder(s) that no longer exist: " + ", ".join(plan.dropped_roots)
+        note = "dropped knowledge-base path(s) that no longer exist: " + ", ".join(plan.dropped_roots)
         reason = f"{reason}; {note}" if reason else note
     return IndexReport(
         plan.store.location,
