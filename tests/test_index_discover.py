@@ -161,3 +161,14 @@ def test_the_index_folder_is_not_a_knowledge_base_root(tmp_path: Path) -> None:
         with pytest.raises(KnowledgeBaseError, match="is crag's index folder or inside it"):
             discover([str(root)], exclude=[str(index)])
     assert discover([str(tmp_path)], exclude=[str(index)]).files == ()  # a root holding it is fine
+
+
+def test_a_root_that_is_a_symbolic_link_loop_is_named_so(tmp_path: Path) -> None:
+    # It said "does not exist", while `ls` shows it there.
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    with pytest.raises(KnowledgeBaseError, match="is a symbolic link that leads round in a loop"):
+        discover([str(tmp_path / "a")])
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    with pytest.raises(KnowledgeBaseError, match="does not exist"):
+        discover([str(tmp_path / "dangling")])

@@ -32,7 +32,7 @@ from ..errors import IndexFormatError, IndexStoreError, KnowledgeBaseError
 from ..ports import DocumentVersion, FileRecord, Store, StoreState
 from ..safe_text import display_name
 from .chunker import DEFAULT_MAX_TOKENS, DEFAULT_MIN_TOKENS
-from .discover import Discovery, discover, is_within, normalize_root
+from .discover import Discovery, discover, is_within, missing_root, normalize_root
 from .documents import chunker_id, embedder_mismatch
 from .ignore import check_excludes
 from .layout import DEFAULT_LOCK_TIMEOUT, IndexLock
@@ -178,7 +178,7 @@ def update_store(
         recorded = _recorded_roots(store)
         for r in gone:
             if r not in recorded:
-                raise KnowledgeBaseError(f"knowledge-base path {display_name(r)} does not exist", r)
+                raise KnowledgeBaseError(missing_root(r), r)
         root_list = [r for r in root_list if r not in gone]
     chunking = (max_tokens, min_tokens)
     with store.writer_lock(lock_timeout, waiting):

@@ -27,6 +27,7 @@ Owns the discovery rules shared by the indexer, ``grep_search`` and ``read_file`
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections.abc import Iterable, Iterator, Sequence
@@ -53,6 +54,7 @@ __all__ = [
     "is_indexable_name",
     "is_text_name",
     "is_within",
+    "missing_root",
     "normalize_root",
     "read_bytes",
     "read_file_text",
@@ -130,6 +132,20 @@ def normalize_root(root: str | os.PathLike[str], cwd: str | os.PathLike[str] | N
     if not os.path.isabs(raw):
         raw = os.path.join(os.fspath(cwd) if cwd is not None else os.getcwd(), raw)
     return os.path.realpath(raw)
+
+
+def missing_root(path: str) -> str:
+    """Why a root is not there, as a message: it does not exist, or it is a symbolic link
+    that leads nowhere or round in a loop."""
+    name = display_name(path)
+    if os.path.islink(path):
+        try:
+            os.stat(path)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                return f"knowledge-base path {name} is a symbolic link that leads round in a loop"
+        return f"knowledge-base path {name} is a symbolic link to {display_name(os.readlink(path))}, which does not exist"
+    return f"knowledge-base path {name} does not exist"
 
 
 def is_within(path: str, root: str) -> bool:
@@ -239,8 +255,8 @@ def discover(
     skipped: list[str] = []
     for root in roots:
         root_abs = normalize_root(root)
-        if not os.path.lexists(root_abs):
-            raise KnowledgeBaseError(f"knowledge-base path {display_name(root_abs)} does not exist", root_abs)
+        if not os.path.exists(root_abs):
+            raise KnowledgeBaseError(missing_root(root_abs), root_abs)
         if not _utf8(root_abs):
             raise KnowledgeBaseError(
                 f"knowledge-base path {display_name(root_abs)} cannot be indexed: its name is not valid UTF-8",
