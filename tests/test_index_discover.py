@@ -161,6 +161,10 @@ def test_the_index_folder_is_not_a_knowledge_base_root(tmp_path: Path) -> None:
         with pytest.raises(KnowledgeBaseError, match="is crag's index folder or inside it"):
             discover([str(root)], exclude=[str(index)])
     assert discover([str(tmp_path)], exclude=[str(index)]).files == ()  # a root holding it is fine
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.md").write_text("# A\n\nText.\n", encoding="utf-8")
+    for root in (tmp_path, tmp_path / "docs"):  # `--index .`: the project's documents share its folder
+        assert [f.path for f in discover([str(root)], exclude=[str(tmp_path)]).files] == [str(tmp_path / "docs" / "a.md")]
 
 
 def test_a_root_that_is_a_symbolic_link_loop_is_named_so(tmp_path: Path) -> None:

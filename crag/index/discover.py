@@ -263,10 +263,6 @@ def discover(
                 root_abs,
             )
         root_real = os.path.realpath(root_abs)
-        if any(is_within(root_real, e) for e in excluded):
-            raise KnowledgeBaseError(
-                f"knowledge-base path {display_name(root_abs)} is crag's index folder or inside it: "
-                "give the folders of your documents", root_abs)
         try:
             st = os.stat(root_abs)
         except OSError as exc:
@@ -286,10 +282,18 @@ def discover(
         if not os.access(root_abs, os.R_OK | os.X_OK):
             raise KnowledgeBaseError(f"knowledge-base folder {display_name(root_abs)} cannot be read (permission denied)", root_abs)
         walk = _walk(root_abs, root_real, excluded, max_bytes, warnings, seen_real, Ignores(root_abs, patterns), skipped)
+        held = 0
         for entry in walk:
             if check_binary and reader_for(entry.path) is None and not _sniff_ok(entry.path, warnings):
                 continue
+            held += 1
             found.setdefault(entry.path, entry)
+        if not held and any(is_within(root_real, e) for e in excluded):
+            # `crag index .crag`: a folder of crag's own files, not documents (an index kept in
+            # the project folder, `--index .`, leaves the project's documents indexable)
+            raise KnowledgeBaseError(
+                f"knowledge-base path {display_name(root_abs)} is crag's index folder or inside it: "
+                "give the folders of your documents", root_abs)
     files = tuple(sorted(found.values(), key=lambda f: f.path))
     return Discovery(files, tuple(warnings), tuple(skipped))
 
