@@ -72,7 +72,16 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import RESULTS_DIR, environment, fmt, markdown_table, write_json, write_text
+from benchmarks.common import (
+    RESULTS_DIR,
+    append_jsonl,
+    environment,
+    fmt,
+    markdown_table,
+    read_jsonl,
+    write_json,
+    write_text,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("CRAG_SHARED", ROOT.parent / "shared"))
@@ -470,14 +479,7 @@ class Record:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.rows: dict[str, dict] = {}
-        if path.exists():
-            for line in path.read_text(encoding="utf-8").splitlines():
-                try:
-                    row = json.loads(line)
-                except ValueError:  # a line cut short when a run was stopped
-                    continue
-                self.rows[row["key"]] = row
+        self.rows: dict[str, dict] = {row["key"]: row for row in read_jsonl(path) if "key" in row}
 
     @staticmethod
     def key(model: str, config: str, q: dict) -> str:
@@ -485,9 +487,7 @@ class Record:
 
     def add(self, row: dict) -> None:
         self.rows[row["key"]] = row
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+        append_jsonl(self.path, row)
 
 
 def questions_for(args: argparse.Namespace) -> list[dict]:

@@ -37,7 +37,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import RESULTS_DIR, environment, markdown_table, write_json, write_text
+from benchmarks.common import RESULTS_DIR, append_jsonl, environment, markdown_table, read_jsonl, write_json, write_text
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = REPO.parent / "shared" / "grading" / "trec_dl" / "judged_pairs.jsonl"
@@ -88,13 +88,7 @@ class Recorded:
         self.record = record
         self.rows: dict[str, dict] = {}
         self.sent = self.replayed = 0
-        if record.exists():
-            for line in record.read_text().splitlines():
-                try:
-                    row = json.loads(line)
-                except ValueError:
-                    continue
-                self.rows[row["key"]] = row
+        self.rows.update((row["key"], row) for row in read_jsonl(record) if "key" in row)
 
     def key(self, request) -> str:
         sent = {"messages": request.messages, "max_tokens": request.max_tokens, "temperature": request.temperature,
@@ -115,9 +109,7 @@ class Recorded:
                    "logprobs": None if c.logprobs is None else [[t.token, t.logprob, [list(a) for a in t.top]]
                                                                 for t in c.logprobs]}
             self.rows[key] = row
-            self.record.parent.mkdir(parents=True, exist_ok=True)
-            with self.record.open("a") as f:
-                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+            append_jsonl(self.record, row)
             self.sent += 1
         else:
             self.replayed += 1
