@@ -26,6 +26,7 @@ __all__ = [
     "RESULTS_DIR",
     "append_jsonl",
     "at_least",
+    "counts",
     "environment",
     "fmt",
     "load_pyplot",
@@ -184,6 +185,17 @@ def at_least(lo: int) -> Callable[[str], int]:
 
     count.__name__ = f"count >= {lo}"
     return count
+
+
+def counts(lo: int) -> Callable[[str], list[int]]:
+    """argparse type of a comma-separated list of counts, each a whole number >= ``lo``."""
+    one = at_least(lo)
+
+    def parse(value: str) -> list[int]:
+        return [one(part.strip()) for part in value.split(",") if part.strip()]
+
+    parse.__name__ = f"counts >= {lo}"
+    return parse
 
 
 def run_main(main: Callable[[], Any], prog: str) -> int:

@@ -38,7 +38,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from .common import RESULTS_DIR, environment, markdown_table, write_json, write_text
+from .common import RESULTS_DIR, at_least, environment, markdown_table, out_dir, run_main, write_json, write_text
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("CRAG_SHARED", ROOT.parent / "shared"))  # the shared corpora
@@ -296,8 +296,10 @@ def run(args: argparse.Namespace, save: Any = None) -> dict[str, Any]:
     env.update(args.settings)
     roots = sorted({str(corpus_root(q)) for q in questions})
     print(f"indexing {len(roots)} corpora into {index_dir} ...", file=sys.stderr)
-    subprocess.run([sys.executable, "-m", "crag", "index", *roots], env=env, cwd=cwd, check=True,
-                   stdout=subprocess.DEVNULL)
+    indexed = subprocess.run([sys.executable, "-m", "crag", "index", *roots], env=env, cwd=cwd, check=False,
+                             stdout=subprocess.DEVNULL)
+    if indexed.returncode:  # crag has said why, in one line on stderr
+        raise SystemExit(indexed.returncode)
     answers = []
     recorder = None if offline else Recorder(args.base_url)
     try:
@@ -409,18 +411,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--base-url", default=os.environ.get("OPENAI_BASE_URL", "http://127.0.0.1:8091/v1"))
     p.add_argument("--model", default=os.environ.get("KB_AGENT_MODEL", "local"))
     p.add_argument("--offline", action="store_true", help="the offline backend instead of a server")
-    p.add_argument("--questions", type=int, default=8, help="how many questions (spread over the set)")
-    p.add_argument("--offset", type=int, default=0)
+    p.add_argument("--questions", type=at_least(1), default=8, help="how many questions (spread over the set)")
+    p.add_argument("--offset", type=at_least(0), default=0)
     p.add_argument("--questions-file", type=Path, default=QUESTIONS,
                    help="JSONL of {question, path, corpus}; path null: the corpus does not answer it "
                         "(e.g. benchmarks/unanswerable.jsonl)")
-    p.add_argument("--context-tokens", type=int, default=int(os.environ.get("KB_AGENT_CONTEXT_TOKENS", "8192")))
-    p.add_argument("--max-answer-tokens", type=int, default=int(os.environ.get("KB_AGENT_MAX_ANSWER_TOKENS", "1024")))
+    p.add_argument("--context-tokens", type=at_least(1), default=int(os.environ.get("KB_AGENT_CONTEXT_TOKENS", "8192")))
+    p.add_argument("--max-answer-tokens", type=at_least(1), default=int(os.environ.get("KB_AGENT_MAX_ANSWER_TOKENS", "1024")))
     p.add_argument("--timeout", type=float, default=600.0, help="KB_AGENT_LLM_TIMEOUT for crag, seconds")
     p.add_argument("--wall-timeout", type=float, default=3600.0, help="most seconds one question may take")
     p.add_argument("--index-dir", default=None, help="reuse an index (default: a new temporary one)")
     p.add_argument("--name", default=None, help="results file name (field-NAME.json / .md)")
-    p.add_argument("--out", type=Path, default=RESULTS_DIR)
+    p.add_argument("--out", type=out_dir, default=RESULTS_DIR)
     p.add_argument("--set", dest="settings", action="append", default=[], metavar="KB_AGENT_X=VALUE",
                    help="another crag setting for every question (repeatable), e.g. KB_AGENT_GRADE_MEMORY=on")
     args = p.parse_args(argv)
@@ -438,8 +440,13 @@ def main(argv: list[str] | None = None) -> int:
     result = run(args, save)
     save(result)
     print(render_markdown(result))
+    if result["questions"] and not result["answered"]:
+        first = next((a["error"] for a in result["answers"] if a.get("error")), None) or "no answer"
+        first = first.strip().splitlines()[-1]
+        print(f"{p.prog}: error: no question was answered, the first failed with: {first}", file=sys.stderr)
+        return 1
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(main, "python -m benchmarks.field"))

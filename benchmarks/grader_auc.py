@@ -37,7 +37,18 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import RESULTS_DIR, append_jsonl, environment, markdown_table, read_jsonl, write_json, write_text
+from benchmarks.common import (
+    RESULTS_DIR,
+    append_jsonl,
+    at_least,
+    environment,
+    markdown_table,
+    out_dir,
+    read_jsonl,
+    run_main,
+    write_json,
+    write_text,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = REPO.parent / "shared" / "grading" / "trec_dl" / "judged_pairs.jsonl"
@@ -209,19 +220,20 @@ def render_markdown(result: dict[str, Any]) -> str:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--base-url", required=True)
-    p.add_argument("--model", required=True)
+    p = argparse.ArgumentParser(prog="python -m benchmarks.grader_auc", description=__doc__.split("\n\n")[0])
+    p.add_argument("--base-url", required=True, help="an OpenAI-compatible server, e.g. http://127.0.0.1:8080/v1")
+    p.add_argument("--model", required=True, help="the model name sent to the server")
     p.add_argument("--styles", default=",".join(STYLES), help="comma-separated KB_AGENT_GRADER styles")
-    p.add_argument("--queries", type=int, default=10)
-    p.add_argument("--per", type=int, default=4, help="relevant and irrelevant passages per query, each")
+    p.add_argument("--queries", type=at_least(1), default=10, help="TREC DL queries sampled (default: %(default)s)")
+    p.add_argument("--per", type=at_least(1), default=4, help="relevant and irrelevant passages per query, each")
     p.add_argument("--seed", type=int, default=30)
-    p.add_argument("--offset", type=int, default=0, help="skip this many sampled queries (a fresh sample)")
-    p.add_argument("--data", type=Path, default=DEFAULT_DATA)
-    p.add_argument("--record", type=Path, default=RESULTS_DIR / "grader_auc.jsonl")
-    p.add_argument("--timeout", type=float, default=900.0)
-    p.add_argument("--name", default="grader_auc")
-    p.add_argument("--out", type=Path, default=RESULTS_DIR)
+    p.add_argument("--offset", type=at_least(0), default=0, help="skip this many sampled queries (a fresh sample)")
+    p.add_argument("--data", type=Path, default=DEFAULT_DATA, help="judged_pairs.jsonl (default: %(default)s)")
+    p.add_argument("--record", type=Path, default=RESULTS_DIR / "grader_auc.jsonl",
+                   help="append-only JSONL of replies; a later run resumes from it (default: %(default)s)")
+    p.add_argument("--timeout", type=float, default=900.0, help="seconds per request (default: %(default)s)")
+    p.add_argument("--name", default="grader_auc", help="results file name (NAME.json / .md)")
+    p.add_argument("--out", type=out_dir, default=RESULTS_DIR)
     return p.parse_args(argv)
 
 
@@ -261,4 +273,4 @@ def main(argv=None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main, "python -m benchmarks.grader_auc"))

@@ -3,12 +3,19 @@ exit before any work, never a traceback; a resumable run killed mid-write loses 
 
 from __future__ import annotations
 
+import importlib
 import json
+import socket
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-from benchmarks import answers, grader_auc
-from benchmarks.common import append_jsonl, read_jsonl
+import pytest
+
+from benchmarks import answers, field, grader_auc, grading_cost
+from benchmarks.common import append_jsonl, read_jsonl, run_main
+from crag.errors import LLMError
 
 
 def _killed_mid_write(path: Path, rows: list[dict]) -> None:
@@ -64,3 +71,112 @@ def test_grader_auc_resumes_after_a_killed_write_without_losing_the_next_reply(t
     rec.complete(_request())
     again = grader_auc.Recorded("http://127.0.0.1:9/v1", "m", path, 1.0)
     assert set(again.rows) == {"old", rec.key(_request())}
+
+
+BAD_ARGUMENTS = [
+    # (benchmark, arguments, what the one line says); "FILE" is a file where a folder belongs
+    ("grounding", ["--quick", "--out", "FILE"], "argument --out: FILE is a file, not a folder"),
+    ("grounding", ["--quick", "--out", "FILE/sub"], "argument --out: cannot make the folder FILE/sub"),
+    ("offline_grading", ["--out", "FILE"], "is a file, not a folder"),
+    ("grading_cost", ["--out", "FILE"], "is a file, not a folder"),
+    ("grading_cost", ["--ks", "-1"], "argument --ks: must be at least 1, got -1"),
+    ("grading_cost", ["--ks", "3,x"], "argument --ks: expected a whole number, got 'x'"),
+    ("grading_cost", ["--queries", "-3"], "argument --queries: must be at least 0, got -3"),
+    ("index_scale", ["--sizes", "-5"], "argument --sizes: must be at least 1, got -5"),
+    ("store_scale", ["--chunks", "-3"], "argument --chunks: must be at least 1, got -3"),
+    ("overhead", ["--runs", "0"], "argument --runs: must be at least 1, got 0"),
+    ("retrieval", ["--out", "FILE"], "is a file, not a folder"),
+    ("retrieval", ["--sample", "0"], "argument --sample: must be at least 1, got 0"),
+    ("answers", ["--offline", "--out", "FILE"], "is a file, not a folder"),
+    ("answers", ["--offline", "--answerable", "-2"], "argument --answerable: must be at least 0, got -2"),
+    ("field", ["--offline", "--questions", "0"], "argument --questions: must be at least 1, got 0"),
+    ("field", ["--offline", "--out", "FILE"], "is a file, not a folder"),
+    ("grader_auc", ["--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--queries", "-1"],
+     "argument --queries: must be at least 1, got -1"),
+    ("grader_auc", ["--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--out", "FILE"], "is a file, not a folder"),
+    ("run_all", ["--quick", "--out", "FILE"], "is a file, not a folder"),
+]
+
+
+@pytest.mark.parametrize(("name", "argv", "says"), BAD_ARGUMENTS, ids=lambda v: v if isinstance(v, str) else None)
+def test_a_bad_argument_is_one_line_and_exit_status_2_before_any_work(name, argv, says, tmp_path, capsys):
+    """A file where ``--out`` wants a folder, or a negative count, is refused when the
+    arguments are read: not after the run (losing its results), not as a traceback."""
+    file = tmp_path / "results.txt"
+    file.write_text("not a folder\n")
+    module = importlib.import_module(f"benchmarks.{name}")
+    with pytest.raises(SystemExit) as exit_:
+        module.main([a.replace("FILE", str(file)) for a in argv])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith(f"python -m benchmarks.{name}: error: ")
+    assert says.replace("FILE", str(file)) in err[-1]
+    assert "Traceback" not in "\n".join(err)
+
+
+def test_a_failure_the_benchmark_can_name_is_one_line_and_exit_status_1(capsys):
+    def unreachable():
+        raise LLMError("LLM server http://127.0.0.1:9/v1 could not be reached for node grade_evidence")
+
+    assert run_main(unreachable, "python -m benchmarks.x") == 1
+    assert run_main(lambda: {"a": 1}, "python -m benchmarks.x") == 0
+    assert run_main(lambda: 3, "python -m benchmarks.x") == 3
+    assert capsys.readouterr().err == ("python -m benchmarks.x: error: LLM server http://127.0.0.1:9/v1 could not "
+                                       "be reached for node grade_evidence\n")
+
+
+def test_grading_cost_names_a_data_file_that_is_not_judged_pairs(tmp_path, capsys):
+    data = tmp_path / "pairs.jsonl"
+    data.write_text("<html>not json</html>\n")
+    assert run_main(lambda: grading_cost.main(["--data", str(data), "--out", str(tmp_path), "--quiet"]),
+                    "python -m benchmarks.grading_cost") == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"python -m benchmarks.grading_cost: error: {data}:1 is not a judged pair as JSON")
+    assert len(err.splitlines()) == 1
+
+
+def test_grader_auc_against_an_unreachable_server_is_one_line_and_exit_status_1(tmp_path):
+    data = tmp_path / "pairs.jsonl"
+    data.write_text("".join(json.dumps({"collection": "t", "qid": "1", "query": "how long do fleas live",
+                                        "docid": f"d{i}", "bm25_rank": i, "passage": f"passage {i} about fleas",
+                                        "grade": 3 if i % 2 else 0, "relevant": bool(i % 2)}) + "\n"
+                            for i in range(1, 5)))
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.grader_auc", "--base-url", f"http://127.0.0.1:{port}/v1",
+                           "--model", "m", "--queries", "1", "--per", "1", "--timeout", "2", "--data", str(data),
+                           "--out", str(tmp_path), "--record", str(tmp_path / "r.jsonl")],
+                          cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith(
+        f"python -m benchmarks.grader_auc: error: LLM server http://127.0.0.1:{port}/v1 could not be reached")
+
+
+SHARED_CORPORA = Path(__file__).resolve().parents[1].parent / "shared" / "corpora"
+
+
+def test_field_with_a_setting_crag_refuses_stops_on_crags_one_line(tmp_path, capfd):
+    if not SHARED_CORPORA.is_dir():
+        pytest.skip(f"benchmarks.field reads the shared corpora beside the clone, not at {SHARED_CORPORA}")
+    with pytest.raises(SystemExit) as exit_:
+        field.main(["--offline", "--questions", "1", "--set", "KB_AGENT_TOP_K=abc", "--out", str(tmp_path),
+                    "--index-dir", str(tmp_path / "index")])
+    assert exit_.value.code == 2
+    err = capfd.readouterr().err
+    assert "crag: error: KB_AGENT_TOP_K=abc is not valid" in err and "Traceback" not in err
+
+
+def test_field_against_a_server_that_is_down_is_one_line_and_exit_status_1(tmp_path, capfd):
+    if not SHARED_CORPORA.is_dir():
+        pytest.skip(f"benchmarks.field reads the shared corpora beside the clone, not at {SHARED_CORPORA}")
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        down = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    assert field.main(["--base-url", down, "--model", "m", "--questions", "1", "--timeout", "2", "--set",
+                       "KB_AGENT_LLM_MAX_RETRIES=0", "--out", str(tmp_path), "--index-dir", str(tmp_path / "index")]) == 1
+    err = capfd.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("python -m benchmarks.field: error: no question was answered, the first failed with: "
+                              "crag: error: LLM server")
+    assert (tmp_path / "field-m.json").is_file()
