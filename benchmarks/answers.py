@@ -51,7 +51,8 @@ Scoring (one table, per set and configuration):
 
 Resumable: each finished question is appended to ``--record`` (default
 ``benchmarks/results/answers-NAME.jsonl``), keyed by model, configuration, set and question.
-A rerun skips what it holds. Results: ``benchmarks/results/answers-NAME.json`` and ``.md``
+A rerun skips what it holds, except questions that failed (server down, timeout), which it asks
+again; every question failing is exit status 1. Results: ``benchmarks/results/answers-NAME.json`` and ``.md``
 (``--name``). Never part of ``make test``: a CPU-only server takes about a minute per answer.
 """
 
