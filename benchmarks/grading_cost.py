@@ -1155,6 +1155,7 @@ def summary_real(args, acc, strategies, done, real, elapsed_s) -> dict[str, Any]
         "requests_sent": real.sent,
         "requests_replayed": real.replayed,
         "request_errors": real.errors,
+        "first_error": real.first_error,
         "elapsed_s": elapsed_s,
         "rows": rows,
         "memory_vs_batch": {kind: verdict(rows[kind]) for kind in rows},
@@ -1173,8 +1174,11 @@ def main(argv=None) -> dict[str, Any]:
 
         args.checkpoint = checkpoint
         result = run_real(args)
-        return write_report(name, result, args.out, real_grader.render_markdown, real_grader.render_chart,
-                            args.verbose)
+        write_report(name, result, args.out, real_grader.render_markdown, real_grader.render_chart, args.verbose)
+        if result["request_errors"] and not result["requests_sent"] and not result["requests_replayed"]:
+            raise SystemExit(f"python -m benchmarks.grading_cost: error: every request failed, the first with: "
+                             f"{result['first_error']}")
+        return result
     return write_report(NAME, run(args), args.out, render_markdown, render_chart, args.verbose)
 
 

@@ -61,6 +61,7 @@ class RecordedGrader:
         self.verbose = verbose
         self.replies: dict[str, dict[str, Any]] = {}
         self.sent = self.replayed = self.errors = 0
+        self.first_error: str | None = None
         self.last_replayed = False
         self.replies.update((row["key"], row) for row in read_jsonl(self.record) if "key" in row and "text" in row)
 
@@ -92,6 +93,7 @@ class RecordedGrader:
             completion = self.chat.complete(request)
         except LLMError as exc:
             self.errors += 1
+            self.first_error = self.first_error or str(exc)
             if self.verbose:
                 print(f"  real grader: {label} failed: {exc}", flush=True)
             return Completion("", self.model)

@@ -135,15 +135,33 @@ def test_grading_cost_names_a_data_file_that_is_not_judged_pairs(tmp_path, capsy
     assert len(err.splitlines()) == 1
 
 
-def test_grader_auc_against_an_unreachable_server_is_one_line_and_exit_status_1(tmp_path):
-    data = tmp_path / "pairs.jsonl"
-    data.write_text("".join(json.dumps({"collection": "t", "qid": "1", "query": "how long do fleas live",
+def _judged_pairs(path: Path) -> Path:
+    path.write_text("".join(json.dumps({"collection": "t", "qid": "1", "query": "how long do fleas live",
                                         "docid": f"d{i}", "bm25_rank": i, "passage": f"passage {i} about fleas",
                                         "grade": 3 if i % 2 else 0, "relevant": bool(i % 2)}) + "\n"
-                            for i in range(1, 5)))
+                            for i in range(1, 13)))
+    return path
+
+
+def _down_port() -> int:
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+        return s.getsockname()[1]
+
+
+def test_grading_cost_against_an_unreachable_server_is_one_line_and_exit_status_1(tmp_path):
+    data = _judged_pairs(tmp_path / "pairs.jsonl")
+    url = f"http://127.0.0.1:{_down_port()}/v1"
+    with pytest.raises(SystemExit) as exit_:
+        grading_cost.main(["--data", str(data), "--base-url", url, "--sample", "1", "--ks", "3",
+                           "--strategies", "batch", "--timeout", "2", "--out", str(tmp_path), "--quiet"])
+    assert str(exit_.value.code).startswith("python -m benchmarks.grading_cost: error: every request failed, the "
+                                            f"first with: LLM server {url} could not be reached")
+
+
+def test_grader_auc_against_an_unreachable_server_is_one_line_and_exit_status_1(tmp_path):
+    data = _judged_pairs(tmp_path / "pairs.jsonl")
+    port = _down_port()
     proc = subprocess.run([sys.executable, "-m", "benchmarks.grader_auc", "--base-url", f"http://127.0.0.1:{port}/v1",
                            "--model", "m", "--queries", "1", "--per", "1", "--timeout", "2", "--data", str(data),
                            "--out", str(tmp_path), "--record", str(tmp_path / "r.jsonl")],
