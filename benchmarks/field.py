@@ -208,8 +208,10 @@ def ask(q: dict[str, str], env: dict[str, str], cwd: Path, wall_timeout: float) 
     except subprocess.TimeoutExpired:
         return {"exit": None, "error": f"no answer within {wall_timeout:g} s", "seconds": wall_timeout}
     seconds = time.perf_counter() - started
-    if proc.returncode != 0:
-        return {"exit": proc.returncode, "error": proc.stderr.strip()[-300:], "seconds": seconds}
+    if proc.returncode != 0:  # crag's error line, not the notes before it
+        lines = proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"]
+        error = next((line for line in reversed(lines) if line.startswith("crag: error:")), lines[-1])
+        return {"exit": proc.returncode, "error": error[:300], "seconds": seconds}
     try:
         result = json.loads(proc.stdout)
     except ValueError:
@@ -313,6 +315,8 @@ def run(args: argparse.Namespace, save: Any = None) -> dict[str, Any]:
             outcome = ask(q, env, cwd, args.wall_timeout)
             requests = recorder.take() if recorder is not None else []
             summary = summarize_answer(q, outcome, requests, cwd)
+            if recorder is not None and summary["error"]:  # the server the user gave, not the proxy
+                summary["error"] = summary["error"].replace(recorder.base_url, args.base_url.rstrip("/"))
             answers.append(summary)
             if save is not None:
                 save(report(args, answers))
@@ -400,7 +404,7 @@ def render_markdown(r: dict[str, Any]) -> str:
         rows.append([a["question"][:70], a["corpus"], gold, a.get("complexity") or "",
                      a.get("rounds") if a.get("rounds") is not None else "", a.get("llm_calls") or 0,
                      a.get("prompt_tokens") if a.get("prompt_tokens") is not None else "", a["seconds"],
-                     (a.get("error") or "")[:80]])
+                     " ".join((a.get("error") or "").split()).replace("|", "/")[:120]])
     lines.append(markdown_table(
         ["question", "corpus", "gold cited", "route", "rounds", "LLM calls", "prompt tokens", "seconds", "error"], rows))
     return "\n".join(lines) + "\n"

@@ -196,5 +196,9 @@ def test_field_against_a_server_that_is_down_is_one_line_and_exit_status_1(tmp_p
                        "KB_AGENT_LLM_MAX_RETRIES=0", "--out", str(tmp_path), "--index-dir", str(tmp_path / "index")]) == 1
     err = capfd.readouterr().err.strip().splitlines()
     assert err[-1].startswith("python -m benchmarks.field: error: no question was answered, the first failed with: "
-                              "crag: error: LLM server")
-    assert (tmp_path / "field-m.json").is_file()
+                              f"crag: error: LLM server {down} ")
+    # the report names the server the user gave (not the recording proxy in between), in one table cell
+    error = json.loads((tmp_path / "field-m.json").read_text())["answers"][0]["error"]
+    assert error.startswith(f"crag: error: LLM server {down} ") and "\n" not in error
+    row = (tmp_path / "field-m.md").read_text().split("## Per answer")[1].strip().splitlines()[2]
+    assert row.startswith("| ") and row.endswith(" |") and "crag: error: LLM server" in row
