@@ -82,6 +82,7 @@ from benchmarks.common import (
     markdown_table,
     out_dir,
     read_jsonl,
+    record_file,
     run_main,
     write_json,
     write_text,
@@ -665,7 +666,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--index-dir", type=Path, default=Path(tempfile.gettempdir()) / "crag-answers-index",
                    help="the indexes (one folder per set), kept between runs")
     p.add_argument("--name", default=None, help="results name (answers-NAME.json / .md / .jsonl)")
-    p.add_argument("--record", type=Path, default=None, help="the JSONL of finished questions (resumable)")
+    p.add_argument("--record", type=record_file, default=None, help="the JSONL of finished questions (resumable)")
     p.add_argument("--out", type=out_dir, default=RESULTS_DIR)
     p.add_argument("--set", dest="settings", action="append", default=[], metavar="KB_AGENT_X=VALUE",
                    help="another crag setting for the crag configurations (repeatable)")

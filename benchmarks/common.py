@@ -34,6 +34,7 @@ __all__ = [
     "out_dir",
     "percentile",
     "read_jsonl",
+    "record_file",
     "run_main",
     "write_json",
     "write_text",
@@ -168,6 +169,15 @@ def out_dir(value: str) -> Path:
         raise argparse.ArgumentTypeError(f"cannot make the folder {value} ({exc.strerror})") from exc
     if not os.access(path, os.W_OK | os.X_OK):
         raise argparse.ArgumentTypeError(f"cannot write in the folder {value}")
+    return path
+
+
+def record_file(value: str) -> Path:
+    """argparse type of ``--record``: a file (new or not) in a folder that exists or can be made."""
+    path = Path(value)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{value} is a folder, not a file")
+    out_dir(str(path.parent))
     return path
 
 

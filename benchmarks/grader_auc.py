@@ -45,6 +45,7 @@ from benchmarks.common import (
     markdown_table,
     out_dir,
     read_jsonl,
+    record_file,
     run_main,
     write_json,
     write_text,
@@ -229,7 +230,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=30)
     p.add_argument("--offset", type=at_least(0), default=0, help="skip this many sampled queries (a fresh sample)")
     p.add_argument("--data", type=Path, default=DEFAULT_DATA, help="judged_pairs.jsonl (default: %(default)s)")
-    p.add_argument("--record", type=Path, default=RESULTS_DIR / "grader_auc.jsonl",
+    p.add_argument("--record", type=record_file, default=RESULTS_DIR / "grader_auc.jsonl",
                    help="append-only JSONL of replies; a later run resumes from it (default: %(default)s)")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds per request (default: %(default)s)")
     p.add_argument("--name", default="grader_auc", help="results file name (NAME.json / .md)")

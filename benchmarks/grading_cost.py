@@ -104,6 +104,7 @@ from benchmarks.common import (
     load_pyplot,
     markdown_table,
     out_dir,
+    record_file,
     run_main,
     write_report,
 )
@@ -1058,7 +1059,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                       help="rounds: whole questions, up to 3 rounds; single: each query's top-k graded once "
                            "(default: %(default)s)")
     real.add_argument("--qids", default="", help="comma-separated TREC query ids instead of --sample")
-    real.add_argument("--record", type=Path,
+    real.add_argument("--record", type=record_file,
                       help="append-only JSONL of replies; a later run resumes from it "
                            "(default: grading_cost_real.jsonl under --out)")
     real.add_argument("--timeout", type=float, default=900.0, help="seconds per request (default: %(default)s)")

@@ -95,6 +95,11 @@ BAD_ARGUMENTS = [
      "argument --queries: must be at least 1, got -1"),
     ("grader_auc", ["--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--out", "FILE"], "is a file, not a folder"),
     ("run_all", ["--quick", "--out", "FILE"], "is a file, not a folder"),
+    ("answers", ["--offline", "--record", "FILE/answers.jsonl"], "argument --record: FILE is a file, not a folder"),
+    ("grader_auc", ["--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--record", "FILE/r.jsonl"],
+     "argument --record: FILE is a file, not a folder"),
+    ("grading_cost", ["--base-url", "http://127.0.0.1:9/v1", "--record", "FILE/r.jsonl"],
+     "argument --record: FILE is a file, not a folder"),
 ]
 
 
