@@ -154,8 +154,20 @@ class Recorder:
 
 
 def load_questions(n: int, offset: int = 0, path: Path = QUESTIONS) -> list[dict[str, str]]:
+    questions = []
     with Path(path).open(encoding="utf-8") as f:
-        questions = [json.loads(line) for line in f if line.strip()]
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                q = json.loads(line)
+            except ValueError:
+                q = None
+            if not isinstance(q, dict) or not isinstance(q.get("question"), str) or not isinstance(q.get("corpus"), str):
+                raise ValueError(f"{path} line {number} is not a question as JSON {{question, path, corpus}}")
+            questions.append(q)
+    if not questions:
+        raise ValueError(f"{path} holds no questions")
     step = max(1, len(questions) // max(1, n))
     picked = [questions[(offset + i * step) % len(questions)] for i in range(n)]
     return picked

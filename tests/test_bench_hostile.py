@@ -207,3 +207,16 @@ def test_field_against_a_server_that_is_down_is_one_line_and_exit_status_1(tmp_p
     assert error.startswith(f"crag: error: LLM server {down} ") and "\n" not in error
     row = (tmp_path / "field-m.md").read_text().split("## Per answer")[1].strip().splitlines()[2]
     assert row.startswith("| ") and row.endswith(" |") and "crag: error: LLM server" in row
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ("", "holds no questions"),
+    ('{"question": "q"}\n', "line 1 is not a question as JSON {question, path, corpus}"),
+    ("<html>\n", "line 1 is not a question as JSON {question, path, corpus}"),
+])
+def test_field_names_a_questions_file_it_cannot_read(text, says, tmp_path, capsys):
+    questions = tmp_path / "questions.jsonl"
+    questions.write_text(text)
+    argv = ["--offline", "--questions", "1", "--questions-file", str(questions), "--out", str(tmp_path)]
+    assert run_main(lambda: field.main(argv), "python -m benchmarks.field") == 1
+    assert capsys.readouterr().err == f"python -m benchmarks.field: error: {questions} {says}\n"
