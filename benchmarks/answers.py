@@ -51,7 +51,8 @@ Scoring (one table, per set and configuration):
 
 Resumable: each finished question is appended to ``--record`` (default
 ``benchmarks/results/answers-NAME.jsonl``), keyed by model, configuration, set and question.
-A rerun skips what it holds. Results: ``benchmarks/results/answers-NAME.json`` and ``.md``
+A rerun skips what it holds, except questions that failed (server down, timeout), which it asks
+again; every question failing is exit status 1. Results: ``benchmarks/results/answers-NAME.json`` and ``.md``
 (``--name``). Never part of ``make test``: a CPU-only server takes about a minute per answer.
 """
 
@@ -72,7 +73,20 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import RESULTS_DIR, environment, fmt, markdown_table, write_json, write_text
+from benchmarks.common import (
+    RESULTS_DIR,
+    append_jsonl,
+    at_least,
+    environment,
+    fmt,
+    markdown_table,
+    out_dir,
+    read_jsonl,
+    record_file,
+    run_main,
+    write_json,
+    write_text,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("CRAG_SHARED", ROOT.parent / "shared"))
@@ -470,14 +484,9 @@ class Record:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.rows: dict[str, dict] = {}
-        if path.exists():
-            for line in path.read_text(encoding="utf-8").splitlines():
-                try:
-                    row = json.loads(line)
-                except ValueError:  # a line cut short when a run was stopped
-                    continue
-                self.rows[row["key"]] = row
+        # a question that failed (server down, timeout) is not finished: a later run asks it again
+        self.rows: dict[str, dict] = {row["key"]: row for row in read_jsonl(path) if "key" in row}
+        self.rows = {key: row for key, row in self.rows.items() if not row.get("error")}
 
     @staticmethod
     def key(model: str, config: str, q: dict) -> str:
@@ -485,9 +494,7 @@ class Record:
 
     def add(self, row: dict) -> None:
         self.rows[row["key"]] = row
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+        append_jsonl(self.path, row)
 
 
 def questions_for(args: argparse.Namespace) -> list[dict]:
@@ -647,20 +654,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated, of {', '.join(CONFIGS)}")
     p.add_argument("--sets", default=",".join(SETS), help="comma-separated, of squad, docs")
     p.add_argument("--half", choices=("heldout", "tuning"), default="heldout", help="which half of the SQuAD articles")
-    p.add_argument("--answerable", type=int, default=30, help="answerable SQuAD questions")
-    p.add_argument("--unanswerable", type=int, default=30, help="unanswerable SQuAD questions")
-    p.add_argument("--docs-answerable", type=int, default=16)
-    p.add_argument("--docs-unanswerable", type=int, default=8)
+    p.add_argument("--answerable", type=at_least(0), default=30, help="answerable SQuAD questions")
+    p.add_argument("--unanswerable", type=at_least(0), default=30, help="unanswerable SQuAD questions")
+    p.add_argument("--docs-answerable", type=at_least(0), default=16)
+    p.add_argument("--docs-unanswerable", type=at_least(0), default=8)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--squad", type=Path, default=SQUAD, help="the SQuAD split: corpus/ and questions.jsonl")
     p.add_argument("--shared", type=Path, default=SHARED, help="holds corpora/ for the docs set")
-    p.add_argument("--context-tokens", type=int, default=int(os.environ.get("KB_AGENT_CONTEXT_TOKENS", "8192")))
+    p.add_argument("--context-tokens", type=at_least(1), default=int(os.environ.get("KB_AGENT_CONTEXT_TOKENS", "8192")))
     p.add_argument("--timeout", type=float, default=600.0, help="seconds one LLM call may take")
     p.add_argument("--index-dir", type=Path, default=Path(tempfile.gettempdir()) / "crag-answers-index",
                    help="the indexes (one folder per set), kept between runs")
     p.add_argument("--name", default=None, help="results name (answers-NAME.json / .md / .jsonl)")
-    p.add_argument("--record", type=Path, default=None, help="the JSONL of finished questions (resumable)")
-    p.add_argument("--out", type=Path, default=RESULTS_DIR)
+    p.add_argument("--record", type=record_file, default=None, help="the JSONL of finished questions (resumable)")
+    p.add_argument("--out", type=out_dir, default=RESULTS_DIR)
     p.add_argument("--set", dest="settings", action="append", default=[], metavar="KB_AGENT_X=VALUE",
                    help="another crag setting for the crag configurations (repeatable)")
     args = p.parse_args(argv)
@@ -683,8 +690,12 @@ def main(argv: list[str] | None = None) -> int:
     write_json(args.out / f"answers-{name}.json", result)
     write_text(args.out / f"answers-{name}.md", render_markdown(result))
     print(render_markdown(result))
+    failed = [r for r in result["answers"] if r.get("error")]
+    if failed and len(failed) == len(result["answers"]):
+        print(f"{p.prog}: error: every question failed, the first with {failed[0]['error']}", file=sys.stderr)
+        return 1
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(main, "python -m benchmarks.answers"))

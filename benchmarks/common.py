@@ -10,6 +10,7 @@ langgraph are benchmark-only extras (``pip install -e '.[bench]'``); crag never 
 
 from __future__ import annotations
 
+import argparse
 import datetime as _dt
 import importlib.metadata
 import json
@@ -17,17 +18,24 @@ import math
 import os
 import platform
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 __all__ = [
     "RESULTS_DIR",
+    "append_jsonl",
+    "at_least",
+    "counts",
     "environment",
     "fmt",
     "load_pyplot",
     "markdown_table",
+    "out_dir",
     "percentile",
+    "read_jsonl",
+    "record_file",
+    "run_main",
     "write_json",
     "write_text",
 ]
@@ -144,3 +152,106 @@ def write_report(name: str, result: Any, out: Path, render_markdown, render_char
     if verbose:
         print(render_markdown(result))
     return result
+
+
+# -- the command line ------------------------------------------------------------------------
+
+
+def out_dir(value: str) -> Path:
+    """argparse type of ``--out``: a folder that exists or can be made, checked before a run
+    spends its time, so its results are never lost at the end for want of a place to go."""
+    path = Path(value)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{value} is a file, not a folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"cannot make the folder {value} ({exc.strerror})") from exc
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"cannot write in the folder {value}")
+    return path
+
+
+def record_file(value: str) -> Path:
+    """argparse type of ``--record``: a file (new or not) in a folder that exists or can be made."""
+    path = Path(value)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{value} is a folder, not a file")
+    out_dir(str(path.parent))
+    return path
+
+
+def at_least(lo: int) -> Callable[[str], int]:
+    """argparse type of a count: a whole number >= ``lo``."""
+
+    def count(value: str) -> int:
+        try:
+            n = int(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
+        if n < lo:
+            raise argparse.ArgumentTypeError(f"must be at least {lo}, got {n}")
+        return n
+
+    count.__name__ = f"count >= {lo}"
+    return count
+
+
+def counts(lo: int) -> Callable[[str], list[int]]:
+    """argparse type of a comma-separated list of counts, each a whole number >= ``lo``."""
+    one = at_least(lo)
+
+    def parse(value: str) -> list[int]:
+        return [one(part.strip()) for part in value.split(",") if part.strip()]
+
+    parse.__name__ = f"counts >= {lo}"
+    return parse
+
+
+def run_main(main: Callable[[], Any], prog: str) -> int:
+    """Run a benchmark's ``main`` as a command: a failure it can name (a file it cannot read or
+    write, data that is not what it expects, a crag error such as an unreachable server) is
+    one line on stderr and exit status 1, never a traceback; an interrupt is exit status 130."""
+    from crag.errors import CragError
+
+    try:
+        result = main()
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
+    except (CragError, OSError, ValueError) as exc:
+        message = " ".join(str(exc).split()) or type(exc).__name__
+        print(f"{prog}: error: {message}", file=sys.stderr)
+        return 1
+    return result if isinstance(result, int) and not isinstance(result, bool) else 0
+
+
+# -- append-only records of a resumable run --------------------------------------------------
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """The JSON objects of a record, one a line; a line cut short by a killed run (or anything
+    else that is not an object) is skipped, and its work is done again."""
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+    return rows
+
+
+def append_jsonl(path: Path, row: dict) -> None:
+    """Append ``row`` as one line. A last line cut short by a killed run is ended first, so the
+    new row gets a line of its own instead of being glued to the fragment and lost with it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a+b") as f:
+        if f.seek(0, os.SEEK_END) > 0:
+            f.seek(-1, os.SEEK_END)
+            if f.read(1) != b"\n":
+                f.write(b"\n")
+        f.write(json.dumps(row, ensure_ascii=False).encode("utf-8") + b"\n")

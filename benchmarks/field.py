@@ -38,7 +38,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from .common import RESULTS_DIR, environment, markdown_table, write_json, write_text
+from .common import RESULTS_DIR, at_least, environment, markdown_table, out_dir, run_main, write_json, write_text
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("CRAG_SHARED", ROOT.parent / "shared"))  # the shared corpora
@@ -154,8 +154,20 @@ class Recorder:
 
 
 def load_questions(n: int, offset: int = 0, path: Path = QUESTIONS) -> list[dict[str, str]]:
+    questions = []
     with Path(path).open(encoding="utf-8") as f:
-        questions = [json.loads(line) for line in f if line.strip()]
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                q = json.loads(line)
+            except ValueError:
+                q = None
+            if not isinstance(q, dict) or not isinstance(q.get("question"), str) or not isinstance(q.get("corpus"), str):
+                raise ValueError(f"{path} line {number} is not a question as JSON {{question, path, corpus}}")
+            questions.append(q)
+    if not questions:
+        raise ValueError(f"{path} holds no questions")
     step = max(1, len(questions) // max(1, n))
     picked = [questions[(offset + i * step) % len(questions)] for i in range(n)]
     return picked
@@ -208,8 +220,10 @@ def ask(q: dict[str, str], env: dict[str, str], cwd: Path, wall_timeout: float) 
     except subprocess.TimeoutExpired:
         return {"exit": None, "error": f"no answer within {wall_timeout:g} s", "seconds": wall_timeout}
     seconds = time.perf_counter() - started
-    if proc.returncode != 0:
-        return {"exit": proc.returncode, "error": proc.stderr.strip()[-300:], "seconds": seconds}
+    if proc.returncode != 0:  # crag's error line, not the notes before it
+        lines = proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"]
+        error = next((line for line in reversed(lines) if line.startswith("crag: error:")), lines[-1])
+        return {"exit": proc.returncode, "error": error[:300], "seconds": seconds}
     try:
         result = json.loads(proc.stdout)
     except ValueError:
@@ -296,8 +310,10 @@ def run(args: argparse.Namespace, save: Any = None) -> dict[str, Any]:
     env.update(args.settings)
     roots = sorted({str(corpus_root(q)) for q in questions})
     print(f"indexing {len(roots)} corpora into {index_dir} ...", file=sys.stderr)
-    subprocess.run([sys.executable, "-m", "crag", "index", *roots], env=env, cwd=cwd, check=True,
-                   stdout=subprocess.DEVNULL)
+    indexed = subprocess.run([sys.executable, "-m", "crag", "index", *roots], env=env, cwd=cwd, check=False,
+                             stdout=subprocess.DEVNULL)
+    if indexed.returncode:  # crag has said why, in one line on stderr
+        raise SystemExit(indexed.returncode)
     answers = []
     recorder = None if offline else Recorder(args.base_url)
     try:
@@ -311,6 +327,8 @@ def run(args: argparse.Namespace, save: Any = None) -> dict[str, Any]:
             outcome = ask(q, env, cwd, args.wall_timeout)
             requests = recorder.take() if recorder is not None else []
             summary = summarize_answer(q, outcome, requests, cwd)
+            if recorder is not None and summary["error"]:  # the server the user gave, not the proxy
+                summary["error"] = summary["error"].replace(recorder.base_url, args.base_url.rstrip("/"))
             answers.append(summary)
             if save is not None:
                 save(report(args, answers))
@@ -398,7 +416,7 @@ def render_markdown(r: dict[str, Any]) -> str:
         rows.append([a["question"][:70], a["corpus"], gold, a.get("complexity") or "",
                      a.get("rounds") if a.get("rounds") is not None else "", a.get("llm_calls") or 0,
                      a.get("prompt_tokens") if a.get("prompt_tokens") is not None else "", a["seconds"],
-                     (a.get("error") or "")[:80]])
+                     " ".join((a.get("error") or "").split()).replace("|", "/")[:120]])
     lines.append(markdown_table(
         ["question", "corpus", "gold cited", "route", "rounds", "LLM calls", "prompt tokens", "seconds", "error"], rows))
     return "\n".join(lines) + "\n"
@@ -409,18 +427,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--base-url", default=os.environ.get("OPENAI_BASE_URL", "http://127.0.0.1:8091/v1"))
     p.add_argument("--model", default=os.environ.get("KB_AGENT_MODEL", "local"))
     p.add_argument("--offline", action="store_true", help="the offline backend instead of a server")
-    p.add_argument("--questions", type=int, default=8, help="how many questions (spread over the set)")
-    p.add_argument("--offset", type=int, default=0)
+    p.add_argument("--questions", type=at_least(1), default=8, help="how many questions (spread over the set)")
+    p.add_argument("--offset", type=at_least(0), default=0)
     p.add_argument("--questions-file", type=Path, default=QUESTIONS,
                    help="JSONL of {question, path, corpus}; path null: the corpus does not answer it "
                         "(e.g. benchmarks/unanswerable.jsonl)")
-    p.add_argument("--context-tokens", type=int, default=int(os.environ.get("KB_AGENT_CONTEXT_TOKENS", "8192")))
-    p.add_argument("--max-answer-tokens", type=int, default=int(os.environ.get("KB_AGENT_MAX_ANSWER_TOKENS", "1024")))
+    p.add_argument("--context-tokens", type=at_least(1), default=int(os.environ.get("KB_AGENT_CONTEXT_TOKENS", "8192")))
+    p.add_argument("--max-answer-tokens", type=at_least(1), default=int(os.environ.get("KB_AGENT_MAX_ANSWER_TOKENS", "1024")))
     p.add_argument("--timeout", type=float, default=600.0, help="KB_AGENT_LLM_TIMEOUT for crag, seconds")
     p.add_argument("--wall-timeout", type=float, default=3600.0, help="most seconds one question may take")
     p.add_argument("--index-dir", default=None, help="reuse an index (default: a new temporary one)")
     p.add_argument("--name", default=None, help="results file name (field-NAME.json / .md)")
-    p.add_argument("--out", type=Path, default=RESULTS_DIR)
+    p.add_argument("--out", type=out_dir, default=RESULTS_DIR)
     p.add_argument("--set", dest="settings", action="append", default=[], metavar="KB_AGENT_X=VALUE",
                    help="another crag setting for every question (repeatable), e.g. KB_AGENT_GRADE_MEMORY=on")
     args = p.parse_args(argv)
@@ -438,8 +456,13 @@ def main(argv: list[str] | None = None) -> int:
     result = run(args, save)
     save(result)
     print(render_markdown(result))
+    if result["questions"] and not result["answered"]:
+        first = next((a["error"] for a in result["answers"] if a.get("error")), None) or "no answer"
+        first = first.strip().splitlines()[-1]
+        print(f"{p.prog}: error: no question was answered, the first failed with: {first}", file=sys.stderr)
+        return 1
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(main, "python -m benchmarks.field"))

@@ -37,7 +37,19 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import RESULTS_DIR, environment, markdown_table, write_json, write_text
+from benchmarks.common import (
+    RESULTS_DIR,
+    append_jsonl,
+    at_least,
+    environment,
+    markdown_table,
+    out_dir,
+    read_jsonl,
+    record_file,
+    run_main,
+    write_json,
+    write_text,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = REPO.parent / "shared" / "grading" / "trec_dl" / "judged_pairs.jsonl"
@@ -88,13 +100,7 @@ class Recorded:
         self.record = record
         self.rows: dict[str, dict] = {}
         self.sent = self.replayed = 0
-        if record.exists():
-            for line in record.read_text().splitlines():
-                try:
-                    row = json.loads(line)
-                except ValueError:
-                    continue
-                self.rows[row["key"]] = row
+        self.rows.update((row["key"], row) for row in read_jsonl(record) if "key" in row)
 
     def key(self, request) -> str:
         sent = {"messages": request.messages, "max_tokens": request.max_tokens, "temperature": request.temperature,
@@ -115,9 +121,7 @@ class Recorded:
                    "logprobs": None if c.logprobs is None else [[t.token, t.logprob, [list(a) for a in t.top]]
                                                                 for t in c.logprobs]}
             self.rows[key] = row
-            self.record.parent.mkdir(parents=True, exist_ok=True)
-            with self.record.open("a") as f:
-                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+            append_jsonl(self.record, row)
             self.sent += 1
         else:
             self.replayed += 1
@@ -217,19 +221,20 @@ def render_markdown(result: dict[str, Any]) -> str:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--base-url", required=True)
-    p.add_argument("--model", required=True)
+    p = argparse.ArgumentParser(prog="python -m benchmarks.grader_auc", description=__doc__.split("\n\n")[0])
+    p.add_argument("--base-url", required=True, help="an OpenAI-compatible server, e.g. http://127.0.0.1:8080/v1")
+    p.add_argument("--model", required=True, help="the model name sent to the server")
     p.add_argument("--styles", default=",".join(STYLES), help="comma-separated KB_AGENT_GRADER styles")
-    p.add_argument("--queries", type=int, default=10)
-    p.add_argument("--per", type=int, default=4, help="relevant and irrelevant passages per query, each")
+    p.add_argument("--queries", type=at_least(1), default=10, help="TREC DL queries sampled (default: %(default)s)")
+    p.add_argument("--per", type=at_least(1), default=4, help="relevant and irrelevant passages per query, each")
     p.add_argument("--seed", type=int, default=30)
-    p.add_argument("--offset", type=int, default=0, help="skip this many sampled queries (a fresh sample)")
-    p.add_argument("--data", type=Path, default=DEFAULT_DATA)
-    p.add_argument("--record", type=Path, default=RESULTS_DIR / "grader_auc.jsonl")
-    p.add_argument("--timeout", type=float, default=900.0)
-    p.add_argument("--name", default="grader_auc")
-    p.add_argument("--out", type=Path, default=RESULTS_DIR)
+    p.add_argument("--offset", type=at_least(0), default=0, help="skip this many sampled queries (a fresh sample)")
+    p.add_argument("--data", type=Path, default=DEFAULT_DATA, help="judged_pairs.jsonl (default: %(default)s)")
+    p.add_argument("--record", type=record_file, default=RESULTS_DIR / "grader_auc.jsonl",
+                   help="append-only JSONL of replies; a later run resumes from it (default: %(default)s)")
+    p.add_argument("--timeout", type=float, default=900.0, help="seconds per request (default: %(default)s)")
+    p.add_argument("--name", default="grader_auc", help="results file name (NAME.json / .md)")
+    p.add_argument("--out", type=out_dir, default=RESULTS_DIR)
     return p.parse_args(argv)
 
 
@@ -269,4 +274,4 @@ def main(argv=None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main, "python -m benchmarks.grader_auc"))

@@ -97,10 +97,15 @@ from typing import Any
 
 from benchmarks.common import (
     RESULTS_DIR,
+    at_least,
+    counts,
     environment,
     fmt,
     load_pyplot,
     markdown_table,
+    out_dir,
+    record_file,
+    run_main,
     write_report,
 )
 
@@ -147,7 +152,14 @@ def load_queries(path: Path, max_queries: int | None = None) -> list[Query]:
     from crag.index.embedders import HashEmbedder
     from crag.state import EvidenceItem
 
-    rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    rows = []
+    for n, line in enumerate(Path(path).read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except ValueError as exc:
+            raise ValueError(f"{path}:{n} is not a judged pair as JSON ({exc})") from exc
     by_q: dict[str, list[dict]] = defaultdict(list)
     texts: dict[str, str] = {}
     for r in rows:
@@ -1019,8 +1031,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks.grading_cost", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", type=Path, default=DEFAULT_DATA, help="judged_pairs.jsonl (default: %(default)s)")
-    p.add_argument("--queries", type=int, default=0, help="use only the first N queries (default: all)")
-    p.add_argument("--ks", default="3,5,10", help="candidate list sizes (default: %(default)s)")
+    p.add_argument("--queries", type=at_least(0), default=0, help="use only the first N queries (default: all)")
+    p.add_argument("--ks", type=counts(1), default="3,5,10", help="candidate list sizes (default: %(default)s)")
     p.add_argument("--strategies", default=",".join(STRATEGIES), help="comma-separated (default: %(default)s)")
     p.add_argument("--noise", type=float, default=0.15, help="grader noise sd (default: %(default)s)")
     p.add_argument("--means", type=_means, default=DEFAULT_MEANS,
@@ -1036,26 +1048,26 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "gpt-4o=2.50/10.00)")
     p.add_argument("--sweep", default=",".join(f"{t:g}" for t in SWEEP_THRESHOLDS),
                    help="high_vector_score thresholds to sweep, '' for none (default: %(default)s)")
-    p.add_argument("--few-context-ks", default="1,2",
+    p.add_argument("--few-context-ks", type=counts(1), default="1,2",
                    help="small k at which the few_context rule is checked, '' for none (default: %(default)s)")
     real = p.add_argument_group("real grader (benchmarks/real_grader.py)")
     real.add_argument("--base-url", help="an OpenAI-compatible server: grade with its model instead of the simulated "
                                          "grader (writes grading_cost_real.*)")
     real.add_argument("--model", default="local", help="model name sent to the server (default: %(default)s)")
-    real.add_argument("--sample", type=int, default=3, help="evenly spaced TREC DL queries (default: %(default)s)")
+    real.add_argument("--sample", type=at_least(1), default=3, help="evenly spaced TREC DL queries (default: %(default)s)")
     real.add_argument("--workload", choices=("rounds", "single"), default="rounds",
                       help="rounds: whole questions, up to 3 rounds; single: each query's top-k graded once "
                            "(default: %(default)s)")
     real.add_argument("--qids", default="", help="comma-separated TREC query ids instead of --sample")
-    real.add_argument("--record", type=Path,
+    real.add_argument("--record", type=record_file,
                       help="append-only JSONL of replies; a later run resumes from it "
                            "(default: grading_cost_real.jsonl under --out)")
     real.add_argument("--timeout", type=float, default=900.0, help="seconds per request (default: %(default)s)")
-    p.add_argument("--out", type=Path, default=RESULTS_DIR)
+    p.add_argument("--out", type=out_dir, default=RESULTS_DIR)
     p.add_argument("--quiet", dest="verbose", action="store_false")
     args = p.parse_args(argv)
-    args.ks = [int(k) for k in args.ks.split(",") if k.strip()]
-    args.few_context_ks = [int(k) for k in args.few_context_ks.split(",") if k.strip()]
+    if not args.ks:
+        p.error("--ks needs at least one candidate list size")
     args.strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
     unknown = set(args.strategies) - set(STRATEGIES)
     if unknown:
@@ -1144,6 +1156,7 @@ def summary_real(args, acc, strategies, done, real, elapsed_s) -> dict[str, Any]
         "requests_sent": real.sent,
         "requests_replayed": real.replayed,
         "request_errors": real.errors,
+        "first_error": real.first_error,
         "elapsed_s": elapsed_s,
         "rows": rows,
         "memory_vs_batch": {kind: verdict(rows[kind]) for kind in rows},
@@ -1162,10 +1175,13 @@ def main(argv=None) -> dict[str, Any]:
 
         args.checkpoint = checkpoint
         result = run_real(args)
-        return write_report(name, result, args.out, real_grader.render_markdown, real_grader.render_chart,
-                            args.verbose)
+        write_report(name, result, args.out, real_grader.render_markdown, real_grader.render_chart, args.verbose)
+        if result["request_errors"] and not result["requests_sent"] and not result["requests_replayed"]:
+            raise SystemExit(f"python -m benchmarks.grading_cost: error: every request failed, the first with: "
+                             f"{result['first_error']}")
+        return result
     return write_report(NAME, run(args), args.out, render_markdown, render_chart, args.verbose)
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main, "python -m benchmarks.grading_cost"))

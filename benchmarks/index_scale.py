@@ -44,11 +44,15 @@ from typing import Any
 
 from benchmarks.common import (
     RESULTS_DIR,
+    at_least,
+    counts,
     environment,
     fmt,
     load_pyplot,
     markdown_table,
+    out_dir,
     percentile,
+    run_main,
     write_report,
 )
 
@@ -401,12 +405,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     dim, source = default_dim()
     p = argparse.ArgumentParser(prog="python -m benchmarks.index_scale", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--sizes", default="10000,100000,1000000", help="comma-separated chunk counts (default: %(default)s)")
+    p.add_argument("--sizes", type=counts(1), default="10000,100000,1000000", help="comma-separated chunk counts (default: %(default)s)")
     p.add_argument("--dim", type=int, default=None, help=f"vector dimension (default: {dim}, {source})")
     p.add_argument("--rank", type=int, default=128, help="intrinsic dimension of the synthetic vectors (default: %(default)s)")
     p.add_argument("--methods", default=",".join(METHODS), help="comma-separated subset of flat,hnsw,ivf")
-    p.add_argument("--queries", type=int, default=100, help="queries per size, for recall and batched search (default: %(default)s)")
-    p.add_argument("--k", type=int, default=10, help="top-k searched, recall@k (default: %(default)s)")
+    p.add_argument("--queries", type=at_least(1), default=100, help="queries per size, for recall and batched search (default: %(default)s)")
+    p.add_argument("--k", type=at_least(1), default=10, help="top-k searched, recall@k (default: %(default)s)")
     p.add_argument("--min-single", type=int, default=20,
                    help="single-query searches timed at least (default: %(default)s) ...")
     p.add_argument("--single-budget-s", type=float, default=5.0,
@@ -426,10 +430,11 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="per-query search budget the advice is computed for (default: %(default)s)")
     p.add_argument("--threads", type=int, default=0, help="FAISS threads (default: all cores)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", type=Path, default=RESULTS_DIR)
+    p.add_argument("--out", type=out_dir, default=RESULTS_DIR)
     p.add_argument("--quiet", dest="verbose", action="store_false")
     args = p.parse_args(argv)
-    args.sizes = [int(s.replace("_", "")) for s in args.sizes.split(",") if s.strip()]
+    if not args.sizes:
+        p.error("--sizes needs at least one chunk count")
     args.methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     unknown = set(args.methods) - set(METHODS)
     if unknown:
@@ -447,4 +452,4 @@ def main(argv=None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main, "python -m benchmarks.index_scale"))

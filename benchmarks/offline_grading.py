@@ -36,7 +36,16 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import RESULTS_DIR, environment, markdown_table, percentile, write_report
+from benchmarks.common import (
+    RESULTS_DIR,
+    at_least,
+    environment,
+    markdown_table,
+    out_dir,
+    percentile,
+    run_main,
+    write_report,
+)
 
 NAME = "offline_grading"
 ROOT = Path(__file__).resolve().parents[1]
@@ -232,8 +241,8 @@ def render_markdown(result: dict[str, Any]) -> str:
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks.offline_grading", description=__doc__.split("\n\n")[0])
-    p.add_argument("--limit", type=int, default=0, help="ask only the first N questions (default: all)")
-    p.add_argument("--out", type=Path, default=RESULTS_DIR)
+    p.add_argument("--limit", type=at_least(0), default=0, help="ask only the first N questions (default: all)")
+    p.add_argument("--out", type=out_dir, default=RESULTS_DIR)
     p.add_argument("--quiet", dest="verbose", action="store_false")
     args = p.parse_args(argv)
     for corpus in CORPORA:
@@ -248,4 +257,4 @@ def main(argv=None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main, "python -m benchmarks.offline_grading"))

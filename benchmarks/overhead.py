@@ -56,7 +56,6 @@ import json
 import os
 import pstats
 import subprocess
-import sys
 import tempfile
 import textwrap
 import time
@@ -67,12 +66,15 @@ from typing import Any
 
 from benchmarks.common import (
     RESULTS_DIR,
+    at_least,
     environment,
     fmt,
     load_pyplot,
     markdown_table,
+    out_dir,
     percentile,
     python_cmd,
+    run_main,
     write_report,
 )
 
@@ -881,7 +883,7 @@ def render_chart(result: dict[str, Any], path: Path) -> Path | None:
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks.overhead", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--runs", type=int, default=2000, help="timed questions per path, crag and plain loop (default: %(default)s)")
+    p.add_argument("--runs", type=at_least(1), default=2000, help="timed questions per path, crag and plain loop (default: %(default)s)")
     p.add_argument("--runs-langgraph", type=int, default=None, help="timed questions per path for LangGraph (default: --runs)")
     p.add_argument("--warmup", type=int, default=200)
     p.add_argument("--blocks", type=int, default=10,
@@ -894,7 +896,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--profile-runs", type=int, default=500)
     p.add_argument("--profile-top", type=int, default=15)
     p.add_argument("--target-ratio", type=float, default=TARGET_RATIO)
-    p.add_argument("--out", type=Path, default=RESULTS_DIR)
+    p.add_argument("--out", type=out_dir, default=RESULTS_DIR)
     p.add_argument("--quiet", dest="verbose", action="store_false")
     args = p.parse_args(argv)
     args.runs_langgraph = args.runs_langgraph or args.runs
@@ -907,4 +909,4 @@ def main(argv=None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    sys.exit(0 if main() else 1)
+    raise SystemExit(run_main(lambda: 0 if main() else 1, "python -m benchmarks.overhead"))

@@ -40,7 +40,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import load_pyplot, markdown_table
+from benchmarks.common import append_jsonl, load_pyplot, markdown_table, read_jsonl
 
 NAME = "grading_cost_real"  # + "_single" for the single-round workload
 ORDER = ("per_item", "batch", "scores", "batch_rules", "batch_rules_memory")
@@ -61,15 +61,9 @@ class RecordedGrader:
         self.verbose = verbose
         self.replies: dict[str, dict[str, Any]] = {}
         self.sent = self.replayed = self.errors = 0
+        self.first_error: str | None = None
         self.last_replayed = False
-        if self.record.exists():
-            for line in self.record.read_text().splitlines():
-                try:
-                    row = json.loads(line)
-                except ValueError:  # a line cut short by a killed run
-                    continue
-                if isinstance(row, dict) and "key" in row and "text" in row:
-                    self.replies[row["key"]] = row
+        self.replies.update((row["key"], row) for row in read_jsonl(self.record) if "key" in row and "text" in row)
 
     def key(self, request) -> str:
         """The model and everything the request sends, hashed (the task is what was rendered)."""
@@ -99,6 +93,7 @@ class RecordedGrader:
             completion = self.chat.complete(request)
         except LLMError as exc:
             self.errors += 1
+            self.first_error = self.first_error or str(exc)
             if self.verbose:
                 print(f"  real grader: {label} failed: {exc}", flush=True)
             return Completion("", self.model)
@@ -110,9 +105,7 @@ class RecordedGrader:
                    [t.token, t.logprob, [list(a) for a in t.top]] for t in completion.logprobs],
                "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         self.replies[key] = row
-        self.record.parent.mkdir(parents=True, exist_ok=True)
-        with self.record.open("a") as f:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+        append_jsonl(self.record, row)
         if self.verbose:
             print(f"  real grader: {label.get('strategy')} q{label.get('qid')} {len(request.task.items)} items: "
                   f"{completion.prompt_tokens} prompt ({completion.cached_tokens} cached) + "

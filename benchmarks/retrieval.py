@@ -58,7 +58,16 @@ from typing import Any
 
 from attrs import frozen
 
-from benchmarks.common import environment, markdown_table, percentile, write_json, write_text
+from benchmarks.common import (
+    at_least,
+    environment,
+    markdown_table,
+    out_dir,
+    percentile,
+    run_main,
+    write_json,
+    write_text,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
@@ -826,8 +835,8 @@ def to_markdown(r: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.retrieval", description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="1,000 prose questions, one speed round, 3 start-up runs")
-    parser.add_argument("--sample", type=int, default=None, metavar="N", help="prose questions: a stratified sample of N")
-    parser.add_argument("--rounds", type=int, default=3, help="alternating indexing / tiktoken runs (default 3)")
+    parser.add_argument("--sample", type=at_least(1), default=None, metavar="N", help="prose questions: a stratified sample of N")
+    parser.add_argument("--rounds", type=at_least(1), default=3, help="alternating indexing / tiktoken runs (default 3)")
     parser.add_argument("--corpus", choices=[c.name for c in CORPORA], action="append", default=[],
                         help="measure only this corpus (repeatable; default: every corpus)")
     parser.add_argument("--local-model", metavar="DIR", default=None,
@@ -837,7 +846,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="prose questions for the local embedder: a stratified sample of N (default: all)")
     parser.add_argument("--local-threads", type=int, default=None, metavar="N",
                         help="PyTorch threads for the local embedder (default: PyTorch's own choice)")
-    parser.add_argument("--out", type=Path, default=RESULTS, metavar="DIR", help=f"where to write the results (default {RESULTS})")
+    parser.add_argument("--out", type=out_dir, default=RESULTS, metavar="DIR", help=f"where to write the results (default {RESULTS})")
     args = parser.parse_args(argv)
     missing = [str(c.questions) for c in CORPORA if not c.questions.exists()]
     if missing:
@@ -874,4 +883,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(main, "python -m benchmarks.retrieval"))

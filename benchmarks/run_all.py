@@ -43,14 +43,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import (
-    RESULTS_DIR,
-    environment,
-    fmt,
-    markdown_table,
-    write_json,
-    write_text,
-)
+from benchmarks.common import RESULTS_DIR, environment, fmt, markdown_table, out_dir, run_main, write_json, write_text
 
 REPO = Path(__file__).resolve().parents[1]
 BENCHMARKS = ("overhead", "grading_cost", "index_scale", "offline_grading", "grounding", "retrieval", "store_scale")
@@ -239,7 +232,7 @@ def _fmt_load(value: float | None) -> str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.run_all", description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", type=Path, default=None,
+    p.add_argument("--out", type=out_dir, default=None,
                    help="results directory (default: benchmarks/results; benchmarks/results/full with --full; "
                         "a temporary one with --quick)")
     mode = p.add_mutually_exclusive_group()
@@ -304,4 +297,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(run_main(main, "python -m benchmarks.run_all"))

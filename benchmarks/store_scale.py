@@ -53,7 +53,18 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import RESULTS_DIR, environment, fmt, markdown_table, percentile, write_json, write_text
+from benchmarks.common import (
+    RESULTS_DIR,
+    at_least,
+    environment,
+    fmt,
+    markdown_table,
+    out_dir,
+    percentile,
+    run_main,
+    write_json,
+    write_text,
+)
 
 NAME = "store_scale"
 REPO = Path(__file__).resolve().parents[1]
@@ -671,10 +682,10 @@ def render_markdown(result: dict[str, Any]) -> str:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks.store_scale", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--chunks", type=int, default=100_000, help="about this many chunks (default: %(default)s)")
-    p.add_argument("--questions", type=int, default=200, help="real questions for latency (default: %(default)s)")
+    p.add_argument("--chunks", type=at_least(1), default=100_000, help="about this many chunks (default: %(default)s)")
+    p.add_argument("--questions", type=at_least(1), default=200, help="real questions for latency (default: %(default)s)")
     p.add_argument("--frequent", type=int, default=100, help="frequent-word queries (default: %(default)s)")
-    p.add_argument("--recall-queries", type=int, default=50, help="questions for recall (default: %(default)s)")
+    p.add_argument("--recall-queries", type=at_least(1), default=50, help="questions for recall (default: %(default)s)")
     p.add_argument("--gold-questions", type=int, default=200,
                    help="SQuAD questions whose gold article is looked for in the top 5 (default: %(default)s)")
     p.add_argument("--warmup", type=int, default=300,
@@ -695,7 +706,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-during-writes", dest="during_writes", action="store_false",
                    help="skip PostgreSQL searches during an index run")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", type=Path, default=RESULTS_DIR)
+    p.add_argument("--out", type=out_dir, default=RESULTS_DIR)
     args = p.parse_args(argv)
     args.clients = [int(c) for c in args.clients.split(",") if c]
     args.stores = [s for s in args.stores.split(",") if s]
@@ -782,4 +793,4 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main(main, "python -m benchmarks.store_scale"))

@@ -18,6 +18,7 @@ import math
 import os
 from collections.abc import Callable, Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 from attrs import field, fields, frozen
 
@@ -203,6 +204,13 @@ def _url(var: str, raw: str) -> str | None:
         return None
     if not value.startswith(("http://", "https://")) or not value.isascii() or not value.isprintable() or " " in value:
         raise ConfigError(var, _shown_url(raw), "an http:// or https:// URL (printable ASCII, no spaces)")
+    try:  # a host and a port that an HTTP client can connect to: "http://[::1:8080" is not one
+        parts = urlsplit(value)
+        if not parts.hostname or parts.port == 0:  # reading a bad port raises ValueError
+            raise ValueError("no host or port")
+    except ValueError:
+        raise ConfigError(var, _shown_url(raw), "an http:// or https:// URL with a host and a port from 1 to 65535 "
+                          "(http://127.0.0.1:8080/v1, http://[::1]:8080/v1)") from None
     return value
 
 

@@ -4,6 +4,7 @@ backend and against the scripted loopback server, and its scoring is checked on 
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 
 import pytest
@@ -146,3 +147,30 @@ def test_the_tutorial_graph_follows_its_edges() -> None:
     invoke, _ = answers.build_tutorial(nodes)
     assert invoke({"question": "q"})["generation"] == "done"
     assert seen == ["retrieve", "grade_documents", "generate"]
+
+
+def test_a_run_against_a_server_that_is_down_fails_in_one_line_and_a_later_run_asks_again(
+        tmp_path: Path, squad: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    """Every question failing is exit status 1 with one line; the failures are not taken for
+    finished questions, so the run resumed once the server is up asks them, not skips them."""
+    monkeypatch.chdir(tmp_path)
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        down = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    argv = ["--sets", "squad", "--squad", str(squad), "--answerable", "1", "--unanswerable", "1", "--configs", "crag",
+            "--out", str(tmp_path / "out"), "--index-dir", str(tmp_path / "index"), "--name", "t", "--model", "m",
+            "--set", "KB_AGENT_LLM_MAX_RETRIES=0"]
+    assert answers.main([*argv, "--base-url", down]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("python -m benchmarks.answers: error: every question failed, the first with LLMError: "
+                              f"LLM server {down} could not be reached")
+    assert answers.Record(tmp_path / "out" / "answers-t.jsonl").rows == {}
+    with FakeOpenAIServer() as srv:
+        srv.default("analyze_and_route", json.dumps({"complexity": "simple", "suggested_tools": ["vector_search"]}))
+        srv.default("plan", json.dumps({"tool_calls": []}))
+        srv.default("grade_evidence", grades(rest=0.9))
+        srv.default("synthesize", "It is so [1].")
+        assert answers.main([*argv, "--base-url", srv.base_url]) == 0
+        assert srv.calls("synthesize") == 2
+    result = json.loads((tmp_path / "out" / "answers-t.json").read_text())
+    assert len(result["answers"]) == 2 and not any(r.get("error") for r in result["answers"])

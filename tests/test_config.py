@@ -60,12 +60,27 @@ def test_a_quoted_dotenv_value_followed_by_a_comment_loses_its_quotes(tmp_path, 
         ("KB_AGENT_LLM_TIMEOUT", "0"),
         ("KB_AGENT_WEB_FETCH", "maybe"),
         ("OPENAI_BASE_URL", "localhost:11434"),
+        ("OPENAI_BASE_URL", "http://[::1:8080/v1"),  # an IPv6 address left open
+        ("OPENAI_BASE_URL", "http://127.0.0.1:99999/v1"),
+        ("OPENAI_BASE_URL", "http://127.0.0.1:80a/v1"),
+        ("OPENAI_BASE_URL", "http:///v1"),
+        ("OPENAI_BASE_URL", "http://127.0.0.1:0/v1"),
+        ("KB_AGENT_EMBEDDING_BASE_URL", "http://host:port/v1"),
     ],
 )
 def test_malformed_value_names_the_variable(var, value):
     with pytest.raises(ConfigError) as info:
         Settings.from_env(environ={var: value}, dotenv=None)
     assert var in str(info.value) and "\n" not in str(info.value)
+
+
+def test_cli_exits_2_on_a_base_url_no_client_can_connect_to(monkeypatch, capsys):
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://[::1:8080/v1")
+    assert main(["ask", "hello"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("crag: error: OPENAI_BASE_URL=http://[::1:8080/v1 is not valid: expected an http:// or "
+                          "https:// URL with a host and a port")
+    assert err.count("\n") == 1 and "Traceback" not in err
 
 
 def test_cli_exits_2_with_one_line_naming_the_variable(monkeypatch, capsys):

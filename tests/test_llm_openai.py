@@ -476,3 +476,20 @@ def test_the_fake_server_stops_its_threads_even_mid_request():
     assert time.perf_counter() - started < 2
     assert not [t for t in threading.enumerate() if t.name.startswith("fake-openai") and t.is_alive()]
     model.close()
+
+
+def test_a_reply_far_over_its_budget_is_cut_to_it_as_if_the_server_had_stopped_it(srv):
+    """A server that ignores ``max_tokens`` and sends megabytes: crag keeps what the budget can
+    hold (16 characters a token, four times what a real tokenizer averages) and reads the reply
+    as one stopped by its budget, streamed or not, instead of grounding every sentence for minutes."""
+    srv.default("*", "Python types are hints [1]. " * 20_000)
+    model = model_for(srv)
+    req = LLMRequest("synthesize", GradeTask("q", ()), MESSAGES, max_tokens=64)
+    done = model.complete(req)
+    assert done.text == ("Python types are hints [1]. " * 20_000)[:64 * 16] and done.truncated
+    shown: list[str] = []
+    done = model.complete(req, on_delta=shown.append)
+    assert srv.requests[-1].body["stream"] is True
+    assert "".join(shown) == done.text == ("Python types are hints [1]. " * 20_000)[:64 * 16] and done.truncated
+    srv.default("*", "a reply within its budget " * 10)
+    assert not model.complete(req).truncated and not model.complete(req, on_delta=shown.append).truncated

@@ -50,7 +50,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from attrs import frozen
+from attrs import evolve, frozen
 
 from ..config import Settings
 from ..errors import ConfigError, LLMContextError, LLMError, LLMTimeoutError
@@ -98,6 +98,12 @@ _ADAPTABLE = ("max_tokens", "temperature")
 
 _one_line = one_line
 _FILTERED = "the server's content filter (finish_reason content_filter)"  # a refusal with no words
+
+# The most characters a reply may hold per token of its ``max_tokens`` budget: four times what
+# a tokenizer averages. A server that ignores the budget and sends more is cut here, its reply
+# read as one stopped by the budget (``finish_reason`` ``length``), so that a reply of megabytes
+# costs no more time than one of the size asked for.
+_CHARS_PER_TOKEN = 16
 
 # Tokens a server may count beyond one per byte of the text crag sent or received (a chat
 # template, a system prompt of its own): a reported count above that cannot be one.
@@ -211,6 +217,7 @@ class OpenAIChatModel:
         fmt = self._first_format() if request.reply_schema is not None else "off"
         first, first_fmt = self._refused(), fmt
         retries = 0
+        limit = request.max_tokens * _CHARS_PER_TOKEN if request.max_tokens else None
         while True:
             params = self._params(request, fmt)
             try:
@@ -218,7 +225,7 @@ class OpenAIChatModel:
                     if mode == "off":
                         reply = self._plain(messages, node, params, not isinstance(request.task, SynthesizeTask))
                     else:
-                        reply = self._stream(messages, node, params, mode, on_delta, delivered)
+                        reply = self._stream(messages, node, params, mode, on_delta, delivered, limit)
             except _ParamRefused as refused:
                 self._remember_refused(refused.param)
                 continue
@@ -244,12 +251,15 @@ class OpenAIChatModel:
             self._remember_refused(_LOGPROBS)  # the server ignores them: stop asking
         if request.reply_schema is not None and self.structured_output == "auto":
             self.memory.remember_format(self._format_key, fmt)
+        sent = reply.text  # what the server's usage counts
+        if limit is not None and len(sent) > limit:  # it ignored max_tokens: cut to the budget
+            reply = evolve(reply, text=sent[:limit], finish_reason="length")
         if on_delta is not None:
             self._stream_mode = mode
             if mode == "off" and reply.text:
                 on_delta(reply.text)
         prompt_tokens, completion_tokens, cached, replaced = self._usage(
-            reply.usage, messages, reply.text, request.max_tokens)
+            reply.usage, messages, sent, request.max_tokens)
         latency_ms = (time.perf_counter() - started) * 1000.0
         return Completion(
             text=reply.text,
@@ -388,7 +398,10 @@ class OpenAIChatModel:
         mode: str,
         on_delta: Callable[[str], None] | None,
         delivered: list[str],
+        limit: int | None = None,
     ) -> _Reply:
+        """One streamed request; past ``limit`` characters the stream is left unread and the
+        reply is one stopped by its budget."""
         extra: dict[str, Any] = {"stream_options": {"include_usage": True}} if mode == "usage" else {}
         try:
             stream = self._client.chat.completions.create(
@@ -412,8 +425,12 @@ class OpenAIChatModel:
         finish: str | None = None
         chunks = 0
         refusal: list[str] = []  # a refusal streams as delta.refusal pieces, with no content
+        size = 0
         with stream:
             for chunk in stream:
+                if limit is not None and size >= limit:  # the server ignored max_tokens: read no more
+                    finish = "length"
+                    break
                 chunks += 1
                 if getattr(chunk, "usage", None) is not None:
                     usage = chunk.usage
@@ -425,6 +442,9 @@ class OpenAIChatModel:
                     if isinstance(said, str):
                         refusal.append(said)
                     piece = getattr(getattr(choice, "delta", None), "content", None)
+                    if isinstance(piece, str) and piece and limit is not None:
+                        piece = piece[:limit - size]
+                        size += len(piece)
                     if isinstance(piece, str) and piece:
                         delivered.append(piece)
                         if on_delta is not None:

@@ -1,0 +1,222 @@
+"""The benchmarks as a demanding user meets them: bad arguments are one line and a non-zero
+exit before any work, never a traceback; a resumable run killed mid-write loses nothing."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from benchmarks import answers, field, grader_auc, grading_cost
+from benchmarks.common import append_jsonl, read_jsonl, run_main
+from crag.errors import LLMError
+
+
+def _killed_mid_write(path: Path, rows: list[dict]) -> None:
+    """A record whose last line was cut short by ``kill -9``: no newline, not JSON."""
+    text = "".join(json.dumps(r) + "\n" for r in rows)
+    path.write_text(text + json.dumps({"key": "cut", "text": "half a row"})[:17])
+
+
+def test_a_row_appended_after_a_truncated_line_gets_a_line_of_its_own(tmp_path):
+    record = tmp_path / "r.jsonl"
+    _killed_mid_write(record, [{"key": "a"}])
+    append_jsonl(record, {"key": "b"})
+    append_jsonl(record, {"key": "c"})
+    assert [r["key"] for r in read_jsonl(record)] == ["a", "b", "c"]
+
+
+def test_a_record_line_that_is_json_but_not_an_object_is_skipped(tmp_path):
+    record = tmp_path / "r.jsonl"
+    record.write_text('{"key": "a"}\n7\nnull\n["x"]\n{"key": "b"}\n')
+    assert [r["key"] for r in read_jsonl(record)] == ["a", "b"]
+
+
+def test_answers_resumes_after_a_killed_write_without_losing_the_next_row(tmp_path):
+    path = tmp_path / "answers-x.jsonl"
+    _killed_mid_write(path, [{"key": "m|crag|docs|1", "right": True}])
+    answers.Record(path).add({"key": "m|crag|docs|2", "right": False})
+    assert set(answers.Record(path).rows) == {"m|crag|docs|1", "m|crag|docs|2"}
+
+
+class _Reply:
+    text = "1: yes"
+    prompt_tokens = completion_tokens = cached_tokens = 1
+    latency_ms = 5.0
+    finish_reason = "stop"
+    logprobs = None
+
+
+class _Chat:
+    def complete(self, request):
+        return _Reply()
+
+
+def _request():
+    return SimpleNamespace(node="grade_evidence", messages=({"role": "user", "content": "q"},), max_tokens=16,
+                           temperature=0.0, reply_schema=None, logprobs=0)
+
+
+def test_grader_auc_resumes_after_a_killed_write_without_losing_the_next_reply(tmp_path):
+    path = tmp_path / "grader_auc.jsonl"
+    _killed_mid_write(path, [{"key": "old", "text": "1: no", "logprobs": None}])
+    rec = grader_auc.Recorded("http://127.0.0.1:9/v1", "m", path, 1.0)
+    rec.chat = _Chat()
+    rec.complete(_request())
+    again = grader_auc.Recorded("http://127.0.0.1:9/v1", "m", path, 1.0)
+    assert set(again.rows) == {"old", rec.key(_request())}
+
+
+BAD_ARGUMENTS = [
+    # (benchmark, arguments, what the one line says); "FILE" is a file where a folder belongs
+    ("grounding", ["--quick", "--out", "FILE"], "argument --out: FILE is a file, not a folder"),
+    ("grounding", ["--quick", "--out", "FILE/sub"], "argument --out: cannot make the folder FILE/sub"),
+    ("offline_grading", ["--out", "FILE"], "is a file, not a folder"),
+    ("grading_cost", ["--out", "FILE"], "is a file, not a folder"),
+    ("grading_cost", ["--ks", "-1"], "argument --ks: must be at least 1, got -1"),
+    ("grading_cost", ["--ks", "3,x"], "argument --ks: expected a whole number, got 'x'"),
+    ("grading_cost", ["--queries", "-3"], "argument --queries: must be at least 0, got -3"),
+    ("index_scale", ["--sizes", "-5"], "argument --sizes: must be at least 1, got -5"),
+    ("store_scale", ["--chunks", "-3"], "argument --chunks: must be at least 1, got -3"),
+    ("overhead", ["--runs", "0"], "argument --runs: must be at least 1, got 0"),
+    ("retrieval", ["--out", "FILE"], "is a file, not a folder"),
+    ("retrieval", ["--sample", "0"], "argument --sample: must be at least 1, got 0"),
+    ("answers", ["--offline", "--out", "FILE"], "is a file, not a folder"),
+    ("answers", ["--offline", "--answerable", "-2"], "argument --answerable: must be at least 0, got -2"),
+    ("field", ["--offline", "--questions", "0"], "argument --questions: must be at least 1, got 0"),
+    ("field", ["--offline", "--out", "FILE"], "is a file, not a folder"),
+    ("grader_auc", ["--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--queries", "-1"],
+     "argument --queries: must be at least 1, got -1"),
+    ("grader_auc", ["--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--out", "FILE"], "is a file, not a folder"),
+    ("run_all", ["--quick", "--out", "FILE"], "is a file, not a folder"),
+    ("answers", ["--offline", "--record", "FILE/answers.jsonl"], "argument --record: FILE is a file, not a folder"),
+    ("grader_auc", ["--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--record", "FILE/r.jsonl"],
+     "argument --record: FILE is a file, not a folder"),
+    ("grading_cost", ["--base-url", "http://127.0.0.1:9/v1", "--record", "FILE/r.jsonl"],
+     "argument --record: FILE is a file, not a folder"),
+]
+
+
+@pytest.mark.parametrize(("name", "argv", "says"), BAD_ARGUMENTS, ids=lambda v: v if isinstance(v, str) else None)
+def test_a_bad_argument_is_one_line_and_exit_status_2_before_any_work(name, argv, says, tmp_path, capsys):
+    """A file where ``--out`` wants a folder, or a negative count, is refused when the
+    arguments are read: not after the run (losing its results), not as a traceback."""
+    file = tmp_path / "results.txt"
+    file.write_text("not a folder\n")
+    module = importlib.import_module(f"benchmarks.{name}")
+    with pytest.raises(SystemExit) as exit_:
+        module.main([a.replace("FILE", str(file)) for a in argv])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith(f"python -m benchmarks.{name}: error: ")
+    assert says.replace("FILE", str(file)) in err[-1]
+    assert "Traceback" not in "\n".join(err)
+
+
+def test_a_failure_the_benchmark_can_name_is_one_line_and_exit_status_1(capsys):
+    def unreachable():
+        raise LLMError("LLM server http://127.0.0.1:9/v1 could not be reached for node grade_evidence")
+
+    assert run_main(unreachable, "python -m benchmarks.x") == 1
+    assert run_main(lambda: {"a": 1}, "python -m benchmarks.x") == 0
+    assert run_main(lambda: 3, "python -m benchmarks.x") == 3
+    assert capsys.readouterr().err == ("python -m benchmarks.x: error: LLM server http://127.0.0.1:9/v1 could not "
+                                       "be reached for node grade_evidence\n")
+
+
+def test_grading_cost_names_a_data_file_that_is_not_judged_pairs(tmp_path, capsys):
+    data = tmp_path / "pairs.jsonl"
+    data.write_text("<html>not json</html>\n")
+    assert run_main(lambda: grading_cost.main(["--data", str(data), "--out", str(tmp_path), "--quiet"]),
+                    "python -m benchmarks.grading_cost") == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"python -m benchmarks.grading_cost: error: {data}:1 is not a judged pair as JSON")
+    assert len(err.splitlines()) == 1
+
+
+def _judged_pairs(path: Path) -> Path:
+    path.write_text("".join(json.dumps({"collection": "t", "qid": "1", "query": "how long do fleas live",
+                                        "docid": f"d{i}", "bm25_rank": i, "passage": f"passage {i} about fleas",
+                                        "grade": 3 if i % 2 else 0, "relevant": bool(i % 2)}) + "\n"
+                            for i in range(1, 13)))
+    return path
+
+
+def _down_port() -> int:
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_grading_cost_against_an_unreachable_server_is_one_line_and_exit_status_1(tmp_path):
+    data = _judged_pairs(tmp_path / "pairs.jsonl")
+    url = f"http://127.0.0.1:{_down_port()}/v1"
+    with pytest.raises(SystemExit) as exit_:
+        grading_cost.main(["--data", str(data), "--base-url", url, "--sample", "1", "--ks", "3",
+                           "--strategies", "batch", "--timeout", "2", "--out", str(tmp_path), "--quiet"])
+    assert str(exit_.value.code).startswith("python -m benchmarks.grading_cost: error: every request failed, the "
+                                            f"first with: LLM server {url} could not be reached")
+
+
+def test_grader_auc_against_an_unreachable_server_is_one_line_and_exit_status_1(tmp_path):
+    data = _judged_pairs(tmp_path / "pairs.jsonl")
+    port = _down_port()
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.grader_auc", "--base-url", f"http://127.0.0.1:{port}/v1",
+                           "--model", "m", "--queries", "1", "--per", "1", "--timeout", "2", "--data", str(data),
+                           "--out", str(tmp_path), "--record", str(tmp_path / "r.jsonl")],
+                          cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith(
+        f"python -m benchmarks.grader_auc: error: LLM server http://127.0.0.1:{port}/v1 could not be reached")
+
+
+SHARED_CORPORA = Path(__file__).resolve().parents[1].parent / "shared" / "corpora"
+
+
+def test_field_with_a_setting_crag_refuses_stops_on_crags_one_line(tmp_path, capfd):
+    if not SHARED_CORPORA.is_dir():
+        pytest.skip(f"benchmarks.field reads the shared corpora beside the clone, not at {SHARED_CORPORA}")
+    with pytest.raises(SystemExit) as exit_:
+        field.main(["--offline", "--questions", "1", "--set", "KB_AGENT_TOP_K=abc", "--out", str(tmp_path),
+                    "--index-dir", str(tmp_path / "index")])
+    assert exit_.value.code == 2
+    err = capfd.readouterr().err
+    assert "crag: error: KB_AGENT_TOP_K=abc is not valid" in err and "Traceback" not in err
+
+
+def test_field_against_a_server_that_is_down_is_one_line_and_exit_status_1(tmp_path, capfd):
+    if not SHARED_CORPORA.is_dir():
+        pytest.skip(f"benchmarks.field reads the shared corpora beside the clone, not at {SHARED_CORPORA}")
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        down = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    assert field.main(["--base-url", down, "--model", "m", "--questions", "1", "--timeout", "2", "--set",
+                       "KB_AGENT_LLM_MAX_RETRIES=0", "--out", str(tmp_path), "--index-dir", str(tmp_path / "index")]) == 1
+    err = capfd.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("python -m benchmarks.field: error: no question was answered, the first failed with: "
+                              f"crag: error: LLM server {down} ")
+    # the report names the server the user gave (not the recording proxy in between), in one table cell
+    error = json.loads((tmp_path / "field-m.json").read_text())["answers"][0]["error"]
+    assert error.startswith(f"crag: error: LLM server {down} ") and "\n" not in error
+    row = (tmp_path / "field-m.md").read_text().split("## Per answer")[1].strip().splitlines()[2]
+    assert row.startswith("| ") and row.endswith(" |") and "crag: error: LLM server" in row
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ("", "holds no questions"),
+    ('{"question": "q"}\n', "line 1 is not a question as JSON {question, path, corpus}"),
+    ("<html>\n", "line 1 is not a question as JSON {question, path, corpus}"),
+])
+def test_field_names_a_questions_file_it_cannot_read(text, says, tmp_path, capsys):
+    questions = tmp_path / "questions.jsonl"
+    questions.write_text(text)
+    argv = ["--offline", "--questions", "1", "--questions-file", str(questions), "--out", str(tmp_path)]
+    assert run_main(lambda: field.main(argv), "python -m benchmarks.field") == 1
+    assert capsys.readouterr().err == f"python -m benchmarks.field: error: {questions} {says}\n"
