@@ -73,7 +73,10 @@ SECRET_SHAPES: tuple[tuple[str, int, Callable[[str], bool]], ...] = (
 # scheme://user:password@host -> scheme://user:***@host
 _URL_PASSWORD = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://[^\s/@:]*):[^\s/@]*@")
 # Authorization header values and key=value credentials in a message
-_AUTH_VALUE = re.compile(r"(?i)\b(bearer|basic|token)(\s+|=)[A-Za-z0-9._~+/=\-]{6,}")
+_AUTH_VALUE = re.compile(
+    r"(?i)\b(bearer|basic|token)(\s+|=)[A-Za-z0-9._~+/=\-]{6,}"
+    r"|\b(api[_-]?key|access[_-]?token|secret|key)(=)[A-Za-z0-9._~+/=\-]{4,}"  # "?api_key=..." in a URL
+)
 # a password given as a parameter, as libpq reads it in a URI's query or a keyword string
 _PASSWORD_VALUE = re.compile(r"(?i)\b(password\s*=\s*)('(?:[^'\\]|\\.)*'?|[^\s&#]+)")
 
@@ -199,11 +202,11 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
 def redact_message(text: str, secrets: Iterable[str] = ()) -> str:
     """``text`` with every one of ``secrets`` (of at least ``MIN_SECRET_CHARS``), whatever its
     shape, and every credential-shaped part (a URL's password, ``password=...``, the value of
-    an ``Authorization`` header, ``token=...``) replaced by ``***``: for crag's own messages and
+    an ``Authorization`` header, ``token=...``, ``api_key=...``) replaced by ``***``: for crag's own messages and
     records and for server error bodies."""
     text = _URL_PASSWORD.sub(lambda m: f"{m.group(1)}:{REDACTED}@", _replace(text, _secret_set(secrets)))
     text = _PASSWORD_VALUE.sub(lambda m: f"{m.group(1)}{REDACTED}", text)
-    return _AUTH_VALUE.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
+    return _AUTH_VALUE.sub(lambda m: f"{m.group(1) or m.group(3)}{m.group(2) or m.group(4)}{REDACTED}", text)
 
 
 # An Authorization value or a key=value credential, its value alone (for ``redact_credentials``).

@@ -148,3 +148,9 @@ def test_valid_text_replaces_lone_surrogates_only() -> None:
     assert valid_text("caf\udce9 \U0001F4CA ok") == "caf\ufffd \U0001F4CA ok"
     assert valid_text("plain") == "plain"
     valid_text("\ud800\udfff x").encode("utf-8")  # encodable
+
+
+def test_a_key_in_a_url_query_is_masked_in_crags_messages() -> None:
+    # OPENAI_BASE_URL='http://127.0.0.1:9/v1?api_key=hunter2pw': the error line printed the key.
+    line = redact_message("cannot reach http://127.0.0.1:9/v1?api_key=hunter2pw&access_token=abcd1234 (refused)")
+    assert "hunter2pw" not in line and "abcd1234" not in line and "api_key=***&access_token=***" in line
