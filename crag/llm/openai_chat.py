@@ -76,6 +76,7 @@ from .retry import (
 )
 from .server_memory import PROCESS, ServerMemory, adapted
 from .tokens import count_tokens, encoding_for_model
+from .usage_counts import reply_usage
 
 __all__ = ["NODE_HEADER", "RETRY_AFTER_CAP", "OpenAIChatModel", "parse_retry_after"]
 
@@ -105,11 +106,6 @@ _FILTERED = "the server's content filter (finish_reason content_filter)"  # a re
 # costs no more time than one of the size asked for.
 _CHARS_PER_TOKEN = 16
 
-# Tokens a server may count beyond one per byte of the text crag sent or received (a chat
-# template, a system prompt of its own): a reported count above that cannot be one.
-_SLACK_TOKENS = 8192
-
-
 class _StreamRefused(Exception):
     """The server refused this streaming mode; the next simpler one is worth a try."""
 
@@ -124,10 +120,6 @@ class _ParamRefused(Exception):
     def __init__(self, param: str) -> None:
         super().__init__(param)
         self.param = param
-
-
-def _is_count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 @frozen
@@ -470,35 +462,9 @@ class OpenAIChatModel:
     def _usage(
         self, usage: Any, messages: Sequence[Mapping[str, str]], text: str, budget: int | None = None
     ) -> tuple[int, int, int, bool]:
-        """Prompt, completion and cached prompt tokens from the reply's ``usage``, else counted
-        (OpenAI's chat framing: 4 per message plus 3 for the reply; nothing cached), and whether
-        a reported count was replaced because no tokenizer could have produced it.
-
-        A tokenizer makes at most one token of each byte, so a count far above the bytes of its
-        text is not a count: a server once reported 3 x 10^29 completion tokens. The bound is
-        generous (``_SLACK_TOKENS`` for a chat template or a system prompt the server adds, and
-        hidden reasoning tokens up to the reply's budget): only an impossible count is replaced.
-        """
-        prompt = getattr(usage, "prompt_tokens", None) if usage is not None else None
-        completion = getattr(usage, "completion_tokens", None) if usage is not None else None
-        details = getattr(usage, "prompt_tokens_details", None) if usage is not None else None
-        if isinstance(details, dict):
-            cached = details.get("cached_tokens")
-        else:
-            cached = getattr(details, "cached_tokens", None)
-        replaced = False
-        prompt_bytes = sum(len(m["content"].encode("utf-8", "replace")) for m in messages)
-        if _is_count(prompt) and prompt > prompt_bytes + _SLACK_TOKENS:
-            prompt, replaced = None, True
-        if _is_count(completion) and completion > max(len(text.encode("utf-8", "replace")) + _SLACK_TOKENS, budget or 0):
-            completion, replaced = None, True
-        if not _is_count(prompt):
-            prompt = sum(self._count(m["content"]) + 4 for m in messages) + 3
-        if not _is_count(completion):
-            completion = self._count(text)
-        if not _is_count(cached):
-            cached = 0
-        return prompt, completion, min(cached, prompt), replaced
+        """Prompt, completion and cached prompt tokens, and whether a reported count was
+        replaced (``crag.llm.usage_counts.reply_usage``)."""
+        return reply_usage(usage, messages, text, budget, self._count)
 
     # -- failures --------------------------------------------------------------------------
 
