@@ -123,6 +123,16 @@ def test_chitchat_with_an_empty_model_reply_still_says_something():
     assert result.answer.startswith("The model returned no answer text." + STATS_BLOCK)
 
 
+def test_a_reply_of_markers_alone_is_no_answer_text():
+    # Qwen2.5-Coder-1.5B once answered "[1] [2] [3] [4] [5] [6]"; it was printed as the answer,
+    # with no verdict, as if it said something.
+    result, _, _ = run(
+        {"analyze_and_route": [route("simple")], "plan": [search_plan()], "synthesize": ["[1] [2] [3]."]},
+        {"vector_search": [[item(k) for k in (1, 2, 3)]]},
+    )
+    assert result.answer.startswith("The model returned no answer text. The evidence it was given: [1][2][3].")
+
+
 def test_simple_query_fast_path():
     result, model, _ = run(
         {"analyze_and_route": [route("simple")], "plan": [search_plan()], "synthesize": ["Three times [1]."]},

@@ -116,11 +116,16 @@ def apply(state: AgentState, step: Step, reply: Completion | None, cfg: NodeConf
     return evolve(state, answer=text, citations=citations)
 
 
+def _says_anything(body: str) -> bool:
+    """Whether a reply holds a word or a number beside its markers ("[1] [2] [3]" does not)."""
+    return any(ch.isalnum() for ch in answer.renumber(body, 0)[0])
+
+
 def _grounded(state: AgentState, body: str, cfg: NodeConfig, items: tuple) -> AgentState:
     """The answer from the model's text, grounded in ``items`` (the evidence its prompt held):
     renumbered, with footer and notes."""
     weak = weak_evidence_note(state, cfg)
-    if not body:  # nothing to ground: say so, and list what the model was given
+    if not _says_anything(body):  # nothing to ground: say so, and list what the model was given
         text, citations = answer.compose(
             f"{EMPTY_REPLY} The evidence it was given: "
             + "".join(f"[{k}]" for k in range(1, len(items) + 1)) + ".",
