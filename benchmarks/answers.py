@@ -69,6 +69,7 @@ import string
 import sys
 import tempfile
 import time
+import unicodedata
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -163,8 +164,11 @@ def docs_questions(answerable: int, unanswerable: int, shared: Path = SHARED) ->
 
 
 def normalize(text: str) -> str:
-    """SQuAD's answer normalisation: lower case, no punctuation, no articles, single spaces."""
-    text = "".join(ch for ch in text.lower() if ch not in set(string.punctuation))
+    """SQuAD's answer normalisation: lower case, no punctuation, no articles, single spaces.
+    Punctuation is every Unicode punctuation character, not ASCII's alone: "Cretaceous-Paleogene"
+    written with a hyphen is the gold "Cretaceous–Paleogene" (an en dash)."""
+    text = "".join(ch for ch in text.lower()
+                   if ch not in set(string.punctuation) and not unicodedata.category(ch).startswith("P"))
     text = re.sub(r"\b(a|an|the)\b", " ", text)
     return " ".join(text.split())
 
