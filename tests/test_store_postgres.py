@@ -858,3 +858,46 @@ def test_the_store_password_is_a_secret_however_the_uri_gives_it(uri: str, passw
     from crag.environment import find_secrets
 
     assert find_secrets({"KB_AGENT_STORE": uri}) == (password,)
+
+
+@pytest.mark.parametrize("host, cores, writers", [
+    ("/tmp/pgserver", 8, 6),  # a Unix socket: this machine, one writer a core but one, at most six
+    ("localhost", 4, 3),
+    ("127.0.0.1", 2, 2),  # never below two
+    ("::1", 16, 6),
+    ("", 5, 4),  # libpq's default socket
+    ("db.example.com", 32, 2),  # a server elsewhere: its cores are not this machine's
+    ("10.0.0.7", 32, 2),
+    ("localhost", None, 2),
+])
+def test_a_first_build_writes_with_a_writer_a_core_on_a_server_of_this_machine(host, cores, writers) -> None:
+    from crag.index.postgres_update import bulk_writers
+
+    assert bulk_writers(host, cores) == writers
+
+
+def test_the_bulk_writers_follow_the_cores_of_this_machine(pg_server, tmp_path, monkeypatch) -> None:
+    import psycopg
+
+    from crag.index import postgres_update
+
+    kb = make_kb(tmp_path / "kb", n=40)
+    uri = database_uri(pg_server, "crag_bulk_cores")
+    with psycopg.connect(pg_server.get_uri(), autocommit=True) as conn:  # type: ignore[attr-defined]
+        conn.execute("DROP DATABASE IF EXISTS crag_bulk_cores")
+        conn.execute("CREATE DATABASE crag_bulk_cores")
+    counts = []
+    real = postgres_update._BulkWriters
+
+    def counted(*a):
+        writers = real(*a)
+        counts.append(len(writers.conns))
+        return writers
+
+    monkeypatch.setattr(postgres_update, "_BulkWriters", counted)
+    monkeypatch.setattr(postgres_update, "_cores", lambda: 4)  # the test server listens on a local socket
+    monkeypatch.setattr(postgres_update, "BULK_BATCH", 5)
+    index_roots(Settings(store=uri), [kb])
+    assert counts == [3]
+    with open_index(Settings(store=uri)) as reader:
+        assert {h.path for h in reader.search("page 7 edition", 5)}

@@ -11,6 +11,8 @@ next first build clears. An update of a published index stays one transaction th
 
 from __future__ import annotations
 
+import ipaddress
+import os
 import queue
 import struct
 import threading
@@ -31,13 +33,14 @@ if TYPE_CHECKING:
     from ..ports import DocumentVersion, Embedder
     from .postgres import PostgresStore
 
-__all__ = ["BULK_BATCH", "BULK_WRITERS", "PostgresUpdate", "word_count"]
+__all__ = ["BULK_BATCH", "BULK_WRITERS", "MAX_BULK_WRITERS", "PostgresUpdate", "bulk_writers", "word_count"]
 
 _EMBED_BATCH = 256
 # A first build's batches: chunks a batch, and the connections writing them side by side (the
 # server parses each chunk's text into its tsvector and postings: its work, not crag's).
 BULK_BATCH = 2048
 BULK_WRITERS = 2
+MAX_BULK_WRITERS = 6  # a server on this machine: one a core but the one crag index keeps busy, at most this
 # maintenance_work_mem for building the postings' indexes once (raised for the transaction
 # only, never lowered): their sort runs in memory up to it, in parallel workers
 # (max_parallel_maintenance_workers) when the server allows.
@@ -76,17 +79,49 @@ def _text_field(value: str) -> bytes:
     return struct.pack("!i", len(data)) + data
 
 
+def bulk_writers(host: str, cores: int | None) -> int:
+    """How many connections write a first build's batches, for a server at ``host`` (as the
+    connection reports it: a name, an address, or a Unix socket's directory) on a machine of
+    ``cores``. A server elsewhere gets ``BULK_WRITERS``: crag cannot see its cores. A server on
+    this machine (a Unix socket or a loopback address) gets one writer a core but one, which
+    ``crag index`` itself keeps busy, from ``BULK_WRITERS`` to ``MAX_BULK_WRITERS``: each writer
+    is one server process parsing text (docs/postgresql.md, "Loading a large knowledge base")."""
+    if not cores or not _local(host):
+        return BULK_WRITERS
+    return max(BULK_WRITERS, min(MAX_BULK_WRITERS, cores - 1))
+
+
+def _local(host: str) -> bool:
+    if not host or host.startswith("/") or host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.split("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def _cores() -> int | None:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count()
+
+
 class _BulkWriters:
     """Connections writing a first build's batches side by side, each batch in its own transaction,
-    committed (readers see none of it before the update publishes its version)."""
+    committed (readers see none of it before the update publishes its version); how many:
+    ``bulk_writers``, unless ``n`` says."""
 
-    def __init__(self, store: PostgresStore, n: int) -> None:
+    def __init__(self, store: PostgresStore, n: int | None = None) -> None:
         self.store = store
         self.errors: list[BaseException] = []
         self.conns = []
         try:
-            for _ in range(n):
+            while n is None or len(self.conns) < n:
                 conn = store.connect(autocommit=False)
+                if n is None:
+                    n = bulk_writers(conn.info.host or "", _cores())
                 self.conns.append(conn)
                 # The update's own commit flushes the write-ahead log; a crash before it leaves
                 # rows no reader sees, which the next first build clears.
@@ -290,7 +325,7 @@ class PostgresUpdate:
         batch = (file_rows, chunks, [file_id for file_id, _ in docs], first, self.next_chunk_id)
         if self.bulk and (full or self._writers is not None):
             if self._writers is None:
-                self._writers = _BulkWriters(self.store, BULK_WRITERS)
+                self._writers = _BulkWriters(self.store)
             self._writers.submit(lambda conn: self._write(conn, *batch))
             return
         try:
