@@ -223,3 +223,8 @@ def render_chart(result: dict[str, Any], path: Path) -> Path | None:
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
+
+
+if __name__ == "__main__":  # what holds the real grader is run through the grading cost benchmark
+    raise SystemExit("benchmarks.real_grader runs through the grading cost benchmark: "
+                     "python -m benchmarks.grading_cost --base-url URL --model M (see its --help)")

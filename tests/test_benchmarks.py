@@ -387,3 +387,13 @@ def test_store_scale_keeps_the_figures_of_stores_a_run_has_not_measured():
     assert part["unmeasured_rows"] == [{"store": "postgresql", "index_wall_s": 2.0}]
     whole = store_scale.with_unmeasured({"rows": [{"store": "embedded"}, {"store": "postgresql"}]}, previous)
     assert "unmeasured_rows" not in whole
+
+
+def test_every_benchmark_module_run_alone_says_what_it_does() -> None:
+    """``python -m benchmarks.X --help`` prints usage, or where the module is run from."""
+    names = sorted(p.stem for p in (run_all.REPO / "benchmarks").glob("*.py") if p.stem not in ("__init__", "common"))
+    for name in names:
+        proc = subprocess.run([sys.executable, "-m", f"benchmarks.{name}", "--help"], cwd=run_all.REPO, capture_output=True,
+                              text=True, timeout=120)
+        said = (proc.stdout + proc.stderr).strip()
+        assert said and "Traceback" not in said, name
