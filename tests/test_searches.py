@@ -84,6 +84,17 @@ def test_a_repeated_read_is_dropped_and_the_question_searched_deeper():
     assert state.tool_calls == (ToolCall("vector_search", {"query": QUESTION, "top_k": 10}),)
 
 
+def test_a_question_search_paged_to_its_last_hit_is_not_searched_again_and_planning_ends():
+    # KB_AGENT_MAX_ITERATIONS=11 reached this: every page of the question's search was read,
+    # the planner repeated itself, and the fallback search recursed until RecursionError.
+    asked = ToolRun(1, ToolCall("vector_search", {"query": QUESTION, "top_k": 50}), ())
+    read = ToolRun(1, ToolCall("read_file", {"path": "a.md"}), (item(1, tool="read_file"),))
+    for reply in (plan_reply(("read_file", {"path": "a.md"})), plan_reply(("vector_search", {"query": QUESTION}))):
+        state = planned(reply, history=[asked, read], iteration=10)
+        assert state.tool_calls == ()
+        assert [e.fields["action"] for e in state.audit if e.event == "call_repeated"][-1] == "dropped"
+
+
 def test_a_refine_round_of_the_same_plan_brings_only_new_evidence():
     page1 = [item(k) for k in range(1, 6)]
     page2 = [*page1, *(item(k) for k in range(6, 11))]
