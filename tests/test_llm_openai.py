@@ -381,6 +381,16 @@ def test_parse_retry_after_reads_seconds_milliseconds_and_dates():
     assert parse_retry_after({}) is None and parse_retry_after(None) is None
 
 
+def test_the_backoff_stays_at_its_ceiling_however_many_retries_were_allowed():
+    # KB_AGENT_LLM_MAX_RETRIES accepts any count; the 1025th retry raised OverflowError.
+    from crag.llm.retry import RetryPolicy, StatusFailure
+
+    policy = RetryPolicy(10**30, backoff_max=8.0)
+    failure = StatusFailure(status=500, retry=True, retry_after=None, too_long=False)
+    for retries in (1023, 1024, 10**6):
+        assert 4.0 <= policy.wait(retries, failure) <= 8.0
+
+
 def test_make_chat_model_picks_the_backend(srv):
     assert isinstance(make_chat_model(Settings(llm="offline")), OfflineChatModel)
     model = make_chat_model(Settings(llm="openai", openai_base_url=srv.base_url))
