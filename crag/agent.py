@@ -169,7 +169,8 @@ def parse_history(messages: Iterable[Any]) -> tuple[Message, ...]:
     """Earlier turns as ``Message`` records, from dicts with ``role`` and ``content`` (None: none)."""
     if messages is None:
         return ()
-    if not isinstance(messages, Iterable):
+    # A string or one message is iterable too, but not a list of messages.
+    if not isinstance(messages, Iterable) or isinstance(messages, (str, bytes, Mapping)):
         raise UsageError(f"history must be a list of {{\"role\", \"content\"}} messages, not {type(messages).__name__}")
     out = []
     for i, m in enumerate(messages):
