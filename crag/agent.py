@@ -169,7 +169,8 @@ def parse_history(messages: Iterable[Any]) -> tuple[Message, ...]:
     """Earlier turns as ``Message`` records, from dicts with ``role`` and ``content`` (None: none)."""
     if messages is None:
         return ()
-    if not isinstance(messages, Iterable):
+    # A string or one message is iterable too, but not a list of messages.
+    if not isinstance(messages, Iterable) or isinstance(messages, (str, bytes, Mapping)):
         raise UsageError(f"history must be a list of {{\"role\", \"content\"}} messages, not {type(messages).__name__}")
     out = []
     for i, m in enumerate(messages):
@@ -291,10 +292,52 @@ class Agent:
         on_event: EventHandler | None = None,
         stream: bool = False,
     ) -> Answer:
-        """``ask`` without blocking the event loop (runs in a worker thread)."""
+        """``ask`` without blocking the event loop: it runs in a thread of its own, and a
+        cancelled await (``asyncio.wait_for``, ``task.cancel()``) stops it at its next wait for
+        a server (``crag.llm.deadline``) instead of letting it run on, holding up the loop's
+        shutdown."""
         import asyncio
+        import contextvars
+        import threading
 
-        return await asyncio.to_thread(self.ask, question, parse_history(history), on_event, stream)
+        from .llm.deadline import cancellable
+
+        turns = parse_history(history)
+        context = contextvars.copy_context()  # as asyncio.to_thread does
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[Answer] = loop.create_future()
+        cancel = threading.Event()
+
+        def settle(result: Answer | None, error: BaseException | None) -> None:
+            if done.done():  # cancelled meanwhile
+                return
+            if error is not None or result is None:
+                done.set_exception(error or RuntimeError("the question ended without an answer"))
+            else:
+                done.set_result(result)
+
+        def run() -> Answer:
+            with cancellable(cancel):
+                return self.ask(question, turns, on_event, stream)
+
+        def work() -> None:
+            result, error = None, None
+            try:
+                result = context.run(run)
+            except BaseException as exc:  # handed to the awaiting task, which raises it
+                error = exc
+            if not cancel.is_set():
+                try:
+                    loop.call_soon_threadsafe(settle, result, error)
+                except RuntimeError:  # the loop that was waiting is closed
+                    pass
+
+        threading.Thread(target=work, name="crag-aask", daemon=True).start()
+        try:
+            return await done
+        except asyncio.CancelledError:
+            cancel.set()
+            raise
 
     def stream(self, question: str, history: Iterable[Any] = (), on_event: EventHandler | None = None) -> AnswerStream:
         """``ask`` with the answer shown as the model writes it: iterate the returned stream

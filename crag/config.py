@@ -237,6 +237,19 @@ def _as_text(value: Any) -> str:
     return os.fspath(value) if isinstance(value, os.PathLike) else str(value)
 
 
+class _Adapting:
+    """The default of a setting that adapts to others the user set (SPEC §3): resolved by
+    ``Settings.__attrs_post_init__``, never seen outside it."""
+
+    def __repr__(self) -> str:
+        return "ADAPTING"
+
+
+ADAPTING: Any = _Adapting()
+# The defaults ADAPTING stands for, before they adapt.
+MAX_ANSWER_TOKENS, DROP_THRESHOLD, GENERATE_THRESHOLD = 1024, 0.3, 0.7
+
+
 @frozen
 class _Convert:
     """A field's converter: the field's kind over the text of the value (a string as is)."""
@@ -245,6 +258,8 @@ class _Convert:
     kind: Kind
 
     def __call__(self, value: Any) -> Any:
+        if value is ADAPTING:
+            return value
         return self.kind(self.variable, value if isinstance(value, str) else _as_text(value))
 
 
@@ -267,8 +282,9 @@ class Settings:
     max_iterations: int = setting("KB_AGENT_MAX_ITERATIONS", Integer(1), 3, node=True)
     auto_approve_max_items: int = setting("KB_AGENT_AUTO_APPROVE_MAX_ITEMS", Integer(0), 2, node=True)
     vector_score_threshold: float = setting("KB_AGENT_VECTOR_SCORE_THRESHOLD", fraction(), 0.8, node=True)
-    drop_threshold: float = setting("KB_AGENT_DROP_THRESHOLD", fraction(), 0.3, node=True)
-    generate_threshold: float = setting("KB_AGENT_GENERATE_THRESHOLD", fraction(), 0.7, node=True)
+    # Adapting defaults: 0.3 and 0.7, moved to a threshold the user set alone (__attrs_post_init__).
+    drop_threshold: float = setting("KB_AGENT_DROP_THRESHOLD", fraction(), ADAPTING, node=True)
+    generate_threshold: float = setting("KB_AGENT_GENERATE_THRESHOLD", fraction(), ADAPTING, node=True)
     grade_memory: bool = setting("KB_AGENT_GRADE_MEMORY", _switch, False, node=True)
     grader: GraderStyle = setting("KB_AGENT_GRADER", Choice(GraderStyle), GraderStyle.BATCH, node=True)
     grading_policy: GradingPolicyName = setting("KB_AGENT_GRADING_POLICY", Choice(GradingPolicyName), GradingPolicyName.DEFAULT, node=True)
@@ -292,7 +308,8 @@ class Settings:
     embedding_base_url: str | None = setting("KB_AGENT_EMBEDDING_BASE_URL", _url, None)
     temperature: float = setting("KB_AGENT_TEMPERATURE", Number(0.0, 2.0, "a number between 0 and 2"), 0.2,
                                  node=True)
-    max_answer_tokens: int = setting("KB_AGENT_MAX_ANSWER_TOKENS", Integer(16), 1024, node=True)
+    # Adapting default: 1024, or half of a smaller KB_AGENT_CONTEXT_TOKENS (__attrs_post_init__).
+    max_answer_tokens: int = setting("KB_AGENT_MAX_ANSWER_TOKENS", Integer(16), ADAPTING, node=True)
     context_tokens: int = setting("KB_AGENT_CONTEXT_TOKENS", Integer(1024), 8192, node=True)
     structured_output: StructuredOutput = setting(
         "KB_AGENT_STRUCTURED_OUTPUT", Choice(StructuredOutput), StructuredOutput.AUTO)
@@ -303,6 +320,19 @@ class Settings:
     show_usage: bool = setting("KB_AGENT_SHOW_USAGE", _switch, True)
 
     def __attrs_post_init__(self) -> None:
+        # A default adapts to the values the user set (SPEC §3): only those can conflict, so
+        # Settings(context_tokens=1024) has an answer budget of 512, and
+        # Settings(drop_threshold=0.8) a generate threshold of 0.8.
+        adapted = {}
+        if self.max_answer_tokens is ADAPTING:
+            adapted["max_answer_tokens"] = min(MAX_ANSWER_TOKENS, self.context_tokens // 2)
+        drop, generate = self.drop_threshold, self.generate_threshold
+        if drop is ADAPTING:
+            adapted["drop_threshold"] = DROP_THRESHOLD if generate is ADAPTING else min(DROP_THRESHOLD, generate)
+        if generate is ADAPTING:
+            adapted["generate_threshold"] = GENERATE_THRESHOLD if drop is ADAPTING else max(GENERATE_THRESHOLD, drop)
+        for name, value in adapted.items():
+            object.__setattr__(self, name, value)
         # Rules across settings; each field's own range is checked by its converter.
         if self.embedder == EmbedderKind.LOCAL and not self.embedding_path.strip():
             raise ConfigError(
@@ -364,17 +394,9 @@ class Settings:
             convert = getattr(fields(cls), name).converter
             values[name] = _with_origin(lambda _var, raw, c=convert: c(raw), name, value, "given as an argument")
             origins[getattr(fields(cls), name).metadata["variable"]] = "given as an argument"
-        if "max_answer_tokens" not in values and "context_tokens" in values:
-            # A default adapts to what the user set (SPEC §3): the answer budget to a small window.
-            default = fields(cls).max_answer_tokens.default
-            values["max_answer_tokens"] = min(default, values["context_tokens"] // 2)
-        # The same for the two grading thresholds: only values the user set can conflict, so
-        # KB_AGENT_DROP_THRESHOLD=0.8 alone raises the default GENERATE threshold to 0.8, and
-        # KB_AGENT_GENERATE_THRESHOLD=0.2 alone lowers the default DROP threshold to 0.2.
-        if "drop_threshold" in values and "generate_threshold" not in values:
-            values["generate_threshold"] = max(fields(cls).generate_threshold.default, values["drop_threshold"])
-        if "generate_threshold" in values and "drop_threshold" not in values:
-            values["drop_threshold"] = min(fields(cls).drop_threshold.default, values["generate_threshold"])
+        # Settings not given keep their adapting defaults: KB_AGENT_DROP_THRESHOLD=0.8 alone
+        # raises the GENERATE threshold to 0.8, a small KB_AGENT_CONTEXT_TOKENS lowers the
+        # answer budget (Settings.__attrs_post_init__).
         try:
             return cls(**values)
         except ConfigError as exc:  # a rule across settings: say where the blamed value was set

@@ -91,9 +91,13 @@ def with_question_search(
 
 
 def deepen_repeats(
-    calls: Sequence[ToolCall], history: Sequence[ToolRun], top_k: int, question: str, tools: Sequence[Tool]
+    calls: Sequence[ToolCall], history: Sequence[ToolRun], top_k: int, question: str, tools: Sequence[Tool],
+    *, fall_back: bool = True,
 ) -> tuple[tuple[ToolCall, ...], tuple[AuditEvent, ...]]:
-    """Calls identical to earlier ones made one page deeper (or dropped); see the module doc."""
+    """Calls identical to earlier ones made one page deeper (or dropped); see the module doc.
+
+    When none is left, the question's own search one page deeper (``fall_back``); when that
+    search has returned its last page too, no call at all."""
     records = _records(tools)
 
     def paging(call: ToolCall) -> Paging | None:
@@ -127,12 +131,13 @@ def deepen_repeats(
             audit.append(AuditEvent("call_repeated", {"tool": call.tool, "action": "next page"}))
         else:
             audit.append(AuditEvent("call_repeated", {"tool": call.tool, "action": "dropped"}))
-    if not out:
+    if not out and fall_back:
         fallback = question_search(tools, question.strip() or question, top_k)
         if fallback is None:
             return (), tuple(audit)
         if signature(fallback, records.get(fallback.tool)) in earlier:
-            return deepen_repeats((fallback,), history, top_k, question, tools)[0], tuple(audit)
+            deeper, more = deepen_repeats((fallback,), history, top_k, question, tools, fall_back=False)
+            return deeper, (*audit, *more)
         out.append(fallback)
     return tuple(out), tuple(audit)
 

@@ -147,6 +147,11 @@ class _Run:
         self.ask = ask
         self.put = put
         self.closed = False
+        self.cancel = threading.Event()  # set by close: a request under way stops too (crag.llm.deadline)
+
+    def close(self) -> None:
+        self.closed = True
+        self.cancel.set()
 
     def start(self) -> None:
         threading.Thread(target=self._work, name="crag-stream", daemon=True).start()
@@ -157,8 +162,11 @@ class _Run:
         self.put(("event", event))
 
     def _work(self) -> None:
+        from .llm.deadline import cancellable
+
         try:
-            item: tuple[str, Any] = ("done", self.ask(self.on_event))
+            with cancellable(self.cancel):
+                item: tuple[str, Any] = ("done", self.ask(self.on_event))
         except _Closed:
             return
         except BaseException as exc:  # handed to the iterating thread, which raises it
@@ -224,7 +232,7 @@ class AnswerStream(_Stream):
                 if text:
                     yield text
         finally:
-            run.closed = True
+            run.close()
 
 
 class AsyncAnswerStream(_Stream):
@@ -247,4 +255,4 @@ class AsyncAnswerStream(_Stream):
                 if text:
                     yield text
         finally:
-            run.closed = True
+            run.close()

@@ -165,7 +165,7 @@ def test_arguments_of_the_wrong_type_are_one_usage_error_not_a_type_or_attribute
     """``history=5``, ``from_env(kb=5)``, ``environ=5``, ``chat_model=5``, ``Agent(None, None)``
     and ``on_event="x"`` were TypeErrors and AttributeErrors from crag's insides."""
     agent = Agent(ScriptedChatModel(), FakeToolbox(), Settings())
-    for history in (5, 2.5, object()):
+    for history in (5, 2.5, object(), "hi there", b"hi", {"role": "user", "content": "hi"}):
         with pytest.raises(crag.UsageError, match=r"^history must be a list of"):
             agent.ask("which port?", history=history)
         with pytest.raises(crag.UsageError, match=r"^history must be a list of"):

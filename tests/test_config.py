@@ -210,3 +210,18 @@ def test_the_default_answer_budget_adapts_to_a_small_window_only_a_set_one_confl
     assert Settings.from_env(environ={"KB_AGENT_CONTEXT_TOKENS": "32768"}, dotenv=None).max_answer_tokens == 1024
     with pytest.raises(ConfigError, match=r"KB_AGENT_MAX_ANSWER_TOKENS=1500 .*at most half of KB_AGENT_CONTEXT_TOKENS \(2000\)"):
         Settings.from_env(environ={"KB_AGENT_CONTEXT_TOKENS": "2000", "KB_AGENT_MAX_ANSWER_TOKENS": "1500"}, dotenv=None)
+
+
+def test_settings_built_in_code_adapt_their_defaults_as_from_env_does():
+    # Settings(context_tokens=1024) blamed KB_AGENT_MAX_ANSWER_TOKENS=1024, and
+    # Settings(generate_threshold=0.2) KB_AGENT_DROP_THRESHOLD=0.3: defaults the caller never
+    # set (SPEC §3: only values the user set can conflict). Agent(chat_model, toolbox, Settings(...)).
+    assert Settings(context_tokens=1024).max_answer_tokens == 512
+    assert Settings(context_tokens=32768).max_answer_tokens == 1024
+    assert (Settings(drop_threshold=0.8).drop_threshold, Settings(drop_threshold=0.8).generate_threshold) == (0.8, 0.8)
+    assert (Settings(generate_threshold=0.2).drop_threshold, Settings(generate_threshold=0.2).generate_threshold) == (0.2, 0.2)
+    assert (Settings().drop_threshold, Settings().generate_threshold, Settings().max_answer_tokens) == (0.3, 0.7, 1024)
+    with pytest.raises(ConfigError, match="KB_AGENT_MAX_ANSWER_TOKENS=1024"):
+        Settings(context_tokens=1024, max_answer_tokens=1024)  # both set: they conflict
+    with pytest.raises(ConfigError, match=r"KB_AGENT_DROP_THRESHOLD=0\.8"):
+        Settings(drop_threshold=0.8, generate_threshold=0.5)

@@ -113,6 +113,20 @@ def test_failures_become_crag_errors(api: EmbeddingsServer) -> None:
         OpenAIEmbedder("m", api_key="k", base_url="http://127.0.0.1:9/v1", timeout=2, max_retries=0).embed(["x"])
 
 
+def test_an_unreachable_embedding_server_names_the_variable_that_set_its_address() -> None:
+    from crag.config import Settings
+    from crag.index.embedders import make_embedder
+
+    down = "http://127.0.0.1:9/v1"
+    for config, named in (
+        (Settings(embedder="openai", openai_base_url=down, llm_max_retries=0), "OPENAI_BASE_URL"),
+        (Settings(embedder="openai", embedding_base_url=down, openai_base_url="http://127.0.0.1:8/v1",
+                  llm_max_retries=0), "KB_AGENT_EMBEDDING_BASE_URL"),
+    ):
+        with pytest.raises(LLMError, match=f"check {named} and the network"):
+            make_embedder(config).embed(["x"])
+
+
 def test_a_server_trickling_its_reply_cannot_hold_an_embedding_past_its_timeout() -> None:
     # Each byte comes well within the 1 s read timeout; the whole reply would take several seconds.
     with FakeOpenAIServer() as srv:

@@ -381,6 +381,16 @@ def test_parse_retry_after_reads_seconds_milliseconds_and_dates():
     assert parse_retry_after({}) is None and parse_retry_after(None) is None
 
 
+def test_the_backoff_stays_at_its_ceiling_however_many_retries_were_allowed():
+    # KB_AGENT_LLM_MAX_RETRIES accepts any count; the 1025th retry raised OverflowError.
+    from crag.llm.retry import RetryPolicy, StatusFailure
+
+    policy = RetryPolicy(10**30, backoff_max=8.0)
+    failure = StatusFailure(status=500, retry=True, retry_after=None, too_long=False)
+    for retries in (1023, 1024, 10**6):
+        assert 4.0 <= policy.wait(retries, failure) <= 8.0
+
+
 def test_make_chat_model_picks_the_backend(srv):
     assert isinstance(make_chat_model(Settings(llm="offline")), OfflineChatModel)
     model = make_chat_model(Settings(llm="openai", openai_base_url=srv.base_url))
@@ -424,6 +434,39 @@ def test_synthesis_streams_through_the_agent(srv):
     assert streamed == "Hello there, ask me anything."
     assert result.answer.startswith(streamed)
     assert srv.requests[-1].body["stream"] is True
+
+
+def test_a_cancelled_aask_or_astream_stops_its_request_and_frees_the_event_loop(srv):
+    # asyncio.wait_for(agent.aask(...), 1) gave up the await, but the question ran on in the
+    # default executor until the server answered: asyncio.run then waited for it at shutdown
+    # (20 s here; up to KB_AGENT_LLM_TIMEOUT x retries with a real server).
+    import asyncio
+    import threading
+
+    srv.default("analyze_and_route", '{"complexity": "chitchat", "suggested_tools": []}')
+    srv.default("synthesize", Delay(20, "Hello."))
+    settings = Settings(llm="openai", openai_base_url=srv.base_url)
+    agent = Agent(OpenAIChatModel(settings), FakeToolbox(), settings)
+
+    async def consume(stream):
+        async for _ in stream:
+            pass
+
+    for call in (lambda: agent.aask("hi"), lambda: consume(agent.astream("hi")), lambda: agent.aask("hi", stream=True)):
+        async def main(call=call):
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(call(), 0.5)
+
+        started = time.monotonic()
+        asyncio.run(main())
+        assert time.monotonic() - started < 5
+        def running() -> list[str]:  # the question's own thread, told to stop
+            return [t.name for t in threading.enumerate() if t.name in ("crag-aask", "crag-stream")]
+
+        deadline = time.monotonic() + 3
+        while running() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not running()
 
 
 def test_synthesize_task_evidence_is_quoted_in_the_request(srv):

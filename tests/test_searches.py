@@ -84,6 +84,34 @@ def test_a_repeated_read_is_dropped_and_the_question_searched_deeper():
     assert state.tool_calls == (ToolCall("vector_search", {"query": QUESTION, "top_k": 10}),)
 
 
+def test_a_question_search_paged_to_its_last_hit_is_not_searched_again_and_planning_ends():
+    # KB_AGENT_MAX_ITERATIONS=11 reached this: every page of the question's search was read,
+    # the planner repeated itself, and the fallback search recursed until RecursionError.
+    asked = ToolRun(1, ToolCall("vector_search", {"query": QUESTION, "top_k": 50}), ())
+    read = ToolRun(1, ToolCall("read_file", {"path": "a.md"}), (item(1, tool="read_file"),))
+    for reply in (plan_reply(("read_file", {"path": "a.md"})), plan_reply(("vector_search", {"query": QUESTION}))):
+        state = planned(reply, history=[asked, read], iteration=10)
+        assert state.tool_calls == ()
+        assert [e.fields["action"] for e in state.audit if e.event == "call_repeated"][-1] == "dropped"
+
+
+def test_a_top_k_of_fifty_and_a_planner_repeating_the_question_search_refine_to_the_cap():
+    # With KB_AGENT_TOP_K=50 the first round read the search's last page; the second
+    # round's plan ended in RecursionError.
+    page = [item(k) for k in range(1, 6)]
+    toolbox = FakeToolbox({"vector_search": [page, page, page]})
+    same = plan_reply(("vector_search", {"query": QUESTION}))
+    model = ScriptedChatModel({
+        "analyze_and_route": [ROUTE],
+        "plan": [same, same, same],
+        "grade_evidence": ["[0.5, 0.6, 0.5, 0.6, 0.5]"] * 3,  # REFINE
+        "synthesize": ["Uploads retry [1]."],
+    })
+    result = Agent(model, toolbox, Settings(top_k=50, auto_approve_max_items=0, grading_policy="seed")).ask(QUESTION)
+    assert result.iterations == 3
+    assert [c.args["top_k"] for c in toolbox.calls] == [50]
+
+
 def test_a_refine_round_of_the_same_plan_brings_only_new_evidence():
     page1 = [item(k) for k in range(1, 6)]
     page2 = [*page1, *(item(k) for k in range(6, 11))]

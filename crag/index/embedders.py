@@ -81,8 +81,10 @@ class OpenAIEmbedder:
         max_parallel: int = 4,
         client: Any = None,
         policy: RetryPolicy | None = None,
+        base_url_variable: str = "OPENAI_BASE_URL",
     ) -> None:
         self.model = model
+        self._base_url_variable = base_url_variable  # where the user set base_url, for messages
         self.name = f"openai:{model}"
         self._api_key = api_key
         self._base_url = base_url
@@ -158,7 +160,7 @@ class OpenAIEmbedder:
         if isinstance(failure, ConnectionFailure):
             return LLMError(
                 f"cannot reach the embeddings server ({self._base_url or 'api.openai.com'}){after}: "
-                "check OPENAI_BASE_URL and the network"
+                f"check {self._base_url_variable} and the network"
             )
         if isinstance(failure, StatusFailure):
             if failure.status == 401:
@@ -246,5 +248,6 @@ def make_embedder(settings: Settings) -> HashEmbedder | OpenAIEmbedder | LocalEm
             base_url=base_url,
             timeout=settings.llm_timeout,
             max_retries=settings.llm_max_retries,
+            base_url_variable="KB_AGENT_EMBEDDING_BASE_URL" if settings.embedding_base_url else "OPENAI_BASE_URL",
         )
     raise ConfigError("KB_AGENT_EMBEDDER", settings.embedder, "hash, openai or local")

@@ -196,7 +196,7 @@ class RetryPolicy:
             return None
         if isinstance(failure, StatusFailure) and failure.retry_after is not None:
             return float(failure.retry_after)
-        ceiling = min(self.backoff_max, self.backoff_base * (2.0**retries))
+        ceiling = min(self.backoff_max, self.backoff_base * (2.0 ** min(retries, 64)))  # 2.0**1024 overflows
         return ceiling / 2.0 + self.rng.uniform(0.0, ceiling / 2.0)
 
     def call(
