@@ -263,5 +263,5 @@ def test_every_kind_of_refused_write_is_one_line_naming_the_path(
     write(kb / "new.md", "# New\n\nA new page about restores.\n")
     code, _, err = cli("index", "docs")
     assert code == 1 and err == f"crag: error: cannot write the index: {said.format(gen=gen)}; the previous index is " \
-        "unchanged (free some space, or point KB_AGENT_INDEX_DIR at a writable folder)\n"
+        "unchanged (free some space, or point --index or KB_AGENT_INDEX_DIR at a writable folder)\n"
     assert sorted(os.listdir(tmp_path / "index")) == ["CURRENT", "gen-000001"]

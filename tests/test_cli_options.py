@@ -236,3 +236,10 @@ def test_thousands_of_unknown_names_are_warned_about_boundedly(tmp_path: Path, m
     assert "29,980 more KB_AGENT_* names are not crag settings" in lines[-1]
     assert "30 more lines of .env are not assignments" in err
     assert len(looked_up) <= 20
+
+
+def test_an_index_option_naming_a_file_is_named_as_the_option_too(project: Path) -> None:
+    (project / "notes.txt").write_text("not an index\n")
+    code, out, err = cli("--index", str(project / "notes.txt"), "search", "retries")
+    assert code == 1 and not out
+    assert err.count("\n") == 1 and "is a file, not an index folder" in err and "--index" in err

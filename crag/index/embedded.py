@@ -42,7 +42,7 @@ class EmbeddedStore:
             os.makedirs(self.index_dir, exist_ok=True)
         except OSError as exc:
             raise IndexStoreError(
-                f"cannot create the index folder {self.index_dir} ({exc.strerror or exc}): check KB_AGENT_INDEX_DIR",
+                f"cannot create the index folder {self.index_dir} ({exc.strerror or exc}): check --index or KB_AGENT_INDEX_DIR",
                 self.index_dir,
             ) from exc
 
@@ -154,7 +154,7 @@ class _WriteErrors:
         kept = "the previous index is unchanged" if had_index else "nothing was indexed"
         return IndexStoreError(
             f"cannot write the index: {os.fspath(path)}: {reason}; {kept} (free some space, or point "
-            f"KB_AGENT_INDEX_DIR at a writable folder)",
+            f"--index or KB_AGENT_INDEX_DIR at a writable folder)",
             index_dir,
         )
 

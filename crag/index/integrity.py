@@ -85,10 +85,10 @@ def read_current_name(path: str, index_dir: str, hint: str) -> str | None:
         raise _damaged(index_dir, "CURRENT is a folder", hint) from None
     except NotADirectoryError:
         raise IndexStoreError(
-            f"{index_dir} is a file, not an index folder: point KB_AGENT_INDEX_DIR at a folder", index_dir
+            f"{index_dir} is a file, not an index folder: point --index or KB_AGENT_INDEX_DIR at a folder", index_dir
         ) from None
     except OSError as exc:  # the folder cannot be reached (a name too long, no permission): no index can fix it
-        raise IndexStoreError(f"cannot read {path} ({exc.strerror or exc}): check KB_AGENT_INDEX_DIR", index_dir) from exc
+        raise IndexStoreError(f"cannot read {path} ({exc.strerror or exc}): check --index or KB_AGENT_INDEX_DIR", index_dir) from exc
     try:
         text = raw.decode("ascii")
     except UnicodeDecodeError:

@@ -364,7 +364,7 @@ class IndexLock:
         except OSError as exc:
             raise IndexStoreError(
                 f"cannot create the lock file {self._path} ({exc.strerror or exc}); the index is unchanged: "
-                "check KB_AGENT_INDEX_DIR",
+                "check --index or KB_AGENT_INDEX_DIR",
                 self.index_dir,
             ) from exc
 
