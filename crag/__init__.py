@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from .errors import (
     ConfigError,
     CragError,
+    CragWarning,
     EmbedderMismatchError,
     IndexStoreError,
     KnowledgeBaseError,
@@ -89,6 +90,7 @@ __all__ = [
     "Complexity",
     "ConfigError",
     "CragError",
+    "CragWarning",
     "EmbedderMismatchError",
     "Event",
     "EventHandler",

@@ -229,3 +229,23 @@ def _result_or_error(f, *args):
         return f(*args)
     except Exception as exc:
         return exc
+
+
+def test_a_library_user_filters_what_crag_works_around_by_its_warning_class(tmp_path) -> None:
+    """README: a bad ignore-file line is a ``crag.CragWarning``, which ``warnings`` filters."""
+    import warnings
+
+    kb = tmp_path / "kb"
+    kb.mkdir()
+    (kb / "notes.md").write_text("# Notes\n\nThe client retries failed uploads three times.\n")
+    (kb / ".gitignore").write_text("[unclosed\n")
+    settings = {"llm": "offline", "index_dir": str(tmp_path / "idx"), "log": "off"}
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with Agent.from_env(kb=[str(kb)], dotenv=None, environ={}, **settings) as agent:
+            assert agent.search("retries")
+    assert any(issubclass(w.category, crag.CragWarning) and ".gitignore" in str(w.message) for w in seen)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", crag.CragWarning)
+        with pytest.raises(crag.CragWarning):
+            Agent.from_env(kb=[str(kb)], dotenv=None, environ={}, **{**settings, "index_dir": str(tmp_path / "b")})
