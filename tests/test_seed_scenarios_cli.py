@@ -276,3 +276,18 @@ def test_files_the_question_points_at_answer_it(llm, monkeypatch):
     assert result["body"] == "Service 3 retries 3 times [1]. Service 4 retries 4 times [2]."
     assert [(c["path"], c["line"]) for c in result["citations"]] == [("docs/service3.md", 3), ("docs/service4.md", 3)]
     assert not [e for e in result["audit"] if e["event"] in ("question_terms_missing", "question_not_addressed")]
+
+
+@pytest.mark.parametrize("reply", [
+    "1: yes\n2: yes\n3: yes\n4: yes\n5: yes\n6: yes",  # a label for a passage that is not there
+    "1: yes\n2: yes\n3: yes\n4: yes\n5: yes\n1: no",  # two different labels for one passage
+])
+def test_labels_that_are_not_one_per_item_are_a_parse_failure(llm, monkeypatch, reply):
+    # SPEC §2: a reply that is not exactly N grades is the seeds' parse failure, whether it
+    # is written as numbers ([0.9] x 6 for 5 items) or as labels.
+    llm.script("grade_evidence", reply)
+    llm.default("grade_evidence", grades(rest=0.9))
+    result = _ask(monkeypatch, 5, 1, None)
+    failures = [e for e in result["audit"] if e["event"] == "grader_parse_failure"]
+    assert len(failures) == 1 and failures[0]["level"] == "warning" and failures[0]["items"] == 5
+    assert result["evidence_scores"] == [0.5] * 5 and _decided(result) == ["REFINE"]
