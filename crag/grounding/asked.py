@@ -106,12 +106,12 @@ def named(question: str) -> list[str]:
 def unpointed(question: str, sources: Iterable[str]) -> str:
     """``question`` without the file paths it names that are among ``sources`` (evidence
     sources: relative to the working directory, or absolute), compared without a leading
-    ``./`` (see the module doc)."""
+    ``./``, the one path ending with the other (see the module doc)."""
     held = [str(s).lstrip("./") for s in sources]
     out = question
     for path in find_paths(question):
         bare = path.lstrip("./")
-        if bare and any(s == bare or s.endswith("/" + bare) for s in held):
+        if bare and any(s == bare or s.endswith("/" + bare) or bare.endswith("/" + s) for s in held):
             out = re.sub(rf"(?<![\w/.-]){re.escape(path)}(?![\w/-])", " ", out)
     return out
 
