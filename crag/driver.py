@@ -28,7 +28,7 @@ from .events import AnswerDelta, AnswerStarted, EventHandler, NodeFinished, Node
 from .graph import END, START, TRANSITIONS, GraphError, Node, Outcome, next_node
 from .grounding import missing
 from .nodes import NODES, NodeConfig
-from .nodes.synthesize import verdict_may_rewrite
+from .nodes.synthesize import asked, verdict_may_rewrite
 from .ports import ChatModel, LLMRequest, LLMRequests, Step, Toolbox, ToolOutcome, ToolRequest
 from .state import AgentState, Message, Usage
 from .text import one_line
@@ -223,8 +223,9 @@ class Driver:
             try:
                 if stream and on_event is not None and node is Node.SYNTHESIZE:
                     items = tuple(getattr(request.task, "items", ()))
-                    absent = tuple(missing(state.question, [item.text for item in items]))
-                    on_event(AnswerStarted(items, state.question, verdict_may_rewrite(state, items), absent,
+                    question = asked(state.question, items)
+                    absent = tuple(missing(question, [item.text for item in items]))
+                    on_event(AnswerStarted(items, question, verdict_may_rewrite(state, items), absent,
                                            chitchat=bool(getattr(request.task, "chitchat", False))))
                     reply = self.model.complete(request, lambda text: on_event(AnswerDelta(text)))
                 else:

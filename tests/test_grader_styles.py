@@ -410,7 +410,8 @@ def test_a_term_held_only_by_an_item_the_grades_remove_sends_the_round_back_to_s
     evidence.append(item(5, text="Kafka topics are listed in the broker settings."))
     model = ScriptedChatModel({"analyze_and_route": [route("complex")],
                                "plan": [search_plan(), search_plan("uploads Kafka")],
-                               "grade_evidence": [label_reply(0.95, 0.9, 0.92, 0.9, 0.02)] * 2,
+                               "grade_evidence": [label_reply(0.95, 0.9, 0.92, 0.9, 0.02),
+                                                  label_reply(0.95, 0.9, 0.92, 0.9)],  # the four kept
                                "synthesize": ["Uploads are retried three times by the upload worker [1]."]})
     toolbox = FakeToolbox({"vector_search": [evidence, evidence]}, question=question)
     result = Agent(model, toolbox, Settings()).ask(question)

@@ -593,3 +593,17 @@ def test_a_lead_in_naming_the_code_it_introduces_is_not_judged():
     assert not any(j.sentence.startswith("Here's") for j in done.report.judgements)
     judged = ground("Here's a snippet that retries uploads forever:", ITEMS, "note", "q")
     assert [j.supported for j in judged.report.judgements] == [False]
+
+
+@pytest.mark.parametrize(("question", "sources", "left"), [
+    ("Which port? See docs/setup.md.", ["docs/setup.md"], "Which port? See  ."),
+    ("Which port? See ./docs/v2/setup.md", ["docs/v2/setup.md"], "Which port? See  "),
+    ("Which port? See /srv/kb/docs/setup.md", ["docs/setup.md"], "Which port? See  "),
+    ("Which port? See docs/setup.md", ["/srv/kb/docs/setup.md"], "Which port? See  "),
+    ("Which port? See docs/setup.md", ["docs/other.md"], "Which port? See docs/setup.md"),  # not a source
+])
+def test_a_path_the_question_points_at_is_no_term_when_the_evidence_comes_from_it(question, sources, left):
+    from crag.grounding import missing, unpointed
+
+    assert unpointed(question, sources) == left
+    assert missing(unpointed("What does docs/v2/setup.md set?", ["docs/v2/setup.md"]), ["port = 8080"]) == []

@@ -256,3 +256,38 @@ def test_a_grade_stopped_by_a_content_filter_is_a_refusal(llm, monkeypatch):
     result = _ask(monkeypatch, 5, 3, None)
     assert [e["node"] for e in result["audit"] if e["event"] == "reply_refused"] == ["grade_evidence"]
     assert _decided(result)[:2] == ["REFINE", "GENERATE"]
+
+
+def test_files_the_question_points_at_answer_it(llm, monkeypatch):
+    # Seed 001's read_file rule from the outside: the user names the files, crag reads only
+    # them (SPEC §5) and approves them without a grade. The paths are where the answer is,
+    # not terms the documents must write: a right answer from them is not refused.
+    question = "What is the upload retry policy? See docs/service3.md and ./docs/service4.md"
+    llm.script("analyze_and_route", json.dumps({"complexity": "complex", "suggested_tools": ["read_file"]}))
+    llm.script("plan", json.dumps({"tool_calls": [{"tool": "read_file", "args": {"path": "docs/service3.md"}},
+                                                  {"tool": "read_file", "args": {"path": "docs/service4.md"}}]}))
+    llm.script("synthesize", "Service 3 retries 3 times [1]. Service 4 retries 4 times [2].")
+    code, out, err = _cli("ask", question, "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert [e["rule_name"] for e in result["audit"] if e["event"] == "fast_path_hit"] == ["read_file"]
+    assert llm.calls("grade_evidence") == 0 and result["evidence_scores"] == [1.0, 1.0]
+    assert result["grounding"]["verdict"] == "answered"
+    assert result["body"] == "Service 3 retries 3 times [1]. Service 4 retries 4 times [2]."
+    assert [(c["path"], c["line"]) for c in result["citations"]] == [("docs/service3.md", 3), ("docs/service4.md", 3)]
+    assert not [e for e in result["audit"] if e["event"] in ("question_terms_missing", "question_not_addressed")]
+
+
+@pytest.mark.parametrize("reply", [
+    "1: yes\n2: yes\n3: yes\n4: yes\n5: yes\n6: yes",  # a label for a passage that is not there
+    "1: yes\n2: yes\n3: yes\n4: yes\n5: yes\n1: no",  # two different labels for one passage
+])
+def test_labels_that_are_not_one_per_item_are_a_parse_failure(llm, monkeypatch, reply):
+    # SPEC §2: a reply that is not exactly N grades is the seeds' parse failure, whether it
+    # is written as numbers ([0.9] x 6 for 5 items) or as labels.
+    llm.script("grade_evidence", reply)
+    llm.default("grade_evidence", grades(rest=0.9))
+    result = _ask(monkeypatch, 5, 1, None)
+    failures = [e for e in result["audit"] if e["event"] == "grader_parse_failure"]
+    assert len(failures) == 1 and failures[0]["level"] == "warning" and failures[0]["items"] == 5
+    assert result["evidence_scores"] == [0.5] * 5 and _decided(result) == ["REFINE"]

@@ -91,7 +91,7 @@ def retrieval_facts(tool_history: Sequence[ToolRun], question: str, tools: Seque
     """What retrieval knows (``Facts``): the items the search of the question itself returned
     (``tools``' question search, with the argument that holds the question), the vector
     score recorded for each item (by a tool with ``vector_scores``), the terms the question
-    names (``crag.grounding.named``), and whether this is the first round (``rounds``
+    names (``crag.grounding.named``; not the paths of files retrieved), and whether this is the first round (``rounds``
     completed)."""
     own: set[tuple] = set()
     call = question_search(tools, question, 1)
@@ -101,7 +101,8 @@ def retrieval_facts(tool_history: Sequence[ToolRun], question: str, tools: Seque
             if run.call.tool == call.tool and any(
                     searches.same_query(run.call.args.get(name, ""), question) for name in carries):
                 own.update(item.key for item in run.items)
-    named = tuple(grounding.named(question))
+    sources = [item.source for run in tool_history for item in run.items]
+    named = tuple(grounding.named(grounding.unpointed(question, sources)))  # a path pointed at is no term
     return Facts(frozenset(own), recorded_vector_scores(tool_history, tools), named, rounds <= 1)
 
 

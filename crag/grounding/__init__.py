@@ -38,7 +38,17 @@ sentences while the model is still writing (``render_prefix``).
 from __future__ import annotations
 
 from ..sentences import Piece, split
-from .asked import FOCUS_SHARE, HELD_SHARE, addresses, cited, missing, named, says_nothing_new, writes_any
+from .asked import (
+    FOCUS_SHARE,
+    HELD_SHARE,
+    addresses,
+    cited,
+    missing,
+    named,
+    says_nothing_new,
+    unpointed,
+    writes_any,
+)
 from .claims import ANCHOR_KINDS, SCAFFOLDING, UNSUPPORTED_TAG, Claims, claims, clauses
 from .engine import BY_CLAUSE, MODES, Grounded, ground, note_line, render_prefix
 from .evidence import Passage, passages
@@ -85,6 +95,7 @@ __all__ = [
     "says_nothing_new",
     "source_references",
     "split",
+    "unpointed",
     "writes_any",
 ]
 

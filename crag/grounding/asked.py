@@ -23,6 +23,10 @@ small model, a stricter test (every named term, a third of the content words) re
 answers whose chunk says "partial updates" for "partially update ... PATCH"
 (docs/real-models.md); what is caught is an answer resting on a passage about something else.
 
+``unpointed`` is the question without the paths it names of files the evidence comes from: a
+question that points at its source ("... see docs/v2/setup.md") names where the answer is, not
+a term the passages must write, so the path is neither a named term nor an anchor.
+
 ``says_nothing_new`` asks whether an answer's supported sentences say anything the question does not:
 "What problem consists of trying to increase oil supplies?" answered by "The problem consists
 of trying to increase oil supplies [1]" quotes a passage and answers nothing. A question that
@@ -40,10 +44,12 @@ import re
 from collections.abc import Iterable, Sequence
 from itertools import pairwise
 
+from ..prompts.find import find_paths
 from ..text import in_vocabulary, stem, words
 from .claims import claims, has_anchor
 
-__all__ = ["FOCUS_SHARE", "HELD_SHARE", "absent", "addresses", "cited", "missing", "named", "says_nothing_new", "writes_any"]
+__all__ = ["FOCUS_SHARE", "HELD_SHARE", "absent", "addresses", "cited", "missing", "named", "says_nothing_new", "unpointed",
+           "writes_any"]
 
 _TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9+#./_-]*[A-Za-z0-9+#]|[A-Za-z0-9]")
 # capitalised words that name nothing: how questions and sentences open
@@ -94,6 +100,19 @@ def named(question: str) -> list[str]:
         run.append(token)
         run_is_words[0] = word
     close()
+    return out
+
+
+def unpointed(question: str, sources: Iterable[str]) -> str:
+    """``question`` without the file paths it names that are among ``sources`` (evidence
+    sources: relative to the working directory, or absolute), compared without a leading
+    ``./``, the one path ending with the other (see the module doc)."""
+    held = [str(s).lstrip("./") for s in sources]
+    out = question
+    for path in find_paths(question):
+        bare = path.lstrip("./")
+        if bare and any(s == bare or s.endswith("/" + bare) or bare.endswith("/" + s) for s in held):
+            out = re.sub(rf"(?<![\w/.-]){re.escape(path)}(?![\w/-])", " ", out)
     return out
 
 

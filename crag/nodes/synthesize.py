@@ -116,6 +116,12 @@ def apply(state: AgentState, step: Step, reply: Completion | None, cfg: NodeConf
     return evolve(state, answer=text, citations=citations)
 
 
+def asked(question: str, items: tuple[EvidenceItem, ...]) -> str:
+    """What grounding holds ``items`` to: ``question`` without the paths it names of their own
+    files (``crag.grounding.unpointed``: the user pointed at the source)."""
+    return grounding.unpointed(question, [item.source for item in items])
+
+
 def _says_anything(body: str) -> bool:
     """Whether a reply holds a word or a number beside its markers ("[1] [2] [3]" does not)."""
     return any(ch.isalnum() for ch in answer.renumber(body, 0)[0])
@@ -132,8 +138,9 @@ def _grounded(state: AgentState, body: str, cfg: NodeConfig, items: tuple) -> Ag
             items, state.usage, note=weak,
         )
         return evolve(state, answer=text, citations=citations)
-    absent = grounding.missing(state.question, [item.text for item in items])
-    done = grounding.ground(body, items, cfg.grounding, state.question, absent)
+    question = asked(state.question, items)
+    absent = grounding.missing(question, [item.text for item in items])
+    done = grounding.ground(body, items, cfg.grounding, question, absent)
     if cfg.grounding == "off":
         text, citations = answer.compose(done.body, done.sources, state.usage, note=weak)
         return evolve(state, answer=text, citations=citations)
@@ -143,19 +150,19 @@ def _grounded(state: AgentState, body: str, cfg: NodeConfig, items: tuple) -> Ag
     if absent:
         state = evolve(state, audit=state.log("question_terms_missing", terms=absent))
     passages = grounding.cited(done.sources, items)
-    addressed = grounding.addresses(state.question, passages)
+    addressed = grounding.addresses(question, passages)
     if not addressed and done.report.supported:
         state = evolve(state, audit=state.log("question_not_addressed"))
     restated = addressed and grounding.says_nothing_new(
-        state.question, [j.sentence for j in done.report.judgements if j.supported])
+        question, [j.sentence for j in done.report.judgements if j.supported])
     if restated:
         state = evolve(state, audit=state.log("answer_restates_question"))
         addressed = False
-    held = addressed and grounding.addresses(state.question, passages, grounding.HELD_SHARE)
+    held = addressed and grounding.addresses(question, passages, grounding.HELD_SHARE)
     judged = verdict_of(done.report, state, absent, addressed, held)
     report = evolve(done.report, verdict=judged)
     if judged == "not_answered" and cfg.grounding != "strict":
-        done = grounding.ground(body, items, "strict", state.question, absent)  # only the supported sentences
+        done = grounding.ground(body, items, "strict", question, absent)  # only the supported sentences
     if (cfg.grounding == "strict" or judged == "not_answered") and not done.report.supported:
         text, citations = answer.compose(answer.NO_EVIDENCE, (), state.usage, cite=False)
         return evolve(state, answer=text, citations=citations, grounding=report)
@@ -180,5 +187,5 @@ def verdict_may_rewrite(state: AgentState, items: tuple[EvidenceItem, ...]) -> b
     """Whether the verdict may be ``not_answered``, which replaces the answer's opening, for an
     answer written from ``items`` (``crag.grounding.verdict.may_rewrite``). Known before the
     answer is written, so a stream holds the grounded answer back until it is finished."""
-    absent = grounding.missing(state.question, [item.text for item in items])
+    absent = grounding.missing(asked(state.question, items), [item.text for item in items])
     return verdict.may_rewrite(state.graded_by is GradedBy.GRADER, absent)

@@ -9,9 +9,10 @@ Two reply shapes are read, whatever style asked (``crag.grading.GRADERS``):
   the expected grade, not the one sampled, so that "yes, barely" and "yes, surely" differ;
 * the seed's JSON array of N numbers (or ``{"scores": [...]}``), read by ``parse_scores``.
 
-A reply that gives neither exactly N labels nor N numbers is no reading (None): the node's
-parse-failure fallback applies. ``Reading.tosses`` counts the items whose probabilities
-were a coin toss (``yes`` and ``no`` both near even), for ``crag.grading.uninformative``.
+A reply that gives neither exactly N labels (one per item, numbered 1..N) nor N numbers is no
+reading (None): the node's parse-failure fallback applies. ``Reading.tosses`` counts the items
+whose probabilities were a coin toss (``yes`` and ``no`` both near even), for
+``crag.grading.uninformative``.
 """
 
 from __future__ import annotations
@@ -100,6 +101,8 @@ def _from_logprobs(tokens: Sequence[TokenLogprob], n: int) -> dict[int, float]:
 
 
 def _from_text(text: str, n: int) -> dict[int, float]:
+    """Item number -> label score; empty when the labels are not one per item: a label for a
+    number outside 1..n, or two different labels for one item (not exactly N grades)."""
     found: dict[int, float] = {}
     if n == 1:
         word = _word(text.split()[0]) if text.split() else ""
@@ -107,8 +110,11 @@ def _from_text(text: str, n: int) -> dict[int, float]:
             found[1] = LABELS[word]
     for m in _LINE.finditer(text):
         k, word = int(m.group(1)), m.group(2).lower()
-        if word in LABELS and k not in found:
-            found[k] = LABELS[word]
+        if word not in LABELS:
+            continue
+        if not 1 <= k <= n or found.get(k, LABELS[word]) != LABELS[word]:
+            return {}
+        found[k] = LABELS[word]
     return found
 
 
