@@ -76,6 +76,22 @@ def test_a_grep_item_is_cited_at_the_supporting_line_of_its_window():
     assert lines_of(g) == [("docs/backup.md", 3)]
 
 
+def test_lines_with_no_full_stop_are_cited_at_the_line_that_holds_the_sentence():
+    """Lines with no full stop (a PDF page, a plain-text note, a list of settings) read as one
+    passage; the citation opens at the line holding the sentence, not at the passage's first line."""
+    page = EvidenceItem(
+        "vector_search", "kb/guide.pdf",
+        "Page three\nalpha\nbeta\ngamma\nThe flux capacitor needs 1.21 gigawatts.\nend of page three.", 2001, 2006, 0.4,
+    )
+    notes = EvidenceItem("grep_search", "kb/notes.txt", "plain text notes\nthe zebra protocol uses port 4242\nend", 1, 3,
+                         anchor_line=2)
+    config = EvidenceItem("read_file", "kb/app.conf", "port: 8080\nhost: example.org\nupload timeout: 30 seconds", 1, 3)
+    g = ground("The flux capacitor needs 1.21 gigawatts [1]. The zebra protocol uses port 4242 [2]. "
+               "The upload timeout is 30 seconds [3].", (page, notes, config))
+    assert lines_of(g) == [("kb/guide.pdf", 2005), ("kb/notes.txt", 2), ("kb/app.conf", 3)]
+    assert [(s.start_line, s.end_line) for s in g.sources] == [(2005, 2005), (2, 2), (3, 3)]
+
+
 SPACES = EvidenceItem(
     "vector_search", "docs/spaces.md",
     "# Spaces\n\nThe sync action keeps a Space in step with GitHub.\nIt runs on every push.",
