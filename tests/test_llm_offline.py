@@ -404,3 +404,25 @@ def test_offline_reads_an_item_on_its_own_when_its_file_no_longer_holds_it(tmp_p
     item = EvidenceItem("vector_search", str(path), "In development mode the server restarts on changes.", 9, 9)
     text = ask(SynthesizeTask("What does development mode do?", (), (item,)))
     assert "- In development mode the server restarts on changes. [1]" in text
+
+
+SETTINGS_YAML = EvidenceItem("vector_search", "deploy/settings.yaml",
+                             "server:\n  port: 8080\n  host: example.org\nupload:\n  timeout: 30\n  retries: 4", 1, 6, 0.5)
+UPLOAD_PY = EvidenceItem("vector_search", "src/upload.py",
+                         'def upload(path, timeout=30):\n    """Upload a file; the timeout is in seconds."""\n'
+                         "    return send(path, timeout)", 10, 12, 0.5)
+
+
+@pytest.mark.parametrize("item", [SETTINGS_YAML, UPLOAD_PY])
+def test_offline_quotes_a_code_or_settings_file_as_its_lines_in_a_code_block(item):
+    """A source file or a settings file is code: quoted as its lines, not one character
+    changed (indentation kept), in a code block, never run together into a "sentence"."""
+    toolbox = FakeToolbox({"vector_search": [[item]]})
+    result = Agent(OfflineChatModel(), toolbox, Settings()).ask("What is the upload timeout?")
+    body = result.answer.split("\n\n---\n")[0]
+    block = re.search(r"^(`{3,})[^\n]*\n(.*?)\n\1$", body, re.S | re.M)
+    assert block is not None, body
+    assert block.group(2) in item.text and "timeout" in block.group(2) and "\n" in block.group(2), body
+    assert not [line for line in body.splitlines() if line.startswith("- ") and "timeout" in line], body
+    cited = result.citations[0]
+    assert cited.path == item.source and item.text.split("\n")[cited.line - item.start_line] in block.group(2)

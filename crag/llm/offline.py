@@ -19,7 +19,9 @@ contract as a real model's, so it goes through the same strict parsers:
 * synthesize: an extractive answer, the evidence sentences (and at most one code block) that
   best match the question, quoted verbatim with ``[K]`` citations under a line saying no LLM
   wrote it. Only whitespace changes (a sentence wrapped over lines is put on one, a code
-  block inside a list or quote loses that indentation); a sentence holding HTML, a
+  block inside a list or quote loses that indentation); a file of code or settings (by its
+  name: ``upload.py``, ``settings.yaml``) is quoted as its lines around the best match, as
+  written, in a code block (``_code_quotes``); a sentence holding HTML, a
   ``[n]``-like bracket, an admonition marker or nothing but links is not quoted, so every
   marker points at an item. Lines inside a code block whose fence lies above the item's text
   in its file (a chunk of a long block, an excerpt) are code too (``code_context``).
@@ -412,7 +414,8 @@ class OfflineChatModel:
         files = FileLines()
         leads = [opening_fence(item, files) for item in task.items]
         for k, item in enumerate(task.items):
-            for pos, quote in _quotable(item.text, task.question, leads[k]):
+            quotes = _code_quotes(item.text, words) if _code_file(item) else _quotable(item.text, task.question, leads[k])
+            for pos, quote in quotes:
                 vocabulary = set(keywords(quote))
                 hits = sum(1 for w in words if in_vocabulary(w, vocabulary))
                 if quote.startswith(("```", "~~~")):
@@ -436,6 +439,8 @@ class OfflineChatModel:
             chosen.append((k, pos, quote))
         if not chosen:  # nothing matches a keyword: quote the opening of the first items
             for k, item in enumerate(task.items[:2]):
+                if _code_file(item):
+                    continue  # its lines are quoted as code or not at all
                 quotes = _quotable(item.text, lead=leads[k])
                 first = next((q for q in quotes if not q[1].startswith(("```", "~~~"))), None)
                 if first:
@@ -509,6 +514,47 @@ def _code_block(text: str) -> str | None:
     if len(lines) < 3 or not lines[-1].strip().startswith(fence):
         return None
     return "\n".join(lines)
+
+
+# A file with one of these suffixes (or none: README, LICENSE) is prose; any other file the
+# index takes is code or settings, quoted as its lines in a code block (``_code_quotes``).
+_PROSE_SUFFIXES = frozenset(
+    ".md .markdown .mdx .mdown .mkd .txt .text .rst .adoc .asciidoc .org .textile .tex .pdf .docx .html .htm".split()
+)
+_CODE_NAMES = frozenset("makefile dockerfile containerfile justfile procfile gemfile rakefile vagrantfile".split())
+_CODE_WINDOW = 3  # lines quoted either side of a code file's best line
+_CODE_WHOLE = 12  # a code item of at most this many lines is quoted whole
+
+
+def _code_file(item: EvidenceItem) -> bool:
+    """Whether ``item`` comes from a file of code or settings (by its name), not prose."""
+    if item.url or item.start_line is None:
+        return False
+    name = item.source.replace("\\", "/").rsplit("/", 1)[-1].lower()
+    suffix = "." + name.rsplit(".", 1)[1] if "." in name.lstrip(".") else ""
+    return name in _CODE_NAMES or (suffix != "" and suffix not in _PROSE_SUFFIXES)
+
+
+def _code_quotes(text: str, words: Sequence[str]) -> Iterable[tuple[int, str]]:
+    """(position, block) for the text of a code or settings file: its lines around the one
+    that holds most of ``words`` (the question's keywords), as written, in a code block."""
+    lines = text.split("\n")
+    hits = [sum(1 for w in words if in_vocabulary(w, set(keywords(line)))) for line in lines]
+    if not any(hits):
+        return
+    best = hits.index(max(hits))
+    lo, hi = (0, len(lines) - 1) if len(lines) <= _CODE_WHOLE else (
+        max(0, best - _CODE_WINDOW), min(len(lines) - 1, best + _CODE_WINDOW))
+    while lo < best and not lines[lo].strip():
+        lo += 1
+    while hi > best and not lines[hi].strip():
+        hi -= 1
+    code = "\n".join(lines[lo : hi + 1])
+    if len(code) > 1500:
+        return
+    longest = max((len(run) for run in re.findall(r"`+", code)), default=0)
+    fence = "`" * max(3, longest + 1)
+    yield sum(len(line) + 1 for line in lines[:lo]), f"{fence}\n{code}\n{fence}"
 
 
 def _quotable(text: str, question: str = "", lead: str | None = None) -> Iterable[tuple[int, str]]:
