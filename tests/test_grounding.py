@@ -130,6 +130,17 @@ def test_an_evidence_header_copied_as_a_reference_becomes_its_marker():
     assert lines_of(g) == [("docs/setup.md", 22), ("docs/backup.md", 4)]
 
 
+@pytest.mark.parametrize("written", ["[Source 1]", "(source 1)", "[source #1]", "[Evidence 1]", "(Item 1)", "[Ref 1]"])
+def test_a_marker_written_with_a_word_is_the_marker_of_that_item(written):
+    """Models write "[Source 1]" or "(source 1)" for [1]; its number is no claim of the sentence."""
+    g = ground(f"The server listens on port 8080 by default {written}. A backup is kept for thirty days {written[:-2]}2{written[-1]}.",
+               ITEMS)
+    assert g.body == "The server listens on port 8080 by default [1]. A backup is kept for thirty days [2]."
+    assert g.report.supported == 2 and lines_of(g) == [("docs/setup.md", 22), ("docs/backup.md", 4)]
+    kept = ground("Our source 1 of truth is the server on port 8080 [Source 3].", ITEMS)  # no item 3: left as written
+    assert "[Source 3]" in kept.body
+
+
 def test_corroborating_files_are_few_and_each_supports_the_sentence():
     copies = tuple(EvidenceItem("vector_search", f"docs/copy{k}.md", SETUP.text, 1, 9, 0.5) for k in range(5))
     g = ground("The server listens on port 8080 by default [1].", (*copies, BACKUP))
