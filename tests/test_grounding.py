@@ -139,6 +139,8 @@ def test_a_marker_written_with_a_word_is_the_marker_of_that_item(written):
     assert g.report.supported == 2 and lines_of(g) == [("docs/setup.md", 22), ("docs/backup.md", 4)]
     kept = ground("Our source 1 of truth is the server on port 8080 [Source 3].", ITEMS)  # no item 3: left as written
     assert "[Source 3]" in kept.body
+    link = ground("The server listens on port 8080 [Source 1](https://example.org/s1) [1].", ITEMS)
+    assert "[Source 1](https://example.org/s1)" in link.body  # a link's text, not a marker
 
 
 def test_corroborating_files_are_few_and_each_supports_the_sentence():

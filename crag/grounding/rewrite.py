@@ -161,7 +161,7 @@ _REFERENCE = re.compile(r"(?<![\w/.-])\[?([^\s`\[\]()<>]+?):L(\d+)(?:-L(\d+))?\]
 
 
 # "[Source 1]", "(source 1)", "[Evidence #2]": a marker written with a word, as models write them
-_WORDED = re.compile(r"[\[(](?:source|evidence|item|ref|reference)\s*#?\s*(\d{1,4})[\])]", re.IGNORECASE)
+_WORDED = re.compile(r"(?:\[|\()(?:source|evidence|item|ref|reference)\s*#?\s*(\d{1,4})(?:\](?![(\[])|\))", re.IGNORECASE)
 
 
 def source_references(text: str, items: Sequence[EvidenceItem]) -> str:
