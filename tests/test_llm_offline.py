@@ -426,3 +426,17 @@ def test_offline_quotes_a_code_or_settings_file_as_its_lines_in_a_code_block(ite
     assert not [line for line in body.splitlines() if line.startswith("- ") and "timeout" in line], body
     cited = result.citations[0]
     assert cited.path == item.source and item.text.split("\n")[cited.line - item.start_line] in block.group(2)
+
+
+def test_offline_leaves_a_title_line_out_of_the_sentence_below_it():
+    """A PDF page's header (a short line with no full stop, the next line opening a sentence)
+    is not quoted as the start of the sentence below it, which is cited at its own line; a
+    sentence wrapped over lines is still quoted whole."""
+    page = EvidenceItem("vector_search", "docs/guide.pdf",
+                        "Page two header\nThe torque wrench must be set to 45 Nm.\nOther text here.", 1001, 1003, 0.5)
+    wrapped = EvidenceItem("vector_search", "docs/os.md", "# Systems\n\nThe torque service runs on\nLinux and macOS.", 1, 4, 0.4)
+    result = Agent(OfflineChatModel(), FakeToolbox({"vector_search": [[page, wrapped]]}), Settings()).ask(
+        "What must the torque wrench be set to, and where does the torque service run?")
+    assert "- The torque wrench must be set to 45 Nm. [1]" in result.answer, result.answer
+    assert "- The torque service runs on Linux and macOS. [2]" in result.answer, result.answer
+    assert "[1] docs/guide.pdf:p2:L2\n[2] docs/os.md:L3\n" in result.answer, result.answer

@@ -21,7 +21,8 @@ contract as a real model's, so it goes through the same strict parsers:
   wrote it. Only whitespace changes (a sentence wrapped over lines is put on one, a code
   block inside a list or quote loses that indentation); a file of code or settings (by its
   name: ``upload.py``, ``settings.yaml``) is quoted as its lines around the best match, as
-  written, in a code block (``_code_quotes``); a sentence holding HTML, a
+  written, in a code block (``_code_quotes``); short title lines above a sentence (a PDF
+  page's header) are not quoted as its start (``_title_split``); a sentence holding HTML, a
   ``[n]``-like bracket, an admonition marker or nothing but links is not quoted, so every
   marker points at an item. Lines inside a code block whose fence lies above the item's text
   in its file (a chunk of a long block, an excerpt) are code too (``code_context``).
@@ -38,6 +39,7 @@ import re
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
+from itertools import pairwise
 from typing import Any
 
 from attrs import frozen
@@ -557,6 +559,34 @@ def _code_quotes(text: str, words: Sequence[str]) -> Iterable[tuple[int, str]]:
     yield sum(len(line) + 1 for line in lines[:lo]), f"{fence}\n{code}\n{fence}"
 
 
+_TITLE_WORDS = 4  # most words of a title line (a PDF page's header, a heading without #)
+
+
+def _title_split(text: str) -> list[tuple[int, int]]:
+    """``text`` (a passage) as (start, end) parts: the title lines it opens with, then the
+    sentence below them; or the whole text. A title line is short, has no closing
+    punctuation, does not end in a word like "on" or "the", and the line below it opens with a
+    capital letter; the split is made only when what follows is a sentence, ended by its full
+    stop. A PDF page's header is then no part of the sentence below it, while a sentence
+    wrapped over lines ("runs on" / "Linux and macOS.") and a list without bullets
+    ("Monday closed" / "Saturday 10 to 14") stay one piece."""
+    lines = text.split("\n")
+    cut = 0
+    for line, below in pairwise(lines):
+        ws = line.split()
+        if not 1 <= len(ws) <= _TITLE_WORDS or ws[-1][-1] in ".!?:;,-([{" or ws[-1].lower() in STOPWORDS:
+            break
+        if not below.lstrip()[:1].isupper():
+            break
+        cut += len(line) + 1
+    if not cut or not _SENTENCE_END.search(text):
+        return [(0, len(text))]
+    return [(0, cut - 1), (cut, len(text))]
+
+
+_SENTENCE_END = re.compile(r"[.!?][\"')\]]*\s*$")
+
+
 def _quotable(text: str, question: str = "", lead: str | None = None) -> Iterable[tuple[int, str]]:
     """(position, quote) for each sentence of ``text`` worth quoting, verbatim but for
     whitespace, and each closed code block; a sentence repeating the question (of three words
@@ -573,15 +603,16 @@ def _quotable(text: str, question: str = "", lead: str | None = None) -> Iterabl
     for piece in grounding.passages(text):
         if piece.kind != "sentence":
             continue
-        sentence = " ".join(_QUOTE_PREFIX.sub("", piece.text).split())
-        if len(sentence) < 3 or len(sentence) > _MAX_SENTENCE or _markup_only(sentence):
-            continue
-        if "couldn't find relevant information" in sentence or prompts.strip_stats_blocks(sentence) != sentence:
-            continue
-        flat = " ".join(sentence.lower().replace("'", " ").split())
-        if echo_words and echo in flat and len(flat.split()) <= echo_words + 3:
-            continue
-        yield skip + piece.start, sentence
+        for start, end in _title_split(piece.text):
+            sentence = " ".join(_QUOTE_PREFIX.sub("", piece.text[start:end]).split())
+            if len(sentence) < 3 or len(sentence) > _MAX_SENTENCE or _markup_only(sentence):
+                continue
+            if "couldn't find relevant information" in sentence or prompts.strip_stats_blocks(sentence) != sentence:
+                continue
+            flat = " ".join(sentence.lower().replace("'", " ").split())
+            if echo_words and echo in flat and len(flat.split()) <= echo_words + 3:
+                continue
+            yield skip + piece.start + start, sentence
     for piece in grounding.split(text):
         if piece.kind == "code":
             block = _code_block(piece.text)
