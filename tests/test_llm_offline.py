@@ -413,7 +413,12 @@ UPLOAD_PY = EvidenceItem("vector_search", "src/upload.py",
                          "    return send(path, timeout)", 10, 12, 0.5)
 
 
-@pytest.mark.parametrize("item", [SETTINGS_YAML, UPLOAD_PY])
+LONG_PY = EvidenceItem("vector_search", "src/long.py", "\n".join(
+    [f"ROW_{i} = {'x' * 150!r}" for i in range(5)] + ["UPLOAD_TIMEOUT = 30  # the upload timeout"]
+    + [f"COL_{i} = {'y' * 150!r}" for i in range(5)]), 1, 11, 0.5)  # too long to quote whole
+
+
+@pytest.mark.parametrize("item", [SETTINGS_YAML, UPLOAD_PY, LONG_PY])
 def test_offline_quotes_a_code_or_settings_file_as_its_lines_in_a_code_block(item):
     """A source file or a settings file is code: quoted as its lines, not one character
     changed (indentation kept), in a code block, never run together into a "sentence"."""

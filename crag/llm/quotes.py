@@ -72,6 +72,7 @@ _PROSE_SUFFIXES = frozenset(
 _CODE_NAMES = frozenset("makefile dockerfile containerfile justfile procfile gemfile rakefile vagrantfile".split())
 _CODE_WINDOW = 3  # lines quoted either side of a code file's best line
 _CODE_WHOLE = 12  # a code item of at most this many lines is quoted whole
+_CODE_CHARS = 1500  # the longest code block quoted
 
 
 def code_file(item: EvidenceItem) -> bool:
@@ -91,14 +92,19 @@ def code_quotes(text: str, words: Sequence[str]) -> Iterable[tuple[int, str]]:
     if not any(hits):
         return
     best = hits.index(max(hits))
-    lo, hi = (0, len(lines) - 1) if len(lines) <= _CODE_WHOLE else (
-        max(0, best - _CODE_WINDOW), min(len(lines) - 1, best + _CODE_WINDOW))
-    while lo < best and not lines[lo].strip():
-        lo += 1
-    while hi > best and not lines[hi].strip():
-        hi -= 1
-    code = "\n".join(lines[lo : hi + 1])
-    if len(code) > 1500:
+    code, lo = "", 0
+    for width in (len(lines), _CODE_WINDOW, 0):  # the whole item when short, else fewer lines
+        if width == len(lines) and len(lines) > _CODE_WHOLE:
+            continue
+        lo, hi = max(0, best - width), min(len(lines) - 1, best + width)
+        while lo < best and not lines[lo].strip():
+            lo += 1
+        while hi > best and not lines[hi].strip():
+            hi -= 1
+        code = "\n".join(lines[lo : hi + 1])
+        if len(code) <= _CODE_CHARS:
+            break
+    else:
         return
     longest = max((len(run) for run in re.findall(r"`+", code)), default=0)
     fence = "`" * max(3, longest + 1)
