@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 __all__ = [
+    "BINARY_MARK",
     "AnalyzeTask",
     "ChatModel",
     "Chunk",
@@ -233,15 +234,25 @@ class Embedder(Protocol):
 # the one driver of updates; ``crag.index.search`` fuses a ``Retriever``'s rankings.
 
 
+# A file recorded so that it is not read again although it is no file of the index (binary
+# data): its sha256 is written after this mark, and it has no chunks.
+BINARY_MARK = "binary:"
+
+
 @frozen
 class FileRecord:
-    """The version of one file the store holds."""
+    """The version of one file the store holds (``binary``: left out as binary data, recorded
+    only so that it is not read again while unchanged)."""
 
     path: str
     size: int
     mtime_ns: int
     sha256: str
     chunks: int
+
+    @property
+    def binary(self) -> bool:
+        return self.sha256.startswith(BINARY_MARK)
 
 
 @frozen

@@ -223,3 +223,30 @@ def test_a_folder_through_a_symlink_and_through_its_real_path_is_one_root(kb: Pa
     code, out, err = cli("roots", "--remove", "docs-link")
     assert code == 0 and "docs" in out, err
     assert cli("roots")[1].splitlines()[0].startswith("1 root in index")
+
+
+def test_a_binary_file_is_never_counted_as_indexed_and_is_named_on_every_run(kb: Path) -> None:
+    """A file left out as binary is no file of the index: ``roots`` does not count it, every
+    ``index`` run names it (not only the first), it is "added" when it becomes text and never
+    "removed" when it was never in the index; a file that becomes binary leaves it."""
+    (kb / "docs" / "junk.txt").write_bytes(b"binary\0data\0")
+    code, out, err = cli("index", "docs")
+    assert code == 0, err
+    assert "0 added" in out and "junk.txt: binary file" in out
+    assert cli("roots")[1].splitlines()[1] == "  docs   1 file, 1 chunk"
+    os.utime(kb / "docs" / "junk.txt", ns=(1, 1))  # touched, not changed
+    for _ in range(2):
+        code, out, err = cli("index", "docs")
+        assert code == 0 and "1 unchanged" in out and "junk.txt: binary file" in out, out
+    assert cli("roots")[1].splitlines()[1] == "  docs   1 file, 1 chunk"
+    (kb / "docs" / "junk.txt").write_text("The junk drawer holds spare keys.\n")
+    code, out, _ = cli("index", "docs")
+    assert "1 added" in out and "0 changed" in out and "docs/junk.txt" in out, out
+    (kb / "docs" / "setup.md").write_bytes(b"now\0binary")
+    code, out, _ = cli("index", "docs")
+    assert "1 removed" in out and "setup.md: binary file" in out, out
+    assert cli("roots")[1].splitlines()[1] == "  docs   1 file, 1 chunk"
+    (kb / "docs" / "setup.md").unlink()
+    code, out, _ = cli("index", "docs")
+    assert "0 removed" in out and "setup.md" not in out, out
+    assert cli("roots")[1].splitlines()[1] == "  docs   1 file, 1 chunk"

@@ -76,6 +76,22 @@ def test_a_grep_item_is_cited_at_the_supporting_line_of_its_window():
     assert lines_of(g) == [("docs/backup.md", 3)]
 
 
+def test_lines_with_no_full_stop_are_cited_at_the_line_that_holds_the_sentence():
+    """Lines with no full stop (a PDF page, a plain-text note, a list of settings) read as one
+    passage; the citation opens at the line holding the sentence, not at the passage's first line."""
+    page = EvidenceItem(
+        "vector_search", "kb/guide.pdf",
+        "Page three\nalpha\nbeta\ngamma\nThe flux capacitor needs 1.21 gigawatts.\nend of page three.", 2001, 2006, 0.4,
+    )
+    notes = EvidenceItem("grep_search", "kb/notes.txt", "plain text notes\nthe zebra protocol uses port 4242\nend", 1, 3,
+                         anchor_line=2)
+    config = EvidenceItem("read_file", "kb/app.conf", "port: 8080\nhost: example.org\nupload timeout: 30 seconds", 1, 3)
+    g = ground("The flux capacitor needs 1.21 gigawatts [1]. The zebra protocol uses port 4242 [2]. "
+               "The upload timeout is 30 seconds [3].", (page, notes, config))
+    assert lines_of(g) == [("kb/guide.pdf", 2005), ("kb/notes.txt", 2), ("kb/app.conf", 3)]
+    assert [(s.start_line, s.end_line) for s in g.sources] == [(2005, 2005), (2, 2), (3, 3)]
+
+
 SPACES = EvidenceItem(
     "vector_search", "docs/spaces.md",
     "# Spaces\n\nThe sync action keeps a Space in step with GitHub.\nIt runs on every push.",
@@ -112,6 +128,19 @@ def test_an_evidence_header_copied_as_a_reference_becomes_its_marker():
                                        "2. A backup is kept for thirty days [2]."]
     assert "`docs/setup.md` and `docs/setup.md:L99`" in g.body  # a path without a line, or a line no item holds
     assert lines_of(g) == [("docs/setup.md", 22), ("docs/backup.md", 4)]
+
+
+@pytest.mark.parametrize("written", ["[Source 1]", "(source 1)", "[source #1]", "[Evidence 1]", "(Item 1)", "[Ref 1]"])
+def test_a_marker_written_with_a_word_is_the_marker_of_that_item(written):
+    """Models write "[Source 1]" or "(source 1)" for [1]; its number is no claim of the sentence."""
+    g = ground(f"The server listens on port 8080 by default {written}. A backup is kept for thirty days {written[:-2]}2{written[-1]}.",
+               ITEMS)
+    assert g.body == "The server listens on port 8080 by default [1]. A backup is kept for thirty days [2]."
+    assert g.report.supported == 2 and lines_of(g) == [("docs/setup.md", 22), ("docs/backup.md", 4)]
+    kept = ground("Our source 1 of truth is the server on port 8080 [Source 3].", ITEMS)  # no item 3: left as written
+    assert "[Source 3]" in kept.body
+    link = ground("The server listens on port 8080 [Source 1](https://example.org/s1) [1].", ITEMS)
+    assert "[Source 1](https://example.org/s1)" in link.body  # a link's text, not a marker
 
 
 def test_corroborating_files_are_few_and_each_supports_the_sentence():

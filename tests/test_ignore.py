@@ -113,6 +113,23 @@ def test_ignore_rules_give_gits_verdicts(tmp_path: Path) -> None:
             assert crag_verdict(patterns, path) == git[path], (patterns, path)
 
 
+def test_a_repositorys_info_exclude_is_read_as_git_and_ripgrep_read_it(project: Path) -> None:
+    """``.git/info/exclude`` holds a repository's own ignore patterns, relative to its top; its
+    lines come before every ``.gitignore``'s, so a ``.gitignore`` can take a path back in."""
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    (project / ".git" / "info").mkdir(exist_ok=True)
+    (project / ".git" / "info" / "exclude").write_text("secret.md\n/docs/drafts/\nkept.md\n", encoding="utf-8")
+    (project / "docs" / "drafts").mkdir()
+    (project / "docs" / "drafts" / "plan.md").write_text("# Plan\n", encoding="utf-8")
+    (project / "docs" / "kept.md").write_text("# Kept\n", encoding="utf-8")
+    (project / "docs" / ".gitignore").write_text("!kept.md\n", encoding="utf-8")
+    code, out, err = cli("index", "docs")
+    assert code == 0 and indexed(out) == {"docs/ok.md", "docs/kept.md"}, (out, err)
+    verdicts = subprocess.run(["git", "-C", str(project), "check-ignore", "docs/secret.md", "docs/drafts/plan.md",
+                               "docs/kept.md"], capture_output=True, text=True).stdout.split()
+    assert verdicts == ["docs/secret.md", "docs/drafts/plan.md"]
+
+
 # ---------------------------------------------------------------------------------------
 # Bad lines, odd files
 

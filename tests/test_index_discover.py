@@ -61,10 +61,24 @@ def test_symlinks_out_of_the_root_are_not_followed_and_inner_ones_count_once(tmp
     (kb / "link-in.md").symlink_to(inner)
     (kb / "loop").symlink_to(kb, target_is_directory=True)
     found = discover([kb])
-    assert names(found, kb) == ["docs/real.md"] or names(found, kb) == ["link-in.md"]
+    assert names(found, kb) == ["docs/real.md"]  # its own path, though the link sorts first
     reasons = {os.path.basename(p): why for p, why in found.warnings}
     assert "outside" in reasons["link-out.md"] and "outside" in reasons["dir-out"]
     assert all("secret" not in Path(f.path).read_text() for f in found.files)
+
+
+def test_a_file_or_folder_reached_through_an_inner_link_is_indexed_under_its_own_path(tmp_path: Path) -> None:
+    """A link inside the root to a file or folder of the root leaves it under its real path,
+    whichever name sorts first; a link to something reached no other way still counts."""
+    kb = tmp_path / "kb"
+    write(kb / "zz" / "guide.md", "# Guide\n")
+    write(kb / "zz" / "deep" / "notes.md", "# Notes\n")
+    write(kb / "private" / "only.md", "# Only through the link\n")
+    write(kb / ".gitignore", "private/\n")
+    (kb / "aa-guide.md").symlink_to(kb / "zz" / "guide.md")
+    (kb / "aa-dir").symlink_to(kb / "zz", target_is_directory=True)
+    (kb / "bb-only").symlink_to(kb / "private", target_is_directory=True)
+    assert names(discover([kb]), kb) == ["bb-only/only.md", "zz/deep/notes.md", "zz/guide.md"]
 
 
 def test_non_utf8_text_is_decoded_with_a_fallback() -> None:

@@ -404,3 +404,44 @@ def test_offline_reads_an_item_on_its_own_when_its_file_no_longer_holds_it(tmp_p
     item = EvidenceItem("vector_search", str(path), "In development mode the server restarts on changes.", 9, 9)
     text = ask(SynthesizeTask("What does development mode do?", (), (item,)))
     assert "- In development mode the server restarts on changes. [1]" in text
+
+
+SETTINGS_YAML = EvidenceItem("vector_search", "deploy/settings.yaml",
+                             "server:\n  port: 8080\n  host: example.org\nupload:\n  timeout: 30\n  retries: 4", 1, 6, 0.5)
+UPLOAD_PY = EvidenceItem("vector_search", "src/upload.py",
+                         'def upload(path, timeout=30):\n    """Upload a file; the timeout is in seconds."""\n'
+                         "    return send(path, timeout)", 10, 12, 0.5)
+
+
+LONG_PY = EvidenceItem("vector_search", "src/long.py", "\n".join(
+    [f"ROW_{i} = {'x' * 150!r}" for i in range(5)] + ["UPLOAD_TIMEOUT = 30  # the upload timeout"]
+    + [f"COL_{i} = {'y' * 150!r}" for i in range(5)]), 1, 11, 0.5)  # too long to quote whole
+
+
+@pytest.mark.parametrize("item", [SETTINGS_YAML, UPLOAD_PY, LONG_PY])
+def test_offline_quotes_a_code_or_settings_file_as_its_lines_in_a_code_block(item):
+    """A source file or a settings file is code: quoted as its lines, not one character
+    changed (indentation kept), in a code block, never run together into a "sentence"."""
+    toolbox = FakeToolbox({"vector_search": [[item]]})
+    result = Agent(OfflineChatModel(), toolbox, Settings()).ask("What is the upload timeout?")
+    body = result.answer.split("\n\n---\n")[0]
+    block = re.search(r"^(`{3,})[^\n]*\n(.*?)\n\1$", body, re.S | re.M)
+    assert block is not None, body
+    assert block.group(2) in item.text and "timeout" in block.group(2) and "\n" in block.group(2), body
+    assert not [line for line in body.splitlines() if line.startswith("- ") and "timeout" in line], body
+    cited = result.citations[0]
+    assert cited.path == item.source and item.text.split("\n")[cited.line - item.start_line] in block.group(2)
+
+
+def test_offline_leaves_a_title_line_out_of_the_sentence_below_it():
+    """A PDF page's header (a short line with no full stop, the next line opening a sentence)
+    is not quoted as the start of the sentence below it, which is cited at its own line; a
+    sentence wrapped over lines is still quoted whole."""
+    page = EvidenceItem("vector_search", "docs/guide.pdf",
+                        "Page two header\nThe torque wrench must be set to 45 Nm.\nOther text here.", 1001, 1003, 0.5)
+    wrapped = EvidenceItem("vector_search", "docs/os.md", "# Systems\n\nThe torque service runs on\nLinux and macOS.", 1, 4, 0.4)
+    result = Agent(OfflineChatModel(), FakeToolbox({"vector_search": [[page, wrapped]]}), Settings()).ask(
+        "What must the torque wrench be set to, and where does the torque service run?")
+    assert "- The torque wrench must be set to 45 Nm. [1]" in result.answer, result.answer
+    assert "- The torque service runs on Linux and macOS. [2]" in result.answer, result.answer
+    assert "[1] docs/guide.pdf:p2:L2\n[2] docs/os.md:L3\n" in result.answer, result.answer

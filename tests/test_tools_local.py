@@ -193,6 +193,19 @@ def test_grep_search_regex_glob_and_cap(env) -> None:
     assert len(run(box, "grep_search", pattern="needle")) == 500  # the scan's bound; tool_exec keeps 2 x top_k
 
 
+def test_grep_search_sees_every_file_the_index_holds_however_large(env) -> None:
+    """A 3 MiB text file is in the index and read_file reads it: grep_search searches it too."""
+    box, kb, _ = env
+    filler = "filler line with ordinary words about weather and tea\n" * 60_000
+    write(kb / "big.md", filler + "The secret codeword is xylophone-42.\n")
+    assert (kb / "big.md").stat().st_size > 3 * 1024 * 1024
+    for args in ({"pattern": "xylophone"}, {"pattern": r"xylo\w+-\d+", "regex": True}):
+        [item] = run(box, "grep_search", **args)
+        assert (item.source, item.anchor_line) == ("kb/big.md", 60_001), args
+    [read] = run(box, "read_file", path="big.md", start_line=60_001)
+    assert read.text == "The secret codeword is xylophone-42."
+
+
 def test_read_file_ranges_and_caps(env) -> None:
     box, kb, _base = env
     [item] = run(box, "read_file", path="setup.md", start_line=5, end_line=8)

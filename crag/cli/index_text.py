@@ -190,7 +190,7 @@ def root_rows(state: StoreState | None) -> list[RootRow]:
         return []
     rows = []
     for root in state.roots:
-        held = [f for path, f in state.files.items() if is_within(path, root)]
+        held = [f for path, f in state.files.items() if is_within(path, root) and not f.binary]
         rows.append(RootRow(root, len(held), sum(f.chunks for f in held), not os.path.exists(root)))
     return sorted(rows, key=lambda r: r.path)
 

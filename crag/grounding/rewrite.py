@@ -160,12 +160,18 @@ class Sources:
 _REFERENCE = re.compile(r"(?<![\w/.-])\[?([^\s`\[\]()<>]+?):L(\d+)(?:-L(\d+))?\]?(?![\w-])")
 
 
+# "[Source 1]", "(source 1)", "[Evidence #2]": a marker written with a word, as models write them
+_WORDED = re.compile(r"(?:\[|\()(?:source|evidence|item|ref|reference)\s*#?\s*(\d{1,4})(?:\](?![(\[])|\))", re.IGNORECASE)
+
+
 def source_references(text: str, items: Sequence[EvidenceItem]) -> str:
     """``text`` with each evidence header the model copied as a reference
     (``docs/setup.md:L40-L58``, bare, bracketed or as inline code) turned into the marker of
-    the item it names (Qwen2.5-Coder-1.5B once wrote every step that way). A path with a
+    the item it names (Qwen2.5-Coder-1.5B once wrote every step that way), and each marker
+    written with a word (``[Source 1]``, ``(source 1)``) into ``[1]``. A path with a
     line that no item holds is left as written; so is a path without a line, which prose
-    uses for files it talks about."""
+    uses for files it talks about, and a worded marker naming no item."""
+    text = _worded_markers(text, len(items))
     spans: dict[str, list[tuple[int, int, int]]] = {}
     for k, item in enumerate(items, start=1):
         if item.start_line is not None:
@@ -190,6 +196,21 @@ def source_references(text: str, items: Sequence[EvidenceItem]) -> str:
             inner = _REFERENCE.fullmatch(piece.strip("`").strip())
             mark = marker(inner) if inner else None
             pieces[i] = mark or piece
+    return "".join(pieces)
+
+
+def _worded_markers(text: str, n: int) -> str:
+    """``[Source K]`` and the like, outside code, as ``[K]`` when 1 <= K <= ``n``."""
+    if not n or not _WORDED.search(text):
+        return text
+
+    def replace(match: re.Match[str]) -> str:
+        k = int(match.group(1))
+        return f"[{k}]" if 1 <= k <= n else match.group(0)
+
+    pieces = code_split(text)
+    for i in range(0, len(pieces), 2):
+        pieces[i] = _WORDED.sub(replace, pieces[i])
     return "".join(pieces)
 
 

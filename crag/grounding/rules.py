@@ -35,7 +35,7 @@ from attrs import frozen
 
 from ..sentences import FENCE
 from ..text import in_vocabulary
-from .claims import Claims, has_anchor
+from .claims import Claims, claims, has_anchor
 from .evidence import ItemEvidence, Passage, negated_for
 
 __all__ = [
@@ -166,11 +166,42 @@ def score(c: Claims, ev: ItemEvidence, rule: Rule, index: int = 0) -> Support | 
                 best = Support(index, covered, window[0].start, window[-1].end, rule.name)
         if best is not None and best.coverage >= settle_at:
             break
+    if best is not None and rule.unit == "passages":
+        best = _tightened(best, ev.text, c)
     if best is not None and rule.unit == "whole":  # cited at the row that holds the claim
         row = next((p for p in ev.passages if p.vocabulary & c.words), None)
         if row is not None:
             best = Support(index, best.coverage, row.start, row.end, rule.name)
     return best
+
+
+def _foreign(line: str, c: Claims) -> bool:
+    """Whether ``line`` says something of its own that is none of ``c``: content words of its
+    own, none of them ``c``'s, and none of ``c``'s anchors."""
+    own = claims(line).words
+    if not own or any(in_vocabulary(x, own) for x in c.words):
+        return False
+    flat = " ".join(line.split())
+    return not any(has_anchor(kind, a, line, flat) for kind, a in c.anchors)
+
+
+def _tightened(s: Support, text: str, c: Claims) -> Support:
+    """``s`` without the lines at either end of its passage that hold none of the claim: lines
+    with no full stop (a PDF page, a plain-text note, a list of settings) read as one passage,
+    and a citation opens at the line that holds the sentence, not at the passage's first line."""
+    lines: list[tuple[int, int]] = []
+    pos = s.start
+    for line in text[s.start : s.end].split("\n"):
+        lines.append((pos, pos + len(line)))
+        pos += len(line) + 1
+    lo, hi = 0, len(lines) - 1
+    while lo < hi and _foreign(text[slice(*lines[lo])], c):
+        lo += 1
+    while hi > lo and _foreign(text[slice(*lines[hi])], c):
+        hi -= 1
+    if (lo, hi) == (0, len(lines) - 1):
+        return s
+    return Support(s.index, s.coverage, lines[lo][0], lines[hi][1], s.rule)
 
 
 def code_lines(code: str) -> list[str]:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from attrs import field, frozen
 
 from ..errors import IndexFormatError, IndexStoreError, KnowledgeBaseError
-from ..ports import DocumentVersion, FileRecord, Store, StoreState
+from ..ports import BINARY_MARK, DocumentVersion, FileRecord, Store, StoreState
 from ..safe_text import display_name
 from .chunker import DEFAULT_MAX_TOKENS, DEFAULT_MIN_TOKENS
 from .discover import Discovery, discover, is_within, missing_root, normalize_root
@@ -53,6 +53,8 @@ __all__ = [
     "update_index",
     "update_store",
 ]
+
+BINARY_FILE = "binary file"  # the warning naming a file left out as binary data
 
 # progress(files_done, files_total, path): called as files are indexed.
 Progress = Callable[[int, int, str], None]
@@ -122,6 +124,17 @@ class _Plan:
     unchanged: tuple[str, ...]  # by size and mtime: not read
     to_read: tuple
     started: float
+    binary: tuple[str, ...] = ()  # recorded as binary and unchanged by size and mtime: not read
+
+    @property
+    def warnings(self) -> list[tuple[str, str]]:
+        """Discovery's warnings, and each file left out as binary (named on every run)."""
+        return [*self.discovery.warnings, *((p, BINARY_FILE) for p in self.binary)]
+
+    def reported(self, removed: Sequence[str]) -> tuple[str, ...]:
+        """``removed`` without the files that were never in the index (recorded as binary)."""
+        files = self.base.files
+        return tuple(sorted(p for p in removed if not (p in files and files[p].binary)))
 
     @property
     def recorded(self) -> Mapping[str, FileRecord]:
@@ -252,16 +265,16 @@ def _plan(
         removed = sorted(p for p in base.files if p not in found and any(is_within(p, r) for r in looked))
     # Classify by stat first: a file with the same size and mtime is not read at all.
     recorded = {} if base.full else base.files
-    unchanged, to_read = [], []
+    unchanged, to_read, binary = [], [], []
     for f in discovery.files:
         prev = recorded.get(f.path)
         if prev is not None and prev.size == f.size and prev.mtime_ns == f.mtime_ns:
-            unchanged.append(f.path)
+            (binary if prev.binary else unchanged).append(f.path)
         else:
             to_read.append(f)
     return _Plan(
         store, embedder, chunking, base, tuple(walk_roots), tuple(new_roots), tuple(dropped_roots), discovery,
-        tuple(removed), tuple(unchanged), tuple(to_read), started,
+        tuple(removed), tuple(unchanged), tuple(to_read), started, tuple(binary),
     )
 
 
@@ -271,7 +284,7 @@ def _unchanged_report(plan: _Plan, unchanged: int, bytes_read: int = 0, warnings
         plan.store.location, plan.walk_roots, plan.embedder.name, unchanged=unchanged,
         chunks_total=state.chunks if state else 0, bytes_read=bytes_read,
         seconds=time.perf_counter() - plan.started, generation=state.version if state else "",
-        warnings=tuple(warnings) or plan.discovery.warnings, skipped_types=plan.discovery.skipped_types,
+        warnings=tuple(warnings) or tuple(plan.warnings), skipped_types=plan.discovery.skipped_types,
     )
 
 
@@ -287,7 +300,7 @@ def _apply(plan: _Plan, progress: Progress | None) -> IndexReport:
     recorded = plan.recorded
     update = plan.store.begin(plan.builds_on, plan.embedder, chunker_id(*plan.chunking))
     try:
-        warnings = list(plan.discovery.warnings)
+        warnings = plan.warnings
         added: list[str] = []
         changed: list[str] = []
         removed = list(plan.removed)
@@ -311,22 +324,23 @@ def _apply(plan: _Plan, progress: Progress | None) -> IndexReport:
                 continue
             bytes_read += item.size
             if item.binary:
-                warnings.append((f.path, "binary file"))
-            if prev is not None and prev.sha256 == item.sha:
+                warnings.append((f.path, BINARY_FILE))
+            if prev is not None and prev.sha256 == (BINARY_MARK + item.sha if item.binary else item.sha):
+                # the same content (a binary file is named again, and is no file of the index)
                 update.touch_file(f.path, f.size, f.mtime_ns)
-                unchanged += 1
+                unchanged += not item.binary
                 touched += 1
                 continue
             if prev is not None:
                 update.remove_file(f.path)
-            doc = DocumentVersion(f.path, f.root, f.size, f.mtime_ns, item.sha)
             if item.binary:
                 # Recorded with no chunks, so that an unchanged binary file is not read again.
-                if prev is not None and prev.chunks:
+                if prev is not None and not prev.binary:
                     removed.append(f.path)
-                update.add_file(doc)
+                update.add_file(DocumentVersion(f.path, f.root, f.size, f.mtime_ns, BINARY_MARK + item.sha))
                 continue
-            if prev is not None or f.path in plan.base.files:
+            before = prev or plan.base.files.get(f.path)
+            if before is not None and not before.binary:
                 changed.append(f.path)
             else:
                 added.append(f.path)
@@ -349,7 +363,7 @@ def _apply(plan: _Plan, progress: Progress | None) -> IndexReport:
         plan.embedder.name,
         added=tuple(added),
         changed=tuple(changed),
-        removed=tuple(sorted(removed)),
+        removed=plan.reported(removed),
         unchanged=unchanged,
         chunks_total=n_chunks,
         chunks_embedded=update.embedded,
@@ -396,6 +410,7 @@ def remove_roots(
             )
         keep = [r for r in state.roots if r not in drop]
         gone = sorted(p for p in state.files if not any(is_within(p, r) for r in keep))
+        left = tuple(p for p in gone if not state.files[p].binary)  # a binary file was never in it
         update = store.begin(state, _RecordedEmbedder(state.embedder, state.dim), state.chunker)
         try:
             for path in gone:
@@ -406,7 +421,7 @@ def remove_roots(
             update.abort()
             raise
     return IndexReport(
-        store.location, tuple(drop), state.embedder, removed=tuple(gone), chunks_total=n_chunks,
+        store.location, tuple(drop), state.embedder, removed=left, chunks_total=n_chunks,
         seconds=time.perf_counter() - started, reason="removed root(s): " + ", ".join(drop), wrote=True,
         generation=update.version,
     )
@@ -441,5 +456,5 @@ def quick_check(
     under = sum(1 for p in state.files if any(is_within(p, r) for r in root_list))
     if under != len(discovery.files):
         return None
-    return len(discovery.files), state.chunks, state.version
+    return sum(not state.files[f.path].binary for f in discovery.files), state.chunks, state.version
 

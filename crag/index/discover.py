@@ -322,7 +322,25 @@ def _walk(
     # (folder as reached from the root, its real path): the real path of an entry that is
     # not a symbolic link is then its folder's plus its name, with no realpath() walk.
     stack = [(root_abs, root_real)]
-    while stack:
+    # Entries reached through a symbolic link inside the root, taken once every folder reached
+    # without one has been walked: a file is indexed under its own path, and a link counts only
+    # when it leads to something not yet seen. (path, real path, stat; None for a folder)
+    linked: list[tuple[str, str, os.stat_result | None]] = []
+    while stack or linked:
+        if not stack:
+            for path, real, st in linked:
+                if st is None:
+                    if real not in visited_dirs:
+                        visited_dirs.add(real)
+                        stack.append((path, real))
+                elif real not in seen_real:
+                    item = _regular_file(path, root_abs, st, max_bytes, warnings)
+                    if item is not None:
+                        seen_real.add(real)
+                        yield item
+            linked = []
+            stack.reverse()
+            continue
         directory, directory_real = stack.pop()
         try:
             with os.scandir(directory) as it:
@@ -340,7 +358,8 @@ def _walk(
                 warnings.append((path, NOT_UTF8))
                 continue
             try:
-                if entry.is_symlink():
+                link = entry.is_symlink()
+                if link:
                     real = os.path.realpath(path)
                     if not is_within(real, root_real):
                         warnings.append((path, "symbolic link pointing outside the root"))
@@ -351,6 +370,9 @@ def _walk(
                     if real in visited_dirs or real in excluded or _skipped_dir(name, path):
                         continue
                     if ignores.ignored(path, is_dir=True):
+                        continue
+                    if link:
+                        linked.append((path, real, None))
                         continue
                     visited_dirs.add(real)
                     subdirs.append((path, real))
@@ -363,6 +385,9 @@ def _walk(
                 st = entry.stat(follow_symlinks=True)
             except OSError as exc:
                 warnings.append((path, f"cannot read ({exc.strerror or exc})"))
+                continue
+            if link:
+                linked.append((path, real, st))
                 continue
             if real in seen_real:
                 continue

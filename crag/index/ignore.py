@@ -5,7 +5,8 @@ to that folder, a deeper file's match wins over a shallower one's, ``!pattern`` 
 back in, and ``.cragignore`` wins over ``.gitignore`` in the same folder (as ripgrep's
 ``.ignore`` does). Ignore files above a root are read up to the top of its git work tree
 (the nearest folder holding ``.git``), so ``crag index docs`` in a repository honours the
-repository's ``.gitignore``. Unlike ripgrep, a ``.gitignore`` counts outside a git work tree
+repository's ``.gitignore``; the work tree's ``.git/info/exclude`` is read too, its lines
+before every ignore file's (as git and ripgrep read it). Unlike ripgrep, a ``.gitignore`` counts outside a git work tree
 too. A folder that is ignored is not entered, so nothing under it can be taken back (as in
 git). ``--exclude GLOB`` patterns are gitignore patterns relative to the root being indexed,
 for one run.
@@ -128,6 +129,8 @@ class Ignores:
         self.exclude = _exclude_rules(exclude) if exclude else None
         self.top = _work_tree_top(root)
         self._specs: dict[str, RuleSet | None] = {}
+        self._info: RuleSet | None = None  # .git/info/exclude, read on first use
+        self._info_read = False
 
     def _folder_spec(self, folder: str) -> RuleSet | None:
         if folder not in self._specs:
@@ -151,11 +154,26 @@ class Ignores:
                 if result is not None:
                     return result
             if folder == self.top or len(folder) <= len(self.top):
-                return False
+                break
             parent = os.path.dirname(folder)
             if parent == folder:
                 return False
             folder = parent
+        # The repository's own patterns come before every ignore file's (git's order).
+        spec = self._info_exclude()
+        if spec is None or not path.startswith(os.path.join(self.top, "")):
+            return False
+        return bool(spec.decide(os.path.relpath(path, self.top).replace(os.sep, "/"), is_dir))
+
+    def _info_exclude(self) -> RuleSet | None:
+        """The patterns of ``.git/info/exclude`` at the top of the root's work tree, if any (a
+        ``.git`` file, as in a linked work tree, holds none here)."""
+        if not self._info_read:
+            self._info_read = True
+            git = os.path.join(self.top, ".git")
+            if os.path.isdir(git):
+                self._info = _parsed(os.path.join(git, "info", "exclude"))
+        return self._info
 
 
 def _work_tree_top(root: str) -> str:

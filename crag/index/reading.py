@@ -17,7 +17,7 @@ from typing import Any
 
 from attrs import frozen
 
-from ..ports import FileRecord
+from ..ports import BINARY_MARK, FileRecord
 from .chunker import Chunk, chunk_lines, token_counter
 from .discover import BinaryFileError, DiscoveredFile, read_bytes, split_lines, text_of
 
@@ -65,6 +65,9 @@ def prepare_all(
             prev = recorded.get(f.path)
             if prev is not None and prev.sha256 == sha:
                 done.append(Prepared(f, size=len(data), sha=sha))
+                continue
+            if prev is not None and prev.sha256 == BINARY_MARK + sha:
+                done.append(Prepared(f, size=len(data), sha=sha, binary=True))
                 continue
             try:
                 text = text_of(f.path, data)

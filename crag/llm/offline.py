@@ -19,7 +19,10 @@ contract as a real model's, so it goes through the same strict parsers:
 * synthesize: an extractive answer, the evidence sentences (and at most one code block) that
   best match the question, quoted verbatim with ``[K]`` citations under a line saying no LLM
   wrote it. Only whitespace changes (a sentence wrapped over lines is put on one, a code
-  block inside a list or quote loses that indentation); a sentence holding HTML, a
+  block inside a list or quote loses that indentation); a file of code or settings (by its
+  name: ``upload.py``, ``settings.yaml``) is quoted as its lines around the best match, as
+  written, in a code block (``crag.llm.quotes``); short title lines above a sentence (a PDF
+  page's header) are not quoted as its start; a sentence holding HTML, a
   ``[n]``-like bracket, an admonition marker or nothing but links is not quoted, so every
   marker points at an item. Lines inside a code block whose fence lies above the item's text
   in its file (a chunk of a long block, an excerpt) are code too (``code_context``).
@@ -35,12 +38,12 @@ import json
 import re
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from attrs import frozen
 
-from .. import grounding, prompts
+from .. import prompts
 from ..answer import OFFLINE_PREFACE
 from ..config import Settings
 from ..errors import LLMError
@@ -50,7 +53,8 @@ from ..state import Completion, EvidenceItem, Message, ToolRun
 from ..text import STOPWORDS, in_vocabulary, keywords, stem
 from ..text import words as split_words
 from ..toolspec import MAX_TOP_K, ArgumentError, Searches, Tool, check_args, clip, question_search, search_tools
-from .code_context import FileLines, leading_code, opening_fence
+from .code_context import FileLines, opening_fence
+from .quotes import code_file, code_quotes, quotable, same_text, words_of
 
 __all__ = ["OFFLINE_PREFACE", "OfflineChatModel", "keywords"]
 
@@ -88,8 +92,6 @@ _COMPLEX_MARKER = re.compile(
     re.I,
 )
 
-_CITE_LIKE = re.compile(r"\[(\s*\d+(?:\s*[-–,;]\s*\d+)*\s*)\]")
-_MAX_SENTENCE = 600
 _MAX_QUOTES = 5
 _PER_ITEM = 2
 
@@ -412,7 +414,8 @@ class OfflineChatModel:
         files = FileLines()
         leads = [opening_fence(item, files) for item in task.items]
         for k, item in enumerate(task.items):
-            for pos, quote in _quotable(item.text, task.question, leads[k]):
+            quotes = code_quotes(item.text, words) if code_file(item) else quotable(item.text, task.question, leads[k])
+            for pos, quote in quotes:
                 vocabulary = set(keywords(quote))
                 hits = sum(1 for w in words if in_vocabulary(w, vocabulary))
                 if quote.startswith(("```", "~~~")):
@@ -427,16 +430,18 @@ class OfflineChatModel:
             if len(chosen) >= _MAX_QUOTES:
                 break
             is_code = quote.startswith(("```", "~~~"))
-            words_of = _words(quote)
-            if per_item[k] >= _PER_ITEM or any(_same_text(words_of, q) for q in quoted) or (is_code and code_blocks):
+            said = words_of(quote)
+            if per_item[k] >= _PER_ITEM or any(same_text(said, q) for q in quoted) or (is_code and code_blocks):
                 continue  # overlapping items (or a document quoting another) repeat text
             per_item[k] += 1
             code_blocks += is_code
-            quoted.add(words_of)
+            quoted.add(said)
             chosen.append((k, pos, quote))
         if not chosen:  # nothing matches a keyword: quote the opening of the first items
             for k, item in enumerate(task.items[:2]):
-                quotes = _quotable(item.text, lead=leads[k])
+                if code_file(item):
+                    continue  # its lines are quoted as code or not at all
+                quotes = quotable(item.text, lead=leads[k])
                 first = next((q for q in quotes if not q[1].startswith(("```", "~~~"))), None)
                 if first:
                     chosen.append((k, first[0], first[1]))
@@ -471,73 +476,3 @@ class OfflineChatModel:
             "Hello! I answer questions from your knowledge base, quoting the passages I find with "
             "citations (running offline: no LLM is used). What would you like to know?"
         )
-
-
-def _words(sentence: str) -> str:
-    """A sentence reduced to its words, to spot the same text quoted twice."""
-    return " ".join(re.findall(r"[a-z0-9]+", sentence.lower()))
-
-
-def _same_text(a: str, b: str) -> bool:
-    if len(a) < 20 or len(b) < 20:
-        return a == b
-    return a in b or b in a
-
-
-_HTML = re.compile(r"</?[A-Za-z][^>]*>|<!--")
-_LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
-_ADMONITION = re.compile(r"^\s*(?:\[![A-Za-z]+\]|!!!|\?\?\?|:::|///|\{\*.*\*\}\s*$)")  # or an include: {* file *}
-_QUOTE_PREFIX = re.compile(r"^[ \t]*(?:>[ \t]?)+", re.M)
-
-
-def _markup_only(sentence: str) -> bool:
-    """Whether a sentence is markup rather than prose: HTML, an admonition marker, an include
-    directive (``{* file.py *}``), links only."""
-    if _HTML.search(sentence) or _ADMONITION.match(sentence) or _CITE_LIKE.search(sentence):
-        return True
-    prose = _LINK.sub(" ", sentence)
-    return len(re.findall(r"[^\W\d_]{2,}", prose)) < 3
-
-
-def _code_block(text: str) -> str | None:
-    """A fenced block as it should be quoted: list or quote indentation removed, or None
-    when the block is not closed within the evidence."""
-    lines = _QUOTE_PREFIX.sub("", text).split("\n")
-    indent = min((len(ln) - len(ln.lstrip()) for ln in lines if ln.strip()), default=0)
-    lines = [ln[indent:] for ln in lines]
-    fence = lines[0].strip()[:3]
-    if len(lines) < 3 or not lines[-1].strip().startswith(fence):
-        return None
-    return "\n".join(lines)
-
-
-def _quotable(text: str, question: str = "", lead: str | None = None) -> Iterable[tuple[int, str]]:
-    """(position, quote) for each sentence of ``text`` worth quoting, verbatim but for
-    whitespace, and each closed code block; a sentence repeating the question (of three words
-    or more, give or take three words: a FAQ line, a heading) is left out. A shorter question
-    ("port") is a keyword, and the sentences holding it are the answer. ``lead`` is the fence
-    line of the block the text starts inside of (``code_context``): those lines are code."""
-    echo = " ".join(question.lower().replace("'", " ").split()).strip(" ?!.")
-    echo_words = len(echo.split()) if len(echo.split()) >= 3 else 0
-    raw, skip = leading_code(text, lead)
-    code = _code_block(raw) if raw is not None else None
-    if code is not None and len(code) <= 1500:
-        yield 0, code
-    text = text[skip:]
-    for piece in grounding.passages(text):
-        if piece.kind != "sentence":
-            continue
-        sentence = " ".join(_QUOTE_PREFIX.sub("", piece.text).split())
-        if len(sentence) < 3 or len(sentence) > _MAX_SENTENCE or _markup_only(sentence):
-            continue
-        if "couldn't find relevant information" in sentence or prompts.strip_stats_blocks(sentence) != sentence:
-            continue
-        flat = " ".join(sentence.lower().replace("'", " ").split())
-        if echo_words and echo in flat and len(flat.split()) <= echo_words + 3:
-            continue
-        yield skip + piece.start, sentence
-    for piece in grounding.split(text):
-        if piece.kind == "code":
-            block = _code_block(piece.text)
-            if block is not None and len(block) <= 1500:
-                yield skip + piece.start, block

@@ -9,10 +9,10 @@ the knowledge base (a planner's guess) is dropped, the search runs without it, a
 result's audit says so (``glob_dropped``). Each match is one evidence item: the
 matching line as ``anchor_line`` and a window of up to ``CONTEXT`` lines either side as
 start/end/text (in a PDF, lines of the match's page only). At most ``MAX_MATCHES``
-matches are returned (``tool_exec`` keeps the best
-2 x ``KB_AGENT_TOP_K`` of them and pages through the rest), files larger than
-``MAX_FILE_BYTES`` are skipped, and lines longer than ``MAX_LINE_CHARS`` are only searched
-in their first part. A regular expression runs with a time limit
+matches are returned (``tool_exec`` keeps the best 2 x ``KB_AGENT_TOP_K`` of them and pages
+through the rest), every file the index takes is searched (up to ``MAX_FILE_BYTES``, as
+``read_file`` reads it), and lines longer than ``MAX_LINE_CHARS`` are only searched in their
+first part. A regular expression runs with a time limit
 (``crag.tools.regex_guard``): one that backtracks catastrophically is a ``ToolError``, not
 a hang.
 """
@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import KnowledgeBaseError, ToolError
-from ..index.discover import discover, read_bytes, split_lines, text_of
+from ..index.discover import MAX_FILE_BYTES, discover, read_bytes, split_lines, text_of
 from ..pages import PAGE_LINES, is_paged
 from ..prompts.find import find_identifiers
 from ..state import AuditEvent, EvidenceItem
@@ -36,7 +36,6 @@ from .regex_guard import RegexRefused, matching_lines
 NAME = "grep_search"
 MAX_MATCHES = 500
 CONTEXT = 2
-MAX_FILE_BYTES = 2 * 1024 * 1024
 MAX_LINE_CHARS = 4000
 
 

@@ -1,0 +1,172 @@
+"""What the offline answer quotes from an evidence text: sentences verbatim but for
+whitespace, closed code blocks, and a code or settings file's lines as a code block.
+
+``quotable`` yields (position, quote) for the sentences of a prose text worth quoting (not
+markup-only lines, not a sentence repeating the question) and its closed code blocks; the
+short title lines above a sentence (a PDF page's header) are a piece of their own
+(``title_split``). ``code_file`` tells a file of code or settings by its name, and
+``code_quotes`` quotes its lines around the best match, as written, in a code block.
+Pure functions.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from itertools import pairwise
+
+from .. import grounding, prompts
+from ..state import EvidenceItem
+from ..text import STOPWORDS, in_vocabulary, keywords
+from .code_context import leading_code
+
+__all__ = ["code_file", "code_quotes", "quotable", "same_text", "title_split", "words_of"]
+
+_CITE_LIKE = re.compile(r"\[(\s*\d+(?:\s*[-–,;]\s*\d+)*\s*)\]")
+_MAX_SENTENCE = 600
+
+
+def words_of(sentence: str) -> str:
+    """A sentence reduced to its words, to spot the same text quoted twice."""
+    return " ".join(re.findall(r"[a-z0-9]+", sentence.lower()))
+
+
+def same_text(a: str, b: str) -> bool:
+    if len(a) < 20 or len(b) < 20:
+        return a == b
+    return a in b or b in a
+
+
+_HTML = re.compile(r"</?[A-Za-z][^>]*>|<!--")
+_LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
+_ADMONITION = re.compile(r"^\s*(?:\[![A-Za-z]+\]|!!!|\?\?\?|:::|///|\{\*.*\*\}\s*$)")  # or an include: {* file *}
+_QUOTE_PREFIX = re.compile(r"^[ \t]*(?:>[ \t]?)+", re.M)
+
+
+def _markup_only(sentence: str) -> bool:
+    """Whether a sentence is markup rather than prose: HTML, an admonition marker, an include
+    directive (``{* file.py *}``), links only."""
+    if _HTML.search(sentence) or _ADMONITION.match(sentence) or _CITE_LIKE.search(sentence):
+        return True
+    prose = _LINK.sub(" ", sentence)
+    return len(re.findall(r"[^\W\d_]{2,}", prose)) < 3
+
+
+def _code_block(text: str) -> str | None:
+    """A fenced block as it should be quoted: list or quote indentation removed, or None
+    when the block is not closed within the evidence."""
+    lines = _QUOTE_PREFIX.sub("", text).split("\n")
+    indent = min((len(ln) - len(ln.lstrip()) for ln in lines if ln.strip()), default=0)
+    lines = [ln[indent:] for ln in lines]
+    fence = lines[0].strip()[:3]
+    if len(lines) < 3 or not lines[-1].strip().startswith(fence):
+        return None
+    return "\n".join(lines)
+
+
+# A file with one of these suffixes (or none: README, LICENSE) is prose; any other file the
+# index takes is code or settings, quoted as its lines in a code block (``code_quotes``).
+_PROSE_SUFFIXES = frozenset(
+    ".md .markdown .mdx .mdown .mkd .txt .text .rst .adoc .asciidoc .org .textile .tex .pdf .docx .html .htm".split()
+)
+_CODE_NAMES = frozenset("makefile dockerfile containerfile justfile procfile gemfile rakefile vagrantfile".split())
+_CODE_WINDOW = 3  # lines quoted either side of a code file's best line
+_CODE_WHOLE = 12  # a code item of at most this many lines is quoted whole
+_CODE_CHARS = 1500  # the longest code block quoted
+
+
+def code_file(item: EvidenceItem) -> bool:
+    """Whether ``item`` comes from a file of code or settings (by its name), not prose."""
+    if item.url or item.start_line is None:
+        return False
+    name = item.source.replace("\\", "/").rsplit("/", 1)[-1].lower()
+    suffix = "." + name.rsplit(".", 1)[1] if "." in name.lstrip(".") else ""
+    return name in _CODE_NAMES or (suffix != "" and suffix not in _PROSE_SUFFIXES)
+
+
+def code_quotes(text: str, words: Sequence[str]) -> Iterable[tuple[int, str]]:
+    """(position, block) for the text of a code or settings file: its lines around the one
+    that holds most of ``words`` (the question's keywords), as written, in a code block."""
+    lines = text.split("\n")
+    hits = [sum(1 for w in words if in_vocabulary(w, set(keywords(line)))) for line in lines]
+    if not any(hits):
+        return
+    best = hits.index(max(hits))
+    code, lo = "", 0
+    for width in (len(lines), _CODE_WINDOW, 0):  # the whole item when short, else fewer lines
+        if width == len(lines) and len(lines) > _CODE_WHOLE:
+            continue
+        lo, hi = max(0, best - width), min(len(lines) - 1, best + width)
+        while lo < best and not lines[lo].strip():
+            lo += 1
+        while hi > best and not lines[hi].strip():
+            hi -= 1
+        code = "\n".join(lines[lo : hi + 1])
+        if len(code) <= _CODE_CHARS:
+            break
+    else:
+        return
+    longest = max((len(run) for run in re.findall(r"`+", code)), default=0)
+    fence = "`" * max(3, longest + 1)
+    yield sum(len(line) + 1 for line in lines[:lo]), f"{fence}\n{code}\n{fence}"
+
+
+_TITLE_WORDS = 4  # most words of a title line (a PDF page's header, a heading without #)
+
+
+def title_split(text: str) -> list[tuple[int, int]]:
+    """``text`` (a passage) as (start, end) parts: the title lines it opens with, then the
+    sentence below them; or the whole text. A title line is short, has no closing
+    punctuation, does not end in a word like "on" or "the", and the line below it opens with a
+    capital letter; the split is made only when what follows is a sentence, ended by its full
+    stop. A PDF page's header is then no part of the sentence below it, while a sentence
+    wrapped over lines ("runs on" / "Linux and macOS.") and a list without bullets
+    ("Monday closed" / "Saturday 10 to 14") stay one piece."""
+    lines = text.split("\n")
+    cut = 0
+    for line, below in pairwise(lines):
+        ws = line.split()
+        if not 1 <= len(ws) <= _TITLE_WORDS or ws[-1][-1] in ".!?:;,-([{" or ws[-1].lower() in STOPWORDS:
+            break
+        if not below.lstrip()[:1].isupper():
+            break
+        cut += len(line) + 1
+    if not cut or not _SENTENCE_END.search(text):
+        return [(0, len(text))]
+    return [(0, cut - 1), (cut, len(text))]
+
+
+_SENTENCE_END = re.compile(r"[.!?][\"')\]]*\s*$")
+
+
+def quotable(text: str, question: str = "", lead: str | None = None) -> Iterable[tuple[int, str]]:
+    """(position, quote) for each sentence of ``text`` worth quoting, verbatim but for
+    whitespace, and each closed code block; a sentence repeating the question (of three words
+    or more, give or take three words: a FAQ line, a heading) is left out. A shorter question
+    ("port") is a keyword, and the sentences holding it are the answer. ``lead`` is the fence
+    line of the block the text starts inside of (``code_context``): those lines are code."""
+    echo = " ".join(question.lower().replace("'", " ").split()).strip(" ?!.")
+    echo_words = len(echo.split()) if len(echo.split()) >= 3 else 0
+    raw, skip = leading_code(text, lead)
+    code = _code_block(raw) if raw is not None else None
+    if code is not None and len(code) <= 1500:
+        yield 0, code
+    text = text[skip:]
+    for piece in grounding.passages(text):
+        if piece.kind != "sentence":
+            continue
+        for start, end in title_split(piece.text):
+            sentence = " ".join(_QUOTE_PREFIX.sub("", piece.text[start:end]).split())
+            if len(sentence) < 3 or len(sentence) > _MAX_SENTENCE or _markup_only(sentence):
+                continue
+            if "couldn't find relevant information" in sentence or prompts.strip_stats_blocks(sentence) != sentence:
+                continue
+            flat = " ".join(sentence.lower().replace("'", " ").split())
+            if echo_words and echo in flat and len(flat.split()) <= echo_words + 3:
+                continue
+            yield skip + piece.start + start, sentence
+    for piece in grounding.split(text):
+        if piece.kind == "code":
+            block = _code_block(piece.text)
+            if block is not None and len(block) <= 1500:
+                yield skip + piece.start, block
