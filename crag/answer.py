@@ -141,11 +141,12 @@ def renumber(text: str, n_items: int) -> tuple[str, list[int]]:
     return rewrite_markers(text, replace), order
 
 
-# A line a model wrote as a source list entry: "[1] docs/setup.md:L4", "- [2]: https://...".
+# A line a model wrote as a source list entry: "[1] docs/setup.md:L4", "- [2]: https://...",
+# "[^1]: docs/setup.md:L4" (a Markdown footnote).
 # The one word after the marker must look like a path or URL (a dot or slash inside it), so a
 # sentence such as "[1] Done." is not taken for one.
 _SOURCE_LINE = re.compile(
-    r"^[ \t]*(?:[-*][ \t]+)?\[\s*\d+\s*\]:?[ \t]+\S*?[/.]\w\S*(?:[ \t]*\([^)\n]*\))?[ \t]*$\n?", re.M
+    r"^[ \t]*(?:[-*][ \t]+)?\[\s*\^?\d+\s*\]:?[ \t]+\S*?[/.]\w\S*(?:[ \t]*\([^)\n]*\))?[ \t]*$\n?", re.M
 )
 # Its heading, when nothing follows it once those lines are gone.
 _HEADING_WORDS = ("sources", "references", "citations")

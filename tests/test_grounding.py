@@ -130,7 +130,8 @@ def test_an_evidence_header_copied_as_a_reference_becomes_its_marker():
     assert lines_of(g) == [("docs/setup.md", 22), ("docs/backup.md", 4)]
 
 
-@pytest.mark.parametrize("written", ["[Source 1]", "(source 1)", "[source #1]", "[Evidence 1]", "(Item 1)", "[Ref 1]"])
+@pytest.mark.parametrize("written", ["[Source 1]", "(source 1)", "[source #1]", "[Evidence 1]", "(Item 1)", "[Ref 1]",
+                                     "[^1]"])
 def test_a_marker_written_with_a_word_is_the_marker_of_that_item(written):
     """Models write "[Source 1]" or "(source 1)" for [1]; its number is no claim of the sentence."""
     g = ground(f"The server listens on port 8080 by default {written}. A backup is kept for thirty days {written[:-2]}2{written[-1]}.",
@@ -141,6 +142,17 @@ def test_a_marker_written_with_a_word_is_the_marker_of_that_item(written):
     assert "[Source 3]" in kept.body
     link = ground("The server listens on port 8080 [Source 1](https://example.org/s1) [1].", ITEMS)
     assert "[Source 1](https://example.org/s1)" in link.body  # a link's text, not a marker
+
+
+def test_markdown_footnotes_are_markers_and_their_definitions_a_source_list():
+    """A model writing Markdown footnotes: "[^1]" is [1], and its "[^1]: path:L22" lines are the
+    source list crag writes itself (a footnote in code stays)."""
+    from crag.prompts import clean_answer
+
+    body = clean_answer("The server listens on port 8080 by default.[^1] Run `x[^2]`.\n\n[^1]: docs/setup.md:L22\n")
+    g = ground(body, ITEMS)
+    assert g.body.startswith("The server listens on port 8080 by default.[1]") and "`x[^2]`" in g.body
+    assert "docs/setup.md:L22" not in g.body and lines_of(g)[0] == ("docs/setup.md", 22)
 
 
 def test_corroborating_files_are_few_and_each_supports_the_sentence():

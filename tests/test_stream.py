@@ -37,7 +37,7 @@ REWRITES = ["<think>", "</think>", "<think>Which page [2]?</think>", "<thinking>
             "`", "~~~", "\n```python\n", "1. The server listens on port 8080 by default.", "\n- A backup is kept",
             "\n---\n", STATS_HEADING, "\nLLM Usage Stats:\n", "- **Model:** x\n", "docs/setup.md:L22", "> ", "1.",
             "It is blue.", "The moon is made of cheese.", "Überall grün — ja. ", "日本語の文です。", "🚀 ", "\u00f0\u0178",
-            "| port | 8080 |\n|---|---|\n", "\t", "\r\n", "?", "[", "]", "[1].", "A backup is kept for thirty days [2].",
+            "| port | 8080 |\n|---|---|\n", "\t", "\r\n", "?", "[", "]", "[1].", "[^1]", "[^", "[Source 2]", "A backup is kept for thirty days [2].",
             # a source list the model writes itself, which only crag's footer replaces
             "\n\nSources:\n", "[1] docs/setup.md:L22\n", "- [2]: https://example.com/x", "[2] docs/other.md:L5"]
 

@@ -161,14 +161,16 @@ _REFERENCE = re.compile(r"(?<![\w/.-])\[?([^\s`\[\]()<>]+?):L(\d+)(?:-L(\d+))?\]
 
 
 # "[Source 1]", "(source 1)", "[Evidence #2]": a marker written with a word, as models write them
-_WORDED = re.compile(r"(?:\[|\()(?:source|evidence|item|ref|reference)\s*#?\s*(\d{1,4})(?:\](?![(\[])|\))", re.IGNORECASE)
+# and "[^1]", a Markdown footnote's marker
+_WORDED = re.compile(r"(?:\[|\()(?:source|evidence|item|ref|reference|\^)\s*#?\s*(\d{1,4})(?:\](?![(\[])|\))",
+                     re.IGNORECASE)
 
 
 def source_references(text: str, items: Sequence[EvidenceItem]) -> str:
     """``text`` with each evidence header the model copied as a reference
     (``docs/setup.md:L40-L58``, bare, bracketed or as inline code) turned into the marker of
     the item it names (Qwen2.5-Coder-1.5B once wrote every step that way), and each marker
-    written with a word (``[Source 1]``, ``(source 1)``) into ``[1]``. A path with a
+    written with a word (``[Source 1]``, ``(source 1)``) or as a footnote's (``[^1]``) into ``[1]``. A path with a
     line that no item holds is left as written; so is a path without a line, which prose
     uses for files it talks about, and a worded marker naming no item."""
     text = _worded_markers(text, len(items))
