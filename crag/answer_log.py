@@ -229,6 +229,7 @@ class AnswerLog:
                     self.exists()  # what stands in the way is said as it is
                 db = sqlite3.connect(self.path, timeout=10.0)
                 db.execute("PRAGMA foreign_keys = ON")
+                db.create_function("fold", 1, _fold, deterministic=True)  # LIKE folds ASCII letters only
                 _migrate(db)
             except (OSError, sqlite3.Error) as exc:
                 raise LogError(f"the answer log {self.path} cannot be opened ({exc}); "
@@ -338,8 +339,8 @@ class AnswerLog:
         db = self._open()
         where, params = [], []
         for word in query.split():
-            where.append("(question LIKE ? ESCAPE '\\' OR answer LIKE ? ESCAPE '\\')")
-            pattern = "%" + valid_text(word).replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+            where.append("(fold(CAST(question AS BLOB)) LIKE ? ESCAPE '\\' OR fold(CAST(answer AS BLOB)) LIKE ? ESCAPE '\\')")
+            pattern = "%" + valid_text(word).casefold().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
             params += [pattern, pattern]
         if ids:
             where.append(f"answers.id IN ({', '.join('?' * len(ids))})")
@@ -403,6 +404,12 @@ class AnswerLog:
 _DAMAGED = object()
 _CELLS = ("conversation", "time", "iterations", "usage", "citations", "settings")  # the order they are named in
 SQL_INT_MAX = 2**63 - 1  # SQLite's largest integer
+
+
+def _fold(value: Any) -> str:
+    """A cell's bytes as text, case-folded, for a log search (SQL ``fold``): "Über" and "über"
+    alike. Given as bytes, so a cell that is not UTF-8 is searched, not an error."""
+    return _text(value).casefold()
 
 
 def _text(value: Any) -> str:

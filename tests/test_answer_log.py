@@ -423,3 +423,14 @@ def test_show_with_a_query_or_a_count_is_a_usage_error(project: Path, extra: lis
     assert cli("ask", "Which port does the server listen on?")[0] == 0
     code, out, err = cli("log", "--show", "1", *extra)
     assert code == 2 and out == "" and err.count("\n") == 1 and "--show prints one answer" in err
+
+
+def test_a_log_search_ignores_case_beyond_ascii(project: Path) -> None:
+    """``crag log über`` finds "Über welchen Port ...": SQLite's LIKE folds ASCII letters only,
+    so a word with an umlaut, a Greek or a Cyrillic letter was found in one case alone."""
+    assert cli("ask", "Über welchen Port läuft der Server?")[0] == 0
+    for word in ("über", "ÜBER", "LÄUFT", "läuft", "PORT"):
+        code, out, _ = cli("log", word)
+        assert code == 0 and "Über welchen Port" in out, word
+    code, out, _ = cli("log", "über", "backup")  # every word, still
+    assert code == 0 and "Über welchen Port" not in out
