@@ -229,6 +229,7 @@ class AnswerLog:
                     self.exists()  # what stands in the way is said as it is
                 db = sqlite3.connect(self.path, timeout=10.0)
                 db.execute("PRAGMA foreign_keys = ON")
+                db.text_factory = _text  # a cell that is not UTF-8 (another tool wrote it) is read, not an error
                 db.create_function("fold", 1, _fold, deterministic=True)  # LIKE folds ASCII letters only
                 _migrate(db)
             except (OSError, sqlite3.Error) as exc:

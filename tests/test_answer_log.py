@@ -311,6 +311,28 @@ def test_damaged_rows_are_shown_as_damaged(project: Path) -> None:
         assert code == 0 and "damaged: " in out and "you> " in out, out + err
 
 
+
+def test_a_text_cell_that_is_not_utf8_is_shown_not_an_error(project: Path) -> None:
+    """A question or a citation holding bytes that are not UTF-8 (written by another tool)
+    failed every listing: "cannot be read (Could not decode to UTF-8 column 'question' ...)"."""
+    for question in ("Which port does the server listen on?", "How long is a backup kept?"):
+        assert cli("ask", question)[0] == 0
+    db = sqlite3.connect(project / ".crag" / "log.sqlite")
+    db.execute("UPDATE answers SET question = CAST(X'576869636820ff20706f72743f' AS TEXT) WHERE id = 1")  # Which \xff port?
+    db.execute("UPDATE citations SET path = CAST(X'646f63732fff2e6d64' AS TEXT) WHERE answer_id = 1")  # docs/\xff.md
+    db.commit()
+    db.close()
+    for argv in (("log",), ("log", "--show", "1"), ("log", "port")):
+        code, out, err = cli(*argv)
+        assert code == 0 and err == "" and "Which \ufffd port?" in out, (argv, out, err)
+    code, out, err = cli("log", "--json")
+    entries = {e["id"]: e for e in json.loads(out)}
+    assert entries[1]["question"] == "Which \ufffd port?" and entries[1]["citations"][0]["path"] == "docs/\ufffd.md"
+    code, out, err = cli("log", "backup")
+    assert code == 0 and "backup is kept" in out, err
+    code, out, err = cli("ask", "-c", "and the port?")
+    assert code == 0, err
+
 # -- crag log: bounded memory -----------------------------------------------------------------
 
 
