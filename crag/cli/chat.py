@@ -125,6 +125,8 @@ def streamed(agent, question: str, history, progress: Progress):
             progress.chunk(chunk)
     except BaseException as exc:
         chunks.close()
+        if progress.started:  # the line of an answer cut short ends
+            progress.out.write("\n")
         progress.reset()
         if isinstance(exc, KeyboardInterrupt) and progress.tty:
             progress.err.write("\r\033[K")  # the node status line
@@ -227,7 +229,8 @@ def cmd_chat(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 print(error_line(exc), file=err)
                 continue
             except KeyboardInterrupt:  # Ctrl-C while answering: that answer stops, the session goes on
-                out.write("\n")
+                if live:  # after the ^C the terminal shows (``streamed`` ends a piped answer's line)
+                    out.write("\n")
                 print("crag: answer cancelled (Ctrl-C); ask again, or Ctrl-D to end", file=err)
                 continue
             conversation = record(agent.settings, result, err, conversation, "chat")
