@@ -456,3 +456,11 @@ def test_a_log_search_ignores_case_beyond_ascii(project: Path) -> None:
         assert code == 0 and "Über welchen Port" in out, word
     code, out, _ = cli("log", "über", "backup")  # every word, still
     assert code == 0 and "Über welchen Port" not in out
+
+
+def test_show_last_of_an_empty_log_says_the_log_is_empty(project: Path) -> None:
+    """It said "no answer last in .crag/log.sqlite", as if "last" were an answer's number."""
+    code, out, err = cli("log", "--show", "last")
+    assert code == 2 and out == "" and err.startswith("crag: error: no logged answers in ") and "answer last" not in err
+    code, out, err = cli("log", "--show", "7")
+    assert code == 2 and err.startswith("crag: error: no answer 7 in "), err

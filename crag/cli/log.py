@@ -109,6 +109,8 @@ def cmd_log(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             return 0
         if args.show is not None:
             entry = next(iter(entries), None)
+            if entry is None and show is None:  # ``last`` of a log with no answer
+                raise UsageError(f"no logged answers in {log.path}")
             if entry is None:
                 raise UsageError(f"no answer {args.show} in {log.path} (`{prog()} log` lists them)")
             out.write(shown(_full(entry)) + "\n")
