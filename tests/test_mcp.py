@@ -222,6 +222,26 @@ def test_mcp_without_the_sdk_is_one_line_naming_the_extra(tmp_path: Path) -> Non
 
 
 
+
+@pytest.mark.parametrize("index_first", [True, False])
+def test_an_embedder_setting_that_cannot_work_stops_the_server_at_its_start(workdir: Path, index_first: bool) -> None:
+    """``KB_AGENT_EMBEDDER=openai`` with no key or server: ``ask``, ``search`` and ``chat`` stop at
+    once (exit 2, one line); ``crag mcp`` started, answered ``initialize``, and failed every call."""
+    import subprocess
+
+    params = server_params(workdir)
+    if index_first:
+        indexed = subprocess.run([sys.executable, "-m", "crag", "index", "docs"], cwd=workdir, env=params.env,
+                                 capture_output=True, text=True, timeout=60)
+        assert indexed.returncode == 0, indexed.stderr
+    env = {**params.env, "KB_AGENT_EMBEDDER": "openai"}
+    hello = ('{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18",'
+             '"capabilities":{},"clientInfo":{"name":"t","version":"1"}}}\n')
+    proc = subprocess.run([sys.executable, "-m", "crag", "mcp"], cwd=workdir, env=env, input=hello,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stdout == "", proc.stdout
+    assert proc.stderr.startswith("crag: error: KB_AGENT_EMBEDDER=openai is not valid") and proc.stderr.count("\n") == 1
+
 def test_mcp_prints_documents_with_auth_words_unchanged(workdir: Path) -> None:
     document = auth_word_document()
     (workdir / "docs" / "auth.md").write_text(document, encoding="utf-8")
