@@ -474,3 +474,42 @@ def test_a_log_note_with_standard_error_closed_never_reaches_the_protocol_stream
                 assert not again.is_error
 
     anyio.run(session)
+
+
+def test_a_client_that_stops_reading_ends_the_server_without_a_traceback(workdir: Path) -> None:
+    """A client that closes its end of the server's standard output (it crashed, or gave up)
+    while stdin stays open: the next reply hit a broken pipe, and the server ended with
+    an exception group's traceback of some 60 lines on stderr, which a client's log shows."""
+    import json
+    import subprocess
+    import time
+
+    params = server_params(workdir, "--kb", "docs")
+    proc = subprocess.Popen([sys.executable, "-m", "crag", "mcp", "--kb", "docs"], cwd=workdir, env=params.env,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        def send(message: dict) -> None:
+            assert proc.stdin is not None
+            proc.stdin.write((json.dumps(message) + "\n").encode())
+            proc.stdin.flush()
+
+        send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})
+        assert proc.stdout is not None and b'"id":1' in proc.stdout.readline()
+        send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        proc.stdout.close()
+        for n in range(2, 12):
+            try:
+                send({"jsonrpc": "2.0", "id": n, "method": "tools/call",
+                      "params": {"name": "search", "arguments": {"query": "port"}}})
+            except BrokenPipeError:  # the server is gone
+                break
+            time.sleep(0.3)
+        proc.wait(timeout=30)
+        assert proc.stderr is not None
+        stderr = proc.stderr.read().decode()
+        assert "Traceback" not in stderr and proc.returncode in (0, 141), (proc.returncode, stderr)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
