@@ -234,7 +234,7 @@ class AnswerLog:
                 _migrate(db)
             except (OSError, sqlite3.Error) as exc:
                 raise LogError(f"the answer log {self.path} cannot be opened ({exc}); "
-                               "KB_AGENT_LOG=off stops logging") from exc
+                               f"{_remedy(exc, ', or ')}KB_AGENT_LOG=off stops logging") from exc
             self._db = db
         return self._db
 
@@ -290,7 +290,8 @@ class AnswerLog:
                      for node, u in usage.by_node.items()],
                 )
         except sqlite3.Error as exc:
-            raise LogError(f"the answer log {self.path} cannot be written ({exc}); KB_AGENT_LOG=off stops logging") from exc
+            raise LogError(f"the answer log {self.path} cannot be written ({exc}); "
+                           f"{_remedy(exc, ', or ')}KB_AGENT_LOG=off stops logging") from exc
         return int(conversation), int(answer_id)
 
     def last_conversation(self) -> tuple[int | None, list[dict[str, str]]]:
@@ -299,7 +300,7 @@ class AnswerLog:
         try:
             return self._last_conversation()
         except sqlite3.Error as exc:
-            raise LogError(f"the answer log {self.path} cannot be read ({exc})") from exc
+            raise LogError(f"the answer log {self.path} cannot be read ({exc}){_remedy(exc, '', '; ')}") from exc
 
     def _last_conversation(self) -> tuple[int | None, list[dict[str, str]]]:
         if not self.exists():
@@ -326,7 +327,7 @@ class AnswerLog:
         try:
             yield from self._entries(query, limit, ids)
         except sqlite3.Error as exc:
-            raise LogError(f"the answer log {self.path} cannot be read ({exc})") from exc
+            raise LogError(f"the answer log {self.path} cannot be read ({exc}){_remedy(exc, '', '; ')}") from exc
 
     def _entries(self, query: str, limit: int | None, ids: Sequence[int]) -> Iterator[LogEntry]:
         from .safe_text import valid_text
@@ -405,6 +406,18 @@ class AnswerLog:
 _DAMAGED = object()
 _CELLS = ("conversation", "time", "iterations", "usage", "citations", "settings")  # the order they are named in
 SQL_INT_MAX = 2**63 - 1  # SQLite's largest integer
+
+
+def _remedy(exc: BaseException, after: str, before: str = "") -> str:
+    """What to do about ``exc`` from SQLite, between ``before`` and ``after`` ("" when it is not
+    the file's fault: a folder that cannot be written is said as it is)."""
+    text = str(exc)
+    if not isinstance(exc, sqlite3.DatabaseError) or any(
+            w in text for w in ("readonly", "unable to open", "I/O", "full", "permission")):
+        return ""
+    if "locked" in text or "busy" in text:
+        return f"{before}another crag is writing it: try again{after}"
+    return f"{before}move it away to start a new log{after}"  # not a database, or not crag's tables
 
 
 def _fold(value: Any) -> str:

@@ -203,6 +203,27 @@ def test_a_damaged_log_is_one_line_and_never_costs_an_answer(project: Path) -> N
     assert code == 1 and err.startswith("crag: error: the answer log ") and err.count("\n") == 1
 
 
+
+def test_a_damaged_log_says_what_to_do_about_it(project: Path) -> None:
+    """SPEC §4: an error line says what went wrong and what to do. ``crag log`` of a damaged
+    file said only "KB_AGENT_LOG=off stops logging" (no help to read it), and of a file
+    missing its tables nothing at all."""
+    log = project / ".crag" / "log.sqlite"
+    log.write_bytes(b"this is not a database" * 100)
+    code, _, err = cli("log")
+    assert code == 1 and "file is not a database" in err and "move it away to start a new log" in err, err
+    log.unlink()
+    assert cli("ask", "Which port does the server listen on?")[0] == 0
+    db = sqlite3.connect(log)
+    db.execute("DROP TABLE citations")
+    db.commit()
+    db.close()
+    for argv in (("log",), ("log", "--json"), ("log", "--show", "last")):
+        code, out, err = cli(*argv)
+        assert code == 1 and "no such table" in err and "move it away to start a new log" in err, (argv, err)
+    code, out, err = cli("ask", "Which port does the server listen on?")  # an answer all the same
+    assert code == 0 and "8080" in out and err.startswith("crag: note: ") and "KB_AGENT_LOG=off" in err, err
+
 # -- secrets: one finder for output, the log and --json ------------------------------------
 
 GITHUB_TOKEN = "ghp_Log0123456789abcdefABCDEF0123456789"
