@@ -485,3 +485,14 @@ def test_show_last_of_an_empty_log_says_the_log_is_empty(project: Path) -> None:
     assert code == 2 and out == "" and err.startswith("crag: error: no logged answers in ") and "answer last" not in err
     code, out, err = cli("log", "--show", "7")
     assert code == 2 and err.startswith("crag: error: no answer 7 in "), err
+
+
+def test_show_of_a_missing_answer_is_the_same_error_with_json(project: Path) -> None:
+    """``crag log --show 7`` is a usage error naming answer 7; with ``--json`` it printed ``[]``
+    and exit status 0, as if answer 7 were there and empty."""
+    assert cli("ask", "Which port does the server listen on?")[0] == 0
+    for argv in (("--show", "7"), ("--show", "7", "--json")):
+        code, out, err = cli("log", *argv)
+        assert code == 2 and out == "" and err.startswith("crag: error: no answer 7 in "), (argv, out, err)
+    code, out, _ = cli("log", "--show", "1", "--json")
+    assert code == 0 and [e["id"] for e in json.loads(out)] == [1]

@@ -104,16 +104,19 @@ def cmd_log(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             entries = log.iter_entries(limit=1) if show is None else log.iter_entries(ids=[show], limit=None)
         else:
             entries = log.iter_entries(query, limit=args.limit or (None if args.json else 10))
-        if args.json:
-            _write_json(entries, out)
-            return 0
         if args.show is not None:
             entry = next(iter(entries), None)
             if entry is None and show is None:  # ``last`` of a log with no answer
                 raise UsageError(f"no logged answers in {log.path}")
             if entry is None:
                 raise UsageError(f"no answer {args.show} in {log.path} (`{prog()} log` lists them)")
-            out.write(shown(_full(entry)) + "\n")
+            if args.json:
+                _write_json([entry], out)
+            else:
+                out.write(shown(_full(entry)) + "\n")
+            return 0
+        if args.json:
+            _write_json(entries, out)
             return 0
         if not _write_list(entries, out):
             what = f"matching {query!r} " if query else ""
