@@ -412,12 +412,13 @@ def _remedy(exc: BaseException, after: str, before: str = "") -> str:
     """What to do about ``exc`` from SQLite, between ``before`` and ``after`` ("" when it is not
     the file's fault: a folder that cannot be written is said as it is)."""
     text = str(exc)
-    if not isinstance(exc, sqlite3.DatabaseError) or any(
-            w in text for w in ("readonly", "unable to open", "I/O", "full", "permission")):
+    if not isinstance(exc, sqlite3.DatabaseError):
         return ""
     if "locked" in text or "busy" in text:
         return f"{before}another crag is writing it: try again{after}"
-    return f"{before}move it away to start a new log{after}"  # not a database, or not crag's tables
+    if any(w in text for w in ("not a database", "malformed", "corrupt", "no such table", "no such column")):
+        return f"{before}move it away to start a new log{after}"  # damaged, or not crag's tables
+    return ""
 
 
 def _fold(value: Any) -> str:

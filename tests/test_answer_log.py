@@ -496,3 +496,15 @@ def test_show_of_a_missing_answer_is_the_same_error_with_json(project: Path) -> 
         assert code == 2 and out == "" and err.startswith("crag: error: no answer 7 in "), (argv, out, err)
     code, out, _ = cli("log", "--show", "1", "--json")
     assert code == 0 and [e["id"] for e in json.loads(out)] == [1]
+
+
+def test_a_query_of_many_words_is_searched_or_refused_in_one_line(project: Path) -> None:
+    """``crag log`` with thousands of words failed as a damaged log would ("Expression tree is
+    too large"); a word given twice counts once, and more distinct words than a search can
+    take is a usage error, never advice to move the log away."""
+    assert cli("ask", "Which port does the server listen on?")[0] == 0
+    code, out, err = cli("log", *["port"] * 5000)
+    assert code == 0 and "Which port" in out, err
+    code, out, err = cli("log", *[f"w{i}" for i in range(5000)])
+    assert code == 2 and out == "" and err.startswith("crag: error: QUERY has 5,000 different words") and "move it" not in err
+    assert err.count("\n") == 1

@@ -84,13 +84,22 @@ def _show_arg(value: str) -> int | None:
     raise UsageError(f"--show takes an answer's number (see `{prog()} log`) or 'last', got '{short_value(value)}'")
 
 
+MAX_WORDS = 100  # of a log search
+
+
 def cmd_log(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from ..answer_log import AnswerLog
 
     config = settings()
     if args.limit is not None and args.limit < 1:
         raise UsageError(f"-n must be at least 1, got {args.limit}")
-    query = " ".join(args.words)
+    distinct: dict[str, str] = {}  # "port PORT": one word, as first given
+    for word in " ".join(args.words).split():
+        distinct.setdefault(word.casefold(), word)
+    words = list(distinct.values())
+    if len(words) > MAX_WORDS:  # SQLite's expression tree is at most 1000 deep
+        raise UsageError(f"QUERY has {len(words):,} different words; crag log searches with at most {MAX_WORDS}")
+    query = " ".join(words)
     if not_utf8(query):
         raise UsageError(f"QUERY '{short_value(query)}' holds bytes that are not UTF-8; no logged text can match it")
     show = _show_arg(args.show) if args.show is not None else None
