@@ -229,10 +229,12 @@ class AnswerLog:
                     self.exists()  # what stands in the way is said as it is
                 db = sqlite3.connect(self.path, timeout=10.0)
                 db.execute("PRAGMA foreign_keys = ON")
+                db.text_factory = _text  # a cell that is not UTF-8 (another tool wrote it) is read, not an error
+                db.create_function("fold", 1, _fold, deterministic=True)  # LIKE folds ASCII letters only
                 _migrate(db)
             except (OSError, sqlite3.Error) as exc:
                 raise LogError(f"the answer log {self.path} cannot be opened ({exc}); "
-                               "KB_AGENT_LOG=off stops logging") from exc
+                               f"{_remedy(exc, ', or ')}KB_AGENT_LOG=off stops logging") from exc
             self._db = db
         return self._db
 
@@ -288,7 +290,8 @@ class AnswerLog:
                      for node, u in usage.by_node.items()],
                 )
         except sqlite3.Error as exc:
-            raise LogError(f"the answer log {self.path} cannot be written ({exc}); KB_AGENT_LOG=off stops logging") from exc
+            raise LogError(f"the answer log {self.path} cannot be written ({exc}); "
+                           f"{_remedy(exc, ', or ')}KB_AGENT_LOG=off stops logging") from exc
         return int(conversation), int(answer_id)
 
     def last_conversation(self) -> tuple[int | None, list[dict[str, str]]]:
@@ -297,7 +300,7 @@ class AnswerLog:
         try:
             return self._last_conversation()
         except sqlite3.Error as exc:
-            raise LogError(f"the answer log {self.path} cannot be read ({exc})") from exc
+            raise LogError(f"the answer log {self.path} cannot be read ({exc}){_remedy(exc, '', '; ')}") from exc
 
     def _last_conversation(self) -> tuple[int | None, list[dict[str, str]]]:
         if not self.exists():
@@ -324,7 +327,7 @@ class AnswerLog:
         try:
             yield from self._entries(query, limit, ids)
         except sqlite3.Error as exc:
-            raise LogError(f"the answer log {self.path} cannot be read ({exc})") from exc
+            raise LogError(f"the answer log {self.path} cannot be read ({exc}){_remedy(exc, '', '; ')}") from exc
 
     def _entries(self, query: str, limit: int | None, ids: Sequence[int]) -> Iterator[LogEntry]:
         from .safe_text import valid_text
@@ -338,8 +341,8 @@ class AnswerLog:
         db = self._open()
         where, params = [], []
         for word in query.split():
-            where.append("(question LIKE ? ESCAPE '\\' OR answer LIKE ? ESCAPE '\\')")
-            pattern = "%" + valid_text(word).replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+            where.append("(fold(CAST(question AS BLOB)) LIKE ? ESCAPE '\\' OR fold(CAST(answer AS BLOB)) LIKE ? ESCAPE '\\')")
+            pattern = "%" + valid_text(word).casefold().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
             params += [pattern, pattern]
         if ids:
             where.append(f"answers.id IN ({', '.join('?' * len(ids))})")
@@ -403,6 +406,25 @@ class AnswerLog:
 _DAMAGED = object()
 _CELLS = ("conversation", "time", "iterations", "usage", "citations", "settings")  # the order they are named in
 SQL_INT_MAX = 2**63 - 1  # SQLite's largest integer
+
+
+def _remedy(exc: BaseException, after: str, before: str = "") -> str:
+    """What to do about ``exc`` from SQLite, between ``before`` and ``after`` ("" when it is not
+    the file's fault: a folder that cannot be written is said as it is)."""
+    text = str(exc)
+    if not isinstance(exc, sqlite3.DatabaseError):
+        return ""
+    if "locked" in text or "busy" in text:
+        return f"{before}another crag is writing it: try again{after}"
+    if any(w in text for w in ("not a database", "malformed", "corrupt", "no such table", "no such column")):
+        return f"{before}move it away to start a new log{after}"  # damaged, or not crag's tables
+    return ""
+
+
+def _fold(value: Any) -> str:
+    """A cell's bytes as text, case-folded, for a log search (SQL ``fold``): "Über" and "über"
+    alike. Given as bytes, so a cell that is not UTF-8 is searched, not an error."""
+    return _text(value).casefold()
 
 
 def _text(value: Any) -> str:

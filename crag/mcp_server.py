@@ -308,8 +308,16 @@ def _redacted(value: Any, secrets: tuple[str, ...]) -> Any:
 
 def serve(agent: "Agent") -> None:
     """Serve ``agent`` over stdio until the client closes the connection (calls still running
-    are cancelled then, so the server ends at once)."""
-    anyio.run(_serve_stdio, build_server(agent))
+    are cancelled then, so the server ends at once). A client that stops reading (it closed
+    its end of standard output, or died) is a ``BrokenPipeError``, as for every command whose
+    reader goes away, not the transport's exception group and its traceback."""
+    try:
+        anyio.run(_serve_stdio, build_server(agent))
+    except BaseExceptionGroup as group:
+        pipe, rest = group.split(BrokenPipeError)
+        if pipe is None or rest is not None:
+            raise
+        raise BrokenPipeError(str(pipe.exceptions[0])) from None
 
 
 async def _serve_stdio(server: "MCPServer") -> None:

@@ -203,6 +203,27 @@ def test_a_damaged_log_is_one_line_and_never_costs_an_answer(project: Path) -> N
     assert code == 1 and err.startswith("crag: error: the answer log ") and err.count("\n") == 1
 
 
+
+def test_a_damaged_log_says_what_to_do_about_it(project: Path) -> None:
+    """SPEC §4: an error line says what went wrong and what to do. ``crag log`` of a damaged
+    file said only "KB_AGENT_LOG=off stops logging" (no help to read it), and of a file
+    missing its tables nothing at all."""
+    log = project / ".crag" / "log.sqlite"
+    log.write_bytes(b"this is not a database" * 100)
+    code, _, err = cli("log")
+    assert code == 1 and "file is not a database" in err and "move it away to start a new log" in err, err
+    log.unlink()
+    assert cli("ask", "Which port does the server listen on?")[0] == 0
+    db = sqlite3.connect(log)
+    db.execute("DROP TABLE citations")
+    db.commit()
+    db.close()
+    for argv in (("log",), ("log", "--json"), ("log", "--show", "last")):
+        code, out, err = cli(*argv)
+        assert code == 1 and "no such table" in err and "move it away to start a new log" in err, (argv, err)
+    code, out, err = cli("ask", "Which port does the server listen on?")  # an answer all the same
+    assert code == 0 and "8080" in out and err.startswith("crag: note: ") and "KB_AGENT_LOG=off" in err, err
+
 # -- secrets: one finder for output, the log and --json ------------------------------------
 
 GITHUB_TOKEN = "ghp_Log0123456789abcdefABCDEF0123456789"
@@ -310,6 +331,28 @@ def test_damaged_rows_are_shown_as_damaged(project: Path) -> None:
         code, out, err = cli("log", "--show", answer_id)
         assert code == 0 and "damaged: " in out and "you> " in out, out + err
 
+
+
+def test_a_text_cell_that_is_not_utf8_is_shown_not_an_error(project: Path) -> None:
+    """A question or a citation holding bytes that are not UTF-8 (written by another tool)
+    failed every listing: "cannot be read (Could not decode to UTF-8 column 'question' ...)"."""
+    for question in ("Which port does the server listen on?", "How long is a backup kept?"):
+        assert cli("ask", question)[0] == 0
+    db = sqlite3.connect(project / ".crag" / "log.sqlite")
+    db.execute("UPDATE answers SET question = CAST(X'576869636820ff20706f72743f' AS TEXT) WHERE id = 1")  # Which \xff port?
+    db.execute("UPDATE citations SET path = CAST(X'646f63732fff2e6d64' AS TEXT) WHERE answer_id = 1")  # docs/\xff.md
+    db.commit()
+    db.close()
+    for argv in (("log",), ("log", "--show", "1"), ("log", "port")):
+        code, out, err = cli(*argv)
+        assert code == 0 and err == "" and "Which \ufffd port?" in out, (argv, out, err)
+    code, out, err = cli("log", "--json")
+    entries = {e["id"]: e for e in json.loads(out)}
+    assert entries[1]["question"] == "Which \ufffd port?" and entries[1]["citations"][0]["path"] == "docs/\ufffd.md"
+    code, out, err = cli("log", "backup")
+    assert code == 0 and "backup is kept" in out, err
+    code, out, err = cli("ask", "-c", "and the port?")
+    assert code == 0, err
 
 # -- crag log: bounded memory -----------------------------------------------------------------
 
@@ -423,3 +466,45 @@ def test_show_with_a_query_or_a_count_is_a_usage_error(project: Path, extra: lis
     assert cli("ask", "Which port does the server listen on?")[0] == 0
     code, out, err = cli("log", "--show", "1", *extra)
     assert code == 2 and out == "" and err.count("\n") == 1 and "--show prints one answer" in err
+
+
+def test_a_log_search_ignores_case_beyond_ascii(project: Path) -> None:
+    """``crag log über`` finds "Über welchen Port ...": SQLite's LIKE folds ASCII letters only,
+    so a word with an umlaut, a Greek or a Cyrillic letter was found in one case alone."""
+    assert cli("ask", "Über welchen Port läuft der Server?")[0] == 0
+    for word in ("über", "ÜBER", "LÄUFT", "läuft", "PORT"):
+        code, out, _ = cli("log", word)
+        assert code == 0 and "Über welchen Port" in out, word
+    code, out, _ = cli("log", "über", "backup")  # every word, still
+    assert code == 0 and "Über welchen Port" not in out
+
+
+def test_show_last_of_an_empty_log_says_the_log_is_empty(project: Path) -> None:
+    """It said "no answer last in .crag/log.sqlite", as if "last" were an answer's number."""
+    code, out, err = cli("log", "--show", "last")
+    assert code == 2 and out == "" and err.startswith("crag: error: no logged answers in ") and "answer last" not in err
+    code, out, err = cli("log", "--show", "7")
+    assert code == 2 and err.startswith("crag: error: no answer 7 in "), err
+
+
+def test_show_of_a_missing_answer_is_the_same_error_with_json(project: Path) -> None:
+    """``crag log --show 7`` is a usage error naming answer 7; with ``--json`` it printed ``[]``
+    and exit status 0, as if answer 7 were there and empty."""
+    assert cli("ask", "Which port does the server listen on?")[0] == 0
+    for argv in (("--show", "7"), ("--show", "7", "--json")):
+        code, out, err = cli("log", *argv)
+        assert code == 2 and out == "" and err.startswith("crag: error: no answer 7 in "), (argv, out, err)
+    code, out, _ = cli("log", "--show", "1", "--json")
+    assert code == 0 and [e["id"] for e in json.loads(out)] == [1]
+
+
+def test_a_query_of_many_words_is_searched_or_refused_in_one_line(project: Path) -> None:
+    """``crag log`` with thousands of words failed as a damaged log would ("Expression tree is
+    too large"); a word given twice counts once, and more distinct words than a search can
+    take is a usage error, never advice to move the log away."""
+    assert cli("ask", "Which port does the server listen on?")[0] == 0
+    code, out, err = cli("log", *["port"] * 5000)
+    assert code == 0 and "Which port" in out, err
+    code, out, err = cli("log", *[f"w{i}" for i in range(5000)])
+    assert code == 2 and out == "" and err.startswith("crag: error: QUERY has 5,000 different words") and "move it" not in err
+    assert err.count("\n") == 1

@@ -489,3 +489,19 @@ def test_grounded_answer_through_ask_json(llm: FakeOpenAIServer, kb: Path) -> No
     for sentence, (_, path, line) in zip(("The server listens on port 8080", "A backup is kept for thirty days"), cited):
         assert (kb.parent / path).read_text(encoding="utf-8").splitlines()[line - 1].startswith(sentence)
     assert answer.index("[2] docs/backup.md") < answer.index(STATS_HEADING)  # the usage block stays last
+
+
+def test_a_failed_chat_question_leaves_no_extra_blank_line_between_answers(llm: FakeOpenAIServer,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Piped, standard output holds the answers with one blank line between two (docs/cli.md,
+    chat); a question whose answer failed as it started wrote its blank line all the same."""
+    monkeypatch.setenv("KB_AGENT_LLM_MAX_RETRIES", "0")
+    llm.default("analyze_and_route", route("simple", "grep_search"))
+    llm.default("plan", plan(("grep_search", {"pattern": "port 8080"})))
+    llm.script("synthesize", "The server listens on 8080 [1].", Status(500), "Set SERVICE_PORT to change the port [1].")
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["chat", "--no-usage"], out, err, io.StringIO("Which port?\nwhat else?\nHow do I change it?\n"))
+    assert code == 0 and err.getvalue().count("crag: error:") == 1, err.getvalue()
+    first, second = out.getvalue().split("\n\n[1] docs/setup.md:L7\n")[:2]
+    assert first == "The server listens on 8080 [1]."
+    assert second.startswith("\nSet SERVICE_PORT") and out.getvalue().count("\n\n\n") == 0, out.getvalue()

@@ -222,6 +222,26 @@ def test_mcp_without_the_sdk_is_one_line_naming_the_extra(tmp_path: Path) -> Non
 
 
 
+
+@pytest.mark.parametrize("index_first", [True, False])
+def test_an_embedder_setting_that_cannot_work_stops_the_server_at_its_start(workdir: Path, index_first: bool) -> None:
+    """``KB_AGENT_EMBEDDER=openai`` with no key or server: ``ask``, ``search`` and ``chat`` stop at
+    once (exit 2, one line); ``crag mcp`` started, answered ``initialize``, and failed every call."""
+    import subprocess
+
+    params = server_params(workdir)
+    if index_first:
+        indexed = subprocess.run([sys.executable, "-m", "crag", "index", "docs"], cwd=workdir, env=params.env,
+                                 capture_output=True, text=True, timeout=60)
+        assert indexed.returncode == 0, indexed.stderr
+    env = {**params.env, "KB_AGENT_EMBEDDER": "openai"}
+    hello = ('{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18",'
+             '"capabilities":{},"clientInfo":{"name":"t","version":"1"}}}\n')
+    proc = subprocess.run([sys.executable, "-m", "crag", "mcp"], cwd=workdir, env=env, input=hello,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stdout == "", proc.stdout
+    assert proc.stderr.startswith("crag: error: KB_AGENT_EMBEDDER=openai is not valid") and proc.stderr.count("\n") == 1
+
 def test_mcp_prints_documents_with_auth_words_unchanged(workdir: Path) -> None:
     document = auth_word_document()
     (workdir / "docs" / "auth.md").write_text(document, encoding="utf-8")
@@ -454,3 +474,42 @@ def test_a_log_note_with_standard_error_closed_never_reaches_the_protocol_stream
                 assert not again.is_error
 
     anyio.run(session)
+
+
+def test_a_client_that_stops_reading_ends_the_server_without_a_traceback(workdir: Path) -> None:
+    """A client that closes its end of the server's standard output (it crashed, or gave up)
+    while stdin stays open: the next reply hit a broken pipe, and the server ended with
+    an exception group's traceback of some 60 lines on stderr, which a client's log shows."""
+    import json
+    import subprocess
+    import time
+
+    params = server_params(workdir, "--kb", "docs")
+    proc = subprocess.Popen([sys.executable, "-m", "crag", "mcp", "--kb", "docs"], cwd=workdir, env=params.env,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        def send(message: dict) -> None:
+            assert proc.stdin is not None
+            proc.stdin.write((json.dumps(message) + "\n").encode())
+            proc.stdin.flush()
+
+        send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})
+        assert proc.stdout is not None and b'"id":1' in proc.stdout.readline()
+        send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        proc.stdout.close()
+        for n in range(2, 12):
+            try:
+                send({"jsonrpc": "2.0", "id": n, "method": "tools/call",
+                      "params": {"name": "search", "arguments": {"query": "port"}}})
+            except BrokenPipeError:  # the server is gone
+                break
+            time.sleep(0.3)
+        proc.wait(timeout=30)
+        assert proc.stderr is not None
+        stderr = proc.stderr.read().decode()
+        assert "Traceback" not in stderr and proc.returncode in (0, 141), (proc.returncode, stderr)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

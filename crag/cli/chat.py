@@ -36,6 +36,7 @@ class Progress:
         self.err = err
         self.out = out
         self.answers = 0  # printed so far: a blank line goes between two on standard output
+        self.started = False  # this answer has text on standard output
         self.tty = hasattr(err, "isatty") and err.isatty()
         self.leads = self.tty  # the ``crag>`` lead on stderr: off when a script sends the questions
         self.show_usage = show_usage  # off: the usage block (in the last chunk) is not printed
@@ -65,7 +66,7 @@ class Progress:
         self.text += text
         if self.screen is not None:
             visible = self._visible(self.text)
-            self.out.write(self.screen.feed(visible[self.fed :]))
+            self._print(self.screen.feed(visible[self.fed :]))
             self.fed = max(self.fed, len(visible))
             self.out.flush()
 
@@ -83,27 +84,35 @@ class Progress:
         final = shown(self._visible(self.text))
         if self.screen is None:
             self._lead()
-            self.out.write(final + "\n")
+            self._print(final + "\n")
         else:  # the stream showed the redacted answer's beginning
-            self.out.write(self.screen.rest(final) + "\n")
+            self._print(self.screen.rest(final) + "\n")
         self.out.flush()
         self.reset()
 
     def _lead(self) -> None:
         """Before an answer: the ``crag>`` lead on stderr when it is a terminal someone types at
-        (standard output holds only the answers), and a blank line on standard output after the one before."""
+        (standard output holds only the answers)."""
         if self.leads:
             self.err.write(ANSWER_LEAD)
             self.err.flush()
-        if self.answers:
-            self.out.write("\n")
-        self.answers += 1
+
+    def _print(self, text: str) -> None:
+        """``text`` of this answer on standard output, after a blank line when it is its first
+        and an answer came before (an answer that failed before any text adds none)."""
+        if text and not self.started:
+            if self.answers:
+                self.out.write("\n")
+            self.answers += 1
+            self.started = True
+        self.out.write(text)
 
     def reset(self) -> None:
         """Ready for the next question (also after one that failed)."""
         self.screen = None
         self.text = ""
         self.fed = 0
+        self.started = False
 
 
 def streamed(agent, question: str, history, progress: Progress):
@@ -116,6 +125,8 @@ def streamed(agent, question: str, history, progress: Progress):
             progress.chunk(chunk)
     except BaseException as exc:
         chunks.close()
+        if progress.started:  # the line of an answer cut short ends
+            progress.out.write("\n")
         progress.reset()
         if isinstance(exc, KeyboardInterrupt) and progress.tty:
             progress.err.write("\r\033[K")  # the node status line
@@ -218,7 +229,8 @@ def cmd_chat(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 print(error_line(exc), file=err)
                 continue
             except KeyboardInterrupt:  # Ctrl-C while answering: that answer stops, the session goes on
-                out.write("\n")
+                if live:  # after the ^C the terminal shows (``streamed`` ends a piped answer's line)
+                    out.write("\n")
                 print("crag: answer cancelled (Ctrl-C); ask again, or Ctrl-D to end", file=err)
                 continue
             conversation = record(agent.settings, result, err, conversation, "chat")

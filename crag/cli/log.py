@@ -84,13 +84,22 @@ def _show_arg(value: str) -> int | None:
     raise UsageError(f"--show takes an answer's number (see `{prog()} log`) or 'last', got '{short_value(value)}'")
 
 
+MAX_WORDS = 100  # of a log search
+
+
 def cmd_log(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from ..answer_log import AnswerLog
 
     config = settings()
     if args.limit is not None and args.limit < 1:
         raise UsageError(f"-n must be at least 1, got {args.limit}")
-    query = " ".join(args.words)
+    distinct: dict[str, str] = {}  # "port PORT": one word, as first given
+    for word in " ".join(args.words).split():
+        distinct.setdefault(word.casefold(), word)
+    words = list(distinct.values())
+    if len(words) > MAX_WORDS:  # SQLite's expression tree is at most 1000 deep
+        raise UsageError(f"QUERY has {len(words):,} different words; crag log searches with at most {MAX_WORDS}")
+    query = " ".join(words)
     if not_utf8(query):
         raise UsageError(f"QUERY '{short_value(query)}' holds bytes that are not UTF-8; no logged text can match it")
     show = _show_arg(args.show) if args.show is not None else None
@@ -104,14 +113,19 @@ def cmd_log(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             entries = log.iter_entries(limit=1) if show is None else log.iter_entries(ids=[show], limit=None)
         else:
             entries = log.iter_entries(query, limit=args.limit or (None if args.json else 10))
-        if args.json:
-            _write_json(entries, out)
-            return 0
         if args.show is not None:
             entry = next(iter(entries), None)
+            if entry is None and show is None:  # ``last`` of a log with no answer
+                raise UsageError(f"no logged answers in {log.path}")
             if entry is None:
                 raise UsageError(f"no answer {args.show} in {log.path} (`{prog()} log` lists them)")
-            out.write(shown(_full(entry)) + "\n")
+            if args.json:
+                _write_json([entry], out)
+            else:
+                out.write(shown(_full(entry)) + "\n")
+            return 0
+        if args.json:
+            _write_json(entries, out)
             return 0
         if not _write_list(entries, out):
             what = f"matching {query!r} " if query else ""

@@ -23,6 +23,9 @@ def cmd_mcp(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         raise UsageError(problem)
     check_descriptions()
     with agent_for(args, err) as agent:
+        from ..index import make_embedder
+
+        make_embedder(agent.settings)  # a setting it refuses stops the server here, as it stops ``chat``
         serve(agent)
     return 0
 
