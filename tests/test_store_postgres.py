@@ -901,3 +901,24 @@ def test_the_bulk_writers_follow_the_cores_of_this_machine(pg_server, tmp_path, 
     assert counts == [3]
     with open_index(Settings(store=uri)) as reader:
         assert {h.path for h in reader.search("page 7 edition", 5)}
+
+
+def test_full_text_scores_are_the_embedded_stores_bm25(pg_uri: str, tmp_path: Path) -> None:
+    """BM25 as FTS5 computes it, IDF included: log((N - n + 0.5) / (n + 0.5)), at least 1e-6.
+    PostgreSQL took log(1 + ...), which weighs a word most rows hold far more than FTS5 does,
+    so a two-word question put its files and chunks in another order than the embedded store."""
+    kb = tmp_path / "kb"
+    write(kb / "a.md", "# Alpha\n\nThe service restarts after a crash.\n")
+    write(kb / "b.md", "# Beta\n\nThe service logs every request.\n\nThe service is fast.\n")
+    write(kb / "c.md", "# Gamma\n\nThe service runs on port 8080.\n")
+    write(kb / "d.md", "# Delta\n\nBackups are nightly.\n")
+    reference = Settings(index_dir=str(tmp_path / "reference"))
+    cfg = Settings(store=pg_uri)
+    index_roots(reference, [kb])
+    index_roots(cfg, [kb])
+    with open_index(reference) as want, open_index(cfg) as got:
+        for query in ("service restarts", "service", "nightly service backups"):
+            for ranking in ("lexical_ranking", "file_ranking"):
+                expect = sorted(-s for _, s in getattr(want, ranking)(query, 10))
+                found = sorted(s for _, s in getattr(got, ranking)(query, 10))
+                assert found == pytest.approx(expect, rel=1e-3, abs=1e-5), (query, ranking)
