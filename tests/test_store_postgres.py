@@ -922,3 +922,25 @@ def test_full_text_scores_are_the_embedded_stores_bm25(pg_uri: str, tmp_path: Pa
                 expect = sorted(-s for _, s in getattr(want, ranking)(query, 10))
                 found = sorted(s for _, s in getattr(got, ranking)(query, 10))
                 assert found == pytest.approx(expect, rel=1e-3, abs=1e-5), (query, ranking)
+
+
+def test_a_role_that_may_not_create_crags_schema_is_told_the_grant_it_needs(pg_server, tmp_path: Path) -> None:
+    """A role with CONNECT only (docs/postgresql.md: the indexer needs CREATE on the database)
+    got "permission denied for database ...", naming no right and no fix."""
+    import psycopg
+
+    with psycopg.connect(pg_server.get_uri(), autocommit=True) as conn:
+        conn.execute("DROP DATABASE IF EXISTS crag_nocreate")
+        conn.execute("DROP ROLE IF EXISTS crag_connect_only")
+        conn.execute("CREATE ROLE crag_connect_only LOGIN")
+        conn.execute("CREATE DATABASE crag_nocreate")
+    with psycopg.connect(database_uri(pg_server, "crag_nocreate"), autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION vector")
+    uri = database_uri(pg_server, "crag_nocreate").replace("postgres:@", "crag_connect_only@").replace(
+        "postgres@", "crag_connect_only@")
+    write(tmp_path / "docs" / "a.md", "# A\n\ntext\n")
+    run = crag(env_for(uri, tmp_path), tmp_path, "index", "docs")
+    assert run.returncode == 1
+    (line,) = run.stderr.strip().splitlines()
+    assert line.startswith("crag: error: ") and "permission denied for database crag_nocreate" in line, line
+    assert "GRANT CONNECT, CREATE ON DATABASE crag_nocreate TO crag_connect_only" in line, line
