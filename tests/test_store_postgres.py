@@ -944,3 +944,34 @@ def test_a_role_that_may_not_create_crags_schema_is_told_the_grant_it_needs(pg_s
     (line,) = run.stderr.strip().splitlines()
     assert line.startswith("crag: error: ") and "permission denied for database crag_nocreate" in line, line
     assert "GRANT CONNECT, CREATE ON DATABASE crag_nocreate TO crag_connect_only" in line, line
+
+
+def test_a_file_whose_path_is_longer_than_a_btree_row_is_indexed_as_by_the_embedded_store(
+    pg_uri: str, tmp_path: Path
+) -> None:
+    """Paths beyond 2,704 bytes (nested folders of long names) failed the whole run: "index row
+    size ... exceeds btree version 4 maximum 2704 for index files_path_key"."""
+    import random
+    import string
+
+    rng = random.Random(5)
+    deep = tmp_path / "long"
+    for _ in range(12):
+        deep /= "".join(rng.choice(string.ascii_letters) for _ in range(240))  # incompressible
+    write(deep / "deep.md", "# Deep\n\nThe mole digs deep tunnels.\n")
+    write(tmp_path / "kb" / "shallow.md", "# Shallow\n\nThe duck swims.\n")
+    assert len(str(deep).encode()) > 2704
+    cfg = Settings(store=pg_uri)
+    report = index_roots(cfg, [tmp_path / "kb", deep])
+    assert paths(report.added) == ["deep.md", "shallow.md"]
+    with open_index(cfg) as reader:
+        assert reader.search("mole tunnels", 1)[0].path == str(deep / "deep.md")
+    (deep / "deep.md").write_text("# Deep\n\nThe badger digs deep tunnels.\n", encoding="utf-8")
+    assert paths(index_roots(cfg, [tmp_path / "kb", deep]).changed) == ["deep.md"]
+    (deep / "deep.md").unlink()
+    assert paths(index_roots(cfg, [tmp_path / "kb", deep]).removed) == ["deep.md"]
+    assert open_store(cfg).roots() == tuple(sorted((str(tmp_path / "kb"), str(deep))))
+
+
+def paths(report_paths) -> list[str]:
+    return sorted(Path(p).name for p in report_paths)
