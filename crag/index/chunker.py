@@ -83,10 +83,20 @@ class _Block(NamedTuple):
 _new_block = tuple.__new__
 
 
+# A heading's title in the heading path is cut to this many characters (at a space when
+# there is one): every chunk of its section carries the path (stored, embedded, searched),
+# so a heading line of megabytes made each piece cut from it megabytes more.
+TITLE_CHARS = 200
+
+
 def _clean_title(raw: str) -> str:
     title = _ATX_CLOSE.sub("", raw.strip())
     title = _ANCHOR.sub("", title)
-    return title.strip().strip("#").strip().replace("`", "")
+    title = title.strip().strip("#").strip().replace("`", "")
+    if len(title) > TITLE_CHARS:
+        cut = title[: TITLE_CHARS + 1]
+        title = (cut.rsplit(None, 1)[0] if " " in cut.strip() else cut[:TITLE_CHARS]).rstrip()
+    return title
 
 
 def _parse_markdown(lines: Sequence[str]) -> list[_Block]:
