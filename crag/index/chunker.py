@@ -89,14 +89,17 @@ _new_block = tuple.__new__
 TITLE_CHARS = 200
 
 
+def _short_title(title: str) -> str:
+    if len(title) <= TITLE_CHARS:
+        return title
+    cut = title[: TITLE_CHARS + 1]
+    return (cut.rsplit(None, 1)[0] if " " in cut.strip() else cut[:TITLE_CHARS]).rstrip()
+
+
 def _clean_title(raw: str) -> str:
     title = _ATX_CLOSE.sub("", raw.strip())
     title = _ANCHOR.sub("", title)
-    title = title.strip().strip("#").strip().replace("`", "")
-    if len(title) > TITLE_CHARS:
-        cut = title[: TITLE_CHARS + 1]
-        title = (cut.rsplit(None, 1)[0] if " " in cut.strip() else cut[:TITLE_CHARS]).rstrip()
-    return title
+    return title.strip().strip("#").strip().replace("`", "")
 
 
 def _parse_markdown(lines: Sequence[str]) -> list[_Block]:
@@ -325,7 +328,7 @@ def chunk_lines(
         if level:
             while stack and stack[-1][0] >= level:
                 stack.pop()
-            stack.append((level, block.title))
+            stack.append((level, _short_title(block.title)))
             path = " > ".join(t for _, t in stack if t)
             if cur and prefix[blocks[cur[-1]].end + 1] - prefix[cur_start] >= min_tokens:
                 flush(keep_trailing_headings=False)
