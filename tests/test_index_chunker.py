@@ -204,7 +204,7 @@ def test_a_huge_heading_line_gives_a_short_heading_path() -> None:
     assert all(len(c.heading) <= 2 * TITLE_CHARS + 3 for c in chunks)
     assert chunks[0].heading.startswith("w0 w1 w2") and " > Sub w0 w1" in chunks[-1].heading
     check_invariants(text, chunks, 400)
-    for text, suffix in ((f"def f({'x, ' * 50000}y):\n    return 1\n", ".py"), (f"{words}\n{'=' * 9}\n\nText.\n", ".rst")):
+    for text, suffix in ((f"def f({'x, ' * 50000}y):\n    return 1\n", ".py"), (f"{words}\n{'=' * len(words)}\n\nText.\n", ".rst")):
         chunks = chunk_text(text, suffix, max_tokens=400, min_tokens=120)
         assert all(len(c.heading) <= TITLE_CHARS for c in chunks), suffix
         check_invariants(text, chunks, 400)
