@@ -975,3 +975,24 @@ def test_a_file_whose_path_is_longer_than_a_btree_row_is_indexed_as_by_the_embed
 
 def paths(report_paths) -> list[str]:
     return sorted(Path(p).name for p in report_paths)
+
+
+def test_pgvector_in_a_schema_off_the_search_path_is_named_with_the_fix(pg_server, tmp_path: Path) -> None:
+    """An administrator who ran CREATE EXTENSION vector SCHEMA ext: crag index said only
+    'type "vector" does not exist'."""
+    import psycopg
+
+    with psycopg.connect(pg_server.get_uri(), autocommit=True) as conn:  # type: ignore[attr-defined]
+        conn.execute("DROP DATABASE IF EXISTS crag_ext_schema")
+        conn.execute("CREATE DATABASE crag_ext_schema")
+    uri = database_uri(pg_server, "crag_ext_schema")
+    with psycopg.connect(uri, autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA ext")
+        conn.execute("CREATE EXTENSION vector SCHEMA ext")
+    write(tmp_path / "docs" / "a.md", "# A\n\nThe ext schema holds pgvector.\n")
+    run = crag(env_for(uri, tmp_path), tmp_path, "index", "docs")
+    assert run.returncode == 1
+    (line,) = run.stderr.strip().splitlines()
+    assert "schema ext" in line and "search_path" in line, line
+    fixed = uri + ("&" if "?" in uri else "?") + "options=-c%20search_path%3Dpublic,ext"
+    assert crag(env_for(fixed, tmp_path), tmp_path, "index", "docs").returncode == 0

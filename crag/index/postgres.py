@@ -185,6 +185,17 @@ class PostgresStore:
                     f"enable it ({_first_line(exc)}): as a superuser, run `{_ENABLE_VECTOR}` in that database",
                     self.location,
                 ) from exc
+        schema, found = conn.execute(
+            "SELECT n.nspname, to_regtype('vector') FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace "
+            "WHERE e.extname = 'vector'"
+        ).fetchone()
+        if found is None:  # an administrator put pgvector in a schema of its own
+            raise IndexStoreError(
+                f"the PostgreSQL server {self.location} has the vector extension (pgvector) in schema {schema}, "
+                f"which is not on the role's search_path: add `options=-c%20search_path%3Dpublic,{schema}` to "
+                f"the query of KB_AGENT_STORE, or run `ALTER ROLE ... SET search_path = public, {schema};`",
+                self.location,
+            )
         database, role = conn.execute("SELECT current_database(), current_user").fetchone()  # for a refusal
         with conn.transaction():
             try:
