@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from crag.index.chunker import chunk_text, token_counter
+from crag.index.chunker import TITLE_CHARS, chunk_text, token_counter
 from crag.index.discover import discover, read_file_text, split_lines
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
@@ -192,3 +192,19 @@ def test_line_counts_with_the_source_text_and_without_a_final_newline() -> None:
     files = [["# T", "", "alpha beta."], ["/slash first", "x"], ["  indented"], ["no newline at end"]]
     texts = ["# T\n\nalpha beta.\n", None, "  indented\n", "no newline at end"]
     assert COUNT.line_counts_many(files, texts) == COUNT.line_counts_many(files) == [_one_by_one(f) for f in files]
+
+
+def test_a_huge_heading_line_gives_a_short_heading_path() -> None:
+    # Every chunk cut from a section carries its heading path (stored, embedded, searched): a
+    # heading line of megabytes made each of its thousands of pieces megabytes more, and
+    # `crag index` of a 3 MB Markdown file was killed for want of memory (18 GB).
+    words = " ".join(f"w{i}" for i in range(20000))
+    text = f"# {words}\n\nThe platypus.\n\n## Sub {words}\n\nThe echidna.\n"
+    chunks = chunk_text(text, ".md", max_tokens=400, min_tokens=120)
+    assert all(len(c.heading) <= 2 * TITLE_CHARS + 3 for c in chunks)
+    assert chunks[0].heading.startswith("w0 w1 w2") and " > Sub w0 w1" in chunks[-1].heading
+    check_invariants(text, chunks, 400)
+    for text, suffix in ((f"def f({'x, ' * 50000}y):\n    return 1\n", ".py"), (f"{words}\n{'=' * len(words)}\n\nText.\n", ".rst")):
+        chunks = chunk_text(text, suffix, max_tokens=400, min_tokens=120)
+        assert all(len(c.heading) <= TITLE_CHARS for c in chunks), suffix
+        check_invariants(text, chunks, 400)

@@ -901,3 +901,98 @@ def test_the_bulk_writers_follow_the_cores_of_this_machine(pg_server, tmp_path, 
     assert counts == [3]
     with open_index(Settings(store=uri)) as reader:
         assert {h.path for h in reader.search("page 7 edition", 5)}
+
+
+def test_full_text_scores_are_the_embedded_stores_bm25(pg_uri: str, tmp_path: Path) -> None:
+    """BM25 as FTS5 computes it, IDF included: log((N - n + 0.5) / (n + 0.5)), at least 1e-6.
+    PostgreSQL took log(1 + ...), which weighs a word most rows hold far more than FTS5 does,
+    so a two-word question put its files and chunks in another order than the embedded store."""
+    kb = tmp_path / "kb"
+    write(kb / "a.md", "# Alpha\n\nThe service restarts after a crash.\n")
+    write(kb / "b.md", "# Beta\n\nThe service logs every request.\n\nThe service is fast.\n")
+    write(kb / "c.md", "# Gamma\n\nThe service runs on port 8080.\n")
+    write(kb / "d.md", "# Delta\n\nBackups are nightly.\n")
+    reference = Settings(index_dir=str(tmp_path / "reference"))
+    cfg = Settings(store=pg_uri)
+    index_roots(reference, [kb])
+    index_roots(cfg, [kb])
+    with open_index(reference) as want, open_index(cfg) as got:
+        for query in ("service restarts", "service", "nightly service backups"):
+            for ranking in ("lexical_ranking", "file_ranking"):
+                expect = sorted(-s for _, s in getattr(want, ranking)(query, 10))
+                found = sorted(s for _, s in getattr(got, ranking)(query, 10))
+                assert found == pytest.approx(expect, rel=1e-3, abs=1e-5), (query, ranking)
+
+
+def test_a_role_that_may_not_create_crags_schema_is_told_the_grant_it_needs(pg_server, tmp_path: Path) -> None:
+    """A role with CONNECT only (docs/postgresql.md: the indexer needs CREATE on the database)
+    got "permission denied for database ...", naming no right and no fix."""
+    import psycopg
+
+    with psycopg.connect(pg_server.get_uri(), autocommit=True) as conn:
+        conn.execute("DROP DATABASE IF EXISTS crag_nocreate")
+        conn.execute("DROP ROLE IF EXISTS crag_connect_only")
+        conn.execute("CREATE ROLE crag_connect_only LOGIN")
+        conn.execute("CREATE DATABASE crag_nocreate")
+    with psycopg.connect(database_uri(pg_server, "crag_nocreate"), autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION vector")
+    uri = database_uri(pg_server, "crag_nocreate").replace("postgres:@", "crag_connect_only@").replace(
+        "postgres@", "crag_connect_only@")
+    write(tmp_path / "docs" / "a.md", "# A\n\ntext\n")
+    run = crag(env_for(uri, tmp_path), tmp_path, "index", "docs")
+    assert run.returncode == 1
+    (line,) = run.stderr.strip().splitlines()
+    assert line.startswith("crag: error: ") and "permission denied for database crag_nocreate" in line, line
+    assert "GRANT CONNECT, CREATE ON DATABASE crag_nocreate TO crag_connect_only" in line, line
+
+
+def test_a_file_whose_path_is_longer_than_a_btree_row_is_indexed_as_by_the_embedded_store(
+    pg_uri: str, tmp_path: Path
+) -> None:
+    """Paths beyond 2,704 bytes (nested folders of long names) failed the whole run: "index row
+    size ... exceeds btree version 4 maximum 2704 for index files_path_key"."""
+    import random
+    import string
+
+    rng = random.Random(5)
+    deep = tmp_path / "long"
+    for _ in range(12):
+        deep /= "".join(rng.choice(string.ascii_letters) for _ in range(240))  # incompressible
+    write(deep / "deep.md", "# Deep\n\nThe mole digs deep tunnels.\n")
+    write(tmp_path / "kb" / "shallow.md", "# Shallow\n\nThe duck swims.\n")
+    assert len(str(deep).encode()) > 2704
+    cfg = Settings(store=pg_uri)
+    report = index_roots(cfg, [tmp_path / "kb", deep])
+    assert paths(report.added) == ["deep.md", "shallow.md"]
+    with open_index(cfg) as reader:
+        assert reader.search("mole tunnels", 1)[0].path == str(deep / "deep.md")
+    (deep / "deep.md").write_text("# Deep\n\nThe badger digs deep tunnels.\n", encoding="utf-8")
+    assert paths(index_roots(cfg, [tmp_path / "kb", deep]).changed) == ["deep.md"]
+    (deep / "deep.md").unlink()
+    assert paths(index_roots(cfg, [tmp_path / "kb", deep]).removed) == ["deep.md"]
+    assert open_store(cfg).roots() == tuple(sorted((str(tmp_path / "kb"), str(deep))))
+
+
+def paths(report_paths) -> list[str]:
+    return sorted(Path(p).name for p in report_paths)
+
+
+def test_pgvector_in_a_schema_off_the_search_path_is_named_with_the_fix(pg_server, tmp_path: Path) -> None:
+    """An administrator who ran CREATE EXTENSION vector SCHEMA ext: crag index said only
+    'type "vector" does not exist'."""
+    import psycopg
+
+    with psycopg.connect(pg_server.get_uri(), autocommit=True) as conn:  # type: ignore[attr-defined]
+        conn.execute("DROP DATABASE IF EXISTS crag_ext_schema")
+        conn.execute("CREATE DATABASE crag_ext_schema")
+    uri = database_uri(pg_server, "crag_ext_schema")
+    with psycopg.connect(uri, autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA ext")
+        conn.execute("CREATE EXTENSION vector SCHEMA ext")
+    write(tmp_path / "docs" / "a.md", "# A\n\nThe ext schema holds pgvector.\n")
+    run = crag(env_for(uri, tmp_path), tmp_path, "index", "docs")
+    assert run.returncode == 1
+    (line,) = run.stderr.strip().splitlines()
+    assert "schema ext" in line and "search_path" in line, line
+    fixed = uri + ("&" if "?" in uri else "?") + "options=-c%20search_path%3Dpublic,ext"
+    assert crag(env_for(fixed, tmp_path), tmp_path, "index", "docs").returncode == 0

@@ -83,6 +83,19 @@ class _Block(NamedTuple):
 _new_block = tuple.__new__
 
 
+# A heading's title in the heading path is cut to this many characters (at a space when
+# there is one): every chunk of its section carries the path (stored, embedded, searched),
+# so a heading line of megabytes made each piece cut from it megabytes more.
+TITLE_CHARS = 200
+
+
+def _short_title(title: str) -> str:
+    if len(title) <= TITLE_CHARS:
+        return title
+    cut = title[: TITLE_CHARS + 1]
+    return (cut.rsplit(None, 1)[0] if " " in cut.strip() else cut[:TITLE_CHARS]).rstrip()
+
+
 def _clean_title(raw: str) -> str:
     title = _ATX_CLOSE.sub("", raw.strip())
     title = _ANCHOR.sub("", title)
@@ -315,7 +328,7 @@ def chunk_lines(
         if level:
             while stack and stack[-1][0] >= level:
                 stack.pop()
-            stack.append((level, block.title))
+            stack.append((level, _short_title(block.title)))
             path = " > ".join(t for _, t in stack if t)
             if cur and prefix[blocks[cur[-1]].end + 1] - prefix[cur_start] >= min_tokens:
                 flush(keep_trailing_headings=False)

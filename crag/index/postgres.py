@@ -91,6 +91,11 @@ def _first_line(exc: BaseException) -> str:
     return text[0] if text else type(exc).__name__
 
 
+def _identifier(name: str) -> str:
+    """``name`` as SQL would need it written: quoted unless a plain lower-case identifier."""
+    return name if re.fullmatch(r"[a-z_][a-z0-9_$]*", name) else '"' + name.replace('"', '""') + '"'
+
+
 def _pg_version_tuple(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", text)[:3])
 
@@ -180,8 +185,28 @@ class PostgresStore:
                     f"enable it ({_first_line(exc)}): as a superuser, run `{_ENABLE_VECTOR}` in that database",
                     self.location,
                 ) from exc
+        schema, found = conn.execute(
+            "SELECT n.nspname, to_regtype('vector') FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace "
+            "WHERE e.extname = 'vector'"
+        ).fetchone()
+        if found is None:  # an administrator put pgvector in a schema of its own
+            raise IndexStoreError(
+                f"the PostgreSQL server {self.location} has the vector extension (pgvector) in schema {schema}, "
+                f"which is not on the role's search_path: add `options=-c%20search_path%3Dpublic,{schema}` to "
+                f"the query of KB_AGENT_STORE, or run `ALTER ROLE ... SET search_path = public, {schema};`",
+                self.location,
+            )
+        database, role = conn.execute("SELECT current_database(), current_user").fetchone()  # for a refusal
         with conn.transaction():
-            conn.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
+            try:
+                conn.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
+            except self.psycopg.errors.InsufficientPrivilege as exc:
+                raise IndexStoreError(
+                    f"the PostgreSQL server {self.location} failed: {_first_line(exc)}: crag creates its schema "
+                    f"\"{SCHEMA}\" on first use; as the database's owner, run `GRANT CONNECT, CREATE ON DATABASE "
+                    f"{_identifier(database)} TO {_identifier(role)};` (docs/postgresql.md)",
+                    self.location,
+                ) from exc
             conn.execute(
                 f"CREATE TABLE IF NOT EXISTS {SCHEMA}.migrations (version integer PRIMARY KEY, "
                 "description text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"

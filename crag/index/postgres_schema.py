@@ -171,5 +171,18 @@ MIGRATIONS: tuple[tuple[int, str, str], ...] = (
         ALTER TABLE {SCHEMA}.chunks ALTER COLUMN embedding SET STORAGE EXTERNAL;
         """,
     ),
+    (
+        5,
+        "paths of any length: unique by their md5, looked up by a hash index",
+        # A b-tree row holds at most 2,704 bytes, and a path of nested folders with long names
+        # can be longer (Linux allows 4,096): its file failed the whole update.
+        f"""
+        ALTER TABLE {SCHEMA}.files DROP CONSTRAINT IF EXISTS files_path_key;
+        CREATE UNIQUE INDEX IF NOT EXISTS files_path_md5 ON {SCHEMA}.files (md5(path));
+        CREATE INDEX IF NOT EXISTS files_path ON {SCHEMA}.files USING hash (path);
+        ALTER TABLE {SCHEMA}.roots DROP CONSTRAINT IF EXISTS roots_pkey;
+        CREATE UNIQUE INDEX IF NOT EXISTS roots_path_md5 ON {SCHEMA}.roots (md5(path));
+        """,
+    ),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]

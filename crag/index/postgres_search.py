@@ -61,6 +61,12 @@ _B = 0.75
 _EF_SEARCH = 200
 
 
+def _idf(total: int, df: int) -> float:
+    """A word's IDF as FTS5 computes it: log((N - n + 0.5) / (n + 0.5)), at least 1e-6 (so a
+    word more than half the rows hold weighs next to nothing, as in the embedded store)."""
+    return max(math.log((max(total - df, 0) + 0.5) / (df + 0.5)), 1e-6)
+
+
 class PostgresRetriever:
     """A published state of a PostgreSQL store opened for search (a ``Retriever``).
 
@@ -268,7 +274,7 @@ class PostgresRetriever:
             if not chosen.terms or (ids is not None and chosen.mode == lexical.ALL):
                 return []  # nothing matches, or frequent words only: no ranking of the candidates' files
             df = dict(dfs)
-            idfs = [math.log(1.0 + (total - df[t] + 0.5) / (df[t] + 0.5)) for t in chosen.terms]
+            idfs = [_idf(total, df[t]) for t in chosen.terms]
             clause, params = self._root_clause(roots)
             source = f"{SCHEMA}.{postings} p" + (join if clause else "")
             if ids is not None:
@@ -299,7 +305,7 @@ class PostgresRetriever:
         frequent terms): the ``lexical.RESCORED`` best of those rows by the selecting terms, each
         with what the frequent terms add (their postings of those rows, by index lookups)."""
         others = list(chosen.scored_only)
-        other_idfs = [math.log(1.0 + (total - df[t] + 0.5) / (df[t] + 0.5)) for t in others]
+        other_idfs = [_idf(total, df[t]) for t in others]
         bm25 = "sum(%s * x.f * %s / (x.f + %s * (1 - %s + %s * x.dl / %s)))"
         bm25_params = [_K1 + 1, _K1, _B, _B, avgdl]
         f = "(%s * p.a + %s * p.b + %s * p.d)::float8 AS f"
