@@ -43,6 +43,7 @@ may be shared). Results go to ``benchmarks/results/retrieval.json`` and ``retrie
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import random
@@ -105,7 +106,7 @@ CORPORA = (
 @frozen
 class Question:
     text: str
-    gold: str  # absolute path of the gold file
+    gold: str  # real path of the gold file
     lines: tuple[int, int] | None  # 1-based inclusive span of the gold paragraph, when known
     stratum: str
 
@@ -118,11 +119,11 @@ def load_questions(corpus: Corpus, sample: int | None, seed: int = 7) -> list[Qu
                 continue
             q = json.loads(line)
             if "gold_file" in q:  # squad_wiki
-                gold = str(corpus.questions.parent / q["gold_file"])
+                gold = os.path.realpath(corpus.questions.parent / q["gold_file"])
                 span = (q["gold_line"], q["gold_line_end"]) if q.get("answerable") else None
                 out.append(Question(q["question"], gold, span, f"{q['title']}:{q.get('answerable')}"))
             else:
-                gold = str(SHARED / "corpora" / q["corpus"] / q["path"])
+                gold = os.path.realpath(SHARED / "corpora" / q["corpus"] / q["path"])
                 out.append(Question(q["question"], gold, None, q["corpus"]))
     if sample and sample < len(out):
         out = _stratified(out, sample, seed)
@@ -136,13 +137,19 @@ def load_questions(corpus: Corpus, sample: int | None, seed: int = 7) -> list[Qu
 Hit = tuple[str, int, int]  # path, start line, end line
 
 
+@functools.cache
+def _real(path: str) -> str:
+    return os.path.realpath(path)
+
+
 def score(questions: Sequence[Question], results: Sequence[Sequence[Hit]]) -> dict[str, Any]:
     """recall@K and MRR@K at the file level (every question) and the paragraph level (the
     questions with a gold line span)."""
     file_ranks: list[int | None] = []
     para_ranks: list[int | None] = []
     for q, hits in zip(questions, results):
-        hits = list(hits)[:K]
+        # compared as real paths: the shared data may be reached through a symbolic link
+        hits = [(_real(h[0]), *h[1:]) for h in list(hits)[:K]]
         file_ranks.append(next((i for i, h in enumerate(hits, 1) if h[0] == q.gold), None))
         if q.lines is not None:
             lo, hi = q.lines

@@ -397,3 +397,22 @@ def test_every_benchmark_module_run_alone_says_what_it_does() -> None:
                               text=True, timeout=120)
         said = (proc.stdout + proc.stderr).strip()
         assert said and "Traceback" not in said, name
+
+
+def test_retrieval_scoring_counts_a_gold_file_reached_through_a_symbolic_link(tmp_path):
+    """The shared data may sit behind a link (a clone beside a linked ``shared``): crag reports
+    one path, the questions name the other, and both are the same file."""
+    import json as _json
+
+    from benchmarks import retrieval
+
+    (tmp_path / "data" / "corpus").mkdir(parents=True)
+    (tmp_path / "data" / "corpus" / "a.txt").write_text("text\n")
+    (tmp_path / "data" / "q.jsonl").write_text(_json.dumps(
+        {"question": "a?", "gold_file": "corpus/a.txt", "title": "a", "answerable": False}) + "\n")
+    (tmp_path / "shared").symlink_to(tmp_path / "data")
+    linked = tmp_path / "shared"
+    corpus = retrieval.Corpus("t", "t", (linked / "corpus",), linked / "q.jsonl")
+    questions = retrieval.load_questions(corpus, None)
+    for path in (linked / "corpus" / "a.txt", tmp_path / "data" / "corpus" / "a.txt"):
+        assert retrieval.score(questions, [[(str(path), 1, 1)]])["file"]["recall@5"] == 1.0
