@@ -215,11 +215,17 @@ def _url(var: str, raw: str) -> str | None:
 
 
 def _store(var: str, raw: str) -> str:
+    from .environment import store_credentials, store_uri_ambiguous
+
     value = raw.strip()
     if value and (not value.startswith(("postgresql://", "postgres://")) or _not_utf8(value)
                   or any(ch < " " for ch in value)):
-        raise ConfigError(var, _shown_url(raw), "empty (the embedded index in KB_AGENT_INDEX_DIR) or a postgresql:// "
-                          "URI (UTF-8 text without control characters)")
+        raise ConfigError(var, _shown_url(store_credentials(value)[1]), "empty (the embedded index in "
+                          "KB_AGENT_INDEX_DIR) or a postgresql:// URI (UTF-8 text without control characters)")
+    if value and store_uri_ambiguous(value):
+        raise ConfigError(var, store_credentials(value)[1], "a postgresql:// URI with each @ and / in its user "
+                          "name or password percent-encoded (@ as %40, / as %2F, and : # ? "
+                          "as %3A %23 %3F)")
     return value
 
 

@@ -178,6 +178,11 @@ def store_credentials(uri: str) -> tuple[str | None, str]:
     before any ``/``, so a password may hold ``#`` or ``?``, which a URL parser reads as the end
     of the host; a ``password=`` query parameter counts too, and is left out as well."""
     scheme, sep, rest = uri.partition("://")
+    if sep and store_uri_ambiguous(uri):  # hide all a user could have meant as user and password
+        cut = rest.rfind("@")
+        user, colon, password = rest[:cut].partition(":")
+        given, shown = store_credentials(f"{scheme}{sep}{rest[cut + 1 :]}")  # no "@" left in it
+        return (password if colon else user) or given, f"{scheme}{sep}***@{shown.partition(sep)[2]}"
     password, user = None, ""
     at, slash = rest.find("@"), rest.find("/")
     if sep and at != -1 and (slash == -1 or at < slash):
@@ -194,6 +199,17 @@ def store_credentials(uri: str) -> tuple[str | None, str]:
             kept.append(part)
     shown = f"{scheme}{sep}{user}{location}" + ("?" + "&".join(kept) if kept else "")
     return password or None, shown
+
+
+def store_uri_ambiguous(uri: str) -> bool:
+    """Whether a PostgreSQL URI has an ``@`` that is not the one ending its credentials: a
+    second one, or one after a ``/``. libpq reads the password only up to the first ``@`` or
+    ``/``, so such a URI is nearly always a password holding an unencoded ``@`` or ``/``, whose
+    rest libpq would take for the host or the database (and name in its errors). Encoded as
+    ``%40`` it means the same to libpq everywhere in the URI."""
+    rest = uri.partition("://")[2]
+    at, slash = rest.find("@"), rest.find("/")
+    return rest.count("@") > 1 or (at != -1 and slash != -1 and slash < at)
 
 
 def find_secrets(values: Mapping[str, object]) -> tuple[str, ...]:

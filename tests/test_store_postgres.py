@@ -799,6 +799,35 @@ def test_a_password_in_the_uri_query_or_a_bad_port_is_one_line_without_the_passw
             assert "sekret9" not in run.stderr + run.stdout
 
 
+@pytest.mark.parametrize("uri", [
+    "postgresql://crag:Qz@xw9@127.0.0.1:9/kb",  # libpq: password "Qz", host "xw9@127.0.0.1"
+    "postgresql://crag:Qz/xw9@127.0.0.1:9/kb",  # libpq: no password, host "crag", port "Qz"
+    "postgresql://crag:77/xw9@127.0.0.1:9/kb",  # libpq: host "crag", port 77, database "xw9@..."
+    "postgresql://crag:Qz@x:w/9#?@127.0.0.1:9/kb?sslmode=disable",
+])
+def test_a_password_with_an_unencoded_at_or_slash_is_refused_without_any_part_of_it(uri: str, tmp_path: Path) -> None:
+    """libpq ends the password at the first "@" or "/", and names the rest as the host or the
+    database in its errors: crag refuses such a URI, names the server, and says how to write it."""
+    write(tmp_path / "docs" / "a.md", "# A\n\ntext\n")
+    password = uri.partition("crag:")[2].rpartition("@127")[0]
+    for argv in (("index", "docs"), ("search", "anything"), ("ask", "--json", "anything"), ("roots",)):
+        run = crag(env_for(uri, tmp_path), tmp_path, *argv)
+        assert run.returncode == 2, (uri, argv, run.stderr)
+        (line,) = run.stderr.strip().splitlines()
+        assert line.startswith("crag: error: KB_AGENT_STORE=postgresql://***@127.0.0.1:9/kb"), line
+        assert "percent-encoded (@ as %40, / as %2F" in line, line
+        for part in {password, *password.replace("/", "@").split("@")} - {""}:
+            assert part not in run.stderr + run.stdout, (part, line)
+    assert redact(uri).startswith("postgresql://***@127.0.0.1:9/kb")
+
+
+def test_an_unencoded_at_in_the_password_is_a_secret_as_the_user_meant_it() -> None:
+    from crag.environment import find_secrets
+
+    assert find_secrets({"KB_AGENT_STORE": "postgresql://crag:Qz@xw9@db/kb"}) == ("Qz@xw9",)
+    assert find_secrets({"KB_AGENT_STORE": "postgresql://crag:Qz%40xw9@db/kb"}) == ("Qz%40xw9",)
+
+
 def test_a_keyword_store_setting_is_refused_without_showing_its_password(tmp_path: Path) -> None:
     run = crag(env_for("host=db dbname=kb user=crag password=sekret9abc", tmp_path), tmp_path, "search", "anything")
     assert run.returncode == 2 and "KB_AGENT_STORE" in run.stderr and len(run.stderr.strip().splitlines()) == 1
