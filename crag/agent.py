@@ -276,6 +276,9 @@ class Agent:
             raise too_long("the question", len(question), self.settings)
         # Bytes that were not UTF-8 (a command line, a JSON escape) cannot go to a server as they are.
         turns = tuple(Message(m.role, valid_text(m.content)) for m in _fitting_turns(parse_history(history), limit))
+        check = getattr(self.toolbox, "check", None)  # crag's own toolbox: is the index there?
+        if callable(check):
+            check()
         state = self.driver.run(valid_text(question.strip()), turns, on_event, stream)
         return Answer(
             answer=state.answer or "",

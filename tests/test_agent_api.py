@@ -16,10 +16,15 @@ from .fakes import FakeToolbox, route
 
 def test_from_env_keywords_are_settings_fields_including_model(tmp_path) -> None:
     env = {"KB_AGENT_INDEX_DIR": str(tmp_path / "i"), "KB_AGENT_LLM": "offline"}
-    with Agent.from_env(environ=env, dotenv=None, model="gpt-4o", top_k=8) as agent:
+    (tmp_path / "kb").mkdir()
+    (tmp_path / "kb" / "a.md").write_text("# A\n\nHello from the knowledge base.\n", encoding="utf-8")
+    with Agent.from_env(tmp_path / "kb", environ=env, dotenv=None, model="gpt-4o", top_k=8) as agent:
         assert agent.settings.model == "gpt-4o" and agent.settings.top_k == 8
         assert agent.model.model == "offline"  # the backend KB_AGENT_LLM chose, not the string
         assert agent.ask("hello!").answer
+    with (Agent.from_env(environ={**env, "KB_AGENT_INDEX_DIR": str(tmp_path / "none")}, dotenv=None) as agent,
+          pytest.raises(crag.IndexStoreError, match="no index in")):  # before any model call
+        agent.ask("hello!")
     with pytest.raises(crag.ConfigError):
         Agent.from_env(environ=env, dotenv=None, chat_model_name="x")
 

@@ -292,6 +292,25 @@ def test_server_errors_until_retries_run_out_name_the_status(
     assert "503" in err and llm.calls("analyze_and_route") == 3
 
 
+@pytest.mark.parametrize("index", ["nowhere", "empty-folder"])
+def test_a_missing_index_fails_before_any_llm_call(index: str, tmp_path: Path) -> None:
+    """Every question searches the index (SPEC §5), so with none there is nothing to answer
+    from: ``ask`` and ``chat`` fail at once, without spending an analyze and a plan call."""
+    (tmp_path / "empty-folder").mkdir()
+    with FakeOpenAIServer() as srv:
+        srv.default("*", route("simple", "vector_search"))
+        env = {**{k: v for k, v in os.environ.items() if not k.startswith(("KB_AGENT_", "OPENAI_"))},
+               "KB_AGENT_LLM": "openai", "OPENAI_BASE_URL": srv.base_url, "OPENAI_API_KEY": "k",
+               "KB_AGENT_INDEX_DIR": str(tmp_path / index), "PYTHONPATH": str(ROOT)}
+        for argv, given in ((("ask", "How are uploads retried?"), None), (("ask", "--json", "hello"), None),
+                            (("chat",), "How are uploads retried?\n")):
+            proc = subprocess.run([sys.executable, "-m", "crag", *argv], cwd=tmp_path, env=env, input=given,
+                                  capture_output=True, text=True, timeout=120)
+            assert proc.returncode == 1 and proc.stdout == "", (argv, proc.stderr)
+            assert proc.stderr.startswith("crag: error: no index in ") and proc.stderr.count("\n") == 1, proc.stderr
+            assert srv.calls() == 0, (argv, srv.nodes())
+
+
 def test_missing_index_is_a_run_time_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     clean_env(monkeypatch)
     monkeypatch.chdir(tmp_path)

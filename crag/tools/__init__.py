@@ -154,6 +154,12 @@ class Toolbox:
             self._reader = store.open_retriever(self._embedder)
             return self._reader
 
+    def check(self) -> None:
+        """Open the index now: a missing or damaged one, or one built with another embedder,
+        raises its ``IndexStoreError`` here, so a question fails before any model call is
+        spent on it (``vector_search`` runs the question in every first round, SPEC §5)."""
+        self.retriever()
+
     def search_roots(self) -> tuple[str, ...] | None:
         """The roots an index search is restricted to (None: the whole index).
 
