@@ -38,6 +38,8 @@ __all__ = ["DOTENV_MAX_BYTES", "INDEX_FOLDER", "MAX_SECONDS", "SECRET_VARIABLES"
            "find_secrets", "read_dotenv", "secret_values"]
 
 MAX_SECONDS = 86400.0  # the longest duration a setting may hold: one day
+MAX_ROUNDS = 20  # the most retrieval rounds a question may be given (each costs up to 3 LLM calls)
+MAX_RETRIES = 10  # the most retries of one LLM request (each waits up to 8 s, or Retry-After)
 # Variables crag reads besides the settings (the MCP server's tool descriptions).
 OTHER_VARIABLES = ("KB_AGENT_MCP_ASK_DESCRIPTION", "KB_AGENT_MCP_SEARCH_DESCRIPTION", "KB_AGENT_MCP_READ_FILE_DESCRIPTION")
 INDEX_FOLDER = ".crag"  # the index folder found the way git finds .git
@@ -54,14 +56,16 @@ Kind = Callable[[str, str], Any]
 @frozen
 class Integer:
     lo: int
+    hi: int | None = None  # a count that bounds a loop has a ceiling: 10**9 rounds never end
 
     def __call__(self, var: str, raw: str) -> int:
+        accepts = f"an integer >= {self.lo}" if self.hi is None else f"an integer from {self.lo} to {self.hi}"
         try:
             value = int(raw.strip())
         except ValueError:
-            raise ConfigError(var, raw, f"an integer >= {self.lo}") from None
-        if value < self.lo:
-            raise ConfigError(var, raw, f"an integer >= {self.lo}")
+            raise ConfigError(var, raw, accepts) from None
+        if value < self.lo or (self.hi is not None and value > self.hi):
+            raise ConfigError(var, raw, accepts)
         return value
 
 
@@ -285,7 +289,7 @@ class Settings:
     Field defaults are the documented defaults (README, Configuration).
     """
 
-    max_iterations: int = setting("KB_AGENT_MAX_ITERATIONS", Integer(1), 3, node=True)
+    max_iterations: int = setting("KB_AGENT_MAX_ITERATIONS", Integer(1, MAX_ROUNDS), 3, node=True)
     auto_approve_max_items: int = setting("KB_AGENT_AUTO_APPROVE_MAX_ITEMS", Integer(0), 2, node=True)
     vector_score_threshold: float = setting("KB_AGENT_VECTOR_SCORE_THRESHOLD", fraction(), 0.8, node=True)
     # Adapting defaults: 0.3 and 0.7, moved to a threshold the user set alone (__attrs_post_init__).
@@ -299,7 +303,7 @@ class Settings:
     llm: LLMBackend = setting("KB_AGENT_LLM", _backend, LLMBackend.OFFLINE)
     model: str = setting("KB_AGENT_MODEL", _sent_name, "gpt-4o-mini")
     llm_timeout: float = setting("KB_AGENT_LLM_TIMEOUT", seconds(0.001), 60.0)
-    llm_max_retries: int = setting("KB_AGENT_LLM_MAX_RETRIES", Integer(0), 3)
+    llm_max_retries: int = setting("KB_AGENT_LLM_MAX_RETRIES", Integer(0, MAX_RETRIES), 3)
     embedder: EmbedderKind = setting("KB_AGENT_EMBEDDER", Choice(EmbedderKind), EmbedderKind.HASH)
     embedding_model: str = setting("KB_AGENT_EMBEDDING_MODEL", _sent_name, "text-embedding-3-small")
     openai_api_key: str = setting("OPENAI_API_KEY", _secret, "")

@@ -91,6 +91,31 @@ def test_cli_exits_2_with_one_line_naming_the_variable(monkeypatch, capsys):
     assert err.count("\n") == 1 and "Traceback" not in err
 
 
+@pytest.mark.parametrize(("var", "value", "accepts"), [
+    ("KB_AGENT_MAX_ITERATIONS", "1000000000", "an integer from 1 to 20"),
+    ("KB_AGENT_MAX_ITERATIONS", "9" * 30, "an integer from 1 to 20"),
+    ("KB_AGENT_MAX_ITERATIONS", "21", "an integer from 1 to 20"),
+    ("KB_AGENT_LLM_MAX_RETRIES", "1000000000", "an integer from 0 to 10"),
+])
+def test_a_count_that_bounds_a_loop_has_a_ceiling(var, value, accepts, tmp_path):
+    """``KB_AGENT_MAX_ITERATIONS=1000000000`` let a question that finds nothing go round for
+    ever (offline, each round is a few milliseconds; on a server, three calls a round), and as
+    many retries keep a question waiting on a server that is down: one line, exit status 2."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("KB_AGENT_", "OPENAI_"))},
+           "KB_AGENT_LLM": "offline", "KB_AGENT_INDEX_DIR": str(tmp_path / "i"), var: value,
+           "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.run([sys.executable, "-m", "crag", "ask", "x"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == f"crag: error: {var}={value} is not valid: expected {accepts} (set in the environment)\n"
+    assert Settings(max_iterations=20).max_iterations == 20 and Settings(llm_max_retries=10).llm_max_retries == 10
+
+
 def test_overrides_are_validated_like_the_environment():
     assert Settings.from_env(environ={}, dotenv=None, max_iterations=5).max_iterations == 5
     with pytest.raises(ConfigError, match="KB_AGENT_MAX_ITERATIONS"):
