@@ -8,7 +8,7 @@ in tables of their own (one table per kind of record). Answers belong to a conve
 newest, a ``chat`` session is one. ``python -m crag log`` reads it back (``crag.cli.log``).
 
 The file is ``log.sqlite`` in the index folder (``KB_AGENT_INDEX_DIR``, or the nearest
-``.crag``) when that folder exists; before there is one (a question asked with no index,
+``.crag``) when that folder exists; before there is one (as with
 the PostgreSQL store) it is ``crag/log.sqlite`` in the user's state folder
 (``$XDG_STATE_HOME``, else ``~/.local/state``): writing the log never creates an index
 folder, which would hide a parent's index (``log_folder``). ``KB_AGENT_LOG=off`` keeps
