@@ -167,24 +167,46 @@ def build_server(agent: "Agent") -> "MCPServer":
 
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError as MCPToolError
+    from mcp.server.mcpserver.exceptions import UnexpectedToolError
     from mcp_types import CallToolResult, TextContent, ToolAnnotations
+    from pydantic import BeforeValidator
+    from pydantic_core import PydanticCustomError
 
     from .cli.index_text import hit_records, search_text
 
+    def whole_number(value: Any) -> Any:
+        """JSON ``true`` is no count: pydantic (and Python) would take it for 1."""
+        if isinstance(value, bool):
+            raise PydanticCustomError("int_type", "Input should be a valid integer, not {value}",
+                                      {"value": "true" if value else "false"})
+        return value
+
+    Count = Annotated[int | None, BeforeValidator(whole_number)]
+
     class Server(MCPServer):
         async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+            """Every failing call's text is one line naming the tool once: ``search: top_k: ...``,
+            ``read_file: no file x.md in the knowledge base``, not the SDK's ``Error executing
+            tool read_file: read_file: ...``. A crash stays the SDK's (its text stays here)."""
             try:
                 return await super().call_tool(name, arguments, context)
-            except MCPToolError as exc:  # arguments the schema refuses: one line, not pydantic's report
+            except UnexpectedToolError:
+                raise
+            except MCPToolError as exc:
                 cause = exc.__cause__
                 errors = getattr(cause, "errors", None)
-                if cause is None or errors is None or not callable(errors):
-                    raise
-                what = "; ".join(
-                    f"{'.'.join(str(p) for p in e.get('loc', ())) or 'arguments'}: {e.get('msg', 'invalid')}"
-                    for e in errors()
-                )
-                raise MCPToolError(" ".join(f"Error executing tool {name}: {what}".split())) from cause
+                if cause is not None and callable(errors):  # arguments the schema refuses, not pydantic's report
+                    what = "; ".join(
+                        f"{'.'.join(str(p) for p in e.get('loc', ())) or 'arguments'}: {e.get('msg', 'invalid')}"
+                        for e in errors()
+                    )
+                else:
+                    prefix = f"Error executing tool {name}: "
+                    if not str(exc).startswith(prefix):  # the SDK's own ("Unknown tool: x")
+                        raise
+                    what = str(exc).removeprefix(prefix)
+                what = what.removeprefix(f"{name}: ")
+                raise MCPToolError(" ".join(f"{name}: {what}".split())) from cause
 
     server = Server("crag", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
 
@@ -230,7 +252,7 @@ def build_server(agent: "Agent") -> "MCPServer":
         await anyio.to_thread.run_sync(_log, agent, answer)
         return result(answer.answer, answer.to_dict())
 
-    async def search(query: str, top_k: int | None = None) -> Annotated[CallToolResult, search_result]:
+    async def search(query: str, top_k: Count = None) -> Annotated[CallToolResult, search_result]:
         """Retrieval only: the knowledge-base passages that best match `query`, best first.
 
         Each hit has `path`, `start_line`, `end_line`, `score` (cosine-like, 0 to 1) and `text`;
@@ -241,7 +263,7 @@ def build_server(agent: "Agent") -> "MCPServer":
         return result(search_text(hits), {"hits": hits})
 
     async def read_file(
-        path: str, start_line: int | None = None, end_line: int | None = None, page: int | None = None
+        path: str, start_line: Count = None, end_line: Count = None, page: Count = None
     ) -> Annotated[CallToolResult, file_lines]:
         """Read lines of a file inside the knowledge-base roots (a path as `ask` and `search` cite it).
 

@@ -112,6 +112,39 @@ def test_mcp_server_lists_and_runs_its_three_tools_and_survives_a_failing_call(w
     anyio.run(session)
 
 
+def test_a_boolean_is_no_integer_argument_and_every_error_names_its_tool_once(workdir: Path) -> None:
+    """``top_k: true`` searched for one hit (a bool is an int in Python), and failing calls read
+    ``Error executing tool read_file: read_file: no file ...``: each error is one line that
+    names the tool once."""
+
+    async def session() -> None:
+        async with Client(server_params(workdir, "--kb", "docs"), read_timeout_seconds=120) as client:
+            for name, args, text in (
+                ("search", {"query": "port", "top_k": True}, "search: top_k: Input should be a valid integer, not true"),
+                ("search", {"query": "port", "top_k": False}, "search: top_k: Input should be a valid integer, not false"),
+                ("read_file", {"path": "docs/setup.md", "start_line": True},
+                 "read_file: start_line: Input should be a valid integer, not true"),
+                ("read_file", {"path": "docs/setup.md", "end_line": False},
+                 "read_file: end_line: Input should be a valid integer, not false"),
+                ("read_file", {"path": "docs/setup.md", "page": True},
+                 "read_file: page: Input should be a valid integer, not true"),
+                ("read_file", {"path": "docs/nowhere.md"}, "read_file: no file docs/nowhere.md in the knowledge base"),
+                ("search", {"query": "port", "top_k": 0}, "search: top_k must be at least 1, got 0"),
+                ("search", {"query": "port", "top_k": 2.5},
+                 "search: top_k: Input should be a valid integer, got a number with a fractional part"),
+                ("ask", {"question": "   "}, None),
+            ):
+                got = await client.call_tool(name, args)
+                assert got.is_error, (name, args, text_of(got))
+                message = text_of(got)
+                assert "\n" not in message and message.count(name) == 1 and "Error executing" not in message, message
+                assert text is None or message == text, message
+            fine = await client.call_tool("search", {"query": "port", "top_k": 1})
+            assert not fine.is_error and len(fine.structured_content["hits"]) == 1
+
+    anyio.run(session)
+
+
 def test_mcp_search_returns_at_most_50_hits_as_crag_search_does(workdir: Path) -> None:
     """MCP ``search`` runs the search ``crag search`` and ``Agent.search`` run: a ``top_k`` above
     50 gets 50 hits (it was refused: "must be between 1 and 50, got 500"), one below 1 is refused."""
