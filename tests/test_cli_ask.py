@@ -393,6 +393,27 @@ def test_a_source_list_the_model_writes_gives_way_to_the_footer(llm: FakeOpenAIS
     assert [r.body.get("stream") for r in llm.requests[asked:] if r.node == "synthesize"] == [True]
 
 
+def test_a_piped_chat_line_over_the_limit_is_one_question_refused_and_the_session_goes_on(
+        llm: FakeOpenAIServer, tmp_path: Path) -> None:
+    """A line over 128 x KB_AGENT_CONTEXT_TOKENS characters (1 MiB by default) ended the whole
+    session with exit status 2; the question after it was never asked."""
+    llm.script("analyze_and_route", route("chitchat"))
+    llm.script("synthesize", "You're welcome!")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    huge, also = "x" * (3 * 2**20 + 7), "y" * (2**20 + 1)  # 3 MiB read past in pieces; one over the limit
+    proc = subprocess.run([sys.executable, "-m", "crag", "chat"], cwd=tmp_path, env=env,
+                          input=f"{huge}\nthanks!\n{also}", capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-500:]
+    assert "You're welcome!" in proc.stdout and proc.stdout.count(STATS_HEADING) == 1
+    assert proc.stderr.splitlines() == [
+        f"crag: error: that line is {len(huge):,} characters, more than can fit KB_AGENT_CONTEXT_TOKENS "
+        "(1,048,576 characters at most): shorten it",
+        f"crag: error: that line is {len(also):,} characters, more than can fit KB_AGENT_CONTEXT_TOKENS "
+        "(1,048,576 characters at most): shorten it",
+    ]
+    assert llm.nodes() == ["analyze_and_route", "synthesize"]  # the refused lines cost no call
+
+
 def test_chat_and_ask_fit_to_a_server_window_smaller_than_configured(llm: FakeOpenAIServer, tmp_path: Path) -> None:
     llm.context_window = 1200  # llama.cpp --ctx-size 1200, while crag was told 8192
     llm.default("analyze_and_route", route("simple", "grep_search"))

@@ -164,12 +164,28 @@ def line_reader(stdin: TextIO, out: TextIO, limit: int):
         out.write(prompt)
         out.flush()
         line = stdin.readline(limit + 1)
-        if len(line) > limit:
-            raise UsageError(f"a line of standard input is over {limit:,} characters, more than can fit "
-                             "KB_AGENT_CONTEXT_TOKENS: shorten it")
+        if len(line) > limit:  # read past it, a piece at a time, so the next line is the next question
+            size = len(line)
+            while not line.endswith("\n"):
+                if size > ENDLESS * limit:  # /dev/zero, a stream that is no text: the session ends
+                    raise UsageError(f"a line of standard input goes on past {ENDLESS * limit:,} characters, "
+                                     f"more than can fit KB_AGENT_CONTEXT_TOKENS ({limit:,} characters at most)")
+                line = stdin.readline(limit + 1)
+                size += len(line.removesuffix("\n"))
+                if not line:
+                    break
+            raise LineTooLong(f"that line is {size:,} characters, more than can fit "
+                              f"KB_AGENT_CONTEXT_TOKENS ({limit:,} characters at most): shorten it")
         return line
 
     return read_stream
+
+
+ENDLESS = 16  # a piped line this many times the question limit is no question but a stream
+
+
+class LineTooLong(UsageError):
+    """A piped line that cannot be a question: refused on its own, the session goes on."""
 
 
 # A line that ends the session as an empty line does, as a user of a shell or a REPL types it;
@@ -213,6 +229,9 @@ def cmd_chat(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 return 130
             except UnicodeDecodeError:
                 line = "\udcff"
+            except LineTooLong as exc:  # that question is refused; the next line is the next one
+                print(error_line(exc), file=err)
+                continue
             if not line or not line.strip() or line.strip().lower() in ENDINGS:
                 break
             if not_utf8(line):
