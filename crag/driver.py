@@ -223,7 +223,7 @@ class Driver:
             try:
                 if stream and on_event is not None and node is Node.SYNTHESIZE:
                     items = tuple(getattr(request.task, "items", ()))
-                    question = asked(state.question, items)
+                    question = asked(state, items)
                     absent = tuple(missing(question, [item.text for item in items]))
                     on_event(AnswerStarted(items, question, verdict_may_rewrite(state, items), absent,
                                            chitchat=bool(getattr(request.task, "chitchat", False))))

@@ -18,6 +18,10 @@ finds (see ``docs/real-models.md``). They read what they need of a tool from its
   ``top_k`` more hits (``vector_search``), ``Paging.AGAIN`` keeps its arguments
   (``grep_search``), and ``tool_exec`` keeps only what earlier runs of that search did not
   return (``unseen``). Any other repeated call is dropped. Audited as ``call_repeated``.
+* ``searched_question``: what the question's own search looks for. A follow-up with no word
+  of its own to search ("and?", "why?", "more", "tell me more", "go on") is read with the
+  conversation's latest earlier user question that has one: ``How are uploads retried?
+  why?``. Any other question is searched as it is.
 * ``cap_matches``: a tool with a ``match_cap`` (``grep_search``: 2) keeps at most
   ``match_cap`` x ``KB_AGENT_TOP_K`` results, the files with the most matches first (in
   their order of discovery on ties), lines in file order within a file; when there were
@@ -29,7 +33,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .state import AuditEvent, EvidenceItem, ToolCall, ToolRun
+from .state import AuditEvent, EvidenceItem, Message, ToolCall, ToolRun
+from .text import keywords
 from .toolspec import MAX_TOP_K, Paging, Tool, question_search  # MAX_TOP_K: the most hits one search returns
 
 __all__ = [
@@ -37,10 +42,27 @@ __all__ = [
     "cap_matches",
     "deepen_repeats",
     "same_query",
+    "searched_question",
     "signature",
     "unseen",
     "with_question_search",
 ]
+
+
+# Words (as ``keywords`` stems them) that ask for more of the same rather than name a subject.
+FOLLOW_UP_WORDS = frozenset({"go", "continue", "elaborate", "detail", "expand", "clarify", "really", "ok", "okay",
+                             "sure", "example"})
+
+
+def searched_question(question: str, history: Sequence[Message]) -> str:
+    """``question``, or, when it names nothing to search (``keywords`` finds no word beyond
+    ``FOLLOW_UP_WORDS``), the latest earlier user turn that does, followed by ``question``."""
+    if any(w not in FOLLOW_UP_WORDS for w in keywords(question)):
+        return question
+    for message in reversed(history):
+        if message.role == "user" and any(w not in FOLLOW_UP_WORDS for w in keywords(message.content)):
+            return f"{message.content.strip()} {question.strip()}"
+    return question
 
 
 def same_query(a: str, b: str) -> bool:

@@ -70,3 +70,62 @@ def test_the_plan_prompt_carries_the_conversation(kb: Path, tmp_path: Path, monk
             body = json.dumps(next(r.body for r in srv.requests if r.node == node))
             assert "How do I install the service?" in body, node
             assert body.index("How do I install the service?") < body.index("and on Windows?"), node
+
+
+@pytest.mark.parametrize(("question", "searched"), [
+    ("why?", "How do I install the service? why?"),
+    ("and?", "How do I install the service? and?"),
+    ("more", "How do I install the service? more"),
+    ("tell me more", "How do I install the service? tell me more"),
+    ("go on", "How do I install the service? go on"),
+    ("and on Windows?", "and on Windows?"),  # a word of its own: searched as it is
+    ("Which port?", "Which port?"),
+])
+def test_a_follow_up_with_no_word_of_its_own_is_searched_with_the_question_it_follows(question, searched) -> None:
+    from crag.searches import searched_question
+    from crag.state import Message
+
+    turns = [Message(m["role"], m["content"]) for m in HISTORY]
+    assert searched_question(question, turns) == searched
+    # a chain of such follow-ups goes back to the last question that names something
+    chained = [*turns, Message("user", "and?"), Message("assistant", "Also with pip [1].")]
+    assert searched_question(question, chained) == searched
+    assert searched_question(question, []) == question
+
+
+def chat_lines(lines: str, env: dict[str, str], cwd: Path):
+    import os
+    import subprocess
+    import sys
+
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("KB_AGENT_", "OPENAI_"))}, **env,
+           "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    return subprocess.run([sys.executable, "-m", "crag", "chat"], cwd=cwd, env=env, input=lines,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_chat_answers_why_and_more_from_the_question_they_follow(kb: Path, tmp_path: Path) -> None:
+    """"why?" and "more" searched for nothing of their own and got the no-evidence answer;
+    a second one ("and?" then "why?") followed "and?", which names nothing either."""
+    env = {"KB_AGENT_INDEX_DIR": str(tmp_path / "index"), "KB_AGENT_LLM": "offline"}
+    run = chat_lines("How do I install the service on Windows?\nand?\nwhy?\nmore\ntell me more\n", env, tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert "I couldn't find relevant information" not in run.stdout
+    assert "does not appear to answer" not in run.stdout
+    assert run.stdout.count("[1] docs/install.md:L") == 5, run.stdout
+
+
+def test_with_a_model_whose_plan_adds_nothing_why_is_still_answered(kb: Path, tmp_path: Path) -> None:
+    """The question's own search (SPEC §5) is what finds evidence when the planner adds nothing:
+    for "why?" it is the previous question with "why?", so the answer has its sources."""
+    with FakeOpenAIServer() as srv:
+        srv.default("analyze_and_route", json.dumps({"complexity": "simple", "suggested_tools": ["vector_search"]}))
+        srv.default("plan", json.dumps({"tool_calls": []}))
+        srv.default("synthesize", "On Windows, run the installer example-setup.exe instead [1].")
+        env = {"KB_AGENT_INDEX_DIR": str(tmp_path / "index"), "KB_AGENT_LLM": "openai",
+               "OPENAI_BASE_URL": srv.base_url, "OPENAI_API_KEY": "k", "KB_AGENT_LLM_TIMEOUT": "5"}
+        run = chat_lines("How do I install the service on Windows?\nwhy?\nmore\n", env, tmp_path)
+        assert run.returncode == 0, run.stderr
+        assert run.stdout.count("[1] docs/install.md:L4") == 3, run.stdout
+        assert "I couldn't find relevant information" not in run.stdout
+        assert srv.nodes().count("synthesize") == 3

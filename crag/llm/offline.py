@@ -105,10 +105,12 @@ def overlap(question_words: Sequence[str], text: str) -> float:
 
 
 def _follow_up_terms(history: Sequence[Message], words: Sequence[str]) -> list[str]:
-    """Keywords of the latest earlier user turn that the question does not repeat."""
+    """Keywords of the latest earlier user turn that has any, less those the question repeats
+    (after "How are uploads retried?", "and?", a "why?" follows up on the first)."""
     for message in reversed(history):
-        if message.role == "user" and message.content.strip():
-            return [w for w in dict.fromkeys(keywords(message.content)) if w not in words][:8]
+        terms = keywords(message.content) if message.role == "user" else []
+        if terms:
+            return [w for w in dict.fromkeys(terms) if w not in words][:8]
     return []
 
 

@@ -63,12 +63,13 @@ def apply(state: AgentState, step: Step, reply: Completion | None, cfg: NodeConf
     text = reply.text if reply is not None else ""
     calls, rejected = prompts.parse_plan(text, state.question, step.plan, cfg.tools, cfg.top_k)
     events = [AuditEvent("plan_call_rejected", {"reason": reason}) for reason in rejected]
+    searched = searches.searched_question(state.question, state.history)  # "why?" with what it asks about
     if state.iteration == 0:
         calls, added = searches.with_question_search(
-            calls, state.question, cfg.top_k, prompts.find_paths(state.question), cfg.tools
+            calls, searched, cfg.top_k, prompts.find_paths(state.question), cfg.tools
         )
         events.extend(added)
-    calls, repeated = searches.deepen_repeats(calls, state.tool_history, cfg.top_k, state.question, cfg.tools)
+    calls, repeated = searches.deepen_repeats(calls, state.tool_history, cfg.top_k, searched, cfg.tools)
     events.extend(repeated)
     if events:
         return evolve(state, tool_calls=calls, audit=(*state.audit, *events))

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 from attrs import evolve
 
-from .. import answer, budget, grading, grounding, prompts
+from .. import answer, budget, grading, grounding, prompts, searches
 from ..grounding import verdict
 from ..ports import LLMRequest, Step, SynthesizeTask
 from ..state import AgentState, Completion, Complexity, EvidenceItem, GradedBy, GraderAction, GroundingReport
@@ -116,9 +116,12 @@ def apply(state: AgentState, step: Step, reply: Completion | None, cfg: NodeConf
     return evolve(state, answer=text, citations=citations)
 
 
-def asked(question: str, items: tuple[EvidenceItem, ...]) -> str:
-    """What grounding holds ``items`` to: ``question`` without the paths it names of their own
-    files (``crag.grounding.unpointed``: the user pointed at the source)."""
+def asked(state: AgentState, items: tuple[EvidenceItem, ...]) -> str:
+    """What grounding holds ``items`` to: the question as it was searched (a follow-up with no
+    word of its own, "why?", read with the question it follows: ``searches.searched_question``)
+    without the paths it names of their own files (``crag.grounding.unpointed``: the user
+    pointed at the source)."""
+    question = searches.searched_question(state.question, state.history)
     return grounding.unpointed(question, [item.source for item in items])
 
 
@@ -138,7 +141,7 @@ def _grounded(state: AgentState, body: str, cfg: NodeConfig, items: tuple) -> Ag
             items, state.usage, note=weak,
         )
         return evolve(state, answer=text, citations=citations)
-    question = asked(state.question, items)
+    question = asked(state, items)
     absent = grounding.missing(question, [item.text for item in items])
     done = grounding.ground(body, items, cfg.grounding, question, absent)
     if cfg.grounding == "off":
@@ -187,5 +190,5 @@ def verdict_may_rewrite(state: AgentState, items: tuple[EvidenceItem, ...]) -> b
     """Whether the verdict may be ``not_answered``, which replaces the answer's opening, for an
     answer written from ``items`` (``crag.grounding.verdict.may_rewrite``). Known before the
     answer is written, so a stream holds the grounded answer back until it is finished."""
-    absent = grounding.missing(asked(state.question, items), [item.text for item in items])
+    absent = grounding.missing(asked(state, items), [item.text for item in items])
     return verdict.may_rewrite(state.graded_by is GradedBy.GRADER, absent)
