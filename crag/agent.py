@@ -137,11 +137,15 @@ output_converter.register_unstructure_hook(Answer, _answer_json)
 # window: it is refused (a question) or left out (the oldest turns of a history) before any
 # tokenizing, which for a 300 MB question took minutes and gigabytes.
 MAX_TOKEN_CHARS = 128
+# And whatever the window, no question is over 64 Mi characters: more than any window up to
+# KB_AGENT_CONTEXT_TOKENS' ceiling (10,000,000 tokens) holds of real text, and what a
+# `chat` or `ask -` reading a stream with no end (/dev/zero) holds in memory before refusing it.
+MAX_INPUT_CHARS = 64 * 2**20
 
 
 def input_limit(settings: Settings) -> int:
     """The most characters a question can have and still fit ``KB_AGENT_CONTEXT_TOKENS``."""
-    return MAX_TOKEN_CHARS * settings.context_tokens
+    return min(MAX_TOKEN_CHARS * settings.context_tokens, MAX_INPUT_CHARS)
 
 
 def too_long(what: str, size: int, settings: Settings) -> UsageError:

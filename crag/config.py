@@ -39,6 +39,7 @@ __all__ = ["DOTENV_MAX_BYTES", "INDEX_FOLDER", "MAX_SECONDS", "SECRET_VARIABLES"
 
 MAX_SECONDS = 86400.0  # the longest duration a setting may hold: one day
 MAX_ROUNDS = 20  # the most retrieval rounds a question may be given (each costs up to 3 LLM calls)
+MAX_WINDOW = 10_000_000  # tokens: the largest context window a model offers (Llama 4 Scout's)
 MAX_RETRIES = 10  # the most retries of one LLM request (each waits up to 8 s, or Retry-After)
 # Variables crag reads besides the settings (the MCP server's tool descriptions).
 OTHER_VARIABLES = ("KB_AGENT_MCP_ASK_DESCRIPTION", "KB_AGENT_MCP_SEARCH_DESCRIPTION", "KB_AGENT_MCP_READ_FILE_DESCRIPTION")
@@ -320,7 +321,7 @@ class Settings:
                                  node=True)
     # Adapting default: 1024, or half of a smaller KB_AGENT_CONTEXT_TOKENS (__attrs_post_init__).
     max_answer_tokens: int = setting("KB_AGENT_MAX_ANSWER_TOKENS", Integer(16), ADAPTING, node=True)
-    context_tokens: int = setting("KB_AGENT_CONTEXT_TOKENS", Integer(1024), 8192, node=True)
+    context_tokens: int = setting("KB_AGENT_CONTEXT_TOKENS", Integer(1024, MAX_WINDOW), 8192, node=True)
     structured_output: StructuredOutput = setting(
         "KB_AGENT_STRUCTURED_OUTPUT", Choice(StructuredOutput), StructuredOutput.AUTO)
     grounding: GroundingMode = setting("KB_AGENT_GROUNDING", Choice(GroundingMode), GroundingMode.NOTE, node=True)

@@ -96,6 +96,7 @@ def test_cli_exits_2_with_one_line_naming_the_variable(monkeypatch, capsys):
     ("KB_AGENT_MAX_ITERATIONS", "9" * 30, "an integer from 1 to 20"),
     ("KB_AGENT_MAX_ITERATIONS", "21", "an integer from 1 to 20"),
     ("KB_AGENT_LLM_MAX_RETRIES", "1000000000", "an integer from 0 to 10"),
+    ("KB_AGENT_CONTEXT_TOKENS", "1000000000000", "an integer from 1024 to 10000000"),
 ])
 def test_a_count_that_bounds_a_loop_has_a_ceiling(var, value, accepts, tmp_path):
     """``KB_AGENT_MAX_ITERATIONS=1000000000`` let a question that finds nothing go round for
@@ -114,6 +115,29 @@ def test_a_count_that_bounds_a_loop_has_a_ceiling(var, value, accepts, tmp_path)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr == f"crag: error: {var}={value} is not valid: expected {accepts} (set in the environment)\n"
     assert Settings(max_iterations=20).max_iterations == 20 and Settings(llm_max_retries=10).llm_max_retries == 10
+
+
+def test_the_largest_window_reads_no_more_than_64_mib_of_a_stream_with_no_end(tmp_path) -> None:
+    """KB_AGENT_CONTEXT_TOKENS=1000000000000 made ``ask - < /dev/zero`` read until memory ran out
+    (a MemoryError traceback); the window now has a ceiling and a question one more."""
+    import os
+    import resource
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from crag.agent import input_limit
+
+    assert input_limit(Settings(context_tokens=10_000_000)) == 64 * 2**20
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("KB_AGENT_", "OPENAI_"))},
+           "KB_AGENT_LLM": "offline", "KB_AGENT_INDEX_DIR": str(tmp_path / "i"), "KB_AGENT_CONTEXT_TOKENS": "10000000",
+           "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    with open("/dev/zero", "rb") as zero:
+        run = subprocess.run([sys.executable, "-m", "crag", "ask", "-"], stdin=zero, cwd=tmp_path, env=env,
+                             capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2 and run.stderr.startswith("crag: error: the question read from standard input is over "
+                                                         "67,108,864 characters"), run.stderr[-300:]
+    assert resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss < 1024 * 1024  # KiB: under 1 GB
 
 
 def test_overrides_are_validated_like_the_environment():
