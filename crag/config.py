@@ -38,7 +38,7 @@ __all__ = ["DOTENV_MAX_BYTES", "INDEX_FOLDER", "MAX_SECONDS", "SECRET_VARIABLES"
            "find_secrets", "read_dotenv", "secret_values"]
 
 MAX_SECONDS = 86400.0  # the longest duration a setting may hold: one day
-MAX_ROUNDS = 20  # the most retrieval rounds a question may be given (each costs up to 3 LLM calls)
+MAX_ROUNDS = 100  # the most retrieval rounds a question may be given (each costs up to 3 LLM calls)
 MAX_WINDOW = 10_000_000  # tokens: the largest context window a model offers (Llama 4 Scout's)
 MAX_RETRIES = 10  # the most retries of one LLM request (each waits up to 8 s, or Retry-After)
 # Variables crag reads besides the settings (the MCP server's tool descriptions).

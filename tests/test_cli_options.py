@@ -152,7 +152,7 @@ def test_a_bad_value_says_where_it_came_from(tmp_path: Path, monkeypatch, where:
         monkeypatch.setenv("KB_AGENT_MAX_ITERATIONS", "lots")
     code, _, err = cli("ask", "anything")
     assert code == 2 and err.count("\n") == 1
-    assert err.startswith("crag: error: KB_AGENT_MAX_ITERATIONS=lots is not valid: expected an integer from 1 to 20")
+    assert err.startswith("crag: error: KB_AGENT_MAX_ITERATIONS=lots is not valid: expected an integer from 1 to 100")
     assert f"(set in {'the environment' if where == 'environment' else '.env'})" in err
 
 

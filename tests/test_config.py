@@ -92,9 +92,9 @@ def test_cli_exits_2_with_one_line_naming_the_variable(monkeypatch, capsys):
 
 
 @pytest.mark.parametrize(("var", "value", "accepts"), [
-    ("KB_AGENT_MAX_ITERATIONS", "1000000000", "an integer from 1 to 20"),
-    ("KB_AGENT_MAX_ITERATIONS", "9" * 30, "an integer from 1 to 20"),
-    ("KB_AGENT_MAX_ITERATIONS", "21", "an integer from 1 to 20"),
+    ("KB_AGENT_MAX_ITERATIONS", "1000000000", "an integer from 1 to 100"),
+    ("KB_AGENT_MAX_ITERATIONS", "9" * 30, "an integer from 1 to 100"),
+    ("KB_AGENT_MAX_ITERATIONS", "101", "an integer from 1 to 100"),
     ("KB_AGENT_LLM_MAX_RETRIES", "1000000000", "an integer from 0 to 10"),
     ("KB_AGENT_CONTEXT_TOKENS", "1000000000000", "an integer from 1024 to 10000000"),
 ])
