@@ -11,10 +11,10 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from crag import Agent, Settings, grading
+from crag import Agent, Settings
 from crag.config import ConfigError
 from crag.llm.scripted import ScriptedChatModel
 from crag.nodes import NodeConfig, grade_evidence, tool_exec
@@ -141,10 +141,12 @@ POOL = tuple(item(n) for n in range(1, 13))
     grades=st.dictionaries(st.sampled_from([i.key for i in POOL]), st.sampled_from([0.0, 0.2, 0.5, 0.8, 1.0])),
     memory=st.booleans(),
 )
+# four new items given one number after a remembered grade: numbers are graded, not uninformative
+@example(rounds=[[POOL[0]], list(POOL[1:5])], grades={POOL[0].key: 0.8}, memory=True)
 def test_rounds_of_tool_exec_and_grade_evidence_keep_both_memories(rounds, grades, memory):
     """Any retrieval sequence: a removed item never comes back; with memory on no item is
-    sent twice (unless its grade carried no information: like a parse failure's, such a grade
-    is not remembered); with it off every grading sends the whole context, survivors first."""
+    sent twice (the replies are numbers, so every grade is remembered); with it off every
+    grading sends the whole context, survivors first."""
     cfg = NodeConfig(Settings(auto_approve_max_items=0, vector_score_threshold=1.0, grade_memory=memory))
     state = AgentState(QUESTION, routing_plan=RoutingPlan(Complexity.COMPLEX, ("vector_search",)))
     sent: list = []
@@ -160,17 +162,15 @@ def test_rounds_of_tool_exec_and_grade_evidence_keep_both_memories(rounds, grade
             if not memory:
                 assert items == state.context and items[: len(before)] == before
             given = [grades.get(i.key, 0.5) for i in items]
+            # a reply of numbers is the seeds' protocol: always graded, never uninformative
             reply = Completion(scores(*given), "scripted")
-            ungraded = grading.uninformative(given) is not None
-            if not ungraded:
-                sent.extend(i.key for i in items)
+            sent.extend(i.key for i in items)
         else:
             reply = None
-            ungraded = False
             assert not state.context or memory
         state = grade_evidence.apply(state, step, reply, cfg)
         assert len(state.evidence_scores) == len(state.context)
         for it, s in zip(state.context, state.evidence_scores):
-            assert s == (grading.UNGRADED_SCORE if ungraded else grades.get(it.key, 0.5)) and s >= 0.3
+            assert s == grades.get(it.key, 0.5) and s >= 0.3
     if memory:
         assert len(sent) == len(set(sent))

@@ -118,3 +118,16 @@ def test_thresholds_read_from_the_environment_are_honoured(max_items, vthr, drop
     cfg = NodeConfig.from_settings(s, ("vector_search",))
     assert (cfg.auto_approve_max_items, cfg.vector_score_threshold, cfg.drop_threshold, cfg.generate_threshold) == (
         max_items, vthr, drop, gen)
+
+
+def test_a_grading_that_makes_no_request_still_names_its_rule():
+    """SPEC §2: the verdict names the rule that decided, and the audit says it for every
+    grading (``grade_decided``), also when no item was left to grade or the prompt had room
+    for none."""
+    from crag.grading.rules import GradeCase, verdict
+
+    for case, rule in ((GradeCase(), "no_context"), (GradeCase(trimmed=3), "all_trimmed")):
+        outcome = verdict(case, grading.POLICIES["default"])
+        events = [(e.event, dict(e.fields)) for e in outcome.events]
+        assert outcome.rule == rule and outcome.action is GraderAction.RE_RETRIEVE
+        assert events[-1] == ("grade_decided", {"rule": rule, "action": "RE_RETRIEVE"})

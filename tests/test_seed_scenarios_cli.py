@@ -291,3 +291,19 @@ def test_labels_that_are_not_one_per_item_are_a_parse_failure(llm, monkeypatch, 
     failures = [e for e in result["audit"] if e["event"] == "grader_parse_failure"]
     assert len(failures) == 1 and failures[0]["level"] == "warning" and failures[0]["items"] == 5
     assert result["evidence_scores"] == [0.5] * 5 and _decided(result) == ["REFINE"]
+
+
+def test_every_grading_names_the_rule_that_decided_it(llm, monkeypatch):
+    # SPEC §2: the verdict names the rule that decided. Every visit of grade_evidence ends
+    # with one grade_decided, also when no LLM call was made: a fast-path approval, or a
+    # round that brought nothing new (the question's search had returned every chunk).
+    llm.default("grade_evidence", grades(rest=0.0))
+    result = _ask(monkeypatch, 30, 3, None)
+    assert result["trace"].count("grade_evidence") == 3 and llm.calls("grade_evidence") == 1
+    decided = [(e["rule"], e["action"]) for e in result["audit"] if e["event"] == "grade_decided"]
+    assert decided == [("none_left", "RE_RETRIEVE"), ("no_context", "RE_RETRIEVE"), ("no_context", "RE_RETRIEVE")]
+
+    approved = _ask(monkeypatch, 2, 3, None)
+    assert [(e["rule"], e["action"]) for e in approved["audit"] if e["event"] == "grade_decided"] == [
+        ("fast_path", "GENERATE")]
+    assert [e["rule_name"] for e in approved["audit"] if e["event"] == "fast_path_hit"] == ["few_context"]

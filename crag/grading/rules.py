@@ -326,13 +326,14 @@ def verdict(case: GradeCase, policy: GradingPolicy) -> GradeVerdict:
     events: list[AuditEvent] = []
     if case.trimmed:
         events.append(_event("evidence_trimmed", node="grade_evidence", count=case.trimmed))
+    decided = _event("grade_decided", rule=row.rule.value, action=action.value)
     if row.rule is GradeRule.NO_CONTEXT:
-        return GradeVerdict(row.rule, action, None)
+        return GradeVerdict(row.rule, action, None, events=(decided,))
     if row.rule is GradeRule.FAST_PATH:
         return GradeVerdict(row.rule, action, GradedBy.FAST_PATH, tuple(range(n)), (), (1.0,) * n,
-                            (_event("fast_path_hit", rule_name=case.fast_path, items=n),))
+                            (_event("fast_path_hit", rule_name=case.fast_path, items=n), decided))
     if row.rule is GradeRule.ALL_TRIMMED:
-        return GradeVerdict(row.rule, action, None, events=tuple(events))
+        return GradeVerdict(row.rule, action, None, events=(*events, decided))
     missing = f.missing if row.rule is not GradeRule.UNINFORMATIVE else (
         case.facts.search_again(case.items) if f.probabilities and policy.named_terms else ())
     if missing:
@@ -341,7 +342,7 @@ def verdict(case: GradeCase, policy: GradingPolicy) -> GradeVerdict:
         reading = case.reading
         events.append(_event("grader_uninformative", level="warning", items=len(case.todo), reason=f.why,
                              scores=list(reading.scores) if reading else [], from_logprobs=True))
-        events.append(_event("grade_decided", rule=row.rule.value, action=action.value))
+        events.append(decided)
         return GradeVerdict(row.rule, action, GradedBy.UNGRADED, tuple(range(n)), (), (UNGRADED_SCORE,) * n,
                             tuple(events))
     if f.parse_failure:
@@ -357,7 +358,7 @@ def verdict(case: GradeCase, policy: GradingPolicy) -> GradeVerdict:
     for i in f.spared:
         events.append(_event("first_label_spared", source=items[i].label, score=f.scores[i]))
     d = f.decision
-    events.append(_event("grade_decided", rule=row.rule.value, action=action.value))
+    events.append(decided)
     events.extend(_event("evidence_removed", source=items[i].label, tool=items[i].tool, score=f.scores[i])
                   for i in d.removed)
     graded = () if f.parse_failure else tuple(Grade.of(items[i], f.scores[i]) for i in case.todo)
