@@ -128,6 +128,18 @@ def test_an_api_key_is_sent_and_a_missing_one_is_a_config_error(srv):
         OpenAIChatModel(Settings(llm="openai"))
 
 
+def test_without_a_base_url_setting_requests_go_to_openai_whatever_the_sdk_would_read(monkeypatch):
+    # An exported but empty OPENAI_BASE_URL is no URL to crag (the default server), but the SDK,
+    # given none, read the variable itself and sent requests to "/chat/completions": one line
+    # saying the "LLM server " closed the connection (no protocol), exit status 1.
+    monkeypatch.setenv("OPENAI_BASE_URL", "")
+    settings = Settings(llm="openai", openai_api_key="sk-test")
+    assert settings.openai_base_url is None
+    model = OpenAIChatModel(settings)
+    assert model.server == "https://api.openai.com/v1"
+    assert str(model._client.base_url).rstrip("/") == "https://api.openai.com/v1"
+
+
 # --------------------------------------------------------------------------------------
 # Retries
 # --------------------------------------------------------------------------------------

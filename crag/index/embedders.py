@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, LLMError, LLMTimeoutError
-from ..llm.bodies import http_client
+from ..llm.bodies import OPENAI_API_URL, http_client
 from ..llm.deadline import request_deadline
 from ..llm.retry import BadReplyFailure, ConnectionFailure, Failure, RetryPolicy, StatusFailure, TimeoutFailure
 from ..safe_text import valid_text
@@ -110,7 +110,7 @@ class OpenAIEmbedder:
 
                 self._client = openai.OpenAI(
                     api_key=self._api_key or "not-needed",
-                    base_url=self._base_url or None,
+                    base_url=self._base_url or OPENAI_API_URL,
                     timeout=self._timeout,
                     max_retries=0,  # retries are crag's own policy (crag.llm.retry)
                     http_client=http_client(openai, timeout=self._timeout),

@@ -29,7 +29,11 @@ from typing import Any
 from .deadline import deadline_http_client
 from .retry import BadReply
 
-__all__ = ["MAX_BODY_BYTES", "MAX_DEPTH", "MAX_LINE_BYTES", "check_json", "http_client", "saw_done"]
+__all__ = ["MAX_BODY_BYTES", "MAX_DEPTH", "MAX_LINE_BYTES", "OPENAI_API_URL", "check_json", "http_client", "saw_done"]
+
+# The server when no base URL is set, given to the SDK explicitly: given none, the SDK reads
+# OPENAI_BASE_URL itself, and an exported but empty one (no URL, to crag) left it no server.
+OPENAI_API_URL = "https://api.openai.com/v1"
 
 MAX_BODY_BYTES = 64 << 20  # an embeddings reply of 128 vectors of 3,072 floats is about 8 MiB
 MAX_LINE_BYTES = 4 << 20  # one event of a stream: a delta of a few tokens

@@ -57,7 +57,7 @@ from ..errors import ConfigError, LLMContextError, LLMError, LLMTimeoutError
 from ..ports import LLMRequest, SynthesizeTask
 from ..safe_text import redact_message, valid_text
 from ..state import Completion, TokenLogprob
-from .bodies import http_client, saw_done
+from .bodies import OPENAI_API_URL, http_client, saw_done
 from .deadline import pause, request_deadline
 from .logprobs import LOGPROBS as _LOGPROBS
 from .logprobs import logprob_params, read_logprobs, refuses_logprobs
@@ -179,7 +179,7 @@ class OpenAIChatModel:
         self._openai = openai
         try:
             self._client = openai.OpenAI(
-                api_key=api_key, base_url=base_url, timeout=self.timeout, max_retries=0,
+                api_key=api_key, base_url=base_url or OPENAI_API_URL, timeout=self.timeout, max_retries=0,
                 http_client=http_client(openai, timeout=self.timeout),
             )
         except openai.OpenAIError as exc:
