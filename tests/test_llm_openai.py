@@ -263,6 +263,23 @@ def test_unusable_bodies_are_clear_llm_errors_without_retry(srv, reply, words):
     assert caught.value.__cause__ is not None
 
 
+@pytest.mark.parametrize("body", [
+    {"error": {"message": "Upstream model overloaded for key sk-echo-Secret-0123", "code": 502}},
+    {"error": "Upstream model overloaded for key sk-echo-Secret-0123"},
+    {"object": "error", "message": "Upstream model overloaded for key sk-echo-Secret-0123", "code": 502},
+])
+def test_an_error_sent_with_status_200_is_said_with_the_servers_message(srv, body):
+    # Gateways send an error object with status 200; crag said only "returned no choices".
+    srv.script("plan", Raw(body))
+    settings = Settings(llm="openai", openai_base_url=srv.base_url, openai_api_key="sk-echo-Secret-0123",
+                        llm_max_retries=3)
+    with pytest.raises(LLMError) as caught:
+        OpenAIChatModel(settings).complete(request())
+    message = str(caught.value)
+    assert "sent an error instead of a completion for node plan (Upstream model overloaded for key ***)" in message
+    assert "Secret" not in message and srv.calls("plan") == 1
+
+
 def test_a_refused_answer_is_a_clear_llm_error_without_retry(srv):
     srv.script("synthesize", NullContent(refusal="I can't help with that"))
     answer = LLMRequest("synthesize", SynthesizeTask("q", (), ()), tuple(MESSAGES))

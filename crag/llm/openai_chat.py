@@ -69,6 +69,7 @@ from .retry import (
     RetryPolicy,
     StatusFailure,
     TimeoutFailure,
+    body_message,
     context_overflow,
     one_line,
     parse_retry_after,
@@ -359,6 +360,10 @@ class OpenAIChatModel:
         if isinstance(reply, (str, bytes)) or not hasattr(reply, "choices"):
             raise BadReply("sent a reply that is not a chat completion", repr(_one_line(reply, 80)))
         if not isinstance(choices, list) or not choices:
+            extra = getattr(reply, "model_extra", None) or {}
+            said = body_message(extra) if "error" in extra or getattr(reply, "object", None) == "error" else ""
+            if said:  # an error sent with status 200, as some gateways do
+                raise BadReply("sent an error instead of a completion", said)
             raise BadReply("returned no choices")
         message = getattr(choices[0], "message", None)
         content = getattr(message, "content", None)

@@ -42,6 +42,7 @@ __all__ = [
     "RetryPolicy",
     "StatusFailure",
     "TimeoutFailure",
+    "body_message",
     "context_overflow",
     "one_line",
     "parse_retry_after",
@@ -233,7 +234,12 @@ def _transport_errors() -> tuple[type[BaseException], ...]:
 
 def server_message(exc: BaseException) -> Any:
     """The error message a server put in its body, shortened to one line ("" when none)."""
-    body = getattr(exc, "body", None)
+    return body_message(getattr(exc, "body", None))
+
+
+def body_message(body: Any) -> Any:
+    """The error message of an error body (``error.message``, ``message`` or ``detail``),
+    shortened to one line ("" when none)."""
     message: Any = None
     if isinstance(body, dict):
         error = body.get("error", body)
