@@ -565,3 +565,16 @@ def test_a_reply_far_over_its_budget_is_cut_to_it_as_if_the_server_had_stopped_i
     assert "".join(shown) == done.text == ("Python types are hints [1]. " * 20_000)[:64 * 16] and done.truncated
     srv.default("*", "a reply within its budget " * 10)
     assert not model.complete(req).truncated and not model.complete(req, on_delta=shown.append).truncated
+
+
+def test_a_reply_cut_to_its_budget_is_counted_as_kept_streamed_or_not(srv):
+    # Without usage, the whole reply was tokenized (seconds for tens of megabytes, after the
+    # request's deadline) and counted: millions of completion tokens for a reply cut to 64 tokens'
+    # worth, where the same reply streamed was counted as the part crag read.
+    srv.default("*", NoUsage("Python types are hints [1]. " * 20_000))
+    model = model_for(srv)
+    req = LLMRequest("synthesize", GradeTask("q", ()), MESSAGES, max_tokens=64)
+    plain = model.complete(req)
+    streamed = model.complete(req, on_delta=lambda _: None)
+    assert plain.text == streamed.text and plain.truncated and streamed.truncated
+    assert plain.completion_tokens == streamed.completion_tokens == count_tokens(plain.text, encoding_for_model("test-model"))

@@ -244,15 +244,16 @@ class OpenAIChatModel:
             self._remember_refused(_LOGPROBS)  # the server ignores them: stop asking
         if request.reply_schema is not None and self.structured_output == "auto":
             self.memory.remember_format(self._format_key, fmt)
-        sent = reply.text  # what the server's usage counts
-        if limit is not None and len(sent) > limit:  # it ignored max_tokens: cut to the budget
-            reply = evolve(reply, text=sent[:limit], finish_reason="length")
+        sent_bytes = None  # the size of what the server sent, when crag kept less: it bounds its usage
+        if limit is not None and len(reply.text) > limit:  # it ignored max_tokens: cut to the budget
+            sent_bytes = len(reply.text.encode("utf-8", "replace"))
+            reply = evolve(reply, text=reply.text[:limit], finish_reason="length")
         if on_delta is not None:
             self._stream_mode = mode
             if mode == "off" and reply.text:
                 on_delta(reply.text)
         prompt_tokens, completion_tokens, cached, replaced = self._usage(
-            reply.usage, messages, sent, request.max_tokens)
+            reply.usage, messages, reply.text, request.max_tokens, sent_bytes)
         latency_ms = (time.perf_counter() - started) * 1000.0
         return Completion(
             text=reply.text,
@@ -465,11 +466,12 @@ class OpenAIChatModel:
             return max(1, len(text) // 4) if text else 0
 
     def _usage(
-        self, usage: Any, messages: Sequence[Mapping[str, str]], text: str, budget: int | None = None
+        self, usage: Any, messages: Sequence[Mapping[str, str]], text: str, budget: int | None = None,
+        sent_bytes: int | None = None,
     ) -> tuple[int, int, int, bool]:
         """Prompt, completion and cached prompt tokens, and whether a reported count was
         replaced (``crag.llm.usage_counts.reply_usage``)."""
-        return reply_usage(usage, messages, text, budget, self._count)
+        return reply_usage(usage, messages, text, budget, self._count, sent_bytes)
 
     # -- failures --------------------------------------------------------------------------
 
