@@ -329,6 +329,29 @@ def test_a_streamed_refusal_is_the_same_error_as_a_refusal(srv):
     assert deltas == [] and srv.calls("synthesize") == 1
 
 
+def test_content_parts_are_read_alike_streamed_or_not(srv):
+    # A list of content parts (text, and a model's thinking) was joined in a whole reply but
+    # dropped from a stream: the answer lost its first words.
+    def event(delta: dict, finish: str | None = None) -> bytes:
+        chunk = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m",
+                 "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+        return b"data: " + json.dumps(chunk).encode() + b"\n\n"
+
+    parts = [{"type": "thinking", "thinking": [{"type": "text", "text": "Port 9999?"}]},
+             {"type": "text", "text": "The server listens "}]
+    srv.script("synthesize", Events(event({"role": "assistant", "content": parts}) + event({"content": "on 8080."})
+                                    + event({}, "stop") + b"data: [DONE]\n\n"))
+    srv.script("synthesize", Raw({"id": "c", "object": "chat.completion", "created": 0, "model": "m", "choices": [
+        {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": [*parts, {
+            "type": "text", "text": "on 8080."}]}}]}))
+    answer = LLMRequest("synthesize", SynthesizeTask("q", (), ()), tuple(MESSAGES))
+    deltas: list[str] = []
+    model = model_for(srv)
+    assert model.complete(answer, deltas.append).text == "The server listens on 8080."
+    assert "".join(deltas) == "The server listens on 8080."
+    assert model.complete(answer).text == "The server listens on 8080."
+
+
 def test_a_streamed_answer_stopped_by_a_content_filter_is_a_refusal(srv):
     chunk = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m",
              "choices": [{"index": 0, "delta": {"role": "assistant"}, "finish_reason": "content_filter"}]}

@@ -370,11 +370,7 @@ class OpenAIChatModel:
         content = getattr(message, "content", None)
         finish = getattr(choices[0], "finish_reason", None)
         finish = finish if isinstance(finish, str) else None
-        if isinstance(content, list):  # content parts, as some servers send them
-            content = "".join(
-                str(part.get("text", "")) if isinstance(part, dict) else str(getattr(part, "text", ""))
-                for part in content
-            )
+        content = _parts_text(content)
         if not isinstance(content, str):
             refusal = getattr(message, "refusal", None)
             refusal = refusal.strip() if isinstance(refusal, str) else ""
@@ -439,7 +435,7 @@ class OpenAIChatModel:
                     said = getattr(getattr(choice, "delta", None), "refusal", None)
                     if isinstance(said, str):
                         refusal.append(said)
-                    piece = getattr(getattr(choice, "delta", None), "content", None)
+                    piece = _parts_text(getattr(getattr(choice, "delta", None), "content", None))
                     if isinstance(piece, str) and piece and limit is not None:
                         piece = piece[:limit - size]
                         size += len(piece)
@@ -530,6 +526,15 @@ class OpenAIChatModel:
             return LLMError(message, node=node, status=status)
         note = f" ({failure.note})" if failure.note else ""
         return LLMError(f"{where} {failure.what} for node {node}{note}", node=node)
+
+
+def _parts_text(content: Any) -> Any:
+    """``content`` as text when it is a list of content parts, as some servers send it, streamed
+    or not: the text of its ``text`` parts (a part holding a model's thinking has none)."""
+    if not isinstance(content, list):
+        return content
+    texts = (part.get("text") if isinstance(part, dict) else getattr(part, "text", None) for part in content)
+    return "".join(text for text in texts if isinstance(text, str))
 
 
 def _redacted(error: LLMError, secrets: Sequence[str]) -> LLMError:
