@@ -296,6 +296,22 @@ def test_a_refusal_to_grade_is_the_reply_for_the_nodes_fallback(srv):
     assert completion.prompt_tokens > 0 and srv.calls("grade_evidence") == 1
 
 
+def test_an_empty_content_beside_a_refusal_is_a_refusal(srv):
+    # Servers that send "content": "" rather than null with a refusal: the answer read "The model
+    # returned no answer text." and the refusal was never said.
+    def refused(content: str) -> Raw:
+        return Raw({"id": "c", "object": "chat.completion", "created": 0, "model": "m", "choices": [
+            {"index": 0, "finish_reason": "stop",
+             "message": {"role": "assistant", "content": content, "refusal": "I can't help with that"}}]})
+
+    srv.script("synthesize", refused(""))
+    answer = LLMRequest("synthesize", SynthesizeTask("q", (), ()), tuple(MESSAGES))
+    with pytest.raises(LLMError, match="refusal: I can't help with that"):
+        model_for(srv).complete(answer)
+    srv.script("grade_evidence", refused(" \n"))
+    assert model_for(srv).complete(request("grade_evidence")).refusal == "I can't help with that"
+
+
 def test_replies_in_code_fences_go_through_the_parsers(srv):
     srv.script("analyze_and_route", '```json\n{"complexity": "simple", "suggested_tools": ["grep_search"]}\n```')
     srv.script("grade_evidence", "<think>let me see</think>\nScores:\n```\n[0.9, 0.2, 0.7]\n```")

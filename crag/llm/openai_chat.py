@@ -371,9 +371,9 @@ class OpenAIChatModel:
         finish = getattr(choices[0], "finish_reason", None)
         finish = finish if isinstance(finish, str) else None
         content = _parts_text(content)
-        if not isinstance(content, str):
-            refusal = getattr(message, "refusal", None)
-            refusal = refusal.strip() if isinstance(refusal, str) else ""
+        refusal = getattr(message, "refusal", None)
+        refusal = refusal.strip() if isinstance(refusal, str) else ""
+        if not isinstance(content, str) or (refusal and not content.strip()):  # (some send "" with a refusal)
             refusal = refusal or (_FILTERED if finish == "content_filter" else "")
             if finish == "length" and not refusal:  # the budget ran out before any text: a truncated reply
                 return _Reply("", getattr(reply, "usage", None), finish)
