@@ -411,6 +411,23 @@ def test_a_server_refusing_streaming_gets_a_normal_request(srv):
     assert [r.body.get("stream") for r in srv.requests] == [True, True, None]
 
 
+def test_a_server_ignoring_stream_true_is_asked_once_and_its_whole_answer_used(srv):
+    # A server that answers stream=true with a whole chat.completion: crag threw that answer
+    # away twice and asked three times (three generations of the same answer, every process).
+    whole = {"id": "c", "object": "chat.completion", "created": 0, "model": "m", "choices": [
+        {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "whole answer"}}],
+        "usage": {"prompt_tokens": 9, "completion_tokens": 2, "total_tokens": 11}}
+    srv.default("synthesize", Raw(whole))
+    model = model_for(srv)
+    deltas: list[str] = []
+    completion = model.complete(request("synthesize"), deltas.append)
+    assert deltas == ["whole answer"] and completion.text == "whole answer"
+    assert (completion.prompt_tokens, completion.completion_tokens) == (9, 2)
+    assert srv.calls() == 1
+    model.complete(request("synthesize"), deltas.append)
+    assert srv.calls() == 2 and srv.requests[-1].body.get("stream") is None  # remembered
+
+
 def test_a_stream_dropped_after_text_was_shown_is_not_retried(srv):
     srv.script("synthesize", Drop(after=2, text="one two three four"), "never sent")
     deltas: list[str] = []

@@ -10,7 +10,8 @@ client crag gives the SDK (``http_client``) checks each response's body on its w
 * an event stream (``text/event-stream``) is passed on line by line, each line checked the
   same way once it is whole (at most ``MAX_LINE_BYTES``, the stream ``MAX_BODY_BYTES`` in all),
   so the SDK's decoder only ever sees checked lines; ``saw_done`` tells whether it ended with
-  ``data: [DONE]``.
+  ``data: [DONE]``, and ``whole_body`` gives the body of a server that answered a streaming
+  request with a whole reply.
 
 A 2xx body that breaks a limit raises ``BadReply`` (one line through the adapters' boundary,
 never retried); an error body (4xx, 5xx) that does is dropped, so the status still tells what
@@ -29,7 +30,8 @@ from typing import Any
 from .deadline import deadline_http_client
 from .retry import BadReply
 
-__all__ = ["MAX_BODY_BYTES", "MAX_DEPTH", "MAX_LINE_BYTES", "OPENAI_API_URL", "check_json", "http_client", "saw_done"]
+__all__ = ["MAX_BODY_BYTES", "MAX_DEPTH", "MAX_LINE_BYTES", "OPENAI_API_URL", "check_json", "http_client", "saw_done",
+           "whole_body"]
 
 # The server when no base URL is set, given to the SDK explicitly: given none, the SDK reads
 # OPENAI_BASE_URL itself, and an exported but empty one (no URL, to crag) left it no server.
@@ -76,6 +78,7 @@ class _Checked:
         self._events = events
         self._error = error
         self.done = False  # an event stream's "data: [DONE]" went by
+        self.body: bytes | None = None  # a 2xx body that is not an event stream, once read and checked
 
     def __iter__(self) -> Iterator[bytes]:
         return self._lines() if self._events else self._whole()
@@ -97,6 +100,8 @@ class _Checked:
             if self._error:
                 return  # the status says what went wrong; a body no one can read adds nothing
             raise
+        if not self._error:
+            self.body = body
         yield body
 
     def _lines(self) -> Iterator[bytes]:
@@ -130,6 +135,12 @@ class _Checked:
 def saw_done(response: Any) -> bool:
     """Whether the event stream of ``response`` (read through this module's client) sent ``[DONE]``."""
     return bool(getattr(getattr(response, "stream", None), "done", False))
+
+
+def whole_body(response: Any) -> bytes | None:
+    """The checked body of a 2xx ``response`` that was not an event stream (read through this
+    module's client), once read; None for any other."""
+    return getattr(getattr(response, "stream", None), "body", None)
 
 
 def _check_line(line: bytes) -> None:

@@ -28,7 +28,9 @@ is remembered for the server and model for the rest of the process, and it is no
 
 Streaming (``on_delta``) asks for ``stream_options.include_usage``; a server that refuses
 that gets a plain stream, and one that refuses streaming (or answers it with no events) a
-normal request whose text is passed to ``on_delta`` whole. What worked is remembered.
+normal request whose text is passed to ``on_delta`` whole. One that answers a streaming request
+with a whole completion has given the answer: it is used, not asked for again. What worked is
+remembered.
 
 No content with ``finish_reason`` ``length`` is an empty, truncated reply. A refusal (no content
 and a ``refusal``, or ``finish_reason`` ``content_filter``) to route, plan or grade is an empty
@@ -57,7 +59,7 @@ from ..errors import ConfigError, LLMContextError, LLMError, LLMTimeoutError
 from ..ports import LLMRequest, SynthesizeTask
 from ..safe_text import redact_message, valid_text
 from ..state import Completion, TokenLogprob
-from .bodies import OPENAI_API_URL, http_client, saw_done
+from .bodies import OPENAI_API_URL, http_client, saw_done, whole_body
 from .deadline import pause, request_deadline
 from .logprobs import LOGPROBS as _LOGPROBS
 from .logprobs import logprob_params, read_logprobs, refuses_logprobs
@@ -132,6 +134,7 @@ class _Reply:
     finish_reason: str | None = None
     logprobs: tuple[TokenLogprob, ...] | None = None
     refusal: str | None = None  # the model declined: its reply is empty
+    whole: bool = False  # asked to stream, the server answered with a whole reply
 
 
 class OpenAIChatModel:
@@ -240,6 +243,8 @@ class OpenAIChatModel:
                 self.policy.sleep(wait)
                 continue
             break
+        if reply.whole:  # the server does not stream: ask it for whole replies from now on
+            mode = "off"
         if "logprobs" in params and reply.logprobs is None:
             self._remember_refused(_LOGPROBS)  # the server ignores them: stop asking
         if request.reply_schema is not None and self.structured_output == "auto":
@@ -357,6 +362,10 @@ class OpenAIChatModel:
             if self._refused_format(exc, params):
                 raise _FormatRefused from exc
             raise
+        return self._read(reply, params, refusal_is_reply)
+
+    def _read(self, reply: Any, params: dict[str, Any], refusal_is_reply: bool = False) -> _Reply:
+        """The ``_Reply`` of a whole chat completion (``_plain``'s ``refusal_is_reply``)."""
         choices = getattr(reply, "choices", None)
         if isinstance(reply, (str, bytes)) or not hasattr(reply, "choices"):
             raise BadReply("sent a reply that is not a chat completion", repr(_one_line(reply, 80)))
@@ -444,7 +453,10 @@ class OpenAIChatModel:
                         if on_delta is not None:
                             on_delta(piece)
         if chunks == 0:  # not an event stream: the server ignored stream=True
-            raise _StreamRefused
+            whole = self._whole_completion(getattr(stream, "response", None))
+            if whole is None:
+                raise _StreamRefused
+            return evolve(self._read(whole, params), whole=True)  # its whole answer, not asked for again
         if finish is None and not saw_done(getattr(stream, "response", None)):
             # Closed mid-answer: what was shown is a fragment, not an answer (as a dropped connection).
             raise BadReply("ended the answer's stream before it was finished", "no finish_reason and no [DONE]")
@@ -452,6 +464,16 @@ class OpenAIChatModel:
         if not delivered and declined:  # as a refusal without streaming
             raise BadReply("returned no message content", f"refusal: {_one_line(declined, 120)}")
         return _Reply("".join(delivered), usage, finish)
+
+    def _whole_completion(self, response: Any) -> Any:
+        """The chat completion a server sent whole when asked to stream, or None."""
+        body = whole_body(response)
+        if not body:
+            return None
+        try:
+            return self._openai.types.chat.ChatCompletion.model_validate_json(body)
+        except ValueError:  # not a whole completion either: the next streaming mode is worth a try
+            return None
 
     # -- accounting ------------------------------------------------------------------------
 
