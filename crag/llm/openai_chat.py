@@ -245,8 +245,8 @@ class OpenAIChatModel:
             break
         if reply.whole:  # the server does not stream: ask it for whole replies from now on
             mode = "off"
-        if "logprobs" in params and reply.logprobs is None:
-            self._remember_refused(_LOGPROBS)  # the server ignores them: stop asking
+        if "logprobs" in params and reply.logprobs is None and reply.text.strip():
+            self._remember_refused(_LOGPROBS)  # the server ignores them: stop asking (an empty reply has no tokens)
         if request.reply_schema is not None and self.structured_output == "auto":
             self.memory.remember_format(self._format_key, fmt)
         sent_bytes = None  # the size of what the server sent, when crag kept less: it bounds its usage
