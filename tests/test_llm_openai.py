@@ -184,6 +184,20 @@ def test_retries_exhausted_raise_llm_error_naming_status_server_and_node(srv, re
     assert isinstance(err.__cause__, openai.APIStatusError)
 
 
+def test_an_html_error_page_is_said_by_its_title_not_its_markup(srv):
+    # A proxy's error page filled the line with markup: "(<html><head><title>502 Bad Gat…".
+    page = ("<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n<center><h1>502 Bad Gateway"
+            "</h1></center>\r\n<hr><center>nginx/1.25.3</center>\r\n</body>\r\n</html>\r\n")
+    srv.script("plan", Status(502, page), Status(404, "<!DOCTYPE html><html><body><h1>Not Found</h1><p>The "
+                                                   "requested URL was not found on this server.</p></body></html>"))
+    with pytest.raises(LLMError) as caught:
+        model_for(srv, retries=0).complete(request())
+    assert str(caught.value).endswith("answered 502 for node plan (502 Bad Gateway)")
+    with pytest.raises(LLMError) as caught:
+        model_for(srv, retries=0).complete(request())
+    assert str(caught.value).endswith("(Not Found The requested URL was not found on this server.)")
+
+
 def test_a_retry_after_beyond_the_cap_is_not_waited_for(srv):
     srv.script("plan", Status(429, retry_after=3600))
     waits = Waits()

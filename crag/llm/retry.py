@@ -238,8 +238,8 @@ def server_message(exc: BaseException) -> Any:
 
 
 def body_message(body: Any) -> Any:
-    """The error message of an error body (``error.message``, ``message`` or ``detail``),
-    shortened to one line ("" when none)."""
+    """The error message of an error body (``error.message``, ``message`` or ``detail``; an
+    HTML page's title, else its text), shortened to one line ("" when none)."""
     message: Any = None
     if isinstance(body, dict):
         error = body.get("error", body)
@@ -247,8 +247,26 @@ def body_message(body: Any) -> Any:
         if message is None:
             message = body.get("message") or body.get("detail")
     elif isinstance(body, str):
-        message = body
+        message = _page_text(body)
     return one_line(message, 160) if message else ""
+
+
+_HTML_PAGE = re.compile(r"\s*<(?:!doctype\s+html|html)\b", re.I)
+_PAGE_TITLE = re.compile(r"<title\b[^>]*>(.*?)</title\s*>", re.I | re.S)
+_PAGE_HIDDEN = re.compile(r"<(head|script|style)\b.*?</\1\s*>", re.I | re.S)
+_PAGE_TAG = re.compile(r"<[^>]*>")
+
+
+def _page_text(text: str) -> str:
+    """What an HTML error page (a proxy's, a web server's) says: its title, else its text."""
+    if not _HTML_PAGE.match(text):
+        return text
+    import html
+
+    title = _PAGE_TITLE.search(text)
+    if title and title.group(1).strip():
+        return html.unescape(title.group(1))
+    return html.unescape(_PAGE_TAG.sub(" ", _PAGE_HIDDEN.sub(" ", text)))
 
 
 # How servers say a request is longer than the model's window, and where they give its size:
