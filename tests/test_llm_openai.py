@@ -198,6 +198,22 @@ def test_an_html_error_page_is_said_by_its_title_not_its_markup(srv):
     assert str(caught.value).endswith("(Not Found The requested URL was not found on this server.)")
 
 
+@pytest.mark.parametrize(("path", "hint"), [
+    ("/v1", ""),
+    ("", " (OpenAI-compatible servers usually serve the API under /v1)"),
+    ("/v1/chat/completions", " (it should stop before /chat/completions, which crag adds)"),
+])
+def test_a_404_says_what_looks_wrong_in_the_base_url(srv, path, hint):
+    # A base URL without /v1 (Ollama's address as its own docs give it) or naming the endpoint
+    # itself: a 404 that said only "check KB_AGENT_MODEL and OPENAI_BASE_URL".
+    srv.default("plan", Status(404, "404 page not found"))
+    settings = Settings(llm="openai", openai_base_url=srv.url + path, llm_max_retries=0, model="test-model")
+    with pytest.raises(LLMError) as caught:
+        OpenAIChatModel(settings).complete(request())
+    assert str(caught.value).endswith(
+        f"answered 404 for node plan: check KB_AGENT_MODEL (test-model) and OPENAI_BASE_URL{hint} (404 page not found)")
+
+
 def test_a_retry_after_beyond_the_cap_is_not_waited_for(srv):
     srv.script("plan", Status(429, retry_after=3600))
     waits = Waits()

@@ -534,7 +534,7 @@ class OpenAIChatModel:
             elif status == 403:
                 message += f": access denied; check OPENAI_API_KEY and its access to model {self.model}"
             elif status == 404:
-                message += f": check KB_AGENT_MODEL ({self.model}) and OPENAI_BASE_URL"
+                message += f": check KB_AGENT_MODEL ({self.model}) and OPENAI_BASE_URL{_base_url_hint(self.server)}"
             elif status in _FORMAT_REFUSALS and format_sent and self.structured_output != "auto":
                 message += (f": the server may not support KB_AGENT_STRUCTURED_OUTPUT={self.structured_output}; "
                             "set it to auto to fall back")
@@ -548,6 +548,19 @@ class OpenAIChatModel:
             return LLMError(message, node=node, status=status)
         note = f" ({failure.note})" if failure.note else ""
         return LLMError(f"{where} {failure.what} for node {node}{note}", node=node)
+
+
+def _base_url_hint(base_url: str) -> str:
+    """What looks wrong in a base URL that got a 404, if anything: no ``/v1``, or the endpoint
+    itself (the SDK adds ``/chat/completions``)."""
+    from urllib.parse import urlsplit
+
+    path = urlsplit(base_url).path.rstrip("/")
+    if path.endswith("/chat/completions"):
+        return " (it should stop before /chat/completions, which crag adds)"
+    if not any(part.startswith("v1") for part in path.split("/")):
+        return " (OpenAI-compatible servers usually serve the API under /v1)"
+    return ""
 
 
 def _parts_text(content: Any) -> Any:
