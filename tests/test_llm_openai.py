@@ -494,6 +494,9 @@ def test_parse_retry_after_reads_seconds_milliseconds_and_dates():
     assert parse_retry_after({"Retry-After": "soon"}) is None
     assert parse_retry_after({"Retry-After": "-5"}) == 0.0
     assert parse_retry_after({}) is None and parse_retry_after(None) is None
+    # Not numbers of seconds: the error said "it asked to retry after inf s".
+    assert parse_retry_after({"Retry-After": "inf"}) is None and parse_retry_after({"Retry-After": "1e400"}) is None
+    assert parse_retry_after({"Retry-After-Ms": "-inf", "Retry-After": "2"}) == 2.0
 
 
 def test_the_backoff_stays_at_its_ceiling_however_many_retries_were_allowed():

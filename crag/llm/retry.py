@@ -132,7 +132,9 @@ def parse_retry_after(headers: Mapping[str, str] | None, now: float | None = Non
                 return None
             reference = time.time() if now is None else now
             return max(0.0, when.timestamp() - reference)
-        if math.isnan(seconds):
+        if not math.isfinite(seconds):  # "inf", "nan", "1e400": no number of seconds
+            if name == "retry-after-ms":
+                continue
             return None
         return max(0.0, seconds)
     return None
