@@ -398,6 +398,21 @@ def test_content_parts_are_read_alike_streamed_or_not(srv):
     assert model.complete(answer).text == "The server listens on 8080."
 
 
+@pytest.mark.parametrize("choices", [5, True, 1.5])
+def test_a_stream_event_whose_choices_are_not_a_list_is_no_traceback(srv, choices):
+    # "choices": 5 in one event was a TypeError traceback out of crag chat.
+    def event(body: dict) -> bytes:
+        return b"data: " + json.dumps({"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m",
+                                       **body}).encode() + b"\n\n"
+
+    srv.script("synthesize", Events(event({"choices": [{"index": 0, "delta": {"content": "The answer."}}]})
+                                    + event({"choices": choices})
+                                    + event({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+                                    + b"data: [DONE]\n\n"))
+    deltas: list[str] = []
+    assert model_for(srv).complete(request("synthesize"), deltas.append).text == "The answer."
+
+
 def test_a_streamed_answer_stopped_by_a_content_filter_is_a_refusal(srv):
     chunk = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m",
              "choices": [{"index": 0, "delta": {"role": "assistant"}, "finish_reason": "content_filter"}]}

@@ -437,7 +437,8 @@ class OpenAIChatModel:
                 chunks += 1
                 if getattr(chunk, "usage", None) is not None:
                     usage = chunk.usage
-                for choice in getattr(chunk, "choices", None) or ():
+                choices = getattr(chunk, "choices", None)
+                for choice in choices if isinstance(choices, list) else ():  # (a server's junk: none)
                     reason = getattr(choice, "finish_reason", None)
                     if isinstance(reason, str) and reason:
                         finish = reason
