@@ -310,6 +310,28 @@ def test_an_error_sent_with_status_200_is_said_with_the_servers_message(srv, bod
     assert "Secret" not in message and srv.calls("plan") == 1
 
 
+def test_a_compressed_reply_sent_although_crag_asked_for_none_is_read(srv):
+    # A proxy that compresses whatever the client asked: with the SDK's HTTP library, whose
+    # decoders give pieces rather than bytes, every compressed reply was a TypeError traceback.
+    import gzip
+
+    body = json.dumps({"id": "c", "object": "chat.completion", "created": 0, "model": "m", "choices": [
+        {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "zipped answer"}}]})
+    srv.script("plan", Status(200, gzip.compress(body.encode()), headers={"Content-Encoding": "gzip"}))
+    assert model_for(srv).complete(request()).text == "zipped answer"
+    events = (b'data: {"id":"c","object":"chat.completion.chunk","created":0,"model":"m","choices":[{"index":0,'
+              b'"delta":{"content":"zipped stream"},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n')
+    srv.script("synthesize", Status(200, gzip.compress(events), headers={"Content-Encoding": "gzip",
+                                                                        "Content-Type": "text/event-stream"}))
+    deltas: list[str] = []
+    assert model_for(srv).complete(request("synthesize"), deltas.append).text == "zipped stream"
+    # and a small body that inflates past the limit is refused, not inflated whole
+    bomb = gzip.compress(body.replace("zipped answer", "a" * (80 << 20)).encode(), 9)
+    srv.script("plan", Status(200, bomb, headers={"Content-Encoding": "gzip"}))
+    with pytest.raises(LLMError, match="sent a body over 64 MiB for node plan"):
+        model_for(srv).complete(request())
+
+
 def test_a_refused_answer_is_a_clear_llm_error_without_retry(srv):
     srv.script("synthesize", NullContent(refusal="I can't help with that"))
     answer = LLMRequest("synthesize", SynthesizeTask("q", (), ()), tuple(MESSAGES))

@@ -165,6 +165,9 @@ def _response_hook(base: type) -> Any:
                 return
             response.stream = decoded(response.stream, decoder())
             del response.headers["content-encoding"]
+            # The library keeps the decoder it made; left there, it would decode the decoded
+            # bytes again. Without it, the library makes one from the headers: identity.
+            vars(response).pop("_decoder", None)
         events = "text/event-stream" in response.headers.get("content-type", "")
         response.stream = checked(response.stream, events, response.status_code >= 400)
 
@@ -180,13 +183,22 @@ class _Decoded:
 
     def __iter__(self) -> Iterator[bytes]:
         for chunk in self._inner:
-            yield self._decoder.decode(chunk)
-        yield self._decoder.flush()
+            yield from _pieces(self._decoder.decode(chunk))
+        yield from _pieces(self._decoder.flush())
 
     def close(self) -> None:
         close = getattr(self._inner, "close", None)
         if close is not None:
             close()
+
+
+def _pieces(decoded: Any) -> Iterator[bytes]:
+    """What a decoder gave: bytes (httpx) or an iterator of bounded pieces (httpx2)."""
+    if isinstance(decoded, (bytes, bytearray)):
+        if decoded:
+            yield bytes(decoded)
+    else:
+        yield from decoded
 
 
 def http_client(openai_module: Any, **kwargs: Any) -> Any:
