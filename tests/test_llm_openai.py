@@ -16,6 +16,7 @@ from crag import Agent, prompts
 from crag.config import Settings
 from crag.errors import ConfigError, LLMError, LLMTimeoutError
 from crag.events import AnswerDelta
+from crag.index.embedders import make_embedder
 from crag.llm import OfflineChatModel, OpenAIChatModel, ScriptedChatModel, make_chat_model
 from crag.llm.openai_chat import parse_retry_after
 from crag.llm.tokens import count_tokens, encoding_for_model
@@ -138,6 +139,21 @@ def test_without_a_base_url_setting_requests_go_to_openai_whatever_the_sdk_would
     model = OpenAIChatModel(settings)
     assert model.server == "https://api.openai.com/v1"
     assert str(model._client.base_url).rstrip("/") == "https://api.openai.com/v1"
+
+
+def test_a_query_in_the_base_url_is_sent_with_every_request(srv):
+    # "OPENAI_BASE_URL=https://gateway/v1?api-version=2024-10-21": the SDK appended the path
+    # after the query ("/v1/?api-version=2024-10-21chat/completions"), a 404 for every request.
+    srv.default("plan", "ok")
+    settings = Settings(llm="openai", openai_base_url=srv.base_url + "?api-version=2024-10-21&tier=a",
+                        llm_max_retries=0)
+    assert OpenAIChatModel(settings).complete(request()).text == "ok"
+    assert srv.requests[-1].path == "/v1/chat/completions"
+    assert srv.requests[-1].query == "api-version=2024-10-21&tier=a"
+    embedder = make_embedder(Settings(embedder="openai", openai_base_url=srv.base_url + "/?api-version=1",
+                                      embedding_model="fake-embedder"))
+    assert embedder.embed(["x"]).shape[0] == 1
+    assert (srv.requests[-1].path, srv.requests[-1].query) == ("/v1/embeddings", "api-version=1")
 
 
 # --------------------------------------------------------------------------------------

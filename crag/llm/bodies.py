@@ -30,12 +30,25 @@ from typing import Any
 from .deadline import deadline_http_client
 from .retry import BadReply
 
-__all__ = ["MAX_BODY_BYTES", "MAX_DEPTH", "MAX_LINE_BYTES", "OPENAI_API_URL", "check_json", "http_client", "saw_done",
+__all__ = ["MAX_BODY_BYTES", "MAX_DEPTH", "MAX_LINE_BYTES", "OPENAI_API_URL", "check_json", "client_address", "http_client", "saw_done",
            "whole_body"]
 
 # The server when no base URL is set, given to the SDK explicitly: given none, the SDK reads
 # OPENAI_BASE_URL itself, and an exported but empty one (no URL, to crag) left it no server.
 OPENAI_API_URL = "https://api.openai.com/v1"
+
+
+def client_address(base_url: str | None) -> tuple[str, dict[str, str]]:
+    """The SDK's ``base_url`` and ``default_query`` for a configured base URL: OpenAI's when none
+    is set, and a query it carries (``?api-version=...``) sent with every request, since the
+    SDK appends the path to the URL as written, after its query."""
+    from urllib.parse import parse_qsl, urlsplit, urlunsplit
+
+    if not base_url:
+        return OPENAI_API_URL, {}
+    parts = urlsplit(base_url)
+    query = dict(parse_qsl(parts.query, keep_blank_values=True))
+    return urlunsplit((parts.scheme, parts.netloc, parts.path, "", "")), query
 
 MAX_BODY_BYTES = 64 << 20  # an embeddings reply of 128 vectors of 3,072 floats is about 8 MiB
 MAX_LINE_BYTES = 4 << 20  # one event of a stream: a delta of a few tokens

@@ -59,7 +59,7 @@ from ..errors import ConfigError, LLMContextError, LLMError, LLMTimeoutError
 from ..ports import LLMRequest, SynthesizeTask
 from ..safe_text import redact_message, valid_text
 from ..state import Completion, TokenLogprob
-from .bodies import OPENAI_API_URL, http_client, saw_done, whole_body
+from .bodies import client_address, http_client, saw_done, whole_body
 from .deadline import pause, request_deadline
 from .logprobs import LOGPROBS as _LOGPROBS
 from .logprobs import logprob_params, read_logprobs, refuses_logprobs
@@ -181,9 +181,10 @@ class OpenAIChatModel:
         import openai
 
         self._openai = openai
+        address, query = client_address(base_url)
         try:
             self._client = openai.OpenAI(
-                api_key=api_key, base_url=base_url or OPENAI_API_URL, timeout=self.timeout, max_retries=0,
+                api_key=api_key, base_url=address, default_query=query, timeout=self.timeout, max_retries=0,
                 http_client=http_client(openai, timeout=self.timeout),
             )
         except openai.OpenAIError as exc:
