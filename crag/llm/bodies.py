@@ -30,7 +30,7 @@ from typing import Any
 from .deadline import deadline_http_client
 from .retry import BadReply
 
-__all__ = ["MAX_BODY_BYTES", "MAX_DEPTH", "MAX_LINE_BYTES", "OPENAI_API_URL", "check_json", "client_address", "http_client", "saw_done",
+__all__ = ["MAX_BODY_BYTES", "MAX_DEPTH", "MAX_LINE_BYTES", "OPENAI_API_URL", "base_url_hint", "check_json", "client_address", "http_client", "saw_done",
            "whole_body"]
 
 # The server when no base URL is set, given to the SDK explicitly: given none, the SDK reads
@@ -81,6 +81,19 @@ def check_json(body: bytes, what: str = "a body") -> str:
     if json_depth(body) > MAX_DEPTH:
         raise BadReply(f"sent {what} nested more than {MAX_DEPTH} levels deep")
     return text
+
+
+def base_url_hint(base_url: str) -> str:
+    """What looks wrong in a base URL that got a 404, if anything: no ``/v1``, or the endpoint
+    itself (the SDK adds ``/chat/completions``)."""
+    from urllib.parse import urlsplit
+
+    path = urlsplit(base_url).path.rstrip("/")
+    if path.endswith("/chat/completions"):
+        return " (it should stop before /chat/completions, which crag adds)"
+    if not any(part.startswith("v1") for part in path.split("/")):
+        return " (OpenAI-compatible servers usually serve the API under /v1)"
+    return ""
 
 
 class _Checked:

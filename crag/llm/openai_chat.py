@@ -52,17 +52,18 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from attrs import evolve, frozen
+from attrs import evolve
 
 from ..config import Settings
 from ..errors import ConfigError, LLMContextError, LLMError, LLMTimeoutError
 from ..ports import LLMRequest, SynthesizeTask
 from ..safe_text import redact_message, valid_text
-from ..state import Completion, TokenLogprob
-from .bodies import client_address, http_client, saw_done, whole_body
+from ..state import Completion
+from .bodies import base_url_hint, client_address, http_client, saw_done, whole_body
+from .completions import FILTERED, Reply, parts_text, read_completion
 from .deadline import pause, request_deadline
 from .logprobs import LOGPROBS as _LOGPROBS
-from .logprobs import logprob_params, read_logprobs, refuses_logprobs
+from .logprobs import logprob_params, refuses_logprobs
 from .retry import (
     RETRY_AFTER_CAP,
     BadReply,
@@ -71,7 +72,6 @@ from .retry import (
     RetryPolicy,
     StatusFailure,
     TimeoutFailure,
-    body_message,
     context_overflow,
     one_line,
     parse_retry_after,
@@ -101,7 +101,6 @@ _ADAPTABLE = ("max_tokens", "temperature")
 # worked are remembered per Agent in a ServerMemory (crag.llm.server_memory).
 
 _one_line = one_line
-_FILTERED = "the server's content filter (finish_reason content_filter)"  # a refusal with no words
 
 # The most characters a reply may hold per token of its ``max_tokens`` budget: four times what
 # a tokenizer averages. A server that ignores the budget and sends more is cut here, its reply
@@ -123,18 +122,6 @@ class _ParamRefused(Exception):
     def __init__(self, param: str) -> None:
         super().__init__(param)
         self.param = param
-
-
-@frozen
-class _Reply:
-    """What one request brought back, before accounting."""
-
-    text: str
-    usage: Any = None
-    finish_reason: str | None = None
-    logprobs: tuple[TokenLogprob, ...] | None = None
-    refusal: str | None = None  # the model declined: its reply is empty
-    whole: bool = False  # asked to stream, the server answered with a whole reply
 
 
 class OpenAIChatModel:
@@ -350,7 +337,7 @@ class OpenAIChatModel:
     # -- one request -----------------------------------------------------------------------
 
     def _plain(self, messages: list[dict[str, str]], node: str, params: dict[str, Any],
-               refusal_is_reply: bool = False) -> _Reply:
+               refusal_is_reply: bool = False) -> Reply:
         """One request. ``refusal_is_reply``: a refusal is the reply (module doc), else an error."""
         try:
             reply = self._client.chat.completions.create(
@@ -363,36 +350,7 @@ class OpenAIChatModel:
             if self._refused_format(exc, params):
                 raise _FormatRefused from exc
             raise
-        return self._read(reply, params, refusal_is_reply)
-
-    def _read(self, reply: Any, params: dict[str, Any], refusal_is_reply: bool = False) -> _Reply:
-        """The ``_Reply`` of a whole chat completion (``_plain``'s ``refusal_is_reply``)."""
-        choices = getattr(reply, "choices", None)
-        if isinstance(reply, (str, bytes)) or not hasattr(reply, "choices"):
-            raise BadReply("sent a reply that is not a chat completion", repr(_one_line(reply, 80)))
-        if not isinstance(choices, list) or not choices:
-            extra = getattr(reply, "model_extra", None) or {}
-            said = body_message(extra) if "error" in extra or getattr(reply, "object", None) == "error" else ""
-            if said:  # an error sent with status 200, as some gateways do
-                raise BadReply("sent an error instead of a completion", said)
-            raise BadReply("returned no choices")
-        message = getattr(choices[0], "message", None)
-        content = getattr(message, "content", None)
-        finish = getattr(choices[0], "finish_reason", None)
-        finish = finish if isinstance(finish, str) else None
-        content = _parts_text(content)
-        refusal = getattr(message, "refusal", None)
-        refusal = refusal.strip() if isinstance(refusal, str) else ""
-        if not isinstance(content, str) or (refusal and not content.strip()):  # (some send "" with a refusal)
-            refusal = refusal or (_FILTERED if finish == "content_filter" else "")
-            if finish == "length" and not refusal:  # the budget ran out before any text: a truncated reply
-                return _Reply("", getattr(reply, "usage", None), finish)
-            if refusal_is_reply and refusal:
-                return _Reply("", getattr(reply, "usage", None), finish, refusal=refusal)
-            why = f"refusal: {_one_line(refusal, 120)}" if refusal else (f"finish_reason {finish}" if finish else "")
-            raise BadReply("returned no message content", why)
-        return _Reply(content, getattr(reply, "usage", None), finish,
-                      read_logprobs(getattr(choices[0], "logprobs", None)) if "logprobs" in params else None)
+        return read_completion(reply, "logprobs" in params, refusal_is_reply)
 
     def _stream(
         self,
@@ -403,7 +361,7 @@ class OpenAIChatModel:
         on_delta: Callable[[str], None] | None,
         delivered: list[str],
         limit: int | None = None,
-    ) -> _Reply:
+    ) -> Reply:
         """One streamed request; past ``limit`` characters the stream is left unread and the
         reply is one stopped by its budget."""
         extra: dict[str, Any] = {"stream_options": {"include_usage": True}} if mode == "usage" else {}
@@ -446,7 +404,7 @@ class OpenAIChatModel:
                     said = getattr(getattr(choice, "delta", None), "refusal", None)
                     if isinstance(said, str):
                         refusal.append(said)
-                    piece = _parts_text(getattr(getattr(choice, "delta", None), "content", None))
+                    piece = parts_text(getattr(getattr(choice, "delta", None), "content", None))
                     if isinstance(piece, str) and piece and limit is not None:
                         piece = piece[:limit - size]
                         size += len(piece)
@@ -458,14 +416,14 @@ class OpenAIChatModel:
             whole = self._whole_completion(getattr(stream, "response", None))
             if whole is None:
                 raise _StreamRefused
-            return evolve(self._read(whole, params), whole=True)  # its whole answer, not asked for again
+            return evolve(read_completion(whole, "logprobs" in params), whole=True)  # its whole answer, not asked for again
         if finish is None and not saw_done(getattr(stream, "response", None)):
             # Closed mid-answer: what was shown is a fragment, not an answer (as a dropped connection).
             raise BadReply("ended the answer's stream before it was finished", "no finish_reason and no [DONE]")
-        declined = "".join(refusal).strip() or (_FILTERED if finish == "content_filter" else "")
+        declined = "".join(refusal).strip() or (FILTERED if finish == "content_filter" else "")
         if not delivered and declined:  # as a refusal without streaming
             raise BadReply("returned no message content", f"refusal: {_one_line(declined, 120)}")
-        return _Reply("".join(delivered), usage, finish)
+        return Reply("".join(delivered), usage, finish)
 
     def _whole_completion(self, response: Any) -> Any:
         """The chat completion a server sent whole when asked to stream, or None."""
@@ -536,7 +494,7 @@ class OpenAIChatModel:
             elif status == 403:
                 message += f": access denied; check OPENAI_API_KEY and its access to model {self.model}"
             elif status == 404:
-                message += f": check KB_AGENT_MODEL ({self.model}) and OPENAI_BASE_URL{_base_url_hint(self.server)}"
+                message += f": check KB_AGENT_MODEL ({self.model}) and OPENAI_BASE_URL{base_url_hint(self.server)}"
             elif status in _FORMAT_REFUSALS and format_sent and self.structured_output != "auto":
                 message += (f": the server may not support KB_AGENT_STRUCTURED_OUTPUT={self.structured_output}; "
                             "set it to auto to fall back")
@@ -550,28 +508,6 @@ class OpenAIChatModel:
             return LLMError(message, node=node, status=status)
         note = f" ({failure.note})" if failure.note else ""
         return LLMError(f"{where} {failure.what} for node {node}{note}", node=node)
-
-
-def _base_url_hint(base_url: str) -> str:
-    """What looks wrong in a base URL that got a 404, if anything: no ``/v1``, or the endpoint
-    itself (the SDK adds ``/chat/completions``)."""
-    from urllib.parse import urlsplit
-
-    path = urlsplit(base_url).path.rstrip("/")
-    if path.endswith("/chat/completions"):
-        return " (it should stop before /chat/completions, which crag adds)"
-    if not any(part.startswith("v1") for part in path.split("/")):
-        return " (OpenAI-compatible servers usually serve the API under /v1)"
-    return ""
-
-
-def _parts_text(content: Any) -> Any:
-    """``content`` as text when it is a list of content parts, as some servers send it, streamed
-    or not: the text of its ``text`` parts (a part holding a model's thinking has none)."""
-    if not isinstance(content, list):
-        return content
-    texts = (part.get("text") if isinstance(part, dict) else getattr(part, "text", None) for part in content)
-    return "".join(text for text in texts if isinstance(text, str))
 
 
 def _redacted(error: LLMError, secrets: Sequence[str]) -> LLMError:
