@@ -423,6 +423,16 @@ class Settings:
         own = {f.metadata["variable"]: _as_text(getattr(self, f.name)) for f in fields(Settings)}
         return tuple(dict.fromkeys((*find_secrets(own), *secret_values())))
 
+    def __repr__(self) -> str:
+        """The settings with their keys and tokens as ``***`` and every other secret (a URL's
+        password) masked: a repr gets printed, logged and shown by failing tests."""
+        from .safe_text import REDACTED, redact_message
+
+        shown = ", ".join(
+            f"{f.name}={(REDACTED if getattr(self, f.name) else '') if f.metadata['kind'] is _secret else getattr(self, f.name)!r}"
+            for f in fields(Settings))
+        return f"Settings({redact_message(shown, self.secrets())})"
+
     def variable(self, name: str) -> str:
         """The environment variable behind a field, for messages."""
         return getattr(fields(Settings), name).metadata["variable"]

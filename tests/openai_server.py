@@ -179,6 +179,7 @@ class RecordedRequest:
     headers: dict[str, str]
     body: Any
     node: str | None
+    query: str = ""  # the query string of the URL, without "?"
 
 
 class _Server(ThreadingHTTPServer):
@@ -397,9 +398,9 @@ class FakeOpenAIServer:
             body = raw.decode("utf-8", "replace")
         headers = {k.lower(): v for k, v in h.headers.items()}
         node = headers.get("x-crag-node")
-        path = h.path.split("?", 1)[0]
+        path, _, query = h.path.partition("?")
         with self._lock:
-            self._requests.append(RecordedRequest(h.command, path, headers, body, node))
+            self._requests.append(RecordedRequest(h.command, path, headers, body, node, query))
         try:
             if h.command == "GET" and path.rstrip("/").endswith("/models"):
                 self._send_json(h, 200, {"object": "list", "data": [{"id": self.model, "object": "model"}]})

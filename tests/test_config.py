@@ -274,3 +274,15 @@ def test_settings_built_in_code_adapt_their_defaults_as_from_env_does():
         Settings(context_tokens=1024, max_answer_tokens=1024)  # both set: they conflict
     with pytest.raises(ConfigError, match=r"KB_AGENT_DROP_THRESHOLD=0\.8"):
         Settings(drop_threshold=0.8, generate_threshold=0.5)
+
+
+def test_the_repr_of_settings_shows_no_secret():
+    # print(agent.settings), a log line or a failing assertion showed the API key, the tokens
+    # and a URL's password in full.
+    settings = Settings(llm="openai", openai_api_key="sk-live-Zq8Xw2'Lm5Np7", openai_base_url="http://bob:pw-S3cret@h:1/v1",
+                        jira_api_token="jt-0123456789abcdef", jira_base_url="https://jira.example", confluence_api_token="x1")
+    shown = repr(settings)
+    for secret in ("Zq8Xw2", "pw-S3cret", "jt-0123456789abcdef", "'x1'"):
+        assert secret not in shown and secret not in str(settings)
+    assert "openai_api_key='***'" in shown and "http://bob:***@h:1/v1" in shown and "model='gpt-4o-mini'" in shown
+    assert "openai_api_key=''" in repr(Settings())  # nothing hidden where there is nothing

@@ -127,6 +127,13 @@ def test_an_unreachable_embedding_server_names_the_variable_that_set_its_address
             make_embedder(config).embed(["x"])
 
 
+def test_without_a_base_url_setting_embeddings_go_to_openai_whatever_the_sdk_would_read(monkeypatch) -> None:
+    # An empty OPENAI_BASE_URL in the environment: the SDK, given no URL, read it and had none.
+    monkeypatch.setenv("OPENAI_BASE_URL", "")
+    embedder = make_embedder(Settings(embedder="openai", openai_api_key="sk-test"))
+    assert str(embedder._get_client().base_url).rstrip("/") == "https://api.openai.com/v1"
+
+
 def test_a_server_trickling_its_reply_cannot_hold_an_embedding_past_its_timeout() -> None:
     # Each byte comes well within the 1 s read timeout; the whole reply would take several seconds.
     with FakeOpenAIServer() as srv:

@@ -16,6 +16,7 @@ from crag import Agent, prompts
 from crag.config import Settings
 from crag.errors import ConfigError, LLMError, LLMTimeoutError
 from crag.events import AnswerDelta
+from crag.index.embedders import make_embedder
 from crag.llm import OfflineChatModel, OpenAIChatModel, ScriptedChatModel, make_chat_model
 from crag.llm.openai_chat import parse_retry_after
 from crag.llm.tokens import count_tokens, encoding_for_model
@@ -128,6 +129,33 @@ def test_an_api_key_is_sent_and_a_missing_one_is_a_config_error(srv):
         OpenAIChatModel(Settings(llm="openai"))
 
 
+def test_without_a_base_url_setting_requests_go_to_openai_whatever_the_sdk_would_read(monkeypatch):
+    # An exported but empty OPENAI_BASE_URL is no URL to crag (the default server), but the SDK,
+    # given none, read the variable itself and sent requests to "/chat/completions": one line
+    # saying the "LLM server " closed the connection (no protocol), exit status 1.
+    monkeypatch.setenv("OPENAI_BASE_URL", "")
+    settings = Settings(llm="openai", openai_api_key="sk-test")
+    assert settings.openai_base_url is None
+    model = OpenAIChatModel(settings)
+    assert model.server == "https://api.openai.com/v1"
+    assert str(model._client.base_url).rstrip("/") == "https://api.openai.com/v1"
+
+
+def test_a_query_in_the_base_url_is_sent_with_every_request(srv):
+    # "OPENAI_BASE_URL=https://gateway/v1?api-version=2024-10-21": the SDK appended the path
+    # after the query ("/v1/?api-version=2024-10-21chat/completions"), a 404 for every request.
+    srv.default("plan", "ok")
+    settings = Settings(llm="openai", openai_base_url=srv.base_url + "?api-version=2024-10-21&tier=a",
+                        llm_max_retries=0)
+    assert OpenAIChatModel(settings).complete(request()).text == "ok"
+    assert srv.requests[-1].path == "/v1/chat/completions"
+    assert srv.requests[-1].query == "api-version=2024-10-21&tier=a"
+    embedder = make_embedder(Settings(embedder="openai", openai_base_url=srv.base_url + "/?api-version=1",
+                                      embedding_model="fake-embedder"))
+    assert embedder.embed(["x"]).shape[0] == 1
+    assert (srv.requests[-1].path, srv.requests[-1].query) == ("/v1/embeddings", "api-version=1")
+
+
 # --------------------------------------------------------------------------------------
 # Retries
 # --------------------------------------------------------------------------------------
@@ -170,6 +198,36 @@ def test_retries_exhausted_raise_llm_error_naming_status_server_and_node(srv, re
     assert "\n" not in message
     assert err.status == 503 and err.node == "plan"
     assert isinstance(err.__cause__, openai.APIStatusError)
+
+
+def test_an_html_error_page_is_said_by_its_title_not_its_markup(srv):
+    # A proxy's error page filled the line with markup: "(<html><head><title>502 Bad Gat…".
+    page = ("<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n<center><h1>502 Bad Gateway"
+            "</h1></center>\r\n<hr><center>nginx/1.25.3</center>\r\n</body>\r\n</html>\r\n")
+    srv.script("plan", Status(502, page), Status(404, "<!DOCTYPE html><html><body><h1>Not Found</h1><p>The "
+                                                   "requested URL was not found on this server.</p></body></html>"))
+    with pytest.raises(LLMError) as caught:
+        model_for(srv, retries=0).complete(request())
+    assert str(caught.value).endswith("answered 502 for node plan (502 Bad Gateway)")
+    with pytest.raises(LLMError) as caught:
+        model_for(srv, retries=0).complete(request())
+    assert str(caught.value).endswith("(Not Found The requested URL was not found on this server.)")
+
+
+@pytest.mark.parametrize(("path", "hint"), [
+    ("/v1", ""),
+    ("", " (OpenAI-compatible servers usually serve the API under /v1)"),
+    ("/v1/chat/completions", " (it should stop before /chat/completions, which crag adds)"),
+])
+def test_a_404_says_what_looks_wrong_in_the_base_url(srv, path, hint):
+    # A base URL without /v1 (Ollama's address as its own docs give it) or naming the endpoint
+    # itself: a 404 that said only "check KB_AGENT_MODEL and OPENAI_BASE_URL".
+    srv.default("plan", Status(404, "404 page not found"))
+    settings = Settings(llm="openai", openai_base_url=srv.url + path, llm_max_retries=0, model="test-model")
+    with pytest.raises(LLMError) as caught:
+        OpenAIChatModel(settings).complete(request())
+    assert str(caught.value).endswith(
+        f"answered 404 for node plan: check KB_AGENT_MODEL (test-model) and OPENAI_BASE_URL{hint} (404 page not found)")
 
 
 def test_a_retry_after_beyond_the_cap_is_not_waited_for(srv):
@@ -251,6 +309,45 @@ def test_unusable_bodies_are_clear_llm_errors_without_retry(srv, reply, words):
     assert caught.value.__cause__ is not None
 
 
+@pytest.mark.parametrize("body", [
+    {"error": {"message": "Upstream model overloaded for key sk-echo-Secret-0123", "code": 502}},
+    {"error": "Upstream model overloaded for key sk-echo-Secret-0123"},
+    {"object": "error", "message": "Upstream model overloaded for key sk-echo-Secret-0123", "code": 502},
+])
+def test_an_error_sent_with_status_200_is_said_with_the_servers_message(srv, body):
+    # Gateways send an error object with status 200; crag said only "returned no choices".
+    srv.script("plan", Raw(body))
+    settings = Settings(llm="openai", openai_base_url=srv.base_url, openai_api_key="sk-echo-Secret-0123",
+                        llm_max_retries=3)
+    with pytest.raises(LLMError) as caught:
+        OpenAIChatModel(settings).complete(request())
+    message = str(caught.value)
+    assert "sent an error instead of a completion for node plan (Upstream model overloaded for key ***)" in message
+    assert "Secret" not in message and srv.calls("plan") == 1
+
+
+def test_a_compressed_reply_sent_although_crag_asked_for_none_is_read(srv):
+    # A proxy that compresses whatever the client asked: with the SDK's HTTP library, whose
+    # decoders give pieces rather than bytes, every compressed reply was a TypeError traceback.
+    import gzip
+
+    body = json.dumps({"id": "c", "object": "chat.completion", "created": 0, "model": "m", "choices": [
+        {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "zipped answer"}}]})
+    srv.script("plan", Status(200, gzip.compress(body.encode()), headers={"Content-Encoding": "gzip"}))
+    assert model_for(srv).complete(request()).text == "zipped answer"
+    events = (b'data: {"id":"c","object":"chat.completion.chunk","created":0,"model":"m","choices":[{"index":0,'
+              b'"delta":{"content":"zipped stream"},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n')
+    srv.script("synthesize", Status(200, gzip.compress(events), headers={"Content-Encoding": "gzip",
+                                                                        "Content-Type": "text/event-stream"}))
+    deltas: list[str] = []
+    assert model_for(srv).complete(request("synthesize"), deltas.append).text == "zipped stream"
+    # and a small body that inflates past the limit is refused, not inflated whole
+    bomb = gzip.compress(body.replace("zipped answer", "a" * (80 << 20)).encode(), 9)
+    srv.script("plan", Status(200, bomb, headers={"Content-Encoding": "gzip"}))
+    with pytest.raises(LLMError, match="sent a body over 64 MiB for node plan"):
+        model_for(srv).complete(request())
+
+
 def test_a_refused_answer_is_a_clear_llm_error_without_retry(srv):
     srv.script("synthesize", NullContent(refusal="I can't help with that"))
     answer = LLMRequest("synthesize", SynthesizeTask("q", (), ()), tuple(MESSAGES))
@@ -265,6 +362,22 @@ def test_a_refusal_to_grade_is_the_reply_for_the_nodes_fallback(srv):
     completion = model_for(srv).complete(request("grade_evidence"))
     assert completion.text == "" and completion.refused and completion.refusal == "I can't help with that"
     assert completion.prompt_tokens > 0 and srv.calls("grade_evidence") == 1
+
+
+def test_an_empty_content_beside_a_refusal_is_a_refusal(srv):
+    # Servers that send "content": "" rather than null with a refusal: the answer read "The model
+    # returned no answer text." and the refusal was never said.
+    def refused(content: str) -> Raw:
+        return Raw({"id": "c", "object": "chat.completion", "created": 0, "model": "m", "choices": [
+            {"index": 0, "finish_reason": "stop",
+             "message": {"role": "assistant", "content": content, "refusal": "I can't help with that"}}]})
+
+    srv.script("synthesize", refused(""))
+    answer = LLMRequest("synthesize", SynthesizeTask("q", (), ()), tuple(MESSAGES))
+    with pytest.raises(LLMError, match="refusal: I can't help with that"):
+        model_for(srv).complete(answer)
+    srv.script("grade_evidence", refused(" \n"))
+    assert model_for(srv).complete(request("grade_evidence")).refusal == "I can't help with that"
 
 
 def test_replies_in_code_fences_go_through_the_parsers(srv):
@@ -298,6 +411,44 @@ def test_a_streamed_refusal_is_the_same_error_as_a_refusal(srv):
         model_for(srv).complete(answer, deltas.append)
     assert "refusal: I can't help with that." in str(caught.value) and "for node synthesize" in str(caught.value)
     assert deltas == [] and srv.calls("synthesize") == 1
+
+
+def test_content_parts_are_read_alike_streamed_or_not(srv):
+    # A list of content parts (text, and a model's thinking) was joined in a whole reply but
+    # dropped from a stream: the answer lost its first words.
+    def event(delta: dict, finish: str | None = None) -> bytes:
+        chunk = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m",
+                 "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+        return b"data: " + json.dumps(chunk).encode() + b"\n\n"
+
+    parts = [{"type": "thinking", "thinking": [{"type": "text", "text": "Port 9999?"}]},
+             {"type": "text", "text": "The server listens "}]
+    srv.script("synthesize", Events(event({"role": "assistant", "content": parts}) + event({"content": "on 8080."})
+                                    + event({}, "stop") + b"data: [DONE]\n\n"))
+    srv.script("synthesize", Raw({"id": "c", "object": "chat.completion", "created": 0, "model": "m", "choices": [
+        {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": [*parts, {
+            "type": "text", "text": "on 8080."}]}}]}))
+    answer = LLMRequest("synthesize", SynthesizeTask("q", (), ()), tuple(MESSAGES))
+    deltas: list[str] = []
+    model = model_for(srv)
+    assert model.complete(answer, deltas.append).text == "The server listens on 8080."
+    assert "".join(deltas) == "The server listens on 8080."
+    assert model.complete(answer).text == "The server listens on 8080."
+
+
+@pytest.mark.parametrize("choices", [5, True, 1.5])
+def test_a_stream_event_whose_choices_are_not_a_list_is_no_traceback(srv, choices):
+    # "choices": 5 in one event was a TypeError traceback out of crag chat.
+    def event(body: dict) -> bytes:
+        return b"data: " + json.dumps({"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m",
+                                       **body}).encode() + b"\n\n"
+
+    srv.script("synthesize", Events(event({"choices": [{"index": 0, "delta": {"content": "The answer."}}]})
+                                    + event({"choices": choices})
+                                    + event({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+                                    + b"data: [DONE]\n\n"))
+    deltas: list[str] = []
+    assert model_for(srv).complete(request("synthesize"), deltas.append).text == "The answer."
 
 
 def test_a_streamed_answer_stopped_by_a_content_filter_is_a_refusal(srv):
@@ -343,6 +494,23 @@ def test_a_server_refusing_streaming_gets_a_normal_request(srv):
     assert [r.body.get("stream") for r in srv.requests] == [True, True, None]
 
 
+def test_a_server_ignoring_stream_true_is_asked_once_and_its_whole_answer_used(srv):
+    # A server that answers stream=true with a whole chat.completion: crag threw that answer
+    # away twice and asked three times (three generations of the same answer, every process).
+    whole = {"id": "c", "object": "chat.completion", "created": 0, "model": "m", "choices": [
+        {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "whole answer"}}],
+        "usage": {"prompt_tokens": 9, "completion_tokens": 2, "total_tokens": 11}}
+    srv.default("synthesize", Raw(whole))
+    model = model_for(srv)
+    deltas: list[str] = []
+    completion = model.complete(request("synthesize"), deltas.append)
+    assert deltas == ["whole answer"] and completion.text == "whole answer"
+    assert (completion.prompt_tokens, completion.completion_tokens) == (9, 2)
+    assert srv.calls() == 1
+    model.complete(request("synthesize"), deltas.append)
+    assert srv.calls() == 2 and srv.requests[-1].body.get("stream") is None  # remembered
+
+
 def test_a_stream_dropped_after_text_was_shown_is_not_retried(srv):
     srv.script("synthesize", Drop(after=2, text="one two three four"), "never sent")
     deltas: list[str] = []
@@ -379,6 +547,9 @@ def test_parse_retry_after_reads_seconds_milliseconds_and_dates():
     assert parse_retry_after({"Retry-After": "soon"}) is None
     assert parse_retry_after({"Retry-After": "-5"}) == 0.0
     assert parse_retry_after({}) is None and parse_retry_after(None) is None
+    # Not numbers of seconds: the error said "it asked to retry after inf s".
+    assert parse_retry_after({"Retry-After": "inf"}) is None and parse_retry_after({"Retry-After": "1e400"}) is None
+    assert parse_retry_after({"Retry-After-Ms": "-inf", "Retry-After": "2"}) == 2.0
 
 
 def test_the_backoff_stays_at_its_ceiling_however_many_retries_were_allowed():
@@ -536,3 +707,16 @@ def test_a_reply_far_over_its_budget_is_cut_to_it_as_if_the_server_had_stopped_i
     assert "".join(shown) == done.text == ("Python types are hints [1]. " * 20_000)[:64 * 16] and done.truncated
     srv.default("*", "a reply within its budget " * 10)
     assert not model.complete(req).truncated and not model.complete(req, on_delta=shown.append).truncated
+
+
+def test_a_reply_cut_to_its_budget_is_counted_as_kept_streamed_or_not(srv):
+    # Without usage, the whole reply was tokenized (seconds for tens of megabytes, after the
+    # request's deadline) and counted: millions of completion tokens for a reply cut to 64 tokens'
+    # worth, where the same reply streamed was counted as the part crag read.
+    srv.default("*", NoUsage("Python types are hints [1]. " * 20_000))
+    model = model_for(srv)
+    req = LLMRequest("synthesize", GradeTask("q", ()), MESSAGES, max_tokens=64)
+    plain = model.complete(req)
+    streamed = model.complete(req, on_delta=lambda _: None)
+    assert plain.text == streamed.text and plain.truncated and streamed.truncated
+    assert plain.completion_tokens == streamed.completion_tokens == count_tokens(plain.text, encoding_for_model("test-model"))

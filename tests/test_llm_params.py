@@ -12,7 +12,7 @@ from crag.ports import GradeTask, LLMRequest
 from crag.schemas import grade_schema
 
 from .fakes import FakeToolbox, item
-from .openai_server import FakeOpenAIServer, Status, Text
+from .openai_server import FakeOpenAIServer, NullContent, Status, Text
 
 ROUTE = '{"complexity": "complex", "suggested_tools": ["vector_search"]}'
 PLAN = '{"tool_calls": [{"tool": "vector_search", "args": {"query": "upload retry"}}]}'
@@ -300,6 +300,20 @@ def test_a_server_ignoring_logprobs_is_remembered(srv):
     assert model.complete(logprob_request()).logprobs is None
     model.complete(logprob_request())
     assert [p["logprobs"] for p in srv.params()] == [True, None]
+
+
+@pytest.mark.parametrize("empty", [NullContent(refusal="I can't grade these."), Text("", finish_reason="length"),
+                                   Text("")])
+def test_a_reply_with_no_tokens_says_nothing_about_logprobs(srv, empty):
+    # An empty reply (a refusal, a budget spent before any text) has no tokens to carry
+    # probabilities: it was taken for a server that ignores them, and the grader never asked
+    # for them again for the rest of the process.
+    srv.script("grade_evidence", empty)
+    srv.default("grade_evidence", Text("1: yes", logprobs=LABELS))
+    model = OpenAIChatModel(settings_for(srv))
+    model.complete(logprob_request())
+    assert model.complete(logprob_request()).logprobs is not None
+    assert [p["logprobs"] for p in srv.params()] == [True, True]
 
 
 def test_a_request_changed_by_what_the_server_refused_earlier_says_so(srv):

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, LLMError, LLMTimeoutError
-from ..llm.bodies import http_client
+from ..llm.bodies import client_address, http_client
 from ..llm.deadline import request_deadline
 from ..llm.retry import BadReplyFailure, ConnectionFailure, Failure, RetryPolicy, StatusFailure, TimeoutFailure
 from ..safe_text import valid_text
@@ -108,9 +108,11 @@ class OpenAIEmbedder:
             if self._client is None:
                 import openai
 
+                address, query = client_address(self._base_url)
                 self._client = openai.OpenAI(
                     api_key=self._api_key or "not-needed",
-                    base_url=self._base_url or None,
+                    base_url=address,
+                    default_query=query,
                     timeout=self._timeout,
                     max_retries=0,  # retries are crag's own policy (crag.llm.retry)
                     http_client=http_client(openai, timeout=self._timeout),

@@ -10,7 +10,8 @@ client crag gives the SDK (``http_client``) checks each response's body on its w
 * an event stream (``text/event-stream``) is passed on line by line, each line checked the
   same way once it is whole (at most ``MAX_LINE_BYTES``, the stream ``MAX_BODY_BYTES`` in all),
   so the SDK's decoder only ever sees checked lines; ``saw_done`` tells whether it ended with
-  ``data: [DONE]``.
+  ``data: [DONE]``, and ``whole_body`` gives the body of a server that answered a streaming
+  request with a whole reply.
 
 A 2xx body that breaks a limit raises ``BadReply`` (one line through the adapters' boundary,
 never retried); an error body (4xx, 5xx) that does is dropped, so the status still tells what
@@ -29,7 +30,25 @@ from typing import Any
 from .deadline import deadline_http_client
 from .retry import BadReply
 
-__all__ = ["MAX_BODY_BYTES", "MAX_DEPTH", "MAX_LINE_BYTES", "check_json", "http_client", "saw_done"]
+__all__ = ["MAX_BODY_BYTES", "MAX_DEPTH", "MAX_LINE_BYTES", "OPENAI_API_URL", "base_url_hint", "check_json", "client_address", "http_client", "saw_done",
+           "whole_body"]
+
+# The server when no base URL is set, given to the SDK explicitly: given none, the SDK reads
+# OPENAI_BASE_URL itself, and an exported but empty one (no URL, to crag) left it no server.
+OPENAI_API_URL = "https://api.openai.com/v1"
+
+
+def client_address(base_url: str | None) -> tuple[str, dict[str, str]]:
+    """The SDK's ``base_url`` and ``default_query`` for a configured base URL: OpenAI's when none
+    is set, and a query it carries (``?api-version=...``) sent with every request, since the
+    SDK appends the path to the URL as written, after its query."""
+    from urllib.parse import parse_qsl, urlsplit, urlunsplit
+
+    if not base_url:
+        return OPENAI_API_URL, {}
+    parts = urlsplit(base_url)
+    query = dict(parse_qsl(parts.query, keep_blank_values=True))
+    return urlunsplit((parts.scheme, parts.netloc, parts.path, "", "")), query
 
 MAX_BODY_BYTES = 64 << 20  # an embeddings reply of 128 vectors of 3,072 floats is about 8 MiB
 MAX_LINE_BYTES = 4 << 20  # one event of a stream: a delta of a few tokens
@@ -64,6 +83,19 @@ def check_json(body: bytes, what: str = "a body") -> str:
     return text
 
 
+def base_url_hint(base_url: str) -> str:
+    """What looks wrong in a base URL that got a 404, if anything: no ``/v1``, or the endpoint
+    itself (the SDK adds ``/chat/completions``)."""
+    from urllib.parse import urlsplit
+
+    path = urlsplit(base_url).path.rstrip("/")
+    if path.endswith("/chat/completions"):
+        return " (it should stop before /chat/completions, which crag adds)"
+    if not any(part.startswith("v1") for part in path.split("/")):
+        return " (OpenAI-compatible servers usually serve the API under /v1)"
+    return ""
+
+
 class _Checked:
     """A response's byte stream, checked as the module docstring says."""
 
@@ -72,6 +104,7 @@ class _Checked:
         self._events = events
         self._error = error
         self.done = False  # an event stream's "data: [DONE]" went by
+        self.body: bytes | None = None  # a 2xx body that is not an event stream, once read and checked
 
     def __iter__(self) -> Iterator[bytes]:
         return self._lines() if self._events else self._whole()
@@ -93,6 +126,8 @@ class _Checked:
             if self._error:
                 return  # the status says what went wrong; a body no one can read adds nothing
             raise
+        if not self._error:
+            self.body = body
         yield body
 
     def _lines(self) -> Iterator[bytes]:
@@ -128,6 +163,12 @@ def saw_done(response: Any) -> bool:
     return bool(getattr(getattr(response, "stream", None), "done", False))
 
 
+def whole_body(response: Any) -> bytes | None:
+    """The checked body of a 2xx ``response`` that was not an event stream (read through this
+    module's client), once read; None for any other."""
+    return getattr(getattr(response, "stream", None), "body", None)
+
+
 def _check_line(line: bytes) -> None:
     if len(line) > MAX_LINE_BYTES:
         raise BadReply(f"sent an event over {MAX_LINE_BYTES >> 20} MiB")
@@ -150,6 +191,9 @@ def _response_hook(base: type) -> Any:
                 return
             response.stream = decoded(response.stream, decoder())
             del response.headers["content-encoding"]
+            # The library keeps the decoder it made; left there, it would decode the decoded
+            # bytes again. Without it, the library makes one from the headers: identity.
+            vars(response).pop("_decoder", None)
         events = "text/event-stream" in response.headers.get("content-type", "")
         response.stream = checked(response.stream, events, response.status_code >= 400)
 
@@ -165,13 +209,22 @@ class _Decoded:
 
     def __iter__(self) -> Iterator[bytes]:
         for chunk in self._inner:
-            yield self._decoder.decode(chunk)
-        yield self._decoder.flush()
+            yield from _pieces(self._decoder.decode(chunk))
+        yield from _pieces(self._decoder.flush())
 
     def close(self) -> None:
         close = getattr(self._inner, "close", None)
         if close is not None:
             close()
+
+
+def _pieces(decoded: Any) -> Iterator[bytes]:
+    """What a decoder gave: bytes (httpx) or an iterator of bounded pieces (httpx2)."""
+    if isinstance(decoded, (bytes, bytearray)):
+        if decoded:
+            yield bytes(decoded)
+    else:
+        yield from decoded
 
 
 def http_client(openai_module: Any, **kwargs: Any) -> Any:

@@ -28,7 +28,9 @@ is remembered for the server and model for the rest of the process, and it is no
 
 Streaming (``on_delta``) asks for ``stream_options.include_usage``; a server that refuses
 that gets a plain stream, and one that refuses streaming (or answers it with no events) a
-normal request whose text is passed to ``on_delta`` whole. What worked is remembered.
+normal request whose text is passed to ``on_delta`` whole. One that answers a streaming request
+with a whole completion has given the answer: it is used, not asked for again. What worked is
+remembered.
 
 No content with ``finish_reason`` ``length`` is an empty, truncated reply. A refusal (no content
 and a ``refusal``, or ``finish_reason`` ``content_filter``) to route, plan or grade is an empty
@@ -50,17 +52,18 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from attrs import evolve, frozen
+from attrs import evolve
 
 from ..config import Settings
 from ..errors import ConfigError, LLMContextError, LLMError, LLMTimeoutError
 from ..ports import LLMRequest, SynthesizeTask
 from ..safe_text import redact_message, valid_text
-from ..state import Completion, TokenLogprob
-from .bodies import http_client, saw_done
+from ..state import Completion
+from .bodies import base_url_hint, client_address, http_client, saw_done, whole_body
+from .completions import FILTERED, Reply, parts_text, read_completion
 from .deadline import pause, request_deadline
 from .logprobs import LOGPROBS as _LOGPROBS
-from .logprobs import logprob_params, read_logprobs, refuses_logprobs
+from .logprobs import logprob_params, refuses_logprobs
 from .retry import (
     RETRY_AFTER_CAP,
     BadReply,
@@ -98,7 +101,6 @@ _ADAPTABLE = ("max_tokens", "temperature")
 # worked are remembered per Agent in a ServerMemory (crag.llm.server_memory).
 
 _one_line = one_line
-_FILTERED = "the server's content filter (finish_reason content_filter)"  # a refusal with no words
 
 # The most characters a reply may hold per token of its ``max_tokens`` budget: four times what
 # a tokenizer averages. A server that ignores the budget and sends more is cut here, its reply
@@ -120,17 +122,6 @@ class _ParamRefused(Exception):
     def __init__(self, param: str) -> None:
         super().__init__(param)
         self.param = param
-
-
-@frozen
-class _Reply:
-    """What one request brought back, before accounting."""
-
-    text: str
-    usage: Any = None
-    finish_reason: str | None = None
-    logprobs: tuple[TokenLogprob, ...] | None = None
-    refusal: str | None = None  # the model declined: its reply is empty
 
 
 class OpenAIChatModel:
@@ -177,9 +168,10 @@ class OpenAIChatModel:
         import openai
 
         self._openai = openai
+        address, query = client_address(base_url)
         try:
             self._client = openai.OpenAI(
-                api_key=api_key, base_url=base_url, timeout=self.timeout, max_retries=0,
+                api_key=api_key, base_url=address, default_query=query, timeout=self.timeout, max_retries=0,
                 http_client=http_client(openai, timeout=self.timeout),
             )
         except openai.OpenAIError as exc:
@@ -239,19 +231,22 @@ class OpenAIChatModel:
                 self.policy.sleep(wait)
                 continue
             break
-        if "logprobs" in params and reply.logprobs is None:
-            self._remember_refused(_LOGPROBS)  # the server ignores them: stop asking
+        if reply.whole:  # the server does not stream: ask it for whole replies from now on
+            mode = "off"
+        if "logprobs" in params and reply.logprobs is None and reply.text.strip():
+            self._remember_refused(_LOGPROBS)  # the server ignores them: stop asking (an empty reply has no tokens)
         if request.reply_schema is not None and self.structured_output == "auto":
             self.memory.remember_format(self._format_key, fmt)
-        sent = reply.text  # what the server's usage counts
-        if limit is not None and len(sent) > limit:  # it ignored max_tokens: cut to the budget
-            reply = evolve(reply, text=sent[:limit], finish_reason="length")
+        sent_bytes = None  # the size of what the server sent, when crag kept less: it bounds its usage
+        if limit is not None and len(reply.text) > limit:  # it ignored max_tokens: cut to the budget
+            sent_bytes = len(reply.text.encode("utf-8", "replace"))
+            reply = evolve(reply, text=reply.text[:limit], finish_reason="length")
         if on_delta is not None:
             self._stream_mode = mode
             if mode == "off" and reply.text:
                 on_delta(reply.text)
         prompt_tokens, completion_tokens, cached, replaced = self._usage(
-            reply.usage, messages, sent, request.max_tokens)
+            reply.usage, messages, reply.text, request.max_tokens, sent_bytes)
         latency_ms = (time.perf_counter() - started) * 1000.0
         return Completion(
             text=reply.text,
@@ -342,7 +337,7 @@ class OpenAIChatModel:
     # -- one request -----------------------------------------------------------------------
 
     def _plain(self, messages: list[dict[str, str]], node: str, params: dict[str, Any],
-               refusal_is_reply: bool = False) -> _Reply:
+               refusal_is_reply: bool = False) -> Reply:
         """One request. ``refusal_is_reply``: a refusal is the reply (module doc), else an error."""
         try:
             reply = self._client.chat.completions.create(
@@ -355,32 +350,7 @@ class OpenAIChatModel:
             if self._refused_format(exc, params):
                 raise _FormatRefused from exc
             raise
-        choices = getattr(reply, "choices", None)
-        if isinstance(reply, (str, bytes)) or not hasattr(reply, "choices"):
-            raise BadReply("sent a reply that is not a chat completion", repr(_one_line(reply, 80)))
-        if not isinstance(choices, list) or not choices:
-            raise BadReply("returned no choices")
-        message = getattr(choices[0], "message", None)
-        content = getattr(message, "content", None)
-        finish = getattr(choices[0], "finish_reason", None)
-        finish = finish if isinstance(finish, str) else None
-        if isinstance(content, list):  # content parts, as some servers send them
-            content = "".join(
-                str(part.get("text", "")) if isinstance(part, dict) else str(getattr(part, "text", ""))
-                for part in content
-            )
-        if not isinstance(content, str):
-            refusal = getattr(message, "refusal", None)
-            refusal = refusal.strip() if isinstance(refusal, str) else ""
-            refusal = refusal or (_FILTERED if finish == "content_filter" else "")
-            if finish == "length" and not refusal:  # the budget ran out before any text: a truncated reply
-                return _Reply("", getattr(reply, "usage", None), finish)
-            if refusal_is_reply and refusal:
-                return _Reply("", getattr(reply, "usage", None), finish, refusal=refusal)
-            why = f"refusal: {_one_line(refusal, 120)}" if refusal else (f"finish_reason {finish}" if finish else "")
-            raise BadReply("returned no message content", why)
-        return _Reply(content, getattr(reply, "usage", None), finish,
-                      read_logprobs(getattr(choices[0], "logprobs", None)) if "logprobs" in params else None)
+        return read_completion(reply, "logprobs" in params, refusal_is_reply)
 
     def _stream(
         self,
@@ -391,7 +361,7 @@ class OpenAIChatModel:
         on_delta: Callable[[str], None] | None,
         delivered: list[str],
         limit: int | None = None,
-    ) -> _Reply:
+    ) -> Reply:
         """One streamed request; past ``limit`` characters the stream is left unread and the
         reply is one stopped by its budget."""
         extra: dict[str, Any] = {"stream_options": {"include_usage": True}} if mode == "usage" else {}
@@ -426,14 +396,15 @@ class OpenAIChatModel:
                 chunks += 1
                 if getattr(chunk, "usage", None) is not None:
                     usage = chunk.usage
-                for choice in getattr(chunk, "choices", None) or ():
+                choices = getattr(chunk, "choices", None)
+                for choice in choices if isinstance(choices, list) else ():  # (a server's junk: none)
                     reason = getattr(choice, "finish_reason", None)
                     if isinstance(reason, str) and reason:
                         finish = reason
                     said = getattr(getattr(choice, "delta", None), "refusal", None)
                     if isinstance(said, str):
                         refusal.append(said)
-                    piece = getattr(getattr(choice, "delta", None), "content", None)
+                    piece = parts_text(getattr(getattr(choice, "delta", None), "content", None))
                     if isinstance(piece, str) and piece and limit is not None:
                         piece = piece[:limit - size]
                         size += len(piece)
@@ -442,14 +413,27 @@ class OpenAIChatModel:
                         if on_delta is not None:
                             on_delta(piece)
         if chunks == 0:  # not an event stream: the server ignored stream=True
-            raise _StreamRefused
+            whole = self._whole_completion(getattr(stream, "response", None))
+            if whole is None:
+                raise _StreamRefused
+            return evolve(read_completion(whole, "logprobs" in params), whole=True)  # its whole answer, not asked for again
         if finish is None and not saw_done(getattr(stream, "response", None)):
             # Closed mid-answer: what was shown is a fragment, not an answer (as a dropped connection).
             raise BadReply("ended the answer's stream before it was finished", "no finish_reason and no [DONE]")
-        declined = "".join(refusal).strip() or (_FILTERED if finish == "content_filter" else "")
+        declined = "".join(refusal).strip() or (FILTERED if finish == "content_filter" else "")
         if not delivered and declined:  # as a refusal without streaming
             raise BadReply("returned no message content", f"refusal: {_one_line(declined, 120)}")
-        return _Reply("".join(delivered), usage, finish)
+        return Reply("".join(delivered), usage, finish)
+
+    def _whole_completion(self, response: Any) -> Any:
+        """The chat completion a server sent whole when asked to stream, or None."""
+        body = whole_body(response)
+        if not body:
+            return None
+        try:
+            return self._openai.types.chat.ChatCompletion.model_validate_json(body)
+        except ValueError:  # not a whole completion either: the next streaming mode is worth a try
+            return None
 
     # -- accounting ------------------------------------------------------------------------
 
@@ -460,11 +444,12 @@ class OpenAIChatModel:
             return max(1, len(text) // 4) if text else 0
 
     def _usage(
-        self, usage: Any, messages: Sequence[Mapping[str, str]], text: str, budget: int | None = None
+        self, usage: Any, messages: Sequence[Mapping[str, str]], text: str, budget: int | None = None,
+        sent_bytes: int | None = None,
     ) -> tuple[int, int, int, bool]:
         """Prompt, completion and cached prompt tokens, and whether a reported count was
         replaced (``crag.llm.usage_counts.reply_usage``)."""
-        return reply_usage(usage, messages, text, budget, self._count)
+        return reply_usage(usage, messages, text, budget, self._count, sent_bytes)
 
     # -- failures --------------------------------------------------------------------------
 
@@ -509,7 +494,7 @@ class OpenAIChatModel:
             elif status == 403:
                 message += f": access denied; check OPENAI_API_KEY and its access to model {self.model}"
             elif status == 404:
-                message += f": check KB_AGENT_MODEL ({self.model}) and OPENAI_BASE_URL"
+                message += f": check KB_AGENT_MODEL ({self.model}) and OPENAI_BASE_URL{base_url_hint(self.server)}"
             elif status in _FORMAT_REFUSALS and format_sent and self.structured_output != "auto":
                 message += (f": the server may not support KB_AGENT_STRUCTURED_OUTPUT={self.structured_output}; "
                             "set it to auto to fall back")

@@ -42,6 +42,7 @@ __all__ = [
     "RetryPolicy",
     "StatusFailure",
     "TimeoutFailure",
+    "body_message",
     "context_overflow",
     "one_line",
     "parse_retry_after",
@@ -131,7 +132,9 @@ def parse_retry_after(headers: Mapping[str, str] | None, now: float | None = Non
                 return None
             reference = time.time() if now is None else now
             return max(0.0, when.timestamp() - reference)
-        if math.isnan(seconds):
+        if not math.isfinite(seconds):  # "inf", "nan", "1e400": no number of seconds
+            if name == "retry-after-ms":
+                continue
             return None
         return max(0.0, seconds)
     return None
@@ -233,7 +236,12 @@ def _transport_errors() -> tuple[type[BaseException], ...]:
 
 def server_message(exc: BaseException) -> Any:
     """The error message a server put in its body, shortened to one line ("" when none)."""
-    body = getattr(exc, "body", None)
+    return body_message(getattr(exc, "body", None))
+
+
+def body_message(body: Any) -> Any:
+    """The error message of an error body (``error.message``, ``message`` or ``detail``; an
+    HTML page's title, else its text), shortened to one line ("" when none)."""
     message: Any = None
     if isinstance(body, dict):
         error = body.get("error", body)
@@ -241,8 +249,26 @@ def server_message(exc: BaseException) -> Any:
         if message is None:
             message = body.get("message") or body.get("detail")
     elif isinstance(body, str):
-        message = body
+        message = _page_text(body)
     return one_line(message, 160) if message else ""
+
+
+_HTML_PAGE = re.compile(r"\s*<(?:!doctype\s+html|html)\b", re.I)
+_PAGE_TITLE = re.compile(r"<title\b[^>]*>(.*?)</title\s*>", re.I | re.S)
+_PAGE_HIDDEN = re.compile(r"<(head|script|style)\b.*?</\1\s*>", re.I | re.S)
+_PAGE_TAG = re.compile(r"<[^>]*>")
+
+
+def _page_text(text: str) -> str:
+    """What an HTML error page (a proxy's, a web server's) says: its title, else its text."""
+    if not _HTML_PAGE.match(text):
+        return text
+    import html
+
+    title = _PAGE_TITLE.search(text)
+    if title and title.group(1).strip():
+        return html.unescape(title.group(1))
+    return html.unescape(_PAGE_TAG.sub(" ", _PAGE_HIDDEN.sub(" ", text)))
 
 
 # How servers say a request is longer than the model's window, and where they give its size:

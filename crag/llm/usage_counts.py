@@ -29,12 +29,15 @@ def reply_usage(
     text: str,
     budget: int | None,
     count: Callable[[str], int],
+    sent_bytes: int | None = None,
 ) -> tuple[int, int, int, bool]:
     """Prompt, completion and cached prompt tokens, and whether a reported count was replaced.
 
     The bound is generous (``_SLACK_TOKENS`` for a chat template or a system prompt the server
     adds, and hidden reasoning tokens up to the reply's ``budget``): only an impossible count
-    is replaced. ``count`` counts the tokens of a text.
+    is replaced. ``count`` counts the tokens of a text. ``text`` is the reply as crag kept it;
+    ``sent_bytes``, when the server sent more (a reply cut to its budget), the size of what it
+    sent, which bounds a reported count: an unreported one is counted on what was kept.
     """
     prompt = getattr(usage, "prompt_tokens", None) if usage is not None else None
     completion = getattr(usage, "completion_tokens", None) if usage is not None else None
@@ -47,7 +50,9 @@ def reply_usage(
     prompt_bytes = sum(len(m["content"].encode("utf-8", "replace")) for m in messages)
     if is_count(prompt) and prompt > prompt_bytes + _SLACK_TOKENS:
         prompt, replaced = None, True
-    if is_count(completion) and completion > max(len(text.encode("utf-8", "replace")) + _SLACK_TOKENS, budget or 0):
+    if sent_bytes is None:
+        sent_bytes = len(text.encode("utf-8", "replace"))
+    if is_count(completion) and completion > max(sent_bytes + _SLACK_TOKENS, budget or 0):
         completion, replaced = None, True
     if not is_count(prompt):
         prompt = sum(count(m["content"]) + 4 for m in messages) + 3

@@ -1,0 +1,73 @@
+"""Reading what a chat completion brought back: the text, the finish reason, a refusal.
+
+``read_completion`` turns a whole ``chat.completion`` (as the openai SDK parsed it, or as a
+server sent it whole to a streaming request) into a ``Reply``, or raises ``BadReply`` for one
+that holds no usable message; ``parts_text`` reads content sent as a list of parts, streamed
+or not. What to do with a refusal is the caller's (``crag.llm.openai_chat``'s module doc).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from attrs import frozen
+
+from ..state import TokenLogprob
+from .logprobs import read_logprobs
+from .retry import BadReply, body_message, one_line
+
+__all__ = ["FILTERED", "Reply", "parts_text", "read_completion"]
+
+FILTERED = "the server's content filter (finish_reason content_filter)"  # a refusal with no words
+
+
+@frozen
+class Reply:
+    """What one request brought back, before accounting."""
+
+    text: str
+    usage: Any = None
+    finish_reason: str | None = None
+    logprobs: tuple[TokenLogprob, ...] | None = None
+    refusal: str | None = None  # the model declined: its reply is empty
+    whole: bool = False  # asked to stream, the server answered with a whole reply
+
+
+def read_completion(reply: Any, logprobs: bool = False, refusal_is_reply: bool = False) -> Reply:
+    """The ``Reply`` of a whole chat completion; ``logprobs``: they were asked for.
+    ``refusal_is_reply``: a refusal is the reply (empty, with ``refusal``), else an error."""
+    choices = getattr(reply, "choices", None)
+    if isinstance(reply, (str, bytes)) or not hasattr(reply, "choices"):
+        raise BadReply("sent a reply that is not a chat completion", repr(one_line(reply, 80)))
+    if not isinstance(choices, list) or not choices:
+        extra = getattr(reply, "model_extra", None) or {}
+        said = body_message(extra) if "error" in extra or getattr(reply, "object", None) == "error" else ""
+        if said:  # an error sent with status 200, as some gateways do
+            raise BadReply("sent an error instead of a completion", said)
+        raise BadReply("returned no choices")
+    message = getattr(choices[0], "message", None)
+    content = getattr(message, "content", None)
+    finish = getattr(choices[0], "finish_reason", None)
+    finish = finish if isinstance(finish, str) else None
+    content = parts_text(content)
+    refusal = getattr(message, "refusal", None)
+    refusal = refusal.strip() if isinstance(refusal, str) else ""
+    if not isinstance(content, str) or (refusal and not content.strip()):  # (some send "" with a refusal)
+        refusal = refusal or (FILTERED if finish == "content_filter" else "")
+        if finish == "length" and not refusal:  # the budget ran out before any text: a truncated reply
+            return Reply("", getattr(reply, "usage", None), finish)
+        if refusal_is_reply and refusal:
+            return Reply("", getattr(reply, "usage", None), finish, refusal=refusal)
+        why = f"refusal: {one_line(refusal, 120)}" if refusal else (f"finish_reason {finish}" if finish else "")
+        raise BadReply("returned no message content", why)
+    return Reply(content, getattr(reply, "usage", None), finish,
+                 read_logprobs(getattr(choices[0], "logprobs", None)) if logprobs else None)
+
+
+def parts_text(content: Any) -> Any:
+    """``content`` as text when it is a list of content parts, as some servers send it, streamed
+    or not: the text of its ``text`` parts (a part holding a model's thinking has none)."""
+    if not isinstance(content, list):
+        return content
+    texts = (part.get("text") if isinstance(part, dict) else getattr(part, "text", None) for part in content)
+    return "".join(text for text in texts if isinstance(text, str))
