@@ -303,7 +303,10 @@ def test_parse_route_drops_unknown_tools_and_falls_back_to_defaults():
 
 
 @pytest.mark.parametrize("reply", ["", "complex", "no idea what you mean", '{"complexity": "hard"}',
-                                   '{"complexity": 3}', "[1, 2]", '{"suggested_tools": []}'])
+                                   '{"complexity": 3}', "[1, 2]", '{"suggested_tools": []}',
+                                   # a route only thought about (a reply cut off while thinking) is no route
+                                   '<think>The user asks about ports; {"complexity": "chitchat"}',
+                                   '<think>{"complexity": "chitchat"}</think>Sorry, I cannot classify this.'])
 def test_parse_route_gives_none_for_unusable_replies(reply):
     assert parse_route(reply, LOCAL) is None
 

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..state import Complexity, RoutingPlan
+from .clean import strip_think
 from .lenient_json import iter_json_values
 
 __all__ = ["parse_route", "tool_name"]
@@ -29,9 +30,14 @@ def parse_route(text: Any, available_tools: Sequence[str], default_tools: Sequen
 
     Unknown or unavailable tools are dropped; when none remain, the ``default_tools`` that
     are available are suggested (the node's: the tools that search, ``toolspec.search_tools``).
+    A route written only inside ``<think>`` (a reasoning model cut off by the routing budget)
+    is a draft, not an answer: the classification is unavailable, which is ``complex`` (SPEC §1),
+    never a guessed ``chitchat`` that would skip retrieval.
     """
     available = tuple(available_tools)
-    for value in iter_json_values(text):
+    if not isinstance(text, str):
+        return None
+    for value in iter_json_values(strip_think(text)):
         if not isinstance(value, dict) or "complexity" not in value:
             continue
         raw = value.get("complexity")
