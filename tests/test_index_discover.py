@@ -87,6 +87,14 @@ def test_non_utf8_text_is_decoded_with_a_fallback() -> None:
     assert decode_text(b"\x81\x8d\x8f\x90\x9d") == "\x81\x8d\x8f\x90\x9d"  # not cp1252: latin-1
 
 
+def test_a_file_mixing_utf8_and_cp1252_lines_keeps_both_readable() -> None:
+    """A log appended to by two tools: one UTF-8 line was enough to turn every other UTF-8
+    line of the file into mojibake ("cafÃ©"), which no search for "café" found."""
+    mixed = "# Menu\n\nThe café opens at 8.\n".encode() + "La crème brûlée coûte 5 €.\r\n".encode("cp1252")
+    assert decode_text(mixed) == "# Menu\n\nThe café opens at 8.\nLa crème brûlée coûte 5 €.\n"
+    assert decode_text("ok é\n".encode() + b"\x81\x8d\n") == "ok é\n\x81\x8d\n"  # not cp1252: latin-1
+
+
 def test_utf16_text_with_its_byte_order_mark_is_text(tmp_path: Path) -> None:
     """What PowerShell's ``>`` writes: UTF-16 with a byte order mark, NUL bytes and all."""
     kb = tmp_path / "kb"

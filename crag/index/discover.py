@@ -17,7 +17,8 @@ Owns the discovery rules shared by the indexer, ``grep_search`` and ``read_file`
   or folders whose name is not valid UTF-8 (the index stores names as text) are skipped
   and counted as warnings, never raised; a root whose own path is not valid UTF-8 is a
   ``KnowledgeBaseError``;
-* text is decoded as UTF-16 when it opens with that BOM, else as UTF-8 (a BOM is dropped), else cp1252, else latin-1, so undecodable
+* text is decoded as UTF-16 when it opens with that BOM, else as UTF-8 (a BOM is dropped), else line by
+  line as UTF-8, else cp1252, else latin-1 (a file may mix them), so undecodable
   bytes never crash indexing; line endings are normalised the way Python's text mode does
   (``\\r\\n`` and ``\\r`` become ``\\n``), NUL bytes past the first 8 KiB (a log padded
   after a crash) are dropped, which no store can hold as text and no line number depends

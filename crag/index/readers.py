@@ -34,6 +34,7 @@ import importlib.util
 import io
 import logging
 import os
+import re
 import threading
 import time
 from collections import Counter, OrderedDict
@@ -284,15 +285,31 @@ def _decode_bytes(data: bytes) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
+        if _UTF8_SEQUENCE.search(data) is None:  # no UTF-8 line to keep: one decoding for all
+            return _decode_line(data)
+        # Line by line: a file that mixes UTF-8 and cp1252 lines (a log two tools append to)
+        # keeps its UTF-8 lines as written, where decoding it whole as cp1252 garbled them.
+        return "\n".join(_decode_line(line) for line in data.split(b"\n"))
+
+
+# The start of a character of two or more bytes in UTF-8 (a lead byte and a continuation byte).
+_UTF8_SEQUENCE = re.compile(rb"[\xc2-\xf4][\x80-\xbf]")
+
+
+def _decode_line(line: bytes) -> str:
+    """One line that is not all UTF-8 as a whole file is: UTF-8, else cp1252, else latin-1."""
+    try:
+        return line.decode("utf-8")
+    except UnicodeDecodeError:
         try:
-            return data.decode("cp1252")
+            return line.decode("cp1252")
         except UnicodeDecodeError:
-            return data.decode("latin-1")
+            return line.decode("latin-1")
 
 
 def decode_text(data: bytes) -> str:
     """Bytes to text: UTF-16 with its BOM (``utf16_text``), else UTF-8 (BOM dropped), else
-    cp1252, else latin-1; newlines normalised.
+    each line as UTF-8, else cp1252, else latin-1; newlines normalised.
 
     NUL bytes are dropped: a file with one in its first 8 KiB is binary (``is_binary``) and
     never decoded; one further on is padding, and PostgreSQL refuses it in text. One rule,
