@@ -169,6 +169,34 @@ def test_utf16_text_with_its_byte_order_mark_is_text_not_binary(tmp_path: Path, 
         box.close()
 
 
+@pytest.mark.parametrize("encoding", ["utf-16-le", "utf-16-be"])
+def test_utf16_text_without_a_byte_order_mark_is_text_not_binary(tmp_path: Path, encoding: str) -> None:
+    """Some Windows tools write UTF-16 with no BOM: every other byte of its Latin text is NUL,
+    and such a file was skipped as "binary file" by the index, read_file and grep_search."""
+    from crag.state import ToolCall
+    from crag.tools import Toolbox
+
+    text = "# Notes\r\n\r\nThe café backup runs at 02:00 UTC.\r\n"
+    write(tmp_path / "kb" / "notes.md", text.encode(encoding))
+    write(tmp_path / "kb" / "samples.txt", bytes(range(256)) * 8)  # 16-bit numbers, not text
+    write(tmp_path / "kb" / "shorts.txt", b"".join(n.to_bytes(2, "little") for n in range(1, 4000)))
+    settings = Settings(index_dir=str(tmp_path / "index"))
+    report = index_roots(settings, [tmp_path / "kb"])
+    assert [os.path.basename(p) for p in report.added] == ["notes.md"], report.warnings
+    assert sorted(os.path.basename(p) for p, _ in report.warnings) == ["samples.txt", "shorts.txt"]
+    with open_index(settings) as reader:
+        hit = reader.search("café backup", 1)[0]
+        assert hit.path.endswith("notes.md") and "The café backup runs at 02:00 UTC." in hit.text
+    box = Toolbox(settings, roots=[str(tmp_path / "kb")])
+    try:
+        read = box.run(ToolCall("read_file", {"path": str(tmp_path / "kb" / "notes.md"), "start_line": 3}))
+        assert [i.text for i in read.items] == ["The café backup runs at 02:00 UTC."]
+        grep = box.run(ToolCall("grep_search", {"pattern": "backup runs"}))
+        assert [i.start_line for i in grep.items] == [1] and "02:00" in grep.items[0].text
+    finally:
+        box.close()
+
+
 def test_read_file_text_normalises_newlines(tmp_path: Path) -> None:
     p = write(tmp_path / "crlf.md", b"a\r\nb\r\n")
     data, text = read_file_text(p)

@@ -58,6 +58,7 @@ __all__ = [
     "read_document",
     "reader_for",
     "skipped_line",
+    "utf16_codec",
     "utf16_text",
 ]
 
@@ -262,14 +263,29 @@ def _docx(data: bytes) -> str:
 UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
 
 
+def utf16_codec(head: bytes) -> str | None:
+    """The codec of bytes that open as UTF-16 text, else None: ``utf-16`` when they open with
+    its byte order mark (Windows PowerShell 5 writes redirected output so); without one (some
+    Windows tools), ``utf-16-le`` or ``utf-16-be`` when at least half the characters of the
+    first 8 KiB have a NUL high byte (Latin text) and no low byte is NUL."""
+    if head.startswith(UTF16_BOMS):
+        return "utf-16"
+    head = head[:8192]
+    for codec, high, low in (("utf-16-le", head[1::2], head[0::2]), ("utf-16-be", head[0::2], head[1::2])):
+        if high and high.count(0) * 2 >= len(high) and 0 not in low:
+            return codec
+    return None
+
+
 def utf16_text(data: bytes) -> str | None:
-    """The text of bytes that are UTF-16 opening with its byte order mark (Windows PowerShell 5
-    writes redirected output so), else None: no BOM, an odd length, unpaired surrogates, or
-    control characters other than whitespace and ESC (binary data that happens to open so)."""
-    if not data.startswith(UTF16_BOMS) or len(data) % 2:
+    """The text of bytes that are UTF-16 (``utf16_codec``), else None: not UTF-16, an odd
+    length, unpaired surrogates, or control characters other than whitespace and ESC (binary
+    data that happens to look so)."""
+    codec = utf16_codec(data)
+    if codec is None or len(data) % 2:
         return None
     try:
-        text = data.decode("utf-16")
+        text = data.decode(codec)
     except UnicodeDecodeError:
         return None
     if any(ch < " " and ch not in "\t\n\r\f\x1b" for ch in text):
