@@ -228,6 +228,21 @@ def test_a_damaged_vector_file_is_reported_and_re_indexing_repairs_it(kb: Path, 
         assert paths_of(reader.search("tokens expire", 1)) == ["auth.md"]
 
 
+def test_why_a_damaged_index_is_rebuilt_is_said_whole(kb: Path, tmp_path: Path) -> None:
+    """The reason was cut at its first colon: an index in ``/srv/kb:2024/index`` was "the
+    index in /srv/kb", and SQLite's "no such table: meta" lost its table and the brackets."""
+    cfg = Settings(index_dir=str(tmp_path / "kb:2024" / "index"))
+    index_roots(cfg, [kb])
+    db = current_gen(cfg) / "chunks.sqlite"
+    db.unlink()
+    db.write_bytes(b"")
+    report = index_roots(cfg, [kb])
+    assert report.reembedded_all and report.reason == (
+        f"the previous index could not be read (the index database in {db.parent} is damaged "
+        "(no such table: meta))"
+    )
+
+
 def test_a_damaged_database_is_reported(kb: Path, cfg: Settings) -> None:
     index_roots(cfg, [kb])
     db = current_gen(cfg) / "chunks.sqlite"

@@ -226,7 +226,8 @@ def _load_base(store: Store, embedder: Embedder, chunker: str, allow_reembed: bo
     except IndexStoreError as exc:
         if not allow_reembed:
             raise
-        return _Base(None, True, f"the previous index could not be read ({str(exc).split(':')[0]})")
+        why = str(exc).rsplit(": run ", 1)[0]  # what is wrong, without how to rebuild (this run does)
+        return _Base(None, True, f"the previous index could not be read ({why})")
     if state is None:
         return _Base(None)
     if state.embedder != embedder.name:
