@@ -87,6 +87,15 @@ def test_non_utf8_text_is_decoded_with_a_fallback() -> None:
     assert decode_text(b"\x81\x8d\x8f\x90\x9d") == "\x81\x8d\x8f\x90\x9d"  # not cp1252: latin-1
 
 
+def test_a_byte_order_mark_inside_a_file_is_dropped() -> None:
+    """Files joined with ``cat`` carry each one's BOM into the middle: the invisible U+FEFF
+    stuck to the next word and was quoted in answers and printed by ``search --json``."""
+    assert decode_text(b"# A\n\nfirst\n\xef\xbb\xbf# B\n\nZanzibar\xef\xbb\xbf is an island.\n") == (
+        "# A\n\nfirst\n# B\n\nZanzibar is an island.\n"
+    )
+    assert decode_text("a\n\ufeffb\n".encode("utf-16")) == "a\nb\n"
+
+
 def test_a_file_mixing_utf8_and_cp1252_lines_keeps_both_readable() -> None:
     """A log appended to by two tools: one UTF-8 line was enough to turn every other UTF-8
     line of the file into mojibake ("cafÃ©"), which no search for "café" found."""

@@ -325,7 +325,7 @@ def _decode_line(line: bytes) -> str:
 
 def decode_text(data: bytes) -> str:
     """Bytes to text: UTF-16 with its BOM (``utf16_text``), else UTF-8 (BOM dropped), else
-    each line as UTF-8, else cp1252, else latin-1; newlines normalised.
+    each line as UTF-8, else cp1252, else latin-1; newlines normalised, byte order marks dropped.
 
     NUL bytes are dropped: a file with one in its first 8 KiB is binary (``is_binary``) and
     never decoded; one further on is padding, and PostgreSQL refuses it in text. One rule,
@@ -336,6 +336,8 @@ def decode_text(data: bytes) -> str:
         text = _decode_bytes(data)
     if "\r" in text:
         text = text.replace("\r\n", "\n").replace("\r", "\n")
+    if "\ufeff" in text:  # a BOM inside the text (files joined with cat): invisible, and stuck to a word
+        text = text.replace("\ufeff", "")
     return text
 
 
