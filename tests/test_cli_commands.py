@@ -179,16 +179,18 @@ def test_search_joins_words_and_unknown_options_are_one_line(kb: Path) -> None:
 def test_a_path_that_starts_with_a_dash_is_shown_how_to_give_it(kb: Path) -> None:
     """`crag index -notes.md` said only "the following arguments are required: PATH", with
     the file right there: a name that starts with `-` reads as an option, and the line now
-    says how to give it as a path."""
+    says how to write it as a path."""
     (kb.parent / "-notes.md").write_text("# Notes\n\nThe pier opens at dawn.\n", encoding="utf-8")
-    hint = " (-notes.md is taken for an option: give it after --, as in `python -m crag index -- -notes.md`, or as ./-notes.md)"
+    hint = " (-notes.md is taken for an option: write the path as ./-notes.md)"
     code, out, err = cli("index", "-notes.md")
     assert (code, out) == (2, "") and err == "crag: error: the following arguments are required: PATH" + hint + "\n"
     code, out, err = cli("index", "docs", "-notes.md")
     assert (code, out) == (2, "") and err == (
         "crag: error: unrecognized arguments: -notes.md (see python -m crag index --help)" + hint + "\n"
     )
-    code, out, err = cli("index", "--", "-notes.md")
+    code, out, err = cli("--index", "index", "ask", "--kb", "-notes.md", "pier")
+    assert (code, out) == (2, "") and err == "crag: error: argument --kb: expected one argument" + hint + "\n"
+    code, out, err = cli("index", "./-notes.md")
     assert code == 0 and "-notes.md" in out
     code, _, err = cli("search", "port", "--wat")  # no such file: no hint
     assert err == "crag: error: unrecognized arguments: --wat (see python -m crag search --help)\n"

@@ -307,10 +307,8 @@ def _with_dash_path_hint(exc: UsageError, argv: Sequence[str]) -> UsageError:
         if word.startswith("-") and word != "-" and "=" not in word and "\x00" not in word and os.path.lexists(word):
             from ..safe_text import display_name
 
-            command = f" {argv[0]}" if argv and argv[0] in COMMANDS else ""
             name = display_name(word)
-            return UsageError(f"{exc} ({name} is taken for an option: give it after --, as in "
-                              f"`{prog()}{command} -- {name}`, or as ./{name})")
+            return UsageError(f"{exc} ({name} is taken for an option: write the path as ./{name})")
     return exc
 
 
