@@ -433,6 +433,25 @@ def test_index_says_so_while_it_waits_for_another_crag_index(kb: Path, tmp_path:
     assert err.splitlines()[-1] == f"crag: another crag index is at work on {tmp_path / 'index'}; waiting for it to finish"
 
 
+def test_roots_remove_says_so_while_it_waits_for_another_crag_index(kb: Path, tmp_path: Path) -> None:
+    """``roots --remove`` waits for the index's lock as ``index`` does, but did it in silence
+    (up to two minutes) where ``crag index`` says why."""
+    import threading
+
+    from crag.index.layout import IndexLock
+
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "more.md").write_text("# More\n\nAnother page.\n", encoding="utf-8")
+    assert cli("index", "other")[0] == 0
+    lock = IndexLock(str(tmp_path / "index"))
+    lock.__enter__()
+    threading.Timer(0.5, lock.__exit__, (None, None, None)).start()  # the other indexer finishes
+    code, out, err = cli("roots", "--remove", "other")
+    assert code == 0 and out.startswith("removed other (1 file, 1 chunk)\n"), err
+    assert err.splitlines() == [f"crag: another crag index is at work on {tmp_path / 'index'}; waiting for it to finish"]
+
+
 @pytest.mark.parametrize("command", [("ask", "Which page is another?"), ("search", "another", "page")])
 def test_ask_and_search_with_kb_say_so_while_they_wait_for_another_crag_index(kb: Path, tmp_path: Path, command) -> None:
     """``--kb`` indexes first: while another crag index held the index, ``ask`` and ``search``

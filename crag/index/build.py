@@ -391,15 +391,20 @@ class _RecordedEmbedder:
 
 
 def remove_roots(
-    store: Store, roots: Sequence[str | os.PathLike[str]], *, lock_timeout: float = DEFAULT_LOCK_TIMEOUT
+    store: Store,
+    roots: Sequence[str | os.PathLike[str]],
+    *,
+    lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+    waiting: Callable[[], None] | None = None,
 ) -> IndexReport:
     """Drop ``roots`` from the index, with every file no remaining root holds.
 
     A root the index does not hold raises ``KnowledgeBaseError`` naming the roots it does.
+    ``waiting`` is called once when another indexer holds the store's lock.
     """
     started = time.perf_counter()
     drop = [normalize_root(r) for r in roots]
-    with store.writer_lock(lock_timeout):
+    with store.writer_lock(lock_timeout, waiting):
         state = store.state(files=True)
         if state is None:
             raise IndexStoreError(f"no index in {store.location}: run `python -m crag index PATH` first", store.location)
