@@ -243,6 +243,21 @@ def test_why_a_damaged_index_is_rebuilt_is_said_whole(kb: Path, tmp_path: Path) 
     )
 
 
+def test_why_an_unreadable_index_is_rebuilt_keeps_no_advice(kb: Path, cfg: Settings) -> None:
+    """The advice that follows a reason (": check --index or KB_AGENT_INDEX_DIR") was kept
+    inside the brackets of "the previous index could not be read (...)"."""
+    index_roots(cfg, [kb])
+    current = Path(cfg.index_dir) / "CURRENT"
+    current.unlink()
+    current.symlink_to("CURRENT")  # a loop: it cannot be read, even by root
+    report = index_roots(cfg, [kb])
+    assert report.reembedded_all and report.reason == (
+        f"the previous index could not be read (cannot read {current} (Too many levels of symbolic links))"
+    )
+    with open_index(cfg) as reader:
+        assert paths_of(reader.search("tokens expire", 1)) == ["auth.md"]
+
+
 def test_a_damaged_database_is_reported(kb: Path, cfg: Settings) -> None:
     index_roots(cfg, [kb])
     db = current_gen(cfg) / "chunks.sqlite"

@@ -21,6 +21,7 @@ these roots?" from ``stat`` alone, without the lock, for ``ensure_indexed``.
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
@@ -217,6 +218,10 @@ def _recorded_roots(store: Store) -> tuple[str, ...]:
     return state.roots if state is not None else ()
 
 
+# The advice that ends an index error's message (": run `...` to rebuild it", ": check --index ...").
+_ADVICE = re.compile(r": (?:run `|check --index ).*\Z", re.DOTALL)
+
+
 def _load_base(store: Store, embedder: Embedder, chunker: str, allow_reembed: bool) -> _Base:
     """The published state to build on, and whether it must be rebuilt (and why)."""
     try:
@@ -226,7 +231,7 @@ def _load_base(store: Store, embedder: Embedder, chunker: str, allow_reembed: bo
     except IndexStoreError as exc:
         if not allow_reembed:
             raise
-        why = str(exc).rsplit(": run ", 1)[0]  # what is wrong, without how to rebuild (this run does)
+        why = _ADVICE.sub("", str(exc))  # what is wrong, without what to do (this run rebuilds it)
         return _Base(None, True, f"the previous index could not be read ({why})")
     if state is None:
         return _Base(None)
