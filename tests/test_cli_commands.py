@@ -176,6 +176,26 @@ def test_search_joins_words_and_unknown_options_are_one_line(kb: Path) -> None:
     assert code == 2 and err == "crag: error: unrecognized arguments: --wat (see python -m crag search --help)\n"
 
 
+def test_a_path_that_starts_with_a_dash_is_shown_how_to_give_it(kb: Path) -> None:
+    """`crag index -notes.md` said only "the following arguments are required: PATH", with
+    the file right there: a name that starts with `-` reads as an option, and the line now
+    says how to write it as a path."""
+    (kb.parent / "-notes.md").write_text("# Notes\n\nThe pier opens at dawn.\n", encoding="utf-8")
+    hint = " (-notes.md is taken for an option: write the path as ./-notes.md)"
+    code, out, err = cli("index", "-notes.md")
+    assert (code, out) == (2, "") and err == "crag: error: the following arguments are required: PATH" + hint + "\n"
+    code, out, err = cli("index", "docs", "-notes.md")
+    assert (code, out) == (2, "") and err == (
+        "crag: error: unrecognized arguments: -notes.md (see python -m crag index --help)" + hint + "\n"
+    )
+    code, out, err = cli("--index", "index", "ask", "--kb", "-notes.md", "pier")
+    assert (code, out) == (2, "") and err == "crag: error: argument --kb: expected one argument" + hint + "\n"
+    code, out, err = cli("index", "./-notes.md")
+    assert code == 0 and "-notes.md" in out
+    code, _, err = cli("search", "port", "--wat")  # no such file: no hint
+    assert err == "crag: error: unrecognized arguments: --wat (see python -m crag search --help)\n"
+
+
 def test_options_of_a_command_without_the_command_are_one_line(kb: Path) -> None:
     code, out, err = cli("--json")
     assert (code, out) == (2, "") and err == "crag: error: unrecognized arguments: --json (see python -m crag --help)\n"
@@ -411,6 +431,25 @@ def test_index_says_so_while_it_waits_for_another_crag_index(kb: Path, tmp_path:
     code, out, err = cli("index", "docs")
     assert code == 0 and "1 added" in out
     assert err.splitlines()[-1] == f"crag: another crag index is at work on {tmp_path / 'index'}; waiting for it to finish"
+
+
+def test_roots_remove_says_so_while_it_waits_for_another_crag_index(kb: Path, tmp_path: Path) -> None:
+    """``roots --remove`` waits for the index's lock as ``index`` does, but did it in silence
+    (up to two minutes) where ``crag index`` says why."""
+    import threading
+
+    from crag.index.layout import IndexLock
+
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "more.md").write_text("# More\n\nAnother page.\n", encoding="utf-8")
+    assert cli("index", "other")[0] == 0
+    lock = IndexLock(str(tmp_path / "index"))
+    lock.__enter__()
+    threading.Timer(0.5, lock.__exit__, (None, None, None)).start()  # the other indexer finishes
+    code, out, err = cli("roots", "--remove", "other")
+    assert code == 0 and out.startswith("removed other (1 file, 1 chunk)\n"), err
+    assert err.splitlines() == [f"crag: another crag index is at work on {tmp_path / 'index'}; waiting for it to finish"]
 
 
 @pytest.mark.parametrize("command", [("ask", "Which page is another?"), ("search", "another", "page")])

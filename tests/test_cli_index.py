@@ -265,3 +265,16 @@ def test_every_kind_of_refused_write_is_one_line_naming_the_path(
     assert code == 1 and err == f"crag: error: cannot write the index: {said.format(gen=gen)}; the previous index is " \
         "unchanged (free some space, or point --index or KB_AGENT_INDEX_DIR at a writable folder)\n"
     assert sorted(os.listdir(tmp_path / "index")) == ["CURRENT", "gen-000001"]
+
+
+def test_a_file_with_a_million_blanks_in_a_row_is_indexed(kb: Path) -> None:
+    """A run of over a million spaces before more text (a padded export) made tiktoken's
+    pre-tokenizer give up, and `crag index` ended in that traceback, indexing nothing."""
+    write(kb / "padded.txt", "The marmoset report" + " " * 1_100_000 + "ends with the capybara census.\n")
+    code, out, err = cli("index", "docs")
+    assert (code, err) == (0, "") and "3 added" in out and "docs/padded.txt" in out
+    code, out, err = cli("search", "capybara", "census", "--json")
+    hits = json.loads(out)
+    assert code == 0 and hits[0]["path"] == "docs/padded.txt" and "capybara census" in hits[0]["text"]
+    code, out, _ = cli("search", "client", "retries", "--json")
+    assert json.loads(out)[0]["path"] == "docs/setup.md"

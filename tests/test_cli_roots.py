@@ -250,3 +250,23 @@ def test_a_binary_file_is_never_counted_as_indexed_and_is_named_on_every_run(kb:
     code, out, _ = cli("index", "docs")
     assert "0 removed" in out and "setup.md" not in out, out
     assert cli("roots")[1].splitlines()[1] == "  docs   1 file, 1 chunk"
+
+
+@pytest.mark.parametrize("key", ["dim", "chunks"])
+def test_roots_of_an_index_whose_counts_are_not_numbers_says_it_is_damaged(kb: Path, key: str) -> None:
+    """A ``meta`` count that is not a number (its checksums rewritten with it) was a
+    traceback from ``crag roots`` and ``roots --remove``, while ``search`` called it damaged."""
+    import sqlite3
+
+    from crag.index import integrity, layout
+
+    gen = os.path.join(kb, "index", layout.read_current(str(kb / "index")))
+    with sqlite3.connect(os.path.join(gen, "chunks.sqlite")) as conn:
+        conn.execute("UPDATE meta SET value = 'many' WHERE key = ?", (key,))
+    conn.close()
+    integrity.write_checksums(gen, integrity.CHECKED_FILES)
+    for argv in (["roots"], ["roots", "--remove", "notes"], ["search", "port"]):
+        code, out, err = cli(*argv)
+        assert (code, out) == (1, ""), argv
+        assert err.startswith(f"crag: error: the index in {kb / 'index'} is damaged (meta {key} is not a number): ")
+        assert err.count("\n") == 1

@@ -184,6 +184,54 @@ def test_an_unreadable_ignore_file_is_said(project: Path) -> None:
     ]
 
 
+def test_a_folder_too_deep_to_open_names_no_ignore_file_it_does_not_hold(project: Path) -> None:
+    """In a folder whose path is near the system's limit, ``folder/.gitignore`` is too long a
+    name to open: crag warned that a .gitignore and a .cragignore "cannot be read" although the
+    folder held neither. The folder below, too long to list, is the one line to say."""
+    limit = os.pathconf("/", "PC_PATH_MAX")  # bytes of a path, with its closing NUL
+    folder = project / "docs"
+    while len(os.fsencode(folder)) < limit - 250:
+        folder = folder / ("x" * 100)
+        folder.mkdir()
+    deepest = folder / ("x" * (limit - 4 - len(os.fsencode(folder))))  # listed; its .gitignore cannot be opened
+    deepest.mkdir()
+    fd = os.open(deepest, os.O_RDONLY)
+    try:
+        os.mkdir("yy", dir_fd=fd)  # a path of `limit` bytes: it cannot be listed
+    finally:
+        os.close(fd)
+    code, out, err = cli("index", "docs")
+    assert code == 0 and "added:\n  docs/ok.md\n  docs/secret.md\nskipped 1 file(s):\n" in out
+    assert err == ""
+    assert out.splitlines()[-1].endswith("/yy: cannot list folder (File name too long)")
+
+
+def test_an_ignore_file_in_a_folder_that_cannot_be_entered_is_said_only_when_there(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A folder that can be listed but not entered (no x permission): nothing in it can be
+    opened, its ignore files included. A warning named ignore files the folder did not hold."""
+    locked = project / "docs" / "locked"
+    locked.mkdir()
+    (locked / "notes.md").write_text("# Notes\n", encoding="utf-8")
+    real_stat = os.stat
+
+    def stat(path, *args, **kwargs):  # what a user without the x permission gets
+        if os.path.dirname(os.fspath(path)) == str(locked):
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return real_stat(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "stat", stat)
+    code, _, err = cli("index", "docs")
+    assert code == 0 and err == ""
+    (locked / ".cragignore").write_text("notes.md\n", encoding="utf-8")
+    code, _, err = cli("index", "docs")
+    assert code == 0 and err.splitlines() == [
+        "crag: warning: docs/locked/.cragignore cannot be read (Permission denied), so the paths it leaves out "
+        "are not left out (they may hold secrets): make it readable, or remove it"
+    ]
+
+
 @pytest.mark.parametrize("kind", ["fifo", "device"])
 def test_an_ignore_file_that_is_not_a_file_is_said(project: Path, kind: str) -> None:
     """An ignore file that cannot be read is a warning (docs/cli.md): its exclusions are missing.

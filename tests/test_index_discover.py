@@ -87,6 +87,23 @@ def test_non_utf8_text_is_decoded_with_a_fallback() -> None:
     assert decode_text(b"\x81\x8d\x8f\x90\x9d") == "\x81\x8d\x8f\x90\x9d"  # not cp1252: latin-1
 
 
+def test_a_byte_order_mark_inside_a_file_is_dropped() -> None:
+    """Files joined with ``cat`` carry each one's BOM into the middle: the invisible U+FEFF
+    stuck to the next word and was quoted in answers and printed by ``search --json``."""
+    assert decode_text(b"# A\n\nfirst\n\xef\xbb\xbf# B\n\nZanzibar\xef\xbb\xbf is an island.\n") == (
+        "# A\n\nfirst\n# B\n\nZanzibar is an island.\n"
+    )
+    assert decode_text("a\n\ufeffb\n".encode("utf-16")) == "a\nb\n"
+
+
+def test_a_file_mixing_utf8_and_cp1252_lines_keeps_both_readable() -> None:
+    """A log appended to by two tools: one UTF-8 line was enough to turn every other UTF-8
+    line of the file into mojibake ("cafÃ©"), which no search for "café" found."""
+    mixed = "# Menu\n\nThe café opens at 8.\n".encode() + "La crème brûlée coûte 5 €.\r\n".encode("cp1252")
+    assert decode_text(mixed) == "# Menu\n\nThe café opens at 8.\nLa crème brûlée coûte 5 €.\n"
+    assert decode_text("ok é\n".encode() + b"\x81\x8d\n") == "ok é\n\x81\x8d\n"  # not cp1252: latin-1
+
+
 def test_utf16_text_with_its_byte_order_mark_is_text(tmp_path: Path) -> None:
     """What PowerShell's ``>`` writes: UTF-16 with a byte order mark, NUL bytes and all."""
     kb = tmp_path / "kb"
@@ -151,6 +168,34 @@ def test_utf16_text_with_its_byte_order_mark_is_text_not_binary(tmp_path: Path, 
     with open_index(settings) as reader:
         hit = reader.search("café backup", 1)[0]
         assert hit.path.endswith("notes.md") and hit.start_line == 1 and "The café backup runs at 02:00 UTC." in hit.text
+    box = Toolbox(settings, roots=[str(tmp_path / "kb")])
+    try:
+        read = box.run(ToolCall("read_file", {"path": str(tmp_path / "kb" / "notes.md"), "start_line": 3}))
+        assert [i.text for i in read.items] == ["The café backup runs at 02:00 UTC."]
+        grep = box.run(ToolCall("grep_search", {"pattern": "backup runs"}))
+        assert [i.start_line for i in grep.items] == [1] and "02:00" in grep.items[0].text
+    finally:
+        box.close()
+
+
+@pytest.mark.parametrize("encoding", ["utf-16-le", "utf-16-be"])
+def test_utf16_text_without_a_byte_order_mark_is_text_not_binary(tmp_path: Path, encoding: str) -> None:
+    """Some Windows tools write UTF-16 with no BOM: every other byte of its Latin text is NUL,
+    and such a file was skipped as "binary file" by the index, read_file and grep_search."""
+    from crag.state import ToolCall
+    from crag.tools import Toolbox
+
+    text = "# Notes\r\n\r\nThe café backup runs at 02:00 UTC.\r\n"
+    write(tmp_path / "kb" / "notes.md", text.encode(encoding))
+    write(tmp_path / "kb" / "samples.txt", bytes(range(256)) * 8)  # 16-bit numbers, not text
+    write(tmp_path / "kb" / "shorts.txt", b"".join(n.to_bytes(2, "little") for n in range(1, 4000)))
+    settings = Settings(index_dir=str(tmp_path / "index"))
+    report = index_roots(settings, [tmp_path / "kb"])
+    assert [os.path.basename(p) for p in report.added] == ["notes.md"], report.warnings
+    assert sorted(os.path.basename(p) for p, _ in report.warnings) == ["samples.txt", "shorts.txt"]
+    with open_index(settings) as reader:
+        hit = reader.search("café backup", 1)[0]
+        assert hit.path.endswith("notes.md") and "The café backup runs at 02:00 UTC." in hit.text
     box = Toolbox(settings, roots=[str(tmp_path / "kb")])
     try:
         read = box.run(ToolCall("read_file", {"path": str(tmp_path / "kb" / "notes.md"), "start_line": 3}))

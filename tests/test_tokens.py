@@ -82,3 +82,18 @@ def test_counting_in_a_fresh_process_needs_no_network(tmp_path):
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["2", "1"]
     assert len(list((tmp_path / "cache").iterdir())) == 2
+
+
+@pytest.mark.parametrize("blank", [" ", "\t", "\u3000"])
+def test_a_million_blanks_in_a_row_are_counted_not_an_error(blank: str) -> None:
+    """tiktoken's pre-tokenizer gives up on a run of more than about a million blanks followed
+    by text ("Regex error while tokenizing: ... Max stack size exceeded for backtracking"):
+    one such file (a padded export) made `crag index` end in that traceback."""
+    from crag.index.token_count import token_counter
+
+    text = "start" + blank * 1_100_000 + "end\nnext line\n"
+    assert count_tokens(text) >= count_tokens("start end\nnext line\n")
+    counter = token_counter()
+    assert counter([text])[0] >= 3
+    counts = counter.line_counts(["start" + blank * 1_100_000 + "end", "next line"])
+    assert len(counts) == 2 and counts[0] >= 3 and counts[1] in (2, 3)

@@ -166,7 +166,10 @@ def _main(argv: Sequence[str] | None, out: TextIO, err: TextIO, stdin: TextIO | 
     try:
         parser = build_parser()
         _check_command(argv)
-        args, extra = parser.parse_known_args(argv)
+        try:
+            args, extra = parser.parse_known_args(argv)
+        except UsageError as exc:
+            raise _with_dash_path_hint(exc, argv) from None
         if args.version:
             from .. import __version__
 
@@ -177,7 +180,10 @@ def _main(argv: Sequence[str] | None, out: TextIO, err: TextIO, stdin: TextIO | 
                 raise UsageError(f"unrecognized arguments: {' '.join(extra)} (see {prog()} --help)")
             out.write(parser.format_help())
             return 1  # as git does: the help, and a status that says nothing was done
-        _join_words(args, extra)
+        try:
+            _join_words(args, extra)
+        except UsageError as exc:
+            raise _with_dash_path_hint(exc, argv) from None
         args.stdin = stdin or sys.stdin or io.StringIO()  # `<&-`: no sys.stdin; a closed input reads as empty
         common.OVERRIDES.clear()
         common.OVERRIDES.update({"model": args.model, "index_dir": args.index})
@@ -289,6 +295,21 @@ def _join_words(args: argparse.Namespace, extra: Sequence[str]) -> None:
         raise UsageError(f"unrecognized arguments: {' '.join(unknown)} (see {prog()} {args.command} --help)")
     if words is not None:
         args.words = [*words, *extra]
+
+
+def _with_dash_path_hint(exc: UsageError, argv: Sequence[str]) -> UsageError:
+    """A usage error, with how to give a path that starts with ``-`` when a word of ``argv``
+    taken for an option names a file or folder (``crag index -notes.md``)."""
+    import os
+
+    words = argv[: argv.index("--")] if "--" in argv else argv
+    for word in words:
+        if word.startswith("-") and word != "-" and "=" not in word and "\x00" not in word and os.path.lexists(word):
+            from ..safe_text import display_name
+
+            name = display_name(word)
+            return UsageError(f"{exc} ({name} is taken for an option: write the path as ./{name})")
+    return exc
 
 
 def _missing_dependency(exc: ImportError) -> str | None:

@@ -34,7 +34,7 @@ def cmd_roots(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     try:
         before = root_rows(store.state(files=True))
         if args.remove:
-            report = drop_roots(config, args.remove)
+            report = drop_roots(config, args.remove, waiting=waiting_note(config, err))
             out.write(shown(own_name(removed_text(report, before))))
         else:
             out.write(shown(own_name(roots_text(before, store.location, store.state(files=False)))))

@@ -135,13 +135,19 @@ def index_roots(
 
 
 def drop_roots(
-    settings: Settings, roots: Sequence[str | os.PathLike[str]], *, lock_timeout: float | None = None
+    settings: Settings,
+    roots: Sequence[str | os.PathLike[str]],
+    *,
+    lock_timeout: float | None = None,
+    waiting: Callable[[], None] | None = None,
 ) -> IndexReport:
-    """Remove ``roots`` from the index, and every file no remaining root holds."""
+    """Remove ``roots`` from the index, and every file no remaining root holds; ``waiting`` is
+    called once when another indexer is at work on the index."""
     from .build import DEFAULT_LOCK_TIMEOUT, remove_roots
 
     return remove_roots(
-        open_store(settings), roots, lock_timeout=DEFAULT_LOCK_TIMEOUT if lock_timeout is None else lock_timeout
+        open_store(settings), roots, lock_timeout=DEFAULT_LOCK_TIMEOUT if lock_timeout is None else lock_timeout,
+        waiting=waiting,
     )
 
 

@@ -21,6 +21,7 @@ these roots?" from ``stat`` alone, without the lock, for ``ensure_indexed``.
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
@@ -217,6 +218,10 @@ def _recorded_roots(store: Store) -> tuple[str, ...]:
     return state.roots if state is not None else ()
 
 
+# The advice that ends an index error's message (": run `...` to rebuild it", ": check --index ...").
+_ADVICE = re.compile(r": (?:run `|check --index ).*\Z", re.DOTALL)
+
+
 def _load_base(store: Store, embedder: Embedder, chunker: str, allow_reembed: bool) -> _Base:
     """The published state to build on, and whether it must be rebuilt (and why)."""
     try:
@@ -226,7 +231,8 @@ def _load_base(store: Store, embedder: Embedder, chunker: str, allow_reembed: bo
     except IndexStoreError as exc:
         if not allow_reembed:
             raise
-        return _Base(None, True, f"the previous index could not be read ({str(exc).split(':')[0]})")
+        why = _ADVICE.sub("", str(exc))  # what is wrong, without what to do (this run rebuilds it)
+        return _Base(None, True, f"the previous index could not be read ({why})")
     if state is None:
         return _Base(None)
     if state.embedder != embedder.name:
@@ -390,15 +396,20 @@ class _RecordedEmbedder:
 
 
 def remove_roots(
-    store: Store, roots: Sequence[str | os.PathLike[str]], *, lock_timeout: float = DEFAULT_LOCK_TIMEOUT
+    store: Store,
+    roots: Sequence[str | os.PathLike[str]],
+    *,
+    lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+    waiting: Callable[[], None] | None = None,
 ) -> IndexReport:
     """Drop ``roots`` from the index, with every file no remaining root holds.
 
     A root the index does not hold raises ``KnowledgeBaseError`` naming the roots it does.
+    ``waiting`` is called once when another indexer holds the store's lock.
     """
     started = time.perf_counter()
     drop = [normalize_root(r) for r in roots]
-    with store.writer_lock(lock_timeout):
+    with store.writer_lock(lock_timeout, waiting):
         state = store.state(files=True)
         if state is None:
             raise IndexStoreError(f"no index in {store.location}: run `python -m crag index PATH` first", store.location)

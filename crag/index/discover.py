@@ -12,13 +12,14 @@ Owns the discovery rules shared by the indexer, ``grep_search`` and ``read_file`
   ``__pycache__``, Python virtual environments and the index directory itself are skipped;
 * a symbolic link is followed only when its target lies inside the root (so a link can never
   pull outside files into the knowledge base), and each real file is taken once;
-* binary files (a NUL byte in the first 8 KiB, unless the file is UTF-16 text opening with its
-  byte order mark), oversized and unreadable files, and files
+* binary files (a NUL byte in the first 8 KiB, unless the file is UTF-16 text, with its byte
+  order mark or without one), oversized and unreadable files, and files
   or folders whose name is not valid UTF-8 (the index stores names as text) are skipped
   and counted as warnings, never raised; a root whose own path is not valid UTF-8 is a
   ``KnowledgeBaseError``;
-* text is decoded as UTF-16 when it opens with that BOM, else as UTF-8 (a BOM is dropped), else cp1252, else latin-1, so undecodable
-  bytes never crash indexing; line endings are normalised the way Python's text mode does
+* text is decoded as UTF-16 when it is UTF-16 (``utf16_codec``), else as UTF-8 (a BOM is
+  dropped), else line by line as UTF-8, else cp1252, else latin-1 (a file may mix them), so
+  undecodable bytes never crash indexing; line endings are normalised the way Python's text mode does
   (``\\r\\n`` and ``\\r`` become ``\\n``), NUL bytes past the first 8 KiB (a log padded
   after a crash) are dropped, which no store can hold as text and no line number depends
   on, and ``split_lines`` defines the 1-based line numbers every chunk, match and citation
@@ -37,7 +38,7 @@ from attrs import field, frozen
 from ..errors import KnowledgeBaseError, UsageError
 from ..safe_text import display_name
 from .ignore import Ignores
-from .readers import MAX_TEXT_BYTES, UTF16_BOMS, decode_text, reader_for, utf16_text  # decode_text: re-exported here
+from .readers import MAX_TEXT_BYTES, decode_text, reader_for, utf16_codec, utf16_text  # decode_text: re-exported here
 
 __all__ = [
     "DOCUMENT_MAX_BYTES",
@@ -405,14 +406,14 @@ def _sniff_ok(path: str, warnings: list[tuple[str, str]]) -> bool:
     except OSError as exc:
         warnings.append((path, f"cannot read ({exc.strerror or exc})"))
         return False
-    if b"\x00" in head and not head.startswith(UTF16_BOMS):  # UTF-16 is told from binary when read whole
+    if b"\x00" in head and utf16_codec(head) is None:  # UTF-16 is told from binary when read whole
         warnings.append((path, "binary file"))
         return False
     return True
 
 
 def is_binary(data: bytes) -> bool:
-    """A NUL byte in the first 8 KiB: not text, unless it is UTF-16 with its BOM (``utf16_text``)."""
+    """A NUL byte in the first 8 KiB: not text, unless it is UTF-16 (``utf16_text``)."""
     return b"\x00" in data[:_SNIFF_BYTES] and utf16_text(data) is None
 
 

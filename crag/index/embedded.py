@@ -17,7 +17,7 @@ from typing import Any
 
 from ..errors import IndexStoreError
 from ..ports import Embedder, FileRecord, StoreState
-from . import layout
+from . import integrity, layout
 from .embedded_write import EmbeddedUpdate
 from .fusion import SearchWeights
 from .store import IndexReader, indexed_roots, open_index
@@ -70,9 +70,9 @@ class EmbeddedStore:
             return StoreState(
                 gen.name,
                 meta.get("embedder", "unknown"),
-                int(meta.get("dim", "0")),
+                integrity.int_meta(meta, "dim", self.index_dir, self.reindex_hint, 0),
                 meta.get("chunker", ""),
-                int(meta.get("chunks", "0")),
+                integrity.int_meta(meta, "chunks", self.index_dir, self.reindex_hint, 0),
                 roots,
                 MappingProxyType(records),
             )

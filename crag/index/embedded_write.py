@@ -115,7 +115,8 @@ class EmbeddedUpdate:
         self.embedded = 0
         # New vectors go to disk as they are embedded; removed chunk ids are kept until commit.
         self._base: Base | None = None
-        self._removed: list[Any] = []
+        self._removed: list[Any] = []  # chunk ids of removed files, appended by the database thread
+        self._last_removal: Future[None] | None = None
         # Over a published ivf index, each new vector's cell is found as it is embedded.
         cells = self._vectors().index.quantizer if self.vectors_kind.startswith("ivf") else None
         self._spill = Spill(self.gen_dir, embedder.dim, cells)
@@ -194,26 +195,23 @@ class EmbeddedUpdate:
 
         self._send_rows()
 
-        def remove() -> list[int]:
+        def remove() -> None:
             row = self.conn.execute("SELECT id FROM files WHERE path = ?", (path,)).fetchone()
             if row is None:
-                return []
+                return
             file_id = row[0]
             ids = [r[0] for r in self.conn.execute("SELECT id FROM chunks WHERE file_id = ?", (file_id,))]
             if ids:
                 self.conn.executemany("DELETE FROM fts WHERE rowid = ?", [(i,) for i in ids])
                 self.conn.execute("DELETE FROM chunks WHERE file_id = ?", (file_id,))
+                # Read by commit once the database thread is done; the vectors go then, in one
+                # pass (removing them file by file cost a pass over the whole index per file).
+                self._removed.append(np.asarray(ids, dtype=np.int64))
             self.conn.execute("DELETE FROM files_fts WHERE rowid = ?", (file_id,))
             self.conn.execute("DELETE FROM files WHERE id = ?", (file_id,))
-            return ids
 
-        ids = self._submit(remove).result()
-        if ids:
-            gone = np.asarray(ids, dtype=np.int64)
-            if self.base_vectors_path is not None and self._vectors().kind != "ivf":
-                self._vectors().remove(gone)
-            self._removed.append(gone)
-            self.vectors_changed = True
+        # The database thread runs it in order, while this thread goes on embedding.
+        self._last_removal = self._submit(remove)
 
     def touch_file(self, path: str, size: int, mtime_ns: int) -> None:
         self._send_rows()
@@ -288,6 +286,10 @@ class EmbeddedUpdate:
 
         self.flush()
         self._send_rows()
+        if self._last_removal is not None:
+            self._last_removal.result()  # then every removal is in self._removed (jobs run in order)
+        if self._removed:
+            self.vectors_changed = True
         # The vectors are written while the database thread finishes its inserts; both files
         # are fsynced before CURRENT names the generation. The index's kind follows the
         # knowledge base's new size (crag.index.vectors), rebuilt here when it no longer suits;
@@ -297,6 +299,8 @@ class EmbeddedUpdate:
         if self.vectors_changed:
             base = self._vectors() if self.base_vectors_path is not None else None
             removed = np.concatenate(self._removed) if self._removed else np.zeros(0, dtype=np.int64)
+            if base is not None and base.kind != "ivf" and removed.size:
+                base.remove(removed)  # exact: at most EXACT_MAX vectors, removed in one pass
             self.vectors_kind, n_vectors = write_vectors(self.vectors_path, self.embedder.dim, base, removed, self._spill)
             self._spill.remove()
             self._base = None  # its memory map and id table go before the database is committed

@@ -72,11 +72,23 @@ def _parsed(path: str) -> RuleSet | None:
     except FileNotFoundError:
         return None
     except OSError as exc:
+        if not _listed(path):  # e.g. a folder that lists but cannot be entered, or a name too long to open
+            return None
         _warn(f"{_shown(path)} cannot be read ({exc.strerror or exc}), so the paths it leaves out are not "
               "left out (they may hold secrets): make it readable, or remove it")
         return None
     _report(_shown(path), problems)
     return found
+
+
+def _listed(path: str) -> bool:
+    """Whether the folder of ``path`` lists its name (True when the folder cannot be listed:
+    the file may be there). An ignore file that cannot be opened is said only when it exists."""
+    folder, name = os.path.split(path)
+    try:
+        return name in os.listdir(folder)
+    except OSError:
+        return True
 
 
 @functools.lru_cache(maxsize=64)

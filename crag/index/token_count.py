@@ -32,19 +32,25 @@ class TokenCounter:
         self._encode = self.encoding.encode_ordinary
 
     def __call__(self, texts: Sequence[str]) -> list[int]:
+        from ..llm.tokens import in_pieces
+
         encode = self._encode
-        return [len(encode(t)) for t in texts]
+        return [sum(map(len, in_pieces(encode, t))) for t in texts]
 
     def _tokens(self, text: str) -> Any:
         import numpy as np
+
+        from ..llm.tokens import in_pieces
 
         core = getattr(self.encoding, "_core_bpe", None)
         to_buffer = getattr(core, "encode_to_tiktoken_buffer", None)
         if to_buffer is not None:
             # encode_ordinary's tokens without a Python list (an empty allowed-special set
             # makes encode() ordinary); the GIL is released while it runs.
-            return np.frombuffer(to_buffer(text, set()), dtype=np.uint32)
-        return np.asarray(self._encode(text), dtype=np.int64)  # pragma: no cover
+            parts = [np.frombuffer(b, dtype=np.uint32) for b in in_pieces(lambda t: to_buffer(t, set()), text)]
+        else:  # pragma: no cover
+            parts = [np.asarray(p, dtype=np.int64) for p in in_pieces(self._encode, text)]
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
     def line_counts(self, lines: Sequence[str]) -> list[int]:
         """Tokens of each line, newline included, as counted in the whole text (see above)."""

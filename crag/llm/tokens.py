@@ -13,15 +13,17 @@ import functools
 import gzip
 import hashlib
 import os
+import re
 import tempfile
 import threading
+from collections.abc import Callable
 from importlib import resources
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
     import tiktoken
 
-__all__ = ["DEFAULT_ENCODING", "count_tokens", "encoding_for_model", "get_encoding"]
+__all__ = ["DEFAULT_ENCODING", "count_tokens", "encoding_for_model", "get_encoding", "in_pieces"]
 
 DEFAULT_ENCODING = "o200k_base"
 
@@ -142,4 +144,34 @@ def encoding_for_model(model: str) -> str:
 
 def count_tokens(text: str, encoding: str = DEFAULT_ENCODING) -> int:
     """Number of tokens in ``text``; special-token text is counted as ordinary text."""
-    return len(get_encoding(encoding).encode(text, disallowed_special=()))
+    enc = get_encoding(encoding)
+    return sum(map(len, in_pieces(lambda t: enc.encode(t, disallowed_special=()), text)))
+
+
+T = TypeVar("T")
+
+# tiktoken's pre-tokenizer backtracks over a run of blanks and gives up past about a million
+# of them followed by more text (a ValueError "Max stack size exceeded for backtracking", or
+# a panic from encode_ordinary). A text holding a long run of blanks is encoded in pieces,
+# cut inside such runs. (The look-behind makes the search start only where a run starts, so
+# it is linear in the text.)
+_PIECE = 1 << 16
+_LONG_RUN = re.compile(rf"(?<!\s)\s{{{_PIECE}}}")
+_RUN = re.compile(r"\s+")
+
+
+def in_pieces(encode: Callable[[str], T], text: str) -> list[T]:
+    """``[encode(text)]``; for a text holding a run of more than ``_PIECE`` blanks, ``encode``
+    of consecutive pieces that join back into it, cut inside such runs every ``_PIECE``
+    characters (a token or so differs at each cut)."""
+    found = _LONG_RUN.search(text) if len(text) > _PIECE else None
+    if found is None:
+        return [encode(text)]
+    pieces, at = [], 0
+    for run in _RUN.finditer(text, found.start()):
+        start, end = run.span()
+        for cut in range(start + _PIECE, end, _PIECE):
+            pieces.append(encode(text[at:cut]))
+            at = cut
+    pieces.append(encode(text[at:]))
+    return pieces
