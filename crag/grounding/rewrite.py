@@ -144,14 +144,18 @@ class Sources:
     def corroborating(self, found: Sequence[Support], cited: Sequence[int]) -> str:
         """Markers for up to ``CORROBORATING`` more files that hold a prose sentence fully
         (``COVERAGE``, every anchor), best first, then in evidence order: a small model picks
-        one of several pages that state a fact, often not the one the question is about."""
+        one of several pages that state a fact, often not the one the question is about. A
+        file corroborates only when it holds the sentence at least as fully as the items
+        cited: "The narwhal lives in the north" holds two of the three words of "The walrus
+        lives in the north", which walrus.md holds all of, and is not cited beside it."""
         seen = {_file(self.items[k]) for k in cited}
+        floor = max([COVERAGE, *(s.coverage for s in found if s.index in cited)])
         marks: list[str] = []
         for s in sorted(found, key=lambda s: (-s.coverage, s.index)):
             if len(marks) == CORROBORATING:
                 break
             f = _file(self.items[s.index])
-            if s.coverage >= COVERAGE and f not in seen:
+            if s.coverage >= floor and f not in seen:
                 seen.add(f)
                 marks.append(self.marker(s))
         return "".join(marks)
