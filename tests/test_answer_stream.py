@@ -70,6 +70,14 @@ def test_any_reply_streams_to_exactly_the_final_answer(pieces: list[str], data) 
     assert shown == final
 
 
+def test_a_comma_after_a_code_block_waits_for_a_marker_naming_no_item() -> None:
+    """", [9]; " after a fence becomes ";": the comma shown at once would be taken back."""
+    reply = "\n```\nx = [1]\n```\n, [9]; "
+    for cut in range(len(reply) + 1):
+        shown, final = streamed(reply, [cut])
+        assert shown == final, cut
+
+
 def test_a_line_ending_in_a_comma_waits_for_a_marker_naming_no_item() -> None:
     """"Port ," may go on with " [9]," (no item 9): the run goes with a separator, "Port,"."""
     reply = "Port [1]\nPort , [9], "
