@@ -277,3 +277,41 @@ def test_chat_writes_its_prompt_before_the_answer_streamed_or_whole() -> None:
     whole = FakeTerminal()
     live.LiveAnswer(whole, FakeTerminal(), dumb=False, lead=ANSWER_LEAD, render=False).finish(Finished())
     assert whole.getvalue() == out.getvalue()  # plain text after the prompt, not rendered
+
+
+def chat_with_a_terminal_stderr(kb: Path, srv: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch,
+                                term: str = "xterm", columns: int = 100) -> str:
+    """``chat`` with its questions and answers on pipes and only stderr a terminal: what stderr showed."""
+    from crag.cli import main
+
+    for name, value in child_env(kb, srv, term).items():
+        if name.startswith(("KB_AGENT_", "OPENAI_", "TERM")):
+            monkeypatch.setenv(name, value)
+    monkeypatch.setenv("COLUMNS", str(columns))
+    err = FakeTerminal()
+    assert main(["chat"], io.StringIO(), err, io.StringIO(QUESTION + "\n")) == 0
+    return err.getvalue()
+
+
+def test_chat_erases_the_step_on_a_terminal_stderr_before_an_error_line(llm: FakeOpenAIServer, kb: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A question that fails while its step shows: the error line starts a line of its own, not
+    glued to ``  … analyze_and_route``."""
+    monkeypatch.setenv("KB_AGENT_LLM_MAX_RETRIES", "0")
+    llm.script("analyze_and_route", Status(500))
+    shown = chat_with_a_terminal_stderr(kb, llm, monkeypatch)
+    assert "\r\033[Kcrag: error: " in shown, shown
+
+
+def test_chat_on_a_dumb_terminal_stderr_writes_plain_step_lines(llm: FakeOpenAIServer, kb: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """TERM=dumb takes no cursor control (docs/cli.md): one plain line per step, as ``ask`` writes."""
+    shown = chat_with_a_terminal_stderr(kb, llm, monkeypatch, term="dumb")
+    assert "\033" not in shown and shown.splitlines()[:2] == ["crag: analyze_and_route…", "crag: plan…"], shown
+
+
+def test_chat_step_on_a_narrow_terminal_stderr_fits_its_line(llm: FakeOpenAIServer, kb: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under 21 columns ``  … analyze_and_route`` wrapped, and ``\\r`` erased only its last row."""
+    shown = chat_with_a_terminal_stderr(kb, llm, monkeypatch, columns=12)
+    assert "  … analyze_and_route" not in shown and "  … analyze" in shown, shown
