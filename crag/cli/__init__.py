@@ -155,6 +155,7 @@ def main(
             print("crag: error: standard output is closed: run crag with its output going somewhere "
                   "(a terminal, a file, a pipe, or /dev/null)", file=stderr or sys.stderr)
             return 1
+        common.never_fails_to_encode(out)
         # `crag ... 2>&-`: no sys.stderr; what would go there is dropped, never written to stdout
         return _main(argv, out, stderr or sys.stderr or io.StringIO(), stdin)
     finally:
@@ -287,8 +288,8 @@ def _join_words(args: argparse.Namespace, extra: Sequence[str]) -> None:
     unknown = [w for w in extra if words is None or (w.startswith("-") and w != "-")]
     if unknown:
         raise UsageError(f"unrecognized arguments: {' '.join(unknown)} (see {prog()} {args.command} --help)")
-    if words is not None:
-        args.words = [*words, *extra]
+    if words is not None:  # text, not paths: UTF-8 whatever the locale
+        args.words = common.utf8_arguments([*words, *extra])
 
 
 def _missing_dependency(exc: ImportError) -> str | None:

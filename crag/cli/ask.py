@@ -151,7 +151,7 @@ def cmd_ask(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             result = agent.ask(question, history=history)
     record(agent.settings, result, err, conversation, "ask")
     if args.json:
-        out.write(shown_json({**result.to_dict(), "index": index_label(agent.settings)}, indent=2) + "\n")
+        out.write(shown_json({**result.to_dict(), "index": index_label(agent.settings)}, out, indent=2) + "\n")
     elif not live:
         print_answer(out, result, show_usage=show_usage)
     return 0
