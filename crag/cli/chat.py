@@ -21,7 +21,17 @@ from typing import TextIO
 from ..errors import CragError, UsageError
 from ..safe_text import ShownStream, for_terminal
 from .ask import agent_for
-from .common import error_line, isatty, not_utf8, secrets, settings, shown, undecodable_bytes_kept
+from .common import (
+    check_readable,
+    error_line,
+    isatty,
+    not_utf8,
+    secrets,
+    settings,
+    shown,
+    undecodable_bytes_kept,
+    unreadable_input,
+)
 from .live import LiveAnswer, answer_live, dumb_terminal, fitted, wants_progress
 
 ANSWER_LEAD = "\ncrag> "  # what a terminal shows before each answer
@@ -193,6 +203,7 @@ def cmd_chat(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from .log import last_conversation, record
 
     config = settings()
+    check_readable(args.stdin)
     history: list[dict[str, str]] = []
     conversation = None
     if args.continue_:
@@ -224,6 +235,8 @@ def cmd_chat(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 return 130
             except UnicodeDecodeError:
                 line = "\udcff"
+            except OSError as exc:  # a terminal gone, say: the session cannot go on
+                raise unreadable_input(exc) from exc
             if not line or not line.strip() or line.strip().lower() in ENDINGS:
                 break
             if not_utf8(line):

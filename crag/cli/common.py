@@ -216,5 +216,27 @@ def undecodable_bytes_kept(stream: TextIO) -> None:
                 pass
 
 
+def unreadable_input(exc: OSError) -> UsageError:
+    """The one line for a standard input that fails to be read (open for writing only, a
+    terminal gone), instead of a traceback."""
+    return UsageError(f"standard input cannot be read ({exc.strerror or exc}): run crag with its input coming from "
+                      "somewhere (a terminal, a file, a pipe, or /dev/null)")
+
+
+def check_readable(stream: TextIO) -> None:
+    """Fail at once, with ``unreadable_input``'s line, when standard input is open for writing
+    only (``crag chat 0>/dev/null``), before a session or a server starts on it."""
+    try:
+        import fcntl
+
+        flags = fcntl.fcntl(stream.fileno(), fcntl.F_GETFL)
+    except (ImportError, OSError, ValueError, AttributeError):  # no such check here, or not a file
+        return
+    if flags & os.O_ACCMODE == os.O_WRONLY:
+        import errno
+
+        raise unreadable_input(OSError(errno.EBADF, "it is open for writing only"))
+
+
 def not_utf8(text: str) -> bool:
     return any("\udc80" <= ch <= "\udcff" for ch in text)
