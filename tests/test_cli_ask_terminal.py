@@ -149,14 +149,14 @@ def test_ask_piped_or_json_prints_only_the_result(llm: FakeOpenAIServer, kb: Pat
 
 
 def interrupted_while_answering(llm: FakeOpenAIServer, kb: Path, args: list[str],
-                               typed: str | None = None) -> tuple[int, str]:
-    """Run ``crag ARGS`` on a terminal, send Ctrl-C once ``synthesize`` shows (its reply held
-    for 20 s); the exit status and what the terminal showed."""
+                               typed: str | None = None, sig: int = signal.SIGINT) -> tuple[int, str]:
+    """Run ``crag ARGS`` on a terminal, send Ctrl-C (or ``sig``) once ``synthesize`` shows (its
+    reply held for 20 s); the exit status and what the terminal showed."""
     llm.script("synthesize", Delay(20, REPLY))
     term = Terminal(args, kb, child_env(kb, llm), typed=typed)
     try:
         term.read_until(b"synthesize")
-        term.proc.send_signal(signal.SIGINT)
+        term.proc.send_signal(sig)
     finally:
         code = term.finish()
     return code, term.text
@@ -315,3 +315,19 @@ def test_chat_step_on_a_narrow_terminal_stderr_fits_its_line(llm: FakeOpenAIServ
     """Under 21 columns ``  … analyze_and_route`` wrapped, and ``\\r`` erased only its last row."""
     shown = chat_with_a_terminal_stderr(kb, llm, monkeypatch, columns=12)
     assert "  … analyze_and_route" not in shown and "  … analyze" in shown, shown
+
+
+@pytest.mark.parametrize("args", [["ask", QUESTION], ["chat"]])
+def test_sigterm_while_answering_erases_the_status_says_so_and_logs_nothing(llm: FakeOpenAIServer, kb: Path,
+                                                                            args: list[str]) -> None:
+    """``kill PID`` (SIGTERM) stops ``ask`` and ends ``chat`` as Ctrl-C stops ``ask``: the step and
+    the preview erased, one line, status 143 (128 + 15, as a shell reports it), nothing logged.
+    It left ``  … synthesize`` on the terminal, with the shell's prompt glued to it."""
+    from tests.test_cli_ask import cli
+
+    logged = len(json.loads(cli("log", "--json")[1]))
+    typed = QUESTION + "\n" if args == ["chat"] else None
+    code, shown = interrupted_while_answering(llm, kb, args, typed=typed, sig=signal.SIGTERM)
+    assert code == 143 and "Traceback" not in shown, shown
+    assert shown.endswith("crag: terminated\r\n") and shown.rindex("\033[J") < shown.index("crag: terminated")
+    assert REPLY not in shown and len(json.loads(cli("log", "--json")[1])) == logged

@@ -31,7 +31,9 @@ import argparse
 import contextlib
 import errno
 import io
+import signal
 import sys
+import threading
 from collections.abc import Iterator, Sequence
 from typing import TextIO
 
@@ -149,6 +151,7 @@ def main(
     stdin: TextIO | None = None,
 ) -> int:
     common.forget_secrets()
+    previous = _stop_on_sigterm()
     try:
         out = stdout or sys.stdout
         if out is None:  # `crag ... >&-`: Python has no sys.stdout when file descriptor 1 is closed
@@ -160,6 +163,33 @@ def main(
         return _main(argv, out, stderr or sys.stderr or io.StringIO(), stdin)
     finally:
         common.forget_secrets()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+class Terminated(BaseException):
+    """SIGTERM (``kill PID``, a service stopping): raised in the main thread, so the run stops
+    as after Ctrl-C (the status erased, the index lock let go, nothing logged) and says so."""
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise Terminated
+
+
+def _default_sigterm() -> None:
+    if threading.current_thread() is threading.main_thread() and hasattr(signal, "SIGTERM"):
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _stop_on_sigterm():
+    """Turn SIGTERM into ``Terminated`` for this run; the handler it replaces (None when none
+    can be set: not the main thread, or a platform without SIGTERM)."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGTERM"):
+        return None
+    try:
+        return signal.signal(signal.SIGTERM, _terminated)
+    except (ValueError, OSError):
+        return None
 
 
 def _main(argv: Sequence[str] | None, out: TextIO, err: TextIO, stdin: TextIO | None) -> int:
@@ -179,6 +209,8 @@ def _main(argv: Sequence[str] | None, out: TextIO, err: TextIO, stdin: TextIO | 
             out.write(parser.format_help())
             return 1  # as git does: the help, and a status that says nothing was done
         _join_words(args, extra)
+        if args.command == "mcp":  # a client stops its server with SIGTERM: it ends at once, as it always has
+            _default_sigterm()
         args.stdin = stdin or sys.stdin or io.StringIO()  # `<&-`: no sys.stdin; a closed input reads as empty
         common.OVERRIDES.clear()
         common.OVERRIDES.update({"model": args.model, "index_dir": args.index})
@@ -211,6 +243,9 @@ def _main(argv: Sequence[str] | None, out: TextIO, err: TextIO, stdin: TextIO | 
     except KeyboardInterrupt:
         print("crag: interrupted", file=err)
         return 130
+    except Terminated:
+        print("crag: terminated", file=err)
+        return TERMINATED
 
 
 def _warn_about_configuration(err: TextIO) -> None:
@@ -251,6 +286,7 @@ def _warnings_to(err: TextIO) -> Iterator[None]:
 
 
 BROKEN_PIPE = 141  # as a shell reports a command stopped by SIGPIPE
+TERMINATED = 143  # as a shell reports a command stopped by SIGTERM
 
 
 # What writing fails with when the machine, not crag, is at fault: no space, over quota, a
