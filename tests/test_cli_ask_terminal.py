@@ -331,3 +331,19 @@ def test_sigterm_while_answering_erases_the_status_says_so_and_logs_nothing(llm:
     assert code == 143 and "Traceback" not in shown, shown
     assert shown.endswith("crag: terminated\r\n") and shown.rindex("\033[J") < shown.index("crag: terminated")
     assert REPLY not in shown and len(json.loads(cli("log", "--json")[1])) == logged
+
+
+def test_the_preview_is_drawn_from_20_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """"Under 20 columns" the step line alone (docs/cli.md): a 20-column terminal had no preview
+    either, as the last column (never written) was counted out first."""
+    from crag.cli import live
+
+    monkeypatch.setattr(live, "REDRAW_EVERY", 0.0)
+    monkeypatch.setenv("COLUMNS", "20")
+    monkeypatch.setenv("LINES", "12")
+    err = FakeTerminal()
+    screen = live.LiveAnswer(FakeTerminal(), err, dumb=False)
+    screen.event(NodeStarted("synthesize"))
+    screen.event(AnswerDelta("some words"))
+    rows = err.getvalue().rsplit("\033[J", 1)[1].split("\n")
+    assert rows == ["  … synthesize", "    some words"]

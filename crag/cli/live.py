@@ -127,7 +127,7 @@ class LiveAnswer:
         columns, lines = shutil.get_terminal_size((80, 24))
         columns -= 1  # never write into the last column: some terminals wrap there at once
         region = [clip(f"  … {shown(self.node)}", columns)]
-        if self.reply and columns >= MIN_COLUMNS:
+        if self.reply and columns + 1 >= MIN_COLUMNS:
             written = [line for line in shown(self.reply).splitlines() if line.strip()]
             room = max(0, min(PREVIEW_LINES, lines - 3))  # rows scrolled off the screen cannot be erased
             for line in written[-room:] if room else []:
