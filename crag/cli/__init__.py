@@ -197,7 +197,7 @@ def _main(argv: Sequence[str] | None, out: TextIO, err: TextIO, stdin: TextIO | 
     try:
         parser = build_parser()
         _check_command(argv)
-        args, extra = parser.parse_known_args(argv)
+        args, extra = _parse(parser, argv)
         if args.version:
             from .. import __version__
 
@@ -316,6 +316,29 @@ def _check_command(argv: Sequence[str]) -> None:
     close = difflib.get_close_matches(word, COMMANDS, n=1, cutoff=0.5)
     hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
     raise UsageError(f"{word!r} is not a crag command{hint} (commands: {', '.join(COMMANDS)})")
+
+
+def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    """``parse_known_args``; a question or query whose only words start with ``-`` (``crag ask
+    -port``) is told how to give them, not that no question was given."""
+    try:
+        return parser.parse_known_args(argv)
+    except UsageError as exc:
+        missing = str(exc).startswith("the following arguments are required: QUE")
+        if not missing:
+            raise
+        try:  # with a word in place, the words taken for options are the unknown ones
+            args, extra = parser.parse_known_args([*argv, "--", "x"])
+        except UsageError:
+            raise exc from None
+        dashed = [w for w in extra if w.startswith("-") and w != "-"]
+        if not dashed:
+            raise
+        import shlex
+
+        words = " ".join(shlex.quote(w) for w in dashed)
+        raise UsageError(f"unrecognized arguments: {' '.join(dashed)} (see {prog()} {args.command} --help; words "
+                         f"that start with '-' go after '--': {prog()} {args.command} -- {words})") from None
 
 
 def _join_words(args: argparse.Namespace, extra: Sequence[str]) -> None:
