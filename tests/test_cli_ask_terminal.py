@@ -347,3 +347,22 @@ def test_the_preview_is_drawn_from_20_columns(monkeypatch: pytest.MonkeyPatch) -
     screen.event(AnswerDelta("some words"))
     rows = err.getvalue().rsplit("\033[J", 1)[1].split("\n")
     assert rows == ["  … synthesize", "    some words"]
+
+
+def test_sigterm_at_the_chat_prompt_ends_the_prompt_line_first(llm: FakeOpenAIServer, kb: Path) -> None:
+    """Someone typing at ``you> `` (standard input a terminal too) and the session killed: the
+    line ``crag: terminated`` was glued to the prompt, as Ctrl-C's end of the session is not."""
+    import pty
+
+    main_fd, child_fd = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "crag", "chat"], cwd=kb, env=child_env(kb, llm),
+                            stdin=child_fd, stdout=child_fd, stderr=child_fd, close_fds=True)
+    os.close(child_fd)
+    term = Terminal.__new__(Terminal)
+    term.main_fd, term.proc, term.seen = main_fd, proc, b""
+    try:
+        term.read_until(b"you> ")
+        proc.send_signal(signal.SIGTERM)
+    finally:
+        code = term.finish()
+    assert code == 143 and term.text.endswith("you> \r\ncrag: terminated\r\n"), term.text

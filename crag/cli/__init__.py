@@ -41,7 +41,7 @@ from ..errors import CragError, UsageError
 from . import common
 from .ask import cmd_ask
 from .chat import Progress, cmd_chat
-from .common import KB_HELP, TOP_K_HELP, Parser, error_line, path_arg, prog, shown
+from .common import KB_HELP, TOP_K_HELP, Parser, Terminated, error_line, path_arg, prog, shown
 from .indexing import cmd_index, cmd_roots, cmd_search
 from .log import cmd_log
 from .serve import cmd_graph, cmd_mcp
@@ -165,11 +165,6 @@ def main(
         common.forget_secrets()
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
-
-
-class Terminated(BaseException):
-    """SIGTERM (``kill PID``, a service stopping): raised in the main thread, so the run stops
-    as after Ctrl-C (the status erased, the index lock let go, nothing logged) and says so."""
 
 
 def _terminated(signum: int, frame: object) -> None:

@@ -22,6 +22,7 @@ from ..errors import CragError, UsageError
 from ..safe_text import ShownStream, for_terminal
 from .ask import agent_for
 from .common import (
+    Terminated,
     check_readable,
     error_line,
     isatty,
@@ -233,6 +234,10 @@ def cmd_chat(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 talk.write("\n")
                 talk.flush()
                 return 130
+            except Terminated:  # killed at the prompt: the line that says so starts a line of its own
+                talk.write("\n")
+                talk.flush()
+                raise
             except UnicodeDecodeError:
                 line = "\udcff"
             except OSError as exc:  # a terminal gone, say: the session cannot go on

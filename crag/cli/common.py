@@ -18,6 +18,11 @@ KB_HELP = "knowledge-base root (repeatable): indexed first when new or changed; 
 TOP_K_HELP = "hits per vector_search (default KB_AGENT_TOP_K)"
 
 
+class Terminated(BaseException):
+    """SIGTERM (``kill PID``, a service stopping): raised in the main thread, so the run stops
+    as after Ctrl-C (the status erased, the index lock let go, nothing logged) and says so."""
+
+
 class Parser(argparse.ArgumentParser):
     """argparse that raises ``UsageError`` instead of printing usage and exiting."""
 
