@@ -362,7 +362,32 @@ def test_sigterm_at_the_chat_prompt_ends_the_prompt_line_first(llm: FakeOpenAISe
     term.main_fd, term.proc, term.seen = main_fd, proc, b""
     try:
         term.read_until(b"you> ")
+        time.sleep(0.5)  # readline waiting for a key: a signal just before its select() would wait for one
         proc.send_signal(signal.SIGTERM)
     finally:
         code = term.finish()
     assert code == 143 and term.text.endswith("you> \r\ncrag: terminated\r\n"), term.text
+
+
+def test_a_step_line_fits_the_width_of_the_terminal_it_is_written_on(llm: FakeOpenAIServer, kb: Path) -> None:
+    """``chat`` piped (stdout a pipe) with stderr a 15-column terminal and no ``COLUMNS``: the
+    width was read from standard output, a pipe, so the step line was clipped to 80 columns and
+    wrapped on screen."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    main_fd, child_fd = pty.openpty()
+    fcntl.ioctl(child_fd, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 15, 0, 0))
+    env = {k: v for k, v in child_env(kb, llm).items() if k not in ("COLUMNS", "LINES")}
+    proc = subprocess.Popen([sys.executable, "-m", "crag", "chat"], cwd=kb, env=env, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=child_fd, close_fds=True)
+    os.close(child_fd)
+    term = Terminal.__new__(Terminal)
+    term.main_fd, term.proc, term.seen = main_fd, proc, b""
+    proc.stdin.write((QUESTION + "\n").encode())
+    proc.stdin.close()
+    code = term.finish()
+    proc.stdout.close()
+    assert code == 0 and "  … analyze_and_route" not in term.text and "  … analyze_a" in term.text, term.text

@@ -98,7 +98,7 @@ class IndexNotes:
         from .live import fitted
 
         text = for_terminal(f"{done}/{total}: {display_name(os.path.basename(path))}")  # as `crag index` shows it
-        self.err.write(f"\r\033[K{fitted(f'crag: indexing {text}')}")
+        self.err.write(f"\r\033[K{fitted(f'crag: indexing {text}', self.err)}")
         self.err.flush()
 
     def done(self) -> None:

@@ -66,7 +66,7 @@ class Progress:
                 self.err.write(f"crag: {for_terminal(event.node)}…\n")
             else:  # clipped to the width: a line that wraps leaves its first row behind
                 self.clear_status()
-                self.err.write(fitted(f"  … {for_terminal(event.node)}"))
+                self.err.write(fitted(f"  … {for_terminal(event.node)}", self.err))
                 self.status = True
             self.err.flush()
         elif isinstance(event, NodeFinished) and not streaming:
