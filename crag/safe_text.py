@@ -43,6 +43,7 @@ from typing import Any
 __all__ = [
     "REDACTED",
     "ShownStream",
+    "ascii_json",
     "display_name",
     "for_terminal",
     "json_text",
@@ -294,6 +295,15 @@ class ShownStream:
         if final.startswith(self.shown):
             return final[len(self.shown) :]
         return ("\n\n" if self.shown else "") + final
+
+
+def ascii_json(text: str) -> str:
+    """JSON text (``json_text``'s) with every non-ASCII character written as ``\\uXXXX``:
+    the same document, for a stream whose encoding cannot write them (an ASCII locale)."""
+    return _NOT_ASCII.sub(_json_escape, text)
+
+
+_NOT_ASCII = re.compile("[^\x00-\x7f]+")
 
 
 def _json_escape(match: re.Match[str]) -> str:

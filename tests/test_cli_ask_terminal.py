@@ -149,14 +149,14 @@ def test_ask_piped_or_json_prints_only_the_result(llm: FakeOpenAIServer, kb: Pat
 
 
 def interrupted_while_answering(llm: FakeOpenAIServer, kb: Path, args: list[str],
-                               typed: str | None = None) -> tuple[int, str]:
-    """Run ``crag ARGS`` on a terminal, send Ctrl-C once ``synthesize`` shows (its reply held
-    for 20 s); the exit status and what the terminal showed."""
+                               typed: str | None = None, sig: int = signal.SIGINT) -> tuple[int, str]:
+    """Run ``crag ARGS`` on a terminal, send Ctrl-C (or ``sig``) once ``synthesize`` shows (its
+    reply held for 20 s); the exit status and what the terminal showed."""
     llm.script("synthesize", Delay(20, REPLY))
     term = Terminal(args, kb, child_env(kb, llm), typed=typed)
     try:
         term.read_until(b"synthesize")
-        term.proc.send_signal(signal.SIGINT)
+        term.proc.send_signal(sig)
     finally:
         code = term.finish()
     return code, term.text
@@ -277,3 +277,117 @@ def test_chat_writes_its_prompt_before_the_answer_streamed_or_whole() -> None:
     whole = FakeTerminal()
     live.LiveAnswer(whole, FakeTerminal(), dumb=False, lead=ANSWER_LEAD, render=False).finish(Finished())
     assert whole.getvalue() == out.getvalue()  # plain text after the prompt, not rendered
+
+
+def chat_with_a_terminal_stderr(kb: Path, srv: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch,
+                                term: str = "xterm", columns: int = 100) -> str:
+    """``chat`` with its questions and answers on pipes and only stderr a terminal: what stderr showed."""
+    from crag.cli import main
+
+    for name, value in child_env(kb, srv, term).items():
+        if name.startswith(("KB_AGENT_", "OPENAI_", "TERM")):
+            monkeypatch.setenv(name, value)
+    monkeypatch.setenv("COLUMNS", str(columns))
+    err = FakeTerminal()
+    assert main(["chat"], io.StringIO(), err, io.StringIO(QUESTION + "\n")) == 0
+    return err.getvalue()
+
+
+def test_chat_erases_the_step_on_a_terminal_stderr_before_an_error_line(llm: FakeOpenAIServer, kb: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A question that fails while its step shows: the error line starts a line of its own, not
+    glued to ``  … analyze_and_route``."""
+    monkeypatch.setenv("KB_AGENT_LLM_MAX_RETRIES", "0")
+    llm.script("analyze_and_route", Status(500))
+    shown = chat_with_a_terminal_stderr(kb, llm, monkeypatch)
+    assert "\r\033[Kcrag: error: " in shown, shown
+
+
+def test_chat_on_a_dumb_terminal_stderr_writes_plain_step_lines(llm: FakeOpenAIServer, kb: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """TERM=dumb takes no cursor control (docs/cli.md): one plain line per step, as ``ask`` writes."""
+    shown = chat_with_a_terminal_stderr(kb, llm, monkeypatch, term="dumb")
+    assert "\033" not in shown and shown.splitlines()[:2] == ["crag: analyze_and_route…", "crag: plan…"], shown
+
+
+def test_chat_step_on_a_narrow_terminal_stderr_fits_its_line(llm: FakeOpenAIServer, kb: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under 21 columns ``  … analyze_and_route`` wrapped, and ``\\r`` erased only its last row."""
+    shown = chat_with_a_terminal_stderr(kb, llm, monkeypatch, columns=12)
+    assert "  … analyze_and_route" not in shown and "  … analyze" in shown, shown
+
+
+@pytest.mark.parametrize("args", [["ask", QUESTION], ["chat"]])
+def test_sigterm_while_answering_erases_the_status_says_so_and_logs_nothing(llm: FakeOpenAIServer, kb: Path,
+                                                                            args: list[str]) -> None:
+    """``kill PID`` (SIGTERM) stops ``ask`` and ends ``chat`` as Ctrl-C stops ``ask``: the step and
+    the preview erased, one line, status 143 (128 + 15, as a shell reports it), nothing logged.
+    It left ``  … synthesize`` on the terminal, with the shell's prompt glued to it."""
+    from tests.test_cli_ask import cli
+
+    logged = len(json.loads(cli("log", "--json")[1]))
+    typed = QUESTION + "\n" if args == ["chat"] else None
+    code, shown = interrupted_while_answering(llm, kb, args, typed=typed, sig=signal.SIGTERM)
+    assert code == 143 and "Traceback" not in shown, shown
+    assert shown.endswith("crag: terminated\r\n") and shown.rindex("\033[J") < shown.index("crag: terminated")
+    assert REPLY not in shown and len(json.loads(cli("log", "--json")[1])) == logged
+
+
+def test_the_preview_is_drawn_from_20_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """"Under 20 columns" the step line alone (docs/cli.md): a 20-column terminal had no preview
+    either, as the last column (never written) was counted out first."""
+    from crag.cli import live
+
+    monkeypatch.setattr(live, "REDRAW_EVERY", 0.0)
+    monkeypatch.setenv("COLUMNS", "20")
+    monkeypatch.setenv("LINES", "12")
+    err = FakeTerminal()
+    screen = live.LiveAnswer(FakeTerminal(), err, dumb=False)
+    screen.event(NodeStarted("synthesize"))
+    screen.event(AnswerDelta("some words"))
+    rows = err.getvalue().rsplit("\033[J", 1)[1].split("\n")
+    assert rows == ["  … synthesize", "    some words"]
+
+
+def test_sigterm_at_the_chat_prompt_ends_the_prompt_line_first(llm: FakeOpenAIServer, kb: Path) -> None:
+    """Someone typing at ``you> `` (standard input a terminal too) and the session killed: the
+    line ``crag: terminated`` was glued to the prompt, as Ctrl-C's end of the session is not."""
+    import pty
+
+    main_fd, child_fd = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "crag", "chat"], cwd=kb, env=child_env(kb, llm),
+                            stdin=child_fd, stdout=child_fd, stderr=child_fd, close_fds=True)
+    os.close(child_fd)
+    term = Terminal.__new__(Terminal)
+    term.main_fd, term.proc, term.seen = main_fd, proc, b""
+    try:
+        term.read_until(b"you> ")
+        time.sleep(0.5)  # readline waiting for a key: a signal just before its select() would wait for one
+        proc.send_signal(signal.SIGTERM)
+    finally:
+        code = term.finish()
+    assert code == 143 and term.text.endswith("you> \r\ncrag: terminated\r\n"), term.text
+
+
+def test_a_step_line_fits_the_width_of_the_terminal_it_is_written_on(llm: FakeOpenAIServer, kb: Path) -> None:
+    """``chat`` piped (stdout a pipe) with stderr a 15-column terminal and no ``COLUMNS``: the
+    width was read from standard output, a pipe, so the step line was clipped to 80 columns and
+    wrapped on screen."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    main_fd, child_fd = pty.openpty()
+    fcntl.ioctl(child_fd, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 15, 0, 0))
+    env = {k: v for k, v in child_env(kb, llm).items() if k not in ("COLUMNS", "LINES")}
+    proc = subprocess.Popen([sys.executable, "-m", "crag", "chat"], cwd=kb, env=env, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=child_fd, close_fds=True)
+    os.close(child_fd)
+    term = Terminal.__new__(Terminal)
+    term.main_fd, term.proc, term.seen = main_fd, proc, b""
+    proc.stdin.write((QUESTION + "\n").encode())
+    proc.stdin.close()
+    code = term.finish()
+    proc.stdout.close()
+    assert code == 0 and "  … analyze_and_route" not in term.text and "  … analyze_a" in term.text, term.text

@@ -467,3 +467,17 @@ def test_ask_and_search_with_kb_say_so_while_they_wait_for_another_crag_index(kb
     code, _, err = cli(*command, "--kb", "docs")
     assert code == 0, err
     assert f"crag: another crag index is at work on {tmp_path / 'index'}; waiting for it to finish" in err.splitlines()
+
+
+def test_a_question_of_one_word_that_starts_with_a_dash_says_how_to_ask_it(kb: Path) -> None:
+    """``crag ask -port`` said "the following arguments are required: QUESTION", as if none had
+    been given: the word is taken for an option, and ``--`` is how to ask it."""
+    for command in ("ask", "search"):
+        code, out, err = cli(command, "-port")
+        assert (code, out) == (2, "") and err == (
+            f"crag: error: unrecognized arguments: -port (see python -m crag {command} --help; words that start "
+            f"with '-' go after '--': python -m crag {command} -- -port)\n")
+    code, _, err = cli("ask")
+    assert code == 2 and err == "crag: error: the following arguments are required: QUESTION\n"
+    code, out, err = cli("search", "--json", "--", "-port")
+    assert code == 0 and json.loads(out)[0]["path"] == "docs/setup.md", err

@@ -105,3 +105,43 @@ def test_ctrl_c_at_the_chat_prompt_exits_with_status_130(kb: Path) -> None:
     code, _, _ = cli("chat", stdin=Interrupting())
     assert code == 130
 
+
+
+CAFE = "# Café\n\nLe café est servi à 8h00 dans la salle Ünïcødé, «très bon».\n"
+
+
+def ascii_locale(kb: Path, *argv: str, stdin: bytes = b"") -> tuple[int, bytes, str]:
+    """``python -m crag`` whose locale encodes only ASCII (the C locale with neither UTF-8 mode
+    nor locale coercion, as where no UTF-8 locale is installed): status, stdout, stderr."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LC_", "LANG", "PYTHONIOENCODING"))}
+    env.update(LC_ALL="C", LANG="C", PYTHONUTF8="0", PYTHONCOERCECLOCALE="0", KB_AGENT_LLM="offline",
+               PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    proc = subprocess.run([sys.executable, "-m", "crag", *argv], cwd=kb, env=env, input=stdin,
+                          capture_output=True, timeout=120)
+    return proc.returncode, proc.stdout, proc.stderr.decode("ascii", "replace")
+
+
+def test_an_ascii_locale_gets_answers_and_json_about_non_ascii_text_without_a_traceback(kb: Path) -> None:
+    """Non-ASCII questions and documents under a locale that encodes only ASCII: the answer is
+    written with escapes instead of failing with UnicodeEncodeError, the JSON is ASCII that
+    parses to the real text, and the question (argument or standard input) is read as UTF-8."""
+    (kb / "docs" / "cafe.md").write_text(CAFE, encoding="utf-8")
+    assert cli("index", "docs")[0] == 0
+    question = "À quelle heure le café est-il servi ?"
+    code, out, err = ascii_locale(kb, "ask", question)
+    assert code == 0 and "Traceback" not in err, err
+    assert "8h00" in out.decode("ascii")
+    code, out, err = ascii_locale(kb, "ask", "--json", question)
+    assert code == 0 and "Traceback" not in err, err
+    data = json.loads(out.decode("ascii"))
+    assert data["question"] == question and "Le café est servi à 8h00" in data["answer"]
+    code, out, err = ascii_locale(kb, "ask", "--json", "-", stdin=question.encode("utf-8"))
+    assert code == 0 and json.loads(out.decode("ascii"))["question"] == question, err
+    for argv in (["log"], ["log", "--json"], ["search", "café"], ["search", "--json", "café"]):
+        code, out, err = ascii_locale(kb, *argv)
+        assert code == 0 and "Traceback" not in err and out, (argv, err)
+    assert json.loads(ascii_locale(kb, "search", "--json", "café")[1])[0]["path"] == "docs/cafe.md"

@@ -737,6 +737,18 @@ def test_12_a_closed_standard_input_reads_as_empty_not_a_traceback(kb: Path, arg
     assert "Traceback" not in run.stderr and run.stdout == ""
 
 
+@pytest.mark.parametrize("argv", [("ask", "-"), ("chat",), ("mcp",)])
+def test_12_a_standard_input_open_for_writing_only_is_one_line(kb: Path, argv: tuple[str, ...]) -> None:
+    """``crag chat 0>/dev/null`` (descriptor 0 open, but not for reading) was an OSError
+    traceback (EBADF) from ``ask -``, ``chat`` and, inside the MCP SDK, ``mcp``."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    run = subprocess.run(["sh", "-c", 'exec "$0" -m crag "$@" 0>/dev/null', sys.executable, *argv],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert run.returncode == 2 and run.stdout == "", run.stderr
+    assert run.stderr.startswith("crag: error: standard input cannot be read") and run.stderr.count("\n") == 1, \
+        run.stderr
+
+
 @pytest.mark.parametrize(("setting", "code"), [("KB_AGENT_TOP_KK=3", 0), ("KB_AGENT_INDEX_DIR=nowhere", 1),
                                                ("KB_AGENT_TOP_K=0", 2)])
 def test_12_a_closed_standard_error_keeps_the_status_and_stdout_clean(kb: Path, setting: str, code: int) -> None:

@@ -31,7 +31,9 @@ import argparse
 import contextlib
 import errno
 import io
+import signal
 import sys
+import threading
 from collections.abc import Iterator, Sequence
 from typing import TextIO
 
@@ -39,7 +41,7 @@ from ..errors import CragError, UsageError
 from . import common
 from .ask import cmd_ask
 from .chat import Progress, cmd_chat
-from .common import KB_HELP, TOP_K_HELP, Parser, error_line, path_arg, prog, shown
+from .common import KB_HELP, TOP_K_HELP, Parser, Terminated, error_line, path_arg, prog, shown
 from .indexing import cmd_index, cmd_roots, cmd_search
 from .log import cmd_log
 from .serve import cmd_graph, cmd_mcp
@@ -149,16 +151,40 @@ def main(
     stdin: TextIO | None = None,
 ) -> int:
     common.forget_secrets()
+    previous = _stop_on_sigterm()
     try:
         out = stdout or sys.stdout
         if out is None:  # `crag ... >&-`: Python has no sys.stdout when file descriptor 1 is closed
             print("crag: error: standard output is closed: run crag with its output going somewhere "
                   "(a terminal, a file, a pipe, or /dev/null)", file=stderr or sys.stderr)
             return 1
+        common.never_fails_to_encode(out)
         # `crag ... 2>&-`: no sys.stderr; what would go there is dropped, never written to stdout
         return _main(argv, out, stderr or sys.stderr or io.StringIO(), stdin)
     finally:
         common.forget_secrets()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise Terminated
+
+
+def _default_sigterm() -> None:
+    if threading.current_thread() is threading.main_thread() and hasattr(signal, "SIGTERM"):
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _stop_on_sigterm():
+    """Turn SIGTERM into ``Terminated`` for this run; the handler it replaces (None when none
+    can be set: not the main thread, or a platform without SIGTERM)."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGTERM"):
+        return None
+    try:
+        return signal.signal(signal.SIGTERM, _terminated)
+    except (ValueError, OSError):
+        return None
 
 
 def _main(argv: Sequence[str] | None, out: TextIO, err: TextIO, stdin: TextIO | None) -> int:
@@ -167,7 +193,7 @@ def _main(argv: Sequence[str] | None, out: TextIO, err: TextIO, stdin: TextIO | 
         parser = build_parser()
         _check_command(argv)
         try:
-            args, extra = parser.parse_known_args(argv)
+            args, extra = _parse(parser, argv)
         except UsageError as exc:
             raise _with_dash_path_hint(exc, argv) from None
         if args.version:
@@ -184,6 +210,8 @@ def _main(argv: Sequence[str] | None, out: TextIO, err: TextIO, stdin: TextIO | 
             _join_words(args, extra)
         except UsageError as exc:
             raise _with_dash_path_hint(exc, argv) from None
+        if args.command == "mcp":  # a client stops its server with SIGTERM: it ends at once, as it always has
+            _default_sigterm()
         args.stdin = stdin or sys.stdin or io.StringIO()  # `<&-`: no sys.stdin; a closed input reads as empty
         common.OVERRIDES.clear()
         common.OVERRIDES.update({"model": args.model, "index_dir": args.index})
@@ -216,6 +244,9 @@ def _main(argv: Sequence[str] | None, out: TextIO, err: TextIO, stdin: TextIO | 
     except KeyboardInterrupt:
         print("crag: interrupted", file=err)
         return 130
+    except Terminated:
+        print("crag: terminated", file=err)
+        return TERMINATED
 
 
 def _warn_about_configuration(err: TextIO) -> None:
@@ -256,6 +287,7 @@ def _warnings_to(err: TextIO) -> Iterator[None]:
 
 
 BROKEN_PIPE = 141  # as a shell reports a command stopped by SIGPIPE
+TERMINATED = 143  # as a shell reports a command stopped by SIGTERM
 
 
 # What writing fails with when the machine, not crag, is at fault: no space, over quota, a
@@ -287,14 +319,37 @@ def _check_command(argv: Sequence[str]) -> None:
     raise UsageError(f"{word!r} is not a crag command{hint} (commands: {', '.join(COMMANDS)})")
 
 
+def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    """``parse_known_args``; a question or query whose only words start with ``-`` (``crag ask
+    -port``) is told how to give them, not that no question was given."""
+    try:
+        return parser.parse_known_args(argv)
+    except UsageError as exc:
+        missing = str(exc).startswith("the following arguments are required: QUE")
+        if not missing:
+            raise
+        try:  # with a word in place, the words taken for options are the unknown ones
+            args, extra = parser.parse_known_args([*argv, "--", "x"])
+        except UsageError:
+            raise exc from None
+        dashed = [w for w in extra if w.startswith("-") and w != "-"]
+        if not dashed:
+            raise
+        import shlex
+
+        words = " ".join(shlex.quote(w) for w in dashed)
+        raise UsageError(f"unrecognized arguments: {' '.join(dashed)} (see {prog()} {args.command} --help; words "
+                         f"that start with '-' go after '--': {prog()} {args.command} -- {words})") from None
+
+
 def _join_words(args: argparse.Namespace, extra: Sequence[str]) -> None:
     """Words of an unquoted question or query, also those after an option, joined by spaces."""
     words = getattr(args, "words", None)
     unknown = [w for w in extra if words is None or (w.startswith("-") and w != "-")]
     if unknown:
         raise UsageError(f"unrecognized arguments: {' '.join(unknown)} (see {prog()} {args.command} --help)")
-    if words is not None:
-        args.words = [*words, *extra]
+    if words is not None:  # text, not paths: UTF-8 whatever the locale
+        args.words = common.utf8_arguments([*words, *extra])
 
 
 def _with_dash_path_hint(exc: UsageError, argv: Sequence[str]) -> UsageError:

@@ -12,6 +12,7 @@ from ..errors import UsageError
 from ..safe_text import display_name, for_terminal
 from .common import (
     OVERRIDES,
+    check_readable,
     index_label,
     index_note,
     not_utf8,
@@ -21,6 +22,7 @@ from .common import (
     shown,
     shown_json,
     undecodable_bytes_kept,
+    unreadable_input,
     waiting_note,
 )
 
@@ -96,7 +98,7 @@ class IndexNotes:
         from .live import fitted
 
         text = for_terminal(f"{done}/{total}: {display_name(os.path.basename(path))}")  # as `crag index` shows it
-        self.err.write(f"\r\033[K{fitted(f'crag: indexing {text}')}")
+        self.err.write(f"\r\033[K{fitted(f'crag: indexing {text}', self.err)}")
         self.err.flush()
 
     def done(self) -> None:
@@ -109,11 +111,14 @@ def question_of(args: argparse.Namespace, limit: int) -> str:
     """The question's words joined, or standard input when the question is ``-`` (at most
     ``limit`` characters of it are read: ``ask - < /dev/zero`` is refused, not read forever)."""
     if args.words == ["-"]:
+        check_readable(args.stdin)
         undecodable_bytes_kept(args.stdin)
         try:
             text = args.stdin.read(limit + 1)
         except UnicodeDecodeError:
             text = "\udcff"
+        except OSError as exc:
+            raise unreadable_input(exc) from exc
         if len(text) > limit:
             raise UsageError(f"the question read from standard input is over {limit:,} characters, more than can "
                              "fit KB_AGENT_CONTEXT_TOKENS: shorten it")
@@ -151,7 +156,7 @@ def cmd_ask(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             result = agent.ask(question, history=history)
     record(agent.settings, result, err, conversation, "ask")
     if args.json:
-        out.write(shown_json({**result.to_dict(), "index": index_label(agent.settings)}, indent=2) + "\n")
+        out.write(shown_json({**result.to_dict(), "index": index_label(agent.settings)}, out, indent=2) + "\n")
     elif not live:
         print_answer(out, result, show_usage=show_usage)
     return 0

@@ -21,8 +21,19 @@ from typing import TextIO
 from ..errors import CragError, UsageError
 from ..safe_text import ShownStream, for_terminal
 from .ask import agent_for
-from .common import error_line, isatty, not_utf8, secrets, settings, shown, undecodable_bytes_kept
-from .live import LiveAnswer, answer_live, wants_progress
+from .common import (
+    Terminated,
+    check_readable,
+    error_line,
+    isatty,
+    not_utf8,
+    secrets,
+    settings,
+    shown,
+    undecodable_bytes_kept,
+    unreadable_input,
+)
+from .live import LiveAnswer, answer_live, dumb_terminal, fitted, wants_progress
 
 ANSWER_LEAD = "\ncrag> "  # what a terminal shows before each answer
 
@@ -38,6 +49,8 @@ class Progress:
         self.answers = 0  # printed so far: a blank line goes between two on standard output
         self.started = False  # this answer has text on standard output
         self.tty = hasattr(err, "isatty") and err.isatty()
+        self.dumb = dumb_terminal()  # TERM=dumb: a plain line per step, no cursor control
+        self.status = False  # a step's name is on stderr's last line, to be erased
         self.leads = self.tty  # the ``crag>`` lead on stderr: off when a script sends the questions
         self.show_usage = show_usage  # off: the usage block (in the last chunk) is not printed
         self.screen: ShownStream | None = None  # the answer on screen, once it streams
@@ -49,16 +62,26 @@ class Progress:
 
         streaming = self.screen is not None  # the status line is gone once the answer streams
         if isinstance(event, NodeStarted) and self.tty and not streaming:
-            self.err.write(f"\r\033[K  … {for_terminal(event.node)}")
+            if self.dumb:
+                self.err.write(f"crag: {for_terminal(event.node)}…\n")
+            else:  # clipped to the width: a line that wraps leaves its first row behind
+                self.clear_status()
+                self.err.write(fitted(f"  … {for_terminal(event.node)}", self.err))
+                self.status = True
             self.err.flush()
-        elif isinstance(event, NodeFinished) and self.tty and not streaming:
-            self.err.write("\r\033[K")
-            self.err.flush()
+        elif isinstance(event, NodeFinished) and not streaming:
+            self.clear_status()
         elif isinstance(event, AnswerStarted) and not streaming:  # again: a refit request, nothing shown yet
-            if self.tty:
-                self.err.write("\r\033[K")
+            self.clear_status()
             self.screen = ShownStream(secrets())
             self._lead()
+
+    def clear_status(self) -> None:
+        """Erase the running step's name, if it is on the screen."""
+        if self.status:
+            self.err.write("\r\033[K")
+            self.err.flush()
+            self.status = False
 
     def chunk(self, text: str) -> None:
         """One chunk of the stream, shown at once when the answer streams (else at the end:
@@ -123,13 +146,12 @@ def streamed(agent, question: str, history, progress: Progress):
     try:
         for chunk in chunks:
             progress.chunk(chunk)
-    except BaseException as exc:
+    except BaseException:
         chunks.close()
+        progress.clear_status()  # before the error line or the note of Ctrl-C
         if progress.started:  # the line of an answer cut short ends
             progress.out.write("\n")
         progress.reset()
-        if isinstance(exc, KeyboardInterrupt) and progress.tty:
-            progress.err.write("\r\033[K")  # the node status line
         raise
     progress.finish()
     return stream.result
@@ -198,6 +220,7 @@ def cmd_chat(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from .log import last_conversation, record
 
     config = settings()
+    check_readable(args.stdin)
     history: list[dict[str, str]] = []
     conversation = None
     if args.continue_:
@@ -227,11 +250,17 @@ def cmd_chat(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 talk.write("\n")
                 talk.flush()
                 return 130
+            except Terminated:  # killed at the prompt: the line that says so starts a line of its own
+                talk.write("\n")
+                talk.flush()
+                raise
             except UnicodeDecodeError:
                 line = "\udcff"
             except LineTooLong as exc:  # that question is refused; the next line is the next one
                 print(error_line(exc), file=err)
                 continue
+            except OSError as exc:  # a terminal gone, say: the session cannot go on
+                raise unreadable_input(exc) from exc
             if not line or not line.strip() or line.strip().lower() in ENDINGS:
                 break
             if not_utf8(line):

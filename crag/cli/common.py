@@ -11,11 +11,16 @@ import sys
 from typing import TextIO
 
 from ..errors import UsageError
-from ..safe_text import for_terminal, json_text, redact, redact_message
+from ..safe_text import ascii_json, for_terminal, json_text, redact, redact_message
 from ..text import one_line
 
 KB_HELP = "knowledge-base root (repeatable): indexed first when new or changed; the tools look only inside"
 TOP_K_HELP = "hits per vector_search (default KB_AGENT_TOP_K)"
+
+
+class Terminated(BaseException):
+    """SIGTERM (``kill PID``, a service stopping): raised in the main thread, so the run stops
+    as after Ctrl-C (the status erased, the index lock let go, nothing logged) and says so."""
 
 
 class Parser(argparse.ArgumentParser):
@@ -89,12 +94,54 @@ def shown_message(text: str) -> str:
     return redact_message(for_terminal(text), secrets())
 
 
-def shown_json(value: object, **kwargs: object) -> str:
-    """JSON for stdout: control characters escaped, secrets redacted (also as JSON spells them)."""
+def shown_json(value: object, out: TextIO | None = None, **kwargs: object) -> str:
+    """JSON for stdout: control characters escaped, secrets redacted (also as JSON spells them);
+    for an ``out`` whose encoding cannot write every character, all of it ASCII."""
     import json
 
     found = secrets()
-    return redact(json_text(value, **kwargs), (*found, *(json.dumps(s)[1:-1] for s in found)))
+    text = redact(json_text(value, **kwargs), (*found, *(json.dumps(s)[1:-1] for s in found)))
+    return text if out is None or writes_any_text(out) else ascii_json(text)
+
+
+def writes_any_text(stream: TextIO) -> bool:
+    """Whether ``stream``'s encoding writes every character (UTF-8 does; an ASCII or Latin-1
+    locale's does not)."""
+    encoding = getattr(stream, "encoding", None)
+    if not isinstance(encoding, str):
+        return True  # a StringIO: text, not bytes
+    try:
+        "\u00e9\u2026\U0001f4ca".encode(encoding)
+    except (UnicodeError, LookupError):
+        return False
+    return True
+
+
+def never_fails_to_encode(stream: TextIO) -> None:
+    """A standard output whose encoding cannot write every character (an ASCII locale) writes
+    what it cannot as backslash escapes, as Python's standard error does, rather than failing
+    with ``UnicodeEncodeError`` in the middle of an answer."""
+    reconfigure = getattr(stream, "reconfigure", None)
+    if reconfigure is not None and not writes_any_text(stream):
+        try:
+            reconfigure(errors="backslashreplace")
+        except (ValueError, OSError, TypeError):
+            pass
+
+
+def utf8_arguments(argv: list[str]) -> list[str]:
+    """The words of a question or query as UTF-8 text whatever the locale: under an ASCII locale
+    Python keeps the bytes of ``café`` as lone surrogates; a word whose bytes are not UTF-8
+    keeps them. Never for paths, which the operating system takes back as the bytes they were."""
+    decoded = []
+    for word in argv:
+        if not_utf8(word):
+            try:
+                word = os.fsencode(word).decode("utf-8")
+            except (UnicodeError, ValueError):
+                pass
+        decoded.append(word)
+    return decoded
 
 
 def settings(**overrides: object):
@@ -160,14 +207,40 @@ def isatty(stream: TextIO) -> bool:
 
 
 def undecodable_bytes_kept(stream: TextIO) -> None:
-    """Read bytes that are not UTF-8 as lone surrogates (``not_utf8`` finds them) instead of
-    failing the read: Python reads standard input strictly under most locales."""
+    """Read standard input as UTF-8 whatever the locale, and bytes that are not UTF-8 as lone
+    surrogates (``not_utf8`` finds them) instead of failing the read: Python reads standard
+    input strictly, in the locale's encoding (ASCII under the C locale)."""
     reconfigure = getattr(stream, "reconfigure", None)
     if reconfigure is not None:
         try:
-            reconfigure(errors="surrogateescape")
+            reconfigure(encoding="utf-8", errors="surrogateescape")
         except (ValueError, OSError, TypeError):
-            pass
+            try:  # something was read already: the encoding stays
+                reconfigure(errors="surrogateescape")
+            except (ValueError, OSError, TypeError):
+                pass
+
+
+def unreadable_input(exc: OSError) -> UsageError:
+    """The one line for a standard input that fails to be read (open for writing only, a
+    terminal gone), instead of a traceback."""
+    return UsageError(f"standard input cannot be read ({exc.strerror or exc}): run crag with its input coming from "
+                      "somewhere (a terminal, a file, a pipe, or /dev/null)")
+
+
+def check_readable(stream: TextIO) -> None:
+    """Fail at once, with ``unreadable_input``'s line, when standard input is open for writing
+    only (``crag chat 0>/dev/null``), before a session or a server starts on it."""
+    try:
+        import fcntl
+
+        flags = fcntl.fcntl(stream.fileno(), fcntl.F_GETFL)
+    except (ImportError, OSError, ValueError, AttributeError):  # no such check here, or not a file
+        return
+    if flags & os.O_ACCMODE == os.O_WRONLY:
+        import errno
+
+        raise unreadable_input(OSError(errno.EBADF, "it is open for writing only"))
 
 
 def not_utf8(text: str) -> bool:

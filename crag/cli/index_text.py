@@ -63,7 +63,7 @@ def progress_printer(stream: TextIO) -> Progress:
 
         nonlocal width
         name = display_name(os.path.basename(path))
-        line = fitted(f"indexing {done}/{total}: {name}"[:100])
+        line = fitted(f"indexing {done}/{total}: {name}"[:100], stream)
         used = sum(columns_of(ch) for ch in line)
         stream.write("\r" + line + " " * max(width - used, 0))
         width = used

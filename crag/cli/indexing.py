@@ -58,7 +58,7 @@ def cmd_search(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if note:
         err.write(shown(own_name(note)) + "\n")
     if args.json:
-        out.write(shown_json(hits) + "\n")
+        out.write(shown_json(hits, out) + "\n")
     else:
         out.write(shown(search_text(hits)))
     return 0

@@ -70,10 +70,24 @@ def clip(line: str, columns: int, end: bool = False) -> str:
     return "".join(reversed(taken) if end else taken)
 
 
-def fitted(line: str) -> str:
-    """``line`` clipped to the terminal's width, so that ``\\r`` rewrites it in place (a line
-    that wraps leaves its first rows behind)."""
-    columns = shutil.get_terminal_size((80, 24)).columns - 1  # never the last column: some terminals wrap there
+def terminal_size(stream: TextIO | None = None) -> tuple[int, int]:
+    """Columns and lines of the terminal ``stream`` writes to: ``COLUMNS`` and ``LINES`` when
+    set, else that terminal's own size (standard output may be a pipe while the status goes to
+    a terminal on stderr), else standard output's, else 80 x 24."""
+    size = shutil.get_terminal_size((80, 24))
+    if stream is None or os.environ.get("COLUMNS"):
+        return size.columns, size.lines
+    try:
+        own = os.get_terminal_size(stream.fileno())
+    except (AttributeError, ValueError, OSError):
+        return size.columns, size.lines
+    return own.columns or size.columns, own.lines or size.lines
+
+
+def fitted(line: str, stream: TextIO | None = None) -> str:
+    """``line`` clipped to the width of the terminal ``stream`` writes to, so that ``\\r``
+    rewrites it in place (a line that wraps leaves its first rows behind)."""
+    columns = terminal_size(stream)[0] - 1  # never the last column: some terminals wrap there
     return clip(line, max(columns, 1))
 
 
@@ -124,10 +138,10 @@ class LiveAnswer:
                 self._draw()
 
     def _draw(self) -> None:
-        columns, lines = shutil.get_terminal_size((80, 24))
+        columns, lines = terminal_size(self.err)
         columns -= 1  # never write into the last column: some terminals wrap there at once
         region = [clip(f"  … {shown(self.node)}", columns)]
-        if self.reply and columns >= MIN_COLUMNS:
+        if self.reply and columns + 1 >= MIN_COLUMNS:
             written = [line for line in shown(self.reply).splitlines() if line.strip()]
             room = max(0, min(PREVIEW_LINES, lines - 3))  # rows scrolled off the screen cannot be erased
             for line in written[-room:] if room else []:

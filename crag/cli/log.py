@@ -141,7 +141,7 @@ def _write_json(entries, out: TextIO) -> None:
     ``json.dumps(list, indent=2)``, without the list."""
     first = True
     for entry in entries:
-        text = shown_json(entry.to_dict(), indent=2)  # no raw newline inside: JSON escapes it
+        text = shown_json(entry.to_dict(), out, indent=2)  # no raw newline inside: JSON escapes it
         out.write(("[\n" if first else ",\n") + "\n".join("  " + line for line in text.split("\n")))
         first = False
     out.write("[]\n" if first else "\n]\n")

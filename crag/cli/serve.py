@@ -8,7 +8,7 @@ from typing import TextIO
 
 from ..errors import UsageError
 from .ask import agent_for
-from .common import settings
+from .common import check_readable, settings
 
 
 def cmd_mcp(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -18,6 +18,7 @@ def cmd_mcp(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if sys.stdin is None:  # `crag mcp <&-`: no client can send a request
         raise UsageError("standard input is closed: crag mcp serves one MCP client over its standard input and "
                          "output; let the client start it")
+    check_readable(sys.stdin)
     problem = missing_extra()
     if problem is not None:
         raise UsageError(problem)
