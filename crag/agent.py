@@ -26,8 +26,8 @@ from attrs import frozen
 
 from .config import Settings
 from .driver import Driver
-from .errors import UsageError
-from .events import EventHandler
+from .errors import IndexStoreError, UsageError
+from .events import EventHandler, NodeStarted
 from .nodes import NodeConfig
 from .ports import ChatModel, Toolbox
 from .safe_text import short_value, valid_text
@@ -280,9 +280,7 @@ class Agent:
             raise too_long("the question", len(question), self.settings)
         # Bytes that were not UTF-8 (a command line, a JSON escape) cannot go to a server as they are.
         turns = tuple(Message(m.role, valid_text(m.content)) for m in _fitting_turns(parse_history(history), limit))
-        check = getattr(self.toolbox, "check", None)  # crag's own toolbox: is the index there?
-        if callable(check):
-            check()
+        on_event = self._index_guard(on_event)
         state = self.driver.run(valid_text(question.strip()), turns, on_event, stream)
         return Answer(
             answer=state.answer or "",
@@ -291,6 +289,29 @@ class Agent:
             trace=state.trace,
             state=state,
         )
+
+    def _index_guard(self, on_event: EventHandler | None) -> EventHandler | None:
+        """``on_event``, or, when crag's own toolbox finds no usable index (missing, damaged,
+        built with another embedder), a handler that raises that error as ``plan`` starts: a
+        question fails before any call is spent on planning or searching (SPEC §4: exit 1),
+        while a greeting, which ``analyze_and_route`` answers as chitchat, is still answered."""
+        check = getattr(self.toolbox, "check", None)
+        if not callable(check):
+            return on_event
+        try:
+            check()
+        except IndexStoreError as exc:
+            error = exc
+        else:
+            return on_event
+
+        def guard(event: Any) -> None:
+            if isinstance(event, NodeStarted) and event.node == "plan":
+                raise error
+            if on_event is not None:
+                on_event(event)
+
+        return guard
 
     async def aask(
         self,
