@@ -425,6 +425,8 @@ class StreamRenderer:
             text = _common([t.strip() for t in (text, *others)])
         if not text.startswith(self.shown):
             return ""
+        if not any(ch.isalnum() for ch in renumber(text, 0)[0]):
+            return ""  # markers alone so far: a reply that stays so is answered with a sentence of crag's
         new, self.shown = text[len(self.shown) :], text
         return new
 

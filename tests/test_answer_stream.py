@@ -151,3 +151,13 @@ def test_a_lone_closing_tag_of_any_thinking_name_is_a_way_the_reply_may_go_on() 
     reply = "Port <think><THINKING></think><think></reasoning>"
     shown, final = streamed(reply, [37])
     assert shown == final
+
+
+def test_markers_alone_are_not_shown_before_a_word() -> None:
+    """A reply of markers alone is answered with crag's own sentence: "[1]" shown at once would be taken back."""
+    renderer = StreamRenderer(len(ITEMS), clean_answer, strip_think, every=0)
+    assert renderer.feed("[1]") == "" and renderer.feed(" [2]\n") == ""
+    for reply in ("[1]", "[1] [2]\n", "[1]<think>Which page [2]?</think>\n---\n"):
+        for cut in range(len(reply) + 1):
+            shown, final = streamed(reply, [cut])
+            assert shown == final, (reply, cut)
