@@ -66,6 +66,12 @@ def test_a_quoted_dotenv_value_followed_by_a_comment_loses_its_quotes(tmp_path, 
         ("OPENAI_BASE_URL", "http:///v1"),
         ("OPENAI_BASE_URL", "http://127.0.0.1:0/v1"),
         ("KB_AGENT_EMBEDDING_BASE_URL", "http://host:port/v1"),
+        # host names no resolver takes (an empty label, a label over 63 characters): the
+        # connection raised UnicodeError out of the HTTP client, a traceback
+        ("OPENAI_BASE_URL", "http://a..b/v1"),
+        ("OPENAI_BASE_URL", "http://.../v1"),
+        ("KB_AGENT_EMBEDDING_BASE_URL", "http://" + "x" * 70 + ".example.com/v1"),
+        ("JIRA_BASE_URL", "https://jira..example.com"),
     ],
 )
 def test_malformed_value_names_the_variable(var, value):
