@@ -265,3 +265,21 @@ def test_every_kind_of_refused_write_is_one_line_naming_the_path(
     assert code == 1 and err == f"crag: error: cannot write the index: {said.format(gen=gen)}; the previous index is " \
         "unchanged (free some space, or point --index or KB_AGENT_INDEX_DIR at a writable folder)\n"
     assert sorted(os.listdir(tmp_path / "index")) == ["CURRENT", "gen-000001"]
+
+
+def test_no_index_anywhere_says_that_parents_were_searched_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/cli.md, "Which index": with no .crag in the working folder nor above it, `ask` and
+    `search` report `no index in .crag (nor a .crag in any parent folder)`."""
+    for key in list(os.environ):
+        if key.startswith(("KB_AGENT_", "OPENAI_", "JIRA_", "CONFLUENCE_")):
+            monkeypatch.delenv(key)
+    monkeypatch.setenv("KB_AGENT_LLM", "offline")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    for argv in (("search", "anything"), ("ask", "anything")):
+        code, out, err = cli(*argv)
+        assert code == 1 and out == ""
+        assert err == ("crag: error: no index in .crag (nor a .crag in any parent folder): "
+                       "run `python -m crag index PATH` first\n"), err
