@@ -24,8 +24,8 @@ test: install
 
 # make bench: every benchmark, index_scale up to 100k chunks, retrieval on the 98 docs
 # questions plus a 1,000-question prose sample, and store_scale on both stores at 100k
-# chunks (about half an hour here on 2 cores, by the load beside it; timed in
-# docs/benchmarks.md), into benchmarks/results/.
+# chunks (about half an hour here on 2 cores, by the load beside it; the parts before
+# store_scale are timed in docs/benchmarks.md), into benchmarks/results/.
 # make bench-full: index_scale up to 1M chunks, all 8,416 prose questions and store_scale
 # at a million chunks (hours here), into benchmarks/results/full/.
 bench: install

@@ -1,8 +1,8 @@
 """Run every crag benchmark and print the headline figures.
 
-``make bench`` calls ``python -m benchmarks.run_all`` (the default run, 4 to 6 minutes
-on 2 cores); ``make bench-full`` calls ``python -m benchmarks.run_all --full`` (15 to 17
-minutes). Each benchmark runs in its own interpreter (so that FAISS's threads and a million
+``make bench`` calls ``python -m benchmarks.run_all`` (the default run, about half an hour
+on 2 cores, 4 to 6 minutes of it before ``store_scale``); ``make bench-full`` calls
+``python -m benchmarks.run_all --full`` (hours: ``store_scale`` alone takes an hour or more). Each benchmark runs in its own interpreter (so that FAISS's threads and a million
 vectors in memory cannot disturb the microsecond timings of the overhead benchmark), in
 this order:
 
@@ -48,7 +48,7 @@ from benchmarks.common import RESULTS_DIR, environment, fmt, markdown_table, out
 REPO = Path(__file__).resolve().parents[1]
 BENCHMARKS = ("overhead", "grading_cost", "index_scale", "offline_grading", "grounding", "retrieval", "store_scale")
 
-# make bench-full: every benchmark at its own defaults (15 to 17 minutes on 2 cores).
+# make bench-full: every benchmark at its own defaults (hours on 2 cores, store_scale most of them).
 FULL_ARGS: dict[str, list[str]] = {
     "overhead": [],
     "grading_cost": [],
@@ -58,7 +58,7 @@ FULL_ARGS: dict[str, list[str]] = {
     "retrieval": [],
     "store_scale": ["--chunks", "1000000"],
 }
-# make bench: the same, with the two long parts made smaller (4 to 6 minutes on 2 cores).
+# make bench: the same, with the long parts made smaller (about half an hour on 2 cores).
 # retrieval's --quick is added below when its CLI has it.
 DEFAULT_ARGS: dict[str, list[str]] = {
     **FULL_ARGS,
@@ -237,7 +237,7 @@ def main(argv=None) -> int:
                         "a temporary one with --quick)")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--full", action="store_true",
-                      help="full sizes: index_scale up to 1M chunks, every prose question (15 to 17 minutes on 2 cores)")
+                      help="full sizes: index_scale and store_scale up to 1M chunks, every prose question (hours on 2 cores)")
     mode.add_argument("--quick", action="store_true", help="tiny workloads: a smoke test, not a measurement")
     p.add_argument("--only", default="", help="comma-separated subset of " + ",".join(BENCHMARKS))
     p.add_argument("--skip-retrieval", action="store_true", help="do not run benchmarks/retrieval.py")

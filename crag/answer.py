@@ -21,6 +21,7 @@ __all__ = [
     "FIXED_SENTENCES",
     "MARKER",
     "NO_EVIDENCE",
+    "NO_QUOTABLE",
     "OFFLINE_PREFACE",
     "STATS_HEADING",
     "StreamRenderer",
@@ -38,6 +39,9 @@ __all__ = [
 NO_EVIDENCE = "I couldn't find relevant information in the knowledge base to answer this question."
 STATS_HEADING = "📊 **LLM Usage Stats:**"
 OFFLINE_PREFACE = "Composed offline from the knowledge base (no LLM was used); the most relevant passages:"
+# The offline answer when evidence was found but none of it can be quoted (no sentence in it);
+# its markers, before the full stop, point at the passages.
+NO_QUOTABLE = "The passages found have no quotable text; see the sources listed below."
 EMPTY_REPLY = "The model returned no answer text."
 # The opening of an answer the evidence does not hold (SPEC §7, ``grounding.verdict``).
 NOT_ANSWERED = (
@@ -63,7 +67,8 @@ NOT_MENTIONED = (
     "mentions {terms}, so only what they support is kept below."
 )
 # crag's own sentences: grounding never judges them.
-FIXED_SENTENCES = frozenset({NO_EVIDENCE, OFFLINE_PREFACE, EMPTY_REPLY, NOT_ANSWERED, NOT_ADDRESSED, ONLY_RESTATED})
+FIXED_SENTENCES = frozenset({NO_EVIDENCE, OFFLINE_PREFACE, NO_QUOTABLE, EMPTY_REPLY, NOT_ANSWERED, NOT_ADDRESSED,
+                             ONLY_RESTATED})
 
 # A fenced block or an inline code span: left untouched by renumbering.
 _CODE = re.compile(r"(```.*?(?:```|\Z)|~~~.*?(?:~~~|\Z)|`[^`\n]*`)", re.S)

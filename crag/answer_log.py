@@ -8,8 +8,8 @@ in tables of their own (one table per kind of record). Answers belong to a conve
 newest, a ``chat`` session is one. ``python -m crag log`` reads it back (``crag.cli.log``).
 
 The file is ``log.sqlite`` in the index folder (``KB_AGENT_INDEX_DIR``, or the nearest
-``.crag``) when that folder exists; before there is one (as with
-the PostgreSQL store) it is ``crag/log.sqlite`` in the user's state folder
+``.crag``) when that folder exists; before there is one, and always with
+the PostgreSQL store (which has none), it is ``crag/log.sqlite`` in the user's state folder
 (``$XDG_STATE_HOME``, else ``~/.local/state``): writing the log never creates an index
 folder, which would hide a parent's index (``log_folder``). ``KB_AGENT_LOG=off`` keeps
 nothing. Its schema is numbered migrations, applied in
@@ -177,9 +177,10 @@ def _utc(when: float) -> Any:
 
 def log_folder(settings: Settings) -> str:
     """Where the answer log of ``settings`` is kept: the index folder when it exists (or is
-    something else by that name, which opening the log reports), else the user's state folder."""
+    something else by that name, which opening the log reports), else the user's state folder.
+    The PostgreSQL store has no index folder: a ``.crag`` near it is another index's."""
     index_dir = settings.index_dir
-    if os.path.lexists(index_dir):
+    if not settings.store and os.path.lexists(index_dir):
         return index_dir
     state = os.environ.get("XDG_STATE_HOME", "").strip()
     if not os.path.isabs(state):  # the XDG rule: a relative value is ignored

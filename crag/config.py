@@ -216,6 +216,11 @@ def _url(var: str, raw: str) -> str | None:
     except ValueError:
         raise ConfigError(var, _shown_url(raw), "an http:// or https:// URL with a host and a port from 1 to 65535 "
                           "(http://127.0.0.1:8080/v1, http://[::1]:8080/v1)") from None
+    try:  # what the resolver will do with it: an empty label ("a..b") or one over 63 characters fails there
+        parts.hostname.encode("idna")
+    except UnicodeError:
+        raise ConfigError(var, _shown_url(raw), "an http:// or https:// URL whose host name has no empty label "
+                          "and none over 63 characters") from None
     return value
 
 

@@ -138,6 +138,7 @@ def _output_types() -> tuple[Any, Any, Any]:
         usage: dict[str, Any]
         audit: list[dict[str, Any]]
         grounding: dict[str, Any] | None
+        judgements: list[dict[str, Any]]  # one verdict per judged sentence (docs/grounding.md)
 
     class Hit(TypedDict):
         path: str

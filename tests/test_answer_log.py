@@ -508,3 +508,20 @@ def test_a_query_of_many_words_is_searched_or_refused_in_one_line(project: Path)
     code, out, err = cli("log", *[f"w{i}" for i in range(5000)])
     assert code == 2 and out == "" and err.startswith("crag: error: QUERY has 5,000 different words") and "move it" not in err
     assert err.count("\n") == 1
+
+
+def test_the_postgresql_store_logs_in_the_state_folder_not_in_a_nearby_index_folder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """KB_AGENT_INDEX_DIR is not used while KB_AGENT_STORE is set (docs/postgresql.md), so an
+    embedded index folder that happens to be near (or named) never receives the database's answers:
+    they go to the state folder, as docs/cli.md says, and ``crag log`` reads them there."""
+    from crag.answer_log import log_folder
+    from crag.config import Settings
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    (tmp_path / ".crag").mkdir()
+    settings = Settings.from_env(environ={"KB_AGENT_STORE": "postgresql://u@db/kb",
+                                          "KB_AGENT_INDEX_DIR": str(tmp_path / ".crag")}, dotenv=None)
+    assert log_folder(settings) == str(tmp_path / "state" / "crag")
+    embedded = Settings.from_env(environ={"KB_AGENT_INDEX_DIR": str(tmp_path / ".crag")}, dotenv=None)
+    assert log_folder(embedded) == str(tmp_path / ".crag")

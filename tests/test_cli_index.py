@@ -278,3 +278,21 @@ def test_a_file_with_a_million_blanks_in_a_row_is_indexed(kb: Path) -> None:
     assert code == 0 and hits[0]["path"] == "docs/padded.txt" and "capybara census" in hits[0]["text"]
     code, out, _ = cli("search", "client", "retries", "--json")
     assert json.loads(out)[0]["path"] == "docs/setup.md"
+
+
+def test_no_index_anywhere_says_that_parents_were_searched_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/cli.md, "Which index": with no .crag in the working folder nor above it, `ask` and
+    `search` report `no index in .crag (nor a .crag in any parent folder)`."""
+    for key in list(os.environ):
+        if key.startswith(("KB_AGENT_", "OPENAI_", "JIRA_", "CONFLUENCE_")):
+            monkeypatch.delenv(key)
+    monkeypatch.setenv("KB_AGENT_LLM", "offline")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    for argv in (("search", "anything"), ("ask", "anything")):
+        code, out, err = cli(*argv)
+        assert code == 1 and out == ""
+        assert err == ("crag: error: no index in .crag (nor a .crag in any parent folder): "
+                       "run `python -m crag index PATH` first\n"), err

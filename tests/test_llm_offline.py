@@ -445,3 +445,19 @@ def test_offline_leaves_a_title_line_out_of_the_sentence_below_it():
     assert "- The torque wrench must be set to 45 Nm. [1]" in result.answer, result.answer
     assert "- The torque service runs on Linux and macOS. [2]" in result.answer, result.answer
     assert "[1] docs/guide.pdf:p2:L2\n[2] docs/os.md:L3\n" in result.answer, result.answer
+
+
+def test_evidence_with_no_quotable_sentence_is_pointed_at_not_called_no_evidence(tmp_path):
+    """A passage the offline answer cannot quote ("hello backups": no sentence) is still the
+    evidence found: the answer says so and cites it. Its sentence is crag's own, which grounding
+    never judges, so the answer is not turned into "couldn't find" (SPEC §7: that sentence is
+    for no evidence at all)."""
+    kb = tmp_path / "notes"
+    kb.mkdir()
+    (kb / "x.md").write_text("hello backups\n")
+    with Agent.from_env(kb=[str(kb)], dotenv=None, environ={}, llm="offline",
+                        index_dir=str(tmp_path / "index"), log=False) as agent:
+        result = agent.ask("backups")
+    assert result.answer.split("\n\n---")[0] != NO_EVIDENCE
+    assert NO_EVIDENCE not in result.answer
+    assert "no quotable text" in result.answer and [c.path.endswith("x.md") for c in result.citations] == [True]

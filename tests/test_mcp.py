@@ -467,6 +467,8 @@ def test_mcp_tools_have_output_schemas_read_only_hints_and_descriptions_from_the
             assert tools["search"].output_schema["required"] == ["hits"]
             answer = await client.call_tool("ask", {"question": "Which port does the server listen on?"})
             assert not answer.is_error and "LLM Usage Stats" not in answer.structured_content["body"]
+            # The schema describes everything the structured content holds (judgements included).
+            assert set(answer.structured_content) <= set(tools["ask"].output_schema["properties"])
 
     anyio.run(session)
     log = workdir / "index" / "log.sqlite"  # the MCP ask is in the answer log

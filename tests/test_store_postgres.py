@@ -147,6 +147,20 @@ def test_an_unreachable_server_is_one_line_without_the_password(tmp_path: Path) 
         assert "sekret" not in run.stderr + run.stdout
 
 
+@pytest.mark.parametrize("host", ["...", "a..b", "x" * 70 + ".example.com"])
+def test_a_host_name_no_resolver_takes_is_one_line_not_a_traceback(tmp_path: Path, host: str) -> None:
+    """``KB_AGENT_STORE=postgresql://...`` copied from the README's table (an empty label, or
+    one over 63 characters) made the resolver raise UnicodeError out of psycopg: a traceback."""
+    env = env_for(f"postgresql://crag:sekret@{host}/kb", tmp_path)
+    write(tmp_path / "docs" / "a.md", "# A\n\ntext\n")
+    for argv in (("roots",), ("search", "anything")):
+        run = crag(env, tmp_path, *argv)
+        assert run.returncode == 1, (argv, run.stderr)
+        lines = run.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("crag: error: cannot reach the PostgreSQL server"), run.stderr
+        assert "sekret" not in run.stderr + run.stdout
+
+
 def test_a_server_without_pgvector_says_how_to_enable_it(pg_server, tmp_path: Path) -> None:
     import psycopg
 

@@ -239,7 +239,10 @@ def open_generation(index_dir: str, verify: bool = False) -> Generation:
     for _ in range(5):
         name = read_current(index_dir)
         if name is None:
-            where = f"{index_dir} (nor a .crag in any parent folder)" if index_dir == ".crag" else index_dir
+            # ./.crag is where the search for an index ends when no folder above holds one
+            # (crag.config.find_index_dir); the store hands the folder over absolute.
+            here = os.path.abspath(index_dir) == os.path.abspath(".crag")
+            where = ".crag (nor a .crag in any parent folder)" if here else index_dir
             raise IndexStoreError(f"no index in {where}: run `python -m crag index PATH` first", index_dir)
         gen_dir = os.path.join(index_dir, name)
         db_path = os.path.join(gen_dir, DATABASE)

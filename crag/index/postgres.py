@@ -124,6 +124,12 @@ class PostgresStore:
             raise IndexStoreError(
                 f"cannot reach the PostgreSQL server {self.location}: {_first_line(exc)}", self.location
             ) from exc
+        except UnicodeError as exc:  # the resolver's IDNA codec: an empty label, or one over 63 characters
+            raise IndexStoreError(
+                f"cannot reach the PostgreSQL server {self.location}: its host name is not one a resolver "
+                "takes (an empty label, as in \"a..b\", or a label over 63 characters): check KB_AGENT_STORE",
+                self.location,
+            ) from exc
 
     def error(self, exc: BaseException, *, writing: bool = False) -> IndexStoreError:
         """``exc`` as one line; ``writing``: it came from an update, so a refused right is the

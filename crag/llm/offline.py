@@ -44,7 +44,7 @@ from typing import Any
 from attrs import frozen
 
 from .. import prompts
-from ..answer import OFFLINE_PREFACE
+from ..answer import NO_QUOTABLE, OFFLINE_PREFACE
 from ..config import Settings
 from ..errors import LLMError
 from ..pages import location
@@ -456,10 +456,8 @@ class OfflineChatModel:
             else:
                 lines.append(f"- {quote} [{k + 1}]")
         if not chosen:
-            lines.append(
-                "- The passages found have no quotable text; see the sources listed below "
-                + "".join(f"[{k}]" for k in range(1, min(len(task.items), 3) + 1))
-            )
+            markers = "".join(f"[{k}]" for k in range(1, min(len(task.items), 3) + 1))
+            lines.append(f"{NO_QUOTABLE[:-1]} {markers}.")  # crag's own sentence: never judged
         return "\n".join(lines).rstrip()
 
     @staticmethod
