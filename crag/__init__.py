@@ -23,7 +23,7 @@ from .errors import (
 if TYPE_CHECKING:
     from .agent import Agent, Answer
     from .config import Settings
-    from .events import AnswerDelta, AnswerStarted, Event, EventHandler, NodeFinished, NodeStarted
+    from .events import AnswerDelta, AnswerStarted, Event, EventHandler, NodeFinished, NodeStarted, RetryWaiting
     from .llm.scripted import ScriptedChatModel
     from .ports import ChatModel, Toolbox
     from .state import AgentState, Citation, Completion, Complexity, EvidenceItem, GraderAction, GroundingReport, Usage
@@ -56,6 +56,7 @@ _LAZY = {
     "NodeFinished": "events",
     "AnswerStarted": "events",
     "AnswerDelta": "events",
+    "RetryWaiting": "events",
     "Event": "events",
     "EventHandler": "events",
     "AnswerStream": "stream",
@@ -106,6 +107,7 @@ __all__ = [
     "NodeStarted",
     "Param",
     "QuestionArg",
+    "RetryWaiting",
     "ScriptedChatModel",
     "Settings",
     "Tool",

@@ -16,17 +16,20 @@ offered to the driver's later questions (``learnt_window``), never to one alread
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import CancelledError, ThreadPoolExecutor
 from typing import Any
 
 from attrs import evolve
 
 from .errors import LLMContextError, ToolError
-from .events import AnswerDelta, AnswerStarted, EventHandler, NodeFinished, NodeStarted
+from .events import AnswerDelta, AnswerStarted, EventHandler, NodeFinished, NodeStarted, RetryWaiting
 from .graph import END, START, TRANSITIONS, GraphError, Node, Outcome, next_node
 from .grounding import missing
+from .llm.retry import reporting_waits
 from .nodes import NODES, NodeConfig
 from .nodes.synthesize import asked, verdict_may_rewrite
 from .ports import ChatModel, LLMRequest, LLMRequests, Step, Toolbox, ToolOutcome, ToolRequest
@@ -174,25 +177,27 @@ class Driver:
         step = module.prepare(state, cfg)
         request = step.request
         usage = state.usage
-        if request is None:
-            reply: Any = None
-        elif isinstance(request, LLMRequest):
-            reply, request, refitted, cfg, state = self._complete(module, node, state, cfg, request, stream, on_event)
-            step = refitted or step  # a request fitted again to a smaller window: its plan too
-            usage = usage.add(name, reply)
-            state = _noted(state, name, request, reply)
-        elif isinstance(request, LLMRequests):
-            replies = []
-            for one in request.requests:
-                done, one, _, cfg, state = self._complete(module, node, state, cfg, one, False, on_event)
-                usage = usage.add(name, done)
-                replies.append(done)
-                state = _noted(state, name, one, done)
-            reply = tuple(replies)
-        elif isinstance(request, ToolRequest):
-            reply = self._run_tools(request)
-        else:  # pragma: no cover - a node returned something the driver cannot perform
-            raise GraphError(f"{name} asked for {type(request).__name__}")
+        with _waits_reported(name, on_event):
+            if request is None:
+                reply: Any = None
+            elif isinstance(request, LLMRequest):
+                reply, request, refitted, cfg, state = self._complete(module, node, state, cfg, request, stream,
+                                                                      on_event)
+                step = refitted or step  # a request fitted again to a smaller window: its plan too
+                usage = usage.add(name, reply)
+                state = _noted(state, name, request, reply)
+            elif isinstance(request, LLMRequests):
+                replies = []
+                for one in request.requests:
+                    done, one, _, cfg, state = self._complete(module, node, state, cfg, one, False, on_event)
+                    usage = usage.add(name, done)
+                    replies.append(done)
+                    state = _noted(state, name, one, done)
+                reply = tuple(replies)
+            elif isinstance(request, ToolRequest):
+                reply = self._run_tools(request)
+            else:  # pragma: no cover - a node returned something the driver cannot perform
+                raise GraphError(f"{name} asked for {type(request).__name__}")
         # The step's bookkeeping before apply, so synthesize's usage block counts its own call.
         state = state.recorded(name, usage, state.audit)
         state = module.apply(state, step, reply, cfg)
@@ -258,13 +263,16 @@ class Driver:
             return tuple(self._run_one(call) for call in calls)
         pool = self._executor()
         try:
-            return tuple(pool.map(self._run_one, calls))
+            return tuple(pool.map(self._run_in_context, _contexts(calls), calls))
         except (RuntimeError, CancelledError):
             if self._pool is pool:
                 raise
         # close() shut that pool down meanwhile (another thread closed the agent): the question
         # still gets its answer, on new threads, as a question asked after close does.
-        return tuple(self._executor().map(self._run_one, calls))
+        return tuple(self._executor().map(self._run_in_context, _contexts(calls), calls))
+
+    def _run_in_context(self, context: contextvars.Context, call) -> ToolOutcome:
+        return context.run(self._run_one, call)
 
     def _run_one(self, call) -> ToolOutcome:
         try:
@@ -272,3 +280,24 @@ class Driver:
         except ToolError as exc:
             return ToolOutcome(call, (), str(exc))
         return ToolOutcome(call, result.items, audit=result.audit)
+
+
+def _contexts(calls: Sequence[Any]) -> list[contextvars.Context]:
+    """A copy of this thread's context for each call run on a pool thread: a cancellation, a
+    request deadline and where retry waits are reported follow the question (crag.llm)."""
+    return [contextvars.copy_context() for _ in calls]
+
+
+@contextlib.contextmanager
+def _waits_reported(node: str, on_event: EventHandler | None) -> Iterator[None]:
+    """Inside the block, a request's retry waits reach ``on_event`` as ``RetryWaiting``
+    records naming ``node`` (an embedder's request does not know the step it serves)."""
+    if on_event is None:
+        yield
+        return
+
+    def report(wait: RetryWaiting) -> None:
+        on_event(wait if wait.node else evolve(wait, node=node))
+
+    with reporting_waits(report):
+        yield

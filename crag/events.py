@@ -14,6 +14,16 @@
                            ``chitchat``: the answer has no evidence and cites nothing (its
                            markers are removed from the finished text)
     AnswerDelta(text)      streaming only: the next piece of the answer as it arrives
+    RetryWaiting(node, server, reason, seconds, left, retry, retries, status)
+                           a request failed in a way crag retries (429, 5xx, a timeout, a
+                           dropped connection) and crag waits before retry ``retry`` of
+                           ``retries`` (``KB_AGENT_LLM_MAX_RETRIES``): ``server`` is ``"LLM"``
+                           or ``"embeddings"`` (a search's query), ``reason`` says why
+                           (``"429 rate limited"``, ``"503 service unavailable"``,
+                           ``"timed out"``), ``status`` the HTTP status or None, ``seconds``
+                           the whole wait; it comes when the wait starts (``left ==
+                           seconds``), about once a second as it counts down, and with
+                           ``left == 0`` as the retry is sent
 
 ``Event`` is any of these records; an ``EventHandler`` (``on_event``) is a function that
 receives them. It is called on the thread that runs the question; the CLI's progress line
@@ -28,7 +38,7 @@ from attrs import frozen
 
 from .state import EvidenceItem
 
-__all__ = ["AnswerDelta", "AnswerStarted", "Event", "EventHandler", "NodeFinished", "NodeStarted"]
+__all__ = ["AnswerDelta", "AnswerStarted", "Event", "EventHandler", "NodeFinished", "NodeStarted", "RetryWaiting"]
 
 
 @frozen
@@ -55,5 +65,17 @@ class AnswerDelta:
     text: str
 
 
-Event = NodeStarted | NodeFinished | AnswerStarted | AnswerDelta
+@frozen
+class RetryWaiting:
+    node: str  # the step that waits ("" outside a run: ``crag index``)
+    server: str  # "LLM" or "embeddings"
+    reason: str  # "429 rate limited", "503 service unavailable", "timed out", "connection failed"
+    seconds: float  # the whole wait before this retry
+    left: float  # seconds still to wait (0: the retry is being sent)
+    retry: int  # this retry's number, from 1
+    retries: int  # how many retries there may be (KB_AGENT_LLM_MAX_RETRIES)
+    status: int | None = None  # the HTTP status that asked for the retry
+
+
+Event = NodeStarted | NodeFinished | AnswerStarted | AnswerDelta | RetryWaiting
 EventHandler = Callable[[Event], None]

@@ -118,9 +118,9 @@ def test_an_answer_holds_its_enums_and_grounding_and_json_writes_their_words() -
 
 
 def test_event_is_what_a_handler_receives() -> None:
-    from crag import AnswerDelta, AnswerStarted, Event, EventHandler, NodeFinished, NodeStarted
+    from crag import AnswerDelta, AnswerStarted, Event, EventHandler, NodeFinished, NodeStarted, RetryWaiting
 
-    assert set(Event.__args__) == {NodeStarted, NodeFinished, AnswerStarted, AnswerDelta}
+    assert set(Event.__args__) == {NodeStarted, NodeFinished, AnswerStarted, AnswerDelta, RetryWaiting}
     seen: list[Event] = []
     handler: EventHandler = seen.append
     Agent(ScriptedChatModel({"analyze_and_route": [route("chitchat", ())], "synthesize": ["Hi."]}), FakeToolbox(),

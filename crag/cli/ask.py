@@ -24,6 +24,7 @@ from .common import (
     undecodable_bytes_kept,
     unreadable_input,
     waiting_note,
+    waits_shown,
 )
 
 
@@ -65,8 +66,8 @@ def agent_for(args: argparse.Namespace, err: TextIO):
     if args.kb:
         from ..index import ensure_indexed
 
-        report = ensure_indexed(config, args.kb, progress=notes, waiting=waiting_note(config, err))
-        notes.done()
+        with waits_shown(notes if notes.tty else None):
+            report = ensure_indexed(config, args.kb, progress=notes, waiting=waiting_note(config, err))
         if report.changed_anything:
             err.write(shown(kb_note(report)) + "\n")
     overrides = {k: v for k, v in OVERRIDES.items() if v is not None}
@@ -101,7 +102,14 @@ class IndexNotes:
         self.err.write(f"\r\033[K{fitted(f'crag: indexing {text}', self.err)}")
         self.err.flush()
 
-    def done(self) -> None:
+    def waiting(self, event) -> None:
+        """A retry wait of the embeddings server (a ``RetryWaiting``), on the same line."""
+        from .live import fitted, waiting_text
+
+        self.err.write(f"\r\033[K{fitted(f'crag: indexing: {waiting_text(event)}', self.err)}")
+        self.err.flush()
+
+    def clear(self) -> None:
         if self.tty:
             self.err.write("\r\033[K")
             self.err.flush()

@@ -33,7 +33,7 @@ from .common import (
     undecodable_bytes_kept,
     unreadable_input,
 )
-from .live import LiveAnswer, answer_live, dumb_terminal, fitted, wants_progress
+from .live import LiveAnswer, answer_live, dumb_terminal, fitted, waiting_text, wants_progress
 
 ANSWER_LEAD = "\ncrag> "  # what a terminal shows before each answer
 
@@ -58,23 +58,31 @@ class Progress:
         self.fed = 0  # how much of ``text`` went to the screen
 
     def __call__(self, event: object) -> None:
-        from ..events import AnswerStarted, NodeFinished, NodeStarted
+        from ..events import AnswerDelta, AnswerStarted, NodeFinished, NodeStarted, RetryWaiting
 
         streaming = self.screen is not None  # the status line is gone once the answer streams
         if isinstance(event, NodeStarted) and self.tty and not streaming:
-            if self.dumb:
-                self.err.write(f"crag: {for_terminal(event.node)}…\n")
-            else:  # clipped to the width: a line that wraps leaves its first row behind
-                self.clear_status()
-                self.err.write(fitted(f"  … {for_terminal(event.node)}", self.err))
-                self.status = True
-            self.err.flush()
-        elif isinstance(event, NodeFinished) and not streaming:
-            self.clear_status()
+            self._status(event.node)
+        elif isinstance(event, RetryWaiting) and self.tty and not self.started:
+            if not self.dumb or event.left == event.seconds:  # a dumb terminal: one line when it starts
+                self._status(f"{event.node}: {waiting_text(event)}", ending="")
+        elif isinstance(event, AnswerDelta) or (isinstance(event, NodeFinished) and not streaming):
+            self.clear_status()  # the step is over, or its retry's wait (the answer streams on stdout)
         elif isinstance(event, AnswerStarted) and not streaming:  # again: a refit request, nothing shown yet
             self.clear_status()
             self.screen = ShownStream(secrets())
             self._lead()
+
+    def _status(self, text: str, ending: str = "…") -> None:
+        """``text`` (a step's name, a retry's wait) on stderr's status line; a dumb terminal's
+        line ends with ``ending``."""
+        if self.dumb:
+            self.err.write(f"crag: {for_terminal(text)}{ending}\n")
+        else:  # clipped to the width: a line that wraps leaves its first row behind
+            self.clear_status()
+            self.err.write(fitted(f"  … {for_terminal(text)}", self.err))
+            self.status = True
+        self.err.flush()
 
     def clear_status(self) -> None:
         """Erase the running step's name, if it is on the screen."""

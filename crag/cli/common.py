@@ -6,8 +6,10 @@ JSON), both with every configured secret redacted.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
+from collections.abc import Iterator
 from typing import TextIO
 
 from ..errors import UsageError
@@ -172,6 +174,23 @@ def waiting_note(config, err: TextIO):
         err.flush()
 
     return waiting
+
+
+@contextlib.contextmanager
+def waits_shown(line) -> Iterator[None]:
+    """Inside the block, the embeddings server's retry waits show on ``line`` (its ``waiting``
+    takes each ``RetryWaiting``; None, off a terminal: nothing shows), which is cleared at the
+    end, so a wait's line is not left behind."""
+    if line is None:
+        yield
+        return
+    from ..llm.retry import reporting_waits
+
+    try:
+        with reporting_waits(line.waiting):
+            yield
+    finally:
+        line.clear()
 
 
 def index_note(config, err: TextIO) -> None:

@@ -25,10 +25,11 @@ from ..safe_text import display_name
 
 if TYPE_CHECKING:
     from ..config import Settings
-    from ..index.build import IndexReport, Progress
+    from ..index.build import IndexReport
     from ..ports import StoreState
 
 __all__ = [
+    "ProgressLine",
     "RootRow",
     "hit_records",
     "index_report_text",
@@ -53,25 +54,52 @@ def is_terminal(stream: TextIO) -> bool:
         return False
 
 
-def progress_printer(stream: TextIO) -> Progress:
+def progress_printer(stream: TextIO) -> ProgressLine:
     """A progress callback that redraws one line on ``stream`` (a terminal)."""
-    width = 0
+    return ProgressLine(stream)
 
-    def show(done: int, total: int, path: str) -> None:
+
+class ProgressLine:
+    """``crag index``'s line on a terminal: ``indexing 3/10: name``, rewritten in place as
+    files are indexed (called as ``progress(done, total, path)``); ``waiting`` shows there a
+    retry wait of the embeddings server (a ``RetryWaiting`` event, counting down), ``clear``
+    erases the line."""
+
+    def __init__(self, stream: TextIO) -> None:
+        import threading
+
+        self.stream = stream
+        self.width = 0  # columns the line takes now
+        self.lock = threading.Lock()  # waits are reported from the embedder's threads
+
+    def __call__(self, done: int, total: int, path: str) -> None:
+        name = display_name(os.path.basename(path))
+        self._show(f"indexing {done}/{total}: {name}"[:100])
+        if done >= total:
+            self.clear()
+
+    def waiting(self, event: Any) -> None:
+        from .live import waiting_text
+
+        self._show(f"indexing: {waiting_text(event)}")
+
+    def _show(self, text: str) -> None:
         from .live import fitted
         from .live import width as columns_of
 
-        nonlocal width
-        name = display_name(os.path.basename(path))
-        line = fitted(f"indexing {done}/{total}: {name}"[:100], stream)
+        line = fitted(text, self.stream)
         used = sum(columns_of(ch) for ch in line)
-        stream.write("\r" + line + " " * max(width - used, 0))
-        width = used
-        if done >= total:
-            stream.write("\r" + " " * width + "\r")
-        stream.flush()
+        with self.lock:
+            self.stream.write("\r" + line + " " * max(self.width - used, 0))
+            self.width = used
+            self.stream.flush()
 
-    return show
+    def clear(self) -> None:
+        with self.lock:
+            if self.width:
+                self.stream.write("\r" + " " * self.width + "\r")
+                self.stream.flush()
+            self.width = 0
 
 
 def _names(paths: Sequence[str], cwd: str) -> list[str]:

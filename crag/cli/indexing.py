@@ -8,7 +8,16 @@ from __future__ import annotations
 import argparse
 from typing import TextIO
 
-from .common import index_note, own_name, require_index_libraries, settings, shown, shown_json, waiting_note
+from .common import (
+    index_note,
+    own_name,
+    require_index_libraries,
+    settings,
+    shown,
+    shown_json,
+    waiting_note,
+    waits_shown,
+)
 
 
 def cmd_index(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -19,7 +28,9 @@ def cmd_index(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     require_index_libraries()
     progress = progress_printer(err) if is_terminal(err) else None
 
-    report = index_roots(config, args.paths, progress=progress, patterns=args.exclude, waiting=waiting_note(config, err))
+    with waits_shown(progress):
+        report = index_roots(config, args.paths, progress=progress, patterns=args.exclude,
+                             waiting=waiting_note(config, err))
     out.write(shown(own_name(index_report_text(report))))
     return 0
 

@@ -9,7 +9,10 @@ The run goes through ``Agent.stream`` (``answer_live``), and two things show whi
   runs, the last lines the model has written so far (its raw reply, before grounding, made
   terminal-safe and redacted), each line clipped to the terminal's width so the region's
   height is known and can be erased exactly. It is erased when the grounded answer starts
-  and when the run ends or is interrupted.
+  and when the run ends or is interrupted. While a step waits to retry a request (a
+  ``RetryWaiting`` event: 429, 5xx, a timeout), its line says why and counts the wait down
+  (``… plan: LLM server answered 429 rate limited; retry 1 of 3 in 27 s``), then says the
+  retry was sent (``waiting_text``).
 - **The grounded answer, on stdout,** a sentence at a time as ``Agent.stream`` lets it show
   (``crag.stream`` says when), completed by the finished answer's rest. When the stream held
   the whole answer back (the simple path, a reply with no citation), nothing was shown on
@@ -18,14 +21,16 @@ The run goes through ``Agent.stream`` (``answer_live``), and two things show whi
   plain text after its ``crag>`` prompt (``LiveAnswer``'s ``lead`` and ``render``).
 
 With ``TERM=dumb`` (or no ``TERM``) no cursor control is written: each step is one plain
-line on stderr (``crag: plan…``) and there is no preview of the raw reply; the grounded
-answer still streams on stdout, which only ever appends. When stderr is not a terminal the
+line on stderr (``crag: plan…``), each retry wait one line when it starts, and there is no
+preview of the raw reply; the grounded answer still streams on stdout, which only ever
+appends. When stderr is not a terminal the
 status is not shown at all. A terminal too narrow for a useful preview (under 20 columns)
 gets the step line alone.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import time
@@ -91,6 +96,21 @@ def fitted(line: str, stream: TextIO | None = None) -> str:
     return clip(line, max(columns, 1))
 
 
+def waiting_text(wait) -> str:
+    """A ``RetryWaiting`` event in words, for a status line: why a request waits, which
+    retry comes and, while the wait counts down, in how many seconds."""
+    server = "embeddings server" if wait.server == "embeddings" else "LLM server"
+    if wait.status is None:
+        why = {"timed out": "did not answer in time", "connection failed": "could not be reached"}.get(
+            wait.reason, shown(wait.reason))
+    else:
+        why = f"answered {shown(wait.reason)}"
+    which = f"retry {wait.retry} of {wait.retries}"
+    if wait.left > 0:
+        return f"{server} {why}; {which} in {math.ceil(wait.left - 1e-6)} s"
+    return f"{server} {why}; {which} sent"
+
+
 class LiveAnswer:
     """The screen of one answer on a terminal: ``event`` takes the run's events (the status
     region), ``chunk`` the grounded chunks, ``finish`` the ``Answer``; ``abort`` erases the
@@ -110,6 +130,7 @@ class LiveAnswer:
         self.status = isatty(err)  # the status region goes to stderr only when it is a terminal
         self.dumb = dumb_terminal() if dumb is None else dumb
         self.node = ""
+        self.waiting = ""  # why the step waits and for how long (a retry wait), else ""
         self.reply = ""  # the raw reply being written (the preview)
         self.rows = 0  # rows the status region takes on screen (cursor at the end of its last)
         self.drawn_at = 0.0
@@ -118,12 +139,19 @@ class LiveAnswer:
     # -- the status region ------------------------------------------------------------------
 
     def event(self, event: object) -> None:
-        from ..events import AnswerDelta, AnswerStarted, NodeStarted  # here: the CLI loads without attrs
+        from ..events import AnswerDelta, AnswerStarted, NodeStarted, RetryWaiting  # here: the CLI loads without attrs
 
         if self.screen is not None or not self.status:
             return
-        if isinstance(event, NodeStarted):
-            self.node, self.reply = event.node, ""
+        if isinstance(event, RetryWaiting):
+            self.waiting = waiting_text(event)
+            if not self.dumb:
+                self._draw()
+            elif event.left == event.seconds:  # appended lines only: one when the wait starts
+                self.err.write(f"crag: {shown(event.node)}: {self.waiting}\n")
+                self.err.flush()
+        elif isinstance(event, NodeStarted):
+            self.node, self.reply, self.waiting = event.node, "", ""
             if self.dumb:
                 self.err.write(f"crag: {shown(event.node)}…\n")
                 self.err.flush()
@@ -133,6 +161,7 @@ class LiveAnswer:
             self.reply = ""
         elif isinstance(event, AnswerDelta) and not self.dumb:
             self.reply += event.text
+            self.waiting = ""  # the retry answered
             now = time.monotonic()
             if now - self.drawn_at >= REDRAW_EVERY:
                 self._draw()
@@ -140,7 +169,8 @@ class LiveAnswer:
     def _draw(self) -> None:
         columns, lines = terminal_size(self.err)
         columns -= 1  # never write into the last column: some terminals wrap there at once
-        region = [clip(f"  … {shown(self.node)}", columns)]
+        step = f"  … {shown(self.node)}" + (f": {self.waiting}" if self.waiting else "")
+        region = [clip(step, columns)]
         if self.reply and columns + 1 >= MIN_COLUMNS:
             written = [line for line in shown(self.reply).splitlines() if line.strip()]
             room = max(0, min(PREVIEW_LINES, lines - 3))  # rows scrolled off the screen cannot be erased

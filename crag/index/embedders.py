@@ -142,7 +142,7 @@ class OpenAIEmbedder:
                 # Floats, not the SDK's default base64: the body crag checks is what is parsed.
                 return client.embeddings.create(model=self.model, input=batch, encoding_format="float")
 
-        response = self.policy.call(attempt, self._translate)
+        response = self.policy.call(attempt, self._translate, server="embeddings")
         data = getattr(response, "data", None)
         if not isinstance(data, list) or not all(isinstance(getattr(d, "index", None), int) for d in data):
             raise LLMError(f"the embeddings server sent a reply without indexed vectors ({self.model})")
@@ -187,10 +187,14 @@ class OpenAIEmbedder:
         if len(batches) == 1 or self.max_parallel <= 1:
             results = [self._request(b) for b in batches]
         else:
+            import contextvars
             from concurrent.futures import ThreadPoolExecutor
 
+            # Each batch's thread gets a copy of this one's context: the request deadline, a
+            # cancellation and where retry waits are reported (crag.llm.retry) follow it.
+            contexts = [contextvars.copy_context() for _ in batches]
             with ThreadPoolExecutor(min(self.max_parallel, len(batches)), thread_name_prefix="crag-embed") as pool:
-                results = list(pool.map(self._request, batches))
+                results = list(pool.map(lambda context, batch: context.run(self._request, batch), contexts, batches))
         vectors = np.asarray([v for r in results for v in r], dtype=np.float32)
         if vectors.ndim != 2 or vectors.shape[0] != len(texts):
             raise LLMError("the embeddings server returned vectors of inconsistent sizes")

@@ -228,7 +228,7 @@ class OpenAIChatModel:
                     error = self._translate(exc, failure, node, retries, "response_format" in params)
                     raise _redacted(error, self._secrets) from exc
                 retries += 1
-                self.policy.sleep(wait)
+                self.policy.rest(wait, retries, failure, node=node)
                 continue
             break
         if reply.whole:  # the server does not stream: ask it for whole replies from now on

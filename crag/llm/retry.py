@@ -10,27 +10,38 @@ what the server asked. Any other 4xx is final at once.
 
 ``RetryPolicy.classify`` turns an exception into one of the typed failures below (or None
 when it is not the server's doing, so it propagates untouched); ``RetryPolicy.wait`` says
-how long to wait before the next try, or None when there is none; ``RetryPolicy.call`` runs
-a request under the policy. Turning a failure into a one-line ``LLMError`` stays with each
-client, which knows what to say (the chat node, the embedding model). ``server_message`` and
-``context_overflow`` read what a server's error says (its message; a request longer than the
-model's window, and that window).
+how long to wait before the next try, or None when there is none; ``RetryPolicy.rest``
+waits that long; ``RetryPolicy.call`` runs a request under the policy. Turning a failure
+into a one-line ``LLMError`` stays with each client, which knows what to say (the chat node,
+the embedding model). ``server_message`` and ``context_overflow`` read what a server's error
+says (its message; a request longer than the model's window, and that window).
+
+A wait can last a minute (a ``Retry-After`` of up to 60 s, before each retry). Inside
+``reporting_waits(handler)`` each wait is reported to ``handler`` as ``RetryWaiting`` records
+(``crag.events``): when it starts, about once a second as it counts down, and as the retry
+is sent; the CLI shows them on its status line. The handler lives in a context variable, so
+it follows the thread that makes the request (and the threads given a copy of its context);
+outside the block nothing is reported and the wait is one sleep.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import email.utils
+import http
 import json
 import math
 import random
 import re
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from attrs import frozen
 
+from ..events import RetryWaiting
 from .deadline import pause
 
 __all__ = [
@@ -46,9 +57,15 @@ __all__ = [
     "context_overflow",
     "one_line",
     "parse_retry_after",
+    "reporting_waits",
+    "wait_reason",
 ]
 
 RETRY_AFTER_CAP = 60.0  # seconds; a server asking for longer gets an error, not a wait
+TICK = 1.0  # seconds between two reports of a wait that counts down
+
+_ON_WAIT: contextvars.ContextVar[Callable[[RetryWaiting], None] | None] = contextvars.ContextVar(
+    "crag_on_wait", default=None)
 
 T = TypeVar("T")
 
@@ -99,6 +116,32 @@ class BadReplyFailure:
 
 
 Failure = TimeoutFailure | ConnectionFailure | StatusFailure | BadReplyFailure
+
+
+@contextlib.contextmanager
+def reporting_waits(handler: Callable[[RetryWaiting], None]) -> Iterator[None]:
+    """Every retry wait inside the block is reported to ``handler`` (module doc)."""
+    token = _ON_WAIT.set(handler)
+    try:
+        yield
+    finally:
+        _ON_WAIT.reset(token)
+
+
+def wait_reason(failure: Failure) -> str:
+    """Why a retry waits, in a few words: ``429 rate limited``, ``503 service unavailable``."""
+    if isinstance(failure, StatusFailure):
+        if failure.status == 429:
+            return "429 rate limited"
+        try:
+            return f"{failure.status} {http.HTTPStatus(failure.status).phrase.lower()}"
+        except ValueError:
+            return f"{failure.status} server error"
+    if isinstance(failure, TimeoutFailure):
+        return "timed out"
+    if isinstance(failure, ConnectionFailure):
+        return "connection failed"
+    return "bad reply"
 
 
 def one_line(text: object, limit: int = 200) -> str:
@@ -202,10 +245,33 @@ class RetryPolicy:
         ceiling = min(self.backoff_max, self.backoff_base * (2.0 ** min(retries, 64)))  # 2.0**1024 overflows
         return ceiling / 2.0 + self.rng.uniform(0.0, ceiling / 2.0)
 
+    def rest(self, seconds: float, retry: int, failure: Failure, node: str = "", server: str = "LLM") -> None:
+        """Wait ``seconds`` before retry number ``retry``, reporting the wait inside
+        ``reporting_waits`` (module doc)."""
+        report = _ON_WAIT.get()
+        if report is None:
+            self.sleep(seconds)
+            return
+        status = failure.status if isinstance(failure, StatusFailure) else None
+        reason = wait_reason(failure)
+
+        def tell(left: float) -> None:
+            report(RetryWaiting(node, server, reason, seconds, left, retry, self.max_retries, status))
+
+        left = max(0.0, float(seconds))
+        while left > 0:
+            tell(left)
+            fraction = left % TICK
+            step = fraction if fraction > 1e-6 else min(TICK, left)  # to a whole second, then by seconds
+            self.sleep(step)
+            left = max(0.0, left - step)
+        tell(0.0)
+
     def call(
         self,
         request: Callable[[], T],
         translate: Callable[[BaseException, Failure, int], BaseException],
+        server: str = "LLM",
     ) -> T:
         """``request()`` with retries; a final failure is raised as ``translate(exc, failure, retries)``."""
         retries = 0
@@ -220,7 +286,7 @@ class RetryPolicy:
                 if wait is None:
                     raise translate(exc, failure, retries) from exc
                 retries += 1
-                self.sleep(wait)
+                self.rest(wait, retries, failure, server=server)
 
 
 def _transport_errors() -> tuple[type[BaseException], ...]:
