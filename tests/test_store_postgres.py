@@ -548,33 +548,40 @@ def test_postgresql_folds_diacritics_as_the_table_says(pg_uri: str, tmp_path: Pa
     assert fold_diacritics("Crème BRÛLÉE, Việt, re\u0301sume\u0301, smørrebrød") == "Creme BRuLeE, Viet, resume, smørrebrød"
 
 
+def _back_to_format_5(conn: object) -> None:
+    """The chunks' tsv, the files' and the postings as a crag of format 5 wrote them (accents kept)."""
+    from crag.index.postgres_schema import postings_of
+
+    unfolded = "setweight(to_tsvector('english', {}), '{}')"
+    for sql in (
+        "ALTER TABLE crag.chunks DROP COLUMN tsv",
+        "ALTER TABLE crag.chunks ADD COLUMN tsv tsvector GENERATED ALWAYS AS ("
+        f"{unfolded.format('title', 'A')} || {unfolded.format('heading', 'B')} || {unfolded.format('text', 'D')}) STORED",
+        f"UPDATE crag.files f SET tsv = {unfolded.format('k.title', 'A')} FROM (SELECT DISTINCT file_id, title "
+        "FROM crag.chunks) k WHERE k.file_id = f.id",
+        "TRUNCATE crag.postings, crag.file_postings, crag.terms, crag.file_terms",
+        f"INSERT INTO crag.postings {postings_of('chunks')}",
+        f"INSERT INTO crag.file_postings {postings_of('files')}",
+        "INSERT INTO crag.terms SELECT lexeme, count(*) FROM crag.postings GROUP BY lexeme",
+        "INSERT INTO crag.file_terms SELECT lexeme, count(*) FROM crag.file_postings GROUP BY lexeme",
+        "DROP FUNCTION crag.fold_diacritics",
+        "DELETE FROM crag.migrations WHERE version > 5",
+    ):
+        conn.execute(sql)  # type: ignore[attr-defined]
+
+
 def test_an_index_of_format_5_is_folded_in_place(pg_uri: str, tmp_path: Path) -> None:
     """A database written before diacritics were folded (format 5): `crag index` upgrades it
     without reading or embedding anything again; the postings of the chunks with accents (and of
     their files) are folded, the document frequencies follow, the texts stay as written."""
     import psycopg
 
-    from crag.index.postgres_schema import postings_of
-
     env = env_for(pg_uri, tmp_path)
     kb = make_kb(tmp_path / "kb", n=3)
     write(kb / "cafe.md", "# Café\n\nThe café in Zürich serves crème brûlée; the cafe in Bern does not.\n")
     assert crag(env, tmp_path, "index", str(kb)).returncode == 0
-    unfolded = "setweight(to_tsvector('english', {}), '{}')"
-    with psycopg.connect(pg_uri, autocommit=True) as conn:  # back to format 5, as the previous crag left it
-        conn.execute("ALTER TABLE crag.chunks DROP COLUMN tsv")
-        conn.execute("ALTER TABLE crag.chunks ADD COLUMN tsv tsvector GENERATED ALWAYS AS ("
-                     f"{unfolded.format('title', 'A')} || {unfolded.format('heading', 'B')} || "
-                     f"{unfolded.format('text', 'D')}) STORED")
-        conn.execute(f"UPDATE crag.files f SET tsv = {unfolded.format('k.title', 'A')} FROM (SELECT DISTINCT "
-                     "file_id, title FROM crag.chunks) k WHERE k.file_id = f.id")
-        conn.execute("TRUNCATE crag.postings, crag.file_postings, crag.terms, crag.file_terms")
-        conn.execute(f"INSERT INTO crag.postings {postings_of('chunks')}")
-        conn.execute(f"INSERT INTO crag.file_postings {postings_of('files')}")
-        conn.execute("INSERT INTO crag.terms SELECT lexeme, count(*) FROM crag.postings GROUP BY lexeme")
-        conn.execute("INSERT INTO crag.file_terms SELECT lexeme, count(*) FROM crag.file_postings GROUP BY lexeme")
-        conn.execute("DROP FUNCTION crag.fold_diacritics")
-        conn.execute("DELETE FROM crag.migrations WHERE version > 5")
+    with psycopg.connect(pg_uri, autocommit=True) as conn:
+        _back_to_format_5(conn)
         before = dict(conn.execute("SELECT lexeme, df FROM crag.terms WHERE lexeme IN ('café', 'cafe', 'zürich')"))
         others = conn.execute("SELECT count(*) FROM crag.postings p JOIN crag.chunks c ON c.id = p.chunk_id "
                               "WHERE c.text NOT LIKE '%café%'").fetchone()[0]
@@ -598,6 +605,43 @@ def test_an_index_of_format_5_is_folded_in_place(pg_uri: str, tmp_path: Path) ->
     assert "The café in Zürich serves crème brûlée" in text  # as written
     found = crag(env, tmp_path, "search", "zurich creme")
     assert found.returncode == 0 and "cafe.md" in found.stdout and "Zürich serves crème" in found.stdout
+
+
+def test_the_upgrade_to_format_6_builds_the_vector_index_again_with_the_memory_it_needs(
+    pg_uri: str, tmp_path: Path, ivf_from_8_chunks: None
+) -> None:
+    """Migration 6 rewrites the chunks, so PostgreSQL builds their indexes again, the IVFFlat one
+    too: with the server's maintenance_work_mem below what its k-means needs, the upgrade failed
+    ("memory required is 133 MB, maintenance_work_mem is 64 MB" at 14,785 chunks), and crag index
+    with it. The migration raises it for its transaction, as crag does for a build."""
+    import psycopg
+
+    env = env_for(pg_uri, tmp_path)
+    kb = tmp_path / "kb"
+    for i in range(300):
+        write(kb / f"p{i:03d}.md", f"# Page {i}\n\nThe café {i} in Zürich.\n")
+    index_roots(Settings(store=pg_uri), [kb])
+    with psycopg.connect(pg_uri, autocommit=True) as conn:
+        built = _vector_indexes(conn)
+        _back_to_format_5(conn)
+        name = conn.execute("SELECT current_database()").fetchone()[0]
+        conn.execute(f"ALTER DATABASE \"{name}\" SET maintenance_work_mem = '1MB'")  # for the sessions to come
+    assert built and _meta_of(pg_uri)["vectors"].startswith("ivf:")
+    upgraded = crag(env, tmp_path, "index", str(kb))
+    assert upgraded.returncode == 0, upgraded.stderr
+    with psycopg.connect(pg_uri) as conn:
+        assert _vector_indexes(conn) == built
+        assert conn.execute("SELECT max(version) FROM crag.migrations").fetchone()[0] == 6
+        assert conn.execute("SELECT current_setting('maintenance_work_mem')").fetchone()[0] == "1MB"
+    found = crag(env, tmp_path, "search", "zurich cafe 7")
+    assert found.returncode == 0 and "p007.md" in found.stdout
+
+
+def _meta_of(uri: str) -> dict[str, str]:
+    import psycopg
+
+    with psycopg.connect(uri) as conn:
+        return _meta(conn)
 
 CLI_INDEXER = r"""
 import sys

@@ -55,6 +55,24 @@ _FOLD_FUNCTION = f"""
 """
 
 
+# The rewrite of a table builds its indexes again, the vector index too (pgvector's k-means),
+# which fails when ``maintenance_work_mem`` is below what it needs ("memory required is 133
+# MB", at 512 cells): raised for the migration's transaction as ``postgres_vectors.build_ivf``
+# raises it (the same estimate, ``_build_memory_mb``, from ``meta.vectors``, ``meta.dim`` and
+# the number of chunks); never lowered.
+_REBUILD_MEMORY = f"""
+        SELECT set_config('maintenance_work_mem', need || 'MB', true) FROM (
+            SELECT (1.1 * (s.samples * (d.dim * 4 + 16) + s.samples * v.lists * 4 + v.lists * v.lists * 4
+                           + 4 * v.lists * (d.dim * 4 + 16)) / 1048576)::bigint + 64 AS need
+            FROM (SELECT split_part(value, ':', 2)::bigint AS lists FROM {SCHEMA}.meta
+                  WHERE key = 'vectors' AND value ~ '^ivf:[0-9]+$') AS v,
+                 (SELECT value::bigint AS dim FROM {SCHEMA}.meta WHERE key = 'dim') AS d,
+                 LATERAL (SELECT least(count(*), v.lists * 50) AS samples FROM {SCHEMA}.chunks) AS s
+        ) AS m WHERE need > (SELECT setting::bigint * (CASE unit WHEN '8kB' THEN 8 WHEN 'kB' THEN 1
+                                    WHEN 'MB' THEN 1024 ELSE 1 END) / 1024
+                             FROM pg_settings WHERE name = 'maintenance_work_mem');"""
+
+
 def vector_literal(vec: Any) -> str:
     """A vector as pgvector's text input: exact for float32 values (nine significant digits)."""
     return "[" + ",".join(f"{x:.9g}" for x in vec.astype("float32").tolist()) + "]"
@@ -248,6 +266,7 @@ MIGRATIONS: tuple[tuple[int, str, str], ...] = (
              d AS (DELETE FROM {SCHEMA}.file_postings p USING gone
                    WHERE p.lexeme = gone.lexeme AND p.file_id = gone.id RETURNING p.lexeme)
         INSERT INTO crag_refold_df SELECT 'file_terms', lexeme, -count(*) FROM d GROUP BY lexeme;
+        {_REBUILD_MEMORY}
         ALTER TABLE {SCHEMA}.chunks DROP COLUMN tsv;
         ALTER TABLE {SCHEMA}.chunks ADD COLUMN tsv tsvector GENERATED ALWAYS AS (
             {_tsvector("title", "A")} || {_tsvector("heading", "B")} || {_tsvector("text", "D")}
