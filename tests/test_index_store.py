@@ -408,3 +408,15 @@ def test_an_index_in_another_format_is_refused_then_rebuilt(kb: Path, cfg: Setti
     assert report.reembedded_all and len(report.added) == 3
     with open_index(cfg) as reader:
         assert reader.n_chunks == 3
+
+
+def test_a_word_without_its_accents_finds_it_as_full_text_search_does(kb: Path, cfg: Settings) -> None:
+    """FTS5 folds ``crème`` to ``creme``; the hash embedder's filter of hits sharing no word
+    with the query (``search.sharing_a_word``) dropped what it had found."""
+    write(kb / "dessert.md", "# Dessert\n\nThe kitchen serves crème brûlée in Zürich.\n")
+    index_roots(cfg, [kb])
+    with open_index(cfg) as reader:
+        for query in ("creme brulee", "zurich", "Crème", "ZÜRICH"):
+            for mode in ("lexical", "hybrid"):
+                assert paths_of(reader.search(query, 1, mode=mode)) == ["dessert.md"], (query, mode)
+        assert "crème brûlée in Zürich" in reader.search("creme", 1)[0].text  # as written

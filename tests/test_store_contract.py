@@ -228,3 +228,35 @@ def test_a_text_file_with_nul_bytes_after_its_first_8_kib_is_indexed_the_same_by
         assert "\x00" not in hits[0].text and "after the padding: shutdown complete" in hits[0].text
         assert hits[0].end_line == 201  # line numbers as the file has them
         assert all(Path(h.path).name != "image.txt" for h in reader.search("pixels", 10))
+
+
+def test_accents_are_folded_alike_by_every_store(kb: Path, tmp_path: Path, cfg: Settings) -> None:
+    """``cafe`` finds ``café`` and ``Zürich`` finds ``Zurich`` in both stores: PostgreSQL folds
+    the diacritics FTS5 folds (``remove_diacritics 2``), in texts and in queries, and no other
+    (``ø`` stays ``ø``); the chunks keep their text as written."""
+    write(kb / "cafe.md", "# Café culture\n\nThe CAFÉ on the corner serves crème brûlée.\n")
+    write(kb / "zurich.md", "# Offices\n\nThe office in Zurich opens at nine.\n")
+    write(kb / "resume.md", "# Hiring\n\nSend your re\u0301sume\u0301 to the hiring team.\n")  # combining accents
+    write(kb / "viet.md", "# Việt Nam\n\nThe Hà Nội office answers in Vietnamese.\n")
+    write(kb / "lunch.md", "# Lunch\n\nOpen sandwiches: smørrebrød, every Friday.\n")
+    reference = Settings(index_dir=str(tmp_path / "reference"))
+    index_roots(reference, [kb])
+    index_roots(cfg, [kb])
+    found = {
+        "cafe": "cafe.md", "café": "cafe.md", "Cafe": "cafe.md", "creme brulee": "cafe.md", "CRÈME": "cafe.md",
+        "Zürich": "zurich.md", "ZURICH": "zurich.md", "résumé": "resume.md", "resume": "resume.md",
+        "viet nam": "viet.md", "ha noi": "viet.md", "hà nội": "viet.md", "Vi\u1ec7t": "viet.md",
+        "smørrebrød": "lunch.md",
+    }
+    with open_index(reference) as want, open_index(cfg) as got:
+        for query, name in found.items():
+            expect, hits = want.search(query, 2, mode="lexical"), got.search(query, 2, mode="lexical")
+            assert [Path(h.path).name for h in hits][:1] == [name], (query, hits)
+            assert same_hits(hits, expect, exact=not cfg.store), (query, hits, expect)
+        for query in ("smorrebrod", "cafes zurich"):
+            expect, hits = want.search(query, 3, mode="lexical"), got.search(query, 3, mode="lexical")
+            assert same_hits(hits, expect, exact=not cfg.store), (query, hits, expect)
+        assert not [h for h in got.search("smorrebrod", 3, mode="lexical") if h.lexical_rank is not None]
+        text = got.search("creme", 1, mode="lexical")[0].text
+        assert "The CAFÉ on the corner serves crème brûlée." in text  # as written
+        assert "re\u0301sume\u0301" in got.search("resume", 1, mode="hybrid")[0].text

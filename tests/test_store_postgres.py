@@ -525,6 +525,138 @@ def test_an_index_of_the_previous_format_is_upgraded_in_place(pg_uri: str, tmp_p
     assert files[0] == files[1] and files[2] == files[3] and left == 0
 
 
+
+def test_the_diacritics_folded_are_those_sqlite_fts5_folds() -> None:
+    """``DIACRITICS`` is what FTS5's ``unicode61 remove_diacritics 2`` (the embedded store's
+    tokenizer) does to each character of the Basic Multilingual Plane between two letters: folds it
+    to a letter, or drops it (it folds nothing beyond)."""
+    import sqlite3
+
+    from crag.index.documents import DIACRITICS
+
+    conn = sqlite3.connect(":memory:")
+    folded = {}
+    for option in (0, 2):
+        conn.execute(f"CREATE VIRTUAL TABLE t{option} USING fts5(x, tokenize='unicode61 remove_diacritics {option}')")
+        conn.execute(f"CREATE VIRTUAL TABLE v{option} USING fts5vocab(t{option}, instance)")
+        conn.executemany(f"INSERT INTO t{option} (rowid, x) VALUES (?, ?)",
+                         [(c, f"q{chr(c)}q") for c in range(0x80, 0x10000) if not 0xD800 <= c < 0xE000])
+        folded[option] = dict(conn.execute(f"SELECT doc, group_concat(term, ' ') FROM v{option} GROUP BY doc"))
+    changed = {chr(c): word for c, word in folded[2].items() if folded[0].get(c) != word}
+    assert changed == {c: f"q{target}q" for target, chars in DIACRITICS.items() for c in chars}
+
+
+def test_postgresql_folds_diacritics_as_the_table_says(pg_uri: str, tmp_path: Path) -> None:
+    """The SQL function folds every character as ``fold_diacritics`` does, and leaves the rest."""
+    import psycopg
+
+    from crag.index.documents import DIACRITICS, fold_diacritics
+
+    index_roots(Settings(store=pg_uri), [make_kb(tmp_path / "kb", n=1)])
+    text = "".join(DIACRITICS.values()) + "".join(chr(c) for c in range(1, 0x250)) + "ø æ ß ł đ Ω й 東京 — “x” 'q' \\"
+    with psycopg.connect(pg_uri) as conn:
+        got = conn.execute("SELECT crag.fold_diacritics(%s), crag.fold_diacritics('plain'), "
+                           "crag.fold_diacritics(NULL)", (text,)).fetchone()
+        volatility = conn.execute("SELECT provolatile FROM pg_proc WHERE proname = 'fold_diacritics'").fetchone()[0]
+    assert got == (fold_diacritics(text), "plain", None) and volatility == "i"
+    assert fold_diacritics("Crème BRÛLÉE, Việt, re\u0301sume\u0301, smørrebrød") == "Creme BRuLeE, Viet, resume, smørrebrød"
+
+
+def _back_to_format_5(conn: object) -> None:
+    """The chunks' tsv, the files' and the postings as a crag of format 5 wrote them (accents kept)."""
+    from crag.index.postgres_schema import postings_of
+
+    unfolded = "setweight(to_tsvector('english', {}), '{}')"
+    for sql in (
+        "ALTER TABLE crag.chunks DROP COLUMN tsv",
+        "ALTER TABLE crag.chunks ADD COLUMN tsv tsvector GENERATED ALWAYS AS ("
+        f"{unfolded.format('title', 'A')} || {unfolded.format('heading', 'B')} || {unfolded.format('text', 'D')}) STORED",
+        f"UPDATE crag.files f SET tsv = {unfolded.format('k.title', 'A')} FROM (SELECT DISTINCT file_id, title "
+        "FROM crag.chunks) k WHERE k.file_id = f.id",
+        "TRUNCATE crag.postings, crag.file_postings, crag.terms, crag.file_terms",
+        f"INSERT INTO crag.postings {postings_of('chunks')}",
+        f"INSERT INTO crag.file_postings {postings_of('files')}",
+        "INSERT INTO crag.terms SELECT lexeme, count(*) FROM crag.postings GROUP BY lexeme",
+        "INSERT INTO crag.file_terms SELECT lexeme, count(*) FROM crag.file_postings GROUP BY lexeme",
+        "DROP FUNCTION crag.fold_diacritics",
+        "DELETE FROM crag.migrations WHERE version > 5",
+    ):
+        conn.execute(sql)  # type: ignore[attr-defined]
+
+
+def test_an_index_of_format_5_is_folded_in_place(pg_uri: str, tmp_path: Path) -> None:
+    """A database written before diacritics were folded (format 5): `crag index` upgrades it
+    without reading or embedding anything again; the postings of the chunks with accents (and of
+    their files) are folded, the document frequencies follow, the texts stay as written."""
+    import psycopg
+
+    env = env_for(pg_uri, tmp_path)
+    kb = make_kb(tmp_path / "kb", n=3)
+    write(kb / "cafe.md", "# Café\n\nThe café in Zürich serves crème brûlée; the cafe in Bern does not.\n")
+    assert crag(env, tmp_path, "index", str(kb)).returncode == 0
+    with psycopg.connect(pg_uri, autocommit=True) as conn:
+        _back_to_format_5(conn)
+        before = dict(conn.execute("SELECT lexeme, df FROM crag.terms WHERE lexeme IN ('café', 'cafe', 'zürich')"))
+        others = conn.execute("SELECT count(*) FROM crag.postings p JOIN crag.chunks c ON c.id = p.chunk_id "
+                              "WHERE c.text NOT LIKE '%café%'").fetchone()[0]
+    assert before == {"café": 1, "cafe": 1, "zürich": 1}
+    old = crag(env, tmp_path, "search", "cafe")
+    assert old.returncode == 1 and "has format 5, this crag reads format 6" in old.stderr
+    upgraded = crag(env, tmp_path, "index", str(kb))
+    assert upgraded.returncode == 0, upgraded.stderr
+    assert "0 added, 0 changed, 0 removed" in upgraded.stdout  # nothing re-read
+    with psycopg.connect(pg_uri) as conn:
+        stored, derived, terms, counted = _postings_as_derived(conn)
+        files = _postings_as_derived(conn, "files")
+        after = dict(conn.execute("SELECT lexeme, df FROM crag.terms WHERE lexeme IN ('café', 'cafe', 'zürich', "
+                                  "'zurich', 'crème', 'creme')"))
+        title = conn.execute("SELECT tsv FROM crag.files WHERE path LIKE '%cafe.md'").fetchone()[0]
+        text = conn.execute("SELECT text FROM crag.chunks WHERE text LIKE '%café%'").fetchone()[0]
+        kept = conn.execute("SELECT count(*) FROM crag.postings p JOIN crag.chunks c ON c.id = p.chunk_id "
+                            "WHERE c.text NOT LIKE '%café%'").fetchone()[0]
+    assert stored == derived and terms == counted and files[0] == files[1] and files[2] == files[3]
+    assert after == {"cafe": 1, "zurich": 1, "creme": 1} and title == "'cafe':1A" and kept == others
+    assert "The café in Zürich serves crème brûlée" in text  # as written
+    found = crag(env, tmp_path, "search", "zurich creme")
+    assert found.returncode == 0 and "cafe.md" in found.stdout and "Zürich serves crème" in found.stdout
+
+
+def test_the_upgrade_to_format_6_builds_the_vector_index_again_with_the_memory_it_needs(
+    pg_uri: str, tmp_path: Path, ivf_from_8_chunks: None
+) -> None:
+    """Migration 6 rewrites the chunks, so PostgreSQL builds their indexes again, the IVFFlat one
+    too: with the server's maintenance_work_mem below what its k-means needs, the upgrade failed
+    ("memory required is 133 MB, maintenance_work_mem is 64 MB" at 14,785 chunks), and crag index
+    with it. The migration raises it for its transaction, as crag does for a build."""
+    import psycopg
+
+    env = env_for(pg_uri, tmp_path)
+    kb = tmp_path / "kb"
+    for i in range(300):
+        write(kb / f"p{i:03d}.md", f"# Page {i}\n\nThe café {i} in Zürich.\n")
+    index_roots(Settings(store=pg_uri), [kb])
+    with psycopg.connect(pg_uri, autocommit=True) as conn:
+        built = _vector_indexes(conn)
+        _back_to_format_5(conn)
+        name = conn.execute("SELECT current_database()").fetchone()[0]
+        conn.execute(f"ALTER DATABASE \"{name}\" SET maintenance_work_mem = '1MB'")  # for the sessions to come
+    assert built and _meta_of(pg_uri)["vectors"].startswith("ivf:")
+    upgraded = crag(env, tmp_path, "index", str(kb))
+    assert upgraded.returncode == 0, upgraded.stderr
+    with psycopg.connect(pg_uri) as conn:
+        assert _vector_indexes(conn) == built
+        assert conn.execute("SELECT max(version) FROM crag.migrations").fetchone()[0] == 6
+        assert conn.execute("SELECT current_setting('maintenance_work_mem')").fetchone()[0] == "1MB"
+    found = crag(env, tmp_path, "search", "zurich cafe 7")
+    assert found.returncode == 0 and "p007.md" in found.stdout
+
+
+def _meta_of(uri: str) -> dict[str, str]:
+    import psycopg
+
+    with psycopg.connect(uri) as conn:
+        return _meta(conn)
+
 CLI_INDEXER = r"""
 import sys
 import crag.index.postgres as pg

@@ -11,7 +11,8 @@ Tables live in the schema ``crag`` and are created on first use (``MIGRATIONS``,
     files    one row per file version: path, size, mtime, sha256; ``tsv`` of its title
              words (weight A; its postings for the file ranking are its chunks', summed)
     chunks   lines, heading, title, text, ``embedding vector``; ``tsv`` generated from
-             title (A), heading (B) and text (D) for the chunk ranking
+             title (A), heading (B) and text (D), accents folded as FTS5 folds them
+             (``crag.fold_diacritics``), for the chunk ranking
 
 Theory of operation. An indexer holds a session advisory lock (``pg_try_advisory_lock``,
 polled until ``lock_timeout``) for the whole update, so indexers serialise; every edit of

@@ -12,9 +12,65 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["MIGRATIONS", "POSTINGS_INDEXES", "SCHEMA", "SCHEMA_VERSION", "bulk_postings", "postings_of", "vector_literal"]
+from .documents import DIACRITICS
+
+__all__ = [
+    "MIGRATIONS", "POSTINGS_INDEXES", "SCHEMA", "SCHEMA_VERSION", "bulk_postings", "fold", "postings_of",
+    "vector_literal",
+]
 
 SCHEMA = "crag"
+
+
+# translate() looks each character up in its list, in order, until found: ASCII first, the
+# most frequent first, each to itself, so that a text's plain characters are found in a few
+# steps (then the letters with diacritics, then the marks, which map to nothing and are
+# dropped). And a text without any of them (most) is returned as it is after one regular
+# expression's scan.
+_PLAIN = " etaoinsrhldcumfpgwybvkxjqzETAOINSRHLDCUMFPGWYBVKXJQZ\n0123456789.,-_:;()/\"[]`*#=<>{}!?@&%+|~$^\t\r"
+_FOLDED = "".join(chars for target, chars in DIACRITICS.items() if target)
+_DROPPED = DIACRITICS[""]
+_FROM = _PLAIN + _FOLDED + _DROPPED
+_TO = _PLAIN + "".join(target * len(chars) for target, chars in DIACRITICS.items() if target)
+
+
+def fold(sql: str) -> str:
+    """SQL: the text ``sql`` with its diacritics folded as FTS5 folds them (``DIACRITICS``)."""
+    return f"{SCHEMA}.fold_diacritics({sql})"
+
+
+def _tsvector(column: str, weight: str) -> str:
+    return f"setweight(to_tsvector('english', {fold(column)}), '{weight}')"
+
+
+# IMMUTABLE (it is a generated column's), and plain SQL: nothing to install, no extension to
+# create. Not STRICT (a NULL gives NULL all the same): PostgreSQL inlines a SQL function's
+# body into the expression that calls it only when the body is as strict as the function, and
+# a CASE is not; called instead of inlined, it made parsing text into tsvectors a third dearer.
+# The ASCII of ``_PLAIN`` holds no quote or backslash, so the literals need no escapes.
+_FOLD_FUNCTION = f"""
+        CREATE OR REPLACE FUNCTION {SCHEMA}.fold_diacritics(text) RETURNS text
+        LANGUAGE sql IMMUTABLE PARALLEL SAFE
+        AS $fold$SELECT CASE WHEN $1 ~ '[{_FOLDED}{_DROPPED}]' THEN translate($1, '{_FROM}', '{_TO}') ELSE $1 END$fold$;
+"""
+
+
+# The rewrite of a table builds its indexes again, the vector index too (pgvector's k-means),
+# which fails when ``maintenance_work_mem`` is below what it needs ("memory required is 133
+# MB", at 512 cells): raised for the migration's transaction as ``postgres_vectors.build_ivf``
+# raises it (the same estimate, ``_build_memory_mb``, from ``meta.vectors``, ``meta.dim`` and
+# the number of chunks); never lowered.
+_REBUILD_MEMORY = f"""
+        SELECT set_config('maintenance_work_mem', need || 'MB', true) FROM (
+            SELECT (1.1 * (s.samples * (d.dim * 4 + 16) + s.samples * v.lists * 4 + v.lists * v.lists * 4
+                           + 4 * v.lists * (d.dim * 4 + 16)) / 1048576)::bigint + 64 AS need
+            FROM (SELECT split_part(value, ':', 2)::bigint AS lists FROM {SCHEMA}.meta
+                  WHERE key = 'vectors' AND value ~ '^ivf:[0-9]+$') AS v,
+                 (SELECT value::bigint AS dim FROM {SCHEMA}.meta WHERE key = 'dim') AS d,
+                 LATERAL (SELECT least(count(*), v.lists * 50) AS samples FROM {SCHEMA}.chunks) AS s
+        ) AS m WHERE need > (SELECT setting::bigint * (CASE unit WHEN '8kB' THEN 8 WHEN 'kB' THEN 1
+                                    WHEN 'MB' THEN 1024 ELSE 1 END) / 1024
+                             FROM pg_settings WHERE name = 'maintenance_work_mem');"""
 
 
 def vector_literal(vec: Any) -> str:
@@ -182,6 +238,55 @@ MIGRATIONS: tuple[tuple[int, str, str], ...] = (
         CREATE INDEX IF NOT EXISTS files_path ON {SCHEMA}.files USING hash (path);
         ALTER TABLE {SCHEMA}.roots DROP CONSTRAINT IF EXISTS roots_pkey;
         CREATE UNIQUE INDEX IF NOT EXISTS roots_path_md5 ON {SCHEMA}.roots (md5(path));
+        """,
+    ),
+    (
+        6,
+        "words folded as the embedded store folds them: café is cafe",
+        # The chunks' tsv is generated again from the folded texts (PostgreSQL rewrites the
+        # table: it cannot change a generated column's expression in place before 17), and
+        # the postings of the chunks whose texts have a diacritic FTS5 folds, and of their
+        # files, are written again, with the document frequencies they change (as an update
+        # does: ``crag_df``); the others' are the same. The texts are stored as written.
+        _FOLD_FUNCTION
+        + f"""
+        CREATE TEMPORARY TABLE crag_refold ON COMMIT DROP AS SELECT id, file_id FROM {SCHEMA}.chunks
+            WHERE {fold("title")} <> title OR {fold("heading")} <> heading OR {fold("text")} <> text;
+        CREATE TEMPORARY TABLE crag_refold_df (tab text NOT NULL, lexeme text NOT NULL, n integer NOT NULL)
+            ON COMMIT DROP;
+        WITH gone AS (SELECT u.lexeme, c.id FROM {SCHEMA}.chunks c, unnest(c.tsv) AS u
+                      WHERE c.id IN (SELECT id FROM crag_refold)),
+             d AS (DELETE FROM {SCHEMA}.postings p USING gone
+                   WHERE p.lexeme = gone.lexeme AND p.chunk_id = gone.id RETURNING p.lexeme)
+        INSERT INTO crag_refold_df SELECT 'terms', lexeme, -count(*) FROM d GROUP BY lexeme;
+        WITH gone AS (SELECT u.lexeme, c.file_id AS id FROM {SCHEMA}.chunks c, unnest(c.tsv) AS u
+                      WHERE c.file_id IN (SELECT file_id FROM crag_refold)
+                      UNION SELECT u.lexeme, f.id FROM {SCHEMA}.files f, unnest(f.tsv) AS u
+                      WHERE f.id IN (SELECT file_id FROM crag_refold)),
+             d AS (DELETE FROM {SCHEMA}.file_postings p USING gone
+                   WHERE p.lexeme = gone.lexeme AND p.file_id = gone.id RETURNING p.lexeme)
+        INSERT INTO crag_refold_df SELECT 'file_terms', lexeme, -count(*) FROM d GROUP BY lexeme;
+        {_REBUILD_MEMORY}
+        ALTER TABLE {SCHEMA}.chunks DROP COLUMN tsv;
+        ALTER TABLE {SCHEMA}.chunks ADD COLUMN tsv tsvector GENERATED ALWAYS AS (
+            {_tsvector("title", "A")} || {_tsvector("heading", "B")} || {_tsvector("text", "D")}
+        ) STORED;
+        UPDATE {SCHEMA}.files f SET tsv = {_tsvector("k.title", "A")}
+            FROM (SELECT DISTINCT ON (file_id) file_id, title FROM {SCHEMA}.chunks
+                  WHERE file_id IN (SELECT file_id FROM crag_refold)) AS k
+            WHERE f.id = k.file_id;
+        WITH p AS (INSERT INTO {SCHEMA}.postings {postings_of("chunks", "c.id IN (SELECT id FROM crag_refold)")}
+                   RETURNING lexeme)
+        INSERT INTO crag_refold_df SELECT 'terms', lexeme, count(*) FROM p GROUP BY lexeme;
+        WITH p AS (INSERT INTO {SCHEMA}.file_postings
+                   {postings_of("files", "c.id IN (SELECT file_id FROM crag_refold)")} RETURNING lexeme)
+        INSERT INTO crag_refold_df SELECT 'file_terms', lexeme, count(*) FROM p GROUP BY lexeme;
+        INSERT INTO {SCHEMA}.terms SELECT lexeme, sum(n) FROM crag_refold_df WHERE tab = 'terms' GROUP BY lexeme
+            ON CONFLICT (lexeme) DO UPDATE SET df = terms.df + excluded.df;
+        INSERT INTO {SCHEMA}.file_terms SELECT lexeme, sum(n) FROM crag_refold_df WHERE tab = 'file_terms'
+            GROUP BY lexeme ON CONFLICT (lexeme) DO UPDATE SET df = file_terms.df + excluded.df;
+        DELETE FROM {SCHEMA}.terms WHERE df <= 0;
+        DELETE FROM {SCHEMA}.file_terms WHERE df <= 0;
         """,
     ),
 )

@@ -42,7 +42,7 @@ from . import lexical
 from .documents import REINDEX, query_terms
 from .fusion import SearchWeights
 from .postgres_connections import PerThread
-from .postgres_schema import SCHEMA
+from .postgres_schema import SCHEMA, fold
 from .postgres_vectors import hnsw_index, ivf_index, ivf_lists, probes, vector_index_names, vector_kind
 from .search import hybrid_search
 
@@ -244,7 +244,7 @@ class PostgresRetriever:
             return []
         rows = self._query(
             "SELECT l.lexeme, coalesce(t.df, 0) FROM (SELECT lexeme, min(n) AS n FROM unnest(%s::text[]) "
-            "WITH ORDINALITY AS w(word, n), unnest(to_tsvector('english', w.word)) GROUP BY lexeme) AS l "
+            f"WITH ORDINALITY AS w(word, n), unnest(to_tsvector('english', {fold('w.word')})) GROUP BY lexeme) AS l "
             f"LEFT JOIN {SCHEMA}.{terms} t ON t.lexeme = l.lexeme ORDER BY l.n",
             (words,),
         )

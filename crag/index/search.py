@@ -11,10 +11,11 @@ same on either store.
 Which hits a query may find is decided here too. An embedder whose vectors relate no words
 that differ (the ``hash`` embedder: ``relates_words = False``; hashed vectors of unrelated
 texts are never quite orthogonal) keeps only the hits that share a content word (stemmed,
-not a stop word) with the query, in the chunk's text, heading or path as shown (relative to
-the working directory): a question about something the documents never mention finds
-nothing (and gets the no-evidence answer) rather than the least unrelated chunks. A learned
-embedder relates words that differ, so its hits are kept as ranked.
+not a stop word, its accents folded as full-text search folds them: ``fold_diacritics``) with
+the query, in the chunk's text, heading or path as shown (relative to the working
+directory): a question about something the documents never mention finds nothing (and
+gets the no-evidence answer) rather than the least unrelated chunks. A learned embedder
+relates words that differ, so its hits are kept as ranked.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from ..errors import IndexStoreError
 from ..ports import Hit, Retriever
 from ..text import keywords
 from .discover import relative_label
+from .documents import fold_diacritics
 from .fusion import SearchWeights, fuse, scores_in_rank_order
 
 __all__ = ["MODES", "hybrid_search"]
@@ -118,5 +120,6 @@ def hybrid_search(
 
 def sharing_a_word(hits: Sequence[Hit], query: str) -> list[Hit]:
     """The hits that share a content word with ``query`` (see the module docstring)."""
-    words = set(keywords(query))
-    return [h for h in hits if words & set(keywords(f"{relative_label(h.path)}\n{h.heading}\n{h.text}"))]
+    words = set(keywords(fold_diacritics(query)))
+    return [h for h in hits
+            if words & set(keywords(fold_diacritics(f"{relative_label(h.path)}\n{h.heading}\n{h.text}")))]
