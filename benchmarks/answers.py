@@ -75,13 +75,13 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import (
-    RESULTS_DIR,
     append_jsonl,
     at_least,
     environment,
     fmt,
     markdown_table,
     out_dir,
+    quick_out,
     read_jsonl,
     record_file,
     run_main,
@@ -671,7 +671,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="the indexes (one folder per set), kept between runs")
     p.add_argument("--name", default=None, help="results name (answers-NAME.json / .md / .jsonl)")
     p.add_argument("--record", type=record_file, default=None, help="the JSONL of finished questions (resumable)")
-    p.add_argument("--out", type=out_dir, default=RESULTS_DIR)
+    p.add_argument("--out", type=out_dir, default=None,
+                   help="results directory (default: benchmarks/results; a --quick run: a new temporary folder)")
     p.add_argument("--set", dest="settings", action="append", default=[], metavar="KB_AGENT_X=VALUE",
                    help="another crag setting for the crag configurations (repeatable)")
     args = p.parse_args(argv)
@@ -688,6 +689,7 @@ def main(argv: list[str] | None = None) -> int:
     args.settings = {k: v for k, _, v in pairs}
     if args.quick:
         args.answerable = args.unanswerable = args.docs_answerable = args.docs_unanswerable = 2
+    args.out = quick_out(args.out, args.quick)
     name = args.name or ("offline" if args.offline else "".join(c if c.isalnum() else "-" for c in args.model))
     args.record = args.record or args.out / f"answers-{name}.jsonl"
     result = run(args)

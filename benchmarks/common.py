@@ -33,6 +33,7 @@ __all__ = [
     "markdown_table",
     "out_dir",
     "percentile",
+    "quick_out",
     "read_jsonl",
     "record_file",
     "run_main",
@@ -170,6 +171,22 @@ def out_dir(value: str) -> Path:
     if not os.access(path, os.W_OK | os.X_OK):
         raise argparse.ArgumentTypeError(f"cannot write in the folder {value}")
     return path
+
+
+def quick_out(out: Path | None, quick: bool, default: Path = RESULTS_DIR) -> Path:
+    """Where a run writes: ``--out`` when given; else, for a ``--quick`` run, a new temporary
+    folder (its figures are a smoke test's, and would overwrite the committed ones), said on
+    standard error; else ``default``."""
+    if out is not None:
+        return out
+    if not quick:
+        return default
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="crag-bench-quick-"))
+    print(f"a --quick run writes to {folder} (--out DIR to choose; the committed results are left alone)",
+          file=sys.stderr)
+    return folder
 
 
 def record_file(value: str) -> Path:

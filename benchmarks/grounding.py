@@ -42,7 +42,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import environment, fmt, markdown_table, out_dir, run_main, write_json, write_text
+from benchmarks.common import environment, fmt, markdown_table, out_dir, quick_out, run_main, write_json, write_text
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
@@ -260,8 +260,10 @@ def rule_table(o: dict[str, Any], *labelled: dict[str, Any]) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.grounding", description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="only the first 20 questions")
-    p.add_argument("--out", type=out_dir, default=RESULTS, help="results directory (default: benchmarks/results)")
+    p.add_argument("--out", type=out_dir, default=None,
+                   help="results directory (default: benchmarks/results; a --quick run: a new temporary folder)")
     args = p.parse_args(argv)
+    args.out = quick_out(args.out, args.quick, RESULTS)
     if not (SHARED / "corpora").is_dir():
         print(f"benchmarks.grounding: the shared corpora are not at {SHARED / 'corpora'}", file=sys.stderr)
         return 2

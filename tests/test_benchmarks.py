@@ -416,3 +416,15 @@ def test_retrieval_scoring_counts_a_gold_file_reached_through_a_symbolic_link(tm
     questions = retrieval.load_questions(corpus, None)
     for path in (linked / "corpus" / "a.txt", tmp_path / "data" / "corpus" / "a.txt"):
         assert retrieval.score(questions, [[(str(path), 1, 1)]])["file"]["recall@5"] == 1.0
+
+
+def test_a_quick_run_without_out_leaves_the_committed_results_alone(tmp_path, monkeypatch, capsys):
+    """`python -m benchmarks.grounding --quick` wrote its 20-question figures over the
+    committed full-run ones in benchmarks/results: a quick run goes to a temporary folder."""
+    from benchmarks import common
+
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    folder = common.quick_out(None, True)
+    assert folder.parent == tmp_path and folder.is_dir() and str(folder) in capsys.readouterr().err
+    assert common.quick_out(None, False) == common.RESULTS_DIR
+    assert common.quick_out(tmp_path / "mine", True) == tmp_path / "mine"
