@@ -305,6 +305,25 @@ def test_a_number_written_as_a_word_matches_its_digits():
     assert ground("A backup is kept for 30 days.", ITEMS).report.supported == 1
 
 
+WALRUS = EvidenceItem("vector_search", "walrus.md",
+                      "# Walrus\n\nA walrus weighs up to 1,500 kg.\nA herd counts 12000 animals.\n"
+                      "A calf drinks 1\u202f000 litres of milk.", 1, 5)
+
+
+@pytest.mark.parametrize("sentence", ["A walrus weighs up to 1500 kg.", "A walrus weighs up to 1,500 kg.",
+                                      "A herd counts 12,000 animals.", "A calf drinks 1000 litres of milk."])
+def test_a_number_is_the_same_with_or_without_separators_between_its_thousands(sentence):
+    """"1500" was not held by "1,500" (nor "12,000" by "12000"): a right sentence was unsupported."""
+    g = ground(sentence, (WALRUS,))
+    assert g.report.supported == 1 and "[1]" in g.body
+
+
+@pytest.mark.parametrize("sentence", ["A walrus weighs up to 500 kg.", "A walrus weighs up to 1,50 kg.",
+                                      "A walrus weighs up to 21,500 kg.", "A herd counts 1,200 animals."])
+def test_separators_never_make_another_number_held(sentence):
+    assert ground(sentence, (WALRUS,)).report.supported == 0
+
+
 @pytest.mark.parametrize("sentence", ["Here is what I found:", "Based on the documentation:", "[1]", "Sure!"])
 def test_sentences_with_no_content_of_their_own_are_not_judged(sentence):
     g = ground(sentence, ITEMS)

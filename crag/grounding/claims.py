@@ -161,15 +161,33 @@ def _holds_verbatim(anchor: str, text: str, flat: str) -> bool:
     return anchor in text
 
 
+_GROUPED = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?")  # "1,500", "12,000.5": thousands separated
+_GROUP_SEPARATOR = "[,\u00a0\u202f\u2009]?"  # a comma, or a (narrow, thin) no-break space
+
+
+def _digits_pattern(number: str) -> str:
+    """A pattern for ``number`` (digits, maybe a decimal part) written with or without
+    separators between its thousands: "1500", "1,500" and "1 500" (no-break space) are one number."""
+    if "," in number and not _GROUPED.fullmatch(number):
+        return re.escape(number)  # "1,2": two numbers, not one in thousands
+    whole, dot, decimals = number.replace(",", "").partition(".")
+    if not whole.isdigit() or len(whole) < 4:
+        return re.escape(number)
+    head = len(whole) % 3 or 3
+    groups = [whole[:head]] + [whole[i : i + 3] for i in range(head, len(whole), 3)]
+    return _GROUP_SEPARATOR.join(groups) + re.escape(dot + decimals)
+
+
 def _holds_number(anchor: str, text: str, flat: str) -> bool:
-    """"3" and "three" are the same number; "3" is not part of "3.10" nor of "13"."""
+    """"3" and "three" are the same number, and so are "1500" and "1,500"; "3" is not part of
+    "3.10" nor of "13"."""
     if anchor.isalpha():
         forms = [anchor, NUMBER_WORDS[anchor]]
     else:
         forms = [anchor] + ([_DIGIT_WORDS[anchor]] if anchor in _DIGIT_WORDS else [])
     return any(
         re.search((r"\b" + re.escape(f) + r"\b") if f.isalpha()
-                  else (r"(?<!\d)(?<!\d[.,:])" + re.escape(f) + r"(?!\d|[.,:]\d)"), text, re.I)
+                  else (r"(?<!\d)(?<!\d[.,:])" + _digits_pattern(f) + r"(?!\d|[.,:]\d)"), text, re.I)
         for f in forms
     )
 
