@@ -191,6 +191,28 @@ def test_changed_negated_and_invented_sentences_are_not_supported(sentence):
     assert UNSUPPORTED_TAG in g.body and "[1]" not in g.body and g.sources == ()
 
 
+NARWHAL = EvidenceItem("vector_search", "narwhal.md",
+                       "# Narwhal\n\nThe narwhal lives in the Arctic.\nIts tusk can grow to 3 metres long.\n"
+                       "Narwhals do not live in captivity for long.", 1, 5)
+AGENT_OS = EvidenceItem("vector_search", "os.md",
+                        "The agent is not supported on Windows.\nThe agent is supported on Linux and macOS.", 1, 2)
+
+
+@pytest.mark.parametrize("sentence, item, supported", [
+    ("Narwhals live in captivity for long.", NARWHAL, False),  # the "not" dropped
+    ("Narwhals do not live in captivity for long.", NARWHAL, True),
+    ("The agent is supported on Windows.", AGENT_OS, False),
+    ("The agent is not supported on Windows.", AGENT_OS, True),
+    ("The agent is supported on Linux.", AGENT_OS, True),
+])
+def test_negation_is_read_in_the_passage_of_the_item_holding_most_of_the_sentence(sentence, item, supported):
+    """A sentence with its "not" dropped was supported by a neighbouring passage that holds
+    fewer of its words and does not negate ("The narwhal lives in the Arctic. Its tusk can
+    grow to 3 metres long." for "Narwhals live in captivity for long.")."""
+    g = ground(sentence, (item,))
+    assert g.report.supported == int(supported)
+
+
 NEW_YORK = EvidenceItem(
     "vector_search", "New_York_City.txt",
     "In 1664, Peter Stuyvesant, the Director-General of the colony of New Netherland, surrendered New "

@@ -133,6 +133,11 @@ def coverage(wanted: frozenset[str], vocabulary: set[str] | frozenset[str]) -> f
     return sum(1 for x in wanted if in_vocabulary(x, vocabulary)) / len(wanted)
 
 
+def _held(p: Passage, c: Claims) -> int:
+    """How many of ``c``'s content words passage ``p`` holds."""
+    return sum(1 for x in c.words if in_vocabulary(x, p.vocabulary))
+
+
 def _holds_some(p: Passage, c: Claims) -> bool:
     return any(in_vocabulary(x, p.vocabulary) for x in c.words)
 
@@ -145,6 +150,11 @@ def score(c: Claims, ev: ItemEvidence, rule: Rule, index: int = 0) -> Support | 
             coverage(c.words, set().union(*(p.vocabulary for p in units))) < rule.item_coverage):
         return None
     settle_at = rule.min_coverage if rule.settle_at is None else rule.settle_at
+    # Negation is read where the claim is: in the passage of the item holding most of its
+    # words. A window whose own passages agree with the claim does not outweigh a passage
+    # that holds more of the claim and says the opposite ("do not live in captivity").
+    contrary = max((_held(p, c) for p in ev.passages if negated_for(p, c) != c.negated),
+                   default=0) if rule.polarity else 0
     best: Support | None = None
     for width in range(1, WINDOW + 1):
         for i in range(len(units) - width + 1):
@@ -158,8 +168,8 @@ def score(c: Claims, ev: ItemEvidence, rule: Rule, index: int = 0) -> Support | 
                 continue
             if rule.polarity:
                 # Negation is read where the claim is: in the passage holding most of its words.
-                core = max(window, key=lambda p: sum(1 for x in c.words if in_vocabulary(x, p.vocabulary)))
-                if negated_for(core, c) != c.negated:
+                core = max(window, key=lambda p: _held(p, c))
+                if negated_for(core, c) != c.negated or _held(core, c) < contrary:
                     continue
             covered = coverage(c.words, set().union(*(p.vocabulary for p in window)))
             if covered >= rule.min_coverage and (best is None or covered > best.coverage):
