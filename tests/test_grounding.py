@@ -213,6 +213,28 @@ def test_negation_is_read_in_the_passage_of_the_item_holding_most_of_the_sentenc
     assert g.report.supported == int(supported)
 
 
+PLAN_LIST = EvidenceItem("vector_search", "plans.md",
+                         "# Plans\n\n- Basic plan: 5 GB storage\n- Pro plan: 50 GB storage\n", 1, 4)
+PLAN_TABLE = EvidenceItem("vector_search", "prices.md",
+                          "| Plan | Price | Storage |\n| --- | --- | --- |\n| Basic | $0 | 5 GB |\n"
+                          "| Pro | $9 | 50 GB |\n| Team | $29 | 500 GB |\n", 1, 5)
+
+
+@pytest.mark.parametrize("sentence, item, supported", [
+    ("The Pro plan offers 5 GB storage.", PLAN_LIST, False),  # "Pro" from one item, "5" from the other
+    ("The Pro plan includes 500 GB of storage.", PLAN_TABLE, False),  # a cell of the row below
+    ("The Pro plan offers 50 GB storage.", PLAN_LIST, True),
+    ("The Basic plan has 5 GB of storage and the Pro plan has 50 GB.", PLAN_LIST, True),
+    ("The Team plan includes 500 GB of storage.", PLAN_TABLE, True),
+    ("The Basic plan offers 5 GB storage.", PLAN_TABLE, True),  # a few cells of one row, under its header
+])
+def test_a_sentence_is_not_read_from_two_rows_or_list_items_unless_it_states_both(sentence, item, supported):
+    """A window over two list items (or table rows) lent a sentence the number of one and the
+    subject of the other: "The Pro plan offers 5 GB storage" was cited to "- Basic plan: 5 GB
+    storage" and "- Pro plan: 50 GB storage"."""
+    assert ground(sentence, (item,)).report.supported == int(supported)
+
+
 NEW_YORK = EvidenceItem(
     "vector_search", "New_York_City.txt",
     "In 1664, Peter Stuyvesant, the Director-General of the colony of New Netherland, surrendered New "

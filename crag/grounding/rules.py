@@ -29,6 +29,7 @@ rule                      pieces       unit      needs
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 from attrs import frozen
@@ -36,7 +37,7 @@ from attrs import frozen
 from ..sentences import FENCE
 from ..text import in_vocabulary
 from .claims import Claims, claims, has_anchor
-from .evidence import ItemEvidence, Passage, negated_for
+from .evidence import ItemEvidence, Passage, negated_for, vocabulary
 
 __all__ = [
     "ANCHORED_COVERAGE",
@@ -138,6 +139,70 @@ def _held(p: Passage, c: Claims) -> int:
     return sum(1 for x in c.words if in_vocabulary(x, p.vocabulary))
 
 
+_ONE_FACT = ("table", "item")  # passages that each state one fact: table rows, list items
+
+
+def _merges_facts(window: Sequence[Passage], c: Claims) -> bool:
+    """Whether ``window`` joins two or more rows or list items that name things (numbers,
+    names, code) and one of them names what the claim does not: each row states one fact,
+    and a sentence drawing on several of them must state each one's names ("The Pro plan
+    offers 5 GB" is not read from "- Basic plan: 5 GB" and "- Pro plan: 50 GB"; a
+    sentence may still read a few cells of one row, below a header row that names nothing)."""
+    rows = [p for p in window if p.kind in _ONE_FACT and any(kind != "url" for kind, _ in _anchors_of(p.text))]
+    return len(rows) > 1 and any(_other_fact(p, c) for p in rows)
+
+
+def _other_fact(p: Passage, c: Claims) -> bool:
+    """Whether ``p`` is a table row or list item that names something (a number, name or code;
+    a link's address aside) the claim does not."""
+    if p.kind not in _ONE_FACT:
+        return False
+    stated = " ; ".join(a for _, a in c.anchors)
+    return any(kind != "url" and not has_anchor(kind, a, stated, stated) for kind, a in _anchors_of(p.text))
+
+
+def _about_another_row(window: Sequence[Passage], every: Sequence[Passage], c: Claims) -> bool:
+    """Whether a row (or list item) of ``window`` is read for a claim about another row of
+    the item: the claim names what only the other row's key (its first cell, or the words
+    before a list item's colon) says, and nothing only this row's key says ("The Pro plan
+    offers 5 GB" is not read from "- Basic plan: 5 GB" beside "- Pro plan: 50 GB")."""
+    rows = [p for p in window if _named_row(p)]
+    if not rows:
+        return False
+    others = [q for q in every if _named_row(q) and q not in window]
+    for r in rows:
+        mine = _key(r)
+        for q in others:
+            theirs = _key(q)
+            if (any(in_vocabulary(x, theirs - mine) for x in c.words)
+                    and not any(in_vocabulary(x, mine - theirs) for x in c.words)):
+                return True
+    return False
+
+
+def _named_row(p: Passage) -> bool:
+    return p.kind in _ONE_FACT and bool(_key(p)) and any(kind != "url" for kind, _ in _anchors_of(p.text))
+
+
+@functools.lru_cache(maxsize=4096)
+def _key_of(kind: str, text: str) -> frozenset[str]:
+    if kind == "table":
+        cells = [cell for cell in text.strip().strip("|").split("|") if cell.strip()]
+        return frozenset(vocabulary(cells[0])) if len(cells) > 1 else frozenset()
+    head, colon, _ = text.partition(":")
+    return frozenset(vocabulary(head)) if colon and len(head.split()) <= 6 else frozenset()
+
+
+def _key(p: Passage) -> frozenset[str]:
+    """The words naming what a row or list item is about: its first cell, or its words before a colon."""
+    return _key_of(p.kind, p.text)
+
+
+@functools.lru_cache(maxsize=4096)
+def _anchors_of(text: str) -> tuple[tuple[str, str], ...]:
+    return claims(text).anchors
+
+
 def _holds_some(p: Passage, c: Claims) -> bool:
     return any(in_vocabulary(x, p.vocabulary) for x in c.words)
 
@@ -162,6 +227,8 @@ def score(c: Claims, ev: ItemEvidence, rule: Rule, index: int = 0) -> Support | 
             if width > 1 and rule.tight and (any(p.kind == "heading" for p in window) or not (
                     _holds_some(window[0], c) and _holds_some(window[-1], c))):
                 continue  # a heading is a title, not a claim; each end of a window holds part of the claim
+            if (width > 1 and _merges_facts(window, c)) or _about_another_row(window, ev.passages, c):
+                continue
             text = ev.text[window[0].start : window[-1].end]
             flat = " ".join(text.split())
             if not all(has_anchor(kind, a, text, flat) for kind, a in c.anchors):
