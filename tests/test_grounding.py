@@ -724,3 +724,13 @@ def test_a_path_the_question_points_at_is_no_term_when_the_evidence_comes_from_i
 
     assert unpointed(question, sources) == left
     assert missing(unpointed("What does docs/v2/setup.md set?", ["docs/v2/setup.md"]), ["port = 8080"]) == []
+
+
+@pytest.mark.parametrize("mode", ["note", "off"])
+@pytest.mark.parametrize("marks", ["[1][1]", "[1] [1]", "[1][1][1]"])
+def test_one_item_marked_twice_side_by_side_is_cited_once(marks, mode):
+    """"A walrus weighs up to 1,500 kg [1][1]." kept both markers: side by side they were not
+    read as one run, as "[1, 1]" and "[1], [1]" are."""
+    item = EvidenceItem("vector_search", "walrus.md", "# Walrus\n\nA walrus weighs up to 1,500 kg.", 1, 3)
+    g = ground(f"A walrus weighs up to 1,500 kg {marks}.", (item,), mode)
+    assert g.body == "A walrus weighs up to 1,500 kg [1]."
