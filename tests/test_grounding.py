@@ -734,3 +734,16 @@ def test_one_item_marked_twice_side_by_side_is_cited_once(marks, mode):
     item = EvidenceItem("vector_search", "walrus.md", "# Walrus\n\nA walrus weighs up to 1,500 kg.", 1, 3)
     g = ground(f"A walrus weighs up to 1,500 kg {marks}.", (item,), mode)
     assert g.body == "A walrus weighs up to 1,500 kg [1]."
+
+
+RELEASE = EvidenceItem("vector_search", "release.md", "# Release\n\nVersion 2.1 was released on 22 October 2024.", 1, 3)
+
+
+@pytest.mark.parametrize("sentence, supported", [
+    ("Version v2.1 was released on October 22, 2024.", True),  # "v2.1" was a name held only as written
+    ("Version 2.1 was released on October 22, 2024.", True),
+    ("Version v2.2 was released on October 22, 2024.", False),
+    ("Version v21 was released on October 22, 2024.", False),
+])
+def test_a_version_written_with_a_v_is_its_number(sentence, supported):
+    assert ground(sentence, (RELEASE,)).report.supported == int(supported)

@@ -87,6 +87,7 @@ _IDENT = re.compile(
     r"[a-z]+[A-Z][\w]*|[A-Z]+[a-z]+[A-Z][\w]*|[A-Z][A-Z0-9]*_[A-Z0-9_]+)(?![\w])"
 )
 _MONTH = re.compile(r"\b(" + "|".join(_MONTHS) + r")\b", re.I)
+_VERSION = re.compile(r"[vV]\d+(?:\.\d+)*")  # "v2.1": the number 2.1 ("v3" is the number 3)
 _NOT_IDENT = frozenset({"e.g", "i.e", "a.k.a", "vs", "etc"})
 PREFIX = re.compile(r"^[ \t]*(?:>[ \t]?)*(?:(?:[-*+]|\d{1,3}[.)])[ \t]+)?")  # "> ", "- ", "1. "; not "**bold**"
 
@@ -108,9 +109,9 @@ def _find_urls(text: str) -> Iterable[str]:
 def _find_idents(text: str) -> Iterable[str]:
     for m in _IDENT.finditer(text):
         token = m.group(0)
-        if token.lower() in _NOT_IDENT or ("/" in token and not token.startswith("/") and not any(
+        if token.lower() in _NOT_IDENT or _VERSION.fullmatch(token) or ("/" in token and not token.startswith("/") and not any(
                 ch in token for ch in "._")):
-            continue  # "e.g", "read/write": prose, not an identifier
+            continue  # "e.g", "read/write": prose, not an identifier; "v2.1": a version, read as a number
         yield token
 
 
@@ -284,7 +285,7 @@ def claims(text: str) -> Claims:
             prose = pattern.sub(_HIDDEN_AS.get(pattern, " "), prose)
     content = set()
     for w in words(prose):
-        if w.isdigit() or w in STOPWORDS or w in SCAFFOLDING or w in NEGATION or w in NUMBER_WORDS or w in ORDINALS:
+        if w.isdigit() or _VERSION.fullmatch(w) or w in STOPWORDS or w in SCAFFOLDING or w in NEGATION or w in NUMBER_WORDS or w in ORDINALS:
             continue
         s = stem(w)
         if len(s) < 2 or s in STOPWORDS or s in SCAFFOLDING:
