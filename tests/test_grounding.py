@@ -747,3 +747,15 @@ RELEASE = EvidenceItem("vector_search", "release.md", "# Release\n\nVersion 2.1 
 ])
 def test_a_version_written_with_a_v_is_its_number(sentence, supported):
     assert ground(sentence, (RELEASE,)).report.supported == int(supported)
+
+
+@pytest.mark.parametrize("table, supported", [
+    ("| Plan | Storage |\n| --- | --- |\n| Pro | 500 GB |", False),  # 500 GB is the Team row's
+    ("| Plan | Price | Storage |\n| --- | --- | --- |\n| Pro | $9 | 500 GB |", False),
+    ("| Plan | Price | Storage |\n| --- | --- | --- |\n| Pro | $9 | 50 GB |", True),
+    ("| Plan | Price |\n| --- | --- |\n| Pro | $9 |\n| Team | $29 |", True),
+])
+def test_each_row_of_a_table_is_held_by_one_row_of_the_evidence(table, supported):
+    """A table was held by the item as a whole: "| Pro | 500 GB |" took the name from one row
+    of the evidence and the number from another."""
+    assert ground(table, (PLAN_TABLE,)).report.supported == int(supported)

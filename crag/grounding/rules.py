@@ -316,9 +316,12 @@ def supports(kind: str, text: str, c: Claims | None, evidence: Sequence[ItemEvid
     code), the support found by the first rule that holds, in evidence order."""
     rules = [rule for rule in RULES if rule.tried(kind, c)]
     wanted = code_lines(text) if kind == "code" else ()
+    rows = _table_rows(text) if kind == "table" else ()
     out = []
     for k, ev in enumerate(evidence):
         if c is not None and not ev.holds_anchors(c):
+            continue
+        if not all(_one_passage_holds(row, ev) for row in rows):
             continue
         for rule in rules:
             s = score_lines(wanted, ev, rule, k) if rule.unit == "lines" else score(c, ev, rule, k)
@@ -326,6 +329,27 @@ def supports(kind: str, text: str, c: Claims | None, evidence: Sequence[ItemEvid
                 out.append(s)
                 break
     return out
+
+
+def _table_rows(table: str) -> list[Claims]:
+    """The claims of each row of a table that names something (a number, name or code)."""
+    out = []
+    for line in table.split("\n"):
+        row = claims(line)
+        if any(kind != "url" for kind, _ in row.anchors):
+            out.append(row)
+    return out
+
+
+def _one_passage_holds(row: Claims, ev: ItemEvidence) -> bool:
+    """Whether one passage of ``ev`` (a row of its table, a sentence) holds every anchor of a
+    table row and ``COVERAGE`` of its words: a row states one fact, and its cells are not read from two rows of the evidence
+    ("| Free user or org | 500GB |" is not held by a "Free user or org" row saying 100GB
+    and another row saying 500GB)."""
+    anchors = [(kind, a) for kind, a in row.anchors if kind != "url"]
+    return any(coverage(row.words, p.vocabulary) >= COVERAGE
+               and all(has_anchor(kind, a, p.text, " ".join(p.text.split())) for kind, a in anchors)
+               for p in ev.passages)
 
 
 def first_rule(found: Sequence[Support]) -> str:
