@@ -759,3 +759,24 @@ def test_each_row_of_a_table_is_held_by_one_row_of_the_evidence(table, supported
     """A table was held by the item as a whole: "| Pro | 500 GB |" took the name from one row
     of the evidence and the number from another."""
     assert ground(table, (PLAN_TABLE,)).report.supported == int(supported)
+
+
+LIMITS = EvidenceItem("vector_search", "limits.md",
+                      "# Limits\n\nUploads are limited to 5 MB.\nTokens expire after 24 hours.\n"
+                      "A backup is kept for thirty days.\nThe cache holds 2GB.", 1, 6)
+
+
+@pytest.mark.parametrize("sentence, supported", [
+    ("Uploads are limited to 5 GB.", False),  # another unit of the same kind
+    ("Tokens expire after 24 minutes.", False),
+    ("The cache holds 2 MB.", False),
+    ("Uploads are limited to 5 MB.", True),
+    ("Uploads are limited to 5 megabytes.", True),
+    ("Tokens expire after 24 h.", True),
+    ("A backup is kept for 30 days.", True),
+    ("The cache holds 2 GB.", True),
+])
+def test_a_number_is_held_with_its_unit(sentence, supported):
+    """"Uploads are limited to 5 GB" was supported by "limited to 5 MB": the number was
+    held, its unit was a content word among several."""
+    assert ground(sentence, (LIMITS,)).report.supported == int(supported)

@@ -193,6 +193,57 @@ def _holds_number(anchor: str, text: str, flat: str) -> bool:
     )
 
 
+# Units a number is measured in, by dimension: "5 GB" is not "5 MB", nor "24 hours" "24 minutes".
+_UNITS = {
+    unit: (dimension, canonical)
+    for dimension, table in {
+        "time": {"ms": "ms millisecond milliseconds", "s": "sec secs second seconds",
+                 "min": "min mins minute minutes", "h": "h hr hrs hour hours", "d": "day days",
+                 "wk": "week weeks", "mo": "month months", "yr": "yr yrs year years"},
+        "size": {"b": "byte bytes", "kb": "kb kib kilobyte kilobytes", "mb": "mb mib megabyte megabytes",
+                 "gb": "gb gib gigabyte gigabytes", "tb": "tb tib terabyte terabytes", "pb": "pb pib petabyte petabytes"},
+        "mass": {"mg": "mg milligram milligrams", "g": "g gram grams", "kg": "kg kilogram kilograms",
+                 "lb": "lb lbs pound pounds", "oz": "oz ounce ounces"},
+        "length": {"mm": "mm millimetre millimetres millimeter millimeters", "cm": "cm centimetre centimetres "
+                   "centimeter centimeters", "m": "m metre metres meter meters", "km": "km kilometre kilometres "
+                   "kilometer kilometers", "mi": "mile miles", "ft": "ft foot feet"},
+    }.items()
+    for canonical, names in table.items()
+    for unit in names.split()
+}
+_QUANTITY = re.compile(r"(?<![\w.,])(\d+(?:[.,]\d+)*)(?:(\s)|(?=[A-Za-z]))([A-Za-z]+)\b")
+
+
+def _unit(number_end: int, text: str) -> tuple[str, str] | None:
+    """The unit (dimension, canonical name) written right after a number ending at ``number_end``."""
+    m = re.match(r"(\s?)([A-Za-z]+)\b", text[number_end:])
+    if m is None or (not m.group(1) and m.group(2).lower() == "s"):
+        return None  # "the 1990s": a decade, not seconds
+    return _UNITS.get(m.group(2).lower())
+
+
+def _find_quantities(text: str) -> Iterable[str]:
+    for m in _QUANTITY.finditer(text):
+        if _unit(m.end(1), text) is not None:
+            yield m.group(0)
+
+
+def _holds_quantity(anchor: str, text: str, flat: str) -> bool:
+    """A number with its unit ("5 GB") is held where the number is written with the same
+    unit, or with no unit of that kind; not where each time it has another ("5 MB")."""
+    m = _QUANTITY.match(anchor)
+    number = m.group(1) if m else anchor
+    wanted = _unit(m.end(1), anchor) if m else None
+    pattern = r"(?<!\d)(?<!\d[.,:])" + _digits_pattern(number) + r"(?!\d|[.,:]\d)"
+    if number in _DIGIT_WORDS:
+        pattern = rf"(?:{pattern}|\b{_DIGIT_WORDS[number]}\b)"  # "30 days" and "thirty days"
+    for found in re.finditer(pattern, text, re.I):
+        unit = _unit(found.end(), text)
+        if wanted is None or unit is None or unit[0] != wanted[0] or unit == wanted:
+            return True
+    return False
+
+
 def _holds_month(anchor: str, text: str, flat: str) -> bool:
     return re.search(rf"\b(?:{anchor}|{anchor[:3]})\b", text, re.I) is not None
 
@@ -220,6 +271,7 @@ ANCHOR_KINDS: tuple[AnchorKind, ...] = (
     AnchorKind("url", _find_urls, _holds_verbatim, hides=(_URL, _LINK_TARGET)),  # and a Markdown link's target
     AnchorKind("ident", _find_idents, _holds_word),
     AnchorKind("alnum", _find_alnum, _holds_alnum),
+    AnchorKind("quantity", _find_quantities, _holds_quantity),  # and its number, below
     AnchorKind("number", _find_numbers, _holds_number),
     AnchorKind("month", _find_months, _holds_month),
     AnchorKind("number", _find_number_words, _holds_number),  # "three", after the digits
