@@ -780,3 +780,12 @@ def test_a_number_is_held_with_its_unit(sentence, supported):
     """"Uploads are limited to 5 GB" was supported by "limited to 5 MB": the number was
     held, its unit was a content word among several."""
     assert ground(sentence, (LIMITS,)).report.supported == int(supported)
+
+
+def test_the_anchored_rule_reads_a_number_in_a_passage_that_holds_some_of_the_sentence():
+    """"The API allows 5 requests per minute" was supported (rule ``anchored``) by "The API
+    allows 100 requests per minute. Uploads are limited to 5 MB.": the 5 of another sentence."""
+    item = EvidenceItem("vector_search", "api.md",
+                        "The API allows 100 requests per minute.\nUploads are limited to 5 MB.", 1, 2)
+    assert ground("The API allows 5 requests per minute.", (item,)).report.supported == 0
+    assert ground("The API allows 100 requests per minute.", (item,)).report.supported == 1

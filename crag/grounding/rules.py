@@ -22,7 +22,7 @@ rule                      pieces       unit      needs
 ``table_anchored``        tables       whole     anchors, ``ANCHORED_MIN_WORDS`` words, ``ITEM_COVERAGE``
 ``passage``               prose        passages  ``COVERAGE`` in a tight window, same polarity
 ``anchored``              prose        passages  anchors, ``ANCHORED_MIN_WORDS`` words,
-                                                 ``ANCHORED_COVERAGE`` in a window, ``ITEM_COVERAGE``
+                                                 ``ANCHORED_COVERAGE`` in a tight window, ``ITEM_COVERAGE``
                                                  in the item, same polarity
 ========================  ===========  ========  ====================================================
 """
@@ -110,7 +110,7 @@ RULES: tuple[Rule, ...] = (
          min_words=ANCHORED_MIN_WORDS, item_coverage=ITEM_COVERAGE, polarity=False),
     Rule("passage", _PROSE, "passages", COVERAGE, tight=True, settle_at=1.0),
     Rule("anchored", _PROSE, "passages", ANCHORED_COVERAGE, needs_anchors=True, min_words=ANCHORED_MIN_WORDS,
-         item_coverage=ITEM_COVERAGE),
+         item_coverage=ITEM_COVERAGE, tight=True),
 )
 _ORDER = {rule.name: n for n, rule in enumerate(RULES)}
 
