@@ -763,7 +763,8 @@ def test_each_row_of_a_table_is_held_by_one_row_of_the_evidence(table, supported
 
 LIMITS = EvidenceItem("vector_search", "limits.md",
                       "# Limits\n\nUploads are limited to 5 MB.\nTokens expire after 24 hours.\n"
-                      "A backup is kept for thirty days.\nThe cache holds 2GB.", 1, 6)
+                      "A backup is kept for thirty days.\nThe cache holds 2GB.\n"
+                      "The cache keeps 3 copies for 7 days.", 1, 7)
 
 
 @pytest.mark.parametrize("sentence, supported", [
@@ -775,6 +776,8 @@ LIMITS = EvidenceItem("vector_search", "limits.md",
     ("Tokens expire after 24 h.", True),
     ("A backup is kept for 30 days.", True),
     ("The cache holds 2 GB.", True),
+    ("The cache keeps 7 copies for 3 days.", False),  # the numbers swapped
+    ("The cache keeps 3 copies for 7 days.", True),
 ])
 def test_a_number_is_held_with_its_unit(sentence, supported):
     """"Uploads are limited to 5 GB" was supported by "limited to 5 MB": the number was

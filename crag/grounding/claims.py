@@ -228,20 +228,28 @@ def _find_quantities(text: str) -> Iterable[str]:
             yield m.group(0)
 
 
+_ANY_NUMBER = re.compile(r"(?<![\w.,])\d+(?:[.,]\d+)*")
+
+
 def _holds_quantity(anchor: str, text: str, flat: str) -> bool:
     """A number with its unit ("5 GB") is held where the number is written with the same
-    unit, or with no unit of that kind; not where each time it has another ("5 MB")."""
+    unit, or with no unit of that kind while the unit measures no other number; not where
+    it has another unit ("5 MB")."""
     m = _QUANTITY.match(anchor)
     number = m.group(1) if m else anchor
     wanted = _unit(m.end(1), anchor) if m else None
     pattern = r"(?<!\d)(?<!\d[.,:])" + _digits_pattern(number) + r"(?!\d|[.,:]\d)"
     if number in _DIGIT_WORDS:
         pattern = rf"(?:{pattern}|\b{_DIGIT_WORDS[number]}\b)"  # "30 days" and "thirty days"
+    loose = False  # the number written with no unit of that kind
     for found in re.finditer(pattern, text, re.I):
         unit = _unit(found.end(), text)
-        if wanted is None or unit is None or unit[0] != wanted[0] or unit == wanted:
+        if wanted is None or unit == wanted:
             return True
-    return False
+        loose = loose or unit is None or unit[0] != wanted[0]
+    # ... holds it only when that unit measures no other number there ("3 copies for 7 days"
+    # does not hold "3 days")
+    return loose and not any(_unit(m.end(), text) == wanted for m in _ANY_NUMBER.finditer(text))
 
 
 def _holds_month(anchor: str, text: str, flat: str) -> bool:
