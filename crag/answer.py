@@ -76,10 +76,11 @@ _CODE = re.compile(r"(```.*?(?:```|\Z)|~~~.*?(?:~~~|\Z)|`[^`\n]*`)", re.S)
 _ONE_MARKER = r"\[(\s*\d+(?:\s*[-–]\s*\d+)?(?:\s*[,;]\s*\d+(?:\s*[-–]\s*\d+)?)*\s*)\](?!\()"
 _MARKER = re.compile(r"[ \t]?" + _ONE_MARKER)
 MARKER = _MARKER
-# Markers a model lists as prose ("[1], [2], and [3]", "[1]; [4]"): rewritten as one, so
-# dropping some of them leaves no stray commas behind.
+# Markers a model lists as prose ("[1], [2], and [3]", "[1]; [4]") or side by side ("[1][1]",
+# "[1] [2]"): rewritten as one, so dropping some of them leaves no stray commas behind and
+# one item is never cited twice in a row.
 _MARKER_RUN = re.compile(
-    r"[ \t]?" + _ONE_MARKER + r"(?:(?:[ \t]*[,;&][ \t]*(?:and[ \t]+)?|[ \t]+and[ \t]+)" + _ONE_MARKER + r")*"
+    r"[ \t]?" + _ONE_MARKER + r"(?:(?:[ \t]*[,;&][ \t]*(?:and[ \t]+)?|[ \t]+and[ \t]+|[ \t]*)" + _ONE_MARKER + r")*"
 )
 # Where a run was dropped: the comma before it goes too when punctuation follows
 # ("as the evidence says, [4], it ..." -> "as the evidence says, it ...").

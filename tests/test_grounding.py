@@ -191,6 +191,50 @@ def test_changed_negated_and_invented_sentences_are_not_supported(sentence):
     assert UNSUPPORTED_TAG in g.body and "[1]" not in g.body and g.sources == ()
 
 
+NARWHAL = EvidenceItem("vector_search", "narwhal.md",
+                       "# Narwhal\n\nThe narwhal lives in the Arctic.\nIts tusk can grow to 3 metres long.\n"
+                       "Narwhals do not live in captivity for long.", 1, 5)
+AGENT_OS = EvidenceItem("vector_search", "os.md",
+                        "The agent is not supported on Windows.\nThe agent is supported on Linux and macOS.", 1, 2)
+
+
+@pytest.mark.parametrize("sentence, item, supported", [
+    ("Narwhals live in captivity for long.", NARWHAL, False),  # the "not" dropped
+    ("Narwhals do not live in captivity for long.", NARWHAL, True),
+    ("The agent is supported on Windows.", AGENT_OS, False),
+    ("The agent is not supported on Windows.", AGENT_OS, True),
+    ("The agent is supported on Linux.", AGENT_OS, True),
+])
+def test_negation_is_read_in_the_passage_of_the_item_holding_most_of_the_sentence(sentence, item, supported):
+    """A sentence with its "not" dropped was supported by a neighbouring passage that holds
+    fewer of its words and does not negate ("The narwhal lives in the Arctic. Its tusk can
+    grow to 3 metres long." for "Narwhals live in captivity for long.")."""
+    g = ground(sentence, (item,))
+    assert g.report.supported == int(supported)
+
+
+PLAN_LIST = EvidenceItem("vector_search", "plans.md",
+                         "# Plans\n\n- Basic plan: 5 GB storage\n- Pro plan: 50 GB storage\n", 1, 4)
+PLAN_TABLE = EvidenceItem("vector_search", "prices.md",
+                          "| Plan | Price | Storage |\n| --- | --- | --- |\n| Basic | $0 | 5 GB |\n"
+                          "| Pro | $9 | 50 GB |\n| Team | $29 | 500 GB |\n", 1, 5)
+
+
+@pytest.mark.parametrize("sentence, item, supported", [
+    ("The Pro plan offers 5 GB storage.", PLAN_LIST, False),  # "Pro" from one item, "5" from the other
+    ("The Pro plan includes 500 GB of storage.", PLAN_TABLE, False),  # a cell of the row below
+    ("The Pro plan offers 50 GB storage.", PLAN_LIST, True),
+    ("The Basic plan has 5 GB of storage and the Pro plan has 50 GB.", PLAN_LIST, True),
+    ("The Team plan includes 500 GB of storage.", PLAN_TABLE, True),
+    ("The Basic plan offers 5 GB storage.", PLAN_TABLE, True),  # a few cells of one row, under its header
+])
+def test_a_sentence_is_not_read_from_two_rows_or_list_items_unless_it_states_both(sentence, item, supported):
+    """A window over two list items (or table rows) lent a sentence the number of one and the
+    subject of the other: "The Pro plan offers 5 GB storage" was cited to "- Basic plan: 5 GB
+    storage" and "- Pro plan: 50 GB storage"."""
+    assert ground(sentence, (item,)).report.supported == int(supported)
+
+
 NEW_YORK = EvidenceItem(
     "vector_search", "New_York_City.txt",
     "In 1664, Peter Stuyvesant, the Director-General of the colony of New Netherland, surrendered New "
@@ -303,6 +347,25 @@ def test_passages_opening_at_one_line_are_one_source_spanning_the_longer():
 
 def test_a_number_written_as_a_word_matches_its_digits():
     assert ground("A backup is kept for 30 days.", ITEMS).report.supported == 1
+
+
+WALRUS = EvidenceItem("vector_search", "walrus.md",
+                      "# Walrus\n\nA walrus weighs up to 1,500 kg.\nA herd counts 12000 animals.\n"
+                      "A calf drinks 1\u202f000 litres of milk.", 1, 5)
+
+
+@pytest.mark.parametrize("sentence", ["A walrus weighs up to 1500 kg.", "A walrus weighs up to 1,500 kg.",
+                                      "A herd counts 12,000 animals.", "A calf drinks 1000 litres of milk."])
+def test_a_number_is_the_same_with_or_without_separators_between_its_thousands(sentence):
+    """"1500" was not held by "1,500" (nor "12,000" by "12000"): a right sentence was unsupported."""
+    g = ground(sentence, (WALRUS,))
+    assert g.report.supported == 1 and "[1]" in g.body
+
+
+@pytest.mark.parametrize("sentence", ["A walrus weighs up to 500 kg.", "A walrus weighs up to 1,50 kg.",
+                                      "A walrus weighs up to 21,500 kg.", "A herd counts 1,200 animals."])
+def test_separators_never_make_another_number_held(sentence):
+    assert ground(sentence, (WALRUS,)).report.supported == 0
 
 
 @pytest.mark.parametrize("sentence", ["Here is what I found:", "Based on the documentation:", "[1]", "Sure!"])
@@ -661,3 +724,71 @@ def test_a_path_the_question_points_at_is_no_term_when_the_evidence_comes_from_i
 
     assert unpointed(question, sources) == left
     assert missing(unpointed("What does docs/v2/setup.md set?", ["docs/v2/setup.md"]), ["port = 8080"]) == []
+
+
+@pytest.mark.parametrize("mode", ["note", "off"])
+@pytest.mark.parametrize("marks", ["[1][1]", "[1] [1]", "[1][1][1]"])
+def test_one_item_marked_twice_side_by_side_is_cited_once(marks, mode):
+    """"A walrus weighs up to 1,500 kg [1][1]." kept both markers: side by side they were not
+    read as one run, as "[1, 1]" and "[1], [1]" are."""
+    item = EvidenceItem("vector_search", "walrus.md", "# Walrus\n\nA walrus weighs up to 1,500 kg.", 1, 3)
+    g = ground(f"A walrus weighs up to 1,500 kg {marks}.", (item,), mode)
+    assert g.body == "A walrus weighs up to 1,500 kg [1]."
+
+
+RELEASE = EvidenceItem("vector_search", "release.md", "# Release\n\nVersion 2.1 was released on 22 October 2024.", 1, 3)
+
+
+@pytest.mark.parametrize("sentence, supported", [
+    ("Version v2.1 was released on October 22, 2024.", True),  # "v2.1" was a name held only as written
+    ("Version 2.1 was released on October 22, 2024.", True),
+    ("Version v2.2 was released on October 22, 2024.", False),
+    ("Version v21 was released on October 22, 2024.", False),
+])
+def test_a_version_written_with_a_v_is_its_number(sentence, supported):
+    assert ground(sentence, (RELEASE,)).report.supported == int(supported)
+
+
+@pytest.mark.parametrize("table, supported", [
+    ("| Plan | Storage |\n| --- | --- |\n| Pro | 500 GB |", False),  # 500 GB is the Team row's
+    ("| Plan | Price | Storage |\n| --- | --- | --- |\n| Pro | $9 | 500 GB |", False),
+    ("| Plan | Price | Storage |\n| --- | --- | --- |\n| Pro | $9 | 50 GB |", True),
+    ("| Plan | Price |\n| --- | --- |\n| Pro | $9 |\n| Team | $29 |", True),
+])
+def test_each_row_of_a_table_is_held_by_one_row_of_the_evidence(table, supported):
+    """A table was held by the item as a whole: "| Pro | 500 GB |" took the name from one row
+    of the evidence and the number from another."""
+    assert ground(table, (PLAN_TABLE,)).report.supported == int(supported)
+
+
+LIMITS = EvidenceItem("vector_search", "limits.md",
+                      "# Limits\n\nUploads are limited to 5 MB.\nTokens expire after 24 hours.\n"
+                      "A backup is kept for thirty days.\nThe cache holds 2GB.\n"
+                      "The cache keeps 3 copies for 7 days.", 1, 7)
+
+
+@pytest.mark.parametrize("sentence, supported", [
+    ("Uploads are limited to 5 GB.", False),  # another unit of the same kind
+    ("Tokens expire after 24 minutes.", False),
+    ("The cache holds 2 MB.", False),
+    ("Uploads are limited to 5 MB.", True),
+    ("Uploads are limited to 5 megabytes.", True),
+    ("Tokens expire after 24 h.", True),
+    ("A backup is kept for 30 days.", True),
+    ("The cache holds 2 GB.", True),
+    ("The cache keeps 7 copies for 3 days.", False),  # the numbers swapped
+    ("The cache keeps 3 copies for 7 days.", True),
+])
+def test_a_number_is_held_with_its_unit(sentence, supported):
+    """"Uploads are limited to 5 GB" was supported by "limited to 5 MB": the number was
+    held, its unit was a content word among several."""
+    assert ground(sentence, (LIMITS,)).report.supported == int(supported)
+
+
+def test_the_anchored_rule_reads_a_number_in_a_passage_that_holds_some_of_the_sentence():
+    """"The API allows 5 requests per minute" was supported (rule ``anchored``) by "The API
+    allows 100 requests per minute. Uploads are limited to 5 MB.": the 5 of another sentence."""
+    item = EvidenceItem("vector_search", "api.md",
+                        "The API allows 100 requests per minute.\nUploads are limited to 5 MB.", 1, 2)
+    assert ground("The API allows 5 requests per minute.", (item,)).report.supported == 0
+    assert ground("The API allows 100 requests per minute.", (item,)).report.supported == 1

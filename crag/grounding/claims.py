@@ -87,6 +87,7 @@ _IDENT = re.compile(
     r"[a-z]+[A-Z][\w]*|[A-Z]+[a-z]+[A-Z][\w]*|[A-Z][A-Z0-9]*_[A-Z0-9_]+)(?![\w])"
 )
 _MONTH = re.compile(r"\b(" + "|".join(_MONTHS) + r")\b", re.I)
+_VERSION = re.compile(r"[vV]\d+(?:\.\d+)*")  # "v2.1": the number 2.1 ("v3" is the number 3)
 _NOT_IDENT = frozenset({"e.g", "i.e", "a.k.a", "vs", "etc"})
 PREFIX = re.compile(r"^[ \t]*(?:>[ \t]?)*(?:(?:[-*+]|\d{1,3}[.)])[ \t]+)?")  # "> ", "- ", "1. "; not "**bold**"
 
@@ -108,9 +109,9 @@ def _find_urls(text: str) -> Iterable[str]:
 def _find_idents(text: str) -> Iterable[str]:
     for m in _IDENT.finditer(text):
         token = m.group(0)
-        if token.lower() in _NOT_IDENT or ("/" in token and not token.startswith("/") and not any(
+        if token.lower() in _NOT_IDENT or _VERSION.fullmatch(token) or ("/" in token and not token.startswith("/") and not any(
                 ch in token for ch in "._")):
-            continue  # "e.g", "read/write": prose, not an identifier
+            continue  # "e.g", "read/write": prose, not an identifier; "v2.1": a version, read as a number
         yield token
 
 
@@ -161,17 +162,94 @@ def _holds_verbatim(anchor: str, text: str, flat: str) -> bool:
     return anchor in text
 
 
+_GROUPED = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?")  # "1,500", "12,000.5": thousands separated
+_GROUP_SEPARATOR = "[,\u00a0\u202f\u2009]?"  # a comma, or a (narrow, thin) no-break space
+
+
+def _digits_pattern(number: str) -> str:
+    """A pattern for ``number`` (digits, maybe a decimal part) written with or without
+    separators between its thousands: "1500", "1,500" and "1 500" (no-break space) are one number."""
+    if "," in number and not _GROUPED.fullmatch(number):
+        return re.escape(number)  # "1,2": two numbers, not one in thousands
+    whole, dot, decimals = number.replace(",", "").partition(".")
+    if not whole.isdigit() or len(whole) < 4:
+        return re.escape(number)
+    head = len(whole) % 3 or 3
+    groups = [whole[:head]] + [whole[i : i + 3] for i in range(head, len(whole), 3)]
+    return _GROUP_SEPARATOR.join(groups) + re.escape(dot + decimals)
+
+
 def _holds_number(anchor: str, text: str, flat: str) -> bool:
-    """"3" and "three" are the same number; "3" is not part of "3.10" nor of "13"."""
+    """"3" and "three" are the same number, and so are "1500" and "1,500"; "3" is not part of
+    "3.10" nor of "13"."""
     if anchor.isalpha():
         forms = [anchor, NUMBER_WORDS[anchor]]
     else:
         forms = [anchor] + ([_DIGIT_WORDS[anchor]] if anchor in _DIGIT_WORDS else [])
     return any(
         re.search((r"\b" + re.escape(f) + r"\b") if f.isalpha()
-                  else (r"(?<!\d)(?<!\d[.,:])" + re.escape(f) + r"(?!\d|[.,:]\d)"), text, re.I)
+                  else (r"(?<!\d)(?<!\d[.,:])" + _digits_pattern(f) + r"(?!\d|[.,:]\d)"), text, re.I)
         for f in forms
     )
+
+
+# Units a number is measured in, by dimension: "5 GB" is not "5 MB", nor "24 hours" "24 minutes".
+_UNITS = {
+    unit: (dimension, canonical)
+    for dimension, table in {
+        "time": {"ms": "ms millisecond milliseconds", "s": "sec secs second seconds",
+                 "min": "min mins minute minutes", "h": "h hr hrs hour hours", "d": "day days",
+                 "wk": "week weeks", "mo": "month months", "yr": "yr yrs year years"},
+        "size": {"b": "byte bytes", "kb": "kb kib kilobyte kilobytes", "mb": "mb mib megabyte megabytes",
+                 "gb": "gb gib gigabyte gigabytes", "tb": "tb tib terabyte terabytes", "pb": "pb pib petabyte petabytes"},
+        "mass": {"mg": "mg milligram milligrams", "g": "g gram grams", "kg": "kg kilogram kilograms",
+                 "lb": "lb lbs pound pounds", "oz": "oz ounce ounces"},
+        "length": {"mm": "mm millimetre millimetres millimeter millimeters", "cm": "cm centimetre centimetres "
+                   "centimeter centimeters", "m": "m metre metres meter meters", "km": "km kilometre kilometres "
+                   "kilometer kilometers", "mi": "mile miles", "ft": "ft foot feet"},
+    }.items()
+    for canonical, names in table.items()
+    for unit in names.split()
+}
+_QUANTITY = re.compile(r"(?<![\w.,])(\d+(?:[.,]\d+)*)(?:(\s)|(?=[A-Za-z]))([A-Za-z]+)\b")
+
+
+def _unit(number_end: int, text: str) -> tuple[str, str] | None:
+    """The unit (dimension, canonical name) written right after a number ending at ``number_end``."""
+    m = re.match(r"(\s?)([A-Za-z]+)\b", text[number_end:])
+    if m is None or (not m.group(1) and m.group(2).lower() == "s"):
+        return None  # "the 1990s": a decade, not seconds
+    return _UNITS.get(m.group(2).lower())
+
+
+def _find_quantities(text: str) -> Iterable[str]:
+    for m in _QUANTITY.finditer(text):
+        if _unit(m.end(1), text) is not None:
+            yield m.group(0)
+
+
+_ANY_NUMBER = re.compile(r"(?<![\w.,])\d+(?:[.,]\d+)*")
+
+
+def _holds_quantity(anchor: str, text: str, flat: str) -> bool:
+    """A number with its unit ("5 GB") is held where the number is written with the same
+    unit, or with no unit of that kind while the unit measures no other number; not where
+    it has another unit ("5 MB")."""
+    m = _QUANTITY.match(anchor)
+    number = m.group(1) if m else anchor
+    wanted = _unit(m.end(1), anchor) if m else None
+    pattern = r"(?<!\d)(?<!\d[.,:])" + _digits_pattern(number) + r"(?!\d|[.,:]\d)"
+    if number in _DIGIT_WORDS:
+        pattern = rf"(?:{pattern}|\b{_DIGIT_WORDS[number]}\b)"  # "30 days" and "thirty days"
+    loose = False  # the number written with no unit of that kind
+    for found in re.finditer(pattern, text, re.I):
+        unit = _unit(found.end(), text)
+        if wanted is None or unit == wanted:
+            return True
+        loose = loose or unit is None or unit[0] != wanted[0]
+    # ... holds it only when that unit measures no other number there ("3 copies for 7 days"
+    # does not hold "3 days")
+    return loose and not any(_unit(m.end(), text) == wanted for m in _ANY_NUMBER.finditer(text))
 
 
 def _holds_month(anchor: str, text: str, flat: str) -> bool:
@@ -201,6 +279,7 @@ ANCHOR_KINDS: tuple[AnchorKind, ...] = (
     AnchorKind("url", _find_urls, _holds_verbatim, hides=(_URL, _LINK_TARGET)),  # and a Markdown link's target
     AnchorKind("ident", _find_idents, _holds_word),
     AnchorKind("alnum", _find_alnum, _holds_alnum),
+    AnchorKind("quantity", _find_quantities, _holds_quantity),  # and its number, below
     AnchorKind("number", _find_numbers, _holds_number),
     AnchorKind("month", _find_months, _holds_month),
     AnchorKind("number", _find_number_words, _holds_number),  # "three", after the digits
@@ -266,7 +345,7 @@ def claims(text: str) -> Claims:
             prose = pattern.sub(_HIDDEN_AS.get(pattern, " "), prose)
     content = set()
     for w in words(prose):
-        if w.isdigit() or w in STOPWORDS or w in SCAFFOLDING or w in NEGATION or w in NUMBER_WORDS or w in ORDINALS:
+        if w.isdigit() or _VERSION.fullmatch(w) or w in STOPWORDS or w in SCAFFOLDING or w in NEGATION or w in NUMBER_WORDS or w in ORDINALS:
             continue
         s = stem(w)
         if len(s) < 2 or s in STOPWORDS or s in SCAFFOLDING:

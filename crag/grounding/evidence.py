@@ -33,7 +33,8 @@ def vocabulary(text: str) -> set[str]:
 
 @frozen
 class Passage:
-    """A sentence (or a table row, code line or heading: ``kind``) of an evidence text; a
+    """A sentence (or a list item's sentence, table row, code line or heading: ``kind``) of
+    an evidence text; a
     negated table row also holds each cell's vocabulary and polarity (``cells``)."""
 
     start: int  # offset in the item's text
@@ -73,7 +74,7 @@ def passages(text: str) -> list[Passage]:
             skip = prefix.end() if prefix else 0
             for sub in sentences(piece.text[skip:], piece.start + skip):
                 if sub.kind == "sentence":
-                    add(sub.start, sub.text, "sentence")
+                    add(sub.start, sub.text, "item")
         elif piece.kind == "sentence":
             prefix = PREFIX.match(piece.text)  # a blockquote's "> "
             skip = prefix.end() if prefix else 0

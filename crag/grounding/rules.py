@@ -22,13 +22,14 @@ rule                      pieces       unit      needs
 ``table_anchored``        tables       whole     anchors, ``ANCHORED_MIN_WORDS`` words, ``ITEM_COVERAGE``
 ``passage``               prose        passages  ``COVERAGE`` in a tight window, same polarity
 ``anchored``              prose        passages  anchors, ``ANCHORED_MIN_WORDS`` words,
-                                                 ``ANCHORED_COVERAGE`` in a window, ``ITEM_COVERAGE``
+                                                 ``ANCHORED_COVERAGE`` in a tight window, ``ITEM_COVERAGE``
                                                  in the item, same polarity
 ========================  ===========  ========  ====================================================
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 from attrs import frozen
@@ -36,7 +37,7 @@ from attrs import frozen
 from ..sentences import FENCE
 from ..text import in_vocabulary
 from .claims import Claims, claims, has_anchor
-from .evidence import ItemEvidence, Passage, negated_for
+from .evidence import ItemEvidence, Passage, negated_for, vocabulary
 
 __all__ = [
     "ANCHORED_COVERAGE",
@@ -109,7 +110,7 @@ RULES: tuple[Rule, ...] = (
          min_words=ANCHORED_MIN_WORDS, item_coverage=ITEM_COVERAGE, polarity=False),
     Rule("passage", _PROSE, "passages", COVERAGE, tight=True, settle_at=1.0),
     Rule("anchored", _PROSE, "passages", ANCHORED_COVERAGE, needs_anchors=True, min_words=ANCHORED_MIN_WORDS,
-         item_coverage=ITEM_COVERAGE),
+         item_coverage=ITEM_COVERAGE, tight=True),
 )
 _ORDER = {rule.name: n for n, rule in enumerate(RULES)}
 
@@ -133,6 +134,75 @@ def coverage(wanted: frozenset[str], vocabulary: set[str] | frozenset[str]) -> f
     return sum(1 for x in wanted if in_vocabulary(x, vocabulary)) / len(wanted)
 
 
+def _held(p: Passage, c: Claims) -> int:
+    """How many of ``c``'s content words passage ``p`` holds."""
+    return sum(1 for x in c.words if in_vocabulary(x, p.vocabulary))
+
+
+_ONE_FACT = ("table", "item")  # passages that each state one fact: table rows, list items
+
+
+def _merges_facts(window: Sequence[Passage], c: Claims) -> bool:
+    """Whether ``window`` joins two or more rows or list items that name things (numbers,
+    names, code) and one of them names what the claim does not: each row states one fact,
+    and a sentence drawing on several of them must state each one's names ("The Pro plan
+    offers 5 GB" is not read from "- Basic plan: 5 GB" and "- Pro plan: 50 GB"; a
+    sentence may still read a few cells of one row, below a header row that names nothing)."""
+    rows = [p for p in window if p.kind in _ONE_FACT and any(kind != "url" for kind, _ in _anchors_of(p.text))]
+    return len(rows) > 1 and any(_other_fact(p, c) for p in rows)
+
+
+def _other_fact(p: Passage, c: Claims) -> bool:
+    """Whether ``p`` is a table row or list item that names something (a number, name or code;
+    a link's address aside) the claim does not."""
+    if p.kind not in _ONE_FACT:
+        return False
+    stated = " ; ".join(a for _, a in c.anchors)
+    return any(kind != "url" and not has_anchor(kind, a, stated, stated) for kind, a in _anchors_of(p.text))
+
+
+def _about_another_row(window: Sequence[Passage], every: Sequence[Passage], c: Claims) -> bool:
+    """Whether a row (or list item) of ``window`` is read for a claim about another row of
+    the item: the claim names what only the other row's key (its first cell, or the words
+    before a list item's colon) says, and nothing only this row's key says ("The Pro plan
+    offers 5 GB" is not read from "- Basic plan: 5 GB" beside "- Pro plan: 50 GB")."""
+    rows = [p for p in window if _named_row(p)]
+    if not rows:
+        return False
+    others = [q for q in every if _named_row(q) and q not in window]
+    for r in rows:
+        mine = _key(r)
+        for q in others:
+            theirs = _key(q)
+            if (any(in_vocabulary(x, theirs - mine) for x in c.words)
+                    and not any(in_vocabulary(x, mine - theirs) for x in c.words)):
+                return True
+    return False
+
+
+def _named_row(p: Passage) -> bool:
+    return p.kind in _ONE_FACT and bool(_key(p)) and any(kind != "url" for kind, _ in _anchors_of(p.text))
+
+
+@functools.lru_cache(maxsize=4096)
+def _key_of(kind: str, text: str) -> frozenset[str]:
+    if kind == "table":
+        cells = [cell for cell in text.strip().strip("|").split("|") if cell.strip()]
+        return frozenset(vocabulary(cells[0])) if len(cells) > 1 else frozenset()
+    head, colon, _ = text.partition(":")
+    return frozenset(vocabulary(head)) if colon and len(head.split()) <= 6 else frozenset()
+
+
+def _key(p: Passage) -> frozenset[str]:
+    """The words naming what a row or list item is about: its first cell, or its words before a colon."""
+    return _key_of(p.kind, p.text)
+
+
+@functools.lru_cache(maxsize=4096)
+def _anchors_of(text: str) -> tuple[tuple[str, str], ...]:
+    return claims(text).anchors
+
+
 def _holds_some(p: Passage, c: Claims) -> bool:
     return any(in_vocabulary(x, p.vocabulary) for x in c.words)
 
@@ -145,6 +215,11 @@ def score(c: Claims, ev: ItemEvidence, rule: Rule, index: int = 0) -> Support | 
             coverage(c.words, set().union(*(p.vocabulary for p in units))) < rule.item_coverage):
         return None
     settle_at = rule.min_coverage if rule.settle_at is None else rule.settle_at
+    # Negation is read where the claim is: in the passage of the item holding most of its
+    # words. A window whose own passages agree with the claim does not outweigh a passage
+    # that holds more of the claim and says the opposite ("do not live in captivity").
+    contrary = max((_held(p, c) for p in ev.passages if negated_for(p, c) != c.negated),
+                   default=0) if rule.polarity else 0
     best: Support | None = None
     for width in range(1, WINDOW + 1):
         for i in range(len(units) - width + 1):
@@ -152,14 +227,16 @@ def score(c: Claims, ev: ItemEvidence, rule: Rule, index: int = 0) -> Support | 
             if width > 1 and rule.tight and (any(p.kind == "heading" for p in window) or not (
                     _holds_some(window[0], c) and _holds_some(window[-1], c))):
                 continue  # a heading is a title, not a claim; each end of a window holds part of the claim
+            if (width > 1 and _merges_facts(window, c)) or _about_another_row(window, ev.passages, c):
+                continue
             text = ev.text[window[0].start : window[-1].end]
             flat = " ".join(text.split())
             if not all(has_anchor(kind, a, text, flat) for kind, a in c.anchors):
                 continue
             if rule.polarity:
                 # Negation is read where the claim is: in the passage holding most of its words.
-                core = max(window, key=lambda p: sum(1 for x in c.words if in_vocabulary(x, p.vocabulary)))
-                if negated_for(core, c) != c.negated:
+                core = max(window, key=lambda p: _held(p, c))
+                if negated_for(core, c) != c.negated or _held(core, c) < contrary:
                     continue
             covered = coverage(c.words, set().union(*(p.vocabulary for p in window)))
             if covered >= rule.min_coverage and (best is None or covered > best.coverage):
@@ -239,9 +316,12 @@ def supports(kind: str, text: str, c: Claims | None, evidence: Sequence[ItemEvid
     code), the support found by the first rule that holds, in evidence order."""
     rules = [rule for rule in RULES if rule.tried(kind, c)]
     wanted = code_lines(text) if kind == "code" else ()
+    rows = _table_rows(text) if kind == "table" else ()
     out = []
     for k, ev in enumerate(evidence):
         if c is not None and not ev.holds_anchors(c):
+            continue
+        if not all(_one_passage_holds(row, ev) for row in rows):
             continue
         for rule in rules:
             s = score_lines(wanted, ev, rule, k) if rule.unit == "lines" else score(c, ev, rule, k)
@@ -249,6 +329,27 @@ def supports(kind: str, text: str, c: Claims | None, evidence: Sequence[ItemEvid
                 out.append(s)
                 break
     return out
+
+
+def _table_rows(table: str) -> list[Claims]:
+    """The claims of each row of a table that names something (a number, name or code)."""
+    out = []
+    for line in table.split("\n"):
+        row = claims(line)
+        if any(kind != "url" for kind, _ in row.anchors):
+            out.append(row)
+    return out
+
+
+def _one_passage_holds(row: Claims, ev: ItemEvidence) -> bool:
+    """Whether one passage of ``ev`` (a row of its table, a sentence) holds every anchor of a
+    table row and ``COVERAGE`` of its words: a row states one fact, and its cells are not read from two rows of the evidence
+    ("| Free user or org | 500GB |" is not held by a "Free user or org" row saying 100GB
+    and another row saying 500GB)."""
+    anchors = [(kind, a) for kind, a in row.anchors if kind != "url"]
+    return any(coverage(row.words, p.vocabulary) >= COVERAGE
+               and all(has_anchor(kind, a, p.text, " ".join(p.text.split())) for kind, a in anchors)
+               for p in ev.passages)
 
 
 def first_rule(found: Sequence[Support]) -> str:

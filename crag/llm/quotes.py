@@ -153,7 +153,7 @@ def quotable(text: str, question: str = "", lead: str | None = None) -> Iterable
         yield 0, code
     text = text[skip:]
     for piece in grounding.passages(text):
-        if piece.kind != "sentence":
+        if piece.kind not in ("sentence", "item"):  # prose, and a list item's sentences
             continue
         for start, end in title_split(piece.text):
             sentence = " ".join(_QUOTE_PREFIX.sub("", piece.text[start:end]).split())
