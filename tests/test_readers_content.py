@@ -86,3 +86,18 @@ def test_a_docx_footnote_is_read_after_the_body(tmp_path: Path) -> None:
                      'torque table</w:t></w:r></w:p></w:footnote></w:footnotes>')
     lines = read_document(reader_for("x.docx"), path.read_bytes()).splitlines()
     assert lines[10:] == ["Header says confidential", "Footer says revision seven", "Footnote on the torque table"], lines
+
+
+def test_pdf_ligatures_are_read_as_the_letters_a_person_types(tmp_path: Path) -> None:
+    from tests.test_readers import make_pdf
+
+    # \256 and \257 are the fi and fl glyphs of the standard encoding (pypdf gives U+FB01, U+FB02).
+    pdf = make_pdf(tmp_path / "l.pdf", [["We \256nd the \257ange here."]])
+    assert read_document(reader_for("l.pdf"), pdf.read_bytes()).splitlines()[0] == "We find the flange here."
+
+
+def test_html_code_keeps_its_indentation_soft_hyphens_vanish_and_navigation_is_dropped() -> None:
+    page = ("<nav><a href='/'>Home</a> Menu</nav>\n<p>soft&shy;ware</p>\n<pre><code>def f():\n"
+            "    return  42\n</code></pre>\n<p>after   the  code</p>\n")
+    lines = read_document(reader_for("x.html"), page.encode()).split("\n")
+    assert lines[:6] == ["", "software", "def f():", "    return  42", "", "after the code"], lines

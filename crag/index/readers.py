@@ -8,8 +8,9 @@ it among the files skipped for their type, with the ``pip install`` that include
 
 * **PDF** (``pypdf``, extra ``pdf``): page after page, each starting at line
   ``(page - 1) * PAGE_LINES + 1`` (``crag.pages``), so a citation reads ``guide.pdf:p3:L12``:
-  page 3, the 12th line of text on it. A PDF encrypted with an empty user password (one that
-  opens without asking) is read; one that needs a password is not.
+  page 3, the 12th line of text on it; ligatures ("ﬁ") read as their letters. A PDF
+  encrypted with an empty user password (one that opens without asking) is read; one that
+  needs a password is not.
 * **DOCX** (``python-docx``, extra ``docx``): one line per paragraph or table row, in the
   order of the document, so ``report.docx:L12`` is its 12th paragraph: hyperlinks, tracked
   insertions, fields and content controls included, a text box's paragraphs after the one
@@ -200,7 +201,7 @@ def _pdf(data: bytes) -> str:
             raise _Refused(f"it has {count:,} pages; crag reads PDFs of at most {MAX_PDF_PAGES:,}")
         pages = []
         for page in reader.pages:
-            pages.append(page.extract_text(visitor_operand_before=budget.check) or "")
+            pages.append((page.extract_text(visitor_operand_before=budget.check) or "").translate(_LIGATURES))
             budget.add(pages[-1])
     except PyPdfError as exc:
         raise _Refused(f"pypdf cannot read it ({_one_line(exc)})") from exc
@@ -213,6 +214,11 @@ def _pdf(data: bytes) -> str:
     while out and not out[-1]:
         out.pop()
     return "\n".join(out) + "\n" if out else ""
+
+
+# A PDF's typographic ligatures (U+FB00-FB06) as the letters a person types, soft hyphens dropped.
+_LIGATURES = str.maketrans({"\ufb00": "ff", "\ufb01": "fi", "\ufb02": "fl", "\ufb03": "ffi", "\ufb04": "ffl",
+                            "\ufb05": "st", "\ufb06": "st", "\xad": None})
 
 
 def _check_zip(data: bytes) -> None:
