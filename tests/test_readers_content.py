@@ -101,3 +101,29 @@ def test_html_code_keeps_its_indentation_soft_hyphens_vanish_and_navigation_is_d
             "    return  42\n</code></pre>\n<p>after   the  code</p>\n")
     lines = read_document(reader_for("x.html"), page.encode()).split("\n")
     assert lines[:6] == ["", "software", "def f():", "    return  42", "", "after the code"], lines
+
+
+def test_the_offline_answer_quotes_a_docx_paragraph_as_it_reads_never_run_into_the_one_above(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+
+    from tests.fakes import clean_env
+    from tests.test_readers import cli
+
+    d = docx.Document()
+    d.add_heading("Maintenance", 1)
+    d.add_paragraph("Check the torque wrench calibration every month", style="List Bullet")
+    d.add_paragraph("Tighten the flange bolts to forty newton metres.")
+    (tmp_path / "docs").mkdir()
+    d.save(tmp_path / "docs" / "care.docx")
+    clean_env(monkeypatch)
+    monkeypatch.setenv("KB_AGENT_LLM", "offline")
+    monkeypatch.chdir(tmp_path)
+    assert cli("index", "docs")[0] == 0
+    code, out, _ = cli("ask", "How tight are the flange bolts?", "--json")
+    assert code == 0
+    result = json.loads(out)
+    assert "- Tighten the flange bolts to forty newton metres. [1]" in result["body"], result["body"]
+    assert "calibration every month Tighten" not in result["body"]
+    assert result["citations"][0]["line"] == 3
