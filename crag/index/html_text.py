@@ -3,9 +3,10 @@
 A small scanner in the manner of the HTML5 tokenizer, written for one purpose: finding the
 text a person reads, never building a tree. Markup is skipped: tags (their quoted attribute
 values may hold ``>``), comments, ``<!...>`` declarations and ``<?...?>`` instructions, and
-the contents of ``script``, ``style``, ``template``, ``noscript`` and ``svg``. Entities are
-decoded (``html.unescape``). Pieces of text that markup separates on one line are joined by
-a space.
+the contents of ``script``, ``style``, ``template``, ``noscript``, ``svg`` and ``nav`` (a
+site's menu, the same on every page). Entities are decoded (``html.unescape``), soft hyphens
+dropped. Pieces of text that markup separates on one line are joined by a space; the text of
+a ``<pre>`` keeps its spaces and indentation, as code reads.
 
 Every search for the end of a construct (``>``, a closing quote, ``-->``, ``</script``) that
 finds none ends the scan: as in a browser, an unterminated tag or comment runs to the end of
@@ -22,7 +23,7 @@ import re
 __all__ = ["html_text"]
 
 # Elements whose content is not text a reader sees (nested tags inside still count).
-_SKIP = frozenset({"script", "style", "template", "noscript", "svg"})
+_SKIP = frozenset({"script", "style", "template", "noscript", "svg", "nav"})
 # Elements whose content is raw text up to their end tag: no markup is recognised inside.
 _RAW = frozenset({"script", "style"})
 
@@ -57,8 +58,9 @@ def html_text(text: str) -> str:
     """The text of the HTML ``text``: line K holds the text found on line K of the source
     (trailing empty lines dropped), each piece's whitespace collapsed to single spaces."""
     n = len(text)
-    pieces: dict[int, list[str]] = {}  # 0-based line -> pieces of text on it
+    pieces: dict[int, list[tuple[str, bool]]] = {}  # 0-based line -> pieces of text on it, in a <pre> or not
     skipping: list[str] = []
+    pre = 0  # how many <pre> elements the scan is in: their text keeps its spaces
     line = 0  # the 0-based line of position `pos`
     pos = 0
     data_start = 0  # where the run of text being gathered began
@@ -68,10 +70,12 @@ def html_text(text: str) -> str:
         if end > data_start and not skipping:
             k = line + text.count("\n", pos, data_start)
             for n_, part in enumerate(text[data_start:end].split("\n")):
-                if part.strip():
-                    words = " ".join(html.unescape(part).split())
+                if pre and part:
+                    pieces.setdefault(k + n_, []).append((html.unescape(part).replace("\xad", ""), True))
+                elif part.strip():
+                    words = " ".join(html.unescape(part).replace("\xad", "").split())
                     if words:
-                        pieces.setdefault(k + n_, []).append(words)
+                        pieces.setdefault(k + n_, []).append((words, False))
         line += text.count("\n", pos, end)
         pos = end
 
@@ -88,6 +92,8 @@ def html_text(text: str) -> str:
             name = text[start:name_end].lower()
             end = _tag_end(text, name_end)
             flush(lt)
+            if name == "pre":
+                pre = max(pre - 1, 0) if closing else pre + 1
             if closing:
                 if name in skipping:
                     while skipping and skipping.pop() != name:
@@ -114,5 +120,19 @@ def html_text(text: str) -> str:
         line += text.count("\n", pos, end)
         pos = data_start = i = end
     flush(n)
-    last = max(pieces, default=-1)
-    return "".join(" ".join(pieces.get(k, ())) + "\n" for k in range(last + 1))
+    lines = {k: _joined(found) for k, found in pieces.items()}
+    last = max((k for k, found in lines.items() if found), default=-1)
+    return "".join(lines.get(k, "") + "\n" for k in range(last + 1))
+
+
+def _joined(pieces: list[tuple[str, bool]]) -> str:
+    """One line's pieces: text of a ``<pre>`` as it is, other pieces a space apart."""
+    out = ""
+    for piece, as_is in pieces:
+        if as_is:
+            out += piece
+        elif out and not out[-1].isspace():
+            out += " " + piece
+        else:
+            out += piece
+    return out.rstrip()

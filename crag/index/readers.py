@@ -8,10 +8,14 @@ it among the files skipped for their type, with the ``pip install`` that include
 
 * **PDF** (``pypdf``, extra ``pdf``): page after page, each starting at line
   ``(page - 1) * PAGE_LINES + 1`` (``crag.pages``), so a citation reads ``guide.pdf:p3:L12``:
-  page 3, the 12th line of text on it. A PDF encrypted with an empty user password (one that
-  opens without asking) is read; one that needs a password is not.
+  page 3, the 12th line of text on it; ligatures ("ﬁ") read as their letters. A PDF
+  encrypted with an empty user password (one that opens without asking) is read; one that
+  needs a password is not.
 * **DOCX** (``python-docx``, extra ``docx``): one line per paragraph or table row, in the
-  order of the document, so ``report.docx:L12`` is its 12th paragraph.
+  order of the document, so ``report.docx:L12`` is its 12th paragraph: hyperlinks, tracked
+  insertions, fields and content controls included, a text box's paragraphs after the one
+  that anchors it, a nested table in its cell's text; then the headers, footers, footnotes
+  and endnotes, after the body.
 * **HTML** (``crag.index.html_text``, in linear time): the text only (no tags, scripts or
   styles; entities decoded), each piece on the line it has in the HTML file, so
   ``page.html:L42`` opens the source where the text is.
@@ -197,7 +201,7 @@ def _pdf(data: bytes) -> str:
             raise _Refused(f"it has {count:,} pages; crag reads PDFs of at most {MAX_PDF_PAGES:,}")
         pages = []
         for page in reader.pages:
-            pages.append(page.extract_text(visitor_operand_before=budget.check) or "")
+            pages.append((page.extract_text(visitor_operand_before=budget.check) or "").translate(_LIGATURES))
             budget.add(pages[-1])
     except PyPdfError as exc:
         raise _Refused(f"pypdf cannot read it ({_one_line(exc)})") from exc
@@ -210,6 +214,11 @@ def _pdf(data: bytes) -> str:
     while out and not out[-1]:
         out.pop()
     return "\n".join(out) + "\n" if out else ""
+
+
+# A PDF's typographic ligatures (U+FB00-FB06) as the letters a person types, soft hyphens dropped.
+_LIGATURES = str.maketrans({"\ufb00": "ff", "\ufb01": "fi", "\ufb02": "fl", "\ufb03": "ffi", "\ufb04": "ffl",
+                            "\ufb05": "st", "\ufb06": "st", "\xad": None})
 
 
 def _check_zip(data: bytes) -> None:
@@ -237,8 +246,6 @@ def _mib(size: int) -> str:
 
 def _docx(data: bytes) -> str:
     import docx
-    from docx.table import Table
-    from docx.text.paragraph import Paragraph
 
     _check_zip(data)
     budget = _Budget()
@@ -247,17 +254,92 @@ def _docx(data: bytes) -> str:
     except Exception as exc:  # python-docx raises zipfile, lxml and its own errors alike
         raise _Refused(f"python-docx cannot read it ({_one_line(f'{type(exc).__name__}: {exc}')})") from exc
     lines: list[str] = []
-    for child in document.element.body.iterchildren():
-        tag = child.tag.rsplit("}", 1)[-1]
-        if tag == "p":
-            lines.append(" ".join(Paragraph(child, document).text.split("\n")))
-            budget.add(lines[-1])
-        elif tag == "tbl":
-            for row in Table(child, document).rows:
-                cells = dict.fromkeys(" ".join(c.text.split()) for c in row.cells)  # merged cells repeat
-                lines.append(" | ".join(cells))
-                budget.add(lines[-1])
+    _docx_blocks(document.element.body, lines, budget)
+    # Headers, footers, footnotes and endnotes follow the body, each part once, so the
+    # body's line numbers are the same whether a document has them or not.
+    seen: set[str] = set()
+    for kind in _DOCX_PARTS:
+        for rel in document.part.rels.values():
+            if rel.is_external or not rel.reltype.endswith("/" + kind) or rel.target_ref in seen:
+                continue
+            seen.add(rel.target_ref)
+            element = getattr(rel.target_part, "element", None)
+            if element is None:  # a part python-docx does not parse itself (footnotes, endnotes)
+                from docx.oxml import parse_xml
+
+                element = parse_xml(rel.target_part.blob)
+            _docx_blocks(element, lines, budget)
     return "\n".join(lines) + "\n" if lines else ""
+
+
+# The parts of a DOCX besides its body that hold text a person reads, in the order they are read.
+_DOCX_PARTS = ("header", "footer", "footnotes", "endnotes")
+# Inline elements whose text is not shown: deleted revisions, field codes, the fallback
+# copy of a drawing (its text box is also in the drawing itself), properties.
+_DOCX_HIDDEN = frozenset({"del", "moveFrom", "delText", "instrText", "delInstrText", "Fallback", "pPr", "rPr", "sectPr"})
+_DOCX_CHARS = {"tab": "\t", "ptab": "\t", "br": " ", "cr": " ", "noBreakHyphen": "-"}
+
+
+def _local(element: object) -> str:
+    tag = getattr(element, "tag", None)
+    return tag.rsplit("}", 1)[-1] if isinstance(tag, str) else ""
+
+
+def _docx_blocks(parent: object, lines: list[str], budget: _Budget) -> None:
+    """The lines of the paragraphs and table rows under ``parent``, in the document's order:
+    through content controls and custom XML, a text box's paragraphs after its anchor's line."""
+    for child in parent:  # type: ignore[attr-defined]
+        tag = _local(child)
+        if tag == "p":
+            words: list[str] = []
+            boxes: list[object] = []
+            _docx_inline(child, words, boxes)
+            if words or not boxes:
+                lines.append("".join(words).replace("\u00a0", " "))
+                budget.add(lines[-1])
+            for box in boxes:
+                _docx_blocks(box, lines, budget)
+        elif tag == "tbl":
+            for row in child.iter("{*}tr"):
+                if _nearest(row, "tbl") is not child:  # a nested table's row: read in its cell
+                    continue
+                cells = []
+                for cell in row.iter("{*}tc"):
+                    if _nearest(cell, "tr") is not row:
+                        continue
+                    inner: list[str] = []
+                    _docx_blocks(cell, inner, budget)
+                    cells.append(" ".join(" ".join(inner).split()))
+                lines.append(" | ".join(dict.fromkeys(cells)))  # merged cells repeat
+                budget.add(lines[-1])
+        elif tag in ("footnote", "endnote"):
+            if not any(v.endswith(("separator", "Separator", "Notice")) for k, v in child.attrib.items() if k.endswith("}type")):
+                _docx_blocks(child, lines, budget)  # not the separator line Word draws above the notes
+        elif tag in ("sdt", "sdtContent", "customXml", "txbxContent", "body"):
+            _docx_blocks(child, lines, budget)
+
+
+def _nearest(element: object, name: str) -> object | None:
+    """The closest ancestor of ``element`` named ``name``."""
+    up = element.getparent()  # type: ignore[attr-defined]
+    while up is not None and _local(up) != name:
+        up = up.getparent()
+    return up
+
+
+def _docx_inline(element: object, words: list[str], boxes: list[object]) -> None:
+    """The text of a paragraph's runs (hyperlinks, insertions, fields and controls included);
+    the text boxes it anchors are gathered in ``boxes``, read after it."""
+    for child in element:  # type: ignore[attr-defined]
+        tag = _local(child)
+        if tag == "t":
+            words.append(child.text or "")
+        elif tag in _DOCX_CHARS:
+            words.append(_DOCX_CHARS[tag])
+        elif tag == "txbxContent":
+            boxes.append(child)
+        elif tag and tag not in _DOCX_HIDDEN:
+            _docx_inline(child, words, boxes)
 
 
 UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")

@@ -21,7 +21,8 @@ contract as a real model's, so it goes through the same strict parsers:
   wrote it. Only whitespace changes (a sentence wrapped over lines is put on one, a code
   block inside a list or quote loses that indentation); a file of code or settings (by its
   name: ``upload.py``, ``settings.yaml``) is quoted as its lines around the best match, as
-  written, in a code block (``crag.llm.quotes``); short title lines above a sentence (a PDF
+  written, in a code block (``crag.llm.quotes``); a DOCX is quoted line by line (a line is a
+  paragraph there, never wrapped prose); short title lines above a sentence (a PDF
   page's header) are not quoted as its start; a sentence holding HTML, a
   ``[n]``-like bracket, an admonition marker or nothing but links is not quoted, so every
   marker points at an item. Lines inside a code block whose fence lies above the item's text
@@ -54,7 +55,7 @@ from ..text import STOPWORDS, in_vocabulary, keywords, stem
 from ..text import words as split_words
 from ..toolspec import MAX_TOP_K, ArgumentError, Searches, Tool, check_args, clip, question_search, search_tools
 from .code_context import FileLines, opening_fence
-from .quotes import code_file, code_quotes, quotable, same_text, words_of
+from .quotes import code_file, code_quotes, item_quotes, same_text, words_of
 
 __all__ = ["OFFLINE_PREFACE", "OfflineChatModel", "keywords"]
 
@@ -416,7 +417,7 @@ class OfflineChatModel:
         files = FileLines()
         leads = [opening_fence(item, files) for item in task.items]
         for k, item in enumerate(task.items):
-            quotes = code_quotes(item.text, words) if code_file(item) else quotable(item.text, task.question, leads[k])
+            quotes = code_quotes(item.text, words) if code_file(item) else item_quotes(item, task.question, leads[k])
             for pos, quote in quotes:
                 vocabulary = set(keywords(quote))
                 hits = sum(1 for w in words if in_vocabulary(w, vocabulary))
@@ -443,7 +444,7 @@ class OfflineChatModel:
             for k, item in enumerate(task.items[:2]):
                 if code_file(item):
                     continue  # its lines are quoted as code or not at all
-                quotes = quotable(item.text, lead=leads[k])
+                quotes = item_quotes(item, lead=leads[k])
                 first = next((q for q in quotes if not q[1].startswith(("```", "~~~"))), None)
                 if first:
                     chosen.append((k, first[0], first[1]))

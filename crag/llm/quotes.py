@@ -20,7 +20,7 @@ from ..state import EvidenceItem
 from ..text import STOPWORDS, in_vocabulary, keywords
 from .code_context import leading_code
 
-__all__ = ["code_file", "code_quotes", "quotable", "same_text", "title_split", "words_of"]
+__all__ = ["code_file", "code_quotes", "item_quotes", "quotable", "same_text", "title_split", "words_of"]
 
 _CITE_LIKE = re.compile(r"\[(\s*\d+(?:\s*[-–,;]\s*\d+)*\s*)\]")
 _MAX_SENTENCE = 600
@@ -82,6 +82,26 @@ def code_file(item: EvidenceItem) -> bool:
     name = item.source.replace("\\", "/").rsplit("/", 1)[-1].lower()
     suffix = "." + name.rsplit(".", 1)[1] if "." in name.lstrip(".") else ""
     return name in _CODE_NAMES or (suffix != "" and suffix not in _PROSE_SUFFIXES)
+
+
+# A file read as one line per paragraph (``crag.index.readers``): a line never runs on into
+# the next, as a Markdown file's wrapped line does.
+_LINE_PARAGRAPHS = frozenset({".docx"})
+
+
+def item_quotes(item: EvidenceItem, question: str = "", lead: str | None = None) -> Iterable[tuple[int, str]]:
+    """``quotable`` for a prose item; in a DOCX, line by line (each line is a paragraph, list
+    item or table row, so a heading or a bullet without a full stop is not quoted as the start
+    of the sentence below it)."""
+    name = item.source.replace("\\", "/").rsplit("/", 1)[-1].lower()
+    if item.url or "." + name.rsplit(".", 1)[-1] not in _LINE_PARAGRAPHS:
+        yield from quotable(item.text, question, lead)
+        return
+    pos = 0
+    for line in item.text.split("\n"):
+        for at, quote in quotable(line, question):
+            yield pos + at, quote
+        pos += len(line) + 1
 
 
 def code_quotes(text: str, words: Sequence[str]) -> Iterable[tuple[int, str]]:
