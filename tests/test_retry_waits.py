@@ -13,36 +13,15 @@ import pytest
 
 from crag.events import RetryWaiting
 from crag.llm.retry import RetryPolicy, StatusFailure, TimeoutFailure, reporting_waits
-from tests.openai_server import FakeOpenAIServer, Status, grades
-from tests.test_cli_ask import SETUP, cli, plan, route, write
-from tests.test_cli_ask_terminal import QUESTION, REPLY, child_env
+from tests import test_cli_ask_terminal
+from tests.openai_server import FakeOpenAIServer, Status
+from tests.test_cli_ask_terminal import QUESTION, child_env
 
 RATE_LIMITED = "LLM server answered 429 rate limited; retry 1 of 3"
 
 
-@pytest.fixture
-def kb(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A folder with one document, indexed offline (as ``tests.test_cli_ask_terminal``'s)."""
-    from tests.fakes import clean_env
-
-    write(tmp_path / "docs" / "setup.md", SETUP)
-    clean_env(monkeypatch)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("KB_AGENT_INDEX_DIR", str(tmp_path / "index"))
-    monkeypatch.setenv("KB_AGENT_LLM", "offline")
-    assert cli("index", "docs")[0] == 0
-    return tmp_path
-
-
-@pytest.fixture
-def llm(kb: Path):
-    """The loopback server, scripted for a complex question (every step runs once)."""
-    with FakeOpenAIServer() as srv:
-        srv.default("analyze_and_route", route("complex", "grep_search"))
-        srv.default("plan", plan(("grep_search", {"pattern": "retries failed uploads"})))
-        srv.default("grade_evidence", grades(rest=0.9))
-        srv.default("synthesize", REPLY)
-        yield srv
+kb = test_cli_ask_terminal.kb  # the fixtures: a folder indexed offline, the loopback server scripted
+llm = test_cli_ask_terminal.llm  # for a complex question (every step runs once)
 
 
 # -- the policy's waits -------------------------------------------------------------------------
