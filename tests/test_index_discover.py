@@ -154,8 +154,6 @@ def test_binary_non_utf8_and_unreadable_files_while_indexing(tmp_path: Path, mon
 def test_utf16_text_with_its_byte_order_mark_is_text_not_binary(tmp_path: Path, encoding: str) -> None:
     """Windows PowerShell 5 writes `>` redirections as UTF-16 with a BOM: such a file was
     skipped as "binary file" by the index, read_file and grep_search."""
-    from crag.state import ToolCall
-    from crag.tools import Toolbox
 
     bom = {"utf-16": b"", "utf-16-le": b"\xff\xfe", "utf-16-be": b"\xfe\xff"}[encoding]
     text = "# Notes\r\n\r\nThe café backup runs at 02:00 UTC.\r\n"
@@ -168,22 +166,13 @@ def test_utf16_text_with_its_byte_order_mark_is_text_not_binary(tmp_path: Path, 
     with open_index(settings) as reader:
         hit = reader.search("café backup", 1)[0]
         assert hit.path.endswith("notes.md") and hit.start_line == 1 and "The café backup runs at 02:00 UTC." in hit.text
-    box = Toolbox(settings, roots=[str(tmp_path / "kb")])
-    try:
-        read = box.run(ToolCall("read_file", {"path": str(tmp_path / "kb" / "notes.md"), "start_line": 3}))
-        assert [i.text for i in read.items] == ["The café backup runs at 02:00 UTC."]
-        grep = box.run(ToolCall("grep_search", {"pattern": "backup runs"}))
-        assert [i.start_line for i in grep.items] == [1] and "02:00" in grep.items[0].text
-    finally:
-        box.close()
+    _read_and_grep_the_notes(settings, tmp_path / "kb")
 
 
 @pytest.mark.parametrize("encoding", ["utf-16-le", "utf-16-be"])
 def test_utf16_text_without_a_byte_order_mark_is_text_not_binary(tmp_path: Path, encoding: str) -> None:
     """Some Windows tools write UTF-16 with no BOM: every other byte of its Latin text is NUL,
     and such a file was skipped as "binary file" by the index, read_file and grep_search."""
-    from crag.state import ToolCall
-    from crag.tools import Toolbox
 
     text = "# Notes\r\n\r\nThe café backup runs at 02:00 UTC.\r\n"
     write(tmp_path / "kb" / "notes.md", text.encode(encoding))
@@ -196,9 +185,17 @@ def test_utf16_text_without_a_byte_order_mark_is_text_not_binary(tmp_path: Path,
     with open_index(settings) as reader:
         hit = reader.search("café backup", 1)[0]
         assert hit.path.endswith("notes.md") and "The café backup runs at 02:00 UTC." in hit.text
-    box = Toolbox(settings, roots=[str(tmp_path / "kb")])
+    _read_and_grep_the_notes(settings, tmp_path / "kb")
+
+
+def _read_and_grep_the_notes(settings: Settings, kb: Path) -> None:
+    """``read_file`` and ``grep_search`` see notes.md's third line as the index does."""
+    from crag.state import ToolCall
+    from crag.tools import Toolbox
+
+    box = Toolbox(settings, roots=[str(kb)])
     try:
-        read = box.run(ToolCall("read_file", {"path": str(tmp_path / "kb" / "notes.md"), "start_line": 3}))
+        read = box.run(ToolCall("read_file", {"path": str(kb / "notes.md"), "start_line": 3}))
         assert [i.text for i in read.items] == ["The café backup runs at 02:00 UTC."]
         grep = box.run(ToolCall("grep_search", {"pattern": "backup runs"}))
         assert [i.start_line for i in grep.items] == [1] and "02:00" in grep.items[0].text
