@@ -34,6 +34,7 @@ __all__ = [
 ]
 
 CORROBORATING = 2  # most files cited beside the one a sentence's marker names
+CORROBORATION = 0.8  # share of a sentence's content words a file beside the cited ones must hold
 
 
 def narrow(item: EvidenceItem, s: Support | None) -> EvidenceItem:
@@ -145,11 +146,13 @@ class Sources:
         """Markers for up to ``CORROBORATING`` more files that hold a prose sentence fully
         (``COVERAGE``, every anchor), best first, then in evidence order: a small model picks
         one of several pages that state a fact, often not the one the question is about. A
-        file corroborates only when it holds the sentence at least as fully as the items
-        cited: "The narwhal lives in the north" holds two of the three words of "The walrus
-        lives in the north", which walrus.md holds all of, and is not cited beside it."""
+        file corroborates only when it holds the sentence about as fully as the items cited
+        (``CORROBORATION``, or as fully as they do when they hold less): "The narwhal lives in
+        the north" holds two of the three words of "The walrus lives in the north", which
+        walrus.md holds all of, and is not cited beside it; a page that holds eight of a
+        sentence's nine words ("official" aside) is."""
         seen = {_file(self.items[k]) for k in cited}
-        floor = max([COVERAGE, *(s.coverage for s in found if s.index in cited)])
+        floor = max(COVERAGE, min(CORROBORATION, max(s.coverage for s in found if s.index in cited)))
         marks: list[str] = []
         for s in sorted(found, key=lambda s: (-s.coverage, s.index)):
             if len(marks) == CORROBORATING:
