@@ -127,3 +127,13 @@ def test_the_offline_answer_quotes_a_docx_paragraph_as_it_reads_never_run_into_t
     assert "- Tighten the flange bolts to forty newton metres. [1]" in result["body"], result["body"]
     assert "calibration every month Tighten" not in result["body"]
     assert result["citations"][0]["line"] == 3
+
+
+def test_a_word_broken_at_a_pdf_lines_end_is_read_whole_and_every_line_keeps_its_number(tmp_path: Path) -> None:
+    from tests.test_readers import make_pdf
+
+    pdf = make_pdf(tmp_path / "h.pdf", [["The infor-", "mation-based index, and more.", "Pre- and post-war",
+                                         "years; 1990-", "2000 stay; a URL-", "Name too.", "last line"]])
+    lines = read_document(reader_for("h.pdf"), pdf.read_bytes()).splitlines()
+    assert lines[:7] == ["The information-based", "index, and more.", "Pre- and post-war", "years; 1990-",
+                         "2000 stay; a URL-", "Name too.", "last line"], lines

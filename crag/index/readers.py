@@ -207,13 +207,34 @@ def _pdf(data: bytes) -> str:
         raise _Refused(f"pypdf cannot read it ({_one_line(exc)})") from exc
     out: list[str] = []
     for text in pages:
-        lines = [line.rstrip() for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n")]
+        lines = _joined_hyphens([line.rstrip() for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n")])
         if len(lines) > PAGE_LINES:  # keep every word, on the page's last line (the chunker cuts it)
             lines[PAGE_LINES - 1 :] = [" ".join(lines[PAGE_LINES - 1 :])]
         out += lines + [""] * (PAGE_LINES - len(lines))
     while out and not out[-1]:
         out.pop()
     return "\n".join(out) + "\n" if out else ""
+
+
+# A word a typesetter broke at a line's end ("infor-" / "mation"): letters before the hyphen and a
+# lower-case letter after it.
+_BROKEN = re.compile(r"(?<![\w-])([^\W\d_]{2,})-$")
+_REST = re.compile(r"([^\W\d_](?:[\w'’-]*[\w'’])?)([,.;:!?)\]]*)\s*(.*)")
+
+
+def _joined_hyphens(lines: list[str]) -> list[str]:
+    """A page's lines with each word broken at a line's end written whole on the first line (the
+    rest of the next line stays where it is, so every line keeps its number): what a person reads
+    and searches for. A compound broken at its own hyphen ("well-" / "known") loses that hyphen,
+    as in other PDF readers that join broken words."""
+    for i in range(len(lines) - 1):
+        broken = _BROKEN.search(lines[i])
+        nxt = lines[i + 1].lstrip()
+        rest = _REST.fullmatch(nxt) if broken and nxt[:1].islower() else None
+        if rest and rest.group(1) not in ("and", "or", "to"):  # "pre-" / "and post-war": a suspended hyphen
+            lines[i] = lines[i][: broken.start()] + broken.group(1) + rest.group(1) + rest.group(2)
+            lines[i + 1] = rest.group(3)
+    return lines
 
 
 # A PDF's typographic ligatures (U+FB00-FB06) as the letters a person types, soft hyphens dropped.
