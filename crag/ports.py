@@ -198,7 +198,9 @@ class Toolbox(Protocol):
     """The tools of one question: the records of those on offer, and running one call.
 
     ``run`` returns the call's ``ToolResult`` (its items, and audit events about it) and
-    raises ``crag.errors.ToolError`` for a failed call; the driver records it.
+    raises ``crag.errors.ToolError`` for a failed call; the driver records it. A toolbox may
+    also offer ``check()``, raising ``crag.errors.IndexStoreError`` when its index cannot be
+    searched: ``Agent.ask`` then fails a question as planning starts (crag's own toolbox does).
     """
 
     def tools(self) -> tuple[Tool, ...]: ...
