@@ -9,7 +9,7 @@ import os
 from typing import TextIO
 
 from ..errors import UsageError
-from ..safe_text import display_name, for_terminal
+from ..safe_text import blank, display_name, for_terminal
 from .common import (
     OVERRIDES,
     check_readable,
@@ -132,7 +132,7 @@ def question_of(args: argparse.Namespace, limit: int) -> str:
                              "fit KB_AGENT_CONTEXT_TOKENS: shorten it")
         if not_utf8(text):
             raise UsageError("the question read from standard input is not UTF-8 text: save it as UTF-8")
-        if not text.strip():
+        if blank(text):
             raise UsageError("the question read from standard input is empty")
         return text.strip()
     return " ".join(args.words)

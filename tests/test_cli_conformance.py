@@ -1,0 +1,70 @@
+"""What a conformance audit of the configuration and the command line (SPEC §3, §4) found.
+
+Each test types what a new user might type wrong, through the real command line
+(``crag.cli.main``, the real index, the offline backend), and checks what the SPEC promises:
+one ``crag: error:`` line (or one warning) on stderr, the right exit status, and nothing
+spent or logged for a question that holds nothing to ask.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from crag.cli import main
+from tests.fakes import clean_env
+
+DOC = "# Backups\n\nBackups are kept for 30 days on the storage bucket.\n"
+
+
+def cli(*argv: str, stdin: str | None = None) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), out, err, io.StringIO(stdin) if stdin is not None else None)
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A project with docs indexed into its own ./.crag; the working directory is the project."""
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "backup.md").write_text(DOC, encoding="utf-8")
+    clean_env(monkeypatch)
+    monkeypatch.setenv("KB_AGENT_LLM", "offline")
+    monkeypatch.chdir(tmp_path)
+    code, _, err = cli("index", "docs")
+    assert code == 0, err
+    return tmp_path
+
+
+def logged_questions() -> list[str]:
+    code, out, err = cli("log", "--json", "-n", "100")
+    assert code == 0, err
+    return [entry["question"] for entry in json.loads(out)]
+
+
+# Text a person cannot read: control characters, an escape sequence, zero-width and no-break spaces.
+NOTHING_TO_ASK = ["\x01\x02\t", "\x1b[31m", "\u200b\u00a0", "\u202e\x7f"]
+
+
+@pytest.mark.parametrize("question", NOTHING_TO_ASK)
+def test_a_question_of_only_control_characters_is_empty_not_asked(project: Path, question: str) -> None:
+    """``crag ask $'\\x01\\x02'`` was answered (the no-evidence sentence, two LLM calls on a
+    real backend) and logged with a blank question; ``crag search`` said "no matching chunks"."""
+    for argv, stdin, said in ((("ask", question), None, "the question is empty"),
+                              (("ask", "-"), question + "\n", "the question read from standard input is empty"),
+                              (("ask", question, "--json"), None, "the question is empty"),
+                              (("search", question), None, "the search query is empty")):
+        code, out, err = cli(*argv, stdin=stdin)
+        assert (code, out, err) == (2, "", f"crag: error: {said}\n"), argv
+    assert logged_questions() == []
+
+
+def test_chat_refuses_a_line_of_only_control_characters_and_goes_on(project: Path) -> None:
+    code, out, err = cli("chat", stdin="\x01\x02\nhow long are backups kept\n")
+    assert code == 0
+    assert err == "crag: error: the question is empty\n"
+    assert "30 days" in out and out.count("LLM Usage Stats") == 1
+    assert logged_questions() == ["how long are backups kept"]
