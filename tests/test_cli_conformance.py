@@ -68,3 +68,28 @@ def test_chat_refuses_a_line_of_only_control_characters_and_goes_on(project: Pat
     assert err == "crag: error: the question is empty\n"
     assert "30 days" in out and out.count("LLM Usage Stats") == 1
     assert logged_questions() == ["how long are backups kept"]
+
+
+@pytest.mark.parametrize(("name", "where", "shown", "meant"), [
+    ("kb_agent_top_k", ".env", "kb_agent_top_k", "KB_AGENT_TOP_K"),
+    ("Kb_Agent_Grounding", ".env", "Kb_Agent_Grounding", "KB_AGENT_GROUNDING"),
+    ("kb_agent_max_iterations", "environment", "kb_agent_max_iterations", "KB_AGENT_MAX_ITERATIONS"),
+    ("KB_AGENT_TOP_K ", "environment", '"KB_AGENT_TOP_K "', "KB_AGENT_TOP_K"),
+    ("kb_agent_topk", "environment", "kb_agent_topk", "KB_AGENT_TOP_K"),
+])
+def test_a_setting_in_the_wrong_case_or_with_a_stray_space_is_warned_about(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, where: str, shown: str, meant: str) -> None:
+    """``kb_agent_top_k=3`` in .env was silently ignored (SPEC §3: unknown ``KB_AGENT_*`` names are
+    warned about, with the closest known name); ``"KB_AGENT_TOP_K "`` was named without its space,
+    so the warning read as "KB_AGENT_TOP_K is not a setting; did you mean KB_AGENT_TOP_K?"."""
+    clean_env(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    if where == ".env":
+        (tmp_path / ".env").write_text(f"{name}=3\n", encoding="utf-8")
+        origin = ".env"
+    else:
+        monkeypatch.setenv(name, "3")
+        origin = "the environment"
+    code, out, err = cli("graph")
+    assert code == 0 and out.startswith("flowchart TD")
+    assert err == f"crag: warning: {shown} (in {origin}) is not a crag setting; did you mean {meant}?\n"
