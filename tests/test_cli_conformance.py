@@ -93,3 +93,21 @@ def test_a_setting_in_the_wrong_case_or_with_a_stray_space_is_warned_about(
     code, out, err = cli("graph")
     assert code == 0 and out.startswith("flowchart TD")
     assert err == f"crag: warning: {shown} (in {origin}) is not a crag setting; did you mean {meant}?\n"
+
+
+def test_a_command_suggested_after_index_dir_names_that_index(project: Path, tmp_path: Path) -> None:
+    """With ``--index DIR``, the advice "run `python -m crag index PATH` first" (and `roots`,
+    `log --show`) named a command that works on another index: the one in the working folder."""
+    other = tmp_path / "other index"
+    code, out, err = cli("--index", str(other), "ask", "how long are backups kept")
+    assert (code, out) == (1, "")
+    assert err == (f"crag: error: no index in {other}: run `python -m crag --index '{other}' index PATH` first\n")
+    code, out, err = cli("ask", "how long are backups kept", "--kb", "docs", "--index", str(other))
+    assert code == 0 and "30 days" in out
+    assert f"(`python -m crag --index '{other}' roots` lists its roots" in err
+    code, out, err = cli("--index", str(other), "log")
+    assert code == 0 and out.endswith(f"`python -m crag --index '{other}' log --show ID` prints one answer in full\n")
+    code, _, err = cli("log", "--show", "999", "--index", str(other))
+    assert code == 2 and f"(`python -m crag --index '{other}' log` lists them)" in err
+    code, _, err = cli("ask", "how long are backups kept")  # the next run has no --index: none is suggested
+    assert code == 0 and "--index" not in err

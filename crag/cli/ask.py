@@ -16,11 +16,11 @@ from .common import (
     index_label,
     index_note,
     not_utf8,
-    prog,
     require_index_libraries,
     settings,
     shown,
     shown_json,
+    suggested,
     undecodable_bytes_kept,
     unreadable_input,
     waiting_note,
@@ -82,7 +82,7 @@ def kb_note(report, cwd: str | None = None) -> str:
     return (
         f"crag: indexed {roots} into {relative_label(report.index_dir, cwd)}: {len(report.added)} added, "
         f"{len(report.changed)} changed, {len(report.removed)} removed, {report.chunks_total} chunks in the index "
-        f"(`{prog()} roots` lists its roots, `{prog()} roots --remove PATH` drops one)"
+        f"(`{suggested()} roots` lists its roots, `{suggested()} roots --remove PATH` drops one)"
     )
 
 
