@@ -111,3 +111,25 @@ def test_a_command_suggested_after_index_dir_names_that_index(project: Path, tmp
     assert code == 2 and f"(`python -m crag --index '{other}' log` lists them)" in err
     code, _, err = cli("ask", "how long are backups kept")  # the next run has no --index: none is suggested
     assert code == 0 and "--index" not in err
+
+
+@pytest.mark.parametrize("command", ["ask", "search"])
+def test_a_kb_path_that_fails_is_one_error_line_without_the_index_note(
+        project: Path, tmp_path_factory: pytest.TempPathFactory, command: str) -> None:
+    """``crag --index ../elsewhere ask hi --kb typo`` printed "crag: index ..." and then the
+    error: two lines for one failure (SPEC §4: one line)."""
+    elsewhere = tmp_path_factory.mktemp("elsewhere")  # outside the working folder: its index is named
+    (elsewhere / "notes").mkdir()
+    (elsewhere / "notes" / "n.md").write_text("# Notes\n\nThe archive moves to glacier after a year.\n")
+    code, _, err = cli("--index", str(elsewhere / ".crag"), "index", str(elsewhere / "notes"))
+    assert code == 0, err
+    code, out, err = cli("--index", str(elsewhere / ".crag"), command, "archive", "--kb", "typo")
+    assert (code, out) == (1, "")
+    assert err == f"crag: error: knowledge-base path {project / 'typo'} does not exist\n"
+    # A --kb that indexed something says so, naming the index: no second note about it.
+    code, out, err = cli("--index", str(elsewhere / ".crag"), command, "backups", "--kb", "docs")
+    assert code == 0 and "30 days" in out
+    assert f"into {elsewhere / '.crag'}" in err and "crag: index " not in err
+    # Nothing to index: the note says which index was used.
+    code, out, err = cli("--index", str(elsewhere / ".crag"), command, "backups", "--kb", "docs")
+    assert code == 0 and err == f"crag: index {elsewhere / '.crag'}\n"

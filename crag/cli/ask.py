@@ -61,15 +61,17 @@ def agent_for(args: argparse.Namespace, err: TextIO):
         raise UsageError(f"--top-k must be at least 1, got {top_k}")
     config = settings(top_k=top_k)
     require_index_libraries()
-    index_note(config, err)
     notes = IndexNotes(err)
-    if args.kb:
+    report = None
+    if args.kb:  # first: an indexing that fails is its one error line, with no note before it
         from ..index import ensure_indexed
 
         with waits_shown(notes if notes.tty else None):
             report = ensure_indexed(config, args.kb, progress=notes, waiting=waiting_note(config, err))
-        if report.changed_anything:
-            err.write(shown(kb_note(report)) + "\n")
+    if report is not None and report.changed_anything:
+        err.write(shown(kb_note(report)) + "\n")  # names the index
+    else:
+        index_note(config, err)
     overrides = {k: v for k, v in OVERRIDES.items() if v is not None}
     return Agent.from_env(kb=args.kb or None, progress=notes, top_k=config.top_k, **overrides)
 
