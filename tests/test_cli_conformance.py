@@ -133,3 +133,31 @@ def test_a_kb_path_that_fails_is_one_error_line_without_the_index_note(
     # Nothing to index: the note says which index was used.
     code, out, err = cli("--index", str(elsewhere / ".crag"), command, "backups", "--kb", "docs")
     assert code == 0 and err == f"crag: index {elsewhere / '.crag'}\n"
+
+
+@pytest.mark.parametrize("argv", [("ask", "how long are backups kept"), ("chat",)])
+def test_a_damaged_index_named_by_index_dir_is_one_error_line(project: Path, tmp_path_factory: pytest.TempPathFactory,
+                                                              argv: tuple[str, ...]) -> None:
+    """``crag --index /elsewhere ask ...`` over a damaged index printed "crag: index /elsewhere"
+    before the error, which names it again (and the advice said the folder twice, as ``--index``
+    and as ``(with KB_AGENT_INDEX_DIR=...)``)."""
+    elsewhere = tmp_path_factory.mktemp("elsewhere") / ".crag"
+    code, _, err = cli("--index", str(elsewhere), "index", "docs")
+    assert code == 0, err
+    generation = (elsewhere / "CURRENT").read_text().strip()
+    for part in (elsewhere / generation).iterdir():
+        part.write_bytes(b"not an index " * 10)
+    code, out, err = cli("--index", str(elsewhere), *argv, stdin="how long are backups kept\n")
+    assert (code, out) == (1, "")
+    assert err == (f"crag: error: the index database in {elsewhere / generation} is damaged (file is not a database): "
+                   f"run `python -m crag --index {elsewhere} index PATH` to rebuild it\n")
+
+
+@pytest.mark.parametrize("argv", [("ask", "how long are backups kept"), ("chat",)])
+def test_the_index_used_is_still_named_after_a_good_answer(project: Path, tmp_path_factory: pytest.TempPathFactory,
+                                                           argv: tuple[str, ...]) -> None:
+    elsewhere = tmp_path_factory.mktemp("elsewhere") / ".crag"
+    assert cli("--index", str(elsewhere), "index", "docs")[0] == 0
+    code, out, err = cli("--index", str(elsewhere), *argv, stdin="how long are backups kept\n")
+    assert code == 0 and "30 days" in out
+    assert err == f"crag: index {elsewhere}\n"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
 from typing import TextIO
 
 from ..errors import UsageError
@@ -52,8 +53,12 @@ def read_history(path: str, limit: int) -> list:
     return data
 
 
-def agent_for(args: argparse.Namespace, err: TextIO):
-    """The agent of ``ask``/``chat``/``mcp``; ``--kb`` roots are indexed first, and that is said on stderr."""
+def agent_for(args: argparse.Namespace, err: TextIO, later: list[Callable[[], None]] | None = None):
+    """The agent of ``ask``/``chat``/``mcp``; ``--kb`` roots are indexed first, and that is said on stderr.
+
+    With ``later``, the note naming the index (``index_note``) is added to it instead of
+    written: the command says it once the index has served, so that a missing or damaged
+    index is its one error line."""
     from ..agent import Agent
 
     top_k = getattr(args, "top_k", None)
@@ -70,6 +75,8 @@ def agent_for(args: argparse.Namespace, err: TextIO):
             report = ensure_indexed(config, args.kb, progress=notes, waiting=waiting_note(config, err))
     if report is not None and report.changed_anything:
         err.write(shown(kb_note(report)) + "\n")  # names the index
+    elif later is not None:
+        later.append(lambda: index_note(config, err))
     else:
         index_note(config, err)
     overrides = {k: v for k, v in OVERRIDES.items() if v is not None}
@@ -158,12 +165,15 @@ def cmd_ask(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from .live import LiveAnswer, answer_live, wants_progress
 
     live = wants_progress(out, args.json)
-    with agent_for(args, err) as agent:
+    later: list[Callable[[], None]] = []
+    with agent_for(args, err, later) as agent:
         show_usage = agent.settings.show_usage and not args.no_usage
         if live:  # Ctrl-C erases the status, stops the run at its next step and ends ``ask`` (status 130)
             result = answer_live(agent, question, history, LiveAnswer(out, err, show_usage))
         else:
             result = agent.ask(question, history=history)
+    for say in later:  # which index answered: after the answer, so a failure is one line
+        say()
     record(agent.settings, result, err, conversation, "ask")
     if args.json:
         out.write(shown_json({**result.to_dict(), "index": index_label(agent.settings)}, out, indent=2) + "\n")

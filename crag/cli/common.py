@@ -54,7 +54,10 @@ def own_name(message: str) -> str:
     name = suggested()
     if name == "python -m crag":
         return message
-    return re.sub(r"`python -m crag(?! --index )", lambda _: f"`{name}", message)  # once: suggested() may have run
+    message = re.sub(r"`python -m crag(?! --index )", lambda _: f"`{name}", message)  # once: suggested() may have run
+    if OVERRIDES.get("index_dir"):  # the command names the index: "(with KB_AGENT_INDEX_DIR=DIR)" would say it twice
+        message = re.sub(r"(`[^`]* --index [^`]*`) \(with KB_AGENT_INDEX_DIR=[^)]*\)", r"\1", message)
+    return message
 
 
 # -m/--model and --index DIR of this run, as Settings overrides (set by ``main``).
