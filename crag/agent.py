@@ -30,7 +30,7 @@ from .errors import IndexStoreError, UsageError
 from .events import EventHandler, NodeStarted
 from .nodes import NodeConfig
 from .ports import ChatModel, Toolbox
-from .safe_text import short_value, valid_text
+from .safe_text import blank, short_value, valid_text
 from .state import (
     AgentState,
     Citation,
@@ -425,10 +425,11 @@ def search(toolbox: Toolbox, query: str, top_k: int) -> tuple[EvidenceItem, ...]
 
 
 def _check_text(what: str, value: object) -> None:
-    """``UsageError`` for a question or query that is not text, or is blank."""
+    """``UsageError`` for a question or query that is not text, or is blank (whitespace, control
+    characters and escape sequences only: nothing to search for, nothing to log)."""
     if not isinstance(value, str):
         raise UsageError(f"{what} must be text (a str), not {type(value).__name__}")
-    if not value.strip():
+    if blank(value):
         raise UsageError(f"{what} is empty")
 
 

@@ -506,12 +506,17 @@ def config_warnings(environ: Mapping[str, str] | None = None, dotenv: str | os.P
         found.append(f"{where} line {number} is not an assignment (NAME=value); it is ignored")
     if len(bad_lines) > WARNINGS_SHOWN:
         found.append(f"{len(bad_lines) - WARNINGS_SHOWN:,} more lines of {where} are not assignments; they are ignored")
+    # Any case and stray spaces count: kb_agent_top_k and "KB_AGENT_TOP_K " are typos of a setting too.
     unknown = [(name, origin) for origin, names in ((where, file_values), ("the environment", env))
-               for name in sorted(names) if name.startswith("KB_AGENT_") and name not in known_set]
+               for name in sorted(names) if name.strip().upper().startswith("KB_AGENT_") and name not in known_set]
     for name, origin in unknown[:WARNINGS_SHOWN]:
-        close = difflib.get_close_matches(name, known, n=1, cutoff=0.6) if len(name) <= 100 else []
+        typed = name.strip().upper()
+        close = [typed] if typed in known_set else (
+            difflib.get_close_matches(typed, known, n=1, cutoff=0.6) if len(name) <= 100 else [])
         hint = f"; did you mean {close[0]}?" if close else ""
-        found.append(f"{short_value(name, 100)} (in {origin}) is not a crag setting{hint}")
+        shown = short_value(name, 100)
+        shown = f'"{shown}"' if name != name.strip() else shown  # the stray space made visible
+        found.append(f"{shown} (in {origin}) is not a crag setting{hint}")
     if len(unknown) > WARNINGS_SHOWN:
         found.append(f"{len(unknown) - WARNINGS_SHOWN:,} more KB_AGENT_* names are not crag settings")
     return found

@@ -44,6 +44,7 @@ __all__ = [
     "REDACTED",
     "ShownStream",
     "ascii_json",
+    "blank",
     "display_name",
     "for_terminal",
     "json_text",
@@ -232,6 +233,13 @@ def _replace(text: str, secrets: set[str]) -> str:
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def blank(text: str) -> bool:
+    """Whether ``text`` holds nothing a person could read: only whitespace, control and format
+    characters (zero-width spaces, bidirectional marks) and escape sequences. A question or a
+    query of such text is empty, however many characters it has."""
+    return all(ch.isspace() or unicodedata.category(ch) in ("Cc", "Cf") for ch in _ESCAPES.sub("", text))
 
 
 def valid_text(text: str) -> str:

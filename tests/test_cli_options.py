@@ -72,8 +72,8 @@ def test_no_index_outside_the_working_directory_is_one_line_not_a_note_and_an_er
     monkeypatch.chdir(project / "docs")
     code, out, err = cli("--index", str(project / "elsewhere"), *argv)
     assert code == 1 and not out
-    assert err.splitlines() == [f"crag: error: no index in {project / 'elsewhere'}: run `python -m crag index PATH` "
-                                "first"], err
+    assert err.splitlines() == [f"crag: error: no index in {project / 'elsewhere'}: run `python -m crag --index "
+                                f"{project / 'elsewhere'} index PATH` first"], err
 
 
 def test_an_index_in_the_working_directory_itself_needs_no_note(project: Path) -> None:

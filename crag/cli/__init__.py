@@ -151,6 +151,7 @@ def main(
     stdin: TextIO | None = None,
 ) -> int:
     common.forget_secrets()
+    common.OVERRIDES.clear()  # an error before the options are read suggests no other run's --index
     previous = _stop_on_sigterm()
     try:
         out = stdout or sys.stdout

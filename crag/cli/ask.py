@@ -6,21 +6,22 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
 from typing import TextIO
 
 from ..errors import UsageError
-from ..safe_text import display_name, for_terminal
+from ..safe_text import blank, display_name, for_terminal
 from .common import (
     OVERRIDES,
     check_readable,
     index_label,
     index_note,
     not_utf8,
-    prog,
     require_index_libraries,
     settings,
     shown,
     shown_json,
+    suggested,
     undecodable_bytes_kept,
     unreadable_input,
     waiting_note,
@@ -52,8 +53,12 @@ def read_history(path: str, limit: int) -> list:
     return data
 
 
-def agent_for(args: argparse.Namespace, err: TextIO):
-    """The agent of ``ask``/``chat``/``mcp``; ``--kb`` roots are indexed first, and that is said on stderr."""
+def agent_for(args: argparse.Namespace, err: TextIO, later: list[Callable[[], None]] | None = None):
+    """The agent of ``ask``/``chat``/``mcp``; ``--kb`` roots are indexed first, and that is said on stderr.
+
+    With ``later``, the note naming the index (``index_note``) is added to it instead of
+    written: the command says it once the index has served, so that a missing or damaged
+    index is its one error line."""
     from ..agent import Agent
 
     top_k = getattr(args, "top_k", None)
@@ -61,15 +66,19 @@ def agent_for(args: argparse.Namespace, err: TextIO):
         raise UsageError(f"--top-k must be at least 1, got {top_k}")
     config = settings(top_k=top_k)
     require_index_libraries()
-    index_note(config, err)
     notes = IndexNotes(err)
-    if args.kb:
+    report = None
+    if args.kb:  # first: an indexing that fails is its one error line, with no note before it
         from ..index import ensure_indexed
 
         with waits_shown(notes if notes.tty else None):
             report = ensure_indexed(config, args.kb, progress=notes, waiting=waiting_note(config, err))
-        if report.changed_anything:
-            err.write(shown(kb_note(report)) + "\n")
+    if report is not None and report.changed_anything:
+        err.write(shown(kb_note(report)) + "\n")  # names the index
+    elif later is not None:
+        later.append(lambda: index_note(config, err))
+    else:
+        index_note(config, err)
     overrides = {k: v for k, v in OVERRIDES.items() if v is not None}
     return Agent.from_env(kb=args.kb or None, progress=notes, top_k=config.top_k, **overrides)
 
@@ -82,7 +91,7 @@ def kb_note(report, cwd: str | None = None) -> str:
     return (
         f"crag: indexed {roots} into {relative_label(report.index_dir, cwd)}: {len(report.added)} added, "
         f"{len(report.changed)} changed, {len(report.removed)} removed, {report.chunks_total} chunks in the index "
-        f"(`{prog()} roots` lists its roots, `{prog()} roots --remove PATH` drops one)"
+        f"(`{suggested()} roots` lists its roots, `{suggested()} roots --remove PATH` drops one)"
     )
 
 
@@ -132,7 +141,7 @@ def question_of(args: argparse.Namespace, limit: int) -> str:
                              "fit KB_AGENT_CONTEXT_TOKENS: shorten it")
         if not_utf8(text):
             raise UsageError("the question read from standard input is not UTF-8 text: save it as UTF-8")
-        if not text.strip():
+        if blank(text):
             raise UsageError("the question read from standard input is empty")
         return text.strip()
     return " ".join(args.words)
@@ -156,12 +165,15 @@ def cmd_ask(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from .live import LiveAnswer, answer_live, wants_progress
 
     live = wants_progress(out, args.json)
-    with agent_for(args, err) as agent:
+    later: list[Callable[[], None]] = []
+    with agent_for(args, err, later) as agent:
         show_usage = agent.settings.show_usage and not args.no_usage
         if live:  # Ctrl-C erases the status, stops the run at its next step and ends ``ask`` (status 130)
             result = answer_live(agent, question, history, LiveAnswer(out, err, show_usage))
         else:
             result = agent.ask(question, history=history)
+    for say in later:  # which index answered: after the answer, so a failure is one line
+        say()
     record(agent.settings, result, err, conversation, "ask")
     if args.json:
         out.write(shown_json({**result.to_dict(), "index": index_label(agent.settings)}, out, indent=2) + "\n")

@@ -239,8 +239,11 @@ def cmd_chat(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     # terminal's stderr when someone types the questions, and nowhere when a script sends them.
     talk = out if isatty(out) else err if isatty(args.stdin) and isatty(err) else io.StringIO()
     progress.leads = talk is err
-    with agent_for(args, err) as agent:
+    later: list = []
+    with agent_for(args, err, later) as agent:
         open_index(agent)
+        for say in later:  # which index: once it opened, so a missing or damaged one is one error line
+            say()
         progress.show_usage = agent.settings.show_usage and not args.no_usage
         talk.write("crag chat: ask about your knowledge base; an empty line, exit or Ctrl-D ends the session, "
                    "Ctrl-C stops an answer.\n")

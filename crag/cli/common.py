@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import sys
 from collections.abc import Iterator
 from typing import TextIO
@@ -48,14 +49,28 @@ def prog() -> str:
 
 def own_name(message: str) -> str:
     """A message of crag's (an error, a note, a report) with the commands it suggests spelled
-    the way this program was run: ``crag index`` to a user who typed ``crag``. Never applied
-    to an answer or a document's text."""
-    name = prog()
-    return message if name == "python -m crag" else message.replace("`python -m crag", f"`{name}")
+    the way this program was run: ``crag index`` to a user who typed ``crag``, and with this
+    run's ``--index DIR`` (``suggested``). Never applied to an answer or a document's text."""
+    name = suggested()
+    if name == "python -m crag":
+        return message
+    message = re.sub(r"`python -m crag(?! --index )", lambda _: f"`{name}", message)  # once: suggested() may have run
+    if OVERRIDES.get("index_dir"):  # the command names the index: "(with KB_AGENT_INDEX_DIR=DIR)" would say it twice
+        message = re.sub(r"(`[^`]* --index [^`]*`) \(with KB_AGENT_INDEX_DIR=[^)]*\)", r"\1", message)
+    return message
 
 
 # -m/--model and --index DIR of this run, as Settings overrides (set by ``main``).
 OVERRIDES: dict[str, str] = {}
+
+
+def suggested() -> str:
+    """How a command crag suggests starts: the program as it was run, and ``--index DIR`` when
+    this run was given one (without it, the suggested command would use another index)."""
+    import shlex
+
+    index = OVERRIDES.get("index_dir")
+    return f"{prog()} --index {shlex.quote(index)}" if index else prog()
 
 
 # The secrets of this run, found when first asked for and kept until ``main`` ends (it

@@ -21,7 +21,7 @@ from ..errors import UsageError
 from ..index.discover import relative_label
 from ..index.readers import skipped_line
 from ..pages import location, location_ref
-from ..safe_text import display_name
+from ..safe_text import blank, display_name
 
 if TYPE_CHECKING:
     from ..config import Settings
@@ -160,7 +160,7 @@ def search(
     from ..index import ensure_indexed
     from ..tools import Toolbox
 
-    if not query.strip():
+    if blank(query):
         raise UsageError("the search query is empty")
     k = settings.top_k if top_k is None else top_k
     if k < 1:

@@ -59,12 +59,13 @@ def cmd_search(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
     config = settings()
     require_index_libraries()
-    index_note(config, err)
     missing: list[str] = []
     hits, report = search(config, " ".join(args.words), args.top_k, args.kb, missing=missing,
                           waiting=waiting_note(config, err))
     if report is not None and report.changed_anything:
-        err.write(shown(own_name(index_report_text(report))))
+        err.write(shown(own_name(index_report_text(report))))  # names the index
+    else:  # after the search: a failure is its one error line, with no note before it
+        index_note(config, err)
     note = missing_roots_note(missing)
     if note:
         err.write(shown(own_name(note)) + "\n")

@@ -15,7 +15,7 @@ from typing import TextIO
 
 from ..errors import UsageError
 from ..safe_text import short_value
-from .common import not_utf8, prog, settings, shown, shown_json, shown_message
+from .common import not_utf8, settings, shown, shown_json, shown_message, suggested
 
 
 def answer_log(config):
@@ -81,7 +81,7 @@ def _show_arg(value: str) -> int | None:
         return None
     if value.isascii() and value.isdigit():
         return int(value)
-    raise UsageError(f"--show takes an answer's number (see `{prog()} log`) or 'last', got '{short_value(value)}'")
+    raise UsageError(f"--show takes an answer's number (see `python -m crag log`) or 'last', got '{short_value(value)}'")
 
 
 MAX_WORDS = 100  # of a log search
@@ -118,7 +118,7 @@ def cmd_log(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             if entry is None and show is None:  # ``last`` of a log with no answer
                 raise UsageError(f"no logged answers in {log.path}")
             if entry is None:
-                raise UsageError(f"no answer {args.show} in {log.path} (`{prog()} log` lists them)")
+                raise UsageError(f"no answer {args.show} in {log.path} (`python -m crag log` lists them)")
             if args.json:
                 _write_json([entry], out)
             else:
@@ -132,7 +132,7 @@ def cmd_log(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             off = " (KB_AGENT_LOG=off: nothing is logged)" if not config.log else ""
             out.write(shown(f"no logged answers {what}in {log.path}{off}") + "\n")
             return 0
-    out.write(f"\n`{prog()} log --show ID` prints one answer in full\n")
+    out.write(f"\n`{suggested()} log --show ID` prints one answer in full\n")
     return 0
 
 

@@ -1,0 +1,163 @@
+"""What a conformance audit of the configuration and the command line (SPEC §3, §4) found.
+
+Each test types what a new user might type wrong, through the real command line
+(``crag.cli.main``, the real index, the offline backend), and checks what the SPEC promises:
+one ``crag: error:`` line (or one warning) on stderr, the right exit status, and nothing
+spent or logged for a question that holds nothing to ask.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from crag.cli import main
+from tests.fakes import clean_env
+
+DOC = "# Backups\n\nBackups are kept for 30 days on the storage bucket.\n"
+
+
+def cli(*argv: str, stdin: str | None = None) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), out, err, io.StringIO(stdin) if stdin is not None else None)
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A project with docs indexed into its own ./.crag; the working directory is the project."""
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "backup.md").write_text(DOC, encoding="utf-8")
+    clean_env(monkeypatch)
+    monkeypatch.setenv("KB_AGENT_LLM", "offline")
+    monkeypatch.chdir(tmp_path)
+    code, _, err = cli("index", "docs")
+    assert code == 0, err
+    return tmp_path
+
+
+def logged_questions() -> list[str]:
+    code, out, err = cli("log", "--json", "-n", "100")
+    assert code == 0, err
+    return [entry["question"] for entry in json.loads(out)]
+
+
+# Text a person cannot read: control characters, an escape sequence, zero-width and no-break spaces.
+NOTHING_TO_ASK = ["\x01\x02\t", "\x1b[31m", "\u200b\u00a0", "\u202e\x7f"]
+
+
+@pytest.mark.parametrize("question", NOTHING_TO_ASK)
+def test_a_question_of_only_control_characters_is_empty_not_asked(project: Path, question: str) -> None:
+    """``crag ask $'\\x01\\x02'`` was answered (the no-evidence sentence, two LLM calls on a
+    real backend) and logged with a blank question; ``crag search`` said "no matching chunks"."""
+    for argv, stdin, said in ((("ask", question), None, "the question is empty"),
+                              (("ask", "-"), question + "\n", "the question read from standard input is empty"),
+                              (("ask", question, "--json"), None, "the question is empty"),
+                              (("search", question), None, "the search query is empty")):
+        code, out, err = cli(*argv, stdin=stdin)
+        assert (code, out, err) == (2, "", f"crag: error: {said}\n"), argv
+    assert logged_questions() == []
+
+
+def test_chat_refuses_a_line_of_only_control_characters_and_goes_on(project: Path) -> None:
+    code, out, err = cli("chat", stdin="\x01\x02\nhow long are backups kept\n")
+    assert code == 0
+    assert err == "crag: error: the question is empty\n"
+    assert "30 days" in out and out.count("LLM Usage Stats") == 1
+    assert logged_questions() == ["how long are backups kept"]
+
+
+@pytest.mark.parametrize(("name", "where", "shown", "meant"), [
+    ("kb_agent_top_k", ".env", "kb_agent_top_k", "KB_AGENT_TOP_K"),
+    ("Kb_Agent_Grounding", ".env", "Kb_Agent_Grounding", "KB_AGENT_GROUNDING"),
+    ("kb_agent_max_iterations", "environment", "kb_agent_max_iterations", "KB_AGENT_MAX_ITERATIONS"),
+    ("KB_AGENT_TOP_K ", "environment", '"KB_AGENT_TOP_K "', "KB_AGENT_TOP_K"),
+    ("kb_agent_topk", "environment", "kb_agent_topk", "KB_AGENT_TOP_K"),
+])
+def test_a_setting_in_the_wrong_case_or_with_a_stray_space_is_warned_about(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, where: str, shown: str, meant: str) -> None:
+    """``kb_agent_top_k=3`` in .env was silently ignored (SPEC §3: unknown ``KB_AGENT_*`` names are
+    warned about, with the closest known name); ``"KB_AGENT_TOP_K "`` was named without its space,
+    so the warning read as "KB_AGENT_TOP_K is not a setting; did you mean KB_AGENT_TOP_K?"."""
+    clean_env(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    if where == ".env":
+        (tmp_path / ".env").write_text(f"{name}=3\n", encoding="utf-8")
+        origin = ".env"
+    else:
+        monkeypatch.setenv(name, "3")
+        origin = "the environment"
+    code, out, err = cli("graph")
+    assert code == 0 and out.startswith("flowchart TD")
+    assert err == f"crag: warning: {shown} (in {origin}) is not a crag setting; did you mean {meant}?\n"
+
+
+def test_a_command_suggested_after_index_dir_names_that_index(project: Path, tmp_path: Path) -> None:
+    """With ``--index DIR``, the advice "run `python -m crag index PATH` first" (and `roots`,
+    `log --show`) named a command that works on another index: the one in the working folder."""
+    other = tmp_path / "other index"
+    code, out, err = cli("--index", str(other), "ask", "how long are backups kept")
+    assert (code, out) == (1, "")
+    assert err == (f"crag: error: no index in {other}: run `python -m crag --index '{other}' index PATH` first\n")
+    code, out, err = cli("ask", "how long are backups kept", "--kb", "docs", "--index", str(other))
+    assert code == 0 and "30 days" in out
+    assert f"(`python -m crag --index '{other}' roots` lists its roots" in err
+    code, out, err = cli("--index", str(other), "log")
+    assert code == 0 and out.endswith(f"`python -m crag --index '{other}' log --show ID` prints one answer in full\n")
+    code, _, err = cli("log", "--show", "999", "--index", str(other))
+    assert code == 2 and f"(`python -m crag --index '{other}' log` lists them)" in err
+    code, _, err = cli("ask", "how long are backups kept")  # the next run has no --index: none is suggested
+    assert code == 0 and "--index" not in err
+
+
+@pytest.mark.parametrize("command", ["ask", "search"])
+def test_a_kb_path_that_fails_is_one_error_line_without_the_index_note(
+        project: Path, tmp_path_factory: pytest.TempPathFactory, command: str) -> None:
+    """``crag --index ../elsewhere ask hi --kb typo`` printed "crag: index ..." and then the
+    error: two lines for one failure (SPEC §4: one line)."""
+    elsewhere = tmp_path_factory.mktemp("elsewhere")  # outside the working folder: its index is named
+    (elsewhere / "notes").mkdir()
+    (elsewhere / "notes" / "n.md").write_text("# Notes\n\nThe archive moves to glacier after a year.\n")
+    code, _, err = cli("--index", str(elsewhere / ".crag"), "index", str(elsewhere / "notes"))
+    assert code == 0, err
+    code, out, err = cli("--index", str(elsewhere / ".crag"), command, "archive", "--kb", "typo")
+    assert (code, out) == (1, "")
+    assert err == f"crag: error: knowledge-base path {project / 'typo'} does not exist\n"
+    # A --kb that indexed something says so, naming the index: no second note about it.
+    code, out, err = cli("--index", str(elsewhere / ".crag"), command, "backups", "--kb", "docs")
+    assert code == 0 and "30 days" in out
+    assert f"into {elsewhere / '.crag'}" in err and "crag: index " not in err
+    # Nothing to index: the note says which index was used.
+    code, out, err = cli("--index", str(elsewhere / ".crag"), command, "backups", "--kb", "docs")
+    assert code == 0 and err == f"crag: index {elsewhere / '.crag'}\n"
+
+
+@pytest.mark.parametrize("argv", [("ask", "how long are backups kept"), ("chat",)])
+def test_a_damaged_index_named_by_index_dir_is_one_error_line(project: Path, tmp_path_factory: pytest.TempPathFactory,
+                                                              argv: tuple[str, ...]) -> None:
+    """``crag --index /elsewhere ask ...`` over a damaged index printed "crag: index /elsewhere"
+    before the error, which names it again (and the advice said the folder twice, as ``--index``
+    and as ``(with KB_AGENT_INDEX_DIR=...)``)."""
+    elsewhere = tmp_path_factory.mktemp("elsewhere") / ".crag"
+    code, _, err = cli("--index", str(elsewhere), "index", "docs")
+    assert code == 0, err
+    generation = (elsewhere / "CURRENT").read_text().strip()
+    for part in (elsewhere / generation).iterdir():
+        part.write_bytes(b"not an index " * 10)
+    code, out, err = cli("--index", str(elsewhere), *argv, stdin="how long are backups kept\n")
+    assert (code, out) == (1, "")
+    assert err == (f"crag: error: the index database in {elsewhere / generation} is damaged (file is not a database): "
+                   f"run `python -m crag --index {elsewhere} index PATH` to rebuild it\n")
+
+
+@pytest.mark.parametrize("argv", [("ask", "how long are backups kept"), ("chat",)])
+def test_the_index_used_is_still_named_after_a_good_answer(project: Path, tmp_path_factory: pytest.TempPathFactory,
+                                                           argv: tuple[str, ...]) -> None:
+    elsewhere = tmp_path_factory.mktemp("elsewhere") / ".crag"
+    assert cli("--index", str(elsewhere), "index", "docs")[0] == 0
+    code, out, err = cli("--index", str(elsewhere), *argv, stdin="how long are backups kept\n")
+    assert code == 0 and "30 days" in out
+    assert err == f"crag: index {elsewhere}\n"
