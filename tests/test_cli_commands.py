@@ -81,9 +81,9 @@ def test_version_prints_the_package_version() -> None:
     assert f'version = "{crag.__version__}"' in pyproject
 
 
-def test_bare_crag_prints_the_help_on_stdout_and_exits_1_like_git(tmp_path: Path) -> None:
+def test_bare_crag_prints_the_help_on_stdout_and_exits_0(tmp_path: Path) -> None:
     proc = run_crag(cwd=tmp_path)
-    assert proc.returncode == 1 and proc.stderr == ""
+    assert proc.returncode == 0 and proc.stderr == ""
     assert proc.stdout.startswith("usage: python -m crag")
     for command in ("index", "search", "ask", "chat", "mcp", "graph"):
         assert f"    {command} " in proc.stdout

@@ -206,7 +206,7 @@ def _main(argv: Sequence[str] | None, out: TextIO, err: TextIO, stdin: TextIO | 
             if extra:  # `crag --kb docs`: options of a command, given without the command
                 raise UsageError(f"unrecognized arguments: {' '.join(extra)} (see {prog()} --help)")
             out.write(parser.format_help())
-            return 1  # as git does: the help, and a status that says nothing was done
+            return 0  # SPEC §4: with no command crag prints the help (asked for, not a failure or misuse)
         try:
             _join_words(args, extra)
         except UsageError as exc:
