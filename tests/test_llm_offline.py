@@ -365,6 +365,27 @@ def test_offline_never_quotes_an_include_directive():
     assert "{*" not in text and "Declare a path parameter greater than zero with gt. [1]" in text
 
 
+OKAPI = EvidenceItem("vector_search", "docs/okapi.md", """\
+# Okapi service guide
+
+[okapi-service-guide]: https://example.com/okapi/service/storage/guide "Okapi service storage guide"
+
+{% include okapi_service_storage_banner.html %}
+
+{{< figure src="okapi-service-storage.png" title="Okapi service storage" >}}
+
+{: #okapi-service-storage .okapi-service-guide}
+
+The okapi service stores its data in the okapi bucket for ninety days.
+""", 1, 11, 0.9)
+
+
+def test_offline_never_quotes_link_definitions_template_tags_or_attribute_lists():
+    text = ask(SynthesizeTask("Where does the okapi service guide say okapi storage data is kept?", (), (OKAPI,)))
+    for markup in ("[okapi-service-guide]:", "{%", "{{<", "{:"):
+        assert markup not in text
+    assert "- The okapi service stores its data in the okapi bucket for ninety days. [1]" in text
+
 RUN_DOC = """\
 # Run it
 

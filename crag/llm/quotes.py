@@ -40,13 +40,21 @@ def same_text(a: str, b: str) -> bool:
 _HTML = re.compile(r"</?[A-Za-z][^>]*>|<!--")
 _LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
 _ADMONITION = re.compile(r"^\s*(?:\[![A-Za-z]+\]|!!!|\?\?\?|:::|///|\{\*.*\*\}\s*$)")  # or an include: {* file *}
+# A line that is only a link reference definition ([label]: url "title"), a template tag
+# ({% include x %}, {{< shortcode >}}) or an attribute list ({: #id .class}).
+_DIRECTIVE = re.compile(
+    r"^\s*(?:\[[^\]]+\]:\s*<?\S+>?(?:\s+(?:\"[^\"]*\"|'[^']*'|\([^)]*\)))?"
+    r"|\{%.*%\}|\{\{.*\}\}|\{:.*\})\s*$"
+)
 _QUOTE_PREFIX = re.compile(r"^[ \t]*(?:>[ \t]?)+", re.M)
 
 
 def _markup_only(sentence: str) -> bool:
     """Whether a sentence is markup rather than prose: HTML, an admonition marker, an include
-    directive (``{* file.py *}``), links only."""
-    if _HTML.search(sentence) or _ADMONITION.match(sentence) or _CITE_LIKE.search(sentence):
+    directive (``{* file.py *}``), a link definition, a template tag, an attribute list, links only."""
+    if _HTML.search(sentence) or _CITE_LIKE.search(sentence):
+        return True
+    if _ADMONITION.match(sentence) or _DIRECTIVE.match(sentence):
         return True
     prose = _LINK.sub(" ", sentence)
     return len(re.findall(r"[^\W\d_]{2,}", prose)) < 3
