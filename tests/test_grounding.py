@@ -92,6 +92,21 @@ def test_lines_with_no_full_stop_are_cited_at_the_line_that_holds_the_sentence()
     assert [(s.start_line, s.end_line) for s in g.sources] == [(2005, 2005), (2, 2), (3, 3)]
 
 
+def test_a_title_line_sharing_a_word_with_the_sentence_is_not_where_its_citation_opens():
+    """A short title line above a sentence (a PDF page's header, a plain-text note's heading)
+    with no full stop reads as one passage with it; when the title shares a word with the
+    sentence ("Wombat notes" / "The wombat digs ..."), the citation still opens at the line
+    where the sentence starts: the lines below hold all of it."""
+    notes = EvidenceItem("vector_search", "kb/notes.txt",
+                         "Wombat notes\nThe wombat digs burrows at night.", 4, 5, 0.4)
+    wrapped = EvidenceItem("vector_search", "kb/wrapped.txt",
+                           "Quokka feeder\nThe quokka feeder\nrefills every six hours.", 10, 12, 0.4)
+    g = ground("The wombat digs burrows at night [1]. The quokka feeder refills every six hours [2].",
+               (notes, wrapped))
+    assert g.report.supported == 2
+    assert [(s.start_line, s.end_line) for s in g.sources] == [(5, 5), (11, 12)]
+
+
 SPACES = EvidenceItem(
     "vector_search", "docs/spaces.md",
     "# Spaces\n\nThe sync action keeps a Space in step with GitHub.\nIt runs on every push.",

@@ -262,10 +262,17 @@ def _foreign(line: str, c: Claims) -> bool:
     return not any(has_anchor(kind, a, line, flat) for kind, a in c.anchors)
 
 
+def _holds_all(text: str, c: Claims, covered: float) -> bool:
+    """Whether ``text`` covers as much of ``c`` as ``covered`` and holds all its anchors."""
+    flat = " ".join(text.split())
+    return coverage(c.words, vocabulary(text)) >= covered and all(has_anchor(k, a, text, flat) for k, a in c.anchors)
+
+
 def _tightened(s: Support, text: str, c: Claims) -> Support:
     """``s`` without the lines at either end of its passage that hold none of the claim: lines
     with no full stop (a PDF page, a plain-text note, a list of settings) read as one passage,
-    and a citation opens at the line that holds the sentence, not at the passage's first line."""
+    and a citation opens at the line that holds the sentence, not at the passage's first line
+    (nor at a title line above it whose words the lines below hold too)."""
     lines: list[tuple[int, int]] = []
     pos = s.start
     for line in text[s.start : s.end].split("\n"):
@@ -274,6 +281,9 @@ def _tightened(s: Support, text: str, c: Claims) -> Support:
     lo, hi = 0, len(lines) - 1
     while lo < hi and _foreign(text[slice(*lines[lo])], c):
         lo += 1
+    while lo < hi and text[lines[lo + 1][0] : lines[lo + 1][1]].lstrip()[:1].isupper() and _holds_all(
+            text[lines[lo + 1][0] : lines[hi][1]], c, s.coverage):
+        lo += 1  # a title line above a sentence ("Wombat notes"): the lines below hold all of it
     while hi > lo and _foreign(text[slice(*lines[hi])], c):
         hi -= 1
     if (lo, hi) == (0, len(lines) - 1):
