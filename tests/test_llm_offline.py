@@ -386,6 +386,16 @@ def test_offline_never_quotes_link_definitions_template_tags_or_attribute_lists(
         assert markup not in text
     assert "- The okapi service stores its data in the okapi bucket for ninety days. [1]" in text
 
+def test_a_sentence_below_many_lines_without_a_full_stop_is_still_quoted():
+    """Lines with no full stop (a list of settings, a log, filler) run on into the sentence below
+    them as one passage; past the longest quotable sentence, the offline answer said "no
+    quotable text" although the answer stood on a line of its own. Such a line is quoted."""
+    lines = [f"filler line {i}" for i in range(265, 301)] + ["The axolotl regrows limbs quickly."]
+    item = EvidenceItem("vector_search", "kb/c.md", "\n".join(lines), 265, 301, 0.5)
+    result = Agent(OfflineChatModel(), FakeToolbox({"vector_search": [[item]]}), Settings()).ask("What about the axolotl?")
+    assert "- The axolotl regrows limbs quickly. [1]" in result.answer
+    assert "[1] kb/c.md:L301" in result.answer
+
 RUN_DOC = """\
 # Run it
 

@@ -167,6 +167,21 @@ def title_split(text: str) -> list[tuple[int, int]]:
 _SENTENCE_END = re.compile(r"[.!?][\"')\]]*\s*$")
 
 
+def _lines_too_long(text: str) -> list[tuple[int, int]]:
+    """(start, end) of each line of a passage too long to quote that is a sentence of its own
+    (a capital first, a full stop last): lines without a full stop (settings, a log) run on
+    into the sentence below them, and that sentence is still worth quoting."""
+    if len(" ".join(text.split())) <= _MAX_SENTENCE:
+        return []
+    out, pos = [], 0
+    for line in text.split("\n"):
+        body = line.strip()
+        if body[:1].isupper() and _SENTENCE_END.search(body):
+            out.append((pos + len(line) - len(line.lstrip()), pos + len(line.rstrip())))
+        pos += len(line) + 1
+    return out
+
+
 def quotable(text: str, question: str = "", lead: str | None = None) -> Iterable[tuple[int, str]]:
     """(position, quote) for each sentence of ``text`` worth quoting, verbatim but for
     whitespace, and each closed code block; a sentence repeating the question (of three words
@@ -183,7 +198,7 @@ def quotable(text: str, question: str = "", lead: str | None = None) -> Iterable
     for piece in grounding.passages(text):
         if piece.kind not in ("sentence", "item"):  # prose, and a list item's sentences
             continue
-        for start, end in title_split(piece.text):
+        for start, end in title_split(piece.text) + _lines_too_long(piece.text):
             sentence = " ".join(_QUOTE_PREFIX.sub("", piece.text[start:end]).split())
             if len(sentence) < 3 or len(sentence) > _MAX_SENTENCE or _markup_only(sentence):
                 continue
