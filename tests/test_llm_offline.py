@@ -396,6 +396,15 @@ def test_a_sentence_below_many_lines_without_a_full_stop_is_still_quoted():
     assert "- The axolotl regrows limbs quickly. [1]" in result.answer
     assert "[1] kb/c.md:L301" in result.answer
 
+def test_offline_quotes_keep_the_spaces_inside_a_line_and_only_join_wrapped_lines():
+    """Whitespace was collapsed everywhere in a quote, so inline code lost a character
+    (`SEP="a  b"` quoted as `SEP="a b"`) and a no-break space became a plain one. Only a
+    sentence wrapped over lines is put on one line; the rest is quoted as written."""
+    item = EvidenceItem("vector_search", "docs/fmt.md", "# Format\n\nThe separator is set with `SEP=\"a  b\"` in the\n"
+                        "  config\u00a0file of the exporter.", 1, 4, 0.9)
+    text = ask(SynthesizeTask("What is the separator in the config file of the exporter?", (), (item,)))
+    assert '- The separator is set with `SEP="a  b"` in the config\u00a0file of the exporter. [1]' in text
+
 RUN_DOC = """\
 # Run it
 

@@ -49,6 +49,15 @@ _DIRECTIVE = re.compile(
 _QUOTE_PREFIX = re.compile(r"^[ \t]*(?:>[ \t]?)+", re.M)
 
 
+_WRAP = re.compile(r"[ \t]*\n\s*")
+
+
+def _one_line(text: str) -> str:
+    """A sentence wrapped over lines put on one line; the spaces within a line (in inline
+    code above all) are kept as written."""
+    return _WRAP.sub(" ", text.strip())
+
+
 def _markup_only(sentence: str) -> bool:
     """Whether a sentence is markup rather than prose: HTML, an admonition marker, an include
     directive (``{* file.py *}``), a link definition, a template tag, an attribute list, links only."""
@@ -199,7 +208,7 @@ def quotable(text: str, question: str = "", lead: str | None = None) -> Iterable
         if piece.kind not in ("sentence", "item"):  # prose, and a list item's sentences
             continue
         for start, end in title_split(piece.text) + _lines_too_long(piece.text):
-            sentence = " ".join(_QUOTE_PREFIX.sub("", piece.text[start:end]).split())
+            sentence = _one_line(_QUOTE_PREFIX.sub("", piece.text[start:end]))
             if len(sentence) < 3 or len(sentence) > _MAX_SENTENCE or _markup_only(sentence):
                 continue
             if "couldn't find relevant information" in sentence or prompts.strip_stats_blocks(sentence) != sentence:
