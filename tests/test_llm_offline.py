@@ -369,6 +369,8 @@ OKAPI = EvidenceItem("vector_search", "docs/okapi.md", """\
 # Okapi service guide
 
 [okapi-service-guide]: https://example.com/okapi/service/storage/guide "Okapi service storage guide"
+[okapi-storage]: https://example.com/okapi/storage/buckets
+[okapi-data]: https://example.com/okapi/data#L5
 
 {% include okapi_service_storage_banner.html %}
 
@@ -377,12 +379,12 @@ OKAPI = EvidenceItem("vector_search", "docs/okapi.md", """\
 {: #okapi-service-storage .okapi-service-guide}
 
 The okapi service stores its data in the okapi bucket for ninety days.
-""", 1, 11, 0.9)
+""", 1, 13, 0.9)
 
 
 def test_offline_never_quotes_link_definitions_template_tags_or_attribute_lists():
     text = ask(SynthesizeTask("Where does the okapi service guide say okapi storage data is kept?", (), (OKAPI,)))
-    for markup in ("[okapi-service-guide]:", "{%", "{{<", "{:"):
+    for markup in ("[okapi-service-guide]:", "[okapi-storage]:", "[okapi-data]:", "{%", "{{<", "{:"):
         assert markup not in text
     assert "- The okapi service stores its data in the okapi bucket for ninety days. [1]" in text
 
@@ -404,6 +406,17 @@ def test_offline_quotes_keep_the_spaces_inside_a_line_and_only_join_wrapped_line
                         "  config\u00a0file of the exporter.", 1, 4, 0.9)
     text = ask(SynthesizeTask("What is the separator in the config file of the exporter?", (), (item,)))
     assert '- The separator is set with `SEP="a  b"` in the config\u00a0file of the exporter. [1]' in text
+
+def test_offline_never_quotes_a_sentence_cut_inside_an_html_tag():
+    """A full stop inside a tag's attribute (``<abbr title="... CSS. It's ...">CDN</abbr>``)
+    ended a "sentence" there: the quote held half a tag, its attribute unclosed."""
+    item = EvidenceItem("vector_search", "docs/assets.md",
+                        'By default, those files are served from a <abbr title="Content Delivery Network: a service '
+                        'that provides static files, like JavaScript and CSS. It serves them from a server close to the '
+                        'client.">CDN</abbr>.\n\nYou can serve the JavaScript and CSS files of the docs yourself.', 5, 7, 0.9)
+    text = ask(SynthesizeTask("How are the JavaScript and CSS files of the docs served?", (), (item,)))
+    assert "<abbr" not in text and "title=" not in text
+    assert "- You can serve the JavaScript and CSS files of the docs yourself. [1]" in text
 
 RUN_DOC = """\
 # Run it

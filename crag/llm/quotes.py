@@ -37,14 +37,14 @@ def same_text(a: str, b: str) -> bool:
     return a in b or b in a
 
 
-_HTML = re.compile(r"</?[A-Za-z][^>]*>|<!--")
+_HTML = re.compile(r"</?[A-Za-z][^>]*>|<!--|<[A-Za-z][\w:-]*\s[^<>]*=[^<>]*$")  # or a tag cut at a full stop in it
 _LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
 _ADMONITION = re.compile(r"^\s*(?:\[![A-Za-z]+\]|!!!|\?\?\?|:::|///|\{\*.*\*\}\s*$)")  # or an include: {* file *}
-# A line that is only a link reference definition ([label]: url "title"), a template tag
+# A line that is only link reference definitions ([label]: url "title"), a template tag
 # ({% include x %}, {{< shortcode >}}) or an attribute list ({: #id .class}).
 _DIRECTIVE = re.compile(
-    r"^\s*(?:\[[^\]]+\]:\s*<?\S+>?(?:\s+(?:\"[^\"]*\"|'[^']*'|\([^)]*\)))?"
-    r"|\{%.*%\}|\{\{.*\}\}|\{:.*\})\s*$"
+    r"^(?:(?:\s*\[[^\]]+\]:\s*<?\S+>?(?:\s+(?:\"[^\"]*\"|'[^']*'|\([^)]*\)))?)+"
+    r"|\s*\{%.*%\}|\s*\{\{.*\}\}|\s*\{:.*\})\s*$"
 )
 _QUOTE_PREFIX = re.compile(r"^[ \t]*(?:>[ \t]?)+", re.M)
 
