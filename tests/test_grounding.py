@@ -92,6 +92,47 @@ def test_lines_with_no_full_stop_are_cited_at_the_line_that_holds_the_sentence()
     assert [(s.start_line, s.end_line) for s in g.sources] == [(2005, 2005), (2, 2), (3, 3)]
 
 
+def test_a_title_line_sharing_a_word_with_the_sentence_is_not_where_its_citation_opens():
+    """A short title line above a sentence (a PDF page's header, a plain-text note's heading)
+    with no full stop reads as one passage with it; when the title shares a word with the
+    sentence ("Wombat notes" / "The wombat digs ..."), the citation still opens at the line
+    where the sentence starts: the lines below hold all of it."""
+    notes = EvidenceItem("vector_search", "kb/notes.txt",
+                         "Wombat notes\nThe wombat digs burrows at night.", 4, 5, 0.4)
+    wrapped = EvidenceItem("vector_search", "kb/wrapped.txt",
+                           "Quokka feeder\nThe quokka feeder\nrefills every six hours.", 10, 12, 0.4)
+    g = ground("The wombat digs burrows at night [1]. The quokka feeder refills every six hours [2].",
+               (notes, wrapped))
+    assert g.report.supported == 2
+    assert [(s.start_line, s.end_line) for s in g.sources] == [(5, 5), (11, 12)]
+
+
+def test_a_sentence_copied_from_the_evidence_is_cited_where_it_is_written():
+    """A sentence copied word for word (what the offline answer quotes) was cited at the first
+    passage holding its words: a heading above it ("## Available responses" for "Here are
+    some of the available responses."), or another sentence about the same thing."""
+    doc = EvidenceItem("vector_search", "docs/responses.md",
+                       "## Available responses\n\nHere are some of the available responses.\n\n"
+                       "Running `fastapi dev` initiates development mode.\n\n"
+                       "By default, auto-reload is enabled. You should only use it for development.", 94, 100, 0.5)
+    g = ground("Here are some of the available responses. You should only use it for development [1].", (doc,))
+    assert g.report.supported == 2
+    assert [s.start_line for s in g.sources] == [96, 100]
+
+
+
+def test_a_copied_lead_in_that_is_not_judged_is_cited_where_it_is_written():
+    """A lead-in ("You could have a `.env` file with:") is not judged; its marker pointed at
+    the whole item, so the footer opened at the chunk's first line (its heading), not at the
+    line the quoted sentence starts on."""
+    doc = EvidenceItem("vector_search", "docs/settings.md",
+                       "### The `.env` file\n\nYou could have a `.env` file with:\n\n```bash\nAPP_NAME=\"App\"\n```",
+                       207, 213, 0.5)
+    g = ground("- You could have a `.env` file with: [1]", (doc,), question="How do I read a `.env` file?")
+    assert g.report.sentences == 0
+    assert [s.start_line for s in g.sources] == [209]
+
+
 SPACES = EvidenceItem(
     "vector_search", "docs/spaces.md",
     "# Spaces\n\nThe sync action keeps a Space in step with GitHub.\nIt runs on every push.",

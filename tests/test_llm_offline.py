@@ -365,6 +365,59 @@ def test_offline_never_quotes_an_include_directive():
     assert "{*" not in text and "Declare a path parameter greater than zero with gt. [1]" in text
 
 
+OKAPI = EvidenceItem("vector_search", "docs/okapi.md", """\
+# Okapi service guide
+
+[okapi-service-guide]: https://example.com/okapi/service/storage/guide "Okapi service storage guide"
+[okapi-storage]: https://example.com/okapi/storage/buckets
+[okapi-data]: https://example.com/okapi/data#L5
+
+{% include okapi_service_storage_banner.html %}
+
+{{< figure src="okapi-service-storage.png" title="Okapi service storage" >}}
+
+{: #okapi-service-storage .okapi-service-guide}
+
+The okapi service stores its data in the okapi bucket for ninety days.
+""", 1, 13, 0.9)
+
+
+def test_offline_never_quotes_link_definitions_template_tags_or_attribute_lists():
+    text = ask(SynthesizeTask("Where does the okapi service guide say okapi storage data is kept?", (), (OKAPI,)))
+    for markup in ("[okapi-service-guide]:", "[okapi-storage]:", "[okapi-data]:", "{%", "{{<", "{:"):
+        assert markup not in text
+    assert "- The okapi service stores its data in the okapi bucket for ninety days. [1]" in text
+
+def test_a_sentence_below_many_lines_without_a_full_stop_is_still_quoted():
+    """Lines with no full stop (a list of settings, a log, filler) run on into the sentence below
+    them as one passage; past the longest quotable sentence, the offline answer said "no
+    quotable text" although the answer stood on a line of its own. Such a line is quoted."""
+    lines = [f"filler line {i}" for i in range(265, 301)] + ["The axolotl regrows limbs quickly."]
+    item = EvidenceItem("vector_search", "kb/c.md", "\n".join(lines), 265, 301, 0.5)
+    result = Agent(OfflineChatModel(), FakeToolbox({"vector_search": [[item]]}), Settings()).ask("What about the axolotl?")
+    assert "- The axolotl regrows limbs quickly. [1]" in result.answer
+    assert "[1] kb/c.md:L301" in result.answer
+
+def test_offline_quotes_keep_the_spaces_inside_a_line_and_only_join_wrapped_lines():
+    """Whitespace was collapsed everywhere in a quote, so inline code lost a character
+    (`SEP="a  b"` quoted as `SEP="a b"`) and a no-break space became a plain one. Only a
+    sentence wrapped over lines is put on one line; the rest is quoted as written."""
+    item = EvidenceItem("vector_search", "docs/fmt.md", "# Format\n\nThe separator is set with `SEP=\"a  b\"` in the\n"
+                        "  config\u00a0file of the exporter.", 1, 4, 0.9)
+    text = ask(SynthesizeTask("What is the separator in the config file of the exporter?", (), (item,)))
+    assert '- The separator is set with `SEP="a  b"` in the config\u00a0file of the exporter. [1]' in text
+
+def test_offline_never_quotes_a_sentence_cut_inside_an_html_tag():
+    """A full stop inside a tag's attribute (``<abbr title="... CSS. It's ...">CDN</abbr>``)
+    ended a "sentence" there: the quote held half a tag, its attribute unclosed."""
+    item = EvidenceItem("vector_search", "docs/assets.md",
+                        'By default, those files are served from a <abbr title="Content Delivery Network: a service '
+                        'that provides static files, like JavaScript and CSS. It serves them from a server close to the '
+                        'client.">CDN</abbr>.\n\nYou can serve the JavaScript and CSS files of the docs yourself.', 5, 7, 0.9)
+    text = ask(SynthesizeTask("How are the JavaScript and CSS files of the docs served?", (), (item,)))
+    assert "<abbr" not in text and "title=" not in text
+    assert "- You can serve the JavaScript and CSS files of the docs yourself. [1]" in text
+
 RUN_DOC = """\
 # Run it
 

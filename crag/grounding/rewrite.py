@@ -20,7 +20,7 @@ from attrs import evolve
 from ..answer import MARKER, code_split, marker_numbers, rewrite_markers
 from ..state import EvidenceItem
 from .claims import strip_markers
-from .rules import COVERAGE, Support
+from .rules import COVERAGE, Support, written
 
 __all__ = [
     "CORROBORATING",
@@ -109,12 +109,19 @@ class Sources:
         return f"[{self.source(narrow(self.items[s.index], s))}]"
 
     def remap(self, text: str, supported: dict[int, Support] | None = None) -> str:
-        """Markers pointed at the sources list: all of them for a piece that is not judged;
-        for a supported piece, those whose item supports it, at the supporting passage."""
+        """Markers pointed at the sources list: all of them for a piece that is not judged (at
+        the place an item writes it word for word, if it does); for a supported piece, those
+        whose item supports it, at the supporting passage."""
+
+        def place_of(k: int) -> Support | None:
+            if supported is not None:
+                return supported[k]
+            span = written(text, self.items[k].text)  # a copied piece: where it is written
+            return None if span is None else Support(k, 1.0, span[0], span[1], "copied")
 
         def replace(numbers: list[int]) -> str:
             marks = [
-                f"[{self.source(self.items[k - 1] if supported is None else narrow(self.items[k - 1], supported[k - 1]))}]"
+                f"[{self.source(narrow(self.items[k - 1], place_of(k - 1)))}]"
                 for k in numbers
                 if 1 <= k <= len(self.items) and (supported is None or k - 1 in supported)
             ]

@@ -36,7 +36,7 @@ from attrs import frozen
 
 from ..sentences import FENCE
 from ..text import in_vocabulary
-from .claims import Claims, claims, has_anchor
+from .claims import PREFIX, Claims, claims, has_anchor, strip_markers
 from .evidence import ItemEvidence, Passage, negated_for, vocabulary
 
 __all__ = [
@@ -55,6 +55,7 @@ __all__ = [
     "score",
     "score_lines",
     "supports",
+    "written",
 ]
 
 COVERAGE = 0.6  # share of a piece's content words its supporting passage must hold
@@ -262,10 +263,17 @@ def _foreign(line: str, c: Claims) -> bool:
     return not any(has_anchor(kind, a, line, flat) for kind, a in c.anchors)
 
 
+def _holds_all(text: str, c: Claims, covered: float) -> bool:
+    """Whether ``text`` covers as much of ``c`` as ``covered`` and holds all its anchors."""
+    flat = " ".join(text.split())
+    return coverage(c.words, vocabulary(text)) >= covered and all(has_anchor(k, a, text, flat) for k, a in c.anchors)
+
+
 def _tightened(s: Support, text: str, c: Claims) -> Support:
     """``s`` without the lines at either end of its passage that hold none of the claim: lines
     with no full stop (a PDF page, a plain-text note, a list of settings) read as one passage,
-    and a citation opens at the line that holds the sentence, not at the passage's first line."""
+    and a citation opens at the line that holds the sentence, not at the passage's first line
+    (nor at a title line above it whose words the lines below hold too)."""
     lines: list[tuple[int, int]] = []
     pos = s.start
     for line in text[s.start : s.end].split("\n"):
@@ -274,6 +282,9 @@ def _tightened(s: Support, text: str, c: Claims) -> Support:
     lo, hi = 0, len(lines) - 1
     while lo < hi and _foreign(text[slice(*lines[lo])], c):
         lo += 1
+    while lo < hi and text[lines[lo + 1][0] : lines[lo + 1][1]].lstrip()[:1].isupper() and _holds_all(
+            text[lines[lo + 1][0] : lines[hi][1]], c, s.coverage):
+        lo += 1  # a title line above a sentence ("Wombat notes"): the lines below hold all of it
     while hi > lo and _foreign(text[slice(*lines[hi])], c):
         hi -= 1
     if (lo, hi) == (0, len(lines) - 1):
@@ -326,9 +337,37 @@ def supports(kind: str, text: str, c: Claims | None, evidence: Sequence[ItemEvid
         for rule in rules:
             s = score_lines(wanted, ev, rule, k) if rule.unit == "lines" else score(c, ev, rule, k)
             if s is not None:
-                out.append(s)
+                out.append(_where_written(s, text, ev.text) if kind in _PROSE else s)
                 break
     return out
+
+
+_COPIED_MIN = 20  # characters (spaces aside) a piece needs to be found word for word
+
+
+def _compact(text: str) -> tuple[str, list[int]]:
+    """``text`` without whitespace, and the offset in ``text`` of each character kept."""
+    at = [i for i, ch in enumerate(text) if not ch.isspace()]
+    return "".join(text[i] for i in at), at
+
+
+def written(piece: str, text: str) -> tuple[int, int] | None:
+    """Where ``text`` (an item's) writes ``piece`` (an answer's, its markers and list or
+    quote prefix aside) word for word, spaces aside: (start, end) offsets, or None."""
+    wanted, _ = _compact(PREFIX.sub("", strip_markers(piece), count=1))
+    if len(wanted) < _COPIED_MIN:
+        return None
+    flat, at = _compact(text)
+    i = flat.find(wanted)
+    return None if i < 0 else (at[i], at[i + len(wanted) - 1] + 1)
+
+
+def _where_written(s: Support, piece: str, text: str) -> Support:
+    """``s`` moved to where the item writes ``piece`` word for word, when it does: a copied
+    sentence is cited where it is written, not at the first passage holding its words (a
+    heading above it, another sentence on the same subject)."""
+    span = written(piece, text)
+    return s if span is None else Support(s.index, s.coverage, span[0], span[1], s.rule)
 
 
 def _table_rows(table: str) -> list[Claims]:

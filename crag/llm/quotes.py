@@ -37,16 +37,33 @@ def same_text(a: str, b: str) -> bool:
     return a in b or b in a
 
 
-_HTML = re.compile(r"</?[A-Za-z][^>]*>|<!--")
+_HTML = re.compile(r"</?[A-Za-z][^>]*>|<!--|<[A-Za-z][\w:-]*\s[^<>]*=[^<>]*$")  # or a tag cut at a full stop in it
 _LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
 _ADMONITION = re.compile(r"^\s*(?:\[![A-Za-z]+\]|!!!|\?\?\?|:::|///|\{\*.*\*\}\s*$)")  # or an include: {* file *}
+# A line that is only link reference definitions ([label]: url "title"), a template tag
+# ({% include x %}, {{< shortcode >}}) or an attribute list ({: #id .class}).
+_DIRECTIVE = re.compile(
+    r"^(?:(?:\s*\[[^\]]+\]:\s*<?\S+>?(?:\s+(?:\"[^\"]*\"|'[^']*'|\([^)]*\)))?)+"
+    r"|\s*\{%.*%\}|\s*\{\{.*\}\}|\s*\{:.*\})\s*$"
+)
 _QUOTE_PREFIX = re.compile(r"^[ \t]*(?:>[ \t]?)+", re.M)
+
+
+_WRAP = re.compile(r"[ \t]*\n\s*")
+
+
+def _one_line(text: str) -> str:
+    """A sentence wrapped over lines put on one line; the spaces within a line (in inline
+    code above all) are kept as written."""
+    return _WRAP.sub(" ", text.strip())
 
 
 def _markup_only(sentence: str) -> bool:
     """Whether a sentence is markup rather than prose: HTML, an admonition marker, an include
-    directive (``{* file.py *}``), links only."""
-    if _HTML.search(sentence) or _ADMONITION.match(sentence) or _CITE_LIKE.search(sentence):
+    directive (``{* file.py *}``), a link definition, a template tag, an attribute list, links only."""
+    if _HTML.search(sentence) or _CITE_LIKE.search(sentence):
+        return True
+    if _ADMONITION.match(sentence) or _DIRECTIVE.match(sentence):
         return True
     prose = _LINK.sub(" ", sentence)
     return len(re.findall(r"[^\W\d_]{2,}", prose)) < 3
@@ -159,6 +176,21 @@ def title_split(text: str) -> list[tuple[int, int]]:
 _SENTENCE_END = re.compile(r"[.!?][\"')\]]*\s*$")
 
 
+def _lines_too_long(text: str) -> list[tuple[int, int]]:
+    """(start, end) of each line of a passage too long to quote that is a sentence of its own
+    (a capital first, a full stop last): lines without a full stop (settings, a log) run on
+    into the sentence below them, and that sentence is still worth quoting."""
+    if len(" ".join(text.split())) <= _MAX_SENTENCE:
+        return []
+    out, pos = [], 0
+    for line in text.split("\n"):
+        body = line.strip()
+        if body[:1].isupper() and _SENTENCE_END.search(body):
+            out.append((pos + len(line) - len(line.lstrip()), pos + len(line.rstrip())))
+        pos += len(line) + 1
+    return out
+
+
 def quotable(text: str, question: str = "", lead: str | None = None) -> Iterable[tuple[int, str]]:
     """(position, quote) for each sentence of ``text`` worth quoting, verbatim but for
     whitespace, and each closed code block; a sentence repeating the question (of three words
@@ -175,8 +207,8 @@ def quotable(text: str, question: str = "", lead: str | None = None) -> Iterable
     for piece in grounding.passages(text):
         if piece.kind not in ("sentence", "item"):  # prose, and a list item's sentences
             continue
-        for start, end in title_split(piece.text):
-            sentence = " ".join(_QUOTE_PREFIX.sub("", piece.text[start:end]).split())
+        for start, end in title_split(piece.text) + _lines_too_long(piece.text):
+            sentence = _one_line(_QUOTE_PREFIX.sub("", piece.text[start:end]))
             if len(sentence) < 3 or len(sentence) > _MAX_SENTENCE or _markup_only(sentence):
                 continue
             if "couldn't find relevant information" in sentence or prompts.strip_stats_blocks(sentence) != sentence:
