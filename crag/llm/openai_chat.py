@@ -57,7 +57,7 @@ from attrs import evolve
 from ..config import Settings
 from ..errors import ConfigError, LLMContextError, LLMError, LLMTimeoutError
 from ..ports import LLMRequest, SynthesizeTask
-from ..safe_text import redact_message, valid_text
+from ..safe_text import redact_message, scrub_error, valid_text
 from ..state import Completion
 from .bodies import base_url_hint, client_address, http_client, saw_done, whole_body
 from .completions import FILTERED, Reply, parts_text, read_completion
@@ -226,6 +226,7 @@ class OpenAIChatModel:
                 wait = self.policy.wait(retries, failure) if not delivered else None
                 if wait is None:
                     error = self._translate(exc, failure, node, retries, "response_format" in params)
+                    scrub_error(exc, self._secrets)  # its chain is logged with crag's error
                     raise _redacted(error, self._secrets) from exc
                 retries += 1
                 self.policy.rest(wait, retries, failure, node=node)
