@@ -168,14 +168,8 @@ class OpenAIChatModel:
         import openai
 
         self._openai = openai
-        address, query = client_address(base_url)
-        try:
-            self._client = openai.OpenAI(
-                api_key=api_key, base_url=address, default_query=query, timeout=self.timeout, max_retries=0,
-                http_client=http_client(openai, timeout=self.timeout),
-            )
-        except openai.OpenAIError as exc:
-            raise LLMError(f"cannot set up the OpenAI client: {_one_line(exc)}") from exc
+        self._client_args = (api_key, base_url)
+        self._client = self._new_client()
         self.server = redact_message(str(self._client.base_url).rstrip("/"), settings.secrets())
         self._secrets = (*settings.secrets(), api_key)
 
@@ -183,9 +177,23 @@ class OpenAIChatModel:
     def max_retries(self) -> int:
         return self.policy.max_retries
 
+    def _new_client(self) -> Any:
+        openai = self._openai
+        api_key, base_url = self._client_args
+        address, query = client_address(base_url)
+        try:
+            return openai.OpenAI(
+                api_key=api_key, base_url=address, default_query=query, timeout=self.timeout, max_retries=0,
+                http_client=http_client(openai, timeout=self.timeout),
+            )
+        except openai.OpenAIError as exc:
+            raise LLMError(f"cannot set up the OpenAI client: {_one_line(exc)}") from exc
+
     def close(self) -> None:
-        """Release the client's connections."""
-        self._client.close()
+        """Release the client's connections. The model stays usable: a fresh client (which holds
+        no connection until it sends a request) takes the closed one's place."""
+        closed, self._client = self._client, self._new_client()
+        closed.close()
 
     # -- the port ------------------------------------------------------------------------
 
