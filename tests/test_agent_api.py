@@ -301,3 +301,37 @@ def test_an_agent_from_env_reused_after_close_answers_and_its_next_close_release
             agent.close()
             assert open_files() <= before
         assert srv.calls("synthesize") == (3 if backend == "openai" else 0)
+
+
+def test_a_long_lived_agent_lets_go_of_the_generations_a_re_index_replaced(tmp_path, monkeypatch) -> None:
+    """A service's agent asked between re-indexes kept every replaced generation's files open
+    (three descriptors each, deleted but holding their disk space): the reader a re-index
+    replaces was left to the garbage collector, which closed its database but not the
+    descriptors that keep a deleted generation readable."""
+    import gc
+    import os
+
+    from crag.index import index_roots
+
+    def held_deleted() -> list[str]:
+        out = []
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                target = os.readlink(f"/proc/self/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith(str(tmp_path / "i")) and target.endswith("(deleted)"):
+                out.append(target)
+        return out
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    monkeypatch.chdir(tmp_path)
+    env = {"KB_AGENT_INDEX_DIR": str(tmp_path / "i"), "KB_AGENT_LLM": "offline"}
+    with Agent.from_env([docs], environ=env, dotenv=None) as agent:
+        for round in range(4):
+            (docs / "retry.md").write_text(f"# Retries\n\ncrag retries {round + 1} times on 429.\n", encoding="utf-8")
+            index_roots(agent.settings, [docs])  # publishes a new generation, deletes the old one
+            assert f"{round + 1} times" in agent.ask("How many times does crag retry?").answer
+            gc.collect()
+            assert held_deleted() == []
