@@ -91,3 +91,26 @@ def test_a_chained_exception_whose_text_cannot_be_rewritten_is_cut_from_the_chai
     assert "SECRET123" not in logged(outer)
     assert outer.__cause__ is middle and str(middle) == "reading failed with Bearer ***"
     assert middle.__cause__ is None and middle.__suppress_context__
+
+
+def test_a_password_in_the_base_url_stays_out_of_the_http_librarys_log(docs: Path,
+                                                                    caplog: pytest.LogCaptureFixture) -> None:
+    """The SDK's HTTP library logs every request's URL at INFO ("HTTP Request: POST
+    http://user:password@host/v1/chat/completions"): a service logging at INFO wrote the
+    password of OPENAI_BASE_URL to its log. crag sends the URL's credentials as the header the
+    library made of them, and the URL without them."""
+    import base64
+
+    caplog.set_level(logging.DEBUG)
+    with FakeOpenAIServer() as srv:
+        srv.default("analyze_and_route", '{"complexity": "chitchat", "suggested_tools": []}')
+        srv.default("synthesize", "Hello!")
+        url = srv.base_url.replace("http://", "http://us%40er:pa55word-SECRET@")
+        with Agent.from_env(kb=[docs], dotenv=None, index_dir=str(docs.parent / "idx"), llm="openai",
+                            embedder="openai", embedding_model="fake-embed", openai_base_url=url,
+                            openai_api_key=KEY) as agent:
+            assert agent.ask("hello").answer.startswith("Hello!")
+        sent = {r.headers.get("authorization") for r in srv.requests}
+    assert sent == {"Basic " + base64.b64encode(b"us@er:pa55word-SECRET").decode()}
+    assert "HTTP Request: POST" in caplog.text  # the library did log the requests
+    assert "pa55word" not in caplog.text and "SECRET" not in caplog.text

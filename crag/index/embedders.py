@@ -108,11 +108,12 @@ class OpenAIEmbedder:
             if self._client is None:
                 import openai
 
-                address, query = client_address(self._base_url)
+                address, query, headers = client_address(self._base_url)
                 self._client = openai.OpenAI(
                     api_key=self._api_key or "not-needed",
                     base_url=address,
                     default_query=query,
+                    default_headers=headers,
                     timeout=self._timeout,
                     max_retries=0,  # retries are crag's own policy (crag.llm.retry)
                     http_client=http_client(openai, timeout=self._timeout),

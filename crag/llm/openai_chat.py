@@ -59,7 +59,7 @@ from ..errors import ConfigError, LLMContextError, LLMError, LLMTimeoutError
 from ..ports import LLMRequest, SynthesizeTask
 from ..safe_text import redact_message, scrub_error, valid_text
 from ..state import Completion
-from .bodies import base_url_hint, client_address, http_client, saw_done, whole_body
+from .bodies import base_url_hint, client_address, http_client, saw_done, server_label, whole_body
 from .completions import FILTERED, Reply, parts_text, read_completion
 from .deadline import pause, request_deadline
 from .logprobs import LOGPROBS as _LOGPROBS
@@ -170,7 +170,7 @@ class OpenAIChatModel:
         self._openai = openai
         self._client_args = (api_key, base_url)
         self._client = self._new_client()
-        self.server = redact_message(str(self._client.base_url).rstrip("/"), settings.secrets())
+        self.server = redact_message(server_label(base_url), settings.secrets())
         self._secrets = (*settings.secrets(), api_key)
 
     @property
@@ -180,11 +180,11 @@ class OpenAIChatModel:
     def _new_client(self) -> Any:
         openai = self._openai
         api_key, base_url = self._client_args
-        address, query = client_address(base_url)
+        address, query, headers = client_address(base_url)
         try:
             return openai.OpenAI(
-                api_key=api_key, base_url=address, default_query=query, timeout=self.timeout, max_retries=0,
-                http_client=http_client(openai, timeout=self.timeout),
+                api_key=api_key, base_url=address, default_query=query, default_headers=headers,
+                timeout=self.timeout, max_retries=0, http_client=http_client(openai, timeout=self.timeout),
             )
         except openai.OpenAIError as exc:
             raise LLMError(f"cannot set up the OpenAI client: {_one_line(exc)}") from exc
