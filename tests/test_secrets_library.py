@@ -114,3 +114,21 @@ def test_a_password_in_the_base_url_stays_out_of_the_http_librarys_log(docs: Pat
     assert sent == {"Basic " + base64.b64encode(b"us@er:pa55word-SECRET").decode()}
     assert "HTTP Request: POST" in caplog.text  # the library did log the requests
     assert "pa55word" not in caplog.text and "SECRET" not in caplog.text
+
+
+def test_the_encoded_credentials_of_a_base_url_a_server_echoes_are_masked(docs: Path) -> None:
+    """What crag sends for ``http://user:password@host`` is base64("user:password"), which is
+    the password as plainly as the password itself; a server quoting it without the word
+    ``Basic`` in front had it printed in crag's error."""
+    import base64
+
+    encoded = base64.b64encode(b"us@er:pa55word-SECRET").decode()
+    with FakeOpenAIServer() as srv:
+        srv.default("analyze_and_route", Status(403, {"error": {"message": f"credentials {encoded} are not allowed"}}))
+        url = srv.base_url.replace("http://", "http://us%40er:pa55word-SECRET@")
+        with Agent.from_env(kb=[docs], dotenv=None, index_dir=str(docs.parent / "idx"), llm="openai",
+                            openai_base_url=url) as agent, pytest.raises(LLMError) as caught:
+            agent.ask("how do retries work")
+    text = logged(caught.value)
+    assert "answered 403" in text and "credentials *** are not allowed" in text
+    assert encoded not in text and "SECRET" not in text
