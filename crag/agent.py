@@ -394,10 +394,10 @@ class Agent:
         return search(self.toolbox, query, self.settings.top_k if top_k is None else top_k)
 
     def close(self) -> None:
-        """Stop the tool threads and close what ``from_env`` opened (HTTP clients, the index)."""
+        """Stop the tool threads and close what ``from_env`` opened (HTTP clients, the index).
+        An agent asked again after ``close`` opens them again, and its next ``close`` closes them."""
         self.driver.close()
-        owned, self._owned = self._owned, []
-        for part in owned:
+        for part in self._owned:
             close = getattr(part, "close", None)
             if close is not None:
                 close()

@@ -215,8 +215,10 @@ def store_uri_ambiguous(uri: str) -> bool:
 def find_secrets(values: Mapping[str, object]) -> tuple[str, ...]:
     """The secrets among ``values`` (variable name -> value): the whole value of
     ``OPENAI_API_KEY``, the Jira and Confluence tokens and any ``*_API_KEY``, ``*_TOKEN``,
-    ``*_PASSWORD`` or ``*_SECRET``; the password of any ``*_URL`` and of ``KB_AGENT_STORE``."""
-    from urllib.parse import urlsplit
+    ``*_PASSWORD`` or ``*_SECRET``; the password of any ``*_URL`` and of ``KB_AGENT_STORE``
+    (a URL's also decoded and as base64 of ``user:password``, the ``Basic`` header it is sent as)."""
+    import base64
+    from urllib.parse import unquote, urlsplit
 
     found: list[str] = []
     for var, value in values.items():
@@ -229,9 +231,13 @@ def find_secrets(values: Mapping[str, object]) -> tuple[str, ...]:
                 password = store_credentials(value.strip())[0]
             else:
                 try:
-                    password = urlsplit(value.strip()).password
+                    parts = urlsplit(value.strip())
+                    password = parts.password
                 except ValueError:
                     password = None
+                if password:  # also as sent: decoded, and as the Basic header's value
+                    pair = f"{unquote(parts.username or '')}:{unquote(password)}"
+                    found += [unquote(password), base64.b64encode(pair.encode()).decode("ascii")]
             if password:
                 found.append(password)
     return tuple(dict.fromkeys(found))

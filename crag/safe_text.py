@@ -19,6 +19,8 @@ person (all used at the edges: the error boundary and the CLI's printing):
 * ``redact_credentials(text, secrets)`` is ``redact`` plus the credentials written in the
   text (a URL's password, a secret-shaped value after ``Bearer`` or ``token=``): for the
   user's text the answer log keeps;
+* ``scrub_error(error, secrets)`` applies ``redact_message`` to an exception crag raises and
+  to the exceptions chained behind it (a server's error body can echo the key);
 * ``for_terminal(text)`` removes ANSI/OSC escape sequences and control characters other
   than newline and tab (NUL, carriage return, backspace, C1 controls, bidirectional
   overrides), so neither a document nor a model can move the cursor, retitle the window,
@@ -38,7 +40,7 @@ import json
 import re
 import unicodedata
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 __all__ = [
     "REDACTED",
@@ -54,6 +56,7 @@ __all__ = [
     "redact_credentials",
     "redact_message",
     "redacted_prefix",
+    "scrub_error",
     "secret_shaped",
     "short_value",
     "valid_text",
@@ -230,6 +233,37 @@ def _replace(text: str, secrets: set[str]) -> str:
     for secret in sorted(secrets, key=len, reverse=True):
         text = text.replace(secret, REDACTED)
     return text
+
+
+E = TypeVar("E", bound=BaseException)
+
+
+def scrub_error(error: E, secrets: Iterable[str] = ()) -> E:
+    """``error`` with its message and those of the exceptions chained behind it (``__cause__``,
+    ``__context__``) passed through ``redact_message``, in place, and returned.
+
+    crag chains the SDK's exception behind its own (``raise ... from exc``) for bug reports;
+    that exception's message holds what the server sent, and a server may echo the key. A
+    service that logs the error (``logging.exception``) prints the whole chain, so each link
+    is masked like crag's own message. A link whose text cannot be rewritten (a ``__str__``
+    of its own) is cut from the chain instead."""
+    seen: set[int] = set()
+    link: BaseException | None = error
+    previous: BaseException | None = None
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        shown = str(link)
+        clean = redact_message(shown, secrets)
+        if clean != shown:
+            link.args = (clean,)
+            if isinstance(getattr(link, "message", None), str):
+                link.message = redact_message(link.message, secrets)  # type: ignore[attr-defined]
+            if str(link) != clean and previous is not None:
+                previous.__cause__ = previous.__context__ = None
+                previous.__suppress_context__ = True
+                break
+        previous, link = link, link.__cause__ or link.__context__
+    return error
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")

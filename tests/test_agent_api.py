@@ -255,3 +255,83 @@ def test_a_library_user_filters_what_crag_works_around_by_its_warning_class(tmp_
         warnings.simplefilter("error", crag.CragWarning)
         with pytest.raises(crag.CragWarning):
             Agent.from_env(kb=[str(kb)], dotenv=None, environ={}, **{**settings, "index_dir": str(tmp_path / "b")})
+
+
+@pytest.mark.parametrize("backend", ["offline", "openai"])
+def test_an_agent_from_env_reused_after_close_answers_and_its_next_close_releases_everything(
+        tmp_path, monkeypatch, backend) -> None:
+    """``close`` forgot what ``from_env`` had opened: a reused agent reopened its index (four
+    descriptors) that no later ``close`` released, and with the openai backend the reuse failed
+    with httpx's raw ``RuntimeError: Cannot send a request, as the client has been closed``."""
+    import os
+
+    from .openai_server import FakeOpenAIServer
+
+    def open_files() -> set[str]:
+        """What this process holds open, but the test server's own sockets (which it closes in
+        its own time): the index's files and crag's connections to the server."""
+        servers = set()
+        for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+            with open(table) as rows:
+                for row in list(rows)[1:]:
+                    local, inode = row.split()[1], row.split()[9]
+                    if int(local.rsplit(":", 1)[1], 16) == srv.port:
+                        servers.add(f"socket:[{inode}]")
+        out = set()
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                out.add(os.readlink(f"/proc/self/fd/{fd}"))
+            except OSError:  # the listing's own descriptor, closed meanwhile
+                continue
+        return out - servers
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "retry.md").write_text("# Retries\n\ncrag retries on 429 with backoff.\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    with FakeOpenAIServer() as srv:
+        srv.default("analyze_and_route", route("simple"))
+        srv.default("plan", '{"tool_calls": []}')
+        srv.default("synthesize", "crag retries on 429 with backoff [1].")
+        env = {"KB_AGENT_INDEX_DIR": str(tmp_path / "i"), "KB_AGENT_LLM": backend, "OPENAI_BASE_URL": srv.base_url}
+        agent = Agent.from_env([docs], environ=env, dotenv=None)
+        before = open_files()
+        for _ in range(3):
+            assert agent.ask("How does crag retry?").citations[0].path == "docs/retry.md"
+            agent.close()
+            assert open_files() <= before
+        assert srv.calls("synthesize") == (3 if backend == "openai" else 0)
+
+
+def test_a_long_lived_agent_lets_go_of_the_generations_a_re_index_replaced(tmp_path, monkeypatch) -> None:
+    """A service's agent asked between re-indexes kept every replaced generation's files open
+    (three descriptors each, deleted but holding their disk space): the reader a re-index
+    replaces was left to the garbage collector, which closed its database but not the
+    descriptors that keep a deleted generation readable."""
+    import gc
+    import os
+
+    from crag.index import index_roots
+
+    def held_deleted() -> list[str]:
+        out = []
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                target = os.readlink(f"/proc/self/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith(str(tmp_path / "i")) and target.endswith("(deleted)"):
+                out.append(target)
+        return out
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    monkeypatch.chdir(tmp_path)
+    env = {"KB_AGENT_INDEX_DIR": str(tmp_path / "i"), "KB_AGENT_LLM": "offline"}
+    with Agent.from_env([docs], environ=env, dotenv=None) as agent:
+        for round in range(4):
+            (docs / "retry.md").write_text(f"# Retries\n\ncrag retries {round + 1} times on 429.\n", encoding="utf-8")
+            index_roots(agent.settings, [docs])  # publishes a new generation, deletes the old one
+            assert f"{round + 1} times" in agent.ask("How many times does crag retry?").answer
+            gc.collect()
+            assert held_deleted() == []

@@ -35,7 +35,7 @@ from ..errors import ConfigError, LLMError, LLMTimeoutError
 from ..llm.bodies import client_address, http_client
 from ..llm.deadline import request_deadline
 from ..llm.retry import BadReplyFailure, ConnectionFailure, Failure, RetryPolicy, StatusFailure, TimeoutFailure
-from ..safe_text import valid_text
+from ..safe_text import scrub_error, valid_text
 from ..text import STOPWORDS, stem
 from ..text import content_words as tokenize
 from .hash_embedder import BIGRAM_WEIGHT, DEFAULT_HASH_DIM, HASH_VERSION, HashEmbedder
@@ -108,11 +108,12 @@ class OpenAIEmbedder:
             if self._client is None:
                 import openai
 
-                address, query = client_address(self._base_url)
+                address, query, headers = client_address(self._base_url)
                 self._client = openai.OpenAI(
                     api_key=self._api_key or "not-needed",
                     base_url=address,
                     default_query=query,
+                    default_headers=headers,
                     timeout=self._timeout,
                     max_retries=0,  # retries are crag's own policy (crag.llm.retry)
                     http_client=http_client(openai, timeout=self._timeout),
@@ -152,7 +153,13 @@ class OpenAIEmbedder:
         return _checked_vectors([d.embedding for d in data], self.model)
 
     def _translate(self, exc: BaseException, failure: Failure, retries: int) -> LLMError:
-        """The one place an embeddings failure becomes a crag error."""
+        """The one place an embeddings failure becomes a crag error, with the key (and any
+        credential) a server echoed masked in it and in ``exc``, which is chained to it."""
+        secrets = (self._api_key,) if self._api_key else ()
+        scrub_error(exc, secrets)
+        return scrub_error(self._error(exc, failure, retries), secrets)
+
+    def _error(self, exc: BaseException, failure: Failure, retries: int) -> LLMError:
         after = f" (after {retries} {'retry' if retries == 1 else 'retries'})" if retries else ""
         if isinstance(failure, TimeoutFailure):
             return LLMTimeoutError(

@@ -42,6 +42,7 @@ import re
 import shutil
 import sqlite3
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -268,6 +269,9 @@ def open_generation(index_dir: str, verify: bool = False) -> Generation:
                 f"the index database in {gen_dir} is damaged ({exc}): {reindex_hint(index_dir)}", index_dir
             ) from exc
         gen = Generation(index_dir, name, db_path, vectors_path, conn, meta, held)
+        # A reader a re-index replaced is left to the garbage collector (another thread may
+        # still use it): its connection closes itself then, these descriptors would not.
+        weakref.finalize(gen, _close_all, held)
         try:
             schema = meta.get("schema", "unknown")
             if schema.isdigit() and len(schema) < 10 and int(schema) > SCHEMA_VERSION:

@@ -30,7 +30,7 @@ from typing import Any
 from .deadline import deadline_http_client
 from .retry import BadReply
 
-__all__ = ["MAX_BODY_BYTES", "MAX_DEPTH", "MAX_LINE_BYTES", "OPENAI_API_URL", "base_url_hint", "check_json", "client_address", "http_client", "saw_done",
+__all__ = ["MAX_BODY_BYTES", "MAX_DEPTH", "MAX_LINE_BYTES", "OPENAI_API_URL", "base_url_hint", "check_json", "client_address", "http_client", "saw_done", "server_label",
            "whole_body"]
 
 # The server when no base URL is set, given to the SDK explicitly: given none, the SDK reads
@@ -38,17 +38,39 @@ __all__ = ["MAX_BODY_BYTES", "MAX_DEPTH", "MAX_LINE_BYTES", "OPENAI_API_URL", "b
 OPENAI_API_URL = "https://api.openai.com/v1"
 
 
-def client_address(base_url: str | None) -> tuple[str, dict[str, str]]:
-    """The SDK's ``base_url`` and ``default_query`` for a configured base URL: OpenAI's when none
-    is set, and a query it carries (``?api-version=...``) sent with every request, since the
-    SDK appends the path to the URL as written, after its query."""
-    from urllib.parse import parse_qsl, urlsplit, urlunsplit
+def client_address(base_url: str | None) -> tuple[str, dict[str, str], dict[str, str]]:
+    """The SDK's ``base_url``, ``default_query`` and ``default_headers`` for a configured base
+    URL: OpenAI's when none is set, and a query it carries (``?api-version=...``) sent with every
+    request, since the SDK appends the path to the URL as written, after its query.
+
+    Credentials in the URL (``http://user:password@host/v1``) go as the ``Authorization:
+    Basic`` header the HTTP library would make of them, and the URL goes without them: that
+    library logs every request's URL at INFO, so a service logging at INFO kept the password."""
+    import base64
+    from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
     if not base_url:
-        return OPENAI_API_URL, {}
+        return OPENAI_API_URL, {}, {}
     parts = urlsplit(base_url)
     query = dict(parse_qsl(parts.query, keep_blank_values=True))
-    return urlunsplit((parts.scheme, parts.netloc, parts.path, "", "")), query
+    userinfo, at, host = parts.netloc.rpartition("@")
+    headers = {}
+    if at:
+        user, _, password = userinfo.partition(":")
+        pair = f"{unquote(user)}:{unquote(password)}".encode()
+        headers["Authorization"] = "Basic " + base64.b64encode(pair).decode("ascii")
+    return urlunsplit((parts.scheme, host, parts.path, "", "")), query, headers
+
+def server_label(base_url: str | None) -> str:
+    """The server as messages name it: the configured URL without its query (its password is
+    for ``redact_message`` to mask), or OpenAI's."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    if not base_url:
+        return OPENAI_API_URL
+    parts = urlsplit(base_url)
+    return urlunsplit((parts.scheme, parts.netloc, parts.path, "", "")).rstrip("/")
+
 
 MAX_BODY_BYTES = 64 << 20  # an embeddings reply of 128 vectors of 3,072 floats is about 8 MiB
 MAX_LINE_BYTES = 4 << 20  # one event of a stream: a delta of a few tokens

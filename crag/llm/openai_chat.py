@@ -57,9 +57,9 @@ from attrs import evolve
 from ..config import Settings
 from ..errors import ConfigError, LLMContextError, LLMError, LLMTimeoutError
 from ..ports import LLMRequest, SynthesizeTask
-from ..safe_text import redact_message, valid_text
+from ..safe_text import redact_message, scrub_error, valid_text
 from ..state import Completion
-from .bodies import base_url_hint, client_address, http_client, saw_done, whole_body
+from .bodies import base_url_hint, client_address, http_client, saw_done, server_label, whole_body
 from .completions import FILTERED, Reply, parts_text, read_completion
 from .deadline import pause, request_deadline
 from .logprobs import LOGPROBS as _LOGPROBS
@@ -168,24 +168,32 @@ class OpenAIChatModel:
         import openai
 
         self._openai = openai
-        address, query = client_address(base_url)
-        try:
-            self._client = openai.OpenAI(
-                api_key=api_key, base_url=address, default_query=query, timeout=self.timeout, max_retries=0,
-                http_client=http_client(openai, timeout=self.timeout),
-            )
-        except openai.OpenAIError as exc:
-            raise LLMError(f"cannot set up the OpenAI client: {_one_line(exc)}") from exc
-        self.server = redact_message(str(self._client.base_url).rstrip("/"), settings.secrets())
+        self._client_args = (api_key, base_url)
+        self._client = self._new_client()
+        self.server = redact_message(server_label(base_url), settings.secrets())
         self._secrets = (*settings.secrets(), api_key)
 
     @property
     def max_retries(self) -> int:
         return self.policy.max_retries
 
+    def _new_client(self) -> Any:
+        openai = self._openai
+        api_key, base_url = self._client_args
+        address, query, headers = client_address(base_url)
+        try:
+            return openai.OpenAI(
+                api_key=api_key, base_url=address, default_query=query, default_headers=headers,
+                timeout=self.timeout, max_retries=0, http_client=http_client(openai, timeout=self.timeout),
+            )
+        except openai.OpenAIError as exc:
+            raise LLMError(f"cannot set up the OpenAI client: {_one_line(exc)}") from exc
+
     def close(self) -> None:
-        """Release the client's connections."""
-        self._client.close()
+        """Release the client's connections. The model stays usable: a fresh client (which holds
+        no connection until it sends a request) takes the closed one's place."""
+        closed, self._client = self._client, self._new_client()
+        closed.close()
 
     # -- the port ------------------------------------------------------------------------
 
@@ -226,6 +234,7 @@ class OpenAIChatModel:
                 wait = self.policy.wait(retries, failure) if not delivered else None
                 if wait is None:
                     error = self._translate(exc, failure, node, retries, "response_format" in params)
+                    scrub_error(exc, self._secrets)  # its chain is logged with crag's error
                     raise _redacted(error, self._secrets) from exc
                 retries += 1
                 self.policy.rest(wait, retries, failure, node=node)
