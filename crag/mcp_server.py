@@ -377,11 +377,21 @@ class _ErrorsAnswered:
             errors = getattr(item, "errors", None)
             details = errors() if callable(errors) else []
             kinds = {e.get("type") for e in details}
-            repaired = _with_lone_surrogates_replaced(details[0].get("input")) if "json_invalid" in kinds else None
+            inputs = [e.get("input") for e in details]  # the line, or the parts of its JSON each message type refused
+            line = next((i for i in inputs if isinstance(i, dict)), inputs[0] if inputs else None)
+            if isinstance(line, str | bytes) and not line.strip():  # a blank line is no message: nothing to answer
+                continue
+            repaired = _with_lone_surrogates_replaced(line) if "json_invalid" in kinds else None
             if repaired is not None:
                 return SessionMessage(repaired)
             code, what = (PARSE_ERROR, "Parse error") if "json_invalid" in kinds else (INVALID_REQUEST, "Invalid Request")
-            reply = JSONRPCError(jsonrpc="2.0", id=None, error=ErrorData(code=code, message=f"{what}: not a JSON-RPC message"))
+            said = " ".join(str(e.get("msg", "")) for e in details)
+            why = "not a JSON-RPC message"
+            if "recursion limit" in said:
+                why = f"the message nests JSON more than {_DEPTH} levels deep"
+            elif "number out of range" in said:
+                why = "a number in the message is out of range"
+            reply = JSONRPCError(jsonrpc="2.0", id=_request_id(line), error=ErrorData(code=code, message=f"{what}: {why}"))
             await self._write.send(SessionMessage(reply))
 
     def __aiter__(self) -> "_ErrorsAnswered":
@@ -431,8 +441,51 @@ def _with_lone_surrogates_replaced(line: Any) -> Any:
         if valid(message) == message:  # no lone surrogate: the fault is elsewhere
             return None
         return jsonrpc_message_adapter.validate_python(valid(message), by_name=False)
-    except ValueError:  # not JSON, or no JSON-RPC message (pydantic's errors are ValueErrors)
+    except (ValueError, RecursionError):  # not JSON, no JSON-RPC message, or nested too deeply
         return None
+
+
+_DEPTH = 200  # how deep the SDK's parser (pydantic's) reads JSON
+
+
+def _request_id(line: Any) -> int | str | None:
+    """The ``id`` of the JSON object ``line`` (text, or what the SDK read of it) when it has one
+    at its top level, found without
+    parsing what is nested (a line the parser refused may nest thousands deep), so that the
+    error reply reaches the call that waits for it; else None."""
+    import json
+
+    if isinstance(line, dict):  # JSON the SDK read, but no message
+        line = json.dumps({"id": line.get("id")})
+    if isinstance(line, bytes):
+        line = line.decode("utf-8", "replace")
+    if not isinstance(line, str) or not line.lstrip().startswith("{"):
+        return None
+    decoder = json.JSONDecoder()
+    depth, at, end = 0, 0, len(line)
+    while at < end:
+        ch = line[at]
+        if ch == '"':
+            try:
+                key, after = decoder.raw_decode(line, at)
+            except ValueError:
+                return None
+            colon = len(line) - len(line[after:].lstrip())
+            if depth == 1 and key == "id" and line.startswith(":", colon):
+                start = len(line) - len(line[colon + 1:].lstrip())
+                try:
+                    value, _ = decoder.raw_decode(line, start)
+                except (ValueError, RecursionError):
+                    return None
+                return value if isinstance(value, int | str) and not isinstance(value, bool) else None
+            at = after
+            continue
+        if ch in "{[":
+            depth += 1
+        elif ch in "}]":
+            depth -= 1
+        at += 1
+    return None
 
 
 def missing_extra() -> str | None:

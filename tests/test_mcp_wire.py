@@ -1,0 +1,92 @@
+"""``python -m crag mcp`` read as a hostile client writes to it: raw JSON-RPC lines on its stdin.
+
+A real server process (offline backend, a small knowledge base indexed for real) is sent
+lines no SDK client would write; every line that is a call gets one reply under its ``id``
+when the ``id`` can be read, the server keeps serving, and it ends with status 0 and no
+traceback when stdin closes.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.test_mcp import BACKUP, SETUP, server_params
+
+HELLO = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+    "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+READY = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "setup.md").write_text(SETUP, encoding="utf-8")
+    (docs / "backup.md").write_text(BACKUP, encoding="utf-8")
+    return tmp_path
+
+
+def search_call(n: int, query: str = "nightly backups") -> str:
+    return json.dumps({"jsonrpc": "2.0", "id": n, "method": "tools/call",
+                       "params": {"name": "search", "arguments": {"query": query}}})
+
+
+def exchange(workdir: Path, lines: list[str], replies: int) -> tuple[list[dict], str]:
+    """Write the handshake and ``lines`` to a server, read ``replies`` replies after the
+    handshake's, close stdin; the replies and stderr, once the server ended with status 0."""
+    params = server_params(workdir, "--kb", "docs")
+    proc = subprocess.Popen([params.command, *params.args], env=params.env, cwd=params.cwd,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        proc.stdin.write("".join(line + "\n" for line in [json.dumps(HELLO), json.dumps(READY), *lines]).encode())
+        proc.stdin.flush()
+        assert json.loads(proc.stdout.readline())["id"] == 0
+        got = []
+        for _ in range(replies):
+            line = proc.stdout.readline()
+            assert line, f"the server ended early: {proc.stderr.read().decode()}"
+            got.append(json.loads(line))
+        proc.stdin.close()
+        assert proc.wait(timeout=60) == 0
+        return got, proc.stderr.read().decode()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_json_nested_too_deeply_is_an_error_under_its_id_and_the_server_keeps_serving(workdir: Path) -> None:
+    """Arguments nested thousands deep ended the server with a RecursionError's traceback
+    (the parser's refusal was re-read by Python's recursive one), and every call in flight
+    was lost; nested 300 deep (too deep for the SDK's parser, not for Python's) the call was
+    answered with ``id`` null, which no client matches to its call."""
+    deep = ('{"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "search", "arguments": '
+            + '{"a": ' * 5000 + "1" + "}" * 5000 + "}}")
+    less = ('{"jsonrpc": "2.0", "id": "eight", "method": "tools/call", "params": {"name": "search", "arguments": '
+            '{"query": ' + "[" * 300 + "]" * 300 + "}}}")
+    got, err = exchange(workdir, [deep, less, search_call(9)], 3)
+    by_id = {reply["id"]: reply for reply in got}
+    for n in (7, "eight"):
+        assert by_id[n]["error"] == {"code": -32700, "message": "Parse error: the message nests JSON more than 200 levels deep"}
+    assert by_id[9]["result"]["structuredContent"]["hits"][0]["path"] == "docs/backup.md"
+    assert "Traceback" not in err
+
+
+def test_a_request_that_is_no_message_is_answered_under_its_id_and_blank_lines_are_skipped(workdir: Path) -> None:
+    """``{"jsonrpc": "1.0", "id": 3, ...}`` was answered with ``id`` null, so the client that
+    sent it waited; a blank line (which some clients write between messages) got a parse
+    error reply that answers nothing."""
+    too_big = ('{"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "search", "arguments": '
+               '{"query": "port", "top_k": ' + "9" * 5000 + "}}}")
+    got, err = exchange(workdir, ['{"jsonrpc": "1.0", "id": 3, "method": "tools/list"}', "", "   ", too_big,
+                                  "[]", search_call(9)], 4)
+    assert got[0] == {"jsonrpc": "2.0", "id": 3, "error": {"code": -32600, "message": "Invalid Request: not a JSON-RPC message"}}
+    assert got[1] == {"jsonrpc": "2.0", "id": 5, "error": {"code": -32700, "message": "Parse error: a number in the message is out of range"}}
+    assert got[2]["id"] is None and got[2]["error"]["code"] == -32600  # a JSON array: no id to read
+    assert got[3]["id"] == 9 and "result" in got[3]
+    assert "Traceback" not in err
