@@ -49,7 +49,7 @@ from .config import secret_values
 from .errors import ConfigError, CragError
 from .llm.deadline import cancellable
 from .pages import location
-from .safe_text import redact, redact_message
+from .safe_text import redact, redact_message, short_value
 from .state import ToolCall
 
 if TYPE_CHECKING:
@@ -164,6 +164,7 @@ def _output_types() -> tuple[Any, Any, Any]:
 
 def build_server(agent: "Agent") -> "MCPServer":
     """An ``MCPServer`` whose three tools use ``agent`` (its model, toolbox and index)."""
+    import inspect
     from typing import Annotated
 
     from mcp.server.mcpserver import MCPServer
@@ -188,7 +189,20 @@ def build_server(agent: "Agent") -> "MCPServer":
         async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
             """Every failing call's text is one line naming the tool once: ``search: top_k: ...``,
             ``read_file: no file x.md in the knowledge base``, not the SDK's ``Error executing
-            tool read_file: read_file: ...``. A crash stays the SDK's (its text stays here)."""
+            tool read_file: read_file: ...``. A crash stays the SDK's (its text stays here).
+            A tool crag does not serve is named with those it does, and an argument the tool does
+            not take (``topK`` for ``top_k``) is refused by name, not ignored: the agent would get
+            an answer to a call it did not make."""
+            tool = self._tool_manager.get_tool(name)
+            if tool is None:
+                served = [t.name for t in self._tool_manager.list_tools()]
+                raise MCPToolError(f"unknown tool '{short_value(name, 40)}': this server's tools are {', '.join(served)}")
+            known = tool.parameters.get("properties", {})
+            unknown = [f"'{short_value(key, 40)}'" for key in arguments if key not in known]
+            if unknown:
+                named = ", ".join(unknown[:5]) + (", ..." if len(unknown) > 5 else "")
+                raise MCPToolError(f"{name}: unknown argument{'s' if len(unknown) > 1 else ''} {named} "
+                                   f"({name} takes {', '.join(known)})")
             try:
                 return await super().call_tool(name, arguments, context)
             except UnexpectedToolError:
@@ -292,8 +306,9 @@ def build_server(agent: "Agent") -> "MCPServer":
     for fn, title in titles.items():
         hints = ToolAnnotations(title=title, read_only_hint=True, destructive_hint=False, idempotent_hint=True,
                                 open_world_hint=remote and fn is ask)
-        server.add_tool(fn, title=title, description=described.get(fn.__name__), annotations=hints,
-                        structured_output=True)
+        server.add_tool(fn, title=title, description=described.get(fn.__name__) or inspect.cleandoc(fn.__doc__ or ""),
+                        annotations=hints, structured_output=True)
+        server._tool_manager.get_tool(fn.__name__).parameters["additionalProperties"] = False  # refused: call_tool
     handlers = getattr(getattr(server, "_lowlevel_server", None), "_request_handlers", None)
     if isinstance(handlers, dict):  # no empty resources or prompts capability in the handshake
         for method in _UNOFFERED:

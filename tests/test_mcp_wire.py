@@ -90,3 +90,32 @@ def test_a_request_that_is_no_message_is_answered_under_its_id_and_blank_lines_a
     assert got[2]["id"] is None and got[2]["error"]["code"] == -32600  # a JSON array: no id to read
     assert got[3]["id"] == 9 and "result" in got[3]
     assert "Traceback" not in err
+
+
+def test_an_argument_the_tool_does_not_take_is_refused_by_name_and_tool_texts_read_cleanly(workdir: Path) -> None:
+    """``{"query": ..., "topK": 3}`` (an agent's guess at ``top_k``) searched with the default
+    number of hits and said nothing, and so for any misspelt argument; an unknown tool's error
+    did not say which tools there are; and every description reached the agent with the
+    eight-space indentation of the docstring it came from."""
+    import anyio
+    from mcp import Client
+
+    from tests.test_mcp import text_of
+
+    async def session() -> None:
+        async with Client(server_params(workdir, "--kb", "docs"), read_timeout_seconds=120) as client:
+            tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+            for tool in tools.values():
+                assert tool.input_schema["additionalProperties"] is False
+                assert "\n " not in tool.description and tool.description == tool.description.strip()
+            topk = await client.call_tool("search", {"query": "nightly backups", "topK": 1})
+            assert topk.is_error and text_of(topk) == "search: unknown argument 'topK' (search takes query, top_k)"
+            many = await client.call_tool("read_file", {"path": "docs/setup.md", "line": 2, "to\nline": 3})
+            assert many.is_error and text_of(many) == (
+                "read_file: unknown arguments 'line', 'to\\nline' (read_file takes path, start_line, end_line, page)")
+            nothing = await client.call_tool("grep", {"pattern": "port"})
+            assert nothing.is_error and text_of(nothing) == "unknown tool 'grep': this server's tools are ask, search, read_file"
+            fine = await client.call_tool("search", {"query": "nightly backups", "top_k": 1})
+            assert not fine.is_error and len(fine.structured_content["hits"]) == 1
+
+    anyio.run(session)
