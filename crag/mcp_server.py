@@ -66,6 +66,8 @@ INSTRUCTIONS = (
 )
 
 
+_THREADS = 40  # calls of one kind (asks, or searches and reads) running at once; more wait their turn
+
 # Request handlers of capabilities crag does not offer: the SDK registers them on every server.
 _UNOFFERED = ("prompts/list", "prompts/get", "resources/list", "resources/templates/list", "resources/read",
               "resources/subscribe", "resources/unsubscribe")
@@ -225,7 +227,11 @@ def build_server(agent: "Agent") -> "MCPServer":
 
     server = Server("crag", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
 
-    async def guarded(fn: Any, *args: Any) -> Any:
+    # Worker threads: asks (which wait on the model) and the quick tools each have their own,
+    # so asks in flight, however many, never hold a search or a read_file.
+    threads = {"ask": anyio.CapacityLimiter(_THREADS), "quick": anyio.CapacityLimiter(_THREADS)}
+
+    async def guarded(fn: Any, *args: Any, kind: str = "quick") -> Any:
         """``fn(*args)`` in a worker thread of its own, which a cancelled call really stops.
 
         Calls run side by side (the agent, its toolbox and index are shared safely), so a
@@ -240,7 +246,7 @@ def build_server(agent: "Agent") -> "MCPServer":
                 return fn(*args)
 
         try:
-            return await anyio.to_thread.run_sync(work, abandon_on_cancel=True)
+            return await anyio.to_thread.run_sync(work, abandon_on_cancel=True, limiter=threads[kind])
         except anyio.get_cancelled_exc_class():
             cancel.set()
             raise
@@ -263,8 +269,8 @@ def build_server(agent: "Agent") -> "MCPServer":
         The text is the answer with its footer and usage block; the structured content also has
         `citations`, `usage`, `grounding`, `complexity`, `trace` and `audit`.
         """
-        answer = await guarded(agent.ask, question, history or [])
-        await anyio.to_thread.run_sync(_log, agent, answer)
+        answer = await guarded(agent.ask, question, history or [], kind="ask")
+        await anyio.to_thread.run_sync(_log, agent, answer, limiter=threads["ask"])
         return result(answer.answer, answer.to_dict())
 
     async def search(query: str, top_k: Count = None) -> Annotated[CallToolResult, search_result]:
