@@ -198,13 +198,14 @@ def build_server(agent: "Agent") -> "MCPServer":
             tool = self._tool_manager.get_tool(name)
             if tool is None:
                 served = [t.name for t in self._tool_manager.list_tools()]
-                raise MCPToolError(f"unknown tool '{short_value(name, 40)}': this server's tools are {', '.join(served)}")
+                raise MCPToolError(redact_message(f"unknown tool '{short_value(name, 40)}': this server's tools are "
+                                                  f"{', '.join(served)}", secret_values()))
             known = tool.parameters.get("properties", {})
             unknown = [f"'{short_value(key, 40)}'" for key in arguments if key not in known]
             if unknown:
                 named = ", ".join(unknown[:5]) + (", ..." if len(unknown) > 5 else "")
-                raise MCPToolError(f"{name}: unknown argument{'s' if len(unknown) > 1 else ''} {named} "
-                                   f"({name} takes {', '.join(known)})")
+                raise MCPToolError(redact_message(f"{name}: unknown argument{'s' if len(unknown) > 1 else ''} {named} "
+                                                  f"({name} takes {', '.join(known)})", secret_values()))
             try:
                 return await super().call_tool(name, arguments, context)
             except UnexpectedToolError:

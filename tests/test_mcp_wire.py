@@ -35,10 +35,12 @@ def search_call(n: int, query: str = "nightly backups") -> str:
                        "params": {"name": "search", "arguments": {"query": query}}})
 
 
-def exchange(workdir: Path, lines: list[str], replies: int) -> tuple[list[dict], str]:
-    """Write the handshake and ``lines`` to a server, read ``replies`` replies after the
-    handshake's, close stdin; the replies and stderr, once the server ended with status 0."""
+def exchange(workdir: Path, lines: list[str], replies: int, **env: str) -> tuple[list[dict], str]:
+    """Write the handshake and ``lines`` to a server (with ``env`` added to its environment),
+    read ``replies`` replies after the handshake's, close stdin; the replies and stderr, once
+    the server ended with status 0."""
     params = server_params(workdir, "--kb", "docs")
+    params.env.update(env)
     proc = subprocess.Popen([params.command, *params.args], env=params.env, cwd=params.cwd,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
@@ -149,3 +151,16 @@ def test_asks_in_flight_however_many_never_hold_a_read_file(workdir: Path) -> No
                 tg.cancel_scope.cancel()
 
         anyio.run(session)
+
+
+def test_an_unknown_tool_or_argument_named_by_a_secret_is_masked_in_its_error(workdir: Path) -> None:
+    """The errors naming an unknown tool or argument repeat what the client wrote; a configured
+    secret in it (a key pasted as an argument) is masked as in every tool error."""
+    secret = "sk-p25-recognisable-fake-0123456789"
+    calls = [{"name": secret, "arguments": {}}, {"name": "search", "arguments": {"query": "port", secret: 1}}]
+    lines = [json.dumps({"jsonrpc": "2.0", "id": n, "method": "tools/call", "params": call}) for n, call in enumerate(calls, 1)]
+    got, err = exchange(workdir, lines, 2, OPENAI_API_KEY=secret)
+    texts = sorted(reply["result"]["content"][0]["text"] for reply in got)
+    assert texts == ["search: unknown argument '***' (search takes query, top_k)",
+                     "unknown tool '***': this server's tools are ask, search, read_file"]
+    assert secret not in err
