@@ -49,7 +49,7 @@ from .config import secret_values
 from .errors import ConfigError, CragError
 from .llm.deadline import cancellable
 from .pages import location
-from .safe_text import redact, redact_message
+from .safe_text import redact, redact_message, short_value
 from .state import ToolCall
 
 if TYPE_CHECKING:
@@ -65,6 +65,8 @@ INSTRUCTIONS = (
     "and `read_file` to read a cited file around a line."
 )
 
+
+_THREADS = 40  # calls of one kind (asks, or searches and reads) running at once; more wait their turn
 
 # Request handlers of capabilities crag does not offer: the SDK registers them on every server.
 _UNOFFERED = ("prompts/list", "prompts/get", "resources/list", "resources/templates/list", "resources/read",
@@ -164,6 +166,7 @@ def _output_types() -> tuple[Any, Any, Any]:
 
 def build_server(agent: "Agent") -> "MCPServer":
     """An ``MCPServer`` whose three tools use ``agent`` (its model, toolbox and index)."""
+    import inspect
     from typing import Annotated
 
     from mcp.server.mcpserver import MCPServer
@@ -188,7 +191,21 @@ def build_server(agent: "Agent") -> "MCPServer":
         async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
             """Every failing call's text is one line naming the tool once: ``search: top_k: ...``,
             ``read_file: no file x.md in the knowledge base``, not the SDK's ``Error executing
-            tool read_file: read_file: ...``. A crash stays the SDK's (its text stays here)."""
+            tool read_file: read_file: ...``. A crash stays the SDK's (its text stays here).
+            A tool crag does not serve is named with those it does, and an argument the tool does
+            not take (``topK`` for ``top_k``) is refused by name, not ignored: the agent would get
+            an answer to a call it did not make."""
+            tool = self._tool_manager.get_tool(name)
+            if tool is None:
+                served = [t.name for t in self._tool_manager.list_tools()]
+                raise MCPToolError(redact_message(f"unknown tool '{short_value(name, 40)}': this server's tools are "
+                                                  f"{', '.join(served)}", secret_values()))
+            known = tool.parameters.get("properties", {})
+            unknown = [f"'{short_value(key, 40)}'" for key in arguments if key not in known]
+            if unknown:
+                named = ", ".join(unknown[:5]) + (", ..." if len(unknown) > 5 else "")
+                raise MCPToolError(redact_message(f"{name}: unknown argument{'s' if len(unknown) > 1 else ''} {named} "
+                                                  f"({name} takes {', '.join(known)})", secret_values()))
             try:
                 return await super().call_tool(name, arguments, context)
             except UnexpectedToolError:
@@ -211,7 +228,11 @@ def build_server(agent: "Agent") -> "MCPServer":
 
     server = Server("crag", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
 
-    async def guarded(fn: Any, *args: Any) -> Any:
+    # Worker threads: asks (which wait on the model) and the quick tools each have their own,
+    # so asks in flight, however many, never hold a search or a read_file.
+    threads = {"ask": anyio.CapacityLimiter(_THREADS), "quick": anyio.CapacityLimiter(_THREADS)}
+
+    async def guarded(fn: Any, *args: Any, kind: str = "quick") -> Any:
         """``fn(*args)`` in a worker thread of its own, which a cancelled call really stops.
 
         Calls run side by side (the agent, its toolbox and index are shared safely), so a
@@ -226,7 +247,7 @@ def build_server(agent: "Agent") -> "MCPServer":
                 return fn(*args)
 
         try:
-            return await anyio.to_thread.run_sync(work, abandon_on_cancel=True)
+            return await anyio.to_thread.run_sync(work, abandon_on_cancel=True, limiter=threads[kind])
         except anyio.get_cancelled_exc_class():
             cancel.set()
             raise
@@ -249,8 +270,8 @@ def build_server(agent: "Agent") -> "MCPServer":
         The text is the answer with its footer and usage block; the structured content also has
         `citations`, `usage`, `grounding`, `complexity`, `trace` and `audit`.
         """
-        answer = await guarded(agent.ask, question, history or [])
-        await anyio.to_thread.run_sync(_log, agent, answer)
+        answer = await guarded(agent.ask, question, history or [], kind="ask")
+        await anyio.to_thread.run_sync(_log, agent, answer, limiter=threads["ask"])
         return result(answer.answer, answer.to_dict())
 
     async def search(query: str, top_k: Count = None) -> Annotated[CallToolResult, search_result]:
@@ -292,8 +313,9 @@ def build_server(agent: "Agent") -> "MCPServer":
     for fn, title in titles.items():
         hints = ToolAnnotations(title=title, read_only_hint=True, destructive_hint=False, idempotent_hint=True,
                                 open_world_hint=remote and fn is ask)
-        server.add_tool(fn, title=title, description=described.get(fn.__name__), annotations=hints,
-                        structured_output=True)
+        server.add_tool(fn, title=title, description=described.get(fn.__name__) or inspect.cleandoc(fn.__doc__ or ""),
+                        annotations=hints, structured_output=True)
+        server._tool_manager.get_tool(fn.__name__).parameters["additionalProperties"] = False  # refused: call_tool
     handlers = getattr(getattr(server, "_lowlevel_server", None), "_request_handlers", None)
     if isinstance(handlers, dict):  # no empty resources or prompts capability in the handshake
         for method in _UNOFFERED:
@@ -377,11 +399,21 @@ class _ErrorsAnswered:
             errors = getattr(item, "errors", None)
             details = errors() if callable(errors) else []
             kinds = {e.get("type") for e in details}
-            repaired = _with_lone_surrogates_replaced(details[0].get("input")) if "json_invalid" in kinds else None
+            inputs = [e.get("input") for e in details]  # the line, or the parts of its JSON each message type refused
+            line = next((i for i in inputs if isinstance(i, dict)), inputs[0] if inputs else None)
+            if isinstance(line, str | bytes) and not line.strip():  # a blank line is no message: nothing to answer
+                continue
+            repaired = _with_lone_surrogates_replaced(line) if "json_invalid" in kinds else None
             if repaired is not None:
                 return SessionMessage(repaired)
             code, what = (PARSE_ERROR, "Parse error") if "json_invalid" in kinds else (INVALID_REQUEST, "Invalid Request")
-            reply = JSONRPCError(jsonrpc="2.0", id=None, error=ErrorData(code=code, message=f"{what}: not a JSON-RPC message"))
+            said = " ".join(str(e.get("msg", "")) for e in details)
+            why = "not a JSON-RPC message"
+            if "recursion limit" in said:
+                why = f"the message nests JSON more than {_DEPTH} levels deep"
+            elif "number out of range" in said:
+                why = "a number in the message is out of range"
+            reply = JSONRPCError(jsonrpc="2.0", id=_request_id(line), error=ErrorData(code=code, message=f"{what}: {why}"))
             await self._write.send(SessionMessage(reply))
 
     def __aiter__(self) -> "_ErrorsAnswered":
@@ -431,8 +463,51 @@ def _with_lone_surrogates_replaced(line: Any) -> Any:
         if valid(message) == message:  # no lone surrogate: the fault is elsewhere
             return None
         return jsonrpc_message_adapter.validate_python(valid(message), by_name=False)
-    except ValueError:  # not JSON, or no JSON-RPC message (pydantic's errors are ValueErrors)
+    except (ValueError, RecursionError):  # not JSON, no JSON-RPC message, or nested too deeply
         return None
+
+
+_DEPTH = 200  # how deep the SDK's parser (pydantic's) reads JSON
+
+
+def _request_id(line: Any) -> int | str | None:
+    """The ``id`` of the JSON object ``line`` (text, or what the SDK read of it) when it has one
+    at its top level, found without
+    parsing what is nested (a line the parser refused may nest thousands deep), so that the
+    error reply reaches the call that waits for it; else None."""
+    import json
+
+    if isinstance(line, dict):  # JSON the SDK read, but no message
+        line = json.dumps({"id": line.get("id")})
+    if isinstance(line, bytes):
+        line = line.decode("utf-8", "replace")
+    if not isinstance(line, str) or not line.lstrip().startswith("{"):
+        return None
+    decoder = json.JSONDecoder()
+    depth, at, end = 0, 0, len(line)
+    while at < end:
+        ch = line[at]
+        if ch == '"':
+            try:
+                key, after = decoder.raw_decode(line, at)
+            except ValueError:
+                return None
+            colon = len(line) - len(line[after:].lstrip())
+            if depth == 1 and key == "id" and line.startswith(":", colon):
+                start = len(line) - len(line[colon + 1:].lstrip())
+                try:
+                    value, _ = decoder.raw_decode(line, start)
+                except (ValueError, RecursionError):
+                    return None
+                return value if isinstance(value, int | str) and not isinstance(value, bool) else None
+            at = after
+            continue
+        if ch in "{[":
+            depth += 1
+        elif ch in "}]":
+            depth -= 1
+        at += 1
+    return None
 
 
 def missing_extra() -> str | None:

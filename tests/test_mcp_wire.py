@@ -1,0 +1,166 @@
+"""``python -m crag mcp`` read as a hostile client writes to it: raw JSON-RPC lines on its stdin.
+
+A real server process (offline backend, a small knowledge base indexed for real) is sent
+lines no SDK client would write; every line that is a call gets one reply under its ``id``
+when the ``id`` can be read, the server keeps serving, and it ends with status 0 and no
+traceback when stdin closes.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.test_mcp import BACKUP, SETUP, server_params
+
+HELLO = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+    "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+READY = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "setup.md").write_text(SETUP, encoding="utf-8")
+    (docs / "backup.md").write_text(BACKUP, encoding="utf-8")
+    return tmp_path
+
+
+def search_call(n: int, query: str = "nightly backups") -> str:
+    return json.dumps({"jsonrpc": "2.0", "id": n, "method": "tools/call",
+                       "params": {"name": "search", "arguments": {"query": query}}})
+
+
+def exchange(workdir: Path, lines: list[str], replies: int, **env: str) -> tuple[list[dict], str]:
+    """Write the handshake and ``lines`` to a server (with ``env`` added to its environment),
+    read ``replies`` replies after the handshake's, close stdin; the replies and stderr, once
+    the server ended with status 0."""
+    params = server_params(workdir, "--kb", "docs")
+    params.env.update(env)
+    proc = subprocess.Popen([params.command, *params.args], env=params.env, cwd=params.cwd,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        proc.stdin.write("".join(line + "\n" for line in [json.dumps(HELLO), json.dumps(READY), *lines]).encode())
+        proc.stdin.flush()
+        assert json.loads(proc.stdout.readline())["id"] == 0
+        got = []
+        for _ in range(replies):
+            line = proc.stdout.readline()
+            assert line, f"the server ended early: {proc.stderr.read().decode()}"
+            got.append(json.loads(line))
+        proc.stdin.close()
+        assert proc.wait(timeout=60) == 0
+        return got, proc.stderr.read().decode()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_json_nested_too_deeply_is_an_error_under_its_id_and_the_server_keeps_serving(workdir: Path) -> None:
+    """Arguments nested thousands deep ended the server with a RecursionError's traceback
+    (the parser's refusal was re-read by Python's recursive one), and every call in flight
+    was lost; nested 300 deep (too deep for the SDK's parser, not for Python's) the call was
+    answered with ``id`` null, which no client matches to its call."""
+    deep = ('{"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "search", "arguments": '
+            + '{"a": ' * 5000 + "1" + "}" * 5000 + "}}")
+    less = ('{"jsonrpc": "2.0", "id": "eight", "method": "tools/call", "params": {"name": "search", "arguments": '
+            '{"query": ' + "[" * 300 + "]" * 300 + "}}}")
+    got, err = exchange(workdir, [deep, less, search_call(9)], 3)
+    by_id = {reply["id"]: reply for reply in got}
+    for n in (7, "eight"):
+        assert by_id[n]["error"] == {"code": -32700, "message": "Parse error: the message nests JSON more than 200 levels deep"}
+    assert by_id[9]["result"]["structuredContent"]["hits"][0]["path"] == "docs/backup.md"
+    assert "Traceback" not in err
+
+
+def test_a_request_that_is_no_message_is_answered_under_its_id_and_blank_lines_are_skipped(workdir: Path) -> None:
+    """``{"jsonrpc": "1.0", "id": 3, ...}`` was answered with ``id`` null, so the client that
+    sent it waited; a blank line (which some clients write between messages) got a parse
+    error reply that answers nothing."""
+    too_big = ('{"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "search", "arguments": '
+               '{"query": "port", "top_k": ' + "9" * 5000 + "}}}")
+    got, err = exchange(workdir, ['{"jsonrpc": "1.0", "id": 3, "method": "tools/list"}', "", "   ", too_big,
+                                  "[]", search_call(9)], 4)
+    assert got[0] == {"jsonrpc": "2.0", "id": 3, "error": {"code": -32600, "message": "Invalid Request: not a JSON-RPC message"}}
+    assert got[1] == {"jsonrpc": "2.0", "id": 5, "error": {"code": -32700, "message": "Parse error: a number in the message is out of range"}}
+    assert got[2]["id"] is None and got[2]["error"]["code"] == -32600  # a JSON array: no id to read
+    assert got[3]["id"] == 9 and "result" in got[3]
+    assert "Traceback" not in err
+
+
+def test_an_argument_the_tool_does_not_take_is_refused_by_name_and_tool_texts_read_cleanly(workdir: Path) -> None:
+    """``{"query": ..., "topK": 3}`` (an agent's guess at ``top_k``) searched with the default
+    number of hits and said nothing, and so for any misspelt argument; an unknown tool's error
+    did not say which tools there are; and every description reached the agent with the
+    eight-space indentation of the docstring it came from."""
+    import anyio
+    from mcp import Client
+
+    from tests.test_mcp import text_of
+
+    async def session() -> None:
+        async with Client(server_params(workdir, "--kb", "docs"), read_timeout_seconds=120) as client:
+            tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+            for tool in tools.values():
+                assert tool.input_schema["additionalProperties"] is False
+                assert "\n " not in tool.description and tool.description == tool.description.strip()
+            topk = await client.call_tool("search", {"query": "nightly backups", "topK": 1})
+            assert topk.is_error and text_of(topk) == "search: unknown argument 'topK' (search takes query, top_k)"
+            many = await client.call_tool("read_file", {"path": "docs/setup.md", "line": 2, "to\nline": 3})
+            assert many.is_error and text_of(many) == (
+                "read_file: unknown arguments 'line', 'to\\nline' (read_file takes path, start_line, end_line, page)")
+            nothing = await client.call_tool("grep", {"pattern": "port"})
+            assert nothing.is_error and text_of(nothing) == "unknown tool 'grep': this server's tools are ask, search, read_file"
+            fine = await client.call_tool("search", {"query": "nightly backups", "top_k": 1})
+            assert not fine.is_error and len(fine.structured_content["hits"]) == 1
+
+    anyio.run(session)
+
+
+def test_asks_in_flight_however_many_never_hold_a_read_file(workdir: Path) -> None:
+    """With 40 asks waiting on a slow model, a read_file waited until one of them ended: every
+    call took a thread from one pool of 40. Asks now have a pool of their own."""
+    import anyio
+    from mcp import Client
+
+    from tests.openai_server import Delay, FakeOpenAIServer
+    from tests.test_mcp import text_of
+
+    with FakeOpenAIServer() as srv:
+        srv.default("analyze_and_route", Delay(600, "{}"))
+        params = server_params(workdir, "--kb", "docs")
+        params.env.update(KB_AGENT_LLM="openai", OPENAI_BASE_URL=srv.base_url, OPENAI_API_KEY="sk-test",
+                          KB_AGENT_LLM_TIMEOUT="600", KB_AGENT_LLM_MAX_RETRIES="0")
+
+        async def session() -> None:
+            async with Client(params, read_timeout_seconds=600) as client, anyio.create_task_group() as tg:
+                for n in range(41):
+                    tg.start_soon(client.call_tool, "ask", {"question": f"Which port does the server listen on? ({n})"})
+                with anyio.fail_after(120):
+                    while srv.calls() < 40:  # every thread of the asks' pool waits on the model
+                        await anyio.sleep(0.05)
+                    got = await client.call_tool("read_file", {"path": "docs/setup.md", "start_line": 7, "end_line": 7})
+                assert not got.is_error and text_of(got) == "The server listens on port 8080 by default."
+                assert srv.calls() == 40  # no ask has finished, nor has the 41st reached the model
+                tg.cancel_scope.cancel()
+
+        anyio.run(session)
+
+
+def test_an_unknown_tool_or_argument_named_by_a_secret_is_masked_in_its_error(workdir: Path) -> None:
+    """The errors naming an unknown tool or argument repeat what the client wrote; a configured
+    secret in it (a key pasted as an argument) is masked as in every tool error."""
+    secret = "sk-p25-recognisable-fake-0123456789"
+    calls = [{"name": secret, "arguments": {}}, {"name": "search", "arguments": {"query": "port", secret: 1}}]
+    lines = [json.dumps({"jsonrpc": "2.0", "id": n, "method": "tools/call", "params": call}) for n, call in enumerate(calls, 1)]
+    got, err = exchange(workdir, lines, 2, OPENAI_API_KEY=secret)
+    texts = sorted(reply["result"]["content"][0]["text"] for reply in got)
+    assert texts == ["search: unknown argument '***' (search takes query, top_k)",
+                     "unknown tool '***': this server's tools are ask, search, read_file"]
+    assert secret not in err
