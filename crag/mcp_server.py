@@ -38,6 +38,7 @@ masked, while documents and answers are never rewritten by a pattern. See ``docs
 """
 
 # No ``from __future__ import annotations``: the SDK reads the tools' annotations at run time.
+import re
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -468,6 +469,7 @@ def _with_lone_surrogates_replaced(line: Any) -> Any:
 
 
 _DEPTH = 200  # how deep the SDK's parser (pydantic's) reads JSON
+_SPACE = re.compile(r"[ \t\n\r]*")
 
 
 def _request_id(line: Any) -> int | str | None:
@@ -492,9 +494,9 @@ def _request_id(line: Any) -> int | str | None:
                 key, after = decoder.raw_decode(line, at)
             except ValueError:
                 return None
-            colon = len(line) - len(line[after:].lstrip())
+            colon = _SPACE.match(line, after).end()  # no slices: a refused line may hold 1 MiB of keys
             if depth == 1 and key == "id" and line.startswith(":", colon):
-                start = len(line) - len(line[colon + 1:].lstrip())
+                start = _SPACE.match(line, colon + 1).end()
                 try:
                     value, _ = decoder.raw_decode(line, start)
                 except (ValueError, RecursionError):
