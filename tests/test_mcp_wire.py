@@ -142,7 +142,7 @@ def test_asks_in_flight_however_many_never_hold_a_read_file(workdir: Path) -> No
             async with Client(params, read_timeout_seconds=600) as client, anyio.create_task_group() as tg:
                 for n in range(41):
                     tg.start_soon(client.call_tool, "ask", {"question": f"Which port does the server listen on? ({n})"})
-                with anyio.fail_after(120):
+                with anyio.fail_after(600):  # a hang guard: 40 asks starting take long on a loaded machine
                     while srv.calls() < 40:  # every thread of the asks' pool waits on the model
                         await anyio.sleep(0.05)
                     got = await client.call_tool("read_file", {"path": "docs/setup.md", "start_line": 7, "end_line": 7})
