@@ -325,10 +325,14 @@ class AnswerLog:
     def iter_entries(self, query: str = "", limit: int | None = 10, ids: Sequence[int] = ()) -> Iterator[LogEntry]:
         """``entries`` one at a time, read from the file as they are asked for: the memory it
         takes does not grow with the number of entries (``crag log --json`` of the whole log)."""
+        last = None  # the id of the entry read last: a damaged page part way is said after it
         try:
-            yield from self._entries(query, limit, ids)
+            for entry in self._entries(query, limit, ids):
+                last = entry.id
+                yield entry
         except sqlite3.Error as exc:
-            raise LogError(f"the answer log {self.path} cannot be read ({exc}){_remedy(exc, '', '; ')}") from exc
+            past = f" past answer {last}" if last is not None else ""
+            raise LogError(f"the answer log {self.path} cannot be read{past} ({exc}){_remedy(exc, '', '; ')}") from exc
 
     def _entries(self, query: str, limit: int | None, ids: Sequence[int]) -> Iterator[LogEntry]:
         from .safe_text import valid_text

@@ -525,3 +525,26 @@ def test_the_postgresql_store_logs_in_the_state_folder_not_in_a_nearby_index_fol
     assert log_folder(settings) == str(tmp_path / "state" / "crag")
     embedded = Settings.from_env(environ={"KB_AGENT_INDEX_DIR": str(tmp_path / ".crag")}, dotenv=None)
     assert log_folder(embedded) == str(tmp_path / ".crag")
+
+
+def test_a_log_damaged_part_way_keeps_the_json_read_before_it_valid(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A page of an old answer overwritten (a disk error, a crash of another tool): ``crag log
+    --json`` printed the newer entries as an array with no end, which no JSON reader takes. The
+    entries read stay a JSON array, the one error line says where reading stopped, exit 1."""
+    clean_env(monkeypatch)
+    _fill(tmp_path, 300)
+    log = tmp_path / "log.sqlite"
+    data = bytearray(log.read_bytes())
+    page = data.index(b"question 10") // 4096 * 4096  # an old answer's page of the table, zeroed
+    data[page : page + 4096] = bytes(4096)
+    log.write_bytes(bytes(data))
+    monkeypatch.setenv("KB_AGENT_INDEX_DIR", str(tmp_path))
+    code, out, err = cli("log", "--json")
+    entries = json.loads(out)
+    assert code == 1 and len(entries) > 100 and entries[0]["question"] == "question 299", err
+    last = entries[-1]["id"]
+    assert err == (f"crag: error: the answer log {log} cannot be read past answer {last} (database disk image is "
+                   "malformed); move it away to start a new log\n")
+    code, out, err = cli("log", "-n", "1000")
+    assert code == 1 and out.count("\n#") + out.startswith("#") == len(entries) and f"past answer {last} " in err

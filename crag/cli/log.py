@@ -138,12 +138,20 @@ def cmd_log(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 def _write_json(entries, out: TextIO) -> None:
     """The JSON array of ``entries``, written one entry at a time: the same text as
-    ``json.dumps(list, indent=2)``, without the list."""
+    ``json.dumps(list, indent=2)``, without the list. A log that cannot be read past some
+    entry (a damaged page) ends the array after the entries read, then fails."""
+    from ..answer_log import LogError
+
     first = True
-    for entry in entries:
-        text = shown_json(entry.to_dict(), out, indent=2)  # no raw newline inside: JSON escapes it
-        out.write(("[\n" if first else ",\n") + "\n".join("  " + line for line in text.split("\n")))
-        first = False
+    try:
+        for entry in entries:
+            text = shown_json(entry.to_dict(), out, indent=2)  # no raw newline inside: JSON escapes it
+            out.write(("[\n" if first else ",\n") + "\n".join("  " + line for line in text.split("\n")))
+            first = False
+    except LogError:  # a damaged page part way: the entries read before it stay a JSON array (exit 1)
+        if not first:
+            out.write("\n]\n")
+        raise
     out.write("[]\n" if first else "\n]\n")
 
 
