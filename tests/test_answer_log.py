@@ -102,6 +102,17 @@ def test_chat_on_a_pipe_prints_the_answers_alone(project: Path) -> None:
     assert "\n\nComposed offline" in second  # a blank line between the two answers
 
 
+def test_a_log_that_cannot_be_written_is_one_note_a_chat_session(project: Path) -> None:
+    """Every answer is printed; the note that the log cannot be written came after each answer
+    of the session, the same line again and again."""
+    (project / ".crag" / "log.sqlite").mkdir()  # what stands where the log belongs (root too cannot write it)
+    code, out, err = cli("chat", stdin="Which port does the server listen on?\nHow long is a backup kept?\nwhy?\n")
+    assert code == 0 and out.count("LLM Usage Stats") == 3 and "8080" in out and "thirty days" in out
+    assert err.startswith("crag: note: the answer log ") and "is not a file" in err and err.count("\n") == 1, err
+    code, out, err = cli("ask", "Which port does the server listen on?")  # each ask says it
+    assert code == 0 and "8080" in out and err.startswith("crag: note: the answer log ") and err.count("\n") == 1
+
+
 @pytest.mark.parametrize("ending", ["exit", "QUIT", " /quit ", ":q"])
 def test_a_line_saying_exit_ends_chat_and_is_never_asked(project: Path, ending: str) -> None:
     code, out, _ = cli("chat", stdin=f"Which port does the server listen on?\n{ending}\nHow long is a backup kept?\n")

@@ -27,9 +27,11 @@ def answer_log(config):
     return AnswerLog.for_settings(config)
 
 
-def record(config, answer, err: TextIO, conversation: int | None = None, source: str = "ask") -> int | None:
+def record(config, answer, err: TextIO, conversation: int | None = None, source: str = "ask",
+           said: set[str] | None = None) -> int | None:
     """Log one answer (when logging is on); a log that cannot be written is a note on stderr,
-    never a lost answer. Returns the conversation's id."""
+    never a lost answer. Returns the conversation's id. ``said`` holds the notes written
+    already (a ``chat`` session's): the same note is not written again after every answer."""
     from ..answer_log import LogError
 
     log = answer_log(config)
@@ -39,7 +41,11 @@ def record(config, answer, err: TextIO, conversation: int | None = None, source:
         with log:
             conversation, _ = log.record(answer, config, conversation=conversation, source=source)
     except LogError as exc:
-        err.write(shown_message(f"crag: note: {exc}") + "\n")
+        note = shown_message(f"crag: note: {exc}")
+        if said is None or note not in said:
+            err.write(note + "\n")
+        if said is not None:
+            said.add(note)
     return conversation
 
 
