@@ -314,7 +314,8 @@ class AnswerLog:
         for question, answer in db.execute(
             "SELECT question, answer FROM answers WHERE conversation_id = ? ORDER BY id", (row[0],)
         ):
-            turns += [{"role": "user", "content": question}, {"role": "assistant", "content": answer}]
+            # A cell another tool wrote (a number, bytes) is text as ``crag log`` shows it, not a history error.
+            turns += [{"role": "user", "content": _text(question)}, {"role": "assistant", "content": _text(answer)}]
         return int(row[0]), turns
 
     def entries(self, query: str = "", limit: int | None = 10, ids: Sequence[int] = ()) -> list[LogEntry]:

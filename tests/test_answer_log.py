@@ -365,6 +365,23 @@ def test_a_text_cell_that_is_not_utf8_is_shown_not_an_error(project: Path) -> No
     code, out, err = cli("ask", "-c", "and the port?")
     assert code == 0, err
 
+
+def test_a_logged_turn_whose_cell_is_not_text_is_carried_on_not_a_history_error(project: Path) -> None:
+    """A question or answer cell holding a number or bytes (another tool wrote it): ``crag log``
+    shows it, but ``ask -c`` failed with "history message 1 must be an object with string
+    fields" (exit 2), and ``chat --continue`` failed every question of its session with it."""
+    assert cli("ask", "Which port does the server listen on?")[0] == 0
+    db = sqlite3.connect(project / ".crag" / "log.sqlite")
+    db.execute("UPDATE answers SET question = 12345, answer = X'506f7274ff2038303830' WHERE id = 1")  # Port\xff 8080
+    db.commit()
+    db.close()
+    code, out, err = cli("ask", "-c", "How long is a backup kept?")
+    assert code == 0 and "thirty days" in out and err == "", err
+    code, out, err = cli("chat", "--continue", stdin="And the port?\nHow long is a backup kept?\n")
+    assert code == 0 and out.count("LLM Usage Stats") == 2 and "crag: error" not in err, err
+    assert "2 earlier question(s)" in err
+
+
 # -- crag log: bounded memory -----------------------------------------------------------------
 
 
