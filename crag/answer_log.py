@@ -307,9 +307,11 @@ class AnswerLog:
         if not self.exists():
             return None, []
         db = self._open()
-        row = db.execute("SELECT conversation_id FROM answers ORDER BY id DESC LIMIT 1").fetchone()
+        row = db.execute("SELECT conversation_id, question, answer FROM answers ORDER BY id DESC LIMIT 1").fetchone()
         if row is None:
             return None, []
+        if not isinstance(row[0], int):  # damaged (``crag log`` says so): that answer alone, in a new conversation
+            return None, [{"role": "user", "content": _text(row[1])}, {"role": "assistant", "content": _text(row[2])}]
         turns: list[dict[str, str]] = []
         for question, answer in db.execute(
             "SELECT question, answer FROM answers WHERE conversation_id = ? ORDER BY id", (row[0],)

@@ -382,6 +382,23 @@ def test_a_logged_turn_whose_cell_is_not_text_is_carried_on_not_a_history_error(
     assert "2 earlier question(s)" in err
 
 
+def test_a_newest_answer_whose_conversation_is_damaged_is_carried_on_alone(project: Path) -> None:
+    """``ask -c`` when the newest answer's conversation cell is not a number (``crag log`` marks
+    it ``[damaged: conversation]``) ended in a ValueError traceback. That answer is carried on,
+    in a conversation of its own."""
+    assert cli("ask", "Which port does the server listen on?")[0] == 0
+    db = sqlite3.connect(project / ".crag" / "log.sqlite")
+    db.execute("UPDATE answers SET conversation_id = 'abc' WHERE id = 1")
+    db.commit()
+    db.close()
+    code, out, err = cli("ask", "-c", "why?")
+    assert code == 0 and "8080" in out and err == "", err  # "why?" read with the question it follows
+    code, out, err = cli("chat", "--continue", stdin="How long is a backup kept?\n")
+    assert code == 0 and "thirty days" in out and "1 earlier question(s)" in err and "crag: error" not in err, err
+    entries = json.loads(cli("log", "--json")[1])
+    assert [e["conversation"] for e in entries[:2]] == [entries[1]["conversation"]] * 2 and entries[2]["damaged"]
+
+
 # -- crag log: bounded memory -----------------------------------------------------------------
 
 

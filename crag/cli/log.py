@@ -56,7 +56,7 @@ def last_conversation(config, err: TextIO) -> tuple[int | None, list[dict[str, s
         raise UsageError("KB_AGENT_LOG=off keeps no conversation to continue")
     with log:
         found = log.last_conversation()
-    if found[0] is None:
+    if not found[1]:
         err.write(f"crag: note: no earlier conversation in {log.path}; starting a new one\n")
     return found
 
