@@ -270,6 +270,9 @@ class AnswerLog:
                 if conversation is None:
                     conversation = db.execute("INSERT INTO conversations (started, source) VALUES (?, ?)",
                                               (now, source)).lastrowid
+                else:  # its row deleted by hand (the sqlite3 shell does not cascade): made again, not an error
+                    db.execute("INSERT OR IGNORE INTO conversations (id, started, source) VALUES (?, ?, ?)",
+                               (conversation, now, source))
                 answer_id = db.execute(
                     "INSERT INTO answers (conversation_id, time, question, answer, body, model, complexity, "
                     "grader_action, iterations, llm_calls, prompt_tokens, completion_tokens, latency_ms, settings) "

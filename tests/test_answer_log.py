@@ -399,6 +399,23 @@ def test_a_newest_answer_whose_conversation_is_damaged_is_carried_on_alone(proje
     assert [e["conversation"] for e in entries[:2]] == [entries[1]["conversation"]] * 2 and entries[2]["damaged"]
 
 
+def test_a_conversation_deleted_by_hand_is_carried_on_and_logged(project: Path) -> None:
+    """The conversation's row deleted in the sqlite3 shell (which does not cascade to its
+    answers): every ``ask -c`` and ``chat --continue`` turn failed to be logged, "FOREIGN KEY
+    constraint failed", for good. The conversation is made again and the answer kept."""
+    assert cli("ask", "Which port does the server listen on?")[0] == 0
+    db = sqlite3.connect(project / ".crag" / "log.sqlite")
+    db.execute("DELETE FROM conversations")
+    db.commit()
+    db.close()
+    code, out, err = cli("ask", "-c", "How long is a backup kept?")
+    assert code == 0 and "thirty days" in out and err == "", err
+    code, out, err = cli("chat", "--continue", stdin="why?\n")
+    assert code == 0 and "2 earlier question(s)" in err and "crag: note: the answer log" not in err, err
+    entries = json.loads(cli("log", "--json")[1])
+    assert len(entries) == 3 and {e["conversation"] for e in entries} == {1} and entries[0]["source"] == "ask"
+
+
 # -- crag log: bounded memory -----------------------------------------------------------------
 
 
