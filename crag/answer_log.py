@@ -270,6 +270,9 @@ class AnswerLog:
                 if conversation is None:
                     conversation = db.execute("INSERT INTO conversations (started, source) VALUES (?, ?)",
                                               (now, source)).lastrowid
+                else:  # its row deleted by hand (the sqlite3 shell does not cascade): made again, not an error
+                    db.execute("INSERT OR IGNORE INTO conversations (id, started, source) VALUES (?, ?, ?)",
+                               (conversation, now, source))
                 answer_id = db.execute(
                     "INSERT INTO answers (conversation_id, time, question, answer, body, model, complexity, "
                     "grader_action, iterations, llm_calls, prompt_tokens, completion_tokens, latency_ms, settings) "
@@ -307,14 +310,17 @@ class AnswerLog:
         if not self.exists():
             return None, []
         db = self._open()
-        row = db.execute("SELECT conversation_id FROM answers ORDER BY id DESC LIMIT 1").fetchone()
+        row = db.execute("SELECT conversation_id, question, answer FROM answers ORDER BY id DESC LIMIT 1").fetchone()
         if row is None:
             return None, []
+        if not isinstance(row[0], int):  # damaged (``crag log`` says so): that answer alone, in a new conversation
+            return None, [{"role": "user", "content": _text(row[1])}, {"role": "assistant", "content": _text(row[2])}]
         turns: list[dict[str, str]] = []
         for question, answer in db.execute(
             "SELECT question, answer FROM answers WHERE conversation_id = ? ORDER BY id", (row[0],)
         ):
-            turns += [{"role": "user", "content": question}, {"role": "assistant", "content": answer}]
+            # A cell another tool wrote (a number, bytes) is text as ``crag log`` shows it, not a history error.
+            turns += [{"role": "user", "content": _text(question)}, {"role": "assistant", "content": _text(answer)}]
         return int(row[0]), turns
 
     def entries(self, query: str = "", limit: int | None = 10, ids: Sequence[int] = ()) -> list[LogEntry]:
@@ -325,10 +331,14 @@ class AnswerLog:
     def iter_entries(self, query: str = "", limit: int | None = 10, ids: Sequence[int] = ()) -> Iterator[LogEntry]:
         """``entries`` one at a time, read from the file as they are asked for: the memory it
         takes does not grow with the number of entries (``crag log --json`` of the whole log)."""
+        last = None  # the id of the entry read last: a damaged page part way is said after it
         try:
-            yield from self._entries(query, limit, ids)
+            for entry in self._entries(query, limit, ids):
+                last = entry.id
+                yield entry
         except sqlite3.Error as exc:
-            raise LogError(f"the answer log {self.path} cannot be read ({exc}){_remedy(exc, '', '; ')}") from exc
+            past = f" past answer {last}" if last is not None else ""
+            raise LogError(f"the answer log {self.path} cannot be read{past} ({exc}){_remedy(exc, '', '; ')}") from exc
 
     def _entries(self, query: str, limit: int | None, ids: Sequence[int]) -> Iterator[LogEntry]:
         from .safe_text import valid_text

@@ -120,13 +120,10 @@ def fit(
     messages, tokens = size(task)
     if tokens <= limit:
         return Fitted(task, messages, tokens)
-    history_dropped = 0
     history = tuple(getattr(task, "history", ()))
-    while history and tokens > limit:  # 1. history, oldest first
-        history = history[1:]
-        history_dropped += 1
-        task = evolve(task, history=history)
-        messages, tokens = size(task)
+    history_dropped = 0
+    if history:  # 1. history, oldest first: as few turns as make it fit
+        task, messages, tokens, history_dropped = _without_oldest_turns(task, history, limit, size)
     if tokens <= limit:
         return Fitted(task, messages, tokens, history_dropped=history_dropped)
     name = _items_field(task)
@@ -172,3 +169,27 @@ def fit(
         f"+ {max_tokens} for the reply, more than 90% of KB_AGENT_CONTEXT_TOKENS={context_tokens}; "
         "ask a shorter question or raise KB_AGENT_CONTEXT_TOKENS to match the server"
     )
+
+
+def _without_oldest_turns(task: Any, history: tuple[Any, ...], limit: int, size: Callable[[Any], Any]) -> Any:
+    """``task`` without the fewest oldest turns of ``history`` that make it fit ``limit`` (all
+    of them when even that does not), with its messages, tokens and the number dropped.
+
+    The prompt only shrinks as the oldest turns go (it quotes the newest few), so the number to
+    drop is found by bisection: a session of 10,000 turns costs a dozen renders, not 10,000."""
+    bare = evolve(task, history=())
+    messages, tokens = size(bare)
+    if tokens > limit:  # no history fits: the items give way next
+        return bare, messages, tokens, len(history)
+    lo, hi = 1, len(history)  # dropping ``hi`` fits; dropping ``lo - 1`` does not
+    best = (bare, messages, tokens)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        shorter = evolve(task, history=history[mid:])
+        got = size(shorter)
+        if got[1] <= limit:
+            hi, best = mid, (shorter, *got)
+        else:
+            lo = mid + 1
+    return (*best, hi)
+

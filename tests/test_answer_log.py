@@ -102,6 +102,17 @@ def test_chat_on_a_pipe_prints_the_answers_alone(project: Path) -> None:
     assert "\n\nComposed offline" in second  # a blank line between the two answers
 
 
+def test_a_log_that_cannot_be_written_is_one_note_a_chat_session(project: Path) -> None:
+    """Every answer is printed; the note that the log cannot be written came after each answer
+    of the session, the same line again and again."""
+    (project / ".crag" / "log.sqlite").mkdir()  # what stands where the log belongs (root too cannot write it)
+    code, out, err = cli("chat", stdin="Which port does the server listen on?\nHow long is a backup kept?\nwhy?\n")
+    assert code == 0 and out.count("LLM Usage Stats") == 3 and "8080" in out and "thirty days" in out
+    assert err.startswith("crag: note: the answer log ") and "is not a file" in err and err.count("\n") == 1, err
+    code, out, err = cli("ask", "Which port does the server listen on?")  # each ask says it
+    assert code == 0 and "8080" in out and err.startswith("crag: note: the answer log ") and err.count("\n") == 1
+
+
 @pytest.mark.parametrize("ending", ["exit", "QUIT", " /quit ", ":q"])
 def test_a_line_saying_exit_ends_chat_and_is_never_asked(project: Path, ending: str) -> None:
     code, out, _ = cli("chat", stdin=f"Which port does the server listen on?\n{ending}\nHow long is a backup kept?\n")
@@ -354,6 +365,57 @@ def test_a_text_cell_that_is_not_utf8_is_shown_not_an_error(project: Path) -> No
     code, out, err = cli("ask", "-c", "and the port?")
     assert code == 0, err
 
+
+def test_a_logged_turn_whose_cell_is_not_text_is_carried_on_not_a_history_error(project: Path) -> None:
+    """A question or answer cell holding a number or bytes (another tool wrote it): ``crag log``
+    shows it, but ``ask -c`` failed with "history message 1 must be an object with string
+    fields" (exit 2), and ``chat --continue`` failed every question of its session with it."""
+    assert cli("ask", "Which port does the server listen on?")[0] == 0
+    db = sqlite3.connect(project / ".crag" / "log.sqlite")
+    db.execute("UPDATE answers SET question = 12345, answer = X'506f7274ff2038303830' WHERE id = 1")  # Port\xff 8080
+    db.commit()
+    db.close()
+    code, out, err = cli("ask", "-c", "How long is a backup kept?")
+    assert code == 0 and "thirty days" in out and err == "", err
+    code, out, err = cli("chat", "--continue", stdin="And the port?\nHow long is a backup kept?\n")
+    assert code == 0 and out.count("LLM Usage Stats") == 2 and "crag: error" not in err, err
+    assert "2 earlier question(s)" in err
+
+
+def test_a_newest_answer_whose_conversation_is_damaged_is_carried_on_alone(project: Path) -> None:
+    """``ask -c`` when the newest answer's conversation cell is not a number (``crag log`` marks
+    it ``[damaged: conversation]``) ended in a ValueError traceback. That answer is carried on,
+    in a conversation of its own."""
+    assert cli("ask", "Which port does the server listen on?")[0] == 0
+    db = sqlite3.connect(project / ".crag" / "log.sqlite")
+    db.execute("UPDATE answers SET conversation_id = 'abc' WHERE id = 1")
+    db.commit()
+    db.close()
+    code, out, err = cli("ask", "-c", "why?")
+    assert code == 0 and "8080" in out and err == "", err  # "why?" read with the question it follows
+    code, out, err = cli("chat", "--continue", stdin="How long is a backup kept?\n")
+    assert code == 0 and "thirty days" in out and "1 earlier question(s)" in err and "crag: error" not in err, err
+    entries = json.loads(cli("log", "--json")[1])
+    assert [e["conversation"] for e in entries[:2]] == [entries[1]["conversation"]] * 2 and entries[2]["damaged"]
+
+
+def test_a_conversation_deleted_by_hand_is_carried_on_and_logged(project: Path) -> None:
+    """The conversation's row deleted in the sqlite3 shell (which does not cascade to its
+    answers): every ``ask -c`` and ``chat --continue`` turn failed to be logged, "FOREIGN KEY
+    constraint failed", for good. The conversation is made again and the answer kept."""
+    assert cli("ask", "Which port does the server listen on?")[0] == 0
+    db = sqlite3.connect(project / ".crag" / "log.sqlite")
+    db.execute("DELETE FROM conversations")
+    db.commit()
+    db.close()
+    code, out, err = cli("ask", "-c", "How long is a backup kept?")
+    assert code == 0 and "thirty days" in out and err == "", err
+    code, out, err = cli("chat", "--continue", stdin="why?\n")
+    assert code == 0 and "2 earlier question(s)" in err and "crag: note: the answer log" not in err, err
+    entries = json.loads(cli("log", "--json")[1])
+    assert len(entries) == 3 and {e["conversation"] for e in entries} == {1} and entries[0]["source"] == "ask"
+
+
 # -- crag log: bounded memory -----------------------------------------------------------------
 
 
@@ -525,3 +587,26 @@ def test_the_postgresql_store_logs_in_the_state_folder_not_in_a_nearby_index_fol
     assert log_folder(settings) == str(tmp_path / "state" / "crag")
     embedded = Settings.from_env(environ={"KB_AGENT_INDEX_DIR": str(tmp_path / ".crag")}, dotenv=None)
     assert log_folder(embedded) == str(tmp_path / ".crag")
+
+
+def test_a_log_damaged_part_way_keeps_the_json_read_before_it_valid(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A page of an old answer overwritten (a disk error, a crash of another tool): ``crag log
+    --json`` printed the newer entries as an array with no end, which no JSON reader takes. The
+    entries read stay a JSON array, the one error line says where reading stopped, exit 1."""
+    clean_env(monkeypatch)
+    _fill(tmp_path, 300)
+    log = tmp_path / "log.sqlite"
+    data = bytearray(log.read_bytes())
+    page = data.index(b"question 10") // 4096 * 4096  # an old answer's page of the table, zeroed
+    data[page : page + 4096] = bytes(4096)
+    log.write_bytes(bytes(data))
+    monkeypatch.setenv("KB_AGENT_INDEX_DIR", str(tmp_path))
+    code, out, err = cli("log", "--json")
+    entries = json.loads(out)
+    assert code == 1 and len(entries) > 100 and entries[0]["question"] == "question 299", err
+    last = entries[-1]["id"]
+    assert err == (f"crag: error: the answer log {log} cannot be read past answer {last} (database disk image is "
+                   "malformed); move it away to start a new log\n")
+    code, out, err = cli("log", "-n", "1000")
+    assert code == 1 and out.count("\n#") + out.startswith("#") == len(entries) and f"past answer {last} " in err

@@ -234,3 +234,30 @@ def test_the_cli_says_when_a_question_cannot_fit(tmp_path, monkeypatch):
     last = err.getvalue().splitlines()[-1]  # after the indexing note
     assert last.startswith("crag: error: the question does not fit") and "KB_AGENT_CONTEXT_TOKENS" in last
     assert "Traceback" not in err.getvalue()
+
+
+@pytest.mark.parametrize("turns", [3, 12, 5_000])
+def test_a_long_history_is_trimmed_with_few_renders_to_the_same_turns(turns):
+    """A chat of thousands of turns (or ``ask --history`` of them) with evidence that does not
+    fit: the oldest turns are dropped as before, the newest kept, but not by rendering and
+    counting the prompt once per dropped turn (10,000 turns took half a minute per request)."""
+    history = tuple(Message("user" if i % 2 == 0 else "assistant", f"turn {i} about uploads " * 40)
+                    for i in range(turns))
+    task = SynthesizeTask(QUESTION, history, tuple(big_item(n, 60, 12) for n in range(6)))
+    counted = []
+
+    def count(text: str) -> int:
+        counted.append(text)
+        return cl100k(text)
+
+    fitted = fit(task, 256, 4096, render, count)
+    limit = int(4096 * 0.9) - 256
+
+    def fits(kept: int) -> bool:  # the prompt with the newest ``kept`` turns fits the window
+        return prompt_tokens(render(SynthesizeTask(QUESTION, history[turns - kept:], task.items)), cl100k) <= limit
+
+    kept = len(fitted.task.history)
+    assert fitted.task.history == history[turns - kept:] and fitted.history_dropped == turns - kept
+    assert kept == 0 or fits(kept)
+    assert kept == turns or not fits(kept + 1)  # no more turns were dropped than had to be
+    assert len(counted) <= 2 * (20 + len(task.items) * 4)  # renders grow with log(turns), not turns

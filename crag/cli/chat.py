@@ -240,6 +240,7 @@ def cmd_chat(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     talk = out if isatty(out) else err if isatty(args.stdin) and isatty(err) else io.StringIO()
     progress.leads = talk is err
     later: list = []
+    said: set[str] = set()  # the log's notes written so far: an unwritable log is said once a session
     with agent_for(args, err, later) as agent:
         open_index(agent)
         for say in later:  # which index: once it opened, so a missing or damaged one is one error line
@@ -292,7 +293,7 @@ def cmd_chat(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                     out.write("\n")
                 print("crag: answer cancelled (Ctrl-C); ask again, or Ctrl-D to end", file=err)
                 continue
-            conversation = record(agent.settings, result, err, conversation, "chat")
+            conversation = record(agent.settings, result, err, conversation, "chat", said)
             history.append({"role": "user", "content": question})
             history.append({"role": "assistant", "content": result.answer})
     return 0

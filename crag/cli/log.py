@@ -27,9 +27,11 @@ def answer_log(config):
     return AnswerLog.for_settings(config)
 
 
-def record(config, answer, err: TextIO, conversation: int | None = None, source: str = "ask") -> int | None:
+def record(config, answer, err: TextIO, conversation: int | None = None, source: str = "ask",
+           said: set[str] | None = None) -> int | None:
     """Log one answer (when logging is on); a log that cannot be written is a note on stderr,
-    never a lost answer. Returns the conversation's id."""
+    never a lost answer. Returns the conversation's id. ``said`` holds the notes written
+    already (a ``chat`` session's): the same note is not written again after every answer."""
     from ..answer_log import LogError
 
     log = answer_log(config)
@@ -39,7 +41,11 @@ def record(config, answer, err: TextIO, conversation: int | None = None, source:
         with log:
             conversation, _ = log.record(answer, config, conversation=conversation, source=source)
     except LogError as exc:
-        err.write(shown_message(f"crag: note: {exc}") + "\n")
+        note = shown_message(f"crag: note: {exc}")
+        if said is None or note not in said:
+            err.write(note + "\n")
+        if said is not None:
+            said.add(note)
     return conversation
 
 
@@ -50,7 +56,7 @@ def last_conversation(config, err: TextIO) -> tuple[int | None, list[dict[str, s
         raise UsageError("KB_AGENT_LOG=off keeps no conversation to continue")
     with log:
         found = log.last_conversation()
-    if found[0] is None:
+    if not found[1]:
         err.write(f"crag: note: no earlier conversation in {log.path}; starting a new one\n")
     return found
 
@@ -138,12 +144,20 @@ def cmd_log(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 def _write_json(entries, out: TextIO) -> None:
     """The JSON array of ``entries``, written one entry at a time: the same text as
-    ``json.dumps(list, indent=2)``, without the list."""
+    ``json.dumps(list, indent=2)``, without the list. A log that cannot be read past some
+    entry (a damaged page) ends the array after the entries read, then fails."""
+    from ..answer_log import LogError
+
     first = True
-    for entry in entries:
-        text = shown_json(entry.to_dict(), out, indent=2)  # no raw newline inside: JSON escapes it
-        out.write(("[\n" if first else ",\n") + "\n".join("  " + line for line in text.split("\n")))
-        first = False
+    try:
+        for entry in entries:
+            text = shown_json(entry.to_dict(), out, indent=2)  # no raw newline inside: JSON escapes it
+            out.write(("[\n" if first else ",\n") + "\n".join("  " + line for line in text.split("\n")))
+            first = False
+    except LogError:  # a damaged page part way: the entries read before it stay a JSON array (exit 1)
+        if not first:
+            out.write("\n]\n")
+        raise
     out.write("[]\n" if first else "\n]\n")
 
 
