@@ -187,7 +187,7 @@ def fetch(box: Toolbox, url: str):
 @pytest.mark.parametrize(
     "address",
     ["127.0.0.1", "10.0.0.1", "169.254.169.254", "::1", "192.168.1.10", "172.16.5.5", "100.64.0.1", "0.0.0.0",
-     "::ffff:127.0.0.1", "fe80::1", "fc00::1", "224.0.0.1", "::"],
+     "::ffff:127.0.0.1", "fe80::1", "fc00::1", "224.0.0.1", "::", "192.0.0.8", "192.0.0.255", "::ffff:192.0.0.8"],
 )
 def test_private_and_special_addresses_are_not_public(address: str) -> None:
     assert not is_public_address(ipaddress.ip_address(address))
@@ -196,6 +196,7 @@ def test_private_and_special_addresses_are_not_public(address: str) -> None:
 def test_public_addresses_are_public() -> None:
     assert is_public_address(ipaddress.ip_address("93.184.216.34"))
     assert is_public_address(ipaddress.ip_address("2606:4700:4700::1111"))
+    assert is_public_address(ipaddress.ip_address("192.0.0.9"))  # anycast, globally reachable (IANA)
 
 
 @pytest.mark.parametrize(

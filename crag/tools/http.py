@@ -76,6 +76,10 @@ class Response:
         return self.body.decode(self.charset or "utf-8", errors="replace")
 
 
+_IETF_PROTOCOL = ipaddress.ip_network("192.0.0.0/24")
+_GLOBAL_ANYCAST = (ipaddress.ip_address("192.0.0.9"), ipaddress.ip_address("192.0.0.10"))
+
+
 def is_public_address(ip: IPAddress) -> bool:
     """True only for globally routable unicast addresses."""
     if isinstance(ip, ipaddress.IPv6Address):
@@ -85,6 +89,8 @@ def is_public_address(ip: IPAddress) -> bool:
             return is_public_address(ip.sixtofour)
         if ip.teredo is not None:
             return False
+    if isinstance(ip, ipaddress.IPv4Address) and ip in _IETF_PROTOCOL and ip not in _GLOBAL_ANYCAST:
+        return False  # IANA's special-purpose block, which older Pythons call global past 192.0.0.7
     return bool(
         ip.is_global
         and not ip.is_private
