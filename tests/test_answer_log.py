@@ -61,6 +61,8 @@ def test_ask_is_logged_and_crag_log_lists_searches_and_shows_it_newest_first(pro
     code, out, _ = cli("log", "--show", str(first["id"]))
     assert code == 0 and "you> Which port does the server listen on?" in out and "[1] docs/setup.md:L3" in out
     assert cli("log", "--show", "999")[0] == 2
+    code, out, _ = cli("log", "--show", "LAST")  # as typed in capitals, it is still the newest answer
+    assert code == 0 and "you> How long is a backup kept?" in out
 
 
 def test_ask_continue_carries_on_the_last_conversation(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -83,7 +83,7 @@ def _count(value: object) -> str:
 
 def _show_arg(value: str) -> int | None:
     """``--show``'s answer number, None for ``last``; anything else is a usage error."""
-    if value == "last":
+    if value.strip().lower() == "last":  # LAST and Last too
         return None
     if value.isascii() and value.isdigit():
         return int(value)
