@@ -129,6 +129,24 @@ def test_indexing_a_deleted_root_by_name_drops_it_instead_of_failing(kb: Path) -
     assert code == 1 and "never-was does not exist" in err
 
 
+def test_a_dropped_root_is_named_as_every_path_is_shown(kb: Path) -> None:
+    """The line naming the dropped roots printed them raw and absolute: a folder named with a
+    newline added a line to the report (``/tmp/.../evil`` then ``dir``), unlike the
+    ``removed:`` list below it, which shows paths relative and escaped."""
+    evil = kb / "evil\n\x1b[2Jdir"
+    evil.mkdir()
+    (evil / "e.md").write_text("# E\n\nThe evil port is 6666.\n")
+    assert cli("index", "evil\n\x1b[2Jdir")[0] == 0
+    shutil.rmtree(evil)
+    shutil.rmtree(kb / "notes")
+    code, out, err = cli("index", "docs")
+    assert code == 0, err
+    assert out.splitlines()[0] == (
+        "dropped knowledge-base path(s) that no longer exist: evil\\n\\x1b[2Jdir, notes"
+    )
+    assert out.splitlines()[1].startswith("indexed 1 path(s) into index with ")
+
+
 @pytest.mark.parametrize("target", ["not-there", "notes"], ids=["dangling", "loop"])
 def test_a_root_replaced_by_a_link_to_nothing_is_missing_like_a_deleted_one(kb: Path, target: str) -> None:
     """``roots`` said such a root was missing and dropped by the next index, but search kept

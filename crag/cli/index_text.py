@@ -117,6 +117,9 @@ def index_report_text(report: IndexReport, cwd: str | None = None) -> str:
         lines.append(f"re-embedded everything: {report.reason}")
     elif report.reason:
         lines.append(report.reason)
+    if report.dropped_roots:
+        gone = ", ".join(relative_label(r, cwd) for r in report.dropped_roots)
+        lines.append(f"dropped knowledge-base path(s) that no longer exist: {gone}")
     lines.append(
         f"indexed {len(report.roots)} path(s) into {relative_label(report.index_dir, cwd)} with {report.embedder}: "
         f"{len(report.added)} added, {len(report.changed)} changed, {len(report.removed)} removed, "

@@ -82,6 +82,7 @@ class IndexReport:
     generation: str = ""
     warnings: tuple[tuple[str, str], ...] = field(factory=tuple)
     skipped_types: tuple[str, ...] = ()  # suffixes of the files left out for their type
+    dropped_roots: tuple[str, ...] = ()  # recorded roots gone from disk, dropped by this update
 
     @property
     def files_total(self) -> int:
@@ -359,10 +360,6 @@ def _apply(plan: _Plan, progress: Progress | None) -> IndexReport:
     except BaseException:
         update.abort()
         raise
-    reason = plan.base.reason
-    if plan.dropped_roots:
-        note = "dropped knowledge-base path(s) that no longer exist: " + ", ".join(plan.dropped_roots)
-        reason = f"{reason}; {note}" if reason else note
     return IndexReport(
         plan.store.location,
         plan.walk_roots,
@@ -376,11 +373,12 @@ def _apply(plan: _Plan, progress: Progress | None) -> IndexReport:
         bytes_read=bytes_read,
         seconds=time.perf_counter() - plan.started,
         reembedded_all=plan.base.full,
-        reason=reason,
+        reason=plan.base.reason,
         wrote=True,
         skipped_types=plan.discovery.skipped_types,
         generation=update.version,
         warnings=tuple(warnings),
+        dropped_roots=plan.dropped_roots,
     )
 
 
