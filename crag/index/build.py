@@ -33,7 +33,7 @@ from ..errors import IndexFormatError, IndexStoreError, KnowledgeBaseError
 from ..ports import BINARY_MARK, DocumentVersion, FileRecord, Store, StoreState
 from ..safe_text import display_name
 from .chunker import DEFAULT_MAX_TOKENS, DEFAULT_MIN_TOKENS
-from .discover import Discovery, discover, is_within, missing_root, normalize_root
+from .discover import Discovery, can_read, discover, is_within, missing_root, normalize_root
 from .documents import chunker_id, embedder_mismatch
 from .ignore import check_excludes
 from .layout import DEFAULT_LOCK_TIMEOUT, IndexLock
@@ -270,12 +270,13 @@ def _plan(
     else:
         looked = [*walk_roots, *dropped_roots]
         removed = sorted(p for p in base.files if p not in found and any(is_within(p, r) for r in looked))
-    # Classify by stat first: a file with the same size and mtime is not read at all.
+    # Classify by stat first: a file with the same size and mtime is not read at all (unless it
+    # can no longer be read: `chmod` changes neither, and reading it then takes it out).
     recorded = {} if base.full else base.files
     unchanged, to_read, binary = [], [], []
     for f in discovery.files:
         prev = recorded.get(f.path)
-        if prev is not None and prev.size == f.size and prev.mtime_ns == f.mtime_ns:
+        if prev is not None and prev.size == f.size and prev.mtime_ns == f.mtime_ns and can_read(f.path):
             (binary if prev.binary else unchanged).append(f.path)
         else:
             to_read.append(f)
@@ -460,7 +461,7 @@ def quick_check(
         return None
     for f in discovery.files:
         prev = state.files.get(f.path)
-        if prev is None or (prev.size, prev.mtime_ns) != (f.size, f.mtime_ns):
+        if prev is None or (prev.size, prev.mtime_ns) != (f.size, f.mtime_ns) or not can_read(f.path):
             return None
     under = sum(1 for p in state.files if any(is_within(p, r) for r in root_list))
     if under != len(discovery.files):

@@ -48,6 +48,7 @@ __all__ = [
     "BinaryFileError",
     "DiscoveredFile",
     "Discovery",
+    "can_read",
     "decode_text",
     "discover",
     "excluded_reason",
@@ -415,6 +416,14 @@ def _sniff_ok(path: str, warnings: list[tuple[str, str]]) -> bool:
 def is_binary(data: bytes) -> bool:
     """A NUL byte in the first 8 KiB: not text, unless it is UTF-16 (``utf16_text``)."""
     return b"\x00" in data[:_SNIFF_BYTES] and utf16_text(data) is None
+
+
+def can_read(path: str) -> bool:
+    """Whether this process may open ``path`` for reading now (its permissions; no read).
+
+    An update asks it of a file unchanged by size and mtime: ``chmod`` changes neither, and a
+    file that can no longer be read leaves the index as any unreadable file does."""
+    return os.access(path, os.R_OK)
 
 
 def read_bytes(path: str | os.PathLike[str], max_bytes: int = MAX_FILE_BYTES) -> bytes:
