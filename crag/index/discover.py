@@ -430,7 +430,12 @@ def read_bytes(path: str | os.PathLike[str], max_bytes: int = MAX_FILE_BYTES) ->
     """The bytes of a file; ``ValueError`` when it is larger than ``max_bytes`` (``size_limit``: more
     for a PDF or DOCX), ``OSError`` when unreadable."""
     max_bytes = size_limit(path, max_bytes)
-    with open(path, "rb") as f:
+    # Opened without waiting, and read only when a regular file: a file replaced since it was
+    # listed by a named pipe (or a link to a device) would otherwise block the read for ever.
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    with open(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "it is not a regular file", os.fspath(path))
         data = f.read(max_bytes + 1)
     if len(data) > max_bytes:
         raise ValueError(f"larger than {max_bytes // (1024 * 1024)} MiB")
