@@ -33,7 +33,7 @@ from ..errors import IndexFormatError, IndexStoreError, KnowledgeBaseError
 from ..ports import BINARY_MARK, DocumentVersion, FileRecord, Store, StoreState
 from ..safe_text import display_name
 from .chunker import DEFAULT_MAX_TOKENS, DEFAULT_MIN_TOKENS
-from .discover import Discovery, can_read, discover, is_within, missing_root, normalize_root
+from .discover import Discovery, can_read, discover, is_gone, is_within, missing_root, normalize_root, unreachable
 from .documents import chunker_id, embedder_mismatch
 from .ignore import check_excludes
 from .layout import DEFAULT_LOCK_TIMEOUT, IndexLock
@@ -187,12 +187,12 @@ def update_store(
     started = time.perf_counter()
     check_excludes(patterns)  # before anything is written
     root_list = [normalize_root(r) for r in roots]
-    gone = [r for r in root_list if not os.path.exists(r)]
+    gone = [r for r in root_list if is_gone(r) or unreachable(r)]
     if gone:
         # A recorded root that is gone from disk is dropped (as by any update); any other is an error.
         recorded = _recorded_roots(store)
         for r in gone:
-            if r not in recorded:
+            if r not in recorded or not is_gone(r):
                 raise KnowledgeBaseError(missing_root(r), r)
         root_list = [r for r in root_list if r not in gone]
     chunking = (max_tokens, min_tokens)
@@ -254,15 +254,21 @@ def _plan(
     # recorded root gone from disk is dropped, with its files, by any update.
     walk_roots = list(dict.fromkeys(roots))
     dropped_roots: list[str] = []
+    kept: list[tuple[str, str]] = []  # recorded roots that cannot be reached now: kept as they are
     for r in base.recorded_roots:
         if r in walk_roots:
             continue
-        if not os.path.exists(r):  # a link to nothing is gone too, as `roots` says
+        if is_gone(r):  # a link to nothing is gone too, as `roots` says
             dropped_roots.append(r)
+        elif unreachable(r):
+            fate = "leave the index (everything is re-embedded)" if base.full else "stay in the index as they were"
+            kept.append((r, f"cannot be reached ({unreachable(r)}); its files {fate}"))
         elif base.full:
             walk_roots.append(r)
     exclude = [store.location] if os.path.isabs(store.location) else []
     discovery = discover(walk_roots, exclude=exclude, patterns=patterns)
+    if kept:
+        discovery = Discovery(discovery.files, (*kept, *discovery.warnings), discovery.skipped_types)
     found = {f.path for f in discovery.files}
     new_roots = sorted(set(base.recorded_roots) - set(dropped_roots) | set(roots))
     if base.full:

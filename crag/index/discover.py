@@ -53,6 +53,7 @@ __all__ = [
     "discover",
     "excluded_reason",
     "is_binary",
+    "is_gone",
     "is_indexable_name",
     "is_text_name",
     "is_within",
@@ -63,7 +64,9 @@ __all__ = [
     "relative_label",
     "size_limit",
     "split_lines",
+    "stat_error",
     "text_of",
+    "unreachable",
 ]
 
 TEXT_SUFFIXES = frozenset(
@@ -136,10 +139,41 @@ def normalize_root(root: str | os.PathLike[str], cwd: str | os.PathLike[str] | N
     return os.path.realpath(raw)
 
 
+def stat_error(path: str) -> OSError | None:
+    """Why ``os.stat(path)`` fails (None: it does not), for ``is_gone`` and ``unreachable``."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        return exc
+    return None
+
+
+def is_gone(path: str) -> bool:
+    """Whether ``path`` is gone from disk: it (or a folder on its way) does not exist, or it is
+    a symbolic link to nothing or round in a loop. A path that cannot be reached for another
+    reason (a folder on its way that may not be entered, an I/O error, a mount that went
+    stale) is not gone: its files are kept in the index rather than dropped."""
+    exc = stat_error(path)
+    return exc is not None and exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP)
+
+
+def unreachable(path: str) -> str | None:
+    """Why ``path``, which is not gone, cannot be reached now (``Permission denied``); None
+    when it can, or when it is gone (``is_gone``)."""
+    exc = stat_error(path)
+    if exc is None or exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+        return None
+    return exc.strerror or str(exc)
+
+
 def missing_root(path: str) -> str:
-    """Why a root is not there, as a message: it does not exist, or it is a symbolic link
-    that leads nowhere or round in a loop."""
+    """Why a root is not there, as a message: it does not exist, it is a symbolic link that
+    leads nowhere or round in a loop, or it cannot be reached (a folder on its way may not be
+    entered)."""
     name = display_name(path)
+    why = unreachable(path)
+    if why is not None:
+        return f"knowledge-base path {name} cannot be reached ({why})"
     if os.path.islink(path):
         try:
             os.stat(path)
