@@ -157,6 +157,23 @@ def test_a_file_made_unreadable_leaves_the_index_though_its_size_and_mtime_stay(
         secret.chmod(0o644)
 
 
+def test_updating_a_root_keeps_the_files_a_root_inside_it_holds(kb: Path, cfg: Settings) -> None:
+    """A root inside another holds files the outer one leaves out (its .gitignore, or a file
+    named as a root of its own): `index kb` removed them as if deleted, `index kb/guide` put
+    them back, and `ask --kb kb` removed them again."""
+    write(kb / ".gitignore", "guide/\nretries.md\n")
+    index_roots(cfg, [kb, kb / "guide", kb / "retries.md"])
+    held = ["auth.md", "deploy.md", "retries.md", "tokens.md"]
+    assert sorted(Path(p).name for p in open_store(cfg).state().files) == held
+    report = index_roots(cfg, [kb])
+    assert report.removed == () and report.unchanged == 4
+    assert ensure_indexed(cfg, [kb]).wrote is False
+    assert sorted(Path(p).name for p in open_store(cfg).state().files) == held
+    (kb / "guide" / "auth.md").unlink()  # a file deleted under the inner root still leaves
+    assert paths(index_roots(cfg, [kb]).removed) == ["auth.md"]
+    assert sorted(Path(p).name for p in open_store(cfg).state().files) == ["deploy.md", "retries.md", "tokens.md"]
+
+
 def test_roots_are_listed_and_removed(kb: Path, tmp_path: Path, cfg: Settings) -> None:
     other = tmp_path / "other"
     write(other / "faq.md", "# FAQ\n\nThe office is closed on Mondays.\n")

@@ -263,7 +263,9 @@ def _plan(
         elif unreachable(r):
             fate = "leave the index (everything is re-embedded)" if base.full else "stay in the index as they were"
             kept.append((r, f"cannot be reached ({unreachable(r)}); its files {fate}"))
-        elif base.full:
+        elif base.full or _inside(r, roots):
+            # a root inside one walked holds files the outer one may leave out (its ignore
+            # files, a file named as a root): walked too, they are not taken for deleted
             walk_roots.append(r)
     exclude = [store.location] if os.path.isabs(store.location) else []
     discovery = discover(walk_roots, exclude=exclude, patterns=patterns)
@@ -290,6 +292,11 @@ def _plan(
         store, embedder, chunking, base, tuple(walk_roots), tuple(new_roots), tuple(dropped_roots), discovery,
         tuple(removed), tuple(unchanged), tuple(to_read), started, tuple(binary),
     )
+
+
+def _inside(root: str, roots: Sequence[str]) -> bool:
+    """Whether ``root`` lies below one of ``roots`` (being one of them does not count)."""
+    return any(root != r and is_within(root, r) for r in roots)
 
 
 def _unchanged_report(plan: _Plan, unchanged: int, bytes_read: int = 0, warnings: Sequence[tuple[str, str]] = ()) -> IndexReport:
@@ -459,6 +466,10 @@ def quick_check(
     state = store.state(files=True)
     if state is None:
         return None
+    # a root inside one of them holds files they may leave out: they are current when it is
+    inner = [r for r in state.roots if _inside(r, root_list) and not is_gone(r) and not unreachable(r)]
+    if inner:
+        discovery = discover([*root_list, *inner], exclude=exclude)
     if state.embedder != embedder.name:
         raise embedder_mismatch(state.embedder, embedder.name, state.roots, store.location)
     if state.chunker != chunker_id(*chunking):
@@ -469,7 +480,7 @@ def quick_check(
         prev = state.files.get(f.path)
         if prev is None or (prev.size, prev.mtime_ns) != (f.size, f.mtime_ns) or not can_read(f.path):
             return None
-    under = sum(1 for p in state.files if any(is_within(p, r) for r in root_list))
+    under = sum(1 for p in state.files if any(is_within(p, r) for r in (*root_list, *inner)))
     if under != len(discovery.files):
         return None
     return sum(not state.files[f.path].binary for f in discovery.files), state.chunks, state.version
