@@ -174,6 +174,18 @@ def test_updating_a_root_keeps_the_files_a_root_inside_it_holds(kb: Path, cfg: S
     assert sorted(Path(p).name for p in open_store(cfg).state().files) == ["deploy.md", "retries.md", "tokens.md"]
 
 
+def test_removing_an_inner_root_takes_out_the_files_the_outer_one_leaves_out(kb: Path, cfg: Settings) -> None:
+    """`roots --remove kb/guide` kept guide's files because they lie under kb, though kb's
+    .gitignore leaves them out: search still found them ("0 files left the index") until
+    the next `index kb` removed them."""
+    write(kb / ".gitignore", "guide/auth.md\nretries.md\n")
+    index_roots(cfg, [kb, kb / "guide", kb / "retries.md"])
+    report = drop_roots(cfg, [kb / "guide", kb / "retries.md"])
+    assert paths(report.removed) == ["auth.md", "retries.md"]
+    assert sorted(Path(p).name for p in open_store(cfg).state().files) == ["deploy.md", "tokens.md"]
+    assert index_roots(cfg, [kb]).changed_anything is False  # nothing left for the next update to find
+
+
 def test_roots_are_listed_and_removed(kb: Path, tmp_path: Path, cfg: Settings) -> None:
     other = tmp_path / "other"
     write(other / "faq.md", "# FAQ\n\nThe office is closed on Mondays.\n")

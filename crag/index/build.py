@@ -33,7 +33,17 @@ from ..errors import IndexFormatError, IndexStoreError, KnowledgeBaseError
 from ..ports import BINARY_MARK, DocumentVersion, FileRecord, Store, StoreState
 from ..safe_text import display_name
 from .chunker import DEFAULT_MAX_TOKENS, DEFAULT_MIN_TOKENS
-from .discover import Discovery, can_read, discover, is_gone, is_within, missing_root, normalize_root, unreachable
+from .discover import (
+    Discovery,
+    can_read,
+    discover,
+    excluded_reason,
+    is_gone,
+    is_within,
+    missing_root,
+    normalize_root,
+    unreachable,
+)
 from .documents import chunker_id, embedder_mismatch
 from .ignore import check_excludes
 from .layout import DEFAULT_LOCK_TIMEOUT, IndexLock
@@ -432,7 +442,7 @@ def remove_roots(
                 f"{display_name(unknown[0])} is not a root of the index (its roots: {held})", unknown[0]
             )
         keep = [r for r in state.roots if r not in drop]
-        gone = sorted(p for p in state.files if not any(is_within(p, r) for r in keep))
+        gone = sorted(p for p in state.files if not _still_held(p, keep, drop))
         left = tuple(p for p in gone if not state.files[p].binary)  # a binary file was never in it
         update = store.begin(state, _RecordedEmbedder(state.embedder, state.dim), state.chunker)
         try:
@@ -448,6 +458,15 @@ def remove_roots(
         seconds=time.perf_counter() - started, reason="removed root(s): " + ", ".join(drop), wrote=True,
         generation=update.version,
     )
+
+
+def _still_held(path: str, keep: Sequence[str], drop: Sequence[str]) -> bool:
+    """Whether a root of ``keep`` holds the indexed file ``path`` once ``drop`` is removed: one
+    a dropped root held stays only where a kept root would index it (not where the kept
+    root's .gitignore leaves it out, say)."""
+    if not any(is_within(path, r) for r in drop):
+        return any(is_within(path, r) for r in keep)
+    return any(is_within(path, r) and excluded_reason(path, r) is None for r in keep)
 
 
 def quick_check(
