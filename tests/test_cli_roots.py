@@ -129,6 +129,57 @@ def test_indexing_a_deleted_root_by_name_drops_it_instead_of_failing(kb: Path) -
     assert code == 1 and "never-was does not exist" in err
 
 
+def test_a_dropped_root_is_named_as_every_path_is_shown(kb: Path) -> None:
+    """The line naming the dropped roots printed them raw and absolute: a folder named with a
+    newline added a line to the report (``/tmp/.../evil`` then ``dir``), unlike the
+    ``removed:`` list below it, which shows paths relative and escaped."""
+    evil = kb / "evil\n\x1b[2Jdir"
+    evil.mkdir()
+    (evil / "e.md").write_text("# E\n\nThe evil port is 6666.\n")
+    assert cli("index", "evil\n\x1b[2Jdir")[0] == 0
+    shutil.rmtree(evil)
+    shutil.rmtree(kb / "notes")
+    code, out, err = cli("index", "docs")
+    assert code == 0, err
+    assert out.splitlines()[0] == (
+        "dropped knowledge-base path(s) that no longer exist: evil\\n\\x1b[2Jdir, notes"
+    )
+    assert out.splitlines()[1].startswith("indexed 1 path(s) into index with ")
+
+
+def test_a_root_that_cannot_be_reached_is_kept_not_dropped_as_gone(kb: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A root whose parent folder may not be entered (`chmod 000`, as a user other than root
+    meets it; a stale network mount answers with an I/O error alike) is still on disk: `roots`
+    called it "missing on disk", the next `crag index docs` dropped it with all its files, and
+    `crag index notes` said it "does not exist"."""
+    notes = str(kb / "notes")
+    real_stat = os.stat
+
+    def stat(path, *args, **kwargs):
+        name = os.fspath(path)
+        if isinstance(name, str) and (name == notes or name.startswith(notes + os.sep)):
+            raise PermissionError(13, "Permission denied", name)
+        return real_stat(path, *args, **kwargs)
+
+    with monkeypatch.context() as locked:
+        locked.setattr(os, "stat", stat)
+        code, out, err = cli("roots")
+        assert code == 0, err
+        assert out.splitlines()[2] == "  notes  cannot be reached (Permission denied; 2 files, 2 chunks kept)"
+        code, out, err = cli("index", "docs")
+        assert code == 0, err
+        assert "dropped" not in out and "removed:" not in out
+        assert "  notes: cannot be reached (Permission denied); its files stay in the index as they were" in out.splitlines()
+        assert cli("roots")[1].splitlines()[1:] == ["  docs   1 file, 1 chunk",
+                                                    "  notes  cannot be reached (Permission denied; 2 files, 2 chunks kept)"]
+        code, out, err = cli("search", "port", "--json")
+        assert code == 0 and err == ("crag: note: notes cannot be reached (Permission denied) and is left out of the "
+                                     "search; its files stay in the index\n")
+        code, _, err = cli("index", "notes")
+        assert code == 1 and err == f"crag: error: knowledge-base path {notes} cannot be reached (Permission denied)\n"
+    assert cli("roots")[1].splitlines()[2] == "  notes  2 files, 2 chunks"
+
+
 @pytest.mark.parametrize("target", ["not-there", "notes"], ids=["dangling", "loop"])
 def test_a_root_replaced_by_a_link_to_nothing_is_missing_like_a_deleted_one(kb: Path, target: str) -> None:
     """``roots`` said such a root was missing and dropped by the next index, but search kept

@@ -150,6 +150,48 @@ def test_binary_non_utf8_and_unreadable_files_while_indexing(tmp_path: Path, mon
     assert unreadable.exists()
 
 
+_PIPE_RACE = """
+import os, sys
+import crag.index.build as build
+from crag.config import Settings
+from crag.index import index_roots
+
+kb = sys.argv[1]
+listed = build.discover
+
+def discover_then_swap(*args, **kwargs):
+    found = listed(*args, **kwargs)
+    os.remove(os.path.join(kb, "b.md"))
+    os.mkfifo(os.path.join(kb, "b.md"))  # no writer will ever open it
+    return found
+
+build.discover = discover_then_swap
+report = index_roots(Settings(index_dir=sys.argv[2]), [kb])
+print(sorted(os.path.basename(p) for p in report.added), report.warnings[0][1])
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
+def test_a_file_replaced_by_a_named_pipe_while_indexing_is_skipped_not_waited_for(tmp_path: Path) -> None:
+    """A file listed, then replaced by a named pipe before it was read: the read waited for a
+    writer that never came, and `crag index` hung."""
+    import subprocess
+    import sys
+
+    kb = tmp_path / "kb"
+    write(kb / "a.md", "# A\n\nThe first page.\n")
+    write(kb / "b.md", "# B\n\nThe second page.\n")
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    try:  # a guard against the hang, not a measure of time
+        done = subprocess.run([sys.executable, "-c", _PIPE_RACE, str(kb), str(tmp_path / "index")],
+                              capture_output=True, text=True, timeout=120, env=env)
+    except subprocess.TimeoutExpired:
+        pytest.fail("indexing waited on a named pipe")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "['a.md'] cannot read (it is not a regular file)\n"
+
+
 @pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be"])
 def test_utf16_text_with_its_byte_order_mark_is_text_not_binary(tmp_path: Path, encoding: str) -> None:
     """Windows PowerShell 5 writes `>` redirections as UTF-16 with a BOM: such a file was

@@ -116,6 +116,76 @@ def test_updates_are_incremental(kb: Path, cfg: Settings) -> None:
     assert ensure_indexed(cfg, [kb], embedder=emb).wrote is False
 
 
+def test_a_file_made_unreadable_leaves_the_index_though_its_size_and_mtime_stay(
+    kb: Path, cfg: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`chmod 000` changes neither size nor mtime: the update took such a file for unchanged
+    and kept its chunks (`ask --kb` too), while one edited and then locked left the index."""
+    import os
+    import stat
+
+    import crag.index.build as build
+    import crag.index.reading as reading
+
+    def locked(path: str) -> bool:
+        return not os.stat(path).st_mode & stat.S_IRUSR
+
+    # what an unprivileged user meets (root reads a file whatever its mode)
+    real_read = reading.read_bytes
+
+    def read_bytes(path, *args, **kwargs):
+        if locked(path):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_read(path, *args, **kwargs)
+
+    monkeypatch.setattr(build, "can_read", lambda path: os.access(path, os.R_OK) and not locked(path), raising=False)
+    monkeypatch.setattr(reading, "read_bytes", read_bytes)
+    index_roots(cfg, [kb])
+    secret = kb / "deploy.md"
+    secret.chmod(0)
+    try:
+        report = index_roots(cfg, [kb])
+        assert paths(report.removed) == ["deploy.md"] and report.unchanged == 3
+        assert (str(secret), "cannot read (Permission denied)") in report.warnings
+        with open_index(cfg) as reader:
+            assert not any(h.path == str(secret) for h in reader.search("deploy docker compose port 8080", 10))
+        secret.chmod(0o644)
+        assert paths(ensure_indexed(cfg, [kb]).added) == ["deploy.md"]
+        secret.chmod(0)
+        assert paths(ensure_indexed(cfg, [kb]).removed) == ["deploy.md"]
+    finally:
+        secret.chmod(0o644)
+
+
+def test_updating_a_root_keeps_the_files_a_root_inside_it_holds(kb: Path, cfg: Settings) -> None:
+    """A root inside another holds files the outer one leaves out (its .gitignore, or a file
+    named as a root of its own): `index kb` removed them as if deleted, `index kb/guide` put
+    them back, and `ask --kb kb` removed them again."""
+    write(kb / ".gitignore", "guide/\nretries.md\n")
+    index_roots(cfg, [kb, kb / "guide", kb / "retries.md"])
+    held = ["auth.md", "deploy.md", "retries.md", "tokens.md"]
+    assert sorted(Path(p).name for p in open_store(cfg).state().files) == held
+    report = index_roots(cfg, [kb])
+    assert report.removed == () and report.unchanged == 4
+    assert ensure_indexed(cfg, [kb]).wrote is False
+    assert sorted(Path(p).name for p in open_store(cfg).state().files) == held
+    (kb / "guide" / "auth.md").unlink()  # a file deleted under the inner root still leaves
+    assert paths(index_roots(cfg, [kb]).removed) == ["auth.md"]
+    assert sorted(Path(p).name for p in open_store(cfg).state().files) == ["deploy.md", "retries.md", "tokens.md"]
+
+
+def test_removing_an_inner_root_takes_out_the_files_the_outer_one_leaves_out(kb: Path, cfg: Settings) -> None:
+    """`roots --remove kb/guide` kept guide's files because they lie under kb, though kb's
+    .gitignore leaves them out: search still found them ("0 files left the index") until
+    the next `index kb` removed them."""
+    write(kb / ".gitignore", "guide/auth.md\nretries.md\n")
+    index_roots(cfg, [kb, kb / "guide", kb / "retries.md"])
+    report = drop_roots(cfg, [kb / "guide", kb / "retries.md"])
+    assert paths(report.removed) == ["auth.md", "retries.md"]
+    assert sorted(Path(p).name for p in open_store(cfg).state().files) == ["deploy.md", "tokens.md"]
+    assert index_roots(cfg, [kb]).changed_anything is False  # nothing left for the next update to find
+
+
 def test_roots_are_listed_and_removed(kb: Path, tmp_path: Path, cfg: Settings) -> None:
     other = tmp_path / "other"
     write(other / "faq.md", "# FAQ\n\nThe office is closed on Mondays.\n")

@@ -117,6 +117,9 @@ def index_report_text(report: IndexReport, cwd: str | None = None) -> str:
         lines.append(f"re-embedded everything: {report.reason}")
     elif report.reason:
         lines.append(report.reason)
+    if report.dropped_roots:
+        gone = ", ".join(relative_label(r, cwd) for r in report.dropped_roots)
+        lines.append(f"dropped knowledge-base path(s) that no longer exist: {gone}")
     lines.append(
         f"indexed {len(report.roots)} path(s) into {relative_label(report.index_dir, cwd)} with {report.embedder}: "
         f"{len(report.added)} added, {len(report.changed)} changed, {len(report.removed)} removed, "
@@ -208,18 +211,19 @@ class RootRow:
     files: int
     chunks: int
     missing: bool
+    unreachable: str | None = None  # why a root still on disk cannot be reached now
 
 
 def root_rows(state: StoreState | None) -> list[RootRow]:
     """The roots of a published state, in path order (none when nothing is published)."""
-    from ..index.discover import is_within
+    from ..index.discover import is_gone, is_within, unreachable
 
     if state is None:
         return []
     rows = []
     for root in state.roots:
         held = [f for path, f in state.files.items() if is_within(path, root) and not f.binary]
-        rows.append(RootRow(root, len(held), sum(f.chunks for f in held), not os.path.exists(root)))
+        rows.append(RootRow(root, len(held), sum(f.chunks for f in held), is_gone(root), unreachable(root)))
     return sorted(rows, key=lambda r: r.path)
 
 
@@ -244,6 +248,8 @@ def roots_text(rows: Sequence[RootRow], location: str, state: StoreState | None,
         counts = f"{_count(row.files, 'file')}, {_count(row.chunks, 'chunk')}"
         if row.missing:
             lines.append(f"  {name.ljust(width)}  missing on disk ({counts}; dropped by the next `python -m crag index`)")
+        elif row.unreachable:
+            lines.append(f"  {name.ljust(width)}  cannot be reached ({row.unreachable}; {counts} kept)")
         else:
             lines.append(f"  {name.ljust(width)}  {counts}")
     return "\n".join(lines) + "\n"
@@ -266,10 +272,18 @@ def removed_text(report: IndexReport, before: Sequence[RootRow], cwd: str | None
 
 def missing_roots_note(missing: Sequence[str], cwd: str | None = None) -> str | None:
     """A note for stderr when roots of the index are gone from disk (their chunks are left out)."""
+    from ..index.discover import is_gone, unreachable
+
+    notes = [
+        f"crag: note: {display_name(relative_label(r, cwd))} cannot be reached ({unreachable(r) or 'it is not there'}) "
+        "and is left out of the search; its files stay in the index"
+        for r in missing if not is_gone(r)
+    ]
+    missing = [r for r in missing if is_gone(r)]
     if not missing:
-        return None
+        return "\n".join(notes) or None
     names = ", ".join(display_name(relative_label(r, cwd)) for r in missing)
-    return (
+    return "".join(f"{n}\n" for n in notes) + (
         f"crag: note: {names} no longer exist{'s' if len(missing) == 1 else ''} on disk and {'is' if len(missing) == 1 else 'are'} "
         "left out of the search; the next `python -m crag index` drops "
         f"{'it' if len(missing) == 1 else 'them'} (or `python -m crag roots --remove PATH`)"

@@ -33,7 +33,17 @@ from ..errors import IndexFormatError, IndexStoreError, KnowledgeBaseError
 from ..ports import BINARY_MARK, DocumentVersion, FileRecord, Store, StoreState
 from ..safe_text import display_name
 from .chunker import DEFAULT_MAX_TOKENS, DEFAULT_MIN_TOKENS
-from .discover import Discovery, discover, is_within, missing_root, normalize_root
+from .discover import (
+    Discovery,
+    can_read,
+    discover,
+    excluded_reason,
+    is_gone,
+    is_within,
+    missing_root,
+    normalize_root,
+    unreachable,
+)
 from .documents import chunker_id, embedder_mismatch
 from .ignore import check_excludes
 from .layout import DEFAULT_LOCK_TIMEOUT, IndexLock
@@ -82,6 +92,7 @@ class IndexReport:
     generation: str = ""
     warnings: tuple[tuple[str, str], ...] = field(factory=tuple)
     skipped_types: tuple[str, ...] = ()  # suffixes of the files left out for their type
+    dropped_roots: tuple[str, ...] = ()  # recorded roots gone from disk, dropped by this update
 
     @property
     def files_total(self) -> int:
@@ -186,12 +197,12 @@ def update_store(
     started = time.perf_counter()
     check_excludes(patterns)  # before anything is written
     root_list = [normalize_root(r) for r in roots]
-    gone = [r for r in root_list if not os.path.exists(r)]
+    gone = [r for r in root_list if is_gone(r) or unreachable(r)]
     if gone:
         # A recorded root that is gone from disk is dropped (as by any update); any other is an error.
         recorded = _recorded_roots(store)
         for r in gone:
-            if r not in recorded:
+            if r not in recorded or not is_gone(r):
                 raise KnowledgeBaseError(missing_root(r), r)
         root_list = [r for r in root_list if r not in gone]
     chunking = (max_tokens, min_tokens)
@@ -253,15 +264,23 @@ def _plan(
     # recorded root gone from disk is dropped, with its files, by any update.
     walk_roots = list(dict.fromkeys(roots))
     dropped_roots: list[str] = []
+    kept: list[tuple[str, str]] = []  # recorded roots that cannot be reached now: kept as they are
     for r in base.recorded_roots:
         if r in walk_roots:
             continue
-        if not os.path.exists(r):  # a link to nothing is gone too, as `roots` says
+        if is_gone(r):  # a link to nothing is gone too, as `roots` says
             dropped_roots.append(r)
-        elif base.full:
+        elif unreachable(r):
+            fate = "leave the index (everything is re-embedded)" if base.full else "stay in the index as they were"
+            kept.append((r, f"cannot be reached ({unreachable(r)}); its files {fate}"))
+        elif base.full or _inside(r, roots):
+            # a root inside one walked holds files the outer one may leave out (its ignore
+            # files, a file named as a root): walked too, they are not taken for deleted
             walk_roots.append(r)
     exclude = [store.location] if os.path.isabs(store.location) else []
     discovery = discover(walk_roots, exclude=exclude, patterns=patterns)
+    if kept:
+        discovery = Discovery(discovery.files, (*kept, *discovery.warnings), discovery.skipped_types)
     found = {f.path for f in discovery.files}
     new_roots = sorted(set(base.recorded_roots) - set(dropped_roots) | set(roots))
     if base.full:
@@ -269,12 +288,13 @@ def _plan(
     else:
         looked = [*walk_roots, *dropped_roots]
         removed = sorted(p for p in base.files if p not in found and any(is_within(p, r) for r in looked))
-    # Classify by stat first: a file with the same size and mtime is not read at all.
+    # Classify by stat first: a file with the same size and mtime is not read at all (unless it
+    # can no longer be read: `chmod` changes neither, and reading it then takes it out).
     recorded = {} if base.full else base.files
     unchanged, to_read, binary = [], [], []
     for f in discovery.files:
         prev = recorded.get(f.path)
-        if prev is not None and prev.size == f.size and prev.mtime_ns == f.mtime_ns:
+        if prev is not None and prev.size == f.size and prev.mtime_ns == f.mtime_ns and can_read(f.path):
             (binary if prev.binary else unchanged).append(f.path)
         else:
             to_read.append(f)
@@ -282,6 +302,11 @@ def _plan(
         store, embedder, chunking, base, tuple(walk_roots), tuple(new_roots), tuple(dropped_roots), discovery,
         tuple(removed), tuple(unchanged), tuple(to_read), started, tuple(binary),
     )
+
+
+def _inside(root: str, roots: Sequence[str]) -> bool:
+    """Whether ``root`` lies below one of ``roots`` (being one of them does not count)."""
+    return any(root != r and is_within(root, r) for r in roots)
 
 
 def _unchanged_report(plan: _Plan, unchanged: int, bytes_read: int = 0, warnings: Sequence[tuple[str, str]] = ()) -> IndexReport:
@@ -359,10 +384,6 @@ def _apply(plan: _Plan, progress: Progress | None) -> IndexReport:
     except BaseException:
         update.abort()
         raise
-    reason = plan.base.reason
-    if plan.dropped_roots:
-        note = "dropped knowledge-base path(s) that no longer exist: " + ", ".join(plan.dropped_roots)
-        reason = f"{reason}; {note}" if reason else note
     return IndexReport(
         plan.store.location,
         plan.walk_roots,
@@ -376,11 +397,12 @@ def _apply(plan: _Plan, progress: Progress | None) -> IndexReport:
         bytes_read=bytes_read,
         seconds=time.perf_counter() - plan.started,
         reembedded_all=plan.base.full,
-        reason=reason,
+        reason=plan.base.reason,
         wrote=True,
         skipped_types=plan.discovery.skipped_types,
         generation=update.version,
         warnings=tuple(warnings),
+        dropped_roots=plan.dropped_roots,
     )
 
 
@@ -420,7 +442,7 @@ def remove_roots(
                 f"{display_name(unknown[0])} is not a root of the index (its roots: {held})", unknown[0]
             )
         keep = [r for r in state.roots if r not in drop]
-        gone = sorted(p for p in state.files if not any(is_within(p, r) for r in keep))
+        gone = sorted(p for p in state.files if not _still_held(p, keep, drop))
         left = tuple(p for p in gone if not state.files[p].binary)  # a binary file was never in it
         update = store.begin(state, _RecordedEmbedder(state.embedder, state.dim), state.chunker)
         try:
@@ -436,6 +458,15 @@ def remove_roots(
         seconds=time.perf_counter() - started, reason="removed root(s): " + ", ".join(drop), wrote=True,
         generation=update.version,
     )
+
+
+def _still_held(path: str, keep: Sequence[str], drop: Sequence[str]) -> bool:
+    """Whether a root of ``keep`` holds the indexed file ``path`` once ``drop`` is removed: one
+    a dropped root held stays only where a kept root would index it (not where the kept
+    root's .gitignore leaves it out, say)."""
+    if not any(is_within(path, r) for r in drop):
+        return any(is_within(path, r) for r in keep)
+    return any(is_within(path, r) and excluded_reason(path, r) is None for r in keep)
 
 
 def quick_check(
@@ -454,6 +485,10 @@ def quick_check(
     state = store.state(files=True)
     if state is None:
         return None
+    # a root inside one of them holds files they may leave out: they are current when it is
+    inner = [r for r in state.roots if _inside(r, root_list) and not is_gone(r) and not unreachable(r)]
+    if inner:
+        discovery = discover([*root_list, *inner], exclude=exclude)
     if state.embedder != embedder.name:
         raise embedder_mismatch(state.embedder, embedder.name, state.roots, store.location)
     if state.chunker != chunker_id(*chunking):
@@ -462,9 +497,9 @@ def quick_check(
         return None
     for f in discovery.files:
         prev = state.files.get(f.path)
-        if prev is None or (prev.size, prev.mtime_ns) != (f.size, f.mtime_ns):
+        if prev is None or (prev.size, prev.mtime_ns) != (f.size, f.mtime_ns) or not can_read(f.path):
             return None
-    under = sum(1 for p in state.files if any(is_within(p, r) for r in root_list))
+    under = sum(1 for p in state.files if any(is_within(p, r) for r in (*root_list, *inner)))
     if under != len(discovery.files):
         return None
     return sum(not state.files[f.path].binary for f in discovery.files), state.chunks, state.version

@@ -48,10 +48,12 @@ __all__ = [
     "BinaryFileError",
     "DiscoveredFile",
     "Discovery",
+    "can_read",
     "decode_text",
     "discover",
     "excluded_reason",
     "is_binary",
+    "is_gone",
     "is_indexable_name",
     "is_text_name",
     "is_within",
@@ -62,7 +64,9 @@ __all__ = [
     "relative_label",
     "size_limit",
     "split_lines",
+    "stat_error",
     "text_of",
+    "unreachable",
 ]
 
 TEXT_SUFFIXES = frozenset(
@@ -135,10 +139,41 @@ def normalize_root(root: str | os.PathLike[str], cwd: str | os.PathLike[str] | N
     return os.path.realpath(raw)
 
 
+def stat_error(path: str) -> OSError | None:
+    """Why ``os.stat(path)`` fails (None: it does not), for ``is_gone`` and ``unreachable``."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        return exc
+    return None
+
+
+def is_gone(path: str) -> bool:
+    """Whether ``path`` is gone from disk: it (or a folder on its way) does not exist, or it is
+    a symbolic link to nothing or round in a loop. A path that cannot be reached for another
+    reason (a folder on its way that may not be entered, an I/O error, a mount that went
+    stale) is not gone: its files are kept in the index rather than dropped."""
+    exc = stat_error(path)
+    return exc is not None and exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP)
+
+
+def unreachable(path: str) -> str | None:
+    """Why ``path``, which is not gone, cannot be reached now (``Permission denied``); None
+    when it can, or when it is gone (``is_gone``)."""
+    exc = stat_error(path)
+    if exc is None or exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+        return None
+    return exc.strerror or str(exc)
+
+
 def missing_root(path: str) -> str:
-    """Why a root is not there, as a message: it does not exist, or it is a symbolic link
-    that leads nowhere or round in a loop."""
+    """Why a root is not there, as a message: it does not exist, it is a symbolic link that
+    leads nowhere or round in a loop, or it cannot be reached (a folder on its way may not be
+    entered)."""
     name = display_name(path)
+    why = unreachable(path)
+    if why is not None:
+        return f"knowledge-base path {name} cannot be reached ({why})"
     if os.path.islink(path):
         try:
             os.stat(path)
@@ -417,11 +452,24 @@ def is_binary(data: bytes) -> bool:
     return b"\x00" in data[:_SNIFF_BYTES] and utf16_text(data) is None
 
 
+def can_read(path: str) -> bool:
+    """Whether this process may open ``path`` for reading now (its permissions; no read).
+
+    An update asks it of a file unchanged by size and mtime: ``chmod`` changes neither, and a
+    file that can no longer be read leaves the index as any unreadable file does."""
+    return os.access(path, os.R_OK)
+
+
 def read_bytes(path: str | os.PathLike[str], max_bytes: int = MAX_FILE_BYTES) -> bytes:
     """The bytes of a file; ``ValueError`` when it is larger than ``max_bytes`` (``size_limit``: more
     for a PDF or DOCX), ``OSError`` when unreadable."""
     max_bytes = size_limit(path, max_bytes)
-    with open(path, "rb") as f:
+    # Opened without waiting, and read only when a regular file: a file replaced since it was
+    # listed by a named pipe (or a link to a device) would otherwise block the read for ever.
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    with open(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "it is not a regular file", os.fspath(path))
         data = f.read(max_bytes + 1)
     if len(data) > max_bytes:
         raise ValueError(f"larger than {max_bytes // (1024 * 1024)} MiB")
