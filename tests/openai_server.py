@@ -185,6 +185,7 @@ class RecordedRequest:
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 128  # socketserver's 5 drops connections beyond it, which retry after 1, 3, 7 ... s
     owner: FakeOpenAIServer
 
     def process_request(self, request: Any, client_address: Any) -> None:

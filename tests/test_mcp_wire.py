@@ -123,36 +123,6 @@ def test_an_argument_the_tool_does_not_take_is_refused_by_name_and_tool_texts_re
     anyio.run(session)
 
 
-def test_asks_in_flight_however_many_never_hold_a_read_file(workdir: Path) -> None:
-    """With 40 asks waiting on a slow model, a read_file waited until one of them ended: every
-    call took a thread from one pool of 40. Asks now have a pool of their own."""
-    import anyio
-    from mcp import Client
-
-    from tests.openai_server import Delay, FakeOpenAIServer
-    from tests.test_mcp import text_of
-
-    with FakeOpenAIServer() as srv:
-        srv.default("analyze_and_route", Delay(600, "{}"))
-        params = server_params(workdir, "--kb", "docs")
-        params.env.update(KB_AGENT_LLM="openai", OPENAI_BASE_URL=srv.base_url, OPENAI_API_KEY="sk-test",
-                          KB_AGENT_LLM_TIMEOUT="600", KB_AGENT_LLM_MAX_RETRIES="0")
-
-        async def session() -> None:
-            async with Client(params, read_timeout_seconds=600) as client, anyio.create_task_group() as tg:
-                for n in range(41):
-                    tg.start_soon(client.call_tool, "ask", {"question": f"Which port does the server listen on? ({n})"})
-                with anyio.fail_after(600):  # a hang guard: 40 asks starting take long on a loaded machine
-                    while srv.calls() < 40:  # every thread of the asks' pool waits on the model
-                        await anyio.sleep(0.05)
-                    got = await client.call_tool("read_file", {"path": "docs/setup.md", "start_line": 7, "end_line": 7})
-                assert not got.is_error and text_of(got) == "The server listens on port 8080 by default."
-                assert srv.calls() == 40  # no ask has finished, nor has the 41st reached the model
-                tg.cancel_scope.cancel()
-
-        anyio.run(session)
-
-
 def test_an_unknown_tool_or_argument_named_by_a_secret_is_masked_in_its_error(workdir: Path) -> None:
     """The errors naming an unknown tool or argument repeat what the client wrote; a configured
     secret in it (a key pasted as an argument) is masked as in every tool error."""
