@@ -108,3 +108,14 @@ def clean_env(monkeypatch) -> None:
     for key in list(os.environ):
         if key.startswith(("KB_AGENT_", "OPENAI_", "JIRA_", "CONFLUENCE_")):
             monkeypatch.delenv(key)
+
+
+def cli(*argv: str, stdin: str | None = None) -> tuple[int, str, str]:
+    """``crag.cli.main`` in this process: its exit status, stdout and stderr."""
+    import io
+
+    from crag.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), out, err, io.StringIO(stdin) if stdin is not None else None)
+    return code, out.getvalue(), err.getvalue()

@@ -13,16 +13,10 @@ import pytest
 
 from crag.answer_log import MIGRATIONS, SCHEMA_VERSION, AnswerLog
 from crag.cli import main
-from tests.fakes import clean_env
+from tests.fakes import clean_env, cli
 from tests.openai_server import FakeOpenAIServer
 
 SETUP = "# Setup\n\nThe server listens on port 8080 by default.\n\n## Backups\n\nA backup is kept for thirty days.\n"
-
-
-def cli(*argv: str, stdin: str | None = None) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = main(list(argv), out, err, io.StringIO(stdin) if stdin is not None else None)
-    return code, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ knowledge base indexed for real (hash embedder, FAISS, SQLite) in a temporary fo
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import subprocess
@@ -17,9 +16,8 @@ from pathlib import Path
 import pytest
 
 import crag
-from crag.cli import main
 from crag.config import SETTINGS_TABLE, Settings
-from tests.fakes import clean_env
+from tests.fakes import clean_env, cli
 from tests.openai_server import FakeOpenAIServer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,12 +52,6 @@ def kb(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("KB_AGENT_LLM", "offline")
     assert cli("index", "docs")[0] == 0
     return docs
-
-
-def cli(*argv: str, stdin: str | None = None) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = main(list(argv), out, err, io.StringIO(stdin) if stdin is not None else None)
-    return code, out.getvalue(), err.getvalue()
 
 
 def run_crag(*argv: str, cwd: Path, env: dict[str, str] | None = None, code: str | None = None,

@@ -8,22 +8,14 @@ spent or logged for a question that holds nothing to ask.
 
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
 
 import pytest
 
-from crag.cli import main
-from tests.fakes import clean_env
+from tests.fakes import clean_env, cli
 
 DOC = "# Backups\n\nBackups are kept for 30 days on the storage bucket.\n"
-
-
-def cli(*argv: str, stdin: str | None = None) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = main(list(argv), out, err, io.StringIO(stdin) if stdin is not None else None)
-    return code, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture
