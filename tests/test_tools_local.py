@@ -218,6 +218,12 @@ def test_read_file_ranges_and_caps(env) -> None:
     write(kb / "long.md", "\n".join(f"line {i}" for i in range(1, 1001)))
     [capped] = run(box, "read_file", path="long.md", start_line=10)
     assert (capped.start_line, capped.end_line) == (10, 209)
+    write(kb / "wide.md", "\n".join("w" * 999 for _ in range(150)))  # lines of 1,000 characters with their break
+    [wide] = run(box, "read_file", path="wide.md")
+    assert (wide.start_line, wide.end_line) == (1, 100) and len(wide.text) == 100 * 1000 - 1  # 100,000 at most
+    write(kb / "min.js", "x" * 300_000 + "\nnext line\n")  # one minified line: its start, cut at the cap
+    [minified] = run(box, "read_file", path="min.js")
+    assert (minified.start_line, minified.end_line) == (1, 1) and minified.text == "x" * 100_000
     with pytest.raises(ToolError, match="has 12 lines"):
         run(box, "read_file", path="setup.md", start_line=50)
     with pytest.raises(ToolError, match="before start_line"):

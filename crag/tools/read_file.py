@@ -3,8 +3,9 @@
 The path is relative to a root (or to the working directory) or absolute, and must lead to
 a file inside the roots (``crag.tools.paths``): ``..``, outside absolute paths, links out
 of a root, hidden files and binary files are refused with a ``ToolError``. At most
-``MAX_LINES`` lines are returned: from ``start_line`` (default 1) to ``end_line``
-(default: as many as allowed). Lines are numbered as everywhere in crag
+``MAX_LINES`` lines and ``MAX_CHARS`` characters are returned: from ``start_line`` (default 1)
+to ``end_line`` (default: as many as allowed), ending at the last whole line within the
+characters (a first line longer than that alone is cut there; ``end_line`` says where a read ended). Lines are numbered as everywhere in crag
 (``crag.index.discover.split_lines``). In a PDF they are lines of ``page`` (default 1), as
 ``ask`` and ``search`` cite them (``p2:L5`` is ``page=2, start_line=5``), and never run past
 that page; ``page`` is refused for a file without pages. A path as an answer's footer cites
@@ -29,6 +30,7 @@ from .paths import resolve_in_roots
 
 NAME = "read_file"
 MAX_LINES = 200
+MAX_CHARS = 100_000  # of one read: 200 lines of a minified file could be megabytes
 
 
 # The place a citation adds to a path ("docs/setup.md:L40-L58", "guide.pdf:p2:L1").
@@ -92,11 +94,29 @@ def run(args: Mapping[str, Any], context: ToolContext) -> ToolResult:
         EvidenceItem(
             tool=NAME,
             source=context.label(real),
-            text="\n".join(lines[first - 1 : last]),
+            text=_within(lines, first, last),
             start_line=first,
-            end_line=last,
+            end_line=_last_within(lines, first, last),
         ),
     ))
+
+
+def _last_within(lines: list[str], first: int, last: int) -> int:
+    """The last of lines ``first``-``last`` (1-based) whose whole text, joined, is at most
+    ``MAX_CHARS`` characters (the first line at least): one minified line can hold megabytes."""
+    size = -1  # the first line has no line break before it
+    for n in range(first, last + 1):
+        size += len(lines[n - 1]) + 1
+        if size > MAX_CHARS and n > first:
+            return n - 1
+    return last
+
+
+def _within(lines: list[str], first: int, last: int) -> str:
+    """Lines ``first``-``last`` joined, ending at ``_last_within``; a first line longer than
+    ``MAX_CHARS`` alone is cut there (its start, as written)."""
+    text = "\n".join(lines[first - 1 : _last_within(lines, first, last)])
+    return text[:MAX_CHARS]
 
 
 def _on_page(requested: str, lines: list[str], page: int, start: int, end: int | None) -> tuple[int, int, list[str]]:
