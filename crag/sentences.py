@@ -55,6 +55,29 @@ def _block_end(lines: list[str], i: int, starts_new) -> int:
     return j
 
 
+_NUMBER = re.compile(r"[ \t]*(?:>[ \t]?)*(\d{1,3})[.)][ \t]")
+
+
+def _next_item(line: str):
+    """Whether a line ends the list item ``line`` starts: the next item, or a fence, heading,
+    rule or table. After item N, a line numbered other than N or N + 1 is the item's text
+    wrapped onto a line that starts with a number ("3. ... holds" / "10. The ...": a chunk
+    that opens mid-paragraph)."""
+    opened = _NUMBER.match(line)
+
+    def starts_new(ln: str) -> bool:
+        if _special(ln):
+            return True
+        if not _LIST_START.match(ln):
+            return False
+        number = _NUMBER.match(ln)
+        if opened and number:
+            return int(number.group(1)) - int(opened.group(1)) in (0, 1)
+        return True
+
+    return starts_new
+
+
 def _special(line: str) -> bool:
     return bool(FENCE.match(line) or _HEADING.match(line) or _RULE.match(line) or _TABLE.match(line))
 
@@ -134,7 +157,7 @@ def split(text: str) -> list[Piece]:
             blocks.append(("rule", i, i + 1))
             i += 1
         elif _LIST_START.match(line):
-            j = _block_end(lines, i, lambda ln: bool(_LIST_START.match(ln) or _special(ln)))
+            j = _block_end(lines, i, _next_item(line))
             blocks.append(("item", i, j))
             i = j
         else:  # only a bullet or "1." starts a list inside a paragraph ("31. The" wraps)

@@ -829,3 +829,15 @@ def test_the_anchored_rule_reads_a_number_in_a_passage_that_holds_some_of_the_se
                         "The API allows 100 requests per minute.\nUploads are limited to 5 MB.", 1, 2)
     assert ground("The API allows 5 requests per minute.", (item,)).report.supported == 0
     assert ground("The API allows 100 requests per minute.", (item,)).report.supported == 1
+
+
+def test_a_number_wrapped_to_a_line_start_inside_a_numbered_item_is_its_text_not_a_new_item() -> None:
+    """A chunk opening mid-paragraph at "3. ... holds" made "10. The ..." (the sentence's end,
+    wrapped) a second list item, and the sentence was not read across two items. Found by
+    the copied-sentence property test."""
+    text = "3. The token token token number 1 holds\n10. The uploads uploads uploads uploads\nnumber 2 holds 17.\n"
+    assert [p.kind for p in split(text) if p.kind != "space"] == ["item", "sentence"]
+    item = EvidenceItem("vector_search", "doc.md", text, 3, 5)
+    assert ground("The token token token number 1 holds 10.", [item]).report.supported == 1
+    steps = "1. Open the page.\n2. Click Save.\n2. Click Save again.\n- a bullet\n"
+    assert [p.text.split()[0] for p in split(steps) if p.kind == "item"] == ["1.", "2.", "2.", "-"]
