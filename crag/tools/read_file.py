@@ -90,13 +90,14 @@ def run(args: Mapping[str, Any], context: ToolContext) -> ToolResult:
     last = min(last, len(lines), first + MAX_LINES - 1)
     while last > first and not lines[last - 1].strip():  # a PDF page's unused lines (crag.pages)
         last -= 1
+    last = _last_within(lines, first, last)
     return ToolResult((
         EvidenceItem(
             tool=NAME,
             source=context.label(real),
-            text=_within(lines, first, last),
+            text="\n".join(lines[first - 1 : last])[:MAX_CHARS],  # a first line over MAX_CHARS alone: its start
             start_line=first,
-            end_line=_last_within(lines, first, last),
+            end_line=last,
         ),
     ))
 
@@ -110,13 +111,6 @@ def _last_within(lines: list[str], first: int, last: int) -> int:
         if size > MAX_CHARS and n > first:
             return n - 1
     return last
-
-
-def _within(lines: list[str], first: int, last: int) -> str:
-    """Lines ``first``-``last`` joined, ending at ``_last_within``; a first line longer than
-    ``MAX_CHARS`` alone is cut there (its start, as written)."""
-    text = "\n".join(lines[first - 1 : _last_within(lines, first, last)])
-    return text[:MAX_CHARS]
 
 
 def _on_page(requested: str, lines: list[str], page: int, start: int, end: int | None) -> tuple[int, int, list[str]]:
