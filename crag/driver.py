@@ -64,6 +64,8 @@ def _noted(state: AgentState, node: str, request: LLMRequest, reply: Any) -> Age
         state = evolve(state, audit=state.log("reply_truncated", node=node, max_tokens=request.max_tokens))
     if reply.refused:
         state = evolve(state, audit=state.log("reply_refused", node=node, refusal=one_line(reply.refusal, 200)))
+    elif reply.finish_reason == "content_filter":  # stopped by the filter after some text
+        state = evolve(state, audit=state.log("reply_filtered", node=node))
     if reply.usage_replaced:
         state = evolve(state, audit=state.log("usage_implausible", node=node))
     if getattr(reply, "adapted", ()):

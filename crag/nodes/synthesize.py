@@ -100,19 +100,36 @@ def weak_evidence_note(state: AgentState, cfg: NodeConfig) -> str | None:
 
 EMPTY_REPLY = answer.EMPTY_REPLY
 
+FILTERED_NOTE = "_Note: the server's content filter stopped this answer before it was finished._"
+
+
+def stopped_note(step: Step, reply: Completion | None) -> str | None:
+    """The note for an answer the server stopped before it was finished: by its budget
+    (``finish_reason`` ``length``) or by its content filter; what was written stays, said to be cut."""
+    if reply is None:
+        return None
+    if reply.finish_reason == "content_filter":
+        return FILTERED_NOTE
+    if reply.truncated and step.request is not None:
+        return (f"_Note: the answer was cut short at its budget of {step.request.max_tokens} tokens "
+                "(KB_AGENT_MAX_ANSWER_TOKENS)._")
+    return None
+
 
 def apply(state: AgentState, step: Step, reply: Completion | None, cfg: NodeConfig) -> AgentState:
     fitted: budget.Fitted | None = step.plan
+    stopped = stopped_note(step, reply)
     if fitted is not None and fitted.task.chitchat:
         # No evidence, so no citation: markers and a source list the model wrote go (SPEC §7).
         body = answer.without_citations(prompts.clean_answer(reply.text)) if reply is not None else ""
-        text, citations = answer.compose(body or EMPTY_REPLY, (), state.usage, cite=False)
+        text, citations = answer.compose(body or EMPTY_REPLY, (), state.usage, note=stopped, cite=False)
     elif fitted is None or reply is None:
         text, citations = answer.compose(answer.NO_EVIDENCE, (), state.usage, cite=False)
     else:
         if fitted.dropped:  # left out of the answer's prompt: never cited
             state = evolve(state, audit=state.log("evidence_trimmed", node=NAME, count=len(fitted.dropped)))
-        return _grounded(state, prompts.clean_answer(reply.text), cfg, fitted.task.items)  # what the model saw
+        # what the model saw
+        return _grounded(state, prompts.clean_answer(reply.text), cfg, fitted.task.items, stopped)
     return evolve(state, answer=text, citations=citations)
 
 
@@ -130,22 +147,22 @@ def _says_anything(body: str) -> bool:
     return any(ch.isalnum() for ch in answer.renumber(body, 0)[0])
 
 
-def _grounded(state: AgentState, body: str, cfg: NodeConfig, items: tuple) -> AgentState:
+def _grounded(state: AgentState, body: str, cfg: NodeConfig, items: tuple, stopped: str | None = None) -> AgentState:
     """The answer from the model's text, grounded in ``items`` (the evidence its prompt held):
-    renumbered, with footer and notes."""
-    weak = weak_evidence_note(state, cfg)
+    renumbered, with footer and notes (``stopped``: the server stopped the reply, ``stopped_note``)."""
+    after = "\n\n".join(n for n in (stopped, weak_evidence_note(state, cfg)) if n) or None
     if not _says_anything(body):  # nothing to ground: say so, and list what the model was given
         text, citations = answer.compose(
             f"{EMPTY_REPLY} The evidence it was given: "
             + "".join(f"[{k}]" for k in range(1, len(items) + 1)) + ".",
-            items, state.usage, note=weak,
+            items, state.usage, note=after,
         )
         return evolve(state, answer=text, citations=citations)
     question = asked(state, items)
     absent = grounding.missing(question, [item.text for item in items])
     done = grounding.ground(body, items, cfg.grounding, question, absent)
     if cfg.grounding == "off":
-        text, citations = answer.compose(done.body, done.sources, state.usage, note=weak)
+        text, citations = answer.compose(done.body, done.sources, state.usage, note=after)
         return evolve(state, answer=text, citations=citations)
     for j in done.report.judgements:  # each verdict with the rule that decided it
         state = evolve(state, audit=state.log("sentence_judged", sentence=j.sentence, supported=j.supported,
@@ -174,7 +191,7 @@ def _grounded(state: AgentState, body: str, cfg: NodeConfig, items: tuple) -> Ag
                else answer.NOT_ADDRESSED if report.supported and not addressed else answer.NOT_ANSWERED)
     body = f"{opening}\n\n{done.body}" if judged == "not_answered" else done.body
     removed = judged == "not_answered"  # the opening says so: no count of tagged sentences
-    notes = [n for n in (None if removed else grounding.note_line(done.report, cfg.grounding), weak) if n]
+    notes = [n for n in (None if removed else grounding.note_line(done.report, cfg.grounding), after) if n]
     text, citations = answer.compose(body, done.sources, state.usage, note="\n\n".join(notes) or None)
     return evolve(state, answer=text, citations=citations, grounding=report)
 

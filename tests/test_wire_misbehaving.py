@@ -1,0 +1,109 @@
+"""What a user sees when the LLM server misbehaves in ways the other wire tests do not cover:
+an answer stopped by its budget or by the server's content filter, usage the server did not
+report, calls already paid for when a later one fails.
+
+The real CLI (``crag.cli.main``) against ``tests.openai_server.FakeOpenAIServer`` on 127.0.0.1,
+over a small indexed knowledge base (the fixtures of ``tests.test_cli_ask``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.fakes import clean_env, cli
+from tests.openai_server import Events, FakeOpenAIServer, Text
+from tests.test_cli_ask import SETUP, plan, route, write
+
+REPLY = "Set `SERVICE_PORT` to change the port the server listens on [1]."
+QUESTION = "Which variable changes the port?"
+
+
+@pytest.fixture
+def llm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The loopback server, with crag's settings pointing at it, over an indexed ``docs/setup.md``."""
+    write(tmp_path / "docs" / "setup.md", SETUP)
+    clean_env(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KB_AGENT_INDEX_DIR", str(tmp_path / "index"))
+    monkeypatch.setenv("KB_AGENT_LLM", "offline")
+    assert cli("index", "docs")[0] == 0
+    with FakeOpenAIServer() as srv:
+        monkeypatch.setenv("KB_AGENT_LLM", "openai")
+        monkeypatch.setenv("OPENAI_BASE_URL", srv.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+        monkeypatch.setenv("KB_AGENT_MODEL", "test-model")
+        monkeypatch.setenv("KB_AGENT_LLM_TIMEOUT", "5")
+        yield srv
+
+
+def simple(srv: FakeOpenAIServer) -> None:
+    srv.default("analyze_and_route", route("simple", "grep_search"))
+    srv.default("plan", plan(("grep_search", {"pattern": "SERVICE_PORT"})))
+
+
+def chunk(content: str | None = None, finish: str | None = None) -> bytes:
+    delta = {"content": content} if content is not None else {}
+    body = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+
+def test_an_answer_stopped_by_its_budget_says_so(llm: FakeOpenAIServer) -> None:
+    simple(llm)
+    llm.script("synthesize", Text("Set `SERVICE_PORT` to change", finish_reason="length"))
+    code, out, err = cli("ask", QUESTION, "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert "cut short" in result["body"] and "KB_AGENT_MAX_ANSWER_TOKENS" in result["body"]
+    assert "1024 tokens" in result["body"]
+
+
+def test_an_answer_stopped_by_a_content_filter_says_so_whole_or_streamed(llm: FakeOpenAIServer) -> None:
+    simple(llm)
+    llm.script("synthesize", Text("Set `SERVICE_PORT` to change", finish_reason="content_filter"))
+    code, out, err = cli("ask", QUESTION, "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert "content filter" in result["body"]
+    assert {"event": "reply_filtered", "node": "synthesize"} in result["audit"]
+
+    llm.script("synthesize", Events(chunk("Set `SERVICE_PORT` ") + chunk("to change") + chunk(None, "content_filter")
+                                    + b"data: [DONE]\n\n"))
+    code, out, err = cli("chat", stdin=f"{QUESTION}\n")
+    assert code == 0, err
+    assert "content filter" in out
+    assert [r.body.get("stream") for r in llm.requests if r.node == "synthesize"][-1] is True  # read as a stream
+
+
+def test_a_whole_answer_carries_no_such_note(llm: FakeOpenAIServer) -> None:
+    simple(llm)
+    llm.script("synthesize", REPLY)
+    result = json.loads(cli("ask", QUESTION, "--json")[1])
+    assert "cut short" not in result["answer"] and "content filter" not in result["answer"]
+
+
+def test_usage_the_server_did_not_report_is_said_to_be_estimated(llm: FakeOpenAIServer) -> None:
+    llm.default("analyze_and_route", Text(route("simple", "grep_search"), usage=False))
+    llm.default("plan", plan(("grep_search", {"pattern": "SERVICE_PORT"})))
+    llm.script("synthesize", Text(REPLY, usage=False))
+    code, out, err = cli("ask", QUESTION, "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    usage = result["usage"]
+    assert usage["estimated_calls"] == 2
+    assert usage["by_node"]["synthesize"]["estimated_calls"] == 1
+    assert "estimated_calls" not in usage["by_node"]["plan"]  # the server reported its usage
+    lines = result["answer"].splitlines()
+    assert any(line.startswith("- **Tokens:**") and "estimated for 2 of 3 calls" in line for line in lines)
+    assert any(line.startswith("  - `synthesize`:") and "(estimated)" in line for line in lines)
+    assert not any(line.startswith("  - `plan`:") and "estimated" in line for line in lines)
+
+
+def test_usage_the_server_reported_is_not_said_to_be_estimated(llm: FakeOpenAIServer) -> None:
+    simple(llm)
+    llm.script("synthesize", REPLY)
+    result = json.loads(cli("ask", QUESTION, "--json")[1])
+    assert "estimated_calls" not in result["usage"] and "estimated" not in result["answer"]
