@@ -232,7 +232,9 @@ def stats_block(usage: Usage) -> str:
         STATS_HEADING,
         f"- **Model:** {usage.model or 'unknown'}",
         f"- **API calls:** {usage.llm_calls}",
-        f"- **Tokens:** {_tokens(usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens)}",
+        f"- **Tokens:** {_tokens(usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens)}"
+        + (f" (estimated for {usage.estimated_calls} of {usage.llm_calls} calls: the server reported no usable counts)"
+           if usage.estimated_calls else ""),
         f"- **Latency:** {usage.latency_ms:,.0f} ms",
     ]
     if usage.by_node:
@@ -240,8 +242,8 @@ def stats_block(usage: Usage) -> str:
         for node, u in usage.by_node.items():
             calls = f"{u.calls} call" + ("" if u.calls == 1 else "s")
             lines.append(
-                f"  - `{node}`: {calls}, {_tokens(u.prompt_tokens, u.completion_tokens, u.cached_tokens)} tokens, "
-                f"{u.latency_ms:,.0f} ms"
+                f"  - `{node}`: {calls}, {_tokens(u.prompt_tokens, u.completion_tokens, u.cached_tokens)} tokens"
+                f"{' (estimated)' if u.estimated_calls else ''}, {u.latency_ms:,.0f} ms"
             )
     return "\n".join(lines)
 

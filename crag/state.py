@@ -190,6 +190,7 @@ class NodeUsage:
     completion_tokens: int = 0
     latency_ms: float = 0.0
     cached_tokens: int = 0  # prompt tokens the server reported as served from its cache
+    estimated_calls: int = 0  # calls whose tokens crag counted: the server reported none (or impossible ones)
 
     @property
     def total_tokens(self) -> int:
@@ -230,6 +231,7 @@ class Completion:
     cached_tokens: int = 0
     finish_reason: str | None = None
     usage_replaced: bool = False  # the server's token counts were implausible: counted instead
+    usage_estimated: bool = False  # crag counted some of the tokens (the server reported none, or replaced)
     logprobs: tuple[TokenLogprob, ...] | None = None
     # What the adapter left out or sent another way because the server refused it earlier
     # (crag.llm.server_memory): "logprobs", "temperature", "max_tokens", "response_format=...".
@@ -267,6 +269,7 @@ class Usage:
             prev.completion_tokens + (completion.completion_tokens if billable else 0),
             prev.latency_ms + completion.latency_ms,
             prev.cached_tokens + (completion.cached_tokens if billable else 0),
+            prev.estimated_calls + (1 if billable and completion.usage_estimated else 0),
         )
         return Usage(completion.model or self.model, {**self.by_node, node: now})
 
@@ -293,6 +296,11 @@ class Usage:
     @property
     def cached_tokens(self) -> int:
         return sum(u.cached_tokens for u in self.by_node.values())
+
+    @property
+    def estimated_calls(self) -> int:
+        """Calls whose token counts crag made itself, with its tokenizer (an estimate)."""
+        return sum(u.estimated_calls for u in self.by_node.values())
 
 
 @frozen
@@ -442,13 +450,15 @@ def _node_usage_json(u: NodeUsage) -> dict[str, Any]:
         "completion_tokens": u.completion_tokens,
         "total_tokens": u.total_tokens,
         **({"cached_tokens": u.cached_tokens} if u.cached_tokens else {}),
+        **({"estimated_calls": u.estimated_calls} if u.estimated_calls else {}),
         "latency_ms": round(u.latency_ms, 1),
     }
 
 
 def _usage_json(u: Usage) -> dict[str, Any]:
     """The ``usage`` object of ``ask --json``; ``cached_tokens`` appears (in total and per
-    node) only when the server reported cached prompt tokens."""
+    node) only when the server reported cached prompt tokens, ``estimated_calls`` only when crag
+    counted some calls' tokens itself."""
     return {
         "model": u.model,
         "llm_calls": u.llm_calls,
@@ -456,6 +466,7 @@ def _usage_json(u: Usage) -> dict[str, Any]:
         "completion_tokens": u.completion_tokens,
         "total_tokens": u.total_tokens,
         **({"cached_tokens": u.cached_tokens} if u.cached_tokens else {}),
+        **({"estimated_calls": u.estimated_calls} if u.estimated_calls else {}),
         "latency_ms": round(u.latency_ms, 1),
         "by_node": {node: _node_usage_json(n) for node, n in u.by_node.items()},
     }

@@ -107,3 +107,4 @@ def test_usage_the_server_reported_is_not_said_to_be_estimated(llm: FakeOpenAISe
     llm.script("synthesize", REPLY)
     result = json.loads(cli("ask", QUESTION, "--json")[1])
     assert "estimated_calls" not in result["usage"] and "estimated" not in result["answer"]
+

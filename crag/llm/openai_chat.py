@@ -254,7 +254,7 @@ class OpenAIChatModel:
             self._stream_mode = mode
             if mode == "off" and reply.text:
                 on_delta(reply.text)
-        prompt_tokens, completion_tokens, cached, replaced = self._usage(
+        prompt_tokens, completion_tokens, cached, replaced, counted = self._usage(
             reply.usage, messages, reply.text, request.max_tokens, sent_bytes)
         latency_ms = (time.perf_counter() - started) * 1000.0
         return Completion(
@@ -266,6 +266,7 @@ class OpenAIChatModel:
             cached_tokens=cached,
             finish_reason=reply.finish_reason,
             usage_replaced=replaced,
+            usage_estimated=counted,
             refusal=reply.refusal,
             logprobs=reply.logprobs,
             adapted=adapted(request, first, first_fmt if self.structured_output == "auto" else _FORMATS[0], fmt,
@@ -455,9 +456,9 @@ class OpenAIChatModel:
     def _usage(
         self, usage: Any, messages: Sequence[Mapping[str, str]], text: str, budget: int | None = None,
         sent_bytes: int | None = None,
-    ) -> tuple[int, int, int, bool]:
-        """Prompt, completion and cached prompt tokens, and whether a reported count was
-        replaced (``crag.llm.usage_counts.reply_usage``)."""
+    ) -> tuple[int, int, int, bool, bool]:
+        """Prompt, completion and cached prompt tokens, whether a reported count was replaced and
+        whether crag counted any (``crag.llm.usage_counts.reply_usage``)."""
         return reply_usage(usage, messages, text, budget, self._count, sent_bytes)
 
     # -- failures --------------------------------------------------------------------------

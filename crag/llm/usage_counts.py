@@ -30,8 +30,9 @@ def reply_usage(
     budget: int | None,
     count: Callable[[str], int],
     sent_bytes: int | None = None,
-) -> tuple[int, int, int, bool]:
-    """Prompt, completion and cached prompt tokens, and whether a reported count was replaced.
+) -> tuple[int, int, int, bool, bool]:
+    """Prompt, completion and cached prompt tokens, whether a reported count was replaced, and
+    whether crag counted any of them (the server reported none, or one that was replaced).
 
     The bound is generous (``_SLACK_TOKENS`` for a chat template or a system prompt the server
     adds, and hidden reasoning tokens up to the reply's ``budget``): only an impossible count
@@ -54,10 +55,11 @@ def reply_usage(
         sent_bytes = len(text.encode("utf-8", "replace"))
     if is_count(completion) and completion > max(sent_bytes + _SLACK_TOKENS, budget or 0):
         completion, replaced = None, True
+    counted = not (is_count(prompt) and is_count(completion))
     if not is_count(prompt):
         prompt = sum(count(m["content"]) + 4 for m in messages) + 3
     if not is_count(completion):
         completion = count(text)
     if not is_count(cached):
         cached = 0
-    return prompt, completion, min(cached, prompt), replaced
+    return prompt, completion, min(cached, prompt), replaced, counted
