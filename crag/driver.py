@@ -19,13 +19,13 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import CancelledError, ThreadPoolExecutor
 from typing import Any
 
 from attrs import evolve
 
-from .errors import LLMContextError, ToolError
+from .errors import LLMContextError, LLMError, ToolError
 from .events import AnswerDelta, AnswerStarted, EventHandler, NodeFinished, NodeStarted, RetryWaiting
 from .graph import END, START, TRANSITIONS, GraphError, Node, Outcome, next_node
 from .grounding import missing
@@ -179,7 +179,7 @@ class Driver:
         step = module.prepare(state, cfg)
         request = step.request
         usage = state.usage
-        with _waits_reported(name, on_event):
+        with _waits_reported(name, on_event), _spent_told(lambda: usage):
             if request is None:
                 reply: Any = None
             elif isinstance(request, LLMRequest):
@@ -288,6 +288,18 @@ def _contexts(calls: Sequence[Any]) -> list[contextvars.Context]:
     """A copy of this thread's context for each call run on a pool thread: a cancellation, a
     request deadline and where retry waits are reported follow the question (crag.llm)."""
     return [contextvars.copy_context() for _ in calls]
+
+
+@contextlib.contextmanager
+def _spent_told(spent: Callable[[], Usage]) -> Iterator[None]:
+    """An ``LLMError`` leaving the block carries ``spent()``, the question's usage so far: the
+    calls already paid for (``LLMError.spent``)."""
+    try:
+        yield
+    except LLMError as err:
+        if err.spent is None:
+            err.spent = spent()
+        raise
 
 
 @contextlib.contextmanager

@@ -24,6 +24,8 @@ prints ``crag: error: <message>``; any other exception is a bug and keeps its tr
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class CragError(Exception):
     """Base of every error crag raises on purpose."""
@@ -84,11 +86,16 @@ class IndexFormatError(IndexStoreError):
 
 
 class LLMError(CragError):
-    """The LLM backend could not produce a reply (after its retries)."""
+    """The LLM backend could not produce a reply (after its retries).
+
+    ``spent`` is the question's usage (``crag.state.Usage``) before the call that failed: the
+    calls already made and paid for, which no answer's usage block will show (None outside a
+    question)."""
 
     def __init__(self, message: str, node: str | None = None, status: int | None = None) -> None:
         self.node = node
         self.status = status
+        self.spent: Any = None
         super().__init__(message)
 
 

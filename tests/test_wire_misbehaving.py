@@ -9,12 +9,13 @@ over a small indexed knowledge base (the fixtures of ``tests.test_cli_ask``).
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
 from tests.fakes import clean_env, cli
-from tests.openai_server import Events, FakeOpenAIServer, Text
+from tests.openai_server import Events, FakeOpenAIServer, Status, Text
 from tests.test_cli_ask import SETUP, plan, route, write
 
 REPLY = "Set `SERVICE_PORT` to change the port the server listens on [1]."
@@ -107,4 +108,30 @@ def test_usage_the_server_reported_is_not_said_to_be_estimated(llm: FakeOpenAISe
     llm.script("synthesize", REPLY)
     result = json.loads(cli("ask", QUESTION, "--json")[1])
     assert "estimated_calls" not in result["usage"] and "estimated" not in result["answer"]
+
+
+def test_calls_paid_for_before_a_failure_are_counted_in_its_line(llm: FakeOpenAIServer,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    from crag import Agent, LLMError
+
+    monkeypatch.setenv("KB_AGENT_LLM_MAX_RETRIES", "0")
+    simple(llm)
+    llm.default("synthesize", Status(503))
+    code, out, err = cli("ask", QUESTION)
+    assert code == 1 and out == ""
+    assert err.count("\n") == 1 and err.startswith("crag: error: ") and "answered 503 for node synthesize" in err
+    assert re.search(r"this question made 2 LLM calls \([\d,]+ tokens\)", err)  # analyze_and_route and plan
+
+    with Agent.from_env() as agent, pytest.raises(LLMError) as caught:
+        agent.ask(QUESTION)
+    assert caught.value.spent is not None and caught.value.spent.llm_calls == 2
+    assert set(caught.value.spent.by_node) == {"analyze_and_route", "plan"}
+
+
+def test_a_failure_on_the_first_call_says_nothing_was_spent(llm: FakeOpenAIServer,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KB_AGENT_LLM_MAX_RETRIES", "0")
+    llm.default("analyze_and_route", Status(401))
+    code, _, err = cli("ask", QUESTION)
+    assert code == 1 and "answered 401" in err and "LLM call" not in err
 

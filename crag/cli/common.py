@@ -93,8 +93,15 @@ def forget_secrets() -> None:
 
 
 def error_line(exc: BaseException) -> str:
-    """``crag: error: <message>``: one line, secrets redacted, nothing a terminal would obey."""
-    return "crag: error: " + one_line(redact_message(for_terminal(own_name(str(exc))), secrets()))
+    """``crag: error: <message>``: one line, secrets redacted, nothing a terminal would obey. A
+    question that failed after LLM calls it paid for says what they cost (``LLMError.spent``)."""
+    message = str(exc)
+    spent = getattr(exc, "spent", None)
+    calls = getattr(spent, "llm_calls", 0)
+    if calls:
+        message += (f"; before it, this question made {calls} LLM call{'' if calls == 1 else 's'} "
+                    f"({spent.total_tokens:,} tokens)")
+    return "crag: error: " + one_line(redact_message(for_terminal(own_name(message)), secrets()))
 
 
 def shown(text: str) -> str:
