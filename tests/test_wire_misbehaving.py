@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.fakes import clean_env, cli
-from tests.openai_server import Events, FakeOpenAIServer, Status, Text
+from tests.openai_server import Events, FakeOpenAIServer, Raw, Status, Text
 from tests.test_cli_ask import SETUP, plan, route, write
 
 REPLY = "Set `SERVICE_PORT` to change the port the server listens on [1]."
@@ -134,4 +134,43 @@ def test_a_failure_on_the_first_call_says_nothing_was_spent(llm: FakeOpenAIServe
     llm.default("analyze_and_route", Status(401))
     code, _, err = cli("ask", QUESTION)
     assert code == 1 and "answered 401" in err and "LLM call" not in err
+
+
+def tool_call_reply(*calls: tuple[str, str]) -> Raw:
+    """A completion holding native tool calls (name, raw arguments) and no content."""
+    return Raw({"id": "x", "object": "chat.completion", "created": 0, "model": "m", "choices": [{
+        "index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant", "content": None, "tool_calls": [
+            {"id": f"t{i}", "type": "function", "function": {"name": name, "arguments": args}}
+            for i, (name, args) in enumerate(calls)]}}]})
+
+
+def test_a_plan_sent_as_native_tool_calls_is_read_as_the_plan(llm: FakeOpenAIServer) -> None:
+    llm.default("analyze_and_route", route("simple", "grep_search"))
+    llm.script("plan", tool_call_reply(("grep_search", '{"pattern": "SERVICE_PORT"}')))
+    llm.script("synthesize", REPLY)
+    code, out, err = cli("ask", QUESTION, "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert {"n": 1, "path": "docs/setup.md", "line": 8, "end_line": 8, "tool": "grep_search"} in result["citations"]
+
+
+def test_native_tool_calls_with_malformed_arguments_fall_back_to_searching_the_question(
+        llm: FakeOpenAIServer) -> None:
+    llm.default("analyze_and_route", route("simple", "grep_search"))
+    llm.script("plan", tool_call_reply(("grep_search", '{"pattern": "SERVICE_'), ("rm_rf", "[]")))
+    llm.script("synthesize", REPLY)
+    code, out, err = cli("ask", QUESTION, "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    rejected = [e["reason"] for e in result["audit"] if e["event"] == "plan_call_rejected"]
+    assert rejected and "vector_search" in rejected[-1]  # nothing valid: the question is searched
+    assert result["trace"] == ["analyze_and_route", "plan", "tool_exec", "synthesize"]
+
+
+def test_an_answer_sent_as_tool_calls_is_one_clear_line(llm: FakeOpenAIServer) -> None:
+    simple(llm)
+    llm.default("synthesize", tool_call_reply(("grep_search", '{"pattern": "x"}')))
+    code, out, err = cli("ask", QUESTION)
+    assert code == 1 and out == "" and err.count("\n") == 1
+    assert "tool calls instead of an answer for node synthesize" in err
 

@@ -2,7 +2,8 @@
 
 ``read_completion`` turns a whole ``chat.completion`` (as the openai SDK parsed it, or as a
 server sent it whole to a streaming request) into a ``Reply``, or raises ``BadReply`` for one
-that holds no usable message; ``parts_text`` reads content sent as a list of parts, streamed
+that holds no usable message (native tool calls instead of text are read as a plan, except for
+the answer, where they are an error); ``parts_text`` reads content sent as a list of parts, streamed
 or not. What to do with a refusal is the caller's (``crag.llm.openai_chat``'s module doc).
 """
 
@@ -50,6 +51,11 @@ def read_completion(reply: Any, logprobs: bool = False, refusal_is_reply: bool =
     finish = getattr(choices[0], "finish_reason", None)
     finish = finish if isinstance(finish, str) else None
     content = parts_text(content)
+    calls = getattr(message, "tool_calls", None)
+    if not (isinstance(content, str) and content.strip()) and isinstance(calls, list) and calls:
+        if not refusal_is_reply:  # an answer is text: tool calls are none
+            raise BadReply("returned tool calls instead of an answer", one_line(tool_names(calls), 120))
+        content = tool_calls_text(calls)  # crag sends no tools: the model wrote its plan as calls
     refusal = getattr(message, "refusal", None)
     refusal = refusal.strip() if isinstance(refusal, str) else ""
     if not isinstance(content, str) or (refusal and not content.strip()):  # (some send "" with a refusal)
@@ -62,6 +68,37 @@ def read_completion(reply: Any, logprobs: bool = False, refusal_is_reply: bool =
         raise BadReply("returned no message content", why)
     return Reply(content, getattr(reply, "usage", None), finish,
                  read_logprobs(getattr(choices[0], "logprobs", None)) if logprobs else None)
+
+
+def tool_calls_text(calls: list[Any]) -> str:
+    """Native tool calls (``message.tool_calls``, which some servers send although crag offers no
+    tools) as the plan reply they stand for: ``{"tool_calls": [{"tool": name, "args": ...}]}``,
+    each call's arguments parsed when they are a JSON object, else kept as sent, for the plan's
+    validation to refuse."""
+    import json
+
+    plan = []
+    for call in calls:
+        function = _field(call, "function")
+        name = _field(function, "name")
+        raw = _field(function, "arguments")
+        try:
+            args = json.loads(raw) if isinstance(raw, str) else raw
+        except ValueError:
+            args = raw
+        plan.append({"tool": name if isinstance(name, str) else "", "args": args})
+    return json.dumps({"tool_calls": plan})
+
+
+def _field(record: Any, name: str) -> Any:
+    """A field of a record the SDK parsed, or of a dict it left as sent."""
+    return record.get(name) if isinstance(record, dict) else getattr(record, name, None)
+
+
+def tool_names(calls: list[Any]) -> str:
+    """The names of ``calls`` (native tool calls), for a message."""
+    names = (_field(_field(call, "function"), "name") for call in calls)
+    return ", ".join(str(name) for name in names if name) or "unnamed"
 
 
 def parts_text(content: Any) -> Any:
