@@ -174,3 +174,12 @@ def test_an_answer_sent_as_tool_calls_is_one_clear_line(llm: FakeOpenAIServer) -
     assert code == 1 and out == "" and err.count("\n") == 1
     assert "tool calls instead of an answer for node synthesize" in err
 
+
+def test_a_redirect_loop_is_said_as_one_and_not_retried(llm: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KB_AGENT_LLM_MAX_RETRIES", "2")
+    llm.default("analyze_and_route", Status(307, body="", headers={"Location": "/v1/chat/completions"}))
+    code, _, err = cli("ask", QUESTION)
+    assert code == 1 and err.count("\n") == 1
+    assert "redirected the request too many times for node analyze_and_route" in err and "OPENAI_BASE_URL" in err
+    assert "closed the connection" not in err and "retr" not in err
+    assert llm.calls("analyze_and_route") == 21  # the first request and the HTTP library's 20 redirects, once

@@ -478,6 +478,12 @@ class OpenAIChatModel:
         if isinstance(failure, ConnectionFailure):
             cause = exc.__cause__ or exc.__context__ or exc
             reason = _one_line(cause, 120) or type(cause).__name__
+            if type(cause).__name__ == "TooManyRedirects":
+                return LLMError(
+                    f"{where} redirected the request too many times for node {node}{after}; check "
+                    "OPENAI_BASE_URL (the address the API answers at, not one that redirects)",
+                    node=node,
+                )
             if "Connect" in type(cause).__name__:
                 return LLMError(
                     f"{where} could not be reached for node {node}{after} ({reason}); "

@@ -217,7 +217,8 @@ class RetryPolicy:
             if isinstance(exc, oa.APITimeoutError):
                 return TimeoutFailure()
             if isinstance(exc, oa.APIConnectionError):
-                return ConnectionFailure()
+                # A redirect loop is the server's setup, not a passing failure: asking again loops again.
+                return ConnectionFailure(retry=not _redirect_loop(exc))
             if isinstance(exc, oa.APIStatusError):
                 status = exc.status_code
                 retry_after = parse_retry_after(getattr(exc.response, "headers", None))
@@ -287,6 +288,12 @@ class RetryPolicy:
                     raise translate(exc, failure, retries) from exc
                 retries += 1
                 self.rest(wait, retries, failure, server=server)
+
+
+def _redirect_loop(exc: BaseException) -> bool:
+    """Whether ``exc`` was caused by the HTTP library giving up on a chain of redirects."""
+    cause = exc.__cause__ or exc.__context__
+    return type(cause).__name__ == "TooManyRedirects"
 
 
 def _transport_errors() -> tuple[type[BaseException], ...]:
