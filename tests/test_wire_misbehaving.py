@@ -183,3 +183,15 @@ def test_a_redirect_loop_is_said_as_one_and_not_retried(llm: FakeOpenAIServer, m
     assert "redirected the request too many times for node analyze_and_route" in err and "OPENAI_BASE_URL" in err
     assert "closed the connection" not in err and "retr" not in err
     assert llm.calls("analyze_and_route") == 21  # the first request and the HTTP library's 20 redirects, once
+
+
+def test_a_stream_too_slow_to_finish_in_time_is_one_line_saying_so(llm: FakeOpenAIServer,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    simple(llm)
+    llm.default("synthesize", Text(REPLY * 20, interval=0.4))  # a word every 0.4 s: far beyond 1 s in all
+    monkeypatch.setenv("KB_AGENT_LLM_TIMEOUT", "1")
+    code, out, err = cli("chat", stdin=f"{QUESTION}\n")
+    assert code == 0
+    lines = [line for line in err.splitlines() if line.startswith("crag: error: ")]
+    assert len(lines) == 1 and "did not finish its answer within 1 s for node synthesize" in lines[0]
+    assert "Traceback" not in err and "Usage Stats" not in out  # a fragment is not an answer

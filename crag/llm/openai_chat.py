@@ -233,7 +233,7 @@ class OpenAIChatModel:
                     raise
                 wait = self.policy.wait(retries, failure) if not delivered else None
                 if wait is None:
-                    error = self._translate(exc, failure, node, retries, "response_format" in params)
+                    error = self._translate(exc, failure, node, retries, "response_format" in params, bool(delivered))
                     scrub_error(exc, self._secrets)  # its chain is logged with crag's error
                     raise _redacted(error, self._secrets) from exc
                 retries += 1
@@ -464,14 +464,16 @@ class OpenAIChatModel:
     # -- failures --------------------------------------------------------------------------
 
     def _translate(self, exc: BaseException, failure: Failure, node: str, retries: int,
-                   format_sent: bool = False) -> LLMError:
+                   format_sent: bool = False, begun: bool = False) -> LLMError:
         """The one place an SDK failure becomes a crag error: one line, server, status, node
-        (``format_sent``: the request carried a ``response_format``)."""
+        (``format_sent``: the request carried a ``response_format``; ``begun``: some of the
+        answer had streamed in)."""
         where = f"LLM server {self.server}"
         after = f" after {retries} {'retry' if retries == 1 else 'retries'}" if retries else ""
         if isinstance(failure, TimeoutFailure):
             return LLMTimeoutError(
-                f"{where} did not answer within {self.timeout:g} s for node {node}{after} "
+                f"{where} did not {'finish its answer' if begun else 'answer'} within {self.timeout:g} s "
+                f"for node {node}{after} "
                 "(KB_AGENT_LLM_TIMEOUT)",
                 node=node,
             )
