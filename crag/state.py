@@ -216,7 +216,8 @@ class Completion:
     count no calls and no tokens. ``cached_tokens`` is the part of the prompt the server
     reported as cached (0 when it says nothing); ``finish_reason`` is the server's
     (``"length"`` when the reply ran into ``max_tokens``); ``usage_replaced`` says the server's
-    counts were implausible and tiktoken's stand in. ``logprobs`` holds the reply's tokens
+    counts were implausible and tiktoken's stand in, ``usage_estimated`` that crag counted some of
+    them (the server reported none, or they were replaced). ``logprobs`` holds the reply's tokens
     with their probabilities when the request asked for them and the server returned them
     (None otherwise). ``refusal`` is the model's refusal when it declined to reply (``text``
     is then empty, so the node's fallback for a reply it cannot read applies).

@@ -7,7 +7,8 @@
   items and lines that support it, unsupported sentences marked or removed as
   ``KB_AGENT_GROUNDING`` says), markers are renumbered, a footer lists the supporting
   sources, and when the iteration cap forced an answer from evidence the grader did not
-  approve, a one-line note says the evidence is weak.
+  approve, a one-line note says the evidence is weak; an answer the server stopped before it
+  was finished (its budget, its content filter) keeps its text and a note says it was cut.
 
 An answer the evidence does not hold is not presented as one (``verdict``): when no
 informative grade approved the evidence (the simple path asks none; a fast path approves
@@ -128,8 +129,8 @@ def apply(state: AgentState, step: Step, reply: Completion | None, cfg: NodeConf
     else:
         if fitted.dropped:  # left out of the answer's prompt: never cited
             state = evolve(state, audit=state.log("evidence_trimmed", node=NAME, count=len(fitted.dropped)))
-        # what the model saw
-        return _grounded(state, prompts.clean_answer(reply.text), cfg, fitted.task.items, stopped)
+        items = fitted.task.items  # what the model saw
+        return _grounded(state, prompts.clean_answer(reply.text), cfg, items, stopped)
     return evolve(state, answer=text, citations=citations)
 
 
