@@ -227,6 +227,22 @@ def test_no_item_scored_below_the_drop_threshold_reaches_synthesis(llm, monkeypa
         assert result["evidence_scores"] == [0.5, 0.95] + [0.9] * 3
 
 
+def test_an_answer_the_cap_forces_after_an_unreadable_grade_says_so(llm, monkeypatch):
+    # Seed 000: a parse failure gives every item the default 0.5; with the cap at one round
+    # the answer is made from them. Its note says the grade could not be read, not that the
+    # evidence's relevance was measured at 0.50, and counts one round as one round.
+    llm.default("grade_evidence", "I think they are all fairly relevant.")
+    result = _ask(monkeypatch, 5, 1, None)
+    assert result["evidence_scores"] == [0.5] * 5 and result["grader_action"] == "REFINE"
+    note = result["body"].splitlines()[-1]
+    assert "could not be read" in note and "mean relevance" not in note
+    assert "after 1 retrieval round " in note
+
+    llm.default("grade_evidence", grades(rest=0.5))
+    weak = _ask(monkeypatch, 5, 2, None)["body"].splitlines()[-1]
+    assert "mean relevance 0.50" in weak and "after 2 retrieval rounds " in weak
+
+
 def test_a_refusal_that_names_a_tool_is_no_plan(llm, monkeypatch):
     llm.script("analyze_and_route", json.dumps({"complexity": "complex", "suggested_tools": ["vector_search", "grep_search"]}))
     llm.script("plan", NullContent(refusal="I won't run grep_search for `retries 7 times`."))
