@@ -285,6 +285,19 @@ def test_an_answer_whose_budget_ran_out_before_any_text_says_so(llm, monkeypatch
     assert [e["node"] for e in result["audit"] if e["event"] == "reply_truncated"] == ["synthesize"]
 
 
+def test_an_answer_cut_by_its_token_budget_says_so(llm, monkeypatch):
+    # SPEC §5: a reply stopped by max_tokens is parsed like any other; the answer the user
+    # reads then ends mid-sentence, so it says that it was cut and which setting to raise.
+    llm.default("grade_evidence", grades(rest=0.9))
+    llm.script("synthesize", Text("Service 1 retries 1 times [1]. Service 2 keeps an upload retr",
+                                  finish_reason="length"))
+    result = _ask(monkeypatch, 5, 3, None)
+    assert result["body"].startswith("Service 1 retries 1 times [1].")
+    assert result["body"].splitlines()[-1] == (
+        "_Note: the answer was cut off at its budget of 1024 tokens (KB_AGENT_MAX_ANSWER_TOKENS)._")
+    assert result["answer"].count("LLM Usage Stats") == 1
+
+
 def test_a_grade_stopped_by_a_content_filter_is_a_refusal(llm, monkeypatch):
     # Azure OpenAI answers a filtered request with content null and finish_reason content_filter.
     filtered = Raw({"id": "x", "object": "chat.completion", "created": 0, "model": "m",

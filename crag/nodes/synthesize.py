@@ -108,6 +108,12 @@ def weak_evidence_note(state: AgentState, cfg: NodeConfig) -> str | None:
 EMPTY_REPLY = answer.EMPTY_REPLY
 
 
+def cut_note(cfg: NodeConfig) -> str:
+    """The note of an answer its token budget stopped (``finish_reason`` ``length``): it ends
+    mid-sentence, so it says so and names the setting to raise."""
+    return f"_Note: the answer was cut off at its budget of {cfg.max_answer_tokens} tokens (KB_AGENT_MAX_ANSWER_TOKENS)._"
+
+
 def apply(state: AgentState, step: Step, reply: Completion | None, cfg: NodeConfig) -> AgentState:
     fitted: budget.Fitted | None = step.plan
     if fitted is not None and fitted.task.chitchat:
@@ -119,7 +125,8 @@ def apply(state: AgentState, step: Step, reply: Completion | None, cfg: NodeConf
     else:
         if fitted.dropped:  # left out of the answer's prompt: never cited
             state = evolve(state, audit=state.log("evidence_trimmed", node=NAME, count=len(fitted.dropped)))
-        return _grounded(state, prompts.clean_answer(reply.text), cfg, fitted.task.items)  # what the model saw
+        cut = cut_note(cfg) if reply.truncated else None
+        return _grounded(state, prompts.clean_answer(reply.text), cfg, fitted.task.items, cut)  # what the model saw
     return evolve(state, answer=text, citations=citations)
 
 
@@ -137,10 +144,10 @@ def _says_anything(body: str) -> bool:
     return any(ch.isalnum() for ch in answer.renumber(body, 0)[0])
 
 
-def _grounded(state: AgentState, body: str, cfg: NodeConfig, items: tuple) -> AgentState:
+def _grounded(state: AgentState, body: str, cfg: NodeConfig, items: tuple, cut: str | None = None) -> AgentState:
     """The answer from the model's text, grounded in ``items`` (the evidence its prompt held):
-    renumbered, with footer and notes."""
-    weak = weak_evidence_note(state, cfg)
+    renumbered, with footer and notes (``cut``: the note of a reply its budget stopped)."""
+    weak = "\n\n".join(n for n in (weak_evidence_note(state, cfg), cut) if n) or None
     if not _says_anything(body):  # nothing to ground: say so, and list what the model was given
         text, citations = answer.compose(
             f"{EMPTY_REPLY} The evidence it was given: "
