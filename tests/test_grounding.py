@@ -697,6 +697,25 @@ def test_an_anchor_the_question_names_is_not_a_claim_of_the_answer():
     assert ground(wrong, (HUGUENOTS,), question=question).report.supported == 0
 
 
+def test_an_anchor_the_question_names_and_the_evidence_writes_is_still_checked():
+    """The question's anchors are spared only where no evidence item writes them: when the
+    question names services 3 and 7 and their pages say what each retries, "Service 7
+    retries 3 times" pairs them wrongly and no page supports it, and a right sentence about
+    service 3 cites service 3's page alone, not every page with the same words."""
+    pages = tuple(EvidenceItem(tool="vector_search", source=f"docs/service{k}.md", start_line=1, end_line=3,
+                               score=0.9, text=f"# Service {k}\n\nService {k} keeps an upload retry policy "
+                                            f"of its own: it retries {k} times.")
+                  for k in (3, 7, 27))
+    question = "Compare the upload retry policy of service 3 and service 7"
+    wrong = ground("Service 7 retries 3 times [1].", pages, question=question)
+    assert wrong.report.supported == 0
+    right = ground("Service 3 keeps an upload retry policy of its own: it retries 3 times [2].", pages,
+                   question=question)
+    assert right.report.supported == 1
+    assert right.body == "Service 3 keeps an upload retry policy of its own: it retries 3 times [1]."
+    assert right.sources[0].source == "docs/service3.md"
+
+
 def test_inline_code_over_a_line_break_is_one_span_in_the_evidence():
     # Markdown lets inline code run over a line break. Paired line by line, the backtick that
     # closes it was paired with the next span's, so the paragraph was one passage holding "no"

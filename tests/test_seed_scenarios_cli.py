@@ -162,17 +162,20 @@ def test_an_answer_the_model_refuses_is_one_line_and_status_1(llm, monkeypatch):
     assert err.startswith("crag: error: ") and err.count("\n") == 1 and "refusal: I can't help with that." in err
 
 
-def _labelled(p_yes: float):
-    """A grading reply of one label per item whose label token has P(yes) = ``p_yes``, with its
-    token probabilities (as llama.cpp, vLLM and OpenAI send them when asked)."""
-    yes, no = math.log(p_yes), math.log(1.0 - p_yes)
-    top = sorted([(" yes", yes), (" no", no)], key=lambda t: -t[1])
+def _labelled(*p_yes: float):
+    """A grading reply of one label per item whose label token has P(yes) = ``p_yes`` (the
+    last value for every item after them), with its token probabilities (as llama.cpp, vLLM
+    and OpenAI send them when asked)."""
+
+    def top(p: float) -> list[tuple[str, float]]:
+        return sorted([(" yes", math.log(p)), (" no", math.log(1.0 - p))], key=lambda t: -t[1])
 
     def reply(body: dict) -> Text:
         n = item_count(body)
         tokens = []
         for k in range(1, n + 1):
-            tokens += [(str(k), 0.0, []), (":", 0.0, []), (top[0][0], top[0][1], top), ("\n", 0.0, [])]
+            best = top(p_yes[min(k, len(p_yes)) - 1])
+            tokens += [(str(k), 0.0, []), (":", 0.0, []), (best[0][0], best[0][1], best), ("\n", 0.0, [])]
         return Text("".join(t for t, _, _ in tokens).rstrip("\n"), logprobs=tokens[:-1])
 
     return reply
@@ -202,6 +205,42 @@ def test_one_unsure_probability_copied_down_the_list_is_uninformative(llm, monke
     result = _ask(monkeypatch, 5, 3, None)
     assert [e["reason"] for e in result["audit"] if e["event"] == "grader_uninformative"] == ["same_score"]
     assert not [e for e in result["audit"] if e["event"] == "evidence_removed"]
+
+
+@pytest.mark.parametrize("policy", ["default", "seed"])
+def test_no_item_scored_below_the_drop_threshold_reaches_synthesis(llm, monkeypatch, policy):
+    # Seed 000 "Low-score evidence removed": an item scoring < 0.3 leaves context before
+    # synthesis, under every policy. The default policy's first_label rule keeps a batch's
+    # first item that a small model labelled "no" without being sure: kept, it is ungraded
+    # (0.5, as a grade that carries no information), never a score below 0.3 in context.
+    monkeypatch.setenv("KB_AGENT_GRADING_POLICY", policy)
+    llm.default("grade_evidence", _labelled(0.2, 0.95, 0.9))
+    result = _ask(monkeypatch, 5, 3, None)
+    assert _decided(result) == ["GENERATE"]
+    assert result["evidence_scores"] and min(result["evidence_scores"]) >= 0.3
+    spared = [e for e in result["audit"] if e["event"] == "first_label_spared"]
+    if policy == "seed":
+        assert not spared and result["evidence_scores"] == [0.95] + [0.9] * 3
+        assert [e["score"] for e in result["audit"] if e["event"] == "evidence_removed"] == [0.2]
+    else:
+        assert [e["score"] for e in spared] == [0.2]  # what was read, in the audit
+        assert result["evidence_scores"] == [0.5, 0.95] + [0.9] * 3
+
+
+def test_an_answer_the_cap_forces_after_an_unreadable_grade_says_so(llm, monkeypatch):
+    # Seed 000: a parse failure gives every item the default 0.5; with the cap at one round
+    # the answer is made from them. Its note says the grade could not be read, not that the
+    # evidence's relevance was measured at 0.50, and counts one round as one round.
+    llm.default("grade_evidence", "I think they are all fairly relevant.")
+    result = _ask(monkeypatch, 5, 1, None)
+    assert result["evidence_scores"] == [0.5] * 5 and result["grader_action"] == "REFINE"
+    note = result["body"].splitlines()[-1]
+    assert "could not be read" in note and "mean relevance" not in note
+    assert "after 1 retrieval round " in note
+
+    llm.default("grade_evidence", grades(rest=0.5))
+    weak = _ask(monkeypatch, 5, 2, None)["body"].splitlines()[-1]
+    assert "mean relevance 0.50" in weak and "after 2 retrieval rounds " in weak
 
 
 def test_a_refusal_that_names_a_tool_is_no_plan(llm, monkeypatch):
@@ -244,6 +283,19 @@ def test_an_answer_whose_budget_ran_out_before_any_text_says_so(llm, monkeypatch
     result = _ask(monkeypatch, 5, 3, None)
     assert result["body"].startswith("The model returned no answer text.")
     assert [e["node"] for e in result["audit"] if e["event"] == "reply_truncated"] == ["synthesize"]
+
+
+def test_an_answer_cut_by_its_token_budget_says_so(llm, monkeypatch):
+    # SPEC §5: a reply stopped by max_tokens is parsed like any other; the answer the user
+    # reads then ends mid-sentence, so it says that it was cut and which setting to raise.
+    llm.default("grade_evidence", grades(rest=0.9))
+    llm.script("synthesize", Text("Service 1 retries 1 times [1]. Service 2 keeps an upload retr",
+                                  finish_reason="length"))
+    result = _ask(monkeypatch, 5, 3, None)
+    assert result["body"].startswith("Service 1 retries 1 times [1].")
+    assert result["body"].splitlines()[-1] == (
+        "_Note: the answer was cut short at its budget of 1024 tokens (KB_AGENT_MAX_ANSWER_TOKENS)._")
+    assert result["answer"].count("LLM Usage Stats") == 1
 
 
 def test_a_grade_stopped_by_a_content_filter_is_a_refusal(llm, monkeypatch):

@@ -232,6 +232,20 @@ def test_read_file_ranges_and_caps(env) -> None:
         run(box, "read_file", path="missing.md")
 
 
+def test_read_file_of_blank_lines_is_no_evidence(env) -> None:
+    """Lines holding only whitespace are no evidence (SPEC §1: synthesis with no evidence makes
+    no LLM call): a blank file is as empty as an empty one, a blank range says it holds no text."""
+    box, kb, _base = env
+    write(kb / "blank.md", "\n\n   \n\t\n")
+    with pytest.raises(ToolError, match=r"^read_file: blank\.md is empty$"):
+        run(box, "read_file", path="blank.md")
+    write(kb / "gap.md", "Title\n\n\n\nBody text.\n")
+    with pytest.raises(ToolError, match=r"^read_file: lines 2-4 of gap\.md hold no text$"):
+        run(box, "read_file", path="gap.md", start_line=2, end_line=4)
+    [body] = run(box, "read_file", path="gap.md", start_line=2)
+    assert body.text.strip() == "Body text."
+
+
 @pytest.mark.parametrize(
     "path",
     ["../outside/secret.md", "../../outside/secret.md", "{outside}/secret.md", ".env", "kb/.env", "/etc/passwd",

@@ -26,8 +26,9 @@ rule                  seeds'  applies when                                     a
 Before the table, the scores are read: a reply that is not exactly N numbers or N labels is
 the seeds' parse failure (every item 0.5, audit ``grader_parse_failure``); a number list is
 always numbers, decided by the seeds' rows; the policy's rows (and its ``first_label``
-spare, which keeps a batch's first item below the drop threshold) apply only to grades read
-through token probabilities (``Reading.from_logprobs``). "Retrieval's" action: ``GENERATE``
+spare, which keeps a batch's first item read below the drop threshold, as ungraded: 0.5, so
+that no item below it stays in context) apply only to grades read through token
+probabilities (``Reading.from_logprobs``). "Retrieval's" action: ``GENERATE``
 when an item came from the question's own search, or retrieval scored it at least the drop
 threshold, or it is a literal match with no retrieval score; else ``REFINE``; and ``REFINE``
 in the first round when the question names a term no item holds (with ``named_terms``).
@@ -258,6 +259,7 @@ class _Facts:
         self.why: str | None = None
         self.scores: tuple[float, ...] = ()
         self.spared: tuple[int, ...] = ()
+        self.read = 0.0  # the spared item's score as read
         self.missing: tuple[str, ...] = ()
         self.decision = Decision((), (), GraderAction.RE_RETRIEVE, 0.0)
         if case.fast_path is None and case.items:
@@ -280,6 +282,9 @@ class _Facts:
                 and self.scores[first] < case.drop_threshold - EPS and len(new) > 1
                 and new[0] > 1.0 - policy.sure + EPS):
             self.spared = (first,)
+            self.read = self.scores[first]  # what the reading said, for the audit
+            # kept, it is ungraded: no item scoring below the drop threshold stays in context (seed 000)
+            self.scores = (*self.scores[:first], UNGRADED_SCORE, *self.scores[first + 1:])
         self.undecided = self.probabilities and policy.undecided
         unsure = case.facts.action(case.items, case.drop_threshold, policy.named_terms) if self.undecided else None
         self.decision = decide(self.scores, case.drop_threshold, case.generate_threshold, unsure, self.spared)
@@ -356,7 +361,7 @@ def verdict(case: GradeCase, policy: GradingPolicy) -> GradeVerdict:
         if count:
             events.append(_event("grades_undecided", items=count))
     for i in f.spared:
-        events.append(_event("first_label_spared", source=items[i].label, score=f.scores[i]))
+        events.append(_event("first_label_spared", source=items[i].label, score=f.read, kept_as=f.scores[i]))
     d = f.decision
     events.append(decided)
     events.extend(_event("evidence_removed", source=items[i].label, tool=items[i].tool, score=f.scores[i])

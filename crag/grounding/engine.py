@@ -18,7 +18,7 @@ from ..modes import GroundingMode
 from ..sentences import Piece, split
 from ..state import EvidenceItem, GroundingReport, Judgement
 from .asked import writes_any
-from .claims import UNSUPPORTED_TAG, Claims, claims, clauses, lead_in, restates, strip_markers
+from .claims import UNSUPPORTED_TAG, Claims, claims, clauses, has_anchor, lead_in, restates, strip_markers
 from .evidence import Evidence
 from .rewrite import Assembly, Sources, place, place_block, source_references
 from .rules import NO_RULE, Support, first_rule, supports
@@ -54,6 +54,11 @@ class _Grounder:
         self.given = frozenset(asked.anchors) if asked else frozenset()
         self.unheld = tuple(unheld)
         self.evidence = Evidence(items)
+        # the question's anchors no item writes: where one does, the sentence's use of it is checked
+        # ("Service 7 retries 3 times" for a question naming services 3 and 7 is no restatement)
+        written = [self.evidence[k] for k in range(len(self.evidence))]
+        self.spared = frozenset(a for a in self.given
+                                if not any(has_anchor(a[0], a[1], ev.text, ev.flat) for ev in written))
         self.sources = Sources(items)
 
     def supports(self, kind: str, text: str, c: Claims | None) -> list[Support]:
@@ -64,13 +69,15 @@ class _Grounder:
         asked of them as a whole (``addresses``)."""
         if self.unheld and writes_any(text, self.unheld):
             return []  # it names what no evidence item holds: no item supports it
-        return supports(kind, text, self.beyond(c), [self.evidence[k] for k in range(len(self.evidence))])
+        return supports(kind, text, self.beyond(c, self.spared), [self.evidence[k] for k in range(len(self.evidence))])
 
-    def beyond(self, c: Claims | None) -> Claims | None:
-        """``c`` without the anchors the question names itself."""
-        if c is None or not self.given:
+    def beyond(self, c: Claims | None, named: frozenset | None = None) -> Claims | None:
+        """``c`` without the anchors the question names itself (``named``: those of them to leave
+        out; all by default)."""
+        named = self.given if named is None else named
+        if c is None or not named:
             return c
-        return Claims(c.words, tuple(a for a in c.anchors if a not in self.given), c.negated)
+        return Claims(c.words, tuple(a for a in c.anchors if a not in named), c.negated)
 
     def piece(self, piece: Piece) -> tuple[str, Judgement | None]:
         """The rewritten piece and its verdict (None: not judged)."""

@@ -91,11 +91,18 @@ def weak_evidence_note(state: AgentState, cfg: NodeConfig) -> str | None:
         return None
     if not state.context or state.iteration < cfg.max_iterations:
         return None
+    rounds = f"{state.iteration} retrieval round{'s' if state.iteration != 1 else ''}"
+    if state.graded_by is GradedBy.PARSE_FAILURE:  # every item has the default score: nothing was measured
+        return (
+            "_Note: the evidence for this answer is weak (the grader's reply could not be read, so it was "
+            "not graded); "
+            f"the search stopped after {rounds} (KB_AGENT_MAX_ITERATIONS)._"
+        )
     avg = grading.mean(state.evidence_scores) if state.evidence_scores else None
     figure = f"mean relevance {avg:.2f}, " if avg is not None else ""
     return (
         f"_Note: the evidence for this answer is weak ({figure}below {cfg.generate_threshold:g}); "
-        f"the search stopped after {state.iteration} retrieval rounds (KB_AGENT_MAX_ITERATIONS)._"
+        f"the search stopped after {rounds} (KB_AGENT_MAX_ITERATIONS)._"
     )
 
 

@@ -76,7 +76,7 @@ def run(args: Mapping[str, Any], context: ToolContext) -> ToolResult:
     except ValueError as exc:
         raise ToolError(NAME, f"cannot read {requested} ({exc})") from exc
     lines = split_lines(text)
-    if not lines:
+    if not any(line.strip() for line in lines):  # blank lines are no evidence either
         raise ToolError(NAME, f"{requested} is empty")
     if is_paged(real):
         first, last, lines = _on_page(requested, lines, page or 1, start or 1, end)
@@ -88,6 +88,9 @@ def run(args: Mapping[str, Any], context: ToolContext) -> ToolResult:
         if last < first:
             raise ToolError(NAME, f"end_line {last} is before start_line {first}")
     last = min(last, len(lines), first + MAX_LINES - 1)
+    if not any(line.strip() for line in lines[first - 1 : last]):
+        where = f"line {first}" if last == first else f"lines {first}-{last}"
+        raise ToolError(NAME, f"{where} of {requested} hold{'s' * (last == first)} no text")
     while last > first and not lines[last - 1].strip():  # a PDF page's unused lines (crag.pages)
         last -= 1
     last = _last_within(lines, first, last)
