@@ -394,6 +394,7 @@ class Settings:
         ``KB_AGENT_INDEX_DIR`` or an ``index_dir`` override, the index is the nearest ``.crag``
         (``find_index_dir``).
         """
+        _check_sources(environ, dotenv)
         # A mapping given in code may hold numbers or booleans: read as their text, None as unset.
         env = {k: v if isinstance(v, str) else str(v)
                for k, v in (os.environ if environ is None else environ).items() if v is not None}
@@ -481,6 +482,14 @@ def _by_name_only(init: Callable[..., None]) -> Callable[..., None]:
 
 
 Settings.__init__ = _by_name_only(Settings.__init__)  # type: ignore[method-assign]
+
+
+def _check_sources(environ: Any, dotenv: Any) -> None:
+    """``UsageError`` for an ``environ`` or ``dotenv`` of ``from_env`` that cannot be read as one."""
+    if environ is not None and not isinstance(environ, Mapping):
+        raise UsageError(f"environ must be a mapping of variable names to values, not {type(environ).__name__}")
+    if dotenv is not None and (isinstance(dotenv, bool) or not isinstance(dotenv, (str, bytes, os.PathLike))):
+        raise UsageError(f"dotenv must be the path of a .env file or None (no .env), not {type(dotenv).__name__}")
 
 
 def _with_origin(kind: Callable[[str, Any], Any], var: str, raw: Any, origin: str) -> Any:

@@ -335,3 +335,37 @@ def test_a_long_lived_agent_lets_go_of_the_generations_a_re_index_replaced(tmp_p
             assert f"{round + 1} times" in agent.ask("How many times does crag retry?").answer
             gc.collect()
             assert held_deleted() == []
+
+
+def test_the_other_arguments_of_the_wrong_type_are_usage_errors_said_before_any_work(tmp_path) -> None:
+    """``Settings.from_env(dotenv=1)``, ``environ=[...]``, ``Agent.from_env(tools=5)``,
+    ``progress=5`` and ``agent.stream(q, on_event=5)`` were TypeErrors and AttributeErrors from
+    crag's insides; ``progress=5`` failed half way through indexing, ``on_event=5`` only once the
+    stream was iterated."""
+    from crag import Tool
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# A\n\nThe server listens on port 8080.\n", encoding="utf-8")
+    env = {"KB_AGENT_INDEX_DIR": str(tmp_path / "i"), "KB_AGENT_LLM": "offline"}
+    for dotenv in (1, True, 2.5, ["a.env"]):
+        with pytest.raises(crag.UsageError, match=r"^dotenv must be the path of a \.env file or None"):
+            Settings.from_env(environ={}, dotenv=dotenv)
+        with pytest.raises(crag.UsageError, match=r"^dotenv must be the path"):
+            Agent.from_env(environ=env, dotenv=dotenv)
+    with pytest.raises(crag.UsageError, match=r"^environ must be a mapping"):
+        Settings.from_env(environ=[("KB_AGENT_TOP_K", "3")], dotenv=None)
+    for tools in (5, object()):
+        with pytest.raises(crag.UsageError, match=r"^tools must be a crag\.Tool or a list of them"):
+            Agent.from_env(docs, environ=env, dotenv=None, tools=tools)
+    with pytest.raises(crag.UsageError, match=r"^progress must be callable"):
+        Agent.from_env(docs, environ=env, dotenv=None, progress=5)
+    assert not (tmp_path / "i").exists()  # refused before anything was indexed
+    own = Tool(name="ticket_lookup", description="read a ticket", run=lambda args, context: [])
+    for tools in (own, [own], None):  # one tool is that tool, as one path is one root
+        with Agent.from_env(docs, environ=env, dotenv=None, tools=tools) as agent:
+            assert ("ticket_lookup" in [t.name for t in agent.toolbox.tools()]) is (tools is not None)
+            with pytest.raises(crag.UsageError, match=r"^on_event must be callable"):
+                agent.stream("which port?", on_event=5)
+            with pytest.raises(crag.UsageError, match=r"^on_event must be callable"):
+                agent.astream("which port?", on_event=5)
