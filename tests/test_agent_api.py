@@ -369,3 +369,12 @@ def test_the_other_arguments_of_the_wrong_type_are_usage_errors_said_before_any_
                 agent.stream("which port?", on_event=5)
             with pytest.raises(crag.UsageError, match=r"^on_event must be callable"):
                 agent.astream("which port?", on_event=5)
+
+
+def test_every_error_crag_raises_on_purpose_can_be_caught_by_its_name_from_crag() -> None:
+    """``crag.IndexFormatError`` (an index written by a newer crag) was raised to library users
+    but was no name of ``crag``, unlike its sibling ``crag.EmbedderMismatchError``."""
+    import crag.errors
+
+    for name in crag.errors.__all__:
+        assert name in crag.__all__ and getattr(crag, name) is getattr(crag.errors, name), name
