@@ -205,7 +205,10 @@ class Agent:
             raise UsageError(f"chat_model must be a crag.ChatModel (with .complete), not {type(chat_model).__name__}")
         if not all(callable(getattr(toolbox, name, None)) for name in ("tools", "run")):
             raise UsageError(f"toolbox must be a crag.Toolbox (with .tools and .run), not {type(toolbox).__name__}")
-        self.settings = settings or Settings()
+        if settings is not None and not isinstance(settings, Settings):
+            raise UsageError("settings must be a crag.Settings (Settings(top_k=8), Settings.from_env()), "
+                             f"not {type(settings).__name__ if not isinstance(settings, type) else 'the class itself'}")
+        self.settings = Settings() if settings is None else settings
         self.model = chat_model
         self.toolbox = toolbox
         self.driver = Driver(

@@ -378,3 +378,27 @@ def test_every_error_crag_raises_on_purpose_can_be_caught_by_its_name_from_crag(
 
     for name in crag.errors.__all__:
         assert name in crag.__all__ and getattr(crag, name) is getattr(crag.errors, name), name
+
+
+def test_agent_settings_of_the_wrong_type_are_a_usage_error_when_the_agent_is_made() -> None:
+    """``Agent(model, toolbox, {"top_k": 3})`` (or the class ``Settings``) was accepted and
+    failed at the first question with an AttributeError from crag's insides."""
+    for settings in ({"top_k": 3}, Settings, 5):
+        with pytest.raises(crag.UsageError, match=r"^settings must be a crag\.Settings"):
+            Agent(ScriptedChatModel(), FakeToolbox(), settings)
+
+
+def test_a_scripted_model_takes_one_reply_as_one_reply_and_names_a_node_it_does_not_know() -> None:
+    """``ScriptedChatModel({"synthesize": "Hello!"})`` replayed "H", "e", "l", ... one character
+    a call; a misspelt node ("synthesise") was kept and never used; ``ScriptedChatModel(5)`` was
+    an AttributeError."""
+    model = ScriptedChatModel({"analyze_and_route": route("chitchat", ()), "synthesize": "Hello there!"})
+    assert Agent(model, FakeToolbox(), Settings()).ask("hi").answer.startswith("Hello there!")
+    with pytest.raises(crag.UsageError, match=r"^the scripted model has no node synthesise \(the nodes: "
+                                               r"analyze_and_route, plan, tool_exec, grade_evidence, synthesize\)"):
+        ScriptedChatModel({"synthesise": ["Hello!"]})
+    with pytest.raises(crag.UsageError, match=r"^the scripted model has no node synthesise"):
+        ScriptedChatModel().push("synthesise", "Hello!")
+    for replies in (5, ["Hello!"]):
+        with pytest.raises(crag.UsageError, match=r"^replies must be a mapping of node names to replies"):
+            ScriptedChatModel(replies)
