@@ -249,6 +249,7 @@ class Agent:
         if toolbox is not None and tools:
             raise UsageError("pass tools= or toolbox=, not both: a toolbox of your own holds its own tools")
         config = Settings.from_env(environ, dotenv, **settings)
+        _warn_about_configuration(environ, dotenv)
         roots = [os.fsdecode(p) for p in kb] if kb else None
         owned: list[Any] = []
         if toolbox is None:
@@ -435,6 +436,18 @@ def _check_text(what: str, value: object) -> None:
         raise UsageError(f"{what} must be text (a str), not {type(value).__name__}")
     if blank(value):
         raise UsageError(f"{what} is empty")
+
+
+def _warn_about_configuration(environ: Mapping[str, str] | None, dotenv: str | os.PathLike[str] | None) -> None:
+    """What the CLI says as ``crag: warning:`` about the settings (SPEC §3: unknown ``KB_AGENT_*``
+    names, ``.env`` lines that are not assignments), said as ``CragWarning``s at the caller."""
+    import warnings
+
+    from .config import config_warnings
+    from .errors import CragWarning
+
+    for warning in config_warnings(environ, dotenv):
+        warnings.warn(CragWarning(warning), stacklevel=3)
 
 
 def _check_handler(on_event: object) -> None:

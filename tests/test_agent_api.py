@@ -402,3 +402,38 @@ def test_a_scripted_model_takes_one_reply_as_one_reply_and_names_a_node_it_does_
     for replies in (5, ["Hello!"]):
         with pytest.raises(crag.UsageError, match=r"^replies must be a mapping of node names to replies"):
             ScriptedChatModel(replies)
+
+
+def test_a_library_user_is_warned_about_unknown_names_and_bad_dotenv_lines_as_the_cli_user_is(
+        tmp_path, monkeypatch) -> None:
+    """SPEC §3: unknown ``KB_AGENT_*`` names and ``.env`` lines that are not assignments are warned
+    about. ``crag`` said so on stderr; ``Agent.from_env``, which reads the same settings, said
+    nothing, so a program whose ``KB_AGENT_TOPK=8`` was ignored never learnt why."""
+    from .fakes import clean_env
+
+    clean_env(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".env").write_text("KB_AGENT_TOPK=8\nKB_AGENT_LLM offline\n", encoding="utf-8")
+    monkeypatch.setenv("KB_AGENT_GROUDNING", "strict")
+    with pytest.warns(crag.CragWarning) as caught:
+        Agent.from_env(chat_model=ScriptedChatModel(), toolbox=FakeToolbox()).close()
+    said = [str(w.message) for w in caught]
+    assert said == [".env line 2 is not an assignment (NAME=value); it is ignored",
+                    "KB_AGENT_TOPK (in .env) is not a crag setting; did you mean KB_AGENT_TOP_K?",
+                    "KB_AGENT_GROUDNING (in the environment) is not a crag setting; did you mean KB_AGENT_GROUNDING?"]
+    with pytest.warns(crag.CragWarning, match=r"^KB_AGENT_TOPK \(in the environment\)"):
+        Agent.from_env(chat_model=ScriptedChatModel(), toolbox=FakeToolbox(), environ={"KB_AGENT_TOPK": "8"},
+                       dotenv=None).close()
+
+
+def test_the_cli_says_each_configuration_warning_once_though_ask_builds_its_agent_from_env(
+        tmp_path, monkeypatch) -> None:
+    from .fakes import clean_env, cli
+
+    clean_env(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KB_AGENT_TOPK", "8")
+    monkeypatch.setenv("KB_AGENT_LLM", "offline")
+    code, out, err = cli("ask", "hello")
+    assert code == 0 and out.startswith("Hello")
+    assert err.count("KB_AGENT_TOPK (in the environment) is not a crag setting") == 1, err
