@@ -411,18 +411,17 @@ class Settings:
                 origins[var] = origin
         if "index_dir" not in values and "index_dir" not in overrides:
             values["index_dir"] = find_index_dir()
-        # KB_AGENT_LLM unset: openai when OPENAI_API_KEY or OPENAI_BASE_URL is, wherever it was
-        # set (the environment, .env or an argument; Settings.__attrs_post_init__).
-        for name in overrides:
+        for name in overrides:  # a name that is no setting is said first (its value never: it may be a key)
             if name not in FIELD_NAMES:
                 raise unknown_setting(name)
         for name, value in overrides.items():
             convert = getattr(fields(cls), name).converter
             values[name] = _with_origin(lambda _var, raw, c=convert: c(raw), name, value, "given as an argument")
             origins[getattr(fields(cls), name).metadata["variable"]] = "given as an argument"
-        # Settings not given keep their adapting defaults: KB_AGENT_DROP_THRESHOLD=0.8 alone
-        # raises the GENERATE threshold to 0.8, a small KB_AGENT_CONTEXT_TOKENS lowers the
-        # answer budget (Settings.__attrs_post_init__).
+        # Settings not given keep their adapting defaults: KB_AGENT_LLM unset is openai when
+        # OPENAI_API_KEY or OPENAI_BASE_URL is set (in the environment, .env or an argument),
+        # KB_AGENT_DROP_THRESHOLD=0.8 alone raises the GENERATE threshold to 0.8, a small
+        # KB_AGENT_CONTEXT_TOKENS lowers the answer budget (Settings.__attrs_post_init__).
         try:
             return cls(**values)
         except ConfigError as exc:  # a rule across settings: say where the blamed value was set
