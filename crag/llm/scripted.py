@@ -78,5 +78,7 @@ class ScriptedChatModel:
 
 def _node(name: object) -> str:
     if name not in NODES:
-        raise UsageError(f"the scripted model has no node {name} (the nodes: {', '.join(NODES)})")
+        from ..safe_text import short_value
+
+        raise UsageError(f"the scripted model has no node {short_value(name)} (the nodes: {', '.join(NODES)})")
     return str(name)
