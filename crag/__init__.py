@@ -11,12 +11,14 @@ from .errors import (
     CragError,
     CragWarning,
     EmbedderMismatchError,
+    IndexFormatError,
     IndexStoreError,
     KnowledgeBaseError,
     LLMContextError,
     LLMError,
     LLMTimeoutError,
     ToolError,
+    UnknownSettingError,
     UsageError,
 )
 
@@ -98,6 +100,7 @@ __all__ = [
     "EvidenceItem",
     "GraderAction",
     "GroundingReport",
+    "IndexFormatError",
     "IndexStoreError",
     "KnowledgeBaseError",
     "LLMContextError",
@@ -115,6 +118,7 @@ __all__ = [
     "ToolError",
     "ToolResult",
     "Toolbox",
+    "UnknownSettingError",
     "Usage",
     "UsageError",
 ]

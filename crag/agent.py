@@ -205,7 +205,10 @@ class Agent:
             raise UsageError(f"chat_model must be a crag.ChatModel (with .complete), not {type(chat_model).__name__}")
         if not all(callable(getattr(toolbox, name, None)) for name in ("tools", "run")):
             raise UsageError(f"toolbox must be a crag.Toolbox (with .tools and .run), not {type(toolbox).__name__}")
-        self.settings = settings or Settings()
+        if settings is not None and not isinstance(settings, Settings):
+            raise UsageError("settings must be a crag.Settings (Settings(top_k=8), Settings.from_env()), "
+                             f"not {type(settings).__name__ if not isinstance(settings, type) else 'the class itself'}")
+        self.settings = Settings() if settings is None else settings
         self.model = chat_model
         self.toolbox = toolbox
         self.driver = Driver(
@@ -222,7 +225,7 @@ class Agent:
         *,
         chat_model: ChatModel | None = None,
         toolbox: Toolbox | None = None,
-        tools: Sequence[Tool] = (),
+        tools: Sequence[Tool] | Tool | None = (),
         environ: Mapping[str, str] | None = None,
         dotenv: str | os.PathLike[str] | None = ".env",
         progress: Callable[..., None] | None = None,
@@ -235,16 +238,18 @@ class Agent:
         ``chat_model`` and ``toolbox`` replace the ones the settings would build; ``tools``
         adds your own ``Tool`` records to the built-in tools (not with ``toolbox``).
         """
-        if toolbox is not None and tools:
-            raise UsageError("pass tools= or toolbox=, not both: a toolbox of your own holds its own tools")
-        if environ is not None and not isinstance(environ, Mapping):
-            raise UsageError(f"environ must be a mapping of variable names to values, not {type(environ).__name__}")
+        if progress is not None and not callable(progress):
+            raise UsageError(f"progress must be callable (it receives the indexer's progress), not {type(progress).__name__}")
+        tools = _tool_list(tools)
         if isinstance(kb, (str, bytes, os.PathLike)):  # one path is one root, not its characters
             kb = [kb]
         kb = list(kb) if isinstance(kb, Iterable) else kb
         if kb is not None and (not isinstance(kb, list) or not all(isinstance(p, (str, bytes, os.PathLike)) for p in kb)):
             raise UsageError("kb must be a path or a list of paths (str, bytes or os.PathLike)")
+        if toolbox is not None and tools:
+            raise UsageError("pass tools= or toolbox=, not both: a toolbox of your own holds its own tools")
         config = Settings.from_env(environ, dotenv, **settings)
+        _warn_about_configuration(environ, dotenv)
         roots = [os.fsdecode(p) for p in kb] if kb else None
         owned: list[Any] = []
         if toolbox is None:
@@ -273,8 +278,7 @@ class Agent:
     ) -> Answer:
         """Answer one question. ``history`` is a list of ``{"role", "content"}`` dicts or Messages."""
         _check_text("the question", question)
-        if on_event is not None and not callable(on_event):
-            raise UsageError(f"on_event must be callable (it receives each crag.Event), not {type(on_event).__name__}")
+        _check_handler(on_event)
         limit = input_limit(self.settings)
         if len(question) > limit and len(question := question.strip()) > limit:
             raise too_long("the question", len(question), self.settings)
@@ -373,17 +377,18 @@ class Agent:
         ``result`` (the ``Answer``). ``crag.stream`` says what the chunks are and when."""
         from .stream import AnswerStream
 
-        return AnswerStream(self._streamed(question, history), self.settings.grounding, on_event)
+        return AnswerStream(self._streamed(question, history, on_event), self.settings.grounding, on_event)
 
     def astream(self, question: str, history: Iterable[Any] = (), on_event: EventHandler | None = None) -> AsyncAnswerStream:
         """``stream`` for an event loop: ``async for chunk in agent.astream(...)``, then ``.result``."""
         from .stream import AsyncAnswerStream
 
-        return AsyncAnswerStream(self._streamed(question, history), self.settings.grounding, on_event)
+        return AsyncAnswerStream(self._streamed(question, history, on_event), self.settings.grounding, on_event)
 
-    def _streamed(self, question: str, history: Iterable[Any]) -> Callable[[EventHandler], Answer]:
+    def _streamed(self, question: str, history: Iterable[Any], on_event: EventHandler | None) -> Callable[[EventHandler], Answer]:
         """The streamed run of ``ask``, checked now, run when the stream is iterated."""
         _check_text("the question", question)
+        _check_handler(on_event)
         turns = parse_history(history)
         return lambda on_event: self.ask(question, turns, on_event, stream=True)
 
@@ -431,6 +436,35 @@ def _check_text(what: str, value: object) -> None:
         raise UsageError(f"{what} must be text (a str), not {type(value).__name__}")
     if blank(value):
         raise UsageError(f"{what} is empty")
+
+
+def _warn_about_configuration(environ: Mapping[str, str] | None, dotenv: str | os.PathLike[str] | None) -> None:
+    """What the CLI says as ``crag: warning:`` about the settings (SPEC §3: unknown ``KB_AGENT_*``
+    names, ``.env`` lines that are not assignments), said as ``CragWarning``s at the caller."""
+    import warnings
+
+    from .config import config_warnings
+    from .errors import CragWarning
+
+    for warning in config_warnings(environ, dotenv):
+        warnings.warn(CragWarning(warning), stacklevel=3)
+
+
+def _check_handler(on_event: object) -> None:
+    if on_event is not None and not callable(on_event):
+        raise UsageError(f"on_event must be callable (it receives each crag.Event), not {type(on_event).__name__}")
+
+
+def _tool_list(tools: object) -> list[Tool]:
+    """``tools=`` of ``from_env`` as a list: one ``Tool`` is that tool (as one path is one root),
+    None none; each element is checked by the toolbox (``tools must be crag.Tool records``)."""
+    if tools is None:
+        return []
+    if isinstance(tools, Tool):
+        return [tools]
+    if isinstance(tools, (str, bytes, Mapping)) or not isinstance(tools, Iterable):
+        raise UsageError(f"tools must be a crag.Tool or a list of them, not {type(tools).__name__}")
+    return list(tools)
 
 
 def _token_counter(model: ChatModel) -> Callable[[str], int]:

@@ -14,6 +14,7 @@ field below (plus its line in ``.env.example``, which a test checks).
 from __future__ import annotations
 
 import enum
+import functools
 import math
 import os
 from collections.abc import Callable, Mapping
@@ -22,8 +23,16 @@ from urllib.parse import urlsplit
 
 from attrs import field, fields, frozen
 
-from .environment import DOTENV_MAX_BYTES, SECRET_VARIABLES, find_secrets, read_dotenv, secret_values
-from .errors import ConfigError
+from .environment import (  # re-exported
+    DOTENV_MAX_BYTES,
+    INDEX_FOLDER,
+    SECRET_VARIABLES,
+    find_index_dir,
+    find_secrets,
+    read_dotenv,
+    secret_values,
+)
+from .errors import ConfigError, UnknownSettingError, UsageError
 from .modes import (  # re-exported
     EmbedderKind,
     GraderStyle,
@@ -43,7 +52,6 @@ MAX_WINDOW = 10_000_000  # tokens: the largest context window a model offers (Ll
 MAX_RETRIES = 10  # the most retries of one LLM request (each waits up to 8 s, or Retry-After)
 # Variables crag reads besides the settings (the MCP server's tool descriptions).
 OTHER_VARIABLES = ("KB_AGENT_MCP_ASK_DESCRIPTION", "KB_AGENT_MCP_SEARCH_DESCRIPTION", "KB_AGENT_MCP_READ_FILE_DESCRIPTION")
-INDEX_FOLDER = ".crag"  # the index folder found the way git finds .git
 
 
 # -- kinds: how a setting is read from text, and what it accepts -----------------------------
@@ -288,11 +296,12 @@ def setting(variable: str, kind: Kind, default: Any, *, node: bool = False) -> A
                  metadata={"variable": variable, "kind": kind, "node": node})
 
 
-@frozen
+@frozen(kw_only=True)
 class Settings:
     """All of crag's configuration, one field per setting in the order of ``.env.example``.
 
-    Field defaults are the documented defaults (README, Configuration).
+    Field defaults are the documented defaults (README, Configuration). Each is given by its
+    name; a name that is no setting is an ``UnknownSettingError`` (``_by_name_only``).
     """
 
     max_iterations: int = setting("KB_AGENT_MAX_ITERATIONS", Integer(1, MAX_ROUNDS), 3, node=True)
@@ -306,7 +315,8 @@ class Settings:
     grading_policy: GradingPolicyName = setting("KB_AGENT_GRADING_POLICY", Choice(GradingPolicyName), GradingPolicyName.DEFAULT, node=True)
     top_k: int = setting("KB_AGENT_TOP_K", Integer(1), 5, node=True)
     index_dir: str = setting("KB_AGENT_INDEX_DIR", _folder, ".crag")
-    llm: LLMBackend = setting("KB_AGENT_LLM", _backend, LLMBackend.OFFLINE)
+    # Adapting default: openai when a key or a server is set, else offline (__attrs_post_init__).
+    llm: LLMBackend = setting("KB_AGENT_LLM", _backend, ADAPTING)
     model: str = setting("KB_AGENT_MODEL", _sent_name, "gpt-4o-mini")
     llm_timeout: float = setting("KB_AGENT_LLM_TIMEOUT", seconds(0.001), 60.0)
     llm_max_retries: int = setting("KB_AGENT_LLM_MAX_RETRIES", Integer(0, MAX_RETRIES), 3)
@@ -339,7 +349,9 @@ class Settings:
         # A default adapts to the values the user set (SPEC §3): only those can conflict, so
         # Settings(context_tokens=1024) has an answer budget of 512, and
         # Settings(drop_threshold=0.8) a generate threshold of 0.8.
-        adapted = {}
+        adapted: dict[str, Any] = {}
+        if self.llm is ADAPTING:  # as in the environment, a key or a server given in code
+            adapted["llm"] = LLMBackend.OPENAI if self.openai_api_key or self.openai_base_url else LLMBackend.OFFLINE
         if self.max_answer_tokens is ADAPTING:
             adapted["max_answer_tokens"] = min(MAX_ANSWER_TOKENS, self.context_tokens // 2)
         drop, generate = self.drop_threshold, self.generate_threshold
@@ -382,6 +394,7 @@ class Settings:
         ``KB_AGENT_INDEX_DIR`` or an ``index_dir`` override, the index is the nearest ``.crag``
         (``find_index_dir``).
         """
+        _check_sources(environ, dotenv)
         # A mapping given in code may hold numbers or booleans: read as their text, None as unset.
         env = {k: v if isinstance(v, str) else str(v)
                for k, v in (os.environ if environ is None else environ).items() if v is not None}
@@ -398,21 +411,17 @@ class Settings:
                 origins[var] = origin
         if "index_dir" not in values and "index_dir" not in overrides:
             values["index_dir"] = find_index_dir()
-        if "llm" not in values:
-            has_remote = bool(merged.get("OPENAI_API_KEY", "").strip()) or bool(
-                merged.get("OPENAI_BASE_URL", "").strip()
-            )
-            values["llm"] = LLMBackend.OPENAI if has_remote else LLMBackend.OFFLINE
-        known = {f.name for f in fields(cls)}
+        for name in overrides:  # a name that is no setting is said first (its value never: it may be a key)
+            if name not in FIELD_NAMES:
+                raise unknown_setting(name)
         for name, value in overrides.items():
-            if name not in known:
-                raise ConfigError(name, value, "a setting name: " + ", ".join(sorted(known)))
             convert = getattr(fields(cls), name).converter
             values[name] = _with_origin(lambda _var, raw, c=convert: c(raw), name, value, "given as an argument")
             origins[getattr(fields(cls), name).metadata["variable"]] = "given as an argument"
-        # Settings not given keep their adapting defaults: KB_AGENT_DROP_THRESHOLD=0.8 alone
-        # raises the GENERATE threshold to 0.8, a small KB_AGENT_CONTEXT_TOKENS lowers the
-        # answer budget (Settings.__attrs_post_init__).
+        # Settings not given keep their adapting defaults: KB_AGENT_LLM unset is openai when
+        # OPENAI_API_KEY or OPENAI_BASE_URL is set (in the environment, .env or an argument),
+        # KB_AGENT_DROP_THRESHOLD=0.8 alone raises the GENERATE threshold to 0.8, a small
+        # KB_AGENT_CONTEXT_TOKENS lowers the answer budget (Settings.__attrs_post_init__).
         try:
             return cls(**values)
         except ConfigError as exc:  # a rule across settings: say where the blamed value was set
@@ -447,6 +456,39 @@ class Settings:
 SETTINGS_TABLE: dict[str, tuple[str, Kind]] = {
     f.name: (f.metadata["variable"], f.metadata["kind"]) for f in fields(Settings)
 }
+FIELD_NAMES = tuple(sorted(SETTINGS_TABLE))
+
+
+def unknown_setting(name: str) -> UnknownSettingError:
+    """The error for ``name`` given in code where a setting's name belongs."""
+    return UnknownSettingError(str(name), FIELD_NAMES, {var: f for f, (var, _) in SETTINGS_TABLE.items()})
+
+
+def _by_name_only(init: Callable[..., None]) -> Callable[..., None]:
+    """attrs' ``Settings.__init__`` with crag's errors for what it would raise TypeError for:
+    a value given by position, a name that is no setting (``Settings(foo=1)``, ``evolve``)."""
+
+    @functools.wraps(init)
+    def __init__(self: Settings, *args: Any, **values: Any) -> None:
+        if args:
+            raise UsageError("Settings takes each setting by its name (Settings(top_k=8)), not by position")
+        for name in values:
+            if name not in SETTINGS_TABLE:
+                raise unknown_setting(name)
+        init(self, **values)
+
+    return __init__
+
+
+Settings.__init__ = _by_name_only(Settings.__init__)  # type: ignore[method-assign]
+
+
+def _check_sources(environ: Any, dotenv: Any) -> None:
+    """``UsageError`` for an ``environ`` or ``dotenv`` of ``from_env`` that cannot be read as one."""
+    if environ is not None and not isinstance(environ, Mapping):
+        raise UsageError(f"environ must be a mapping of variable names to values, not {type(environ).__name__}")
+    if dotenv is not None and (isinstance(dotenv, bool) or not isinstance(dotenv, (str, bytes, os.PathLike))):
+        raise UsageError(f"dotenv must be the path of a .env file or None (no .env), not {type(dotenv).__name__}")
 
 
 def _with_origin(kind: Callable[[str, Any], Any], var: str, raw: Any, origin: str) -> Any:
@@ -455,29 +497,6 @@ def _with_origin(kind: Callable[[str, Any], Any], var: str, raw: Any, origin: st
         return kind(var, raw)
     except ConfigError as exc:
         raise ConfigError(exc.variable, exc.value, f"{exc.accepts} ({origin})", secret=exc.value is None) from None
-
-
-def find_index_dir(cwd: str | None = None) -> str:
-    """The nearest ``.crag`` in ``cwd`` or a parent that holds an index (``CURRENT``), as git
-    finds ``.git``: ``.crag`` when in ``cwd``, else its absolute path. With none, the nearest
-    ``.crag`` folder, else ``.crag`` (``index`` creates it). A link to nothing stops the search
-    (commands name it). So ``~/.crag`` serves every folder below home that has no index."""
-    start = os.path.abspath(cwd or os.getcwd())
-    folder, found = start, None
-    while True:
-        candidate = os.path.join(folder, INDEX_FOLDER)
-        if os.path.lexists(os.path.join(candidate, "CURRENT")):  # crag.index.layout.CURRENT
-            found = folder
-            break
-        if found is None and (os.path.isdir(candidate) or os.path.islink(candidate)):
-            found = folder
-            if not os.path.isdir(candidate):
-                break  # a link to nothing: commands name it rather than use another index
-        parent = os.path.dirname(folder)
-        if parent == folder:
-            break
-        folder = parent
-    return INDEX_FOLDER if found is None or found == start else os.path.join(found, INDEX_FOLDER)
 
 
 WARNINGS_SHOWN = 20  # of each kind; the rest are counted in one more line

@@ -1,5 +1,6 @@
-"""The environment crag runs in: ``.env`` files, read once, and the secrets configured there
-and in the process environment, found by one finder.
+"""The environment crag runs in: ``.env`` files, read once, the secrets configured there
+and in the process environment, found by one finder, and the index folder nearest the
+working directory (``find_index_dir``).
 
 ``read_dotenv`` parses a ``.env`` (``KEY=VALUE`` lines) and keeps it while the file stays
 the same, so a command that prints a thousand lines, each redacted of every configured
@@ -21,13 +22,15 @@ from attrs import frozen
 
 from .errors import ConfigError
 
-__all__ = ["DOTENV_MAX_BYTES", "SECRET_SUFFIXES", "SECRET_VARIABLES", "find_secrets", "read_dotenv", "secret_values"]
+__all__ = ["DOTENV_MAX_BYTES", "INDEX_FOLDER", "SECRET_SUFFIXES", "SECRET_VARIABLES", "find_index_dir", "find_secrets",
+           "read_dotenv", "secret_values"]
 
 DOTENV_MAX_BYTES = 1024 * 1024  # a .env is a few lines; anything larger is not one
 # Values never shown in a message, and redacted from everything crag prints; so is the value
 # of any variable named with one of SECRET_SUFFIXES.
 SECRET_VARIABLES = frozenset({"OPENAI_API_KEY", "JIRA_API_TOKEN", "CONFLUENCE_API_TOKEN"})
 SECRET_SUFFIXES = ("_API_KEY", "_TOKEN", "_PASSWORD", "_SECRET")
+INDEX_FOLDER = ".crag"  # the index folder found the way git finds .git
 
 
 def _read_small_regular_file(path: str | os.PathLike[str], limit: int) -> bytes | None:
@@ -256,3 +259,26 @@ def secret_values(environ: Mapping[str, str] | None = None, dotenv: str | os.Pat
     except Exception:
         file_secrets = ()
     return tuple(dict.fromkeys((*find_secrets(env), *file_secrets)))
+
+
+def find_index_dir(cwd: str | None = None) -> str:
+    """The nearest ``.crag`` in ``cwd`` or a parent that holds an index (``CURRENT``), as git
+    finds ``.git``: ``.crag`` when in ``cwd``, else its absolute path. With none, the nearest
+    ``.crag`` folder, else ``.crag`` (``index`` creates it). A link to nothing stops the search
+    (commands name it). So ``~/.crag`` serves every folder below home that has no index."""
+    start = os.path.abspath(cwd or os.getcwd())
+    folder, found = start, None
+    while True:
+        candidate = os.path.join(folder, INDEX_FOLDER)
+        if os.path.lexists(os.path.join(candidate, "CURRENT")):  # crag.index.layout.CURRENT
+            found = folder
+            break
+        if found is None and (os.path.isdir(candidate) or os.path.islink(candidate)):
+            found = folder
+            if not os.path.isdir(candidate):
+                break  # a link to nothing: commands name it rather than use another index
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+    return INDEX_FOLDER if found is None or found == start else os.path.join(found, INDEX_FOLDER)

@@ -2,6 +2,7 @@
 
     CragError                      base; ``str(err)`` is one line a user can act on
     ├── ConfigError                a setting is malformed (names the variable)   exit 2
+    │   └── UnknownSettingError    a name given in code is no setting (its value never shown)
     ├── UsageError                 bad command-line or library arguments          exit 2
     ├── KnowledgeBaseError         a knowledge-base path is missing or unreadable exit 1
     ├── IndexStoreError            the index is missing, damaged, locked, or was
@@ -53,6 +54,25 @@ class ConfigError(CragError):
         else:
             shown = f"{variable} (value not shown)" if secret else f"{variable}={short_value(value)}"
         super().__init__(f"{shown} is not valid: expected {accepts}")
+
+
+class UnknownSettingError(ConfigError):
+    """A name given in code (``Settings(...)``, ``from_env`` keywords) that is no setting.
+
+    Its value is never shown: a key given under a mistyped name (``openai_key="sk-..."``) is
+    still a key. The message names the closest setting and lists the known ones."""
+
+    def __init__(self, name: str, known: tuple[str, ...], variables: dict[str, str] | None = None) -> None:
+        import difflib
+
+        from .safe_text import short_value
+
+        self.variable, self.value, self.accepts = name, None, "a setting name: " + ", ".join(known)
+        # The variable's name where the field's is meant (KB_AGENT_TOP_K for top_k) is a typo too.
+        close = [variables[name.upper()]] if variables and name.upper() in variables else (
+            difflib.get_close_matches(name, known, n=1, cutoff=0.6) if len(name) <= 100 else [])
+        hint = f"; did you mean {close[0]}?" if close else ""
+        CragError.__init__(self, f"{short_value(name, 100)} is not a crag setting{hint} (the settings: {', '.join(known)})")
 
 
 class UsageError(CragError):
@@ -137,5 +157,6 @@ __all__ = [
     "LLMError",
     "LLMTimeoutError",
     "ToolError",
+    "UnknownSettingError",
     "UsageError",
 ]

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from attrs import field, frozen
 
+from .errors import UsageError
 from .state import AuditEvent, EvidenceItem, ToolCall
 
 if TYPE_CHECKING:
@@ -85,7 +86,7 @@ _SHORT = {"string": "str", "integer": "int", "boolean": "bool"}
 
 def _check_type(_: Any, attribute: Any, value: str) -> None:
     if value not in _TYPES:
-        raise ValueError(f"{attribute.name} must be one of {', '.join(_TYPES)}, not {value!r}")
+        raise UsageError(f"{attribute.name} must be one of {', '.join(_TYPES)}, not {value!r}")
 
 
 @frozen
@@ -225,7 +226,7 @@ def _always(settings: Any) -> bool:
 
 def _check_name(_: Any, attribute: Any, value: str) -> None:
     if not isinstance(value, str) or not TOOL_NAME.match(value):
-        raise ValueError(f"a tool name is lower-case letters, digits and _, starting with a letter; not {value!r}")
+        raise UsageError(f"a tool name is lower-case letters, digits and _, starting with a letter; not {value!r}")
 
 
 @frozen
@@ -284,20 +285,27 @@ class Tool:
         return self.searches is Searches.QUESTION
 
     def __attrs_post_init__(self) -> None:
+        # A record that cannot work is the program's mistake, said as it is made (crag.UsageError).
+        if not callable(self.run):
+            raise UsageError(f"tool {self.name}: run must be callable (args, context) -> evidence, "
+                             f"not {type(self.run).__name__}")
+        if not isinstance(self.description, str):
+            raise UsageError(f"tool {self.name}: the description must be text (what the planner is told), "
+                             f"not {type(self.description).__name__}")
         names = [p.name for p in self.params]
         if len(set(names)) != len(names):
-            raise ValueError(f"tool {self.name} declares an argument twice")
+            raise UsageError(f"tool {self.name} declares an argument twice")
         if self.question_arg is not None and self.question_arg.param not in names:
-            raise ValueError(f"tool {self.name}: question_arg {self.question_arg.param!r} is not a parameter")
+            raise UsageError(f"tool {self.name}: question_arg {self.question_arg.param!r} is not a parameter")
         for arg in (self.query_arg, self.path_arg):
             if arg is not None and arg not in names:
-                raise ValueError(f"tool {self.name}: {arg!r} is not a parameter")
+                raise UsageError(f"tool {self.name}: {arg!r} is not a parameter")
         if self.searches is not None and self.query_arg is None:
-            raise ValueError(f"tool {self.name} searches but names no query_arg")
+            raise UsageError(f"tool {self.name} searches but names no query_arg")
         if self.searches_question and self.from_question is None:
-            raise ValueError(f"tool {self.name} searches the question but has no from_question")
+            raise UsageError(f"tool {self.name} searches the question but has no from_question")
         if self.paging is Paging.DEEPER and "top_k" not in names:
-            raise ValueError(f"tool {self.name} pages deeper but has no top_k")
+            raise UsageError(f"tool {self.name} pages deeper but has no top_k")
 
 
 def search_tools(tools: Iterable[Tool]) -> tuple[str, ...]:

@@ -335,3 +335,105 @@ def test_a_long_lived_agent_lets_go_of_the_generations_a_re_index_replaced(tmp_p
             assert f"{round + 1} times" in agent.ask("How many times does crag retry?").answer
             gc.collect()
             assert held_deleted() == []
+
+
+def test_the_other_arguments_of_the_wrong_type_are_usage_errors_said_before_any_work(tmp_path) -> None:
+    """``Settings.from_env(dotenv=1)``, ``environ=[...]``, ``Agent.from_env(tools=5)``,
+    ``progress=5`` and ``agent.stream(q, on_event=5)`` were TypeErrors and AttributeErrors from
+    crag's insides; ``progress=5`` failed half way through indexing, ``on_event=5`` only once the
+    stream was iterated."""
+    from crag import Tool
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# A\n\nThe server listens on port 8080.\n", encoding="utf-8")
+    env = {"KB_AGENT_INDEX_DIR": str(tmp_path / "i"), "KB_AGENT_LLM": "offline"}
+    for dotenv in (1, True, 2.5, ["a.env"]):
+        with pytest.raises(crag.UsageError, match=r"^dotenv must be the path of a \.env file or None"):
+            Settings.from_env(environ={}, dotenv=dotenv)
+        with pytest.raises(crag.UsageError, match=r"^dotenv must be the path"):
+            Agent.from_env(environ=env, dotenv=dotenv)
+    with pytest.raises(crag.UsageError, match=r"^environ must be a mapping"):
+        Settings.from_env(environ=[("KB_AGENT_TOP_K", "3")], dotenv=None)
+    for tools in (5, object()):
+        with pytest.raises(crag.UsageError, match=r"^tools must be a crag\.Tool or a list of them"):
+            Agent.from_env(docs, environ=env, dotenv=None, tools=tools)
+    with pytest.raises(crag.UsageError, match=r"^progress must be callable"):
+        Agent.from_env(docs, environ=env, dotenv=None, progress=5)
+    assert not (tmp_path / "i").exists()  # refused before anything was indexed
+    own = Tool(name="ticket_lookup", description="read a ticket", run=lambda args, context: [])
+    for tools in (own, [own], None):  # one tool is that tool, as one path is one root
+        with Agent.from_env(docs, environ=env, dotenv=None, tools=tools) as agent:
+            assert ("ticket_lookup" in [t.name for t in agent.toolbox.tools()]) is (tools is not None)
+            with pytest.raises(crag.UsageError, match=r"^on_event must be callable"):
+                agent.stream("which port?", on_event=5)
+            with pytest.raises(crag.UsageError, match=r"^on_event must be callable"):
+                agent.astream("which port?", on_event=5)
+
+
+def test_every_error_crag_raises_on_purpose_can_be_caught_by_its_name_from_crag() -> None:
+    """``crag.IndexFormatError`` (an index written by a newer crag) was raised to library users
+    but was no name of ``crag``, unlike its sibling ``crag.EmbedderMismatchError``."""
+    import crag.errors
+
+    for name in crag.errors.__all__:
+        assert name in crag.__all__ and getattr(crag, name) is getattr(crag.errors, name), name
+
+
+def test_agent_settings_of_the_wrong_type_are_a_usage_error_when_the_agent_is_made() -> None:
+    """``Agent(model, toolbox, {"top_k": 3})`` (or the class ``Settings``) was accepted and
+    failed at the first question with an AttributeError from crag's insides."""
+    for settings in ({"top_k": 3}, Settings, 5):
+        with pytest.raises(crag.UsageError, match=r"^settings must be a crag\.Settings"):
+            Agent(ScriptedChatModel(), FakeToolbox(), settings)
+
+
+def test_a_scripted_model_takes_one_reply_as_one_reply_and_names_a_node_it_does_not_know() -> None:
+    """``ScriptedChatModel({"synthesize": "Hello!"})`` replayed "H", "e", "l", ... one character
+    a call; a misspelt node ("synthesise") was kept and never used; ``ScriptedChatModel(5)`` was
+    an AttributeError."""
+    model = ScriptedChatModel({"analyze_and_route": route("chitchat", ()), "synthesize": "Hello there!"})
+    assert Agent(model, FakeToolbox(), Settings()).ask("hi").answer.startswith("Hello there!")
+    with pytest.raises(crag.UsageError, match=r"^the scripted model has no node synthesise \(the nodes: "
+                                               r"analyze_and_route, plan, tool_exec, grade_evidence, synthesize\)"):
+        ScriptedChatModel({"synthesise": ["Hello!"]})
+    with pytest.raises(crag.UsageError, match=r"^the scripted model has no node synthesise"):
+        ScriptedChatModel().push("synthesise", "Hello!")
+    for replies in (5, ["Hello!"]):
+        with pytest.raises(crag.UsageError, match=r"^replies must be a mapping of node names to replies"):
+            ScriptedChatModel(replies)
+
+
+def test_a_library_user_is_warned_about_unknown_names_and_bad_dotenv_lines_as_the_cli_user_is(
+        tmp_path, monkeypatch) -> None:
+    """SPEC §3: unknown ``KB_AGENT_*`` names and ``.env`` lines that are not assignments are warned
+    about. ``crag`` said so on stderr; ``Agent.from_env``, which reads the same settings, said
+    nothing, so a program whose ``KB_AGENT_TOPK=8`` was ignored never learnt why."""
+    from .fakes import clean_env
+
+    clean_env(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".env").write_text("KB_AGENT_TOPK=8\nKB_AGENT_LLM offline\n", encoding="utf-8")
+    monkeypatch.setenv("KB_AGENT_GROUDNING", "strict")
+    with pytest.warns(crag.CragWarning) as caught:
+        Agent.from_env(chat_model=ScriptedChatModel(), toolbox=FakeToolbox()).close()
+    said = [str(w.message) for w in caught]
+    assert said == [".env line 2 is not an assignment (NAME=value); it is ignored",
+                    "KB_AGENT_TOPK (in .env) is not a crag setting; did you mean KB_AGENT_TOP_K?",
+                    "KB_AGENT_GROUDNING (in the environment) is not a crag setting; did you mean KB_AGENT_GROUNDING?"]
+    with pytest.warns(crag.CragWarning, match=r"^KB_AGENT_TOPK \(in the environment\)"):
+        Agent.from_env(chat_model=ScriptedChatModel(), toolbox=FakeToolbox(), environ={"KB_AGENT_TOPK": "8"},
+                       dotenv=None).close()
+
+
+def test_the_cli_says_each_configuration_warning_once_though_ask_builds_its_agent_from_env(
+        tmp_path, monkeypatch) -> None:
+    from .fakes import clean_env, cli
+
+    clean_env(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KB_AGENT_TOPK", "8")
+    monkeypatch.setenv("KB_AGENT_LLM", "offline")
+    code, out, err = cli("ask", "hello")
+    assert code == 0 and out.startswith("Hello")
+    assert err.count("KB_AGENT_TOPK (in the environment) is not a crag setting") == 1, err

@@ -298,3 +298,44 @@ def test_the_repr_of_settings_shows_no_secret():
         assert secret not in shown and secret not in str(settings)
     assert "openai_api_key='***'" in shown and "http://bob:***@h:1/v1" in shown and "model='gpt-4o-mini'" in shown
     assert "openai_api_key=''" in repr(Settings())  # nothing hidden where there is nothing
+
+
+# -- names given in code: a crag error that names the setting, never the value ---------------------
+
+
+@pytest.mark.parametrize("build", [lambda **kw: Settings(**kw), lambda **kw: Settings.from_env(environ={}, dotenv=None, **kw)])
+def test_an_unknown_setting_name_is_a_config_error_naming_it_and_the_closest_and_known_ones(build) -> None:
+    """``Settings(foo=1)`` was a bare TypeError from attrs, and ``from_env(openai_key="sk-...")``
+    printed the mistyped key's value in its message."""
+    with pytest.raises(ConfigError) as caught:
+        build(openai_key="sk-live-SECRET-123")
+    message = str(caught.value)
+    assert message.startswith("openai_key is not a crag setting; did you mean openai_api_key?"), message
+    assert "SECRET" not in message and "SECRET" not in repr(caught.value) and caught.value.value is None
+    assert "max_iterations" in message and "top_k" in message and "\n" not in message  # the known ones, one line
+    with pytest.raises(ConfigError, match=r"^KB_AGENT_TOP_K is not a crag setting; did you mean top_k\?"):
+        build(KB_AGENT_TOP_K=8)  # the variable's name where the field's is meant
+    with pytest.raises(ConfigError, match=r"^foo is not a crag setting \(the settings:"):
+        build(foo=1)
+
+
+def test_settings_are_given_by_name_not_by_position() -> None:
+    """``Settings(1)`` quietly set ``max_iterations``, the first field in ``.env.example``'s order."""
+    from crag.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"^Settings takes each setting by its name"):
+        Settings(1)
+
+
+def test_a_server_given_in_code_switches_the_backend_to_openai_as_it_does_in_the_environment(tmp_path) -> None:
+    """``Agent.from_env(openai_base_url=...)`` answered offline: only the environment's
+    OPENAI_BASE_URL and OPENAI_API_KEY chose the ``openai`` backend (SPEC §3)."""
+    url = "http://127.0.0.1:9/v1"
+    assert Settings.from_env(environ={}, dotenv=None, openai_base_url=url).llm == "openai"
+    assert Settings.from_env(environ={}, dotenv=None, openai_api_key="sk-test").llm == "openai"
+    assert Settings(openai_base_url=url).llm == "openai" and Settings().llm == "offline"
+    # A backend the user chose stays chosen, wherever it was set.
+    assert Settings(openai_base_url=url, llm="offline").llm == "offline"
+    assert Settings.from_env(environ={"KB_AGENT_LLM": "offline"}, dotenv=None, openai_base_url=url).llm == "offline"
+    assert Settings.from_env(environ={"OPENAI_BASE_URL": url}, dotenv=None, llm="offline").llm == "offline"
+    assert Settings.from_env(environ={"OPENAI_BASE_URL": "  "}, dotenv=None).llm == "offline"

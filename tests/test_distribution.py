@@ -40,3 +40,11 @@ def test_the_missing_extra_messages_name_crag_kb(monkeypatch) -> None:
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
     assert missing_extra().endswith("pip install 'crag-kb[mcp]' (make install includes it)")
     assert skipped_line([".pdf", ".docx"]).endswith("(to include them: pip install 'crag-kb[docx,pdf]')")
+
+
+def test_the_package_ships_its_type_hints_as_pep_561_says() -> None:
+    """crag is an embedded library with type hints on its whole public API, but shipped no
+    ``py.typed``: a type checker in a program importing crag treated every name as ``Any``."""
+    assert (ROOT / "crag" / "py.typed").is_file()
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert "py.typed" in setuptools["package-data"]["crag"]

@@ -122,8 +122,6 @@ def test_a_toolbox_checks_direct_calls_of_your_tool_and_contains_its_failures(tm
         box.run(ToolCall("wrong_tool", {}))
     with pytest.raises(UsageError, match="already a tool named vector_search"):
         Toolbox(Settings(index_dir=str(tmp_path)), tools=[BUILTIN_TOOLS[0]])
-    with pytest.raises(ValueError, match="tool name"):
-        Tool("Bad Name", "x", broken)
 
 
 def test_tools_and_toolbox_do_not_mix(kb) -> None:
@@ -159,3 +157,19 @@ def test_a_tool_gets_a_context_never_the_toolbox(tmp_path: Path) -> None:
     assert not any(hasattr(context, name) for name in ("run", "tools", "close", "store"))
     assert context.file_roots() == (str(tmp_path),) and context.label(str(tmp_path / "a.md")) == "a.md"
     assert context.http.timeout == 7.0 and context.cwd == str(tmp_path)
+
+
+def test_a_tool_record_that_cannot_work_is_a_usage_error_when_it_is_made() -> None:
+    """``Tool("Bad Name", ...)`` and a parameter of an unknown type were bare ValueErrors, which
+    no ``except crag.CragError`` catches, and ``Tool(..., run=3)`` or a description that is no text
+    were accepted, to fail only when a question ran the tool."""
+    with pytest.raises(UsageError, match=r"^a tool name is lower-case letters"):
+        Tool("Bad Name", "x", lookup)
+    with pytest.raises(UsageError, match=r"^tool ticket_lookup: run must be callable"):
+        Tool("ticket_lookup", "read a ticket", 3)
+    with pytest.raises(UsageError, match=r"^tool ticket_lookup: the description must be text"):
+        Tool("ticket_lookup", None, lookup)
+    with pytest.raises(UsageError, match=r"^type must be one of string, integer, boolean"):
+        Param("ticket", type="number")
+    with pytest.raises(UsageError, match=r"declares an argument twice"):
+        Tool("ticket_lookup", "read a ticket", lookup, params=(Param("a"), Param("a")))

@@ -216,8 +216,8 @@ def _main(argv: Sequence[str] | None, out: TextIO, err: TextIO, stdin: TextIO | 
         args.stdin = stdin or sys.stdin or io.StringIO()  # `<&-`: no sys.stdin; a closed input reads as empty
         common.OVERRIDES.clear()
         common.OVERRIDES.update({"model": args.model, "index_dir": args.index})
-        _warn_about_configuration(err)
-        with _warnings_to(err):
+        said = _warn_about_configuration(err)
+        with _warnings_to(err, said):
             code = int(args.func(args, out, err) or 0)
         out.flush()
         return code
@@ -250,28 +250,31 @@ def _main(argv: Sequence[str] | None, out: TextIO, err: TextIO, stdin: TextIO | 
         return TERMINATED
 
 
-def _warn_about_configuration(err: TextIO) -> None:
-    """Warnings about the configuration, when it is valid (else its one error line says it all)."""
+def _warn_about_configuration(err: TextIO) -> set[str]:
+    """Warnings about the configuration, when it is valid (else its one error line says it all);
+    what was said, so that ``Agent.from_env`` (``ask``), which warns about it too, is not repeated."""
     from ..config import config_warnings
     from ..errors import ConfigError
 
     try:
         common.settings()
     except ConfigError:
-        return
-    for warning in config_warnings():
+        return set()
+    said = config_warnings()
+    for warning in said:
         err.write(shown(f"crag: warning: {warning}") + "\n")
+    return set(said)
 
 
 @contextlib.contextmanager
-def _warnings_to(err: TextIO) -> Iterator[None]:
+def _warnings_to(err: TextIO, said: set[str]) -> Iterator[None]:
     """Each distinct ``CragWarning`` of the command (a skipped ignore line, an unreadable
-    ignore file) printed once on ``err`` as ``crag: warning: <message>``."""
+    ignore file) printed once on ``err`` as ``crag: warning: <message>``, unless ``said``
+    (by text: a library resetting the warning filters cannot repeat one) holds it already."""
     import warnings
 
     from ..errors import CragWarning
 
-    said: set[str] = set()  # by text: a library resetting the warning filters cannot repeat one
     with warnings.catch_warnings():
         warnings.simplefilter("always", CragWarning)  # whatever -W says; `said` keeps it to once
         previous = warnings.showwarning

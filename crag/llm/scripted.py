@@ -7,8 +7,9 @@ can test their own code without a server:
                                "synthesize": ["Hello!"]})
 
 A reply is a string, a ``Completion`` (to report token usage), or an exception instance to
-raise. A node whose queue is empty raises ``LLMError`` naming the node, so a test that
-expects fewer calls than the run makes fails loudly.
+raise; a node's queue is a list of replies, or one reply alone. A node whose queue is empty
+raises ``LLMError`` naming the node, so a test that expects fewer calls than the run makes
+fails loudly; a node crag does not have (``"synthesise"``) is a ``UsageError`` at once.
 """
 
 from __future__ import annotations
@@ -16,13 +17,15 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 
-from ..errors import LLMError
+from ..errors import LLMError, UsageError
+from ..graph import Node
 from ..ports import LLMRequest
 from ..state import Completion
 
 __all__ = ["ScriptedChatModel"]
 
 Reply = str | Completion | BaseException
+NODES = tuple(n.value for n in Node if n not in (Node.START, Node.END))
 
 
 class ScriptedChatModel:
@@ -34,13 +37,19 @@ class ScriptedChatModel:
         model: str = "scripted",
         default: Mapping[str, Reply] | None = None,
     ) -> None:
+        for name, given in (("replies", replies), ("default", default)):
+            if given is not None and not isinstance(given, Mapping):
+                raise UsageError(f"{name} must be a mapping of node names to replies, not {type(given).__name__}")
         self.model = model
-        self.queues: dict[str, deque[Reply]] = {k: deque(v) for k, v in (replies or {}).items()}
-        self.default = dict(default or {})
+        self.queues: dict[str, deque[Reply]] = {}
+        for node, queue in (replies or {}).items():
+            one = isinstance(queue, (str, Completion, BaseException))  # one reply, not its characters
+            self.push(node, *((queue,) if one else queue))
+        self.default = {_node(node): reply for node, reply in (default or {}).items()}
         self.requests: list[LLMRequest] = []
 
     def push(self, node: str, *replies: Reply) -> None:
-        self.queues.setdefault(node, deque()).extend(replies)
+        self.queues.setdefault(_node(node), deque()).extend(replies)
 
     def calls(self, node: str | None = None) -> int:
         return sum(1 for r in self.requests if node is None or r.node == node)
@@ -65,3 +74,11 @@ class ScriptedChatModel:
         if on_delta is not None:
             on_delta(reply)
         return Completion(text=reply, model=self.model)
+
+
+def _node(name: object) -> str:
+    if name not in NODES:
+        from ..safe_text import short_value
+
+        raise UsageError(f"the scripted model has no node {short_value(name)} (the nodes: {', '.join(NODES)})")
+    return str(name)
