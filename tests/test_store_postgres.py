@@ -1171,3 +1171,18 @@ def test_pgvector_in_a_schema_off_the_search_path_is_named_with_the_fix(pg_serve
     assert "schema ext" in line and "search_path" in line, line
     fixed = uri + ("&" if "?" in uri else "?") + "options=-c%20search_path%3Dpublic,ext"
     assert crag(env_for(fixed, tmp_path), tmp_path, "index", "docs").returncode == 0
+
+
+def test_a_pdf_whose_text_holds_a_nul_is_indexed_not_the_whole_update_refused(pg_uri: str, tmp_path: Path) -> None:
+    """PostgreSQL refuses a NUL in text: a PDF whose font map names one failed the whole update."""
+    pytest.importorskip("pypdf", reason="the pdf extra (make install has it)")
+    from tests.test_readers_hostile import pdf_with_unicode_map
+
+    make_kb(tmp_path / "docs", n=0)
+    pdf_with_unicode_map(tmp_path / "docs" / "odd.pdf", b"harbour fees AB due", {0x41: "D800", 0x42: "0000"})
+    env = env_for(pg_uri, tmp_path)
+    run = crag(env, tmp_path, "index", "docs")
+    assert run.returncode == 0, run.stderr
+    assert "3 added" in run.stdout and "docs/odd.pdf" in run.stdout
+    found = crag(env, tmp_path, "search", "--json", "harbour fees")
+    assert found.returncode == 0 and "docs/odd.pdf" in [h["path"] for h in json.loads(found.stdout)]
