@@ -243,3 +243,18 @@ def test_an_index_option_naming_a_file_is_named_as_the_option_too(project: Path)
     code, out, err = cli("--index", str(project / "notes.txt"), "search", "retries")
     assert code == 1 and not out
     assert err.count("\n") == 1 and "is a file, not an index folder" in err and "--index" in err
+
+
+def test_the_index_option_names_the_index_even_while_the_store_setting_names_a_database(
+    project: Path, monkeypatch
+) -> None:
+    """``--index DIR`` is this run's index folder: it was ignored while KB_AGENT_STORE named a
+    PostgreSQL database, and the command searched that database instead of the folder named."""
+    monkeypatch.setenv("KB_AGENT_STORE", "postgresql://crag:sekret@127.0.0.1:9/kb")
+    for argv, shown in ((("search", "deploy", "--json"), "docs/deploy.md"), (("roots",), "1 root in .crag"),
+                        (("ask", "How do I deploy the server?"), "docker compose up")):
+        code, out, err = cli(*argv, "--index", str(project / ".crag"))
+        assert code == 0, (argv, err)
+        assert shown in out and "postgresql" not in out + err and "sekret" not in out + err
+    code, out, _ = cli("index", "docs", "--index", str(project / "other"))
+    assert code == 0 and "into other" in out and (project / "other").is_dir()

@@ -73,7 +73,7 @@ def _run_options(parser: argparse.ArgumentParser, default: object) -> None:
     parser.add_argument("-m", "--model", default=default, metavar="MODEL",
                         help="the chat model for this run (overrides KB_AGENT_MODEL)")
     parser.add_argument("--index", type=path_arg, default=default, metavar="DIR",
-                        help="the index folder for this run (overrides KB_AGENT_INDEX_DIR and the search for .crag)")
+                        help="the index folder for this run (overrides KB_AGENT_INDEX_DIR, KB_AGENT_STORE and the search for .crag)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -216,6 +216,8 @@ def _main(argv: Sequence[str] | None, out: TextIO, err: TextIO, stdin: TextIO | 
         args.stdin = stdin or sys.stdin or io.StringIO()  # `<&-`: no sys.stdin; a closed input reads as empty
         common.OVERRIDES.clear()
         common.OVERRIDES.update({"model": args.model, "index_dir": args.index})
+        if args.index:  # this run's index folder: the embedded store, even while KB_AGENT_STORE names a database
+            common.OVERRIDES["store"] = ""
         _warn_about_configuration(err)
         with _warnings_to(err):
             code = int(args.func(args, out, err) or 0)
