@@ -1254,3 +1254,19 @@ def test_a_damaged_index_is_one_line_on_the_command_line(pg_uri: str, tmp_path: 
     assert rebuilt.returncode == 0, rebuilt.stderr
     assert "re-embedded everything: the previous index could not be read" in rebuilt.stdout
     assert crag(env, tmp_path, "search", "uploads").returncode == 0
+
+
+@pytest.mark.parametrize(("uri", "reason"), [
+    ("postgresql://crag:sekret9@127.0.0.1:9/kb?sslmod=require", 'invalid URI query parameter: "sslmod"'),
+    ("postgresql://crag:sek%ZZret9@127.0.0.1:9/kb", 'invalid percent-encoded token: "***"'),
+    ("postgresql://crag:sekret9@[::1:9/kb", "end of string reached when looking for matching"),
+])
+def test_a_store_uri_libpq_cannot_read_is_a_configuration_error(uri: str, reason: str, tmp_path: Path) -> None:
+    """A misspelt parameter, a bad %-escape, an unclosed [: the URI is wrong, not the server
+    unreachable (it said "cannot reach the PostgreSQL server", exit status 1)."""
+    run = crag(env_for(uri, tmp_path), tmp_path, "search", "anything")
+    assert run.returncode == 2, run.stderr
+    (line,) = run.stderr.strip().splitlines()
+    assert line.startswith(f"crag: error: KB_AGENT_STORE={redact(uri)} is not valid: expected a postgresql:// URI "
+                           "that libpq reads") and reason in line, line
+    assert "sek" not in run.stderr + run.stdout

@@ -40,7 +40,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from ..environment import store_credentials
-from ..errors import IndexFormatError, IndexStoreError
+from ..errors import ConfigError, IndexFormatError, IndexStoreError
 from ..ports import FileRecord, StoreState
 from .documents import embedder_mismatch
 from .fusion import SearchWeights
@@ -129,10 +129,23 @@ class PostgresStore:
         self.location = redact(uri)
         self.reindex_hint = f"run `python -m crag index PATH` (with KB_AGENT_STORE={self.location}) to rebuild it"
         self.psycopg = _psycopg()
+        self._check_uri()
         self._version_conns = PerThread(lambda: self.connect(autocommit=True))
 
     def __repr__(self) -> str:
         return f"PostgresStore({self.location!r})"
+
+    def _check_uri(self) -> None:
+        """A URI libpq cannot read (a misspelt parameter, a bad %-escape, an unclosed ``[``) is a
+        setting's error, exit status 2, not a server that cannot be reached."""
+        try:
+            self.psycopg.conninfo.conninfo_to_dict(self.uri)
+        except self.psycopg.Error as exc:
+            reason = _first_line(exc)
+            password = store_credentials(self.uri)[0]
+            if password:
+                reason = reason.replace(password, "***")
+            raise ConfigError("KB_AGENT_STORE", self.location, f"a postgresql:// URI that libpq reads ({reason})") from None
 
     # -- connections and the schema ------------------------------------------------------
 
