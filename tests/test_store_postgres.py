@@ -1270,3 +1270,27 @@ def test_a_store_uri_libpq_cannot_read_is_a_configuration_error(uri: str, reason
     assert line.startswith(f"crag: error: KB_AGENT_STORE={redact(uri)} is not valid: expected a postgresql:// URI "
                            "that libpq reads") and reason in line, line
     assert "sek" not in run.stderr + run.stdout
+
+
+def test_a_search_blocked_by_a_lock_ends_with_one_line_instead_of_waiting_for_ever(
+    pg_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another session holding a lock on crag's tables (an administrator's VACUUM FULL or ALTER
+    TABLE) made a search wait as long as it held it: `crag ask` hung with nothing on the screen."""
+    import psycopg
+
+    from crag.errors import IndexStoreError
+    from crag.index import postgres
+
+    index_roots(Settings(store=pg_uri), [make_kb(tmp_path / "kb")])
+    monkeypatch.setattr(postgres, "READ_TIMEOUT_MS", 500)
+    with open_index(Settings(store=pg_uri)) as reader, psycopg.connect(pg_uri) as admin:
+        admin.execute("LOCK TABLE crag.chunks IN ACCESS EXCLUSIVE MODE")
+        with pytest.raises(IndexStoreError) as caught:
+            reader.search("uploads retried", 2)
+        assert str(caught.value) == (
+            f"the PostgreSQL server {redact(pg_uri)} did not answer a search within 0.5 s (another session may "
+            "hold a lock on crag's tables, as an upgrade of the index does, or the server is overloaded): try again later"
+        )
+        admin.rollback()
+        assert reader.search("uploads retried", 1)[0].path.endswith("setup.md")

@@ -57,6 +57,11 @@ __all__ = ["PostgresStore", "PostgresUpdate", "redact", "vector_kind", "vector_l
 
 # The advisory lock every crag indexer of a database takes: "crag" in ASCII.
 LOCK_KEY = 0x63726167
+# The longest a reader's statement may run (``statement_timeout``, unless the URI or the role
+# sets one): a search takes milliseconds, so only a lock another session holds on crag's tables
+# (an administrator's VACUUM FULL, an upgrade of the index) or an overloaded server reaches it;
+# without it a search waited as long as the lock was held, with nothing on the screen.
+READ_TIMEOUT_MS = 120_000
 
 
 _ENABLE_VECTOR = "CREATE EXTENSION vector;"
@@ -130,7 +135,7 @@ class PostgresStore:
         self.reindex_hint = f"run `python -m crag index PATH` (with KB_AGENT_STORE={self.location}) to rebuild it"
         self.psycopg = _psycopg()
         self._check_uri()
-        self._version_conns = PerThread(lambda: self.connect(autocommit=True))
+        self._version_conns = PerThread(lambda: self.reading(self.connect(autocommit=True)))
 
     def __repr__(self) -> str:
         return f"PostgresStore({self.location!r})"
@@ -165,11 +170,26 @@ class PostgresStore:
                 self.location,
             ) from exc
 
+    def reading(self, conn: Any) -> Any:
+        """``conn`` with ``READ_TIMEOUT_MS`` as its ``statement_timeout``, unless it has one already."""
+        conn.execute(
+            "SELECT set_config('statement_timeout', %s, false) WHERE current_setting('statement_timeout') = '0'",
+            (str(READ_TIMEOUT_MS),),
+        )
+        return conn
+
     def error(self, exc: BaseException, *, writing: bool = False) -> IndexStoreError:
         """``exc`` as one line; ``writing``: it came from an update, so a refused right is the
         role's (a reader's role, docs/postgresql.md, may only read)."""
         reason = _first_line(exc)
         errors = self.psycopg.errors
+        if isinstance(exc, errors.QueryCanceled) and not writing:
+            return IndexStoreError(
+                f"the PostgreSQL server {self.location} did not answer a search within {READ_TIMEOUT_MS / 1000:g} s "
+                "(another session may hold a lock on crag's tables, as an upgrade of the index does, or the server "
+                "is overloaded): try again later",
+                self.location,
+            )
         if isinstance(exc, (errors.UndefinedTable, errors.UndefinedColumn, errors.UndefinedFunction)):
             return self._damaged(reason)  # a table, column or crag's function dropped since it was checked
         if writing and isinstance(exc, self.psycopg.errors.InsufficientPrivilege):
