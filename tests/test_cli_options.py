@@ -243,3 +243,15 @@ def test_an_index_option_naming_a_file_is_named_as_the_option_too(project: Path)
     code, out, err = cli("--index", str(project / "notes.txt"), "search", "retries")
     assert code == 1 and not out
     assert err.count("\n") == 1 and "is a file, not an index folder" in err and "--index" in err
+
+
+def test_the_index_option_while_the_store_setting_names_a_database_is_said_to_be_unused(
+    project: Path, monkeypatch
+) -> None:
+    """``KB_AGENT_STORE`` chooses where the index lives (SPEC §3); ``--index DIR`` overrides
+    KB_AGENT_INDEX_DIR, which a database does not use: the command says so instead of ignoring
+    the option silently, and never shows the database's password."""
+    monkeypatch.setenv("KB_AGENT_STORE", "postgresql://crag:sekret@127.0.0.1:9/kb")
+    _, out, err = cli("roots", "--index", str(project / ".crag"))
+    assert "crag: warning: --index DIR is not used while KB_AGENT_STORE names a database" in err
+    assert "sekret" not in out + err

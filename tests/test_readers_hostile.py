@@ -313,3 +313,52 @@ def test_a_document_removed_while_the_index_reads_it_is_one_skipped_file(folder:
     code, out, _ = cli("index", "docs")
     assert code == 0 and "docs/ok.md" in out
     assert skipped(out) == {"docs/guide.pdf": "cannot read (No such file or directory)"}
+
+
+def pdf_with_unicode_map(path: Path, shown: bytes, unicode_of: dict[int, str]) -> Path:
+    """A one-page PDF showing the bytes ``shown`` in Helvetica, whose ``/ToUnicode`` map says byte
+    ``b`` is the UTF-16 code units ``unicode_of[b]`` (hex): a map may name a NUL or half a pair."""
+    entries = " ".join(f"<{b:02X}> <{units}>" for b, units in unicode_of.items())
+    cmap = (b"/CIDInit /ProcSet findresource begin 12 dict begin begincmap /CMapName /X def "
+            b"1 begincodespacerange <00> <FF> endcodespacerange "
+            + f"{len(unicode_of)} beginbfchar {entries} endbfchar ".encode()
+            + b"endcmap CMapName currentdict /CMap defineresource pop end end")
+    content = b"BT /F1 12 Tf 72 720 Td (" + shown + b") Tj ET"
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
+        b"/Resources << /Font << /F1 5 0 R >> >> >>",
+        b"<< /Length %d >>\nstream\n%s\nendstream" % (len(content), content),
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /ToUnicode 6 0 R >>",
+        b"<< /Length %d >>\nstream\n%s\nendstream" % (len(cmap), cmap),
+    ]
+    data, offsets = b"%PDF-1.4\n", []
+    for n, body in enumerate(objects, 1):
+        offsets.append(len(data))
+        data += b"%d 0 obj\n%s\nendobj\n" % (n, body)
+    xref = len(data)
+    data += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    data += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
+    data += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+    path.write_bytes(data)
+    return path
+
+
+def test_a_pdf_whose_text_holds_a_nul_or_half_a_surrogate_pair_is_indexed_as_text(folder: Path) -> None:
+    """pypdf gives what a font's /ToUnicode map says: a NUL (which no store holds as text, and
+    PostgreSQL refuses) or a lone UTF-16 surrogate (which cannot be written as UTF-8). The text
+    crag indexes drops the NUL and shows the half pair as U+FFFD, as a text file's would be."""
+    pdf = pdf_with_unicode_map(folder / "odd.pdf", b"harbour fees AB due", {0x41: "D800", 0x42: "0000"})
+    import pypdf
+
+    raw = pypdf.PdfReader(io.BytesIO(pdf.read_bytes())).pages[0].extract_text()
+    assert "\ud800" in raw and "\x00" in raw  # what the reader is given
+    text = read_document(PDF_READER, pdf.read_bytes())
+    assert "harbour fees \ufffd due" in text and "\x00" not in text
+    text.encode("utf-8")  # no surrogate left
+    code, out, err = cli("index", "docs")
+    assert code == 0 and "Traceback" not in out + err, err
+    assert "2 added" in out and "docs/odd.pdf" in out
+    code, out, _ = cli("search", "harbour fees", "--json")
+    assert code == 0 and "docs/odd.pdf" in [h["path"] for h in json.loads(out)]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -1171,3 +1172,125 @@ def test_pgvector_in_a_schema_off_the_search_path_is_named_with_the_fix(pg_serve
     assert "schema ext" in line and "search_path" in line, line
     fixed = uri + ("&" if "?" in uri else "?") + "options=-c%20search_path%3Dpublic,ext"
     assert crag(env_for(fixed, tmp_path), tmp_path, "index", "docs").returncode == 0
+
+
+def test_a_pdf_whose_text_holds_a_nul_is_indexed_not_the_whole_update_refused(pg_uri: str, tmp_path: Path) -> None:
+    """PostgreSQL refuses a NUL in text: a PDF whose font map names one failed the whole update."""
+    pytest.importorskip("pypdf", reason="the pdf extra (make install has it)")
+    from tests.test_readers_hostile import pdf_with_unicode_map
+
+    make_kb(tmp_path / "docs", n=0)
+    pdf_with_unicode_map(tmp_path / "docs" / "odd.pdf", b"harbour fees AB due", {0x41: "D800", 0x42: "0000"})
+    env = env_for(pg_uri, tmp_path)
+    run = crag(env, tmp_path, "index", "docs")
+    assert run.returncode == 0, run.stderr
+    assert "3 added" in run.stdout and "docs/odd.pdf" in run.stdout
+    found = crag(env, tmp_path, "search", "--json", "harbour fees")
+    assert found.returncode == 0 and "docs/odd.pdf" in [h["path"] for h in json.loads(found.stdout)]
+
+
+DAMAGE = [
+    ("DROP TABLE crag.chunks CASCADE", "table crag.chunks is missing"),
+    ("DROP TABLE crag.postings", "table crag.postings is missing"),
+    ("DROP TABLE crag.migrations", "table crag.migrations is missing"),
+    ("ALTER TABLE crag.files DROP COLUMN dl", "column crag.files.dl is missing"),
+    ("DROP FUNCTION crag.fold_diacritics CASCADE", "column crag.chunks.tsv is missing"),
+    ("DROP EXTENSION vector CASCADE", "column crag.chunks.embedding is missing"),
+    ("UPDATE crag.meta SET value = 'abc' WHERE key = 'chunks'", "meta chunks is not a number"),
+    ("UPDATE crag.meta SET value = 'x' WHERE key = 'avgdl_chunks'", "meta avgdl_chunks is not a number"),
+    ("DELETE FROM crag.meta WHERE key = 'dim'", "meta dim is not a number"),
+    ("DELETE FROM crag.chunks", "0 chunk rows, 5 listed by its files, 5 recorded"),
+]
+
+
+@pytest.mark.parametrize(("damage", "what"), DAMAGE, ids=[d for d, _ in DAMAGE])
+def test_a_damaged_index_is_said_to_be_damaged_and_the_next_index_rebuilds_it(
+    pg_uri: str, tmp_path: Path, damage: str, what: str
+) -> None:
+    """Tables, columns, crag's function or meta values damaged by hand: a search said what the
+    server said ("relation crag.chunks does not exist"), or gave a traceback, and `crag index`
+    answered "already up to date", so nothing could mend it short of dropping the schema."""
+    import psycopg
+
+    from crag.errors import IndexStoreError
+
+    kb = make_kb(tmp_path / "docs")
+    cfg = Settings(store=pg_uri)
+    index_roots(cfg, [kb])
+    with psycopg.connect(pg_uri, autocommit=True) as conn:
+        conn.execute(damage)
+    with pytest.raises(IndexStoreError) as caught:
+        open_index(cfg).search("uploads retried", 2)
+    said = re.fullmatch(
+        re.escape(f"the index in {redact(pg_uri)} is damaged (") + "(.+)"
+        + re.escape(f"): run `python -m crag index PATH` (with KB_AGENT_STORE={redact(pg_uri)}) to rebuild it"),
+        str(caught.value),
+    )
+    assert said is not None, str(caught.value)
+    # rows gone are counted by an update's check alone; a search finds a ranked row missing
+    assert re.fullmatch(r"chunk \d+ has no metadata", said[1]) if damage == "DELETE FROM crag.chunks" else said[1] == what
+    report = index_roots(cfg, [kb], lock_timeout=20)
+    assert report.reembedded_all and what in report.reason and len(report.added) + len(report.changed) == 5
+    with open_index(cfg) as reader:
+        assert reader.search("how often are uploads retried", 1)[0].path.endswith("setup.md")
+
+
+def test_a_damaged_index_is_one_line_on_the_command_line(pg_uri: str, tmp_path: Path) -> None:
+    import psycopg
+
+    make_kb(tmp_path / "docs")
+    env = env_for(pg_uri, tmp_path)
+    assert crag(env, tmp_path, "index", "docs").returncode == 0
+    with psycopg.connect(pg_uri, autocommit=True) as conn:
+        conn.execute("UPDATE crag.meta SET value = 'abc' WHERE key = 'chunks'")
+    for argv in (("search", "uploads"), ("ask", "How often are uploads retried?"), ("roots",)):
+        run = crag(env, tmp_path, *argv)
+        assert run.returncode == 1, (argv, run.stderr)
+        assert run.stderr.strip().splitlines() == [
+            f"crag: error: the index in {redact(pg_uri)} is damaged (meta chunks is not a number): "
+            f"run `python -m crag index PATH` (with KB_AGENT_STORE={redact(pg_uri)}) to rebuild it"
+        ], argv
+    rebuilt = crag(env, tmp_path, "index", "docs")
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert "re-embedded everything: the previous index could not be read" in rebuilt.stdout
+    assert crag(env, tmp_path, "search", "uploads").returncode == 0
+
+
+@pytest.mark.parametrize(("uri", "reason"), [
+    ("postgresql://crag:sekret9@127.0.0.1:9/kb?sslmod=require", 'invalid URI query parameter: "sslmod"'),
+    ("postgresql://crag:sek%ZZret9@127.0.0.1:9/kb", 'invalid percent-encoded token: "***"'),
+    ("postgresql://crag:sekret9@[::1:9/kb", "end of string reached when looking for matching"),
+])
+def test_a_store_uri_libpq_cannot_read_is_a_configuration_error(uri: str, reason: str, tmp_path: Path) -> None:
+    """A misspelt parameter, a bad %-escape, an unclosed [: the URI is wrong, not the server
+    unreachable (it said "cannot reach the PostgreSQL server", exit status 1)."""
+    run = crag(env_for(uri, tmp_path), tmp_path, "search", "anything")
+    assert run.returncode == 2, run.stderr
+    (line,) = run.stderr.strip().splitlines()
+    assert line.startswith(f"crag: error: KB_AGENT_STORE={redact(uri)} is not valid: expected a postgresql:// URI "
+                           "that libpq reads") and reason in line, line
+    assert "sek" not in run.stderr + run.stdout
+
+
+def test_a_search_blocked_by_a_lock_ends_with_one_line_instead_of_waiting_for_ever(
+    pg_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another session holding a lock on crag's tables (an administrator's VACUUM FULL or ALTER
+    TABLE) made a search wait as long as it held it: `crag ask` hung with nothing on the screen."""
+    import psycopg
+
+    from crag.errors import IndexStoreError
+    from crag.index import postgres
+
+    index_roots(Settings(store=pg_uri), [make_kb(tmp_path / "kb")])
+    monkeypatch.setattr(postgres, "READ_TIMEOUT_MS", 500)
+    with open_index(Settings(store=pg_uri)) as reader, psycopg.connect(pg_uri) as admin:
+        admin.execute("LOCK TABLE crag.chunks IN ACCESS EXCLUSIVE MODE")
+        with pytest.raises(IndexStoreError) as caught:
+            reader.search("uploads retried", 2)
+        assert str(caught.value) == (
+            f"the PostgreSQL server {redact(pg_uri)} did not answer a search within 0.5 s (another session may "
+            "hold a lock on crag's tables, as an upgrade of the index does, or the server is overloaded): try again later"
+        )
+        admin.rollback()
+        assert reader.search("uploads retried", 1)[0].path.endswith("setup.md")

@@ -261,6 +261,9 @@ def _warn_about_configuration(err: TextIO) -> set[str]:
     except ConfigError:
         return set()
     said = config_warnings()
+    if common.OVERRIDES.get("index_dir") and common.settings().store:  # KB_AGENT_STORE chooses the store (SPEC §3)
+        said.append("--index DIR is not used while KB_AGENT_STORE names a database (the index lives there); "
+                    "unset KB_AGENT_STORE to use an index folder")
     for warning in said:
         err.write(shown(f"crag: warning: {warning}") + "\n")
     return set(said)

@@ -31,6 +31,7 @@ Vector search: ``crag.index.postgres_vectors`` (the index), ``postgres_search`` 
 from __future__ import annotations
 
 import logging
+import math
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -39,7 +40,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from ..environment import store_credentials
-from ..errors import IndexStoreError
+from ..errors import ConfigError, IndexFormatError, IndexStoreError
 from ..ports import FileRecord, StoreState
 from .documents import embedder_mismatch
 from .fusion import SearchWeights
@@ -56,9 +57,33 @@ __all__ = ["PostgresStore", "PostgresUpdate", "redact", "vector_kind", "vector_l
 
 # The advisory lock every crag indexer of a database takes: "crag" in ASCII.
 LOCK_KEY = 0x63726167
+# The longest a reader's statement may run (``statement_timeout``, unless the URI or the role
+# sets one): a search takes milliseconds, so only a lock another session holds on crag's tables
+# (an administrator's VACUUM FULL, an upgrade of the index) or an overloaded server reaches it;
+# without it a search waited as long as the lock was held, with nothing on the screen.
+READ_TIMEOUT_MS = 120_000
 
 
 _ENABLE_VECTOR = "CREATE EXTENSION vector;"
+# What crag's tables must hold for a search or an update to work (``_damage``): a table, a
+# column or the function missing (dropped by hand, or with the vector extension) is damage,
+# which ``crag index`` mends by creating the schema again and indexing from the documents.
+_COLUMNS = {
+    "migrations": ("version",),
+    "meta": ("key", "value"),
+    "roots": ("path",),
+    "files": ("id", "path", "root", "size", "mtime_ns", "sha256", "chunks", "dl", "tsv"),
+    "chunks": ("id", "file_id", "start_line", "end_line", "heading", "tokens", "dl", "title", "text", "embedding", "tsv"),
+    "postings": ("lexeme", "chunk_id", "dl", "a", "b", "d"),
+    "file_postings": ("lexeme", "file_id", "dl", "a", "b", "d"),
+    "terms": ("lexeme", "df"),
+    "file_terms": ("lexeme", "df"),
+}
+_FUNCTION = f"{SCHEMA}.fold_diacritics"
+# meta values readers turn into numbers (the first ones always present in a published state)
+_INT_META = ("version", "chunks", "dim", "next_chunk_id", "next_file_id", "text_files")
+_FLOAT_META = ("avgdl_chunks", "avgdl_files")
+_REQUIRED_META = ("version", "chunks", "dim")
 _VERSION = (
     f"SELECT (SELECT max(version) FROM {SCHEMA}.migrations), (SELECT value FROM {SCHEMA}.meta WHERE key = 'version')"
 )
@@ -109,10 +134,23 @@ class PostgresStore:
         self.location = redact(uri)
         self.reindex_hint = f"run `python -m crag index PATH` (with KB_AGENT_STORE={self.location}) to rebuild it"
         self.psycopg = _psycopg()
-        self._version_conns = PerThread(lambda: self.connect(autocommit=True))
+        self._check_uri()
+        self._version_conns = PerThread(lambda: self.reading(self.connect(autocommit=True)))
 
     def __repr__(self) -> str:
         return f"PostgresStore({self.location!r})"
+
+    def _check_uri(self) -> None:
+        """A URI libpq cannot read (a misspelt parameter, a bad %-escape, an unclosed ``[``) is a
+        setting's error, exit status 2, not a server that cannot be reached."""
+        try:
+            self.psycopg.conninfo.conninfo_to_dict(self.uri)
+        except self.psycopg.Error as exc:
+            reason = _first_line(exc)
+            password = store_credentials(self.uri)[0]
+            if password:
+                reason = reason.replace(password, "***")
+            raise ConfigError("KB_AGENT_STORE", self.location, f"a postgresql:// URI that libpq reads ({reason})") from None
 
     # -- connections and the schema ------------------------------------------------------
 
@@ -132,10 +170,28 @@ class PostgresStore:
                 self.location,
             ) from exc
 
+    def reading(self, conn: Any) -> Any:
+        """``conn`` with ``READ_TIMEOUT_MS`` as its ``statement_timeout``, unless it has one already."""
+        conn.execute(
+            "SELECT set_config('statement_timeout', %s, false) WHERE current_setting('statement_timeout') = '0'",
+            (str(READ_TIMEOUT_MS),),
+        )
+        return conn
+
     def error(self, exc: BaseException, *, writing: bool = False) -> IndexStoreError:
         """``exc`` as one line; ``writing``: it came from an update, so a refused right is the
         role's (a reader's role, docs/postgresql.md, may only read)."""
         reason = _first_line(exc)
+        errors = self.psycopg.errors
+        if isinstance(exc, errors.QueryCanceled) and not writing:
+            return IndexStoreError(
+                f"the PostgreSQL server {self.location} did not answer a search within {READ_TIMEOUT_MS / 1000:g} s "
+                "(another session may hold a lock on crag's tables, as an upgrade of the index does, or the server "
+                "is overloaded): try again later",
+                self.location,
+            )
+        if isinstance(exc, (errors.UndefinedTable, errors.UndefinedColumn, errors.UndefinedFunction)):
+            return self._damaged(reason)  # a table, column or crag's function dropped since it was checked
         if writing and isinstance(exc, self.psycopg.errors.InsufficientPrivilege):
             reason += ": this role may only read; update the index with a role that may write (docs/postgresql.md)"
         return IndexStoreError(f"the PostgreSQL server {self.location} failed: {reason}", self.location)
@@ -157,13 +213,59 @@ class PostgresStore:
             return None
         return conn.execute(f"SELECT max(version) FROM {SCHEMA}.migrations").fetchone()[0]
 
+    def _damaged(self, what: str) -> IndexStoreError:
+        return IndexStoreError(f"the index in {self.location} is damaged ({what}): {self.reindex_hint}", self.location)
+
+    def _damage(self, conn: Any) -> str | None:
+        """What is missing from crag's tables, columns and function (``_COLUMNS``), or None: none
+        is (or none of them is there: no index)."""
+        rows = conn.execute(
+            "SELECT c.relname, a.attname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped "
+            "WHERE n.nspname = %s AND c.relkind IN ('r', 'p') AND c.relname = ANY(%s)",
+            (SCHEMA, list(_COLUMNS)),
+        ).fetchall()
+        if not rows:
+            return None
+        found: dict[str, set[str]] = {}
+        for table, column in rows:
+            found.setdefault(table, set()).add(column)
+        missing = [t for t in _COLUMNS if t not in found]
+        if missing:
+            return f"table {', '.join(f'{SCHEMA}.{t}' for t in missing)} is missing"
+        for table, columns in _COLUMNS.items():
+            gone = [c for c in columns if c not in found[table]]
+            if gone:
+                return f"column {', '.join(f'{SCHEMA}.{table}.{c}' for c in gone)} is missing"
+        if conn.execute("SELECT to_regprocedure(%s)", (f"{_FUNCTION}(text)",)).fetchone()[0] is None:
+            return f"function {_FUNCTION} is missing"
+        return None
+
+    @staticmethod
+    def _meta_damage(meta: dict[str, str]) -> str | None:
+        """The first meta value of a published state that is missing or not a number, or None."""
+        for key in (*_INT_META, *_FLOAT_META):
+            if key not in meta and key not in _REQUIRED_META:
+                continue
+            try:
+                value = int(meta[key]) if key in _INT_META else float(meta[key])
+            except (KeyError, ValueError):
+                return f"meta {key} is not a number"
+            if not math.isfinite(value) or value < 0:
+                return f"meta {key} is not a number"
+        return None
+
     def _check_schema(self, conn: Any) -> bool:
-        """True when the schema is current, False when absent; IndexStoreError when older or newer."""
+        """True when the schema is current, False when absent; IndexStoreError when older, newer
+        or damaged (``_damage``)."""
         version = self._schema_version(conn)
         if not version:
+            what = self._damage(conn)  # crag's tables without the record of its migrations
+            if what is not None:
+                raise self._damaged(what)
             return False
         if version > SCHEMA_VERSION:
-            raise IndexStoreError(
+            raise IndexFormatError(
                 f"the index in {self.location} has format {version}, this crag reads format {SCHEMA_VERSION}: "
                 "upgrade crag",
                 self.location,
@@ -174,14 +276,18 @@ class PostgresStore:
                 "run `python -m crag index PATH` to upgrade it",
                 self.location,
             )
+        what = self._damage(conn)
+        if what is not None:
+            raise self._damaged(what)
         return True
 
     def migrate(self, conn: Any) -> None:
         """Create or upgrade crag's schema (``conn`` in autocommit; the writer lock held)."""
         version = self._schema_version(conn)
-        if version is not None and version >= SCHEMA_VERSION:
-            self._check_schema(conn)
-            return
+        if version is not None and version > SCHEMA_VERSION:
+            self._check_schema(conn)  # a newer crag's: refused
+        if version == SCHEMA_VERSION or (version is None and self._damage(conn) is not None):
+            return  # current, or damaged: the update finds the damage and creates the schema again (``begin``)
         ext = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
         if ext is None:
             try:
@@ -257,16 +363,27 @@ class PostgresStore:
         return None
 
     def state(self, files: bool = True, check: bool = False) -> StoreState | None:
+        """The published state (None: no index); damage is an ``IndexStoreError``. ``check`` (an
+        update's): the chunk rows are counted too, against their files' and meta's counts."""
         with self.session(autocommit=False) as conn:
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            return self._state(conn, files)
+            return self._state(conn, files, check)
 
-    def _state(self, conn: Any, files: bool) -> StoreState | None:
+    def _state(self, conn: Any, files: bool, check: bool = False) -> StoreState | None:
         if not self._check_schema(conn):
             return None
         meta = self.meta(conn)
         if "version" not in meta:
             return None
+        what = self._meta_damage(meta)
+        if what is None and check:
+            rows, listed = conn.execute(
+                f"SELECT (SELECT count(*) FROM {SCHEMA}.chunks), (SELECT coalesce(sum(chunks), 0) FROM {SCHEMA}.files)"
+            ).fetchone()
+            if not rows == listed == int(meta["chunks"]):
+                what = f"{rows} chunk rows, {listed} listed by its files, {meta['chunks']} recorded"
+        if what is not None:
+            raise self._damaged(what)
         roots = tuple(r for (r,) in conn.execute(f"SELECT path FROM {SCHEMA}.roots ORDER BY path"))
         records = {}
         if files:
@@ -326,7 +443,24 @@ class PostgresStore:
             conn.close()  # ends the session: the advisory lock goes with it
 
     def begin(self, base: StoreState | None, embedder: Embedder, chunker: str) -> PostgresUpdate:
+        if base is None:
+            self._mend()
         return PostgresUpdate(self, base, embedder, chunker)
+
+    def _mend(self) -> None:
+        """Before an update from nothing (the writer lock held): a damaged schema (``_damage``, or
+        meta values that are not numbers) is dropped, crag's objects alone, and created again."""
+        with self.session() as conn:
+            damaged = self._damage(conn) is not None
+            if not damaged and self._schema_version(conn) == SCHEMA_VERSION:
+                meta = self.meta(conn)
+                damaged = "version" in meta and self._meta_damage(meta) is not None
+            if not damaged:
+                return
+            tables = ", ".join(f"{SCHEMA}.{t}" for t in _COLUMNS)
+            conn.execute(f"DROP TABLE IF EXISTS {tables} CASCADE")
+            conn.execute(f"DROP FUNCTION IF EXISTS {_FUNCTION}(text) CASCADE")
+            self.migrate(conn)
 
     def close(self) -> None:
         self._version_conns.close()

@@ -119,6 +119,7 @@ class PostgresRetriever:
         """A new connection for this thread, with the vector index's search settings."""
         conn = self.store.connect(autocommit=True)
         try:
+            self.store.reading(conn)
             conn.execute(f"SET hnsw.ef_search = {_EF_SEARCH}")
             if self.probes:
                 conn.execute(f"SET ivfflat.probes = {self.probes}")

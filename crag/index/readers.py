@@ -172,8 +172,23 @@ def read_document(reader: Reader, data: bytes) -> str:
             said = f"; {reader.module or reader.name} logged: {_one_line(logged[-1], 120)}" if logged else ""
             reason = _one_line(f"{type(exc).__name__}: {exc}") if str(exc) else type(exc).__name__
             raise ValueError(f"{reader.module or reader.name} cannot read it ({reason}{said})") from exc
+    text = _storable(text)
     if len(text) - text.count("\n") > MAX_TEXT_BYTES // 4 and _text_bytes(text) > MAX_TEXT_BYTES:
         raise ValueError(f"its text is larger than {_mib(MAX_TEXT_BYTES)}")
+    return text
+
+
+def _storable(text: str) -> str:
+    """A document's text as every store keeps it: NUL dropped (PostgreSQL refuses it in text, and
+    ``decode_text`` drops it from text files), a surrogate pair joined into its character and a
+    lone surrogate (a PDF's ToUnicode map may name one; it has no UTF-8 form, so SQLite cannot
+    store it) read as U+FFFD, the character a reader shows for one it cannot show."""
+    if "\x00" in text:
+        text = text.replace("\x00", "")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
     return text
 
 
