@@ -33,7 +33,7 @@ from .common import (
     undecodable_bytes_kept,
     unreadable_input,
 )
-from .live import LiveAnswer, answer_live, dumb_terminal, fitted, waiting_text, wants_progress
+from .live import LiveAnswer, answer_live, as_written, dumb_terminal, fitted, waiting_text, wants_progress
 
 ANSWER_LEAD = "\ncrag> "  # what a terminal shows before each answer
 
@@ -77,7 +77,7 @@ class Progress:
         """``text`` (a step's name, a retry's wait) on stderr's status line; a dumb terminal's
         line ends with ``ending``."""
         if self.dumb:
-            self.err.write(f"crag: {for_terminal(text)}{ending}\n")
+            self.err.write(as_written(f"crag: {for_terminal(text)}{ending}\n", self.err))
         else:  # clipped to the width: a line that wraps leaves its first row behind
             self.clear_status()
             self.err.write(fitted(f"  … {for_terminal(text)}", self.err))

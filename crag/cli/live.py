@@ -25,7 +25,9 @@ line on stderr (``crag: plan…``), each retry wait one line when it starts, and
 preview of the raw reply; the grounded answer still streams on stdout, which only ever
 appends. When stderr is not a terminal the
 status is not shown at all. A terminal too narrow for a useful preview (under 20 columns)
-gets the step line alone.
+gets the step line alone. Under a locale whose encoding cannot write every character (the C
+locale), each line is measured as it is written, its characters as backslash escapes
+(``as_written``), so that it still fits its row and is erased whole.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ import unicodedata
 from typing import TextIO
 
 from ..safe_text import ShownStream
-from .common import isatty, secrets, shown
+from .common import isatty, secrets, shown, writes_any_text
 
 PREVIEW_LINES = 8  # at most this many lines of the raw reply under the step name
 MIN_COLUMNS = 20  # narrower than this, the step line alone
@@ -93,7 +95,20 @@ def fitted(line: str, stream: TextIO | None = None) -> str:
     """``line`` clipped to the width of the terminal ``stream`` writes to, so that ``\\r``
     rewrites it in place (a line that wraps leaves its first rows behind)."""
     columns = terminal_size(stream)[0] - 1  # never the last column: some terminals wrap there
-    return clip(line, max(columns, 1))
+    return clip(as_written(line, stream), max(columns, 1))
+
+
+def as_written(text: str, stream: TextIO | None) -> str:
+    """``text`` as ``stream`` puts it on the screen, to be measured and clipped as such. Under
+    an ASCII locale Python writes a character it cannot encode as a backslash escape
+    (``\\u5bbd``, six columns where two were counted): a row measured before that wraps, and
+    erasing it leaves rows behind. crag's own ``…`` becomes ``...`` there."""
+    if stream is None or writes_any_text(stream):
+        return text
+    try:
+        return text.replace("…", "...").encode(stream.encoding, "backslashreplace").decode(stream.encoding)
+    except (UnicodeError, LookupError):  # an encoding that cannot take its own escapes back
+        return text.encode("ascii", "backslashreplace").decode("ascii")
 
 
 def waiting_text(wait) -> str:
@@ -148,12 +163,12 @@ class LiveAnswer:
             if not self.dumb:
                 self._draw()
             elif event.left == event.seconds:  # appended lines only: one when the wait starts
-                self.err.write(f"crag: {shown(event.node)}: {self.waiting}\n")
+                self.err.write(as_written(f"crag: {shown(event.node)}: {self.waiting}\n", self.err))
                 self.err.flush()
         elif isinstance(event, NodeStarted):
             self.node, self.reply, self.waiting = event.node, "", ""
             if self.dumb:
-                self.err.write(f"crag: {shown(event.node)}…\n")
+                self.err.write(as_written(f"crag: {shown(event.node)}…\n", self.err))
                 self.err.flush()
             else:
                 self._draw()
@@ -170,9 +185,9 @@ class LiveAnswer:
         columns, lines = terminal_size(self.err)
         columns -= 1  # never write into the last column: some terminals wrap there at once
         step = f"  … {shown(self.node)}" + (f": {self.waiting}" if self.waiting else "")
-        region = [clip(step, columns)]
+        region = [clip(as_written(step, self.err), columns)]
         if self.reply and columns + 1 >= MIN_COLUMNS:
-            written = [line for line in shown(self.reply).splitlines() if line.strip()]
+            written = [line for line in as_written(shown(self.reply), self.err).splitlines() if line.strip()]
             room = max(0, min(PREVIEW_LINES, lines - 3))  # rows scrolled off the screen cannot be erased
             for line in written[-room:] if room else []:
                 region.append("    " + clip(line.strip().replace("\t", " "), columns - 4, end=True))
