@@ -391,3 +391,13 @@ def test_a_step_line_fits_the_width_of_the_terminal_it_is_written_on(llm: FakeOp
     code = term.finish()
     proc.stdout.close()
     assert code == 0 and "  … analyze_and_route" not in term.text and "  … analyze_a" in term.text, term.text
+
+
+@pytest.mark.parametrize("typed", [None, "", QUESTION + "\n"])
+def test_chat_ending_at_the_end_of_piped_input_ends_its_prompt_line(llm: FakeOpenAIServer, kb: Path,
+                                                                    typed: str | None) -> None:
+    """``chat < /dev/null`` (or a pipe that ends) on a terminal: the session ended after ``you> ``
+    with no newline, and the shell's next prompt was glued to it (Ctrl-D at a terminal ends it)."""
+    term = Terminal(["chat"], kb, child_env(kb, llm), typed=typed)
+    assert term.finish() == 0, term.text
+    assert term.text.endswith("you> \r\n") and "Traceback" not in term.text, term.text

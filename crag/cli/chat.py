@@ -206,6 +206,9 @@ def line_reader(stdin: TextIO, out: TextIO, limit: int):
                     break
             raise LineTooLong(f"that line is {size:,} characters, more than can fit "
                               f"KB_AGENT_CONTEXT_TOKENS ({limit:,} characters at most): shorten it")
+        if not line and isatty(out):  # the end of input: the prompt's line ends, as after Ctrl-D in input()
+            out.write("\n")
+            out.flush()
         return line
 
     return read_stream
