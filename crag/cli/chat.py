@@ -19,7 +19,7 @@ import sys
 from typing import TextIO
 
 from ..errors import CragError, UsageError
-from ..safe_text import ShownStream, for_terminal
+from ..safe_text import ShownStream, for_terminal, valid_text
 from .ask import agent_for
 from .common import (
     Terminated,
@@ -206,8 +206,8 @@ def line_reader(stdin: TextIO, out: TextIO, limit: int):
                     break
             raise LineTooLong(f"that line is {size:,} characters, more than can fit "
                               f"KB_AGENT_CONTEXT_TOKENS ({limit:,} characters at most): shorten it")
-        if not line and isatty(out):  # the end of input: the prompt's line ends, as after Ctrl-D in input()
-            out.write("\n")
+        if isatty(out) and not isatty(stdin):  # piped questions watched on a terminal: each after its prompt
+            out.write(shown(valid_text(line.rstrip("\r\n"))) + "\n")  # at the end of input, the prompt's line ends
             out.flush()
         return line
 
