@@ -68,3 +68,33 @@ def test_a_dumb_ascii_terminal_gets_plain_step_lines() -> None:
     screen = live.LiveAnswer(AsciiTerminal(), err, dumb=True)
     screen.event(NodeStarted("plan"))
     assert err.getvalue() == "crag: plan...\n"
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_step_that_waits_long_shows_its_time_without_any_event(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A local model reading a long prompt sends nothing for a minute: ``  … synthesize`` stood
+    still all that time, as a hang would. The step line now counts the seconds it has run."""
+    import time
+
+    from crag.cli import live
+
+    monkeypatch.setattr(live, "TICK_EVERY", 0.01)
+    monkeypatch.setattr(live, "TICK_AFTER", 0.0)
+    err = Terminal()
+    screen = live.LiveAnswer(Terminal(), err, dumb=False)
+    screen.event(NodeStarted("synthesize"))
+    deadline = time.monotonic() + 30  # only catches a redraw that never comes
+    while "\033[J" not in err.getvalue():  # drawn again, with no event since NodeStarted
+        assert time.monotonic() < deadline, err.getvalue()
+        time.sleep(0.01)
+    with screen.lock:  # a whole redraw
+        assert rows_written(err.getvalue())[0].startswith("  … synthesize ("), err.getvalue()
+    screen.abort()
+    erased = err.getvalue()
+    assert erased.endswith("\r\033[J")
+    time.sleep(0.1)  # many ticks' time: nothing is drawn after the region was erased
+    assert err.getvalue() == erased

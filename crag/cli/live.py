@@ -5,7 +5,9 @@ it, then the grounded answer. Used only when standard output is a terminal (and,
 
 The run goes through ``Agent.stream`` (``answer_live``), and two things show while it works:
 
-- **The status region, on stderr.** The running step (``… plan``) and, while ``synthesize``
+- **The status region, on stderr.** The running step (``… plan``; after ``TICK_AFTER``
+  seconds with the seconds it has run, ``… synthesize (12 s)``, redrawn by a ticker thread
+  while the server sends nothing) and, while ``synthesize``
   runs, the last lines the model has written so far (its raw reply, before grounding, made
   terminal-safe and redacted), each line clipped to the terminal's width so the region's
   height is known and can be erased exactly. It is erased when the grounded answer starts
@@ -35,6 +37,7 @@ from __future__ import annotations
 import math
 import os
 import shutil
+import threading
 import time
 import unicodedata
 from typing import TextIO
@@ -45,6 +48,8 @@ from .common import isatty, secrets, shown, writes_any_text
 PREVIEW_LINES = 8  # at most this many lines of the raw reply under the step name
 MIN_COLUMNS = 20  # narrower than this, the step line alone
 REDRAW_EVERY = 0.05  # seconds between redraws of the preview (deltas can come much faster)
+TICK_AFTER = 3.0  # a step running this long shows its seconds on its line...
+TICK_EVERY = 1.0  # ...redrawn this often, events or not (a server reading a long prompt sends none)
 
 
 def wants_progress(out: TextIO, as_json: bool = False) -> bool:
@@ -149,11 +154,19 @@ class LiveAnswer:
         self.reply = ""  # the raw reply being written (the preview)
         self.rows = 0  # rows the status region takes on screen (cursor at the end of its last)
         self.drawn_at = 0.0
+        self.node_at = 0.0  # when the running step started
         self.screen: ShownStream | None = None  # the grounded answer on stdout, once it streams
+        self.lock = threading.RLock()  # the ticker's redraws and the run's events take turns
+        self.stopped = threading.Event()  # the ticker ends: the answer is shown, or the run stopped
+        self.ticker: threading.Thread | None = None
 
     # -- the status region ------------------------------------------------------------------
 
     def event(self, event: object) -> None:
+        with self.lock:
+            self._event(event)
+
+    def _event(self, event: object) -> None:
         from ..events import AnswerDelta, AnswerStarted, NodeStarted, RetryWaiting  # here: the CLI loads without attrs
 
         if self.screen is not None or not self.status:
@@ -167,11 +180,15 @@ class LiveAnswer:
                 self.err.flush()
         elif isinstance(event, NodeStarted):
             self.node, self.reply, self.waiting = event.node, "", ""
+            self.node_at = time.monotonic()
             if self.dumb:
                 self.err.write(as_written(f"crag: {shown(event.node)}…\n", self.err))
                 self.err.flush()
             else:
                 self._draw()
+                if self.ticker is None:
+                    self.ticker = threading.Thread(target=self._tick, name="crag-status", daemon=True)
+                    self.ticker.start()
         elif isinstance(event, AnswerStarted):  # again after a refit: the reply starts over
             self.reply = ""
         elif isinstance(event, AnswerDelta) and not self.dumb:
@@ -181,10 +198,22 @@ class LiveAnswer:
             if now - self.drawn_at >= REDRAW_EVERY:
                 self._draw()
 
+    def _tick(self) -> None:
+        """Redraw the step line every ``TICK_EVERY`` s while it shows, so that a step waiting long
+        for its server (no event for a minute) counts its seconds rather than stand still as a
+        hang would. A retry's wait counts down on its own."""
+        while not self.stopped.wait(TICK_EVERY):
+            with self.lock:
+                showing = self.rows and self.screen is None and not self.waiting and not self.stopped.is_set()
+                if showing and time.monotonic() - self.node_at >= TICK_AFTER:
+                    self._draw()
+
     def _draw(self) -> None:
         columns, lines = terminal_size(self.err)
         columns -= 1  # never write into the last column: some terminals wrap there at once
-        step = f"  … {shown(self.node)}" + (f": {self.waiting}" if self.waiting else "")
+        running = time.monotonic() - self.node_at
+        step = f"  … {shown(self.node)}" + (f": {self.waiting}" if self.waiting else
+                                             f" ({int(running)} s)" if running >= TICK_AFTER else "")
         region = [clip(as_written(step, self.err), columns)]
         if self.reply and columns + 1 >= MIN_COLUMNS:
             written = [line for line in as_written(shown(self.reply), self.err).splitlines() if line.strip()]
@@ -208,6 +237,10 @@ class LiveAnswer:
 
     def chunk(self, text: str) -> None:
         """A grounded chunk shown before the run finished: printed at once on stdout."""
+        with self.lock:
+            self._chunk(text)
+
+    def _chunk(self, text: str) -> None:
         if self.screen is None:
             self._erase()
             self.screen = ShownStream(secrets())
@@ -220,7 +253,9 @@ class LiveAnswer:
         nothing streamed."""
         from .render import print_answer
 
-        self._erase()
+        self.stopped.set()
+        with self.lock:
+            self._erase()
         final = shown(answer.answer if self.show_usage else answer.without_usage)
         if self.screen is not None:
             self.out.write(self.screen.rest(final) + "\n")
@@ -233,10 +268,12 @@ class LiveAnswer:
 
     def abort(self) -> None:
         """The run stopped (Ctrl-C, an error): the status region goes, a streamed line ends."""
-        self._erase()
-        if self.screen is not None:
-            self.out.write("\n")
-            self.out.flush()
+        self.stopped.set()
+        with self.lock:
+            self._erase()
+            if self.screen is not None:
+                self.out.write("\n")
+                self.out.flush()
 
 
 def answer_live(agent, question: str, history, screen: LiveAnswer):
