@@ -98,3 +98,31 @@ def test_a_step_that_waits_long_shows_its_time_without_any_event(monkeypatch: py
     assert erased.endswith("\r\033[J")
     time.sleep(0.1)  # many ticks' time: nothing is drawn after the region was erased
     assert err.getvalue() == erased
+
+
+def test_kb_indexing_progress_uses_no_cursor_control(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``ask --kb`` on a terminal: its indexing line was erased with ``\\033[K``, which a dumb
+    terminal (``TERM=dumb``: no cursor control, docs/cli.md) prints as garbage. It is redrawn as
+    ``crag index``'s is, with a carriage return and spaces, and erased whole at the end."""
+    from crag.cli.ask import IndexNotes
+
+    monkeypatch.setenv("COLUMNS", "60")
+    err = Terminal()
+    notes = IndexNotes(err)
+    notes(1, 3, "notes/first.md")
+    notes(2, 3, "notes/b.md")
+    notes.clear()
+    shown = err.getvalue()
+    assert "\033" not in shown and shown.endswith("\r"), repr(shown)
+    assert "crag: indexing 1/3: first.md" in shown and "crag: indexing 2/3: b.md    " in shown  # the longer line covered
+    assert shown.rsplit("\r", 2)[1].strip() == ""  # the line erased with spaces
+
+
+def test_kb_indexing_progress_is_not_shown_off_a_terminal() -> None:
+    from crag.cli.ask import IndexNotes
+
+    err = io.StringIO()
+    notes = IndexNotes(err)
+    notes(1, 3, "notes/first.md")
+    notes.clear()
+    assert err.getvalue() == "" and not notes.tty
