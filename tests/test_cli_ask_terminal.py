@@ -391,3 +391,23 @@ def test_a_step_line_fits_the_width_of_the_terminal_it_is_written_on(llm: FakeOp
     code = term.finish()
     proc.stdout.close()
     assert code == 0 and "  … analyze_and_route" not in term.text and "  … analyze_a" in term.text, term.text
+
+
+@pytest.mark.parametrize("typed", [None, "", QUESTION + "\n"])
+def test_chat_ending_at_the_end_of_piped_input_ends_its_prompt_line(llm: FakeOpenAIServer, kb: Path,
+                                                                    typed: str | None) -> None:
+    """``chat < /dev/null`` (or a pipe that ends) on a terminal: the session ended after ``you> ``
+    with no newline, and the shell's next prompt was glued to it (Ctrl-D at a terminal ends it)."""
+    term = Terminal(["chat"], kb, child_env(kb, llm), typed=typed)
+    assert term.finish() == 0, term.text
+    assert term.text.endswith("you> \r\n") and "Traceback" not in term.text, term.text
+
+
+def test_chat_on_a_terminal_shows_each_piped_question_after_its_prompt(llm: FakeOpenAIServer, kb: Path) -> None:
+    """``chat < questions.txt`` watched on a terminal: the prompt was left empty and the step line,
+    drawn on its row, erased it, so no answer said which question it answered."""
+    term = Terminal(["chat"], kb, child_env(kb, llm), typed=f"{QUESTION}\nWhat port \x1b[2Jdoes it use?\n")
+    assert term.finish() == 0, term.text
+    first = term.text.index(f"you> {QUESTION}\r\n")
+    second = term.text.index("you> What port does it use?\r\n")  # shown as typed, made terminal-safe
+    assert first < term.text.index("… analyze_and_route") < term.text.index("crag> ") < second, term.text

@@ -77,6 +77,19 @@ def test_markdown_is_rendered_with_colour_on_a_terminal_and_plain_when_piped(kb:
     assert "\033[" not in piped and f"---\n{STATS_HEADING}" in piped
 
 
+def test_a_rendered_footer_keeps_each_source_on_one_line_on_a_narrow_terminal(kb: Path, monkeypatch) -> None:
+    """On a 16-column terminal rich broke ``[1] docs/deploy.md:L3`` after ``[1]``, and a long path
+    inside itself: a source a person copies to open is one line, which the terminal wraps."""
+    import re
+
+    pytest.importorskip("rich", reason="the color extra (make install has it)")
+    monkeypatch.setenv("TERM", "xterm-256color")
+    monkeypatch.setenv("COLUMNS", "16")
+    _, shown, _ = cli("ask", "How do I deploy the server?", "--no-usage", out=Terminal())
+    plain = re.sub(r"\033\[[0-9;]*m", "", shown)
+    assert "\n[1] docs/deploy.md:L3\n" in plain, plain
+
+
 def test_ctrl_c_in_chat_cancels_the_answer_and_keeps_the_session(kb: Path, monkeypatch) -> None:
     from crag.agent import Agent
 

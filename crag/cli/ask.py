@@ -5,17 +5,17 @@
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Callable
 from typing import TextIO
 
 from ..errors import UsageError
-from ..safe_text import blank, display_name, for_terminal
+from ..safe_text import blank, display_name
 from .common import (
     OVERRIDES,
     check_readable,
     index_label,
     index_note,
+    isatty,
     not_utf8,
     require_index_libraries,
     settings,
@@ -96,32 +96,28 @@ def kb_note(report, cwd: str | None = None) -> str:
 
 
 class IndexNotes:
-    """Prints indexing progress for ``--kb`` on stderr (stdout stays clean for --json)."""
+    """Prints indexing progress for ``--kb`` on stderr (stdout stays clean for --json): the line
+    ``crag index`` draws (``ProgressLine``: a carriage return and spaces, no cursor control, so a
+    dumb terminal shows it too), prefixed ``crag: ``; nothing when stderr is not a terminal."""
 
     def __init__(self, err: TextIO) -> None:
-        self.err = err
-        self.tty = hasattr(err, "isatty") and err.isatty()
+        from .index_text import ProgressLine
+
+        self.tty = isatty(err)
+        self.line = ProgressLine(err, prefix="crag: ") if self.tty else None
 
     def __call__(self, done: int, total: int, path: str) -> None:
-        if not self.tty:
-            return
-        from .live import fitted
-
-        text = for_terminal(f"{done}/{total}: {display_name(os.path.basename(path))}")  # as `crag index` shows it
-        self.err.write(f"\r\033[K{fitted(f'crag: indexing {text}', self.err)}")
-        self.err.flush()
+        if self.line is not None:
+            self.line(done, total, path)
 
     def waiting(self, event) -> None:
         """A retry wait of the embeddings server (a ``RetryWaiting``), on the same line."""
-        from .live import fitted, waiting_text
-
-        self.err.write(f"\r\033[K{fitted(f'crag: indexing: {waiting_text(event)}', self.err)}")
-        self.err.flush()
+        if self.line is not None:
+            self.line.waiting(event)
 
     def clear(self) -> None:
-        if self.tty:
-            self.err.write("\r\033[K")
-            self.err.flush()
+        if self.line is not None:
+            self.line.clear()
 
 
 def question_of(args: argparse.Namespace, limit: int) -> str:

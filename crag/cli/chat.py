@@ -19,7 +19,7 @@ import sys
 from typing import TextIO
 
 from ..errors import CragError, UsageError
-from ..safe_text import ShownStream, for_terminal
+from ..safe_text import ShownStream, for_terminal, valid_text
 from .ask import agent_for
 from .common import (
     Terminated,
@@ -33,7 +33,7 @@ from .common import (
     undecodable_bytes_kept,
     unreadable_input,
 )
-from .live import LiveAnswer, answer_live, dumb_terminal, fitted, waiting_text, wants_progress
+from .live import LiveAnswer, answer_live, as_written, dumb_terminal, fitted, waiting_text, wants_progress
 
 ANSWER_LEAD = "\ncrag> "  # what a terminal shows before each answer
 
@@ -77,7 +77,7 @@ class Progress:
         """``text`` (a step's name, a retry's wait) on stderr's status line; a dumb terminal's
         line ends with ``ending``."""
         if self.dumb:
-            self.err.write(f"crag: {for_terminal(text)}{ending}\n")
+            self.err.write(as_written(f"crag: {for_terminal(text)}{ending}\n", self.err))
         else:  # clipped to the width: a line that wraps leaves its first row behind
             self.clear_status()
             self.err.write(fitted(f"  … {for_terminal(text)}", self.err))
@@ -206,6 +206,9 @@ def line_reader(stdin: TextIO, out: TextIO, limit: int):
                     break
             raise LineTooLong(f"that line is {size:,} characters, more than can fit "
                               f"KB_AGENT_CONTEXT_TOKENS ({limit:,} characters at most): shorten it")
+        if isatty(out) and not isatty(stdin):  # piped questions watched on a terminal: each after its prompt
+            out.write(shown(valid_text(line.rstrip("\r\n"))) + "\n")  # at the end of input, the prompt's line ends
+            out.flush()
         return line
 
     return read_stream

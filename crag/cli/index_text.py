@@ -65,23 +65,24 @@ class ProgressLine:
     retry wait of the embeddings server (a ``RetryWaiting`` event, counting down), ``clear``
     erases the line."""
 
-    def __init__(self, stream: TextIO) -> None:
+    def __init__(self, stream: TextIO, prefix: str = "") -> None:
         import threading
 
         self.stream = stream
+        self.prefix = prefix  # "crag: " for the indexing ``ask --kb`` does first
         self.width = 0  # columns the line takes now
         self.lock = threading.Lock()  # waits are reported from the embedder's threads
 
     def __call__(self, done: int, total: int, path: str) -> None:
         name = display_name(os.path.basename(path))
-        self._show(f"indexing {done}/{total}: {name}"[:100])
+        self._show(f"{self.prefix}indexing {done}/{total}: {name}"[:100])
         if done >= total:
             self.clear()
 
     def waiting(self, event: Any) -> None:
         from .live import waiting_text
 
-        self._show(f"indexing: {waiting_text(event)}")
+        self._show(f"{self.prefix}indexing: {waiting_text(event)}")
 
     def _show(self, text: str) -> None:
         from .live import fitted

@@ -5,7 +5,9 @@ it, then the grounded answer. Used only when standard output is a terminal (and,
 
 The run goes through ``Agent.stream`` (``answer_live``), and two things show while it works:
 
-- **The status region, on stderr.** The running step (``… plan``) and, while ``synthesize``
+- **The status region, on stderr.** The running step (``… plan``; after ``TICK_AFTER``
+  seconds with the seconds it has run, ``… synthesize (12 s)``, redrawn by a ticker thread
+  while the server sends nothing) and, while ``synthesize``
   runs, the last lines the model has written so far (its raw reply, before grounding, made
   terminal-safe and redacted), each line clipped to the terminal's width so the region's
   height is known and can be erased exactly. It is erased when the grounded answer starts
@@ -25,7 +27,9 @@ line on stderr (``crag: plan…``), each retry wait one line when it starts, and
 preview of the raw reply; the grounded answer still streams on stdout, which only ever
 appends. When stderr is not a terminal the
 status is not shown at all. A terminal too narrow for a useful preview (under 20 columns)
-gets the step line alone.
+gets the step line alone. Under a locale whose encoding cannot write every character (the C
+locale), each line is measured as it is written, its characters as backslash escapes
+(``as_written``), so that it still fits its row and is erased whole.
 """
 
 from __future__ import annotations
@@ -33,16 +37,19 @@ from __future__ import annotations
 import math
 import os
 import shutil
+import threading
 import time
 import unicodedata
 from typing import TextIO
 
 from ..safe_text import ShownStream
-from .common import isatty, secrets, shown
+from .common import isatty, secrets, shown, writes_any_text
 
 PREVIEW_LINES = 8  # at most this many lines of the raw reply under the step name
 MIN_COLUMNS = 20  # narrower than this, the step line alone
 REDRAW_EVERY = 0.05  # seconds between redraws of the preview (deltas can come much faster)
+TICK_AFTER = 3.0  # a step running this long shows its seconds on its line...
+TICK_EVERY = 1.0  # ...redrawn this often, events or not (a server reading a long prompt sends none)
 
 
 def wants_progress(out: TextIO, as_json: bool = False) -> bool:
@@ -93,7 +100,20 @@ def fitted(line: str, stream: TextIO | None = None) -> str:
     """``line`` clipped to the width of the terminal ``stream`` writes to, so that ``\\r``
     rewrites it in place (a line that wraps leaves its first rows behind)."""
     columns = terminal_size(stream)[0] - 1  # never the last column: some terminals wrap there
-    return clip(line, max(columns, 1))
+    return clip(as_written(line, stream), max(columns, 1))
+
+
+def as_written(text: str, stream: TextIO | None) -> str:
+    """``text`` as ``stream`` puts it on the screen, to be measured and clipped as such. Under
+    an ASCII locale Python writes a character it cannot encode as a backslash escape
+    (``\\u5bbd``, six columns where two were counted): a row measured before that wraps, and
+    erasing it leaves rows behind. crag's own ``…`` becomes ``...`` there."""
+    if stream is None or writes_any_text(stream):
+        return text
+    try:
+        return text.replace("…", "...").encode(stream.encoding, "backslashreplace").decode(stream.encoding)
+    except (UnicodeError, LookupError):  # an encoding that cannot take its own escapes back
+        return text.encode("ascii", "backslashreplace").decode("ascii")
 
 
 def waiting_text(wait) -> str:
@@ -134,11 +154,19 @@ class LiveAnswer:
         self.reply = ""  # the raw reply being written (the preview)
         self.rows = 0  # rows the status region takes on screen (cursor at the end of its last)
         self.drawn_at = 0.0
+        self.node_at = 0.0  # when the running step started
         self.screen: ShownStream | None = None  # the grounded answer on stdout, once it streams
+        self.lock = threading.RLock()  # the ticker's redraws and the run's events take turns
+        self.stopped = threading.Event()  # the ticker ends: the answer is shown, or the run stopped
+        self.ticker: threading.Thread | None = None
 
     # -- the status region ------------------------------------------------------------------
 
     def event(self, event: object) -> None:
+        with self.lock:
+            self._event(event)
+
+    def _event(self, event: object) -> None:
         from ..events import AnswerDelta, AnswerStarted, NodeStarted, RetryWaiting  # here: the CLI loads without attrs
 
         if self.screen is not None or not self.status:
@@ -148,15 +176,19 @@ class LiveAnswer:
             if not self.dumb:
                 self._draw()
             elif event.left == event.seconds:  # appended lines only: one when the wait starts
-                self.err.write(f"crag: {shown(event.node)}: {self.waiting}\n")
+                self.err.write(as_written(f"crag: {shown(event.node)}: {self.waiting}\n", self.err))
                 self.err.flush()
         elif isinstance(event, NodeStarted):
             self.node, self.reply, self.waiting = event.node, "", ""
+            self.node_at = time.monotonic()
             if self.dumb:
-                self.err.write(f"crag: {shown(event.node)}…\n")
+                self.err.write(as_written(f"crag: {shown(event.node)}…\n", self.err))
                 self.err.flush()
             else:
                 self._draw()
+                if self.ticker is None:
+                    self.ticker = threading.Thread(target=self._tick, name="crag-status", daemon=True)
+                    self.ticker.start()
         elif isinstance(event, AnswerStarted):  # again after a refit: the reply starts over
             self.reply = ""
         elif isinstance(event, AnswerDelta) and not self.dumb:
@@ -166,13 +198,25 @@ class LiveAnswer:
             if now - self.drawn_at >= REDRAW_EVERY:
                 self._draw()
 
+    def _tick(self) -> None:
+        """Redraw the step line every ``TICK_EVERY`` s while it shows, so that a step waiting long
+        for its server (no event for a minute) counts its seconds rather than stand still as a
+        hang would. A retry's wait counts down on its own."""
+        while not self.stopped.wait(TICK_EVERY):
+            with self.lock:
+                showing = self.rows and self.screen is None and not self.waiting and not self.stopped.is_set()
+                if showing and time.monotonic() - self.node_at >= TICK_AFTER:
+                    self._draw()
+
     def _draw(self) -> None:
         columns, lines = terminal_size(self.err)
         columns -= 1  # never write into the last column: some terminals wrap there at once
-        step = f"  … {shown(self.node)}" + (f": {self.waiting}" if self.waiting else "")
-        region = [clip(step, columns)]
+        running = time.monotonic() - self.node_at
+        step = f"  … {shown(self.node)}" + (f": {self.waiting}" if self.waiting else
+                                             f" ({int(running)} s)" if running >= TICK_AFTER else "")
+        region = [clip(as_written(step, self.err), columns)]
         if self.reply and columns + 1 >= MIN_COLUMNS:
-            written = [line for line in shown(self.reply).splitlines() if line.strip()]
+            written = [line for line in as_written(shown(self.reply), self.err).splitlines() if line.strip()]
             room = max(0, min(PREVIEW_LINES, lines - 3))  # rows scrolled off the screen cannot be erased
             for line in written[-room:] if room else []:
                 region.append("    " + clip(line.strip().replace("\t", " "), columns - 4, end=True))
@@ -193,6 +237,10 @@ class LiveAnswer:
 
     def chunk(self, text: str) -> None:
         """A grounded chunk shown before the run finished: printed at once on stdout."""
+        with self.lock:
+            self._chunk(text)
+
+    def _chunk(self, text: str) -> None:
         if self.screen is None:
             self._erase()
             self.screen = ShownStream(secrets())
@@ -205,7 +253,9 @@ class LiveAnswer:
         nothing streamed."""
         from .render import print_answer
 
-        self._erase()
+        self.stopped.set()
+        with self.lock:
+            self._erase()
         final = shown(answer.answer if self.show_usage else answer.without_usage)
         if self.screen is not None:
             self.out.write(self.screen.rest(final) + "\n")
@@ -218,10 +268,12 @@ class LiveAnswer:
 
     def abort(self) -> None:
         """The run stopped (Ctrl-C, an error): the status region goes, a streamed line ends."""
-        self._erase()
-        if self.screen is not None:
-            self.out.write("\n")
-            self.out.flush()
+        self.stopped.set()
+        with self.lock:
+            self._erase()
+            if self.screen is not None:
+                self.out.write("\n")
+                self.out.flush()
 
 
 def answer_live(agent, question: str, history, screen: LiveAnswer):

@@ -1,7 +1,8 @@
 """An answer printed for a person: on a terminal with ``rich`` installed (the ``color`` extra),
 its Markdown rendered with colour; otherwise (piped, redirected, or without ``rich``) the
 plain text, exactly as ``--json``'s ``answer`` holds it. The text is made terminal-safe and
-redacted (``shown``) before either. The footer keeps one source per line.
+redacted (``shown``) before either. The footer keeps one source per line, whatever the
+terminal's width (the terminal wraps a long one, so it is copied whole).
 """
 
 from __future__ import annotations
@@ -31,9 +32,9 @@ def _rich(out: TextIO, body: str, footer: str, usage: str) -> None:
 
     console = Console(file=out, highlight=False, emoji=False)
     console.print(Markdown(body))
-    if footer:
+    if footer:  # a source a line, never broken by rich: the terminal wraps a long one, copied whole
         console.print()
-        console.print(Text(footer, style="cyan"))
+        console.print(Text(footer, style="cyan"), soft_wrap=True)
     if usage:
         console.print()
         console.print(Markdown(usage), style="dim")
