@@ -313,3 +313,59 @@ def test_a_document_removed_while_the_index_reads_it_is_one_skipped_file(folder:
     code, out, _ = cli("index", "docs")
     assert code == 0 and "docs/ok.md" in out
     assert skipped(out) == {"docs/guide.pdf": "cannot read (No such file or directory)"}
+
+
+def pdf_with_unicode_map(path: Path, line: str, to_unicode: dict[str, str]) -> Path:
+    """A one-page PDF showing ``line``, whose font's ToUnicode map reads each byte of
+    ``to_unicode``'s keys as the UTF-16 code units of its value (hex): what a PDF producer
+    writes, right or wrong, and pypdf decodes without checking."""
+    from pypdf import PdfWriter
+    from pypdf.generic import DecodedStreamObject, DictionaryObject, NameObject
+
+    writer = PdfWriter()
+    chars = "".join(f"<{ord(code):02X}> <{unit}>\n" for code, unit in to_unicode.items())
+    cmap = DecodedStreamObject()
+    cmap.set_data(
+        (
+            "/CIDInit /ProcSet findresource begin 12 dict begin begincmap /CMapName /X def\n"
+            f"1 begincodespacerange <00> <FF> endcodespacerange\n{len(to_unicode)} beginbfchar\n{chars}endbfchar\n"
+            "endcmap CMapName currentdict /CMap defineresource pop end end\n"
+        ).encode("ascii")
+    )
+    font = writer._add_object(DictionaryObject({
+        NameObject("/Type"): NameObject("/Font"), NameObject("/Subtype"): NameObject("/Type1"),
+        NameObject("/BaseFont"): NameObject("/Helvetica"), NameObject("/ToUnicode"): writer._add_object(cmap),
+    }))
+    page = writer.add_blank_page(612, 792)
+    stream = DecodedStreamObject()
+    stream.set_data(f"BT /F1 12 Tf 72 720 Td ({line}) Tj ET".encode("latin-1"))
+    page[NameObject("/Contents")] = writer._add_object(stream)
+    page[NameObject("/Resources")] = DictionaryObject({NameObject("/Font"): DictionaryObject({NameObject("/F1"): font})})
+    with open(path, "wb") as f:
+        writer.write(f)
+    return path
+
+
+def test_a_pdf_mapping_glyphs_to_nul_or_a_lone_surrogate_is_indexed_and_cited(folder: Path) -> None:
+    # A broken ToUnicode map gives pypdf text holding U+0000 (PostgreSQL refuses it) and a lone
+    # surrogate (no UTF-8 for it: SQLite's insert raised UnicodeEncodeError, a traceback that
+    # lost the whole run). Both are what the page would show as unknown: U+FFFD, NUL dropped.
+    pdf_with_unicode_map(folder / "odd.pdf", "The zorblax valve AB opens.", {"A": "D800", "B": "0000"})
+    assert "\x00" in "".join(pdf_page_texts(folder / "odd.pdf"))  # what pypdf reads
+    text = read_document(PDF_READER, (folder / "odd.pdf").read_bytes())
+    assert "\x00" not in text and "\ufffd" in text
+    text.encode("utf-8")  # every character has a UTF-8 form
+    code, out, err = cli("index", "docs")
+    assert code == 0, err
+    assert "2 added" in out and "Traceback" not in out + err
+    code, out, err = cli("search", "zorblax valve", "--json")
+    assert code == 0, err
+    hit = json.loads(out)[0]
+    assert hit["path"] == "docs/odd.pdf" and hit["page"] == 1 and hit["start_line"] == 1
+    assert hit["text"] == "The zorblax valve \ufffd opens."
+
+
+def pdf_page_texts(path: Path) -> list[str]:
+    import pypdf
+
+    return [page.extract_text() for page in pypdf.PdfReader(str(path)).pages]

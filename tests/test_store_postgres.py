@@ -1171,3 +1171,20 @@ def test_pgvector_in_a_schema_off_the_search_path_is_named_with_the_fix(pg_serve
     assert "schema ext" in line and "search_path" in line, line
     fixed = uri + ("&" if "?" in uri else "?") + "options=-c%20search_path%3Dpublic,ext"
     assert crag(env_for(fixed, tmp_path), tmp_path, "index", "docs").returncode == 0
+
+
+def test_a_pdf_whose_text_holds_nul_is_indexed_not_the_run_failed(pg_uri: str, tmp_path: Path) -> None:
+    pytest.importorskip("pypdf", reason="the pdf extra (make install has it)")
+    from .test_readers import make_pdf
+
+    # Helvetica's code 0 reads as U+0000, which PostgreSQL refuses in text: the whole run
+    # failed with "invalid byte sequence for encoding UTF8: 0x00" and nothing was indexed.
+    make_kb(tmp_path / "docs", n=0)
+    make_pdf(tmp_path / "docs" / "valve.pdf", [["The zorblax valve\x00 opens at dawn."]])
+    env = env_for(pg_uri, tmp_path)
+    done = crag(env, tmp_path, "index", "docs")
+    assert done.returncode == 0, done.stderr
+    assert "3 added" in done.stdout
+    found = crag(env, tmp_path, "search", "--json", "zorblax valve")
+    hits = json.loads(found.stdout)
+    assert hits[0]["path"] == "docs/valve.pdf" and hits[0]["text"] == "The zorblax valve opens at dawn."

@@ -25,7 +25,8 @@ A reader is a boundary (``read_document``): whatever its library raises, a text 
 than ``MAX_DOCX_XML_BYTES`` (or at more than ``MAX_ZIP_RATIO`` to one), binary data named
 ``.html``, a read that takes longer than ``TIME_BUDGET_SECONDS``: each is a ``ValueError``
 with one line saying why, which the indexer reports as a skipped file and the tools as a
-file they cannot read. The libraries' own log lines (pypdf logs what it repairs) are
+file they cannot read. The text it gives holds no NUL and no lone UTF-16 surrogate (a PDF's
+font map may name either; PostgreSQL refuses the one, UTF-8 cannot hold the other). The libraries' own log lines (pypdf logs what it repairs) are
 caught while a reader runs, never printed; the last one joins the reason when the library
 fails with an exception that is not one of its own errors. Texts already read, and
 refusals, are kept for the process's life (keyed by path, size and modification time), so
@@ -174,6 +175,19 @@ def read_document(reader: Reader, data: bytes) -> str:
             raise ValueError(f"{reader.module or reader.name} cannot read it ({reason}{said})") from exc
     if len(text) - text.count("\n") > MAX_TEXT_BYTES // 4 and _text_bytes(text) > MAX_TEXT_BYTES:
         raise ValueError(f"its text is larger than {_mib(MAX_TEXT_BYTES)}")
+    return _storable(text)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _storable(text: str) -> str:
+    """``text`` as every store can hold it: NUL dropped (as ``decode_text`` drops it), UTF-16
+    surrogates (a PDF's ``/ToUnicode`` map may name them) joined where they pair, else U+FFFD."""
+    if "\x00" in text:
+        text = text.replace("\x00", "")
+    if not text.isascii() and _SURROGATE.search(text):
+        text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
     return text
 
 
