@@ -25,8 +25,7 @@ A reader is a boundary (``read_document``): whatever its library raises, a text 
 than ``MAX_DOCX_XML_BYTES`` (or at more than ``MAX_ZIP_RATIO`` to one), binary data named
 ``.html``, a read that takes longer than ``TIME_BUDGET_SECONDS``: each is a ``ValueError``
 with one line saying why, which the indexer reports as a skipped file and the tools as a
-file they cannot read. The text it gives holds no NUL and no lone UTF-16 surrogate (a PDF's
-font map may name either; PostgreSQL refuses the one, UTF-8 cannot hold the other). The libraries' own log lines (pypdf logs what it repairs) are
+file they cannot read. The libraries' own log lines (pypdf logs what it repairs) are
 caught while a reader runs, never printed; the last one joins the reason when the library
 fails with an exception that is not one of its own errors. Texts already read, and
 refusals, are kept for the process's life (keyed by path, size and modification time), so
@@ -173,20 +172,22 @@ def read_document(reader: Reader, data: bytes) -> str:
             said = f"; {reader.module or reader.name} logged: {_one_line(logged[-1], 120)}" if logged else ""
             reason = _one_line(f"{type(exc).__name__}: {exc}") if str(exc) else type(exc).__name__
             raise ValueError(f"{reader.module or reader.name} cannot read it ({reason}{said})") from exc
+    text = _storable(text)
     if len(text) - text.count("\n") > MAX_TEXT_BYTES // 4 and _text_bytes(text) > MAX_TEXT_BYTES:
         raise ValueError(f"its text is larger than {_mib(MAX_TEXT_BYTES)}")
-    return _storable(text)
-
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
+    return text
 
 
 def _storable(text: str) -> str:
-    """``text`` as every store can hold it: NUL dropped (as ``decode_text`` drops it), UTF-16
-    surrogates (a PDF's ``/ToUnicode`` map may name them) joined where they pair, else U+FFFD."""
+    """A document's text as every store keeps it: NUL dropped (PostgreSQL refuses it in text, and
+    ``decode_text`` drops it from text files), a surrogate pair joined into its character and a
+    lone surrogate (a PDF's ToUnicode map may name one; it has no UTF-8 form, so SQLite cannot
+    store it) read as U+FFFD, the character a reader shows for one it cannot show."""
     if "\x00" in text:
         text = text.replace("\x00", "")
-    if not text.isascii() and _SURROGATE.search(text):
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
         text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
     return text
 
