@@ -247,7 +247,10 @@ for unit in ("<a ", "<![CDATA[", "<!--", "<a b=\"", "<script>", "</x", "<?", "<s
     for tail in ("", ">", "-->", "]]>"):
         data = (unit * (size // len(unit)) + tail).encode()
         start = time.monotonic()
-        read_document(html, data)
+        try:
+            read_document(html, data)
+        except ValueError:  # no text in it: refused after it was read
+            pass
         took = time.monotonic() - start
         if took > 2 + 50 * benign:
             sys.exit(f"{unit!r} x {size // len(unit)} + {tail!r}: {took:.1f}s, a benign file {benign:.2f}s")
@@ -369,3 +372,28 @@ def pdf_page_texts(path: Path) -> list[str]:
     import pypdf
 
     return [page.extract_text() for page in pypdf.PdfReader(str(path)).pages]
+
+
+def test_a_document_with_no_text_is_a_skipped_file_that_says_why(folder: Path) -> None:
+    # A scanned PDF (pages of images, no text layer) was reported "added" and never found again:
+    # nothing told the user that crag had read no word of it.
+    from pypdf import PdfWriter
+
+    writer = PdfWriter()
+    writer.add_blank_page(612, 792)
+    writer.add_blank_page(612, 792)
+    with open(folder / "scan.pdf", "wb") as f:
+        writer.write(f)
+    with open(folder / "nothing.pdf", "wb") as f:
+        PdfWriter().write(f)
+    (folder / "shell.html").write_text("<html><head><script>app()</script></head><body>\n</body></html>\n", encoding="utf-8")
+    code, out, err = cli("index", "docs")
+    assert code == 0, err
+    assert "1 added" in out and "docs/scan.pdf" not in out.split("skipped")[0]
+    assert skipped(out) == {
+        "docs/scan.pdf": "no text on its 2 pages: a scanned PDF holds images, and crag reads only a PDF's text (run OCR on it to index it)",
+        "docs/nothing.pdf": "the PDF has no pages",
+        "docs/shell.html": "no text in it",
+    }
+    code, out, _ = cli("roots")
+    assert "docs  1 file, 1 chunk" in out
