@@ -51,20 +51,8 @@ from attrs import frozen
 from ..pages import PAGE_LINES
 
 __all__ = [
-    "DISTRIBUTION",
-    "MAX_DOCX_XML_BYTES",
-    "MAX_PDF_PAGES",
-    "MAX_TEXT_BYTES",
-    "READERS",
-    "UTF16_BOMS",
-    "Reader",
-    "cached_text",
-    "decode_text",
-    "read_document",
-    "reader_for",
-    "skipped_line",
-    "utf16_codec",
-    "utf16_text",
+    "DISTRIBUTION", "MAX_DOCX_XML_BYTES", "MAX_PDF_PAGES", "MAX_TEXT_BYTES", "READERS", "UTF16_BOMS",
+    "Reader", "cached_text", "decode_text", "read_document", "reader_for", "skipped_line", "utf16_codec", "utf16_text",
 ]
 
 # The name crag is installed under from the package index (the import name stays ``crag``).
