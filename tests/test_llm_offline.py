@@ -531,3 +531,14 @@ def test_a_table_row_that_answers_is_quoted_with_its_header_and_cited_at_that_ro
     assert f"{table}\n\n[1]" in body, body
     assert "timeout" not in body and "log_level" not in body
     assert body.endswith("[1] docs/settings.md:L7"), body
+
+
+def test_a_sentence_naming_a_tag_in_inline_code_is_quoted():
+    """"Wrap the inputs in a `<form>` tag" was taken for a line of HTML markup and never quoted,
+    though the tag is inline code in a sentence of prose."""
+    item = EvidenceItem("vector_search", "docs/forms.md",
+                        "# Forms\n\nWrap the inputs in a `<form>` tag to submit them together.", 1, 3, 0.8)
+    result = Agent(OfflineChatModel(), FakeToolbox({"vector_search": [[item]]}), Settings()).ask(
+        "How do I submit the inputs together?")
+    assert "- Wrap the inputs in a `<form>` tag to submit them together. [1]" in result.answer, result.answer
+    assert "[1] docs/forms.md:L3" in result.answer

@@ -38,6 +38,7 @@ def same_text(a: str, b: str) -> bool:
 
 
 _HTML = re.compile(r"</?[A-Za-z][^>]*>|<!--|<[A-Za-z][\w:-]*\s[^<>]*=[^<>]*$")  # or a tag cut at a full stop in it
+_INLINE_CODE = re.compile(r"(`+)[^`\n]+?\1")
 _LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
 _ADMONITION = re.compile(r"^\s*(?:\[![A-Za-z]+\]|!!!|\?\?\?|:::|///|\{\*.*\*\}\s*$)")  # or an include: {* file *}
 # A line that is only link reference definitions ([label]: url "title"), a template tag
@@ -61,7 +62,7 @@ def _one_line(text: str) -> str:
 def _markup_only(sentence: str) -> bool:
     """Whether a sentence is markup rather than prose: HTML, an admonition marker, an include
     directive (``{* file.py *}``), a link definition, a template tag, an attribute list, links only."""
-    if _HTML.search(sentence) or _CITE_LIKE.search(sentence):
+    if _HTML.search(_INLINE_CODE.sub(" ", sentence)) or _CITE_LIKE.search(sentence):  # a `<tag>` in code is prose
         return True
     if _ADMONITION.match(sentence) or _DIRECTIVE.match(sentence):
         return True
