@@ -817,6 +817,28 @@ def test_each_row_of_a_table_is_held_by_one_row_of_the_evidence(table, supported
     assert ground(table, (PLAN_TABLE,)).report.supported == int(supported)
 
 
+SERVICES = EvidenceItem(
+    "vector_search", "services.md",
+    "".join(f"| {i} | service{i} | team{i % 7} | keeps logs for {i % 90} days |\n" for i in range(2984, 3000))
+    + "| 3000 | quasarium | teamX | the quasarium rotates keys every 45 days |\n| 3001 | service3001 | team5 | keeps logs for 31 days |\n",
+    2989, 3006)
+
+
+def test_a_table_copied_from_the_evidence_is_cited_at_the_row_that_holds_it():
+    """A table was cited at the item's first passage sharing one word with it: the row in the
+    middle of a long table was cited at the chunk's first row (another service that "keeps logs
+    for 14 days"), and a settings table at the heading above it ("# Settings")."""
+    g = ground("| 3000 | quasarium | teamX | the quasarium rotates keys every 45 days |", (SERVICES,))
+    assert g.report.supported == 1 and lines_of(g) == [("services.md", 3005)]
+    assert g.sources[0].text == "| 3000 | quasarium | teamX | the quasarium rotates keys every 45 days |"
+    settings_md = EvidenceItem(
+        "vector_search", "settings.md",
+        "# Settings\n\nThe service reads these settings.\n\n| Setting | Default | Meaning |\n|---|---|---|\n"
+        "| upload_retries | 5 | how often an upload is retried |\n| timeout | 30 s | how long a request may take |", 1, 8)
+    g = ground("| Setting | Default |\n|---|---|\n| upload_retries | 5 |", (settings_md,))
+    assert g.report.supported == 1 and lines_of(g) == [("settings.md", 5)]  # its header row, where it starts
+
+
 LIMITS = EvidenceItem("vector_search", "limits.md",
                       "# Limits\n\nUploads are limited to 5 MB.\nTokens expire after 24 hours.\n"
                       "A backup is kept for thirty days.\nThe cache holds 2GB.\n"

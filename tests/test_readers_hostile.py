@@ -247,7 +247,10 @@ for unit in ("<a ", "<![CDATA[", "<!--", "<a b=\"", "<script>", "</x", "<?", "<s
     for tail in ("", ">", "-->", "]]>"):
         data = (unit * (size // len(unit)) + tail).encode()
         start = time.monotonic()
-        read_document(html, data)
+        try:
+            read_document(html, data)
+        except ValueError:  # no text in it: refused after it was read
+            pass
         took = time.monotonic() - start
         if took > 2 + 50 * benign:
             sys.exit(f"{unit!r} x {size // len(unit)} + {tail!r}: {took:.1f}s, a benign file {benign:.2f}s")
@@ -315,50 +318,82 @@ def test_a_document_removed_while_the_index_reads_it_is_one_skipped_file(folder:
     assert skipped(out) == {"docs/guide.pdf": "cannot read (No such file or directory)"}
 
 
-def pdf_with_unicode_map(path: Path, shown: bytes, unicode_of: dict[int, str]) -> Path:
-    """A one-page PDF showing the bytes ``shown`` in Helvetica, whose ``/ToUnicode`` map says byte
-    ``b`` is the UTF-16 code units ``unicode_of[b]`` (hex): a map may name a NUL or half a pair."""
-    entries = " ".join(f"<{b:02X}> <{units}>" for b, units in unicode_of.items())
-    cmap = (b"/CIDInit /ProcSet findresource begin 12 dict begin begincmap /CMapName /X def "
-            b"1 begincodespacerange <00> <FF> endcodespacerange "
-            + f"{len(unicode_of)} beginbfchar {entries} endbfchar ".encode()
-            + b"endcmap CMapName currentdict /CMap defineresource pop end end")
-    content = b"BT /F1 12 Tf 72 720 Td (" + shown + b") Tj ET"
-    objects = [
-        b"<< /Type /Catalog /Pages 2 0 R >>",
-        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
-        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
-        b"/Resources << /Font << /F1 5 0 R >> >> >>",
-        b"<< /Length %d >>\nstream\n%s\nendstream" % (len(content), content),
-        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /ToUnicode 6 0 R >>",
-        b"<< /Length %d >>\nstream\n%s\nendstream" % (len(cmap), cmap),
-    ]
-    data, offsets = b"%PDF-1.4\n", []
-    for n, body in enumerate(objects, 1):
-        offsets.append(len(data))
-        data += b"%d 0 obj\n%s\nendobj\n" % (n, body)
-    xref = len(data)
-    data += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
-    data += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
-    data += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
-    path.write_bytes(data)
+def pdf_with_unicode_map(path: Path, line: str, to_unicode: dict[str, str]) -> Path:
+    """A one-page PDF showing ``line``, whose font's ToUnicode map reads each byte of
+    ``to_unicode``'s keys as the UTF-16 code units of its value (hex): what a PDF producer
+    writes, right or wrong, and pypdf decodes without checking."""
+    from pypdf import PdfWriter
+    from pypdf.generic import DecodedStreamObject, DictionaryObject, NameObject
+
+    writer = PdfWriter()
+    chars = "".join(f"<{ord(code):02X}> <{unit}>\n" for code, unit in to_unicode.items())
+    cmap = DecodedStreamObject()
+    cmap.set_data(
+        (
+            "/CIDInit /ProcSet findresource begin 12 dict begin begincmap /CMapName /X def\n"
+            f"1 begincodespacerange <00> <FF> endcodespacerange\n{len(to_unicode)} beginbfchar\n{chars}endbfchar\n"
+            "endcmap CMapName currentdict /CMap defineresource pop end end\n"
+        ).encode("ascii")
+    )
+    font = writer._add_object(DictionaryObject({
+        NameObject("/Type"): NameObject("/Font"), NameObject("/Subtype"): NameObject("/Type1"),
+        NameObject("/BaseFont"): NameObject("/Helvetica"), NameObject("/ToUnicode"): writer._add_object(cmap),
+    }))
+    page = writer.add_blank_page(612, 792)
+    stream = DecodedStreamObject()
+    stream.set_data(f"BT /F1 12 Tf 72 720 Td ({line}) Tj ET".encode("latin-1"))
+    page[NameObject("/Contents")] = writer._add_object(stream)
+    page[NameObject("/Resources")] = DictionaryObject({NameObject("/Font"): DictionaryObject({NameObject("/F1"): font})})
+    with open(path, "wb") as f:
+        writer.write(f)
     return path
 
 
-def test_a_pdf_whose_text_holds_a_nul_or_half_a_surrogate_pair_is_indexed_as_text(folder: Path) -> None:
-    """pypdf gives what a font's /ToUnicode map says: a NUL (which no store holds as text, and
-    PostgreSQL refuses) or a lone UTF-16 surrogate (which cannot be written as UTF-8). The text
-    crag indexes drops the NUL and shows the half pair as U+FFFD, as a text file's would be."""
-    pdf = pdf_with_unicode_map(folder / "odd.pdf", b"harbour fees AB due", {0x41: "D800", 0x42: "0000"})
+def test_a_pdf_mapping_glyphs_to_nul_or_a_lone_surrogate_is_indexed_and_cited(folder: Path) -> None:
+    # A broken ToUnicode map gives pypdf text holding U+0000 (PostgreSQL refuses it) and a lone
+    # surrogate (no UTF-8 for it: SQLite's insert raised UnicodeEncodeError, a traceback that
+    # lost the whole run). Both are what the page would show as unknown: U+FFFD, NUL dropped.
+    pdf_with_unicode_map(folder / "odd.pdf", "The zorblax valve AB opens.", {"A": "D800", "B": "0000"})
+    assert "\x00" in "".join(pdf_page_texts(folder / "odd.pdf"))  # what pypdf reads
+    text = read_document(PDF_READER, (folder / "odd.pdf").read_bytes())
+    assert "\x00" not in text and "\ufffd" in text
+    text.encode("utf-8")  # every character has a UTF-8 form
+    code, out, err = cli("index", "docs")
+    assert code == 0, err
+    assert "2 added" in out and "Traceback" not in out + err
+    code, out, err = cli("search", "zorblax valve", "--json")
+    assert code == 0, err
+    hit = json.loads(out)[0]
+    assert hit["path"] == "docs/odd.pdf" and hit["page"] == 1 and hit["start_line"] == 1
+    assert hit["text"] == "The zorblax valve \ufffd opens."
+
+
+def pdf_page_texts(path: Path) -> list[str]:
     import pypdf
 
-    raw = pypdf.PdfReader(io.BytesIO(pdf.read_bytes())).pages[0].extract_text()
-    assert "\ud800" in raw and "\x00" in raw  # what the reader is given
-    text = read_document(PDF_READER, pdf.read_bytes())
-    assert "harbour fees \ufffd due" in text and "\x00" not in text
-    text.encode("utf-8")  # no surrogate left
+    return [page.extract_text() for page in pypdf.PdfReader(str(path)).pages]
+
+
+def test_a_document_with_no_text_is_a_skipped_file_that_says_why(folder: Path) -> None:
+    # A scanned PDF (pages of images, no text layer) was reported "added" and never found again:
+    # nothing told the user that crag had read no word of it.
+    from pypdf import PdfWriter
+
+    writer = PdfWriter()
+    writer.add_blank_page(612, 792)
+    writer.add_blank_page(612, 792)
+    with open(folder / "scan.pdf", "wb") as f:
+        writer.write(f)
+    with open(folder / "nothing.pdf", "wb") as f:
+        PdfWriter().write(f)
+    (folder / "shell.html").write_text("<html><head><script>app()</script></head><body>\n</body></html>\n", encoding="utf-8")
     code, out, err = cli("index", "docs")
-    assert code == 0 and "Traceback" not in out + err, err
-    assert "2 added" in out and "docs/odd.pdf" in out
-    code, out, _ = cli("search", "harbour fees", "--json")
-    assert code == 0 and "docs/odd.pdf" in [h["path"] for h in json.loads(out)]
+    assert code == 0, err
+    assert "1 added" in out and "docs/scan.pdf" not in out.split("skipped")[0]
+    assert skipped(out) == {
+        "docs/scan.pdf": "no text on its 2 pages: a scanned PDF holds images, and crag reads only a PDF's text (run OCR on it to index it)",
+        "docs/nothing.pdf": "the PDF has no pages",
+        "docs/shell.html": "no text in it",
+    }
+    code, out, _ = cli("roots")
+    assert "docs  1 file, 1 chunk" in out

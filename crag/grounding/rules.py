@@ -72,7 +72,7 @@ class Rule:
 
     ``kinds``: the piece kinds it judges. ``unit``: what of the item is read, ``passages``
     (a window of one to ``WINDOW`` consecutive passages), ``whole`` (the item as one text,
-    cited at its first passage sharing a word with the piece: a table's row) or ``lines``
+    cited at its passage sharing the most words with the piece: a table's row) or ``lines``
     (a code block's lines). ``min_coverage``: the least share of the piece's content words
     (of its lines, for ``lines``) the unit must hold. ``needs_anchors`` and ``min_words``:
     what the piece must have for the rule to be tried. ``item_coverage``: the least share
@@ -246,9 +246,10 @@ def score(c: Claims, ev: ItemEvidence, rule: Rule, index: int = 0) -> Support | 
             break
     if best is not None and rule.unit == "passages":
         best = _tightened(best, ev.text, c)
-    if best is not None and rule.unit == "whole":  # cited at the row that holds the claim
-        row = next((p for p in ev.passages if p.vocabulary & c.words), None)
-        if row is not None:
+    if best is not None and rule.unit == "whole":  # cited at the row that holds the most of the claim
+        held = [len(p.vocabulary & c.words) for p in ev.passages]
+        if any(held):  # the first of the best: a row in a long table, not the first sharing a word
+            row = ev.passages[held.index(max(held))]
             best = Support(index, best.coverage, row.start, row.end, rule.name)
     return best
 

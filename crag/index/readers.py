@@ -23,7 +23,8 @@ it among the files skipped for their type, with the ``pip install`` that include
 A reader is a boundary (``read_document``): whatever its library raises, a text over
 ``MAX_TEXT_BYTES``, a PDF of more than ``MAX_PDF_PAGES`` pages, a DOCX that unpacks to more
 than ``MAX_DOCX_XML_BYTES`` (or at more than ``MAX_ZIP_RATIO`` to one), binary data named
-``.html``, a read that takes longer than ``TIME_BUDGET_SECONDS``: each is a ``ValueError``
+``.html``, a read that takes longer than ``TIME_BUDGET_SECONDS``, a document with no text (a
+scanned PDF): each is a ``ValueError``
 with one line saying why, which the indexer reports as a skipped file and the tools as a
 file they cannot read. The libraries' own log lines (pypdf logs what it repairs) are
 caught while a reader runs, never printed; the last one joins the reason when the library
@@ -50,20 +51,8 @@ from attrs import frozen
 from ..pages import PAGE_LINES
 
 __all__ = [
-    "DISTRIBUTION",
-    "MAX_DOCX_XML_BYTES",
-    "MAX_PDF_PAGES",
-    "MAX_TEXT_BYTES",
-    "READERS",
-    "UTF16_BOMS",
-    "Reader",
-    "cached_text",
-    "decode_text",
-    "read_document",
-    "reader_for",
-    "skipped_line",
-    "utf16_codec",
-    "utf16_text",
+    "DISTRIBUTION", "MAX_DOCX_XML_BYTES", "MAX_PDF_PAGES", "MAX_TEXT_BYTES", "READERS", "UTF16_BOMS",
+    "Reader", "cached_text", "decode_text", "read_document", "reader_for", "skipped_line", "utf16_codec", "utf16_text",
 ]
 
 # The name crag is installed under from the package index (the import name stays ``crag``).
@@ -173,6 +162,8 @@ def read_document(reader: Reader, data: bytes) -> str:
             reason = _one_line(f"{type(exc).__name__}: {exc}") if str(exc) else type(exc).__name__
             raise ValueError(f"{reader.module or reader.name} cannot read it ({reason}{said})") from exc
     text = _storable(text)
+    if not text.strip():  # nothing in it could ever be found: named as skipped, not reported added
+        raise ValueError("no text in it")
     if len(text) - text.count("\n") > MAX_TEXT_BYTES // 4 and _text_bytes(text) > MAX_TEXT_BYTES:
         raise ValueError(f"its text is larger than {_mib(MAX_TEXT_BYTES)}")
     return text
@@ -220,6 +211,9 @@ def _pdf(data: bytes) -> str:
             budget.add(pages[-1])
     except PyPdfError as exc:
         raise _Refused(f"pypdf cannot read it ({_one_line(exc)})") from exc
+    if not any(text.strip() for text in pages):
+        raise _Refused(f"no text on its {len(pages)} page{'s' * (len(pages) > 1)}: a scanned PDF holds images, and "
+                       "crag reads only a PDF's text (run OCR on it to index it)" if pages else "the PDF has no pages")
     out: list[str] = []
     for text in pages:
         lines = _joined_hyphens([line.rstrip() for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n")])
