@@ -330,3 +330,16 @@ def test_accents_are_folded_alike_by_every_store(kb: Path, tmp_path: Path, cfg: 
         text = got.search("creme", 1, mode="lexical")[0].text
         assert "The CAFÉ on the corner serves crème brûlée." in text  # as written
         assert "re\u0301sume\u0301" in got.search("resume", 1, mode="hybrid")[0].text
+
+
+def test_a_word_of_a_document_is_found_at_the_end_of_a_long_query(kb: Path, cfg: Settings) -> None:
+    """A pasted page of text: the one word a document holds counts wherever it stands. The
+    full-text ranking used to keep the first 32 words of a query, so a word past them was
+    never looked for and a 10,000-word query found nothing."""
+    index_roots(cfg, [kb])
+    noise = " ".join(f"zq{i}x" for i in range(10_000))  # words no document holds
+    with open_index(cfg) as reader:
+        for query in (f"{noise} ninety", f"tokens {noise} ninety"):
+            for mode in ("lexical", "hybrid"):
+                hits = reader.search(query, 2, mode=mode)
+                assert hits and Path(hits[0].path).name == "auth.md", (mode, hits)

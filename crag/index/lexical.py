@@ -24,7 +24,9 @@ to ``budget + 1``, so counting is bounded too):
   those too, and when they are still more than ``budget`` it scores the ``budget`` of them
   indexed first.
 
-Terms no row holds are dropped. The stores' ``lexical_ranking`` and ``file_ranking``
+Terms no row holds are dropped, and of the rest the ``MAX_TERMS`` rarest are kept (a
+pasted page of text: its one word a document holds counts wherever it stands, and its
+frequent words, which would weigh least, are the ones left out). The stores' ``lexical_ranking`` and ``file_ranking``
 follow the plan with their own budgets (``CHUNK_BUDGET``, ``FILE_BUDGET``). The file
 ranking of a hybrid search ranks only the candidates' files, and for a query of frequent
 words only it ranks none: its cost is the IDF of those words, read over every file that
@@ -38,7 +40,7 @@ from collections.abc import Sequence
 
 from attrs import frozen
 
-__all__ = ["ALL", "ANY", "CHUNK_BUDGET", "FILE_BUDGET", "RESCORED", "LexicalPlan", "plan"]
+__all__ = ["ALL", "ANY", "CHUNK_BUDGET", "FILE_BUDGET", "MAX_TERMS", "QUERY_WORDS", "RESCORED", "LexicalPlan", "plan"]
 
 ANY = "any"
 ALL = "all"
@@ -49,6 +51,11 @@ FILE_BUDGET = 2_000
 # PostgreSQL: the rows of the selecting terms that the frequent terms score (the best by the
 # selecting terms); each costs an index lookup a frequent term.
 RESCORED = 1_000
+# Terms a ranking uses at most: the rarest of the query's terms that some row holds.
+MAX_TERMS = 32
+# Distinct words of a query whose rows a store counts at most (about 10 µs each in SQLite),
+# the first ones: every word of a 10,000-word query, and more.
+QUERY_WORDS = 20_000
 
 
 @frozen
@@ -66,6 +73,9 @@ def plan(dfs: Sequence[tuple[str, int]], budget: int) -> LexicalPlan:
     present = [(t, df) for t, df in dfs if df > 0]
     if not present:
         return LexicalPlan(())
+    if len(present) > MAX_TERMS:
+        rarest = {t for t, _ in sorted(present, key=lambda p: p[1])[:MAX_TERMS]}  # stable: earlier words first
+        present = [(t, df) for t, df in present if t in rarest]
     by_rarity = sorted(present, key=lambda p: p[1])
     taken: list[str] = []
     rows = 0

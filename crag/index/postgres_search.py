@@ -240,7 +240,7 @@ class PostgresRetriever:
     def _terms(self, query: str, terms: str) -> list[tuple[str, int]]:
         """The query's words as PostgreSQL lexemes, each with the number of rows holding it (``terms``
         or ``file_terms``)."""
-        words = query_terms(query)
+        words = query_terms(query, lexical.QUERY_WORDS)
         if not words:
             return []
         rows = self._query(

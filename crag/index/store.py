@@ -228,7 +228,7 @@ class IndexReader:
         """(rowid, bm25) of the best ``k`` rows of an FTS5 ``table`` (of ``rowids`` only, when
         given): the rows the terms ``crag.index.lexical.plan`` selects, scored by BM25 over every
         term; ``join`` reaches ``files f`` and is used only when ``roots`` restricts the search."""
-        terms = query_terms(query)
+        terms = query_terms(query, lexical.QUERY_WORDS)
         if not terms or k <= 0 or (rowids is not None and not rowids):
             return []
         budget = lexical.CHUNK_BUDGET if table == "fts" else lexical.FILE_BUDGET
