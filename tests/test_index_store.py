@@ -420,3 +420,17 @@ def test_a_word_without_its_accents_finds_it_as_full_text_search_does(kb: Path, 
             for mode in ("lexical", "hybrid"):
                 assert paths_of(reader.search(query, 1, mode=mode)) == ["dessert.md"], (query, mode)
         assert "crème brûlée in Zürich" in reader.search("creme", 1)[0].text  # as written
+
+
+def test_a_query_of_one_character_words_finds_the_text_that_holds_it(kb: Path, cfg: Settings) -> None:
+    """``1.2.3`` is three one-character words, none of them a keyword: the hash embedder's
+    filter of hits sharing no keyword with the query dropped the release note that full-text
+    search had found, and the search printed nothing."""
+    write(kb / "release.md", "# Releases\n\nRelease v1.2.3 fixed the login bug.\n")
+    write(kb / "steps.md", "# Steps\n\nStep 2 of 3 comes after step 1.\n")
+    index_roots(cfg, [kb])
+    with open_index(cfg) as reader:
+        for query in ("1.2.3", "“1.2.3”?"):
+            for mode in ("lexical", "hybrid"):
+                assert paths_of(reader.search(query, 2, mode=mode)) == ["release.md"], (query, mode)
+        assert reader.search("the and of", 2) == []  # stop words only: no word to share

@@ -20,13 +20,14 @@ relates words that differ, so its hits are kept as ranked.
 
 from __future__ import annotations
 
+import string
 from collections.abc import Sequence
 
 import attrs
 
 from ..errors import IndexStoreError
 from ..ports import Hit, Retriever
-from ..text import keywords
+from ..text import content_words, keywords
 from .discover import relative_label
 from .documents import fold_diacritics
 from .fusion import SearchWeights, fuse, scores_in_rank_order
@@ -35,6 +36,8 @@ __all__ = ["MODES", "hybrid_search"]
 
 MODES = ("hybrid", "vector", "lexical")
 _TIE = 1e-6  # cosines closer than this are equal (float32 sums in different orders)
+# What ends a query's piece without being part of it: ASCII punctuation and the common quotes.
+_PUNCTUATION = string.punctuation + "\u00ab\u00bb\u2018\u2019\u201c\u201d"
 
 
 def _with_lexical_candidates(
@@ -119,7 +122,20 @@ def hybrid_search(
 
 
 def sharing_a_word(hits: Sequence[Hit], query: str) -> list[Hit]:
-    """The hits that share a content word with ``query`` (see the module docstring)."""
-    words = set(keywords(fold_diacritics(query)))
-    return [h for h in hits
-            if words & set(keywords(fold_diacritics(f"{relative_label(h.path)}\n{h.heading}\n{h.text}")))]
+    """The hits that share a content word with ``query`` (see the module docstring).
+
+    A query whose content words are all of one character (``1.2.3``, ``C``) has no keyword
+    to share: its hits are those holding one of its pieces as written (``v1.2.3`` holds
+    ``1.2.3``), case and accents aside.
+    """
+    folded = fold_diacritics(query)
+    words = set(keywords(folded))
+    if not words and content_words(folded):
+        pieces = {p for p in (w.strip(_PUNCTUATION) for w in folded.lower().split()) if p}
+        return [h for h in hits if any(p in _shown(h).lower() for p in pieces)]
+    return [h for h in hits if words & set(keywords(_shown(h)))]
+
+
+def _shown(hit: Hit) -> str:
+    """A hit's text as a user sees it, accents folded: its path, heading and text."""
+    return fold_diacritics(f"{relative_label(hit.path)}\n{hit.heading}\n{hit.text}")
