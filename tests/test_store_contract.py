@@ -343,3 +343,22 @@ def test_a_word_of_a_document_is_found_at_the_end_of_a_long_query(kb: Path, cfg:
             for mode in ("lexical", "hybrid"):
                 hits = reader.search(query, 2, mode=mode)
                 assert hits and Path(hits[0].path).name == "auth.md", (mode, hits)
+
+
+def test_paths_hosts_and_versions_are_split_into_words_alike_by_every_store(
+    kb: Path, tmp_path: Path, cfg: Settings
+) -> None:
+    """FTS5 splits ``crag/index/store.py`` into its words; PostgreSQL's parser kept it (and
+    ``HTTP/3``, ``api.example.com``, ``v1.2.3``, ``ops@example.com``) as one word, so on
+    PostgreSQL full-text search found no part of them, and ``store`` did not find the page."""
+    write(kb / "notes.md", "# Notes\n\nThe handler in crag/index/store.py speaks HTTP/3 to api.example.com; "
+                           "release v1.2.3 pins it. Mail ops@example.com or call 3.14.\n")
+    reference = Settings(index_dir=str(tmp_path / "reference"))
+    index_roots(reference, [kb])
+    index_roots(cfg, [kb])
+    with open_index(reference) as want, open_index(cfg) as got:
+        for query in ("store", "store.py", "crag/index/store.py", "http", "HTTP/3", "example", "api.example.com",
+                      "v1.2.3", "ops", "14", "handler"):
+            expect, hits = want.search(query, 2, mode="lexical"), got.search(query, 2, mode="lexical")
+            assert [Path(h.path).name for h in hits][:1] == ["notes.md"], (query, hits)
+            assert same_hits(hits, expect, exact=not cfg.store), (query, hits, expect)

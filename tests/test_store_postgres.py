@@ -602,7 +602,9 @@ def test_an_index_of_format_5_is_folded_in_place(pg_uri: str, tmp_path: Path) ->
                               "WHERE c.text NOT LIKE '%café%'").fetchone()[0]
     assert before == {"café": 1, "cafe": 1, "zürich": 1}
     old = crag(env, tmp_path, "search", "cafe")
-    assert old.returncode == 1 and "has format 5, this crag reads format 6" in old.stderr
+    from crag.index.postgres_schema import SCHEMA_VERSION
+
+    assert old.returncode == 1 and f"has format 5, this crag reads format {SCHEMA_VERSION}" in old.stderr
     upgraded = crag(env, tmp_path, "index", str(kb))
     assert upgraded.returncode == 0, upgraded.stderr
     assert "0 added, 0 changed, 0 removed" in upgraded.stdout  # nothing re-read
@@ -646,10 +648,57 @@ def test_the_upgrade_to_format_6_builds_the_vector_index_again_with_the_memory_i
     assert upgraded.returncode == 0, upgraded.stderr
     with psycopg.connect(pg_uri) as conn:
         assert _vector_indexes(conn) == built
-        assert conn.execute("SELECT max(version) FROM crag.migrations").fetchone()[0] == 6
+        from crag.index.postgres_schema import SCHEMA_VERSION
+
+        assert conn.execute("SELECT max(version) FROM crag.migrations").fetchone()[0] == SCHEMA_VERSION
         assert conn.execute("SELECT current_setting('maintenance_work_mem')").fetchone()[0] == "1MB"
     found = crag(env, tmp_path, "search", "zurich cafe 7")
     assert found.returncode == 0 and "p007.md" in found.stdout
+
+
+def test_an_index_of_format_6_is_split_into_words_in_place(pg_uri: str, tmp_path: Path) -> None:
+    """A database whose texts PostgreSQL parsed whole (format 6: ``crag/index/store.py`` one word):
+    `crag index` upgrades it without reading or embedding anything again; the postings and
+    document frequencies are derived again, and a part of a path finds its page."""
+    import psycopg
+
+    from crag.index.postgres_schema import postings_of
+
+    env = env_for(pg_uri, tmp_path)
+    kb = make_kb(tmp_path / "kb", n=3)
+    write(kb / "notes.md", "# Notes\n\nThe handler in crag/index/store.py speaks HTTP/3 to api.example.com.\n")
+    assert crag(env, tmp_path, "index", str(kb)).returncode == 0
+    folded = "setweight(to_tsvector('english', crag.fold_diacritics({})), '{}')"
+    with psycopg.connect(pg_uri, autocommit=True) as conn:  # back to format 6, as the previous crag left it
+        for sql in (
+            "ALTER TABLE crag.chunks DROP COLUMN tsv",
+            "ALTER TABLE crag.chunks ADD COLUMN tsv tsvector GENERATED ALWAYS AS ("
+            f"{folded.format('title', 'A')} || {folded.format('heading', 'B')} || {folded.format('text', 'D')}) STORED",
+            f"UPDATE crag.files f SET tsv = {folded.format('k.title', 'A')} FROM (SELECT DISTINCT file_id, title "
+            "FROM crag.chunks) k WHERE k.file_id = f.id",
+            "TRUNCATE crag.postings, crag.file_postings, crag.terms, crag.file_terms",
+            f"INSERT INTO crag.postings {postings_of('chunks')}",
+            f"INSERT INTO crag.file_postings {postings_of('files')}",
+            "INSERT INTO crag.terms SELECT lexeme, count(*) FROM crag.postings GROUP BY lexeme",
+            "INSERT INTO crag.file_terms SELECT lexeme, count(*) FROM crag.file_postings GROUP BY lexeme",
+            "DROP FUNCTION crag.fts_text",
+            "DELETE FROM crag.migrations WHERE version > 6",
+        ):
+            conn.execute(sql)
+        whole = conn.execute("SELECT count(*) FROM crag.terms WHERE lexeme = 'crag/index/store.py'").fetchone()[0]
+    assert whole == 1
+    upgraded = crag(env, tmp_path, "index", str(kb))
+    assert upgraded.returncode == 0, upgraded.stderr
+    assert "0 added, 0 changed, 0 removed" in upgraded.stdout  # nothing re-read
+    with psycopg.connect(pg_uri) as conn:
+        stored, derived, terms, counted = _postings_as_derived(conn)
+        files = _postings_as_derived(conn, "files")
+        after = dict(conn.execute("SELECT lexeme, df FROM crag.terms WHERE lexeme IN ('crag/index/store.py', "
+                                  "'store', 'http/3', 'http', 'api.example.com', 'exampl')"))
+    assert stored == derived and terms == counted and files[0] == files[1] and files[2] == files[3]
+    assert after == {"store": 1, "http": 1, "exampl": 1}
+    found = crag(env, tmp_path, "search", "store", "--json")
+    assert found.returncode == 0 and json.loads(found.stdout)[0]["path"].endswith("notes.md")
 
 
 def _meta_of(uri: str) -> dict[str, str]:
@@ -1179,7 +1228,8 @@ DAMAGE = [
     ("DROP TABLE crag.postings", "table crag.postings is missing"),
     ("DROP TABLE crag.migrations", "table crag.migrations is missing"),
     ("ALTER TABLE crag.files DROP COLUMN dl", "column crag.files.dl is missing"),
-    ("DROP FUNCTION crag.fold_diacritics CASCADE", "column crag.chunks.tsv is missing"),
+    ("DROP FUNCTION crag.fts_text CASCADE", "column crag.chunks.tsv is missing"),
+    ("DROP FUNCTION crag.fold_diacritics CASCADE", "function crag.fold_diacritics is missing"),
     ("DROP EXTENSION vector CASCADE", "column crag.chunks.embedding is missing"),
     ("UPDATE crag.meta SET value = 'abc' WHERE key = 'chunks'", "meta chunks is not a number"),
     ("UPDATE crag.meta SET value = 'x' WHERE key = 'avgdl_chunks'", "meta avgdl_chunks is not a number"),

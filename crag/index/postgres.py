@@ -79,7 +79,7 @@ _COLUMNS = {
     "terms": ("lexeme", "df"),
     "file_terms": ("lexeme", "df"),
 }
-_FUNCTION = f"{SCHEMA}.fold_diacritics"
+_FUNCTIONS = (f"{SCHEMA}.fold_diacritics", f"{SCHEMA}.fts_text")
 # meta values readers turn into numbers (the first ones always present in a published state)
 _INT_META = ("version", "chunks", "dim", "next_chunk_id", "next_file_id", "text_files")
 _FLOAT_META = ("avgdl_chunks", "avgdl_files")
@@ -237,8 +237,9 @@ class PostgresStore:
             gone = [c for c in columns if c not in found[table]]
             if gone:
                 return f"column {', '.join(f'{SCHEMA}.{table}.{c}' for c in gone)} is missing"
-        if conn.execute("SELECT to_regprocedure(%s)", (f"{_FUNCTION}(text)",)).fetchone()[0] is None:
-            return f"function {_FUNCTION} is missing"
+        for function in _FUNCTIONS:
+            if conn.execute("SELECT to_regprocedure(%s)", (f"{function}(text)",)).fetchone()[0] is None:
+                return f"function {function} is missing"
         return None
 
     @staticmethod
@@ -459,7 +460,8 @@ class PostgresStore:
                 return
             tables = ", ".join(f"{SCHEMA}.{t}" for t in _COLUMNS)
             conn.execute(f"DROP TABLE IF EXISTS {tables} CASCADE")
-            conn.execute(f"DROP FUNCTION IF EXISTS {_FUNCTION}(text) CASCADE")
+            for function in _FUNCTIONS:
+                conn.execute(f"DROP FUNCTION IF EXISTS {function}(text) CASCADE")
             self.migrate(conn)
 
     def close(self) -> None:

@@ -16,7 +16,7 @@ from .documents import DIACRITICS
 
 __all__ = [
     "MIGRATIONS", "POSTINGS_INDEXES", "SCHEMA", "SCHEMA_VERSION", "bulk_postings", "fold", "postings_of",
-    "vector_literal",
+    "vector_literal", "words",
 ]
 
 SCHEMA = "crag"
@@ -39,8 +39,18 @@ def fold(sql: str) -> str:
     return f"{SCHEMA}.fold_diacritics({sql})"
 
 
-def _tsvector(column: str, weight: str) -> str:
+def words(sql: str) -> str:
+    """SQL: the text ``sql`` folded, its ASCII punctuation turned into spaces: the words FTS5 sees."""
+    return f"{SCHEMA}.fts_text({sql})"
+
+
+def _folded_tsvector(column: str, weight: str) -> str:
+    """How format 6 parsed a column (PostgreSQL kept ``HTTP/3`` or a path as one word)."""
     return f"setweight(to_tsvector('english', {fold(column)}), '{weight}')"
+
+
+def _tsvector(column: str, weight: str) -> str:
+    return f"setweight(to_tsvector('english', {words(column)}), '{weight}')"
 
 
 # IMMUTABLE (it is a generated column's), and plain SQL: nothing to install, no extension to
@@ -52,6 +62,17 @@ _FOLD_FUNCTION = f"""
         CREATE OR REPLACE FUNCTION {SCHEMA}.fold_diacritics(text) RETURNS text
         LANGUAGE sql IMMUTABLE PARALLEL SAFE
         AS $fold$SELECT CASE WHEN $1 ~ '[{_FOLDED}{_DROPPED}]' THEN translate($1, '{_FROM}', '{_TO}') ELSE $1 END$fold$;
+"""
+
+# FTS5 (``unicode61``) ends a word at every ASCII punctuation mark; PostgreSQL's parser keeps
+# ``HTTP/3``, ``v1.2.3``, ``docs/setup.md``, ``api.example.com`` and e-mail addresses as one
+# word each, which no query word (``documents.query_terms``: letters and digits) can match. So
+# the texts PostgreSQL parses have their punctuation turned into spaces first, as FTS5 sees them.
+_PUNCTUATION = "!\"#$%&''()*+,-./:;<=>?@[\\]^_`{|}~"
+_WORDS_FUNCTION = f"""
+        CREATE OR REPLACE FUNCTION {SCHEMA}.fts_text(text) RETURNS text
+        LANGUAGE sql IMMUTABLE PARALLEL SAFE
+        AS $words$SELECT translate({SCHEMA}.fold_diacritics($1), '{_PUNCTUATION}', '{" " * 32}')$words$;
 """
 
 
@@ -269,9 +290,9 @@ MIGRATIONS: tuple[tuple[int, str, str], ...] = (
         {_REBUILD_MEMORY}
         ALTER TABLE {SCHEMA}.chunks DROP COLUMN tsv;
         ALTER TABLE {SCHEMA}.chunks ADD COLUMN tsv tsvector GENERATED ALWAYS AS (
-            {_tsvector("title", "A")} || {_tsvector("heading", "B")} || {_tsvector("text", "D")}
+            {_folded_tsvector("title", "A")} || {_folded_tsvector("heading", "B")} || {_folded_tsvector("text", "D")}
         ) STORED;
-        UPDATE {SCHEMA}.files f SET tsv = {_tsvector("k.title", "A")}
+        UPDATE {SCHEMA}.files f SET tsv = {_folded_tsvector("k.title", "A")}
             FROM (SELECT DISTINCT ON (file_id) file_id, title FROM {SCHEMA}.chunks
                   WHERE file_id IN (SELECT file_id FROM crag_refold)) AS k
             WHERE f.id = k.file_id;
@@ -287,6 +308,30 @@ MIGRATIONS: tuple[tuple[int, str, str], ...] = (
             GROUP BY lexeme ON CONFLICT (lexeme) DO UPDATE SET df = file_terms.df + excluded.df;
         DELETE FROM {SCHEMA}.terms WHERE df <= 0;
         DELETE FROM {SCHEMA}.file_terms WHERE df <= 0;
+        """,
+    ),
+    (
+        7,
+        "paths, hosts, versions and e-mail addresses split into words as the embedded store splits them",
+        # Every chunk's tsv is generated again (nearly every text holds punctuation), and the
+        # postings and document frequencies are derived again from it; the postings of a file
+        # without chunks (its title, from its own tsv) stay until the file changes, as before.
+        _WORDS_FUNCTION
+        + f"""
+        {_REBUILD_MEMORY}
+        ALTER TABLE {SCHEMA}.chunks DROP COLUMN tsv;
+        ALTER TABLE {SCHEMA}.chunks ADD COLUMN tsv tsvector GENERATED ALWAYS AS (
+            {_tsvector("title", "A")} || {_tsvector("heading", "B")} || {_tsvector("text", "D")}
+        ) STORED;
+        UPDATE {SCHEMA}.files f SET tsv = {_tsvector("k.title", "A")}
+            FROM (SELECT DISTINCT ON (file_id) file_id, title FROM {SCHEMA}.chunks) AS k WHERE f.id = k.file_id;
+        TRUNCATE {SCHEMA}.postings, {SCHEMA}.terms, {SCHEMA}.file_terms;
+        DELETE FROM {SCHEMA}.file_postings WHERE file_id IN (SELECT file_id FROM {SCHEMA}.chunks);
+        INSERT INTO {SCHEMA}.postings {postings_of("chunks")};
+        INSERT INTO {SCHEMA}.file_postings {postings_of("files")};
+        INSERT INTO {SCHEMA}.terms SELECT lexeme, count(*) FROM {SCHEMA}.postings GROUP BY lexeme;
+        INSERT INTO {SCHEMA}.file_terms SELECT lexeme, count(*) FROM {SCHEMA}.file_postings GROUP BY lexeme;
+        ANALYZE {SCHEMA}.postings, {SCHEMA}.file_postings, {SCHEMA}.terms, {SCHEMA}.file_terms;
         """,
     ),
 )

@@ -25,7 +25,7 @@ from ..ports import StoreState
 from ..text import WORD
 from . import postgres_schema as schema
 from .documents import embed_text, title_words
-from .postgres_schema import SCHEMA, SCHEMA_VERSION, fold, postings_of
+from .postgres_schema import SCHEMA, SCHEMA_VERSION, postings_of, words
 from .postgres_vectors import drop_others, settle, vector_index_names, vector_kind
 from .vectors import quantize
 
@@ -340,7 +340,7 @@ class PostgresUpdate:
         with conn.cursor() as cur:
             cur.executemany(
                 f"INSERT INTO {SCHEMA}.files (id, path, root, size, mtime_ns, sha256, chunks, dl, tsv) VALUES "
-                f"(%s, %s, %s, %s, %s, %s, %s, %s, setweight(to_tsvector('english', {fold('%s')}), 'A'))",
+                f"(%s, %s, %s, %s, %s, %s, %s, %s, setweight(to_tsvector('english', {words('%s')}), 'A'))",
                 file_rows,
             )
             if chunks:
