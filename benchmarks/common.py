@@ -35,6 +35,7 @@ __all__ = [
     "percentile",
     "quick_out",
     "read_jsonl",
+    "read_judged_pairs",
     "record_file",
     "run_main",
     "write_json",
@@ -241,6 +242,35 @@ def run_main(main: Callable[[], Any], prog: str) -> int:
         print(f"{prog}: error: {message}", file=sys.stderr)
         return 1
     return result if isinstance(result, int) and not isinstance(result, bool) else 0
+
+
+# -- the TREC DL judged pairs ------------------------------------------------------------------
+
+JUDGED_PAIR = {"collection": str, "qid": str, "query": str, "docid": str, "bm25_rank": int, "passage": str,
+               "grade": int}
+
+
+def read_judged_pairs(path: Path) -> list[dict]:
+    """The judged pairs of ``path`` (JSONL, one object a line with the fields of ``JUDGED_PAIR``);
+    a line that is not one is a ``ValueError`` naming it, a file with none another."""
+    rows = []
+    for n, line in enumerate(Path(path).read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError as exc:
+            raise ValueError(f"{path}:{n} is not a judged pair as JSON ({exc})") from exc
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}:{n} is not a judged pair as JSON (not an object)")
+        for key, kind in JUDGED_PAIR.items():
+            value = row.get(key)
+            if not isinstance(value, kind) or isinstance(value, bool):
+                raise ValueError(f"{path}:{n} is not a judged pair as JSON ({key!r} is not a {kind.__name__})")
+        rows.append(row)
+    if not rows:
+        raise ValueError(f"{path} holds no judged pairs")
+    return rows
 
 
 # -- append-only records of a resumable run --------------------------------------------------

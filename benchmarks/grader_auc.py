@@ -45,6 +45,7 @@ from benchmarks.common import (
     markdown_table,
     out_dir,
     read_jsonl,
+    read_judged_pairs,
     record_file,
     run_main,
     write_json,
@@ -59,14 +60,15 @@ STYLES = ("batch", "pointwise", "scores")
 def sample(path: Path, queries: int, per: int, seed: int, offset: int = 0) -> list[tuple[str, list[dict]]]:
     """``queries`` (query text, shuffled passages) with ``per`` relevant and ``per`` irrelevant each."""
     by_q: dict[str, list[dict]] = defaultdict(list)
-    for line in Path(path).read_text().splitlines():
-        if line.strip():
-            row = json.loads(line)
-            by_q[row["qid"]].append(row)
+    for row in read_judged_pairs(path):
+        by_q[row["qid"]].append(row)
     eligible = sorted(
         q for q, rows in by_q.items()
         if sum(r["grade"] >= 2 for r in rows) >= per and sum(r["grade"] == 0 for r in rows) >= per
     )
+    if not eligible:
+        raise ValueError(f"no query of {path} has {per} relevant (grade 2 or 3) and {per} irrelevant (grade 0) "
+                         "passages: lower --per")
     random.Random(seed).shuffle(eligible)
     out = []
     for qid in eligible[offset : offset + queries]:

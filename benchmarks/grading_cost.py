@@ -104,6 +104,7 @@ from benchmarks.common import (
     load_pyplot,
     markdown_table,
     out_dir,
+    read_judged_pairs,
     record_file,
     run_main,
     write_report,
@@ -152,14 +153,7 @@ def load_queries(path: Path, max_queries: int | None = None) -> list[Query]:
     from crag.index.embedders import HashEmbedder
     from crag.state import EvidenceItem
 
-    rows = []
-    for n, line in enumerate(Path(path).read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except ValueError as exc:
-            raise ValueError(f"{path}:{n} is not a judged pair as JSON ({exc})") from exc
+    rows = read_judged_pairs(path)
     by_q: dict[str, list[dict]] = defaultdict(list)
     texts: dict[str, str] = {}
     for r in rows:

@@ -220,3 +220,31 @@ def test_field_names_a_questions_file_it_cannot_read(text, says, tmp_path, capsy
     argv = ["--offline", "--questions", "1", "--questions-file", str(questions), "--out", str(tmp_path)]
     assert run_main(lambda: field.main(argv), "python -m benchmarks.field") == 1
     assert capsys.readouterr().err == f"python -m benchmarks.field: error: {questions} {says}\n"
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ('{"x": 1}\n', ":1 is not a judged pair as JSON ('collection' is not a str)"),
+    ('{"collection": "t", "qid": 7, "query": "q", "docid": "d", "bm25_rank": 1, "passage": "p", "grade": 3}\n',
+     ":1 is not a judged pair as JSON ('qid' is not a str)"),
+    ("[1, 2]\n", ":1 is not a judged pair as JSON (not an object)"),
+    ("\n", " holds no judged pairs"),
+])
+@pytest.mark.parametrize("name", ["grading_cost", "grader_auc"])
+def test_a_data_file_of_the_wrong_shape_is_one_line_naming_it(name, text, says, tmp_path, capsys):
+    data = tmp_path / "pairs.jsonl"
+    data.write_text(text)
+    argv = ["--data", str(data), "--out", str(tmp_path), "--record", str(tmp_path / "r.jsonl"),
+            "--base-url", f"http://127.0.0.1:{_down_port()}/v1", "--model", "m"]
+    module = importlib.import_module(f"benchmarks.{name}")
+    assert run_main(lambda: module.main(argv), f"python -m benchmarks.{name}") == 1
+    assert capsys.readouterr().err == f"python -m benchmarks.{name}: error: {data}{says}\n"
+
+
+def test_grader_auc_with_no_query_as_large_as_asked_is_one_line(tmp_path, capsys):
+    data = _judged_pairs(tmp_path / "pairs.jsonl")  # one query, 6 relevant and 6 irrelevant passages
+    argv = ["--data", str(data), "--out", str(tmp_path), "--record", str(tmp_path / "r.jsonl"), "--per", "7",
+            "--base-url", f"http://127.0.0.1:{_down_port()}/v1", "--model", "m"]
+    assert run_main(lambda: grader_auc.main(argv), "python -m benchmarks.grader_auc") == 1
+    assert capsys.readouterr().err == (f"python -m benchmarks.grader_auc: error: no query of {data} has 7 relevant "
+                                       "(grade 2 or 3) and 7 irrelevant (grade 0) passages: lower --per\n")
+    assert not (tmp_path / "grader_auc.json").exists()
