@@ -87,6 +87,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 import time
 import zlib
 from collections import Counter, defaultdict
@@ -1108,6 +1109,9 @@ def run_real(args) -> dict[str, Any]:
         queries = [by_id[q] for q in args.qids]
     else:
         queries = sample_queries(everything, args.sample)
+        if args.sample > len(queries):
+            print(f"grading_cost: --sample {args.sample}: the data holds {len(queries)} queries, all of them run",
+                  file=sys.stderr)
     labels = {(q.text, c.item.source): c.grade for q in queries for c in q.candidates}
     simulated = SimulatedGrader(labels, args.means, args.noise, args.seed)
     cost = CostModel(args.encoding, args.latency_fixed_ms, args.latency_prompt_ms, args.latency_completion_ms)
@@ -1128,7 +1132,7 @@ def run_real(args) -> dict[str, Any]:
                     run = grade_once if args.workload == "single" else run_question
                     run(strategy, query, k, model, meter, quality)
             done.append(f"{query.qid}@k{k}")
-            result = summary_real(args, acc, strategies, done, real, time.perf_counter() - started)
+            result = summary_real(args, queries, acc, strategies, done, real, time.perf_counter() - started)
             if args.verbose:
                 print(f"  grading_cost (real): {len(done)} of {len(queries) * len(args.ks)} questions done", flush=True)
             if args.checkpoint is not None:
@@ -1136,13 +1140,13 @@ def run_real(args) -> dict[str, Any]:
     return result
 
 
-def summary_real(args, acc, strategies, done, real, elapsed_s) -> dict[str, Any]:
+def summary_real(args, queries, acc, strategies, done, real, elapsed_s) -> dict[str, Any]:
     from benchmarks.real_grader import verdict
 
     rows = {kind: [summarise(s, *acc[(kind, s)], args.prices, len(done)) for s in strategies]
             for kind in ("real", "simulated")}
     return {
-        "args": {"base_url": args.base_url, "model": args.model, "sample": len(args.qids) or args.sample,
+        "args": {"base_url": args.base_url, "model": args.model, "sample": len(queries),
                  "qids": args.qids, "ks": args.ks, "workload": args.workload,
                  "strategies": strategies, "record": str(args.record), "timeout_s": args.timeout,
                  "data": str(args.data), "noise": args.noise, "seed": args.seed},

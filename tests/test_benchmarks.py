@@ -326,6 +326,19 @@ def test_grading_cost_with_a_real_server_sends_crags_requests_and_resumes_from_i
     assert (out / "grading_cost_real_single.md").is_file()
 
 
+def test_grading_cost_with_a_sample_larger_than_the_data_reports_the_queries_it_ran(tmp_path, judged_pairs, capsys):
+    from .openai_server import FakeOpenAIServer, Text
+
+    out = tmp_path / "out"
+    with FakeOpenAIServer() as srv:
+        srv.default("grade_evidence", Text("[0.9]"))
+        result = grading_cost.main(["--data", str(judged_pairs), "--ks", "3", "--sample", "9", "--model", "m",
+                                    "--strategies", "batch", "--out", str(out), "--quiet", "--base-url", srv.base_url])
+    assert result["args"]["sample"] == len(result["questions_done"]) == 3
+    assert "3 question(s) done of a sample of 3 TREC DL queries" in (out / "grading_cost_real.md").read_text()
+    assert "--sample 9: the data holds 3 queries, all of them run" in capsys.readouterr().err
+
+
 def test_offline_grading_summary_counts_notes_only_where_the_gold_file_was_retrieved():
     from benchmarks import offline_grading
 
