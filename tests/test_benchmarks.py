@@ -206,6 +206,23 @@ def test_run_all_quick_writes_a_summary(tmp_path):
     assert any("1,000 chunks" in line for line in summary["headlines"])
 
 
+def test_run_all_headlines_come_from_this_runs_successful_benchmarks_only(tmp_path):
+    """An --out holding an earlier run's files: a benchmark not run now, or failed now, has no
+    headline (its JSON is the earlier run's, not this one's)."""
+    (tmp_path / "overhead.json").write_text(json.dumps(
+        {"headline": {"crag_overhead_us": {"simple": 1.0}, "min_ratio_overhead_langgraph_vs_crag": None}}))
+    small = "index_scale=--dim 32 --sizes 1000 --ivf-train 1000"
+    assert run_all.main(["--quick", "--only", "index_scale", "--out", str(tmp_path), "--args", small]) == 0
+    first = json.loads((tmp_path / "summary.json").read_text())["headlines"]
+    assert any("1,000 chunks" in line for line in first)
+    assert not any(line.startswith("Driver overhead") for line in first)
+    assert run_all.main(["--quick", "--only", "index_scale", "--out", str(tmp_path),
+                         "--args", small + " --methods nope"]) == 1  # refused by its parser
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["runs"][0]["exit_status"] == 2 and summary["headlines"] == []
+    assert "1,000 chunks" not in (tmp_path / "summary.md").read_text()
+
+
 @pytest.mark.parametrize(("flags", "index_sizes", "retrieval_quick"), [
     ([], ["--sizes", "10000,30000,100000"], True),   # make bench: under 10 minutes
     (["--full"], [], False),                                  # make bench-full: 1M chunks, every prose question
