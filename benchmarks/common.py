@@ -33,6 +33,7 @@ __all__ = [
     "markdown_table",
     "out_dir",
     "percentile",
+    "positive",
     "quick_out",
     "read_jsonl",
     "read_judged_pairs",
@@ -213,6 +214,17 @@ def at_least(lo: int) -> Callable[[str], int]:
 
     count.__name__ = f"count >= {lo}"
     return count
+
+
+def positive(value: str) -> float:
+    """argparse type of a duration, size or ratio: a finite number above 0."""
+    try:
+        x = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {value!r}") from None
+    if not math.isfinite(x) or x <= 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, got {value}")
+    return x
 
 
 def counts(lo: int) -> Callable[[str], list[int]]:

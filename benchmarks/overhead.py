@@ -73,6 +73,7 @@ from benchmarks.common import (
     markdown_table,
     out_dir,
     percentile,
+    positive,
     python_cmd,
     run_main,
     write_report,
@@ -884,18 +885,18 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks.overhead", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runs", type=at_least(1), default=2000, help="timed questions per path, crag and plain loop (default: %(default)s)")
-    p.add_argument("--runs-langgraph", type=int, default=None, help="timed questions per path for LangGraph (default: --runs)")
-    p.add_argument("--warmup", type=int, default=200)
-    p.add_argument("--blocks", type=int, default=10,
+    p.add_argument("--runs-langgraph", type=at_least(1), default=None, help="timed questions per path for LangGraph (default: --runs)")
+    p.add_argument("--warmup", type=at_least(0), default=200)
+    p.add_argument("--blocks", type=at_least(1), default=10,
                    help="runners are timed in this many alternating blocks (default: %(default)s)")
-    p.add_argument("--startup-runs", type=int, default=10, help="subprocess runs per start-up figure (default: %(default)s)")
+    p.add_argument("--startup-runs", type=at_least(1), default=10, help="subprocess runs per start-up figure (default: %(default)s)")
     p.add_argument("--no-startup", dest="startup", action="store_false", help="skip the start-up measurements")
     p.add_argument("--no-cli-probe", dest="cli_probe", action="store_false",
                    help="skip the `crag ask` first-request probe (it builds a tiny index)")
     p.add_argument("--profile", action="store_true", help="always profile (default: only when the target is missed)")
-    p.add_argument("--profile-runs", type=int, default=500)
-    p.add_argument("--profile-top", type=int, default=15)
-    p.add_argument("--target-ratio", type=float, default=TARGET_RATIO)
+    p.add_argument("--profile-runs", type=at_least(1), default=500)
+    p.add_argument("--profile-top", type=at_least(1), default=15)
+    p.add_argument("--target-ratio", type=positive, default=TARGET_RATIO)
     p.add_argument("--out", type=out_dir, default=RESULTS_DIR)
     p.add_argument("--quiet", dest="verbose", action="store_false")
     args = p.parse_args(argv)

@@ -100,6 +100,20 @@ BAD_ARGUMENTS = [
      "argument --record: FILE is a file, not a folder"),
     ("grading_cost", ["--base-url", "http://127.0.0.1:9/v1", "--record", "FILE/r.jsonl"],
      "argument --record: FILE is a file, not a folder"),
+    # a count or a time of 0 that crashed in FAISS, divided by zero or reported a median of nothing
+    ("index_scale", ["--hnsw-m", "0"], "argument --hnsw-m: must be at least 1, got 0"),
+    ("index_scale", ["--ivf-nprobe", "0"], "argument --ivf-nprobe: must be at least 1, got 0"),
+    ("index_scale", ["--batch-repeats", "0"], "argument --batch-repeats: must be at least 1, got 0"),
+    ("index_scale", ["--latency-budget-ms", "-5"], "argument --latency-budget-ms: must be above 0, got -5"),
+    ("overhead", ["--blocks", "0"], "argument --blocks: must be at least 1, got 0"),
+    ("overhead", ["--startup-runs", "0"], "argument --startup-runs: must be at least 1, got 0"),
+    ("overhead", ["--target-ratio", "nan"], "argument --target-ratio: must be above 0, got nan"),
+    # a store that is not one was measured as the embedded store under its name
+    ("store_scale", ["--stores", "embedded,foo"], "--stores: unknown store foo (choose from embedded, postgresql)"),
+    ("store_scale", ["--clients", "0"], "argument --clients: must be at least 1, got 0"),
+    ("store_scale", ["--clients", "x"], "argument --clients: expected a whole number, got 'x'"),
+    ("store_scale", ["--client-seconds", "0"], "argument --client-seconds: must be above 0, got 0"),
+    ("store_scale", ["--frequent", "0"], "argument --frequent: must be at least 1, got 0"),
 ]
 
 
