@@ -1105,7 +1105,7 @@ def run_real(args) -> dict[str, Any]:
         by_id = {q.qid: q for q in everything}
         missing = [q for q in args.qids if q not in by_id]
         if missing:
-            raise SystemExit(f"grading_cost: no such query id in {args.data}: {', '.join(missing)}")
+            raise ValueError(f"no such query id in {args.data}: {', '.join(missing)}")
         queries = [by_id[q] for q in args.qids]
     else:
         queries = sample_queries(everything, args.sample)

@@ -262,3 +262,12 @@ def test_grader_auc_with_no_query_as_large_as_asked_is_one_line(tmp_path, capsys
     assert capsys.readouterr().err == (f"python -m benchmarks.grader_auc: error: no query of {data} has 7 relevant "
                                        "(grade 2 or 3) and 7 irrelevant (grade 0) passages: lower --per\n")
     assert not (tmp_path / "grader_auc.json").exists()
+
+
+def test_grading_cost_names_query_ids_its_data_does_not_hold_in_its_one_line_form(tmp_path, capsys):
+    data = _judged_pairs(tmp_path / "pairs.jsonl")
+    argv = ["--data", str(data), "--base-url", f"http://127.0.0.1:{_down_port()}/v1", "--qids", "1,7,x",
+            "--out", str(tmp_path), "--quiet"]
+    assert run_main(lambda: grading_cost.main(argv), "python -m benchmarks.grading_cost") == 1
+    assert capsys.readouterr().err == (f"python -m benchmarks.grading_cost: error: no such query id in {data}: "
+                                       "7, x\n")
