@@ -24,6 +24,7 @@ from typing import Any
 
 __all__ = [
     "RESULTS_DIR",
+    "SHARED",
     "append_jsonl",
     "at_least",
     "counts",
@@ -44,6 +45,9 @@ __all__ = [
 ]
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
+# The shared data the benchmarks read (the corpora, the prose set, the TREC DL judged pairs):
+# beside the clone, or wherever CRAG_SHARED says.
+SHARED = Path(os.environ.get("CRAG_SHARED") or Path(__file__).resolve().parents[2] / "shared")
 
 
 def environment(packages: Iterable[str] = ()) -> dict[str, Any]:

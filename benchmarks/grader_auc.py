@@ -39,6 +39,7 @@ from typing import Any
 
 from benchmarks.common import (
     RESULTS_DIR,
+    SHARED,
     append_jsonl,
     at_least,
     environment,
@@ -53,7 +54,7 @@ from benchmarks.common import (
 )
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_DATA = REPO.parent / "shared" / "grading" / "trec_dl" / "judged_pairs.jsonl"
+DEFAULT_DATA = SHARED / "grading" / "trec_dl" / "judged_pairs.jsonl"
 STYLES = ("batch", "pointwise", "scores")
 
 

@@ -98,6 +98,7 @@ from typing import Any
 
 from benchmarks.common import (
     RESULTS_DIR,
+    SHARED,
     at_least,
     counts,
     environment,
@@ -113,7 +114,7 @@ from benchmarks.common import (
 
 NAME = "grading_cost"
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_DATA = REPO.parent / "shared" / "grading" / "trec_dl" / "judged_pairs.jsonl"
+DEFAULT_DATA = SHARED / "grading" / "trec_dl" / "judged_pairs.jsonl"
 STRATEGIES = ("per_item", "batch", "scores", "batch_rules", "batch_rules_memory")
 DEFAULT_STRATEGY = "batch_rules"
 DEFAULT_MEANS = {0: 0.05, 1: 0.45, 2: 0.8, 3: 0.95}

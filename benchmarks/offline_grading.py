@@ -38,6 +38,7 @@ from typing import Any
 
 from benchmarks.common import (
     RESULTS_DIR,
+    SHARED,
     at_least,
     environment,
     markdown_table,
@@ -49,7 +50,6 @@ from benchmarks.common import (
 
 NAME = "offline_grading"
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
 CORPORA = ("fastapi_docs", "hf_hub_docs")
 QUESTIONS = Path(__file__).with_name("questions.jsonl")
 # Questions these docs do not answer: their evidence really is weak, and should be graded so.

@@ -55,6 +55,7 @@ from typing import Any
 
 from benchmarks.common import (
     RESULTS_DIR,
+    SHARED,
     at_least,
     counts,
     environment,
@@ -70,7 +71,6 @@ from benchmarks.common import (
 
 NAME = "store_scale"
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
 SOURCES = {
     "squad": SHARED / "retrieval" / "squad_wiki" / "corpus",
     "fastapi": SHARED / "corpora" / "fastapi_docs",
@@ -711,6 +711,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=out_dir, default=RESULTS_DIR)
     args = p.parse_args(argv)
+    absent = [str(src) for src in SOURCES.values() if not src.is_dir()]
+    if absent:
+        p.error(f"the shared corpora are not at {SHARED}: no folder {', '.join(absent)} (CRAG_SHARED=DIR to point "
+                "elsewhere)")
     args.stores = [s.strip() for s in args.stores.split(",") if s.strip()]
     unknown = sorted(set(args.stores) - set(STORES))
     if unknown or not args.stores or not args.clients:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -271,3 +272,22 @@ def test_grading_cost_names_query_ids_its_data_does_not_hold_in_its_one_line_for
     assert run_main(lambda: grading_cost.main(argv), "python -m benchmarks.grading_cost") == 1
     assert capsys.readouterr().err == (f"python -m benchmarks.grading_cost: error: no such query id in {data}: "
                                        "7, x\n")
+
+
+@pytest.mark.parametrize(("name", "argv", "says"), [
+    ("grounding", ["--quick"], "the shared corpora are not at ELSEWHERE/corpora"),
+    ("retrieval", ["--corpus", "docs"], "missing ELSEWHERE/corpora/fastapi_docs"),
+    ("offline_grading", [], "no such corpus: ELSEWHERE/corpora/fastapi_docs"),
+    ("grading_cost", [], "no such file: ELSEWHERE/grading/trec_dl/judged_pairs.jsonl"),
+    ("store_scale", ["--chunks", "1500", "--stores", "embedded"],
+     "the shared corpora are not at ELSEWHERE: no folder ELSEWHERE/retrieval/squad_wiki/corpus"),
+])
+def test_crag_shared_points_every_benchmark_at_the_shared_data_and_its_absence_is_one_line(name, argv, says, tmp_path):
+    """CRAG_SHARED, as benchmarks.field and benchmarks.answers read it, is where every benchmark
+    looks for the shared data; data missing there is one line naming the place, before any work."""
+    elsewhere = tmp_path / "shared"
+    env = {**os.environ, "CRAG_SHARED": str(elsewhere)}
+    proc = subprocess.run([sys.executable, "-m", f"benchmarks.{name}", *argv, "--out", str(tmp_path / "out")],
+                          cwd=Path(__file__).resolve().parents[1], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert says.replace("ELSEWHERE", str(elsewhere)) in proc.stderr.strip().splitlines()[-1]
