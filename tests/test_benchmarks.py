@@ -367,11 +367,16 @@ def test_offline_grading_summary_counts_notes_only_where_the_gold_file_was_retri
                 "top5": [{"score": s, "gold": i == gold_at} for i, s in enumerate(top)]}
 
     rows = [row(True), row(False), row(False), row(False), row(True, retrieved=False),
-            row(True, off_topic=True, top=()), row(False, off_topic=True, top=(), action="GENERATE")]
+            row(True, off_topic=True, top=()), row(False, off_topic=True, top=(), action="GENERATE"),
+            row(False, off_topic=True, top=(), action=None)]  # classified simple: answered, never graded
     s = offline_grading.summarise(rows)
     assert (s["questions"], s["gold_retrieved"], s["note_when_gold_retrieved"]) == (5, 4, 1)
     assert s["note_when_gold_retrieved_pct"] == 25.0 and s["target_met"]
-    assert (s["off_topic"], s["off_topic_note"], s["off_topic_generate"]) == (2, 1, 1)
+    assert (s["off_topic"], s["off_topic_note"], s["off_topic_generate"], s["off_topic_ungraded"]) == (3, 1, 1, 1)
+    # the off-topic line accounts for every off-topic question
+    text = offline_grading.render_markdown({"summary": s, "index_s": 0.0})
+    assert ("3 off-topic questions (nothing in these docs answers them): weak-evidence note on 1, the no-evidence "
+            "answer on 0, graded GENERATE 1, answered without grading (no note) 1.") in " ".join(text.split())
     at_08 = s["high_vector_score_sweep"][0]
     assert at_08["threshold"] == 0.8 and at_08["questions"] == 5 and at_08["off_gold"] == 4 * 5
 
