@@ -168,6 +168,9 @@ def load_questions(n: int, offset: int = 0, path: Path = QUESTIONS) -> list[dict
             questions.append(q)
     if not questions:
         raise ValueError(f"{path} holds no questions")
+    if n > len(questions):  # each question once: a repeated one would be counted twice
+        print(f"benchmarks.field: --questions {n}: {path} holds {len(questions)}, each asked once", file=sys.stderr)
+        n = len(questions)
     step = max(1, len(questions) // max(1, n))
     picked = [questions[(offset + i * step) % len(questions)] for i in range(n)]
     return picked

@@ -291,3 +291,12 @@ def test_crag_shared_points_every_benchmark_at_the_shared_data_and_its_absence_i
                           cwd=Path(__file__).resolve().parents[1], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert says.replace("ELSEWHERE", str(elsewhere)) in proc.stderr.strip().splitlines()[-1]
+
+
+def test_field_asks_each_question_once_when_more_are_asked_for_than_the_file_holds(tmp_path, capsys):
+    questions = tmp_path / "questions.jsonl"
+    questions.write_text("".join(json.dumps({"question": f"q{i}", "path": None, "corpus": "c"}) + "\n" for i in range(3)))
+    picked = field.load_questions(5, 1, questions)
+    assert sorted(q["question"] for q in picked) == ["q0", "q1", "q2"]  # not q1, q2, q0, q1, q2: counted twice
+    assert capsys.readouterr().err == f"benchmarks.field: --questions 5: {questions} holds 3, each asked once\n"
+    assert [q["question"] for q in field.load_questions(2, 0, questions)] == ["q0", "q1"]
