@@ -81,6 +81,7 @@ from benchmarks.common import (
 
 NAME = "overhead"
 PATHS = ("chitchat", "simple", "complex")
+BENCH_EXTRA = "pip install -e '.[bench]'"
 HEAVY = ("openai", "faiss", "numpy", "tiktoken")
 TARGET_RATIO = 50.0
 REPO = Path(__file__).resolve().parents[1]
@@ -724,6 +725,8 @@ def run(args) -> dict[str, Any]:
         "environment": environment(["crag", "langgraph", "attrs", "cattrs"]),
         "langgraph": langgraph_available(),
     }
+    if not result["langgraph"]:
+        print(f"{NAME}: LangGraph is not installed, its columns are empty ({BENCH_EXTRA})", flush=True)
     result["orchestration"] = measure_orchestration(args)
     result["real_nodes"] = measure_real_nodes(args)
     orch = result["orchestration"]
@@ -755,9 +758,11 @@ def _us(stat: dict[str, float] | None) -> str:
 def render_markdown(result: dict[str, Any]) -> str:
     out = []
     a = result["args"]
+    langgraph = (f"{a['runs_langgraph']:,} for LangGraph" if result.get("langgraph", True)
+                 else f"LangGraph is not installed: its columns are empty ({BENCH_EXTRA})")
     out.append(
         f"Median per question in µs (p95 in brackets); {a['runs']:,} questions per path for crag and the plain "
-        f"loop, {a['runs_langgraph']:,} for LangGraph, after {a['warmup']} warm-up questions.\n\n"
+        f"loop, {langgraph}, after {a['warmup']} warm-up questions.\n\n"
     )
     out.append("**Orchestration only** (trivial nodes, constant model and tools). Node work = the same trivial "
                "prepare / model / apply calls replayed without any orchestration; overhead = total − node work:\n\n")

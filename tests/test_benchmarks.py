@@ -121,6 +121,16 @@ def test_overhead_runs_and_both_runners_agree(tmp_path):
     assert result["profile_real_nodes"], "cProfile rows"
 
 
+def test_overhead_without_langgraph_says_so_instead_of_counting_its_runs(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(overhead, "langgraph_available", lambda: False)
+    result = overhead.main(["--runs", "10", "--warmup", "1", "--no-startup", "--out", str(tmp_path), "--quiet"])
+    assert result["langgraph"] is False and not any("langgraph" in r for r in result["orchestration"])
+    first = (tmp_path / "overhead.md").read_text().splitlines()[0]
+    assert "for LangGraph" not in first
+    assert "LangGraph is not installed: its columns are empty (pip install -e '.[bench]')" in first
+    assert "overhead: LangGraph is not installed, its columns are empty" in capsys.readouterr().out
+
+
 def test_driver_node_table_is_restored_after_the_orchestration_benchmark():
     import crag.driver
     from crag.nodes import NODES
