@@ -238,7 +238,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--timeout", type=float, default=900.0, help="seconds per request (default: %(default)s)")
     p.add_argument("--name", default="grader_auc", help="results file name (NAME.json / .md)")
     p.add_argument("--out", type=out_dir, default=RESULTS_DIR)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    args.styles = [s.strip() for s in args.styles.split(",") if s.strip()]
+    unknown = [s for s in args.styles if s not in STYLES]
+    if not args.styles or unknown:
+        p.error(f"unknown style: {', '.join(unknown)} (choose from {', '.join(STYLES)})" if unknown
+                else "--styles needs at least one style")
+    return args
 
 
 def main(argv=None) -> dict[str, Any]:
@@ -246,7 +252,7 @@ def main(argv=None) -> dict[str, Any]:
     import sys
 
     args = parse_args(argv)
-    styles = [s.strip() for s in args.styles.split(",") if s.strip()]
+    styles = args.styles
     model = Recorded(args.base_url, args.model, args.record, args.timeout)
     data = sample(args.data, args.queries, args.per, args.seed, args.offset)
     gradings: dict[str, list[dict]] = {s: [] for s in styles}

@@ -1065,6 +1065,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     if not args.ks:
         p.error("--ks needs at least one candidate list size")
     args.strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
+    if not args.strategies:
+        p.error("--strategies needs at least one strategy")
     unknown = set(args.strategies) - set(STRATEGIES)
     if unknown:
         p.error(f"unknown strategy: {', '.join(sorted(unknown))} (choose from {', '.join(STRATEGIES)})")

@@ -115,6 +115,12 @@ BAD_ARGUMENTS = [
     ("store_scale", ["--clients", "x"], "argument --clients: expected a whole number, got 'x'"),
     ("store_scale", ["--client-seconds", "0"], "argument --client-seconds: must be above 0, got 0"),
     ("store_scale", ["--frequent", "0"], "argument --frequent: must be at least 1, got 0"),
+    # nothing to measure: empty tables reported as results
+    ("grading_cost", ["--strategies", ""], "--strategies needs at least one strategy"),
+    ("grader_auc", ["--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--styles", " , "],
+     "--styles needs at least one style"),
+    ("grader_auc", ["--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--styles", "batch,nope"],
+     "unknown style: nope (choose from batch, pointwise, scores)"),
 ]
 
 
