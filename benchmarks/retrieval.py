@@ -842,7 +842,8 @@ def to_markdown(r: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.retrieval", description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="1,000 prose questions, one speed round, 3 start-up runs")
-    parser.add_argument("--sample", type=at_least(1), default=None, metavar="N", help="prose questions: a stratified sample of N")
+    parser.add_argument("--sample", type=at_least(1), default=None, metavar="N", help="prose questions: a stratified sample of about N (each article's answerable and "
+                             "unanswerable questions in proportion, at least one of each: 48 at the least)")
     parser.add_argument("--rounds", type=at_least(1), default=3, help="alternating indexing / tiktoken runs (default 3)")
     parser.add_argument("--corpus", choices=[c.name for c in CORPORA], action="append", default=[],
                         help="measure only this corpus (repeatable; default: every corpus)")
