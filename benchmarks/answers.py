@@ -682,6 +682,11 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [c for c in args.configs if c not in CONFIGS] + [s for s in args.sets if s not in SETS]
     if unknown:
         p.error(f"unknown configuration or set: {unknown[0]!r}")
+    if not args.configs or not args.sets:
+        p.error("--configs needs at least one configuration" if not args.configs else "--sets needs at least one set")
+    counts = {"squad": (args.answerable, args.unanswerable), "docs": (args.docs_answerable, args.docs_unanswerable)}
+    if not args.quick and not any(n for s in args.sets for n in counts[s]):
+        p.error("no questions: every count of the sets asked for is 0")
     pairs = [s.partition("=") for s in args.settings]
     bad = [k for k, eq, _ in pairs if not eq or not k.startswith("KB_AGENT_")]
     if bad:

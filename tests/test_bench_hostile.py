@@ -121,6 +121,10 @@ BAD_ARGUMENTS = [
      "--styles needs at least one style"),
     ("grader_auc", ["--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--styles", "batch,nope"],
      "unknown style: nope (choose from batch, pointwise, scores)"),
+    ("answers", ["--offline", "--configs", ""], "--configs needs at least one configuration"),
+    ("answers", ["--offline", "--sets", " , "], "--sets needs at least one set"),
+    ("answers", ["--offline", "--sets", "squad", "--answerable", "0", "--unanswerable", "0"],
+     "no questions: every count of the sets asked for is 0"),
 ]
 
 
