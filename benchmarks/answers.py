@@ -84,6 +84,7 @@ from benchmarks.common import (
     quick_out,
     read_jsonl,
     record_file,
+    results_name,
     run_main,
     write_json,
     write_text,
@@ -669,7 +670,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=600.0, help="seconds one LLM call may take")
     p.add_argument("--index-dir", type=Path, default=Path(tempfile.gettempdir()) / "crag-answers-index",
                    help="the indexes (one folder per set), kept between runs")
-    p.add_argument("--name", default=None, help="results name (answers-NAME.json / .md / .jsonl)")
+    p.add_argument("--name", type=results_name, default=None, help="results name (answers-NAME.json / .md / .jsonl)")
     p.add_argument("--record", type=record_file, default=None, help="the JSONL of finished questions (resumable)")
     p.add_argument("--out", type=out_dir, default=None,
                    help="results directory (default: benchmarks/results; a --quick run: a new temporary folder)")

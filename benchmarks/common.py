@@ -39,6 +39,7 @@ __all__ = [
     "read_jsonl",
     "read_judged_pairs",
     "record_file",
+    "results_name",
     "run_main",
     "write_json",
     "write_text",
@@ -202,6 +203,14 @@ def record_file(value: str) -> Path:
         raise argparse.ArgumentTypeError(f"{value} is a folder, not a file")
     out_dir(str(path.parent))
     return path
+
+
+def results_name(value: str) -> str:
+    """argparse type of ``--name``: part of a file name in ``--out`` (no folder, nothing hidden),
+    checked before a run, so its results are not written elsewhere or lost at its end."""
+    if not value or value != value.strip() or any(c in value for c in "/\\\0") or value.startswith("."):
+        raise argparse.ArgumentTypeError(f"a results name is one word of a file name, not {value!r}")
+    return value
 
 
 def at_least(lo: int) -> Callable[[str], int]:

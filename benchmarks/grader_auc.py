@@ -48,6 +48,7 @@ from benchmarks.common import (
     read_jsonl,
     read_judged_pairs,
     record_file,
+    results_name,
     run_main,
     write_json,
     write_text,
@@ -236,7 +237,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--record", type=record_file, default=RESULTS_DIR / "grader_auc.jsonl",
                    help="append-only JSONL of replies; a later run resumes from it (default: %(default)s)")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds per request (default: %(default)s)")
-    p.add_argument("--name", default="grader_auc", help="results file name (NAME.json / .md)")
+    p.add_argument("--name", type=results_name, default="grader_auc", help="results file name (NAME.json / .md)")
     p.add_argument("--out", type=out_dir, default=RESULTS_DIR)
     args = p.parse_args(argv)
     args.styles = [s.strip() for s in args.styles.split(",") if s.strip()]

@@ -125,6 +125,11 @@ BAD_ARGUMENTS = [
     ("answers", ["--offline", "--sets", " , "], "--sets needs at least one set"),
     ("answers", ["--offline", "--sets", "squad", "--answerable", "0", "--unanswerable", "0"],
      "no questions: every count of the sets asked for is 0"),
+    # a name that is a path: the results would be written elsewhere, or lost at the end of the run
+    ("answers", ["--offline", "--name", "../x"], "argument --name: a results name is one word of a file name, not '../x'"),
+    ("field", ["--offline", "--name", "a/b"], "argument --name: a results name is one word of a file name, not 'a/b'"),
+    ("grader_auc", ["--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--name", ""],
+     "argument --name: a results name is one word of a file name, not ''"),
 ]
 
 
