@@ -16,21 +16,28 @@ its top alternatives. What a label in the answer call itself could read, at no e
 The report: the area under the ROC curve between answerable questions whose evidence holds a
 gold answer and unanswerable ones, and for each threshold how many of each fall below it
 (what a refusal at that threshold would cost and catch). Resumable: each question is appended
-to ``--record`` (JSONL) as it finishes. Never part of ``make test``.
+to ``--record`` (JSONL) as it finishes, and a later run asks only the questions its record
+lacks; the report counts the questions of this run's ``--half``, ``--answerable`` and
+``--unanswerable``, each once, whatever else the record holds. A question whose request the
+server failed is not recorded: the run stops on one line and a resumed run asks it again.
+Never part of ``make test``.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
+import attrs
+
 from benchmarks.answers import SQUAD, holds_answer, squad_questions
+from benchmarks.common import append_jsonl, at_least, read_jsonl, record_file, run_main
 
 LABEL = "Does the evidence above state the answer to this exact question? Reply with one word: yes or no."
 THRESHOLDS = (0.28, 0.30, 0.32, 0.34, 0.36, 0.38, 0.40)
@@ -38,40 +45,50 @@ THRESHOLDS = (0.28, 0.30, 0.32, 0.34, 0.36, 0.38, 0.40)
 
 class LabelProbe:
     """A chat model: crag's offline backend for every node but ``synthesize``, whose request is
-    sent to the server with ``LABEL`` added, for one token and its probabilities."""
+    sent to the server through crag's OpenAI adapter with ``LABEL`` added, for one token and
+    its probabilities. A request the server fails is kept in ``failed`` (the answer may go on
+    without it) so the question is not recorded as asked."""
 
     def __init__(self, base_url: str, api_key: str, model: str, timeout: float) -> None:
-        from openai import OpenAI
-
+        from crag.config import Settings
         from crag.llm.offline import OfflineChatModel
+        from crag.llm.openai_chat import OpenAIChatModel
 
         self.offline = OfflineChatModel()
-        self.client = OpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=1)
+        settings = Settings(llm="openai", model=model, openai_base_url=base_url.rstrip("/"), openai_api_key=api_key,
+                            llm_timeout=timeout, llm_max_retries=1)
+        self.chat = OpenAIChatModel(settings)
         self.model = model
         self.reading: dict[str, Any] | None = None
+        self.failed: Exception | None = None
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.offline, name)
 
     def complete(self, request: Any, on_delta: Any = None) -> Any:
+        from crag.errors import LLMError
         from crag.ports import Completion, SynthesizeTask
 
         if not isinstance(request.task, SynthesizeTask):
             return self.offline.complete(request, on_delta)
-        messages = [dict(m) for m in request.messages]
+        messages = tuple(dict(m) for m in request.messages)
         messages[-1]["content"] += "\n\n" + LABEL
-        reply = self.client.chat.completions.create(model=self.model, messages=messages, max_tokens=1, temperature=0,
-                                                    logprobs=True, top_logprobs=10)
+        asked = attrs.evolve(request, messages=messages, max_tokens=1, temperature=0.0, reply_schema=None,
+                                    logprobs=10)
+        try:
+            reply = self.chat.complete(asked)
+        except LLMError as exc:
+            self.failed = exc
+            raise
         p = {"yes": 0.0, "no": 0.0}
-        content = reply.choices[0].logprobs.content if reply.choices[0].logprobs else []
-        for alt in content[0].top_logprobs if content else []:
-            word = alt.token.strip().lower()
+        for alt, logprob in reply.logprobs[0].top if reply.logprobs else ():
+            word = alt.strip().lower()
             if word in p:
-                p[word] += math.exp(alt.logprob)
+                p[word] += math.exp(logprob)
         total = p["yes"] + p["no"]
         self.reading = {"p_yes": p["yes"] / total if total else None,
                         "evidence": "\n".join(item.text for item in request.task.items),
-                        "prompt_tokens": reply.usage.prompt_tokens if reply.usage else None}
+                        "prompt_tokens": reply.prompt_tokens}
         return Completion("[1]", model=self.model, latency_ms=1.0)
 
 
@@ -96,46 +113,56 @@ def summarize(rows: list[dict]) -> dict[str, Any]:
     }
 
 
+def interleave(questions: list[dict]) -> list[dict]:
+    """Answerable and unanswerable questions taken in turn; the rest of the longer list after."""
+    answerable = [q for q in questions if q["answerable"]]
+    unanswerable = [q for q in questions if not q["answerable"]]
+    pairs = itertools.zip_longest(answerable, unanswerable)
+    return [q for pair in pairs for q in pair if q is not None]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.answerability", description=__doc__.split("\n\n")[0])
     p.add_argument("--base-url", default=os.environ.get("OPENAI_BASE_URL", "http://127.0.0.1:8091/v1"))
     p.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY", "not-needed"))
     p.add_argument("--model", default=os.environ.get("KB_AGENT_MODEL", "local"))
     p.add_argument("--half", choices=("heldout", "tuning"), default="tuning")
-    p.add_argument("--answerable", type=int, default=30)
-    p.add_argument("--unanswerable", type=int, default=30)
+    p.add_argument("--answerable", type=at_least(0), default=30)
+    p.add_argument("--unanswerable", type=at_least(0), default=30)
     p.add_argument("--squad", type=Path, default=SQUAD)
-    p.add_argument("--context-tokens", type=int, default=4096, help="the server's context window")
+    p.add_argument("--context-tokens", type=at_least(1), default=4096, help="the server's context window")
     p.add_argument("--timeout", type=float, default=600.0)
     p.add_argument("--index-dir", type=Path, default=Path(tempfile.gettempdir()) / "crag-answers-index")
-    p.add_argument("--record", type=Path, default=None, help="JSONL of finished questions (resumable)")
+    p.add_argument("--record", type=record_file, default=None, help="JSONL of finished questions (resumable)")
     args = p.parse_args(argv)
     from crag import Agent
 
+    if args.answerable == args.unanswerable == 0:
+        raise ValueError("no questions: --answerable and --unanswerable are both 0")
     record = args.record or Path(tempfile.gettempdir()) / f"answerability-{args.half}.jsonl"
-    rows = [json.loads(line) for line in record.open()] if record.exists() else []
-    done = {r["id"] for r in rows}
-    questions = squad_questions(args.squad, args.half, args.answerable, args.unanswerable, 0)
-    answerable = [q for q in questions if q["answerable"]]
-    unanswerable = [q for q in questions if not q["answerable"]]
-    ordered = [q for pair in zip(answerable, unanswerable, strict=False) for q in pair]
+    ordered = interleave(squad_questions(args.squad, args.half, args.answerable, args.unanswerable, 0))
+    if not ordered:
+        raise ValueError(f"{args.squad / 'questions.jsonl'} holds no question of the {args.half} half")
+    wanted = {q["id"] for q in ordered}
+    recorded = {r["id"]: r for r in read_jsonl(record) if r.get("id") in wanted}  # this run's questions, once each
+    rows = [recorded[q["id"]] for q in ordered if q["id"] in recorded]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KB_AGENT_", "OPENAI_"))}
     env.update({"KB_AGENT_INDEX_DIR": str(args.index_dir / "squad"), "KB_AGENT_LLM": "offline", "KB_AGENT_LOG": "off",
                 "KB_AGENT_CONTEXT_TOKENS": str(args.context_tokens)})
     probe = LabelProbe(args.base_url, args.api_key, args.model, args.timeout)
-    with Agent.from_env(kb=[str(args.squad / "corpus")], chat_model=probe, environ=env, dotenv=None) as agent, \
-            record.open("a") as out:
+    with Agent.from_env(kb=[str(args.squad / "corpus")], chat_model=probe, environ=env, dotenv=None) as agent:
         for q in ordered:
-            if q["id"] in done:
+            if q["id"] in recorded:
                 continue
-            probe.reading = None
+            probe.reading = probe.failed = None
             agent.ask(q["question"])
+            if probe.failed is not None:  # not asked: a resumed run asks it again
+                raise probe.failed
             got = probe.reading or {}
             row = {"id": q["id"], "question": q["question"], "answerable": q["answerable"], "p_yes": got.get("p_yes"),
                    "held": holds_answer(got.get("evidence", ""), q["answers"]) if q["answers"] else None,
                    "prompt_tokens": got.get("prompt_tokens")}
-            out.write(json.dumps(row) + "\n")
-            out.flush()
+            append_jsonl(record, row)
             rows.append(row)
             print(f"[{len(rows)}/{len(ordered)}] p_yes {row['p_yes']}  {q['question']}", flush=True)
     print(json.dumps(summarize(rows), indent=2))
@@ -143,4 +170,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(run_main(main, "python -m benchmarks.answerability"))

@@ -84,6 +84,7 @@ from benchmarks.common import (
     quick_out,
     read_jsonl,
     record_file,
+    results_name,
     run_main,
     write_json,
     write_text,
@@ -669,7 +670,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=600.0, help="seconds one LLM call may take")
     p.add_argument("--index-dir", type=Path, default=Path(tempfile.gettempdir()) / "crag-answers-index",
                    help="the indexes (one folder per set), kept between runs")
-    p.add_argument("--name", default=None, help="results name (answers-NAME.json / .md / .jsonl)")
+    p.add_argument("--name", type=results_name, default=None, help="results name (answers-NAME.json / .md / .jsonl)")
     p.add_argument("--record", type=record_file, default=None, help="the JSONL of finished questions (resumable)")
     p.add_argument("--out", type=out_dir, default=None,
                    help="results directory (default: benchmarks/results; a --quick run: a new temporary folder)")
@@ -682,6 +683,11 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [c for c in args.configs if c not in CONFIGS] + [s for s in args.sets if s not in SETS]
     if unknown:
         p.error(f"unknown configuration or set: {unknown[0]!r}")
+    if not args.configs or not args.sets:
+        p.error("--configs needs at least one configuration" if not args.configs else "--sets needs at least one set")
+    counts = {"squad": (args.answerable, args.unanswerable), "docs": (args.docs_answerable, args.docs_unanswerable)}
+    if not args.quick and not any(n for s in args.sets for n in counts[s]):
+        p.error("no questions: every count of the sets asked for is 0")
     pairs = [s.partition("=") for s in args.settings]
     bad = [k for k, eq, _ in pairs if not eq or not k.startswith("KB_AGENT_")]
     if bad:

@@ -24,6 +24,7 @@ from typing import Any
 
 __all__ = [
     "RESULTS_DIR",
+    "SHARED",
     "append_jsonl",
     "at_least",
     "counts",
@@ -33,15 +34,21 @@ __all__ = [
     "markdown_table",
     "out_dir",
     "percentile",
+    "positive",
     "quick_out",
     "read_jsonl",
+    "read_judged_pairs",
     "record_file",
+    "results_name",
     "run_main",
     "write_json",
     "write_text",
 ]
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
+# The shared data the benchmarks read (the corpora, the prose set, the TREC DL judged pairs):
+# beside the clone, or wherever CRAG_SHARED says.
+SHARED = Path(os.environ.get("CRAG_SHARED") or Path(__file__).resolve().parents[2] / "shared")
 
 
 def environment(packages: Iterable[str] = ()) -> dict[str, Any]:
@@ -198,6 +205,14 @@ def record_file(value: str) -> Path:
     return path
 
 
+def results_name(value: str) -> str:
+    """argparse type of ``--name``: part of a file name in ``--out`` (no folder, nothing hidden),
+    checked before a run, so its results are not written elsewhere or lost at its end."""
+    if not value or value != value.strip() or any(c in value for c in "/\\\0") or value.startswith("."):
+        raise argparse.ArgumentTypeError(f"a results name is one word of a file name, not {value!r}")
+    return value
+
+
 def at_least(lo: int) -> Callable[[str], int]:
     """argparse type of a count: a whole number >= ``lo``."""
 
@@ -212,6 +227,17 @@ def at_least(lo: int) -> Callable[[str], int]:
 
     count.__name__ = f"count >= {lo}"
     return count
+
+
+def positive(value: str) -> float:
+    """argparse type of a duration, size or ratio: a finite number above 0."""
+    try:
+        x = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {value!r}") from None
+    if not math.isfinite(x) or x <= 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, got {value}")
+    return x
 
 
 def counts(lo: int) -> Callable[[str], list[int]]:
@@ -241,6 +267,35 @@ def run_main(main: Callable[[], Any], prog: str) -> int:
         print(f"{prog}: error: {message}", file=sys.stderr)
         return 1
     return result if isinstance(result, int) and not isinstance(result, bool) else 0
+
+
+# -- the TREC DL judged pairs ------------------------------------------------------------------
+
+JUDGED_PAIR = {"collection": str, "qid": str, "query": str, "docid": str, "bm25_rank": int, "passage": str,
+               "grade": int}
+
+
+def read_judged_pairs(path: Path) -> list[dict]:
+    """The judged pairs of ``path`` (JSONL, one object a line with the fields of ``JUDGED_PAIR``);
+    a line that is not one is a ``ValueError`` naming it, a file with none another."""
+    rows = []
+    for n, line in enumerate(Path(path).read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError as exc:
+            raise ValueError(f"{path}:{n} is not a judged pair as JSON ({exc})") from exc
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}:{n} is not a judged pair as JSON (not an object)")
+        for key, kind in JUDGED_PAIR.items():
+            value = row.get(key)
+            if not isinstance(value, kind) or isinstance(value, bool):
+                raise ValueError(f"{path}:{n} is not a judged pair as JSON ({key!r} is not a {kind.__name__})")
+        rows.append(row)
+    if not rows:
+        raise ValueError(f"{path} holds no judged pairs")
+    return rows
 
 
 # -- append-only records of a resumable run --------------------------------------------------

@@ -38,7 +38,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from .common import RESULTS_DIR, at_least, environment, markdown_table, out_dir, run_main, write_json, write_text
+from .common import (
+    RESULTS_DIR,
+    at_least,
+    environment,
+    markdown_table,
+    out_dir,
+    results_name,
+    run_main,
+    write_json,
+    write_text,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("CRAG_SHARED", ROOT.parent / "shared"))  # the shared corpora
@@ -168,6 +178,9 @@ def load_questions(n: int, offset: int = 0, path: Path = QUESTIONS) -> list[dict
             questions.append(q)
     if not questions:
         raise ValueError(f"{path} holds no questions")
+    if n > len(questions):  # each question once: a repeated one would be counted twice
+        print(f"benchmarks.field: --questions {n}: {path} holds {len(questions)}, each asked once", file=sys.stderr)
+        n = len(questions)
     step = max(1, len(questions) // max(1, n))
     picked = [questions[(offset + i * step) % len(questions)] for i in range(n)]
     return picked
@@ -437,7 +450,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=600.0, help="KB_AGENT_LLM_TIMEOUT for crag, seconds")
     p.add_argument("--wall-timeout", type=float, default=3600.0, help="most seconds one question may take")
     p.add_argument("--index-dir", default=None, help="reuse an index (default: a new temporary one)")
-    p.add_argument("--name", default=None, help="results file name (field-NAME.json / .md)")
+    p.add_argument("--name", type=results_name, default=None, help="results file name (field-NAME.json / .md)")
     p.add_argument("--out", type=out_dir, default=RESULTS_DIR)
     p.add_argument("--set", dest="settings", action="append", default=[], metavar="KB_AGENT_X=VALUE",
                    help="another crag setting for every question (repeatable), e.g. KB_AGENT_GRADE_MEMORY=on")

@@ -39,34 +39,38 @@ from typing import Any
 
 from benchmarks.common import (
     RESULTS_DIR,
+    SHARED,
     append_jsonl,
     at_least,
     environment,
     markdown_table,
     out_dir,
     read_jsonl,
+    read_judged_pairs,
     record_file,
+    results_name,
     run_main,
     write_json,
     write_text,
 )
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_DATA = REPO.parent / "shared" / "grading" / "trec_dl" / "judged_pairs.jsonl"
+DEFAULT_DATA = SHARED / "grading" / "trec_dl" / "judged_pairs.jsonl"
 STYLES = ("batch", "pointwise", "scores")
 
 
 def sample(path: Path, queries: int, per: int, seed: int, offset: int = 0) -> list[tuple[str, list[dict]]]:
     """``queries`` (query text, shuffled passages) with ``per`` relevant and ``per`` irrelevant each."""
     by_q: dict[str, list[dict]] = defaultdict(list)
-    for line in Path(path).read_text().splitlines():
-        if line.strip():
-            row = json.loads(line)
-            by_q[row["qid"]].append(row)
+    for row in read_judged_pairs(path):
+        by_q[row["qid"]].append(row)
     eligible = sorted(
         q for q, rows in by_q.items()
         if sum(r["grade"] >= 2 for r in rows) >= per and sum(r["grade"] == 0 for r in rows) >= per
     )
+    if not eligible:
+        raise ValueError(f"no query of {path} has {per} relevant (grade 2 or 3) and {per} irrelevant (grade 0) "
+                         "passages: lower --per")
     random.Random(seed).shuffle(eligible)
     out = []
     for qid in eligible[offset : offset + queries]:
@@ -233,9 +237,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--record", type=record_file, default=RESULTS_DIR / "grader_auc.jsonl",
                    help="append-only JSONL of replies; a later run resumes from it (default: %(default)s)")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds per request (default: %(default)s)")
-    p.add_argument("--name", default="grader_auc", help="results file name (NAME.json / .md)")
+    p.add_argument("--name", type=results_name, default="grader_auc", help="results file name (NAME.json / .md)")
     p.add_argument("--out", type=out_dir, default=RESULTS_DIR)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    args.styles = [s.strip() for s in args.styles.split(",") if s.strip()]
+    unknown = [s for s in args.styles if s not in STYLES]
+    if not args.styles or unknown:
+        p.error(f"unknown style: {', '.join(unknown)} (choose from {', '.join(STYLES)})" if unknown
+                else "--styles needs at least one style")
+    return args
 
 
 def main(argv=None) -> dict[str, Any]:
@@ -243,7 +253,7 @@ def main(argv=None) -> dict[str, Any]:
     import sys
 
     args = parse_args(argv)
-    styles = [s.strip() for s in args.styles.split(",") if s.strip()]
+    styles = args.styles
     model = Recorded(args.base_url, args.model, args.record, args.timeout)
     data = sample(args.data, args.queries, args.per, args.seed, args.offset)
     gradings: dict[str, list[dict]] = {s: [] for s in styles}

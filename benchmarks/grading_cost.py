@@ -87,6 +87,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 import time
 import zlib
 from collections import Counter, defaultdict
@@ -97,6 +98,7 @@ from typing import Any
 
 from benchmarks.common import (
     RESULTS_DIR,
+    SHARED,
     at_least,
     counts,
     environment,
@@ -104,6 +106,7 @@ from benchmarks.common import (
     load_pyplot,
     markdown_table,
     out_dir,
+    read_judged_pairs,
     record_file,
     run_main,
     write_report,
@@ -111,7 +114,7 @@ from benchmarks.common import (
 
 NAME = "grading_cost"
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_DATA = REPO.parent / "shared" / "grading" / "trec_dl" / "judged_pairs.jsonl"
+DEFAULT_DATA = SHARED / "grading" / "trec_dl" / "judged_pairs.jsonl"
 STRATEGIES = ("per_item", "batch", "scores", "batch_rules", "batch_rules_memory")
 DEFAULT_STRATEGY = "batch_rules"
 DEFAULT_MEANS = {0: 0.05, 1: 0.45, 2: 0.8, 3: 0.95}
@@ -152,14 +155,7 @@ def load_queries(path: Path, max_queries: int | None = None) -> list[Query]:
     from crag.index.embedders import HashEmbedder
     from crag.state import EvidenceItem
 
-    rows = []
-    for n, line in enumerate(Path(path).read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except ValueError as exc:
-            raise ValueError(f"{path}:{n} is not a judged pair as JSON ({exc})") from exc
+    rows = read_judged_pairs(path)
     by_q: dict[str, list[dict]] = defaultdict(list)
     texts: dict[str, str] = {}
     for r in rows:
@@ -1069,6 +1065,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     if not args.ks:
         p.error("--ks needs at least one candidate list size")
     args.strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
+    if not args.strategies:
+        p.error("--strategies needs at least one strategy")
     unknown = set(args.strategies) - set(STRATEGIES)
     if unknown:
         p.error(f"unknown strategy: {', '.join(sorted(unknown))} (choose from {', '.join(STRATEGIES)})")
@@ -1110,10 +1108,13 @@ def run_real(args) -> dict[str, Any]:
         by_id = {q.qid: q for q in everything}
         missing = [q for q in args.qids if q not in by_id]
         if missing:
-            raise SystemExit(f"grading_cost: no such query id in {args.data}: {', '.join(missing)}")
+            raise ValueError(f"no such query id in {args.data}: {', '.join(missing)}")
         queries = [by_id[q] for q in args.qids]
     else:
         queries = sample_queries(everything, args.sample)
+        if args.sample > len(queries):
+            print(f"grading_cost: --sample {args.sample}: the data holds {len(queries)} queries, all of them run",
+                  file=sys.stderr)
     labels = {(q.text, c.item.source): c.grade for q in queries for c in q.candidates}
     simulated = SimulatedGrader(labels, args.means, args.noise, args.seed)
     cost = CostModel(args.encoding, args.latency_fixed_ms, args.latency_prompt_ms, args.latency_completion_ms)
@@ -1134,7 +1135,7 @@ def run_real(args) -> dict[str, Any]:
                     run = grade_once if args.workload == "single" else run_question
                     run(strategy, query, k, model, meter, quality)
             done.append(f"{query.qid}@k{k}")
-            result = summary_real(args, acc, strategies, done, real, time.perf_counter() - started)
+            result = summary_real(args, queries, acc, strategies, done, real, time.perf_counter() - started)
             if args.verbose:
                 print(f"  grading_cost (real): {len(done)} of {len(queries) * len(args.ks)} questions done", flush=True)
             if args.checkpoint is not None:
@@ -1142,13 +1143,13 @@ def run_real(args) -> dict[str, Any]:
     return result
 
 
-def summary_real(args, acc, strategies, done, real, elapsed_s) -> dict[str, Any]:
+def summary_real(args, queries, acc, strategies, done, real, elapsed_s) -> dict[str, Any]:
     from benchmarks.real_grader import verdict
 
     rows = {kind: [summarise(s, *acc[(kind, s)], args.prices, len(done)) for s in strategies]
             for kind in ("real", "simulated")}
     return {
-        "args": {"base_url": args.base_url, "model": args.model, "sample": len(args.qids) or args.sample,
+        "args": {"base_url": args.base_url, "model": args.model, "sample": len(queries),
                  "qids": args.qids, "ks": args.ks, "workload": args.workload,
                  "strategies": strategies, "record": str(args.record), "timeout_s": args.timeout,
                  "data": str(args.data), "noise": args.noise, "seed": args.seed},

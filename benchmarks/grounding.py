@@ -42,10 +42,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import environment, fmt, markdown_table, out_dir, quick_out, run_main, write_json, write_text
+from benchmarks.common import (
+    SHARED,
+    environment,
+    fmt,
+    markdown_table,
+    out_dir,
+    quick_out,
+    run_main,
+    write_json,
+    write_text,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
 CORPORA = ("fastapi_docs", "hf_hub_docs")
 QUESTIONS = Path(__file__).with_name("questions.jsonl")
 CASES = Path(__file__).with_name("grounding_cases.json")

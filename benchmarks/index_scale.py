@@ -52,6 +52,7 @@ from benchmarks.common import (
     markdown_table,
     out_dir,
     percentile,
+    positive,
     run_main,
     write_report,
 )
@@ -415,20 +416,20 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="single-query searches timed at least (default: %(default)s) ...")
     p.add_argument("--single-budget-s", type=float, default=5.0,
                    help="... and then until this many seconds have passed or every query ran (default: %(default)s)")
-    p.add_argument("--hnsw-m", type=int, default=16)
-    p.add_argument("--hnsw-ef-construction", type=int, default=40)
-    p.add_argument("--hnsw-ef-search", type=int, default=128)
+    p.add_argument("--hnsw-m", type=at_least(1), default=16)
+    p.add_argument("--hnsw-ef-construction", type=at_least(1), default=40)
+    p.add_argument("--hnsw-ef-search", type=at_least(1), default=128)
     p.add_argument("--hnsw-max", type=int, default=200_000,
                    help="skip HNSW above this many chunks: its build is the slow part (default: %(default)s)")
-    p.add_argument("--ivf-nprobe", type=int, default=32)
-    p.add_argument("--ivf-max-nlist", type=int, default=1024, help="cells: 4*sqrt(N), at most this (default: %(default)s)")
+    p.add_argument("--ivf-nprobe", type=at_least(1), default=32)
+    p.add_argument("--ivf-max-nlist", type=at_least(1), default=1024, help="cells: 4*sqrt(N), at most this (default: %(default)s)")
     p.add_argument("--ivf-train", type=int, default=50_000, help="training vectors, at least 39 per cell (default: %(default)s)")
-    p.add_argument("--ivf-niter", type=int, default=10, help="k-means iterations (default: %(default)s)")
+    p.add_argument("--ivf-niter", type=at_least(1), default=10, help="k-means iterations (default: %(default)s)")
     p.add_argument("--full", action="store_true", help="also build HNSW at every size (adds minutes at 1M chunks)")
-    p.add_argument("--batch-repeats", type=int, default=3)
-    p.add_argument("--latency-budget-ms", type=float, default=50.0,
+    p.add_argument("--batch-repeats", type=at_least(1), default=3)
+    p.add_argument("--latency-budget-ms", type=positive, default=50.0,
                    help="per-query search budget the advice is computed for (default: %(default)s)")
-    p.add_argument("--threads", type=int, default=0, help="FAISS threads (default: all cores)")
+    p.add_argument("--threads", type=at_least(0), default=0, help="FAISS threads (default: all cores)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=out_dir, default=RESULTS_DIR)
     p.add_argument("--quiet", dest="verbose", action="store_false")

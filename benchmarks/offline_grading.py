@@ -38,6 +38,7 @@ from typing import Any
 
 from benchmarks.common import (
     RESULTS_DIR,
+    SHARED,
     at_least,
     environment,
     markdown_table,
@@ -49,7 +50,6 @@ from benchmarks.common import (
 
 NAME = "offline_grading"
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
 CORPORA = ("fastapi_docs", "hf_hub_docs")
 QUESTIONS = Path(__file__).with_name("questions.jsonl")
 # Questions these docs do not answer: their evidence really is weak, and should be graded so.
@@ -173,6 +173,7 @@ def summarise(all_rows: list[dict]) -> dict[str, Any]:
         "off_topic_note": sum(r["note"] for r in off_topic),
         "off_topic_no_evidence": sum(r["no_evidence"] for r in off_topic),
         "off_topic_generate": sum(r["action"] == "GENERATE" for r in off_topic),
+        "off_topic_ungraded": sum(r["action"] is None and not r["note"] and not r["no_evidence"] for r in off_topic),
         "evidence_removed": sum(r["removed"] for r in rows),
         "evidence_skipped": sum(r["skipped"] for r in rows),
         "fast_path": dict(rules),
@@ -211,7 +212,7 @@ def render_markdown(result: dict[str, Any]) -> str:
         ),
         f"\n{s['off_topic']} off-topic questions (nothing in these docs answers them): weak-evidence note on "
         f"{s['off_topic_note']}, the no-evidence answer on {s['off_topic_no_evidence']}, graded GENERATE "
-        f"{s['off_topic_generate']}.\n",
+        f"{s['off_topic_generate']}, answered without grading (no note) {s.get('off_topic_ungraded', 0)}.\n",
         f"\nRounds taken: {', '.join(f'{k}: {v}' for k, v in s['rounds'].items())}; final actions: "
         f"{', '.join(f'{k} {v}' for k, v in sorted(s['actions'].items()))}; items removed by the filter "
         f"{s['evidence_removed']}, retrieved again and skipped {s['evidence_skipped']}.\n\n",

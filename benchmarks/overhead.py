@@ -73,6 +73,7 @@ from benchmarks.common import (
     markdown_table,
     out_dir,
     percentile,
+    positive,
     python_cmd,
     run_main,
     write_report,
@@ -80,6 +81,7 @@ from benchmarks.common import (
 
 NAME = "overhead"
 PATHS = ("chitchat", "simple", "complex")
+BENCH_EXTRA = "pip install -e '.[bench]'"
 HEAVY = ("openai", "faiss", "numpy", "tiktoken")
 TARGET_RATIO = 50.0
 REPO = Path(__file__).resolve().parents[1]
@@ -723,6 +725,8 @@ def run(args) -> dict[str, Any]:
         "environment": environment(["crag", "langgraph", "attrs", "cattrs"]),
         "langgraph": langgraph_available(),
     }
+    if not result["langgraph"]:
+        print(f"{NAME}: LangGraph is not installed, its columns are empty ({BENCH_EXTRA})", flush=True)
     result["orchestration"] = measure_orchestration(args)
     result["real_nodes"] = measure_real_nodes(args)
     orch = result["orchestration"]
@@ -754,9 +758,11 @@ def _us(stat: dict[str, float] | None) -> str:
 def render_markdown(result: dict[str, Any]) -> str:
     out = []
     a = result["args"]
+    langgraph = (f"{a['runs_langgraph']:,} for LangGraph" if result.get("langgraph", True)
+                 else f"LangGraph is not installed: its columns are empty ({BENCH_EXTRA})")
     out.append(
         f"Median per question in µs (p95 in brackets); {a['runs']:,} questions per path for crag and the plain "
-        f"loop, {a['runs_langgraph']:,} for LangGraph, after {a['warmup']} warm-up questions.\n\n"
+        f"loop, {langgraph}, after {a['warmup']} warm-up questions.\n\n"
     )
     out.append("**Orchestration only** (trivial nodes, constant model and tools). Node work = the same trivial "
                "prepare / model / apply calls replayed without any orchestration; overhead = total − node work:\n\n")
@@ -884,18 +890,18 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks.overhead", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runs", type=at_least(1), default=2000, help="timed questions per path, crag and plain loop (default: %(default)s)")
-    p.add_argument("--runs-langgraph", type=int, default=None, help="timed questions per path for LangGraph (default: --runs)")
-    p.add_argument("--warmup", type=int, default=200)
-    p.add_argument("--blocks", type=int, default=10,
+    p.add_argument("--runs-langgraph", type=at_least(1), default=None, help="timed questions per path for LangGraph (default: --runs)")
+    p.add_argument("--warmup", type=at_least(0), default=200)
+    p.add_argument("--blocks", type=at_least(1), default=10,
                    help="runners are timed in this many alternating blocks (default: %(default)s)")
-    p.add_argument("--startup-runs", type=int, default=10, help="subprocess runs per start-up figure (default: %(default)s)")
+    p.add_argument("--startup-runs", type=at_least(1), default=10, help="subprocess runs per start-up figure (default: %(default)s)")
     p.add_argument("--no-startup", dest="startup", action="store_false", help="skip the start-up measurements")
     p.add_argument("--no-cli-probe", dest="cli_probe", action="store_false",
                    help="skip the `crag ask` first-request probe (it builds a tiny index)")
     p.add_argument("--profile", action="store_true", help="always profile (default: only when the target is missed)")
-    p.add_argument("--profile-runs", type=int, default=500)
-    p.add_argument("--profile-top", type=int, default=15)
-    p.add_argument("--target-ratio", type=float, default=TARGET_RATIO)
+    p.add_argument("--profile-runs", type=at_least(1), default=500)
+    p.add_argument("--profile-top", type=at_least(1), default=15)
+    p.add_argument("--target-ratio", type=positive, default=TARGET_RATIO)
     p.add_argument("--out", type=out_dir, default=RESULTS_DIR)
     p.add_argument("--quiet", dest="verbose", action="store_false")
     args = p.parse_args(argv)

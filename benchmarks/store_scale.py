@@ -55,12 +55,15 @@ from typing import Any
 
 from benchmarks.common import (
     RESULTS_DIR,
+    SHARED,
     at_least,
+    counts,
     environment,
     fmt,
     markdown_table,
     out_dir,
     percentile,
+    positive,
     run_main,
     write_json,
     write_text,
@@ -68,12 +71,12 @@ from benchmarks.common import (
 
 NAME = "store_scale"
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
 SOURCES = {
     "squad": SHARED / "retrieval" / "squad_wiki" / "corpus",
     "fastapi": SHARED / "corpora" / "fastapi_docs",
     "hfhub": SHARED / "corpora" / "hf_hub_docs",
 }
+STORES = ("embedded", "postgresql")
 CHUNKS_PER_COPY = 14_600  # the three sources chunked with crag's defaults
 COPY = re.compile(r"^copy\d+/")
 
@@ -684,17 +687,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--chunks", type=at_least(1), default=100_000, help="about this many chunks (default: %(default)s)")
     p.add_argument("--questions", type=at_least(1), default=200, help="real questions for latency (default: %(default)s)")
-    p.add_argument("--frequent", type=int, default=100, help="frequent-word queries (default: %(default)s)")
+    p.add_argument("--frequent", type=at_least(1), default=100, help="frequent-word queries (default: %(default)s)")
     p.add_argument("--recall-queries", type=at_least(1), default=50, help="questions for recall (default: %(default)s)")
-    p.add_argument("--gold-questions", type=int, default=200,
+    p.add_argument("--gold-questions", type=at_least(1), default=200,
                    help="SQuAD questions whose gold article is looked for in the top 5 (default: %(default)s)")
-    p.add_argument("--warmup", type=int, default=300,
+    p.add_argument("--warmup", type=at_least(0), default=300,
                    help="searches of other questions before the measured ones, on each store (default: %(default)s)")
     p.add_argument("--shared-buffers", default="auto",
                    help="shared_buffers of the PostgreSQL server this benchmark starts: auto (40%% of memory), "
                         "a size (8GB), or keep (default: %(default)s)")
-    p.add_argument("--clients", default="1,4,16", help="concurrent client counts (default: %(default)s)")
-    p.add_argument("--client-seconds", type=float, default=10.0, help="seconds per client count (default: %(default)s)")
+    p.add_argument("--clients", type=counts(1), default="1,4,16", help="concurrent client counts (default: %(default)s)")
+    p.add_argument("--client-seconds", type=positive, default=10.0, help="seconds per client count (default: %(default)s)")
     p.add_argument("--stores", default="embedded,postgresql", help="which stores (default: %(default)s)")
     p.add_argument("--postgres", default="", help="a postgresql:// URI to use instead of starting pgserver")
     p.add_argument("--workdir", default="", help="where the corpus and the indexes go (default: a temporary folder)")
@@ -708,8 +711,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=out_dir, default=RESULTS_DIR)
     args = p.parse_args(argv)
-    args.clients = [int(c) for c in args.clients.split(",") if c]
-    args.stores = [s for s in args.stores.split(",") if s]
+    absent = [str(src) for src in SOURCES.values() if not src.is_dir()]
+    if absent:
+        p.error(f"the shared corpora are not at {SHARED}: no folder {', '.join(absent)} (CRAG_SHARED=DIR to point "
+                "elsewhere)")
+    args.stores = [s.strip() for s in args.stores.split(",") if s.strip()]
+    unknown = sorted(set(args.stores) - set(STORES))
+    if unknown or not args.stores or not args.clients:
+        p.error(f"--stores: unknown store {', '.join(unknown)} (choose from {', '.join(STORES)})" if unknown
+                else "--stores needs at least one store" if not args.stores else "--clients needs at least one count")
     args.copies = max(1, math.ceil(args.chunks / CHUNKS_PER_COPY))
     # Fewer chunks than a copy (a smoke run, run_all --quick): every n-th file of one copy.
     args.every = max(1, CHUNKS_PER_COPY // max(1, args.chunks))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -100,6 +101,35 @@ BAD_ARGUMENTS = [
      "argument --record: FILE is a file, not a folder"),
     ("grading_cost", ["--base-url", "http://127.0.0.1:9/v1", "--record", "FILE/r.jsonl"],
      "argument --record: FILE is a file, not a folder"),
+    # a count or a time of 0 that crashed in FAISS, divided by zero or reported a median of nothing
+    ("index_scale", ["--hnsw-m", "0"], "argument --hnsw-m: must be at least 1, got 0"),
+    ("index_scale", ["--ivf-nprobe", "0"], "argument --ivf-nprobe: must be at least 1, got 0"),
+    ("index_scale", ["--batch-repeats", "0"], "argument --batch-repeats: must be at least 1, got 0"),
+    ("index_scale", ["--latency-budget-ms", "-5"], "argument --latency-budget-ms: must be above 0, got -5"),
+    ("overhead", ["--blocks", "0"], "argument --blocks: must be at least 1, got 0"),
+    ("overhead", ["--startup-runs", "0"], "argument --startup-runs: must be at least 1, got 0"),
+    ("overhead", ["--target-ratio", "nan"], "argument --target-ratio: must be above 0, got nan"),
+    # a store that is not one was measured as the embedded store under its name
+    ("store_scale", ["--stores", "embedded,foo"], "--stores: unknown store foo (choose from embedded, postgresql)"),
+    ("store_scale", ["--clients", "0"], "argument --clients: must be at least 1, got 0"),
+    ("store_scale", ["--clients", "x"], "argument --clients: expected a whole number, got 'x'"),
+    ("store_scale", ["--client-seconds", "0"], "argument --client-seconds: must be above 0, got 0"),
+    ("store_scale", ["--frequent", "0"], "argument --frequent: must be at least 1, got 0"),
+    # nothing to measure: empty tables reported as results
+    ("grading_cost", ["--strategies", ""], "--strategies needs at least one strategy"),
+    ("grader_auc", ["--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--styles", " , "],
+     "--styles needs at least one style"),
+    ("grader_auc", ["--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--styles", "batch,nope"],
+     "unknown style: nope (choose from batch, pointwise, scores)"),
+    ("answers", ["--offline", "--configs", ""], "--configs needs at least one configuration"),
+    ("answers", ["--offline", "--sets", " , "], "--sets needs at least one set"),
+    ("answers", ["--offline", "--sets", "squad", "--answerable", "0", "--unanswerable", "0"],
+     "no questions: every count of the sets asked for is 0"),
+    # a name that is a path: the results would be written elsewhere, or lost at the end of the run
+    ("answers", ["--offline", "--name", "../x"], "argument --name: a results name is one word of a file name, not '../x'"),
+    ("field", ["--offline", "--name", "a/b"], "argument --name: a results name is one word of a file name, not 'a/b'"),
+    ("grader_auc", ["--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--name", ""],
+     "argument --name: a results name is one word of a file name, not ''"),
 ]
 
 
@@ -220,3 +250,68 @@ def test_field_names_a_questions_file_it_cannot_read(text, says, tmp_path, capsy
     argv = ["--offline", "--questions", "1", "--questions-file", str(questions), "--out", str(tmp_path)]
     assert run_main(lambda: field.main(argv), "python -m benchmarks.field") == 1
     assert capsys.readouterr().err == f"python -m benchmarks.field: error: {questions} {says}\n"
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ('{"x": 1}\n', ":1 is not a judged pair as JSON ('collection' is not a str)"),
+    ('{"collection": "t", "qid": 7, "query": "q", "docid": "d", "bm25_rank": 1, "passage": "p", "grade": 3}\n',
+     ":1 is not a judged pair as JSON ('qid' is not a str)"),
+    ("[1, 2]\n", ":1 is not a judged pair as JSON (not an object)"),
+    ("\n", " holds no judged pairs"),
+])
+@pytest.mark.parametrize("name", ["grading_cost", "grader_auc"])
+def test_a_data_file_of_the_wrong_shape_is_one_line_naming_it(name, text, says, tmp_path, capsys):
+    data = tmp_path / "pairs.jsonl"
+    data.write_text(text)
+    argv = ["--data", str(data), "--out", str(tmp_path), "--record", str(tmp_path / "r.jsonl"),
+            "--base-url", f"http://127.0.0.1:{_down_port()}/v1", "--model", "m"]
+    module = importlib.import_module(f"benchmarks.{name}")
+    assert run_main(lambda: module.main(argv), f"python -m benchmarks.{name}") == 1
+    assert capsys.readouterr().err == f"python -m benchmarks.{name}: error: {data}{says}\n"
+
+
+def test_grader_auc_with_no_query_as_large_as_asked_is_one_line(tmp_path, capsys):
+    data = _judged_pairs(tmp_path / "pairs.jsonl")  # one query, 6 relevant and 6 irrelevant passages
+    argv = ["--data", str(data), "--out", str(tmp_path), "--record", str(tmp_path / "r.jsonl"), "--per", "7",
+            "--base-url", f"http://127.0.0.1:{_down_port()}/v1", "--model", "m"]
+    assert run_main(lambda: grader_auc.main(argv), "python -m benchmarks.grader_auc") == 1
+    assert capsys.readouterr().err == (f"python -m benchmarks.grader_auc: error: no query of {data} has 7 relevant "
+                                       "(grade 2 or 3) and 7 irrelevant (grade 0) passages: lower --per\n")
+    assert not (tmp_path / "grader_auc.json").exists()
+
+
+def test_grading_cost_names_query_ids_its_data_does_not_hold_in_its_one_line_form(tmp_path, capsys):
+    data = _judged_pairs(tmp_path / "pairs.jsonl")
+    argv = ["--data", str(data), "--base-url", f"http://127.0.0.1:{_down_port()}/v1", "--qids", "1,7,x",
+            "--out", str(tmp_path), "--quiet"]
+    assert run_main(lambda: grading_cost.main(argv), "python -m benchmarks.grading_cost") == 1
+    assert capsys.readouterr().err == (f"python -m benchmarks.grading_cost: error: no such query id in {data}: "
+                                       "7, x\n")
+
+
+@pytest.mark.parametrize(("name", "argv", "says"), [
+    ("grounding", ["--quick"], "the shared corpora are not at ELSEWHERE/corpora"),
+    ("retrieval", ["--corpus", "docs"], "missing ELSEWHERE/corpora/fastapi_docs"),
+    ("offline_grading", [], "no such corpus: ELSEWHERE/corpora/fastapi_docs"),
+    ("grading_cost", [], "no such file: ELSEWHERE/grading/trec_dl/judged_pairs.jsonl"),
+    ("store_scale", ["--chunks", "1500", "--stores", "embedded"],
+     "the shared corpora are not at ELSEWHERE: no folder ELSEWHERE/retrieval/squad_wiki/corpus"),
+])
+def test_crag_shared_points_every_benchmark_at_the_shared_data_and_its_absence_is_one_line(name, argv, says, tmp_path):
+    """CRAG_SHARED, as benchmarks.field and benchmarks.answers read it, is where every benchmark
+    looks for the shared data; data missing there is one line naming the place, before any work."""
+    elsewhere = tmp_path / "shared"
+    env = {**os.environ, "CRAG_SHARED": str(elsewhere)}
+    proc = subprocess.run([sys.executable, "-m", f"benchmarks.{name}", *argv, "--out", str(tmp_path / "out")],
+                          cwd=Path(__file__).resolve().parents[1], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert says.replace("ELSEWHERE", str(elsewhere)) in proc.stderr.strip().splitlines()[-1]
+
+
+def test_field_asks_each_question_once_when_more_are_asked_for_than_the_file_holds(tmp_path, capsys):
+    questions = tmp_path / "questions.jsonl"
+    questions.write_text("".join(json.dumps({"question": f"q{i}", "path": None, "corpus": "c"}) + "\n" for i in range(3)))
+    picked = field.load_questions(5, 1, questions)
+    assert sorted(q["question"] for q in picked) == ["q0", "q1", "q2"]  # not q1, q2, q0, q1, q2: counted twice
+    assert capsys.readouterr().err == f"benchmarks.field: --questions 5: {questions} holds 3, each asked once\n"
+    assert [q["question"] for q in field.load_questions(2, 0, questions)] == ["q0", "q1"]

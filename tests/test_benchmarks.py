@@ -121,6 +121,16 @@ def test_overhead_runs_and_both_runners_agree(tmp_path):
     assert result["profile_real_nodes"], "cProfile rows"
 
 
+def test_overhead_without_langgraph_says_so_instead_of_counting_its_runs(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(overhead, "langgraph_available", lambda: False)
+    result = overhead.main(["--runs", "10", "--warmup", "1", "--no-startup", "--out", str(tmp_path), "--quiet"])
+    assert result["langgraph"] is False and not any("langgraph" in r for r in result["orchestration"])
+    first = (tmp_path / "overhead.md").read_text().splitlines()[0]
+    assert "for LangGraph" not in first
+    assert "LangGraph is not installed: its columns are empty (pip install -e '.[bench]')" in first
+    assert "overhead: LangGraph is not installed, its columns are empty" in capsys.readouterr().out
+
+
 def test_driver_node_table_is_restored_after_the_orchestration_benchmark():
     import crag.driver
     from crag.nodes import NODES
@@ -204,6 +214,23 @@ def test_run_all_quick_writes_a_summary(tmp_path):
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert [r["name"] for r in summary["runs"]] == ["index_scale"]
     assert any("1,000 chunks" in line for line in summary["headlines"])
+
+
+def test_run_all_headlines_come_from_this_runs_successful_benchmarks_only(tmp_path):
+    """An --out holding an earlier run's files: a benchmark not run now, or failed now, has no
+    headline (its JSON is the earlier run's, not this one's)."""
+    (tmp_path / "overhead.json").write_text(json.dumps(
+        {"headline": {"crag_overhead_us": {"simple": 1.0}, "min_ratio_overhead_langgraph_vs_crag": None}}))
+    small = "index_scale=--dim 32 --sizes 1000 --ivf-train 1000"
+    assert run_all.main(["--quick", "--only", "index_scale", "--out", str(tmp_path), "--args", small]) == 0
+    first = json.loads((tmp_path / "summary.json").read_text())["headlines"]
+    assert any("1,000 chunks" in line for line in first)
+    assert not any(line.startswith("Driver overhead") for line in first)
+    assert run_all.main(["--quick", "--only", "index_scale", "--out", str(tmp_path),
+                         "--args", small + " --methods nope"]) == 1  # refused by its parser
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["runs"][0]["exit_status"] == 2 and summary["headlines"] == []
+    assert "1,000 chunks" not in (tmp_path / "summary.md").read_text()
 
 
 @pytest.mark.parametrize(("flags", "index_sizes", "retrieval_quick"), [
@@ -326,6 +353,19 @@ def test_grading_cost_with_a_real_server_sends_crags_requests_and_resumes_from_i
     assert (out / "grading_cost_real_single.md").is_file()
 
 
+def test_grading_cost_with_a_sample_larger_than_the_data_reports_the_queries_it_ran(tmp_path, judged_pairs, capsys):
+    from .openai_server import FakeOpenAIServer, Text
+
+    out = tmp_path / "out"
+    with FakeOpenAIServer() as srv:
+        srv.default("grade_evidence", Text("[0.9]"))
+        result = grading_cost.main(["--data", str(judged_pairs), "--ks", "3", "--sample", "9", "--model", "m",
+                                    "--strategies", "batch", "--out", str(out), "--quiet", "--base-url", srv.base_url])
+    assert result["args"]["sample"] == len(result["questions_done"]) == 3
+    assert "3 question(s) done of a sample of 3 TREC DL queries" in (out / "grading_cost_real.md").read_text()
+    assert "--sample 9: the data holds 3 queries, all of them run" in capsys.readouterr().err
+
+
 def test_offline_grading_summary_counts_notes_only_where_the_gold_file_was_retrieved():
     from benchmarks import offline_grading
 
@@ -337,11 +377,16 @@ def test_offline_grading_summary_counts_notes_only_where_the_gold_file_was_retri
                 "top5": [{"score": s, "gold": i == gold_at} for i, s in enumerate(top)]}
 
     rows = [row(True), row(False), row(False), row(False), row(True, retrieved=False),
-            row(True, off_topic=True, top=()), row(False, off_topic=True, top=(), action="GENERATE")]
+            row(True, off_topic=True, top=()), row(False, off_topic=True, top=(), action="GENERATE"),
+            row(False, off_topic=True, top=(), action=None)]  # classified simple: answered, never graded
     s = offline_grading.summarise(rows)
     assert (s["questions"], s["gold_retrieved"], s["note_when_gold_retrieved"]) == (5, 4, 1)
     assert s["note_when_gold_retrieved_pct"] == 25.0 and s["target_met"]
-    assert (s["off_topic"], s["off_topic_note"], s["off_topic_generate"]) == (2, 1, 1)
+    assert (s["off_topic"], s["off_topic_note"], s["off_topic_generate"], s["off_topic_ungraded"]) == (3, 1, 1, 1)
+    # the off-topic line accounts for every off-topic question
+    text = offline_grading.render_markdown({"summary": s, "index_s": 0.0})
+    assert ("3 off-topic questions (nothing in these docs answers them): weak-evidence note on 1, the no-evidence "
+            "answer on 0, graded GENERATE 1, answered without grading (no note) 1.") in " ".join(text.split())
     at_08 = s["high_vector_score_sweep"][0]
     assert at_08["threshold"] == 0.8 and at_08["questions"] == 5 and at_08["off_gold"] == 4 * 5
 
