@@ -4,7 +4,9 @@
 careless or hostile client writes still gets a reply under its ``id``, so the client is never
 left waiting and the server never stops: a line that is not a JSON-RPC message (a JSON-RPC
 error, ``-32700`` or ``-32600``), JSON nested deeper than the SDK's parser reads, a string
-escaping half of a surrogate pair (read with U+FFFD, as crag reads text elsewhere). See
+escaping half of a surrogate pair (read with U+FFFD, as crag reads text elsewhere).
+``Explained`` adds to the SDK's bare ``Invalid request parameters`` what is wrong: the
+handshake is missing, or which field of the request's ``params`` the protocol refuses. See
 ``docs/mcp.md``.
 """
 
@@ -16,7 +18,7 @@ import anyio
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
 
-__all__ = ["serve_stdio"]
+__all__ = ["Explained", "serve_stdio"]
 
 
 async def serve_stdio(server: "MCPServer") -> None:
@@ -26,9 +28,56 @@ async def serve_stdio(server: "MCPServer") -> None:
     from mcp.server.stdio import stdio_server
 
     lowlevel = server._lowlevel_server  # what run_stdio_async serves; the SDK is pinned below 3
+    lowlevel.middleware.append(Explained())
     async with stdio_server() as (read_stream, write_stream):
         await lowlevel.run(_ErrorsAnswered(read_stream, write_stream), write_stream,
                            lowlevel.create_initialization_options())
+
+
+_SHOWN_ERRORS = 3  # of a refused request's params: a union of message types can list dozens
+
+
+class Explained:
+    """SDK middleware for one connection: the reply ``Invalid request parameters`` (empty
+    ``data``) says why.
+
+    The SDK gives that one text for a request before ``initialize`` and for ``params`` the
+    protocol refuses, so a client cannot tell a missing handshake from a misspelt field. The
+    code stays ``-32602``; the message adds the reason, on one line (pydantic's field paths and
+    reasons: what the client sent is not repeated). The handshake is followed here as the SDK
+    follows it: open once ``initialize`` succeeded or ``notifications/initialized`` came."""
+
+    def __init__(self) -> None:
+        self.initialized = False
+
+    async def __call__(self, ctx: Any, call_next: Any) -> Any:
+        from mcp.shared.exceptions import MCPError
+        from mcp_types import INVALID_PARAMS, ErrorData
+        from pydantic import ValidationError
+
+        method = getattr(ctx, "method", "")
+        try:
+            result = await call_next(ctx)
+        except MCPError as exc:
+            error = exc.error
+            if self.initialized or (error.code, error.message, error.data) != (INVALID_PARAMS, _BARE, ""):
+                raise
+            raise MCPError.from_error_data(ErrorData(code=INVALID_PARAMS, data="", message=(
+                f"{_BARE}: the session is not initialized: send initialize first, then notifications/initialized"))
+            ) from exc
+        except ValidationError as exc:
+            details = exc.errors(include_url=False, include_input=False)
+            reasons = [f"{'.'.join(str(p) for p in e.get('loc', ())) or 'params'}: {e.get('msg', 'invalid')}"
+                       for e in details[:_SHOWN_ERRORS]]
+            more = ", ..." if len(details) > _SHOWN_ERRORS else ""
+            what = " ".join(f"{method}: {'; '.join(reasons)}{more}".split())
+            raise MCPError.from_error_data(ErrorData(code=INVALID_PARAMS, message=f"{_BARE}: {what}", data="")) from exc
+        if method in ("initialize", "notifications/initialized"):
+            self.initialized = True
+        return result
+
+
+_BARE = "Invalid request parameters"  # what the SDK answers, with empty data, for both
 
 
 class _ErrorsAnswered:
