@@ -165,6 +165,21 @@ def _output_types() -> tuple[Any, Any, Any]:
     return AskResult, SearchResult, FileLines
 
 
+def _turn_type() -> Any:
+    """An earlier turn of ``ask``'s ``history``, as its input schema publishes it: ``role`` and
+    ``content`` are required; other fields (an OpenAI message's ``name``, ``tool_calls``) are
+    ignored, as ``crag ask --history`` ignores them."""
+    from typing import Literal
+
+    from typing_extensions import TypedDict
+
+    class Turn(TypedDict):
+        role: Literal["user", "assistant"]
+        content: str
+
+    return Turn
+
+
 def build_server(agent: "Agent") -> "MCPServer":
     """An ``MCPServer`` whose three tools use ``agent`` (its model, toolbox and index)."""
     import inspect
@@ -187,6 +202,7 @@ def build_server(agent: "Agent") -> "MCPServer":
         return value
 
     Count = Annotated[int | None, BeforeValidator(whole_number)]
+    Turn = _turn_type()
 
     class Server(MCPServer):
         async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
@@ -264,7 +280,7 @@ def build_server(agent: "Agent") -> "MCPServer":
 
     ask_result, search_result, file_lines = _output_types()
 
-    async def ask(question: str, history: list[dict[str, str]] | None = None) -> Annotated[CallToolResult, ask_result]:
+    async def ask(question: str, history: list[Turn] | None = None) -> Annotated[CallToolResult, ask_result]:
         """Answer a question from the knowledge base, citing file:line for what it says.
 
         `history` is an optional list of earlier turns, {"role": "user" | "assistant", "content": "..."}.
