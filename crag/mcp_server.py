@@ -192,7 +192,7 @@ def build_server(agent: "Agent") -> "MCPServer":
     from pydantic import BeforeValidator
     from pydantic_core import PydanticCustomError
 
-    from .cli.index_text import hit_records, search_text
+    from .cli.index_text import hit_records, missing_roots_note, search_text
 
     def whole_number(value: Any) -> Any:
         """JSON ``true`` is no count: pydantic (and Python) would take it for 1."""
@@ -298,8 +298,13 @@ def build_server(agent: "Agent") -> "MCPServer":
         a PDF's hit also has `page`, and its lines are counted on that page.
         `top_k` is how many hits (default: crag's KB_AGENT_TOP_K; at most 50).
         """
-        hits = hit_records(await guarded(agent.search, query, top_k))  # the search of ``crag search``
-        return result(search_text(hits), {"hits": hits})
+        def searched() -> tuple[Any, tuple[str, ...]]:  # the search of ``crag search``, and its note
+            return agent.search(query, top_k), agent.toolbox.missing_roots()
+
+        items, missing = await guarded(searched)
+        hits = hit_records(items)
+        note = missing_roots_note(missing)  # on stderr for ``crag search``: here the client sees it
+        return result(search_text(hits) + (f"{note}\n" if note else ""), {"hits": hits})
 
     async def read_file(
         path: str, start_line: Count = None, end_line: Count = None, page: Count = None

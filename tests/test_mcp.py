@@ -579,3 +579,25 @@ def test_a_client_that_stops_reading_ends_the_server_without_a_traceback(workdir
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_mcp_search_says_when_a_root_of_the_index_is_gone_from_disk(workdir: Path) -> None:
+    """With a root of the index gone from disk, ``crag search`` notes on stderr that it is left
+    out of the search, but MCP ``search`` said only "no matching chunks": an agent took the
+    knowledge base for one without the answer."""
+    import subprocess
+
+    params = server_params(workdir)
+    built = subprocess.run([params.command, "-m", "crag", "index", "docs"], env=params.env, cwd=params.cwd,
+                           capture_output=True, text=True, timeout=120)
+    assert built.returncode == 0, built.stderr
+    (workdir / "docs").rename(workdir / "moved")
+
+    async def session() -> None:
+        async with Client(params, read_timeout_seconds=120) as client:
+            found = await client.call_tool("search", {"query": "nightly backups"})
+            assert not found.is_error and found.structured_content == {"hits": []}
+            assert text_of(found).startswith("no matching chunks\n")
+            assert "crag: note: docs no longer exists on disk and is left out of the search" in text_of(found)
+
+    anyio.run(session)
