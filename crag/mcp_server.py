@@ -48,7 +48,7 @@ from . import __version__
 from .config import secret_values
 from .errors import ConfigError, CragError
 from .llm.deadline import cancellable
-from .mcp_wire import serve_stdio
+from .mcp_wire import log_to_stderr, serve_stdio
 from .pages import location
 from .safe_text import redact, redact_message, short_value
 from .state import ToolCall
@@ -378,6 +378,7 @@ def serve(agent: "Agent") -> None:
     are cancelled then, so the server ends at once). A client that stops reading (it closed
     its end of standard output, or died) is a ``BrokenPipeError``, as for every command whose
     reader goes away, not the transport's exception group and its traceback."""
+    log_to_stderr()
     try:
         anyio.run(serve_stdio, build_server(agent))
     except BaseExceptionGroup as group:

@@ -18,7 +18,34 @@ import anyio
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
 
-__all__ = ["Explained", "serve_stdio"]
+__all__ = ["Explained", "log_to_stderr", "serve_stdio"]
+
+
+def log_to_stderr() -> None:
+    """What the SDK logs (at ``WARNING`` and above) as crag writes to stderr: one line each,
+    ``crag: warning: dropped 'notifications/cancelled': malformed params``, configured secrets
+    and credential-shaped text masked. Set before the ``MCPServer`` is built: its own set-up
+    (``logging.basicConfig`` with a rich handler: timestamps, source lines, wrapping at 80
+    columns) then finds the root logger configured and leaves it. A bug's traceback is kept."""
+    import logging
+    import sys
+
+    from .config import secret_values
+    from .safe_text import redact_message
+
+    class OneLine(logging.Formatter):
+        def format(self, record: logging.LogRecord) -> str:
+            line = " ".join(redact_message(record.getMessage(), secret_values()).split())
+            text = f"crag: {record.levelname.lower()}: {line}"
+            if record.exc_info:
+                text += "\n" + self.formatException(record.exc_info)
+            return text
+
+    handler: logging.Handler = logging.StreamHandler(sys.stderr) if sys.stderr is not None else logging.NullHandler()
+    handler.setFormatter(OneLine())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]  # the ``crag mcp`` process's only logging: stdout is the protocol's
+    root.setLevel(logging.WARNING)
 
 
 async def serve_stdio(server: "MCPServer") -> None:

@@ -160,3 +160,14 @@ def test_a_call_before_initialize_and_params_the_protocol_refuses_say_what_is_wr
     assert "\n" not in by_id[4]["error"]["message"]
     assert by_id[5]["result"]["structuredContent"]["hits"][0]["path"] == "docs/backup.md"
     assert "Traceback" not in err
+
+
+def test_what_the_sdk_logs_is_one_crag_line_on_stderr(workdir: Path) -> None:
+    """The SDK's warnings (a notification it drops) reached stderr through its own rich
+    handler: a timestamp, the SDK's source line, and the message wrapped over two lines at 80
+    columns, unlike every other line crag writes there."""
+    malformed = json.dumps({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": {"x": 1}}})
+    got, err = exchange(workdir, [malformed, search_call(1)], 1)
+    assert got[0]["id"] == 1 and "result" in got[0]
+    assert [line for line in err.splitlines() if not line.startswith("crag: indexed")] == [
+        "crag: warning: dropped 'notifications/cancelled': malformed params"]
