@@ -38,7 +38,6 @@ masked, while documents and answers are never rewritten by a pattern. See ``docs
 """
 
 # No ``from __future__ import annotations``: the SDK reads the tools' annotations at run time.
-import re
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +48,7 @@ from . import __version__
 from .config import secret_values
 from .errors import ConfigError, CragError
 from .llm.deadline import cancellable
+from .mcp_wire import log_to_stderr, serve_stdio
 from .pages import location
 from .safe_text import redact, redact_message, short_value
 from .state import ToolCall
@@ -165,6 +165,21 @@ def _output_types() -> tuple[Any, Any, Any]:
     return AskResult, SearchResult, FileLines
 
 
+def _turn_type() -> Any:
+    """An earlier turn of ``ask``'s ``history``, as its input schema publishes it: ``role`` and
+    ``content`` are required; other fields (an OpenAI message's ``name``, ``tool_calls``) are
+    ignored, as ``crag ask --history`` ignores them."""
+    from typing import Literal
+
+    from typing_extensions import TypedDict
+
+    class Turn(TypedDict):
+        role: Literal["user", "assistant"]
+        content: str
+
+    return Turn
+
+
 def build_server(agent: "Agent") -> "MCPServer":
     """An ``MCPServer`` whose three tools use ``agent`` (its model, toolbox and index)."""
     import inspect
@@ -177,7 +192,7 @@ def build_server(agent: "Agent") -> "MCPServer":
     from pydantic import BeforeValidator
     from pydantic_core import PydanticCustomError
 
-    from .cli.index_text import hit_records, search_text
+    from .cli.index_text import hit_records, missing_roots_note, search_text
 
     def whole_number(value: Any) -> Any:
         """JSON ``true`` is no count: pydantic (and Python) would take it for 1."""
@@ -187,6 +202,7 @@ def build_server(agent: "Agent") -> "MCPServer":
         return value
 
     Count = Annotated[int | None, BeforeValidator(whole_number)]
+    Turn = _turn_type()
 
     class Server(MCPServer):
         async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
@@ -264,7 +280,7 @@ def build_server(agent: "Agent") -> "MCPServer":
 
     ask_result, search_result, file_lines = _output_types()
 
-    async def ask(question: str, history: list[dict[str, str]] | None = None) -> Annotated[CallToolResult, ask_result]:
+    async def ask(question: str, history: list[Turn] | None = None) -> Annotated[CallToolResult, ask_result]:
         """Answer a question from the knowledge base, citing file:line for what it says.
 
         `history` is an optional list of earlier turns, {"role": "user" | "assistant", "content": "..."}.
@@ -282,8 +298,13 @@ def build_server(agent: "Agent") -> "MCPServer":
         a PDF's hit also has `page`, and its lines are counted on that page.
         `top_k` is how many hits (default: crag's KB_AGENT_TOP_K; at most 50).
         """
-        hits = hit_records(await guarded(agent.search, query, top_k))  # the search of ``crag search``
-        return result(search_text(hits), {"hits": hits})
+        def searched() -> tuple[Any, tuple[str, ...]]:  # the search of ``crag search``, and its note
+            return agent.search(query, top_k), agent.toolbox.missing_roots()
+
+        items, missing = await guarded(searched)
+        hits = hit_records(items)
+        note = missing_roots_note(missing)  # on stderr for ``crag search``: here the client sees it
+        return result(search_text(hits) + (f"{note}\n" if note else ""), {"hits": hits})
 
     async def read_file(
         path: str, start_line: Count = None, end_line: Count = None, page: Count = None
@@ -357,159 +378,14 @@ def serve(agent: "Agent") -> None:
     are cancelled then, so the server ends at once). A client that stops reading (it closed
     its end of standard output, or died) is a ``BrokenPipeError``, as for every command whose
     reader goes away, not the transport's exception group and its traceback."""
+    log_to_stderr()
     try:
-        anyio.run(_serve_stdio, build_server(agent))
+        anyio.run(serve_stdio, build_server(agent))
     except BaseExceptionGroup as group:
         pipe, rest = group.split(BrokenPipeError)
         if pipe is None or rest is not None:
             raise
         raise BrokenPipeError(str(pipe.exceptions[0])) from None
-
-
-async def _serve_stdio(server: "MCPServer") -> None:
-    """``MCPServer.run_stdio_async``, except that a line that is not a JSON-RPC message is
-    answered with a JSON-RPC error (the SDK's transport hands it over as an exception, which
-    its server would only log), so a client is never left waiting on it."""
-    from mcp.server.stdio import stdio_server
-
-    lowlevel = server._lowlevel_server  # what run_stdio_async serves; the SDK is pinned below 3
-    async with stdio_server() as (read_stream, write_stream):
-        await lowlevel.run(_ErrorsAnswered(read_stream, write_stream), write_stream,
-                           lowlevel.create_initialization_options())
-
-
-class _ErrorsAnswered:
-    """The transport's read stream, answering every line it could not read as a message with
-    a JSON-RPC error (parse error, or invalid request for JSON that is no message; ``id`` null)."""
-
-    def __init__(self, inner: Any, write: Any) -> None:
-        self._inner = inner
-        self._write = write
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    async def receive(self) -> Any:
-        from mcp.shared.message import SessionMessage
-        from mcp_types import INVALID_REQUEST, PARSE_ERROR, ErrorData, JSONRPCError
-
-        while True:
-            item = await self._inner.receive()
-            if not isinstance(item, Exception):
-                return item
-            errors = getattr(item, "errors", None)
-            details = errors() if callable(errors) else []
-            kinds = {e.get("type") for e in details}
-            inputs = [e.get("input") for e in details]  # the line, or the parts of its JSON each message type refused
-            line = next((i for i in inputs if isinstance(i, dict)), inputs[0] if inputs else None)
-            if isinstance(line, str | bytes) and not line.strip():  # a blank line is no message: nothing to answer
-                continue
-            repaired = _with_lone_surrogates_replaced(line) if "json_invalid" in kinds else None
-            if repaired is not None:
-                return SessionMessage(repaired)
-            code, what = (PARSE_ERROR, "Parse error") if "json_invalid" in kinds else (INVALID_REQUEST, "Invalid Request")
-            said = " ".join(str(e.get("msg", "")) for e in details)
-            why = "not a JSON-RPC message"
-            if "recursion limit" in said:
-                why = f"the message nests JSON more than {_DEPTH} levels deep"
-            elif "number out of range" in said:
-                why = "a number in the message is out of range"
-            reply = JSONRPCError(jsonrpc="2.0", id=_request_id(line), error=ErrorData(code=code, message=f"{what}: {why}"))
-            await self._write.send(SessionMessage(reply))
-
-    def __aiter__(self) -> "_ErrorsAnswered":
-        return self
-
-    async def __anext__(self) -> Any:
-        try:
-            return await self.receive()
-        except (anyio.EndOfStream, anyio.ClosedResourceError):
-            raise StopAsyncIteration from None
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-    async def __aenter__(self) -> "_ErrorsAnswered":
-        await self._inner.__aenter__()
-        return self
-
-    async def __aexit__(self, *exc: Any) -> Any:
-        return await self._inner.__aexit__(*exc)
-
-
-def _with_lone_surrogates_replaced(line: Any) -> Any:
-    """The message of ``line`` when it is JSON whose only fault is half of a surrogate pair
-    escaped in a string (``"\\ud83d"``, what JavaScript's ``JSON.stringify`` writes for a
-    string cut inside an emoji; the SDK's parser refuses it), with U+FFFD in its place, as
-    crag reads text that is not UTF-8 elsewhere (``valid_text``); else None."""
-    import json
-
-    from mcp_types import jsonrpc_message_adapter
-
-    from .safe_text import valid_text
-
-    def valid(value: Any) -> Any:
-        if isinstance(value, str):
-            return valid_text(value)
-        if isinstance(value, dict):
-            return {valid(k): valid(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [valid(v) for v in value]
-        return value
-
-    if not isinstance(line, str | bytes):
-        return None
-    try:
-        message = json.loads(line)
-        if valid(message) == message:  # no lone surrogate: the fault is elsewhere
-            return None
-        return jsonrpc_message_adapter.validate_python(valid(message), by_name=False)
-    except (ValueError, RecursionError):  # not JSON, no JSON-RPC message, or nested too deeply
-        return None
-
-
-_DEPTH = 200  # how deep the SDK's parser (pydantic's) reads JSON
-_SPACE = re.compile(r"[ \t\n\r]*")
-
-
-def _request_id(line: Any) -> int | str | None:
-    """The ``id`` of the JSON object ``line`` (text, or what the SDK read of it) when it has one
-    at its top level, found without
-    parsing what is nested (a line the parser refused may nest thousands deep), so that the
-    error reply reaches the call that waits for it; else None."""
-    import json
-
-    if isinstance(line, dict):  # JSON the SDK read, but no message
-        line = json.dumps({"id": line.get("id")})
-    if isinstance(line, bytes):
-        line = line.decode("utf-8", "replace")
-    if not isinstance(line, str) or not line.lstrip().startswith("{"):
-        return None
-    decoder = json.JSONDecoder()
-    depth, at, end = 0, 0, len(line)
-    while at < end:
-        ch = line[at]
-        if ch == '"':
-            try:
-                key, after = decoder.raw_decode(line, at)
-            except ValueError:
-                return None
-            colon = _SPACE.match(line, after).end()  # no slices: a refused line may hold 1 MiB of keys
-            if depth == 1 and key == "id" and line.startswith(":", colon):
-                start = _SPACE.match(line, colon + 1).end()
-                try:
-                    value, _ = decoder.raw_decode(line, start)
-                except (ValueError, RecursionError):
-                    return None
-                return value if isinstance(value, int | str) and not isinstance(value, bool) else None
-            at = after
-            continue
-        if ch in "{[":
-            depth += 1
-        elif ch in "}]":
-            depth -= 1
-        at += 1
-    return None
 
 
 def missing_extra() -> str | None:

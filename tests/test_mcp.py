@@ -145,6 +145,37 @@ def test_a_boolean_is_no_integer_argument_and_every_error_names_its_tool_once(wo
     anyio.run(session)
 
 
+def test_ask_history_schema_names_role_and_content_and_takes_messages_as_crag_ask_does(workdir: Path) -> None:
+    """``history``'s items were published as any object of strings, so an agent reading the
+    schema could not know a turn needs ``role`` and ``content``; and a turn carrying a field
+    that is not a string (an OpenAI message's ``"name": null``, say), which ``crag ask
+    --history`` reads, was refused (``history.0.name: Input should be a valid string``)."""
+
+    async def session() -> None:
+        async with Client(server_params(workdir, "--kb", "docs"), read_timeout_seconds=120) as client:
+            ask = next(tool for tool in (await client.list_tools()).tools if tool.name == "ask")
+            history = ask.input_schema["properties"]["history"]
+            (items,) = [part["items"] for part in history["anyOf"] if part.get("type") == "array"]
+            if "$ref" in items:
+                items = ask.input_schema["$defs"][items["$ref"].rsplit("/", 1)[-1]]
+            assert items["type"] == "object" and sorted(items["required"]) == ["content", "role"]
+            assert items["properties"]["role"]["enum"] == ["user", "assistant"]
+            assert items["properties"]["content"]["type"] == "string"
+
+            turns = [{"role": "user", "content": "Which port?", "name": None},
+                     {"role": "assistant", "content": "8080.", "tool_calls": [], "refusal": None}]
+            follow_up = await client.call_tool("ask", {"question": "and how long is a backup kept?", "history": turns})
+            assert not follow_up.is_error and "thirty days" in text_of(follow_up), text_of(follow_up)
+
+            for turn, text in (({"role": "system", "content": "x"}, "ask: history.0.role: Input should be 'user' or 'assistant'"),
+                               ({"role": "user"}, "ask: history.0.content: Field required"),
+                               ({"role": "user", "content": 5}, "ask: history.0.content: Input should be a valid string")):
+                wrong = await client.call_tool("ask", {"question": "hi", "history": [turn]})
+                assert wrong.is_error and text_of(wrong) == text, text_of(wrong)
+
+    anyio.run(session)
+
+
 def test_mcp_search_returns_at_most_50_hits_as_crag_search_does(workdir: Path) -> None:
     """MCP ``search`` runs the search ``crag search`` and ``Agent.search`` run: a ``top_k`` above
     50 gets 50 hits (it was refused: "must be between 1 and 50, got 500"), one below 1 is refused."""
@@ -548,3 +579,25 @@ def test_a_client_that_stops_reading_ends_the_server_without_a_traceback(workdir
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_mcp_search_says_when_a_root_of_the_index_is_gone_from_disk(workdir: Path) -> None:
+    """With a root of the index gone from disk, ``crag search`` notes on stderr that it is left
+    out of the search, but MCP ``search`` said only "no matching chunks": an agent took the
+    knowledge base for one without the answer."""
+    import subprocess
+
+    params = server_params(workdir)
+    built = subprocess.run([params.command, "-m", "crag", "index", "docs"], env=params.env, cwd=params.cwd,
+                           capture_output=True, text=True, timeout=120)
+    assert built.returncode == 0, built.stderr
+    (workdir / "docs").rename(workdir / "moved")
+
+    async def session() -> None:
+        async with Client(params, read_timeout_seconds=120) as client:
+            found = await client.call_tool("search", {"query": "nightly backups"})
+            assert not found.is_error and found.structured_content == {"hits": []}
+            assert text_of(found).startswith("no matching chunks\n")
+            assert "crag: note: docs no longer exists on disk and is left out of the search" in text_of(found)
+
+    anyio.run(session)

@@ -35,19 +35,21 @@ def search_call(n: int, query: str = "nightly backups") -> str:
                        "params": {"name": "search", "arguments": {"query": query}}})
 
 
-def exchange(workdir: Path, lines: list[str], replies: int, **env: str) -> tuple[list[dict], str]:
-    """Write the handshake and ``lines`` to a server (with ``env`` added to its environment),
-    read ``replies`` replies after the handshake's, close stdin; the replies and stderr, once
-    the server ended with status 0."""
+def exchange(workdir: Path, lines: list[str], replies: int, handshake: bool = True, **env: str) -> tuple[list[dict], str]:
+    """Write the handshake (unless told not to) and ``lines`` to a server (with ``env`` added to
+    its environment), read ``replies`` replies after the handshake's, close stdin; the replies
+    and stderr, once the server ended with status 0."""
     params = server_params(workdir, "--kb", "docs")
     params.env.update(env)
     proc = subprocess.Popen([params.command, *params.args], env=params.env, cwd=params.cwd,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-        proc.stdin.write("".join(line + "\n" for line in [json.dumps(HELLO), json.dumps(READY), *lines]).encode())
+        first = [json.dumps(HELLO), json.dumps(READY)] if handshake else []
+        proc.stdin.write("".join(line + "\n" for line in [*first, *lines]).encode())
         proc.stdin.flush()
-        assert json.loads(proc.stdout.readline())["id"] == 0
+        if handshake:
+            assert json.loads(proc.stdout.readline())["id"] == 0
         got = []
         for _ in range(replies):
             line = proc.stdout.readline()
@@ -134,3 +136,38 @@ def test_an_unknown_tool_or_argument_named_by_a_secret_is_masked_in_its_error(wo
     assert texts == ["search: unknown argument '***' (search takes query, top_k)",
                      "unknown tool '***': this server's tools are ask, search, read_file"]
     assert secret not in err
+
+
+def test_a_call_before_initialize_and_params_the_protocol_refuses_say_what_is_wrong(workdir: Path) -> None:
+    """A call before ``initialize``, a ``tools/call`` without a tool name and one whose
+    arguments are a list were all answered ``Invalid request parameters`` with empty data:
+    the client could not tell a missing handshake from a misspelt field."""
+    before = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
+    nameless = {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"arguments": {"query": "port"}}}
+    listed = {"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "search", "arguments": ["port"]}}
+    lines = [json.dumps(m) for m in (before, ping, HELLO, READY, nameless, listed)] + [search_call(5)]
+    got, err = exchange(workdir, lines, 6, handshake=False)
+    by_id = {reply["id"]: reply for reply in got}
+    assert by_id[1]["error"]["code"] == -32602
+    assert by_id[1]["error"]["message"] == ("Invalid request parameters: the session is not initialized: "
+                                            "send initialize first, then notifications/initialized")
+    assert by_id[2]["result"] == {} and "result" in by_id[0]
+    assert by_id[3]["error"] == {"code": -32602, "message": "Invalid request parameters: tools/call: params.name: Field required",
+                                 "data": ""}
+    assert by_id[4]["error"]["code"] == -32602
+    assert by_id[4]["error"]["message"].startswith("Invalid request parameters: tools/call: params.arguments: ")
+    assert "\n" not in by_id[4]["error"]["message"]
+    assert by_id[5]["result"]["structuredContent"]["hits"][0]["path"] == "docs/backup.md"
+    assert "Traceback" not in err
+
+
+def test_what_the_sdk_logs_is_one_crag_line_on_stderr(workdir: Path) -> None:
+    """The SDK's warnings (a notification it drops) reached stderr through its own rich
+    handler: a timestamp, the SDK's source line, and the message wrapped over two lines at 80
+    columns, unlike every other line crag writes there."""
+    malformed = json.dumps({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": {"x": 1}}})
+    got, err = exchange(workdir, [malformed, search_call(1)], 1)
+    assert got[0]["id"] == 1 and "result" in got[0]
+    assert [line for line in err.splitlines() if not line.startswith("crag: indexed")] == [
+        "crag: warning: dropped 'notifications/cancelled': malformed params"]

@@ -347,3 +347,12 @@ def test_read_file_takes_a_path_as_a_footer_cites_it(env) -> None:
     assert (given.start_line, given.end_line) == (2, 3)
     with pytest.raises(ToolError, match=r"no file missing\.md:L3 in the knowledge base"):
         run(box, "read_file", path="missing.md:L3")
+
+
+def test_read_file_names_the_file_of_a_cited_path_in_its_errors(env) -> None:
+    # "kb/setup.md:L999 has 12 lines" (a place has no lines) and "kb/setup.md:p2:L1 has no pages".
+    box, _kb, _ = env
+    with pytest.raises(ToolError, match=r"read_file: kb/setup\.md has \d+ lines; start_line 999 is past the end$"):
+        run(box, "read_file", path="kb/setup.md:L999")
+    with pytest.raises(ToolError, match=r"read_file: kb/setup\.md has no pages"):
+        run(box, "read_file", path="kb/setup.md:p2:L1")

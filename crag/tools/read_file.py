@@ -40,7 +40,8 @@ _CITED_AT = re.compile(r":(?:p(?P<page>\d+)(?::|\Z))?(?:L(?P<start>\d+)(?:-L(?P<
 def _cited(args: Mapping[str, Any], context: ToolContext) -> tuple[str, Mapping[str, Any]]:
     """The file a path names and the arguments to read it with: a path copied from an answer's
     footer (``setup.md:L40-L58``) that names no file as written is its file at that place,
-    unless the arguments give lines or a page of their own."""
+    unless the arguments give lines or a page of their own. The arguments' ``path`` is then the
+    file's (``setup.md``), as messages name it: a place has no lines and no pages."""
     try:
         return resolve_in_roots(NAME, args["path"], context.file_roots(), context.cwd,
                                 excluded=[context.index_dir]), args
@@ -53,6 +54,7 @@ def _cited(args: Mapping[str, Any], context: ToolContext) -> tuple[str, Mapping[
                                     excluded=[context.index_dir])
         except ToolError:
             raise first from None
+    args = {**args, "path": args["path"][: cited.start()]}
     if any(args.get(k) is not None for k in ("start_line", "end_line", "page")):
         return real, args
     place = {"page": cited["page"], "start_line": cited["start"], "end_line": cited["end"]}
