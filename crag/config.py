@@ -17,6 +17,7 @@ import enum
 import functools
 import math
 import os
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -61,6 +62,9 @@ OTHER_VARIABLES = ("KB_AGENT_MCP_ASK_DESCRIPTION", "KB_AGENT_MCP_SEARCH_DESCRIPT
 
 Kind = Callable[[str, str], Any]
 
+# Numbers in ASCII digits, as a shell writes them: int() and float() also take "1_000" and "５".
+_INTEGER, _DECIMAL = re.compile(r"[+-]?[0-9]+"), re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
 
 @frozen
 class Integer:
@@ -69,11 +73,11 @@ class Integer:
 
     def __call__(self, var: str, raw: str) -> int:
         accepts = f"an integer >= {self.lo}" if self.hi is None else f"an integer from {self.lo} to {self.hi}"
-        try:
-            value = int(raw.strip())
+        try:  # int() refuses more than 4,300 digits
+            value = int(raw) if _INTEGER.fullmatch(raw.strip()) else None
         except ValueError:
-            raise ConfigError(var, raw, accepts) from None
-        if value < self.lo or (self.hi is not None and value > self.hi):
+            value = None
+        if value is None or value < self.lo or (self.hi is not None and value > self.hi):
             raise ConfigError(var, raw, accepts)
         return value
 
@@ -85,10 +89,7 @@ class Number:
     accepts: str
 
     def __call__(self, var: str, raw: str) -> float:
-        try:
-            value = float(raw.strip())
-        except ValueError:
-            raise ConfigError(var, raw, self.accepts) from None
+        value = float(raw) if _DECIMAL.fullmatch(raw.strip()) else math.nan
         if not math.isfinite(value) or not self.lo <= value <= self.hi:
             raise ConfigError(var, raw, self.accepts)
         return value

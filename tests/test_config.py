@@ -339,3 +339,33 @@ def test_a_server_given_in_code_switches_the_backend_to_openai_as_it_does_in_the
     assert Settings.from_env(environ={"KB_AGENT_LLM": "offline"}, dotenv=None, openai_base_url=url).llm == "offline"
     assert Settings.from_env(environ={"OPENAI_BASE_URL": url}, dotenv=None, llm="offline").llm == "offline"
     assert Settings.from_env(environ={"OPENAI_BASE_URL": "  "}, dotenv=None).llm == "offline"
+
+
+@pytest.mark.parametrize(("var", "value"), [
+    ("KB_AGENT_TOP_K", "1_0"),  # Python's digit grouping: no shell or .env reader takes it as 10
+    ("KB_AGENT_MAX_ITERATIONS", "\uff15"),  # a fullwidth 5
+    ("KB_AGENT_MAX_ITERATIONS", "\u0663"),  # an Arabic-Indic 3
+    ("KB_AGENT_LLM_TIMEOUT", "1_0"),
+    ("KB_AGENT_LLM_TIMEOUT", "\uff15"),
+    ("KB_AGENT_TEMPERATURE", "0.5_0"),
+    ("KB_AGENT_DROP_THRESHOLD", "0.1_5"),
+])
+def test_a_number_is_written_in_ascii_digits_without_underscores(var, value):
+    """``KB_AGENT_TOP_K=1_0`` ran with 10 and ``KB_AGENT_MAX_ITERATIONS=５`` with 5: Python's
+    int() reads both, nothing else a user configures with does."""
+    with pytest.raises(ConfigError) as info:
+        Settings.from_env(environ={var: value}, dotenv=None)
+    assert var in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(("var", "value", "read"), [
+    ("KB_AGENT_MAX_ITERATIONS", " 3 ", 3), ("KB_AGENT_MAX_ITERATIONS", "+3", 3),
+    ("KB_AGENT_LLM_TIMEOUT", "1e2", 100.0), ("KB_AGENT_LLM_TIMEOUT", ".5", 0.5),
+    ("KB_AGENT_TEMPERATURE", "1.", 1.0), ("KB_AGENT_DROP_THRESHOLD", "0.25", 0.25),
+])
+def test_plain_numbers_still_read(var, value, read):
+    s = Settings.from_env(environ={var: value}, dotenv=None)
+    assert getattr(s, SETTINGS_FIELD[var]) == read
+
+
+SETTINGS_FIELD = {var: name for name, (var, _) in SETTINGS_TABLE.items()}
