@@ -112,8 +112,8 @@ def _read_dotenv_cached(path: str | os.PathLike[str]) -> _DotenvRead:
 def read_dotenv(path: str | os.PathLike[str], bad_lines: list[int] | None = None) -> dict[str, str]:
     """``KEY=VALUE`` lines of a ``.env`` file; a missing file is an empty mapping.
 
-    Accepts ``export KEY=VALUE``, single or double quotes, blank lines, ``#`` comments (also
-    after a value, quoted or not) and a UTF-8 byte-order mark (or UTF-16 with its mark). Only a regular file of at most
+    Accepts ``export KEY=VALUE``, single or double quotes (``_dotenv_value``), blank lines, ``#``
+    comments (also after a value, quoted or not) and a UTF-8 byte-order mark (or UTF-16 with its mark). Only a regular file of at most
     ``DOTENV_MAX_BYTES`` is read; a NUL character in a value is refused (no environment
     variable can hold one). The numbers of lines that are not assignments go to ``bad_lines``
     when given. An unchanged file is parsed once per process.
@@ -137,24 +137,37 @@ def _parse_dotenv(path: str | os.PathLike[str], bad_lines: list[int]) -> dict[st
         line = line.strip()
         if not line or line.startswith("#"):
             continue
-        if line.startswith("export "):
-            line = line[len("export ") :].lstrip()
+        if re.match(r"export\s", line):
+            line = line[len("export") :].lstrip()
         key, sep, value = line.partition("=")
-        if not sep or not key.strip():
+        value = _dotenv_value(value.strip())
+        if not sep or not key.strip() or value is None:
             bad_lines.append(number)
             continue
-        key, value = key.strip(), value.strip()
-        close = value.find(value[0], 1) if value[:1] in ("'", '"') else -1
-        if close > 0 and value[close + 1 :].lstrip().startswith("#"):  # "value"  # a comment
-            value = value[1:close]
-        elif len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-            value = value[1:-1]
-        elif " #" in value:
-            value = value.split(" #", 1)[0].rstrip()
+        key = key.strip()
         if "\x00" in value or "\x00" in key:
             raise ConfigError(key, value, "a value without NUL characters", secret=_secret_variable(key) or _url_variable(key))
         values[key] = value
     return values
+
+
+# A value in double quotes, where a backslash escapes " and \ (as in a shell), or in single
+# quotes, taken as written; either may be followed by a comment. Unquoted, it ends at a # after
+# a space or a tab.
+_DOUBLE_QUOTED = re.compile(r'"((?:[^"\\]|\\.)*)"\s*(?:#.*)?')
+_SINGLE_QUOTED = re.compile(r"'([^']*)'\s*(?:#.*)?")
+
+
+def _dotenv_value(text: str) -> str | None:
+    """The value a ``.env`` line's text after ``=`` stands for; None for a quote left open or
+    followed by more than a comment (the line is then not an assignment)."""
+    if text[:1] == '"':
+        match = _DOUBLE_QUOTED.fullmatch(text)
+        return re.sub(r'\\(["\\])', r"\1", match[1]) if match else None
+    if text[:1] == "'":
+        match = _SINGLE_QUOTED.fullmatch(text)
+        return match[1] if match else None
+    return re.split(r"\s#", text, maxsplit=1)[0].rstrip()
 
 
 # -- secrets: the one finder ------------------------------------------------------------
