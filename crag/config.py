@@ -522,6 +522,8 @@ def config_warnings(environ: Mapping[str, str] | None = None, dotenv: str | os.P
     except ConfigError:
         file_values = {}  # Settings.from_env reports it
     where = os.fspath(dotenv) if dotenv else ".env"
+    if dotenv and os.path.isdir(dotenv) and not os.path.isfile(os.path.join(dotenv, "pyvenv.cfg")):
+        found.append(f"{where} is a folder, not a settings file; no settings are read from it")
     for number in bad_lines[:WARNINGS_SHOWN]:
         found.append(f"{where} line {number} is not an assignment (NAME=value); it is ignored")
     if len(bad_lines) > WARNINGS_SHOWN:

@@ -34,10 +34,11 @@ INDEX_FOLDER = ".crag"  # the index folder found the way git finds .git
 
 
 def _read_small_regular_file(path: str | os.PathLike[str], limit: int) -> bytes | None:
-    """The bytes of ``path`` when it is a regular file of at most ``limit`` bytes; None when absent.
+    """The bytes of ``path`` when it is a regular file of at most ``limit`` bytes; None when absent
+    or a folder (``python -m venv .env`` names a virtualenv so; ``config_warnings`` says it).
 
-    Opened without blocking and checked after opening, so a FIFO, a device (``/dev/zero``)
-    or a folder behind the name is refused instead of read forever.
+    Opened without blocking and checked after opening, so a FIFO or a device (``/dev/zero``)
+    behind the name is refused instead of read forever.
     """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
@@ -46,8 +47,11 @@ def _read_small_regular_file(path: str | os.PathLike[str], limit: int) -> bytes 
     except OSError as exc:
         raise ConfigError(".env", os.fspath(path), f"a readable file ({exc.strerror or exc})") from exc
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ConfigError(".env", os.fspath(path), "a regular file (not a folder, device or pipe)")
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            return None
+        if not stat.S_ISREG(mode):
+            raise ConfigError(".env", os.fspath(path), "a regular file (not a device or pipe)")
         chunks: list[bytes] = []
         size = 0
         while size <= limit:
