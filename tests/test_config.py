@@ -369,3 +369,23 @@ def test_plain_numbers_still_read(var, value, read):
 
 
 SETTINGS_FIELD = {var: name for name, (var, _) in SETTINGS_TABLE.items()}
+
+
+@pytest.mark.parametrize(("line", "field", "value"), [
+    ("KB_AGENT_CONTEXT_TOKENS=1024", "max_answer_tokens", 512),  # a llama.cpp --ctx-size 1024
+    ("KB_AGENT_DROP_THRESHOLD=0.8", "generate_threshold", 0.8),
+    ("KB_AGENT_GENERATE_THRESHOLD=0.2", "drop_threshold", 0.2),
+])
+def test_env_example_copied_and_edited_keeps_the_defaults_that_adapt(tmp_path, line, field, value):
+    """``cp .env.example .env`` then ``KB_AGENT_CONTEXT_TOKENS=1024`` (as its comment says: match
+    the server) stopped crag with exit 2, because the copy set KB_AGENT_MAX_ANSWER_TOKENS=1024,
+    a value the user never chose: a default that adapts is left commented out in the example."""
+    from pathlib import Path
+
+    example = (Path(__file__).resolve().parents[1] / ".env.example").read_text(encoding="utf-8")
+    var = line.partition("=")[0]
+    # the user's edit: the setting's line, uncommented where the example comments it out
+    edited = "\n".join(line if text.removeprefix("# ").startswith(var + "=") else text for text in example.splitlines())
+    assert line in edited
+    (tmp_path / ".env").write_text(edited + "\n", encoding="utf-8")
+    assert getattr(Settings.from_env(environ={}, dotenv=tmp_path / ".env"), field) == value
