@@ -389,3 +389,11 @@ def test_env_example_copied_and_edited_keeps_the_defaults_that_adapt(tmp_path, l
     assert line in edited
     (tmp_path / ".env").write_text(edited + "\n", encoding="utf-8")
     assert getattr(Settings.from_env(environ={}, dotenv=tmp_path / ".env"), field) == value
+
+
+@pytest.mark.parametrize("empty", ["", "   ", "\t"])
+def test_a_setting_set_to_nothing_has_its_default_and_still_wins_over_dotenv(tmp_path, empty):
+    f = tmp_path / ".env"
+    f.write_text("KB_AGENT_MAX_ITERATIONS=5\nKB_AGENT_TOP_K=9\n", encoding="utf-8")
+    s = Settings.from_env(environ={"KB_AGENT_MAX_ITERATIONS": empty, "KB_AGENT_MODEL": empty}, dotenv=f)
+    assert (s.max_iterations, s.model, s.top_k) == (3, "gpt-4o-mini", 9)
