@@ -123,9 +123,9 @@ def _secret(var: str, raw: str) -> str:
     value = raw.strip()
     for ch in value:
         if not " " < ch <= "~":
-            what = "a control character" if ch.isascii() or not ch.isprintable() else "a non-ASCII character"
-            if ch == " ":
-                what = "a space"
+            what = ("a control character" if ch.isascii() and ch != " " else "a space" if ch.isspace()
+                    else "bytes that are not UTF-8" if _not_utf8(ch) else "a non-ASCII character" if ch.isprintable()
+                    else "an invisible character")
             raise ConfigError(
                 var, None, f"printable ASCII without spaces (it contains {what}; HTTP headers carry nothing else)",
                 secret=True,

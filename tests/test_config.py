@@ -397,3 +397,18 @@ def test_a_setting_set_to_nothing_has_its_default_and_still_wins_over_dotenv(tmp
     f.write_text("KB_AGENT_MAX_ITERATIONS=5\nKB_AGENT_TOP_K=9\n", encoding="utf-8")
     s = Settings.from_env(environ={"KB_AGENT_MAX_ITERATIONS": empty, "KB_AGENT_MODEL": empty}, dotenv=f)
     assert (s.max_iterations, s.model, s.top_k) == (3, "gpt-4o-mini", 9)
+
+
+@pytest.mark.parametrize(("value", "said"), [
+    ("sk-\udcffabc", "bytes that are not UTF-8"),  # a byte the shell passed through undecoded
+    ("sk-abc\u200b", "an invisible character"),  # a zero-width space from a paste
+    ("sk-abc\x01", "a control character"),
+    ("sk-ab\u00e9", "a non-ASCII character"),
+    ("sk-ab c", "a space"),
+])
+def test_a_malformed_key_is_described_without_being_shown(value, said):
+    """A key holding a byte that is not UTF-8 was said to hold "a control character"."""
+    with pytest.raises(ConfigError) as info:
+        Settings.from_env(environ={"OPENAI_API_KEY": value}, dotenv=None)
+    message = str(info.value)
+    assert f"it contains {said};" in message and "sk-ab" not in message
