@@ -248,8 +248,7 @@ def _store(var: str, raw: str) -> str:
     return value
 
 
-# Kinds whose empty text is a value (no URL, no key, no e-mail); for the others an empty
-# variable means "the default".
+# Kinds whose empty text is a value (no URL, key or e-mail); for the others empty means the default.
 READS_EMPTY = (_text, _sent_text, _url, _secret)
 
 
@@ -516,7 +515,7 @@ def config_warnings(environ: Mapping[str, str] | None = None, dotenv: str | os.P
     known_set = frozenset(known)
     env = os.environ if environ is None else environ
     found: list[str] = []
-    bad_lines: list[int] = []
+    bad_lines: list[tuple[int, str]] = []
     try:
         file_values = read_dotenv(dotenv, bad_lines) if dotenv else {}
     except ConfigError:
@@ -524,8 +523,10 @@ def config_warnings(environ: Mapping[str, str] | None = None, dotenv: str | os.P
     where = os.fspath(dotenv) if dotenv else ".env"
     if dotenv and os.path.isdir(dotenv) and not os.path.isfile(os.path.join(dotenv, "pyvenv.cfg")):
         found.append(f"{where} is a folder, not a settings file; no settings are read from it")
-    for number in bad_lines[:WARNINGS_SHOWN]:
-        found.append(f"{where} line {number} is not an assignment (NAME=value); it is ignored")
+    for number, name in bad_lines[:WARNINGS_SHOWN]:  # the hint names a setting, never the line's text
+        close = difflib.get_close_matches(name.upper(), known, n=1, cutoff=0.8) if 5 <= len(name) <= 100 else []
+        found.append(f"{where} line {number} is not an assignment (NAME=value); it is ignored"
+                     + (f"; did you mean {close[0]}=...?" if close else ""))
     if len(bad_lines) > WARNINGS_SHOWN:
         found.append(f"{len(bad_lines) - WARNINGS_SHOWN:,} more lines of {where} are not assignments; they are ignored")
     # Any case and stray spaces count: kb_agent_top_k and "KB_AGENT_TOP_K " are typos of a setting too.

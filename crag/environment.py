@@ -72,11 +72,11 @@ def _read_small_regular_file(path: str | os.PathLike[str], limit: int) -> bytes 
 
 @frozen
 class _DotenvRead:
-    """A ``.env`` as parsed: its assignments, the numbers of its lines that are not
-    assignments, and the secrets among its values."""
+    """A ``.env`` as parsed: its assignments, its lines that are not assignments (number, and
+    the name the line starts with, for a hint; never shown), and the secrets among its values."""
 
     values: dict[str, str]
-    bad_lines: tuple[int, ...]
+    bad_lines: tuple[tuple[int, str], ...]
     secrets: tuple[str, ...]
 
 
@@ -103,7 +103,7 @@ def _read_dotenv_cached(path: str | os.PathLike[str]) -> _DotenvRead:
         pass
     if key is not None and key in _DOTENV_READS:
         return _DOTENV_READS[key]
-    bad: list[int] = []
+    bad: list[tuple[int, str]] = []
     values = _parse_dotenv(path, bad)
     read = _DotenvRead(values, tuple(bad), find_secrets(values))
     if key is not None and time.time_ns() - max(key[4], key[5]) > _RACY_NS:
@@ -113,14 +113,14 @@ def _read_dotenv_cached(path: str | os.PathLike[str]) -> _DotenvRead:
     return read
 
 
-def read_dotenv(path: str | os.PathLike[str], bad_lines: list[int] | None = None) -> dict[str, str]:
+def read_dotenv(path: str | os.PathLike[str], bad_lines: list[tuple[int, str]] | None = None) -> dict[str, str]:
     """``KEY=VALUE`` lines of a ``.env`` file; a missing file is an empty mapping.
 
     Accepts ``export KEY=VALUE``, single or double quotes (``_dotenv_value``), blank lines, ``#``
     comments (also after a value, quoted or not) and a UTF-8 byte-order mark (or UTF-16 with its mark). Only a regular file of at most
     ``DOTENV_MAX_BYTES`` is read; a NUL character in a value is refused (no environment
-    variable can hold one). The numbers of lines that are not assignments go to ``bad_lines``
-    when given. An unchanged file is parsed once per process.
+    variable can hold one). Lines that are not assignments go to ``bad_lines`` when given, each
+    as its number and the name it starts with ("" for none). An unchanged file is parsed once per process.
     """
     read = _read_dotenv_cached(path)
     if bad_lines is not None:
@@ -128,7 +128,7 @@ def read_dotenv(path: str | os.PathLike[str], bad_lines: list[int] | None = None
     return dict(read.values)
 
 
-def _parse_dotenv(path: str | os.PathLike[str], bad_lines: list[int]) -> dict[str, str]:
+def _parse_dotenv(path: str | os.PathLike[str], bad_lines: list[tuple[int, str]]) -> dict[str, str]:
     data = _read_small_regular_file(path, DOTENV_MAX_BYTES)
     if data is None:
         return {}
@@ -146,7 +146,8 @@ def _parse_dotenv(path: str | os.PathLike[str], bad_lines: list[int]) -> dict[st
         key, sep, value = line.partition("=")
         value = _dotenv_value(value.strip())
         if not sep or not key.strip() or value is None:
-            bad_lines.append(number)
+            name = re.match(r"[A-Za-z_]\w*", line)
+            bad_lines.append((number, name[0] if name else ""))
             continue
         key = key.strip()
         if "\x00" in value or "\x00" in key:

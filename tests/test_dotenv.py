@@ -49,3 +49,19 @@ def test_a_quote_left_open_or_followed_by_words_is_not_an_assignment(tmp_path, t
     assert read_dotenv(f) == {"KB_AGENT_TOP_K": "7"}
     warnings = config_warnings(environ={}, dotenv=f)
     assert any("line 2 is not an assignment" in w for w in warnings), warnings
+
+
+@pytest.mark.parametrize(("line", "hint"), [
+    ("KB_AGENT_TOP_K 7", "; did you mean KB_AGENT_TOP_K=...?"),  # the = forgotten
+    ("KB_AGENT_TOP_K: 7", "; did you mean KB_AGENT_TOP_K=...?"),  # YAML's colon
+    ("export KB_AGENT_MAX_ITERATION 2", "; did you mean KB_AGENT_MAX_ITERATIONS=...?"),
+    ('KB_AGENT_MODEL="llama3', "; did you mean KB_AGENT_MODEL=...?"),  # a quote left open
+    ("sk-live-abcdef123456", ""),  # a pasted key: not a name, and never shown
+    ("hello world", ""),
+])
+def test_a_line_that_is_not_an_assignment_is_warned_about_with_the_closest_setting(tmp_path, line, hint):
+    """SPEC §3: ".env lines that are not assignments are warned about, with the closest known
+    name"; the warning gave the line's number alone. It never shows the line's text."""
+    f = tmp_path / ".env"
+    f.write_text(line + "\n", encoding="utf-8")
+    assert config_warnings(environ={}, dotenv=f) == [f"{f} line 1 is not an assignment (NAME=value); it is ignored{hint}"]
