@@ -525,8 +525,7 @@ def config_warnings(environ: Mapping[str, str] | None = None, dotenv: str | os.P
         found.append(f"{where} is a folder, not a settings file; no settings are read from it")
     for number, name in bad_lines[:WARNINGS_SHOWN]:  # the hint names a setting, never the line's text
         close = difflib.get_close_matches(name.upper(), known, n=1, cutoff=0.8) if 5 <= len(name) <= 100 else []
-        found.append(f"{where} line {number} is not an assignment (NAME=value); it is ignored"
-                     + (f"; did you mean {close[0]}=...?" if close else ""))
+        found.append(f"{where} line {number} is not an assignment (NAME=value); it is ignored" + "".join(f"; did you mean {c}=...?" for c in close))
     if len(bad_lines) > WARNINGS_SHOWN:
         found.append(f"{len(bad_lines) - WARNINGS_SHOWN:,} more lines of {where} are not assignments; they are ignored")
     # Any case and stray spaces count: kb_agent_top_k and "KB_AGENT_TOP_K " are typos of a setting too.
