@@ -17,6 +17,7 @@ import enum
 import functools
 import math
 import os
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -61,6 +62,9 @@ OTHER_VARIABLES = ("KB_AGENT_MCP_ASK_DESCRIPTION", "KB_AGENT_MCP_SEARCH_DESCRIPT
 
 Kind = Callable[[str, str], Any]
 
+# Numbers in ASCII digits, as a shell writes them: int() and float() also take "1_000" and "５".
+_INTEGER, _DECIMAL = re.compile(r"[+-]?[0-9]+"), re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
 
 @frozen
 class Integer:
@@ -69,11 +73,11 @@ class Integer:
 
     def __call__(self, var: str, raw: str) -> int:
         accepts = f"an integer >= {self.lo}" if self.hi is None else f"an integer from {self.lo} to {self.hi}"
-        try:
-            value = int(raw.strip())
+        try:  # int() refuses more than 4,300 digits
+            value = int(raw) if _INTEGER.fullmatch(raw.strip()) else None
         except ValueError:
-            raise ConfigError(var, raw, accepts) from None
-        if value < self.lo or (self.hi is not None and value > self.hi):
+            value = None
+        if value is None or value < self.lo or (self.hi is not None and value > self.hi):
             raise ConfigError(var, raw, accepts)
         return value
 
@@ -85,10 +89,7 @@ class Number:
     accepts: str
 
     def __call__(self, var: str, raw: str) -> float:
-        try:
-            value = float(raw.strip())
-        except ValueError:
-            raise ConfigError(var, raw, self.accepts) from None
+        value = float(raw) if _DECIMAL.fullmatch(raw.strip()) else math.nan
         if not math.isfinite(value) or not self.lo <= value <= self.hi:
             raise ConfigError(var, raw, self.accepts)
         return value
@@ -122,9 +123,9 @@ def _secret(var: str, raw: str) -> str:
     value = raw.strip()
     for ch in value:
         if not " " < ch <= "~":
-            what = "a control character" if ch.isascii() or not ch.isprintable() else "a non-ASCII character"
-            if ch == " ":
-                what = "a space"
+            what = ("a control character" if ch.isascii() and ch != " " else "a space" if ch.isspace()
+                    else "bytes that are not UTF-8" if _not_utf8(ch) else "a non-ASCII character" if ch.isprintable()
+                    else "an invisible character")
             raise ConfigError(
                 var, None, f"printable ASCII without spaces (it contains {what}; HTTP headers carry nothing else)",
                 secret=True,
@@ -247,8 +248,7 @@ def _store(var: str, raw: str) -> str:
     return value
 
 
-# Kinds whose empty text is a value (no URL, no key, no e-mail); for the others an empty
-# variable means "the default".
+# Kinds whose empty text is a value (no URL, key or e-mail); for the others empty means the default.
 READS_EMPTY = (_text, _sent_text, _url, _secret)
 
 
@@ -515,14 +515,17 @@ def config_warnings(environ: Mapping[str, str] | None = None, dotenv: str | os.P
     known_set = frozenset(known)
     env = os.environ if environ is None else environ
     found: list[str] = []
-    bad_lines: list[int] = []
+    bad_lines: list[tuple[int, str]] = []
     try:
         file_values = read_dotenv(dotenv, bad_lines) if dotenv else {}
     except ConfigError:
         file_values = {}  # Settings.from_env reports it
     where = os.fspath(dotenv) if dotenv else ".env"
-    for number in bad_lines[:WARNINGS_SHOWN]:
-        found.append(f"{where} line {number} is not an assignment (NAME=value); it is ignored")
+    if dotenv and os.path.isdir(dotenv) and not os.path.isfile(os.path.join(dotenv, "pyvenv.cfg")):
+        found.append(f"{where} is a folder, not a settings file; no settings are read from it")
+    for number, name in bad_lines[:WARNINGS_SHOWN]:  # the hint names a setting, never the line's text
+        close = difflib.get_close_matches(name.upper(), known, n=1, cutoff=0.8) if 5 <= len(name) <= 100 else []
+        found.append(f"{where} line {number} is not an assignment (NAME=value); it is ignored" + "".join(f"; did you mean {c}=...?" for c in close))
     if len(bad_lines) > WARNINGS_SHOWN:
         found.append(f"{len(bad_lines) - WARNINGS_SHOWN:,} more lines of {where} are not assignments; they are ignored")
     # Any case and stray spaces count: kb_agent_top_k and "KB_AGENT_TOP_K " are typos of a setting too.

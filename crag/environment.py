@@ -34,10 +34,11 @@ INDEX_FOLDER = ".crag"  # the index folder found the way git finds .git
 
 
 def _read_small_regular_file(path: str | os.PathLike[str], limit: int) -> bytes | None:
-    """The bytes of ``path`` when it is a regular file of at most ``limit`` bytes; None when absent.
+    """The bytes of ``path`` when it is a regular file of at most ``limit`` bytes; None when absent
+    or a folder (``python -m venv .env`` names a virtualenv so; ``config_warnings`` says it).
 
-    Opened without blocking and checked after opening, so a FIFO, a device (``/dev/zero``)
-    or a folder behind the name is refused instead of read forever.
+    Opened without blocking and checked after opening, so a FIFO or a device (``/dev/zero``)
+    behind the name is refused instead of read forever.
     """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
@@ -46,8 +47,11 @@ def _read_small_regular_file(path: str | os.PathLike[str], limit: int) -> bytes 
     except OSError as exc:
         raise ConfigError(".env", os.fspath(path), f"a readable file ({exc.strerror or exc})") from exc
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ConfigError(".env", os.fspath(path), "a regular file (not a folder, device or pipe)")
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            return None
+        if not stat.S_ISREG(mode):
+            raise ConfigError(".env", os.fspath(path), "a regular file (not a device or pipe)")
         chunks: list[bytes] = []
         size = 0
         while size <= limit:
@@ -68,11 +72,11 @@ def _read_small_regular_file(path: str | os.PathLike[str], limit: int) -> bytes 
 
 @frozen
 class _DotenvRead:
-    """A ``.env`` as parsed: its assignments, the numbers of its lines that are not
-    assignments, and the secrets among its values."""
+    """A ``.env`` as parsed: its assignments, its lines that are not assignments (number, and
+    the name the line starts with, for a hint; never shown), and the secrets among its values."""
 
     values: dict[str, str]
-    bad_lines: tuple[int, ...]
+    bad_lines: tuple[tuple[int, str], ...]
     secrets: tuple[str, ...]
 
 
@@ -99,7 +103,7 @@ def _read_dotenv_cached(path: str | os.PathLike[str]) -> _DotenvRead:
         pass
     if key is not None and key in _DOTENV_READS:
         return _DOTENV_READS[key]
-    bad: list[int] = []
+    bad: list[tuple[int, str]] = []
     values = _parse_dotenv(path, bad)
     read = _DotenvRead(values, tuple(bad), find_secrets(values))
     if key is not None and time.time_ns() - max(key[4], key[5]) > _RACY_NS:
@@ -109,14 +113,14 @@ def _read_dotenv_cached(path: str | os.PathLike[str]) -> _DotenvRead:
     return read
 
 
-def read_dotenv(path: str | os.PathLike[str], bad_lines: list[int] | None = None) -> dict[str, str]:
+def read_dotenv(path: str | os.PathLike[str], bad_lines: list[tuple[int, str]] | None = None) -> dict[str, str]:
     """``KEY=VALUE`` lines of a ``.env`` file; a missing file is an empty mapping.
 
-    Accepts ``export KEY=VALUE``, single or double quotes, blank lines, ``#`` comments (also
-    after a value, quoted or not) and a UTF-8 byte-order mark (or UTF-16 with its mark). Only a regular file of at most
+    Accepts ``export KEY=VALUE``, single or double quotes (``_dotenv_value``), blank lines, ``#``
+    comments (also after a value, quoted or not) and a UTF-8 byte-order mark (or UTF-16 with its mark). Only a regular file of at most
     ``DOTENV_MAX_BYTES`` is read; a NUL character in a value is refused (no environment
-    variable can hold one). The numbers of lines that are not assignments go to ``bad_lines``
-    when given. An unchanged file is parsed once per process.
+    variable can hold one). Lines that are not assignments go to ``bad_lines`` when given, each
+    as its number and the name it starts with ("" for none). An unchanged file is parsed once per process.
     """
     read = _read_dotenv_cached(path)
     if bad_lines is not None:
@@ -124,7 +128,7 @@ def read_dotenv(path: str | os.PathLike[str], bad_lines: list[int] | None = None
     return dict(read.values)
 
 
-def _parse_dotenv(path: str | os.PathLike[str], bad_lines: list[int]) -> dict[str, str]:
+def _parse_dotenv(path: str | os.PathLike[str], bad_lines: list[tuple[int, str]]) -> dict[str, str]:
     data = _read_small_regular_file(path, DOTENV_MAX_BYTES)
     if data is None:
         return {}
@@ -137,24 +141,38 @@ def _parse_dotenv(path: str | os.PathLike[str], bad_lines: list[int]) -> dict[st
         line = line.strip()
         if not line or line.startswith("#"):
             continue
-        if line.startswith("export "):
-            line = line[len("export ") :].lstrip()
+        if re.match(r"export\s", line):
+            line = line[len("export") :].lstrip()
         key, sep, value = line.partition("=")
-        if not sep or not key.strip():
-            bad_lines.append(number)
+        value = _dotenv_value(value.strip())
+        if not sep or not key.strip() or value is None:
+            name = re.match(r"[A-Za-z_]\w*", line)
+            bad_lines.append((number, name[0] if name else ""))
             continue
-        key, value = key.strip(), value.strip()
-        close = value.find(value[0], 1) if value[:1] in ("'", '"') else -1
-        if close > 0 and value[close + 1 :].lstrip().startswith("#"):  # "value"  # a comment
-            value = value[1:close]
-        elif len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-            value = value[1:-1]
-        elif " #" in value:
-            value = value.split(" #", 1)[0].rstrip()
+        key = key.strip()
         if "\x00" in value or "\x00" in key:
             raise ConfigError(key, value, "a value without NUL characters", secret=_secret_variable(key) or _url_variable(key))
         values[key] = value
     return values
+
+
+# A value in double quotes, where a backslash escapes " and \ (as in a shell), or in single
+# quotes, taken as written; either may be followed by a comment. Unquoted, it ends at a # after
+# a space or a tab.
+_DOUBLE_QUOTED = re.compile(r'"((?:[^"\\]|\\.)*)"\s*(?:#.*)?')
+_SINGLE_QUOTED = re.compile(r"'([^']*)'\s*(?:#.*)?")
+
+
+def _dotenv_value(text: str) -> str | None:
+    """The value a ``.env`` line's text after ``=`` stands for; None for a quote left open or
+    followed by more than a comment (the line is then not an assignment)."""
+    if text[:1] == '"':
+        match = _DOUBLE_QUOTED.fullmatch(text)
+        return re.sub(r'\\(["\\])', r"\1", match[1]) if match else None
+    if text[:1] == "'":
+        match = _SINGLE_QUOTED.fullmatch(text)
+        return match[1] if match else None
+    return re.split(r"\s#", text, maxsplit=1)[0].rstrip()
 
 
 # -- secrets: the one finder ------------------------------------------------------------

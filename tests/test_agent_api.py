@@ -418,7 +418,7 @@ def test_a_library_user_is_warned_about_unknown_names_and_bad_dotenv_lines_as_th
     with pytest.warns(crag.CragWarning) as caught:
         Agent.from_env(chat_model=ScriptedChatModel(), toolbox=FakeToolbox()).close()
     said = [str(w.message) for w in caught]
-    assert said == [".env line 2 is not an assignment (NAME=value); it is ignored",
+    assert said == [".env line 2 is not an assignment (NAME=value); it is ignored; did you mean KB_AGENT_LLM=...?",
                     "KB_AGENT_TOPK (in .env) is not a crag setting; did you mean KB_AGENT_TOP_K?",
                     "KB_AGENT_GROUDNING (in the environment) is not a crag setting; did you mean KB_AGENT_GROUNDING?"]
     with pytest.warns(crag.CragWarning, match=r"^KB_AGENT_TOPK \(in the environment\)"):

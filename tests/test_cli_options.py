@@ -255,3 +255,13 @@ def test_the_index_option_while_the_store_setting_names_a_database_is_said_to_be
     _, out, err = cli("roots", "--index", str(project / ".crag"))
     assert "crag: warning: --index DIR is not used while KB_AGENT_STORE names a database" in err
     assert "sekret" not in out + err
+
+
+@pytest.mark.parametrize("value", ["1_0", "\uff15", "\u0663"])
+def test_a_count_on_the_command_line_is_written_in_ascii_digits_as_in_the_environment(value, tmp_path, monkeypatch):
+    """``--top-k 1_0`` returned 10 hits and ``--top-k ５`` five, while KB_AGENT_TOP_K refuses both."""
+    clean_env(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    err = io.StringIO()
+    assert main(["search", "widget", "--top-k", value], io.StringIO(), err) == 2
+    assert err.getvalue() == f"crag: error: argument --top-k: invalid int value: {value!r}\n"

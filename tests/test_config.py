@@ -339,3 +339,76 @@ def test_a_server_given_in_code_switches_the_backend_to_openai_as_it_does_in_the
     assert Settings.from_env(environ={"KB_AGENT_LLM": "offline"}, dotenv=None, openai_base_url=url).llm == "offline"
     assert Settings.from_env(environ={"OPENAI_BASE_URL": url}, dotenv=None, llm="offline").llm == "offline"
     assert Settings.from_env(environ={"OPENAI_BASE_URL": "  "}, dotenv=None).llm == "offline"
+
+
+@pytest.mark.parametrize(("var", "value"), [
+    ("KB_AGENT_TOP_K", "1_0"),  # Python's digit grouping: no shell or .env reader takes it as 10
+    ("KB_AGENT_MAX_ITERATIONS", "\uff15"),  # a fullwidth 5
+    ("KB_AGENT_MAX_ITERATIONS", "\u0663"),  # an Arabic-Indic 3
+    ("KB_AGENT_LLM_TIMEOUT", "1_0"),
+    ("KB_AGENT_LLM_TIMEOUT", "\uff15"),
+    ("KB_AGENT_TEMPERATURE", "0.5_0"),
+    ("KB_AGENT_DROP_THRESHOLD", "0.1_5"),
+])
+def test_a_number_is_written_in_ascii_digits_without_underscores(var, value):
+    """``KB_AGENT_TOP_K=1_0`` ran with 10 and ``KB_AGENT_MAX_ITERATIONS=５`` with 5: Python's
+    int() reads both, nothing else a user configures with does."""
+    with pytest.raises(ConfigError) as info:
+        Settings.from_env(environ={var: value}, dotenv=None)
+    assert var in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(("var", "value", "read"), [
+    ("KB_AGENT_MAX_ITERATIONS", " 3 ", 3), ("KB_AGENT_MAX_ITERATIONS", "+3", 3),
+    ("KB_AGENT_LLM_TIMEOUT", "1e2", 100.0), ("KB_AGENT_LLM_TIMEOUT", ".5", 0.5),
+    ("KB_AGENT_TEMPERATURE", "1.", 1.0), ("KB_AGENT_DROP_THRESHOLD", "0.25", 0.25),
+])
+def test_plain_numbers_still_read(var, value, read):
+    s = Settings.from_env(environ={var: value}, dotenv=None)
+    assert getattr(s, SETTINGS_FIELD[var]) == read
+
+
+SETTINGS_FIELD = {var: name for name, (var, _) in SETTINGS_TABLE.items()}
+
+
+@pytest.mark.parametrize(("line", "field", "value"), [
+    ("KB_AGENT_CONTEXT_TOKENS=1024", "max_answer_tokens", 512),  # a llama.cpp --ctx-size 1024
+    ("KB_AGENT_DROP_THRESHOLD=0.8", "generate_threshold", 0.8),
+    ("KB_AGENT_GENERATE_THRESHOLD=0.2", "drop_threshold", 0.2),
+])
+def test_env_example_copied_and_edited_keeps_the_defaults_that_adapt(tmp_path, line, field, value):
+    """``cp .env.example .env`` then ``KB_AGENT_CONTEXT_TOKENS=1024`` (as its comment says: match
+    the server) stopped crag with exit 2, because the copy set KB_AGENT_MAX_ANSWER_TOKENS=1024,
+    a value the user never chose: a default that adapts is left commented out in the example."""
+    from pathlib import Path
+
+    example = (Path(__file__).resolve().parents[1] / ".env.example").read_text(encoding="utf-8")
+    var = line.partition("=")[0]
+    # the user's edit: the setting's line, uncommented where the example comments it out
+    edited = "\n".join(line if text.removeprefix("# ").startswith(var + "=") else text for text in example.splitlines())
+    assert line in edited
+    (tmp_path / ".env").write_text(edited + "\n", encoding="utf-8")
+    assert getattr(Settings.from_env(environ={}, dotenv=tmp_path / ".env"), field) == value
+
+
+@pytest.mark.parametrize("empty", ["", "   ", "\t"])
+def test_a_setting_set_to_nothing_has_its_default_and_still_wins_over_dotenv(tmp_path, empty):
+    f = tmp_path / ".env"
+    f.write_text("KB_AGENT_MAX_ITERATIONS=5\nKB_AGENT_TOP_K=9\n", encoding="utf-8")
+    s = Settings.from_env(environ={"KB_AGENT_MAX_ITERATIONS": empty, "KB_AGENT_MODEL": empty}, dotenv=f)
+    assert (s.max_iterations, s.model, s.top_k) == (3, "gpt-4o-mini", 9)
+
+
+@pytest.mark.parametrize(("value", "said"), [
+    ("sk-\udcffabc", "bytes that are not UTF-8"),  # a byte the shell passed through undecoded
+    ("sk-abc\u200b", "an invisible character"),  # a zero-width space from a paste
+    ("sk-abc\x01", "a control character"),
+    ("sk-ab\u00e9", "a non-ASCII character"),
+    ("sk-ab c", "a space"),
+])
+def test_a_malformed_key_is_described_without_being_shown(value, said):
+    """A key holding a byte that is not UTF-8 was said to hold "a control character"."""
+    with pytest.raises(ConfigError) as info:
+        Settings.from_env(environ={"OPENAI_API_KEY": value}, dotenv=None)
+    message = str(info.value)
+    assert f"it contains {said};" in message and "sk-ab" not in message

@@ -41,7 +41,7 @@ from ..errors import CragError, UsageError
 from . import common
 from .ask import cmd_ask
 from .chat import Progress, cmd_chat
-from .common import KB_HELP, TOP_K_HELP, Parser, Terminated, error_line, path_arg, prog, shown
+from .common import KB_HELP, TOP_K_HELP, Parser, Terminated, error_line, int_arg, path_arg, prog, shown
 from .indexing import cmd_index, cmd_roots, cmd_search
 from .log import cmd_log
 from .serve import cmd_graph, cmd_mcp
@@ -99,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("search", help="retrieval only: what vector_search returns")
     p.add_argument("words", nargs="+", metavar="QUERY", help="the query (several words are joined)")
-    p.add_argument("--top-k", type=int, default=None, metavar="K", help="hits to return (default KB_AGENT_TOP_K)")
+    p.add_argument("--top-k", type=int_arg, default=None, metavar="K", help="hits to return (default KB_AGENT_TOP_K)")
     p.add_argument("--kb", action="append", type=path_arg, default=[], metavar="PATH", help=KB_HELP)
     p.add_argument("--json", action="store_true", help="print a JSON array")
     p.set_defaults(func=cmd_search)
@@ -107,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("ask", help="answer one question")
     p.add_argument("words", nargs="+", metavar="QUESTION", help="the question (several words are joined; - reads standard input)")
     p.add_argument("--kb", action="append", type=path_arg, default=[], metavar="PATH", help=KB_HELP)
-    p.add_argument("--top-k", type=int, default=None, metavar="K", help=TOP_K_HELP)
+    p.add_argument("--top-k", type=int_arg, default=None, metavar="K", help=TOP_K_HELP)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--history", metavar="FILE", help='JSON list of {"role", "content"} messages')
     p.add_argument("-c", "--continue", dest="continue_", action="store_true",
@@ -117,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("chat", help="multi-turn session in the terminal")
     p.add_argument("--kb", action="append", type=path_arg, default=[], metavar="PATH", help=KB_HELP)
-    p.add_argument("--top-k", type=int, default=None, metavar="K", help=TOP_K_HELP)
+    p.add_argument("--top-k", type=int_arg, default=None, metavar="K", help=TOP_K_HELP)
     p.add_argument("-c", "--continue", dest="continue_", action="store_true",
                    help="carry on the last logged conversation")
     p.add_argument("--no-usage", action="store_true", help="leave the usage block out of the printed answers")
@@ -125,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("log", help="the answers crag gave, newest first: list, search or show one")
     p.add_argument("words", nargs="*", metavar="QUERY", help="only answers whose question or answer holds these words")
-    p.add_argument("-n", dest="limit", type=int, default=None, metavar="N", help="how many answers (default 10)")
+    p.add_argument("-n", dest="limit", type=int_arg, default=None, metavar="N", help="how many answers (default 10)")
     p.add_argument("--show", metavar="ID", help="one answer in full: its number in the list, or 'last'")
     p.add_argument("--json", action="store_true", help="print a JSON array of whole entries")
     p.set_defaults(func=cmd_log)

@@ -42,6 +42,16 @@ def path_arg(value: str) -> str:
     return value
 
 
+def int_arg(value: str) -> int:
+    """An integer on the command line, in ASCII digits as a setting's (int() also reads "1_0" and "５")."""
+    if re.fullmatch(r"[+-]?[0-9]+", value.strip()):
+        try:
+            return int(value)
+        except ValueError:  # more than 4,300 digits
+            pass
+    raise argparse.ArgumentTypeError(f"invalid int value: {value!r}")
+
+
 def prog() -> str:
     """``crag`` when run through the installed command, else ``python -m crag``."""
     return "crag" if os.path.basename(sys.argv[0] or "") == "crag" else "python -m crag"

@@ -1,0 +1,67 @@
+"""``.env`` lines as a user writes them (SPEC §3): quotes, escapes, comments, ``export``."""
+
+from __future__ import annotations
+
+import pytest
+
+from crag.config import Settings, config_warnings
+from crag.environment import read_dotenv
+
+
+@pytest.mark.parametrize(("line", "value"), [
+    ('KB_AGENT_MODEL="my\\"model"', 'my"model'),  # an escaped double quote inside double quotes
+    ('KB_AGENT_MODEL="a\\\\b"', "a\\b"),  # an escaped backslash
+    ('KB_AGENT_MODEL="my\\"model"  # the team model', 'my"model'),
+    ('KB_AGENT_INDEX_DIR="C:\\new\\kb"', "C:\\new\\kb"),  # other backslashes stay as written
+    ("KB_AGENT_MODEL='a\\\"b'", 'a\\"b'),  # single quotes take everything literally
+    ("KB_AGENT_TOP_K=7\t# seven", "7"),  # a comment after a tab
+    ("KB_AGENT_TOP_K=7 # seven", "7"),
+    ("KB_AGENT_MODEL=a#b", "a#b"),  # a # inside a word is the value's
+])
+def test_a_value_reads_as_a_shell_would_read_it(tmp_path, line, value):
+    """``KEY="a\\"b"`` kept the backslash, and ``KEY=7<TAB># seven`` kept the comment in the
+    value (KB_AGENT_TOP_K=7\\t# seven was then refused as not an integer)."""
+    var = line.partition("=")[0]
+    f = tmp_path / ".env"
+    f.write_text(line + "\n", encoding="utf-8")
+    assert read_dotenv(f) == {var: value}
+
+
+def test_export_followed_by_a_tab_is_an_export(tmp_path):
+    """``export<TAB>KB_AGENT_TOP_K=7`` was read as a variable named "export\\tKB_AGENT_TOP_K",
+    silently: the setting kept its default with no warning."""
+    f = tmp_path / ".env"
+    f.write_text("export\tKB_AGENT_TOP_K=7\n", encoding="utf-8")
+    assert read_dotenv(f) == {"KB_AGENT_TOP_K": "7"}
+    assert Settings.from_env(environ={}, dotenv=f).top_k == 7
+
+
+@pytest.mark.parametrize("text", [
+    'KB_AGENT_MODEL="llama3\n',  # the closing quote forgotten
+    'KB_AGENT_MODEL="llama3" and more\n',  # words after the closing quote
+    "KB_AGENT_MODEL='llama3\n",
+])
+def test_a_quote_left_open_or_followed_by_words_is_not_an_assignment(tmp_path, text):
+    """``KB_AGENT_MODEL="llama3`` sent the model name with its quote to the server: such a
+    line is warned about, with its number, like any line that is not an assignment."""
+    f = tmp_path / ".env"
+    f.write_text("KB_AGENT_TOP_K=7\n" + text, encoding="utf-8")
+    assert read_dotenv(f) == {"KB_AGENT_TOP_K": "7"}
+    warnings = config_warnings(environ={}, dotenv=f)
+    assert any("line 2 is not an assignment" in w for w in warnings), warnings
+
+
+@pytest.mark.parametrize(("line", "hint"), [
+    ("KB_AGENT_TOP_K 7", "; did you mean KB_AGENT_TOP_K=...?"),  # the = forgotten
+    ("KB_AGENT_TOP_K: 7", "; did you mean KB_AGENT_TOP_K=...?"),  # YAML's colon
+    ("export KB_AGENT_MAX_ITERATION 2", "; did you mean KB_AGENT_MAX_ITERATIONS=...?"),
+    ('KB_AGENT_MODEL="llama3', "; did you mean KB_AGENT_MODEL=...?"),  # a quote left open
+    ("sk-live-abcdef123456", ""),  # a pasted key: not a name, and never shown
+    ("hello world", ""),
+])
+def test_a_line_that_is_not_an_assignment_is_warned_about_with_the_closest_setting(tmp_path, line, hint):
+    """SPEC §3: ".env lines that are not assignments are warned about, with the closest known
+    name"; the warning gave the line's number alone. It never shows the line's text."""
+    f = tmp_path / ".env"
+    f.write_text(line + "\n", encoding="utf-8")
+    assert config_warnings(environ={}, dotenv=f) == [f"{f} line 1 is not an assignment (NAME=value); it is ignored{hint}"]
