@@ -64,6 +64,7 @@ __all__ = [
     "relative_label",
     "size_limit",
     "split_lines",
+    "stamp",
     "stat_error",
     "text_of",
     "unreachable",
@@ -102,7 +103,12 @@ _SNIFF_BYTES = 8192
 
 @frozen
 class DiscoveredFile:
-    """A file to index: its absolute path (as reached from the root), size and mtime."""
+    """A file to index: its absolute path (as reached from the root), size and change stamp.
+
+    ``mtime_ns`` is the later of the file's modification and status-change times (``stamp``):
+    an edit whose modification time was set back (``touch -d``, a restore, a tool that keeps
+    times) still moves the status-change time, which no user can set, so the file is read
+    again; a ``chmod`` moves it too, and costs one read and hash, not an embedding."""
 
     path: str
     root: str
@@ -341,7 +347,13 @@ def _regular_file(
     if st.st_size > max_bytes:
         warnings.append((path, f"larger than {max_bytes // (1024 * 1024)} MiB"))
         return None
-    return DiscoveredFile(path, root, st.st_size, st.st_mtime_ns)
+    return DiscoveredFile(path, root, st.st_size, stamp(st))
+
+
+def stamp(st: os.stat_result) -> int:
+    """When a file last changed, as far as ``stat`` can tell: the later of its modification
+    and status-change times (``DiscoveredFile.mtime_ns``)."""
+    return max(st.st_mtime_ns, st.st_ctime_ns)
 
 
 def _walk(

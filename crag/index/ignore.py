@@ -68,7 +68,7 @@ def _parsed(path: str) -> RuleSet | None:
             _warn(f"{_shown(path)} cannot be read (it is not a regular file), so the paths it leaves out are not "
                   "left out (they may hold secrets): make it a file, or remove it")
             return None
-        found, problems = _parse_version(path, (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
+        found, problems = _parse_version(path, (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
     except FileNotFoundError:
         return None
     except OSError as exc:
