@@ -74,6 +74,22 @@ def test_an_edit_that_keeps_size_and_modification_time_is_seen(kb: Path) -> None
     assert code == 0 and "0 added, 0 changed, 0 removed, 2 unchanged; 0 chunks embedded" in out
 
 
+def test_a_question_while_the_first_index_is_built_says_it_is_being_built(kb: Path, tmp_path: Path) -> None:
+    """``ask`` or ``search`` while the first ``crag index`` runs said "no index: run `python -m
+    crag index PATH` first", to a user who just did."""
+    from crag.index.layout import IndexLock
+
+    (tmp_path / "index").mkdir()
+    with IndexLock(str(tmp_path / "index")):
+        code, out, err = cli("search", "docker")
+    assert (code, out) == (1, "")
+    assert err == (f"crag: error: no index in {tmp_path / 'index'} yet: a crag index is building it now; "
+                   "try again when it has finished\n")
+    assert not (tmp_path / "index" / "LOCK").exists()  # let go, and a reader leaves nothing behind
+    code, _, err = cli("search", "docker")
+    assert code == 1 and "run `python -m crag index PATH` first" in err
+
+
 def test_index_says_so_when_the_embedder_changed(kb: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """An index built by a crag whose hash embedder had 2,048 dimensions is re-embedded at today's 1,008."""
     import crag.index.embedders as embedders
