@@ -52,7 +52,7 @@ def crag_indexed(root: Path) -> set[str]:
     return {Path(f.path).relative_to(root).as_posix() for f in found.files}
 
 
-@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, suppress_health_check=[HealthCheck.too_slow])
 @given(tree=ignore_trees())
 def test_crag_indexes_the_files_git_leaves_untracked(tree: tuple[list[str], list[str], dict[str, list[str]]]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
@@ -61,7 +61,7 @@ def test_crag_indexes_the_files_git_leaves_untracked(tree: tuple[list[str], list
         assert crag_indexed(top) == git_untracked(top, top), tree[2]
 
 
-@settings(max_examples=40, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, suppress_health_check=[HealthCheck.too_slow])
 @given(tree=ignore_trees())
 def test_a_root_below_the_top_of_a_repository_honours_the_ignore_files_above_it(
         tree: tuple[list[str], list[str], dict[str, list[str]]]) -> None:
@@ -96,3 +96,32 @@ def test_patterns_git_reads_in_its_own_way(tmp_path: Path, lines: list[str], fil
     build(top, sorted({str(Path(f).parent) for f in files} - {"."}), files, {"": lines})
     assert git_untracked(top, top) == left
     assert crag_indexed(top) == left
+
+
+@pytest.mark.parametrize("kind", ["worktree", "submodule"])
+def test_a_linked_work_tree_or_submodule_reads_its_repositorys_info_exclude(tmp_path: Path, kind: str) -> None:
+    """A work tree whose ``.git`` is a file (``git worktree add``, a submodule) takes the
+    repository's ``info/exclude`` from the folder that file names, as git does: crag read none."""
+    env = git_env(str(tmp_path))
+    run = {"env": env, "check": True, "capture_output": True}
+    main = tmp_path / "main"
+    build(main, [], ["README.md"], {})
+    subprocess.run(["git", "init", "-q", str(main)], **run)
+    subprocess.run(["git", "-C", str(main), "add", "README.md"], **run)
+    subprocess.run(["git", "-C", str(main), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"], **run)
+    if kind == "worktree":
+        tree = tmp_path / "linked"
+        subprocess.run(["git", "-C", str(main), "worktree", "add", "-q", str(tree)], **run)
+        exclude = main / ".git" / "info" / "exclude"
+    else:
+        tree = tmp_path / "super" / "sub"
+        subprocess.run(["git", "init", "-q", str(tmp_path / "super")], **run)
+        subprocess.run(["git", "-C", str(tmp_path / "super"), "-c", "protocol.file.allow=always", "submodule", "add",
+                        "-q", str(main), "sub"], **run)
+        exclude = tmp_path / "super" / ".git" / "modules" / "sub" / "info" / "exclude"
+    assert (tree / ".git").is_file()
+    exclude.parent.mkdir(parents=True, exist_ok=True)
+    exclude.write_text("secret.md\n", encoding="utf-8")
+    build(tree, ["notes"], ["notes/secret.md", "notes/plan.md"], {})
+    assert git_untracked(tree, tree) == {"notes/plan.md"}
+    assert crag_indexed(tree) == {"README.md", "notes/plan.md"}  # README.md is tracked: crag indexes it
