@@ -272,6 +272,21 @@ def test_no_pattern_makes_matching_exponential(tmp_path: Path) -> None:
     assert run.stdout.strip() == "ok", run.stderr
 
 
+def test_a_line_of_unclosed_brackets_is_skipped_in_one_pass(tmp_path: Path) -> None:
+    """Every ``[`` of a line is a class that runs to its ``]``; a line of a hundred thousand
+    unclosed ``[`` (across slashes) must not be scanned to its end once per bracket. The
+    timeout only catches that blow-up."""
+    script = (
+        "import warnings\n"
+        "from crag.index.globs import parse_rules\n"
+        "rules, problems = parse_rules(['a/' + '[' * 100_000 + '/b', '[x/' * 50_000])\n"
+        "print(len(rules), [p.skipped for p in problems])\n"
+    )
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=120, cwd=ROOT, check=False)
+    assert run.stdout.strip() == "0 [True, True]", run.stderr
+
+
 def test_a_large_ignore_file_is_looked_up_not_scanned(monkeypatch: pytest.MonkeyPatch) -> None:
     from crag.index import globs
 

@@ -256,7 +256,7 @@ def _glob(text: str, problems: list[str]) -> Glob:
 def _split_components(pattern: str) -> list[str]:
     """``pattern`` split at its slashes, as git's wildmatch reads them: an escaped slash
     (``\\/``) is a slash too, and a slash inside a ``[...]`` class is a member of the class
-    (which never matches a slash)."""
+    (which never matches a slash). ``_Dead`` for a class that is not closed."""
     if "\\" not in pattern and "[" not in pattern:
         return pattern.split("/")
     parts: list[str] = []
@@ -268,11 +268,8 @@ def _split_components(pattern: str) -> list[str]:
             current.append(pattern[i:i + 2])  # an escape, or a trailing backslash (said later)
             i += 2
             continue
-        if ch == "[":
-            try:
-                end = _parse_class(pattern, i, [])[1]
-            except _Dead:
-                end = i + 1  # said when the component is parsed
+        if ch == "[":  # an unclosed or unknown class: the whole line is dead, as in git
+            end = _parse_class(pattern, i, [])[1]
             current.append(pattern[i:end])
             i = end
             continue
