@@ -287,6 +287,17 @@ def test_a_line_of_unclosed_brackets_is_skipped_in_one_pass(tmp_path: Path) -> N
     assert run.stdout.strip() == "0 [True, True]", run.stderr
 
 
+def test_a_line_of_many_globstars_after_plain_text_is_read_without_recursion() -> None:
+    """``d**/**/**/.../x`` (git's folder-spanning ``**`` after plain text) recursed once per
+    ``**``: a long line was a traceback (RecursionError) out of ``crag index``."""
+    from crag.index.globs import RuleSet, parse_rules
+
+    rules, problems = parse_rules(["d**/" + "**/" * 5000 + "x.md"])
+    assert problems == [] and rules
+    assert RuleSet(rules).decide("da/b/c/x.md", False) and RuleSet(rules).decide("dx.md", False)
+    assert not RuleSet(rules).decide("e/x.md", False)
+
+
 def test_a_large_ignore_file_is_looked_up_not_scanned(monkeypatch: pytest.MonkeyPatch) -> None:
     from crag.index import globs
 

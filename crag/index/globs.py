@@ -359,13 +359,15 @@ def _spanning(pattern: str) -> tuple[list[str], str, str] | None:
 
 def _spanning_segments(text: str, rest: str, problems: list[str]) -> list[list[Glob | None]]:
     """The alternatives of ``text**/rest`` (``text**`` when ``rest`` is empty)."""
-    if not rest:
-        return [[Glob((text, "")), GLOBSTAR]]  # text, then anything: any number of folders
-    parts = _split_components(rest)
+    parts = _split_components(rest) if rest else []
     if "" in parts:
         raise _Dead("it holds an empty folder name (\"//\")")
-    if parts[0].startswith("**") and not parts[0].strip("*"):
-        return _spanning_segments(text, "/".join(parts[1:]), problems)
+    skip = 0
+    while skip < len(parts) and parts[skip].startswith("**") and not parts[skip].strip("*"):
+        skip += 1  # text**/**/rest reads as text**/rest
+    parts = parts[skip:]
+    if not parts:
+        return [[Glob((text, "")), GLOBSTAR]]  # text, then anything: any number of folders
     across = [Glob((text, "")), GLOBSTAR, *_segments(parts, True, problems)]
     within = _segments([text + parts[0], *parts[1:]], True, problems)
     return [across, within]
