@@ -315,3 +315,13 @@ def test_a_large_ignore_file_is_looked_up_not_scanned(monkeypatch: pytest.Monkey
     assert rules.decide("keep-build-7.md", False) is False  # the last match takes it back
     assert rules.decide("build-7.md~", False)
     assert len(tried) <= 206  # at most one line tried one by one per path
+
+
+def test_a_pattern_or_name_with_a_lone_surrogate_is_matched_not_raised() -> None:
+    """Patterns match bytes (as git's do); a lone surrogate in a library caller's pattern or
+    path has no UTF-8 bytes, and was a UnicodeEncodeError out of the matcher."""
+    from crag.index.globs import RuleSet, parse_rules
+
+    rules = RuleSet(parse_rules(["\ud800*", "a\udcff"])[0])
+    assert rules.decide("\ud800x.md", False) and rules.decide("a\udcff", False)
+    assert rules.decide("b.md", False) is None

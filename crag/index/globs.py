@@ -314,7 +314,12 @@ class Rule:
 def _as_bytes(text: str) -> str:
     """``text`` as git's wildmatch sees it, one character per UTF-8 byte (so ``?`` is one
     byte and ``[é]`` a class of two bytes, as in git)."""
-    return text if text.isascii() else text.encode("utf-8", "surrogateescape").decode("latin-1")
+    if text.isascii():
+        return text
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("latin-1")  # a name's undecodable bytes
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogatepass").decode("latin-1")  # a lone surrogate in code's text
 
 
 def _as_text(text: str) -> str:
