@@ -103,12 +103,7 @@ _SNIFF_BYTES = 8192
 
 @frozen
 class DiscoveredFile:
-    """A file to index: its absolute path (as reached from the root), size and change stamp.
-
-    ``mtime_ns`` is the later of the file's modification and status-change times (``stamp``):
-    an edit whose modification time was set back (``touch -d``, a restore, a tool that keeps
-    times) still moves the status-change time, which no user can set, so the file is read
-    again; a ``chmod`` moves it too, and costs one read and hash, not an embedding."""
+    """A file to index: its absolute path (as reached from the root), size and ``stamp``."""
 
     path: str
     root: str
@@ -351,8 +346,8 @@ def _regular_file(
 
 
 def stamp(st: os.stat_result) -> int:
-    """When a file last changed, as far as ``stat`` can tell: the later of its modification
-    and status-change times (``DiscoveredFile.mtime_ns``)."""
+    """When a file last changed, as ``stat`` tells: the later of its mtime and its ctime, which
+    no one can set back, so an edit whose mtime was restored is seen (a ``chmod`` costs a read)."""
     return max(st.st_mtime_ns, st.st_ctime_ns)
 
 
