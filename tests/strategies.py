@@ -76,3 +76,72 @@ def hostile_dotenv(draw, secret_var: str = "OPENAI_API_KEY") -> bytes:
     body = "\n".join(f"{k}={v}" for k, v in lines).encode("utf-8", "surrogateescape")
     prefix = draw(st.sampled_from([b"", b"\xef\xbb\xbf", b"\xff\xfe", b"export "]))
     return prefix + body
+
+
+# Small folder trees with .gitignore files, for comparing crag's ignore rules with git's.
+# Names hold what gitignore treats specially (#, !, spaces, brackets, stars, backslashes,
+# non-ASCII); patterns are built from the tree's own paths so that they often match.
+_FOLDERS = ["a", "b", "ab", "d", "A", "c d", "#a", "!a", "[a]", "a\\b", "a ", "é"]
+_STEMS = ["a", "b", "ab", "ba", "A", "x", "c d", "#a", "!a", "a ", "[a]", "a*", "a?", "a\\b", "é", "ée", "**"]
+_CLASSES = ["[a-c]", "[!a]", "[^b]", "[[:alpha:]]", "[]a]", "[a-]", "[[:digit:]ab]", "[A-Z]", "[!/]", "[a/b]", "[é]"]
+
+
+def _escaped(component: str) -> str:
+    out = "".join("\\" + ch if ch in "\\[*?" else ch for ch in component)
+    out = "\\" + out if out[:1] in ("#", "!") else out
+    return out[:-1] + "\\ " if out.endswith(" ") else out
+
+
+@st.composite
+def _component_pattern(draw, component: str) -> str:
+    kind = draw(st.integers(0, 9))
+    if kind <= 2:
+        return _escaped(component)
+    if kind == 3:
+        return component
+    if kind == 4:
+        return draw(st.sampled_from(["*", "**", "?*", "*?", "***"]))
+    if kind == 5:
+        return component[0] + draw(st.sampled_from(["*", "**", "?"]))
+    if kind == 6:
+        return "*" + _escaped(component[-1:])
+    if kind == 7:
+        return draw(st.sampled_from(_CLASSES)) + draw(st.sampled_from(["", "*", "?", ".md"]))
+    if kind == 8:
+        return "?" * len(component)
+    return "**"
+
+
+@st.composite
+def _ignore_line(draw, paths: list[str]) -> str:
+    parts = draw(st.sampled_from(paths)).split("/")
+    first = draw(st.integers(0, len(parts) - 1))
+    last = draw(st.integers(first + 1, len(parts)))
+    pattern = draw(st.sampled_from(["/", "\\/"])).join(draw(_component_pattern(c)) for c in parts[first:last])
+    if draw(st.booleans()):
+        pattern = draw(st.sampled_from(["/", "**/", "/**/"])) + pattern
+    pattern += draw(st.sampled_from(["", "", "", "/", "/**", "/*"]))
+    if draw(st.integers(0, 3)) == 0:
+        pattern = "!" + pattern
+    return pattern + draw(st.sampled_from(["", "", "", " ", "  ", "\\ ", "\t", "\r"]))
+
+
+@st.composite
+def ignore_trees(draw) -> tuple[list[str], list[str], dict[str, list[str]]]:
+    """(folders, files, {folder: .gitignore lines}); paths are relative, ``/``-separated."""
+    folders = [""]
+    for _ in range(draw(st.integers(0, 5))):
+        parent = draw(st.sampled_from(folders))
+        if parent.count("/") < 2:
+            folders.append((parent + "/" if parent else "") + draw(st.sampled_from(_FOLDERS)))
+    folders = sorted(set(folders))
+    files = sorted({(folder + "/" if folder else "") + stem + ".md"
+                    for folder, stem in draw(st.lists(st.tuples(st.sampled_from(folders), st.sampled_from(_STEMS)),
+                                                      min_size=1, max_size=10))})
+    paths = files + [f for f in folders if f]
+    ignores: dict[str, list[str]] = {}
+    for folder in folders:
+        below = [p[len(folder) + 1:] if folder else p for p in paths if not folder or p.startswith(folder + "/")]
+        if below and draw(st.booleans()):
+            ignores[folder] = draw(st.lists(_ignore_line(below), min_size=1, max_size=5))
+    return folders, files, ignores

@@ -56,6 +56,40 @@ def test_index_prints_what_changed_and_is_incremental(kb: Path) -> None:
     assert "changed:\n  docs/deploy.md" in out and "removed:\n  docs/setup.md" in out
 
 
+def test_an_edit_that_keeps_size_and_modification_time_is_seen(kb: Path) -> None:
+    """One byte changed and the modification time set back (an editor, a restore, a build tool
+    that keeps times): the index kept the old text, and answers cited words no longer there."""
+    cli("index", "docs")
+    deploy = kb / "deploy.md"
+    before = deploy.stat()
+    deploy.write_text(deploy.read_text(encoding="utf-8").replace("docker", "DOCKER"), encoding="utf-8")
+    os.utime(deploy, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert (deploy.stat().st_size, deploy.stat().st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    code, out, _ = cli("index", "docs")
+    assert code == 0 and "0 added, 1 changed, 0 removed, 1 unchanged" in out and "changed:\n  docs/deploy.md" in out
+    _, out, _ = cli("search", "compose", "--json")
+    assert "DOCKER compose" in json.loads(out)[0]["text"]
+    os.chmod(deploy, 0o600)  # the status changes, the text does not: read again, not re-embedded
+    code, out, _ = cli("index", "docs")
+    assert code == 0 and "0 added, 0 changed, 0 removed, 2 unchanged; 0 chunks embedded" in out
+
+
+def test_a_question_while_the_first_index_is_built_says_it_is_being_built(kb: Path, tmp_path: Path) -> None:
+    """``ask`` or ``search`` while the first ``crag index`` runs said "no index: run `python -m
+    crag index PATH` first", to a user who just did."""
+    from crag.index.layout import IndexLock
+
+    (tmp_path / "index").mkdir()
+    with IndexLock(str(tmp_path / "index")):
+        code, out, err = cli("search", "docker")
+    assert (code, out) == (1, "")
+    assert err == (f"crag: error: no index in {tmp_path / 'index'} yet: a crag index is building it now; "
+                   "try again when it has finished\n")
+    assert not (tmp_path / "index" / "LOCK").exists()  # let go, and a reader leaves nothing behind
+    code, _, err = cli("search", "docker")
+    assert code == 1 and "run `python -m crag index PATH` first" in err
+
+
 def test_index_says_so_when_the_embedder_changed(kb: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """An index built by a crag whose hash embedder had 2,048 dimensions is re-embedded at today's 1,008."""
     import crag.index.embedders as embedders

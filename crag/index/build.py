@@ -6,7 +6,8 @@ store's writer lock (a second indexer waits up to ``lock_timeout`` seconds, then
 a message naming the store), it
 
 1. reads the published state (a damaged one is rebuilt from scratch when allowed);
-2. walks the roots, and compares each file's size and mtime with the recorded ones: equal
+2. walks the roots, and compares each file's size and change stamp (the later of its mtime and
+   ctime, ``crag.index.discover.stamp``) with the recorded ones: equal
    means unchanged and the file is not read; otherwise it is read and hashed (sha256), and
    only new or changed content is chunked and embedded (``crag.index.reading``);
 3. sends the edits to one ``StoreUpdate`` (changed and deleted files removed, new versions

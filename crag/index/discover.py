@@ -64,6 +64,7 @@ __all__ = [
     "relative_label",
     "size_limit",
     "split_lines",
+    "stamp",
     "stat_error",
     "text_of",
     "unreachable",
@@ -102,7 +103,7 @@ _SNIFF_BYTES = 8192
 
 @frozen
 class DiscoveredFile:
-    """A file to index: its absolute path (as reached from the root), size and mtime."""
+    """A file to index: its absolute path (as reached from the root), size and ``stamp``."""
 
     path: str
     root: str
@@ -341,7 +342,13 @@ def _regular_file(
     if st.st_size > max_bytes:
         warnings.append((path, f"larger than {max_bytes // (1024 * 1024)} MiB"))
         return None
-    return DiscoveredFile(path, root, st.st_size, st.st_mtime_ns)
+    return DiscoveredFile(path, root, st.st_size, stamp(st))
+
+
+def stamp(st: os.stat_result) -> int:
+    """When a file last changed, as ``stat`` tells: the later of its mtime and its ctime, which
+    no one can set back, so an edit whose mtime was restored is seen (a ``chmod`` costs a read)."""
+    return max(st.st_mtime_ns, st.st_ctime_ns)
 
 
 def _walk(

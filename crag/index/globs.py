@@ -6,7 +6,9 @@ unless escaped, ``!`` negation, a trailing ``/`` for folders only, a ``/`` elsew
 the pattern to its folder), and each path component's glob follows git's ``wildmatch``: ``*``
 and ``?`` never match ``/``, ``[...]`` classes with ranges, ``!``/``^`` negation and
 ``[:alpha:]``-style names, ``\\`` escapes, and a component that is only ``**`` matching any
-number of folders.
+number of folders. As in git, matching is over UTF-8 bytes, ``\\/`` is a slash, a class
+may hold ``/`` (never matched), and a ``**`` right after the pattern's plain leading text
+spans folders (git compares that text first and wildmatches the rest on its own).
 
 Theory of operation. Matching is not a backtracking regular expression. A component's glob is
 the fixed-length pieces between its stars: the first piece is tried at the start, the last at
@@ -252,23 +254,31 @@ def _glob(text: str, problems: list[str]) -> Glob:
 
 
 def _split_components(pattern: str) -> list[str]:
-    """``pattern`` split at the slashes that are not escaped."""
-    if "\\" not in pattern:
+    """``pattern`` split at its slashes, as git's wildmatch reads them: an escaped slash
+    (``\\/``) is a slash too, and a slash inside a ``[...]`` class is a member of the class
+    (which never matches a slash). ``_Dead`` for a class that is not closed."""
+    if "\\" not in pattern and "[" not in pattern:
         return pattern.split("/")
     parts: list[str] = []
     current: list[str] = []
     i = 0
     while i < len(pattern):
         ch = pattern[i]
-        if ch == "\\" and i + 1 < len(pattern):
-            current.append(pattern[i:i + 2])
+        if ch == "\\" and not pattern.startswith("/", i + 1):
+            current.append(pattern[i:i + 2])  # an escape, or a trailing backslash (said later)
             i += 2
             continue
-        if ch == "/":
+        if ch == "[":  # an unclosed or unknown class: the whole line is dead, as in git
+            end = _parse_class(pattern, i, [])[1]
+            current.append(pattern[i:end])
+            i = end
+            continue
+        if ch in "/\\":  # "/" or "\\/"
             parts.append("".join(current))
             current = []
-        else:
-            current.append(ch)
+            i += 2 if ch == "\\" else 1
+            continue
+        current.append(ch)
         i += 1
     parts.append("".join(current))
     return parts
@@ -301,27 +311,26 @@ class Rule:
     segments: tuple[Glob | None, ...]
 
 
-def _rule(number: int, line: str, problems: list[str]) -> Rule | None:
-    """The rule of one line; None for a blank line or a comment; ``_Dead`` when git would
-    never match it."""
-    text = _trim_trailing_spaces(line) if line.endswith(" ") else line
-    if not text or text[0] == "#":
-        return None
-    pattern = text
-    negated = pattern.startswith("!")
-    if negated:
-        pattern = pattern[1:]
-        if not pattern:
-            raise _Dead("a \"!\" alone negates no pattern")
-    dir_only = pattern.endswith("/") and not pattern.endswith("\\/")
-    if dir_only:
-        pattern = pattern[:-1]
-    parts = _split_components(pattern)
-    anchored = len(parts) > 1
-    if anchored and parts[0] == "":
-        parts = parts[1:]
-    if not pattern or "" in parts:
-        raise _Dead("it names no path" if not pattern.strip("/") else "it holds an empty folder name (\"//\")")
+def _as_bytes(text: str) -> str:
+    """``text`` as git's wildmatch sees it, one character per UTF-8 byte (so ``?`` is one
+    byte and ``[é]`` a class of two bytes, as in git)."""
+    if text.isascii():
+        return text
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("latin-1")  # a name's undecodable bytes
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogatepass").decode("latin-1")  # a lone surrogate in code's text
+
+
+def _as_text(text: str) -> str:
+    """The inverse of ``_as_bytes``, for messages."""
+    return text if text.isascii() else text.encode("latin-1").decode("utf-8", "replace")
+
+
+_SPECIAL = "*?[\\"
+
+
+def _segments(parts: Sequence[str], anchored: bool, problems: list[str]) -> list[Glob | None]:
     segments: list[Glob | None] = []
     for part in parts:
         if anchored and part.startswith("**") and not part.strip("*"):
@@ -331,7 +340,79 @@ def _rule(number: int, line: str, problems: list[str]) -> Rule | None:
     if segments and segments[-1] is GLOBSTAR:
         # "dir/**" matches what is inside dir, not dir itself: one component at least.
         segments[-1:] = [Glob(("", "")), GLOBSTAR]
-    return Rule(number, text, negated, dir_only, anchored, tuple(segments))
+    return segments
+
+
+def _spanning(pattern: str) -> tuple[list[str], str, str] | None:
+    """Git's reading of a ``**`` that follows the pattern's plain leading text within a
+    component (``docs**/x``, ``a/b**``): git compares that text first and matches the rest
+    on its own, so the ``**`` starts the rest and spans folders (``docs**/x`` matches
+    ``docsa/b/x`` and, the ``**/`` matching nothing, ``docsx``). (The plain folders before
+    it, the plain text it follows, the rest of the pattern after its ``/``), or None."""
+    start = next((i for i, ch in enumerate(pattern) if ch in _SPECIAL), len(pattern))
+    if not pattern.startswith("**", start) or start == 0 or pattern[start - 1] == "/":
+        return None
+    end = start
+    while pattern.startswith("*", end):
+        end += 1
+    rest = pattern[end:]
+    if rest and not rest.startswith("/") and not rest.startswith("\\/"):
+        return None
+    *folders, text = pattern[:start].split("/")
+    return folders, text, rest[2 if rest.startswith("\\") else 1:]
+
+
+def _spanning_segments(text: str, rest: str, problems: list[str]) -> list[list[Glob | None]]:
+    """The alternatives of ``text**/rest`` (``text**`` when ``rest`` is empty)."""
+    parts = _split_components(rest) if rest else []
+    if "" in parts:
+        raise _Dead("it holds an empty folder name (\"//\")")
+    skip = 0
+    while skip < len(parts) and parts[skip].startswith("**") and not parts[skip].strip("*"):
+        skip += 1  # text**/**/rest reads as text**/rest
+    parts = parts[skip:]
+    if not parts:
+        return [[Glob((text, "")), GLOBSTAR]]  # text, then anything: any number of folders
+    across = [Glob((text, "")), GLOBSTAR, *_segments(parts, True, problems)]
+    within = _segments([text + parts[0], *parts[1:]], True, problems)
+    return [across, within]
+
+
+def _rule(number: int, line: str, problems: list[str]) -> list[Rule]:
+    """The rules of one line (two when git's reading of it has two alternatives); none for a
+    blank line or a comment; ``_Dead`` when git would never match it."""
+    line = _as_bytes(line)
+    text = _trim_trailing_spaces(line) if line.endswith(" ") else line
+    if not text or text[0] == "#":
+        return []
+    pattern = text
+    negated = pattern.startswith("!")
+    if negated:
+        pattern = pattern[1:]
+        if not pattern:
+            raise _Dead("a \"!\" alone negates no pattern")
+    dir_only = pattern.endswith("/")  # even after a backslash, as git reads it: "a\\/" is "a\\"
+    if dir_only:
+        pattern = pattern[:-1]
+    anchored = "/" in pattern  # a slash anywhere, even in a class, anchors it, as in git
+    if anchored and pattern.startswith("/"):
+        pattern = pattern[1:]
+    if not pattern:
+        raise _Dead("it names no path")
+    spanning = _spanning(pattern) if anchored else None
+    if spanning is not None:
+        folders, plain, rest = spanning
+        if "" in folders:
+            raise _Dead("it holds an empty folder name (\"//\")")
+        head = [Glob((f,)) for f in folders]
+        alternatives = [head + tail for tail in _spanning_segments(plain, rest, problems)]
+    else:
+        parts = _split_components(pattern)
+        if "" in parts:
+            raise _Dead("it names no path" if not pattern.strip("/") else "it holds an empty folder name (\"//\")")
+        alternatives = [_segments(parts, anchored, problems)]
+    shown = _as_text(text)
+    return [Rule(number, shown, negated, dir_only, anchored, tuple(segments)) for segments in alternatives]
 
 
 @frozen
@@ -351,13 +432,12 @@ def parse_rules(lines: Sequence[str], first_line: int = 1) -> tuple[list[Rule], 
     for number, line in enumerate(lines, first_line):
         notes: list[str] = []
         try:
-            rule = _rule(number, line, notes)
+            found = _rule(number, line, notes)
         except _Dead as exc:
-            problems.append(Problem(number, line, str(exc), True))
+            problems.append(Problem(number, line, _as_text(str(exc)), True))
             continue
-        problems += [Problem(number, line, why, False) for why in notes]
-        if rule is not None:
-            rules.append(rule)
+        problems += [Problem(number, line, _as_text(why), False) for why in notes]
+        rules += found
     return rules, problems
 
 
@@ -436,6 +516,7 @@ class RuleSet:
 
     def decide(self, rel: str, is_dir: bool) -> bool | None:
         """For ``rel`` (``/``-separated, relative to the rules' folder)."""
+        rel = _as_bytes(rel)
         name = rel.rpartition("/")[2]
         best = self._last_of(self._names.get(name), -1, is_dir)
         best = self._last_of(self._paths.get(rel), best, is_dir)

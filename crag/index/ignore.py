@@ -5,7 +5,8 @@ to that folder, a deeper file's match wins over a shallower one's, ``!pattern`` 
 back in, and ``.cragignore`` wins over ``.gitignore`` in the same folder (as ripgrep's
 ``.ignore`` does). Ignore files above a root are read up to the top of its git work tree
 (the nearest folder holding ``.git``), so ``crag index docs`` in a repository honours the
-repository's ``.gitignore``; the work tree's ``.git/info/exclude`` is read too, its lines
+repository's ``.gitignore``; the work tree's ``.git/info/exclude`` is read too (in the folder a
+``.git`` file names, for a linked work tree or a submodule, as git finds it), its lines
 before every ignore file's (as git and ripgrep read it). Unlike ripgrep, a ``.gitignore`` counts outside a git work tree
 too. A folder that is ignored is not entered, so nothing under it can be taken back (as in
 git). ``--exclude GLOB`` patterns are gitignore patterns relative to the root being indexed,
@@ -68,7 +69,7 @@ def _parsed(path: str) -> RuleSet | None:
             _warn(f"{_shown(path)} cannot be read (it is not a regular file), so the paths it leaves out are not "
                   "left out (they may hold secrets): make it a file, or remove it")
             return None
-        found, problems = _parse_version(path, (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
+        found, problems = _parse_version(path, (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
     except FileNotFoundError:
         return None
     except OSError as exc:
@@ -178,14 +179,37 @@ class Ignores:
         return bool(spec.decide(os.path.relpath(path, self.top).replace(os.sep, "/"), is_dir))
 
     def _info_exclude(self) -> RuleSet | None:
-        """The patterns of ``.git/info/exclude`` at the top of the root's work tree, if any (a
-        ``.git`` file, as in a linked work tree, holds none here)."""
+        """The patterns of ``info/exclude`` in the git folder of the root's work tree, if any."""
         if not self._info_read:
             self._info_read = True
-            git = os.path.join(self.top, ".git")
-            if os.path.isdir(git):
-                self._info = _parsed(os.path.join(git, "info", "exclude"))
+            common = _git_common_dir(os.path.join(self.top, ".git"))
+            if common is not None:
+                self._info = _parsed(os.path.join(common, "info", "exclude"))
         return self._info
+
+
+def _git_common_dir(git: str) -> str | None:
+    """The folder holding a work tree's ``info/exclude``, as git finds it: ``.git`` itself; for
+    a ``.git`` file (a linked work tree, a submodule) the folder its ``gitdir:`` line names, or
+    the common folder that folder's ``commondir`` names. None when there is none."""
+    if os.path.isdir(git):
+        return git
+    try:
+        with open(git, "rb") as f:
+            head = f.read(4096).decode("utf-8", "surrogateescape")
+    except (OSError, ValueError):
+        return None
+    if not head.startswith("gitdir:"):
+        return None
+    found = os.path.join(os.path.dirname(git), head[len("gitdir:"):].splitlines()[0].strip())
+    try:
+        with open(os.path.join(found, "commondir"), "rb") as f:
+            common = f.read(4096).decode("utf-8", "surrogateescape").splitlines()
+    except (OSError, ValueError):
+        common = []
+    if common and common[0].strip():
+        found = os.path.join(found, common[0].strip())
+    return found if os.path.isdir(found) else None
 
 
 def _work_tree_top(root: str) -> str:

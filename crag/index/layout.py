@@ -62,6 +62,7 @@ __all__ = [
     "VECTORS",
     "Generation",
     "IndexLock",
+    "being_built",
     "check_link",
     "cleanup",
     "connect_ro",
@@ -243,6 +244,9 @@ def open_generation(index_dir: str, verify: bool = False) -> Generation:
             # ./.crag is where the search for an index ends when no folder above holds one
             # (crag.config.find_index_dir); the store hands the folder over absolute.
             here = os.path.abspath(index_dir) == os.path.abspath(".crag")
+            if being_built(index_dir):
+                raise IndexStoreError(f"no index in {index_dir} yet: a crag index is building it now; "
+                                      "try again when it has finished", index_dir)
             where = ".crag (nor a .crag in any parent folder)" if here else index_dir
             raise IndexStoreError(f"no index in {where}: run `python -m crag index PATH` first", index_dir)
         gen_dir = os.path.join(index_dir, name)
@@ -426,6 +430,23 @@ class IndexLock:
             finally:
                 os.close(self._fd)
                 self._fd = None
+
+
+def being_built(index_dir: str) -> bool:
+    """Whether an indexer holds ``DIR/LOCK`` now (a reader asks, creating nothing)."""
+    try:
+        fd = os.open(os.path.join(index_dir, LOCK), os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # closing lets go of a lock this probe took
+    return False
 
 
 # ---------------------------------------------------------------------------------------

@@ -497,7 +497,7 @@ def cached_text(path: str, reader: Reader, data: bytes | None = None) -> str:
     text of it (a refusal is kept as a text is, so a damaged PDF is not parsed again)."""
     global _cached_bytes
     st = os.stat(path)
-    key = (path, st.st_size, st.st_mtime_ns)
+    key = (path, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
     with _cache_lock:
         found = _CACHE.get(key)
         if found is not None:

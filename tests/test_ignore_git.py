@@ -1,0 +1,127 @@
+"""crag indexes what git leaves untracked and not ignored: random folder trees with
+``.gitignore`` files in any folder (negations, ``**``, anchors, escapes, trailing spaces,
+character classes, backslashes, non-ASCII names) give the same files to ``crag.index.discover``
+as to ``git ls-files --others --exclude-standard`` in a ``git init`` of the tree."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import warnings
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from crag.index.discover import discover
+from tests.strategies import ignore_trees
+
+pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="compares with git")
+
+
+def git_env(home: str) -> dict[str, str]:
+    """git with no user or system settings (no global excludes file, no ignorecase)."""
+    return {**os.environ, "HOME": home, "XDG_CONFIG_HOME": home, "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_CONFIG_GLOBAL": os.devnull}
+
+
+def build(top: Path, folders: list[str], files: list[str], ignores: dict[str, list[str]]) -> None:
+    for folder in ["", *folders]:
+        (top / folder).mkdir(parents=True, exist_ok=True)
+    for name in files:
+        (top / name).write_text("# Note\n\nSome text.\n", encoding="utf-8")
+    for folder, lines in ignores.items():
+        (top / folder / ".gitignore").write_bytes("\n".join(lines).encode("utf-8") + b"\n")
+
+
+def git_untracked(top: Path, root: Path) -> set[str]:
+    env = git_env(str(top.parent))
+    subprocess.run(["git", "init", "-q", str(top)], check=True, env=env)
+    out = subprocess.run(["git", "-C", str(root), "ls-files", "--others", "--exclude-standard", "-z"],
+                         check=True, capture_output=True, env=env).stdout
+    names = {os.fsdecode(p) for p in out.split(b"\0") if p}
+    return {n for n in names if not os.path.basename(n).startswith(".")}
+
+
+def crag_indexed(root: Path) -> set[str]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # lines git never matches are named; compared here by effect
+        found = discover([root])
+    return {Path(f.path).relative_to(root).as_posix() for f in found.files}
+
+
+@settings(max_examples=100, suppress_health_check=[HealthCheck.too_slow])
+@given(tree=ignore_trees())
+def test_crag_indexes_the_files_git_leaves_untracked(tree: tuple[list[str], list[str], dict[str, list[str]]]) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        top = Path(tmp) / "kb"
+        build(top, *tree)
+        assert crag_indexed(top) == git_untracked(top, top), tree[2]
+
+
+@settings(max_examples=30, suppress_health_check=[HealthCheck.too_slow])
+@given(tree=ignore_trees())
+def test_a_root_below_the_top_of_a_repository_honours_the_ignore_files_above_it(
+        tree: tuple[list[str], list[str], dict[str, list[str]]]) -> None:
+    folders, _, ignores = tree
+    below = [f for f in folders if f]
+    if not below:
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        top = Path(tmp) / "kb"
+        build(top, *tree)
+        root = top / below[0]
+        left = git_untracked(top, root)
+        named = subprocess.run(["git", "-C", str(top), "check-ignore", "-q", below[0]], env=git_env(tmp), check=False)
+        if named.returncode == 0:  # a root the user names is indexed (as ripgrep searches it), git leaves it out
+            return
+        assert crag_indexed(root) == left, ignores
+
+
+@pytest.mark.parametrize(("lines", "files", "left"), [
+    # A "**" right after the pattern's leading plain text spans folders, as in git.
+    (["d**/b.md"], ["d/b.md", "dx/y/b.md", "d/e/b.md", "b.md"], {"b.md"}),
+    (["x/d**", "!x/dfoo/"], ["x/dfoo/bar.md", "x/e.md"], {"x/e.md"}),
+    # A class may hold "/", which it never matches; the pattern is then anchored.
+    (["a[!/]b.md", "x[a/b]y.md"], ["axb.md", "s/axb.md", "xay.md", "a/b.md"], {"s/axb.md", "a/b.md"}),
+    # "\/" is a slash.
+    (["d\\/b.md"], ["d/b.md", "d/c.md"], {"d/c.md"}),
+    # Patterns match bytes, as git's do: "?" is one byte, not one character.
+    (["?b.md", "[é]c.md", "[!a]d.md", "éé.md"], ["éb.md", "ab.md", "éc.md", "éd.md", "éé.md"], {"éb.md", "éc.md", "éd.md"}),
+])
+def test_patterns_git_reads_in_its_own_way(tmp_path: Path, lines: list[str], files: list[str], left: set[str]) -> None:
+    top = tmp_path / "kb"
+    build(top, sorted({str(Path(f).parent) for f in files} - {"."}), files, {"": lines})
+    assert git_untracked(top, top) == left
+    assert crag_indexed(top) == left
+
+
+@pytest.mark.parametrize("kind", ["worktree", "submodule"])
+def test_a_linked_work_tree_or_submodule_reads_its_repositorys_info_exclude(tmp_path: Path, kind: str) -> None:
+    """A work tree whose ``.git`` is a file (``git worktree add``, a submodule) takes the
+    repository's ``info/exclude`` from the folder that file names, as git does: crag read none."""
+    env = git_env(str(tmp_path))
+    run = {"env": env, "check": True, "capture_output": True}
+    main = tmp_path / "main"
+    build(main, [], ["README.md"], {})
+    subprocess.run(["git", "init", "-q", str(main)], **run)
+    subprocess.run(["git", "-C", str(main), "add", "README.md"], **run)
+    subprocess.run(["git", "-C", str(main), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"], **run)
+    if kind == "worktree":
+        tree = tmp_path / "linked"
+        subprocess.run(["git", "-C", str(main), "worktree", "add", "-q", str(tree)], **run)
+        exclude = main / ".git" / "info" / "exclude"
+    else:
+        tree = tmp_path / "super" / "sub"
+        subprocess.run(["git", "init", "-q", str(tmp_path / "super")], **run)
+        subprocess.run(["git", "-C", str(tmp_path / "super"), "-c", "protocol.file.allow=always", "submodule", "add",
+                        "-q", str(main), "sub"], **run)
+        exclude = tmp_path / "super" / ".git" / "modules" / "sub" / "info" / "exclude"
+    assert (tree / ".git").is_file()
+    exclude.parent.mkdir(parents=True, exist_ok=True)
+    exclude.write_text("secret.md\n", encoding="utf-8")
+    build(tree, ["notes"], ["notes/secret.md", "notes/plan.md"], {})
+    assert git_untracked(tree, tree) == {"notes/plan.md"}
+    assert crag_indexed(tree) == {"README.md", "notes/plan.md"}  # README.md is tracked: crag indexes it
