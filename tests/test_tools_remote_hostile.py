@@ -83,3 +83,32 @@ def test_a_confluence_page_of_the_wrong_shape_keeps_no_python_reprs(server, tmp_
     with pytest.raises(ToolError, match=r"^confluence_fetch: Confluence page 123 has no text$"):
         box.run(ToolCall("confluence_fetch", {"page_id": "123"}))
     assert json.dumps(page)  # the payload itself is plain JSON: only its shape is wrong
+
+
+_HTML_WORK = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_CPU, (60, 60))  # CPU seconds: the quadratic parse takes many minutes
+from crag.tools.http import html_to_text
+title, text = html_to_text(sys.argv[1] * (1024 * 1024 // len(sys.argv[1])))
+assert text.startswith(sys.argv[1] * 3), text[:40]
+"""
+
+
+@pytest.mark.parametrize("unit", ["<a", "</", "<?"])
+def test_html_ending_in_tags_that_never_close_is_read_in_one_pass(unit: str) -> None:
+    # html.parser rescans the rest of the document for every "<" that no ">" follows: a 1 MiB
+    # page of "<a" (what web_fetch reads at most) held a question for many minutes, with the
+    # deadline long passed (the body was already read). Measured in CPU seconds, with a margin
+    # of a hundred times what the linear reading takes.
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _HTML_WORK, unit], capture_output=True, text=True, timeout=600,
+                          env={"PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert done.returncode == 0, done.stderr[-500:] or f"killed by signal {-done.returncode}"
+
+
+def test_a_web_page_of_unclosed_tags_keeps_its_characters(server, tmp_path: Path) -> None:
+    site = server({"/tags": raw(b"<p>intro</p>" + b"<a" * 200_000, "text/html")})
+    [item] = fetch(web_box(tmp_path, address_allowed=loopback_only), f"{site.url}/tags")
+    assert item.text.startswith("intro\n<a<a<a") and item.text.endswith("[... truncated]")

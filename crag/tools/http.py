@@ -21,7 +21,8 @@ multicast, reserved, unspecified, IPv4-mapped and 6to4 forms of those are refuse
 Jira and Confluence use no guard: their base URLs are configured by the user and are often
 internal hosts; only the issue key or page id comes from the model, and it is validated.
 
-``html_to_text`` reduces HTML to readable text with ``html.parser``.
+``html_to_text`` reduces HTML to readable text with ``html.parser``; a page ending in tags
+that never close (``<a<a<a...``) is read in one pass (``_unopened``).
 """
 
 from __future__ import annotations
@@ -392,11 +393,21 @@ class _TextExtractor(HTMLParser):
         self.parts.append(lead + words + trail)
 
 
+def _unopened(html: str) -> str:
+    """``html`` with every ``<`` after its last ``>`` written as ``&lt;`` (the same text once
+    read). No tag can start there, but ``html.parser`` rescans the rest of the document for
+    each of them, so a page of ``<a<a<a...`` took minutes (quadratic time); now that tail is
+    read in one pass, as the characters it shows. (A tag left open by a quoted ``>``,
+    ``<a b='>'`` repeated, is still re-scanned: ``crag.index.html_text`` is the linear reader.)"""
+    last = html.rfind(">")
+    return html[: last + 1] + html[last + 1 :].replace("<", "&lt;")
+
+
 def html_to_text(html: str) -> tuple[str, str]:
     """(title, text) of an HTML document: scripts and styles dropped, blocks on their own lines."""
     parser = _TextExtractor()
     try:
-        parser.feed(html)
+        parser.feed(_unopened(html))
         parser.close()
     except Exception:  # html.parser is lenient; never let odd markup fail a fetch
         pass
