@@ -44,5 +44,5 @@ def get_json(tool: str, service: str, env: str, url: str, email: str, token: str
         raise ToolError(tool, f"{service} request failed: {exc}") from exc
     try:
         return json.loads(resp.text())
-    except ValueError as exc:
-        raise ToolError(tool, f"{service} answered something that is not JSON for {missing.lower()}") from exc
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested deeper than Python parses
+        raise ToolError(tool, f"{service} answered something that is not JSON for {missing}") from exc

@@ -3,7 +3,9 @@
 GET ``{CONFLUENCE_BASE_URL}/rest/api/content/{id}?expand=body.storage,version`` with the
 same auth rules as Jira (email + token: basic; token alone: bearer). ``page_id`` is the
 numeric id, or a page URL containing ``/pages/<id>`` or ``pageId=<id>``. The page's
-storage-format HTML is reduced to text; the item's source and URL are the page's web URL.
+storage-format HTML is reduced to text; the item's source and URL are the page's web URL. A
+title or body that is not text is left out (never shown as a Python value); a page with
+neither is a ``ToolError``.
 """
 
 from __future__ import annotations
@@ -48,16 +50,19 @@ def run(args: Mapping[str, Any], context: ToolContext) -> ToolResult:
     data = get_json(NAME, "Confluence", "CONFLUENCE", url, settings.confluence_email,
                     settings.confluence_api_token, context.http.timeout, f"Confluence page {page_id}", MAX_BYTES)
     try:
-        title = str(data.get("title") or "")
+        title = data.get("title") or ""
         html = ((data.get("body") or {}).get("storage") or {}).get("value") or ""
         links = data.get("_links") or {}
     except (AttributeError, TypeError) as exc:
         raise ToolError(NAME, f"Confluence answered something that is not a page for {page_id}") from exc
     from .http import html_to_text  # the HTTP module loads when a remote tool first runs
 
-    _, text = html_to_text(str(html))
+    title = " ".join(title.split()) if isinstance(title, str) else ""  # never a Python repr of a field
+    _, text = html_to_text(html) if isinstance(html, str) else ("", "")
     if len(text) > MAX_TEXT:
         text = text[:MAX_TEXT] + "\n[... page truncated]"
+    if not (title or text.strip()):
+        raise ToolError(NAME, f"Confluence page {page_id} has no text")
     page_url = _page_url(base, links, page_id)
     return ToolResult((
         EvidenceItem(

@@ -21,7 +21,9 @@ multicast, reserved, unspecified, IPv4-mapped and 6to4 forms of those are refuse
 Jira and Confluence use no guard: their base URLs are configured by the user and are often
 internal hosts; only the issue key or page id comes from the model, and it is validated.
 
-``html_to_text`` reduces HTML to readable text with ``html.parser``.
+``html_to_text`` reduces HTML to readable text with ``html.parser``, in one pass: a ``<`` that
+no ``>`` follows is text (``_unopened``), and a tag, comment or declaration that never ends
+runs to the end of the page, as in a browser (``_TextExtractor.close``).
 """
 
 from __future__ import annotations
@@ -354,6 +356,32 @@ class _TextExtractor(HTMLParser):
         self._skip = 0
         self._in_title = False
         self._pre = 0
+        self._closing = False
+
+    # At close(), html.parser answers a tag, comment or declaration that never ends (-1) by
+    # re-scanning the rest of the page from its next character: quadratic time for a page of
+    # them (``<a b='>'`` repeated). As in a browser, such a construct runs to the end instead.
+    def close(self) -> None:
+        self._closing = True
+        super().close()
+
+    def _or_rest(self, k: int) -> int:
+        return len(self.rawdata) if k < 0 and self._closing else k
+
+    def parse_starttag(self, i: int) -> int:
+        return self._or_rest(super().parse_starttag(i))
+
+    def parse_endtag(self, i: int) -> int:
+        return self._or_rest(super().parse_endtag(i))
+
+    def parse_comment(self, i: int, report: bool = True) -> int:
+        return self._or_rest(super().parse_comment(i, report))
+
+    def parse_pi(self, i: int) -> int:
+        return self._or_rest(super().parse_pi(i))
+
+    def parse_html_declaration(self, i: int) -> int:
+        return self._or_rest(super().parse_html_declaration(i))
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         if tag == "title":
@@ -392,11 +420,20 @@ class _TextExtractor(HTMLParser):
         self.parts.append(lead + words + trail)
 
 
+def _unopened(html: str) -> str:
+    """``html`` with every ``<`` after its last ``>`` written as ``&lt;`` (the same text once
+    read). No tag can start there, but ``html.parser`` rescans the rest of the document for
+    each of them, so a page of ``<a<a<a...`` took minutes (quadratic time); now that tail is
+    read in one pass, as the characters it shows."""
+    last = html.rfind(">")
+    return html[: last + 1] + html[last + 1 :].replace("<", "&lt;")
+
+
 def html_to_text(html: str) -> tuple[str, str]:
     """(title, text) of an HTML document: scripts and styles dropped, blocks on their own lines."""
     parser = _TextExtractor()
     try:
-        parser.feed(html)
+        parser.feed(_unopened(html))
         parser.close()
     except Exception:  # html.parser is lenient; never let odd markup fail a fetch
         pass

@@ -4,7 +4,8 @@ GET ``{JIRA_BASE_URL}/rest/api/2/issue/{key}`` with basic auth (``JIRA_EMAIL`` +
 ``JIRA_API_TOKEN``, Jira Cloud) or a bearer token (``JIRA_API_TOKEN`` alone, Server / Data
 Center). The key must look like ``PROJ-123``, so nothing from the model reaches the URL
 but a validated key. The item's source is the key, its URL the issue's browse page, its
-text the summary, status, type, description and the latest comments.
+text the summary, status, type, description and the latest comments, cut at ``MAX_TEXT``
+characters. An answer that is not an issue object is a ``ToolError``.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from .atlassian import get_json
 NAME = "jira_fetch"
 KEY = re.compile(r"^[A-Z][A-Z0-9_]{0,31}-[1-9][0-9]{0,9}$")
 MAX_COMMENTS = 5
+MAX_TEXT = 60_000  # as a Confluence page: an issue can hold megabytes of pasted logs
 FIELDS = "summary,description,status,issuetype,priority,assignee,comment"
 
 
@@ -36,10 +38,9 @@ def run(args: Mapping[str, Any], context: ToolContext) -> ToolResult:
     url = f"{base}/rest/api/2/issue/{key}?fields={FIELDS}"
     data = get_json(NAME, "Jira", "JIRA", url, settings.jira_email, settings.jira_api_token, context.http.timeout,
                     f"Jira issue {key}")
-    try:
-        fields = data["fields"]
-    except (KeyError, TypeError) as exc:
-        raise ToolError(NAME, f"Jira answered something that is not an issue for {key}") from exc
+    fields = data.get("fields") if isinstance(data, Mapping) else None
+    if not isinstance(fields, Mapping):
+        raise ToolError(NAME, f"Jira answered something that is not an issue for {key}")
     summary = _s(fields.get("summary"))
     lines = [f"{key}: {summary}"]
     for label, name in (("Status", "status"), ("Type", "issuetype"), ("Priority", "priority"), ("Assignee", "assignee")):
@@ -51,20 +52,31 @@ def run(args: Mapping[str, Any], context: ToolContext) -> ToolResult:
     description = _s(fields.get("description"))
     if description:
         lines += ["", description]
-    comments = ((fields.get("comment") or {}).get("comments") or []) if isinstance(fields.get("comment"), Mapping) else []
-    for c in comments[-MAX_COMMENTS:]:
+    comment = fields.get("comment")
+    comments = comment.get("comments") if isinstance(comment, Mapping) else None
+    for c in comments[-MAX_COMMENTS:] if isinstance(comments, list) else ():
         if isinstance(c, Mapping):
             author = (c.get("author") or {}).get("displayName", "") if isinstance(c.get("author"), Mapping) else ""
             lines += ["", f"Comment by {author or 'someone'}:", _s(c.get("body"))]
+    text = "\n".join(lines).strip()
+    if len(text) > MAX_TEXT:
+        text = text[:MAX_TEXT] + "\n[... issue truncated]"
     return ToolResult((
         EvidenceItem(
             tool=NAME,
-            source=_s(data.get("key")) or key,
-            text="\n".join(lines).strip(),
+            source=_issue_key(data.get("key"), key),
+            text=text,
             url=f"{base}/browse/{key}",
             title=summary,
         ),
     ))
+
+
+def _issue_key(answered: Any, asked: str) -> str:
+    """The key Jira answered with (a moved issue has a new one) when it is a key, else the one asked for."""
+    if isinstance(answered, str) and KEY.match(answered.strip().upper()):
+        return answered.strip().upper()
+    return asked
 
 
 def _s(value: Any) -> str:

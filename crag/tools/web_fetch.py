@@ -6,7 +6,8 @@ every address it resolves to must pass ``address_allowed`` (default
 ``MAX_REDIRECTS``); the body is cut at ``MAX_BYTES`` and the request has a deadline.
 HTML is reduced to text; a JSON array yields one evidence item per element (each with the
 URL plus ``#item-N`` as its source, so items stay distinct); other JSON and plain text
-become one item.
+become one item; JSON nested deeper than Python parses is read as text. A body holding NUL
+bytes is binary, whatever its ``Content-Type`` says, and refused like any binary type.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 from urllib.parse import urldefrag
 
 from ..errors import ToolError
+from ..index.discover import is_binary
 from ..prompts.find import find_urls
 from ..state import EvidenceItem
 from ..toolspec import Param, QuestionArg, Tool, ToolContext, ToolResult
@@ -51,27 +53,14 @@ def run(args: Mapping[str, Any], context: ToolContext) -> ToolResult:
     ctype = resp.content_type
     if ctype and not ctype.startswith(_TEXTUAL) and not ctype.endswith(("+json", "+xml")):
         raise ToolError(NAME, f"{resp.url} is {ctype}, not text")
+    if is_binary(resp.body):  # a binary body, whatever its Content-Type claims
+        raise ToolError(NAME, f"{resp.url} is binary, not text")
     final = urldefrag(resp.url)[0]
     body = resp.text()
     if "json" in ctype or (not ctype and body.lstrip()[:1] in "[{"):
-        try:
-            data = json.loads(body)
-        except ValueError:
-            data = None
-        if isinstance(data, list):
-            return ToolResult(
-                EvidenceItem(
-                    tool=NAME,
-                    source=f"{final}#item-{i + 1}",
-                    text=_cap(element if isinstance(element, str) else json.dumps(element, indent=1, ensure_ascii=False)),
-                    url=final,
-                    title=f"item {i + 1} of {len(data)}",
-                )
-                for i, element in enumerate(data[:MAX_ITEMS])
-            )
-        if data is not None:
-            text = _cap(json.dumps(data, indent=1, ensure_ascii=False))
-            return ToolResult((EvidenceItem(tool=NAME, source=final, text=text, url=final),))
+        items = _json_items(body, final)
+        if items is not None:
+            return ToolResult(items)
     title = ""
     if "html" in ctype or (not ctype and "<html" in body[:2000].lower()):
         title, body = html_to_text(body)
@@ -81,6 +70,27 @@ def run(args: Mapping[str, Any], context: ToolContext) -> ToolResult:
     if not text.strip():
         raise ToolError(NAME, f"{final} has no text")
     return ToolResult((EvidenceItem(tool=NAME, source=final, text=text, url=final, title=title),))
+
+
+def _json_items(body: str, final: str) -> tuple[EvidenceItem, ...] | None:
+    """The evidence of a JSON body (one item per element of an array), or None when the body is
+    not JSON Python can read (nested deeper than it parses, too): it is then read as text."""
+    try:
+        data = json.loads(body)
+        if isinstance(data, list):
+            return tuple(
+                EvidenceItem(
+                    tool=NAME,
+                    source=f"{final}#item-{i + 1}",
+                    text=_cap(element if isinstance(element, str) else json.dumps(element, indent=1, ensure_ascii=False)),
+                    url=final,
+                    title=f"item {i + 1} of {len(data)}",
+                )
+                for i, element in enumerate(data[:MAX_ITEMS])
+            )
+        return (EvidenceItem(tool=NAME, source=final, text=_cap(json.dumps(data, indent=1, ensure_ascii=False)), url=final),)
+    except (ValueError, RecursionError):
+        return None
 
 
 def _cap(text: str) -> str:

@@ -1,0 +1,135 @@
+"""The remote tools against servers that answer badly: JSON of the wrong shape, JSON nested past
+what Python parses, enormous issues and binary bodies. Each is one ``ToolError`` or a bounded
+item, never another exception (which would end ``crag ask`` with a traceback)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from crag.errors import ToolError
+from crag.state import ToolCall
+from tests.test_tools_remote import box_for, fetch, json_route, loopback_only, server, web_box
+
+__all__ = ["server"]  # the fixture, shared with test_tools_remote
+
+DEEP = ("[" * 100_000 + "]" * 100_000).encode()  # json.loads raises RecursionError, not ValueError
+
+
+def raw(body: bytes, content_type: str = "application/json"):
+    return lambda handler: (200, {"Content-Type": content_type}, body)
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"fields": []},
+        {"fields": None},
+        {"fields": "summary"},
+        {"fields": {"summary": "s", "comment": {"comments": {"0": {"body": "c"}}}}},
+        {"fields": {"summary": "s", "comment": {"comments": "not a list"}}},
+        {"fields": {"summary": "s", "comment": []}},
+    ],
+)
+def test_a_jira_answer_that_is_not_an_issue_is_a_tool_error_or_an_item(server, tmp_path: Path, payload) -> None:
+    jira = server({"/rest/api/2/issue/OPS-1": json_route(payload)})
+    box = box_for(tmp_path, jira_base_url=jira.url)
+    try:
+        [item] = box.run(ToolCall("jira_fetch", {"key": "OPS-1"}))
+    except ToolError as exc:
+        assert str(exc) == "jira_fetch: Jira answered something that is not an issue for OPS-1"
+    else:
+        assert item.text.startswith("OPS-1: s")
+
+
+def test_json_nested_past_the_parser_is_a_tool_error(server, tmp_path: Path) -> None:
+    site = server({"/rest/api/2/issue/OPS-1": raw(DEEP), "/rest/api/content/123": raw(DEEP)})
+    jira = box_for(tmp_path, jira_base_url=site.url)
+    with pytest.raises(ToolError, match=r"^jira_fetch: Jira answered something that is not JSON for Jira issue OPS-1"):
+        jira.run(ToolCall("jira_fetch", {"key": "OPS-1"}))
+    wiki = box_for(tmp_path, confluence_base_url=site.url)
+    with pytest.raises(ToolError, match=r"^confluence_fetch: Confluence answered something that is not JSON"):
+        wiki.run(ToolCall("confluence_fetch", {"page_id": "123"}))
+
+
+def test_a_web_page_of_json_nested_past_the_parser_is_read_as_text(server, tmp_path: Path) -> None:
+    site = server({"/deep": raw(DEEP)})
+    [item] = fetch(web_box(tmp_path, address_allowed=loopback_only), f"{site.url}/deep")
+    assert item.text.startswith("[[[[") and item.text.endswith("[... truncated]") and len(item.text) < 50_000
+
+
+def test_an_enormous_jira_issue_is_cut_like_a_confluence_page(server, tmp_path: Path) -> None:
+    issue = {"fields": {"summary": "big", "description": "word " * 500_000,
+                        "comment": {"comments": [{"body": "note " * 100_000}] * 3}}}
+    jira = server({"/rest/api/2/issue/OPS-1": json_route(issue)})
+    [item] = box_for(tmp_path, jira_base_url=jira.url).run(ToolCall("jira_fetch", {"key": "OPS-1"}))
+    assert item.text.startswith("OPS-1: big\n\nword word")
+    assert item.text.endswith("[... issue truncated]") and len(item.text) < 70_000
+
+
+@pytest.mark.parametrize("content_type", ["", "text/plain", "text/html"])
+def test_a_binary_body_is_not_text_whatever_its_content_type(server, tmp_path: Path, content_type: str) -> None:
+    site = server({"/blob": raw(b"\x7fELF\x02\x01\x01\x00\x00\x00garbage\xff\xfe" * 50, content_type)})
+    with pytest.raises(ToolError, match=r"^web_fetch: http://127\.0\.0\.1:\d+/blob is binary, not text$"):
+        fetch(web_box(tmp_path, address_allowed=loopback_only), f"{site.url}/blob")
+
+
+def test_a_confluence_page_of_the_wrong_shape_keeps_no_python_reprs(server, tmp_path: Path) -> None:
+    page = {"title": {"text": "T"}, "body": {"storage": {"value": ["<p>a</p>"]}}, "_links": []}
+    wiki = server({"/rest/api/content/123": json_route(page)})
+    box = box_for(tmp_path, confluence_base_url=wiki.url)
+    with pytest.raises(ToolError, match=r"^confluence_fetch: Confluence page 123 has no text$"):
+        box.run(ToolCall("confluence_fetch", {"page_id": "123"}))
+    assert json.dumps(page)  # the payload itself is plain JSON: only its shape is wrong
+
+
+_HTML_WORK = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_CPU, (60, 60))  # CPU seconds: the quadratic parse takes many minutes
+from crag.tools.http import html_to_text
+title, text = html_to_text(sys.argv[1] * (1024 * 1024 // len(sys.argv[1])))
+assert text.startswith(sys.argv[1] * 3), text[:40]
+"""
+
+
+@pytest.mark.parametrize("unit", ["<a", "</", "<?"])
+def test_html_ending_in_tags_that_never_close_is_read_in_one_pass(unit: str) -> None:
+    # html.parser rescans the rest of the document for every "<" that no ">" follows: a 1 MiB
+    # page of "<a" (what web_fetch reads at most) held a question for many minutes, with the
+    # deadline long passed (the body was already read). Measured in CPU seconds, with a margin
+    # of a hundred times what the linear reading takes.
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _HTML_WORK, unit], capture_output=True, text=True, timeout=600,
+                          env={"PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert done.returncode == 0, done.stderr[-500:] or f"killed by signal {-done.returncode}"
+
+
+def test_a_web_page_of_unclosed_tags_keeps_its_characters(server, tmp_path: Path) -> None:
+    site = server({"/tags": raw(b"<p>intro</p>" + b"<a" * 200_000, "text/html")})
+    [item] = fetch(web_box(tmp_path, address_allowed=loopback_only), f"{site.url}/tags")
+    assert item.text.startswith("intro\n<a<a<a") and item.text.endswith("[... truncated]")
+
+
+_OPEN_TAGS = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_CPU, (60, 60))
+from crag.tools.http import html_to_text
+title, text = html_to_text("<p>intro</p>" + "<a b='>' " * (1024 * 1024 // 9))
+assert text == "intro", text[:40]
+"""
+
+
+def test_html_of_tags_a_quoted_gt_leaves_open_is_read_in_one_pass() -> None:
+    # Every '<a' of "<a b='>' <a b='>' ..." opens a tag that never ends (its '>' is quoted):
+    # html.parser re-scanned the rest of the page from each (minutes for a 1 MiB page). As in a
+    # browser, the first such tag now runs to the end of the page. Measured in CPU seconds.
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _OPEN_TAGS], capture_output=True, text=True, timeout=600,
+                          env={"PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert done.returncode == 0, done.stderr[-500:] or f"killed by signal {-done.returncode}"
