@@ -516,23 +516,6 @@ def test_evidence_with_no_quotable_sentence_is_pointed_at_not_called_no_evidence
     assert "no quotable text" in result.answer and [c.path.endswith("x.md") for c in result.citations] == [True]
 
 
-def test_a_table_row_that_answers_is_quoted_with_its_header_and_cited_at_that_row():
-    """The answer was a row of a Markdown table: the offline answer quoted the sentence above
-    the table ("The service reads these settings.") and never the row that holds the answer."""
-    item = EvidenceItem(
-        "vector_search", "docs/settings.md",
-        "# Settings\n\nThe service reads these settings.\n\n| Setting | Default | Meaning |\n|---|---|---|\n"
-        "| upload_retries | 5 | how often an upload is retried |\n| timeout | 30 s | how long a request may take |\n"
-        "| log_level | info | what is logged |", 1, 9, 0.8)
-    result = Agent(OfflineChatModel(), FakeToolbox({"vector_search": [[item]]}), Settings()).ask(
-        "How often is an upload retried?")
-    body = result.answer.split("\n\n---")[0]
-    table = "| Setting | Default | Meaning |\n|---|---|---|\n| upload_retries | 5 | how often an upload is retried |"
-    assert f"{table}\n\n[1]" in body, body
-    assert "timeout" not in body and "log_level" not in body
-    assert body.endswith("[1] docs/settings.md:L7"), body
-
-
 def test_a_sentence_naming_a_tag_in_inline_code_is_quoted():
     """"Wrap the inputs in a `<form>` tag" was taken for a line of HTML markup and never quoted,
     though the tag is inline code in a sentence of prose."""

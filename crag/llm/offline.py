@@ -450,7 +450,7 @@ class OfflineChatModel:
                     chosen.append((k, first[0], first[1]))
         lines = [OFFLINE_PREFACE, ""]
         for k, _, quote in sorted(chosen):
-            if quote.startswith(("```", "~~~", "|")):  # a block, its marker on a line below
+            if quote.startswith(("```", "~~~")):
                 if lines[-1]:
                     lines.append("")
                 lines.extend([quote, f"[{k + 1}]", ""])

@@ -20,7 +20,7 @@ from ..state import EvidenceItem
 from ..text import STOPWORDS, in_vocabulary, keywords
 from .code_context import leading_code
 
-__all__ = ["code_file", "code_quotes", "item_quotes", "quotable", "same_text", "table_rows", "title_split", "words_of"]
+__all__ = ["code_file", "code_quotes", "item_quotes", "quotable", "same_text", "title_split", "words_of"]
 
 _CITE_LIKE = re.compile(r"\[(\s*\d+(?:\s*[-–,;]\s*\d+)*\s*)\]")
 _MAX_SENTENCE = 600
@@ -223,28 +223,3 @@ def quotable(text: str, question: str = "", lead: str | None = None) -> Iterable
             block = _code_block(piece.text)
             if block is not None and len(block) <= 1500:
                 yield skip + piece.start, block
-        elif piece.kind == "table" and question:
-            found = table_rows(piece.text, keywords(question))
-            if found is not None and len(found[1]) <= 1500:
-                yield skip + piece.start + found[0], found[1]
-
-
-_DELIMITER_ROW = re.compile(r"^\s*\|?\s*:?-+:?\s*(?:\|\s*:?-+:?\s*)*\|?\s*$")
-_TABLE_ROWS = 3  # most rows of a table quoted
-
-
-def table_rows(table: str, words: Sequence[str]) -> tuple[int, str] | None:
-    """(position, quote) of a Markdown table's rows that hold the most of ``words`` (at most
-    ``_TABLE_ROWS``, each as written), under the table's header and delimiter rows when it has
-    them; None when no row holds one of ``words``."""
-    lines = table.rstrip("\n").split("\n")
-    head = 2 if len(lines) > 2 and _DELIMITER_ROW.match(lines[1]) else 0
-    held = [sum(1 for w in words if in_vocabulary(w, set(keywords(line)))) for line in lines[head:]]
-    best = max(held, default=0)
-    if not best:
-        return None
-    rows = [line for line, n in zip(lines[head:], held) if n == best][:_TABLE_ROWS]
-    if head:
-        return 0, "\n".join([*lines[:2], *rows])
-    first = lines.index(rows[0])
-    return sum(len(line) + 1 for line in lines[:first]), "\n".join(rows)
