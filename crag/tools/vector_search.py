@@ -5,6 +5,11 @@ Each item carries the chunk's path (relative to the working directory when under
 chunk's cosine similarity to the query clipped to [0, 1] (see ``crag.index.store``), which
 is what the ``high_vector_score`` rule compares with ``KB_AGENT_VECTOR_SCORE_THRESHOLD``.
 
+A file edited since it was indexed is read as it is now (``crag.index.current``): a hit
+whose text moved is the file's lines where it is now, one whose text is gone is no
+evidence, and either is audited ``source_changed``, so a citation never opens a file at a
+line that does not show the cited text.
+
 Which hits a query finds is the retriever's business (``crag.index.search``: with the
 ``hash`` embedder, only chunks sharing a content word with the query). Index errors (missing, damaged, built with another embedder) are raised as they are, so
 the user is told to re-index; a failing embedder is a ``ToolError``.
@@ -16,10 +21,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import LLMError, ToolError
-from ..state import EvidenceItem
+from ..index.current import current_lines, place_now
+from ..pages import span_ref
+from ..state import AuditEvent, EvidenceItem
 from ..toolspec import CONFIGURED_TOP_K, MAX_TOP_K, Paging, Param, Searches, Tool, ToolContext, ToolResult
 
 NAME = "vector_search"
+REINDEX_HINT = "the file changed since it was indexed: run crag index to search its new text"
 
 
 def run(args: Mapping[str, Any], context: ToolContext) -> ToolResult:
@@ -28,18 +36,25 @@ def run(args: Mapping[str, Any], context: ToolContext) -> ToolResult:
         hits = context.retriever().search(query, top_k, roots=context.search_roots())
     except LLMError as exc:
         raise ToolError(NAME, f"the embedder failed: {exc}") from exc
-    return ToolResult(
-        EvidenceItem(
-            tool=NAME,
-            source=context.label(hit.path),
-            text=hit.text,
-            start_line=hit.start_line,
-            end_line=hit.end_line,
-            score=hit.score,
-            title=hit.heading,
-        )
-        for hit in hits
-    )
+    items, audit = [], []
+    files: dict[str, list[str] | None] = {}
+    for hit in hits:
+        source = context.label(hit.path)
+        if hit.path not in files:
+            files[hit.path] = current_lines(hit.path)
+        lines = files[hit.path]
+        place = (hit.start_line, hit.end_line, hit.text) if lines is None else place_now(
+            hit.text, hit.start_line, hit.end_line, lines)
+        if place != (hit.start_line, hit.end_line, hit.text):
+            audit.append(AuditEvent("source_changed", {
+                "source": source, "indexed": span_ref(source, hit.start_line, hit.end_line),
+                "line": None if place is None else place[0], "hint": REINDEX_HINT}))
+        if place is None:
+            continue
+        start, end, text = place
+        items.append(EvidenceItem(tool=NAME, source=source, text=text, start_line=start, end_line=end,
+                                  score=hit.score, title=hit.heading))
+    return ToolResult(items, audit)
 
 
 def _same_search(args: Mapping[str, Any]) -> str:

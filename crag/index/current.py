@@ -1,0 +1,92 @@
+"""Where an indexed chunk's text is in its file now, for a file edited since it was indexed.
+
+``ask`` and ``search`` without ``--kb`` search the index as it stands, and a user edits
+files between two ``crag index`` runs. A chunk's ``start_line`` then points at whatever the
+file holds there now, and an answer would cite a line that does not show the cited text.
+So a search hit is checked against its file before it becomes evidence:
+
+- the file's lines at the chunk's place are the chunk's text: the hit stands as it is;
+- otherwise the chunk's non-blank lines are looked for in the file (in order, blank lines
+  aside: ``difflib``'s matching blocks); when at least half of them are found close together,
+  the hit becomes the file's lines from the first found to the last, text and numbers both,
+  so the evidence is what the file says now (a paragraph inserted in the section is read
+  with it; a changed number is read as changed);
+- when fewer are found, the file no longer holds the chunk's text: it is not evidence.
+
+A file that cannot be read here (gone, a store shared with another machine, too large) is
+not judged: the hit stands as the index holds it. ``current_lines`` reads a file as the
+indexer does (``crag.index.discover``), so the numbering is crag's everywhere, PDF pages
+included.
+"""
+
+from __future__ import annotations
+
+import difflib
+
+from .discover import MAX_FILE_BYTES, read_bytes, split_lines, text_of
+
+__all__ = ["Place", "current_lines", "place_now"]
+
+Place = tuple[int, int, str]  # start line, end line (1-based, inclusive), text
+
+
+def current_lines(path: str) -> list[str] | None:
+    """The lines of ``path`` as the indexer reads them, or None when it cannot be read."""
+    try:
+        return split_lines(text_of(path, read_bytes(path, MAX_FILE_BYTES)))
+    except (OSError, ValueError):
+        return None
+
+
+def place_now(text: str, start: int, end: int, lines: list[str]) -> Place | None:
+    """Where the chunk ``text``, indexed at lines ``start``-``end``, is in ``lines`` now (see
+    the module docstring): its place unchanged, a new place with the text found there, or
+    None when ``lines`` no longer hold it."""
+    chunk = text.split("\n")
+    if lines[start - 1 : end] == chunk:
+        return start, end, text
+    if start == end and len(chunk) == 1:  # a piece of a line too long for one chunk
+        return _piece(text, start, lines)
+    return _region(chunk, lines)
+
+
+def _piece(text: str, line: int, lines: list[str]) -> Place | None:
+    if 0 < line <= len(lines) and text in lines[line - 1]:
+        return line, line, text
+    found = [i for i, held in enumerate(lines, 1) if text in held]
+    if not found:
+        return None
+    nearest = min(found, key=lambda i: abs(i - line))
+    return nearest, nearest, text
+
+
+def _region(chunk: list[str], lines: list[str]) -> Place | None:
+    wanted = sum(1 for line in chunk if line.strip())
+    if not wanted:
+        return None
+    matcher = difflib.SequenceMatcher(lambda line: not line.strip(), chunk, lines, autojunk=False)
+    blocks = [b for b in matcher.get_matching_blocks() if b.size]
+    if not blocks:
+        return None
+    # The found lines close together around the longest run: a stray match of a common line
+    # ("```", "---") far away is not a place of this chunk.
+    best = max(blocks, key=lambda b: sum(1 for line in chunk[b.a : b.a + b.size] if line.strip()))
+    slack = 2 * len(chunk)
+    first, last = best.b, best.b + best.size
+    for b in sorted(blocks, key=lambda b: abs(b.b - best.b)):
+        if b.b + b.size >= first - slack and b.b <= last + slack:
+            first, last = min(first, b.b), max(last, b.b + b.size)
+    found = sum(
+        1
+        for b in blocks
+        if first <= b.b and b.b + b.size <= last
+        for line in chunk[b.a : b.a + b.size]
+        if line.strip()
+    )
+    if 2 * found < wanted:
+        return None
+    while not lines[first].strip():  # a found run may open or close on a blank line
+        first += 1
+    while not lines[last - 1].strip():
+        last -= 1
+    return first + 1, last, "\n".join(lines[first:last])
