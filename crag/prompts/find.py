@@ -107,8 +107,10 @@ def find_confluence_page_ids(text: str) -> tuple[str, ...]:
     return tuple(ids)
 
 
+# The suffixes of the files crag indexes (its documents, PDF and DOCX, included): a question
+# naming one names where its answer is.
 _PATH_EXTENSIONS = (
-    "md|markdown|mdx|txt|rst|adoc|org|tex|py|pyi|js|jsx|ts|tsx|json|jsonl|yaml|yml|toml|ini|cfg|conf|"
+    "md|markdown|mdx|mdown|mkd|txt|text|rst|adoc|asciidoc|org|tex|pdf|docx|xhtml|ipynb|py|pyi|js|jsx|ts|tsx|json|jsonl|yaml|yml|toml|ini|cfg|conf|"
     "env|sh|bash|zsh|ps1|go|rs|java|kt|kts|scala|rb|php|c|h|cc|cpp|hpp|cs|swift|sql|html|htm|css|"
     "scss|xml|csv|tsv|lock|gradle|properties|proto|graphql|tf|hcl|dockerfile|mk|log"
 )
