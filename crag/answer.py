@@ -86,6 +86,11 @@ _MARKER_RUN = re.compile(
 # ("as the evidence says, [4], it ..." -> "as the evidence says, it ...").
 _GONE = "\ue000"
 _AFTER_GONE = re.compile(r"[ \t]*,?[ \t]*" + _GONE + r"(?=[ \t]*[,.;:!?)])")
+# What only introduced a dropped run goes with it: its parentheses ("(see [9])", "([7])",
+# "(source: [9])") and a "see" or "cf." before it.
+_LEAD = r"(?:see(?:[ \t]+also)?|cf\.?|sources?|refs?|references?)"
+_PAREN_GONE = re.compile(r"[ \t]*\([ \t]*(?:" + _LEAD + r"[ \t]*:?[ \t]*)?" + _GONE + r"[ \t]*\)", re.I)
+_SEE_GONE = re.compile(r"\b(?:see(?:[ \t]+also)?|cf\.?)[ \t]*:?[ \t]*" + _GONE, re.I)
 
 
 def rewrite_markers(text: str, replace: Callable[[list[int]], str]) -> str:
@@ -101,7 +106,10 @@ def rewrite_markers(text: str, replace: Callable[[list[int]], str]) -> str:
     pieces = _CODE.split(text)
     for i in range(0, len(pieces), 2):  # even pieces are outside code
         if "[" in pieces[i]:
-            pieces[i] = _AFTER_GONE.sub("", _MARKER_RUN.sub(run, pieces[i].replace(_GONE, ""))).replace(_GONE, "")
+            gone = _MARKER_RUN.sub(run, pieces[i].replace(_GONE, ""))
+            if _GONE in gone:
+                gone = _SEE_GONE.sub(_GONE, _PAREN_GONE.sub(_GONE, gone))
+            pieces[i] = _AFTER_GONE.sub("", gone).replace(_GONE, "")
     return "".join(pieces)
 
 

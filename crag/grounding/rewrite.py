@@ -174,6 +174,13 @@ class Sources:
 _REFERENCE = re.compile(r"(?<![\w/.-])\[?([^\s`\[\]()<>]+?):L(\d+)(?:-L(\d+))?\]?(?![\w-])")
 
 
+# What comes before a reference written as a citation, "(", "(see ", "(source: ", "see ", "cf. ",
+# and what comes after it: the clause or the parenthesis ends there.
+_OPENS_CITATION = re.compile(r"(?:\(\s*(?:(?:see(?:\s+also)?|cf\.?|sources?|refs?|references?)\s*:?\s*)?"
+                             r"|\b(?:see(?:\s+also)?|cf\.?)\s*:?\s*)\Z", re.I)
+_CLOSES_CITATION = re.compile(r"\s*(?:[.,;:!?)]|\Z)")
+
+
 # "[Source 1]", "(source 1)", "[Evidence #2]": a marker written with a word, as models write them
 # and "[^1]", a Markdown footnote's marker
 _WORDED = re.compile(r"(?:\[|\()(?:source|evidence|item|ref|reference|\^)\s*#?\s*(\d{1,4})(?:\](?![(\[])|\))",
@@ -185,14 +192,16 @@ def source_references(text: str, items: Sequence[EvidenceItem]) -> str:
     (``docs/setup.md:L40-L58``, bare, bracketed or as inline code) turned into the marker of
     the item it names (Qwen2.5-Coder-1.5B once wrote every step that way), and each marker
     written with a word (``[Source 1]``, ``(source 1)``) or as a footnote's (``[^1]``) into ``[1]``. A path with a
-    line that no item holds is left as written; so is a path without a line, which prose
-    uses for files it talks about, and a worded marker naming no item."""
+    line that no item holds, written as a citation (``_cites``), is a marker that points at no
+    evidence (one past the last item), which renumbering removes; elsewhere in prose it is left
+    as written, and so is a path without a line, which prose uses for files it talks about, and
+    a worded marker naming no item."""
     text = _worded_markers(text, len(items))
     spans: dict[str, list[tuple[int, int, int]]] = {}
     for k, item in enumerate(items, start=1):
         if item.start_line is not None:
             spans.setdefault(item.source, []).append((k, item.start_line, item.end_line or item.start_line))
-    if not spans or ":L" not in text:
+    if ":L" not in text:
         return text
 
     def marker(match: re.Match[str]) -> str | None:
@@ -202,7 +211,7 @@ def source_references(text: str, items: Sequence[EvidenceItem]) -> str:
         return None if k is None else f"[{k}]"
 
     def replace(match: re.Match[str]) -> str:
-        return marker(match) or match.group(0)
+        return marker(match) or (f"[{len(items) + 1}]" if _cites(match) else match.group(0))
 
     pieces = code_split(text)
     for i, piece in enumerate(pieces):
@@ -213,6 +222,16 @@ def source_references(text: str, items: Sequence[EvidenceItem]) -> str:
             mark = marker(inner) if inner else None
             pieces[i] = mark or piece
     return "".join(pieces)
+
+
+def _cites(match: re.Match[str]) -> bool:
+    """Whether a reference no item holds is written as a citation (``[docs/a.md:L3]``,
+    ``(see docs/a.md:L3)``, ``, see docs/a.md:L3``): a marker that points at no evidence, which
+    renumbering removes with its brackets. In prose otherwise, it is left as written."""
+    written, before, after = match.group(0), match.string[: match.start()], match.string[match.end() :]
+    if written.startswith("[") and written.endswith("]"):
+        return True
+    return bool(_OPENS_CITATION.search(before) and _CLOSES_CITATION.match(after))
 
 
 def _worded_markers(text: str, n: int) -> str:

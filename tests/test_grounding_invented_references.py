@@ -1,0 +1,75 @@
+"""A citation the model invents points at no evidence: it is removed, never judged as a claim.
+
+SPEC §7: "markers that point at no evidence are removed". A model cites as crag's footer does
+(``docs/setup.md:L40``), in brackets, in parentheses or after "see"; a reference of that form
+that no evidence item holds (a file crag never found, a line outside the item) is such a
+marker. It used to stay in the sentence as an anchor no item holds, so a right sentence was
+unsupported and a right answer on the simple path became the no-evidence sentence. A marker
+in parentheses that goes takes its parentheses with it: "(see [9])" left "(see)" behind.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from crag.grounding import ground
+from crag.state import EvidenceItem
+from tests.fakes import cli, plan, route
+from tests.openai_server import FakeOpenAIServer
+
+SETUP = EvidenceItem("vector_search", "docs/setup.md", "# Setup\n\nThe server listens on port 8080 by default.",
+                     1, 3, 0.7)
+RIGHT = "The server listens on port 8080 by default [1]."
+
+
+@pytest.mark.parametrize("reference", [
+    " (see [9])", " (see docs/other.md:L3)", " (docs/other.md:L3)", " [docs/other.md:L3]",
+    ", see docs/other.md:L3", " (see docs/setup.md:L99)", " (source: docs/other.md:L3-L9)", " (cf. [4])",
+    " ([7])",
+])
+def test_a_reference_to_no_evidence_goes_with_its_brackets(reference: str) -> None:
+    g = ground(f"The server listens on port 8080 by default{reference}.", (SETUP,))
+    assert g.body == RIGHT
+    assert g.report.supported == 1 and g.report.unsupported == ()
+
+
+def test_a_reference_the_evidence_holds_stays_a_marker() -> None:
+    g = ground("The server listens on port 8080 by default (see docs/setup.md:L3).", (SETUP,))
+    assert g.body == "The server listens on port 8080 by default (see [1])."
+
+
+def test_a_path_in_prose_or_in_code_is_left_as_written() -> None:
+    g = ground("Edit `docs/other.md:L3` to change the port 8080 the server listens on by default.", (SETUP,))
+    assert "`docs/other.md:L3`" in g.body
+
+
+def test_ask_answers_when_the_model_adds_a_reference_it_invented(tmp_path, monkeypatch) -> None:
+    from tests.fakes import clean_env
+
+    clean_env(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KB_AGENT_INDEX_DIR", str(tmp_path / "index"))
+    monkeypatch.setenv("KB_AGENT_LLM", "offline")
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "setup.md").write_text("# Setup\n\nThe server listens on port 8080 by default.\n")
+    assert cli("index", "docs")[0] == 0
+    with FakeOpenAIServer() as srv:
+        monkeypatch.setenv("KB_AGENT_LLM", "openai")
+        monkeypatch.setenv("OPENAI_BASE_URL", srv.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+        srv.script("analyze_and_route", route("simple"))
+        srv.script("plan", plan(("vector_search", {"query": "server port"})))
+        srv.script("synthesize", "The server listens on port 8080 by default (see docs/other.md:L3).")
+        code, out, err = cli("ask", "--json", "Which port does the server listen on?")
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["body"] == RIGHT
+    assert result["grounding"]["verdict"] == "answered"
+    assert [(c["path"], c["line"]) for c in result["citations"]] == [("docs/setup.md", 3)]
+
+
+def test_a_reference_inside_a_clause_is_left_as_written() -> None:
+    g = ground("Please see docs/other.md:L3 for the port 8080 the server listens on by default.", (SETUP,))
+    assert "see docs/other.md:L3 for" in g.body
