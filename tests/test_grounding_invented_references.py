@@ -73,3 +73,22 @@ def test_ask_answers_when_the_model_adds_a_reference_it_invented(tmp_path, monke
 def test_a_reference_inside_a_clause_is_left_as_written() -> None:
     g = ground("Please see docs/other.md:L3 for the port 8080 the server listens on by default.", (SETUP,))
     assert "see docs/other.md:L3 for" in g.body
+
+
+BACKUP = EvidenceItem("grep_search", "docs/backup.md", "# Backups\n\nA backup is kept for thirty days.", 1, 3)
+
+
+@pytest.mark.parametrize("written", ["【{k}】", "【{k}†source】", "【{k}:0†setup.md】"])
+def test_a_lenticular_marker_is_the_marker_of_that_item(written: str) -> None:
+    """OpenAI's models, used to their file search, cite as 【2】 or 【4:0†source】: the number
+    was read as a claim of the sentence (no item holds a "2"), and a right answer went."""
+    mark = written.format
+    g = ground(f"A backup is kept for thirty days{mark(k=2)}. "
+               f"The server listens on port 8080 by default{mark(k=1)}.", (SETUP, BACKUP))
+    assert g.body == "A backup is kept for thirty days [1]. The server listens on port 8080 by default [2]."
+    assert g.report.supported == 2
+
+
+def test_a_lenticular_marker_naming_no_item_goes() -> None:
+    g = ground("The server listens on port 8080 by default【7】.", (SETUP,))
+    assert g.body == RIGHT

@@ -185,13 +185,17 @@ _CLOSES_CITATION = re.compile(r"\s*(?:[.,;:!?)]|\Z)")
 # and "[^1]", a Markdown footnote's marker
 _WORDED = re.compile(r"(?:\[|\()(?:source|evidence|item|ref|reference|\^)\s*#?\s*(\d{1,4})(?:\](?![(\[])|\))",
                      re.IGNORECASE)
+# "【2】", "【4:0†source】": how models used to a file-search tool cite; never prose, so one naming
+# no item is a marker that points at no evidence, and goes.
+_LENTICULAR = re.compile(r"[ \t]?\u3010(\d{1,4})(?:[:\u2020][^\u3011\n]{0,80})?\u3011")
 
 
 def source_references(text: str, items: Sequence[EvidenceItem]) -> str:
     """``text`` with each evidence header the model copied as a reference
     (``docs/setup.md:L40-L58``, bare, bracketed or as inline code) turned into the marker of
     the item it names (Qwen2.5-Coder-1.5B once wrote every step that way), and each marker
-    written with a word (``[Source 1]``, ``(source 1)``) or as a footnote's (``[^1]``) into ``[1]``. A path with a
+    written with a word (``[Source 1]``, ``(source 1)``), as a footnote's (``[^1]``) or in lenticular
+    brackets (``【1】``, ``【1†source】``) into ``[1]``. A path with a
     line that no item holds, written as a citation (``_cites``), is a marker that points at no
     evidence (one past the last item), which renumbering removes; elsewhere in prose it is left
     as written, and so is a path without a line, which prose uses for files it talks about, and
@@ -236,6 +240,11 @@ def _cites(match: re.Match[str]) -> bool:
 
 def _worded_markers(text: str, n: int) -> str:
     """``[Source K]`` and the like, outside code, as ``[K]`` when 1 <= K <= ``n``."""
+    if "\u3010" in text:
+        pieces = code_split(text)
+        for i in range(0, len(pieces), 2):
+            pieces[i] = _LENTICULAR.sub(lambda m: f" [{m.group(1)}]", pieces[i])
+        text = "".join(pieces)
     if not n or not _WORDED.search(text):
         return text
 
