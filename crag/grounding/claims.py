@@ -42,7 +42,10 @@ __all__ = [
 
 UNSUPPORTED_TAG = "[unsupported]"
 CLAUSE_WORDS = 3  # fewest content words and anchors of a clause judged on its own
-_CLAUSE_BREAK = re.compile(r"[,;][ \t]+")
+# Where a sentence's clauses end: after a comma or semicolon (not one inside a marker, "[1, 2]"),
+# and after the model's own markers when the sentence goes on ("... 8080 [1] and the client ...").
+_CLAUSE_BREAK = re.compile(r"\[\s*\d+(?:\s*[-\u2013,;]\s*\d+)*\s*\](?:[ \t]?\[\s*\d+\s*\])*[ \t]+(?=[^\s\[.,;:!?])"
+                           r"|[,;](?![^\[\]]*\])[ \t]+")
 
 # Words that make a sentence about the answer rather than about the subject.
 SCAFFOLDING = frozenset(
@@ -384,7 +387,8 @@ def _clause(text: str) -> bool:
 
 
 def clauses(text: str) -> list[str]:
-    """``text`` cut after its commas and semicolons (outside code) into clauses that each
+    """``text`` cut after its commas and semicolons and after a marker the sentence goes on
+    from (outside code) into clauses that each
     say enough to be judged alone (``_clause``); a shorter part stays with the clause before
     it, so a list of names ("`Path`, `Query` and `Cookie`") or a short aside stays whole.
     The clauses concatenate to ``text``."""
