@@ -66,3 +66,13 @@ def test_ask_keeps_the_answer_that_joins_two_pages(tmp_path, monkeypatch) -> Non
     assert result["body"] == JOINED
     assert result["grounding"]["verdict"] == "answered"
     assert [(c["path"], c["line"]) for c in result["citations"]] == [("docs/a.md", 3), ("docs/b.md", 3)]
+
+
+def test_strict_keeps_a_sentence_whose_every_clause_is_supported() -> None:
+    """``strict`` removes a sentence with an unsupported clause whole; one whose clauses are
+    all supported has nothing to remove, and the answer is not refused for it."""
+    g = ground(JOINED, (SERVER, CLIENT), mode="strict")
+    assert g.body == JOINED and g.report.supported == 1
+    g = ground("The kiwi server listens on port 8080 by default [1] and the kiwi client retries uploads seven "
+               "times [2].", (SERVER, CLIENT), mode="strict")
+    assert g.body.strip() == "" or "seven" not in g.body

@@ -89,9 +89,10 @@ class _Grounder:
             return self.sources.remap(piece.text), None
         found = self.supports(piece.kind, piece.text, c)
         stripped = piece.text if piece.kind == "code" else strip_markers(piece.text)
-        if not found and piece.kind in ("sentence", "item") and self.mode == "note":
+        if not found and piece.kind in ("sentence", "item"):
             judged = self.by_clause(piece)
-            if judged is not None:
+            # strict keeps a sentence judged by clause only whole: every clause supported
+            if judged is not None and (self.mode == "note" or judged[1].supported):
                 return judged
         if not found:
             verdict = Judgement(bare, False, NO_RULE)
