@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from crag.config import Settings
-from crag.index.current import place_now
+from crag.index.current import current_lines, place_now
 from crag.state import ToolCall
 from crag.tools import Toolbox
 from tests.fakes import clean_env, cli
@@ -132,3 +132,11 @@ def test_a_piece_of_a_long_line_is_found_on_the_line_that_holds_it_now() -> None
     lines = ["new first line", "x" * 10 + "the piece" + "y" * 10]
     assert place_now("the piece", 1, 1, lines) == (2, 2, "the piece")
     assert place_now("the piece", 1, 1, ["nothing here"]) is None
+
+
+def test_a_pdf_is_cited_as_indexed_without_extracting_its_text_again(tmp_path: Path) -> None:
+    """A PDF's text takes seconds to extract, on every ask: it is not read for this check."""
+    (tmp_path / "guide.pdf").write_bytes(b"%PDF-1.4 not really a pdf")
+    assert current_lines(str(tmp_path / "guide.pdf")) is None
+    (tmp_path / "notes.md").write_text("one\ntwo\n")
+    assert current_lines(str(tmp_path / "notes.md")) == ["one", "two"]

@@ -14,16 +14,18 @@ So a search hit is checked against its file before it becomes evidence:
 - when fewer are found, the file no longer holds the chunk's text: it is not evidence.
 
 A file that cannot be read here (gone, a store shared with another machine, too large) is
-not judged: the hit stands as the index holds it. ``current_lines`` reads a file as the
-indexer does (``crag.index.discover``), so the numbering is crag's everywhere, PDF pages
-included.
+not judged: the hit stands as the index holds it; so is a PDF or DOCX, whose text is costly
+to extract. ``current_lines`` reads a file as the indexer does (``crag.index.discover``), so
+the numbering is crag's everywhere.
 """
 
 from __future__ import annotations
 
 import difflib
+import os
 
 from .discover import MAX_FILE_BYTES, read_bytes, split_lines, text_of
+from .readers import reader_for
 
 __all__ = ["Place", "current_lines", "place_now"]
 
@@ -31,7 +33,12 @@ Place = tuple[int, int, str]  # start line, end line (1-based, inclusive), text
 
 
 def current_lines(path: str) -> list[str] | None:
-    """The lines of ``path`` as the indexer reads them, or None when it cannot be read."""
+    """The lines of ``path`` as the indexer reads them, or None when it cannot be read here or
+    is a PDF or DOCX: their text takes seconds to extract, on every ``ask``, and such a file is
+    seldom edited in place."""
+    reader = reader_for(os.path.basename(path))
+    if reader is not None and reader.extra:
+        return None
     try:
         return split_lines(text_of(path, read_bytes(path, MAX_FILE_BYTES)))
     except (OSError, ValueError):
