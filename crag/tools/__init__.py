@@ -89,6 +89,7 @@ class Toolbox:
         self._store: Store | None = None
         self._roots = None if roots is None else tuple(dict.fromkeys(normalize_root(r) for r in roots))
         self._embedder = embedder
+        self._own_embedder = embedder is None  # made here on first search, so closed here
         # None: public addresses only and the system resolver (crag.tools.http, which loads
         # when a remote tool first runs).
         self.http = Http(http_timeout, address_allowed, resolver)
@@ -199,6 +200,9 @@ class Toolbox:
             if self._store is not None:
                 self._store.close()
                 self._store = None
+            close = getattr(self._embedder, "close", None) if self._own_embedder else None
+            if close is not None:  # an openai embedder's connections; it reopens when used again
+                close()
 
 
 class ToolboxContext:
