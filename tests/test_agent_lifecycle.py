@@ -7,6 +7,7 @@ import os
 
 from crag import Agent
 
+from .fakes import route
 from .openai_server import FakeOpenAIServer
 
 
@@ -61,3 +62,35 @@ def test_close_lets_go_of_the_embedding_servers_connections_indexing_and_searchi
         agent.close()
         assert not client_sockets(srv.port)
 
+
+def test_retry_waits_of_parallel_searches_reach_on_event_on_the_asking_thread(tmp_path, monkeypatch) -> None:
+    """``on_event`` is called on the thread that runs the question (crag.events), but a retry
+    wait of a search's embedding request was reported on the tool thread that waited, two at
+    once when the round's searches ran in parallel: a handler that updates a user interface,
+    or is not thread-safe, was called from threads it did not know."""
+    import threading
+
+    from crag import RetryWaiting, ScriptedChatModel
+
+    from .fakes import plan
+    from .openai_server import Status
+
+    docs = kb(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    with FakeOpenAIServer(embedding_dim=1536) as srv:
+        model = ScriptedChatModel({
+            "analyze_and_route": [route("simple")],
+            "plan": [plan(("vector_search", {"query": "bravo port"}))],
+            "synthesize": ["The bravo service listens on port 805 [1]."],
+        })
+        agent = Agent.from_env([docs], chat_model=model, dotenv=None, environ={}, embedder="openai",
+                               openai_base_url=srv.base_url, index_dir=str(tmp_path / "index"))
+        srv.script("embeddings", Status(503, retry_after=0.2), Status(503, retry_after=0.2))
+        threads: list[tuple[str, str]] = []
+        answer = agent.ask("Which port does the bravo service listen on?",
+                           on_event=lambda e: threads.append((type(e).__name__, threading.current_thread().name)))
+        agent.close()
+    waits = [name for kind, name in threads if kind == RetryWaiting.__name__]
+    assert len(waits) >= 4  # each search's wait, told as it starts and as its retry is sent
+    assert {name for _, name in threads} == {threading.current_thread().name}
+    assert answer.citations[0].path == "docs/bravo.md"
