@@ -31,12 +31,15 @@ def client_sockets(port: int) -> set[str]:
     return held
 
 
-def kb(tmp_path):
+def kb(tmp_path, more: int = 0):
     docs = tmp_path / "docs"
     docs.mkdir()
     for name in ("alpha", "bravo", "charlie"):
         (docs / f"{name}.md").write_text(f"# {name}\n\nThe {name} service listens on port 80{len(name)}.\n",
                                          encoding="utf-8")
+    for n in range(more):  # vectors beyond the first page of the vector file
+        (docs / f"note{n}.md").write_text(f"# Note {n}\n\nThe note number {n} holds remark {n * 7}.\n",
+                                          encoding="utf-8")
     return docs
 
 
@@ -94,3 +97,41 @@ def test_retry_waits_of_parallel_searches_reach_on_event_on_the_asking_thread(tm
     assert len(waits) >= 4  # each search's wait, told as it starts and as its retry is sent
     assert {name for _, name in threads} == {threading.current_thread().name}
     assert answer.citations[0].path == "docs/bravo.md"
+
+
+OVERWRITTEN_IN_PLACE = """
+import os, sys
+from crag import Agent, IndexStoreError
+from crag.index import index_roots
+agent = Agent.from_env([sys.argv[1]], dotenv=None, environ={}, llm="offline", index_dir=sys.argv[2])
+assert agent.ask("Which port does the bravo service listen on?").citations
+(gen,) = [d for d in os.listdir(sys.argv[2]) if d.startswith("gen-")]
+with open(os.path.join(sys.argv[2], gen, "vectors.faiss"), "r+b") as f:  # as `cp` over it does
+    f.truncate(64)
+try:
+    agent.ask("Which port does the bravo service listen on?")
+except IndexStoreError as exc:
+    print("error:", exc)
+index_roots(agent.settings, [sys.argv[1]])
+print("after re-index:", agent.ask("Which port does the bravo service listen on?").citations[0].path)
+agent.close()
+"""
+
+
+def test_an_index_file_overwritten_in_place_under_an_open_agent_is_damage_said_not_a_crash(tmp_path) -> None:
+    """The reader maps the vector file into memory; a file cut short in place (``cp`` of an
+    older index over it, a full disk) killed a long-lived agent at its next search with
+    SIGBUS ("Bus error"), no message, no traceback. The search now says the index is damaged,
+    and after a re-index the same agent answers."""
+    import subprocess
+    import sys
+
+    docs = kb(tmp_path, more=40)
+    run = subprocess.run([sys.executable, "-c", OVERWRITTEN_IN_PLACE, str(docs), str(tmp_path / "index")],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                         env={**os.environ, "PYTHONPATH": os.getcwd()})
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert len(run.stdout.splitlines()) == 2, (run.stdout, run.stderr[-2000:])
+    error, after = run.stdout.splitlines()
+    assert error.startswith("error: ") and "damaged" in error and "crag index" in error
+    assert after == "after re-index: docs/bravo.md"
