@@ -135,3 +135,55 @@ def test_an_index_file_overwritten_in_place_under_an_open_agent_is_damage_said_n
     error, after = run.stdout.splitlines()
     assert error.startswith("error: ") and "damaged" in error and "crag index" in error
     assert after == "after re-index: docs/bravo.md"
+
+
+def test_aask_calls_on_event_on_the_event_loops_thread_and_a_raising_handler_stops_the_question() -> None:
+    """``astream`` hands its events to ``on_event`` on the thread iterating it, but ``aask``
+    called the handler on its worker thread: a handler feeding an ``asyncio.Queue`` or
+    touching any other object of the loop did so from a foreign thread. Now each event is
+    handled on the loop's thread, in order, while the question waits for it; a handler that
+    raises stops the question there, as in ``ask``, and the error comes out of the await."""
+    import asyncio
+    import threading
+
+    from crag import NodeStarted, ScriptedChatModel, Settings
+
+    from .fakes import FakeToolbox, search_plan
+
+    def agent() -> tuple[Agent, ScriptedChatModel]:
+        model = ScriptedChatModel({"analyze_and_route": [route("simple")], "plan": [search_plan()],
+                                   "synthesize": ["Nothing to add."]})
+        return Agent(model, FakeToolbox(), Settings()), model
+
+    async def main() -> None:
+        loop_thread = threading.get_ident()
+        queue: asyncio.Queue = asyncio.Queue()
+        threads = set()
+
+        def on_event(event) -> None:
+            threads.add(threading.get_ident())
+            queue.put_nowait(event)
+
+        answer = await agent()[0].aask("What is the retry policy?", on_event=on_event)
+        assert threads == {loop_thread}
+        names = []
+        while not queue.empty():
+            event = queue.get_nowait()
+            names.append((type(event).__name__, getattr(event, "node", "")))
+        assert names[0] == ("NodeStarted", "analyze_and_route") and names[-1] == ("NodeFinished", "synthesize")
+        assert answer.trace[-1] == "synthesize"
+
+        def stop_at_plan(event) -> None:
+            if isinstance(event, NodeStarted) and event.node == "plan":
+                raise ValueError("enough")
+
+        stopped, model = agent()
+        try:
+            await stopped.aask("What is the retry policy?", on_event=stop_at_plan)
+        except ValueError as exc:
+            assert str(exc) == "enough"
+        else:
+            raise AssertionError("the handler's error did not stop the question")
+        assert model.calls("plan") == 0
+
+    asyncio.run(main())
