@@ -187,3 +187,40 @@ def test_aask_calls_on_event_on_the_event_loops_thread_and_a_raising_handler_sto
         assert model.calls("plan") == 0
 
     asyncio.run(main())
+
+
+def test_closing_an_agent_while_other_threads_ask_lets_their_questions_finish(tmp_path, monkeypatch) -> None:
+    """``close`` closed the index under questions running on other threads, which failed
+    with "the index database ... is damaged (Cannot operate on a closed database.)": an
+    index called damaged that was not. What ``close`` lets go of while tool calls run is now
+    closed when the last of them ends; questions asked after it open the index again."""
+    import threading
+
+    docs = kb(tmp_path, more=10)
+    monkeypatch.chdir(tmp_path)
+    agent = Agent.from_env([docs], dotenv=None, environ={}, llm="offline", index_dir=str(tmp_path / "index"))
+    stop = threading.Event()
+    errors: list[str] = []
+    answered = [0]
+
+    def ask() -> None:
+        while not stop.is_set():
+            try:
+                if agent.ask("Which port does the bravo service listen on?").citations:
+                    answered[0] += 1
+            except Exception as exc:
+                errors.append(f"{type(exc).__name__}: {exc}")
+
+    askers = [threading.Thread(target=ask) for _ in range(3)]
+    for t in askers:
+        t.start()
+    closes = 0
+    while closes < 300 or (answered[0] < 20 and closes < 3000):
+        stop.wait(0.005)
+        agent.close()
+        closes += 1
+    stop.set()
+    for t in askers:
+        t.join()
+    agent.close()
+    assert not errors, errors[:3]

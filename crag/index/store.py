@@ -114,7 +114,7 @@ class IndexReader:
         index = self._vectors
         if index is None:
             raise IndexStoreError(f"the index in {self.index_dir} was closed", self.index_dir)
-        if self._vectors_file_size() != self._vectors_size:
+        if self._vectors_file_size() != self._vectors_size and self._vectors is not None:
             raise IndexStoreError(
                 f"the vector file {self._gen.vectors_path} was changed on disk while it was open, "
                 f"so it is damaged: {reindex_hint(self.index_dir)}",
@@ -124,8 +124,8 @@ class IndexReader:
 
     def close(self) -> None:
         with self._lock:
+            self._vectors = None  # first: a search that finds it gone says "closed", not "damaged"
             self._gen.close()
-            self._vectors = None
 
     def __enter__(self) -> IndexReader:
         return self
@@ -142,6 +142,8 @@ class IndexReader:
                     raise
                 raise self._damaged(exc) from exc
             except sqlite3.DatabaseError as exc:
+                if self._vectors is None:  # closed by another thread meanwhile: not damage
+                    raise IndexStoreError(f"the index in {self.index_dir} was closed", self.index_dir) from exc
                 raise self._damaged(exc) from exc
 
     # -- the rankings --------------------------------------------------------------------
