@@ -327,18 +327,21 @@ class Agent:
         """``ask`` without blocking the event loop: it runs in a thread of its own, and a
         cancelled await (``asyncio.wait_for``, ``task.cancel()``) stops it at its next wait for
         a server (``crag.llm.deadline``) instead of letting it run on, holding up the loop's
-        shutdown."""
+        shutdown. ``on_event`` is called on the loop's thread, as ``astream``'s is."""
         import asyncio
         import contextvars
         import threading
 
         from .llm.deadline import cancellable
 
+        _check_handler(on_event)
         turns = parse_history(history)
         context = contextvars.copy_context()  # as asyncio.to_thread does
         loop = asyncio.get_running_loop()
         done: asyncio.Future[Answer] = loop.create_future()
         cancel = threading.Event()
+        if on_event is not None:
+            on_event = _on_loop(on_event, loop, cancel)
 
         def settle(result: Answer | None, error: BaseException | None) -> None:
             if done.done():  # cancelled meanwhile
@@ -453,6 +456,40 @@ def _warn_about_configuration(environ: Mapping[str, str] | None, dotenv: str | o
 def _check_handler(on_event: object) -> None:
     if on_event is not None and not callable(on_event):
         raise UsageError(f"on_event must be callable (it receives each crag.Event), not {type(on_event).__name__}")
+
+
+def _on_loop(on_event: EventHandler, loop: Any, cancel: Any) -> EventHandler:
+    """``on_event`` for a question ``aask`` runs on a worker thread: each event is handled on
+    the event loop's thread, in order, while the worker waits for it, so a handler may touch
+    the loop's objects (an ``asyncio.Queue``), and one that raises stops the question, its
+    error coming out of the await. A cancelled await (``cancel``) ends the wait."""
+    from concurrent.futures import Future, wait
+
+    from .llm.deadline import CANCEL_CHECK, Cancelled
+
+    def handle(event: Any) -> None:
+        handled: Future[None] = Future()
+
+        def call() -> None:
+            if not handled.set_running_or_notify_cancel():
+                return
+            try:
+                on_event(event)
+            except BaseException as exc:  # handed to the worker, which raises it
+                handled.set_exception(exc)
+            else:
+                handled.set_result(None)
+
+        try:
+            loop.call_soon_threadsafe(call)
+        except RuntimeError:  # the loop is closed: nothing awaits this question any more
+            raise Cancelled("the event loop that awaited the question is closed") from None
+        while not wait([handled], CANCEL_CHECK).done:
+            if cancel.is_set() and handled.cancel():
+                raise Cancelled("the call was cancelled")
+        handled.result()
+
+    return handle
 
 
 def _tool_list(tools: object) -> list[Tool]:

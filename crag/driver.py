@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import queue
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import CancelledError, ThreadPoolExecutor
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from typing import Any
 
 from attrs import evolve
@@ -179,7 +180,7 @@ class Driver:
         step = module.prepare(state, cfg)
         request = step.request
         usage = state.usage
-        with _waits_reported(name, on_event), _spent_told(lambda: usage):
+        with _waits_reported(name, on_event) as relay, _spent_told(lambda: usage):
             if request is None:
                 reply: Any = None
             elif isinstance(request, LLMRequest):
@@ -197,7 +198,7 @@ class Driver:
                     state = _noted(state, name, one, done)
                 reply = tuple(replies)
             elif isinstance(request, ToolRequest):
-                reply = self._run_tools(request)
+                reply = self._run_tools(request, relay)
             else:  # pragma: no cover - a node returned something the driver cannot perform
                 raise GraphError(f"{name} asked for {type(request).__name__}")
         # The step's bookkeeping before apply, so synthesize's usage block counts its own call.
@@ -259,19 +260,27 @@ class Driver:
                     raise
                 request = refitted
 
-    def _run_tools(self, request: ToolRequest) -> tuple[ToolOutcome, ...]:
+    def _run_tools(self, request: ToolRequest, relay: _Relay | None = None) -> tuple[ToolOutcome, ...]:
         calls = request.calls
         if len(calls) <= 1 or self.max_parallel_tools <= 1:
             return tuple(self._run_one(call) for call in calls)
         pool = self._executor()
         try:
-            return tuple(pool.map(self._run_in_context, _contexts(calls), calls))
+            return self._gathered(pool, calls, relay)
         except (RuntimeError, CancelledError):
             if self._pool is pool:
                 raise
         # close() shut that pool down meanwhile (another thread closed the agent): the question
         # still gets its answer, on new threads, as a question asked after close does.
-        return tuple(self._executor().map(self._run_in_context, _contexts(calls), calls))
+        return self._gathered(self._executor(), calls, relay)
+
+    def _gathered(self, pool: ThreadPoolExecutor, calls: Sequence[Any], relay: _Relay | None) -> tuple[ToolOutcome, ...]:
+        """The calls' outcomes, in order, run on ``pool``; meanwhile the retry waits they report
+        reach ``on_event`` on this thread (``_Relay``)."""
+        futures = [pool.submit(self._run_in_context, context, call) for context, call in zip(_contexts(calls), calls)]
+        if relay is not None:
+            relay.deliver_until_done(futures)
+        return tuple(future.result() for future in futures)
 
     def _run_in_context(self, context: contextvars.Context, call) -> ToolOutcome:
         return context.run(self._run_one, call)
@@ -302,16 +311,46 @@ def _spent_told(spent: Callable[[], Usage]) -> Iterator[None]:
         raise
 
 
+class _Relay:
+    """A step's retry waits on their way to ``on_event``, which is called on the thread that
+    runs the question (crag.events), one event at a time: a wait reported on a tool thread (a
+    search's embedding request) is queued, and the question's thread, waiting for the round's
+    tool calls, hands it on (``deliver_until_done``)."""
+
+    def __init__(self, node: str, on_event: EventHandler) -> None:
+        self.node = node
+        self.on_event = on_event
+        self.owner = threading.get_ident()
+        self.queue: queue.SimpleQueue[RetryWaiting | None] = queue.SimpleQueue()
+
+    def report(self, wait: RetryWaiting) -> None:
+        event = wait if wait.node else evolve(wait, node=self.node)  # an embedder does not know its step
+        if threading.get_ident() == self.owner:
+            self.on_event(event)
+        else:
+            self.queue.put(event)
+
+    def deliver_until_done(self, futures: Sequence[Future[Any]]) -> None:
+        """Hand queued waits to ``on_event`` until every future is done: each puts one None
+        after whatever it reported, so nothing it reported is left behind."""
+        for future in futures:
+            future.add_done_callback(lambda _: self.queue.put(None))
+        left = len(futures)
+        while left:
+            event = self.queue.get()
+            if event is None:
+                left -= 1
+            else:
+                self.on_event(event)
+
+
 @contextlib.contextmanager
-def _waits_reported(node: str, on_event: EventHandler | None) -> Iterator[None]:
+def _waits_reported(node: str, on_event: EventHandler | None) -> Iterator[_Relay | None]:
     """Inside the block, a request's retry waits reach ``on_event`` as ``RetryWaiting``
-    records naming ``node`` (an embedder's request does not know the step it serves)."""
+    records naming ``node``, on the question's thread (``_Relay``)."""
     if on_event is None:
-        yield
+        yield None
         return
-
-    def report(wait: RetryWaiting) -> None:
-        on_event(wait if wait.node else evolve(wait, node=node))
-
-    with reporting_waits(report):
-        yield
+    relay = _Relay(node, on_event)
+    with reporting_waits(relay.report):
+        yield relay

@@ -26,7 +26,8 @@
                            ``left == 0`` as the retry is sent
 
 ``Event`` is any of these records; an ``EventHandler`` (``on_event``) is a function that
-receives them. It is called on the thread that runs the question; the CLI's progress line
+receives them. It is called on the thread that runs the question, one event at a time (a
+search's retry wait on a tool thread is handed over to that thread); the CLI's progress line
 and ``Agent.stream``'s grounded chunks are built on these (``crag.stream``).
 """
 

@@ -24,8 +24,9 @@ Importing this package is cheap: numpy, faiss and tiktoken are loaded on first u
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -82,30 +83,29 @@ def ensure_indexed(
     from .build import DEFAULT_LOCK_TIMEOUT, IndexReport, quick_check, update_store
     from .chunker import DEFAULT_MAX_TOKENS, DEFAULT_MIN_TOKENS
 
-    embedder = embedder or make_embedder(settings)
-    store = open_store(settings)
-    current = quick_check(store, roots, embedder, (DEFAULT_MAX_TOKENS, DEFAULT_MIN_TOKENS))
-    if current is not None:
-        files, chunks, generation = current
-        from .discover import normalize_root
+    with _closed_after(settings, embedder) as (store, embedder):
+        current = quick_check(store, roots, embedder, (DEFAULT_MAX_TOKENS, DEFAULT_MIN_TOKENS))
+        if current is not None:
+            files, chunks, generation = current
+            from .discover import normalize_root
 
-        return IndexReport(
-            store.location,
-            tuple(normalize_root(r) for r in roots),
-            embedder.name,
-            unchanged=files,
-            chunks_total=chunks,
-            generation=generation,
+            return IndexReport(
+                store.location,
+                tuple(normalize_root(r) for r in roots),
+                embedder.name,
+                unchanged=files,
+                chunks_total=chunks,
+                generation=generation,
+            )
+        return update_store(
+            store,
+            roots,
+            embedder,
+            progress=progress,
+            waiting=waiting,
+            allow_reembed=False,
+            lock_timeout=DEFAULT_LOCK_TIMEOUT if lock_timeout is None else lock_timeout,
         )
-    return update_store(
-        store,
-        roots,
-        embedder,
-        progress=progress,
-        waiting=waiting,
-        allow_reembed=False,
-        lock_timeout=DEFAULT_LOCK_TIMEOUT if lock_timeout is None else lock_timeout,
-    )
 
 
 def index_roots(
@@ -122,16 +122,17 @@ def index_roots(
     ``--exclude`` globs; ``waiting`` is called once when another indexer is at work on it."""
     from .build import DEFAULT_LOCK_TIMEOUT, update_store
 
-    return update_store(
-        open_store(settings),
-        roots,
-        embedder or make_embedder(settings),
-        progress=progress,
-        waiting=waiting,
-        allow_reembed=True,
-        lock_timeout=DEFAULT_LOCK_TIMEOUT if lock_timeout is None else lock_timeout,
-        patterns=patterns,
-    )
+    with _closed_after(settings, embedder) as (store, embedder):
+        return update_store(
+            store,
+            roots,
+            embedder,
+            progress=progress,
+            waiting=waiting,
+            allow_reembed=True,
+            lock_timeout=DEFAULT_LOCK_TIMEOUT if lock_timeout is None else lock_timeout,
+            patterns=patterns,
+        )
 
 
 def drop_roots(
@@ -145,10 +146,32 @@ def drop_roots(
     called once when another indexer is at work on the index."""
     from .build import DEFAULT_LOCK_TIMEOUT, remove_roots
 
-    return remove_roots(
-        open_store(settings), roots, lock_timeout=DEFAULT_LOCK_TIMEOUT if lock_timeout is None else lock_timeout,
-        waiting=waiting,
-    )
+    store = open_store(settings)
+    try:
+        return remove_roots(
+            store, roots, lock_timeout=DEFAULT_LOCK_TIMEOUT if lock_timeout is None else lock_timeout,
+            waiting=waiting,
+        )
+    finally:
+        store.close()
+
+
+@contextlib.contextmanager
+def _closed_after(settings: Settings, embedder: Embedder | None) -> Iterator[tuple[Store, Embedder]]:
+    """The store, and ``embedder`` or the configured one, for one indexing run: the store and
+    an embedder made here are closed when it ends (an ``openai`` embedder's connections, a
+    PostgreSQL store's), so an ``Agent.from_env`` or a ``crag index`` leaves nothing open."""
+    store = open_store(settings)
+    made = None
+    try:
+        if embedder is None:
+            embedder = made = make_embedder(settings)
+        yield store, embedder
+    finally:
+        close = getattr(made, "close", None)
+        if close is not None:
+            close()
+        store.close()
 
 
 def open_index(

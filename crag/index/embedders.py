@@ -120,6 +120,13 @@ class OpenAIEmbedder:
                 )
             return self._client
 
+    def close(self) -> None:
+        """Release the client's connections; the next ``embed`` opens a fresh client."""
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()
+
     def _truncate(self, texts: Sequence[str]) -> list[str]:
         from ..llm.tokens import get_encoding
 
@@ -136,9 +143,8 @@ class OpenAIEmbedder:
         return out
 
     def _request(self, batch: list[str]) -> list[list[float]]:
-        client = self._get_client()
-
         def attempt() -> Any:
+            client = self._get_client()  # a retry after ``close`` gets the fresh client
             with request_deadline(self._timeout):  # the whole exchange, not only each read
                 # Floats, not the SDK's default base64: the body crag checks is what is parsed.
                 return client.embeddings.create(model=self.model, input=batch, encoding_format="float")

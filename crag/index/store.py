@@ -26,7 +26,7 @@ from ..ports import ChunkRow, Hit
 from . import lexical, vectors
 from .documents import REINDEX, embedder_mismatch, fts_match, fts_phrase, fts_query, query_terms
 from .fusion import SearchWeights
-from .layout import Generation, current_generation, open_generation, read_vectors, reindex_hint
+from .layout import VECTORS, Generation, current_generation, open_generation, read_vectors, reindex_hint
 from .search import hybrid_search
 
 if TYPE_CHECKING:
@@ -88,6 +88,7 @@ class IndexReader:
         except sqlite3.Error as exc:
             raise self._damaged(exc) from exc
         self._vectors = read_vectors(gen, mmap=True)
+        self._vectors_size = self._vectors_file_size()
         self._allowed_cache: dict[tuple[str, ...], Any] = {}
         self._df_cache: dict[tuple[str, str, int], int] = {}
 
@@ -98,10 +99,33 @@ class IndexReader:
             self.index_dir,
         )
 
+    def _vectors_file_size(self) -> int | None:
+        fd = self._gen.held.get(VECTORS)
+        try:
+            return os.fstat(fd).st_size if fd is not None else os.path.getsize(self._gen.vectors_path)
+        except OSError:  # closed meanwhile, or gone: the checks below say so
+            return None
+
+    def _mapped(self) -> Any:
+        """The vector index, mapped from its file, if that file is still the one mapped. crag
+        never rewrites a published generation, but a file overwritten in place (``cp`` of an
+        older index over it) and cut short would end the process with SIGBUS at the next read
+        of the mapping: that is damage, said as such, and a re-index publishes a fresh file."""
+        index = self._vectors
+        if index is None:
+            raise IndexStoreError(f"the index in {self.index_dir} was closed", self.index_dir)
+        if self._vectors_file_size() != self._vectors_size and self._vectors is not None:
+            raise IndexStoreError(
+                f"the vector file {self._gen.vectors_path} was changed on disk while it was open, "
+                f"so it is damaged: {reindex_hint(self.index_dir)}",
+                self.index_dir,
+            )
+        return index
+
     def close(self) -> None:
         with self._lock:
+            self._vectors = None  # first: a search that finds it gone says "closed", not "damaged"
             self._gen.close()
-            self._vectors = None
 
     def __enter__(self) -> IndexReader:
         return self
@@ -118,6 +142,8 @@ class IndexReader:
                     raise
                 raise self._damaged(exc) from exc
             except sqlite3.DatabaseError as exc:
+                if self._vectors is None:  # closed by another thread meanwhile: not damage
+                    raise IndexStoreError(f"the index in {self.index_dir} was closed", self.index_dir) from exc
                 raise self._damaged(exc) from exc
 
     # -- the rankings --------------------------------------------------------------------
@@ -163,9 +189,7 @@ class IndexReader:
         (``crag.index.vectors``)."""
         import numpy as np
 
-        index = self._vectors
-        if index is None:
-            raise IndexStoreError(f"the index in {self.index_dir} was closed", self.index_dir)
+        index = self._mapped()
         if index.ntotal == 0 or k <= 0:
             return []
         allowed = None
@@ -291,7 +315,8 @@ class IndexReader:
         ids = list(chunk_ids)
         if not ids:
             return {}
-        vecs = np.vstack([self._vectors.reconstruct(int(i)) for i in ids])
+        index = self._mapped()
+        vecs = np.vstack([index.reconstruct(int(i)) for i in ids])
         sims = vecs @ query_vec.reshape(-1)
         return {i: float(s) for i, s in zip(ids, sims)}
 

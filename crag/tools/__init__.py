@@ -89,11 +89,14 @@ class Toolbox:
         self._store: Store | None = None
         self._roots = None if roots is None else tuple(dict.fromkeys(normalize_root(r) for r in roots))
         self._embedder = embedder
+        self._own_embedder = embedder is None  # made here on first search, so closed here
         # None: public addresses only and the system resolver (crag.tools.http, which loads
         # when a remote tool first runs).
         self.http = Http(http_timeout, address_allowed, resolver)
         self._lock = threading.Lock()
         self._reader: Retriever | None = None
+        self._running = 0  # tool calls running now, on any thread
+        self._retired: list[Any] = []  # what close() let go of while calls ran: closed after the last
         self._tools = _registry(tools)
         self._context = ToolboxContext(self)
 
@@ -107,6 +110,17 @@ class Toolbox:
         return tuple(t.name for t in self.tools())
 
     def run(self, call: ToolCall) -> ToolResult:
+        with self._lock:
+            self._running += 1
+        try:
+            return self._run(call)
+        finally:
+            with self._lock:
+                self._running -= 1
+                retired, self._retired = (self._retired, []) if not self._running else ([], self._retired)
+            _close_parts(retired)
+
+    def _run(self, call: ToolCall) -> ToolResult:
         name = call.tool
         tool = self._tools.get(name) if isinstance(name, str) else None
         if tool is None:
@@ -192,13 +206,19 @@ class Toolbox:
         return relative_label(path, self.cwd)
 
     def close(self) -> None:
+        """Let go of the index reader, the store and the embedder's connections (an ``openai``
+        embedder this toolbox made reopens them when used again). While calls run on other
+        threads, what they may be using is closed when the last of them ends, not under them;
+        a call that starts after ``close`` opens the index again."""
         with self._lock:
-            if self._reader is not None:
-                self._reader.close()
-                self._reader = None
-            if self._store is not None:
-                self._store.close()
-                self._store = None
+            parts = [part for part in (self._reader, self._store) if part is not None]
+            if self._own_embedder and self._embedder is not None:
+                parts.append(self._embedder)
+            self._reader = self._store = None
+            if self._running:
+                self._retired.extend(parts)
+                return
+        _close_parts(parts)
 
 
 class ToolboxContext:
@@ -224,6 +244,13 @@ class ToolboxContext:
 
     def label(self, path: str) -> str:
         return self._box.label(path)
+
+
+def _close_parts(parts: Sequence[Any]) -> None:
+    for part in parts:
+        close = getattr(part, "close", None)
+        if close is not None:
+            close()
 
 
 def _registry(extra: Sequence[Tool]) -> dict[str, Tool]:
