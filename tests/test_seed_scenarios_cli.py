@@ -379,3 +379,23 @@ def test_a_retry_after_re_retrieve_is_graded_again(llm, monkeypatch, again):
     assert result["grader_action"] == "GENERATE" and result["evidence_scores"] == [0.9] * 5
     assert {"event": "route_kept", "complexity": "complex", "reason": "retry of a retrieval"} in result["audit"]
     assert result["usage"]["by_node"]["grade_evidence"]["calls"] == 2
+
+
+def test_the_cap_note_never_calls_well_graded_evidence_weak_by_its_mean(llm, monkeypatch):
+    # The default policy's term_missing row sends a first round back to search (REFINE) when
+    # the question names a term (HTTP/3) no item holds, whatever the grades. At a cap of one
+    # round the answer is made from those items: their mean (0.97) is not "below 0.7", so the
+    # note says why the search stopped, not a weakness the grades do not show.
+    question = "What is the upload retry policy for HTTP/3 uploads?"
+    llm.default("grade_evidence", _labelled(0.97))
+    monkeypatch.setenv("KB_AGENT_MAX_ITERATIONS", "1")
+    monkeypatch.setenv("KB_AGENT_TOP_K", "5")
+    code, out, err = _cli("ask", question, "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert [(e["rule"], e["action"]) for e in result["audit"] if e["event"] == "grade_decided"] == [
+        ("term_missing", "REFINE")]
+    note = result["body"].splitlines()[-1]
+    assert "below 0.7" not in note and "mean relevance" not in note
+    assert note == ("_Note: the search stopped after 1 retrieval round (KB_AGENT_MAX_ITERATIONS) while the grader "
+                    "still asked for more evidence._")
