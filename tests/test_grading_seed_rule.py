@@ -172,3 +172,30 @@ def test_one_policy_per_grading_policy_setting():
 
     assert set(grading.POLICIES) == set(GradingPolicyName)
     assert all(grading.POLICIES[name].name == name for name in GradingPolicyName)
+
+
+SEEDS_ROWS = {grading.GradeRule.NONE_LEFT, grading.GradeRule.MEAN_HIGH, grading.GradeRule.MEAN_LOW}
+
+
+@given(st.integers(2, 12).flatmap(lambda n: st.lists(probability, min_size=n, max_size=n)), st.integers(1, 3))
+def test_a_verdict_names_a_seeds_row_only_when_the_seeds_arithmetic_decided(p_yes, iteration):
+    """SPEC §2: the verdict names the rule that decided. Under the default policy, leaving
+    undecided grades out of the mean can turn the seeds' REFINE into GENERATE: that is the
+    ``undecided`` row's doing, never ``mean_high``'s."""
+    state = _state(len(p_yes), iteration)
+    new = _grade(state, _cfg("default", 5), label_reply(p_yes))
+    rule, action = next((e.fields["rule"], e.fields["action"]) for e in new.audit if e.event == "grade_decided")
+    if rule in SEEDS_ROWS:
+        kept = iter(new.evidence_scores)
+        removed = iter(e.fields["score"] for e in new.audit if e.event == "evidence_removed")
+        removed_keys = {e.fields["source"] for e in new.audit if e.event == "evidence_removed"}
+        scores = [next(removed) if it.label in removed_keys else next(kept) for it in state.context]
+        assert action == grading.decide(scores, DROP, GENERATE).action.value
+
+
+def test_undecided_grades_left_out_of_the_mean_are_named_as_the_undecided_rule():
+    state = _state(5, 1)
+    for policy, expected in (("default", ("undecided", "GENERATE")), ("seed", ("mean_low", "REFINE"))):
+        new = _grade(state, _cfg(policy), label_reply([0.9, 0.6, 0.5, 0.45, 0.1]))
+        decided = [(e.fields["rule"], e.fields["action"]) for e in new.audit if e.event == "grade_decided"]
+        assert decided == [expected]

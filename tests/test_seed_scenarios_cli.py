@@ -359,3 +359,43 @@ def test_every_grading_names_the_rule_that_decided_it(llm, monkeypatch):
     assert [(e["rule"], e["action"]) for e in approved["audit"] if e["event"] == "grade_decided"] == [
         ("fast_path", "GENERATE")]
     assert [e["rule_name"] for e in approved["audit"] if e["event"] == "fast_path_hit"] == ["few_context"]
+
+
+@pytest.mark.parametrize("again", ["simple", "chitchat"])
+def test_a_retry_after_re_retrieve_is_graded_again(llm, monkeypatch, again):
+    # Seed 000 "Poor evidence triggers RE-RETRIEVE": back to analyze_and_route to try another
+    # retrieval strategy, not to leave the corrective loop. A question whose evidence the
+    # grader removed stays complex, so the next round's evidence is graded too (one grading
+    # call per round) instead of going to synthesis ungraded under a stale RE_RETRIEVE.
+    complex_ = json.dumps({"complexity": "complex", "suggested_tools": ["vector_search"]})
+    llm.script("analyze_and_route", complex_, json.dumps({"complexity": again, "suggested_tools": ["vector_search"]}))
+    llm.script("grade_evidence", grades(rest=0.1))
+    llm.default("grade_evidence", grades(rest=0.9))
+    result = _ask(monkeypatch, 5, 3, None)
+    assert result["trace"] == ["analyze_and_route", "plan", "tool_exec", "grade_evidence",
+                               "analyze_and_route", "plan", "tool_exec", "grade_evidence", "synthesize"]
+    assert result["complexity"] == "complex"
+    assert _decided(result) == ["RE_RETRIEVE", "GENERATE"]
+    assert result["grader_action"] == "GENERATE" and result["evidence_scores"] == [0.9] * 5
+    assert {"event": "route_kept", "complexity": "complex", "reason": "retry of a retrieval"} in result["audit"]
+    assert result["usage"]["by_node"]["grade_evidence"]["calls"] == 2
+
+
+def test_the_cap_note_never_calls_well_graded_evidence_weak_by_its_mean(llm, monkeypatch):
+    # The default policy's term_missing row sends a first round back to search (REFINE) when
+    # the question names a term (HTTP/3) no item holds, whatever the grades. At a cap of one
+    # round the answer is made from those items: their mean (0.97) is not "below 0.7", so the
+    # note says why the search stopped, not a weakness the grades do not show.
+    question = "What is the upload retry policy for HTTP/3 uploads?"
+    llm.default("grade_evidence", _labelled(0.97))
+    monkeypatch.setenv("KB_AGENT_MAX_ITERATIONS", "1")
+    monkeypatch.setenv("KB_AGENT_TOP_K", "5")
+    code, out, err = _cli("ask", question, "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert [(e["rule"], e["action"]) for e in result["audit"] if e["event"] == "grade_decided"] == [
+        ("term_missing", "REFINE")]
+    note = result["body"].splitlines()[-1]
+    assert "below 0.7" not in note and "mean relevance" not in note
+    assert note == ("_Note: the search stopped after 1 retrieval round (KB_AGENT_MAX_ITERATIONS) while the grader "
+                    "still asked for more evidence._")

@@ -18,7 +18,9 @@ rule                  seeds'  applies when                                     a
 ``term_missing``      policy  a probability reading, the first round, and the  REFINE
                               question names a term no kept item holds
 ``undecided``         policy  no kept probability grade reached the generate   retrieval's
-                              threshold
+                              threshold (or, leaving the undecided ones out    (GENERATE
+                              of the mean, the decided ones' mean changed the  when some
+                              seeds' action)                                   are decided)
 ``mean_high``         yes     mean of the kept scores >= the generate threshold  GENERATE
 ``mean_low``          yes     otherwise                                        REFINE
 ====================  ======  ===============================================  ============
@@ -262,6 +264,7 @@ class _Facts:
         self.read = 0.0  # the spared item's score as read
         self.missing: tuple[str, ...] = ()
         self.decision = Decision((), (), GraderAction.RE_RETRIEVE, 0.0)
+        self.seeds_action = GraderAction.RE_RETRIEVE
         if case.fast_path is None and case.items:
             self._grade(case, policy)
 
@@ -288,13 +291,19 @@ class _Facts:
         self.undecided = self.probabilities and policy.undecided
         unsure = case.facts.action(case.items, case.drop_threshold, policy.named_terms) if self.undecided else None
         self.decision = decide(self.scores, case.drop_threshold, case.generate_threshold, unsure, self.spared)
+        self.seeds_action = decide(self.scores, case.drop_threshold, case.generate_threshold, None,
+                                   self.spared).action  # what the seeds' mean of every kept score says
         if self.probabilities and policy.named_terms:  # what the kept items leave unmentioned
             self.missing = case.facts.search_again([case.items[i] for i in self.decision.kept])
 
 
 def _undecided_decides(f: _Facts) -> bool:
+    """No kept grade was decided, or leaving the undecided ones out of the mean changed the
+    seeds' action: the decision is the ``undecided`` row's, not the seeds' mean's."""
     d, case = f.decision, f.case
-    return f.undecided and bool(d.kept) and not any(f.scores[i] >= case.generate_threshold - EPS for i in d.kept)
+    if not (f.undecided and d.kept):
+        return False
+    return d.action is not f.seeds_action or not any(f.scores[i] >= case.generate_threshold - EPS for i in d.kept)
 
 
 def _mean_high(f: _Facts) -> bool:

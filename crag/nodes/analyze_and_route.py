@@ -2,8 +2,10 @@
 
 An unusable reply means the classification is unavailable: the question is treated as
 ``complex`` with the default tools, and an audit event says so. When the graph comes back
-here after ``RE_RETRIEVE``, a question already being researched is not downgraded to
-chitchat: it keeps its earlier complexity, so a retry retrieves again instead of chatting.
+here after ``RE_RETRIEVE``, a question already being researched is not downgraded: a reply of
+``chitchat`` or ``simple`` keeps its earlier complexity (only the suggested tools change), so a
+retry retrieves again instead of chatting, and its evidence is graded like the first round's
+instead of going to synthesis ungraded.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ if TYPE_CHECKING:
     from . import NodeConfig
 
 NAME = "analyze_and_route"
+# How much research a complexity asks for; a retry never lowers it.
+_RANK = {Complexity.CHITCHAT: 0, Complexity.SIMPLE: 1, Complexity.COMPLEX: 2}
 
 
 def prepare(state: AgentState, cfg: NodeConfig) -> Step:
@@ -45,11 +49,11 @@ def apply(state: AgentState, step: Step, reply: Completion | None, cfg: NodeConf
     defaults = search_tools(cfg.tools)
     plan = prompts.parse_route(reply.text, cfg.available_tools, defaults) if reply is not None else None
     audit = state.audit
+    previous = state.complexity or Complexity.COMPLEX
     if plan is None:
         plan = RoutingPlan(Complexity.COMPLEX, defaults, classified=False)
         audit = state.log("classification_unavailable", treated_as="complex")
-    elif state.iteration > 0 and plan.complexity is Complexity.CHITCHAT:
-        previous = state.complexity or Complexity.COMPLEX
+    elif state.iteration > 0 and _RANK[plan.complexity] < _RANK[previous]:
         plan = evolve(plan, complexity=previous)
         audit = state.log("route_kept", complexity=previous.value, reason="retry of a retrieval")
     return evolve(state, routing_plan=plan, audit=audit)

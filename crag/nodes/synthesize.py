@@ -99,6 +99,9 @@ def weak_evidence_note(state: AgentState, cfg: NodeConfig) -> str | None:
             f"the search stopped after {rounds} (KB_AGENT_MAX_ITERATIONS)._"
         )
     avg = grading.mean(state.evidence_scores) if state.evidence_scores else None
+    if avg is not None and avg >= cfg.generate_threshold - grading.EPS:  # a policy row asked for more, not the mean
+        return (f"_Note: the search stopped after {rounds} (KB_AGENT_MAX_ITERATIONS) while the grader still "
+                "asked for more evidence._")
     figure = f"mean relevance {avg:.2f}, " if avg is not None else ""
     return (
         f"_Note: the evidence for this answer is weak ({figure}below {cfg.generate_threshold:g}); "
