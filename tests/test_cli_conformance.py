@@ -153,3 +153,24 @@ def test_the_index_used_is_still_named_after_a_good_answer(project: Path, tmp_pa
     code, out, err = cli("--index", str(elsewhere), *argv, stdin="how long are backups kept\n")
     assert code == 0 and "30 days" in out
     assert err == f"crag: index {elsewhere}\n"
+
+
+@pytest.mark.parametrize("argv", [("ask", "how long are backups kept"), ("search", "backups"), ("index", "docs"),
+                                  ("roots",), ("log",), ("graph",), ("chat",)])
+def test_a_working_folder_deleted_under_crag_is_one_error_line(project: Path, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch,
+                                                               argv: tuple[str, ...]) -> None:
+    """A shell still standing in a folder that was deleted (``rm -rf`` from another terminal, a
+    checkout that switched branches) made every command end in a ``FileNotFoundError``
+    traceback from ``os.getcwd()``; SPEC §4: one ``crag: error:`` line, no traceback."""
+    monkeypatch.setenv("KB_AGENT_INDEX_DIR", str(project / ".crag"))
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    code, out, err = cli(*argv, stdin="how long are backups kept\n")
+    assert (code, out) == (1, "")
+    assert err == ("crag: error: the working folder no longer exists (it was deleted or moved while this shell was "
+                   "in it): cd to a folder that exists and run crag again\n")
+    code, out, err = cli("--version")  # what needs no folder still works
+    assert code == 0 and out.startswith("crag ")

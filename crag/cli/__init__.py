@@ -214,6 +214,7 @@ def _main(argv: Sequence[str] | None, out: TextIO, err: TextIO, stdin: TextIO | 
         if args.command == "mcp":  # a client stops its server with SIGTERM: it ends at once, as it always has
             _default_sigterm()
         args.stdin = stdin or sys.stdin or io.StringIO()  # `<&-`: no sys.stdin; a closed input reads as empty
+        _require_working_folder()
         common.OVERRIDES.clear()
         common.OVERRIDES.update({"model": args.model, "index_dir": args.index})
         said = _warn_about_configuration(err)
@@ -248,6 +249,21 @@ def _main(argv: Sequence[str] | None, out: TextIO, err: TextIO, stdin: TextIO | 
     except Terminated:
         print("crag: terminated", file=err)
         return TERMINATED
+
+
+def _require_working_folder() -> None:
+    """Every command reads ``.env`` there and shows paths relative to it: a shell still in a folder
+    that was deleted (``os.getcwd()`` fails) is one line, not a traceback."""
+    import os
+
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        raise CragError("the working folder no longer exists (it was deleted or moved while this shell was in "
+                        "it): cd to a folder that exists and run crag again") from None
+    except OSError as exc:
+        raise CragError(f"the working folder cannot be read ({exc.strerror or exc}): cd to another folder and "
+                        "run crag again") from None
 
 
 def _warn_about_configuration(err: TextIO) -> set[str]:
