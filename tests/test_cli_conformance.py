@@ -174,3 +174,20 @@ def test_a_working_folder_deleted_under_crag_is_one_error_line(project: Path, tm
                    "in it): cd to a folder that exists and run crag again\n")
     code, out, err = cli("--version")  # what needs no folder still works
     assert code == 0 and out.startswith("crag ")
+
+
+def test_a_history_file_that_cannot_be_used_is_named_in_plain_words(project: Path) -> None:
+    """``--history ""`` (a variable that was never set, ``--history "$HIST"``) was dropped without
+    a word and the question asked with no history; a folder or bytes that are not UTF-8 were
+    told as Python's ``[Errno 21] Is a directory: 'x'`` and ``'utf-8' codec can't decode...``."""
+    code, out, err = cli("ask", "how long are backups kept", "--history", "")
+    assert (code, out) == (2, "")
+    assert err == ("crag: error: argument --history: an empty path names no file or folder "
+                   "(it is not taken for the working directory)\n")
+    (project / "turns").mkdir()
+    code, out, err = cli("ask", "how long are backups kept", "--history", "turns")
+    assert (code, out, err) == (2, "", "crag: error: --history file turns cannot be read (Is a directory)\n")
+    (project / "latin1.json").write_bytes(b'[{"role": "user", "content": "caf\xe9"}]')
+    code, out, err = cli("ask", "how long are backups kept", "--history", "latin1.json")
+    assert (code, out, err) == (2, "", "crag: error: --history file latin1.json is not UTF-8 text: save it as UTF-8\n")
+    assert logged_questions() == []
