@@ -191,3 +191,34 @@ def test_a_history_file_that_cannot_be_used_is_named_in_plain_words(project: Pat
     code, out, err = cli("ask", "how long are backups kept", "--history", "latin1.json")
     assert (code, out, err) == (2, "", "crag: error: --history file latin1.json is not UTF-8 text: save it as UTF-8\n")
     assert logged_questions() == []
+
+
+@pytest.mark.parametrize(("argv", "said"), [
+    (("--json", "ask", "how long are backups kept"),
+     "--json is an option of ask: give it after the command's name (python -m crag ask ... --json)"),
+    (("--top-k", "2", "search", "backups"),
+     "--top-k is an option of search: give it after the command's name (python -m crag search ... --top-k 2)"),
+    (("--kb", "docs", "ask", "how long are backups kept"),
+     "--kb is an option of ask: give it after the command's name (python -m crag ask ... --kb docs)"),
+    (("-m", "llama3", "-c", "ask", "and then?"),
+     "-c is an option of ask: give it after the command's name (python -m crag ask ... -c)"),
+    (("--exclude=drafts", "index", "docs"),
+     "--exclude=drafts is an option of index: give it after the command's name (python -m crag index ... "
+     "--exclude=drafts)"),
+    (("--json", "graph"), "unrecognized arguments: --json (see python -m crag graph --help)"),
+])
+def test_an_option_of_a_command_given_before_its_name_says_where_it_goes(
+        project: Path, argv: tuple[str, ...], said: str) -> None:
+    """``crag --json ask ...`` said "unrecognized arguments: --json (see python -m crag ask
+    --help)", whose help lists --json; ``crag --top-k 2 search ...`` said "argument COMMAND:
+    invalid choice: '2'"."""
+    code, out, err = cli(*argv)
+    assert (code, out, err) == (2, "", f"crag: error: {said}\n")
+    assert logged_questions() == []
+
+
+def test_options_of_crag_itself_still_go_before_the_command(project: Path) -> None:
+    for argv in (("-m", "llama3", "--index", ".crag", "search", "backups"), ("-mllama3", "search", "backups"),
+                 ("--model=llama3", "--ind", ".crag", "search", "backups")):
+        code, _, err = cli(*argv)
+        assert code == 0, (argv, err)

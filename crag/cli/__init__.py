@@ -193,6 +193,7 @@ def _main(argv: Sequence[str] | None, out: TextIO, err: TextIO, stdin: TextIO | 
     try:
         parser = build_parser()
         _check_command(argv)
+        _check_option_places(parser, argv)
         try:
             args, extra = _parse(parser, argv)
         except UsageError as exc:
@@ -340,6 +341,59 @@ def _check_command(argv: Sequence[str]) -> None:
     close = difflib.get_close_matches(word, COMMANDS, n=1, cutoff=0.5)
     hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
     raise UsageError(f"{word!r} is not a crag command{hint} (commands: {', '.join(COMMANDS)})")
+
+
+# crag's own options, which go before a command's name (the others go after it).
+_OWN_OPTIONS = ("--model", "--index", "--help", "--version")
+_TAKES_VALUE = frozenset({"-m", "--model", "--index"})
+
+
+def _own_option(word: str) -> tuple[str, bool] | None:
+    """The option of crag itself ``word`` gives (``-mX`` and ``--mod=X`` included) and whether
+    its value is the next word; None for any other option."""
+    name, eq, _ = word.partition("=")
+    if not name.startswith("--"):
+        if name in ("-h", "-m"):
+            return name, name == "-m"
+        return ("-m", False) if name.startswith("-m") else None
+    found = [o for o in _OWN_OPTIONS if o.startswith(name) and len(name) > 2]
+    if len(found) != 1:
+        return None
+    return found[0], found[0] in _TAKES_VALUE and not eq
+
+
+def _check_option_places(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
+    """A command's option given before the command's name (``crag --json ask ...``, ``crag
+    --top-k 2 search ...``): say where it goes, rather than that it is unknown (the command's
+    help lists it) or that its value is no command."""
+    i = 0
+    while i < len(argv) and argv[i].startswith("-") and argv[i] != "--":
+        own = _own_option(argv[i])
+        if own is not None:
+            i += 2 if own[1] else 1
+            continue
+        word = argv[i]
+        command = next((w for w in argv[i + 1:] if w in COMMANDS), None)
+        takes = None if command is None else _option_of(parser, command, word.partition("=")[0])
+        if takes is None:
+            return  # no such option of that command either: argparse's line says it is unknown
+        given = f"{word} {argv[i + 1]}" if takes and "=" not in word and i + 1 < len(argv) else word
+        raise UsageError(f"{word} is an option of {command}: give it after the command's name "
+                         f"({prog()} {command} ... {given})")
+
+
+def _option_of(parser: argparse.ArgumentParser, command: str, name: str) -> bool | None:
+    """Whether ``command``'s option ``name`` (or an unambiguous prefix of one) takes a value;
+    None when the command has no such option."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            sub = action.choices[command]
+            matches = [a for o, a in sub._option_string_actions.items()
+                       if o == name or (name.startswith("--") and o.startswith(name))]
+            if len({id(a) for a in matches}) != 1:
+                return None
+            return matches[0].nargs != 0
+    return None
 
 
 def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
