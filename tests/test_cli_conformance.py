@@ -222,3 +222,21 @@ def test_options_of_crag_itself_still_go_before_the_command(project: Path) -> No
                  ("--model=llama3", "--ind", ".crag", "search", "backups")):
         code, _, err = cli(*argv)
         assert code == 0, (argv, err)
+
+
+@pytest.mark.parametrize(("typed", "said"), [
+    (("ASK", "how long are backups kept"), "'ASK' is not a crag command; did you mean 'ask'? (commands are lower case)"),
+    (("Search", "backups"), "'Search' is not a crag command; did you mean 'search'? (commands are lower case)"),
+    (("help",), "'help' is not a crag command: the help is python -m crag --help, or python -m crag COMMAND --help "
+                "for one command"),
+    (("help", "ask"), "'help' is not a crag command: the help is python -m crag --help, or python -m crag COMMAND "
+                      "--help for one command"),
+    (("version",), "'version' is not a crag command: the version is python -m crag --version"),
+])
+def test_a_command_in_capitals_or_help_and_version_as_words_are_answered(project: Path, typed: tuple[str, ...],
+                                                                         said: str) -> None:
+    """``crag ASK ...`` got the bare list of commands (difflib finds nothing close to 'ASK' in
+    'ask'); ``crag help`` and ``crag version``, which git and many tools take, got it too."""
+    code, out, err = cli(*typed)
+    assert (code, out) == (2, "")
+    assert err == f"crag: error: {said}\n"

@@ -338,6 +338,12 @@ def _check_command(argv: Sequence[str]) -> None:
     import difflib
 
     word = argv[0]
+    if word.lower() in COMMANDS:
+        raise UsageError(f"{word!r} is not a crag command; did you mean {word.lower()!r}? (commands are lower case)")
+    if word.lower() in ("help", "version"):
+        what = (f"the help is {prog()} --help, or {prog()} COMMAND --help for one command" if word.lower() == "help"
+                else f"the version is {prog()} --version")
+        raise UsageError(f"{word!r} is not a crag command: {what}")
     close = difflib.get_close_matches(word, COMMANDS, n=1, cutoff=0.5)
     hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
     raise UsageError(f"{word!r} is not a crag command{hint} (commands: {', '.join(COMMANDS)})")
