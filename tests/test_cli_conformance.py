@@ -9,11 +9,16 @@ spent or logged for a question that holds nothing to ask.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from tests.fakes import clean_env, cli
+
+ROOT = Path(__file__).resolve().parents[1]
 
 DOC = "# Backups\n\nBackups are kept for 30 days on the storage bucket.\n"
 
@@ -240,3 +245,17 @@ def test_a_command_in_capitals_or_help_and_version_as_words_are_answered(project
     code, out, err = cli(*typed)
     assert (code, out) == (2, "")
     assert err == f"crag: error: {said}\n"
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full, a device that is always full")
+@pytest.mark.parametrize("argv", [("--help",), ("-h",), ("ask", "--help"), ("search", "-h"), ("--version",), ()])
+def test_help_that_cannot_be_written_is_one_error_line(tmp_path: Path, argv: tuple[str, ...]) -> None:
+    """``crag --help > /dev/full`` (a full disk) ended with exit status 0 and not a word:
+    argparse drops a failed write of the help, so the user had no help and no error."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("KB_AGENT_", "OPENAI_"))}
+    environ.update(PYTHONPATH=str(ROOT), KB_AGENT_LLM="offline")
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "crag", *argv], cwd=tmp_path, env=environ, stdout=full,
+                              stderr=subprocess.PIPE, text=True, timeout=120)
+    assert (proc.returncode, proc.stderr) == (1, "crag: error: cannot write the output (No space left on device): "
+                                                 "free some space, or send the output elsewhere\n")

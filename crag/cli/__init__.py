@@ -198,6 +198,9 @@ def _main(argv: Sequence[str] | None, out: TextIO, err: TextIO, stdin: TextIO | 
             args, extra = _parse(parser, argv)
         except UsageError as exc:
             raise _with_dash_path_hint(exc, argv) from None
+        except SystemExit as exc:  # -h/--help: argparse wrote the help on standard output and exits
+            sys.stdout.flush()  # a write that fails is the error line below, not a silent 0
+            return int(exc.code or 0)
         if args.version:
             from .. import __version__
 
