@@ -259,3 +259,15 @@ def test_help_that_cannot_be_written_is_one_error_line(tmp_path: Path, argv: tup
                               stderr=subprocess.PIPE, text=True, timeout=120)
     assert (proc.returncode, proc.stderr) == (1, "crag: error: cannot write the output (No space left on device): "
                                                  "free some space, or send the output elsewhere\n")
+
+
+def test_a_question_file_saved_with_a_byte_order_mark_is_read_without_it(project: Path) -> None:
+    """``crag ask - < question.txt`` of a file saved by an editor that writes a byte order mark
+    asked "\\ufeffhow long are backups kept": an invisible character at the head of the question,
+    sent to the model, logged and printed back by ``--json``."""
+    code, out, err = cli("ask", "-", "--json", stdin="\ufeffhow long are backups kept\n")
+    assert code == 0, err
+    assert json.loads(out)["question"] == "how long are backups kept"
+    code, out, err = cli("chat", stdin="\ufeffwhere are backups written\n")  # `crag chat < questions.txt`
+    assert code == 0 and "30 days" in out, err
+    assert logged_questions() == ["where are backups written", "how long are backups kept"]

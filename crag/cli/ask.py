@@ -139,6 +139,7 @@ def question_of(args: argparse.Namespace, limit: int) -> str:
                              "fit KB_AGENT_CONTEXT_TOKENS: shorten it")
         if not_utf8(text):
             raise UsageError("the question read from standard input is not UTF-8 text: save it as UTF-8")
+        text = text.removeprefix("\ufeff")  # a byte order mark an editor wrote is no part of the question
         if blank(text):
             raise UsageError("the question read from standard input is empty")
         return text.strip()
