@@ -271,3 +271,20 @@ def test_a_question_file_saved_with_a_byte_order_mark_is_read_without_it(project
     code, out, err = cli("chat", stdin="\ufeffwhere are backups written\n")  # `crag chat < questions.txt`
     assert code == 0 and "30 days" in out, err
     assert logged_questions() == ["where are backups written", "how long are backups kept"]
+
+
+def test_removing_a_path_that_is_no_root_names_the_roots_as_roots_lists_them(project: Path, tmp_path: Path) -> None:
+    """``crag roots`` listed "docs" while ``crag roots --remove doc`` answered "/tmp/.../doc is not
+    a root of the index (its roots: /tmp/.../docs)": SPEC §4's paths relative to the working
+    directory when under it, absolute otherwise, hold for messages as for listings."""
+    outside = tmp_path.parent / f"{tmp_path.name}-outside"
+    outside.mkdir()
+    (outside / "n.md").write_text("# N\n\nThe archive moves to glacier after a year.\n", encoding="utf-8")
+    assert cli("index", str(outside))[0] == 0
+    code, out, err = cli("roots")
+    assert code == 0 and [line.split()[0] for line in out.splitlines()[1:]] == [str(outside), "docs"]
+    code, out, err = cli("roots", "--remove", "doc")
+    assert (code, out) == (1, "")
+    assert err == f"crag: error: doc is not a root of the index (its roots: {outside}, docs)\n"
+    code, out, err = cli("roots", "--remove", str(tmp_path.parent / "elsewhere"))
+    assert err == f"crag: error: {tmp_path.parent / 'elsewhere'} is not a root of the index (its roots: {outside}, docs)\n"
