@@ -122,7 +122,7 @@ def test_a_kb_path_that_fails_is_one_error_line_without_the_index_note(
     assert code == 0, err
     code, out, err = cli("--index", str(elsewhere / ".crag"), command, "archive", "--kb", "typo")
     assert (code, out) == (1, "")
-    assert err == f"crag: error: knowledge-base path {project / 'typo'} does not exist\n"
+    assert err == "crag: error: knowledge-base path typo does not exist\n"  # as typed: under the working folder
     # A --kb that indexed something says so, naming the index: no second note about it.
     code, out, err = cli("--index", str(elsewhere / ".crag"), command, "backups", "--kb", "docs")
     assert code == 0 and "30 days" in out
@@ -286,5 +286,7 @@ def test_removing_a_path_that_is_no_root_names_the_roots_as_roots_lists_them(pro
     code, out, err = cli("roots", "--remove", "doc")
     assert (code, out) == (1, "")
     assert err == f"crag: error: doc is not a root of the index (its roots: {outside}, docs)\n"
+    code, out, err = cli("index", "doc")  # the path a user typed, as crag shows every path under the working folder
+    assert (code, out, err) == (1, "", "crag: error: knowledge-base path doc does not exist\n")
     code, out, err = cli("roots", "--remove", str(tmp_path.parent / "elsewhere"))
     assert err == f"crag: error: {tmp_path.parent / 'elsewhere'} is not a root of the index (its roots: {outside}, docs)\n"

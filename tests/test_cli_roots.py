@@ -176,7 +176,7 @@ def test_a_root_that_cannot_be_reached_is_kept_not_dropped_as_gone(kb: Path, mon
         assert code == 0 and err == ("crag: note: notes cannot be reached (Permission denied) and is left out of the "
                                      "search; its files stay in the index\n")
         code, _, err = cli("index", "notes")
-        assert code == 1 and err == f"crag: error: knowledge-base path {notes} cannot be reached (Permission denied)\n"
+        assert code == 1 and err == "crag: error: knowledge-base path notes cannot be reached (Permission denied)\n"
     assert cli("roots")[1].splitlines()[2] == "  notes  2 files, 2 chunks"
 
 
