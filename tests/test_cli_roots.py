@@ -85,7 +85,7 @@ def test_removing_a_path_that_is_no_root_names_it_escaped_as_every_path_crag_sho
     for name, shown in (("x\x1b[31m\ny", "x\\x1b[31m\\ny"), (os.fsdecode(b"r\xff"), "r\\xff")):
         code, out, err = cli("roots", "--remove", name)
         assert code == 1 and not out and err.count("\n") == 1, err
-        assert f"{kb / shown} is not a root of the index" in err and "\ufffd" not in err, err
+        assert f"error: {shown} is not a root of the index" in err and "\ufffd" not in err, err  # relative, as listed
         assert "odd\\nroot" in err, err  # the roots it holds are shown the same way
 
 
@@ -176,7 +176,7 @@ def test_a_root_that_cannot_be_reached_is_kept_not_dropped_as_gone(kb: Path, mon
         assert code == 0 and err == ("crag: note: notes cannot be reached (Permission denied) and is left out of the "
                                      "search; its files stay in the index\n")
         code, _, err = cli("index", "notes")
-        assert code == 1 and err == f"crag: error: knowledge-base path {notes} cannot be reached (Permission denied)\n"
+        assert code == 1 and err == "crag: error: knowledge-base path notes cannot be reached (Permission denied)\n"
     assert cli("roots")[1].splitlines()[2] == "  notes  2 files, 2 chunks"
 
 

@@ -109,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kb", action="append", type=path_arg, default=[], metavar="PATH", help=KB_HELP)
     p.add_argument("--top-k", type=int_arg, default=None, metavar="K", help=TOP_K_HELP)
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--history", metavar="FILE", help='JSON list of {"role", "content"} messages')
+    p.add_argument("--history", type=path_arg, metavar="FILE", help='JSON list of {"role", "content"} messages')
     p.add_argument("-c", "--continue", dest="continue_", action="store_true",
                    help="carry on the last logged conversation (its turns are the history)")
     p.add_argument("--no-usage", action="store_true", help="leave the usage block out of the printed answer")
@@ -193,10 +193,14 @@ def _main(argv: Sequence[str] | None, out: TextIO, err: TextIO, stdin: TextIO | 
     try:
         parser = build_parser()
         _check_command(argv)
+        _check_option_places(parser, argv)
         try:
             args, extra = _parse(parser, argv)
         except UsageError as exc:
             raise _with_dash_path_hint(exc, argv) from None
+        except SystemExit as exc:  # -h/--help: argparse wrote the help on standard output and exits
+            sys.stdout.flush()  # a write that fails is the error line below, not a silent 0
+            return int(exc.code or 0)
         if args.version:
             from .. import __version__
 
@@ -214,6 +218,7 @@ def _main(argv: Sequence[str] | None, out: TextIO, err: TextIO, stdin: TextIO | 
         if args.command == "mcp":  # a client stops its server with SIGTERM: it ends at once, as it always has
             _default_sigterm()
         args.stdin = stdin or sys.stdin or io.StringIO()  # `<&-`: no sys.stdin; a closed input reads as empty
+        _require_working_folder()
         common.OVERRIDES.clear()
         common.OVERRIDES.update({"model": args.model, "index_dir": args.index})
         said = _warn_about_configuration(err)
@@ -248,6 +253,21 @@ def _main(argv: Sequence[str] | None, out: TextIO, err: TextIO, stdin: TextIO | 
     except Terminated:
         print("crag: terminated", file=err)
         return TERMINATED
+
+
+def _require_working_folder() -> None:
+    """Every command reads ``.env`` there and shows paths relative to it: a shell still in a folder
+    that was deleted (``os.getcwd()`` fails) is one line, not a traceback."""
+    import os
+
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        raise CragError("the working folder no longer exists (it was deleted or moved while this shell was in "
+                        "it): cd to a folder that exists and run crag again") from None
+    except OSError as exc:
+        raise CragError(f"the working folder cannot be read ({exc.strerror or exc}): cd to another folder and "
+                        "run crag again") from None
 
 
 def _warn_about_configuration(err: TextIO) -> set[str]:
@@ -321,9 +341,68 @@ def _check_command(argv: Sequence[str]) -> None:
     import difflib
 
     word = argv[0]
+    if word.lower() in COMMANDS:
+        raise UsageError(f"{word!r} is not a crag command; did you mean {word.lower()!r}? (commands are lower case)")
+    if word.lower() in ("help", "version"):
+        what = (f"the help is {prog()} --help, or {prog()} COMMAND --help for one command" if word.lower() == "help"
+                else f"the version is {prog()} --version")
+        raise UsageError(f"{word!r} is not a crag command: {what}")
     close = difflib.get_close_matches(word, COMMANDS, n=1, cutoff=0.5)
     hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
     raise UsageError(f"{word!r} is not a crag command{hint} (commands: {', '.join(COMMANDS)})")
+
+
+# crag's own options, which go before a command's name (the others go after it).
+_OWN_OPTIONS = ("--model", "--index", "--help", "--version")
+_TAKES_VALUE = frozenset({"-m", "--model", "--index"})
+
+
+def _own_option(word: str) -> tuple[str, bool] | None:
+    """The option of crag itself ``word`` gives (``-mX`` and ``--mod=X`` included) and whether
+    its value is the next word; None for any other option."""
+    name, eq, _ = word.partition("=")
+    if not name.startswith("--"):
+        if name in ("-h", "-m"):
+            return name, name == "-m"
+        return ("-m", False) if name.startswith("-m") else None
+    found = [o for o in _OWN_OPTIONS if o.startswith(name) and len(name) > 2]
+    if len(found) != 1:
+        return None
+    return found[0], found[0] in _TAKES_VALUE and not eq
+
+
+def _check_option_places(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
+    """A command's option given before the command's name (``crag --json ask ...``, ``crag
+    --top-k 2 search ...``): say where it goes, rather than that it is unknown (the command's
+    help lists it) or that its value is no command."""
+    i = 0
+    while i < len(argv) and argv[i].startswith("-") and argv[i] != "--":
+        own = _own_option(argv[i])
+        if own is not None:
+            i += 2 if own[1] else 1
+            continue
+        word = argv[i]
+        command = next((w for w in argv[i + 1:] if w in COMMANDS), None)
+        takes = None if command is None else _option_of(parser, command, word.partition("=")[0])
+        if takes is None:
+            return  # no such option of that command either: argparse's line says it is unknown
+        given = f"{word} {argv[i + 1]}" if takes and "=" not in word and i + 1 < len(argv) else word
+        raise UsageError(f"{word} is an option of {command}: give it after the command's name "
+                         f"({prog()} {command} ... {given})")
+
+
+def _option_of(parser: argparse.ArgumentParser, command: str, name: str) -> bool | None:
+    """Whether ``command``'s option ``name`` (or an unambiguous prefix of one) takes a value;
+    None when the command has no such option."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            sub = action.choices[command]
+            matches = [a for o, a in sub._option_string_actions.items()
+                       if o == name or (name.startswith("--") and o.startswith(name))]
+            if len({id(a) for a in matches}) != 1:
+                return None
+            return matches[0].nargs != 0
+    return None
 
 
 def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[argparse.Namespace, list[str]]:

@@ -42,8 +42,10 @@ def read_history(path: str, limit: int) -> list:
         data = json.loads(raw)  # UTF-8, UTF-16 or UTF-32, with or without a byte order mark (RFC 8259 readers may)
     except FileNotFoundError:
         raise UsageError(f"--history file {display_name(path)} does not exist") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"--history file {display_name(path)} cannot be read: {exc}") from exc
+    except OSError as exc:
+        raise UsageError(f"--history file {display_name(path)} cannot be read ({exc.strerror or exc})") from exc
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"--history file {display_name(path)} is not UTF-8 text: save it as UTF-8") from exc
     except json.JSONDecodeError as exc:
         raise UsageError(f"--history file {display_name(path)} is not JSON: {exc.msg} at line {exc.lineno}") from exc
     except RecursionError:
@@ -137,6 +139,7 @@ def question_of(args: argparse.Namespace, limit: int) -> str:
                              "fit KB_AGENT_CONTEXT_TOKENS: shorten it")
         if not_utf8(text):
             raise UsageError("the question read from standard input is not UTF-8 text: save it as UTF-8")
+        text = text.removeprefix("\ufeff")  # a byte order mark an editor wrote is no part of the question
         if blank(text):
             raise UsageError("the question read from standard input is empty")
         return text.strip()

@@ -276,6 +276,7 @@ def cmd_chat(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 continue
             except OSError as exc:  # a terminal gone, say: the session cannot go on
                 raise unreadable_input(exc) from exc
+            line = line.removeprefix("\ufeff")  # a byte order mark (a file of questions an editor saved)
             if not line or not line.strip() or line.strip().lower() in ENDINGS:
                 break
             if not_utf8(line):

@@ -32,6 +32,12 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         raise UsageError(message)
 
+    def _print_message(self, message: str, file: TextIO | None = None) -> None:
+        """The help, written as any output is: argparse drops a write that fails (a full disk),
+        which left ``crag --help > /dev/full`` silent with exit status 0."""
+        if message:
+            (file or sys.stdout).write(message)
+
 
 def path_arg(value: str) -> str:
     """A path on the command line: an empty one would silently mean the working directory."""

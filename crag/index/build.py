@@ -32,7 +32,6 @@ from attrs import field, frozen
 
 from ..errors import IndexFormatError, IndexStoreError, KnowledgeBaseError
 from ..ports import BINARY_MARK, DocumentVersion, FileRecord, Store, StoreState
-from ..safe_text import display_name
 from .chunker import DEFAULT_MAX_TOKENS, DEFAULT_MIN_TOKENS
 from .discover import (
     Discovery,
@@ -43,6 +42,7 @@ from .discover import (
     is_within,
     missing_root,
     normalize_root,
+    relative_label,
     unreachable,
 )
 from .documents import chunker_id, embedder_mismatch
@@ -438,9 +438,9 @@ def remove_roots(
             raise IndexStoreError(f"no index in {store.location}: run `python -m crag index PATH` first", store.location)
         unknown = [r for r in drop if r not in state.roots]
         if unknown:
-            held = ", ".join(display_name(r) for r in state.roots) or "none"
+            held = ", ".join(relative_label(r) for r in state.roots) or "none"  # as `crag roots` lists them
             raise KnowledgeBaseError(
-                f"{display_name(unknown[0])} is not a root of the index (its roots: {held})", unknown[0]
+                f"{relative_label(unknown[0])} is not a root of the index (its roots: {held})", unknown[0]
             )
         keep = [r for r in state.roots if r not in drop]
         gone = sorted(p for p in state.files if not _still_held(p, keep, drop))

@@ -170,8 +170,8 @@ def unreachable(path: str) -> str | None:
 def missing_root(path: str) -> str:
     """Why a root is not there, as a message: it does not exist, it is a symbolic link that
     leads nowhere or round in a loop, or it cannot be reached (a folder on its way may not be
-    entered)."""
-    name = display_name(path)
+    entered). The path is named as crag shows paths: relative to the working folder when under it."""
+    name = relative_label(path)
     why = unreachable(path)
     if why is not None:
         return f"knowledge-base path {name} cannot be reached ({why})"
