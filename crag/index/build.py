@@ -433,7 +433,9 @@ def remove_roots(
     started = time.perf_counter()
     drop = [normalize_root(r) for r in roots]
     with store.writer_lock(lock_timeout, waiting):
-        state = store.state(files=True)
+        # Checked as an update's base is: a generation built on damaged files would carry the
+        # damage on under fresh checksums, and nothing would find it again.
+        state = store.state(files=True, check=True)
         if state is None:
             raise IndexStoreError(f"no index in {store.location}: run `python -m crag index PATH` first", store.location)
         unknown = [r for r in drop if r not in state.roots]

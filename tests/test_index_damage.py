@@ -1,0 +1,72 @@
+"""A damaged embedded index under the commands that write it: nothing certifies the damage,
+and a rebuild keeps what the index held.
+
+The real CLI over a real index (hash embedder, FAISS, SQLite) in a temporary folder, which is
+the working directory, so paths are shown relative to it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from .fakes import clean_env, cli
+
+DOCS = "# Setup\n\nThe server listens on port 8080 by default.\n\n## Extra\n\nRetention of setup logs is 9 days.\n"
+NOTES = "# Notes\n\nThe notes server port is 9090.\n\n## Backups\n\nThe port for backups is 7070.\n"
+
+
+def one_error_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("crag: error: "), err
+    return lines[0]
+
+
+@pytest.fixture
+def kb(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    clean_env(monkeypatch)
+    for name, text in (("docs/setup.md", DOCS), ("docs/more.md", "# More\n\nUploads are retried 3 times.\n"),
+                       ("notes/notes.md", NOTES), ("notes/list.md", "# List\n\nThe port list is kept here.\n")):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KB_AGENT_INDEX_DIR", str(tmp_path / "index"))
+    monkeypatch.setenv("KB_AGENT_LLM", "offline")
+    code, _, err = cli("index", "docs", "notes")
+    assert code == 0, err
+    return tmp_path
+
+
+def generation(kb: Path) -> Path:
+    index = kb / "index"
+    return index / (index / "CURRENT").read_text().strip()
+
+
+def garble_vectors(kb: Path) -> None:
+    """Zeros over most of the FAISS file's vectors, its size unchanged (a bad sector, say)."""
+    path = generation(kb) / "vectors.faiss"
+    size = path.stat().st_size
+    with open(path, "r+b") as f:
+        f.seek(size // 4)
+        f.write(bytes(size // 2))
+
+
+def hits(*argv: str) -> list[tuple[str, float]]:
+    code, out, err = cli("search", "--json", *argv)
+    assert code == 0, err
+    return [(h["path"], h["score"]) for h in json.loads(out)]
+
+
+def test_removing_a_root_from_a_damaged_index_does_not_certify_its_damage(kb: Path) -> None:
+    """`roots --remove` built its new generation on the damaged one without checking it, and
+    wrote fresh checksums over the garbled vectors: the index then passed every check and
+    search answered with wrong scores, silently."""
+    garble_vectors(kb)
+    before = generation(kb).name
+    code, out, err = cli("roots", "--remove", "notes")
+    line = one_error_line(err)
+    assert code == 1 and not out and "damaged" in line and "crag index" in line, err
+    assert generation(kb).name == before  # nothing was published on top of the damage
+    assert cli("search", "port")[0] == 1  # still said to be damaged
