@@ -70,3 +70,25 @@ def test_removing_a_root_from_a_damaged_index_does_not_certify_its_damage(kb: Pa
     assert code == 1 and not out and "damaged" in line and "crag index" in line, err
     assert generation(kb).name == before  # nothing was published on top of the damage
     assert cli("search", "port")[0] == 1  # still said to be damaged
+
+
+def test_rebuilding_a_damaged_index_keeps_every_root_it_held(kb: Path) -> None:
+    """`crag index docs` over a damaged index that held docs and notes rebuilt it with docs
+    alone: notes left the index without a word, though its roots could still be read."""
+    expected = hits("backups port")
+    garble_vectors(kb)
+    code, out, err = cli("index", "docs")
+    assert code == 0, err
+    assert out.startswith("re-embedded everything: the previous index could not be read"), out
+    assert "indexed 2 path(s)" in out
+    code, out, err = cli("roots")
+    assert code == 0, err
+    assert [row.split()[0] for row in out.splitlines()[1:]] == ["docs", "notes"], out
+    assert hits("backups port") == expected
+
+
+def test_a_damaged_index_whose_roots_cannot_be_read_is_rebuilt_from_the_paths_given(kb: Path) -> None:
+    (generation(kb) / "chunks.sqlite").write_bytes(b"not a database" * 100)
+    code, out, err = cli("index", "docs")
+    assert code == 0 and "indexed 1 path(s)" in out, (out, err)
+    assert [row.split()[0] for row in cli("roots")[1].splitlines()[1:]] == ["docs"]

@@ -111,10 +111,11 @@ class _Base:
     state: StoreState | None  # what is published (None: nothing, or unreadable)
     full: bool = False  # re-embed everything: another embedder or chunking, or unreadable
     reason: str = ""
+    salvaged_roots: tuple[str, ...] = ()  # the roots an unreadable index still names
 
     @property
     def recorded_roots(self) -> tuple[str, ...]:
-        return self.state.roots if self.state else ()
+        return self.state.roots if self.state else self.salvaged_roots
 
     @property
     def files(self) -> Mapping[str, FileRecord]:
@@ -244,7 +245,7 @@ def _load_base(store: Store, embedder: Embedder, chunker: str, allow_reembed: bo
         if not allow_reembed:
             raise
         why = _ADVICE.sub("", str(exc))  # what is wrong, without what to do (this run rebuilds it)
-        return _Base(None, True, f"the previous index could not be read ({why})")
+        return _Base(None, True, f"the previous index could not be read ({why})", _salvaged_roots(store))
     if state is None:
         return _Base(None)
     if state.embedder != embedder.name:
@@ -255,6 +256,16 @@ def _load_base(store: Store, embedder: Embedder, chunker: str, allow_reembed: bo
     if state.chunker != chunker:
         return _Base(state, True, "the chunking settings changed")
     return _Base(state)
+
+
+def _salvaged_roots(store: Store) -> tuple[str, ...]:
+    """The roots a damaged index still names, when they can be read: the rebuild walks them
+    all, so a rebuild started with one path keeps every root the index held."""
+    try:
+        roots = store.roots()
+    except IndexStoreError:
+        return ()
+    return tuple(r for r in roots if isinstance(r, str) and os.path.isabs(r))
 
 
 def _plan(
