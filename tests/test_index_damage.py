@@ -92,3 +92,32 @@ def test_a_damaged_index_whose_roots_cannot_be_read_is_rebuilt_from_the_paths_gi
     code, out, err = cli("index", "docs")
     assert code == 0 and "indexed 1 path(s)" in out, (out, err)
     assert [row.split()[0] for row in cli("roots")[1].splitlines()[1:]] == ["docs"]
+
+
+def test_a_deleted_checksum_file_is_damage_not_an_older_index(kb: Path) -> None:
+    """A generation that crag wrote with checksums and that lost its CHECKSUMS file was taken
+    for one written before checksums existed: garbage in its FAISS file went unnoticed."""
+    garble_vectors(kb)
+    (generation(kb) / "CHECKSUMS").unlink()
+    for argv in (("search", "port"), ("ask", "which port does the server use?")):
+        code, out, err = cli(*argv)
+        line = one_error_line(err)
+        assert code == 1 and not out and "damaged (its checksum file CHECKSUMS is missing)" in line, (argv, err)
+    code, out, err = cli("index", "docs", "notes")
+    assert code == 0 and "re-embedded everything: the previous index could not be read" in out, (out, err)
+    assert (generation(kb) / "CHECKSUMS").is_file() and cli("search", "port")[0] == 0
+
+
+def test_an_index_written_before_checksums_existed_is_still_read(kb: Path) -> None:
+    import sqlite3
+
+    expected = hits("backups port")
+    db = generation(kb) / "chunks.sqlite"
+    (generation(kb) / "CHECKSUMS").unlink()
+    conn = sqlite3.connect(db)
+    with conn:
+        conn.execute("DELETE FROM meta WHERE key = 'checksums'")
+    conn.close()
+    assert hits("backups port") == expected
+    code, out, _ = cli("index", "docs", "notes")
+    assert code == 0 and "4 unchanged" in out

@@ -8,7 +8,9 @@ size), deleted chunk rows. ``write_checksums`` records the size and CRC-32 of ea
 them (a sequential read of both files, the cost of opening an index) and also checks what
 a generation written before checksums existed can still be checked by: the tables are
 all there, the numbers in ``meta`` are numbers, the chunk rows, the file records and
-the meta agree, and the rows hold text and line numbers of the right types. Every failure is an ``IndexStoreError`` saying what is damaged and how to
+the meta agree, and the rows hold text and line numbers of the right types. A generation
+whose meta says it was written with ``CHECKSUMS`` (every one since) and has none lost it:
+that is damage too. Every failure is an ``IndexStoreError`` saying what is damaged and how to
 rebuild; ``crag index`` rebuilds a damaged index from its documents instead of building on it.
 
 ``read_current_name`` reads the ``CURRENT`` pointer defensively (a folder, bytes that are
@@ -130,6 +132,8 @@ def verify(
             with open(os.path.join(gen_dir, CHECKSUMS), encoding="utf-8") as f:
                 recorded = json.load(f)
     except FileNotFoundError:
+        if meta.get("checksums"):  # the generation was written with one: it was deleted
+            raise _damaged(index_dir, f"its checksum file {CHECKSUMS} is missing", hint) from None
         recorded = None  # written before checksums existed: the checks below still apply
     except (OSError, ValueError, RecursionError) as exc:
         raise _damaged(index_dir, "its checksum file cannot be read", hint) from exc
