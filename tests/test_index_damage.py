@@ -121,3 +121,12 @@ def test_an_index_written_before_checksums_existed_is_still_read(kb: Path) -> No
     assert hits("backups port") == expected
     code, out, _ = cli("index", "docs", "notes")
     assert code == 0 and "4 unchanged" in out
+
+
+def test_roots_of_a_damaged_index_says_it_is_damaged(kb: Path) -> None:
+    """`roots` listed the files and chunks of an index whose files no longer matched their
+    checksums, exit status 0, while search and ask called it damaged."""
+    garble_vectors(kb)
+    code, out, err = cli("roots")
+    line = one_error_line(err)
+    assert code == 1 and not out and "damaged" in line and "crag index" in line, err
