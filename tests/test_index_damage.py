@@ -8,6 +8,7 @@ the working directory, so paths are shown relative to it.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -130,3 +131,17 @@ def test_roots_of_a_damaged_index_says_it_is_damaged(kb: Path) -> None:
     code, out, err = cli("roots")
     line = one_error_line(err)
     assert code == 1 and not out and "damaged" in line and "crag index" in line, err
+
+
+def test_an_old_generation_left_by_a_killed_indexer_goes_with_the_next_run(kb: Path) -> None:
+    """An indexer killed after publishing its generation, before removing the previous one,
+    left that one behind; the next run, finding nothing changed, kept it for good."""
+    current = generation(kb)
+    stale = current.parent / "gen-000000"
+    shutil.copytree(current, stale)
+    unfinished = current.parent / "gen-000009"
+    unfinished.mkdir()
+    (unfinished / "chunks.sqlite").write_bytes(b"half written")
+    code, out, err = cli("index", "docs", "notes")
+    assert code == 0 and "the index was already up to date" in out, (out, err)
+    assert sorted(p.name for p in current.parent.iterdir() if p.name.startswith("gen-")) == [current.name]

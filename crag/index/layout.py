@@ -23,7 +23,8 @@ vectors did not change), both files are fsynced, and only then is ``CURRENT`` re
 atomically (``publish``: write a temporary file, fsync, ``os.replace``, fsync the
 directory). Older generations are deleted afterwards (``cleanup``). A kill at any moment
 therefore leaves ``CURRENT`` naming a complete generation in which FAISS and SQLite agree;
-an unfinished generation directory is garbage that the next indexer removes. Readers take
+an unfinished generation directory, or the previous one of an indexer killed before its
+``cleanup``, is garbage that the next indexer removes as it takes the lock (``tidy``). Readers take
 no lock: they open the generation ``CURRENT`` names (retrying if an indexer deleted it in
 between) and hold its files open from then on, so the checksums, the FAISS file and the
 database they read are the ones of that generation even after an indexer has published a
@@ -76,6 +77,7 @@ __all__ = [
     "read_current",
     "read_vectors",
     "reindex_hint",
+    "tidy",
 ]
 
 SCHEMA_VERSION = 2
@@ -417,6 +419,7 @@ class IndexLock:
         except OSError:
             pass
         self._fd = fd
+        tidy(self.index_dir)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -503,6 +506,16 @@ def cleanup(index_dir: str, keep: str | None) -> None:
                 os.unlink(path)
             except OSError:
                 pass
+
+
+def tidy(index_dir: str) -> None:
+    """Remove what an indexer killed outright left behind (lock held): its unfinished
+    generation, or, killed between publishing and ``cleanup``, the previous one; so they go
+    with the next run even when it finds nothing to change. Only when ``CURRENT`` names a
+    generation that is there: a damaged index is left as it is for the update to rebuild."""
+    current = current_generation(index_dir)
+    if current is not None and os.path.isdir(os.path.join(index_dir, current)):
+        cleanup(index_dir, current)
 
 
 def next_generation(index_dir: str) -> str:
