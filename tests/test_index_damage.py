@@ -145,3 +145,17 @@ def test_an_old_generation_left_by_a_killed_indexer_goes_with_the_next_run(kb: P
     code, out, err = cli("index", "docs", "notes")
     assert code == 0 and "the index was already up to date" in out, (out, err)
     assert sorted(p.name for p in current.parent.iterdir() if p.name.startswith("gen-")) == [current.name]
+
+
+def test_an_index_path_below_a_file_names_the_file(kb: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`KB_AGENT_INDEX_DIR=notes/list.md/index` was "notes/list.md/index is a file" for search
+    and "cannot create the index folder ... (Not a directory)" for index."""
+    blocker = kb / "notes" / "list.md"
+    for index_dir in (blocker, blocker / "index"):
+        monkeypatch.setenv("KB_AGENT_INDEX_DIR", str(index_dir))
+        for argv in (("search", "port"), ("roots",), ("index", "docs")):
+            code, out, err = cli(*argv)
+            line = one_error_line(err)
+            assert code == 1 and not out, (argv, err)
+            assert f"{blocker} is a file, not an index folder" in line and "KB_AGENT_INDEX_DIR" in line, (argv, line)
+    assert blocker.read_text(encoding="utf-8").startswith("# List")

@@ -40,6 +40,8 @@ class EmbeddedStore:
         layout.check_link(self.index_dir)
         try:
             os.makedirs(self.index_dir, exist_ok=True)
+        except (FileExistsError, NotADirectoryError) as exc:
+            raise integrity.not_a_folder(self.index_dir) from exc
         except OSError as exc:
             raise IndexStoreError(
                 f"cannot create the index folder {self.index_dir} ({exc.strerror or exc}): check --index or KB_AGENT_INDEX_DIR",

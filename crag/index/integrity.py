@@ -27,7 +27,10 @@ from collections.abc import Mapping, Sequence
 
 from ..errors import IndexStoreError
 
-__all__ = ["CHECKED_FILES", "CHECKSUMS", "INT_META", "TABLES", "int_meta", "read_current_name", "verify", "write_checksums"]
+__all__ = [
+    "CHECKED_FILES", "CHECKSUMS", "INT_META", "TABLES", "int_meta", "not_a_folder", "read_current_name", "verify",
+    "write_checksums",
+]
 
 CHECKSUMS = "CHECKSUMS"
 CHECKED_FILES = ("chunks.sqlite", "vectors.faiss")  # what CHECKSUMS holds: layout.DATABASE, layout.VECTORS
@@ -86,9 +89,7 @@ def read_current_name(path: str, index_dir: str, hint: str) -> str | None:
     except IsADirectoryError:
         raise _damaged(index_dir, "CURRENT is a folder", hint) from None
     except NotADirectoryError:
-        raise IndexStoreError(
-            f"{index_dir} is a file, not an index folder: point --index or KB_AGENT_INDEX_DIR at a folder", index_dir
-        ) from None
+        raise not_a_folder(index_dir) from None
     except OSError as exc:  # the folder cannot be reached (a name too long, no permission): no index can fix it
         raise IndexStoreError(f"cannot read {path} ({exc.strerror or exc}): check --index or KB_AGENT_INDEX_DIR", index_dir) from exc
     try:
@@ -98,6 +99,16 @@ def read_current_name(path: str, index_dir: str, hint: str) -> str | None:
     if len(raw) > _MAX_CURRENT_BYTES:
         raise _damaged(index_dir, "CURRENT does not name a generation", hint)
     return text.strip()
+
+
+def not_a_folder(index_dir: str) -> IndexStoreError:
+    """The error for an index folder that is a file, or lies below one: it names the file."""
+    path = index_dir
+    while not os.path.lexists(path) and os.path.dirname(path) not in ("", path):
+        path = os.path.dirname(path)
+    return IndexStoreError(
+        f"{path} is a file, not an index folder: point --index or KB_AGENT_INDEX_DIR at a folder", index_dir
+    )
 
 
 def int_meta(meta: Mapping[str, str], key: str, index_dir: str, hint: str, default: int | None = None) -> int:
