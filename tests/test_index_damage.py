@@ -8,6 +8,7 @@ the working directory, so paths are shown relative to it.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -159,3 +160,25 @@ def test_an_index_path_below_a_file_names_the_file(kb: Path, monkeypatch: pytest
             assert code == 1 and not out, (argv, err)
             assert f"{blocker} is a file, not an index folder" in line and "KB_AGENT_INDEX_DIR" in line, (argv, line)
     assert blocker.read_text(encoding="utf-8").startswith("# List")
+
+
+@pytest.mark.skipif(os.geteuid() == 0 and not shutil.which("setpriv"), reason="root reads every file")
+def test_an_unreadable_file_of_the_generation_is_named(kb: Path) -> None:
+    """A generation file crag may not open was reported as the generation folder."""
+    import subprocess
+    import sys
+
+    prefix = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search", "--inh-caps",
+              "-dac_override,-dac_read_search"] if os.geteuid() == 0 else []
+    if prefix and subprocess.run([*prefix, "true"], capture_output=True).returncode != 0:
+        pytest.skip("root reads every file, and may not give that up here")
+    target = generation(kb) / "vectors.faiss"
+    target.chmod(0)
+    try:
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+        run = subprocess.run([*prefix, sys.executable, "-m", "crag", "search", "port"], capture_output=True,
+                             text=True, env=env, cwd=kb, timeout=120)
+    finally:
+        target.chmod(0o644)
+    line = one_error_line(run.stderr)
+    assert run.returncode == 1 and f"cannot read {target} (Permission denied)" in line, run.stderr

@@ -257,7 +257,8 @@ def open_generation(index_dir: str, verify: bool = False) -> Generation:
         try:
             held = _hold(gen_dir)
         except OSError as exc:
-            raise IndexStoreError(f"cannot read {gen_dir} ({exc.strerror or exc}): {reindex_hint(index_dir)}", index_dir) from exc
+            what = _unreadable(gen_dir, exc)
+            raise IndexStoreError(f"cannot read {what} ({exc.strerror or exc}): {reindex_hint(index_dir)}", index_dir) from exc
         if held is None:
             # An indexer published a newer generation and removed this one: read CURRENT again.
             last_missing = name
@@ -302,6 +303,16 @@ def open_generation(index_dir: str, verify: bool = False) -> Generation:
         f"the index in {index_dir} is damaged ({_missing(index_dir, str(last_missing))}): {reindex_hint(index_dir)}",
         index_dir,
     )
+
+
+def _unreadable(gen_dir: str, exc: OSError) -> str:
+    """What ``exc`` could not open: the generation's file when its folder can be searched (the
+    file's own permissions), else the folder."""
+    try:
+        os.stat(exc.filename)
+    except (OSError, TypeError, ValueError):
+        return gen_dir
+    return os.fspath(exc.filename)
 
 
 def _missing(index_dir: str, name: str) -> str:
