@@ -182,3 +182,14 @@ def test_an_unreadable_file_of_the_generation_is_named(kb: Path) -> None:
         target.chmod(0o644)
     line = one_error_line(run.stderr)
     assert run.returncode == 1 and f"cannot read {target} (Permission denied)" in line, run.stderr
+
+
+def test_an_index_folder_linked_round_in_a_loop_is_named_so(kb: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A `.crag` linked to itself was "a symbolic link to .crag, which does not exist"."""
+    monkeypatch.delenv("KB_AGENT_INDEX_DIR")
+    (kb / ".crag").symlink_to(".crag")
+    for argv in (("search", "port"), ("roots",), ("index", "docs")):
+        code, out, err = cli(*argv)
+        line = one_error_line(err)
+        assert code == 1 and not out, (argv, err)
+        assert f"the index folder {kb / '.crag'} is a symbolic link that leads round in a loop" in line, line

@@ -37,6 +37,7 @@ writes a generation, ``store`` reads one, ``embedded`` is the ``Store`` port ove
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import re
@@ -137,6 +138,15 @@ def check_link(index_dir: str) -> None:
             index_dir,
         )
     if os.path.islink(index_dir) and not os.path.exists(index_dir):
+        try:
+            os.stat(index_dir)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise IndexStoreError(
+                    f"the index folder {index_dir} is a symbolic link that leads round in a loop: "
+                    "point it at a folder, or remove the link",
+                    index_dir,
+                ) from None
         try:
             target = os.readlink(index_dir)
         except OSError:
