@@ -193,3 +193,52 @@ def test_an_index_folder_linked_round_in_a_loop_is_named_so(kb: Path, monkeypatc
         line = one_error_line(err)
         assert code == 1 and not out, (argv, err)
         assert f"the index folder {kb / '.crag'} is a symbolic link that leads round in a loop" in line, line
+
+
+@pytest.mark.parametrize("argv", [("index", "docs", "notes"), ("roots", "--remove", "notes"),
+                                  ("ask", "--kb", "docs", "which port?")])
+def test_a_lock_file_that_is_a_link_to_a_document_never_writes_the_document(kb: Path, argv: tuple[str, ...]) -> None:
+    """A LOCK that was a symbolic link to a document was opened through the link, truncated and
+    given the indexer's process id: the document's text was lost, and indexed as changed."""
+    (kb / "docs" / "setup.md").write_text(DOCS + "\nA new line.\n", encoding="utf-8")  # something to index
+    document = kb / "notes" / "notes.md"
+    (kb / "index" / "LOCK").symlink_to(document)
+    code, out, err = cli(*argv)
+    line = one_error_line(err)
+    assert code == 1 and not out, err
+    assert f"the lock file {kb / 'index' / 'LOCK'} is a symbolic link" in line and "remove it" in line, line
+    assert document.read_text(encoding="utf-8") == NOTES
+    (kb / "index" / "LOCK").unlink()
+    assert cli(*argv)[0] == 0
+
+
+def test_a_lock_file_that_is_a_named_pipe_never_hangs_a_reader(kb: Path) -> None:
+    """With no index yet, search asks whether an indexer holds LOCK: a named pipe there made it
+    wait for a writer forever."""
+    import threading
+
+    index = kb / "fresh"
+    index.mkdir()
+    os.mkfifo(index / "LOCK")
+    done: list[tuple[int, str, str]] = []
+    worker = threading.Thread(target=lambda: done.append(cli("--index", str(index), "search", "port")), daemon=True)
+    worker.start()
+    worker.join(30)
+    assert done, "search still waiting after 30s"
+    code, out, err = done[0]
+    assert code == 1 and not out and "no index in" in one_error_line(err)
+    code, out, err = cli("--index", str(index), "index", "docs")
+    line = one_error_line(err)
+    assert code == 1 and f"the lock file {index / 'LOCK'} is a named pipe" in line, line
+
+
+def test_publishing_never_writes_through_a_link_where_its_temporary_file_goes(kb: Path) -> None:
+    """`CURRENT` is replaced by writing `CURRENT.tmp-PID` first; a symbolic link by that name
+    (left over, or put there) was written through, truncating what it named."""
+    document = kb / "notes" / "notes.md"
+    (kb / "index" / "CURRENT").write_text("garbage\n")  # damaged: nothing tidies the folder first
+    (kb / "index" / f"CURRENT.tmp-{os.getpid()}").symlink_to(document)
+    code, out, err = cli("index", "docs", "notes")
+    assert code == 0 and "re-embedded everything" in out, err
+    assert document.read_text(encoding="utf-8") == NOTES
+    assert cli("search", "port")[0] == 0

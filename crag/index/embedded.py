@@ -95,7 +95,8 @@ class EmbeddedStore:
 
     def writer_lock(self, timeout: float, waiting: Callable[[], None] | None = None) -> AbstractContextManager[object]:
         self._make_dir()
-        return layout.IndexLock(self.index_dir, timeout, waiting)
+        # Once held: what an indexer killed outright left behind goes (layout.tidy).
+        return layout.IndexLock(self.index_dir, timeout, waiting, taken=lambda: layout.tidy(self.index_dir))
 
     def begin(self, base: StoreState | None, embedder: Embedder, chunker: str) -> EmbeddedUpdate:
         """A new generation on top of ``base`` (which must be the published one), or from empty."""

@@ -24,34 +24,33 @@ atomically (``publish``: write a temporary file, fsync, ``os.replace``, fsync th
 directory). Older generations are deleted afterwards (``cleanup``). A kill at any moment
 therefore leaves ``CURRENT`` naming a complete generation in which FAISS and SQLite agree;
 an unfinished generation directory, or the previous one of an indexer killed before its
-``cleanup``, is garbage that the next indexer removes as it takes the lock (``tidy``). Readers take
+``cleanup``, is garbage that the next indexer removes once it holds the lock (``tidy``). Readers take
 no lock: they open the generation ``CURRENT`` names (retrying if an indexer deleted it in
 between) and hold its files open from then on, so the checksums, the FAISS file and the
 database they read are the ones of that generation even after an indexer has published a
 newer one and deleted this one: POSIX keeps the files of a deleted generation readable for
 as long as they are open (a ``Generation`` reads them through its own descriptors).
 
-This module holds the layout, the lock and the generation files; ``embedded_write``
+This module holds the layout and the generation files (the lock is ``crag.index.lock``); ``embedded_write``
 writes a generation, ``store`` reads one, ``embedded`` is the ``Store`` port over them.
 """
 
 from __future__ import annotations
 
 import errno
-import fcntl
 import os
 import re
 import shutil
 import sqlite3
 import time
 import weakref
-from collections.abc import Callable
 from typing import Any
 
 from attrs import frozen
 
 from ..errors import IndexFormatError, IndexStoreError
 from . import integrity
+from .lock import DEFAULT_LOCK_TIMEOUT, LOCK, NOFOLLOW, IndexLock, being_built
 
 __all__ = [
     "CURRENT",
@@ -83,11 +82,9 @@ __all__ = [
 
 SCHEMA_VERSION = 2
 CURRENT = "CURRENT"
-LOCK = "LOCK"
 VECTORS = "vectors.faiss"
 DATABASE = "chunks.sqlite"
 GENERATION = re.compile(r"^gen-(\d{6,})$")
-DEFAULT_LOCK_TIMEOUT = 120.0
 
 SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -370,110 +367,6 @@ def read_vectors(gen: Generation, mmap: bool) -> Any:
 
 
 # ---------------------------------------------------------------------------------------
-# The lock
-
-
-class IndexLock:
-    """An exclusive ``flock`` on ``DIR/LOCK``, waited for up to ``timeout`` seconds (``waiting``,
-    when given, is called once when another indexer holds it, before the wait).
-
-    The holder removes the file when it lets go (also when its update failed), so no LOCK
-    is left behind by a run that ended; one killed outright leaves a file no one holds,
-    which the next indexer takes over. A waiter that wins the lock on a file the previous
-    holder has already removed starts again on the current file, so two indexers never
-    hold locks on two different files.
-    """
-
-    def __init__(self, index_dir: str, timeout: float = DEFAULT_LOCK_TIMEOUT,
-                 waiting: Callable[[], None] | None = None) -> None:
-        self.index_dir = index_dir
-        self.timeout = timeout
-        self.waiting = waiting
-        self._fd: int | None = None
-        self._path = os.path.join(index_dir, LOCK)
-
-    def _open(self) -> int:
-        try:
-            return os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as exc:
-            raise IndexStoreError(
-                f"cannot create the lock file {self._path} ({exc.strerror or exc}); the index is unchanged: "
-                "check --index or KB_AGENT_INDEX_DIR",
-                self.index_dir,
-            ) from exc
-
-    def _is_current(self, fd: int) -> bool:
-        """Whether ``fd`` is still the file at ``DIR/LOCK`` (not one its holder removed)."""
-        try:
-            on_disk = os.stat(self._path)
-        except OSError:
-            return False
-        mine = os.fstat(fd)
-        return (on_disk.st_dev, on_disk.st_ino) == (mine.st_dev, mine.st_ino)
-
-    def __enter__(self) -> IndexLock:
-        deadline = time.monotonic() + self.timeout
-        fd = self._open()
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                if self.waiting is not None:
-                    self.waiting()
-                    self.waiting = None  # once
-                if time.monotonic() >= deadline:
-                    os.close(fd)
-                    raise IndexStoreError(
-                        f"another crag index is running on {self.index_dir} (waited {self.timeout:g}s): "
-                        "try again when it has finished",
-                        self.index_dir,
-                    ) from None
-                time.sleep(0.05)
-                continue
-            if self._is_current(fd):
-                break
-            os.close(fd)  # the previous holder removed this file as it let go: take the current one
-            fd = self._open()
-        try:
-            os.ftruncate(fd, 0)
-            os.write(fd, f"{os.getpid()}\n".encode())
-        except OSError:
-            pass
-        self._fd = fd
-        tidy(self.index_dir)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._fd is not None:
-            try:
-                try:
-                    os.unlink(self._path)  # while still held: a waiter notices and starts again
-                except OSError:
-                    pass
-                fcntl.flock(self._fd, fcntl.LOCK_UN)
-            finally:
-                os.close(self._fd)
-                self._fd = None
-
-
-def being_built(index_dir: str) -> bool:
-    """Whether an indexer holds ``DIR/LOCK`` now (a reader asks, creating nothing)."""
-    try:
-        fd = os.open(os.path.join(index_dir, LOCK), os.O_RDONLY)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    except OSError:
-        return False
-    finally:
-        os.close(fd)  # closing lets go of a lock this probe took
-    return False
-
-
-# ---------------------------------------------------------------------------------------
 # Publishing generations
 
 
@@ -501,7 +394,12 @@ def fsync_file(path: str) -> None:
 def publish(index_dir: str, gen: str) -> None:
     """Make ``gen`` the generation readers open: replace ``CURRENT`` atomically."""
     tmp = os.path.join(index_dir, f"{CURRENT}.tmp-{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as f:
+    try:  # a file by that name, or a link put there, is replaced: never written through
+        os.unlink(tmp)
+    except FileNotFoundError:
+        pass
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o644)
+    with open(fd, "w", encoding="utf-8") as f:
         f.write(gen + "\n")
         f.flush()
         os.fsync(f.fileno())
