@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from attrs import field, frozen
 
-from ..errors import IndexFormatError, IndexStoreError, KnowledgeBaseError
+from ..errors import IndexFormatError, IndexStoreError, KnowledgeBaseError, LLMError
 from ..ports import BINARY_MARK, DocumentVersion, FileRecord, Store, StoreState
 from ..safe_text import display_name
 from .chunker import DEFAULT_MAX_TOKENS, DEFAULT_MIN_TOKENS
@@ -211,7 +211,7 @@ def update_store(
     with store.writer_lock(lock_timeout, waiting):
         base = _load_base(store, embedder, chunker_id(*chunking), allow_reembed)
         plan = _plan(store, embedder, chunking, base, root_list, started, patterns)
-        if _writes(plan) and plan.builds_on is not None and plan.builds_on.dim != embedder.dim:
+        if plan.builds_on is not None and _dim_changed(plan.builds_on, embedder, _writes(plan)):
             # The same model name now gives vectors of another length (another model under that
             # name, another server): its vectors cannot join the index's, as another embedder's cannot.
             built = f"{plan.builds_on.embedder} ({plan.builds_on.dim} dimensions)"
@@ -221,6 +221,19 @@ def update_store(
             base = _Base(base.state, True, f"the index was built with {built}, the configured embedder is {configured}")
             plan = _plan(store, embedder, chunking, base, root_list, started, patterns)
         return _apply(plan, progress)
+
+
+def _dim_changed(state: StoreState, embedder: Embedder, writes: bool) -> bool:
+    """Whether the embedder's vectors are no longer as long as the index's. Checked even when
+    no file changed, since a search then fails telling to re-index; but an update with nothing
+    to write does not fail because the dimension cannot be learnt now (an embeddings server
+    that is down): it is compared again when vectors are next written."""
+    if writes:
+        return state.dim != embedder.dim
+    try:
+        return state.dim != embedder.dim
+    except LLMError:
+        return False
 
 
 def _recorded_roots(store: Store) -> tuple[str, ...]:
