@@ -242,3 +242,20 @@ def test_publishing_never_writes_through_a_link_where_its_temporary_file_goes(kb
     assert code == 0 and "re-embedded everything" in out, err
     assert document.read_text(encoding="utf-8") == NOTES
     assert cli("search", "port")[0] == 0
+
+
+def test_rebuilding_an_index_of_an_older_format_keeps_every_root_it_held(kb: Path) -> None:
+    """An index of an older format is rebuilt by `crag index`, which opened it only through
+    the format check: its roots could not be read, and `crag index docs` dropped notes."""
+    import sqlite3
+
+    conn = sqlite3.connect(generation(kb) / "chunks.sqlite")
+    with conn:
+        conn.execute("UPDATE meta SET value = '1' WHERE key = 'schema'")
+    conn.close()
+    (generation(kb) / "CHECKSUMS").unlink()
+    code, out, err = cli("search", "port")
+    assert code == 1 and "has format 1, this crag reads format 2" in one_error_line(err)
+    code, out, err = cli("index", "docs")
+    assert code == 0 and "re-embedded everything" in out and "indexed 2 path(s)" in out, (out, err)
+    assert [row.split()[0] for row in cli("roots")[1].splitlines()[1:]] == ["docs", "notes"]

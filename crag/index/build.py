@@ -272,13 +272,9 @@ def _load_base(store: Store, embedder: Embedder, chunker: str, allow_reembed: bo
 
 
 def _salvaged_roots(store: Store) -> tuple[str, ...]:
-    """The roots a damaged index still names, when they can be read: the rebuild walks them
-    all, so a rebuild started with one path keeps every root the index held."""
-    try:
-        roots = store.roots()
-    except IndexStoreError:
-        return ()
-    return tuple(r for r in roots if isinstance(r, str) and os.path.isabs(r))
+    """The roots a damaged index, or one of an older format, still names when they can be
+    read: the rebuild walks them all, so a rebuild started with one path keeps every root."""
+    return tuple(r for r in store.roots(salvage=True) if isinstance(r, str) and os.path.isabs(r))
 
 
 def _plan(

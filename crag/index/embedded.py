@@ -85,7 +85,9 @@ class EmbeddedStore:
         finally:
             gen.close()
 
-    def roots(self) -> tuple[str, ...]:
+    def roots(self, salvage: bool = False) -> tuple[str, ...]:
+        if salvage:
+            return layout.salvage_roots(self.index_dir)
         return indexed_roots(self.index_dir)
 
     def open_retriever(self, embedder: Embedder, weights: SearchWeights | None = None) -> IndexReader:

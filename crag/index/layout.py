@@ -77,6 +77,7 @@ __all__ = [
     "read_current",
     "read_vectors",
     "reindex_hint",
+    "salvage_roots",
     "tidy",
 ]
 
@@ -310,6 +311,24 @@ def open_generation(index_dir: str, verify: bool = False) -> Generation:
         f"the index in {index_dir} is damaged ({_missing(index_dir, str(last_missing))}): {reindex_hint(index_dir)}",
         index_dir,
     )
+
+
+def salvage_roots(index_dir: str) -> tuple[str, ...]:
+    """The roots the generation ``CURRENT`` names still records, read without the checks of
+    ``open_generation`` (its format, its checksums): what a rebuild of a damaged or older
+    index walks. () when they cannot be read."""
+    try:
+        name = read_current(index_dir)
+        if name is None:
+            return ()
+        conn = connect_ro(os.path.join(index_dir, name, DATABASE))
+        try:
+            rows = conn.execute("SELECT path FROM roots").fetchall()
+        finally:
+            conn.close()
+    except (IndexStoreError, sqlite3.Error, OSError):
+        return ()
+    return tuple(r for (r,) in rows if isinstance(r, str) and os.path.isabs(r))
 
 
 def _unreadable(gen_dir: str, exc: OSError) -> str:
