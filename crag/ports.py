@@ -433,6 +433,9 @@ class Store(Protocol):
     state is published. ``writer_lock(timeout, waiting)`` is held by the one indexer allowed
     at a time (a second calls ``waiting()`` once, when given, then waits up to ``timeout``
     seconds and raises ``IndexStoreError``).
+    ``roots()`` are the published state's roots; ``roots(salvage=True)`` the roots a state
+    that cannot be read as this crag's (damaged, an older format) still records, as far as
+    they can be read, else (): what a rebuild walks besides the paths it is given.
     ``begin(base, embedder, chunker)`` starts an update on top of ``base`` (None: from
     empty). ``open_retriever`` opens the published state for search.
     """
@@ -444,7 +447,7 @@ class Store(Protocol):
 
     def version(self) -> str | None: ...
 
-    def roots(self) -> tuple[str, ...]: ...
+    def roots(self, salvage: bool = False) -> tuple[str, ...]: ...
 
     def writer_lock(self, timeout: float, waiting: Callable[[], None] | None = None) -> AbstractContextManager[object]: ...
 

@@ -177,7 +177,9 @@ def _overwrite(path: Path, offset: int, data: bytes) -> None:
 
 
 def _without_checksums(kb: Path, statement: str) -> None:
+    """``statement`` run on a generation made to look written before checksums existed."""
     _sql(_generation(kb) / "chunks.sqlite", statement)
+    _sql(_generation(kb) / "chunks.sqlite", "DELETE FROM meta WHERE key = 'checksums'")
     (_generation(kb) / "CHECKSUMS").unlink()
 
 

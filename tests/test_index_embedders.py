@@ -339,3 +339,36 @@ def test_an_embedding_model_whose_vectors_changed_length_is_re_embedded_not_a_tr
         assert code == 0 and "re-embedded everything" in out and "2 in the index" in out, out + err
         code, out, err = cli("search", "beta retention", "--json")
         assert code == 0 and json.loads(out)[0]["path"] == "docs/b.md", err
+
+
+def test_an_index_whose_files_are_unchanged_is_re_embedded_when_its_vectors_changed_length(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """With no file changed, `crag index` answered "the index was already up to date" to the
+    search error that told the user to run it: the length was compared only when something
+    was to be written, so the advice could never work. While the embeddings server cannot be
+    reached, an unchanged index is still reported unchanged."""
+    from tests.fakes import clean_env, cli
+
+    clean_env(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.md").write_text("# A\n\nAlpha retention is 5 days.\n", encoding="utf-8")
+    monkeypatch.setenv("KB_AGENT_LLM", "offline")
+    monkeypatch.setenv("KB_AGENT_EMBEDDER", "openai")
+    monkeypatch.setenv("KB_AGENT_EMBEDDING_MODEL", "custom-embed")
+    with FakeOpenAIServer(embedding_dim=64) as srv:
+        monkeypatch.setenv("OPENAI_BASE_URL", srv.base_url)
+        assert cli("index", "docs")[0] == 0
+    monkeypatch.setenv("KB_AGENT_LLM_MAX_RETRIES", "0")
+    code, out, err = cli("index", "docs")  # the server is gone: nothing to write, nothing to ask it
+    assert code == 0 and "already up to date" in out, out + err
+    with FakeOpenAIServer(embedding_dim=32) as srv:
+        monkeypatch.setenv("OPENAI_BASE_URL", srv.base_url)
+        code, out, err = cli("search", "alpha retention")
+        assert code == 1 and "32-dimensional" in err and "crag index" in err, err
+        code, out, err = cli("index", "docs")
+        assert code == 0 and out.startswith("re-embedded everything: the index was built with"), out + err
+        assert "(now 32 dimensions)" in out
+        code, out, err = cli("search", "alpha retention", "--json")
+        assert code == 0 and json.loads(out)[0]["path"] == "docs/a.md", err

@@ -43,7 +43,7 @@ def cmd_roots(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     require_index_libraries()
     store = open_store(config)
     try:
-        before = root_rows(store.state(files=True))
+        before = root_rows(store.state(files=True, check=True))  # a damaged index is said to be, as search says
         if args.remove:
             report = drop_roots(config, args.remove, waiting=waiting_note(config, err))
             out.write(shown(own_name(removed_text(report, before))))

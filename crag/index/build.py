@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from attrs import field, frozen
 
-from ..errors import IndexFormatError, IndexStoreError, KnowledgeBaseError
+from ..errors import IndexFormatError, IndexStoreError, KnowledgeBaseError, LLMError
 from ..ports import BINARY_MARK, DocumentVersion, FileRecord, Store, StoreState
 from .chunker import DEFAULT_MAX_TOKENS, DEFAULT_MIN_TOKENS
 from .discover import (
@@ -111,10 +111,11 @@ class _Base:
     state: StoreState | None  # what is published (None: nothing, or unreadable)
     full: bool = False  # re-embed everything: another embedder or chunking, or unreadable
     reason: str = ""
+    salvaged_roots: tuple[str, ...] = ()  # the roots an unreadable index still names
 
     @property
     def recorded_roots(self) -> tuple[str, ...]:
-        return self.state.roots if self.state else ()
+        return self.state.roots if self.state else self.salvaged_roots
 
     @property
     def files(self) -> Mapping[str, FileRecord]:
@@ -210,7 +211,7 @@ def update_store(
     with store.writer_lock(lock_timeout, waiting):
         base = _load_base(store, embedder, chunker_id(*chunking), allow_reembed)
         plan = _plan(store, embedder, chunking, base, root_list, started, patterns)
-        if _writes(plan) and plan.builds_on is not None and plan.builds_on.dim != embedder.dim:
+        if plan.builds_on is not None and _dim_changed(plan.builds_on, embedder, _writes(plan)):
             # The same model name now gives vectors of another length (another model under that
             # name, another server): its vectors cannot join the index's, as another embedder's cannot.
             built = f"{plan.builds_on.embedder} ({plan.builds_on.dim} dimensions)"
@@ -220,6 +221,19 @@ def update_store(
             base = _Base(base.state, True, f"the index was built with {built}, the configured embedder is {configured}")
             plan = _plan(store, embedder, chunking, base, root_list, started, patterns)
         return _apply(plan, progress)
+
+
+def _dim_changed(state: StoreState, embedder: Embedder, writes: bool) -> bool:
+    """Whether the embedder's vectors are no longer as long as the index's. Checked even when
+    no file changed, since a search then fails telling to re-index; but an update with nothing
+    to write does not fail because the dimension cannot be learnt now (an embeddings server
+    that is down): it is compared again when vectors are next written."""
+    if writes:
+        return state.dim != embedder.dim
+    try:
+        return state.dim != embedder.dim
+    except LLMError:
+        return False
 
 
 def _recorded_roots(store: Store) -> tuple[str, ...]:
@@ -244,7 +258,7 @@ def _load_base(store: Store, embedder: Embedder, chunker: str, allow_reembed: bo
         if not allow_reembed:
             raise
         why = _ADVICE.sub("", str(exc))  # what is wrong, without what to do (this run rebuilds it)
-        return _Base(None, True, f"the previous index could not be read ({why})")
+        return _Base(None, True, f"the previous index could not be read ({why})", _salvaged_roots(store))
     if state is None:
         return _Base(None)
     if state.embedder != embedder.name:
@@ -255,6 +269,12 @@ def _load_base(store: Store, embedder: Embedder, chunker: str, allow_reembed: bo
     if state.chunker != chunker:
         return _Base(state, True, "the chunking settings changed")
     return _Base(state)
+
+
+def _salvaged_roots(store: Store) -> tuple[str, ...]:
+    """The roots a damaged index, or one of an older format, still names when they can be
+    read: the rebuild walks them all, so a rebuild started with one path keeps every root."""
+    return tuple(r for r in store.roots(salvage=True) if isinstance(r, str) and os.path.isabs(r))
 
 
 def _plan(
@@ -433,7 +453,9 @@ def remove_roots(
     started = time.perf_counter()
     drop = [normalize_root(r) for r in roots]
     with store.writer_lock(lock_timeout, waiting):
-        state = store.state(files=True)
+        # Checked as an update's base is: a generation built on damaged files would carry the
+        # damage on under fresh checksums, and nothing would find it again.
+        state = store.state(files=True, check=True)
         if state is None:
             raise IndexStoreError(f"no index in {store.location}: run `python -m crag index PATH` first", store.location)
         unknown = [r for r in drop if r not in state.roots]

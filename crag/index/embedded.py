@@ -40,6 +40,8 @@ class EmbeddedStore:
         layout.check_link(self.index_dir)
         try:
             os.makedirs(self.index_dir, exist_ok=True)
+        except (FileExistsError, NotADirectoryError) as exc:
+            raise integrity.not_a_folder(self.index_dir) from exc
         except OSError as exc:
             raise IndexStoreError(
                 f"cannot create the index folder {self.index_dir} ({exc.strerror or exc}): check --index or KB_AGENT_INDEX_DIR",
@@ -83,7 +85,9 @@ class EmbeddedStore:
         finally:
             gen.close()
 
-    def roots(self) -> tuple[str, ...]:
+    def roots(self, salvage: bool = False) -> tuple[str, ...]:
+        if salvage:
+            return layout.salvage_roots(self.index_dir)
         return indexed_roots(self.index_dir)
 
     def open_retriever(self, embedder: Embedder, weights: SearchWeights | None = None) -> IndexReader:
@@ -93,7 +97,8 @@ class EmbeddedStore:
 
     def writer_lock(self, timeout: float, waiting: Callable[[], None] | None = None) -> AbstractContextManager[object]:
         self._make_dir()
-        return layout.IndexLock(self.index_dir, timeout, waiting)
+        # Once held: what an indexer killed outright left behind goes (layout.tidy).
+        return layout.IndexLock(self.index_dir, timeout, waiting, taken=lambda: layout.tidy(self.index_dir))
 
     def begin(self, base: StoreState | None, embedder: Embedder, chunker: str) -> EmbeddedUpdate:
         """A new generation on top of ``base`` (which must be the published one), or from empty."""

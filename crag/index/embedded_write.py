@@ -328,6 +328,7 @@ class EmbeddedUpdate:
                 "next_chunk_id": str(self.next_id),
                 "vectors_bytes": str(vectors_bytes),
                 "vectors": self.vectors_kind,
+                "checksums": integrity.CHECKSUMS,  # so a generation that lost it is damaged, not old
                 "generation": self.gen,
                 "updated_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             }

@@ -8,7 +8,9 @@ size), deleted chunk rows. ``write_checksums`` records the size and CRC-32 of ea
 them (a sequential read of both files, the cost of opening an index) and also checks what
 a generation written before checksums existed can still be checked by: the tables are
 all there, the numbers in ``meta`` are numbers, the chunk rows, the file records and
-the meta agree, and the rows hold text and line numbers of the right types. Every failure is an ``IndexStoreError`` saying what is damaged and how to
+the meta agree, and the rows hold text and line numbers of the right types. A generation
+whose meta says it was written with ``CHECKSUMS`` (every one since) and has none lost it:
+that is damage too. Every failure is an ``IndexStoreError`` saying what is damaged and how to
 rebuild; ``crag index`` rebuilds a damaged index from its documents instead of building on it.
 
 ``read_current_name`` reads the ``CURRENT`` pointer defensively (a folder, bytes that are
@@ -25,7 +27,10 @@ from collections.abc import Mapping, Sequence
 
 from ..errors import IndexStoreError
 
-__all__ = ["CHECKED_FILES", "CHECKSUMS", "INT_META", "TABLES", "int_meta", "read_current_name", "verify", "write_checksums"]
+__all__ = [
+    "CHECKED_FILES", "CHECKSUMS", "INT_META", "TABLES", "int_meta", "not_a_folder", "read_current_name", "verify",
+    "write_checksums",
+]
 
 CHECKSUMS = "CHECKSUMS"
 CHECKED_FILES = ("chunks.sqlite", "vectors.faiss")  # what CHECKSUMS holds: layout.DATABASE, layout.VECTORS
@@ -84,9 +89,7 @@ def read_current_name(path: str, index_dir: str, hint: str) -> str | None:
     except IsADirectoryError:
         raise _damaged(index_dir, "CURRENT is a folder", hint) from None
     except NotADirectoryError:
-        raise IndexStoreError(
-            f"{index_dir} is a file, not an index folder: point --index or KB_AGENT_INDEX_DIR at a folder", index_dir
-        ) from None
+        raise not_a_folder(index_dir) from None
     except OSError as exc:  # the folder cannot be reached (a name too long, no permission): no index can fix it
         raise IndexStoreError(f"cannot read {path} ({exc.strerror or exc}): check --index or KB_AGENT_INDEX_DIR", index_dir) from exc
     try:
@@ -96,6 +99,16 @@ def read_current_name(path: str, index_dir: str, hint: str) -> str | None:
     if len(raw) > _MAX_CURRENT_BYTES:
         raise _damaged(index_dir, "CURRENT does not name a generation", hint)
     return text.strip()
+
+
+def not_a_folder(index_dir: str) -> IndexStoreError:
+    """The error for an index folder that is a file, or lies below one: it names the file."""
+    path = index_dir
+    while not os.path.lexists(path) and os.path.dirname(path) not in ("", path):
+        path = os.path.dirname(path)
+    return IndexStoreError(
+        f"{path} is a file, not an index folder: point --index or KB_AGENT_INDEX_DIR at a folder", index_dir
+    )
 
 
 def int_meta(meta: Mapping[str, str], key: str, index_dir: str, hint: str, default: int | None = None) -> int:
@@ -130,6 +143,8 @@ def verify(
             with open(os.path.join(gen_dir, CHECKSUMS), encoding="utf-8") as f:
                 recorded = json.load(f)
     except FileNotFoundError:
+        if meta.get("checksums"):  # the generation was written with one: it was deleted
+            raise _damaged(index_dir, f"its checksum file {CHECKSUMS} is missing", hint) from None
         recorded = None  # written before checksums existed: the checks below still apply
     except (OSError, ValueError, RecursionError) as exc:
         raise _damaged(index_dir, "its checksum file cannot be read", hint) from exc

@@ -23,33 +23,34 @@ vectors did not change), both files are fsynced, and only then is ``CURRENT`` re
 atomically (``publish``: write a temporary file, fsync, ``os.replace``, fsync the
 directory). Older generations are deleted afterwards (``cleanup``). A kill at any moment
 therefore leaves ``CURRENT`` naming a complete generation in which FAISS and SQLite agree;
-an unfinished generation directory is garbage that the next indexer removes. Readers take
+an unfinished generation directory, or the previous one of an indexer killed before its
+``cleanup``, is garbage that the next indexer removes once it holds the lock (``tidy``). Readers take
 no lock: they open the generation ``CURRENT`` names (retrying if an indexer deleted it in
 between) and hold its files open from then on, so the checksums, the FAISS file and the
 database they read are the ones of that generation even after an indexer has published a
 newer one and deleted this one: POSIX keeps the files of a deleted generation readable for
 as long as they are open (a ``Generation`` reads them through its own descriptors).
 
-This module holds the layout, the lock and the generation files; ``embedded_write``
+This module holds the layout and the generation files (the lock is ``crag.index.lock``); ``embedded_write``
 writes a generation, ``store`` reads one, ``embedded`` is the ``Store`` port over them.
 """
 
 from __future__ import annotations
 
-import fcntl
+import errno
 import os
 import re
 import shutil
 import sqlite3
 import time
 import weakref
-from collections.abc import Callable
 from typing import Any
 
 from attrs import frozen
 
 from ..errors import IndexFormatError, IndexStoreError
 from . import integrity
+from .lock import DEFAULT_LOCK_TIMEOUT, LOCK, NOFOLLOW, IndexLock, being_built
 
 __all__ = [
     "CURRENT",
@@ -76,15 +77,15 @@ __all__ = [
     "read_current",
     "read_vectors",
     "reindex_hint",
+    "salvage_roots",
+    "tidy",
 ]
 
 SCHEMA_VERSION = 2
 CURRENT = "CURRENT"
-LOCK = "LOCK"
 VECTORS = "vectors.faiss"
 DATABASE = "chunks.sqlite"
 GENERATION = re.compile(r"^gen-(\d{6,})$")
-DEFAULT_LOCK_TIMEOUT = 120.0
 
 SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -135,6 +136,15 @@ def check_link(index_dir: str) -> None:
             index_dir,
         )
     if os.path.islink(index_dir) and not os.path.exists(index_dir):
+        try:
+            os.stat(index_dir)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise IndexStoreError(
+                    f"the index folder {index_dir} is a symbolic link that leads round in a loop: "
+                    "point it at a folder, or remove the link",
+                    index_dir,
+                ) from None
         try:
             target = os.readlink(index_dir)
         except OSError:
@@ -255,7 +265,8 @@ def open_generation(index_dir: str, verify: bool = False) -> Generation:
         try:
             held = _hold(gen_dir)
         except OSError as exc:
-            raise IndexStoreError(f"cannot read {gen_dir} ({exc.strerror or exc}): {reindex_hint(index_dir)}", index_dir) from exc
+            what = _unreadable(gen_dir, exc)
+            raise IndexStoreError(f"cannot read {what} ({exc.strerror or exc}): {reindex_hint(index_dir)}", index_dir) from exc
         if held is None:
             # An indexer published a newer generation and removed this one: read CURRENT again.
             last_missing = name
@@ -300,6 +311,34 @@ def open_generation(index_dir: str, verify: bool = False) -> Generation:
         f"the index in {index_dir} is damaged ({_missing(index_dir, str(last_missing))}): {reindex_hint(index_dir)}",
         index_dir,
     )
+
+
+def salvage_roots(index_dir: str) -> tuple[str, ...]:
+    """The roots the generation ``CURRENT`` names still records, read without the checks of
+    ``open_generation`` (its format, its checksums): what a rebuild of a damaged or older
+    index walks. () when they cannot be read."""
+    try:
+        name = read_current(index_dir)
+        if name is None:
+            return ()
+        conn = connect_ro(os.path.join(index_dir, name, DATABASE))
+        try:
+            rows = conn.execute("SELECT path FROM roots").fetchall()
+        finally:
+            conn.close()
+    except (IndexStoreError, sqlite3.Error, OSError):
+        return ()
+    return tuple(r for (r,) in rows if isinstance(r, str) and os.path.isabs(r))
+
+
+def _unreadable(gen_dir: str, exc: OSError) -> str:
+    """What ``exc`` could not open: the generation's file when its folder can be searched (the
+    file's own permissions), else the folder."""
+    try:
+        os.stat(exc.filename)
+    except (OSError, TypeError, ValueError):
+        return gen_dir
+    return os.fspath(exc.filename)
 
 
 def _missing(index_dir: str, name: str) -> str:
@@ -347,109 +386,6 @@ def read_vectors(gen: Generation, mmap: bool) -> Any:
 
 
 # ---------------------------------------------------------------------------------------
-# The lock
-
-
-class IndexLock:
-    """An exclusive ``flock`` on ``DIR/LOCK``, waited for up to ``timeout`` seconds (``waiting``,
-    when given, is called once when another indexer holds it, before the wait).
-
-    The holder removes the file when it lets go (also when its update failed), so no LOCK
-    is left behind by a run that ended; one killed outright leaves a file no one holds,
-    which the next indexer takes over. A waiter that wins the lock on a file the previous
-    holder has already removed starts again on the current file, so two indexers never
-    hold locks on two different files.
-    """
-
-    def __init__(self, index_dir: str, timeout: float = DEFAULT_LOCK_TIMEOUT,
-                 waiting: Callable[[], None] | None = None) -> None:
-        self.index_dir = index_dir
-        self.timeout = timeout
-        self.waiting = waiting
-        self._fd: int | None = None
-        self._path = os.path.join(index_dir, LOCK)
-
-    def _open(self) -> int:
-        try:
-            return os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as exc:
-            raise IndexStoreError(
-                f"cannot create the lock file {self._path} ({exc.strerror or exc}); the index is unchanged: "
-                "check --index or KB_AGENT_INDEX_DIR",
-                self.index_dir,
-            ) from exc
-
-    def _is_current(self, fd: int) -> bool:
-        """Whether ``fd`` is still the file at ``DIR/LOCK`` (not one its holder removed)."""
-        try:
-            on_disk = os.stat(self._path)
-        except OSError:
-            return False
-        mine = os.fstat(fd)
-        return (on_disk.st_dev, on_disk.st_ino) == (mine.st_dev, mine.st_ino)
-
-    def __enter__(self) -> IndexLock:
-        deadline = time.monotonic() + self.timeout
-        fd = self._open()
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                if self.waiting is not None:
-                    self.waiting()
-                    self.waiting = None  # once
-                if time.monotonic() >= deadline:
-                    os.close(fd)
-                    raise IndexStoreError(
-                        f"another crag index is running on {self.index_dir} (waited {self.timeout:g}s): "
-                        "try again when it has finished",
-                        self.index_dir,
-                    ) from None
-                time.sleep(0.05)
-                continue
-            if self._is_current(fd):
-                break
-            os.close(fd)  # the previous holder removed this file as it let go: take the current one
-            fd = self._open()
-        try:
-            os.ftruncate(fd, 0)
-            os.write(fd, f"{os.getpid()}\n".encode())
-        except OSError:
-            pass
-        self._fd = fd
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._fd is not None:
-            try:
-                try:
-                    os.unlink(self._path)  # while still held: a waiter notices and starts again
-                except OSError:
-                    pass
-                fcntl.flock(self._fd, fcntl.LOCK_UN)
-            finally:
-                os.close(self._fd)
-                self._fd = None
-
-
-def being_built(index_dir: str) -> bool:
-    """Whether an indexer holds ``DIR/LOCK`` now (a reader asks, creating nothing)."""
-    try:
-        fd = os.open(os.path.join(index_dir, LOCK), os.O_RDONLY)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    except OSError:
-        return False
-    finally:
-        os.close(fd)  # closing lets go of a lock this probe took
-    return False
-
-
-# ---------------------------------------------------------------------------------------
 # Publishing generations
 
 
@@ -477,7 +413,12 @@ def fsync_file(path: str) -> None:
 def publish(index_dir: str, gen: str) -> None:
     """Make ``gen`` the generation readers open: replace ``CURRENT`` atomically."""
     tmp = os.path.join(index_dir, f"{CURRENT}.tmp-{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as f:
+    try:  # a file by that name, or a link put there, is replaced: never written through
+        os.unlink(tmp)
+    except FileNotFoundError:
+        pass
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o644)
+    with open(fd, "w", encoding="utf-8") as f:
         f.write(gen + "\n")
         f.flush()
         os.fsync(f.fileno())
@@ -503,6 +444,16 @@ def cleanup(index_dir: str, keep: str | None) -> None:
                 os.unlink(path)
             except OSError:
                 pass
+
+
+def tidy(index_dir: str) -> None:
+    """Remove what an indexer killed outright left behind (lock held): its unfinished
+    generation, or, killed between publishing and ``cleanup``, the previous one; so they go
+    with the next run even when it finds nothing to change. Only when ``CURRENT`` names a
+    generation that is there: a damaged index is left as it is for the update to rebuild."""
+    current = current_generation(index_dir)
+    if current is not None and os.path.isdir(os.path.join(index_dir, current)):
+        cleanup(index_dir, current)
 
 
 def next_generation(index_dir: str) -> str:

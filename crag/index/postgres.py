@@ -402,7 +402,12 @@ class PostgresStore:
             MappingProxyType(records),
         )
 
-    def roots(self) -> tuple[str, ...]:
+    def roots(self, salvage: bool = False) -> tuple[str, ...]:
+        if salvage:
+            try:
+                return self.roots()
+            except IndexStoreError:
+                return ()
         state = self.state(files=False)
         if state is None:
             raise IndexStoreError(f"no index in {self.location}: run `python -m crag index PATH` first", self.location)
