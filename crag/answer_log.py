@@ -281,7 +281,7 @@ class AnswerLog:
                      own(usage.model or ""), _word(answer.complexity), _word(answer.grader_action), answer.iterations,
                      usage.llm_calls,
                      usage.prompt_tokens, usage.completion_tokens, usage.latency_ms,
-                     own(json.dumps(logged_settings(settings), sort_keys=True))),
+                     _settings_json(settings, own)),
                 ).lastrowid
                 db.executemany(
                     "INSERT INTO citations (answer_id, n, path, line, page, tool) VALUES (?, ?, ?, ?, ?, ?)",
@@ -521,6 +521,14 @@ def _statements(sql: str) -> Iterator[str]:
             statement = ""
     if statement.strip():
         yield statement
+
+
+def _settings_json(settings: Settings, own: Any) -> str:
+    """The logged settings as JSON, each text value masked (``own``) before it is written: a key
+    that is a JSON word (``OPENAI_API_KEY=null``, ``true``) masked in the JSON text would leave
+    text that is no JSON (``"show_usage": ***``), and every answer listed as damaged."""
+    logged = {name: own(value) if isinstance(value, str) else value for name, value in logged_settings(settings).items()}
+    return json.dumps(logged, sort_keys=True)
 
 
 def _word(mode: Any) -> str | None:

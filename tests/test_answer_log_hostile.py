@@ -1,0 +1,39 @@
+"""The answer log against what a demanding user does to it: placeholder keys, credentials
+pasted into questions and echoed back, readers left open in a pager, ``--history -``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.fakes import clean_env, cli
+
+SETUP = "# Setup\n\nThe server listens on port 8080 by default.\n\n## Backups\n\nA backup is kept for thirty days.\n"
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "setup.md").write_text(SETUP, encoding="utf-8")
+    clean_env(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KB_AGENT_LLM", "offline")
+    assert cli("index", "docs")[0] == 0
+    return tmp_path
+
+
+@pytest.mark.parametrize("key", ["null", "true", "false", "8192"])
+def test_a_placeholder_key_spelled_like_json_leaves_the_logged_settings_readable(
+        project: Path, monkeypatch: pytest.MonkeyPatch, key: str) -> None:
+    """A local server's key may be any word (``OPENAI_API_KEY=null``): masked in the settings'
+    JSON text, it turned ``"show_usage": true`` into ``"show_usage": ***`` and every answer
+    was listed ``[damaged: settings]``."""
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    assert cli("ask", "Which port does the server listen on?")[0] == 0
+    code, out, err = cli("log")
+    assert code == 0 and "damaged" not in out, out + err
+    entry = json.loads(cli("log", "--json")[1])[0]
+    assert "damaged" not in entry and entry["settings"]["show_usage"] is True
+    assert entry["settings"]["context_tokens"] == 8192 and entry["settings"]["embedder"] == "hash"
