@@ -358,17 +358,30 @@ class AnswerLog:
         if ids:
             where.append(f"answers.id IN ({', '.join('?' * len(ids))})")
             params += list(ids)
+        where.append("answers.id <= ?")  # the batch goes on below the last id read
         sql = ("SELECT answers.id, conversation_id, source, time, question, answer, body, model, complexity, "
                "grader_action, iterations, llm_calls, prompt_tokens, completion_tokens, latency_ms, settings "
-               "FROM answers LEFT JOIN conversations ON conversations.id = conversation_id")
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY answers.id DESC"
-        if limit is not None:
-            sql += " LIMIT ?"
-            params.append(min(max(int(limit), 0), SQL_INT_MAX))
-        for row in db.execute(sql, params):
-            yield self._entry(db, row)
+               "FROM answers LEFT JOIN conversations ON conversations.id = conversation_id WHERE "
+               + " AND ".join(where) + " ORDER BY answers.id DESC LIMIT ?")
+        left = None if limit is None else min(max(int(limit), 0), SQL_INT_MAX)
+        below = SQL_INT_MAX
+        while left is None or left > 0:
+            # One statement a batch, read whole before its entries are handed out: a reader whose
+            # output waits (``crag log --json | less``) holds no lock meanwhile, which would keep
+            # every ``ask`` from logging its answer.
+            size = READ_BATCH if left is None else min(READ_BATCH, left)
+            batch: list[LogEntry] = []
+            try:
+                for row in db.execute(sql, [*params, below, size]):
+                    batch.append(self._entry(db, row))
+            except sqlite3.Error:
+                yield from batch  # the entries before a damaged page, then the error
+                raise
+            yield from batch
+            if len(batch) < size or batch[-1].id <= -SQL_INT_MAX:
+                return
+            below = batch[-1].id - 1
+            left = None if left is None else left - size
 
     @staticmethod
     def _entry(db: sqlite3.Connection, row: tuple[Any, ...]) -> LogEntry:
@@ -417,6 +430,7 @@ class AnswerLog:
 _DAMAGED = object()
 _CELLS = ("conversation", "time", "iterations", "usage", "citations", "settings")  # the order they are named in
 SQL_INT_MAX = 2**63 - 1  # SQLite's largest integer
+READ_BATCH = 100  # entries read by one statement of ``AnswerLog.iter_entries``
 
 
 def _remedy(exc: BaseException, after: str, before: str = "") -> str:

@@ -37,3 +37,23 @@ def test_a_placeholder_key_spelled_like_json_leaves_the_logged_settings_readable
     entry = json.loads(cli("log", "--json")[1])[0]
     assert "damaged" not in entry and entry["settings"]["show_usage"] is True
     assert entry["settings"]["context_tokens"] == 8192 and entry["settings"]["embedder"] == "hash"
+
+
+def test_a_reader_left_waiting_on_its_output_never_holds_up_an_answer_being_logged(project: Path) -> None:
+    """``crag log --json | less`` stops reading at the pager's first page; its read of the log
+    held SQLite's lock meanwhile, so every ``ask`` waited ten seconds and then lost its entry
+    ("database is locked"). Entries are read in batches, the lock let go between them."""
+    import sqlite3
+
+    from crag.answer_log import AnswerLog
+
+    for n in range(3):
+        assert cli("ask", f"Which port does the server listen on, try {n}?")[0] == 0
+    with AnswerLog(str(project / ".crag")) as log:
+        reading = log.iter_entries(limit=None)
+        assert next(reading).question.endswith("try 2?")  # a reader part way, its output blocked
+        writer = sqlite3.connect(project / ".crag" / "log.sqlite", timeout=0)  # no waiting: locked is an error
+        with writer:
+            writer.execute("INSERT INTO conversations (started, source) VALUES (0, 'ask')")
+        writer.close()
+        assert [e.question[-6:] for e in reading] == ["try 1?", "try 0?"]  # the rest, as before
