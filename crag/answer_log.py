@@ -254,10 +254,13 @@ class AnswerLog:
                source: str = "ask", when: float | None = None) -> tuple[int, int]:
         """Log one answer; returns its conversation's id and the answer's id. Without
         ``conversation`` a new conversation is opened."""
-        from .safe_text import redact_credentials, redact_message, valid_text
+        from .safe_text import credentials_in, redact_credentials, redact_message, valid_text
+
+        # A credential the question or the history holds is masked wherever the answer repeats it, bare.
+        pasted = credentials_in("\n".join([answer.state.question, *(m.content for m in answer.state.history)]))
 
         def clean(text: str) -> str:  # the user's text and the documents': secret-shaped values, credentials
-            return valid_text(redact_credentials(text, self.secrets))
+            return valid_text(redact_credentials(text, (*self.secrets, *pasted)))
 
         def own(text: str) -> str:  # crag's record: every configured secret
             return valid_text(redact_message(text, self.secrets))

@@ -57,3 +57,53 @@ def test_a_reader_left_waiting_on_its_output_never_holds_up_an_answer_being_logg
             writer.execute("INSERT INTO conversations (started, source) VALUES (0, 'ask')")
         writer.close()
         assert [e.question[-6:] for e in reading] == ["try 1?", "try 0?"]  # the rest, as before
+
+
+PASTED = {  # what a user pastes into a question, and the value that must not reach the log file
+    "JIRA_API_TOKEN=ATATT3xFfGF0T1234abcdEFGH": "ATATT3xFfGF0T1234abcdEFGH",
+    "OPENAI_API_KEY=sk-proj-Pasted0123456789abc": "sk-proj-Pasted0123456789abc",
+    "aws_access_key_id = AKIAIOSFODNN7EXAMPLE": "AKIAIOSFODNN7EXAMPLE",
+    "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+    '"client_secret": "8Q~abc123DEF456ghi"': "8Q~abc123DEF456ghi",
+    "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAx1y2z3Q\nZmFrZWtleWJvZHkxMjM0\n-----END RSA PRIVATE KEY-----":
+        "MIIEowIBAAKCAQEAx1y2z3Q",
+}
+
+
+@pytest.mark.parametrize("pasted", list(PASTED))
+def test_a_credential_pasted_into_a_question_is_not_kept_in_the_log(project: Path, pasted: str) -> None:
+    """docs/cli.md: nothing secret is logged. A token after its variable's name
+    (``JIRA_API_TOKEN=``: the name's underscore hid the word ``TOKEN``), an AWS key and a
+    private key block were written to ``log.sqlite`` as pasted."""
+    question = f"Which port does the server listen on? I set {pasted} and the key word stays."
+    assert cli("ask", question)[0] == 0
+    raw = (project / ".crag" / "log.sqlite").read_bytes()
+    assert PASTED[pasted].encode() not in raw
+    entry = json.loads(cli("log", "--json")[1])[0]
+    assert "***" in entry["question"] and entry["question"].endswith("and the key word stays.")
+
+
+def test_a_credential_the_answer_repeats_bare_is_not_kept_in_the_log(project: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bearer token or a URL's password in the question was masked there, but an answer that
+    repeats it without its ``Bearer`` (a model echoing it, the refusal naming the question's
+    words) kept it in the log."""
+    from tests.openai_server import FakeOpenAIServer
+
+    token, password, placed = "abcDEF1234567890xyz", "pass1234word", "ghp_History0123456789abcdefABCDEF01"
+    with FakeOpenAIServer() as srv:
+        monkeypatch.setenv("KB_AGENT_LLM", "openai")
+        monkeypatch.setenv("OPENAI_BASE_URL", srv.base_url)
+        srv.default("analyze_and_route", json.dumps({"complexity": "chitchat", "suggested_tools": []}))
+        srv.default("synthesize", f"Your token {token[:3]}{token[3:]} and {password} and {placed} look fine.")
+        history = project / "history.json"
+        history.write_text(json.dumps([{"role": "user", "content": f"my GITHUB_TOKEN={placed}"},
+                                       {"role": "assistant", "content": "Noted."}]))
+        question = f"Does Authorization: Bearer {token} work against https://ada:{password}@wiki.example.com?"
+        code, out, err = cli("ask", "--history", str(history), question)
+    assert code == 0 and token in out, err  # what ask prints is the user's, as written
+    raw = (project / ".crag" / "log.sqlite").read_bytes()
+    for secret in (token, password, placed):
+        assert secret.encode() not in raw, secret
+    entry = json.loads(cli("log", "--json")[1])[0]
+    assert entry["answer"].startswith("Your token *** and *** and *** look fine.")
