@@ -208,17 +208,22 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
 def redact_message(text: str, secrets: Iterable[str] = ()) -> str:
     """``text`` with every one of ``secrets`` (of at least ``MIN_SECRET_CHARS``), whatever its
     shape, and every credential-shaped part (a URL's password, ``password=...``, the value of
-    an ``Authorization`` header, ``token=...``, ``api_key=...``) replaced by ``***``: for crag's own messages and
-    records and for server error bodies."""
+    an ``Authorization`` header, ``token=...``, ``api_key=...``, a secret-shaped value assigned
+    to a name such as ``JIRA_API_TOKEN``, an AWS key id, a private key's body) replaced by
+    ``***``: for crag's own messages and records and for server error bodies."""
     text = _URL_PASSWORD.sub(lambda m: f"{m.group(1)}:{REDACTED}@", _replace(text, _secret_set(secrets)))
     text = _PASSWORD_VALUE.sub(lambda m: f"{m.group(1)}{REDACTED}", text)
-    return _AUTH_VALUE.sub(lambda m: f"{m.group(1) or m.group(3)}{m.group(2) or m.group(4)}{REDACTED}", text)
+    text = _AUTH_VALUE.sub(lambda m: f"{m.group(1) or m.group(3)}{m.group(2) or m.group(4)}{REDACTED}", text)
+    for pattern, group, any_value in _CREDENTIALS[2:]:  # a value after a name holding "token"; AWS; private keys
+        text = pattern.sub(lambda m, g=group, a=any_value: _masked(m, g, a), text)
+    return text
 
 
 # Credentials written in text, each (pattern, the group of the value, whether any value is one):
 # a URL's password; an Authorization value or a key=value credential; a value assigned to a
 # name that holds such a word (``JIRA_API_TOKEN=``, ``aws_secret_access_key =``, ``"client_secret":``);
-# an AWS access key id; the body of a private key block (to its END line, or its base64 lines).
+# an AWS access key id; the body of a private key block (its base64 lines). ``redact_message``
+# applies the last three rows too (it has broader rules of its own for the first two).
 _CREDENTIALS: tuple[tuple[re.Pattern[str], int, bool], ...] = (
     (re.compile(r"(?i)\b[a-z][a-z0-9+.\-]*://[^\s/@:]*:([^\s/@]*)@"), 1, True),
     (re.compile(r"(?i)\b(bearer|basic|token|api[_-]?key|password|secret)(\s*[=:]\s*|\s+)([A-Za-z0-9._~+/=\-]{8,})"), 3, False),

@@ -107,3 +107,22 @@ def test_a_credential_the_answer_repeats_bare_is_not_kept_in_the_log(project: Pa
         assert secret.encode() not in raw, secret
     entry = json.loads(cli("log", "--json")[1])[0]
     assert entry["answer"].startswith("Your token *** and *** and *** look fine.")
+
+
+def test_a_server_error_echoing_credentials_shows_none_of_them(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An error body is a place where a credential can only be one (docs/safety.md): one that
+    echoed the caller's environment (``JIRA_API_TOKEN=...``), an AWS key id or a private key
+    printed them on the error line."""
+    from tests.openai_server import FakeOpenAIServer, Status
+
+    echoed = ("denied: JIRA_API_TOKEN=ATATT3xFfGF0T1234abcdEFGH AKIAIOSFODNN7EXAMPLE "
+              "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0B\n-----END PRIVATE KEY-----")
+    with FakeOpenAIServer() as srv:
+        monkeypatch.setenv("KB_AGENT_LLM", "openai")
+        monkeypatch.setenv("OPENAI_BASE_URL", srv.base_url)
+        srv.default("*", Status(401, body=json.dumps({"error": {"message": echoed}})))
+        code, _, err = cli("ask", "Which port does the server listen on?")
+    assert code == 1 and err.startswith("crag: error: ") and err.count("\n") == 1, err
+    for secret in ("ATATT3xFfGF0T1234abcdEFGH", "AKIAIOSFODNN7EXAMPLE", "MIIEvQIBADANBgkqhkiG9w0B"):
+        assert secret not in err, err
+    assert "denied: JIRA_API_TOKEN=***" in err
