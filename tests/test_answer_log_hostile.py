@@ -126,3 +126,24 @@ def test_a_server_error_echoing_credentials_shows_none_of_them(project: Path, mo
     for secret in ("ATATT3xFfGF0T1234abcdEFGH", "AKIAIOSFODNN7EXAMPLE", "MIIEvQIBADANBgkqhkiG9w0B"):
         assert secret not in err, err
     assert "denied: JIRA_API_TOKEN=***" in err
+
+
+def test_history_dash_reads_the_turns_from_standard_input(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``ask -`` reads the question from standard input; ``--history -`` said "--history file -
+    does not exist". It reads the turns from there; both from standard input is a usage error."""
+    from tests.openai_server import FakeOpenAIServer
+
+    turns = json.dumps([{"role": "user", "content": "my name is Ada"}, {"role": "assistant", "content": "Hello Ada."}])
+    with FakeOpenAIServer() as srv:
+        monkeypatch.setenv("KB_AGENT_LLM", "openai")
+        monkeypatch.setenv("OPENAI_BASE_URL", srv.base_url)
+        srv.default("analyze_and_route", json.dumps({"complexity": "chitchat", "suggested_tools": []}))
+        srv.default("synthesize", "You are Ada.")
+        code, out, err = cli("ask", "--history", "-", "what is my name?", stdin=turns)
+        assert code == 0 and "You are Ada." in out, err
+        sent = json.dumps([r for r in srv.requests if r.node == "synthesize"][-1].body["messages"])
+        assert "my name is Ada" in sent and "Hello Ada." in sent
+    code, _, err = cli("ask", "--history", "-", "-", stdin=turns)
+    assert code == 2 and err.startswith("crag: error: ") and err.count("\n") == 1 and "standard input" in err
+    code, _, err = cli("ask", "--history", "-", "what is my name?", stdin="not json")
+    assert code == 2 and "--history (standard input) is not JSON" in err, err
