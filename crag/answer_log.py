@@ -301,15 +301,17 @@ class AnswerLog:
                            f"{_remedy(exc, ', or ')}KB_AGENT_LOG=off stops logging") from exc
         return int(conversation), int(answer_id)
 
-    def last_conversation(self) -> tuple[int | None, list[dict[str, str]]]:
+    def last_conversation(self, limit: int | None = None) -> tuple[int | None, list[dict[str, str]]]:
         """The newest conversation's id and its turns as ``{"role", "content"}`` messages
-        (none when nothing is logged)."""
+        (none when nothing is logged): with ``limit``, the newest whole turns whose text adds
+        up to at most that many characters (no more can fit the model's window), read newest
+        first and no further."""
         try:
-            return self._last_conversation()
+            return self._last_conversation(limit)
         except sqlite3.Error as exc:
             raise LogError(f"the answer log {self.path} cannot be read ({exc}){_remedy(exc, '', '; ')}") from exc
 
-    def _last_conversation(self) -> tuple[int | None, list[dict[str, str]]]:
+    def _last_conversation(self, limit: int | None) -> tuple[int | None, list[dict[str, str]]]:
         if not self.exists():
             return None, []
         db = self._open()
@@ -319,12 +321,17 @@ class AnswerLog:
         if not isinstance(row[0], int):  # damaged (``crag log`` says so): that answer alone, in a new conversation
             return None, [{"role": "user", "content": _text(row[1])}, {"role": "assistant", "content": _text(row[2])}]
         turns: list[dict[str, str]] = []
+        size = 0
         for question, answer in db.execute(
-            "SELECT question, answer FROM answers WHERE conversation_id = ? ORDER BY id", (row[0],)
+            "SELECT question, answer FROM answers WHERE conversation_id = ? ORDER BY id DESC", (row[0],)
         ):
             # A cell another tool wrote (a number, bytes) is text as ``crag log`` shows it, not a history error.
-            turns += [{"role": "user", "content": _text(question)}, {"role": "assistant", "content": _text(answer)}]
-        return int(row[0]), turns
+            question, answer = _text(question), _text(answer)
+            size += len(question) + len(answer)
+            if limit is not None and size > limit:
+                break
+            turns += [{"role": "assistant", "content": answer}, {"role": "user", "content": question}]
+        return int(row[0]), turns[::-1]
 
     def entries(self, query: str = "", limit: int | None = 10, ids: Sequence[int] = ()) -> list[LogEntry]:
         """Logged answers, newest first: all, those whose question or answer holds every word

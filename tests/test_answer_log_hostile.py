@@ -147,3 +147,50 @@ def test_history_dash_reads_the_turns_from_standard_input(project: Path, monkeyp
     assert code == 2 and err.startswith("crag: error: ") and err.count("\n") == 1 and "standard input" in err
     code, _, err = cli("ask", "--history", "-", "what is my name?", stdin="not json")
     assert code == 2 and "--history (standard input) is not JSON" in err, err
+
+
+def _conversation(folder: Path, turns: int) -> None:
+    """A log whose one conversation has ``turns`` answers of 2 KB each."""
+    import sqlite3
+
+    from crag.answer_log import AnswerLog
+
+    with AnswerLog(str(folder)) as log:
+        log._open()
+    db = sqlite3.connect(folder / "log.sqlite")
+    db.execute("INSERT INTO conversations (id, started, source) VALUES (1, 0, 'chat')")
+    answer = "The server listens on port 8080. " * 60
+    db.executemany(
+        "INSERT INTO answers (conversation_id, time, question, answer, body, model, iterations, llm_calls, "
+        "prompt_tokens, completion_tokens, latency_ms, settings) VALUES (1, ?, ?, ?, ?, 'offline', 1, 0, 0, 0, 1.0, '{}')",
+        [(1_700_000_000 + i, f"question {i}", answer, answer) for i in range(turns)])
+    db.commit()
+    db.close()
+
+
+def test_continuing_a_long_conversation_reads_only_the_turns_that_can_be_used(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """``ask -c`` after a chat of 200,000 turns took 850 MB: every turn was read, then all but
+    the newest that fit the model's window were left out. Turns are read newest first and no
+    further than the most a history can use."""
+    import io
+    import tracemalloc
+
+    from crag.cli.log import last_conversation
+    from crag.config import Settings
+
+    clean_env(monkeypatch)
+    peaks = []
+    for turns in (300, 3000):
+        folder = tmp_path / str(turns)
+        folder.mkdir()
+        _conversation(folder, turns)
+        config = Settings(index_dir=str(folder), context_tokens=1024)  # 131,072 characters of history at most
+        tracemalloc.start()
+        conversation, history = last_conversation(config, io.StringIO())
+        peaks.append(tracemalloc.get_traced_memory()[1])
+        tracemalloc.stop()
+        assert conversation == 1 and history[-1]["content"].startswith("The server listens")
+        assert history[-2]["content"] == f"question {turns - 1}" and history[0]["role"] == "user"
+        assert 131_072 - 4_000 < sum(len(m["content"]) for m in history) <= 131_072  # the newest whole turns that fit
+    assert peaks[1] < 2 * peaks[0], peaks
