@@ -105,20 +105,22 @@ class LogError(CragError):
     """The answer log cannot be read or written (a damaged file, a read-only folder)."""
 
 
-def logged_settings(settings: Settings) -> dict[str, Any]:
+def logged_settings(settings: Settings, secrets: Sequence[str] = ()) -> dict[str, Any]:
     """The settings an answer is logged with: every one but keys, tokens, e-mail addresses and
-    paths; in the others every configured secret (``Settings.secrets``, whatever its shape)
-    and any URL's password is ``***``: the settings are crag's own record."""
+    paths; in the others every configured secret (``Settings.secrets`` and ``secrets``, whatever
+    its shape) and any URL's password is ``***``: the settings are crag's own record. Masked value
+    by value, not in their JSON: a key that is a JSON word (``OPENAI_API_KEY=null``, ``true``)
+    would leave no JSON (``"show_usage": ***``)."""
     from attrs import asdict
 
-    from .safe_text import redact_message
+    from .safe_text import redact_message, valid_text
 
-    secrets = settings.secrets()
+    secrets = (*settings.secrets(), *secrets)
     out: dict[str, Any] = {}
     for name, value in asdict(settings).items():
         if name in _NOT_LOGGED:
             continue
-        out[name] = redact_message(value, secrets) if isinstance(value, str) else value
+        out[name] = valid_text(redact_message(value, secrets)) if isinstance(value, str) else value
     return out
 
 
@@ -284,7 +286,7 @@ class AnswerLog:
                      own(usage.model or ""), _word(answer.complexity), _word(answer.grader_action), answer.iterations,
                      usage.llm_calls,
                      usage.prompt_tokens, usage.completion_tokens, usage.latency_ms,
-                     _settings_json(settings, own)),
+                     json.dumps(logged_settings(settings, self.secrets), sort_keys=True)),
                 ).lastrowid
                 db.executemany(
                     "INSERT INTO citations (answer_id, n, path, line, page, tool) VALUES (?, ?, ?, ?, ?, ?)",
@@ -545,14 +547,6 @@ def _statements(sql: str) -> Iterator[str]:
             statement = ""
     if statement.strip():
         yield statement
-
-
-def _settings_json(settings: Settings, own: Any) -> str:
-    """The logged settings as JSON, each text value masked (``own``) before it is written: a key
-    that is a JSON word (``OPENAI_API_KEY=null``, ``true``) masked in the JSON text would leave
-    text that is no JSON (``"show_usage": ***``), and every answer listed as damaged."""
-    logged = {name: own(value) if isinstance(value, str) else value for name, value in logged_settings(settings).items()}
-    return json.dumps(logged, sort_keys=True)
 
 
 def _word(mode: Any) -> str | None:
