@@ -194,3 +194,14 @@ def test_continuing_a_long_conversation_reads_only_the_turns_that_can_be_used(tm
         assert history[-2]["content"] == f"question {turns - 1}" and history[0]["role"] == "user"
         assert 131_072 - 4_000 < sum(len(m["content"]) for m in history) <= 131_072  # the newest whole turns that fit
     assert peaks[1] < 2 * peaks[0], peaks
+
+
+def test_a_history_file_that_is_not_utf8_says_so_in_words(project: Path) -> None:
+    """A Latin-1 history file was "cannot be read: 'utf-8' codec can't decode byte 0xe9 in
+    position 30: invalid continuation byte"; it is said as the question read from standard
+    input is: not UTF-8 text, and what to do."""
+    history = project / "latin1.json"
+    history.write_bytes('[{"role": "user", "content": "café"}]'.encode("latin-1"))
+    code, _, err = cli("ask", "--history", str(history), "Which port?")
+    assert code == 2 and err.count("\n") == 1, err
+    assert "is not UTF-8 text (byte 0xe9 at offset 33): save it as UTF-8" in err and "codec" not in err

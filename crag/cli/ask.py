@@ -47,7 +47,11 @@ def read_history(path: str, limit: int, stdin: TextIO | None = None) -> list:
         data = json.loads(raw)  # UTF-8, UTF-16 or UTF-32, with or without a byte order mark (RFC 8259 readers may)
     except FileNotFoundError:
         raise UsageError(f"{name} does not exist") from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError as exc:
+        byte = exc.object[exc.start] if isinstance(exc.object, bytes) and exc.start < len(exc.object) else 0
+        kind = "UTF-8" if exc.encoding.replace("_", "-").lower().startswith("utf-8") else exc.encoding.upper()
+        raise UsageError(f"{name} is not {kind} text (byte 0x{byte:02x} at offset {exc.start}): save it as UTF-8") from exc
+    except OSError as exc:
         raise UsageError(f"{name} cannot be read: {exc}") from exc
     except json.JSONDecodeError as exc:
         raise UsageError(f"{name} is not JSON: {exc.msg} at line {exc.lineno}") from exc
