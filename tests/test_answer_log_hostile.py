@@ -205,3 +205,18 @@ def test_a_history_file_that_is_not_utf8_says_so_in_words(project: Path) -> None
     code, _, err = cli("ask", "--history", str(history), "Which port?")
     assert code == 2 and err.count("\n") == 1, err
     assert "is not UTF-8 text (byte 0xe9 at offset 33): save it as UTF-8" in err and "codec" not in err
+
+
+@pytest.mark.parametrize("var", ["AWS_SECRET_ACCESS_KEY", "DJANGO_SECRET_KEY", "DEPLOY_PRIVATE_KEY", "DB_PASSWD"])
+def test_a_secret_key_in_the_environment_is_a_secret_of_everything_crag_shows_and_logs(
+        project: Path, monkeypatch: pytest.MonkeyPatch, var: str) -> None:
+    """``AWS_SECRET_ACCESS_KEY`` and its kind are secrets as ``*_TOKEN`` is: a document holding
+    the value printed it in ``search`` and the answer log kept it."""
+    value = "wJalrXUtnFEMI0K7MDENGbPxRfiCYEXAMPLEKEY"
+    (project / "docs" / "ops.md").write_text(f"# Ops\n\nThe deploy job signs uploads with {value} today.\n")
+    assert cli("index", "docs")[0] == 0
+    monkeypatch.setenv(var, value)
+    code, out, err = cli("search", "deploy job signs uploads")
+    assert code == 0 and "signs uploads with *** today" in out and value not in out, out + err
+    assert cli("ask", f"Which deploy job signs uploads with {value}?")[0] == 0
+    assert value.encode() not in (project / ".crag" / "log.sqlite").read_bytes()
