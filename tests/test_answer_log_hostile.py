@@ -220,3 +220,20 @@ def test_a_secret_key_in_the_environment_is_a_secret_of_everything_crag_shows_an
     assert code == 0 and "signs uploads with *** today" in out and value not in out, out + err
     assert cli("ask", f"Which deploy job signs uploads with {value}?")[0] == 0
     assert value.encode() not in (project / ".crag" / "log.sqlite").read_bytes()
+
+
+def test_another_programs_database_where_the_log_belongs_says_to_move_it_away(project: Path) -> None:
+    """A ``log.sqlite`` of someone else's (its own ``answers`` table) was "cannot be opened
+    (table answers already exists); KB_AGENT_LOG=off stops logging": nothing said what to do
+    to keep a log. It is said as for a damaged log."""
+    import sqlite3
+
+    db = sqlite3.connect(project / ".crag" / "log.sqlite")
+    db.execute("CREATE TABLE answers (x)")
+    db.execute("INSERT INTO answers VALUES (1)")
+    db.commit()
+    db.close()
+    code, _, err = cli("log")
+    assert code == 1 and err.count("\n") == 1 and "move it away to start a new log" in err, err
+    code, out, err = cli("ask", "Which port does the server listen on?")
+    assert code == 0 and "8080" in out and "crag: note: " in err and "move it away to start a new log" in err
