@@ -304,10 +304,9 @@ class AnswerLog:
         return int(conversation), int(answer_id)
 
     def last_conversation(self, limit: int | None = None) -> tuple[int | None, list[dict[str, str]]]:
-        """The newest conversation's id and its turns as ``{"role", "content"}`` messages
-        (none when nothing is logged): with ``limit``, the newest whole turns whose text adds
-        up to at most that many characters (no more can fit the model's window), read newest
-        first and no further."""
+        """The newest conversation's id and its turns as ``{"role", "content"}`` messages (none when
+        nothing is logged); with ``limit``, only the newest whole turns of at most that many
+        characters in all (no more can fit the model's window), read newest first."""
         try:
             return self._last_conversation(limit)
         except sqlite3.Error as exc:
@@ -375,13 +374,11 @@ class AnswerLog:
                "grader_action, iterations, llm_calls, prompt_tokens, completion_tokens, latency_ms, settings "
                "FROM answers LEFT JOIN conversations ON conversations.id = conversation_id WHERE "
                + " AND ".join(where) + " ORDER BY answers.id DESC LIMIT ?")
-        left = None if limit is None else min(max(int(limit), 0), SQL_INT_MAX)
-        below = SQL_INT_MAX
-        while left is None or left > 0:
-            # One statement a batch, read whole before its entries are handed out: a reader whose
-            # output waits (``crag log --json | less``) holds no lock meanwhile, which would keep
-            # every ``ask`` from logging its answer.
-            size = READ_BATCH if left is None else min(READ_BATCH, left)
+        left, below = SQL_INT_MAX if limit is None else min(max(int(limit), 0), SQL_INT_MAX), SQL_INT_MAX
+        while left > 0:
+            # One statement a batch, read whole before it is handed out: a reader whose output waits
+            # (``crag log --json | less``) holds no lock that would keep an ``ask`` from logging.
+            size = min(READ_BATCH, left)
             batch: list[LogEntry] = []
             try:
                 for row in db.execute(sql, [*params, below, size]):
@@ -392,8 +389,7 @@ class AnswerLog:
             yield from batch
             if len(batch) < size or batch[-1].id <= -SQL_INT_MAX:
                 return
-            below = batch[-1].id - 1
-            left = None if left is None else left - size
+            below, left = batch[-1].id - 1, left - size
 
     @staticmethod
     def _entry(db: sqlite3.Connection, row: tuple[Any, ...]) -> LogEntry:
