@@ -105,20 +105,22 @@ class LogError(CragError):
     """The answer log cannot be read or written (a damaged file, a read-only folder)."""
 
 
-def logged_settings(settings: Settings) -> dict[str, Any]:
+def logged_settings(settings: Settings, secrets: Sequence[str] = ()) -> dict[str, Any]:
     """The settings an answer is logged with: every one but keys, tokens, e-mail addresses and
-    paths; in the others every configured secret (``Settings.secrets``, whatever its shape)
-    and any URL's password is ``***``: the settings are crag's own record."""
+    paths; in the others every configured secret (``Settings.secrets`` and ``secrets``, whatever
+    its shape) and any URL's password is ``***``: the settings are crag's own record. Masked value
+    by value, not in their JSON: a key that is a JSON word (``OPENAI_API_KEY=null``, ``true``)
+    would leave no JSON (``"show_usage": ***``)."""
     from attrs import asdict
 
-    from .safe_text import redact_message
+    from .safe_text import redact_message, valid_text
 
-    secrets = settings.secrets()
+    secrets = (*settings.secrets(), *secrets)
     out: dict[str, Any] = {}
     for name, value in asdict(settings).items():
         if name in _NOT_LOGGED:
             continue
-        out[name] = redact_message(value, secrets) if isinstance(value, str) else value
+        out[name] = valid_text(redact_message(value, secrets)) if isinstance(value, str) else value
     return out
 
 
@@ -254,10 +256,13 @@ class AnswerLog:
                source: str = "ask", when: float | None = None) -> tuple[int, int]:
         """Log one answer; returns its conversation's id and the answer's id. Without
         ``conversation`` a new conversation is opened."""
-        from .safe_text import redact_credentials, redact_message, valid_text
+        from .safe_text import credentials_in, redact_credentials, redact_message, valid_text
+
+        # A credential the question or the history holds is masked wherever the answer repeats it, bare.
+        pasted = credentials_in("\n".join([answer.state.question, *(m.content for m in answer.state.history)]))
 
         def clean(text: str) -> str:  # the user's text and the documents': secret-shaped values, credentials
-            return valid_text(redact_credentials(text, self.secrets))
+            return valid_text(redact_credentials(text, (*self.secrets, *pasted)))
 
         def own(text: str) -> str:  # crag's record: every configured secret
             return valid_text(redact_message(text, self.secrets))
@@ -281,7 +286,7 @@ class AnswerLog:
                      own(usage.model or ""), _word(answer.complexity), _word(answer.grader_action), answer.iterations,
                      usage.llm_calls,
                      usage.prompt_tokens, usage.completion_tokens, usage.latency_ms,
-                     own(json.dumps(logged_settings(settings), sort_keys=True))),
+                     json.dumps(logged_settings(settings, self.secrets), sort_keys=True)),
                 ).lastrowid
                 db.executemany(
                     "INSERT INTO citations (answer_id, n, path, line, page, tool) VALUES (?, ?, ?, ?, ?, ?)",
@@ -298,15 +303,16 @@ class AnswerLog:
                            f"{_remedy(exc, ', or ')}KB_AGENT_LOG=off stops logging") from exc
         return int(conversation), int(answer_id)
 
-    def last_conversation(self) -> tuple[int | None, list[dict[str, str]]]:
-        """The newest conversation's id and its turns as ``{"role", "content"}`` messages
-        (none when nothing is logged)."""
+    def last_conversation(self, limit: int | None = None) -> tuple[int | None, list[dict[str, str]]]:
+        """The newest conversation's id and its turns as ``{"role", "content"}`` messages (none when
+        nothing is logged); with ``limit``, only the newest whole turns of at most that many
+        characters in all (no more can fit the model's window), read newest first."""
         try:
-            return self._last_conversation()
+            return self._last_conversation(limit)
         except sqlite3.Error as exc:
             raise LogError(f"the answer log {self.path} cannot be read ({exc}){_remedy(exc, '', '; ')}") from exc
 
-    def _last_conversation(self) -> tuple[int | None, list[dict[str, str]]]:
+    def _last_conversation(self, limit: int | None) -> tuple[int | None, list[dict[str, str]]]:
         if not self.exists():
             return None, []
         db = self._open()
@@ -316,12 +322,17 @@ class AnswerLog:
         if not isinstance(row[0], int):  # damaged (``crag log`` says so): that answer alone, in a new conversation
             return None, [{"role": "user", "content": _text(row[1])}, {"role": "assistant", "content": _text(row[2])}]
         turns: list[dict[str, str]] = []
+        size = 0
         for question, answer in db.execute(
-            "SELECT question, answer FROM answers WHERE conversation_id = ? ORDER BY id", (row[0],)
+            "SELECT question, answer FROM answers WHERE conversation_id = ? ORDER BY id DESC", (row[0],)
         ):
             # A cell another tool wrote (a number, bytes) is text as ``crag log`` shows it, not a history error.
-            turns += [{"role": "user", "content": _text(question)}, {"role": "assistant", "content": _text(answer)}]
-        return int(row[0]), turns
+            question, answer = _text(question), _text(answer)
+            size += len(question) + len(answer)
+            if limit is not None and size > limit:
+                break
+            turns += [{"role": "assistant", "content": answer}, {"role": "user", "content": question}]
+        return int(row[0]), turns[::-1]
 
     def entries(self, query: str = "", limit: int | None = 10, ids: Sequence[int] = ()) -> list[LogEntry]:
         """Logged answers, newest first: all, those whose question or answer holds every word
@@ -358,17 +369,27 @@ class AnswerLog:
         if ids:
             where.append(f"answers.id IN ({', '.join('?' * len(ids))})")
             params += list(ids)
+        where.append("answers.id <= ?")  # the batch goes on below the last id read
         sql = ("SELECT answers.id, conversation_id, source, time, question, answer, body, model, complexity, "
                "grader_action, iterations, llm_calls, prompt_tokens, completion_tokens, latency_ms, settings "
-               "FROM answers LEFT JOIN conversations ON conversations.id = conversation_id")
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY answers.id DESC"
-        if limit is not None:
-            sql += " LIMIT ?"
-            params.append(min(max(int(limit), 0), SQL_INT_MAX))
-        for row in db.execute(sql, params):
-            yield self._entry(db, row)
+               "FROM answers LEFT JOIN conversations ON conversations.id = conversation_id WHERE "
+               + " AND ".join(where) + " ORDER BY answers.id DESC LIMIT ?")
+        left, below = SQL_INT_MAX if limit is None else min(max(int(limit), 0), SQL_INT_MAX), SQL_INT_MAX
+        while left > 0:
+            # One statement a batch, read whole before it is handed out: a reader whose output waits
+            # (``crag log --json | less``) holds no lock that would keep an ``ask`` from logging.
+            size = min(READ_BATCH, left)
+            batch: list[LogEntry] = []
+            try:
+                for row in db.execute(sql, [*params, below, size]):
+                    batch.append(self._entry(db, row))
+            except sqlite3.Error:
+                yield from batch  # the entries before a damaged page, then the error
+                raise
+            yield from batch
+            if len(batch) < size or batch[-1].id <= -SQL_INT_MAX:
+                return
+            below, left = batch[-1].id - 1, left - size
 
     @staticmethod
     def _entry(db: sqlite3.Connection, row: tuple[Any, ...]) -> LogEntry:
@@ -417,6 +438,7 @@ class AnswerLog:
 _DAMAGED = object()
 _CELLS = ("conversation", "time", "iterations", "usage", "citations", "settings")  # the order they are named in
 SQL_INT_MAX = 2**63 - 1  # SQLite's largest integer
+READ_BATCH = 100  # entries read by one statement of ``AnswerLog.iter_entries``
 
 
 def _remedy(exc: BaseException, after: str, before: str = "") -> str:
@@ -427,7 +449,7 @@ def _remedy(exc: BaseException, after: str, before: str = "") -> str:
         return ""
     if "locked" in text or "busy" in text:
         return f"{before}another crag is writing it: try again{after}"
-    if any(w in text for w in ("not a database", "malformed", "corrupt", "no such table", "no such column")):
+    if any(w in text for w in ("not a database", "malformed", "corrupt", "no such table", "no such column", "already exists")):
         return f"{before}move it away to start a new log{after}"  # damaged, or not crag's tables
     return ""
 

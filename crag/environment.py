@@ -29,7 +29,7 @@ DOTENV_MAX_BYTES = 1024 * 1024  # a .env is a few lines; anything larger is not 
 # Values never shown in a message, and redacted from everything crag prints; so is the value
 # of any variable named with one of SECRET_SUFFIXES.
 SECRET_VARIABLES = frozenset({"OPENAI_API_KEY", "JIRA_API_TOKEN", "CONFLUENCE_API_TOKEN"})
-SECRET_SUFFIXES = ("_API_KEY", "_TOKEN", "_PASSWORD", "_SECRET")
+SECRET_SUFFIXES = ("_API_KEY", "_TOKEN", "_PASSWORD", "_PASSWD", "_SECRET", "_SECRET_KEY", "_ACCESS_KEY", "_PRIVATE_KEY")
 INDEX_FOLDER = ".crag"  # the index folder found the way git finds .git
 
 
@@ -235,8 +235,8 @@ def store_uri_ambiguous(uri: str) -> bool:
 
 def find_secrets(values: Mapping[str, object]) -> tuple[str, ...]:
     """The secrets among ``values`` (variable name -> value): the whole value of
-    ``OPENAI_API_KEY``, the Jira and Confluence tokens and any ``*_API_KEY``, ``*_TOKEN``,
-    ``*_PASSWORD`` or ``*_SECRET``; the password of any ``*_URL`` and of ``KB_AGENT_STORE``
+    ``OPENAI_API_KEY``, the Jira and Confluence tokens and any variable named with one of
+    ``SECRET_SUFFIXES`` (``*_TOKEN``, ``AWS_SECRET_ACCESS_KEY``); the password of any ``*_URL`` and of ``KB_AGENT_STORE``
     (a URL's also decoded and as base64 of ``user:password``, the ``Basic`` header it is sent as)."""
     import base64
     from urllib.parse import unquote, urlsplit

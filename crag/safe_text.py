@@ -47,6 +47,7 @@ __all__ = [
     "ShownStream",
     "ascii_json",
     "blank",
+    "credentials_in",
     "display_name",
     "for_terminal",
     "json_text",
@@ -207,26 +208,66 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
 def redact_message(text: str, secrets: Iterable[str] = ()) -> str:
     """``text`` with every one of ``secrets`` (of at least ``MIN_SECRET_CHARS``), whatever its
     shape, and every credential-shaped part (a URL's password, ``password=...``, the value of
-    an ``Authorization`` header, ``token=...``, ``api_key=...``) replaced by ``***``: for crag's own messages and
-    records and for server error bodies."""
+    an ``Authorization`` header, ``token=...``, ``api_key=...``, a secret-shaped value assigned
+    to a name such as ``JIRA_API_TOKEN``, an AWS key id, a private key's body) replaced by
+    ``***``: for crag's own messages and records and for server error bodies."""
     text = _URL_PASSWORD.sub(lambda m: f"{m.group(1)}:{REDACTED}@", _replace(text, _secret_set(secrets)))
     text = _PASSWORD_VALUE.sub(lambda m: f"{m.group(1)}{REDACTED}", text)
-    return _AUTH_VALUE.sub(lambda m: f"{m.group(1) or m.group(3)}{m.group(2) or m.group(4)}{REDACTED}", text)
+    text = _AUTH_VALUE.sub(lambda m: f"{m.group(1) or m.group(3)}{m.group(2) or m.group(4)}{REDACTED}", text)
+    for pattern, group, any_value in _CREDENTIALS[2:]:  # a value after a name holding "token"; AWS; private keys
+        text = pattern.sub(lambda m, g=group, a=any_value: _masked(m, g, a), text)
+    return text
 
 
-# An Authorization value or a key=value credential, its value alone (for ``redact_credentials``).
-_CREDENTIAL = re.compile(r"(?i)\b(bearer|basic|token|api[_-]?key|password|secret)(\s*[=:]\s*|\s+)([A-Za-z0-9._~+/=\-]{8,})")
+# Credentials written in text, each (pattern, the group of the value, whether any value is one):
+# a URL's password; an Authorization value or a key=value credential; a value assigned to a
+# name that holds such a word (``JIRA_API_TOKEN=``, ``aws_secret_access_key =``, ``"client_secret":``);
+# an AWS access key id; the body of a private key block (its base64 lines). ``redact_message``
+# applies the last three rows too (it has broader rules of its own for the first two).
+_CREDENTIALS: tuple[tuple[re.Pattern[str], int, bool], ...] = (
+    (re.compile(r"(?i)\b[a-z][a-z0-9+.\-]*://[^\s/@:]*:([^\s/@]*)@"), 1, True),
+    (re.compile(r"(?i)\b(bearer|basic|token|api[_-]?key|password|secret)(\s*[=:]\s*|\s+)([A-Za-z0-9._~+/=\-]{8,})"), 3, False),
+    (re.compile(r"(?i)(?:token|secret|passw(?:or)?d|api[_-]?key|access[_-]?key|private[_-]?key)(?:[_.\-][A-Za-z0-9_.\-]{0,40})?"
+                r"[\"']?[ \t]*[=:][ \t]*[\"']?([A-Za-z0-9._~+/=\-]{8,})"), 1, False),
+    (re.compile(r"\b((?:AKIA|ASIA)[0-9A-Z]{16})\b"), 1, True),
+    (re.compile(r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY-----(?:\s*(?:Proc-Type|DEK-Info):[^\n]*)*((?:\s*[A-Za-z0-9+/=]{4,})+)"),
+     1, True),
+)
+
+
+def credentials_in(text: str) -> tuple[str, ...]:
+    """The credentials written in ``text`` (``_CREDENTIALS``; a value after a word such as
+    ``token`` only when it is secret-shaped): those of a question are masked wherever its answer
+    repeats them, ``Bearer`` or no."""
+    found = []
+    for pattern, group, any_value in _CREDENTIALS:
+        for match in pattern.finditer(text):
+            value = match.group(group)
+            if any_value or secret_shaped(value):  # a private key's body: each of its lines
+                found += [part for part in value.split() if len(part) >= MIN_SECRET_CHARS]
+    return tuple(found)
 
 
 def redact_credentials(text: str, secrets: Iterable[str] = ()) -> str:
-    """``text`` as ``redact`` gives it, with the credentials written in it masked too: a URL's
-    password, and the value after ``Bearer``, ``Basic``, ``token``, ``api_key``, ``password``
-    or ``secret`` when it is secret-shaped (``SECRET_SHAPES``), so "the token expires" is left
-    alone. For what the answer log keeps of the user's text: a credential pasted into a question
-    is not written to disk."""
-    text = _URL_PASSWORD.sub(lambda m: f"{m.group(1)}:{REDACTED}@", redact(text, secrets))
-    return _CREDENTIAL.sub(
-        lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}" if secret_shaped(m.group(3)) else m.group(0), text)
+    """``text`` as ``redact`` gives it, with the credentials written in it masked too
+    (``credentials_in``): a URL's password, an AWS key id, a private key's body, and a
+    secret-shaped value after ``Bearer``, ``Basic``, ``token``, ``api_key``, ``password`` or
+    ``secret`` or assigned to a name holding such a word (``JIRA_API_TOKEN=...``), so "the token
+    expires" is left alone. For what the answer log keeps of the user's text: a credential pasted
+    into a question is not written to disk."""
+    text = redact(text, secrets)
+    for pattern, group, any_value in _CREDENTIALS:
+        text = pattern.sub(lambda m, g=group, a=any_value: _masked(m, g, a), text)
+    return text
+
+
+def _masked(match: re.Match[str], group: int, any_value: bool) -> str:
+    value = match.group(group)
+    if not value.strip() or not (any_value or secret_shaped(value)):  # a URL's password however short
+        return match.group(0)
+    start, end = match.start(group) - match.start(), match.end(group) - match.start()
+    lead, trail = value[: len(value) - len(value.lstrip())], value[len(value.rstrip()) :]
+    return match.group(0)[:start] + lead + REDACTED + trail + match.group(0)[end:]
 
 
 def _replace(text: str, secrets: set[str]) -> str:

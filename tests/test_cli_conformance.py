@@ -194,7 +194,8 @@ def test_a_history_file_that_cannot_be_used_is_named_in_plain_words(project: Pat
     assert (code, out, err) == (2, "", "crag: error: --history file turns cannot be read (Is a directory)\n")
     (project / "latin1.json").write_bytes(b'[{"role": "user", "content": "caf\xe9"}]')
     code, out, err = cli("ask", "how long are backups kept", "--history", "latin1.json")
-    assert (code, out, err) == (2, "", "crag: error: --history file latin1.json is not UTF-8 text: save it as UTF-8\n")
+    assert (code, out, err) == (2, "", "crag: error: --history file latin1.json is not UTF-8 text (byte 0xe9 at offset 33): "
+                                "save it as UTF-8\n")
     assert logged_questions() == []
 
 

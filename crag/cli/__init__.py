@@ -109,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kb", action="append", type=path_arg, default=[], metavar="PATH", help=KB_HELP)
     p.add_argument("--top-k", type=int_arg, default=None, metavar="K", help=TOP_K_HELP)
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--history", type=path_arg, metavar="FILE", help='JSON list of {"role", "content"} messages')
+    p.add_argument("--history", type=path_arg, metavar="FILE", help='JSON list of {"role", "content"} messages ("-": standard input)')
     p.add_argument("-c", "--continue", dest="continue_", action="store_true",
                    help="carry on the last logged conversation (its turns are the history)")
     p.add_argument("--no-usage", action="store_true", help="leave the usage block out of the printed answer")

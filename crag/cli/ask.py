@@ -29,30 +29,50 @@ from .common import (
 )
 
 
-def read_history(path: str, limit: int) -> list:
-    """The messages of a ``--history`` file of at most ``limit`` bytes (read no further)."""
+def read_history(path: str, limit: int, stdin: TextIO | None = None) -> list:
+    """The messages of a ``--history`` file of at most ``limit`` bytes (read no further);
+    ``-`` is standard input, as for the question."""
     import json
 
+    name = "--history (standard input)" if path == "-" else f"--history file {display_name(path)}"
     try:
-        with open(path, "rb") as f:
-            raw = f.read(limit + 1)
+        if path == "-":
+            raw = _read_stdin(stdin, limit)
+        else:
+            with open(path, "rb") as f:
+                raw = f.read(limit + 1)
         if len(raw) > limit:
-            raise UsageError(f"--history file {display_name(path)} is over {limit:,} bytes, more than a conversation "
-                             "crag could use: keep its latest turns")
+            raise UsageError(f"{name} is over {limit:,} bytes, more than a conversation crag could use: keep its "
+                             "latest turns")
         data = json.loads(raw)  # UTF-8, UTF-16 or UTF-32, with or without a byte order mark (RFC 8259 readers may)
     except FileNotFoundError:
-        raise UsageError(f"--history file {display_name(path)} does not exist") from None
-    except OSError as exc:
-        raise UsageError(f"--history file {display_name(path)} cannot be read ({exc.strerror or exc})") from exc
+        raise UsageError(f"{name} does not exist") from None
     except UnicodeDecodeError as exc:
-        raise UsageError(f"--history file {display_name(path)} is not UTF-8 text: save it as UTF-8") from exc
+        byte = exc.object[exc.start] if isinstance(exc.object, bytes) and exc.start < len(exc.object) else 0
+        kind = "UTF-8" if exc.encoding.replace("_", "-").lower().startswith("utf-8") else exc.encoding.upper()
+        raise UsageError(f"{name} is not {kind} text (byte 0x{byte:02x} at offset {exc.start}): save it as UTF-8") from exc
+    except OSError as exc:
+        raise UsageError(f"{name} cannot be read ({exc.strerror or exc})") from exc
     except json.JSONDecodeError as exc:
-        raise UsageError(f"--history file {display_name(path)} is not JSON: {exc.msg} at line {exc.lineno}") from exc
+        raise UsageError(f"{name} is not JSON: {exc.msg} at line {exc.lineno}") from exc
     except RecursionError:
-        raise UsageError(f"--history file {display_name(path)} nests JSON too deeply to be a list of messages") from None
+        raise UsageError(f"{name} nests JSON too deeply to be a list of messages") from None
     if not isinstance(data, list):
-        raise UsageError(f'--history file {display_name(path)} must hold a JSON list of {{"role", "content"}} messages')
+        raise UsageError(f'{name} must hold a JSON list of {{"role", "content"}} messages')
     return data
+
+
+def _read_stdin(stdin: TextIO | None, limit: int) -> bytes | str:
+    """At most ``limit + 1`` bytes of standard input (its text, when it has no bytes underneath)."""
+    import sys
+
+    stream = stdin if stdin is not None else sys.stdin
+    check_readable(stream)
+    buffer = getattr(stream, "buffer", None)
+    try:
+        return buffer.read(limit + 1) if buffer is not None else stream.read(limit + 1)
+    except OSError as exc:
+        raise unreadable_input(exc) from exc
 
 
 def agent_for(args: argparse.Namespace, err: TextIO, later: list[Callable[[], None]] | None = None):
@@ -153,9 +173,12 @@ def cmd_ask(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
     if args.history and args.continue_:
         raise UsageError("--history and -c/--continue both give the earlier turns: use one")
+    if args.history == "-" and args.words == ["-"]:
+        raise UsageError("--history - and the question - cannot both be read from standard input: give one of "
+                         "them as a file or as words")
     config = settings()  # validate configuration before any work
     limit = input_limit(config)
-    history = parse_history(read_history(args.history, 4 * limit)) if args.history else ()
+    history = parse_history(read_history(args.history, 4 * limit, args.stdin)) if args.history else ()
     question = question_of(args, limit)
     conversation = None
     if args.continue_:

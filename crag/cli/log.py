@@ -54,9 +54,11 @@ def last_conversation(config, err: TextIO) -> tuple[int | None, list[dict[str, s
     log = answer_log(config)
     if log is None:
         raise UsageError("KB_AGENT_LOG=off keeps no conversation to continue")
+    from ..agent import input_limit
+
     with log:
-        found = log.last_conversation()
-    if not found[1]:
+        found = log.last_conversation(input_limit(config))
+    if found[0] is None and not found[1]:
         err.write(f"crag: note: no earlier conversation in {log.path}; starting a new one\n")
     return found
 
