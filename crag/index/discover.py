@@ -296,7 +296,7 @@ def discover(
             raise KnowledgeBaseError(missing_root(root_abs), root_abs)
         if not _utf8(root_abs):
             raise KnowledgeBaseError(
-                f"knowledge-base path {display_name(root_abs)} cannot be indexed: its name is not valid UTF-8",
+                f"knowledge-base path {relative_label(root_abs)} cannot be indexed: its name is not valid UTF-8",
                 root_abs,
             )
         root_real = os.path.realpath(root_abs)
@@ -304,7 +304,7 @@ def discover(
             st = os.stat(root_abs)
         except OSError as exc:
             raise KnowledgeBaseError(
-                f"knowledge-base path {display_name(root_abs)} cannot be read ({exc.strerror or exc})", root_abs
+                f"knowledge-base path {relative_label(root_abs)} cannot be read ({exc.strerror or exc})", root_abs
             ) from exc
         if stat.S_ISREG(st.st_mode):
             if root_real in seen_real:
@@ -315,9 +315,9 @@ def discover(
                 found[entry.path] = entry
             continue
         if not stat.S_ISDIR(st.st_mode):
-            raise KnowledgeBaseError(f"knowledge-base path {display_name(root_abs)} is not a file or folder", root_abs)
+            raise KnowledgeBaseError(f"knowledge-base path {relative_label(root_abs)} is not a file or folder", root_abs)
         if not os.access(root_abs, os.R_OK | os.X_OK):
-            raise KnowledgeBaseError(f"knowledge-base folder {display_name(root_abs)} cannot be read (permission denied)", root_abs)
+            raise KnowledgeBaseError(f"knowledge-base folder {relative_label(root_abs)} cannot be read (permission denied)", root_abs)
         walk = _walk(root_abs, root_real, excluded, max_bytes, warnings, seen_real, Ignores(root_abs, patterns), skipped)
         held = 0
         for entry in walk:
@@ -329,7 +329,7 @@ def discover(
             # `crag index .crag`: a folder of crag's own files, not documents (an index kept in
             # the project folder, `--index .`, leaves the project's documents indexable)
             raise KnowledgeBaseError(
-                f"knowledge-base path {display_name(root_abs)} is crag's index folder or inside it: "
+                f"knowledge-base path {relative_label(root_abs)} is crag's index folder or inside it: "
                 "give the folders of your documents", root_abs)
     files = tuple(sorted(found.values(), key=lambda f: f.path))
     return Discovery(files, tuple(warnings), tuple(skipped))
