@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import stat
 from collections.abc import Iterable, Iterator, Sequence
 
@@ -319,13 +320,11 @@ def discover(
         if not os.access(root_abs, os.R_OK | os.X_OK):
             raise KnowledgeBaseError(f"knowledge-base folder {relative_label(root_abs)} cannot be read (permission denied)", root_abs)
         walk = _walk(root_abs, root_real, excluded, max_bytes, warnings, seen_real, Ignores(root_abs, patterns), skipped)
-        held = 0
         for entry in walk:
             if check_binary and reader_for(entry.path) is None and not _sniff_ok(entry.path, warnings):
                 continue
-            held += 1
             found.setdefault(entry.path, entry)
-        if not held and any(is_within(root_real, e) for e in excluded):
+        if not any(is_within(p, root_abs) for p in found) and any(is_within(root_real, e) for e in excluded):
             # `crag index .crag`: a folder of crag's own files, not documents (an index kept in
             # the project folder, `--index .`, leaves the project's documents indexable)
             raise KnowledgeBaseError(
@@ -349,6 +348,9 @@ def stamp(st: os.stat_result) -> int:
     """When a file last changed, as ``stat`` tells: the later of its mtime and its ctime, which
     no one can set back, so an edit whose mtime was restored is seen (a ``chmod`` costs a read)."""
     return max(st.st_mtime_ns, st.st_ctime_ns)
+
+
+_OWN_FILES = re.compile(r"^(?:CURRENT(?:\.tmp-\d+)?|LOCK|gen-\d{6,}|log\.sqlite(?:-wal|-shm|-journal)?)$")  # crag's, in an index folder
 
 
 def _walk(
@@ -392,9 +394,10 @@ def _walk(
             warnings.append((directory, f"cannot list folder ({exc.strerror or exc})"))
             continue
         subdirs = []
+        own = directory_real in excluded  # an index kept in a folder of documents (`--index .`)
         for entry in entries:
             name = entry.name
-            if name.startswith("."):
+            if name.startswith(".") or (own and _OWN_FILES.match(name)):
                 continue
             path = entry.path
             if not _utf8(name):
