@@ -313,7 +313,7 @@ class Settings:
     grade_memory: bool = setting("KB_AGENT_GRADE_MEMORY", _switch, False, node=True)
     grader: GraderStyle = setting("KB_AGENT_GRADER", Choice(GraderStyle), GraderStyle.BATCH, node=True)
     grading_policy: GradingPolicyName = setting("KB_AGENT_GRADING_POLICY", Choice(GradingPolicyName), GradingPolicyName.DEFAULT, node=True)
-    top_k: int = setting("KB_AGENT_TOP_K", Integer(1), 5, node=True)
+    top_k: int = setting("KB_AGENT_TOP_K", Integer(1, 50), 5, node=True)  # 50: toolspec.MAX_TOP_K (tested)
     index_dir: str = setting("KB_AGENT_INDEX_DIR", _folder, ".crag")
     # Adapting default: openai when a key or a server is set, else offline (__attrs_post_init__).
     llm: LLMBackend = setting("KB_AGENT_LLM", _backend, ADAPTING)

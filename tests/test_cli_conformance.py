@@ -291,3 +291,15 @@ def test_removing_a_path_that_is_no_root_names_the_roots_as_roots_lists_them(pro
     assert (code, out, err) == (1, "", "crag: error: knowledge-base path doc does not exist\n")
     code, out, err = cli("roots", "--remove", str(tmp_path.parent / "elsewhere"))
     assert err == f"crag: error: {tmp_path.parent / 'elsewhere'} is not a root of the index (its roots: {outside}, docs)\n"
+
+
+def test_every_knowledge_base_path_error_names_the_path_as_crag_shows_paths(project: Path) -> None:
+    """``crag index .crag`` said "knowledge-base path /home/me/proj/.crag is crag's index
+    folder", and a named pipe "/home/me/proj/queue is not a file or folder", while a path that
+    does not exist was already named as typed (``typo``): every such line names the path as
+    crag shows paths, relative to the working folder when under it."""
+    os.mkfifo(project / "queue")
+    for path, said in ((".crag", "is crag's index folder or inside it: give the folders of your documents"),
+                       ("queue", "is not a file or folder")):
+        code, out, err = cli("index", path)
+        assert (code, out, err) == (1, "", f"crag: error: knowledge-base path {path} {said}\n"), path

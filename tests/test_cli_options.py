@@ -83,6 +83,23 @@ def test_an_index_in_the_working_directory_itself_needs_no_note(project: Path) -
     assert code == 0 and "docker compose up" in out and err == "", err
 
 
+def test_an_index_kept_in_the_project_folder_indexes_the_folder_and_its_roots_again(project: Path) -> None:
+    """docs/cli.md: ``--index .`` leaves the project's documents indexable (``crag --index .
+    index docs``, or ``.``). After ``index docs``, ``index .`` was exit status 1, "knowledge-base
+    path docs is crag's index folder" (its files had been found through ``.`` already); and
+    indexing ``.`` listed crag's own files as "skipped by type: 3 no suffix, 1 .sqlite, 1 .faiss"."""
+    assert cli("--index", ".", "index", "docs")[0] == 0
+    cli("--index", ".", "ask", "How do I deploy the server?")  # the answer log is one of crag's files too
+    for _ in range(2):
+        code, out, err = cli("--index", ".", "index", ".")
+        assert (code, err) == (0, ""), err
+        assert "skipped" not in out, out
+    code, out, err = cli("--index", ".", "index", "docs")
+    assert (code, err) == (0, ""), err
+    code, out, _ = cli("--index", ".", "search", "deploy")
+    assert code == 0 and "docs/deploy.md" in out
+
+
 @pytest.mark.parametrize("where", ["dotenv", "environment", "option"])
 def test_an_index_dir_under_the_home_folder_written_with_a_tilde_is_there(project: Path, monkeypatch,
                                                                           tmp_path_factory, where: str) -> None:

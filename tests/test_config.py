@@ -412,3 +412,28 @@ def test_a_malformed_key_is_described_without_being_shown(value, said):
         Settings.from_env(environ={"OPENAI_API_KEY": value}, dotenv=None)
     message = str(info.value)
     assert f"it contains {said};" in message and "sk-ab" not in message
+
+
+@pytest.mark.parametrize("given", ["environment", "argument"])
+def test_a_top_k_larger_than_any_search_returns_is_refused_naming_the_range(given, monkeypatch, capsys, tmp_path):
+    """``KB_AGENT_TOP_K=1000`` was accepted, and then every question's own search was a tool
+    error (``argument 'top_k' must be between 1 and 50``): the question went on unsearched.
+    A search returns at most 50 hits, so the setting (and ``--top-k``) says so at once."""
+    from crag.toolspec import MAX_TOP_K
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KB_AGENT_LLM", "offline")
+    argv = ["ask", "how do uploads retry"]
+    if given == "environment":
+        monkeypatch.setenv("KB_AGENT_TOP_K", "51")
+        said, where = "KB_AGENT_TOP_K=51", "set in the environment"
+    else:
+        argv += ["--top-k", "51"]
+        said, where = "KB_AGENT_TOP_K=51", "given as an argument"
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"crag: error: {said} is not valid: expected an integer from 1 to {MAX_TOP_K} ({where}")
+    assert err.count("\n") == 1
+    assert Settings(top_k=MAX_TOP_K).top_k == MAX_TOP_K
+    with pytest.raises(ConfigError, match="KB_AGENT_TOP_K"):
+        Settings(top_k=MAX_TOP_K + 1)

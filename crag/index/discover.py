@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import stat
 from collections.abc import Iterable, Iterator, Sequence
 
@@ -296,7 +297,7 @@ def discover(
             raise KnowledgeBaseError(missing_root(root_abs), root_abs)
         if not _utf8(root_abs):
             raise KnowledgeBaseError(
-                f"knowledge-base path {display_name(root_abs)} cannot be indexed: its name is not valid UTF-8",
+                f"knowledge-base path {relative_label(root_abs)} cannot be indexed: its name is not valid UTF-8",
                 root_abs,
             )
         root_real = os.path.realpath(root_abs)
@@ -304,7 +305,7 @@ def discover(
             st = os.stat(root_abs)
         except OSError as exc:
             raise KnowledgeBaseError(
-                f"knowledge-base path {display_name(root_abs)} cannot be read ({exc.strerror or exc})", root_abs
+                f"knowledge-base path {relative_label(root_abs)} cannot be read ({exc.strerror or exc})", root_abs
             ) from exc
         if stat.S_ISREG(st.st_mode):
             if root_real in seen_real:
@@ -315,21 +316,19 @@ def discover(
                 found[entry.path] = entry
             continue
         if not stat.S_ISDIR(st.st_mode):
-            raise KnowledgeBaseError(f"knowledge-base path {display_name(root_abs)} is not a file or folder", root_abs)
+            raise KnowledgeBaseError(f"knowledge-base path {relative_label(root_abs)} is not a file or folder", root_abs)
         if not os.access(root_abs, os.R_OK | os.X_OK):
-            raise KnowledgeBaseError(f"knowledge-base folder {display_name(root_abs)} cannot be read (permission denied)", root_abs)
+            raise KnowledgeBaseError(f"knowledge-base folder {relative_label(root_abs)} cannot be read (permission denied)", root_abs)
         walk = _walk(root_abs, root_real, excluded, max_bytes, warnings, seen_real, Ignores(root_abs, patterns), skipped)
-        held = 0
         for entry in walk:
             if check_binary and reader_for(entry.path) is None and not _sniff_ok(entry.path, warnings):
                 continue
-            held += 1
             found.setdefault(entry.path, entry)
-        if not held and any(is_within(root_real, e) for e in excluded):
+        if not any(is_within(p, root_abs) for p in found) and any(is_within(root_real, e) for e in excluded):
             # `crag index .crag`: a folder of crag's own files, not documents (an index kept in
             # the project folder, `--index .`, leaves the project's documents indexable)
             raise KnowledgeBaseError(
-                f"knowledge-base path {display_name(root_abs)} is crag's index folder or inside it: "
+                f"knowledge-base path {relative_label(root_abs)} is crag's index folder or inside it: "
                 "give the folders of your documents", root_abs)
     files = tuple(sorted(found.values(), key=lambda f: f.path))
     return Discovery(files, tuple(warnings), tuple(skipped))
@@ -349,6 +348,9 @@ def stamp(st: os.stat_result) -> int:
     """When a file last changed, as ``stat`` tells: the later of its mtime and its ctime, which
     no one can set back, so an edit whose mtime was restored is seen (a ``chmod`` costs a read)."""
     return max(st.st_mtime_ns, st.st_ctime_ns)
+
+
+_OWN_FILES = re.compile(r"^(?:CURRENT(?:\.tmp-\d+)?|LOCK|gen-\d{6,}|log\.sqlite(?:-wal|-shm|-journal)?)$")  # crag's, in an index folder
 
 
 def _walk(
@@ -392,9 +394,10 @@ def _walk(
             warnings.append((directory, f"cannot list folder ({exc.strerror or exc})"))
             continue
         subdirs = []
+        own = directory_real in excluded  # an index kept in a folder of documents (`--index .`)
         for entry in entries:
             name = entry.name
-            if name.startswith("."):
+            if name.startswith(".") or (own and _OWN_FILES.match(name)):
                 continue
             path = entry.path
             if not _utf8(name):
