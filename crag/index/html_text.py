@@ -12,7 +12,13 @@ Every search for the end of a construct (``>``, a closing quote, ``-->``, ``</sc
 finds none ends the scan: as in a browser, an unterminated tag or comment runs to the end of
 the file. So each character is looked at a bounded number of times, whatever the input;
 the standard library's ``html.parser`` instead re-scans the rest of the file after each
-unterminated construct (``<a `` repeated 20,000 times took it minutes).
+unterminated construct (``<a `` repeated 20,000 times took it minutes). A ``script`` or
+``style`` that closes itself (``<script src="app.js"/>``, as XHTML pages write it) is empty:
+the text after it is read.
+
+``declared_codec`` finds the character set a page declares in its first bytes (``<meta
+charset>``, ``<meta http-equiv="Content-Type">``, an XML declaration's ``encoding``), which
+the reader decodes the page with.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from __future__ import annotations
 import html
 import re
 
-__all__ = ["html_text"]
+__all__ = ["declared_codec", "html_text"]
 
 # Elements whose content is not text a reader sees (nested tags inside still count).
 _SKIP = frozenset({"script", "style", "template", "noscript", "svg", "nav"})
@@ -31,6 +37,38 @@ _TAG_NAME = re.compile(r"[^\t\n\f\r />]*")
 _TAG_STOP = re.compile(r"[>\"']")
 _COMMENT_END = re.compile(r"--!?>")
 _RAW_END = {name: re.compile(rf"</{name}[\t\n\f\r />]", re.IGNORECASE) for name in _RAW}
+
+
+# Where a page may declare its character set, and how: ``<meta charset=...>``, the charset of a
+# ``<meta http-equiv="Content-Type" content="...; charset=...">``, ``<?xml ... encoding="..."?>``.
+_DECLARED_IN = 4096
+_DECLARATION = re.compile(
+    rb"<meta\b[^>]*?charset\s*=\s*[\"']?\s*([A-Za-z0-9_.:-]+)|<\?xml\b[^>]*?encoding\s*=\s*[\"']([A-Za-z0-9_.:-]+)",
+    re.IGNORECASE,
+)
+# Names browsers read as a larger character set than the one they name (the WHATWG Encoding
+# Standard): a page declaring Latin-1 or Shift_JIS is decoded as the superset its author's tools wrote.
+_SUPERSETS = {"iso8859-1": "cp1252", "ascii": "cp1252", "iso8859-9": "cp1254", "shift_jis": "cp932",
+              "euc_kr": "cp949", "gb2312": "gb18030", "gbk": "gb18030", "tis-620": "cp874"}
+
+
+def declared_codec(data: bytes) -> str | None:
+    """The Python codec of the character set the page ``data`` declares in its first 4 KiB, or
+    None: no declaration, a name Python does not know, or one that cannot be a page's bytes
+    as declared inside them (UTF-16 and UTF-32: their text could not say so in ASCII)."""
+    import codecs
+
+    found = _DECLARATION.search(data, 0, _DECLARED_IN)
+    if found is None:
+        return None
+    name = (found.group(1) or found.group(2)).decode("ascii").lower()
+    try:
+        codec = codecs.lookup(name).name
+    except LookupError:
+        return None
+    if codec.startswith(("utf-16", "utf-32")):
+        return None
+    return _SUPERSETS.get(codec, codec)
 
 
 def _tag_end(text: str, i: int) -> int:
@@ -98,7 +136,7 @@ def html_text(text: str) -> str:
                 if name in skipping:
                     while skipping and skipping.pop() != name:
                         pass
-            elif name in _RAW:
+            elif name in _RAW and not text[lt:end].rstrip(">").endswith("/"):
                 m = _RAW_END[name].search(text, end)
                 end = n if m is None else _tag_end(text, m.end() - 1)
             elif name in _SKIP and not text[lt:end].rstrip(">").endswith("/"):

@@ -49,6 +49,7 @@ from contextlib import contextmanager
 from attrs import frozen
 
 from ..pages import PAGE_LINES
+from .decoding import UTF16_BOMS, decode_text, utf16_codec, utf16_text
 
 __all__ = [
     "DISTRIBUTION", "MAX_DOCX_XML_BYTES", "MAX_PDF_PAGES", "MAX_TEXT_BYTES", "READERS", "UTF16_BOMS",
@@ -372,93 +373,31 @@ def _docx_inline(element: object, words: list[str], boxes: list[object]) -> None
             _docx_inline(child, words, boxes)
 
 
-UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
-
-
-def utf16_codec(head: bytes) -> str | None:
-    """The codec of bytes that open as UTF-16 text, else None: ``utf-16`` when they open with
-    its byte order mark (Windows PowerShell 5 writes redirected output so); without one (some
-    Windows tools), ``utf-16-le`` or ``utf-16-be`` when at least half the characters of the
-    first 8 KiB have a NUL high byte (Latin text) and no low byte is NUL."""
-    if head.startswith(UTF16_BOMS):
-        return "utf-16"
-    head = head[:8192]
-    for codec, high, low in (("utf-16-le", head[1::2], head[0::2]), ("utf-16-be", head[0::2], head[1::2])):
-        if high and high.count(0) * 2 >= len(high) and 0 not in low:
-            return codec
-    return None
-
-
-def utf16_text(data: bytes) -> str | None:
-    """The text of bytes that are UTF-16 (``utf16_codec``), else None: not UTF-16, an odd
-    length, unpaired surrogates, or control characters other than whitespace and ESC (binary
-    data that happens to look so)."""
-    codec = utf16_codec(data)
-    if codec is None or len(data) % 2:
-        return None
-    try:
-        text = data.decode(codec)
-    except UnicodeDecodeError:
-        return None
-    if any(ch < " " and ch not in "\t\n\r\f\x1b" for ch in text):
-        return None
-    return text
-
-
-def _decode_bytes(data: bytes) -> str:
-    if data.startswith(b"\xef\xbb\xbf"):
-        data = data[3:]
-    if b"\x00" in data:
-        data = data.replace(b"\x00", b"")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        if _UTF8_SEQUENCE.search(data) is None:  # no UTF-8 line to keep: one decoding for all
-            return _decode_line(data)
-        # Line by line: a file that mixes UTF-8 and cp1252 lines (a log two tools append to)
-        # keeps its UTF-8 lines as written, where decoding it whole as cp1252 garbled them.
-        return "\n".join(_decode_line(line) for line in data.split(b"\n"))
-
-
-# The start of a character of two or more bytes in UTF-8 (a lead byte and a continuation byte).
-_UTF8_SEQUENCE = re.compile(rb"[\xc2-\xf4][\x80-\xbf]")
-
-
-def _decode_line(line: bytes) -> str:
-    """One line that is not all UTF-8 as a whole file is: UTF-8, else cp1252, else latin-1."""
-    try:
-        return line.decode("utf-8")
-    except UnicodeDecodeError:
-        try:
-            return line.decode("cp1252")
-        except UnicodeDecodeError:
-            return line.decode("latin-1")
-
-
-def decode_text(data: bytes) -> str:
-    """Bytes to text: UTF-16 with its BOM (``utf16_text``), else UTF-8 (BOM dropped), else
-    each line as UTF-8, else cp1252, else latin-1; newlines normalised, byte order marks dropped.
-
-    NUL bytes are dropped: a file with one in its first 8 KiB is binary (``is_binary``) and
-    never decoded; one further on is padding, and PostgreSQL refuses it in text. One rule,
-    for every store and for ``read_file`` and ``grep_search``, so lines and chunks agree.
-    """
-    text = utf16_text(data)
-    if text is None:
-        text = _decode_bytes(data)
-    if "\r" in text:
-        text = text.replace("\r\n", "\n").replace("\r", "\n")
-    if "\ufeff" in text:  # a BOM inside the text (files joined with cat): invisible, and stuck to a word
-        text = text.replace("\ufeff", "")
-    return text
-
-
 def _html(data: bytes) -> str:
     from .html_text import html_text
 
     if utf16_text(data) is None and _looks_binary(data):  # UTF-16 with its BOM holds NUL bytes
         raise _Refused("binary data, not HTML")
-    return html_text(decode_text(data))
+    return html_text(_html_decoded(data))
+
+
+def _html_decoded(data: bytes) -> str:
+    """A page's text in the character set it declares (``html_text.declared_codec``); a byte
+    order mark, a declaration of UTF-8, none at all, or bytes the declared set cannot decode
+    (a UTF-8 page whose template still says Latin-1) are read as every text file is."""
+    from .html_text import declared_codec
+
+    codec = None if data.startswith((b"\xef\xbb\xbf", *UTF16_BOMS)) else declared_codec(data)
+    if codec not in (None, "utf-8"):
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError:
+            try:
+                text = data.replace(b"\x00", b"").decode(codec)
+            except UnicodeDecodeError:
+                return decode_text(data)
+            return text.replace("\r\n", "\n").replace("\r", "\n").replace("\ufeff", "")
+    return decode_text(data)
 
 
 def _looks_binary(data: bytes) -> bool:
