@@ -147,6 +147,27 @@ def test_files_a_missing_extra_would_read_are_counted_with_the_install_line(kb: 
     assert skipped_line([]) is None
 
 
+def test_documents_indexed_earlier_stay_when_their_extra_is_missing_now(kb: Path, monkeypatch) -> None:
+    """An index run in an environment without pypdf or python-docx (another virtualenv, an
+    uninstalled extra) cannot read them, but they are still there: their chunks stay, as a root
+    that cannot be reached now keeps its files, and installing the extra again re-reads nothing."""
+    from crag.index import readers
+
+    code, out, _ = cli("index", "docs")
+    assert code == 0 and "4 added" in out
+    with monkeypatch.context() as m:
+        m.setattr(readers.Reader, "available", lambda self: self.module is None)
+        code, out, _ = cli("index", "docs")
+        assert code == 0 and "0 removed" in out and "removed:" not in out, out
+        line = next(x for x in out.splitlines() if x.startswith("skipped by type: "))
+        assert line.endswith("(to include them: pip install 'crag-kb[docx,pdf]'; "
+                             "the 2 indexed earlier stay in the index as they were)"), line
+        code, out, _ = cli("search", "torque wrench", "--json")
+        assert "docs/guide.pdf" in [h["path"] for h in json.loads(out)]
+    code, out, _ = cli("index", "docs")
+    assert code == 0 and "0 added" in out and "5 unchanged" not in out and "4 unchanged" in out, out
+
+
 def test_gitignore_and_cragignore_are_respected_like_ripgrep(tmp_path: Path, monkeypatch) -> None:
     root = tmp_path / "project"
     for rel in ("docs/a.md", "docs/keep.log.md", "docs/drafts/b.md", "dist/out.md", "vendor/lib/x.md",

@@ -117,11 +117,21 @@ class Discovery:
 
     files: tuple[DiscoveredFile, ...]
     warnings: tuple[tuple[str, str], ...] = field(factory=tuple)
-    skipped_types: tuple[str, ...] = ()  # the suffix of each file left out for its type
+    skipped_paths: tuple[str, ...] = ()  # each file left out for its type
 
     @property
     def skipped(self) -> int:
         return len(self.warnings)
+
+    @property
+    def skipped_types(self) -> tuple[str, ...]:
+        """The suffix of each file left out for its type."""
+        return tuple(_suffix(os.path.basename(p)) for p in self.skipped_paths)
+
+    @property
+    def unread(self) -> frozenset[str]:
+        """The files left out only because their reader's extra is not installed."""
+        return frozenset(p for p in self.skipped_paths if reader_for(os.path.basename(p)) is not None)
 
 
 def normalize_root(root: str | os.PathLike[str], cwd: str | os.PathLike[str] | None = None) -> str:
@@ -423,7 +433,7 @@ def _walk(
                 if not entry.is_file(follow_symlinks=True) or ignores.ignored(path, is_dir=False):
                     continue
                 if not is_indexable_name(name):
-                    skipped.append(_suffix(name))
+                    skipped.append(path)
                     continue
                 st = entry.stat(follow_symlinks=True)
             except OSError as exc:

@@ -463,9 +463,10 @@ def cached_text(path: str, reader: Reader, data: bytes | None = None) -> str:
     return text
 
 
-def skipped_line(suffixes: Iterable[str], command: str = "pip install") -> str | None:
-    """One line for the files left out for their type: how many of each, and how to include
-    those a reader could read (``None`` when none was left out)."""
+def skipped_line(suffixes: Iterable[str], command: str = "pip install", kept: int = 0) -> str | None:
+    """One line for the files left out for their type: how many of each, how to include
+    those a reader could read, and how many of those stay indexed from an earlier run
+    (``kept``); ``None`` when none was left out."""
     counts = Counter(suffixes)
     if not counts:
         return None
@@ -474,5 +475,6 @@ def skipped_line(suffixes: Iterable[str], command: str = "pip install") -> str |
     line = f"skipped by type: {shown}{f' and {more} more types' if more > 0 else ''}"
     extras = sorted({r.extra for s in counts if (r := _BY_SUFFIX.get(s)) is not None and r.extra and not r.available()})
     if extras:
-        line += f" (to include them: {command} '{DISTRIBUTION}[{','.join(extras)}]')"
+        stay = f"; the {kept} indexed earlier stay in the index as they were" if kept else ""
+        line += f" (to include them: {command} '{DISTRIBUTION}[{','.join(extras)}]'{stay})"
     return line
