@@ -8,7 +8,8 @@ it among the files skipped for their type, with the ``pip install`` that include
 
 * **PDF** (``pypdf``, extra ``pdf``): page after page, each starting at line
   ``(page - 1) * PAGE_LINES + 1`` (``crag.pages``), so a citation reads ``guide.pdf:p3:L12``:
-  page 3, the 12th line of text on it; ligatures ("ﬁ") read as their letters. A PDF
+  page 3, the 12th line of text on it, the values filled into its form fields after its text;
+  ligatures ("ﬁ") read as their letters. A PDF
   encrypted with an empty user password (one that opens without asking) is read; one that
   needs a password is not.
 * **DOCX** (``python-docx``, extra ``docx``): one line per paragraph or table row, in the
@@ -208,7 +209,11 @@ def _pdf(data: bytes) -> str:
             raise _Refused(f"it has {count:,} pages; crag reads PDFs of at most {MAX_PDF_PAGES:,}")
         pages = []
         for page in reader.pages:
-            pages.append((page.extract_text(visitor_operand_before=budget.check) or "").translate(_LIGATURES))
+            text = page.extract_text(visitor_operand_before=budget.check) or ""
+            values = _form_values(page, text)
+            if values:
+                text = "\n".join([*([text.rstrip("\n")] if text.strip() else []), *values])
+            pages.append(text.translate(_LIGATURES))
             budget.add(pages[-1])
     except PyPdfError as exc:
         raise _Refused(f"pypdf cannot read it ({_one_line(exc)})") from exc
@@ -224,6 +229,41 @@ def _pdf(data: bytes) -> str:
     while out and not out[-1]:
         out.pop()
     return "\n".join(out) + "\n" if out else ""
+
+
+def _form_values(page: object, text: str) -> list[str]:
+    """The lines of the values filled into the form fields of ``page``, top to bottom and left to
+    right (a value the page's text already shows, a flattened form's, is not read twice). A
+    damaged annotation costs its own values, never the page's text nor another field's."""
+    found: list[tuple[float, float, str]] = []
+    try:
+        annotations = list(page.get("/Annots") or [])  # type: ignore[attr-defined]
+    except Exception:  # pypdf's objects of a damaged file raise anything (a broken reference, say)
+        return []
+    for ref in annotations:
+        try:
+            found += [place for place in _widget_values(ref.get_object()) if place[2] not in text]
+        except Exception:  # a Rect of names, a value that is a broken reference
+            continue
+    return [v for _, _, v in sorted(found)]
+
+
+def _widget_values(widget: object) -> list[tuple[float, float, str]]:
+    """The text values of one form widget, each with its place (from the top, from the left)."""
+    from pypdf.generic import TextStringObject
+
+    if not hasattr(widget, "get") or widget.get("/Subtype") != "/Widget":
+        return []
+    field, value = widget, None
+    for _ in range(8):  # a widget's value may be on its parent field (a field with several widgets)
+        value = field.get("/V")
+        if value is not None or "/Parent" not in field:
+            break
+        field = field["/Parent"].get_object()
+    values = value if isinstance(value, list) else [value]  # a list box's choices
+    shown = [" ".join(str(v).split()) for v in values if isinstance(v, TextStringObject) and str(v).strip()]
+    rect = [float(x) for x in widget.get("/Rect") or [0, 0, 0, 0]][:4]
+    return [(-max(rect[1], rect[3]), min(rect[0], rect[2]), v) for v in shown]
 
 
 # A word a typesetter broke at a line's end ("infor-" / "mation"): letters before the hyphen and a
