@@ -76,3 +76,34 @@ def test_a_self_closed_script_or_style_of_an_xhtml_page_hides_nothing_after_it(f
     hits = json.loads(out)
     assert code == 0 and hits[0]["path"] == "docs/page.xhtml" and hits[0]["end_line"] == 8
     assert "The turbine blades are inspected weekly." in hits[0]["text"]
+
+
+def test_a_saved_page_larger_than_a_text_file_is_read_for_its_text(folder: Path) -> None:
+    """A page saved with its images inline (data: URIs) is tens of MiB of markup around a little
+    text: like a PDF, it is read up to the documents' size limit, and its text decides."""
+    image = "QUJD" * (3 * 1024 * 1024)  # 12 MiB of base64, more than a text file may hold
+    (folder / "saved.html").write_text(
+        f'<html><body>\n<p>The crane hook is inspected monthly.</p>\n<img src="data:image/png;base64,{image}">\n'
+        "<p>Load tests follow each repair.</p>\n</body></html>\n", encoding="ascii")
+    code, out, _ = cli("index", "docs")
+    assert code == 0 and "1 added" in out and "skipped" not in out, out
+    code, out, _ = cli("search", "load tests repair", "--json")
+    hit = json.loads(out)[0]
+    assert hit["path"] == "docs/saved.html" and "Load tests follow each repair." in hit["text"] and hit["end_line"] == 4
+
+
+def test_reading_html_stops_once_its_text_is_over_the_limit() -> None:
+    """The scan checks its budget as it goes, so markup dense with text is refused when its text
+    passes the limit, not after reading all of a large page."""
+    from crag.index.html_text import html_text
+
+    calls: list[int] = []
+
+    def check(size: int) -> None:
+        calls.append(size)
+        if size > 1000:
+            raise ValueError("over")
+
+    with pytest.raises(ValueError, match="over"):
+        html_text("<p>words and more words</p>\n" * 100_000, check)
+    assert len(calls) < 100 and calls[-1] > 1000

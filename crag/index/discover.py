@@ -90,14 +90,14 @@ TEXT_NAMES = frozenset(
 SKIP_DIRS = frozenset({".git", ".hg", ".svn", ".venv", "venv", "node_modules", "__pycache__", "site-packages"})
 
 MAX_FILE_BYTES = MAX_TEXT_BYTES  # larger "text" files are almost always data dumps or logs
-DOCUMENT_MAX_BYTES = 128 * 1024 * 1024  # a PDF or DOCX holds images and fonts besides its text
+DOCUMENT_MAX_BYTES = 128 * 1024 * 1024  # a PDF, DOCX or saved web page holds images and fonts besides its text
 
 
 def size_limit(path: str | os.PathLike[str], max_bytes: int = MAX_FILE_BYTES) -> int:
     """The most bytes crag reads of the file ``path``: ``max_bytes``, or more for a document
     read through a reader (``DOCUMENT_MAX_BYTES``), whose text is a small part of its size."""
     reader = reader_for(os.path.basename(os.fspath(path)))
-    return max(max_bytes, DOCUMENT_MAX_BYTES) if reader is not None and reader.module is not None else max_bytes
+    return max(max_bytes, DOCUMENT_MAX_BYTES) if reader is not None else max_bytes
 _SNIFF_BYTES = 8192
 
 

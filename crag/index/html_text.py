@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import html
 import re
+from collections.abc import Callable
 
 __all__ = ["declared_codec", "html_text"]
 
@@ -35,6 +36,7 @@ _RAW = frozenset({"script", "style"})
 
 _TAG_NAME = re.compile(r"[^\t\n\f\r />]*")
 _TAG_STOP = re.compile(r"[>\"']")
+_CHECK_EVERY = 1024  # constructs scanned between two calls of html_text's `check`
 _COMMENT_END = re.compile(r"--!?>")
 _RAW_END = {name: re.compile(rf"</{name}[\t\n\f\r />]", re.IGNORECASE) for name in _RAW}
 
@@ -92,16 +94,35 @@ def _tag_end(text: str, i: int) -> int:
             i = q + 1
 
 
-def html_text(text: str) -> str:
+def html_text(text: str, check: Callable[[int], None] | None = None) -> str:
     """The text of the HTML ``text``: line K holds the text found on line K of the source
-    (trailing empty lines dropped), each piece's whitespace collapsed to single spaces."""
+    (trailing empty lines dropped), each piece's whitespace collapsed to single spaces.
+
+    ``check``, when given, is called with the size of the text read so far every
+    ``_CHECK_EVERY`` constructs, and may raise to stop reading (a budget of text or time)."""
     n = len(text)
-    pieces: dict[int, list[tuple[str, bool]]] = {}  # 0-based line -> pieces of text on it, in a <pre> or not
+    out: list[str] = []  # the lines read, up to line `done`
+    done = 0  # how many lines of the source `out` holds
+    size = 0  # how much text `out` holds
+    current: list[tuple[str, bool]] = []  # the pieces of text on line `at`, in a <pre> or not
+    at = 0
     skipping: list[str] = []
     pre = 0  # how many <pre> elements the scan is in: their text keeps its spaces
     line = 0  # the 0-based line of position `pos`
     pos = 0
     data_start = 0  # where the run of text being gathered began
+
+    def put(k: int, piece: tuple[str, bool]) -> None:
+        """Add a piece to line ``k``: lines come in order, so the line before it is complete."""
+        nonlocal at, done, size
+        if k != at:
+            joined = _joined(current)
+            if joined:
+                out.append("\n" * (at - done) + joined + "\n")
+                done, size = at + 1, size + len(joined)
+            current.clear()
+            at = k
+        current.append(piece)
 
     def flush(end: int) -> None:
         nonlocal line, pos
@@ -109,14 +130,15 @@ def html_text(text: str) -> str:
             k = line + text.count("\n", pos, data_start)
             for n_, part in enumerate(text[data_start:end].split("\n")):
                 if pre and part:
-                    pieces.setdefault(k + n_, []).append((html.unescape(part).replace("\xad", ""), True))
+                    put(k + n_, (html.unescape(part).replace("\xad", ""), True))
                 elif part.strip():
                     words = " ".join(html.unescape(part).replace("\xad", "").split())
                     if words:
-                        pieces.setdefault(k + n_, []).append((words, False))
+                        put(k + n_, (words, False))
         line += text.count("\n", pos, end)
         pos = end
 
+    steps = 0
     i = 0
     while i < n:
         lt = text.find("<", i)
@@ -157,10 +179,12 @@ def html_text(text: str) -> str:
             continue
         line += text.count("\n", pos, end)
         pos = data_start = i = end
+        steps += 1
+        if check is not None and steps % _CHECK_EVERY == 0:
+            check(size)
     flush(n)
-    lines = {k: _joined(found) for k, found in pieces.items()}
-    last = max((k for k, found in lines.items() if found), default=-1)
-    return "".join(lines.get(k, "") + "\n" for k in range(last + 1))
+    put(at + 1, ("", False))  # completes the last line
+    return "".join(out)
 
 
 def _joined(pieces: list[tuple[str, bool]]) -> str:

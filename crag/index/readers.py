@@ -22,7 +22,7 @@ it among the files skipped for their type, with the ``pip install`` that include
   ``page.html:L42`` opens the source where the text is.
 
 A reader is a boundary (``read_document``): whatever its library raises, a text over
-``MAX_TEXT_BYTES``, a PDF of more than ``MAX_PDF_PAGES`` pages, a DOCX that unpacks to more
+``MAX_TEXT_BYTES`` (checked as the text is read), a PDF of more than ``MAX_PDF_PAGES`` pages, a DOCX that unpacks to more
 than ``MAX_DOCX_XML_BYTES`` (or at more than ``MAX_ZIP_RATIO`` to one), binary data named
 ``.html``, a read that takes longer than ``TIME_BUDGET_SECONDS``, a document with no text (a
 scanned PDF): each is a ``ValueError``
@@ -418,7 +418,14 @@ def _html(data: bytes) -> str:
 
     if utf16_text(data) is None and _looks_binary(data):  # UTF-16 with its BOM holds NUL bytes
         raise _Refused("binary data, not HTML")
-    return html_text(_html_decoded(data))
+    budget = _Budget()
+
+    def check(size: int) -> None:  # a page may be 128 MiB of markup: its text and time are checked as it is read
+        if size > MAX_TEXT_BYTES:
+            raise _Refused(f"its text is larger than {_mib(MAX_TEXT_BYTES)}")
+        budget.check()
+
+    return html_text(_html_decoded(data), check)
 
 
 def _html_decoded(data: bytes) -> str:
