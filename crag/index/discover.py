@@ -41,33 +41,10 @@ from .ignore import Ignores
 from .readers import MAX_TEXT_BYTES, decode_text, reader_for, utf16_codec, utf16_text  # decode_text: re-exported here
 
 __all__ = [
-    "DOCUMENT_MAX_BYTES",
-    "MAX_FILE_BYTES",
-    "SKIP_DIRS",
-    "TEXT_SUFFIXES",
-    "BinaryFileError",
-    "DiscoveredFile",
-    "Discovery",
-    "can_read",
-    "decode_text",
-    "discover",
-    "excluded_reason",
-    "is_binary",
-    "is_gone",
-    "is_indexable_name",
-    "is_text_name",
-    "is_within",
-    "missing_root",
-    "normalize_root",
-    "read_bytes",
-    "read_file_text",
-    "relative_label",
-    "size_limit",
-    "split_lines",
-    "stamp",
-    "stat_error",
-    "text_of",
-    "unreachable",
+    "DOCUMENT_MAX_BYTES", "MAX_FILE_BYTES", "SKIP_DIRS", "TEXT_SUFFIXES", "BinaryFileError", "DiscoveredFile",
+    "Discovery", "can_read", "decode_text", "discover", "excluded_reason", "is_binary", "is_gone",
+    "is_indexable_name", "is_text_name", "is_within", "missing_root", "normalize_root", "read_bytes",
+    "read_file_text", "relative_label", "size_limit", "split_lines", "stamp", "stat_error", "text_of", "unreachable"
 ]
 
 TEXT_SUFFIXES = frozenset(
