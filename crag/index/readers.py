@@ -15,8 +15,10 @@ it among the files skipped for their type, with the ``pip install`` that include
 * **DOCX** (``python-docx``, extra ``docx``): one line per paragraph or table row, in the
   order of the document, so ``report.docx:L12`` is its 12th paragraph: hyperlinks, tracked
   insertions, fields and content controls included, a text box's paragraphs after the one
-  that anchors it, a nested table in its cell's text; then the headers, footers, footnotes
-  and endnotes, after the body.
+  that anchors it, a nested table in its cell's text (``crag.index.docx_text``); then the
+  headers, footers, footnotes and endnotes, after the body. Word's macro-enabled documents and
+  templates (``.docm``, ``.dotx``, ``.dotm``) are read alike; another package named ``.docx``
+  (a workbook, an e-book, an old ``.doc``) is refused saying what it is.
 * **HTML** (``crag.index.html_text``, in linear time): the text only (no tags, scripts or
   styles; entities decoded), each piece on the line it has in the HTML file, so
   ``page.html:L42`` opens the source where the text is.
@@ -292,15 +294,30 @@ _LIGATURES = str.maketrans({"\ufb00": "ff", "\ufb01": "fi", "\ufb02": "fl", "\uf
                             "\ufb05": "st", "\ufb06": "st", "\xad": None})
 
 
+_OLE = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"  # the signature of an OLE compound file
+
+
 def _check_zip(data: bytes) -> None:
     """Refuse a DOCX whose parts would unpack past ``MAX_DOCX_XML_BYTES`` or at a bomb's ratio,
     by the sizes its zip directory declares (zipfile never unpacks more than declared)."""
     import zipfile
 
+    if not data:
+        raise _Refused("the file is empty")
+    if data.startswith(_OLE):  # Word's own container: a .doc, or a DOCX encrypted with a password
+        if "EncryptedPackage".encode("utf-16-le") in data:
+            raise _Refused("the DOCX is encrypted with a password")
+        raise _Refused("it is not a DOCX but a Word 97-2003 document (.doc): save it as .docx to index it")
     try:
-        parts = zipfile.ZipFile(io.BytesIO(data)).infolist()
+        zf = zipfile.ZipFile(io.BytesIO(data))
+        parts = zf.infolist()
     except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, OSError) as exc:
         raise _Refused(f"it is not a DOCX (not a zip archive: {_one_line(exc)})") from exc
+    names = {p.filename: p for p in parts}
+    if "[Content_Types].xml" not in names:  # no Office package: an e-book, an OpenDocument, any zip
+        kind = names.get("mimetype")
+        mimetype = _one_line(zf.read(kind)[:100].decode("ascii", "replace"), 80) if kind and kind.file_size <= 100 else ""
+        raise _Refused(f"it is not a DOCX but a zip archive {f'of {mimetype}' if mimetype else 'with no Word document in it'}")
     for p in parts:
         if p.file_size > 1024 * 1024 and p.file_size > MAX_ZIP_RATIO * max(p.compress_size, 1):
             raise _Refused(f"its part {_one_line(p.filename, 80)} unpacks {p.file_size // max(p.compress_size, 1):,} "
@@ -316,101 +333,40 @@ def _mib(size: int) -> str:
 
 
 def _docx(data: bytes) -> str:
-    import docx
+    from docx.oxml import parse_xml
+    from docx.package import Package
+
+    from .docx_text import PARTS, blocks, not_word
 
     _check_zip(data)
     budget = _Budget()
     try:
-        document = docx.Document(io.BytesIO(data))
+        package = Package.open(io.BytesIO(data))
+        main = package.main_document_part
+    except KeyError as exc:  # a zip of Office parts whose package names no main document
+        raise _Refused("it is not a DOCX but a zip archive with no Word document in it") from exc
     except Exception as exc:  # python-docx raises zipfile, lxml and its own errors alike
         raise _Refused(f"python-docx cannot read it ({_one_line(f'{type(exc).__name__}: {exc}')})") from exc
+    other = not_word(main.content_type)
+    if other:
+        raise _Refused(f"it is not a DOCX but {other}")
+    # A macro-enabled document or a template is Word's too: its main part is read from its XML.
+    element = getattr(main, "element", None)
     lines: list[str] = []
-    _docx_blocks(document.element.body, lines, budget)
+    blocks((element if element is not None else parse_xml(main.blob)).body, lines, budget)
     # Headers, footers, footnotes and endnotes follow the body, each part once, so the
     # body's line numbers are the same whether a document has them or not.
     seen: set[str] = set()
-    for kind in _DOCX_PARTS:
-        for rel in document.part.rels.values():
+    for kind in PARTS:
+        for rel in main.rels.values():
             if rel.is_external or not rel.reltype.endswith("/" + kind) or rel.target_ref in seen:
                 continue
             seen.add(rel.target_ref)
             element = getattr(rel.target_part, "element", None)
             if element is None:  # a part python-docx does not parse itself (footnotes, endnotes)
-                from docx.oxml import parse_xml
-
                 element = parse_xml(rel.target_part.blob)
-            _docx_blocks(element, lines, budget)
+            blocks(element, lines, budget)
     return "\n".join(lines) + "\n" if lines else ""
-
-
-# The parts of a DOCX besides its body that hold text a person reads, in the order they are read.
-_DOCX_PARTS = ("header", "footer", "footnotes", "endnotes")
-# Inline elements whose text is not shown: deleted revisions, field codes, the fallback
-# copy of a drawing (its text box is also in the drawing itself), properties.
-_DOCX_HIDDEN = frozenset({"del", "moveFrom", "delText", "instrText", "delInstrText", "Fallback", "pPr", "rPr", "sectPr"})
-_DOCX_CHARS = {"tab": "\t", "ptab": "\t", "br": " ", "cr": " ", "noBreakHyphen": "-"}
-
-
-def _local(element: object) -> str:
-    tag = getattr(element, "tag", None)
-    return tag.rsplit("}", 1)[-1] if isinstance(tag, str) else ""
-
-
-def _docx_blocks(parent: object, lines: list[str], budget: _Budget) -> None:
-    """The lines of the paragraphs and table rows under ``parent``, in the document's order:
-    through content controls and custom XML, a text box's paragraphs after its anchor's line."""
-    for child in parent:  # type: ignore[attr-defined]
-        tag = _local(child)
-        if tag == "p":
-            words: list[str] = []
-            boxes: list[object] = []
-            _docx_inline(child, words, boxes)
-            if words or not boxes:
-                lines.append("".join(words).replace("\u00a0", " "))
-                budget.add(lines[-1])
-            for box in boxes:
-                _docx_blocks(box, lines, budget)
-        elif tag == "tbl":
-            for row in child.iter("{*}tr"):
-                if _nearest(row, "tbl") is not child:  # a nested table's row: read in its cell
-                    continue
-                cells = []
-                for cell in row.iter("{*}tc"):
-                    if _nearest(cell, "tr") is not row:
-                        continue
-                    inner: list[str] = []
-                    _docx_blocks(cell, inner, budget)
-                    cells.append(" ".join(" ".join(inner).split()))
-                lines.append(" | ".join(dict.fromkeys(cells)))  # merged cells repeat
-                budget.add(lines[-1])
-        elif tag in ("footnote", "endnote"):
-            if not any(v.endswith(("separator", "Separator", "Notice")) for k, v in child.attrib.items() if k.endswith("}type")):
-                _docx_blocks(child, lines, budget)  # not the separator line Word draws above the notes
-        elif tag in ("sdt", "sdtContent", "customXml", "txbxContent", "body"):
-            _docx_blocks(child, lines, budget)
-
-
-def _nearest(element: object, name: str) -> object | None:
-    """The closest ancestor of ``element`` named ``name``."""
-    up = element.getparent()  # type: ignore[attr-defined]
-    while up is not None and _local(up) != name:
-        up = up.getparent()
-    return up
-
-
-def _docx_inline(element: object, words: list[str], boxes: list[object]) -> None:
-    """The text of a paragraph's runs (hyperlinks, insertions, fields and controls included);
-    the text boxes it anchors are gathered in ``boxes``, read after it."""
-    for child in element:  # type: ignore[attr-defined]
-        tag = _local(child)
-        if tag == "t":
-            words.append(child.text or "")
-        elif tag in _DOCX_CHARS:
-            words.append(_DOCX_CHARS[tag])
-        elif tag == "txbxContent":
-            boxes.append(child)
-        elif tag and tag not in _DOCX_HIDDEN:
-            _docx_inline(child, words, boxes)
 
 
 def _html(data: bytes) -> str:
@@ -458,7 +414,7 @@ def _looks_binary(data: bytes) -> bool:
 
 READERS: tuple[Reader, ...] = (
     Reader("PDF", (".pdf",), "pypdf", "pdf", _pdf),
-    Reader("DOCX", (".docx",), "docx", "docx", _docx),
+    Reader("DOCX", (".docx", ".docm", ".dotx", ".dotm"), "docx", "docx", _docx),
     Reader("HTML", (".html", ".htm", ".xhtml"), None, None, _html),
 )
 _BY_SUFFIX = {suffix: r for r in READERS for suffix in r.suffixes}
