@@ -194,7 +194,7 @@ def _text_bytes(text: str) -> int:
 
 def _pdf(data: bytes) -> str:
     from pypdf import PdfReader
-    from pypdf.errors import FileNotDecryptedError, PyPdfError
+    from pypdf.errors import DependencyError, FileNotDecryptedError, PyPdfError
 
     budget = _Budget()
     try:
@@ -219,6 +219,11 @@ def _pdf(data: bytes) -> str:
             budget.add(pages[-1])
     except PyPdfError as exc:
         raise _Refused(f"pypdf cannot read it ({_one_line(exc)})") from exc
+    except DependencyError as exc:
+        if "AES" not in str(exc):
+            raise
+        raise _Refused("the PDF is encrypted with AES, which pypdf reads with the cryptography package "
+                       "(pip install cryptography)") from exc
     if not any(text.strip() for text in pages):
         raise _Refused(f"no text on its {len(pages)} page{'s' * (len(pages) > 1)}: a scanned PDF holds images, and "
                        "crag reads only a PDF's text (run OCR on it to index it)" if pages else "the PDF has no pages")
