@@ -168,6 +168,25 @@ def test_documents_indexed_earlier_stay_when_their_extra_is_missing_now(kb: Path
     assert code == 0 and "0 added" in out and "5 unchanged" not in out and "4 unchanged" in out, out
 
 
+def test_ask_and_search_with_kb_say_which_files_a_missing_extra_leaves_out(kb: Path, monkeypatch) -> None:
+    """A folder of PDFs asked about where pypdf is not installed: the answer finds nothing, and
+    stderr says why and how to include them, on every run (not only the one that indexed)."""
+    from crag.index import readers
+
+    monkeypatch.setattr(readers.Reader, "available", lambda self: self.module is None)
+    pdfs = kb.parent / "pdfs"
+    pdfs.mkdir()
+    (kb / "guide.pdf").rename(pdfs / "guide.pdf")
+    line = "crag: skipped by type: 1 .pdf (to include them: pip install 'crag-kb[pdf]')"
+    for _ in range(2):
+        code, out, err = cli("ask", "Which torque wrench does the widget need?", "--kb", "pdfs")
+        assert code == 0 and "couldn't find" in out and line in err.splitlines(), err
+        code, out, err = cli("search", "torque wrench", "--kb", "pdfs")
+        assert code == 0 and line in err.splitlines(), err
+    code, out, err = cli("ask", "Where is the harbour shop?", "--kb", "docs")  # a .png is no extra's to read
+    assert code == 0 and "1 .docx (to include them: pip install 'crag-kb[docx]')" in err and ".png" not in err, err
+
+
 def test_gitignore_and_cragignore_are_respected_like_ripgrep(tmp_path: Path, monkeypatch) -> None:
     root = tmp_path / "project"
     for rel in ("docs/a.md", "docs/keep.log.md", "docs/drafts/b.md", "dist/out.md", "vendor/lib/x.md",

@@ -502,8 +502,9 @@ def _still_held(path: str, keep: Sequence[str], drop: Sequence[str]) -> bool:
 
 def quick_check(
     store: Store, roots: Sequence[str | os.PathLike[str]], embedder: Embedder, chunking: tuple[int, int]
-) -> tuple[int, int, str] | None:
-    """(files, chunks, version) when the index is current for ``roots`` by size and mtime alone.
+) -> tuple[int, int, str, tuple[str, ...]] | None:
+    """(files, chunks, version, the suffixes of the files left out for their type) when the index
+    is current for ``roots`` by size and mtime alone.
 
     Reads no file contents and takes no lock. None when there is no index or something
     changed. Raises ``EmbedderMismatchError`` when the index was built with another
@@ -533,5 +534,6 @@ def quick_check(
     under = sum(1 for p in state.files if any(is_within(p, r) for r in (*root_list, *inner)))
     if under != len(discovery.files):
         return None
-    return sum(not state.files[f.path].binary for f in discovery.files), state.chunks, state.version
+    files = sum(not state.files[f.path].binary for f in discovery.files)
+    return files, state.chunks, state.version, discovery.skipped_types
 

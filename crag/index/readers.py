@@ -56,7 +56,7 @@ from .decoding import UTF16_BOMS, decode_text, utf16_codec, utf16_text
 
 __all__ = [
     "DISTRIBUTION", "MAX_DOCX_XML_BYTES", "MAX_PDF_PAGES", "MAX_TEXT_BYTES", "READERS", "UTF16_BOMS",
-    "Reader", "cached_text", "decode_text", "read_document", "reader_for", "skipped_line", "utf16_codec", "utf16_text",
+    "Reader", "cached_text", "decode_text", "extras_line", "read_document", "reader_for", "skipped_line", "utf16_codec", "utf16_text",
 ]
 
 # The name crag is installed under from the package index (the import name stays ``crag``).
@@ -469,6 +469,12 @@ def cached_text(path: str, reader: Reader, data: bytes | None = None) -> str:
     if isinstance(text, ValueError):
         raise ValueError(str(text))
     return text
+
+
+def extras_line(suffixes: Iterable[str], command: str = "pip install") -> str | None:
+    """``skipped_line`` of the files an extra that is not installed would read, or None: what
+    ``ask`` and ``search --kb`` say on every run, since the answer cannot say why it missed them."""
+    return skipped_line([s for s in suffixes if (r := _BY_SUFFIX.get(s)) is not None and not r.available()], command)
 
 
 def skipped_line(suffixes: Iterable[str], command: str = "pip install", kept: int = 0) -> str | None:
