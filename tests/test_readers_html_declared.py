@@ -33,6 +33,8 @@ PAGES = {
                       "ポンプの圧力は五バールです。", "shift_jis"),
     "polish.htm": ("<META CHARSET=iso-8859-2>", "Pompa w Łodzi ma ciśnienie.", "iso-8859-2"),
     "greek.xhtml": (None, "Η αντλία λειτουργεί.", "iso-8859-7"),
+    # Seven-bit bytes with escape sequences: valid UTF-8 too, but only the declaration reads them.
+    "mail.html": ('<meta charset="ISO-2022-JP">', "バルブは青いです。", "iso2022_jp"),
 }
 
 
@@ -62,6 +64,7 @@ def test_a_declaration_the_bytes_contradict_does_not_garble_the_page() -> None:
     # An unknown or impossible name is no declaration at all.
     assert HTML_READER.read(b'<meta charset="no-such-codec"><p>Plain words.</p>\n') == "Plain words.\n"
     assert HTML_READER.read('<meta charset="utf-16"><p>Grüße.</p>\n'.encode()) == "Grüße.\n"
+    assert HTML_READER.read(b'<meta charset="cp037"><p>Plain words.</p>\n') == "Plain words.\n"  # EBCDIC
 
 
 def test_a_self_closed_script_or_style_of_an_xhtml_page_hides_nothing_after_it(folder: Path) -> None:

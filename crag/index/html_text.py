@@ -56,8 +56,9 @@ _SUPERSETS = {"iso8859-1": "cp1252", "ascii": "cp1252", "iso8859-9": "cp1254", "
 
 def declared_codec(data: bytes) -> str | None:
     """The Python codec of the character set the page ``data`` declares in its first 4 KiB, or
-    None: no declaration, a name Python does not know, or one that cannot be a page's bytes
-    as declared inside them (UTF-16 and UTF-32: their text could not say so in ASCII)."""
+    None: no declaration, a name Python does not know, or a set in which the declaration's own
+    bytes would not read as they do (UTF-16, UTF-32, EBCDIC: their text could not say so in
+    ASCII)."""
     import codecs
 
     found = _DECLARATION.search(data, 0, _DECLARED_IN)
@@ -68,8 +69,12 @@ def declared_codec(data: bytes) -> str | None:
         codec = codecs.lookup(name).name
     except LookupError:
         return None
-    if codec.startswith(("utf-16", "utf-32")):
+    try:
+        as_declared = found.group(0).decode(codec)
+    except (UnicodeDecodeError, LookupError):
         return None
+    if codec.startswith(("utf-16", "utf-32", "utf-7")) or as_declared != found.group(0).decode("latin-1"):
+        return None  # the declaration itself would not read so: EBCDIC, say (UTF-7 browsers refuse)
     return _SUPERSETS.get(codec, codec)
 
 

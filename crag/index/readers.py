@@ -391,15 +391,19 @@ def _html(data: bytes) -> str:
 
 def _html_decoded(data: bytes) -> str:
     """A page's text in the character set it declares (``html_text.declared_codec``); a byte
-    order mark, a declaration of UTF-8, none at all, or bytes the declared set cannot decode
-    (a UTF-8 page whose template still says Latin-1) are read as every text file is."""
+    order mark, a declaration of UTF-8, none at all, UTF-8 beyond ASCII, or bytes the declared
+    set cannot decode (a UTF-8 page whose template still says Latin-1) are read as every text
+    file is."""
     from .html_text import declared_codec
 
     codec = None if data.startswith((b"\xef\xbb\xbf", *UTF16_BOMS)) else declared_codec(data)
     if codec not in (None, "utf-8"):
         try:
             data.decode("utf-8")
+            utf8 = not data.isascii()  # seven bits are any ASCII-based set's, and ISO-2022's escapes
         except UnicodeDecodeError:
+            utf8 = False
+        if not utf8:
             try:
                 text = data.replace(b"\x00", b"").decode(codec)
             except UnicodeDecodeError:
