@@ -196,6 +196,8 @@ def _pdf(data: bytes) -> str:
     from pypdf import PdfReader
     from pypdf.errors import DependencyError, FileNotDecryptedError, PyPdfError
 
+    if not data:
+        raise _Refused("the file is empty")
     budget = _Budget()
     try:
         reader = PdfReader(io.BytesIO(data))
@@ -218,6 +220,9 @@ def _pdf(data: bytes) -> str:
             pages.append(text.translate(_LIGATURES))
             budget.add(pages[-1])
     except PyPdfError as exc:
+        other = _sniffed(data)
+        if other is not None and other[1] != ".pdf":  # a download's error page saved as .pdf, say
+            raise _Refused(f"it is not a PDF but {other[0]}{_renamed(other)}") from exc
         raise _Refused(f"pypdf cannot read it ({_one_line(exc)})") from exc
     except DependencyError as exc:
         if "AES" not in str(exc):
@@ -313,6 +318,9 @@ def _check_zip(data: bytes) -> None:
         if "EncryptedPackage".encode("utf-16-le") in data:
             raise _Refused("the DOCX is encrypted with a password")
         raise _Refused("it is not a DOCX but a Word 97-2003 document (.doc): save it as .docx to index it")
+    other = _sniffed(data)
+    if other is not None and other[1] != ".docx":
+        raise _Refused(f"it is not a DOCX but {other[0]}{_renamed(other)}")
     try:
         zf = zipfile.ZipFile(io.BytesIO(data))
         parts = zf.infolist()
@@ -330,6 +338,27 @@ def _check_zip(data: bytes) -> None:
     xml = sum(p.file_size for p in parts if p.filename.endswith((".xml", ".rels")))
     if xml > MAX_DOCX_XML_BYTES:
         raise _Refused(f"its XML unpacks to {_mib(xml)}; crag reads at most {_mib(MAX_DOCX_XML_BYTES)}")
+
+
+_HTML_START = re.compile(rb"\s*<(?:!doctype\s+html|html|head|body)\b", re.IGNORECASE)
+
+
+def _sniffed(data: bytes) -> tuple[str, str] | None:
+    """What a file is by its first bytes, as (what, its suffix), when it is a PDF, a DOCX or an
+    HTML page, for a reader that finds another format under its suffix; else None."""
+    if data.lstrip()[:5] == b"%PDF-":
+        return "a PDF", ".pdf"
+    if data.startswith(b"PK\x03\x04") and b"word/document.xml" in data:
+        return "a DOCX", ".docx"
+    if _HTML_START.match(data[:1024]):
+        return "an HTML page", ".html"
+    return None
+
+
+def _renamed(kind: tuple[str, str]) -> str:
+    """How to index a file that is a document crag reads under another suffix (a page is not
+    named: a page saved as .pdf is most often a download's error page)."""
+    return f": rename it to {kind[1]} to index it" if kind[1] != ".html" else ""
 
 
 def _mib(size: int) -> str:
@@ -377,6 +406,9 @@ def _docx(data: bytes) -> str:
 def _html(data: bytes) -> str:
     from .html_text import html_text
 
+    other = _sniffed(data)
+    if other is not None and other[1] != ".html":  # a PDF saved under a download page's name
+        raise _Refused(f"it is not HTML but {other[0]}{_renamed(other)}")
     if utf16_text(data) is None and _looks_binary(data):  # UTF-16 with its BOM holds NUL bytes
         raise _Refused("binary data, not HTML")
     budget = _Budget()
