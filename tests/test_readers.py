@@ -147,6 +147,46 @@ def test_files_a_missing_extra_would_read_are_counted_with_the_install_line(kb: 
     assert skipped_line([]) is None
 
 
+def test_documents_indexed_earlier_stay_when_their_extra_is_missing_now(kb: Path, monkeypatch) -> None:
+    """An index run in an environment without pypdf or python-docx (another virtualenv, an
+    uninstalled extra) cannot read them, but they are still there: their chunks stay, as a root
+    that cannot be reached now keeps its files, and installing the extra again re-reads nothing."""
+    from crag.index import readers
+
+    code, out, _ = cli("index", "docs")
+    assert code == 0 and "4 added" in out
+    with monkeypatch.context() as m:
+        m.setattr(readers.Reader, "available", lambda self: self.module is None)
+        code, out, _ = cli("index", "docs")
+        assert code == 0 and "0 removed" in out and "removed:" not in out, out
+        line = next(x for x in out.splitlines() if x.startswith("skipped by type: "))
+        assert line.endswith("(to include them: pip install 'crag-kb[docx,pdf]'; "
+                             "the 2 indexed earlier stay in the index as they were)"), line
+        code, out, _ = cli("search", "torque wrench", "--json")
+        assert "docs/guide.pdf" in [h["path"] for h in json.loads(out)]
+    code, out, _ = cli("index", "docs")
+    assert code == 0 and "0 added" in out and "5 unchanged" not in out and "4 unchanged" in out, out
+
+
+def test_ask_and_search_with_kb_say_which_files_a_missing_extra_leaves_out(kb: Path, monkeypatch) -> None:
+    """A folder of PDFs asked about where pypdf is not installed: the answer finds nothing, and
+    stderr says why and how to include them, on every run (not only the one that indexed)."""
+    from crag.index import readers
+
+    monkeypatch.setattr(readers.Reader, "available", lambda self: self.module is None)
+    pdfs = kb.parent / "pdfs"
+    pdfs.mkdir()
+    (kb / "guide.pdf").rename(pdfs / "guide.pdf")
+    line = "crag: skipped by type: 1 .pdf (to include them: pip install 'crag-kb[pdf]')"
+    for _ in range(2):
+        code, out, err = cli("ask", "Which torque wrench does the widget need?", "--kb", "pdfs")
+        assert code == 0 and "couldn't find" in out and line in err.splitlines(), err
+        code, out, err = cli("search", "torque wrench", "--kb", "pdfs")
+        assert code == 0 and line in err.splitlines(), err
+    code, out, err = cli("ask", "Where is the harbour shop?", "--kb", "docs")  # a .png is no extra's to read
+    assert code == 0 and "1 .docx (to include them: pip install 'crag-kb[docx]')" in err and ".png" not in err, err
+
+
 def test_gitignore_and_cragignore_are_respected_like_ripgrep(tmp_path: Path, monkeypatch) -> None:
     root = tmp_path / "project"
     for rel in ("docs/a.md", "docs/keep.log.md", "docs/drafts/b.md", "dist/out.md", "vendor/lib/x.md",
@@ -186,7 +226,8 @@ def test_a_pdf_may_be_larger_than_a_text_file(kb: Path) -> None:
     assert "guide.pdf" in names and "report.docx" in names and "notes.md" not in names
     assert any(path.endswith("notes.md") and "larger than" in why for path, why in found.warnings)
     assert size_limit("a.pdf", 100) == DOCUMENT_MAX_BYTES and size_limit("a.md", 100) == 100
-    assert size_limit("page.html", 100) == 100  # HTML is text: its size is its text's
+    # A saved page holds its images inline (data: URIs): its text, checked as it is read, decides.
+    assert size_limit("page.html", 100) == DOCUMENT_MAX_BYTES
 
 
 def test_a_grep_match_in_a_pdf_keeps_its_window_on_the_matching_page(kb: Path, tmp_path: Path) -> None:

@@ -137,3 +137,51 @@ def test_a_word_broken_at_a_pdf_lines_end_is_read_whole_and_every_line_keeps_its
     lines = read_document(reader_for("h.pdf"), pdf.read_bytes()).splitlines()
     assert lines[:7] == ["The information-based", "index, and more.", "Pre- and post-war", "years; 1990-",
                          "2000 stay; a URL-", "Name too.", "last line"], lines
+
+
+def pdf_form(path: Path, values: dict[str, str]) -> Path:
+    """A one-page PDF with a line of text and a filled text field per value (a widget with its
+    value and an appearance stream, as a PDF viewer saves a filled form)."""
+    from pypdf import PdfReader, PdfWriter
+    from pypdf.generic import (
+        ArrayObject,
+        DecodedStreamObject,
+        DictionaryObject,
+        FloatObject,
+        NameObject,
+        TextStringObject,
+    )
+
+    from tests.test_readers import make_pdf
+
+    writer = PdfWriter(clone_from=PdfReader(make_pdf(path, [["Service order form"]])))
+    page, fields = writer.pages[0], ArrayObject()
+    for n, (name, value) in enumerate(values.items()):
+        look = DecodedStreamObject()
+        look.set_data(f"/Tx BMC BT /F1 12 Tf 2 2 Td ({value}) Tj ET EMC".encode("latin-1"))
+        look.update({NameObject("/Type"): NameObject("/XObject"), NameObject("/Subtype"): NameObject("/Form"),
+                     NameObject("/BBox"): ArrayObject([FloatObject(0), FloatObject(0), FloatObject(300), FloatObject(20)])})
+        top = 600 - 40 * n
+        fields.append(writer._add_object(DictionaryObject({
+            NameObject("/Type"): NameObject("/Annot"), NameObject("/Subtype"): NameObject("/Widget"),
+            NameObject("/FT"): NameObject("/Tx"), NameObject("/T"): TextStringObject(name),
+            NameObject("/V"): TextStringObject(value), NameObject("/P"): page.indirect_reference,
+            NameObject("/Rect"): ArrayObject([FloatObject(72), FloatObject(top), FloatObject(372), FloatObject(top + 20)]),
+            NameObject("/AP"): DictionaryObject({NameObject("/N"): writer._add_object(look)}),
+        })))
+    page[NameObject("/Annots")] = fields
+    writer._root_object[NameObject("/AcroForm")] = DictionaryObject({NameObject("/Fields"): fields})
+    writer.write(path)
+    return path
+
+
+def test_the_values_of_a_filled_pdf_form_are_read_on_their_page(tmp_path: Path) -> None:
+    """A filled form's values live in its fields, not in the page's text: they are read after the
+    page's lines, top to bottom, so a search finds them and a citation names their page."""
+    path = pdf_form(tmp_path / "order.pdf", {"part": "Hydraulic filter HX42", "site": "Pier 7 workshop"})
+    lines = read_document(reader_for("order.pdf"), path.read_bytes()).split("\n")
+    assert lines[:3] == ["Service order form", "Hydraulic filter HX42", "Pier 7 workshop"]
+    # A widget whose rectangle is damaged costs its value, never the page's text.
+    data = path.read_bytes().replace(b"/Rect [ 72 600 372 620 ]", b"/Rect [ /A /B /C /D ]")
+    assert data != path.read_bytes()
+    assert read_document(reader_for("order.pdf"), data).split("\n")[:2] == ["Service order form", "Pier 7 workshop"]

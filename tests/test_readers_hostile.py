@@ -397,3 +397,36 @@ def test_a_document_with_no_text_is_a_skipped_file_that_says_why(folder: Path) -
     }
     code, out, _ = cli("roots")
     assert "docs  1 file, 1 chunk" in out
+
+
+HIDDEN_CRYPTOGRAPHY = r"""
+import importlib.abc, sys
+class Hidden(importlib.abc.MetaPathFinder):  # as if the cryptography package were not installed
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "cryptography":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, Hidden())
+from crag.index.readers import read_document, reader_for
+try:
+    read_document(reader_for("x.pdf"), open(sys.argv[1], "rb").read())
+except ValueError as exc:
+    print(exc)
+"""
+
+
+def test_an_aes_encrypted_pdf_without_the_cryptography_package_says_how_to_read_it(tmp_path: Path) -> None:
+    """A PDF that opens without a password but restricts printing is usually encrypted with AES,
+    which pypdf decrypts only with the cryptography package: the reason says how to get it."""
+    from pypdf import PdfReader, PdfWriter
+
+    plain = make_pdf(tmp_path / "plain.pdf", [["Restricted manual", "The ballast pump is blue."]])
+    writer = PdfWriter(clone_from=PdfReader(plain))
+    writer.encrypt(user_password="", owner_password="owner", algorithm="AES-256")
+    with open(tmp_path / "aes.pdf", "wb") as f:
+        writer.write(f)
+    assert "ballast pump" in read_document(PDF_READER, (tmp_path / "aes.pdf").read_bytes())
+    run = subprocess.run([sys.executable, "-c", HIDDEN_CRYPTOGRAPHY, str(tmp_path / "aes.pdf")], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and run.stderr == "", run.stderr[-2000:]
+    assert run.stdout == ("the PDF is encrypted with AES, which pypdf reads with the cryptography package "
+                          "(pip install cryptography)\n")

@@ -95,6 +95,8 @@ def agent_for(args: argparse.Namespace, err: TextIO, later: list[Callable[[], No
 
         with waits_shown(notes if notes.tty else None):
             report = ensure_indexed(config, args.kb, progress=notes, waiting=waiting_note(config, err))
+    if report is not None:
+        extras_note(report, err)
     if report is not None and report.changed_anything:
         err.write(shown(kb_note(report)) + "\n")  # names the index
     elif later is not None:
@@ -115,6 +117,16 @@ def kb_note(report, cwd: str | None = None) -> str:
         f"{len(report.changed)} changed, {len(report.removed)} removed, {report.chunks_total} chunks in the index "
         f"(`{suggested()} roots` lists its roots, `{suggested()} roots --remove PATH` drops one)"
     )
+
+
+def extras_note(report, err: TextIO) -> None:
+    """The files of the ``--kb`` roots that an extra not installed would read, counted with how
+    to install it (``readers.extras_line``), on every run: the answer cannot say why it missed them."""
+    from ..index.readers import extras_line
+
+    line = extras_line(report.skipped_types)
+    if line:
+        err.write(shown(f"crag: {line}") + "\n")
 
 
 class IndexNotes:

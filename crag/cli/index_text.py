@@ -137,7 +137,7 @@ def index_report_text(report: IndexReport, cwd: str | None = None) -> str:
             lines.append(f"  {relative_label(path, cwd)}: {why}")
         if len(report.warnings) > _LIST_LIMIT:
             lines.append(f"  ... and {len(report.warnings) - _LIST_LIMIT} more")
-    skipped = skipped_line(report.skipped_types)
+    skipped = skipped_line(report.skipped_types, kept=report.kept_unread)
     if skipped:
         lines.append(skipped)
     if not report.wrote and not report.changed_anything:

@@ -55,6 +55,7 @@ def cmd_roots(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def cmd_search(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from .ask import extras_note
     from .index_text import index_report_text, missing_roots_note, search, search_text
 
     config = settings()
@@ -63,8 +64,10 @@ def cmd_search(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     hits, report = search(config, " ".join(args.words), args.top_k, args.kb, missing=missing,
                           waiting=waiting_note(config, err))
     if report is not None and report.changed_anything:
-        err.write(shown(own_name(index_report_text(report))))  # names the index
+        err.write(shown(own_name(index_report_text(report))))  # names the index, and what it skipped
     else:  # after the search: a failure is its one error line, with no note before it
+        if report is not None:
+            extras_note(report, err)
         index_note(config, err)
     note = missing_roots_note(missing)
     if note:

@@ -93,6 +93,7 @@ class IndexReport:
     generation: str = ""
     warnings: tuple[tuple[str, str], ...] = field(factory=tuple)
     skipped_types: tuple[str, ...] = ()  # suffixes of the files left out for their type
+    kept_unread: int = 0  # of those, files indexed earlier whose reader is not installed now: kept
     dropped_roots: tuple[str, ...] = ()  # recorded roots gone from disk, dropped by this update
 
     @property
@@ -139,6 +140,7 @@ class _Plan:
     to_read: tuple
     started: float
     binary: tuple[str, ...] = ()  # recorded as binary and unchanged by size and mtime: not read
+    kept_unread: int = 0  # indexed files that no installed reader reads now: kept as they were
 
     @property
     def warnings(self) -> list[tuple[str, str]]:
@@ -301,8 +303,12 @@ def _plan(
     exclude = [store.location] if os.path.isabs(store.location) else []
     discovery = discover(walk_roots, exclude=exclude, patterns=patterns)
     if kept:
-        discovery = Discovery(discovery.files, (*kept, *discovery.warnings), discovery.skipped_types)
+        discovery = Discovery(discovery.files, (*kept, *discovery.warnings), discovery.skipped_paths)
     found = {f.path for f in discovery.files}
+    # A document indexed earlier whose reader's extra is missing now (another environment, an
+    # extra uninstalled) is still there: it keeps its chunks, as an unreachable root keeps its files.
+    unread = set() if base.full else {p for p in discovery.unread if p in base.files and not base.files[p].binary}
+    found |= unread
     new_roots = sorted(set(base.recorded_roots) - set(dropped_roots) | set(roots))
     if base.full:
         removed = sorted(p for p in base.files if p not in found)
@@ -321,7 +327,7 @@ def _plan(
             to_read.append(f)
     return _Plan(
         store, embedder, chunking, base, tuple(walk_roots), tuple(new_roots), tuple(dropped_roots), discovery,
-        tuple(removed), tuple(unchanged), tuple(to_read), started, tuple(binary),
+        tuple(removed), tuple(unchanged), tuple(to_read), started, tuple(binary), len(unread),
     )
 
 
@@ -337,6 +343,7 @@ def _unchanged_report(plan: _Plan, unchanged: int, bytes_read: int = 0, warnings
         chunks_total=state.chunks if state else 0, bytes_read=bytes_read,
         seconds=time.perf_counter() - plan.started, generation=state.version if state else "",
         warnings=tuple(warnings) or tuple(plan.warnings), skipped_types=plan.discovery.skipped_types,
+        kept_unread=plan.kept_unread,
     )
 
 
@@ -421,6 +428,7 @@ def _apply(plan: _Plan, progress: Progress | None) -> IndexReport:
         reason=plan.base.reason,
         wrote=True,
         skipped_types=plan.discovery.skipped_types,
+        kept_unread=plan.kept_unread,
         generation=update.version,
         warnings=tuple(warnings),
         dropped_roots=plan.dropped_roots,
@@ -494,8 +502,9 @@ def _still_held(path: str, keep: Sequence[str], drop: Sequence[str]) -> bool:
 
 def quick_check(
     store: Store, roots: Sequence[str | os.PathLike[str]], embedder: Embedder, chunking: tuple[int, int]
-) -> tuple[int, int, str] | None:
-    """(files, chunks, version) when the index is current for ``roots`` by size and mtime alone.
+) -> tuple[int, int, str, tuple[str, ...]] | None:
+    """(files, chunks, version, the suffixes of the files left out for their type) when the index
+    is current for ``roots`` by size and mtime alone.
 
     Reads no file contents and takes no lock. None when there is no index or something
     changed. Raises ``EmbedderMismatchError`` when the index was built with another
@@ -525,5 +534,6 @@ def quick_check(
     under = sum(1 for p in state.files if any(is_within(p, r) for r in (*root_list, *inner)))
     if under != len(discovery.files):
         return None
-    return sum(not state.files[f.path].binary for f in discovery.files), state.chunks, state.version
+    files = sum(not state.files[f.path].binary for f in discovery.files)
+    return files, state.chunks, state.version, discovery.skipped_types
 

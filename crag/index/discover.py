@@ -42,33 +42,10 @@ from .ignore import Ignores
 from .readers import MAX_TEXT_BYTES, decode_text, reader_for, utf16_codec, utf16_text  # decode_text: re-exported here
 
 __all__ = [
-    "DOCUMENT_MAX_BYTES",
-    "MAX_FILE_BYTES",
-    "SKIP_DIRS",
-    "TEXT_SUFFIXES",
-    "BinaryFileError",
-    "DiscoveredFile",
-    "Discovery",
-    "can_read",
-    "decode_text",
-    "discover",
-    "excluded_reason",
-    "is_binary",
-    "is_gone",
-    "is_indexable_name",
-    "is_text_name",
-    "is_within",
-    "missing_root",
-    "normalize_root",
-    "read_bytes",
-    "read_file_text",
-    "relative_label",
-    "size_limit",
-    "split_lines",
-    "stamp",
-    "stat_error",
-    "text_of",
-    "unreachable",
+    "DOCUMENT_MAX_BYTES", "MAX_FILE_BYTES", "SKIP_DIRS", "TEXT_SUFFIXES", "BinaryFileError", "DiscoveredFile",
+    "Discovery", "can_read", "decode_text", "discover", "excluded_reason", "is_binary", "is_gone",
+    "is_indexable_name", "is_text_name", "is_within", "missing_root", "normalize_root", "read_bytes",
+    "read_file_text", "relative_label", "size_limit", "split_lines", "stamp", "stat_error", "text_of", "unreachable"
 ]
 
 TEXT_SUFFIXES = frozenset(
@@ -91,14 +68,14 @@ TEXT_NAMES = frozenset(
 SKIP_DIRS = frozenset({".git", ".hg", ".svn", ".venv", "venv", "node_modules", "__pycache__", "site-packages"})
 
 MAX_FILE_BYTES = MAX_TEXT_BYTES  # larger "text" files are almost always data dumps or logs
-DOCUMENT_MAX_BYTES = 128 * 1024 * 1024  # a PDF or DOCX holds images and fonts besides its text
+DOCUMENT_MAX_BYTES = 128 * 1024 * 1024  # a PDF, DOCX or saved web page holds images and fonts besides its text
 
 
 def size_limit(path: str | os.PathLike[str], max_bytes: int = MAX_FILE_BYTES) -> int:
     """The most bytes crag reads of the file ``path``: ``max_bytes``, or more for a document
     read through a reader (``DOCUMENT_MAX_BYTES``), whose text is a small part of its size."""
     reader = reader_for(os.path.basename(os.fspath(path)))
-    return max(max_bytes, DOCUMENT_MAX_BYTES) if reader is not None and reader.module is not None else max_bytes
+    return max(max_bytes, DOCUMENT_MAX_BYTES) if reader is not None else max_bytes
 _SNIFF_BYTES = 8192
 
 
@@ -118,11 +95,21 @@ class Discovery:
 
     files: tuple[DiscoveredFile, ...]
     warnings: tuple[tuple[str, str], ...] = field(factory=tuple)
-    skipped_types: tuple[str, ...] = ()  # the suffix of each file left out for its type
+    skipped_paths: tuple[str, ...] = ()  # each file left out for its type
 
     @property
     def skipped(self) -> int:
         return len(self.warnings)
+
+    @property
+    def skipped_types(self) -> tuple[str, ...]:
+        """The suffix of each file left out for its type."""
+        return tuple(_suffix(os.path.basename(p)) for p in self.skipped_paths)
+
+    @property
+    def unread(self) -> frozenset[str]:
+        """The files left out only because their reader's extra is not installed."""
+        return frozenset(p for p in self.skipped_paths if reader_for(os.path.basename(p)) is not None)
 
 
 def normalize_root(root: str | os.PathLike[str], cwd: str | os.PathLike[str] | None = None) -> str:
@@ -426,7 +413,7 @@ def _walk(
                 if not entry.is_file(follow_symlinks=True) or ignores.ignored(path, is_dir=False):
                     continue
                 if not is_indexable_name(name):
-                    skipped.append(_suffix(name))
+                    skipped.append(path)
                     continue
                 st = entry.stat(follow_symlinks=True)
             except OSError as exc:

@@ -12,15 +12,22 @@ Every search for the end of a construct (``>``, a closing quote, ``-->``, ``</sc
 finds none ends the scan: as in a browser, an unterminated tag or comment runs to the end of
 the file. So each character is looked at a bounded number of times, whatever the input;
 the standard library's ``html.parser`` instead re-scans the rest of the file after each
-unterminated construct (``<a `` repeated 20,000 times took it minutes).
+unterminated construct (``<a `` repeated 20,000 times took it minutes). A ``script`` or
+``style`` that closes itself (``<script src="app.js"/>``, as XHTML pages write it) is empty:
+the text after it is read.
+
+``declared_codec`` finds the character set a page declares in its first bytes (``<meta
+charset>``, ``<meta http-equiv="Content-Type">``, an XML declaration's ``encoding``), which
+the reader decodes the page with.
 """
 
 from __future__ import annotations
 
 import html
 import re
+from collections.abc import Callable
 
-__all__ = ["html_text"]
+__all__ = ["declared_codec", "html_text"]
 
 # Elements whose content is not text a reader sees (nested tags inside still count).
 _SKIP = frozenset({"script", "style", "template", "noscript", "svg", "nav"})
@@ -29,8 +36,46 @@ _RAW = frozenset({"script", "style"})
 
 _TAG_NAME = re.compile(r"[^\t\n\f\r />]*")
 _TAG_STOP = re.compile(r"[>\"']")
+_CHECK_EVERY = 1024  # constructs scanned between two calls of html_text's `check`
 _COMMENT_END = re.compile(r"--!?>")
 _RAW_END = {name: re.compile(rf"</{name}[\t\n\f\r />]", re.IGNORECASE) for name in _RAW}
+
+
+# Where a page may declare its character set, and how: ``<meta charset=...>``, the charset of a
+# ``<meta http-equiv="Content-Type" content="...; charset=...">``, ``<?xml ... encoding="..."?>``.
+_DECLARED_IN = 4096
+_DECLARATION = re.compile(
+    rb"<meta\b[^>]*?charset\s*=\s*[\"']?\s*([A-Za-z0-9_.:-]+)|<\?xml\b[^>]*?encoding\s*=\s*[\"']([A-Za-z0-9_.:-]+)",
+    re.IGNORECASE,
+)
+# Names browsers read as a larger character set than the one they name (the WHATWG Encoding
+# Standard): a page declaring Latin-1 or Shift_JIS is decoded as the superset its author's tools wrote.
+_SUPERSETS = {"iso8859-1": "cp1252", "ascii": "cp1252", "iso8859-9": "cp1254", "shift_jis": "cp932",
+              "euc_kr": "cp949", "gb2312": "gb18030", "gbk": "gb18030", "tis-620": "cp874"}
+
+
+def declared_codec(data: bytes) -> str | None:
+    """The Python codec of the character set the page ``data`` declares in its first 4 KiB, or
+    None: no declaration, a name Python does not know, or a set in which the declaration's own
+    bytes would not read as they do (UTF-16, UTF-32, EBCDIC: their text could not say so in
+    ASCII)."""
+    import codecs
+
+    found = _DECLARATION.search(data, 0, _DECLARED_IN)
+    if found is None:
+        return None
+    name = (found.group(1) or found.group(2)).decode("ascii").lower()
+    try:
+        codec = codecs.lookup(name).name
+    except LookupError:
+        return None
+    try:
+        as_declared = found.group(0).decode(codec)
+    except (UnicodeDecodeError, LookupError):
+        return None
+    if codec.startswith(("utf-16", "utf-32", "utf-7")) or as_declared != found.group(0).decode("latin-1"):
+        return None  # the declaration itself would not read so: EBCDIC, say (UTF-7 browsers refuse)
+    return _SUPERSETS.get(codec, codec)
 
 
 def _tag_end(text: str, i: int) -> int:
@@ -54,16 +99,35 @@ def _tag_end(text: str, i: int) -> int:
             i = q + 1
 
 
-def html_text(text: str) -> str:
+def html_text(text: str, check: Callable[[int], None] | None = None) -> str:
     """The text of the HTML ``text``: line K holds the text found on line K of the source
-    (trailing empty lines dropped), each piece's whitespace collapsed to single spaces."""
+    (trailing empty lines dropped), each piece's whitespace collapsed to single spaces.
+
+    ``check``, when given, is called with the size of the text read so far every
+    ``_CHECK_EVERY`` constructs, and may raise to stop reading (a budget of text or time)."""
     n = len(text)
-    pieces: dict[int, list[tuple[str, bool]]] = {}  # 0-based line -> pieces of text on it, in a <pre> or not
+    out: list[str] = []  # the lines read, up to line `done`
+    done = 0  # how many lines of the source `out` holds
+    size = 0  # how much text `out` holds
+    current: list[tuple[str, bool]] = []  # the pieces of text on line `at`, in a <pre> or not
+    at = 0
     skipping: list[str] = []
     pre = 0  # how many <pre> elements the scan is in: their text keeps its spaces
     line = 0  # the 0-based line of position `pos`
     pos = 0
     data_start = 0  # where the run of text being gathered began
+
+    def put(k: int, piece: tuple[str, bool]) -> None:
+        """Add a piece to line ``k``: lines come in order, so the line before it is complete."""
+        nonlocal at, done, size
+        if k != at:
+            joined = _joined(current)
+            if joined:
+                out.append("\n" * (at - done) + joined + "\n")
+                done, size = at + 1, size + len(joined)
+            current.clear()
+            at = k
+        current.append(piece)
 
     def flush(end: int) -> None:
         nonlocal line, pos
@@ -71,14 +135,15 @@ def html_text(text: str) -> str:
             k = line + text.count("\n", pos, data_start)
             for n_, part in enumerate(text[data_start:end].split("\n")):
                 if pre and part:
-                    pieces.setdefault(k + n_, []).append((html.unescape(part).replace("\xad", ""), True))
+                    put(k + n_, (html.unescape(part).replace("\xad", ""), True))
                 elif part.strip():
                     words = " ".join(html.unescape(part).replace("\xad", "").split())
                     if words:
-                        pieces.setdefault(k + n_, []).append((words, False))
+                        put(k + n_, (words, False))
         line += text.count("\n", pos, end)
         pos = end
 
+    steps = 0
     i = 0
     while i < n:
         lt = text.find("<", i)
@@ -98,7 +163,7 @@ def html_text(text: str) -> str:
                 if name in skipping:
                     while skipping and skipping.pop() != name:
                         pass
-            elif name in _RAW:
+            elif name in _RAW and not text[lt:end].rstrip(">").endswith("/"):
                 m = _RAW_END[name].search(text, end)
                 end = n if m is None else _tag_end(text, m.end() - 1)
             elif name in _SKIP and not text[lt:end].rstrip(">").endswith("/"):
@@ -119,10 +184,12 @@ def html_text(text: str) -> str:
             continue
         line += text.count("\n", pos, end)
         pos = data_start = i = end
+        steps += 1
+        if check is not None and steps % _CHECK_EVERY == 0:
+            check(size)
     flush(n)
-    lines = {k: _joined(found) for k, found in pieces.items()}
-    last = max((k for k, found in lines.items() if found), default=-1)
-    return "".join(lines.get(k, "") + "\n" for k in range(last + 1))
+    put(at + 1, ("", False))  # completes the last line
+    return "".join(out)
 
 
 def _joined(pieces: list[tuple[str, bool]]) -> str:

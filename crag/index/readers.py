@@ -8,20 +8,23 @@ it among the files skipped for their type, with the ``pip install`` that include
 
 * **PDF** (``pypdf``, extra ``pdf``): page after page, each starting at line
   ``(page - 1) * PAGE_LINES + 1`` (``crag.pages``), so a citation reads ``guide.pdf:p3:L12``:
-  page 3, the 12th line of text on it; ligatures ("ﬁ") read as their letters. A PDF
+  page 3, the 12th line of text on it, the values filled into its form fields after its text;
+  ligatures ("ﬁ") read as their letters. A PDF
   encrypted with an empty user password (one that opens without asking) is read; one that
   needs a password is not.
 * **DOCX** (``python-docx``, extra ``docx``): one line per paragraph or table row, in the
   order of the document, so ``report.docx:L12`` is its 12th paragraph: hyperlinks, tracked
   insertions, fields and content controls included, a text box's paragraphs after the one
-  that anchors it, a nested table in its cell's text; then the headers, footers, footnotes
-  and endnotes, after the body.
+  that anchors it, a nested table in its cell's text (``crag.index.docx_text``); then the
+  headers, footers, footnotes and endnotes, after the body. Word's macro-enabled documents and
+  templates (``.docm``, ``.dotx``, ``.dotm``) are read alike; another package named ``.docx``
+  (a workbook, an e-book, an old ``.doc``) is refused saying what it is.
 * **HTML** (``crag.index.html_text``, in linear time): the text only (no tags, scripts or
   styles; entities decoded), each piece on the line it has in the HTML file, so
   ``page.html:L42`` opens the source where the text is.
 
 A reader is a boundary (``read_document``): whatever its library raises, a text over
-``MAX_TEXT_BYTES``, a PDF of more than ``MAX_PDF_PAGES`` pages, a DOCX that unpacks to more
+``MAX_TEXT_BYTES`` (checked as the text is read), a PDF of more than ``MAX_PDF_PAGES`` pages, a DOCX that unpacks to more
 than ``MAX_DOCX_XML_BYTES`` (or at more than ``MAX_ZIP_RATIO`` to one), binary data named
 ``.html``, a read that takes longer than ``TIME_BUDGET_SECONDS``, a document with no text (a
 scanned PDF): each is a ``ValueError``
@@ -49,10 +52,11 @@ from contextlib import contextmanager
 from attrs import frozen
 
 from ..pages import PAGE_LINES
+from .decoding import UTF16_BOMS, decode_text, utf16_codec, utf16_text
 
 __all__ = [
     "DISTRIBUTION", "MAX_DOCX_XML_BYTES", "MAX_PDF_PAGES", "MAX_TEXT_BYTES", "READERS", "UTF16_BOMS",
-    "Reader", "cached_text", "decode_text", "read_document", "reader_for", "skipped_line", "utf16_codec", "utf16_text",
+    "Reader", "cached_text", "decode_text", "extras_line", "read_document", "reader_for", "skipped_line", "utf16_codec", "utf16_text",
 ]
 
 # The name crag is installed under from the package index (the import name stays ``crag``).
@@ -190,8 +194,10 @@ def _text_bytes(text: str) -> int:
 
 def _pdf(data: bytes) -> str:
     from pypdf import PdfReader
-    from pypdf.errors import FileNotDecryptedError, PyPdfError
+    from pypdf.errors import DependencyError, FileNotDecryptedError, PyPdfError
 
+    if not data:
+        raise _Refused("the file is empty")
     budget = _Budget()
     try:
         reader = PdfReader(io.BytesIO(data))
@@ -207,10 +213,22 @@ def _pdf(data: bytes) -> str:
             raise _Refused(f"it has {count:,} pages; crag reads PDFs of at most {MAX_PDF_PAGES:,}")
         pages = []
         for page in reader.pages:
-            pages.append((page.extract_text(visitor_operand_before=budget.check) or "").translate(_LIGATURES))
+            text = page.extract_text(visitor_operand_before=budget.check) or ""
+            values = _form_values(page, text)
+            if values:
+                text = "\n".join([*([text.rstrip("\n")] if text.strip() else []), *values])
+            pages.append(text.translate(_LIGATURES))
             budget.add(pages[-1])
     except PyPdfError as exc:
+        other = _sniffed(data)
+        if other is not None and other[1] != ".pdf":  # a download's error page saved as .pdf, say
+            raise _Refused(f"it is not a PDF but {other[0]}{_renamed(other)}") from exc
         raise _Refused(f"pypdf cannot read it ({_one_line(exc)})") from exc
+    except DependencyError as exc:
+        if "AES" not in str(exc):
+            raise
+        raise _Refused("the PDF is encrypted with AES, which pypdf reads with the cryptography package "
+                       "(pip install cryptography)") from exc
     if not any(text.strip() for text in pages):
         raise _Refused(f"no text on its {len(pages)} page{'s' * (len(pages) > 1)}: a scanned PDF holds images, and "
                        "crag reads only a PDF's text (run OCR on it to index it)" if pages else "the PDF has no pages")
@@ -223,6 +241,41 @@ def _pdf(data: bytes) -> str:
     while out and not out[-1]:
         out.pop()
     return "\n".join(out) + "\n" if out else ""
+
+
+def _form_values(page: object, text: str) -> list[str]:
+    """The lines of the values filled into the form fields of ``page``, top to bottom and left to
+    right (a value the page's text already shows, a flattened form's, is not read twice). A
+    damaged annotation costs its own values, never the page's text nor another field's."""
+    found: list[tuple[float, float, str]] = []
+    try:
+        annotations = list(page.get("/Annots") or [])  # type: ignore[attr-defined]
+    except Exception:  # pypdf's objects of a damaged file raise anything (a broken reference, say)
+        return []
+    for ref in annotations:
+        try:
+            found += [place for place in _widget_values(ref.get_object()) if place[2] not in text]
+        except Exception:  # a Rect of names, a value that is a broken reference
+            continue
+    return [v for _, _, v in sorted(found)]
+
+
+def _widget_values(widget: object) -> list[tuple[float, float, str]]:
+    """The text values of one form widget, each with its place (from the top, from the left)."""
+    from pypdf.generic import TextStringObject
+
+    if not hasattr(widget, "get") or widget.get("/Subtype") != "/Widget":
+        return []
+    field, value = widget, None
+    for _ in range(8):  # a widget's value may be on its parent field (a field with several widgets)
+        value = field.get("/V")
+        if value is not None or "/Parent" not in field:
+            break
+        field = field["/Parent"].get_object()
+    values = value if isinstance(value, list) else [value]  # a list box's choices
+    shown = [" ".join(str(v).split()) for v in values if isinstance(v, TextStringObject) and str(v).strip()]
+    rect = [float(x) for x in widget.get("/Rect") or [0, 0, 0, 0]][:4]
+    return [(-max(rect[1], rect[3]), min(rect[0], rect[2]), v) for v in shown]
 
 
 # A word a typesetter broke at a line's end ("infor-" / "mation"): letters before the hyphen and a
@@ -251,15 +304,33 @@ _LIGATURES = str.maketrans({"\ufb00": "ff", "\ufb01": "fi", "\ufb02": "fl", "\uf
                             "\ufb05": "st", "\ufb06": "st", "\xad": None})
 
 
+_OLE = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"  # the signature of an OLE compound file
+
+
 def _check_zip(data: bytes) -> None:
     """Refuse a DOCX whose parts would unpack past ``MAX_DOCX_XML_BYTES`` or at a bomb's ratio,
     by the sizes its zip directory declares (zipfile never unpacks more than declared)."""
     import zipfile
 
+    if not data:
+        raise _Refused("the file is empty")
+    if data.startswith(_OLE):  # Word's own container: a .doc, or a DOCX encrypted with a password
+        if "EncryptedPackage".encode("utf-16-le") in data:
+            raise _Refused("the DOCX is encrypted with a password")
+        raise _Refused("it is not a DOCX but a Word 97-2003 document (.doc): save it as .docx to index it")
+    other = _sniffed(data)
+    if other is not None and other[1] != ".docx":
+        raise _Refused(f"it is not a DOCX but {other[0]}{_renamed(other)}")
     try:
-        parts = zipfile.ZipFile(io.BytesIO(data)).infolist()
+        zf = zipfile.ZipFile(io.BytesIO(data))
+        parts = zf.infolist()
     except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, OSError) as exc:
         raise _Refused(f"it is not a DOCX (not a zip archive: {_one_line(exc)})") from exc
+    names = {p.filename: p for p in parts}
+    if "[Content_Types].xml" not in names:  # no Office package: an e-book, an OpenDocument, any zip
+        kind = names.get("mimetype")
+        mimetype = _one_line(zf.read(kind)[:100].decode("ascii", "replace"), 80) if kind and kind.file_size <= 100 else ""
+        raise _Refused(f"it is not a DOCX but a zip archive {f'of {mimetype}' if mimetype else 'with no Word document in it'}")
     for p in parts:
         if p.file_size > 1024 * 1024 and p.file_size > MAX_ZIP_RATIO * max(p.compress_size, 1):
             raise _Refused(f"its part {_one_line(p.filename, 80)} unpacks {p.file_size // max(p.compress_size, 1):,} "
@@ -269,196 +340,108 @@ def _check_zip(data: bytes) -> None:
         raise _Refused(f"its XML unpacks to {_mib(xml)}; crag reads at most {_mib(MAX_DOCX_XML_BYTES)}")
 
 
+_HTML_START = re.compile(rb"\s*<(?:!doctype\s+html|html|head|body)\b", re.IGNORECASE)
+
+
+def _sniffed(data: bytes) -> tuple[str, str] | None:
+    """What a file is by its first bytes, as (what, its suffix), when it is a PDF, a DOCX or an
+    HTML page, for a reader that finds another format under its suffix; else None."""
+    if data.lstrip()[:5] == b"%PDF-":
+        return "a PDF", ".pdf"
+    if data.startswith(b"PK\x03\x04") and b"word/document.xml" in data:
+        return "a DOCX", ".docx"
+    if _HTML_START.match(data[:1024]):
+        return "an HTML page", ".html"
+    return None
+
+
+def _renamed(kind: tuple[str, str]) -> str:
+    """How to index a file that is a document crag reads under another suffix (a page is not
+    named: a page saved as .pdf is most often a download's error page)."""
+    return f": rename it to {kind[1]} to index it" if kind[1] != ".html" else ""
+
+
 def _mib(size: int) -> str:
     """``32 MiB``, ``2.5 MiB``: a size as limits are stated."""
     return f"{size / (1024 * 1024):.1f}".removesuffix(".0") + " MiB"
 
 
 def _docx(data: bytes) -> str:
-    import docx
+    from docx.oxml import parse_xml
+    from docx.package import Package
+
+    from .docx_text import PARTS, blocks, not_word
 
     _check_zip(data)
     budget = _Budget()
     try:
-        document = docx.Document(io.BytesIO(data))
+        package = Package.open(io.BytesIO(data))
+        main = package.main_document_part
+    except KeyError as exc:  # a zip of Office parts whose package names no main document
+        raise _Refused("it is not a DOCX but a zip archive with no Word document in it") from exc
     except Exception as exc:  # python-docx raises zipfile, lxml and its own errors alike
         raise _Refused(f"python-docx cannot read it ({_one_line(f'{type(exc).__name__}: {exc}')})") from exc
+    other = not_word(main.content_type)
+    if other:
+        raise _Refused(f"it is not a DOCX but {other}")
+    # A macro-enabled document or a template is Word's too: its main part is read from its XML.
+    element = getattr(main, "element", None)
     lines: list[str] = []
-    _docx_blocks(document.element.body, lines, budget)
+    blocks((element if element is not None else parse_xml(main.blob)).body, lines, budget)
     # Headers, footers, footnotes and endnotes follow the body, each part once, so the
     # body's line numbers are the same whether a document has them or not.
     seen: set[str] = set()
-    for kind in _DOCX_PARTS:
-        for rel in document.part.rels.values():
+    for kind in PARTS:
+        for rel in main.rels.values():
             if rel.is_external or not rel.reltype.endswith("/" + kind) or rel.target_ref in seen:
                 continue
             seen.add(rel.target_ref)
             element = getattr(rel.target_part, "element", None)
             if element is None:  # a part python-docx does not parse itself (footnotes, endnotes)
-                from docx.oxml import parse_xml
-
                 element = parse_xml(rel.target_part.blob)
-            _docx_blocks(element, lines, budget)
+            blocks(element, lines, budget)
     return "\n".join(lines) + "\n" if lines else ""
-
-
-# The parts of a DOCX besides its body that hold text a person reads, in the order they are read.
-_DOCX_PARTS = ("header", "footer", "footnotes", "endnotes")
-# Inline elements whose text is not shown: deleted revisions, field codes, the fallback
-# copy of a drawing (its text box is also in the drawing itself), properties.
-_DOCX_HIDDEN = frozenset({"del", "moveFrom", "delText", "instrText", "delInstrText", "Fallback", "pPr", "rPr", "sectPr"})
-_DOCX_CHARS = {"tab": "\t", "ptab": "\t", "br": " ", "cr": " ", "noBreakHyphen": "-"}
-
-
-def _local(element: object) -> str:
-    tag = getattr(element, "tag", None)
-    return tag.rsplit("}", 1)[-1] if isinstance(tag, str) else ""
-
-
-def _docx_blocks(parent: object, lines: list[str], budget: _Budget) -> None:
-    """The lines of the paragraphs and table rows under ``parent``, in the document's order:
-    through content controls and custom XML, a text box's paragraphs after its anchor's line."""
-    for child in parent:  # type: ignore[attr-defined]
-        tag = _local(child)
-        if tag == "p":
-            words: list[str] = []
-            boxes: list[object] = []
-            _docx_inline(child, words, boxes)
-            if words or not boxes:
-                lines.append("".join(words).replace("\u00a0", " "))
-                budget.add(lines[-1])
-            for box in boxes:
-                _docx_blocks(box, lines, budget)
-        elif tag == "tbl":
-            for row in child.iter("{*}tr"):
-                if _nearest(row, "tbl") is not child:  # a nested table's row: read in its cell
-                    continue
-                cells = []
-                for cell in row.iter("{*}tc"):
-                    if _nearest(cell, "tr") is not row:
-                        continue
-                    inner: list[str] = []
-                    _docx_blocks(cell, inner, budget)
-                    cells.append(" ".join(" ".join(inner).split()))
-                lines.append(" | ".join(dict.fromkeys(cells)))  # merged cells repeat
-                budget.add(lines[-1])
-        elif tag in ("footnote", "endnote"):
-            if not any(v.endswith(("separator", "Separator", "Notice")) for k, v in child.attrib.items() if k.endswith("}type")):
-                _docx_blocks(child, lines, budget)  # not the separator line Word draws above the notes
-        elif tag in ("sdt", "sdtContent", "customXml", "txbxContent", "body"):
-            _docx_blocks(child, lines, budget)
-
-
-def _nearest(element: object, name: str) -> object | None:
-    """The closest ancestor of ``element`` named ``name``."""
-    up = element.getparent()  # type: ignore[attr-defined]
-    while up is not None and _local(up) != name:
-        up = up.getparent()
-    return up
-
-
-def _docx_inline(element: object, words: list[str], boxes: list[object]) -> None:
-    """The text of a paragraph's runs (hyperlinks, insertions, fields and controls included);
-    the text boxes it anchors are gathered in ``boxes``, read after it."""
-    for child in element:  # type: ignore[attr-defined]
-        tag = _local(child)
-        if tag == "t":
-            words.append(child.text or "")
-        elif tag in _DOCX_CHARS:
-            words.append(_DOCX_CHARS[tag])
-        elif tag == "txbxContent":
-            boxes.append(child)
-        elif tag and tag not in _DOCX_HIDDEN:
-            _docx_inline(child, words, boxes)
-
-
-UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
-
-
-def utf16_codec(head: bytes) -> str | None:
-    """The codec of bytes that open as UTF-16 text, else None: ``utf-16`` when they open with
-    its byte order mark (Windows PowerShell 5 writes redirected output so); without one (some
-    Windows tools), ``utf-16-le`` or ``utf-16-be`` when at least half the characters of the
-    first 8 KiB have a NUL high byte (Latin text) and no low byte is NUL."""
-    if head.startswith(UTF16_BOMS):
-        return "utf-16"
-    head = head[:8192]
-    for codec, high, low in (("utf-16-le", head[1::2], head[0::2]), ("utf-16-be", head[0::2], head[1::2])):
-        if high and high.count(0) * 2 >= len(high) and 0 not in low:
-            return codec
-    return None
-
-
-def utf16_text(data: bytes) -> str | None:
-    """The text of bytes that are UTF-16 (``utf16_codec``), else None: not UTF-16, an odd
-    length, unpaired surrogates, or control characters other than whitespace and ESC (binary
-    data that happens to look so)."""
-    codec = utf16_codec(data)
-    if codec is None or len(data) % 2:
-        return None
-    try:
-        text = data.decode(codec)
-    except UnicodeDecodeError:
-        return None
-    if any(ch < " " and ch not in "\t\n\r\f\x1b" for ch in text):
-        return None
-    return text
-
-
-def _decode_bytes(data: bytes) -> str:
-    if data.startswith(b"\xef\xbb\xbf"):
-        data = data[3:]
-    if b"\x00" in data:
-        data = data.replace(b"\x00", b"")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        if _UTF8_SEQUENCE.search(data) is None:  # no UTF-8 line to keep: one decoding for all
-            return _decode_line(data)
-        # Line by line: a file that mixes UTF-8 and cp1252 lines (a log two tools append to)
-        # keeps its UTF-8 lines as written, where decoding it whole as cp1252 garbled them.
-        return "\n".join(_decode_line(line) for line in data.split(b"\n"))
-
-
-# The start of a character of two or more bytes in UTF-8 (a lead byte and a continuation byte).
-_UTF8_SEQUENCE = re.compile(rb"[\xc2-\xf4][\x80-\xbf]")
-
-
-def _decode_line(line: bytes) -> str:
-    """One line that is not all UTF-8 as a whole file is: UTF-8, else cp1252, else latin-1."""
-    try:
-        return line.decode("utf-8")
-    except UnicodeDecodeError:
-        try:
-            return line.decode("cp1252")
-        except UnicodeDecodeError:
-            return line.decode("latin-1")
-
-
-def decode_text(data: bytes) -> str:
-    """Bytes to text: UTF-16 with its BOM (``utf16_text``), else UTF-8 (BOM dropped), else
-    each line as UTF-8, else cp1252, else latin-1; newlines normalised, byte order marks dropped.
-
-    NUL bytes are dropped: a file with one in its first 8 KiB is binary (``is_binary``) and
-    never decoded; one further on is padding, and PostgreSQL refuses it in text. One rule,
-    for every store and for ``read_file`` and ``grep_search``, so lines and chunks agree.
-    """
-    text = utf16_text(data)
-    if text is None:
-        text = _decode_bytes(data)
-    if "\r" in text:
-        text = text.replace("\r\n", "\n").replace("\r", "\n")
-    if "\ufeff" in text:  # a BOM inside the text (files joined with cat): invisible, and stuck to a word
-        text = text.replace("\ufeff", "")
-    return text
 
 
 def _html(data: bytes) -> str:
     from .html_text import html_text
 
+    other = _sniffed(data)
+    if other is not None and other[1] != ".html":  # a PDF saved under a download page's name
+        raise _Refused(f"it is not HTML but {other[0]}{_renamed(other)}")
     if utf16_text(data) is None and _looks_binary(data):  # UTF-16 with its BOM holds NUL bytes
         raise _Refused("binary data, not HTML")
-    return html_text(decode_text(data))
+    budget = _Budget()
+
+    def check(size: int) -> None:  # a page may be 128 MiB of markup: its text and time are checked as it is read
+        if size > MAX_TEXT_BYTES:
+            raise _Refused(f"its text is larger than {_mib(MAX_TEXT_BYTES)}")
+        budget.check()
+
+    return html_text(_html_decoded(data), check)
+
+
+def _html_decoded(data: bytes) -> str:
+    """A page's text in the character set it declares (``html_text.declared_codec``); a byte
+    order mark, a declaration of UTF-8, none at all, UTF-8 beyond ASCII, or bytes the declared
+    set cannot decode (a UTF-8 page whose template still says Latin-1) are read as every text
+    file is."""
+    from .html_text import declared_codec
+
+    codec = None if data.startswith((b"\xef\xbb\xbf", *UTF16_BOMS)) else declared_codec(data)
+    if codec not in (None, "utf-8"):
+        try:
+            data.decode("utf-8")
+            utf8 = not data.isascii()  # seven bits are any ASCII-based set's, and ISO-2022's escapes
+        except UnicodeDecodeError:
+            utf8 = False
+        if not utf8:
+            try:
+                text = data.replace(b"\x00", b"").decode(codec)
+            except UnicodeDecodeError:
+                return decode_text(data)
+            return text.replace("\r\n", "\n").replace("\r", "\n").replace("\ufeff", "")
+    return decode_text(data)
 
 
 def _looks_binary(data: bytes) -> bool:
@@ -472,7 +455,7 @@ def _looks_binary(data: bytes) -> bool:
 
 READERS: tuple[Reader, ...] = (
     Reader("PDF", (".pdf",), "pypdf", "pdf", _pdf),
-    Reader("DOCX", (".docx",), "docx", "docx", _docx),
+    Reader("DOCX", (".docx", ".docm", ".dotx", ".dotm"), "docx", "docx", _docx),
     Reader("HTML", (".html", ".htm", ".xhtml"), None, None, _html),
 )
 _BY_SUFFIX = {suffix: r for r in READERS for suffix in r.suffixes}
@@ -524,9 +507,16 @@ def cached_text(path: str, reader: Reader, data: bytes | None = None) -> str:
     return text
 
 
-def skipped_line(suffixes: Iterable[str], command: str = "pip install") -> str | None:
-    """One line for the files left out for their type: how many of each, and how to include
-    those a reader could read (``None`` when none was left out)."""
+def extras_line(suffixes: Iterable[str], command: str = "pip install") -> str | None:
+    """``skipped_line`` of the files an extra that is not installed would read, or None: what
+    ``ask`` and ``search --kb`` say on every run, since the answer cannot say why it missed them."""
+    return skipped_line([s for s in suffixes if (r := _BY_SUFFIX.get(s)) is not None and not r.available()], command)
+
+
+def skipped_line(suffixes: Iterable[str], command: str = "pip install", kept: int = 0) -> str | None:
+    """One line for the files left out for their type: how many of each, how to include
+    those a reader could read, and how many of those stay indexed from an earlier run
+    (``kept``); ``None`` when none was left out."""
     counts = Counter(suffixes)
     if not counts:
         return None
@@ -535,5 +525,6 @@ def skipped_line(suffixes: Iterable[str], command: str = "pip install") -> str |
     line = f"skipped by type: {shown}{f' and {more} more types' if more > 0 else ''}"
     extras = sorted({r.extra for s in counts if (r := _BY_SUFFIX.get(s)) is not None and r.extra and not r.available()})
     if extras:
-        line += f" (to include them: {command} '{DISTRIBUTION}[{','.join(extras)}]')"
+        stay = f"; the {kept} indexed earlier stay in the index as they were" if kept else ""
+        line += f" (to include them: {command} '{DISTRIBUTION}[{','.join(extras)}]'{stay})"
     return line

@@ -1,0 +1,47 @@
+"""A document whose content is not what its name says: a PDF saved as ``.html`` (a download
+page's name), an error page saved as ``.pdf``. Each is one skipped file whose reason says what
+the file is, never the reader's parse error, nor another format's syntax indexed as text."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from crag.index.readers import read_document, reader_for
+from tests.test_readers import make_docx, make_pdf
+
+pytest.importorskip("pypdf", reason="the pdf extra (make install has it)")
+pytest.importorskip("docx", reason="the docx extra (make install has it)")
+
+
+def refusal(name: str, data: bytes) -> str:
+    with pytest.raises(ValueError) as caught:
+        read_document(reader_for(name), data)
+    return str(caught.value)
+
+
+def test_a_pdf_named_html_is_refused_saying_what_it_is(tmp_path: Path) -> None:
+    pdf = make_pdf(tmp_path / "guide.pdf", [["Page about dockside winches."]]).read_bytes()
+    assert b"\x00" not in pdf[:8192]  # not binary by its first bytes: it was read as HTML
+    assert refusal("guide.html", pdf) == "it is not HTML but a PDF: rename it to .pdf to index it"
+    docx = make_docx(tmp_path / "r.docx").read_bytes()
+    assert refusal("r.htm", docx) == "it is not HTML but a DOCX: rename it to .docx to index it"
+
+
+def test_a_page_or_a_text_named_pdf_is_refused_saying_what_it_is(tmp_path: Path) -> None:
+    assert refusal("report.pdf", b"<!DOCTYPE html>\n<html><body>404 Not Found</body></html>\n") == (
+        "it is not a PDF but an HTML page")
+    assert refusal("report.pdf", b"\n\n<html><body>Access denied</body></html>\n") == "it is not a PDF but an HTML page"
+    assert refusal("empty.pdf", b"") == "the file is empty"
+    assert refusal("r.pdf", make_docx(tmp_path / "r.docx").read_bytes()) == (
+        "it is not a PDF but a DOCX: rename it to .docx to index it")
+    # A PDF cut short keeps pypdf's reason: it is a PDF, damaged.
+    pdf = make_pdf(tmp_path / "g.pdf", [["Page one."]]).read_bytes()
+    assert refusal("g.pdf", pdf[:200]).startswith("pypdf cannot read it (")
+
+
+def test_a_pdf_or_a_page_named_docx_is_refused_saying_what_it_is(tmp_path: Path) -> None:
+    pdf = make_pdf(tmp_path / "guide.pdf", [["Page one."]]).read_bytes()
+    assert refusal("guide.docx", pdf) == "it is not a DOCX but a PDF: rename it to .pdf to index it"
+    assert refusal("page.docx", b"<html><body>Moved</body></html>") == "it is not a DOCX but an HTML page"
