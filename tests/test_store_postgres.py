@@ -1346,3 +1346,40 @@ def test_a_pdf_whose_text_holds_nul_is_indexed_not_the_run_failed(pg_uri: str, t
     found = crag(env, tmp_path, "search", "--json", "zorblax valve")
     hits = json.loads(found.stdout)
     assert hits[0]["path"] == "docs/valve.pdf" and hits[0]["text"] == "The zorblax valve opens at dawn."
+
+
+def test_a_role_that_may_not_upgrade_an_older_index_is_told_which_role_can(pg_uri: str, tmp_path: Path) -> None:
+    """An index of an older format, and ``crag index`` run by a role that does not own crag's
+    schema: a reader's role was told to get CREATE on the database ("crag creates its schema on
+    first use"; the schema was there, and that grant would not have let it upgrade), a writer's
+    role only "must be owner of function fts_text". Both now hear that the index needs upgrading
+    and which role may do it; that role's ``crag index`` upgrades it and the reader searches."""
+    import psycopg
+
+    from crag.index.postgres_schema import SCHEMA_VERSION
+
+    make_kb(tmp_path / "docs")
+    owner = env_for(pg_uri, tmp_path)
+    assert crag(owner, tmp_path, "index", "docs").returncode == 0
+    with psycopg.connect(pg_uri, autocommit=True) as conn:
+        for role in ("crag_old_reader", "crag_old_writer"):
+            conn.execute(f"DROP ROLE IF EXISTS {role}")
+            conn.execute(f"CREATE ROLE {role} LOGIN")
+            conn.execute(f"GRANT USAGE ON SCHEMA crag TO {role}")
+        conn.execute("GRANT SELECT ON ALL TABLES IN SCHEMA crag TO crag_old_reader")
+        conn.execute("GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA crag TO crag_old_writer")
+        conn.execute("GRANT CREATE ON SCHEMA crag TO crag_old_writer")
+        conn.execute(f"DELETE FROM crag.migrations WHERE version > {SCHEMA_VERSION - 1}")  # the previous format
+    for role in ("crag_old_reader", "crag_old_writer"):
+        env = env_for(pg_uri.replace("postgres:@", f"{role}@").replace("postgres@", f"{role}@"), tmp_path)
+        run = crag(env, tmp_path, "index", "docs")
+        assert run.returncode == 1 and run.stdout == "", run.stdout
+        (line,) = run.stderr.strip().splitlines()
+        assert line.startswith(f"crag: error: the index in {redact(env['KB_AGENT_STORE'])} has format "
+                               f"{SCHEMA_VERSION - 1}, this crag reads format {SCHEMA_VERSION}"), line
+        assert f"role {role} may not upgrade it" in line and "as postgres, the role that owns" in line, line
+        assert "CREATE ON DATABASE" not in line, line
+    assert crag(owner, tmp_path, "index", "docs").returncode == 0
+    reader = env_for(pg_uri.replace("postgres:@", "crag_old_reader@").replace("postgres@", "crag_old_reader@"), tmp_path)
+    found = crag(reader, tmp_path, "search", "retries")
+    assert found.returncode == 0 and "retries" in found.stdout, found.stderr

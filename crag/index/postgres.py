@@ -315,24 +315,49 @@ class PostgresStore:
             try:
                 conn.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
             except self.psycopg.errors.InsufficientPrivilege as exc:
+                if version is not None:  # the schema is there: it is the upgrade this role may not make
+                    raise self._refused_upgrade(conn, version, role, exc) from exc
                 raise IndexStoreError(
                     f"the PostgreSQL server {self.location} failed: {_first_line(exc)}: crag creates its schema "
                     f"\"{SCHEMA}\" on first use; as the database's owner, run `GRANT CONNECT, CREATE ON DATABASE "
                     f"{_identifier(database)} TO {_identifier(role)};` (docs/postgresql.md)",
                     self.location,
                 ) from exc
-            conn.execute(
-                f"CREATE TABLE IF NOT EXISTS {SCHEMA}.migrations (version integer PRIMARY KEY, "
-                "description text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
-            )
-            done = conn.execute(f"SELECT coalesce(max(version), 0) FROM {SCHEMA}.migrations").fetchone()[0]
-            for number, description, sql in MIGRATIONS:
-                if number <= done:
-                    continue
-                conn.execute(sql)
+            try:
                 conn.execute(
-                    f"INSERT INTO {SCHEMA}.migrations (version, description) VALUES (%s, %s)", (number, description)
+                    f"CREATE TABLE IF NOT EXISTS {SCHEMA}.migrations (version integer PRIMARY KEY, "
+                    "description text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
                 )
+                done = conn.execute(f"SELECT coalesce(max(version), 0) FROM {SCHEMA}.migrations").fetchone()[0]
+                for number, description, sql in MIGRATIONS:
+                    if number <= done:
+                        continue
+                    conn.execute(sql)
+                    conn.execute(
+                        f"INSERT INTO {SCHEMA}.migrations (version, description) VALUES (%s, %s)", (number, description)
+                    )
+            except self.psycopg.errors.InsufficientPrivilege as exc:
+                if version is None:
+                    raise
+                raise self._refused_upgrade(conn, version, role, exc) from exc
+
+    def _refused_upgrade(self, conn: Any, version: int, role: str, exc: BaseException) -> IndexStoreError:
+        """An older format that ``role`` may not upgrade (it does not own crag's schema and
+        tables): which role may, the schema's owner, read on a fresh connection (``conn`` is in a
+        failed transaction)."""
+        try:
+            with self.session() as other:
+                row = other.execute("SELECT nspowner::regrole::text FROM pg_namespace WHERE nspname = %s",
+                                    (SCHEMA,)).fetchone()
+        except IndexStoreError:
+            row = None
+        owner = f"as {row[0]}, the role that owns schema {SCHEMA}" if row else f"as the role that owns schema {SCHEMA}"
+        return IndexStoreError(
+            f"the index in {self.location} has format {version}, this crag reads format {SCHEMA_VERSION}, and role "
+            f"{role} may not upgrade it ({_first_line(exc)}): run `python -m crag index PATH` once {owner} "
+            "(docs/postgresql.md)",
+            self.location,
+        )
 
     def pgvector_version(self, conn: Any) -> tuple[int, ...]:
         row = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
