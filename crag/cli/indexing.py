@@ -66,7 +66,7 @@ def cmd_search(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         err.write(shown(own_name(index_report_text(report))))  # names the index
     else:  # after the search: a failure is its one error line, with no note before it
         index_note(config, err)
-    note = missing_roots_note(missing)
+    note = missing_roots_note(missing, shared=bool(config.store))
     if note:
         err.write(shown(own_name(note)) + "\n")
     if args.json:
