@@ -1295,6 +1295,9 @@ def test_a_damaged_index_is_one_line_on_the_command_line(pg_uri: str, tmp_path: 
     ("postgresql://crag:sekret9@127.0.0.1:9/kb?sslmod=require", 'invalid URI query parameter: "sslmod"'),
     ("postgresql://crag:sek%ZZret9@127.0.0.1:9/kb", 'invalid percent-encoded token: "***"'),
     ("postgresql://crag:sekret9@[::1:9/kb", "end of string reached when looking for matching"),
+    # a %-escape of a byte that is not UTF-8 text: a traceback (UnicodeDecodeError), in a value or the password
+    ("postgresql://crag:sekret9@127.0.0.1:9/kb?application_name=%FF", "a %-escape that is not UTF-8 text"),
+    ("postgresql://crag:sek%FFret9@127.0.0.1:9/kb", "a %-escape that is not UTF-8 text"),
 ])
 def test_a_store_uri_libpq_cannot_read_is_a_configuration_error(uri: str, reason: str, tmp_path: Path) -> None:
     """A misspelt parameter, a bad %-escape, an unclosed [: the URI is wrong, not the server

@@ -151,6 +151,10 @@ class PostgresStore:
             if password:
                 reason = reason.replace(password, "***")
             raise ConfigError("KB_AGENT_STORE", self.location, f"a postgresql:// URI that libpq reads ({reason})") from None
+        except UnicodeDecodeError:  # libpq decoded ``%FF``; psycopg reads values as UTF-8 (the password too: not shown)
+            raise ConfigError(
+                "KB_AGENT_STORE", self.location, "a postgresql:// URI that libpq reads (a %-escape that is not UTF-8 text)"
+            ) from None
 
     # -- connections and the schema ------------------------------------------------------
 
