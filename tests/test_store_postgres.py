@@ -1386,3 +1386,20 @@ def test_a_role_that_may_not_upgrade_an_older_index_is_told_which_role_can(pg_ur
     reader = env_for(pg_uri.replace("postgres:@", "crag_old_reader@").replace("postgres@", "crag_old_reader@"), tmp_path)
     found = crag(reader, tmp_path, "search", "retries")
     assert found.returncode == 0 and "retries" in found.stdout, found.stderr
+
+
+@pytest.mark.parametrize("how", ["uri", "environment"])
+def test_a_client_encoding_other_than_utf8_still_indexes_and_searches_any_text(
+        pg_uri: str, tmp_path: Path, how: str) -> None:
+    """``?client_encoding=LATIN1`` in the URI, or ``PGCLIENTENCODING`` in the environment (libpq
+    reads both): ``crag index`` of a document with an emoji or CJK text ended in a
+    UnicodeEncodeError traceback. crag's text is UTF-8 whatever the session's default."""
+    write(tmp_path / "docs" / "gecko.md", "# Gecko\n\nThe gecko 🦎 naps in 東京 every afternoon.\n")
+    env = env_for(pg_uri + "&client_encoding=LATIN1" if how == "uri" else pg_uri, tmp_path)
+    if how == "environment":
+        env["PGCLIENTENCODING"] = "LATIN1"
+    run = crag(env, tmp_path, "index", "docs")
+    assert run.returncode == 0 and "1 added" in run.stdout, run.stderr
+    found = crag(env, tmp_path, "search", "gecko naps", "--json")
+    assert found.returncode == 0, found.stderr
+    assert json.loads(found.stdout)[0]["text"].endswith("The gecko 🦎 naps in 東京 every afternoon.")

@@ -162,7 +162,9 @@ class PostgresStore:
         psycopg = self.psycopg
         try:
             # No server-side prepared statements, so that PgBouncer's transaction pooling works.
-            return psycopg.connect(self.uri, autocommit=autocommit, connect_timeout=10, prepare_threshold=None)
+            # UTF-8 whatever the URI's client_encoding or PGCLIENTENCODING say: documents hold any text.
+            return psycopg.connect(self.uri, autocommit=autocommit, connect_timeout=10, prepare_threshold=None,
+                                   client_encoding="UTF8")
         except psycopg.Error as exc:
             raise IndexStoreError(
                 f"cannot reach the PostgreSQL server {self.location}: {_first_line(exc)}", self.location
