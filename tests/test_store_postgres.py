@@ -1403,3 +1403,23 @@ def test_a_client_encoding_other_than_utf8_still_indexes_and_searches_any_text(
     found = crag(env, tmp_path, "search", "gecko naps", "--json")
     assert found.returncode == 0, found.stderr
     assert json.loads(found.stdout)[0]["text"].endswith("The gecko 🦎 naps in 東京 every afternoon.")
+
+
+def test_a_search_stopped_by_the_users_own_statement_timeout_names_that_timeout(pg_uri: str, tmp_path: Path) -> None:
+    """crag keeps a statement_timeout the URI (``options``), PGOPTIONS or the role set; a search it
+    stopped was reported as "did not answer a search within 120 s", a time that was never waited."""
+    import psycopg
+
+    from crag.errors import IndexStoreError
+
+    index_roots(Settings(store=pg_uri), [make_kb(tmp_path / "kb")])
+    uri = pg_uri + "&options=-c%20statement_timeout%3D300"
+    with open_index(Settings(store=uri)) as reader, psycopg.connect(pg_uri) as admin:
+        admin.execute("LOCK TABLE crag.chunks IN ACCESS EXCLUSIVE MODE")
+        with pytest.raises(IndexStoreError) as caught:
+            reader.search("uploads retried", 2)
+        assert str(caught.value).startswith(
+            f"the PostgreSQL server {redact(uri)} did not answer a search within 300ms (its statement_timeout, "
+            "set by KB_AGENT_STORE's options, PGOPTIONS or the role; another session may hold a lock"
+        ), str(caught.value)
+        admin.rollback()

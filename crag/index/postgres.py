@@ -135,6 +135,7 @@ class PostgresStore:
         self.reindex_hint = f"run `python -m crag index PATH` (with KB_AGENT_STORE={self.location}) to rebuild it"
         self.psycopg = _psycopg()
         self._check_uri()
+        self._users_timeout: str | None = None  # a statement_timeout the URI, PGOPTIONS or the role set
         self._version_conns = PerThread(lambda: self.reading(self.connect(autocommit=True)))
 
     def __repr__(self) -> str:
@@ -177,11 +178,14 @@ class PostgresStore:
             ) from exc
 
     def reading(self, conn: Any) -> Any:
-        """``conn`` with ``READ_TIMEOUT_MS`` as its ``statement_timeout``, unless it has one already."""
-        conn.execute(
-            "SELECT set_config('statement_timeout', %s, false) WHERE current_setting('statement_timeout') = '0'",
-            (str(READ_TIMEOUT_MS),),
-        )
+        """``conn`` with ``READ_TIMEOUT_MS`` as its ``statement_timeout``, unless it has one already
+        (the user's, remembered for the message of a search it stops: ``error``)."""
+        own = conn.execute(
+            "SELECT current_setting('statement_timeout') WHERE current_setting('statement_timeout') <> '0'"
+        ).fetchone()
+        if own is None:
+            conn.execute("SELECT set_config('statement_timeout', %s, false)", (str(READ_TIMEOUT_MS),))
+        self._users_timeout = own[0] if own else None
         return conn
 
     def error(self, exc: BaseException, *, writing: bool = False) -> IndexStoreError:
@@ -190,9 +194,12 @@ class PostgresStore:
         reason = _first_line(exc)
         errors = self.psycopg.errors
         if isinstance(exc, errors.QueryCanceled) and not writing:
+            users = self._users_timeout
+            within = (f"{users} (its statement_timeout, set by KB_AGENT_STORE's options, PGOPTIONS or the role; "
+                      if users else f"{READ_TIMEOUT_MS / 1000:g} s (")
             return IndexStoreError(
-                f"the PostgreSQL server {self.location} did not answer a search within {READ_TIMEOUT_MS / 1000:g} s "
-                "(another session may hold a lock on crag's tables, as an upgrade of the index does, or the server "
+                f"the PostgreSQL server {self.location} did not answer a search within {within}"
+                "another session may hold a lock on crag's tables, as an upgrade of the index does, or the server "
                 "is overloaded): try again later",
                 self.location,
             )
