@@ -1423,3 +1423,16 @@ def test_a_search_stopped_by_the_users_own_statement_timeout_names_that_timeout(
             "set by KB_AGENT_STORE's options, PGOPTIONS or the role; another session may hold a lock"
         ), str(caught.value)
         admin.rollback()
+
+
+def test_a_search_path_without_pgvector_is_named_with_the_fix_when_searching(pg_uri: str, tmp_path: Path) -> None:
+    """``options=-c search_path=...`` (or PGOPTIONS, or the role's) leaving out pgvector's schema:
+    ``crag index`` of an up-to-date index worked, then every search failed with only
+    'type "vector" does not exist'."""
+    make_kb(tmp_path / "docs")
+    assert crag(env_for(pg_uri, tmp_path), tmp_path, "index", "docs").returncode == 0
+    env = env_for(pg_uri + "&options=-c%20search_path%3Delsewhere", tmp_path)
+    run = crag(env, tmp_path, "search", "retries")
+    assert run.returncode == 1 and run.stdout == ""
+    (line,) = run.stderr.strip().splitlines()
+    assert 'type "vector" does not exist' in line and "search_path" in line and "public" in line, line

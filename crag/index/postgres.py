@@ -203,6 +203,14 @@ class PostgresStore:
                 "is overloaded): try again later",
                 self.location,
             )
+        if isinstance(exc, errors.UndefinedObject) and 'type "vector"' in reason:  # pgvector off the search_path
+            return IndexStoreError(
+                f"the PostgreSQL server {self.location} failed: {reason}: the schema of the vector extension "
+                "(pgvector, usually public) is not on this session's search_path; put it there, e.g. "
+                "`options=-c%20search_path%3Dpublic` in the query of KB_AGENT_STORE, or check PGOPTIONS and "
+                "the role's search_path",
+                self.location,
+            )
         if isinstance(exc, (errors.UndefinedTable, errors.UndefinedColumn, errors.UndefinedFunction)):
             return self._damaged(reason)  # a table, column or crag's function dropped since it was checked
         if writing and isinstance(exc, self.psycopg.errors.InsufficientPrivilege):
