@@ -337,7 +337,7 @@ class PostgresStore:
                 conn.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
             except self.psycopg.errors.InsufficientPrivilege as exc:
                 if version is not None:  # the schema is there: it is the upgrade this role may not make
-                    raise self._refused_upgrade(conn, version, role, exc) from exc
+                    raise self._refused_upgrade(version, role, exc) from exc
                 raise IndexStoreError(
                     f"the PostgreSQL server {self.location} failed: {_first_line(exc)}: crag creates its schema "
                     f"\"{SCHEMA}\" on first use; as the database's owner, run `GRANT CONNECT, CREATE ON DATABASE "
@@ -360,12 +360,12 @@ class PostgresStore:
             except self.psycopg.errors.InsufficientPrivilege as exc:
                 if version is None:
                     raise
-                raise self._refused_upgrade(conn, version, role, exc) from exc
+                raise self._refused_upgrade(version, role, exc) from exc
 
-    def _refused_upgrade(self, conn: Any, version: int, role: str, exc: BaseException) -> IndexStoreError:
+    def _refused_upgrade(self, version: int, role: str, exc: BaseException) -> IndexStoreError:
         """An older format that ``role`` may not upgrade (it does not own crag's schema and
-        tables): which role may, the schema's owner, read on a fresh connection (``conn`` is in a
-        failed transaction)."""
+        tables): which role may, the schema's owner, read on a fresh connection (the migrating
+        one is in a failed transaction)."""
         try:
             with self.session() as other:
                 row = other.execute("SELECT nspowner::regrole::text FROM pg_namespace WHERE nspname = %s",
