@@ -8,12 +8,13 @@ in tables of their own (one table per kind of record). Answers belong to a conve
 newest, a ``chat`` session is one. ``python -m crag log`` reads it back (``crag.cli.log``).
 
 The file is ``log.sqlite`` in the index folder (``KB_AGENT_INDEX_DIR``, or the nearest
-``.crag``) when that folder exists; before there is one, and always with
-the PostgreSQL store (which has none), it is ``crag/log.sqlite`` in the user's state folder
-(``$XDG_STATE_HOME``, else ``~/.local/state``): writing the log never creates an index
-folder, which would hide a parent's index (``log_folder``). ``KB_AGENT_LOG=off`` keeps
-nothing. Its schema is numbered migrations, applied in
-order on first use and recorded in ``migrations``, as the PostgreSQL store's are
+``.crag``) when that folder exists; before there is one, it is ``crag/log.sqlite`` in the
+user's state folder (``$XDG_STATE_HOME``, else ``~/.local/state``), and with the PostgreSQL
+store (which has no index folder) ``crag/postgresql/<digest of the URI>/log.sqlite`` there,
+one log a database: writing the log never creates an index folder, which would hide a
+parent's index (``log_folder``). ``KB_AGENT_LOG=off`` keeps nothing. Its schema is
+numbered migrations, applied in order on first use and recorded in ``migrations``, as the
+PostgreSQL store's are
 (``crag.index.postgres_schema``): a later crag appends a migration and upgrades an older log
 when it opens it. Everything is masked before it is written, with the secrets configured
 when the answer is given (``Settings.secrets``: the settings' and the environment's), so the
@@ -24,6 +25,7 @@ text) of every secret-shaped one, as ``crag.safe_text`` defines it for what crag
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sqlite3
@@ -180,13 +182,20 @@ def _utc(when: float) -> Any:
 def log_folder(settings: Settings) -> str:
     """Where the answer log of ``settings`` is kept: the index folder when it exists (or is
     something else by that name, which opening the log reports), else the user's state folder.
-    The PostgreSQL store has no index folder: a ``.crag`` near it is another index's."""
+    The PostgreSQL store has no index folder (a ``.crag`` near it is another index's): each
+    database gets a folder of its own in the state folder, named by a digest of its URI without
+    the password, so one knowledge base's ``crag log`` and ``ask -c`` never show another's."""
     index_dir = settings.index_dir
     if not settings.store and os.path.lexists(index_dir):
         return index_dir
     state = os.environ.get("XDG_STATE_HOME", "").strip()
     if not os.path.isabs(state):  # the XDG rule: a relative value is ignored
         state = os.path.join(os.path.expanduser("~"), ".local", "state")
+    if settings.store:
+        from .environment import store_credentials
+
+        database = hashlib.sha256(store_credentials(settings.store)[1].encode("utf-8", "surrogatepass"))
+        return os.path.join(state, "crag", "postgresql", database.hexdigest()[:16])
     return os.path.join(state, "crag")
 
 

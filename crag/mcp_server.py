@@ -303,7 +303,7 @@ def build_server(agent: "Agent") -> "MCPServer":
 
         items, missing = await guarded(searched)
         hits = hit_records(items)
-        note = missing_roots_note(missing)  # on stderr for ``crag search``: here the client sees it
+        note = missing_roots_note(missing, shared=bool(agent.settings.store))  # stderr for ``crag search``
         return result(search_text(hits) + (f"{note}\n" if note else ""), {"hits": hits})
 
     async def read_file(

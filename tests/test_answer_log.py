@@ -580,7 +580,7 @@ def test_the_postgresql_store_logs_in_the_state_folder_not_in_a_nearby_index_fol
     (tmp_path / ".crag").mkdir()
     settings = Settings.from_env(environ={"KB_AGENT_STORE": "postgresql://u@db/kb",
                                           "KB_AGENT_INDEX_DIR": str(tmp_path / ".crag")}, dotenv=None)
-    assert log_folder(settings) == str(tmp_path / "state" / "crag")
+    assert Path(log_folder(settings)).parent == tmp_path / "state" / "crag" / "postgresql"
     embedded = Settings.from_env(environ={"KB_AGENT_INDEX_DIR": str(tmp_path / ".crag")}, dotenv=None)
     assert log_folder(embedded) == str(tmp_path / ".crag")
 
@@ -606,3 +606,37 @@ def test_a_log_damaged_part_way_keeps_the_json_read_before_it_valid(tmp_path: Pa
                    "malformed); move it away to start a new log\n")
     code, out, err = cli("log", "-n", "1000")
     assert code == 1 and out.count("\n#") + out.startswith("#") == len(entries) and f"past answer {last} " in err
+
+
+def test_each_postgresql_database_keeps_its_own_answer_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the embedded store every index folder holds its own log, so ``crag log`` and ``ask -c``
+    see that knowledge base's answers only. With the PostgreSQL store all databases (one knowledge
+    base each) and every answer given before an index existed shared one log: ``crag log`` on one
+    database listed another's answers, and ``ask -c`` carried on a conversation about another
+    knowledge base. Each database now has a log of its own in the state folder (chitchat needs no
+    index, so no server is reached here)."""
+    from crag.answer_log import log_folder
+    from crag.config import Settings
+
+    clean_env(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KB_AGENT_LLM", "offline")
+    first, second = "postgresql://crag:hunter2@127.0.0.1:1/kb_one", "postgresql://crag@127.0.0.1:1/kb_two"
+    assert cli("ask", "hello")[0] == 0  # the embedded store, before there is an index
+    monkeypatch.setenv("KB_AGENT_STORE", first)
+    assert cli("ask", "good morning")[0] == 0
+    monkeypatch.setenv("KB_AGENT_STORE", second)
+    code, out, _ = cli("log")
+    assert code == 0 and "good morning" not in out and "hello" not in out
+    code, _, err = cli("ask", "-c", "thanks")
+    assert code == 0 and "no earlier conversation" in err
+    monkeypatch.setenv("KB_AGENT_STORE", first)
+    code, out, _ = cli("log", "--json")
+    assert [e["question"] for e in json.loads(out)] == ["good morning"]
+
+    def folder(uri: str) -> str:
+        return log_folder(Settings.from_env(environ={"KB_AGENT_STORE": uri}, dotenv=None))
+
+    assert folder(first) == folder("postgresql://crag:other@127.0.0.1:1/kb_one")  # the password is not the database
+    assert folder(first) == folder("postgresql://crag@127.0.0.1:1/kb_one?password=hunter2")
+    assert folder(first) != folder(second) and "hunter2" not in folder(first)

@@ -255,9 +255,30 @@ def test_roots_list_and_remove_on_the_postgresql_store(pg_uri: str, kb: Path, mo
     assert {h["path"] for h in json.loads(out)} == {"docs/setup.md"}
     shutil.rmtree(kb / "docs")
     assert "docs  missing on disk" in cli("roots")[1]
+    # A database is shared by machines: a root absent from this one is still searched (docs/postgresql.md).
     code, out, err = cli("search", "port", "--json")
-    assert (code, json.loads(out)) == (0, [])
-    assert "docs no longer exists on disk" in err
+    assert code == 0 and {h["path"] for h in json.loads(out)} == {"docs/setup.md"}
+    assert err == ("crag: note: docs is not on this machine's disk: its hits come from the database, but "
+                   "read_file and grep_search cannot open its files here\n")
+
+
+def test_a_reader_on_a_machine_without_the_documents_searches_and_asks_the_database(
+        pg_uri: str, kb: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/postgresql.md: readers (laptops, services) need only the database for vector_search.
+    Every root is a path on the indexer's machine, absent from a reader's: search found nothing
+    ("docs no longer exists on disk and is left out of the search") and every question got the
+    no-evidence answer."""
+    monkeypatch.setenv("KB_AGENT_STORE", pg_uri)
+    assert cli("index", "docs")[0] == 0
+    shutil.move(kb / "docs", kb / "elsewhere")  # the reader's machine: the indexer's paths are not there
+    code, out, err = cli("search", "Which port does the server listen on?", "--json")
+    assert code == 0 and json.loads(out)[0]["path"] == "docs/setup.md", err
+    code, out, err = cli("ask", "Which port does the server listen on?", "--json")
+    result = json.loads(out)
+    assert code == 0 and {c["path"] for c in result["citations"]} == {"docs/setup.md"}, err
+    assert "couldn't find" not in result["body"]
+    code, out, err = cli("search", "port", "--kb", "docs")  # a --kb root must be on this machine: it is indexed first
+    assert code == 1 and "docs does not exist" in err
 
 
 def test_a_folder_through_a_symlink_and_through_its_real_path_is_one_root(kb: Path) -> None:

@@ -1295,6 +1295,9 @@ def test_a_damaged_index_is_one_line_on_the_command_line(pg_uri: str, tmp_path: 
     ("postgresql://crag:sekret9@127.0.0.1:9/kb?sslmod=require", 'invalid URI query parameter: "sslmod"'),
     ("postgresql://crag:sek%ZZret9@127.0.0.1:9/kb", 'invalid percent-encoded token: "***"'),
     ("postgresql://crag:sekret9@[::1:9/kb", "end of string reached when looking for matching"),
+    # a %-escape of a byte that is not UTF-8 text: a traceback (UnicodeDecodeError), in a value or the password
+    ("postgresql://crag:sekret9@127.0.0.1:9/kb?application_name=%FF", "a %-escape that is not UTF-8 text"),
+    ("postgresql://crag:sek%FFret9@127.0.0.1:9/kb", "a %-escape that is not UTF-8 text"),
 ])
 def test_a_store_uri_libpq_cannot_read_is_a_configuration_error(uri: str, reason: str, tmp_path: Path) -> None:
     """A misspelt parameter, a bad %-escape, an unclosed [: the URI is wrong, not the server
@@ -1346,3 +1349,90 @@ def test_a_pdf_whose_text_holds_nul_is_indexed_not_the_run_failed(pg_uri: str, t
     found = crag(env, tmp_path, "search", "--json", "zorblax valve")
     hits = json.loads(found.stdout)
     assert hits[0]["path"] == "docs/valve.pdf" and hits[0]["text"] == "The zorblax valve opens at dawn."
+
+
+def test_a_role_that_may_not_upgrade_an_older_index_is_told_which_role_can(pg_uri: str, tmp_path: Path) -> None:
+    """An index of an older format, and ``crag index`` run by a role that does not own crag's
+    schema: a reader's role was told to get CREATE on the database ("crag creates its schema on
+    first use"; the schema was there, and that grant would not have let it upgrade), a writer's
+    role only "must be owner of function fts_text". Both now hear that the index needs upgrading
+    and which role may do it; that role's ``crag index`` upgrades it and the reader searches."""
+    import psycopg
+
+    from crag.index.postgres_schema import SCHEMA_VERSION
+
+    make_kb(tmp_path / "docs")
+    owner = env_for(pg_uri, tmp_path)
+    assert crag(owner, tmp_path, "index", "docs").returncode == 0
+    with psycopg.connect(pg_uri, autocommit=True) as conn:
+        for role in ("crag_old_reader", "crag_old_writer"):
+            conn.execute(f"DROP ROLE IF EXISTS {role}")
+            conn.execute(f"CREATE ROLE {role} LOGIN")
+            conn.execute(f"GRANT USAGE ON SCHEMA crag TO {role}")
+        conn.execute("GRANT SELECT ON ALL TABLES IN SCHEMA crag TO crag_old_reader")
+        conn.execute("GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA crag TO crag_old_writer")
+        conn.execute("GRANT CREATE ON SCHEMA crag TO crag_old_writer")
+        conn.execute(f"DELETE FROM crag.migrations WHERE version > {SCHEMA_VERSION - 1}")  # the previous format
+    for role in ("crag_old_reader", "crag_old_writer"):
+        env = env_for(pg_uri.replace("postgres:@", f"{role}@").replace("postgres@", f"{role}@"), tmp_path)
+        run = crag(env, tmp_path, "index", "docs")
+        assert run.returncode == 1 and run.stdout == "", run.stdout
+        (line,) = run.stderr.strip().splitlines()
+        assert line.startswith(f"crag: error: the index in {redact(env['KB_AGENT_STORE'])} has format "
+                               f"{SCHEMA_VERSION - 1}, this crag reads format {SCHEMA_VERSION}"), line
+        assert f"role {role} may not upgrade it" in line and "as postgres, the role that owns" in line, line
+        assert "CREATE ON DATABASE" not in line, line
+    assert crag(owner, tmp_path, "index", "docs").returncode == 0
+    reader = env_for(pg_uri.replace("postgres:@", "crag_old_reader@").replace("postgres@", "crag_old_reader@"), tmp_path)
+    found = crag(reader, tmp_path, "search", "retries")
+    assert found.returncode == 0 and "retries" in found.stdout, found.stderr
+
+
+@pytest.mark.parametrize("how", ["uri", "environment"])
+def test_a_client_encoding_other_than_utf8_still_indexes_and_searches_any_text(
+        pg_uri: str, tmp_path: Path, how: str) -> None:
+    """``?client_encoding=LATIN1`` in the URI, or ``PGCLIENTENCODING`` in the environment (libpq
+    reads both): ``crag index`` of a document with an emoji or CJK text ended in a
+    UnicodeEncodeError traceback. crag's text is UTF-8 whatever the session's default."""
+    write(tmp_path / "docs" / "gecko.md", "# Gecko\n\nThe gecko 🦎 naps in 東京 every afternoon.\n")
+    env = env_for(pg_uri + "&client_encoding=LATIN1" if how == "uri" else pg_uri, tmp_path)
+    if how == "environment":
+        env["PGCLIENTENCODING"] = "LATIN1"
+    run = crag(env, tmp_path, "index", "docs")
+    assert run.returncode == 0 and "1 added" in run.stdout, run.stderr
+    found = crag(env, tmp_path, "search", "gecko naps", "--json")
+    assert found.returncode == 0, found.stderr
+    assert json.loads(found.stdout)[0]["text"].endswith("The gecko 🦎 naps in 東京 every afternoon.")
+
+
+def test_a_search_stopped_by_the_users_own_statement_timeout_names_that_timeout(pg_uri: str, tmp_path: Path) -> None:
+    """crag keeps a statement_timeout the URI (``options``), PGOPTIONS or the role set; a search it
+    stopped was reported as "did not answer a search within 120 s", a time that was never waited."""
+    import psycopg
+
+    from crag.errors import IndexStoreError
+
+    index_roots(Settings(store=pg_uri), [make_kb(tmp_path / "kb")])
+    uri = pg_uri + "&options=-c%20statement_timeout%3D300"
+    with open_index(Settings(store=uri)) as reader, psycopg.connect(pg_uri) as admin:
+        admin.execute("LOCK TABLE crag.chunks IN ACCESS EXCLUSIVE MODE")
+        with pytest.raises(IndexStoreError) as caught:
+            reader.search("uploads retried", 2)
+        assert str(caught.value).startswith(
+            f"the PostgreSQL server {redact(uri)} did not answer a search within 300ms (its statement_timeout, "
+            "set by KB_AGENT_STORE's options, PGOPTIONS or the role; another session may hold a lock"
+        ), str(caught.value)
+        admin.rollback()
+
+
+def test_a_search_path_without_pgvector_is_named_with_the_fix_when_searching(pg_uri: str, tmp_path: Path) -> None:
+    """``options=-c search_path=...`` (or PGOPTIONS, or the role's) leaving out pgvector's schema:
+    ``crag index`` of an up-to-date index worked, then every search failed with only
+    'type "vector" does not exist'."""
+    make_kb(tmp_path / "docs")
+    assert crag(env_for(pg_uri, tmp_path), tmp_path, "index", "docs").returncode == 0
+    env = env_for(pg_uri + "&options=-c%20search_path%3Delsewhere", tmp_path)
+    run = crag(env, tmp_path, "search", "retries")
+    assert run.returncode == 1 and run.stdout == ""
+    (line,) = run.stderr.strip().splitlines()
+    assert 'type "vector" does not exist' in line and "search_path" in line and "public" in line, line

@@ -271,10 +271,18 @@ def removed_text(report: IndexReport, before: Sequence[RootRow], cwd: str | None
     return "\n".join(lines) + "\n"
 
 
-def missing_roots_note(missing: Sequence[str], cwd: str | None = None) -> str | None:
-    """A note for stderr when roots of the index are gone from disk (their chunks are left out)."""
+def missing_roots_note(missing: Sequence[str], cwd: str | None = None, *, shared: bool = False) -> str | None:
+    """A note for stderr when roots of the index are gone from disk (their chunks are left out).
+    ``shared``: the index is a database other machines use, whose roots stay searched
+    (``Toolbox.search_roots``): only the file tools cannot open them here."""
     from ..index.discover import is_gone, unreachable
 
+    if shared and missing:
+        one = len(missing) == 1
+        names = ", ".join(display_name(relative_label(r, cwd)) for r in missing)
+        return (f"crag: note: {names} {'is' if one else 'are'} not on this machine's disk: {'its' if one else 'their'} "
+                f"hits come from the database, but read_file and grep_search cannot open {'its' if one else 'their'} "
+                "files here")
     notes = [
         f"crag: note: {display_name(relative_label(r, cwd))} cannot be reached ({unreachable(r) or 'it is not there'}) "
         "and is left out of the search; its files stay in the index"

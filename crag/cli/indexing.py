@@ -69,7 +69,7 @@ def cmd_search(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         if report is not None:
             extras_note(report, err)
         index_note(config, err)
-    note = missing_roots_note(missing)
+    note = missing_roots_note(missing, shared=bool(config.store))
     if note:
         err.write(shown(own_name(note)) + "\n")
     if args.json:

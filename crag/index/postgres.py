@@ -135,6 +135,7 @@ class PostgresStore:
         self.reindex_hint = f"run `python -m crag index PATH` (with KB_AGENT_STORE={self.location}) to rebuild it"
         self.psycopg = _psycopg()
         self._check_uri()
+        self._users_timeout: str | None = None  # a statement_timeout the URI, PGOPTIONS or the role set
         self._version_conns = PerThread(lambda: self.reading(self.connect(autocommit=True)))
 
     def __repr__(self) -> str:
@@ -151,6 +152,10 @@ class PostgresStore:
             if password:
                 reason = reason.replace(password, "***")
             raise ConfigError("KB_AGENT_STORE", self.location, f"a postgresql:// URI that libpq reads ({reason})") from None
+        except UnicodeDecodeError:  # libpq decoded ``%FF``; psycopg reads values as UTF-8 (the password too: not shown)
+            raise ConfigError(
+                "KB_AGENT_STORE", self.location, "a postgresql:// URI that libpq reads (a %-escape that is not UTF-8 text)"
+            ) from None
 
     # -- connections and the schema ------------------------------------------------------
 
@@ -158,7 +163,9 @@ class PostgresStore:
         psycopg = self.psycopg
         try:
             # No server-side prepared statements, so that PgBouncer's transaction pooling works.
-            return psycopg.connect(self.uri, autocommit=autocommit, connect_timeout=10, prepare_threshold=None)
+            # UTF-8 whatever the URI's client_encoding or PGCLIENTENCODING say: documents hold any text.
+            return psycopg.connect(self.uri, autocommit=autocommit, connect_timeout=10, prepare_threshold=None,
+                                   client_encoding="UTF8")
         except psycopg.Error as exc:
             raise IndexStoreError(
                 f"cannot reach the PostgreSQL server {self.location}: {_first_line(exc)}", self.location
@@ -171,11 +178,14 @@ class PostgresStore:
             ) from exc
 
     def reading(self, conn: Any) -> Any:
-        """``conn`` with ``READ_TIMEOUT_MS`` as its ``statement_timeout``, unless it has one already."""
-        conn.execute(
-            "SELECT set_config('statement_timeout', %s, false) WHERE current_setting('statement_timeout') = '0'",
-            (str(READ_TIMEOUT_MS),),
-        )
+        """``conn`` with ``READ_TIMEOUT_MS`` as its ``statement_timeout``, unless it has one already
+        (the user's, remembered for the message of a search it stops: ``error``)."""
+        own = conn.execute(
+            "SELECT current_setting('statement_timeout') WHERE current_setting('statement_timeout') <> '0'"
+        ).fetchone()
+        if own is None:
+            conn.execute("SELECT set_config('statement_timeout', %s, false)", (str(READ_TIMEOUT_MS),))
+        self._users_timeout = own[0] if own else None
         return conn
 
     def error(self, exc: BaseException, *, writing: bool = False) -> IndexStoreError:
@@ -184,10 +194,21 @@ class PostgresStore:
         reason = _first_line(exc)
         errors = self.psycopg.errors
         if isinstance(exc, errors.QueryCanceled) and not writing:
+            users = self._users_timeout
+            within = (f"{users} (its statement_timeout, set by KB_AGENT_STORE's options, PGOPTIONS or the role; "
+                      if users else f"{READ_TIMEOUT_MS / 1000:g} s (")
             return IndexStoreError(
-                f"the PostgreSQL server {self.location} did not answer a search within {READ_TIMEOUT_MS / 1000:g} s "
-                "(another session may hold a lock on crag's tables, as an upgrade of the index does, or the server "
+                f"the PostgreSQL server {self.location} did not answer a search within {within}"
+                "another session may hold a lock on crag's tables, as an upgrade of the index does, or the server "
                 "is overloaded): try again later",
+                self.location,
+            )
+        if isinstance(exc, errors.UndefinedObject) and 'type "vector"' in reason:  # pgvector off the search_path
+            return IndexStoreError(
+                f"the PostgreSQL server {self.location} failed: {reason}: the schema of the vector extension "
+                "(pgvector, usually public) is not on this session's search_path; put it there, e.g. "
+                "`options=-c%20search_path%3Dpublic` in the query of KB_AGENT_STORE, or check PGOPTIONS and "
+                "the role's search_path",
                 self.location,
             )
         if isinstance(exc, (errors.UndefinedTable, errors.UndefinedColumn, errors.UndefinedFunction)):
@@ -315,24 +336,49 @@ class PostgresStore:
             try:
                 conn.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
             except self.psycopg.errors.InsufficientPrivilege as exc:
+                if version is not None:  # the schema is there: it is the upgrade this role may not make
+                    raise self._refused_upgrade(version, role, exc) from exc
                 raise IndexStoreError(
                     f"the PostgreSQL server {self.location} failed: {_first_line(exc)}: crag creates its schema "
                     f"\"{SCHEMA}\" on first use; as the database's owner, run `GRANT CONNECT, CREATE ON DATABASE "
                     f"{_identifier(database)} TO {_identifier(role)};` (docs/postgresql.md)",
                     self.location,
                 ) from exc
-            conn.execute(
-                f"CREATE TABLE IF NOT EXISTS {SCHEMA}.migrations (version integer PRIMARY KEY, "
-                "description text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
-            )
-            done = conn.execute(f"SELECT coalesce(max(version), 0) FROM {SCHEMA}.migrations").fetchone()[0]
-            for number, description, sql in MIGRATIONS:
-                if number <= done:
-                    continue
-                conn.execute(sql)
+            try:
                 conn.execute(
-                    f"INSERT INTO {SCHEMA}.migrations (version, description) VALUES (%s, %s)", (number, description)
+                    f"CREATE TABLE IF NOT EXISTS {SCHEMA}.migrations (version integer PRIMARY KEY, "
+                    "description text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
                 )
+                done = conn.execute(f"SELECT coalesce(max(version), 0) FROM {SCHEMA}.migrations").fetchone()[0]
+                for number, description, sql in MIGRATIONS:
+                    if number <= done:
+                        continue
+                    conn.execute(sql)
+                    conn.execute(
+                        f"INSERT INTO {SCHEMA}.migrations (version, description) VALUES (%s, %s)", (number, description)
+                    )
+            except self.psycopg.errors.InsufficientPrivilege as exc:
+                if version is None:
+                    raise
+                raise self._refused_upgrade(version, role, exc) from exc
+
+    def _refused_upgrade(self, version: int, role: str, exc: BaseException) -> IndexStoreError:
+        """An older format that ``role`` may not upgrade (it does not own crag's schema and
+        tables): which role may, the schema's owner, read on a fresh connection (the migrating
+        one is in a failed transaction)."""
+        try:
+            with self.session() as other:
+                row = other.execute("SELECT nspowner::regrole::text FROM pg_namespace WHERE nspname = %s",
+                                    (SCHEMA,)).fetchone()
+        except IndexStoreError:
+            row = None
+        owner = f"as {row[0]}, the role that owns schema {SCHEMA}" if row else f"as the role that owns schema {SCHEMA}"
+        return IndexStoreError(
+            f"the index in {self.location} has format {version}, this crag reads format {SCHEMA_VERSION}, and role "
+            f"{role} may not upgrade it ({_first_line(exc)}): run `python -m crag index PATH` once {owner} "
+            "(docs/postgresql.md)",
+            self.location,
+        )
 
     def pgvector_version(self, conn: Any) -> tuple[int, ...]:
         row = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()

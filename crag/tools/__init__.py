@@ -179,10 +179,15 @@ class Toolbox:
 
         A root of the index whose folder is gone from disk is left out: its chunks stay in
         the index until the next ``index`` drops them, but are never returned as if nothing
-        had happened (``missing_roots`` names them).
+        had happened (``missing_roots`` names them). Not with a database (``KB_AGENT_STORE``):
+        it is shared by machines, and a root absent from this one is most often the indexer's
+        (docs/postgresql.md: a reader needs only the database to search); its hits are returned
+        and ``missing_roots`` still names it, for the note that file tools cannot open it here.
         """
         if self._roots is not None:
             return self._roots
+        if self.settings.store:
+            return None
         roots = self.retriever().roots
         present = tuple(r for r in roots if os.path.exists(r))
         return None if len(present) == len(roots) else present
