@@ -277,7 +277,9 @@ def cmd_chat(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             except OSError as exc:  # a terminal gone, say: the session cannot go on
                 raise unreadable_input(exc) from exc
             line = line.removeprefix("\ufeff")  # a byte order mark (a file of questions an editor saved)
-            if not line or not line.strip() or line.strip().lower() in ENDINGS:
+            # Only an empty line ends the session: a line of spaces is an empty question, refused
+            # by the agent with its one line (docs/cli.md, "Questions and queries").
+            if not line.rstrip("\r\n") or line.strip().lower() in ENDINGS:
                 break
             if not_utf8(line):
                 print("crag: error: that line is not UTF-8 text; type it again", file=err)

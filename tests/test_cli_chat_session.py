@@ -1,0 +1,51 @@
+"""``crag chat`` as a demanding user drives it (docs/cli.md, "chat"): what a probe of the
+session found, each test typing what a user typed, through the real command line and the
+offline backend."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.fakes import clean_env, cli
+
+DOC = "# Backups\n\nBackups are kept for 30 days on the storage bucket.\n"
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A project with docs indexed into its own ./.crag; the working directory is the project."""
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "backup.md").write_text(DOC, encoding="utf-8")
+    clean_env(monkeypatch)
+    monkeypatch.setenv("KB_AGENT_LLM", "offline")
+    monkeypatch.chdir(tmp_path)
+    code, _, err = cli("index", "docs")
+    assert code == 0, err
+    return tmp_path
+
+
+def logged_questions() -> list[str]:
+    code, out, err = cli("log", "--json", "-n", "100")
+    assert code == 0, err
+    return [entry["question"] for entry in json.loads(out)]
+
+
+@pytest.mark.parametrize("blank", ["   ", "\t", " \t \r"])
+def test_a_line_of_only_spaces_is_an_empty_question_not_the_end_of_the_session(project: Path, blank: str) -> None:
+    """docs/cli.md: a question of only spaces is empty, and "in chat such a line gets that line
+    and the session goes on; an empty line still ends it". A stray space before Enter ended the
+    session without a word, and the questions after it were never read."""
+    code, out, err = cli("chat", stdin=f"how long are backups kept\n{blank}\nwhere are backups stored\n")
+    assert code == 0
+    assert err == "crag: error: the question is empty\n"
+    assert out.count("LLM Usage Stats") == 2
+    assert logged_questions() == ["where are backups stored", "how long are backups kept"]
+
+
+def test_an_empty_line_still_ends_the_session(project: Path) -> None:
+    for empty in ("\n", "\r\n"):
+        code, out, err = cli("chat", stdin=f"how long are backups kept\n{empty}where are backups stored\n")
+        assert (code, err, out.count("LLM Usage Stats")) == (0, "", 1)
