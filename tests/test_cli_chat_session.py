@@ -49,3 +49,52 @@ def test_an_empty_line_still_ends_the_session(project: Path) -> None:
     for empty in ("\n", "\r\n"):
         code, out, err = cli("chat", stdin=f"how long are backups kept\n{empty}where are backups stored\n")
         assert (code, err, out.count("LLM Usage Stats")) == (0, "", 1)
+
+
+def test_typed_questions_are_edited_with_readline_when_the_answers_are_redirected(project: Path) -> None:
+    """``crag chat > answers.md`` (or ``| tee``): the questions are typed at a terminal, so the
+    arrow keys edit the line and Up recalls the last question (docs/cli.md, "chat"). With
+    standard output redirected the line was read raw: Up typed ``^[[A`` into the question, which
+    was then refused as empty."""
+    import os
+    import pty
+    import select
+    import subprocess
+    import sys
+    import time
+
+    env = {k: v for k, v in os.environ.items()}
+    env.update(PYTHONPATH=str(Path(__file__).resolve().parents[1]), TERM="xterm")
+    main_fd, child_fd = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "crag", "chat"], cwd=project, env=env, stdin=child_fd,
+                            stdout=subprocess.PIPE, stderr=child_fd, close_fds=True)
+    os.close(child_fd)
+    seen = b""
+
+    def read_until(count: int) -> None:  # until the terminal shows the ``you>`` prompt ``count`` times
+        nonlocal seen
+        deadline = time.monotonic() + 60  # a generous bound that only catches a hang
+        while seen.count(b"you> ") < count and time.monotonic() < deadline:
+            if select.select([main_fd], [], [], 0.2)[0]:
+                try:
+                    seen += os.read(main_fd, 65536)
+                except OSError:
+                    return
+
+    try:
+        read_until(1)
+        os.write(main_fd, b"how long are backups kepr\x7ft\r")  # Backspace mends a typo
+        read_until(2)
+        os.write(main_fd, b"\x1b[A\r")  # Up, Enter: the same question again
+        read_until(3)
+        os.write(main_fd, b"\x04")  # Ctrl-D
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(main_fd)
+    assert proc.returncode == 0, seen
+    assert b"question is empty" not in seen and b"Traceback" not in seen
+    assert out.decode().count("LLM Usage Stats") == 2 and "30 days" in out.decode()
+    assert logged_questions() == ["how long are backups kept", "how long are backups kept"]
