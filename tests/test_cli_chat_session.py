@@ -98,3 +98,40 @@ def test_typed_questions_are_edited_with_readline_when_the_answers_are_redirecte
     assert b"question is empty" not in seen and b"Traceback" not in seen
     assert out.decode().count("LLM Usage Stats") == 2 and "30 days" in out.decode()
     assert logged_questions() == ["how long are backups kept", "how long are backups kept"]
+
+
+def test_crag_s_own_grounding_marks_in_earlier_answers_are_not_sent_to_the_model(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An earlier answer goes with the next question as history. Its ``[unsupported]`` tags and
+    crag's ``_Note: ... not supported ..._`` line went too, and a model that imitates what it
+    sees wrote them into its next answer, where the copied tag marked a supported sentence and
+    the copied note was judged as one more unsupported sentence. They are crag's marks, as the
+    usage block is (SPEC §7: stripped from the history before any prompt)."""
+    from tests.fakes import cli as run
+    from tests.openai_server import FakeOpenAIServer, grades
+    from tests.test_cli_ask import SETUP, plan, route, write
+
+    write(tmp_path / "docs" / "setup.md", SETUP)
+    clean_env(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KB_AGENT_INDEX_DIR", str(tmp_path / "index"))
+    monkeypatch.setenv("KB_AGENT_LLM", "offline")
+    assert run("index", "docs")[0] == 0
+    with FakeOpenAIServer() as srv:
+        for name, value in (("KB_AGENT_LLM", "openai"), ("OPENAI_BASE_URL", srv.base_url),
+                            ("OPENAI_API_KEY", "test-key"), ("KB_AGENT_MODEL", "test-model")):
+            monkeypatch.setenv(name, value)
+        srv.default("analyze_and_route", route("complex", "grep_search"))
+        srv.default("plan", plan(("grep_search", {"pattern": "port"})))
+        srv.default("grade_evidence", grades(rest=0.9))
+        srv.script("synthesize", "The server listens on port 8080 by default [1]. It also speaks gopher [1].",
+                   "Set `SERVICE_PORT` to change the port the server listens on [1].")
+        code, out, err = run("chat", stdin="What port does the server listen on?\nHow do I change it?\n")
+        assert code == 0 and err == "", err
+        assert out.count("[unsupported]") == 2  # the first answer: its gopher sentence and the note
+        later = [r for r in srv.requests if r.node in ("analyze_and_route", "plan", "synthesize")][3:]
+        assert later and all("What port does the server listen on?" in json.dumps(r.body) for r in later)
+        for request in later:
+            sent = json.dumps(request.body["messages"])
+            assert "The server listens on port 8080 by default" in sent
+            assert "unsupported" not in sent and "_Note:" not in sent
