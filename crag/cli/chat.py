@@ -8,14 +8,18 @@ output holds the answers and nothing else (SPEC §4), one after another with a b
 between them. The banner, the ``you>`` prompts and the ``crag>`` leads then go to stderr when
 someone is typing at a terminal, and nowhere when a script feeds the session (its stderr
 holds only the error lines).
-``line_reader`` reads a question, with line editing and history on a terminal.
+``line_reader`` reads a question, with line editing and history when it is typed at a terminal
+(also when the answers are redirected: ``standard_output_on``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
+import os
 import sys
+from collections.abc import Iterator
 from typing import TextIO
 
 from ..errors import CragError, UsageError
@@ -172,7 +176,7 @@ def line_reader(stdin: TextIO, out: TextIO, limit: int):
     With the standard library's ``readline`` (absent on some platforms), the arrow keys edit
     the line and Up/Down walk through the session's earlier questions. Returns "" at the end.
     """
-    interactive = stdin is sys.stdin and out is sys.stdout and isatty(stdin) and isatty(out)
+    interactive = stdin is sys.stdin and isatty(stdin) and isatty(out) and (out is sys.stdout or out is sys.stderr)
     if interactive:
         try:
             import readline  # noqa: F401  (importing it is what gives input() line editing)
@@ -182,8 +186,10 @@ def line_reader(stdin: TextIO, out: TextIO, limit: int):
         def read(prompt: str) -> str:
             lead, newline, last = prompt.rpartition("\n")
             out.write(lead + newline)  # readline redraws only the prompt's last line
+            out.flush()
             try:
-                return input(last)
+                with standard_output_on(out):
+                    return input(last)
             except EOFError:
                 out.write("\n")
                 return ""
@@ -212,6 +218,24 @@ def line_reader(stdin: TextIO, out: TextIO, limit: int):
         return line
 
     return read_stream
+
+
+@contextlib.contextmanager
+def standard_output_on(terminal: TextIO) -> Iterator[None]:
+    """Standard output on ``terminal`` (stderr) for one ``input()``, when it is redirected
+    (``crag chat > answers.md``, ``| tee``): Python edits a line with ``readline`` only when
+    standard output is a terminal, and ``readline`` draws the prompt and the line there."""
+    if terminal is sys.stdout:
+        yield
+        return
+    sys.stdout.flush()
+    kept = os.dup(1)
+    os.dup2(terminal.fileno(), 1)
+    try:
+        yield
+    finally:
+        os.dup2(kept, 1)
+        os.close(kept)
 
 
 ENDLESS = 16  # a piped line this many times the question limit is no question but a stream
@@ -277,7 +301,9 @@ def cmd_chat(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             except OSError as exc:  # a terminal gone, say: the session cannot go on
                 raise unreadable_input(exc) from exc
             line = line.removeprefix("\ufeff")  # a byte order mark (a file of questions an editor saved)
-            if not line or not line.strip() or line.strip().lower() in ENDINGS:
+            # Only an empty line ends the session: a line of spaces is an empty question, refused
+            # by the agent with its one line (docs/cli.md, "Questions and queries").
+            if not line.rstrip("\r\n") or line.strip().lower() in ENDINGS:
                 break
             if not_utf8(line):
                 print("crag: error: that line is not UTF-8 text; type it again", file=err)

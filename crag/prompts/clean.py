@@ -1,6 +1,8 @@
 """Stats blocks and thinking: what is cut from replies and history before anyone reads them.
 
 ``strip_stats_blocks`` removes crag's own usage block (and its mojibake forms) from text;
+``strip_own_marks`` removes the marks grounding adds to an answer (``[unsupported]`` tags and
+crag's ``_Note: ..._`` lines) from an earlier answer sent as history, where a model would copy them;
 ``strip_think`` removes ``<think>`` blocks; ``clean_answer`` does both to an answer, and
 removes the source list a model wrote at its end (``crag.answer.without_source_list``).
 """
@@ -12,7 +14,7 @@ from typing import Any
 
 from ..answer import without_source_list
 
-__all__ = ["clean_answer", "strip_stats_blocks", "strip_think"]
+__all__ = ["clean_answer", "strip_own_marks", "strip_stats_blocks", "strip_think"]
 
 # 📊, and the same bytes read as cp1252 (ðŸ“Š) or latin-1.
 _STATS_EMOJI = "(?:\U0001F4CA|\u00f0\u0178\u201c\u0160|\u00f0\x9f\x93\x8a)"
@@ -23,6 +25,8 @@ _STATS_BARE = re.compile(
 )
 _RULE = re.compile(r"^[ \t]*(?:-{3,}|\*{3,}|_{3,})[ \t]*$")
 _RULE_TAIL = re.compile(r"[ \t]*(?:-{3,}|\*{3,}|_{3,})[ \t]*$")
+_OWN_TAG = re.compile(r"[ \t]?\[unsupported\]")  # crag.grounding.claims.UNSUPPORTED_TAG
+_OWN_NOTE = re.compile(r"^_Note: .*_[ \t]*$\n?", re.M)  # the notes crag adds to an answer's body
 _LIST_LINE = re.compile(r"^[ \t]*(?:[-*+\u2022]|\d{1,3}[.)])[ \t]+\S|^[ \t]*\|")
 _CONTINUATION = re.compile(r"^[ \t]{2,}\S")
 
@@ -99,6 +103,14 @@ def strip_think(text: str, *, answer: bool = False) -> str:
     if opened:
         text = text[: opened.start()]
     return text
+
+
+def strip_own_marks(text: str) -> str:
+    """An earlier answer without the marks crag's grounding added to it: the ``[unsupported]``
+    tags and crag's own ``_Note: ..._`` lines (unsupported sentences, weak evidence, a cut
+    answer). They tell the user about the answer; sent back as history, a model copies them
+    into its next answer, where grounding would take them for the model's words."""
+    return re.sub(r"\n{3,}", "\n\n", _OWN_NOTE.sub("", _OWN_TAG.sub("", text)))
 
 
 def clean_answer(text: Any) -> str:

@@ -16,7 +16,7 @@ from ..state import EvidenceItem, Message, ToolRun
 from ..text import keywords
 from ..text import one_line as _one_line
 from ..toolspec import Tool, planner_line
-from .clean import strip_stats_blocks
+from .clean import strip_own_marks, strip_stats_blocks
 
 __all__ = ["quote", "render"]
 
@@ -86,7 +86,8 @@ def _history_block(history: Sequence[Message], kind: str) -> str:
     turns = list(history)[-_HISTORY_TURNS[kind] :]
     parts = []
     for m in turns:
-        content = strip_stats_blocks(m.content).strip()
+        content = strip_stats_blocks(m.content)
+        content = (strip_own_marks(content) if m.role == "assistant" else content).strip()
         if not content:
             continue
         role = _one_line(m.role).capitalize() or "User"
