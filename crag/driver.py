@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import math
 import queue
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -26,6 +27,7 @@ from typing import Any
 
 from attrs import evolve
 
+from .budget import HEADROOM, prompt_tokens
 from .errors import LLMContextError, LLMError, ToolError
 from .events import AnswerDelta, AnswerStarted, EventHandler, NodeFinished, NodeStarted, RetryWaiting
 from .graph import END, START, TRANSITIONS, GraphError, Node, Outcome, next_node
@@ -46,12 +48,18 @@ REFITS = 3  # times one request is fitted again to a smaller window the server r
 MIN_WINDOW = 1024  # below this, a window is too small to fit a request to
 
 
-def smaller_window(current: int, reported: int | None) -> int | None:
+def smaller_window(current: int, reported: int | None, sent: int | None = None) -> int | None:
     """The window to fit a refused request to: the server's, when it said and it is smaller
-    than the one used; else four fifths of the one used; None when that is too small."""
-    if reported is not None and reported < current:
+    than the one used; else four fifths of the one used; None when that is too small.
+
+    ``sent`` is what the refused request took (prompt tokens and reply budget, as crag counts
+    them): the window used is then at most the one that request needed with its headroom, so
+    a request far smaller than ``current`` is fitted to something smaller than itself, never
+    sent again unchanged."""
+    used = current if sent is None else min(current, math.ceil(sent / (1.0 - HEADROOM)))
+    if reported is not None and reported < used:
         return reported if reported >= MIN_WINDOW else None
-    smaller = current * 4 // 5
+    smaller = used * 4 // 5
     return smaller if smaller >= MIN_WINDOW else None
 
 
@@ -222,7 +230,7 @@ class Driver:
         again when the request was (None: the step stands), the config and the state.
 
         A server that refuses the request as longer than its window gets it again, fitted to
-        the window it reported (or a fifth smaller); that window is the state's
+        the window it reported (or a fifth smaller than what it took); that window is the state's
         ``context_window`` for the rest of the question (audit ``context_refit``) and
         ``learnt_window`` for the driver's later questions."""
         refits = 0
@@ -240,7 +248,8 @@ class Driver:
                     reply = self.model.complete(request)
                 return reply, request, refitted_step, cfg, state
             except LLMContextError as err:
-                window = smaller_window(cfg.context_tokens, err.window)
+                sent = prompt_tokens(request.messages, cfg.count_tokens) + (request.max_tokens or 0)
+                window = smaller_window(cfg.context_tokens, err.window, sent)
                 if refits == REFITS or window is None:
                     raise
                 refits += 1
