@@ -28,7 +28,7 @@ from typing import Any
 from attrs import evolve
 
 from .budget import HEADROOM, prompt_tokens
-from .errors import LLMContextError, LLMError, ToolError
+from .errors import LLMContextError, LLMError, ToolError, UsageError
 from .events import AnswerDelta, AnswerStarted, EventHandler, NodeFinished, NodeStarted, RetryWaiting
 from .graph import END, START, TRANSITIONS, GraphError, Node, Outcome, next_node
 from .grounding import missing
@@ -185,9 +185,10 @@ class Driver:
             on_event(NodeStarted(name))
         module = NODES[node]
         cfg = self.cfg if state.context_window is None else self.config(state)
-        step = module.prepare(state, cfg)
-        request = step.request
         usage = state.usage
+        with _spent_told(lambda: usage):  # a question found too long for this step's prompt
+            step = module.prepare(state, cfg)
+        request = step.request
         with _waits_reported(name, on_event) as relay, _spent_told(lambda: usage):
             if request is None:
                 reply: Any = None
@@ -310,11 +311,11 @@ def _contexts(calls: Sequence[Any]) -> list[contextvars.Context]:
 
 @contextlib.contextmanager
 def _spent_told(spent: Callable[[], Usage]) -> Iterator[None]:
-    """An ``LLMError`` leaving the block carries ``spent()``, the question's usage so far: the
-    calls already paid for (``LLMError.spent``)."""
+    """An ``LLMError`` (or a ``UsageError``: a prompt that cannot fit) leaving the block carries
+    ``spent()``, the question's usage so far: the calls already paid for (``LLMError.spent``)."""
     try:
         yield
-    except LLMError as err:
+    except (LLMError, UsageError) as err:
         if err.spent is None:
             err.spent = spent()
         raise

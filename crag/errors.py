@@ -76,9 +76,13 @@ class UnknownSettingError(ConfigError):
 
 
 class UsageError(CragError):
-    """The command line or a library call was given arguments that make no sense."""
+    """The command line or a library call was given arguments that make no sense.
+
+    ``spent``, as ``LLMError.spent``: for a question found too long for the context window
+    only at a later step, the usage of the calls it had already made (None otherwise)."""
 
     exit_status = 2
+    spent: Any = None
 
 
 class KnowledgeBaseError(CragError):

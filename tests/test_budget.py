@@ -4,6 +4,7 @@ history and question sizes; what gives way, and in which order."""
 from __future__ import annotations
 
 import json
+import re
 from itertools import pairwise
 
 import pytest
@@ -251,6 +252,40 @@ def test_the_cli_says_when_a_question_cannot_fit(tmp_path, monkeypatch):
     last = err.getvalue().splitlines()[-1]  # after the indexing note
     assert last.startswith("crag: error: the question does not fit") and "KB_AGENT_CONTEXT_TOKENS" in last
     assert "Traceback" not in err.getvalue()
+
+
+def test_a_question_too_long_for_a_later_step_says_what_it_had_already_spent(tmp_path, monkeypatch):
+    """A question that fits routing but not a later step's prompt (planning's, or the answer's
+    with one item) fails there, after calls the user paid for: its one line says so, as the
+    line of a server that fails mid-question does."""
+    import io
+
+    from crag.cli import main
+
+    from .fakes import clean_env, plan, route
+
+    clean_env(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "kb").mkdir()
+    (tmp_path / "kb" / "a.md").write_text("# Uploads\n\nUploads retry three times after a failure.\n")
+    monkeypatch.setenv("KB_AGENT_INDEX_DIR", str(tmp_path / "idx"))
+    assert main(["index", "kb"], io.StringIO(), io.StringIO()) == 0
+    question = QUESTION + " Please explain how the upload retry works after a failure in detail." * 17
+    with FakeOpenAIServer() as srv:
+        srv.default("analyze_and_route", route("complex"))
+        srv.default("plan", plan(("vector_search", {"query": "upload retry"})))
+        srv.default("grade_evidence", grades(rest=0.9))
+        srv.default("synthesize", "Uploads retry [1].")
+        for key, value in {"OPENAI_BASE_URL": srv.base_url, "OPENAI_API_KEY": "k", "KB_AGENT_MODEL": "test-model",
+                           "KB_AGENT_CONTEXT_TOKENS": "1024"}.items():
+            monkeypatch.setenv(key, value)
+        out, err = io.StringIO(), io.StringIO()
+        code = main(["ask", question], out, err)
+        paid = len(srv.nodes())
+    line = err.getvalue().splitlines()[-1]
+    assert code == 2 and out.getvalue() == "" and "Traceback" not in err.getvalue()
+    assert line.startswith("crag: error: the question ") and "KB_AGENT_CONTEXT_TOKENS=1024" in line
+    assert paid >= 1 and re.search(rf"; before it, this question made {paid} LLM calls? \([\d,]+ tokens\)$", line), line
 
 
 @pytest.mark.parametrize("turns", [3, 12, 5_000])
