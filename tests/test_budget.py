@@ -254,10 +254,9 @@ def test_the_cli_says_when_a_question_cannot_fit(tmp_path, monkeypatch):
     assert "Traceback" not in err.getvalue()
 
 
-def test_a_question_too_long_for_a_later_step_says_what_it_had_already_spent(tmp_path, monkeypatch):
-    """A question that fits routing but not a later step's prompt (planning's, or the answer's
-    with one item) fails there, after calls the user paid for: its one line says so, as the
-    line of a server that fails mid-question does."""
+def tiny_window_ask(tmp_path, monkeypatch, text: str, question: str) -> tuple[int, str, str, list]:
+    """``crag ask question`` with KB_AGENT_CONTEXT_TOKENS=1024 over one file holding ``text``:
+    the exit status, stdout, the last line of stderr and the nodes the server was asked for."""
     import io
 
     from crag.cli import main
@@ -267,10 +266,9 @@ def test_a_question_too_long_for_a_later_step_says_what_it_had_already_spent(tmp
     clean_env(monkeypatch)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "kb").mkdir()
-    (tmp_path / "kb" / "a.md").write_text("# Uploads\n\nUploads retry three times after a failure.\n")
+    (tmp_path / "kb" / "a.md").write_text(text)
     monkeypatch.setenv("KB_AGENT_INDEX_DIR", str(tmp_path / "idx"))
     assert main(["index", "kb"], io.StringIO(), io.StringIO()) == 0
-    question = QUESTION + " Please explain how the upload retry works after a failure in detail." * 17
     with FakeOpenAIServer() as srv:
         srv.default("analyze_and_route", route("complex"))
         srv.default("plan", plan(("vector_search", {"query": "upload retry"})))
@@ -281,11 +279,31 @@ def test_a_question_too_long_for_a_later_step_says_what_it_had_already_spent(tmp
             monkeypatch.setenv(key, value)
         out, err = io.StringIO(), io.StringIO()
         code = main(["ask", question], out, err)
-        paid = len(srv.nodes())
-    line = err.getvalue().splitlines()[-1]
-    assert code == 2 and out.getvalue() == "" and "Traceback" not in err.getvalue()
-    assert line.startswith("crag: error: the question ") and "KB_AGENT_CONTEXT_TOKENS=1024" in line
-    assert paid >= 1 and re.search(rf"; before it, this question made {paid} LLM calls? \([\d,]+ tokens\)$", line), line
+        nodes = srv.nodes()
+    assert "Traceback" not in err.getvalue()
+    return code, out.getvalue(), err.getvalue().splitlines()[-1], nodes
+
+
+def test_a_question_too_long_for_the_planning_prompt_is_refused_before_any_call(tmp_path, monkeypatch):
+    """A question that fit routing's prompt but not planning's was refused at plan, after the
+    routing call the user paid for: it is refused before that call, as one too long for routing is."""
+    question = QUESTION + " Please explain how the upload retry works after a failure in detail." * 17
+    code, out, line, nodes = tiny_window_ask(tmp_path, monkeypatch, "# Uploads\n\nUploads retry three times.\n",
+                                             question)
+    assert code == 2 and out == "" and nodes == []
+    assert line.startswith("crag: error: the question does not fit the model's context window")
+    assert "KB_AGENT_CONTEXT_TOKENS=1024" in line and "before it" not in line
+
+
+def test_a_question_whose_evidence_leaves_the_answer_no_room_says_what_it_had_already_spent(tmp_path, monkeypatch):
+    """Evidence too long for the answer's prompt (one line no excerpt can shorten) is found only
+    at synthesize, after calls the user paid for: the one line says what they cost, as the line
+    of a server that fails mid-question does."""
+    text = "# Uploads\n\n" + " ".join(f"upload retry step{i} waits" for i in range(60)) + "\n"
+    code, out, line, nodes = tiny_window_ask(tmp_path, monkeypatch, text, QUESTION)
+    assert code == 2 and out == "" and len(nodes) >= 2 and nodes[-1] != "synthesize", (line, nodes)
+    assert line.startswith("crag: error: the question leaves no room for its evidence")
+    assert re.search(rf"; before it, this question made {len(nodes)} LLM calls \([\d,]+ tokens\)$", line), line
 
 
 @pytest.mark.parametrize("turns", [3, 12, 5_000])
