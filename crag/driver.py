@@ -235,6 +235,7 @@ class Driver:
         ``context_window`` for the rest of the question (audit ``context_refit``) and
         ``learnt_window`` for the driver's later questions."""
         refits = 0
+        refused_ms = 0.0  # the time of the requests refused as too long: the node's time too
         refitted_step: Step | None = None
         while True:
             try:
@@ -247,8 +248,11 @@ class Driver:
                     reply = self.model.complete(request, lambda text: on_event(AnswerDelta(text)))
                 else:
                     reply = self.model.complete(request)
+                if refused_ms:
+                    reply = evolve(reply, latency_ms=reply.latency_ms + refused_ms)
                 return reply, request, refitted_step, cfg, state
             except LLMContextError as err:
+                refused_ms += err.latency_ms
                 sent = prompt_tokens(request.messages, cfg.count_tokens) + (request.max_tokens or 0)
                 window = smaller_window(cfg.context_tokens, err.window, sent)
                 if refits == REFITS or window is None:

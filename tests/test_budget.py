@@ -331,3 +331,39 @@ def test_a_long_history_is_trimmed_with_few_renders_to_the_same_turns(turns):
     assert kept == 0 or fits(kept)
     assert kept == turns or not fits(kept + 1)  # no more turns were dropped than had to be
     assert len(counted) <= 2 * (20 + len(task.items) * 4)  # renders grow with log(turns), not turns
+
+
+def test_the_time_of_a_request_refused_as_too_long_counts_in_its_nodes_latency():
+    """The usage block's latency is the wall-clock time of each call, retries and fallbacks
+    included; a request the server refused as too long and crag sent again fitted was left out."""
+    from crag.errors import LLMContextError
+    from crag.ports import LLMRequest
+
+    class RefusesTheFirstAnswer(ScriptedChatModel):
+        refused = False
+
+        def complete(self, request, on_delta=None):
+            if request.node == "synthesize" and not self.refused:
+                self.refused = True
+                err = LLMContextError("too long", node="synthesize", status=400, window=2048)
+                err.latency_ms = 250.0
+                raise err
+            return super().complete(request)
+
+    model = RefusesTheFirstAnswer({"analyze_and_route": [ROUTE], "plan": [PLAN], "grade_evidence": [json.dumps([0.9] * 5)],
+                                   "synthesize": ["Uploads retry [1]."]})
+    items = [big_item(n, 3, 6, tool="grep_search") for n in range(5)]
+    s = Settings(auto_approve_max_items=0)
+    result = Agent(model, FakeToolbox({"grep_search": [items]}, question=QUESTION, question_results=items), s).ask(QUESTION)
+    assert any(e.event == "context_refit" for e in result.state.audit)
+    assert result.state.usage.by_node["synthesize"].latency_ms >= 250.0
+
+    with FakeOpenAIServer() as srv:  # the adapter says how long a refused request took
+        srv.context_window = 1024
+        srv.default("*", "ok")
+        settings_ = Settings(llm="openai", openai_base_url=srv.base_url, model="test-model", llm_max_retries=0,
+                             structured_output="off")
+        with pytest.raises(LLMContextError) as caught:
+            OpenAIChatModel(settings_).complete(LLMRequest("synthesize", GradeTask("q", ()),
+                                                           ({"role": "user", "content": "word " * 900},), max_tokens=200))
+        assert caught.value.latency_ms > 0
