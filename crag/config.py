@@ -35,6 +35,7 @@ from .environment import (  # re-exported
 )
 from .errors import ConfigError, UnknownSettingError, UsageError
 from .modes import (  # re-exported
+    MAX_TOP_K,
     EmbedderKind,
     GraderStyle,
     GradingPolicyName,
@@ -313,7 +314,7 @@ class Settings:
     grade_memory: bool = setting("KB_AGENT_GRADE_MEMORY", _switch, False, node=True)
     grader: GraderStyle = setting("KB_AGENT_GRADER", Choice(GraderStyle), GraderStyle.BATCH, node=True)
     grading_policy: GradingPolicyName = setting("KB_AGENT_GRADING_POLICY", Choice(GradingPolicyName), GradingPolicyName.DEFAULT, node=True)
-    top_k: int = setting("KB_AGENT_TOP_K", Integer(1, 50), 5, node=True)  # 50: toolspec.MAX_TOP_K (tested)
+    top_k: int = setting("KB_AGENT_TOP_K", Integer(1, MAX_TOP_K), 5, node=True)
     index_dir: str = setting("KB_AGENT_INDEX_DIR", _folder, ".crag")
     # Adapting default: openai when a key or a server is set, else offline (__attrs_post_init__).
     llm: LLMBackend = setting("KB_AGENT_LLM", _backend, ADAPTING)
@@ -332,8 +333,7 @@ class Settings:
     confluence_api_token: str = setting("CONFLUENCE_API_TOKEN", _secret, "")
     web_fetch: bool = setting("KB_AGENT_WEB_FETCH", _switch, False)
     embedding_base_url: str | None = setting("KB_AGENT_EMBEDDING_BASE_URL", _url, None)
-    temperature: float = setting("KB_AGENT_TEMPERATURE", Number(0.0, 2.0, "a number between 0 and 2"), 0.2,
-                                 node=True)
+    temperature: float = setting("KB_AGENT_TEMPERATURE", Number(0.0, 2.0, "a number between 0 and 2"), 0.2, node=True)
     # Adapting default: 1024, or half of a smaller KB_AGENT_CONTEXT_TOKENS (__attrs_post_init__).
     max_answer_tokens: int = setting("KB_AGENT_MAX_ANSWER_TOKENS", Integer(16), ADAPTING, node=True)
     context_tokens: int = setting("KB_AGENT_CONTEXT_TOKENS", Integer(1024, MAX_WINDOW), 8192, node=True)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import math
 import queue
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -26,7 +27,8 @@ from typing import Any
 
 from attrs import evolve
 
-from .errors import LLMContextError, LLMError, ToolError
+from .budget import HEADROOM, prompt_tokens
+from .errors import LLMContextError, LLMError, ToolError, UsageError
 from .events import AnswerDelta, AnswerStarted, EventHandler, NodeFinished, NodeStarted, RetryWaiting
 from .graph import END, START, TRANSITIONS, GraphError, Node, Outcome, next_node
 from .grounding import missing
@@ -46,12 +48,18 @@ REFITS = 3  # times one request is fitted again to a smaller window the server r
 MIN_WINDOW = 1024  # below this, a window is too small to fit a request to
 
 
-def smaller_window(current: int, reported: int | None) -> int | None:
+def smaller_window(current: int, reported: int | None, sent: int | None = None) -> int | None:
     """The window to fit a refused request to: the server's, when it said and it is smaller
-    than the one used; else four fifths of the one used; None when that is too small."""
-    if reported is not None and reported < current:
+    than the one used; else four fifths of the one used; None when that is too small.
+
+    ``sent`` is what the refused request took (prompt tokens and reply budget, as crag counts
+    them): the window used is then at most the one that request needed with its headroom, so
+    a request far smaller than ``current`` is fitted to something smaller than itself, never
+    sent again unchanged."""
+    used = current if sent is None else min(current, math.ceil(sent / (1.0 - HEADROOM)))
+    if reported is not None and reported < used:
         return reported if reported >= MIN_WINDOW else None
-    smaller = current * 4 // 5
+    smaller = used * 4 // 5
     return smaller if smaller >= MIN_WINDOW else None
 
 
@@ -177,9 +185,10 @@ class Driver:
             on_event(NodeStarted(name))
         module = NODES[node]
         cfg = self.cfg if state.context_window is None else self.config(state)
-        step = module.prepare(state, cfg)
-        request = step.request
         usage = state.usage
+        with _spent_told(lambda: usage):  # a question found too long for this step's prompt
+            step = module.prepare(state, cfg)
+        request = step.request
         with _waits_reported(name, on_event) as relay, _spent_told(lambda: usage):
             if request is None:
                 reply: Any = None
@@ -222,10 +231,11 @@ class Driver:
         again when the request was (None: the step stands), the config and the state.
 
         A server that refuses the request as longer than its window gets it again, fitted to
-        the window it reported (or a fifth smaller); that window is the state's
+        the window it reported (or a fifth smaller than what it took); that window is the state's
         ``context_window`` for the rest of the question (audit ``context_refit``) and
         ``learnt_window`` for the driver's later questions."""
         refits = 0
+        refused_ms = 0.0  # the time of the requests refused as too long: the node's time too
         refitted_step: Step | None = None
         while True:
             try:
@@ -238,9 +248,13 @@ class Driver:
                     reply = self.model.complete(request, lambda text: on_event(AnswerDelta(text)))
                 else:
                     reply = self.model.complete(request)
+                if refused_ms:
+                    reply = evolve(reply, latency_ms=reply.latency_ms + refused_ms)
                 return reply, request, refitted_step, cfg, state
             except LLMContextError as err:
-                window = smaller_window(cfg.context_tokens, err.window)
+                refused_ms += err.latency_ms
+                sent = prompt_tokens(request.messages, cfg.count_tokens) + (request.max_tokens or 0)
+                window = smaller_window(cfg.context_tokens, err.window, sent)
                 if refits == REFITS or window is None:
                     raise
                 refits += 1
@@ -301,11 +315,11 @@ def _contexts(calls: Sequence[Any]) -> list[contextvars.Context]:
 
 @contextlib.contextmanager
 def _spent_told(spent: Callable[[], Usage]) -> Iterator[None]:
-    """An ``LLMError`` leaving the block carries ``spent()``, the question's usage so far: the
-    calls already paid for (``LLMError.spent``)."""
+    """An ``LLMError`` (or a ``UsageError``: a prompt that cannot fit) leaving the block carries
+    ``spent()``, the question's usage so far: the calls already paid for (``LLMError.spent``)."""
     try:
         yield
-    except LLMError as err:
+    except (LLMError, UsageError) as err:
         if err.spent is None:
             err.spent = spent()
         raise

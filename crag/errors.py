@@ -76,9 +76,13 @@ class UnknownSettingError(ConfigError):
 
 
 class UsageError(CragError):
-    """The command line or a library call was given arguments that make no sense."""
+    """The command line or a library call was given arguments that make no sense.
+
+    ``spent``, as ``LLMError.spent``: for a question found too long for the context window
+    only at a later step, the usage of the calls it had already made (None otherwise)."""
 
     exit_status = 2
+    spent: Any = None
 
 
 class KnowledgeBaseError(CragError):
@@ -110,12 +114,14 @@ class LLMError(CragError):
 
     ``spent`` is the question's usage (``crag.state.Usage``) before the call that failed: the
     calls already made and paid for, which no answer's usage block will show (None outside a
-    question)."""
+    question). ``latency_ms`` is how long the failed call took (a refused request that crag
+    sends again fitted to a smaller window counts in that node's latency)."""
 
     def __init__(self, message: str, node: str | None = None, status: int | None = None) -> None:
         self.node = node
         self.status = status
         self.spent: Any = None
+        self.latency_ms = 0.0  # how long the failed call took, retries included
         super().__init__(message)
 
 

@@ -1,4 +1,5 @@
-"""The modes: settings that name one of a few behaviours, as enums. Pure, no I/O.
+"""The modes: settings that name one of a few behaviours, as enums, and the bounds the pure
+core and the settings share (``MAX_TOP_K``). Pure, no I/O.
 
 ``crag.config`` reads them from the environment (``Choice``) and re-exports them; they live
 here so the pure core can name them too (``crag.grading.GRADERS`` from ``GraderStyle``,
@@ -13,7 +14,10 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["EmbedderKind", "GraderStyle", "GradingPolicyName", "GroundingMode", "LLMBackend", "StructuredOutput"]
+__all__ = ["MAX_TOP_K", "EmbedderKind", "GraderStyle", "GradingPolicyName", "GroundingMode", "LLMBackend",
+           "StructuredOutput"]
+
+MAX_TOP_K = 50  # the largest top_k any search takes; KB_AGENT_TOP_K and --top-k are held to it
 
 
 class LLMBackend(enum.StrEnum):

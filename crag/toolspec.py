@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from attrs import field, frozen
 
 from .errors import UsageError
+from .modes import MAX_TOP_K  # re-exported: the largest top_k any search takes
 from .state import AuditEvent, EvidenceItem, ToolCall
 
 if TYPE_CHECKING:
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CONFIGURED_TOP_K",
+    "MAX_TOP_K",
     "ArgumentError",
     "Http",
     "Paging",
@@ -59,7 +61,6 @@ __all__ = [
 ]
 
 TOOL_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
-MAX_TOP_K = 50  # the largest top_k any search takes
 
 
 class ArgumentError(ValueError):

@@ -4,6 +4,8 @@ history and question sizes; what gives way, and in which order."""
 from __future__ import annotations
 
 import json
+import re
+from itertools import pairwise
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -183,9 +185,25 @@ def test_a_server_that_does_not_say_its_window_gets_smaller_requests_until_one_f
         _, result = window_run(srv, 2600, "bare", context_tokens=4096)
         assert result.answer.startswith("Uploads retry [1]")
         refits = [e.fields for e in result.state.audit if e.event == "context_refit"]
-        assert refits == [{"node": "synthesize", "context_tokens": 3276, "server_window": None}]  # four fifths
+        assert len(refits) == 1 and refits[0]["node"] == "synthesize" and refits[0]["server_window"] is None
+        # four fifths of the window used: the setting's, or less when the refused request needed less
+        assert refits[0]["context_tokens"] <= 4096 * 4 // 5
         (_, last_prompt, last_budget), refused = srv.prompt_sizes[-1], srv.prompt_sizes[-2]
         assert refused[1] + refused[2] > 2600 >= last_prompt + last_budget
+
+
+def test_a_silent_server_far_below_the_setting_gets_smaller_requests_not_the_same_one_again():
+    """KB_AGENT_CONTEXT_TOKENS=8192 against a server whose window is 2600 and that does not say
+    so: four fifths of 8192 is still far above the refused request, so fitting to it sent the
+    very same request again (and again), and the question failed although 2600 fits it."""
+    with FakeOpenAIServer() as srv:
+        _, result = window_run(srv, 2600, "bare", context_tokens=8192)
+        assert result.answer.startswith("Uploads retry [1]")
+        sent = [p + m for node, p, m in srv.prompt_sizes if node == "synthesize"]
+        assert all(later < before for before, later in pairwise(sent))  # every refit is a smaller request
+        assert sent[-1] <= 2600
+        refits = [e.fields for e in result.state.audit if e.event == "context_refit"]
+        assert 1 <= len(refits) <= 3 and all(r["server_window"] is None for r in refits)
 
 
 def test_a_window_too_small_for_any_request_is_one_clear_error():
@@ -236,6 +254,58 @@ def test_the_cli_says_when_a_question_cannot_fit(tmp_path, monkeypatch):
     assert "Traceback" not in err.getvalue()
 
 
+def tiny_window_ask(tmp_path, monkeypatch, text: str, question: str) -> tuple[int, str, str, list]:
+    """``crag ask question`` with KB_AGENT_CONTEXT_TOKENS=1024 over one file holding ``text``:
+    the exit status, stdout, the last line of stderr and the nodes the server was asked for."""
+    import io
+
+    from crag.cli import main
+
+    from .fakes import clean_env, plan, route
+
+    clean_env(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "kb").mkdir()
+    (tmp_path / "kb" / "a.md").write_text(text)
+    monkeypatch.setenv("KB_AGENT_INDEX_DIR", str(tmp_path / "idx"))
+    assert main(["index", "kb"], io.StringIO(), io.StringIO()) == 0
+    with FakeOpenAIServer() as srv:
+        srv.default("analyze_and_route", route("complex"))
+        srv.default("plan", plan(("vector_search", {"query": "upload retry"})))
+        srv.default("grade_evidence", grades(rest=0.9))
+        srv.default("synthesize", "Uploads retry [1].")
+        for key, value in {"OPENAI_BASE_URL": srv.base_url, "OPENAI_API_KEY": "k", "KB_AGENT_MODEL": "test-model",
+                           "KB_AGENT_CONTEXT_TOKENS": "1024"}.items():
+            monkeypatch.setenv(key, value)
+        out, err = io.StringIO(), io.StringIO()
+        code = main(["ask", question], out, err)
+        nodes = srv.nodes()
+    assert "Traceback" not in err.getvalue()
+    return code, out.getvalue(), err.getvalue().splitlines()[-1], nodes
+
+
+def test_a_question_too_long_for_the_planning_prompt_is_refused_before_any_call(tmp_path, monkeypatch):
+    """A question that fit routing's prompt but not planning's was refused at plan, after the
+    routing call the user paid for: it is refused before that call, as one too long for routing is."""
+    question = QUESTION + " Please explain how the upload retry works after a failure in detail." * 17
+    code, out, line, nodes = tiny_window_ask(tmp_path, monkeypatch, "# Uploads\n\nUploads retry three times.\n",
+                                             question)
+    assert code == 2 and out == "" and nodes == []
+    assert line.startswith("crag: error: the question does not fit the model's context window")
+    assert "KB_AGENT_CONTEXT_TOKENS=1024" in line and "before it" not in line
+
+
+def test_a_question_whose_evidence_leaves_the_answer_no_room_says_what_it_had_already_spent(tmp_path, monkeypatch):
+    """Evidence too long for the answer's prompt (one line no excerpt can shorten) is found only
+    at synthesize, after calls the user paid for: the one line says what they cost, as the line
+    of a server that fails mid-question does."""
+    text = "# Uploads\n\n" + " ".join(f"upload retry step{i} waits" for i in range(60)) + "\n"
+    code, out, line, nodes = tiny_window_ask(tmp_path, monkeypatch, text, QUESTION)
+    assert code == 2 and out == "" and len(nodes) >= 2 and nodes[-1] != "synthesize", (line, nodes)
+    assert line.startswith("crag: error: the question leaves no room for its evidence")
+    assert re.search(rf"; before it, this question made {len(nodes)} LLM calls \([\d,]+ tokens\)$", line), line
+
+
 @pytest.mark.parametrize("turns", [3, 12, 5_000])
 def test_a_long_history_is_trimmed_with_few_renders_to_the_same_turns(turns):
     """A chat of thousands of turns (or ``ask --history`` of them) with evidence that does not
@@ -261,3 +331,39 @@ def test_a_long_history_is_trimmed_with_few_renders_to_the_same_turns(turns):
     assert kept == 0 or fits(kept)
     assert kept == turns or not fits(kept + 1)  # no more turns were dropped than had to be
     assert len(counted) <= 2 * (20 + len(task.items) * 4)  # renders grow with log(turns), not turns
+
+
+def test_the_time_of_a_request_refused_as_too_long_counts_in_its_nodes_latency():
+    """The usage block's latency is the wall-clock time of each call, retries and fallbacks
+    included; a request the server refused as too long and crag sent again fitted was left out."""
+    from crag.errors import LLMContextError
+    from crag.ports import LLMRequest
+
+    class RefusesTheFirstAnswer(ScriptedChatModel):
+        refused = False
+
+        def complete(self, request, on_delta=None):
+            if request.node == "synthesize" and not self.refused:
+                self.refused = True
+                err = LLMContextError("too long", node="synthesize", status=400, window=2048)
+                err.latency_ms = 250.0
+                raise err
+            return super().complete(request)
+
+    model = RefusesTheFirstAnswer({"analyze_and_route": [ROUTE], "plan": [PLAN], "grade_evidence": [json.dumps([0.9] * 5)],
+                                   "synthesize": ["Uploads retry [1]."]})
+    items = [big_item(n, 3, 6, tool="grep_search") for n in range(5)]
+    s = Settings(auto_approve_max_items=0)
+    result = Agent(model, FakeToolbox({"grep_search": [items]}, question=QUESTION, question_results=items), s).ask(QUESTION)
+    assert any(e.event == "context_refit" for e in result.state.audit)
+    assert result.state.usage.by_node["synthesize"].latency_ms >= 250.0
+
+    with FakeOpenAIServer() as srv:  # the adapter says how long a refused request took
+        srv.context_window = 1024
+        srv.default("*", "ok")
+        settings_ = Settings(llm="openai", openai_base_url=srv.base_url, model="test-model", llm_max_retries=0,
+                             structured_output="off")
+        with pytest.raises(LLMContextError) as caught:
+            OpenAIChatModel(settings_).complete(LLMRequest("synthesize", GradeTask("q", ()),
+                                                           ({"role": "user", "content": "word " * 900},), max_tokens=200))
+        assert caught.value.latency_ms > 0

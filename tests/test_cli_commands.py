@@ -141,7 +141,7 @@ def test_ask_top_k_limits_every_vector_search(kb: Path) -> None:
     searches = [run for run in state.tool_history if run.call.tool == "vector_search"]
     assert searches and all(len(run.items) <= 1 for run in searches)
     code, _, err = cli("ask", "--top-k", "0", "hi")
-    assert code == 2 and err == "crag: error: --top-k must be at least 1, got 0\n"
+    assert code == 2 and err == "crag: error: --top-k must be from 1 to 50, got 0\n"
 
 
 def test_ask_dash_reads_the_question_from_standard_input(kb: Path) -> None:

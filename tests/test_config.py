@@ -123,6 +123,42 @@ def test_a_count_that_bounds_a_loop_has_a_ceiling(var, value, accepts, tmp_path)
     assert Settings(max_iterations=20).max_iterations == 20 and Settings(llm_max_retries=10).llm_max_retries == 10
 
 
+def test_top_k_above_what_a_search_takes_is_refused_not_a_question_left_unsearched(tmp_path, monkeypatch) -> None:
+    """``KB_AGENT_TOP_K=100`` (or ``ask --top-k 100``) was accepted, then the question's own
+    ``vector_search`` asked for 100 hits, was refused as a tool error (at most 50) and the
+    question was answered without its own search. A setting is checked where it is set."""
+    import io
+    import json
+
+    from tests.fakes import clean_env
+
+    clean_env(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "setup.md").write_text("# Setup\n\nThe server listens on port 8080.\n")
+    monkeypatch.setenv("KB_AGENT_INDEX_DIR", str(tmp_path / "index"))
+    assert main(["index", "docs"], io.StringIO(), io.StringIO()) == 0
+
+    with pytest.raises(ConfigError, match="from 1 to 50"):
+        Settings(top_k=51)
+    monkeypatch.setenv("KB_AGENT_TOP_K", "51")
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["ask", "Which port does the server listen on?"], out, err) == 2 and out.getvalue() == ""
+    assert err.getvalue() == ("crag: error: KB_AGENT_TOP_K=51 is not valid: expected an integer from 1 to 50 "
+                              "(set in the environment)\n")
+    monkeypatch.delenv("KB_AGENT_TOP_K")
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["ask", "--top-k", "100", "Which port does the server listen on?"], out, err) == 2
+    assert err.getvalue() == "crag: error: --top-k must be from 1 to 50, got 100\n"
+
+    monkeypatch.setenv("KB_AGENT_TOP_K", "50")  # the most a search takes: the question is searched with it
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["ask", "--json", "Which port does the server listen on?"], out, err) == 0, err.getvalue()
+    audit = json.loads(out.getvalue())["audit"]
+    assert not [e for e in audit if e["event"] == "tool_error"]
+    assert json.loads(out.getvalue())["citations"][0]["path"] == "docs/setup.md"
+
+
 def test_the_largest_window_reads_no_more_than_64_mib_of_a_stream_with_no_end(tmp_path) -> None:
     """KB_AGENT_CONTEXT_TOKENS=1000000000000 made ``ask - < /dev/zero`` read until memory ran out
     (a MemoryError traceback); the window now has a ceiling and a question one more."""
@@ -429,10 +465,13 @@ def test_a_top_k_larger_than_any_search_returns_is_refused_naming_the_range(give
         said, where = "KB_AGENT_TOP_K=51", "set in the environment"
     else:
         argv += ["--top-k", "51"]
-        said, where = "KB_AGENT_TOP_K=51", "given as an argument"
+        said, where = "--top-k", "given as an argument"
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"crag: error: {said} is not valid: expected an integer from 1 to {MAX_TOP_K} ({where}")
+    if given == "environment":
+        assert err.startswith(f"crag: error: {said} is not valid: expected an integer from 1 to {MAX_TOP_K} ({where}")
+    else:  # the option is checked as an option, in its own words
+        assert err == f"crag: error: --top-k must be from 1 to {MAX_TOP_K}, got 51\n"
     assert err.count("\n") == 1
     assert Settings(top_k=MAX_TOP_K).top_k == MAX_TOP_K
     with pytest.raises(ConfigError, match="KB_AGENT_TOP_K"):

@@ -166,6 +166,18 @@ def test_strip_stats_blocks_anywhere_and_in_every_form():
     assert strip_stats_blocks(hallucinated) == "Uploads retry three times [1]."
 
 
+def test_a_stats_block_a_model_writes_in_its_own_shape_goes_whole():
+    """The heading of a usage block a model made up went, but its figures stayed in the answer
+    ("API calls: 99, tokens: 12"): written as plain lines, or as a list after a blank line."""
+    assert strip_stats_blocks("Port 8080 [1].\n\n**LLM Usage Stats**\nAPI calls: 99, tokens: 12") == "Port 8080 [1]."
+    plain = "Port 8080 [1].\n\n\U0001F4CA LLM Usage Stats\nModel: gpt-4\nAPI calls: 3\nTotal tokens: 1,234\nLatency: 2.1 s"
+    assert strip_stats_blocks(plain) == "Port 8080 [1]."
+    spaced = f"Port 8080 [1].\n\n---\n{STATS_HEADING}\n\n- **API calls:** 99\n- **Tokens:** 5"
+    assert strip_stats_blocks(spaced) == "Port 8080 [1]."
+    after = f"A.\n\n{STATS_HEADING}\n**Total tokens:** 9\n\nThe rest of the answer: it stays."
+    assert strip_stats_blocks(after) == "A.\n\nThe rest of the answer: it stays."
+
+
 def test_text_without_a_stats_block_is_unchanged():
     text = "Title\n---\n- a list\n\n  indented  "
     assert strip_stats_blocks(text) == text

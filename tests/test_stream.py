@@ -35,7 +35,8 @@ PIECES = ["The server listens on port 8080 by default.", " ", "\n", "\n\n", "[1]
 # unicode; and sentences grounding does not support, whose verdict may reopen the answer.
 REWRITES = ["<think>", "</think>", "<think>Which page [2]?</think>", "<thinking>", "</reasoning>", "<THINK>", "```",
             "`", "~~~", "\n```python\n", "1. The server listens on port 8080 by default.", "\n- A backup is kept",
-            "\n---\n", STATS_HEADING, "\nLLM Usage Stats:\n", "- **Model:** x\n", "docs/setup.md:L22", "> ", "1.",
+            "\n---\n", STATS_HEADING, "\nLLM Usage Stats:\n", "- **Model:** x\n", "API calls: 99, tokens: 12\n",
+            "Total tokens: 5", "docs/setup.md:L22", "> ", "1.",
             "It is blue.", "The moon is made of cheese.", "Überall grün — ja. ", "日本語の文です。", "🚀 ", "\u00f0\u0178",
             "| port | 8080 |\n|---|---|\n", "\t", "\r\n", "?", "[", "]", "[1].", "[^1]", "[^", "[Source 2]", "A backup is kept for thirty days [2].",
             # a source list the model writes itself, which only crag's footer replaces

@@ -110,6 +110,26 @@ def test_usage_the_server_reported_is_not_said_to_be_estimated(llm: FakeOpenAISe
     assert "estimated_calls" not in result["usage"] and "estimated" not in result["answer"]
 
 
+def test_usage_written_as_whole_numbers_with_a_decimal_point_is_the_servers_count(llm: FakeOpenAIServer) -> None:
+    """A gateway that writes ``"prompt_tokens": 120.0`` reported 120 tokens: the usage block
+    shows them, not crag's own estimate said to be one "because the server reported none"."""
+    def reply(text: str) -> Raw:
+        return Raw({"id": "c", "object": "chat.completion", "created": 0, "model": "m",
+                    "choices": [{"index": 0, "finish_reason": "stop",
+                                 "message": {"role": "assistant", "content": text}}],
+                    "usage": {"prompt_tokens": 120.0, "completion_tokens": 7.0}})  # no total_tokens
+
+    llm.default("analyze_and_route", reply(route("simple", "grep_search")))
+    llm.default("plan", reply(plan(("grep_search", {"pattern": "SERVICE_PORT"}))))
+    llm.script("synthesize", reply(REPLY))
+    code, out, err = cli("ask", QUESTION, "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["usage"]["prompt_tokens"] == 360 and result["usage"]["completion_tokens"] == 21
+    assert "estimated_calls" not in result["usage"] and "estimated" not in result["answer"]
+    assert "- **Tokens:** 360 prompt / 21 completion / 381 total" in result["answer"]
+
+
 def test_calls_paid_for_before_a_failure_are_counted_in_its_line(llm: FakeOpenAIServer,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     from crag import Agent, LLMError

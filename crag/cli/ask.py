@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import TextIO
 
 from ..errors import UsageError
+from ..modes import MAX_TOP_K
 from ..safe_text import blank, display_name
 from .common import (
     OVERRIDES,
@@ -84,8 +85,8 @@ def agent_for(args: argparse.Namespace, err: TextIO, later: list[Callable[[], No
     from ..agent import Agent
 
     top_k = getattr(args, "top_k", None)
-    if top_k is not None and top_k < 1:
-        raise UsageError(f"--top-k must be at least 1, got {top_k}")
+    if top_k is not None and not 1 <= top_k <= MAX_TOP_K:
+        raise UsageError(f"--top-k must be from 1 to {MAX_TOP_K}, got {top_k}")
     config = settings(top_k=top_k)
     require_index_libraries()
     notes = IndexNotes(err)

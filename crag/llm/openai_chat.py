@@ -235,7 +235,9 @@ class OpenAIChatModel:
                 if wait is None:
                     error = self._translate(exc, failure, node, retries, "response_format" in params, bool(delivered))
                     scrub_error(exc, self._secrets)  # its chain is logged with crag's error
-                    raise _redacted(error, self._secrets) from exc
+                    error = _redacted(error, self._secrets)
+                    error.latency_ms = (time.perf_counter() - started) * 1000.0
+                    raise error from exc
                 retries += 1
                 self.policy.rest(wait, retries, failure, node=node)
                 continue

@@ -23,6 +23,14 @@ def is_count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
+def _whole(value: Any) -> Any:
+    """A count a server wrote with a decimal point (``120.0``) as the integer it is; anything
+    else as it came (``is_count`` judges it)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
 def reply_usage(
     usage: Any,
     messages: Sequence[Mapping[str, str]],
@@ -47,6 +55,7 @@ def reply_usage(
         cached = details.get("cached_tokens")
     else:
         cached = getattr(details, "cached_tokens", None)
+    prompt, completion, cached = _whole(prompt), _whole(completion), _whole(cached)
     replaced = False
     prompt_bytes = sum(len(m["content"].encode("utf-8", "replace")) for m in messages)
     if is_count(prompt) and prompt > prompt_bytes + _SLACK_TOKENS:

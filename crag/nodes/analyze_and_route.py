@@ -6,6 +6,10 @@ here after ``RE_RETRIEVE``, a question already being researched is not downgrade
 ``chitchat`` or ``simple`` keeps its earlier complexity (only the suggested tools change), so a
 retry retrieves again instead of chatting, and its evidence is graded like the first round's
 instead of going to synthesis ungraded.
+
+Before a question's first call, the planning prompt with the bare question (no history, no
+evidence) must fit the context window too: a question that cannot fit it is refused then
+(``UsageError``), not after a routing call the user pays for.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from typing import TYPE_CHECKING
 from attrs import evolve
 
 from .. import budget, prompts, schemas
-from ..ports import AnalyzeTask, LLMRequest, Step
+from ..ports import AnalyzeTask, LLMRequest, PlanTask, Step
 from ..state import AgentState, Completion, Complexity, RoutingPlan
 from ..toolspec import search_tools
 
@@ -28,6 +32,10 @@ _RANK = {Complexity.CHITCHAT: 0, Complexity.SIMPLE: 1, Complexity.COMPLEX: 2}
 
 
 def prepare(state: AgentState, cfg: NodeConfig) -> Step:
+    if not state.trace:  # the question's first step: would planning have room for it?
+        bare = PlanTask(state.question, RoutingPlan(Complexity.COMPLEX, search_tools(cfg.tools), classified=False),
+                        (), (), cfg.tools, cfg.top_k)
+        budget.fit(bare, schemas.PLAN_MAX_TOKENS, cfg.context_tokens, prompts.render, cfg.count_tokens)
     task = AnalyzeTask(
         question=state.question,
         history=state.history,

@@ -29,10 +29,22 @@ _OWN_TAG = re.compile(r"[ \t]?\[unsupported\]")  # crag.grounding.claims.UNSUPPO
 _OWN_NOTE = re.compile(r"^_Note: .*_[ \t]*$\n?", re.M)  # the notes crag adds to an answer's body
 _LIST_LINE = re.compile(r"^[ \t]*(?:[-*+\u2022]|\d{1,3}[.)])[ \t]+\S|^[ \t]*\|")
 _CONTINUATION = re.compile(r"^[ \t]{2,}\S")
+# A figure of a usage block written as a plain line: "API calls: 3", "**Total tokens:** 1,234".
+_STAT_LINE = re.compile(
+    r"^[ \t]*(?:\*\*|__)?[ \t]*(?:[\w-]+[ \t]+){0,3}?(?:model|calls?|tokens?|latency|time|cost|usage)"
+    r"(?:[ \t]+[\w-]+){0,2}[ \t]*(?:\*\*|__)?[ \t]*:",
+    re.I,
+)
+
+
+def _block_line(line: str) -> bool:
+    """Whether ``line``, after a usage block's heading, is part of that block."""
+    return bool(_LIST_LINE.match(line) or _CONTINUATION.match(line) or _STAT_LINE.match(line))
 
 
 def strip_stats_blocks(text: str) -> str:
-    """``text`` without any ``📊 **LLM Usage Stats:**`` block and the Markdown list after it.
+    """``text`` without any ``📊 **LLM Usage Stats:**`` block and the Markdown list after it
+    (or the figures a model wrote there as plain lines, ``API calls: 3``).
 
     A ``---`` rule right before the heading goes too; so do the mojibake ``ðŸ“Š`` form and a
     bare ``**LLM Usage Stats:**`` heading line. Text without such a block is returned as is.
@@ -65,7 +77,12 @@ def strip_stats_blocks(text: str) -> str:
             elif blanks:
                 out.append("")
         i += 1
-        while i < len(lines) and (_LIST_LINE.match(lines[i]) or _CONTINUATION.match(lines[i])):
+        after_blanks = i
+        while after_blanks < len(lines) and not lines[after_blanks].strip():
+            after_blanks += 1
+        if after_blanks < len(lines) and _block_line(lines[after_blanks]):  # the block's list after a blank line
+            i = after_blanks
+        while i < len(lines) and _block_line(lines[i]):
             i += 1
     if not changed:
         return text
