@@ -36,67 +36,17 @@ from typing import TYPE_CHECKING, Any
 import attrs
 from attrs import frozen
 
+from .answer_log_schema import MIGRATIONS, SCHEMA_VERSION, migrate
 from .errors import CragError
 
 if TYPE_CHECKING:
     from .agent import Answer
     from .config import Settings
 
-__all__ = ["LOG_FILE", "MIGRATIONS", "AnswerLog", "LogEntry", "LogError", "log_folder", "logged_settings"]
+__all__ = ["LOG_FILE", "MIGRATIONS", "SCHEMA_VERSION", "AnswerLog", "LogEntry", "LogError", "log_folder", "logged_settings"]
 
 LOG_FILE = "log.sqlite"
 
-MIGRATIONS: tuple[tuple[int, str, str], ...] = (
-    (
-        1,
-        "conversations, answers, their citations and their usage by node",
-        """
-        CREATE TABLE conversations (
-            id INTEGER PRIMARY KEY,
-            started REAL NOT NULL,          -- Unix time
-            source TEXT NOT NULL            -- ask, chat or mcp
-        );
-        CREATE TABLE answers (
-            id INTEGER PRIMARY KEY,
-            conversation_id INTEGER NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
-            time REAL NOT NULL,             -- Unix time the answer was finished
-            question TEXT NOT NULL,
-            answer TEXT NOT NULL,           -- in full: footer and usage block included
-            body TEXT NOT NULL,             -- without footer and usage block
-            model TEXT NOT NULL,
-            complexity TEXT,
-            grader_action TEXT,
-            iterations INTEGER NOT NULL,
-            llm_calls INTEGER NOT NULL,
-            prompt_tokens INTEGER NOT NULL,
-            completion_tokens INTEGER NOT NULL,
-            latency_ms REAL NOT NULL,
-            settings TEXT NOT NULL          -- JSON: the settings that shaped the answer
-        );
-        CREATE INDEX answers_conversation ON answers (conversation_id);
-        CREATE TABLE citations (
-            answer_id INTEGER NOT NULL REFERENCES answers (id) ON DELETE CASCADE,
-            n INTEGER NOT NULL,
-            path TEXT NOT NULL,
-            line INTEGER,
-            page INTEGER,
-            tool TEXT NOT NULL,
-            PRIMARY KEY (answer_id, n)
-        );
-        CREATE TABLE node_usage (
-            answer_id INTEGER NOT NULL REFERENCES answers (id) ON DELETE CASCADE,
-            node TEXT NOT NULL,
-            calls INTEGER NOT NULL,
-            prompt_tokens INTEGER NOT NULL,
-            completion_tokens INTEGER NOT NULL,
-            cached_tokens INTEGER NOT NULL,
-            latency_ms REAL NOT NULL,
-            PRIMARY KEY (answer_id, node)
-        );
-        """,
-    ),
-)
-SCHEMA_VERSION = MIGRATIONS[-1][0]
 
 # Settings that are about where things are or who may read them, not about the answer.
 _NOT_LOGGED = frozenset({"openai_api_key", "jira_api_token", "confluence_api_token", "jira_email",
@@ -243,7 +193,7 @@ class AnswerLog:
                 db.execute("PRAGMA foreign_keys = ON")
                 db.text_factory = _text  # a cell that is not UTF-8 (another tool wrote it) is read, not an error
                 db.create_function("fold", 1, _fold, deterministic=True)  # LIKE folds ASCII letters only
-                _migrate(db)
+                migrate(db)
             except (OSError, sqlite3.Error) as exc:
                 raise LogError(f"the answer log {self.path} cannot be opened ({exc}); "
                                f"{_remedy(exc, ', or ')}KB_AGENT_LOG=off stops logging") from exc
@@ -513,45 +463,6 @@ def _settings(value: Any) -> Any:
     except (TypeError, ValueError, RecursionError):
         return _DAMAGED
     return settings if isinstance(settings, dict) else _DAMAGED
-
-
-def _migrate(db: sqlite3.Connection) -> None:
-    """Apply the migrations this file has not had yet, in one transaction that holds the write
-    lock from the moment it reads what was applied: another crag opening the same new log
-    waits, then finds the tables made (it failed with "table conversations already exists")."""
-    db.execute("CREATE TABLE IF NOT EXISTS migrations (version INTEGER PRIMARY KEY, description TEXT NOT NULL, "
-               "applied REAL NOT NULL)")
-    done = {v for (v,) in db.execute("SELECT version FROM migrations")}
-    if done and max(done) > SCHEMA_VERSION:
-        raise sqlite3.DatabaseError(f"it was written by a newer crag (schema {max(done)}, this crag knows {SCHEMA_VERSION})")
-    if done >= {version for version, _, _ in MIGRATIONS}:
-        return
-    db.execute("BEGIN IMMEDIATE")
-    try:
-        done = {v for (v,) in db.execute("SELECT version FROM migrations")}
-        for version, description, sql in MIGRATIONS:
-            if version in done:
-                continue
-            for statement in _statements(sql):
-                db.execute(statement)
-            db.execute("INSERT INTO migrations VALUES (?, ?, ?)", (version, description, time.time()))
-        db.execute("COMMIT")
-    except BaseException:
-        db.execute("ROLLBACK")
-        raise
-
-
-def _statements(sql: str) -> Iterator[str]:
-    """The statements of a migration's script, one at a time (``executescript`` would commit
-    the transaction that holds the lock)."""
-    statement = ""
-    for line in sql.splitlines(keepends=True):
-        statement += line
-        if sqlite3.complete_statement(statement):
-            yield statement
-            statement = ""
-    if statement.strip():
-        yield statement
 
 
 def _word(mode: Any) -> str | None:

@@ -13,7 +13,7 @@ IO_LIBRARIES = {"openai", "faiss", "httpx", "httpx2", "sqlite3", "time", "socket
                 "subprocess", "os", "pathlib", "shutil", "tiktoken", "numpy", "threading", "asyncio"}
 # crag's own modules that touch the environment, the disk, the network or the clock, or run
 # the loop around the core: the core may name them only for type checkers.
-IO_MODULES = {"config", "environment", "llm", "tools", "index", "cli", "mcp_server", "mcp_wire", "driver", "agent", "answer_log", "__main__"}
+IO_MODULES = {"config", "environment", "llm", "tools", "index", "cli", "mcp_server", "mcp_wire", "driver", "agent", "answer_log", "answer_log_schema", "__main__"}
 CORE = ["state.py", "graph.py", "answer.py", "ports.py", "text.py", "toolspec.py", "schemas.py", "events.py",
         "searches.py", "sentences.py", "pages.py", "modes.py", *[f"{package}/{p.name}" for package in ("nodes", "prompts", "grounding", "grading")
                          for p in sorted((CRAG / package).glob("*.py"))]]
@@ -159,7 +159,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("the knowledge-base index", frozenset({"index"})),
     ("the tools", frozenset({"tools"})),
     ("the loop", frozenset({"driver"})),
-    ("the library", frozenset({"agent", "stream", "answer_log"})),
+    ("the library", frozenset({"agent", "stream", "answer_log", "answer_log_schema"})),
     ("the interfaces", frozenset({"cli", "mcp_server", "mcp_wire", "__main__", "__init__"})),
 )
 
