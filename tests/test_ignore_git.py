@@ -13,7 +13,7 @@ import warnings
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 
 from crag.index.discover import discover
 from tests.strategies import ignore_trees
@@ -54,6 +54,7 @@ def crag_indexed(root: Path) -> set[str]:
 
 @settings(max_examples=100, suppress_health_check=[HealthCheck.too_slow])
 @given(tree=ignore_trees())
+@example(tree=([""], ["a.md"], {"": ["!a.md", "!a.md", "**\\/a.md"]}))  # once found: an escaped slash after **
 def test_crag_indexes_the_files_git_leaves_untracked(tree: tuple[list[str], list[str], dict[str, list[str]]]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         top = Path(tmp) / "kb"
@@ -125,3 +126,20 @@ def test_a_linked_work_tree_or_submodule_reads_its_repositorys_info_exclude(tmp_
     build(tree, ["notes"], ["notes/secret.md", "notes/plan.md"], {})
     assert git_untracked(tree, tree) == {"notes/plan.md"}
     assert crag_indexed(tree) == {"README.md", "notes/plan.md"}  # README.md is tracked: crag indexes it
+
+
+_FILES = ["a.md", "x/a.md", "x/y/a.md", "docs.md", "docsa/x.md", "docs/x.md", "docsx.md", "docsa/b/x.md",
+          "d/docs/x.md", "d/docsq/r/x.md"]
+
+
+@pytest.mark.parametrize("pattern", ["**\\/a.md", "/**\\/a.md", "x/**\\/a.md", "***\\/a.md", "docs**\\/x.md",
+                                     "d/docs**\\/x.md", "a*b**\\/a.md", "**/a.md", "x/**/a.md", "docs**/x.md"])
+def test_an_escaped_slash_after_a_double_star_is_matched_as_git_matches_it(pattern: str, tmp_path: Path) -> None:
+    """A ``**`` followed by ``\\/`` (an escaped slash) spans folders in git but, unlike ``**/``,
+    never matches nothing: ``**\\/a.md`` leaves the top folder's ``a.md`` untracked, and
+    ``docs**\\/x.md`` leaves ``docsx.md``. crag read ``\\/`` there as ``/`` and left them out
+    of the index (found by the property test above: ``!a.md``, ``!a.md``, ``**\\/a.md``)."""
+    folders = sorted({str(Path(f).parent) for f in _FILES if "/" in f} | {"d/docsq", "x/y", "docsa/b"})
+    top = tmp_path / "kb"
+    build(top, folders, _FILES, {"": [pattern]})
+    assert crag_indexed(top) == git_untracked(top, top)

@@ -33,43 +33,14 @@ from collections.abc import Sequence
 
 from attrs import frozen
 
+from .glob_classes import Dead as _Dead
+from .glob_classes import parse_class as _parse_class
+
 __all__ = ["Glob", "Problem", "Rule", "RuleSet", "parse_rules"]
 
 # ---------------------------------------------------------------------------------------
 # One path component's glob: fixed-length pieces between stars
 
-
-class _CharClass:
-    """A ``[...]`` class: single characters, ranges and named classes, maybe negated."""
-
-    __slots__ = ("chars", "named", "negated", "ranges")
-
-    def __init__(self, chars: frozenset[str], ranges: tuple[tuple[str, str], ...],
-                 named: tuple[frozenset[str], ...], negated: bool) -> None:
-        self.chars, self.ranges, self.named, self.negated = chars, ranges, named, negated
-
-    def matches(self, ch: str) -> bool:
-        if ch == "/":
-            return False
-        found = ch in self.chars or any(lo <= ch <= hi for lo, hi in self.ranges) or any(ch in s for s in self.named)
-        return found != self.negated
-
-
-_ASCII = [chr(i) for i in range(128)]
-_NAMED_CLASSES = {
-    "alnum": frozenset(c for c in _ASCII if c.isalnum()),
-    "alpha": frozenset(c for c in _ASCII if c.isalpha()),
-    "blank": frozenset(" \t"),
-    "cntrl": frozenset(c for c in _ASCII if ord(c) < 32 or ord(c) == 127),
-    "digit": frozenset("0123456789"),
-    "graph": frozenset(c for c in _ASCII if 33 <= ord(c) <= 126),
-    "lower": frozenset("abcdefghijklmnopqrstuvwxyz"),
-    "print": frozenset(c for c in _ASCII if 32 <= ord(c) <= 126),
-    "punct": frozenset(c for c in _ASCII if 33 <= ord(c) <= 126 and not c.isalnum()),
-    "space": frozenset(" \t\n\r\f\v"),
-    "upper": frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ"),
-    "xdigit": frozenset("0123456789abcdefABCDEF"),
-}
 
 # A piece is a run of single-character tokens: a str when they are all literal (matched with
 # str methods), else a tuple of tokens (a literal character, None for ``?``, or a class).
@@ -160,70 +131,6 @@ def _path_matches(segments: tuple[Glob | None, ...], parts: Sequence[str]) -> bo
 
 # ---------------------------------------------------------------------------------------
 # Parsing lines
-
-
-class _Dead(Exception):
-    """A pattern git would never match: the line is skipped, and why is said."""
-
-
-def _parse_class(text: str, i: int, problems: list[str]) -> tuple[_CharClass, int]:
-    """The class opening at ``text[i] == "["`` and the index after its ``]`` (git's wildmatch)."""
-    start = i
-    i += 1
-    negated = i < len(text) and text[i] in "!^"
-    if negated:
-        i += 1
-    chars: set[str] = set()
-    ranges: list[tuple[str, str]] = []
-    named: list[frozenset[str]] = []
-    prev: str | None = None
-    first = True
-    while True:
-        if i >= len(text):
-            raise _Dead(f"the \"[\" at {start + 1} is not closed (write \\[ for a bracket)")
-        ch = text[i]
-        if ch == "]" and not first:
-            return _CharClass(frozenset(chars), tuple(ranges), tuple(named), negated), i + 1
-        first = False
-        if ch == "\\":
-            i += 1
-            if i >= len(text):
-                raise _Dead("it ends in an escaping backslash")
-            ch = text[i]
-            chars.add(ch)
-            prev = ch
-        elif ch == "-" and prev is not None and i + 1 < len(text) and text[i + 1] != "]":
-            i += 1
-            hi = text[i]
-            if hi == "\\":
-                i += 1
-                if i >= len(text):
-                    raise _Dead("it ends in an escaping backslash")
-                hi = text[i]
-            if hi < prev:
-                problems.append(f"the range {prev}-{hi} is empty, so it matches nothing")
-            else:
-                ranges.append((prev, hi))
-            prev = None
-        elif ch == "[" and text.startswith(":", i + 1):
-            close = text.find("]", i + 2)
-            if close < 0:
-                raise _Dead(f"the \"[\" at {start + 1} is not closed (write \\[ for a bracket)")
-            body = text[i + 2:close]
-            if not body.endswith(":"):  # no ":]": the "[" is an ordinary member
-                chars.add("[")
-                prev = "["
-            else:
-                name = body[:-1]
-                if name not in _NAMED_CLASSES:
-                    raise _Dead(f"[:{name}:] is not a character class ({', '.join(f'[:{n}:]' for n in _NAMED_CLASSES)})")
-                named.append(_NAMED_CLASSES[name])
-                prev = None
-                i = close
-        else:
-            chars.add(ch)
-            prev = ch
-        i += 1
 
 
 def _glob(text: str, problems: list[str]) -> Glob:
@@ -362,6 +269,31 @@ def _spanning(pattern: str) -> tuple[list[str], str, str] | None:
     return folders, text, rest[2 if rest.startswith("\\") else 1:]
 
 
+def _escaped_globstar(pattern: str) -> str:
+    """``**\\/`` where git's ``**`` spans folders (a component's start, or right after the
+    pattern's plain leading text): its escaped slash is a slash, but the ``**`` has no "match
+    nothing" reading then, so it is one folder at least: ``*/**/``."""
+    first = next((i for i, ch in enumerate(pattern) if ch in _SPECIAL), len(pattern))
+    out: list[str] = []
+    i = 0
+    while i < len(pattern):
+        if pattern[i] == "\\":
+            out.append(pattern[i:i + 2])
+            i += 2
+            continue
+        end = i
+        while pattern.startswith("*", end):
+            end += 1
+        spans = i == 0 or pattern[i - 1] == "/" or i == first
+        if end - i >= 2 and pattern.startswith("\\/", end) and spans:
+            out.append("*/**/")
+            i = end + 2
+            continue
+        out.append(pattern[i:max(end, i + 1)])
+        i = max(end, i + 1)
+    return "".join(out)
+
+
 def _spanning_segments(text: str, rest: str, problems: list[str]) -> list[list[Glob | None]]:
     """The alternatives of ``text**/rest`` (``text**`` when ``rest`` is empty)."""
     parts = _split_components(rest) if rest else []
@@ -399,6 +331,7 @@ def _rule(number: int, line: str, problems: list[str]) -> list[Rule]:
         pattern = pattern[1:]
     if not pattern:
         raise _Dead("it names no path")
+    pattern = _escaped_globstar(pattern) if "**\\/" in pattern else pattern
     spanning = _spanning(pattern) if anchored else None
     if spanning is not None:
         folders, plain, rest = spanning
