@@ -135,3 +135,25 @@ def test_crag_s_own_grounding_marks_in_earlier_answers_are_not_sent_to_the_model
             sent = json.dumps(request.body["messages"])
             assert "The server listens on port 8080 by default" in sent
             assert "unsupported" not in sent and "_Note:" not in sent
+
+
+def test_chat_continue_on_a_pipe_says_so_as_a_note_of_crag(project: Path) -> None:
+    """On a pipe the "carrying on" line goes to stderr, where every other line crag writes
+    there opens with ``crag: note:``; it was a bare "(carrying on ...)"."""
+    assert cli("ask", "how long are backups kept")[0] == 0
+    code, out, err = cli("chat", "--continue", stdin="where are they stored\n")
+    assert code == 0
+    assert err == "crag: note: carrying on the last conversation: 1 earlier question(s)\n"
+    assert "carrying on" not in out
+
+
+def test_search_help_says_the_search_looks_only_inside_the_kb() -> None:
+    """``search`` runs no tools: its ``--kb`` help said "the tools look only inside"."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "crag", "search", "--help"], capture_output=True, text=True,
+                          timeout=120, check=False)
+    code, out = done.returncode, done.stdout
+    assert code == 0
+    assert "the search looks only inside" in " ".join(out.split()) and "the tools" not in out

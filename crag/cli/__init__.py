@@ -100,7 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("search", help="retrieval only: what vector_search returns")
     p.add_argument("words", nargs="+", metavar="QUERY", help="the query (several words are joined)")
     p.add_argument("--top-k", type=int_arg, default=None, metavar="K", help="hits to return (default KB_AGENT_TOP_K)")
-    p.add_argument("--kb", action="append", type=path_arg, default=[], metavar="PATH", help=KB_HELP)
+    p.add_argument("--kb", action="append", type=path_arg, default=[], metavar="PATH",
+                   help="knowledge-base root (repeatable): indexed first when new or changed; the search looks only inside")
     p.add_argument("--json", action="store_true", help="print a JSON array")
     p.set_defaults(func=cmd_search)
 

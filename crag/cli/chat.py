@@ -276,8 +276,11 @@ def cmd_chat(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         talk.write("crag chat: ask about your knowledge base; an empty line, exit or Ctrl-D ends the session, "
                    "Ctrl-C stops an answer.\n")
         if history:
-            note = out if isatty(out) else err  # a note, not a prompt: on a pipe, stderr holds it
-            note.write(f"(carrying on the last conversation: {len(history) // 2} earlier question(s))\n")
+            said_how = f"carrying on the last conversation: {len(history) // 2} earlier question(s)"
+            if isatty(out):  # part of the session on a terminal, as the greeting is
+                out.write(f"({said_how})\n")
+            else:  # on a pipe, stderr holds it as crag's other notes
+                err.write(f"crag: note: {said_how}\n")
         undecodable_bytes_kept(args.stdin)
         from ..agent import input_limit
 
