@@ -114,6 +114,7 @@ class IndexReader:
         index = self._vectors
         if index is None:
             raise IndexStoreError(f"the index in {self.index_dir} was closed", self.index_dir)
+        # A close by another thread meanwhile also loses the file's size (its descriptor is gone): not damage.
         if self._vectors_file_size() != self._vectors_size and self._vectors is not None:
             raise IndexStoreError(
                 f"the vector file {self._gen.vectors_path} was changed on disk while it was open, "
