@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import attrs
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from crag.index.fusion import SearchWeights, fuse, normalise
@@ -32,6 +32,9 @@ def test_normalise_puts_the_first_at_one_and_the_last_at_zero_whatever_the_direc
 
 
 @given(rankings, rankings, st.sampled_from([0.5, 1.0, 3.0, 40.0]), st.sampled_from([-5.0, 0.0, 2.0]))
+@example(vec=list(zip(range(25), [s / 10 for s in sorted([1, 6, 21, 19, 18, 17, 16, 13, 14, 11, 5, 15, 4, 12, 45, 2, 3, 9, 8,
+                                                            7, 10, 22, 20, 23, 24], reverse=True)])),
+         lex=[(0, 4.5), (1, 0.6), (2, 0.3), (12, 0.2), (4, 0.1)], scale=0.5, shift=-5.0)  # once found: last-bit ties
 def test_scale_and_direction_of_a_stores_scores_do_not_change_the_order(vec, lex, scale, shift):
     """Two stores that rank alike fuse alike (PostgreSQL's ts_rank vs SQLite's BM25)."""
     plain = fuse(vec, lex, W)

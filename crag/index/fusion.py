@@ -42,7 +42,9 @@ class Fused:
 
 def normalise(ranking: Sequence[tuple[int, float]]) -> dict[int, float]:
     """``{id: score rescaled to [0, 1]}`` for a ranking given best first: the first at 1, the
-    last at 0 (all at 1 when the scores are equal). Repeated ids keep their first score."""
+    last at 0 (all at 1 when the scores are equal). Repeated ids keep their first score.
+    Rounded to nine places: the same ranking scaled or shifted by a store (PostgreSQL's
+    ts_rank, SQLite's BM25) differs only in the last bits, which would otherwise break ties."""
     if not ranking:
         return {}
     best, last = ranking[0][1], ranking[-1][1]
@@ -50,7 +52,7 @@ def normalise(ranking: Sequence[tuple[int, float]]) -> dict[int, float]:
     out: dict[int, float] = {}
     for i, s in ranking:
         if i not in out:
-            out[i] = min(1.0, max(0.0, (s - last) / span)) if span else 1.0
+            out[i] = round(min(1.0, max(0.0, (s - last) / span)), 9) if span else 1.0
     return out
 
 
