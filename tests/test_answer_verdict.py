@@ -72,6 +72,34 @@ def test_what_addresses_a_question():
                      ["To point crag at a local Ollama server, set OPENAI_BASE_URL=http://localhost:11434/v1."])
 
 
+def test_a_question_that_negates_is_addressed_only_by_a_passage_that_negates_about_it():
+    broadcasts = "Encrypted broadcasts require a monthly subscription and a decoder card."
+    question = "What do encrypted broadcasts never require?"
+    assert not addresses(question, [broadcasts])
+    assert addresses(question, ["Encrypted broadcasts never require a dish wider than one metre."])
+    assert addresses(question, ["Encrypted broadcasts don't require a licence."])
+    # the sentence that negates must be about what the question asks, not any "not" in the passage
+    assert not addresses(question, [broadcasts + " The weather was not good that year."])
+    assert not addresses("What is represented by non-binary notation?", ["Integers are represented in binary notation."])
+    assert addresses("What is represented by non-binary notation?", ["Non-binary notation represents graphs."])
+    assert addresses("How many schools are not public?", ["Twelve of the city's schools are not public."])
+    assert not addresses("How many schools are not public?", ["Twelve of the city's schools are public."])
+    # "how" and "why" questions are answered by how a thing is done, in words that need not negate;
+    # a question answered yes or no may be answered "no" in other words
+    assert addresses("How do I make a field not required?", ["Give the field a default value to make it optional."])
+    assert addresses("Why doesn't my server start?", ["The server starts only when port 8080 is free."])
+    assert addresses("Is the server not running on port 8080?", ["The server listens on port 8080 by default."])
+    assert addresses("What does `is not None` test in the server code?", ["In the server code, `is not None` tests whether a value was given."])
+
+
+def test_an_answer_to_a_question_that_negates_from_a_passage_that_does_not_is_not_answered():
+    passage = item(5, text="Encrypted broadcasts require a monthly subscription and a decoder card.")
+    result = simple("What do encrypted broadcasts never require?",
+                    "Encrypted broadcasts require a monthly subscription [1].", [passage])
+    assert result.state.grounding.verdict == "not_answered"
+    assert result.state.grounding.supported == 1 and result.answer.startswith(NOT_ADDRESSED)
+
+
 def test_a_decade_or_century_the_question_names_is_held_by_a_year_within_it():
     question = "How many Huguenots fled France by the 1700s?"
     assert addresses(question, ["Some 200,000 Huguenots fled; in the early 18th century a group rioted."])
