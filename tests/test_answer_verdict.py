@@ -84,6 +84,12 @@ def test_a_question_that_negates_is_addressed_only_by_a_passage_that_negates_abo
     assert addresses("What is represented by non-binary notation?", ["Non-binary notation represents graphs."])
     assert addresses("How many schools are not public?", ["Twelve of the city's schools are not public."])
     assert not addresses("How many schools are not public?", ["Twelve of the city's schools are public."])
+    # a passage negates without "not" too: "invalid" for "not valid", "missing", "lacks"
+    token = "What status code is returned when the token is not valid?"
+    assert addresses(token, ["When the token is invalid, the server returns status code 401."])
+    assert not addresses(token, ["When the token is valid, the server returns status code 200."])
+    assert addresses("What is returned when the header is not sent?", ["If the header is missing, 400 is returned."])
+    assert addresses("What do ctenophores not have?", ["Ctenophores lack the stinging cells of cnidarians."])
     # "how" and "why" questions are answered by how a thing is done, in words that need not negate;
     # a question answered yes or no may be answered "no" in other words
     assert addresses("How do I make a field not required?", ["Give the field a default value to make it optional."])

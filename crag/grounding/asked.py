@@ -27,12 +27,14 @@ A factual question that negates ("What do encrypted broadcasts never require?", 
 represented by non-binary notation?") is addressed only by passages with a sentence that
 negates too and holds a third of the question's words: a passage that says what encrypted
 broadcasts require does not say what they never require, and a small model asked the one
-answers with the other. "How" and "why" questions and those answered yes or no are left alone:
+answers with the other. A passage negates with "not" and its kin, with a word such as
+"lacks", "missing" or "except", or with a word of the question under a negative prefix ("not
+valid": "invalid"). "How" and "why" questions and those answered yes or no are left alone:
 "How do I make a field not required?" is answered by how to make it optional. Measured on the
-tuning half of the project's SQuAD 2.0 questions (docs/real-models.md), this catches two
-thirds of the unanswerable questions that negate (235 of 349, from the first passage found),
-and would refuse 8 of the 2,085 answerable ones (of the 48 that negate and whose first
-passage holds the answer).
+tuning half of the project's SQuAD 2.0 questions (docs/real-models.md), this catches half of
+the unanswerable questions that negate (176 of 351, from the first passage found), and would
+refuse 6 of the 2,085 answerable ones (of the 49 that negate and whose passage holds the
+answer).
 
 ``unpointed`` is the question without the paths it names of files the evidence comes from: a
 question that points at its source ("... see docs/v2/setup.md") names where the answer is, not
@@ -198,21 +200,47 @@ _HOW_WHY = re.compile(r"\s*(?:why|how(?!\s+(?:many|much|long|far|old|often|large
 _NON = re.compile(r"\bnon-?(?=[a-z])", re.IGNORECASE)  # "non-binary", "nonprofit"
 
 
+# what a passage negates with without "not": "the server lacks ...", "if the header is missing"
+_NEGATIVE = re.compile(
+    r"\b(?:lack\w*|missing|absent|fail\w*|unable|nothing|nobody|nowhere|exempt\w*|except|instead|prohibit\w*"
+    r"|forbid\w*|refus\w*|den(?:y|ied|ies)|prevent\w*|omit\w*|exclud\w*|disabl\w*)\b",
+    re.IGNORECASE,
+)
+_PREFIXES = ("un", "in", "im", "il", "ir", "dis")  # "not valid" is written "invalid"
+
+
 def _negates(text: str) -> bool:
     return negated_outside_code(text) or _NON.search(text) is not None
+
+
+def _negates_about(sentence: str, question_words: list[str]) -> bool:
+    """Whether a passage's ``sentence`` negates: as a question does, with a word that negates
+    without "not" (``_NEGATIVE``), or with one of ``question_words`` under a negative prefix
+    ("not valid": "invalid")."""
+    if _negates(sentence) or _NEGATIVE.search(sentence):
+        return True
+    held = set(words(sentence))
+    return any(p + w in held for w in question_words if len(w) >= 4 for p in _PREFIXES)
 
 
 def _negation_held(question: str, asked_words: frozenset[str], texts: list[str]) -> bool:
     """Whether ``texts`` hold the negation a factual question asks about: "What do encrypted
     broadcasts never require?" is not answered from passages that only say what they require.
     A question that negates (and is neither answered yes or no nor a "how" or "why" one) needs a
-    sentence of the passages that negates too and holds at least ``NEGATED_SHARE`` of the
-    question's content words (one at least). True for every other question."""
+    sentence of the passages that negates too (``_negates_about``) and holds at least
+    ``NEGATED_SHARE`` of the question's content words (one at least). True for every other
+    question."""
     if not _negates(question) or _YES_NO.match(question) or _HOW_WHY.match(question):
         return True
     need = max(1.0, NEGATED_SHARE * len(asked_words))
-    return any(piece.kind == "sentence" and _negates(piece.text) and len(asked_words & claims(piece.text).words) >= need
-               for text in texts for piece in sentences(text, 0))
+    question_words = words(question)
+    return any(
+        piece.kind == "sentence"
+        and len(asked_words & claims(piece.text).words) >= need
+        and _negates_about(piece.text, question_words)
+        for text in texts
+        for piece in sentences(text, 0)
+    )
 
 
 # a question answered yes or no opens with its verb: "Is ...", "Can I ...", "Does ..."
