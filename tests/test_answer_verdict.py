@@ -95,6 +95,8 @@ def test_a_question_that_negates_is_addressed_only_by_a_passage_that_negates_abo
     assert addresses("How do I make a field not required?", ["Give the field a default value to make it optional."])
     assert addresses("Why doesn't my server start?", ["The server starts only when port 8080 is free."])
     assert addresses("Is the server not running on port 8080?", ["The server listens on port 8080 by default."])
+    assert addresses("In FastAPI, how do I make a field not required?", ["In FastAPI, give the field a default value."])
+    assert addresses("With the default settings, is the server not running?", ["The server runs by default."])
     assert addresses("What does `is not None` test in the server code?", ["In the server code, `is not None` tests whether a value was given."])
 
 

@@ -195,8 +195,9 @@ def addresses(question: str, passages: Iterable[str], share: float = FOCUS_SHARE
 
 
 # "How do I make a field not required?" and "Why doesn't it start?" are answered by how a thing
-# is done or why it happens, in words that need not negate; "how many" and the like ask a fact
-_HOW_WHY = re.compile(r"\s*(?:why|how(?!\s+(?:many|much|long|far|old|often|large|big)\b))\b", re.IGNORECASE)
+# is done or why it happens, in words that need not negate, wherever the question asks it ("In
+# FastAPI, how do I ..."); "how many" and the like ask a fact
+_HOW_WHY = re.compile(r"\b(?:why|how(?!\s+(?:many|much|long|far|old|often|large|big)\b))\b", re.IGNORECASE)
 _NON = re.compile(r"\bnon-?(?=[a-z])", re.IGNORECASE)  # "non-binary", "nonprofit"
 
 
@@ -230,7 +231,8 @@ def _negation_held(question: str, asked_words: frozenset[str], texts: list[str])
     sentence of the passages that negates too (``_negates_about``) and holds at least
     ``NEGATED_SHARE`` of the question's content words (one at least). True for every other
     question."""
-    if not _negates(question) or _YES_NO.match(question) or _HOW_WHY.match(question):
+    yes_no = _YES_NO.match(question) or _YES_NO.match(question.rsplit(",", 1)[-1])  # "In FastAPI, is ...?"
+    if not _negates(question) or yes_no or _HOW_WHY.search(question):
         return True
     need = max(1.0, NEGATED_SHARE * len(asked_words))
     question_words = words(question)
