@@ -29,7 +29,7 @@ def test_an_answer_from_a_passage_about_something_else_is_not_answered():
     assert result.state.grounding.supported == 1  # the sentence quotes its evidence...
     assert result.state.grounding.verdict == "not_answered"  # ...which is about July, not January
     assert result.answer.startswith(NOT_ADDRESSED)
-    assert any(e["event"] == "question_not_addressed" for e in result.audit)
+    assert any(e["event"] == "question_not_addressed" and e["rule"] == "focus" for e in result.audit)
 
 
 def test_the_same_passage_answers_the_question_it_addresses():
@@ -106,6 +106,7 @@ def test_an_answer_to_a_question_that_negates_from_a_passage_that_does_not_is_no
                     "Encrypted broadcasts require a monthly subscription [1].", [passage])
     assert result.state.grounding.verdict == "not_answered"
     assert result.state.grounding.supported == 1 and result.answer.startswith(NOT_ADDRESSED)
+    assert [e["rule"] for e in result.audit if e["event"] == "question_not_addressed"] == ["negation"]
 
 
 def test_a_decade_or_century_the_question_names_is_held_by_a_year_within_it():

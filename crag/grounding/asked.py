@@ -62,7 +62,7 @@ from ..sentences import sentences
 from ..text import in_vocabulary, stem, words
 from .claims import claims, has_anchor, negated_outside_code
 
-__all__ = ["FOCUS_SHARE", "HELD_SHARE", "NEGATED_SHARE", "absent", "addresses", "cited", "missing", "named", "says_nothing_new", "unpointed",
+__all__ = ["FOCUS_SHARE", "HELD_SHARE", "NEGATED_SHARE", "absent", "addresses", "cited", "missing", "named", "negation_held", "says_nothing_new", "unpointed",
            "writes_any"]
 
 _TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9+#./_-]*[A-Za-z0-9+#]|[A-Za-z0-9]")
@@ -222,6 +222,13 @@ def _negates_about(sentence: str, question_words: list[str]) -> bool:
         return True
     held = set(words(sentence))
     return any(p + w in held for w in question_words if len(w) >= 4 for p in _PREFIXES)
+
+
+def negation_held(question: str, passages: Iterable[str]) -> bool:
+    """Whether ``passages`` hold the negation ``question`` asks about (``addresses`` asks it
+    first; True when the question gives none to check): which of its tests an unaddressed
+    answer failed."""
+    return _negation_held(question, claims(question).words, list(passages))
 
 
 def _negation_held(question: str, asked_words: frozenset[str], texts: list[str]) -> bool:
