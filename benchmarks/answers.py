@@ -192,18 +192,21 @@ REFUSAL_PHRASES = (
 )
 
 
-def refuses(body: str) -> bool:
-    """Whether an answer says the documents do not hold what was asked."""
+def refuses(body: str, question: str = "") -> bool:
+    """Whether an answer says the documents do not hold what was asked. A phrase the question
+    itself holds is its words, not a refusal ("... rock units which do not contain radioactive
+    isotopes" repeated in the answer's opening)."""
     text = body.strip()
     if text.startswith(CRAG_REFUSALS):
         return True
     opening = text[:300].lower().replace("\u2019", "'")
-    return any(phrase in opening for phrase in REFUSAL_PHRASES)
+    asked = question.lower().replace("\u2019", "'")
+    return any(phrase in opening and phrase not in asked for phrase in REFUSAL_PHRASES)
 
 
 def score(q: dict, body: str, sources: list[str]) -> dict[str, Any]:
     """``right`` / ``refused`` for one answer (``sources``: the files it cites or drew on)."""
-    refused = refuses(body)
+    refused = refuses(body, q.get("question", ""))
     if not q["answerable"]:
         return {"right": False, "refused": refused}
     if q["set"] == "squad":

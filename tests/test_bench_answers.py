@@ -122,6 +122,10 @@ def test_squad_normalisation_and_refusals() -> None:
     assert answers.refuses("The context does not mention who painted it.")
     assert answers.refuses("I don\u2019t know.")
     assert not answers.refuses("It was first lit in 1854 [1].")
+    asked = "How can you find the age of rock units which do not contain radioactive isotopes?"
+    assert not answers.refuses("To find the age of rock units which do not contain radioactive isotopes, "
+                               "date the lava layers around them [1].", asked)
+    assert answers.refuses("The context does not contain the age [1].", asked)  # "does not contain": not asked
     q = {"set": "squad", "answerable": True, "answers": ["1854"], "gold": "corpus/Lighthouses.txt"}
     assert answers.score(q, "It was lit in 1854, but I don't know more.", []) == {"right": False, "refused": True}
 
