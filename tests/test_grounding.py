@@ -250,6 +250,29 @@ def test_negation_is_read_in_the_passage_of_the_item_holding_most_of_the_sentenc
     assert g.report.supported == int(supported)
 
 
+OXYGEN = EvidenceItem("vector_search", "Oxygen.txt",
+                      "Oxygen is the oxidant, not the fuel, but nevertheless the source of most of the chemical "
+                      "energy released in combustion.", 8, 8)
+CACHE = EvidenceItem("vector_search", "cache.md",
+                     "The cache is enabled by default, but it does not persist across restarts.", 1, 1)
+
+
+@pytest.mark.parametrize("sentence, item, supported", [
+    ("Oxygen is the oxidant in combustion.", OXYGEN, True),  # the "not" is the fuel's
+    ("Oxygen is the fuel.", OXYGEN, False),
+    ("Oxygen is not the fuel.", OXYGEN, True),
+    ("Oxygen is the oxidant, not the fuel.", OXYGEN, True),
+    ("The cache is enabled by default.", CACHE, True),
+    ("The cache persists across restarts.", CACHE, False),
+    ("The cache does not persist across restarts.", CACHE, True),
+])
+def test_a_sentence_negates_where_its_clause_holding_the_claim_does(sentence, item, supported):
+    """A passage's "not" in another clause than the claim's does not deny the claim: Qwen's
+    "Oxygen is the oxidant in combustion [1]" was unsupported by "Oxygen is the oxidant, not the
+    fuel, ..." and a right answer was refused."""
+    assert ground(sentence, (item,)).report.supported == int(supported)
+
+
 PLAN_LIST = EvidenceItem("vector_search", "plans.md",
                          "# Plans\n\n- Basic plan: 5 GB storage\n- Pro plan: 50 GB storage\n", 1, 4)
 PLAN_TABLE = EvidenceItem("vector_search", "prices.md",

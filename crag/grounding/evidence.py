@@ -35,7 +35,8 @@ def vocabulary(text: str) -> set[str]:
 class Passage:
     """A sentence (or a list item's sentence, table row, code line or heading: ``kind``) of
     an evidence text; a
-    negated table row also holds each cell's vocabulary and polarity (``cells``)."""
+    negated table row also holds each cell's vocabulary and polarity (``cells``), and a
+    negated sentence of more than one clause each clause's."""
 
     start: int  # offset in the item's text
     end: int
@@ -58,7 +59,7 @@ def passages(text: str) -> list[Passage]:
             return
         s = start + lead
         denies = negated_outside_code(part) if kind != "code" else negated(part)
-        cells = _cells(part) if kind == "table" and denies else ()
+        cells = () if not denies else _cells(part) if kind == "table" else _clauses(part) if kind in _PROSE else ()
         out.append(Passage(s, s + len(part), part, frozenset(vocabulary(part)), denies, kind, cells))
 
     for piece in split(text):
@@ -86,6 +87,20 @@ def passages(text: str) -> list[Passage]:
     return out
 
 
+_PROSE = ("sentence", "item")
+# Where a sentence's clauses part: a comma, semicolon or colon, or a contrasting word.
+_CLAUSE = re.compile(r"[,;:](?=\s)|\s(?:but|whereas|although|though)\s", re.I)
+
+
+def _clauses(sentence: str) -> tuple[tuple[frozenset[str], bool], ...]:
+    """A negating sentence's clauses, each with its vocabulary and polarity, when it has more
+    than one ("Oxygen is the oxidant, not the fuel"); else none."""
+    parts = [part for part in _CLAUSE.split(sentence) if part.strip()]
+    if len(parts) < 2:
+        return ()
+    return tuple((frozenset(vocabulary(part)), negated_outside_code(part)) for part in parts)
+
+
 def _cells(row: str) -> tuple[tuple[frozenset[str], bool], ...]:
     cells = [cell for cell in row.strip().strip("|").split("|") if cell.strip()]
     return tuple((frozenset(vocabulary(cell)), negated_outside_code(cell)) for cell in cells)
@@ -95,10 +110,19 @@ def negated_for(p: Passage, c: Claims) -> bool:
     """Whether ``p`` says the negation of what it shares with ``c``. A table row states one
     thing per cell, so only the cells holding the claim's words count: in
     ``| Q4_1 | [GH](...) | Legacy method (not used widely) |`` the name and its link are not
-    denied by the third cell's "not"."""
-    if p.kind != "table" or not p.negated:
+    denied by the third cell's "not". A sentence negates for a claim that does not when the
+    clause holding most of the claim's words negates: "Oxygen is the oxidant, not the fuel"
+    supports "Oxygen is the oxidant" and not "Oxygen is the fuel" (a tie counts as negating).
+    A claim that negates is read against the whole sentence."""
+    if not p.negated or not p.cells:
         return p.negated
-    return any(denies for words, denies in p.cells if any(in_vocabulary(x, words) for x in c.words))
+    if p.kind == "table":
+        return any(denies for words, denies in p.cells if any(in_vocabulary(x, words) for x in c.words))
+    if c.negated:  # a claim that negates is read against the whole sentence, as before
+        return True
+    held = [sum(1 for x in c.words if in_vocabulary(x, words)) for words, _ in p.cells]
+    most = max(held)
+    return most == 0 or any(denies for (_, denies), n in zip(p.cells, held, strict=True) if n == most)
 
 
 class ItemEvidence:
