@@ -21,7 +21,7 @@ import contextvars
 import math
 import queue
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from typing import Any
 
@@ -66,9 +66,14 @@ def smaller_window(current: int, reported: int | None, sent: int | None = None) 
 _NAMES = {node: node.value for node in Node}  # a node's name, without the Enum property per step
 
 
+_PLAIN_FINISH = frozenset({"stop", "tool_calls", None})  # a reply that ended as replies do
+
+
 def _noted(state: AgentState, node: str, request: LLMRequest, reply: Any) -> AgentState:
     """``state`` with what a reply says about itself audited: cut by its budget, a refusal, or counted
     by crag because the server's token counts were implausible (rare: no evolve otherwise)."""
+    if reply.finish_reason in _PLAIN_FINISH and not (reply.refused or reply.usage_replaced or getattr(reply, "adapted", ())):
+        return state  # the usual reply: nothing to audit, one test
     if reply.truncated:
         state = evolve(state, audit=state.log("reply_truncated", node=node, max_tokens=request.max_tokens))
     if reply.refused:
@@ -162,7 +167,7 @@ class Driver:
         stream: bool = False,
     ) -> AgentState:
         """Run from ``node`` with ``state`` until the end (``run`` starts at the first node)."""
-        limit = max_steps(self.cfg.max_iterations)
+        limit = max_steps(self.cfg.settings.max_iterations)
         steps = 0
         while node is not END:
             steps += 1
@@ -186,36 +191,69 @@ class Driver:
         module = NODES[node]
         cfg = self.cfg if state.context_window is None else self.config(state)
         usage = state.usage
-        with _spent_told(lambda: usage):  # a question found too long for this step's prompt
+        try:  # an error leaving the step carries the calls already paid for (``LLMError.spent``)
             step = module.prepare(state, cfg)
-        request = step.request
-        with _waits_reported(name, on_event) as relay, _spent_told(lambda: usage):
+            request = step.request
             if request is None:
                 reply: Any = None
-            elif isinstance(request, LLMRequest):
-                reply, request, refitted, cfg, state = self._complete(module, node, state, cfg, request, stream,
-                                                                      on_event)
-                step = refitted or step  # a request fitted again to a smaller window: its plan too
-                usage = usage.add(name, reply)
-                state = _noted(state, name, request, reply)
-            elif isinstance(request, LLMRequests):
-                replies = []
-                for one in request.requests:
-                    done, one, _, cfg, state = self._complete(module, node, state, cfg, one, False, on_event)
-                    usage = usage.add(name, done)
-                    replies.append(done)
-                    state = _noted(state, name, one, done)
-                reply = tuple(replies)
-            elif isinstance(request, ToolRequest):
-                reply = self._run_tools(request, relay)
-            else:  # pragma: no cover - a node returned something the driver cannot perform
-                raise GraphError(f"{name} asked for {type(request).__name__}")
+            elif on_event is None and isinstance(request, LLMRequest):  # most steps: one call, no events
+                reply, request, refitted, cfg, state = self._complete(module, node, state, cfg, request, stream, None)
+                step, usage, state = refitted or step, usage.add(name, reply), _noted(state, name, request, reply)
+            elif on_event is None:
+                reply, step, usage, state, cfg = self._perform(module, node, name, state, cfg, step, usage, stream, None)
+            else:
+                with _waits_reported(name, on_event) as relay:
+                    reply, step, usage, state, cfg = self._perform(module, node, name, state, cfg, step, usage, stream,
+                                                              on_event, relay)
+        except (LLMError, UsageError) as err:  # a prompt that cannot fit is a UsageError
+            if err.spent is None:
+                err.spent = usage
+            raise
         # The step's bookkeeping before apply, so synthesize's usage block counts its own call.
         state = state.recorded(name, usage, state.audit)
         state = module.apply(state, step, reply, cfg)
         if on_event is not None:
             on_event(NodeFinished(name))
-        return state, next_node(node, state, cfg.max_iterations)
+        # cfg.settings: NodeConfig.__getattr__ would cost this step a tenth of its time
+        return state, next_node(node, state, cfg.settings.max_iterations)
+
+    def _perform(
+        self,
+        module: Any,
+        node: Node,
+        name: str,
+        state: AgentState,
+        cfg: NodeConfig,
+        step: Step,
+        usage: Usage,
+        stream: bool,
+        on_event: EventHandler | None,
+        relay: _Relay | None = None,
+    ) -> tuple[Any, Step, Usage, AgentState, NodeConfig]:
+        """A step's request performed: the reply, the step (prepared again when its request was
+        fitted to a smaller window), the usage with its calls, the state with what the replies
+        say about themselves audited, and the config (fitted to that window). ``usage`` is kept current as calls return, for
+        the error of a later call."""
+        request = step.request
+        if isinstance(request, LLMRequest):
+            reply, request, refitted, cfg, state = self._complete(module, node, state, cfg, request, stream, on_event)
+            return reply, refitted or step, usage.add(name, reply), _noted(state, name, request, reply), cfg
+        if isinstance(request, LLMRequests):
+            replies = []
+            try:
+                for one in request.requests:
+                    done, one, _, cfg, state = self._complete(module, node, state, cfg, one, False, on_event)
+                    usage = usage.add(name, done)
+                    replies.append(done)
+                    state = _noted(state, name, one, done)
+            except (LLMError, UsageError) as err:
+                if err.spent is None:
+                    err.spent = usage
+                raise
+            return tuple(replies), step, usage, state, cfg
+        if isinstance(request, ToolRequest):
+            return self._run_tools(request, relay), step, usage, state, cfg
+        raise GraphError(f"{name} asked for {type(request).__name__}")  # pragma: no cover - prepare is pure
 
     def _complete(
         self,
@@ -311,18 +349,6 @@ def _contexts(calls: Sequence[Any]) -> list[contextvars.Context]:
     """A copy of this thread's context for each call run on a pool thread: a cancellation, a
     request deadline and where retry waits are reported follow the question (crag.llm)."""
     return [contextvars.copy_context() for _ in calls]
-
-
-@contextlib.contextmanager
-def _spent_told(spent: Callable[[], Usage]) -> Iterator[None]:
-    """An ``LLMError`` (or a ``UsageError``: a prompt that cannot fit) leaving the block carries
-    ``spent()``, the question's usage so far: the calls already paid for (``LLMError.spent``)."""
-    try:
-        yield
-    except (LLMError, UsageError) as err:
-        if err.spent is None:
-            err.spent = spent()
-        raise
 
 
 class _Relay:

@@ -98,3 +98,35 @@ def test_apply_reads_the_step_and_never_renders_or_counts_again():
         answer_step.plan.task, items=graded.context[:1])))  # as if the prompt had room for one item
     done = synthesize.apply(graded, shown_one, Completion("Failed uploads are retried three times [1].", "m"), cfg)
     assert counted == [] and [c.path for c in done.citations] == ["docs/setup.md"]
+
+
+def test_a_failure_among_several_requests_of_one_step_carries_the_calls_before_it():
+    """A pointwise grader asks once per item; when the second request fails, the error says
+    what the question had spent: the calls before it, the first grading request among them."""
+    from crag.errors import LLMError
+    from crag.graph import Node
+    from crag.state import Completion, Complexity, RoutingPlan
+
+    class FailsSecondGrade:
+        model = "offline"
+
+        def __init__(self) -> None:
+            self.inner, self.grades = OfflineChatModel(), 0
+
+        def complete(self, request, on_delta=None):
+            if request.node == "grade_evidence":
+                self.grades += 1
+                if self.grades == 2:
+                    raise LLMError("the server went away")
+                return Completion(text="yes", model="m", prompt_tokens=40, completion_tokens=1)
+            return self.inner.complete(request, on_delta)
+
+    toolbox = SameToolbox()
+    d = Driver(FailsSecondGrade(), toolbox, NodeConfig(Settings(auto_approve_max_items=0, grader="pointwise"),
+                                                      toolbox.tools()))
+    state = attrs.evolve(start(), routing_plan=RoutingPlan(Complexity.COMPLEX, ()), context=ITEMS)
+    with pytest.raises(LLMError) as caught:
+        d.step(state, Node.GRADE_EVIDENCE)
+    assert caught.value.spent is not None
+    assert caught.value.spent.by_node["grade_evidence"].calls == 1
+    assert caught.value.spent.by_node["grade_evidence"].prompt_tokens == 40
