@@ -109,7 +109,8 @@ _BARE = "Invalid request parameters"  # what the SDK answers, with empty data, f
 
 class _ErrorsAnswered:
     """The transport's read stream, answering every line it could not read as a message with
-    a JSON-RPC error (parse error, or invalid request for JSON that is no message; ``id`` null)."""
+    a JSON-RPC error (parse error, or invalid request for JSON that is no message; ``id`` null),
+    and a request whose id is neither a string nor an integer with an invalid request error."""
 
     def __init__(self, inner: Any, write: Any) -> None:
         self._inner = inner
@@ -125,7 +126,13 @@ class _ErrorsAnswered:
         while True:
             item = await self._inner.receive()
             if not isinstance(item, Exception):
-                return item
+                if not _request_without_id(item):
+                    return item
+                # a request whose id is no string or integer ({"id": 1.5}, true, null): the
+                # SDK reads it as a notification and drops it, so its client would wait forever
+                await self._write.send(SessionMessage(JSONRPCError(jsonrpc="2.0", id=None, error=ErrorData(
+                    code=INVALID_REQUEST, message="Invalid Request: a request's id must be a string or an integer"))))
+                continue
             errors = getattr(item, "errors", None)
             details = errors() if callable(errors) else []
             kinds = {e.get("type") for e in details}
@@ -164,6 +171,15 @@ class _ErrorsAnswered:
 
     async def __aexit__(self, *exc: Any) -> Any:
         return await self._inner.__aexit__(*exc)
+
+
+def _request_without_id(item: Any) -> bool:
+    """Whether ``item`` is a request read as a notification: a method MCP defines for requests
+    (notifications are ``notifications/...``), with no id the SDK could read."""
+    from mcp_types import JSONRPCNotification
+
+    message = getattr(item, "message", None)
+    return isinstance(message, JSONRPCNotification) and not message.method.startswith("notifications/")
 
 
 def _with_lone_surrogates_replaced(line: Any) -> Any:

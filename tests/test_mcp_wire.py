@@ -171,3 +171,18 @@ def test_what_the_sdk_logs_is_one_crag_line_on_stderr(workdir: Path) -> None:
     assert got[0]["id"] == 1 and "result" in got[0]
     assert [line for line in err.splitlines() if not line.startswith("crag: indexed")] == [
         "crag: warning: dropped 'notifications/cancelled': malformed params"]
+
+
+def test_a_request_whose_id_is_no_string_or_integer_gets_an_error_reply(workdir: Path) -> None:
+    """``{"id": 1.5, "method": "tools/list"}`` (and ``true``, ``null``, a list) was read by the
+    SDK as a notification and dropped: no reply, and the client waited for ever. MCP's ids are
+    strings or integers; a notification (``notifications/...``) still gets no reply."""
+    bad = [json.dumps({"jsonrpc": "2.0", "id": rid, "method": "tools/list"}) for rid in (1.5, True, None, [1])]
+    cancelled = json.dumps({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 99}})
+    fine = [json.dumps({"jsonrpc": "2.0", "id": n, "method": "tools/list"}) for n in range(10, 15)]
+    got, err = exchange(workdir, [*bad, cancelled, *fine], 5)  # dropped, the 5 calls still reply: no wait
+    refused = {"jsonrpc": "2.0", "id": None,
+               "error": {"code": -32600, "message": "Invalid Request: a request's id must be a string or an integer"}}
+    assert got[:4] == [refused] * 4
+    assert got[4]["id"] == 10 and "result" in got[4]
+    assert "Traceback" not in err
