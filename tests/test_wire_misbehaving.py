@@ -215,3 +215,14 @@ def test_a_stream_too_slow_to_finish_in_time_is_one_line_saying_so(llm: FakeOpen
     lines = [line for line in err.splitlines() if line.startswith("crag: error: ")]
     assert len(lines) == 1 and "did not finish its answer within 1 s for node synthesize" in lines[0]
     assert "Traceback" not in err and "Usage Stats" not in out  # a fragment is not an answer
+
+
+def test_a_request_redirected_as_a_get_says_where_it_went(llm: FakeOpenAIServer) -> None:
+    """A base URL that answers 301 (http to https, a moved path): the HTTP library follows it
+    and resends the POST as a GET, which the API refuses; the error named only that refusal
+    ("answered 405"), not the redirect that caused it."""
+    llm.default("analyze_and_route", Status(301, body="", headers={"Location": "/v2/chat/completions?key=s3cret"}))
+    code, _, err = cli("ask", QUESTION)
+    assert code == 1 and err.count("\n") == 1
+    assert "the server redirected the request (301) to http://127.0.0.1:" in err
+    assert "/v2/chat/completions: set OPENAI_BASE_URL" in err and "s3cret" not in err

@@ -525,9 +525,29 @@ class OpenAIChatModel:
                 )
             if detail:
                 message += f" ({detail})"
-            return LLMError(message, node=node, status=status)
+            return LLMError(message + _redirected(exc), node=node, status=status)
         note = f" ({failure.note})" if failure.note else ""
         return LLMError(f"{where} {failure.what} for node {node}{note}", node=node)
+
+
+def _redirected(exc: BaseException) -> str:
+    """What to add to a failure whose request the server redirected (the HTTP library follows
+    redirects, and a 301 or 302 resends a POST as a GET, which an API refuses): where it went,
+    and the setting to change; "" when it was not redirected."""
+    from urllib.parse import urlsplit
+
+    response = getattr(exc, "response", None)
+    history = getattr(response, "history", None) or ()
+    if not history:
+        return ""
+    try:
+        parts = urlsplit(str(response.request.url))
+        port = f":{parts.port}" if parts.port else ""
+        to = f" to {parts.scheme}://{parts.hostname}{port}{parts.path}"  # no credentials, no query
+    except (AttributeError, RuntimeError, ValueError):
+        to = ""
+    return (f"; the server redirected the request ({history[0].status_code}){to}: set OPENAI_BASE_URL to "
+            "the address the API answers at (a 301 or 302 redirect resends a request as a GET)")
 
 
 def _redacted(error: LLMError, secrets: Sequence[str]) -> LLMError:
