@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -372,3 +373,36 @@ def test_an_index_whose_files_are_unchanged_is_re_embedded_when_its_vectors_chan
         assert "(now 32 dimensions)" in out
         code, out, err = cli("search", "alpha retention", "--json")
         assert code == 0 and json.loads(out)[0]["path"] == "docs/a.md", err
+
+
+def test_an_embeddings_request_redirected_as_a_get_says_where_it_went() -> None:
+    """A 301 from the embeddings address: the HTTP library resends the POST as a GET, which the
+    server refuses, and the error named that refusal alone."""
+
+    class Moved(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(301)
+            self.send_header("Location", "/v2/embeddings")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def do_GET(self) -> None:
+            self.send_response(405)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args) -> None:
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Moved)
+    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{httpd.server_address[1]}"
+        with pytest.raises(LLMError, match=r"HTTP 405.*redirected the request \(301\) to " + re.escape(url)
+                           + r"/v2/embeddings: set KB_AGENT_EMBEDDING_BASE_URL"):
+            OpenAIEmbedder("m", api_key="k", base_url=url + "/v1", timeout=5, max_retries=0,
+                           base_url_variable="KB_AGENT_EMBEDDING_BASE_URL").embed(["x"])
+    finally:
+        httpd.shutdown()
+        httpd.server_close()

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, LLMError, LLMTimeoutError
-from ..llm.bodies import client_address, http_client
+from ..llm.bodies import client_address, http_client, redirect_note
 from ..llm.deadline import request_deadline
 from ..llm.retry import BadReplyFailure, ConnectionFailure, Failure, RetryPolicy, StatusFailure, TimeoutFailure
 from ..safe_text import scrub_error, valid_text
@@ -182,7 +182,8 @@ class OpenAIEmbedder:
                 return LLMError("the embeddings server refused the API key: check OPENAI_API_KEY", status=401)
             return LLMError(
                 f"embedding with {self.model} failed with HTTP {failure.status}{after}: "
-                f"{_short(getattr(exc, 'message', exc))} (check KB_AGENT_EMBEDDING_MODEL)",
+                f"{_short(getattr(exc, 'message', exc))} (check KB_AGENT_EMBEDDING_MODEL)"
+                + redirect_note(exc, self._base_url_variable),
                 status=failure.status,
             )
         if isinstance(failure, BadReplyFailure):

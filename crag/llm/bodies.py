@@ -30,7 +30,7 @@ from typing import Any
 from .deadline import deadline_http_client
 from .retry import BadReply
 
-__all__ = ["MAX_BODY_BYTES", "MAX_DEPTH", "MAX_LINE_BYTES", "OPENAI_API_URL", "base_url_hint", "check_json", "client_address", "http_client", "saw_done", "server_label",
+__all__ = ["MAX_BODY_BYTES", "MAX_DEPTH", "MAX_LINE_BYTES", "OPENAI_API_URL", "base_url_hint", "check_json", "client_address", "http_client", "redirect_note", "saw_done", "server_label",
            "whole_body"]
 
 # The server when no base URL is set, given to the SDK explicitly: given none, the SDK reads
@@ -103,6 +103,26 @@ def check_json(body: bytes, what: str = "a body") -> str:
     if json_depth(body) > MAX_DEPTH:
         raise BadReply(f"sent {what} nested more than {MAX_DEPTH} levels deep")
     return text
+
+
+def redirect_note(exc: BaseException, variable: str) -> str:
+    """What to add to a failure whose request the server redirected (the HTTP library follows
+    redirects, and a 301 or 302 resends a POST as a GET, which an API refuses): where it went,
+    and the setting (``variable``) to change; "" when it was not redirected."""
+    from urllib.parse import urlsplit
+
+    response = getattr(exc, "response", None)
+    history = getattr(response, "history", None) or ()
+    if not history:
+        return ""
+    try:
+        parts = urlsplit(str(response.request.url))
+        port = f":{parts.port}" if parts.port else ""
+        to = f" to {parts.scheme}://{parts.hostname}{port}{parts.path}"  # no credentials, no query
+    except (AttributeError, RuntimeError, ValueError):
+        to = ""
+    return (f"; the server redirected the request ({history[0].status_code}){to}: set {variable} to the "
+            "address the API answers at (a 301 or 302 redirect resends a request as a GET)")
 
 
 def base_url_hint(base_url: str) -> str:

@@ -59,7 +59,7 @@ from ..errors import ConfigError, LLMContextError, LLMError, LLMTimeoutError
 from ..ports import LLMRequest, SynthesizeTask
 from ..safe_text import redact_message, scrub_error, valid_text
 from ..state import Completion
-from .bodies import base_url_hint, client_address, http_client, saw_done, server_label, whole_body
+from .bodies import base_url_hint, client_address, http_client, redirect_note, saw_done, server_label, whole_body
 from .completions import FILTERED, Reply, parts_text, read_completion
 from .deadline import pause, request_deadline
 from .logprobs import LOGPROBS as _LOGPROBS
@@ -525,29 +525,9 @@ class OpenAIChatModel:
                 )
             if detail:
                 message += f" ({detail})"
-            return LLMError(message + _redirected(exc), node=node, status=status)
+            return LLMError(message + redirect_note(exc, "OPENAI_BASE_URL"), node=node, status=status)
         note = f" ({failure.note})" if failure.note else ""
         return LLMError(f"{where} {failure.what} for node {node}{note}", node=node)
-
-
-def _redirected(exc: BaseException) -> str:
-    """What to add to a failure whose request the server redirected (the HTTP library follows
-    redirects, and a 301 or 302 resends a POST as a GET, which an API refuses): where it went,
-    and the setting to change; "" when it was not redirected."""
-    from urllib.parse import urlsplit
-
-    response = getattr(exc, "response", None)
-    history = getattr(response, "history", None) or ()
-    if not history:
-        return ""
-    try:
-        parts = urlsplit(str(response.request.url))
-        port = f":{parts.port}" if parts.port else ""
-        to = f" to {parts.scheme}://{parts.hostname}{port}{parts.path}"  # no credentials, no query
-    except (AttributeError, RuntimeError, ValueError):
-        to = ""
-    return (f"; the server redirected the request ({history[0].status_code}){to}: set OPENAI_BASE_URL to "
-            "the address the API answers at (a 301 or 302 redirect resends a request as a GET)")
 
 
 def _redacted(error: LLMError, secrets: Sequence[str]) -> LLMError:
