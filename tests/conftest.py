@@ -28,3 +28,7 @@ def _user_state_folder(tmp_path_factory: pytest.TempPathFactory, monkeypatch: py
     """An answer log kept outside an index folder (``crag.answer_log.log_folder``) goes to a
     temporary state folder, never the user's."""
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
+    # nor do the user's git settings (a global excludes file) change what a test indexes
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("config")))
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", os.devnull)
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")

@@ -143,3 +143,34 @@ def test_an_escaped_slash_after_a_double_star_is_matched_as_git_matches_it(patte
     top = tmp_path / "kb"
     build(top, folders, _FILES, {"": [pattern]})
     assert crag_indexed(top) == git_untracked(top, top)
+
+
+@pytest.mark.parametrize("configured", [True, False])
+def test_the_users_global_excludes_file_is_read_as_git_reads_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                configured: bool) -> None:
+    """git leaves out what the user's ``core.excludesFile`` names (``~/.config/git/ignore``
+    unless the configuration names another), below the repository's own ignore files; crag
+    indexed it all."""
+    top = tmp_path / "kb"
+    build(top, ["", "sub"], ["a.md", "secret-b.md", "sub/secret-c.md", "sub/d.md", "e.log"], {"sub": ["!secret-c.md"]})
+    config, home = tmp_path / "gitconfig", tmp_path / "home"
+    (home / "git").mkdir(parents=True)
+    if configured:
+        (tmp_path / "global ignore").write_text("secret-*\n", encoding="utf-8")
+        config.write_text('[user]\n\tname = t\n[core]\n\texcludesFile = "' + str(tmp_path / "global ignore")
+                          + '"  ; the user\'s\n', encoding="utf-8")
+    else:
+        config.write_text("", encoding="utf-8")
+        (home / "git" / "ignore").write_text("secret-*\n", encoding="utf-8")  # git's default place
+    env = {**os.environ, "HOME": str(home), "XDG_CONFIG_HOME": str(home), "GIT_CONFIG_NOSYSTEM": "1",
+           "GIT_CONFIG_GLOBAL": str(config)}
+    subprocess.run(["git", "init", "-q", str(top)], check=True, env=env)
+    out = subprocess.run(["git", "-C", str(top), "ls-files", "--others", "--exclude-standard", "-z"],
+                         check=True, capture_output=True, env=env).stdout
+    by_git = {os.fsdecode(p) for p in out.split(b"\0") if p and not os.path.basename(os.fsdecode(p)).startswith(".")}
+    for name in ("HOME", "XDG_CONFIG_HOME", "GIT_CONFIG_GLOBAL"):
+        monkeypatch.setenv(name, env[name])
+    assert by_git == {"a.md", "sub/secret-c.md", "sub/d.md", "e.log"}
+    assert crag_indexed(top) == by_git
+    shutil.rmtree(top / ".git")  # outside a git work tree the user's git settings do not apply
+    assert crag_indexed(top) == by_git | {"secret-b.md"}

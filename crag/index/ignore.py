@@ -7,7 +7,8 @@ back in, and ``.cragignore`` wins over ``.gitignore`` in the same folder (as rip
 (the nearest folder holding ``.git``), so ``crag index docs`` in a repository honours the
 repository's ``.gitignore``; the work tree's ``.git/info/exclude`` is read too (in the folder a
 ``.git`` file names, for a linked work tree or a submodule, as git finds it), its lines
-before every ignore file's (as git and ripgrep read it). Unlike ripgrep, a ``.gitignore`` counts outside a git work tree
+before every ignore file's (as git and ripgrep read it), and git's ``core.excludesFile``
+(``~/.config/git/ignore`` unless the configuration names another) before those. Unlike ripgrep, a ``.gitignore`` counts outside a git work tree
 too. A folder that is ignored is not entered, so nothing under it can be taken back (as in
 git). ``--exclude GLOB`` patterns are gitignore patterns relative to the root being indexed,
 for one run.
@@ -144,6 +145,8 @@ class Ignores:
         self._specs: dict[str, RuleSet | None] = {}
         self._info: RuleSet | None = None  # .git/info/exclude, read on first use
         self._info_read = False
+        self._user: RuleSet | None = None  # git's core.excludesFile, read on first use
+        self._user_read = False
 
     def _folder_spec(self, folder: str) -> RuleSet | None:
         if folder not in self._specs:
@@ -172,11 +175,16 @@ class Ignores:
             if parent == folder:
                 return False
             folder = parent
-        # The repository's own patterns come before every ignore file's (git's order).
-        spec = self._info_exclude()
-        if spec is None or not path.startswith(os.path.join(self.top, "")):
+        # The repository's own patterns come before every ignore file's, and the user's
+        # (core.excludesFile) before those (git's order).
+        if not path.startswith(os.path.join(self.top, "")):
             return False
-        return bool(spec.decide(os.path.relpath(path, self.top).replace(os.sep, "/"), is_dir))
+        rel = os.path.relpath(path, self.top).replace(os.sep, "/")
+        for spec in (self._info_exclude(), self._user_exclude()):
+            result = spec.decide(rel, is_dir) if spec is not None else None
+            if result is not None:
+                return result
+        return False
 
     def _info_exclude(self) -> RuleSet | None:
         """The patterns of ``info/exclude`` in the git folder of the root's work tree, if any."""
@@ -186,6 +194,68 @@ class Ignores:
             if common is not None:
                 self._info = _parsed(os.path.join(common, "info", "exclude"))
         return self._info
+
+
+    def _user_exclude(self) -> RuleSet | None:
+        """The patterns of git's ``core.excludesFile`` when the root is in a git work tree."""
+        if not self._user_read:
+            self._user_read = True
+            common = _git_common_dir(os.path.join(self.top, ".git"))
+            if common is not None:
+                found = _excludes_file(common, self.top)
+                self._user = _parsed(found) if found else None
+        return self._user
+
+
+def _excludes_file(common: str, top: str) -> str | None:
+    """The file git reads as ``core.excludesFile`` for the repository in ``common``: the last
+    value in the system, user and repository configuration (``GIT_CONFIG_NOSYSTEM`` and
+    ``GIT_CONFIG_GLOBAL`` honoured; ``include`` directives are not followed), else
+    ``$XDG_CONFIG_HOME/git/ignore`` (``~/.config/git/ignore``)."""
+    home = os.path.expanduser("~")
+    xdg = os.environ.get("XDG_CONFIG_HOME") or os.path.join(home, ".config")
+    configs = [] if os.environ.get("GIT_CONFIG_NOSYSTEM") else ["/etc/gitconfig"]
+    user = os.environ.get("GIT_CONFIG_GLOBAL")
+    configs += [user] if user else [os.path.join(xdg, "git", "config"), os.path.join(home, ".gitconfig")]
+    configs.append(os.path.join(common, "config"))
+    value = None
+    for config in configs:
+        value = _core_excludes(config) or value
+    if value is None:
+        return os.path.join(xdg, "git", "ignore")
+    if value == "~" or value.startswith("~/"):
+        value = home + value[1:]
+    return os.path.join(top, value)  # an absolute value stays as it is
+
+
+def _core_excludes(config: str) -> str | None:
+    """The last ``excludesFile`` of the ``[core]`` section of a git config file, if any."""
+    try:
+        with open(config, "rb") as f:
+            text = f.read(1 << 20).decode("utf-8", "surrogateescape")
+    except (OSError, ValueError):
+        return None
+    value, section = None, ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith("["):
+            section = line[1:line.find("]")].strip().lower() if "]" in line else ""
+            line = line[line.find("]") + 1:].strip() if "]" in line else ""
+        if section != "core" or "=" not in line:
+            continue
+        key, _, rest = line.partition("=")
+        if key.strip().lower() != "excludesfile":
+            continue
+        out, quoted = [], False
+        for ch in rest.strip():
+            if ch == '"':
+                quoted = not quoted
+            elif ch in "#;" and not quoted:
+                break
+            else:
+                out.append(ch)
+        value = "".join(out).strip() or None
+    return value
 
 
 def _git_common_dir(git: str) -> str | None:
