@@ -196,15 +196,21 @@ class Driver:
             request = step.request
             if request is None:
                 reply: Any = None
-            elif on_event is None and isinstance(request, LLMRequest):  # most steps: one call, no events
-                reply, request, refitted, cfg, state = self._complete(module, node, state, cfg, request, stream, None)
-                step, usage, state = refitted or step, usage.add(name, reply), _noted(state, name, request, reply)
+            elif isinstance(request, LLMRequest):  # most steps: one call
+                if on_event is None:
+                    reply, request, refitted, cfg, state = self._complete(module, node, state, cfg, request, stream, None)
+                else:
+                    with _waits_reported(name, on_event):
+                        reply, request, refitted, cfg, state = self._complete(module, node, state, cfg, request, stream,
+                                                                              on_event)
+                step = refitted or step  # a request fitted again to a smaller window: its plan too
+                usage, state = usage.add(name, reply), _noted(state, name, request, reply)
             elif on_event is None:
-                reply, step, usage, state, cfg = self._perform(module, node, name, state, cfg, step, usage, stream, None)
+                reply, step, usage, state, cfg = self._perform(module, node, name, state, cfg, step, usage, None)
             else:
                 with _waits_reported(name, on_event) as relay:
-                    reply, step, usage, state, cfg = self._perform(module, node, name, state, cfg, step, usage, stream,
-                                                              on_event, relay)
+                    reply, step, usage, state, cfg = self._perform(module, node, name, state, cfg, step, usage, on_event,
+                                                                   relay)
         except (LLMError, UsageError) as err:  # a prompt that cannot fit is a UsageError
             if err.spent is None:
                 err.spent = usage
@@ -226,18 +232,14 @@ class Driver:
         cfg: NodeConfig,
         step: Step,
         usage: Usage,
-        stream: bool,
         on_event: EventHandler | None,
         relay: _Relay | None = None,
     ) -> tuple[Any, Step, Usage, AgentState, NodeConfig]:
-        """A step's request performed: the reply, the step (prepared again when its request was
-        fitted to a smaller window), the usage with its calls, the state with what the replies
-        say about themselves audited, and the config (fitted to that window). ``usage`` is kept current as calls return, for
-        the error of a later call."""
+        """A step's several requests (a pointwise grader's) or tool calls performed (``step``
+        handles a single request itself): the replies, the step, the usage with their calls, the
+        state with what the replies say about themselves audited, and the config (fitted to a
+        smaller window a server reported). An error carries the calls made before it."""
         request = step.request
-        if isinstance(request, LLMRequest):
-            reply, request, refitted, cfg, state = self._complete(module, node, state, cfg, request, stream, on_event)
-            return reply, refitted or step, usage.add(name, reply), _noted(state, name, request, reply), cfg
         if isinstance(request, LLMRequests):
             replies = []
             try:

@@ -245,8 +245,8 @@ def _negation_held(question: str, asked_words: frozenset[str], texts: list[str])
     question_words = words(question)
     return any(
         piece.kind == "sentence"
+        and _negates_about(piece.text, question_words)  # the cheap test first
         and len(asked_words & claims(piece.text).words) >= need
-        and _negates_about(piece.text, question_words)
         for text in texts
         for piece in sentences(text, 0)
     )
