@@ -88,7 +88,9 @@ def passages(text: str) -> list[Passage]:
 
 
 _PROSE = ("sentence", "item")
-# Where a sentence's clauses part: a comma, semicolon or colon, or a contrasting word.
+# Where a sentence's clauses part: a comma, semicolon or colon, or a contrasting word. Not
+# ``claims.clauses``: that one keeps a short part with the clause before it, and "not the
+# fuel" is exactly such a part.
 _CLAUSE = re.compile(r"[,;:](?=\s)|\s(?:but|whereas|although|though)\s", re.I)
 
 
