@@ -428,6 +428,28 @@ def test_separators_never_make_another_number_held(sentence):
     assert ground(sentence, (WALRUS,)).report.supported == 0
 
 
+PLAGUE = EvidenceItem("vector_search", "plague.txt",
+                      "An outbreak in 1471 took as much as 10\u201315% of the population, while the death rate "
+                      "of the plague of 1479\u201380 could have been as high as 20%.", 1, 1)
+
+
+@pytest.mark.parametrize("sentence", ["The outbreak in 1471 took as much as 10-15% of the population.",
+                                      "The outbreak in 1471 took as much as 10\u201315% of the population.",
+                                      "The plague of 1479-80 had a death rate as high as 20%."])
+def test_a_range_written_with_a_hyphen_is_held_by_the_same_range_with_a_dash(sentence):
+    """"10-15%" (a model types a hyphen) was not held by "10\u201315%" (an en dash, as most prose
+    writes a range): a right answer from the passage was unsupported and the question refused."""
+    g = ground(sentence, (PLAGUE,))
+    assert g.report.supported == 1 and "[1]" in g.body
+
+
+@pytest.mark.parametrize("sentence", ["The outbreak in 1471 took as much as 10-16% of the population.",
+                                      "The outbreak in 1471 took as much as 10.15% of the population.",
+                                      "The plague of 1479-81 had a death rate as high as 20%."])
+def test_a_dash_never_makes_another_range_held(sentence):
+    assert ground(sentence, (PLAGUE,)).report.supported == 0
+
+
 @pytest.mark.parametrize("sentence", ["Here is what I found:", "Based on the documentation:", "[1]", "Sure!"])
 def test_sentences_with_no_content_of_their_own_are_not_judged(sentence):
     g = ground(sentence, ITEMS)

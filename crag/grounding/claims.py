@@ -167,16 +167,20 @@ def _holds_verbatim(anchor: str, text: str, flat: str) -> bool:
 
 _GROUPED = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?")  # "1,500", "12,000.5": thousands separated
 _GROUP_SEPARATOR = "[,\u00a0\u202f\u2009]?"  # a comma, or a (narrow, thin) no-break space
+# A range's dash: "10-15" is written "10–15" (an en dash) in most prose, and a model types a hyphen.
+_DASH = re.compile(r"\\-")
+_ANY_DASH = "[-\u2010-\u2015\u2212]"
 
 
 def _digits_pattern(number: str) -> str:
     """A pattern for ``number`` (digits, maybe a decimal part) written with or without
-    separators between its thousands: "1500", "1,500" and "1 500" (no-break space) are one number."""
+    separators between its thousands: "1500", "1,500" and "1 500" (no-break space) are one number;
+    a range's hyphen is any dash ("10-15" and "10–15" are one range)."""
     if "," in number and not _GROUPED.fullmatch(number):
         return re.escape(number)  # "1,2": two numbers, not one in thousands
     whole, dot, decimals = number.replace(",", "").partition(".")
     if not whole.isdigit() or len(whole) < 4:
-        return re.escape(number)
+        return _DASH.sub(_ANY_DASH, re.escape(number))
     head = len(whole) % 3 or 3
     groups = [whole[:head]] + [whole[i : i + 3] for i in range(head, len(whole), 3)]
     return _GROUP_SEPARATOR.join(groups) + re.escape(dot + decimals)
