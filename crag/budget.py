@@ -8,7 +8,8 @@ counts with). What gives way, in this order (see ``docs/real-models.md``):
 1. history, oldest turns first;
 2. the text of evidence items: each is cut to the lines around its best match for the
    question (the line holding most of the question's keywords), in steps of
-   ``EXCERPT_LINES``; the item keeps its header with the real line numbers of the excerpt;
+   ``EXCERPT_LINES``; the item keeps its header with the real line numbers of the excerpt,
+   and two items cut to the same lines of a file are shown once (the later one is left out);
 3. the lowest-ranked items, left out of the prompt (``Fitted.dropped`` says which): the
    node decides what that means (grading: they leave ``context``; the answer: not cited).
 
@@ -131,15 +132,19 @@ def fit(
     cut = False
     if items:  # 2. item texts cut to the lines around their best match
         words = keywords(task.question)
+        twins: tuple[int, ...] = ()
         for lines in EXCERPT_LINES:
             shorter = tuple(excerpt(i, words, lines) for i in items)
             cut = cut or shorter != items
-            task = evolve(task, **{name: shorter})
+            twins = _twins(shorter)
+            task = evolve(task, **{name: tuple(x for k, x in enumerate(shorter) if k not in twins)})
             messages, tokens = size(task)
             if tokens <= limit:
-                return Fitted(task, messages, tokens, history_dropped=history_dropped, cut=cut)
+                return Fitted(task, messages, tokens, dropped=twins, history_dropped=history_dropped, cut=cut)
+        alive = [k for k in range(len(items)) if k not in twins]  # original index of each item left
         items = tuple(getattr(task, name))
-        order = list(rank) if rank is not None else list(range(len(items)))
+        at = {k: n for n, k in enumerate(alive)}
+        order = [at[k] for k in (rank if rank is not None else range(len(alive) + len(twins))) if k in at]
 
         def keep(m: int) -> Any:  # the m best-ranked items, in their original order
             chosen = sorted(order[:m])
@@ -162,13 +167,25 @@ def fit(
                 "KB_AGENT_CONTEXT_TOKENS to match the server"
             )
         if tokens <= limit:
-            dropped = tuple(sorted(order[lo:]))
+            dropped = tuple(sorted([*twins, *(alive[n] for n in order[lo:])]))
             return Fitted(kept, messages, tokens, dropped=dropped, history_dropped=history_dropped, cut=cut)
     raise UsageError(
         f"the question does not fit the model's context window: its prompt needs {tokens} tokens "
         f"+ {max_tokens} for the reply, more than 90% of KB_AGENT_CONTEXT_TOKENS={context_tokens}; "
         "ask a shorter question or raise KB_AGENT_CONTEXT_TOKENS to match the server"
     )
+
+
+def _twins(items: Sequence[EvidenceItem]) -> tuple[int, ...]:
+    """Indexes of the items that repeat an earlier item's span: two windows of one file cut to
+    the same excerpt are one item, shown once."""
+    seen: set[tuple[str, int | None, int | None]] = set()
+    out = []
+    for k, item in enumerate(items):
+        if item.key in seen:
+            out.append(k)
+        seen.add(item.key)
+    return tuple(out)
 
 
 def _without_oldest_turns(task: Any, history: tuple[Any, ...], limit: int, size: Callable[[Any], Any]) -> Any:

@@ -26,6 +26,10 @@ finds (see ``docs/real-models.md``). They read what they need of a tool from its
   ``match_cap`` x ``KB_AGENT_TOP_K`` results, the files with the most matches first (in
   their order of discovery on ties), lines in file order within a file; when there were
   more, ``grep_truncated`` says how many.
+* ``retrieval_rank``: evidence no grader has scored, best first, for a prompt that cannot
+  hold all of it: each call's first hit, then each call's second, and so on (context order
+  on ties). Ranked in context order instead, one call's many hits (a grep for a common word)
+  left out every hit of the calls after it, the question's own search among them.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ __all__ = [
     "MAX_TOP_K",
     "cap_matches",
     "deepen_repeats",
+    "retrieval_rank",
     "same_query",
     "searched_question",
     "signature",
@@ -190,3 +195,13 @@ def cap_matches(items: Sequence[EvidenceItem], cap: int) -> tuple[tuple[Evidence
     order = {source: n for n, source in enumerate(counts)}
     ranked = sorted(items, key=lambda i: (-counts[i.source], order[i.source]))
     return tuple(ranked[:cap]), len(items) - cap
+
+
+def retrieval_rank(context: Sequence[EvidenceItem], history: Sequence[ToolRun]) -> list[int]:
+    """Indexes of ``context`` best first by where each item stands in the run that returned
+    it (its first hit, then its second ...), ties in context order."""
+    where: dict[tuple, int] = {}
+    for run in history:
+        for n, item in enumerate(run.items):
+            where[item.key] = min(n, where.get(item.key, n))
+    return sorted(range(len(context)), key=lambda i: (where.get(context[i].key, len(context)), i))

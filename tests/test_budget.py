@@ -60,6 +60,37 @@ def test_history_goes_first_then_item_text_then_the_last_items():
     assert not small.dropped
 
 
+def test_two_windows_cut_to_the_same_lines_are_shown_once():
+    """Two grep windows of one file (lines 1-40 and 3-60) cut to the same excerpt were shown
+    twice, the same lines under two numbers, in room other evidence needed."""
+    text = "\n".join(["filler line"] * 10 + ["uploads retry three times after a failure"] + ["more filler"] * 50)
+    lines = text.split("\n")
+    first = EvidenceItem("grep_search", "docs/a.md", "\n".join(lines[:40]), 1, 40, None, anchor_line=11)
+    second = EvidenceItem("grep_search", "docs/a.md", "\n".join(lines[2:]), 3, 61, None, anchor_line=30)
+    other = big_item(3, 30, 40)
+    fitted = fit(SynthesizeTask(QUESTION, (), (first, second, other)), 256, 2048, render, cl100k)
+    assert fitted.cut and fitted.dropped == (1,)
+    assert [i.source for i in fitted.task.items] == ["docs/a.md", "docs/big3.md"]
+    assert len({i.key for i in fitted.task.items}) == 2
+
+
+def test_a_grep_for_a_common_word_does_not_crowd_the_questions_own_search_out_of_the_answer():
+    """Ungraded evidence (the simple path) was left out in context order: a planned grep's ten
+    windows came first, and every hit of the question's own search (run after the planned
+    calls) was left out of the answer's prompt."""
+    flood = [big_item(n, 30, 60, tool="grep_search") for n in range(10)]
+    hits = [EvidenceItem("vector_search", f"docs/hit{n}.md", f"Uploads retry after a failure, hit {n}.", 1, 1, 0.4)
+            for n in range(5)]
+    toolbox = FakeToolbox({"grep_search": [flood]}, question=QUESTION, question_results=hits)
+    model = ScriptedChatModel({
+        "analyze_and_route": json.dumps({"complexity": "simple", "suggested_tools": ["vector_search", "grep_search"]}),
+        "plan": PLAN, "synthesize": "Uploads retry after a failure [1]."})
+    result = Agent(model, toolbox, Settings(context_tokens=2048, max_answer_tokens=256)).ask(QUESTION)
+    shown = [i.source for i in model.requests[-1].task.items]
+    assert "docs/hit0.md" in shown and "docs/big0.md" in shown
+    assert len(shown) < 15 and any(e.event == "evidence_trimmed" for e in result.state.audit)
+
+
 def test_a_question_that_cannot_fit_is_a_usage_error():
     with pytest.raises(UsageError, match="KB_AGENT_CONTEXT_TOKENS"):
         fit(GradeTask("why " * 5000, ()), 32, 2048, render, cl100k)

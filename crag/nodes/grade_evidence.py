@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 from attrs import evolve, frozen
 
-from .. import budget, grading, prompts, schemas
+from .. import budget, grading, prompts, schemas, searches
 from ..ports import GradeTask, LLMRequest, LLMRequests, Step
 from ..state import AgentState, Completion, EvidenceItem, Grade
 
@@ -79,7 +79,8 @@ def _fit(state: AgentState, cfg: NodeConfig, todo: tuple[int, ...]) -> budget.Fi
         return budget.Fitted(GradeTask(state.question, items, cfg.grader), (), 0)
     task = GradeTask(question=state.question, items=items, style=cfg.grader)
     limit = schemas.grade_max_tokens(len(task.items))
-    return budget.fit(task, limit, cfg.context_tokens, prompts.render, cfg.count_tokens, min_items=1)
+    rank = searches.retrieval_rank(items, state.tool_history)  # each call's best hits before its later ones
+    return budget.fit(task, limit, cfg.context_tokens, prompts.render, cfg.count_tokens, rank, min_items=1)
 
 
 def _request(task: GradeTask, messages: tuple[dict[str, str], ...]) -> LLMRequest:

@@ -46,17 +46,19 @@ def _chitchat(state: AgentState) -> bool:
 
 
 def _fit(state: AgentState, cfg: NodeConfig) -> budget.Fitted | None:
-    """The answer's prompt within the context budget (lowest-scored items left out first)."""
+    """The answer's prompt within the context budget (lowest-scored items left out first;
+    ungraded, the later hits of each call: ``searches.retrieval_rank``)."""
     if _chitchat(state):
         task = SynthesizeTask(state.question, state.history, (), chitchat=True)
     elif state.context:
         task = SynthesizeTask(state.question, state.history, state.context)
     else:
         return None
-    rank = None
-    if len(state.evidence_scores) == len(state.context):
+    if state.context and len(state.evidence_scores) == len(state.context):
         scores = state.evidence_scores
         rank = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
+    else:  # ungraded: each call's best hits before any call's later ones
+        rank = searches.retrieval_rank(state.context, state.tool_history)
     return budget.fit(task, cfg.max_answer_tokens, cfg.context_tokens, prompts.render, cfg.count_tokens, rank,
                       min_items=1)  # an answer from no evidence at all would be made up
 
