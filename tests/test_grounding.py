@@ -428,6 +428,27 @@ def test_separators_never_make_another_number_held(sentence):
     assert ground(sentence, (WALRUS,)).report.supported == 0
 
 
+ALUMNI = EvidenceItem("vector_search", "wiki/Harvard_University.txt",
+                      "Other: philosopher Henry David Thoreau; poets Wallace Stevens and T. S. Eliot; "
+                      "conductor Leonard Bernstein; cellist Yo Yo Ma.", 29, 29)
+
+
+def test_a_passage_holds_the_question_words_its_documents_name_holds():
+    """"Leonard Bernstein went to Harvard" was unsupported by the Harvard article's list of
+    alumni: the list does not write "Harvard", its document's name does."""
+    g = ground("Leonard Bernstein went to Harvard.", (ALUMNI,), question="What famous conductor went to Harvard?")
+    assert g.report.supported == 1 and "[1]" in g.body
+
+
+@pytest.mark.parametrize(("question", "sentence"), [
+    ("What famous conductor went to Yale?", "Leonard Bernstein went to Yale."),  # not the document's name
+    ("What famous conductor studied there?", "Leonard Bernstein studied at Harvard."),  # not the question's word
+    ("What famous conductor went to Harvard?", "Leonard Bernstein went to Harvard in 1939."),  # a number it does not write
+])
+def test_a_documents_name_holds_only_the_questions_words(question, sentence):
+    assert ground(sentence, (ALUMNI,), question=question).report.supported == 0
+
+
 PLAGUE = EvidenceItem("vector_search", "plague.txt",
                       "An outbreak in 1471 took as much as 10\u201315% of the population, while the death rate "
                       "of the plague of 1479\u201380 could have been as high as 20%.", 1, 1)

@@ -53,7 +53,7 @@ class _Grounder:
         self.asked = asked.words if asked else frozenset()
         self.given = frozenset(asked.anchors) if asked else frozenset()
         self.unheld = tuple(unheld)
-        self.evidence = Evidence(items)
+        self.evidence = Evidence(items, self.asked)
         # the question's anchors no item writes: where one does, the sentence's use of it is checked
         # ("Service 7 retries 3 times" for a question naming services 3 and 7 is no restatement)
         written = [self.evidence[k] for k in range(len(self.evidence))]

@@ -128,10 +128,12 @@ def negated_for(p: Passage, c: Claims) -> bool:
 
 
 class ItemEvidence:
-    """One evidence item as grounding reads it; each part is computed on first use."""
+    """One evidence item as grounding reads it; each part is computed on first use.
+    ``topic``: the question's words its document's name holds (see ``Evidence``)."""
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, topic: frozenset[str] = frozenset()) -> None:
         self.text = text
+        self.topic = topic
 
     @cached_property
     def flat(self) -> str:
@@ -159,11 +161,30 @@ class ItemEvidence:
         return all(has_anchor(kind, a, self.text, self.flat) for kind, a in c.anchors)
 
 
-class Evidence:
-    """The items of one answer, each read once (``ItemEvidence``), in evidence order."""
+_ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}")  # "crisis_of_2007%E2%80%9308": the escape of a dash
 
-    def __init__(self, items: Sequence[EvidenceItem]) -> None:
+
+def _name(item: EvidenceItem) -> str:
+    """What an item's document is called: its file's name without the extension (its
+    underscores, dashes and escapes as spaces) and its section's heading."""
+    base = re.split(r"[/\\]", item.source.rstrip("/"))[-1]
+    stem_, dot, _ = base.rpartition(".")
+    return f"{_ESCAPE.sub(' ', stem_ if dot else base).replace('_', ' ')} {item.title}"
+
+
+class Evidence:
+    """The items of one answer, each read once (``ItemEvidence``), in evidence order.
+
+    A passage is about its document's subject even where it does not name it ("It was
+    founded in 1636" in Harvard_University.txt). So the words of the question (``asked``)
+    that an item's document name holds (``_name``) count as held by every passage of that
+    item: an answer that repeats the question's subject ("Leonard Bernstein went to
+    Harvard") is held by a passage of the Harvard article that lists "conductor Leonard
+    Bernstein". Only the question's words: what the answer adds must be written."""
+
+    def __init__(self, items: Sequence[EvidenceItem], asked: frozenset[str] = frozenset()) -> None:
         self.items = tuple(items)
+        self.asked = asked
         self._read: dict[int, ItemEvidence] = {}
 
     def __len__(self) -> int:
@@ -171,5 +192,6 @@ class Evidence:
 
     def __getitem__(self, k: int) -> ItemEvidence:
         if k not in self._read:
-            self._read[k] = ItemEvidence(self.items[k].text)
+            topic = frozenset(w for w in vocabulary(_name(self.items[k])) if self.asked and in_vocabulary(w, self.asked))
+            self._read[k] = ItemEvidence(self.items[k].text, topic)
         return self._read[k]

@@ -213,7 +213,7 @@ def score(c: Claims, ev: ItemEvidence, rule: Rule, index: int = 0) -> Support | 
     window loop every prose and table rule runs (see the module's docstring)."""
     units = ev.passages if rule.unit == "passages" else (ev.whole,)
     if rule.item_coverage is not None and units and (
-            coverage(c.words, set().union(*(p.vocabulary for p in units))) < rule.item_coverage):
+            coverage(c.words, ev.topic.union(*(p.vocabulary for p in units))) < rule.item_coverage):
         return None
     settle_at = rule.min_coverage if rule.settle_at is None else rule.settle_at
     # Negation is read where the claim is: in the passage of the item holding most of its
@@ -239,13 +239,13 @@ def score(c: Claims, ev: ItemEvidence, rule: Rule, index: int = 0) -> Support | 
                 core = max(window, key=lambda p: _held(p, c))
                 if negated_for(core, c) != c.negated or _held(core, c) < contrary:
                     continue
-            covered = coverage(c.words, set().union(*(p.vocabulary for p in window)))
+            covered = coverage(c.words, ev.topic.union(*(p.vocabulary for p in window)))
             if covered >= rule.min_coverage and (best is None or covered > best.coverage):
                 best = Support(index, covered, window[0].start, window[-1].end, rule.name)
         if best is not None and best.coverage >= settle_at:
             break
     if best is not None and rule.unit == "passages":
-        best = _tightened(best, ev.text, c)
+        best = _tightened(best, ev.text, c, ev.topic)
     if best is not None and rule.unit == "whole":  # cited at the row that holds the most of the claim
         held = [len(p.vocabulary & c.words) for p in ev.passages]
         if any(held):  # the first of the best: a row in a long table, not the first sharing a word
@@ -264,13 +264,15 @@ def _foreign(line: str, c: Claims) -> bool:
     return not any(has_anchor(kind, a, line, flat) for kind, a in c.anchors)
 
 
-def _holds_all(text: str, c: Claims, covered: float) -> bool:
-    """Whether ``text`` covers as much of ``c`` as ``covered`` and holds all its anchors."""
+def _holds_all(text: str, c: Claims, covered: float, topic: frozenset[str] = frozenset()) -> bool:
+    """Whether ``text`` (with ``topic``, its document's words) covers as much of ``c`` as
+    ``covered`` and holds all its anchors."""
     flat = " ".join(text.split())
-    return coverage(c.words, vocabulary(text)) >= covered and all(has_anchor(k, a, text, flat) for k, a in c.anchors)
+    return (coverage(c.words, topic | vocabulary(text)) >= covered
+            and all(has_anchor(k, a, text, flat) for k, a in c.anchors))
 
 
-def _tightened(s: Support, text: str, c: Claims) -> Support:
+def _tightened(s: Support, text: str, c: Claims, topic: frozenset[str] = frozenset()) -> Support:
     """``s`` without the lines at either end of its passage that hold none of the claim: lines
     with no full stop (a PDF page, a plain-text note, a list of settings) read as one passage,
     and a citation opens at the line that holds the sentence, not at the passage's first line
@@ -284,7 +286,7 @@ def _tightened(s: Support, text: str, c: Claims) -> Support:
     while lo < hi and _foreign(text[slice(*lines[lo])], c):
         lo += 1
     while lo < hi and text[lines[lo + 1][0] : lines[lo + 1][1]].lstrip()[:1].isupper() and _holds_all(
-            text[lines[lo + 1][0] : lines[hi][1]], c, s.coverage):
+            text[lines[lo + 1][0] : lines[hi][1]], c, s.coverage, topic):
         lo += 1  # a title line above a sentence ("Wombat notes"): the lines below hold all of it
     while hi > lo and _foreign(text[slice(*lines[hi])], c):
         hi -= 1
