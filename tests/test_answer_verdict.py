@@ -100,6 +100,25 @@ def test_a_question_that_negates_is_addressed_only_by_a_passage_that_negates_abo
     assert addresses("What does `is not None` test in the server code?", ["In the server code, `is not None` tests whether a value was given."])
 
 
+def test_a_question_that_negates_a_word_with_a_prefix_is_addressed_only_where_the_passage_negates_it():
+    """SQuAD 2.0 makes questions unanswerable with a prefix ("insignificant", "uninvited") or a
+    spaced "non" ("non paid"): asked of passages that write the word alone, they were answered
+    from them ("three more flows carry significant amounts of water")."""
+    flows = "Three more flows carry significant amounts of water: the Nieuwe Merwede, the Oude Maas and the Noord."
+    assert not addresses("How many more flows carry insignificant amounts of water?", [flows])
+    assert addresses("How many more flows carry significant amounts of water?", [flows])
+    assert addresses("How many more flows carry insignificant amounts of water?",
+                     [flows + " Two flows carry insignificant amounts of water."])
+    assert not addresses("Who uninvited Washington to dine with him?", ["Braddock invited Washington to dine with him."])
+    assert addresses("Who uninvited Washington to dine with him?", ["Braddock uninvited Washington the next day."])
+    assert not addresses("How many non paid holidays does the directive require?",
+                         ["The directive requires four weeks of paid holidays each year."])
+    # a word that only opens with the letters of a prefix is no negation where the passage writes
+    # it, nor where what follows the prefix is short ("index": "dex")
+    assert addresses("What does the index store?", ["The index stores each chunk's dex and its vectors."])
+    assert addresses("What information does the log keep?", ["The log keeps the information of each answer."])
+
+
 def test_an_answer_to_a_question_that_negates_from_a_passage_that_does_not_is_not_answered():
     passage = item(5, text="Encrypted broadcasts require a monthly subscription and a decoder card.")
     result = simple("What do encrypted broadcasts never require?",

@@ -27,7 +27,10 @@ A factual question that negates ("What do encrypted broadcasts never require?", 
 represented by non-binary notation?") is addressed only by passages with a sentence that
 negates too and holds a third of the question's words: a passage that says what encrypted
 broadcasts require does not say what they never require, and a small model asked the one
-answers with the other. A passage negates with "not" and its kin, with a word such as
+answers with the other. A question negates with "not" and its kin, with "non" ("non-binary",
+"non paid"), or with a word under a prefix ("un", "in", "il", "ir") that the passages write
+only without it ("insignificant amounts" asked of passages that say "significant amounts";
+what follows the prefix has five letters or more). A passage negates with "not" and its kin, with a word such as
 "lacks", "missing" or "except", or with a word of the question under a negative prefix ("not
 valid": "invalid"). "How" and "why" questions and those answered yes or no are left alone:
 "How do I make a field not required?" is answered by how to make it optional. Measured on the
@@ -198,7 +201,7 @@ def addresses(question: str, passages: Iterable[str], share: float = FOCUS_SHARE
 # is done or why it happens, in words that need not negate, wherever the question asks it ("In
 # FastAPI, how do I ..."); "how many" and the like ask a fact
 _HOW_WHY = re.compile(r"\b(?:why|how(?!\s+(?:many|much|long|far|old|often|large|big)\b))\b", re.IGNORECASE)
-_NON = re.compile(r"\bnon-?(?=[a-z])", re.IGNORECASE)  # "non-binary", "nonprofit"
+_NON = re.compile(r"\bnon[- ]?(?=[a-z])", re.IGNORECASE)  # "non-binary", "nonprofit", "non original"
 
 
 # what a passage negates with without "not": "the server lacks ...", "if the header is missing"
@@ -208,6 +211,10 @@ _NEGATIVE = re.compile(
     re.IGNORECASE,
 )
 _PREFIXES = ("un", "in", "im", "il", "ir", "dis")  # "not valid" is written "invalid"
+# Prefixes a question negates a word with that the passages write alone ("insignificant",
+# "uninvited", "irrelevant"); "im" and "dis" open too many plain words ("improved", "discovered",
+# "dispatch": "proved", "covered", "patch").
+_QUESTION_PREFIXES = ("un", "in", "il", "ir")
 
 
 def _negates(text: str) -> bool:
@@ -222,6 +229,21 @@ def _negates_about(sentence: str, question_words: list[str]) -> bool:
         return True
     held = set(words(sentence))
     return any(p + w in held for w in question_words if len(w) >= 4 for p in _PREFIXES)
+
+
+def _unprefixed(question_words: list[str], texts: list[str]) -> bool:
+    """Whether the question negates a word with a prefix where the passages write the word
+    alone: "insignificant amounts" asked of passages that say "significant amounts" and never
+    "insignificant" (the prefix aside, the word has five letters or more)."""
+    held: set[str] | None = None
+    for w in question_words:
+        for p in _QUESTION_PREFIXES:
+            if w.startswith(p) and len(w) - len(p) >= 5:
+                if held is None:
+                    held = {x for text in texts for x in words(text)}
+                if w[len(p):] in held and w not in held:
+                    return True
+    return False
 
 
 def negation_held(question: str, passages: Iterable[str]) -> bool:
@@ -239,10 +261,10 @@ def _negation_held(question: str, asked_words: frozenset[str], texts: list[str])
     ``NEGATED_SHARE`` of the question's content words (one at least). True for every other
     question."""
     yes_no = _YES_NO.match(question) or _YES_NO.match(question.rsplit(",", 1)[-1])  # "In FastAPI, is ...?"
-    if not _negates(question) or yes_no or _HOW_WHY.search(question):
+    question_words = words(question)
+    if not (_negates(question) or _unprefixed(question_words, texts)) or yes_no or _HOW_WHY.search(question):
         return True
     need = max(1.0, NEGATED_SHARE * len(asked_words))
-    question_words = words(question)
     return any(
         piece.kind == "sentence"
         and _negates_about(piece.text, question_words)  # the cheap test first
