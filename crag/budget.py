@@ -103,12 +103,13 @@ def fit(
     context_tokens: int,
     render: Render,
     count: Counter,
-    rank: Sequence[int] | None = None,
+    rank: Sequence[int] | Callable[[], Sequence[int]] | None = None,
     min_items: int = 0,
 ) -> Fitted:
     """``task`` made small enough that its prompt + ``max_tokens`` fits 90% of ``context_tokens``.
 
-    ``rank`` lists item indexes best first (default: their order); the last ones are left out
+    ``rank`` lists item indexes best first (default: their order), or is a function giving
+    them, called only when items must be left out; the last ones are left out
     first. Raises ``UsageError`` when even the bare question does not fit, or when the task
     has items and fewer than ``min_items`` of them fit.
     """
@@ -141,10 +142,11 @@ def fit(
             messages, tokens = size(task)
             if tokens <= limit:
                 return Fitted(task, messages, tokens, dropped=twins, history_dropped=history_dropped, cut=cut)
+        ranked = range(len(items)) if rank is None else rank() if callable(rank) else rank
         alive = [k for k in range(len(items)) if k not in twins]  # original index of each item left
-        items = tuple(getattr(task, name))
         at = {k: n for n, k in enumerate(alive)}
-        order = [at[k] for k in (rank if rank is not None else range(len(alive) + len(twins))) if k in at]
+        order = [at[k] for k in ranked if k in at]
+        items = tuple(getattr(task, name))
 
         def keep(m: int) -> Any:  # the m best-ranked items, in their original order
             chosen = sorted(order[:m])

@@ -79,7 +79,9 @@ def _fit(state: AgentState, cfg: NodeConfig, todo: tuple[int, ...]) -> budget.Fi
         return budget.Fitted(GradeTask(state.question, items, cfg.grader), (), 0)
     task = GradeTask(question=state.question, items=items, style=cfg.grader)
     limit = schemas.grade_max_tokens(len(task.items))
-    rank = searches.retrieval_rank(items, state.tool_history)  # each call's best hits before its later ones
+    def rank() -> list[int]:  # asked only when items must be left out: each call's best hits first
+        return searches.retrieval_rank(items, state.tool_history)
+
     return budget.fit(task, limit, cfg.context_tokens, prompts.render, cfg.count_tokens, rank, min_items=1)
 
 

@@ -54,11 +54,13 @@ def _fit(state: AgentState, cfg: NodeConfig) -> budget.Fitted | None:
         task = SynthesizeTask(state.question, state.history, state.context)
     else:
         return None
-    if state.context and len(state.evidence_scores) == len(state.context):
+
+    def rank() -> list[int]:  # asked only when items must be left out
         scores = state.evidence_scores
-        rank = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
-    else:  # ungraded: each call's best hits before any call's later ones
-        rank = searches.retrieval_rank(state.context, state.tool_history)
+        if state.context and len(scores) == len(state.context):
+            return sorted(range(len(scores)), key=lambda i: (-scores[i], i))
+        return searches.retrieval_rank(state.context, state.tool_history)  # ungraded: each call's best hits first
+
     return budget.fit(task, cfg.max_answer_tokens, cfg.context_tokens, prompts.render, cfg.count_tokens, rank,
                       min_items=1)  # an answer from no evidence at all would be made up
 
