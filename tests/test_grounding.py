@@ -948,3 +948,31 @@ def test_a_number_wrapped_to_a_line_start_inside_a_numbered_item_is_its_text_not
     assert ground("The token token token number 1 holds 10.", [item]).report.supported == 1
     steps = "1. Open the page.\n2. Click Save.\n2. Click Save again.\n- a bullet\n"
     assert [p.text.split()[0] for p in split(steps) if p.kind == "item"] == ["1.", "2.", "2.", "-"]
+
+
+STEPS = ("To set it up:\n\n"
+         "1. The server listens on port 8080 by default.\n"
+         "2. The moon is made of green cheese.\n"
+         "3. The client retries failed uploads three times.\n"
+         "4. Bananas grow on the moon.\n"
+         "5. A backup is kept for thirty days.")
+
+
+def test_strict_numbers_a_list_again_when_it_removes_items():
+    """A refusal keeps an answer's supported steps: "1.", "3.", "5." read as a list with
+    steps missing, and a Markdown renderer numbers from the first one only."""
+    body = ground(STEPS, ITEMS, "strict").body
+    numbers = re.findall(r"^(\d+)\. ", body, re.M)
+    assert numbers == ["1", "2", "3"]
+    assert "2. The client retries failed uploads three times" in body and "moon" not in body
+
+
+def test_note_mode_leaves_the_models_numbers_as_written():
+    body = ground(STEPS, ITEMS, "note").body
+    assert re.findall(r"^(\d+)\. ", body, re.M) == ["1", "2", "3", "4", "5"]
+
+
+def test_a_list_that_starts_later_keeps_its_first_number():
+    body = ground("3. The moon is made of green cheese.\n4. The server listens on port 8080 by default.\n"
+                  "5. A backup is kept for thirty days.", ITEMS, "strict").body
+    assert re.findall(r"^(\d+)\. ", body, re.M) == ["3", "4"]

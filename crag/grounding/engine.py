@@ -20,7 +20,7 @@ from ..state import EvidenceItem, GroundingReport, Judgement
 from .asked import writes_any
 from .claims import UNSUPPORTED_TAG, Claims, claims, clauses, has_anchor, lead_in, restates, strip_markers
 from .evidence import Evidence
-from .rewrite import Assembly, Sources, place, place_block, source_references
+from .rewrite import Assembly, Numbering, Sources, place, place_block, source_references
 from .rules import NO_RULE, Support, first_rule, supports
 
 __all__ = ["BY_CLAUSE", "MODES", "Grounded", "ground", "note_line", "render_prefix"]
@@ -155,6 +155,7 @@ def ground(body: str, items: Sequence[EvidenceItem], mode: str = "note", questio
     body = source_references(body, items)
     g = _Grounder(items, mode, question, unheld)
     out = Assembly()
+    numbering = Numbering() if mode == "strict" else None  # a removed item's list is numbered again
     judgements: list[Judgement] = []
     after_block = False  # the last piece was a judged code block or table
     for piece in split(body):
@@ -171,7 +172,10 @@ def ground(body: str, items: Sequence[EvidenceItem], mode: str = "note", questio
         after_block = verdict is not None and piece.kind in ("code", "table")
         if verdict is not None:
             judgements.append(verdict)
-        if verdict is not None and not verdict.supported and mode == "strict":
+        removed = verdict is not None and not verdict.supported and mode == "strict"
+        if numbering is not None:
+            text = numbering.item(piece.text, text, piece.start == 0 or body[piece.start - 1] == "\n", not removed)
+        if removed:
             out.drop()
         else:
             out.text(text)

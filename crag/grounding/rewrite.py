@@ -258,6 +258,40 @@ def _worded_markers(text: str, n: int) -> str:
     return "".join(pieces)
 
 
+_LIST_MARKER = re.compile(r"([ \t]*)(?:(\d{1,9})([.)])|[-*+])(?=[ \t])")
+
+
+class Numbering:
+    """An ordered list's numbers kept in order when strict mode removes some of its items:
+    "1. a", "2. b", "3. c" with the second removed becomes "1. a", "2. c". Each list is
+    known by its indentation; a line that is no item, not indented, ends every list, and an
+    item ends the lists indented deeper than itself."""
+
+    def __init__(self) -> None:
+        self.next: dict[int, int] = {}  # indentation: the number its list's next kept item gets
+
+    def item(self, piece: str, text: str, at_line_start: bool, kept: bool) -> str:
+        """``text`` (the rewritten ``piece``) with its number made the list's next one."""
+        if not at_line_start:
+            return text
+        m = _LIST_MARKER.match(piece)
+        if m is None:
+            if piece[:1] not in (" ", "\t"):
+                self.next.clear()
+            return text
+        indent = len(m.group(1).expandtabs(4))
+        self.next = {k: v for k, v in self.next.items() if k <= indent}
+        if m.group(2) is None:  # a bullet ends an ordered list at its indentation
+            self.next.pop(indent, None)
+            return text
+        number = self.next.setdefault(indent, int(m.group(2)))
+        written = _LIST_MARKER.match(text)
+        if not kept or written is None or written.group(2) is None:
+            return text
+        self.next[indent] = number + 1
+        return f"{written.group(1)}{number}{written.group(3)}{text[written.end():]}"
+
+
 class Assembly:
     """The rewritten pieces of an answer joined in order. A piece strict mode removed
     (``drop``) takes one of the spaces around it: of the space before and the one after,
