@@ -449,6 +449,29 @@ def test_a_documents_name_holds_only_the_questions_words(question, sentence):
     assert ground(sentence, (ALUMNI,), question=question).report.supported == 0
 
 
+FLED = EvidenceItem("vector_search", "wiki/Huguenot.txt",
+                    "While nearly three-quarters eventually were killed or submitted, roughly 500,000 Huguenots "
+                    "had fled France by the early 18th century.", 9, 9)
+SETTLED = EvidenceItem("vector_search", "wiki/Huguenot.txt",
+                       "In 1700 several hundred French Huguenots migrated from England to the colony of Virginia.", 29, 29)
+
+
+def test_a_decade_the_question_names_is_held_by_a_year_or_century_within_it():
+    """"How many Huguenots fled France by the 1700s?" answered "... by the 1700s ... 500,000" was
+    unsupported: another passage writes the year 1700, so the question's "1700s" was checked
+    as that year in the passage that says "by the early 18th century"."""
+    sentence = "Roughly 500,000 Huguenots had fled France by the 1700s."
+    g = ground(sentence, (FLED, SETTLED), question="How many Huguenots fled France by the 1700s?")
+    assert g.report.supported == 1 and "[1]" in g.body
+
+
+@pytest.mark.parametrize("sentence", ["Roughly 500,000 Huguenots had fled France by the 1600s.",
+                                      "Roughly 500,000 Huguenots had fled France by the 1710s.",
+                                      "Roughly 500,000 Huguenots had fled France by 1700."])
+def test_a_decade_is_never_held_by_a_year_outside_it(sentence):
+    assert ground(sentence, (FLED,)).report.supported == 0
+
+
 PLAGUE = EvidenceItem("vector_search", "plague.txt",
                       "An outbreak in 1471 took as much as 10\u201315% of the population, while the death rate "
                       "of the plague of 1479\u201380 could have been as high as 20%.", 1, 1)

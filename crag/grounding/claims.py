@@ -259,6 +259,26 @@ def _holds_quantity(anchor: str, text: str, flat: str) -> bool:
     return loose and not any(_unit(m.end(), text) == wanted for m in _ANY_NUMBER.finditer(text))
 
 
+# A decade or century written as years ("the 1990s", "the 1700s", "1700's"): a span, not a year.
+DECADE = re.compile(r"\b(1\d\d0|20\d0)'?s\b")
+
+
+def _find_decades(text: str) -> Iterable[str]:
+    return (m.group(1) + "s" for m in DECADE.finditer(text))
+
+
+def _holds_decade(anchor: str, text: str, flat: str) -> bool:
+    """"The 1700s" is held by a year within it (1700 to 1799) or by "the 18th century";
+    "the 1990s" by a year from 1990 to 1999."""
+    year = anchor[:4]
+    if year.endswith("00"):
+        century = int(year[:2]) + 1
+        if re.search(rf"\b{century}(?:st|nd|rd|th)[ -]century\b", text, re.IGNORECASE):
+            return True
+        return re.search(rf"\b{year[:2]}\d\d(?:'?s)?\b", text) is not None
+    return re.search(rf"\b{year[:3]}\d(?:'?s)?\b", text) is not None
+
+
 def _holds_month(anchor: str, text: str, flat: str) -> bool:
     return re.search(rf"\b(?:{anchor}|{anchor[:3]})\b", text, re.I) is not None
 
@@ -286,6 +306,7 @@ ANCHOR_KINDS: tuple[AnchorKind, ...] = (
     AnchorKind("url", _find_urls, _holds_verbatim, hides=(_URL, _LINK_TARGET)),  # and a Markdown link's target
     AnchorKind("ident", _find_idents, _holds_word),
     AnchorKind("alnum", _find_alnum, _holds_alnum),
+    AnchorKind("decade", _find_decades, _holds_decade, hides=(DECADE,)),  # not the year 1700
     AnchorKind("quantity", _find_quantities, _holds_quantity),  # and its number, below
     AnchorKind("number", _find_numbers, _holds_number),
     AnchorKind("month", _find_months, _holds_month),
@@ -309,7 +330,7 @@ class Claims:
     """What a piece says: content words (stemmed) and anchors that must appear verbatim."""
 
     words: frozenset[str]
-    anchors: tuple[tuple[str, str], ...]  # (kind, text): code, url, number, ident, month
+    anchors: tuple[tuple[str, str], ...]  # (kind, text): code, url, number, decade, ident, month
     negated: bool
 
     @property
