@@ -111,6 +111,11 @@ def test_a_question_that_negates_a_word_with_a_prefix_is_addressed_only_where_th
                      [flows + " Two flows carry insignificant amounts of water."])
     assert not addresses("Who uninvited Washington to dine with him?", ["Braddock invited Washington to dine with him."])
     assert addresses("Who uninvited Washington to dine with him?", ["Braddock uninvited Washington the next day."])
+    # the passage's sentence that negates must negate the word itself, not something else
+    delta = flows + " The Noord does not carry ships upstream of Dordrecht, whose flows carry water."
+    assert not addresses("How many more flows carry insignificant amounts of water?", [delta])
+    assert addresses("How many more flows carry insignificant amounts of water?",
+                     [flows + " The Noord does not carry significant amounts of water."])
     assert not addresses("How many non paid holidays does the directive require?",
                          ["The directive requires four weeks of paid holidays each year."])
     # a word that only opens with the letters of a prefix is no negation where the passage writes

@@ -30,7 +30,8 @@ broadcasts require does not say what they never require, and a small model asked
 answers with the other. A question negates with "not" and its kin, with "non" ("non-binary",
 "non paid"), or with a word under a prefix ("un", "in", "il", "ir") that the passages write
 only without it ("insignificant amounts" asked of passages that say "significant amounts";
-what follows the prefix has five letters or more). A passage negates with "not" and its kin, with a word such as
+what follows the prefix has five letters or more; the passage's sentence that negates must then
+write that word: "does not carry significant amounts", not a "not" about ships). A passage negates with "not" and its kin, with a word such as
 "lacks", "missing" or "except", or with a word of the question under a negative prefix ("not
 valid": "invalid"). "How" and "why" questions and those answered yes or no are left alone:
 "How do I make a field not required?" is answered by how to make it optional. Measured on the
@@ -230,19 +231,21 @@ def _negates_about(sentence: str, question_words: list[str]) -> bool:
     return any(p + w in held for w in question_words if len(w) >= 4 for p in _PREFIXES)
 
 
-def _unprefixed(question_words: list[str], texts: list[str]) -> bool:
-    """Whether the question negates a word with a prefix where the passages write the word
-    alone: "insignificant amounts" asked of passages that say "significant amounts" and never
-    "insignificant" (the prefix aside, the word has five letters or more)."""
+def _unprefixed(question_words: list[str], texts: list[str]) -> set[str]:
+    """The words the question negates with a prefix where the passages write them alone,
+    without it: "significant" for "insignificant amounts" asked of passages that say
+    "significant amounts" and never "insignificant" (the prefix aside, the word has five
+    letters or more)."""
     held: set[str] | None = None
+    bare = set()
     for w in question_words:
         for p in _QUESTION_PREFIXES:
             if w.startswith(p) and len(w) - len(p) >= 5:
                 if held is None:
                     held = {x for text in texts for x in words(text)}
                 if w[len(p):] in held and w not in held:
-                    return True
-    return False
+                    bare.add(w[len(p):])
+    return bare
 
 
 def negation_held(question: str, passages: Iterable[str]) -> bool:
@@ -257,16 +260,21 @@ def _negation_held(question: str, asked_words: frozenset[str], texts: list[str])
     broadcasts never require?" is not answered from passages that only say what they require.
     A question that negates (and is neither answered yes or no nor a "how" or "why" one) needs a
     sentence of the passages that negates too (``_negates_about``) and holds at least
-    ``NEGATED_SHARE`` of the question's content words (one at least). True for every other
-    question."""
+    ``NEGATED_SHARE`` of the question's content words (one at least); a question that negates
+    only with a prefix, a sentence that negates the word itself ("not significant" for
+    "insignificant", not a "not" about something else). True for every other question."""
     yes_no = _YES_NO.match(question) or _YES_NO.match(question.rsplit(",", 1)[-1])  # "In FastAPI, is ...?"
     question_words = words(question)
-    if not (_negates(question) or _unprefixed(question_words, texts)) or yes_no or _HOW_WHY.search(question):
+    if yes_no or _HOW_WHY.search(question):
+        return True
+    bare = set() if _negates(question) else _unprefixed(question_words, texts)
+    if not (bare or _negates(question)):
         return True
     need = max(1.0, NEGATED_SHARE * len(asked_words))
     return any(
         piece.kind == "sentence"
         and _negates_about(piece.text, question_words)  # the cheap test first
+        and (not bare or not bare.isdisjoint(words(piece.text)))
         and len(asked_words & claims(piece.text).words) >= need
         for text in texts
         for piece in sentences(text, 0)
