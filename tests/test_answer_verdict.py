@@ -203,3 +203,28 @@ def test_a_sentence_naming_a_term_no_evidence_holds_is_not_kept_as_supported():
     assert result.state.grounding.supported == 1  # the sentence that writes HTTP/3 is not
     assert "over HTTP/3" not in result.body.split("\n\n", 1)[1]  # only what the evidence says
     assert "Run uvicorn main:app" in result.body
+
+
+BRANCH = item(6, text="The Court of Justice has had the most influence on the development of EU law.")
+
+
+def test_a_question_asked_with_the_opposite_of_what_the_passage_writes_is_not_answered():
+    """SQuAD 2.0 makes questions unanswerable with an opposite: "the least influence" asked of
+    a passage on the branch with the most. The model answered it from that passage."""
+    result = simple("Which branch of the EU has had the least influence on the development of EU law?",
+                    "The Court of Justice has had the least influence on the development of EU law [1].", [BRANCH])
+    assert result.state.grounding.verdict == "not_answered" and result.answer.startswith(NOT_ADDRESSED)
+    assert [e["rule"] for e in result.audit if e["event"] == "question_not_addressed"] == ["opposite"]
+
+
+def test_an_opposite_leaves_alone_a_passage_that_writes_the_word_and_questions_it_does_not_fit():
+    most = "Which branch of the EU has had the most influence on the development of EU law?"
+    assert addresses(most, [BRANCH.text])
+    least = most.replace("most", "least")
+    assert addresses(least, [BRANCH.text + " The Council has had the least."])  # it writes the word too
+    assert addresses("Has the Council had the least influence on EU law?", [BRANCH.text])  # yes or no: "no, the most"
+    assert addresses("How did the branch with the least influence vote?", [BRANCH.text])  # how and why
+    assert addresses("How many people, at most, have died of plague in Baghdad?",
+                     ["At least 100,000 people died of plague in Baghdad."])  # "at most" is a bound
+    assert not addresses("What area of science is understanding slowly changing?",
+                         ["In an area of science where our scientific understanding is rapidly changing."])

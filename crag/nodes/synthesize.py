@@ -187,7 +187,8 @@ def _grounded(state: AgentState, body: str, cfg: NodeConfig, items: tuple, stopp
     passages = grounding.cited(done.sources, items)
     addressed = grounding.addresses(question, passages)
     if not addressed and done.report.supported:
-        rule = "focus" if grounding.negation_held(question, passages) else "negation"  # which test it failed
+        rule = ("negation" if not grounding.negation_held(question, passages)  # which test it failed
+                else "opposite" if grounding.opposed(question, passages) else "focus")
         state = evolve(state, audit=state.log("question_not_addressed", rule=rule))
     restated = addressed and grounding.says_nothing_new(
         question, [j.sentence for j in done.report.judgements if j.supported])
