@@ -190,6 +190,11 @@ def test_what_says_nothing_new():
     assert not says_nothing_new("Does the server retry failed requests?",  # yes or no: may repeat it
                                 ["The server retries failed requests [1]."])
     assert not says_nothing_new("What problem consists of trying to increase oil supplies?", [])
+    # a capital letter names something: "B cells and T cells" answers; "A" opening a phrase does not
+    immune = "What are the key cell types of the adaptive immune system?"
+    assert not says_nothing_new(immune, ["The key cell types of the adaptive immune system are B cells and T cells [1]."])
+    assert says_nothing_new(immune, ["A key cell type of the adaptive immune system [1]."])
+    assert says_nothing_new("What is vitamin D for?", ["Vitamin D is for it [1]."])  # the question's own letter
 
 
 def test_a_sentence_naming_a_term_no_evidence_holds_is_not_kept_as_supported():
