@@ -55,7 +55,8 @@ a term the passages must write, so the path is neither a named term nor an ancho
 "What problem consists of trying to increase oil supplies?" answered by "The problem consists
 of trying to increase oil supplies [1]" quotes a passage and answers nothing. A question that
 asks for something (not one answered yes or no) is answered only by a word, number or name it
-does not hold itself, or by a "no".
+does not hold itself (a capital letter standing alone is a name: "B cells and T cells"), or by
+a "no".
 
 Measured on the project's documentation questions (docs/real-models.md, "Questions the
 knowledge base cannot answer"): no answerable question had a named term missing from its
