@@ -142,6 +142,20 @@ def test_a_decade_or_century_the_question_names_is_held_by_a_year_within_it():
     assert not addresses("What bands were popular in the 1990s?", ["In 1984 the bands were popular."])
 
 
+def test_a_number_the_question_names_is_held_when_a_passage_writes_it_in_words():
+    """"Developed 100 years before whose theory?" answered from "almost a hundred years before
+    ... Charles Darwin's theory" was refused: the question's "100" was looked for as written."""
+    question = "The principle of faunal succession was developed 100 years before whose theory of evolution?"
+    passage = ("Based on principles laid out by William Smith almost a hundred years before the "
+               "publication of Charles Darwin's theory of evolution, the principles of succession developed.")
+    assert addresses(question, [passage])
+    assert addresses("What meets every 3 months?", ["The council meets every three months."])
+    assert addresses("How many people live there?", ["Some 1,500 people live there."])  # no number asked
+    assert not addresses(question, [passage.replace("a hundred", "fifty")])
+    assert not addresses("What meets every 3 months?", ["The council meets every three weeks."])
+    assert not addresses("Who won in 13 games?", ["The team won three games."])
+
+
 def test_an_identifier_the_question_names_is_held_when_a_passage_quotes_it_as_code():
     """A passage that writes ``secrets.compare_digest()`` in backticks holds it as code, not as
     the words secret, compare and digest: those are the question's anchor, checked as one."""

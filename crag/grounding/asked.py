@@ -186,9 +186,9 @@ def addresses(question: str, passages: Iterable[str], share: float = FOCUS_SHARE
     asked = claims(question)
     if not _negation_held(question, asked.words, texts) or _opposed(question, texts):
         return False
-    anchors = [_flat(text) for kind, text in asked.anchors if _flat(text) and kind not in _SPANS]
-    if any(a not in blob for a in anchors):
-        return False
+    if any(_flat(text) not in blob and not (kind in _WORDED and has_anchor(kind, text, joined, blob))
+           for kind, text in asked.anchors if _flat(text) and kind not in _SPANS):
+        return False  # "100 years" is held as "a hundred years" too
     if any(not has_anchor(kind, text, joined, blob) for kind, text in asked.anchors if kind in _SPANS):
         return False  # "third" is held as "3rd" too, "the 1700s" by 1705 or "the 18th century"
     # an anchor's own words ("secrets.compare_digest": secret, compare, digest) are held with it:
@@ -382,6 +382,7 @@ def _joints(text: str) -> list[tuple[str, str, str]]:
 
 
 # anchors a passage holds written another way: "third" as "3rd", "the 1700s" as a year within it
+_WORDED = frozenset({"number", "quantity"})  # anchors a passage may write in words ("a hundred")
 _SPANS = frozenset({"ordinal", "decade"})
 
 
