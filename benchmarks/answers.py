@@ -36,8 +36,8 @@ Two question sets:
 Scoring (one table, per set and configuration):
 
 - *right*: for SQuAD, a gold answer string is in the answer's body (SQuAD's normalisation:
-  lower case, no punctuation, no articles, collapsed whitespace) and the answer does not
-  refuse. For the docs set, the gold page is cited (the tutorial does not cite: the gold page
+  lower case, no punctuation, no articles, collapsed whitespace; a possessive holds its name:
+  "Charles Darwin's theory" holds "Charles Darwin") and the answer does not refuse. For the docs set, the gold page is cited (the tutorial does not cite: the gold page
   is among the documents it generated from) and the answer does not refuse.
 - *refused though answerable*.
 - *honest when unanswerable*: the answer refuses.
@@ -174,9 +174,14 @@ def normalize(text: str) -> str:
     return " ".join(text.split())
 
 
+_POSSESSIVE = re.compile(r"(?<=\w)['’]s\b")
+
+
 def holds_answer(text: str, answers: list[str]) -> bool:
-    body = f" {normalize(text)} "
-    return any(f" {normalize(a)} " in body for a in answers if normalize(a))
+    """Whether ``text`` writes one of the gold ``answers`` (normalised), also as a possessive:
+    "Charles Darwin's theory" holds "Charles Darwin"."""
+    bodies = {f" {normalize(text)} ", f" {normalize(_POSSESSIVE.sub('', text))} "}
+    return any(f" {normalize(a)} " in body for a in answers if normalize(a) for body in bodies)
 
 
 # crag's fixed openings (crag.answer: the no-evidence sentence and grounding's refusal).

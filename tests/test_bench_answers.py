@@ -116,6 +116,9 @@ def test_squad_normalisation_and_refusals() -> None:
     assert answers.normalize("The  Aletsch-Glacier!") == "aletschglacier"
     assert answers.holds_answer("It is the Aletsch glacier, in the Alps.", ["Aletsch glacier"])
     assert not answers.holds_answer("It was lit in 18540.", ["1854"])
+    assert answers.holds_answer("It came 100 years before Charles Darwin's theory.", ["Charles Darwin"])
+    assert answers.holds_answer("It is Lorentz's law.", ["Lorentz's Law"])
+    assert not answers.holds_answer("It was Darwinsky's idea.", ["Darwin"])
     # every punctuation character: a hyphen written for the gold answer's en dash is the same answer
     assert answers.holds_answer("It was the Cretaceous-Paleogene extinction event.", ["Cretaceous–Paleogene extinction"])
     assert answers.refuses("I couldn't find relevant information in the knowledge base to answer this question.")
