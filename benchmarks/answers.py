@@ -37,8 +37,9 @@ Scoring (one table, per set and configuration):
 
 - *right*: for SQuAD, a gold answer string is in the answer's body (SQuAD's normalisation:
   lower case, no punctuation, no articles, collapsed whitespace; a possessive holds its name:
-  "Charles Darwin's theory" holds "Charles Darwin") and the answer does not refuse. For the docs set, the gold page is cited (the tutorial does not cite: the gold page
-  is among the documents it generated from) and the answer does not refuse.
+  "Charles Darwin's theory" holds "Charles Darwin") and the answer does not refuse. For the
+  docs set, the gold page is cited (the tutorial does not cite: the gold page is among the
+  documents it generated from) and the answer does not refuse.
 - *refused though answerable*.
 - *honest when unanswerable*: the answer refuses.
 - An answer refuses when it opens with one of crag's fixed sentences (no evidence, "does not
