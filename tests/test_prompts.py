@@ -125,6 +125,15 @@ def test_synthesize_prompt_asks_for_citations_and_no_stats_block():
     assert "Evidence" not in chat_user["content"] and "conversationally" in chat_system["content"]
 
 
+def test_synthesize_prompt_says_the_question_again_after_the_evidence_on_one_line():
+    user = render(SynthesizeTask("Who bought\nthe factory  in 2005? ", (), (item(1), item(2))))[1]["content"]
+    evidence, tail = user.rsplit("[2]", 1)
+    assert "> Who bought\n> the factory  in 2005?" in evidence  # quoted first, as written
+    assert tail.rstrip().endswith("Start with the direct answer to: Who bought the factory in 2005?")
+    long_user = render(SynthesizeTask("why " * 200, (), (item(1),)))[1]["content"]
+    assert "direct answer" not in long_user and long_user.count("why") == 200  # said once
+
+
 def test_plan_prompt_lists_only_the_suggested_tools_and_earlier_attempts():
     runs = (ToolRun(1, ToolCall("vector_search", {"query": "retry"}), (item(1),)),
             ToolRun(1, ToolCall("grep_search", {"pattern": "x"}), (), error="grep_search: boom"))

@@ -30,7 +30,7 @@ _ITEM_CHARS = 6000  # longest item text quoted in a synthesize prompt
 # grade needs the part that could answer, and a small model grades short passages better
 # than long ones (docs/real-models.md, "Grading a real model"); it halves the grading prompt.
 _GRADE_ITEM_CHARS = 600
-_RESTATED_CHARS = 500  # a grading prompt repeats a question up to this long after the items
+_RESTATED_CHARS = 500  # a grading or answer prompt repeats a question up to this long after the items
 _PLAN_ITEM_CHARS = 300  # evidence excerpts shown to the planner
 _HISTORY_TURNS = {"analyze": 6, "plan": 4, "synthesize": 10}
 _HISTORY_CHARS = {"analyze": 1500, "plan": 1000, "synthesize": 3000}
@@ -279,9 +279,18 @@ def _render_synthesize(task: SynthesizeTask) -> tuple[dict[str, str], ...]:
         history
         + f"Question:\n{quote(task.question)}\n\n"
         + f"Evidence ({m} items):\n{_items_block(task.items, _ITEM_CHARS)}\n\n"
-        + f"Answer the question, citing items [1] to [{m}]."
+        + f"Answer the question, citing items [1] to [{m}].{_restated(task.question)}"
     )
     return ({"role": "system", "content": system}, {"role": "user", "content": user})
+
+
+def _restated(question: str) -> str:
+    """The question said again after the evidence, on one line, where the model starts writing:
+    a small model given a few thousand tokens of passages answers it more often, and less
+    often echoes it or answers a neighbouring sentence (docs/real-models.md). A question longer
+    than ``_RESTATED_CHARS`` is said once."""
+    line = " ".join(question.split())
+    return f" Start with the direct answer to: {line}" if line and len(line) <= _RESTATED_CHARS else ""
 
 
 def render(task: AnalyzeTask | PlanTask | GradeTask | SynthesizeTask) -> tuple[dict[str, str], ...]:
