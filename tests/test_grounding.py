@@ -273,6 +273,29 @@ def test_a_sentence_negates_where_its_clause_holding_the_claim_does(sentence, it
     assert ground(sentence, (item,)).report.supported == int(supported)
 
 
+PAULI = EvidenceItem("vector_search", "Force.txt",
+                     "The rigidity of solid matter actually results from the Pauli exclusion principle. Since "
+                     "electrons are fermions, they cannot occupy the same quantum mechanical state as other "
+                     "electrons.", 30, 30)
+TIMING = EvidenceItem("vector_search", "auth.md",
+                      "Comparing in constant time prevents attackers from guessing the password.", 1, 1)
+
+
+@pytest.mark.parametrize("sentence, item, supported", [
+    ("Rigidity is caused by the Pauli exclusion principle, which prevents electrons from occupying the same "
+     "quantum mechanical state as other electrons.", PAULI, True),
+    ("Electrons can occupy the same quantum mechanical state as other electrons.", PAULI, False),
+    ("Attackers cannot guess the password when it is compared in constant time.", TIMING, True),
+    ("Attackers guess the password when it is compared in constant time.", TIMING, False),
+])
+def test_a_thing_kept_from_doing_another_negates(sentence, item, supported):
+    """"X prevents electrons from occupying" says what "electrons cannot occupy" does: Qwen's
+    right answer about the Pauli exclusion principle was unsupported (a positive claim against a
+    passage that negates) and refused, and "prevents attackers from guessing" read as saying
+    that they guess."""
+    assert ground(sentence, (item,)).report.supported == int(supported)
+
+
 PLAN_LIST = EvidenceItem("vector_search", "plans.md",
                          "# Plans\n\n- Basic plan: 5 GB storage\n- Pro plan: 50 GB storage\n", 1, 4)
 PLAN_TABLE = EvidenceItem("vector_search", "prices.md",

@@ -7,7 +7,8 @@
 * anchors: what must appear verbatim in the evidence, of the kinds ``ANCHOR_KINDS`` lists
   (inline code, URLs, identifiers, numbers, month names), each kind with how it is found in
   an answer and how an evidence text is read for it;
-* polarity: whether the sentence negates (``NEGATION`` words, or any ``n't``).
+* polarity: whether the sentence negates (``NEGATION`` words, or any ``n't``, or a thing kept
+  from doing another: "prevents electrons from occupying" as "electrons cannot occupy").
 
 It also owns the two tests on a whole sentence that decide whether it is judged at all
 (``restates``, ``lead_in``) and how a sentence is cut into clauses (``clauses``).
@@ -355,11 +356,19 @@ def negated_outside_code(text: str) -> bool:
 _ANY_CODE_SPAN = re.compile(r"`[^`]+`")
 
 
+# "prevents electrons from occupying" says what "electrons cannot occupy" does, so it negates too
+_KEPT_FROM = re.compile(
+    r"\b(?:prevent|stop|keep|kept|prohibit|bar|block)(?:s|ed|ing|ped|ping|red|ring)?"
+    r"(?:\s+[^\s.;:!?]+){0,6}?\s+from\s+[a-z]+ing\b"
+)
+
+
 def negated(text: str) -> bool:
-    """Whether ``text`` holds a negation word (``NEGATION``, or any ``n't``)."""
+    """Whether ``text`` holds a negation word (``NEGATION``, or any ``n't``), or says that
+    something keeps a thing from doing another ("prevents electrons from occupying")."""
     low = text.lower().replace("’", "'")
     tokens = re.findall(r"[a-z]+(?:'[a-z]+)?", low)
-    return any(t in NEGATION or t.endswith("n't") for t in tokens)
+    return any(t in NEGATION or t.endswith("n't") for t in tokens) or _KEPT_FROM.search(low) is not None
 
 
 def claims(text: str) -> Claims:
