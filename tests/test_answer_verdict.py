@@ -247,3 +247,11 @@ def test_an_opposite_leaves_alone_a_passage_that_writes_the_word_and_questions_i
                      ["At least 100,000 people died of plague in Baghdad."])  # "at most" is a bound
     assert not addresses("What area of science is understanding slowly changing?",
                          ["In an area of science where our scientific understanding is rapidly changing."])
+
+
+def test_an_answer_opening_with_the_instruction_written_back_is_grounded_without_it():
+    factory = item(5, text="In 2005 the factory was bought by AvtoZAZ, a Ukrainian car manufacturer.")
+    result = simple("Who bought the factory in 2005?",
+                    'The direct answer to "Who bought the factory in 2005?" is AvtoZAZ [1].', [factory])
+    assert result.body.startswith("AvtoZAZ [1].")
+    assert result.state.grounding.verdict == "answered"

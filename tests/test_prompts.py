@@ -134,6 +134,28 @@ def test_synthesize_prompt_says_the_question_again_after_the_evidence_on_one_lin
     assert "direct answer" not in long_user and long_user.count("why") == 200  # said once
 
 
+QUESTION = "What sort of system releases the exhaust steam into the boiler? "
+
+
+@pytest.mark.parametrize("reply, kept", [
+    ('The direct answer to "What sort of system releases the exhaust steam into the boiler? " is an '
+     'oscillating cylinder steam engine [1].', "An oscillating cylinder steam engine [1]."),
+    ("Direct answer to: What sort of system releases the exhaust steam into the boiler?\n\nA condenser [2].",
+     "A condenser [2]."),
+    ('The direct answer to "What sort of system releases the exhaust steam into the boiler?" is that it is a '
+     "condenser [1].", "It is a condenser [1]."),
+    ('The direct answer to "Who else?" is X [1].', 'The direct answer to "Who else?" is X [1].'),  # another question
+    ("An oscillating cylinder steam engine [1].", "An oscillating cylinder steam engine [1]."),
+    ('The direct answer to "What sort of system releases the exhaust steam into the boiler?" is',  # nothing after
+     'The direct answer to "What sort of system releases the exhaust steam into the boiler?" is'),
+])
+def test_an_answer_that_writes_the_last_instruction_back_keeps_only_its_answer(reply, kept):
+    """The answer prompt ends "Start with the direct answer to: QUESTION"; on 4 of about 180
+    recorded replies Qwen 1.5B opened 'The direct answer to "QUESTION? " is ...', and the
+    user read the instruction back."""
+    assert prompts.without_echo(reply, QUESTION if "Who else" not in reply else "What is it?") == kept
+
+
 def test_plan_prompt_lists_only_the_suggested_tools_and_earlier_attempts():
     runs = (ToolRun(1, ToolCall("vector_search", {"query": "retry"}), (item(1),)),
             ToolRun(1, ToolCall("grep_search", {"pattern": "x"}), (), error="grep_search: boom"))

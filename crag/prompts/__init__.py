@@ -29,7 +29,7 @@ documented fallback in the node that asked for it. The modules, one concern each
 
 from __future__ import annotations
 
-from .clean import clean_answer, strip_stats_blocks, strip_think
+from .clean import clean_answer, strip_stats_blocks, strip_think, without_echo
 from .find import (
     NOT_JIRA_PROJECTS,
     find_confluence_page_ids,
@@ -68,4 +68,5 @@ __all__ = [
     "render",
     "strip_stats_blocks",
     "strip_think",
+    "without_echo",
 ]

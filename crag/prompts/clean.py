@@ -5,6 +5,8 @@
 crag's ``_Note: ..._`` lines) from an earlier answer sent as history, where a model would copy them;
 ``strip_think`` removes ``<think>`` blocks; ``clean_answer`` does both to an answer, and
 removes the source list a model wrote at its end (``crag.answer.without_source_list``).
+``without_echo`` removes the answer prompt's last instruction where a model wrote it back
+before its answer ('The direct answer to "Who bought the factory?" is AvtoZAZ').
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 
 from ..answer import without_source_list
 
-__all__ = ["clean_answer", "strip_own_marks", "strip_stats_blocks", "strip_think"]
+__all__ = ["clean_answer", "strip_own_marks", "strip_stats_blocks", "strip_think", "without_echo"]
 
 # 📊, and the same bytes read as cp1252 (ðŸ“Š) or latin-1.
 _STATS_EMOJI = "(?:\U0001F4CA|\u00f0\u0178\u201c\u0160|\u00f0\x9f\x93\x8a)"
@@ -139,3 +141,30 @@ def clean_answer(text: Any) -> str:
     # Runs of blank lines collapse to one always (not only where a block was cut out), so an
     # answer streamed piece by piece reads the same as the finished one.
     return re.sub(r"\n{3,}", "\n\n", text).strip()
+
+
+# The answer prompt ends "Start with the direct answer to: QUESTION" (crag.prompts.render); a
+# small model unsure of its evidence sometimes opens 'The direct answer to "QUESTION" is ...'.
+_ECHO = re.compile(
+    r"\A[ \t]*(?:\*\*)?(?:the[ \t]+)?direct[ \t]+answer[ \t]+to(?:[ \t]+the[ \t]+question)?[ \t]*:?[ \t]*"
+    r"(?:\"(?P<dq>[^\"\n]+)\"|“(?P<cq>[^”\n]+)”|(?P<bare>[^\n]+?\?))[ \t]*(?:\*\*)?[ \t]*"
+    r"(?:(?:is|are|would[ \t]+be)\b[ \t]*:?|:)?\s*(?:that[ \t]+)?",
+    re.I,
+)
+
+
+def _flat(text: str) -> str:
+    return re.sub(r"[^0-9a-z]+", "", text.lower())
+
+
+def without_echo(text: str, question: str) -> str:
+    """``text`` without the instruction it opens by writing back ('The direct answer to
+    "QUESTION" is X' reads 'X'), when what it quotes is ``question``; otherwise unchanged."""
+    match = _ECHO.match(text)
+    if not match or match.end() == len(text):
+        return text
+    quoted = _flat(match.group("dq") or match.group("cq") or match.group("bare") or "")
+    if not quoted or quoted != _flat(question):
+        return text
+    rest = text[match.end():]
+    return rest[:1].upper() + rest[1:]
