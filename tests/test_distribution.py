@@ -48,3 +48,30 @@ def test_the_package_ships_its_type_hints_as_pep_561_says() -> None:
     assert (ROOT / "crag" / "py.typed").is_file()
     setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     assert "py.typed" in setuptools["package-data"]["crag"]
+
+
+def _sdist_files(monkeypatch) -> set[str]:
+    """The files ``MANIFEST.in`` adds to the source distribution, as setuptools reads it."""
+    from setuptools.command.egg_info import FileList
+
+    monkeypatch.chdir(ROOT)
+    files = FileList()
+    for line in (ROOT / "MANIFEST.in").read_text(encoding="utf-8").splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            files.process_template_line(line)
+    return set(files.files)
+
+
+def test_the_source_distribution_holds_what_make_test_needs(monkeypatch) -> None:
+    """The sdist held 86 of the 94 files of tests/ (setuptools' default takes ``test_*.py`` only)
+    and no benchmarks: `pytest` in an unpacked sdist failed to collect 62 test files (no
+    conftest.py, no fakes, no benchmarks package). It holds the whole test suite, the benchmarks'
+    code and question sets, the docs, ``.env.example`` and the Makefile; not the committed
+    benchmark results (7 MB that no test reads)."""
+    shipped = _sdist_files(monkeypatch)
+    needed = {str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob("*.py")}
+    needed |= {str(p.relative_to(ROOT)) for p in (ROOT / "benchmarks").glob("*.*")}
+    needed |= {str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md")}
+    needed |= {".env.example", "Makefile", ".ci/run"}
+    assert needed - shipped == set()
+    assert not any(f.startswith("benchmarks/results/") or "__pycache__" in f for f in shipped)
