@@ -85,3 +85,27 @@ def test_the_library_reports_a_wait_as_an_event_of_the_step_and_counts_no_extra_
     for answer in (waited, silent):  # a retry is not an API call of its own (SPEC §5, §7)
         assert answer.usage.llm_calls == plain.usage.llm_calls
         assert answer.usage.by_node["plan"].calls == 1
+
+
+def test_a_checked_body_the_sdk_wraps_as_a_connection_error_is_not_asked_for_again() -> None:
+    """The openai SDKs crag accepts (``openai>=1.40``) wrap whatever the HTTP client raises
+    while reading a response as ``APIConnectionError``: with openai 1.40 a 200 reply holding a
+    gzip bomb was refused by crag's body check, taken for a dropped connection, fetched three
+    more times and reported as "closed the connection ... after 3 retries". The check's
+    verdict under that wrapper is a bad reply, never retried."""
+    import openai
+
+    from crag.llm.retry import BadReply, BadReplyFailure
+
+    def wrapped(cause: BaseException) -> openai.APIConnectionError:
+        try:
+            try:
+                raise cause
+            except BaseException as err:
+                raise openai.APIConnectionError(request=None) from err  # what the SDK does
+        except openai.APIConnectionError as exc:
+            return exc
+
+    failure = RetryPolicy(3).classify(wrapped(BadReply("sent a body over 64 MiB", "limit")))
+    assert failure == BadReplyFailure("sent a body over 64 MiB", "limit") and not failure.retry
+    assert RetryPolicy(3).classify(wrapped(ConnectionResetError("reset"))).retry  # a real drop still is

@@ -217,6 +217,8 @@ class RetryPolicy:
             if isinstance(exc, oa.APITimeoutError):
                 return TimeoutFailure()
             if isinstance(exc, oa.APIConnectionError):
+                if isinstance(exc.__cause__, BadReply):  # older SDKs wrap what the HTTP client raised
+                    return self.classify(exc.__cause__)
                 # A redirect loop is the server's setup, not a passing failure: asking again loops again.
                 return ConnectionFailure(retry=not _redirect_loop(exc))
             if isinstance(exc, oa.APIStatusError):
