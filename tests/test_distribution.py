@@ -76,3 +76,13 @@ def test_the_source_distribution_holds_what_make_test_needs(monkeypatch) -> None
     needed |= {".env.example", "Makefile", ".ci/run"}
     assert needed - shipped == set()
     assert not any("__pycache__" in f or f.endswith((".pyc", ".tmp")) for f in shipped)
+
+
+def test_the_pdf_extra_asks_for_a_pypdf_that_imports_quietly() -> None:
+    """pypdf 4.0 to 4.3.0 import ARC4 where cryptography 43 and later warn that it moved: with
+    the ``mcp`` extra beside ``pdf`` (it brings cryptography), every `crag index` of a folder with a
+    PDF printed two lines of a third party's deprecation warning. 4.3.1 imports it quietly."""
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    (pdf,) = extras["pdf"]
+    floor = re.fullmatch(r"pypdf>=([\d.]+)", pdf)
+    assert floor is not None and tuple(int(p) for p in floor.group(1).split(".")) >= (4, 3, 1)
