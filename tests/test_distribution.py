@@ -86,3 +86,14 @@ def test_the_pdf_extra_asks_for_a_pypdf_that_imports_quietly() -> None:
     (pdf,) = extras["pdf"]
     floor = re.fullmatch(r"pypdf>=([\d.]+)", pdf)
     assert floor is not None and tuple(int(p) for p in floor.group(1).split(".")) >= (4, 3, 1)
+
+
+def test_the_tiktoken_floor_counts_a_long_run_of_blanks_in_linear_time() -> None:
+    """crag counts a text holding a run of blanks in pieces of 65,536 (crag.llm.tokens), which
+    tiktoken 0.13 and later encode in linear time; before 0.13, which the floor allowed (0.7),
+    each piece took about a second and a file padded with a million blanks held `crag index`
+    for minutes (its test ran past ten). The floor is the first version measured linear."""
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    (tiktoken,) = [d for d in deps if d.startswith("tiktoken")]
+    floor = re.fullmatch(r"tiktoken>=([\d.]+)", tiktoken)
+    assert floor is not None and tuple(int(p) for p in floor.group(1).split(".")) >= (0, 13)
