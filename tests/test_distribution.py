@@ -97,3 +97,14 @@ def test_the_tiktoken_floor_counts_a_long_run_of_blanks_in_linear_time() -> None
     (tiktoken,) = [d for d in deps if d.startswith("tiktoken")]
     floor = re.fullmatch(r"tiktoken>=([\d.]+)", tiktoken)
     assert floor is not None and tuple(int(p) for p in floor.group(1).split(".")) >= (0, 13)
+
+
+def test_the_openai_floor_is_an_sdk_crag_runs_on() -> None:
+    """``openai>=1.40`` let pip keep an SDK crag cannot run on: before 1.45 ``create()`` has no
+    ``max_completion_tokens`` (a reasoning model's answer was a TypeError traceback), and before
+    1.55.3 the SDK hands httpx 0.28, which pip installs beside it, a ``proxies`` argument it no
+    longer takes. 1.55.3 is the first release crag's wire tests pass on."""
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    (openai,) = [d for d in deps if d.startswith("openai")]
+    floor = re.fullmatch(r"openai>=([\d.]+)", openai)
+    assert floor is not None and tuple(int(p) for p in floor.group(1).split(".")) >= (1, 55, 3)

@@ -236,7 +236,8 @@ class RetryPolicy:
                 return BadReplyFailure("sent an unusable reply", one_line(exc, 120))
         transport = _transport_errors()
         if transport and isinstance(exc, transport):
-            return ConnectionFailure()
+            # Older SDKs let a read timeout through mid-stream: it is a timeout all the same.
+            return TimeoutFailure() if type(exc).__name__.endswith("Timeout") else ConnectionFailure()
         return None
 
     def wait(self, retries: int, failure: Failure) -> float | None:
