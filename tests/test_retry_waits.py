@@ -88,7 +88,7 @@ def test_the_library_reports_a_wait_as_an_event_of_the_step_and_counts_no_extra_
 
 
 def test_a_checked_body_the_sdk_wraps_as_a_connection_error_is_not_asked_for_again() -> None:
-    """Older openai SDKs that crag accepts (1.40 to 1.55 at least) wrap whatever the HTTP client
+    """Older openai SDKs (1.40 to 1.55.3, crag's floor, at least) wrap whatever the HTTP client
     raises while reading a response as ``APIConnectionError``: with them a 200 reply holding a
     gzip bomb was refused by crag's body check, taken for a dropped connection, fetched three
     more times and reported as "closed the connection ... after 3 retries". The check's
