@@ -711,15 +711,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=out_dir, default=RESULTS_DIR)
     args = p.parse_args(argv)
-    absent = [str(src) for src in SOURCES.values() if not src.is_dir()]
-    if absent:
-        p.error(f"the shared corpora are not at {SHARED}: no folder {', '.join(absent)} (CRAG_SHARED=DIR to point "
-                "elsewhere)")
     args.stores = [s.strip() for s in args.stores.split(",") if s.strip()]
     unknown = sorted(set(args.stores) - set(STORES))
     if unknown or not args.stores or not args.clients:
         p.error(f"--stores: unknown store {', '.join(unknown)} (choose from {', '.join(STORES)})" if unknown
                 else "--stores needs at least one store" if not args.stores else "--clients needs at least one count")
+    # The command line's own mistakes first: they are named whether or not the data is there.
+    absent = [str(src) for src in SOURCES.values() if not src.is_dir()]
+    if absent:
+        p.error(f"the shared corpora are not at {SHARED}: no folder {', '.join(absent)} (CRAG_SHARED=DIR to point "
+                "elsewhere)")
     args.copies = max(1, math.ceil(args.chunks / CHUNKS_PER_COPY))
     # Fewer chunks than a copy (a smoke run, run_all --quick): every n-th file of one copy.
     args.every = max(1, CHUNKS_PER_COPY // max(1, args.chunks))

@@ -315,3 +315,17 @@ def test_field_asks_each_question_once_when_more_are_asked_for_than_the_file_hol
     assert sorted(q["question"] for q in picked) == ["q0", "q1", "q2"]  # not q1, q2, q0, q1, q2: counted twice
     assert capsys.readouterr().err == f"benchmarks.field: --questions 5: {questions} holds 3, each asked once\n"
     assert [q["question"] for q in field.load_questions(2, 0, questions)] == ["q0", "q1"]
+
+
+def test_store_scale_refuses_a_bad_argument_before_it_looks_for_the_shared_data(tmp_path, monkeypatch, capsys):
+    """On a clean clone with no shared data beside it (``.ci/run`` on a fresh machine),
+    ``--stores foo`` was answered with "the shared corpora are not at ...": the mistake in the
+    command line went unnamed, and `make test` failed there. The arguments are checked first."""
+    from benchmarks import store_scale
+
+    monkeypatch.setattr(store_scale, "SOURCES", {k: tmp_path / "absent" / k for k in store_scale.SOURCES})
+    with pytest.raises(SystemExit) as exit_:
+        store_scale.main(["--stores", "foo"])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(
+        "error: --stores: unknown store foo (choose from embedded, postgresql)")

@@ -71,6 +71,8 @@ def test_version_prints_the_package_version() -> None:
     assert (code, out, err) == (0, f"crag {crag.__version__}\n", "")
     pyproject = (ROOT / "pyproject.toml").read_text()
     assert f'version = "{crag.__version__}"' in pyproject
+    # The installed package's metadata comes from pyproject.toml; the docs show the same string.
+    assert f"| `crag --version` | `crag {crag.__version__}` | 0 |" in (ROOT / "docs" / "cli.md").read_text()
 
 
 def test_bare_crag_prints_the_help_on_stdout_and_exits_0(tmp_path: Path) -> None:

@@ -85,3 +85,42 @@ def test_the_library_reports_a_wait_as_an_event_of_the_step_and_counts_no_extra_
     for answer in (waited, silent):  # a retry is not an API call of its own (SPEC §5, §7)
         assert answer.usage.llm_calls == plain.usage.llm_calls
         assert answer.usage.by_node["plan"].calls == 1
+
+
+def test_a_checked_body_the_sdk_wraps_as_a_connection_error_is_not_asked_for_again() -> None:
+    """Older openai SDKs (1.40 to 1.55.3, crag's floor, at least) wrap whatever the HTTP client
+    raises while reading a response as ``APIConnectionError``: with them a 200 reply holding a
+    gzip bomb was refused by crag's body check, taken for a dropped connection, fetched three
+    more times and reported as "closed the connection ... after 3 retries". The check's
+    verdict under that wrapper is a bad reply, never retried."""
+    import openai
+
+    from crag.llm.retry import BadReply, BadReplyFailure
+
+    def wrapped(cause: BaseException) -> openai.APIConnectionError:
+        try:
+            try:
+                raise cause
+            except BaseException as err:
+                raise openai.APIConnectionError(request=None) from err  # what the SDK does
+        except openai.APIConnectionError as exc:
+            return exc
+
+    failure = RetryPolicy(3).classify(wrapped(BadReply("sent a body over 64 MiB", "limit")))
+    assert failure == BadReplyFailure("sent a body over 64 MiB", "limit") and not failure.retry
+    assert RetryPolicy(3).classify(wrapped(ConnectionResetError("reset"))).retry  # a real drop still is
+
+
+def test_a_read_timeout_the_sdk_lets_through_mid_stream_is_a_timeout() -> None:
+    """openai 1.55 lets the HTTP library's ``ReadTimeout`` through while a stream is read: an
+    answer cut by KB_AGENT_LLM_TIMEOUT was reported as "closed the connection ... (timed out)"
+    instead of "did not finish its answer within N s ... (KB_AGENT_LLM_TIMEOUT)", which names
+    the setting to raise. A timeout of the HTTP library is a timeout whoever raises it."""
+    import sys
+
+    import openai  # loads the HTTP library the SDK uses
+
+    http = sys.modules.get("httpx2") or sys.modules["httpx"]
+    assert openai is not None
+    assert RetryPolicy(3).classify(http.ReadTimeout("the request's deadline has passed")) == TimeoutFailure()
+    assert not isinstance(RetryPolicy(3).classify(http.RemoteProtocolError("peer closed")), TimeoutFailure)

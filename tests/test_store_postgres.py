@@ -182,12 +182,19 @@ def test_without_psycopg_the_error_names_the_extra(tmp_path: Path) -> None:
     blocker = tmp_path / "block"
     write(blocker / "psycopg.py", "raise ImportError('No module named psycopg')\n")
     env = env_for("postgresql://crag@127.0.0.1:9/kb", tmp_path)
-    env["PYTHONPATH"] = str(blocker)
+    env["PYTHONPATH"] = os.pathsep.join([str(blocker), str(ROOT)])  # this tree's crag, whatever .venv holds
     run = crag(env, tmp_path, "search", "anything")
-    assert run.returncode == 1
+    # A missing extra is the installation's configuration, exit status 2, as for the MCP server's
+    # and the local embedder's extras (it was 1, a failure at run time, for this one alone).
+    assert run.returncode == 2
     assert run.stderr.strip().splitlines() == [
-        "crag: error: KB_AGENT_STORE names a PostgreSQL server, which needs psycopg: pip install 'crag-kb[postgres]'"
+        "crag: error: KB_AGENT_STORE=postgresql://crag@127.0.0.1:9/kb is not valid: expected a store this "
+        "installation can open: a PostgreSQL one needs psycopg, pip install 'crag-kb[postgres]'"
     ]
+    env["KB_AGENT_STORE"] = "postgresql://crag:s3cret-pw@127.0.0.1:9/kb"
+    run = crag(env, tmp_path, "search", "anything")
+    assert run.returncode == 2 and "s3cret-pw" not in run.stderr + run.stdout
+    assert len(run.stderr.strip().splitlines()) == 1 and "crag-kb[postgres]" in run.stderr
 
 
 def test_a_bad_store_setting_names_the_variable(tmp_path: Path) -> None:

@@ -89,12 +89,16 @@ _VERSION = (
 )
 
 
-def _psycopg() -> Any:
+def _psycopg(location: str) -> Any:
+    """psycopg, or the setting's error naming the extra (``location`` is the URI without its
+    password): a missing extra is exit status 2, as for the MCP server's and the local embedder's."""
     try:
         import psycopg
     except ImportError:
-        raise IndexStoreError(
-            "KB_AGENT_STORE names a PostgreSQL server, which needs psycopg: pip install 'crag-kb[postgres]'", ""
+        raise ConfigError(
+            "KB_AGENT_STORE",
+            location,
+            "a store this installation can open: a PostgreSQL one needs psycopg, pip install 'crag-kb[postgres]'",
         ) from None
     # psycopg logs what it ignores while a failed connection is torn down ("error ignored
     # terminating <psycopg.Pipeline [BAD]>: the connection is lost"), and with no logging set
@@ -133,7 +137,7 @@ class PostgresStore:
         self.uri = uri
         self.location = redact(uri)
         self.reindex_hint = f"run `python -m crag index PATH` (with KB_AGENT_STORE={self.location}) to rebuild it"
-        self.psycopg = _psycopg()
+        self.psycopg = _psycopg(self.location)
         self._check_uri()
         self._users_timeout: str | None = None  # a statement_timeout the URI, PGOPTIONS or the role set
         self._version_conns = PerThread(lambda: self.reading(self.connect(autocommit=True)))

@@ -217,6 +217,8 @@ class RetryPolicy:
             if isinstance(exc, oa.APITimeoutError):
                 return TimeoutFailure()
             if isinstance(exc, oa.APIConnectionError):
+                if isinstance(exc.__cause__, BadReply):  # older SDKs wrap what the HTTP client raised
+                    return self.classify(exc.__cause__)
                 # A redirect loop is the server's setup, not a passing failure: asking again loops again.
                 return ConnectionFailure(retry=not _redirect_loop(exc))
             if isinstance(exc, oa.APIStatusError):
@@ -234,7 +236,8 @@ class RetryPolicy:
                 return BadReplyFailure("sent an unusable reply", one_line(exc, 120))
         transport = _transport_errors()
         if transport and isinstance(exc, transport):
-            return ConnectionFailure()
+            # Older SDKs let a read timeout through mid-stream: it is a timeout all the same.
+            return TimeoutFailure() if type(exc).__name__.endswith("Timeout") else ConnectionFailure()
         return None
 
     def wait(self, retries: int, failure: Failure) -> float | None:
