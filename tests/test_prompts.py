@@ -148,6 +148,8 @@ QUESTION = "What sort of system releases the exhaust steam into the boiler? "
     ("An oscillating cylinder steam engine [1].", "An oscillating cylinder steam engine [1]."),
     ('The direct answer to "What sort of system releases the exhaust steam into the boiler?" is',  # nothing after
      'The direct answer to "What sort of system releases the exhaust steam into the boiler?" is'),
+    ('The direct answer to "What sort of system releases the exhaust steam into the boiler?" is [1].',  # a marker
+     'The direct answer to "What sort of system releases the exhaust steam into the boiler?" is [1].'),
 ])
 def test_an_answer_that_writes_the_last_instruction_back_keeps_only_its_answer(reply, kept):
     """The answer prompt ends "Start with the direct answer to: QUESTION"; on 4 of about 180

@@ -144,7 +144,7 @@ def apply(state: AgentState, step: Step, reply: Completion | None, cfg: NodeConf
         if fitted.dropped:  # left out of the answer's prompt: never cited
             state = evolve(state, audit=state.log("evidence_trimmed", node=NAME, count=len(fitted.dropped)))
         items = fitted.task.items  # what the model saw
-        body = prompts.without_echo(prompts.clean_answer(reply.text), state.question)
+        body = prompts.without_echo(prompts.clean_answer(reply.text), fitted.task.question)  # as the prompt said it
         return _grounded(state, body, cfg, items, stopped)
     return evolve(state, answer=text, citations=citations)
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..answer import without_source_list
+from ..answer import renumber, without_source_list
+from ..text import words
 
 __all__ = ["clean_answer", "strip_own_marks", "strip_stats_blocks", "strip_think", "without_echo"]
 
@@ -153,18 +154,15 @@ _ECHO = re.compile(
 )
 
 
-def _flat(text: str) -> str:
-    return re.sub(r"[^0-9a-z]+", "", text.lower())
-
-
 def without_echo(text: str, question: str) -> str:
     """``text`` without the instruction it opens by writing back ('The direct answer to
-    "QUESTION" is X' reads 'X'), when what it quotes is ``question``; otherwise unchanged."""
+    "QUESTION" is X' reads 'X'), when what it quotes is ``question`` (word for word) and
+    something other than markers follows; otherwise unchanged."""
     match = _ECHO.match(text)
-    if not match or match.end() == len(text):
+    if not match:
         return text
-    quoted = _flat(match.group("dq") or match.group("cq") or match.group("bare") or "")
-    if not quoted or quoted != _flat(question):
-        return text
+    quoted = words(match.group("dq") or match.group("cq") or match.group("bare") or "")
     rest = text[match.end():]
+    if not quoted or quoted != words(question) or not any(ch.isalnum() for ch in renumber(rest, 0)[0]):
+        return text  # 'The direct answer to "QUESTION" is [1].' says nothing but the question: left to grounding
     return rest[:1].upper() + rest[1:]
