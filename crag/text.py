@@ -3,8 +3,9 @@
 One tokenizer, one stemmer, one stop-word list, so that "a content word" means the same
 thing everywhere crag compares texts:
 
-* ``words(text)``: the lower-cased runs of letters and digits (``[^\\W_]+``, any script);
-  ``_``, apostrophes and punctuation end a word (``snake_case`` is two words).
+* ``words(text)``: the lower-cased runs of letters and digits (``[^\\W_]+``, any script),
+  accents folded (``fold_diacritics``); ``_``, apostrophes and punctuation end a word
+  (``snake_case`` is two words).
 * ``stem(word)``: a light English suffix stripper for a lower-cased word: plurals,
   ``-ing``, ``-ed`` (``tokens`` → ``token``, ``settings`` → ``sett``).
 * ``STOPWORDS``: English function words. The hash embedder and the full-text query drop
@@ -18,6 +19,8 @@ thing everywhere crag compares texts:
 * ``in_vocabulary(word, vocabulary)``: whether a stemmed word is one of a text's: the same
   stem, or a word and a longer one sharing their first ``PREFIX`` letters or more
   (``config`` and ``configuration``). Grounding and the offline backend compare by it.
+* ``fold_diacritics(text)``: ``text`` with the accents full-text search folds (``DIACRITICS``)
+  folded: ``Café`` is ``Cafe``; ``words`` folds them.
 * ``one_line(text, limit)``: any text as one line of single spaces, for messages.
 """
 
@@ -26,11 +29,13 @@ from __future__ import annotations
 import re
 
 __all__ = [
+    "DIACRITICS",
     "PREFIX",
     "QUESTION_FILLER",
     "STOPWORDS",
     "WORD",
     "content_words",
+    "fold_diacritics",
     "in_vocabulary",
     "keywords",
     "one_line",
@@ -62,13 +67,60 @@ QUESTION_FILLER = frozenset(
     """.split()
 )
 
+# The letters with diacritics SQLite's FTS5 folds (``unicode61 remove_diacritics 2``, the
+# embedded store's tokenizer), by the letter it folds them to, and the combining marks it drops
+# from a word. The PostgreSQL store folds the same ones, in chunks and files as in queries
+# (``postgres_schema``), and so does the search's word filter (``fold_diacritics``), so that
+# ``cafe`` finds ``café`` (and ``Zürich`` finds ``Zurich``) in both stores. FTS5 folds no other:
+# not ``ø``, ``æ``, ``ß``, ``ł`` or ``đ`` (PostgreSQL's ``unaccent`` does, so crag does not use it:
+# the two stores would find different things). ``tests/test_store_postgres.py`` checks this
+# table against SQLite's tokenizer. ``words`` folds them too, so grounding finds the
+# ``Schrödinger`` of a passage in an answer or a question that writes ``Schrodinger``.
+DIACRITICS: dict[str, str] = {
+    "a": "ÀÁÂÃÄÅàáâãäåĀāĂăĄąǍǎǞǟǺǻȀȁȂȃȦȧḀḁẠạẢảẤấẦầẨẩẪẫẬậẮắẰằẲẳẴẵẶặ\u212b",
+    "b": "ḂḃḄḅḆḇ",
+    "c": "ÇçĆćĈĉĊċČčḈḉ",
+    "d": "ĎďḊḋḌḍḎḏḐḑḒḓ",
+    "e": "ÈÉÊËèéêëĒēĔĕĖėĘęĚěȄȅȆȇȨȩḔḕḖḗḘḙḚḛḜḝẸẹẺẻẼẽẾếỀềỂểỄễỆệ",
+    "f": "Ḟḟ",
+    "g": "ĜĝĞğĠġĢģǦǧǴǵḠḡ",
+    "h": "ĤĥȞȟḢḣḤḥḦḧḨḩḪḫẖ",
+    "i": "ÌÍÎÏìíîïĨĩĪīĬĭĮįİǏǐȈȉȊȋḬḭḮḯỈỉỊị",
+    "j": "Ĵĵǰ",
+    "k": "ĶķǨǩḰḱḲḳḴḵ",
+    "l": "ĹĺĻļĽľḶḷḸḹḺḻḼḽ",
+    "m": "ḾḿṀṁṂṃ",
+    "n": "ÑñŃńŅņŇňǸǹṄṅṆṇṈṉṊṋ",
+    "o": "ÒÓÔÕÖòóôõöŌōŎŏŐőƠơǑǒǪǫǬǭȌȍȎȏȪȫȬȭȮȯȰȱṌṍṎṏṐṑṒṓỌọỎỏỐốỒồỔổỖỗỘộỚớỜờỞởỠỡỢợ",
+    "p": "ṔṕṖṗ",
+    "r": "ŔŕŖŗŘřȐȑȒȓṘṙṚṛṜṝṞṟ",
+    "s": "ŚśŜŝŞşŠšȘșṠṡṢṣṤṥṦṧṨṩẛ",
+    "t": "ŢţŤťȚțṪṫṬṭṮṯṰṱẗ",
+    "u": "ÙÚÛÜùúûüŨũŪūŬŭŮůŰűŲųƯưǓǔǕǖǗǘǙǚǛǜȔȕȖȗṲṳṴṵṶṷṸṹṺṻỤụỦủỨứỪừỬửỮữỰự",
+    "v": "ṼṽṾṿ",
+    "w": "ŴŵẀẁẂẃẄẅẆẇẈẉẘ",
+    "x": "ẊẋẌẍ",
+    "y": "ÝýÿŶŷŸȲȳẎẏẙỲỳỴỵỶỷỸỹ",
+    "z": "ŹźŻżŽžẐẑẒẓẔẕ",
+    "": "\u0300\u0301\u0302\u0303\u0304\u0306\u0307\u0308\u0309\u030a\u030b\u030c\u030f\u0311\u031b\u0323\u0324"
+        "\u0325\u0326\u0327\u0328\u032d\u032e\u0330\u0331",  # combining marks: dropped
+}
+
+_FOLDING = str.maketrans({c: target for target, chars in DIACRITICS.items() for c in chars})
+
+
+def fold_diacritics(text: str) -> str:
+    """``text`` with the diacritics FTS5 folds (``DIACRITICS``) folded: ``Café`` is ``Cafe``."""
+    return text.translate(_FOLDING) if not text.isascii() else text
+
+
 WORD = re.compile(r"[^\W_]+")
 _CJK_RUN = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]+")
 
 
 def words(text: str) -> list[str]:
-    """The lower-cased words of ``text``, in order."""
-    return WORD.findall(text.lower())
+    """The lower-cased words of ``text``, in order, their accents folded (``fold_diacritics``)."""
+    return WORD.findall(fold_diacritics(text.lower()))
 
 
 def stem(word: str) -> str:

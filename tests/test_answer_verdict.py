@@ -255,3 +255,19 @@ def test_an_answer_opening_with_the_instruction_written_back_is_grounded_without
                     'The direct answer to "Who bought the factory in 2005?" is AvtoZAZ [1].', [factory])
     assert result.body.startswith("AvtoZAZ [1].")
     assert result.state.grounding.verdict == "answered"
+
+
+def test_a_name_written_without_its_accents_is_the_name_the_evidence_writes_with_them():
+    """Typed without accents ("Schrodinger", as most keyboards write it), a name the evidence
+    writes with them ("Schrödinger") is one the evidence holds: the answer is not refused for
+    it, and a sentence that writes it either way is supported (accents folded as the search folds them)."""
+    force = item(5, text="The notion of force keeps its meaning in both Newtonian and Schrödinger equations.")
+    reply = "The notion of force keeps its meaning in both Newtonian and Schrodinger equations [1]."
+    result = simple("What notion keeps its meaning in both Newtonian and Schrodinger equations?", reply, [force])
+    assert not any(e["event"] == "question_terms_missing" for e in result.audit)
+    assert result.state.grounding.supported == 1 and result.state.grounding.verdict == "answered"
+    result = simple("How large is Zu\u0308rich among the cities of the country?",  # an accent as a combining mark
+                    "Zurich is the largest city of the country, with banks and a lake [1].",
+                    [item(5, text="Zu\u0308rich is the largest city of the country, with banks and a lake.")])
+    assert not any(e["event"] == "question_terms_missing" for e in result.audit)
+    assert result.state.grounding.supported == 1 and result.state.grounding.verdict == "answered"

@@ -324,6 +324,7 @@ def test_a_grading_prompt_quotes_each_items_best_excerpt():
     ("Which libraries serve a GraphQL API?", ["GraphQL", "API"]),
     ("I use Flask. Then how do I render templates?", ["Flask"]),
     ("how do uploads retry after a failure?", []),
+    ("What did Ångström measure in Zürich with C++?", ["Ångström", "Zürich", "C++"]),  # whole, accents and all
 ])
 def test_the_terms_a_question_names(question, terms):
     from crag.grounding import named
@@ -336,6 +337,8 @@ def test_a_term_no_evidence_holds_makes_the_answer_not_answered_whatever_the_gra
 
     assert missing("How do I serve it over HTTP/3?", ["HTTP/2 is supported", "the server"]) == ["HTTP/3"]
     assert missing("Where is Hugging Face?", ["huggingface.co hosts it"]) == []
+    assert missing("Who was Ångström?", ["Anders Angstrom measured light"]) == []  # accents folded
+    assert missing("Who was Ångström?", ["Anders Celsius measured heat"]) == ["Ångström"]  # not "ngstr"
     evidence = [item(k, text=f"Uploads are retried three times by the upload worker, note {k}.") for k in range(1, 6)]
     result, _ = _run(
         {"analyze_and_route": [route("complex")], "plan": [search_plan()],

@@ -66,18 +66,20 @@ top five passages; seven of the eight unanswerable ones did.
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Iterable, Sequence
 from itertools import pairwise
 
 from ..prompts.find import find_paths
 from ..sentences import sentences
-from ..text import in_vocabulary, stem, words
+from ..text import fold_diacritics, in_vocabulary, stem, words
 from .claims import claims, has_anchor, negated_outside_code, strip_markers
 
 __all__ = ["FOCUS_SHARE", "HELD_SHARE", "NEGATED_SHARE", "OPPOSITES", "absent", "addresses", "cited", "missing", "named", "negation_held", "opposed", "says_nothing_new", "unpointed",
            "writes_any"]
 
-_TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9+#./_-]*[A-Za-z0-9+#]|[A-Za-z0-9]")
+# letters of any script ("Schrödinger" is one token, not "Schr"); compared by ``_flat``
+_TOKEN = re.compile(r"[^\W_][\w+#./-]*(?:[^\W_]|[+#])|[^\W_]")
 # capitalised words that name nothing: how questions and sentences open
 _PLAIN = frozenset(
     "I How What Which Where When Why Who Whose Can Could Do Does Did Is Are Was Were Should Would "
@@ -88,7 +90,7 @@ _NOT_WORD = re.compile(r"[^0-9a-z]+")
 
 
 def _flat(text: str) -> str:
-    return _NOT_WORD.sub("", text.lower())
+    return _NOT_WORD.sub("", fold_diacritics(text.lower()))  # "Schrodinger" writes "Schrödinger"
 
 
 def named(question: str) -> list[str]:
@@ -147,7 +149,7 @@ def missing(question: str, texts: Iterable[str]) -> list[str]:
     not read: ``\\x1b[31mwhen`` names no term "31mwhen")."""
     from ..safe_text import for_terminal
 
-    return absent(named(for_terminal(question)), texts)
+    return absent(named(unicodedata.normalize("NFC", for_terminal(question))), texts)  # "u\u0308" is "ü"
 
 
 def writes_any(text: str, terms: Sequence[str]) -> bool:

@@ -14,7 +14,7 @@ import re
 from collections.abc import Sequence
 
 from ..errors import EmbedderMismatchError
-from ..text import STOPWORDS
+from ..text import DIACRITICS, STOPWORDS, fold_diacritics
 from .chunker import CHUNKER_VERSION
 
 __all__ = ["DIACRITICS", "REINDEX", "chunker_id", "embed_text", "embedder_mismatch", "fold_diacritics", "fts_match", "fts_phrase", "fts_query", "query_terms", "reindex", "title_words"]
@@ -40,52 +40,6 @@ def reindex(roots: Sequence[str]) -> str:
     labels = (relative_label(r) for r in roots if os.path.lexists(r))
     paths = " ".join(shlex.quote(f"./{p}" if p.startswith("-") else p) for p in labels)  # "-docs" is no option
     return f"run `python -m crag index {paths}` to re-index" if paths else REINDEX
-
-# The letters with diacritics SQLite's FTS5 folds (``unicode61 remove_diacritics 2``, the
-# embedded store's tokenizer), by the letter it folds them to, and the combining marks it drops
-# from a word. The PostgreSQL store folds the same ones, in chunks and files as in queries
-# (``postgres_schema``), and so does the search's word filter (``fold_diacritics``), so that
-# ``cafe`` finds ``café`` (and ``Zürich`` finds ``Zurich``) in both stores. FTS5 folds no other:
-# not ``ø``, ``æ``, ``ß``, ``ł`` or ``đ`` (PostgreSQL's ``unaccent`` does, so crag does not use it:
-# the two stores would find different things). ``tests/test_store_postgres.py`` checks this
-# table against SQLite's tokenizer.
-DIACRITICS: dict[str, str] = {
-    "a": "ÀÁÂÃÄÅàáâãäåĀāĂăĄąǍǎǞǟǺǻȀȁȂȃȦȧḀḁẠạẢảẤấẦầẨẩẪẫẬậẮắẰằẲẳẴẵẶặ\u212b",
-    "b": "ḂḃḄḅḆḇ",
-    "c": "ÇçĆćĈĉĊċČčḈḉ",
-    "d": "ĎďḊḋḌḍḎḏḐḑḒḓ",
-    "e": "ÈÉÊËèéêëĒēĔĕĖėĘęĚěȄȅȆȇȨȩḔḕḖḗḘḙḚḛḜḝẸẹẺẻẼẽẾếỀềỂểỄễỆệ",
-    "f": "Ḟḟ",
-    "g": "ĜĝĞğĠġĢģǦǧǴǵḠḡ",
-    "h": "ĤĥȞȟḢḣḤḥḦḧḨḩḪḫẖ",
-    "i": "ÌÍÎÏìíîïĨĩĪīĬĭĮįİǏǐȈȉȊȋḬḭḮḯỈỉỊị",
-    "j": "Ĵĵǰ",
-    "k": "ĶķǨǩḰḱḲḳḴḵ",
-    "l": "ĹĺĻļĽľḶḷḸḹḺḻḼḽ",
-    "m": "ḾḿṀṁṂṃ",
-    "n": "ÑñŃńŅņŇňǸǹṄṅṆṇṈṉṊṋ",
-    "o": "ÒÓÔÕÖòóôõöŌōŎŏŐőƠơǑǒǪǫǬǭȌȍȎȏȪȫȬȭȮȯȰȱṌṍṎṏṐṑṒṓỌọỎỏỐốỒồỔổỖỗỘộỚớỜờỞởỠỡỢợ",
-    "p": "ṔṕṖṗ",
-    "r": "ŔŕŖŗŘřȐȑȒȓṘṙṚṛṜṝṞṟ",
-    "s": "ŚśŜŝŞşŠšȘșṠṡṢṣṤṥṦṧṨṩẛ",
-    "t": "ŢţŤťȚțṪṫṬṭṮṯṰṱẗ",
-    "u": "ÙÚÛÜùúûüŨũŪūŬŭŮůŰűŲųƯưǓǔǕǖǗǘǙǚǛǜȔȕȖȗṲṳṴṵṶṷṸṹṺṻỤụỦủỨứỪừỬửỮữỰự",
-    "v": "ṼṽṾṿ",
-    "w": "ŴŵẀẁẂẃẄẅẆẇẈẉẘ",
-    "x": "ẊẋẌẍ",
-    "y": "ÝýÿŶŷŸȲȳẎẏẙỲỳỴỵỶỷỸỹ",
-    "z": "ŹźŻżŽžẐẑẒẓẔẕ",
-    "": "\u0300\u0301\u0302\u0303\u0304\u0306\u0307\u0308\u0309\u030a\u030b\u030c\u030f\u0311\u031b\u0323\u0324"
-        "\u0325\u0326\u0327\u0328\u032d\u032e\u0330\u0331",  # combining marks: dropped
-}
-
-_FOLDING = str.maketrans({c: target for target, chars in DIACRITICS.items() for c in chars})
-
-
-def fold_diacritics(text: str) -> str:
-    """``text`` with the diacritics FTS5 folds (``DIACRITICS``) folded: ``Café`` is ``Cafe``."""
-    return text.translate(_FOLDING) if not text.isascii() else text
-
 
 _TITLE_SPLIT = re.compile(r"[\\/_\-. ]+")
 
