@@ -150,11 +150,18 @@ QUESTION = "What sort of system releases the exhaust steam into the boiler? "
      'The direct answer to "What sort of system releases the exhaust steam into the boiler?" is'),
     ('The direct answer to "What sort of system releases the exhaust steam into the boiler?" is [1].',  # a marker
      'The direct answer to "What sort of system releases the exhaust steam into the boiler?" is [1].'),
+    ("What sort of system releases the exhaust steam into the boiler [1]? A condenser [1].",  # asked again
+     "A condenser [1]."),
+    ("**What sort of system releases the exhaust steam into the boiler?**\n\nA condenser [2].", "A condenser [2]."),
+    ("What sort of system releases the exhaust steam into the boiler? [1]",
+     "What sort of system releases the exhaust steam into the boiler? [1]"),  # nothing but the question
+    ("Which system? A condenser [1].", "Which system? A condenser [1]."),  # another question
 ])
 def test_an_answer_that_writes_the_last_instruction_back_keeps_only_its_answer(reply, kept):
     """The answer prompt ends "Start with the direct answer to: QUESTION"; on 4 of about 180
     recorded replies Qwen 1.5B opened 'The direct answer to "QUESTION? " is ...', and the
-    user read the instruction back."""
+    user read the instruction back; on 2 of 30 answers of a held-out run it opened by asking
+    the question again ("To what type of organisms is oxygen toxic [1]? Organisms that ...")."""
     assert prompts.without_echo(reply, QUESTION if "Who else" not in reply else "What is it?") == kept
 
 

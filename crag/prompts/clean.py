@@ -6,7 +6,8 @@ crag's ``_Note: ..._`` lines) from an earlier answer sent as history, where a mo
 ``strip_think`` removes ``<think>`` blocks; ``clean_answer`` does both to an answer, and
 removes the source list a model wrote at its end (``crag.answer.without_source_list``).
 ``without_echo`` removes the answer prompt's last instruction where a model wrote it back
-before its answer ('The direct answer to "Who bought the factory?" is AvtoZAZ').
+before its answer ('The direct answer to "Who bought the factory?" is AvtoZAZ'), and the
+question where a model asked it again before answering ("Who bought the factory? AvtoZAZ").
 """
 
 from __future__ import annotations
@@ -154,14 +155,20 @@ _ECHO = re.compile(
 )
 
 
+# ... or opens by asking the question again: "To what type of organisms is oxygen toxic [1]? ..."
+_ASKED_FIRST = re.compile(r"\A[ \t]*(?:\*\*)?(?P<bare>[^\n?]+\?)(?:\*\*)?\s*(?:\[\d+\]\s*)*")
+
+
 def without_echo(text: str, question: str) -> str:
     """``text`` without the instruction it opens by writing back ('The direct answer to
-    "QUESTION" is X' reads 'X'), when what it quotes is ``question`` (word for word) and
+    "QUESTION" is X' reads 'X'), or the question it opens by asking again ("QUESTION? X"
+    reads "X"), when what it quotes is ``question`` (word for word, markers aside) and
     something other than markers follows; otherwise unchanged."""
-    match = _ECHO.match(text)
+    match = _ECHO.match(text) or _ASKED_FIRST.match(text)
     if not match:
         return text
-    quoted = words(match.group("dq") or match.group("cq") or match.group("bare") or "")
+    groups = match.groupdict()
+    quoted = words(renumber(groups.get("dq") or groups.get("cq") or groups.get("bare") or "", 0)[0])
     rest = text[match.end():]
     if not quoted or quoted != words(question) or not any(ch.isalnum() for ch in renumber(rest, 0)[0]):
         return text  # 'The direct answer to "QUESTION" is [1].' says nothing but the question: left to grounding
