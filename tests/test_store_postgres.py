@@ -540,7 +540,7 @@ def test_the_diacritics_folded_are_those_sqlite_fts5_folds() -> None:
     to a letter, or drops it (it folds nothing beyond)."""
     import sqlite3
 
-    from crag.index.documents import DIACRITICS
+    from crag.text import DIACRITICS
 
     conn = sqlite3.connect(":memory:")
     folded = {}
@@ -558,7 +558,7 @@ def test_postgresql_folds_diacritics_as_the_table_says(pg_uri: str, tmp_path: Pa
     """The SQL function folds every character as ``fold_diacritics`` does, and leaves the rest."""
     import psycopg
 
-    from crag.index.documents import DIACRITICS, fold_diacritics
+    from crag.text import DIACRITICS, fold_diacritics
 
     index_roots(Settings(store=pg_uri), [make_kb(tmp_path / "kb", n=1)])
     text = "".join(DIACRITICS.values()) + "".join(chr(c) for c in range(1, 0x250)) + "ø æ ß ł đ Ω й 東京 — “x” 'q' \\"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .documents import DIACRITICS
+from ..text import DIACRITICS
 
 __all__ = [
     "MIGRATIONS", "POSTINGS_INDEXES", "SCHEMA", "SCHEMA_VERSION", "bulk_postings", "fold", "postings_of",

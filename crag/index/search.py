@@ -27,9 +27,8 @@ import attrs
 
 from ..errors import IndexStoreError
 from ..ports import Hit, Retriever
-from ..text import content_words, keywords
+from ..text import content_words, fold_diacritics, keywords
 from .discover import relative_label
-from .documents import fold_diacritics
 from .fusion import SearchWeights, fuse, scores_in_rank_order
 
 __all__ = ["MODES", "hybrid_search"]
