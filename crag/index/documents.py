@@ -14,10 +14,10 @@ import re
 from collections.abc import Sequence
 
 from ..errors import EmbedderMismatchError
-from ..text import DIACRITICS, STOPWORDS, fold_diacritics
+from ..text import STOPWORDS
 from .chunker import CHUNKER_VERSION
 
-__all__ = ["DIACRITICS", "REINDEX", "chunker_id", "embed_text", "embedder_mismatch", "fold_diacritics", "fts_match", "fts_phrase", "fts_query", "query_terms", "reindex", "title_words"]
+__all__ = ["REINDEX", "chunker_id", "embed_text", "embedder_mismatch", "fts_match", "fts_phrase", "fts_query", "query_terms", "reindex", "title_words"]
 
 REINDEX = "run `python -m crag index PATH` to re-index"
 
