@@ -30,12 +30,18 @@ finds (see ``docs/real-models.md``). They read what they need of a tool from its
   hold all of it: each call's first hit, then each call's second, and so on (context order
   on ties). Ranked in context order instead, one call's many hits (a grep for a common word)
   left out every hit of the calls after it, the question's own search among them.
+* ``joined``: the answer's evidence with the windows of one file that share lines made one
+  item (a grep match's window, the search's chunk around it and the next match's window
+  showed the same sentences two or three times, and a small model answered from the
+  sentence it read most often rather than the one that answers; docs/real-models.md).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
+
+from attrs import evolve
 
 from .state import AuditEvent, EvidenceItem, Message, ToolCall, ToolRun
 from .text import keywords
@@ -205,3 +211,58 @@ def retrieval_rank(context: Sequence[EvidenceItem], history: Sequence[ToolRun]) 
         for n, item in enumerate(run.items):
             where[item.key] = min(n, where.get(item.key, n))
     return sorted(range(len(context)), key=lambda i: (where.get(context[i].key, len(context)), i))
+
+
+def _lines(item: EvidenceItem) -> list[str] | None:
+    """``item``'s text a line per line of its span, or None when it has no span or its text
+    does not map onto one (a page, a remote item)."""
+    if item.start_line is None or item.end_line is None:
+        return None
+    lines = item.text.split("\n")
+    return lines if len(lines) == item.end_line - item.start_line + 1 else None
+
+
+def joined(items: Sequence[EvidenceItem], limit: int) -> tuple[tuple[EvidenceItem, ...], tuple[tuple[int, ...], ...]]:
+    """``items`` with each item whose lines overlap an earlier item's of the same source
+    joined to it: one item spanning both (first line of the first to last of the last, the
+    earlier item's tool, anchor and place in the list, the better score), its text each
+    line once; a joined item that comes to overlap another is joined to it in turn. Windows
+    that only touch stay apart (chunks of one file are cut without overlap: joined, a file
+    would become one item), and so do windows whose union would be longer than ``limit``
+    characters (a prompt quotes at most that much of an item) or whose shared lines differ.
+    Returns the items and, for each, the indexes of ``items`` it holds."""
+    out: list[EvidenceItem] = []
+    members: list[list[int]] = []
+    spans: list[dict[int, str] | None] = []
+
+    def union(j: int, item: EvidenceItem, mine: dict[int, str]) -> dict[int, str] | None:
+        held = spans[j]
+        if held is None or out[j].source != item.source:
+            return None
+        shared = mine.keys() & held.keys()
+        if not shared or any(mine[n] != held[n] for n in shared):
+            return None
+        both = held | mine
+        return both if sum(len(line) + 1 for line in both.values()) - 1 <= limit else None
+
+    for k, item in enumerate(items):
+        lines = _lines(item)
+        out.append(item)
+        members.append([k])
+        spans.append(None if lines is None else dict(enumerate(lines, item.start_line)))
+        j = len(out) - 1
+        while spans[j] is not None:  # join the newest item to the first it overlaps, again while it grows
+            mine = spans[j]
+            into = next(((i, both) for i in range(len(out)) if i != j and (both := union(i, out[j], mine))), None)
+            if into is None:
+                break
+            i, both = into
+            first, last = (i, j) if i < j else (j, i)
+            scores = [s for s in (out[i].score, out[j].score) if s is not None]
+            out[first] = evolve(out[first], text="\n".join(both[n] for n in sorted(both)), start_line=min(both),
+                                end_line=max(both), score=max(scores) if scores else None)
+            spans[first] = both
+            members[first] = sorted(members[i] + members[j])
+            del out[last], members[last], spans[last]
+            j = first
+    return tuple(out), tuple(tuple(m) for m in members)

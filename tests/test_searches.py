@@ -3,13 +3,15 @@ grep capped and ranked, a glob that matches nothing dropped, hash hits sharing a
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
+from attrs import evolve
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from crag import Agent
+from crag import Agent, searches
 from crag.config import Settings
 from crag.index import ensure_indexed
 from crag.llm import ScriptedChatModel
@@ -265,3 +267,77 @@ def test_a_long_question_is_answered_from_its_search_without_a_tool_error(tmp_pa
     assert not [e for e in result.state.audit if e.event == "tool_error"], result.state.audit
     assert "retries failed uploads three times" in result.answer and "kb/setup.md:L3" in result.answer
     assert hits and hits[0].source == "kb/setup.md"
+
+
+# --------------------------------------------------------------------------------------
+# The answer's evidence: windows of one file that share lines are one item
+# --------------------------------------------------------------------------------------
+
+def window(source: str, first: int, last: int, score: float | None = None, anchor: int | None = None) -> EvidenceItem:
+    text = "\n".join(f"{source} line {n}" for n in range(first, last + 1))
+    return EvidenceItem("grep_search", source, text, first, last, score, anchor)
+
+
+def test_windows_that_share_lines_are_joined_in_the_place_of_the_first():
+    items = [window("a.txt", 97, 101, anchor=99), window("a.txt", 99, 103), window("a.txt", 108, 112),
+             window("b.txt", 1, 3), window("a.txt", 100, 109, score=0.4), window("a.txt", 112, 112)]
+    out, members = searches.joined(items, 6000)
+    assert [(o.source, o.start_line, o.end_line) for o in out] == [("a.txt", 97, 112), ("b.txt", 1, 3)]
+    assert members == ((0, 1, 2, 4, 5), (3,))
+    assert out[0].text.split("\n") == [f"a.txt line {n}" for n in range(97, 113)]
+    assert (out[0].anchor_line, out[0].score, out[0].tool) == (99, 0.4, "grep_search")
+
+
+def test_windows_that_only_touch_differ_or_would_be_too_long_stay_apart():
+    touching = [window("a.txt", 1, 5), window("a.txt", 6, 9)]
+    assert searches.joined(touching, 6000)[1] == ((0,), (1,))
+    edited = [window("a.txt", 1, 5), evolve(window("a.txt", 4, 8), text="other\n" * 4 + "a.txt line 8")]
+    assert searches.joined(edited, 6000)[1] == ((0,), (1,))
+    assert searches.joined([window("a.txt", 1, 5), window("a.txt", 4, 8)], 60)[1] == ((0,), (1,))
+    assert searches.joined([window("a.txt", 1, 5), window("b.txt", 4, 8)], 6000)[1] == ((0,), (1,))
+    unlined = EvidenceItem("web", "a.txt", "a.txt line 2", 1, 5)  # its text is not its span's lines
+    assert searches.joined([window("a.txt", 1, 5), unlined], 6000)[1] == ((0,), (1,))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["a.txt", "b.txt"]), st.integers(1, 40), st.integers(0, 6)), max_size=9))
+def test_joined_items_keep_every_line_once_and_every_item_in_one_place(spans):
+    items = [window(src, first, first + size) for src, first, size in spans]
+    out, members = searches.joined(items, 6000)
+    assert sorted(k for m in members for k in m) == list(range(len(items)))
+    for o, m in zip(out, members):
+        lines = o.text.split("\n")
+        assert lines == [f"{o.source} line {n}" for n in range(o.start_line, o.end_line + 1)]
+        assert all(items[k].source == o.source and o.start_line <= items[k].start_line
+                   and items[k].end_line <= o.end_line for k in m)
+    by_source: dict[str, list[tuple[int, int]]] = {}
+    for o in out:
+        by_source.setdefault(o.source, []).append((o.start_line, o.end_line))
+    for spans_of in by_source.values():  # no two items left sharing a line
+        spans_of.sort()
+        assert all(a[1] < b[0] for a, b in itertools.pairwise(spans_of))
+
+
+def test_the_answer_prompt_shows_lines_two_windows_share_once_and_cites_the_line(tmp_path, monkeypatch):
+    kb = tmp_path / "kb"
+    lines = [f"Filler sentence number {n} says nothing of use." for n in range(1, 41)]
+    lines[9] = "Failed uploads retry three times."
+    lines[11] = "Each upload retry waits two seconds first."
+    write(kb / "notes.txt", "\n".join(lines) + "\n")
+    settings = Settings(index_dir=str(tmp_path / ".crag"))
+    ensure_indexed(settings, [kb])
+    monkeypatch.chdir(tmp_path)
+    model = ScriptedChatModel({
+        "analyze_and_route": ['{"complexity": "simple", "suggested_tools": ["grep_search"]}'],
+        "plan": [plan_reply(("grep_search", {"pattern": "retry"}))],
+        "synthesize": ["Failed uploads retry three times [1]."],
+    })
+    box = Toolbox(settings, roots=[kb], cwd=tmp_path)
+    try:
+        result = Agent(model, box, settings).ask("How many times do failed uploads retry?")
+    finally:
+        box.close()
+    prompt = next(r for r in model.requests if r.node == "synthesize").messages[-1]["content"]
+    assert prompt.count("Failed uploads retry three times.") == 1
+    assert prompt.count("Each upload retry waits two seconds first.") == 1
+    assert result.citations[0].path.endswith("notes.txt") and result.citations[0].line == 10

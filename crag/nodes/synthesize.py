@@ -47,19 +47,25 @@ def _chitchat(state: AgentState) -> bool:
 
 def _fit(state: AgentState, cfg: NodeConfig) -> budget.Fitted | None:
     """The answer's prompt within the context budget (lowest-scored items left out first;
-    ungraded, the later hits of each call: ``searches.retrieval_rank``)."""
+    ungraded, the later hits of each call: ``searches.retrieval_rank``), windows of one file
+    that share lines shown as one item (``searches.joined``)."""
+    members: tuple[tuple[int, ...], ...] = ()
     if _chitchat(state):
         task = SynthesizeTask(state.question, state.history, (), chitchat=True)
     elif state.context:
-        task = SynthesizeTask(state.question, state.history, state.context)
+        items, members = searches.joined(state.context, prompts.ITEM_CHARS)  # shared lines shown once
+        task = SynthesizeTask(state.question, state.history, items)
     else:
         return None
 
     def rank() -> list[int]:  # asked only when items must be left out
         scores = state.evidence_scores
         if state.context and len(scores) == len(state.context):
-            return sorted(range(len(scores)), key=lambda i: (-scores[i], i))
-        return searches.retrieval_rank(state.context, state.tool_history)  # ungraded: each call's best hits first
+            order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
+        else:
+            order = searches.retrieval_rank(state.context, state.tool_history)  # ungraded: each call's best hits first
+        at = {k: n for n, k in enumerate(order)}
+        return sorted(range(len(members)), key=lambda j: (min(at[k] for k in members[j]), j))  # a joined item: its best
 
     return budget.fit(task, cfg.max_answer_tokens, cfg.context_tokens, prompts.render, cfg.count_tokens, rank,
                       min_items=1)  # an answer from no evidence at all would be made up

@@ -41,11 +41,12 @@ from .find import (
 from .grades import SURE, Reading, read_grades, read_replies
 from .lenient_json import extract_json, iter_json_values
 from .plan import MAX_CALLS, MAX_TOP_K, parse_plan
-from .render import quote, render
+from .render import ITEM_CHARS, quote, render
 from .route import parse_route
 from .scores import parse_scores
 
 __all__ = [
+    "ITEM_CHARS",
     "MAX_CALLS",
     "MAX_TOP_K",
     "NOT_JIRA_PROJECTS",
