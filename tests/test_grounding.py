@@ -273,6 +273,27 @@ def test_a_sentence_negates_where_its_clause_holding_the_claim_does(sentence, it
     assert ground(sentence, (item,)).report.supported == int(supported)
 
 
+AMA = EvidenceItem("grep_search", "Pharmacy.txt",
+                   "However, the American Medical Association (AMA) Code of Ethics provides that physicians may "
+                   "dispense drugs within their office practices as long as there is no patient exploitation.", 21, 21)
+UPLOADS = EvidenceItem("vector_search", "uploads.md",
+                       "Uploads are retried three times unless the server does not answer at all.", 1, 1)
+
+
+@pytest.mark.parametrize("sentence, item, supported", [
+    ("The body that has stated that physicians can also dispense drugs under specific conditions is the "
+     "American Medical Association (AMA).", AMA, True),
+    ("Physicians may dispense drugs within their office practices.", AMA, True),
+    ("Uploads are retried three times.", UPLOADS, True),
+    ("The server always answers at all.", UPLOADS, False),  # the condition's own "not" still denies it
+])
+def test_a_conditions_not_does_not_deny_the_statement_it_conditions(sentence, item, supported):
+    """"X may dispense drugs as long as there is no patient exploitation" states that X may:
+    Qwen's right answer naming the American Medical Association was unsupported (the
+    passage read as negating) and the question got the no-evidence answer."""
+    assert ground(sentence, (item,)).report.supported == int(supported)
+
+
 PAULI = EvidenceItem("vector_search", "Force.txt",
                      "The rigidity of solid matter actually results from the Pauli exclusion principle. Since "
                      "electrons are fermions, they cannot occupy the same quantum mechanical state as other "

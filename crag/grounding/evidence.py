@@ -91,7 +91,12 @@ _PROSE = ("sentence", "item")
 # Where a sentence's clauses part: a comma, semicolon or colon, or a contrasting word. Not
 # ``claims.clauses``: that one keeps a short part with the clause before it, and "not the
 # fuel" is exactly such a part.
-_CLAUSE = re.compile(r"[,;:](?=\s)|\s(?:but|whereas|although|though)\s", re.I)
+# A clause ends at a comma, semicolon or colon, at a contrast ("but") or at a condition ("as
+# long as", "unless", "if"): "physicians may dispense drugs as long as there is no patient
+# exploitation" states that they may; its "no" is the condition's.
+_CLAUSE = re.compile(
+    r"[,;:](?=\s)|\s(?:but|whereas|although|though|as long as|so long as|provided that|providing that|unless|if)\s",
+    re.I)
 
 
 def _clauses(sentence: str) -> tuple[tuple[frozenset[str], bool], ...]:
