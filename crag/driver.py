@@ -205,6 +205,18 @@ class Driver:
                                                                               on_event)
                 step = refitted or step  # a request fitted again to a smaller window: its plan too
                 usage, state = usage.add(name, reply), _noted(state, name, request, reply)
+                again = getattr(module, "ask_again", None)
+                if again is not None and again(step, reply):  # a reply with no text: asked once more
+                    state = evolve(state, audit=state.log("reply_empty", node=name))
+                    if on_event is None:
+                        reply, request, refitted, cfg, state = self._complete(module, node, state, cfg, request, stream,
+                                                                              None)
+                    else:
+                        with _waits_reported(name, on_event):
+                            reply, request, refitted, cfg, state = self._complete(module, node, state, cfg, request,
+                                                                                  stream, on_event)
+                    step = refitted or step
+                    usage, state = usage.add(name, reply), _noted(state, name, request, reply)
             elif on_event is None:
                 reply, step, usage, state, cfg = self._perform(module, node, name, state, cfg, step, usage, None)
             else:

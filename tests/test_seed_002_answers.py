@@ -119,8 +119,26 @@ def test_chitchat_cites_nothing_even_when_the_model_writes_markers_and_sources()
 
 
 def test_chitchat_with_an_empty_model_reply_still_says_something():
-    result, _, _ = run({"analyze_and_route": [route("chitchat", [])], "synthesize": ["<think>hmm</think>"]})
+    result, model, _ = run({"analyze_and_route": [route("chitchat", [])], "synthesize": ["<think>hmm</think>", ""]})
     assert result.answer.startswith("The model returned no answer text." + STATS_BLOCK)
+    assert model.calls("synthesize") == 2 and "**API calls:** 3" in result.answer  # asked once more, counted
+
+
+def test_an_empty_answer_is_asked_for_once_more_on_every_surface():
+    # Qwen2.5-Coder-1.5B returned an empty answer to "How many Huguenots fled France by the
+    # 1700s?" with the answer in its first evidence item; asked again, models answer.
+    said = "Failed uploads are retried three times [1]."
+    replies = {"analyze_and_route": [route("simple")], "plan": [search_plan()], "synthesize": ["", said]}
+    tools = {"vector_search": [[item(1, source="docs/uploads.md", start=42, text="Failed uploads are retried three times.")]]}
+    result, model, _ = run(replies, tools)
+    assert result.answer.startswith(said), result.answer
+    assert model.calls("synthesize") == 2 and "**API calls:** 4" in result.answer
+    assert [e.fields["node"] for e in result.state.audit if e.event == "reply_empty"] == ["synthesize"]
+    streamed = ScriptedChatModel(replies)
+    toolbox = FakeToolbox(tools, question="How do uploads retry on failure?")
+    stream = Agent(streamed, toolbox, Settings()).stream("How do uploads retry on failure?")
+    assert "".join(stream) == stream.result.answer and not stream.restarted
+    assert stream.result.answer.startswith(said) and streamed.calls("synthesize") == 2
 
 
 def test_a_reply_of_markers_alone_is_no_answer_text():

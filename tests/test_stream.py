@@ -65,7 +65,7 @@ def agent_for(reply: str, mode: str = "note", cuts=(), graded: bool = False) -> 
     """The simple path (no grade: the verdict may rewrite the answer's opening), or with
     ``graded`` the corrective path, where the grader approved the evidence."""
     replies = {"analyze_and_route": [route("complex" if graded else "simple", ["vector_search"])],
-               "plan": [search_plan("port")], "grade_evidence": [scores(0.9, 0.9)], "synthesize": [reply]}
+               "plan": [search_plan("port")], "grade_evidence": [scores(0.9, 0.9)], "synthesize": [reply, reply]}  # an empty one is asked again
     settings = Settings(grounding=mode, auto_approve_max_items=0)
     return Agent(Chunked(replies, cuts), FakeToolbox({"vector_search": [[SETUP, BACKUP]]}), settings)
 

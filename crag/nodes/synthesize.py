@@ -20,6 +20,8 @@ question names a term (``HTTP/3``, ``Terraform``) that no evidence item holds
 (``crag.grounding.missing``, audit ``question_terms_missing``). Evidence whose grade carried
 no information is named in a note.
 
+A reply with no text at all is asked for once more (``ask_again``; audit ``reply_empty``).
+
 Every answer ends with exactly one usage block; the driver has already added this node's
 own call to ``state.usage`` when ``apply`` runs, so the block counts it.
 """
@@ -135,6 +137,19 @@ def stopped_note(step: Step, reply: Completion | None) -> str | None:
         return (f"_Note: the answer was cut short at its budget of {step.request.max_tokens} tokens "
                 "(KB_AGENT_MAX_ANSWER_TOKENS)._")
     return None
+
+
+def ask_again(step: Step, reply: Completion) -> bool:
+    """Whether the driver asks for the answer once more: the server finished the reply as
+    usual (not cut by its budget, refused or filtered) and it holds no text at all once its
+    think blocks are removed. Qwen2.5-Coder-1.5B returns an empty answer about once in sixty
+    questions, and asked again it answers; the user would otherwise read that the model
+    returned no answer text. Nothing of an empty reply was shown while it streamed, so the
+    second reply streams as the first would have."""
+    fitted: budget.Fitted | None = step.plan
+    if fitted is None or reply.truncated or reply.refused or reply.finish_reason == "content_filter":
+        return False
+    return not prompts.clean_answer(reply.text).strip()
 
 
 def apply(state: AgentState, step: Step, reply: Completion | None, cfg: NodeConfig) -> AgentState:
