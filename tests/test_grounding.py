@@ -255,6 +255,11 @@ OXYGEN = EvidenceItem("vector_search", "Oxygen.txt",
                       "energy released in combustion.", 8, 8)
 CACHE = EvidenceItem("vector_search", "cache.md",
                      "The cache is enabled by default, but it does not persist across restarts.", 1, 1)
+AMA = EvidenceItem("grep_search", "Pharmacy.txt",
+                   "However, the American Medical Association (AMA) Code of Ethics provides that physicians may "
+                   "dispense drugs within their office practices as long as there is no patient exploitation.", 21, 21)
+UPLOADS = EvidenceItem("vector_search", "uploads.md",
+                       "Uploads are retried three times unless the server does not answer at all.", 1, 1)
 
 
 @pytest.mark.parametrize("sentence, item, supported", [
@@ -265,32 +270,19 @@ CACHE = EvidenceItem("vector_search", "cache.md",
     ("The cache is enabled by default.", CACHE, True),
     ("The cache persists across restarts.", CACHE, False),
     ("The cache does not persist across restarts.", CACHE, True),
-])
-def test_a_sentence_negates_where_its_clause_holding_the_claim_does(sentence, item, supported):
-    """A passage's "not" in another clause than the claim's does not deny the claim: Qwen's
-    "Oxygen is the oxidant in combustion [1]" was unsupported by "Oxygen is the oxidant, not the
-    fuel, ..." and a right answer was refused."""
-    assert ground(sentence, (item,)).report.supported == int(supported)
-
-
-AMA = EvidenceItem("grep_search", "Pharmacy.txt",
-                   "However, the American Medical Association (AMA) Code of Ethics provides that physicians may "
-                   "dispense drugs within their office practices as long as there is no patient exploitation.", 21, 21)
-UPLOADS = EvidenceItem("vector_search", "uploads.md",
-                       "Uploads are retried three times unless the server does not answer at all.", 1, 1)
-
-
-@pytest.mark.parametrize("sentence, item, supported", [
+    # a condition is a clause of its own ("as long as", "unless", "if")
     ("The body that has stated that physicians can also dispense drugs under specific conditions is the "
      "American Medical Association (AMA).", AMA, True),
     ("Physicians may dispense drugs within their office practices.", AMA, True),
     ("Uploads are retried three times.", UPLOADS, True),
     ("The server always answers at all.", UPLOADS, False),  # the condition's own "not" still denies it
 ])
-def test_a_conditions_not_does_not_deny_the_statement_it_conditions(sentence, item, supported):
-    """"X may dispense drugs as long as there is no patient exploitation" states that X may:
-    Qwen's right answer naming the American Medical Association was unsupported (the
-    passage read as negating) and the question got the no-evidence answer."""
+def test_a_sentence_negates_where_its_clause_holding_the_claim_does(sentence, item, supported):
+    """A passage's "not" in another clause than the claim's does not deny the claim: Qwen's
+    "Oxygen is the oxidant in combustion [1]" was unsupported by "Oxygen is the oxidant, not the
+    fuel, ..." and a right answer was refused; "X may dispense drugs as long as there is no
+    patient exploitation" states that X may (Qwen's right answer naming the American Medical
+    Association got the no-evidence answer)."""
     assert ground(sentence, (item,)).report.supported == int(supported)
 
 
