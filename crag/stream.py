@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 from .answer import StreamRenderer
 from .errors import UsageError
 from .events import AnswerDelta, AnswerStarted, Event, EventHandler
-from .grounding import HELD_SHARE, addresses, cited, says_nothing_new
+from .grounding import addresses, cited, holds_focus, says_nothing_new
 from .grounding.engine import ground_prefix
 from .grounding.verdict import Verdict, judge
 from .prompts import clean_answer, strip_think
@@ -115,10 +115,11 @@ class AnswerText:
             if done is None or (mode == "strict" and not done.report.supported):
                 return "", 0  # strict: it may still become the no-evidence sentence
             if self.held and not self.answered and not absent:
-                passages = cited(done.sources, items)
+                chosen = cited(done.sources, items)
                 said = [j.sentence for j in done.report.judgements if j.supported]
-                addressed = addresses(question, passages) and not says_nothing_new(question, said)
-                held = addressed and addresses(question, passages, HELD_SHARE)
+                addressed = (addresses(question, [item.text for item in chosen])
+                             and not says_nothing_new(question, said))
+                held = addressed and holds_focus(question, chosen)
                 # Only what more sentences cannot undo: supported passages that hold the question's
                 # focus and say something it does not (a majority of supported sentences so far
                 # may still become a minority).

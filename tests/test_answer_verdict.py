@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from crag import Agent, Settings
 from crag.answer import NOT_ADDRESSED, NOT_ANSWERED, ONLY_RESTATED
-from crag.grounding import HELD_SHARE, addresses, says_nothing_new
+from crag.grounding import HELD_SHARE, addresses, cited, holds_focus, says_nothing_new
 from crag.grounding.verdict import Verdict, judge, may_rewrite
 from crag.llm.scripted import ScriptedChatModel
-from crag.state import GroundingReport
+from crag.state import EvidenceItem, GroundingReport
 
 from .fakes import FakeToolbox, item, route, search_plan
 
@@ -47,6 +47,36 @@ def test_a_right_answer_padded_with_unsupported_sentences_is_not_refused():
     assert g.verdict == "answered" and not result.answer.startswith(NOT_ANSWERED)
     assert result.answer.startswith("The server listens on port 8080 by default [1].")
     assert "[unsupported]" in result.answer  # the padding stays visibly marked (note)
+
+
+FORCED = EvidenceItem(
+    tool="vector_search", source="docs/inference-providers/guides/function-calling.md", start_line=386, end_line=386,
+    text="Here, we're forcing the model to call the `get_current_weather` function, and not call any other functions.",
+    score=0.5, title="Function Calling with Inference Providers > Tool Choice")
+CALLING = "How do I let a chat model call my own functions as tools?"
+
+
+def test_a_passage_holds_the_focus_its_document_name_gives_it():
+    """The passage writes call, function and model of the question's five words; its section's
+    heading adds tool: two thirds."""
+    assert not addresses(CALLING, [FORCED.text], HELD_SHARE)
+    assert holds_focus(CALLING, [FORCED])
+    assert cited([FORCED], [PORTS, FORCED]) == [FORCED]
+    elsewhere = EvidenceItem(tool="vector_search", source="docs/hub/spaces-overview.md", text=FORCED.text,
+                             start_line=386, end_line=386, title="Spaces Overview")
+    assert not holds_focus(CALLING, [elsewhere])  # the same words under another document's name
+    assert not holds_focus("Which port does the server listen on?", [FORCED])  # names count only for the share
+
+
+def test_a_right_answer_padded_with_unsupported_sentences_from_a_named_document_is_not_refused():
+    reply = ("Set `tool_choice` to `auto` in the request and the model decides on its own. "
+             "Here, we're forcing the model to call the `get_current_weather` function, and not call any "
+             "other functions [1]. The function's result is then returned to the user as a streamed reply.")
+    result = simple(CALLING, reply, [FORCED])
+    g = result.state.grounding
+    assert g.sentences == 3 and g.supported == 1  # most sentences unsupported...
+    assert g.verdict == "answered" and not result.answer.startswith(NOT_ANSWERED)  # ...on the page that answers
+    assert "[unsupported]" in result.answer
 
 
 def test_the_verdict_table():

@@ -72,10 +72,12 @@ from itertools import pairwise
 
 from ..prompts.find import find_paths
 from ..sentences import sentences
+from ..state import EvidenceItem
 from ..text import fold_diacritics, in_vocabulary, stem, words
 from .claims import claims, has_anchor, negated_outside_code, strip_markers
+from .evidence import document_name
 
-__all__ = ["FOCUS_SHARE", "HELD_SHARE", "NEGATED_SHARE", "OPPOSITES", "absent", "addresses", "cited", "missing", "named", "negation_held", "opposed", "says_nothing_new", "unpointed",
+__all__ = ["FOCUS_SHARE", "HELD_SHARE", "NEGATED_SHARE", "OPPOSITES", "absent", "addresses", "cited", "holds_focus", "missing", "named", "negation_held", "opposed", "says_nothing_new", "unpointed",
            "writes_any"]
 
 # letters of any script ("Schrödinger" is one token, not "Schr"); compared by ``_flat``
@@ -177,11 +179,13 @@ HELD_SHARE = 2 / 3  # of them, for passages that hold the answer however much el
 NEGATED_SHARE = 1 / 3  # of them, in a passage sentence that negates, for a question that negates
 
 
-def addresses(question: str, passages: Iterable[str], share: float = FOCUS_SHARE) -> bool:
+def addresses(question: str, passages: Iterable[str], share: float = FOCUS_SHARE,
+              names: Iterable[str] = ()) -> bool:
     """Whether ``passages`` (the text an answer's supported sentences rest on) are about what
     ``question`` asks (see the module doc); True when the question gives nothing to check.
     With ``share=HELD_SHARE``, whether they hold the question's focus whatever it names: the
-    test for a right answer padded with unsupported sentences."""
+    test for a right answer padded with unsupported sentences (``holds_focus``). ``names``:
+    text whose words count towards ``share`` as held, and for nothing else."""
     texts = list(passages)
     joined = "\n".join(texts)
     blob = _flat(joined)
@@ -199,7 +203,7 @@ def addresses(question: str, passages: Iterable[str], share: float = FOCUS_SHARE
     want = [w for w in asked.words if w not in named_words]
     if not want:
         return True
-    held = claims(joined).words
+    held = claims(joined).words | claims("\n".join(names)).words
     joined_words = held | {joint for _, _, joint in _joints(joined)}  # "web page" holds "webpage"
     split_words = {w for a, b, joint in _joints(question) if joint in held for w in (a, b)}  # and the other way
     found = sum(1 for w in want
@@ -395,14 +399,26 @@ def _near(a: str, b: str) -> bool:
     return n >= 4 and abs(len(a) - len(b)) <= 1 and a[: n - 1] == b[: n - 1]
 
 
-def cited(sources: Iterable, items: Iterable) -> list[str]:
-    """The text of each of ``items`` (evidence items) that one of ``sources`` (grounding's
-    narrowed copies, crag.grounding.Grounded.sources) was cut from: the whole passages an answer
-    cites, for ``addresses``."""
+def cited(sources: Iterable, items: Iterable[EvidenceItem]) -> list[EvidenceItem]:
+    """The ones of ``items`` that one of ``sources`` (grounding's narrowed copies,
+    crag.grounding.Grounded.sources) was cut from: the whole passages an answer cites, whose
+    texts ``addresses`` asks about."""
     spans = [(s.source, s.start_line or 0) for s in sources]
     out = []
     for item in items:
         lo, hi = item.start_line or 0, item.end_line if item.end_line is not None else 1 << 62
         if any(src == item.source and lo <= line <= hi for src, line in spans):
-            out.append(item.text)
+            out.append(item)
     return out
+
+
+def holds_focus(question: str, chosen: Sequence[EvidenceItem]) -> bool:
+    """Whether the passages an answer cites (``chosen``, from ``cited``) hold the question's
+    focus, ``HELD_SHARE`` of its content words: the test for a right answer padded with
+    unsupported sentences. A passage is about its document's subject, so the words of each
+    passage's document name (its file's name and its section's heading,
+    crag.grounding.evidence.document_name) count as held, as they do for a sentence's support:
+    a passage of guides/function-calling.md under "Function Calling with Inference Providers"
+    is about calling functions through Inference Providers wherever it does not say so."""
+    return addresses(question, [item.text for item in chosen], HELD_SHARE,
+                     names=[document_name(item) for item in chosen])

@@ -21,7 +21,7 @@ from ..state import EvidenceItem
 from ..text import in_vocabulary, stem, words
 from .claims import PREFIX, Claims, has_anchor, negated, negated_outside_code
 
-__all__ = ["Evidence", "ItemEvidence", "Passage", "negated_for", "passages", "vocabulary"]
+__all__ = ["Evidence", "ItemEvidence", "Passage", "document_name", "negated_for", "passages", "vocabulary"]
 
 _ADMONITION = re.compile(r"\[![A-Za-z]+\][ \t]*(?:\n[ \t]*(?:>[ \t]?)*)?")
 
@@ -169,7 +169,7 @@ class ItemEvidence:
 _ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}")  # "crisis_of_2007%E2%80%9308": the escape of a dash
 
 
-def _name(item: EvidenceItem) -> str:
+def document_name(item: EvidenceItem) -> str:
     """What an item's document is called: its file's name without the extension (its
     underscores, dashes and escapes as spaces) and its section's heading."""
     base = re.split(r"[/\\]", item.source.rstrip("/"))[-1]
@@ -182,7 +182,7 @@ class Evidence:
 
     A passage is about its document's subject even where it does not name it ("It was
     founded in 1636" in Harvard_University.txt). So the words of the question (``asked``)
-    that an item's document name holds (``_name``) count as held by every passage of that
+    that an item's document name holds (``document_name``) count as held by every passage of that
     item: an answer that repeats the question's subject ("Leonard Bernstein went to
     Harvard") is held by a passage of the Harvard article that lists "conductor Leonard
     Bernstein". Only the question's words: what the answer adds must be written."""
@@ -197,6 +197,6 @@ class Evidence:
 
     def __getitem__(self, k: int) -> ItemEvidence:
         if k not in self._read:
-            topic = frozenset(w for w in vocabulary(_name(self.items[k])) if self.asked and in_vocabulary(w, self.asked))
+            topic = frozenset(w for w in vocabulary(document_name(self.items[k])) if self.asked and in_vocabulary(w, self.asked))
             self._read[k] = ItemEvidence(self.items[k].text, topic)
         return self._read[k]

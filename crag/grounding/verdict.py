@@ -19,6 +19,8 @@ rule               when                                                   verdic
                    (``crag.grounding.says_nothing_new``), and either at
                    least half the judged sentences are supported or
                    those passages hold two thirds of the question's words
+                   (``crag.grounding.holds_focus``, their documents'
+                   names counting)
 ``graded``         an informative grade approved the evidence             ``unsupported``
 ``ungraded``       otherwise (the simple path, a fast path, a grade that  ``not_answered``
                    carried no information)
@@ -53,7 +55,7 @@ def judge(report: GroundingReport, graded: bool, absent: Sequence[str] = (), add
     names that no evidence item holds (``crag.grounding.missing``); ``addressed``: the passages
     the supported sentences rest on address the question (``crag.grounding.addresses``) and
     those sentences do not only repeat it (``crag.grounding.says_nothing_new``);
-    ``held``: they hold the question's focus (``addresses`` with ``HELD_SHARE``)."""
+    ``held``: they hold the question's focus (``crag.grounding.holds_focus``)."""
     if not report.sentences:
         return None
     if absent:

@@ -206,7 +206,8 @@ def _grounded(state: AgentState, body: str, cfg: NodeConfig, items: tuple, stopp
                                               rule=j.rule))
     if absent:
         state = evolve(state, audit=state.log("question_terms_missing", terms=absent))
-    passages = grounding.cited(done.sources, items)
+    chosen = grounding.cited(done.sources, items)
+    passages = [item.text for item in chosen]
     addressed = grounding.addresses(question, passages)
     if not addressed and done.report.supported:
         rule = ("negation" if not grounding.negation_held(question, passages)  # which test it failed
@@ -217,7 +218,7 @@ def _grounded(state: AgentState, body: str, cfg: NodeConfig, items: tuple, stopp
     if restated:
         state = evolve(state, audit=state.log("answer_restates_question"))
         addressed = False
-    held = addressed and grounding.addresses(question, passages, grounding.HELD_SHARE)
+    held = addressed and grounding.holds_focus(question, chosen)
     judged = verdict_of(done.report, state, absent, addressed, held)
     report = evolve(done.report, verdict=judged)
     if judged == "not_answered" and cfg.grounding != "strict":
