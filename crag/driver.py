@@ -196,18 +196,11 @@ class Driver:
             request = step.request
             if request is None:
                 reply: Any = None
-            elif isinstance(request, LLMRequest):  # most steps: one call
-                if on_event is None:
-                    reply, request, refitted, cfg, state = self._complete(module, node, state, cfg, request, stream, None)
-                else:
-                    with _waits_reported(name, on_event):
-                        reply, request, refitted, cfg, state = self._complete(module, node, state, cfg, request, stream,
-                                                                              on_event)
-                step = refitted or step  # a request fitted again to a smaller window: its plan too
-                usage, state = usage.add(name, reply), _noted(state, name, request, reply)
+            elif isinstance(request, LLMRequest):  # most steps: one call, once more for a reply with no text
                 again = getattr(module, "ask_again", None)
-                if again is not None and again(step, reply):  # a reply with no text: asked once more
-                    state = evolve(state, audit=state.log("reply_empty", node=name))
+                for attempt in range(2):
+                    if attempt:
+                        state = evolve(state, audit=state.log("reply_empty", node=name))
                     if on_event is None:
                         reply, request, refitted, cfg, state = self._complete(module, node, state, cfg, request, stream,
                                                                               None)
@@ -215,8 +208,10 @@ class Driver:
                         with _waits_reported(name, on_event):
                             reply, request, refitted, cfg, state = self._complete(module, node, state, cfg, request,
                                                                                   stream, on_event)
-                    step = refitted or step
+                    step = refitted or step  # a request fitted again to a smaller window: its plan too
                     usage, state = usage.add(name, reply), _noted(state, name, request, reply)
+                    if again is None or not again(step, reply):
+                        break
             elif on_event is None:
                 reply, step, usage, state, cfg = self._perform(module, node, name, state, cfg, step, usage, None)
             else:
