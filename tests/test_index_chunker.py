@@ -124,6 +124,24 @@ def test_a_heading_never_ends_a_chunk() -> None:
         assert not c.text.splitlines()[-1].startswith("#")
 
 
+def test_a_heading_before_a_block_over_the_budget_goes_with_its_first_lines() -> None:
+    """A section opening with a table (or paragraph) longer than a chunk: its heading was a
+    chunk of its own, which search ranked first for the heading's words and which holds
+    nothing to answer from."""
+    intro = " ".join(["alpha"] * 150)
+    table = "\n".join(["| type | description |", "| --- | --- |"]
+                      + [f"| Q{i}_K | {i}-bit quantization, super-blocks of {i * 8} weights |" for i in range(60)])
+    text = f"# Guide\n\n{intro}\n\n## Quantization Types\n\n{table}\n\n## Next\n\n{intro}\n"
+    chunks = chunk_text(text, ".md", max_tokens=200, min_tokens=60)
+    check_invariants(text, chunks, 200)
+    heading = split_lines(text).index("## Quantization Types") + 1
+    first = next(c for c in chunks if c.end_line >= heading)
+    assert first.start_line == heading and "| Q0_K |" in first.text
+    assert first.heading == "Guide > Quantization Types"
+    for c in chunks:  # no chunk is headings and blank lines alone
+        assert any(line.strip() and not line.startswith("#") for line in c.text.splitlines()), c
+
+
 def test_setext_rst_and_python_structure() -> None:
     md = "Title\n=====\n\ntext\n\nSub\n---\n\nmore\n"
     assert [c.heading for c in chunk_text(md, ".md", max_tokens=5, min_tokens=0)][-1] == "Title > Sub"
