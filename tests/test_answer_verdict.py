@@ -65,7 +65,7 @@ def test_a_passage_holds_the_focus_its_document_name_gives_it():
     elsewhere = EvidenceItem(tool="vector_search", source="docs/hub/spaces-overview.md", text=FORCED.text,
                              start_line=386, end_line=386, title="Spaces Overview")
     assert not holds_focus(CALLING, [elsewhere])  # the same words under another document's name
-    assert not holds_focus("Which port does the server listen on?", [FORCED])  # names count only for the share
+    assert not holds_focus("Which port does the server listen on?", [FORCED])  # nor a question about something else
 
 
 def test_a_right_answer_padded_with_unsupported_sentences_from_a_named_document_is_not_refused():
