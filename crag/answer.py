@@ -299,6 +299,7 @@ CONTINUATIONS = (
     "\n[1] x.md", "[1] x.md", " x.md", "/x",  # a source list the model writes (its heading goes with it)
     ", [1]", "; [1]", " & [1]", " and [1]", "and [1]", "nd [1]", "d [1]",  # a run of markers growing
     " [0]", " [0],", " [0];", ", [0]",  # a marker naming no item, dropped with the separators around it
+    " and [0]", "nd [0]", "d [0]",  # ... and a run of them, with the words that join it
 )
 
 

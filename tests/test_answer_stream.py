@@ -161,3 +161,13 @@ def test_markers_alone_are_not_shown_before_a_word() -> None:
         for cut in range(len(reply) + 1):
             shown, final = streamed(reply, [cut])
             assert shown == final, (reply, cut)
+
+
+def test_a_run_of_markers_naming_no_item_goes_with_its_and() -> None:
+    """", [9] and [9]" after a fence leaves ",": the space after the comma shown while " a"
+    was still growing would be taken back."""
+    reply = "[1]\n```\nx = [1]\n```\n, [9] and [9]"
+    for cut in range(len(reply) + 1):
+        for every in (0, 8):
+            shown, final = streamed(reply, [cut], every=every)
+            assert shown == final, (cut, every)
