@@ -107,6 +107,23 @@ def test_a_title_line_sharing_a_word_with_the_sentence_is_not_where_its_citation
     assert [(s.start_line, s.end_line) for s in g.sources] == [(5, 5), (11, 12)]
 
 
+@pytest.mark.parametrize("include", [
+    "{* ../../docs_src/request_forms_and_files/tutorial001_py310.py hl[10:12] *}",
+    '--8<-- "docs_src/request_forms_and_files/tutorial001.py"',
+    "{% include 'request_forms_and_files.md' %}",
+])
+def test_an_include_line_is_not_text_a_sentence_is_cited_at(include):
+    """An include directive's words are a file's path ("request forms and files"): a sentence
+    about uploading files and form data is cited where the document says it, not at the
+    directive above it."""
+    doc = EvidenceItem("vector_search", "docs/forms.md",
+                       f"Create file parameters:\n\n{include}\n\n"
+                       "The files and fields will be uploaded as form data.", 20, 24, 0.5)
+    g = ground("The files are uploaded in the request as form data [1].", (doc,))
+    assert g.report.supported == 1
+    assert [(s.start_line, s.end_line) for s in g.sources] == [(24, 24)]
+
+
 def test_a_sentence_copied_from_the_evidence_is_cited_where_it_is_written():
     """A sentence copied word for word (what the offline answer quotes) was cited at the first
     passage holding its words: a heading above it ("## Available responses" for "Here are

@@ -24,6 +24,10 @@ from .claims import PREFIX, Claims, has_anchor, negated, negated_outside_code
 __all__ = ["Evidence", "ItemEvidence", "Passage", "document_name", "negated_for", "passages", "vocabulary"]
 
 _ADMONITION = re.compile(r"\[![A-Za-z]+\][ \t]*(?:\n[ \t]*(?:>[ \t]?)*)?")
+# A line that only pulls in other text when the site is built: an include ({* file.py hl[1] *},
+# --8<-- "file") or a template tag ({% include x %}, {{ macro }}). Its words are a file's
+# path, not something the document says.
+_INCLUDE = re.compile(r"(?:\{\*[^{}\n]*\*\}|\{%[^{}\n]*%\}|\{\{[^{}\n]*\}\}|-{2}8<-{2}[^\n]*)\s*")
 
 
 def vocabulary(text: str) -> set[str]:
@@ -79,6 +83,8 @@ def passages(text: str) -> list[Passage]:
         elif piece.kind == "sentence":
             prefix = PREFIX.match(piece.text)  # a blockquote's "> "
             skip = prefix.end() if prefix else 0
+            if _INCLUDE.fullmatch(piece.text, skip):
+                continue
             marker = _ADMONITION.match(piece.text, skip)  # "> [!NOTE]" opens the text, it is not part of it
             skip = marker.end() if marker else skip
             add(piece.start + skip, piece.text[skip:], "sentence")
