@@ -195,10 +195,14 @@ def build_server(agent: "Agent") -> "MCPServer":
     from .cli.index_text import hit_records, missing_roots_note, search_text
 
     def whole_number(value: Any) -> Any:
-        """JSON ``true`` is no count: pydantic (and Python) would take it for 1."""
+        """JSON ``true`` is no count: pydantic (and Python) would take it for 1. A number with no
+        fraction is one however it is written: ``1e30`` is as many as ``10**30`` (pydantic
+        refuses a float that large as an unparsable string)."""
         if isinstance(value, bool):
             raise PydanticCustomError("int_type", "Input should be a valid integer, not {value}",
                                       {"value": "true" if value else "false"})
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
         return value
 
     Count = Annotated[int | None, BeforeValidator(whole_number)]

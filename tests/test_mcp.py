@@ -141,6 +141,10 @@ def test_a_boolean_is_no_integer_argument_and_every_error_names_its_tool_once(wo
                 assert text is None or message == text, message
             fine = await client.call_tool("search", {"query": "port", "top_k": 1})
             assert not fine.is_error and len(fine.structured_content["hits"]) == 1
+            # a number with no fraction is a count however it is written: 1e30 asks for 50 as 10**30 does
+            for top_k in (1.0, 1e30, 10**30):
+                many = await client.call_tool("search", {"query": "port", "top_k": top_k})
+                assert not many.is_error, (top_k, text_of(many))
 
     anyio.run(session)
 
