@@ -434,3 +434,19 @@ def test_a_query_of_one_character_words_finds_the_text_that_holds_it(kb: Path, c
             for mode in ("lexical", "hybrid"):
                 assert paths_of(reader.search(query, 2, mode=mode)) == ["release.md"], (query, mode)
         assert reader.search("the and of", 2) == []  # stop words only: no word to share
+
+
+def test_a_query_of_stop_words_and_filler_shares_no_word_with_any_text(kb: Path, cfg: Settings) -> None:
+    """"what do I need" has no keyword and one word that is no stop word ("need", question
+    filler): its stop words were matched as written anywhere ("i" in "is", "one" in
+    "exponential"), so every text was a hit and the offline answer quoted them as answers. A
+    one-letter word is matched as a word: "C" is in "C and Rust", not in "colors"."""
+    write(kb / "retries.md", "# Retries\n\nUploads are retried three times with exponential backoff.\n")
+    write(kb / "colors.md", "# Colors\n\nThe sky is blue.\n")
+    write(kb / "langs.md", "# Languages\n\nThe agent is written in C and Rust.\n")
+    index_roots(cfg, [kb])
+    with open_index(cfg) as reader:
+        for query in ("what do I need", "how does it work", "which one", "tell me more", "is there one"):
+            for mode in ("vector", "hybrid"):
+                assert reader.search(query, 3, mode=mode) == [], (query, mode)
+        assert paths_of(reader.search("C", 3)) == ["langs.md"]

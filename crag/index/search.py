@@ -20,6 +20,7 @@ relates words that differ, so its hits are kept as ranked.
 
 from __future__ import annotations
 
+import re
 import string
 from collections.abc import Sequence
 
@@ -27,7 +28,7 @@ import attrs
 
 from ..errors import IndexStoreError
 from ..ports import Hit, Retriever
-from ..text import content_words, fold_diacritics, keywords
+from ..text import QUESTION_FILLER, STOPWORDS, content_words, fold_diacritics, keywords
 from .discover import relative_label
 from .fusion import SearchWeights, fuse, scores_in_rank_order
 
@@ -35,6 +36,7 @@ __all__ = ["MODES", "hybrid_search"]
 
 MODES = ("hybrid", "vector", "lexical")
 _TIE = 1e-6  # cosines closer than this are equal (float32 sums in different orders)
+_FILLER = STOPWORDS | QUESTION_FILLER  # a query's words that say nothing of what it is about
 # What ends a query's piece without being part of it: ASCII punctuation and the common quotes.
 _PUNCTUATION = string.punctuation + "\u00ab\u00bb\u2018\u2019\u201c\u201d"
 
@@ -125,13 +127,20 @@ def sharing_a_word(hits: Sequence[Hit], query: str) -> list[Hit]:
 
     A query whose content words are all of one character (``1.2.3``, ``C``) has no keyword
     to share: its hits are those holding one of its pieces as written (``v1.2.3`` holds
-    ``1.2.3``), case and accents aside.
+    ``1.2.3``, a word such as ``C`` as a word), case and accents aside. The query's stop
+    words and filler are no such pieces: "what do I need" shares nothing with a text that
+    has an "i" in it, and retrieves nothing.
     """
     folded = fold_diacritics(query)
     words = set(keywords(folded))
     if not words and content_words(folded):
-        pieces = {p for p in (w.strip(_PUNCTUATION) for w in folded.lower().split()) if p}
-        return [h for h in hits if any(p in _shown(h).lower() for p in pieces)]
+        pieces = {p for p in (w.strip(_PUNCTUATION) for w in folded.lower().split()) if p and p not in _FILLER}
+        if not pieces:
+            return []
+        # a word as a word ("c" is not in "cat"), anything else as written ("1.2.3" in "v1.2.3")
+        held = re.compile("|".join(rf"(?<!\w){re.escape(p)}(?!\w)" if p.isalpha() else re.escape(p)
+                                   for p in sorted(pieces)))
+        return [h for h in hits if held.search(_shown(h).lower())]
     return [h for h in hits if words & set(keywords(_shown(h)))]
 
 
