@@ -124,13 +124,14 @@ def words(text: str) -> list[str]:
 
 
 def stem(word: str) -> str:
-    """A light English suffix stripper for a lower-cased word: plurals, -ing, -ed."""
+    """A light English suffix stripper for a lower-cased word: plurals, -ing, -ed ("retries"
+    and "retried" are both "retry")."""
     if word[-1:] not in ("s", "g", "d"):  # no suffix this stripper knows (the common case)
         return word
     n = len(word)
     if n <= 3 or word.isdigit():
         return word
-    if word.endswith("ies") and n > 4:
+    if word.endswith(("ies", "ied")) and n > 4:  # "retries", "retried": "retry"
         return word[:-3] + "y"
     if word.endswith("sses"):
         return word[:-2]

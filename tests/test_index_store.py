@@ -450,3 +450,17 @@ def test_a_query_of_stop_words_and_filler_shares_no_word_with_any_text(kb: Path,
             for mode in ("vector", "hybrid"):
                 assert reader.search(query, 3, mode=mode) == [], (query, mode)
         assert paths_of(reader.search("C", 3)) == ["langs.md"]
+
+
+def test_a_word_ending_in_ies_finds_the_same_word_ending_in_ied(tmp_path: Path, cfg: Settings) -> None:
+    """"retries" was stemmed "retry" and "retried" "retri": the hash embedder's filter of hits
+    sharing no word with the query dropped the only text that answers "How many retries?",
+    which full-text search had found."""
+    kb = tmp_path / "net"
+    write(kb / "net.md", "Failed requests are retried three times.\n")
+    write(kb / "colors.md", "# Colors\n\nThe sky is blue.\n")
+    index_roots(cfg, [kb])
+    with open_index(cfg) as reader:
+        for query in ("How many retries?", "retries", "copies retried"):
+            for mode in ("lexical", "hybrid"):
+                assert paths_of(reader.search(query, 2, mode=mode)) == ["net.md"], (query, mode)

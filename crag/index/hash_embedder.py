@@ -34,6 +34,14 @@ _SIGN_BIT = 1 << 38
 _KEY_BITS = 40
 
 
+def _stem_v1(word: str) -> str:
+    """``crag.text.stem`` as version 1 of this embedder hashed words, so that an index it built
+    keeps matching its queries: "retried" was "retri" (now "retry", as "retries" is)."""
+    if word.endswith("ied") and len(word) > 4:
+        return word[:-2]
+    return stem(word)
+
+
 def _mix(x: np.ndarray) -> np.ndarray:
     """splitmix64's finaliser over uint64 arrays: a stable, well-spread 64-bit hash."""
     import numpy as np
@@ -172,7 +180,7 @@ class HashEmbedder:
         """CRC-32 of the word's stem, or -1 for a stop word."""
         if isinstance(word, bytes):
             word = word.decode("ascii")
-        return -1 if word in STOPWORDS else zlib.crc32(stem(word).encode("utf-8"))
+        return -1 if word in STOPWORDS else zlib.crc32(_stem_v1(word).encode("utf-8"))
 
     def _cached_code(self, word: str | bytes) -> int:
         cache = self._codes
