@@ -204,12 +204,19 @@ def test_progress_is_shown_on_a_terminal_only(kb: Path) -> None:
 
 def test_kb_indexing_progress_on_a_terminal_reads_like_index_progress(kb: Path) -> None:
     """``ask --kb`` drew "crag: indexing 1 2 /abs/path/deploy.md": the count and the name as
-    ``crag index`` shows them are "1/2: deploy.md"."""
-    out, err = io.StringIO(), FakeTerminal()
+    ``crag index`` shows them are "1/2: deploy.md". Piped or with ``--json``, ``ask`` shows
+    none of its progress, the indexing line included: only the note of what was indexed."""
+    out, err = FakeTerminal(), FakeTerminal()
     assert main(["ask", "how are uploads retried?", "--kb", "docs"], out, err) == 0
     shown = err.getvalue()
     assert "crag: indexing 1/2: deploy.md" in shown and "crag: indexing 2/2: setup.md" in shown, shown
     assert str(kb) not in shown
+    for argv, out in ((["ask", "how are uploads retried?"], io.StringIO()),
+                      (["ask", "--json", "how are uploads retried?"], FakeTerminal())):
+        write(kb / "setup.md", (kb / "setup.md").read_text() + "\nMore.\n")  # something to index again
+        err = FakeTerminal()
+        assert main([*argv, "--kb", "docs"], out, err) == 0
+        assert "\r" not in err.getvalue() and err.getvalue().startswith("crag: indexed docs into "), err.getvalue()
 
 
 def test_indexing_progress_fits_the_terminal_width(kb: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -76,12 +76,14 @@ def _read_stdin(stdin: TextIO | None, limit: int) -> bytes | str:
         raise unreadable_input(exc) from exc
 
 
-def agent_for(args: argparse.Namespace, err: TextIO, later: list[Callable[[], None]] | None = None):
+def agent_for(args: argparse.Namespace, err: TextIO, later: list[Callable[[], None]] | None = None,
+              progress: bool = True):
     """The agent of ``ask``/``chat``/``mcp``; ``--kb`` roots are indexed first, and that is said on stderr.
 
     With ``later``, the note naming the index (``index_note``) is added to it instead of
     written: the command says it once the index has served, so that a missing or damaged
-    index is its one error line."""
+    index is its one error line. ``progress``: whether the indexing line may be drawn on a
+    terminal's stderr (``ask`` piped or with ``--json`` draws none of its progress)."""
     from ..agent import Agent
 
     top_k = getattr(args, "top_k", None)
@@ -89,7 +91,7 @@ def agent_for(args: argparse.Namespace, err: TextIO, later: list[Callable[[], No
         raise UsageError(f"--top-k must be from 1 to {MAX_TOP_K}, got {top_k}")
     config = settings(top_k=top_k)
     require_index_libraries()
-    notes = IndexNotes(err)
+    notes = IndexNotes(err, progress)
     report = None
     if args.kb:  # first: an indexing that fails is its one error line, with no note before it
         from ..index import ensure_indexed
@@ -133,12 +135,13 @@ def extras_note(report, err: TextIO) -> None:
 class IndexNotes:
     """Prints indexing progress for ``--kb`` on stderr (stdout stays clean for --json): the line
     ``crag index`` draws (``ProgressLine``: a carriage return and spaces, no cursor control, so a
-    dumb terminal shows it too), prefixed ``crag: ``; nothing when stderr is not a terminal."""
+    dumb terminal shows it too), prefixed ``crag: ``; nothing when stderr is not a terminal
+    or ``shown`` is false."""
 
-    def __init__(self, err: TextIO) -> None:
+    def __init__(self, err: TextIO, shown: bool = True) -> None:
         from .index_text import ProgressLine
 
-        self.tty = isatty(err)
+        self.tty = shown and isatty(err)
         self.line = ProgressLine(err, prefix="crag: ") if self.tty else None
 
     def __call__(self, done: int, total: int, path: str) -> None:
@@ -201,7 +204,7 @@ def cmd_ask(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
     live = wants_progress(out, args.json)
     later: list[Callable[[], None]] = []
-    with agent_for(args, err, later) as agent:
+    with agent_for(args, err, later, progress=live) as agent:
         show_usage = agent.settings.show_usage and not args.no_usage
         if live:  # Ctrl-C erases the status, stops the run at its next step and ends ``ask`` (status 130)
             result = answer_live(agent, question, history, LiveAnswer(out, err, show_usage))
