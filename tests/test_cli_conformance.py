@@ -262,6 +262,22 @@ def test_help_that_cannot_be_written_is_one_error_line(tmp_path: Path, argv: tup
                                                  "free some space, or send the output elsewhere\n")
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full, a device that is always full")
+@pytest.mark.parametrize(("argv", "environ", "code"), [
+    (("ask", "--wat", "hi"), {}, 2), (("ask", ""), {}, 2), (("ask", "hi"), {"KB_AGENT_MAX_ITERATIONS": "lots"}, 2),
+    (("ask", "where are backups kept", "--index", "nowhere"), {}, 1),
+])
+def test_an_error_line_stderr_cannot_take_keeps_the_exit_status(tmp_path: Path, argv, environ, code) -> None:
+    """``crag ask "" 2>/dev/full`` exited 1: the error line's failed write (a traceback no one
+    saw) took the place of the usage error's status 2. Scripts read the status."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KB_AGENT_", "OPENAI_"))}
+    env.update(PYTHONPATH=str(ROOT), KB_AGENT_LLM="offline", **environ)
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "crag", *argv], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                              stderr=full, text=True, timeout=120)
+    assert (proc.returncode, proc.stdout) == (code, "")
+
+
 def test_a_question_file_saved_with_a_byte_order_mark_is_read_without_it(project: Path) -> None:
     """``crag ask - < question.txt`` of a file saved by an editor that writes a byte order mark
     asked "\\ufeffhow long are backups kept": an invisible character at the head of the question,

@@ -240,20 +240,29 @@ def _main(argv: Sequence[str] | None, out: TextIO, err: TextIO, stdin: TextIO | 
         _silence(out)
         return 1
     except CragError as exc:
-        print(error_line(exc), file=err)
+        _say(err, error_line(exc))
         return exc.exit_status
     except ImportError as exc:
         message = _missing_dependency(exc)
         if message is None:
             raise
-        print(f"crag: error: {message}", file=err)
+        _say(err, f"crag: error: {message}")
         return 1
     except KeyboardInterrupt:
-        print("crag: interrupted", file=err)
+        _say(err, "crag: interrupted")
         return 130
     except Terminated:
-        print("crag: terminated", file=err)
+        _say(err, "crag: terminated")
         return TERMINATED
+
+
+def _say(err: TextIO, line: str) -> None:
+    """The run's last line on stderr; when stderr cannot take it (``2>/dev/full``), the exit
+    status still says what happened (2 for a usage error), not the failed write's 1."""
+    try:
+        print(line, file=err, flush=True)
+    except (OSError, ValueError):
+        _silence(err)
 
 
 def _require_working_folder() -> None:
