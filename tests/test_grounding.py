@@ -107,6 +107,18 @@ def test_a_title_line_sharing_a_word_with_the_sentence_is_not_where_its_citation
     assert [(s.start_line, s.end_line) for s in g.sources] == [(5, 5), (11, 12)]
 
 
+def test_a_version_written_on_after_letters_is_held_where_it_is_written_and_nowhere_else():
+    """"py3.12" read as the number "12" (the digits after its dot), which no text holds as a
+    number of its own, so a sentence copied word for word from its passage was unsupported,
+    and so was any table row quoting a container image ("...-transformers5.8.1-gpu"). The
+    number is "3.12", and a changed version is still caught."""
+    text = "The image runs on py3.12 with cuda12.1 and transformers5.8.1 installed."
+    item = EvidenceItem("vector_search", "docs/image.md", text, 3, 3, 0.5)
+    assert ground(text + " [1]", (item,)).report.supported == 1
+    for old, new in (("py3.12", "py3.11"), ("cuda12.1", "cuda12.2"), ("transformers5.8.1", "transformers5.9.1")):
+        assert ground(text.replace(old, new) + " [1]", (item,)).report.supported == 0, new
+
+
 @pytest.mark.parametrize("include", [
     "{* ../../docs_src/request_forms_and_files/tutorial001_py310.py hl[10:12] *}",
     '--8<-- "docs_src/request_forms_and_files/tutorial001.py"',

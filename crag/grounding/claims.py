@@ -85,7 +85,10 @@ _MONTHS = "january february march april june july august september october novem
 _INLINE_CODE = re.compile(r"`([^`\n]+)`")
 _URL = re.compile(r"https?://[^\s<>()\[\]`\"']+")
 _LINK_TARGET = re.compile(r"\]\([^)\s]*\)")
-_NUMBER = re.compile(r"(?<![\w])v?(\d+(?:[.,:/-]\d+)*)")
+# A number standing alone ("3.12", "v2"), or a dotted one written on after letters ("py3.12",
+# "transformers5.8.1": its digits from the first, never "12" or "8.1" alone, which no text
+# holds as a number of its own)
+_NUMBER = re.compile(r"(?<![\w])v?(\d+(?:[.,:/-]\d+)*)|(?<=[A-Za-z])(\d+(?:[.,]\d+)+)")
 _IDENT = re.compile(
     r"(?<![\w./-])(?:--?[A-Za-z][\w-]*|[A-Za-z_][\w-]*(?:[./][\w-]+)+|[A-Za-z]*_[\w]*|"
     r"[a-z]+[A-Z][\w]*|[A-Z]+[a-z]+[A-Z][\w]*|[A-Z][A-Z0-9]*_[A-Z0-9_]+)(?![\w])"
@@ -120,7 +123,7 @@ def _find_idents(text: str) -> Iterable[str]:
 
 
 def _find_numbers(text: str) -> Iterable[str]:
-    return (m.group(1).rstrip(".,:/-") for m in _NUMBER.finditer(text))
+    return ((m.group(1) or m.group(2)).rstrip(".,:/-") for m in _NUMBER.finditer(text))
 
 
 def _find_months(text: str) -> Iterable[str]:
