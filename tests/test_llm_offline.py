@@ -525,3 +525,23 @@ def test_a_sentence_naming_a_tag_in_inline_code_is_quoted():
         "How do I submit the inputs together?")
     assert "- Wrap the inputs in a `<form>` tag to submit them together. [1]" in result.answer, result.answer
     assert "[1] docs/forms.md:L3" in result.answer
+
+
+def test_offline_quotes_a_table_that_holds_the_answer_as_a_table():
+    """A chunk that is a table was answered "The passages found have no quotable text": its
+    rows are no sentences. A short table is quoted whole, a long one as its header and the
+    rows holding the question's words, each line as written, and cited at a line of it."""
+    short = EvidenceItem("vector_search", "docs/limits.md",
+                         "# Limits\n\n| limit | value |\n| --- | --- |\n| request timeout | 30 seconds |", 1, 5, 0.5)
+    rows = "\n".join(f"| setting {n} | {n} |" for n in range(30))
+    long = EvidenceItem("vector_search", "docs/all.md",
+                        f"| name | default |\n|:---|---:|\n{rows}\n| upload retries | 3 |", 1, 33, 0.4)
+    for item, table in ((short, "| limit | value |\n| --- | --- |\n| request timeout | 30 seconds |"),
+                        (long, "| name | default |\n|:---|---:|\n| upload retries | 3 |")):
+        question = "What is the request timeout?" if item is short else "How many upload retries?"
+        result = Agent(OfflineChatModel(), FakeToolbox({"vector_search": [[item]]}), Settings()).ask(question)
+        body = result.answer.split("\n\n---\n")[0]
+        assert f"\n{table}\n\n[1]\n" in body, body
+        (cited,) = result.citations
+        assert cited.path == item.source and item.text.split("\n")[cited.line - item.start_line] in table, cited
+        assert result.state.grounding.supported >= 1

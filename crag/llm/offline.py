@@ -450,7 +450,7 @@ class OfflineChatModel:
                     chosen.append((k, first[0], first[1]))
         lines = [OFFLINE_PREFACE, ""]
         for k, _, quote in sorted(chosen):
-            if quote.startswith(("```", "~~~")):
+            if quote.startswith(("```", "~~~", "|")):  # a code block or a table: its marker below it
                 if lines[-1]:
                     lines.append("")
                 lines.extend([quote, f"[{k + 1}]", ""])

@@ -82,6 +82,28 @@ def _code_block(text: str) -> str | None:
     return "\n".join(lines)
 
 
+_TABLE_RULE = re.compile(r"^\|?\s*:?-+:?\s*(?:\|\s*:?-+:?\s*)*\|?$")  # | --- | :---: |
+_TABLE_ROWS = 12  # a table of at most this many lines is quoted whole
+_TABLE_MATCHES = 3  # of a longer one, its header and at most this many rows holding the question's words
+
+
+def _table(text: str, question: str) -> str | None:
+    """A Markdown table as it should be quoted, its rows as written (list or quote indentation
+    removed): whole when short, else its header and the rows that hold the question's words;
+    None when it has no header rule, or no row of a long one holds them."""
+    lines = [ln.strip() for ln in _QUOTE_PREFIX.sub("", text).split("\n")]
+    if len(lines) < 3 or not _TABLE_RULE.match(lines[1]):
+        return None
+    if len(lines) <= _TABLE_ROWS and len(text) <= _CODE_CHARS:
+        return "\n".join(lines)
+    words = keywords(question)
+    rows = [row for row in lines[2:] if any(in_vocabulary(w, set(keywords(row))) for w in words)]
+    if not rows:
+        return None
+    quote = "\n".join(lines[:2] + rows[:_TABLE_MATCHES])
+    return quote if len(quote) <= _CODE_CHARS else None
+
+
 # A file with one of these suffixes (or none: README, LICENSE) is prose; any other file the
 # index takes is code or settings, quoted as its lines in a code block (``code_quotes``).
 _PROSE_SUFFIXES = frozenset(
@@ -223,3 +245,7 @@ def quotable(text: str, question: str = "", lead: str | None = None) -> Iterable
             block = _code_block(piece.text)
             if block is not None and len(block) <= 1500:
                 yield skip + piece.start, block
+        elif piece.kind == "table":
+            table = _table(piece.text, question)
+            if table is not None:
+                yield skip + piece.start, table
