@@ -232,7 +232,7 @@ def test_indexing_progress_fits_the_terminal_width(kb: Path, monkeypatch: pytest
     monkeypatch.setattr(shutil, "get_terminal_size", lambda fallback=(80, 24): os.terminal_size((40, 24)))
     for argv in (["index", "docs"], ["ask", "--kb", "docs", "--index", "other", "when does the gateway move?"]):
         err = FakeTerminal()
-        assert main(argv, io.StringIO(), err) == 0
+        assert main(argv, FakeTerminal(), err) == 0
         rows = [row.replace("\033[K", "") for row in err.getvalue().split("\r")]
         assert any("indexing 1/3" in row for row in rows), rows
         assert all(sum(width(ch) for ch in row) < 40 for row in rows if "indexing" in row), rows
