@@ -174,3 +174,41 @@ def test_the_users_global_excludes_file_is_read_as_git_reads_it(tmp_path: Path, 
     assert crag_indexed(top) == by_git
     shutil.rmtree(top / ".git")  # outside a git work tree the user's git settings do not apply
     assert crag_indexed(top) == by_git | {"secret-b.md"}
+
+
+def test_a_repository_inside_the_root_has_its_own_ignore_rules_as_git_reads_them(tmp_path: Path) -> None:
+    """The outer repository's ``.gitignore`` ("a.md", "d/") left out ``inner/d/c.md``, which
+    git does not ignore in the inner repository, and the inner one's ``.git/info/exclude``
+    was not read: the same folder was indexed one way as part of ``kb`` and another as a root."""
+    env = git_env(str(tmp_path))
+    kb = tmp_path / "kb"
+    for name in ("a.md", "inner/a.md", "inner/b.md", "inner/d/c.md", "inner/e.md"):
+        (kb / name).parent.mkdir(parents=True, exist_ok=True)
+        (kb / name).write_text("# Note\n\nSome text.\n", encoding="utf-8")
+    subprocess.run(["git", "init", "-q", str(kb)], check=True, env=env)
+    subprocess.run(["git", "init", "-q", str(kb / "inner")], check=True, env=env)
+    (kb / ".gitignore").write_text("a.md\nd/\ne.md\n", encoding="utf-8")
+    (kb / "inner" / ".gitignore").write_text("!a.md\n", encoding="utf-8")
+    (kb / "inner" / ".git" / "info" / "exclude").write_text("b.md\n", encoding="utf-8")
+    inner = git_untracked(kb / "inner", kb / "inner")
+    assert inner == {"a.md", "d/c.md", "e.md"}  # what git says of the inner repository
+    assert crag_indexed(kb / "inner") == inner
+    assert crag_indexed(kb) == {f"inner/{name}" for name in inner}
+
+
+def test_cragignore_and_ignore_outrank_a_deeper_gitignore_as_ripgrep_ranks_them(tmp_path: Path) -> None:
+    """A ``.gitignore`` negation deeper down took back what the user left out in a shallower
+    ``.cragignore``; ripgrep ranks its own ignore files above every ``.gitignore``, whatever
+    their depth, and reads ``.ignore`` files too."""
+    kb = tmp_path / "kb"
+    for name in ("sub/x.md", "sub/y.md", "z.md", "w.md"):
+        (kb / name).parent.mkdir(parents=True, exist_ok=True)
+        (kb / name).write_text("# Note\n\nSome text.\n", encoding="utf-8")
+    (kb / ".cragignore").write_text("x.md\n", encoding="utf-8")
+    (kb / ".ignore").write_text("y.md\nw.md\n", encoding="utf-8")
+    (kb / "sub" / ".gitignore").write_text("!x.md\n!y.md\n", encoding="utf-8")
+    (kb / ".gitignore").write_text("z.md\n", encoding="utf-8")
+    assert crag_indexed(kb) == set()
+    (kb / "sub" / ".ignore").write_text("!y.md\n", encoding="utf-8")  # a deeper file of the same kind decides
+    (kb / ".cragignore").write_text("x.md\n!w.md\n", encoding="utf-8")  # and .cragignore outranks .ignore
+    assert crag_indexed(kb) == {"sub/y.md", "w.md"}

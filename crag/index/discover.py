@@ -7,7 +7,7 @@ Owns the discovery rules shared by the indexer, ``grep_search`` and ``read_file`
 * only text-like files are taken (``TEXT_SUFFIXES`` and a few well-known names such as
   ``README`` or ``Makefile``), and documents a reader of ``crag.index.readers`` can read
   (PDF and DOCX when their extra is installed, HTML as text); every other file is counted by
-  its suffix in ``Discovery.skipped_types``; paths that ``.gitignore`` / ``.cragignore``
+  its suffix in ``Discovery.skipped_types``; paths that ``.cragignore`` / ``.ignore`` / ``.gitignore``
   files or ``--exclude`` patterns leave out are not entered (``crag.index.ignore``); hidden entries, ``.git``, ``.venv``, ``node_modules``,
   ``__pycache__``, Python virtual environments and the index directory itself are skipped;
 * a symbolic link is followed only when its target lies inside the root (so a link can never
@@ -245,7 +245,7 @@ def excluded_reason(path: str, root: str) -> str | None:
         if part.startswith(".") or not _utf8(part) or _skipped_dir(part, folder):
             return "it is inside a folder crag does not index"
         if ignores.ignored(folder, is_dir=True):
-            return "it is inside a folder that .gitignore or .cragignore leaves out"
+            return "it is inside a folder that an ignore file (.cragignore, .ignore, .gitignore) leaves out"
     name = rel[-1]
     if not _utf8(name):
         return NOT_UTF8
@@ -254,7 +254,7 @@ def excluded_reason(path: str, root: str) -> str | None:
     if not is_indexable_name(name):
         return "crag indexes text files only (Markdown, text, code and configuration by their suffix), PDF and DOCX"
     if ignores.ignored(path, is_dir=False):
-        return ".gitignore or .cragignore leaves it out"
+        return "an ignore file (.cragignore, .ignore, .gitignore) leaves it out"
     return None
 
 

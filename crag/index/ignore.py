@@ -1,20 +1,22 @@
-"""What a knowledge base leaves out: ``.gitignore`` and ``.cragignore`` files, and ``--exclude``.
+"""What a knowledge base leaves out: ``.cragignore``, ``.ignore`` and ``.gitignore`` files, and ``--exclude``.
 
 Read as ripgrep reads ignore files: every folder may hold them, their patterns are relative
-to that folder, a deeper file's match wins over a shallower one's, ``!pattern`` takes a path
-back in, and ``.cragignore`` wins over ``.gitignore`` in the same folder (as ripgrep's
-``.ignore`` does). Ignore files above a root are read up to the top of its git work tree
-(the nearest folder holding ``.git``), so ``crag index docs`` in a repository honours the
-repository's ``.gitignore``; the work tree's ``.git/info/exclude`` is read too (in the folder a
-``.git`` file names, for a linked work tree or a submodule, as git finds it), its lines
-before every ignore file's (as git and ripgrep read it), and git's ``core.excludesFile``
-(``~/.config/git/ignore`` unless the configuration names another) before those. Unlike ripgrep, a ``.gitignore`` counts outside a git work tree
-too. A folder that is ignored is not entered, so nothing under it can be taken back (as in
-git). ``--exclude GLOB`` patterns are gitignore patterns relative to the root being indexed,
-for one run.
+to that folder, ``!pattern`` takes a path back in, and of each kind the deepest file that
+matches a path decides for its kind. The kinds rank as ripgrep ranks them, whatever their
+depth: ``.cragignore`` (crag's own, as ripgrep's ``.rgignore``) first, then ``.ignore``,
+then ``.gitignore``, then the repository's ``.git/info/exclude``, then git's
+``core.excludesFile``: a ``.gitignore`` deeper down cannot take back what a ``.cragignore``
+leaves out. A folder holding ``.git`` is a repository of its own: ``.gitignore`` files
+above it do not reach into it, and its own ``.git/info/exclude`` applies (in the folder a
+``.git`` file names, for a linked work tree or a submodule, as git finds it). Ignore files
+above a root are read up to the top of its git work tree (the nearest folder holding
+``.git``), so ``crag index docs`` in a repository honours the repository's ``.gitignore``.
+Unlike ripgrep, a ``.gitignore`` counts outside a git work tree too. A folder that is
+ignored is not entered, so nothing under it can be taken back (as in git). ``--exclude
+GLOB`` patterns are gitignore patterns relative to the root being indexed, for one run.
 
 Patterns follow git's (``crag.index.globs``: parsed as git parses them, matched without
-backtracking, a large file looked up rather than scanned). Within one folder the last
+backtracking, a large file looked up rather than scanned). Within one file the last
 matching line decides.
 
 A line git would never match (``!`` alone, a trailing ``\\``, an unclosed ``[``, an unknown
@@ -38,7 +40,7 @@ from .globs import Problem, Rule, RuleSet, parse_rules
 
 __all__ = ["IGNORE_FILES", "Ignores", "check_excludes"]
 
-IGNORE_FILES = (".gitignore", ".cragignore")  # later files win over earlier ones in a folder
+IGNORE_FILES = (".cragignore", ".ignore", ".gitignore")  # by rank: an earlier kind wins at any depth
 
 
 def _shown(path: str) -> str:
@@ -142,19 +144,22 @@ class Ignores:
         self.root = root
         self.exclude = _exclude_rules(exclude) if exclude else None
         self.top = _work_tree_top(root)
-        self._specs: dict[str, RuleSet | None] = {}
-        self._info: RuleSet | None = None  # .git/info/exclude, read on first use
-        self._info_read = False
+        self._specs: dict[str, tuple[RuleSet | None, ...]] = {}
+        self._repos: dict[str, bool] = {}  # folder -> whether it holds .git
+        self._info: dict[str, RuleSet | None] = {}  # repository -> its .git/info/exclude, read on first use
         self._user: RuleSet | None = None  # git's core.excludesFile, read on first use
         self._user_read = False
 
-    def _folder_spec(self, folder: str) -> RuleSet | None:
+    def _folder_specs(self, folder: str) -> tuple[RuleSet | None, ...]:
+        """The rules of ``folder``'s ignore files, one per kind (``IGNORE_FILES``' order)."""
         if folder not in self._specs:
-            found = [spec for name in IGNORE_FILES if (spec := _parsed(os.path.join(folder, name)))]
-            if len(found) > 1:  # .cragignore's lines come after .gitignore's, so they win
-                found = [RuleSet([rule for spec in found for rule in spec.rules])]
-            self._specs[folder] = found[0] if found else None
+            self._specs[folder] = tuple(_parsed(os.path.join(folder, name)) for name in IGNORE_FILES)
         return self._specs[folder]
+
+    def _repository(self, folder: str) -> bool:
+        if folder not in self._repos:
+            self._repos[folder] = os.path.lexists(os.path.join(folder, ".git"))
+        return self._repos[folder]
 
     def ignored(self, path: str, is_dir: bool) -> bool:
         """Whether ``path`` (absolute, under the root) is left out."""
@@ -162,38 +167,44 @@ class Ignores:
             rel = os.path.relpath(path, self.root).replace(os.sep, "/")
             if self.exclude.decide(rel, is_dir):
                 return True
+        found: list[bool | None] = [None] * len(IGNORE_FILES)  # the deepest decision of each kind
+        git = len(IGNORE_FILES) - 1
+        repository = None  # the nearest folder holding .git: .gitignore files above it do not count
         folder = os.path.dirname(path)
         while True:
-            spec = self._folder_spec(folder)
-            if spec is not None:
-                result = spec.decide(os.path.relpath(path, folder).replace(os.sep, "/"), is_dir)
-                if result is not None:
-                    return result
+            rel = os.path.relpath(path, folder).replace(os.sep, "/")
+            for kind, spec in enumerate(self._folder_specs(folder)):
+                if found[kind] is None and spec is not None and (kind != git or repository is None):
+                    found[kind] = spec.decide(rel, is_dir)
+            if found[0] is not None:
+                return found[0]  # .cragignore outranks every other kind
+            if repository is None and self._repository(folder):
+                repository = folder
             if folder == self.top or len(folder) <= len(self.top):
                 break
             parent = os.path.dirname(folder)
             if parent == folder:
-                return False
+                break
             folder = parent
-        # The repository's own patterns come before every ignore file's, and the user's
-        # (core.excludesFile) before those (git's order).
-        if not path.startswith(os.path.join(self.top, "")):
+        for decision in found:
+            if decision is not None:
+                return decision
+        # Then the repository's own patterns, and the user's (core.excludesFile).
+        if repository is None:
             return False
-        rel = os.path.relpath(path, self.top).replace(os.sep, "/")
-        for spec in (self._info_exclude(), self._user_exclude()):
+        rel = os.path.relpath(path, repository).replace(os.sep, "/")
+        for spec in (self._info_exclude(repository), self._user_exclude()):
             result = spec.decide(rel, is_dir) if spec is not None else None
             if result is not None:
                 return result
         return False
 
-    def _info_exclude(self) -> RuleSet | None:
-        """The patterns of ``info/exclude`` in the git folder of the root's work tree, if any."""
-        if not self._info_read:
-            self._info_read = True
-            common = _git_common_dir(os.path.join(self.top, ".git"))
-            if common is not None:
-                self._info = _parsed(os.path.join(common, "info", "exclude"))
-        return self._info
+    def _info_exclude(self, repository: str) -> RuleSet | None:
+        """The patterns of ``info/exclude`` in the git folder of ``repository``, if any."""
+        if repository not in self._info:
+            common = _git_common_dir(os.path.join(repository, ".git"))
+            self._info[repository] = _parsed(os.path.join(common, "info", "exclude")) if common else None
+        return self._info[repository]
 
 
     def _user_exclude(self) -> RuleSet | None:
