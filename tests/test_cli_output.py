@@ -77,6 +77,27 @@ def test_markdown_is_rendered_with_colour_on_a_terminal_and_plain_when_piped(kb:
     assert "\033[" not in piped and f"---\n{STATS_HEADING}" in piped
 
 
+def test_rendered_markdown_keeps_a_placeholder_in_angle_brackets_and_shows_a_links_address(monkeypatch) -> None:
+    """On a terminal "Set <PORT> to change the port" read "Set  to change the port": the
+    Markdown renderer dropped ``<PORT>`` as HTML. A link showed its text alone (its address
+    only inside an escape most terminals do not show); piped, both are as the model wrote them."""
+    import re
+
+    pytest.importorskip("rich", reason="the color extra (make install has it)")
+    from crag.cli.render import _rich
+
+    monkeypatch.setenv("TERM", "xterm-256color")
+    monkeypatch.setenv("COLUMNS", "200")
+    body = ("Set <PORT> to change the port [1]. Keep `<b>` in code, see [the deploy guide](https://wiki.example.com/deploy).\n\n"
+            "```html\n<div>kept</div>\n```")
+    out = Terminal()
+    _rich(out, body, "[1] docs/deploy.md:L3", "")
+    plain = re.sub(r"\033\[[0-9;]*m|\033\]8;[^\033]*\033\\\\", "", out.getvalue())
+    assert "Set <PORT> to change the port [1]." in plain, plain
+    assert "<b>" in plain and "\\<" not in plain and "<div>kept</div>" in plain, plain
+    assert "https://wiki.example.com/deploy" in plain, plain
+
+
 def test_a_rendered_footer_keeps_each_source_on_one_line_on_a_narrow_terminal(kb: Path, monkeypatch) -> None:
     """On a 16-column terminal rich broke ``[1] docs/deploy.md:L3`` after ``[1]``, and a long path
     inside itself: a source a person copies to open is one line, which the terminal wraps."""

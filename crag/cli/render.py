@@ -7,9 +7,11 @@ terminal's width (the terminal wraps a long one, so it is copied whole).
 
 from __future__ import annotations
 
+import re
 from importlib.util import find_spec
 from typing import TextIO
 
+from ..sentences import split
 from .common import isatty, shown
 
 
@@ -25,13 +27,28 @@ def print_answer(out: TextIO, answer, show_usage: bool = True) -> None:
     _rich(out, body, footer, usage if show_usage else "")
 
 
+_CODE_SPAN_OR_TAG = re.compile(r"(`+)(?:.+?)\1|<", re.S)
+
+
+def literal_html(body: str) -> str:
+    """``body`` with each ``<`` outside code escaped for the Markdown renderer, which drops
+    what reads as HTML: "Set <PORT> to change the port" lost its ``<PORT>`` on a terminal."""
+    out = []
+    for piece in split(body):
+        if piece.kind == "code":
+            out.append(piece.text)
+        else:
+            out.append(_CODE_SPAN_OR_TAG.sub(lambda m: m.group(0) if m.group(1) else "\\<", piece.text))
+    return "".join(out)
+
+
 def _rich(out: TextIO, body: str, footer: str, usage: str) -> None:
     from rich.console import Console
     from rich.markdown import Markdown
     from rich.text import Text
 
     console = Console(file=out, highlight=False, emoji=False)
-    console.print(Markdown(body))
+    console.print(Markdown(literal_html(body), hyperlinks=False))  # a link shows its address, as the plain text does
     if footer:  # a source a line, never broken by rich: the terminal wraps a long one, copied whole
         console.print()
         console.print(Text(footer, style="cyan"), soft_wrap=True)
