@@ -330,15 +330,16 @@ def _secret_set(secrets: Iterable[str], *, shaped: bool = False) -> set[str]:
     return out
 
 
-def redacted_prefix(text: str, secrets: Iterable[str] = ()) -> str:
+def redacted_prefix(text: str, secrets: Iterable[str] = (), whole_words: bool = True) -> str:
     """The part of a text still arriving (a streamed answer) that can be shown now, redacted.
 
     ``redact`` of the whole text, once it is complete, starts with what this returns: the
     text is cut before its last word (it may still be growing), before a secret that the cut
-    would split, and before an unfinished secret at its end.
+    would split, and before an unfinished secret at its end. Without ``whole_words`` (a
+    preview redrawn whole each time) the last word stays, unless it is the beginning of a secret.
     """
     cut = len(text)
-    while cut and not text[cut - 1].isspace():
+    while whole_words and cut and not text[cut - 1].isspace():
         cut -= 1
     for secret in _secret_set(secrets, shaped=True):
         for k in range(len(secret) - 1, 0, -1):  # the text ends with the beginning of a secret

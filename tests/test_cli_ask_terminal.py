@@ -249,6 +249,31 @@ def test_the_preview_shows_the_reply_as_written_clipped_to_the_width(monkeypatch
     assert out.getvalue().startswith("The client retries failed uploads")
 
 
+def test_the_preview_never_shows_the_beginning_of_a_configured_secret(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reply quoting the configured key, streamed a few characters at a time, drew
+    "sk-probe-SECRETKEY1234567890a" (29 of its 33 characters) before the whole key was there
+    to be masked; scrollback and recordings kept it."""
+    from crag.cli import common, live
+
+    key = "sk-probe-SECRETKEY1234567890abcdef"
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    common.forget_secrets()  # a run's secrets are found once: this one's environment
+    monkeypatch.setattr(live, "REDRAW_EVERY", 0.0)
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.setenv("LINES", "12")
+    err = FakeTerminal()
+    screen = live.LiveAnswer(FakeTerminal(), err, dumb=False)
+    screen.event(NodeStarted("synthesize"))
+    screen.event(AnswerStarted(()))
+    reply = f"The key is {key} as configured."
+    for at in range(0, len(reply), 5):
+        screen.event(AnswerDelta(reply[at : at + 5]))
+    drawn = err.getvalue()
+    assert "SECRETKEY" not in drawn and "sk-probe" not in drawn, drawn
+    assert "The key is *** as configured." in drawn, drawn
+    assert "The key is sk" not in drawn
+
+
 def test_the_preview_is_not_drawn_on_a_narrow_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     from crag.cli import live
 

@@ -42,7 +42,7 @@ import time
 import unicodedata
 from typing import TextIO
 
-from ..safe_text import ShownStream
+from ..safe_text import ShownStream, for_terminal, redacted_prefix
 from .common import isatty, secrets, shown, writes_any_text
 
 PREVIEW_LINES = 8  # at most this many lines of the raw reply under the step name
@@ -216,7 +216,9 @@ class LiveAnswer:
                                              f" ({int(running)} s)" if running >= TICK_AFTER else "")
         region = [clip(as_written(step, self.err), columns)]
         if self.reply and columns + 1 >= MIN_COLUMNS:
-            written = [line for line in as_written(shown(self.reply), self.err).splitlines() if line.strip()]
+            # what can be shown of a reply still arriving: never the first characters of a secret
+            preview = redacted_prefix(for_terminal(self.reply), secrets(), whole_words=False)
+            written = [line for line in as_written(preview, self.err).splitlines() if line.strip()]
             room = max(0, min(PREVIEW_LINES, lines - 3))  # rows scrolled off the screen cannot be erased
             for line in written[-room:] if room else []:
                 region.append("    " + clip(line.strip().replace("\t", " "), columns - 4, end=True))
