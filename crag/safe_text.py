@@ -222,14 +222,21 @@ def redact_message(text: str, secrets: Iterable[str] = ()) -> str:
 # Credentials written in text, each (pattern, the group of the value, whether any value is one):
 # a URL's password; an Authorization value or a key=value credential; a value assigned to a
 # name that holds such a word (``JIRA_API_TOKEN=``, ``aws_secret_access_key =``, ``"client_secret":``);
-# an AWS access key id; the body of a private key block (its base64 lines). ``redact_message``
-# applies the last three rows too (it has broader rules of its own for the first two).
+# an AWS access key id; a token whose shape names its issuer; the body of a private key block
+# (its base64 lines). ``redact_message`` applies every row from the third on too (it has
+# broader rules of its own for the first two).
 _CREDENTIALS: tuple[tuple[re.Pattern[str], int, bool], ...] = (
     (re.compile(r"(?i)\b[a-z][a-z0-9+.\-]*://[^\s/@:]*:([^\s/@]*)@"), 1, True),
-    (re.compile(r"(?i)\b(bearer|basic|token|api[_-]?key|password|secret)(\s*[=:]\s*|\s+)([A-Za-z0-9._~+/=\-]{8,})"), 3, False),
+    (re.compile(r"(?i)\b(bearer|basic|token|api[_-]?key|password|secret)(\s*[=:]\s*|\s+(?:is\s+|was\s+)?)"
+                r"([A-Za-z0-9._~+/=\-]{8,})"), 3, False),
     (re.compile(r"(?i)(?:token|secret|passw(?:or)?d|api[_-]?key|access[_-]?key|private[_-]?key)(?:[_.\-][A-Za-z0-9_.\-]{0,40})?"
                 r"[\"']?[ \t]*[=:][ \t]*[\"']?([A-Za-z0-9._~+/=\-]{8,})"), 1, False),
     (re.compile(r"\b((?:AKIA|ASIA)[0-9A-Z]{16})\b"), 1, True),
+    # tokens whose shape says what they are, wherever they stand: GitHub, Hugging Face, OpenAI
+    # and Anthropic style, Slack, Google API keys, JSON web tokens
+    (re.compile(r"(?<![\w-])((?:gh[pousr]_|github_pat_|hf_)[A-Za-z0-9_]{30,}|sk-[A-Za-z0-9_\-]{20,}"
+                r"|xox[abposr]-[A-Za-z0-9\-]{10,}|AIza[0-9A-Za-z_\-]{35}"
+                r"|eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,})(?![\w-])"), 1, True),
     (re.compile(r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY-----(?:\s*(?:Proc-Type|DEK-Info):[^\n]*)*((?:\s*[A-Za-z0-9+/=]{4,})+)"),
      1, True),
 )
@@ -252,8 +259,9 @@ def redact_credentials(text: str, secrets: Iterable[str] = ()) -> str:
     """``text`` as ``redact`` gives it, with the credentials written in it masked too
     (``credentials_in``): a URL's password, an AWS key id, a private key's body, and a
     secret-shaped value after ``Bearer``, ``Basic``, ``token``, ``api_key``, ``password`` or
-    ``secret`` or assigned to a name holding such a word (``JIRA_API_TOKEN=...``), so "the token
-    expires" is left alone. For what the answer log keeps of the user's text: a credential pasted
+    ``secret`` ("my password is ...") or assigned to a name holding such a word
+    (``JIRA_API_TOKEN=...``), so "the token expires" is left alone, and a token whose shape
+    names its issuer (``ghp_...``, ``hf_...``, ``sk-...``, ``xoxb-...``, a JSON web token). For what the answer log keeps of the user's text: a credential pasted
     into a question is not written to disk."""
     text = redact(text, secrets)
     for pattern, group, any_value in _CREDENTIALS:

@@ -67,6 +67,14 @@ PASTED = {  # what a user pastes into a question, and the value that must not re
     '"client_secret": "8Q~abc123DEF456ghi"': "8Q~abc123DEF456ghi",
     "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAx1y2z3Q\nZmFrZWtleWJvZHkxMjM0\n-----END RSA PRIVATE KEY-----":
         "MIIEowIBAAKCAQEAx1y2z3Q",
+    # tokens pasted bare, named by their shape alone, and a password said in words
+    "ghp_Unconf0123456789abcdefABCDEFxyz": "ghp_Unconf0123456789abcdefABCDEFxyz",
+    "hf_Unconf0123456789abcdefABCDEFxyz0": "hf_Unconf0123456789abcdefABCDEFxyz0",
+    "sk-proj-Unconf0123456789abcdefXYZ0123": "sk-proj-Unconf0123456789abcdefXYZ0123",
+    "xoxb-123456789012-abcdefABCDEF": "xoxb-123456789012-abcdefABCDEF",
+    "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U":
+        "dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+    "my password is Xy7unconfigured99,": "Xy7unconfigured99",
 }
 
 
