@@ -162,6 +162,22 @@ def test_a_host_name_no_resolver_takes_is_one_line_not_a_traceback(tmp_path: Pat
         assert "sekret" not in run.stderr + run.stdout
 
 
+def test_a_login_the_server_refuses_is_said_so_not_that_it_cannot_be_reached(pg_uri: str, tmp_path: Path) -> None:
+    """A user the server does not know was reported as "cannot reach the PostgreSQL server
+    ...: FATAL: role ... does not exist": the server was reached, and the fix is the user or
+    password in KB_AGENT_STORE, not the network."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(pg_uri)
+    host = parts.netloc.rsplit("@", 1)[-1]
+    uri = urlunsplit((parts.scheme, f"nobody_here:sekret9@{host}", parts.path, parts.query, parts.fragment))
+    run = crag(env_for(uri, tmp_path), tmp_path, "search", "anything")
+    assert run.returncode == 1, run.stderr
+    (line,) = run.stderr.strip().splitlines()
+    assert line.startswith(f"crag: error: the PostgreSQL server {redact(uri)} refused the login: "), line
+    assert "check the user and password KB_AGENT_STORE gives" in line and "sekret9" not in run.stderr + run.stdout
+
+
 def test_a_server_without_pgvector_says_how_to_enable_it(pg_server, tmp_path: Path) -> None:
     import psycopg
 
@@ -1308,13 +1324,15 @@ def test_a_damaged_index_is_one_line_on_the_command_line(pg_uri: str, tmp_path: 
 ])
 def test_a_store_uri_libpq_cannot_read_is_a_configuration_error(uri: str, reason: str, tmp_path: Path) -> None:
     """A misspelt parameter, a bad %-escape, an unclosed [: the URI is wrong, not the server
-    unreachable (it said "cannot reach the PostgreSQL server", exit status 1)."""
-    run = crag(env_for(uri, tmp_path), tmp_path, "search", "anything")
-    assert run.returncode == 2, run.stderr
-    (line,) = run.stderr.strip().splitlines()
-    assert line.startswith(f"crag: error: KB_AGENT_STORE={redact(uri)} is not valid: expected a postgresql:// URI "
-                           "that libpq reads") and reason in line, line
-    assert "sek" not in run.stderr + run.stdout
+    unreachable (it said "cannot reach the PostgreSQL server", exit status 1). ``crag log``,
+    which reads a local file, listed "no logged answers" for the same URI."""
+    for argv in (("search", "anything"), ("log",)):
+        run = crag(env_for(uri, tmp_path), tmp_path, *argv)
+        assert run.returncode == 2, (argv, run.stderr)
+        (line,) = run.stderr.strip().splitlines()
+        assert line.startswith(f"crag: error: KB_AGENT_STORE={redact(uri)} is not valid: expected a postgresql:// URI "
+                               "that libpq reads") and reason in line, line
+        assert "sek" not in run.stderr + run.stdout
 
 
 def test_a_search_blocked_by_a_lock_ends_with_one_line_instead_of_waiting_for_ever(

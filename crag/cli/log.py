@@ -95,10 +95,24 @@ def _show_arg(value: str) -> int | None:
 MAX_WORDS = 100  # of a log search
 
 
+def _check_store(uri: str) -> None:
+    """``KB_AGENT_STORE`` read as the PostgreSQL store reads it (when psycopg is installed:
+    without it the log, a local file, is still read)."""
+    try:
+        import psycopg
+    except ImportError:
+        return
+    from ..index.postgres import check_uri
+
+    check_uri(uri, psycopg)
+
+
 def cmd_log(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from ..answer_log import AnswerLog
 
     config = settings()
+    if config.store:  # a URI every other command refuses is refused here too, though the log is a file
+        _check_store(config.store)
     if args.limit is not None and args.limit < 1:
         raise UsageError(f"-n must be at least 1, got {args.limit}")
     distinct: dict[str, str] = {}  # "port PORT": one word, as first given

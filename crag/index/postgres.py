@@ -53,7 +53,7 @@ from .postgres_vectors import vector_kind
 if TYPE_CHECKING:
     from ..ports import Embedder, Retriever
 
-__all__ = ["PostgresStore", "PostgresUpdate", "redact", "vector_kind", "vector_literal", "word_count"]
+__all__ = ["PostgresStore", "PostgresUpdate", "check_uri", "redact", "vector_kind", "vector_literal", "word_count"]
 
 # The advisory lock every crag indexer of a database takes: "crag" in ASCII.
 LOCK_KEY = 0x63726167
@@ -87,6 +87,29 @@ _REQUIRED_META = ("version", "chunks", "dim")
 _VERSION = (
     f"SELECT (SELECT max(version) FROM {SCHEMA}.migrations), (SELECT value FROM {SCHEMA}.meta WHERE key = 'version')"
 )
+
+
+# What a server says when it was reached and turned the login down (libpq's and the server's wording)
+_LOGIN_REFUSED = re.compile(r"password authentication failed|authentication failed for user|no password supplied"
+                            r"|role \"[^\"]*\" does not exist|no pg_hba\.conf entry", re.I)
+
+
+def check_uri(uri: str, psycopg: Any) -> None:
+    """A URI libpq cannot read (a misspelt parameter, a bad %-escape, an unclosed ``[``) is a
+    setting's error, exit status 2, not a server that cannot be reached."""
+    location = redact(uri)
+    try:
+        psycopg.conninfo.conninfo_to_dict(uri)
+    except psycopg.Error as exc:
+        reason = _first_line(exc)
+        password = store_credentials(uri)[0]
+        if password:
+            reason = reason.replace(password, "***")
+        raise ConfigError("KB_AGENT_STORE", location, f"a postgresql:// URI that libpq reads ({reason})") from None
+    except UnicodeDecodeError:  # libpq decoded ``%FF``; psycopg reads values as UTF-8 (the password too: not shown)
+        raise ConfigError(
+            "KB_AGENT_STORE", location, "a postgresql:// URI that libpq reads (a %-escape that is not UTF-8 text)"
+        ) from None
 
 
 def _psycopg(location: str) -> Any:
@@ -146,20 +169,7 @@ class PostgresStore:
         return f"PostgresStore({self.location!r})"
 
     def _check_uri(self) -> None:
-        """A URI libpq cannot read (a misspelt parameter, a bad %-escape, an unclosed ``[``) is a
-        setting's error, exit status 2, not a server that cannot be reached."""
-        try:
-            self.psycopg.conninfo.conninfo_to_dict(self.uri)
-        except self.psycopg.Error as exc:
-            reason = _first_line(exc)
-            password = store_credentials(self.uri)[0]
-            if password:
-                reason = reason.replace(password, "***")
-            raise ConfigError("KB_AGENT_STORE", self.location, f"a postgresql:// URI that libpq reads ({reason})") from None
-        except UnicodeDecodeError:  # libpq decoded ``%FF``; psycopg reads values as UTF-8 (the password too: not shown)
-            raise ConfigError(
-                "KB_AGENT_STORE", self.location, "a postgresql:// URI that libpq reads (a %-escape that is not UTF-8 text)"
-            ) from None
+        check_uri(self.uri, self.psycopg)
 
     # -- connections and the schema ------------------------------------------------------
 
@@ -171,9 +181,13 @@ class PostgresStore:
             return psycopg.connect(self.uri, autocommit=autocommit, connect_timeout=10, prepare_threshold=None,
                                    client_encoding="UTF8")
         except psycopg.Error as exc:
-            raise IndexStoreError(
-                f"cannot reach the PostgreSQL server {self.location}: {_first_line(exc)}", self.location
-            ) from exc
+            said = _first_line(exc)
+            if _LOGIN_REFUSED.search(said):  # the server was reached, and said no to the user or password
+                raise IndexStoreError(
+                    f"the PostgreSQL server {self.location} refused the login: {said}: check the user and "
+                    "password KB_AGENT_STORE gives (or PGPASSWORD, ~/.pgpass)", self.location
+                ) from exc
+            raise IndexStoreError(f"cannot reach the PostgreSQL server {self.location}: {said}", self.location) from exc
         except UnicodeError as exc:  # the resolver's IDNA codec: an empty label, or one over 63 characters
             raise IndexStoreError(
                 f"cannot reach the PostgreSQL server {self.location}: its host name is not one a resolver "
