@@ -32,3 +32,14 @@ def _user_state_folder(tmp_path_factory: pytest.TempPathFactory, monkeypatch: py
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("config")))
     monkeypatch.setenv("GIT_CONFIG_GLOBAL", os.devnull)
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_server_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the process's chat models learnt of a server (a parameter it refused or ignored)
+    is keyed by its address: a test server on a port an earlier test's used inherited it."""
+    from crag.llm import openai_chat, server_memory
+
+    fresh = server_memory.ServerMemory()
+    monkeypatch.setattr(server_memory, "PROCESS", fresh)
+    monkeypatch.setattr(openai_chat, "PROCESS", fresh)

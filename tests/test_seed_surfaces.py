@@ -24,7 +24,7 @@ import pytest
 
 from crag import Agent
 from crag.cli import main
-from crag.llm.server_memory import PROCESS
+from crag.llm import openai_chat
 from tests.fakes import clean_env
 from tests.openai_server import FakeOpenAIServer, Text, grades, item_count
 
@@ -184,7 +184,7 @@ def test_every_surface_gives_the_answer_the_command_line_gives(workdir, monkeypa
                     else "Service 1 retries 1 times [1].\n\n---\n📊 **LLM Usage Stats:**\n- **API calls:** 99")
         results, requests = {}, {}
         for surface, run in SURFACES.items():
-            PROCESS.__init__()  # what a server refused is remembered per process: each surface starts afresh
+            openai_chat.PROCESS.__init__()  # what a server refused is remembered per process: each surface starts afresh
             seen = len(srv.requests)
             results[surface] = _timeless(run(question, workdir))
             requests[surface] = [(r.node, r.body.get("messages")) for r in srv.requests[seen:]]
