@@ -225,15 +225,27 @@ class FakeTerminal(io.StringIO):
         return True
 
 
+def live_screen(monkeypatch: pytest.MonkeyPatch, columns: int, node: str = "synthesize",
+                terminal: type | None = None):
+    """A ``LiveAnswer`` on a fake terminal of ``columns`` by 12, redrawing at every delta,
+    ``node`` running; (the screen, its stderr)."""
+    from crag.cli import live
+
+    terminal = terminal or FakeTerminal
+    monkeypatch.setattr(live, "REDRAW_EVERY", 0.0)
+    monkeypatch.setenv("COLUMNS", str(columns))
+    monkeypatch.setenv("LINES", "12")
+    err = terminal()
+    screen = live.LiveAnswer(terminal(), err, dumb=False)
+    screen.event(NodeStarted(node))
+    return screen, err
+
+
 def test_the_preview_shows_the_reply_as_written_clipped_to_the_width(monkeypatch: pytest.MonkeyPatch) -> None:
     from crag.cli import live
 
-    monkeypatch.setattr(live, "REDRAW_EVERY", 0.0)
-    monkeypatch.setenv("COLUMNS", "30")
-    monkeypatch.setenv("LINES", "12")
-    err, out = FakeTerminal(), FakeTerminal()
-    screen = live.LiveAnswer(out, err, dumb=False)
-    screen.event(NodeStarted("synthesize"))
+    screen, err = live_screen(monkeypatch, 30)
+    out = screen.out
     screen.event(AnswerStarted(()))
     screen.event(AnswerDelta("The client retries failed uploads three times\n\nbefore it "))
     screen.event(AnswerDelta("gives up. \x1b[31mRed\x1b[0m 宽宽宽宽宽宽宽宽宽宽宽宽宽宽宽宽"))
@@ -253,17 +265,12 @@ def test_the_preview_never_shows_the_beginning_of_a_configured_secret(monkeypatc
     """A reply quoting the configured key, streamed a few characters at a time, drew
     "sk-probe-SECRETKEY1234567890a" (29 of its 33 characters) before the whole key was there
     to be masked; scrollback and recordings kept it."""
-    from crag.cli import common, live
+    from crag.cli import common
 
     key = "sk-probe-SECRETKEY1234567890abcdef"
     monkeypatch.setenv("OPENAI_API_KEY", key)
     common.forget_secrets()  # a run's secrets are found once: this one's environment
-    monkeypatch.setattr(live, "REDRAW_EVERY", 0.0)
-    monkeypatch.setenv("COLUMNS", "80")
-    monkeypatch.setenv("LINES", "12")
-    err = FakeTerminal()
-    screen = live.LiveAnswer(FakeTerminal(), err, dumb=False)
-    screen.event(NodeStarted("synthesize"))
+    screen, err = live_screen(monkeypatch, 80)
     screen.event(AnswerStarted(()))
     reply = f"The key is {key} as configured."
     for at in range(0, len(reply), 5):
@@ -275,13 +282,7 @@ def test_the_preview_never_shows_the_beginning_of_a_configured_secret(monkeypatc
 
 
 def test_the_preview_is_not_drawn_on_a_narrow_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
-    from crag.cli import live
-
-    monkeypatch.setattr(live, "REDRAW_EVERY", 0.0)
-    monkeypatch.setenv("COLUMNS", "12")
-    err = FakeTerminal()
-    screen = live.LiveAnswer(FakeTerminal(), err, dumb=False)
-    screen.event(NodeStarted("grade_evidence"))
+    screen, err = live_screen(monkeypatch, 12, "grade_evidence")
     screen.event(AnswerDelta("some words"))
     assert "\n" not in err.getvalue() and err.getvalue().endswith("\r\033[J  … grade_e")
 
@@ -361,14 +362,7 @@ def test_sigterm_while_answering_erases_the_status_says_so_and_logs_nothing(llm:
 def test_the_preview_is_drawn_from_20_columns(monkeypatch: pytest.MonkeyPatch) -> None:
     """"Under 20 columns" the step line alone (docs/cli.md): a 20-column terminal had no preview
     either, as the last column (never written) was counted out first."""
-    from crag.cli import live
-
-    monkeypatch.setattr(live, "REDRAW_EVERY", 0.0)
-    monkeypatch.setenv("COLUMNS", "20")
-    monkeypatch.setenv("LINES", "12")
-    err = FakeTerminal()
-    screen = live.LiveAnswer(FakeTerminal(), err, dumb=False)
-    screen.event(NodeStarted("synthesize"))
+    screen, err = live_screen(monkeypatch, 20)
     screen.event(AnswerDelta("some words"))
     rows = err.getvalue().rsplit("\033[J", 1)[1].split("\n")
     assert rows == ["  … synthesize", "    some words"]

@@ -34,14 +34,9 @@ def test_the_preview_fits_the_width_on_an_ascii_terminal(monkeypatch: pytest.Mon
     """Under the C locale ``宽`` is written as ``\\u5bbd``: six columns where two were counted, so
     a 26-column preview row took 76 columns, wrapped over three rows, and the erase (one row up)
     left two behind on the screen."""
-    from crag.cli import live
+    from tests.test_cli_ask_terminal import live_screen
 
-    monkeypatch.setattr(live, "REDRAW_EVERY", 0.0)
-    monkeypatch.setenv("COLUMNS", "30")
-    monkeypatch.setenv("LINES", "12")
-    err = AsciiTerminal()
-    screen = live.LiveAnswer(AsciiTerminal(), err, dumb=False)
-    screen.event(NodeStarted("synthesize"))
+    screen, err = live_screen(monkeypatch, 30, terminal=AsciiTerminal)
     screen.event(AnswerStarted(()))
     screen.event(AnswerDelta("宽宽宽宽宽宽宽宽宽宽宽宽宽宽宽宽 café — the end"))
     rows = rows_written(err.getvalue())
