@@ -172,9 +172,10 @@ class Ignores:
         repository = None  # the nearest folder holding .git: .gitignore files above it do not count
         folder = os.path.dirname(path)
         while True:
-            rel = os.path.relpath(path, folder).replace(os.sep, "/")
+            rel = None  # the path relative to a folder, worked out only where an ignore file is
             for kind, spec in enumerate(self._folder_specs(folder)):
                 if found[kind] is None and spec is not None and (kind != git or repository is None):
+                    rel = rel or os.path.relpath(path, folder).replace(os.sep, "/")
                     found[kind] = spec.decide(rel, is_dir)
             if found[0] is not None:
                 return found[0]  # .cragignore outranks every other kind
