@@ -254,11 +254,11 @@ def test_a_refusal_that_names_a_tool_is_no_plan(llm, monkeypatch):
     assert reasons and reasons[-1].startswith("no valid tool call in the plan")  # the question's search alone
 
 
-def _spent(node_reply_text: None = None) -> Raw:
+def _spent(node_reply_text: None = None, finish: str = "length") -> Raw:
     """A reply whose budget ran out before any content (a reasoning model still thinking):
     ``content`` null, ``finish_reason`` ``length``, as vLLM's reasoning parsers send it."""
     return Raw({"id": "x", "object": "chat.completion", "created": 0, "model": "m",
-                "choices": [{"index": 0, "finish_reason": "length",
+                "choices": [{"index": 0, "finish_reason": finish,
                              "message": {"role": "assistant", "content": node_reply_text}}],
                 "usage": {"prompt_tokens": 100, "completion_tokens": 256, "total_tokens": 356}})
 
@@ -275,6 +275,24 @@ def test_a_reply_whose_budget_ran_out_before_any_text_is_truncated_not_a_failure
                                                                                       "grade_evidence"]
     assert [e["event"] for e in result["audit"] if e["event"] == "grader_parse_failure"]
     assert _decided(result)[:2] == ["REFINE", "GENERATE"]
+
+
+def test_a_reply_with_null_content_is_an_empty_reply_not_a_failure(llm, monkeypatch):
+    # Seed 002: classification unavailable -> the full pipeline; seeds 000/001: grader output
+    # that cannot be read as scores -> 0.5 each. A reply whose content is null (finish_reason
+    # "stop") holds no output to read: it ended the question with exit status 1.
+    llm.script("analyze_and_route", _spent(finish="stop"))
+    llm.script("grade_evidence", _spent(finish="stop"))
+    llm.default("grade_evidence", grades(rest=0.9))
+    llm.script("synthesize", _spent(finish="stop"))
+    llm.default("synthesize", "Service 1 retries 1 times [1].")
+    result = _ask(monkeypatch, 5, 3, None)
+    assert result["complexity"] == "complex"
+    assert "classification_unavailable" in [e["event"] for e in result["audit"]]
+    assert [e["event"] for e in result["audit"] if e["event"] == "grader_parse_failure"]
+    assert _decided(result)[:2] == ["REFINE", "GENERATE"]
+    assert result["body"].startswith("Service 1 retries 1 times [1].")
+    assert [e["event"] for e in result["audit"] if e["event"] == "reply_empty"] == ["reply_empty"]
 
 
 def test_an_answer_whose_budget_ran_out_before_any_text_says_so(llm, monkeypatch):

@@ -60,12 +60,11 @@ def read_completion(reply: Any, logprobs: bool = False, refusal_is_reply: bool =
     refusal = refusal.strip() if isinstance(refusal, str) else ""
     if not isinstance(content, str) or (refusal and not content.strip()):  # (some send "" with a refusal)
         refusal = refusal or (FILTERED if finish == "content_filter" else "")
-        if finish == "length" and not refusal:  # the budget ran out before any text: a truncated reply
-            return Reply("", getattr(reply, "usage", None), finish)
+        if not refusal:  # no text at all (the budget ran out first, or the server sent none): an
+            return Reply("", getattr(reply, "usage", None), finish)  # empty reply, for the node's fall-back
         if refusal_is_reply and refusal:
             return Reply("", getattr(reply, "usage", None), finish, refusal=refusal)
-        why = f"refusal: {one_line(refusal, 120)}" if refusal else (f"finish_reason {finish}" if finish else "")
-        raise BadReply("returned no message content", why)
+        raise BadReply("returned no message content", f"refusal: {one_line(refusal, 120)}")
     return Reply(content, getattr(reply, "usage", None), finish,
                  read_logprobs(getattr(choices[0], "logprobs", None)) if logprobs else None)
 
