@@ -342,6 +342,31 @@ def test_embedding_base_url_sends_embeddings_to_their_own_server(tmp_path: Path,
         assert chat.requests and not any(r.path.endswith("/embeddings") for r in chat.requests)
 
 
+def test_an_embeddings_server_that_is_down_fails_the_question_in_one_line(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    # The question's search could not run: the answer said "couldn't find" with exit status 0,
+    # as if the knowledge base had been searched (SPEC §4: a failure at run time is exit 1).
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "setup.md").write_text(SETUP)
+    clean_env(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    with FakeOpenAIServer() as chat, FakeOpenAIServer(embedding_dim=1536) as embeddings:
+        monkeypatch.setenv("KB_AGENT_INDEX_DIR", str(tmp_path / "index"))
+        monkeypatch.setenv("KB_AGENT_EMBEDDER", "openai")
+        monkeypatch.setenv("KB_AGENT_LLM", "openai")
+        monkeypatch.setenv("OPENAI_BASE_URL", chat.base_url)
+        monkeypatch.setenv("KB_AGENT_EMBEDDING_BASE_URL", embeddings.base_url)
+        monkeypatch.setenv("KB_AGENT_LLM_TIMEOUT", "5")
+        monkeypatch.setenv("KB_AGENT_LLM_MAX_RETRIES", "0")
+        assert cli("index", "docs")[0] == 0
+    monkeypatch.setenv("KB_AGENT_LLM", "offline")  # the embeddings server has stopped; no chat server is asked
+    for command in (("ask", "which port?"), ("search", "which port?")):
+        code, out, err = cli(*command)
+        assert code == 1, (command, out, err)
+        assert out == "" and err.count("\n") == 1 and "cannot reach the embeddings server" in err, (command, err)
+
+
 # -- chat on a terminal ------------------------------------------------------------------------
 
 

@@ -11,8 +11,11 @@ evidence, and either is audited ``source_changed``, so a citation never opens a 
 line that does not show the cited text.
 
 Which hits a query finds is the retriever's business (``crag.index.search``: with the
-``hash`` embedder, only chunks sharing a content word with the query). Index errors (missing, damaged, built with another embedder) are raised as they are, so
-the user is told to re-index; a failing embedder is a ``ToolError``.
+``hash`` embedder, only chunks sharing a content word with the query). Index errors (missing,
+damaged, built with another embedder) are raised as they are, so the user is told to
+re-index, and so is an embeddings server that fails after its retries (``LLMError``, exit
+status 1 as for the chat server): a search that could not run is not a search that found
+nothing, which the answer would say.
 """
 
 from __future__ import annotations
@@ -20,7 +23,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import LLMError, ToolError
 from ..index.current import current_lines, place_now
 from ..pages import span_ref
 from ..state import AuditEvent, EvidenceItem
@@ -32,10 +34,7 @@ REINDEX_HINT = "the file changed since it was indexed: run crag index to search 
 
 def run(args: Mapping[str, Any], context: ToolContext) -> ToolResult:
     query, top_k = args["query"], args["top_k"]
-    try:
-        hits = context.retriever().search(query, top_k, roots=context.search_roots())
-    except LLMError as exc:
-        raise ToolError(NAME, f"the embedder failed: {exc}") from exc
+    hits = context.retriever().search(query, top_k, roots=context.search_roots())
     items, audit = [], []
     files: dict[str, list[str] | None] = {}
     for hit in hits:
