@@ -218,6 +218,18 @@ def test_a_stats_block_a_model_writes_in_its_own_shape_goes_whole():
     assert strip_stats_blocks(after) == "A.\n\nThe rest of the answer: it stays."
 
 
+def test_a_stats_block_behind_markup_or_in_a_blockquote_goes_whole():
+    """A heading opened with markup ("## ", "**", "> ") left the markup in the answer, and a
+    quoted block its figures ("> - API calls: 2" got an [unsupported] tag)."""
+    assert strip_stats_blocks("Port 8080 [1].\n\n## \U0001F4CA LLM Usage Stats\n- API calls: 2") == "Port 8080 [1]."
+    assert strip_stats_blocks("Port 8080 [1].\n\n---\n**\U0001F4CA LLM Usage Stats:**\n- API calls: 2") == "Port 8080 [1]."
+    quoted = f"Port 8080 [1].\n\n---\n> {STATS_HEADING}\n> - API calls: 2\n> - **Tokens:** 9 prompt"
+    assert strip_stats_blocks(quoted) == "Port 8080 [1]."
+    turn = f"> Earlier answer.\n>\n> ---\n> {STATS_HEADING}\n> - **API calls:** 4\n>\n> - **Tokens:** 999\n\nNext."
+    assert strip_stats_blocks(turn) == "> Earlier answer.\n\nNext."
+    assert strip_stats_blocks("Cost: see \U0001F4CA LLM Usage Stats\n- x: 1") == "Cost: see"
+
+
 def test_text_without_a_stats_block_is_unchanged():
     text = "Title\n---\n- a list\n\n  indented  "
     assert strip_stats_blocks(text) == text

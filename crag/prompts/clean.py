@@ -41,8 +41,18 @@ _STAT_LINE = re.compile(
 )
 
 
+_QUOTE = re.compile(r"^[ \t]*(?:>[ \t]?)+")  # a blockquote's markers: "> ", ">> "
+_MARKUP_ONLY = re.compile(r"^[\s>#*_]*$")  # what may open a heading's line: "## ", "**", "> "
+
+
+def _unquoted(line: str) -> str:
+    return _QUOTE.sub("", line)
+
+
 def _block_line(line: str) -> bool:
-    """Whether ``line``, after a usage block's heading, is part of that block."""
+    """Whether ``line``, after a usage block's heading, is part of that block (in a blockquote
+    too: "> - API calls: 2")."""
+    line = _unquoted(line)
     return bool(_LIST_LINE.match(line) or _CONTINUATION.match(line) or _STAT_LINE.match(line))
 
 
@@ -69,24 +79,28 @@ def strip_stats_blocks(text: str) -> str:
             continue
         changed = True
         before = _RULE_TAIL.sub("", line[:start]).rstrip()
-        if before.strip():
+        if not _MARKUP_ONLY.match(before):  # "## 📊 ...", "**📊 ...", "> 📊 ..." open with markup alone
             out.append(before)
         else:
             blanks = 0
-            while out and not out[-1].strip():
+            while out and not _unquoted(out[-1]).strip():
                 out.pop()
                 blanks += 1
-            if out and _RULE.match(out[-1]):
+            if out and _RULE.match(_unquoted(out[-1])):
                 out.pop()
+                while out and out[-1].strip() and not _unquoted(out[-1]).strip():  # a quote's empty ">" line
+                    out.pop()
             elif blanks:
                 out.append("")
         i += 1
         after_blanks = i
-        while after_blanks < len(lines) and not lines[after_blanks].strip():
+        while after_blanks < len(lines) and not _unquoted(lines[after_blanks]).strip():
             after_blanks += 1
         if after_blanks < len(lines) and _block_line(lines[after_blanks]):  # the block's list after a blank line
             i = after_blanks
-        while i < len(lines) and _block_line(lines[i]):
+        while i < len(lines) and (_block_line(lines[i]) or (  # and a quote's ">" line within it
+                lines[i].strip() and not _unquoted(lines[i]).strip() and i + 1 < len(lines)
+                and _block_line(lines[i + 1]))):
             i += 1
     if not changed:
         return text
