@@ -91,6 +91,9 @@ _AFTER_GONE = re.compile(r"[ \t]*,?[ \t]*" + _GONE + r"(?=[ \t]*[,.;:!?)])")
 _LEAD = r"(?:see(?:[ \t]+also)?|cf\.?|sources?|refs?|references?)"
 _PAREN_GONE = re.compile(r"[ \t]*\([ \t]*(?:" + _LEAD + r"[ \t]*:?[ \t]*)?" + _GONE + r"[ \t]*\)", re.I)
 _SEE_GONE = re.compile(r"\b(?:see(?:[ \t]+also)?|cf\.?)[ \t]*:?[ \t]*" + _GONE, re.I)
+# A sentence that was only that ("See [2].") goes whole, its full stop too.
+_SENTENCE_GONE = re.compile(r"(?<=[.!?])[ \t]*" + _GONE + r"[ \t]*[.!?]+(?=\s|$)|^[ \t]*" + _GONE
+                            + r"[ \t]*[.!?]+[ \t]*(?:\n|$)", re.M)
 
 
 def rewrite_markers(text: str, replace: Callable[[list[int]], str]) -> str:
@@ -108,7 +111,7 @@ def rewrite_markers(text: str, replace: Callable[[list[int]], str]) -> str:
         if "[" in pieces[i]:
             gone = _MARKER_RUN.sub(run, pieces[i].replace(_GONE, ""))
             if _GONE in gone:
-                gone = _SEE_GONE.sub(_GONE, _PAREN_GONE.sub(_GONE, gone))
+                gone = _SENTENCE_GONE.sub("", _SEE_GONE.sub(_GONE, _PAREN_GONE.sub(_GONE, gone)))
             pieces[i] = _AFTER_GONE.sub("", gone).replace(_GONE, "")
     return "".join(pieces)
 

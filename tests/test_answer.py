@@ -90,3 +90,13 @@ def test_markers_listed_as_prose_are_renumbered_as_one_run_and_leave_no_stray_co
     assert renumber(text, 0)[0] == "According to the evidence, there were 500,000."
     assert renumber("See [2] and [1]; [2].", 2) == ("See [1][2].", [1, 0])
     assert renumber("Use `a[1], [2]` as [3] and [1] do.", 3)[0] == "Use `a[1], [2]` as [1][2] do."
+
+
+def test_a_sentence_that_only_pointed_at_no_evidence_goes_whole() -> None:
+    # "See [9]." after a cited sentence, with no item 9: "See" went with its marker and its full
+    # stop stayed, "... 30 days [1]. ." (chitchat, which cites nothing: "I am fine..").
+    assert renumber("Kept for 30 days [1]. See [9].", 1)[0] == "Kept for 30 days [1]."
+    assert renumber("Kept for 30 days [1]. [4]. Restore [1].", 1)[0] == "Kept for 30 days [1]. Restore [1]."
+    assert renumber("Hi there! I am fine [1]. See [2].", 0)[0] == "Hi there! I am fine."
+    assert renumber("See [3].\nPort [1].", 1)[0] == "Port [1]."
+    assert renumber("Use v1.2 [9]. Then 8080 [1].", 1)[0] == "Use v1.2. Then 8080 [1]."
