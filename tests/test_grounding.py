@@ -190,6 +190,16 @@ def test_an_unmarked_sentence_gets_the_best_item_first_then_the_others_that_hold
     assert lines_of(g) == [("docs/repos.md", 14), ("docs/spaces.md", 3)]  # five of its six words
 
 
+def test_the_offline_answers_quotes_cite_only_the_line_they_were_copied_from():
+    # SPEC §7: the offline answer "cites the line where each quoted sentence starts"; a file that
+    # holds most of a quote's words was cited beside it, at a line that does not show it.
+    from crag.answer import OFFLINE_PREFACE
+
+    body = f"{OFFLINE_PREFACE}\n\n- The sync action keeps a repository in step with a GitHub repository. [2]"
+    g = ground(body, (SPACES, REPOS))
+    assert g.body.endswith("GitHub repository. [1]") and lines_of(g) == [("docs/repos.md", 14)]
+
+
 def test_a_file_holding_fewer_of_a_sentences_words_does_not_corroborate_it():
     items = [EvidenceItem("vector_search", f"kb/{a}.md", f"The {a} lives in the north.", 1, 1, 0.5)
              for a in ("walrus", "narwhal", "ocelot")]

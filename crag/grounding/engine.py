@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from attrs import frozen
 
-from ..answer import FIXED_SENTENCES
+from ..answer import FIXED_SENTENCES, OFFLINE_PREFACE
 from ..modes import GroundingMode
 from ..sentences import Piece, split
 from ..state import EvidenceItem, GroundingReport, Judgement
@@ -47,7 +47,7 @@ class _Grounder:
     """One answer's judging: the evidence read once, the sources its markers index."""
 
     def __init__(self, items: Sequence[EvidenceItem], mode: str, question: str = "",
-                 unheld: Sequence[str] = ()) -> None:
+                 unheld: Sequence[str] = (), quotes: bool = False) -> None:
         self.mode = mode
         asked = claims(question) if question else None
         self.asked = asked.words if asked else frozenset()
@@ -59,7 +59,7 @@ class _Grounder:
         written = [self.evidence[k] for k in range(len(self.evidence))]
         self.spared = frozenset(a for a in self.given
                                 if not any(has_anchor(a[0], a[1], ev.text, ev.flat) for ev in written))
-        self.sources = Sources(items)
+        self.sources = Sources(items, corroborate=not quotes)
 
     def supports(self, kind: str, text: str, c: Claims | None) -> list[Support]:
         """Items that support a piece claiming ``c``. An anchor the question itself names (the
@@ -153,7 +153,9 @@ def ground(body: str, items: Sequence[EvidenceItem], mode: str = "note", questio
     if mode not in MODES:
         raise ValueError(f"unknown grounding mode {mode!r}")
     body = source_references(body, items)
-    g = _Grounder(items, mode, question, unheld)
+    # the offline answer quotes its items: each quote cites the line it was copied from (SPEC §7),
+    # not also other files that hold its words as a model's sentence would
+    g = _Grounder(items, mode, question, unheld, quotes=body.startswith(OFFLINE_PREFACE))
     out = Assembly()
     numbering = Numbering() if mode == "strict" else None  # a removed item's list is numbered again
     judgements: list[Judgement] = []

@@ -84,8 +84,9 @@ def after_last_marker(text: str, marks: str) -> str:
 class Sources:
     """The sources list of one grounded answer and the markers that index it."""
 
-    def __init__(self, items: Sequence[EvidenceItem]) -> None:
+    def __init__(self, items: Sequence[EvidenceItem], corroborate: bool = True) -> None:
         self.items = items
+        self.corroborate = corroborate  # off for quotes (the offline answer): cited where written
         self.sources: list[EvidenceItem] = []
         self.index: dict[tuple, int] = {}
 
@@ -158,6 +159,8 @@ class Sources:
         the north" holds two of the three words of "The walrus lives in the north", which
         walrus.md holds all of, and is not cited beside it; a page that holds eight of a
         sentence's nine words ("official" aside) is."""
+        if not self.corroborate:
+            return ""
         seen = {_file(self.items[k]) for k in cited}
         floor = max(COVERAGE, min(CORROBORATION, max(s.coverage for s in found if s.index in cited)))
         marks: list[str] = []
