@@ -278,9 +278,36 @@ def _masked(match: re.Match[str], group: int, any_value: bool) -> str:
     return match.group(0)[:start] + lead + REDACTED + trail + match.group(0)[end:]
 
 
+# A run of FRAGMENT_CHARS characters of a secret of at least FRAGMENT_OF is a part of it (a
+# server that echoes the key without its "sk-proj-" or keeps only its last 40 characters):
+# masked as the whole is.
+FRAGMENT_CHARS = 16
+FRAGMENT_OF = 24
+_TAIL_CHARS = 6  # a streamed text ending in this many characters of such a secret holds them back
+
+
 def _replace(text: str, secrets: set[str]) -> str:
     for secret in sorted(secrets, key=len, reverse=True):
         text = text.replace(secret, REDACTED)
+        if len(secret) >= FRAGMENT_OF:
+            text = _without_fragments(text, secret)
+    return text
+
+
+def _without_fragments(text: str, secret: str) -> str:
+    """``text`` with every run of at least ``FRAGMENT_CHARS`` characters of ``secret`` masked."""
+    for i in range(len(secret) - FRAGMENT_CHARS + 1):
+        window = secret[i : i + FRAGMENT_CHARS]
+        at = text.find(window)
+        while at != -1:
+            start, end, j = at, at + FRAGMENT_CHARS, i + FRAGMENT_CHARS
+            while end < len(text) and j < len(secret) and text[end] == secret[j]:
+                end, j = end + 1, j + 1
+            k = i
+            while start > 0 and k > 0 and text[start - 1] == secret[k - 1]:
+                start, k = start - 1, k - 1
+            text = text[:start] + REDACTED + text[end:]
+            at = text.find(window, start + len(REDACTED))
     return text
 
 
@@ -343,8 +370,9 @@ def redacted_prefix(text: str, secrets: Iterable[str] = (), whole_words: bool = 
 
     ``redact`` of the whole text, once it is complete, starts with what this returns: the
     text is cut before its last word (it may still be growing), before a secret that the cut
-    would split, and before an unfinished secret at its end. Without ``whole_words`` (a
-    preview redrawn whole each time) the last word stays, unless it is the beginning of a secret.
+    would split, and before an unfinished secret at its end (or a part of a long one, which
+    may grow into a fragment, ``FRAGMENT_CHARS``). Without ``whole_words`` (a preview redrawn
+    whole each time) the last word stays, unless it is the beginning of a secret or such a part.
     """
     cut = len(text)
     while whole_words and cut and not text[cut - 1].isspace():
@@ -354,6 +382,11 @@ def redacted_prefix(text: str, secrets: Iterable[str] = (), whole_words: bool = 
             if text.endswith(secret[:k]):
                 cut = min(cut, len(text) - k)
                 break
+        if len(secret) >= FRAGMENT_OF:  # or with a part of one that may grow into a fragment
+            for k in range(min(len(text), len(secret) - 1), _TAIL_CHARS - 1, -1):
+                if text[len(text) - k :] in secret:
+                    cut = min(cut, len(text) - k)
+                    break
         start = text.find(secret)
         while start != -1 and start < cut:  # a secret the cut would split
             if start + len(secret) > cut:
