@@ -238,6 +238,34 @@ def test_indexing_progress_fits_the_terminal_width(kb: Path, monkeypatch: pytest
         assert all(sum(width(ch) for ch in row) < 40 for row in rows if "indexing" in row), rows
 
 
+
+def test_search_kb_says_what_it_indexed_in_the_one_line_ask_kb_writes(kb: Path) -> None:
+    """``search --kb`` wrote ``crag index``'s whole report on stderr (``indexed 1 path(s) ...``,
+    ``added:`` and a line per file, no ``crag: `` prefix) where ``ask --kb`` writes one line;
+    and, as ``ask --kb``, it draws the indexing line on a terminal, not piped or with ``--json``."""
+    code, _, err = cli("search", "--json", "--kb", "docs", "docker compose")
+    assert code == 0 and err.splitlines() == [
+        "crag: indexed docs into index: 2 added, 0 changed, 0 removed, 2 chunks in the index "
+        "(`python -m crag roots` lists its roots, `python -m crag roots --remove PATH` drops one)"], err
+    write(kb / "setup.md", (kb / "setup.md").read_text() + "\nMore.\n")
+    code, _, asked = cli("ask", "--json", "--kb", "docs", "how are uploads retried?")
+    write(kb / "setup.md", (kb / "setup.md").read_text() + "\nMore again.\n")
+    code, _, searched = cli("search", "--kb", "docs", "docker compose")
+    assert code == 0 and searched == asked and "1 changed" in searched, searched
+    write(kb / "setup.md", (kb / "setup.md").read_text() + "\nOnce more.\n")
+    err = FakeTerminal()
+    assert main(["search", "--kb", "docs", "docker compose"], FakeTerminal(), err) == 0
+    shown = err.getvalue()
+    assert "crag: indexing 1/1: setup.md" in shown and shown.endswith("\rcrag: indexed docs into index: 0 added, "
+                                                                      "1 changed, 0 removed, 2 chunks in the index "
+                                                                      "(`python -m crag roots` lists its roots, "
+                                                                      "`python -m crag roots --remove PATH` drops one)\n"), shown
+    write(kb / "setup.md", (kb / "setup.md").read_text() + "\nAnd again.\n")
+    err = FakeTerminal()
+    assert main(["search", "--json", "--kb", "docs", "docker compose"], FakeTerminal(), err) == 0
+    assert "\r" not in err.getvalue() and err.getvalue().startswith("crag: indexed docs into "), err.getvalue()
+
+
 FILE_TOO_BIG = r"""
 import resource, signal, sys
 from crag.cli import main

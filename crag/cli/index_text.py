@@ -153,12 +153,14 @@ def search(
     cwd: str | None = None,
     missing: list[str] | None = None,
     waiting: Callable[[], None] | None = None,
+    progress: Callable[[int, int, str], None] | None = None,
 ) -> tuple[list[dict[str, Any]], IndexReport | None]:
     """The hits ``vector_search`` would return, as ``{"path", "start_line", "end_line", "score", "text"}``.
 
     ``kb`` roots are indexed first when new or changed, and the search is limited to them.
     Returns the hits and the report of that indexing (None without ``kb``). ``missing``,
-    when given, receives the roots of the index that are gone from disk (left out).
+    when given, receives the roots of the index that are gone from disk (left out);
+    ``progress`` is called as that indexing goes (``crag index``'s ``progress(done, total, path)``).
     """
     from ..agent import search as search_toolbox
     from ..index import ensure_indexed
@@ -169,7 +171,7 @@ def search(
     k = settings.top_k if top_k is None else top_k
     if k < 1:
         raise UsageError(f"--top-k must be at least 1, got {k}")
-    report = ensure_indexed(settings, list(kb), waiting=waiting) if kb else None
+    report = ensure_indexed(settings, list(kb), progress=progress, waiting=waiting) if kb else None
     box = Toolbox(settings, roots=list(kb) if kb else None, cwd=cwd)
     try:
         items = search_toolbox(box, query, k)

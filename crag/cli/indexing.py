@@ -55,19 +55,23 @@ def cmd_roots(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def cmd_search(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from .ask import extras_note
-    from .index_text import index_report_text, missing_roots_note, search, search_text
+    from .ask import IndexNotes, extras_note, kb_note
+    from .index_text import missing_roots_note, search, search_text
+    from .live import wants_progress
 
     config = settings()
     require_index_libraries()
     missing: list[str] = []
-    hits, report = search(config, " ".join(args.words), args.top_k, args.kb, missing=missing,
-                          waiting=waiting_note(config, err))
+    notes = IndexNotes(err, wants_progress(out, args.json))  # the indexing line, as ``ask --kb`` draws it
+    with waits_shown(notes if notes.tty else None):
+        hits, report = search(config, " ".join(args.words), args.top_k, args.kb, missing=missing,
+                              waiting=waiting_note(config, err), progress=notes)
+    # after the search: a failure is its one error line, with no note before it
+    if report is not None:
+        extras_note(report, err)
     if report is not None and report.changed_anything:
-        err.write(shown(own_name(index_report_text(report))))  # names the index, and what it skipped
-    else:  # after the search: a failure is its one error line, with no note before it
-        if report is not None:
-            extras_note(report, err)
+        err.write(shown(kb_note(report)) + "\n")  # the one line ``ask --kb`` writes; it names the index
+    else:
         index_note(config, err)
     note = missing_roots_note(missing, shared=bool(config.store))
     if note:
