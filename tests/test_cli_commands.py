@@ -162,6 +162,22 @@ def test_ask_dash_with_empty_standard_input_is_a_usage_error(kb: Path) -> None:
     assert (code, out) == (2, "") and err == "crag: error: the question read from standard input is empty\n"
 
 
+def test_a_question_or_query_given_as_bytes_that_are_not_utf8_is_a_usage_error(kb: Path) -> None:
+    """``crag ask $'caf\\xe9 port'`` asked "caf\ufffd port" (and logged it) with exit status 0,
+    where the same bytes on standard input are a usage error: Python keeps such bytes as lone
+    surrogates, and they were replaced. Now nothing is asked, searched or logged."""
+    code, out, err = cli("ask", "caf\udce9", "port")  # as Python reads $'caf\xe9' port
+    assert (code, out) == (2, "") and err == (
+        "crag: error: the question is not UTF-8 text: type it in a UTF-8 terminal, or save it as UTF-8 and give "
+        "it as python -m crag ask - < FILE\n"), err
+    code, out, err = cli("search", "--json", "caf\udce9 port")
+    assert (code, out) == (2, "") and err == "crag: error: the search query is not UTF-8 text: type it in a UTF-8 terminal\n"
+    assert cli("log", "--json")[1] == "[]\n"  # nothing was asked
+    proc = run_crag("ask", os.fsdecode(b"caf\xe9 port"), cwd=kb.parent,
+                    env={"KB_AGENT_INDEX_DIR": str(kb.parent / "index"), "LC_ALL": "C.UTF-8"})
+    assert proc.returncode == 2 and proc.stderr.startswith("crag: error: the question is not UTF-8 text"), proc.stderr
+
+
 def test_search_joins_words_and_unknown_options_are_one_line(kb: Path) -> None:
     code, out, err = cli("search", "nightly", "backups", "--json")
     assert code == 0, err

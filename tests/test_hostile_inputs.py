@@ -672,9 +672,11 @@ def test_12_standard_input_that_is_not_utf8_is_one_line_not_a_traceback(kb: Path
     assert out.getvalue().count("LLM Usage Stats") == 1 and "docs/setup.md:L4" in out.getvalue()
 
 
-def test_12_bytes_that_are_not_utf8_in_a_question_or_history_still_reach_the_server(llm: FakeOpenAIServer,
-                                                                                    tmp_path: Path) -> None:
-    # A command line under a UTF-8 locale keeps such bytes as lone surrogates, which UTF-8 cannot encode.
+def test_12_bytes_that_are_not_utf8_in_a_history_or_a_plan_still_reach_the_server(llm: FakeOpenAIServer,
+                                                                                  tmp_path: Path) -> None:
+    # Python keeps such bytes as lone surrogates, which UTF-8 cannot encode: a history file's
+    # "\udce9" escape and a planner's query reach the server as U+FFFD. A question given as such
+    # bytes on the command line is a usage error, as on standard input: nothing is asked.
     llm.default("analyze_and_route", route("simple", "vector_search"))
     llm.default("plan", plan(("vector_search", {"query": "server port \udcff"})))
     llm.default("synthesize", "The server listens on port 8080 [1].")
@@ -682,8 +684,11 @@ def test_12_bytes_that_are_not_utf8_in_a_question_or_history_still_reach_the_ser
     history.write_text(json.dumps([{"role": "user", "content": "caf\udce9?"}]), encoding="utf-8")
     for argv in (("ask", "which port \udcff does it use?"), ("ask", "\udcff\udcfe", "--history", str(history), "--json")):
         code, out, err = cli(*argv)
-        assert code == 0, err
-        assert "port 8080" in out and not CONTROL.search(out)
+        assert (code, out) == (2, "") and "the question is not UTF-8 text" in one_error_line(err), err
+    assert not llm.requests
+    code, out, err = cli("ask", "which port does it use?", "--history", str(history), "--json")
+    assert code == 0, err
+    assert "port 8080" in out and not CONTROL.search(out)
     sent = json.dumps([r.body for r in llm.requests])
     assert "\\ufffd" in sent and "\\udc" not in sent
 

@@ -160,7 +160,8 @@ class IndexNotes:
 
 def question_of(args: argparse.Namespace, limit: int) -> str:
     """The question's words joined, or standard input when the question is ``-`` (at most
-    ``limit`` characters of it are read: ``ask - < /dev/zero`` is refused, not read forever)."""
+    ``limit`` characters of it are read: ``ask - < /dev/zero`` is refused, not read forever);
+    either is a usage error when its bytes are not UTF-8."""
     if args.words == ["-"]:
         check_readable(args.stdin)
         undecodable_bytes_kept(args.stdin)
@@ -179,7 +180,11 @@ def question_of(args: argparse.Namespace, limit: int) -> str:
         if blank(text):
             raise UsageError("the question read from standard input is empty")
         return text.strip()
-    return " ".join(args.words)
+    question = " ".join(args.words)
+    if not_utf8(question):  # bytes Python kept as lone surrogates: asked, they became U+FFFD
+        raise UsageError("the question is not UTF-8 text: type it in a UTF-8 terminal, or save it as UTF-8 and "
+                         f"give it as {suggested()} ask - < FILE")
+    return question
 
 
 def cmd_ask(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

@@ -22,6 +22,7 @@ from ..index.discover import relative_label
 from ..index.readers import skipped_line
 from ..pages import location, location_ref
 from ..safe_text import blank, display_name
+from .common import not_utf8
 
 if TYPE_CHECKING:
     from ..config import Settings
@@ -166,6 +167,8 @@ def search(
     from ..index import ensure_indexed
     from ..tools import Toolbox
 
+    if not_utf8(query):  # bytes Python kept as lone surrogates: searched, they became U+FFFD
+        raise UsageError("the search query is not UTF-8 text: type it in a UTF-8 terminal")
     if blank(query):
         raise UsageError("the search query is empty")
     k = settings.top_k if top_k is None else top_k
