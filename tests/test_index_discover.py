@@ -192,6 +192,42 @@ def test_a_file_replaced_by_a_named_pipe_while_indexing_is_skipped_not_waited_fo
     assert done.stdout == "['a.md'] cannot read (it is not a regular file)\n"
 
 
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
+@pytest.mark.parametrize("kind", ["named pipe", "character device"])
+def test_a_named_pipe_or_a_device_in_a_root_is_counted_and_listed_as_skipped(tmp_path: Path, kind: str) -> None:
+    """A named pipe or a device named like a document (`pipe.md`, `dev.md`) was left out without a
+    word, while a binary file beside it was listed: `crag index` says it skipped them and why,
+    and never opens them (a pipe's read waits for a writer that never comes)."""
+    import stat
+    import subprocess
+    import sys
+
+    kb = tmp_path / "kb"
+    write(kb / "a.md", "# A\n\nThe plain heron fishes.\n")
+    write(kb / "bin.md", b"\x00")
+    odd = kb / ("pipe.md" if kind == "named pipe" else "dev.md")
+    if kind == "named pipe":
+        os.mkfifo(odd)
+    else:
+        try:
+            os.mknod(odd, 0o644 | stat.S_IFCHR, os.makedev(1, 3))  # what /dev/null is
+        except (PermissionError, AttributeError):
+            pytest.skip("making a device needs root")
+    root = Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KB_AGENT_", "OPENAI_"))}
+    env.update(PYTHONPATH=str(root), KB_AGENT_INDEX_DIR=str(tmp_path / "index"))
+    try:  # a guard against a hang, not a measure of time
+        done = subprocess.run([sys.executable, "-m", "crag", "index", "kb"], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=120, env=env)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"indexing opened the {kind}")
+    assert done.returncode == 0, done.stderr
+    report = done.stdout.splitlines()
+    assert report[1:3] == ["added:", "  kb/a.md"], done.stdout
+    assert report[3:] == ["skipped 2 file(s):", f"  kb/{odd.name}: cannot read (it is not a regular file)",
+                          "  kb/bin.md: binary file"], done.stdout
+
+
 @pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be"])
 def test_utf16_text_with_its_byte_order_mark_is_text_not_binary(tmp_path: Path, encoding: str) -> None:
     """Windows PowerShell 5 writes `>` redirections as UTF-16 with a BOM: such a file was

@@ -217,6 +217,7 @@ def _skipped_dir(name: str, path: str) -> bool:
 
 
 NOT_UTF8 = "its name is not valid UTF-8 (rename it to index it)"
+NOT_REGULAR = "cannot read (it is not a regular file)"  # a named pipe, a device, a socket
 
 
 def _utf8(name: str) -> bool:
@@ -410,7 +411,15 @@ def _walk(
                     visited_dirs.add(real)
                     subdirs.append((path, real))
                     continue
-                if not entry.is_file(follow_symlinks=True) or ignores.ignored(path, is_dir=False):
+                if ignores.ignored(path, is_dir=False):
+                    continue
+                if not entry.is_file(follow_symlinks=True):
+                    # A named pipe, a device or a socket: never opened (a pipe's read blocks, a
+                    # device's may never end), and said, as a file that cannot be read is. A
+                    # link is left to what it leads to: its target in the root is said there,
+                    # one outside it was said above, and a link to nothing stays unsaid.
+                    if not link and is_indexable_name(name):
+                        warnings.append((path, NOT_REGULAR))
                     continue
                 if not is_indexable_name(name):
                     skipped.append(path)
