@@ -177,18 +177,21 @@ def trivial_nodes(path: str) -> dict:
 
     return {
         Node.ANALYZE_AND_ROUTE: SimpleNamespace(
-            prepare=llm(Node.ANALYZE_AND_ROUTE), apply=lambda s, st, r, c: evolve(s, routing_plan=plan_)
+            prepare=llm(Node.ANALYZE_AND_ROUTE), apply=lambda s, st, r, c: evolve(s, routing_plan=plan_), ASKS_MODEL=True
         ),
-        Node.PLAN: SimpleNamespace(prepare=llm(Node.PLAN), apply=lambda s, st, r, c: evolve(s, tool_calls=calls)),
+        Node.PLAN: SimpleNamespace(prepare=llm(Node.PLAN), apply=lambda s, st, r, c: evolve(s, tool_calls=calls),
+                                   ASKS_MODEL=True),
         Node.TOOL_EXEC: SimpleNamespace(
-            prepare=lambda s, c: tool_step, apply=lambda s, st, r, c: evolve(s, iteration=s.iteration + 1)
+            prepare=lambda s, c: tool_step, apply=lambda s, st, r, c: evolve(s, iteration=s.iteration + 1),
+            ASKS_MODEL=False,
         ),
         Node.GRADE_EVIDENCE: SimpleNamespace(
             prepare=llm(Node.GRADE_EVIDENCE),
             apply=lambda s, st, r, c: evolve(s, grader_action=GraderAction.GENERATE),
+            ASKS_MODEL=True,
         ),
         Node.SYNTHESIZE: SimpleNamespace(prepare=llm(Node.SYNTHESIZE),
-                                         apply=lambda s, st, r, c: evolve(s, answer="ok")),
+                                         apply=lambda s, st, r, c: evolve(s, answer="ok"), ASKS_MODEL=True),
     }
 
 

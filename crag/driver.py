@@ -223,6 +223,8 @@ class Driver:
                 err.spent = usage
             raise
         # The step's bookkeeping before apply, so synthesize's usage block counts its own call.
+        if module.ASKS_MODEL:  # listed also when it asked nothing (a fast path): 0 calls
+            usage = usage.ran(name)
         state = state.recorded(name, usage, state.audit)
         state = module.apply(state, step, reply, cfg)
         if on_event is not None:

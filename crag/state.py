@@ -274,6 +274,11 @@ class Usage:
         )
         return Usage(completion.model or self.model, {**self.by_node, node: now})
 
+    def ran(self, node: str) -> Usage:
+        """This usage with ``node`` listed, with 0 calls when it made none (a grading fast path,
+        a synthesis with no evidence): the block gives every node that may ask the model."""
+        return self if node in self.by_node else Usage(self.model, {**self.by_node, node: _NO_USAGE})
+
     @property
     def llm_calls(self) -> int:
         return sum(u.calls for u in self.by_node.values())

@@ -178,6 +178,21 @@ def test_a_question_or_query_given_as_bytes_that_are_not_utf8_is_a_usage_error(k
     assert proc.returncode == 2 and proc.stderr.startswith("crag: error: the question is not UTF-8 text"), proc.stderr
 
 
+@pytest.mark.parametrize("question", ["which port does the server listen on", "How long is a backup kept?",
+                                      "zebra quantum marmalade"])
+def test_the_offline_usage_block_lists_every_node_that_may_ask_the_model(kb: Path, question: str) -> None:
+    """The README's offline block lists each node with 0 calls; a grading decided by a fast path
+    (few_context, high_vector_score) or an answer with no evidence to quote left its node out of
+    ``usage.by_node`` and of the block, while the trace held it."""
+    code, out, err = cli("ask", "--json", question)
+    assert code == 0, err
+    result = json.loads(out)
+    asking = [n for n in dict.fromkeys(result["trace"]) if n != "tool_exec"]
+    assert list(result["usage"]["by_node"]) == asking, (result["trace"], result["usage"]["by_node"])
+    listed = [line.split("`")[1] for line in result["answer"].splitlines() if line.startswith("  - `")]
+    assert listed == asking and "tool_exec" not in result["usage"]["by_node"]
+
+
 def test_search_joins_words_and_unknown_options_are_one_line(kb: Path) -> None:
     code, out, err = cli("search", "nightly", "backups", "--json")
     assert code == 0, err

@@ -379,6 +379,22 @@ def test_every_grading_names_the_rule_that_decided_it(llm, monkeypatch):
     assert [e["rule_name"] for e in approved["audit"] if e["event"] == "fast_path_hit"] == ["few_context"]
 
 
+def test_a_grading_fast_path_is_in_the_usage_block_with_0_calls(llm, monkeypatch):
+    # SPEC §7: the usage block gives the figures per node. A grading decided by a fast path
+    # (few_context: 2 items) made no call, and grade_evidence was missing from usage.by_node and
+    # the block though the trace held it; a node that may ask the model is listed whenever it
+    # runs, with 0 calls when it asked none (tool_exec never asks one, and is not).
+    result = _ask(monkeypatch, 2, 3, None)
+    assert [e["rule_name"] for e in result["audit"] if e["event"] == "fast_path_hit"] == ["few_context"]
+    assert llm.calls("grade_evidence") == 0 and "grade_evidence" in result["trace"]
+    by_node = result["usage"]["by_node"]
+    assert list(by_node) == ["analyze_and_route", "plan", "grade_evidence", "synthesize"], by_node
+    assert by_node["grade_evidence"] == {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0,
+                                         "latency_ms": 0.0}
+    assert "  - `grade_evidence`: 0 calls, 0 prompt / 0 completion / 0 total tokens, 0 ms" in result["answer"].splitlines()
+    assert result["usage"]["llm_calls"] == 3
+
+
 @pytest.mark.parametrize("again", ["simple", "chitchat"])
 def test_a_retry_after_re_retrieve_is_graded_again(llm, monkeypatch, again):
     # Seed 000 "Poor evidence triggers RE-RETRIEVE": back to analyze_and_route to try another

@@ -6,7 +6,9 @@ it. ``apply(state, step, reply, cfg)`` returns the new state given that step and
 (a ``Completion``, a tuple of them, a tuple of ``ToolOutcome``, or None); it reads what
 ``prepare`` decided from the step (the fast-path rule, the items sent, the fitted prompt)
 and never decides it again. Neither does any I/O; the driver performs the request in
-between. ``NODES`` maps each graph node to its module.
+between. ``ASKS_MODEL`` says whether the node's step may ask the model: such a node is in the
+usage block whenever it runs, with 0 calls when it asked nothing (a grading fast path).
+``NODES`` maps each graph node to its module.
 """
 
 from __future__ import annotations

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from . import NodeConfig
 
 NAME = "analyze_and_route"
+ASKS_MODEL = True  # listed in the usage block whenever it runs, with 0 calls when it asked none
 # How much research a complexity asks for; a retry never lowers it.
 _RANK = {Complexity.CHITCHAT: 0, Complexity.SIMPLE: 1, Complexity.COMPLEX: 2}
 

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from . import NodeConfig
 
 NAME = "grade_evidence"
+ASKS_MODEL = True  # listed in the usage block whenever it runs, with 0 calls when it asked none
 TOP_LOGPROBS = 5  # alternatives per reply token asked for by the label styles
 
 

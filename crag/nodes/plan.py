@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from . import NodeConfig
 
 NAME = "plan"
+ASKS_MODEL = True  # listed in the usage block whenever it runs, with 0 calls when it asked none
 
 
 def _routing_plan(state: AgentState, cfg: NodeConfig) -> RoutingPlan:

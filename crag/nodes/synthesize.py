@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from . import NodeConfig
 
 NAME = "synthesize"
+ASKS_MODEL = True  # listed in the usage block whenever it runs, with 0 calls when it asked none
 
 
 def _chitchat(state: AgentState) -> bool:

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from . import NodeConfig
 
 NAME = "tool_exec"
+ASKS_MODEL = False  # runs tools, never the model: not in the usage block
 
 
 def prepare(state: AgentState, cfg: NodeConfig) -> Step:
