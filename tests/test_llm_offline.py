@@ -388,6 +388,36 @@ def test_offline_never_quotes_link_definitions_template_tags_or_attribute_lists(
         assert markup not in text
     assert "- The okapi service stores its data in the okapi bucket for ninety days. [1]" in text
 
+GIZMO = "---\ntitle: Gizmo reference\nauthor: Ada Lovelace\n---\n\n# Gizmo\n\nThe gizmo reference card ships in the box.\n"
+
+
+@pytest.mark.parametrize("text", [
+    GIZMO,
+    GIZMO.replace("---", "+++"),  # TOML front matter (Hugo)
+    GIZMO.replace("---\n\n#", "...\n\n#"),  # YAML closed by its end-of-document marker
+])
+def test_offline_never_quotes_a_files_front_matter(text: str):
+    """A file that opens with YAML front matter (`---` / `title: Gizmo reference` / `---`) was
+    quoted as "- title: Gizmo reference author: Ada Lovelace [1]": metadata for a site generator,
+    not a line of the document. The sentence below it is quoted and cited where it stands."""
+    doc = EvidenceItem("vector_search", "docs/gizmo.md", text, 1, 8, 0.9)
+    for question in ("gizmo reference", "Who is the author of the gizmo reference?"):
+        answer = ask(SynthesizeTask(question, (), (doc,)))
+        assert "title:" not in answer and "Ada Lovelace" not in answer, answer
+        assert "- The gizmo reference card ships in the box. [1]" in answer, answer
+    toolbox = FakeToolbox({"read_file": [[doc]], "vector_search": [[doc]]})
+    result = Agent(OfflineChatModel(), toolbox, Settings()).ask("gizmo reference")
+    assert [c.line for c in result.citations] == [8] and "title:" not in result.answer, result.answer
+
+
+def test_offline_quotes_a_rule_and_a_key_line_that_do_not_open_a_file():
+    """Only the opening of a file is front matter: a chunk further down that starts with a
+    thematic break is prose as any other."""
+    doc = EvidenceItem("vector_search", "docs/gizmo.md",
+                       "---\nThe gizmo reference card ships in the box.\n---\n\nIt lists every port.\n", 40, 44, 0.9)
+    assert "- The gizmo reference card ships in the box. [1]" in ask(SynthesizeTask("gizmo reference", (), (doc,)))
+
+
 def test_a_sentence_below_many_lines_without_a_full_stop_is_still_quoted():
     """Lines with no full stop (a list of settings, a log, filler) run on into the sentence below
     them as one passage; past the longest quotable sentence, the offline answer said "no

@@ -128,14 +128,28 @@ def code_file(item: EvidenceItem) -> bool:
 # the next, as a Markdown file's wrapped line does.
 _LINE_PARAGRAPHS = frozenset({".docx"})
 
+# Front matter: the metadata a site generator reads (Jekyll, Hugo, MkDocs), YAML between `---`
+# lines (or closed by `...`) or TOML between `+++` lines, opening a file. Not prose to quote.
+_FRONT_MATTER = re.compile(r"\A\ufeff?(---|\+\+\+)[ \t]*\n(?:.*\n)*?(?:\1|\.\.\.)[ \t]*(?:\n|\Z)")
+
+
+def without_front_matter(text: str) -> str:
+    """``text`` (a file's opening) with its front matter blanked: each of its characters but the
+    line ends made a space, so every other sentence keeps its place and its line."""
+    m = _FRONT_MATTER.match(text)
+    if m is None:
+        return text
+    return re.sub(r"[^\n]", " ", m.group()) + text[m.end():]
+
 
 def item_quotes(item: EvidenceItem, question: str = "", lead: str | None = None) -> Iterable[tuple[int, str]]:
     """``quotable`` for a prose item; in a DOCX, line by line (each line is a paragraph, list
     item or table row, so a heading or a bullet without a full stop is not quoted as the start
-    of the sentence below it)."""
+    of the sentence below it). The front matter a file opens with is left out."""
     name = item.source.replace("\\", "/").rsplit("/", 1)[-1].lower()
     if item.url or "." + name.rsplit(".", 1)[-1] not in _LINE_PARAGRAPHS:
-        yield from quotable(item.text, question, lead)
+        opening = item.start_line == 1 and not item.url  # a file's front matter is metadata, never quoted
+        yield from quotable(without_front_matter(item.text) if opening else item.text, question, lead)
         return
     pos = 0
     for line in item.text.split("\n"):
