@@ -301,3 +301,30 @@ def test_a_name_written_without_its_accents_is_the_name_the_evidence_writes_with
                     [item(5, text="Zu\u0308rich is the largest city of the country, with banks and a lake.")])
     assert not any(e["event"] == "question_terms_missing" for e in result.audit)
     assert result.state.grounding.supported == 1 and result.state.grounding.verdict == "answered"
+
+
+def test_the_offline_answer_from_passages_sharing_one_word_with_the_question_is_not_answered(tmp_path, monkeypatch):
+    # The offline answer quotes the passages sharing the most words with the question: a horse
+    # that "can run" answered "What speed does the quasarite pump run at?" as `answered`.
+    from .fakes import clean_env, cli
+
+    kb = tmp_path / "kb"
+    kb.mkdir()
+    (kb / "animals.md").write_text("# Animals\n\nA horse can run at 70 km/h over short distances.\n\n"
+                                   "The giraffe sleeps about 30 minutes per day.\n")
+    (kb / "backup.md").write_text("# Backups\n\nNightly backups are kept for 30 days in the cold storage bucket.\n\n"
+                                  "To restore a backup, run the restore script with the snapshot id.\n")
+    clean_env(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KB_AGENT_INDEX_DIR", str(tmp_path / "index"))
+    monkeypatch.setenv("KB_AGENT_LLM", "offline")
+    assert cli("index", "kb")[0] == 0
+    import json
+
+    code, out, _ = cli("ask", "--json", "What speed does the quasarite pump run at?")
+    result = json.loads(out)
+    assert code == 0 and result["grounding"]["verdict"] == "not_answered"
+    assert result["body"].startswith(NOT_ADDRESSED)
+    code, out, _ = cli("ask", "--json", "How do I restore a backup?")
+    result = json.loads(out)
+    assert result["grounding"]["verdict"] == "answered" and "run the restore script" in result["body"]

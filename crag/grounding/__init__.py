@@ -41,6 +41,7 @@ from ..sentences import Piece, split
 from .asked import (
     FOCUS_SHARE,
     HELD_SHARE,
+    QUOTES_FOCUS_SHARE,
     addresses,
     cited,
     holds_focus,
@@ -75,6 +76,7 @@ __all__ = [
     "HELD_SHARE",
     "MODES",
     "NO_RULE",
+    "QUOTES_FOCUS_SHARE",
     "RULES",
     "SCAFFOLDING",
     "UNSUPPORTED_TAG",

@@ -77,8 +77,24 @@ from ..text import fold_diacritics, in_vocabulary, stem, words
 from .claims import claims, has_anchor, negated_outside_code, strip_markers
 from .evidence import document_name
 
-__all__ = ["FOCUS_SHARE", "HELD_SHARE", "NEGATED_SHARE", "OPPOSITES", "absent", "addresses", "cited", "holds_focus", "missing", "named", "negation_held", "opposed", "says_nothing_new", "unpointed",
-           "writes_any"]
+__all__ = [
+    "FOCUS_SHARE",
+    "HELD_SHARE",
+    "NEGATED_SHARE",
+    "OPPOSITES",
+    "QUOTES_FOCUS_SHARE",
+    "absent",
+    "addresses",
+    "cited",
+    "holds_focus",
+    "missing",
+    "named",
+    "negation_held",
+    "opposed",
+    "says_nothing_new",
+    "unpointed",
+    "writes_any",
+]
 
 # letters of any script ("Schrödinger" is one token, not "Schr"); compared by ``_flat``
 _TOKEN = re.compile(r"[^\W_][\w+#./-]*(?:[^\W_]|[+#])|[^\W_]")
@@ -175,6 +191,7 @@ def absent(terms: Iterable[str], texts: Iterable[str]) -> list[str]:
 
 
 FOCUS_SHARE = 0.0  # of the question's content words beyond one (docs/real-models.md)
+QUOTES_FOCUS_SHARE = 0.5  # of them, for the offline answer's quotes (docs/grounding.md)
 HELD_SHARE = 2 / 3  # of them, for passages that hold the answer however much else is unsupported
 NEGATED_SHARE = 1 / 3  # of them, in a passage sentence that negates, for a question that negates
 

@@ -209,7 +209,10 @@ def _grounded(state: AgentState, body: str, cfg: NodeConfig, items: tuple, stopp
         state = evolve(state, audit=state.log("question_terms_missing", terms=absent))
     chosen = grounding.cited(done.sources, items)
     passages = [item.text for item in chosen]
-    addressed = grounding.addresses(question, passages)
+    # the offline answer quotes the passages sharing the most words with the question: one
+    # shared word says nothing of what they are about (docs/grounding.md)
+    quotes = body.startswith(answer.OFFLINE_PREFACE)
+    addressed = grounding.addresses(question, passages, grounding.QUOTES_FOCUS_SHARE if quotes else grounding.FOCUS_SHARE)
     if not addressed and done.report.supported:
         rule = ("negation" if not grounding.negation_held(question, passages)  # which test it failed
                 else "opposite" if grounding.opposed(question, passages) else "focus")
