@@ -15,7 +15,7 @@ from crag.errors import ConfigError
 from crag.llm.scripted import ScriptedChatModel
 from crag.nodes import NodeConfig, grade_evidence
 from crag.ports import GradeTask, LLMRequest, LLMRequests
-from crag.prompts import read_grades, render
+from crag.prompts import grades, read_grades, render
 from crag.state import AgentState, Completion, GraderAction, TokenLogprob, ToolCall, ToolRun
 from crag.tools import builtin
 
@@ -89,6 +89,31 @@ def test_a_pointwise_reply_is_one_bare_label():
     tokens = (TokenLogprob("Yes", math.log(0.7), (("Yes", math.log(0.7)), ("No", math.log(0.3)))),)
     reading = read_grades("Yes", 1, tokens)
     assert reading.scores == pytest.approx((0.7,), abs=1e-3) and reading.from_logprobs
+
+
+class _CountingPattern:
+    """A compiled pattern that counts the characters it is asked to search."""
+
+    def __init__(self, pattern):
+        self.pattern, self.searched = pattern, 0
+
+    def search(self, text):
+        self.searched += len(text)
+        return self.pattern.search(text)
+
+
+def test_runaway_label_lines_are_read_with_work_linear_in_their_tokens(monkeypatch):
+    """A server that ignored the budget sent 6,000 ``K: yes`` lines (24,000 tokens) with their
+    probabilities: each token is read once, not with everything before it again."""
+    counting = _CountingPattern(grades._BEFORE_LABEL)
+    monkeypatch.setattr(grades, "_BEFORE_LABEL", counting)
+    n, lines = 12, 6_000
+    one = label_tokens(*[0.9] * n)
+    tokens = (*one, TokenLogprob("\n", 0.0)) * (lines // n)
+    text = "".join(t.token for t in tokens)
+    reading = read_grades(text, n, tokens)
+    assert reading.from_logprobs and reading.scores == pytest.approx((0.9,) * n, abs=1e-3)
+    assert counting.searched <= 300 * len(tokens)  # a bounded window per token, whatever the reply's length
 
 
 @given(st.text(max_size=300), st.integers(1, 12))

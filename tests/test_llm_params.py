@@ -278,6 +278,19 @@ def test_logprobs_are_asked_for_and_read_from_the_reply(srv):
     assert reply.logprobs[2].top == ((" yes", -0.2), (" no", -1.7))
 
 
+def test_a_reply_past_its_budget_is_read_no_further_in_its_probabilities_than_in_its_text(srv):
+    """A server that ignored ``max_tokens`` sent 3,000 runaway label lines, 12,000 tokens: the
+    text is cut to 16 characters per token of the budget, and its tokens where the text ends."""
+    lines = 3000
+    tokens = [t for _ in range(lines) for t in (*LABELS, ("\n", 0.0, [("\n", 0.0)]))]
+    srv.default("grade_evidence", Text("\n".join(["1: yes"] * lines), logprobs=tokens))
+    request = logprob_request(2)
+    reply = OpenAIChatModel(settings_for(srv)).complete(request)
+    limit = request.max_tokens * 16
+    assert len(reply.text) == limit and reply.finish_reason == "length"
+    assert sum(len(t.token) for t in reply.logprobs[:-1]) < limit <= sum(len(t.token) for t in reply.logprobs)
+
+
 def test_only_the_grader_asks_for_logprobs(srv):
     complex_run(srv)
     assert [n for n in ("analyze_and_route", "plan", "grade_evidence", "synthesize")

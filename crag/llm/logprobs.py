@@ -10,7 +10,8 @@ counts as a retry.
 OpenAI, vLLM and llama.cpp answer ``logprobs: true`` with ``top_logprobs: k`` by a
 ``content`` list: per reply token its text, its log probability and the ``k`` most likely
 tokens at that position. ``read_logprobs`` turns it into ``TokenLogprob`` records, or None
-when the server sent none or something else (then the reply is read from its text).
+when the server sent none or something else (then the reply is read from its text);
+``covering`` keeps the tokens of a reply's first characters, those the reply is read up to.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 
 from ..state import TokenLogprob
 
-__all__ = ["LOGPROBS", "logprob_params", "read_logprobs", "refuses_logprobs"]
+__all__ = ["LOGPROBS", "covering", "logprob_params", "read_logprobs", "refuses_logprobs"]
 
 LOGPROBS = "logprobs"  # the request parameter, and its name among the parameters a server refused
 TOP_LOGPROBS_MAX = 20  # OpenAI's limit on top_logprobs
@@ -65,3 +66,15 @@ def read_logprobs(value: Any) -> tuple[TokenLogprob, ...] | None:
                 top.append((t, lp))
         out.append(TokenLogprob(token, logprob, tuple(top)))
     return tuple(out)
+
+
+def covering(tokens: tuple[TokenLogprob, ...], chars: int) -> tuple[TokenLogprob, ...]:
+    """The tokens that begin within the first ``chars`` characters of the reply, and at most
+    ``chars`` of them: a server that ignores ``max_tokens`` is read no further in its token
+    probabilities than in its text (``crag.llm.openai_chat`` cuts that at its budget)."""
+    size = 0
+    for i, token in enumerate(tokens):
+        if size >= chars or i >= chars:
+            return tokens[:i]
+        size += len(token.token)
+    return tokens

@@ -63,7 +63,7 @@ from .bodies import base_url_hint, client_address, http_client, redirect_note, s
 from .completions import FILTERED, Reply, parts_text, read_completion
 from .deadline import pause, request_deadline
 from .logprobs import LOGPROBS as _LOGPROBS
-from .logprobs import logprob_params, refuses_logprobs
+from .logprobs import covering, logprob_params, refuses_logprobs
 from .retry import (
     RETRY_AFTER_CAP,
     BadReply,
@@ -252,6 +252,8 @@ class OpenAIChatModel:
         if limit is not None and len(reply.text) > limit:  # it ignored max_tokens: cut to the budget
             sent_bytes = len(reply.text.encode("utf-8", "replace"))
             reply = evolve(reply, text=reply.text[:limit], finish_reason="length")
+        if limit is not None and reply.logprobs is not None:  # and its probabilities no further than the text
+            reply = evolve(reply, logprobs=covering(reply.logprobs, limit))
         if on_delta is not None:
             self._stream_mode = mode
             if mode == "off" and reply.text:

@@ -41,6 +41,11 @@ SURE = 0.9
 _LINE = re.compile(r"^[ \t>*-]*(?:passage|item)?\s*\[?(\d{1,4})\]?\s*[:.)\-=]?\s*\**\s*([A-Za-z]+)", re.I | re.M)
 # the text of a reply up to a label's position: a line's number and its separator, nothing after
 _BEFORE_LABEL = re.compile(r"(?:^|\n)[ \t>*-]*(?:passage|item)?\s*\[?(\d{1,4})\]?\s*[:.)\-=]?\s*\**\s*$", re.I)
+# How far back from a token a label's number and separator are looked for: more than any label
+# line's start needs, and a bound that keeps reading linear in the length of a reply of any size
+# (a server that ignores the budget sends megabytes of runaway lines).
+_LABEL_REACH = 256
+_CUT = "\x00"  # marks where the tail was cut: no line starts there, and no pattern matches it
 
 
 @frozen
@@ -82,7 +87,7 @@ def _from_logprobs(tokens: Sequence[TokenLogprob], n: int) -> dict[int, float]:
     the item's number (and separator) that is itself a label word. The alternatives of other
     tokens are never read, even when a label word is among them (the separator after a
     number may list ``yes`` as a far-fetched alternative)."""
-    text = ""
+    tail = ""  # the reply's last characters so far (the number before a label is searched there)
     found: dict[int, float] = {}
     waiting: int | None = 1 if n == 1 else None  # a pointwise reply is one bare label
     for choice in tokens:
@@ -93,9 +98,11 @@ def _from_logprobs(tokens: Sequence[TokenLogprob], n: int) -> dict[int, float]:
             waiting = None
         elif waiting is not None and "\n" in choice.token and n > 1:
             waiting = None  # the line ended without a label
-        text += choice.token
-        m = _BEFORE_LABEL.search(text)
-        if m and n > 1:
+        tail += choice.token
+        if len(tail) > _LABEL_REACH:  # cut, with a mark that the cut is no start of a line
+            tail = _CUT + tail[-_LABEL_REACH:]
+        m = _BEFORE_LABEL.search(tail) if n > 1 else None
+        if m:
             waiting = int(m.group(1))
     return found
 
