@@ -412,6 +412,33 @@ def test_a_streamed_refusal_is_the_same_error_as_a_refusal(srv):
     assert deltas == [] and srv.calls("synthesize") == 1
 
 
+def test_a_streamed_answer_of_tool_calls_is_the_same_error_as_one_not_streamed(srv):
+    """Native tool calls stream as ``delta.tool_calls`` pieces with no content, ending with
+    ``finish_reason: "tool_calls"``: that is no answer (as without streaming), never an empty one
+    to ask for again."""
+    def event(delta: dict, finish: str | None = None) -> bytes:
+        chunk = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m",
+                 "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+        return b"data: " + json.dumps(chunk).encode() + b"\n\n"
+
+    call = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "vector_search", "arguments": ""}}
+    srv.script("synthesize", Events(event({"role": "assistant", "content": None, "tool_calls": [call]})
+                                    + event({"tool_calls": [{"index": 0, "function": {"arguments": "{}"}}]})
+                                    + event({}, "tool_calls") + b"data: [DONE]\n\n"))
+    srv.script("synthesize", Raw({"id": "c", "object": "chat.completion", "created": 0, "model": "m", "choices": [
+        {"index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "vector_search", "arguments": "{}"}}]}}]}))
+    answer = LLMRequest("synthesize", SynthesizeTask("q", (), ()), tuple(MESSAGES))
+    deltas: list[str] = []
+    with pytest.raises(LLMError) as streamed:
+        model_for(srv).complete(answer, deltas.append)
+    with pytest.raises(LLMError) as whole:
+        model_for(srv).complete(answer)
+    assert str(streamed.value) == str(whole.value)
+    assert "returned tool calls instead of an answer for node synthesize (vector_search)" in str(streamed.value)
+    assert deltas == [] and srv.calls("synthesize") == 2
+
+
 def test_content_parts_are_read_alike_streamed_or_not(srv):
     # A list of content parts (text, and a model's thinking) was joined in a whole reply but
     # dropped from a stream: the answer lost its first words.

@@ -60,7 +60,7 @@ from ..ports import LLMRequest, SynthesizeTask
 from ..safe_text import redact_message, scrub_error, valid_text
 from ..state import Completion
 from .bodies import base_url_hint, client_address, http_client, redirect_note, saw_done, server_label, whole_body
-from .completions import FILTERED, Reply, parts_text, read_completion
+from .completions import FILTERED, Reply, parts_text, read_completion, tool_names
 from .deadline import pause, request_deadline
 from .logprobs import LOGPROBS as _LOGPROBS
 from .logprobs import covering, logprob_params, refuses_logprobs
@@ -401,6 +401,7 @@ class OpenAIChatModel:
         finish: str | None = None
         chunks = 0
         refusal: list[str] = []  # a refusal streams as delta.refusal pieces, with no content
+        calls: list[Any] = []  # native tool calls stream as delta.tool_calls pieces, with no content
         size = 0
         with stream:
             for chunk in stream:
@@ -418,6 +419,9 @@ class OpenAIChatModel:
                     said = getattr(getattr(choice, "delta", None), "refusal", None)
                     if isinstance(said, str):
                         refusal.append(said)
+                    called = getattr(getattr(choice, "delta", None), "tool_calls", None)
+                    if isinstance(called, list):
+                        calls += called
                     piece = parts_text(getattr(getattr(choice, "delta", None), "content", None))
                     if isinstance(piece, str) and piece and limit is not None:
                         piece = piece[:limit - size]
@@ -437,6 +441,8 @@ class OpenAIChatModel:
         declined = "".join(refusal).strip() or (FILTERED if finish == "content_filter" else "")
         if not delivered and declined:  # as a refusal without streaming
             raise BadReply("returned no message content", f"refusal: {_one_line(declined, 120)}")
+        if not "".join(delivered).strip() and (calls or finish == "tool_calls"):  # as tool calls without streaming
+            raise BadReply("returned tool calls instead of an answer", _one_line(tool_names(calls), 120))
         return Reply("".join(delivered), usage, finish)
 
     def _whole_completion(self, response: Any) -> Any:
