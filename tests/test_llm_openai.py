@@ -477,6 +477,38 @@ def test_a_stream_event_whose_choices_are_not_a_list_is_no_traceback(srv, choice
     assert model_for(srv).complete(request("synthesize"), deltas.append).text == "The answer."
 
 
+def stream_of(*chunks: dict) -> Events:
+    """An event stream of these chunks' bodies, then ``[DONE]``."""
+    return Events(b"".join(b"data: " + json.dumps({"id": "c", "object": "chat.completion.chunk", "created": 0,
+                                                    "model": "m", **chunk}).encode() + b"\n\n" for chunk in chunks)
+                  + b"data: [DONE]\n\n")
+
+
+@pytest.mark.parametrize("first", [
+    [{"index": 0, "delta": {"content": "The answer."}}, {"index": 1, "delta": {"content": " OTHER CHOICE"}}],
+    [{"index": 1, "delta": {"content": " OTHER CHOICE"}}, {"index": 0, "delta": {"content": "The answer."}}],
+])
+def test_a_streamed_answer_is_read_from_the_choice_of_index_0_only(srv, first):
+    # A whole reply is read from choices[0]; a stream merged the text of every choice into the answer.
+    srv.script("synthesize", stream_of({"choices": first}, {"choices": [{"index": 1, "delta": {"content": " MORE"}}]},
+                                       {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}))
+    deltas: list[str] = []
+    assert model_for(srv).complete(request("synthesize"), deltas.append).text == "The answer."
+    assert deltas == ["The answer."]
+
+
+def test_nothing_is_read_into_a_streamed_answer_after_its_finish(srv):
+    srv.script("synthesize", stream_of(
+        {"choices": [{"index": 0, "delta": {"content": "The answer."}, "finish_reason": "stop"}]},
+        {"choices": [{"index": 0, "delta": {"content": " EXTRA AFTER FINISH"}}]},
+        {"choices": [{"index": 0, "delta": {"refusal": "sorry"}, "finish_reason": "content_filter"}]},
+        {"choices": [], "usage": {"prompt_tokens": 40, "completion_tokens": 3, "total_tokens": 43}}))
+    deltas: list[str] = []
+    completion = model_for(srv).complete(request("synthesize"), deltas.append)
+    assert completion.text == "".join(deltas) == "The answer." and completion.finish_reason == "stop"
+    assert (completion.prompt_tokens, completion.completion_tokens) == (40, 3)  # the usage after it is read
+
+
 def test_a_streamed_answer_stopped_by_a_content_filter_is_a_refusal(srv):
     chunk = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m",
              "choices": [{"index": 0, "delta": {"role": "assistant"}, "finish_reason": "content_filter"}]}

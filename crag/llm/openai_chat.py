@@ -411,8 +411,8 @@ class OpenAIChatModel:
                 chunks += 1
                 if getattr(chunk, "usage", None) is not None:
                     usage = chunk.usage
-                choices = getattr(chunk, "choices", None)
-                for choice in choices if isinstance(choices, list) else ():  # (a server's junk: none)
+                choice = _first_choice(getattr(chunk, "choices", None))
+                if choice is not None and finish is None:  # after the finish, only usage is read
                     reason = getattr(choice, "finish_reason", None)
                     if isinstance(reason, str) and reason:
                         finish = reason
@@ -536,6 +536,17 @@ class OpenAIChatModel:
             return LLMError(message + redirect_note(exc, "OPENAI_BASE_URL"), node=node, status=status)
         note = f" ({failure.note})" if failure.note else ""
         return LLMError(f"{where} {failure.what} for node {node}{note}", node=node)
+
+
+def _first_choice(choices: Any) -> Any:
+    """The choice of a stream's chunk that the answer is read from: the one whose ``index`` is 0
+    (the first of the list when it has no index), as a whole reply is read from ``choices[0]``;
+    None when the chunk has none (a usage chunk, a keep-alive, a server's junk)."""
+    for position, choice in enumerate(choices if isinstance(choices, list) else ()):
+        index = getattr(choice, "index", None)
+        if (position if index is None else index) == 0:
+            return choice
+    return None
 
 
 def _redacted(error: LLMError, secrets: Sequence[str]) -> LLMError:
