@@ -509,6 +509,22 @@ def test_nothing_is_read_into_a_streamed_answer_after_its_finish(srv):
     assert (completion.prompt_tokens, completion.completion_tokens) == (40, 3)  # the usage after it is read
 
 
+@pytest.mark.parametrize("data", [{"message": "upstream exploded mid-answer"},
+                                  {"error": {"message": "upstream exploded mid-answer", "code": 500}},
+                                  {"error": "upstream exploded mid-answer"}])
+def test_an_error_event_mid_stream_says_the_servers_message(srv, data):
+    # With no "error" wrapper the message was lost: the line said the stream ended unfinished.
+    text = {"choices": [{"index": 0, "delta": {"content": "The answer starts"}}]}
+    events = stream_of(text).data.removesuffix(b"data: [DONE]\n\n")
+    srv.script("synthesize", Events(events + b"event: error\ndata: " + json.dumps(data).encode() + b"\n\n"))
+    deltas: list[str] = []
+    with pytest.raises(LLMError) as caught:
+        model_for(srv).complete(request("synthesize"), deltas.append)
+    assert str(caught.value) == (f"LLM server {srv.base_url} sent an error in the answer's stream for node synthesize "
+                                 "(upstream exploded mid-answer)")
+    assert deltas == ["The answer starts"] and srv.calls("synthesize") == 1
+
+
 def test_a_streamed_answer_stopped_by_a_content_filter_is_a_refusal(srv):
     chunk = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m",
              "choices": [{"index": 0, "delta": {"role": "assistant"}, "finish_reason": "content_filter"}]}

@@ -11,7 +11,8 @@ timeouts and dropped connections, ``KB_AGENT_LLM_MAX_RETRIES`` times, honouring
 ``Retry-After``. Any other 4xx is final at once (401 and 403 point at ``OPENAI_API_KEY``).
 A stream that has already delivered text is not retried, so a reader never sees an answer
 twice; one that ends with neither a ``finish_reason`` nor ``[DONE]`` was cut mid-answer and is
-an error like a dropped connection, never passed off as a whole answer.
+an error like a dropped connection, never passed off as a whole answer; an error event in the
+stream is an error with the server's message, whichever shape its data has.
 
 Structured output: a request with a ``reply_schema`` asks for ``response_format``
 ``json_schema``. With ``KB_AGENT_STRUCTURED_OUTPUT=auto`` a server that refuses it (400 or
@@ -47,9 +48,10 @@ is built, never by ``import crag``.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from attrs import evolve
@@ -72,6 +74,7 @@ from .retry import (
     RetryPolicy,
     StatusFailure,
     TimeoutFailure,
+    body_message,
     context_overflow,
     one_line,
     parse_retry_after,
@@ -101,6 +104,9 @@ _ADAPTABLE = ("max_tokens", "temperature")
 # worked are remembered per Agent in a ServerMemory (crag.llm.server_memory).
 
 _one_line = one_line
+
+# An error event in the middle of a stream, whatever its shape.
+_STREAM_ERROR = "sent an error in the answer's stream"
 
 # The most characters a reply may hold per token of its ``max_tokens`` budget: four times what
 # a tokenizer averages. A server that ignores the budget and sends more is cut here, its reply
@@ -403,12 +409,15 @@ class OpenAIChatModel:
         refusal: list[str] = []  # a refusal streams as delta.refusal pieces, with no content
         calls: list[Any] = []  # native tool calls stream as delta.tool_calls pieces, with no content
         size = 0
-        with stream:
+        with stream, self._stream_errors():
             for chunk in stream:
                 if limit is not None and size >= limit:  # the server ignored max_tokens: read no more
                     finish = "length"
                     break
                 chunks += 1
+                said = _stream_error(chunk)
+                if said is not None:
+                    raise BadReply(_STREAM_ERROR, said)
                 if getattr(chunk, "usage", None) is not None:
                     usage = chunk.usage
                 choice = _first_choice(getattr(chunk, "choices", None))
@@ -444,6 +453,17 @@ class OpenAIChatModel:
         if not "".join(delivered).strip() and (calls or finish == "tool_calls"):  # as tool calls without streaming
             raise BadReply("returned tool calls instead of an answer", _one_line(tool_names(calls), 120))
         return Reply("".join(delivered), usage, finish)
+
+    @contextlib.contextmanager
+    def _stream_errors(self) -> Iterator[None]:
+        """An error event the SDK raises mid-stream (data ``{"error": ...}``) as the line of any
+        other error event, with the server's message."""
+        try:
+            yield
+        except self._openai.APIError as exc:
+            if type(exc) is not self._openai.APIError:  # a status, a connection, a validation: not an event
+                raise
+            raise BadReply(_STREAM_ERROR, body_message(getattr(exc, "body", None)) or _one_line(exc, 160)) from exc
 
     def _whole_completion(self, response: Any) -> Any:
         """The chat completion a server sent whole when asked to stream, or None."""
@@ -536,6 +556,18 @@ class OpenAIChatModel:
             return LLMError(message + redirect_note(exc, "OPENAI_BASE_URL"), node=node, status=status)
         note = f" ({failure.note})" if failure.note else ""
         return LLMError(f"{where} {failure.what} for node {node}{note}", node=node)
+
+
+def _stream_error(chunk: Any) -> str | None:
+    """The message of an error event in a stream (``event: error`` with data such as
+    ``{"message": ...}``, which the SDK passes on as a chunk with no choices), or None for a chunk
+    that is no error."""
+    if isinstance(getattr(chunk, "choices", None), list):
+        return None
+    extra = getattr(chunk, "model_extra", None) or {}
+    if not ("error" in extra or "message" in extra or getattr(chunk, "object", None) == "error"):
+        return None
+    return body_message(extra) or "no message"
 
 
 def _first_choice(choices: Any) -> Any:
