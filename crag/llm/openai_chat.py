@@ -48,10 +48,9 @@ is built, never by ``import crag``.
 
 from __future__ import annotations
 
-import contextlib
 import random
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from attrs import evolve
@@ -62,25 +61,24 @@ from ..ports import LLMRequest, SynthesizeTask
 from ..safe_text import redact_message, scrub_error, valid_text
 from ..state import Completion
 from .bodies import base_url_hint, client_address, http_client, redirect_note, saw_done, server_label, whole_body
-from .completions import FILTERED, Reply, parts_text, read_completion, tool_names
+from .completions import Reply, read_completion
 from .deadline import pause, request_deadline
 from .logprobs import LOGPROBS as _LOGPROBS
 from .logprobs import covering, logprob_params, refuses_logprobs
 from .retry import (
     RETRY_AFTER_CAP,
-    BadReply,
     ConnectionFailure,
     Failure,
     RetryPolicy,
     StatusFailure,
     TimeoutFailure,
-    body_message,
     context_overflow,
     one_line,
     parse_retry_after,
     server_message,
 )
 from .server_memory import PROCESS, ServerMemory, adapted
+from .streams import finished_reply, read_chunks
 from .tokens import count_tokens, encoding_for_model
 from .usage_counts import reply_usage
 
@@ -104,9 +102,6 @@ _ADAPTABLE = ("max_tokens", "temperature")
 # worked are remembered per Agent in a ServerMemory (crag.llm.server_memory).
 
 _one_line = one_line
-
-# An error event in the middle of a stream, whatever its shape.
-_STREAM_ERROR = "sent an error in the answer's stream"
 
 # The most characters a reply may hold per token of its ``max_tokens`` budget: four times what
 # a tokenizer averages. A server that ignores the budget and sends more is cut here, its reply
@@ -403,67 +398,14 @@ class OpenAIChatModel:
             if exc.status_code in _STREAM_REFUSALS and context_overflow(exc, server_message(exc)) is None:
                 raise _StreamRefused from exc  # (too long is not a refusal to stream)
             raise
-        usage = None
-        finish: str | None = None
-        chunks = 0
-        refusal: list[str] = []  # a refusal streams as delta.refusal pieces, with no content
-        calls: list[Any] = []  # native tool calls stream as delta.tool_calls pieces, with no content
-        size = 0
-        with stream, self._stream_errors():
-            for chunk in stream:
-                if limit is not None and size >= limit:  # the server ignored max_tokens: read no more
-                    finish = "length"
-                    break
-                chunks += 1
-                said = _stream_error(chunk)
-                if said is not None:
-                    raise BadReply(_STREAM_ERROR, said)
-                if getattr(chunk, "usage", None) is not None:
-                    usage = chunk.usage
-                choice = _first_choice(getattr(chunk, "choices", None))
-                if choice is not None and finish is None:  # after the finish, only usage is read
-                    reason = getattr(choice, "finish_reason", None)
-                    if isinstance(reason, str) and reason:
-                        finish = reason
-                    said = getattr(getattr(choice, "delta", None), "refusal", None)
-                    if isinstance(said, str):
-                        refusal.append(said)
-                    called = getattr(getattr(choice, "delta", None), "tool_calls", None)
-                    if isinstance(called, list):
-                        calls += called
-                    piece = parts_text(getattr(getattr(choice, "delta", None), "content", None))
-                    if isinstance(piece, str) and piece and limit is not None:
-                        piece = piece[:limit - size]
-                        size += len(piece)
-                    if isinstance(piece, str) and piece:
-                        delivered.append(piece)
-                        if on_delta is not None:
-                            on_delta(piece)
-        if chunks == 0:  # not an event stream: the server ignored stream=True
+        with stream:
+            read = read_chunks(stream, delivered, on_delta, limit, self._openai.APIError)
+        if read.chunks == 0:  # not an event stream: the server ignored stream=True
             whole = self._whole_completion(getattr(stream, "response", None))
             if whole is None:
                 raise _StreamRefused
             return evolve(read_completion(whole, "logprobs" in params), whole=True)  # its whole answer, not asked for again
-        if finish is None and not saw_done(getattr(stream, "response", None)):
-            # Closed mid-answer: what was shown is a fragment, not an answer (as a dropped connection).
-            raise BadReply("ended the answer's stream before it was finished", "no finish_reason and no [DONE]")
-        declined = "".join(refusal).strip() or (FILTERED if finish == "content_filter" else "")
-        if not delivered and declined:  # as a refusal without streaming
-            raise BadReply("returned no message content", f"refusal: {_one_line(declined, 120)}")
-        if not "".join(delivered).strip() and (calls or finish == "tool_calls"):  # as tool calls without streaming
-            raise BadReply("returned tool calls instead of an answer", _one_line(tool_names(calls), 120))
-        return Reply("".join(delivered), usage, finish)
-
-    @contextlib.contextmanager
-    def _stream_errors(self) -> Iterator[None]:
-        """An error event the SDK raises mid-stream (data ``{"error": ...}``) as the line of any
-        other error event, with the server's message."""
-        try:
-            yield
-        except self._openai.APIError as exc:
-            if type(exc) is not self._openai.APIError:  # a status, a connection, a validation: not an event
-                raise
-            raise BadReply(_STREAM_ERROR, body_message(getattr(exc, "body", None)) or _one_line(exc, 160)) from exc
+        return finished_reply(read, delivered, saw_done(getattr(stream, "response", None)))
 
     def _whole_completion(self, response: Any) -> Any:
         """The chat completion a server sent whole when asked to stream, or None."""
@@ -556,29 +498,6 @@ class OpenAIChatModel:
             return LLMError(message + redirect_note(exc, "OPENAI_BASE_URL"), node=node, status=status)
         note = f" ({failure.note})" if failure.note else ""
         return LLMError(f"{where} {failure.what} for node {node}{note}", node=node)
-
-
-def _stream_error(chunk: Any) -> str | None:
-    """The message of an error event in a stream (``event: error`` with data such as
-    ``{"message": ...}``, which the SDK passes on as a chunk with no choices), or None for a chunk
-    that is no error."""
-    if isinstance(getattr(chunk, "choices", None), list):
-        return None
-    extra = getattr(chunk, "model_extra", None) or {}
-    if not ("error" in extra or "message" in extra or getattr(chunk, "object", None) == "error"):
-        return None
-    return body_message(extra) or "no message"
-
-
-def _first_choice(choices: Any) -> Any:
-    """The choice of a stream's chunk that the answer is read from: the one whose ``index`` is 0
-    (the first of the list when it has no index), as a whole reply is read from ``choices[0]``;
-    None when the chunk has none (a usage chunk, a keep-alive, a server's junk)."""
-    for position, choice in enumerate(choices if isinstance(choices, list) else ()):
-        index = getattr(choice, "index", None)
-        if (position if index is None else index) == 0:
-            return choice
-    return None
 
 
 def _redacted(error: LLMError, secrets: Sequence[str]) -> LLMError:
