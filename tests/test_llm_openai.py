@@ -279,6 +279,38 @@ def test_a_server_that_is_down_is_an_llm_error():
     assert not isinstance(caught.value, LLMTimeoutError)
 
 
+def test_a_request_redirected_to_an_address_that_is_down_says_where_it_was_sent(srv):
+    # The line blamed the configured server ("could not be reached ... check that the server is
+    # running"), which was running and had redirected the request elsewhere.
+    port = free_port()
+    srv.script("plan", Status(307, body="", headers={"Location": f"http://u:pw@127.0.0.1:{port}/v1/chat/completions?k=s"}))
+    with pytest.raises(LLMError) as caught:
+        model_for(srv, retries=0).complete(request())
+    message = str(caught.value)
+    assert message.startswith(f"LLM server {srv.base_url} redirected the request for node plan (307) to "
+                              f"http://127.0.0.1:{port}/v1/chat/completions, which could not be reached (")
+    assert message.endswith("): set OPENAI_BASE_URL to the address the API answers at")
+    assert "pw" not in message and "k=s" not in message and "\n" not in message
+
+
+def test_a_redirected_request_answered_with_no_completion_says_where_it_was_sent(srv):
+    srv.script("plan", Status(307, body="", headers={"Location": "/elsewhere/v1/chat/completions"}), Raw({"ok": True}))
+    with pytest.raises(LLMError) as caught:
+        model_for(srv, retries=0).complete(request())
+    message = str(caught.value)
+    assert message.startswith(f"LLM server {srv.base_url} returned no choices for node plan; the server redirected "
+                              f"the request (307) to {srv.base_url.removesuffix('/v1')}/elsewhere/v1/chat/completions: "
+                              "set OPENAI_BASE_URL to the address the API answers at")
+    assert srv.requests[-1].path == "/elsewhere/v1/chat/completions"
+
+
+def test_a_failure_without_a_redirect_says_nothing_of_one(srv):
+    srv.script("plan", Raw({"ok": True}))
+    with pytest.raises(LLMError) as caught:
+        model_for(srv, retries=0).complete(request())
+    assert str(caught.value) == f"LLM server {srv.base_url} returned no choices for node plan"
+
+
 def test_a_dropped_connection_is_retried(srv):
     srv.script("plan", Drop(), "after the drop")
     assert model_for(srv, retries=1).complete(request()).text == "after the drop"

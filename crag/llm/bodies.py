@@ -13,6 +13,10 @@ client crag gives the SDK (``http_client``) checks each response's body on its w
   ``data: [DONE]``, and ``whole_body`` gives the body of a server that answered a streaming
   request with a whole reply.
 
+Inside ``watching_redirects`` the client also records each redirect a server answers with, so
+that a failure of the redirected request says where it was sent (``hops_note``) even when it
+has no response to tell it (a connection refused, a body that is no completion).
+
 A 2xx body that breaks a limit raises ``BadReply`` (one line through the adapters' boundary,
 never retried); an error body (4xx, 5xx) that does is dropped, so the status still tells what
 happened. Bodies are asked for without compression (``Accept-Encoding: identity``), so the
@@ -22,16 +26,21 @@ deadline.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import re
 import sys
 from collections.abc import Iterator
 from typing import Any
 
+from attrs import frozen
+
 from .deadline import deadline_http_client
 from .retry import BadReply
 
-__all__ = ["MAX_BODY_BYTES", "MAX_DEPTH", "MAX_LINE_BYTES", "OPENAI_API_URL", "base_url_hint", "check_json", "client_address", "http_client", "redirect_note", "saw_done", "server_label",
-           "whole_body"]
+__all__ = ["MAX_BODY_BYTES", "MAX_DEPTH", "MAX_LINE_BYTES", "OPENAI_API_URL", "Redirect", "base_url_hint", "check_json",
+           "client_address", "hops_note", "http_client", "redirect_note", "saw_done", "server_label",
+           "watching_redirects", "whole_body"]
 
 # The server when no base URL is set, given to the SDK explicitly: given none, the SDK reads
 # OPENAI_BASE_URL itself, and an exported but empty one (no URL, to crag) left it no server.
@@ -109,20 +118,69 @@ def redirect_note(exc: BaseException, variable: str) -> str:
     """What to add to a failure whose request the server redirected (the HTTP library follows
     redirects, and a 301 or 302 resends a POST as a GET, which an API refuses): where it went,
     and the setting (``variable``) to change; "" when it was not redirected."""
-    from urllib.parse import urlsplit
-
     response = getattr(exc, "response", None)
     history = getattr(response, "history", None) or ()
     if not history:
         return ""
     try:
-        parts = urlsplit(str(response.request.url))
-        port = f":{parts.port}" if parts.port else ""
-        to = f" to {parts.scheme}://{parts.hostname}{port}{parts.path}"  # no credentials, no query
+        to = _where(response.request.url)
     except (AttributeError, RuntimeError, ValueError):
         to = ""
-    return (f"; the server redirected the request ({history[0].status_code}){to}: set {variable} to the "
+    return hops_note([Redirect(history[0].status_code, to)], variable)
+
+
+@frozen
+class Redirect:
+    """One redirect a server answered a request with: its status, and where the request went
+    (scheme, host, port and path: no credentials, no query; "" when unknown)."""
+
+    status: int
+    to: str
+
+
+_REDIRECTS: contextvars.ContextVar[list[Redirect] | None] = contextvars.ContextVar("crag_redirects", default=None)
+
+
+@contextlib.contextmanager
+def watching_redirects(hops: list[Redirect]) -> Iterator[None]:
+    """Inside the block, every redirect a response to this module's client asks for is added to
+    ``hops``: a failure that is no status (the redirected request could not connect, or its
+    answer was no completion) has no response to tell it."""
+    token = _REDIRECTS.set(hops)
+    try:
+        yield
+    finally:
+        _REDIRECTS.reset(token)
+
+
+def hops_note(hops: list[Redirect], variable: str) -> str:
+    """What to add to a failure after ``hops`` (see ``redirect_note``); "" for none."""
+    if not hops:
+        return ""
+    to = f" to {hops[-1].to}" if hops[-1].to else ""
+    return (f"; the server redirected the request ({hops[0].status}){to}: set {variable} to the "
             "address the API answers at (a 301 or 302 redirect resends a request as a GET)")
+
+
+def _where(url: Any) -> str:
+    """``url`` without credentials or query."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(str(url))
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{parts.hostname}{port}{parts.path}"
+
+
+def _watch_redirect(response: Any) -> None:
+    """Record the redirect ``response`` asks for, inside ``watching_redirects``."""
+    hops = _REDIRECTS.get()
+    if hops is None or not response.has_redirect_location:
+        return
+    try:
+        to = _where(response.request.url.join(response.headers["location"]))
+    except (AttributeError, KeyError, RuntimeError, ValueError):
+        to = ""
+    hops.append(Redirect(response.status_code, to))
 
 
 def base_url_hint(base_url: str) -> str:
@@ -224,6 +282,7 @@ def _response_hook(base: type) -> Any:
     decoded = type("DecodedStream", (_Decoded, base), {})
 
     def hook(response: Any) -> None:
+        _watch_redirect(response)
         encoding = response.headers.get("content-encoding", "identity").strip().lower()
         if encoding not in ("", "identity"):
             # Compressed although crag asked for identity: check the bytes once decoded, when

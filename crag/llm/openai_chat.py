@@ -60,7 +60,18 @@ from ..errors import ConfigError, LLMContextError, LLMError, LLMTimeoutError
 from ..ports import LLMRequest, SynthesizeTask
 from ..safe_text import redact_message, scrub_error, valid_text
 from ..state import Completion
-from .bodies import base_url_hint, client_address, http_client, redirect_note, saw_done, server_label, whole_body
+from .bodies import (
+    Redirect,
+    base_url_hint,
+    client_address,
+    hops_note,
+    http_client,
+    redirect_note,
+    saw_done,
+    server_label,
+    watching_redirects,
+    whole_body,
+)
 from .completions import Reply, read_completion
 from .deadline import pause, request_deadline
 from .logprobs import LOGPROBS as _LOGPROBS
@@ -213,8 +224,9 @@ class OpenAIChatModel:
         limit = request.max_tokens * _CHARS_PER_TOKEN if request.max_tokens else None
         while True:
             params = self._params(request, fmt)
+            hops: list[Redirect] = []  # where the server redirected this request, if it did
             try:
-                with request_deadline(self.timeout):
+                with request_deadline(self.timeout), watching_redirects(hops):
                     if mode == "off":
                         reply = self._plain(messages, node, params, not isinstance(request.task, SynthesizeTask))
                     else:
@@ -234,7 +246,8 @@ class OpenAIChatModel:
                     raise
                 wait = self.policy.wait(retries, failure) if not delivered else None
                 if wait is None:
-                    error = self._translate(exc, failure, node, retries, "response_format" in params, bool(delivered))
+                    error = self._translate(exc, failure, node, retries, "response_format" in params, bool(delivered),
+                                            hops)
                     scrub_error(exc, self._secrets)  # its chain is logged with crag's error
                     error = _redacted(error, self._secrets)
                     error.latency_ms = (time.perf_counter() - started) * 1000.0
@@ -436,17 +449,18 @@ class OpenAIChatModel:
     # -- failures --------------------------------------------------------------------------
 
     def _translate(self, exc: BaseException, failure: Failure, node: str, retries: int,
-                   format_sent: bool = False, begun: bool = False) -> LLMError:
+                   format_sent: bool = False, begun: bool = False, hops: Sequence[Redirect] = ()) -> LLMError:
         """The one place an SDK failure becomes a crag error: one line, server, status, node
         (``format_sent``: the request carried a ``response_format``; ``begun``: some of the
-        answer had streamed in)."""
+        answer had streamed in; ``hops``: the redirects the server answered it with)."""
         where = f"LLM server {self.server}"
         after = f" after {retries} {'retry' if retries == 1 else 'retries'}" if retries else ""
+        moved = hops_note(list(hops), "OPENAI_BASE_URL")  # a status error finds it in its response
         if isinstance(failure, TimeoutFailure):
             return LLMTimeoutError(
                 f"{where} did not {'finish its answer' if begun else 'answer'} within {self.timeout:g} s "
                 f"for node {node}{after} "
-                "(KB_AGENT_LLM_TIMEOUT)",
+                "(KB_AGENT_LLM_TIMEOUT)" + moved,
                 node=node,
             )
         if isinstance(failure, ConnectionFailure):
@@ -458,13 +472,20 @@ class OpenAIChatModel:
                     "OPENAI_BASE_URL (the address the API answers at, not one that redirects)",
                     node=node,
                 )
+            if "Connect" in type(cause).__name__ and hops:  # the server was reached: where it sent the request was not
+                return LLMError(
+                    f"{where} redirected the request for node {node} ({hops[0].status}) to "
+                    f"{hops[-1].to or 'another address'}, which could not be reached{after} ({reason}): "
+                    "set OPENAI_BASE_URL to the address the API answers at",
+                    node=node,
+                )
             if "Connect" in type(cause).__name__:
                 return LLMError(
                     f"{where} could not be reached for node {node}{after} ({reason}); "
                     "check OPENAI_BASE_URL and that the server is running",
                     node=node,
                 )
-            return LLMError(f"{where} closed the connection for node {node}{after} ({reason})", node=node)
+            return LLMError(f"{where} closed the connection for node {node}{after} ({reason}){moved}", node=node)
         if isinstance(failure, StatusFailure):
             status = failure.status
             message = f"{where} answered {status} for node {node}{after}"
@@ -497,7 +518,7 @@ class OpenAIChatModel:
                 message += f" ({detail})"
             return LLMError(message + redirect_note(exc, "OPENAI_BASE_URL"), node=node, status=status)
         note = f" ({failure.note})" if failure.note else ""
-        return LLMError(f"{where} {failure.what} for node {node}{note}", node=node)
+        return LLMError(f"{where} {failure.what} for node {node}{note}{moved}", node=node)
 
 
 def _redacted(error: LLMError, secrets: Sequence[str]) -> LLMError:
