@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import socket
 import subprocess
 import sys
@@ -235,6 +236,17 @@ def test_a_retry_after_beyond_the_cap_is_not_waited_for(srv):
     waits = Waits()
     with pytest.raises(LLMError, match="answered 429 for node plan: it asked to retry after 3600 s"):
         model_for(srv, sleep=waits).complete(request())
+    assert srv.calls("plan") == 1 and waits.waits == []
+
+
+@pytest.mark.parametrize("value", ["9" * 400, "1e400"])
+def test_a_retry_after_too_large_for_a_number_is_beyond_the_cap(srv, value):
+    srv.script("plan", Status(429, retry_after=value), "not asked")
+    waits = Waits()
+    with pytest.raises(LLMError) as caught:
+        model_for(srv, sleep=waits).complete(request())
+    assert "answered 429 for node plan: it asked to retry after more seconds than a number can hold, longer than 60 s" \
+        in str(caught.value)
     assert srv.calls("plan") == 1 and waits.waits == []
 
 
@@ -654,8 +666,12 @@ def test_parse_retry_after_reads_seconds_milliseconds_and_dates():
     assert parse_retry_after({"Retry-After": "-5"}) == 0.0
     assert parse_retry_after({}) is None and parse_retry_after(None) is None
     # Not numbers of seconds: the error said "it asked to retry after inf s".
-    assert parse_retry_after({"Retry-After": "inf"}) is None and parse_retry_after({"Retry-After": "1e400"}) is None
+    assert parse_retry_after({"Retry-After": "inf"}) is None and parse_retry_after({"Retry-After": "nan"}) is None
     assert parse_retry_after({"Retry-After-Ms": "-inf", "Retry-After": "2"}) == 2.0
+    # Numbers too large for a float are longer than any wait, not unreadable (they were retried at once).
+    assert parse_retry_after({"Retry-After": "1e400"}) == parse_retry_after({"Retry-After": "9" * 400}) == math.inf
+    assert parse_retry_after({"Retry-After-Ms": "1e400"}) == math.inf
+    assert parse_retry_after({"Retry-After": "-1e400"}) == 0.0
 
 
 def test_the_backoff_stays_at_its_ceiling_however_many_retries_were_allowed():

@@ -48,6 +48,7 @@ is built, never by ``import crag``.
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -511,7 +512,7 @@ class OpenAIChatModel:
                             "set it to auto to fall back")
             elif failure.too_long:
                 message += (
-                    f": it asked to retry after {failure.retry_after:.0f} s, longer than "
+                    f": it asked to retry after {_seconds(failure.retry_after)}, longer than "
                     f"{self.policy.retry_after_cap:g} s"
                 )
             if detail:
@@ -519,6 +520,13 @@ class OpenAIChatModel:
             return LLMError(message + redirect_note(exc, "OPENAI_BASE_URL"), node=node, status=status)
         note = f" ({failure.note})" if failure.note else ""
         return LLMError(f"{where} {failure.what} for node {node}{note}{moved}", node=node)
+
+
+def _seconds(seconds: float | None) -> str:
+    """A wait a server asked for, for a message (one too long for a float said so)."""
+    if seconds is None or not math.isfinite(seconds):
+        return "more seconds than a number can hold"
+    return f"{seconds:.0f} s"
 
 
 def _redacted(error: LLMError, secrets: Sequence[str]) -> LLMError:

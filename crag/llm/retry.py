@@ -153,7 +153,8 @@ def one_line(text: object, limit: int = 200) -> str:
 def parse_retry_after(headers: Mapping[str, str] | None, now: float | None = None) -> float | None:
     """Seconds to wait from ``Retry-After-Ms`` / ``Retry-After`` (seconds or an HTTP date).
 
-    None when the header is absent or unreadable; never negative.
+    None when the header is absent or unreadable; never negative; ``math.inf`` for a number of
+    seconds too large for a float (``1e400``, four hundred nines), which is longer than any cap.
     """
     if not headers:
         return None
@@ -175,7 +176,9 @@ def parse_retry_after(headers: Mapping[str, str] | None, now: float | None = Non
                 return None
             reference = time.time() if now is None else now
             return max(0.0, when.timestamp() - reference)
-        if not math.isfinite(seconds):  # "inf", "nan", "1e400": no number of seconds
+        if math.isinf(seconds) and any(c.isdigit() for c in raw):  # a number too large for a float
+            return max(0.0, seconds)  # (negative: 0)
+        if not math.isfinite(seconds):  # "inf", "nan": no number of seconds
             if name == "retry-after-ms":
                 continue
             return None
