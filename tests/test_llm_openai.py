@@ -215,6 +215,21 @@ def test_an_html_error_page_is_said_by_its_title_not_its_markup(srv):
     assert str(caught.value).endswith("(Not Found The requested URL was not found on this server.)")
 
 
+@pytest.mark.parametrize(("body", "said"), [
+    ({"detail": [{"loc": ["body", "messages"], "msg": "field required", "type": "missing"},
+                 {"loc": ["body", "model"], "msg": "field required", "type": "missing"}]},
+     "(body.messages: field required; body.model: field required)"),
+    ({"detail": {"message": "bad request shape"}}, "(bad request shape)"),
+    ({"error": {"message": {"text": "nested", "detail": "deeper words"}}}, "(deeper words)"),
+])
+def test_a_structured_error_body_is_said_by_its_words_not_a_python_repr(srv, body, said):
+    # FastAPI's validation errors were shown as "([{'loc': ['body', 'messages'], 'msg': ...}])".
+    srv.script("plan", Status(422, body))
+    with pytest.raises(LLMError) as caught:
+        model_for(srv, retries=0).complete(request())
+    assert str(caught.value) == f"LLM server {srv.base_url} answered 422 for node plan {said}"
+
+
 @pytest.mark.parametrize(("path", "hint"), [
     ("/v1", ""),
     ("", " (OpenAI-compatible servers usually serve the API under /v1)"),

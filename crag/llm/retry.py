@@ -321,15 +321,35 @@ def server_message(exc: BaseException) -> Any:
 def body_message(body: Any) -> Any:
     """The error message of an error body (``error.message``, ``message`` or ``detail``; an
     HTML page's title, else its text), shortened to one line ("" when none)."""
-    message: Any = None
-    if isinstance(body, dict):
-        error = body.get("error", body)
-        message = error.get("message") if isinstance(error, dict) else error
-        if message is None:
-            message = body.get("message") or body.get("detail")
-    elif isinstance(body, str):
-        message = _page_text(body)
+    message = _said(body) if isinstance(body, dict) else _page_text(body) if isinstance(body, str) else None
     return one_line(message, 160) if message else ""
+
+
+_MESSAGE_KEYS = ("error", "message", "msg", "detail")  # where servers put an error's words, in this order
+
+
+def _said(value: Any, depth: int = 0) -> str:
+    """The words of an error however a server nested them: a string; the first of an object's
+    ``_MESSAGE_KEYS`` that has some (FastAPI's ``{"loc": [...], "msg": ...}`` as ``loc: msg``);
+    a list's items joined by "; ". Never a Python repr."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    if depth > 4:
+        return ""
+    if isinstance(value, list):
+        return "; ".join(text for text in (_said(item, depth + 1) for item in value[:8]) if text)
+    if not isinstance(value, dict):
+        return ""
+    for key in _MESSAGE_KEYS:
+        text = _said(value.get(key), depth + 1)
+        loc = value.get("loc")
+        if text and key == "msg" and isinstance(loc, list) and loc:
+            return ".".join(str(part) for part in loc) + ": " + text
+        if text:
+            return text
+    return ""
 
 
 _HTML_PAGE = re.compile(r"\s*<(?:!doctype\s+html|html)\b", re.I)
