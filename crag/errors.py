@@ -124,6 +124,15 @@ class LLMError(CragError):
         self.latency_ms = 0.0  # how long the failed call took, retries included
         super().__init__(message)
 
+    def cost_note(self) -> str:
+        """What the question had cost when this failed, to end its one line with: "; before
+        it, this question made 3 LLM calls (1,234 tokens)", or "" when it had made none."""
+        calls = getattr(self.spent, "llm_calls", 0)
+        if not calls:
+            return ""
+        return (f"; before it, this question made {calls} LLM call{'' if calls == 1 else 's'} "
+                f"({self.spent.total_tokens:,} tokens)")
+
 
 class LLMContextError(LLMError):
     """The server refused a request as longer than its context window; ``window`` is that

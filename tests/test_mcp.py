@@ -605,3 +605,23 @@ def test_mcp_search_says_when_a_root_of_the_index_is_gone_from_disk(workdir: Pat
             assert "crag: note: docs no longer exists on disk and is left out of the search" in text_of(found)
 
     anyio.run(session)
+
+
+def test_an_ask_that_fails_after_calls_it_paid_for_says_what_they_cost(workdir: Path) -> None:
+    # The command line's error line ends with the calls already made; the MCP error did not.
+    from tests.openai_server import FakeOpenAIServer, Status
+
+    with FakeOpenAIServer() as srv:
+        srv.default("analyze_and_route", '{"complexity": "simple", "suggested_tools": ["vector_search"]}')
+        srv.default("plan", '{"tool_calls": []}')
+        srv.default("synthesize", Status(400, "bad request"))
+        params = _slow_llm_params(workdir, srv)
+        params.env.update(KB_AGENT_LLM_MAX_RETRIES="0")
+
+        async def session() -> None:
+            async with Client(params, read_timeout_seconds=60) as client:
+                got = await client.call_tool("ask", {"question": "Which port does the server listen on?"})
+                assert got.is_error and "answered 400 for node synthesize" in text_of(got), text_of(got)
+                assert "; before it, this question made 2 LLM calls (" in text_of(got), text_of(got)
+
+        anyio.run(session)

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Iterator
 from typing import TextIO
 
-from ..errors import UsageError
+from ..errors import LLMError, UsageError
 from ..safe_text import ascii_json, for_terminal, json_text, redact, redact_message
 from ..text import one_line
 
@@ -111,12 +111,7 @@ def forget_secrets() -> None:
 def error_line(exc: BaseException) -> str:
     """``crag: error: <message>``: one line, secrets redacted, nothing a terminal would obey. A
     question that failed after LLM calls it paid for says what they cost (``LLMError.spent``)."""
-    message = str(exc)
-    spent = getattr(exc, "spent", None)
-    calls = getattr(spent, "llm_calls", 0)
-    if calls:
-        message += (f"; before it, this question made {calls} LLM call{'' if calls == 1 else 's'} "
-                    f"({spent.total_tokens:,} tokens)")
+    message = str(exc) + (exc.cost_note() if isinstance(exc, LLMError) else "")
     return "crag: error: " + one_line(redact_message(for_terminal(own_name(message)), secrets()))
 
 
