@@ -349,20 +349,25 @@ def test_there_is_an_on_off_setting_to_check() -> None:
 # -- the embedding server apart from the chat server ------------------------------------------
 
 
-def test_embedding_base_url_sends_embeddings_to_their_own_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _indexed_with_an_embeddings_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chat, embeddings) -> None:
+    """``docs/setup.md`` indexed by ``embeddings``, the chat server ``chat``, as the environment says."""
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "setup.md").write_text(SETUP)
     clean_env(monkeypatch)
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KB_AGENT_INDEX_DIR", str(tmp_path / "index"))
+    monkeypatch.setenv("KB_AGENT_EMBEDDER", "openai")
+    monkeypatch.setenv("KB_AGENT_LLM", "openai")
+    monkeypatch.setenv("OPENAI_BASE_URL", chat.base_url)
+    monkeypatch.setenv("KB_AGENT_EMBEDDING_BASE_URL", embeddings.base_url)
+    monkeypatch.setenv("KB_AGENT_LLM_TIMEOUT", "5")
+    assert cli("index", "docs")[0] == 0
+
+
+def test_embedding_base_url_sends_embeddings_to_their_own_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with FakeOpenAIServer() as chat, FakeOpenAIServer(embedding_dim=1536) as embeddings:
-        monkeypatch.setenv("KB_AGENT_INDEX_DIR", str(tmp_path / "index"))
-        monkeypatch.setenv("KB_AGENT_EMBEDDER", "openai")
-        monkeypatch.setenv("KB_AGENT_LLM", "openai")
-        monkeypatch.setenv("OPENAI_BASE_URL", chat.base_url)
-        monkeypatch.setenv("KB_AGENT_EMBEDDING_BASE_URL", embeddings.base_url)
-        monkeypatch.setenv("KB_AGENT_LLM_TIMEOUT", "5")
-        assert cli("index", "docs")[0] == 0
+        _indexed_with_an_embeddings_server(tmp_path, monkeypatch, chat, embeddings)
         chat.script("analyze_and_route", json.dumps({"complexity": "simple", "suggested_tools": ["vector_search"]}))
         chat.script("plan", json.dumps({"tool_calls": [{"tool": "vector_search", "args": {"query": "port"}}]}))
         chat.script("synthesize", "It listens on 8080 [1].")
@@ -377,20 +382,9 @@ def test_an_embeddings_server_that_is_down_fails_the_question_in_one_line(tmp_pa
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     # The question's search could not run: the answer said "couldn't find" with exit status 0,
     # as if the knowledge base had been searched (SPEC §4: a failure at run time is exit 1).
-    docs = tmp_path / "docs"
-    docs.mkdir()
-    (docs / "setup.md").write_text(SETUP)
-    clean_env(monkeypatch)
-    monkeypatch.chdir(tmp_path)
     with FakeOpenAIServer() as chat, FakeOpenAIServer(embedding_dim=1536) as embeddings:
-        monkeypatch.setenv("KB_AGENT_INDEX_DIR", str(tmp_path / "index"))
-        monkeypatch.setenv("KB_AGENT_EMBEDDER", "openai")
-        monkeypatch.setenv("KB_AGENT_LLM", "openai")
-        monkeypatch.setenv("OPENAI_BASE_URL", chat.base_url)
-        monkeypatch.setenv("KB_AGENT_EMBEDDING_BASE_URL", embeddings.base_url)
-        monkeypatch.setenv("KB_AGENT_LLM_TIMEOUT", "5")
-        monkeypatch.setenv("KB_AGENT_LLM_MAX_RETRIES", "0")
-        assert cli("index", "docs")[0] == 0
+        _indexed_with_an_embeddings_server(tmp_path, monkeypatch, chat, embeddings)
+    monkeypatch.setenv("KB_AGENT_LLM_MAX_RETRIES", "0")
     monkeypatch.setenv("KB_AGENT_LLM", "offline")  # the embeddings server has stopped; no chat server is asked
     for command in (("ask", "which port?"), ("search", "which port?")):
         code, out, err = cli(*command)
