@@ -211,7 +211,7 @@ def redact_message(text: str, secrets: Iterable[str] = ()) -> str:
     an ``Authorization`` header, ``token=...``, ``api_key=...``, a secret-shaped value assigned
     to a name such as ``JIRA_API_TOKEN``, an AWS key id, a private key's body) replaced by
     ``***``: for crag's own messages and records and for server error bodies."""
-    text = _URL_PASSWORD.sub(lambda m: f"{m.group(1)}:{REDACTED}@", _replace(text, _secret_set(secrets)))
+    text = _URL_PASSWORD.sub(lambda m: f"{m.group(1)}:{REDACTED}@", _replace(text, _secret_set(secrets), fragments=True))
     text = _PASSWORD_VALUE.sub(lambda m: f"{m.group(1)}{REDACTED}", text)
     text = _AUTH_VALUE.sub(lambda m: f"{m.group(1) or m.group(3)}{m.group(2) or m.group(4)}{REDACTED}", text)
     for pattern, group, any_value in _CREDENTIALS[2:]:  # a value after a name holding "token"; AWS; private keys
@@ -278,20 +278,27 @@ def _masked(match: re.Match[str], group: int, any_value: bool) -> str:
     return match.group(0)[:start] + lead + REDACTED + trail + match.group(0)[end:]
 
 
-# A run of FRAGMENT_CHARS characters of a secret of at least FRAGMENT_OF is a part of it (a
-# server that echoes the key without its "sk-proj-" or keeps only its last 40 characters):
-# masked as the whole is.
+# In crag's own messages (what a server echoes in an error), a run of FRAGMENT_CHARS
+# characters of a secret of at least FRAGMENT_OF is a part of it (a server that echoes the key
+# without its "sk-proj-" or keeps only its last 40 characters): masked as the whole is. Not in
+# documents or answers, whose text is the user's (a placeholder key of x's, a PEM's armour).
 FRAGMENT_CHARS = 16
 FRAGMENT_OF = 24
-_TAIL_CHARS = 6  # a streamed text ending in this many characters of such a secret holds them back
 
 
-def _replace(text: str, secrets: set[str]) -> str:
+def _replace(text: str, secrets: set[str], fragments: bool = False) -> str:
     for secret in sorted(secrets, key=len, reverse=True):
         text = text.replace(secret, REDACTED)
-        if len(secret) >= FRAGMENT_OF:
+        if fragments and _fragmentable(secret):
             text = _without_fragments(text, secret)
     return text
+
+
+def _fragmentable(secret: str) -> bool:
+    """Whether a run of ``FRAGMENT_CHARS`` characters of ``secret`` can only be a part of it: a
+    long value of varied characters, not a placeholder (``sk-xxxx...``) or a PEM's armour."""
+    return (len(secret) >= FRAGMENT_OF and len(set(secret)) >= FRAGMENT_CHARS // 2
+            and "-----" not in secret)
 
 
 def _without_fragments(text: str, secret: str) -> str:
@@ -370,9 +377,8 @@ def redacted_prefix(text: str, secrets: Iterable[str] = (), whole_words: bool = 
 
     ``redact`` of the whole text, once it is complete, starts with what this returns: the
     text is cut before its last word (it may still be growing), before a secret that the cut
-    would split, and before an unfinished secret at its end (or a part of a long one, which
-    may grow into a fragment, ``FRAGMENT_CHARS``). Without ``whole_words`` (a preview redrawn
-    whole each time) the last word stays, unless it is the beginning of a secret or such a part.
+    would split, and before an unfinished secret at its end. Without ``whole_words`` (a
+    preview redrawn whole each time) the last word stays, unless it is the beginning of a secret.
     """
     cut = len(text)
     while whole_words and cut and not text[cut - 1].isspace():
@@ -382,11 +388,6 @@ def redacted_prefix(text: str, secrets: Iterable[str] = (), whole_words: bool = 
             if text.endswith(secret[:k]):
                 cut = min(cut, len(text) - k)
                 break
-        if len(secret) >= FRAGMENT_OF:  # or with a part of one that may grow into a fragment
-            for k in range(min(len(text), len(secret) - 1), _TAIL_CHARS - 1, -1):
-                if text[len(text) - k :] in secret:
-                    cut = min(cut, len(text) - k)
-                    break
         start = text.find(secret)
         while start != -1 and start < cut:  # a secret the cut would split
             if start + len(secret) > cut:

@@ -129,7 +129,7 @@ def test_a_streamed_answer_is_redacted_as_the_printed_one(pieces: list[str], dat
     assert screen == final  # the whole redacted answer, exactly
     assert not any(secret in screen for secret in SECRETS)
     unredacted = compose(clean_answer(reply), ITEMS, USAGE)[0]
-    if redact(unredacted, SECRETS) == unredacted:  # credential-shaped words are the model's own
+    if not any(secret in unredacted for secret in SECRETS):  # credential-shaped words are the model's own
         # nothing is masked: the screen is what it is with no secret configured (the text
         # itself may hold "***": "**bold** [9]**bold**" renders "**bold****bold**")
         plain, plain_rest, _ = streamed_redacted(reply, cuts, every, ())
