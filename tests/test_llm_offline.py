@@ -418,6 +418,14 @@ def test_offline_quotes_a_rule_and_a_key_line_that_do_not_open_a_file():
     assert "- The gizmo reference card ships in the box. [1]" in ask(SynthesizeTask("gizmo reference", (), (doc,)))
 
 
+def test_a_file_that_opens_with_a_rule_and_prose_is_quoted_as_prose():
+    """Front matter opens with a key ("title: ..."): a file whose first line is a `---` rule
+    followed by sentences lost them all to the front-matter rule."""
+    doc = EvidenceItem("vector_search", "docs/gizmo.md",
+                       "---\nThe gizmo pump weighs 5 kg.\nIt runs at 300 rpm.\n---\n\nMore below.\n", 1, 6, 0.9)
+    assert "- The gizmo pump weighs 5 kg. [1]" in ask(SynthesizeTask("How much does the gizmo pump weigh?", (), (doc,)))
+
+
 def test_a_sentence_below_many_lines_without_a_full_stop_is_still_quoted():
     """Lines with no full stop (a list of settings, a log, filler) run on into the sentence below
     them as one passage; past the longest quotable sentence, the offline answer said "no

@@ -130,7 +130,9 @@ _LINE_PARAGRAPHS = frozenset({".docx"})
 
 # Front matter: the metadata a site generator reads (Jekyll, Hugo, MkDocs), YAML between `---`
 # lines (or closed by `...`) or TOML between `+++` lines, opening a file. Not prose to quote.
-_FRONT_MATTER = re.compile(r"\A\ufeff?(---|\+\+\+)[ \t]*\n(?:.*\n)*?(?:\1|\.\.\.)[ \t]*(?:\n|\Z)")
+# Its first line must be a key: a file that opens with a `---` rule and prose is prose.
+_FRONT_MATTER = re.compile(r"\A\ufeff?(?:---[ \t]*\n[ \t]*[A-Za-z_][\w.-]*[ \t]*:(?:[ \t].*)?\n(?:.*\n)*?(?:---|\.\.\.)"
+                           r"|\+\+\+[ \t]*\n[ \t]*[A-Za-z_][\w.-]*[ \t]*[=:].*\n(?:.*\n)*?\+\+\+)[ \t]*(?:\n|\Z)")
 
 
 def without_front_matter(text: str) -> str:
