@@ -593,6 +593,18 @@ def test_a_streamed_answer_stopped_by_a_content_filter_is_a_refusal(srv):
         model_for(srv).complete(answer, lambda piece: None)
 
 
+@pytest.mark.parametrize("content", ["", None])
+def test_an_answer_stopped_by_a_content_filter_before_any_text_is_a_refusal_sent_whole_too(srv, content):
+    # With "" (not null) as its content it was an empty answer, asked again and answered "The
+    # model returned no answer text" with exit status 0, where streamed it was this error.
+    srv.script("synthesize", Raw({"id": "x", "object": "chat.completion", "created": 0, "model": "m",
+                                  "choices": [{"index": 0, "finish_reason": "content_filter",
+                                               "message": {"role": "assistant", "content": content}}]}))
+    answer = LLMRequest("synthesize", SynthesizeTask("q", (), ()), tuple(MESSAGES))
+    with pytest.raises(LLMError, match="refusal: the server's content filter"):
+        model_for(srv).complete(answer)
+
+
 def test_streaming_delivers_deltas_and_reads_the_usage_chunk(srv):
     srv.script("synthesize", Text("Uploads retry three times [1].", prompt_tokens=50, completion_tokens=7))
     deltas: list[str] = []

@@ -58,7 +58,8 @@ def read_completion(reply: Any, logprobs: bool = False, refusal_is_reply: bool =
         content = tool_calls_text(calls)  # crag sends no tools: the model wrote its plan as calls
     refusal = getattr(message, "refusal", None)
     refusal = refusal.strip() if isinstance(refusal, str) else ""
-    if not isinstance(content, str) or (refusal and not content.strip()):  # (some send "" with a refusal)
+    if not isinstance(content, str) or ((refusal or finish == "content_filter") and not content.strip()):
+        # (some send "" with a refusal, or with the filter's finish: as null content)
         refusal = refusal or (FILTERED if finish == "content_filter" else "")
         if not refusal:  # no text at all (the budget ran out first, or the server sent none): an
             return Reply("", getattr(reply, "usage", None), finish)  # empty reply, for the node's fall-back
