@@ -90,10 +90,12 @@ _AFTER_GONE = re.compile(r"[ \t]*,?[ \t]*" + _GONE + r"(?=[ \t]*[,.;:!?)])")
 # "(source: [9])") and a "see" or "cf." before it.
 _LEAD = r"(?:see(?:[ \t]+also)?|cf\.?|sources?|refs?|references?)"
 _PAREN_GONE = re.compile(r"[ \t]*\([ \t]*(?:" + _LEAD + r"[ \t]*:?[ \t]*)?" + _GONE + r"[ \t]*\)", re.I)
-_SEE_GONE = re.compile(r"\b(?:see(?:[ \t]+also)?|cf\.?)[ \t]*:?[ \t]*" + _GONE, re.I)
-# A sentence that was only that ("See [2].") goes whole, its full stop too.
-_SENTENCE_GONE = re.compile(r"(?<=[.!?])[ \t]*" + _GONE + r"[ \t]*[.!?]+(?=\s|$)|^[ \t]*" + _GONE
-                            + r"[ \t]*[.!?]+[ \t]*(?:\n|$)", re.M)
+_SEE_GONE = re.compile(r"\b(?:see(?:[ \t]+also)?|cf\.?|(?:sources?|refs?|references?)(?=[ \t]*:))[ \t]*:?[ \t]*"
+                       + _GONE, re.I)
+# A sentence that was only that ("See [2].") goes whole, its full stop too; so does a line, or
+# a list item, that was ("- See [2].").
+_SENTENCE_GONE = re.compile(r"(?<=[.!?])[ \t]*" + _GONE + r"[ \t]*[.!?]*(?=\s|$)|^[ \t]*(?:(?:[-*+]|\d{1,3}[.)])[ \t]+)?"
+                            + _GONE + r"[ \t]*[.!?]*[ \t]*(?:\n|$)", re.M)
 
 
 def rewrite_markers(text: str, replace: Callable[[list[int]], str]) -> str:

@@ -100,3 +100,7 @@ def test_a_sentence_that_only_pointed_at_no_evidence_goes_whole() -> None:
     assert renumber("Hi there! I am fine [1]. See [2].", 0)[0] == "Hi there! I am fine."
     assert renumber("See [3].\nPort [1].", 1)[0] == "Port [1]."
     assert renumber("Use v1.2 [9]. Then 8080 [1].", 1)[0] == "Use v1.2. Then 8080 [1]."
+    # as a list item or after "Sources:" (it left "-." and "1 [unsupported].")
+    assert renumber("Kept [1].\n- See [9].\n- Restore [1].", 1)[0] == "Kept [1].\n- Restore [1]."
+    assert renumber("Kept [1].\n1. See [9].\n2. Restore [1].", 1)[0] == "Kept [1].\n2. Restore [1]."
+    assert renumber("Kept [1].\n\nSources: [9].", 1)[0].rstrip() == "Kept [1]."
