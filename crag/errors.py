@@ -33,6 +33,17 @@ class CragError(Exception):
 
     exit_status = 1
 
+    def cost_note(self) -> str:
+        """What the question had cost when this failed (the ``spent`` usage an ``LLMError`` or a
+        ``UsageError`` carries), to end its one line with: "; before it, this question made 3
+        LLM calls (1,234 tokens)", or "" when it had made none."""
+        spent = getattr(self, "spent", None)
+        calls = getattr(spent, "llm_calls", 0)
+        if not calls:
+            return ""
+        return (f"; before it, this question made {calls} LLM call{'' if calls == 1 else 's'} "
+                f"({spent.total_tokens:,} tokens)")
+
 
 class ConfigError(CragError):
     """A setting (environment variable or ``.env`` entry) has a value crag cannot use.
@@ -123,15 +134,6 @@ class LLMError(CragError):
         self.spent: Any = None
         self.latency_ms = 0.0  # how long the failed call took, retries included
         super().__init__(message)
-
-    def cost_note(self) -> str:
-        """What the question had cost when this failed, to end its one line with: "; before
-        it, this question made 3 LLM calls (1,234 tokens)", or "" when it had made none."""
-        calls = getattr(self.spent, "llm_calls", 0)
-        if not calls:
-            return ""
-        return (f"; before it, this question made {calls} LLM call{'' if calls == 1 else 's'} "
-                f"({self.spent.total_tokens:,} tokens)")
 
 
 class LLMContextError(LLMError):

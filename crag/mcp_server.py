@@ -46,7 +46,7 @@ import anyio.to_thread
 
 from . import __version__
 from .config import secret_values
-from .errors import ConfigError, CragError, LLMError
+from .errors import ConfigError, CragError
 from .llm.deadline import cancellable
 from .mcp_wire import log_to_stderr, serve_stdio
 from .pages import location
@@ -273,7 +273,7 @@ def build_server(agent: "Agent") -> "MCPServer":
             cancel.set()
             raise
         except CragError as exc:  # one line, with every configured secret redacted, and what it had cost
-            said = str(exc) + (exc.cost_note() if isinstance(exc, LLMError) else "")
+            said = str(exc) + exc.cost_note()
             raise MCPToolError(" ".join(redact_message(said, secret_values()).split())) from exc
 
     def result(text: str, structured: dict[str, Any]) -> CallToolResult:

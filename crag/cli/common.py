@@ -13,7 +13,7 @@ import sys
 from collections.abc import Iterator
 from typing import TextIO
 
-from ..errors import LLMError, UsageError
+from ..errors import CragError, UsageError
 from ..safe_text import ascii_json, for_terminal, json_text, redact, redact_message
 from ..text import one_line
 
@@ -111,7 +111,7 @@ def forget_secrets() -> None:
 def error_line(exc: BaseException) -> str:
     """``crag: error: <message>``: one line, secrets redacted, nothing a terminal would obey. A
     question that failed after LLM calls it paid for says what they cost (``LLMError.spent``)."""
-    message = str(exc) + (exc.cost_note() if isinstance(exc, LLMError) else "")
+    message = str(exc) + (exc.cost_note() if isinstance(exc, CragError) else "")
     return "crag: error: " + one_line(redact_message(for_terminal(own_name(message)), secrets()))
 
 
