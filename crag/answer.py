@@ -30,6 +30,7 @@ __all__ = [
     "compose",
     "footer_lines",
     "marker_numbers",
+    "quotes_only",
     "renumber",
     "rewrite_markers",
     "stats_block",
@@ -39,6 +40,13 @@ __all__ = [
 NO_EVIDENCE = "I couldn't find relevant information in the knowledge base to answer this question."
 STATS_HEADING = "📊 **LLM Usage Stats:**"
 OFFLINE_PREFACE = "Composed offline from the knowledge base (no LLM was used); the most relevant passages:"
+
+
+def quotes_only(body: str) -> bool:
+    """Whether ``body`` is the offline answer: quotes of the evidence, each copied from one line
+    (grounding cites each where it was copied; the verdict asks more of what they share with the
+    question, docs/grounding.md)."""
+    return body.startswith(OFFLINE_PREFACE)
 # The offline answer when evidence was found but none of it can be quoted (no sentence in it);
 # its markers, before the full stop, point at the passages.
 NO_QUOTABLE = "The passages found have no quotable text; see the sources listed below."

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from attrs import frozen
 
-from ..answer import FIXED_SENTENCES, OFFLINE_PREFACE
+from ..answer import FIXED_SENTENCES, quotes_only
 from ..modes import GroundingMode
 from ..sentences import Piece, split
 from ..state import EvidenceItem, GroundingReport, Judgement
@@ -155,7 +155,7 @@ def ground(body: str, items: Sequence[EvidenceItem], mode: str = "note", questio
     body = source_references(body, items)
     # the offline answer quotes its items: each quote cites the line it was copied from (SPEC §7),
     # not also other files that hold its words as a model's sentence would
-    g = _Grounder(items, mode, question, unheld, quotes=body.startswith(OFFLINE_PREFACE))
+    g = _Grounder(items, mode, question, unheld, quotes=quotes_only(body))
     out = Assembly()
     numbering = Numbering() if mode == "strict" else None  # a removed item's list is numbered again
     judgements: list[Judgement] = []

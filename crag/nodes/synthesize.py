@@ -211,7 +211,7 @@ def _grounded(state: AgentState, body: str, cfg: NodeConfig, items: tuple, stopp
     passages = [item.text for item in chosen]
     # the offline answer quotes the passages sharing the most words with the question: one
     # shared word says nothing of what they are about (docs/grounding.md)
-    quotes = body.startswith(answer.OFFLINE_PREFACE)
+    quotes = answer.quotes_only(body)
     addressed = grounding.addresses(question, passages, grounding.QUOTES_FOCUS_SHARE if quotes else grounding.FOCUS_SHARE)
     if not addressed and done.report.supported:
         rule = ("negation" if not grounding.negation_held(question, passages)  # which test it failed
