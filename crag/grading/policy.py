@@ -10,7 +10,8 @@ where a small model's habits show (docs/real-models.md, "Grading a real model"):
   probability, not a sure one, for every item) removes nothing and forces no round by itself;
 * ``undecided``: an item whose P(yes) lies between the two thresholds is kept but does not
   count in the mean; when no kept item was decided, retrieval's facts choose the action;
-* ``first_label``: a batch's first item (the question's best hit) read below the drop
+* ``first_label``: a batch's first item (the first passage of the prompt, the position a
+  small model labels ``no`` whatever it says) read below the drop
   threshold is kept, as ungraded (0.5), unless the grader was sure of its ``no``;
 * ``named_terms``: when the question names a term (``HTTP/3``, ``User Access Token``) that no
   item holds, the first round's evidence does not answer it whatever the grades say: search
