@@ -337,6 +337,30 @@ def test_a_long_lived_agent_lets_go_of_the_generations_a_re_index_replaced(tmp_p
             assert held_deleted() == []
 
 
+def test_an_agent_searches_an_index_folder_deleted_and_built_again_not_the_one_it_had_open(
+        tmp_path, monkeypatch) -> None:
+    """``rm -rf .crag && crag index other`` while a service's agent was open: the new index's
+    first generation has the old one's name (gen-000001), and the agent went on searching and
+    citing the deleted one, where ``crag search`` and the agent's own ``read_file`` saw the new."""
+    import shutil
+
+    from crag.index import index_roots
+
+    for name, port in (("alpha", 7001), ("beta", 7002)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / f"{name}.md").write_text(f"# {name}\n\nThe {name} service listens on port {port}.\n",
+                                                 encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    env = {"KB_AGENT_INDEX_DIR": str(tmp_path / "i"), "KB_AGENT_LLM": "offline"}
+    with Agent.from_env(environ=env, dotenv=None) as agent:
+        index_roots(agent.settings, [tmp_path / "alpha"])
+        assert [h.source for h in agent.search("service port")] == ["alpha/alpha.md"]
+        shutil.rmtree(tmp_path / "i")
+        index_roots(agent.settings, [tmp_path / "beta"])
+        assert [h.source for h in agent.search("service port")] == ["beta/beta.md"]
+        assert [c.path for c in agent.ask("Which port does the service listen on?").citations] == ["beta/beta.md"]
+
+
 def test_the_other_arguments_of_the_wrong_type_are_usage_errors_said_before_any_work(tmp_path) -> None:
     """``Settings.from_env(dotenv=1)``, ``environ=[...]``, ``Agent.from_env(tools=5)``,
     ``progress=5`` and ``agent.stream(q, on_event=5)`` were TypeErrors and AttributeErrors from

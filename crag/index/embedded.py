@@ -51,7 +51,7 @@ class EmbeddedStore:
     # -- reading ---------------------------------------------------------------------------
 
     def version(self) -> str | None:
-        return layout.current_generation(self.index_dir)
+        return layout.current_version(self.index_dir)
 
     def state(self, files: bool = True, check: bool = False) -> StoreState | None:
         """The published generation; None when there is none. ``check`` verifies its vectors."""

@@ -69,6 +69,7 @@ __all__ = [
     "connect_ro",
     "current_exists",
     "current_generation",
+    "current_version",
     "fsync_dir",
     "fsync_file",
     "next_generation",
@@ -79,6 +80,7 @@ __all__ = [
     "reindex_hint",
     "salvage_roots",
     "tidy",
+    "version_of",
 ]
 
 SCHEMA_VERSION = 2
@@ -175,6 +177,25 @@ def current_generation(index_dir: str) -> str | None:
         return read_current(index_dir)
     except IndexStoreError:
         return None
+
+
+def version_of(name: str, st: os.stat_result | None) -> str:
+    """A published generation's version: its name and its database file's identity, so that a
+    generation of the same name in an index folder deleted and built again (``gen-000001``
+    once more) is not taken for the one a reader holds."""
+    return name if st is None else f"{name}:{st.st_ino}:{st.st_mtime_ns}"
+
+
+def current_version(index_dir: str) -> str | None:
+    """``version_of`` the generation ``CURRENT`` names, or None (cheap: a small read, a stat)."""
+    name = current_generation(index_dir)
+    if name is None:
+        return None
+    try:
+        st = os.stat(os.path.join(index_dir, name, DATABASE))
+    except OSError:
+        st = None
+    return version_of(name, st)
 
 
 def current_exists(index_dir: str) -> bool:
