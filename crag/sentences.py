@@ -28,7 +28,7 @@ _TABLE = re.compile(r"^[ \t]*\|")
 _SENTENCE_END = re.compile(
     r"[.!?]+[\"'”’)\]*_`]*(?:[ \t]*\[\s*\d[\d\s,;\-–]*\])*"
     r"(?=\s+(?:(?<=\n)(?:>[ \t]?)+)?(?!\[\s*\d)[\[(\"'“‘`*_]*[A-Z0-9\u00c0-\uffff])"
-    r"|[。！？]+"
+    r"|[。！？]+(?:[ \t]*\[\s*\d[\d\s,;\-–]*\])*"
 )
 _CODE_SPAN = re.compile(r"`[^`]*`")  # within a paragraph (no blank line), line breaks included
 _ABBREVIATION = re.compile(r"(?:\b(?:e\.g|i\.e|etc|vs|cf|approx|fig|no|mr|mrs|dr|st)|\b[A-Za-z])\.$", re.I)

@@ -565,6 +565,35 @@ def test_a_sentence_naming_a_tag_in_inline_code_is_quoted():
     assert "[1] docs/forms.md:L3" in result.answer
 
 
+@pytest.mark.parametrize(("line", "question"), [
+    ("Press <kbd>Ctrl</kbd>+<kbd>S</kbd> to save the current notebook immediately.",
+     "How do I save the current notebook immediately?"),
+    ("Start the billing worker with --port <PORT> and --region <REGION> set.", "How do I start the billing worker?"),
+])
+def test_a_sentence_of_prose_with_a_tag_in_it_is_quoted(line: str, question: str):
+    """A sentence holding any tag (<kbd>, a <PORT> placeholder) was taken for markup and never
+    quoted: the answer quoted the passage's other sentence, about something else."""
+    item = EvidenceItem("vector_search", "docs/keys.md", f"# Keys\n\nThe editor autosaves every minute.\n\n{line}", 1, 5, 0.8)
+    result = Agent(OfflineChatModel(), FakeToolbox({"vector_search": [[item]]}), Settings()).ask(question)
+    assert f"- {line} [1]" in result.answer, result.answer
+    assert "[1] docs/keys.md:L5" in result.answer
+
+
+def test_a_sentence_in_a_script_without_spaces_is_quoted_once_cited_once():
+    """A Japanese sentence was "no quotable text" (one run of letters is not three words), and
+    a quote ending in 。 got a second marker inside it: "日本語の説明 [1]。 [1]"."""
+    item = EvidenceItem("vector_search", "docs/ja.md",
+                        "# 設定\n\nサーバーはポート8080で待ち受けます。\nログは毎日ローテーションされます。", 1, 4, 0.8)
+    result = Agent(OfflineChatModel(), FakeToolbox({"vector_search": [[item]]}), Settings()).ask(
+        "ログは毎日ローテーションされますか？")
+    assert "- ログは毎日ローテーションされます。 [" in result.answer, result.answer
+    mixed = EvidenceItem("vector_search", "docs/mixed.md", "The widget manual — 日本語の説明。\nThe widget runs on port 8080.",
+                         1, 2, 0.8)
+    result = Agent(OfflineChatModel(), FakeToolbox({"vector_search": [[mixed]]}), Settings()).ask(
+        "What does the widget manual say?")
+    assert "- The widget manual — 日本語の説明。 [1]\n" in result.answer, result.answer
+
+
 def test_offline_quotes_a_table_that_holds_the_answer_as_a_table():
     """A chunk that is a table was answered "The passages found have no quotable text": its
     rows are no sentences. A short table is quoted whole, a long one as its header and the

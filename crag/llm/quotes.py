@@ -37,7 +37,10 @@ def same_text(a: str, b: str) -> bool:
     return a in b or b in a
 
 
-_HTML = re.compile(r"</?[A-Za-z][^>]*>|<!--|<[A-Za-z][\w:-]*\s[^<>]*=[^<>]*$")  # or a tag cut at a full stop in it
+_TAG = re.compile(r"</?[A-Za-z][^<>]*>")
+_HTML_ONLY = re.compile(r"<!--|<[A-Za-z][\w:-]*\s[^<>]*=[^<>]*$")  # a comment, or a tag cut at a full stop in it
+# letters of scripts written without spaces between words: two of them count as a word
+_UNSPACED = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u0e00-\u0e7f]")
 _INLINE_CODE = re.compile(r"(`+)[^`\n]+?\1")
 _LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
 _ADMONITION = re.compile(r"^\s*(?:\[![A-Za-z]+\]|!!!|\?\?\?|:::|///|\{\*.*\*\}\s*$)")  # or an include: {* file *}
@@ -61,13 +64,19 @@ def _one_line(text: str) -> str:
 
 def _markup_only(sentence: str) -> bool:
     """Whether a sentence is markup rather than prose: HTML, an admonition marker, an include
-    directive (``{* file.py *}``), a link definition, a template tag, an attribute list, links only."""
-    if _HTML.search(_INLINE_CODE.sub(" ", sentence)) or _CITE_LIKE.search(sentence):  # a `<tag>` in code is prose
+    directive (``{* file.py *}``), a link definition, a template tag, an attribute list, links only.
+    Prose with a tag or two in it ("Press <kbd>Ctrl</kbd>+<kbd>S</kbd> to save.", "Start it with
+    --port <PORT>.") is prose: the tags are markup only when they outweigh the text between them."""
+    code_free = _INLINE_CODE.sub(" ", sentence)  # a `<tag>` in code is prose
+    if _HTML_ONLY.search(code_free) or _CITE_LIKE.search(sentence):
         return True
     if _ADMONITION.match(sentence) or _DIRECTIVE.match(sentence):
         return True
-    prose = _LINK.sub(" ", sentence)
-    return len(re.findall(r"[^\W\d_]{2,}", prose)) < 3
+    tags = sum(len(t) for t in _TAG.findall(code_free))
+    prose = _LINK.sub(" ", _TAG.sub(" ", sentence))
+    if tags and tags > len(" ".join(prose.split())):
+        return True
+    return len(re.findall(r"[^\W\d_]{2,}", prose)) + len(_UNSPACED.findall(prose)) // 2 < 3
 
 
 def _code_block(text: str) -> str | None:
