@@ -87,14 +87,17 @@ _AUTH_VALUE = re.compile(
 _PASSWORD_VALUE = re.compile(r"(?i)\b(password\s*=\s*)('(?:[^'\\]|\\.)*'?|[^\s&#]+)")
 
 # ESC sequences: CSI (ESC [ ... final), OSC (ESC ] ... BEL or ST), DCS/SOS/PM/APC strings,
-# two-character escapes; and their 8-bit C1 forms (CSI U+009B, OSC U+009D, ...).
+# two-character escapes; and their 8-bit C1 forms (CSI U+009B, OSC U+009D, ...). A string
+# sequence is one only with its terminator, within a line: an opener alone (U+009D is common
+# in text decoded twice: "â€\x9d" for a closing quote) goes as a control character, and the
+# text after it stays.
 _ESCAPES = re.compile(
     r"\x1b\[[0-?]*[ -/]*[@-~]?"
-    r"|\x1b\][^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"
-    r"|\x1b[PX^_][^\x1b\x9c]*(?:\x1b\\|\x9c)?"
+    r"|\x1b\][^\x07\x1b\x9c\n]{0,4096}(?:\x07|\x1b\\|\x9c)"
+    r"|\x1b[PX^_][^\x1b\x9c\n]{0,4096}(?:\x1b\\|\x9c)"
     r"|\x1b[ -/]*[0-~]?"
     r"|\x9b[0-?]*[ -/]*[@-~]?"
-    r"|[\x9d\x90\x98\x9e\x9f][^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"
+    r"|[\x9d\x90\x98\x9e\x9f][^\x07\x1b\x9c\n]{0,4096}(?:\x07|\x1b\\|\x9c)"
 )
 _UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp", "Co", "Cn"})
 

@@ -32,6 +32,17 @@ def test_for_terminal_removes_c1_controls_and_bidi_overrides_and_replaces_undeco
     assert for_terminal("naïve 日本語 😀 emoji\u200djoin") == "naïve 日本語 😀 emoji\u200djoin"
 
 
+def test_an_escape_string_opened_and_never_closed_takes_nothing_after_it() -> None:
+    """A lone U+009D (text decoded twice: "â€\x9d" for a closing quote) was read as an
+    operating-system command running to the end of the text: the rest of the answer, its
+    sources and its usage block were not printed, exit status 0."""
+    answer = "The phrase is â€œhelloâ€\x9d and more.\n\n[1] kb/quotes.md:L3\n\n---\n📊 **LLM Usage Stats:**"
+    assert for_terminal(answer) == answer.replace("\x9d", "")
+    for opener in ("\x1b]0;", "\x1bP", "\x90", "\x98", "\x9e", "\x9f"):
+        assert for_terminal(f"a {opener}b\nnext line").endswith("b\nnext line")
+    assert for_terminal("a \x9d0;title\x9c b") == "a  b"  # closed: still a sequence, removed whole
+
+
 def test_display_name_escapes_newlines_controls_and_bytes_that_are_not_utf8() -> None:
     assert display_name("docs/setup.md") == "docs/setup.md"
     assert display_name("docs/日本語.md") == "docs/日本語.md"
