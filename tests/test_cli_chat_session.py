@@ -51,6 +51,16 @@ def test_an_empty_line_still_ends_the_session(project: Path) -> None:
         assert (code, err, out.count("LLM Usage Stats")) == (0, "", 1)
 
 
+def test_a_slash_word_is_a_command_never_a_question(project: Path) -> None:
+    """"/help" was sent to the model as a question (three calls, an answer about the knowledge
+    base); a chat user types it, and "/clear", to find out what the session takes."""
+    code, out, err = cli("chat", stdin="/help\n/clear\nhow long are backups kept\n")
+    assert code == 0
+    assert err == "crag: error: chat has no command /clear; /help says what it takes\n"
+    assert out.count("LLM Usage Stats") == 1
+    assert logged_questions() == ["how long are backups kept"]
+
+
 def test_typed_questions_are_edited_with_readline_when_the_answers_are_redirected(project: Path) -> None:
     """``crag chat > answers.md`` (or ``| tee``): the questions are typed at a terminal, so the
     arrow keys edit the line and Up recalls the last question (docs/cli.md, "chat"). With

@@ -18,6 +18,7 @@ import argparse
 import contextlib
 import io
 import os
+import re
 import sys
 from collections.abc import Iterator
 from typing import TextIO
@@ -248,6 +249,11 @@ class LineTooLong(UsageError):
 # A line that ends the session as an empty line does, as a user of a shell or a REPL types it;
 # never sent to the model as a question.
 ENDINGS = frozenset({"exit", "quit", "/exit", "/quit", "exit()", "quit()", ":q", "bye"})
+HELP = frozenset({"/help", "/?"})
+# A line of one slash word ("/clear", "/history") is a command a chat user tried, never a question.
+_COMMAND = re.compile(r"/[A-Za-z][\w-]*")
+HELP_TEXT = ("Type a question about your knowledge base; earlier questions of the session go with it. "
+             "An empty line, exit, /exit or Ctrl-D ends the session; Ctrl-C stops an answer; /help shows this.\n")
 
 
 def cmd_chat(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -308,6 +314,14 @@ def cmd_chat(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             # by the agent with its one line (docs/cli.md, "Questions and queries").
             if not line.rstrip("\r\n") or line.strip().lower() in ENDINGS:
                 break
+            word = line.strip()
+            if word.lower() in HELP or _COMMAND.fullmatch(word):
+                if word.lower() not in HELP:
+                    print(f"crag: error: chat has no command {for_terminal(word)}; /help says what it takes",
+                          file=err)
+                talk.write(HELP_TEXT)
+                talk.flush()
+                continue
             if not_utf8(line):
                 print("crag: error: that line is not UTF-8 text; type it again", file=err)
                 continue
