@@ -162,6 +162,22 @@ def interrupted_while_answering(llm: FakeOpenAIServer, kb: Path, args: list[str]
     return code, term.text
 
 
+def test_ctrl_c_with_json_on_a_terminal_says_interrupted_on_a_clean_line(llm: FakeOpenAIServer, kb: Path) -> None:
+    """With ``--json`` nothing of crag's is on the terminal to erase, and the ``^C`` it echoed
+    ran into the line: ``^Ccrag: interrupted``. The line now starts by clearing its row."""
+    llm.script("synthesize", Delay(20, REPLY))
+    term = Terminal(["ask", "--json", QUESTION], kb, child_env(kb, llm))
+    try:
+        deadline = time.monotonic() + 60
+        while not any(r.node == "synthesize" for r in llm.requests):
+            assert time.monotonic() < deadline and term.proc.poll() is None
+            time.sleep(0.1)
+        term.proc.send_signal(signal.SIGINT)
+    finally:
+        code = term.finish()
+    assert code == 130 and "\r\033[Kcrag: interrupted" in term.text, term.text
+
+
 def test_ctrl_c_on_a_terminal_erases_the_status_and_exits_130(llm: FakeOpenAIServer, kb: Path) -> None:
     code, shown = interrupted_while_answering(llm, kb, ["ask", QUESTION])
     assert code == 130 and "crag: interrupted" in shown and "Traceback" not in shown

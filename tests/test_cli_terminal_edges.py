@@ -121,3 +121,16 @@ def test_kb_indexing_progress_is_not_shown_off_a_terminal() -> None:
     notes(1, 3, "notes/first.md")
     notes.clear()
     assert err.getvalue() == "" and not notes.tty
+
+
+def test_a_soft_hyphen_takes_the_column_terminals_draw_it_in(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Counted 0 columns where xterm and VTE draw it 1, a preview row of soft hyphens clipped
+    to the width wrapped, and the erase left the step line above the answer."""
+    from crag.cli.live import width
+    from tests.test_cli_ask_terminal import live_screen
+
+    assert width("\u00ad") == 1
+    screen, err = live_screen(monkeypatch, 30)
+    screen.event(AnswerStarted(()))
+    screen.event(AnswerDelta("co\u00adop\u00ader\u00ada\u00adtion " * 6))
+    assert all(sum(width(ch) for ch in row) <= 29 for row in rows_written(err.getvalue()))

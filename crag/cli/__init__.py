@@ -249,11 +249,21 @@ def _main(argv: Sequence[str] | None, out: TextIO, err: TextIO, stdin: TextIO | 
         _say(err, f"crag: error: {message}")
         return 1
     except KeyboardInterrupt:
-        _say(err, "crag: interrupted")
+        _say(err, _line_start(err) + "crag: interrupted")
         return 130
     except Terminated:
         _say(err, "crag: terminated")
         return TERMINATED
+
+
+def _line_start(err: TextIO) -> str:
+    """What puts the line that ends a run at the start of a clean line of a terminal: the
+    terminal wrote ``^C`` where the cursor was (with ``--json``, or the answer piped, nothing
+    of crag's erases it)."""
+    from .common import isatty
+    from .live import dumb_terminal
+
+    return "\r\033[K" if isatty(err) and not dumb_terminal() else ""
 
 
 def _say(err: TextIO, line: str) -> None:

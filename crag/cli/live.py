@@ -64,7 +64,11 @@ def dumb_terminal(environ: dict[str, str] | None = None) -> bool:
 
 
 def width(ch: str) -> int:
-    """The columns ``ch`` takes on a terminal: 0 for combining marks, 2 for wide characters."""
+    """The columns ``ch`` takes on a terminal: 0 for combining marks, 2 for wide characters;
+    a soft hyphen 1, as terminals draw it (counted 0, a clipped line wrapped and the erase
+    left a row of the status behind)."""
+    if ch == "\u00ad":
+        return 1
     if unicodedata.combining(ch) or unicodedata.category(ch) in ("Mn", "Me", "Cf"):
         return 0
     return 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
