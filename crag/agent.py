@@ -424,7 +424,9 @@ def search(toolbox: Toolbox, query: str, top_k: int) -> tuple[EvidenceItem, ...]
     The one retrieval-only search: ``Agent.search``, ``crag search`` and the MCP server's
     ``search`` all run it, so they return the same hits for the same arguments."""
     _check_text("the search query", query)
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+    if isinstance(top_k, bool) or not isinstance(top_k, int):
+        raise UsageError(f"top_k must be a whole number of hits (an int), got {top_k!r}")
+    if top_k < 1:
         raise UsageError(f"top_k must be at least 1, got {top_k!r}")
     call = question_search(toolbox.tools(), valid_text(query), min(top_k, MAX_TOP_K))
     if call is None:

@@ -180,8 +180,11 @@ def test_arguments_of_the_wrong_type_are_one_usage_error_not_a_type_or_attribute
             asyncio.run(agent.aask("which port?", history=history))
     with pytest.raises(crag.UsageError, match=r"^on_event must be callable"):
         agent.ask("which port?", on_event="print")
-    with pytest.raises(crag.UsageError, match=r"^top_k must be at least 1, got '5'$"):
-        agent.search("port", top_k="5")
+    for wrong in ("5", 2.0):  # "top_k must be at least 1, got '5'" said the wrong thing
+        with pytest.raises(crag.UsageError, match=rf"^top_k must be a whole number of hits \(an int\), got {wrong!r}$"):
+            agent.search("port", top_k=wrong)
+    with pytest.raises(crag.UsageError, match=r"^top_k must be at least 1, got 0$"):
+        agent.search("port", top_k=0)
     env = {"KB_AGENT_INDEX_DIR": str(tmp_path / "i"), "KB_AGENT_LLM": "offline"}
     for kb in (5, [None], ["docs", 3]):
         with pytest.raises(crag.UsageError, match=r"^kb must be a path or a list of paths"):
