@@ -28,7 +28,7 @@ from typing import Any
 from attrs import evolve
 
 from .budget import HEADROOM, prompt_tokens
-from .errors import LLMContextError, LLMError, ToolError, UsageError
+from .errors import CragError, LLMContextError, LLMError, ToolError, UsageError
 from .events import AnswerDelta, AnswerStarted, EventHandler, NodeFinished, NodeStarted, RetryWaiting
 from .graph import END, START, TRANSITIONS, GraphError, Node, Outcome, next_node
 from .grounding import missing
@@ -186,12 +186,12 @@ class Driver:
         """One node: prepare its step, perform the step's request, record it, apply the step
         with the reply; the new state and the node that comes next (``END`` after the last)."""
         name = _NAMES[node]
-        if on_event is not None:
-            on_event(NodeStarted(name))
         module = NODES[node]
         cfg = self.cfg if state.context_window is None else self.config(state)
         usage = state.usage
         try:  # an error leaving the step carries the calls already paid for (``LLMError.spent``)
+            if on_event is not None:  # a handler may stop the run here (``Agent``: no usable index)
+                on_event(NodeStarted(name))
             step = module.prepare(state, cfg)
             request = step.request
             if request is None:
@@ -218,9 +218,9 @@ class Driver:
                 with _waits_reported(name, on_event) as relay:
                     reply, step, usage, state, cfg = self._perform(module, node, name, state, cfg, step, usage, on_event,
                                                                    relay)
-        except (LLMError, UsageError) as err:  # a prompt that cannot fit is a UsageError
-            if err.spent is None:
-                err.spent = usage
+        except CragError as err:  # a prompt that cannot fit is a UsageError; an index gone, a KnowledgeBaseError
+            if getattr(err, "spent", None) is None:
+                err.spent = usage  # type: ignore[attr-defined]
             raise
         # The step's bookkeeping before apply, so synthesize's usage block counts its own call.
         if module.ASKS_MODEL:  # listed also when it asked nothing (a fast path): 0 calls

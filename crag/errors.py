@@ -34,8 +34,8 @@ class CragError(Exception):
     exit_status = 1
 
     def cost_note(self) -> str:
-        """What the question had cost when this failed (the ``spent`` usage an ``LLMError`` or a
-        ``UsageError`` carries), to end its one line with: "; before it, this question made 3
+        """What the question had cost when this failed (the ``spent`` usage the driver gives
+        an error leaving a step after calls were paid for), to end its one line with: "; before it, this question made 3
         LLM calls (1,234 tokens)", or "" when it had made none."""
         spent = getattr(self, "spent", None)
         calls = getattr(spent, "llm_calls", 0)

@@ -398,3 +398,29 @@ def test_the_time_of_a_request_refused_as_too_long_counts_in_its_nodes_latency()
             OpenAIChatModel(settings_).complete(LLMRequest("synthesize", GradeTask("q", ()),
                                                            ({"role": "user", "content": "word " * 900},), max_tokens=200))
         assert caught.value.latency_ms > 0
+
+
+def test_a_question_that_finds_no_index_after_routing_says_what_routing_cost(tmp_path, monkeypatch):
+    """With no index a question is routed (a greeting is answered without one), then fails as
+    planning starts: the error line did not say that the routing call had been paid for, as a
+    server failing mid-question says its calls."""
+    import io
+
+    from crag.cli import main
+
+    from .fakes import clean_env, route
+
+    clean_env(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KB_AGENT_INDEX_DIR", str(tmp_path / "none"))
+    with FakeOpenAIServer() as srv:
+        srv.default("analyze_and_route", route("complex"))
+        for key, value in {"OPENAI_BASE_URL": srv.base_url, "OPENAI_API_KEY": "k"}.items():
+            monkeypatch.setenv(key, value)
+        out, err = io.StringIO(), io.StringIO()
+        code = main(["ask", QUESTION], out, err)
+        nodes = srv.nodes()
+    line = err.getvalue().splitlines()[-1]
+    assert code == 1 and out.getvalue() == "" and nodes == ["analyze_and_route"]
+    assert line.startswith("crag: error: no index in ")
+    assert re.search(r"; before it, this question made 1 LLM call \([\d,]+ tokens\)$", line), line
