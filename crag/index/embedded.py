@@ -70,7 +70,7 @@ class EmbeddedStore:
                 }
             meta = gen.meta
             return StoreState(
-                gen.name,
+                layout.generation_version(gen),
                 meta.get("embedder", "unknown"),
                 integrity.int_meta(meta, "dim", self.index_dir, self.reindex_hint, 0),
                 meta.get("chunker", ""),
@@ -109,7 +109,7 @@ class EmbeddedStore:
             return _WriteErrors.around(lambda: EmbeddedUpdate(self.index_dir, embedder, None, chunker), self, False)
         gen = layout.open_generation(self.index_dir)
         try:
-            if gen.name != base.version:
+            if layout.generation_version(gen) != base.version:
                 raise IndexStoreError(
                     f"the index in {self.index_dir} changed during the update: try again", self.index_dir
                 )

@@ -72,6 +72,7 @@ __all__ = [
     "current_version",
     "fsync_dir",
     "fsync_file",
+    "generation_version",
     "next_generation",
     "open_generation",
     "publish",
@@ -196,6 +197,16 @@ def current_version(index_dir: str) -> str | None:
     except OSError:
         st = None
     return version_of(name, st)
+
+
+def generation_version(gen: Generation) -> str:
+    """``version_of`` a generation opened for reading, from the database file it holds open."""
+    fd = gen.held.get(DATABASE)
+    try:
+        st = os.fstat(fd) if fd is not None else os.stat(gen.db_path)
+    except OSError:
+        st = None
+    return version_of(gen.name, st)
 
 
 def current_exists(index_dir: str) -> bool:

@@ -27,14 +27,13 @@ from . import lexical, vectors
 from .documents import REINDEX, embedder_mismatch, fts_match, fts_phrase, fts_query, query_terms
 from .fusion import SearchWeights
 from .layout import (
-    DATABASE,
     VECTORS,
     Generation,
     current_generation,
+    generation_version,
     open_generation,
     read_vectors,
     reindex_hint,
-    version_of,
 )
 from .search import hybrid_search
 
@@ -71,16 +70,6 @@ def indexed_roots(index_dir: str) -> tuple[str, ...]:
         gen.close()
 
 
-def _version(gen: Generation) -> str:
-    """The version of ``gen`` as ``EmbeddedStore.version`` reads it from the folder (layout.version_of)."""
-    fd = gen.held.get(DATABASE)
-    try:
-        st = os.fstat(fd) if fd is not None else os.stat(gen.db_path)
-    except OSError:
-        st = None
-    return version_of(gen.name, st)
-
-
 class IndexReader:
     """A published generation opened for search. Thread-safe; ``close`` when done.
 
@@ -93,7 +82,7 @@ class IndexReader:
         self._gen = gen
         self.index_dir = gen.index_dir
         self.generation = gen.name
-        self.version = _version(gen)
+        self.version = generation_version(gen)
         self.embedder = embedder
         self.weights = weights or SearchWeights()
         meta = gen.meta
