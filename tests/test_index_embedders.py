@@ -377,7 +377,7 @@ def test_an_index_whose_files_are_unchanged_is_re_embedded_when_its_vectors_chan
     with FakeOpenAIServer(embedding_dim=32) as srv:
         monkeypatch.setenv("OPENAI_BASE_URL", srv.base_url)
         code, out, err = cli("search", "alpha retention")
-        assert code == 1 and "32-dimensional" in err and "crag index" in err, err
+        assert code == 1 and "32-dimensional" in err and "`python -m crag index docs` to re-index" in err, err
         code, out, err = cli("index", "docs")
         assert code == 0 and out.startswith("re-embedded everything: the index was built with"), out + err
         assert "(now 32 dimensions)" in out

@@ -217,6 +217,30 @@ def test_the_embedder_is_recorded_and_checked(kb: Path, cfg: Settings) -> None:
         assert reader.search("expire after ninety days", 1)[0].path.endswith("auth.md")
 
 
+def test_an_embedder_whose_vectors_changed_length_names_the_roots_to_re_index(
+    kb: Path, cfg: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same embedder name giving vectors of another length (another model pulled under
+    that tag) is another embedder: the search error named `index PATH` where the error for an
+    embedder of another name names the index's roots."""
+
+    class Resized:
+        name = HashEmbedder().name
+        dim = 512
+
+        def embed(self, texts):
+            return HashEmbedder(512).embed(texts)
+
+    monkeypatch.chdir(kb.parent)
+    index_roots(cfg, [kb])
+    with open_index(cfg, Resized()) as reader, pytest.raises(EmbedderMismatchError) as err:
+        reader.search("tokens expire", 3)
+    assert str(err.value) == (
+        f"the embedder {HashEmbedder().name} returned 512-dimensional vectors, the index holds "
+        f"{HashEmbedder().dim}: run `python -m crag index kb` to re-index"
+    )
+
+
 def test_a_failed_update_leaves_the_previous_state(kb: Path, cfg: Settings) -> None:
     index_roots(cfg, [kb])
     before = open_store(cfg).state()

@@ -17,7 +17,7 @@ from ..errors import EmbedderMismatchError
 from ..text import STOPWORDS
 from .chunker import CHUNKER_VERSION
 
-__all__ = ["REINDEX", "chunker_id", "embed_text", "embedder_mismatch", "fts_match", "fts_phrase", "fts_query", "query_terms", "reindex", "title_words"]
+__all__ = ["REINDEX", "chunker_id", "dim_mismatch", "embed_text", "embedder_mismatch", "fts_match", "fts_phrase", "fts_query", "query_terms", "reindex", "title_words"]
 
 REINDEX = "run `python -m crag index PATH` to re-index"
 
@@ -26,6 +26,17 @@ def embedder_mismatch(built_with: str, configured: str, roots: Sequence[str], lo
     """The one error for an index built with another embedder than the configured one."""
     return EmbedderMismatchError(
         f"index was built with {built_with}, configured embedder is {configured}: {reindex(roots)}", location
+    )
+
+
+def dim_mismatch(
+    embedder: str, got: int, held: int, roots: Sequence[str], location: str | None
+) -> EmbedderMismatchError:
+    """The error for an embedder whose vectors are no longer as long as the index's (another
+    model under the same name): another embedder, so its advice names the roots as well."""
+    return EmbedderMismatchError(
+        f"the embedder {embedder} returned {got}-dimensional vectors, the index holds {held}: {reindex(roots)}",
+        location,
     )
 
 

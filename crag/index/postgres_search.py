@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import IndexStoreError
 from ..ports import ChunkRow, Hit, StoreState
 from . import lexical
-from .documents import REINDEX, query_terms
+from .documents import dim_mismatch, query_terms
 from .fusion import SearchWeights
 from .postgres_connections import PerThread
 from .postgres_schema import SCHEMA, fold
@@ -172,11 +172,7 @@ class PostgresRetriever:
     def embed_query(self, query: str) -> np.ndarray:
         vec = self.embedder.embed([query])
         if vec.shape != (1, self.dim):
-            raise IndexStoreError(
-                f"the embedder {self.embedder.name} returned {vec.shape[-1]}-dimensional vectors, the index holds "
-                f"{self.dim}: {REINDEX}",
-                self.index_dir,
-            )
+            raise dim_mismatch(self.embedder.name, vec.shape[-1], self.dim, self.roots, self.index_dir)
         return vec
 
     def vector_ranking(self, query_vec: np.ndarray, k: int, roots: Sequence[str] | None = None) -> list[tuple[int, float]]:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import IndexStoreError
 from ..ports import ChunkRow, Hit
 from . import lexical, vectors
-from .documents import REINDEX, embedder_mismatch, fts_match, fts_phrase, fts_query, query_terms
+from .documents import dim_mismatch, embedder_mismatch, fts_match, fts_phrase, fts_query, query_terms
 from .fusion import SearchWeights
 from .layout import (
     VECTORS,
@@ -184,11 +184,7 @@ class IndexReader:
     def embed_query(self, query: str) -> np.ndarray:
         vec = self.embedder.embed([query])
         if vec.shape != (1, self.dim):
-            raise IndexStoreError(
-                f"the embedder {self.embedder.name} returned {vec.shape[-1]}-dimensional vectors, the index holds "
-                f"{self.dim}: {REINDEX}",
-                self.index_dir,
-            )
+            raise dim_mismatch(self.embedder.name, vec.shape[-1], self.dim, self.roots, self.index_dir)
         return vec
 
     def vector_ranking(
