@@ -180,6 +180,45 @@ def test_a_root_that_cannot_be_reached_is_kept_not_dropped_as_gone(kb: Path, mon
     assert cli("roots")[1].splitlines()[2] == "  notes  2 files, 2 chunks"
 
 
+@pytest.mark.skipif(os.geteuid() == 0 and not shutil.which("setpriv"), reason="root enters every folder")
+def test_a_root_folder_that_may_not_be_entered_itself_cannot_be_reached(kb: Path) -> None:
+    """`chmod 000` on the root itself (not on a folder on its way): `roots` showed it healthy,
+    `search` returned its files with no note and `crag index docs` did not name it, while
+    `crag index notes` said "knowledge-base folder notes cannot be read"."""
+    import subprocess
+    import sys
+
+    prefix = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search,-fowner", "--inh-caps",
+              "-dac_override,-dac_read_search,-fowner"] if os.geteuid() == 0 else []
+    if prefix and subprocess.run([*prefix, "true"], capture_output=True).returncode != 0:
+        pytest.skip("root enters every folder, and may not give that up here")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+
+    def crag(*argv: str) -> tuple[int, str, str]:
+        run = subprocess.run([*prefix, sys.executable, "-m", "crag", *argv], capture_output=True, text=True,
+                             env=env, cwd=kb, timeout=120)
+        return run.returncode, run.stdout, run.stderr
+
+    kept = "  notes  cannot be reached (Permission denied; 2 files, 2 chunks kept)"
+    (kb / "notes").chmod(0)
+    try:
+        code, out, err = crag("roots")
+        assert code == 0 and out.splitlines()[2] == kept, out + err
+        code, out, err = crag("search", "notes", "server", "port", "--json")
+        assert code == 0 and {h["path"] for h in json.loads(out)} <= {"docs/setup.md"}, out
+        assert err == ("crag: note: notes cannot be reached (Permission denied) and is left out of the "
+                       "search; its files stay in the index\n")
+        code, out, err = crag("index", "docs")
+        assert code == 0, err
+        assert "  notes: cannot be reached (Permission denied); its files stay in the index as they were" in out.splitlines()
+        assert crag("roots")[1].splitlines()[2] == kept
+        code, _, err = crag("index", "notes")
+        assert code == 1 and err == "crag: error: knowledge-base path notes cannot be reached (Permission denied)\n"
+    finally:
+        (kb / "notes").chmod(0o755)
+    assert cli("roots")[1].splitlines()[2] == "  notes  2 files, 2 chunks"
+
+
 @pytest.mark.parametrize("target", ["not-there", "notes"], ids=["dangling", "loop"])
 def test_a_root_replaced_by_a_link_to_nothing_is_missing_like_a_deleted_one(kb: Path, target: str) -> None:
     """``roots`` said such a root was missing and dropped by the next index, but search kept

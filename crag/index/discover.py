@@ -39,13 +39,14 @@ from attrs import field, frozen
 from ..errors import KnowledgeBaseError, UsageError
 from ..safe_text import display_name
 from .ignore import Ignores
+from .reach import is_gone, reachable, stat_error, unreachable  # re-exported here
 from .readers import MAX_TEXT_BYTES, decode_text, reader_for, utf16_codec, utf16_text  # decode_text: re-exported here
 
 __all__ = [
     "DOCUMENT_MAX_BYTES", "MAX_FILE_BYTES", "SKIP_DIRS", "TEXT_SUFFIXES", "BinaryFileError", "DiscoveredFile",
     "Discovery", "can_read", "decode_text", "discover", "excluded_reason", "is_binary", "is_gone",
-    "is_indexable_name", "is_text_name", "is_within", "missing_root", "normalize_root", "read_bytes",
-    "read_file_text", "relative_label", "size_limit", "split_lines", "stamp", "stat_error", "text_of", "unreachable"
+    "is_indexable_name", "is_text_name", "is_within", "missing_root", "normalize_root", "reachable",
+    "read_bytes", "read_file_text", "relative_label", "size_limit", "split_lines", "stamp", "stat_error", "text_of", "unreachable"
 ]
 
 TEXT_SUFFIXES = frozenset(
@@ -126,33 +127,6 @@ def normalize_root(root: str | os.PathLike[str], cwd: str | os.PathLike[str] | N
     if not os.path.isabs(raw):
         raw = os.path.join(os.fspath(cwd) if cwd is not None else os.getcwd(), raw)
     return os.path.realpath(raw)
-
-
-def stat_error(path: str) -> OSError | None:
-    """Why ``os.stat(path)`` fails (None: it does not), for ``is_gone`` and ``unreachable``."""
-    try:
-        os.stat(path)
-    except OSError as exc:
-        return exc
-    return None
-
-
-def is_gone(path: str) -> bool:
-    """Whether ``path`` is gone from disk: it (or a folder on its way) does not exist, or it is
-    a symbolic link to nothing or round in a loop. A path that cannot be reached for another
-    reason (a folder on its way that may not be entered, an I/O error, a mount that went
-    stale) is not gone: its files are kept in the index rather than dropped."""
-    exc = stat_error(path)
-    return exc is not None and exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP)
-
-
-def unreachable(path: str) -> str | None:
-    """Why ``path``, which is not gone, cannot be reached now (``Permission denied``); None
-    when it can, or when it is gone (``is_gone``)."""
-    exc = stat_error(path)
-    if exc is None or exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
-        return None
-    return exc.strerror or str(exc)
 
 
 def missing_root(path: str) -> str:

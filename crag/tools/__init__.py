@@ -179,7 +179,8 @@ class Toolbox:
 
         A root of the index whose folder is gone from disk is left out: its chunks stay in
         the index until the next ``index`` drops them, but are never returned as if nothing
-        had happened (``missing_roots`` names them). Not with a database (``KB_AGENT_STORE``):
+        had happened (``missing_roots`` names them); so is one that cannot be reached now
+        (it, or a folder on its way, may not be entered), whose chunks stay. Not with a database (``KB_AGENT_STORE``):
         it is shared by machines, and a root absent from this one is most often the indexer's
         (docs/postgresql.md: a reader needs only the database to search); its hits are returned
         and ``missing_roots`` still names it, for the note that file tools cannot open it here.
@@ -188,21 +189,28 @@ class Toolbox:
             return self._roots
         if self.settings.store:
             return None
+        from ..index.discover import reachable
+
         roots = self.retriever().roots
-        present = tuple(r for r in roots if os.path.exists(r))
+        present = tuple(r for r in roots if reachable(r))
         return None if len(present) == len(roots) else present
 
     def file_roots(self) -> tuple[str, ...]:
-        """The roots file tools (grep_search, read_file) look in (those still on disk)."""
+        """The roots file tools (grep_search, read_file) look in (those on disk that can be reached)."""
+        from ..index.discover import reachable
+
         if self._roots is not None:
             return self._roots
-        return tuple(r for r in self.store().roots() if os.path.exists(r))
+        return tuple(r for r in self.store().roots() if reachable(r))
 
     def missing_roots(self) -> tuple[str, ...]:
-        """Roots of the index that are gone from disk, and so left out of every tool."""
+        """Roots of the index that are gone from disk or cannot be reached now, and so left out
+        of every tool."""
+        from ..index.discover import reachable
+
         if self._roots is not None:
             return ()
-        return tuple(r for r in self.store().roots() if not os.path.exists(r))
+        return tuple(r for r in self.store().roots() if not reachable(r))
 
     def label(self, path: str) -> str:
         """A path as citations show it: relative to ``cwd`` when under it, else absolute."""

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import KnowledgeBaseError, ToolError
-from ..index.discover import MAX_FILE_BYTES, discover, read_bytes, split_lines, text_of
+from ..index.discover import MAX_FILE_BYTES, discover, reachable, read_bytes, split_lines, text_of
 from ..pages import PAGE_LINES, is_paged
 from ..prompts.find import find_identifiers
 from ..state import AuditEvent, EvidenceItem
@@ -47,7 +47,7 @@ def run(args: Mapping[str, Any], context: ToolContext) -> ToolResult:
         raise ToolError(NAME, f"invalid regular expression {pattern!r}: {exc}") from exc
     roots = context.file_roots()
     try:
-        found = discover([r for r in roots if os.path.exists(r)], exclude=[context.index_dir], max_bytes=MAX_FILE_BYTES)
+        found = discover([r for r in roots if reachable(r)], exclude=[context.index_dir], max_bytes=MAX_FILE_BYTES)
     except KnowledgeBaseError as exc:
         raise ToolError(NAME, str(exc)) from exc
     texts: list[tuple[str, list[str]]] = []

@@ -1,0 +1,64 @@
+"""Whether a path is on disk and can be reached now, as crag tells a root's state.
+
+A root is gone (it, or a folder on its way, does not exist; a symbolic link to nothing or
+round in a loop): its files leave the index with the next update. Or it is there but cannot
+be reached now (the root folder itself, or a folder on its way, may not be entered or listed;
+an I/O error; a network mount that went stale): its files are kept as they were. Or it is
+reachable. ``crag.index.build``, ``crag roots``, the search notes and the toolbox all ask here.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+
+__all__ = ["is_gone", "reachable", "stat_error", "unreachable"]
+
+_GONE = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP)
+
+
+def stat_error(path: str) -> OSError | None:
+    """Why ``os.stat(path)`` fails (None: it does not), for ``is_gone`` and ``unreachable``."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        return exc
+    return None
+
+
+def is_gone(path: str) -> bool:
+    """Whether ``path`` is gone from disk: it (or a folder on its way) does not exist, or it is
+    a symbolic link to nothing or round in a loop. A path that cannot be reached for another
+    reason (a folder on its way that may not be entered, an I/O error, a mount that went
+    stale) is not gone: its files are kept in the index rather than dropped."""
+    exc = stat_error(path)
+    return exc is not None and exc.errno in _GONE
+
+
+def unreachable(path: str) -> str | None:
+    """Why ``path``, which is not gone, cannot be reached now (``Permission denied``): a folder
+    on its way, or the folder itself, may not be entered, or it may not be listed; None when it
+    can, or when it is gone (``is_gone``)."""
+    exc = stat_error(path) or _folder_error(path)
+    if exc is None or exc.errno in _GONE:
+        return None
+    return exc.strerror or str(exc)
+
+
+def reachable(path: str) -> bool:
+    """Whether ``path`` is on disk and can be reached now: neither gone nor ``unreachable``."""
+    return stat_error(path) is None and _folder_error(path) is None
+
+
+def _folder_error(path: str) -> OSError | None:
+    """Why the folder ``path`` cannot be listed or entered (``chmod 000``); None when it can, or
+    when it is no folder."""
+    if not os.path.isdir(path):
+        return None
+    try:
+        with os.scandir(path):  # opening it needs leave to list it
+            pass
+        os.stat(os.path.join(path, os.curdir))  # looking inside it needs leave to enter it
+    except OSError as exc:
+        return exc
+    return None
