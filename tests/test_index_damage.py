@@ -259,3 +259,69 @@ def test_rebuilding_an_index_of_an_older_format_keeps_every_root_it_held(kb: Pat
     code, out, err = cli("index", "docs")
     assert code == 0 and "re-embedded everything" in out and "indexed 2 path(s)" in out, (out, err)
     assert [row.split()[0] for row in cli("roots")[1].splitlines()[1:]] == ["docs", "notes"]
+
+
+@pytest.mark.parametrize("damage", ["garbage", "missing", "dangling"])
+def test_rebuilding_an_index_whose_current_file_is_damaged_keeps_every_root_it_held(kb: Path, damage: str) -> None:
+    """`CURRENT` holding garbage, deleted, or naming a generation that is not there, beside an
+    intact generation: `crag index docs` rebuilt the index with docs alone and deleted the
+    generation that still held notes, without a word; with `CURRENT` deleted, search said "no
+    index" and the rebuild was not even called one."""
+    expected = hits("backups port")
+    current = kb / "index" / "CURRENT"
+    if damage == "garbage":
+        current.write_bytes(b"\x00garbage\xff\n")
+    elif damage == "missing":
+        current.unlink()
+    else:
+        current.write_text("gen-000099\n")
+    code, out, err = cli("search", "port")
+    line = one_error_line(err)
+    assert code == 1 and not out and f"the index in {kb / 'index'} is damaged (" in line, line
+    if damage == "missing":
+        assert "damaged (CURRENT is missing)" in line, line
+    code, out, err = cli("index", "docs")
+    assert code == 0, err
+    assert out.startswith("re-embedded everything: the previous index could not be read"), out
+    assert "indexed 2 path(s)" in out, out
+    assert [row.split()[0] for row in cli("roots")[1].splitlines()[1:]] == ["docs", "notes"]
+    assert hits("backups port") == expected
+
+
+def test_a_generation_an_indexer_left_unfinished_is_no_index(kb: Path) -> None:
+    """An indexer killed before it first published leaves a generation whose database does not
+    name it: that folder is no index (`search` says so), not a damaged one."""
+    import sqlite3
+
+    shutil.rmtree(kb / "index")
+    (kb / "index" / "gen-000001").mkdir(parents=True)
+    conn = sqlite3.connect(kb / "index" / "gen-000001" / "chunks.sqlite")
+    conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+    conn.execute("CREATE TABLE roots (path TEXT PRIMARY KEY)")
+    conn.close()
+    code, out, err = cli("search", "port")
+    assert code == 1 and one_error_line(err).startswith(f"crag: error: no index in {kb / 'index'}: "), err
+    code, out, err = cli("index", "docs")
+    assert code == 0 and not out.startswith("re-embedded") and "indexed 1 path(s)" in out, out + err
+    assert [p.name for p in (kb / "index").iterdir() if p.name.startswith("gen-")] == ["gen-000001"]
+
+
+def test_a_failed_rebuild_of_an_index_that_lost_its_current_file_keeps_its_generation(
+    kb: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rebuild removed the generation `CURRENT` had named before it began, taking the
+    folder for leftovers of a first index: when the rebuild then failed, notes was lost to
+    every later run."""
+    (kb / "index" / "CURRENT").unlink()
+    with monkeypatch.context() as failing:
+        failing.setenv("KB_AGENT_EMBEDDER", "openai")
+        failing.setenv("KB_AGENT_EMBEDDING_BASE_URL", "http://127.0.0.1:9/v1")  # nothing listens there
+        failing.setenv("KB_AGENT_EMBEDDING_MODEL", "gone-embed")
+        failing.setenv("OPENAI_API_KEY", "sk-test")
+        failing.setenv("KB_AGENT_LLM_MAX_RETRIES", "0")
+        code, out, err = cli("index", "docs")
+        assert code == 1 and one_error_line(err), out + err
+    assert [p.name for p in (kb / "index").iterdir() if p.name.startswith("gen-")] == ["gen-000001"]
+    code, out, err = cli("index", "docs")
+    assert code == 0 and "indexed 2 path(s)" in out, out + err
+    assert [row.split()[0] for row in cli("roots")[1].splitlines()[1:]] == ["docs", "notes"]

@@ -104,7 +104,7 @@ class EmbeddedStore:
         """A new generation on top of ``base`` (which must be the published one), or from empty."""
         self._make_dir()
         if base is None:
-            if not layout.current_exists(self.index_dir):
+            if not layout.current_exists(self.index_dir) and not layout.published_generations(self.index_dir):
                 layout.cleanup(self.index_dir, None)  # leftovers of an indexer killed before its first publish
             return _WriteErrors.around(lambda: EmbeddedUpdate(self.index_dir, embedder, None, chunker), self, False)
         gen = layout.open_generation(self.index_dir)

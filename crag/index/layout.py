@@ -24,7 +24,10 @@ atomically (``publish``: write a temporary file, fsync, ``os.replace``, fsync th
 directory). Older generations are deleted afterwards (``cleanup``). A kill at any moment
 therefore leaves ``CURRENT`` naming a complete generation in which FAISS and SQLite agree;
 an unfinished generation directory, or the previous one of an indexer killed before its
-``cleanup``, is garbage that the next indexer removes once it holds the lock (``tidy``). Readers take
+``cleanup``, is garbage that the next indexer removes once it holds the lock (``tidy``). A finished
+generation's database names it in its meta, written just before ``CURRENT`` is: a ``CURRENT``
+lost or damaged beside one is damage, not "no index", and a rebuild walks the roots of the
+newest one (``published_generations``, ``salvage_roots``). Readers take
 no lock: they open the generation ``CURRENT`` names (retrying if an indexer deleted it in
 between) and hold its files open from then on, so the checksums, the FAISS file and the
 database they read are the ones of that generation even after an indexer has published a
@@ -76,6 +79,7 @@ __all__ = [
     "next_generation",
     "open_generation",
     "publish",
+    "published_generations",
     "read_current",
     "read_vectors",
     "reindex_hint",
@@ -161,11 +165,15 @@ def check_link(index_dir: str) -> None:
 
 def read_current(index_dir: str) -> str | None:
     """The generation ``CURRENT`` names; None when there is none; IndexStoreError when unreadable
-    or damaged (a folder, bytes that are not a generation name), or when ``index_dir`` is a
-    symbolic link to nothing (``check_link``)."""
+    or damaged (a folder, bytes that are not a generation name, missing beside a published
+    generation), or when ``index_dir`` is a symbolic link to nothing (``check_link``)."""
     check_link(index_dir)
     name = integrity.read_current_name(os.path.join(index_dir, CURRENT), index_dir, reindex_hint(index_dir))
     if name is None:
+        if published_generations(index_dir):  # the pointer was lost, not the index
+            raise IndexStoreError(
+                f"the index in {index_dir} is damaged (CURRENT is missing): {reindex_hint(index_dir)}", index_dir
+            )
         return None
     if not GENERATION.match(name):
         raise IndexStoreError(f"the index in {index_dir} is damaged (bad CURRENT file): {reindex_hint(index_dir)}", index_dir)
@@ -281,7 +289,12 @@ def open_generation(index_dir: str, verify: bool = False) -> Generation:
     """
     last_missing = None
     for _ in range(5):
-        name = read_current(index_dir)
+        try:
+            name = read_current(index_dir)
+        except IndexStoreError:
+            if current_exists(index_dir) or not being_built(index_dir):
+                raise
+            name = None  # the first crag index of the folder, about to publish its generation
         if name is None:
             # ./.crag is where the search for an index ends when no folder above holds one
             # (crag.config.find_index_dir); the store hands the folder over absolute.
@@ -346,20 +359,56 @@ def open_generation(index_dir: str, verify: bool = False) -> Generation:
 
 
 def salvage_roots(index_dir: str) -> tuple[str, ...]:
-    """The roots the generation ``CURRENT`` names still records, read without the checks of
-    ``open_generation`` (its format, its checksums): what a rebuild of a damaged or older
-    index walks. () when they cannot be read."""
+    """The roots a damaged index, or one of an older format, still records, read without the
+    checks of ``open_generation`` (its format, its checksums): what its rebuild walks. They are
+    read from the generation ``CURRENT`` names, or, when ``CURRENT`` is missing, unreadable or
+    names a generation whose database cannot be read, from the newest published generation
+    on disk. () when none can be read."""
     try:
         name = read_current(index_dir)
-        if name is None:
-            return ()
-        conn = connect_ro(os.path.join(index_dir, name, DATABASE))
+    except IndexStoreError:
+        name = None
+    for gen in dict.fromkeys([*([name] if name else []), *published_generations(index_dir)]):
+        roots = _roots_of(os.path.join(index_dir, gen, DATABASE))
+        if roots is not None:
+            return roots
+    return ()
+
+
+def published_generations(index_dir: str) -> list[str]:
+    """The generation folders in ``index_dir`` that were complete when written, newest first:
+    their database's meta names them (written last, just before ``CURRENT`` names them),
+    where an unfinished one holds its base's name or none."""
+    try:
+        names = [n for n in os.listdir(index_dir) if GENERATION.match(n)]
+    except OSError:
+        return []
+    names.sort(key=lambda n: int(n[len("gen-"):]), reverse=True)
+    return [n for n in names if _meta_generation(os.path.join(index_dir, n, DATABASE)) == n]
+
+
+def _meta_generation(db_path: str) -> str | None:
+    try:
+        conn = connect_ro(db_path)
+        try:
+            row = conn.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()
+        finally:
+            conn.close()
+    except (sqlite3.Error, OSError):
+        return None
+    return row[0] if row else None
+
+
+def _roots_of(db_path: str) -> tuple[str, ...] | None:
+    """The roots a generation's database records; None when they cannot be read."""
+    try:
+        conn = connect_ro(db_path)
         try:
             rows = conn.execute("SELECT path FROM roots").fetchall()
         finally:
             conn.close()
-    except (IndexStoreError, sqlite3.Error, OSError):
-        return ()
+    except (sqlite3.Error, OSError):
+        return None
     return tuple(r for (r,) in rows if isinstance(r, str) and os.path.isabs(r))
 
 
