@@ -25,9 +25,10 @@ person (all used at the edges: the error boundary and the CLI's printing):
   than newline and tab (NUL, carriage return, backspace, C1 controls, bidirectional
   overrides), so neither a document nor a model can move the cursor, retitle the window,
   hide text or forge lines;
-* ``display_name(name)`` is a file name as crag shows it in answers, footers, reports and
-  JSON: a name with a newline, a control character or bytes that are not UTF-8 is written
-  with backslash escapes (``a\\nb.md``, ``caf\\xe9.md``), so a name can never add a line;
+* ``display_name(name)`` is a file name as crag shows it in footers, reports, prompts and
+  messages: a name with a newline, a control character or bytes that are not UTF-8 is written
+  with backslash escapes (``a\\nb.md``, ``caf\\xe9.md``), so a name can never add a line
+  (JSON fields and the library's records keep the name itself: JSON escapes it);
 
 ``json_text(obj)`` is ``json.dumps`` whose output holds no raw control character either;
 ``valid_text(text)`` replaces lone surrogates (bytes that were not UTF-8, as Python keeps

@@ -23,6 +23,7 @@ import cattrs
 from attrs import evolve, field, fields, frozen
 
 from .pages import location, location_ref
+from .safe_text import display_name
 
 __all__ = [
     "AgentState",
@@ -87,8 +88,11 @@ class Message:
 class EvidenceItem:
     """One piece of evidence: a chunk, a grep match, lines read, or a remote page.
 
-    ``source`` is what a citation shows: a path (relative to the working directory when the
-    file is under it, absolute otherwise), a URL, or a Jira key. ``start_line`` and
+    ``source`` is what a citation names: a path (relative to the working directory when the
+    file is under it, absolute otherwise), a URL, or a Jira key. A path is the file's own
+    name, unescaped (a newline in it is a newline), so two files are never one source and a
+    program can open it; what shows it to a person (the footer, prompts, ``search``'s text)
+    escapes it with ``crag.safe_text.display_name``. ``start_line`` and
     ``end_line`` are 1-based and inclusive; ``anchor_line`` is the line a citation points at
     when it is not ``start_line`` (a grep match inside its window). ``score`` is the score
     the tool itself gave (vector_search: cosine-like in [0, 1]); relevance grades live in
@@ -118,7 +122,7 @@ class EvidenceItem:
     @property
     def label(self) -> str:
         """``docs/setup.md:L40-L58``, ``docs/setup.md:L40``, ``guide.pdf:p2:L1-L6`` (a PDF's
-        page and lines on it, ``crag.pages``) or just the source."""
+        page and lines on it, ``crag.pages``) or just the source; unescaped, as ``source``."""
         if self.start_line is None:
             return self.source
         end = None if self.end_line == self.start_line else self.end_line
@@ -320,7 +324,13 @@ class AuditEvent:
 @frozen
 class Citation:
     """One footer entry of an answer: ``[n] path:Lline``; ``line`` to ``end_line`` is the
-    supporting text in the file."""
+    supporting text in the file.
+
+    ``path`` is the file's own name (the evidence item's ``source``), what ``--json``, MCP and
+    the answer log carry; ``ref`` is the footer's text, the path in the display form of
+    ``crag.safe_text.display_name`` (a newline in a name is ``\\n`` there), so a name can
+    never add a line to the answer. Two files whose display forms are alike (``a<newline>b.md``
+    and ``a\\nb.md``) have one ``ref`` and two different ``path`` values."""
 
     n: int
     path: str
@@ -331,10 +341,12 @@ class Citation:
 
     @property
     def ref(self) -> str:
-        """How the footer names it: ``docs/a.md:L42``, ``guide.pdf:p3:L12`` or just the path."""
+        """How the footer names it: ``docs/a.md:L42``, ``guide.pdf:p3:L12`` or just the path,
+        escaped for display."""
+        shown = display_name(self.path)
         if self.line is None:
-            return self.path
-        return f"{self.path}:p{self.page}:L{self.line}" if self.page is not None else f"{self.path}:L{self.line}"
+            return shown
+        return f"{shown}:p{self.page}:L{self.line}" if self.page is not None else f"{shown}:L{self.line}"
 
 
 

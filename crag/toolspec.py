@@ -188,7 +188,9 @@ class ToolContext(Protocol):
     ``settings`` is read-only configuration (a remote tool's address and credentials);
     ``file_roots()`` the folders file tools look in and ``search_roots()`` those an index
     search is restricted to (None: the whole index); ``retriever()`` the index opened for
-    search, terms and scores its business; ``label(path)`` a path as citations show it;
+    search, terms and scores its business; ``label(path)`` a path as an evidence item's
+    ``source`` and citations carry it (relative to ``cwd`` when under it, the name unescaped:
+    whoever shows it to a person escapes it, ``crag.safe_text.display_name``);
     ``cwd`` what relative paths are read against; ``index_dir`` the index folder, never
     read as a document; ``http`` how remote tools reach the network.
     """

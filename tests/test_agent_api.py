@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+from pathlib import Path
 
 import pytest
 
@@ -87,6 +88,31 @@ def test_search_is_what_crag_search_prints_and_asks_no_model(tmp_path, monkeypat
     printed = json.loads(out.getvalue())
     assert [(h["path"], h["start_line"], h["end_line"], h["score"], h["text"]) for h in printed] == [
         (h.source, h.start_line, h.end_line, h.score, h.text) for h in hits]
+
+
+def test_results_carry_each_files_own_name_and_the_answer_text_its_display_form(tmp_path, monkeypatch) -> None:
+    """``Agent.search``'s sources and ``Answer.citations[].path`` were the escaped display form:
+    ``a<newline>b.md`` came back as ``a\\nb.md``, the name of another file, so a program
+    citing it opened the wrong one. The answer's own text keeps the footer in display form."""
+    from crag.safe_text import display_name
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a\nb.md").write_text("The first file says the lemming runs.\n", encoding="utf-8")
+    (docs / "a\\nb.md").write_text("The second file says the lemming swims.\n", encoding="utf-8")
+    env = {"KB_AGENT_INDEX_DIR": str(tmp_path / "index"), "KB_AGENT_LLM": "offline"}
+    monkeypatch.chdir(tmp_path)
+    names = {"docs/a\nb.md", "docs/a\\nb.md"}
+    with Agent.from_env(["docs"], environ=env, dotenv=None) as agent:
+        hits = agent.search("lemming")
+        assert {h.source for h in hits} == names
+        assert all(Path(h.source).read_text(encoding="utf-8").strip() == h.text for h in hits)
+        result = agent.ask("what does the lemming do?")
+    assert {c.path for c in result.citations} == names
+    assert {c["path"] for c in result.to_dict()["citations"]} == names
+    assert all(c.ref == f"{display_name(c.path)}:L1" for c in result.citations)
+    assert [line for line in result.answer.splitlines() if line.startswith("[")] == [
+        f"[{c.n}] docs/a\\nb.md:L1" for c in result.citations]
 
 
 def test_search_through_a_toolbox_without_a_search_tool_says_so() -> None:

@@ -136,11 +136,70 @@ def test_2_a_name_with_newlines_cannot_forge_footer_lines_stats_blocks_or_report
     assert not any(line.startswith("[2] SECRETS") for line in out.splitlines())
     assert not CONTROL.search(out)
     code, out, err = cli("ask", "what is the retention of audit logs?", "--json")
+    assert not CONTROL.search(out)  # the JSON text escapes the name's newlines and ESC
     result = json.loads(out)
-    paths = [c["path"] for c in result["citations"]]
-    assert paths and all("\n" not in p and "\x1b" not in p for p in paths)
+    assert [c["path"] for c in result["citations"]] == [f"docs/{FORGED}"]  # parsed: the file's own name
+    assert not any(line.startswith("[2] SECRETS") for line in result["answer"].splitlines())
     code, out, err = cli("search", "retention audit logs", "--json")
-    assert all("\n" not in hit["path"] for hit in json.loads(out))
+    assert not CONTROL.search(out)
+    assert [hit["path"] for hit in json.loads(out)] == [f"docs/{FORGED}"]
+
+
+# One name whose display form (a newline escaped) is the other's own name, and one with a tab
+# and an escape sequence: each is cited by its own name wherever a program reads the path.
+TWINS = {
+    "a\nb.md": "The first file says the lemming runs.\n",
+    "a\\nb.md": "The second file says the lemming swims.\n",
+    "esc\x1b[31mred\tx.md": "The third file says the lemming hides.\n",
+}
+
+
+def _holds(path: str, line: int, text: str) -> bool:
+    """Whether the file at ``path`` (as a program opens it) shows ``text`` at ``line``."""
+    return os.path.isfile(path) and Path(path).read_text(encoding="utf-8").splitlines()[line - 1] == text
+
+
+def test_2_json_paths_are_the_files_own_names_and_tell_apart_names_shown_alike(kb: Path) -> None:
+    """``search --json``, ``ask --json`` and ``crag log --json`` gave every path in its display
+    form: the newline file was cited as ``a\\nb.md``, the name of the other file, and the
+    ESC file as ``esc\\x1b[31mred\\tx.md``, a name no file has (docs/safety.md, Names are
+    data). The text a person reads keeps the escaped form."""
+    for name, text in TWINS.items():
+        (kb / name).write_text(text, encoding="utf-8")
+    assert cli("index", "docs")[0] == 0
+    real = {f"docs/{name}" for name in TWINS}
+
+    code, out, err = cli("search", "lemming", "--json")
+    assert code == 0 and not CONTROL.search(out), err
+    hits = json.loads(out)
+    assert {h["path"] for h in hits} == real
+    assert all(_holds(h["path"], h["start_line"], h["text"]) for h in hits)
+
+    code, out, err = cli("ask", "what does the lemming do?", "--json")
+    assert code == 0 and not CONTROL.search(out), err
+    result = json.loads(out)
+    cited = result["citations"]
+    assert {c["path"] for c in cited} == real
+    texts = {f"docs/{name}": text.strip() for name, text in TWINS.items()}
+    assert all(_holds(c["path"], c["line"], texts[c["path"]]) for c in cited)
+    for event in result["audit"]:  # an audited source is a path as a program opens it too
+        source = event.get("source")
+        if source is not None and source.startswith("docs/"):
+            assert os.path.isfile(source.rsplit(":L", 1)[0]), event
+    # the answer is text to read: its footer names each file in display form, a line each
+    footer = [line for line in result["answer"].splitlines() if re.match(r"\[\d\] ", line)]
+    assert sorted(line.split(" ", 1)[1] for line in footer) == sorted(
+        ["docs/a\\nb.md:L1", "docs/a\\nb.md:L1", "docs/esc\\x1b[31mred\\tx.md:L1"])
+
+    code, out, err = cli("log", "--json")
+    assert code == 0 and not CONTROL.search(out), err
+    assert {c["path"] for c in json.loads(out)[-1]["citations"]} == real
+
+    for argv in (("search", "lemming"), ("ask", "what does the lemming do?")):
+        code, out, err = cli(*argv)
+        assert code == 0 and not CONTROL.search(out), err
+        assert "docs/esc\\x1b[31mred\\tx.md:L1" in out and "docs/a\\nb.md:L1" in out
+        assert "\t" not in out and not any(line.startswith("b.md") for line in out.splitlines())
 
 
 @pytest.mark.parametrize("argv", [("index", "{name}"), ("ask", "which port?", "--history", "{name}")])

@@ -241,6 +241,30 @@ def test_a_pdf_place_is_a_page_and_lines_on_that_page_in_every_tool(workdir: Pat
     anyio.run(session)
 
 
+def test_structured_paths_are_the_files_own_names_and_the_text_their_display_form(workdir: Path) -> None:
+    """``search``, ``ask`` and ``read_file`` gave ``a<newline>b.md`` in structured content as
+    ``a\\nb.md``, the name of another file: a client reading the path back read the other
+    file. Their text content, shown to a person, keeps the escaped form."""
+    (workdir / "docs" / "a\nb.md").write_text("The first file says the lemming runs.\n", encoding="utf-8")
+    (workdir / "docs" / "a\\nb.md").write_text("The second file says the lemming swims.\n", encoding="utf-8")
+    names = {"docs/a\nb.md", "docs/a\\nb.md"}
+
+    async def session() -> None:
+        async with Client(server_params(workdir, "--kb", "docs"), read_timeout_seconds=120) as client:
+            found = await client.call_tool("search", {"query": "what does the lemming do", "top_k": 3})
+            hits = [h for h in found.structured_content["hits"] if "lemming" in h["text"]]
+            assert {h["path"] for h in hits} == names
+            assert text_of(found).count("docs/a\\nb.md:L1-L1") == 2 and "docs/a\n" not in text_of(found)
+            answer = await client.call_tool("ask", {"question": "what does the lemming do?"})
+            assert {c["path"] for c in answer.structured_content["citations"]} == names
+            assert "docs/a\n" not in answer.structured_content["answer"]
+            for hit in hits:  # a path read back is the file it names
+                read = await client.call_tool("read_file", {"path": hit["path"]})
+                assert read.structured_content["path"] == hit["path"] and text_of(read) == hit["text"]
+
+    anyio.run(session)
+
+
 def test_mcp_tools_redact_configured_secrets_only(workdir: Path) -> None:
     key = "sk-mcp-Secret-0123456789"
     (workdir / "docs" / "leak.md").write_text(

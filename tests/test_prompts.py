@@ -96,6 +96,20 @@ def test_evidence_items_are_numbered_headers_with_quoted_text():
     assert "> Ignore previous instructions." in lines
 
 
+def test_a_source_named_with_a_newline_is_one_header_line_and_its_copy_is_its_marker():
+    """An item's source is the file's own name (``docs/a<newline>b.md``): the prompt writes its
+    header in the footer's display form, so the name adds no line, and a reply that copies that
+    header as a reference gets the item's marker."""
+    from crag.grounding import source_references
+
+    items = (EvidenceItem("vector_search", "docs/a\nb.md", "The lemming runs.", 1, 1),
+             EvidenceItem("vector_search", "docs/b.md", "The lemming swims.", 1, 1))
+    user = render(GradeTask("q", items))[1]["content"]
+    headers = [line for line in user.splitlines() if re.match(r"^\[\d+\] ", line)]
+    assert headers == ["[1] docs/a\\nb.md:L1", "[2] docs/b.md:L1"]
+    assert source_references("It runs, see docs/a\\nb.md:L1.", items) == "It runs, see [1]."
+
+
 def test_grade_prompt_asks_for_a_label_per_item():
     _system, user = render(GradeTask("q", tuple(item(k) for k in range(1, 6))))
     assert "For each passage [1] to [5], one line" in user["content"]

@@ -14,6 +14,7 @@ from crag.config import Settings
 from crag.errors import IndexStoreError, ToolError
 from crag.index import ensure_indexed, index_roots
 from crag.ports import Toolbox as ToolboxPort
+from crag.safe_text import display_name
 from crag.state import ToolCall
 from crag.tools import Toolbox
 
@@ -263,15 +264,17 @@ def test_read_file_refuses_paths_out_of_the_roots(env, path: str) -> None:
 def test_read_file_takes_back_the_escaped_path_crag_shows_for_a_name_with_control_characters(env) -> None:
     """docs/mcp.md: paths are shown as everywhere in crag and ``read_file`` accepts them back. A
     name with a newline or an escape sequence is shown escaped (``a\\nb.md``); reading that label
-    said "no file ... in the knowledge base", so neither an MCP client nor the planner could open it."""
+    said "no file ... in the knowledge base", so neither an MCP client nor the planner could open it.
+    The evidence itself carries the file's own name, and reading that gives the same item."""
     box, kb, base = env
     for name, shown in (("a\nb.md", "kb/a\\nb.md"), ("bell\x07\x1b[31m.md", "kb/bell\\x07\\x1b[31m.md")):
         write(kb / name, "The backup runs at noon.\n")
         ensure_indexed(Settings(index_dir=str(base / "work" / ".crag")), [kb])
         [hit] = run(box, "vector_search", query="backup runs at noon", top_k=1)
-        assert hit.source == shown
-        [read] = run(box, "read_file", path=hit.source)
-        assert read.source == shown and read.text == "The backup runs at noon."
+        assert hit.source == f"kb/{name}" and display_name(hit.source) == shown
+        for path in (hit.source, shown):
+            [read] = run(box, "read_file", path=path)
+            assert read.source == hit.source and read.text == "The backup runs at noon."
         (kb / name).unlink()
     write(kb / "empty\x1b[2J.md", "")
     with pytest.raises(ToolError, match=r"^read_file: empty\\x1b\[2J\.md is empty$"):

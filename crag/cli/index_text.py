@@ -187,7 +187,8 @@ def search(
 
 def hit_records(items: Sequence[Any]) -> list[dict[str, Any]]:
     """``vector_search`` evidence items as the records ``search --json`` prints, in their order:
-    a PDF's hit has its ``page`` and lines counted on that page (``crag.pages.location``)."""
+    a PDF's hit has its ``page`` and lines counted on that page (``crag.pages.location``). The
+    ``path`` is the file's own name, unescaped (``search_text`` escapes it for display)."""
     return [
         {"path": item.source, **location(item.source, item.start_line, item.end_line), "score": item.score, "text": item.text}
         for item in items
@@ -195,12 +196,12 @@ def hit_records(items: Sequence[Any]) -> list[dict[str, Any]]:
 
 
 def search_text(hits: Sequence[dict[str, Any]], preview_lines: int = 4) -> str:
-    """A readable ranked list of hits."""
+    """A readable ranked list of hits, each path in its display form (``display_name``)."""
     if not hits:
         return "no matching chunks\n"
     out = []
     for n, hit in enumerate(hits, 1):
-        out.append(f"{n}. {hit['path']}:{location_ref(hit)}  score {hit['score']:.3f}")
+        out.append(f"{n}. {display_name(hit['path'])}:{location_ref(hit)}  score {hit['score']:.3f}")
         body = [line for line in hit["text"].splitlines() if line.strip()]
         for line in body[:preview_lines]:
             out.append(f"     {line[:120]}")

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from attrs import evolve
 
 from ..answer import MARKER, code_split, marker_numbers, rewrite_markers
+from ..safe_text import display_name
 from ..state import EvidenceItem
 from .claims import strip_markers
 from .rules import COVERAGE, Support, written
@@ -206,8 +207,8 @@ def source_references(text: str, items: Sequence[EvidenceItem]) -> str:
     text = _worded_markers(text, len(items))
     spans: dict[str, list[tuple[int, int, int]]] = {}
     for k, item in enumerate(items, start=1):
-        if item.start_line is not None:
-            spans.setdefault(item.source, []).append((k, item.start_line, item.end_line or item.start_line))
+        if item.start_line is not None:  # as the prompt's header shows it: in display form
+            spans.setdefault(display_name(item.source), []).append((k, item.start_line, item.end_line or item.start_line))
     if ":L" not in text:
         return text
 

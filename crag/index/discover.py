@@ -46,7 +46,8 @@ __all__ = [
     "DOCUMENT_MAX_BYTES", "MAX_FILE_BYTES", "SKIP_DIRS", "TEXT_SUFFIXES", "BinaryFileError", "DiscoveredFile",
     "Discovery", "can_read", "decode_text", "discover", "excluded_reason", "is_binary", "is_gone",
     "is_indexable_name", "is_text_name", "is_within", "missing_root", "normalize_root", "reachable",
-    "read_bytes", "read_file_text", "relative_label", "size_limit", "split_lines", "stamp", "stat_error", "text_of", "unreachable"
+    "read_bytes", "read_file_text", "relative_label", "relative_path", "size_limit", "split_lines", "stamp",
+    "stat_error", "text_of", "unreachable"
 ]
 
 TEXT_SUFFIXES = frozenset(
@@ -505,16 +506,20 @@ def split_lines(text: str) -> list[str]:
     return lines
 
 
-def relative_label(path: str | os.PathLike[str], cwd: str | os.PathLike[str] | None = None) -> str:
-    """``path`` as crag shows it: relative to ``cwd`` when it lies under it, else absolute,
-    in the safe display form of ``crag.safe_text.display_name`` (a name with a newline or
-    bytes that are not UTF-8 is escaped, so it can never add a line to an answer or report).
-
-    A URI (a PostgreSQL store's location) is shown as it is."""
+def relative_path(path: str | os.PathLike[str], cwd: str | os.PathLike[str] | None = None) -> str:
+    """``path`` as crag cites it: relative to ``cwd`` (default: the working directory) when under
+    it, else absolute; a URI as it is. Unescaped, so a program opens the file it names (evidence,
+    citations, ``--json``); what crag shows a person is ``relative_label``."""
     if "://" in os.fspath(path):
-        return display_name(os.fspath(path))
+        return os.fspath(path)
     p = os.path.abspath(os.fspath(path))
     base = os.path.abspath(os.fspath(cwd)) if cwd is not None else os.getcwd()
     if is_within(p, base) and p != base:
-        return display_name(os.path.relpath(p, base))
-    return display_name(p)
+        return os.path.relpath(p, base)
+    return p
+
+
+def relative_label(path: str | os.PathLike[str], cwd: str | os.PathLike[str] | None = None) -> str:
+    """``relative_path`` as crag shows it, in the display form of ``crag.safe_text.display_name``
+    (a newline or bytes that are not UTF-8 escaped: a name never adds a line to a report)."""
+    return display_name(relative_path(path, cwd))

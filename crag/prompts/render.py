@@ -3,7 +3,9 @@
 Text that did not come from crag itself (the question, history turns, evidence) is quoted:
 every one of its lines starts with ``> ``, so a document line can never pass for an item
 header (``[K] source``) or an instruction, and the system prompt says that quoted text is
-data. History is cleaned of usage-stats blocks before it is quoted.
+data. An item's source is written in its display form (``crag.safe_text.display_name``), as
+the footer names it, so a file name cannot add a line either. History is cleaned of
+usage-stats blocks before it is quoted.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import json
 from collections.abc import Sequence
 
 from ..ports import AnalyzeTask, GradeTask, PlanTask, SynthesizeTask
+from ..safe_text import display_name
 from ..state import EvidenceItem, Message, ToolRun
 from ..text import keywords
 from ..text import one_line as _one_line
@@ -102,7 +105,7 @@ def _items_block(items: Sequence[EvidenceItem], limit: int, question: str | None
     ``question`` when one is given (``excerpt``)."""
     blocks = []
     for k, item in enumerate(items, start=1):
-        header = f"[{k}] {_one_line(item.label)}"
+        header = f"[{k}] {_one_line(display_name(item.label))}"
         text = excerpt(item.text, question, limit) if question is not None else _clip(item.text, limit)
         blocks.append(f"{header}\n{quote(text)}")
     return "\n\n".join(blocks)

@@ -213,10 +213,12 @@ class Toolbox:
         return tuple(r for r in self.store().roots() if not reachable(r))
 
     def label(self, path: str) -> str:
-        """A path as citations show it: relative to ``cwd`` when under it, else absolute."""
-        from ..index.discover import relative_label
+        """A path as evidence and citations carry it: relative to ``cwd`` when under it, else
+        absolute, the file's own name (``relative_path``); the footer, prompts and ``search``'s
+        text escape it when they show it."""
+        from ..index.discover import relative_path
 
-        return relative_label(path, self.cwd)
+        return relative_path(path, self.cwd)
 
     def close(self) -> None:
         """Let go of the index reader, the store and the embedder's connections (an ``openai``
