@@ -328,3 +328,16 @@ def test_the_offline_answer_from_passages_sharing_one_word_with_the_question_is_
     code, out, _ = cli("ask", "--json", "How do I restore a backup?")
     result = json.loads(out)
     assert result["grounding"]["verdict"] == "answered" and "run the restore script" in result["body"]
+
+
+def test_sentences_parted_by_what_no_reader_sees_are_judged_one_by_one():
+    """A zero-width space (or an escape sequence) after a sentence's full stop glued the next
+    sentence to it: one sentence holding two files' claims, supported by neither, and a right
+    answer became the no-evidence sentence."""
+    backups = item(5, text="Backups are kept for 30 days in the archive bucket.")
+    for sep in (" ", "\u200b ", "\x1b[0m\n"):
+        reply = f"The server listens on port 8080 by default [1].{sep}Backups are kept for 30 days in the archive bucket [2]."
+        result = simple("Which port does the server use and how long are backups kept?", reply, [PORTS, backups])
+        g = result.state.grounding
+        assert (g.sentences, g.supported, g.verdict) == (2, 2, "answered"), (sep, g)
+        assert "\u200b" not in result.answer and "\x1b" not in result.answer

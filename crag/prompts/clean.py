@@ -16,6 +16,7 @@ import re
 from typing import Any
 
 from ..answer import renumber, without_source_list
+from ..safe_text import for_terminal
 from ..text import words
 
 __all__ = ["clean_answer", "strip_own_marks", "strip_stats_blocks", "strip_think", "without_echo"]
@@ -153,6 +154,9 @@ def clean_answer(text: Any) -> str:
     list it wrote itself (crag writes the footer; a list left in would be judged as sentences)."""
     if not isinstance(text, str):
         return ""
+    # What no reader sees (escape sequences, a zero-width space, other control characters) is
+    # no part of the answer: left in, "... [1].\u200b Backups ..." was one sentence to grounding.
+    text = for_terminal(text)
     text = without_source_list(strip_stats_blocks(strip_think(text, answer=True)))
     # Runs of blank lines collapse to one always (not only where a block was cut out), so an
     # answer streamed piece by piece reads the same as the finished one.
