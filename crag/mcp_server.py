@@ -38,6 +38,7 @@ masked, while documents and answers are never rewritten by a pattern. See ``docs
 """
 
 # No ``from __future__ import annotations``: the SDK reads the tools' annotations at run time.
+import os
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -384,6 +385,7 @@ def serve(agent: "Agent") -> None:
     its end of standard output, or died) is a ``BrokenPipeError``, as for every command whose
     reader goes away, not the transport's exception group and its traceback."""
     log_to_stderr()
+    _end_when_unread()
     try:
         anyio.run(serve_stdio, build_server(agent))
     except BaseExceptionGroup as group:
@@ -391,6 +393,33 @@ def serve(agent: "Agent") -> None:
         if pipe is None or rest is not None:
             raise
         raise BrokenPipeError(str(pipe.exceptions[0])) from None
+
+
+def _end_when_unread(fd: int = 1) -> None:
+    """End the process (exit status 141, nothing on stderr) as soon as the client closes its end
+    of standard output, a pipe. The transport's writer fails only at the next reply, and even
+    then the server went on until the client wrote again: the thread reading stdin cannot be
+    stopped while it waits. A pipe's writing end reports an error (``POLLERR``) once no reader
+    is left; stdout that is a file or a terminal never does, and is not watched differently."""
+    import select
+
+    try:
+        watched = os.dup(fd)  # the SDK moves the protocol's descriptor when it claims stdout
+    except OSError:
+        return
+    poller = select.poll()
+    poller.register(watched, select.POLLERR | select.POLLHUP)
+
+    def watch() -> None:
+        while True:
+            try:
+                events = poller.poll()
+            except InterruptedError:  # pragma: no cover - retried by Python (PEP 475)
+                continue
+            if any(mask & (select.POLLERR | select.POLLHUP) for _, mask in events):
+                os._exit(141)
+
+    threading.Thread(target=watch, name="crag-mcp-stdout-watch", daemon=True).start()
 
 
 def missing_extra() -> str | None:

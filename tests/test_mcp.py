@@ -570,6 +570,31 @@ def test_a_log_note_with_standard_error_closed_never_reaches_the_protocol_stream
     anyio.run(session)
 
 
+def test_a_client_that_closes_the_servers_stdout_ends_it_though_it_writes_nothing_more(workdir: Path) -> None:
+    """docs/mcp.md: a client that stops reading ends the server, with exit status 141. The
+    server went on until the client wrote again (the thread reading stdin cannot be stopped),
+    holding its index and its threads for a client that was gone."""
+    import json
+    import subprocess
+
+    params = server_params(workdir, "--kb", "docs")
+    proc = subprocess.Popen([sys.executable, "-m", "crag", "mcp", "--kb", "docs"], cwd=workdir, env=params.env,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        proc.stdin.write((json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}) + "\n").encode())
+        proc.stdin.flush()
+        assert b'"id":1' in proc.stdout.readline()
+        proc.stdout.close()  # stdin stays open, and nothing more is sent
+        assert proc.wait(timeout=30) == 141
+        assert b"Traceback" not in proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def test_a_client_that_stops_reading_ends_the_server_without_a_traceback(workdir: Path) -> None:
     """A client that closes its end of the server's standard output (it crashed, or gave up)
     while stdin stays open: the next reply hit a broken pipe, and the server ended with
