@@ -138,9 +138,11 @@ def offline_part(limit: int | None) -> dict[str, Any]:
                     totals["quotes_checked"] += 1
                     file_lines = path.read_text(encoding="utf-8").splitlines()
                     first = re.sub(r"^\s*(?:>\s*)*(?:[-*+]\s+|\d{1,3}[.)]\s+)?", "", file_lines[c.line - 1])
-                    opened = flat("\n".join(file_lines[c.line - 1 : (c.end_line or c.line)]))
+                    # a blockquote's "> " at each line's start, not in "</abbr> tokens"
+                    opened = flat("\n".join(re.sub(r"^\s*(?:>\s?)+", "", line)
+                                            for line in file_lines[c.line - 1 : (c.end_line or c.line)]))
                     head = " ".join(quote.split()[:3])
-                    if flat(quote) in opened.replace("> ", "") and (head in flat(first) or flat(first) in quote):
+                    if flat(quote) in opened and (head in flat(first) or flat(first) in quote):
                         totals["line_exact"] += 1
                     elif len(misses) < 10:
                         misses.append({"question": q["question"], "path": c.path, "line": c.line,
