@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from crag.cli.chat import HELP_TEXT
 from tests.fakes import clean_env, cli
 
 DOC = "# Backups\n\nBackups are kept for 30 days on the storage bucket.\n"
@@ -56,7 +57,7 @@ def test_a_slash_word_is_a_command_never_a_question(project: Path) -> None:
     base); a chat user types it, and "/clear", to find out what the session takes."""
     code, out, err = cli("chat", stdin="/help\n/clear\nhow long are backups kept\n")
     assert code == 0
-    assert err == "crag: error: chat has no command /clear; /help says what it takes\n"
+    assert err == "".join((HELP_TEXT, "crag: error: chat has no command /clear; /help says what it takes\n", HELP_TEXT))
     assert out.count("LLM Usage Stats") == 1
     assert logged_questions() == ["how long are backups kept"]
 

@@ -579,6 +579,13 @@ def test_a_sentence_of_prose_with_a_tag_in_it_is_quoted(line: str, question: str
     assert "[1] docs/keys.md:L5" in result.answer
 
 
+def test_a_short_fact_with_a_number_is_quoted_and_a_two_word_label_is_not():
+    """"Port is 99" was "no quotable text" (two words of letters: a label); a number counts as a word."""
+    item = EvidenceItem("vector_search", "notes/a.md", "Port is 99\n\nNext steps", 1, 3, 0.8)
+    result = Agent(OfflineChatModel(), FakeToolbox({"vector_search": [[item]]}), Settings()).ask("what is the port")
+    assert "- Port is 99 [1]" in result.answer and "Next steps" not in result.answer, result.answer
+
+
 def test_a_sentence_in_a_script_without_spaces_is_quoted_once_cited_once():
     """A Japanese sentence was "no quotable text" (one run of letters is not three words), and
     a quote ending in 。 got a second marker inside it: "日本語の説明 [1]。 [1]"."""

@@ -126,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("log", help="the answers crag gave, newest first: list, search or show one")
     p.add_argument("words", nargs="*", metavar="QUERY", help="only answers whose question or answer holds these words")
-    p.add_argument("-n", dest="limit", type=int_arg, default=None, metavar="N", help="how many answers (default 10)")
+    p.add_argument("-n", dest="limit", type=int_arg, default=None, metavar="N", help="how many answers (default 10; with --json, all)")
     p.add_argument("--show", metavar="ID", help="one answer in full: its number in the list, or 'last'")
     p.add_argument("--json", action="store_true", help="print a JSON array of whole entries")
     p.set_defaults(func=cmd_log)

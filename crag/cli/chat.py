@@ -319,8 +319,9 @@ def cmd_chat(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 if word.lower() not in HELP:
                     print(f"crag: error: chat has no command {for_terminal(word)}; /help says what it takes",
                           file=err)
-                talk.write(HELP_TEXT)
-                talk.flush()
+                said_to = talk if talk in (out, err) else err  # piped questions: the help is a note
+                said_to.write(HELP_TEXT)
+                said_to.flush()
                 continue
             if not_utf8(line):
                 print("crag: error: that line is not UTF-8 text; type it again", file=err)

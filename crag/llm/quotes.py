@@ -76,7 +76,8 @@ def _markup_only(sentence: str) -> bool:
     prose = _LINK.sub(" ", _TAG.sub(" ", sentence))
     if tags and tags > len(" ".join(prose.split())):
         return True
-    return len(re.findall(r"[^\W\d_]{2,}", prose)) + len(_UNSPACED.findall(prose)) // 2 < 3
+    # three words, a number counting as one ("Port is 99"): a line of fewer is a label
+    return len(re.findall(r"[^\W\d_]{2,}|\d+", prose)) + len(_UNSPACED.findall(prose)) // 2 < 3
 
 
 def _code_block(text: str) -> str | None:
