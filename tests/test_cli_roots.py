@@ -62,6 +62,16 @@ def test_roots_of_an_empty_index_says_how_to_add_one(tmp_path: Path, monkeypatch
     assert cli("roots") == (0, "no roots in none: `python -m crag index PATH` adds one\n", "")
 
 
+def test_roots_remove_without_an_index_says_so_and_leaves_no_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """It said "no index" and left an empty .crag behind (made for the writer's lock), which
+    every later command then took for the project's index folder."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("KB_AGENT_INDEX_DIR", raising=False)
+    code, out, err = cli("roots", "--remove", "docs")
+    assert (code, out) == (1, "") and err.startswith("crag: error: no index in ")
+    assert not (tmp_path / ".crag").exists()
+
+
 def test_roots_remove_drops_the_root_and_its_chunks(kb: Path) -> None:
     code, out, err = cli("roots", "--remove", "notes")
     assert code == 0, err
