@@ -260,7 +260,7 @@ def make_embedder(settings: Settings) -> HashEmbedder | OpenAIEmbedder | LocalEm
             raise ConfigError(
                 "KB_AGENT_EMBEDDER",
                 "openai",
-                "hash, or openai with OPENAI_API_KEY, OPENAI_BASE_URL or KB_AGENT_EMBEDDING_BASE_URL set",
+                "hash, local, or openai with OPENAI_API_KEY, OPENAI_BASE_URL or KB_AGENT_EMBEDDING_BASE_URL set",
             )
         return OpenAIEmbedder(
             settings.embedding_model,
