@@ -387,27 +387,28 @@ def published_generations(index_dir: str) -> list[str]:
     return [n for n in names if _meta_generation(os.path.join(index_dir, n, DATABASE)) == n]
 
 
-def _meta_generation(db_path: str) -> str | None:
+def _rows(db_path: str, sql: str) -> list[tuple] | None:
+    """The rows ``sql`` reads from a generation's database, opened read-only; None when it
+    cannot be read."""
     try:
         conn = connect_ro(db_path)
         try:
-            row = conn.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()
+            return conn.execute(sql).fetchall()
         finally:
             conn.close()
     except (sqlite3.Error, OSError):
         return None
-    return row[0] if row else None
+
+
+def _meta_generation(db_path: str) -> str | None:
+    rows = _rows(db_path, "SELECT value FROM meta WHERE key = 'generation'")
+    return rows[0][0] if rows else None
 
 
 def _roots_of(db_path: str) -> tuple[str, ...] | None:
     """The roots a generation's database records; None when they cannot be read."""
-    try:
-        conn = connect_ro(db_path)
-        try:
-            rows = conn.execute("SELECT path FROM roots").fetchall()
-        finally:
-            conn.close()
-    except (sqlite3.Error, OSError):
+    rows = _rows(db_path, "SELECT path FROM roots")
+    if rows is None:
         return None
     return tuple(r for (r,) in rows if isinstance(r, str) and os.path.isabs(r))
 
