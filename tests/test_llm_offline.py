@@ -586,6 +586,21 @@ def test_a_short_fact_with_a_number_is_quoted_and_a_two_word_label_is_not():
     assert "- Port is 99 [1]" in result.answer and "Next steps" not in result.answer, result.answer
 
 
+@pytest.mark.parametrize("text", [
+    '<p align="center">\n<img src="walrus.png" alt="logo">\n</p>\nThe walrus gateway handles every request in the cluster.',
+    '<p align="center">\nThe walrus gateway handles every request in the cluster.\n</p>',
+    '<script>document.title = "The walrus gateway handles every request quickly"</script>',
+    '<a name="walrus"></a>The walrus gateway handles every request in the cluster.',
+])
+def test_a_sentence_holding_layout_html_is_markup_however_much_text_it_has(text: str):
+    """Once tags were weighed against text, a README's centred logo running into the sentence
+    below it was quoted whole (and cited at the <p> line), and so was a script."""
+    item = EvidenceItem("vector_search", "kb/p.md", f"# Gateway\n\n{text}", 1, 2 + text.count("\n") + 1, 0.8)
+    result = Agent(OfflineChatModel(), FakeToolbox({"vector_search": [[item]]}), Settings()).ask(
+        "How does the walrus gateway handle every request?")
+    assert "<" not in result.answer.split("\n\n---")[0], result.answer
+
+
 def test_a_sentence_in_a_script_without_spaces_is_quoted_once_cited_once():
     """A Japanese sentence was "no quotable text" (one run of letters is not three words), and
     a quote ending in 。 got a second marker inside it: "日本語の説明 [1]。 [1]"."""

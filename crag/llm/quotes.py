@@ -37,7 +37,15 @@ def same_text(a: str, b: str) -> bool:
     return a in b or b in a
 
 
-_TAG = re.compile(r"</?[A-Za-z][^<>]*>")
+_TAG = re.compile(r"</?([A-Za-z][\w-]*)[^<>]*>")
+# HTML elements that lay out a page (or run a script) rather than mark a word in a sentence:
+# a sentence holding one is markup ("<p align="center"> <img ...> </p> The gateway ...").
+_LAYOUT_TAGS = frozenset("""
+    address article aside audio blockquote body button canvas center col colgroup dd details dialog div dl dt
+    embed fieldset figcaption figure font footer form frame h1 h2 h3 h4 h5 h6 head header hr html iframe img input
+    label legend li link main meta nav noscript object ol optgroup option p param picture pre script section select
+    source style summary svg table tbody td template textarea tfoot th thead title tr track ul video
+""".split())
 _HTML_ONLY = re.compile(r"<!--|<[A-Za-z][\w:-]*\s[^<>]*=[^<>]*$")  # a comment, or a tag cut at a full stop in it
 # letters of scripts written without spaces between words: two of them count as a word
 _UNSPACED = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u0e00-\u0e7f]")
@@ -72,7 +80,11 @@ def _markup_only(sentence: str) -> bool:
         return True
     if _ADMONITION.match(sentence) or _DIRECTIVE.match(sentence):
         return True
-    tags = sum(len(t) for t in _TAG.findall(code_free))
+    found = list(_TAG.finditer(code_free))
+    if any(t.group(1).lower() in _LAYOUT_TAGS or (t.group(1).lower() == "a" and "href" not in t.group().lower())
+           for t in found):  # an anchor without an address is a target: <a name="x"></a>
+        return True
+    tags = sum(len(t.group()) for t in found)
     prose = _LINK.sub(" ", _TAG.sub(" ", sentence))
     if tags and tags > len(" ".join(prose.split())):
         return True
