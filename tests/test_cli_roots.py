@@ -229,6 +229,43 @@ def test_a_root_folder_that_may_not_be_entered_itself_cannot_be_reached(kb: Path
     assert cli("roots")[1].splitlines()[2] == "  notes  2 files, 2 chunks"
 
 
+def test_a_folder_inside_a_root_that_cannot_be_listed_keeps_its_files(tmp_path: Path) -> None:
+    """A root inside another (`b` and `b/sub`) made `chmod 000`: `crag index b` walked `b`,
+    could not list `b/sub`, and removed its files while saying they stay in the index. A plain
+    folder that cannot be listed was taken for deleted the same way."""
+    import subprocess
+    import sys
+
+    prefix = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search,-fowner", "--inh-caps",
+              "-dac_override,-dac_read_search,-fowner"] if os.geteuid() == 0 else []
+    if prefix and subprocess.run([*prefix, "true"], capture_output=True).returncode != 0:
+        pytest.skip("root enters every folder, and may not give that up here")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KB_AGENT_", "OPENAI_"))}
+    env.update(PYTHONPATH=str(Path(__file__).resolve().parents[1]), KB_AGENT_LLM="offline",
+               KB_AGENT_INDEX_DIR=str(tmp_path / "idx"), XDG_STATE_HOME=str(tmp_path / "state"))
+
+    def crag(*argv: str) -> tuple[int, str, str]:
+        run = subprocess.run([*prefix, sys.executable, "-m", "crag", *argv], capture_output=True, text=True,
+                             env=env, cwd=tmp_path, timeout=120)
+        return run.returncode, run.stdout, run.stderr
+
+    for folder in ("b/sub", "b/plain"):
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "c.md").write_text("# C\n\nThe capybara toolkit syncs calendars.\n", encoding="utf-8")
+    (tmp_path / "b" / "b.md").write_text("# B\n\nThe badger toolkit compresses logs nightly.\n", encoding="utf-8")
+    assert crag("index", "b", "b/sub")[0] == 0
+    for folder in ("b/sub", "b/plain"):
+        (tmp_path / folder).chmod(0)
+    try:
+        code, out, err = crag("index", "b")
+        assert code == 0 and "removed:" not in out and " 0 removed," in out, out + err
+        code, out, _ = crag("roots")
+        assert out.splitlines()[1].split()[:2] == ["b", "3"], out  # b.md and both c.md
+    finally:
+        for folder in ("b/sub", "b/plain"):
+            (tmp_path / folder).chmod(0o755)
+
+
 @pytest.mark.parametrize("target", ["not-there", "notes"], ids=["dangling", "loop"])
 def test_a_root_replaced_by_a_link_to_nothing_is_missing_like_a_deleted_one(kb: Path, target: str) -> None:
     """``roots`` said such a root was missing and dropped by the next index, but search kept

@@ -34,6 +34,7 @@ from ..errors import IndexFormatError, IndexStoreError, KnowledgeBaseError, LLME
 from ..ports import BINARY_MARK, DocumentVersion, FileRecord, Store, StoreState
 from .chunker import DEFAULT_MAX_TOKENS, DEFAULT_MIN_TOKENS
 from .discover import (
+    UNLISTED,
     Discovery,
     can_read,
     discover,
@@ -314,7 +315,11 @@ def _plan(
         removed = sorted(p for p in base.files if p not in found)
     else:
         looked = [*walk_roots, *dropped_roots]
-        removed = sorted(p for p in base.files if p not in found and any(is_within(p, r) for r in looked))
+        # a root that cannot be reached, or a folder that cannot be listed, inside a walked root:
+        # its files were not seen, which is not their deletion; they stay as they were
+        unseen = [*(r for r, _ in kept), *(path for path, why in discovery.warnings if why.startswith(UNLISTED))]
+        removed = sorted(p for p in base.files if p not in found and any(is_within(p, r) for r in looked)
+                         and not any(is_within(p, r) for r in unseen))
     # Classify by stat first: a file with the same size and mtime is not read at all (unless it
     # can no longer be read: `chmod` changes neither, and reading it then takes it out).
     recorded = {} if base.full else base.files

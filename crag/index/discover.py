@@ -43,12 +43,14 @@ from .reach import is_gone, reachable, stat_error, unreachable  # re-exported he
 from .readers import MAX_TEXT_BYTES, decode_text, reader_for, utf16_codec, utf16_text  # decode_text: re-exported here
 
 __all__ = [
-    "DOCUMENT_MAX_BYTES", "MAX_FILE_BYTES", "SKIP_DIRS", "TEXT_SUFFIXES", "BinaryFileError", "DiscoveredFile",
+    "DOCUMENT_MAX_BYTES", "MAX_FILE_BYTES", "SKIP_DIRS", "TEXT_SUFFIXES", "UNLISTED", "BinaryFileError", "DiscoveredFile",
     "Discovery", "can_read", "decode_text", "discover", "excluded_reason", "is_binary", "is_gone",
     "is_indexable_name", "is_text_name", "is_within", "missing_root", "normalize_root", "reachable",
     "read_bytes", "read_file_text", "relative_label", "relative_path", "size_limit", "split_lines", "stamp",
     "stat_error", "text_of", "unreachable"
 ]
+
+UNLISTED = "cannot list folder"  # a folder's warning: its files are not seen, which is not their deletion
 
 TEXT_SUFFIXES = frozenset(
     """
@@ -354,7 +356,7 @@ def _walk(
             with os.scandir(directory) as it:
                 entries = sorted(it, key=lambda e: e.name)
         except OSError as exc:
-            warnings.append((directory, f"cannot list folder ({exc.strerror or exc})"))
+            warnings.append((directory, f"{UNLISTED} ({exc.strerror or exc})"))
             continue
         subdirs = []
         own = directory_real in excluded  # an index kept in a folder of documents (`--index .`)
