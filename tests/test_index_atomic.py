@@ -171,3 +171,18 @@ def test_a_generation_deleted_after_it_was_opened_is_still_read_whole(tmp_path: 
 
     with IndexReader(gen, HashEmbedder()) as reader:
         assert reader.search("older edition 7", 3)
+
+
+def test_an_index_report_names_its_generation_alike_written_or_unchanged(tmp_path, monkeypatch) -> None:
+    """The report of an update named the generation it wrote (``gen-000001``); the report of a
+    run that found nothing to change named the store's version, which for the embedded store
+    also holds its database file's identity (``gen-000001:2327262:17961...``)."""
+    from crag.config import Settings
+    from crag.index import ensure_indexed
+
+    (tmp_path / "A").mkdir()
+    (tmp_path / "A" / "a.md").write_text("# A\n\nThe aurora system handles alerts.\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    settings = Settings(index_dir=str(tmp_path / "idx"), llm="offline")
+    written = ensure_indexed(settings, ["A"]).generation
+    assert written == "gen-000001" and ensure_indexed(settings, ["A"]).generation == written

@@ -336,6 +336,13 @@ def _plan(
     )
 
 
+def generation_name(version: str) -> str:
+    """The generation a store's version names, as an update's report names the one it wrote:
+    the embedded store's version adds its database file's identity (``gen-000007:...``,
+    crag.index.layout.version_of), PostgreSQL's is a number."""
+    return version.partition(":")[0]
+
+
 def _inside(root: str, roots: Sequence[str]) -> bool:
     """Whether ``root`` lies below one of ``roots`` (being one of them does not count)."""
     return any(root != r and is_within(root, r) for r in roots)
@@ -346,7 +353,7 @@ def _unchanged_report(plan: _Plan, unchanged: int, bytes_read: int = 0, warnings
     return IndexReport(
         plan.store.location, plan.walk_roots, plan.embedder.name, unchanged=unchanged,
         chunks_total=state.chunks if state else 0, bytes_read=bytes_read,
-        seconds=time.perf_counter() - plan.started, generation=state.version if state else "",
+        seconds=time.perf_counter() - plan.started, generation=generation_name(state.version) if state else "",
         warnings=tuple(warnings) or tuple(plan.warnings), skipped_types=plan.discovery.skipped_types,
         kept_unread=plan.kept_unread,
     )
@@ -542,5 +549,5 @@ def quick_check(
     if under != len(discovery.files):
         return None
     files = sum(not state.files[f.path].binary for f in discovery.files)
-    return files, state.chunks, state.version, discovery.skipped_types
+    return files, state.chunks, generation_name(state.version), discovery.skipped_types
 
