@@ -224,6 +224,8 @@ def test_a_root_folder_that_may_not_be_entered_itself_cannot_be_reached(kb: Path
         assert crag("roots")[1].splitlines()[2] == kept
         code, _, err = crag("index", "notes")
         assert code == 1 and err == "crag: error: knowledge-base path notes cannot be reached (Permission denied)\n"
+        code, _, err = crag("search", "--kb", "notes", "server")  # as index says it, not "folder ... cannot be read"
+        assert code == 1 and err == "crag: error: knowledge-base path notes cannot be reached (Permission denied)\n"
     finally:
         (kb / "notes").chmod(0o755)
     assert cli("roots")[1].splitlines()[2] == "  notes  2 files, 2 chunks"

@@ -282,8 +282,10 @@ def discover(
             continue
         if not stat.S_ISDIR(st.st_mode):
             raise KnowledgeBaseError(f"knowledge-base path {relative_label(root_abs)} is not a file or folder", root_abs)
-        if not os.access(root_abs, os.R_OK | os.X_OK):
-            raise KnowledgeBaseError(f"knowledge-base folder {relative_label(root_abs)} cannot be read (permission denied)", root_abs)
+        if not os.access(root_abs, os.R_OK | os.X_OK):  # said as `crag index` says it (missing_root)
+            raise KnowledgeBaseError(missing_root(root_abs) if unreachable(root_abs) else
+                                     f"knowledge-base folder {relative_label(root_abs)} cannot be read (permission denied)",
+                                     root_abs)
         walk = _walk(root_abs, root_real, excluded, max_bytes, warnings, seen_real, Ignores(root_abs, patterns), skipped)
         for entry in walk:
             if check_binary and reader_for(entry.path) is None and not _sniff_ok(entry.path, warnings):
