@@ -143,12 +143,21 @@ def test_an_empty_answer_is_asked_for_once_more_on_every_surface():
 
 def test_a_reply_of_markers_alone_is_no_answer_text():
     # Qwen2.5-Coder-1.5B once answered "[1] [2] [3] [4] [5] [6]"; it was printed as the answer,
-    # with no verdict, as if it said something.
-    result, _, _ = run(
-        {"analyze_and_route": [route("simple")], "plan": [search_plan()], "synthesize": ["[1] [2] [3]."]},
+    # with no verdict, as if it said something. It is asked for once more, as an empty reply is
+    # (it answered "[1][2][3][4]" to an unanswerable SQuAD question, and was not asked again).
+    result, model, _ = run(
+        {"analyze_and_route": [route("simple")], "plan": [search_plan()], "synthesize": ["[1] [2] [3].", "[1][2]"]},
         {"vector_search": [[item(k) for k in (1, 2, 3)]]},
     )
     assert result.answer.startswith("The model returned no answer text. The evidence it was given: [1][2][3].")
+    assert model.calls("synthesize") == 2
+    said = "Failed uploads are retried three times [1]."
+    replies = {"analyze_and_route": [route("simple")], "plan": [search_plan()], "synthesize": ["[1] [2] [3].", said]}
+    tools = {"vector_search": [[item(1, source="docs/uploads.md", start=42, text="Failed uploads are retried three times.")]]}
+    assert run(replies, tools)[0].answer.startswith(said)
+    stream = Agent(ScriptedChatModel(replies), FakeToolbox(tools, question="How do uploads retry?"), Settings()).stream(
+        "How do uploads retry?")
+    assert "".join(stream) == stream.result.answer and stream.result.answer.startswith(said)
 
 
 def test_simple_query_fast_path():

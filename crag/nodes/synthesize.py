@@ -143,14 +143,15 @@ def stopped_note(step: Step, reply: Completion | None) -> str | None:
 def ask_again(step: Step, reply: Completion) -> bool:
     """Whether the driver asks for the answer once more: the server finished the reply as
     usual (not cut by its budget, refused or filtered) and it holds no text at all once its
-    think blocks are removed. Qwen2.5-Coder-1.5B returns an empty answer about once in sixty
+    think blocks are removed, or only citation markers ("[1][2][3]", no word or number).
+    Qwen2.5-Coder-1.5B returns an empty answer about once in sixty
     questions, and asked again it answers; the user would otherwise read that the model
     returned no answer text. Nothing of an empty reply was shown while it streamed, so the
     second reply streams as the first would have."""
     fitted: budget.Fitted | None = step.plan
     if fitted is None or reply.truncated or reply.refused or reply.finish_reason == "content_filter":
         return False
-    return not prompts.clean_answer(reply.text).strip()
+    return not _says_anything(prompts.clean_answer(reply.text))
 
 
 def apply(state: AgentState, step: Step, reply: Completion | None, cfg: NodeConfig) -> AgentState:
