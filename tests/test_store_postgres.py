@@ -1293,6 +1293,26 @@ def test_a_damaged_index_is_said_to_be_damaged_and_the_next_index_rebuilds_it(
         assert reader.search("how often are uploads retried", 1)[0].path.endswith("setup.md")
 
 
+@pytest.mark.parametrize("damage", ["DROP TABLE crag.postings", "UPDATE crag.meta SET value = 'abc' WHERE key = 'chunks'"])
+def test_rebuilding_a_damaged_index_from_one_root_keeps_the_others(pg_uri: str, tmp_path: Path, damage: str) -> None:
+    """docs/cli.md: `crag index` of any one of its roots rebuilds it with all of them. The
+    salvage read the roots through the whole state, which the damage broke: the other root
+    left the index without a word, as the embedded store's salvage does not let it."""
+    import psycopg
+
+    kb = make_kb(tmp_path / "docs")
+    write(tmp_path / "notes" / "n.md", "# Notes\n\nThe egret nests by the river.\n")
+    cfg = Settings(store=pg_uri)
+    index_roots(cfg, [kb, tmp_path / "notes"])
+    with psycopg.connect(pg_uri, autocommit=True) as conn:
+        conn.execute(damage)
+    report = index_roots(cfg, [kb], lock_timeout=20)
+    assert report.reembedded_all
+    with open_index(cfg) as reader:
+        assert set(reader.roots) == {str(kb), str(tmp_path / "notes")}
+        assert reader.search("egret nests", 1)[0].path.endswith("n.md")
+
+
 def test_a_damaged_index_is_one_line_on_the_command_line(pg_uri: str, tmp_path: Path) -> None:
     import psycopg
 

@@ -467,11 +467,18 @@ class PostgresStore:
         )
 
     def roots(self, salvage: bool = False) -> tuple[str, ...]:
-        if salvage:
+        if salvage:  # the roots table alone: the damage that sends a rebuild here may be anywhere else
             try:
-                return self.roots()
+                conn = self.connect(autocommit=True)
             except IndexStoreError:
                 return ()
+            try:
+                return tuple(r for (r,) in conn.execute(f"SELECT path FROM {SCHEMA}.roots ORDER BY path")
+                             if isinstance(r, str))
+            except self.psycopg.Error:
+                return ()
+            finally:
+                conn.close()
         state = self.state(files=False)
         if state is None:
             raise IndexStoreError(f"no index in {self.location}: run `python -m crag index PATH` first", self.location)
