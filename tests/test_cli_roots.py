@@ -430,3 +430,21 @@ def test_roots_of_an_index_whose_counts_are_not_numbers_says_it_is_damaged(kb: P
         assert (code, out) == (1, ""), argv
         assert err.startswith(f"crag: error: the index in {kb / 'index'} is damaged (meta {key} is not a number): ")
         assert err.count("\n") == 1
+
+
+def test_a_database_leaves_out_a_root_it_may_not_enter_and_searches_one_on_another_disk(monkeypatch) -> None:
+    """With PostgreSQL a root on this disk that may not be entered was searched, its note saying
+    it "is not on this machine's disk" while `roots` said it cannot be reached; only a root gone
+    from this disk (most often on the indexer's) is the database's to answer for."""
+    import crag.index.discover as discover
+    from crag.cli.index_text import missing_roots_note
+
+    monkeypatch.setattr(discover, "is_gone", lambda r: r == "/kb/old")
+    monkeypatch.setattr(discover, "unreachable", lambda r: None if r == "/kb/old" else "Permission denied")
+    note = missing_roots_note(["/kb/notes", "/kb/old"], "/", shared=True)
+    assert note is not None and note.splitlines() == [
+        "crag: note: kb/notes cannot be reached (Permission denied) and is left out of the search; its files stay "
+        "in the index",
+        "crag: note: kb/old is not on this machine's disk: its hits come from the database, but read_file and "
+        "grep_search cannot open its files here",
+    ]

@@ -283,18 +283,19 @@ def missing_roots_note(missing: Sequence[str], cwd: str | None = None, *, shared
     (``Toolbox.search_roots``): only the file tools cannot open them here."""
     from ..index.discover import is_gone, unreachable
 
-    if shared and missing:
-        one = len(missing) == 1
-        names = ", ".join(display_name(relative_label(r, cwd)) for r in missing)
-        return (f"crag: note: {names} {'is' if one else 'are'} not on this machine's disk: {'its' if one else 'their'} "
-                f"hits come from the database, but read_file and grep_search cannot open {'its' if one else 'their'} "
-                "files here")
     notes = [
         f"crag: note: {display_name(relative_label(r, cwd))} cannot be reached ({unreachable(r) or 'it is not there'}) "
         "and is left out of the search; its files stay in the index"
         for r in missing if not is_gone(r)
     ]
     missing = [r for r in missing if is_gone(r)]
+    if shared and missing:  # a root on another machine's disk: the database still answers for it
+        one = len(missing) == 1
+        names = ", ".join(display_name(relative_label(r, cwd)) for r in missing)
+        notes.append(f"crag: note: {names} {'is' if one else 'are'} not on this machine's disk: {'its' if one else 'their'} "
+                     f"hits come from the database, but read_file and grep_search cannot open {'its' if one else 'their'} "
+                     "files here")
+        return "\n".join(notes)
     if not missing:
         return "\n".join(notes) or None
     names = ", ".join(display_name(relative_label(r, cwd)) for r in missing)

@@ -180,19 +180,18 @@ class Toolbox:
         A root of the index whose folder is gone from disk is left out: its chunks stay in
         the index until the next ``index`` drops them, but are never returned as if nothing
         had happened (``missing_roots`` names them); so is one that cannot be reached now
-        (it, or a folder on its way, may not be entered), whose chunks stay. Not with a database (``KB_AGENT_STORE``):
-        it is shared by machines, and a root absent from this one is most often the indexer's
+        (it, or a folder on its way, may not be entered), whose chunks stay. With a database (``KB_AGENT_STORE``)
+        only the second is left out: it is shared by machines, and a root absent from this one is most often the indexer's
         (docs/postgresql.md: a reader needs only the database to search); its hits are returned
         and ``missing_roots`` still names it, for the note that file tools cannot open it here.
         """
         if self._roots is not None:
             return self._roots
-        if self.settings.store:
-            return None
-        from ..index.discover import reachable
+        from ..index.discover import is_gone, reachable
 
         roots = self.retriever().roots
-        present = tuple(r for r in roots if reachable(r))
+        shared = bool(self.settings.store)  # a root gone from this disk is searched, one it holds but may not enter is not
+        present = tuple(r for r in roots if reachable(r) or (shared and is_gone(r)))
         return None if len(present) == len(roots) else present
 
     def file_roots(self) -> tuple[str, ...]:
