@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from crag.config import Settings
+from crag.errors import IndexStoreError
 from crag.index import index_roots, open_index, open_store
 from crag.index.postgres import redact
 
@@ -465,6 +466,8 @@ def test_a_killed_first_build_leaves_no_index_and_the_next_one_starts_clean(pg_u
             committed = conn.execute("SELECT count(*) FROM crag.chunks").fetchone()[0]
         assert committed > 0
         assert open_store(Settings(store=pg_uri)).state() is None
+        with pytest.raises(IndexStoreError, match="yet: a crag index is building it now; try again when it has finished"):
+            open_index(Settings(store=pg_uri))  # as the embedded store says it (it said: run `crag index`)
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)
     finally:
@@ -472,6 +475,8 @@ def test_a_killed_first_build_leaves_no_index_and_the_next_one_starts_clean(pg_u
             proc.kill()
     cfg = Settings(store=pg_uri)
     assert open_store(cfg).state() is None
+    with pytest.raises(IndexStoreError, match=r"first$"):
+        open_index(cfg)
     report = index_roots(cfg, [kb], lock_timeout=20)
     assert len(report.added) == 42
     with psycopg.connect(pg_uri) as conn:

@@ -481,13 +481,29 @@ class PostgresStore:
                 conn.close()
         state = self.state(files=False)
         if state is None:
-            raise IndexStoreError(f"no index in {self.location}: run `python -m crag index PATH` first", self.location)
+            raise self._no_index()
         return state.roots
+
+    def _no_index(self) -> IndexStoreError:
+        """"No index" as the embedded store says it: while an indexer holds the lock (a first
+        build, which nobody sees before it publishes), that one is building it now."""
+        try:
+            with self.connect(autocommit=True) as conn:
+                building = conn.execute(
+                    "SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_database d ON d.oid = l.database"
+                    " WHERE l.locktype = 'advisory' AND l.granted AND d.datname = current_database()"
+                    " AND l.classid = 0 AND l.objid = %s AND l.objsubid = 1)", (LOCK_KEY,)).fetchone()[0]
+        except (IndexStoreError, self.psycopg.Error):
+            building = False
+        if building:
+            return IndexStoreError(f"no index in {self.location} yet: a crag index is building it now; "
+                                   "try again when it has finished", self.location)
+        return IndexStoreError(f"no index in {self.location}: run `python -m crag index PATH` first", self.location)
 
     def open_retriever(self, embedder: Embedder, weights: SearchWeights | None = None) -> Retriever:
         state = self.state(files=False)
         if state is None:
-            raise IndexStoreError(f"no index in {self.location}: run `python -m crag index PATH` first", self.location)
+            raise self._no_index()
         if state.embedder != embedder.name:
             raise embedder_mismatch(state.embedder, embedder.name, state.roots, self.location)
         return PostgresRetriever(self, state, embedder, weights or SearchWeights())
