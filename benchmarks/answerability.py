@@ -89,7 +89,8 @@ class LabelProbe:
         self.reading = {"p_yes": p["yes"] / total if total else None,
                         "evidence": "\n".join(item.text for item in request.task.items),
                         "prompt_tokens": reply.prompt_tokens}
-        return Completion("[1]", model=self.model, latency_ms=1.0)
+        # a placeholder answer with a word in it: markers alone are asked for once more
+        return Completion("Read [1].", model=self.model, latency_ms=1.0)
 
 
 def auc(pos: list[float], neg: list[float]) -> float | None:

@@ -315,8 +315,7 @@ def _plan(
         removed = sorted(p for p in base.files if p not in found)
     else:
         looked = [*walk_roots, *dropped_roots]
-        # a root that cannot be reached, or a folder that cannot be listed, inside a walked root:
-        # its files were not seen, which is not their deletion; they stay as they were
+        # an unreachable root or unlisted folder inside a walked root: its files, not seen, stay
         unseen = [*(r for r, _ in kept), *(path for path, why in discovery.warnings if why.startswith(UNLISTED))]
         removed = sorted(p for p in base.files if p not in found and any(is_within(p, r) for r in looked)
                          and not any(is_within(p, r) for r in unseen))
@@ -337,9 +336,7 @@ def _plan(
 
 
 def generation_name(version: str) -> str:
-    """The generation a store's version names, as an update's report names the one it wrote:
-    the embedded store's version adds its database file's identity (``gen-000007:...``,
-    crag.index.layout.version_of), PostgreSQL's is a number."""
+    """The generation a store's version names (the embedded store's adds its database's identity)."""
     return version.partition(":")[0]
 
 

@@ -44,7 +44,7 @@ from ..errors import ConfigError, IndexFormatError, IndexStoreError
 from ..ports import FileRecord, StoreState
 from .documents import embedder_mismatch
 from .fusion import SearchWeights
-from .postgres_connections import PerThread
+from .postgres_connections import LOCK_HELD, PerThread
 from .postgres_schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION, vector_literal
 from .postgres_search import PostgresRetriever
 from .postgres_update import PostgresUpdate, word_count
@@ -469,30 +469,20 @@ class PostgresStore:
     def roots(self, salvage: bool = False) -> tuple[str, ...]:
         if salvage:  # the roots table alone: the damage that sends a rebuild here may be anywhere else
             try:
-                conn = self.connect(autocommit=True)
-            except IndexStoreError:
+                with self.connect(autocommit=True) as conn:
+                    return tuple(r for (r,) in conn.execute(f"SELECT path FROM {SCHEMA}.roots ORDER BY path"))
+            except (IndexStoreError, self.psycopg.Error):
                 return ()
-            try:
-                return tuple(r for (r,) in conn.execute(f"SELECT path FROM {SCHEMA}.roots ORDER BY path")
-                             if isinstance(r, str))
-            except self.psycopg.Error:
-                return ()
-            finally:
-                conn.close()
         state = self.state(files=False)
         if state is None:
             raise self._no_index()
         return state.roots
 
     def _no_index(self) -> IndexStoreError:
-        """"No index" as the embedded store says it: while an indexer holds the lock (a first
-        build, which nobody sees before it publishes), that one is building it now."""
+        """"No index" as the embedded store says it: "yet" while an indexer holds the lock."""
         try:
             with self.connect(autocommit=True) as conn:
-                building = conn.execute(
-                    "SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_database d ON d.oid = l.database"
-                    " WHERE l.locktype = 'advisory' AND l.granted AND d.datname = current_database()"
-                    " AND l.classid = 0 AND l.objid = %s AND l.objsubid = 1)", (LOCK_KEY,)).fetchone()[0]
+                building = conn.execute(LOCK_HELD, (LOCK_KEY,)).fetchone()[0]
         except (IndexStoreError, self.psycopg.Error):
             building = False
         if building:

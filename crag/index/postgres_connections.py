@@ -17,7 +17,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["PerThread"]
+__all__ = ["LOCK_HELD", "PerThread"]
 
 
 class _Held:
@@ -67,3 +67,10 @@ class PerThread:
                 h.conn.close()
             except Exception:
                 pass
+
+
+# Whether an indexer holds crag's advisory lock in this database (a bigint key shows in pg_locks
+# as classid 0, objid the key, objsubid 1).
+LOCK_HELD = ("SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_database d ON d.oid = l.database"
+             " WHERE l.locktype = 'advisory' AND l.granted AND d.datname = current_database()"
+             " AND l.classid = 0 AND l.objid = %s AND l.objsubid = 1)")
