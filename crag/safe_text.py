@@ -124,7 +124,9 @@ def for_terminal(text: str) -> str:
 
     Bytes that were not valid text (lone surrogates) become U+FFFD.
     """
-    if text.isascii() and text.isprintable():
+    # Nothing to remove (the common case, decided in C): every character printable, newlines and
+    # tabs aside. What ``_terminal_unsafe`` removes is never printable (an escape starts with one).
+    if text.replace("\n", "").replace("\t", "").isprintable():
         return text
     text = _ESCAPES.sub("", text)
     return "".join(
