@@ -102,13 +102,14 @@ def _read_dotenv_cached(path: str | os.PathLike[str]) -> _DotenvRead:
     except (OSError, ValueError):
         pass
     if key is not None and key in _DOTENV_READS:
+        _DOTENV_READS[key] = _DOTENV_READS.pop(key)  # the most recently read is kept longest
         return _DOTENV_READS[key]
     bad: list[tuple[int, str]] = []
     values = _parse_dotenv(path, bad)
     read = _DotenvRead(values, tuple(bad), find_secrets(values))
     if key is not None and time.time_ns() - max(key[4], key[5]) > _RACY_NS:
-        if len(_DOTENV_READS) >= _DOTENV_READS_KEPT:
-            _DOTENV_READS.clear()
+        while len(_DOTENV_READS) >= _DOTENV_READS_KEPT:
+            del _DOTENV_READS[next(iter(_DOTENV_READS))]  # the least recently read
         _DOTENV_READS[key] = read
     return read
 

@@ -65,3 +65,30 @@ def test_a_line_that_is_not_an_assignment_is_warned_about_with_the_closest_setti
     f = tmp_path / ".env"
     f.write_text(line + "\n", encoding="utf-8")
     assert config_warnings(environ={}, dotenv=f) == [f"{f} line 1 is not an assignment (NAME=value); it is ignored{hint}"]
+
+
+def test_the_env_read_last_stays_parsed_when_another_fills_the_memory(tmp_path, monkeypatch):
+    """The memory of parsed ``.env`` files was emptied whole when full: with seven kept from
+    other folders, reading this folder's then another's parsed this one again at every line
+    printed (``crag log`` asks for the secrets once a line)."""
+    import os
+
+    import crag.environment as environment
+
+    monkeypatch.setattr(environment, "_RACY_NS", 0)
+    monkeypatch.setattr(environment, "_DOTENV_READS", {})
+    files = []
+    for i in range(environment._DOTENV_READS_KEPT + 1):
+        (tmp_path / str(i)).mkdir()
+        files.append(tmp_path / str(i) / ".env")
+        files[-1].write_text(f"KB_AGENT_MODEL=m{i}\n", encoding="utf-8")
+        os.utime(files[-1], (1_600_000_000, 1_600_000_000))
+    for f in files[:-2]:
+        read_dotenv(f)
+    parsed = []
+    real_parse = environment._parse_dotenv
+    monkeypatch.setattr(environment, "_parse_dotenv", lambda path, bad: parsed.append(path) or real_parse(path, bad))
+    for _ in range(3):
+        assert read_dotenv(files[-2]) == {"KB_AGENT_MODEL": f"m{len(files) - 2}"}
+        assert read_dotenv(files[-1]) == {"KB_AGENT_MODEL": f"m{len(files) - 1}"}
+    assert parsed == [files[-2], files[-1]]
