@@ -252,6 +252,15 @@ def test_web_fetch_reads_an_allowed_page_as_text(server, tmp_path: Path) -> None
     assert item.title == "Status page" and item.text == "All good\n\nUptime is 99.9%."
 
 
+@pytest.mark.parametrize("charset", ["idna", "base64", "no-such-codec"])
+def test_a_page_declaring_a_charset_that_cannot_read_text_is_read_as_utf8(server, tmp_path: Path, charset) -> None:
+    """``charset=idna`` (a codec that refuses to replace what it cannot decode) ended ``web_fetch``
+    and the whole ask in a raw ``UnicodeError`` traceback."""
+    site = server({"/p": lambda h: (200, {"Content-Type": f"text/plain; charset={charset}"}, "Uptime is 99.9% – fine.".encode())})
+    [item] = fetch(web_box(tmp_path, address_allowed=loopback_only), f"{site.url}/p")
+    assert item.text == "Uptime is 99.9% – fine."
+
+
 def test_a_json_array_becomes_one_item_per_element(server, tmp_path: Path) -> None:
     results = [{"title": "first", "n": 1}, {"title": "second", "n": 2}, "third"]
     site = server({"/search": json_route(results)})

@@ -318,9 +318,9 @@ def http_get(
             if key.lower() == "charset" and value:
                 charset = value.strip().strip('"') or None
         if charset is not None:
-            try:
-                "".encode(charset)
-            except LookupError:
+            try:  # a charset that cannot decode with replacement (idna, a binary codec) is none
+                b"text".decode(charset, errors="replace")
+            except (LookupError, UnicodeError, ValueError):
                 charset = None
         return Response(current, status, mime.strip().lower(), charset, body, truncated)
     raise FetchError(f"too many redirects fetching {url}")  # pragma: no cover - loop returns or raises
