@@ -243,6 +243,16 @@ def test_an_answer_the_cap_forces_after_an_unreadable_grade_says_so(llm, monkeyp
     assert "mean relevance 0.50" in weak and "after 2 retrieval rounds " in weak
 
 
+def test_the_line_counting_unsupported_sentences_ends_the_body_after_the_weak_evidence_note(llm, monkeypatch):
+    """SPEC §7: with ``note`` the answer "ends its body with one line saying how many sentences
+    the evidence does not support"; the weak-evidence note of a capped answer came after it."""
+    llm.default("grade_evidence", grades(rest=0.5))
+    llm.default("synthesize", "Service 1 retries 1 times [1]. The moon is made of green cheese [1].")
+    body = _ask(monkeypatch, 5, 2, None)["body"].splitlines()
+    assert body[-1].startswith("_Note: 1 sentence of this answer is not supported")
+    assert "mean relevance 0.50" in body[-3]
+
+
 def test_a_refusal_that_names_a_tool_is_no_plan(llm, monkeypatch):
     llm.script("analyze_and_route", json.dumps({"complexity": "complex", "suggested_tools": ["vector_search", "grep_search"]}))
     llm.script("plan", NullContent(refusal="I won't run grep_search for `retries 7 times`."))

@@ -236,7 +236,8 @@ def _grounded(state: AgentState, body: str, cfg: NodeConfig, items: tuple, stopp
                else answer.NOT_ADDRESSED if report.supported and not addressed else answer.NOT_ANSWERED)
     body = f"{opening}\n\n{done.body}" if judged == "not_answered" else done.body
     removed = judged == "not_answered"  # the opening says so: no count of tagged sentences
-    notes = [n for n in (None if removed else grounding.note_line(done.report, cfg.grounding), after) if n]
+    # SPEC §7: the body ends with the line counting the unsupported sentences, after any other note
+    notes = [n for n in (after, None if removed else grounding.note_line(done.report, cfg.grounding)) if n]
     text, citations = answer.compose(body, done.sources, state.usage, note="\n\n".join(notes) or None)
     return evolve(state, answer=text, citations=citations, grounding=report)
 
