@@ -32,6 +32,8 @@ from .environment import (  # re-exported
     find_secrets,
     read_dotenv,
     secret_values,
+    store_credentials,
+    store_uri_ambiguous,
 )
 from .errors import ConfigError, UnknownSettingError, UsageError
 from .modes import (  # re-exported
@@ -219,6 +221,9 @@ def _url(var: str, raw: str) -> str | None:
         return None
     if not value.startswith(("http://", "https://")) or not value.isascii() or not value.isprintable() or " " in value:
         raise ConfigError(var, _shown_url(raw), "an http:// or https:// URL (printable ASCII, no spaces)")
+    if store_uri_ambiguous(value):  # "http://bob:pa/ss@host": a URL parser takes "pa" for the port
+        raise ConfigError(var, _shown_url(raw), "an http:// or https:// URL with each @ and / in its user name "
+                          "or password percent-encoded (@ as %40, / as %2F)")
     try:  # a host and a port that an HTTP client can connect to: "http://[::1:8080" is not one
         parts = urlsplit(value)
         if not parts.hostname or parts.port == 0:  # reading a bad port raises ValueError
@@ -235,8 +240,6 @@ def _url(var: str, raw: str) -> str | None:
 
 
 def _store(var: str, raw: str) -> str:
-    from .environment import store_credentials, store_uri_ambiguous
-
     value = raw.strip()
     if value and (not value.startswith(("postgresql://", "postgres://")) or _not_utf8(value)
                   or any(ch < " " for ch in value)):
@@ -272,7 +275,7 @@ class _Adapting:
 
 ADAPTING: Any = _Adapting()
 # The defaults ADAPTING stands for, before they adapt.
-MAX_ANSWER_TOKENS, DROP_THRESHOLD, GENERATE_THRESHOLD = 1024, 0.3, 0.7
+CONTEXT_TOKENS, MAX_ANSWER_TOKENS, DROP_THRESHOLD, GENERATE_THRESHOLD = 8192, 1024, 0.3, 0.7
 
 
 @frozen
@@ -336,7 +339,8 @@ class Settings:
     temperature: float = setting("KB_AGENT_TEMPERATURE", Number(0.0, 2.0, "a number between 0 and 2"), 0.2, node=True)
     # Adapting default: 1024, or half of a smaller KB_AGENT_CONTEXT_TOKENS (__attrs_post_init__).
     max_answer_tokens: int = setting("KB_AGENT_MAX_ANSWER_TOKENS", Integer(16), ADAPTING, node=True)
-    context_tokens: int = setting("KB_AGENT_CONTEXT_TOKENS", Integer(1024, MAX_WINDOW), 8192, node=True)
+    # Adapting default: 8192, or twice a larger KB_AGENT_MAX_ANSWER_TOKENS (__attrs_post_init__).
+    context_tokens: int = setting("KB_AGENT_CONTEXT_TOKENS", Integer(1024, MAX_WINDOW), ADAPTING, node=True)
     structured_output: StructuredOutput = setting(
         "KB_AGENT_STRUCTURED_OUTPUT", Choice(StructuredOutput), StructuredOutput.AUTO)
     grounding: GroundingMode = setting("KB_AGENT_GROUNDING", Choice(GroundingMode), GroundingMode.NOTE, node=True)
@@ -347,11 +351,16 @@ class Settings:
 
     def __attrs_post_init__(self) -> None:
         # A default adapts to the values the user set (SPEC §3): only those can conflict, so
-        # Settings(context_tokens=1024) has an answer budget of 512, and
+        # Settings(context_tokens=1024) has an answer budget of 512, Settings(max_answer_tokens=6000)
+        # a context window of 12000, and
         # Settings(drop_threshold=0.8) a generate threshold of 0.8.
         adapted: dict[str, Any] = {}
         if self.llm is ADAPTING:  # as in the environment, a key or a server given in code
             adapted["llm"] = LLMBackend.OPENAI if self.openai_api_key or self.openai_base_url else LLMBackend.OFFLINE
+        if self.context_tokens is ADAPTING:  # a set answer budget over half of 8192 has room made for it
+            answer = self.max_answer_tokens
+            object.__setattr__(self, "context_tokens", CONTEXT_TOKENS if answer is ADAPTING
+                               else min(MAX_WINDOW, max(CONTEXT_TOKENS, 2 * answer)))
         if self.max_answer_tokens is ADAPTING:
             adapted["max_answer_tokens"] = min(MAX_ANSWER_TOKENS, self.context_tokens // 2)
         drop, generate = self.drop_threshold, self.generate_threshold
@@ -547,4 +556,6 @@ def config_warnings(environ: Mapping[str, str] | None = None, dotenv: str | os.P
 def _shown_url(raw: str) -> str:
     from .safe_text import redact_message
 
+    if store_uri_ambiguous(raw):  # a password holding an unencoded @ or /: all before the last @ hidden
+        raw = store_credentials(raw)[1]
     return redact_message(raw)

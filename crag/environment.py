@@ -249,7 +249,7 @@ def find_secrets(values: Mapping[str, object]) -> tuple[str, ...]:
         if _secret_variable(var):
             found.append(value)
         elif _url_variable(var):
-            if var == "KB_AGENT_STORE":
+            if var == "KB_AGENT_STORE" or store_uri_ambiguous(value.strip()):
                 password = store_credentials(value.strip())[0]
             else:
                 try:

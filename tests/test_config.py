@@ -204,11 +204,11 @@ def test_an_error_across_settings_says_where_the_blamed_value_was_set(tmp_path):
     with pytest.raises(ConfigError, match=r"KB_AGENT_DROP_THRESHOLD=0.8 .*\(0.5\) \(set in the environment\)$"):
         Settings.from_env(environ={"KB_AGENT_DROP_THRESHOLD": "0.8", "KB_AGENT_GENERATE_THRESHOLD": "0.5"}, dotenv=None)
     dotenv = tmp_path / ".env"
-    dotenv.write_text("KB_AGENT_MAX_ANSWER_TOKENS=5000\n", encoding="utf-8")
+    dotenv.write_text("KB_AGENT_MAX_ANSWER_TOKENS=5000\nKB_AGENT_CONTEXT_TOKENS=8192\n", encoding="utf-8")
     with pytest.raises(ConfigError, match=r"KB_AGENT_MAX_ANSWER_TOKENS=5000 .*\(set in .*\.env\)$"):
         Settings.from_env(environ={}, dotenv=dotenv)
     with pytest.raises(ConfigError, match=r"\(given as an argument\)$"):
-        Settings.from_env(environ={}, dotenv=None, max_answer_tokens=5000)
+        Settings.from_env(environ={}, dotenv=None, max_answer_tokens=5000, context_tokens=8192)
 
 
 def test_a_default_threshold_adapts_to_the_one_the_user_set():
@@ -307,6 +307,32 @@ def test_the_default_answer_budget_adapts_to_a_small_window_only_a_set_one_confl
     assert Settings.from_env(environ={"KB_AGENT_CONTEXT_TOKENS": "32768"}, dotenv=None).max_answer_tokens == 1024
     with pytest.raises(ConfigError, match=r"KB_AGENT_MAX_ANSWER_TOKENS=1500 .*at most half of KB_AGENT_CONTEXT_TOKENS \(2000\)"):
         Settings.from_env(environ={"KB_AGENT_CONTEXT_TOKENS": "2000", "KB_AGENT_MAX_ANSWER_TOKENS": "1500"}, dotenv=None)
+
+
+def test_the_default_window_makes_room_for_a_larger_answer_budget_set_alone():
+    """KB_AGENT_MAX_ANSWER_TOKENS=6000 alone was refused as over half of KB_AGENT_CONTEXT_TOKENS
+    (8192), a value the user never set: only values the user set can conflict (SPEC §3)."""
+    alone = Settings.from_env(environ={"KB_AGENT_MAX_ANSWER_TOKENS": "6000"}, dotenv=None)
+    assert (alone.context_tokens, alone.max_answer_tokens) == (12000, 6000)
+    assert Settings.from_env(environ={"KB_AGENT_MAX_ANSWER_TOKENS": "2000"}, dotenv=None).context_tokens == 8192
+    assert Settings(max_answer_tokens=5000).context_tokens == 10000
+    assert Settings().context_tokens == 8192
+
+
+def test_a_base_url_whose_password_holds_an_unencoded_slash_is_refused_without_showing_it(monkeypatch, capsys):
+    """``http://bob:Hunter2/Pw@host`` was refused for its "port" with the password on the
+    screen, and ``http://bob:1234/Hunter3Pw@host`` was accepted, shown in errors and kept in
+    the answer log: a URL parser reads up to the first ``/`` as the host and port."""
+    from crag.environment import find_secrets
+
+    for url in ("http://bob:Hunter2/Pw@127.0.0.1:18302/v1", "http://bob:1234/Hunter3Pw@127.0.0.1:18302/v1"):
+        monkeypatch.setenv("JIRA_BASE_URL", url)
+        assert main(["search", "hello"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("crag: error: JIRA_BASE_URL=http://***@127.0.0.1:18302/v1 is not valid: expected an "
+                              "http:// or https:// URL with each @ and / in its user name or password percent-encoded")
+        assert "Hunter" not in err and err.count("\n") == 1
+        assert url.split("//")[1].split("@")[0].split(":")[1] in find_secrets({"JIRA_BASE_URL": url})
 
 
 def test_settings_built_in_code_adapt_their_defaults_as_from_env_does():
