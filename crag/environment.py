@@ -145,7 +145,8 @@ def _parse_dotenv(path: str | os.PathLike[str], bad_lines: list[tuple[int, str]]
         if re.match(r"export\s", line):
             line = line[len("export") :].lstrip()
         key, sep, value = line.partition("=")
-        value = _dotenv_value(value.strip())
+        # "NAME= # note": a # after a space starts a comment, here too, so the value is empty
+        value = "" if re.match(r"[ \t]+#", value) else _dotenv_value(value.strip())
         if not sep or not key.strip() or value is None:
             name = re.match(r"[A-Za-z_]\w*", line)
             bad_lines.append((number, name[0] if name else ""))

@@ -17,6 +17,9 @@ from crag.environment import read_dotenv
     ("KB_AGENT_TOP_K=7\t# seven", "7"),  # a comment after a tab
     ("KB_AGENT_TOP_K=7 # seven", "7"),
     ("KB_AGENT_MODEL=a#b", "a#b"),  # a # inside a word is the value's
+    ("KB_AGENT_MODEL= # pick one later", ""),  # nothing but a comment: set to nothing (was "# pick one later")
+    ("KB_AGENT_TOP_K=\t# the default", ""),
+    ("KB_AGENT_MODEL=#1", "#1"),
 ])
 def test_a_value_reads_as_a_shell_would_read_it(tmp_path, line, value):
     """``KEY="a\\"b"`` kept the backslash, and ``KEY=7<TAB># seven`` kept the comment in the
