@@ -125,7 +125,12 @@ def fit(
     history = tuple(getattr(task, "history", ()))
     history_dropped = 0
     if history:  # 1. history, oldest first: as few turns as make it fit
-        task, messages, tokens, history_dropped = _without_oldest_turns(task, history, limit, size)
+        task, messages, tokens, history_dropped = _without_oldest(task, "history", history, limit, size)
+    if tokens <= limit:
+        return Fitted(task, messages, tokens, history_dropped=history_dropped)
+    attempts = tuple(getattr(task, "previous_attempts", ()))
+    if attempts:  # then this question's earlier calls, oldest first (they grow with every round)
+        task, messages, tokens, _ = _without_oldest(task, "previous_attempts", attempts, limit, size)
     if tokens <= limit:
         return Fitted(task, messages, tokens, history_dropped=history_dropped)
     name = _items_field(task)
@@ -190,13 +195,14 @@ def _twins(items: Sequence[EvidenceItem]) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _without_oldest_turns(task: Any, history: tuple[Any, ...], limit: int, size: Callable[[Any], Any]) -> Any:
-    """``task`` without the fewest oldest turns of ``history`` that make it fit ``limit`` (all
+def _without_oldest(task: Any, name: str, history: tuple[Any, ...], limit: int, size: Callable[[Any], Any]) -> Any:
+    """``task`` without the fewest oldest entries of ``history`` (its field ``name``: the
+    conversation's turns, or the question's earlier calls) that make it fit ``limit`` (all
     of them when even that does not), with its messages, tokens and the number dropped.
 
-    The prompt only shrinks as the oldest turns go (it quotes the newest few), so the number to
-    drop is found by bisection: a session of 10,000 turns costs a dozen renders, not 10,000."""
-    bare = evolve(task, history=())
+    The prompt only shrinks as the oldest entries go, so the number to drop is found by
+    bisection: a session of 10,000 turns costs a dozen renders, not 10,000."""
+    bare = evolve(task, **{name: ()})
     messages, tokens = size(bare)
     if tokens > limit:  # no history fits: the items give way next
         return bare, messages, tokens, len(history)
@@ -204,7 +210,7 @@ def _without_oldest_turns(task: Any, history: tuple[Any, ...], limit: int, size:
     best = (bare, messages, tokens)
     while lo < hi:
         mid = (lo + hi) // 2
-        shorter = evolve(task, history=history[mid:])
+        shorter = evolve(task, **{name: history[mid:]})
         got = size(shorter)
         if got[1] <= limit:
             hi, best = mid, (shorter, *got)

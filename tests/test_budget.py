@@ -315,6 +315,27 @@ def tiny_window_ask(tmp_path, monkeypatch, text: str, question: str) -> tuple[in
     return code, out.getvalue(), err.getvalue().splitlines()[-1], nodes
 
 
+def test_a_planning_prompt_grown_by_earlier_rounds_drops_their_oldest_calls_not_the_question():
+    """Each round adds its calls to the planning prompt's "Earlier calls:" list, which nothing
+    could shorten: at round 3 of a 1,024-token window a seven-word question was refused with
+    "ask a shorter question" (exit 2) after the calls it had paid for."""
+    from crag.ports import PlanTask
+    from crag.state import Complexity, RoutingPlan, ToolCall, ToolRun
+    from crag.tools import builtin
+
+    attempts = tuple(ToolRun(r, ToolCall("vector_search", {"query": f"path parameters declaration variant {r}.{k}", "top_k": 5}))
+                     for r in range(1, 7) for k in range(8))
+    task = PlanTask(QUESTION, RoutingPlan(Complexity.COMPLEX, ("vector_search",)), (), attempts,
+                    builtin("vector_search"), 5)
+    assert prompt_tokens(render(task), cl100k) + 256 > int(1024 * 0.9)
+    fitted = fit(task, 256, 1024, render, cl100k)
+    assert fitted.prompt_tokens + 256 <= int(1024 * 0.9)
+    kept = fitted.task.previous_attempts
+    assert kept and kept == attempts[-len(kept):]  # the newest kept, the oldest gone
+    assert fit(PlanTask(QUESTION, task.routing_plan, (), attempts[:2], task.tools, 5), 256, 1024, render,
+               cl100k).task.previous_attempts == attempts[:2]
+
+
 def test_a_question_too_long_for_the_planning_prompt_is_refused_before_any_call(tmp_path, monkeypatch):
     """A question that fit routing's prompt but not planning's was refused at plan, after the
     routing call the user paid for: it is refused before that call, as one too long for routing is."""
