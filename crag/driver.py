@@ -220,7 +220,8 @@ class Driver:
                                                                    relay)
         except CragError as err:  # a prompt that cannot fit is a UsageError; an index gone, a KnowledgeBaseError
             if getattr(err, "spent", None) is None:
-                err.spent = usage  # type: ignore[attr-defined]
+                billed = getattr(err, "billed", None)  # a refusal the server finished: paid for too
+                err.spent = usage if billed is None else usage.add(name, billed)  # type: ignore[attr-defined]
             raise
         # The step's bookkeeping before apply, so synthesize's usage block counts its own call.
         if module.ASKS_MODEL:  # listed also when it asked nothing (a fast path): 0 calls
@@ -259,7 +260,8 @@ class Driver:
                     state = _noted(state, name, one, done)
             except (LLMError, UsageError) as err:
                 if err.spent is None:
-                    err.spent = usage
+                    billed = getattr(err, "billed", None)
+                    err.spent = usage if billed is None else usage.add(name, billed)
                 raise
             return tuple(replies), step, usage, state, cfg
         if isinstance(request, ToolRequest):

@@ -126,11 +126,14 @@ class LLMError(CragError):
     ``spent`` is the question's usage (``crag.state.Usage``) before the call that failed: the
     calls already made and paid for, which no answer's usage block will show (None outside a
     question). ``latency_ms`` is how long the failed call took (a refused request that crag
-    sends again fitted to a smaller window counts in that node's latency)."""
+    sends again fitted to a smaller window counts in that node's latency). ``billed`` is the
+    failed call itself when the server finished it and counts it (a refusal, tool calls instead
+    of an answer: a ``crag.state.Completion`` with its usage), which ``spent`` then includes."""
 
     def __init__(self, message: str, node: str | None = None, status: int | None = None) -> None:
         self.node = node
         self.status = status
+        self.billed: Any = None
         self.spent: Any = None
         self.latency_ms = 0.0  # how long the failed call took, retries included
         super().__init__(message)

@@ -556,3 +556,17 @@ def test_a_failed_chat_question_leaves_no_extra_blank_line_between_answers(llm: 
     first, second = out.getvalue().split("\n\n[1] docs/setup.md:L7\n")[:2]
     assert first == "The server listens on 8080 [1]."
     assert second.startswith("\nSet SERVICE_PORT") and out.getvalue().count("\n\n\n") == 0, out.getvalue()
+
+
+def test_a_refused_answer_counts_in_what_the_question_cost(llm) -> None:
+    """The model declining to answer is a finished reply the server bills: the error line said
+    "before it, this question made 2 LLM calls" for three calls paid for."""
+    from tests.openai_server import NullContent
+
+    llm.default("analyze_and_route", route("simple", "vector_search"))
+    llm.default("plan", plan(("vector_search", {"query": "port"})))
+    llm.default("synthesize", NullContent(refusal="I can't help with that."))
+    code, out, err = cli("ask", "Which port does the server listen on?")
+    assert code == 1 and out == ""
+    assert "refusal: I can't help with that." in err
+    assert re.search(r"; before it, this question made 3 LLM calls \([\d,]+ tokens\)$", err.strip()), err

@@ -415,6 +415,24 @@ def test_a_refused_answer_is_a_clear_llm_error_without_retry(srv):
     assert srv.calls("synthesize") == 1
 
 
+@pytest.mark.parametrize("message", [
+    {"role": "assistant", "content": None, "refusal": "I can't help with that"},
+    {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "t", "type": "function", "function": {"name": "search", "arguments": "{}"}}]},
+])
+def test_a_refused_answer_the_server_billed_is_counted_in_the_error(srv, message):
+    """A refusal (or tool calls) instead of an answer is a finished reply the server bills: the
+    question's error said only the calls before it ("2 LLM calls (317 tokens)" of 3 and 627)."""
+    srv.script("synthesize", Raw({"id": "c", "object": "chat.completion", "created": 0, "model": "m",
+                                  "choices": [{"index": 0, "finish_reason": "stop", "message": message}],
+                                  "usage": {"prompt_tokens": 307, "completion_tokens": 3, "total_tokens": 310}}))
+    answer = LLMRequest("synthesize", SynthesizeTask("q", (), ()), tuple(MESSAGES))
+    with pytest.raises(LLMError) as caught:
+        model_for(srv).complete(answer)
+    billed = caught.value.billed
+    assert (billed.prompt_tokens, billed.completion_tokens, billed.billable) == (307, 3, True)
+
+
 def test_a_refusal_to_grade_is_the_reply_for_the_nodes_fallback(srv):
     srv.script("grade_evidence", NullContent(refusal="I can't help with that"))
     completion = model_for(srv).complete(request("grade_evidence"))

@@ -54,7 +54,8 @@ def read_completion(reply: Any, logprobs: bool = False, refusal_is_reply: bool =
     calls = getattr(message, "tool_calls", None)
     if not (isinstance(content, str) and content.strip()) and isinstance(calls, list) and calls:
         if not refusal_is_reply:  # an answer is text: tool calls are none
-            raise BadReply("returned tool calls instead of an answer", one_line(tool_names(calls), 120))
+            raise BadReply("returned tool calls instead of an answer", one_line(tool_names(calls), 120),
+                           billed=True, usage=getattr(reply, "usage", None))
         content = tool_calls_text(calls)  # crag sends no tools: the model wrote its plan as calls
     refusal = getattr(message, "refusal", None)
     refusal = refusal.strip() if isinstance(refusal, str) else ""
@@ -65,7 +66,8 @@ def read_completion(reply: Any, logprobs: bool = False, refusal_is_reply: bool =
             return Reply("", getattr(reply, "usage", None), finish)  # empty reply, for the node's fall-back
         if refusal_is_reply and refusal:
             return Reply("", getattr(reply, "usage", None), finish, refusal=refusal)
-        raise BadReply("returned no message content", f"refusal: {one_line(refusal, 120)}")
+        raise BadReply("returned no message content", f"refusal: {one_line(refusal, 120)}",
+                       billed=True, usage=getattr(reply, "usage", None))
     return Reply(content, getattr(reply, "usage", None), finish,
                  read_logprobs(getattr(choices[0], "logprobs", None)) if logprobs else None)
 

@@ -79,6 +79,7 @@ from .logprobs import LOGPROBS as _LOGPROBS
 from .logprobs import covering, logprob_params, refuses_logprobs
 from .retry import (
     RETRY_AFTER_CAP,
+    BadReply,
     ConnectionFailure,
     Failure,
     RetryPolicy,
@@ -252,6 +253,13 @@ class OpenAIChatModel:
                     scrub_error(exc, self._secrets)  # its chain is logged with crag's error
                     error = _redacted(error, self._secrets)
                     error.latency_ms = (time.perf_counter() - started) * 1000.0
+                    bad = exc if isinstance(exc, BadReply) else exc.__cause__
+                    if isinstance(bad, BadReply) and bad.billed:  # a finished reply, paid for: counted
+                        tokens = self._usage(bad.usage, messages, "", request.max_tokens)
+                        error.billed = Completion(text="", model=self.model, prompt_tokens=tokens[0],
+                                                  completion_tokens=tokens[1], latency_ms=error.latency_ms,
+                                                  cached_tokens=tokens[2], usage_replaced=tokens[3],
+                                                  usage_estimated=tokens[4])
                     raise error from exc
                 retries += 1
                 self.policy.rest(wait, retries, failure, node=node)

@@ -71,12 +71,16 @@ T = TypeVar("T")
 
 
 class BadReply(Exception):
-    """The server answered 2xx with something that is not a usable reply."""
+    """The server answered 2xx with something that is not a usable reply. ``billed``: it is a
+    finished reply (a refusal, tool calls), which the server counts as a call; ``usage`` is
+    what it said that call cost, if anything."""
 
-    def __init__(self, what: str, note: str = "") -> None:
+    def __init__(self, what: str, note: str = "", *, billed: bool = False, usage: Any = None) -> None:
         super().__init__(what)
         self.what = what
         self.note = note
+        self.billed = billed
+        self.usage = usage
 
 
 @frozen

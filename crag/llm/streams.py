@@ -93,9 +93,11 @@ def finished_reply(read: Streamed, delivered: list[str], done: bool) -> Reply:
         raise BadReply("ended the answer's stream before it was finished", "no finish_reason and no [DONE]")
     declined = "".join(read.refusal).strip() or (FILTERED if read.finish == "content_filter" else "")
     if not delivered and declined:  # as a refusal without streaming
-        raise BadReply("returned no message content", f"refusal: {one_line(declined, 120)}")
+        raise BadReply("returned no message content", f"refusal: {one_line(declined, 120)}",
+                       billed=True, usage=read.usage)
     if not "".join(delivered).strip() and (read.calls or read.finish == "tool_calls"):  # as tool calls, whole
-        raise BadReply("returned tool calls instead of an answer", one_line(tool_names(read.calls), 120))
+        raise BadReply("returned tool calls instead of an answer", one_line(tool_names(read.calls), 120),
+                       billed=True, usage=read.usage)
     return Reply("".join(delivered), read.usage, read.finish)
 
 
