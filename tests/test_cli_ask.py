@@ -570,3 +570,29 @@ def test_a_refused_answer_counts_in_what_the_question_cost(llm) -> None:
     assert code == 1 and out == ""
     assert "refusal: I can't help with that." in err
     assert re.search(r"; before it, this question made 3 LLM calls \([\d,]+ tokens\)$", err.strip()), err
+
+
+def test_a_piped_chat_answer_whose_stream_is_cut_leaves_no_fragment_on_standard_output(llm, tmp_path: Path) -> None:
+    """Piped, ``chat`` wrote the chunks of an answer whose stream then broke off (no finish, no
+    [DONE]) to standard output, a blank line before the next answer, as if it were one."""
+    from tests.openai_server import Events
+
+    def piece(delta: dict, finish=None) -> bytes:
+        chunk = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m",
+                 "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+        return f"data: {json.dumps(chunk)}\n\n".encode()
+
+    cut = Events(piece({"role": "assistant", "content": ""}) + piece({"content": "The server listens on port "})
+                 + piece({"content": "8080 by default [1]. It also listens"}))
+    llm.script("analyze_and_route", route("complex", "grep_search"), route("simple", "grep_search"))
+    llm.default("plan", plan(("grep_search", {"pattern": "port 8080"})))
+    llm.default("grade_evidence", grades(rest=0.9))
+    llm.script("synthesize", cut, "The client retries failed uploads three times [1].")
+    env = {k: v for k, v in os.environ.items()}
+    env["PYTHONPATH"] = str(ROOT)
+    proc = subprocess.run([sys.executable, "-m", "crag", "chat"], cwd=tmp_path, env=env,
+                          input="What port does it use?\nHow often do uploads retry?\n", capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "ended the answer's stream before it was finished" in proc.stderr
+    assert "8080" not in proc.stdout and proc.stdout.startswith("The client retries failed uploads three times [1].")

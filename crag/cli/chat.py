@@ -45,12 +45,15 @@ ANSWER_LEAD = "\ncrag> "  # what a terminal shows before each answer
 
 class Progress:
     """``chat`` when standard output is not a terminal: prints the answer's chunks
-    (``Agent.stream``: grounded in the library) as they come, terminal-safe and redacted, and
-    shows which node is running when stderr is a terminal."""
+    (``Agent.stream``: grounded in the library) terminal-safe and redacted, and shows which node
+    is running when stderr is a terminal. On a pipe or in a file each answer is printed whole
+    once it is final: an answer whose stream breaks off leaves no fragment there for a script to
+    take for an answer; a (dumb) terminal gets the chunks as they come."""
 
     def __init__(self, err: TextIO, out: TextIO, show_usage: bool = True) -> None:
         self.err = err
         self.out = out
+        self.hold = not isatty(out)  # a pipe or a file: answers whole, never a fragment
         self.answers = 0  # printed so far: a blank line goes between two on standard output
         self.started = False  # this answer has text on standard output
         self.tty = hasattr(err, "isatty") and err.isatty()
@@ -75,8 +78,9 @@ class Progress:
             self.clear_status()  # the step is over, or its retry's wait (the answer streams on stdout)
         elif isinstance(event, AnswerStarted) and not streaming:  # again: a refit request, nothing shown yet
             self.clear_status()
-            self.screen = ShownStream(secrets())
-            self._lead()
+            if not self.hold:
+                self.screen = ShownStream(secrets())
+                self._lead()
 
     def _status(self, text: str, ending: str = "…") -> None:
         """``text`` (a step's name, a retry's wait) on stderr's status line; a dumb terminal's
