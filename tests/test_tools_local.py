@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -337,6 +338,19 @@ def test_a_file_root_works_for_all_three_tools(tmp_path: Path) -> None:
     assert run(box, "read_file", path="single.md")[0].end_line == 3
     with pytest.raises(ToolError):
         run(box, "read_file", path="sibling.md")
+
+
+def test_an_absolute_path_in_a_root_whose_file_is_gone_is_no_file_not_outside(env) -> None:
+    """MCP's search gives absolute paths; a file deleted since was "outside the knowledge base:
+    only files inside its folders can be read", though the path is in one of them."""
+    box, kb, base = env
+    for path in (kb / "gone.md", kb / "notes" / "gone.txt", kb / "new" / "dir" / "x.md"):
+        with pytest.raises(ToolError, match=rf"no file {re.escape(str(path))} in the knowledge base"):
+            run(box, "read_file", path=str(path))
+    with pytest.raises(ToolError, match="is outside the knowledge base"):
+        run(box, "read_file", path=str(base / "outside" / "gone.md"))
+    with pytest.raises(ToolError, match="is outside the knowledge base"):
+        run(box, "read_file", path="../nowhere.md")
 
 
 def test_read_file_takes_a_path_as_a_footer_cites_it(env) -> None:

@@ -63,6 +63,7 @@ def _resolve(tool: str, requested: str, roots: Sequence[str], cwd: str, excluded
         candidates.append(os.path.normpath(os.path.join(cwd, path)))
     real_excluded = [os.path.realpath(e) for e in excluded]
     found_outside = False
+    within = False  # a candidate lies in a root's folder, whether or not the file is there
     refused: str | None = None
     for candidate in candidates:
         try:
@@ -74,6 +75,7 @@ def _resolve(tool: str, requested: str, roots: Sequence[str], cwd: str, excluded
             if os.path.exists(real):
                 found_outside = True
             continue
+        within = True
         if not os.path.isfile(real):
             continue
         reasons = [excluded_reason(real, rr) for rr in inside]
@@ -82,6 +84,8 @@ def _resolve(tool: str, requested: str, roots: Sequence[str], cwd: str, excluded
         refused = refused or reasons[0]
     if refused is not None:
         raise ToolError(tool, f"{display_name(requested)} is not part of the knowledge base: {refused}")
-    if found_outside or os.path.isabs(path) or ".." in path.replace("\\", "/").split("/"):
+    # a path in a root's folder names no file there (deleted since a search found it): no file,
+    # not "outside"
+    if found_outside or (not within and (os.path.isabs(path) or ".." in path.replace("\\", "/").split("/"))):
         raise ToolError(tool, f"{display_name(requested)} is outside the knowledge base: only files inside its folders can be read")
     raise ToolError(tool, f"no file {display_name(requested)} in the knowledge base")
