@@ -114,6 +114,20 @@ def check_descriptions(environ: Any = None, dotenv: str | None = ".env") -> None
     descriptions(tools, environ, dotenv)
 
 
+def for_a_shell(message: str, settings: Any) -> str:
+    """``message`` with the commands it suggests aimed at this server's index: the server reads
+    the index its client's configuration names, which a shell the user types the command in does
+    not have (``crag index PATH`` there builds ``./.crag``)."""
+    import re
+    import shlex
+
+    if settings.store:  # PostgreSQL: its hints name KB_AGENT_STORE already
+        return message
+    where = shlex.quote(os.path.abspath(settings.index_dir))
+    message = re.sub(r"`python -m crag (?!--index )", f"`python -m crag --index {where} ", message)
+    return re.sub(r"(`[^`]* --index [^`]*`) \(with KB_AGENT_INDEX_DIR=[^)]*\)", r"\1", message)
+
+
 def _output_types() -> tuple[Any, Any, Any]:
     """The structured content of ask, search and read_file, as TypedDicts the SDK turns into
     ``outputSchema`` (and checks each result against)."""
@@ -274,7 +288,7 @@ def build_server(agent: "Agent") -> "MCPServer":
             cancel.set()
             raise
         except CragError as exc:  # one line, with every configured secret redacted, and what it had cost
-            said = str(exc) + exc.cost_note()
+            said = for_a_shell(str(exc) + exc.cost_note(), agent.settings)
             raise MCPToolError(" ".join(redact_message(said, secret_values()).split())) from exc
 
     def result(text: str, structured: dict[str, Any]) -> CallToolResult:

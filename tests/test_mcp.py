@@ -674,3 +674,18 @@ def test_an_ask_that_fails_after_calls_it_paid_for_says_what_they_cost(workdir: 
                 assert "; before it, this question made 2 LLM calls (" in text_of(got), text_of(got)
 
         anyio.run(session)
+
+
+def test_the_command_a_tool_error_suggests_builds_the_index_the_server_reads(workdir: Path) -> None:
+    """With no index, every tool said "run `python -m crag index PATH` first": typed in a shell,
+    which has not the client's KB_AGENT_INDEX_DIR, that builds ./.crag, not the server's index."""
+    params = server_params(workdir)
+
+    async def session() -> None:
+        async with Client(params, read_timeout_seconds=60) as client:
+            for tool, args in (("search", {"query": "backups"}), ("ask", {"question": "When do backups run?"})):
+                got = await client.call_tool(tool, args)
+                assert got.is_error, text_of(got)
+                assert f"run `python -m crag --index {workdir / 'index'} index PATH` first" in text_of(got), text_of(got)
+
+    anyio.run(session)
