@@ -946,6 +946,28 @@ def test_a_path_the_question_points_at_is_no_term_when_the_evidence_comes_from_i
     assert missing(unpointed("What does docs/v2/setup.md set?", ["docs/v2/setup.md"]), ["port = 8080"]) == []
 
 
+PAGE = "https://wiki.example/pages/viewpage.action?pageId=1001"
+
+
+@pytest.mark.parametrize(("question", "sources", "terms"), [
+    ("What does Confluence page 1001 say about deploying?", [PAGE], []),
+    ("What does pageId=1001 say about deploying?", [PAGE], []),
+    (f"What does {PAGE} say about Terraform?", [PAGE], ["Terraform"]),
+    ("How does http://127.0.0.1:18310/web/page say to deploy?", ["http://127.0.0.1:18310/web/page"], []),
+    ("How does https://x.example/api say to deploy?", ["https://x.example/api#item-2"], []),
+    ("What is the status of OPS-42 in Jira?", ["OPS-42"], []),
+    ("What does Confluence page 2002 say about deploying?", [PAGE], ["Confluence"]),  # another page
+    ("What is the status of OPS-42 in Jira?", ["docs/a.md"], ["OPS-42", "Jira"]),  # not fetched
+])
+def test_a_page_url_or_issue_the_question_points_at_is_no_term_when_the_evidence_comes_from_it(question, sources, terms):
+    """The ways the tools take a source ("Confluence page 1001", ``pageId=``, a URL, an issue key)
+    were named terms no page's text writes: a supported answer from that very page opened with
+    "none of the documents found mentions Confluence" (verdict not_answered)."""
+    from crag.grounding import missing, unpointed
+
+    assert missing(unpointed(question, sources), ["Deploy with docker compose up; the status is done."]) == terms
+
+
 @pytest.mark.parametrize("mode", ["note", "off"])
 @pytest.mark.parametrize("marks", ["[1][1]", "[1] [1]", "[1][1][1]"])
 def test_one_item_marked_twice_side_by_side_is_cited_once(marks, mode):

@@ -49,7 +49,9 @@ answerable ones; on the held-out half, reported only, 42 of 2,038 and 12 of 1,89
 
 ``unpointed`` is the question without the paths it names of files the evidence comes from: a
 question that points at its source ("... see docs/v2/setup.md") names where the answer is, not
-a term the passages must write, so the path is neither a named term nor an anchor.
+a term the passages must write, so the path is neither a named term nor an anchor. The same
+holds for the other sources a question can point at: a URL fetched, a Jira issue's key, a
+Confluence page named as the tools take it ("Confluence page 1234", ``pageId=1234``).
 
 ``says_nothing_new`` asks whether an answer's supported sentences say anything the question does not:
 "What problem consists of trying to increase oil supplies?" answered by "The problem consists
@@ -70,7 +72,7 @@ import unicodedata
 from collections.abc import Iterable, Sequence
 from itertools import pairwise
 
-from ..prompts.find import find_paths
+from ..prompts.find import confluence_mentions, find_jira_keys, find_paths, find_urls
 from ..sentences import sentences
 from ..state import EvidenceItem
 from ..text import fold_diacritics, in_vocabulary, stem, words
@@ -153,9 +155,23 @@ def unpointed(question: str, sources: Iterable[str]) -> str:
     """``question`` without the file paths it names that are among ``sources`` (evidence
     sources: relative to the working directory, or absolute), compared without a leading
     ``./``, the one path ending with the other (see the module doc)."""
-    held = [str(s).lstrip("./") for s in sources]
+    sources = [str(s) for s in sources]
+    held = [s.lstrip("./") for s in sources]
     out = question
-    for path in find_paths(question):
+    for url in find_urls(question):  # a page fetched (its items' sources: the URL, "#item-K" after it)
+        if any(s == url or s.startswith((url + "#", url.rstrip("/") + "/")) for s in sources):
+            out = out.replace(url, " ")
+    pages = {page for s in sources if "pageId=" in s or "/pages/" in s for _, page in confluence_mentions(s)}
+    named_pages = [said for said, page in confluence_mentions(out) if page in pages]
+    for said in named_pages:
+        out = out.replace(said, " ")
+    keys = [key for key in find_jira_keys(out) if key in sources]
+    for key in keys:
+        out = re.sub(rf"(?<![\w-]){re.escape(key)}(?![\w-])", " ", out)
+    for product, fetched in (("Jira", keys), ("Confluence", named_pages)):  # "... OPS-42 in Jira": where, too
+        if fetched:
+            out = re.sub(rf"(?i)\b{product}\b", " ", out)
+    for path in find_paths(out):
         bare = path.lstrip("./")
         if bare and any(s == bare or s.endswith("/" + bare) or bare.endswith("/" + s) for s in held):
             out = re.sub(rf"(?<![\w/.-]){re.escape(path)}(?![\w/-])", " ", out)

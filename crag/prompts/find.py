@@ -107,6 +107,16 @@ def find_confluence_page_ids(text: str) -> tuple[str, ...]:
     return tuple(ids)
 
 
+def confluence_mentions(text: str) -> tuple[tuple[str, str], ...]:
+    """Where ``text`` designates a Confluence page (``find_confluence_page_ids``' forms): each
+    as (the words that designate it, "Confluence page 1234" or a URL's ``pageId=1234``, and
+    the page id)."""
+    if not isinstance(text, str):
+        return ()
+    found = {(m.start(), m.group(0), m.group(1).lstrip("0") or "0") for p in _CONFLUENCE_PATTERNS for m in p.finditer(text)}
+    return tuple((said, page) for _, said, page in sorted(found))
+
+
 # The suffixes of the files crag indexes (its documents, PDF and DOCX, included): a question
 # naming one names where its answer is.
 _PATH_EXTENSIONS = (
