@@ -76,6 +76,9 @@ class Integer:
 
     def __call__(self, var: str, raw: str) -> int:
         accepts = f"an integer >= {self.lo}" if self.hi is None else f"an integer from {self.lo} to {self.hi}"
+        digits = raw.strip().lstrip("+").lstrip("0")
+        if self.hi is None and _INTEGER.fullmatch(raw.strip()) and (len(digits) > 19 or int(digits or "0") > 10**18):
+            raise ConfigError(var, raw, f"an integer from {self.lo} to 10^18")  # "an integer >= 0" was true of it
         try:  # int() refuses more than 4,300 digits
             value = int(raw) if _INTEGER.fullmatch(raw.strip()) else None
         except ValueError:

@@ -502,3 +502,11 @@ def test_a_top_k_larger_than_any_search_returns_is_refused_naming_the_range(give
     assert Settings(top_k=MAX_TOP_K).top_k == MAX_TOP_K
     with pytest.raises(ConfigError, match="KB_AGENT_TOP_K"):
         Settings(top_k=MAX_TOP_K + 1)
+
+
+def test_a_count_too_large_for_any_use_says_its_bound_not_only_its_sign():
+    """A 5,000-digit KB_AGENT_AUTO_APPROVE_MAX_ITEMS was refused as not "an integer >= 0"."""
+    for value in ("9" * 5000, "1" + "0" * 18 + "1"):
+        with pytest.raises(ConfigError, match=r"expected an integer from 0 to 10\^18"):
+            Settings.from_env(environ={"KB_AGENT_AUTO_APPROVE_MAX_ITEMS": value}, dotenv=None)
+    assert Settings.from_env(environ={"KB_AGENT_AUTO_APPROVE_MAX_ITEMS": "1" + "0" * 18}, dotenv=None).auto_approve_max_items == 10**18
