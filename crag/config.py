@@ -545,7 +545,8 @@ def config_warnings(environ: Mapping[str, str] | None = None, dotenv: str | os.P
                for name in sorted(names) if name.strip().upper().startswith("KB_AGENT_") and name not in known_set]
     for name, origin in unknown[:WARNINGS_SHOWN]:
         typed = name.strip().upper()
-        close = [typed] if typed in known_set else (
+        bare = typed.removeprefix("KB_AGENT_")  # KB_AGENT_JIRA_BASE_URL: a setting named without the prefix
+        close = [typed] if typed in known_set else [bare] if bare in known_set else (
             difflib.get_close_matches(typed, known, n=1, cutoff=0.6) if len(name) <= 100 else [])
         hint = f"; did you mean {close[0]}?" if close else ""
         shown = short_value(name, 100)

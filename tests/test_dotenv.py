@@ -95,3 +95,13 @@ def test_the_env_read_last_stays_parsed_when_another_fills_the_memory(tmp_path, 
         assert read_dotenv(files[-2]) == {"KB_AGENT_MODEL": f"m{len(files) - 2}"}
         assert read_dotenv(files[-1]) == {"KB_AGENT_MODEL": f"m{len(files) - 1}"}
     assert parsed == [files[-2], files[-1]]
+
+
+@pytest.mark.parametrize(("name", "meant"), [
+    ("KB_AGENT_JIRA_BASE_URL", "JIRA_BASE_URL"), ("KB_AGENT_OPENAI_API_KEY", "OPENAI_API_KEY"),
+    ("KB_AGENT_TOPK", "KB_AGENT_TOP_K"),
+])
+def test_a_setting_named_with_the_prefix_it_has_not_is_pointed_at_its_name(name, meant):
+    """KB_AGENT_JIRA_BASE_URL was "did you mean KB_AGENT_EMBEDDING_BASE_URL?", and Jira stayed off."""
+    [warning] = config_warnings(environ={name: "x"}, dotenv=None)
+    assert warning.endswith(f"did you mean {meant}?"), warning
