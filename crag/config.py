@@ -45,6 +45,7 @@ from .modes import (  # re-exported
     LLMBackend,
     StructuredOutput,
 )
+from .setting_warnings import setting_warnings
 
 __all__ = ["DOTENV_MAX_BYTES", "INDEX_FOLDER", "MAX_SECONDS", "SECRET_VARIABLES", "SETTINGS_TABLE", "EmbedderKind",
            "GroundingMode", "LLMBackend", "Settings", "StructuredOutput", "config_warnings", "find_index_dir",
@@ -511,50 +512,11 @@ def _with_origin(kind: Callable[[str, Any], Any], var: str, raw: Any, origin: st
         raise ConfigError(exc.variable, exc.value, f"{exc.accepts} ({origin})", secret=exc.value is None) from None
 
 
-WARNINGS_SHOWN = 20  # of each kind; the rest are counted in one more line
-
-
 def config_warnings(environ: Mapping[str, str] | None = None, dotenv: str | os.PathLike[str] | None = ".env") -> list[str]:
     """What looks like a mistake in the configuration but does not stop crag: ``.env`` lines
-    that are not assignments, and ``KB_AGENT_*`` names crag does not know (with the closest
-    known name). Never shows a value. At most ``WARNINGS_SHOWN`` of each kind are listed and
-    looked up, the rest counted: a ``.env`` of 30,000 unknown names costs 20 look-ups."""
-    import difflib
-
-    from .safe_text import short_value
-
-    known = [var for var, _ in SETTINGS_TABLE.values()] + list(OTHER_VARIABLES)
-    known_set = frozenset(known)
-    env = os.environ if environ is None else environ
-    found: list[str] = []
-    bad_lines: list[tuple[int, str]] = []
-    try:
-        file_values = read_dotenv(dotenv, bad_lines) if dotenv else {}
-    except ConfigError:
-        file_values = {}  # Settings.from_env reports it
-    where = os.fspath(dotenv) if dotenv else ".env"
-    if dotenv and os.path.isdir(dotenv) and not os.path.isfile(os.path.join(dotenv, "pyvenv.cfg")):
-        found.append(f"{where} is a folder, not a settings file; no settings are read from it")
-    for number, name in bad_lines[:WARNINGS_SHOWN]:  # the hint names a setting, never the line's text
-        close = difflib.get_close_matches(name.upper(), known, n=1, cutoff=0.8) if 5 <= len(name) <= 100 else []
-        found.append(f"{where} line {number} is not an assignment (NAME=value); it is ignored" + "".join(f"; did you mean {c}=...?" for c in close))
-    if len(bad_lines) > WARNINGS_SHOWN:
-        found.append(f"{len(bad_lines) - WARNINGS_SHOWN:,} more lines of {where} are not assignments; they are ignored")
-    # Any case and stray spaces count: kb_agent_top_k and "KB_AGENT_TOP_K " are typos of a setting too.
-    unknown = [(name, origin) for origin, names in ((where, file_values), ("the environment", env))
-               for name in sorted(names) if name.strip().upper().startswith("KB_AGENT_") and name not in known_set]
-    for name, origin in unknown[:WARNINGS_SHOWN]:
-        typed = name.strip().upper()
-        bare = typed.removeprefix("KB_AGENT_")  # KB_AGENT_JIRA_BASE_URL: a setting named without the prefix
-        close = [typed] if typed in known_set else [bare] if bare in known_set else (
-            difflib.get_close_matches(typed, known, n=1, cutoff=0.6) if len(name) <= 100 else [])
-        hint = f"; did you mean {close[0]}?" if close else ""
-        shown = short_value(name, 100)
-        shown = f'"{shown}"' if name != name.strip() else shown  # the stray space made visible
-        found.append(f"{shown} (in {origin}) is not a crag setting{hint}")
-    if len(unknown) > WARNINGS_SHOWN:
-        found.append(f"{len(unknown) - WARNINGS_SHOWN:,} more KB_AGENT_* names are not crag settings")
-    return found
+    that are not assignments, and ``KB_AGENT_*`` names crag does not know, with the closest
+    known name (``crag.setting_warnings``; at most ``WARNINGS_SHOWN`` of each kind listed)."""
+    return setting_warnings([var for var, _ in SETTINGS_TABLE.values()] + list(OTHER_VARIABLES), environ, dotenv)
 
 
 def _shown_url(raw: str) -> str:
