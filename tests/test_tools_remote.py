@@ -252,7 +252,7 @@ def test_web_fetch_reads_an_allowed_page_as_text(server, tmp_path: Path) -> None
     assert item.title == "Status page" and item.text == "All good\n\nUptime is 99.9%."
 
 
-@pytest.mark.parametrize("charset", ["idna", "base64", "no-such-codec"])
+@pytest.mark.parametrize("charset", ["idna", "punycode", "base64", "no-such-codec"])
 def test_a_page_declaring_a_charset_that_cannot_read_text_is_read_as_utf8(server, tmp_path: Path, charset) -> None:
     """``charset=idna`` (a codec that refuses to replace what it cannot decode) ended ``web_fetch``
     and the whole ask in a raw ``UnicodeError`` traceback."""

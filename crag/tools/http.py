@@ -75,7 +75,10 @@ class Response:
     truncated: bool
 
     def text(self) -> str:
-        return self.body.decode(self.charset or "utf-8", errors="replace")
+        try:
+            return self.body.decode(self.charset or "utf-8", errors="replace")
+        except (LookupError, UnicodeError, ValueError):  # a codec that refuses some bytes even so
+            return self.body.decode("utf-8", errors="replace")
 
 
 _IETF_PROTOCOL = ipaddress.ip_network("192.0.0.0/24")
@@ -318,8 +321,8 @@ def http_get(
             if key.lower() == "charset" and value:
                 charset = value.strip().strip('"') or None
         if charset is not None:
-            try:  # a charset that cannot decode with replacement (idna, a binary codec) is none
-                b"text".decode(charset, errors="replace")
+            try:  # a charset that cannot decode any bytes with replacement (idna, punycode, a binary codec) is none
+                b"text \xc3\xa9 \x80\xff".decode(charset, errors="replace")
             except (LookupError, UnicodeError, ValueError):
                 charset = None
         return Response(current, status, mime.strip().lower(), charset, body, truncated)
