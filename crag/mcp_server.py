@@ -124,7 +124,7 @@ def for_a_shell(message: str, settings: Any) -> str:
     if settings.store:  # PostgreSQL: its hints name KB_AGENT_STORE already
         return message
     where = shlex.quote(os.path.abspath(settings.index_dir))
-    message = re.sub(r"`python -m crag (?!--index )", f"`python -m crag --index {where} ", message)
+    message = re.sub(r"`python -m crag (?!--index )", lambda _: f"`python -m crag --index {where} ", message)
     return re.sub(r"(`[^`]* --index [^`]*`) \(with KB_AGENT_INDEX_DIR=[^)]*\)", r"\1", message)
 
 

@@ -689,3 +689,16 @@ def test_the_command_a_tool_error_suggests_builds_the_index_the_server_reads(wor
                 assert f"run `python -m crag --index {workdir / 'index'} index PATH` first" in text_of(got), text_of(got)
 
     anyio.run(session)
+
+
+@pytest.mark.parametrize("folder", ["/srv/kb\\g<1>index", "/srv/kb\\1x", "/srv/my kb/.crag", "/srv/it's/.crag"])
+def test_the_suggested_command_takes_any_index_folder_name(folder: str) -> None:
+    """An index folder whose name held a backslash made every such tool error a traceback
+    (``re.error``: the folder's name was read as a regular expression's replacement)."""
+    import shlex
+
+    from crag.config import Settings
+    from crag.mcp_server import for_a_shell
+
+    said = for_a_shell("no index in x: run `python -m crag index PATH` first", Settings(index_dir=folder))
+    assert said == f"no index in x: run `python -m crag --index {shlex.quote(folder)} index PATH` first"
