@@ -34,6 +34,7 @@ from .environment import (  # re-exported
     secret_values,
     store_credentials,
     store_uri_ambiguous,
+    url_credentials_ambiguous,
 )
 from .errors import ConfigError, UnknownSettingError, UsageError
 from .modes import (  # re-exported
@@ -225,9 +226,9 @@ def _url(var: str, raw: str) -> str | None:
         return None
     if not value.startswith(("http://", "https://")) or not value.isascii() or not value.isprintable() or " " in value:
         raise ConfigError(var, _shown_url(raw), "an http:// or https:// URL (printable ASCII, no spaces)")
-    if store_uri_ambiguous(value):  # "http://bob:pa/ss@host": a URL parser takes "pa" for the port
-        raise ConfigError(var, _shown_url(raw), "an http:// or https:// URL with each @ and / in its user name "
-                          "or password percent-encoded (@ as %40, / as %2F)")
+    if url_credentials_ambiguous(value):  # "http://bob:pa/ss@host": a URL parser takes "pa" for the port
+        raise ConfigError(var, _shown_url(raw), "an http:// or https:// URL with each @ / ? and # in its user "
+                          "name or password percent-encoded (@ as %40, / as %2F, ? as %3F, # as %23)")
     try:  # a host and a port that an HTTP client can connect to: "http://[::1:8080" is not one
         parts = urlsplit(value)
         if not parts.hostname or parts.port == 0:  # reading a bad port raises ValueError
@@ -342,7 +343,7 @@ class Settings:
     embedding_base_url: str | None = setting("KB_AGENT_EMBEDDING_BASE_URL", _url, None)
     temperature: float = setting("KB_AGENT_TEMPERATURE", Number(0.0, 2.0, "a number between 0 and 2"), 0.2, node=True)
     # Adapting default: 1024, or half of a smaller KB_AGENT_CONTEXT_TOKENS (__attrs_post_init__).
-    max_answer_tokens: int = setting("KB_AGENT_MAX_ANSWER_TOKENS", Integer(16), ADAPTING, node=True)
+    max_answer_tokens: int = setting("KB_AGENT_MAX_ANSWER_TOKENS", Integer(16, MAX_WINDOW // 2), ADAPTING, node=True)
     # Adapting default: 8192, or twice a larger KB_AGENT_MAX_ANSWER_TOKENS (__attrs_post_init__).
     context_tokens: int = setting("KB_AGENT_CONTEXT_TOKENS", Integer(1024, MAX_WINDOW), ADAPTING, node=True)
     structured_output: StructuredOutput = setting(
@@ -522,6 +523,6 @@ def config_warnings(environ: Mapping[str, str] | None = None, dotenv: str | os.P
 def _shown_url(raw: str) -> str:
     from .safe_text import redact_message
 
-    if store_uri_ambiguous(raw):  # a password holding an unencoded @ or /: all before the last @ hidden
-        raw = store_credentials(raw)[1]
+    if store_uri_ambiguous(raw) and (not raw.startswith(("http://", "https://")) or url_credentials_ambiguous(raw)):
+        raw = store_credentials(raw)[1]  # a password holding an unencoded @ or /: all before the last @ hidden
     return redact_message(raw)

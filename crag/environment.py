@@ -235,6 +235,27 @@ def store_uri_ambiguous(uri: str) -> bool:
     return rest.count("@") > 1 or (at != -1 and slash != -1 and slash < at)
 
 
+_HOST_AFTER_AT = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*)(?::[0-9]*)?(?:[/?#].*)?")
+
+
+def url_credentials_ambiguous(url: str) -> bool:
+    """Whether an http(s) URL reads as ``user:password@host`` with a password holding an
+    unencoded ``/``, ``?``, ``#`` or ``@``, which a URL parser splits at that character (taking
+    "bob:12" of "http://bob:12/pw@host" for a host and its port): its last ``@`` comes after one
+    of them, what precedes it starts with a user name (no ``.``) and a ``:``, and a host follows
+    it. An ``@`` in a path or a query ("http://127.0.0.1:8080/v1/@team", "...?tenant=a@b",
+    "https://host/proxy/user@example.com") is not one."""
+    rest = url.partition("://")[2]
+    at = rest.rfind("@")
+    cut = min((i for i in (rest.find(c) for c in "/?#") if i != -1), default=len(rest))
+    if at == -1 or (at < cut and rest.count("@") == 1):  # none, or a plain user:password@host
+        return False
+    user, colon, _ = rest[:at].partition(":")
+    if not colon or any(c in user for c in "./?#@") or user.lower() == "localhost" or rest[at - 1] == "/":
+        return False  # a host ("127.0.0.1:8080/v1/@team"), or a path segment that starts with @
+    return bool(_HOST_AFTER_AT.fullmatch(rest[at + 1 :]))
+
+
 def find_secrets(values: Mapping[str, object]) -> tuple[str, ...]:
     """The secrets among ``values`` (variable name -> value): the whole value of
     ``OPENAI_API_KEY``, the Jira and Confluence tokens and any variable named with one of
@@ -250,7 +271,7 @@ def find_secrets(values: Mapping[str, object]) -> tuple[str, ...]:
         if _secret_variable(var):
             found.append(value)
         elif _url_variable(var):
-            if var == "KB_AGENT_STORE" or store_uri_ambiguous(value.strip()):
+            if var == "KB_AGENT_STORE" or url_credentials_ambiguous(value.strip()):
                 password = store_credentials(value.strip())[0]
             else:
                 try:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from crag.cli import main
@@ -317,6 +319,8 @@ def test_the_default_window_makes_room_for_a_larger_answer_budget_set_alone():
     assert Settings.from_env(environ={"KB_AGENT_MAX_ANSWER_TOKENS": "2000"}, dotenv=None).context_tokens == 8192
     assert Settings(max_answer_tokens=5000).context_tokens == 10000
     assert Settings().context_tokens == 8192
+    with pytest.raises(ConfigError, match=r"KB_AGENT_MAX_ANSWER_TOKENS=5000001 .*an integer from 16 to 5000000"):
+        Settings.from_env(environ={"KB_AGENT_MAX_ANSWER_TOKENS": "5000001"}, dotenv=None)  # its own bound, not a window never set
 
 
 def test_a_base_url_whose_password_holds_an_unencoded_slash_is_refused_without_showing_it(monkeypatch, capsys):
@@ -325,14 +329,26 @@ def test_a_base_url_whose_password_holds_an_unencoded_slash_is_refused_without_s
     the answer log: a URL parser reads up to the first ``/`` as the host and port."""
     from crag.environment import find_secrets
 
-    for url in ("http://bob:Hunter2/Pw@127.0.0.1:18302/v1", "http://bob:1234/Hunter3Pw@127.0.0.1:18302/v1"):
+    for url in ("http://bob:Hunter2/Pw@127.0.0.1:18302/v1", "http://bob:1234/Hunter3Pw@127.0.0.1:18302/v1",
+                "http://bob:Hunter4?Pw@127.0.0.1:18302/v1", "http://bob:12#Hunter5@127.0.0.1:18302/v1"):
         monkeypatch.setenv("JIRA_BASE_URL", url)
         assert main(["search", "hello"]) == 2
         err = capsys.readouterr().err
-        assert err.startswith("crag: error: JIRA_BASE_URL=http://***@127.0.0.1:18302/v1 is not valid: expected an "
-                              "http:// or https:// URL with each @ and / in its user name or password percent-encoded")
+        assert re.match(r"crag: error: JIRA_BASE_URL=http://(bob:)?\*\*\*@127\.0\.0\.1:18302/v1 is not valid: expected an "
+                        "http:// or https:// URL with each @ / [?] and # in its user name or password percent-encoded", err), err
         assert "Hunter" not in err and err.count("\n") == 1
-        assert url.split("//")[1].split("@")[0].split(":")[1] in find_secrets({"JIRA_BASE_URL": url})
+        assert url.split("//")[1].split("@")[0].split(":", 1)[1] in find_secrets({"JIRA_BASE_URL": url})
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:18601/v1/@cf", "http://127.0.0.1:18601/v1?tenant=a@b",
+                                 "https://llm.example.com/proxy/user@example.com/v1", "http://gw:8080/v1/@team"])
+def test_a_base_url_with_an_at_sign_in_its_path_and_no_password_is_a_url(url):
+    """The check for passwords holding an unencoded / refused these (and hid their host), and
+    took part of any *_URL holding "/@" (an npm registry's) for a secret to mask everywhere."""
+    from crag.environment import find_secrets
+
+    assert Settings.from_env(environ={"OPENAI_BASE_URL": url}, dotenv=None).openai_base_url == url
+    assert find_secrets({"OPENAI_BASE_URL": url, "PACKAGE_URL": "https://registry.npmjs.org/@myorg/widgets"}) == ()
 
 
 def test_settings_built_in_code_adapt_their_defaults_as_from_env_does():
