@@ -956,6 +956,9 @@ PAGE = "https://wiki.example/pages/viewpage.action?pageId=1001"
     ("How does http://127.0.0.1:18310/web/page say to deploy?", ["http://127.0.0.1:18310/web/page"], []),
     ("How does https://x.example/api say to deploy?", ["https://x.example/api#item-2"], []),
     ("What is the status of OPS-42 in Jira?", ["OPS-42"], []),
+    ("When does it restart? see http://localhost:18615/wiki/pages/viewpage.action?pageId=1001&focusedCommentId=5",
+     [PAGE], []),  # another URL of the page fetched
+    ("What is the status of http://127.0.0.1:18611/browse/OPS-42?", ["OPS-42"], []),
     ("What does Confluence page 2002 say about deploying?", [PAGE], ["Confluence"]),  # another page
     ("What is the status of OPS-42 in Jira?", ["docs/a.md"], ["OPS-42", "Jira"]),  # not fetched
 ])

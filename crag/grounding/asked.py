@@ -158,11 +158,16 @@ def unpointed(question: str, sources: Iterable[str]) -> str:
     sources = [str(s) for s in sources]
     held = [s.lstrip("./") for s in sources]
     out = question
-    for url in find_urls(question):  # a page fetched (its items' sources: the URL, "#item-K" after it)
-        if any(s == url or s.startswith((url + "#", url.rstrip("/") + "/")) for s in sources):
-            out = out.replace(url, " ")
     pages = {page for s in sources if "pageId=" in s or "/pages/" in s for _, page in confluence_mentions(s)}
-    named_pages = [said for said, page in confluence_mentions(out) if page in pages]
+    named_pages = []
+    for url in find_urls(question):  # a page fetched: its items' sources are the URL ("#item-K" after it),
+        # a Confluence page's is its web address (whatever URL of it the question gave), a Jira issue's its key
+        page = any(p in pages for _, p in confluence_mentions(url))
+        if (page or any(s == url or s.startswith((url + "#", url.rstrip("/") + "/")) for s in sources)
+                or any(key in sources for key in find_jira_keys(url))):
+            out = out.replace(url, " ")
+            named_pages += [url] if page else []
+    named_pages += [said for said, page in confluence_mentions(out) if page in pages]
     for said in named_pages:
         out = out.replace(said, " ")
     keys = [key for key in find_jira_keys(out) if key in sources]
