@@ -93,6 +93,7 @@ _MARKER_RUN = re.compile(
 # Where a run was dropped: the comma before it goes too when punctuation follows
 # ("as the evidence says, [4], it ..." -> "as the evidence says, it ...").
 _GONE = "\ue000"
+_AFTER_CODE = "\ue001"  # what stands before a piece that follows a code span, for ^ not to match there
 _AFTER_GONE = re.compile(r"[ \t]*,?[ \t]*" + _GONE + r"(?=[ \t]*[,.;:!?)])")
 # What only introduced a dropped run goes with it: its parentheses ("(see [9])", "([7])",
 # "(source: [9])") and a "see" or "cf." before it.
@@ -119,10 +120,12 @@ def rewrite_markers(text: str, replace: Callable[[list[int]], str]) -> str:
     pieces = _CODE.split(text)
     for i in range(0, len(pieces), 2):  # even pieces are outside code
         if "[" in pieces[i]:
-            gone = _MARKER_RUN.sub(run, pieces[i].replace(_GONE, ""))
+            # after a code span a piece does not start a line: "`StaticFiles` [1]." keeps its full stop
+            held = ("" if i == 0 else _AFTER_CODE) + pieces[i].replace(_GONE, "").replace(_AFTER_CODE, "")
+            gone = _MARKER_RUN.sub(run, held)
             if _GONE in gone:
                 gone = _SENTENCE_GONE.sub("", _SEE_GONE.sub(_GONE, _PAREN_GONE.sub(_GONE, gone)))
-            pieces[i] = _AFTER_GONE.sub("", gone).replace(_GONE, "")
+            pieces[i] = _AFTER_GONE.sub("", gone).replace(_GONE, "").replace(_AFTER_CODE, "")
     return "".join(pieces)
 
 

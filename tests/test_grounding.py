@@ -1099,3 +1099,17 @@ def test_a_list_that_starts_later_keeps_its_first_number():
     body = ground("3. The moon is made of green cheese.\n4. The server listens on port 8080 by default.\n"
                   "5. A backup is kept for thirty days.", ITEMS, "strict").body
     assert re.findall(r"^(\d+)\. ", body, re.M) == ["3", "4"]
+
+
+def test_a_marker_moved_off_a_sentence_ending_in_code_keeps_its_full_stop():
+    """"... using `StaticFiles` [1]. Mount it [1]." with the sentence held by item 2 became
+    "... using `StaticFiles` [1] Mount it ...": the text after a code span was read as a line
+    holding only a marker, and the marker's full stop went with it."""
+    from crag.grounding.claims import strip_markers
+
+    other = EvidenceItem("vector_search", "docs/mount.md", "Mounting means adding an independent application.", 1, 1, 0.9)
+    static = EvidenceItem("vector_search", "docs/static.md", "You can serve static files using `StaticFiles`.", 1, 1, 0.9)
+    done = ground("You can serve static files using `StaticFiles` [1]. Mount it on the app [1].", [other, static], "note",
+                  "How do I serve static files?")
+    assert done.body.startswith("You can serve static files using `StaticFiles` [1]. Mount it")
+    assert strip_markers("using `x` [1].") == "using `x`." and strip_markers("```\nx\n```\n[1].\nNext") == "```\nx\n```\nNext"
