@@ -242,7 +242,7 @@ def test_no_cached_tokens_means_no_mention_in_the_usage_block(srv):
         ("KB_AGENT_MAX_ANSWER_TOKENS", "lots"),
         ("KB_AGENT_CONTEXT_TOKENS", "100"),
         ("KB_AGENT_STRUCTURED_OUTPUT", "yaml"),
-        ("KB_AGENT_MAX_ANSWER_TOKENS", "5000"),  # more than half of the default window
+        ("KB_AGENT_MAX_ANSWER_TOKENS", "5000001"),  # over its ceiling (half the largest window)
     ],
 )
 def test_the_request_settings_are_validated(var, value):

@@ -321,8 +321,9 @@ def test_an_answer_cut_by_its_token_budget_says_so(llm, monkeypatch):
                                   finish_reason="length"))
     result = _ask(monkeypatch, 5, 3, None)
     assert result["body"].startswith("Service 1 retries 1 times [1].")
-    assert result["body"].splitlines()[-1] == (
-        "_Note: the answer was cut short at its budget of 1024 tokens (KB_AGENT_MAX_ANSWER_TOKENS)._")
+    lines = result["body"].splitlines()  # the line counting unsupported sentences ends it (SPEC §7)
+    assert lines[-3] == "_Note: the answer was cut short at its budget of 1024 tokens (KB_AGENT_MAX_ANSWER_TOKENS)._"
+    assert lines[-1].startswith("_Note: 1 sentence of this answer is not supported")
     assert result["answer"].count("LLM Usage Stats") == 1
 
 
