@@ -658,6 +658,20 @@ def render_markdown(r: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def llm_timeout(value: str) -> float:
+    """argparse type of ``--timeout``: what crag's ``KB_AGENT_LLM_TIMEOUT`` accepts, checked when
+    the arguments are read. The benchmark hands it to crag in that variable, which refused a bad
+    one only after the indexing, blaming a setting "in the environment" the user never set."""
+    from crag.config import seconds
+    from crag.errors import ConfigError
+
+    rule = seconds(0.001)
+    try:
+        return rule("--timeout", value)
+    except ConfigError:
+        raise argparse.ArgumentTypeError(f"must be {rule.accepts}, got {value}") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.answers", description=__doc__.split("\n\n")[0])
     p.add_argument("--base-url", default=os.environ.get("OPENAI_BASE_URL", "http://127.0.0.1:8091/v1"))
@@ -676,7 +690,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--squad", type=Path, default=SQUAD, help="the SQuAD split: corpus/ and questions.jsonl")
     p.add_argument("--shared", type=Path, default=SHARED, help="holds corpora/ for the docs set")
     p.add_argument("--context-tokens", type=at_least(1), default=int(os.environ.get("KB_AGENT_CONTEXT_TOKENS", "8192")))
-    p.add_argument("--timeout", type=float, default=600.0, help="seconds one LLM call may take")
+    p.add_argument("--timeout", type=llm_timeout, default=600.0, help="seconds one LLM call may take")
     p.add_argument("--index-dir", type=Path, default=Path(tempfile.gettempdir()) / "crag-answers-index",
                    help="the indexes (one folder per set), kept between runs")
     p.add_argument("--name", type=results_name, default=None, help="results name (answers-NAME.json / .md / .jsonl)")

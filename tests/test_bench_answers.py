@@ -183,3 +183,19 @@ def test_a_run_against_a_server_that_is_down_fails_in_one_line_and_a_later_run_a
         assert srv.calls("synthesize") == 2
     result = json.loads((tmp_path / "out" / "answers-t.json").read_text())
     assert len(result["answers"]) == 2 and not any(r.get("error") for r in result["answers"])
+
+
+@pytest.mark.parametrize("timeout", ["-1", "0", "nan", "inf", "1e6"])
+def test_a_timeout_crag_refuses_is_refused_with_the_arguments_naming_timeout(
+        timeout: str, tmp_path: Path, squad: Path, capsys: pytest.CaptureFixture) -> None:
+    """``--timeout`` goes to crag as KB_AGENT_LLM_TIMEOUT: a value crag refuses was found only
+    after the indexing, in a message blaming that variable "set in the environment"."""
+    with pytest.raises(SystemExit) as exit_:
+        answers.main(["--offline", "--sets", "squad", "--squad", str(squad), "--answerable", "1",
+                      "--unanswerable", "1", "--out", str(tmp_path / "out"), "--index-dir", str(tmp_path / "index"),
+                      "--timeout", timeout])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == ("python -m benchmarks.answers: error: argument --timeout: must be a number of seconds "
+                       f"between 0.001 and 86400, got {timeout}")
+    assert not (tmp_path / "index").exists()  # nothing was indexed
