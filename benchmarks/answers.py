@@ -708,6 +708,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"unknown configuration or set: {unknown[0]!r}")
     if not args.configs or not args.sets:
         p.error("--configs needs at least one configuration" if not args.configs else "--sets needs at least one set")
+    if args.offline and set(args.configs) == {"tutorial"}:  # the tutorial is left out offline: nothing would run
+        p.error("--configs tutorial needs a server, and --offline leaves it out: nothing to run")
     counts = {"squad": (args.answerable, args.unanswerable), "docs": (args.docs_answerable, args.docs_unanswerable)}
     if not args.quick and not any(n for s in args.sets for n in counts[s]):
         p.error("no questions: every count of the sets asked for is 0")

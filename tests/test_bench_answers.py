@@ -199,3 +199,17 @@ def test_a_timeout_crag_refuses_is_refused_with_the_arguments_naming_timeout(
     assert err[-1] == ("python -m benchmarks.answers: error: argument --timeout: must be a number of seconds "
                        f"between 0.001 and 86400, got {timeout}")
     assert not (tmp_path / "index").exists()  # nothing was indexed
+
+
+def test_offline_with_only_the_tutorial_is_refused_before_any_work(tmp_path: Path, squad: Path,
+                                                                   capsys: pytest.CaptureFixture) -> None:
+    """``--offline`` leaves the tutorial out: asked for alone, it indexed everything, wrote an
+    empty table and exited 0, as though the run had measured something."""
+    with pytest.raises(SystemExit) as exit_:
+        answers.main(["--offline", "--configs", "tutorial", "--sets", "squad", "--squad", str(squad), "--quick",
+                      "--out", str(tmp_path / "out"), "--index-dir", str(tmp_path / "index"), "--name", "t"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == ("python -m benchmarks.answers: error: --configs tutorial needs a server, and --offline "
+                       "leaves it out: nothing to run")
+    assert not (tmp_path / "index").exists() and not list((tmp_path / "out").glob("answers-t.*"))
