@@ -1027,7 +1027,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks.grading_cost", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", type=Path, default=DEFAULT_DATA, help="judged_pairs.jsonl (default: %(default)s)")
-    p.add_argument("--queries", type=at_least(0), default=0, help="use only the first N queries (default: all)")
+    # 0 is refused: it was read as "no limit" and ran them all
+    p.add_argument("--queries", type=at_least(1), default=None, help="use only the first N queries (default: all)")
     p.add_argument("--ks", type=counts(1), default="3,5,10", help="candidate list sizes (default: %(default)s)")
     p.add_argument("--strategies", default=",".join(STRATEGIES), help="comma-separated (default: %(default)s)")
     p.add_argument("--noise", type=float, default=0.15, help="grader noise sd (default: %(default)s)")
@@ -1072,7 +1073,6 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error(f"unknown strategy: {', '.join(sorted(unknown))} (choose from {', '.join(STRATEGIES)})")
     args.prices = dict(args.price or [_price(x) for x in DEFAULT_PRICES])
     args.sweep = [float(t) for t in args.sweep.split(",") if t.strip()]
-    args.queries = args.queries or None
     args.checkpoint = None
     args.qids = [q.strip() for q in args.qids.split(",") if q.strip()]
     args.record = args.record or args.out / "grading_cost_real.jsonl"

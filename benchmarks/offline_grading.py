@@ -242,7 +242,8 @@ def render_markdown(result: dict[str, Any]) -> str:
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks.offline_grading", description=__doc__.split("\n\n")[0])
-    p.add_argument("--limit", type=at_least(0), default=0, help="ask only the first N questions (default: all)")
+    # 0 is refused: it was read as "no limit" and ran them all
+    p.add_argument("--limit", type=at_least(1), default=None, help="ask only the first N questions (default: all)")
     p.add_argument("--out", type=out_dir, default=RESULTS_DIR)
     p.add_argument("--quiet", dest="verbose", action="store_false")
     args = p.parse_args(argv)

@@ -82,7 +82,7 @@ BAD_ARGUMENTS = [
     ("grading_cost", ["--out", "FILE"], "is a file, not a folder"),
     ("grading_cost", ["--ks", "-1"], "argument --ks: must be at least 1, got -1"),
     ("grading_cost", ["--ks", "3,x"], "argument --ks: expected a whole number, got 'x'"),
-    ("grading_cost", ["--queries", "-3"], "argument --queries: must be at least 0, got -3"),
+    ("grading_cost", ["--queries", "-3"], "argument --queries: must be at least 1, got -3"),
     ("index_scale", ["--sizes", "-5"], "argument --sizes: must be at least 1, got -5"),
     ("store_scale", ["--chunks", "-3"], "argument --chunks: must be at least 1, got -3"),
     ("overhead", ["--runs", "0"], "argument --runs: must be at least 1, got 0"),
@@ -147,6 +147,21 @@ def test_a_bad_argument_is_one_line_and_exit_status_2_before_any_work(name, argv
     assert err[-1].startswith(f"python -m benchmarks.{name}: error: ")
     assert says.replace("FILE", str(file)) in err[-1]
     assert "Traceback" not in "\n".join(err)
+
+
+@pytest.mark.parametrize(("name", "argv", "says"), [
+    ("offline_grading", ["--limit", "0"], "argument --limit: must be at least 1, got 0"),
+    ("grading_cost", ["--queries", "0"], "argument --queries: must be at least 1, got 0"),
+])
+def test_a_count_of_0_that_ran_everything_is_refused_when_the_arguments_are_read(name, argv, says, capsys):
+    """``--limit 0`` and ``--queries 0`` ran every question, as if no limit were given (the
+    default was 0 and read as "all"); as ``overhead --runs 0``, 0 is refused. Only the arguments
+    are read here, so the test runs no benchmark, with or without the check."""
+    module = importlib.import_module(f"benchmarks.{name}")
+    with pytest.raises(SystemExit) as exit_:
+        module.parse_args(argv)
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == f"python -m benchmarks.{name}: error: {says}"
 
 
 def test_a_failure_the_benchmark_can_name_is_one_line_and_exit_status_1(capsys):
