@@ -1164,6 +1164,12 @@ def summary_real(args, queries, acc, strategies, done, real, elapsed_s) -> dict[
     }
 
 
+def every_request_failed(result: dict[str, Any]) -> bool:
+    """Whether a real-grader run (so far) got no reply at all, sent or replayed: its report
+    would be every strategy's parse failures, and would overwrite one that measured something."""
+    return bool(result["request_errors"]) and not result["requests_sent"] and not result["requests_replayed"]
+
+
 def main(argv=None) -> dict[str, Any]:
     args = parse_args(argv)
     if args.base_url:
@@ -1172,14 +1178,15 @@ def main(argv=None) -> dict[str, Any]:
         name = real_grader.NAME + ("_single" if args.workload == "single" else "")
 
         def checkpoint(result: dict[str, Any]) -> None:  # a report after every question
-            write_report(name, result, args.out, real_grader.render_markdown, lambda r, p: p, False)
+            if not every_request_failed(result):
+                write_report(name, result, args.out, real_grader.render_markdown, lambda r, p: p, False)
 
         args.checkpoint = checkpoint
         result = run_real(args)
-        write_report(name, result, args.out, real_grader.render_markdown, real_grader.render_chart, args.verbose)
-        if result["request_errors"] and not result["requests_sent"] and not result["requests_replayed"]:
+        if every_request_failed(result):  # the earlier report is kept: this run measured nothing
             raise SystemExit(f"python -m benchmarks.grading_cost: error: every request failed, the first with: "
                              f"{result['first_error']}")
+        write_report(name, result, args.out, real_grader.render_markdown, real_grader.render_chart, args.verbose)
         return result
     return write_report(NAME, run(args), args.out, render_markdown, render_chart, args.verbose)
 
