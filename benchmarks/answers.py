@@ -33,6 +33,9 @@ Two question sets:
 - ``docs``: the two shared documentation corpora (``corpora`` in the shared data, ``--shared``) with
   ``benchmarks/questions.jsonl`` (spread over the file) and ``benchmarks/unanswerable.jsonl``.
 
+Every data path of the chosen sets is looked for before any work: one missing is one line
+naming it, exit status 2 (not a docs corpus missing found after the whole SQuAD set was asked).
+
 Scoring (one table, per set and configuration):
 
 - *right*: for SQuAD, a gold answer string is in the answer's body (SQuAD's normalisation:
@@ -511,6 +514,21 @@ class Record:
         append_jsonl(self.path, row)
 
 
+def missing_data(args: argparse.Namespace) -> list[str]:
+    """Each data path the chosen sets read that is not there: the SQuAD split's questions and
+    corpus, the docs set's question files and the corpora they name. Checked before any work:
+    a docs corpus missing was found only after the whole SQuAD set had been asked."""
+    paths = []
+    if "squad" in args.sets:
+        paths += [args.squad / "questions.jsonl", args.squad / "corpus"]
+    if "docs" in args.sets:
+        paths += [DOCS_QUESTIONS, DOCS_UNANSWERABLE]
+        named = {json.loads(line)["corpus"] for path in (DOCS_QUESTIONS, DOCS_UNANSWERABLE) if path.exists()
+                 for line in path.read_text(encoding="utf-8").splitlines() if line.strip()}
+        paths += [args.shared / "corpora" / corpus / "corpus" for corpus in sorted(named)]
+    return [str(path) for path in paths if not path.exists()]
+
+
 def questions_for(args: argparse.Namespace) -> list[dict]:
     out = []
     if "squad" in args.sets:
@@ -718,6 +736,9 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
         p.error(f"--set takes KB_AGENT_NAME=VALUE, not {bad[0]!r}")
     args.settings = {k: v for k, _, v in pairs}
+    missing = missing_data(args)
+    if missing:
+        p.error(f"missing data: {', '.join(missing)} (--squad and --shared say where; CRAG_SHARED=DIR for both)")
     if args.quick:
         args.answerable = args.unanswerable = args.docs_answerable = args.docs_unanswerable = 2
     args.out = quick_out(args.out, args.quick)

@@ -213,3 +213,22 @@ def test_offline_with_only_the_tutorial_is_refused_before_any_work(tmp_path: Pat
     assert err[-1] == ("python -m benchmarks.answers: error: --configs tutorial needs a server, and --offline "
                        "leaves it out: nothing to run")
     assert not (tmp_path / "index").exists() and not list((tmp_path / "out").glob("answers-t.*"))
+
+
+@pytest.mark.parametrize(("sets", "where", "says"), [
+    ("squad,docs", "--shared", "missing data: /nonexistent/corpora/fastapi_docs/corpus, "
+                               "/nonexistent/corpora/hf_hub_docs/corpus"),
+    ("squad", "--squad", "missing data: /nonexistent/questions.jsonl, /nonexistent/corpus"),
+])
+def test_data_missing_for_any_set_is_one_line_naming_it_before_any_work(
+        sets: str, where: str, says: str, tmp_path: Path, squad: Path, capsys: pytest.CaptureFixture) -> None:
+    """The docs corpora missing were found only after the whole SQuAD set had been indexed and
+    asked; docs/benchmarks.md promises one line naming the path, before any work."""
+    argv = ["--offline", "--quick", "--sets", sets, "--squad", str(squad), "--out", str(tmp_path / "out"),
+            "--index-dir", str(tmp_path / "index"), "--name", "t", where, "/nonexistent"]
+    with pytest.raises(SystemExit) as exit_:
+        answers.main(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith(f"python -m benchmarks.answers: error: {says} (")
+    assert not (tmp_path / "index").exists() and not list((tmp_path / "out").glob("answers-t.*"))
