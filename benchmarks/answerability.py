@@ -19,7 +19,8 @@ gold answer and unanswerable ones, and for each threshold how many of each fall 
 to ``--record`` (JSONL) as it finishes, and a later run asks only the questions its record
 lacks; the report counts the questions of this run's ``--half``, ``--answerable`` and
 ``--unanswerable``, each once, whatever else the record holds. A question whose request the
-server failed is not recorded: the run stops on one line and a resumed run asks it again.
+server failed, or answered without token probabilities, is not recorded: the run stops on one
+line (exit status 1) and a resumed run asks it again.
 Never part of ``make test``.
 """
 
@@ -59,6 +60,7 @@ class LabelProbe:
                             llm_timeout=timeout, llm_max_retries=1)
         self.chat = OpenAIChatModel(settings)
         self.model = model
+        self.base_url = base_url
         self.reading: dict[str, Any] | None = None
         self.failed: Exception | None = None
 
@@ -80,8 +82,12 @@ class LabelProbe:
         except LLMError as exc:
             self.failed = exc
             raise
+        if not reply.logprobs:  # no p_yes to read: a row of None is no measurement, and the run stops
+            self.failed = ValueError(f"the server at {self.base_url} sent no token probabilities (logprobs) for "
+                                     "the label, and this benchmark reads them (llama.cpp sends them)")
+            return Completion("Read [1].", model=self.model, latency_ms=1.0)
         p = {"yes": 0.0, "no": 0.0}
-        for alt, logprob in reply.logprobs[0].top if reply.logprobs else ():
+        for alt, logprob in reply.logprobs[0].top:
             word = alt.strip().lower()
             if word in p:
                 p[word] += math.exp(logprob)

@@ -90,6 +90,22 @@ def test_a_server_that_is_down_is_one_line_and_nothing_is_recorded(tmp_path: Pat
     assert not (tmp_path / "record.jsonl").exists() or not (tmp_path / "record.jsonl").read_text().strip()
 
 
+def test_a_server_that_sends_no_token_probabilities_is_one_line_and_nothing_is_recorded(
+        tmp_path: Path, squad: Path, capsys: pytest.CaptureFixture) -> None:  # noqa: F811
+    """Without logprobs there is no p_yes: the run recorded rows of ``p_yes None`` as finished
+    questions and reported an empty result with exit status 0."""
+    with FakeOpenAIServer() as srv:
+        srv.default("synthesize", Text("yes"))  # no logprobs, whatever the request asks
+        argv = _argv(tmp_path, squad, srv.base_url, "--answerable", "1", "--unanswerable", "1")
+        assert run_main(lambda: answerability.main(argv), PROG) == 1
+        assert srv.calls("synthesize") == 1  # it stops at the first question
+        url = srv.base_url
+    err = capsys.readouterr().err
+    assert err == (f"{PROG}: error: the server at {url} sent no token probabilities (logprobs) for the "
+                   "label, and this benchmark reads them (llama.cpp sends them)\n")
+    assert not (tmp_path / "record.jsonl").exists() or not (tmp_path / "record.jsonl").read_text().strip()
+
+
 @pytest.mark.parametrize(("extra", "says"), [
     (["--answerable", "0", "--unanswerable", "0"], "no questions: --answerable and --unanswerable are both 0"),
     (["--squad", "/nonexistent/squad"], "/nonexistent/squad/questions.jsonl"),
