@@ -16,8 +16,11 @@ its top alternatives. What a label in the answer call itself could read, at no e
 The report: the area under the ROC curve between answerable questions whose evidence holds a
 gold answer and unanswerable ones, and for each threshold how many of each fall below it
 (what a refusal at that threshold would cost and catch). Resumable: each question is appended
-to ``--record`` (JSONL) as it finishes, and a later run asks only the questions its record
-lacks; the report counts the questions of this run's ``--half``, ``--answerable`` and
+to ``--record`` (JSONL) as it finishes, with the setup that produced it (``--model``,
+``--base-url`` and ``--context-tokens``), and a later run asks only the questions its record
+lacks for its own setup: another model's or server's readings are asked again, never
+reported as this one's (a row written before rows carried a setup counts for any). The
+report counts the questions of this run's ``--half``, ``--answerable`` and
 ``--unanswerable``, each once, whatever else the record holds. A question whose request the
 server failed, or answered without token probabilities, is not recorded: the run stops on one
 line (exit status 1) and a resumed run asks it again.
@@ -38,7 +41,7 @@ from typing import Any
 import attrs
 
 from benchmarks.answers import SQUAD, holds_answer, squad_questions
-from benchmarks.common import append_jsonl, at_least, read_jsonl, record_file, run_main
+from benchmarks.common import append_jsonl, at_least, read_jsonl, record_file, run_main, same_setup
 
 LABEL = "Does the evidence above state the answer to this exact question? Reply with one word: yes or no."
 THRESHOLDS = (0.28, 0.30, 0.32, 0.34, 0.36, 0.38, 0.40)
@@ -151,7 +154,9 @@ def main(argv: list[str] | None = None) -> int:
     if not ordered:
         raise ValueError(f"{args.squad / 'questions.jsonl'} holds no question of the {args.half} half")
     wanted = {q["id"] for q in ordered}
-    recorded = {r["id"]: r for r in read_jsonl(record) if r.get("id") in wanted}  # this run's questions, once each
+    setup = {"model": args.model, "base_url": args.base_url.rstrip("/"), "context_tokens": args.context_tokens}
+    recorded = {r["id"]: r for r in read_jsonl(record)  # this run's questions, once each, of this setup
+                if r.get("id") in wanted and same_setup(r, setup)}
     rows = [recorded[q["id"]] for q in ordered if q["id"] in recorded]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KB_AGENT_", "OPENAI_"))}
     env.update({"KB_AGENT_INDEX_DIR": str(args.index_dir / "squad"), "KB_AGENT_LLM": "offline", "KB_AGENT_LOG": "off",
@@ -166,7 +171,8 @@ def main(argv: list[str] | None = None) -> int:
             if probe.failed is not None:  # not asked: a resumed run asks it again
                 raise probe.failed
             got = probe.reading or {}
-            row = {"id": q["id"], "question": q["question"], "answerable": q["answerable"], "p_yes": got.get("p_yes"),
+            row = {"id": q["id"], "setup": setup, "question": q["question"], "answerable": q["answerable"],
+                   "p_yes": got.get("p_yes"),
                    "held": holds_answer(got.get("evidence", ""), q["answers"]) if q["answers"] else None,
                    "prompt_tokens": got.get("prompt_tokens")}
             append_jsonl(record, row)

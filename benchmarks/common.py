@@ -41,6 +41,7 @@ __all__ = [
     "record_file",
     "results_name",
     "run_main",
+    "same_setup",
     "write_json",
     "write_text",
 ]
@@ -315,6 +316,14 @@ def read_jsonl(path: Path) -> list[dict]:
         if isinstance(row, dict):
             rows.append(row)
     return rows
+
+
+def same_setup(row: dict, setup: dict) -> bool:
+    """Whether a record's ``row`` was written by a run of this ``setup`` (the server, the model
+    and whatever else changes a reply), so a resumed run may count it instead of asking again.
+    A row without a setup was written before rows carried one, and counts for any run, as it
+    did then: records made before stay resumable."""
+    return row.get("setup", setup) == setup
 
 
 def append_jsonl(path: Path, row: dict) -> None:

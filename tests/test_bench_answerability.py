@@ -44,18 +44,44 @@ def test_a_run_reads_the_label_through_crag_and_a_resumed_run_counts_each_questi
         # the same questions again, and one more of each: only the new ones are asked
         assert answerability.main(_argv(tmp_path, squad, srv.base_url, "--answerable", "2", "--unanswerable", "2")) == 0
         second = srv.calls("synthesize") - first
+        summary = _summary(capsys.readouterr().out)
+        # a smaller run (of the same server and model) reports its own questions, not every one the record holds
+        assert answerability.main(_argv(tmp_path, squad, srv.base_url, "--answerable", "1", "--unanswerable", "1")) == 0
+        assert srv.calls("synthesize") == first + second
     assert first == 2 and second == 2
     assert body["max_tokens"] == 1 and body["logprobs"] is True
     assert body["messages"][-1]["content"].endswith(answerability.LABEL)
     assert first_summary["questions"] == 2 and first_summary["answerable"] == first_summary["unanswerable"] == 1
-    summary = _summary(capsys.readouterr().out)
     assert summary["questions"] == 4 and summary["answerable"] == summary["unanswerable"] == 2
     assert summary["p_yes_range"]["answerable"] == [pytest.approx(0.25)] * 2
-    # a smaller run reports its own questions, not every one the record holds
-    with FakeOpenAIServer() as srv:
-        assert answerability.main(_argv(tmp_path, squad, srv.base_url, "--answerable", "1", "--unanswerable", "1")) == 0
-        assert srv.calls() == 0
     assert _summary(capsys.readouterr().out)["questions"] == 2
+
+
+def test_a_record_counts_only_the_readings_of_the_same_model_and_server(
+        tmp_path: Path, squad: Path, capsys: pytest.CaptureFixture) -> None:  # noqa: F811
+    """The record was keyed by question alone: a run of another model (or server) asked nothing
+    and reported the first model's readings as its own."""
+    counts = ("--answerable", "1", "--unanswerable", "1")
+    with FakeOpenAIServer() as first, FakeOpenAIServer() as second:
+        first.default("synthesize", _label(0.25))
+        second.default("synthesize", _label(0.75))
+        assert answerability.main(_argv(tmp_path, squad, first.base_url, *counts)) == 0
+        assert answerability.main([*_argv(tmp_path, squad, first.base_url, *counts), "--model", "other"]) == 0
+        assert first.calls("synthesize") == 4  # another model: asked again
+        capsys.readouterr()
+        assert answerability.main(_argv(tmp_path, squad, second.base_url, *counts)) == 0
+        assert second.calls("synthesize") == 2  # another server: asked again, its own readings reported
+        assert _summary(capsys.readouterr().out)["p_yes_range"]["answerable"] == [pytest.approx(0.75)] * 2
+        assert answerability.main(_argv(tmp_path, squad, first.base_url, *counts)) == 0
+        assert first.calls("synthesize") == 4  # the first setup again: all in the record
+        assert _summary(capsys.readouterr().out)["p_yes_range"]["answerable"] == [pytest.approx(0.25)] * 2
+    # a record written before rows carried their setup stays resumable: its rows count for any run
+    record = tmp_path / "record.jsonl"
+    old = [{k: v for k, v in json.loads(line).items() if k != "setup"} for line in record.read_text().splitlines()]
+    record.write_text("".join(json.dumps(row) + "\n" for row in old[:2]))
+    with FakeOpenAIServer() as srv:
+        assert answerability.main(_argv(tmp_path, squad, srv.base_url, *counts)) == 0
+        assert srv.calls() == 0
 
 
 def test_unequal_counts_ask_every_question_asked_for(tmp_path: Path, squad: Path,  # noqa: F811
