@@ -54,9 +54,13 @@ Scoring (one table, per set and configuration):
   round's evidence held a gold answer, and right answers by route.
 
 Resumable: each finished question is appended to ``--record`` (default
-``benchmarks/results/answers-NAME.jsonl``), keyed by model, configuration, set and question.
-A rerun skips what it holds, except questions that failed (server down, timeout), which it asks
-again; every question failing is exit status 1. Results: ``benchmarks/results/answers-NAME.json`` and ``.md``
+``benchmarks/results/answers-NAME.jsonl``), keyed by model, configuration, set and question,
+with the setup that produced it: the server (``--base-url``), crag's settings (``--set``) and
+its window (``--context-tokens``). A rerun skips what it holds for its own setup, except
+questions that failed (server down, timeout), which it asks again; rows of another setup are
+asked again, never reported under this run's command line (a row written before rows carried
+a setup counts for any, so older records stay resumable). Every question failing is exit
+status 1. Results: ``benchmarks/results/answers-NAME.json`` and ``.md``
 (``--name``). Never part of ``make test``: a CPU-only server takes about a minute per answer.
 """
 
@@ -90,6 +94,7 @@ from benchmarks.common import (
     record_file,
     results_name,
     run_main,
+    same_setup,
     write_json,
     write_text,
 )
@@ -497,12 +502,14 @@ def run_tutorial(graph, model: TutorialModel, q: dict) -> dict[str, Any]:
 
 
 class Record:
-    """Finished questions, one JSON object a line, keyed by model, configuration, set and question."""
+    """Finished questions, one JSON object a line, keyed by model, configuration, set and question;
+    with a ``setup`` (``run_setup``), only the rows that setup produced (or that carry none)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, setup: dict[str, Any] | None = None) -> None:
         self.path = path
+        rows = [row for row in read_jsonl(path) if "key" in row and (setup is None or same_setup(row, setup))]
         # a question that failed (server down, timeout) is not finished: a later run asks it again
-        self.rows: dict[str, dict] = {row["key"]: row for row in read_jsonl(path) if "key" in row}
+        self.rows: dict[str, dict] = {row["key"]: row for row in rows}
         self.rows = {key: row for key, row in self.rows.items() if not row.get("error")}
 
     @staticmethod
@@ -529,6 +536,14 @@ def missing_data(args: argparse.Namespace) -> list[str]:
     return [str(path) for path in paths if not path.exists()]
 
 
+def run_setup(args: argparse.Namespace) -> dict[str, Any]:
+    """What changes an answer besides the model and the question: the server, crag's settings
+    and its window. Each record row carries it, so a resumed run with another server or other
+    settings asks again rather than report the first run's answers under its own command line."""
+    return {"base_url": None if args.offline else args.base_url.rstrip("/"), "settings": dict(sorted(args.settings.items())),
+            "context_tokens": args.context_tokens}
+
+
 def questions_for(args: argparse.Namespace) -> list[dict]:
     out = []
     if "squad" in args.sets:
@@ -540,7 +555,8 @@ def questions_for(args: argparse.Namespace) -> list[dict]:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     questions = questions_for(args)
-    record = Record(args.record)
+    setup = run_setup(args)
+    record = Record(args.record, setup)
     model_name = "offline" if args.offline else args.model
     configs = [c for c in args.configs if not (c == "tutorial" and args.offline)]
     runner = None
@@ -573,7 +589,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         except Exception as exc:  # one failed question (server down, timeout) is counted, not fatal
                             row = {"error": f"{type(exc).__name__}: {str(exc)[:300]}", "right": False, "refused": False,
                                    "calls": 0, "prompt_tokens": 0, "seconds": 0.0}
-                        row.update(key=Record.key(model_name, config, q), model=model_name, config=config,
+                        row.update(key=Record.key(model_name, config, q), setup=setup, model=model_name, config=config,
                                    set=set_name, id=q["id"], question=q["question"], answerable=q["answerable"],
                                    answers=q["answers"][:3], gold=q["gold"])
                         record.add(row)
@@ -588,7 +604,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         close()
     keys = {Record.key(model_name, c, q) for c in configs for q in questions}
     rows = [r for k, r in record.rows.items() if k in keys]
-    return report(args, rows, configs, runner, questions)
+    return report(args, rows, configs, runner, questions, setup)
 
 
 def summarize(rows: list[dict]) -> dict[str, Any]:
@@ -624,12 +640,13 @@ def summarize(rows: list[dict]) -> dict[str, Any]:
 
 
 def report(args: argparse.Namespace, rows: list[dict], configs: list[str], runner: str | None,
-           questions: list[dict]) -> dict[str, Any]:
+           questions: list[dict], setup: dict[str, Any]) -> dict[str, Any]:
     table = {s: {c: summarize([r for r in rows if r["set"] == s and r["config"] == c]) for c in configs}
              for s in SETS if any(q["set"] == s for q in questions)}
     return {
         "model": "offline" if args.offline else args.model,
         "base_url": None if args.offline else args.base_url,
+        "setup": setup,
         "half": args.half,
         "seed": args.seed,
         "configs": configs,

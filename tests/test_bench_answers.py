@@ -232,3 +232,39 @@ def test_data_missing_for_any_set_is_one_line_naming_it_before_any_work(
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith(f"python -m benchmarks.answers: error: {says} (")
     assert not (tmp_path / "index").exists() and not list((tmp_path / "out").glob("answers-t.*"))
+
+
+def test_a_record_is_reused_only_by_a_run_of_the_same_server_and_settings(tmp_path: Path, squad: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The record was keyed by model, configuration, set and question alone: a second run at
+    another server, or with other --set settings or --context-tokens, asked nothing and
+    reported the first run's answers under its own command line."""
+    monkeypatch.chdir(tmp_path)
+    record = tmp_path / "out" / "answers-t.jsonl"
+
+    def asked(*extra: str) -> int:
+        """Runs crag on the 2 questions and says how many it asked (rows it added to the record)."""
+        before = len(record.read_text().splitlines()) if record.exists() else 0
+        result = run(tmp_path, squad, "--configs", "crag", "--model", "m", "--set", "KB_AGENT_LLM_MAX_RETRIES=0",
+                     *extra)
+        assert len(result["answers"]) == 2 and not any(r.get("error") for r in result["answers"])
+        assert all(r.get("setup") == result.get("setup") for r in result["answers"])  # this setup's answers only
+        return len(record.read_text().splitlines()) - before
+
+    with FakeOpenAIServer() as first, FakeOpenAIServer() as second:
+        for srv in (first, second):
+            srv.default("analyze_and_route", json.dumps({"complexity": "simple", "suggested_tools": ["vector_search"]}))
+            srv.default("plan", json.dumps({"tool_calls": []}))
+            srv.default("synthesize", "It is so [1].")
+        assert asked("--base-url", first.base_url) == 2
+        assert asked("--base-url", second.base_url) == 2  # another server
+        assert asked("--base-url", first.base_url, "--set", "KB_AGENT_TOP_K=3") == 2  # another crag setting
+        assert asked("--base-url", first.base_url, "--context-tokens", "4096") == 2  # another window
+        assert asked("--base-url", first.base_url + "/") == 0  # the first setup again: all in the record
+        assert first.calls("synthesize") == 6 and second.calls("synthesize") == 2
+        # a record written before rows carried their setup stays resumable: its rows count for any run
+        rows = [json.loads(line) for line in record.read_text().splitlines()]
+        record.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "setup"}) + "\n" for r in rows[:2]))
+        result = run(tmp_path, squad, "--configs", "crag", "--model", "m", "--base-url", second.base_url,
+                     "--set", "KB_AGENT_TOP_K=5")
+        assert len(result["answers"]) == 2 and len(record.read_text().splitlines()) == 2
