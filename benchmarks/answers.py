@@ -21,7 +21,8 @@ Four configurations answer the same questions over the same index:
   (``Agent.search``, the same index), and its model is the same server through the openai
   SDK. It is compiled with langgraph's ``StateGraph`` when langgraph is installed (the
   ``bench`` extra). Otherwise the same nodes and edges run in a plain loop, and the results
-  say which (``runner``). It needs a server: ``--offline`` leaves it out.
+  say which (``runner``, kept in each record row: a resumed run's answers may come from an
+  earlier run's). It needs a server: ``--offline`` leaves it out.
 
 Two question sets:
 
@@ -559,7 +560,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     record = Record(args.record, setup)
     model_name = "offline" if args.offline else args.model
     configs = [c for c in args.configs if not (c == "tutorial" and args.offline)]
-    runner = None
+    runner = None  # the tutorial's, when this run asks it
     for set_name in SETS:
         qs = [q for q in questions if q["set"] == set_name]
         if not qs:
@@ -589,6 +590,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         except Exception as exc:  # one failed question (server down, timeout) is counted, not fatal
                             row = {"error": f"{type(exc).__name__}: {str(exc)[:300]}", "right": False, "refused": False,
                                    "calls": 0, "prompt_tokens": 0, "seconds": 0.0}
+                        if tutorial is not None:
+                            row["runner"] = runner
                         row.update(key=Record.key(model_name, config, q), setup=setup, model=model_name, config=config,
                                    set=set_name, id=q["id"], question=q["question"], answerable=q["answerable"],
                                    answers=q["answers"][:3], gold=q["gold"])
@@ -604,7 +607,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         close()
     keys = {Record.key(model_name, c, q) for c in configs for q in questions}
     rows = [r for k, r in record.rows.items() if k in keys]
-    return report(args, rows, configs, runner, questions, setup)
+    return report(args, rows, configs, questions, setup)
 
 
 def summarize(rows: list[dict]) -> dict[str, Any]:
@@ -639,8 +642,15 @@ def summarize(rows: list[dict]) -> dict[str, Any]:
     }
 
 
-def report(args: argparse.Namespace, rows: list[dict], configs: list[str], runner: str | None,
-           questions: list[dict], setup: dict[str, Any]) -> dict[str, Any]:
+def tutorial_runners(rows: list[dict]) -> str | None:
+    """What ran the tutorial rows reported, from the rows themselves: a resumed run may ask
+    none of them, and its own runner (none) would deny the answers in its table."""
+    runners = {r.get("runner") or "unknown (an older record)" for r in rows if r["config"] == "tutorial"}
+    return ", ".join(sorted(runners)) or None
+
+
+def report(args: argparse.Namespace, rows: list[dict], configs: list[str], questions: list[dict],
+           setup: dict[str, Any]) -> dict[str, Any]:
     table = {s: {c: summarize([r for r in rows if r["set"] == s and r["config"] == c]) for c in configs}
              for s in SETS if any(q["set"] == s for q in questions)}
     return {
@@ -650,7 +660,7 @@ def report(args: argparse.Namespace, rows: list[dict], configs: list[str], runne
         "half": args.half,
         "seed": args.seed,
         "configs": configs,
-        "tutorial_runner": runner,
+        "tutorial_runner": tutorial_runners(rows),
         "tutorial_left_out": "--offline: the tutorial needs a server" if args.offline and "tutorial" in args.configs
         else None,
         "table": table,

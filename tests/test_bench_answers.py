@@ -268,3 +268,24 @@ def test_a_record_is_reused_only_by_a_run_of_the_same_server_and_settings(tmp_pa
         result = run(tmp_path, squad, "--configs", "crag", "--model", "m", "--base-url", second.base_url,
                      "--set", "KB_AGENT_TOP_K=5")
         assert len(result["answers"]) == 2 and len(record.read_text().splitlines()) == 2
+
+
+def test_a_resumed_report_says_what_ran_the_recorded_tutorial_rows(tmp_path: Path, squad: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runner was known only when this run asked a tutorial question: a run resumed from
+    its record said "tutorial graph: not run" beside the tutorial's rows."""
+    monkeypatch.chdir(tmp_path)
+    with FakeOpenAIServer() as srv:
+        srv.default("grade_documents", '{"binary_score": "yes"}')
+        srv.default("generate", "I don't know.")
+        argv = ("--configs", "tutorial", "--base-url", srv.base_url, "--model", "m")
+        first = run(tmp_path, squad, *argv)
+        again = run(tmp_path, squad, *argv)  # every question is in the record: nothing is asked
+        assert srv.calls("generate") == 2
+        record = tmp_path / "out" / "answers-t.jsonl"  # a record written before rows said what ran them
+        record.write_text("".join(json.dumps({k: v for k, v in json.loads(line).items() if k != "runner"}) + "\n"
+                                  for line in record.read_text().splitlines()))
+        older = run(tmp_path, squad, *argv)
+    assert first["tutorial_runner"] in ("langgraph", "plain") and again["tutorial_runner"] == first["tutorial_runner"]
+    assert older["tutorial_runner"] == "unknown (an older record)"
+    assert f"tutorial graph: {older['tutorial_runner']}" in (tmp_path / "out" / "answers-t.md").read_text()
