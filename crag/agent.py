@@ -22,9 +22,9 @@ import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from attrs import frozen
+from attrs import evolve, frozen
 
-from .config import Settings
+from .config import MAX_WINDOW, Settings
 from .driver import Driver
 from .errors import IndexStoreError, UsageError
 from .events import EventHandler, NodeStarted
@@ -211,11 +211,10 @@ class Agent:
         self.settings = Settings() if settings is None else settings
         self.model = chat_model
         self.toolbox = toolbox
-        self.driver = Driver(
-            chat_model,
-            toolbox,
-            NodeConfig.from_settings(self.settings, toolbox.tools(), _token_counter(chat_model)),
-        )
+        nodes = self.settings  # a model that sends no prompt has no window: a long question is no error
+        if getattr(chat_model, "fits_any_prompt", False) is True:
+            nodes = evolve(nodes, context_tokens=MAX_WINDOW)
+        self.driver = Driver(chat_model, toolbox, NodeConfig.from_settings(nodes, toolbox.tools(), _token_counter(chat_model)))
         self._owned: list[Any] = []  # what from_env built, closed with the agent
 
     @classmethod

@@ -445,3 +445,17 @@ def test_a_question_that_finds_no_index_after_routing_says_what_routing_cost(tmp
     assert code == 1 and out.getvalue() == "" and nodes == ["analyze_and_route"]
     assert line.startswith("crag: error: no index in ")
     assert re.search(r"; before it, this question made 1 LLM call \([\d,]+ tokens\)$", line), line
+
+
+def test_the_offline_backend_answers_a_question_longer_than_any_window(tmp_path, monkeypatch):
+    """It sends no prompt anywhere, yet a question of ~8,000 tokens was refused as not fitting
+    "the model's context window", with advice to match the server's."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "backup.md").write_text("# Backup\n\nBackup retention is thirty days in the vault bucket.\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    with Agent.from_env([docs], environ={"KB_AGENT_INDEX_DIR": str(tmp_path / "i"), "KB_AGENT_LLM": "offline"},
+                        dotenv=None) as agent:
+        result = agent.ask("backup retention " * 4000)
+        assert result.citations and result.citations[0].path == "docs/backup.md"
+        assert agent.settings.context_tokens == 8192  # the setting itself is the user's

@@ -196,6 +196,7 @@ class OfflineChatModel:
     """The ``ChatModel`` port answered by rules from each request's task; no network."""
 
     model = "offline"
+    fits_any_prompt = True  # it sends no prompt anywhere: no context window to fit (Agent reads it)
 
     def __init__(self, settings: Settings | None = None) -> None:
         self.settings = settings or Settings()
