@@ -247,6 +247,16 @@ def test_utf16_text_with_its_byte_order_mark_is_text_not_binary(tmp_path: Path, 
     _read_and_grep_the_notes(settings, tmp_path / "kb")
 
 
+@pytest.mark.parametrize("bom", [b"\xff\xfe", b""])
+def test_utf16_text_holding_a_vertical_tab_is_text(tmp_path: Path, bom: bytes) -> None:
+    """A UTF-16 file holding a vertical tab (Word's exports do) was skipped as "binary file",
+    while the same text in UTF-8 was indexed."""
+    write(tmp_path / "kb" / "notes.txt", bom + "The café backup\vruns at 02:00 UTC.\r\n".encode("utf-16-le"))
+    settings = Settings(index_dir=str(tmp_path / "index"))
+    report = index_roots(settings, [tmp_path / "kb"])
+    assert [os.path.basename(p) for p in report.added] == ["notes.txt"], report.warnings
+
+
 @pytest.mark.parametrize("encoding", ["utf-16-le", "utf-16-be"])
 def test_utf16_text_without_a_byte_order_mark_is_text_not_binary(tmp_path: Path, encoding: str) -> None:
     """Some Windows tools write UTF-16 with no BOM: every other byte of its Latin text is NUL,

@@ -31,8 +31,8 @@ def utf16_codec(head: bytes) -> str | None:
 
 def utf16_text(data: bytes) -> str | None:
     """The text of bytes that are UTF-16 (``utf16_codec``), else None: not UTF-16, an odd
-    length, unpaired surrogates, or control characters other than whitespace and ESC (binary
-    data that happens to look so)."""
+    length, unpaired surrogates, or control characters that text does not hold (binary data
+    that happens to look so)."""
     codec = utf16_codec(data)
     if codec is None or len(data) % 2:
         return None
@@ -40,7 +40,11 @@ def utf16_text(data: bytes) -> str | None:
         text = data.decode(codec)
     except UnicodeDecodeError:
         return None
-    if any(ch < " " and ch not in "\t\n\r\f\x1b" for ch in text):
+    # With its byte order mark it says what it is: any control character but NUL is the text's
+    # (Word's exports hold vertical tabs); without one, whitespace and ESC alone, lest binary
+    # data that happens to decode pass for text.
+    allowed = None if data.startswith(UTF16_BOMS) else "\t\n\r\f\v\x1b"
+    if any(ch < " " and (ch == "\x00" if allowed is None else ch not in allowed) for ch in text):
         return None
     return text
 
