@@ -1113,3 +1113,16 @@ def test_a_marker_moved_off_a_sentence_ending_in_code_keeps_its_full_stop():
                   "How do I serve static files?")
     assert done.body.startswith("You can serve static files using `StaticFiles` [1]. Mount it")
     assert strip_markers("using `x` [1].") == "using `x`." and strip_markers("```\nx\n```\n[1].\nNext") == "```\nx\n```\nNext"
+
+
+@pytest.mark.parametrize("passage", ["The kaltrox mirror syncs every 88 hours without fail.",
+                                     "Without doubt, the kaltrox mirror syncs every 88 hours.",
+                                     "The kaltrox mirror not only syncs every 88 hours but also logs each sync."])
+def test_a_passage_affirming_in_a_negations_words_supports_the_plain_statement(passage):
+    """"syncs every 88 hours without fail" was read as a negation, so "The kaltrox mirror syncs
+    every 88 hours [1]." was unsupported and a right answer became the no-evidence sentence."""
+    item = EvidenceItem("vector_search", "kb/mirror.md", f"# Mirror\n\n{passage}\n", 1, 3, 0.9)
+    done = ground("The kaltrox mirror syncs every 88 hours [1].", [item], "note", "How often does the kaltrox mirror sync?")
+    assert done.report.supported == 1
+    refused = ground("The kaltrox mirror never syncs every 88 hours [1].", [item], "note", "Does the mirror sync?")
+    assert refused.report.supported == 0  # a real negation still differs

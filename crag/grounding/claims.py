@@ -366,10 +366,17 @@ _KEPT_FROM = re.compile(
 )
 
 
+# Phrases built on a negation word that negate nothing: "syncs every 88 hours without fail" says
+# that it syncs, "no doubt", "not only ... but", "never-ending" likewise.
+_AFFIRMING = re.compile(r"\bwithout (?:fail|exception|doubt|question|delay|interruption|a hitch)\b"
+                        r"|\bno (?:doubt|wonder)\b|\bnot only\b|\bnever[- ]ending\b")
+
+
 def negated(text: str) -> bool:
     """Whether ``text`` holds a negation word (``NEGATION``, or any ``n't``), or says that
-    something keeps a thing from doing another ("prevents electrons from occupying")."""
-    low = text.lower().replace("’", "'")
+    something keeps a thing from doing another ("prevents electrons from occupying"); phrases
+    that affirm in a negation's words ("without fail", ``_AFFIRMING``) are not one."""
+    low = _AFFIRMING.sub(" ", text.lower().replace("’", "'"))
     tokens = re.findall(r"[a-z]+(?:'[a-z]+)?", low)
     return any(t in NEGATION or t.endswith("n't") for t in tokens) or _KEPT_FROM.search(low) is not None
 
