@@ -1126,3 +1126,15 @@ def test_a_passage_affirming_in_a_negations_words_supports_the_plain_statement(p
     assert done.report.supported == 1
     refused = ground("The kaltrox mirror never syncs every 88 hours [1].", [item], "note", "Does the mirror sync?")
     assert refused.report.supported == 0  # a real negation still differs
+
+
+def test_a_file_about_another_thing_does_not_corroborate_what_the_question_asks_about():
+    """"The drumwick archive keeps 12 years of records [1]." was also cited to bellwhap.md, whose
+    archive keeps as many but which never mentions drumwick, the one word the question asks about."""
+    drumwick = EvidenceItem("vector_search", "kb/drumwick.md", "# Drumwick\n\nThe drumwick archive keeps 12 years of records in the basement.\n", 1, 3, 0.9)
+    bellwhap = EvidenceItem("vector_search", "kb/bellwhap.md", "# Bellwhap\n\nThe bellwhap archive keeps 12 years of records in the basement.\n", 1, 3, 0.9)
+    another = EvidenceItem("vector_search", "kb/vaults.md", "# Vaults\n\nThe drumwick archive keeps 12 years of records in its basement vault.\n", 1, 3, 0.9)
+    done = ground("The drumwick archive keeps 12 years of records in the basement [1].", [drumwick, bellwhap, another],
+                  "note", "How long does the drumwick archive keep records?")
+    assert done.body == "The drumwick archive keeps 12 years of records in the basement [1][2]."
+    assert [s.source for s in done.sources] == ["kb/drumwick.md", "kb/vaults.md"]

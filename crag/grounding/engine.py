@@ -17,6 +17,7 @@ from ..answer import FIXED_SENTENCES, quotes_only
 from ..modes import GroundingMode
 from ..sentences import Piece, split
 from ..state import EvidenceItem, GroundingReport, Judgement
+from ..text import in_vocabulary
 from .asked import writes_any
 from .claims import UNSUPPORTED_TAG, Claims, claims, clauses, has_anchor, lead_in, restates, strip_markers
 from .evidence import Evidence
@@ -105,7 +106,23 @@ class _Grounder:
         if piece.kind in ("code", "table"):
             best = max(found, key=lambda s: s.coverage)
             return place_block(stripped, piece.kind, self.sources.marker(best)), verdict
-        return self.sources.cite(piece.text, found), verdict
+        return self.sources.cite(piece.text, found, self.about(c, found)), verdict
+
+    def about(self, c: Claims | None, found: Sequence[Support]) -> list[int] | None:
+        """The supporting items that hold every word the sentence shares with the question (or
+        its document's name does): only those corroborate it. "The drumwick archive keeps 12
+        years of records" for a question about the drumwick archive is held but for one word by
+        bellwhap.md, whose archive keeps as many; that word is what the question asks about.
+        None: the sentence shares no word with the question."""
+        focus = (c.words & self.asked) if c is not None else frozenset()
+        if not focus:
+            return None
+        out = []
+        for s in found:
+            ev = self.evidence[s.index]
+            if all(w in ev.topic or in_vocabulary(w, ev.whole.vocabulary) for w in focus):
+                out.append(s.index)
+        return out
 
     def by_clause(self, piece: Piece) -> tuple[str, Judgement] | None:
         """A prose sentence no item holds as a whole, judged clause by clause, or None when

@@ -140,18 +140,20 @@ class Sources:
                 out.extend(k - 1 for k in marker_numbers(m.group(1)) if 1 <= k <= len(self.items))
         return out
 
-    def cite(self, text: str, found: Sequence[Support]) -> str:
+    def cite(self, text: str, found: Sequence[Support], about: Sequence[int] | None = None) -> str:
         """Supported prose with its markers: the model's markers whose items support it stay
         where they are, or, when none does, the best supporting item's marker goes before the
-        final punctuation; other files that hold it as well follow (``corroborating``)."""
+        final punctuation; other files that hold it as well follow (``corroborating``), of
+        those ``about`` what the question asks when given."""
         by_item = {s.index: s for s in found}
         kept = [k for k in self.cited(text) if k in by_item]
+        more = found if about is None else [s for s in found if s.index in about]
         if kept:
-            return after_last_marker(self.remap(text, by_item), self.corroborating(found, kept))
+            return after_last_marker(self.remap(text, by_item), self.corroborating(more, kept, found))
         best = max(found, key=lambda s: s.coverage)
-        return place(strip_markers(text), self.marker(best) + self.corroborating(found, [best.index]))
+        return place(strip_markers(text), self.marker(best) + self.corroborating(more, [best.index], found))
 
-    def corroborating(self, found: Sequence[Support], cited: Sequence[int]) -> str:
+    def corroborating(self, found: Sequence[Support], cited: Sequence[int], every: Sequence[Support] = ()) -> str:
         """Markers for up to ``CORROBORATING`` more files that hold a prose sentence fully
         (``COVERAGE``, every anchor), best first, then in evidence order: a small model picks
         one of several pages that state a fact, often not the one the question is about. A
@@ -163,7 +165,7 @@ class Sources:
         if not self.corroborate:
             return ""
         seen = {_file(self.items[k]) for k in cited}
-        floor = max(COVERAGE, min(CORROBORATION, max(s.coverage for s in found if s.index in cited)))
+        floor = max(COVERAGE, min(CORROBORATION, max(s.coverage for s in (every or found) if s.index in cited)))
         marks: list[str] = []
         for s in sorted(found, key=lambda s: (-s.coverage, s.index)):
             if len(marks) == CORROBORATING:
