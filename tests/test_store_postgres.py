@@ -179,6 +179,16 @@ def test_a_login_the_server_refuses_is_said_so_not_that_it_cannot_be_reached(pg_
     assert "check the user and password KB_AGENT_STORE gives" in line and "sekret9" not in run.stderr + run.stdout
 
 
+def test_a_database_the_server_does_not_have_is_said_so_not_that_it_cannot_be_reached(pg_server, tmp_path: Path) -> None:
+    """A database name the server lacks was "cannot reach the PostgreSQL server ...: FATAL:
+    database ... does not exist": the server was reached, and the fix is to create it."""
+    uri = database_uri(pg_server, "crag_no_such_db")
+    run = crag(env_for(uri, tmp_path), tmp_path, "search", "anything")
+    assert run.returncode == 1, run.stderr
+    (line,) = run.stderr.strip().splitlines()
+    assert "has no database 'crag_no_such_db': create it (createdb crag_no_such_db)" in line, line
+
+
 def test_a_server_without_pgvector_says_how_to_enable_it(pg_server, tmp_path: Path) -> None:
     import psycopg
 

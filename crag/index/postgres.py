@@ -44,7 +44,7 @@ from ..errors import ConfigError, IndexFormatError, IndexStoreError
 from ..ports import FileRecord, StoreState
 from .documents import embedder_mismatch
 from .fusion import SearchWeights
-from .postgres_connections import LOCK_HELD, PerThread
+from .postgres_connections import LOCK_HELD, PerThread, connect_failure
 from .postgres_schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION, vector_literal
 from .postgres_search import PostgresRetriever
 from .postgres_update import PostgresUpdate, word_count
@@ -90,10 +90,6 @@ _VERSION = (
 
 
 # What a server says when it was reached and turned the login down (libpq's and the server's wording)
-_LOGIN_REFUSED = re.compile(r"password authentication failed|authentication failed for user|no password supplied"
-                            r"|role \"[^\"]*\" does not exist|no pg_hba\.conf entry", re.I)
-
-
 def check_uri(uri: str, psycopg: Any) -> None:
     """A URI libpq cannot read (a misspelt parameter, a bad %-escape, an unclosed ``[``) is a
     setting's error, exit status 2, not a server that cannot be reached."""
@@ -181,13 +177,7 @@ class PostgresStore:
             return psycopg.connect(self.uri, autocommit=autocommit, connect_timeout=10, prepare_threshold=None,
                                    client_encoding="UTF8")
         except psycopg.Error as exc:
-            said = _first_line(exc)
-            if _LOGIN_REFUSED.search(said):  # the server was reached, and said no to the user or password
-                raise IndexStoreError(
-                    f"the PostgreSQL server {self.location} refused the login: {said}: check the user and "
-                    "password KB_AGENT_STORE gives (or PGPASSWORD, ~/.pgpass)", self.location
-                ) from exc
-            raise IndexStoreError(f"cannot reach the PostgreSQL server {self.location}: {said}", self.location) from exc
+            raise IndexStoreError(connect_failure(_first_line(exc), self.location), self.location) from exc
         except UnicodeError as exc:  # the resolver's IDNA codec: an empty label, or one over 63 characters
             raise IndexStoreError(
                 f"cannot reach the PostgreSQL server {self.location}: its host name is not one a resolver "

@@ -12,12 +12,30 @@ CPU time).
 
 from __future__ import annotations
 
+import re
 import threading
 import weakref
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["LOCK_HELD", "PerThread"]
+__all__ = ["LOCK_HELD", "PerThread", "connect_failure"]
+
+_LOGIN_REFUSED = re.compile(r"password authentication failed|authentication failed for user|no password supplied"
+                            r"|role \"[^\"]*\" does not exist|no pg_hba\.conf entry", re.I)
+_NO_DATABASE = re.compile(r"database \"([^\"]*)\" does not exist", re.I)
+
+
+def connect_failure(said: str, location: str) -> str:
+    """The message of a connection the server at ``location`` refused, or that never reached
+    it (``said``: the first line of psycopg's error)."""
+    if _LOGIN_REFUSED.search(said):  # the server was reached, and said no to the user or password
+        return (f"the PostgreSQL server {location} refused the login: {said}: check the user and "
+                "password KB_AGENT_STORE gives (or PGPASSWORD, ~/.pgpass)")
+    missing = _NO_DATABASE.search(said)
+    if missing:  # reached too: the database named is not on it
+        return (f"the PostgreSQL server {location} has no database {missing.group(1)!r}: create it "
+                f"(createdb {missing.group(1)}) or name one it has in KB_AGENT_STORE")
+    return f"cannot reach the PostgreSQL server {location}: {said}"
 
 
 class _Held:
