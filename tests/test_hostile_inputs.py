@@ -683,7 +683,16 @@ def test_12_a_10k_character_question_is_answered(kb: Path) -> None:
     assert "docs/setup.md" in result["answer"] or result["answer"].startswith(NO_EVIDENCE)
 
 
-def test_12_a_question_at_the_context_limit_is_status_2_with_one_line(kb: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _answers_from_setup(srv: FakeOpenAIServer) -> None:
+    """A model that routes simple, plans no call beyond the question's search and answers from setup.md
+    (the offline backend sends no prompt, so it fits any window: the limits are a model's)."""
+    srv.default("analyze_and_route", route("simple", "vector_search"))
+    srv.default("plan", json.dumps({"tool_calls": []}))
+    srv.default("synthesize", "The server listens on port 8080 by default [1].")
+
+
+def test_12_a_question_at_the_context_limit_is_status_2_with_one_line(llm: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    _answers_from_setup(llm)
     monkeypatch.setenv("KB_AGENT_CONTEXT_TOKENS", "2048")
     code, _, err = cli_stdin("which port does the server listen on " * 300, "ask", "-")
     assert code == 2 and "KB_AGENT_CONTEXT_TOKENS" in one_error_line(err)
@@ -694,7 +703,8 @@ def test_12_a_question_at_the_context_limit_is_status_2_with_one_line(kb: Path, 
     assert "docs/setup.md:L4" in out and "unsupported" not in out
 
 
-def test_12_a_question_too_long_for_chat_is_one_line_and_the_session_goes_on(kb: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_12_a_question_too_long_for_chat_is_one_line_and_the_session_goes_on(llm: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    _answers_from_setup(llm)
     monkeypatch.setenv("KB_AGENT_CONTEXT_TOKENS", "2048")
     lines = ["which port " * 1000, "\x00\x01", "which port does the server listen on?", ""]
     code, out, err = cli_stdin("\n".join(lines), "chat")
