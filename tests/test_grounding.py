@@ -615,6 +615,45 @@ def test_a_code_block_from_the_evidence_is_cited_at_its_fence():
     assert g.body.endswith("```\n[1]")
 
 
+DEPLOYS = EvidenceItem("vector_search", "kb/codes.md", (
+    "# Deploy recipes\n\nAlpha deploy:\n\n```sh\nset -e\ncd /srv/alpha\n./deploy --region eu\n```\n\n"
+    "Beta deploy:\n\n```sh\nset -e\ncd /srv/beta\n./deploy --region us\n```\n\n"
+    "The trundlewick deploy is special:\n\n```sh\nset -e\ncd /srv/trundlewick\n./deploy --region ap --canary 5\n```\n"),
+    1, 25)
+TRUNDLEWICK = "```sh\nset -e\ncd /srv/trundlewick\n./deploy --region ap --canary 5\n```"
+
+
+def test_a_code_block_is_cited_where_the_whole_block_is_not_where_its_first_line_first_occurs():
+    """SPEC §7: the line is where the cited text starts. Three blocks of one page open with the
+    same lines (```` ```sh ````, ``set -e``); the third, quoted, was cited at the first block's
+    fence (L5), where its first line first occurs. So was a settings quote whose first line
+    (``metadata: {}``) every entry of the file has."""
+    from crag.answer import OFFLINE_PREFACE
+
+    g = ground(f"{OFFLINE_PREFACE}\n\n{TRUNDLEWICK}\n[1]", (DEPLOYS,))
+    assert g.report.supported == 1 and lines_of(g) == [("kb/codes.md", 21)]
+    assert (g.sources[0].start_line, g.sources[0].end_line) == (21, 24)  # fence to last line
+    conf = EvidenceItem("read_file", "kb/conf.yaml", "".join(
+        f"{name}:\n  metadata: {{}}\n  port: {port}\n  enabled: true\n"
+        for name, port in (("service0", 8000), ("service1", 8001), ("snoodle", 7311))), 1, 12)
+    g = ground("It is set here:\n\n```\n  metadata: {}\n  port: 7311\n  enabled: true\n```", (conf,))
+    assert g.report.supported == 1 and lines_of(g) == [("kb/conf.yaml", 10)]
+    # a line the model left out, or blank lines in the file, do not move it either
+    g = ground("```sh\nset -e\n./deploy --region ap --canary 5\n```", (DEPLOYS,))
+    assert lines_of(g) == [("kb/codes.md", 21)]
+
+
+def test_a_lead_in_marker_opens_where_its_item_says_it_not_at_the_chunks_first_line():
+    """A lead-in is not judged, and its marker went to the chunk's first line (L1, the page's
+    title) when the item did not write it word for word: "Run the trundlewick deploy like
+    this [1]:" now opens at the passage holding most of its words."""
+    g = ground(f"Run the trundlewick deploy like this [1]:\n\n{TRUNDLEWICK}", (DEPLOYS,),
+               "note", "How do I run the trundlewick deploy?")
+    assert g.body.startswith("Run the trundlewick deploy like this [1]:")
+    assert lines_of(g) == [("kb/codes.md", 19), ("kb/codes.md", 21)]
+    assert lines_of(ground("Here is what I found [1]:", (DEPLOYS,), "note", "q")) == [("kb/codes.md", 1)]
+
+
 def test_claims_see_numbers_identifiers_and_code():
     c = claims("Set `SERVICE_PORT` in config/app.yaml to 8080 with --port, since v2.1 [3].")
     kinds = {kind for kind, _ in c.anchors}

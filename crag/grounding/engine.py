@@ -60,7 +60,7 @@ class _Grounder:
         written = [self.evidence[k] for k in range(len(self.evidence))]
         self.spared = frozenset(a for a in self.given
                                 if not any(has_anchor(a[0], a[1], ev.text, ev.flat) for ev in written))
-        self.sources = Sources(items, corroborate=not quotes)
+        self.sources = Sources(items, corroborate=not quotes, evidence=self.evidence)
 
     def supports(self, kind: str, text: str, c: Claims | None) -> list[Support]:
         """Items that support a piece claiming ``c``. An anchor the question itself names (the
@@ -83,11 +83,14 @@ class _Grounder:
     def piece(self, piece: Piece) -> tuple[str, Judgement | None]:
         """The rewritten piece and its verdict (None: not judged)."""
         bare = _bare(piece.text)
-        if not piece.judgeable or bare in FIXED_SENTENCES:
+        if bare in FIXED_SENTENCES:  # crag's own ("... see the sources listed below"): the items as found
             return self.sources.remap(piece.text), None
+        if not piece.judgeable:
+            return self.sources.remap(piece.text, near=True), None
         c = None if piece.kind == "code" else claims(piece.text)
         if c is not None and (c.empty or lead_in(self.beyond(c), bare, self.asked)):
-            return self.sources.remap(piece.text), None
+            # a lead-in's marker ("Run the deploy like this [1]:") opens where its item says most of it
+            return self.sources.remap(piece.text, near=True), None
         found = self.supports(piece.kind, piece.text, c)
         stripped = piece.text if piece.kind == "code" else strip_markers(piece.text)
         if not found and piece.kind in ("sentence", "item"):
@@ -145,7 +148,7 @@ class _Grounder:
         verdicts = []
         for part, found in judged:
             if found is None:
-                text += self.sources.remap(part)
+                text += self.sources.remap(part, near=True)
                 continue
             body = part.rstrip()
             sep = body[-1:] if body[-1:] in (",", ";") else ""  # the clause's own comma follows its marker

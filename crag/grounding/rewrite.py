@@ -21,7 +21,8 @@ from ..answer import MARKER, code_split, marker_numbers, rewrite_markers
 from ..safe_text import display_name
 from ..state import EvidenceItem
 from .claims import strip_markers
-from .rules import COVERAGE, Support, written
+from .evidence import Evidence
+from .rules import COVERAGE, Support, nearest, written
 
 __all__ = [
     "CORROBORATING",
@@ -85,9 +86,11 @@ def after_last_marker(text: str, marks: str) -> str:
 class Sources:
     """The sources list of one grounded answer and the markers that index it."""
 
-    def __init__(self, items: Sequence[EvidenceItem], corroborate: bool = True) -> None:
+    def __init__(self, items: Sequence[EvidenceItem], corroborate: bool = True,
+                 evidence: Evidence | None = None) -> None:
         self.items = items
         self.corroborate = corroborate  # off for quotes (the offline answer): cited where written
+        self.evidence = evidence  # the items as grounding reads them: where a piece not judged is
         self.sources: list[EvidenceItem] = []
         self.index: dict[tuple, int] = {}
 
@@ -110,16 +113,19 @@ class Sources:
         """``[j]`` for the passage ``s`` names: its item narrowed to it, as a source."""
         return f"[{self.source(narrow(self.items[s.index], s))}]"
 
-    def remap(self, text: str, supported: dict[int, Support] | None = None) -> str:
+    def remap(self, text: str, supported: dict[int, Support] | None = None, near: bool = False) -> str:
         """Markers pointed at the sources list: all of them for a piece that is not judged (at
-        the place an item writes it word for word, if it does); for a supported piece, those
-        whose item supports it, at the supporting passage."""
+        the place an item writes it word for word, if it does, else, with ``near``, at the
+        passage holding most of its words: ``nearest``); for a supported piece, those whose
+        item supports it, at the supporting passage."""
 
         def place_of(k: int) -> Support | None:
             if supported is not None:
                 return supported[k]
             span = written(text, self.items[k].text)  # a copied piece: where it is written
-            return None if span is None else Support(k, 1.0, span[0], span[1], "copied")
+            if span is not None:
+                return Support(k, 1.0, span[0], span[1], "copied")
+            return nearest(text, self.evidence[k], k) if near and self.evidence is not None else None
 
         def replace(numbers: list[int]) -> str:
             marks = [

@@ -29,6 +29,7 @@ rule                      pieces       unit      needs
 
 from __future__ import annotations
 
+import bisect
 import functools
 from collections.abc import Sequence
 
@@ -52,6 +53,7 @@ __all__ = [
     "code_lines",
     "coverage",
     "first_rule",
+    "nearest",
     "score",
     "score_lines",
     "supports",
@@ -305,24 +307,43 @@ def code_lines(code: str) -> list[str]:
 
 def score_lines(wanted: Sequence[str], ev: ItemEvidence, rule: Rule, index: int = 0) -> Support | None:
     """An item holding ``rule.min_coverage`` of a code block's lines (``wanted``) supports
-    it; cited from the first such line, or from the fence just above it."""
+    it; cited where the block sits in the item (``_placed``), or from the fence just above."""
     if not wanted:
         return None
-    hits = []
-    for w in wanted:
-        at = next((k for k, f in enumerate(ev.flat_lines) if w and w in f), None)
-        if at is not None:
-            hits.append(at)
-    covered = len(hits) / len(wanted)
+    found = [[k for k, f in enumerate(ev.flat_lines) if w in f] for w in wanted]
+    covered = sum(1 for places in found if places) / len(wanted)
     if covered < rule.min_coverage:
         return None
-    first = min(hits)
+    first, last = _placed(found)
     if first and FENCE.match(ev.lines[first - 1]):
-        hits.append(first - 1)  # the block starts at its fence
+        first -= 1  # the block starts at its fence
     offsets = [0]
     for line in ev.lines:
         offsets.append(offsets[-1] + len(line) + 1)
-    return Support(index, covered, offsets[min(hits)], offsets[max(hits)] + len(ev.lines[max(hits)]), rule.name)
+    return Support(index, covered, offsets[first], offsets[last] + len(ev.lines[last]), rule.name)
+
+
+_GAP = 3  # most lines from one line of a quoted block to the next in the item (blank lines, a line left out)
+
+
+def _placed(found: Sequence[Sequence[int]]) -> tuple[int, int]:
+    """The first and last item line of where a block whose lines are found at ``found`` (for
+    each of its lines, the item lines holding it, in order; one at least) sits: the run of
+    item lines holding most of its lines in order, each at most ``_GAP`` lines after the one
+    before, a line the item holds in fewer places weighing more; the first of equals. Several
+    blocks of one page often share a line (```` ```sh ````, ``set -e``, ``metadata: {}``): the
+    block is where the lines after it follow too, not at the first line holding its first."""
+    best: tuple[float, int, int] | None = None  # weight, first line, last line
+    for j, places in enumerate(found):
+        for start in places:
+            weight, last = 1 / len(places), start
+            for later in found[j + 1 :]:
+                at = bisect.bisect_right(later, last)
+                if at < len(later) and later[at] <= last + _GAP:
+                    weight, last = weight + 1 / len(later), later[at]
+            if best is None or weight > best[0] or (weight == best[0] and start < best[1]):
+                best = (weight, start, last)
+    return (best[1], best[2]) if best is not None else (0, 0)
 
 
 def supports(kind: str, text: str, c: Claims | None, evidence: Sequence[ItemEvidence]) -> list[Support]:
@@ -371,6 +392,19 @@ def _where_written(s: Support, piece: str, text: str) -> Support:
     heading above it, another sentence on the same subject)."""
     span = written(piece, text)
     return s if span is None else Support(s.index, s.coverage, span[0], span[1], s.rule)
+
+
+def nearest(piece: str, ev: ItemEvidence, index: int = 0) -> Support | None:
+    """Where item ``ev`` says most of what a piece that is not judged names (a lead-in, "Run
+    the deploy like this [1]:"): the passage holding most of its content words, the first of
+    equals, or None when none holds one. Its marker is the model's, and it opens at that
+    passage ("The trundlewick deploy is special:"), not at the chunk's first line."""
+    c = claims(piece)
+    held = [_held(p, c) for p in ev.passages]
+    if not any(held):
+        return None
+    p = ev.passages[held.index(max(held))]
+    return Support(index, max(held) / len(c.words), p.start, p.end, "nearest")
 
 
 def _table_rows(table: str) -> list[Claims]:
