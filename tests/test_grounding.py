@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from crag import Agent, Settings
 from crag.answer import NO_EVIDENCE, STATS_HEADING, StreamRenderer, compose
-from crag.grounding import UNSUPPORTED_TAG, claims, clauses, ground, note_line, render_prefix, split
+from crag.grounding import UNSUPPORTED_TAG, claims, clauses, ground, note_line, passages, render_prefix, split
 from crag.index.chunker import chunk_text
 from crag.llm.scripted import ScriptedChatModel
 from crag.prompts import clean_answer, strip_think
@@ -652,6 +652,32 @@ def test_a_lead_in_marker_opens_where_its_item_says_it_not_at_the_chunks_first_l
     assert g.body.startswith("Run the trundlewick deploy like this [1]:")
     assert lines_of(g) == [("kb/codes.md", 19), ("kb/codes.md", 21)]
     assert lines_of(ground("Here is what I found [1]:", (DEPLOYS,), "note", "q")) == [("kb/codes.md", 1)]
+
+
+PARTS = ("Parts list\nFiller paragraph 5 about ordinary parts matters.\n"
+         "The table below lists the parts of the hobblex engine.\npart | material | size\n"
+         "hobblex piston | steel | 8 cm\nhobblex valve | brass | 2 cm\nhobblex gasket | cork | 1 mm\n"
+         "The hobblex engine was first run in 1931.")
+
+
+def test_a_fact_of_a_table_row_without_a_leading_pipe_is_cited_at_its_row():
+    """A DOCX table's rows are read as ``cell | cell | cell`` lines, with no blank line before
+    them, so the paragraph above the table ran on through its rows as one sentence, and a
+    row's fact was cited at that paragraph (L8 for L11 and L12). The same for Markdown rows
+    written ``x | y`` right under a paragraph."""
+    docx = EvidenceItem("vector_search", "kb/parts.docx", PARTS, 6, 13)
+    g = ground("The hobblex valve is brass and 2 cm [1]. The hobblex gasket is cork, 1 mm [1]. "
+               "The hobblex engine was first run in 1931 [1].", (docx,))
+    assert g.report.supported == 3
+    assert lines_of(g) == [("kb/parts.docx", 11), ("kb/parts.docx", 12), ("kb/parts.docx", 13)]
+    md = EvidenceItem("vector_search", "kb/parts.md",
+                      "# Parts\n\nThe parts of the snarfle pump are below.\nsnarfle rotor | titanium\n"
+                      "snarfle seal | rubber\n\nA prose line with a | b in it stays a sentence.", 1, 7)
+    g = ground("The snarfle seal is rubber [1].", (md,))
+    assert g.report.supported == 1 and lines_of(g) == [("kb/parts.md", 5)]
+    kinds = [(p.kind, p.text) for p in passages(md.text)]
+    assert ("sentence", "A prose line with a | b in it stays a sentence.") in kinds
+    assert ("table", "snarfle rotor | titanium") in kinds
 
 
 def test_claims_see_numbers_identifiers_and_code():

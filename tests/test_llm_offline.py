@@ -456,6 +456,18 @@ def test_offline_never_quotes_a_sentence_cut_inside_an_html_tag():
     assert "<abbr" not in text and "title=" not in text
     assert "- You can serve the JavaScript and CSS files of the docs yourself. [1]" in text
 
+def test_a_docx_table_row_is_quoted_as_its_own_line_and_cited_there():
+    """A DOCX line is a paragraph or table row; a row (``cell | cell | cell``) is quoted as
+    written, cited at its line, not run on from the paragraph above the table."""
+    lines = ["Parts list", "The table below lists the parts of the hobblex engine.", "part | material | size",
+             "hobblex piston | steel | 8 cm", "hobblex valve | brass | 2 cm", "The hobblex engine was first run in 1931."]
+    item = EvidenceItem("vector_search", "kb/parts.docx", "\n".join(lines), 7, 12, 0.5)
+    result = Agent(OfflineChatModel(), FakeToolbox({"vector_search": [[item]]}), Settings()).ask(
+        "What is the hobblex valve made of?")
+    assert "- hobblex valve | brass | 2 cm [2]" in result.answer
+    assert "[2] kb/parts.docx:L11" in result.answer
+
+
 RUN_DOC = """\
 # Run it
 

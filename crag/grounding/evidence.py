@@ -1,9 +1,10 @@
 """The evidence an answer is judged against, read once per answer.
 
 ``passages(text)`` cuts an evidence text into the passages a sentence may come from:
-sentences of prose and of list items, table rows, code lines and headings, each with its
-offsets in the text, its vocabulary (stemmed words) and its polarity (a table row's per
-cell too: a row states one thing per cell). ``Evidence`` holds, for every item of an
+sentences of prose and of list items, table rows (a row written without a leading pipe, a
+DOCX table's, too), code lines and headings, each with its offsets in the text, its
+vocabulary (stemmed words) and its polarity (a table row's per cell too: a row states one
+thing per cell). ``Evidence`` holds, for every item of an
 answer, its passages, its text as one passage (``whole``: how a table is read), its flat
 text and its lines, built on first use and kept for every later piece of the same answer.
 """
@@ -66,6 +67,12 @@ def passages(text: str) -> list[Passage]:
         cells = () if not denies else _cells(part) if kind == "table" else _clauses(part) if kind in _PROSE else ()
         out.append(Passage(s, s + len(part), part, frozenset(vocabulary(part)), denies, kind, cells))
 
+    apart = _lines_apart(text)
+
+    def prose(start: int, part: str, kind: str) -> None:
+        for at, sub, own in _cut(text, start, part, apart):
+            add(at, sub, own or kind)
+
     for piece in split(text):
         if piece.kind in ("space", "rule"):
             continue
@@ -79,7 +86,7 @@ def passages(text: str) -> list[Passage]:
             skip = prefix.end() if prefix else 0
             for sub in sentences(piece.text[skip:], piece.start + skip):
                 if sub.kind == "sentence":
-                    add(sub.start, sub.text, "item")
+                    prose(sub.start, sub.text, "item")
         elif piece.kind == "sentence":
             prefix = PREFIX.match(piece.text)  # a blockquote's "> "
             skip = prefix.end() if prefix else 0
@@ -87,9 +94,65 @@ def passages(text: str) -> list[Passage]:
                 continue
             marker = _ADMONITION.match(piece.text, skip)  # "> [!NOTE]" opens the text, it is not part of it
             skip = marker.end() if marker else skip
-            add(piece.start + skip, piece.text[skip:], "sentence")
+            prose(piece.start + skip, piece.text[skip:], "sentence")
         else:
             add(piece.start, piece.text, piece.kind)
+    return out
+
+
+_CODE_SPAN = re.compile(r"`[^`\n]*`")
+_ROW_CELLS = 3  # cells of a row read as one when no row is next to it
+
+
+def _cells_of(line: str) -> int:
+    """How many cells ``line`` has as a table row written without a leading pipe (``a | b``,
+    how a DOCX table's rows are read): pipes outside inline code part two or more cells,
+    none of them blank (a trailing pipe aside); 0 when it is no such row."""
+    cells = _CODE_SPAN.sub("", line).strip().removesuffix("|").split("|")
+    return len(cells) if len(cells) > 1 and all(cell.strip() for cell in cells) else 0
+
+
+def _lines_apart(text: str) -> dict[int, str]:
+    """The lines of ``text`` that prose never runs into, by their offset, each with the kind of
+    passage it is by itself: table rows written without a leading pipe ("hobblex valve | brass |
+    2 cm", a DOCX table's row; a Markdown row under a paragraph). Lines with no blank line
+    between them are one paragraph to ``split``, and a sentence ran from the paragraph above a
+    table through its rows, so a fact of a row was cited at the paragraph. A row stands apart
+    when a row is next to it, or when it has ``_ROW_CELLS`` cells (a prose line with a pipe in
+    it, "a | b", is not one)."""
+    lines, pos = [], 0
+    for line in text.split("\n"):
+        lines.append((pos, _cells_of(line)))
+        pos += len(line) + 1
+    out: dict[int, str] = {}
+    for k, (at, cells) in enumerate(lines):
+        beside = (k and lines[k - 1][1]) or (k + 1 < len(lines) and lines[k + 1][1])
+        if cells >= _ROW_CELLS or (cells and beside):
+            out[at] = "table"
+    return out
+
+
+def _cut(text: str, start: int, part: str, apart: dict[int, str]) -> list[tuple[int, str, str | None]]:
+    """``part`` (prose at ``start`` in ``text``) cut at the lines that stand apart
+    (``_lines_apart``): (offset, text, kind) for each such line's share of it, and (offset,
+    text, None) for each run of prose between them."""
+    if not apart:
+        return [(start, part, None)]
+    out: list[tuple[int, str, str | None]] = []
+    run = None  # where the current run of prose starts, in part
+    pos = 0
+    for segment in part.split("\n"):
+        kind = apart.get(text.rfind("\n", 0, start + pos) + 1)
+        if kind is None:
+            run = pos if run is None else run
+        else:
+            if run is not None:
+                out.append((start + run, part[run : pos], None))
+                run = None
+            out.append((start + pos, segment, kind))
+        pos += len(segment) + 1
+    if run is not None:
+        out.append((start + run, part[run:], None))
     return out
 
 

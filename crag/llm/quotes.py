@@ -252,6 +252,12 @@ def _lines_too_long(text: str) -> list[tuple[int, int]]:
     return out
 
 
+def _bare_row(piece: grounding.Passage) -> bool:
+    """Whether ``piece`` is a table row written without a leading pipe (a DOCX table's row, "a |
+    b | c"): quoted as written, as a line of a DOCX always was; a Markdown table is quoted whole."""
+    return piece.kind == "table" and not _QUOTE_PREFIX.sub("", piece.text).startswith("|")
+
+
 def quotable(text: str, question: str = "", lead: str | None = None) -> Iterable[tuple[int, str]]:
     """(position, quote) for each sentence of ``text`` worth quoting, verbatim but for
     whitespace, and each closed code block; a sentence repeating the question (of three words
@@ -266,7 +272,7 @@ def quotable(text: str, question: str = "", lead: str | None = None) -> Iterable
         yield 0, code
     text = text[skip:]
     for piece in grounding.passages(text):
-        if piece.kind not in ("sentence", "item"):  # prose, and a list item's sentences
+        if piece.kind not in ("sentence", "item") and not _bare_row(piece):  # prose, a list item's sentences
             continue
         for start, end in title_split(piece.text) + _lines_too_long(piece.text):
             sentence = _one_line(_QUOTE_PREFIX.sub("", piece.text[start:end]))
