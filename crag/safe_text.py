@@ -24,7 +24,8 @@ person (all used at the edges: the error boundary and the CLI's printing):
 * ``for_terminal(text)`` removes ANSI/OSC escape sequences and control characters other
   than newline and tab (NUL, carriage return, backspace, C1 controls, bidirectional
   overrides), so neither a document nor a model can move the cursor, retitle the window,
-  hide text or forge lines;
+  hide text or forge lines; those that are whitespace (vertical tab, form feed, NEL, the line
+  and paragraph separators) become a space, so the words they part are not glued together;
 * ``display_name(name)`` is a file name as crag shows it in footers, reports, prompts and
   messages: a name with a newline, a control character or bytes that are not UTF-8 is written
   with backslash escapes (``a\\nb.md``, ``caf\\xe9.md``), so a name can never add a line
@@ -119,8 +120,16 @@ def _terminal_unsafe(ch: str) -> bool:
     return _unsafe(ch)
 
 
+# Whitespace a terminal cannot show safely (vertical tab and form feed move the cursor; the
+# ASCII separators, NEL and the line and paragraph separators are line breaks few terminals
+# draw) parts words as a space does. Removed, "orange\u2028and" read "orangeand". A carriage
+# return is removed: it ends a line with the newline after it ("\r\n").
+_SPACING = frozenset("\x0b\x0c\x1c\x1d\x1e\x1f\x85\u2028\u2029")
+
+
 def for_terminal(text: str) -> str:
-    """``text`` with escape sequences and control characters (except newline, tab) removed.
+    """``text`` with escape sequences and control characters (except newline, tab) removed;
+    those that are whitespace (``_SPACING``) become a space, so the words they part stay apart.
 
     Bytes that were not valid text (lone surrogates) become U+FFFD.
     """
@@ -129,9 +138,14 @@ def for_terminal(text: str) -> str:
     if text.replace("\n", "").replace("\t", "").isprintable():
         return text
     text = _ESCAPES.sub("", text)
-    return "".join(
-        ("\ufffd" if unicodedata.category(ch) == "Cs" else "") if _terminal_unsafe(ch) else ch for ch in text
-    )
+    return "".join(_shown(ch) if _terminal_unsafe(ch) else ch for ch in text)
+
+
+def _shown(ch: str) -> str:
+    """What a character ``for_terminal`` does not print is shown as."""
+    if ch in _SPACING:
+        return " "
+    return "\ufffd" if unicodedata.category(ch) == "Cs" else ""
 
 
 def _escape(ch: str) -> str:

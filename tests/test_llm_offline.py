@@ -468,6 +468,22 @@ def test_a_docx_table_row_is_quoted_as_its_own_line_and_cited_there():
     assert "[2] kb/parts.docx:L11" in result.answer
 
 
+def test_an_offline_quote_keeps_a_space_where_the_file_has_a_line_separator_or_form_feed():
+    """U+2028, U+0085, a vertical tab and a form feed inside a line were deleted from the
+    quotes ("orangeand", "usescopper"): they part words as a line break does, and the quote
+    shows each as one space, on a terminal and in ``--json`` alike."""
+    text = ("# Separators\n\nThe gloomwhistle antenna is painted orange\u2028and it was installed in 2019.\n"
+            "The gloomwhistle mast uses\x85copper wire.\nThe gloomwhistle dish has a\x0bvertical tab and a\x0cform feed.")
+    item = EvidenceItem("vector_search", "kb/seps.md", text, 1, 5, 0.5)
+    agent = Agent(OfflineChatModel(), FakeToolbox({"vector_search": [[item]] * 3}), Settings())
+    answer = agent.ask("When was the gloomwhistle antenna installed and what wire does the mast use?").answer
+    assert "- The gloomwhistle antenna is painted orange and it was installed in 2019. [1]" in answer
+    assert "- The gloomwhistle mast uses copper wire. [2]" in answer
+    assert "[1] kb/seps.md:L3" in answer and "[2] kb/seps.md:L4" in answer
+    answer = agent.ask("What does the gloomwhistle dish have?").answer
+    assert "- The gloomwhistle dish has a vertical tab and a form feed. [" in answer
+
+
 RUN_DOC = """\
 # Run it
 

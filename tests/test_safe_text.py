@@ -32,6 +32,14 @@ def test_for_terminal_removes_c1_controls_and_bidi_overrides_and_replaces_undeco
     assert for_terminal("naïve 日本語 😀 emoji\u200djoin") == "naïve 日本語 😀 emoji\u200djoin"
 
 
+def test_for_terminal_shows_whitespace_controls_as_a_space_not_gluing_the_words_they_part() -> None:
+    """Vertical tab, form feed, NEL and the line and paragraph separators were removed like
+    any control character, so "orange\u2028and" was shown (and quoted offline) as "orangeand"."""
+    assert for_terminal("orange\u2028and\x85copper\x0bvertical\x0cform\u2029end\x1cx") == (
+        "orange and copper vertical form end x")
+    assert for_terminal("line\r\nnext\x00") == "line\nnext"  # a carriage return and NUL still go
+
+
 def test_an_escape_string_opened_and_never_closed_takes_nothing_after_it() -> None:
     """A lone U+009D (text decoded twice: "â€\x9d" for a closing quote) was read as an
     operating-system command running to the end of the text: the rest of the answer, its
