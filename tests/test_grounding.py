@@ -680,6 +680,21 @@ def test_a_fact_of_a_table_row_without_a_leading_pipe_is_cited_at_its_row():
     assert ("table", "snarfle rotor | titanium") in kinds
 
 
+def test_a_sentence_of_an_org_file_is_cited_at_its_line_not_at_the_markup_above_it():
+    """Org's ``#+BEGIN_QUOTE`` and headline lines are no Markdown heading or list item, so the
+    sentence below them ran from the headline, and was cited there (L6) when the headline
+    shares a word with it, for L8."""
+    org = ("#+TITLE: Org guide\n\n* Heading\nFiller line 0 about ordinary org matters.\n\n"
+           "** Pellucid dynamo\n#+BEGIN_QUOTE\nThe pellucid dynamo yields power, five kilowatts of it.\n#+END_QUOTE\n"
+           "Filler line 2 about ordinary org matters.\n")
+    g = ground("The pellucid dynamo yields five kilowatts [1].", (EvidenceItem("vector_search", "kb/doc.org", org, 1, 10),))
+    assert g.report.supported == 1 and lines_of(g) == [("kb/doc.org", 8)]
+    kinds = [(p.kind, p.text) for p in passages(org, org=True)]
+    assert kinds[:3] == [("heading", "#+TITLE: Org guide"), ("heading", "Heading"),
+                         ("item", "Filler line 0 about ordinary org matters.")]
+    assert ("heading", "** Pellucid dynamo") in kinds and not any("BEGIN" in text or "END" in text for _, text in kinds)
+
+
 def test_claims_see_numbers_identifiers_and_code():
     c = claims("Set `SERVICE_PORT` in config/app.yaml to 8080 with --port, since v2.1 [3].")
     kinds = {kind for kind, _ in c.anchors}

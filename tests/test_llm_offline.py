@@ -13,6 +13,7 @@ from crag import Agent, prompts
 from crag.answer import NO_EVIDENCE
 from crag.config import Settings
 from crag.llm.offline import OFFLINE_PREFACE, OfflineChatModel
+from crag.llm.quotes import item_quotes
 from crag.ports import AnalyzeTask, GradeTask, LLMRequest, PlanTask, SynthesizeTask
 from crag.state import Complexity, EvidenceItem, RoutingPlan, ToolCall, ToolRun
 from crag.tools import builtin
@@ -482,6 +483,28 @@ def test_an_offline_quote_keeps_a_space_where_the_file_has_a_line_separator_or_f
     assert "[1] kb/seps.md:L3" in answer and "[2] kb/seps.md:L4" in answer
     answer = agent.ask("What does the gloomwhistle dish have?").answer
     assert "- The gloomwhistle dish has a vertical tab and a form feed. [" in answer
+
+
+ORG_DOC = ("#+TITLE: Org guide\n\n* Heading\nFiller line 0 about ordinary org matters.\n"
+           "Filler line 1 about ordinary org matters.\n\n** Sub\n#+BEGIN_QUOTE\nThe pellucid dynamo yields 5 kilowatts.\n"
+           "#+END_QUOTE\nFiller line 2 about ordinary org matters.\n\nThe pellucid dynamo weighs 240 kilograms.\n")
+
+
+def test_org_markup_lines_are_never_quoted_and_a_quote_is_cited_where_its_sentence_starts():
+    """SPEC §7: the offline answer never quotes a line that is only markup and cites the line
+    where each quoted sentence starts. Org's block delimiters, keyword lines and headlines
+    ran into the sentence below them: "** Sub #+BEGIN_QUOTE The pellucid dynamo yields 5
+    kilowatts. #+END_QUOTE Filler ..." was quoted, cited at L7 (``** Sub``) for L9."""
+    item = EvidenceItem("vector_search", "kb/doc.org", ORG_DOC, 1, 13, 0.5)
+    result = Agent(OfflineChatModel(), FakeToolbox({"vector_search": [[item]]}), Settings()).ask(
+        "How much power does the pellucid dynamo yield and what does it weigh?")
+    assert "- The pellucid dynamo yields 5 kilowatts. [1]" in result.answer
+    assert "[1] kb/doc.org:L9" in result.answer and "[2] kb/doc.org:L13" in result.answer
+    assert "#+" not in result.answer and "** Sub" not in result.answer
+    quotes = [q for _, q in item_quotes(item, "org guide heading filler")]
+    assert "#+TITLE: Org guide" not in quotes and "Filler line 0 about ordinary org matters." in quotes
+    # the same lines in a Markdown file are left as they were read: Org's markup is Org's
+    assert "#+TITLE: Org guide" in [q for _, q in item_quotes(EvidenceItem("vector_search", "kb/doc.md", ORG_DOC, 1, 13))]
 
 
 RUN_DOC = """\

@@ -55,7 +55,7 @@ from .asked import (
 )
 from .claims import ANCHOR_KINDS, SCAFFOLDING, UNSUPPORTED_TAG, Claims, claims, clauses
 from .engine import BY_CLAUSE, MODES, Grounded, ground, note_line, render_prefix
-from .evidence import Passage, passages
+from .evidence import Passage, org_file, passages
 from .rewrite import CORROBORATING, source_references
 from .rules import (
     ANCHORED_COVERAGE,
@@ -97,6 +97,7 @@ __all__ = [
     "negation_held",
     "note_line",
     "opposed",
+    "org_file",
     "passages",
     "render_prefix",
     "rule_names",

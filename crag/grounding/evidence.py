@@ -22,7 +22,7 @@ from ..state import EvidenceItem
 from ..text import in_vocabulary, stem, words
 from .claims import PREFIX, Claims, has_anchor, negated, negated_outside_code
 
-__all__ = ["Evidence", "ItemEvidence", "Passage", "document_name", "negated_for", "passages", "vocabulary"]
+__all__ = ["Evidence", "ItemEvidence", "Passage", "document_name", "negated_for", "org_file", "passages", "vocabulary"]
 
 _ADMONITION = re.compile(r"\[![A-Za-z]+\][ \t]*(?:\n[ \t]*(?:>[ \t]?)*)?")
 # A line that only pulls in other text when the site is built: an include ({* file.py hl[1] *},
@@ -52,9 +52,10 @@ class Passage:
     cells: tuple[tuple[frozenset[str], bool], ...] = ()
 
 
-def passages(text: str) -> list[Passage]:
+def passages(text: str, org: bool = False) -> list[Passage]:
     """An evidence text cut into the passages a sentence may come from: sentences of prose
-    and list items, table rows, code lines, headings; offsets into ``text``."""
+    and list items, table rows, code lines, headings; offsets into ``text``. ``org``: the
+    text is an Org file's, whose markup lines are no prose (``_ORG_MARKUP``)."""
     out: list[Passage] = []
 
     def add(start: int, part: str, kind: str) -> None:
@@ -67,11 +68,12 @@ def passages(text: str) -> list[Passage]:
         cells = () if not denies else _cells(part) if kind == "table" else _clauses(part) if kind in _PROSE else ()
         out.append(Passage(s, s + len(part), part, frozenset(vocabulary(part)), denies, kind, cells))
 
-    apart = _lines_apart(text)
+    apart = _lines_apart(text, org)
 
     def prose(start: int, part: str, kind: str) -> None:
         for at, sub, own in _cut(text, start, part, apart):
-            add(at, sub, own or kind)
+            if own != _MARKUP:
+                add(at, sub, own or kind)
 
     for piece in split(text):
         if piece.kind in ("space", "rule"):
@@ -112,23 +114,39 @@ def _cells_of(line: str) -> int:
     return len(cells) if len(cells) > 1 and all(cell.strip() for cell in cells) else 0
 
 
-def _lines_apart(text: str) -> dict[int, str]:
+_MARKUP = ""  # the kind of a line that is no passage at all
+# Org markup (in an Org file): a block's delimiters (#+BEGIN_QUOTE, #+end_src) and a drawer's
+# lines (:PROPERTIES:, :END:) are no passage; a keyword line (#+TITLE: ...) and a headline
+# (* Heading, ** Sub) are headings. "#+" opens no Markdown heading, and "** Sub" no list item,
+# so each ran into the sentence below it: "** Sub #+BEGIN_QUOTE The pellucid dynamo ...".
+_ORG_MARKUP = (
+    (re.compile(r"[ \t]*#\+(?:begin|end)_\S*(?:[ \t].*)?|[ \t]*:[\w-]+:(?:[ \t].*)?", re.I), _MARKUP),
+    (re.compile(r"[ \t]*#\+\w+:.*|\*+[ \t]+\S.*"), "heading"),
+)
+
+
+def _lines_apart(text: str, org: bool = False) -> dict[int, str]:
     """The lines of ``text`` that prose never runs into, by their offset, each with the kind of
-    passage it is by itself: table rows written without a leading pipe ("hobblex valve | brass |
-    2 cm", a DOCX table's row; a Markdown row under a paragraph). Lines with no blank line
-    between them are one paragraph to ``split``, and a sentence ran from the paragraph above a
-    table through its rows, so a fact of a row was cited at the paragraph. A row stands apart
-    when a row is next to it, or when it has ``_ROW_CELLS`` cells (a prose line with a pipe in
-    it, "a | b", is not one)."""
+    passage it is by itself (``_MARKUP``: none). Lines with no blank line between them are one
+    paragraph to ``split``, and a sentence ran on through such lines:
+
+    * table rows written without a leading pipe ("hobblex valve | brass | 2 cm", a DOCX table's
+      row; a Markdown row under a paragraph): a fact of a row was cited at the paragraph above
+      the table. A row stands apart when a row is next to it, or when it has ``_ROW_CELLS``
+      cells (a prose line with a pipe in it, "a | b", is not one);
+    * with ``org``, Org's markup lines (``_ORG_MARKUP``)."""
     lines, pos = [], 0
     for line in text.split("\n"):
-        lines.append((pos, _cells_of(line)))
+        lines.append((pos, line, _cells_of(line)))
         pos += len(line) + 1
     out: dict[int, str] = {}
-    for k, (at, cells) in enumerate(lines):
-        beside = (k and lines[k - 1][1]) or (k + 1 < len(lines) and lines[k + 1][1])
+    for k, (at, line, cells) in enumerate(lines):
+        beside = (k and lines[k - 1][2]) or (k + 1 < len(lines) and lines[k + 1][2])
         if cells >= _ROW_CELLS or (cells and beside):
             out[at] = "table"
+        kind = next((kind for pattern, kind in _ORG_MARKUP if pattern.fullmatch(line)), None) if org else None
+        if kind is not None:
+            out[at] = kind
     return out
 
 
@@ -205,9 +223,10 @@ class ItemEvidence:
     """One evidence item as grounding reads it; each part is computed on first use.
     ``topic``: the question's words its document's name holds (see ``Evidence``)."""
 
-    def __init__(self, text: str, topic: frozenset[str] = frozenset()) -> None:
+    def __init__(self, text: str, topic: frozenset[str] = frozenset(), org: bool = False) -> None:
         self.text = text
         self.topic = topic
+        self.org = org  # an Org file's text: its markup lines are no passages
 
     @cached_property
     def flat(self) -> str:
@@ -216,7 +235,7 @@ class ItemEvidence:
 
     @cached_property
     def passages(self) -> tuple[Passage, ...]:
-        return tuple(passages(self.text))
+        return tuple(passages(self.text, self.org))
 
     @cached_property
     def whole(self) -> Passage:
@@ -233,6 +252,11 @@ class ItemEvidence:
 
     def holds_anchors(self, c: Claims) -> bool:
         return all(has_anchor(kind, a, self.text, self.flat) for kind, a in c.anchors)
+
+
+def org_file(item: EvidenceItem) -> bool:
+    """Whether ``item`` is lines of an Org file (``.org``; a web page's address is no file name)."""
+    return not item.url and item.start_line is not None and item.source.lower().endswith(".org")
 
 
 _ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}")  # "crisis_of_2007%E2%80%9308": the escape of a dash
@@ -267,5 +291,5 @@ class Evidence:
     def __getitem__(self, k: int) -> ItemEvidence:
         if k not in self._read:
             topic = frozenset(w for w in vocabulary(document_name(self.items[k])) if self.asked and in_vocabulary(w, self.asked))
-            self._read[k] = ItemEvidence(self.items[k].text, topic)
+            self._read[k] = ItemEvidence(self.items[k].text, topic, org_file(self.items[k]))
         return self._read[k]

@@ -173,7 +173,8 @@ def item_quotes(item: EvidenceItem, question: str = "", lead: str | None = None)
     name = item.source.replace("\\", "/").rsplit("/", 1)[-1].lower()
     if item.url or "." + name.rsplit(".", 1)[-1] not in _LINE_PARAGRAPHS:
         opening = item.start_line == 1 and not item.url  # a file's front matter is metadata, never quoted
-        yield from quotable(without_front_matter(item.text) if opening else item.text, question, lead)
+        yield from quotable(without_front_matter(item.text) if opening else item.text, question, lead,
+                            grounding.org_file(item))
         return
     pos = 0
     for line in item.text.split("\n"):
@@ -258,12 +259,14 @@ def _bare_row(piece: grounding.Passage) -> bool:
     return piece.kind == "table" and not _QUOTE_PREFIX.sub("", piece.text).startswith("|")
 
 
-def quotable(text: str, question: str = "", lead: str | None = None) -> Iterable[tuple[int, str]]:
+def quotable(text: str, question: str = "", lead: str | None = None, org: bool = False) -> Iterable[tuple[int, str]]:
     """(position, quote) for each sentence of ``text`` worth quoting, verbatim but for
     whitespace, and each closed code block; a sentence repeating the question (of three words
     or more, give or take three words: a FAQ line, a heading) is left out. A shorter question
     ("port") is a keyword, and the sentences holding it are the answer. ``lead`` is the fence
-    line of the block the text starts inside of (``code_context``): those lines are code."""
+    line of the block the text starts inside of (``code_context``): those lines are code.
+    ``org``: an Org file's text, whose markup lines (``#+BEGIN_QUOTE``, ``** Sub``) are never
+    quoted (``grounding.passages``)."""
     echo = " ".join(question.lower().replace("'", " ").split()).strip(" ?!.")
     echo_words = len(echo.split()) if len(echo.split()) >= 3 else 0
     raw, skip = leading_code(text, lead)
@@ -271,7 +274,7 @@ def quotable(text: str, question: str = "", lead: str | None = None) -> Iterable
     if code is not None and len(code) <= 1500:
         yield 0, code
     text = text[skip:]
-    for piece in grounding.passages(text):
+    for piece in grounding.passages(text, org):
         if piece.kind not in ("sentence", "item") and not _bare_row(piece):  # prose, a list item's sentences
             continue
         for start, end in title_split(piece.text) + _lines_too_long(piece.text):
