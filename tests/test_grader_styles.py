@@ -446,3 +446,19 @@ def test_a_term_held_only_by_an_item_the_grades_remove_sends_the_round_back_to_s
     decided = [e["rule"] for e in result.audit if e["event"] == "grade_decided"]
     assert decided == ["term_missing", "mean_high"]
     assert next(e["terms"] for e in result.audit if e["event"] == "question_terms_missing") == ["Kafka"]
+
+
+def test_a_null_logprob_on_a_separator_leaves_the_labels_probabilities_read():
+    """llama.cpp writes a -inf logprob as ``null``: the reply's grades were read from its text
+    (1.0 / 0.0) instead of from the label tokens, which carried theirs."""
+    from crag.llm.logprobs import read_logprobs
+
+    def line(k, word, p):
+        top = [{"token": " yes", "logprob": math.log(p)}, {"token": " no", "logprob": math.log(1 - p)}]
+        return [{"token": str(k), "logprob": 0.0}, {"token": ":", "logprob": None},
+                {"token": word, "logprob": math.log(max(p, 1 - p)), "top_logprobs": top}]
+
+    tokens = read_logprobs({"content": [*line(1, " yes", 0.8), {"token": "\n", "logprob": 1e-7},
+                                        *line(2, " no", 0.3)]})
+    reading = read_grades("1: yes\n2: no", 2, tokens)
+    assert reading.from_logprobs and reading.scores == pytest.approx((0.8, 0.3), abs=1e-3)

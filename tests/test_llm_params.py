@@ -342,3 +342,34 @@ def test_a_request_changed_by_what_the_server_refused_earlier_says_so(srv):
     assert model.complete(grade_request()).adapted == ("temperature",)
     assert OpenAIChatModel(settings_for(srv, llm_max_retries=0), memory=ServerMemory()).memory is not memory
     assert next(iter(memory.as_dict().values()))["refused"] == ["temperature"]
+
+
+def test_odd_token_entries_are_read_and_the_rest_of_the_reply_with_them():
+    """A separator at ``1e-7`` (a float rounding above 0), a ``null`` logprob (how nlohmann-json,
+    llama.cpp's, writes -inf and NaN) and a label sent as ``bytes`` alone: each discarded the
+    whole reply's probabilities, and the server was taken for one that ignores them."""
+    from crag.llm.logprobs import read_logprobs
+
+    tokens = read_logprobs({"content": [
+        {"token": "1", "logprob": 0.0, "top_logprobs": [{"token": "1", "logprob": None}]},
+        {"token": ":", "logprob": 1e-7, "top_logprobs": []},
+        {"bytes": list(b" yes"), "logprob": -0.2,
+         "top_logprobs": [{"token": " yes", "logprob": -0.2}, {"bytes": list(b" no"), "logprob": -1.7},
+                          {"token": " nope", "logprob": None}, {"token": " maybe", "logprob": "bad"}]},
+        {"token": "\n", "logprob": None},
+    ]})
+    assert [t.token for t in tokens] == ["1", ":", " yes", "\n"]
+    assert [t.logprob for t in tokens] == [0.0, 0.0, -0.2, float("-inf")]
+    assert tokens[0].top == (("1", float("-inf")),)
+    assert tokens[2].top == ((" yes", -0.2), (" no", -1.7), (" nope", float("-inf")))
+    assert read_logprobs({"content": []}) is None and read_logprobs({"content": [None, 3]}) is None
+
+
+def test_a_reply_with_odd_token_entries_is_no_server_ignoring_logprobs(srv):
+    odd = [("1", 0.0, [("1", 0.0)]), (":", 1e-7, [(":", 1e-7)]), (" yes", -0.2, [(" yes", -0.2), (" no", None)])]
+    srv.default("grade_evidence", Text("1: yes", logprobs=odd))
+    model = OpenAIChatModel(settings_for(srv))
+    reply = model.complete(logprob_request())
+    assert [t.token for t in reply.logprobs] == ["1", ":", " yes"]
+    model.complete(logprob_request())
+    assert [p["logprobs"] for p in srv.params()] == [True, True]  # still asked: nothing was refused

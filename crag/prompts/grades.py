@@ -76,9 +76,9 @@ def p_label(choice: TokenLogprob) -> float | None:
         word = _word(token)
         if word in LABELS:
             weights[word] = weights.get(word, 0.0) + math.exp(logprob)
-    if not weights:
-        return None
     total = sum(weights.values())
+    if total <= 0.0:  # no label word, or only ones at -inf (a ``null`` logprob): nothing to read
+        return None
     return sum(LABELS[w] * p for w, p in weights.items()) / total
 
 
