@@ -462,3 +462,16 @@ def test_a_null_logprob_on_a_separator_leaves_the_labels_probabilities_read():
                                         *line(2, " no", 0.3)]})
     reading = read_grades("1: yes\n2: no", 2, tokens)
     assert reading.from_logprobs and reading.scores == pytest.approx((0.8, 0.3), abs=1e-3)
+
+
+@pytest.mark.parametrize("top", [(), ((" no", math.log(0.53)),)])
+def test_a_label_token_without_alternatives_is_read_from_its_own_probability(top):
+    """llama.cpp sends no ``top_logprobs`` on some tokens, and a server may honour ``logprobs``
+    but not ``top_logprobs``: a ``no`` at P 0.53 was read as a sure 0.0 and its item removed."""
+    tokens = (TokenLogprob("1", 0.0), TokenLogprob(":", 0.0), TokenLogprob(" no", math.log(0.53), top),
+              TokenLogprob("\n", 0.0), TokenLogprob("2", 0.0), TokenLogprob(":", 0.0),
+              TokenLogprob(" yes", math.log(0.9), ()))
+    reading = read_grades("1: no\n2: yes", 2, tokens)
+    assert reading.from_logprobs and reading.scores == pytest.approx((0.47, 0.9), abs=1e-3)
+    unknown = (TokenLogprob("yes", float("-inf")),)  # a null logprob, no alternatives: no probability
+    assert read_grades("yes", 1, unknown).scores == (1.0,) and not read_grades("yes", 1, unknown).from_logprobs

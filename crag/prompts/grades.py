@@ -67,12 +67,15 @@ def _word(token: str) -> str:
 
 
 def p_label(choice: TokenLogprob) -> float | None:
-    """The expected label score at one token, from its alternatives (``top``) or the token
-    itself: sum of P(label) x score over the label words present, renormalised; None when no
-    label word is among them."""
+    """The expected label score at one token, from its alternatives (``top``): sum of P(label)
+    x score over the label words among them, renormalised; None when no label word is among
+    them. A token sent without alternatives (llama.cpp on some tokens; a server that honours
+    ``logprobs`` but not ``top_logprobs``) is read from its own probability
+    (``own_label``), not as a sure one."""
+    if not any(token != choice.token for token, _ in choice.top):
+        return own_label(choice)
     weights: dict[str, float] = {}
-    alternatives = choice.top or ((choice.token, choice.logprob),)
-    for token, logprob in alternatives:
+    for token, logprob in choice.top:
         word = _word(token)
         if word in LABELS:
             weights[word] = weights.get(word, 0.0) + math.exp(logprob)
@@ -80,6 +83,17 @@ def p_label(choice: TokenLogprob) -> float | None:
     if total <= 0.0:  # no label word, or only ones at -inf (a ``null`` logprob): nothing to read
         return None
     return sum(LABELS[w] * p for w, p in weights.items()) / total
+
+
+def own_label(choice: TokenLogprob) -> float | None:
+    """The expected score at a label token with no alternatives: its label has P = exp(logprob),
+    the other label the rest (the only other answer the prompt allows); None when the token is
+    no label or its probability is unknown (-inf: the sampled token had some)."""
+    word = _word(choice.token)
+    if word not in LABELS or not math.isfinite(choice.logprob):
+        return None
+    p = math.exp(choice.logprob)
+    return p * LABELS[word] + (1.0 - p) * (1.0 - LABELS[word])
 
 
 def _from_logprobs(tokens: Sequence[TokenLogprob], n: int) -> dict[int, float]:
