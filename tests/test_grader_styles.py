@@ -475,3 +475,11 @@ def test_a_label_token_without_alternatives_is_read_from_its_own_probability(top
     assert reading.from_logprobs and reading.scores == pytest.approx((0.47, 0.9), abs=1e-3)
     unknown = (TokenLogprob("yes", float("-inf")),)  # a null logprob, no alternatives: no probability
     assert read_grades("yes", 1, unknown).scores == (1.0,) and not read_grades("yes", 1, unknown).from_logprobs
+
+
+def test_an_alternative_listed_twice_is_counted_once():
+    """vLLM lists the sampled token among ``top_logprobs`` again: P(yes) 0.5 was read as 0.67."""
+    half = math.log(0.5)
+    tokens = (TokenLogprob("1", 0.0), TokenLogprob(":", 0.0),
+              TokenLogprob(" yes", half, ((" yes", half), (" yes", half), (" no", half), ("Yes", math.log(0.1)))))
+    assert read_grades("1: yes", 1, tokens).scores == pytest.approx(((0.5 + 0.1) / 1.1,), abs=1e-3)

@@ -68,14 +68,14 @@ def _word(token: str) -> str:
 
 def p_label(choice: TokenLogprob) -> float | None:
     """The expected label score at one token, from its alternatives (``top``): sum of P(label)
-    x score over the label words among them, renormalised; None when no label word is among
+    x score over the distinct label tokens among them, renormalised; None when no label word is among
     them. A token sent without alternatives (llama.cpp on some tokens; a server that honours
     ``logprobs`` but not ``top_logprobs``) is read from its own probability
     (``own_label``), not as a sure one."""
     if not any(token != choice.token for token, _ in choice.top):
         return own_label(choice)
     weights: dict[str, float] = {}
-    for token, logprob in choice.top:
+    for token, logprob in dict(reversed(choice.top)).items():  # each token once (vLLM repeats some)
         word = _word(token)
         if word in LABELS:
             weights[word] = weights.get(word, 0.0) + math.exp(logprob)
