@@ -91,29 +91,19 @@ def test_a_pointwise_reply_is_one_bare_label():
     assert reading.scores == pytest.approx((0.7,), abs=1e-3) and reading.from_logprobs
 
 
-class _CountingPattern:
-    """A compiled pattern that counts the characters it is asked to search."""
-
-    def __init__(self, pattern):
-        self.pattern, self.searched = pattern, 0
-
-    def search(self, text):
-        self.searched += len(text)
-        return self.pattern.search(text)
-
-
 def test_runaway_label_lines_are_read_with_work_linear_in_their_tokens(monkeypatch):
     """A server that ignored the budget sent 6,000 ``K: yes`` lines (24,000 tokens) with their
-    probabilities: each token is read once, not with everything before it again."""
-    counting = _CountingPattern(grades._BEFORE_LABEL)
-    monkeypatch.setattr(grades, "_BEFORE_LABEL", counting)
+    probabilities: the tokens are lined up with the text once, and each item's label token is
+    read once (its first line), not every line again."""
+    read = []
+    monkeypatch.setattr(grades, "p_label", lambda choice, _p=grades.p_label: read.append(choice) or _p(choice))
     n, lines = 12, 6_000
     one = label_tokens(*[0.9] * n)
     tokens = (*one, TokenLogprob("\n", 0.0)) * (lines // n)
     text = "".join(t.token for t in tokens)
     reading = read_grades(text, n, tokens)
     assert reading.from_logprobs and reading.scores == pytest.approx((0.9,) * n, abs=1e-3)
-    assert counting.searched <= 300 * len(tokens)  # a bounded window per token, whatever the reply's length
+    assert len(read) == n
 
 
 @given(st.text(max_size=300), st.integers(1, 12))
@@ -483,3 +473,45 @@ def test_an_alternative_listed_twice_is_counted_once():
     tokens = (TokenLogprob("1", 0.0), TokenLogprob(":", 0.0),
               TokenLogprob(" yes", half, ((" yes", half), (" yes", half), (" no", half), ("Yes", math.log(0.1)))))
     assert read_grades("1: yes", 1, tokens).scores == pytest.approx(((0.5 + 0.1) / 1.1,), abs=1e-3)
+
+
+def reasoning_reply(think_p_yes, p_yes) -> Completion:
+    """A reply from a server with a reasoning parser (vLLM, llama.cpp ``--reasoning-format``): the
+    text holds the answer only, its logprobs every generated token, the thinking first."""
+    think = (TokenLogprob("<think>", 0.0), TokenLogprob("\n", 0.0), TokenLogprob("Passage", 0.0),
+             TokenLogprob(" ", 0.0), *label_tokens(*think_p_yes), TokenLogprob("\n", 0.0),
+             TokenLogprob("</think>", 0.0), TokenLogprob("\n\n", 0.0))
+    answer = label_tokens(*p_yes)
+    return Completion("".join(t.token for t in answer), "m", prompt_tokens=100, completion_tokens=40,
+                      logprobs=(*think, *answer))
+
+
+def test_the_thinking_in_the_logprobs_is_not_read_as_the_grades():
+    """The thinking said ``Passage 1: yes`` ..., the answer ``1: no`` ... ``5: no``: every item
+    was read at the thinking's tokens, P(yes) ~0.95, against every label written."""
+    reply = reasoning_reply([0.95, 0.9, 0.92, 0.97, 0.91], [0.2, 0.1, 0.15, 0.05, 0.25])
+    assert reply.text.startswith("1: no")
+    reading = read_grades(reply.text, 5, reply.logprobs)
+    assert reading.from_logprobs and not reading.unaligned
+    assert reading.scores == pytest.approx((0.2, 0.1, 0.15, 0.05, 0.25), abs=1e-3)
+
+
+def test_logprobs_that_do_not_line_up_with_the_text_are_not_read_and_the_audit_says_so():
+    five = [item(k, score=0.5) for k in range(1, 6)]
+    other = label_reply(0.9, 0.9, 0.9, 0.9, 0.9)  # its tokens say yes five times; the text says otherwise
+    reply = Completion("1: yes\n2: no\n3: yes\n4: no\n5: yes", "m", prompt_tokens=100, completion_tokens=20,
+                       logprobs=other.logprobs)
+    reading = read_grades(reply.text, 5, reply.logprobs)
+    assert reading.unaligned and not reading.from_logprobs and reading.scores == (1.0, 0.0, 1.0, 0.0, 1.0)
+    result, _ = _run({"analyze_and_route": [route("complex")], "plan": [search_plan()], "grade_evidence": [reply],
+                      "synthesize": ["Evidence number 1 about the retry policy [1]."]}, {"vector_search": [five]})
+    unaligned = [e for e in result.audit if e["event"] == "logprobs_unaligned"]
+    assert unaligned == [{"event": "logprobs_unaligned", "level": "warning", "node": "grade_evidence", "items": 5}]
+    assert [e["score"] for e in result.audit if e["event"] == "evidence_removed"] == [0.0, 0.0]
+
+
+def test_tokens_for_the_start_of_the_text_only_are_read_where_they_reach():
+    tokens = label_tokens(0.8, 0.3, 0.9)[:3]  # "1: yes" alone: the server's list stopped there
+    reading = read_grades("1: yes\n2: no\n3: yes", 3, tokens)
+    assert not reading.unaligned and not reading.from_logprobs
+    assert reading.scores == pytest.approx((0.8, 0.0, 1.0), abs=1e-3)

@@ -26,7 +26,9 @@ rule                  seeds'  applies when                                     a
 ====================  ======  ===============================================  ============
 
 Before the table, the scores are read: a reply that is not exactly N numbers or N labels is
-the seeds' parse failure (every item 0.5, audit ``grader_parse_failure``); a number list is
+the seeds' parse failure (every item 0.5, audit ``grader_parse_failure``); labels whose token
+probabilities do not line up with the reply's text are read from the text (audit
+``logprobs_unaligned``); a number list is
 always numbers, decided by the seeds' rows; the policy's rows (and its ``first_label``
 spare, which keeps a batch's first item read below the drop threshold, as ungraded: 0.5, so
 that no item below it stays in context) apply only to grades read through token
@@ -348,6 +350,8 @@ def verdict(case: GradeCase, policy: GradingPolicy) -> GradeVerdict:
                             (_event("fast_path_hit", rule_name=case.fast_path, items=n), decided))
     if row.rule is GradeRule.ALL_TRIMMED:
         return GradeVerdict(row.rule, action, None, events=(*events, decided))
+    if case.reading is not None and case.reading.unaligned:  # read from the text instead: say so
+        events.append(_event("logprobs_unaligned", level="warning", node="grade_evidence", items=len(case.todo)))
     missing = f.missing if row.rule is not GradeRule.UNINFORMATIVE else (
         case.facts.search_again(case.items) if f.probabilities and policy.named_terms else ())
     if missing:

@@ -6,7 +6,9 @@ Two reply shapes are read, whatever style asked (``crag.grading.GRADERS``):
   this; a ``pointwise`` request asks for one bare ``yes`` or ``no``). Read from the text, a
   label is 1.0 or 0.0. Where the reply carries token probabilities (``Completion.logprobs``),
   an item's score is the model's probability of ``yes`` against ``no`` at the label's token:
-  the expected grade, not the one sampled, so that "yes, barely" and "yes, surely" differ;
+  the expected grade, not the one sampled, so that "yes, barely" and "yes, surely" differ.
+  That token is the one at the label's place in the text read, the tokens lined up with it;
+  tokens that spell something else give none (``Reading.unaligned``: the text's labels);
 * the seed's JSON array of N numbers (or ``{"scores": [...]}``), read by ``parse_scores``.
 
 A reply that gives neither exactly N labels (one per item, numbered 1..N) nor N numbers is no
@@ -19,7 +21,9 @@ from __future__ import annotations
 
 import math
 import re
+from bisect import bisect_right
 from collections.abc import Sequence
+from itertools import accumulate
 from typing import Any
 
 from attrs import frozen
@@ -39,13 +43,6 @@ SURE = 0.9
 
 # "1: yes", "[2] no", "3. Yes", "4 - no", "Passage 5: yes" (the number, then the label)
 _LINE = re.compile(r"^[ \t>*-]*(?:passage|item)?\s*\[?(\d{1,4})\]?\s*[:.)\-=]?\s*\**\s*([A-Za-z]+)", re.I | re.M)
-# the text of a reply up to a label's position: a line's number and its separator, nothing after
-_BEFORE_LABEL = re.compile(r"(?:^|\n)[ \t>*-]*(?:passage|item)?\s*\[?(\d{1,4})\]?\s*[:.)\-=]?\s*\**\s*$", re.I)
-# How far back from a token a label's number and separator are looked for: more than any label
-# line's start needs, and a bound that keeps reading linear in the length of a reply of any size
-# (a server that ignores the budget sends megabytes of runaway lines).
-_LABEL_REACH = 256
-_CUT = "\x00"  # marks where the tail was cut: no line starts there, and no pattern matches it
 
 
 @frozen
@@ -53,17 +50,23 @@ class Reading:
     """The scores read from one grading reply, and how: ``from_logprobs`` when every score
     came from token probabilities; ``tosses`` items whose probabilities were a coin toss;
     ``labels`` the label words of the reply's text, one per item (none for a JSON reply);
-    ``sure`` items whose written label had a probability of at least ``SURE``."""
+    ``sure`` items whose written label had a probability of at least ``SURE``; ``unaligned``
+    when the reply's token probabilities did not line up with its text, so the labels were
+    read from the text (audited ``logprobs_unaligned``)."""
 
     scores: tuple[float, ...]
     from_logprobs: bool = False
     tosses: int = 0
     labels: tuple[str, ...] = ()
     sure: int = 0
+    unaligned: bool = False
+
+
+_MARKS = ".,;:!*\"'`()[]"  # what may wrap a label word: "Yes.", "**no**", "(yes)"
 
 
 def _word(token: str) -> str:
-    return token.strip().strip(".,;:!*\"'`()[]").lower()
+    return token.strip().strip(_MARKS).lower()
 
 
 def p_label(choice: TokenLogprob) -> float | None:
@@ -96,46 +99,49 @@ def own_label(choice: TokenLogprob) -> float | None:
     return p * LABELS[word] + (1.0 - p) * (1.0 - LABELS[word])
 
 
-def _from_logprobs(tokens: Sequence[TokenLogprob], n: int) -> dict[int, float]:
-    """Item number -> expected score, read at each item's label token: the first token after
-    the item's number (and separator) that is itself a label word. The alternatives of other
-    tokens are never read, even when a label word is among them (the separator after a
-    number may list ``yes`` as a far-fetched alternative)."""
-    tail = ""  # the reply's last characters so far (the number before a label is searched there)
-    found: dict[int, float] = {}
-    waiting: int | None = 1 if n == 1 else None  # a pointwise reply is one bare label
-    for choice in tokens:
-        if waiting is not None and _word(choice.token) in LABELS:
-            p = p_label(choice)
-            if p is not None and waiting not in found:
-                found[waiting] = p
-            waiting = None
-        elif waiting is not None and "\n" in choice.token and n > 1:
-            waiting = None  # the line ended without a label
-        tail += choice.token
-        if len(tail) > _LABEL_REACH:  # cut, with a mark that the cut is no start of a line
-            tail = _CUT + tail[-_LABEL_REACH:]
-        m = _BEFORE_LABEL.search(tail) if n > 1 else None
-        if m:
-            waiting = int(m.group(1))
-    return found
+def _from_logprobs(tokens: Sequence[TokenLogprob], text: str, at: dict[int, int]) -> dict[int, float] | None:
+    """Item number -> expected score, read at the token that is the item's label in ``text``
+    (``at``: where each label word begins in it); None when the tokens do not line up with the
+    text. A server with a reasoning parser sends the answer as the text but every generated
+    token, its thinking first, as logprobs: the text is found at the end of the tokens, and a
+    label is read only at its own position there, never at a label-shaped token elsewhere (the
+    thinking's ``Passage 1: yes``, or a separator listing ``yes`` as an alternative)."""
+    stream = "".join(t.token for t in tokens)
+    core = text.strip()
+    found = stream.rfind(core)
+    if found < 0 and stream.strip() and core.startswith(stream.strip()):  # tokens for the text's start only
+        found = stream.find(stream.strip())
+    if not core or found < 0:
+        return None
+    shift = found - (len(text) - len(text.lstrip()))  # where ``text`` begins in the tokens
+    starts = list(accumulate((len(t.token) for t in tokens), initial=0))
+    probs: dict[int, float] = {}
+    for k, pos in at.items():
+        i = bisect_right(starts, shift + pos) - 1  # the token holding the label's first character
+        if 0 <= i < len(tokens) and _word(tokens[i].token) in LABELS:
+            p = p_label(tokens[i])
+            if p is not None:
+                probs[k] = p
+    return probs
 
 
-def _from_text(text: str, n: int) -> dict[int, float]:
-    """Item number -> label score; empty when the labels are not one per item: a label for a
-    number outside 1..n, or two different labels for one item (not exactly N grades)."""
-    found: dict[int, float] = {}
+def _from_text(text: str, n: int) -> dict[int, tuple[float, int]]:
+    """Item number -> (label score, where its label word begins in ``text``); empty when the
+    labels are not one per item: a label for a number outside 1..n, or two different labels
+    for one item (not exactly N grades). An item labelled twice alike is read at its first."""
+    found: dict[int, tuple[float, int]] = {}
     if n == 1:
-        word = _word(text.split()[0]) if text.split() else ""
-        if word in LABELS:
-            found[1] = LABELS[word]
+        first = re.search(r"\S+", text)
+        word = _word(first.group()) if first else ""
+        if first and word in LABELS:
+            found[1] = (LABELS[word], first.end() - len(first.group().lstrip(_MARKS)))
     for m in _LINE.finditer(text):
         k, word = int(m.group(1)), m.group(2).lower()
         if word not in LABELS:
             continue
-        if not 1 <= k <= n or found.get(k, LABELS[word]) != LABELS[word]:
+        if not 1 <= k <= n or found.get(k, (LABELS[word],))[0] != LABELS[word]:
             return {}
-        found[k] = LABELS[word]
+        found.setdefault(k, (LABELS[word], m.start(2)))
     return found
 
 
@@ -147,10 +153,13 @@ def read_grades(text: Any, n: int, logprobs: Sequence[TokenLogprob] | None = Non
     if numbers is not None:
         return Reading(numbers)
     cleaned = strip_think(text)
-    labels = _from_text(cleaned, n)
-    if any(k not in labels for k in range(1, n + 1)):
+    found = _from_text(cleaned, n)
+    if any(k not in found for k in range(1, n + 1)):
         return None
-    probs = _from_logprobs(logprobs, n) if logprobs and cleaned == text else {}
+    labels = {k: score for k, (score, _) in found.items()}
+    at = {k: pos for k, (_, pos) in found.items()}
+    read = _from_logprobs(logprobs, cleaned, at) if logprobs and cleaned == text else {}
+    probs = read or {}
     scores = []
     tosses = sure = 0
     for k in range(1, n + 1):
@@ -164,7 +173,7 @@ def read_grades(text: Any, n: int, logprobs: Sequence[TokenLogprob] | None = Non
         scores.append(round(p, 4))
     words = tuple("yes" if labels[k] == LABELS["yes"] else "no" for k in range(1, n + 1))
     return Reading(tuple(scores), from_logprobs=len(probs) >= n and all(k in probs for k in range(1, n + 1)),
-                   tosses=tosses, labels=words, sure=sure)
+                   tosses=tosses, labels=words, sure=sure, unaligned=read is None)
 
 
 def read_replies(reply: Completion | tuple[Completion, ...] | None, n: int) -> Reading | None:
@@ -180,5 +189,6 @@ def read_replies(reply: Completion | tuple[Completion, ...] | None, n: int) -> R
             tuple(r.scores[0] for r in readings if r is not None),
             from_logprobs=all(r is not None and r.from_logprobs for r in readings),
             tosses=sum(r.tosses for r in readings if r is not None),
+            unaligned=any(r is not None and r.unaligned for r in readings),
         )
     return read_grades(reply.text, n, reply.logprobs)
