@@ -515,3 +515,15 @@ def test_tokens_for_the_start_of_the_text_only_are_read_where_they_reach():
     reading = read_grades("1: yes\n2: no\n3: yes", 3, tokens)
     assert not reading.unaligned and not reading.from_logprobs
     assert reading.scores == pytest.approx((0.8, 0.0, 1.0), abs=1e-3)
+
+
+@pytest.mark.parametrize("think", ["<think>\n\n</think>\n\n", "<think>\nPassage 1 answers it: yes.\n</think>\n"])
+def test_the_probabilities_after_a_think_block_are_read(think):
+    """Any think block, even an empty one, made the reader drop every token probability: P(yes)
+    0.2 ... 0.25 became five sure ``no`` and five removals, where the same reply without it is
+    an uninformative ``same_label`` reading."""
+    answer = label_tokens(0.2, 0.1, 0.15, 0.05, 0.25)
+    tokens = (TokenLogprob(think, -0.01), *answer)
+    reading = read_grades(think + "".join(t.token for t in answer), 5, tokens)
+    assert reading.from_logprobs and reading.scores == pytest.approx((0.2, 0.1, 0.15, 0.05, 0.25), abs=1e-3)
+    assert grading.uninformative(reading.scores, reading.tosses, reading.labels, reading.sure) == "same_label"

@@ -158,7 +158,7 @@ def read_grades(text: Any, n: int, logprobs: Sequence[TokenLogprob] | None = Non
         return None
     labels = {k: score for k, (score, _) in found.items()}
     at = {k: pos for k, (_, pos) in found.items()}
-    read = _from_logprobs(logprobs, cleaned, at) if logprobs and cleaned == text else {}
+    read = _from_logprobs(logprobs, cleaned, at) if logprobs else {}  # the tokens after any thinking
     probs = read or {}
     scores = []
     tosses = sure = 0
