@@ -527,3 +527,21 @@ def test_the_probabilities_after_a_think_block_are_read(think):
     reading = read_grades(think + "".join(t.token for t in answer), 5, tokens)
     assert reading.from_logprobs and reading.scores == pytest.approx((0.2, 0.1, 0.15, 0.05, 0.25), abs=1e-3)
     assert grading.uninformative(reading.scores, reading.tosses, reading.labels, reading.sure) == "same_label"
+
+
+def test_one_label_for_every_item_of_a_pointwise_grading_is_n_verdicts_not_a_copied_one():
+    """``same_label`` catches a label copied down a batch's list; separate requests have none to
+    copy (docs/real-models.md: pointwise said ``yes`` to every item, P 0.72-0.93, and ranked them
+    best, AUC 0.74). Coin tosses are caught in both."""
+    def one(p):
+        top = (("yes", math.log(p)), ("no", math.log(1 - p)))
+        word = "yes" if p >= 0.5 else "no"
+        return Completion(word, "m", logprobs=(TokenLogprob(word, math.log(max(p, 1 - p)), top),))
+
+    yeses = grades.read_replies(tuple(one(p) for p in (0.8, 0.75, 0.85, 0.78)), 4)
+    assert yeses.from_logprobs and yeses.labels == ()
+    assert grading.uninformative(yeses.scores, yeses.tosses, yeses.labels, yeses.sure) is None
+    batch = read_grades("1: yes\n2: yes\n3: yes\n4: yes", 4, label_tokens(0.8, 0.75, 0.85, 0.78))
+    assert grading.uninformative(batch.scores, batch.tosses, batch.labels, batch.sure) == "same_label"
+    tosses = grades.read_replies(tuple(one(p) for p in (0.45, 0.55, 0.6, 0.4)), 4)
+    assert grading.uninformative(tosses.scores, tosses.tosses, tosses.labels, tosses.sure) == "coin_toss"

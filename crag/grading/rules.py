@@ -144,7 +144,8 @@ def uninformative(scores: Sequence[float], tosses: int = 0, labels: Sequence[str
     of at least ``min_items`` items given one probability, to two decimals, not a sure one for
     each: a model sure that no item answers has said so) or ``same_label``
     (every one of that many given one label, ``labels``, without the model being sure of each:
-    ``sure`` counts the sure ones; a small model copies its first label down the list).
+    ``sure`` counts the sure ones; a small model copies its first label down the list; a
+    pointwise reading has no list and so no ``labels``: ``crag.prompts.read_replies``).
 
     Only a probability reading can show this: a reply of numbers is the seeds' protocol and
     says what it says (the verdict never asks this of one)."""

@@ -178,7 +178,12 @@ def read_grades(text: Any, n: int, logprobs: Sequence[TokenLogprob] | None = Non
 
 def read_replies(reply: Completion | tuple[Completion, ...] | None, n: int) -> Reading | None:
     """The reading of a grading reply: one completion for all ``n`` items, or one completion per
-    item (a pointwise grading); None when there is none or it gives no ``n`` scores."""
+    item (a pointwise grading); None when there is none or it gives no ``n`` scores.
+
+    A pointwise reading carries no ``labels`` on purpose, so ``same_label`` never calls it
+    uninformative: that rule catches a label copied down a batch's list, and separate requests
+    have none to copy; their one label for every item is N verdicts (docs/real-models.md: every
+    item ``yes`` at P 0.72-0.93, yet the best ranking measured, AUC 0.74)."""
     if reply is None or n < 1:
         return None
     if isinstance(reply, tuple):
