@@ -278,7 +278,10 @@ def test_the_cli_says_when_a_question_cannot_fit(tmp_path, monkeypatch):
     monkeypatch.setenv("KB_AGENT_CONTEXT_TOKENS", "1024")
     monkeypatch.setenv("KB_AGENT_MAX_ANSWER_TOKENS", "256")
     out, err = io.StringIO(), io.StringIO()
-    code = main(["ask", "--kb", "kb", "why " * 3000], out, err)
+    with FakeOpenAIServer() as srv:  # a model's window (the offline backend sends no prompt: it fits any)
+        monkeypatch.setenv("OPENAI_BASE_URL", srv.base_url)
+        code = main(["ask", "--kb", "kb", "why " * 3000], out, err)
+        assert srv.nodes() == []  # refused before any call
     assert code == 2
     last = err.getvalue().splitlines()[-1]  # after the indexing note
     assert last.startswith("crag: error: the question does not fit") and "KB_AGENT_CONTEXT_TOKENS" in last
