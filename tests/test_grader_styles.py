@@ -70,7 +70,8 @@ def test_label_lines_without_probabilities_are_read_from_the_text():
     assert reading.scores == (1.0, 0.0, 1.0) and not reading.from_logprobs
 
 
-@pytest.mark.parametrize("text", ["[1] yes\n[2] no", "1. yes\n2. no", "Passage 1: yes\nPassage 2: no", "1 - yes\n2 - no"])
+@pytest.mark.parametrize("text", ["[1] yes\n[2] no", "1. yes\n2. no", "Passage 1: yes\nPassage 2: no", "1 - yes\n2 - no",
+                                  "**1**: yes\n**2**: no", "**Passage 1**: yes\n**Passage 2**: no"])  # Markdown bold numbers
 def test_label_lines_in_the_shapes_small_models_write(text):
     assert read_grades(text, 2).scores == (1.0, 0.0)
 

@@ -41,8 +41,8 @@ TOSS_MARGIN = 0.15
 # A label the model gave with at least this probability was a sure one.
 SURE = 0.9
 
-# "1: yes", "[2] no", "3. Yes", "4 - no", "Passage 5: yes" (the number, then the label)
-_LINE = re.compile(r"^[ \t>*-]*(?:passage|item)?\s*\[?(\d{1,4})\]?\s*[:.)\-=]?\s*\**\s*([A-Za-z]+)", re.I | re.M)
+# "1: yes", "[2] no", "3. Yes", "4 - no", "Passage 5: yes", "**6**: no" (the number, then the label)
+_LINE = re.compile(r"^[ \t>*-]*(?:passage|item)?\s*\[?(\d{1,4})\]?\**\s*[:.)\-=]?\s*\**\s*([A-Za-z]+)", re.I | re.M)
 
 
 @frozen
