@@ -1218,3 +1218,30 @@ def test_a_file_about_another_thing_does_not_corroborate_what_the_question_asks_
                   "note", "How long does the drumwick archive keep records?")
     assert done.body == "The drumwick archive keeps 12 years of records in the basement [1][2]."
     assert [s.source for s in done.sources] == ["kb/drumwick.md", "kb/vaults.md"]
+
+
+@pytest.mark.parametrize("text", [
+    "The wuzzle switch accepts the modes fast | slow | auto and\nthe default wuzzle mode is slow, which saves power.\n",
+    "To find the frobnitz errors, run cat frob.log | grep ERROR and then\nsort the lines | uniq -c to count them.\n",
+    "The brushes of the pellucid dynamo are\ncarbon | graphite | copper\n",
+])
+def test_a_prose_sentence_with_pipes_in_it_is_one_passage_not_table_rows(text):
+    """A wrapped line with pipes in it ("fast | slow | auto", a shell pipeline) was cut out of its
+    sentence as a pipe-less table row, and the offline answer quoted half sentences."""
+    from crag.grounding.evidence import passages
+
+    prose = [p for p in passages(text) if p.kind != "table"]
+    assert len(prose) == 1 and " ".join(prose[0].text.split()) == " ".join(text.split())
+
+
+@pytest.mark.parametrize(("passage", "answer"), [
+    ("The snarfle backup is restored without interruption of the snarfle service.",
+     "Restoring the snarfle backup causes an interruption of the snarfle service [1]."),
+    ("The glimmer alert is sent without delay to the on-call engineer.",
+     "The glimmer alert is sent with a delay to the on-call engineer [1]."),
+])
+def test_without_a_thing_still_negates_that_thing(passage, answer):
+    """Only phrases that affirm ("without fail") negate nothing: "without interruption" says
+    there is none, and an answer saying there is one is not supported."""
+    item = EvidenceItem("vector_search", "kb/snarfle.md", f"# Snarfle\n\n{passage}\n", 1, 3, 0.9)
+    assert ground(answer, [item], "note", "What happens when the snarfle backup is restored?").report.supported == 0

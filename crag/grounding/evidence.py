@@ -103,7 +103,9 @@ def passages(text: str, org: bool = False) -> list[Passage]:
 
 
 _CODE_SPAN = re.compile(r"`[^`\n]*`")
-_ROW_CELLS = 3  # cells of a row read as one when no row is next to it
+
+
+_CELL_WORDS = 6  # the most words of a cell of a row written without a leading pipe
 
 
 def _cells_of(line: str) -> int:
@@ -111,7 +113,8 @@ def _cells_of(line: str) -> int:
     how a DOCX table's rows are read): pipes outside inline code part two or more cells,
     none of them blank (a trailing pipe aside); 0 when it is no such row."""
     cells = _CODE_SPAN.sub("", line).strip().removesuffix("|").split("|")
-    return len(cells) if len(cells) > 1 and all(cell.strip() for cell in cells) else 0
+    # a cell is a few words: a longer one is prose around a pipe ("run cat frob.log | grep ERROR")
+    return len(cells) if len(cells) > 1 and all(0 < len(cell.split()) <= _CELL_WORDS for cell in cells) else 0
 
 
 _MARKUP = ""  # the kind of a line that is no passage at all
@@ -132,8 +135,9 @@ def _lines_apart(text: str, org: bool = False) -> dict[int, str]:
 
     * table rows written without a leading pipe ("hobblex valve | brass | 2 cm", a DOCX table's
       row; a Markdown row under a paragraph): a fact of a row was cited at the paragraph above
-      the table. A row stands apart when a row is next to it, or when it has ``_ROW_CELLS``
-      cells (a prose line with a pipe in it, "a | b", is not one);
+      the table. A row stands apart when a row of as many cells is next to it: a prose line
+      with pipes in it ("accepts the modes fast | slow | auto and", a shell pipeline wrapped
+      over two lines) runs on as prose;
     * with ``org``, Org's markup lines (``_ORG_MARKUP``)."""
     lines, pos = [], 0
     for line in text.split("\n"):
@@ -141,8 +145,8 @@ def _lines_apart(text: str, org: bool = False) -> dict[int, str]:
         pos += len(line) + 1
     out: dict[int, str] = {}
     for k, (at, line, cells) in enumerate(lines):
-        beside = (k and lines[k - 1][2]) or (k + 1 < len(lines) and lines[k + 1][2])
-        if cells >= _ROW_CELLS or (cells and beside):
+        beside = (k and lines[k - 1][2] == cells) or (k + 1 < len(lines) and lines[k + 1][2] == cells)
+        if cells and beside:
             out[at] = "table"
         kind = next((kind for pattern, kind in _ORG_MARKUP if pattern.fullmatch(line)), None) if org else None
         if kind is not None:
