@@ -53,6 +53,22 @@ def test_label_lines_are_read_from_their_token_probabilities():
     assert reading.tosses == 1  # 0.55 is a coin toss
 
 
+@pytest.mark.parametrize("parts", [("\ufffd", "\ufffd"), ("bytes:\\xc3", "bytes:\\xa9")])
+@pytest.mark.parametrize("where", ["after", "before"])
+def test_a_character_sent_as_tokens_of_its_bytes_leaves_the_labels_probabilities_read(parts, where):
+    """An "é" sent as two tokens of one byte each (llama.cpp's "\ufffd", OpenAI's "bytes:\\xc3")
+    matches no character of the text: every item's probability was thrown away for the text's
+    1.0 / 0.0 labels, whatever line the character was on."""
+    labels = label_tokens(0.9, 0.2, 0.55)
+    note = (TokenLogprob("Note", 0.0), TokenLogprob(": caf", 0.0), TokenLogprob(parts[0], 0.0),
+            TokenLogprob(parts[1], 0.0))
+    tokens = (*labels, TokenLogprob("\n", 0.0), *note) if where == "after" else (*note, TokenLogprob("\n", 0.0), *labels)
+    body = "".join(t.token for t in labels)
+    text = f"{body}\nNote: café" if where == "after" else f"Note: café\n{body}"
+    reading = read_grades(text, 3, tokens)
+    assert reading.from_logprobs and reading.scores == pytest.approx((0.9, 0.2, 0.55), abs=1e-3)
+
+
 def test_a_label_word_among_the_separators_alternatives_is_not_read_as_the_label():
     """llama.cpp's ``:`` after ``2`` listed `` yes`` at -9.9: the label is the next token."""
     tokens = (TokenLogprob("1", 0.0), TokenLogprob(":", 0.0, ((":", 0.0), (" no", -11.0))),

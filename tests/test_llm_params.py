@@ -363,6 +363,9 @@ def test_odd_token_entries_are_read_and_the_rest_of_the_reply_with_them():
     assert tokens[0].top == (("1", float("-inf")),)
     assert tokens[2].top == ((" yes", -0.2), (" no", -1.7), (" nope", float("-inf")))
     assert read_logprobs({"content": []}) is None and read_logprobs({"content": [None, 3]}) is None
+    odd = read_logprobs({"content": [{"token": " yes", "logprob": -0.1, "top_logprobs": 5},
+                                     {"token": " no", "logprob": -0.2, "top_logprobs": {"no": -0.2}}]})
+    assert [(t.token, t.top) for t in odd] == [(" yes", ()), (" no", ())]  # was a TypeError traceback
 
 
 def test_a_reply_with_odd_token_entries_is_no_server_ignoring_logprobs(srv):

@@ -59,7 +59,8 @@ def read_logprobs(value: Any) -> tuple[TokenLogprob, ...] | None:
     for entry in content:
         logprob = _logprob(_get(entry, "logprob"))
         top = []
-        for alt in _get(entry, "top_logprobs") or ():
+        alternatives = _get(entry, "top_logprobs")
+        for alt in alternatives if isinstance(alternatives, (list, tuple)) else ():  # "top_logprobs": 5 is none
             t, lp = _token(alt), _logprob(_get(alt, "logprob"))
             if t and lp is not None:
                 top.append((t, lp))

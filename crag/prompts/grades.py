@@ -106,23 +106,36 @@ def _from_logprobs(tokens: Sequence[TokenLogprob], text: str, at: dict[int, int]
     token, its thinking first, as logprobs: the text is found at the end of the tokens, and a
     label is read only at its own position there, never at a label-shaped token elsewhere (the
     thinking's ``Passage 1: yes``, or a separator listing ``yes`` as an alternative)."""
-    stream = "".join(t.token for t in tokens)
-    core = text.strip()
+    # Compared on their ASCII characters alone: a character outside ASCII may come as several
+    # tokens each holding a part of its bytes ("\ufffd", "bytes:\xc3"), which no text holds;
+    # the labels and their numbers are ASCII.
+    pieces = [_ascii(t.token) for t in tokens]
+    stream = "".join(pieces)
+    lead = len(text) - len(text.lstrip())
+    core = _ascii(text.strip())
     found = stream.rfind(core)
     if found < 0 and stream.strip() and core.startswith(stream.strip()):  # tokens for the text's start only
         found = stream.find(stream.strip())
     if not core or found < 0:
         return None
-    shift = found - (len(text) - len(text.lstrip()))  # where ``text`` begins in the tokens
-    starts = list(accumulate((len(t.token) for t in tokens), initial=0))
+    starts = list(accumulate((len(p) for p in pieces), initial=0))
     probs: dict[int, float] = {}
     for k, pos in at.items():
-        i = bisect_right(starts, shift + pos) - 1  # the token holding the label's first character
+        where = found + len(_ascii(text[lead:pos]))  # the label's first character among the tokens'
+        i = bisect_right(starts, where) - 1  # the token holding it
         if 0 <= i < len(tokens) and _word(tokens[i].token) in LABELS:
             p = p_label(tokens[i])
             if p is not None:
                 probs[k] = p
     return probs
+
+
+_PARTIAL_BYTES = re.compile(r"(?:bytes:)?(?:\\x[0-9a-fA-F]{2})+")
+
+
+def _ascii(text: str) -> str:
+    """``text``'s ASCII characters, without a token's spelling of partial bytes (``bytes:\\xc3``)."""
+    return _PARTIAL_BYTES.sub("", text).encode("ascii", "ignore").decode("ascii")
 
 
 def _from_text(text: str, n: int) -> dict[int, tuple[float, int]]:
