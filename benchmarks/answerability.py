@@ -40,7 +40,7 @@ from typing import Any
 
 import attrs
 
-from benchmarks.answers import SQUAD, holds_answer, squad_questions
+from benchmarks.answers import SQUAD, holds_answer, llm_timeout, squad_questions
 from benchmarks.common import append_jsonl, at_least, read_jsonl, record_file, run_main, same_setup
 
 LABEL = "Does the evidence above state the answer to this exact question? Reply with one word: yes or no."
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--unanswerable", type=at_least(0), default=30)
     p.add_argument("--squad", type=Path, default=SQUAD)
     p.add_argument("--context-tokens", type=at_least(1), default=4096, help="the server's context window")
-    p.add_argument("--timeout", type=float, default=600.0)
+    p.add_argument("--timeout", type=llm_timeout, default=600.0, help="seconds one LLM call may take")
     p.add_argument("--index-dir", type=Path, default=Path(tempfile.gettempdir()) / "crag-answers-index")
     p.add_argument("--record", type=record_file, default=None, help="JSONL of finished questions (resumable)")
     args = p.parse_args(argv)

@@ -150,3 +150,13 @@ def test_a_negative_count_is_refused_by_the_parser(tmp_path: Path, capsys: pytes
     with pytest.raises(SystemExit) as exit_:
         answerability.main(["--answerable", "-1"])
     assert exit_.value.code == 2 and "must be at least 0" in capsys.readouterr().err
+
+
+def test_a_timeout_crag_refuses_is_refused_when_the_arguments_are_read(capsys) -> None:
+    """--timeout -1 was refused only when the model was first asked, exit 1, blaming
+    KB_AGENT_LLM_TIMEOUT 'set in the environment'."""
+    from benchmarks import answerability
+
+    with pytest.raises(SystemExit) as done:
+        answerability.main(["--timeout", "-1", "--answerable", "1", "--unanswerable", "0"])
+    assert done.value.code == 2 and "argument --timeout: must be a number of seconds" in capsys.readouterr().err

@@ -33,8 +33,10 @@ def connect_failure(said: str, location: str) -> str:
                 "password KB_AGENT_STORE gives (or PGPASSWORD, ~/.pgpass)")
     missing = _NO_DATABASE.search(said)
     if missing:  # reached too: the database named is not on it
+        import shlex
+
         return (f"the PostgreSQL server {location} has no database {missing.group(1)!r}: create it "
-                f"(createdb {missing.group(1)}) or name one it has in KB_AGENT_STORE")
+                f"(createdb {shlex.quote(missing.group(1))}) or name one it has in KB_AGENT_STORE")
     return f"cannot reach the PostgreSQL server {location}: {said}"
 
 
