@@ -69,6 +69,17 @@ def test_a_character_sent_as_tokens_of_its_bytes_leaves_the_labels_probabilities
     assert reading.from_logprobs and reading.scores == pytest.approx((0.9, 0.2, 0.55), abs=1e-3)
 
 
+def test_an_escape_the_reply_writes_out_leaves_the_labels_probabilities_read():
+    """A reply quoting "\\x1b" (a backslash, x, 1, b, written over several tokens) had it taken
+    out of its text but not out of its tokens, which then lined up with nothing."""
+    labels = label_tokens(0.8, 0.3)
+    quote = (TokenLogprob("Passage 2 quotes", 0.0), TokenLogprob(" \\", 0.0), TokenLogprob("x", 0.0),
+             TokenLogprob("1b", 0.0), TokenLogprob(" for ESC.", 0.0), TokenLogprob("\n", 0.0))
+    text = "Passage 2 quotes \\x1b for ESC.\n" + "".join(t.token for t in labels)
+    reading = read_grades(text, 2, (*quote, *labels))
+    assert reading.from_logprobs and reading.scores == pytest.approx((0.8, 0.3), abs=1e-3)
+
+
 def test_a_label_word_among_the_separators_alternatives_is_not_read_as_the_label():
     """llama.cpp's ``:`` after ``2`` listed `` yes`` at -9.9: the label is the next token."""
     tokens = (TokenLogprob("1", 0.0), TokenLogprob(":", 0.0, ((":", 0.0), (" no", -11.0))),

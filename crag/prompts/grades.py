@@ -109,7 +109,7 @@ def _from_logprobs(tokens: Sequence[TokenLogprob], text: str, at: dict[int, int]
     # Compared on their ASCII characters alone: a character outside ASCII may come as several
     # tokens each holding a part of its bytes ("\ufffd", "bytes:\xc3"), which no text holds;
     # the labels and their numbers are ASCII.
-    pieces = [_ascii(t.token) for t in tokens]
+    pieces = [_ascii(_PARTIAL_BYTES.sub("", t.token) if _PARTIAL_BYTES.fullmatch(t.token) else t.token) for t in tokens]
     stream = "".join(pieces)
     lead = len(text) - len(text.lstrip())
     core = _ascii(text.strip())
@@ -130,12 +130,14 @@ def _from_logprobs(tokens: Sequence[TokenLogprob], text: str, at: dict[int, int]
     return probs
 
 
+# A token that spells part of a character's bytes (``bytes:\xc3``): no text holds it. Only a
+# whole token is one; a reply that writes an escape (``\x1b``) keeps it, in its text and tokens.
 _PARTIAL_BYTES = re.compile(r"(?:bytes:)?(?:\\x[0-9a-fA-F]{2})+")
 
 
 def _ascii(text: str) -> str:
-    """``text``'s ASCII characters, without a token's spelling of partial bytes (``bytes:\\xc3``)."""
-    return _PARTIAL_BYTES.sub("", text).encode("ascii", "ignore").decode("ascii")
+    """``text``'s ASCII characters."""
+    return text.encode("ascii", "ignore").decode("ascii")
 
 
 def _from_text(text: str, n: int) -> dict[int, tuple[float, int]]:
