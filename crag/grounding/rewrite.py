@@ -153,13 +153,12 @@ class Sources:
         those ``about`` what the question asks when given."""
         by_item = {s.index: s for s in found}
         kept = [k for k in self.cited(text) if k in by_item]
-        more = found if about is None else [s for s in found if s.index in about]
         if kept:
-            return after_last_marker(self.remap(text, by_item), self.corroborating(more, kept, found))
+            return after_last_marker(self.remap(text, by_item), self.corroborating(found, kept, about))
         best = max(found, key=lambda s: s.coverage)
-        return place(strip_markers(text), self.marker(best) + self.corroborating(more, [best.index], found))
+        return place(strip_markers(text), self.marker(best) + self.corroborating(found, [best.index], about))
 
-    def corroborating(self, found: Sequence[Support], cited: Sequence[int], every: Sequence[Support] = ()) -> str:
+    def corroborating(self, found: Sequence[Support], cited: Sequence[int], about: Sequence[int] | None = None) -> str:
         """Markers for up to ``CORROBORATING`` more files that hold a prose sentence fully
         (``COVERAGE``, every anchor), best first, then in evidence order: a small model picks
         one of several pages that state a fact, often not the one the question is about. A
@@ -167,17 +166,17 @@ class Sources:
         (``CORROBORATION``, or as fully as they do when they hold less): "The narwhal lives in
         the north" holds two of the three words of "The walrus lives in the north", which
         walrus.md holds all of, and is not cited beside it; a page that holds eight of a
-        sentence's nine words ("official" aside) is."""
+        sentence's nine words ("official" aside) is. With ``about``, only those items may."""
         if not self.corroborate:
             return ""
         seen = {_file(self.items[k]) for k in cited}
-        floor = max(COVERAGE, min(CORROBORATION, max(s.coverage for s in (every or found) if s.index in cited)))
+        floor = max(COVERAGE, min(CORROBORATION, max(s.coverage for s in found if s.index in cited)))
         marks: list[str] = []
         for s in sorted(found, key=lambda s: (-s.coverage, s.index)):
             if len(marks) == CORROBORATING:
                 break
             f = _file(self.items[s.index])
-            if s.coverage >= floor and f not in seen:
+            if s.coverage >= floor and f not in seen and (about is None or s.index in about):
                 seen.add(f)
                 marks.append(self.marker(s))
         return "".join(marks)
