@@ -109,7 +109,7 @@ def _from_logprobs(tokens: Sequence[TokenLogprob], text: str, at: dict[int, int]
     # Compared on their ASCII characters alone: a character outside ASCII may come as several
     # tokens each holding a part of its bytes ("\ufffd", "bytes:\xc3"), which no text holds;
     # the labels and their numbers are ASCII.
-    pieces = [_ascii(_PARTIAL_BYTES.sub("", t.token) if _PARTIAL_BYTES.fullmatch(t.token) else t.token) for t in tokens]
+    pieces = ["" if _PARTIAL_BYTES.fullmatch(t.token) else _ascii(t.token) for t in tokens]
     stream = "".join(pieces)
     lead = len(text) - len(text.lstrip())
     core = _ascii(text.strip())
