@@ -139,7 +139,7 @@ def test_without_a_base_url_setting_requests_go_to_openai_whatever_the_sdk_would
     assert settings.openai_base_url is None
     model = OpenAIChatModel(settings)
     assert model.server == "https://api.openai.com/v1"
-    assert str(model._client.base_url).rstrip("/") == "https://api.openai.com/v1"
+    assert str(model._clients._client.base_url).rstrip("/") == "https://api.openai.com/v1"
 
 
 def test_a_query_in_the_base_url_is_sent_with_every_request(srv):
@@ -887,3 +887,36 @@ def test_a_reply_cut_to_its_budget_is_counted_as_kept_streamed_or_not(srv):
     streamed = model.complete(req, on_delta=lambda _: None)
     assert plain.text == streamed.text and plain.truncated and streamed.truncated
     assert plain.completion_tokens == streamed.completion_tokens == count_tokens(plain.text, encoding_for_model("test-model"))
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_closing_the_model_while_another_thread_asks_lets_that_request_finish(srv, streamed):
+    """``Agent.close`` from one thread while others ask (docs/architecture.md): the client a
+    request is using is closed when that request ends, not under it (which failed the request
+    with the HTTP library's own "client has been closed"); the model stays usable after it."""
+    import threading
+
+    from .openai_server import Trickle
+
+    srv.default("*", Trickle(0.002, "The reply arrives slowly."))
+    model = model_for(srv, retries=0)
+    shown: list[str] = []
+    done: list[object] = []
+
+    def ask() -> None:
+        try:
+            done.append(model.complete(request("synthesize"), on_delta=shown.append if streamed else None))
+        except Exception as exc:  # the failure under test, reported below
+            done.append(exc)
+
+    asking = threading.Thread(target=ask)
+    asking.start()
+    deadline = time.monotonic() + 10
+    while not srv.requests and time.monotonic() < deadline:
+        time.sleep(0.005)
+    model.close()
+    asking.join(30)
+    assert [getattr(d, "text", d) for d in done] == ["The reply arrives slowly."]
+    srv.default("*", "ok")
+    assert model.complete(request()).text == "ok"
+    model.close()

@@ -75,6 +75,7 @@ from .bodies import (
 )
 from .completions import Reply, read_completion
 from .deadline import pause, request_deadline
+from .lease import LeasedClient
 from .logprobs import LOGPROBS as _LOGPROBS
 from .logprobs import covering, logprob_params, refuses_logprobs
 from .retry import (
@@ -183,7 +184,7 @@ class OpenAIChatModel:
 
         self._openai = openai
         self._client_args = (api_key, base_url)
-        self._client = self._new_client()
+        self._clients = LeasedClient(self._new_client)
         self.server = redact_message(server_label(base_url), settings.secrets())
         self._secrets = (*settings.secrets(), api_key)
 
@@ -204,10 +205,9 @@ class OpenAIChatModel:
             raise LLMError(f"cannot set up the OpenAI client: {_one_line(exc)}") from exc
 
     def close(self) -> None:
-        """Release the client's connections. The model stays usable: a fresh client (which holds
-        no connection until it sends a request) takes the closed one's place."""
-        closed, self._client = self._client, self._new_client()
-        closed.close()
+        """Release the client's connections, once the requests other threads are sending end.
+        The model stays usable: a fresh client takes the closed one's place (crag.llm.lease)."""
+        self._clients.close()
 
     # -- the port ------------------------------------------------------------------------
 
@@ -228,11 +228,12 @@ class OpenAIChatModel:
             params = self._params(request, fmt)
             hops: list[Redirect] = []  # where the server redirected this request, if it did
             try:
-                with request_deadline(self.timeout), watching_redirects(hops):
+                with request_deadline(self.timeout), watching_redirects(hops), self._clients.use() as client:
                     if mode == "off":
-                        reply = self._plain(messages, node, params, not isinstance(request.task, SynthesizeTask))
+                        reply = self._plain(client, messages, node, params,
+                                            not isinstance(request.task, SynthesizeTask))
                     else:
-                        reply = self._stream(messages, node, params, mode, on_delta, delivered, limit)
+                        reply = self._stream(client, messages, node, params, mode, on_delta, delivered, limit)
             except _ParamRefused as refused:
                 self._remember_refused(refused.param)
                 continue
@@ -373,11 +374,11 @@ class OpenAIChatModel:
 
     # -- one request -----------------------------------------------------------------------
 
-    def _plain(self, messages: list[dict[str, str]], node: str, params: dict[str, Any],
+    def _plain(self, client: Any, messages: list[dict[str, str]], node: str, params: dict[str, Any],
                refusal_is_reply: bool = False) -> Reply:
         """One request. ``refusal_is_reply``: a refusal is the reply (module doc), else an error."""
         try:
-            reply = self._client.chat.completions.create(
+            reply = client.chat.completions.create(
                 model=self.model, messages=messages, extra_headers={NODE_HEADER: node}, **params
             )
         except self._openai.APIStatusError as exc:
@@ -391,6 +392,7 @@ class OpenAIChatModel:
 
     def _stream(
         self,
+        client: Any,
         messages: list[dict[str, str]],
         node: str,
         params: dict[str, Any],
@@ -403,7 +405,7 @@ class OpenAIChatModel:
         reply is one stopped by its budget."""
         extra: dict[str, Any] = {"stream_options": {"include_usage": True}} if mode == "usage" else {}
         try:
-            stream = self._client.chat.completions.create(
+            stream = client.chat.completions.create(
                 model=self.model,
                 messages=messages,
                 stream=True,
