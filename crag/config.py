@@ -293,7 +293,12 @@ class _Convert:
     def __call__(self, value: Any) -> Any:
         if value is ADAPTING:
             return value
-        return self.kind(self.variable, value if isinstance(value, str) else _as_text(value))
+        try:
+            return self.kind(self.variable, value if isinstance(value, str) else _as_text(value))
+        except ConfigError as exc:  # a bool refused is named as written (True), not as its text ("on")
+            if not isinstance(value, bool) or exc.value is None:
+                raise
+            raise ConfigError(exc.variable, value, exc.accepts) from None
 
 
 def setting(variable: str, kind: Kind, default: Any, *, node: bool = False) -> Any:

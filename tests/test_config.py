@@ -526,3 +526,11 @@ def test_a_count_too_large_for_any_use_says_its_bound_not_only_its_sign():
         with pytest.raises(ConfigError, match=r"expected an integer from 0 to 10\^18"):
             Settings.from_env(environ={"KB_AGENT_AUTO_APPROVE_MAX_ITEMS": value}, dotenv=None)
     assert Settings.from_env(environ={"KB_AGENT_AUTO_APPROVE_MAX_ITEMS": "1" + "0" * 18}, dotenv=None).auto_approve_max_items == 10**18
+
+
+@pytest.mark.parametrize("value", [True, False])
+def test_a_bool_given_in_code_for_a_number_is_named_as_written(value):
+    # It was named by the text a switch reads it as ("KB_AGENT_TOP_K=on"), a value nobody set.
+    with pytest.raises(ConfigError, match=rf"^KB_AGENT_TOP_K={value} is not valid: expected an integer"):
+        Settings(top_k=value)
+    assert Settings(web_fetch=value).web_fetch is value  # a switch reads it
