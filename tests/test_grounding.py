@@ -220,7 +220,7 @@ def test_an_evidence_header_copied_as_a_reference_becomes_its_marker():
 
 
 @pytest.mark.parametrize("written", ["[Source 1]", "(source 1)", "[source #1]", "[Evidence 1]", "(Item 1)", "[Ref 1]",
-                                     "[^1]"])
+                                     "[^1]", "(1)"])
 def test_a_marker_written_with_a_word_is_the_marker_of_that_item(written):
     """Models write "[Source 1]" or "(source 1)" for [1]; its number is no claim of the sentence."""
     g = ground(f"The server listens on port 8080 by default {written}. A backup is kept for thirty days {written[:-2]}2{written[-1]}.",
@@ -231,6 +231,18 @@ def test_a_marker_written_with_a_word_is_the_marker_of_that_item(written):
     assert "[Source 3]" in kept.body
     link = ground("The server listens on port 8080 [Source 1](https://example.org/s1) [1].", ITEMS)
     assert "[Source 1](https://example.org/s1)" in link.body  # a link's text, not a marker
+
+
+def test_a_number_in_parentheses_is_a_marker_only_where_a_citation_goes():
+    """ "... 8080 (1)." cites item 1 (it was a number no item holds: the answer was refused);
+    "(1, 2)" both; a number naming no item, one opening a list item or one inside a sentence
+    or code is left as written."""
+    g = ground("The server listens on port 8080 by default (1, 2), and a backup is kept for thirty days (2)",
+               ITEMS)
+    assert g.report.supported == 1 and "(" not in g.body and "[1]" in g.body
+    for kept in ("The server listens on port 8080 by default (3).", "(1) The server listens on port 8080 by default.",
+                 "The server listens on port 8080 (1) by default.", "Call `f (1).` on port 8080 by default."):
+        assert ("(3)" if "(3)" in kept else "(1)") in ground(kept, ITEMS).body
 
 
 def test_markdown_footnotes_are_markers_and_their_definitions_a_source_list():

@@ -199,6 +199,14 @@ _WORDED = re.compile(r"(?:\[|\()(?:source|evidence|item|ref|reference|\^)\s*#?\s
 # "【2】", "【4:0†source】": how models used to a file-search tool cite; never prose, so one naming
 # no item is a marker that points at no evidence, and goes.
 _LENTICULAR = re.compile(r"[ \t]?\u3010(\d{1,4})(?:[:\u2020][^\u3011\n]{0,80})?\u3011")
+# "The server listens on port 8080 (1).": a marker written in parentheses, after a space at the
+# end of a sentence or line (or before a comma); "(1, 2)" too. Left as written, "(1)" was a
+# number no evidence holds, and a right answer became the no-evidence sentence.
+_PAREN = re.compile(
+    r"(?<=[\w)\]\"'\u2019\u201d%])([ \t])\((\d{1,4}(?:[ \t]*,[ \t]*\d{1,4})*)\)"
+    r"(?=[.!?;:,][ \t]*(?:$|\s)|[ \t]*$)",
+    re.M,
+)
 
 
 def source_references(text: str, items: Sequence[EvidenceItem]) -> str:
@@ -250,22 +258,27 @@ def _cites(match: re.Match[str]) -> bool:
 
 
 def _worded_markers(text: str, n: int) -> str:
-    """``[Source K]`` and the like, outside code, as ``[K]`` when 1 <= K <= ``n``."""
+    """``[Source K]`` and the like, and ``(K)`` ending a sentence (``_PAREN``), outside code, as
+    ``[K]`` when 1 <= K <= ``n``."""
     if "\u3010" in text:
         pieces = code_split(text)
         for i in range(0, len(pieces), 2):
             pieces[i] = _LENTICULAR.sub(lambda m: f" [{m.group(1)}]", pieces[i])
         text = "".join(pieces)
-    if not n or not _WORDED.search(text):
+    if not n or not (_WORDED.search(text) or _PAREN.search(text)):
         return text
 
     def replace(match: re.Match[str]) -> str:
         k = int(match.group(1))
         return f"[{k}]" if 1 <= k <= n else match.group(0)
 
+    def parenthesised(match: re.Match[str]) -> str:
+        ks = [int(k) for k in match.group(2).split(",")]
+        return f"{match.group(1)}[{match.group(2)}]" if all(1 <= k <= n for k in ks) else match.group(0)
+
     pieces = code_split(text)
     for i in range(0, len(pieces), 2):
-        pieces[i] = _WORDED.sub(replace, pieces[i])
+        pieces[i] = _PAREN.sub(parenthesised, _WORDED.sub(replace, pieces[i]))
     return "".join(pieces)
 
 
