@@ -326,7 +326,12 @@ class Driver:
                 request = refitted
 
     def _run_tools(self, request: ToolRequest, relay: _Relay | None = None) -> tuple[ToolOutcome, ...]:
-        calls = request.calls
+        outcomes = self._run_calls(request.calls, relay)
+        if request.fallback and not any(o.items for o in outcomes):
+            outcomes += self._run_calls(request.fallback, relay)
+        return outcomes
+
+    def _run_calls(self, calls: tuple[Any, ...], relay: _Relay | None) -> tuple[ToolOutcome, ...]:
         if len(calls) <= 1 or self.max_parallel_tools <= 1:
             return tuple(self._run_one(call) for call in calls)
         pool = self._executor()

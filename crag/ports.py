@@ -11,8 +11,9 @@ request and hands the step back to ``apply`` with the reply, so ``apply`` reads 
   instead of parsing prompts. Its reply is a ``Completion``.
 * ``LLMRequests``: several of those, made one after another; its reply is one
   ``Completion`` per request.
-* ``ToolRequest``: the validated tool calls of one retrieval round. Its reply is one
-  ``ToolOutcome`` per call, in order.
+* ``ToolRequest``: the validated tool calls of one retrieval round, and ``fallback`` calls
+  run only when none of those found anything. Its reply is one ``ToolOutcome`` per call
+  run, in order.
 
 Adapters implement ``ChatModel``, ``Toolbox``, ``Embedder``, and the knowledge-base
 ports ``Store``, ``StoreUpdate`` and ``Retriever``; only they touch the network, the disk
@@ -153,6 +154,7 @@ class LLMRequests:
 @frozen
 class ToolRequest:
     calls: tuple[ToolCall, ...]
+    fallback: tuple[ToolCall, ...] = ()  # run after ``calls`` when none of them found an item
 
 
 @frozen

@@ -7,6 +7,7 @@ import itertools
 import json
 from pathlib import Path
 
+import pytest
 from attrs import evolve
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -200,6 +201,31 @@ def test_a_question_the_documents_never_mention_gets_the_no_evidence_answer(tmp_
     assert result.answer.startswith("I couldn't find relevant information in the knowledge base")
     assert model.calls("synthesize") == 0
     assert hits and all("upload" in h.text.lower() or "retr" in h.text.lower() for h in hits)
+
+
+@pytest.mark.parametrize("lines", [{"start_line": 40, "end_line": 60}, {"start_line": 3, "end_line": 3}])
+def test_reads_of_the_named_file_that_find_nothing_give_way_to_the_question_search(tmp_path, monkeypatch, lines):
+    """The user pointed at a file and the planner read lines past its end: that found nothing,
+    and the question, never searched, got the no-evidence answer. The question's own search
+    runs when the pointed reads find nothing, and only then."""
+    kb, settings = kb_env(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    model = ScriptedChatModel({"analyze_and_route": ['{"complexity": "simple", "suggested_tools": ["read_file"]}'],
+                               "plan": [plan_reply(("read_file", {"path": "kb/setup.md", **lines}))],
+                               "synthesize": ["The client retries failed uploads three times [1]."]})
+    box = Toolbox(settings, roots=[kb], cwd=tmp_path)
+    try:
+        result = Agent(model, box, settings).ask("How often are uploads retried? see kb/setup.md")
+    finally:
+        box.close()
+    events = [e.event for e in result.state.audit]
+    assert result.answer.startswith("The client retries failed uploads three times [1].")
+    assert result.citations[0].path == "kb/setup.md"
+    if lines["start_line"] == 40:
+        assert events[:2] == ["tool_error", "question_searched"]
+        assert [run.call.tool for run in result.state.tool_history] == ["read_file", "vector_search"]
+    else:  # the read found the lines: only the read ran (SPEC: the user pointed at the source)
+        assert "question_searched" not in events and len(result.state.tool_history) == 1
 
 
 # --------------------------------------------------------------------------------------

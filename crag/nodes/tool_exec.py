@@ -12,7 +12,9 @@ A search repeated one page deeper keeps only what its earlier runs did not retur
 tool with a ``match_cap`` (``grep_search``: 2) keeps at most that many times
 ``KB_AGENT_TOP_K`` matches, best files first (``grep_truncated`` when there were more); see
 ``crag.searches``. Audit events a tool
-reports about its call (a ``glob`` dropped because it matched no file) are logged.
+reports about its call (a ``glob`` dropped because it matched no file) are logged. When the
+first round only reads files the question names and those reads find nothing, the question's
+own search runs after them (``ToolRequest.fallback``; audited ``question_searched``).
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from attrs import evolve
 
 from .. import grading, searches
 from ..ports import Step, ToolOutcome, ToolRequest
-from ..state import AgentState, AuditEvent, ToolRun
+from ..state import AgentState, AuditEvent, ToolCall, ToolRun
+from ..toolspec import question_search
 
 if TYPE_CHECKING:
     from . import NodeConfig
@@ -34,7 +37,21 @@ ASKS_MODEL = False  # runs tools, never the model: not in the usage block
 
 
 def prepare(state: AgentState, cfg: NodeConfig) -> Step:
-    return Step(ToolRequest(state.tool_calls))
+    return Step(ToolRequest(state.tool_calls, fallback=_fallback(state, cfg)))
+
+
+def _fallback(state: AgentState, cfg: NodeConfig) -> tuple[ToolCall, ...]:
+    """The question's own search, when the first round only reads files the question names
+    (``searches.with_question_search``): run if those reads find nothing (lines the planner
+    chose past a file's end), since the user pointed at a source and was not answered from it."""
+    records = {t.name: t for t in cfg.tools}
+    if state.iteration or not state.tool_calls or not all(
+        c.tool in records and records[c.tool].path_arg for c in state.tool_calls
+    ):
+        return ()
+    question = searches.searched_question(state.question, state.history)
+    own = question_search(cfg.tools, question.strip() or question, cfg.top_k)
+    return () if own is None else (own,)
 
 
 def apply(state: AgentState, step: Step, reply: Sequence[ToolOutcome] | None, cfg: NodeConfig) -> AgentState:
@@ -44,6 +61,9 @@ def apply(state: AgentState, step: Step, reply: Sequence[ToolOutcome] | None, cf
     events: list[AuditEvent] = []
     runs = []
     for o in outcomes:
+        if o.call in step.request.fallback and o.call not in state.tool_calls:  # the reads found nothing
+            query = o.call.args.get(records[o.call.tool].query_arg or "", "") if o.call.tool in records else ""
+            events.append(AuditEvent("question_searched", {"query": str(query).strip(), "top_k": cfg.top_k}))
         events.extend(o.audit)
         if o.error is not None:
             events.append(AuditEvent("tool_error", {"tool": o.call.tool, "args": dict(o.call.args), "error": o.error}))
