@@ -322,7 +322,8 @@ class AnswerLog:
         db = self._open()
         where, params = [], []
         for word in query.split():
-            where.append("(fold(CAST(question AS BLOB)) LIKE ? ESCAPE '\\' OR fold(CAST(answer AS BLOB)) LIKE ? ESCAPE '\\')")
+            # the answer's body: its usage block and source list hold "plan", "tokens", "docs" in every answer
+            where.append("(fold(CAST(question AS BLOB)) LIKE ? ESCAPE '\\' OR fold(CAST(body AS BLOB)) LIKE ? ESCAPE '\\')")
             pattern = "%" + valid_text(word).casefold().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
             params += [pattern, pattern]
         if ids:

@@ -537,6 +537,17 @@ def test_a_log_search_ignores_case_beyond_ascii(project: Path) -> None:
     assert code == 0 and "Über welchen Port" not in out
 
 
+def test_a_log_search_reads_the_answers_text_not_its_usage_block_or_source_list(project: Path) -> None:
+    """``crag log latency`` (or plan, tokens, the cited folder's name) listed every answer: each
+    one's usage block and source list hold those words."""
+    assert cli("ask", "Which port does the server listen on?")[0] == 0
+    for word in ("latency", "synthesize", "tokens", "docs"):
+        code, out, _ = cli("log", word)
+        assert code == 0 and "Which port" not in out, word
+    code, out, _ = cli("log", "8080")  # the answer's own text is found
+    assert code == 0 and "Which port" in out
+
+
 def test_show_last_of_an_empty_log_says_the_log_is_empty(project: Path) -> None:
     """It said "no answer last in .crag/log.sqlite", as if "last" were an answer's number."""
     code, out, err = cli("log", "--show", "last")
