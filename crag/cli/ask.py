@@ -217,9 +217,10 @@ def cmd_ask(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             result = agent.ask(question, history=history)
     for say in later:  # which index answered: after the answer, so a failure is one line
         say()
-    record(agent.settings, result, err, conversation, "ask")
     if args.json:
         out.write(shown_json({**result.to_dict(), "index": index_label(agent.settings)}, out, indent=2) + "\n")
     elif not live:
         print_answer(out, result, show_usage=show_usage)
+    out.flush()  # the answer first: a log locked by another crag waits up to its timeout
+    record(agent.settings, result, err, conversation, "ask")
     return 0
