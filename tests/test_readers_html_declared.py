@@ -65,6 +65,9 @@ def test_a_declaration_the_bytes_contradict_does_not_garble_the_page() -> None:
     assert HTML_READER.read(b'<meta charset="no-such-codec"><p>Plain words.</p>\n') == "Plain words.\n"
     assert HTML_READER.read('<meta charset="utf-16"><p>Grüße.</p>\n'.encode()) == "Grüße.\n"
     assert HTML_READER.read(b'<meta charset="cp037"><p>Plain words.</p>\n') == "Plain words.\n"  # EBCDIC
+    # A codec that is no character set, and fails on the declaration's own bytes: the page was
+    # skipped ("HTML cannot read it (UnicodeError: decoding with 'punycode' codec failed ...").
+    assert HTML_READER.read(b'<meta charset="punycode"><p>Plain words.</p>\n') == "Plain words.\n"
 
 
 def test_a_self_closed_script_or_style_of_an_xhtml_page_hides_nothing_after_it(folder: Path) -> None:

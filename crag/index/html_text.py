@@ -71,7 +71,7 @@ def declared_codec(data: bytes) -> str | None:
         return None
     try:
         as_declared = found.group(0).decode(codec)
-    except (UnicodeDecodeError, LookupError):
+    except (UnicodeError, LookupError):  # punycode raises a bare UnicodeError
         return None
     if codec.startswith(("utf-16", "utf-32", "utf-7")) or as_declared != found.group(0).decode("latin-1"):
         return None  # the declaration itself would not read so: EBCDIC, say (UTF-7 browsers refuse)
