@@ -74,11 +74,29 @@ class Response:
     body: bytes
     truncated: bool
 
-    def text(self) -> str:
+    @property
+    def encoding(self) -> str | None:
+        """The codec the body is said to be in: its byte order mark's, else the charset of its
+        ``Content-Type``; None when neither says (a mark outranks the header, as in browsers)."""
+        for mark, codec in _BOMS:
+            if self.body.startswith(mark):
+                return codec
+        return self.charset
+
+    def text(self, fallback: str = "utf-8") -> str:
+        """The body as text, in ``encoding`` (its byte order mark dropped), else in ``fallback``."""
+        body, codec = self.body, self.encoding or fallback
+        for mark, _ in _BOMS:
+            if body.startswith(mark):
+                body = body[len(mark):]
         try:
-            return self.body.decode(self.charset or "utf-8", errors="replace")
+            return body.decode(codec, errors="replace")
         except (LookupError, UnicodeError, ValueError):  # a codec that refuses some bytes even so
-            return self.body.decode("utf-8", errors="replace")
+            return body.decode("utf-8", errors="replace")
+
+
+# The byte order marks of the Unicode encodings a page can be in, and the codec each names.
+_BOMS = ((b"\xef\xbb\xbf", "utf-8"), (b"\xff\xfe", "utf-16-le"), (b"\xfe\xff", "utf-16-be"))
 
 
 _IETF_PROTOCOL = ipaddress.ip_network("192.0.0.0/24")

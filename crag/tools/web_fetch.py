@@ -7,21 +7,29 @@ every address it resolves to must pass ``address_allowed`` (default
 HTML is reduced to text; a JSON array yields one evidence item per element (each with the
 URL plus ``#item-N`` as its source, so items stay distinct); other JSON and plain text
 become one item; JSON nested deeper than Python parses is read as text. A body holding NUL
-bytes is binary, whatever its ``Content-Type`` says, and refused like any binary type.
+bytes is binary, whatever its ``Content-Type`` says, and refused like any binary type, unless
+it is UTF-16 text (``is_binary``). The body is decoded as browsers decode it (``_text``): its
+byte order mark decides, then the header's charset, then an HTML page's ``<meta charset>``.
 """
 
 from __future__ import annotations
 
+import codecs
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urldefrag
 
 from ..errors import ToolError
+from ..index.decoding import utf16_codec
 from ..index.discover import is_binary
+from ..index.html_text import declared_codec
 from ..prompts.find import find_urls
 from ..state import EvidenceItem
 from ..toolspec import Param, QuestionArg, Tool, ToolContext, ToolResult
+
+if TYPE_CHECKING:
+    from .http import Response
 
 NAME = "web_fetch"
 MAX_BYTES = 1024 * 1024
@@ -56,7 +64,7 @@ def run(args: Mapping[str, Any], context: ToolContext) -> ToolResult:
     if is_binary(resp.body):  # a binary body, whatever its Content-Type claims
         raise ToolError(NAME, f"{resp.url} is binary, not text")
     final = urldefrag(resp.url)[0]
-    body = resp.text()
+    body = _text(resp)
     if "json" in ctype or (not ctype and body.lstrip()[:1] in "[{"):
         items = _json_items(body, final)
         if items is not None:
@@ -70,6 +78,35 @@ def run(args: Mapping[str, Any], context: ToolContext) -> ToolResult:
     if not text.strip():
         raise ToolError(NAME, f"{final} has no text")
     return ToolResult((EvidenceItem(tool=NAME, source=final, text=text, url=final, title=title),))
+
+
+def _text(resp: Response) -> str:
+    """The body as browsers read it: in the codec of its byte order mark, else of its
+    ``Content-Type``'s charset, else (HTML) of the charset the page declares in its first bytes,
+    else UTF-16 when it is UTF-16 text without a mark (NUL bytes ``is_binary`` let through), else
+    UTF-8. A UTF-16 body sent as another character set is a tool error: read so, it is NULs."""
+    codec = resp.encoding
+    if codec is None and ("html" in resp.content_type or (not resp.content_type and b"<html" in resp.body[:2000].lower())):
+        codec = _declared(resp.body)
+    if b"\x00" in resp.body[:8192]:
+        codec = codec or utf16_codec(resp.body)
+        if codec is None or not codecs.lookup(codec).name.startswith("utf-16"):
+            raise ToolError(NAME, f"{resp.url} is UTF-16 text but says it is {codec}: it cannot be read as that")
+    return resp.text(codec or "utf-8")
+
+
+def _declared(body: bytes) -> str | None:
+    """The codec of the charset an HTML page declares (``<meta charset>``, as crag reads a saved
+    page: ``declared_codec``), or None; UTF-8 when the page is UTF-8 beyond ASCII whatever it
+    declares (a template that still says Latin-1)."""
+    codec = declared_codec(body)
+    if codec not in (None, "utf-8") and not body.isascii():
+        try:
+            body.decode("utf-8")
+        except UnicodeDecodeError:
+            return codec
+        return "utf-8"
+    return codec
 
 
 def _json_items(body: str, final: str) -> tuple[EvidenceItem, ...] | None:
