@@ -1,8 +1,9 @@
 """The answer a user reads: inline ``[K]`` markers, the citation footer, the usage block.
 
 Pure text functions. ``renumber`` rewrites the model's markers so they run 1, 2, ... in
-order of first use (``[1, 2]``, ``[1][2]`` and ``[1-3]`` are all understood; markers that
-point at no evidence are dropped; code spans and fenced blocks are left alone).
+order of first use (``[1, 2]``, ``[1][2]`` and ``[1-3]`` are all understood, and so are ``[¹]``
+and ``[[1]]``: ``plain_markers``; markers that point at no evidence are dropped; code spans and
+fenced blocks are left alone).
 ``compose`` puts body, note, footer and the one usage block together, in that order; the
 footer lists the items the body cites, nothing else (``crag.grounding`` decides beforehand
 which items those are and narrows each to the passage that supports the sentence).
@@ -30,6 +31,7 @@ __all__ = [
     "compose",
     "footer_lines",
     "marker_numbers",
+    "plain_markers",
     "quotes_only",
     "renumber",
     "rewrite_markers",
@@ -107,9 +109,52 @@ _SENTENCE_GONE = re.compile(r"(?<=[.!?])[ \t]*" + _GONE + r"[ \t]*[.!?]*(?=\s|$)
                             + _GONE + r"[ \t]*[.!?]*[ \t]*(?:\n|$)", re.M)
 
 
+# "[¹]", "[¹,²]": markers in superscript digits.
+_SUPERSCRIPT_MARKER = re.compile(r"\[([⁰¹²³⁴⁵⁶⁷⁸⁹]+(?:[ \t]*[,;][ \t]*[⁰¹²³⁴⁵⁶⁷⁸⁹]+)*)\](?!\()")
+_SUPERSCRIPT_DIGITS = str.maketrans("⁰¹²³⁴⁵⁶⁷⁸⁹", "0123456789")
+# Markers in brackets of their own: "[[1]]" (a wiki's link), "[[1], [2]]", or brackets a model
+# doubled ("[1]]]"). The run starts at the first of its brackets and takes all that follow it,
+# so each "[" of a long row of them is tried once.
+_BRACKETED = re.compile(
+    r"(?<!\[)(?P<open>\[*)(?P<run>" + _ONE_MARKER + r"(?:[ \t]*[,;&]?[ \t]*" + _ONE_MARKER + r")*)(?P<close>\]*)(?![(\]])"
+)
+
+_PAIRED_WITHIN = 200  # how far on its line a bracket is looked for that pairs with one of them
+
+
+def _bracketed(match: re.Match[str]) -> str:
+    """The markers of a ``_BRACKETED`` match without the brackets around them: a pair of them,
+    and one more on a side when nothing on its line pairs with it ("[see [1]]" keeps its "]")."""
+    opened, closed, text = len(match.group("open")), len(match.group("close")), match.string
+    if not opened and not closed:
+        return match.group(0)
+    pairs = min(opened, closed)
+    start, end = max(0, match.start() - _PAIRED_WITHIN), match.end() + _PAIRED_WITHIN
+    before = text[start : match.start()].rsplit("\n", 1)[-1]
+    after = text[match.end() : end].split("\n", 1)[0]
+    kept_open = min(opened - pairs, max(0, after.count("]") - after.count("[")))
+    kept_close = min(closed - pairs, max(0, before.count("[") - before.count("]")))
+    return "[" * kept_open + match.group("run") + "]" * kept_close
+
+
+def plain_markers(text: str) -> str:
+    """``text`` with markers written oddly outside code as ``[K]``: in superscript digits
+    (``[¹]``), or in brackets of their own (``[[1]]``, ``[1]]]``; ``_BRACKETED``)."""
+    if "[" not in text or ("[[" not in text and "]]" not in text and not _SUPERSCRIPT_MARKER.search(text)):
+        return text
+    pieces = _CODE.split(text)
+    for i in range(0, len(pieces), 2):  # even pieces are outside code
+        if "[" in pieces[i]:
+            piece = _SUPERSCRIPT_MARKER.sub(lambda m: f"[{m.group(1).translate(_SUPERSCRIPT_DIGITS)}]", pieces[i])
+            pieces[i] = _BRACKETED.sub(_bracketed, piece)
+    return "".join(pieces)
+
+
 def rewrite_markers(text: str, replace: Callable[[list[int]], str]) -> str:
     """``text`` with each run of markers outside code replaced by ``replace(numbers)``, the
-    numbers the run names in order (``""`` drops the run and the separators around it)."""
+    numbers the run names in order (``""`` drops the run and the separators around it);
+    markers written oddly are read as ``plain_markers`` reads them."""
+    text = plain_markers(text)
 
     def run(match: re.Match[str]) -> str:
         lead = match.group(0)[0] if match.group(0)[0] in " \t" else ""

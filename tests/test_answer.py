@@ -104,3 +104,13 @@ def test_a_sentence_that_only_pointed_at_no_evidence_goes_whole() -> None:
     assert renumber("Kept [1].\n- See [9].\n- Restore [1].", 1)[0] == "Kept [1].\n- Restore [1]."
     assert renumber("Kept [1].\n1. See [9].\n2. Restore [1].", 1)[0] == "Kept [1].\n2. Restore [1]."
     assert renumber("Kept [1].\n\nSources: [9].", 1)[0].rstrip() == "Kept [1]."
+
+
+def test_markers_in_superscript_or_in_brackets_of_their_own_are_markers() -> None:
+    # A model's "[¹]", "[[2]]" (a wiki's link) or "[1]]]" (brackets doubled) were half read:
+    # "[¹]" stayed as written, "[[9]]" left "[]", "[1]]]" kept its stray "]]".
+    assert renumber("A [²]. B [¹, ²]. C [[2]]. D [1]]]. E [[1]", 2)[0] == "A [1]. B [2][1]. C [1]. D [2]. E [2]"
+    assert renumber("A [[9]]. B [[1], [9]]. C [[2][1]].", 2)[0] == "A. B [1]. C [2][1]."
+    # a bracket that pairs with another on its line, a link's text and code stay as written
+    assert renumber("[see [1]] and [[2]](https://x)", 2)[0] == "[see [1]] and [[2]](https://x)"
+    assert renumber("Use `a[[1]]` [[1]].\n```\nb = [[2]]\n```", 2)[0] == "Use `a[[1]]` [1].\n```\nb = [[2]]\n```"

@@ -26,6 +26,7 @@ REPLIES = [
     "Port [1], retries [2].\n\nSources:\n[1] docs/setup.md:L7\n[2] docs/other.md:L5\n- [3]: https://example.com/x",
     "As the evidence says, [1], [2], [7], and [3], it listens on 8080 [9], [8].",
     "Port [1] and [2] & [3]; [4] and retries [2], [1].",
+    "Port [[1]] and retries [²], [1]]] then [[9]] and `a[[2]]` [[2], [3]].",
 ]
 
 

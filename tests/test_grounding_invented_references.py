@@ -92,3 +92,25 @@ def test_a_lenticular_marker_is_the_marker_of_that_item(written: str) -> None:
 def test_a_lenticular_marker_naming_no_item_goes() -> None:
     g = ground("The server listens on port 8080 by default【7】.", (SETUP,))
     assert g.body == RIGHT
+
+
+@pytest.mark.parametrize("written", ["[{sup}]", "[[{k}]]", "[{k}]]]", "[[{k}]"])
+def test_a_marker_in_superscript_or_in_brackets_of_its_own_is_the_marker_of_that_item(written: str) -> None:
+    """``[¹]`` was no marker: grounding placed its own beside it ("... 8080 [¹] [1]."); in
+    ``[[2]]`` the marker was dropped and its brackets left ("... days [] [2]."), and ``[1]]]``
+    kept its stray brackets ("... days [2]]].")."""
+    def mark(k: int) -> str:
+        return written.format(k=k, sup="¹²"[k - 1])
+
+    g = ground(f"A backup is kept for thirty days {mark(2)}. "
+               f"The server listens on port 8080 by default {mark(1)}.", (SETUP, BACKUP))
+    assert g.body == "A backup is kept for thirty days [1]. The server listens on port 8080 by default [2]."
+    assert g.report.supported == 2
+
+
+def test_a_double_bracketed_marker_naming_no_item_goes_whole_and_code_keeps_its_brackets() -> None:
+    g = ground("The server listens on port 8080 by default [[7]].", (SETUP,))
+    assert g.body == RIGHT
+    g = ground("The server listens on port 8080 by default [[1]]. Write `a[[1]]` as written:\n\n"
+               "```python\nb = [[1]]\n```\n", (SETUP,))
+    assert g.body.startswith(RIGHT) and "`a[[1]]`" in g.body and "b = [[1]]\n" in g.body

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from attrs import evolve
 
-from ..answer import MARKER, code_split, marker_numbers, rewrite_markers
+from ..answer import MARKER, code_split, marker_numbers, plain_markers, rewrite_markers
 from ..safe_text import display_name
 from ..state import EvidenceItem
 from .claims import strip_markers
@@ -213,13 +213,14 @@ def source_references(text: str, items: Sequence[EvidenceItem]) -> str:
     """``text`` with each evidence header the model copied as a reference
     (``docs/setup.md:L40-L58``, bare, bracketed or as inline code) turned into the marker of
     the item it names (Qwen2.5-Coder-1.5B once wrote every step that way), and each marker
-    written with a word (``[Source 1]``, ``(source 1)``), as a footnote's (``[^1]``) or in lenticular
-    brackets (``【1】``, ``【1†source】``) into ``[1]``. A path with a
+    written with a word (``[Source 1]``, ``(source 1)``), as a footnote's (``[^1]``), in lenticular
+    brackets (``【1】``, ``【1†source】``), in superscript digits (``[¹]``) or in brackets of its
+    own (``[[1]]``: ``plain_markers``) into ``[1]``. A path with a
     line that no item holds, written as a citation (``_cites``), is a marker that points at no
     evidence (one past the last item), which renumbering removes; elsewhere in prose it is left
     as written, and so is a path without a line, which prose uses for files it talks about, and
     a worded marker naming no item."""
-    text = _worded_markers(text, len(items))
+    text = _worded_markers(plain_markers(text), len(items))
     spans: dict[str, list[tuple[int, int, int]]] = {}
     for k, item in enumerate(items, start=1):
         if item.start_line is not None:  # as the prompt's header shows it: in display form
