@@ -16,6 +16,11 @@ thing everywhere crag compares texts:
 * ``keywords(text)``: what a question asks about: stemmed content words without repeats,
   with ``QUESTION_FILLER`` (``tell``, ``explain``, ``please``...) dropped too and runs of
   CJK characters turned into character bigrams. The offline backend ranks evidence by them.
+* ``unspaced(word)``: a word of ``words`` cut where it holds Han or Kana (scripts written
+  without spaces, where one "word" is a whole clause): its other parts, and the terms of its
+  Han and Kana, their function characters (``FUNCTION_CHARACTERS``: every Hiragana, and
+  Chinese particles such as 的 and 是) left out and the rest as overlapping character bigrams,
+  a character alone as itself. Grounding reads a text's content words by it.
 * ``in_vocabulary(word, vocabulary)``: whether a stemmed word is one of a text's: the same
   stem, or a word and a longer one sharing their first ``PREFIX`` letters or more
   (``config`` and ``configuration``). Grounding and the offline backend compare by it.
@@ -30,16 +35,20 @@ import re
 
 __all__ = [
     "DIACRITICS",
+    "FUNCTION_CHARACTERS",
+    "HAN_KANA",
     "PREFIX",
     "QUESTION_FILLER",
     "STOPWORDS",
     "WORD",
     "content_words",
     "fold_diacritics",
+    "grams",
     "in_vocabulary",
     "keywords",
     "one_line",
     "stem",
+    "unspaced",
     "words",
 ]
 
@@ -180,12 +189,44 @@ def keywords(text: str) -> list[str]:
         seen.add(word)
         out.append(word)
     for run in _CJK_RUN.findall(text):
-        grams = [run] if len(run) == 1 else [run[i : i + 2] for i in range(len(run) - 1)]
-        for gram in grams:
+        for gram in grams(run):
             if gram not in seen:
                 seen.add(gram)
                 out.append(gram)
     return out
+
+
+def grams(run: str) -> list[str]:
+    """A run of characters written without spaces as its overlapping character bigrams, or
+    the character alone: ``营业时间`` is ``营业``, ``业时``, ``时间``."""
+    return [run] if len(run) == 1 else [run[i : i + 2] for i in range(len(run) - 1)]
+
+
+# Han (with its compatibility ideographs and 々), Hiragana and Katakana letters, as a character
+# class's contents (``HAN_KANA``); and of them the function
+# characters, which say how a sentence is built rather than what it is about, as stop words do
+# in English: every Hiragana (particles and endings: は, に, から, しています; the content of
+# Japanese is written in Han and Katakana), and Chinese particles, the copula and question
+# words (的, 了, 是, 吗, 呢, 什么, 哪, 谁, 怎; 何 is Japanese "what").
+HAN_KANA = "\u3005\u3041-\u3096\u309d-\u309f\u30a1-\u30fa\u30fc-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+_HAN_KANA = re.compile(f"[{HAN_KANA}]+")
+FUNCTION_CHARACTERS = frozenset(
+    [chr(c) for c in range(0x3041, 0x3097)] + [chr(c) for c in range(0x309D, 0x30A0)]
+    + list("的了是吗呢吧啊呀么什哪谁怎何嗎麼誰")
+)
+_FUNCTION = re.compile("[" + "".join(sorted(FUNCTION_CHARACTERS)) + "]+")
+
+
+def unspaced(word: str) -> tuple[list[str], list[str]]:
+    """``word`` (one of ``words``) cut where it holds Han or Kana: its other parts (``python3``
+    of ``python3中文``, ``9`` of ``上午9点``), and the terms of its runs of Han and Kana, each run
+    parted at its function characters (``FUNCTION_CHARACTERS``) and the parts as ``grams``:
+    ``北京办公室的营业时间是什么`` is ``北京``, ``京办``, ``办公``, ``公室``, ``营业``, ``业时``, ``时间``."""
+    if word.isascii() or not _HAN_KANA.search(word):
+        return [word], []
+    other = [part for part in _HAN_KANA.split(word) if part]
+    terms = [gram for run in _HAN_KANA.findall(word) for part in _FUNCTION.split(run) if part for gram in grams(part)]
+    return other, terms
 
 
 PREFIX = 4  # fewest letters two words share at their start to count as one (``in_vocabulary``)

@@ -7,7 +7,7 @@ module per concern:
 1. ``split`` (``crag.sentences``) cuts the body into pieces whose concatenation is the
    body: prose sentences (a list item's too, its first sentence keeping the bullet), code
    blocks and tables (kept whole), headings and rules, and the whitespace between them.
-2. ``claims`` reads what a piece says: content words, anchors (numbers, dates, versions,
+2. ``claims`` reads what a piece says: content words (Han and Kana: character bigrams), anchors (numbers, dates, versions,
    identifiers, inline code, URLs: the kinds are the table ``ANCHOR_KINDS``) and polarity.
    A piece is *judged* when it has content of its own; headings, rules, crag's own fixed
    sentences and a lead-in that only restates the question are not.

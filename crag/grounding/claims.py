@@ -3,7 +3,8 @@
 ``claims(text)`` reads a sentence (markers ignored) into a ``Claims`` record:
 
 * content words: stemmed words that are neither stop words, answer scaffolding ("Here is
-  what I found"), negations nor numbers;
+  what I found"), negations nor numbers; a run of Han and Kana, written without spaces, as
+  its character bigrams, function characters left out (``crag.text.unspaced``);
 * anchors: what must appear verbatim in the evidence, of the kinds ``ANCHOR_KINDS`` lists
   (inline code, URLs, identifiers, numbers, month names), each kind with how it is found in
   an answer and how an evidence text is read for it;
@@ -23,7 +24,7 @@ from attrs import frozen
 
 from ..answer import code_split, rewrite_markers
 from ..safe_text import for_terminal
-from ..text import STOPWORDS, in_vocabulary, stem, words
+from ..text import HAN_KANA, STOPWORDS, in_vocabulary, stem, unspaced, words
 
 __all__ = [
     "ANCHOR_KINDS",
@@ -85,10 +86,10 @@ _MONTHS = "january february march april june july august september october novem
 _INLINE_CODE = re.compile(r"`([^`\n]+)`")
 _URL = re.compile(r"https?://[^\s<>()\[\]`\"']+")
 _LINK_TARGET = re.compile(r"\]\([^)\s]*\)")
-# A number standing alone ("3.12", "v2"), or a dotted one written on after letters ("py3.12",
-# "transformers5.8.1": its digits from the first, never "12" or "8.1" alone, which no text
-# holds as a number of its own)
-_NUMBER = re.compile(r"(?<![\w])v?(\d+(?:[.,:/-]\d+)*)|(?<=[A-Za-z])(\d+(?:[.,]\d+)+)")
+# A number standing alone ("3.12", "v2"; beside Han or Kana too, which are written without spaces:
+# the 9 of "上午9点"), or a dotted one written on after letters ("py3.12", "transformers5.8.1":
+# its digits from the first, never "12" or "8.1" alone, which no text holds as a number of its own)
+_NUMBER = re.compile(rf"(?<![^\W{HAN_KANA}])v?(\d+(?:[.,:/-]\d+)*)|(?<=[A-Za-z])(\d+(?:[.,]\d+)+)")
 _IDENT = re.compile(
     r"(?<![\w./-])(?:--?[A-Za-z][\w-]*|[A-Za-z_][\w-]*(?:[./][\w-]+)+|[A-Za-z]*_[\w]*|"
     r"[a-z]+[A-Z][\w]*|[A-Z]+[a-z]+[A-Z][\w]*|[A-Z][A-Z0-9]*_[A-Z0-9_]+)(?![\w])"
@@ -391,13 +392,16 @@ def claims(text: str) -> Claims:
         for pattern in kind.hides:
             prose = pattern.sub(_HIDDEN_AS.get(pattern, " "), prose)
     content = set()
-    for w in words(prose):
-        if w.isdigit() or _VERSION.fullmatch(w) or w in STOPWORDS or w in SCAFFOLDING or w in NEGATION or w in NUMBER_WORDS or w in ORDINALS:
-            continue
-        s = stem(w)
-        if len(s) < 2 or s in STOPWORDS or s in SCAFFOLDING:
-            continue
-        content.add(s)
+    for word in words(prose):
+        spaced, terms = unspaced(word)  # Han and Kana: character bigrams (crag.text.unspaced)
+        content.update(terms)
+        for w in spaced:
+            if w.isdigit() or _VERSION.fullmatch(w) or w in STOPWORDS or w in SCAFFOLDING or w in NEGATION or w in NUMBER_WORDS or w in ORDINALS:
+                continue
+            s = stem(w)
+            if len(s) < 2 or s in STOPWORDS or s in SCAFFOLDING:
+                continue
+            content.add(s)
     return Claims(frozenset(content), tuple(dict.fromkeys(anchors)), negated(prose))
 
 

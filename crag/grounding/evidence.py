@@ -19,7 +19,7 @@ from attrs import frozen
 
 from ..sentences import sentences, split
 from ..state import EvidenceItem
-from ..text import in_vocabulary, stem, words
+from ..text import in_vocabulary, stem, unspaced, words
 from .claims import PREFIX, Claims, has_anchor, negated, negated_outside_code
 
 __all__ = ["Evidence", "ItemEvidence", "Passage", "document_name", "negated_for", "org_file", "passages", "vocabulary"]
@@ -32,8 +32,18 @@ _INCLUDE = re.compile(r"(?:\{\*[^{}\n]*\*\}|\{%[^{}\n]*%\}|\{\{[^{}\n]*\}\}|-{2}
 
 
 def vocabulary(text: str) -> set[str]:
-    """The stemmed words of ``text``, numbers left out."""
-    return {stem(w) for w in words(text) if not w.isdigit()}
+    """The stemmed words of ``text``, numbers left out; Han and Kana as their character
+    bigrams (``crag.text.unspaced``), as ``claims`` reads a sentence."""
+    out: set[str] = set()
+    for word in words(text):
+        if word.isascii():  # no Han nor Kana: the common case, read at once
+            if not word.isdigit():
+                out.add(stem(word))
+            continue
+        spaced, terms = unspaced(word)
+        out.update(terms)
+        out.update(stem(w) for w in spaced if not w.isdigit())
+    return out
 
 
 @frozen
