@@ -134,3 +134,18 @@ def test_a_soft_hyphen_takes_the_column_terminals_draw_it_in(monkeypatch: pytest
     screen.event(AnswerStarted(()))
     screen.event(AnswerDelta("co\u00adop\u00ader\u00ada\u00adtion " * 6))
     assert all(sum(width(ch) for ch in row) <= 29 for row in rows_written(err.getvalue()))
+
+
+def test_an_escape_sequence_still_arriving_is_not_previewed_as_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A window title or a hyperlink written by the model showed its payload ("0;my-title",
+    "8;;http://...") in the preview until its terminator arrived: only its opener was removed."""
+    from tests.test_cli_ask_terminal import live_screen
+
+    screen, err = live_screen(monkeypatch, 80)
+    screen.event(AnswerStarted(()))
+    for piece in ("Background tasks run after the response ", "\x1b]0;my-window-", "title-here"):
+        screen.event(AnswerDelta(piece))
+        assert "window" not in rows_written(err.getvalue())[-1]
+    screen.event(AnswerDelta("\x07 is sent [1]. See \x1b]8;;http://example.invalid/p"))
+    assert rows_written(err.getvalue())[-1].endswith("is sent [1]. See")
+    assert "example" not in err.getvalue() and "my-window" not in err.getvalue()

@@ -120,6 +120,23 @@ def as_written(text: str, stream: TextIO | None) -> str:
         return text.encode("ascii", "backslashreplace").decode("ascii")
 
 
+# What opens a string escape sequence (OSC: a window title, a hyperlink; DCS, SOS, PM, APC),
+# in its 7-bit form (ESC and a letter) and its 8-bit one.
+_STRING_OPENERS = ("\x1b]", "\x1bP", "\x1bX", "\x1b^", "\x1b_", "\x9d", "\x90", "\x98", "\x9e", "\x9f")
+
+
+def settled(text: str) -> str:
+    """``text`` without a string escape sequence still arriving at its end: until its
+    terminator comes, ``for_terminal`` removes only its opener, and the preview showed its
+    payload ("0;my window title") as text. A lone ESC at the end waits too."""
+    start = max(text.rfind(opener) for opener in _STRING_OPENERS)
+    if text.endswith("\x1b"):
+        return text[:-1]
+    if start == -1 or len(text) - start > 4096 or any(end in text[start + 1 :] for end in ("\x07", "\x9c", "\x1b\\", "\n")):
+        return text
+    return text[:start]
+
+
 def waiting_text(wait) -> str:
     """A ``RetryWaiting`` event in words, for a status line: why a request waits, which
     retry comes and, while the wait counts down, in how many seconds."""
@@ -221,7 +238,7 @@ class LiveAnswer:
         region = [clip(as_written(step, self.err), columns)]
         if self.reply and columns + 1 >= MIN_COLUMNS:
             # what can be shown of a reply still arriving: never the first characters of a secret
-            preview = redacted_prefix(for_terminal(self.reply), secrets(), whole_words=False)
+            preview = redacted_prefix(for_terminal(settled(self.reply)), secrets(), whole_words=False)
             written = [line for line in as_written(preview, self.err).splitlines() if line.strip()]
             room = max(0, min(PREVIEW_LINES, lines - 3))  # rows scrolled off the screen cannot be erased
             for line in written[-room:] if room else []:
