@@ -149,3 +149,19 @@ def test_an_escape_sequence_still_arriving_is_not_previewed_as_text(monkeypatch:
     screen.event(AnswerDelta("\x07 is sent [1]. See \x1b]8;;http://example.invalid/p"))
     assert rows_written(err.getvalue())[-1].endswith("is sent [1]. See")
     assert "example" not in err.getvalue() and "my-window" not in err.getvalue()
+
+
+def test_an_answer_on_an_ascii_terminal_is_the_plain_text() -> None:
+    """rich's bullets and rules under the C locale were written as ``\\u2022`` (six columns it
+    counted as one), so its own wrapping broke lines mid-word; the plain text needs no escape."""
+    pytest.importorskip("rich")
+    from crag.cli.render import print_answer
+
+    class Shown:
+        answer = "- The server listens on port 8080 [1].\n\n[1] docs/setup.md:L3"
+        without_usage = answer
+        citations = ()
+
+    out = AsciiTerminal()
+    print_answer(out, Shown())
+    assert out.getvalue() == Shown.answer + "\n"

@@ -1,5 +1,6 @@
 """An answer printed for a person: on a terminal with ``rich`` installed (the ``color`` extra),
-its Markdown rendered with colour; otherwise (piped, redirected, or without ``rich``) the
+its Markdown rendered with colour; otherwise (piped, redirected, a locale that cannot write
+every character, or without ``rich``) the
 plain text, exactly as ``--json``'s ``answer`` holds it. The text is made terminal-safe and
 redacted (``shown``) before either. The footer keeps one source per line, whatever the
 terminal's width (the terminal wraps a long one, so it is copied whole).
@@ -12,13 +13,15 @@ from importlib.util import find_spec
 from typing import TextIO
 
 from ..sentences import split
-from .common import isatty, shown
+from .common import isatty, shown, writes_any_text
 
 
 def print_answer(out: TextIO, answer, show_usage: bool = True) -> None:
     """Print ``answer`` (an ``Answer``), without its usage block when ``show_usage`` is off."""
     text = answer.answer if show_usage else answer.without_usage
-    if not (isatty(out) and find_spec("rich") is not None):
+    # Under an ASCII locale the plain text too: rich's bullets and rules, written as escapes
+    # ("\u2022", six columns where it counted one), broke its own wrapping.
+    if not (isatty(out) and writes_any_text(out) and find_spec("rich") is not None):
         out.write(shown(text) + "\n")
         return
     from ..answer import answer_parts
