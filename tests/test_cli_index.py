@@ -336,6 +336,40 @@ def test_every_kind_of_refused_write_is_one_line_naming_the_path(
     assert sorted(os.listdir(tmp_path / "index")) == ["CURRENT", "gen-000001"]
 
 
+def test_a_full_disk_under_the_spilled_vectors_is_the_index_write_error_and_leaves_no_generation(
+    kb: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a full disk the spill's files failed again when the aborted update closed them: that
+    second error was blamed on "the output" (standard output) and the unfinished generation,
+    left behind, kept the disk full."""
+    from crag.index import vectors_write
+
+    assert cli("index", "docs")[0] == 0
+    gen = tmp_path / "index" / "gen-000002"
+
+    class Full:  # a file on a full disk: what is written and what close flushes both fail
+        def __init__(self, f) -> None:
+            self.f = f
+
+        def write(self, data: bytes) -> None:
+            raise OSError(28, os.strerror(28), self.f.name)
+
+        def close(self) -> None:
+            self.f.close()
+            raise OSError(28, os.strerror(28), self.f.name)
+
+    def add(self, x, ids) -> None:
+        self._files = [Full(f) for f in self._files]
+        self._files[0].write(b"")
+
+    monkeypatch.setattr(vectors_write.Spill, "add", add)
+    write(kb / "new.md", "# New\n\nA new page about restores.\n")
+    code, _, err = cli("index", "docs")
+    assert code == 1 and err.startswith(f"crag: error: cannot write the index: {gen}")
+    assert "No space left on device; the previous index is unchanged" in err and len(err.splitlines()) == 1
+    assert sorted(os.listdir(tmp_path / "index")) == ["CURRENT", "gen-000001"]
+
+
 def test_a_file_with_a_million_blanks_in_a_row_is_indexed(kb: Path) -> None:
     """A run of over a million spaces before more text (a padded export) made tiktoken's
     pre-tokenizer give up, and `crag index` ended in that traceback, indexing nothing."""

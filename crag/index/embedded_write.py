@@ -359,7 +359,10 @@ class EmbeddedUpdate:
             self._db.shutdown(wait=True)
         spill = getattr(self, "_spill", None)
         if spill is not None:
-            spill.finish()
+            try:
+                spill.finish()
+            except OSError:  # a full disk fails the flush again: the generation goes below all the same,
+                pass  # and the error that stopped the update is the one the user is told
         if self.conn is not None:
             try:
                 self.conn.close()

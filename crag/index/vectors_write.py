@@ -89,8 +89,16 @@ class Spill:
         self.n += len(ids)
 
     def finish(self) -> None:
+        """Close the spill files, each of them even when one fails (a full disk fails the
+        flush of the first); the first failure is raised after."""
+        failure: OSError | None = None
         for f in self._files:
-            f.close()
+            try:
+                f.close()
+            except OSError as exc:
+                failure = failure or exc
+        if failure is not None:
+            raise failure
 
     def blocks(self) -> Iterator[tuple[Any, Any, Any]]:
         """(ids, codes, cells or None) of the spilled vectors, ``BLOCK`` at a time (read, not mapped)."""
