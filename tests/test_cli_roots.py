@@ -99,6 +99,20 @@ def test_removing_a_path_that_is_no_root_names_it_escaped_as_every_path_crag_sho
         assert "odd\\nroot" in err, err  # the roots it holds are shown the same way
 
 
+def test_a_root_is_removed_as_crag_roots_shows_it(kb: Path) -> None:
+    """``crag roots`` lists a root named with a tab as ``kb/tab\\there.md``; ``roots --remove``
+    of that text was refused with an error listing it among the roots."""
+    odd = kb / "odd\troot"
+    odd.mkdir()
+    (odd / "a.md").write_text("# A\n\nThe odd port is 6060.\n")
+    assert cli("index", str(odd))[0] == 0
+    code, out, _ = cli("roots")
+    assert "odd\\troot" in out
+    code, out, err = cli("roots", "--remove", "odd\\troot")
+    assert code == 0 and "removed odd\\troot" in out, err
+    assert "odd\\troot" not in cli("roots")[1]
+
+
 def test_a_root_named_twice_is_removed_once(kb: Path) -> None:
     code, out, err = cli("roots", "--remove", "notes", "--remove", "./notes")
     assert code == 0, err

@@ -39,6 +39,7 @@ from .discover import (
     can_read,
     discover,
     excluded_reason,
+    held_root,
     is_gone,
     is_within,
     missing_root,
@@ -56,16 +57,8 @@ if TYPE_CHECKING:
 
     from ..ports import Embedder
 
-__all__ = [
-    "DEFAULT_LOCK_TIMEOUT",
-    "IndexLock",
-    "IndexReport",
-    "Progress",
-    "quick_check",
-    "remove_roots",
-    "update_index",
-    "update_store",
-]
+__all__ = ["DEFAULT_LOCK_TIMEOUT", "IndexLock", "IndexReport", "Progress", "quick_check", "remove_roots", "update_index",
+           "update_store"]
 
 BINARY_FILE = "binary file"  # the warning naming a file left out as binary data
 
@@ -477,6 +470,7 @@ def remove_roots(
         state = store.state(files=True, check=True)
         if state is None:
             raise IndexStoreError(f"no index in {store.location}: run `python -m crag index PATH` first", store.location)
+        drop = [held_root(r, state.roots) for r in drop]  # or as `crag roots` shows it
         unknown = [r for r in drop if r not in state.roots]
         if unknown:
             held = ", ".join(relative_label(r) for r in state.roots) or "none"  # as `crag roots` lists them

@@ -37,14 +37,14 @@ from collections.abc import Iterable, Iterator, Sequence
 from attrs import field, frozen
 
 from ..errors import KnowledgeBaseError, UsageError
-from ..safe_text import display_name
+from ..safe_text import display_name, read_back_name
 from .ignore import Ignores
 from .reach import is_gone, reachable, stat_error, unreachable  # re-exported here
 from .readers import MAX_TEXT_BYTES, decode_text, reader_for, utf16_codec, utf16_text  # decode_text: re-exported here
 
 __all__ = [
     "DOCUMENT_MAX_BYTES", "MAX_FILE_BYTES", "SKIP_DIRS", "TEXT_SUFFIXES", "UNLISTED", "BinaryFileError", "DiscoveredFile",
-    "Discovery", "can_read", "decode_text", "discover", "excluded_reason", "is_binary", "is_gone",
+    "Discovery", "can_read", "decode_text", "discover", "excluded_reason", "held_root", "is_binary", "is_gone",
     "is_indexable_name", "is_text_name", "is_within", "missing_root", "normalize_root", "reachable",
     "read_bytes", "read_file_text", "relative_label", "relative_path", "size_limit", "split_lines", "stamp",
     "stat_error", "text_of", "unreachable"
@@ -130,6 +130,15 @@ def normalize_root(root: str | os.PathLike[str], cwd: str | os.PathLike[str] | N
     if not os.path.isabs(raw):
         raw = os.path.join(os.fspath(cwd) if cwd is not None else os.getcwd(), raw)
     return os.path.realpath(raw)
+
+
+def held_root(root: str, held: Sequence[str]) -> str:
+    """``root``, or the root of ``held`` it names in the display form ``crag roots`` lists it
+    in (``kb/tab\\there.md`` for a name holding a tab), read back."""
+    if root in held:
+        return root
+    name = read_back_name(root)
+    return name if name is not None and name in held else root
 
 
 def missing_root(path: str) -> str:
