@@ -131,6 +131,84 @@ def test_a_repositorys_info_exclude_is_read_as_git_and_ripgrep_read_it(project: 
 
 
 # ---------------------------------------------------------------------------------------
+# Ignore files above a root
+
+
+def _discovered(root: Path) -> set[str]:
+    from crag.index.discover import discover
+
+    return {Path(f.path).relative_to(root).as_posix() for f in discover([root]).files}
+
+
+def test_cragignore_and_ignore_above_a_root_are_read_outside_a_git_work_tree(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ripgrep reads ``.rgignore`` and ``.ignore`` in every parent folder of what it searches,
+    git repository or not; crag read those above a root only inside a git work tree, so
+    ``crag index proj/docs`` indexed the ``docs/secret.md`` that ``proj/.cragignore`` names.
+    Their patterns are relative to their own folder and rank as below the root; a
+    ``.gitignore`` above a root still counts only in a git work tree. Each is read once."""
+    from crag.index import ignore
+
+    docs = tmp_path / "proj" / "docs"
+    docs.mkdir(parents=True)
+    for name in ("ok.md", "secret.md", "draft.md", "kept.md", "log.md"):
+        (docs / name).write_text("# Note\n\nSome text.\n", encoding="utf-8")
+    (tmp_path / ".ignore").write_text("log.md\n", encoding="utf-8")  # two folders up
+    (tmp_path / "proj" / ".cragignore").write_text("docs/secret.md\n/ok.md\n!draft.md\n", encoding="utf-8")
+    (tmp_path / "proj" / ".gitignore").write_text("kept.md\n", encoding="utf-8")  # no git work tree: not read
+    (docs / ".ignore").write_text("draft.md\n", encoding="utf-8")  # a .cragignore above outranks it
+    read: list[str] = []
+    real = ignore._parsed
+    monkeypatch.setattr(ignore, "_parsed", lambda path: read.append(path) or real(path))
+    assert _discovered(docs) == {"ok.md", "draft.md", "kept.md"}  # "/ok.md" is proj/ok.md
+    assert read.count(str(tmp_path / "proj" / ".cragignore")) == 1 and str(tmp_path / "proj" / ".gitignore") not in read
+    (docs / ".cragignore").write_text("!secret.md\n", encoding="utf-8")  # the deepest of a kind decides
+    assert _discovered(docs) == {"ok.md", "draft.md", "kept.md", "secret.md"}
+    assert ignore.Ignores("/")._above_top() == [] and ignore.Ignores("/").ignored(str(docs / "log.md"), False)
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="makes a git repository")
+def test_cragignore_above_the_top_of_a_git_work_tree_is_read_and_its_gitignore_is_not(tmp_path: Path) -> None:
+    """The folders above a repository's top were not read at all: its ``.cragignore`` and
+    ``.ignore`` count there (as ripgrep's ``.rgignore`` and ``.ignore``), its ``.gitignore``
+    does not (git does not read it either)."""
+    docs = tmp_path / "repo" / "docs"
+    docs.mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(tmp_path / "repo")], check=True)
+    for name in ("ok.md", "secret.md", "plan.md"):
+        (docs / name).write_text("# Note\n\nSome text.\n", encoding="utf-8")
+    (tmp_path / ".cragignore").write_text("repo/docs/secret.md\n", encoding="utf-8")
+    (tmp_path / ".ignore").write_text("plan.md\n", encoding="utf-8")
+    (tmp_path / ".gitignore").write_text("ok.md\n", encoding="utf-8")
+    assert _discovered(docs) == {"ok.md"}
+    assert _discovered(tmp_path / "repo") == {"docs/ok.md"}
+
+
+def test_a_cragignore_added_above_a_root_drops_its_file_and_removed_brings_it_back(project: Path) -> None:
+    code, out, _ = cli("index", "docs")
+    assert code == 0 and indexed(out) == {"docs/ok.md", "docs/secret.md"}
+    (project / ".cragignore").write_text("docs/secret.md\n", encoding="utf-8")
+    code, out, err = cli("index", "docs")
+    assert code == 0 and "removed:\n  docs/secret.md" in out and err == "", (out, err)
+    code, out, _ = cli("search", "vault code zebra")
+    assert code == 0 and "zebra-plum" not in out
+    (project / ".cragignore").unlink()
+    code, out, _ = cli("index", "docs")
+    assert code == 0 and indexed(out) == {"docs/secret.md"}
+
+
+def test_an_unreadable_ignore_file_above_a_root_is_said(project: Path) -> None:
+    os.symlink(".cragignore", project / ".cragignore")  # a loop: it cannot be opened, even by root
+    code, out, err = cli("index", "docs")
+    assert code == 0 and "docs/secret.md" in indexed(out)
+    assert err.splitlines() == [
+        "crag: warning: .cragignore cannot be read (Too many levels of symbolic links), so the paths it "
+        "leaves out are not left out (they may hold secrets): make it readable, or remove it"
+    ]
+
+
+# ---------------------------------------------------------------------------------------
 # Bad lines, odd files
 
 

@@ -8,10 +8,13 @@ then ``.gitignore``, then the repository's ``.git/info/exclude``, then git's
 ``core.excludesFile``: a ``.gitignore`` deeper down cannot take back what a ``.cragignore``
 leaves out. A folder holding ``.git`` is a repository of its own: ``.gitignore`` files
 above it do not reach into it, and its own ``.git/info/exclude`` applies (in the folder a
-``.git`` file names, for a linked work tree or a submodule, as git finds it). Ignore files
-above a root are read up to the top of its git work tree (the nearest folder holding
-``.git``), so ``crag index docs`` in a repository honours the repository's ``.gitignore``.
-Unlike ripgrep, a ``.gitignore`` counts outside a git work tree too. A folder that is
+``.git`` file names, for a linked work tree or a submodule, as git finds it). The
+``.cragignore`` and ``.ignore`` files of every folder above a root are read, up to the
+filesystem's root, git work tree or not (as ripgrep reads its own in parent folders); the
+``.gitignore`` files above it only up to the top of its git work tree (the nearest folder
+holding ``.git``; none outside one), so ``crag index docs`` in a repository honours the
+repository's ``.gitignore``. Unlike ripgrep, a ``.gitignore`` inside the root counts
+outside a git work tree too. A folder that is
 ignored is not entered, so nothing under it can be taken back (as in git). ``--exclude
 GLOB`` patterns are gitignore patterns relative to the root being indexed, for one run.
 
@@ -145,6 +148,7 @@ class Ignores:
         self.exclude = _exclude_rules(exclude) if exclude else None
         self.top = _work_tree_top(root)
         self._specs: dict[str, tuple[RuleSet | None, ...]] = {}
+        self._above: list[tuple[str, tuple[RuleSet | None, ...]]] | None = None  # read on first use
         self._repos: dict[str, bool] = {}  # folder -> whether it holds .git
         self._info: dict[str, RuleSet | None] = {}  # repository -> its .git/info/exclude, read on first use
         self._user: RuleSet | None = None  # git's core.excludesFile, read on first use
@@ -155,6 +159,21 @@ class Ignores:
         if folder not in self._specs:
             self._specs[folder] = tuple(_parsed(os.path.join(folder, name)) for name in IGNORE_FILES)
         return self._specs[folder]
+
+    def _above_top(self) -> list[tuple[str, tuple[RuleSet | None, ...]]]:
+        """The ``.cragignore`` and ``.ignore`` rules of each folder above the top of the work
+        tree (above the root, outside one) up to the filesystem root, nearest first: ripgrep
+        reads its own ignore files in every parent folder, git repository or not. Only the
+        folders holding one are kept; their ``.gitignore`` is never read."""
+        if self._above is None:
+            self._above = []
+            folder = self.top
+            while (parent := os.path.dirname(folder)) != folder:
+                folder = parent
+                specs = tuple(_parsed(os.path.join(folder, name)) for name in IGNORE_FILES[:2])
+                if any(spec is not None for spec in specs):
+                    self._above.append((folder, specs))
+        return self._above
 
     def _repository(self, folder: str) -> bool:
         if folder not in self._repos:
@@ -187,6 +206,13 @@ class Ignores:
             if parent == folder:
                 break
             folder = parent
+        for folder, specs in self._above_top():
+            rel = os.path.relpath(path, folder).replace(os.sep, "/")
+            for kind, spec in enumerate(specs):
+                if found[kind] is None and spec is not None:
+                    found[kind] = spec.decide(rel, is_dir)
+            if found[0] is not None:
+                return found[0]
         for decision in found:
             if decision is not None:
                 return decision
