@@ -162,6 +162,29 @@ def test_a_copied_lead_in_that_is_not_judged_is_cited_where_it_is_written():
     assert [s.start_line for s in g.sources] == [209]
 
 
+LLM_TEST = EvidenceItem(
+    "vector_search", "kb/llm.md",
+    "# LLM test file { #llm-test-file }\n\nThis document tests if the translation prompt is understood.\n\n"
+    "Tests added here will be seen by all designers of language specific prompts.\n\nUse as follows:",
+    1, 7, 0.5,
+)
+
+
+@pytest.mark.parametrize("mode", ["note", "strict", "off"])
+def test_a_short_line_that_is_not_judged_is_cited_at_the_line_it_is_on(mode: str):
+    """"Use as follows:" has no content word of its own, so it is not judged, and it is shorter
+    than a sentence found word for word: its marker (the offline answer quotes it) pointed at
+    the whole item and the footer opened at the chunk's first line, its heading (L1), not at
+    L7, where the quoted sentence is."""
+    for answer in ("- Use as follows: [1]", "Use as follows [1]:"):  # the offline quote, a model's copy
+        g = ground(answer, (LLM_TEST,), mode, "How are abbr titles translated?")
+        assert lines_of(g) == [("kb/llm.md", 7)] and g.body == answer
+    # three words at least, standing as words of their own: two words, or a piece a word runs
+    # into, are no quote of that line, and stay where they were
+    assert lines_of(ground("Use as [1].", (LLM_TEST,), mode, "q")) == [("kb/llm.md", 1)]
+    assert lines_of(ground("e as follows [1]:", (LLM_TEST,), mode, "q")) == [("kb/llm.md", 1)]
+
+
 SPACES = EvidenceItem(
     "vector_search", "docs/spaces.md",
     "# Spaces\n\nThe sync action keeps a Space in step with GitHub.\nIt runs on every push.",

@@ -358,6 +358,22 @@ def test_offline_answer_cites_the_line_where_each_quoted_sentence_starts():
     assert "[1] docs/hub/trusted-publishers.md:L124" in result.answer
 
 
+def test_an_offline_quote_grounding_does_not_judge_is_cited_at_its_own_line():
+    """A quoted lead-in with no content word of its own ("Use as follows:", which the
+    question's "following" matched) kept the item's start line: the footer opened at the
+    page's heading (L1), not at L7, where the quoted sentence is (SPEC §7)."""
+    item = EvidenceItem(
+        "vector_search", "kb/llm.md",
+        "# LLM test file { #llm-test-file }\n\nThis document tests if the <abbr title=\"Large Language Model\">"
+        "LLM</abbr>, which translates the documentation, understands the `general_prompt`.\n\n"
+        "Tests added here will be seen by all designers of language specific prompts.\n\nUse as follows:",
+        1, 7, 0.5)
+    result = Agent(OfflineChatModel(), FakeToolbox({"vector_search": [[item]]}), Settings()).ask(
+        '"title" attributes of "abbr" elements are translated following some')
+    assert "- Use as follows: [2]" in result.answer, result.answer
+    assert "[1] kb/llm.md:L3\n[2] kb/llm.md:L7\n" in result.answer, result.answer
+
+
 def test_offline_never_quotes_an_include_directive():
     doc = EvidenceItem("vector_search", "docs/params.md",
                        "Declare a path parameter greater than zero with gt.\n\n"

@@ -122,7 +122,7 @@ class Sources:
         def place_of(k: int) -> Support | None:
             if supported is not None:
                 return supported[k]
-            span = written(text, self.items[k].text)  # a copied piece: where it is written
+            span = written(text, self.items[k].text, short=True)  # a copied piece: where it is written
             if span is not None:
                 return Support(k, 1.0, span[0], span[1], "copied")
             return nearest(text, self.evidence[k], k) if near and self.evidence is not None else None

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import re
 from collections.abc import Sequence
 
 from attrs import frozen
@@ -367,6 +368,8 @@ def supports(kind: str, text: str, c: Claims | None, evidence: Sequence[ItemEvid
 
 
 _COPIED_MIN = 20  # characters (spaces aside) a piece needs to be found word for word
+_SHORT_WORDS = 3  # words a shorter piece needs to be found word for word (``written``'s ``short``)
+_WORDS = re.compile(r"[^\W_]+")
 
 
 def _compact(text: str) -> tuple[str, list[int]]:
@@ -375,15 +378,30 @@ def _compact(text: str) -> tuple[str, list[int]]:
     return "".join(text[i] for i in at), at
 
 
-def written(piece: str, text: str) -> tuple[int, int] | None:
+def written(piece: str, text: str, short: bool = False) -> tuple[int, int] | None:
     """Where ``text`` (an item's) writes ``piece`` (an answer's, its markers and list or
-    quote prefix aside) word for word, spaces aside: (start, end) offsets, or None."""
-    wanted, _ = _compact(PREFIX.sub("", strip_markers(piece), count=1))
-    if len(wanted) < _COPIED_MIN:
+    quote prefix aside) word for word, spaces aside: (start, end) offsets, or None. With
+    ``short``, a shorter piece of ``_SHORT_WORDS`` words or more is found too, where it stands
+    as words of its own (no letter or digit right before or after it): a lead-in the offline
+    answer quotes ("Use as follows:") has no word to find it by; "Example:" or "Use it:" written
+    somewhere in an item is no quote of it."""
+    bare = PREFIX.sub("", strip_markers(piece), count=1)
+    wanted, _ = _compact(bare)
+    copied = len(wanted) >= _COPIED_MIN
+    if not copied and (not short or len(_WORDS.findall(bare)) < _SHORT_WORDS):
         return None
     flat, at = _compact(text)
     i = flat.find(wanted)
-    return None if i < 0 else (at[i], at[i + len(wanted) - 1] + 1)
+    while i >= 0:
+        start, end = at[i], at[i + len(wanted) - 1] + 1
+        if copied or not (_word_char(text[start - 1 : start]) or _word_char(text[end : end + 1])):
+            return start, end
+        i = flat.find(wanted, i + 1)
+    return None
+
+
+def _word_char(ch: str) -> bool:
+    return ch.isalnum() or ch == "_"
 
 
 def _where_written(s: Support, piece: str, text: str) -> Support:
