@@ -148,6 +148,7 @@ def test_an_escape_sequence_still_arriving_is_not_previewed_as_text(monkeypatch:
         assert "window" not in rows_written(err.getvalue())[-1]
     screen.event(AnswerDelta("\x07 is sent [1]. See \x1b]8;;http://example.invalid/p"))
     assert rows_written(err.getvalue())[-1].endswith("is sent [1]. See")
+    screen.event(AnswerDelta("\x1b"))  # the first half of its terminator, ESC \\
     assert "example" not in err.getvalue() and "my-window" not in err.getvalue()
 
 

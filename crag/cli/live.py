@@ -128,10 +128,10 @@ _STRING_OPENERS = ("\x1b]", "\x1bP", "\x1bX", "\x1b^", "\x1b_", "\x9d", "\x90", 
 def settled(text: str) -> str:
     """``text`` without a string escape sequence still arriving at its end: until its
     terminator comes, ``for_terminal`` removes only its opener, and the preview showed its
-    payload ("0;my window title") as text. A lone ESC at the end waits too."""
+    payload ("0;my window title") as text. A lone ESC at the end (an escape, or the first half
+    of a terminator) waits too."""
+    text = text[:-1] if text.endswith("\x1b") else text
     start = max(text.rfind(opener) for opener in _STRING_OPENERS)
-    if text.endswith("\x1b"):
-        return text[:-1]
     if start == -1 or len(text) - start > 4096 or any(end in text[start + 1 :] for end in ("\x07", "\x9c", "\x1b\\", "\n")):
         return text
     return text[:start]
