@@ -294,11 +294,15 @@ class _Convert:
         if value is ADAPTING:
             return value
         try:
-            return self.kind(self.variable, value if isinstance(value, str) else _as_text(value))
+            converted = self.kind(self.variable, value if isinstance(value, str) else _as_text(value))
         except ConfigError as exc:  # a bool refused is named as written (True), not as its text ("on")
             if not isinstance(value, bool) or exc.value is None:
                 raise
             raise ConfigError(exc.variable, value, exc.accepts) from None
+        # model=True is no model named "on"; a switch, or a choice with an "off" (grounding=False), reads a bool
+        if isinstance(value, bool) and self.kind is not _switch and not isinstance(self.kind, Choice):
+            raise ConfigError(self.variable, value, "a value of its own kind: only on/off settings take True or False")
+        return converted
 
 
 def setting(variable: str, kind: Kind, default: Any, *, node: bool = False) -> Any:

@@ -534,3 +534,5 @@ def test_a_bool_given_in_code_for_a_number_is_named_as_written(value):
     with pytest.raises(ConfigError, match=rf"^KB_AGENT_TOP_K={value} is not valid: expected an integer"):
         Settings(top_k=value)
     assert Settings(web_fetch=value).web_fetch is value  # a switch reads it
+    with pytest.raises(ConfigError, match=rf"^KB_AGENT_MODEL={value} is not valid: expected a value of its own kind"):
+        Settings(model=value)  # was the model "on" (or "off"), a value nobody set
