@@ -327,7 +327,7 @@ class Driver:
 
     def _run_tools(self, request: ToolRequest, relay: _Relay | None = None) -> tuple[ToolOutcome, ...]:
         outcomes = self._run_calls(request.calls, relay)
-        if request.fallback and not any(o.items for o in outcomes):
+        if request.fallback and not all(o.items for o in outcomes):
             outcomes += self._run_calls(request.fallback, relay)
         return outcomes
 

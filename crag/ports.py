@@ -12,7 +12,7 @@ request and hands the step back to ``apply`` with the reply, so ``apply`` reads 
 * ``LLMRequests``: several of those, made one after another; its reply is one
   ``Completion`` per request.
 * ``ToolRequest``: the validated tool calls of one retrieval round, and ``fallback`` calls
-  run only when none of those found anything. Its reply is one ``ToolOutcome`` per call
+  run only when one of those found nothing. Its reply is one ``ToolOutcome`` per call
   run, in order.
 
 Adapters implement ``ChatModel``, ``Toolbox``, ``Embedder``, and the knowledge-base
@@ -154,7 +154,7 @@ class LLMRequests:
 @frozen
 class ToolRequest:
     calls: tuple[ToolCall, ...]
-    fallback: tuple[ToolCall, ...] = ()  # run after ``calls`` when none of them found an item
+    fallback: tuple[ToolCall, ...] = ()  # run after ``calls`` when one of them found no item
 
 
 @frozen

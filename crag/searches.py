@@ -11,7 +11,7 @@ finds (see ``docs/real-models.md``). They read what they need of a tool from its
   ``KB_AGENT_TOP_K``), once, besides the planned calls (after them, so the planner's
   targeted finds keep the first numbers). The one exception: when every planned call reads
   a file (``path_arg``) whose path the question itself names, the user pointed at the
-  source and only those reads run; when they find nothing (lines the planner chose past
+  source and only those reads run; when one of them finds nothing (lines the planner chose past
   the file's end), the question's search runs after them (``ToolRequest.fallback``, made
   by ``tool_exec``) rather than the answer having no evidence.
 * ``deepen_repeats``: a planned call identical to one already run for this question (the

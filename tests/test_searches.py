@@ -228,6 +228,22 @@ def test_reads_of_the_named_file_that_find_nothing_give_way_to_the_question_sear
         assert "question_searched" not in events and len(result.state.tool_history) == 1
 
 
+def test_one_read_of_two_named_files_finding_nothing_gives_way_to_the_question_search(tmp_path, monkeypatch):
+    kb, settings = kb_env(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    reads = plan_reply(("read_file", {"path": "kb/notes.txt"}), ("read_file", {"path": "kb/setup.md", "start_line": 50}))
+    model = ScriptedChatModel({"analyze_and_route": ['{"complexity": "simple", "suggested_tools": ["read_file"]}'],
+                               "plan": [reads], "synthesize": ["The client retries failed uploads three times [1]."]})
+    box = Toolbox(settings, roots=[kb], cwd=tmp_path)
+    try:
+        result = Agent(model, box, settings).ask("Where do uploads go (kb/notes.txt) and how often are they retried "
+                                                 "(kb/setup.md)?")
+    finally:
+        box.close()
+    assert [run.call.tool for run in result.state.tool_history] == ["read_file", "read_file", "vector_search"]
+    assert [c.path for c in result.citations] == ["kb/setup.md"]
+
+
 # --------------------------------------------------------------------------------------
 # Property: whatever the planner replies, the first round searches the question
 # --------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ tool with a ``match_cap`` (``grep_search``: 2) keeps at most that many times
 ``KB_AGENT_TOP_K`` matches, best files first (``grep_truncated`` when there were more); see
 ``crag.searches``. Audit events a tool
 reports about its call (a ``glob`` dropped because it matched no file) are logged. When the
-first round only reads files the question names and those reads find nothing, the question's
+first round only reads files the question names and one of those reads finds nothing, the question's
 own search runs after them (``ToolRequest.fallback``; audited ``question_searched``).
 """
 
@@ -42,7 +42,7 @@ def prepare(state: AgentState, cfg: NodeConfig) -> Step:
 
 def _fallback(state: AgentState, cfg: NodeConfig) -> tuple[ToolCall, ...]:
     """The question's own search, when the first round only reads files the question names
-    (``searches.with_question_search``): run if those reads find nothing (lines the planner
+    (``searches.with_question_search``): run if one of those reads finds nothing (lines the planner
     chose past a file's end), since the user pointed at a source and was not answered from it."""
     records = {t.name: t for t in cfg.tools}
     if state.iteration or not state.tool_calls or not all(
@@ -61,7 +61,7 @@ def apply(state: AgentState, step: Step, reply: Sequence[ToolOutcome] | None, cf
     events: list[AuditEvent] = []
     runs = []
     for o in outcomes:
-        if o.call in step.request.fallback and o.call not in state.tool_calls:  # the reads found nothing
+        if o.call in step.request.fallback and o.call not in state.tool_calls:  # a read found nothing
             query = o.call.args.get(records[o.call.tool].query_arg or "", "") if o.call.tool in records else ""
             events.append(AuditEvent("question_searched", {"query": str(query).strip(), "top_k": cfg.top_k}))
         events.extend(o.audit)
