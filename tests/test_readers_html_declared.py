@@ -113,3 +113,15 @@ def test_reading_html_stops_once_its_text_is_over_the_limit() -> None:
     with pytest.raises(ValueError, match="over"):
         html_text("<p>words and more words</p>\n" * 100_000, check)
     assert len(calls) < 100 and calls[-1] > 1000
+
+
+def test_a_declaration_inside_a_comment_declares_nothing() -> None:
+    """As a browser's prescan reads a page: a commented-out ``<meta charset>`` before the real
+    one chose Shift_JIS for a cp1252 page ("Cr鑪e br璉馥"), saved or fetched by web_fetch."""
+    from crag.index.html_text import declared_codec
+
+    head = '<!-- <meta charset="shift_jis"> --><meta charset="windows-1252">'
+    data = f"{head}<p>Crème brûlée at the café.</p>\n".encode("cp1252")
+    assert declared_codec(data) == "cp1252"
+    assert HTML_READER.read(data) == "Crème brûlée at the café.\n"
+    assert declared_codec(b'<!-- no end <meta charset="shift_jis">') is None

@@ -54,6 +54,9 @@ _SUPERSETS = {"iso8859-1": "cp1252", "ascii": "cp1252", "iso8859-9": "cp1254", "
               "euc_kr": "cp949", "gb2312": "gb18030", "gbk": "gb18030", "tis-620": "cp874"}
 
 
+_COMMENT = re.compile(rb"<!--.*?(?:-->|\Z)", re.S)
+
+
 def declared_codec(data: bytes) -> str | None:
     """The Python codec of the character set the page ``data`` declares in its first 4 KiB, or
     None: no declaration, a name Python does not know, or a set in which the declaration's own
@@ -61,7 +64,10 @@ def declared_codec(data: bytes) -> str | None:
     ASCII)."""
     import codecs
 
-    found = _DECLARATION.search(data, 0, _DECLARED_IN)
+    # as a browser's prescan reads it: a declaration inside a comment declares nothing
+    comments = [m.span() for m in _COMMENT.finditer(data, 0, _DECLARED_IN)]
+    found = next((m for m in _DECLARATION.finditer(data, 0, _DECLARED_IN)
+                  if not any(a <= m.start() < b for a, b in comments)), None)
     if found is None:
         return None
     name = (found.group(1) or found.group(2)).decode("ascii").lower()
