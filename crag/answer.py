@@ -361,6 +361,7 @@ CONTINUATIONS = (
     ", [1]", "; [1]", " & [1]", " and [1]", "and [1]", "nd [1]", "d [1]",  # a run of markers growing
     " [0]", " [0],", " [0];", ", [0]",  # a marker naming no item, dropped with the separators around it
     " and [0]", "nd [0]", "d [0]",  # ... and a run of them, with the words that join it
+    "]", " x]",  # a bracket that pairs with one before a marker ("[[1]" stays "[[1]" when one closes)
 )
 
 

@@ -87,6 +87,15 @@ def test_a_line_ending_in_a_comma_waits_for_a_marker_naming_no_item() -> None:
         assert shown == final, cut
 
 
+def test_a_bracket_before_a_marker_waits_for_one_that_pairs_with_it() -> None:
+    """"[[1]Port" reads as "[1]Port" until a "]" later on the line pairs with the first "[":
+    shown at once, the stream took back a bracket the final answer keeps (hypothesis found it)."""
+    reply = "[1]\n[[1]Port ]"
+    for cut in range(len(reply) + 1):
+        shown, final = streamed(reply, [cut])
+        assert shown == final, cut
+
+
 @settings(max_examples=1000, deadline=None)
 @given(st.lists(st.sampled_from([*PIECES, "```", "`"]), max_size=25), st.data())
 def test_unbalanced_backticks_never_lose_the_final_answer(pieces: list[str], data) -> None:
