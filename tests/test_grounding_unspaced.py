@@ -104,3 +104,32 @@ def test_the_offline_answer_quotes_the_line_and_answers(tmp_path, monkeypatch) -
     assert not result["body"].startswith(NOT_ADDRESSED)
     assert "北京办公室周一至周五上午9点到下午6点营业。" in result["body"]
     assert [(c["path"], c["line"]) for c in result["citations"]] == [("docs/zh.md", 5)]
+
+
+OSAKA_TEXT = "# 大阪オフィス\n\n大阪オフィスは月曜日から金曜日の午前１０時から午後７時まで営業しています。"
+OSAKA = EvidenceItem("grep_search", "kb/osaka.md", OSAKA_TEXT, 1, 3)
+OSAKA_QUESTION = "大阪オフィスの営業時間は何時から何時までですか？"
+OSAKA_RIGHT = "大阪オフィスは月曜日から金曜日の午前10時から午後7時まで営業しています [1]。"
+
+
+@pytest.mark.parametrize(("answer", "item"), [
+    (OSAKA_RIGHT, OSAKA),  # full-width digits in the evidence, ASCII in the answer
+    ("北京办公室周一至周五上午９点到下午６点营业 [1]。", ZH),  # and the other way round
+], ids=["ascii-answer", "full-width-answer"])
+def test_full_width_digits_are_the_same_number_as_ascii_ones(answer: str, item: EvidenceItem) -> None:
+    g = ground(answer, (item,), "note", OSAKA_QUESTION if item is OSAKA else ZH_QUESTION)
+    assert g.report.supported == 1 and "[unsupported]" not in g.body
+
+
+def test_a_full_width_number_the_evidence_does_not_hold_is_unsupported() -> None:
+    g = ground("大阪オフィスは午前１１時から営業しています [1]。", (OSAKA,), "note", OSAKA_QUESTION)
+    assert g.report.supported == 0
+    assert claims("午前１０時").anchors == (("number", "10"),)
+
+
+def test_a_right_answer_from_a_line_with_full_width_digits_is_answered() -> None:
+    replies = {"analyze_and_route": [route("simple")], "plan": [search_plan("大阪オフィス")],
+               "synthesize": [OSAKA_RIGHT]}
+    result = Agent(ScriptedChatModel(replies), FakeToolbox({"vector_search": [[OSAKA]]}), Settings()).ask(OSAKA_QUESTION)
+    assert result.state.grounding.verdict == "answered"
+    assert result.answer.startswith(OSAKA_RIGHT + "\n\n[1] kb/osaka.md:L3")

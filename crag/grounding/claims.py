@@ -123,8 +123,18 @@ def _find_idents(text: str) -> Iterable[str]:
         yield token
 
 
+# Full-width digits ("午前１０時", typed with a Chinese or Japanese input method) are the same
+# number as ASCII ones ("午前10時"): numbers are read, in an answer and in the evidence, with them
+# folded to ASCII (their NFKC form).
+_FULL_WIDTH_DIGITS = str.maketrans("０１２３４５６７８９", "0123456789")
+
+
+def _ascii_digits(text: str) -> str:
+    return text.translate(_FULL_WIDTH_DIGITS)
+
+
 def _find_numbers(text: str) -> Iterable[str]:
-    return ((m.group(1) or m.group(2)).rstrip(".,:/-") for m in _NUMBER.finditer(text))
+    return (_ascii_digits(m.group(1) or m.group(2)).rstrip(".,:/-") for m in _NUMBER.finditer(text))
 
 
 def _find_months(text: str) -> Iterable[str]:
@@ -192,8 +202,9 @@ def _digits_pattern(number: str) -> str:
 
 
 def _holds_number(anchor: str, text: str, flat: str) -> bool:
-    """"3" and "three" are the same number, and so are "1500" and "1,500"; "3" is not part of
-    "3.10" nor of "13"."""
+    """"3" and "three" are the same number, and so are "1500" and "1,500", and "10" and "１０"
+    (full-width digits); "3" is not part of "3.10" nor of "13"."""
+    anchor, text = _ascii_digits(anchor), _ascii_digits(text)
     if anchor.isalpha():
         forms = [anchor, NUMBER_WORDS[anchor]]
     else:
@@ -237,7 +248,7 @@ def _unit(number_end: int, text: str) -> tuple[str, str] | None:
 def _find_quantities(text: str) -> Iterable[str]:
     for m in _QUANTITY.finditer(text):
         if _unit(m.end(1), text) is not None:
-            yield m.group(0)
+            yield _ascii_digits(m.group(0))
 
 
 _ANY_NUMBER = re.compile(r"(?<![\w.,])\d+(?:[.,]\d+)*")
@@ -246,7 +257,8 @@ _ANY_NUMBER = re.compile(r"(?<![\w.,])\d+(?:[.,]\d+)*")
 def _holds_quantity(anchor: str, text: str, flat: str) -> bool:
     """A number with its unit ("5 GB") is held where the number is written with the same
     unit, or with no unit of that kind while the unit measures no other number; not where
-    it has another unit ("5 MB")."""
+    it has another unit ("5 MB"); full-width digits are their ASCII ones."""
+    anchor, text = _ascii_digits(anchor), _ascii_digits(text)
     m = _QUANTITY.match(anchor)
     number = m.group(1) if m else anchor
     wanted = _unit(m.end(1), anchor) if m else None
