@@ -50,6 +50,7 @@ from .asked import (
     negation_held,
     opposed,
     says_nothing_new,
+    swapped,
     unpointed,
     writes_any,
 )
@@ -104,6 +105,7 @@ __all__ = [
     "says_nothing_new",
     "source_references",
     "split",
+    "swapped",
     "unpointed",
     "writes_any",
 ]
