@@ -50,7 +50,6 @@ from .asked import (
     negation_held,
     opposed,
     says_nothing_new,
-    swapped,
     unpointed,
     writes_any,
 )
@@ -105,7 +104,6 @@ __all__ = [
     "says_nothing_new",
     "source_references",
     "split",
-    "swapped",
     "unpointed",
     "writes_any",
 ]

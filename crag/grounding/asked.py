@@ -7,9 +7,7 @@ passages there are, and a model asked to answer from them writes what the questi
 ``OAuth2``), with a capital after its first letter (``gRPC``, ``TypeScript``, ``JWT``), or a
 capitalised word that does not open a sentence (``Terraform``); consecutive plain
 capitalised words are one name (``Apple Watch``). ``missing`` is the named terms no evidence item holds,
-compared without case, spaces and punctuation (``Hugging Face`` holds ``huggingface``),
-and the Chinese and Japanese names the evidence writes another of (``swapped``: ``北京办公室``
-asked of evidence about ``上海办公室``), which no capital tells.
+compared without case, spaces and punctuation (``Hugging Face`` holds ``huggingface``).
 
 ``addresses`` asks the same of the passages an answer's supported sentences rest on: that they
 are about what the question asks, not only that they hold the answer's words (SPEC §7). A
@@ -77,7 +75,7 @@ from itertools import pairwise
 from ..prompts.find import confluence_mentions, find_jira_keys, find_paths, find_urls
 from ..sentences import sentences
 from ..state import EvidenceItem
-from ..text import FUNCTION_CHARACTERS, HAN_KANA, fold_diacritics, in_vocabulary, stem, words
+from ..text import fold_diacritics, in_vocabulary, stem, words
 from .claims import claims, has_anchor, negated_outside_code, strip_markers
 from .evidence import document_name
 
@@ -96,7 +94,6 @@ __all__ = [
     "negation_held",
     "opposed",
     "says_nothing_new",
-    "swapped",
     "unpointed",
     "writes_any",
 ]
@@ -191,80 +188,13 @@ def missing(question: str, texts: Iterable[str]) -> list[str]:
     not read: ``\\x1b[31mwhen`` names no term "31mwhen")."""
     from ..safe_text import for_terminal
 
-    question = unicodedata.normalize("NFC", for_terminal(question))  # "u\u0308" is "ü"
-    texts = list(texts)
-    return absent(named(question), texts) + swapped(question, texts)
-
-
-_HAN_KANA_RUN = re.compile(f"[{HAN_KANA}]+")
-_FUNCTION_RUN = re.compile("[" + "".join(sorted(FUNCTION_CHARACTERS)) + "]+")
-# How a Chinese question opens without naming anything ("请问北京办公室...", "我想知道...")
-_OPENERS = ("请问", "请告诉我", "告诉我", "我想知道", "想知道", "我想问", "请教", "麻烦问一下")
-# A verb follows "how" and "can" ("如何修改配置文件", "可以删除...吗"): what it acts on is named after
-# it, and a passage that says "编辑配置文件" for "修改配置文件" writes the same thing in another verb
-_ASKS_TO = re.compile(f"(?:如何|怎么|怎样|怎麼|怎樣|能否|可以|可否|是否|需要|应该|必须)(?:才能|可以|能)?[{HAN_KANA}]{{0,2}}")
-SWAP_HEAD = 3  # fewest characters of the part of a question's term the evidence writes after another name
-SWAP_NAME = 2  # fewest characters before it that no evidence writes
-
-
-def swapped(question: str, texts: Iterable[str]) -> list[str]:
-    """The Chinese or Japanese terms ``question`` names whose name no evidence writes while
-    it writes the rest of the term after another one: ``北京办公室`` asked of evidence that
-    only says ``上海办公室``, ``大阪オフィス`` of evidence about ``東京オフィス``. Han and Kana
-    have no capitals, so ``named`` sees no name in them; a name is read here as the
-    characters before a thing the evidence names otherwise. A term is a run of Han and Kana
-    parted at its function characters (``crag.text.FUNCTION_CHARACTERS``), a filler opening
-    (``_OPENERS``: ``请问``, ``我想知道``...) left out. It names something missing when the
-    evidence writes ``SWAP_HEAD`` or more of its characters in a row (``办公室``), writes
-    them right after another Han or Kana character (``上海办公室``), and writes none of the
-    ``SWAP_NAME`` or more characters before them in the term, nor the pair where they meet
-    (``北京``, ``京办``). Reported as those characters and the rest: ``北京办公室``."""
-    blob = "\n".join(texts)
-    out: list[str] = []
-    for run in _HAN_KANA_RUN.findall(_ASKS_TO.sub(" ", question)):
-        for part in _FUNCTION_RUN.split(run):
-            for opener in _OPENERS:
-                part = part.removeprefix(opener)
-            held = [part[i : i + 2] in blob for i in range(len(part) - 1)]
-            i = 0
-            while i < len(held):
-                if not held[i]:
-                    i += 1
-                    continue
-                end = i
-                while end < len(held) and held[end]:
-                    end += 1
-                head = part[i : end + 1]  # the characters the evidence writes in a row
-                name = i  # back over the pairs no evidence writes
-                while name > 0 and not held[name - 1]:
-                    name -= 1
-                term = part[name : end + 1]
-                if (len(head) >= SWAP_HEAD and i - name >= SWAP_NAME and term not in out
-                        and _after_another(head, blob)):
-                    out.append(term)
-                i = end
-    return out
-
-
-def _after_another(head: str, blob: str) -> bool:
-    """Whether ``blob`` writes ``head`` right after a Han or Kana character that is no
-    function character: after another name (``上海办公室``)."""
-    at = blob.find(head)
-    while at >= 0:
-        before = blob[at - 1 : at]
-        if before and _HAN_KANA_RUN.match(before) and before not in FUNCTION_CHARACTERS:
-            return True
-        at = blob.find(head, at + 1)
-    return False
+    return absent(named(unicodedata.normalize("NFC", for_terminal(question))), texts)  # "u\u0308" is "ü"
 
 
 def writes_any(text: str, terms: Sequence[str]) -> bool:
     """Whether ``text`` writes one of ``terms`` (named terms, ``named``): as one of its tokens,
     or up to three consecutive ones, compared without case, spaces and punctuation ("quick"
-    does not write "QUIC"; "Apple Watch" and "http/3" write "Apple Watch" and "HTTP/3"); a
-    Chinese or Japanese term (``swapped``) wherever it is written (``北京办公室的...``)."""
-    if any(_HAN_KANA_RUN.fullmatch(t) and t in text for t in terms):
-        return True
+    does not write "QUIC"; "Apple Watch" and "http/3" write "Apple Watch" and "HTTP/3")."""
     wanted = {_flat(t) for t in terms} - {""}
     if not wanted:
         return False
