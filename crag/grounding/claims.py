@@ -129,12 +129,19 @@ def _find_idents(text: str) -> Iterable[str]:
 _FULL_WIDTH_DIGITS = str.maketrans("０１２３４５６７８９", "0123456789")
 
 
+# ... and so are a full-width point and comma between digits ("３．１０", "１，５００").
+_FULL_WIDTH_SEPARATOR = re.compile("(?<=[0-9\uff10-\uff19])[\uff0e\uff0c](?=[0-9\uff10-\uff19])")
+
+
 def _ascii_digits(text: str) -> str:
+    if not any("\uff0c" <= ch <= "\uff19" for ch in text):
+        return text
+    text = _FULL_WIDTH_SEPARATOR.sub(lambda m: "." if m.group() == "\uff0e" else ",", text)
     return text.translate(_FULL_WIDTH_DIGITS)
 
 
 def _find_numbers(text: str) -> Iterable[str]:
-    return (_ascii_digits(m.group(1) or m.group(2)).rstrip(".,:/-") for m in _NUMBER.finditer(text))
+    return ((m.group(1) or m.group(2)).rstrip(".,:/-") for m in _NUMBER.finditer(_ascii_digits(text)))
 
 
 def _find_months(text: str) -> Iterable[str]:
@@ -246,9 +253,10 @@ def _unit(number_end: int, text: str) -> tuple[str, str] | None:
 
 
 def _find_quantities(text: str) -> Iterable[str]:
+    text = _ascii_digits(text)
     for m in _QUANTITY.finditer(text):
         if _unit(m.end(1), text) is not None:
-            yield _ascii_digits(m.group(0))
+            yield m.group(0)
 
 
 _ANY_NUMBER = re.compile(r"(?<![\w.,])\d+(?:[.,]\d+)*")
