@@ -1349,6 +1349,57 @@ def test_a_damaged_index_is_one_line_on_the_command_line(pg_uri: str, tmp_path: 
     assert crag(env, tmp_path, "search", "uploads").returncode == 0
 
 
+@pytest.mark.parametrize("failure", ["embedder", "vector extension"])
+def test_a_failed_rebuild_of_a_damaged_index_leaves_it_as_it_was(
+    pg_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failure: str
+) -> None:
+    """docs/postgresql.md, Safety: a failed `crag index` leaves the previous state. The rebuild
+    of a damaged index dropped crag's tables in a transaction of its own, committed before it
+    indexed anything: an embeddings server down, or a vector extension the role may not create
+    again, then left no files, no chunks and no roots ("no index in ..."), where the embedded
+    store keeps its previous generation."""
+    import psycopg
+
+    from crag.index.hash_embedder import HashEmbedder
+
+    uri, damage, what = pg_uri, "DROP FUNCTION crag.fold_diacritics CASCADE", "function crag.fold_diacritics is missing"
+    if failure == "vector extension":  # a role that owns crag's tables but may not create the extension
+        with psycopg.connect(pg_uri, autocommit=True) as conn:
+            database = conn.execute("SELECT current_database()").fetchone()[0]
+            conn.execute("DROP ROLE IF EXISTS crag_mender")
+            conn.execute("CREATE ROLE crag_mender LOGIN")
+            conn.execute(f"GRANT CONNECT, CREATE ON DATABASE {database} TO crag_mender")
+            conn.execute("CREATE EXTENSION vector")
+        uri = pg_uri.replace("postgres:@", "crag_mender@").replace("postgres@", "crag_mender@")
+        damage, what = "DROP EXTENSION vector CASCADE", "column crag.chunks.embedding is missing"
+    kb = make_kb(tmp_path / "docs")
+    cfg = Settings(store=uri)
+    index_roots(cfg, [kb])
+    with psycopg.connect(pg_uri, autocommit=True) as conn:
+        conn.execute(damage)
+    if failure == "embedder":
+        def down(self: object, texts: object) -> None:
+            raise RuntimeError("the embeddings server is down")
+
+        monkeypatch.setattr(HashEmbedder, "embed", down)
+    with pytest.raises((RuntimeError, IndexStoreError)) as failed:
+        index_roots(cfg, [kb], lock_timeout=20)
+    assert ("is down" if failure == "embedder" else "lacks the vector extension") in str(failed.value)
+    with psycopg.connect(pg_uri, autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) FROM crag.files").fetchone()[0] == 5
+        assert conn.execute("SELECT path FROM crag.roots").fetchall() == [(str(kb),)]
+    with pytest.raises(IndexStoreError, match=re.escape(f"is damaged ({what})")):
+        open_index(cfg).search("uploads retried", 2)
+    monkeypatch.undo()
+    if failure == "vector extension":
+        with psycopg.connect(pg_uri, autocommit=True) as conn:
+            conn.execute("CREATE EXTENSION vector")
+    report = index_roots(cfg, [kb], lock_timeout=20)
+    assert report.reembedded_all and what in report.reason
+    with open_index(cfg) as reader:
+        assert reader.search("how often are uploads retried", 1)[0].path.endswith("setup.md")
+
+
 @pytest.mark.parametrize(("uri", "reason"), [
     ("postgresql://crag:sekret9@127.0.0.1:9/kb?sslmod=require", 'invalid URI query parameter: "sslmod"'),
     ("postgresql://crag:sek%ZZret9@127.0.0.1:9/kb", 'invalid percent-encoded token: "***"'),

@@ -23,7 +23,8 @@ load written by parallel connections, a transaction a batch (``crag.index.postgr
 until its last transaction publishes the version readers see no index, as before it began. A search runs in one REPEATABLE READ read-only transaction, so the rankings it fuses
 come from one committed state; readers never wait for an indexer (no DDL in an update,
 except building the vector index at its commit, which readers do not wait for, and
-dropping the one it replaces after it, concurrently).
+dropping the one it replaces after it, concurrently), but for the rebuild of a damaged
+index, which drops and creates crag's tables again in its own transaction (``mend``).
 
 Vector search: ``crag.index.postgres_vectors`` (the index), ``postgres_search`` (searching).
 """
@@ -516,25 +517,23 @@ class PostgresStore:
             conn.close()  # ends the session: the advisory lock goes with it
 
     def begin(self, base: StoreState | None, embedder: Embedder, chunker: str) -> PostgresUpdate:
-        if base is None:
-            self._mend()
         return PostgresUpdate(self, base, embedder, chunker)
 
-    def _mend(self) -> None:
-        """Before an update from nothing (the writer lock held): a damaged schema (``_damage``, or
-        meta values that are not numbers) is dropped, crag's objects alone, and created again."""
-        with self.session() as conn:
-            damaged = self._damage(conn) is not None
-            if not damaged and self._schema_version(conn) == SCHEMA_VERSION:
-                meta = self.meta(conn)
-                damaged = "version" in meta and self._meta_damage(meta) is not None
-            if not damaged:
-                return
-            tables = ", ".join(f"{SCHEMA}.{t}" for t in _COLUMNS)
-            conn.execute(f"DROP TABLE IF EXISTS {tables} CASCADE")
+    def mend(self, conn: Any) -> bool:
+        """Before an update from nothing (the writer lock held; ``conn``, the update's, in its
+        transaction): a damaged schema (``_damage``, or meta values that are not numbers) is
+        dropped, crag's objects alone, and created again, uncommitted: a rebuild that fails
+        leaves the damaged index as it was, roots and all. True when it was damaged."""
+        damaged = self._damage(conn) is not None
+        if not damaged and self._schema_version(conn) == SCHEMA_VERSION:
+            meta = self.meta(conn)
+            damaged = "version" in meta and self._meta_damage(meta) is not None
+        if damaged:
+            conn.execute(f"DROP TABLE IF EXISTS {', '.join(f'{SCHEMA}.{t}' for t in _COLUMNS)} CASCADE")
             for function in _FUNCTIONS:
                 conn.execute(f"DROP FUNCTION IF EXISTS {function}(text) CASCADE")
             self.migrate(conn)
+        return damaged
 
     def close(self) -> None:
         self._version_conns.close()

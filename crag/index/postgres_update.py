@@ -6,7 +6,8 @@ full batches are written by ``BULK_WRITERS`` connections of their own, in parall
 one transaction (``_BulkWriters``); the update's own transaction then derives the document
 frequencies from the postings, builds the postings' and the vector index once, and publishes
 the version. A killed bulk load leaves committed rows no reader sees (no version), which the
-next first build clears. An update of a published index stays one transaction throughout.
+next first build clears. An update of a published index stays one transaction throughout, and so
+does the rebuild of a damaged one, with the drop of its tables (``PostgresStore.mend``).
 """
 
 from __future__ import annotations
@@ -193,6 +194,9 @@ class PostgresUpdate:
         self.psycopg = store.psycopg
         self.conn = store.connect(autocommit=False)
         try:
+            # A damaged schema is created again in this transaction (``mend``), so the rebuild is
+            # one transaction with the drop: no bulk load, whose batches commit as they go.
+            mended = base is None and store.mend(self.conn)
             meta = store.meta(self.conn)
             previous = int(meta.get("version", "0"))
             self.version = str(previous + 1)
@@ -201,7 +205,7 @@ class PostgresUpdate:
             # their indexes and creates them at the commit, in one sort instead of an insert a row.
             self.first_build = "version" not in meta
             # ... and is a bulk load (the module docstring): what a killed one left goes first.
-            self.bulk = self.first_build and base is None
+            self.bulk = self.first_build and base is None and not mended
             if self.bulk:
                 self.conn.execute(f"DROP INDEX IF EXISTS {SCHEMA}.postings_lexeme, {SCHEMA}.file_postings_lexeme")
                 for name in vector_index_names(self.conn):  # built once, at the commit
