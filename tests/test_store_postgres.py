@@ -44,6 +44,7 @@ def make_kb(root: Path, n: int = 3, marker: str = "older") -> Path:
 def env_for(uri: str, tmp_path: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KB_AGENT_", "OPENAI_", "JIRA_", "CONFLUENCE_"))}
     env.update(KB_AGENT_STORE=uri, KB_AGENT_INDEX_DIR=str(tmp_path / "unused-index"), KB_AGENT_LLM="offline")
+    env["PYTHONPATH"] = str(ROOT)  # this tree's crag, whatever .venv holds
     return env
 
 
@@ -1419,6 +1420,46 @@ def test_a_store_uri_libpq_cannot_read_is_a_configuration_error(uri: str, reason
         assert line.startswith(f"crag: error: KB_AGENT_STORE={redact(uri)} is not valid: expected a postgresql:// URI "
                                "that libpq reads") and reason in line, line
         assert "sek" not in run.stderr + run.stdout
+
+
+@pytest.mark.parametrize(("uri", "reason", "offline"), [
+    ("postgresql://crag:sekret9@127.0.0.1:9/kb?sslmode=bogus", 'invalid sslmode value: "bogus"', True),
+    ("postgresql://crag:sekret9@127.0.0.1:abc/kb", 'invalid integer value "abc" for connection option "port"', True),
+    ("postgresql://crag:sekret9@127.0.0.1:99999/kb", 'invalid port number: "99999"', True),
+    ("postgresql://crag:sekret9@127.0.0.1:9/kb?gssencmode=bogus", 'invalid gssencmode value: "bogus"', False),
+    ("postgresql://crag:sekret9@127.0.0.1:9/kb?target_session_attrs=bogus", "invalid target_session_attrs value", False),
+])
+def test_a_setting_libpq_refuses_is_a_configuration_error(uri: str, reason: str, offline: bool, tmp_path: Path) -> None:
+    """An sslmode or a port libpq refuses before connecting said "cannot reach the PostgreSQL
+    server ... connection is bad: invalid sslmode value", exit status 1: the URI is wrong, and
+    docs/postgresql.md makes that a setting's error, exit status 2. An sslmode or a port is
+    refused without connecting, so ``crag log`` (which reads a local file) refuses it too."""
+    for argv in (("search", "anything"), ("log",)) if offline else (("search", "anything"),):
+        run = crag(env_for(uri, tmp_path), tmp_path, *argv)
+        assert run.returncode == 2, (argv, run.stderr)
+        (line,) = run.stderr.strip().splitlines()
+        assert line.startswith(f"crag: error: KB_AGENT_STORE={redact(uri)} is not valid: expected a postgresql:// URI "
+                               "whose settings libpq accepts (") and reason in line, line
+        assert "sek" not in run.stderr + run.stdout
+    from_environment = {**env_for("postgresql://crag:sekret9@127.0.0.1:9/kb", tmp_path), "PGSSLMODE": "bogus"}
+    run = crag(from_environment, tmp_path, "search", "anything")
+    assert run.returncode == 2 and run.stderr.startswith("crag: error: PGSSLMODE=bogus is not valid: "), run.stderr
+
+
+def test_options_the_server_refuses_are_a_configuration_error(pg_uri: str, tmp_path: Path) -> None:
+    """A server that was reached and refused the URI's options ("FATAL: unrecognized configuration
+    parameter") said "cannot reach the PostgreSQL server", exit status 1, as if it were down."""
+    make_kb(tmp_path / "docs")
+    assert crag(env_for(pg_uri, tmp_path), tmp_path, "index", "docs").returncode == 0
+    uri = pg_uri + ("&" if "?" in pg_uri else "?") + "options=-c%20bogus_guc%3D1"
+    run = crag(env_for(uri, tmp_path), tmp_path, "search", "uploads")
+    assert run.returncode == 2, run.stderr
+    (line,) = run.stderr.strip().splitlines()
+    assert line.startswith("crag: error: KB_AGENT_STORE=") and line.endswith(
+        'whose options the server accepts (it refused them: unrecognized configuration parameter "bogus_guc")'), line
+    run = crag({**env_for(pg_uri, tmp_path), "PGOPTIONS": "-c bogus_guc=1"}, tmp_path, "search", "uploads")
+    assert run.returncode == 2 and run.stderr.startswith("crag: error: PGOPTIONS=-c bogus_guc=1 is not valid: "), run.stderr
+    assert crag(env_for(pg_uri, tmp_path), tmp_path, "search", "uploads").returncode == 0
 
 
 def test_a_search_blocked_by_a_lock_ends_with_one_line_instead_of_waiting_for_ever(

@@ -45,7 +45,7 @@ from ..errors import ConfigError, IndexFormatError, IndexStoreError
 from ..ports import FileRecord, StoreState
 from .documents import embedder_mismatch
 from .fusion import SearchWeights
-from .postgres_connections import LOCK_HELD, PerThread, connect_failure
+from .postgres_connections import LOCK_HELD, PerThread, connect_failure, refused_settings, unusable_setting
 from .postgres_schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION, vector_literal
 from .postgres_search import PostgresRetriever
 from .postgres_update import PostgresUpdate, word_count
@@ -92,11 +92,12 @@ _VERSION = (
 
 # What a server says when it was reached and turned the login down (libpq's and the server's wording)
 def check_uri(uri: str, psycopg: Any) -> None:
-    """A URI libpq cannot read (a misspelt parameter, a bad %-escape, an unclosed ``[``) is a
-    setting's error, exit status 2, not a server that cannot be reached."""
+    """A URI libpq cannot read (a misspelt parameter, a bad %-escape, an unclosed ``[``), or
+    whose sslmode or port it would refuse, is a setting's error, exit status 2, not a server
+    that cannot be reached."""
     location = redact(uri)
     try:
-        psycopg.conninfo.conninfo_to_dict(uri)
+        unusable = unusable_setting(psycopg.conninfo.conninfo_to_dict(uri))
     except psycopg.Error as exc:
         reason = _first_line(exc)
         password = store_credentials(uri)[0]
@@ -107,6 +108,8 @@ def check_uri(uri: str, psycopg: Any) -> None:
         raise ConfigError(
             "KB_AGENT_STORE", location, "a postgresql:// URI that libpq reads (a %-escape that is not UTF-8 text)"
         ) from None
+    if unusable:  # as libpq would say it when connecting (``refused_settings``), said without connecting
+        raise ConfigError("KB_AGENT_STORE", location, f"a postgresql:// URI whose settings libpq accepts ({unusable})")
 
 
 def _psycopg(location: str) -> Any:
@@ -178,7 +181,9 @@ class PostgresStore:
             return psycopg.connect(self.uri, autocommit=autocommit, connect_timeout=10, prepare_threshold=None,
                                    client_encoding="UTF8")
         except psycopg.Error as exc:
-            raise IndexStoreError(connect_failure(_first_line(exc), self.location), self.location) from exc
+            said = _first_line(exc)
+            refused = refused_settings(said, psycopg.conninfo.conninfo_to_dict(self.uri), self.location)
+            raise refused or IndexStoreError(connect_failure(said, self.location), self.location) from exc
         except UnicodeError as exc:  # the resolver's IDNA codec: an empty label, or one over 63 characters
             raise IndexStoreError(
                 f"cannot reach the PostgreSQL server {self.location}: its host name is not one a resolver "

@@ -8,17 +8,24 @@ of the process. So a thread's connection lives in its thread-local storage alone
 thread ends, the storage goes and a finalizer closes the connection. ``close`` closes those
 of the threads still running; ``connections`` lists them (a benchmark reads their backends'
 CPU time).
+
+And what a connection that failed says: a server not reached, a login or database refused
+(``connect_failure``), a setting libpq or the server refused (``refused_settings``, and
+``unusable_setting`` without connecting).
 """
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["LOCK_HELD", "PerThread", "connect_failure"]
+from ..errors import ConfigError, CragError, IndexStoreError
+
+__all__ = ["LOCK_HELD", "PerThread", "connect_failure", "refused_settings", "unusable_setting"]
 
 _LOGIN_REFUSED = re.compile(r"password authentication failed|authentication failed for user|no password supplied"
                             r"|role \"[^\"]*\" does not exist|no pg_hba\.conf entry", re.I)
@@ -38,6 +45,65 @@ def connect_failure(said: str, location: str) -> str:
         return (f"the PostgreSQL server {location} has no database {missing.group(1)!r}: create it "
                 f"(createdb {shlex.quote(missing.group(1))}) or name one it has in KB_AGENT_STORE")
     return f"cannot reach the PostgreSQL server {location}: {said}"
+
+
+# libpq refusing a value before it connects, and the parameter it names (psycopg's wording:
+# "connection is bad: invalid sslmode value: ...", "... invalid port number: ...").
+_BAD_VALUE = re.compile(r'invalid "?(?P<name>\w+)"? value: "|invalid integer value "[^"]*" for connection option '
+                        r'"(?P<option>\w+)"|invalid (?P<port>port) number|could not match \d+ (?P<ports>port) numbers'
+                        r'|could not match \d+ host names to \d+ (?P<hostaddr>hostaddr) values'
+                        r'|weak (?P<sslmode>sslmode) "|could not parse network address (?P<address>)')
+# A server that was reached and refused the session's options (``options=-c ...``, PGOPTIONS).
+_OPTIONS_REFUSED = re.compile(r"FATAL:\s+(?P<why>(?:unrecognized configuration parameter|invalid value for parameter"
+                              r"|parameter \"[^\"]*\" cannot be changed|permission denied to set parameter"
+                              r"|invalid command-line argument for server process).*)")
+_FAILED_AT = re.compile(r'^(?:connection is bad: )?(?:connection to server (?:at|on) .*? failed: )?')
+_SSLMODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
+_SPACE = " \t\n\v\f\r"  # C's isspace, which libpq skips around a number
+
+
+def unusable_setting(params: Mapping[str, Any]) -> str | None:
+    """libpq's words for a value of the URI's (``params``, as libpq reads them) it would refuse
+    before connecting, found without connecting: an sslmode it does not know, a port that is
+    not one (a list of ports, one a host, is left to libpq); None when neither is."""
+    sslmode = params.get("sslmode")
+    if sslmode is not None and sslmode not in _SSLMODES:
+        return f'invalid sslmode value: "{sslmode}"'
+    port = str(params.get("port") or "")
+    if port and "," not in port:
+        value = port.lstrip(_SPACE)
+        if not re.fullmatch(f"[+-]?[0-9]+[{_SPACE}]*", value) or not -(2**31) <= int(value) < 2**31:
+            return f'invalid integer value "{value}" for connection option "port"'
+        if not 1 <= int(value) <= 65535:
+            return f'invalid port number: "{port}"'
+    return None
+
+
+def refused_settings(said: str, params: Mapping[str, Any], location: str) -> CragError | None:
+    """The error of a setting libpq refused before connecting (a value it cannot read, as
+    ``sslmode=bogus`` or port ``abc``), or of options the server refused (an unrecognized
+    configuration parameter): KB_AGENT_STORE's, or the ``PG...`` variable's that set it when the
+    URI does not (``params``: the URI's, as libpq reads them); None for any other failure."""
+    bad = _BAD_VALUE.search(said)
+    refused = None if bad else _OPTIONS_REFUSED.search(said)
+    if bad:
+        name = "hostaddr" if bad["address"] is not None else next(v for v in bad.groupdict().values() if v)
+        reason = _FAILED_AT.sub("", said)
+        accepts = f"settings libpq accepts ({reason})"
+    elif refused:
+        name, reason = "options", refused["why"].strip()
+        accepts = f"options the server accepts (it refused them: {reason})"
+    else:
+        return None
+    password = str(params.get("password") or "")
+    if password:
+        accepts = accepts.replace(password, "***")
+    variable = "PG" + name.replace("_", "").upper()
+    if name not in params and os.environ.get(variable):  # libpq took it from the environment
+        return ConfigError(variable, os.environ[variable], accepts.replace("settings", "a value", 1))
+    if name not in params and refused:  # the role's settings: not a setting of crag's
+        return IndexStoreError(f"the PostgreSQL server {location} refused the session's options: {reason}", location)
+    return ConfigError("KB_AGENT_STORE", location, f"a postgresql:// URI whose {accepts}")
 
 
 class _Held:
