@@ -1577,6 +1577,29 @@ def test_a_search_stopped_by_the_users_own_statement_timeout_names_that_timeout(
         admin.rollback()
 
 
+@pytest.mark.parametrize("how", ["uri", "environment"])
+def test_the_users_statement_timeout_is_named_when_it_stops_crags_first_statements(
+    pg_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """A statement_timeout of 1 or 2 ms stopped the statements that open the index (its format,
+    read before crag recorded the user's timeout): the line said "within 120 s", crag's own,
+    which that session never had. A lock on crag.migrations stops them here, at 300 ms."""
+    import psycopg
+
+    index_roots(Settings(store=pg_uri), [make_kb(tmp_path / "kb")])
+    uri = pg_uri + "&options=-c%20statement_timeout%3D300" if how == "uri" else pg_uri
+    if how == "environment":
+        monkeypatch.setenv("PGOPTIONS", "-c statement_timeout=300")
+    with psycopg.connect(pg_uri) as admin:
+        admin.execute("LOCK TABLE crag.migrations IN ACCESS EXCLUSIVE MODE")
+        with pytest.raises(IndexStoreError) as caught:
+            open_index(Settings(store=uri)).search("uploads retried", 2)
+        admin.rollback()
+    assert str(caught.value).startswith(
+        f"the PostgreSQL server {redact(uri)} did not answer a search within 300ms (its statement_timeout, "
+    ), str(caught.value)
+
+
 def test_a_search_path_without_pgvector_is_named_with_the_fix_when_searching(pg_uri: str, tmp_path: Path) -> None:
     """``options=-c search_path=...`` (or PGOPTIONS, or the role's) leaving out pgvector's schema:
     ``crag index`` of an up-to-date index worked, then every search failed with only

@@ -45,7 +45,7 @@ from ..errors import ConfigError, IndexFormatError, IndexStoreError
 from ..ports import FileRecord, StoreState
 from .documents import embedder_mismatch
 from .fusion import SearchWeights
-from .postgres_connections import LOCK_HELD, PerThread, connect_failure, refused_settings, unusable_setting
+from .postgres_connections import LOCK_HELD, PerThread, bad_value, connect_failure, options_timeout, refused_settings
 from .postgres_schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION, vector_literal
 from .postgres_search import PostgresRetriever
 from .postgres_update import PostgresUpdate, word_count
@@ -97,7 +97,7 @@ def check_uri(uri: str, psycopg: Any) -> None:
     that cannot be reached."""
     location = redact(uri)
     try:
-        unusable = unusable_setting(psycopg.conninfo.conninfo_to_dict(uri))
+        unusable = bad_value(psycopg.conninfo.conninfo_to_dict(uri))
     except psycopg.Error as exc:
         reason = _first_line(exc)
         password = store_credentials(uri)[0]
@@ -208,7 +208,8 @@ class PostgresStore:
         reason = _first_line(exc)
         errors = self.psycopg.errors
         if isinstance(exc, errors.QueryCanceled) and not writing:
-            users = self._users_timeout
+            # not recorded: stopped before ``reading`` ran (or on a session it never runs on, as ``state``'s)
+            users = self._users_timeout or options_timeout(self.psycopg.conninfo.conninfo_to_dict(self.uri))
             within = (f"{users} (its statement_timeout, set by KB_AGENT_STORE's options, PGOPTIONS or the role; "
                       if users else f"{READ_TIMEOUT_MS / 1000:g} s (")
             return IndexStoreError(

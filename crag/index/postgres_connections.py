@@ -11,7 +11,7 @@ CPU time).
 
 And what a connection that failed says: a server not reached, a login or database refused
 (``connect_failure``), a setting libpq or the server refused (``refused_settings``, and
-``unusable_setting`` without connecting).
+``bad_value`` without connecting).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 
 from ..errors import ConfigError, CragError, IndexStoreError
 
-__all__ = ["LOCK_HELD", "PerThread", "connect_failure", "refused_settings", "unusable_setting"]
+__all__ = ["LOCK_HELD", "PerThread", "bad_value", "connect_failure", "options_timeout", "refused_settings"]
 
 _LOGIN_REFUSED = re.compile(r"password authentication failed|authentication failed for user|no password supplied"
                             r"|role \"[^\"]*\" does not exist|no pg_hba\.conf entry", re.I)
@@ -62,7 +62,7 @@ _SSLMODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full"
 _SPACE = " \t\n\v\f\r"  # C's isspace, which libpq skips around a number
 
 
-def unusable_setting(params: Mapping[str, Any]) -> str | None:
+def bad_value(params: Mapping[str, Any]) -> str | None:
     """libpq's words for a value of the URI's (``params``, as libpq reads them) it would refuse
     before connecting, found without connecting: an sslmode it does not know, a port that is
     not one (a list of ports, one a host, is left to libpq); None when neither is."""
@@ -104,6 +104,15 @@ def refused_settings(said: str, params: Mapping[str, Any], location: str) -> Cra
     if name not in params and refused:  # the role's settings: not a setting of crag's
         return IndexStoreError(f"the PostgreSQL server {location} refused the session's options: {reason}", location)
     return ConfigError("KB_AGENT_STORE", location, f"a postgresql:// URI whose {accepts}")
+
+
+def options_timeout(params: Mapping[str, Any]) -> str | None:
+    """The statement_timeout the session's options set (``-c statement_timeout=1``: the URI's
+    ``options``, from ``params``, or else PGOPTIONS), as the server shows it (``1ms``), or None."""
+    found = re.findall(r"statement[_-]timeout=(\S+)", str(params.get("options") or os.environ.get("PGOPTIONS", "")))
+    if not found or re.fullmatch(r"0+[a-z]*", found[-1]):  # the last one set wins; 0 is none
+        return None
+    return found[-1] + "ms" if found[-1].isdigit() else found[-1]
 
 
 class _Held:
