@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -82,6 +83,14 @@ def test_a_comma_after_a_code_block_waits_for_a_marker_naming_no_item() -> None:
 def test_a_line_ending_in_a_comma_waits_for_a_marker_naming_no_item() -> None:
     """"Port ," may go on with " [9]," (no item 9): the run goes with a separator, "Port,"."""
     reply = "Port [1]\nPort , [9], "
+    for cut in range(len(reply) + 1):
+        shown, final = streamed(reply, [cut])
+        assert shown == final, cut
+
+
+@pytest.mark.parametrize("reply", ["The server listens on port 8080 (1). The request timeout is 30 seconds [1].",
+                                   "Port 8080 [1]. Its exit status is (2). Port 8080 (1)."])
+def test_a_number_in_parentheses_streams_as_the_final_answer_reads_it(reply: str) -> None:
     for cut in range(len(reply) + 1):
         shown, final = streamed(reply, [cut])
         assert shown == final, cut

@@ -259,7 +259,7 @@ def test_a_marker_written_with_a_word_is_the_marker_of_that_item(written):
 def test_a_number_in_parentheses_is_a_marker_only_where_a_citation_goes():
     """ "... 8080 (1)." cites item 1 (it was a number no item holds: the answer was refused); a
     number naming no item, "(1, 2)", one opening a list item or inside a sentence or code, and
-    any in a reply that cites with brackets, are left as written."""
+    any after a bracketed marker (a reply citing so means it as written), are left as written."""
     g = ground("The server listens on port 8080 by default (1), and a backup is kept for thirty days (2)",
                ITEMS)
     assert g.report.supported == 1 and "(" not in g.body and "[1]" in g.body
@@ -269,6 +269,9 @@ def test_a_number_in_parentheses_is_a_marker_only_where_a_citation_goes():
                  # a reply citing with brackets means its numbers in parentheses as written
                  "The server listens on port 8080 by default [1]. Its exit status is (1)."):
         assert ("(3)" if "(3)" in kept else "(1") in ground(kept, ITEMS).body, kept
+    # before any bracketed marker it is one, in a reply mixing the two forms
+    mixed = ground("The server listens on port 8080 by default (1), and a backup is kept for thirty days [2].", ITEMS)
+    assert mixed.body == "The server listens on port 8080 by default [1], and a backup is kept for thirty days [2]."
 
 
 def test_markdown_footnotes_are_markers_and_their_definitions_a_source_list():

@@ -200,9 +200,10 @@ _WORDED = re.compile(r"(?:\[|\()(?:source|evidence|item|ref|reference|\^)\s*#?\s
 # no item is a marker that points at no evidence, and goes.
 _LENTICULAR = re.compile(r"[ \t]?\u3010(\d{1,4})(?:[:\u2020][^\u3011\n]{0,80})?\u3011")
 # "The server listens on port 8080 (1).": a marker written in parentheses, after a space at the
-# end of a sentence or line (or before a comma), in a reply that cites with no bracketed marker
-# (one that does means its "exit status (2)." as written). Left as written, "(1)" was a number
-# no evidence holds, and a right answer became the no-evidence sentence.
+# end of a sentence or line (or before a comma), before any bracketed marker of the reply (one
+# that cites with "[1]" means its later "exit status (2)." as written; decided by what comes
+# before, so a streamed answer never takes it back). Left as written, "(1)" was a number no
+# evidence holds, and a right answer became the no-evidence sentence.
 _PAREN = re.compile(r"(?<=[\w)\]\"'\u2019\u201d%])([ \t])\((\d{1,4})\)(?=[.!?;:,][ \t]*(?:$|\s)|[ \t]*$)", re.M)
 
 
@@ -256,8 +257,8 @@ def _cites(match: re.Match[str]) -> bool:
 
 
 def _worded_markers(text: str, n: int) -> str:
-    """``[Source K]`` and the like, and ``(K)`` ending a sentence in a reply without bracketed
-    markers (``_PAREN``), outside code, as ``[K]`` when 1 <= K <= ``n``."""
+    """``[Source K]`` and the like, and ``(K)`` ending a sentence before any bracketed marker
+    (``_PAREN``), outside code, as ``[K]`` when 1 <= K <= ``n``."""
     if "\u3010" in text:
         pieces = code_split(text)
         for i in range(0, len(pieces), 2):
@@ -274,12 +275,16 @@ def _worded_markers(text: str, n: int) -> str:
         return f"{match.group(1)}[{match.group(2)}]" if 1 <= int(match.group(2)) <= n else match.group(0)
 
     pieces = code_split(text)
-    prose = range(0, len(pieces), 2)
-    for i in prose:
-        pieces[i] = _WORDED.sub(replace, pieces[i])
-    if not any(MARKER.search(pieces[i]) for i in prose):
-        for i in prose:
-            pieces[i] = _PAREN.sub(parenthesised, pieces[i])
+    cited = False  # a bracketed marker before: the reply cites so, and means "(2)" as written
+    for i in range(0, len(pieces), 2):
+        piece = _WORDED.sub(replace, pieces[i])
+        out, at = [], 0
+        for m in _PAREN.finditer(piece):
+            cited = cited or MARKER.search(piece, at, m.start()) is not None
+            out += [piece[at : m.start()], m.group(0) if cited else parenthesised(m)]
+            at = m.end()
+        pieces[i] = "".join(out) + piece[at:]
+        cited = cited or MARKER.search(piece, at) is not None
     return "".join(pieces)
 
 
