@@ -125,3 +125,5 @@ def test_a_declaration_inside_a_comment_declares_nothing() -> None:
     assert declared_codec(data) == "cp1252"
     assert HTML_READER.read(data) == "Crème brûlée at the café.\n"
     assert declared_codec(b'<!-- no end <meta charset="shift_jis">') is None
+    for empty in (b"<!-->", b"<!--->"):  # whole comments: the declaration after them counts
+        assert declared_codec(empty + b'<meta charset="windows-1251"><p>x</p>') == "cp1251"

@@ -54,7 +54,9 @@ _SUPERSETS = {"iso8859-1": "cp1252", "ascii": "cp1252", "iso8859-9": "cp1254", "
               "euc_kr": "cp949", "gb2312": "gb18030", "gbk": "gb18030", "tis-620": "cp874"}
 
 
-_COMMENT = re.compile(rb"<!--.*?(?:-->|\Z)", re.S)
+# A comment as the prescan skips it: to the first "-->", whose dashes may be the opening's own
+# ("<!-->" and "<!--->" are whole comments); one never closed hides the rest.
+_COMMENT = re.compile(rb"<!--(?:>|->|.*?-->|.*\Z)", re.S)
 
 
 def declared_codec(data: bytes) -> str | None:
