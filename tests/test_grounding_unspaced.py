@@ -121,11 +121,13 @@ def test_full_width_digits_are_the_same_number_as_ascii_ones(answer: str, item: 
     assert g.report.supported == 1 and "[unsupported]" not in g.body
 
 
-@pytest.mark.parametrize("answer", ["本项目要求Python版本３．１０以上 [1]。", "每月配额为１，５００次请求 [1]。"])
+@pytest.mark.parametrize("answer", ["本项目要求Python版本３．１０以上 [1]。", "每月配额为１，５００次请求 [1]。",
+                                    "会议时间是９：００开始 [1]。", "参加人数为１０－１５人 [1]。"])
 def test_a_full_width_point_or_comma_between_digits_is_the_ascii_one(answer: str) -> None:
     """An input method in full-width mode types the point and the comma too: "３．１０" was the
     numbers 3 and 10, which "3.10" does not hold."""
-    item = EvidenceItem("vector_search", "kb/hr.md", "本项目要求Python版本3.10以上。\n\n每月配额为1,500次请求。", 3, 5, 0.5)
+    item = EvidenceItem("vector_search", "kb/hr.md", "本项目要求Python版本3.10以上。\n\n每月配额为1,500次请求。\n\n"
+                        "会议时间是9:00开始。参加人数为10-15人。", 3, 7, 0.5)
     g = ground(answer, (item,), "note", "Python版本要求和每月配额是多少？")
     assert g.report.supported == 1 and "[unsupported]" not in g.body
     assert claims("版本３．１０").anchors == (("number", "3.10"),)

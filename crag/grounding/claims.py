@@ -129,14 +129,16 @@ def _find_idents(text: str) -> Iterable[str]:
 _FULL_WIDTH_DIGITS = str.maketrans("０１２３４５６７８９", "0123456789")
 
 
-# ... and so are a full-width point and comma between digits ("３．１０", "１，５００").
-_FULL_WIDTH_SEPARATOR = re.compile("(?<=[0-9\uff10-\uff19])[\uff0e\uff0c](?=[0-9\uff10-\uff19])")
+# ... and so are a full-width point, comma, colon and hyphen between digits ("３．１０",
+# "１，５００", "９：００", "１０－１５").
+_FULL_WIDTH_SEPARATOR = re.compile("(?<=[0-9\uff10-\uff19])[\uff0e\uff0c\uff1a\uff0d](?=[0-9\uff10-\uff19])")
+_ASCII_SEPARATOR = {"\uff0e": ".", "\uff0c": ",", "\uff1a": ":", "\uff0d": "-"}
 
 
 def _ascii_digits(text: str) -> str:
-    if not any("\uff0c" <= ch <= "\uff19" for ch in text):
+    if not any("\uff0c" <= ch <= "\uff1a" for ch in text):
         return text
-    text = _FULL_WIDTH_SEPARATOR.sub(lambda m: "." if m.group() == "\uff0e" else ",", text)
+    text = _FULL_WIDTH_SEPARATOR.sub(lambda m: _ASCII_SEPARATOR[m.group()], text)
     return text.translate(_FULL_WIDTH_DIGITS)
 
 
