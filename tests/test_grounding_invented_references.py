@@ -78,13 +78,19 @@ def test_a_reference_inside_a_clause_is_left_as_written() -> None:
 BACKUP = EvidenceItem("grep_search", "docs/backup.md", "# Backups\n\nA backup is kept for thirty days.", 1, 3)
 
 
-@pytest.mark.parametrize("written", ["【{k}】", "【{k}†source】", "【{k}:0†setup.md】"])
-def test_a_lenticular_marker_is_the_marker_of_that_item(written: str) -> None:
+@pytest.mark.parametrize("written", ["【{k}】", "【{k}†source】", "【{k}:0†setup.md】", " [{sup}]", " [[{k}]]", " [{k}]]]",
+                                     " [[{k}]"])
+def test_a_lenticular_superscript_or_double_bracketed_marker_is_the_marker_of_that_item(written: str) -> None:
     """OpenAI's models, used to their file search, cite as 【2】 or 【4:0†source】: the number
-    was read as a claim of the sentence (no item holds a "2"), and a right answer went."""
-    mark = written.format
-    g = ground(f"A backup is kept for thirty days{mark(k=2)}. "
-               f"The server listens on port 8080 by default{mark(k=1)}.", (SETUP, BACKUP))
+    was read as a claim of the sentence (no item holds a "2"), and a right answer went.
+    ``[¹]`` was no marker: grounding placed its own beside it ("... 8080 [¹] [1]."); in
+    ``[[2]]`` the marker was dropped and its brackets left ("... days [] [2]."), and ``[1]]]``
+    kept its stray brackets ("... days [2]]].")."""
+    def mark(k: int) -> str:
+        return written.format(k=k, sup="¹²"[k - 1])
+
+    g = ground(f"A backup is kept for thirty days{mark(2)}. "
+               f"The server listens on port 8080 by default{mark(1)}.", (SETUP, BACKUP))
     assert g.body == "A backup is kept for thirty days [1]. The server listens on port 8080 by default [2]."
     assert g.report.supported == 2
 
@@ -92,20 +98,6 @@ def test_a_lenticular_marker_is_the_marker_of_that_item(written: str) -> None:
 def test_a_lenticular_marker_naming_no_item_goes() -> None:
     g = ground("The server listens on port 8080 by default【7】.", (SETUP,))
     assert g.body == RIGHT
-
-
-@pytest.mark.parametrize("written", ["[{sup}]", "[[{k}]]", "[{k}]]]", "[[{k}]"])
-def test_a_marker_in_superscript_or_in_brackets_of_its_own_is_the_marker_of_that_item(written: str) -> None:
-    """``[¹]`` was no marker: grounding placed its own beside it ("... 8080 [¹] [1]."); in
-    ``[[2]]`` the marker was dropped and its brackets left ("... days [] [2]."), and ``[1]]]``
-    kept its stray brackets ("... days [2]]].")."""
-    def mark(k: int) -> str:
-        return written.format(k=k, sup="¹²"[k - 1])
-
-    g = ground(f"A backup is kept for thirty days {mark(2)}. "
-               f"The server listens on port 8080 by default {mark(1)}.", (SETUP, BACKUP))
-    assert g.body == "A backup is kept for thirty days [1]. The server listens on port 8080 by default [2]."
-    assert g.report.supported == 2
 
 
 def test_a_double_bracketed_marker_naming_no_item_goes_whole_and_code_keeps_its_brackets() -> None:

@@ -1414,12 +1414,19 @@ def test_a_store_uri_libpq_cannot_read_is_a_configuration_error(uri: str, reason
     unreachable (it said "cannot reach the PostgreSQL server", exit status 1). ``crag log``,
     which reads a local file, listed "no logged answers" for the same URI."""
     for argv in (("search", "anything"), ("log",)):
-        run = crag(env_for(uri, tmp_path), tmp_path, *argv)
-        assert run.returncode == 2, (argv, run.stderr)
-        (line,) = run.stderr.strip().splitlines()
+        line = setting_error(env_for(uri, tmp_path), tmp_path, argv)
         assert line.startswith(f"crag: error: KB_AGENT_STORE={redact(uri)} is not valid: expected a postgresql:// URI "
                                "that libpq reads") and reason in line, line
-        assert "sek" not in run.stderr + run.stdout
+
+
+def setting_error(env: dict[str, str], tmp_path: Path, argv: tuple[str, ...]) -> str:
+    """The one line ``crag ARGV`` prints for a setting it refuses (exit status 2), which shows
+    no part of the password ("sek...")."""
+    run = crag(env, tmp_path, *argv)
+    assert run.returncode == 2, (argv, run.stderr)
+    (line,) = run.stderr.strip().splitlines()
+    assert "sek" not in run.stderr + run.stdout
+    return line
 
 
 @pytest.mark.parametrize(("uri", "reason", "offline"), [
@@ -1435,12 +1442,9 @@ def test_a_setting_libpq_refuses_is_a_configuration_error(uri: str, reason: str,
     docs/postgresql.md makes that a setting's error, exit status 2. An sslmode or a port is
     refused without connecting, so ``crag log`` (which reads a local file) refuses it too."""
     for argv in (("search", "anything"), ("log",)) if offline else (("search", "anything"),):
-        run = crag(env_for(uri, tmp_path), tmp_path, *argv)
-        assert run.returncode == 2, (argv, run.stderr)
-        (line,) = run.stderr.strip().splitlines()
+        line = setting_error(env_for(uri, tmp_path), tmp_path, argv)
         assert line.startswith(f"crag: error: KB_AGENT_STORE={redact(uri)} is not valid: expected a postgresql:// URI "
                                "whose settings libpq accepts (") and reason in line, line
-        assert "sek" not in run.stderr + run.stdout
     from_environment = {**env_for("postgresql://crag:sekret9@127.0.0.1:9/kb", tmp_path), "PGSSLMODE": "bogus"}
     run = crag(from_environment, tmp_path, "search", "anything")
     assert run.returncode == 2 and run.stderr.startswith("crag: error: PGSSLMODE=bogus is not valid: "), run.stderr
