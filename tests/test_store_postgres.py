@@ -1401,6 +1401,61 @@ def test_a_failed_rebuild_of_a_damaged_index_leaves_it_as_it_was(
         assert reader.search("how often are uploads retried", 1)[0].path.endswith("setup.md")
 
 
+@pytest.mark.parametrize("damage", ["UPDATE crag.meta SET value = 'x' WHERE key = 'chunks'",
+                                    "DROP TABLE crag.chunks CASCADE"])
+def test_readers_during_the_rebuild_of_a_damaged_index_wait_for_it(
+    pg_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, damage: str
+) -> None:
+    """docs/postgresql.md, Safety: readers wait for the rebuild of a damaged index. They waited
+    for its lock on crag's tables inside a snapshot taken before it committed, in which the
+    tables it created were empty: `crag roots` said "no roots ... adds one", exit status 0, and
+    `crag search` "no index ... yet", or "is damaged", of the index just rebuilt."""
+    import threading
+
+    import psycopg
+
+    from crag.index.hash_embedder import HashEmbedder
+
+    kb = make_kb(tmp_path / "docs")
+    cfg = Settings(store=pg_uri)
+    index_roots(cfg, [kb])
+    with psycopg.connect(pg_uri, autocommit=True) as conn:
+        conn.execute(damage)
+    started, go, done = threading.Event(), threading.Event(), []
+    embed = HashEmbedder.embed
+
+    def held(self: HashEmbedder, texts: list[str]) -> object:  # the rebuild, its tables dropped, waits for `go`
+        started.set()
+        go.wait(60)
+        return embed(self, texts)
+
+    monkeypatch.setattr(HashEmbedder, "embed", held)
+    rebuild = threading.Thread(target=lambda: done.append(index_roots(cfg, [kb], lock_timeout=20)))
+    rebuild.start()
+    try:
+        assert started.wait(60)
+        env = env_for(pg_uri, tmp_path)
+        readers = [subprocess.Popen([sys.executable, "-m", "crag", *argv], cwd=tmp_path, env=env, text=True,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                   for argv in (("roots",), ("search", "uploads retried"))]
+        waiting, deadline = 0, time.monotonic() + 60
+        with psycopg.connect(pg_uri, autocommit=True) as conn:
+            while waiting < 2 and time.monotonic() < deadline and all(r.poll() is None for r in readers):
+                time.sleep(0.1)
+                waiting = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                                       "AND wait_event_type = 'Lock'").fetchone()[0]
+        assert [r.poll() for r in readers] == [None, None]  # waiting for the rebuild
+    finally:
+        go.set()
+        rebuild.join(60)
+    assert done and done[0].reembedded_all
+    (roots_out, roots_err), (search_out, search_err) = (r.communicate(timeout=120) for r in readers)
+    assert readers[0].returncode == 0, roots_err
+    assert roots_out.startswith(f"1 root in {redact(pg_uri)} "), roots_out
+    assert readers[1].returncode == 0, search_err
+    assert "setup.md" in search_out
+
+
 @pytest.mark.parametrize(("uri", "reason"), [
     ("postgresql://crag:sekret9@127.0.0.1:9/kb?sslmod=require", 'invalid URI query parameter: "sslmod"'),
     ("postgresql://crag:sek%ZZret9@127.0.0.1:9/kb", 'invalid percent-encoded token: "***"'),

@@ -36,7 +36,7 @@ import math
 import re
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -427,8 +427,13 @@ class PostgresStore:
     def state(self, files: bool = True, check: bool = False) -> StoreState | None:
         """The published state (None: no index); damage is an ``IndexStoreError``. ``check`` (an
         update's): the chunk rows are counted too, against their files' and meta's counts."""
+        errors = self.psycopg.errors
         with self.session(autocommit=False) as conn:
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            # First, before the snapshot: a rebuild of a damaged index (``mend``) holds crag's tables until it
+            # commits, and a snapshot taken before that saw the tables it made empty (none, or not this role's: below)
+            with suppress(errors.UndefinedTable, errors.InvalidSchemaName, errors.InsufficientPrivilege), conn.transaction():
+                conn.execute(f"LOCK TABLE {SCHEMA}.meta IN ACCESS SHARE MODE")
             return self._state(conn, files, check)
 
     def _state(self, conn: Any, files: bool, check: bool = False) -> StoreState | None:
