@@ -127,3 +127,6 @@ def test_a_declaration_inside_a_comment_declares_nothing() -> None:
     assert declared_codec(b'<!-- no end <meta charset="shift_jis">') is None
     for empty in (b"<!-->", b"<!--->"):  # whole comments: the declaration after them counts
         assert declared_codec(empty + b'<meta charset="windows-1251"><p>x</p>') == "cp1251"
+    # a "<!--" inside a quoted value opens no comment: the tag is read whole, as the prescan reads it
+    quoted = b'<head><link rel="icon" title="<!--"><meta charset="windows-1251"><p title="-->">x</p>'
+    assert declared_codec(quoted) == "cp1251"

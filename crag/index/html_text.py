@@ -55,8 +55,10 @@ _SUPERSETS = {"iso8859-1": "cp1252", "ascii": "cp1252", "iso8859-9": "cp1254", "
 
 
 # A comment as the prescan skips it: to the first "-->", whose dashes may be the opening's own
-# ("<!-->" and "<!--->" are whole comments); one never closed hides the rest.
-_COMMENT = re.compile(rb"<!--(?:>|->|.*?-->|.*\Z)", re.S)
+# ("<!-->" and "<!--->" are whole comments); one never closed hides the rest. A tag is read
+# whole, its quoted values too, so a "<!--" inside one (title="<!--") opens no comment.
+_COMMENT_OR_TAG = re.compile(
+    rb"(<!--(?:>|->|.*?-->|.*\Z))|<[A-Za-z][^>\"']*(?:(?:\"[^\"]*\"|'[^']*')[^>\"']*)*>?", re.S)
 
 
 def declared_codec(data: bytes) -> str | None:
@@ -67,7 +69,7 @@ def declared_codec(data: bytes) -> str | None:
     import codecs
 
     # as a browser's prescan reads it: a declaration inside a comment declares nothing
-    comments = [m.span() for m in _COMMENT.finditer(data, 0, _DECLARED_IN)]
+    comments = [m.span(1) for m in _COMMENT_OR_TAG.finditer(data, 0, _DECLARED_IN) if m.group(1)]
     found = next((m for m in _DECLARATION.finditer(data, 0, _DECLARED_IN)
                   if not any(a <= m.start() < b for a, b in comments)), None)
     if found is None:
