@@ -107,6 +107,11 @@ def test_failures_become_crag_errors(api: EmbeddingsServer) -> None:
     api.fail = [401]
     with pytest.raises(LLMError, match="refused the API key: check OPENAI_API_KEY"):
         embedder(api, max_retries=0).embed(["x"])
+    api.fail = [401]
+    with_credentials = OpenAIEmbedder("fake-embed", api_key="sk-test", base_url=api.url.replace("//", "//u:pw@", 1),
+                                      timeout=5, max_retries=0)
+    with pytest.raises(LLMError, match=r"check the user and password in OPENAI_BASE_URL \(sent instead of OPENAI_API_KEY\)"):
+        with_credentials.embed(["x"])
     api.fail = [503, 503, 503]
     with pytest.raises(LLMError, match=r"HTTP 503.*KB_AGENT_EMBEDDING_MODEL"):
         embedder(api, max_retries=2).embed(["x"])

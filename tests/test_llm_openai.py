@@ -278,6 +278,20 @@ def test_a_client_error_is_not_retried(srv):
     assert srv.calls("plan") == 2
 
 
+def test_a_refusal_of_credentials_written_in_the_base_url_names_them_not_the_key(srv):
+    """Credentials in the base URL are sent as Basic authentication instead of the key: a 401
+    or 403 then points at them, not at an OPENAI_API_KEY the server never saw."""
+    settings = Settings(llm="openai", openai_base_url=srv.base_url.replace("//", "//user:pw-s3cret@", 1),
+                        openai_api_key="sk-test", llm_max_retries=0, model="test-model")
+    for status, opening in ((401, "check the user"), (403, "access denied; check the user")):
+        srv.script("plan", Status(status, {"error": {"message": "bad credentials"}}))
+        with pytest.raises(LLMError) as caught:
+            OpenAIChatModel(settings).complete(request())
+        assert f"answered {status} for node plan: {opening} and password in OPENAI_BASE_URL " \
+               "(sent instead of OPENAI_API_KEY)" in str(caught.value)
+        assert "pw-s3cret" not in str(caught.value)
+
+
 def test_a_timeout_raises_llm_timeout_error(srv):
     srv.default("plan", Delay(5))
     started = time.perf_counter()

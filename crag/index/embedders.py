@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, LLMError, LLMTimeoutError
-from ..llm.bodies import client_address, http_client, redirect_note
+from ..llm.bodies import client_address, credentials_hint, http_client, redirect_note
 from ..llm.deadline import request_deadline
 from ..llm.retry import BadReplyFailure, ConnectionFailure, Failure, RetryPolicy, StatusFailure, TimeoutFailure
 from ..safe_text import scrub_error, valid_text
@@ -179,7 +179,8 @@ class OpenAIEmbedder:
             )
         if isinstance(failure, StatusFailure):
             if failure.status == 401:
-                return LLMError("the embeddings server refused the API key: check OPENAI_API_KEY", status=401)
+                what = credentials_hint(self._base_url, self._base_url_variable)
+                return LLMError(f"the embeddings server refused the API key: check {what}", status=401)
             return LLMError(
                 f"embedding with {self.model} failed with HTTP {failure.status}{after}: "
                 f"{_short(getattr(exc, 'message', exc))} (check KB_AGENT_EMBEDDING_MODEL)"

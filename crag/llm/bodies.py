@@ -39,7 +39,7 @@ from .deadline import deadline_http_client
 from .retry import BadReply
 
 __all__ = ["MAX_BODY_BYTES", "MAX_DEPTH", "MAX_LINE_BYTES", "OPENAI_API_URL", "Redirect", "base_url_hint", "check_json",
-           "client_address", "hops_note", "http_client", "redirect_note", "saw_done", "server_label",
+           "client_address", "credentials_hint", "hops_note", "http_client", "redirect_note", "saw_done", "server_label",
            "watching_redirects", "whole_body"]
 
 # The server when no base URL is set, given to the SDK explicitly: given none, the SDK reads
@@ -181,6 +181,16 @@ def _watch_redirect(response: Any) -> None:
     except (AttributeError, KeyError, RuntimeError, ValueError):
         to = ""
     hops.append(Redirect(response.status_code, to))
+
+
+def credentials_hint(base_url: str | None, variable: str = "OPENAI_BASE_URL") -> str:
+    """The setting to check when a server refuses crag's credentials: ``OPENAI_API_KEY``, or the
+    user and password written in the base URL, which are sent in its stead (``client_address``)."""
+    from urllib.parse import urlsplit
+
+    if base_url and urlsplit(base_url).netloc.rpartition("@")[1]:
+        return f"the user and password in {variable} (sent instead of OPENAI_API_KEY)"
+    return "OPENAI_API_KEY"
 
 
 def base_url_hint(base_url: str) -> str:

@@ -8,7 +8,7 @@ into crag's errors.
 
 Retries follow crag's one policy for OpenAI clients (``crag.llm.retry``): 429, 5xx,
 timeouts and dropped connections, ``KB_AGENT_LLM_MAX_RETRIES`` times, honouring
-``Retry-After``. Any other 4xx is final at once (401 and 403 point at ``OPENAI_API_KEY``).
+``Retry-After``. Any other 4xx is final at once (401 and 403 point at the key, ``credentials_hint``).
 A stream that has already delivered text is not retried, so a reader never sees an answer
 twice; one that ends with neither a ``finish_reason`` nor ``[DONE]`` was cut mid-answer and is
 an error like a dropped connection, never passed off as a whole answer; an error event in the
@@ -65,6 +65,7 @@ from .bodies import (
     Redirect,
     base_url_hint,
     client_address,
+    credentials_hint,
     hops_note,
     http_client,
     redirect_note,
@@ -512,9 +513,9 @@ class OpenAIChatModel:
                     node=node, status=status, window=window,
                 )
             if status == 401:
-                message += ": check OPENAI_API_KEY"
+                message += f": check {credentials_hint(self._client_args[1])}"
             elif status == 403:
-                message += f": access denied; check OPENAI_API_KEY and its access to model {self.model}"
+                message += f": access denied; check {credentials_hint(self._client_args[1])} and its access to model {self.model}"
             elif status == 404:
                 message += f": check KB_AGENT_MODEL ({self.model}) and OPENAI_BASE_URL{base_url_hint(self.server)}"
             elif status in _FORMAT_REFUSALS and format_sent and self.structured_output != "auto":
