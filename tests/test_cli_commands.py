@@ -110,6 +110,23 @@ def test_a_mistyped_command_suggests_the_closest_one(typed: str, meant: str) -> 
     assert err.count("\n") == 1
 
 
+@pytest.mark.parametrize("before", [("-m", "llama3.1"), ("--index", ".crag"), ("--model=x", "--index", "i"), ("-mx",),
+                                    ("--version",)])
+@pytest.mark.parametrize(("typed", "said"), [
+    ("serach", "'serach' is not a crag command; did you mean 'search'? (commands: index, search, ask, chat, log, "
+               "roots, mcp, graph)"),
+    ("ASK", "'ASK' is not a crag command; did you mean 'ask'? (commands are lower case)"),
+    ("help", "'help' is not a crag command: the help is python -m crag --help, or python -m crag COMMAND --help "
+             "for one command"),
+])
+def test_a_mistyped_command_after_crags_own_options_is_answered_as_alone(before: tuple[str, ...], typed: str,
+                                                                         said: str) -> None:
+    """``crag -m llama3.1 serach port`` got argparse's "argument COMMAND: invalid choice: 'serach'
+    (choose from ...)": the command word was looked for only in the first place."""
+    code, out, err = cli(*before, typed, "port")
+    assert (code, out, err) == (2, "", f"crag: error: {said}\n")
+
+
 def test_a_word_far_from_every_command_lists_the_commands() -> None:
     code, _, err = cli("xyzzy")
     assert code == 2 and "did you mean" not in err and "(commands: index, search, ask" in err

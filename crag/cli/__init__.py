@@ -355,12 +355,21 @@ def _silence(stream: TextIO) -> None:
 
 
 def _check_command(argv: Sequence[str]) -> None:
-    """A first word that is no command: the closest command names, as git suggests them."""
-    if not argv or argv[0].startswith("-") or argv[0] in COMMANDS:
+    """A first word that is no command, after crag's own options and their values (``crag -m
+    llama3.1 serach``): the closest command names, as git suggests them."""
+    i = 0
+    while i < len(argv) and argv[i].startswith("-"):
+        own = _own_option(argv[i])
+        if own is None or own[0] in ("-h", "--help"):
+            return  # another option (placed by _check_option_places) or the help, which argparse prints
+        if own[1] and (i + 1 >= len(argv) or argv[i + 1].startswith("-")):
+            return  # a value missing: argparse's line says so
+        i += 2 if own[1] else 1
+    if i >= len(argv) or argv[i] in COMMANDS:
         return
     import difflib
 
-    word = argv[0]
+    word = argv[i]
     if word.lower() in COMMANDS:
         raise UsageError(f"{word!r} is not a crag command; did you mean {word.lower()!r}? (commands are lower case)")
     if word.lower() in ("help", "version"):
