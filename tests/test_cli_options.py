@@ -135,6 +135,24 @@ def test_model_option_overrides_the_setting_for_one_call(project: Path, monkeypa
     assert code == 2 and "KB_AGENT_MODEL" in err and "given as an argument" in err
 
 
+def test_a_model_the_server_does_not_know_is_named_as_it_was_given(project: Path, monkeypatch) -> None:
+    """``crag ask -m llama3.1:8b ...`` against a server without that model said "check
+    KB_AGENT_MODEL (llama3.1:8b)": the setting was not where the name came from."""
+    from tests.openai_server import Status
+
+    monkeypatch.setenv("KB_AGENT_LLM", "openai")
+    monkeypatch.setenv("KB_AGENT_MODEL", "configured-model")
+    with FakeOpenAIServer() as srv:
+        monkeypatch.setenv("OPENAI_BASE_URL", srv.base_url)
+        srv.default("analyze_and_route", Status(404))
+        for argv in (("ask", "-m", "llama3.1:8b", "hello"), ("--model", "llama3.1:8b", "ask", "hello")):
+            code, _, err = cli(*argv)
+            assert code == 1 and err.count("\n") == 1, err
+            assert "answered 404 for node analyze_and_route: check -m/--model (llama3.1:8b) and OPENAI_BASE_URL" in err
+        code, _, err = cli("ask", "hello")  # the setting's own model: the setting is named
+        assert "answered 404 for node analyze_and_route: check KB_AGENT_MODEL (configured-model) and OPENAI_BASE_URL" in err
+
+
 def test_messages_name_the_program_as_it_was_run(tmp_path: Path, monkeypatch) -> None:
     clean_env(monkeypatch)
     monkeypatch.chdir(tmp_path)

@@ -66,7 +66,10 @@ def prog() -> str:
 def own_name(message: str) -> str:
     """A message of crag's (an error, a note, a report) with the commands it suggests spelled
     the way this program was run: ``crag index`` to a user who typed ``crag``, and with this
-    run's ``--index DIR`` (``suggested``). Never applied to an answer or a document's text."""
+    run's ``--index DIR`` (``suggested``); a model this run's ``-m/--model`` gave is named as
+    that option, not as ``KB_AGENT_MODEL``. Never applied to an answer or a document's text."""
+    if OVERRIDES.get("model"):  # the server knows no such model: the option named it, not the setting
+        message = message.replace("check KB_AGENT_MODEL (", "check -m/--model (")
     name = suggested()
     if name == "python -m crag":
         return message
