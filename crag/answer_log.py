@@ -149,6 +149,18 @@ def log_folder(settings: Settings) -> str:
     return os.path.join(state, "crag")
 
 
+def _link_trouble(link: str) -> str:
+    """What is wrong with a symbolic link that leads to no folder, for a message."""
+    import errno
+
+    try:
+        os.stat(link)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # `.crag -> .crag`
+            return "a symbolic link that leads round in a loop"
+    return "a symbolic link to nothing"
+
+
 class AnswerLog:
     """The log file of one folder. Opened per command; every write is one transaction.
 
@@ -171,7 +183,7 @@ class AnswerLog:
         log or its folder belongs (a file named like the folder, a folder named like the log)."""
         folder = os.path.dirname(self.path) or "."
         if os.path.lexists(folder) and not os.path.isdir(folder):
-            what = "a symbolic link to nothing" if os.path.islink(folder) else "not a folder"
+            what = _link_trouble(folder) if os.path.islink(folder) else "not a folder"
             raise LogError(f"the answer log cannot be kept in {folder}: it is {what}")
         above = folder  # a file where a folder above it belongs (``XDG_STATE_HOME`` a file)
         while not os.path.lexists(above) and os.path.dirname(above) not in ("", above):

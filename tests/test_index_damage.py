@@ -193,6 +193,9 @@ def test_an_index_folder_linked_round_in_a_loop_is_named_so(kb: Path, monkeypatc
         line = one_error_line(err)
         assert code == 1 and not out, (argv, err)
         assert f"the index folder {kb / '.crag'} is a symbolic link that leads round in a loop" in line, line
+    code, out, err = cli("log")  # the answer log, kept in the index folder, was "a symbolic link to nothing"
+    assert (code, out, err) == (1, "", "crag: error: the answer log cannot be kept in .crag: it is a symbolic link "
+                                       "that leads round in a loop\n")
 
 
 @pytest.mark.parametrize("argv", [("index", "docs", "notes"), ("roots", "--remove", "notes"),
