@@ -475,6 +475,31 @@ def test_a_log_that_is_no_file_is_one_error_line_not_an_empty_log(tmp_path: Path
     assert code == 1 and out == "" and err.startswith("crag: error: the answer log ") and "not a file" in err
 
 
+def test_crag_log_names_the_log_it_read_when_it_lies_outside_the_working_folder(
+        project: Path, monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """``crag log`` in a subfolder read ``../.crag/log.sqlite`` (or the state folder's log)
+    without a word, where the other commands say which index they used."""
+    assert cli("ask", "Which port does the server listen on?")[0] == 0
+    code, _, err = cli("log")
+    assert code == 0 and err == ""  # in the working folder: nothing to say
+    monkeypatch.chdir(project / "docs")
+    for argv in (("log",), ("log", "port"), ("log", "--json"), ("log", "--show", "last"), ("log", "-n", "1")):
+        code, _, err = cli(*argv)
+        assert code == 0 and err == f"crag: log {project / '.crag' / 'log.sqlite'}\n", (argv, err)
+    code, out, err = cli("log", "nowhere")  # the line saying there is no such answer names the log
+    assert code == 0 and err == "" and str(project / ".crag" / "log.sqlite") in out
+    away = tmp_path_factory.mktemp("away")  # no index: the log of the user's state folder
+    (away / "work").mkdir()
+    monkeypatch.setenv("HOME", str(away))
+    monkeypatch.setenv("XDG_STATE_HOME", str(away / "state"))
+    monkeypatch.chdir(away / "work")
+    code, out, err = cli("log")
+    assert code == 0 and err == "" and str(away / "state" / "crag" / "log.sqlite") in out  # no log yet: named there
+    assert cli("ask", "hello")[0] == 0
+    code, _, err = cli("log")
+    assert code == 0 and err == f"crag: log {away / 'state' / 'crag' / 'log.sqlite'}\n"
+
+
 def test_a_file_where_the_state_folder_belongs_is_one_error_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """With no index folder the log is ``$XDG_STATE_HOME/crag/log.sqlite``; a file standing
     where a folder above it belongs (``XDG_STATE_HOME``, or ``~/.local/state``, is a file)

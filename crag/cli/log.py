@@ -5,7 +5,8 @@
 answer holds every word of the query, ``crag log --show ID`` one answer in full (``last``
 for the newest); ``--json`` prints a JSON array of whole entries instead. Entries are
 printed as they are read from the log, so neither form holds the whole log in memory; a
-damaged row is printed with what is damaged named, never a traceback.
+damaged row is printed with what is damaged named, never a traceback. A log read from
+outside the working folder is named on stderr, as the other commands name their index.
 """
 
 from __future__ import annotations
@@ -145,16 +146,32 @@ def cmd_log(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 _write_json([entry], out)
             else:
                 out.write(shown(_full(entry)) + "\n")
-            return 0
+            return _log_note(log.path, err)
         if args.json:
             _write_json(entries, out)
-            return 0
+            return _log_note(log.path, err)
         if not _write_list(entries, out):
             what = f"matching {query!r} " if query else ""
             off = " (KB_AGENT_LOG=off: nothing is logged)" if not config.log else ""
             out.write(shown(f"no logged answers {what}in {log.path}{off}") + "\n")
             return 0
     out.write(f"\n`{suggested()} log --show ID` prints one answer in full\n")
+    return _log_note(log.path, err)
+
+
+def _log_note(path: str, err: TextIO) -> int:
+    """Say on stderr which answer log was read when it lies outside the working folder (beside
+    an index found in a parent or named by ``--index`` or ``KB_AGENT_INDEX_DIR``, or in the
+    user's state folder), as ``index_note`` names the index; not when there is no log file
+    (the output's own line names it then). The exit status, 0."""
+    import os
+
+    from ..index.discover import relative_label
+
+    here = os.path.abspath(os.getcwd())
+    if os.path.abspath(path).startswith(here + os.sep) or not os.path.isfile(path):
+        return 0
+    err.write(shown_message(f"crag: log {relative_label(path)}") + "\n")
     return 0
 
 
