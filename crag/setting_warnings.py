@@ -34,6 +34,9 @@ def setting_warnings(known: list[str], environ: Mapping[str, str] | None = None,
     where = os.fspath(dotenv) if dotenv else ".env"
     if dotenv and os.path.isdir(dotenv) and not os.path.isfile(os.path.join(dotenv, "pyvenv.cfg")):
         found.append(f"{where} is a folder, not a settings file; no settings are read from it")
+    target = _missing_target(dotenv) if dotenv else None
+    if target is not None:
+        found.append(f"{where} is a symbolic link to {target}, which does not exist; no settings are read from it")
     for number, name in bad_lines[:WARNINGS_SHOWN]:  # the hint names a setting, never the line's text
         close = difflib.get_close_matches(name.upper(), known, n=1, cutoff=0.8) if 5 <= len(name) <= 100 else []
         found.append(f"{where} line {number} is not an assignment (NAME=value); it is ignored" + "".join(f"; did you mean {c}=...?" for c in close))
@@ -54,3 +57,22 @@ def setting_warnings(known: list[str], environ: Mapping[str, str] | None = None,
     if len(unknown) > WARNINGS_SHOWN:
         found.append(f"{len(unknown) - WARNINGS_SHOWN:,} more KB_AGENT_* names are not crag settings")
     return found
+
+
+def _missing_target(path: str | os.PathLike[str]) -> str | None:
+    """Where a symbolic link to nothing points (a dotfiles checkout not there), shown; None for
+    anything else (a link round in a loop is an error of reading ``.env``)."""
+    from .safe_text import display_name
+
+    if not os.path.islink(path):
+        return None
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        try:
+            return display_name(os.fsdecode(os.readlink(path)))
+        except OSError:
+            return "?"
+    except (OSError, ValueError):
+        pass
+    return None

@@ -592,6 +592,21 @@ def test_11_a_virtualenv_named_env_is_no_settings_file(kb: Path) -> None:
     assert err == "crag: warning: .env is a folder, not a settings file; no settings are read from it\n"
 
 
+def test_11_a_dotenv_link_to_nothing_is_one_warning_line(kb: Path, tmp_path: Path) -> None:
+    """A ``.env`` linked to a file that is not there (a dotfiles checkout missing) was passed
+    over without a word, while one linked round in a loop is an error: its settings are not
+    read, and that is said."""
+    os.symlink(tmp_path / "dotfiles" / "crag.env", ".env")
+    code, out, err = cli("ask", "Which port does the server listen on?")
+    assert code == 0 and "8080" in out
+    assert err == (f"crag: warning: .env is a symbolic link to {tmp_path / 'dotfiles' / 'crag.env'}, which does "
+                   "not exist; no settings are read from it\n")
+    os.remove(".env")
+    os.symlink(".env", ".env")  # round in a loop: still an error, not this warning
+    code, _, err = cli("ask", "hi")
+    assert code == 2 and "is a symbolic link to" not in err and "expected a readable file" in one_error_line(err)
+
+
 def test_11_a_dotenv_in_utf16_is_read_and_one_that_is_not_text_is_named(kb: Path) -> None:
     Path(".env").write_bytes("KB_AGENT_MAX_ITERATIONS=zero\r\n".encode("utf-16"))  # PowerShell's ">"
     code, _, err = cli("ask", "hi")
