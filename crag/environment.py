@@ -118,7 +118,8 @@ def read_dotenv(path: str | os.PathLike[str], bad_lines: list[tuple[int, str]] |
     """``KEY=VALUE`` lines of a ``.env`` file; a missing file is an empty mapping.
 
     Accepts ``export KEY=VALUE``, single or double quotes (``_dotenv_value``), blank lines, ``#``
-    comments (also after a value, quoted or not) and a UTF-8 byte-order mark (or UTF-16 with its mark). Only a regular file of at most
+    comments (also after a value, quoted or not) and a UTF-8 byte-order mark (or UTF-16 with its mark; without it, the
+    error says so). Only a regular file of at most
     ``DOTENV_MAX_BYTES`` is read; a NUL character in a value is refused (no environment
     variable can hold one). Lines that are not assignments go to ``bad_lines`` when given, each
     as its number and the name it starts with ("" for none). An unchanged file is parsed once per process.
@@ -133,8 +134,12 @@ def _parse_dotenv(path: str | os.PathLike[str], bad_lines: list[tuple[int, str]]
     data = _read_small_regular_file(path, DOTENV_MAX_BYTES)
     if data is None:
         return {}
+    marked = data.startswith((b"\xff\xfe", b"\xfe\xff"))
+    if not marked and _utf16_unmarked(data):  # read as UTF-8, each of its NULs is in a name or a value
+        raise ConfigError(".env", os.fspath(path), "UTF-8 text (it reads as UTF-16 without a byte order mark: "
+                          "save it as UTF-8, or as UTF-16 with its mark)")
     try:  # UTF-16 with its byte-order mark is what PowerShell's ">" writes
-        text = data.decode("utf-16") if data.startswith((b"\xff\xfe", b"\xfe\xff")) else data.decode("utf-8-sig")
+        text = data.decode("utf-16") if marked else data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise ConfigError(".env", os.fspath(path), f"a UTF-8 file (byte {exc.start} is not UTF-8)") from exc
     values: dict[str, str] = {}
@@ -156,6 +161,15 @@ def _parse_dotenv(path: str | os.PathLike[str], bad_lines: list[tuple[int, str]]
             raise ConfigError(key, value, "a value without NUL characters", secret=_secret_variable(key) or _url_variable(key))
         values[key] = value
     return values
+
+
+def _utf16_unmarked(data: bytes) -> bool:
+    """Whether ``data`` looks like UTF-16 text written without its byte order mark: NULs in
+    every other byte (the high bytes of ASCII characters), at least half of one side's bytes."""
+    if b"\x00" not in data:
+        return False
+    even, odd = data[0::2].count(0), data[1::2].count(0)
+    return max(even, odd) * 2 >= len(data) // 2 and min(even, odd) * 4 < max(even, odd)
 
 
 # A value in double quotes, where a backslash escapes " and \ (as in a shell), or in single

@@ -607,6 +607,17 @@ def test_11_a_dotenv_link_to_nothing_is_one_warning_line(kb: Path, tmp_path: Pat
     assert code == 2 and "is a symbolic link to" not in err and "expected a readable file" in one_error_line(err)
 
 
+@pytest.mark.parametrize("codec", ["utf-16-le", "utf-16-be"])
+def test_11_a_dotenv_in_utf16_without_its_mark_is_named_so(kb: Path, codec: str) -> None:
+    """Read as UTF-8, such a file was "KB_AGENT_TOP_K=\\x007\\x00 is not valid: expected a value
+    without NUL characters": its encoding was never named."""
+    Path(".env").write_bytes("KB_AGENT_TOP_K=7\r\nKB_AGENT_LLM=offline\r\n".encode(codec))
+    code, out, err = cli("search", "port")
+    assert (code, out) == (2, "")
+    assert err == ("crag: error: the settings file .env is not valid: expected UTF-8 text (it reads as UTF-16 "
+                   "without a byte order mark: save it as UTF-8, or as UTF-16 with its mark)\n")
+
+
 def test_11_a_dotenv_in_utf16_is_read_and_one_that_is_not_text_is_named(kb: Path) -> None:
     Path(".env").write_bytes("KB_AGENT_MAX_ITERATIONS=zero\r\n".encode("utf-16"))  # PowerShell's ">"
     code, _, err = cli("ask", "hi")
