@@ -30,8 +30,10 @@ __all__ = [
     "counts",
     "environment",
     "fmt",
+    "fractions",
     "load_pyplot",
     "markdown_table",
+    "non_negative",
     "out_dir",
     "percentile",
     "positive",
@@ -239,6 +241,34 @@ def positive(value: str) -> float:
     if not math.isfinite(x) or x <= 0:
         raise argparse.ArgumentTypeError(f"must be above 0, got {value}")
     return x
+
+
+def non_negative(value: str) -> float:
+    """argparse type of a noise level or a fixed cost: a finite number, 0 or more."""
+    try:
+        x = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {value!r}") from None
+    if not math.isfinite(x) or x < 0:
+        raise argparse.ArgumentTypeError(f"must be a number of at least 0, got {value}")
+    return x
+
+
+def fractions(value: str) -> list[float]:
+    """argparse type of a comma-separated list of thresholds, each a number in [0, 1]
+    ('' for none)."""
+    out = []
+    for part in (p.strip() for p in value.split(",")):
+        if not part:
+            continue
+        try:
+            x = float(part)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {part!r}") from None
+        if not 0.0 <= x <= 1.0:  # nan is not either
+            raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {part}")
+        out.append(x)
+    return out
 
 
 def counts(lo: int) -> Callable[[str], list[int]]:

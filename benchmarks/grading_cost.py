@@ -103,8 +103,10 @@ from benchmarks.common import (
     counts,
     environment,
     fmt,
+    fractions,
     load_pyplot,
     markdown_table,
+    non_negative,
     out_dir,
     read_judged_pairs,
     record_file,
@@ -1031,19 +1033,19 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--queries", type=at_least(1), default=None, help="use only the first N queries (default: all)")
     p.add_argument("--ks", type=counts(1), default="3,5,10", help="candidate list sizes (default: %(default)s)")
     p.add_argument("--strategies", default=",".join(STRATEGIES), help="comma-separated (default: %(default)s)")
-    p.add_argument("--noise", type=float, default=0.15, help="grader noise sd (default: %(default)s)")
+    p.add_argument("--noise", type=non_negative, default=0.15, help="grader noise sd (default: %(default)s)")
     p.add_argument("--means", type=_means, default=DEFAULT_MEANS,
                    help="grader mean score for grades 0,1,2,3 (default: 0.05,0.45,0.8,0.95)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--encoding", default="o200k_base", help="tiktoken encoding (default: %(default)s)")
-    p.add_argument("--latency-fixed-ms", type=float, default=350.0)
-    p.add_argument("--latency-prompt-ms", type=float, default=0.2, help="ms per prompt token (default: %(default)s)")
-    p.add_argument("--latency-completion-ms", type=float, default=15.0,
+    p.add_argument("--latency-fixed-ms", type=non_negative, default=350.0)
+    p.add_argument("--latency-prompt-ms", type=non_negative, default=0.2, help="ms per prompt token (default: %(default)s)")
+    p.add_argument("--latency-completion-ms", type=non_negative, default=15.0,
                    help="ms per completion token (default: %(default)s)")
     p.add_argument("--price", action="append", type=_price, metavar="NAME=IN/OUT",
                    help="USD per million input/output tokens, repeatable (default: gpt-4o-mini=0.15/0.60, "
                         "gpt-4o=2.50/10.00)")
-    p.add_argument("--sweep", default=",".join(f"{t:g}" for t in SWEEP_THRESHOLDS),
+    p.add_argument("--sweep", type=fractions, default=",".join(f"{t:g}" for t in SWEEP_THRESHOLDS),
                    help="high_vector_score thresholds to sweep, '' for none (default: %(default)s)")
     p.add_argument("--few-context-ks", type=counts(1), default="1,2",
                    help="small k at which the few_context rule is checked, '' for none (default: %(default)s)")
@@ -1072,7 +1074,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     if unknown:
         p.error(f"unknown strategy: {', '.join(sorted(unknown))} (choose from {', '.join(STRATEGIES)})")
     args.prices = dict(args.price or [_price(x) for x in DEFAULT_PRICES])
-    args.sweep = [float(t) for t in args.sweep.split(",") if t.strip()]
     args.checkpoint = None
     args.qids = [q.strip() for q in args.qids.split(",") if q.strip()]
     args.record = args.record or args.out / "grading_cost_real.jsonl"

@@ -164,6 +164,33 @@ def test_a_count_of_0_that_ran_everything_is_refused_when_the_arguments_are_read
     assert capsys.readouterr().err.strip().splitlines()[-1] == f"python -m benchmarks.{name}: error: {says}"
 
 
+@pytest.mark.parametrize(("argv", "says"), [
+    (["--sweep", "0.8,5"], "argument --sweep: must be between 0 and 1, got 5"),
+    (["--sweep", "0.8,x"], "argument --sweep: expected a number, got 'x'"),
+    (["--sweep", "nan"], "argument --sweep: must be between 0 and 1, got nan"),
+    (["--noise", "nan"], "argument --noise: must be a number of at least 0, got nan"),
+    (["--noise", "-0.1"], "argument --noise: must be a number of at least 0, got -0.1"),
+    (["--latency-fixed-ms", "-5"], "argument --latency-fixed-ms: must be a number of at least 0, got -5"),
+    (["--latency-prompt-ms", "inf"], "argument --latency-prompt-ms: must be a number of at least 0, got inf"),
+    (["--latency-completion-ms", "x"], "argument --latency-completion-ms: expected a number, got 'x'"),
+])
+def test_a_grading_cost_number_it_cannot_use_is_refused_when_the_arguments_are_read(argv, says, capsys):
+    """A ``--sweep`` threshold outside [0, 1] failed only after the run's work, naming a crag
+    setting (or as ``could not convert string to float``); ``--noise nan`` and a negative latency
+    made a report. Only the arguments are read here: no benchmark runs, with or without the check."""
+    with pytest.raises(SystemExit) as exit_:
+        grading_cost.parse_args(argv)
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == f"python -m benchmarks.grading_cost: error: {says}"
+
+
+def test_grading_cost_reads_the_sweep_and_zero_noise_it_can_use():
+    args = grading_cost.parse_args(["--sweep", " 0.8, 0.3 ,0,1", "--noise", "0", "--latency-fixed-ms", "0"])
+    assert args.sweep == [0.8, 0.3, 0.0, 1.0] and args.noise == 0.0 and args.latency_fixed_ms == 0.0
+    assert grading_cost.parse_args(["--sweep", ""]).sweep == []
+    assert grading_cost.parse_args([]).sweep == list(grading_cost.SWEEP_THRESHOLDS)
+
+
 def test_a_failure_the_benchmark_can_name_is_one_line_and_exit_status_1(capsys):
     def unreachable():
         raise LLMError("LLM server http://127.0.0.1:9/v1 could not be reached for node grade_evidence")
