@@ -327,9 +327,10 @@ class StrategyModel:
         c = self.cost.completion_tokens(text)
         return Completion(text, self.model, prompt_tokens=p, completion_tokens=c, latency_ms=self.cost.latency_ms(p, c))
 
-    def _split(self, question: str, items, messages) -> None:
+    def _split(self, question: str, items, messages, style: str) -> None:
         """Meter where a grading's prompt tokens go: the fixed part of each call, the items read
-        for the first time, and the items sent again (graded by an LLM in an earlier round)."""
+        for the first time, and the items sent again (graded by an LLM in an earlier round),
+        each rendered in the grading's own ``style`` (the ``scores`` instructions are its header)."""
         from crag import prompts
         from crag.ports import GradeTask
 
@@ -345,9 +346,9 @@ class StrategyModel:
                 else:
                     self.meter.new_item_tokens += body
             return
-        header = tokens(prompts.render(GradeTask(question=question, items=())))
+        header = tokens(prompts.render(GradeTask(question=question, items=(), style=style)))
         fresh = tuple(it for it, again in zip(items, seen) if not again)
-        new = tokens(prompts.render(GradeTask(question=question, items=fresh))) - header if fresh else 0
+        new = tokens(prompts.render(GradeTask(question=question, items=fresh, style=style))) - header if fresh else 0
         self.meter.header_tokens += header
         self.meter.new_item_tokens += new
         self.meter.resent_item_tokens += tokens(messages) - header - new
@@ -363,7 +364,7 @@ class StrategyModel:
         meter = self.meter
         meter.llm_gradings += 1
         meter.items_graded += len(items)
-        self._split(q, items, request.messages)
+        self._split(q, items, request.messages, task.style)
         self.seen_by_llm.update((q, it.source) for it in items)
         if self.strategy != "per_item":
             completion = self._ask(request)

@@ -106,6 +106,22 @@ def test_simulated_grader_is_deterministic_and_follows_the_grade():
     assert exact.reply([0.8, 0.1]) == '{"scores": [0.8, 0.1]}'
 
 
+@pytest.mark.parametrize("strategy", ["per_item", "batch", "scores"])
+def test_grading_cost_splits_a_first_reading_into_its_header_and_new_items(strategy, judged_pairs):
+    """One grading of items never graded sends nothing again: the prompt is the style's own
+    header (rendered in ``task.style``, not the default style) plus the items read first time."""
+    queries = grading_cost.load_queries(judged_pairs, 1)
+    labels = {(q.text, c.item.source): c.grade for q in queries for c in q.candidates}
+    grader = grading_cost.SimulatedGrader(labels, grading_cost.DEFAULT_MEANS, noise=0.0, seed=1)
+    cost = grading_cost.CostModel("o200k_base", 350.0, 0.2, 15.0)
+    meter, quality = grading_cost.Meter(), grading_cost.Quality()
+    model = grading_cost.StrategyModel(strategy, grader, cost, meter, 3)
+    grading_cost.grade_once(strategy, queries[0], 3, model, meter, quality)
+    assert meter.calls == (3 if strategy == "per_item" else 1)
+    assert meter.resent_item_tokens == 0
+    assert meter.header_tokens + meter.new_item_tokens == meter.prompt_tokens
+
+
 def test_overhead_runs_and_both_runners_agree(tmp_path):
     out = tmp_path / "out"
     result = overhead.main(["--runs", "20", "--warmup", "2", "--no-startup", "--profile", "--profile-runs", "5",
