@@ -122,6 +122,20 @@ def test_grading_cost_splits_a_first_reading_into_its_header_and_new_items(strat
     assert meter.header_tokens + meter.new_item_tokens == meter.prompt_tokens
 
 
+def test_the_index_scale_docs_say_the_dimension_the_benchmark_measures():
+    """docs/benchmarks.md said index_scale measures 2048 dimensions after the hash embedder's
+    became 1,008 (the dimension the benchmark takes by default)."""
+    from pathlib import Path
+
+    from crag.index.embedders import DEFAULT_HASH_DIM
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md").read_text()
+    section = doc.split("## Index scale (`benchmarks/index_scale.py`)", 1)[1].strip().split("\n\n", 1)[0]
+    assert index_scale.default_dim()[0] == DEFAULT_HASH_DIM
+    assert f"`DEFAULT_HASH_DIM`, {DEFAULT_HASH_DIM:,}" in section
+    assert "hash embedder's dimension (2048)" not in doc
+
+
 def test_overhead_runs_and_both_runners_agree(tmp_path):
     out = tmp_path / "out"
     result = overhead.main(["--runs", "20", "--warmup", "2", "--no-startup", "--profile", "--profile-runs", "5",
