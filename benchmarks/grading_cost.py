@@ -262,6 +262,7 @@ class Meter:
     items_graded: int = 0  # items an LLM read
     parse_failures: int = 0  # items that got the 0.5 default because a reply did not parse
     calls_replayed: int = 0  # real grader: replies taken from the record of an earlier run
+    estimated_calls: int = 0  # real grader: calls whose token counts crag counted (the server reported none usable)
     scored: list = field(default_factory=list)  # (score, relevant) of every item an LLM graded
     # Where the prompt tokens go (tiktoken counts of the rendered prompts, whichever grader):
     header_tokens: int = 0  # instructions, question and reply format: paid once per call
@@ -274,6 +275,7 @@ class Meter:
         self.cached_tokens += completion.cached_tokens
         self.completion_tokens += completion.completion_tokens
         self.latency_ms += completion.latency_ms
+        self.estimated_calls += completion.usage_estimated
 
 
 class StrategyModel:
@@ -596,6 +598,7 @@ def summarise(strategy: str, meter: Meter, quality: Quality, prices: dict[str, t
         "auc": auc(meter.scored),
         "items_scored": len(meter.scored),
         "calls_replayed": meter.calls_replayed,
+        "estimated_calls": meter.estimated_calls,
         "prompt_split_tiktoken": {"header": meter.header_tokens, "new_items": meter.new_item_tokens,
                                   "resent_items": meter.resent_item_tokens},
         "questions_by_rounds": {str(r): n for r, n in sorted(quality.questions_by_rounds.items())},

@@ -14,7 +14,10 @@ The same sample also runs with the simulated grader, reported side by side.
 
 Usage and time are the server's: ``usage.prompt_tokens``, ``completion_tokens`` and
 ``prompt_tokens_details.cached_tokens`` (the part of the prompt the server took from its
-prefix cache), and the wall time of each request. Questions run one after another and, in
+prefix cache), and the wall time of each request. A reply without usable counts is counted
+by crag's adapter (tiktoken, ``Completion.usage_estimated``): the record keeps the flag, and
+each row of the report says for how many of its calls the counts are estimates
+(``estimated_calls``). Questions run one after another and, in
 each question, the strategies one after another (``per_item``, ``batch``, ``batch_rules``,
 ``batch_rules_memory``), so a run stopped early still compares the strategies on the
 questions it finished (the report counts only those).
@@ -88,7 +91,8 @@ class RecordedGrader:
                 TokenLogprob(t, lp, tuple((a, b) for a, b in top)) for t, lp, top in row["logprobs"])
             return Completion(row["text"], self.model, prompt_tokens=row["prompt_tokens"],
                               completion_tokens=row["completion_tokens"], latency_ms=row["latency_ms"],
-                              cached_tokens=row.get("cached_tokens", 0), logprobs=logprobs)
+                              cached_tokens=row.get("cached_tokens", 0), logprobs=logprobs,
+                              usage_estimated=bool(row.get("usage_estimated", False)))
         try:
             completion = self.chat.complete(request)
         except LLMError as exc:
@@ -101,6 +105,7 @@ class RecordedGrader:
         row = {"key": key, **label, "items": [it.source for it in request.task.items], "text": completion.text,
                "prompt_tokens": completion.prompt_tokens, "cached_tokens": completion.cached_tokens,
                "completion_tokens": completion.completion_tokens, "latency_ms": round(completion.latency_ms, 1),
+               "usage_estimated": completion.usage_estimated,
                "logprobs": None if completion.logprobs is None else [
                    [t.token, t.logprob, [list(a) for a in t.top]] for t in completion.logprobs],
                "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
@@ -144,9 +149,11 @@ def render_markdown(result: dict[str, Any]) -> str:
     for s in a["strategies"]:
         for kind in ("real", "simulated"):
             r = next(x for x in result["rows"][kind] if x["strategy"] == s)
+            estimated = r.get("estimated_calls", 0) if kind == "real" else 0
+            note = f" (estimated for {estimated:,} of {r['llm_calls']:,} calls)" if estimated else ""
             table.append([
-                f"`{s}`", kind, f"{r['llm_calls']:,}", f"{r['prompt_tokens']:,}",
-                f"{r['cached_tokens']:,}" if kind == "real" else "–", f"{r['completion_tokens']:,}",
+                f"`{s}`", kind, f"{r['llm_calls']:,}", f"{r['prompt_tokens']:,}{note}",
+                f"{r['cached_tokens']:,}" if kind == "real" else "–", f"{r['completion_tokens']:,}{note}",
                 f"{r['latency_s']:.0f}" if kind == "real" else f"{r['latency_s']:.1f} (modelled)",
                 f"{r['relevant_kept_pct']:.0f}% ({r['relevant_kept']}/{r['relevant_retrieved']})",
                 f"{r['irrelevant_through_pct']:.0f}% ({r['irrelevant_through']}/{r['irrelevant_retrieved']})",
@@ -154,6 +161,9 @@ def render_markdown(result: dict[str, Any]) -> str:
                 f"{r['parse_failures']:,}", f"{r['fast_path_false_approvals']:,}",
             ])
     out.append(markdown_table(headers, table))
+    if any(r.get("estimated_calls") for r in result["rows"]["real"]):
+        out.append("\nToken counts said to be estimated are crag's tiktoken counts of the request and the reply: "
+                   "the server reported no usable usage for those calls.\n")
     detail = []
     for s in a["strategies"]:
         for kind in ("real", "simulated"):

@@ -396,6 +396,43 @@ def test_grading_cost_with_a_sample_larger_than_the_data_reports_the_queries_it_
     assert "--sample 9: the data holds 3 queries, all of them run" in capsys.readouterr().err
 
 
+def test_grading_cost_says_which_token_counts_of_a_real_grader_are_estimates(tmp_path, judged_pairs):
+    """A server that sends no ``usage``: crag's tiktoken counts stand in, and the report, its
+    JSON (per row) and the record (per reply, so a replayed run says so too) say they are estimates."""
+    from .openai_server import FakeOpenAIServer, NoUsage
+
+    out = tmp_path / "out"
+    argv = ["--data", str(judged_pairs), "--ks", "3", "--sample", "1", "--model", "m", "--strategies",
+            "per_item,batch", "--out", str(out), "--quiet"]
+    with FakeOpenAIServer() as srv:
+        srv.default("grade_evidence", NoUsage("[0.9]"))
+        grading_cost.main([*argv, "--base-url", srv.base_url])
+        replayed = grading_cost.main([*argv, "--base-url", srv.base_url])
+    assert replayed["requests_sent"] == 0
+    record = [json.loads(line) for line in (out / "grading_cost_real.jsonl").read_text().splitlines()]
+    assert record and all(row["usage_estimated"] is True for row in record)
+    for result in (json.loads((out / "grading_cost_real.json").read_text()), replayed):
+        real = {r["strategy"]: r for r in result["rows"]["real"]}
+        assert real["per_item"]["estimated_calls"] == real["per_item"]["llm_calls"] > 0
+        assert real["batch"]["estimated_calls"] == real["batch"]["llm_calls"] > 0
+    md = (out / "grading_cost_real.md").read_text()
+    n = real["per_item"]["llm_calls"]
+    assert f"{real['per_item']['prompt_tokens']:,} (estimated for {n:,} of {n:,} calls)" in md
+    assert "the server reported no usable usage for those calls" in md
+
+
+def test_grading_cost_reports_a_servers_token_counts_as_its_own(tmp_path, judged_pairs):
+    from .openai_server import FakeOpenAIServer, Text
+
+    out = tmp_path / "out"
+    with FakeOpenAIServer() as srv:
+        srv.default("grade_evidence", Text("[0.9]", prompt_tokens=100, completion_tokens=4))
+        result = grading_cost.main(["--data", str(judged_pairs), "--ks", "3", "--sample", "1", "--model", "m",
+                                    "--strategies", "batch", "--out", str(out), "--quiet", "--base-url", srv.base_url])
+    assert all(r["estimated_calls"] == 0 for r in result["rows"]["real"])
+    assert "estimated" not in (out / "grading_cost_real.md").read_text()
+
+
 def test_offline_grading_summary_counts_notes_only_where_the_gold_file_was_retrieved():
     from benchmarks import offline_grading
 
