@@ -1106,7 +1106,9 @@ def sample_queries(queries: Sequence, n: int) -> list:
 
 def run_real(args) -> dict[str, Any]:
     """The simulated benchmark's workload with a real grader beside the simulated one (``--base-url``)."""
-    from benchmarks.real_grader import ORDER, RecordedGrader
+    import copy
+
+    from benchmarks.real_grader import ORDER, RecordedGrader, Unreachable
 
     everything = load_queries(args.data)
     if args.qids:
@@ -1127,28 +1129,40 @@ def run_real(args) -> dict[str, Any]:
     strategies = [s for s in ORDER if s in args.strategies]
     acc = {(kind, s): (Meter(), Quality()) for kind in ("real", "simulated") for s in strategies}
     done: list[str] = []
+    failed: list[str] = []  # questions left out: a request of theirs failed
     started = time.perf_counter()
-    result: dict[str, Any] = {}
+    run = grade_once if args.workload == "single" else run_question
     for k in args.ks:
         for query in queries:
-            for strategy in strategies:
-                for kind in ("real", "simulated"):
-                    meter, quality = acc[(kind, strategy)]
-                    model = StrategyModel(strategy, simulated, cost, meter, k,
-                                             real=real if kind == "real" else None,
-                                             label={"qid": query.qid, "k": k})
-                    run = grade_once if args.workload == "single" else run_question
-                    run(strategy, query, k, model, meter, quality)
-            done.append(f"{query.qid}@k{k}")
-            result = summary_real(args, queries, acc, strategies, done, real, time.perf_counter() - started)
+            before, errors = copy.deepcopy(acc), real.errors
+            try:
+                for strategy in strategies:
+                    for kind in ("real", "simulated"):
+                        meter, quality = acc[(kind, strategy)]
+                        model = StrategyModel(strategy, simulated, cost, meter, k,
+                                              real=real if kind == "real" else None,
+                                              label={"qid": query.qid, "k": k})
+                        run(strategy, query, k, model, meter, quality)
+            except Unreachable:  # nothing of this run reached the server: stop at once
+                acc.update(before)
+                failed.append(f"{query.qid}@k{k}")
+                return summary_real(args, queries, acc, strategies, done, real, time.perf_counter() - started,
+                                    failed)
+            if real.errors > errors:  # counted only whole: its failed requests were no grades
+                acc.update(before)
+                failed.append(f"{query.qid}@k{k}")
+            else:
+                done.append(f"{query.qid}@k{k}")
+            result = summary_real(args, queries, acc, strategies, done, real, time.perf_counter() - started, failed)
             if args.verbose:
-                print(f"  grading_cost (real): {len(done)} of {len(queries) * len(args.ks)} questions done", flush=True)
+                print(f"  grading_cost (real): {len(done)} of {len(queries) * len(args.ks)} questions done"
+                      + (f", {len(failed)} left out (a request failed)" if failed else ""), flush=True)
             if args.checkpoint is not None:
                 args.checkpoint(result)
-    return result
+    return summary_real(args, queries, acc, strategies, done, real, time.perf_counter() - started, failed)
 
 
-def summary_real(args, queries, acc, strategies, done, real, elapsed_s) -> dict[str, Any]:
+def summary_real(args, queries, acc, strategies, done, real, elapsed_s, failed=()) -> dict[str, Any]:
     from benchmarks.real_grader import verdict
 
     rows = {kind: [summarise(s, *acc[(kind, s)], args.prices, len(done)) for s in strategies]
@@ -1159,6 +1173,7 @@ def summary_real(args, queries, acc, strategies, done, real, elapsed_s) -> dict[
                  "strategies": strategies, "record": str(args.record), "timeout_s": args.timeout,
                  "data": str(args.data), "noise": args.noise, "seed": args.seed},
         "questions_done": list(done),
+        "questions_failed": list(failed),
         "requests_sent": real.sent,
         "requests_replayed": real.replayed,
         "request_errors": real.errors,
@@ -1175,6 +1190,20 @@ def every_request_failed(result: dict[str, Any]) -> bool:
     return bool(result["request_errors"]) and not result["requests_sent"] and not result["requests_replayed"]
 
 
+def further(earlier: Path, result: dict[str, Any]) -> bool:
+    """Whether the report at ``earlier`` measured the same thing (model, questions, k, workload,
+    strategies: the server's address, record and timeout aside) and got further than
+    ``result``: a run in progress does not replace it with less."""
+    aside = ("base_url", "record", "timeout_s")
+    try:
+        old = json.loads(earlier.read_text())
+        same = ({k: v for k, v in old["args"].items() if k not in aside}
+                == {k: v for k, v in result["args"].items() if k not in aside})
+        return same and len(old["questions_done"]) > len(result["questions_done"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return False
+
+
 def main(argv=None) -> dict[str, Any]:
     args = parse_args(argv)
     if args.base_url:
@@ -1182,8 +1211,8 @@ def main(argv=None) -> dict[str, Any]:
 
         name = real_grader.NAME + ("_single" if args.workload == "single" else "")
 
-        def checkpoint(result: dict[str, Any]) -> None:  # a report after every question
-            if not every_request_failed(result):
+        def checkpoint(result: dict[str, Any]) -> None:  # a report after every question, while none failed
+            if not result["request_errors"] and not further(args.out / f"{name}.json", result):
                 write_report(name, result, args.out, real_grader.render_markdown, lambda r, p: p, False)
 
         args.checkpoint = checkpoint
@@ -1191,6 +1220,18 @@ def main(argv=None) -> dict[str, Any]:
         if every_request_failed(result):  # the earlier report is kept: this run measured nothing
             raise SystemExit(f"python -m benchmarks.grading_cost: error: every request failed, the first with: "
                              f"{result['first_error']}")
+        if result["request_errors"]:  # an earlier report is kept; this one counts the questions finished
+            name += real_grader.INCOMPLETE
+            done = len(result["questions_done"])
+            if done:
+                write_report(name, result, args.out, real_grader.render_markdown, real_grader.render_chart,
+                             args.verbose)
+            raise SystemExit(
+                f"python -m benchmarks.grading_cost: error: {result['request_errors']} request(s) failed, the first "
+                f"with: {result['first_error']}; "
+                + (f"the {done} question(s) whose requests all got replies are reported in "
+                   f"{args.out / (name + '.md')}" if done else "no question got a reply to every request")
+                + f" (run it again to send only what {Path(args.record).name} lacks)")
         write_report(name, result, args.out, real_grader.render_markdown, real_grader.render_chart, args.verbose)
         return result
     return write_report(NAME, run(args), args.out, render_markdown, render_chart, args.verbose)

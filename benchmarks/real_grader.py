@@ -46,6 +46,29 @@ from typing import Any
 from benchmarks.common import append_jsonl, load_pyplot, markdown_table, read_jsonl
 
 NAME = "grading_cost_real"  # + "_single" for the single-round workload
+INCOMPLETE = "_incomplete"  # + this: the report of a run in which requests failed
+
+
+class Unreachable(Exception):
+    """The server could not be reached at all (connection refused, no route) before any
+    request of the run reached it: the run stops at once rather than fail every request."""
+
+
+def unreachable(exc: BaseException) -> bool:
+    """Whether ``exc`` (an ``LLMError``) was a connection that could not be made at all: refused,
+    or no route to the host; not a timeout, a dropped connection or an error status."""
+    import errno
+
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if type(cause).__name__ == "ConnectError" or isinstance(cause, ConnectionRefusedError):
+            return True
+        if isinstance(cause, OSError) and cause.errno in (errno.ENETUNREACH, errno.EHOSTUNREACH):
+            return True
+        cause = cause.__cause__ or cause.__context__
+    return False
 ORDER = ("per_item", "batch", "scores", "batch_rules", "batch_rules_memory")
 
 
@@ -100,6 +123,8 @@ class RecordedGrader:
             self.first_error = self.first_error or str(exc)
             if self.verbose:
                 print(f"  real grader: {label} failed: {exc}", flush=True)
+            if not self.sent and unreachable(exc):
+                raise Unreachable(str(exc)) from exc
             return Completion("", self.model)
         self.sent += 1
         row = {"key": key, **label, "items": [it.source for it in request.task.items], "text": completion.text,
@@ -143,6 +168,11 @@ def render_markdown(result: dict[str, Any]) -> str:
         f"{shape}{result['requests_sent']} requests sent in this run, {result['requests_replayed']} replayed from "
         f"`{Path(a['record']).name}`, {result['request_errors']} failed. Run time {result['elapsed_s'] / 60:.1f} min.\n\n"
     ]
+    left_out = result.get("questions_failed") or []
+    if left_out:
+        out.append(f"**Incomplete:** {len(left_out)} question(s) left out ({', '.join(left_out)}): a request of "
+                   f"theirs failed, the first with: {result['first_error']}. The tables count only the questions "
+                   "whose requests all got replies.\n\n")
     headers = ["strategy", "grader", "calls", "prompt tokens", "cached", "completion tokens", "grading time (s)",
                "relevant kept", "irrelevant through", "AUC", "parse failures (items)", "fast-path false approvals"]
     table = []

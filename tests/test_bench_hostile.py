@@ -253,6 +253,25 @@ def test_grading_cost_in_which_every_request_failed_leaves_the_earlier_report_al
     assert {p.name: p.read_text() for p in out.glob("grading_cost_real*.*")} == earlier
 
 
+def test_grading_cost_against_a_server_that_is_down_stops_at_its_first_request(tmp_path, monkeypatch):
+    """Connection refused: every request of the sample was tried (with its retry) before the one
+    line, minutes on the default sample; now the first that cannot reach the server ends the run."""
+    from crag.llm.openai_chat import OpenAIChatModel
+
+    tried = []
+    complete = OpenAIChatModel.complete
+    monkeypatch.setattr(OpenAIChatModel, "complete", lambda self, request, *a, **kw: (
+        tried.append(request), complete(self, request, *a, **kw))[1])
+    data = _judged_pairs(tmp_path / "pairs.jsonl")
+    url = f"http://127.0.0.1:{_down_port()}/v1"
+    with pytest.raises(SystemExit) as exit_:
+        grading_cost.main(["--data", str(data), "--base-url", url, "--sample", "1", "--ks", "3,5",
+                           "--strategies", "per_item,batch", "--timeout", "2", "--out", str(tmp_path), "--quiet"])
+    assert str(exit_.value.code).startswith("python -m benchmarks.grading_cost: error: every request failed, the "
+                                            f"first with: LLM server {url} could not be reached")
+    assert len(tried) == 1
+
+
 def test_grader_auc_against_an_unreachable_server_is_one_line_and_exit_status_1(tmp_path):
     data = _judged_pairs(tmp_path / "pairs.jsonl")
     port = _down_port()

@@ -433,6 +433,41 @@ def test_grading_cost_reports_a_servers_token_counts_as_its_own(tmp_path, judged
     assert "estimated" not in (out / "grading_cost_real.md").read_text()
 
 
+def test_grading_cost_whose_server_fails_partway_keeps_the_earlier_report_and_exits_1(tmp_path, judged_pairs):
+    """HTTP 500 after some replies: exit status 0, the earlier complete report overwritten, the
+    failed requests counted as calls and their items scored 0.5. Now only the questions whose
+    requests all got replies are counted, in a report of their own, and the run exits 1."""
+    from .openai_server import FakeOpenAIServer, Status, Text
+
+    out = tmp_path / "out"
+    argv = ["--data", str(judged_pairs), "--ks", "3", "--sample", "2", "--model", "m", "--strategies", "per_item",
+            "--out", str(out), "--quiet", "--timeout", "5"]
+    with FakeOpenAIServer() as srv:
+        srv.default("grade_evidence", Text("[0.9]"))
+        good = grading_cost.main([*argv, "--base-url", srv.base_url, "--record", str(tmp_path / "first.jsonl")])
+    per_question = good["rows"]["real"][0]["llm_calls"] // 2
+    assert len(good["questions_done"]) == 2 and per_question > 1
+    earlier = {p.name: p.read_bytes() for p in out.glob("grading_cost_real.*")}
+    with FakeOpenAIServer() as srv:  # the first question's replies, and one of the second's; then errors
+        srv.script("grade_evidence", *[Text("[0.9]")] * (per_question + 1))
+        srv.default("grade_evidence", Status(500))
+        with pytest.raises(SystemExit) as exit_:
+            grading_cost.main([*argv, "--base-url", srv.base_url, "--record", str(tmp_path / "second.jsonl")])
+    said = str(exit_.value.code)
+    assert said.startswith("python -m benchmarks.grading_cost: error: ") and " request(s) failed, the first with: " in said
+    assert f"are reported in {out / 'grading_cost_real_incomplete.md'}" in said
+    assert {p.name: p.read_bytes() for p in out.glob("grading_cost_real.*")} == earlier
+    partial = json.loads((out / "grading_cost_real_incomplete.json").read_text())
+    assert partial["questions_done"] == good["questions_done"][:1]
+    assert partial["questions_failed"] == good["questions_done"][1:]
+    assert partial["request_errors"] >= 1
+    real = partial["rows"]["real"][0]
+    assert real["llm_calls"] == per_question and real["parse_failures"] == 0
+    assert partial["rows"]["simulated"][0]["units"] == 1
+    md = (out / "grading_cost_real_incomplete.md").read_text()
+    assert f"{partial['request_errors']} failed" in md and "**Incomplete:** 1 question(s) left out" in md
+
+
 def test_offline_grading_summary_counts_notes_only_where_the_gold_file_was_retrieved():
     from benchmarks import offline_grading
 
