@@ -55,9 +55,14 @@ partial and 0.0 when unrelated, which is what TREC grades 3-2, 1 and 0 mean. The
 drawn once per (query, passage) from ``--seed``, so every strategy sees the same grade for
 the same pair (a temperature-0 grader) and the strategies differ only in what they send and
 what they decide. Position effects of long batches and per-item calibration differences are
-not modelled. The reply is what crag's prompt and reply schema ask for, the object
-``{"scores": [0.8, 0.1, 0.5]}`` (one number in it for a per-item call), parsed by
-``crag.prompts``.
+not modelled. The reply is what the style's prompt asks for, read by ``crag.prompts``: a
+``yes`` / ``no`` line per item for ``batch`` (``1: yes``), one bare ``yes`` or ``no`` for a
+per-item call, the object ``{"scores": [0.8, 0.1, 0.5]}`` for ``scores``; a label is ``yes``
+at a score of 0.5 or more, and carries the score as its P(yes) in the token probabilities
+crag asks for, so crag reads the same score whatever the style. The simulated grades are
+decided by the seeds' rules (``KB_AGENT_GRADING_POLICY=seed``, ``node_config``), as when every
+reply was numbers: the default policy's rows are for a real model's uninformative or
+undecided probabilities, which this grader does not have.
 
 Tokens are counted with tiktoken (``--encoding``, o200k_base as for gpt-4o-mini) on the
 messages the real prompt builders produce, as the chat format bills them: per message 3
@@ -214,10 +219,41 @@ class SimulatedGrader:
         return self._scores[key]
 
     @staticmethod
-    def reply(scores: Sequence[float]) -> str:
-        """The reply crag's prompt and JSON schema ask for (a schema-enforcing server returns
-        exactly this shape), so completion tokens are counted as a real grader spends them."""
-        return '{"scores": [' + ", ".join(f"{s:.1f}" for s in scores) + "]}"
+    def reply(scores: Sequence[float], style: str = "scores") -> str:
+        """The reply the style's prompt asks for, so completion tokens (and the modelled time)
+        are counted as a real grader spends them: ``scores`` the JSON object its schema asks
+        for, ``{"scores": [0.8, 0.1]}``; ``batch`` a label line per item, ``1: yes`` / ``2: no``;
+        ``pointwise`` one bare ``yes`` or ``no``. A label is ``yes`` when the score is at least 0.5."""
+        if style == "scores":
+            return '{"scores": [' + ", ".join(f"{s:.1f}" for s in scores) + "]}"
+        labels = ["yes" if s >= 0.5 else "no" for s in scores]
+        if style == "pointwise":
+            return labels[0]
+        return "\n".join(f"{i}: {label}" for i, label in enumerate(labels, start=1))
+
+    @staticmethod
+    def logprobs(scores: Sequence[float], style: str):
+        """The token probabilities a server sends with a label reply when crag asks for them:
+        at each label, P(yes) is the item's score, so crag reads the grade the score is."""
+        from crag.state import TokenLogprob
+
+        def log(p: float) -> float:
+            return math.log(p) if p > 0 else -math.inf
+
+        def label(s: float, lead: str) -> TokenLogprob:
+            word = "yes" if s >= 0.5 else "no"
+            top = ((lead + "yes", log(s)), (lead + "no", log(1.0 - s)))
+            return TokenLogprob(lead + word, log(s if word == "yes" else 1.0 - s),
+                                tuple(sorted(top, key=lambda t: -t[1])))
+
+        if style == "pointwise":
+            return (label(scores[0], ""),)
+        tokens: list[TokenLogprob] = []
+        for i, s in enumerate(scores, start=1):
+            tokens += [TokenLogprob(str(i), 0.0), TokenLogprob(":", 0.0), label(s, " ")]
+            if i < len(scores):
+                tokens.append(TokenLogprob("\n", 0.0))
+        return tuple(tokens)
 
 
 @dataclass
@@ -324,10 +360,13 @@ class StrategyModel:
             self.meter.calls_replayed += self.real.last_replayed
             return completion
         task = request.task
-        text = self.grader.reply([self.grader.score(task.question, it.source) for it in task.items])
+        scores = [self.grader.score(task.question, it.source) for it in task.items]
+        text = self.grader.reply(scores, task.style)
+        logprobs = self.grader.logprobs(scores, task.style) if request.logprobs and task.style != "scores" else None
         p = self.cost.prompt_tokens(request.messages)
         c = self.cost.completion_tokens(text)
-        return Completion(text, self.model, prompt_tokens=p, completion_tokens=c, latency_ms=self.cost.latency_ms(p, c))
+        return Completion(text, self.model, prompt_tokens=p, completion_tokens=c, latency_ms=self.cost.latency_ms(p, c),
+                          logprobs=logprobs)
 
     def _split(self, question: str, items, messages, style: str) -> None:
         """Meter where a grading's prompt tokens go: the fixed part of each call, the items read
@@ -479,13 +518,18 @@ class Quality:
                 self.irrelevant_through += kept
 
 
-def node_config(strategy: str, k: int, threshold: float | None = None):
-    """crag's defaults (3 rounds, rules on), with the rules off for the strategies without them."""
+def node_config(strategy: str, k: int, threshold: float | None = None, simulated: bool = True):
+    """crag's defaults (3 rounds, rules on), with the rules off for the strategies without them.
+    The simulated grader's grades are decided by the seeds' rules (``KB_AGENT_GRADING_POLICY=seed``):
+    its label replies carry the score as P(yes), and the default policy's rows for a real model's
+    uninformative or undecided probabilities would read them otherwise than the numbers they are."""
     from crag.config import Settings
     from crag.nodes import NodeConfig
 
     extra: dict[str, Any] = {"grade_memory": strategy == "batch_rules_memory",
                              "grader": "scores" if strategy == "scores" else "batch"}
+    if simulated:
+        extra["grading_policy"] = "seed"
     if strategy in ("per_item", "batch", "scores"):
         extra.update(NO_RULES)
     elif threshold is not None:
@@ -1142,7 +1186,8 @@ def run_real(args) -> dict[str, Any]:
                         model = StrategyModel(strategy, simulated, cost, meter, k,
                                               real=real if kind == "real" else None,
                                               label={"qid": query.qid, "k": k})
-                        run(strategy, query, k, model, meter, quality)
+                        run(strategy, query, k, model, meter, quality,
+                            node_config(strategy, k, simulated=kind == "simulated"))
             except Unreachable:  # nothing of this run reached the server: stop at once
                 acc.update(before)
                 failed.append(f"{query.qid}@k{k}")

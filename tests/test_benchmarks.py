@@ -136,6 +136,34 @@ def test_the_index_scale_docs_say_the_dimension_the_benchmark_measures():
     assert "hash embedder's dimension (2048)" not in doc
 
 
+@pytest.mark.parametrize(("strategy", "asked"), [("per_item", r"(yes|no)"), ("batch", r"(\d+: (yes|no)\n)*\d+: (yes|no)"),
+                                               ("scores", r'\{"scores": \[[0-9., ]+\]\}')])
+def test_the_simulated_grader_replies_as_each_styles_prompt_asks(strategy, asked, judged_pairs, monkeypatch):
+    """It answered every style with the scores style's JSON (8 tokens for a pointwise yes/no),
+    so completion tokens and time were not a real grader's; its scores are still what crag reads."""
+    import re
+
+    from crag.llm.tokens import count_tokens
+
+    queries = grading_cost.load_queries(judged_pairs, 1)
+    labels = {(q.text, c.item.source): c.grade for q in queries for c in q.candidates}
+    grader = grading_cost.SimulatedGrader(labels, grading_cost.DEFAULT_MEANS, noise=0.15, seed=1)
+    cost = grading_cost.CostModel("o200k_base", 350.0, 0.2, 15.0)
+    meter, quality = grading_cost.Meter(), grading_cost.Quality()
+    model = grading_cost.StrategyModel(strategy, grader, cost, meter, 3)
+    replies = []
+    ask = model._ask
+    monkeypatch.setattr(model, "_ask", lambda request: replies.append(ask(request)) or replies[-1])
+    grading_cost.grade_once(strategy, queries[0], 3, model, meter, quality)
+    assert replies and all(re.fullmatch(asked, r.text) for r in replies)
+    assert meter.completion_tokens == sum(count_tokens(r.text, "o200k_base") for r in replies)
+    if strategy == "per_item":
+        assert meter.completion_tokens == meter.calls == 3  # one token, yes or no, a call
+    q = queries[0]
+    assert meter.parse_failures == 0
+    assert meter.scored == [(grader.score(q.text, c.item.source), c.relevant) for c in q.candidates[:3]]
+
+
 def test_overhead_runs_and_both_runners_agree(tmp_path):
     out = tmp_path / "out"
     result = overhead.main(["--runs", "20", "--warmup", "2", "--no-startup", "--profile", "--profile-runs", "5",
