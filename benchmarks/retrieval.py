@@ -892,4 +892,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    import signal
+
+    # SIGTERM ends the run as Ctrl-C does: the temporary index folders are removed on the way out
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     raise SystemExit(run_main(main, "python -m benchmarks.retrieval"))

@@ -272,6 +272,33 @@ def test_grading_cost_against_a_server_that_is_down_stops_at_its_first_request(t
     assert len(tried) == 1
 
 
+def test_retrieval_ended_by_sigterm_removes_its_temporary_folders(tmp_path):
+    """Ctrl-C removed the run's /tmp/crag-bench-retrieval-* folders; SIGTERM left them."""
+    import signal
+    import time
+
+    from benchmarks.common import SHARED
+
+    if not (SHARED / "corpora" / "fastapi_docs").is_dir():
+        pytest.skip(f"the shared corpora are not at {SHARED}")
+    proc = subprocess.Popen([sys.executable, "-m", "benchmarks.retrieval", "--quick", "--corpus", "docs",
+                             "--out", str(tmp_path / "out")], cwd=Path(__file__).resolve().parents[1],
+                            env={**os.environ, "TMPDIR": str(tmp_path)}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not list(tmp_path.glob("crag-bench-retrieval-*")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert list(tmp_path.glob("crag-bench-retrieval-*")), "the run made no temporary folder"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 128 + signal.SIGTERM
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert list(tmp_path.glob("crag-bench-retrieval-*")) == []
+
+
 def test_grader_auc_against_an_unreachable_server_is_one_line_and_exit_status_1(tmp_path):
     data = _judged_pairs(tmp_path / "pairs.jsonl")
     port = _down_port()
