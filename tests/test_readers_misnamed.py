@@ -45,3 +45,13 @@ def test_a_pdf_or_a_page_named_docx_is_refused_saying_what_it_is(tmp_path: Path)
     pdf = make_pdf(tmp_path / "guide.pdf", [["Page one."]]).read_bytes()
     assert refusal("guide.docx", pdf) == "it is not a DOCX but a PDF: rename it to .pdf to index it"
     assert refusal("page.docx", b"<html><body>Moved</body></html>") == "it is not a DOCX but an HTML page"
+
+
+def test_a_docx_cut_short_is_damaged_not_another_format(tmp_path: Path) -> None:
+    """A partial copy starts as a zip archive and has no zip directory: it is a DOCX, damaged,
+    as a PDF cut short is; bytes that never were a zip archive are still not a DOCX."""
+    docx = make_docx(tmp_path / "r.docx").read_bytes()
+    for cut in (len(docx) * 95 // 100, len(docx) // 2, 30):
+        assert refusal("r.docx", docx[:cut]).startswith(
+            "the DOCX is damaged or cut short (its zip archive cannot be opened: ")
+    assert refusal("r.docx", b"plain words, no archive").startswith("it is not a DOCX (not a zip archive: ")

@@ -325,6 +325,8 @@ def _check_zip(data: bytes) -> None:
         zf = zipfile.ZipFile(io.BytesIO(data))
         parts = zf.infolist()
     except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, OSError) as exc:
+        if data.startswith(b"PK\x03\x04"):  # a zip archive's start, no directory: a partial copy, say
+            raise _Refused(f"the DOCX is damaged or cut short (its zip archive cannot be opened: {_one_line(exc)})") from exc
         raise _Refused(f"it is not a DOCX (not a zip archive: {_one_line(exc)})") from exc
     names = {p.filename: p for p in parts}
     if "[Content_Types].xml" not in names:  # no Office package: an e-book, an OpenDocument, any zip
