@@ -186,3 +186,41 @@ def test_an_index_report_names_its_generation_alike_written_or_unchanged(tmp_pat
     settings = Settings(index_dir=str(tmp_path / "idx"), llm="offline")
     written = ensure_indexed(settings, ["A"]).generation
     assert written == "gen-000001" and ensure_indexed(settings, ["A"]).generation == written
+
+
+def test_an_interrupt_stops_the_reading_before_the_next_file_and_lets_the_lock_go(setup, monkeypatch) -> None:
+    """Ctrl-C (or SIGTERM, raised as an exception alike) while files are read: the worker
+    threads each finish the file they are reading and stop, rather than their whole batch of up
+    to 64 files (with PDFs of seconds each, the run went on for minutes); nothing is published
+    and the next run takes the lock at once."""
+    import threading
+
+    from crag.index import reading
+
+    cfg, root = setup
+    real_read = reading.read_bytes
+    reads: list[str] = []
+    main = threading.main_thread().ident
+
+    def slow_read(path: str) -> bytes:
+        reads.append(path)
+        if len(reads) == 3:
+            signal.pthread_kill(main, signal.SIGINT)
+        time.sleep(0.1)  # 64 files a batch: 6.4 s for a batch read to its end
+        return real_read(path)
+
+    monkeypatch.setattr(reading, "read_bytes", slow_read)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    started = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            index_roots(cfg, [root])
+            time.sleep(10)  # the signal is on its way
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert time.monotonic() - started < 3
+    assert len(reads) <= 8, f"{len(reads)} files read after the interrupt"
+    assert state_of(cfg) == "older"
+    monkeypatch.setattr(reading, "read_bytes", real_read)
+    assert len(index_roots(cfg, [root], lock_timeout=0).changed) == N_FILES
+    assert state_of(cfg) == "newer"

@@ -4,13 +4,16 @@
 given: its size and sha256, and (when the content is new or changed and is text) its
 decoded text and chunks; or why it could not be read. Files are read in batches of about
 ``_BATCH_BYTES`` by two worker threads (tiktoken and hashing release the GIL), at most a
-window of batches ahead of the caller.
+window of batches ahead of the caller. Once the caller stops (Ctrl-C, SIGTERM, an error, the
+iterator closed), a batch being read stops before its next file: the file being read is the
+last, bounded by its reader's own time limit.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -50,12 +53,15 @@ def prepare_all(
 ) -> Iterator[Prepared]:
     """Every file of ``files`` prepared, in order (see the module docstring)."""
     count = token_counter()
+    stopped = threading.Event()  # the caller stopped: no worker starts another file
 
     def prepare(batch: Sequence[DiscoveredFile]) -> list[Prepared]:
         """Read, hash and chunk some files (in a worker thread: tiktoken releases the GIL)."""
         done: list[Prepared | None] = []
         todo: list[tuple[int, DiscoveredFile, bytes, str, str, list[str]]] = []
         for f in batch:
+            if stopped.is_set():
+                return []  # never taken: the caller is gone
             try:
                 data = read_bytes(f.path)
             except (OSError, ValueError) as exc:
@@ -90,12 +96,14 @@ def prepare_all(
             done[i] = Prepared(f, size=len(data), sha=sha, text=text, chunks=chunks)
         return done  # type: ignore[return-value]
 
-    for batch in _ordered_map(prepare, _batches(files)):
+    for batch in _ordered_map(prepare, _batches(files), stopped):
         yield from batch
 
 
-def _ordered_map(fn: Callable[[Any], Any], items: Sequence[Any], workers: int = 2, window: int = 16) -> Iterable[Any]:
-    """``map(fn, items)`` in order, computed by ``workers`` threads at most ``window`` items ahead."""
+def _ordered_map(fn: Callable[[Any], Any], items: Sequence[Any], stopped: threading.Event, workers: int = 2,
+                 window: int = 16) -> Iterable[Any]:
+    """``map(fn, items)`` in order, computed by ``workers`` threads at most ``window`` items ahead;
+    ``stopped`` is set when the caller stops taking them, before the threads are waited for."""
     if len(items) <= 1:
         yield from map(fn, items)
         return
@@ -112,6 +120,7 @@ def _ordered_map(fn: Callable[[Any], Any], items: Sequence[Any], workers: int = 
             while pending:
                 yield pending.popleft().result()
         finally:
+            stopped.set()  # the running calls end at their next file: waited for below, not their batch
             for fut in pending:
                 fut.cancel()
 
