@@ -399,6 +399,35 @@ def test_a_document_with_no_text_is_a_skipped_file_that_says_why(folder: Path) -
     assert "docs  1 file, 1 chunk" in out
 
 
+def blank_pdf(path: Path, pages: int = 2) -> Path:
+    """A PDF of blank pages: what crag reads of a scan (its pages are images)."""
+    from pypdf import PdfWriter
+
+    writer = PdfWriter()
+    for _ in range(pages):
+        writer.add_blank_page(612, 792)
+    with open(path, "wb") as f:
+        writer.write(f)
+    return path
+
+
+SCAN = "no text on its 2 pages: a scanned PDF holds images, and crag reads only a PDF's text (run OCR on it to index it)"
+
+
+def test_every_skipped_file_is_named_by_the_index_report(folder: Path) -> None:
+    """Past the tenth, skipped files were "... and 3 more": a scan among twelve damaged PDFs
+    vanished with its reason, on every run. The index report names every one."""
+    for n in range(12):
+        (folder / f"report{n:02d}.pdf").write_bytes(b"%PDF-1.4\n1 0 obj\n")
+    blank_pdf(folder / "zz-scan.pdf")
+    for _ in range(2):
+        code, out, err = cli("index", "docs")
+        assert code == 0, err
+        why = skipped(out)
+        assert len(why) == 13 and why["docs/zz-scan.pdf"] == SCAN and "more" not in out, out
+        assert "skipped 13 file(s):" in out.splitlines()
+
+
 HIDDEN_CRYPTOGRAPHY = r"""
 import importlib.abc, sys
 class Hidden(importlib.abc.MetaPathFinder):  # as if the cryptography package were not installed

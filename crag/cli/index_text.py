@@ -132,12 +132,9 @@ def index_report_text(report: IndexReport, cwd: str | None = None) -> str:
         if paths:
             lines.append(f"{label}:")
             lines += _names(paths, cwd)
-    if report.warnings:
+    if report.warnings:  # every one named, however many: each has its own reason and its own fix
         lines.append(f"skipped {len(report.warnings)} file(s):")
-        for path, why in report.warnings[:_LIST_LIMIT]:
-            lines.append(f"  {relative_label(path, cwd)}: {why}")
-        if len(report.warnings) > _LIST_LIMIT:
-            lines.append(f"  ... and {len(report.warnings) - _LIST_LIMIT} more")
+        lines += [f"  {relative_label(path, cwd)}: {why}" for path, why in report.warnings]
     skipped = skipped_line(report.skipped_types, kept=report.kept_unread)
     if skipped:
         lines.append(skipped)
