@@ -414,9 +414,32 @@ def blank_pdf(path: Path, pages: int = 2) -> Path:
 SCAN = "no text on its 2 pages: a scanned PDF holds images, and crag reads only a PDF's text (run OCR on it to index it)"
 
 
-def test_every_skipped_file_is_named_by_the_index_report(folder: Path) -> None:
+def test_ask_and_search_with_kb_name_the_documents_they_skipped_and_why(folder: Path) -> None:
+    """A folder of documents crag cannot read, asked about: the answer finds nothing, and stderr
+    said nothing of why (exit status 0, the answer "couldn't find"). Each skipped file is named
+    with its reason, on every run, as the index report names it; the exit status stays 0."""
+    scans = folder.parent / "scans"
+    scans.mkdir()
+    blank_pdf(scans / "scan.pdf")
+    damaged_pdf(scans / "broken.pdf")
+    (folder / "bin.md").write_bytes(b"x\0\0\0 binary data named .md")
+    for _ in range(2):
+        code, out, err = cli("ask", "Which torque wrench does the widget need?", "--kb", "scans")
+        assert code == 0 and "couldn't find" in out, err
+        named = [line for line in err.splitlines() if line.startswith("crag: skipped ")]
+        assert named[0].startswith("crag: skipped scans/broken.pdf: pypdf cannot read it (TypeError"), err
+        assert named[1:] == [f"crag: skipped scans/scan.pdf: {SCAN}"], err
+        code, out, err = cli("search", "torque wrench", "--kb", "scans")
+        assert code == 0 and f"crag: skipped scans/scan.pdf: {SCAN}" in err.splitlines(), err
+        # a run that finds the index current (nothing read) names them too
+        code, out, err = cli("search", "harbour shop", "--kb", "docs")
+        assert code == 0 and "docs/ok.md" in out and "crag: skipped docs/bin.md: binary file" in err.splitlines(), err
+
+
+def test_every_skipped_file_is_named_by_index_and_ask_kb_says_how_to_see_them_all(folder: Path) -> None:
     """Past the tenth, skipped files were "... and 3 more": a scan among twelve damaged PDFs
-    vanished with its reason, on every run. The index report names every one."""
+    vanished with its reason, on every run. The index report names every one; ``--kb`` names
+    ten on stderr and gives the command that names them all."""
     for n in range(12):
         (folder / f"report{n:02d}.pdf").write_bytes(b"%PDF-1.4\n1 0 obj\n")
     blank_pdf(folder / "zz-scan.pdf")
@@ -426,6 +449,11 @@ def test_every_skipped_file_is_named_by_the_index_report(folder: Path) -> None:
         why = skipped(out)
         assert len(why) == 13 and why["docs/zz-scan.pdf"] == SCAN and "more" not in out, out
         assert "skipped 13 file(s):" in out.splitlines()
+    code, out, err = cli("ask", "Which torque wrench does the widget need?", "--kb", "docs")
+    assert code == 0
+    named = [line for line in err.splitlines() if line.startswith("crag: skipped ")]
+    assert len(named) == 10 and named[0].startswith("crag: skipped docs/report00.pdf: pypdf cannot read it ("), err
+    assert "crag: ... and 3 more skipped file(s): `python -m crag index docs` names every one" in err.splitlines(), err
 
 
 HIDDEN_CRYPTOGRAPHY = r"""

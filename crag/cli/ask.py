@@ -99,6 +99,7 @@ def agent_for(args: argparse.Namespace, err: TextIO, later: list[Callable[[], No
         with waits_shown(notes if notes.tty else None):
             report = ensure_indexed(config, args.kb, progress=notes, waiting=waiting_note(config, err))
     if report is not None:
+        skipped_note(report, err)
         extras_note(report, err)
     if report is not None and report.changed_anything:
         err.write(shown(kb_note(report)) + "\n")  # names the index
@@ -120,6 +121,28 @@ def kb_note(report, cwd: str | None = None) -> str:
         f"{len(report.changed)} changed, {len(report.removed)} removed, {report.chunks_total} chunks in the index "
         f"(`{suggested()} roots` lists its roots, `{suggested()} roots --remove PATH` drops one)"
     )
+
+
+_SKIPPED_NAMED = 10  # skipped files named on stderr by a ``--kb`` run; ``crag index`` names them all
+
+
+def skipped_note(report, err: TextIO, cwd: str | None = None) -> None:
+    """The files of the ``--kb`` roots that were skipped (unreadable, encrypted, a scan, binary...),
+    each named with why on stderr, on every run as the ``index`` report names them: a folder of
+    documents crag cannot read otherwise answers "couldn't find" with no word of why. At most
+    ``_SKIPPED_NAMED`` are named, then how many more and the command that names every one."""
+    import shlex
+
+    from ..index.discover import relative_label
+
+    skipped = report.warnings
+    lines = [f"crag: skipped {relative_label(path, cwd)}: {why}" for path, why in skipped[:_SKIPPED_NAMED]]
+    if len(skipped) > _SKIPPED_NAMED:
+        roots = " ".join(shlex.quote(relative_label(r, cwd)) for r in report.roots)
+        lines.append(f"crag: ... and {len(skipped) - _SKIPPED_NAMED} more skipped file(s): `{suggested()} index {roots}` "
+                     "names every one")
+    for line in lines:
+        err.write(shown(line) + "\n")
 
 
 def extras_note(report, err: TextIO) -> None:

@@ -55,7 +55,7 @@ def cmd_roots(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def cmd_search(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from .ask import IndexNotes, extras_note, kb_note
+    from .ask import IndexNotes, extras_note, kb_note, skipped_note
     from .index_text import missing_roots_note, search, search_text
     from .live import wants_progress
 
@@ -68,6 +68,7 @@ def cmd_search(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                               waiting=waiting_note(config, err), progress=notes)
     # after the search: a failure is its one error line, with no note before it
     if report is not None:
+        skipped_note(report, err)
         extras_note(report, err)
     if report is not None and report.changed_anything:
         err.write(shown(kb_note(report)) + "\n")  # the one line ``ask --kb`` writes; it names the index

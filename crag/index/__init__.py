@@ -86,7 +86,7 @@ def ensure_indexed(
     with _closed_after(settings, embedder) as (store, embedder):
         current = quick_check(store, roots, embedder, (DEFAULT_MAX_TOKENS, DEFAULT_MIN_TOKENS))
         if current is not None:
-            files, chunks, generation, skipped_types = current
+            files, chunks, generation, skipped_types, skipped = current
             from .discover import normalize_root
 
             return IndexReport(
@@ -97,6 +97,7 @@ def ensure_indexed(
                 chunks_total=chunks,
                 generation=generation,
                 skipped_types=skipped_types,
+                warnings=skipped,
             )
         return update_store(
             store,

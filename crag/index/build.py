@@ -507,9 +507,9 @@ def _still_held(path: str, keep: Sequence[str], drop: Sequence[str]) -> bool:
 
 def quick_check(
     store: Store, roots: Sequence[str | os.PathLike[str]], embedder: Embedder, chunking: tuple[int, int]
-) -> tuple[int, int, str, tuple[str, ...]] | None:
-    """(files, chunks, version, the suffixes of the files left out for their type) when the index
-    is current for ``roots`` by size and mtime alone.
+) -> tuple[int, int, str, tuple[str, ...], tuple[tuple[str, str], ...]] | None:
+    """(files, chunks, version, the suffixes of the files left out for their type, the files skipped
+    with why, as an update names them) when the index is current for ``roots`` by size and mtime alone.
 
     Reads no file contents and takes no lock. None when there is no index or something
     changed. Raises ``EmbedderMismatchError`` when the index was built with another
@@ -540,5 +540,6 @@ def quick_check(
     if under != len(discovery.files):
         return None
     files = sum(not state.files[f.path].binary for f in discovery.files)
-    return files, state.chunks, generation_name(state.version), discovery.skipped_types
+    skipped = (*discovery.warnings, *((f.path, BINARY_FILE) for f in discovery.files if state.files[f.path].binary))
+    return files, state.chunks, generation_name(state.version), discovery.skipped_types, skipped
 
