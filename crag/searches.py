@@ -64,16 +64,24 @@ __all__ = [
 
 # Words (as ``keywords`` stems them) that ask for more of the same rather than name a subject.
 FOLLOW_UP_WORDS = frozenset({"go", "continue", "elaborate", "detail", "expand", "clarify", "really", "ok", "okay",
-                             "sure", "example"})
+                             "sure", "example", "say"})
+# Words of an earlier turn of small talk ("thanks!", "great, thank you", "hello there"): such a
+# turn names nothing, so a follow-up after it is read with the question before it.
+SMALL_TALK_WORDS = frozenset(keywords(
+    "hi hello hey hiya howdy thanks thank thx cheers bye goodbye cool great nice awesome perfect wonderful "
+    "excellent helpful appreciate appreciated welcome alright"
+))
 
 
 def searched_question(question: str, history: Sequence[Message]) -> str:
     """``question``, or, when it names nothing to search (``keywords`` finds no word beyond
-    ``FOLLOW_UP_WORDS``), the latest earlier user turn that does, followed by ``question``."""
+    ``FOLLOW_UP_WORDS``), the latest earlier user turn that does (small talk names nothing),
+    followed by ``question``."""
     if any(w not in FOLLOW_UP_WORDS for w in keywords(question)):
         return question
+    naming_nothing = FOLLOW_UP_WORDS | SMALL_TALK_WORDS
     for message in reversed(history):
-        if message.role == "user" and any(w not in FOLLOW_UP_WORDS for w in keywords(message.content)):
+        if message.role == "user" and any(w not in naming_nothing for w in keywords(message.content)):
             return f"{message.content.strip()} {question.strip()}"
     return question
 

@@ -78,6 +78,7 @@ def test_the_plan_prompt_carries_the_conversation(kb: Path, tmp_path: Path, monk
     ("more", "How do I install the service? more"),
     ("tell me more", "How do I install the service? tell me more"),
     ("go on", "How do I install the service? go on"),
+    ("say more", "How do I install the service? say more"),
     ("and on Windows?", "and on Windows?"),  # a word of its own: searched as it is
     ("Which port?", "Which port?"),
 ])
@@ -90,6 +91,10 @@ def test_a_follow_up_with_no_word_of_its_own_is_searched_with_the_question_it_fo
     # a chain of such follow-ups goes back to the last question that names something
     chained = [*turns, Message("user", "and?"), Message("assistant", "Also with pip [1].")]
     assert searched_question(question, chained) == searched
+    # so does one after small talk, which names nothing either
+    for thanks in ("thanks", "great, thanks!", "Thank you very much!", "hello there", "cool"):
+        after_thanks = [*turns, Message("user", thanks), Message("assistant", "You're welcome!")]
+        assert searched_question(question, after_thanks) == searched, thanks
     assert searched_question(question, []) == question
 
 
