@@ -111,17 +111,21 @@ _TABLE_MATCHES = 3  # of a longer one, its header and at most this many rows hol
 
 def _table(text: str, question: str) -> str | None:
     """A Markdown table as it should be quoted, its rows as written (list or quote indentation
-    removed): whole when short, else its header and the rows that hold the question's words;
-    None when it has no header rule, or no row of a long one holds them."""
+    removed): whole when short, else its header and the rows that hold the most of the
+    question's words (a word every row holds, as ``PUMP_`` of ``PUMP_TIMEOUT``, picks none of
+    them: the first rows were quoted, not the asked one); None when it has no header rule, or
+    no row of a long one holds them."""
     lines = [ln.strip() for ln in _QUOTE_PREFIX.sub("", text).split("\n")]
     if len(lines) < 3 or not _TABLE_RULE.match(lines[1]):
         return None
     if len(lines) <= _TABLE_ROWS and len(text) <= _CODE_CHARS:
         return "\n".join(lines)
     words = keywords(question)
-    rows = [row for row in lines[2:] if any(in_vocabulary(w, set(keywords(row))) for w in words)]
-    if not rows:
+    held = [sum(1 for w in words if in_vocabulary(w, set(keywords(row)))) for row in lines[2:]]
+    most = max(held, default=0)
+    if not most:
         return None
+    rows = [row for row, n in zip(lines[2:], held, strict=True) if n == most]
     quote = "\n".join(lines[:2] + rows[:_TABLE_MATCHES])
     return quote if len(quote) <= _CODE_CHARS else None
 
