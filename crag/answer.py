@@ -3,7 +3,7 @@
 Pure text functions. ``renumber`` rewrites the model's markers so they run 1, 2, ... in
 order of first use (``[1, 2]``, ``[1][2]`` and ``[1-3]`` are all understood, and so are ``[¹]``
 and ``[[1]]``: ``plain_markers``; markers that point at no evidence are dropped; code spans and
-fenced blocks are left alone).
+fenced blocks are left alone, and so are the offline answer's quoted tables: ``code_split``).
 ``compose`` puts body, note, footer and the one usage block together, in that order; the
 footer lists the items the body cites, nothing else (``crag.grounding`` decides beforehand
 which items those are and narrows each to the passage that supports the sentence).
@@ -82,6 +82,12 @@ FIXED_SENTENCES = frozenset({NO_EVIDENCE, OFFLINE_PREFACE, NO_QUOTABLE, EMPTY_RE
 
 # A fenced block or an inline code span: left untouched by renumbering.
 _CODE = re.compile(r"(```.*?(?:```|\Z)|~~~.*?(?:~~~|\Z)|`[^`\n]*`)", re.S)
+# ... and in the offline answer, a table: a quote of the evidence, each row as written, its
+# marker on the line below it (crag.llm.offline). A bracket in a row ("in [0, 1]", "see [2]")
+# is the document's text: read as a marker, it was removed, or made a citation of an item.
+_CODE_OR_QUOTED_TABLE = re.compile(r"(```.*?(?:```|\Z)|~~~.*?(?:~~~|\Z)|(?m:^\|[^\n]*(?:\n\|[^\n]*)*)|`[^`\n]*`)",
+                                   re.S)
+_REFUSAL = "The knowledge base does not appear to answer this question:"  # how each opening above starts
 # [1], [1, 2], [1,2;3], [1-3]; not a Markdown link "[1](...)" nor a footnote "[^1]".
 _ONE_MARKER = r"\[(\s*\d+(?:\s*[-–]\s*\d+)?(?:\s*[,;]\s*\d+(?:\s*[-–]\s*\d+)?)*\s*)\](?!\()"
 _MARKER = re.compile(r"[ \t]?" + _ONE_MARKER)
@@ -142,7 +148,7 @@ def plain_markers(text: str) -> str:
     (``[¹]``), or in brackets of their own (``[[1]]``, ``[1]]]``; ``_BRACKETED``)."""
     if "[" not in text or ("[[" not in text and "]]" not in text and not _SUPERSCRIPT_MARKER.search(text)):
         return text
-    pieces = _CODE.split(text)
+    pieces = code_split(text)
     for i in range(0, len(pieces), 2):  # even pieces are outside code
         if "[" in pieces[i]:
             piece = _SUPERSCRIPT_MARKER.sub(lambda m: f"[{m.group(1).translate(_SUPERSCRIPT_DIGITS)}]", pieces[i])
@@ -162,7 +168,7 @@ def rewrite_markers(text: str, replace: Callable[[list[int]], str]) -> str:
         marks = replace(numbers)
         return lead + marks if marks else _GONE
 
-    pieces = _CODE.split(text)
+    pieces = code_split(text)
     for i in range(0, len(pieces), 2):  # even pieces are outside code
         if "[" in pieces[i]:
             # after a code span a piece does not start a line: "`StaticFiles` [1]." keeps its full stop
@@ -175,8 +181,14 @@ def rewrite_markers(text: str, replace: Callable[[list[int]], str]) -> str:
 
 
 def code_split(text: str) -> list[str]:
-    """``text`` cut so that odd pieces are fenced blocks or code spans, even pieces the rest."""
-    return _CODE.split(text)
+    """``text`` cut so that odd pieces are fenced blocks or code spans, even pieces the rest; in
+    the offline answer (``quoted``), its tables are odd pieces too: quotes, with no marker in them."""
+    return (_CODE_OR_QUOTED_TABLE if quoted(text) else _CODE).split(text)
+
+
+def quoted(text: str) -> bool:
+    """Whether ``text`` is the offline answer, or the opening of a refusal above it."""
+    return quotes_only(text) or (text.startswith(_REFUSAL) and text.split("\n\n", 2)[1:2] == [OFFLINE_PREFACE])
 
 
 def _numbers(group: str) -> list[int]:

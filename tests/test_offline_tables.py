@@ -40,3 +40,47 @@ def test_a_long_table_is_quoted_with_the_rows_holding_most_of_the_question():
     body = body_of(ask("What are the defaults of PUMP_SPEED and PUMP_DELAY?", BIG))
     assert "| `PUMP_SPEED` | 1450 | the speed of the pump |\n| `PUMP_DELAY` | 5 | the delay of the pump |\n" in body, body
     assert "PUMP_MODE" not in body, body
+
+
+THRESHOLDS = EvidenceItem(
+    "vector_search", "kb/th.md",
+    "# Pump thresholds\n\n| setting | default | meaning |\n| --- | --- | --- |\n"
+    "| `PUMP_LOW` | 0.3 | the low pressure ratio, in [0, 1] |\n"
+    "| `PUMP_HIGH` | 0.8 | the high pressure ratio, in [0, 1] |\n"
+    "| `PUMP_STEPS` | 4 | ramp steps, see [2] and [3] |", 1, 7, 0.5)
+OTHER = EvidenceItem("vector_search", "kb/other.md", "Invoices are sent monthly.", 1, 1, 0.3)
+OTHER_2 = EvidenceItem("vector_search", "kb/third.md", "The office opens at nine.", 1, 1, 0.2)
+
+
+def test_a_quoted_table_keeps_its_bracketed_text_as_written():
+    """A quoted table lost every [...] of its cells ("in [0, 1]" quoted as "in", "see [2] and
+    [3]" as ""): renumbering read them as markers. They are the document's text; crag's marker is
+    the line below the table, and a row's "[2]" cites no item (the footer lists only the table's)."""
+    for items in ((THRESHOLDS,), (THRESHOLDS, OTHER, OTHER_2)):
+        result = ask("What is the range of the PUMP_HIGH pressure ratio?", *items)
+        body = body_of(result)
+        table = THRESHOLDS.text.split("\n\n", 1)[1]
+        assert f"\n{table}\n\n[1]" in body, body
+        assert [c.path for c in result.citations] == ["kb/th.md"], result.citations
+        assert result.state.grounding.verdict == "answered"
+        # streamed, the chunks join to that same answer
+        stream = Agent(OfflineChatModel(), FakeToolbox({"vector_search": [list(items)]}), Settings()).stream(
+            "What is the range of the PUMP_HIGH pressure ratio?")
+        assert "".join(stream) == stream.result.answer and body_of(stream.result) == body
+
+
+def test_a_refused_offline_answer_keeps_its_quoted_table_as_written():
+    """Under a refusal's opening the offline answer's tables are still quotes, read as written."""
+    result = ask("What is the range of the PUMP_HIGH pressure ratio in Terraform?", THRESHOLDS)
+    assert result.state.grounding.verdict == "not_answered" and "mentions Terraform" in result.answer
+    assert "| `PUMP_STEPS` | 4 | ramp steps, see [2] and [3] |\n" in result.answer, result.answer
+
+
+def test_a_models_table_still_has_its_markers_read():
+    """A model's answer cites inside its tables: those markers are still renumbered (and one
+    naming no item goes); only the offline answer's tables are quotes."""
+    from crag.answer import renumber
+
+    text, order = renumber("The thresholds:\n\n| setting | default |\n| --- | --- |\n| PUMP_HIGH | 0.8 [2] |\n"
+                           "| PUMP_LOW | 0.3 [7] |", 2)
+    assert "| PUMP_HIGH | 0.8 [1] |\n| PUMP_LOW | 0.3 |" in text and order == [1], text

@@ -60,6 +60,7 @@ class _Grounder:
         written = [self.evidence[k] for k in range(len(self.evidence))]
         self.spared = frozenset(a for a in self.given
                                 if not any(has_anchor(a[0], a[1], ev.text, ev.flat) for ev in written))
+        self.quotes = quotes  # the offline answer: its tables are quoted as written
         self.sources = Sources(items, corroborate=not quotes, evidence=self.evidence)
 
     def supports(self, kind: str, text: str, c: Claims | None) -> list[Support]:
@@ -92,7 +93,9 @@ class _Grounder:
             # a lead-in's marker ("Run the deploy like this [1]:") opens where its item says most of it
             return self.sources.remap(piece.text, near=True), None
         found = self.supports(piece.kind, piece.text, c)
-        stripped = piece.text if piece.kind == "code" else strip_markers(piece.text)
+        # a quoted table's brackets ("in [0, 1]") are the document's: its marker is below it
+        verbatim = piece.kind == "code" or (piece.kind == "table" and self.quotes)
+        stripped = piece.text if verbatim else strip_markers(piece.text)
         if not found and piece.kind in ("sentence", "item"):
             judged = self.by_clause(piece)
             # strict keeps a sentence judged by clause only whole: every clause supported

@@ -239,7 +239,7 @@ def source_references(text: str, items: Sequence[EvidenceItem]) -> str:
     for i, piece in enumerate(pieces):
         if i % 2 == 0:
             pieces[i] = _REFERENCE.sub(replace, piece)
-        elif not piece.startswith(("```", "~~~")):  # a code span holding only a reference
+        elif piece.startswith("`") and not piece.startswith("```"):  # a code span holding only a reference
             inner = _REFERENCE.fullmatch(piece.strip("`").strip())
             mark = marker(inner) if inner else None
             pieces[i] = mark or piece

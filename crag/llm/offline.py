@@ -25,7 +25,8 @@ contract as a real model's, so it goes through the same strict parsers:
   paragraph there, never wrapped prose); short title lines above a sentence (a PDF
   page's header) are not quoted as its start; a sentence holding HTML, a
   ``[n]``-like bracket, an admonition marker or nothing but links is not quoted, so every
-  marker points at an item, nor is an Org file's markup (``#+BEGIN_QUOTE``, ``** Sub``).
+  marker points at an item, nor is an Org file's markup (``#+BEGIN_QUOTE``, ``** Sub``); a
+  table is quoted with its brackets, its marker below it (``crag.answer.code_split``).
   Lines inside a code block whose fence lies above the item's text in its file (a chunk of
   a long block, an excerpt) are code too (``code_context``).
   Chitchat gets a short friendly reply.
