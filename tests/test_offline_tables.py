@@ -84,3 +84,47 @@ def test_a_models_table_still_has_its_markers_read():
     text, order = renumber("The thresholds:\n\n| setting | default |\n| --- | --- |\n| PUMP_HIGH | 0.8 [2] |\n"
                            "| PUMP_LOW | 0.3 [7] |", 2)
     assert "| PUMP_HIGH | 0.8 [1] |\n| PUMP_LOW | 0.3 |" in text and order == [1], text
+
+
+SETTINGS = EvidenceItem(
+    "vector_search", "kb/settings.md",
+    "# Settings\n\n## The request\n\nEach setting below shapes one request to the pump controller.\n\n"
+    "| setting | default | use |\n| --- | --- | --- |\n"
+    "| `PUMP_MODE` | `auto` when `PUMP_KEY` is set, else `manual` | mode |\n"
+    "| `PUMP_URL` | the vendor's default (`https://pump.example/v1`) | the server address |\n"
+    "| `PUMP_KEY` | none | sent as a bearer token |\n| `PUMP_MODEL` | `quasar-2` | the model field |\n"
+    "| `PUMP_TIMEOUT` | 60 | seconds per request |\n| `PUMP_RETRIES` | 3 | retries per call |\n\nNothing else is read.",
+    1, 16, 0.5)
+
+
+def table_citation(result, row: str = "|"):
+    """The citation of the marker below the quoted table that holds ``row``."""
+    body = body_of(result)
+    n = int(body[body.index(row):].split("|\n\n[", 1)[1].split("]", 1)[0])
+    return next(c for c in result.citations if c.n == n)
+
+
+def test_a_quoted_table_is_cited_at_its_header_line_where_the_quote_starts():
+    """A whole table (lines 7-14) was cited at line 10, the PUMP_URL row (the row sharing most
+    words with the whole table), for every question: neither where the quote starts nor the
+    answer's row. A quote is cited at the line it starts with, its header, to its last row."""
+    for question in ("What is the default value of PUMP_TIMEOUT?", "How many retries per call does PUMP_RETRIES allow?"):
+        cited = table_citation(ask(question, SETTINGS))
+        assert (cited.path, cited.line, cited.end_line) == ("kb/settings.md", 7, 14), cited
+    # a long table's quote: its header (line 3) and the asked row (line 14)
+    result = ask("What is the default of PUMP_TIMEOUT?", BIG)
+    cited = table_citation(result)
+    assert (cited.line, cited.end_line) == (3, 14), cited
+    assert "[1] kb/big.md:L3\n" in result.answer, result.answer
+
+
+def test_a_quoted_table_is_cited_at_its_own_header_when_another_table_shares_it():
+    """Two tables of one page with the same header: each quote is cited at the header of the
+    table its rows come from."""
+    text = ("| setting | default |\n| --- | --- |\n| `PUMP_MODE` | auto |\n\nThe valve settings:\n\n"
+            "| setting | default |\n| --- | --- |\n| `VALVE_TIMEOUT` | 15 |\n| `VALVE_MODE` | closed |")
+    item = EvidenceItem("vector_search", "kb/two.md", text, 20, 30, 0.5)
+    result = ask("What is the default of VALVE_TIMEOUT?", item)
+    assert "| `VALVE_TIMEOUT` | 15 |" in body_of(result)
+    assert (table_citation(result, "`VALVE_TIMEOUT`").line, table_citation(result, "`PUMP_MODE`").line) == (26, 20)
+    assert table_citation(result, "`VALVE_TIMEOUT`").end_line == 29

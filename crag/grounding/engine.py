@@ -22,7 +22,7 @@ from .asked import writes_any
 from .claims import UNSUPPORTED_TAG, Claims, claims, clauses, has_anchor, lead_in, restates, strip_markers
 from .evidence import Evidence
 from .rewrite import Assembly, Numbering, Sources, place, place_block, source_references
-from .rules import NO_RULE, Support, first_rule, supports
+from .rules import NO_RULE, Support, first_rule, quoted_table, supports
 
 __all__ = ["BY_CLAUSE", "MODES", "Grounded", "ground", "note_line", "render_prefix"]
 
@@ -111,6 +111,8 @@ class _Grounder:
         verdict = Judgement(bare, True, first_rule(found))
         if piece.kind in ("code", "table"):
             best = max(found, key=lambda s: s.coverage)
+            if piece.kind == "table" and self.quotes:  # a quote: cited at the line it starts with
+                best = quoted_table(best, piece.text, self.sources.items[best.index].text)
             return place_block(stripped, piece.kind, self.sources.marker(best)), verdict
         return self.sources.cite(piece.text, found, self.about(c, found)), verdict
 

@@ -55,6 +55,7 @@ __all__ = [
     "coverage",
     "first_rule",
     "nearest",
+    "quoted_table",
     "score",
     "score_lines",
     "supports",
@@ -410,6 +411,35 @@ def _where_written(s: Support, piece: str, text: str) -> Support:
     heading above it, another sentence on the same subject)."""
     span = written(piece, text)
     return s if span is None else Support(s.index, s.coverage, span[0], span[1], s.rule)
+
+
+def _table_line(line: str) -> str:
+    return " ".join(PREFIX.sub("", line).split())  # as the offline answer quotes it: no list or quote prefix
+
+
+def quoted_table(s: Support, table: str, text: str) -> Support:
+    """``s`` moved to where ``text`` (an item's) writes ``table``, a table the offline answer
+    quoted from it: from its header line (the quote's first) to the last row quoted, the first
+    place whose header is followed, in that table, by each quoted row in order; ``s`` when none is.
+    The quote is cited at the line it starts with, not at the row sharing most of its words."""
+    wanted = [_table_line(line) for line in table.split("\n")]
+    lines = text.split("\n")
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line) + 1)
+    for first, line in enumerate(lines):
+        if _table_line(line) != wanted[0]:
+            continue
+        at, last = 1, first
+        for k in range(first + 1, len(lines)):
+            row = _table_line(lines[k])
+            if not row.startswith("|") or at == len(wanted):
+                break
+            if row == wanted[at]:
+                at, last = at + 1, k
+        if at == len(wanted):
+            return Support(s.index, s.coverage, starts[first], starts[last] + len(lines[last]), s.rule)
+    return s
 
 
 def nearest(piece: str, ev: ItemEvidence, index: int = 0) -> Support | None:
