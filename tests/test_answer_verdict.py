@@ -7,6 +7,7 @@ from crag import Agent, Settings
 from crag.answer import NOT_ADDRESSED, NOT_ANSWERED, ONLY_RESTATED
 from crag.grounding import HELD_SHARE, addresses, cited, holds_focus, says_nothing_new
 from crag.grounding.verdict import Verdict, judge, may_rewrite
+from crag.llm.offline import OfflineChatModel
 from crag.llm.scripted import ScriptedChatModel
 from crag.state import EvidenceItem, GroundingReport
 
@@ -341,3 +342,24 @@ def test_sentences_parted_by_what_no_reader_sees_are_judged_one_by_one():
         g = result.state.grounding
         assert (g.sentences, g.supported, g.verdict) == (2, 2, "answered"), (sep, g)
         assert "\u200b" not in result.answer and "\x1b" not in result.answer
+
+
+def test_a_number_the_question_writes_is_held_only_as_a_whole_number():
+    """docs/grounding.md: `answered` needs the passages to hold every anchor the question writes.
+    "95 volts" was held by "version 0.95.0" (and by 2.95): a number compared as a substring. It is
+    held where it is written as a number of its own (or as "1,500", "three" for 1500 and 3)."""
+    question = "Can the quasar controller firmware take 95 volts?"
+    for text in ("The quasar controller added the turbo setting in version 0.95.0 of its firmware.",
+                 "The quasar controller firmware costs 2.95 dollars.",
+                 "The quasar controller firmware takes 195 volts."):
+        assert not addresses(question, [text]), text
+    for text in ("The quasar controller firmware takes 95 volts.", "The quasar controller firmware (95) takes volts.",
+                 "The quasar controller firmware takes 95% of the volts."):
+        assert addresses(question, [text]), text
+    assert addresses("Does the quasar controller listen on port 8080?", ["The quasar controller listens on 0.0.0.0:8080."])
+    assert addresses("Does the quasar controller take 1500 volts?", ["The quasar controller takes 1,500 volts."])
+    # end to end, offline: the quote holds the words, not the number
+    version = item(1, source="kb/notes.md",
+                   text="The quasar controller added the turbo setting in version 0.95.0 of its firmware.")
+    result = Agent(OfflineChatModel(), FakeToolbox({"vector_search": [[version]]}), Settings()).ask(question)
+    assert result.state.grounding.verdict == "not_answered" and result.answer.startswith(NOT_ADDRESSED)

@@ -14,7 +14,8 @@ are about what the question asks, not only that they hold the answer's words (SP
 question about January answered from a passage about a July record, or about a neighbourhood's
 features answered from a passage about a telephone's bandwidth, is not addressed. The passages
 (the whole evidence items the supported sentences cite, ``cited``) must hold every anchor the
-question writes (a number, a month, an identifier, code; a decade or century written as years,
+question writes (a number, a month, an identifier, code; a number as a number of its own, not
+inside "0.95.0" or 2.95; a decade or century written as years,
 "the 1700s", is held by a year within it or by "the 18th century") and share a content word
 with it (stems one letter apart count as one; the words of an anchor are not counted again,
 since a passage that quotes ``secrets.compare_digest`` as code holds no words of it; two words
@@ -217,6 +218,13 @@ HELD_SHARE = 2 / 3  # of them, for passages that hold the answer however much el
 NEGATED_SHARE = 1 / 3  # of them, in a passage sentence that negates, for a question that negates
 
 
+def _whole_number(number: str, text: str) -> bool:
+    """Whether ``text`` writes ``number`` as a number of its own: 95 is no part of "version
+    0.95.0", of 2.95 or of 1995 (a number is also held as ``has_anchor`` holds it: "1,500" for
+    1500, "three" for 3); one after a colon is (the port of "0.0.0.0:8080", the hour of "9:00")."""
+    return re.search(r"(?<!\d)(?<!\d[.,])" + re.escape(number) + r"(?!\d|[.,]\d)", text) is not None
+
+
 def addresses(question: str, passages: Iterable[str], share: float = FOCUS_SHARE,
               names: Iterable[str] = ()) -> bool:
     """Whether ``passages`` (the text an answer's supported sentences rest on) are about what
@@ -230,7 +238,8 @@ def addresses(question: str, passages: Iterable[str], share: float = FOCUS_SHARE
     asked = claims(question)
     if not _negation_held(question, asked.words, texts) or _opposed(question, texts):
         return False
-    if any(_flat(text) not in blob and not (kind in _WORDED and has_anchor(kind, text, joined, blob))
+    if any(not (_whole_number(text, joined) or has_anchor(kind, text, joined, blob)) if kind == "number"
+           else _flat(text) not in blob and not (kind in _WORDED and has_anchor(kind, text, joined, blob))
            for kind, text in asked.anchors if _flat(text) and kind not in _SPANS):
         return False  # "100 years" is held as "a hundred years" too
     if any(not has_anchor(kind, text, joined, blob) for kind, text in asked.anchors if kind in _SPANS):
