@@ -363,3 +363,31 @@ def test_a_number_the_question_writes_is_held_only_as_a_whole_number():
                    text="The quasar controller added the turbo setting in version 0.95.0 of its firmware.")
     result = Agent(OfflineChatModel(), FakeToolbox({"vector_search": [[version]]}), Settings()).ask(question)
     assert result.state.grounding.verdict == "not_answered" and result.answer.startswith(NOT_ADDRESSED)
+
+
+def test_a_named_term_is_held_in_its_singular_or_plural_or_as_the_name_of_its_demonym():
+    """"Starting in what year has Harvard topped the Academic Rankings of World Universities?"
+    opened with "none of the documents found mentions Academic Rankings" above the quote saying
+    "the Academic Ranking of World Universities (ARWU) since 2003"; "Israelis" was not held by
+    "Israel". A named word is held in its other number and as the name of its demonym, written
+    as a name (capitalised); what no document names stays missing."""
+    from crag.grounding import missing
+
+    harvard = "Harvard has consistently topped the Academic Ranking of World Universities (ARWU) since 2003."
+    assert missing("Starting in what year has Harvard topped the Academic Rankings of World Universities?",
+                   [harvard]) == []
+    oil = "Japan issued a statement asserting that Israel should withdraw, advocating Palestinian self-determination."
+    assert missing("When did Japan tell Israelis to withdraw from the Palestine?", [oil]) == []
+    assert missing("Which Palestinians did Japan name?", ["The statement of Japan was about Palestine."]) == []
+    assert missing("Which APIs does the Quasar Server offer?", ["The Quasar Servers offer one API."]) == []
+    # not a name's other form: a lower-case word, a shorter root, another word
+    assert missing("How do I install the agent on Windows?", ["The context window holds 8192 tokens."]) == ["Windows"]
+    assert missing("Does the agent support Redis?", ["The red light blinks."]) == ["Redis"]
+    assert missing("How do I deploy it with Terraform, Kotlin, Mangum, gRPC or HTTP/3?",
+                   ["Deploy it with Docker; HTTP/2 and REST are supported."]) == ["Terraform", "Kotlin", "Mangum",
+                                                                                   "gRPC", "HTTP/3"]
+    # end to end, offline: the right quote, no refusal
+    passage = item(1, source="kb/harvard.txt", text="In particular, " + harvard)
+    result = Agent(OfflineChatModel(), FakeToolbox({"vector_search": [[passage]]}), Settings()).ask(
+        "Starting in what year has Harvard topped the Academic Rankings of World Universities?")
+    assert not result.answer.startswith("The knowledge base does not appear"), result.answer

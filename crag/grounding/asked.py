@@ -7,7 +7,9 @@ passages there are, and a model asked to answer from them writes what the questi
 ``OAuth2``), with a capital after its first letter (``gRPC``, ``TypeScript``, ``JWT``), or a
 capitalised word that does not open a sentence (``Terraform``); consecutive plain
 capitalised words are one name (``Apple Watch``). ``missing`` is the named terms no evidence item holds,
-compared without case, spaces and punctuation (``Hugging Face`` holds ``huggingface``).
+compared without case, spaces and punctuation (``Hugging Face`` holds ``huggingface``), or with a
+word in another form a text writes as a name: its other number ("Academic Rankings" is held by
+"Academic Ranking"), the name its demonym is made from ("Israelis" by "Israel"; ``_forms``).
 
 ``addresses`` asks the same of the passages an answer's supported sentences rest on: that they
 are about what the question asks, not only that they hold the answer's words (SPEC §7). A
@@ -204,12 +206,65 @@ def writes_any(text: str, terms: Sequence[str]) -> bool:
 
 
 def absent(terms: Iterable[str], texts: Iterable[str]) -> list[str]:
-    """The ones of ``terms`` that none of ``texts`` holds (without case, spaces and punctuation)."""
+    """The ones of ``terms`` that none of ``texts`` holds (without case, spaces and punctuation),
+    nor writes in another form of its words, capitalised as a name is (``_forms``)."""
     terms = list(terms)
     if not terms:
         return []
-    blob = _flat("\n".join(texts))
-    return [t for t in terms if _flat(t) and _flat(t) not in blob]
+    joined = "\n".join(texts)
+    blob = _flat(joined)
+    out = [t for t in terms if _flat(t) and _flat(t) not in blob]
+    if not out:
+        return out
+    tokens = [(m.group()[:1].isupper(), _flat(m.group())) for m in _TOKEN.finditer(joined)]
+    return [t for t in out if not _written_in_another_form(t, tokens)]
+
+
+_CAPITALS_PLURAL = re.compile(r"[A-Z][A-Z\d]*s")  # "APIs", "JWTs": the plural of a name in capitals
+
+
+_NAME_ROOT = 4  # the fewest letters of a name a demonym is read back to ("Israel" of "Israelis"; not "Red" of "Redis")
+
+
+def _forms(written: str) -> set[str]:
+    """Other forms a text may write a named word in (lower-cased, without punctuation): a
+    plural's singular ("Rankings": "ranking"; "Universities": "university"; "Classes": "class";
+    "APIs": "api"; not the "is" of "Redis" nor the "us" of "Status"), and the name an "-i",
+    "-is", "-ian" or "-ians" demonym is made from ("Israelis": "israel"; "Palestinians":
+    "palestine", "palestina"...)."""
+    word = _flat(written)
+    forms = set()
+    if _CAPITALS_PLURAL.fullmatch(written):
+        forms.add(word[:-1])
+    elif word.endswith("ies") and len(word) > 4:
+        forms.add(word[:-3] + "y")
+    elif word.endswith("es"):
+        forms |= {word[:-1], word[:-2]}
+    elif word.endswith("s") and not word.endswith(("ss", "us", "is")):
+        forms.add(word[:-1])
+    for suffix in ("ians", "ian", "is", "i"):
+        root = word[: -len(suffix)]
+        if word.endswith(suffix) and len(root) >= _NAME_ROOT and root.isalpha():
+            forms |= {root} if suffix in ("is", "i") else {root, root + "e", root + "a", root + "y"}
+            break
+    return forms
+
+
+def _same_name(written: str, token: str) -> bool:
+    """Whether ``token`` (a text's, lower-cased) writes the named word ``written`` as it is or in
+    another form (``_forms``), or is a demonym of the place it names ("palestinian" for "Palestine")."""
+    word = _flat(written)
+    return token == word or token in _forms(written) or (token.endswith(("ian", "ians")) and word in _forms(token))
+
+
+def _written_in_another_form(term: str, tokens: Sequence[tuple[bool, str]]) -> bool:
+    """Whether ``tokens`` (a text's, each with whether it is capitalised) write ``term`` with
+    each of its words as written or in another form, as consecutive capitalised tokens: "Academic
+    Rankings" as "Academic Ranking", "Israelis" as "Israel"; "Windows" is not "context window"."""
+    words = [(m.group()[:1].isupper(), m.group()) for m in _TOKEN.finditer(term)]
+    n = len(words)
+    return any(all(capital <= tokens[i + k][0] and _same_name(w, tokens[i + k][1]) for k, (capital, w) in enumerate(words))
+               for i in range(len(tokens) - n + 1))
 
 
 FOCUS_SHARE = 0.0  # of the question's content words beyond one (docs/real-models.md)
