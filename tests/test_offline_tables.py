@@ -128,3 +128,24 @@ def test_a_quoted_table_is_cited_at_its_own_header_when_another_table_shares_it(
     assert "| `VALVE_TIMEOUT` | 15 |" in body_of(result)
     assert (table_citation(result, "`VALVE_TIMEOUT`").line, table_citation(result, "`PUMP_MODE`").line) == (26, 20)
     assert table_citation(result, "`VALVE_TIMEOUT`").end_line == 29
+
+
+def test_some_rows_of_a_table_rank_after_sentences_holding_as_many_of_the_question():
+    """A long table's quote is its rows holding the most of the question's words, each row some
+    of them ("account", "create", "service" beside "organization"); together they hold as many
+    as a sentence that answers, and a better retrieval score put the rows first. Rows quoted in
+    part rank after a sentence holding as many words; a whole table as before."""
+    filler = "\n".join(f"| **Option {n}** | Yes | Yes |" for n in range(10))
+    sso = EvidenceItem("vector_search", "kb/sso.md",
+                       "| | **Basic SSO** | **Managed SSO** |\n| --- | --- | --- |\n"
+                       "| **User accounts** | Users keep their personal account | Owned by the organization |\n"
+                       "| **Personal content** | Users can create content | Only within the organization |\n"
+                       "| **Setup** | Self-service from organization settings | With the team |\n" + filler,
+                       1, 15, 0.9)
+    prose = [EvidenceItem("vector_search", f"kb/accounts{n}.md",
+                          f"A service account of the organization is created by an admin, step {n}.", 1, 1, 0.5)
+             for n in range(5)]
+    body = body_of(ask("How do I create a service account in an organization?", sso, *prose))
+    assert "**Basic SSO**" not in body and body.count("A service account of the organization") == 5, body
+    whole = EvidenceItem("vector_search", "kb/short.md", sso.text.split("\n| **Option")[0], 1, 5, 0.9)
+    assert "**Basic SSO**" in body_of(ask("How do I create a service account in an organization?", whole, *prose))

@@ -57,7 +57,7 @@ from ..text import STOPWORDS, in_vocabulary, keywords, stem
 from ..text import words as split_words
 from ..toolspec import MAX_TOP_K, ArgumentError, Searches, Tool, check_args, clip, question_search, search_tools
 from .code_context import FileLines, opening_fence
-from .quotes import code_file, code_quotes, item_quotes, same_text, words_of
+from .quotes import code_file, code_quotes, item_quotes, same_text, table_excerpt, words_of
 
 __all__ = ["OFFLINE_PREFACE", "OfflineChatModel", "keywords"]
 
@@ -426,6 +426,8 @@ class OfflineChatModel:
                 hits = sum(1 for w in words if in_vocabulary(w, vocabulary))
                 if quote.startswith(("```", "~~~")):
                     hits = hits - 0.5 if hits >= 2 else 0  # code: only when it names the subject
+                elif quote.startswith("|") and table_excerpt(quote, item.text):
+                    hits -= 0.25  # rows of a table, each holding some of the words: after a sentence holding as many
                 if hits > 0:
                     candidates.append((-(hits + (item.score or 0.0) * 0.1), k, pos, quote))
         chosen: list[tuple[int, int, str]] = []

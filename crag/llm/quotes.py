@@ -20,7 +20,8 @@ from ..state import EvidenceItem
 from ..text import STOPWORDS, in_vocabulary, keywords
 from .code_context import leading_code
 
-__all__ = ["code_file", "code_quotes", "item_quotes", "quotable", "same_text", "title_split", "words_of"]
+__all__ = ["code_file", "code_quotes", "item_quotes", "quotable", "same_text", "table_excerpt", "title_split",
+           "words_of"]
 
 _CITE_LIKE = re.compile(r"\[(\s*\d+(?:\s*[-–,;]\s*\d+)*\s*)\]")
 _MAX_SENTENCE = 600
@@ -128,6 +129,15 @@ def _table(text: str, question: str) -> str | None:
     rows = [row for row, n in zip(lines[2:], held, strict=True) if n == most]
     quote = "\n".join(lines[:2] + rows[:_TABLE_MATCHES])
     return quote if len(quote) <= _CODE_CHARS else None
+
+
+def table_excerpt(quote: str, text: str) -> bool:
+    """Whether ``quote``, a table quoted from ``text``, is some of its rows (``_table``: the
+    header and the rows holding the most of the question's words), not the whole table."""
+    lines = [ln.strip() for ln in _QUOTE_PREFIX.sub("", text).split("\n")] + [""]
+    wanted = quote.split("\n")
+    n = len(wanted)
+    return not any(lines[i : i + n] == wanted and not lines[i + n].startswith("|") for i in range(len(lines) - n))
 
 
 # A file with one of these suffixes (or none: README, LICENSE) is prose; any other file the
