@@ -153,6 +153,32 @@ def test_indexing_a_deleted_root_by_name_drops_it_instead_of_failing(kb: Path) -
     assert code == 1 and "never-was does not exist" in err
 
 
+def test_a_kb_root_deleted_while_a_toolbox_serves_it_is_left_out_and_named(kb: Path) -> None:
+    """``crag mcp --kb docs --kb notes`` with notes deleted meanwhile (one process given
+    ``--kb`` roots: ``mcp``, ``chat``, ``ask`` and ``search --kb`` alike): its chunks were still
+    searched and cited with no note, and ``read_file`` of the citation said there is no such
+    file, while the same index searched without ``--kb`` left it out and said so."""
+    from crag.config import Settings
+    from crag.state import ToolCall
+    from crag.tools import Toolbox
+
+    box = Toolbox(Settings.from_env(), roots=["docs", "notes"], cwd=kb)
+    query = ToolCall("vector_search", {"query": "notes server port", "top_k": 5})
+    try:
+        assert any(item.source.startswith("notes/") for item in box.run(query))
+        assert box.missing_roots() == ()
+        shutil.rmtree(kb / "notes")
+        assert {item.source for item in box.run(query)} == {"docs/setup.md"}
+        assert box.missing_roots() == (str(kb / "notes"),)
+        assert box.file_roots() == (str(kb / "docs"),)
+        assert not [i for i in box.run(ToolCall("grep_search", {"pattern": "9090"})) if i.source.startswith("notes/")]
+        shutil.rmtree(kb / "docs")
+        assert list(box.run(query)) == []  # no root left: nothing is searched, not the whole index
+        assert box.missing_roots() == (str(kb / "docs"), str(kb / "notes"))
+    finally:
+        box.close()
+
+
 def test_a_dropped_root_is_named_as_every_path_is_shown(kb: Path) -> None:
     """The line naming the dropped roots printed them raw and absolute: a folder named with a
     newline added a line to the report (``/tmp/.../evil`` then ``dir``), unlike the

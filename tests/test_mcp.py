@@ -656,6 +656,27 @@ def test_mcp_search_says_when_a_root_of_the_index_is_gone_from_disk(workdir: Pat
     anyio.run(session)
 
 
+def test_a_kb_root_deleted_while_the_server_runs_is_left_out_with_the_note(workdir: Path) -> None:
+    """``crag mcp --kb docs --kb notes`` with notes deleted while it ran: its file was still
+    found and cited with no note, and ``read_file`` of the citation then said there is no such
+    file; without ``--kb`` the same root is left out with the note."""
+    import shutil
+
+    (workdir / "notes").mkdir()
+    (workdir / "notes" / "api.md").write_text("The api server listens on port 9191.\n", encoding="utf-8")
+    params = server_params(workdir, "--kb", "docs", "--kb", "notes")
+
+    async def session() -> None:
+        async with Client(params, read_timeout_seconds=120) as client:
+            shutil.rmtree(workdir / "notes")
+            found = await client.call_tool("search", {"query": "which port does the api server listen on"})
+            assert not found.is_error and found.structured_content is not None
+            assert [h["path"] for h in found.structured_content["hits"] if h["path"].startswith("notes/")] == []
+            assert "crag: note: notes no longer exists on disk and is left out of the search" in text_of(found)
+
+    anyio.run(session)
+
+
 def test_an_ask_that_fails_after_calls_it_paid_for_says_what_they_cost(workdir: Path) -> None:
     # The command line's error line ends with the calls already made; the MCP error did not.
     from tests.openai_server import FakeOpenAIServer, Status

@@ -16,7 +16,8 @@ raises ``ToolError``):
 the driver; ``tools`` adds your own ``Tool`` records to the built-in ones. A tool is never
 handed the toolbox: it gets a ``ToolContext`` (``ToolboxContext``), the roots, labels,
 retriever and HTTP options of this toolbox and nothing else. ``roots`` are the knowledge-base roots the tools look in (``None``: every root the
-index holds); ``cwd`` is where citations are relative to (default: the working directory).
+index holds; either way, one gone from disk or out of reach is left out); ``cwd`` is where
+citations are relative to (default: the working directory).
 The index is opened on the first search and re-opened when an indexer has
 published a newer generation. ``run`` is thread-safe: the driver runs calls in parallel.
 Index problems (missing, damaged, another embedder) are raised as ``IndexStoreError`` so
@@ -184,32 +185,34 @@ class Toolbox:
         only the second is left out: it is shared by machines, and a root absent from this one is most often the indexer's
         (docs/postgresql.md: a reader needs only the database to search); its hits are returned
         and ``missing_roots`` still names it, for the note that file tools cannot open it here.
+        Roots given to the toolbox (``--kb``) are checked alike: one deleted while a server runs
+        is left out, not searched and cited as if nothing had happened.
         """
-        if self._roots is not None:
-            return self._roots
         from ..index.discover import is_gone, reachable
 
-        roots = self.retriever().roots
+        roots = self._roots if self._roots is not None else self.retriever().roots
         shared = bool(self.settings.store)  # a root gone from this disk is searched, one it holds but may not enter is not
         present = tuple(r for r in roots if reachable(r) or (shared and is_gone(r)))
+        if self._roots is not None:
+            return present  # (): none is left, so nothing is searched, not the whole index
         return None if len(present) == len(roots) else present
 
     def file_roots(self) -> tuple[str, ...]:
         """The roots file tools (grep_search, read_file) look in (those on disk that can be reached)."""
         from ..index.discover import reachable
 
-        if self._roots is not None:
-            return self._roots
-        return tuple(r for r in self.store().roots() if reachable(r))
+        return tuple(r for r in self._all_roots() if reachable(r))
 
     def missing_roots(self) -> tuple[str, ...]:
-        """Roots of the index that are gone from disk or cannot be reached now, and so left out
-        of every tool."""
+        """Roots (those given to the toolbox, else those of the index) that are gone from disk
+        or cannot be reached now, and so left out of every tool."""
         from ..index.discover import reachable
 
-        if self._roots is not None:
-            return ()
-        return tuple(r for r in self.store().roots() if not reachable(r))
+        return tuple(r for r in self._all_roots() if not reachable(r))
+
+    def _all_roots(self) -> tuple[str, ...]:
+        """The roots given to the toolbox, else every root of the index, whether on disk or not."""
+        return self._roots if self._roots is not None else tuple(self.store().roots())
 
     def label(self, path: str) -> str:
         """A path as evidence and citations carry it: relative to ``cwd`` when under it, else
