@@ -448,6 +448,51 @@ def test_closed_stdin_ends_the_server_promptly_with_a_call_in_flight(workdir: Pa
             proc.wait()
 
 
+@pytest.mark.parametrize("ask_in_flight", [False, True])
+def test_ctrl_c_ends_the_server_at_once_with_exit_status_130(workdir: Path, ask_in_flight: bool) -> None:
+    """docs/cli.md: Ctrl-C ends a run with ``crag: interrupted`` and exit status 130, and
+    ``crag mcp`` ends at once, as on SIGTERM. SIGINT was raised as ``KeyboardInterrupt``, which
+    waited for the thread reading stdin: the server ran on until the client wrote a line or
+    closed stdin (in a terminal, until Enter)."""
+    import json
+    import signal
+    import subprocess
+    import time
+
+    from tests.openai_server import Delay, FakeOpenAIServer
+
+    with FakeOpenAIServer() as srv:
+        srv.default("analyze_and_route", Delay(120, "{}"))
+        params = _slow_llm_params(workdir, srv)
+        proc = subprocess.Popen([params.command, *params.args], env=params.env, cwd=params.cwd,
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        lines = [
+            {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}},
+            {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        ]
+        if ask_in_flight:
+            lines.append({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "ask", "arguments": {
+                "question": "Which port does the server listen on?"}}})
+        try:
+            assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+            for line in lines:
+                proc.stdin.write(json.dumps(line).encode() + b"\n")
+                proc.stdin.flush()
+            assert json.loads(proc.stdout.readline())["id"] == 1
+            deadline = time.monotonic() + 60
+            while ask_in_flight and not srv.requests and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert srv.requests or not ask_in_flight
+            proc.send_signal(signal.SIGINT)  # stdin stays open, and nothing more is sent
+            assert proc.wait(timeout=30) == 130  # loose bound for a loaded machine: at once when measured
+            assert proc.stderr.read().decode().endswith("\ncrag: interrupted\n")
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+
+
 def test_a_line_that_is_not_json_rpc_gets_an_error_reply(workdir: Path) -> None:
     import json
     import subprocess

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from typing import TextIO
 
@@ -27,8 +28,44 @@ def cmd_mcp(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         from ..index import make_embedder
 
         make_embedder(agent.settings)  # a setting it refuses stops the server here, as it stops ``chat``
-        serve(agent)
+        previous = _end_on_ctrl_c(err)
+        try:
+            serve(agent)
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
     return 0
+
+
+def _end_on_ctrl_c(err: TextIO):
+    """While the server serves, Ctrl-C (SIGINT) ends it at once, as SIGTERM does, with
+    ``crag: interrupted`` and exit status 130: raised as ``KeyboardInterrupt``, it waited for
+    the thread reading stdin, which cannot be stopped, until the client wrote a line or closed
+    stdin. Calls in flight end with the process, as they do on SIGTERM. Returns the handler it
+    replaces (None when none can be set: not the main thread). The ``--kb`` indexing before the
+    server starts is not affected: Ctrl-C there stops it as it stops ``crag index``."""
+    import os
+    import threading
+
+    from .common import isatty
+    from .live import dumb_terminal
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    # at the start of a clean line of a terminal, where the terminal wrote ``^C``
+    line = ("\r\033[K" if isatty(err) and not dumb_terminal() else "") + "crag: interrupted"
+
+    def interrupted(signum: int, frame: object) -> None:
+        try:
+            print(line, file=err, flush=True)
+        except (OSError, ValueError):  # stderr closed or full: the exit status still says it
+            pass
+        os._exit(130)
+
+    try:
+        return signal.signal(signal.SIGINT, interrupted)
+    except (ValueError, OSError):
+        return None
 
 
 def cmd_graph(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
