@@ -230,6 +230,27 @@ def test_a_root_that_cannot_be_reached_is_kept_not_dropped_as_gone(kb: Path, mon
     assert cli("roots")[1].splitlines()[2] == "  notes  2 files, 2 chunks"
 
 
+def test_a_file_named_as_a_root_that_may_not_be_read_is_an_error_as_a_folder_is(
+        kb: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`crag index FILE` and `--kb FILE` of a file crag may not read (`chmod 000`, as a user other
+    than root meets it) exited 0 with the file listed as skipped, while a root folder that may not
+    be entered is an error, exit status 1 (SPEC §4: an unreadable knowledge-base path)."""
+    locked = str(kb / "notes" / "notes.md")
+    real_open = os.open
+
+    def opener(path, flags, *args, **kwargs):
+        if os.fsdecode(path) == locked:
+            raise PermissionError(13, "Permission denied", path)
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", opener)
+    line = "crag: error: knowledge-base path notes/notes.md cannot be read (Permission denied)\n"
+    for argv in (["index", "notes/notes.md"], ["ask", "--kb", "notes/notes.md", "which", "port?", "--json"],
+                 ["search", "--kb", "notes/notes.md", "port"]):
+        assert cli(*argv) == (1, "", line), argv
+    assert cli("index", "notes")[0] == 0  # in a folder named as the root, it is one file of it
+
+
 @pytest.mark.skipif(os.geteuid() == 0 and not shutil.which("setpriv"), reason="root enters every folder")
 def test_a_root_folder_that_may_not_be_entered_itself_cannot_be_reached(kb: Path) -> None:
     """`chmod 000` on the root itself (not on a folder on its way): `roots` showed it healthy,

@@ -151,6 +151,23 @@ def test_a_pdf_encrypted_with_an_empty_user_password_is_read_and_one_with_a_pass
     assert "docs/open.pdf" in [h["path"] for h in json.loads(out)]
 
 
+def test_a_pdf_named_as_the_root_and_skipped_for_its_content_is_named_as_in_a_folder(folder: Path) -> None:
+    """A file crag may read but not index, named as the root itself (a PDF encrypted with a
+    password), is skipped as it is in a folder: named with its reason, exit status 0. Only a
+    root crag may not read at all is an error (docs/cli.md, "Roots")."""
+    from pypdf import PdfReader, PdfWriter
+
+    plain = make_pdf(folder / "plain.pdf", [["Encrypted manual", "The valve is blue."]])
+    writer = PdfWriter(clone_from=PdfReader(plain))
+    writer.encrypt(user_password="s3cret", owner_password="owner", algorithm="AES-128")
+    with open(folder / "locked.pdf", "wb") as f:
+        writer.write(f)
+    code, out, err = cli("index", "docs/locked.pdf")
+    assert code == 0 and skipped(out) == {"docs/locked.pdf": "the PDF is encrypted with a password"}, out + err
+    code, _, err = cli("ask", "--kb", "docs/locked.pdf", "what", "colour", "is", "the", "valve?", "--json")
+    assert code == 0 and "crag: skipped docs/locked.pdf: the PDF is encrypted with a password" in err.splitlines(), err
+
+
 def test_binary_data_named_html_is_skipped_as_binary(folder: Path) -> None:
     rng = random.Random(5)
     (folder / "dump.html").write_bytes(bytes(rng.randrange(256) for _ in range(200_000)))

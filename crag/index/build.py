@@ -50,6 +50,7 @@ from .discover import (
 from .documents import chunker_id, embedder_mismatch
 from .ignore import check_excludes
 from .layout import DEFAULT_LOCK_TIMEOUT, IndexLock
+from .reach import unreadable_file
 from .reading import prepare_all
 
 if TYPE_CHECKING:
@@ -203,6 +204,9 @@ def update_store(
             if r not in recorded or not is_gone(r):
                 raise KnowledgeBaseError(missing_root(r), r)
         root_list = [r for r in root_list if r not in gone]
+    for r in root_list:  # a file named as a root that may not be read, as a folder that may not be entered
+        if (why := unreadable_file(r)) is not None:
+            raise KnowledgeBaseError(f"knowledge-base path {relative_label(r)} cannot be read ({why})", r)
     chunking = (max_tokens, min_tokens)
     with store.writer_lock(lock_timeout, waiting):
         base = _load_base(store, embedder, chunker_id(*chunking), allow_reembed)

@@ -5,6 +5,7 @@ round in a loop): its files leave the index with the next update. Or it is there
 be reached now (the root folder itself, or a folder on its way, may not be entered or listed;
 an I/O error; a network mount that went stale): its files are kept as they were. Or it is
 reachable. ``crag.index.build``, ``crag roots``, the search notes and the toolbox all ask here.
+A file named as a root that may not be read (``unreadable_file``) is an error of ``crag index``.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import errno
 import os
 
-__all__ = ["is_gone", "reachable", "stat_error", "unreachable"]
+__all__ = ["is_gone", "reachable", "stat_error", "unreachable", "unreadable_file"]
 
 _GONE = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP)
 
@@ -48,6 +49,18 @@ def unreachable(path: str) -> str | None:
 def reachable(path: str) -> bool:
     """Whether ``path`` is on disk and can be reached now: neither gone nor ``unreachable``."""
     return stat_error(path) is None and _folder_error(path) is None
+
+
+def unreadable_file(path: str) -> str | None:
+    """Why the file ``path`` may not be opened for reading now (``Permission denied``); None when
+    it can, or when it is no regular file (a folder's reach is ``unreachable``'s)."""
+    if not os.path.isfile(path):
+        return None
+    try:
+        os.close(os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)))  # a pipe swapped in never blocks
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
 
 
 def _folder_error(path: str) -> OSError | None:
