@@ -114,13 +114,16 @@ def check_descriptions(environ: Any = None, dotenv: str | None = ".env") -> None
     descriptions(tools, environ, dotenv)
 
 
-def for_a_shell(message: str, settings: Any) -> str:
+def for_a_shell(message: str, settings: Any, model_option: bool = False) -> str:
     """``message`` with the commands it suggests aimed at this server's index: the server reads
     the index its client's configuration names, which a shell the user types the command in does
-    not have (``crag index PATH`` there builds ``./.crag``)."""
+    not have (``crag index PATH`` there builds ``./.crag``). A model the server was given with
+    ``-m/--model`` (``model_option``) is named as that option, not as ``KB_AGENT_MODEL``."""
     import re
     import shlex
 
+    if model_option:
+        message = message.replace("check KB_AGENT_MODEL (", "check -m/--model (")
     if settings.store:  # PostgreSQL: its hints name KB_AGENT_STORE already
         return message
     where = shlex.quote(os.path.abspath(settings.index_dir))
@@ -195,8 +198,9 @@ def _turn_type() -> Any:
     return Turn
 
 
-def build_server(agent: "Agent") -> "MCPServer":
-    """An ``MCPServer`` whose three tools use ``agent`` (its model, toolbox and index)."""
+def build_server(agent: "Agent", *, model_option: bool = False) -> "MCPServer":
+    """An ``MCPServer`` whose three tools use ``agent`` (its model, toolbox and index);
+    ``model_option``: the model was given with ``-m/--model`` (``for_a_shell``)."""
     import inspect
     from typing import Annotated
 
@@ -288,7 +292,7 @@ def build_server(agent: "Agent") -> "MCPServer":
             cancel.set()
             raise
         except CragError as exc:  # one line, with every configured secret redacted, and what it had cost
-            said = for_a_shell(str(exc) + exc.cost_note(), agent.settings)
+            said = for_a_shell(str(exc) + exc.cost_note(), agent.settings, model_option)
             raise MCPToolError(" ".join(redact_message(said, secret_values()).split())) from exc
 
     def result(text: str, structured: dict[str, Any]) -> CallToolResult:
@@ -393,7 +397,7 @@ def _redacted(value: Any, secrets: tuple[str, ...]) -> Any:
     return value
 
 
-def serve(agent: "Agent") -> None:
+def serve(agent: "Agent", *, model_option: bool = False) -> None:
     """Serve ``agent`` over stdio until the client closes the connection (calls still running
     are cancelled then, so the server ends at once). A client that stops reading (it closed
     its end of standard output, or died) is a ``BrokenPipeError``, as for every command whose
@@ -401,7 +405,7 @@ def serve(agent: "Agent") -> None:
     log_to_stderr()
     _end_when_unread()
     try:
-        anyio.run(serve_stdio, build_server(agent))
+        anyio.run(serve_stdio, build_server(agent, model_option=model_option))
     except BaseExceptionGroup as group:
         pipe, rest = group.split(BrokenPipeError)
         if pipe is None or rest is not None:

@@ -768,3 +768,14 @@ def test_the_suggested_command_takes_any_index_folder_name(folder: str) -> None:
 
     said = for_a_shell("no index in x: run `python -m crag index PATH` first", Settings(index_dir=folder))
     assert said == f"no index in x: run `python -m crag --index {shlex.quote(folder)} index PATH` first"
+
+
+def test_a_model_given_with_the_model_option_is_named_so_in_a_tool_error() -> None:
+    """``crag mcp -m NAME`` with a server that knows no such model: the tool error names the
+    option the client's configuration gave it, not KB_AGENT_MODEL, as ``crag ask -m`` does."""
+    from crag.config import Settings
+    from crag.mcp_server import for_a_shell
+
+    said = "LLM server x answered 404 for node plan: check KB_AGENT_MODEL (llama3.1:8b) and OPENAI_BASE_URL"
+    assert "check -m/--model (llama3.1:8b)" in for_a_shell(said, Settings(), model_option=True)
+    assert "check KB_AGENT_MODEL (llama3.1:8b)" in for_a_shell(said, Settings())

@@ -9,7 +9,7 @@ from typing import TextIO
 
 from ..errors import UsageError
 from .ask import agent_for
-from .common import check_readable, settings
+from .common import OVERRIDES, check_readable, settings
 
 
 def cmd_mcp(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -30,7 +30,7 @@ def cmd_mcp(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         make_embedder(agent.settings)  # a setting it refuses stops the server here, as it stops ``chat``
         previous = _end_on_ctrl_c(err)
         try:
-            serve(agent)
+            serve(agent, model_option=bool(OVERRIDES.get("model")))
         finally:
             if previous is not None:
                 signal.signal(signal.SIGINT, previous)
