@@ -40,19 +40,22 @@ finds (see ``docs/real-models.md``). They read what they need of a tool from its
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
 from attrs import evolve
 
+from . import prompts
 from .state import AuditEvent, EvidenceItem, Message, ToolCall, ToolRun
-from .text import keywords
+from .text import keywords, stem
 from .toolspec import MAX_TOP_K, Paging, Tool, question_search  # MAX_TOP_K: the most hits one search returns
 
 __all__ = [
     "MAX_TOP_K",
     "cap_matches",
     "deepen_repeats",
+    "is_small_talk",
     "retrieval_rank",
     "same_query",
     "searched_question",
@@ -65,12 +68,40 @@ __all__ = [
 # Words (as ``keywords`` stems them) that ask for more of the same rather than name a subject.
 FOLLOW_UP_WORDS = frozenset({"go", "continue", "elaborate", "detail", "expand", "clarify", "really", "ok", "okay",
                              "sure", "example", "say"})
-# Words of an earlier turn of small talk ("thanks!", "great, thank you", "hello there"): such a
-# turn names nothing, so a follow-up after it is read with the question before it.
-SMALL_TALK_WORDS = frozenset(keywords(
-    "hi hello hey hiya howdy thanks thank thx cheers bye goodbye cool great nice awesome perfect wonderful "
-    "excellent helpful appreciate appreciated welcome alright"
-))
+# Words that carry no content in small talk ("thanks, that helped a lot!").
+_SMALL_TALK = frozenset(
+    """
+    hi hello hey hiya howdy yo greetings morning afternoon evening day night good thanks thank
+    thx ty cheers bye goodbye see ya later ok okay cool great nice awesome perfect wonderful
+    excellent fine got it helped helpful help lot much so very again there everyone all friend
+    mate buddy bot assistant crag how are you doing going up whats sup who what can do today
+    appreciate appreciated job well done welcome sure alright right hola bonjour merci danke hallo ciao gracias
+    """.split()
+)
+_SMALL_TALK_STEMS = _SMALL_TALK | {stem(w) for w in _SMALL_TALK}
+_GREETING = re.compile(
+    r"^\s*(?:hi|hello|hey|hiya|howdy|yo|greetings|good\s+(?:morning|afternoon|evening|day|night)|"
+    r"thanks|thank\s+you|thx|ty|cheers|bye|goodbye|see\s+(?:you|ya)|ok|okay|cool|great|nice|awesome|"
+    r"perfect|got\s+it|how\s+are\s+you|how's\s+it\s+going|what's\s+up|whats\s+up|sup|who\s+are\s+you|"
+    r"what\s+are\s+you|what\s+can\s+you\s+do|你好|您好|谢谢|多谢|再见|hola|bonjour|merci|danke|hallo|ciao|gracias)\b",
+    re.I,
+)
+_GREETING_CJK = re.compile(r"^\s*(?:你好|您好|谢谢|多谢|再见|早上好|晚上好)[\s!！。.~～]*$")
+
+
+def is_small_talk(text: str) -> bool:
+    """Whether ``text`` is a greeting, a thank-you or other small talk that names nothing to
+    search ("thanks, that helped a lot!", "hello there", "谢谢"): what the offline backend routes
+    ``chitchat``, and a turn a follow-up is not read with."""
+    if _GREETING_CJK.match(text):
+        return True
+    if not _GREETING.match(text):
+        return False
+    if prompts.find_identifiers(text) or prompts.find_paths(text) or prompts.find_urls(text):
+        return False
+    if prompts.find_jira_keys(text):
+        return False
+    return not [w for w in keywords(text) if w not in _SMALL_TALK_STEMS]
 
 
 def searched_question(question: str, history: Sequence[Message]) -> str:
@@ -79,9 +110,10 @@ def searched_question(question: str, history: Sequence[Message]) -> str:
     followed by ``question``."""
     if any(w not in FOLLOW_UP_WORDS for w in keywords(question)):
         return question
-    naming_nothing = FOLLOW_UP_WORDS | SMALL_TALK_WORDS
     for message in reversed(history):
-        if message.role == "user" and any(w not in naming_nothing for w in keywords(message.content)):
+        if message.role != "user" or is_small_talk(message.content):
+            continue
+        if any(w not in FOLLOW_UP_WORDS for w in keywords(message.content)):
             return f"{message.content.strip()} {question.strip()}"
     return question
 

@@ -52,8 +52,9 @@ from ..config import Settings
 from ..errors import LLMError
 from ..pages import location
 from ..ports import AnalyzeTask, GradeTask, LLMRequest, PlanTask, SynthesizeTask
+from ..searches import is_small_talk
 from ..state import Completion, EvidenceItem, Message, ToolRun
-from ..text import STOPWORDS, in_vocabulary, keywords, stem
+from ..text import STOPWORDS, in_vocabulary, keywords
 from ..text import words as split_words
 from ..toolspec import MAX_TOP_K, ArgumentError, Searches, Tool, check_args, clip, question_search, search_tools
 from .code_context import FileLines, opening_fence
@@ -61,24 +62,6 @@ from .quotes import code_file, code_quotes, item_quotes, same_text, table_excerp
 
 __all__ = ["OFFLINE_PREFACE", "OfflineChatModel", "keywords"]
 
-# Words that carry no content in small talk ("thanks, that helped a lot!").
-_SMALL_TALK = frozenset(
-    """
-    hi hello hey hiya howdy yo greetings morning afternoon evening day night good thanks thank
-    thx ty cheers bye goodbye see ya later ok okay cool great nice awesome perfect wonderful
-    excellent fine got it helped helpful help lot much so very again there everyone all friend
-    mate buddy bot assistant crag how are you doing going up whats sup who what can do today
-    appreciate appreciated job well done welcome sure alright right
-    """.split()
-)
-_GREETING = re.compile(
-    r"^\s*(?:hi|hello|hey|hiya|howdy|yo|greetings|good\s+(?:morning|afternoon|evening|day|night)|"
-    r"thanks|thank\s+you|thx|ty|cheers|bye|goodbye|see\s+(?:you|ya)|ok|okay|cool|great|nice|awesome|"
-    r"perfect|got\s+it|how\s+are\s+you|how's\s+it\s+going|what's\s+up|whats\s+up|sup|who\s+are\s+you|"
-    r"what\s+are\s+you|what\s+can\s+you\s+do|你好|您好|谢谢|多谢|再见|hola|bonjour|merci|danke|hallo|ciao|gracias)\b",
-    re.I,
-)
-_GREETING_CJK = re.compile(r"^\s*(?:你好|您好|谢谢|多谢|再见|早上好|晚上好)[\s!！。.~～]*$")
 _THANKS = re.compile(r"\b(?:thanks|thank\s+you|thx|cheers|appreciate)|谢谢|多谢|merci|danke|gracias", re.I)
 _BYE = re.compile(r"\b(?:bye|goodbye|see\s+(?:you|ya)|good\s+night)|再见", re.I)
 _ABOUT_ME = re.compile(r"\b(?:who\s+are\s+you|what\s+are\s+you|what\s+can\s+you\s+do|help)\b", re.I)
@@ -167,20 +150,6 @@ class _Parts:
         return tool.name if tool is not None else None
 
 
-def _is_chitchat(question: str) -> bool:
-    if _GREETING_CJK.match(question):
-        return True
-    if not _GREETING.match(question):
-        return False
-    if prompts.find_identifiers(question) or prompts.find_paths(question) or prompts.find_urls(question):
-        return False
-    if prompts.find_jira_keys(question):
-        return False
-    small_talk = _SMALL_TALK | {stem(w) for w in _SMALL_TALK}
-    content = [w for w in keywords(question) if w not in small_talk]
-    return not content
-
-
 def _question_values(tool: Tool, question: str) -> list[dict[str, Any]]:
     """Arguments for ``tool`` found in the question: one per value of its ``question_arg``,
     or what its ``from_question`` builds (the searches and the file reader are planned by
@@ -237,7 +206,7 @@ class OfflineChatModel:
         identifiers = prompts.find_identifiers(question)
         paths = prompts.find_paths(question)
         named_in_question = [t.name for t in task.tools if _question_values(t, question)]
-        if _is_chitchat(question) and not task.previous_attempts:
+        if is_small_talk(question) and not task.previous_attempts:
             return json.dumps({"complexity": "chitchat", "suggested_tools": []})
         words = len(question.split())
         named = bool(identifiers or paths or named_in_question or prompts.find_jira_keys(question)
