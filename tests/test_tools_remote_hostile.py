@@ -44,6 +44,25 @@ def test_a_jira_answer_that_is_not_an_issue_is_a_tool_error_or_an_item(server, t
         assert item.text.startswith("OPS-1: s")
 
 
+@pytest.mark.parametrize(
+    "description",
+    [
+        {"type": "doc", "content": 5},
+        {"type": "doc", "content": "text"},
+        {"type": "doc", "content": [{"type": "text", "text": 5}, {"type": ["paragraph"], "content": {"a": 1}}, None, 7]},
+        {"type": {"x": 1}, "content": [{"type": "paragraph", "content": True}]},
+    ],
+)
+def test_an_adf_description_of_another_shape_is_read_leniently(server, tmp_path: Path, description) -> None:
+    # {"type": "doc", "content": 5} ended `crag ask` in a traceback (TypeError: 'int' object is
+    # not iterable) and MCP's ask in "Error executing tool ask"
+    issue = {"fields": {"summary": "s", "description": description,
+                        "comment": {"comments": [{"body": {"type": "doc", "content": 5}}]}}}
+    jira = server({"/rest/api/2/issue/OPS-1": json_route(issue)})
+    [item] = box_for(tmp_path, jira_base_url=jira.url).run(ToolCall("jira_fetch", {"key": "OPS-1"}))
+    assert item.text.startswith("OPS-1: s")
+
+
 def test_json_nested_past_the_parser_is_a_tool_error(server, tmp_path: Path) -> None:
     site = server({"/rest/api/2/issue/OPS-1": raw(DEEP), "/rest/api/content/123": raw(DEEP)})
     jira = box_for(tmp_path, jira_base_url=site.url)

@@ -96,7 +96,8 @@ def _adf_text(node: Any, parts: list[str]) -> None:
     if isinstance(node, Mapping):
         if node.get("type") == "text" and isinstance(node.get("text"), str):
             parts.append(node["text"])
-        for child in node.get("content") or ():
+        content = node.get("content")
+        for child in content if isinstance(content, list) else ():  # a server's reply is input: any shape
             _adf_text(child, parts)
         if node.get("type") in ("paragraph", "heading", "listItem", "codeBlock"):
             parts.append("\n")
