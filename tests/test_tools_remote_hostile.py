@@ -152,3 +152,46 @@ def test_html_of_tags_a_quoted_gt_leaves_open_is_read_in_one_pass() -> None:
     done = subprocess.run([sys.executable, "-c", _OPEN_TAGS], capture_output=True, text=True, timeout=600,
                           env={"PYTHONPATH": str(Path(__file__).resolve().parents[1])})
     assert done.returncode == 0, done.stderr[-500:] or f"killed by signal {-done.returncode}"
+
+
+def _self_signed(tmp_path: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 signed by its own key (what a test or internal server has)."""
+    import datetime
+
+    x509 = pytest.importorskip("cryptography.x509")
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(x509.oid.NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=1))
+            .not_valid_after(now + datetime.timedelta(days=1)).sign(key, hashes.SHA256()))
+    cert_file, key_file = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return cert_file, key_file
+
+
+def test_a_certificate_that_fails_verification_is_a_tls_error(server, tmp_path: Path) -> None:
+    # ssl.SSLCertVerificationError is a ValueError: it was taken for a header http.client refuses
+    # and reported as "a request header (...) holds characters HTTP cannot carry; check the
+    # configured credentials", for web_fetch too, which sends none
+    import ssl
+
+    site = server({"/rest/api/2/issue/OPS-1": json_route({"fields": {"summary": "s"}}),
+                   "/rest/api/content/1": json_route({"title": "t"}),
+                   "/page": raw(b"text", "text/plain")})
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(*_self_signed(tmp_path))
+    site.httpd.socket = context.wrap_socket(site.httpd.socket, server_side=True)
+    url = site.url.replace("http://", "https://")
+    tls = r"TLS error talking to 127\.0\.0\.1: CERTIFICATE_VERIFY_FAILED: self.signed certificate$"
+    with pytest.raises(ToolError, match=r"^jira_fetch: Jira request failed: " + tls):
+        box_for(tmp_path, jira_base_url=url, jira_api_token="tok").run(ToolCall("jira_fetch", {"key": "OPS-1"}))
+    with pytest.raises(ToolError, match=r"^confluence_fetch: Confluence request failed: " + tls):
+        box_for(tmp_path, confluence_base_url=url).run(ToolCall("confluence_fetch", {"page_id": "1"}))
+    with pytest.raises(ToolError, match=r"^web_fetch: " + tls):
+        fetch(web_box(tmp_path, address_allowed=loopback_only), f"{url}/page")

@@ -290,6 +290,8 @@ def http_get(
             try:
                 conn.request("GET", target, headers=send)
             except (ValueError, UnicodeError) as exc:  # http.client refuses the header value
+                if isinstance(exc, ssl.SSLError):  # a certificate that fails verification is a ValueError too
+                    raise
                 names = ", ".join(sorted(send))
                 raise FetchError(
                     f"a request header ({names}) holds characters HTTP cannot carry; check the configured credentials"
@@ -319,7 +321,10 @@ def http_get(
             if watchdog.fired or isinstance(exc, TimeoutError):
                 raise FetchError(f"timed out after {timeout:g}s fetching {url}") from exc
             if isinstance(exc, ssl.SSLError):
-                raise FetchError(f"TLS error talking to {host}: {exc.reason or exc}") from exc
+                reason = exc.reason or exc
+                if isinstance(exc, ssl.SSLCertVerificationError) and exc.verify_message:
+                    reason = f"{reason}: {exc.verify_message}"  # what is wrong with the certificate
+                raise FetchError(f"TLS error talking to {host}: {reason}") from exc
             if isinstance(exc, (OSError, http.client.HTTPException)):
                 raise FetchError(f"cannot fetch {current}: {getattr(exc, 'strerror', None) or exc}") from exc
             raise
