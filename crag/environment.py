@@ -201,6 +201,23 @@ def _secret_variable(var: str) -> bool:
     return var in SECRET_VARIABLES or var.endswith(SECRET_SUFFIXES)
 
 
+# The e-mail and token crag sends to Jira and Confluence as one Basic credential (crag.tools.atlassian).
+_BASIC_PAIRS = (("JIRA_EMAIL", "JIRA_API_TOKEN"), ("CONFLUENCE_EMAIL", "CONFLUENCE_API_TOKEN"))
+
+
+def _basic_values(user: str, password: str) -> list[str]:
+    """The value of the ``Basic`` header ``user:password`` is sent as, and the forms a server
+    echoing it in a URL gives it: %-escaped and in base64's URL-safe alphabet."""
+    import base64
+    from urllib.parse import quote
+
+    try:
+        value = base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
+    except UnicodeError:  # bytes that are not UTF-8: the settings refuse them, nothing is sent
+        return []
+    return [value, quote(value, safe=""), value.replace("+", "-").replace("/", "_")]
+
+
 def _url_variable(var: str) -> bool:
     """Whether ``var`` holds a URL whose password is a secret."""
     return var.endswith("_URL") or var == "KB_AGENT_STORE"
@@ -274,7 +291,8 @@ def find_secrets(values: Mapping[str, object]) -> tuple[str, ...]:
     """The secrets among ``values`` (variable name -> value): the whole value of
     ``OPENAI_API_KEY``, the Jira and Confluence tokens and any variable named with one of
     ``SECRET_SUFFIXES`` (``*_TOKEN``, ``AWS_SECRET_ACCESS_KEY``); the password of any ``*_URL`` and of ``KB_AGENT_STORE``
-    (a URL's also decoded and as base64 of ``user:password``, the ``Basic`` header it is sent as)."""
+    (a URL's also decoded and as base64 of ``user:password``, the ``Basic`` header it is sent as);
+    the ``Basic`` value of ``JIRA_EMAIL:JIRA_API_TOKEN`` and of Confluence's pair (``_basic_values``)."""
     import base64
     from urllib.parse import unquote, urlsplit
 
@@ -298,6 +316,10 @@ def find_secrets(values: Mapping[str, object]) -> tuple[str, ...]:
                     found += [unquote(password), base64.b64encode(pair.encode()).decode("ascii")]
             if password:
                 found.append(password)
+    for user_var, token_var in _BASIC_PAIRS:
+        user, token = values.get(user_var), values.get(token_var)
+        if isinstance(user, str) and isinstance(token, str) and user.strip() and token.strip():
+            found += _basic_values(user.strip(), token.strip())
     return tuple(dict.fromkeys(found))
 
 
@@ -310,10 +332,13 @@ def secret_values(environ: Mapping[str, str] | None = None, dotenv: str | os.Pat
     """
     env = os.environ if environ is None else environ
     try:
-        file_secrets = _read_dotenv_cached(dotenv).secrets if dotenv else ()
+        read = _read_dotenv_cached(dotenv) if dotenv else None
     except Exception:
-        file_secrets = ()
-    return tuple(dict.fromkeys((*find_secrets(env), *file_secrets)))
+        read = None
+    file_secrets, file_values = (read.secrets, read.values) if read else ((), {})
+    # an e-mail in one and its token in the other still make one Basic credential (the environment wins)
+    pairs = {var: env.get(var, file_values.get(var)) for pair in _BASIC_PAIRS for var in pair}
+    return tuple(dict.fromkeys((*find_secrets(env), *file_secrets, *find_secrets(pairs))))
 
 
 def find_index_dir(cwd: str | None = None) -> str:

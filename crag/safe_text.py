@@ -307,9 +307,11 @@ FRAGMENT_OF = 24
 
 
 def _replace(text: str, secrets: set[str], fragments: bool = False) -> str:
-    for secret in sorted(secrets, key=len, reverse=True):
+    ordered = sorted(secrets, key=len, reverse=True)
+    for secret in ordered:
         text = text.replace(secret, REDACTED)
-        if fragments and _fragmentable(secret):
+    for secret in ordered if fragments else ():  # after every whole one: a part of one secret can hold
+        if _fragmentable(secret):                 # another whole (a Basic value in its %-escaped form)
             text = _without_fragments(text, secret)
     return text
 

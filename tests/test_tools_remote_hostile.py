@@ -195,3 +195,38 @@ def test_a_certificate_that_fails_verification_is_a_tls_error(server, tmp_path: 
         box_for(tmp_path, confluence_base_url=url).run(ToolCall("confluence_fetch", {"page_id": "1"}))
     with pytest.raises(ToolError, match=r"^web_fetch: " + tls):
         fetch(web_box(tmp_path, address_allowed=loopback_only), f"{url}/page")
+
+
+def test_the_basic_credential_a_server_echoes_in_a_redirect_is_masked(server, tmp_path: Path) -> None:
+    # what crag sends for JIRA_EMAIL + JIRA_API_TOKEN is base64 of "email:token", the token as
+    # plainly as the token itself: a Location echoing it was printed in the tool error
+    import base64
+    from urllib.parse import quote
+
+    sent = base64.b64encode(b"me@example.com:Zq9>?~tok3n").decode()
+    assert "+" in sent and sent.endswith("=")  # so each form below differs from the others
+    forms = (sent, quote(sent, safe=""), sent.replace("+", "-").replace("/", "_"))
+    def to(location: str):
+        return lambda handler: (302, {"Location": location}, b"")
+
+    site = server({f"/rest/api/2/issue/OPS-{n}": to(f"http://127.0.0.1:1/x?h={form}") for n, form in enumerate(forms, 1)})
+    site.routes["/rest/api/content/1"] = to(f"http://127.0.0.1:1/{sent}")
+    box = box_for(tmp_path, jira_base_url=site.url, jira_email="me@example.com", jira_api_token="Zq9>?~tok3n",
+                  confluence_base_url=site.url, confluence_email="me@example.com", confluence_api_token="Zq9>?~tok3n")
+    calls = [ToolCall("jira_fetch", {"key": f"OPS-{n}"}) for n in (1, 2, 3)] + [ToolCall("confluence_fetch", {"page_id": "1"})]
+    for call in calls:
+        with pytest.raises(ToolError) as caught:
+            box.run(call)
+        assert "cannot fetch http://127.0.0.1:1/" in str(caught.value) and "***" in str(caught.value)
+        assert not any(form[:12] in str(caught.value) for form in forms), str(caught.value)
+
+
+def test_the_basic_credential_of_an_email_and_a_token_set_apart_is_a_secret(tmp_path: Path) -> None:
+    import base64
+
+    from crag.config import secret_values
+
+    dotenv = tmp_path / ".env"
+    dotenv.write_text("CONFLUENCE_API_TOKEN=Zq9>?~tok3n\n")
+    secrets = secret_values({"CONFLUENCE_EMAIL": "me@example.com"}, dotenv)
+    assert base64.b64encode(b"me@example.com:Zq9>?~tok3n").decode() in secrets
