@@ -318,3 +318,29 @@ def test_big_pages_are_cut_and_binary_is_refused(server, tmp_path: Path) -> None
 def test_html_to_text_drops_scripts_and_keeps_blocks() -> None:
     title, text = html_to_text("<title>T</title><div>a<script>var x = '<p>no</p>';</script></div><p>b &amp; c</p>")
     assert title == "T" and text == "a\n\nb & c"
+
+
+def test_a_refusal_after_a_redirect_to_another_origin_is_not_blamed_on_the_credentials(server, tmp_path: Path) -> None:
+    # crag deliberately sends no credentials to a redirect's other origin: its 401 said "check
+    # JIRA_EMAIL and JIRA_API_TOKEN", which were right
+    auth = basic("me@example.com", "s3cret")
+    other = server({"/rest/api/2/issue/OPS-42": json_route(ISSUE, auth=auth),
+                    "/rest/api/content/98765": json_route(PAGE, auth=auth)})
+    jira = server({"/rest/api/2/issue/OPS-42": lambda h: (301, {"Location": f"{other.url}{h.path}"}, b""),
+                   "/rest/api/content/98765": lambda h: (302, {"Location": f"{other.url}{h.path}"}, b"")})
+    box = box_for(tmp_path, jira_base_url=jira.url, jira_email="me@example.com", jira_api_token="s3cret",
+                  confluence_base_url=jira.url, confluence_email="me@example.com", confluence_api_token="s3cret")
+    with pytest.raises(ToolError) as caught:
+        box.run(ToolCall("jira_fetch", {"key": "OPS-42"}))
+    assert str(caught.value) == (
+        f"jira_fetch: Jira redirected the request to {other.url}, which refused it (HTTP 401) without credentials: "
+        "crag sends JIRA_EMAIL and JIRA_API_TOKEN only to the scheme, host and port of JIRA_BASE_URL "
+        "(set JIRA_BASE_URL to that address if Jira is served there)")
+    with pytest.raises(ToolError, match=rf"^confluence_fetch: Confluence redirected the request to {other.url}, "
+                       r"which refused it \(HTTP 401\) without credentials: crag sends CONFLUENCE_EMAIL"):
+        box.run(ToolCall("confluence_fetch", {"page_id": "98765"}))
+    assert [h.get("Authorization") for _, h in other.requests] == [None, None]
+    assert [h.get("Authorization") for _, h in jira.requests] == [auth, auth]
+    same = box_for(tmp_path, jira_base_url=other.url, jira_email="me@example.com", jira_api_token="wrong")
+    with pytest.raises(ToolError, match=r"^jira_fetch: Jira refused the request \(HTTP 401\): check JIRA_EMAIL"):
+        same.run(ToolCall("jira_fetch", {"key": "OPS-42"}))

@@ -35,6 +35,12 @@ def get_json(tool: str, service: str, env: str, url: str, email: str, token: str
             max_bytes=max_bytes,
         )
     except FetchError as exc:
+        if exc.status in (401, 403) and exc.withheld_from:
+            raise ToolError(
+                tool, f"{service} redirected the request to {exc.withheld_from}, which refused it (HTTP {exc.status}) "
+                f"without credentials: crag sends {env}_EMAIL and {env}_API_TOKEN only to the scheme, host and "
+                f"port of {env}_BASE_URL (set {env}_BASE_URL to that address if {service} is served there)"
+            ) from exc
         if exc.status in (401, 403):
             raise ToolError(
                 tool, f"{service} refused the request (HTTP {exc.status}): check {env}_EMAIL and {env}_API_TOKEN"

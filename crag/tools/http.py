@@ -58,10 +58,13 @@ USER_AGENT = "crag/0.1 (+https://github.com/; knowledge-base agent)"
 
 
 class FetchError(Exception):
-    """A request failed; ``str`` is one line, ``status`` the HTTP status when there was one."""
+    """A request failed; ``str`` is one line, ``status`` the HTTP status when there was one.
+    ``withheld_from`` is the origin (``https://host:port``) that answered with ``status`` without
+    having been sent the ``auth_headers`` (a redirect led to another origin), else None."""
 
-    def __init__(self, message: str, status: int | None = None) -> None:
+    def __init__(self, message: str, status: int | None = None, withheld_from: str | None = None) -> None:
         self.status = status
+        self.withheld_from = withheld_from
         super().__init__(message)
 
 
@@ -284,7 +287,8 @@ def http_get(
         else:
             conn = _PinnedHTTPConnection(address, host, port, remaining, watchdog)
         send = {"User-Agent": USER_AGENT, "Accept-Encoding": "identity", **(headers or {})}
-        if auth_headers and _origin(current) == first_origin:
+        withheld = bool(auth_headers) and _origin(current) != first_origin
+        if auth_headers and not withheld:
             send.update(auth_headers)
         try:
             try:
@@ -336,7 +340,8 @@ def http_get(
             raise FetchError(f"{current} is larger than {max_bytes // 1024} KiB")
         body = body[:max_bytes]
         if not 200 <= status < 300:
-            raise FetchError(f"{current} answered HTTP {status}", status)
+            origin = f"{scheme}://{urlsplit(current).netloc}" if withheld else None  # _check_url refused a user:password
+            raise FetchError(f"{current} answered HTTP {status}", status, origin)
         mime, _, params = content_type.partition(";")
         charset = None
         for param in params.split(";"):
