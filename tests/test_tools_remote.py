@@ -344,3 +344,32 @@ def test_a_refusal_after_a_redirect_to_another_origin_is_not_blamed_on_the_crede
     same = box_for(tmp_path, jira_base_url=other.url, jira_email="me@example.com", jira_api_token="wrong")
     with pytest.raises(ToolError, match=r"^jira_fetch: Jira refused the request \(HTTP 401\): check JIRA_EMAIL"):
         same.run(ToolCall("jira_fetch", {"key": "OPS-42"}))
+
+
+STORAGE = (
+    '<h1>Failover</h1><p>Run the script.</p>'
+    '<ac:structured-macro ac:name="code" ac:schema-version="1"><ac:parameter ac:name="language">bash</ac:parameter>'
+    '<ac:parameter ac:name="title">Failover</ac:parameter><ac:plain-text-body><![CDATA[if [ "$x" -lt 2 ] && y; then\n'
+    '    failover --region eu-west-1 --force\nfi]]></ac:plain-text-body></ac:structured-macro>'
+    '<ac:structured-macro ac:name="info"><ac:parameter ac:name="title">Note</ac:parameter>'
+    '<ac:rich-text-body><p>It takes 4 minutes.</p></ac:rich-text-body></ac:structured-macro>'
+    '<p>The drill is on <time datetime="2025-03-14" />.</p>'
+    '<p>Read the <ac:link><ri:page ri:content-title="DR plan" /><ac:plain-text-link-body>'
+    '<![CDATA[recovery runbook]]></ac:plain-text-link-body></ac:link> and <ac:link><ri:page ri:content-title="DR plan" />'
+    '</ac:link> first.</p><p>Owner: <ac:link><ri:user ri:account-id="5b10ac8d82e05b22cc7d4ef5" /></ac:link></p>'
+    '<ac:structured-macro ac:name="noformat"><ac:plain-text-body><![CDATA[FAILOVER_MODE=active-passive]]>'
+    '</ac:plain-text-body></ac:structured-macro>'
+)
+
+
+def test_confluence_storage_format_keeps_code_dates_links_and_mentions(server, tmp_path: Path) -> None:
+    # a code macro read as "bash" with its command gone; dates, link texts, noformat bodies and
+    # mentions were lost too, and a macro's parameters were shown as text
+    wiki = server({"/rest/api/content/7": json_route({"title": "Runbook", "body": {"storage": {"value": STORAGE}}})})
+    [item] = box_for(tmp_path, confluence_base_url=wiki.url).run(ToolCall("confluence_fetch", {"page_id": "7"}))
+    assert item.text == (
+        "Runbook\n\nFailover\n\nRun the script.\n\n"
+        '```bash\nif [ "$x" -lt 2 ] && y; then\n    failover --region eu-west-1 --force\nfi\n```\n\n'
+        "It takes 4 minutes.\n\nThe drill is on 2025-03-14.\n\n"
+        "Read the recovery runbook and DR plan first.\n\nOwner: @5b10ac8d82e05b22cc7d4ef5\n\n"
+        "```\nFAILOVER_MODE=active-passive\n```")

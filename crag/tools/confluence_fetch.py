@@ -3,7 +3,7 @@
 GET ``{CONFLUENCE_BASE_URL}/rest/api/content/{id}?expand=body.storage,version`` with the
 same auth rules as Jira (email + token: basic; token alone: bearer). ``page_id`` is the
 numeric id, or a page URL containing ``/pages/<id>`` or ``pageId=<id>``. The page's
-storage-format HTML is reduced to text; the item's source and URL are the page's web URL. A
+storage-format HTML is reduced to text (``storage_format``: code macros as fenced code); the item's source and URL are the page's web URL. A
 title or body that is not text is left out (never shown as a Python value); a page with
 neither is a ``ToolError``.
 """
@@ -55,10 +55,10 @@ def run(args: Mapping[str, Any], context: ToolContext) -> ToolResult:
         links = data.get("_links") or {}
     except (AttributeError, TypeError) as exc:
         raise ToolError(NAME, f"Confluence answered something that is not a page for {page_id}") from exc
-    from .http import html_to_text  # the HTTP module loads when a remote tool first runs
+    from .storage_format import storage_to_text  # the HTTP module loads when a remote tool first runs
 
     title = " ".join(title.split()) if isinstance(title, str) else ""  # never a Python repr of a field
-    _, text = html_to_text(html) if isinstance(html, str) else ("", "")
+    text = storage_to_text(html) if isinstance(html, str) else ""
     if len(text) > MAX_TEXT:
         text = text[:MAX_TEXT] + "\n[... page truncated]"
     if not (title or text.strip()):

@@ -23,7 +23,7 @@ internal hosts; only the issue key or page id comes from the model, and it is va
 
 ``html_to_text`` reduces HTML to readable text with ``html.parser``, in one pass: a ``<`` that
 no ``>`` follows is text (``_unopened``), and a tag, comment or declaration that never ends
-runs to the end of the page, as in a browser (``_TextExtractor.close``).
+runs to the end of the page, as in a browser (``TextExtractor.close``).
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ from attrs import frozen
 __all__ = [
     "FetchError",
     "Response",
+    "TextExtractor",
     "html_to_text",
     "http_get",
     "is_public_address",
@@ -379,10 +380,14 @@ _BLOCK = frozenset(
 _SKIP = frozenset({"script", "style", "noscript", "template", "svg", "iframe", "object", "head"})
 
 
-class _TextExtractor(HTMLParser):
+class TextExtractor(HTMLParser):
+    """HTML to the parts of its text. ``verbatim`` holds the indexes of the parts that are
+    whole lines to keep as they are (a code block's), which ``html_to_text`` does not tidy."""
+
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
         self.parts: list[str] = []
+        self.verbatim: list[int] = []
         self.title_parts: list[str] = []
         self._skip = 0
         self._in_title = False
@@ -460,19 +465,26 @@ def _unopened(html: str) -> str:
     return html[: last + 1] + html[last + 1 :].replace("<", "&lt;")
 
 
-def html_to_text(html: str) -> tuple[str, str]:
-    """(title, text) of an HTML document: scripts and styles dropped, blocks on their own lines."""
-    parser = _TextExtractor()
+def html_to_text(html: str, parser: TextExtractor | None = None) -> tuple[str, str]:
+    """(title, text) of an HTML document: scripts and styles dropped, blocks on their own lines.
+    ``parser`` reads a dialect (Confluence's storage format); its verbatim parts stay as they are."""
+    parser = parser or TextExtractor()
     try:
         parser.feed(_unopened(html))
         parser.close()
     except Exception:  # html.parser is lenient; never let odd markup fail a fetch
         pass
-    text = "".join(parser.parts)
-    lines = [re.sub(r"[ \t]{2,}", " ", line).strip() for line in text.split("\n")]
     out: list[str] = []
-    for line in lines:
-        if line or (out and out[-1]):
-            out.append(line)
+    start = 0
+    for at in (*sorted(set(parser.verbatim)), len(parser.parts)):
+        lines = [re.sub(r"[ \t]{2,}", " ", line).strip() for line in "".join(parser.parts[start:at]).split("\n")]
+        for line in lines:
+            if line or (out and out[-1]):
+                out.append(line)
+        if at < len(parser.parts):  # on lines of its own, blank ones kept
+            if out and out[-1]:
+                out.append("")
+            out += parser.parts[at].split("\n")
+        start = at + 1
     title = " ".join("".join(parser.title_parts).split())
     return title, "\n".join(out).strip()
