@@ -373,3 +373,14 @@ def test_confluence_storage_format_keeps_code_dates_links_and_mentions(server, t
         "It takes 4 minutes.\n\nThe drill is on 2025-03-14.\n\n"
         "Read the recovery runbook and DR plan first.\n\nOwner: @5b10ac8d82e05b22cc7d4ef5\n\n"
         "```\nFAILOVER_MODE=active-passive\n```")
+
+
+def test_adf_line_breaks_mentions_and_cards_are_read(server, tmp_path: Path) -> None:
+    # a hardBreak glued "line one" to "line two"; a mention and an inline card were dropped
+    text = [{"type": "text", "text": "line one"}, {"type": "hardBreak"}, {"type": "text", "text": "line two, ask"},
+            {"type": "mention", "attrs": {"id": "5b10", "text": "@Carol"}}, {"type": "text", "text": " or see"},
+            {"type": "inlineCard", "attrs": {"url": "https://status.example.com/x"}}, {"type": "text", "text": "."}]
+    issue = {"fields": {"summary": "s", "description": {"type": "doc", "content": [{"type": "paragraph", "content": text}]}}}
+    jira = server({"/rest/api/2/issue/OPS-1": json_route(issue)})
+    [item] = box_for(tmp_path, jira_base_url=jira.url).run(ToolCall("jira_fetch", {"key": "OPS-1"}))
+    assert item.text == "OPS-1: s\n\nline one\nline two, ask @Carol or see https://status.example.com/x."

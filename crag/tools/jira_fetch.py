@@ -94,8 +94,17 @@ def _s(value: Any) -> str:
 
 def _adf_text(node: Any, parts: list[str]) -> None:
     if isinstance(node, Mapping):
-        if node.get("type") == "text" and isinstance(node.get("text"), str):
+        kind, attrs = node.get("type"), node.get("attrs")
+        if kind == "text" and isinstance(node.get("text"), str):
             parts.append(node["text"])
+        elif kind == "hardBreak":
+            parts.append("\n")
+        elif kind in ("mention", "inlineCard") and isinstance(attrs, Mapping):
+            shown = attrs.get("text" if kind == "mention" else "url")  # "@Carol"; the card's URL
+            if isinstance(shown, str) and shown.strip():
+                if parts and not parts[-1][-1:].isspace():  # a word of its own, not glued to the last
+                    parts.append(" ")
+                parts.append(shown.strip())
         content = node.get("content")
         for child in content if isinstance(content, list) else ():  # a server's reply is input: any shape
             _adf_text(child, parts)
