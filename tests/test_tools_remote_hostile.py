@@ -230,3 +230,15 @@ def test_the_basic_credential_of_an_email_and_a_token_set_apart_is_a_secret(tmp_
     dotenv.write_text("CONFLUENCE_API_TOKEN=Zq9>?~tok3n\n")
     secrets = secret_values({"CONFLUENCE_EMAIL": "me@example.com"}, dotenv)
     assert base64.b64encode(b"me@example.com:Zq9>?~tok3n").decode() in secrets
+
+
+def test_jira_fields_that_are_not_text_are_left_out(server, tmp_path: Path) -> None:
+    # they were shown as Python values: "['a', 'list', 'eviction']", "Comment by ['x']:", "5"
+    issue = {"fields": {"summary": {"x": 1}, "description": ["a", "list", "eviction"], "status": {"name": ["Open"]},
+                        "issuetype": 7, "priority": {"name": True}, "assignee": {"displayName": "Ann"},
+                        "comment": {"comments": [{"author": "string", "body": 5},
+                                                 {"author": {"displayName": ["x"]}, "body": "noted"}]}}}
+    jira = server({"/rest/api/2/issue/OPS-1": json_route(issue)})
+    [item] = box_for(tmp_path, jira_base_url=jira.url).run(ToolCall("jira_fetch", {"key": "OPS-1"}))
+    assert item.text == "OPS-1\nAssignee: Ann\n\nComment by someone:\n\n\nComment by someone:\nnoted"
+    assert item.title == ""

@@ -5,7 +5,8 @@ GET ``{JIRA_BASE_URL}/rest/api/2/issue/{key}`` with basic auth (``JIRA_EMAIL`` +
 Center). The key must look like ``PROJ-123``, so nothing from the model reaches the URL
 but a validated key. The item's source is the key, its URL the issue's browse page, its
 text the summary, status, type, description and the latest comments, cut at ``MAX_TEXT``
-characters. An answer that is not an issue object is a ``ToolError``.
+characters. An answer that is not an issue object is a ``ToolError``; a field that is not
+text (nor Atlassian Document Format) is left out, never shown as a Python value.
 """
 
 from __future__ import annotations
@@ -42,13 +43,13 @@ def run(args: Mapping[str, Any], context: ToolContext) -> ToolResult:
     if not isinstance(fields, Mapping):
         raise ToolError(NAME, f"Jira answered something that is not an issue for {key}")
     summary = _s(fields.get("summary"))
-    lines = [f"{key}: {summary}"]
+    lines = [f"{key}: {summary}" if summary else key]
     for label, name in (("Status", "status"), ("Type", "issuetype"), ("Priority", "priority"), ("Assignee", "assignee")):
         value = fields.get(name)
         if isinstance(value, Mapping):
             value = value.get("name") or value.get("displayName")
-        if value:
-            lines.append(f"{label}: {_s(value)}")
+        if isinstance(value, str) and value.strip():  # a name that is not text is left out
+            lines.append(f"{label}: {value.strip()}")
     description = _s(fields.get("description"))
     if description:
         lines += ["", description]
@@ -56,8 +57,10 @@ def run(args: Mapping[str, Any], context: ToolContext) -> ToolResult:
     comments = comment.get("comments") if isinstance(comment, Mapping) else None
     for c in comments[-MAX_COMMENTS:] if isinstance(comments, list) else ():
         if isinstance(c, Mapping):
-            author = (c.get("author") or {}).get("displayName", "") if isinstance(c.get("author"), Mapping) else ""
-            lines += ["", f"Comment by {author or 'someone'}:", _s(c.get("body"))]
+            author = c.get("author")
+            name = author.get("displayName") if isinstance(author, Mapping) else None
+            name = name.strip() if isinstance(name, str) else ""
+            lines += ["", f"Comment by {name or 'someone'}:", _s(c.get("body"))]
     text = "\n".join(lines).strip()
     if len(text) > MAX_TEXT:
         text = text[:MAX_TEXT] + "\n[... issue truncated]"
@@ -80,16 +83,15 @@ def _issue_key(answered: Any, asked: str) -> str:
 
 
 def _s(value: Any) -> str:
-    """Text of a field: strings as they are, Atlassian document format flattened."""
-    if value is None:
-        return ""
+    """Text of a field: strings as they are, Atlassian document format flattened; anything else
+    (a number, a list of strings) is left out, never shown as a Python value."""
     if isinstance(value, str):
         return value.strip()
-    if isinstance(value, Mapping):  # Atlassian Document Format (API v3-style bodies)
+    if isinstance(value, (Mapping, list)):  # Atlassian Document Format (API v3-style bodies), or its nodes
         parts: list[str] = []
         _adf_text(value, parts)
         return "".join(parts).strip()
-    return str(value)
+    return ""
 
 
 def _adf_text(node: Any, parts: list[str]) -> None:
