@@ -244,6 +244,18 @@ def _url(var: str, raw: str) -> str | None:
     return value
 
 
+def _service_url(var: str, raw: str) -> str | None:
+    """A Jira or Confluence base URL: the REST path is appended to it, and its tool sends no URL password."""
+    value = _url(var, raw)
+    if value and "@" in value.split("/")[2]:  # the user name or password: JIRA_EMAIL, JIRA_API_TOKEN
+        raise ConfigError(var, _shown_url(raw), f"an http:// or https:// URL without a user name or password, which "
+                          f"go in {var.removesuffix('BASE_URL')}EMAIL and {var.removesuffix('BASE_URL')}API_TOKEN")
+    if value and ("?" in value or "#" in value):
+        raise ConfigError(var, _shown_url(raw), "an http:// or https:// URL without a ? query or # fragment, as "
+                          "crag appends the REST API's path to it")
+    return value
+
+
 def _store(var: str, raw: str) -> str:
     value = raw.strip()
     if value and (not value.startswith(("postgresql://", "postgres://")) or _not_utf8(value)
@@ -258,7 +270,7 @@ def _store(var: str, raw: str) -> str:
 
 
 # Kinds whose empty text is a value (no URL, key or e-mail); for the others empty means the default.
-READS_EMPTY = (_text, _sent_text, _url, _secret)
+READS_EMPTY = (_text, _sent_text, _url, _service_url, _secret)
 
 
 def _as_text(value: Any) -> str:
@@ -342,10 +354,10 @@ class Settings:
     embedding_model: str = setting("KB_AGENT_EMBEDDING_MODEL", _sent_name, "text-embedding-3-small")
     openai_api_key: str = setting("OPENAI_API_KEY", _secret, "")
     openai_base_url: str | None = setting("OPENAI_BASE_URL", _url, None)
-    jira_base_url: str | None = setting("JIRA_BASE_URL", _url, None)
+    jira_base_url: str | None = setting("JIRA_BASE_URL", _service_url, None)
     jira_email: str = setting("JIRA_EMAIL", _sent_text, "")
     jira_api_token: str = setting("JIRA_API_TOKEN", _secret, "")
-    confluence_base_url: str | None = setting("CONFLUENCE_BASE_URL", _url, None)
+    confluence_base_url: str | None = setting("CONFLUENCE_BASE_URL", _service_url, None)
     confluence_email: str = setting("CONFLUENCE_EMAIL", _sent_text, "")
     confluence_api_token: str = setting("CONFLUENCE_API_TOKEN", _secret, "")
     web_fetch: bool = setting("KB_AGENT_WEB_FETCH", _switch, False)

@@ -536,3 +536,28 @@ def test_a_bool_given_in_code_for_a_number_is_named_as_written(value):
     assert Settings(web_fetch=value).web_fetch is value  # a switch reads it
     with pytest.raises(ConfigError, match=rf"^KB_AGENT_MODEL={value} is not valid: expected a value of its own kind"):
         Settings(model=value)  # was the model "on" (or "off"), a value nobody set
+
+
+@pytest.mark.parametrize(("url", "accepts"), [
+    ("http://127.0.0.1:18601/jira#frag", "without a ? query or # fragment, as crag appends the REST API's path to it"),
+    ("https://jira.example.com/?os_authType=basic", "without a ? query or # fragment"),
+    ("http://me:Passw0rdXYZ12@127.0.0.1:18601", "without a user name or password, which go in {p}_EMAIL and {p}_API_TOKEN"),
+    ("http://me@127.0.0.1:18601/jira", "without a user name or password"),
+])
+def test_a_jira_or_confluence_base_url_the_tool_cannot_use_is_refused(monkeypatch, capsys, url, accepts):
+    """A fragment or query swallowed the REST path ("issue OK-1 was not found"); a user and
+    password were accepted, and every call then failed "URLs with a user name or password are refused"."""
+    for prefix in ("JIRA", "CONFLUENCE"):
+        monkeypatch.delenv("JIRA_BASE_URL", raising=False)
+        monkeypatch.setenv(f"{prefix}_BASE_URL", url)
+        assert main(["search", "hello"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"crag: error: {prefix}_BASE_URL=") and err.count("\n") == 1
+        assert accepts.format(p=prefix) in err and "Passw0rd" not in err
+        monkeypatch.delenv(f"{prefix}_BASE_URL")
+    assert Settings.from_env(environ={"JIRA_BASE_URL": "https://jira.example.com/a@b/"}, dotenv=None).jira_base_url
+
+
+def test_a_confluence_base_url_given_in_code_with_a_query_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"^CONFLUENCE_BASE_URL=https://w\.example\.com/wiki\?x is not valid"):
+        Settings(confluence_base_url="https://w.example.com/wiki?x")
