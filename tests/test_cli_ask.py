@@ -596,3 +596,26 @@ def test_a_piped_chat_answer_whose_stream_is_cut_leaves_no_fragment_on_standard_
     assert proc.returncode == 0, proc.stderr
     assert "ended the answer's stream before it was finished" in proc.stderr
     assert "8080" not in proc.stdout and proc.stdout.startswith("The client retries failed uploads three times [1].")
+
+
+def test_a_fetch_that_failed_is_a_note_on_stderr(kb: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Jira that refused the token was "I couldn't find relevant information...", exit
+    status 0 and nothing on stderr: the cause was only in --json's audit."""
+    from tests.test_tools_remote import FakeServer
+
+    jira = FakeServer({"/rest/api/2/issue/OPS-7": lambda h: (401, {"Content-Type": "application/json"}, b"{}")})
+    try:
+        monkeypatch.setenv("JIRA_BASE_URL", jira.url)
+        monkeypatch.setenv("JIRA_API_TOKEN", "wrong-token")
+        note = "crag: note: jira_fetch: Jira refused the request (HTTP 401): check JIRA_EMAIL and JIRA_API_TOKEN\n"
+        code, out, err = cli("ask", "What does OPS-7 say about retries?")
+        assert code == 0 and err == note and "HTTP 401" not in out
+        code, out, err = cli("ask", "--json", "What does OPS-7 say about retries?")
+        assert code == 0 and err == note
+        assert [e["error"] for e in json.loads(out)["audit"] if e["event"] == "tool_error"] == [note[12:-1]]
+        chat_out, chat_err = io.StringIO(), io.StringIO()
+        assert main(["chat"], chat_out, chat_err, io.StringIO("What does OPS-7 say?\nHow does the client retry?\n")) == 0
+        assert chat_err.getvalue() == note  # after its answer; the next question, which fetches nothing, has none
+        assert "three times" in chat_out.getvalue()
+    finally:
+        jira.close()

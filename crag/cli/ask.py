@@ -22,6 +22,7 @@ from .common import (
     settings,
     shown,
     shown_json,
+    shown_message,
     suggested,
     undecodable_bytes_kept,
     unreadable_input,
@@ -155,6 +156,20 @@ def extras_note(report, err: TextIO) -> None:
         err.write(shown(f"crag: {line}") + "\n")
 
 
+def fetch_failed_notes(result, agent, err: TextIO) -> None:
+    """One note on stderr for each failure of a tool that fetches what the question names (an
+    issue, a page, a URL: its ``question_arg``), as ``crag: note: TOOL: ERROR``: the answer
+    alone says only that nothing was found, and the cause (credentials refused, no such issue,
+    a server down) is the user's to fix. ``--json`` has them in its audit as well."""
+    fetching = {t.name for t in agent.toolbox.tools() if t.question_arg is not None}
+    said: list[str] = []
+    for event in result.state.audit:
+        error = event.fields.get("error")
+        if event.event == "tool_error" and event.fields.get("tool") in fetching and error and error not in said:
+            said.append(error)
+            err.write(shown_message(f"crag: note: {error}") + "\n")
+
+
 class IndexNotes:
     """Prints indexing progress for ``--kb`` on stderr (stdout stays clean for --json): the line
     ``crag index`` draws (``ProgressLine``: a carriage return and spaces, no cursor control, so a
@@ -245,5 +260,6 @@ def cmd_ask(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     elif not live:
         print_answer(out, result, show_usage=show_usage)
     out.flush()  # the answer first: a log locked by another crag waits up to its timeout
+    fetch_failed_notes(result, agent, err)
     record(agent.settings, result, err, conversation, "ask")
     return 0

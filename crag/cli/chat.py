@@ -25,7 +25,7 @@ from typing import TextIO
 
 from ..errors import CragError, UsageError
 from ..safe_text import ShownStream, for_terminal, valid_text
-from .ask import agent_for
+from .ask import agent_for, fetch_failed_notes
 from .common import (
     Terminated,
     check_readable,
@@ -345,6 +345,7 @@ def cmd_chat(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                     out.write("\n")
                 print("crag: answer cancelled (Ctrl-C); ask again, or Ctrl-D to end", file=err)
                 continue
+            fetch_failed_notes(result, agent, err)
             conversation = record(agent.settings, result, err, conversation, "chat", said)
             history.append({"role": "user", "content": question})
             history.append({"role": "assistant", "content": result.answer})
