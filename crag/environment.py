@@ -135,7 +135,10 @@ def _parse_dotenv(path: str | os.PathLike[str], bad_lines: list[tuple[int, str]]
     if data is None:
         return {}
     marked = data.startswith((b"\xff\xfe", b"\xfe\xff"))
-    if not marked and _utf16_unmarked(data):  # read as UTF-8, each of its NULs is in a name or a value
+    if _utf32(data):  # read as UTF-8 or UTF-16, each of its NULs is in a name or a value
+        raise ConfigError(".env", os.fspath(path), "UTF-8 text (it reads as UTF-32: save it as UTF-8, or as "
+                          "UTF-16 with its byte order mark)")
+    if not marked and _utf16_unmarked(data):
         raise ConfigError(".env", os.fspath(path), "UTF-8 text (it reads as UTF-16 without a byte order mark: "
                           "save it as UTF-8, or as UTF-16 with its mark)")
     try:  # UTF-16 with its byte-order mark is what PowerShell's ">" writes
@@ -161,6 +164,15 @@ def _parse_dotenv(path: str | os.PathLike[str], bad_lines: list[tuple[int, str]]
             raise ConfigError(key, value, "a value without NUL characters", secret=_secret_variable(key) or _url_variable(key))
         values[key] = value
     return values
+
+
+def _utf32(data: bytes) -> bool:
+    """Whether ``data`` looks like UTF-32 text, with its byte order mark or without: NULs in
+    three of every four bytes (the high bytes of ASCII characters), at least half of each."""
+    if b"\x00" not in data:
+        return False
+    counts = sorted(data[i::4].count(0) for i in range(4))
+    return counts[1] * 2 >= len(data) // 4 and counts[0] * 4 < counts[1]
 
 
 def _utf16_unmarked(data: bytes) -> bool:
@@ -287,11 +299,27 @@ def url_credentials_ambiguous(url: str) -> bool:
     return bool(_HOST_AFTER_AT.fullmatch(rest[at + 1 :]))
 
 
+# A URL's user name written without a password and at least this long is a token written
+# where a user goes (``https://TOKEN@host``), a secret as a password is; a short one is a name.
+_TOKEN_AS_USER = 8
+
+
+def _username(url: str) -> str:
+    """The user name written in ``url`` (``""`` for none, or for a URL that does not parse)."""
+    from urllib.parse import urlsplit
+
+    try:
+        return urlsplit(url).username or ""
+    except ValueError:
+        return ""
+
+
 def find_secrets(values: Mapping[str, object]) -> tuple[str, ...]:
     """The secrets among ``values`` (variable name -> value): the whole value of
     ``OPENAI_API_KEY``, the Jira and Confluence tokens and any variable named with one of
     ``SECRET_SUFFIXES`` (``*_TOKEN``, ``AWS_SECRET_ACCESS_KEY``); the password of any ``*_URL`` and of ``KB_AGENT_STORE``
-    (a URL's also decoded and as base64 of ``user:password``, the ``Basic`` header it is sent as);
+    (a URL's also decoded and as base64 of ``user:password``, the ``Basic`` header it is sent as),
+    or a URL's user name of ``_TOKEN_AS_USER`` characters or more written without a password;
     the ``Basic`` value of ``JIRA_EMAIL:JIRA_API_TOKEN`` and of Confluence's pair (``_basic_values``)."""
     import base64
     from urllib.parse import unquote, urlsplit
@@ -314,6 +342,8 @@ def find_secrets(values: Mapping[str, object]) -> tuple[str, ...]:
                 if password:  # also as sent: decoded, and as the Basic header's value
                     pair = f"{unquote(parts.username or '')}:{unquote(password)}"
                     found += [unquote(password), base64.b64encode(pair.encode()).decode("ascii")]
+                elif password is None and len(user := _username(value.strip())) >= _TOKEN_AS_USER:  # https://TOKEN@host
+                    found += [user, unquote(user), base64.b64encode(f"{unquote(user)}:".encode()).decode("ascii")]
             if password:
                 found.append(password)
     for user_var, token_var in _BASIC_PAIRS:

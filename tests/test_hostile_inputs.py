@@ -618,6 +618,16 @@ def test_11_a_dotenv_in_utf16_without_its_mark_is_named_so(kb: Path, codec: str)
                    "without a byte order mark: save it as UTF-8, or as UTF-16 with its mark)\n")
 
 
+@pytest.mark.parametrize("codec", ["utf-32-le", "utf-32-be", "utf-32"])
+def test_11_a_dotenv_in_utf32_is_named_so(kb: Path, codec: str) -> None:
+    """With its mark or without, UTF-32 read as UTF-8 or UTF-16 was "KB_AGENT_TOP_K=\\x00\\x00\\x007..."."""
+    Path(".env").write_bytes("KB_AGENT_TOP_K=7\nKB_AGENT_LLM=offline\n".encode(codec))
+    code, out, err = cli("search", "port")
+    assert (code, out) == (2, "")
+    assert err == ("crag: error: the settings file .env is not valid: expected UTF-8 text (it reads as UTF-32: "
+                   "save it as UTF-8, or as UTF-16 with its byte order mark)\n")
+
+
 def test_11_a_dotenv_in_utf16_is_read_and_one_that_is_not_text_is_named(kb: Path) -> None:
     Path(".env").write_bytes("KB_AGENT_MAX_ITERATIONS=zero\r\n".encode("utf-16"))  # PowerShell's ">"
     code, _, err = cli("ask", "hi")

@@ -290,6 +290,13 @@ def test_a_refusal_of_credentials_written_in_the_base_url_names_them_not_the_key
         assert f"answered {status} for node plan: {opening} and password in OPENAI_BASE_URL " \
                "(sent instead of OPENAI_API_KEY)" in str(caught.value)
         assert "pw-s3cret" not in str(caught.value)
+    token_as_user = Settings(llm="openai", openai_base_url=srv.base_url.replace("//", "//sk-tokenonly@", 1),
+                             llm_max_retries=0, model="test-model")
+    srv.script("plan", Status(401, {"error": {"message": "bad credentials"}}))
+    with pytest.raises(LLMError) as caught:
+        OpenAIChatModel(token_as_user).complete(request())
+    assert "check the user name in OPENAI_BASE_URL (sent instead of OPENAI_API_KEY)" in str(caught.value)
+    assert "sk-tokenonly" not in str(caught.value)
 
 
 def test_a_timeout_raises_llm_timeout_error(srv):

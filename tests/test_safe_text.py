@@ -73,6 +73,21 @@ def test_a_message_has_known_secrets_url_passwords_and_authorization_values_reda
     assert redact_message("no secrets here", ["abc"]) == "no secrets here"  # too short to redact safely
 
 
+def test_a_token_written_as_a_urls_user_name_is_a_secret_and_a_short_name_is_not() -> None:
+    """``https://TOKEN@host`` is a common way to write a token; without a password, a user name
+    of 8 characters or more is masked as a password is (with the Basic value it is sent as)."""
+    import base64
+
+    from crag.environment import find_secrets
+
+    found = find_secrets({"OPENAI_BASE_URL": "http://sk-tokenonly@127.0.0.1:8080/v1"})
+    assert "sk-tokenonly" in found and base64.b64encode(b"sk-tokenonly:").decode() in found
+    assert redact_message("LLM server http://sk-tokenonly@127.0.0.1:8080/v1 answered 401", found) == (
+        "LLM server http://***@127.0.0.1:8080/v1 answered 401")
+    assert find_secrets({"OPENAI_BASE_URL": "http://bob@127.0.0.1:8080/v1"}) == ()
+    assert "bob-the-admin" not in find_secrets({"OPENAI_BASE_URL": "http://bob-the-admin:pw-12345@host/v1"})
+
+
 def test_a_message_has_password_parameters_redacted_but_not_the_word_password() -> None:
     # libpq reads a password from a URI's query and from a keyword string, too
     assert redact_message("postgresql:///kb?host=/run/pg&password=hunter22&sslmode=require") == (

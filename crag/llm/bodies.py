@@ -189,7 +189,8 @@ def credentials_hint(base_url: str | None, variable: str = "OPENAI_BASE_URL") ->
     from urllib.parse import urlsplit
 
     if base_url and urlsplit(base_url).netloc.rpartition("@")[1]:
-        return f"the user and password in {variable} (sent instead of OPENAI_API_KEY)"
+        what = "user and password" if urlsplit(base_url).password is not None else "user name"
+        return f"the {what} in {variable} (sent instead of OPENAI_API_KEY)"
     return "OPENAI_API_KEY"
 
 
