@@ -493,6 +493,64 @@ def test_ctrl_c_ends_the_server_at_once_with_exit_status_130(workdir: Path, ask_
             proc.wait()
 
 
+def test_sigterm_while_kb_is_indexed_stops_as_crag_index_stops(workdir: Path) -> None:
+    """docs/cli.md: SIGTERM while the documents of ``--kb`` are read stops the reading, publishes
+    nothing and lets the index lock go, with ``crag: terminated`` and exit status 143, as for
+    ``crag index``. ``crag mcp`` took the signal's default from its start, so it was killed
+    mid-indexing: no line, and its LOCK and a partial generation were left in the index folder."""
+    import signal
+    import subprocess
+    import time
+
+    many = workdir / "many"
+    many.mkdir()
+    for i in range(1500):  # about two seconds of reading
+        lines = "".join(f"Line {j} of note {i}: the harbor valve {i * j} opens.\n" for j in range(40))
+        (many / f"n{i:04d}.md").write_text(f"# Note {i}\n\n{lines}", encoding="utf-8")
+    params = server_params(workdir, "--kb", "many")
+    index = workdir / "index"
+    proc = subprocess.Popen([params.command, *params.args], env=params.env, cwd=params.cwd,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while not list(index.glob("gen-*")) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert proc.poll() is None and list(index.glob("gen-*")), "the indexing never started"
+        proc.send_signal(signal.SIGTERM)  # while the files are read: the server is not serving yet
+        assert proc.wait(timeout=30) == 143
+        assert proc.stderr.read().decode().endswith("crag: terminated\n")
+        assert sorted(p.name for p in index.iterdir()) == []  # no LOCK, no partial generation
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+
+def test_sigterm_ends_the_serving_server_at_once(workdir: Path) -> None:
+    """docs/mcp.md: SIGTERM (how a client stops its server) ends a serving ``crag mcp`` at once,
+    by the signal's default action, whatever it was doing."""
+    import json
+    import signal
+    import subprocess
+
+    params = server_params(workdir, "--kb", "docs")
+    proc = subprocess.Popen([params.command, *params.args], env=params.env, cwd=params.cwd,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+    try:
+        proc.stdin.write(json.dumps(hello).encode() + b"\n")
+        proc.stdin.flush()
+        assert json.loads(proc.stdout.readline())["id"] == 1
+        proc.send_signal(signal.SIGTERM)  # stdin stays open
+        assert proc.wait(timeout=30) == -signal.SIGTERM
+        assert "crag: terminated" not in proc.stderr.read().decode()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+
 def test_a_line_that_is_not_json_rpc_gets_an_error_reply(workdir: Path) -> None:
     import json
     import subprocess

@@ -173,11 +173,6 @@ def _terminated(signum: int, frame: object) -> None:
     raise Terminated
 
 
-def _default_sigterm() -> None:
-    if threading.current_thread() is threading.main_thread() and hasattr(signal, "SIGTERM"):
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
 def _stop_on_sigterm():
     """Turn SIGTERM into ``Terminated`` for this run; the handler it replaces (None when none
     can be set: not the main thread, or a platform without SIGTERM)."""
@@ -216,8 +211,6 @@ def _main(argv: Sequence[str] | None, out: TextIO, err: TextIO, stdin: TextIO | 
             _join_words(args, extra)
         except UsageError as exc:
             raise _with_dash_path_hint(exc, argv) from None
-        if args.command == "mcp":  # a client stops its server with SIGTERM: it ends at once, as it always has
-            _default_sigterm()
         args.stdin = stdin or sys.stdin or io.StringIO()  # `<&-`: no sys.stdin; a closed input reads as empty
         _require_working_folder()
         common.OVERRIDES.clear()

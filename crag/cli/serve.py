@@ -28,13 +28,30 @@ def cmd_mcp(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         from ..index import make_embedder
 
         make_embedder(agent.settings)  # a setting it refuses stops the server here, as it stops ``chat``
-        previous = _end_on_ctrl_c(err)
+        previous = {signal.SIGINT: _end_on_ctrl_c(err), signal.SIGTERM: _end_on_sigterm()}
         try:
             serve(agent, model_option=bool(OVERRIDES.get("model")))
         finally:
-            if previous is not None:
-                signal.signal(signal.SIGINT, previous)
+            for signum, handler in previous.items():
+                if handler is not None:
+                    signal.signal(signum, handler)
     return 0
+
+
+def _end_on_sigterm():
+    """While the server serves, SIGTERM (how a client stops its server) ends it at once, calls
+    in flight with it, as the signal's default does (exit status 143 as a shell reports it).
+    Until then it is handled as in every command: the ``--kb`` indexing stops as ``crag index``
+    stops, with ``crag: terminated``, nothing published and the index lock let go. Returns the
+    handler it replaces (None when none can be set: not the main thread)."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    try:
+        return signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    except (ValueError, OSError):
+        return None
 
 
 def _end_on_ctrl_c(err: TextIO):
