@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -282,6 +283,50 @@ def test_a_missing_library_is_one_line_and_leaves_no_lock(tmp_path: Path) -> Non
         assert "run `make install`" in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
         assert "Traceback" not in proc.stderr and proc.stdout == ""
         assert not (tmp_path / "idx" / "LOCK").exists()
+
+
+# What the console script `crag` runs (pip writes it): the import is where start-up spends its time.
+CONSOLE_SCRIPT = "import sys\nfrom crag.cli import main\nsys.exit(main())\n"
+
+
+@pytest.mark.parametrize(("entry", "signame", "line", "status"), [
+    ("-m", "SIGINT", "crag: interrupted", 130),
+    ("console script", "SIGINT", "crag: interrupted", 130),
+    ("-m", "SIGTERM", "crag: terminated", 143),
+])
+def test_a_signal_as_crag_starts_ends_it_with_its_line_not_a_traceback(
+        kb: Path, entry: str, signame: str, line: str, status: int) -> None:
+    """Ctrl-C at once, while Python loaded the command line (a tenth of a second on a busy
+    machine), printed a KeyboardInterrupt traceback through the imports, exit status 1 or
+    killed by the signal; SIGTERM then killed crag with no line. A moment later either is the
+    documented line and status. Each run gets the signal once the loading has begun
+    (``-X importtime`` says when argparse, its first import, is in), after a small delay."""
+    import signal
+
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("KB_AGENT_", "OPENAI_"))}
+    environ.update(PYTHONPATH=str(ROOT), KB_AGENT_LLM="offline", KB_AGENT_INDEX_DIR=str(kb.parent / "index"))
+    start = ["-c", CONSOLE_SCRIPT] if entry == "console script" else ["-m", "crag"]
+    for delay in (0, 0.002, 0.005, 0.01, 0.02, 0.04):
+        proc = subprocess.Popen(
+            [sys.executable, "-X", "importtime", *start, "ask", "which", "port?"], cwd=kb.parent, env=environ,
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as a shell starts it
+        try:
+            assert proc.stderr is not None
+            seen = []
+            while not (seen and seen[-1].split("|")[-1].strip() == "argparse"):
+                seen.append(proc.stderr.readline())
+                assert seen[-1], "".join(seen)  # the run ended without loading argparse
+            time.sleep(delay)
+            proc.send_signal(getattr(signal, signame))
+            err = proc.communicate(timeout=60)[1]
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+        assert "Traceback" not in err, f"{delay} s after argparse: {err[-1500:]}"
+        said = [t for t in err.splitlines() if not t.startswith("import time:")]
+        assert (proc.returncode, said[-1:]) == (status, [line]), f"{delay} s: {err[-1500:]}"
 
 
 @pytest.mark.parametrize("hidden", ["cattrs", "attrs"])

@@ -8,8 +8,10 @@ or the ``pip install`` that fixes it. Text for a terminal goes through
 ``crag.safe_text.for_terminal`` (no escape sequences or control characters from documents,
 file names or a model reach the screen) and JSON through ``json_text`` (every control
 character escaped); both with secrets redacted. Anything else is a bug and keeps its
-traceback. Heavy libraries (openai, faiss, numpy, tiktoken) are imported inside the
-commands that need them, so ``--help`` and ``graph`` start fast.
+traceback. Ctrl-C or SIGTERM while this module loads ends the run as a moment later,
+with ``crag: interrupted`` (130) or ``crag: terminated`` (143). Heavy libraries (openai,
+faiss, numpy, tiktoken) are imported inside the commands that need them, so ``--help`` and
+``graph`` start fast.
 
 Like git, a bare ``crag`` prints the help on stdout and exits with status 1, and a
 mistyped command is answered with the closest command names. ``ask`` and ``search`` join
@@ -27,24 +29,71 @@ This module parses and dispatches; each command group has its module: ``indexing
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import errno
-import io
 import signal
 import sys
-import threading
-from collections.abc import Iterator, Sequence
-from typing import TextIO
 
-from ..errors import CragError, UsageError
-from . import common
-from .ask import cmd_ask
-from .chat import Progress, cmd_chat
-from .common import KB_HELP, TOP_K_HELP, Parser, Terminated, error_line, int_arg, path_arg, prog, shown
-from .indexing import cmd_index, cmd_roots, cmd_search
-from .log import cmd_log
-from .serve import cmd_graph, cmd_mcp
+
+class _TerminatedLoading(BaseException):
+    """SIGTERM while the command line loads."""
+
+
+def _terminated_loading(signum: int, frame: object) -> None:
+    raise _TerminatedLoading
+
+
+def _sigterm_while_loading():
+    """SIGTERM raised as ``_TerminatedLoading`` while the modules below load, when nothing else
+    handles it; the handler it replaces (None when it set none)."""
+    try:
+        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            return signal.signal(signal.SIGTERM, _terminated_loading)
+    except (AttributeError, ValueError, OSError):  # no SIGTERM, or not the main thread
+        pass
+    return None
+
+
+def _stopped_loading(line: str, status: int) -> SystemExit:
+    """Ctrl-C or SIGTERM at once, while the command line loads (a tenth of a second on a busy
+    machine), ends the run as it does a moment later: its one line and exit status, not a
+    traceback through the imports."""
+    import os
+
+    err = sys.stderr
+    try:
+        if err is not None:
+            term = os.environ.get("TERM", "")  # as live.dumb_terminal reads it (live may not be loaded)
+            clean = err.isatty() and term != "dumb" and (term or os.name == "nt")
+            print(("\r\033[K" if clean else "") + line, file=err, flush=True)  # where the terminal wrote ^C
+    except (AttributeError, OSError, ValueError):
+        pass
+    return SystemExit(status)
+
+
+_previous_sigterm = _sigterm_while_loading()
+try:
+    import argparse
+    import contextlib
+    import errno
+    import io
+    import threading
+    from collections.abc import Iterator, Sequence
+    from typing import TextIO
+
+    from ..errors import CragError, UsageError
+    from . import common
+    from .ask import cmd_ask
+    from .chat import Progress, cmd_chat
+    from .common import KB_HELP, TOP_K_HELP, Parser, Terminated, error_line, int_arg, path_arg, prog, shown
+    from .indexing import cmd_index, cmd_roots, cmd_search
+    from .log import cmd_log
+    from .serve import cmd_graph, cmd_mcp
+except KeyboardInterrupt:
+    raise _stopped_loading("crag: interrupted", 130) from None
+except _TerminatedLoading:
+    raise _stopped_loading("crag: terminated", 143) from None
+finally:
+    if _previous_sigterm is not None:
+        signal.signal(signal.SIGTERM, _previous_sigterm)
 
 __all__ = ["build_parser", "main"]
 
