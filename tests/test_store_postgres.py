@@ -1670,3 +1670,13 @@ def test_a_search_path_without_pgvector_is_named_with_the_fix_when_searching(pg_
     assert run.returncode == 1 and run.stdout == ""
     (line,) = run.stderr.strip().splitlines()
     assert 'type "vector" does not exist' in line and "search_path" in line and "public" in line, line
+
+
+def test_the_no_index_hint_does_not_name_the_index_folder_kb_agent_store_overrides(pg_uri: str, tmp_path: Path) -> None:
+    """With KB_AGENT_STORE set, `--index DIR` is not used (a warning says so), yet the hint said
+    "run `python -m crag --index DIR index PATH` first": a command that would not index the database either."""
+    run = crag(env_for(pg_uri, tmp_path), tmp_path, "search", "--index", str(tmp_path / "folder"), "docker")
+    assert run.returncode == 1, run.stderr
+    warning, error = run.stderr.strip().splitlines()
+    assert warning.startswith("crag: warning: --index DIR is not used while KB_AGENT_STORE names a database"), warning
+    assert error == f"crag: error: no index in {redact(pg_uri)}: run `python -m crag index PATH` first", error

@@ -85,11 +85,20 @@ OVERRIDES: dict[str, str] = {}
 
 def suggested() -> str:
     """How a command crag suggests starts: the program as it was run, and ``--index DIR`` when
-    this run was given one (without it, the suggested command would use another index)."""
+    this run was given one (without it, the suggested command would use another index), unless
+    KB_AGENT_STORE names a database: the run did not use DIR, nor would the command."""
     import shlex
 
     index = OVERRIDES.get("index_dir")
-    return f"{prog()} --index {shlex.quote(index)}" if index else prog()
+    return f"{prog()} --index {shlex.quote(index)}" if index and not _database_store() else prog()
+
+
+def _database_store() -> bool:
+    """Whether this run's settings keep the index in a database (KB_AGENT_STORE)."""
+    try:
+        return bool(settings().store)
+    except CragError:  # settings that are not valid: their own error says so
+        return False
 
 
 # The secrets of this run, found when first asked for and kept until ``main`` ends (it
