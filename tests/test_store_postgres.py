@@ -1680,3 +1680,31 @@ def test_the_no_index_hint_does_not_name_the_index_folder_kb_agent_store_overrid
     warning, error = run.stderr.strip().splitlines()
     assert warning.startswith("crag: warning: --index DIR is not used while KB_AGENT_STORE names a database"), warning
     assert error == f"crag: error: no index in {redact(pg_uri)}: run `python -m crag index PATH` first", error
+
+
+@pytest.mark.parametrize("encoding", ["SQL_ASCII", "LATIN1"])
+def test_a_database_whose_encoding_is_not_utf8_is_refused_with_how_to_make_one(
+        pg_server, tmp_path: Path, encoding: str) -> None:
+    """In a SQL_ASCII database ``crag.fold_diacritics`` worked byte by byte ('café' folded to
+    'cafae'), so `cafe` found nothing; a LATIN1 one failed every `crag index`, even of ASCII
+    text, with "character with byte sequence 0xc4 0x80 ... has no equivalent". crag needs UTF8."""
+    import psycopg
+
+    name = f"crag_{encoding.lower()}"
+    with psycopg.connect(pg_server.get_uri(), autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name}")
+        conn.execute(f"CREATE DATABASE {name} ENCODING '{encoding}' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0")
+    with psycopg.connect(database_uri(pg_server, name), autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION vector")
+    uri = database_uri(pg_server, name)
+    write(tmp_path / "docs" / "office.md", "# Office\n\nOur café in Zürich opens at nine.\n")
+    env = env_for(uri, tmp_path)
+    for argv in (("index", "docs"), ("search", "cafe"), ("roots",)):
+        run = crag(env, tmp_path, *argv)
+        assert run.returncode == 1, (argv, run.stdout, run.stderr)
+        (line,) = run.stderr.strip().splitlines()
+        assert line.startswith(f"crag: error: the PostgreSQL database {redact(uri)} has encoding {encoding}, "
+                               "and crag needs UTF8"), line
+        assert f"`CREATE DATABASE {name}_utf8 ENCODING 'UTF8' TEMPLATE template0;`" in line, line
+    with psycopg.connect(database_uri(pg_server, name)) as conn:  # refused before anything was written
+        assert conn.execute("SELECT to_regclass('crag.migrations')").fetchone()[0] is None

@@ -45,7 +45,7 @@ from ..errors import ConfigError, IndexFormatError, IndexStoreError
 from ..ports import FileRecord, StoreState
 from .documents import embedder_mismatch
 from .fusion import SearchWeights
-from .postgres_connections import LOCK_HELD, PerThread, bad_value, connect_failure, options_timeout, refused_settings
+from .postgres_connections import LOCK_HELD, PerThread, bad_value, identifier, open_connection, options_timeout
 from .postgres_schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION, vector_literal
 from .postgres_search import PostgresRetriever
 from .postgres_update import PostgresUpdate, word_count
@@ -90,7 +90,6 @@ _VERSION = (
 )
 
 
-# What a server says when it was reached and turned the login down (libpq's and the server's wording)
 def check_uri(uri: str, psycopg: Any) -> None:
     """A URI libpq cannot read (a misspelt parameter, a bad %-escape, an unclosed ``[``), or
     whose sslmode or port it would refuse, is a setting's error, exit status 2, not a server
@@ -144,11 +143,6 @@ def _first_line(exc: BaseException) -> str:
     return text[0] if text else type(exc).__name__
 
 
-def _identifier(name: str) -> str:
-    """``name`` as SQL would need it written: quoted unless a plain lower-case identifier."""
-    return name if re.fullmatch(r"[a-z_][a-z0-9_$]*", name) else '"' + name.replace('"', '""') + '"'
-
-
 def _pg_version_tuple(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", text)[:3])
 
@@ -174,22 +168,7 @@ class PostgresStore:
     # -- connections and the schema ------------------------------------------------------
 
     def connect(self, autocommit: bool = False) -> Any:
-        psycopg = self.psycopg
-        try:
-            # No server-side prepared statements, so that PgBouncer's transaction pooling works.
-            # UTF-8 whatever the URI's client_encoding or PGCLIENTENCODING say: documents hold any text.
-            return psycopg.connect(self.uri, autocommit=autocommit, connect_timeout=10, prepare_threshold=None,
-                                   client_encoding="UTF8")
-        except psycopg.Error as exc:
-            said = _first_line(exc)
-            refused = refused_settings(said, psycopg.conninfo.conninfo_to_dict(self.uri), self.location)
-            raise refused or IndexStoreError(connect_failure(said, self.location), self.location) from exc
-        except UnicodeError as exc:  # the resolver's IDNA codec: an empty label, or one over 63 characters
-            raise IndexStoreError(
-                f"cannot reach the PostgreSQL server {self.location}: its host name is not one a resolver "
-                "takes (an empty label, as in \"a..b\", or a label over 63 characters): check KB_AGENT_STORE",
-                self.location,
-            ) from exc
+        return open_connection(self.psycopg, self.uri, self.location, autocommit)
 
     def reading(self, conn: Any) -> Any:
         """``conn`` with ``READ_TIMEOUT_MS`` as its ``statement_timeout``, unless it has one already
@@ -356,7 +335,7 @@ class PostgresStore:
                 raise IndexStoreError(
                     f"the PostgreSQL server {self.location} failed: {_first_line(exc)}: crag creates its schema "
                     f"\"{SCHEMA}\" on first use; as the database's owner, run `GRANT CONNECT, CREATE ON DATABASE "
-                    f"{_identifier(database)} TO {_identifier(role)};` (docs/postgresql.md)",
+                    f"{identifier(database)} TO {identifier(role)};` (docs/postgresql.md)",
                     self.location,
                 ) from exc
             try:

@@ -9,9 +9,10 @@ thread ends, the storage goes and a finalizer closes the connection. ``close`` c
 of the threads still running; ``connections`` lists them (a benchmark reads their backends'
 CPU time).
 
-And what a connection that failed says: a server not reached, a login or database refused
-(``connect_failure``), a setting libpq or the server refused (``refused_settings``, and
-``bad_value`` without connecting).
+``open_connection`` opens each (the store's ``connect``), into a UTF8 database only
+(``utf8_database``), and says what a connection that failed says: a server not reached, a
+login or database refused (``connect_failure``), a setting libpq or the server refused
+(``refused_settings``, and ``bad_value`` without connecting).
 """
 
 from __future__ import annotations
@@ -25,11 +26,17 @@ from typing import Any
 
 from ..errors import ConfigError, CragError, IndexStoreError
 
-__all__ = ["LOCK_HELD", "PerThread", "bad_value", "connect_failure", "options_timeout", "refused_settings"]
+__all__ = ["LOCK_HELD", "PerThread", "bad_value", "connect_failure", "identifier", "open_connection",
+           "options_timeout", "refused_settings", "utf8_database"]
 
 _LOGIN_REFUSED = re.compile(r"password authentication failed|authentication failed for user|no password supplied"
                             r"|role \"[^\"]*\" does not exist|no pg_hba\.conf entry", re.I)
 _NO_DATABASE = re.compile(r"database \"([^\"]*)\" does not exist", re.I)
+
+
+def identifier(name: str) -> str:
+    """``name`` as SQL would need it written: quoted unless a plain lower-case identifier."""
+    return name if re.fullmatch(r"[a-z_][a-z0-9_$]*", name) else '"' + name.replace('"', '""') + '"'
 
 
 def connect_failure(said: str, location: str) -> str:
@@ -104,6 +111,47 @@ def refused_settings(said: str, params: Mapping[str, Any], location: str) -> Cra
     if name not in params and refused:  # the role's settings: not a setting of crag's
         return IndexStoreError(f"the PostgreSQL server {location} refused the session's options: {reason}", location)
     return ConfigError("KB_AGENT_STORE", location, f"a postgresql:// URI whose {accepts}")
+
+
+def open_connection(psycopg: Any, uri: str, location: str, autocommit: bool) -> Any:
+    """A new connection to the database of ``uri`` (``location``: the URI without its password),
+    or the error of one that failed, as one line (``connect_failure``, ``refused_settings``)."""
+    try:
+        # No server-side prepared statements, so that PgBouncer's transaction pooling works.
+        # UTF-8 whatever the URI's client_encoding or PGCLIENTENCODING say (documents hold any text),
+        # into a database that keeps UTF-8 (``utf8_database``).
+        return utf8_database(psycopg.connect(uri, autocommit=autocommit, connect_timeout=10, prepare_threshold=None,
+                                             client_encoding="UTF8"), location)
+    except psycopg.Error as exc:
+        lines = str(exc).strip().splitlines()
+        said = lines[0] if lines else type(exc).__name__
+        refused = refused_settings(said, psycopg.conninfo.conninfo_to_dict(uri), location)
+        raise refused or IndexStoreError(connect_failure(said, location), location) from exc
+    except UnicodeError as exc:  # the resolver's IDNA codec: an empty label, or one over 63 characters
+        raise IndexStoreError(
+            f"cannot reach the PostgreSQL server {location}: its host name is not one a resolver "
+            "takes (an empty label, as in \"a..b\", or a label over 63 characters): check KB_AGENT_STORE",
+            location,
+        ) from exc
+
+
+def utf8_database(conn: Any, location: str) -> Any:
+    """``conn``, when its database keeps text in UTF-8 (the encoding the server reports as the
+    session starts: no statement); else closed, and an error saying so. crag's text is any text,
+    and ``crag.fold_diacritics`` folds accents character by character: in a SQL_ASCII database
+    ``translate()`` works on bytes and mangles them, a LATIN1 one cannot store most characters."""
+    encoding = conn.info.parameter_status("server_encoding")
+    if encoding is None or encoding.upper() == "UTF8":  # a server that does not report it: not refused
+        return conn
+    database = conn.info.dbname
+    conn.close()
+    raise IndexStoreError(
+        f"the PostgreSQL database {location} has encoding {encoding}, and crag needs UTF8 (documents hold any "
+        f"text, and accents are folded in UTF-8): create a UTF8 database, `CREATE DATABASE "
+        f"{identifier(database + '_utf8')} ENCODING 'UTF8' TEMPLATE template0;`, run `CREATE EXTENSION vector;` "
+        "in it, and name it in KB_AGENT_STORE (docs/postgresql.md)",
+        location,
+    )
 
 
 def options_timeout(params: Mapping[str, Any]) -> str | None:
