@@ -1708,3 +1708,25 @@ def test_a_database_whose_encoding_is_not_utf8_is_refused_with_how_to_make_one(
         assert f"`CREATE DATABASE {name}_utf8 ENCODING 'UTF8' TEMPLATE template0;`" in line, line
     with psycopg.connect(database_uri(pg_server, name)) as conn:  # refused before anything was written
         assert conn.execute("SELECT to_regclass('crag.migrations')").fetchone()[0] is None
+
+
+def test_a_role_without_connect_on_the_database_is_told_the_grant_not_that_the_server_is_unreachable(
+        pg_server, tmp_path: Path) -> None:
+    """"cannot reach the PostgreSQL server ...: FATAL: permission denied for database": the
+    server was reached, and refused; the fix is a GRANT CONNECT (docs/postgresql.md)."""
+    import psycopg
+
+    with psycopg.connect(pg_server.get_uri(), autocommit=True) as conn:
+        conn.execute("DROP DATABASE IF EXISTS crag_noconnect")
+        conn.execute("DROP ROLE IF EXISTS crag_no_connect")
+        conn.execute("CREATE ROLE crag_no_connect LOGIN")
+        conn.execute("CREATE DATABASE crag_noconnect")
+        conn.execute("REVOKE CONNECT ON DATABASE crag_noconnect FROM PUBLIC")
+    uri = database_uri(pg_server, "crag_noconnect").replace("postgres:@", "crag_no_connect@").replace(
+        "postgres@", "crag_no_connect@")
+    run = crag(env_for(uri, tmp_path), tmp_path, "search", "anything")
+    assert run.returncode == 1, run.stderr
+    (line,) = run.stderr.strip().splitlines()
+    assert line.startswith(f"crag: error: the PostgreSQL server {redact(uri)} refused the connection: "), line
+    assert 'permission denied for database "crag_noconnect"' in line, line
+    assert line.endswith("run `GRANT CONNECT ON DATABASE crag_noconnect TO crag_no_connect;` (docs/postgresql.md)"), line

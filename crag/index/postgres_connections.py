@@ -11,7 +11,7 @@ CPU time).
 
 ``open_connection`` opens each (the store's ``connect``), into a UTF8 database only
 (``utf8_database``), and says what a connection that failed says: a server not reached, a
-login or database refused (``connect_failure``), a setting libpq or the server refused
+login, database or connection refused (``connect_failure``), a setting libpq or the server refused
 (``refused_settings``, and ``bad_value`` without connecting).
 """
 
@@ -32,6 +32,7 @@ __all__ = ["LOCK_HELD", "PerThread", "bad_value", "connect_failure", "identifier
 _LOGIN_REFUSED = re.compile(r"password authentication failed|authentication failed for user|no password supplied"
                             r"|role \"[^\"]*\" does not exist|no pg_hba\.conf entry", re.I)
 _NO_DATABASE = re.compile(r"database \"([^\"]*)\" does not exist", re.I)
+_NO_CONNECT = re.compile(r"permission denied for database \"([^\"]*)\"", re.I)
 
 
 def identifier(name: str) -> str:
@@ -39,9 +40,23 @@ def identifier(name: str) -> str:
     return name if re.fullmatch(r"[a-z_][a-z0-9_$]*", name) else '"' + name.replace('"', '""') + '"'
 
 
-def connect_failure(said: str, location: str) -> str:
+def _role(params: Mapping[str, Any]) -> str:
+    """The role libpq logs in as: the URI's user, else PGUSER's, else the operating system's user."""
+    user = params.get("user") or os.environ.get("PGUSER")
+    if not user:
+        import getpass
+
+        try:
+            user = getpass.getuser()
+        except (KeyError, OSError):  # no name for this uid
+            user = "ROLE"
+    return str(user)
+
+
+def connect_failure(said: str, location: str, params: Mapping[str, Any] | None = None) -> str:
     """The message of a connection the server at ``location`` refused, or that never reached
-    it (``said``: the first line of psycopg's error)."""
+    it (``said``: the first line of psycopg's error; ``params``: the URI's, as libpq
+    reads them)."""
     if _LOGIN_REFUSED.search(said):  # the server was reached, and said no to the user or password
         return (f"the PostgreSQL server {location} refused the login: {said}: check the user and "
                 "password KB_AGENT_STORE gives (or PGPASSWORD, ~/.pgpass)")
@@ -51,6 +66,11 @@ def connect_failure(said: str, location: str) -> str:
 
         return (f"the PostgreSQL server {location} has no database {missing.group(1)!r}: create it "
                 f"(createdb {shlex.quote(missing.group(1))}) or name one it has in KB_AGENT_STORE")
+    denied = _NO_CONNECT.search(said)
+    if denied:  # reached: the role may not connect to that database
+        grant = f"GRANT CONNECT ON DATABASE {identifier(denied.group(1))} TO {identifier(_role(params or {}))};"
+        return (f"the PostgreSQL server {location} refused the connection: {said}: as the database's owner, run "
+                f"`{grant}` (docs/postgresql.md)")
     return f"cannot reach the PostgreSQL server {location}: {said}"
 
 
@@ -123,10 +143,10 @@ def open_connection(psycopg: Any, uri: str, location: str, autocommit: bool) -> 
         return utf8_database(psycopg.connect(uri, autocommit=autocommit, connect_timeout=10, prepare_threshold=None,
                                              client_encoding="UTF8"), location)
     except psycopg.Error as exc:
-        lines = str(exc).strip().splitlines()
+        lines, params = str(exc).strip().splitlines(), psycopg.conninfo.conninfo_to_dict(uri)
         said = lines[0] if lines else type(exc).__name__
-        refused = refused_settings(said, psycopg.conninfo.conninfo_to_dict(uri), location)
-        raise refused or IndexStoreError(connect_failure(said, location), location) from exc
+        refused = refused_settings(said, params, location)
+        raise refused or IndexStoreError(connect_failure(said, location, params), location) from exc
     except UnicodeError as exc:  # the resolver's IDNA codec: an empty label, or one over 63 characters
         raise IndexStoreError(
             f"cannot reach the PostgreSQL server {location}: its host name is not one a resolver "
