@@ -1730,3 +1730,19 @@ def test_a_role_without_connect_on_the_database_is_told_the_grant_not_that_the_s
     assert line.startswith(f"crag: error: the PostgreSQL server {redact(uri)} refused the connection: "), line
     assert 'permission denied for database "crag_noconnect"' in line, line
     assert line.endswith("run `GRANT CONNECT ON DATABASE crag_noconnect TO crag_no_connect;` (docs/postgresql.md)"), line
+
+
+def test_of_several_hosts_the_one_that_refused_the_login_is_named_not_the_last_one_down(
+        pg_server, tmp_path: Path) -> None:
+    """psycopg's first line is the last host's failure: a URI whose first host refused the login
+    and whose second is down said only "cannot reach ...: Connection refused"."""
+    from urllib.parse import parse_qs, urlsplit
+
+    socket_dir = parse_qs(urlsplit(pg_server.get_uri()).query)["host"][0]
+    port = next(Path(socket_dir).glob(".s.PGSQL.*")).name.rsplit(".", 1)[1]
+    uri = f"postgresql://crag_nobody_here:sekret9@/postgres?host={socket_dir},127.0.0.1&port={port},9"
+    run = crag(env_for(uri, tmp_path), tmp_path, "search", "anything")
+    assert run.returncode == 1, run.stderr
+    (line,) = run.stderr.strip().splitlines()
+    assert line.startswith(f"crag: error: the PostgreSQL server {redact(uri)} refused the login: "), line
+    assert 'role "crag_nobody_here" does not exist' in line and "sekret9" not in run.stderr, line

@@ -11,7 +11,8 @@ CPU time).
 
 ``open_connection`` opens each (the store's ``connect``), into a UTF8 database only
 (``utf8_database``), and says what a connection that failed says: a server not reached, a
-login, database or connection refused (``connect_failure``), a setting libpq or the server refused
+login, database or connection refused (``connect_failure``; of several hosts, the one whose
+server refused: ``failure_said``), a setting libpq or the server refused
 (``refused_settings``, and ``bad_value`` without connecting).
 """
 
@@ -26,18 +27,38 @@ from typing import Any
 
 from ..errors import ConfigError, CragError, IndexStoreError
 
-__all__ = ["LOCK_HELD", "PerThread", "bad_value", "connect_failure", "identifier", "open_connection",
+__all__ = ["LOCK_HELD", "PerThread", "bad_value", "connect_failure", "failure_said", "identifier", "open_connection",
            "options_timeout", "refused_settings", "utf8_database"]
 
 _LOGIN_REFUSED = re.compile(r"password authentication failed|authentication failed for user|no password supplied"
                             r"|role \"[^\"]*\" does not exist|no pg_hba\.conf entry", re.I)
 _NO_DATABASE = re.compile(r"database \"([^\"]*)\" does not exist", re.I)
 _NO_CONNECT = re.compile(r"permission denied for database \"([^\"]*)\"", re.I)
+# psycopg's error after trying each host of the URI: the last host's failure on its first line,
+# then every host's, each on a line "- host: '...', port: '...', hostaddr: '...': <its error>" (each
+# value as Python's repr: hostaddr None for a Unix socket)
+_EACH_HOST = re.compile(r"""^- host: .*?, hostaddr: (?:None|'[^']*'|"[^"]*"): (.*)$""", re.M)
 
 
 def identifier(name: str) -> str:
     """``name`` as SQL would need it written: quoted unless a plain lower-case identifier."""
     return name if re.fullmatch(r"[a-z_][a-z0-9_$]*", name) else '"' + name.replace('"', '""') + '"'
+
+
+def failure_said(error: str) -> str:
+    """The line of psycopg's ``error`` (a connection that failed) to report: its first line; when
+    the URI named several hosts, the first failure of a server that was reached and refused (a
+    password, a database, options: what the user must fix), rather than the last host's, which
+    is on the first line (a host that is down, "Connection refused")."""
+    lines = error.strip().splitlines()
+    first = lines[0] if lines else ""
+    refused = [said for said in _EACH_HOST.findall(error) if _refused(said)]
+    return refused[0] if refused and not _refused(first) else first
+
+
+def _refused(said: str) -> bool:
+    """Whether a server was reached and refused the connection (or libpq had no password to give it)."""
+    return "FATAL:" in said or bool(_LOGIN_REFUSED.search(said))
 
 
 def _role(params: Mapping[str, Any]) -> str:
@@ -55,7 +76,7 @@ def _role(params: Mapping[str, Any]) -> str:
 
 def connect_failure(said: str, location: str, params: Mapping[str, Any] | None = None) -> str:
     """The message of a connection the server at ``location`` refused, or that never reached
-    it (``said``: the first line of psycopg's error; ``params``: the URI's, as libpq
+    it (``said``: the line of psycopg's error, ``failure_said``; ``params``: the URI's, as libpq
     reads them)."""
     if _LOGIN_REFUSED.search(said):  # the server was reached, and said no to the user or password
         return (f"the PostgreSQL server {location} refused the login: {said}: check the user and "
@@ -143,8 +164,7 @@ def open_connection(psycopg: Any, uri: str, location: str, autocommit: bool) -> 
         return utf8_database(psycopg.connect(uri, autocommit=autocommit, connect_timeout=10, prepare_threshold=None,
                                              client_encoding="UTF8"), location)
     except psycopg.Error as exc:
-        lines, params = str(exc).strip().splitlines(), psycopg.conninfo.conninfo_to_dict(uri)
-        said = lines[0] if lines else type(exc).__name__
+        said, params = failure_said(str(exc)) or type(exc).__name__, psycopg.conninfo.conninfo_to_dict(uri)
         refused = refused_settings(said, params, location)
         raise refused or IndexStoreError(connect_failure(said, location, params), location) from exc
     except UnicodeError as exc:  # the resolver's IDNA codec: an empty label, or one over 63 characters
