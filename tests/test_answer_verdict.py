@@ -391,3 +391,34 @@ def test_a_named_term_is_held_in_its_singular_or_plural_or_as_the_name_of_its_de
     result = Agent(OfflineChatModel(), FakeToolbox({"vector_search": [[passage]]}), Settings()).ask(
         "Starting in what year has Harvard topped the Academic Rankings of World Universities?")
     assert not result.answer.startswith("The knowledge base does not appear"), result.answer
+
+
+def test_a_number_the_question_writes_is_held_by_a_number_it_opens():
+    """docs/grounding.md: a number is held where a number is written from its start with it
+    (leading zeros aside) and no digit follows it there. Read as a number of its own only, 3.11
+    was not held by "Python 3.11.4" nor 9 by "09:00": right answers opened with the refusal."""
+    for question, text in (
+            ("Does the quasar controller need Python 3.11?", "The quasar controller needs Python 3.11.4 or later."),
+            ("Was the quasar controller firmware version 0.95 released in March?",
+             "The quasar controller firmware version 0.95.0 was released in March."),
+            ("Is the drill rig motor rated for 95 volts?", "The drill rig motor is rated for 95.0 volts."),
+            ("Does the harbour shop open at 9 on weekdays?", "The harbour shop opens at 09:00 on weekdays."),
+            ("Does the harbour shop open at 09:00 on weekdays?", "The harbour shop opens at 9:00 on weekdays."),
+            ("Did the quasar API version 2 add streaming?", "The quasar API added streaming in version 2.0."),
+            ("Does the quasar controller listen on port 8080?", "The quasar controller listens on 0.0.0.0:8080."),
+            ("Does the quasar controller take 1500 volts?", "The quasar controller takes 1,500 volts."),
+            ("Does the quasar controller take 3 volts?", "The quasar controller takes three volts.")):
+        assert addresses(question, [text]), (question, text)
+    # a number inside another, or one that goes on in digits, is not held
+    for question, text in (
+            ("Can the quasar controller firmware take 95 volts?", "The quasar controller firmware version 0.95.0 takes volts."),
+            ("Can the quasar controller firmware take 95 volts?", "The quasar controller firmware takes 1995 volts."),
+            ("Can the quasar controller firmware take 95 volts?", "The quasar controller firmware takes 1,950 volts."),
+            ("Does the quasar controller need Python 3.1?", "The quasar controller needs Python 3.11.4 or later."),
+            ("Does the quasar controller take 1 volt?", "The quasar controller takes 1,500 volts.")):
+        assert not addresses(question, [text]), (question, text)
+    # end to end, offline: the quote that answers, no refusal
+    python = item(1, source="kb/quasar.md", text="The quasar controller needs Python 3.11.4 or later.")
+    result = Agent(OfflineChatModel(), FakeToolbox({"vector_search": [[python]]}), Settings()).ask(
+        "Does the quasar controller need Python 3.11?")
+    assert result.state.grounding.verdict == "answered" and not result.answer.startswith(NOT_ADDRESSED), result.answer

@@ -16,12 +16,12 @@ are about what the question asks, not only that they hold the answer's words (SP
 question about January answered from a passage about a July record, or about a neighbourhood's
 features answered from a passage about a telephone's bandwidth, is not addressed. The passages
 (the whole evidence items the supported sentences cite, ``cited``) must hold every anchor the
-question writes (a number, a month, an identifier, code; a number as a number of its own, not
-inside "0.95.0" or 2.95; a decade or century written as years,
-"the 1700s", is held by a year within it or by "the 18th century") and share a content word
-with it (stems one letter apart count as one; the words of an anchor are not counted again,
-since a passage that quotes ``secrets.compare_digest`` as code holds no words of it; two words
-written as one, "web page" and "webpage", are the same words). Measured on the project's documentation questions with a
+question writes (a number, a month, an identifier, code; a number as a number of its own or
+opening one, as 3.11 opens "3.11.4" and 9 "09:00", not inside "0.95.0" or 2.95; a decade or
+century written as years, "the 1700s", is held by a year within it or by "the 18th century")
+and share a content word with it (stems one letter apart count as one; the words of an anchor
+are not counted again, since a passage that quotes ``secrets.compare_digest`` as code holds no
+words of it; two words written as one, "web page" and "webpage", are the same words). Measured on the project's documentation questions with a
 small model, a stricter test (every named term, a third of the content words) refused right
 answers whose chunk says "partial updates" for "partially update ... PATCH"
 (docs/real-models.md); what is caught is an answer resting on a passage about something else.
@@ -274,10 +274,13 @@ NEGATED_SHARE = 1 / 3  # of them, in a passage sentence that negates, for a ques
 
 
 def _whole_number(number: str, text: str) -> bool:
-    """Whether ``text`` writes ``number`` as a number of its own: 95 is no part of "version
-    0.95.0", of 2.95 or of 1995 (a number is also held as ``has_anchor`` holds it: "1,500" for
-    1500, "three" for 3); one after a colon is (the port of "0.0.0.0:8080", the hour of "9:00")."""
-    return re.search(r"(?<!\d)(?<!\d[.,])" + re.escape(number) + r"(?!\d|[.,]\d)", text) is not None
+    """Whether ``text`` writes ``number`` as a number of its own or opens one with it: a number
+    written from its start (leading zeros aside) and not followed by a digit, so 3.11 is held by
+    "3.11.4", 0.95 by "0.95.0", 95 by "95.0", 9 by "09:00"; 95 is no part of "version 0.95.0", of
+    2.95, of 1995 nor of "1,950" (a number is also held as ``has_anchor`` holds it: "1,500" for
+    1500, "three" for 3). One after a colon is a number of its own (the port of "0.0.0.0:8080")."""
+    number = re.sub(r"^0+(?=\d)", "", number)  # "09" is 9
+    return re.search(r"(?<!\d)(?<!\d[.,])0*" + re.escape(number) + r"(?!\d|,\d)", text) is not None
 
 
 def addresses(question: str, passages: Iterable[str], share: float = FOCUS_SHARE,
