@@ -8,8 +8,9 @@ passages there are, and a model asked to answer from them writes what the questi
 capitalised word that does not open a sentence (``Terraform``); consecutive plain
 capitalised words are one name (``Apple Watch``). ``missing`` is the named terms no evidence item holds,
 compared without case, spaces and punctuation (``Hugging Face`` holds ``huggingface``), or with a
-word in another form a text writes as a name: its other number ("Academic Rankings" is held by
-"Academic Ranking"), the name its demonym is made from ("Israelis" by "Israel"; ``_forms``).
+word in another form a text writes as a name (capitalised where no sentence or line opens): its
+other number ("Academic Rankings" is held by "Academic Ranking"), the name its demonym is made
+from ("Israelis" by "Israel"; ``_forms``); "Team leads approve ..." does not name "Teams".
 
 ``addresses`` asks the same of the passages an answer's supported sentences rest on: that they
 are about what the question asks, not only that they hold the answer's words (SPEC §7). A
@@ -216,22 +217,30 @@ def absent(terms: Iterable[str], texts: Iterable[str]) -> list[str]:
     out = [t for t in terms if _flat(t) and _flat(t) not in blob]
     if not out:
         return out
-    tokens = [(m.group()[:1].isupper(), _flat(m.group())) for m in _TOKEN.finditer(joined)]
-    return [t for t in out if not _written_in_another_form(t, tokens)]
+    tokens, names, prev_end = [], set(), -1
+    for m in _TOKEN.finditer(joined):
+        token, gap = m.group(), joined[max(prev_end, 0) : m.start()]
+        opens = prev_end < 0 or "\n" in gap or not _OPENERS.isdisjoint(gap) or gap.rstrip()[-1:] in _QUOTES
+        prev_end = m.end()
+        tokens.append((token[:1].isupper(), _flat(token)))
+        if (token[:1].isupper() and not opens) or any(c.isupper() for c in token[1:]):
+            names.add(tokens[-1][1])  # "Not" opening "Not every release ..." is no name; "API" is one anywhere
+    return [t for t in out if not _written_in_another_form(t, tokens, names)]
 
 
+_OPENERS = frozenset(".?!:;")  # what a sentence's first word follows, as a line's does (a heading, a list item)
+_QUOTES = frozenset("\"'(`|\u201c\u2018\u00ab")
 _CAPITALS_PLURAL = re.compile(r"[A-Z][A-Z\d]*s")  # "APIs", "JWTs": the plural of a name in capitals
-
-
-_NAME_ROOT = 4  # the fewest letters of a name a demonym is read back to ("Israel" of "Israelis"; not "Red" of "Redis")
+_NAME_ROOT = 5  # the fewest letters of a name a demonym is read back to ("Israel" of "Israelis"; not "Alex" of "Alexis")
 
 
 def _forms(written: str) -> set[str]:
     """Other forms a text may write a named word in (lower-cased, without punctuation): a
-    plural's singular ("Rankings": "ranking"; "Universities": "university"; "Classes": "class";
-    "APIs": "api"; not the "is" of "Redis" nor the "us" of "Status"), and the name an "-i",
-    "-is", "-ian" or "-ians" demonym is made from ("Israelis": "israel"; "Palestinians":
-    "palestine", "palestina"...)."""
+    plural's singular ("Rankings": "ranking"; "Universities": "university"; "APIs": "api"; an
+    "-es" after s, x, z, ch or sh: "Classes": "class"; not the "is" of "Redis", the "us" of
+    "Status" nor the "not" of "Notes"), and the name of five letters or more an "-i", "-is",
+    "-ian" or "-ians" demonym is made from ("Israelis": "israel"; "Palestinians": "palestine",
+    "palestina"...; not "Alexis": "alex")."""
     word = _flat(written)
     forms = set()
     if _CAPITALS_PLURAL.fullmatch(written):
@@ -239,13 +248,14 @@ def _forms(written: str) -> set[str]:
     elif word.endswith("ies") and len(word) > 4:
         forms.add(word[:-3] + "y")
     elif word.endswith("es"):
-        forms |= {word[:-1], word[:-2]}
+        forms |= {word[:-1]} | ({word[:-2]} if word[:-2].endswith(("s", "x", "z", "ch", "sh")) else set())
     elif word.endswith("s") and not word.endswith(("ss", "us", "is")):
         forms.add(word[:-1])
     for suffix in ("ians", "ian", "is", "i"):
         root = word[: -len(suffix)]
-        if word.endswith(suffix) and len(root) >= _NAME_ROOT and root.isalpha():
-            forms |= {root} if suffix in ("is", "i") else {root, root + "e", root + "a", root + "y"}
+        if word.endswith(suffix) and root.isalpha():
+            made = {root} if suffix in ("is", "i") else {root, root + "e", root + "a", root + "y"}
+            forms |= {name for name in made if len(name) >= _NAME_ROOT}
             break
     return forms
 
@@ -257,13 +267,16 @@ def _same_name(written: str, token: str) -> bool:
     return token == word or token in _forms(written) or (token.endswith(("ian", "ians")) and word in _forms(token))
 
 
-def _written_in_another_form(term: str, tokens: Sequence[tuple[bool, str]]) -> bool:
+def _written_in_another_form(term: str, tokens: Sequence[tuple[bool, str]], names: set[str]) -> bool:
     """Whether ``tokens`` (a text's, each with whether it is capitalised) write ``term`` with
     each of its words as written or in another form, as consecutive capitalised tokens: "Academic
-    Rankings" as "Academic Ranking", "Israelis" as "Israel"; "Windows" is not "context window"."""
+    Rankings" as "Academic Ranking", "Israelis" as "Israel"; "Windows" is not "context window".
+    Another form counts only where ``names`` holds it: the text writes it as a name somewhere,
+    capitalised where no sentence, line or list item opens ("Team" of "Team leads approve" is not)."""
     words = [(m.group()[:1].isupper(), m.group()) for m in _TOKEN.finditer(term)]
     n = len(words)
-    return any(all(capital <= tokens[i + k][0] and _same_name(w, tokens[i + k][1]) for k, (capital, w) in enumerate(words))
+    return any(all(capital <= cap and (token == _flat(w) or (token in names and _same_name(w, token)))
+                   for (capital, w), (cap, token) in zip(words, tokens[i : i + n], strict=True))
                for i in range(len(tokens) - n + 1))
 
 
