@@ -104,6 +104,20 @@ def is_small_talk(text: str) -> bool:
     return not [w for w in keywords(text) if w not in _SMALL_TALK_STEMS]
 
 
+# Words of thanks and praise a turn can be made of without opening with a greeting
+# ("Excellent, thank you!", "much appreciated", "helpful, thanks").
+_THANKS_WORDS = frozenset(keywords(
+    "thanks thank thx ty cheers excellent great nice awesome perfect wonderful cool alright appreciate "
+    "appreciated helpful much lot"
+))
+
+
+def _thanks(text: str) -> bool:
+    """Whether ``text`` is only words of thanks or praise (with ``FOLLOW_UP_WORDS``)."""
+    said = keywords(text)
+    return bool(said) and all(w in _THANKS_WORDS or w in FOLLOW_UP_WORDS for w in said)
+
+
 def searched_question(question: str, history: Sequence[Message]) -> str:
     """``question``, or, when it names nothing to search (``keywords`` finds no word beyond
     ``FOLLOW_UP_WORDS``), the latest earlier user turn that does (small talk names nothing),
@@ -111,7 +125,7 @@ def searched_question(question: str, history: Sequence[Message]) -> str:
     if any(w not in FOLLOW_UP_WORDS for w in keywords(question)):
         return question
     for message in reversed(history):
-        if message.role != "user" or is_small_talk(message.content):
+        if message.role != "user" or is_small_talk(message.content) or _thanks(message.content):
             continue
         if any(w not in FOLLOW_UP_WORDS for w in keywords(message.content)):
             return f"{message.content.strip()} {question.strip()}"

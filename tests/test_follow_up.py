@@ -93,7 +93,9 @@ def test_a_follow_up_with_no_word_of_its_own_is_searched_with_the_question_it_fo
     assert searched_question(question, chained) == searched
     # so does one after small talk, which names nothing either
     for thanks in ("thanks", "great, thanks!", "Thank you very much!", "hello there", "cool", "thanks, that helped a lot!",
-                   "thanks mate", "good morning", "谢谢", "merci", "danke", "hola", "bonjour"):
+                   "thanks mate", "good morning", "谢谢", "merci", "danke", "hola", "bonjour", "Excellent, thank you!",
+                   "Alright, thanks", "appreciate it", "much appreciated", "Appreciated!", "wonderful", "helpful, thanks",
+                   "k thanks"):
         after_thanks = [*turns, Message("user", thanks), Message("assistant", "You're welcome!")]
         assert searched_question(question, after_thanks) == searched, thanks
     assert searched_question(question, []) == question
