@@ -1,5 +1,12 @@
-"""``python -m crag``: the command line."""
+"""``python -m crag``: the command line. Ctrl-C while it loads ends the run with its line, as
+``crag.cli`` does for its own imports."""
 
-from .cli import main
+try:
+    from .cli import main
+except KeyboardInterrupt:
+    import sys
+
+    print("crag: interrupted", file=sys.stderr)
+    raise SystemExit(130) from None
 
 raise SystemExit(main())

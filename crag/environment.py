@@ -302,6 +302,9 @@ def url_credentials_ambiguous(url: str) -> bool:
 # A URL's user name written without a password and at least this long is a token written
 # where a user goes (``https://TOKEN@host``), a secret as a password is; a short one is a name.
 _TOKEN_AS_USER = 8
+# The URLs crag itself sends a user name to, as Basic authentication (another tool's URL in the
+# environment, ``DATABASE_URL=postgresql://postgres@localhost/app``, names a user, not a token).
+_SENT_AS_BASIC = frozenset({"OPENAI_BASE_URL", "KB_AGENT_EMBEDDING_BASE_URL"})
 
 
 def _username(url: str) -> str:
@@ -319,7 +322,8 @@ def find_secrets(values: Mapping[str, object]) -> tuple[str, ...]:
     ``OPENAI_API_KEY``, the Jira and Confluence tokens and any variable named with one of
     ``SECRET_SUFFIXES`` (``*_TOKEN``, ``AWS_SECRET_ACCESS_KEY``); the password of any ``*_URL`` and of ``KB_AGENT_STORE``
     (a URL's also decoded and as base64 of ``user:password``, the ``Basic`` header it is sent as),
-    or a URL's user name of ``_TOKEN_AS_USER`` characters or more written without a password;
+    or the user name of ``_TOKEN_AS_USER`` characters or more written without a password in a URL crag
+    sends it from (``_SENT_AS_BASIC``);
     the ``Basic`` value of ``JIRA_EMAIL:JIRA_API_TOKEN`` and of Confluence's pair (``_basic_values``)."""
     import base64
     from urllib.parse import unquote, urlsplit
@@ -342,7 +346,8 @@ def find_secrets(values: Mapping[str, object]) -> tuple[str, ...]:
                 if password:  # also as sent: decoded, and as the Basic header's value
                     pair = f"{unquote(parts.username or '')}:{unquote(password)}"
                     found += [unquote(password), base64.b64encode(pair.encode()).decode("ascii")]
-                elif password is None and len(user := _username(value.strip())) >= _TOKEN_AS_USER:  # https://TOKEN@host
+                elif (var in _SENT_AS_BASIC and password is None
+                      and len(user := _username(value.strip())) >= _TOKEN_AS_USER):  # https://TOKEN@host
                     found += [user, unquote(user), base64.b64encode(f"{unquote(user)}:".encode()).decode("ascii")]
             if password:
                 found.append(password)

@@ -85,6 +85,8 @@ def test_a_token_written_as_a_urls_user_name_is_a_secret_and_a_short_name_is_not
     assert redact_message("LLM server http://sk-tokenonly@127.0.0.1:8080/v1 answered 401", found) == (
         "LLM server http://***@127.0.0.1:8080/v1 answered 401")
     assert find_secrets({"OPENAI_BASE_URL": "http://bob@127.0.0.1:8080/v1"}) == ()
+    # another tool's URL names a user: postgres stays a word in crag's messages
+    assert find_secrets({"DATABASE_URL": "postgresql://postgres@localhost/app"}) == ()
     assert "bob-the-admin" not in find_secrets({"OPENAI_BASE_URL": "http://bob-the-admin:pw-12345@host/v1"})
 
 
