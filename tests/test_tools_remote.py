@@ -364,15 +364,37 @@ STORAGE = (
 
 def test_confluence_storage_format_keeps_code_dates_links_and_mentions(server, tmp_path: Path) -> None:
     # a code macro read as "bash" with its command gone; dates, link texts, noformat bodies and
-    # mentions were lost too, and a macro's parameters were shown as text
+    # mentions were lost too, and a macro's parameters were shown as text (but for the titles the
+    # page shows)
     wiki = server({"/rest/api/content/7": json_route({"title": "Runbook", "body": {"storage": {"value": STORAGE}}})})
     [item] = box_for(tmp_path, confluence_base_url=wiki.url).run(ToolCall("confluence_fetch", {"page_id": "7"}))
     assert item.text == (
-        "Runbook\n\nFailover\n\nRun the script.\n\n"
+        "Runbook\n\nFailover\n\nRun the script.\n\nFailover\n\n"  # the code block's title, as the page shows it
         '```bash\nif [ "$x" -lt 2 ] && y; then\n    failover --region eu-west-1 --force\nfi\n```\n\n'
-        "It takes 4 minutes.\n\nThe drill is on 2025-03-14.\n\n"
+        "Note\n\nIt takes 4 minutes.\n\nThe drill is on 2025-03-14.\n\n"
         "Read the recovery runbook and DR plan first.\n\nOwner: @5b10ac8d82e05b22cc7d4ef5\n\n"
         "```\nFAILOVER_MODE=active-passive\n```")
+
+
+def test_confluence_parameters_the_page_shows_are_read_and_an_open_body_ends_with_its_macro() -> None:
+    # every parameter was left out: a status lozenge's text, a jira macro's key and a panel's or
+    # an expand's title went with them; a code body left open swallowed the rest of the page
+    from crag.tools.storage_format import storage_to_text
+
+    page = (
+        '<p>Status: <ac:structured-macro ac:name="status"><ac:parameter ac:name="colour">Green</ac:parameter>'
+        '<ac:parameter ac:name="title">DEPRECATED</ac:parameter></ac:structured-macro></p>'
+        '<p>Tracked in <ac:structured-macro ac:name="jira"><ac:parameter ac:name="server">System JIRA</ac:parameter>'
+        '<ac:parameter ac:name="key">OPS-42</ac:parameter></ac:structured-macro>.</p>'
+        '<ac:structured-macro ac:name="warning"><ac:parameter ac:name="title">Never restart the pump</ac:parameter>'
+        '<ac:rich-text-body><p>It corrupts the WAL.</p></ac:rich-text-body></ac:structured-macro>'
+        '<ac:structured-macro ac:name="code"><ac:parameter ac:name="language">bash</ac:parameter>'
+        '<ac:plain-text-body><![CDATA[pump-restore --latest]]></ac:structured-macro>'
+        '<h2>Restore</h2><p>It takes 40 minutes.</p>'
+    )
+    assert storage_to_text(page) == (
+        "Status: DEPRECATED\n\nTracked in OPS-42.\n\nNever restart the pump\n\nIt corrupts the WAL.\n\n"
+        "```bash\npump-restore --latest\n```\n\nRestore\n\nIt takes 40 minutes.")
 
 
 def test_adf_line_breaks_mentions_and_cards_are_read(server, tmp_path: Path) -> None:

@@ -8,7 +8,10 @@ What the page shows is kept and what only configures it goes:
   what it links to, as Confluence shows it: a page's or blog post's title, an attachment's file
   name, a user as ``@`` and the user name (else the account id), a space's key, a URL;
 * ``<time datetime="2025-03-14" />`` is its date;
-* macro parameters (``<ac:parameter>``) are left out.
+* a macro's parameters (``<ac:parameter>``) are left out, but for those the page shows: a
+  ``title`` (a status lozenge's text, a panel's or an expand's heading) and a ``jira`` macro's
+  issue ``key``;
+* a code body or a parameter left open ends with its macro (nothing after it is swallowed).
 
 Every other element is read as ``crag.tools.http.html_to_text`` reads HTML.
 """
@@ -33,6 +36,9 @@ _LINK_TARGETS = {
     "ri:url": ("ri:value",),
 }
 _LINK_BODIES = ("ac:plain-text-link-body", "ac:link-body")
+# Parameters the page shows, by name: the macros they are shown for (None: any macro).
+_SHOWN_PARAMETERS: dict[str, tuple[str, ...] | None] = {"title": None, "key": ("jira",)}
+_INLINE_MACROS = ("status", "jira")  # shown within the line, not as a line of their own
 
 
 def storage_to_text(storage: str) -> str:
@@ -94,12 +100,14 @@ class _StorageExtractor(TextExtractor):
         if ":" not in tag and tag != "time":
             super().handle_endtag(tag)
         elif tag == "ac:structured-macro":
+            self._parameter = None  # one left open ends with its macro
+            if self._code is not None:
+                self._fence("".join(self._code))
+                self._code = None
             if self._macros:
                 self._macros.pop()
         elif tag == "ac:parameter":
-            if self._parameter is not None and self._parameter_name == "language" and self._in_code_macro():
-                self._language = re.sub(r"[^\w#+.-]", "", "".join(self._parameter))[:40]
-            self._parameter = None
+            self._end_parameter()
         elif tag == "ac:plain-text-body" and self._code is not None:
             self._fence("".join(self._code))
             self._code = None
@@ -115,6 +123,23 @@ class _StorageExtractor(TextExtractor):
             self._code.append(data)
         else:
             super().handle_data(data)
+
+    def _end_parameter(self) -> None:
+        if self._parameter is None:
+            return
+        text, self._parameter = " ".join("".join(self._parameter).split()), None
+        macro = self._macros[-1] if self._macros else ""
+        if self._parameter_name == "language" and self._in_code_macro():
+            self._language = re.sub(r"[^\w#+.-]", "", text)[:40]
+        elif text and self._parameter_name in _SHOWN_PARAMETERS:
+            shown_for = _SHOWN_PARAMETERS[self._parameter_name]
+            if shown_for is None or macro in shown_for:
+                if macro in _INLINE_MACROS:
+                    self.handle_data(text)
+                else:
+                    self.parts.append("\n")
+                    self.handle_data(text)
+                    self.parts.append("\n")
 
     def _in_code_macro(self) -> bool:
         return bool(self._macros) and self._macros[-1] in _CODE_MACROS
