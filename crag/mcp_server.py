@@ -124,8 +124,9 @@ def for_a_shell(message: str, settings: Any, model_option: bool = False) -> str:
 
     if model_option:
         message = message.replace("check KB_AGENT_MODEL (", "check -m/--model (")
-    if settings.store:  # PostgreSQL: its hints name KB_AGENT_STORE already
-        return message
+    if settings.store:  # PostgreSQL: a shell without the client's KB_AGENT_STORE would build ./.crag
+        return re.sub(r"(`python -m crag [^`]*`)(?! \(with KB_AGENT_STORE)",
+                      lambda m: f"{m.group(1)} (with KB_AGENT_STORE set as this server has it)", message)
     where = shlex.quote(os.path.abspath(settings.index_dir))
     message = re.sub(r"`python -m crag (?!--index )", lambda _: f"`python -m crag --index {where} ", message)
     return re.sub(r"(`[^`]* --index [^`]*`) \(with KB_AGENT_INDEX_DIR=[^)]*\)", r"\1", message)

@@ -837,3 +837,15 @@ def test_a_model_given_with_the_model_option_is_named_so_in_a_tool_error() -> No
     said = "LLM server x answered 404 for node plan: check KB_AGENT_MODEL (llama3.1:8b) and OPENAI_BASE_URL"
     assert "check -m/--model (llama3.1:8b)" in for_a_shell(said, Settings(), model_option=True)
     assert "check KB_AGENT_MODEL (llama3.1:8b)" in for_a_shell(said, Settings())
+
+
+def test_a_store_servers_suggested_command_says_it_needs_the_servers_kb_agent_store() -> None:
+    """Typed in a shell without the client's KB_AGENT_STORE, `python -m crag index PATH` builds
+    ./.crag instead of indexing the database the server reads."""
+    from crag.config import Settings
+    from crag.mcp_server import for_a_shell
+
+    said = for_a_shell("no index in postgresql://crag@db/kb: run `python -m crag index PATH` first",
+                       Settings(store="postgresql://crag@db/kb"))
+    assert said == ("no index in postgresql://crag@db/kb: run `python -m crag index PATH` (with KB_AGENT_STORE set "
+                    "as this server has it) first")
