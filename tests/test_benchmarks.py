@@ -106,16 +106,22 @@ def test_simulated_grader_is_deterministic_and_follows_the_grade():
     assert exact.reply([0.8, 0.1]) == '{"scores": [0.8, 0.1]}'
 
 
+def _simulated(strategy: str, judged_pairs, noise: float):
+    """The first judged query, and ``strategy``'s model over a simulated grader with its meter
+    and quality counters, as grading_cost builds them for k = 3."""
+    queries = grading_cost.load_queries(judged_pairs, 1)
+    labels = {(q.text, c.item.source): c.grade for q in queries for c in q.candidates}
+    grader = grading_cost.SimulatedGrader(labels, grading_cost.DEFAULT_MEANS, noise=noise, seed=1)
+    cost = grading_cost.CostModel("o200k_base", 350.0, 0.2, 15.0)
+    meter, quality = grading_cost.Meter(), grading_cost.Quality()
+    return queries, grading_cost.StrategyModel(strategy, grader, cost, meter, 3), meter, quality
+
+
 @pytest.mark.parametrize("strategy", ["per_item", "batch", "scores"])
 def test_grading_cost_splits_a_first_reading_into_its_header_and_new_items(strategy, judged_pairs):
     """One grading of items never graded sends nothing again: the prompt is the style's own
     header (rendered in ``task.style``, not the default style) plus the items read first time."""
-    queries = grading_cost.load_queries(judged_pairs, 1)
-    labels = {(q.text, c.item.source): c.grade for q in queries for c in q.candidates}
-    grader = grading_cost.SimulatedGrader(labels, grading_cost.DEFAULT_MEANS, noise=0.0, seed=1)
-    cost = grading_cost.CostModel("o200k_base", 350.0, 0.2, 15.0)
-    meter, quality = grading_cost.Meter(), grading_cost.Quality()
-    model = grading_cost.StrategyModel(strategy, grader, cost, meter, 3)
+    queries, model, meter, quality = _simulated(strategy, judged_pairs, noise=0.0)
     grading_cost.grade_once(strategy, queries[0], 3, model, meter, quality)
     assert meter.calls == (3 if strategy == "per_item" else 1)
     assert meter.resent_item_tokens == 0
@@ -145,12 +151,7 @@ def test_the_simulated_grader_replies_as_each_styles_prompt_asks(strategy, asked
 
     from crag.llm.tokens import count_tokens
 
-    queries = grading_cost.load_queries(judged_pairs, 1)
-    labels = {(q.text, c.item.source): c.grade for q in queries for c in q.candidates}
-    grader = grading_cost.SimulatedGrader(labels, grading_cost.DEFAULT_MEANS, noise=0.15, seed=1)
-    cost = grading_cost.CostModel("o200k_base", 350.0, 0.2, 15.0)
-    meter, quality = grading_cost.Meter(), grading_cost.Quality()
-    model = grading_cost.StrategyModel(strategy, grader, cost, meter, 3)
+    queries, model, meter, quality = _simulated(strategy, judged_pairs, noise=0.15)
     replies = []
     ask = model._ask
     monkeypatch.setattr(model, "_ask", lambda request: replies.append(ask(request)) or replies[-1])
@@ -161,7 +162,7 @@ def test_the_simulated_grader_replies_as_each_styles_prompt_asks(strategy, asked
         assert meter.completion_tokens == meter.calls == 3  # one token, yes or no, a call
     q = queries[0]
     assert meter.parse_failures == 0
-    assert meter.scored == [(grader.score(q.text, c.item.source), c.relevant) for c in q.candidates[:3]]
+    assert meter.scored == [(model.grader.score(q.text, c.item.source), c.relevant) for c in q.candidates[:3]]
 
 
 def test_overhead_runs_and_both_runners_agree(tmp_path):

@@ -7,6 +7,7 @@ The server runs with the offline backend over a small knowledge base indexed for
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -410,25 +411,33 @@ def test_a_slow_ask_never_holds_other_calls(workdir: Path) -> None:
         anyio.run(session)
 
 
+# A client's first lines, written raw to the server's stdin, and an ask it then sends.
+_HANDSHAKE = (
+    {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}},
+    {"jsonrpc": "2.0", "method": "notifications/initialized"},
+)
+_ASK_CALL = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "ask", "arguments": {
+    "question": "Which port does the server listen on?"}}}
+
+
+def _raw_server(workdir: Path, srv) -> subprocess.Popen[bytes]:
+    """``crag mcp`` on ``srv`` (a slow model), its three streams pipes a test writes and reads."""
+    params = _slow_llm_params(workdir, srv)
+    return subprocess.Popen([params.command, *params.args], env=params.env, cwd=params.cwd,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
 def test_closed_stdin_ends_the_server_promptly_with_a_call_in_flight(workdir: Path) -> None:
     import json
-    import subprocess
     import time
 
     from tests.openai_server import Delay, FakeOpenAIServer
 
     with FakeOpenAIServer() as srv:
         srv.default("analyze_and_route", Delay(120, "{}"))
-        params = _slow_llm_params(workdir, srv)
-        proc = subprocess.Popen([params.command, *params.args], env=params.env, cwd=params.cwd,
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        lines = [
-            {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-                "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}},
-            {"jsonrpc": "2.0", "method": "notifications/initialized"},
-            {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "ask", "arguments": {
-                "question": "Which port does the server listen on?"}}},
-        ]
+        proc = _raw_server(workdir, srv)
+        lines = [*_HANDSHAKE, _ASK_CALL]
         try:
             for line in lines:
                 proc.stdin.write(json.dumps(line).encode() + b"\n")
@@ -456,24 +465,14 @@ def test_ctrl_c_ends_the_server_at_once_with_exit_status_130(workdir: Path, ask_
     closed stdin (in a terminal, until Enter)."""
     import json
     import signal
-    import subprocess
     import time
 
     from tests.openai_server import Delay, FakeOpenAIServer
 
     with FakeOpenAIServer() as srv:
         srv.default("analyze_and_route", Delay(120, "{}"))
-        params = _slow_llm_params(workdir, srv)
-        proc = subprocess.Popen([params.command, *params.args], env=params.env, cwd=params.cwd,
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        lines = [
-            {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-                "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}},
-            {"jsonrpc": "2.0", "method": "notifications/initialized"},
-        ]
-        if ask_in_flight:
-            lines.append({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "ask", "arguments": {
-                "question": "Which port does the server listen on?"}}})
+        proc = _raw_server(workdir, srv)
+        lines = [*_HANDSHAKE, _ASK_CALL] if ask_in_flight else list(_HANDSHAKE)
         try:
             assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
             for line in lines:
