@@ -1173,6 +1173,21 @@ def test_a_number_is_held_with_its_unit(sentence, supported):
     assert ground(sentence, (LIMITS,)).report.supported == int(supported)
 
 
+@pytest.mark.parametrize("sentence, text, supported", [
+    ("The quota is 10 GB a user.", "The quota is 10.0 GB a user.", True),
+    ("The quota is 10.0 GB a user.", "The quota is 10 GB a user.", True),
+    ("The quota is 10 GB a user.", "The quota is 10.05 GB a user.", False),
+    ("The job runs every 2 hours.", "The job runs every 2.00 hours.", True),
+    ("The server needs Python 3.1.", "The server needs Python 3.10.", False),  # versions, not decimals
+    ("The server needs Python 3.", "The server needs Python 3.0.1.", False),
+])
+def test_a_whole_number_is_held_with_a_decimal_part_of_zeros(sentence, text, supported):
+    """"The quota is 10 GB" was unsupported by "10.0 GB": the same number, written with its
+    decimal zeros."""
+    item = EvidenceItem("vector_search", "quota.md", text, 1, 1)
+    assert ground(sentence, (item,)).report.supported == int(supported)
+
+
 def test_the_anchored_rule_reads_a_number_in_a_passage_that_holds_some_of_the_sentence():
     """"The API allows 5 requests per minute" was supported (rule ``anchored``) by "The API
     allows 100 requests per minute. Uploads are limited to 5 MB.": the 5 of another sentence."""

@@ -199,7 +199,15 @@ _ANY_DASH = "[-\u2010-\u2015\u2212]"
 def _digits_pattern(number: str) -> str:
     """A pattern for ``number`` (digits, maybe a decimal part) written with or without
     separators between its thousands: "1500", "1,500" and "1 500" (no-break space) are one number;
-    a range's hyphen is any dash ("10-15" and "10–15" are one range)."""
+    a range's hyphen is any dash ("10-15" and "10–15" are one range); a whole number with or
+    without a decimal part of zeros ("5" and "5.0"; not "3.1" and "3.10", which versions tell apart)."""
+    whole = re.fullmatch(r"([\d,]*\d)(?:\.0+)?", number)
+    if whole is not None:
+        return _digits_pattern_of(whole.group(1)) + r"(?:\.0+)?"
+    return _digits_pattern_of(number)
+
+
+def _digits_pattern_of(number: str) -> str:
     if "," in number and not _GROUPED.fullmatch(number):
         return re.escape(number)  # "1,2": two numbers, not one in thousands
     whole, dot, decimals = number.replace(",", "").partition(".")
