@@ -439,8 +439,8 @@ class Settings:
         origins: dict[str, str] = {}  # variable -> where the user set it, for errors across settings
         for f in fields(cls):
             var, kind = f.metadata["variable"], f.metadata["kind"]
-            raw = merged.get(var)
-            if raw is not None and (raw.strip() or kind in READS_EMPTY):
+            raw = merged.get(var)  # a setting given as an argument wins, as the environment wins over .env
+            if raw is not None and f.name not in overrides and (raw.strip() or kind in READS_EMPTY):
                 origin = "set in the environment" if var in env else f"set in {os.fspath(dotenv)}"
                 values[f.name] = _with_origin(kind, var, raw, origin)
                 origins[var] = origin

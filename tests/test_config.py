@@ -192,6 +192,20 @@ def test_overrides_are_validated_like_the_environment():
         Settings.from_env(environ={}, dotenv=None, max_iteration=5)
 
 
+def test_a_setting_given_as_an_argument_wins_over_a_bad_value_in_the_environment_or_dotenv(tmp_path):
+    # As the environment wins over .env without .env's value being read, an argument wins over
+    # both: a service passing top_k=3 is not stopped by a stray KB_AGENT_TOP_K=lots it overrides.
+    dotenv = tmp_path / ".env"
+    dotenv.write_text("KB_AGENT_LLM_TIMEOUT=soon\n", encoding="utf-8")
+    environ = {"KB_AGENT_TOP_K": "lots"}
+    settings = Settings.from_env(environ=environ, dotenv=dotenv, top_k=3, llm_timeout=5)
+    assert (settings.top_k, settings.llm_timeout) == (3, 5)
+    with pytest.raises(ConfigError, match=r"KB_AGENT_TOP_K=lots .*\(set in the environment\)$"):
+        Settings.from_env(environ=environ, dotenv=dotenv, llm_timeout=5)
+    with pytest.raises(ConfigError, match=r"KB_AGENT_LLM_TIMEOUT=soon .*\(set in .*\.env\)$"):
+        Settings.from_env(environ=environ, dotenv=dotenv, top_k=3)
+
+
 def test_drop_threshold_above_generate_threshold_is_refused():
     # Both set by the user: they conflict. (One set alone moves the other's default.)
     with pytest.raises(ConfigError, match="KB_AGENT_DROP_THRESHOLD"):
