@@ -32,6 +32,7 @@ from .environment import (  # re-exported
     find_secrets,
     read_dotenv,
     secret_values,
+    shown_url,
     store_credentials,
     store_uri_ambiguous,
     url_credentials_ambiguous,
@@ -225,21 +226,21 @@ def _url(var: str, raw: str) -> str | None:
     if not value:
         return None
     if not value.startswith(("http://", "https://")) or not value.isascii() or not value.isprintable() or " " in value:
-        raise ConfigError(var, _shown_url(raw), "an http:// or https:// URL (printable ASCII, no spaces)")
+        raise ConfigError(var, shown_url(raw), "an http:// or https:// URL (printable ASCII, no spaces)")
     if url_credentials_ambiguous(value):  # "http://bob:pa/ss@host": a URL parser takes "pa" for the port
-        raise ConfigError(var, _shown_url(raw), "an http:// or https:// URL with each @ / ? and # in its user "
+        raise ConfigError(var, shown_url(raw), "an http:// or https:// URL with each @ / ? and # in its user "
                           "name or password percent-encoded (@ as %40, / as %2F, ? as %3F, # as %23)")
     try:  # a host and a port that an HTTP client can connect to: "http://[::1:8080" is not one
         parts = urlsplit(value)
         if not parts.hostname or parts.port == 0:  # reading a bad port raises ValueError
             raise ValueError("no host or port")
     except ValueError:
-        raise ConfigError(var, _shown_url(raw), "an http:// or https:// URL with a host and a port from 1 to 65535 "
+        raise ConfigError(var, shown_url(raw), "an http:// or https:// URL with a host and a port from 1 to 65535 "
                           "(http://127.0.0.1:8080/v1, http://[::1]:8080/v1)") from None
     try:  # what the resolver will do with it: an empty label ("a..b") or one over 63 characters fails there
         parts.hostname.encode("idna")
     except UnicodeError:
-        raise ConfigError(var, _shown_url(raw), "an http:// or https:// URL whose host name has no empty label "
+        raise ConfigError(var, shown_url(raw), "an http:// or https:// URL whose host name has no empty label "
                           "and none over 63 characters") from None
     return value
 
@@ -248,10 +249,10 @@ def _service_url(var: str, raw: str) -> str | None:
     """A Jira or Confluence base URL: the REST path is appended to it, and its tool sends no URL password."""
     value = _url(var, raw)
     if value and "@" in value.split("/")[2]:  # the user name or password: JIRA_EMAIL, JIRA_API_TOKEN
-        raise ConfigError(var, _shown_url(raw), f"an http:// or https:// URL without a user name or password, which "
+        raise ConfigError(var, shown_url(raw), f"an http:// or https:// URL without a user name or password, which "
                           f"go in {var.removesuffix('BASE_URL')}EMAIL and {var.removesuffix('BASE_URL')}API_TOKEN")
     if value and ("?" in value or "#" in value):
-        raise ConfigError(var, _shown_url(raw), "an http:// or https:// URL without a ? query or # fragment, as "
+        raise ConfigError(var, shown_url(raw), "an http:// or https:// URL without a ? query or # fragment, as "
                           "crag appends the REST API's path to it")
     return value
 
@@ -260,7 +261,7 @@ def _store(var: str, raw: str) -> str:
     value = raw.strip()
     if value and (not value.startswith(("postgresql://", "postgres://")) or _not_utf8(value)
                   or any(ch < " " for ch in value)):
-        raise ConfigError(var, _shown_url(store_credentials(value)[1]), "empty (the embedded index in "
+        raise ConfigError(var, shown_url(store_credentials(value)[1]), "empty (the embedded index in "
                           "KB_AGENT_INDEX_DIR) or a postgresql:// URI (UTF-8 text without control characters)")
     if value and store_uri_ambiguous(value):
         raise ConfigError(var, store_credentials(value)[1], "a postgresql:// URI with each @ and / in its user "
@@ -539,11 +540,3 @@ def config_warnings(environ: Mapping[str, str] | None = None, dotenv: str | os.P
     that are not assignments, and ``KB_AGENT_*`` names crag does not know, with the closest
     known name (``crag.setting_warnings``; at most ``WARNINGS_SHOWN`` of each kind listed)."""
     return setting_warnings([var for var, _ in SETTINGS_TABLE.values()] + list(OTHER_VARIABLES), environ, dotenv)
-
-
-def _shown_url(raw: str) -> str:
-    from .safe_text import redact_message
-
-    if store_uri_ambiguous(raw) and (not raw.startswith(("http://", "https://")) or url_credentials_ambiguous(raw)):
-        raw = store_credentials(raw)[1]  # a password holding an unencoded @ or /: all before the last @ hidden
-    return redact_message(raw)

@@ -299,6 +299,24 @@ def url_credentials_ambiguous(url: str) -> bool:
     return bool(_HOST_AFTER_AT.fullmatch(rest[at + 1 :]))
 
 
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://")
+
+
+def shown_url(raw: str) -> str:
+    """A URL setting's value as the error refusing it shows it: credentials masked
+    (``redact_message``), and all before the last ``@`` hidden where no URL parser finds them:
+    a password holding an unencoded ``@`` or ``/``, or a value with no ``scheme://``, a space or
+    a character that is not printable ASCII (``bob:Hunter2Pw@host/v1``, ``http://bob:a b@host``)."""
+    from .safe_text import REDACTED, redact_message
+
+    value = raw.strip()
+    scheme = _SCHEME.match(value)
+    if store_uri_ambiguous(raw) and (not raw.startswith(("http://", "https://")) or url_credentials_ambiguous(raw)):
+        raw = store_credentials(raw)[1]
+    elif "@" in value and (not scheme or " " in value or not (value.isascii() and value.isprintable())):
+        raw = f"{scheme.group() if scheme else ''}{REDACTED}@{value.rpartition('@')[2]}"
+    return redact_message(raw)
+
 # A URL's user name written without a password and at least this long is a token written
 # where a user goes (``https://TOKEN@host``), a secret as a password is; a short one is a name.
 _TOKEN_AS_USER = 8

@@ -354,6 +354,26 @@ def test_a_base_url_whose_password_holds_an_unencoded_slash_is_refused_without_s
         assert url.split("//")[1].split("@")[0].split(":", 1)[1] in find_secrets({"JIRA_BASE_URL": url})
 
 
+@pytest.mark.parametrize(("var", "url", "shown"), [
+    ("OPENAI_BASE_URL", "bob:Hunter2Pw@127.0.0.1:8080/v1", "***@127.0.0.1:8080/v1"),  # "http://" forgotten
+    ("OPENAI_BASE_URL", "http://bob:Hunter2 Pw@127.0.0.1:8080/v1", "http://***@127.0.0.1:8080/v1"),
+    ("KB_AGENT_EMBEDDING_BASE_URL", "http://bob:Hünter2Pw@127.0.0.1:8080/v1", "http://***@127.0.0.1:8080/v1"),
+    ("JIRA_BASE_URL", "bob:Hunter2Pw@jira.example.com", "***@jira.example.com"),
+])
+def test_a_base_url_no_parser_reads_is_refused_without_showing_its_password(var, url, shown):
+    """A URL with no scheme, or with a space or a letter outside ASCII in its password, was
+    refused with the password in the error: the masking looked for ``scheme://user:password@``
+    without a space, and a value given in code is not among the configured secrets."""
+    from crag.config import SETTINGS_TABLE
+
+    name = next(field for field, (variable, _) in SETTINGS_TABLE.items() if variable == var)
+    for build in (lambda: Settings(**{name: url}), lambda: Settings.from_env(environ={var: url}, dotenv=None)):
+        with pytest.raises(ConfigError) as refused:
+            build()
+        assert str(refused.value).startswith(f"{var}={shown} is not valid: expected an http:// or https:// URL")
+        assert "Hunter" not in str(refused.value) and "Hünter" not in str(refused.value)
+
+
 @pytest.mark.parametrize("url", ["http://127.0.0.1:18601/v1/@cf", "http://127.0.0.1:18601/v1?tenant=a@b",
                                  "https://llm.example.com/proxy/user@example.com/v1", "http://gw:8080/v1/@team"])
 def test_a_base_url_with_an_at_sign_in_its_path_and_no_password_is_a_url(url):
