@@ -280,7 +280,7 @@ def _as_text(value: Any) -> str:
         return "on" if value else "off"
     if value is None:
         return ""
-    return os.fspath(value) if isinstance(value, os.PathLike) else str(value)
+    return os.fsdecode(value) if isinstance(value, (bytes, os.PathLike)) else str(value)  # not "b'sk-...'"
 
 
 class _Adapting:
@@ -425,7 +425,7 @@ class Settings:
         """Settings from ``environ`` (default ``os.environ``), then ``dotenv``, then overrides.
 
         ``overrides`` use field names (``max_iterations=2``); a string value is read like
-        the environment variable, any other value is checked the same way. A bad value's
+        the environment variable (bytes as the text they hold), any other value is checked the same way. A bad value's
         error says where it came from (the environment, ``.env`` or an argument). Without
         ``KB_AGENT_INDEX_DIR`` or an ``index_dir`` override, the index is the nearest ``.crag``
         (``find_index_dir``).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 
 import pytest
@@ -274,6 +275,15 @@ def test_a_value_given_in_code_is_refused_like_the_same_value_in_the_environment
     assert str(in_code.value).startswith(f"{var}=")
 
 
+def test_bytes_given_in_code_are_read_as_the_text_they_hold(tmp_path):
+    # A key read from a file in binary mode was taken as its repr: the model was sent the
+    # header "Bearer b'sk-...'" and answered 401, a model name was "b'gpt-4o'".
+    settings = Settings(openai_api_key=b"sk-abc123", model=b"gpt-4o", index_dir=os.fsencode(tmp_path))
+    assert (settings.openai_api_key, settings.model, settings.index_dir) == ("sk-abc123", "gpt-4o", str(tmp_path))
+    with pytest.raises(ConfigError, match=r"^KB_AGENT_MODEL=.* is not valid: expected UTF-8 text"):
+        Settings(model=b"caf\xe9")
+
+
 def test_evolve_checks_again():
     from attrs import evolve
 
@@ -364,8 +374,6 @@ def test_a_base_url_no_parser_reads_is_refused_without_showing_its_password(var,
     """A URL with no scheme, or with a space or a letter outside ASCII in its password, was
     refused with the password in the error: the masking looked for ``scheme://user:password@``
     without a space, and a value given in code is not among the configured secrets."""
-    from crag.config import SETTINGS_TABLE
-
     name = next(field for field, (variable, _) in SETTINGS_TABLE.items() if variable == var)
     for build in (lambda: Settings(**{name: url}), lambda: Settings.from_env(environ={var: url}, dotenv=None)):
         with pytest.raises(ConfigError) as refused:
