@@ -432,7 +432,7 @@ class Settings:
         """
         _check_sources(environ, dotenv)
         # A mapping given in code may hold numbers or booleans: read as their text, None as unset.
-        env = {k: v if isinstance(v, str) else str(v)
+        env = {k: v if isinstance(v, str) else _as_text(v)
                for k, v in (os.environ if environ is None else environ).items() if v is not None}
         file_values = read_dotenv(dotenv) if dotenv else {}
         merged = {**file_values, **env}
@@ -523,6 +523,9 @@ def _check_sources(environ: Any, dotenv: Any) -> None:
     """``UsageError`` for an ``environ`` or ``dotenv`` of ``from_env`` that cannot be read as one."""
     if environ is not None and not isinstance(environ, Mapping):
         raise UsageError(f"environ must be a mapping of variable names to values, not {type(environ).__name__}")
+    names = [name for name in environ if not isinstance(name, str)] if environ is not None else []
+    if names:  # os.environ's are; b"KB_AGENT_MODEL" would be passed over without a word
+        raise UsageError(f"environ's variable names must be text (str), not {type(names[0]).__name__}")
     if dotenv is not None and (isinstance(dotenv, bool) or not isinstance(dotenv, (str, bytes, os.PathLike))):
         raise UsageError(f"dotenv must be the path of a .env file or None (no .env), not {type(dotenv).__name__}")
 

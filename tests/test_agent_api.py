@@ -415,6 +415,14 @@ def test_the_other_arguments_of_the_wrong_type_are_usage_errors_said_before_any_
             Agent.from_env(environ=env, dotenv=dotenv)
     with pytest.raises(crag.UsageError, match=r"^environ must be a mapping"):
         Settings.from_env(environ=[("KB_AGENT_TOP_K", "3")], dotenv=None)
+    # A name that is not text was passed over by Settings and a TypeError in Agent.from_env's
+    # warnings; a value given as bytes was read as its repr, the model "b'gpt-4o'".
+    for environ in ({b"KB_AGENT_MODEL": "gpt-4o"}, {**env, 1: "x"}):
+        with pytest.raises(crag.UsageError, match=r"^environ's variable names must be text \(str\), not (bytes|int)$"):
+            Settings.from_env(environ=environ, dotenv=None)
+        with pytest.raises(crag.UsageError, match=r"^environ's variable names must be text"):
+            Agent.from_env(docs, environ=environ, dotenv=None)
+    assert Settings.from_env(environ={"KB_AGENT_MODEL": b"gpt-4o"}, dotenv=None).model == "gpt-4o"
     for tools in (5, object()):
         with pytest.raises(crag.UsageError, match=r"^tools must be a crag\.Tool or a list of them"):
             Agent.from_env(docs, environ=env, dotenv=None, tools=tools)
