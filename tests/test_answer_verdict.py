@@ -3,6 +3,8 @@ answer only when the evidence does not hold the answer (``crag.grounding.verdict
 
 from __future__ import annotations
 
+import pytest
+
 from crag import Agent, Settings
 from crag.answer import NOT_ADDRESSED, NOT_ANSWERED, ONLY_RESTATED
 from crag.grounding import HELD_SHARE, addresses, cited, holds_focus, says_nothing_new
@@ -302,6 +304,20 @@ def test_a_name_written_without_its_accents_is_the_name_the_evidence_writes_with
                     [item(5, text="Zu\u0308rich is the largest city of the country, with banks and a lake.")])
     assert not any(e["event"] == "question_terms_missing" for e in result.audit)
     assert result.state.grounding.supported == 1 and result.state.grounding.verdict == "answered"
+
+
+@pytest.mark.parametrize("question, text", [
+    ("Who was Boleslaw II of Masovia?", "Bolesław II of Masovia was a duke who ruled from Płock."),
+    ("What river runs through Lodz?", "No large river runs through Łódź, a city of textile mills."),
+    ("When was the Oresund Bridge opened?", "The Øresund Bridge was opened on 1 July 2000."),
+])
+def test_a_name_typed_with_plain_letters_is_the_name_the_evidence_writes_with_its_own(question, text):
+    """"Boleslaw" typed for "Bolesław" (letters that no accent folding reads as another: ł, ø,
+    ß, æ ...) was a term "none of the documents found mentions", and a right answer was refused."""
+    reply = text.rstrip(".") + " [1]."
+    result = simple(question, reply, [item(5, text=text)])
+    assert not any(e["event"] == "question_terms_missing" for e in result.audit)
+    assert result.state.grounding.verdict == "answered"
 
 
 def test_the_offline_answer_from_passages_sharing_one_word_with_the_question_is_not_answered(tmp_path, monkeypatch):

@@ -113,8 +113,16 @@ _PLAIN = frozenset(
 _NOT_WORD = re.compile(r"[^0-9a-z]+")
 
 
+# Letters a name is typed without that no accent folding reads as another (full-text search
+# keeps them apart, crag.text.DIACRITICS): "Boleslaw" and "Lodz" name "Bolesław" and "Łódź".
+_PLAIN_LETTERS = str.maketrans({"ł": "l", "ø": "o", "đ": "d", "ð": "d", "ı": "i", "ß": "ss", "æ": "ae",
+                                "œ": "oe", "þ": "th"})
+
+
 def _flat(text: str) -> str:
-    return _NOT_WORD.sub("", fold_diacritics(text.lower()))  # "Schrodinger" writes "Schrödinger"
+    """``text`` lower-cased, folded and without what is not a letter or a digit: "Schrodinger"
+    writes "Schrödinger", "Boleslaw" "Bolesław"."""
+    return _NOT_WORD.sub("", fold_diacritics(text.lower()).translate(_PLAIN_LETTERS))
 
 
 def named(question: str) -> list[str]:
