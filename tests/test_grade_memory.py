@@ -22,6 +22,7 @@ from crag.ports import ToolOutcome
 from crag.state import AgentState, Completion, Complexity, GraderAction, RoutingPlan, ToolCall
 
 from .fakes import FakeToolbox, item, route, scores, search_plan
+from .test_grader_styles import label_reply
 
 QUESTION = "How do uploads retry and what limits apply?"
 
@@ -113,6 +114,18 @@ def test_memory_on_sends_parse_failure_items_again():
     result, model = run(["no idea", scores(0.9, 0.8, 0.9, 0.7)], [[a, b, c], [d]], grade_memory=True)
     assert grade_requests(model)[1].task.items == (a, b, c, d)
     assert len(events(result, "grader_parse_failure")) == 1
+
+
+def test_memory_on_keeps_remembered_scores_when_the_new_items_grade_carries_no_information():
+    """The new items' coin-toss reading leaves them ungraded (0.5); the items graded in an
+    earlier round keep their scores, index for index with the context."""
+    a, b, c, d, e, f, g = (item(n) for n in range(1, 8))
+    result, model = run([scores(0.6, 0.4, 0.1), label_reply(0.45, 0.55, 0.5, 0.52)], [[a, b, c], [d, e, f, g]],
+                        max_iterations=2, grade_memory=True)
+    assert grade_requests(model)[1].task.items == (d, e, f, g)
+    assert [x["reason"] for x in events(result, "grader_uninformative")] == ["coin_toss"]
+    assert result.state.context == (a, b, d, e, f, g)
+    assert result.state.evidence_scores == (0.6, 0.4, 0.5, 0.5, 0.5, 0.5)
 
 
 @pytest.mark.parametrize("raw, value", [("on", True), ("off", False), ("ON", True), ("", False)])

@@ -362,8 +362,9 @@ def verdict(case: GradeCase, policy: GradingPolicy) -> GradeVerdict:
         events.append(_event("grader_uninformative", level="warning", items=len(case.todo), reason=f.why,
                              scores=list(reading.scores) if reading else [], from_logprobs=True))
         events.append(decided)
-        return GradeVerdict(row.rule, action, GradedBy.UNGRADED, tuple(range(n)), (), (UNGRADED_SCORE,) * n,
-                            tuple(events))
+        # the items sent are ungraded; those graded in an earlier round keep their score (grade memory)
+        ungraded = merge_scores(items, case.remembered, case.todo, (UNGRADED_SCORE,) * len(case.todo))
+        return GradeVerdict(row.rule, action, GradedBy.UNGRADED, tuple(range(n)), (), ungraded, tuple(events))
     if f.parse_failure:
         events.append(_event("grader_parse_failure", level="warning", items=len(case.todo),
                              default_score=PARSE_FAILURE_SCORE))
