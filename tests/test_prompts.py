@@ -634,6 +634,12 @@ def test_parse_scores_validates_strictly(reply):
     ("[1]", (1.0,)),
     ("```json\n[0]\n```", (0.0,)),
     ("Item [1] looks relevant. Scores: [0.8]", (0.8,)),
+    ("0.9", (0.9,)),  # one item's grade written as the number alone (KB_AGENT_GRADER=pointwise)
+    (" 0.75\n", (0.75,)),
+    ("1", (1.0,)),
+    ("1.5", None),
+    ("true", None),
+    ("The score is 0.9", None),
 ])
 def test_parse_scores_one_item_markers_and_thinking(reply, expected):
     assert parse_scores(reply, 1) == expected

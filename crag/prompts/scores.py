@@ -18,6 +18,8 @@ def _is_int(value: Any) -> bool:
 def _scores(value: Any, n: int) -> tuple[float, ...] | None:
     if isinstance(value, dict):
         value = value.get("scores")
+    if n == 1 and isinstance(value, (int, float)):  # the whole reply one number: one item's score
+        value = [value]
     if not isinstance(value, list) or len(value) != n:
         return None
     out = []
@@ -34,7 +36,8 @@ def _scores(value: Any, n: int) -> tuple[float, ...] | None:
 def parse_scores(text: Any, n: int) -> tuple[float, ...] | None:
     """Exactly ``n`` finite scores in [0, 1] from a grader reply, or None.
 
-    Accepts a JSON array or ``{"scores": [...]}``, in code fences or amid prose; the first
+    Accepts a JSON array or ``{"scores": [...]}``, in code fences or amid prose (for one item,
+    also a reply that is one number and nothing else: ``0.9``); the first
     JSON value that is a valid answer wins. Booleans, strings and out-of-range numbers are
     not scores; numbers inside ``<think>`` only, and ``[1]``-style markers in prose, are
     not either (a parse failure, not a guess).
