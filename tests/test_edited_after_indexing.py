@@ -98,6 +98,16 @@ def test_a_file_that_cannot_be_read_now_is_cited_as_the_index_holds_it(kb: Path)
     assert result.items and result.items[0].start_line == 1 and not result.audit
 
 
+def test_a_file_now_a_link_out_of_the_roots_is_not_read_through_it(kb: Path, tmp_path: Path) -> None:
+    """``crag index`` never follows a link out of a root; nor does the check of an edited file."""
+    outside = write(tmp_path / "elsewhere" / "private.md", MOVED.replace("Another new", "TOKEN=s3cr3t. Another new"))
+    (kb / "gateway.md").unlink()
+    (kb / "gateway.md").symlink_to(outside)
+    result = search(kb, "walrus gateway port")
+    assert result.items and not any("s3cr3t" in item.text for item in result.items)
+    assert result.items[0].start_line == 1 and not result.audit
+
+
 def test_ask_cites_the_line_that_holds_the_quoted_text_after_an_edit(kb: Path) -> None:
     write(kb / "gateway.md", MOVED)
     code, out, err = cli("ask", "--json", "Which port does the walrus gateway listen on?")

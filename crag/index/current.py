@@ -15,7 +15,9 @@ So a search hit is checked against its file before it becomes evidence:
 
 A file that cannot be read here (gone, a store shared with another machine, too large) is
 not judged: the hit stands as the index holds it; so is a PDF or DOCX, whose text is costly
-to extract. ``current_lines`` reads a file as the indexer does (``crag.index.discover``), so
+to extract, and a file replaced by a symbolic link since it was indexed (files are indexed
+under their real paths): the link may lead out of the roots, and ``crag index`` never
+follows one out of a root. ``current_lines`` reads a file as the indexer does (``crag.index.discover``), so
 the numbering is crag's everywhere.
 """
 
@@ -39,6 +41,8 @@ def current_lines(path: str) -> list[str] | None:
     reader = reader_for(os.path.basename(path))
     if reader is not None and reader.extra:
         return None
+    if os.path.realpath(path) != os.path.abspath(path):
+        return None  # indexed under its real path, so replaced since by a link, which may lead out of the roots
     try:
         return split_lines(text_of(path, read_bytes(path, MAX_FILE_BYTES)))
     except (OSError, ValueError):
