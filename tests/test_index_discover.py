@@ -52,6 +52,19 @@ def test_a_single_file_can_be_a_root_and_a_missing_root_is_named(tmp_path: Path)
         discover([tmp_path / "does-not-exist"])
 
 
+def test_a_root_inside_another_says_each_skipped_file_once(tmp_path: Path) -> None:
+    """``crag index kb kb/sub`` walks kb/sub twice; a file named as a root is indexed whatever its name."""
+    kb = tmp_path / "kb"
+    write(kb / "sub" / "a.md", "# A\n")
+    write(kb / "sub" / "data.xyz", "data\n")
+    notes = write(kb / "notes", "plain notes\n")
+    (kb / "sub" / "out.md").symlink_to(write(tmp_path / "outside.md", "secret\n"))
+    found = discover([notes, kb, kb / "sub"])
+    assert names(found, kb) == ["notes", "sub/a.md"]
+    assert found.skipped_types == (".xyz",)  # not "notes" too: it is indexed
+    assert [os.path.basename(p) for p, _ in found.warnings] == ["out.md"]
+
+
 def test_symlinks_out_of_the_root_are_not_followed_and_inner_ones_count_once(tmp_path: Path) -> None:
     outside = write(tmp_path / "outside" / "secret.md", "top secret\n")
     kb = tmp_path / "kb"

@@ -307,7 +307,10 @@ def discover(
                 f"knowledge-base path {relative_label(root_abs)} is crag's index folder or inside it: "
                 "give the folders of your documents", root_abs)
     files = tuple(sorted(found.values(), key=lambda f: f.path))
-    return Discovery(files, tuple(warnings), tuple(skipped))
+    # A root inside another is walked twice, and a file named as a root is indexed whatever its
+    # name: each skipped file is said once, and none that is indexed.
+    skipped = [p for p in dict.fromkeys(skipped) if p not in found]
+    return Discovery(files, tuple(dict.fromkeys(warnings)), tuple(skipped))
 
 
 def _regular_file(
