@@ -108,6 +108,15 @@ def test_a_file_now_a_link_out_of_the_roots_is_not_read_through_it(kb: Path, tmp
     assert result.items[0].start_line == 1 and not result.audit
 
 
+def test_a_file_an_ignore_file_now_leaves_out_is_not_evidence(kb: Path) -> None:
+    """As ``read_file`` and ``grep_search`` refuse it: ignored since indexing, it may hold a secret."""
+    write(kb / ".cragignore", "gateway.md\n")  # not re-indexed
+    result = search(kb, "walrus gateway port")
+    assert not result.items
+    gone = [e.fields for e in result.audit if e.event == "source_changed"]
+    assert gone and gone[0]["line"] is None and "ignore file" in gone[0]["hint"]
+
+
 def test_ask_cites_the_line_that_holds_the_quoted_text_after_an_edit(kb: Path) -> None:
     write(kb / "gateway.md", MOVED)
     code, out, err = cli("ask", "--json", "Which port does the walrus gateway listen on?")

@@ -13,6 +13,9 @@ So a search hit is checked against its file before it becomes evidence:
   with it; a changed number is read as changed);
 - when fewer are found, the file no longer holds the chunk's text: it is not evidence.
 
+A file the knowledge base now leaves out (``left_out``: an ignore file written since names
+it) is no evidence, whatever it holds.
+
 A file that cannot be read here (gone, a store shared with another machine, too large) is
 not judged: the hit stands as the index holds it; so is a PDF or DOCX, whose text is costly
 to extract, and a file replaced by a symbolic link since it was indexed (files are indexed
@@ -25,11 +28,13 @@ from __future__ import annotations
 
 import difflib
 import os
+from collections.abc import Sequence
 
-from .discover import MAX_FILE_BYTES, read_bytes, split_lines, text_of
+from .discover import MAX_FILE_BYTES, is_within, read_bytes, split_lines, text_of
+from .ignore import Ignores
 from .readers import reader_for
 
-__all__ = ["Place", "current_lines", "place_now"]
+__all__ = ["Place", "current_lines", "left_out", "place_now"]
 
 Place = tuple[int, int, str]  # start line, end line (1-based, inclusive), text
 
@@ -47,6 +52,29 @@ def current_lines(path: str) -> list[str] | None:
         return split_lines(text_of(path, read_bytes(path, MAX_FILE_BYTES)))
     except (OSError, ValueError):
         return None
+
+
+def left_out(path: str, roots: Sequence[str]) -> bool:
+    """Whether the knowledge base leaves ``path`` out now (an ignore file written since it was
+    indexed names it), in every root that holds it: ``read_file`` and ``grep_search`` refuse such
+    a file, and its indexed text, a secret perhaps, is no evidence either until ``crag index``
+    drops it."""
+    holding = [root for root in roots if is_within(path, root)]
+    return bool(holding) and all(_ignored(path, root) for root in holding)
+
+
+def _ignored(path: str, root: str) -> bool:
+    """Whether the ignore files (or a folder they leave out on the way) leave ``path`` out of
+    ``root``, as the walk would; only those: a PDF whose reader is missing now stays evidence."""
+    if path == root:
+        return False  # a file named as a root is indexed whatever ignore files say
+    ignores = Ignores(root)
+    folder = root
+    for part in os.path.relpath(path, root).split(os.sep)[:-1]:
+        folder = os.path.join(folder, part)
+        if ignores.ignored(folder, is_dir=True):
+            return True
+    return ignores.ignored(path, is_dir=False)
 
 
 def place_now(text: str, start: int, end: int, lines: list[str]) -> Place | None:

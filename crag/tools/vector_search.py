@@ -8,7 +8,8 @@ is what the ``high_vector_score`` rule compares with ``KB_AGENT_VECTOR_SCORE_THR
 A file edited since it was indexed is read as it is now (``crag.index.current``): a hit
 whose text moved is the file's lines where it is now, one whose text is gone is no
 evidence, and either is audited ``source_changed``, so a citation never opens a file at a
-line that does not show the cited text.
+line that does not show the cited text. A file an ignore file leaves out since it was indexed
+is no evidence either (``crag.index.current.left_out``), as ``read_file`` refuses it.
 
 Which hits a query finds is the retriever's business (``crag.index.search``: with the
 ``hash`` embedder, only chunks sharing a content word with the query). Index errors (missing,
@@ -23,13 +24,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..index.current import current_lines, place_now
+from ..index.current import current_lines, left_out, place_now
 from ..pages import span_ref
 from ..state import AuditEvent, EvidenceItem
 from ..toolspec import CONFIGURED_TOP_K, MAX_TOP_K, Paging, Param, Searches, Tool, ToolContext, ToolResult
 
 NAME = "vector_search"
 REINDEX_HINT = "the file changed since it was indexed: run crag index to search its new text"
+IGNORED_HINT = "an ignore file (.cragignore, .ignore, .gitignore) leaves the file out since it was indexed: run crag index to drop it"
 
 
 def run(args: Mapping[str, Any], context: ToolContext) -> ToolResult:
@@ -37,17 +39,24 @@ def run(args: Mapping[str, Any], context: ToolContext) -> ToolResult:
     hits = context.retriever().search(query, top_k, roots=context.search_roots())
     items, audit = [], []
     files: dict[str, list[str] | None] = {}
+    ignored: set[str] = set()  # files an ignore file leaves out now: read_file would refuse them
     for hit in hits:
         source = context.label(hit.path)
         if hit.path not in files:
-            files[hit.path] = current_lines(hit.path)
+            if left_out(hit.path, context.retriever().roots):
+                ignored.add(hit.path)
+            files[hit.path] = None if hit.path in ignored else current_lines(hit.path)
         lines = files[hit.path]
-        place = (hit.start_line, hit.end_line, hit.text) if lines is None else place_now(
-            hit.text, hit.start_line, hit.end_line, lines)
+        if hit.path in ignored:
+            place = None
+        else:
+            place = (hit.start_line, hit.end_line, hit.text) if lines is None else place_now(
+                hit.text, hit.start_line, hit.end_line, lines)
         if place != (hit.start_line, hit.end_line, hit.text):
             audit.append(AuditEvent("source_changed", {
                 "source": source, "indexed": span_ref(source, hit.start_line, hit.end_line),
-                "line": None if place is None else place[0], "hint": REINDEX_HINT}))
+                "line": None if place is None else place[0],
+                "hint": IGNORED_HINT if hit.path in ignored else REINDEX_HINT}))
         if place is None:
             continue
         start, end, text = place
