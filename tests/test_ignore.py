@@ -239,6 +239,24 @@ def test_an_exclude_that_cannot_match_is_a_usage_error(project: Path) -> None:
     assert not (project / ".crag").exists()
 
 
+def test_an_exclude_written_from_the_working_folder_is_a_usage_error_naming_the_pattern_to_write(project: Path) -> None:
+    """``--exclude`` patterns are relative to the root: ``docs/secret.md`` for the root docs names
+    docs/docs/secret.md, which is not there, and would leave the file it means in the index."""
+    for pattern in ("docs/secret.md", str(project / "docs" / "secret.md")):
+        code, out, err = cli("index", "docs", "--exclude", pattern)
+        assert code == 2 and out == "" and len(err.splitlines()) == 1, err
+        assert err.startswith(f'crag: error: --exclude "{pattern}"') and '--exclude "secret.md"' in err, err
+    assert not (project / ".crag").exists()
+    code, out, _ = cli("index", "docs", "--exclude", "secret.md")  # as the error says
+    assert code == 0 and indexed(out) == {"docs/ok.md"}
+    code, out, _ = cli("index", ".", "--index", "whole", "--exclude", "docs/secret.md")  # the root is the working folder
+    assert code == 0 and indexed(out) == {"docs/ok.md"}
+    (project / "notes" / "docs").mkdir(parents=True)
+    (project / "notes" / "docs" / "secret.md").write_text("# Notes\n", encoding="utf-8")
+    code, out, _ = cli("index", "docs", "notes", "--index", "two", "--exclude", "docs/secret.md")  # it names one in notes
+    assert code == 0 and indexed(out) == {"docs/ok.md", "docs/secret.md"}
+
+
 @pytest.mark.parametrize("content", [
     b"\xef\xbb\xbfsecret.md\n",  # a byte-order mark, which git drops
     b"# padding\n" * 120_000 + b"secret.md\n",  # over 1 MiB

@@ -194,7 +194,7 @@ def update_store(
     ``waiting`` is called once when another indexer holds the store's lock (``writer_lock``).
     """
     started = time.perf_counter()
-    check_excludes(patterns)  # before anything is written
+    check_excludes(patterns, roots)  # before anything is written
     root_list = [normalize_root(r) for r in roots]
     gone = [r for r in root_list if is_gone(r) or unreachable(r)]
     if gone:

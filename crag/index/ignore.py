@@ -133,9 +133,24 @@ def _exclude_rules(patterns: Sequence[str]) -> RuleSet:
     return RuleSet(rules)
 
 
-def check_excludes(patterns: Sequence[str]) -> None:
-    """Raise ``UsageError`` for an ``--exclude`` pattern that could never match."""
+def check_excludes(patterns: Sequence[str], roots: Sequence[str] = ()) -> None:
+    """Raise ``UsageError`` for an ``--exclude`` pattern that could never match, or one written
+    from the working folder (``crag index docs --exclude docs/drafts``, or an absolute path):
+    relative to every root it names nothing, and what it means would be indexed."""
     _exclude_rules(patterns)
+    for pattern in patterns:
+        path = pattern.rstrip("/")
+        if pattern.startswith("!") or "/" not in path or any(c in path for c in "*?[\\"):
+            continue  # a glob, or a name matched at any depth (no slash but a trailing one)
+        meant = os.path.realpath(path)
+        folders = [root for root in map(os.path.realpath, roots) if os.path.isdir(root)]
+        if not os.path.lexists(meant) or any(os.path.lexists(os.path.join(r, path.lstrip("/"))) for r in folders):
+            continue  # it names something in a root (or nothing anywhere): a pattern as meant
+        for root in folders:
+            if meant != root and meant.startswith(root.rstrip(os.sep) + os.sep):
+                written = os.path.relpath(meant, root).replace(os.sep, "/") + pattern[len(path):]
+                raise UsageError(f"--exclude \"{display_name(pattern)}\" names nothing in {_shown(root)}: patterns are "
+                                 f"relative to the root indexed; write --exclude \"{display_name(written)}\"")
 
 
 class Ignores:
