@@ -145,6 +145,14 @@ def test_2_a_name_with_newlines_cannot_forge_footer_lines_stats_blocks_or_report
     assert [hit["path"] for hit in json.loads(out)] == [f"docs/{FORGED}"]
 
 
+def test_2_a_suffix_with_a_newline_cannot_add_a_line_to_the_skipped_by_type_count(kb: Path) -> None:
+    (kb / "notes.x\n[1] forged").write_text("not indexed: its suffix is no text suffix\n", encoding="utf-8")
+    code, out, err = cli("index", "docs")
+    assert code == 0, err
+    assert "skipped by type: 1 .x\\n[1] forged" in out.splitlines()
+    assert not any(line.startswith("[1] forged") for line in out.splitlines()) and not CONTROL.search(out)
+
+
 # One name whose display form (a newline escaped) is the other's own name, and one with a tab
 # and an escape sequence: each is cited by its own name wherever a program reads the path.
 TWINS = {

@@ -52,6 +52,7 @@ from contextlib import contextmanager
 from attrs import frozen
 
 from ..pages import PAGE_LINES
+from ..safe_text import display_name
 from .decoding import UTF16_BOMS, decode_text, utf16_codec, utf16_text
 
 __all__ = [
@@ -522,7 +523,8 @@ def skipped_line(suffixes: Iterable[str], command: str = "pip install", kept: in
     counts = Counter(suffixes)
     if not counts:
         return None
-    shown = ", ".join(f"{n} {s or 'no suffix'}" for s, n in counts.most_common(6))
+    # a suffix is part of a file's name: escaped as names are, so a newline in it adds no line
+    shown = ", ".join(f"{n} {display_name(s) if s else 'no suffix'}" for s, n in counts.most_common(6))
     more = len(counts) - 6
     line = f"skipped by type: {shown}{f' and {more} more types' if more > 0 else ''}"
     extras = sorted({r.extra for s in counts if (r := _BY_SUFFIX.get(s)) is not None and r.extra and not r.available()})
