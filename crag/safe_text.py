@@ -424,16 +424,21 @@ class ShownStream:
     all the chunks so far, terminal-safe and redacted (``redacted_prefix``), beyond what it
     showed before; ``rest(final)`` what ``final`` (the whole text, shown as ``redact`` and
     ``for_terminal`` show it) adds after that, or, when it does not extend what was shown, a
-    blank line and all of it."""
+    blank line and all of it.
 
-    def __init__(self, secrets: Iterable[str] = ()) -> None:
+    With ``whole_words`` off, for chunks that nothing later changes (``Agent.stream``'s grounded
+    sentences), a chunk's last word is shown with it: held back, a sentence showed without its
+    citation marker until the next sentence was final, and kept it so when Ctrl-C stopped there."""
+
+    def __init__(self, secrets: Iterable[str] = (), whole_words: bool = True) -> None:
         self.secrets = tuple(secrets)
+        self.whole_words = whole_words
         self.text = ""
         self.shown = ""
 
     def feed(self, chunk: str) -> str:
         self.text += chunk
-        now = redacted_prefix(for_terminal(self.text), self.secrets)
+        now = redacted_prefix(for_terminal(self.text), self.secrets, whole_words=self.whole_words)
         if not now.startswith(self.shown):
             return ""
         new, self.shown = now[len(self.shown) :], now

@@ -123,10 +123,12 @@ SECRET_PIECES = [*PIECES, "sk-live-Secret-0123456789", "sk-live-", "Secret-01234
                  "https://bob:", "hunter2pass@x ", "sk-"]
 
 
-def streamed_redacted(reply: str, cuts: list[int], every: int, secrets=SECRETS) -> tuple[list[str], str, str]:
-    """What a terminal shows: the rendered stream through ``ShownStream``, as ``crag chat`` prints it."""
+def streamed_redacted(reply: str, cuts: list[int], every: int, secrets=SECRETS,
+                      whole_words: bool = True) -> tuple[list[str], str, str]:
+    """What a terminal shows: the rendered stream through ``ShownStream``, as ``crag chat`` prints
+    it (``whole_words`` off: each chunk's last word at once, as the rendered chunks are final)."""
     renderer = StreamRenderer(len(ITEMS), clean_answer, strip_think, every=every)
-    screen = ShownStream(secrets)
+    screen = ShownStream(secrets, whole_words=whole_words)
     pieces, last = [], 0
     for cut in [*sorted(set(cuts)), len(reply)]:
         pieces.append(screen.feed(renderer.feed(reply[last:cut])))
@@ -143,7 +145,8 @@ def test_a_streamed_answer_is_redacted_as_the_printed_one(pieces: list[str], dat
     reply = "".join(pieces)
     cuts = data.draw(st.lists(st.integers(0, len(reply)), max_size=12))
     every = data.draw(st.sampled_from([0, 8, 32]))
-    shown, rest, final = streamed_redacted(reply, cuts, every)
+    whole_words = data.draw(st.booleans())
+    shown, rest, final = streamed_redacted(reply, cuts, every, whole_words=whole_words)
     screen = "".join(shown) + rest
     assert screen == final  # the whole redacted answer, exactly
     assert not any(secret in screen for secret in SECRETS)
@@ -151,7 +154,7 @@ def test_a_streamed_answer_is_redacted_as_the_printed_one(pieces: list[str], dat
     if not any(secret in unredacted for secret in SECRETS):  # credential-shaped words are the model's own
         # nothing is masked: the screen is what it is with no secret configured (the text
         # itself may hold "***": "**bold** [9]**bold**" renders "**bold****bold**")
-        plain, plain_rest, _ = streamed_redacted(reply, cuts, every, ())
+        plain, plain_rest, _ = streamed_redacted(reply, cuts, every, (), whole_words)
         assert screen == "".join(plain) + plain_rest
 
 

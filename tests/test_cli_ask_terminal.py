@@ -321,6 +321,26 @@ def test_chat_writes_its_prompt_before_the_answer_streamed_or_whole() -> None:
     assert whole.getvalue() == out.getvalue()  # plain text after the prompt, not rendered
 
 
+def test_a_grounded_sentence_shows_with_its_citation_marker_at_once() -> None:
+    """A chunk of ``Agent.stream`` is final: its last word ("[1].") showed only once the next
+    sentence was, seconds later with a slow model, and Ctrl-C between the two left the sentence
+    on screen without its marker."""
+    from crag.cli import _Progress, live
+    from crag.events import AnswerStarted
+
+    sentence = "Backups are kept for 30 days [1]."
+    screen = live.LiveAnswer(FakeTerminal(), FakeTerminal(), dumb=False)
+    screen.chunk(sentence)
+    assert screen.out.getvalue() == sentence
+    screen.abort()  # Ctrl-C here: the line ends, the marker on it
+    assert screen.out.getvalue() == sentence + "\n"
+    out = FakeTerminal()
+    progress = _Progress(FakeTerminal(), out)  # chat with its answers on a (dumb) terminal
+    progress(AnswerStarted(()))
+    progress.chunk(sentence)
+    assert out.getvalue() == sentence
+
+
 def chat_with_a_terminal_stderr(kb: Path, srv: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch,
                                 term: str = "xterm", columns: int = 100) -> str:
     """``chat`` with its questions and answers on pipes and only stderr a terminal: what stderr showed."""

@@ -79,7 +79,7 @@ class Progress:
         elif isinstance(event, AnswerStarted) and not streaming:  # again: a refit request, nothing shown yet
             self.clear_status()
             if not self.hold:
-                self.screen = ShownStream(secrets())
+                self.screen = ShownStream(secrets(), whole_words=False)  # final chunks: their last word too
                 self._lead()
 
     def _status(self, text: str, ending: str = "…") -> None:

@@ -266,7 +266,7 @@ class LiveAnswer:
     def _chunk(self, text: str) -> None:
         if self.screen is None:
             self._erase()
-            self.screen = ShownStream(secrets())
+            self.screen = ShownStream(secrets(), whole_words=False)  # final chunks: their last word too
             self.out.write(self.lead)
         self.out.write(self.screen.feed(text))
         self.out.flush()
