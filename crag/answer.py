@@ -459,6 +459,8 @@ class StreamRenderer:
         bracket = raw.rfind("[", max(0, cut - 40))
         if bracket != -1 and "]" not in raw[bracket:]:
             cut = bracket
+            while cut and raw[cut - 1] == "[":  # "[[9]" goes whole with a marker naming no item
+                cut -= 1
         for opened in cls._THINK_OPEN.finditer(raw):
             if not re.search(rf"</{opened.group(1)}\s*>", raw[opened.end() :], re.I):
                 cut = min(cut, opened.start())
