@@ -15,6 +15,7 @@ import re
 from collections.abc import Callable, Sequence
 
 from .pages import location
+from .safe_text import open_escape
 from .state import Citation, EvidenceItem, Usage
 
 __all__ = [
@@ -395,7 +396,7 @@ class StreamRenderer:
     ``feed`` takes the model's text as it arrives and returns what can be shown now: the
     cleaned, renumbered prefix of the answer that no later text can change, minus what was
     already shown. What might still change is held back: an unclosed ``[`` (a marker in the
-    making), an unclosed ``<think>``, a line that might open a usage block, and whatever
+    making), an unclosed ``<think>``, an escape string not yet closed, a line that might open a usage block, and whatever
     the answer would print differently if the reply went on in one of the ways
     ``CONTINUATIONS`` lists (a sentence still growing, a line that could become a heading
     or a fence, a code span that could close, a lone ``</think>`` before the answer has
@@ -461,6 +462,9 @@ class StreamRenderer:
             cut = bracket
             while cut and raw[cut - 1] == "[":  # "[[9]" goes whole with a marker naming no item
                 cut -= 1
+        escape = open_escape(raw)  # its payload would read as text until the terminator removes it
+        if escape != -1:
+            cut = min(cut, escape)
         for opened in cls._THINK_OPEN.finditer(raw):
             if not re.search(rf"</{opened.group(1)}\s*>", raw[opened.end() :], re.I):
                 cut = min(cut, opened.start())

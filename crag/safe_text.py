@@ -127,6 +127,23 @@ def _terminal_unsafe(ch: str) -> bool:
 _SPACING = frozenset("\x0b\x0c\x1c\x1d\x1e\x1f\x85\u2028\u2029")
 
 
+# What opens a string escape sequence (OSC: a window title, a hyperlink; DCS, SOS, PM, APC),
+# in its 7-bit form (ESC and a letter) and its 8-bit one.
+_STRING_OPENERS = ("\x1b]", "\x1bP", "\x1bX", "\x1b^", "\x1b_", "\x9d", "\x90", "\x98", "\x9e", "\x9f")
+
+
+def open_escape(text: str) -> int:
+    """Where a string escape sequence still arriving at the end of ``text`` starts, or -1: until
+    its terminator comes, ``for_terminal`` removes only its opener and shows its payload
+    ("0;my window title"), which the terminator then removes whole. A lone ESC at the end (an
+    escape, or the first half of a terminator) is held too."""
+    end = len(text) - 1 if text.endswith("\x1b") else len(text)
+    start = max(text.rfind(opener, 0, end) for opener in _STRING_OPENERS)
+    if start == -1 or end - start > 4096 or any(t in text[start + 1 : end] for t in ("\x07", "\x9c", "\x1b\\", "\n")):
+        return -1 if end == len(text) else end
+    return start
+
+
 def for_terminal(text: str) -> str:
     """``text`` with escape sequences and control characters (except newline, tab) removed;
     those that are whitespace (``_SPACING``) become a space, so the words they part stay apart.

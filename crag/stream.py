@@ -10,9 +10,9 @@ run, for every reply: a chunk is only text that nothing the model writes later c
 Each sentence appears once it is final, already grounded, its markers moved to the passages
 that support it and numbered as the footer numbers them. Held back until it is final: a
 sentence that may still grow or join the next one, a line that may still become a heading,
-list item, table, fence or usage block, a code span or think block not yet closed, a marker
-in the making, and everything before the first sentence that ends with a citation marker
-(until then a lone ``</think>`` would make it reasoning; ``crag.prompts.strip_think``). What
+list item, table, fence or usage block, a code span, think block or escape string not yet
+closed, a marker in the making, and everything before the first sentence that ends with a
+citation marker (until then a lone ``</think>`` would make it reasoning; ``crag.prompts.strip_think``). What
 the finished answer adds after the streamed text (the notes, the citation footer, the usage
 block) is the last chunk.
 

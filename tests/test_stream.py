@@ -244,6 +244,20 @@ def test_a_lone_closing_think_tag_drops_what_came_before_it_so_nothing_before_it
     assert shown == "" and text.finish("The answer.") == "The answer." and not text.restarted
 
 
+def test_an_escape_string_still_open_is_held_back_until_it_closes():
+    """A reply writing a window title or a hyperlink ("\x1b]0;Title. More\x07"), cut inside it:
+    until its terminator came the payload read as a sentence and was shown ("0;Title
+    [unsupported]."), then the terminator removed it, and the answer was printed again."""
+    opened = "The server listens on port 8080 by default [1]. "
+    for escape in ("\x1b]0;Title. More\x07", "\x1b]8;;http://x.example/a. b\x07link\x1b]8;;\x07", "\x1bP q. r\x1b\\",
+                   "\x9d0;T. x\x9c"):
+        reply = opened + escape + " A backup is kept for thirty days [2]. It was released on October 22, 2024."
+        for cut in range(len(opened), len(opened) + len(escape) + 1):
+            stream = agent_for(reply, "note", [cut], graded=True).stream("Which port does the server listen on?")
+            chunks = list(stream)
+            assert "".join(chunks) == stream.result.answer and not stream.restarted, (escape, cut)
+
+
 def test_after_a_cited_sentence_a_lone_closing_think_tag_is_removed_alone():
     text = AnswerText("off", every=0)
     text.event(AnswerStarted((SETUP, BACKUP)))

@@ -42,7 +42,7 @@ import time
 import unicodedata
 from typing import TextIO
 
-from ..safe_text import ShownStream, for_terminal, redacted_prefix
+from ..safe_text import ShownStream, for_terminal, open_escape, redacted_prefix
 from .common import isatty, secrets, shown, writes_any_text
 
 PREVIEW_LINES = 8  # at most this many lines of the raw reply under the step name
@@ -120,21 +120,11 @@ def as_written(text: str, stream: TextIO | None) -> str:
         return text.encode("ascii", "backslashreplace").decode("ascii")
 
 
-# What opens a string escape sequence (OSC: a window title, a hyperlink; DCS, SOS, PM, APC),
-# in its 7-bit form (ESC and a letter) and its 8-bit one.
-_STRING_OPENERS = ("\x1b]", "\x1bP", "\x1bX", "\x1b^", "\x1b_", "\x9d", "\x90", "\x98", "\x9e", "\x9f")
-
-
 def settled(text: str) -> str:
-    """``text`` without a string escape sequence still arriving at its end: until its
-    terminator comes, ``for_terminal`` removes only its opener, and the preview showed its
-    payload ("0;my window title") as text. A lone ESC at the end (an escape, or the first half
-    of a terminator) waits too."""
-    text = text[:-1] if text.endswith("\x1b") else text
-    start = max(text.rfind(opener) for opener in _STRING_OPENERS)
-    if start == -1 or len(text) - start > 4096 or any(end in text[start + 1 :] for end in ("\x07", "\x9c", "\x1b\\", "\n")):
-        return text
-    return text[:start]
+    """``text`` without a string escape sequence still arriving at its end (``open_escape``):
+    the preview showed its payload ("0;my window title") as text until its terminator came."""
+    cut = open_escape(text)
+    return text if cut == -1 else text[:cut]
 
 
 def waiting_text(wait) -> str:
