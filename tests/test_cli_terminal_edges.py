@@ -166,3 +166,30 @@ def test_an_answer_on_an_ascii_terminal_is_the_plain_text() -> None:
     out = AsciiTerminal()
     print_answer(out, Shown())
     assert out.getvalue() == Shown.answer + "\n"
+
+
+def test_an_answer_on_a_dumb_terminal_fits_its_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    """rich takes every ``TERM=dumb`` terminal (Emacs' shell) for 80 columns and pads each line
+    to them: on a narrower one every line wrapped into a blank row and the rule broke in two."""
+    pytest.importorskip("rich")
+    from crag.answer import STATS_HEADING
+    from crag.cli.render import print_answer
+
+    class Utf8Terminal(io.StringIO):
+        encoding = "utf-8"
+
+        def isatty(self) -> bool:
+            return True
+
+    class Shown:
+        answer = ("The server listens on port 8080 by default [1].\n\n[1] docs/setup.md:L3\n\n---\n"
+                  f"{STATS_HEADING}\n- **Model:** m\n- **API calls:** 3")
+        without_usage = answer
+        citations = ()
+
+    monkeypatch.setenv("TERM", "dumb")
+    monkeypatch.setenv("COLUMNS", "50")
+    out = Utf8Terminal()
+    print_answer(out, Shown())
+    rows = out.getvalue().splitlines()
+    assert "API calls: 3" in out.getvalue() and max(len(row) for row in rows) <= 50, rows

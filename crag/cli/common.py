@@ -9,6 +9,7 @@ import argparse
 import contextlib
 import os
 import re
+import shutil
 import sys
 from collections.abc import Iterator
 from typing import TextIO
@@ -261,6 +262,26 @@ def require_index_libraries() -> None:
     for name in ("numpy", "faiss", "tiktoken"):
         if find_spec(name) is None:
             raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+
+def dumb_terminal(environ: dict[str, str] | None = None) -> bool:
+    """A terminal that takes no cursor control (``TERM=dumb``, or no ``TERM`` outside Windows)."""
+    term = (os.environ if environ is None else environ).get("TERM", "")
+    return term == "dumb" or (not term and os.name != "nt")
+
+
+def terminal_size(stream: TextIO | None = None) -> tuple[int, int]:
+    """Columns and lines of the terminal ``stream`` writes to: ``COLUMNS`` and ``LINES`` when
+    set, else that terminal's own size (standard output may be a pipe while the status goes to
+    a terminal on stderr), else standard output's, else 80 x 24."""
+    size = shutil.get_terminal_size((80, 24))
+    if stream is None or os.environ.get("COLUMNS"):
+        return size.columns, size.lines
+    try:
+        own = os.get_terminal_size(stream.fileno())
+    except (AttributeError, ValueError, OSError):
+        return size.columns, size.lines
+    return own.columns or size.columns, own.lines or size.lines
 
 
 def isatty(stream: TextIO) -> bool:

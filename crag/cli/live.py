@@ -35,15 +35,13 @@ locale), each line is measured as it is written, its characters as backslash esc
 from __future__ import annotations
 
 import math
-import os
-import shutil
 import threading
 import time
 import unicodedata
 from typing import TextIO
 
 from ..safe_text import ShownStream, for_terminal, open_escape, redacted_prefix
-from .common import isatty, secrets, shown, writes_any_text
+from .common import dumb_terminal, isatty, secrets, shown, terminal_size, writes_any_text
 
 PREVIEW_LINES = 8  # at most this many lines of the raw reply under the step name
 MIN_COLUMNS = 20  # narrower than this, the step line alone
@@ -55,12 +53,6 @@ TICK_EVERY = 1.0  # ...redrawn this often, events or not (a server reading a lon
 def wants_progress(out: TextIO, as_json: bool = False) -> bool:
     """Whether ``ask`` or ``chat`` shows its progress: on a terminal, and not with ``--json``."""
     return not as_json and isatty(out)
-
-
-def dumb_terminal(environ: dict[str, str] | None = None) -> bool:
-    """A terminal that takes no cursor control (``TERM=dumb``, or no ``TERM`` outside Windows)."""
-    term = (os.environ if environ is None else environ).get("TERM", "")
-    return term == "dumb" or (not term and os.name != "nt")
 
 
 def width(ch: str) -> int:
@@ -84,20 +76,6 @@ def clip(line: str, columns: int, end: bool = False) -> str:
             break
         taken.append(ch)
     return "".join(reversed(taken) if end else taken)
-
-
-def terminal_size(stream: TextIO | None = None) -> tuple[int, int]:
-    """Columns and lines of the terminal ``stream`` writes to: ``COLUMNS`` and ``LINES`` when
-    set, else that terminal's own size (standard output may be a pipe while the status goes to
-    a terminal on stderr), else standard output's, else 80 x 24."""
-    size = shutil.get_terminal_size((80, 24))
-    if stream is None or os.environ.get("COLUMNS"):
-        return size.columns, size.lines
-    try:
-        own = os.get_terminal_size(stream.fileno())
-    except (AttributeError, ValueError, OSError):
-        return size.columns, size.lines
-    return own.columns or size.columns, own.lines or size.lines
 
 
 def fitted(line: str, stream: TextIO | None = None) -> str:

@@ -13,7 +13,7 @@ from importlib.util import find_spec
 from typing import TextIO
 
 from ..sentences import split
-from .common import isatty, shown, writes_any_text
+from .common import dumb_terminal, isatty, shown, terminal_size, writes_any_text
 
 
 def print_answer(out: TextIO, answer, show_usage: bool = True) -> None:
@@ -50,7 +50,10 @@ def _rich(out: TextIO, body: str, footer: str, usage: str) -> None:
     from rich.markdown import Markdown
     from rich.text import Text
 
-    console = Console(file=out, highlight=False, emoji=False)
+    # rich takes a dumb terminal (TERM=dumb: Emacs' shell) for 80 columns whatever its width and
+    # pads every line to them: on a narrower one each line wrapped into a blank row.
+    width, height = terminal_size(out) if dumb_terminal() else (None, None)
+    console = Console(file=out, highlight=False, emoji=False, width=width, height=height)
     console.print(Markdown(literal_html(body), hyperlinks=False))  # a link shows its address, as the plain text does
     if footer:  # a source a line, never broken by rich: the terminal wraps a long one, copied whole
         console.print()
