@@ -136,6 +136,20 @@ def test_a_soft_hyphen_takes_the_column_terminals_draw_it_in(monkeypatch: pytest
     assert all(sum(width(ch) for ch in row) <= 29 for row in rows_written(err.getvalue()))
 
 
+def test_an_emoji_with_its_presentation_selector_takes_two_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """"⚠️" (U+26A0 and the emoji selector U+FE0F) was counted one column where terminals that
+    honour the selector draw it two: a preview row of them wrapped, and the erase left a row
+    of the status behind."""
+    from tests.test_cli_ask_terminal import live_screen
+
+    screen, err = live_screen(monkeypatch, 30)
+    screen.event(AnswerStarted(()))
+    screen.event(AnswerDelta("\u26a0\ufe0f " * 20))
+    for row in rows_written(err.getvalue())[1:]:
+        drawn = sum(2 if ch == "\u26a0" else 0 if ch == "\ufe0f" else 1 for ch in row)
+        assert drawn <= 29, row
+
+
 def test_an_escape_sequence_still_arriving_is_not_previewed_as_text(monkeypatch: pytest.MonkeyPatch) -> None:
     """A window title or a hyperlink written by the model showed its payload ("0;my-title",
     "8;;http://...") in the preview until its terminator arrived: only its opener was removed."""

@@ -58,8 +58,10 @@ def wants_progress(out: TextIO, as_json: bool = False) -> bool:
 def width(ch: str) -> int:
     """The columns ``ch`` takes on a terminal: 0 for combining marks, 2 for wide characters;
     a soft hyphen 1, as terminals draw it (counted 0, a clipped line wrapped and the erase
-    left a row of the status behind)."""
-    if ch == "\u00ad":
+    left a row of the status behind). The emoji selector U+FE0F 1: it makes the symbol before
+    it ("⚠️") an emoji two columns wide on the terminals that honour it; over-counted after
+    one already wide, a row is only clipped shorter."""
+    if ch in ("\u00ad", "\ufe0f"):
         return 1
     if unicodedata.combining(ch) or unicodedata.category(ch) in ("Mn", "Me", "Cf"):
         return 0
