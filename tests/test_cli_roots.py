@@ -136,6 +136,9 @@ def test_a_root_deleted_from_disk_is_reported_left_out_of_search_and_dropped_by_
     code, out, err = cli("ask", "what", "is", "the", "notes", "server", "port?", "--json")
     assert code == 0, err
     assert "9090" not in json.loads(out)["answer"]
+    assert "crag: note: notes no longer exists on disk and is left out of the search" in err  # as search says it
+    code, out, err = cli("ask", "hello", "--json")  # chitchat: no search, no note
+    assert code == 0 and "no longer exists" not in err, err
 
     code, out, err = cli("index", "docs")
     assert code == 0, err

@@ -18,6 +18,7 @@ from .common import (
     index_note,
     isatty,
     not_utf8,
+    own_name,
     require_index_libraries,
     settings,
     shown,
@@ -253,6 +254,8 @@ def cmd_ask(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             result = answer_live(agent, question, history, LiveAnswer(out, err, show_usage))
         else:
             result = agent.ask(question, history=history)
+        # roots gone from disk were left out of the search: said as ``crag search`` says it
+        missing = agent.toolbox.missing_roots() if "tool_exec" in result.trace else ()
     for say in later:  # which index answered: after the answer, so a failure is one line
         say()
     if args.json:
@@ -261,5 +264,10 @@ def cmd_ask(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         print_answer(out, result, show_usage=show_usage)
     out.flush()  # the answer first: a log locked by another crag waits up to its timeout
     fetch_failed_notes(result, agent, err)
+    from .index_text import missing_roots_note
+
+    note = missing_roots_note(missing, shared=bool(agent.settings.store))
+    if note:
+        err.write(shown(own_name(note)) + "\n")
     record(agent.settings, result, err, conversation, "ask")
     return 0
