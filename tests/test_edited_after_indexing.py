@@ -117,6 +117,26 @@ def test_a_file_an_ignore_file_now_leaves_out_is_not_evidence(kb: Path) -> None:
     assert gone and gone[0]["line"] is None and "ignore file" in gone[0]["hint"]
 
 
+def test_a_file_indexed_through_a_link_inside_the_root_is_read_through_it(tmp_path: Path, monkeypatch) -> None:
+    """``crag index`` indexes a file under the path of a link inside the root when the link
+    leads where nothing else does (a hidden folder); an edit of the file it leads to moved the
+    text, and the hit was cited at its indexed lines, which no longer show it."""
+    clean_env(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KB_AGENT_INDEX_DIR", str(tmp_path / "index"))
+    monkeypatch.setenv("KB_AGENT_LLM", "offline")
+    target = write(tmp_path / "docs" / ".drafts" / "gateway.md", ORIGINAL)
+    (tmp_path / "docs" / "gateway.md").symlink_to(target)
+    assert cli("index", "docs")[0] == 0
+    write(target, MOVED)
+    result = search(tmp_path / "docs", "walrus gateway port")
+    assert result.items and result.items[0].source == "docs/gateway.md"
+    now = lines_of(target)
+    for item in result.items:
+        assert "\n".join(now[item.start_line - 1 : item.end_line]) == item.text
+    assert [e.fields["source"] for e in result.audit if e.event == "source_changed"] == ["docs/gateway.md"]
+
+
 def test_ask_cites_the_line_that_holds_the_quoted_text_after_an_edit(kb: Path) -> None:
     write(kb / "gateway.md", MOVED)
     code, out, err = cli("ask", "--json", "Which port does the walrus gateway listen on?")
@@ -159,6 +179,6 @@ def test_a_pdf_is_cited_as_indexed_without_extracting_its_text_again(tmp_path: P
     from tests.test_readers import make_pdf
 
     make_pdf(tmp_path / "guide.pdf", [["The narwhal service listens on port 6060."]])
-    assert current_lines(str(tmp_path / "guide.pdf")) is None
+    assert current_lines(str(tmp_path / "guide.pdf"), [str(tmp_path)]) is None
     (tmp_path / "notes.md").write_text("one\ntwo\n")
-    assert current_lines(str(tmp_path / "notes.md")) == ["one", "two"]
+    assert current_lines(str(tmp_path / "notes.md"), [str(tmp_path)]) == ["one", "two"]

@@ -18,10 +18,11 @@ it) is no evidence, whatever it holds.
 
 A file that cannot be read here (gone, a store shared with another machine, too large) is
 not judged: the hit stands as the index holds it; so is a PDF or DOCX, whose text is costly
-to extract, and a file replaced by a symbolic link since it was indexed (files are indexed
-under their real paths): the link may lead out of the roots, and ``crag index`` never
-follows one out of a root. ``current_lines`` reads a file as the indexer does (``crag.index.discover``), so
-the numbering is crag's everywhere.
+to extract, and a file reached through a symbolic link that leads out of the roots (one that
+replaced it since it was indexed): ``crag index`` never follows one out of a root. A link inside
+the roots is read as the indexer read it, which indexes a file under the link's path when the
+link leads where nothing else does (into a hidden folder). ``current_lines`` reads a file as the
+indexer does (``crag.index.discover``), so the numbering is crag's everywhere.
 """
 
 from __future__ import annotations
@@ -39,15 +40,17 @@ __all__ = ["Place", "current_lines", "left_out", "place_now"]
 Place = tuple[int, int, str]  # start line, end line (1-based, inclusive), text
 
 
-def current_lines(path: str) -> list[str] | None:
-    """The lines of ``path`` as the indexer reads them, or None when it cannot be read here or
-    is a PDF or DOCX: their text takes seconds to extract, on every ``ask``, and such a file is
-    seldom edited in place."""
+def current_lines(path: str, roots: Sequence[str]) -> list[str] | None:
+    """The lines of ``path`` as the indexer reads them, or None when it cannot be read here, is
+    a PDF or DOCX (their text takes seconds to extract, on every ``ask``, and such a file is
+    seldom edited in place), or is reached through a symbolic link leading out of ``roots``
+    (real paths, as the index records them)."""
     reader = reader_for(os.path.basename(path))
     if reader is not None and reader.extra:
         return None
-    if os.path.realpath(path) != os.path.abspath(path):
-        return None  # indexed under its real path, so replaced since by a link, which may lead out of the roots
+    real = os.path.realpath(path)
+    if real != os.path.abspath(path) and not any(is_within(real, root) for root in roots):
+        return None  # a link out of the roots, which crag index never follows
     try:
         return split_lines(text_of(path, read_bytes(path, MAX_FILE_BYTES)))
     except (OSError, ValueError):

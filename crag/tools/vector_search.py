@@ -40,12 +40,13 @@ def run(args: Mapping[str, Any], context: ToolContext) -> ToolResult:
     items, audit = [], []
     files: dict[str, list[str] | None] = {}
     ignored: set[str] = set()  # files an ignore file leaves out now: read_file would refuse them
+    roots = context.retriever().roots
     for hit in hits:
         source = context.label(hit.path)
         if hit.path not in files:
-            if left_out(hit.path, context.retriever().roots):
+            if left_out(hit.path, roots):
                 ignored.add(hit.path)
-            files[hit.path] = None if hit.path in ignored else current_lines(hit.path)
+            files[hit.path] = None if hit.path in ignored else current_lines(hit.path, roots)
         lines = files[hit.path]
         if hit.path in ignored:
             place = None
