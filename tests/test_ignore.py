@@ -257,6 +257,30 @@ def test_an_exclude_written_from_the_working_folder_is_a_usage_error_naming_the_
     assert code == 0 and indexed(out) == {"docs/ok.md", "docs/secret.md"}
 
 
+@pytest.mark.parametrize("pattern, written, left_out", [
+    ("docs/drafts/*.md", "drafts/*.md", "docs/drafts/plan.md"),
+    ("docs/drafts/**", "drafts/**", "docs/drafts/plan.md"),
+    ("docs/*.md", "/*.md", "docs/ok.md"),  # the root's own files
+    ("{project}/docs/drafts/*", "drafts/*", "docs/drafts/plan.md"),
+])
+def test_a_glob_written_from_the_working_folder_is_a_usage_error_naming_the_pattern_to_write(project: Path, pattern: str,
+                                                                                            written: str, left_out: str) -> None:
+    """The folders a glob writes before its first wildcard are read as a path's are:
+    ``docs/drafts/*.md`` for the root docs names docs/docs/drafts, which is not there, and
+    indexed the drafts it meant to leave out."""
+    (project / "docs" / "drafts").mkdir()
+    (project / "docs" / "drafts" / "plan.md").write_text("# Plan\n", encoding="utf-8")
+    pattern = pattern.format(project=project)
+    code, out, err = cli("index", "docs", "--exclude", pattern)
+    assert code == 2 and out == "" and len(err.splitlines()) == 1, err
+    assert err.startswith(f'crag: error: --exclude "{pattern}"') and f'--exclude "{written}"' in err, err
+    assert not (project / ".crag").exists()
+    code, out, _ = cli("index", "docs", "--exclude", written)  # as the error says
+    assert code == 0 and left_out not in indexed(out) and indexed(out)
+    code, out, _ = cli("index", "docs", "--index", "other", "--exclude", "**/drafts/*.md")  # no folder written
+    assert code == 0 and "docs/drafts/plan.md" not in indexed(out)
+
+
 @pytest.mark.parametrize("content", [
     b"\xef\xbb\xbfsecret.md\n",  # a byte-order mark, which git drops
     b"# padding\n" * 120_000 + b"secret.md\n",  # over 1 MiB

@@ -135,22 +135,33 @@ def _exclude_rules(patterns: Sequence[str]) -> RuleSet:
 
 def check_excludes(patterns: Sequence[str], roots: Sequence[str] = ()) -> None:
     """Raise ``UsageError`` for an ``--exclude`` pattern that could never match, or one written
-    from the working folder (``crag index docs --exclude docs/drafts``, or an absolute path):
-    relative to every root it names nothing, and what it means would be indexed."""
+    from the working folder (``crag index docs --exclude docs/drafts``, ``docs/drafts/*.md``, or
+    an absolute path): relative to every root it names nothing, and what it means would be
+    indexed. A glob is judged by the folders written before its first wildcard."""
     _exclude_rules(patterns)
     for pattern in patterns:
         path = pattern.rstrip("/")
-        if pattern.startswith("!") or "/" not in path or any(c in path for c in "*?[\\"):
-            continue  # a glob, or a name matched at any depth (no slash but a trailing one)
-        meant = os.path.realpath(path)
+        if pattern.startswith("!") or "/" not in path:
+            continue  # a name matched at any depth (no slash but a trailing one)
+        parts = path.split("/")
+        literal = next((i for i, part in enumerate(parts) if any(c in part for c in "*?[\\")), len(parts))
+        head = "/".join(parts[:literal])  # "docs/drafts" of "docs/drafts/*.md"
+        if not head.strip("/"):
+            continue  # "**/drafts", "*/x": no folder written
+        meant = os.path.realpath(head)
         folders = [root for root in map(os.path.realpath, roots) if os.path.isdir(root)]
-        if not os.path.lexists(meant) or any(os.path.lexists(os.path.join(r, path.lstrip("/"))) for r in folders):
+        if not os.path.lexists(meant) or any(os.path.lexists(os.path.join(r, head.lstrip("/"))) for r in folders):
             continue  # it names something in a root (or nothing anywhere): a pattern as meant
+        rest = pattern[len(head):]  # what follows the folders: "/*.md", "/", ""
         for root in folders:
-            if meant != root and meant.startswith(root.rstrip(os.sep) + os.sep):
-                written = os.path.relpath(meant, root).replace(os.sep, "/") + pattern[len(path):]
-                raise UsageError(f"--exclude \"{display_name(pattern)}\" names nothing in {_shown(root)}: patterns are "
-                                 f"relative to the root indexed; write --exclude \"{display_name(written)}\"")
+            if meant == root and rest.strip("/"):
+                written = rest  # "docs/*.md" for the root docs: its own "/*.md"
+            elif meant != root and meant.startswith(root.rstrip(os.sep) + os.sep):
+                written = os.path.relpath(meant, root).replace(os.sep, "/") + rest
+            else:
+                continue
+            raise UsageError(f"--exclude \"{display_name(pattern)}\" names nothing in {_shown(root)}: patterns are "
+                             f"relative to the root indexed; write --exclude \"{display_name(written)}\"")
 
 
 class Ignores:
