@@ -1180,6 +1180,10 @@ def test_a_number_is_held_with_its_unit(sentence, supported):
     ("The job runs every 2 hours.", "The job runs every 2.00 hours.", True),
     ("The server needs Python 3.1.", "The server needs Python 3.10.", False),  # versions, not decimals
     ("The server needs Python 3.", "The server needs Python 3.0.1.", False),
+    ("The window is 10-15 minutes.", "The window is 10.0-15.0 minutes.", True),  # a range's ends
+    ("The window is 10.0-15.0 minutes.", "The window is 10–15 minutes.", True),
+    ("The window is 10-15 minutes.", "The window is 10.5-15 minutes.", False),
+    ("The export holds 1000-2000 rows.", "The export holds 1,000.00-2,000.00 rows.", True),
 ])
 def test_a_whole_number_is_held_with_a_decimal_part_of_zeros(sentence, text, supported):
     """"The quota is 10 GB" was unsupported by "10.0 GB": the same number, written with its

@@ -201,6 +201,9 @@ def _digits_pattern(number: str) -> str:
     separators between its thousands: "1500", "1,500" and "1 500" (no-break space) are one number;
     a range's hyphen is any dash ("10-15" and "10–15" are one range); a whole number with or
     without a decimal part of zeros ("5" and "5.0"; not "3.1" and "3.10", which versions tell apart)."""
+    ends = re.fullmatch(r"([\d,.]*\d)-([\d,.]*\d)", number)
+    if ends is not None:  # a range: each end as a number ("10-15" and "10.0-15.0")
+        return _ANY_DASH.join(_digits_pattern(end) for end in ends.groups())
     whole = re.fullmatch(r"([\d,]*\d)(?:\.0+)?", number)
     if whole is not None:
         return _digits_pattern_of(whole.group(1)) + r"(?:\.0+)?"
