@@ -310,6 +310,8 @@ def test_a_name_written_without_its_accents_is_the_name_the_evidence_writes_with
     ("Who was Boleslaw II of Masovia?", "Bolesław II of Masovia was a duke who ruled from Płock."),
     ("What river runs through Lodz?", "No large river runs through Łódź, a city of textile mills."),
     ("When was the Oresund Bridge opened?", "The Øresund Bridge was opened on 1 July 2000."),
+    ("When was the parish church of Hamrun built?", "The parish church of Ħamrun was built in 1875."),
+    ("Where does the IJssel river flow?", "The Ĳssel river flows north past the town of Deventer."),
 ])
 def test_a_name_typed_with_plain_letters_is_the_name_the_evidence_writes_with_its_own(question, text):
     """"Boleslaw" typed for "Bolesław" (letters that no accent folding reads as another: ł, ø,

@@ -115,8 +115,8 @@ _NOT_WORD = re.compile(r"[^0-9a-z]+")
 
 # Letters a name is typed without that no accent folding reads as another (full-text search
 # keeps them apart, crag.text.DIACRITICS): "Boleslaw" and "Lodz" name "Bolesław" and "Łódź".
-_PLAIN_LETTERS = str.maketrans({"ł": "l", "ø": "o", "đ": "d", "ð": "d", "ı": "i", "ß": "ss", "æ": "ae",
-                                "œ": "oe", "þ": "th"})
+_PLAIN_LETTERS = str.maketrans({"ł": "l", "ø": "o", "đ": "d", "ð": "d", "ı": "i", "ß": "ss", "æ": "ae", "œ": "oe",
+                                "þ": "th", "ħ": "h", "ŧ": "t", "ŀ": "l", "ĳ": "ij", "ǿ": "o", "ǽ": "ae", "ǣ": "ae", "ſ": "s"})
 
 
 def _flat(text: str) -> str:
