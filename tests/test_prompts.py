@@ -636,6 +636,9 @@ def test_parse_scores_validates_strictly(reply):
     ("Item [1] looks relevant. Scores: [0.8]", (0.8,)),
     ("0.9", (0.9,)),  # one item's grade written as the number alone (KB_AGENT_GRADER=pointwise)
     (" 0.75\n", (0.75,)),
+    ("```\n0.9\n```", (0.9,)),  # the number alone, fenced
+    ("Here:\n```text\n0.25\n```", (0.25,)),
+    ("```\n0.9 0.8\n```", None),
     ("1", (1.0,)),
     ("1.5", None),
     ("true", None),

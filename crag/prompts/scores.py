@@ -37,7 +37,7 @@ def parse_scores(text: Any, n: int) -> tuple[float, ...] | None:
     """Exactly ``n`` finite scores in [0, 1] from a grader reply, or None.
 
     Accepts a JSON array or ``{"scores": [...]}``, in code fences or amid prose (for one item,
-    also a reply that is one number and nothing else: ``0.9``); the first
+    also a reply that is one number and nothing else: ``0.9``, alone or in a code fence); the first
     JSON value that is a valid answer wins. Booleans, strings and out-of-range numbers are
     not scores; numbers inside ``<think>`` only, and ``[1]``-style markers in prose, are
     not either (a parse failure, not a guess).
@@ -51,6 +51,11 @@ def parse_scores(text: Any, n: int) -> tuple[float, ...] | None:
         scores = _scores(value, n)
         if scores is not None:
             return scores
+    if n == 1:  # one item: the number alone in a code fence ("```\n0.9\n```"), as it is alone
+        for m in FENCE.finditer(cleaned):
+            scores = _scores(scan_one(m.group(1)), 1)
+            if scores is not None:
+                return scores
     return None
 
 
