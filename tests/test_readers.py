@@ -168,6 +168,29 @@ def test_documents_indexed_earlier_stay_when_their_extra_is_missing_now(kb: Path
     assert code == 0 and "0 added" in out and "5 unchanged" not in out and "4 unchanged" in out, out
 
 
+def test_read_file_of_a_document_whose_extra_is_missing_now_names_the_extra(kb: Path, monkeypatch) -> None:
+    """A PDF indexed earlier stays evidence where pypdf is missing now (an MCP server in its own
+    virtualenv, say), so search cites it; read_file of that file said it "is not part of the
+    knowledge base: crag indexes text files only (...), PDF and DOCX", a contradiction that
+    named no extra. It says what to install, as `crag index` does."""
+    from crag.config import Settings
+    from crag.errors import ToolError
+    from crag.index import readers
+    from crag.state import ToolCall
+    from crag.tools import Toolbox
+
+    assert cli("index", "docs")[0] == 0
+    monkeypatch.setattr(readers.Reader, "available", lambda self: self.module is None)
+    box = Toolbox(Settings(index_dir=str(kb.parent / ".crag")), roots=[kb], cwd=kb.parent)
+    try:
+        assert "docs/guide.pdf" in [item.source for item in box.run(ToolCall("vector_search", {"query": "torque wrench"}))]
+        with pytest.raises(ToolError) as err:
+            list(box.run(ToolCall("read_file", {"path": "docs/guide.pdf:p2:L2"})))
+    finally:
+        box.close()
+    assert str(err.value) == "read_file: cannot read docs/guide.pdf (reading PDF needs the extra: pip install 'crag-kb[pdf]')"
+
+
 def test_ask_and_search_with_kb_say_which_files_a_missing_extra_leaves_out(kb: Path, monkeypatch) -> None:
     """A folder of PDFs asked about where pypdf is not installed: the answer finds nothing, and
     stderr says why and how to include them, on every run (not only the one that indexed)."""

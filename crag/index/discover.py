@@ -219,8 +219,9 @@ def excluded_reason(path: str, root: str) -> str | None:
     """Why discovery would not index the file ``path`` under ``root`` (None: it would).
 
     Both are absolute and normalised, ``path`` inside ``root``. The same rules as the walk:
-    no hidden or skipped folder on the way, a text file name, not hidden. A root that is a
-    file is indexed whatever its name. ``read_file`` serves only what this admits.
+    no hidden or skipped folder on the way, a text or document file name (its reader's extra
+    installed or not: one indexed earlier stays), not hidden. A root that is a file is indexed
+    whatever its name. ``read_file`` serves only what this admits.
     """
     if path == root:
         return None
@@ -238,7 +239,7 @@ def excluded_reason(path: str, root: str) -> str | None:
         return NOT_UTF8
     if name.startswith("."):
         return "hidden files are not part of the knowledge base"
-    if not is_indexable_name(name):
+    if not is_text_name(name) and reader_for(name) is None:  # a reader's missing extra: text_of names it
         return "crag indexes text files only (Markdown, text, code and configuration by their suffix), PDF and DOCX"
     if ignores.ignored(path, is_dir=False):
         return "an ignore file (.cragignore, .ignore, .gitignore) leaves it out"
