@@ -5,8 +5,12 @@ document that tells a user to install an extra names ``crag-kb``."""
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
 import tomllib
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -108,3 +112,16 @@ def test_the_openai_floor_is_an_sdk_crag_runs_on() -> None:
     (openai,) = [d for d in deps if d.startswith("openai")]
     floor = re.fullmatch(r"openai>=([\d.]+)", openai)
     assert floor is not None and tuple(int(p) for p in floor.group(1).split(".")) >= (1, 55, 3)
+
+
+def test_the_top_level_holds_what_the_design_card_names_and_the_project_files_beside_it() -> None:
+    """The design card fixes the repository's top level (pyproject.toml, Makefile, .env.example,
+    crag/, tests/, benchmarks/); beside them stand the docs, the README, the licence, the sdist's
+    manifest and the CI entry point. A scratch script committed there (``errs.sh``) reached
+    every clone."""
+    if not (ROOT / ".git").exists() or shutil.which("git") is None:
+        pytest.skip("not a git checkout")
+    listed = subprocess.run(["git", "-C", str(ROOT), "ls-files"], capture_output=True, text=True, check=True).stdout
+    top = {line.split("/", 1)[0] for line in listed.splitlines() if line}
+    assert top <= {"pyproject.toml", "Makefile", ".env.example", "crag", "tests", "benchmarks", "docs", "README.md",
+                   "LICENSE", "MANIFEST.in", ".ci", ".gitignore"}, sorted(top)
