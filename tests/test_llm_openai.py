@@ -623,6 +623,25 @@ def test_an_error_event_mid_stream_says_the_servers_message(srv, data):
     assert deltas == ["The answer starts"] and srv.calls("synthesize") == 1
 
 
+def test_an_error_event_the_oldest_supported_sdk_passes_on_says_the_servers_message():
+    """openai 1.55.3 (the floor in pyproject.toml) passes a named event on as a chunk holding
+    ``{"data": ..., "event": "error"}``; an error event whose data has no "error" key then read as
+    a stream that ended unfinished, without the server's message."""
+    from types import SimpleNamespace
+
+    from crag.llm.retry import BadReply
+    from crag.llm.streams import STREAM_ERROR, read_chunks
+
+    start = SimpleNamespace(choices=[SimpleNamespace(index=0, finish_reason=None, delta=SimpleNamespace(content="Starts"))])
+    for data in ({"message": "upstream exploded mid-answer"}, "upstream exploded mid-answer"):
+        error = SimpleNamespace(choices=None, model_extra={"data": data, "event": "error"})
+        delivered: list[str] = []
+        with pytest.raises(BadReply) as caught:
+            read_chunks([start, error], delivered, None, None, openai.APIError)
+        assert (caught.value.what, caught.value.note) == (STREAM_ERROR, "upstream exploded mid-answer")
+        assert delivered == ["Starts"]
+
+
 def test_a_streamed_answer_stopped_by_a_content_filter_is_a_refusal(srv):
     chunk = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m",
              "choices": [{"index": 0, "delta": {"role": "assistant"}, "finish_reason": "content_filter"}]}

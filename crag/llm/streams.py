@@ -10,7 +10,8 @@ whole reply: an answer, or a ``BadReply`` for a stream cut mid-answer, a refusal
 
 An error event (``event: error``) is an error with the server's message whatever the shape of
 its data: ``{"error": {...}}`` or ``{"error": "..."}``, which the openai SDK raises as its
-``APIError``, or ``{"message": ...}``, which it passes on as a chunk with no choices.
+``APIError``, or ``{"message": ...}``, which it passes on as a chunk with no choices (openai
+1.55, the oldest crag supports, wraps it: ``{"data": {"message": ...}, "event": "error"}``).
 """
 
 from __future__ import annotations
@@ -107,6 +108,8 @@ def _error_message(chunk: Any) -> str | None:
     if isinstance(getattr(chunk, "choices", None), list):
         return None
     extra = getattr(chunk, "model_extra", None) or {}
+    if extra.get("event") == "error":  # openai 1.55 passes any named event on as {"data": ..., "event": ...}
+        return body_message(extra.get("data")) or "no message"
     if not ("error" in extra or "message" in extra or getattr(chunk, "object", None) == "error"):
         return None
     return body_message(extra) or "no message"
