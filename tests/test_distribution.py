@@ -11,6 +11,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -125,3 +126,13 @@ def test_the_top_level_holds_what_the_design_card_names_and_the_project_files_be
     top = {line.split("/", 1)[0] for line in listed.splitlines() if line}
     assert top <= {"pyproject.toml", "Makefile", ".env.example", "crag", "tests", "benchmarks", "docs", "README.md",
                    "LICENSE", "MANIFEST.in", ".ci", ".gitignore"}, sorted(top)
+
+
+def test_the_faiss_floor_declares_what_faiss_imports() -> None:
+    """faiss-cpu 1.8.0, which ``faiss-cpu>=1.8`` let pip keep, imports ``packaging`` without
+    declaring it: in an environment without packaging, the first `crag index` was a traceback
+    (ModuleNotFoundError). 1.8.0.post1 declares it."""
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    (faiss,) = [d for d in deps if d.startswith("faiss-cpu")]
+    floor = re.fullmatch(r"faiss-cpu>=([\w.]+)", faiss)
+    assert floor is not None and Version(floor.group(1)) >= Version("1.8.0.post1")
