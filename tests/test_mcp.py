@@ -335,6 +335,30 @@ def test_an_embedder_setting_that_cannot_work_stops_the_server_at_its_start(work
     assert proc.returncode == 2 and proc.stdout == "", proc.stdout
     assert proc.stderr.startswith("crag: error: KB_AGENT_EMBEDDER=openai is not valid") and proc.stderr.count("\n") == 1
 
+
+@pytest.mark.parametrize("uri, psycopg, said", [
+    ("postgresql://crag:Hunter2Pw@127.0.0.1:9/kb", False, "a PostgreSQL one needs psycopg, pip install 'crag-kb[postgres]'"),
+    ("postgresql://crag:Hunter2Pw@127.0.0.1:9/kb?sslmode=bogus", True, "a postgresql:// URI"),
+])
+def test_a_store_setting_that_cannot_work_stops_the_server_at_its_start(workdir: Path, uri: str, psycopg: bool,
+                                                                          said: str) -> None:
+    """A ``postgresql://`` store without the postgres extra, or with a URI libpq refuses, stops
+    ``ask`` and ``chat`` (exit 2, one line); ``crag mcp`` started and failed every call with it."""
+    import subprocess
+
+    if psycopg:
+        pytest.importorskip("psycopg", reason="the postgres extra (make install has it)")
+    code = ("import sys\n" + ("" if psycopg else "sys.modules['psycopg'] = None  # not installed\n")
+            + "from crag.cli import main\nsys.exit(main(['mcp']))\n")
+    env = {**server_params(workdir).env, "KB_AGENT_STORE": uri}
+    hello = ('{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18",'
+             '"capabilities":{},"clientInfo":{"name":"t","version":"1"}}}\n')
+    proc = subprocess.run([sys.executable, "-c", code], cwd=workdir, env=env, input=hello,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stdout == "", proc.stdout
+    assert proc.stderr.startswith("crag: error: KB_AGENT_STORE=postgresql://crag@127.0.0.1:9/kb")
+    assert said in proc.stderr and proc.stderr.count("\n") == 1 and "Hunter2Pw" not in proc.stderr
+
 def test_mcp_prints_documents_with_auth_words_unchanged(workdir: Path) -> None:
     document = auth_word_document()
     (workdir / "docs" / "auth.md").write_text(document, encoding="utf-8")

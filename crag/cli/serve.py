@@ -28,6 +28,10 @@ def cmd_mcp(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         from ..index import make_embedder
 
         make_embedder(agent.settings)  # a setting it refuses stops the server here, as it stops ``chat``
+        if agent.settings.store:  # so does a store it cannot open: no psycopg, a URI libpq refuses (none connects)
+            from ..index import open_store
+
+            open_store(agent.settings)
         previous = {signal.SIGINT: _end_on_ctrl_c(err), signal.SIGTERM: _end_on_sigterm()}
         try:
             serve(agent, model_option=bool(OVERRIDES.get("model")))
