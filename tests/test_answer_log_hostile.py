@@ -245,3 +245,17 @@ def test_another_programs_database_where_the_log_belongs_says_to_move_it_away(pr
     assert code == 1 and err.count("\n") == 1 and "move it away to start a new log" in err, err
     code, out, err = cli("ask", "Which port does the server listen on?")
     assert code == 0 and "8080" in out and "crag: note: " in err and "move it away to start a new log" in err
+
+
+def test_the_note_of_no_earlier_conversation_names_its_log_without_escape_sequences(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``ask -c`` with no logged conversation names the log it looked in; a state folder whose
+    name holds an escape sequence (``XDG_STATE_HOME``, before there is an index) reached the
+    terminal raw, as ``crag log`` never lets it."""
+    clean_env(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KB_AGENT_LLM", "offline")
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "st\x1b[31mRED"))
+    code, _, err = cli("ask", "-c", "hello")
+    assert code == 0 and "no earlier conversation in" in err, err
+    assert "\x1b" not in err and "log.sqlite" in err

@@ -60,7 +60,7 @@ def last_conversation(config, err: TextIO) -> tuple[int | None, list[dict[str, s
     with log:
         found = log.last_conversation(input_limit(config))
     if found[0] is None and not found[1]:
-        err.write(f"crag: note: no earlier conversation in {log.path}; starting a new one\n")
+        err.write(shown_message(f"crag: note: no earlier conversation in {log.path}; starting a new one") + "\n")
     return found
 
 
