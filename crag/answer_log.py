@@ -150,15 +150,17 @@ def log_folder(settings: Settings) -> str:
 
 
 def _link_trouble(link: str) -> str:
-    """What is wrong with a symbolic link that leads to no folder, for a message."""
+    """What a symbolic link standing where the log or its folder belongs leads to, for a message."""
     import errno
+    import stat
 
     try:
-        os.stat(link)
+        found = os.stat(link)
     except OSError as exc:
         if exc.errno == errno.ELOOP:  # `.crag -> .crag`
             return "a symbolic link that leads round in a loop"
-    return "a symbolic link to nothing"
+        return "a symbolic link to nothing"
+    return "a symbolic link to a folder" if stat.S_ISDIR(found.st_mode) else "a symbolic link to a file, not a folder"
 
 
 class AnswerLog:
@@ -191,7 +193,8 @@ class AnswerLog:
         if above != folder and os.path.lexists(above) and not os.path.isdir(above):
             raise LogError(f"the answer log cannot be kept in {folder}: {above} is not a folder")
         if os.path.lexists(self.path) and not os.path.isfile(self.path):
-            raise LogError(f"the answer log {self.path} is not a file (a folder?): move it away to start a new log")
+            what = _link_trouble(self.path) if os.path.islink(self.path) else "not a file (a folder?)"
+            raise LogError(f"the answer log {self.path} is {what}: move it away to start a new log")
         return os.path.isfile(self.path)
 
     def _open(self) -> sqlite3.Connection:

@@ -99,6 +99,27 @@ def test_crag_log_says_what_stands_where_the_log_belongs(proj: Path) -> None:
     assert code == 0 and out.startswith("Hello") and "crag: note: the answer log .crag/log.sqlite is not a file" in err
 
 
+def test_crag_log_says_where_a_link_standing_for_the_log_or_its_folder_leads(proj: Path) -> None:
+    """A ``.crag`` linked to a file was called "a symbolic link to nothing", and a ``log.sqlite``
+    linked to nothing, or round in a loop, "not a file (a folder?)": the line says what the link is."""
+    (proj / "notes.txt").write_text("a file\n")
+    os.symlink("notes.txt", proj / ".crag")
+    code, out, err = cli("log")
+    assert code == 1 and out == ""
+    assert err == "crag: error: the answer log cannot be kept in .crag: it is a symbolic link to a file, not a folder\n"
+    (proj / ".crag").unlink()
+    (proj / ".crag").mkdir()
+    for target, what in (("nowhere", "a symbolic link to nothing"), ("log.sqlite", "a symbolic link that leads "
+                         "round in a loop"), (".", "a symbolic link to a folder")):
+        os.symlink(target, proj / ".crag" / "log.sqlite")
+        code, out, err = cli("log")
+        assert code == 1 and out == ""
+        assert err == f"crag: error: the answer log .crag/log.sqlite is {what}: move it away to start a new log\n"
+        code, out, err = cli("ask", "hello")  # the answer is given; the log's trouble is a note
+        assert code == 0 and out.startswith("Hello") and f"crag: note: the answer log .crag/log.sqlite is {what}" in err
+        (proj / ".crag" / "log.sqlite").unlink()
+
+
 def test_an_index_folder_whose_name_is_not_utf8_is_one_line(proj: Path) -> None:
     """The vector library takes file names as UTF-8 text: ``crag --index $'caf\\xe9' index docs``
     (or a working folder so named, where ``.crag`` is looked for) died in faiss's
