@@ -339,7 +339,7 @@ class AnswerLog:
         for word in query.split():
             # the answer's body: its usage block and source list hold "plan", "tokens", "docs" in every answer
             where.append("(fold(CAST(question AS BLOB)) LIKE ? ESCAPE '\\' OR fold(CAST(body AS BLOB)) LIKE ? ESCAPE '\\')")
-            pattern = "%" + valid_text(word).casefold().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+            pattern = "%" + _caseless(valid_text(word)).replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
             params += [pattern, pattern]
         if ids:
             where.append(f"answers.id IN ({', '.join('?' * len(ids))})")
@@ -432,7 +432,18 @@ def _remedy(exc: BaseException, after: str, before: str = "") -> str:
 def _fold(value: Any) -> str:
     """A cell's bytes as text, case-folded, for a log search (SQL ``fold``): "Über" and "über"
     alike. Given as bytes, so a cell that is not UTF-8 is searched, not an error."""
-    return _text(value).casefold()
+    return _caseless(_text(value))
+
+
+def _caseless(text: str) -> str:
+    """``text`` as a log search compares it: case-folded, and an accented letter written as one
+    character or as a letter and its accent (as text pasted from a PDF or a Mac file name holds
+    it) alike, so "café" finds "café" however either was typed."""
+    if text.isascii():
+        return text.lower()
+    import unicodedata
+
+    return unicodedata.normalize("NFC", unicodedata.normalize("NFD", text).casefold())
 
 
 def _text(value: Any) -> str:

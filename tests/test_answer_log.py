@@ -562,6 +562,20 @@ def test_a_log_search_ignores_case_beyond_ascii(project: Path) -> None:
     assert code == 0 and "Über welchen Port" not in out
 
 
+def test_a_log_search_finds_an_accented_letter_however_it_was_typed(project: Path) -> None:
+    """"é" is one character as a keyboard types it and "e" with a combining accent as text
+    pasted from a PDF or a Mac's file name holds it: ``crag log café`` did not find a question
+    written the other way, though both print alike."""
+    composed, decomposed = "caf\u00e9", "cafe\u0301"
+    assert cli("ask", f"Where is the {decomposed} server?")[0] == 0
+    assert cli("ask", f"Which port does the {composed.upper()} use?")[0] == 0
+    for word in (composed, decomposed, decomposed.upper()):
+        code, out, _ = cli("log", word)
+        assert code == 0 and "server?" in out and "use?" in out, word
+    code, out, _ = cli("log", "cafe")  # an accent is still a letter of its own
+    assert code == 0 and "no logged answers matching" in out
+
+
 def test_a_log_search_reads_the_answers_text_not_its_usage_block_or_source_list(project: Path) -> None:
     """``crag log latency`` (or plan, tokens, the cited folder's name) listed every answer: each
     one's usage block and source list hold those words."""
