@@ -200,10 +200,9 @@ class AnswerLog:
     def _open(self) -> sqlite3.Connection:
         if self._db is None:
             try:
+                self.exists()  # what stands in the way is said as it is
                 if self.create:
                     os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
-                else:
-                    self.exists()  # what stands in the way is said as it is
                 db = sqlite3.connect(self.path, timeout=10.0)
                 db.execute("PRAGMA foreign_keys = ON")
                 db.text_factory = _text  # a cell that is not UTF-8 (another tool wrote it) is read, not an error
