@@ -181,8 +181,10 @@ class AnswerLog:
         return cls(folder, settings.secrets(), create=folder != settings.index_dir)
 
     def exists(self) -> bool:
-        """Whether there is a log to read; ``LogError`` when something else stands where the
-        log or its folder belongs (a file named like the folder, a folder named like the log)."""
+        """Whether there is a log to read (an empty file, left by an answer that could not be
+        logged on a full disk, holds none: reading it would write crag's tables); ``LogError``
+        when something else stands where the log or its folder belongs (a file named like the
+        folder, a folder named like the log)."""
         folder = os.path.dirname(self.path) or "."
         if os.path.lexists(folder) and not os.path.isdir(folder):
             what = _link_trouble(folder) if os.path.islink(folder) else "not a folder"
@@ -195,7 +197,7 @@ class AnswerLog:
         if os.path.lexists(self.path) and not os.path.isfile(self.path):
             what = _link_trouble(self.path) if os.path.islink(self.path) else "not a file (a folder?)"
             raise LogError(f"the answer log {self.path} is {what}: move it away to start a new log")
-        return os.path.isfile(self.path)
+        return os.path.isfile(self.path) and os.path.getsize(self.path) > 0
 
     def _open(self) -> sqlite3.Connection:
         if self._db is None:

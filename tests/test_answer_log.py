@@ -519,6 +519,23 @@ def test_a_file_where_the_state_folder_belongs_is_one_error_line(tmp_path: Path,
     assert code == 1 and out == "" and err == f"crag: error: {line}"
 
 
+def test_an_empty_log_file_is_read_as_no_answers_without_writing_to_it(project: Path) -> None:
+    """An answer that could not be logged on a full disk leaves ``log.sqlite`` empty; reading it
+    made crag's tables first, so ``crag log`` and ``ask -c`` failed with "database or disk is
+    full" (exit 1) where there is nothing to read. They read no answers and write nothing."""
+    log = project / ".crag" / "log.sqlite"
+    log.write_bytes(b"")
+    code, out, err = cli("log")
+    assert code == 0 and out == "no logged answers in .crag/log.sqlite\n" and err == ""
+    code, out, _ = cli("log", "--json")
+    assert code == 0 and out == "[]\n"
+    code, _, err = cli("ask", "-c", "Which port does the server listen on?")
+    assert code == 0 and "no earlier conversation in .crag/log.sqlite" in err
+    assert json.loads(cli("log", "--json")[1])[0]["question"] == "Which port does the server listen on?"
+    log.write_bytes(b"")
+    assert cli("log", "-n", "1")[0] == 0 and cli("log", "--show", "last")[0] == 2 and log.stat().st_size == 0
+
+
 def test_crag_log_strips_control_sequences_from_what_it_shows(project: Path) -> None:
     assert cli("ask", "Which port does the server listen on?")[0] == 0
     db = sqlite3.connect(project / ".crag" / "log.sqlite")
