@@ -99,7 +99,7 @@ def excerpt(item: EvidenceItem, words: Sequence[str], lines: int) -> EvidenceIte
 
 def fit(
     task: Task,
-    max_tokens: int,
+    max_tokens: int | Callable[[int], int],
     context_tokens: int,
     render: Render,
     count: Counter,
@@ -108,17 +108,24 @@ def fit(
 ) -> Fitted:
     """``task`` made small enough that its prompt + ``max_tokens`` fits 90% of ``context_tokens``.
 
-    ``rank`` lists item indexes best first (default: their order), or is a function giving
-    them, called only when items must be left out; the last ones are left out
+    ``max_tokens`` is the reply budget, or a function of the number of items the prompt
+    shows giving it (grading: 16 + 8 per item), so items left out take their reply room
+    with them. ``rank`` lists item indexes best first (default: their order), or is a
+    function giving them, called only when items must be left out; the last ones are left out
     first. Raises ``UsageError`` when even the bare question does not fit, or when the task
     has items and fewer than ``min_items`` of them fit.
     """
-    limit = int(context_tokens * (1.0 - HEADROOM)) - max_tokens
+    room = int(context_tokens * (1.0 - HEADROOM))
+    name = _items_field(task)
+
+    def reply(t: Any) -> int:  # the reply budget of the task ``t``
+        return max_tokens(len(getattr(t, name) if name else ())) if callable(max_tokens) else max_tokens
 
     def size(t: Any) -> tuple[tuple[dict[str, str], ...], int]:
         messages = tuple(render(t))
         return messages, prompt_tokens(messages, count)
 
+    limit = room - reply(task)
     messages, tokens = size(task)
     if tokens <= limit:
         return Fitted(task, messages, tokens)
@@ -133,7 +140,6 @@ def fit(
         task, messages, tokens, _ = _without_oldest(task, "previous_attempts", attempts, limit, size)
     if tokens <= limit:
         return Fitted(task, messages, tokens, history_dropped=history_dropped)
-    name = _items_field(task)
     items: tuple[EvidenceItem, ...] = tuple(getattr(task, name)) if name else ()
     cut = False
     if items:  # 2. item texts cut to the lines around their best match
@@ -145,6 +151,7 @@ def fit(
             twins = _twins(shorter)
             task = evolve(task, **{name: tuple(x for k, x in enumerate(shorter) if k not in twins)})
             messages, tokens = size(task)
+            limit = room - reply(task)
             if tokens <= limit:
                 return Fitted(task, messages, tokens, dropped=twins, history_dropped=history_dropped, cut=cut)
         ranked = range(len(items)) if rank is None else rank() if callable(rank) else rank
@@ -160,16 +167,19 @@ def fit(
         lo, hi = 0, len(items)  # 3. the largest number of best-ranked items that fits
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            if size(keep(mid))[1] <= limit:
+            shorter = keep(mid)
+            if size(shorter)[1] <= room - reply(shorter):
                 lo = mid
             else:
                 hi = mid - 1
         kept = keep(lo)
         messages, tokens = size(kept)
+        limit = room - reply(kept)
         if tokens <= limit and lo < min(min_items, len(items)):
+            one = keep(1)
             raise UsageError(
                 f"the question leaves no room for its evidence in the model's context window: with one "
-                f"evidence item the prompt needs {size(keep(1))[1]} tokens + {max_tokens} for the reply, more "
+                f"evidence item the prompt needs {size(one)[1]} tokens + {reply(one)} for the reply, more "
                 f"than 90% of KB_AGENT_CONTEXT_TOKENS={context_tokens}; ask a shorter question or raise "
                 "KB_AGENT_CONTEXT_TOKENS to match the server"
             )
@@ -178,7 +188,7 @@ def fit(
             return Fitted(kept, messages, tokens, dropped=dropped, history_dropped=history_dropped, cut=cut)
     raise UsageError(
         f"the question does not fit the model's context window: its prompt needs {tokens} tokens "
-        f"+ {max_tokens} for the reply, more than 90% of KB_AGENT_CONTEXT_TOKENS={context_tokens}; "
+        f"+ {room - limit} for the reply, more than 90% of KB_AGENT_CONTEXT_TOKENS={context_tokens}; "
         "ask a shorter question or raise KB_AGENT_CONTEXT_TOKENS to match the server"
     )
 

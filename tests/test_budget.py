@@ -462,3 +462,22 @@ def test_the_offline_backend_answers_a_question_longer_than_any_window(tmp_path,
         result = agent.ask("backup retention " * 4000)
         assert result.citations and result.citations[0].path == "docs/backup.md"
         assert agent.settings.context_tokens == 8192  # the setting itself is the user's
+
+
+
+def test_items_left_out_of_grading_take_their_reply_budget_with_them():
+    """Grading's reply budget is 16 + 8 per item: it was reserved for every item found even when
+    most were left out, so a 1,024-token window with KB_AGENT_TOP_K=50 (a hundred hits) had no
+    room left for one item and every question was refused."""
+    items = [EvidenceItem("grep_search", f"docs/step{n}.md", f"uploads retry step {n} after a failure", 3, 3, 0.5)
+             for n in range(100)]
+    toolbox = FakeToolbox({"grep_search": [items]}, question=QUESTION)
+    model = ScriptedChatModel(default={"analyze_and_route": ROUTE, "plan": PLAN, "grade_evidence": "[0.9]",
+                                       "synthesize": "Uploads retry [1]."})
+    s = Settings(context_tokens=1024, top_k=50, max_iterations=1, auto_approve_max_items=0)
+    result = Agent(model, toolbox, s).ask(QUESTION)
+    graded = next(r for r in model.requests if r.node == "grade_evidence")
+    kept = len(graded.task.items)
+    assert kept >= 20 and graded.max_tokens == 16 + 8 * kept
+    assert prompt_tokens(graded.messages, cl100k) + graded.max_tokens <= int(1024 * 0.9)
+    assert result.answer

@@ -79,11 +79,13 @@ def _fit(state: AgentState, cfg: NodeConfig, todo: tuple[int, ...]) -> budget.Fi
     if cfg.grader == "pointwise":
         return budget.Fitted(GradeTask(state.question, items, cfg.grader), (), 0)
     task = GradeTask(question=state.question, items=items, style=cfg.grader)
-    limit = schemas.grade_max_tokens(len(task.items))
+
     def rank() -> list[int]:  # asked only when items must be left out: each call's best hits first
         return searches.retrieval_rank(items, state.tool_history)
 
-    return budget.fit(task, limit, cfg.context_tokens, prompts.render, cfg.count_tokens, rank, min_items=1)
+    # the reply budget is that of the items the prompt keeps: those left out need no grade
+    return budget.fit(task, schemas.grade_max_tokens, cfg.context_tokens, prompts.render, cfg.count_tokens, rank,
+                      min_items=1)
 
 
 def _request(task: GradeTask, messages: tuple[dict[str, str], ...]) -> LLMRequest:
