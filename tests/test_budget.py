@@ -288,9 +288,9 @@ def test_the_cli_says_when_a_question_cannot_fit(tmp_path, monkeypatch):
     assert "Traceback" not in err.getvalue()
 
 
-def tiny_window_ask(tmp_path, monkeypatch, text: str, question: str) -> tuple[int, str, str, list]:
-    """``crag ask question`` with KB_AGENT_CONTEXT_TOKENS=1024 over one file holding ``text``:
-    the exit status, stdout, the last line of stderr and the nodes the server was asked for."""
+def tiny_window_ask(tmp_path, monkeypatch, text: str, question: str, window: int = 1024) -> tuple[int, str, str, list]:
+    """``crag ask question`` with KB_AGENT_CONTEXT_TOKENS=1024 (or ``window``) over one file holding
+    ``text``: the exit status, stdout, the last line of stderr and the nodes the server was asked for."""
     import io
 
     from crag.cli import main
@@ -309,7 +309,7 @@ def tiny_window_ask(tmp_path, monkeypatch, text: str, question: str) -> tuple[in
         srv.default("grade_evidence", grades(rest=0.9))
         srv.default("synthesize", "Uploads retry [1].")
         for key, value in {"OPENAI_BASE_URL": srv.base_url, "OPENAI_API_KEY": "k", "KB_AGENT_MODEL": "test-model",
-                           "KB_AGENT_CONTEXT_TOKENS": "1024"}.items():
+                           "KB_AGENT_CONTEXT_TOKENS": str(window)}.items():
             monkeypatch.setenv(key, value)
         out, err = io.StringIO(), io.StringIO()
         code = main(["ask", question], out, err)
@@ -348,6 +348,18 @@ def test_a_question_too_long_for_the_planning_prompt_is_refused_before_any_call(
     assert code == 2 and out == "" and nodes == []
     assert line.startswith("crag: error: the question does not fit the model's context window")
     assert "KB_AGENT_CONTEXT_TOKENS=1024" in line and "before it" not in line
+
+
+def test_a_question_too_long_for_the_answers_prompt_is_refused_before_any_call(tmp_path, monkeypatch):
+    """A question that fit planning (512 for the reply) but not the answer (KB_AGENT_MAX_ANSWER_TOKENS,
+    1,024 in a 2,048-token window) was refused at synthesize, after routing, planning and grading
+    calls the user paid for: it is refused before any, and the line names the answer's budget."""
+    question = QUESTION + " Please explain how the upload retry works after a failure in detail." * 60
+    code, out, line, nodes = tiny_window_ask(tmp_path, monkeypatch, "# Uploads\n\nUploads retry three times.\n",
+                                             question, window=2048)
+    assert code == 2 and out == "" and nodes == [], (line, nodes)
+    assert line.startswith("crag: error: the question does not fit the model's context window")
+    assert "KB_AGENT_CONTEXT_TOKENS=2048" in line and "KB_AGENT_MAX_ANSWER_TOKENS (1024)" in line, line
 
 
 def test_a_question_whose_evidence_leaves_the_answer_no_room_says_what_it_had_already_spent(tmp_path, monkeypatch):

@@ -7,9 +7,10 @@ here after ``RE_RETRIEVE``, a question already being researched is not downgrade
 retry retrieves again instead of chatting, and its evidence is graded like the first round's
 instead of going to synthesis ungraded.
 
-Before a question's first call, the planning prompt with the bare question (no history, no
-evidence) must fit the context window too: a question that cannot fit it is refused then
-(``UsageError``), not after a routing call the user pays for.
+Before a question's first call, the planning prompt and the answer's prompt with the bare
+question (no history, no evidence) must fit the context window too, each with its reply
+budget: a question that cannot fit them is refused then (``UsageError``), not after the
+routing, planning and grading calls the user pays for.
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ from typing import TYPE_CHECKING
 from attrs import evolve
 
 from .. import budget, prompts, schemas
-from ..ports import AnalyzeTask, LLMRequest, PlanTask, Step
+from ..ports import AnalyzeTask, LLMRequest, PlanTask, Step, SynthesizeTask
 from ..state import AgentState, Completion, Complexity, RoutingPlan
 from ..toolspec import search_tools
+from . import synthesize
 
 if TYPE_CHECKING:
     from . import NodeConfig
@@ -37,6 +39,7 @@ def prepare(state: AgentState, cfg: NodeConfig) -> Step:
         bare = PlanTask(state.question, RoutingPlan(Complexity.COMPLEX, search_tools(cfg.tools), classified=False),
                         (), (), cfg.tools, cfg.top_k)
         budget.fit(bare, schemas.PLAN_MAX_TOKENS, cfg.context_tokens, prompts.render, cfg.count_tokens)
+        synthesize.fit_answer(SynthesizeTask(state.question, (), ()), cfg)  # the smallest answer prompt
     task = AnalyzeTask(
         question=state.question,
         history=state.history,

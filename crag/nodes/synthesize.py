@@ -28,11 +28,12 @@ own call to ``state.usage`` when ``apply`` runs, so the block counts it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from attrs import evolve
 
 from .. import answer, budget, grading, grounding, prompts, searches
+from ..errors import UsageError
 from ..grounding import verdict
 from ..ports import LLMRequest, Step, SynthesizeTask
 from ..state import AgentState, Completion, Complexity, EvidenceItem, GradedBy, GraderAction, GroundingReport
@@ -70,8 +71,19 @@ def _fit(state: AgentState, cfg: NodeConfig) -> budget.Fitted | None:
         at = {k: n for n, k in enumerate(order)}
         return sorted(range(len(members)), key=lambda j: (min(at[k] for k in members[j]), j))  # a joined item: its best
 
-    return budget.fit(task, cfg.max_answer_tokens, cfg.context_tokens, prompts.render, cfg.count_tokens, rank,
-                      min_items=1)  # an answer from no evidence at all would be made up
+    return fit_answer(task, cfg, rank)
+
+
+def fit_answer(task: SynthesizeTask, cfg: NodeConfig, rank: Any = None) -> budget.Fitted:
+    """``budget.fit`` of the answer's prompt with the answer's reply budget, at least one item
+    kept (an answer from no evidence at all would be made up); a ``UsageError`` also names the
+    setting of that budget, which is the user's to lower too."""
+    try:
+        return budget.fit(task, cfg.max_answer_tokens, cfg.context_tokens, prompts.render, cfg.count_tokens, rank,
+                          min_items=1)
+    except UsageError as err:
+        raise UsageError(f"{err}, or lower KB_AGENT_MAX_ANSWER_TOKENS ({cfg.max_answer_tokens}), the answer's "
+                         "reply budget") from None
 
 
 def prepare(state: AgentState, cfg: NodeConfig) -> Step:
