@@ -32,7 +32,7 @@ from .errors import CragError, LLMContextError, LLMError, ToolError, UsageError
 from .events import AnswerDelta, AnswerStarted, EventHandler, NodeFinished, NodeStarted, RetryWaiting
 from .graph import END, START, TRANSITIONS, GraphError, Node, Outcome, next_node
 from .grounding import missing
-from .llm.retry import reporting_waits
+from .llm.retry import WINDOW_ADVICE, reporting_waits
 from .nodes import NODES, NodeConfig
 from .nodes.synthesize import asked, verdict_may_rewrite
 from .ports import ChatModel, LLMRequest, LLMRequests, Step, Toolbox, ToolOutcome, ToolRequest
@@ -61,6 +61,22 @@ def smaller_window(current: int, reported: int | None, sent: int | None = None) 
         return reported if reported >= MIN_WINDOW else None
     smaller = used * 4 // 5
     return smaller if smaller >= MIN_WINDOW else None
+
+
+def counted_longer(err: LLMContextError, window: int) -> LLMContextError:
+    """``err``, advising what can help when crag had fitted the refused request to the server's
+    window or less (``window``): the server's tokenizer counts the prompt longer than crag's
+    count with its headroom, so setting KB_AGENT_CONTEXT_TOKENS to that window helps nothing.
+    A larger window on the server does; a smaller setting does only when crag stopped fitting
+    for the number of tries, not at its least window."""
+    if err.window is None or window > err.window or WINDOW_ADVICE not in str(err):
+        return err
+    lower = f", or set KB_AGENT_CONTEXT_TOKENS lower than {window}" if window * 4 // 5 >= MIN_WINDOW else ""
+    advice = (f"crag fitted it to {window} tokens as it counts them and the server counts it longer (its "
+              f"tokenizer): give the model a larger window on the server (llama.cpp --ctx-size, vLLM "
+              f"--max-model-len, Ollama num_ctx){lower}")
+    err.args = (str(err).replace(WINDOW_ADVICE, advice, 1),)
+    return err
 
 
 _NAMES = {node: node.value for node in Node}  # a node's name, without the Enum property per step
@@ -307,7 +323,7 @@ class Driver:
                 sent = prompt_tokens(request.messages, cfg.count_tokens) + (request.max_tokens or 0)
                 window = smaller_window(cfg.context_tokens, err.window, sent)
                 if refits == REFITS or window is None:
-                    raise
+                    raise counted_longer(err, cfg.context_tokens) from None
                 refits += 1
                 with self._lock:
                     if self.learnt_window is None or window < self.learnt_window:

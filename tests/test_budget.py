@@ -174,7 +174,8 @@ def test_a_real_server_with_that_window_never_refuses_a_request():
         assert max(p for _, p, _ in srv.prompt_sizes) > 2000  # the window was used, not wasted
 
 
-def window_run(srv: FakeOpenAIServer, window: int, style: str, context_tokens: int = 8192, agent=None):
+def window_run(srv: FakeOpenAIServer, window: int, style: str, context_tokens: int = 8192, agent=None,
+               answer_tokens: int = 1024):
     """A complex question with long evidence against a server whose window is smaller than crag was told."""
     items = [big_item(n, 80, 16, tool="grep_search") for n in range(15)]
     srv.context_window = window
@@ -184,7 +185,7 @@ def window_run(srv: FakeOpenAIServer, window: int, style: str, context_tokens: i
     srv.default("grade_evidence", grades(rest=0.8))
     srv.default("synthesize", "Uploads retry [1].")
     s = Settings(llm="openai", openai_base_url=srv.base_url, model="test-model", context_tokens=context_tokens,
-                 max_answer_tokens=1024, llm_max_retries=0)
+                 max_answer_tokens=answer_tokens, llm_max_retries=0)
     toolbox = FakeToolbox({"grep_search": [items]}, question=QUESTION, question_results=items[:5])
     agent = agent or Agent(OpenAIChatModel(s), toolbox, s)
     return agent, agent.ask(QUESTION)
@@ -248,6 +249,24 @@ def test_a_window_too_small_for_any_request_is_one_clear_error():
     message = str(caught.value)
     assert "does not fit the model's context window of 300 tokens" in message
     assert "KB_AGENT_CONTEXT_TOKENS" in message and "\n" not in message
+
+
+def test_a_server_counting_the_prompt_longer_than_crag_at_its_own_window_is_told_apart(monkeypatch):
+    """A server whose tokenizer counts crag's prompts twice as long (code, CJK text), with the
+    window crag was told: refused again at that window, the line said to set
+    KB_AGENT_CONTEXT_TOKENS to the server's window, which it already was. It says what helps."""
+    from crag.errors import LLMContextError
+
+    from . import openai_server
+
+    counted = openai_server._prompt_tokens
+    monkeypatch.setattr(openai_server, "_prompt_tokens", lambda body: 2 * counted(body))
+    with FakeOpenAIServer() as srv, pytest.raises(LLMContextError) as caught:
+        window_run(srv, 1024, "llama.cpp", context_tokens=1024, answer_tokens=512)
+    message = str(caught.value)
+    assert "context window of 1024 tokens; crag fitted it to 1024 tokens" in message, message
+    assert "larger window on the server" in message and "to the window the server gives" not in message
+    assert "below" not in message  # 1,024 is the least window crag fits to: no smaller setting helps
 
 
 def test_the_fake_server_refuses_a_request_beyond_its_window():

@@ -81,6 +81,7 @@ from .logprobs import LOGPROBS as _LOGPROBS
 from .logprobs import covering, logprob_params, refuses_logprobs
 from .retry import (
     RETRY_AFTER_CAP,
+    WINDOW_ADVICE,
     BadReply,
     ConnectionFailure,
     Failure,
@@ -507,8 +508,7 @@ class OpenAIChatModel:
                 window = overflow or None
                 size = f" of {window} tokens" if window else ""
                 return LLMContextError(
-                    f"{message}: the request does not fit the model's context window{size}; set "
-                    "KB_AGENT_CONTEXT_TOKENS to the window the server gives a request"
+                    f"{message}: the request does not fit the model's context window{size}; {WINDOW_ADVICE}"
                     + (f" ({detail})" if detail else ""),
                     node=node, status=status, window=window,
                 )

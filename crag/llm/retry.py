@@ -46,6 +46,7 @@ from .deadline import pause
 
 __all__ = [
     "RETRY_AFTER_CAP",
+    "WINDOW_ADVICE",
     "BadReply",
     "BadReplyFailure",
     "ConnectionFailure",
@@ -384,6 +385,11 @@ _OVERFLOW = re.compile(
 _WINDOW = re.compile(
     r"maximum context length (?:is|of) (\d+)|available context size \((\d+) tokens\)"
     r"|context (?:window|length|size) (?:is|of) (\d+)", re.I)
+
+# What a refusal for length advises (crag.driver advises otherwise when crag had already fitted
+# the request to the window the server named: then its tokenizer counts the prompt longer).
+WINDOW_ADVICE = "set KB_AGENT_CONTEXT_TOKENS to the window the server gives a request"
+
 
 def context_overflow(exc: BaseException, detail: str) -> int | None:
     """For a refusal because the request is longer than the model's window: that window in
