@@ -20,6 +20,7 @@ import contextlib
 import contextvars
 import math
 import queue
+import re
 import threading
 from collections.abc import Iterator, Sequence
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
@@ -77,6 +78,22 @@ def counted_longer(err: LLMContextError, window: int) -> LLMContextError:
               f"--max-model-len, Ollama num_ctx){lower}")
     err.args = (str(err).replace(WINDOW_ADVICE, advice, 1),)
     return err
+
+
+_FIT_WINDOW = re.compile(r"KB_AGENT_CONTEXT_TOKENS=(\d+); (.*?)raise KB_AGENT_CONTEXT_TOKENS to match the server")
+
+
+def learnt_window_named(message: str, setting: int) -> str:
+    """A budget's refusal (``crag.budget.fit``) of a prompt fitted to a window the server's
+    refusals taught crag (``context_refit``), smaller than KB_AGENT_CONTEXT_TOKENS: named as
+    that window, with the setting the user made, and the server's window to raise (raising the
+    setting would change nothing)."""
+    found = _FIT_WINDOW.search(message)
+    if found is None or int(found.group(1)) == setting:
+        return message
+    said = (f"the window of {int(found.group(1)):,} tokens the server's refusals left (KB_AGENT_CONTEXT_TOKENS="
+            f"{setting}); {found.group(2)}give the model a larger window on the server")
+    return message[: found.start()] + said + message[found.end():]
 
 
 _NAMES = {node: node.value for node in Node}  # a node's name, without the Enum property per step
@@ -235,6 +252,8 @@ class Driver:
                     reply, step, usage, state, cfg = self._perform(module, node, name, state, cfg, step, usage, on_event,
                                                                    relay)
         except CragError as err:  # a prompt that cannot fit is a UsageError; an index gone, a KnowledgeBaseError
+            if isinstance(err, UsageError):
+                err.args = (learnt_window_named(str(err), self.cfg.context_tokens),)
             if getattr(err, "spent", None) is None:
                 billed = getattr(err, "billed", None)  # a refusal the server finished: paid for too
                 err.spent = usage if billed is None else usage.add(name, billed)  # type: ignore[attr-defined]

@@ -212,6 +212,20 @@ def test_a_server_with_a_smaller_window_than_configured_gets_requests_fitted_to_
         assert again.state.context_window == 3000 and agent.driver.cfg.context_tokens == 8192
 
 
+def test_a_question_too_long_for_the_window_the_server_taught_names_that_window_not_a_setting():
+    """After a server's refusals taught the agent a window of 3,000 tokens (KB_AGENT_CONTEXT_TOKENS
+    is 8192), a question too long for it was refused as too long for "KB_AGENT_CONTEXT_TOKENS=3000",
+    a setting the user never made, and told to raise the setting, which changes nothing."""
+    with FakeOpenAIServer() as srv:
+        agent, _ = window_run(srv, 3000, "llama.cpp")
+        with pytest.raises(UsageError) as caught:
+            agent.ask(QUESTION + " Tell me how uploads retry after a failure." * 250)
+    message = str(caught.value)
+    assert "the window of 3,000 tokens the server's refusals left (KB_AGENT_CONTEXT_TOKENS=8192)" in message, message
+    assert "KB_AGENT_CONTEXT_TOKENS=3000" not in message and "raise KB_AGENT_CONTEXT_TOKENS" not in message
+    assert "give the model a larger window on the server" in message
+
+
 def test_a_server_that_does_not_say_its_window_gets_smaller_requests_until_one_fits():
     with FakeOpenAIServer() as srv:
         _, result = window_run(srv, 2600, "bare", context_tokens=4096)
