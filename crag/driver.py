@@ -64,18 +64,18 @@ def smaller_window(current: int, reported: int | None, sent: int | None = None) 
     return smaller if smaller >= MIN_WINDOW else None
 
 
-def counted_longer(err: LLMContextError, window: int) -> LLMContextError:
-    """``err``, advising what can help when crag had fitted the refused request to the server's
-    window or less (``window``): the server's tokenizer counts the prompt longer than crag's
-    count with its headroom, so setting KB_AGENT_CONTEXT_TOKENS to that window helps nothing.
-    A larger window on the server does; a smaller setting does only when crag stopped fitting
-    for the number of tries, not at its least window."""
-    if err.window is None or window > err.window or WINDOW_ADVICE not in str(err):
+def counted_longer(err: LLMContextError, sent: int, window: int | None) -> LLMContextError:
+    """``err``, advising what can help when the refused request, as crag counts it (``sent``:
+    its prompt and reply budget), was within the window the server named: the server's
+    tokenizer counts the prompt longer, so setting KB_AGENT_CONTEXT_TOKENS to that window helps
+    nothing. A larger window on the server does; a smaller setting does only when crag stopped
+    for its number of tries and could have fitted to a smaller ``window`` (None: it could not)."""
+    if err.window is None or sent > err.window or WINDOW_ADVICE not in str(err):
         return err
-    lower = f", or set KB_AGENT_CONTEXT_TOKENS lower than {window}" if window * 4 // 5 >= MIN_WINDOW else ""
-    advice = (f"crag fitted it to {window} tokens as it counts them and the server counts it longer (its "
-              f"tokenizer): give the model a larger window on the server (llama.cpp --ctx-size, vLLM "
-              f"--max-model-len, Ollama num_ctx){lower}")
+    lower = f", or set KB_AGENT_CONTEXT_TOKENS lower than {window}" if window is not None else ""
+    advice = (f"crag counts the request as {sent} tokens and the server counts it longer (its tokenizer): "
+              "give the model a larger window on the server (llama.cpp --ctx-size, vLLM --max-model-len, "
+              f"Ollama num_ctx){lower}")
     err.args = (str(err).replace(WINDOW_ADVICE, advice, 1),)
     return err
 
@@ -342,7 +342,7 @@ class Driver:
                 sent = prompt_tokens(request.messages, cfg.count_tokens) + (request.max_tokens or 0)
                 window = smaller_window(cfg.context_tokens, err.window, sent)
                 if refits == REFITS or window is None:
-                    raise counted_longer(err, cfg.context_tokens) from None
+                    raise counted_longer(err, sent, window) from None
                 refits += 1
                 with self._lock:
                     if self.learnt_window is None or window < self.learnt_window:

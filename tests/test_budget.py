@@ -278,9 +278,10 @@ def test_a_server_counting_the_prompt_longer_than_crag_at_its_own_window_is_told
     with FakeOpenAIServer() as srv, pytest.raises(LLMContextError) as caught:
         window_run(srv, 1024, "llama.cpp", context_tokens=1024, answer_tokens=512)
     message = str(caught.value)
-    assert "context window of 1024 tokens; crag fitted it to 1024 tokens" in message, message
+    assert re.search(r"context window of 1024 tokens; crag counts the request as \d+ tokens and the server "
+                     r"counts it longer", message), message
     assert "larger window on the server" in message and "to the window the server gives" not in message
-    assert "below" not in message  # 1,024 is the least window crag fits to: no smaller setting helps
+    assert "lower than" not in message  # 1,024 is the least window crag fits to: no smaller setting helps
 
 
 def test_the_fake_server_refuses_a_request_beyond_its_window():
