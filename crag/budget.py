@@ -164,11 +164,17 @@ def fit(
             chosen = sorted(order[:m])
             return evolve(task, **{name: tuple(items[i] for i in chosen)})
 
+        def fits(t: Any) -> bool:
+            return size(t)[1] <= room - reply(t)
+
+        # an item too long to fit even alone (one long line no excerpt shortens) goes last,
+        # whatever its rank: ranked first, it left out every item after it
+        alone = {n: fits(evolve(task, **{name: (items[n],)})) for n in order}
+        order = [n for n in order if alone[n]] + [n for n in order if not alone[n]]
         lo, hi = 0, len(items)  # 3. the largest number of best-ranked items that fits
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            shorter = keep(mid)
-            if size(shorter)[1] <= room - reply(shorter):
+            if fits(keep(mid)):
                 lo = mid
             else:
                 hi = mid - 1

@@ -106,6 +106,17 @@ def test_a_question_that_leaves_no_room_for_one_item_is_a_usage_error_where_item
     assert fit(SynthesizeTask(QUESTION, (), items), 32, 2048, render, cl100k, min_items=1).task.items == items
 
 
+def test_an_item_too_long_to_fit_alone_leaves_room_for_the_items_ranked_after_it():
+    """A grep hit on a file of one long line cannot be cut to fewer lines: ranked first, it was
+    the one item tried, and the question was refused though the other items fit."""
+    huge = EvidenceItem("grep_search", "docs/one-line.txt", "uploads retry " * 2000, 1, 1, 0.9)
+    small = (big_item(1, 3, 10), big_item(2, 3, 10))
+    task = SynthesizeTask(QUESTION, (), (huge, *small))
+    fitted = fit(task, 512, 1024, render, cl100k, min_items=1)
+    assert [i.source for i in fitted.task.items] == ["docs/big1.md", "docs/big2.md"] and fitted.dropped == (0,)
+    assert fitted.prompt_tokens + 512 <= int(1024 * 0.9)
+
+
 def run_agent(items, history, question, context_tokens, answer_tokens=256):
     toolbox = FakeToolbox({"grep_search": [items]}, question=question, question_results=items[:5])
     model = ScriptedChatModel(default={
