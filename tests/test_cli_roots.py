@@ -23,9 +23,9 @@ SETUP = "# Setup\n\nThe server listens on port 8080 by default.\nSet SERVICE_POR
 NOTES = "# Notes\n\nThe notes server port is 9090.\n\n## Backups\n\nThe port for backups is 7070.\n"
 
 
-def cli(*argv: str) -> tuple[int, str, str]:
+def cli(*argv: str, stdin: str | None = None) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
-    code = main(list(argv), out, err)
+    code = main(list(argv), out, err, io.StringIO(stdin) if stdin is not None else None)
     return code, out.getvalue(), err.getvalue()
 
 
@@ -139,6 +139,10 @@ def test_a_root_deleted_from_disk_is_reported_left_out_of_search_and_dropped_by_
     assert "crag: note: notes no longer exists on disk and is left out of the search" in err  # as search says it
     code, out, err = cli("ask", "hello", "--json")  # chitchat: no search, no note
     assert code == 0 and "no longer exists" not in err, err
+    # chat said nothing of it: once a session, after the first answer that searched
+    code, out, err = cli("chat", stdin="hello\nwhat is the notes server port?\nand the notes server host?\n")
+    assert code == 0 and "9090" not in out, err
+    assert err.count("crag: note: notes no longer exists on disk and is left out of the search") == 1, err
 
     code, out, err = cli("index", "docs")
     assert code == 0, err

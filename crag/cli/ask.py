@@ -171,6 +171,19 @@ def fetch_failed_notes(result, agent, err: TextIO) -> None:
             err.write(shown_message(f"crag: note: {error}") + "\n")
 
 
+def gone_roots_note(result, agent) -> str | None:
+    """The note for stderr naming the roots gone from disk (or out of reach) that an answer's
+    search left out, as ``crag search`` writes it (``missing_roots_note``); None when every root
+    is there, or when the answer searched nothing (chitchat): its "couldn't find" has no other
+    word of why."""
+    if "tool_exec" not in result.trace:
+        return None
+    from .index_text import missing_roots_note
+
+    note = missing_roots_note(agent.toolbox.missing_roots(), shared=bool(agent.settings.store))
+    return shown(own_name(note)) if note else None
+
+
 class IndexNotes:
     """Prints indexing progress for ``--kb`` on stderr (stdout stays clean for --json): the line
     ``crag index`` draws (``ProgressLine``: a carriage return and spaces, no cursor control, so a
@@ -254,8 +267,7 @@ def cmd_ask(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             result = answer_live(agent, question, history, LiveAnswer(out, err, show_usage))
         else:
             result = agent.ask(question, history=history)
-        # roots gone from disk were left out of the search: said as ``crag search`` says it
-        missing = agent.toolbox.missing_roots() if "tool_exec" in result.trace else ()
+        gone = gone_roots_note(result, agent)
     for say in later:  # which index answered: after the answer, so a failure is one line
         say()
     if args.json:
@@ -264,10 +276,7 @@ def cmd_ask(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         print_answer(out, result, show_usage=show_usage)
     out.flush()  # the answer first: a log locked by another crag waits up to its timeout
     fetch_failed_notes(result, agent, err)
-    from .index_text import missing_roots_note
-
-    note = missing_roots_note(missing, shared=bool(agent.settings.store))
-    if note:
-        err.write(shown(own_name(note)) + "\n")
+    if gone:
+        err.write(gone + "\n")
     record(agent.settings, result, err, conversation, "ask")
     return 0

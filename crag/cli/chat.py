@@ -25,7 +25,7 @@ from typing import TextIO
 
 from ..errors import CragError, UsageError
 from ..safe_text import ShownStream, for_terminal, valid_text
-from .ask import agent_for, fetch_failed_notes
+from .ask import agent_for, fetch_failed_notes, gone_roots_note
 from .common import (
     Terminated,
     check_readable,
@@ -277,7 +277,7 @@ def cmd_chat(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     talk = out if isatty(out) else err if isatty(args.stdin) and isatty(err) else io.StringIO()
     progress.leads = talk is err
     later: list = []
-    said: set[str] = set()  # the log's notes written so far: an unwritable log is said once a session
+    said: set[str] = set()  # notes written so far (an unwritable log, roots gone from disk): each once a session
     with agent_for(args, err, later) as agent:
         open_index(agent)
         for say in later:  # which index: once it opened, so a missing or damaged one is one error line
@@ -346,6 +346,10 @@ def cmd_chat(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 print("crag: answer cancelled (Ctrl-C); ask again, or Ctrl-D to end", file=err)
                 continue
             fetch_failed_notes(result, agent, err)
+            gone = gone_roots_note(result, agent)
+            if gone and gone not in said:
+                err.write(gone + "\n")
+                said.add(gone)
             conversation = record(agent.settings, result, err, conversation, "chat", said)
             history.append({"role": "user", "content": question})
             history.append({"role": "assistant", "content": result.answer})
