@@ -193,7 +193,8 @@ class AnswerLog:
         while not os.path.lexists(above) and os.path.dirname(above) not in ("", above):
             above = os.path.dirname(above)
         if above != folder and os.path.lexists(above) and not os.path.isdir(above):
-            raise LogError(f"the answer log cannot be kept in {folder}: {above} is not a folder")
+            what = _link_trouble(above) if os.path.islink(above) else "not a folder"
+            raise LogError(f"the answer log cannot be kept in {folder}: {above} is {what}")
         if os.path.lexists(self.path) and not os.path.isfile(self.path):
             what = _link_trouble(self.path) if os.path.islink(self.path) else "not a file (a folder?)"
             raise LogError(f"the answer log {self.path} is {what}: move it away to start a new log")

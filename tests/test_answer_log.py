@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import sqlite3
 from pathlib import Path
 
@@ -517,6 +518,17 @@ def test_a_file_where_the_state_folder_belongs_is_one_error_line(tmp_path: Path,
     assert err == f"crag: note: {line}"
     code, out, err = cli("log")
     assert code == 1 and out == "" and err == f"crag: error: {line}"
+    # XDG_STATE_HOME a symbolic link: "not a folder" said nothing of where it leads, as for .crag
+    (tmp_path / "state").unlink()
+    for target, what in (("nowhere", "a symbolic link to nothing"), ("state", "a symbolic link that leads round in "
+                         "a loop"), ("notes.txt", "a symbolic link to a file, not a folder")):
+        (tmp_path / "notes.txt").write_text("a file\n")
+        os.symlink(target, tmp_path / "state")
+        line = f"the answer log cannot be kept in {tmp_path / 'state' / 'crag'}: {tmp_path / 'state'} is {what}\n"
+        assert cli("log") == (1, "", f"crag: error: {line}")
+        code, out, err = cli("ask", "hello")
+        assert code == 0 and err == f"crag: note: {line}" and not (tmp_path / "nowhere").exists()
+        (tmp_path / "state").unlink()
 
 
 def test_an_empty_log_file_is_read_as_no_answers_without_writing_to_it(project: Path) -> None:
