@@ -639,6 +639,10 @@ def test_parse_scores_validates_strictly(reply):
     ("```\n0.9\n```", (0.9,)),  # the number alone, fenced
     ("Here:\n```text\n0.25\n```", (0.25,)),
     ("```\n0.9 0.8\n```", None),
+    ("`0.9`", (0.9,)),  # the number alone as inline code, or a fence on one line
+    ("```0.9```", (0.9,)),
+    ("`0.9` fits", None),
+    ("`0.9 0.8`", None),
     ("1", (1.0,)),
     ("1.5", None),
     ("true", None),

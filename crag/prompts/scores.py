@@ -37,7 +37,8 @@ def parse_scores(text: Any, n: int) -> tuple[float, ...] | None:
     """Exactly ``n`` finite scores in [0, 1] from a grader reply, or None.
 
     Accepts a JSON array or ``{"scores": [...]}``, in code fences or amid prose (for one item,
-    also a reply that is one number and nothing else: ``0.9``, alone or in a code fence); the first
+    also a reply that is one number and nothing else: ``0.9``, alone, in a code fence or in
+    backticks); the first
     JSON value that is a valid answer wins. Booleans, strings and out-of-range numbers are
     not scores; numbers inside ``<think>`` only, and ``[1]``-style markers in prose, are
     not either (a parse failure, not a guess).
@@ -51,12 +52,21 @@ def parse_scores(text: Any, n: int) -> tuple[float, ...] | None:
         scores = _scores(value, n)
         if scores is not None:
             return scores
-    if n == 1:  # one item: the number alone in a code fence ("```\n0.9\n```"), as it is alone
-        for m in FENCE.finditer(cleaned):
-            scores = _scores(scan_one(m.group(1)), 1)
+    if n == 1:  # one item: the number alone in a code fence ("```\n0.9\n```") or backticks, as it is alone
+        for part in [m.group(1) for m in FENCE.finditer(cleaned)] + [_in_backticks(cleaned.strip())]:
+            scores = _scores(scan_one(part), 1)
             if scores is not None:
                 return scores
     return None
+
+
+def _in_backticks(text: str) -> str:
+    """What ``text`` holds between the backticks that open and close it ("`0.9`", "```0.9```" on
+    one line, which ``FENCE`` reads as a language name); "" when it is not so wrapped."""
+    ticks = len(text) - len(text.lstrip("`"))
+    if ticks and len(text) > 2 * ticks and text.endswith("`" * ticks):
+        return text[ticks:-ticks]
+    return ""
 
 
 def _is_marker(value: Any, text: str) -> bool:
