@@ -609,7 +609,9 @@ def test_nothing_is_read_into_a_streamed_answer_after_its_finish(srv):
 
 @pytest.mark.parametrize("data", [{"message": "upstream exploded mid-answer"},
                                   {"error": {"message": "upstream exploded mid-answer", "code": 500}},
-                                  {"error": "upstream exploded mid-answer"}])
+                                  {"error": "upstream exploded mid-answer"},
+                                  {"detail": "upstream exploded mid-answer"},  # FastAPI's shape
+                                  {"detail": [{"msg": "upstream exploded mid-answer"}]}])
 def test_an_error_event_mid_stream_says_the_servers_message(srv, data):
     # With no "error" wrapper the message was lost: the line said the stream ended unfinished.
     text = {"choices": [{"index": 0, "delta": {"content": "The answer starts"}}]}

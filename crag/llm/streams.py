@@ -10,8 +10,9 @@ whole reply: an answer, or a ``BadReply`` for a stream cut mid-answer, a refusal
 
 An error event (``event: error``) is an error with the server's message whatever the shape of
 its data: ``{"error": {...}}`` or ``{"error": "..."}``, which the openai SDK raises as its
-``APIError``, or ``{"message": ...}``, which it passes on as a chunk with no choices (openai
-1.55, the oldest crag supports, wraps it: ``{"data": {"message": ...}, "event": "error"}``).
+``APIError``, or ``{"message": ...}`` (or FastAPI's ``{"detail": ...}``), which it passes on as
+a chunk with no choices (openai 1.55, the oldest crag supports, wraps it: ``{"data": {"message":
+...}, "event": "error"}``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from .retry import BadReply, body_message, one_line
 __all__ = ["STREAM_ERROR", "Streamed", "finished_reply", "read_chunks"]
 
 STREAM_ERROR = "sent an error in the answer's stream"  # an error event, whatever its data's shape
+_ERROR_KEYS = ("error", "message", "msg", "detail")  # where an error event's data has its words (``body_message``)
 
 
 @define
@@ -104,13 +106,13 @@ def finished_reply(read: Streamed, delivered: list[str], done: bool) -> Reply:
 
 def _error_message(chunk: Any) -> str | None:
     """The message of an error event the SDK passed on as a chunk (data such as ``{"message":
-    ...}``: no choices, an error or a message), or None for a chunk that is no error."""
+    ...}``: no choices, an error, a message or a detail), or None for a chunk that is no error."""
     if isinstance(getattr(chunk, "choices", None), list):
         return None
     extra = getattr(chunk, "model_extra", None) or {}
     if extra.get("event") == "error":  # openai 1.55 passes any named event on as {"data": ..., "event": ...}
         return body_message(extra.get("data")) or "no message"
-    if not ("error" in extra or "message" in extra or getattr(chunk, "object", None) == "error"):
+    if not (any(key in extra for key in _ERROR_KEYS) or getattr(chunk, "object", None) == "error"):
         return None
     return body_message(extra) or "no message"
 
