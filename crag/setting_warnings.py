@@ -19,8 +19,6 @@ def setting_warnings(known: list[str], environ: Mapping[str, str] | None = None,
     that are not assignments, and ``KB_AGENT_*`` names crag does not know (with the closest
     known name, of ``known``). Never shows a value. At most ``WARNINGS_SHOWN`` of each kind are listed and
     looked up, the rest counted: a ``.env`` of 30,000 unknown names costs 20 look-ups."""
-    import difflib
-
     from .safe_text import short_value
 
     known_set = frozenset(known)
@@ -38,7 +36,7 @@ def setting_warnings(known: list[str], environ: Mapping[str, str] | None = None,
     if target is not None:
         found.append(f"{where} is a symbolic link to {target}, which does not exist; no settings are read from it")
     for number, name in bad_lines[:WARNINGS_SHOWN]:  # the hint names a setting, never the line's text
-        close = difflib.get_close_matches(name.upper(), known, n=1, cutoff=0.8) if 5 <= len(name) <= 100 else []
+        close = closest_setting(name.upper(), known, cutoff=0.8) if 5 <= len(name) <= 100 else []
         found.append(f"{where} line {number} is not an assignment (NAME=value); it is ignored" + "".join(f"; did you mean {c}=...?" for c in close))
     if len(bad_lines) > WARNINGS_SHOWN:
         found.append(f"{len(bad_lines) - WARNINGS_SHOWN:,} more lines of {where} are not assignments; they are ignored")
@@ -46,10 +44,7 @@ def setting_warnings(known: list[str], environ: Mapping[str, str] | None = None,
     unknown = [(name, origin) for origin, names in ((where, file_values), ("the environment", env))
                for name in sorted(names) if name.strip().upper().startswith("KB_AGENT_") and name not in known_set]
     for name, origin in unknown[:WARNINGS_SHOWN]:
-        typed = name.strip().upper()
-        bare = typed.removeprefix("KB_AGENT_")  # KB_AGENT_JIRA_BASE_URL: a setting named without the prefix
-        close = [typed] if typed in known_set else [bare] if bare in known_set else (
-            difflib.get_close_matches(typed, known, n=1, cutoff=0.6) if len(name) <= 100 else [])
+        close = closest_setting(name.strip().upper(), known) if len(name) <= 100 else []
         hint = f"; did you mean {close[0]}?" if close else ""
         shown = short_value(name, 100)
         shown = f'"{shown}"' if name != name.strip() else shown  # the stray space made visible
@@ -57,6 +52,26 @@ def setting_warnings(known: list[str], environ: Mapping[str, str] | None = None,
     if len(unknown) > WARNINGS_SHOWN:
         found.append(f"{len(unknown) - WARNINGS_SHOWN:,} more KB_AGENT_* names are not crag settings")
     return found
+
+
+def closest_setting(typed: str, known: list[str], cutoff: float = 0.6) -> list[str]:
+    """The known variable ``typed`` (upper case) most likely means, in a list of one, or none.
+
+    Names are compared without the ``KB_AGENT_`` prefix they share, which would make every
+    name look close to every other (``KB_AGENT_TEMP`` read as ``KB_AGENT_TOP_K``, ``KB_AGENT_DEBUG``
+    as ``KB_AGENT_MODEL``); a name that is the start or the last words of one setting's
+    (``KB_AGENT_TEMP``, ``KB_AGENT_TIMEOUT``) means that one. A name close to none gets none."""
+    import difflib
+
+    bare = typed.removeprefix("KB_AGENT_")  # KB_AGENT_JIRA_BASE_URL: a setting named without the prefix
+    stems = {name.removeprefix("KB_AGENT_"): name for name in known}
+    if typed in known or bare in stems:
+        return [typed] if typed in known else [stems[bare]]
+    close = difflib.get_close_matches(bare, stems, n=1, cutoff=cutoff)
+    if not close and len(bare) >= 3:
+        parts = [stem for stem in stems if stem.startswith(bare) or stem.endswith("_" + bare)]
+        close = sorted(parts, key=lambda stem: -difflib.SequenceMatcher(None, bare, stem).ratio())[:1]
+    return [stems[stem] for stem in close]
 
 
 def _missing_target(path: str | os.PathLike[str]) -> str | None:

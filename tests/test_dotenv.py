@@ -105,3 +105,26 @@ def test_a_setting_named_with_the_prefix_it_has_not_is_pointed_at_its_name(name,
     """KB_AGENT_JIRA_BASE_URL was "did you mean KB_AGENT_EMBEDDING_BASE_URL?", and Jira stayed off."""
     [warning] = config_warnings(environ={name: "x"}, dotenv=None)
     assert warning.endswith(f"did you mean {meant}?"), warning
+
+
+@pytest.mark.parametrize(("name", "hint"), [
+    ("KB_AGENT_TEMP", "; did you mean KB_AGENT_TEMPERATURE?"),  # was KB_AGENT_TOP_K
+    ("KB_AGENT_API_KEY", "; did you mean OPENAI_API_KEY?"),  # was KB_AGENT_TOP_K
+    ("KB_AGENT_TIMEOUT", "; did you mean KB_AGENT_LLM_TIMEOUT?"),
+    ("KB_AGENT_DEBUG", ""),  # was KB_AGENT_MODEL
+    ("KB_AGENT_FOO", ""),  # was KB_AGENT_LOG
+    ("KB_AGENT_PORT", ""),  # was KB_AGENT_STORE
+])
+def test_an_unknown_name_is_compared_without_the_prefix_every_setting_shares(name, hint):
+    """The KB_AGENT_ prefix made every name close to every setting, so a name that means none
+    was pointed at an unrelated one (KB_AGENT_DEBUG: "did you mean KB_AGENT_MODEL?") and a short
+    one at the wrong one (KB_AGENT_TEMP: "did you mean KB_AGENT_TOP_K?")."""
+    assert config_warnings(environ={name: "1"}, dotenv=None) == [
+        f"{name} (in the environment) is not a crag setting{hint}"]
+
+
+def test_a_line_naming_no_setting_gets_no_unrelated_hint(tmp_path):
+    """``KB_AGENT_FOO 1`` was "did you mean KB_AGENT_LOG=...?": the shared prefix alone was close."""
+    f = tmp_path / ".env"
+    f.write_text("KB_AGENT_FOO 1\n", encoding="utf-8")
+    assert config_warnings(environ={}, dotenv=f) == [f"{f} line 1 is not an assignment (NAME=value); it is ignored"]
