@@ -161,7 +161,8 @@ def _parse_dotenv(path: str | os.PathLike[str], bad_lines: list[tuple[int, str]]
             continue
         key = key.strip()
         if "\x00" in value or "\x00" in key:
-            raise ConfigError(key, value, "a value without NUL characters", secret=_secret_variable(key) or _url_variable(key))
+            raise ConfigError(key, value, f"a value without NUL characters (set in {os.fspath(path)})",
+                              secret=_secret_variable(key) or _url_variable(key))
         values[key] = value
     return values
 

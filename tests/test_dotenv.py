@@ -6,6 +6,7 @@ import pytest
 
 from crag.config import Settings, config_warnings
 from crag.environment import read_dotenv
+from crag.errors import ConfigError
 
 
 @pytest.mark.parametrize(("line", "value"), [
@@ -128,3 +129,13 @@ def test_a_line_naming_no_setting_gets_no_unrelated_hint(tmp_path):
     f = tmp_path / ".env"
     f.write_text("KB_AGENT_FOO 1\n", encoding="utf-8")
     assert config_warnings(environ={}, dotenv=f) == [f"{f} line 1 is not an assignment (NAME=value); it is ignored"]
+
+
+def test_a_nul_in_a_value_says_the_file_it_was_set_in(tmp_path):
+    """Every other bad value says where it was set; one holding a NUL (which only a file can
+    hold) was "KB_AGENT_TOP_K=3\\x00 is not valid: expected a value without NUL characters"."""
+    f = tmp_path / ".env"
+    f.write_bytes(b"KB_AGENT_TOP_K=3\x00\n")
+    with pytest.raises(ConfigError) as caught:
+        Settings.from_env(environ={}, dotenv=f)
+    assert str(caught.value) == f"KB_AGENT_TOP_K=3\\x00 is not valid: expected a value without NUL characters (set in {f})"
