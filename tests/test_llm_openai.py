@@ -130,6 +130,15 @@ def test_an_api_key_is_sent_and_a_missing_one_is_a_config_error(srv):
         OpenAIChatModel(Settings(llm="openai"))
 
 
+def test_a_key_that_was_never_set_is_not_called_set_to_nothing():
+    """With KB_AGENT_LLM=openai and no key, the one line was "OPENAI_API_KEY= is not valid", as
+    if the key had been set to an empty value."""
+    with pytest.raises(ConfigError) as caught:
+        OpenAIChatModel(Settings(llm="openai"))
+    assert str(caught.value) == ("KB_AGENT_LLM=openai is not valid: expected offline, or openai with OPENAI_API_KEY "
+                                 "set (or OPENAI_BASE_URL for a local server that needs no key)")
+
+
 def test_without_a_base_url_setting_requests_go_to_openai_whatever_the_sdk_would_read(monkeypatch):
     # An exported but empty OPENAI_BASE_URL is no URL to crag (the default server), but the SDK,
     # given none, read the variable itself and sent requests to "/chat/completions": one line

@@ -177,10 +177,10 @@ class OpenAIChatModel:
         base_url = settings.openai_base_url or None
         api_key = settings.openai_api_key or (PLACEHOLDER_API_KEY if base_url else "")
         if not api_key:
-            raise ConfigError(
-                "OPENAI_API_KEY",
-                "",
-                "an API key when KB_AGENT_LLM=openai (or OPENAI_BASE_URL for a local server that needs none)",
+            raise ConfigError(  # blamed on the setting that asks for a key, as the openai embedder's is
+                "KB_AGENT_LLM",
+                "openai",
+                "offline, or openai with OPENAI_API_KEY set (or OPENAI_BASE_URL for a local server that needs no key)",
             )
         import openai
 
