@@ -121,8 +121,9 @@ def read_dotenv(path: str | os.PathLike[str], bad_lines: list[tuple[int, str]] |
     comments (also after a value, quoted or not) and a UTF-8 byte-order mark (or UTF-16 with its mark; without it, the
     error says so). Only a regular file of at most
     ``DOTENV_MAX_BYTES`` is read; a NUL character in a value is refused (no environment
-    variable can hold one). Lines that are not assignments go to ``bad_lines`` when given, each
-    as its number and the name it starts with ("" for none). An unchanged file is parsed once per process.
+    variable can hold one). Lines that are not assignments (a name with a space in it, ``set
+    NAME=value``, included) go to ``bad_lines`` when given, each as its number and the name it
+    starts with, or the last word of the spaced name ("" for none). An unchanged file is parsed once per process.
     """
     read = _read_dotenv_cached(path)
     if bad_lines is not None:
@@ -160,6 +161,9 @@ def _parse_dotenv(path: str | os.PathLike[str], bad_lines: list[tuple[int, str]]
             bad_lines.append((number, name[0] if name else ""))
             continue
         key = key.strip()
+        if re.search(r"\s", key):  # "set KB_AGENT_TOP_K=3": no variable's name holds a space (kept, to be masked)
+            name = re.match(r"[A-Za-z_]\w*", key.split()[-1])
+            bad_lines.append((number, name[0] if name else ""))
         if "\x00" in value or "\x00" in key:
             raise ConfigError(key, value, f"a value without NUL characters (set in {os.fspath(path)})",
                               secret=_secret_variable(key) or _url_variable(key))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from crag.config import Settings, config_warnings
-from crag.environment import read_dotenv
+from crag.environment import read_dotenv, secret_values
 from crag.errors import ConfigError
 
 
@@ -60,6 +60,9 @@ def test_a_quote_left_open_or_followed_by_words_is_not_an_assignment(tmp_path, t
     ("KB_AGENT_TOP_K: 7", "; did you mean KB_AGENT_TOP_K=...?"),  # YAML's colon
     ("export KB_AGENT_MAX_ITERATION 2", "; did you mean KB_AGENT_MAX_ITERATIONS=...?"),
     ('KB_AGENT_MODEL="llama3', "; did you mean KB_AGENT_MODEL=...?"),  # a quote left open
+    ("set KB_AGENT_TOP_K=7", "; did you mean KB_AGENT_TOP_K=...?"),  # cmd.exe's set: was read as the name "set KB_AGENT_TOP_K"
+    ("EXPORT KB_AGENT_TOP_K=7", "; did you mean KB_AGENT_TOP_K=...?"),  # and was ignored without a word
+    ("KB AGENT TOP K=7", ""),
     ("sk-live-abcdef123456", ""),  # a pasted key: not a name, and never shown
     ("hello world", ""),
 ])
@@ -139,3 +142,13 @@ def test_a_nul_in_a_value_says_the_file_it_was_set_in(tmp_path):
     with pytest.raises(ConfigError) as caught:
         Settings.from_env(environ={}, dotenv=f)
     assert str(caught.value) == f"KB_AGENT_TOP_K=3\\x00 is not valid: expected a value without NUL characters (set in {f})"
+
+
+def test_a_secret_under_a_name_with_a_space_is_still_masked(tmp_path):
+    """``set GITHUB_TOKEN=...`` is warned about as no assignment, yet its value stays among the
+    secrets crag masks, as it was while the line was read as a name holding a space."""
+    f = tmp_path / ".env"
+    f.write_text("set GITHUB_TOKEN=ghp_abcdefghijklmnopqrstuvwxyz0123456789\n", encoding="utf-8")
+    assert "ghp_abcdefghijklmnopqrstuvwxyz0123456789" in secret_values(environ={}, dotenv=f)
+    assert config_warnings(environ={}, dotenv=f) == [
+        f"{f} line 1 is not an assignment (NAME=value); it is ignored"]
