@@ -256,6 +256,17 @@ def test_a_marker_written_with_a_word_is_the_marker_of_that_item(written):
     assert "[Source 1](https://example.org/s1)" in link.body  # a link's text, not a marker
 
 
+def test_a_markdown_link_whose_text_is_an_items_number_is_its_marker():
+    """Models that cite with links write "[2](docs/backup.md)": read as a link, its "2" was a
+    number no evidence holds, and a right answer was refused. A page's anchor stays a link."""
+    g = ground("The server listens on port 8080 by default [1](docs/setup.md). "
+               "A backup is kept for thirty days ([2](https://example.org/backup)).", ITEMS)
+    assert g.body == "The server listens on port 8080 by default [1]. A backup is kept for thirty days ([2])."
+    assert g.report.supported == 2 and lines_of(g) == [("docs/setup.md", 22), ("docs/backup.md", 4)]
+    kept = ground("The server listens on port 8080, as step [1](#step-1) shows [1].", ITEMS)
+    assert "[1](#step-1)" in kept.body
+
+
 def test_a_number_in_parentheses_is_a_marker_only_where_a_citation_goes():
     """ "... 8080 (1)." cites item 1 (it was a number no item holds: the answer was refused); a
     number naming no item, "(1, 2)", one opening a list item or inside a sentence or code, and

@@ -205,6 +205,10 @@ _LENTICULAR = re.compile(r"[ \t]?\u3010(\d{1,4})(?:[:\u2020][^\u3011\n]{0,80})?\
 # before, so a streamed answer never takes it back). Left as written, "(1)" was a number no
 # evidence holds, and a right answer became the no-evidence sentence.
 _PAREN = re.compile(r"(?<=[\w)\]\"'\u2019\u201d%])([ \t])\((\d{1,4})\)(?=[.!?;:,][ \t]*(?:$|\s)|[ \t]*$)", re.M)
+# "[1](docs/setup.md)": a Markdown link whose text is an item's number, as models that cite with
+# links write; its target is no claim (a page's anchor, "[2](#step-2)", is a link). Left as
+# written, its "1" was a number no evidence holds, and a right answer became the no-evidence sentence.
+_LINKED = re.compile(r"\[\s*(\d{1,4})\s*\]\((?!#)[^()\s]*\)")
 
 
 def source_references(text: str, items: Sequence[EvidenceItem]) -> str:
@@ -264,7 +268,7 @@ def _worded_markers(text: str, n: int) -> str:
         for i in range(0, len(pieces), 2):
             pieces[i] = _LENTICULAR.sub(lambda m: f" [{m.group(1)}]", pieces[i])
         text = "".join(pieces)
-    if not n or not (_WORDED.search(text) or _PAREN.search(text)):
+    if not n or not (_WORDED.search(text) or _PAREN.search(text) or _LINKED.search(text)):
         return text
 
     def replace(match: re.Match[str]) -> str:
@@ -277,7 +281,7 @@ def _worded_markers(text: str, n: int) -> str:
     pieces = code_split(text)
     cited = False  # a bracketed marker before: the reply cites so, and means "(2)" as written
     for i in range(0, len(pieces), 2):
-        piece = _WORDED.sub(replace, pieces[i])
+        piece = _WORDED.sub(replace, _LINKED.sub(replace, pieces[i]))
         out, at = [], 0
         for m in _PAREN.finditer(piece):
             cited = cited or MARKER.search(piece, at, m.start()) is not None
