@@ -40,9 +40,22 @@ def test_a_reference_the_evidence_holds_stays_a_marker() -> None:
     assert g.body == "The server listens on port 8080 by default (see [1])."
 
 
+@pytest.mark.parametrize("reference", [
+    " (see docs/setup.md)", " [docs/setup.md]", " (docs/setup.md)", " (source: `docs/setup.md`)", "; see docs/setup.md",
+])
+def test_the_evidence_file_cited_without_a_line_is_its_marker(reference: str) -> None:
+    """A model cites the file an item came from by its path alone: left as written, the path
+    was an identifier no passage holds, and a right answer was refused."""
+    g = ground(f"The server listens on port 8080 by default{reference}.", (SETUP,))
+    assert g.report.supported == 1 and g.report.unsupported == ()
+    assert "docs/setup.md" not in g.body and "[1]" in g.body
+
+
 def test_a_path_in_prose_or_in_code_is_left_as_written() -> None:
     g = ground("Edit `docs/other.md:L3` to change the port 8080 the server listens on by default.", (SETUP,))
     assert "`docs/other.md:L3`" in g.body
+    prose = ground("As docs/setup.md says, the server listens on port 8080 by default.", (SETUP,))
+    assert prose.body.startswith("As docs/setup.md says")
 
 
 def test_ask_answers_when_the_model_adds_a_reference_it_invented(tmp_path, monkeypatch) -> None:

@@ -222,7 +222,7 @@ def source_references(text: str, items: Sequence[EvidenceItem]) -> str:
     evidence (one past the last item), which renumbering removes; elsewhere in prose it is left
     as written, and so is a path without a line, which prose uses for files it talks about, and
     a worded marker naming no item."""
-    text = _worded_markers(plain_markers(text), len(items))
+    text = _cited_files(_worded_markers(plain_markers(text), len(items)), items)
     spans: dict[str, list[tuple[int, int, int]]] = {}
     for k, item in enumerate(items, start=1):
         if item.start_line is not None:  # as the prompt's header shows it: in display form
@@ -247,6 +247,30 @@ def source_references(text: str, items: Sequence[EvidenceItem]) -> str:
             inner = _REFERENCE.fullmatch(piece.strip("`").strip())
             mark = marker(inner) if inner else None
             pieces[i] = mark or piece
+    return "".join(pieces)
+
+
+def _cited_files(text: str, items: Sequence[EvidenceItem]) -> str:
+    """``text`` with each path of an item's file written with no line as a citation
+    (``(see docs/setup.md)``, ``[docs/setup.md]``, ``(source: `docs/setup.md`)``: ``_cites``) as
+    the marker of the first item of that file, which grounding moves to the item that supports
+    the sentence. Left as written, the path was an identifier no passage holds, and a right
+    answer citing so was refused. In prose ("as docs/setup.md says") it stays."""
+    first: dict[str, int] = {}
+    for k, item in enumerate(items, start=1):
+        first.setdefault(display_name(item.source), k)
+    named = sorted((name for name in first if name in text), key=len, reverse=True)
+    if not named:
+        return text
+    path = re.compile(r"(?<![\w/.:-])\[?(" + "|".join(map(re.escape, named)) + r")\]?(?![\w/:-]|\.\w)")
+    pieces = code_split(text)
+    for i, piece in enumerate(pieces):
+        if i % 2 == 0:
+            pieces[i] = path.sub(lambda m: f"[{first[m.group(1)]}]" if _cites(m) else m.group(0), piece)
+        elif piece.startswith("`") and not piece.startswith("```") and piece.strip("`").strip() in first:
+            before, after = "".join(pieces[:i]), "".join(pieces[i + 1 :])  # a code span holding only the path
+            if _OPENS_CITATION.search(before) and _CLOSES_CITATION.match(after):
+                pieces[i] = f"[{first[piece.strip('`').strip()]}]"
     return "".join(pieces)
 
 
