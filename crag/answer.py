@@ -236,10 +236,14 @@ def renumber(text: str, n_items: int) -> tuple[str, list[int]]:
 _SOURCE_LINE = re.compile(
     r"^[ \t]*(?:[-*][ \t]+)?\[\s*\^?\d+\s*\]:?[ \t]+\S*?[/.]\w\S*(?:[ \t]*\([^)\n]*\))?[ \t]*$\n?", re.M
 )
-# Its heading, when nothing follows it once those lines are gone.
+# Under such a heading, a list of paths or URLs alone ("1. docs/setup.md", "- docs/faq.md:L5").
+_LISTED_SOURCE = re.compile(r"[ \t]*(?:[-*+]|\d{1,3}[.)])[ \t]+\S*?[/.]\w\S*(?:[ \t]*\([^)\n]*\))?[ \t]*")
+# Its heading, when nothing follows it once those lines are gone, or only markers and paths on
+# its own line ("**Sources:** [1], [2]", "References: docs/setup.md:L4, docs/faq.md").
 _HEADING_WORDS = ("sources", "references", "citations")
 _SOURCES_HEADING = re.compile(
-    r"(?:^|\n)[ \t]*(?:#+[ \t]*)?\**(?:" + "|".join(f"{w[:-1]}s?" for w in _HEADING_WORDS) + r")\**:?\**[ \t]*\s*\Z", re.I
+    r"(?:^|\n)[ \t]*(?:#+[ \t]*)?\**(?:" + "|".join(f"{w[:-1]}s?" for w in _HEADING_WORDS) + r")\**:?\**"
+    r"(?:[ \t]*(?:[,;]|and)?[ \t]*(?:\[\s*\d+\s*\]|`?[^\s,;`\[\]]*?[/.]\w[^\s,;`]*`?))*[ \t]*\s*\Z", re.I
 )
 
 
@@ -260,13 +264,17 @@ def without_source_list(text: str) -> str:
     code, stay."""
     pieces = _CODE.split(text)  # the last piece is outside code
     lines = pieces[-1].split("\n")
-    end = len(lines)
+    end = listed = len(lines)
     while end and (not lines[end - 1].strip() or _SOURCE_LINE.fullmatch(lines[end - 1])):
         end -= 1
-    if not any(line.strip() for line in lines[end:]):
-        return text
+    while listed and (not lines[listed - 1].strip() or _SOURCE_LINE.fullmatch(lines[listed - 1])
+                      or _LISTED_SOURCE.fullmatch(lines[listed - 1])):
+        listed -= 1
+    if listed < end and _SOURCES_HEADING.search("\n".join(lines[:listed])):  # paths listed under a heading
+        end = listed
     pieces[-1] = "\n".join(lines[:end])
-    return _SOURCES_HEADING.sub("", "".join(pieces).rstrip()).rstrip()
+    cut = _SOURCES_HEADING.sub("", "".join(pieces).rstrip()).rstrip()
+    return text if cut == text.rstrip() else cut
 
 
 def footer_lines(items: Sequence[EvidenceItem], order: Sequence[int]) -> tuple[list[str], tuple[Citation, ...]]:

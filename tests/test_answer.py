@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -48,6 +49,20 @@ def test_a_source_list_the_model_wrote_at_its_end_is_left_out_for_the_footer():
     for kept in ("[1] Done.", "Port [1].\n[1] Restart the server.", "See:\n[1] docs/a.md\n\nMore [1].",
                  "Port [1].\n```\n[1] docs/a.md\n```", "Port [1].\n\nSources: the setup guide."):
         assert without_source_list(kept) == kept
+
+
+@pytest.mark.parametrize("listed", [
+    "\n\n**Sources:** [1], [2]", "\n\nReferences: docs/setup.md:L7, docs/faq.md:L5", "\n\nSources: docs/setup.md",
+    "\n\n**Sources**\n1. docs/setup.md\n2. docs/faq.md", "\n\n### References\n- docs/setup.md:L7 (Setup)\n- https://x.org/a",
+])
+def test_a_source_list_of_markers_or_bare_paths_is_left_out_for_the_footer(listed):
+    """Models list their sources as "**Sources:** [1], [2]" or as a list of paths under a heading:
+    kept, the markers cited whole chunks that support no sentence, and each path was a sentence
+    judged unsupported, one more toward refusing a right answer."""
+    assert without_source_list(f"Port 8080 [1].{listed}") == "Port 8080 [1]."
+    files = "The files are:\n\n- app/main.py\n- docs/setup.md"  # paths the answer lists, with no sources heading
+    assert without_source_list(files) == files
+    assert without_source_list("Port [1].\n\nSources: see the setup guide [1].") == "Port [1].\n\nSources: see the setup guide [1]."
 
 
 def test_grep_match_cites_the_matching_line():
