@@ -784,6 +784,15 @@ def agent_answer(reply: str, mode: str):
     return agent.ask("What port does the server use?")
 
 
+def test_the_models_refusal_in_the_no_evidence_sentence_cites_nothing():
+    """A model told to say crag's no-evidence sentence may cite it ("... this question [1]."): it
+    was left unjudged with its marker, and the footer cited a whole chunk supporting nothing."""
+    g = ground(NO_EVIDENCE[:-1] + " [1][2].", ITEMS)
+    assert g.body == NO_EVIDENCE and g.sources == () and g.report.sentences == 0
+    result = agent_answer(NO_EVIDENCE[:-1] + " [1].", "note")
+    assert result.answer.startswith(NO_EVIDENCE + "\n\n---\n") and result.citations == ()
+
+
 def test_strict_answer_with_no_supported_sentence_is_the_no_evidence_sentence():
     result = agent_answer("It was released on October 22, 2024 [1].", "strict")
     assert result.answer.startswith(NO_EVIDENCE + "\n\n---\n") and result.citations == ()

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from attrs import frozen
 
-from ..answer import FIXED_SENTENCES, quotes_only
+from ..answer import FIXED_SENTENCES, NO_EVIDENCE, quotes_only
 from ..modes import GroundingMode
 from ..sentences import Piece, split
 from ..state import EvidenceItem, GroundingReport, Judgement
@@ -84,6 +84,8 @@ class _Grounder:
     def piece(self, piece: Piece) -> tuple[str, Judgement | None]:
         """The rewritten piece and its verdict (None: not judged)."""
         bare = _bare(piece.text)
+        if bare == NO_EVIDENCE:  # the model's refusal in crag's words cites nothing, as crag's own does
+            return strip_markers(piece.text), None
         if bare in FIXED_SENTENCES:  # crag's own ("... see the sources listed below"): the items as found
             return self.sources.remap(piece.text), None
         if not piece.judgeable:
