@@ -68,6 +68,18 @@ def test_reading_only_files_the_question_names_runs_only_those_reads():
     assert other.tool_calls[-1] == ToolCall("vector_search", {"query": question, "top_k": 5})
 
 
+@pytest.mark.parametrize(("named", "read"), [("docs/setup.md", "kb/docs/setup.md"), ("kb/docs/setup.md", "docs/setup.md"),
+                                             ("setup.md", "/srv/kb/docs/setup.md")])
+def test_a_read_of_the_named_file_by_another_path_to_it_runs_alone(named, read):
+    # The question named docs/setup.md and the planner read it as kb/docs/setup.md (the path
+    # crag's own citations show): the question was searched too, and seed 001's read_file rule
+    # never fired, while the same read spelt as the question spelt it ran alone.
+    state = planned(plan_reply(("read_file", {"path": read})), question=f"What does {named} say about ports?")
+    assert state.tool_calls == (ToolCall("read_file", {"path": read}),)
+    other = planned(plan_reply(("read_file", {"path": "kb/docs/my-setup.md"})), question=f"What does {named} say?")
+    assert [c.tool for c in other.tool_calls] == ["read_file", "vector_search"]
+
+
 def test_later_rounds_add_no_question_search():
     state = planned(plan_reply(("grep_search", {"pattern": "retry"})), iteration=1)
     assert [c.tool for c in state.tool_calls] == ["grep_search"]
