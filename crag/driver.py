@@ -395,7 +395,7 @@ class Driver:
             result = ToolResult.of(self.toolbox.run(call))
         except ToolError as exc:
             return ToolOutcome(call, (), str(exc))
-        return ToolOutcome(call, result.items, audit=result.audit)
+        return ToolOutcome(call, result.items, audit=result.audit, more=result.more)
 
 
 def _contexts(calls: Sequence[Any]) -> list[contextvars.Context]:

@@ -171,13 +171,14 @@ class Step:
 
 @frozen
 class ToolOutcome:
-    """What one tool call produced: items, or an error message (never both), and the
-    call's audit events."""
+    """What one tool call produced: items, or an error message (never both), the call's
+    audit events, and how many more results the tool found than it returned (``ToolResult.more``)."""
 
     call: ToolCall
     items: tuple[EvidenceItem, ...] = ()
     error: str | None = None
     audit: tuple[AuditEvent, ...] = ()
+    more: int = 0
 
 
 @runtime_checkable

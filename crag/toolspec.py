@@ -148,10 +148,12 @@ class QuestionArg:
 @frozen
 class ToolResult:
     """What a tool's ``run`` returns: the items it found, plus audit events about the call (a
-    ``glob`` that matched no file and was dropped, for instance)."""
+    ``glob`` that matched no file and was dropped, for instance), and ``more``: how many further
+    results it found and left out at a cap of its own (``grep_search`` past ``MAX_MATCHES``)."""
 
     items: tuple[EvidenceItem, ...] = field(default=(), converter=tuple)
     audit: tuple[AuditEvent, ...] = field(default=(), converter=tuple)
+    more: int = field(default=0, converter=int)
 
     @classmethod
     def of(cls, result: ToolResult | Iterable[EvidenceItem]) -> ToolResult:

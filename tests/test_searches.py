@@ -184,6 +184,24 @@ def kb_env(tmp_path: Path):
     return kb, settings
 
 
+def test_grep_truncated_counts_the_matches_past_the_tools_own_cap(tmp_path, monkeypatch):
+    # A word on 700 lines was audited as {"matches": 500, "kept": 10}: grep_search stops at
+    # MAX_MATCHES, and the audit counted only what it returned, not how many there were.
+    kb, settings = kb_env(tmp_path)
+    write(kb / "log.txt", "uploads retried\n" * 700)
+    monkeypatch.chdir(tmp_path)
+    model = ScriptedChatModel({"analyze_and_route": ['{"complexity": "simple", "suggested_tools": ["grep_search"]}'],
+                               "plan": [plan_reply(("grep_search", {"pattern": "retried"}))],
+                               "synthesize": ["Uploads are retried [1]."]})
+    box = Toolbox(settings, roots=[kb], cwd=tmp_path)
+    try:
+        result = Agent(model, box, settings).ask("How are uploads retried?")
+    finally:
+        box.close()
+    truncated = [e.fields for e in result.state.audit if e.event == "grep_truncated"]
+    assert truncated == [{"pattern": "retried", "matches": 700, "kept": 10}]
+
+
 def test_a_glob_matching_no_file_is_dropped_and_audited(tmp_path):
     kb, settings = kb_env(tmp_path)
     box = Toolbox(settings, roots=[kb], cwd=tmp_path)

@@ -73,6 +73,7 @@ def apply(state: AgentState, step: Step, reply: Sequence[ToolOutcome] | None, cf
         items = searches.unseen(o.call, o.items, state.tool_history, tool)
         if tool is not None and tool.match_cap:
             items, left_out = searches.cap_matches(items, tool.match_cap * cfg.top_k)
+            left_out += o.more  # found by the tool past a cap of its own, never returned
             if left_out:
                 events.append(
                     AuditEvent(

@@ -9,10 +9,11 @@ the knowledge base (a planner's guess) is dropped, the search runs without it, a
 result's audit says so (``glob_dropped``). Each match is one evidence item: the
 matching line as ``anchor_line`` and a window of up to ``CONTEXT`` lines either side as
 start/end/text (in a PDF, lines of the match's page only). At most ``MAX_MATCHES``
-matches are returned (``tool_exec`` keeps the best 2 x ``KB_AGENT_TOP_K`` of them and pages
-through the rest), every file the index takes is searched (up to ``MAX_FILE_BYTES``, as
-``read_file`` reads it), and lines longer than ``MAX_LINE_CHARS`` are only searched in their
-first part. A regular expression runs with a time limit
+matches are returned, with how many more there were (``ToolResult.more``, so that
+``grep_truncated`` counts them all; ``tool_exec`` keeps the best 2 x ``KB_AGENT_TOP_K`` of
+them and pages through the rest), every file the index takes is searched (up to
+``MAX_FILE_BYTES``, as ``read_file`` reads it), and lines longer than ``MAX_LINE_CHARS`` are
+only searched in their first part. A regular expression runs with a time limit
 (``crag.tools.regex_guard``): one that backtracks catastrophically is a ``ToolError``, not
 a hang.
 """
@@ -77,6 +78,8 @@ def run(args: Mapping[str, Any], context: ToolContext) -> ToolResult:
     for (path, lines), matched in zip(texts, hits):
         paged = is_paged(path)
         for i in matched:
+            if len(items) >= MAX_MATCHES:
+                return ToolResult(tuple(items), audit, more=sum(map(len, hits)) - MAX_MATCHES)
             lo, hi = _window(lines, i, paged)
             items.append(
                 EvidenceItem(
@@ -88,8 +91,6 @@ def run(args: Mapping[str, Any], context: ToolContext) -> ToolResult:
                     anchor_line=i + 1,
                 )
             )
-            if len(items) >= MAX_MATCHES:
-                return ToolResult(tuple(items), audit)
     return ToolResult(tuple(items), audit)
 
 
