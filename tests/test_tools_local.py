@@ -232,6 +232,9 @@ def test_read_file_ranges_and_caps(env) -> None:
         run(box, "read_file", path="setup.md", start_line=5, end_line=2)
     with pytest.raises(ToolError, match="no file"):
         run(box, "read_file", path="missing.md")
+    for folder in ("notes", "kb/notes", str(kb)):  # was "no file notes in the knowledge base", though it is there
+        with pytest.raises(ToolError, match=rf"^read_file: {re.escape(folder)} is a folder: give the path of one of its files$"):
+            run(box, "read_file", path=folder)
 
 
 def test_read_file_of_blank_lines_is_no_evidence(env) -> None:

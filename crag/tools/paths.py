@@ -64,6 +64,7 @@ def _resolve(tool: str, requested: str, roots: Sequence[str], cwd: str, excluded
     real_excluded = [os.path.realpath(e) for e in excluded]
     found_outside = False
     within = False  # a candidate lies in a root's folder, whether or not the file is there
+    folder = False  # a candidate in the roots is a folder (the planner named one, not a file)
     refused: str | None = None
     for candidate in candidates:
         try:
@@ -77,6 +78,7 @@ def _resolve(tool: str, requested: str, roots: Sequence[str], cwd: str, excluded
             continue
         within = True
         if not os.path.isfile(real):
+            folder = folder or os.path.isdir(real)
             continue
         reasons = [excluded_reason(real, rr) for rr in inside]
         if None in reasons:
@@ -86,6 +88,8 @@ def _resolve(tool: str, requested: str, roots: Sequence[str], cwd: str, excluded
         raise ToolError(tool, f"{display_name(requested)} is not part of the knowledge base: {refused}")
     # a path in a root's folder names no file there (deleted since a search found it): no file,
     # not "outside"
+    if folder:
+        raise ToolError(tool, f"{display_name(requested)} is a folder: give the path of one of its files")
     if found_outside or (not within and (os.path.isabs(path) or ".." in path.replace("\\", "/").split("/"))):
         raise ToolError(tool, f"{display_name(requested)} is outside the knowledge base: only files inside its folders can be read")
     raise ToolError(tool, f"no file {display_name(requested)} in the knowledge base")
