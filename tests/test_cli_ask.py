@@ -598,6 +598,20 @@ def test_a_piped_chat_answer_whose_stream_is_cut_leaves_no_fragment_on_standard_
     assert "8080" not in proc.stdout and proc.stdout.startswith("The client retries failed uploads three times [1].")
 
 
+def test_a_question_naming_what_a_tool_that_is_off_would_fetch_gets_a_note(kb: Path) -> None:
+    """A URL in the question while KB_AGENT_WEB_FETCH is off was answered from the documents
+    alone, with nothing anywhere but --json's audit to say the page was never fetched."""
+    for question, note in (
+        ("What does https://example.com/notes say about retries?",
+         "crag: note: the question names an http(s) URL, but web_fetch is off (set KB_AGENT_WEB_FETCH=on)\n"),
+        ("What does OPS-7 say about retries?",
+         "crag: note: the question names a Jira key (like ABC-123), but jira_fetch is off (set JIRA_BASE_URL)\n"),
+        ("How do uploads retry?", ""),
+    ):
+        code, out, err = cli("ask", "--json", question)
+        assert code == 0 and err == note and json.loads(out)["answer"]
+
+
 def test_a_fetch_that_failed_is_a_note_on_stderr(kb: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A Jira that refused the token was "I couldn't find relevant information...", exit
     status 0 and nothing on stderr: the cause was only in --json's audit."""

@@ -161,7 +161,11 @@ def fetch_failed_notes(result, agent, err: TextIO) -> None:
     """One note on stderr for each failure of a tool that fetches what the question names (an
     issue, a page, a URL: its ``question_arg``), as ``crag: note: TOOL: ERROR``: the answer
     alone says only that nothing was found, and the cause (credentials refused, no such issue,
-    a server down) is the user's to fix. ``--json`` has them in its audit as well."""
+    a server down) is the user's to fix. ``--json`` has them in its audit as well. A question
+    naming what a built-in tool that is off would fetch gets one note saying how to turn it on
+    (a URL while ``KB_AGENT_WEB_FETCH`` is off): the answer came from the documents alone."""
+    from ..tools import BUILTIN_TOOLS  # here: the command line imports without attrs (crag.cli)
+
     fetching = {t.name for t in agent.toolbox.tools() if t.question_arg is not None}
     said: list[str] = []
     for event in result.state.audit:
@@ -169,6 +173,10 @@ def fetch_failed_notes(result, agent, err: TextIO) -> None:
         if event.event == "tool_error" and event.fields.get("tool") in fetching and error and error not in said:
             said.append(error)
             err.write(shown_message(f"crag: note: {error}") + "\n")
+    for tool in BUILTIN_TOOLS:  # the question names what a tool that is off would fetch: say how to turn it on
+        qa = tool.question_arg
+        if qa is not None and tool.name not in fetching and qa.find(result.state.question):
+            err.write(f"crag: note: the question names {qa.what}, but {tool.name} is off ({tool.enable_hint})\n")
 
 
 def gone_roots_note(result, agent) -> str | None:
