@@ -397,6 +397,19 @@ def test_unusable_bodies_are_clear_llm_errors_without_retry(srv, reply, words):
     assert caught.value.__cause__ is not None
 
 
+@pytest.mark.parametrize("body,shown", [
+    ([True, None, {"a": False}], "('[true, null, {\"a\": false}]')"),
+    (None, "('null')"),
+    (True, "('true')"),
+])
+def test_a_body_that_is_no_completion_is_shown_as_the_server_sent_it(srv, body, shown):
+    # The line showed what the SDK made of it: 'None', '[True, None, ChatCompletion(id=None, ...'.
+    srv.script("plan", Raw(body))
+    with pytest.raises(LLMError) as caught:
+        model_for(srv, retries=0).complete(request())
+    assert str(caught.value) == f"LLM server {srv.base_url} sent a reply that is not a chat completion for node plan {shown}"
+
+
 @pytest.mark.parametrize("body", [
     {"error": {"message": "Upstream model overloaded for key sk-echo-Secret-0123", "code": 502}},
     {"error": "Upstream model overloaded for key sk-echo-Secret-0123"},

@@ -39,7 +39,7 @@ def read_completion(reply: Any, logprobs: bool = False, refusal_is_reply: bool =
     ``refusal_is_reply``: a refusal is the reply (empty, with ``refusal``), else an error."""
     choices = getattr(reply, "choices", None)
     if isinstance(reply, (str, bytes)) or not hasattr(reply, "choices"):
-        raise BadReply("sent a reply that is not a chat completion", repr(one_line(reply, 80)))
+        raise BadReply("sent a reply that is not a chat completion", repr(one_line(as_sent(reply), 80)))
     if not isinstance(choices, list) or not choices:
         extra = getattr(reply, "model_extra", None) or {}
         said = body_message(extra) if "error" in extra or getattr(reply, "object", None) == "error" else ""
@@ -70,6 +70,26 @@ def read_completion(reply: Any, logprobs: bool = False, refusal_is_reply: bool =
                        billed=True, usage=getattr(reply, "usage", None))
     return Reply(content, getattr(reply, "usage", None), finish,
                  read_logprobs(getattr(choices[0], "logprobs", None)) if logprobs else None)
+
+
+def as_sent(value: Any) -> str:
+    """A body the SDK read as no completion, as the server wrote it: the text of a body that
+    is no JSON, else JSON again (``null``, ``[true, {"a": 1}]``), never a Python repr of what
+    the SDK made of it (``None``, ``[True, ChatCompletion(id=None, ...)]``)."""
+    import json
+
+    def plain(item: Any) -> Any:
+        dump = getattr(item, "model_dump", None)
+        if callable(dump):  # an object the SDK read as a completion: the keys the server sent
+            return dump(mode="json", exclude_unset=True, warnings=False)
+        return [plain(each) for each in item] if isinstance(item, list) else item
+
+    if isinstance(value, (str, bytes)):
+        return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+    try:
+        return json.dumps(plain(value), ensure_ascii=False)
+    except (TypeError, ValueError):
+        return str(value)
 
 
 def tool_calls_text(calls: list[Any]) -> str:
