@@ -449,6 +449,23 @@ def test_a_compressed_reply_sent_although_crag_asked_for_none_is_read(srv):
         model_for(srv).complete(request())
 
 
+@pytest.mark.parametrize("between", [b": keep-alive\n\n", b"retry: 3000\n\n", b"\n", b"event: ping\n\n"])
+def test_a_stream_with_event_ids_and_events_without_data_is_read(srv, between):
+    # The SSE specification dispatches no event without data (a keep-alive comment, a retry
+    # alone); the SDK's decoder, once a stream had sent an id, took each for an event with empty
+    # data, and the answer failed as "a body that is not valid JSON".
+    def chunk(delta: str, finish: str | None = None) -> bytes:
+        return json.dumps({"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m", "choices": [
+            {"index": 0, "delta": {"content": delta}, "finish_reason": finish}]}).encode()
+
+    events = (b"id: 1\ndata: " + chunk("The port ") + b"\n\n" + between + b"id: 2\ndata: "
+              + chunk("is 8080.", "stop") + b"\n\n" + between + b"data: [DONE]\n\n")
+    srv.script("synthesize", Status(200, events, headers={"Content-Type": "text/event-stream"}))
+    deltas: list[str] = []
+    assert model_for(srv, retries=0).complete(request("synthesize"), deltas.append).text == "The port is 8080."
+    assert "".join(deltas) == "The port is 8080."
+
+
 def test_a_refused_answer_is_a_clear_llm_error_without_retry(srv):
     srv.script("synthesize", NullContent(refusal="I can't help with that"))
     answer = LLMRequest("synthesize", SynthesizeTask("q", (), ()), tuple(MESSAGES))

@@ -9,7 +9,9 @@ client crag gives the SDK (``http_client``) checks each response's body on its w
   ``MAX_DEPTH`` arrays and objects deep;
 * an event stream (``text/event-stream``) is passed on line by line, each line checked the
   same way once it is whole (at most ``MAX_LINE_BYTES``, the stream ``MAX_BODY_BYTES`` in all),
-  so the SDK's decoder only ever sees checked lines; ``saw_done`` tells whether it ended with
+  so the SDK's decoder only ever sees checked lines, and each event once its blank line has
+  come, none without data (a keep-alive comment, ``retry:`` alone), as the SSE specification
+  dispatches none; ``saw_done`` tells whether it ended with
   ``data: [DONE]``, and ``whole_body`` gives the body of a server that answered a streaming
   request with a whole reply.
 
@@ -215,6 +217,7 @@ class _Checked:
         self._events = events
         self._error = error
         self.done = False  # an event stream's "data: [DONE]" went by
+        self._block: list[bytes] = []  # the lines of the event being read, until its blank line
         self.body: bytes | None = None  # a 2xx body that is not an event stream, once read and checked
 
     def __iter__(self) -> Iterator[bytes]:
@@ -254,14 +257,34 @@ class _Checked:
                     raise BadReply(f"sent an event over {MAX_LINE_BYTES >> 20} MiB")
                 continue
             *lines, pending = pending.split(b"\n")
+            passed: list[bytes] = []
             for line in lines:
                 _check_line(line)
                 self.done = self.done or line.rstrip(b"\r") == b"data: [DONE]"
-            yield b"\n".join(lines) + b"\n"
+                passed.extend(self._event_lines(line))
+            if passed:
+                yield b"\n".join(passed) + b"\n"
         if pending:
             _check_line(pending)
             self.done = self.done or pending.rstrip(b"\r") == b"data: [DONE]"
-            yield pending
+        if pending or self._block:  # an event the stream ended before its blank line, as it came
+            yield b"".join(line + b"\n" for line in self._block) + pending
+            self._block = []
+
+    def _event_lines(self, line: bytes) -> list[bytes]:
+        """The lines to pass on once ``line`` is read: an event's lines when ``line`` is the blank
+        line that ends it, and nothing for an event with no ``data`` field (a keep-alive comment,
+        ``id:`` or ``retry:`` alone), which the SSE specification dispatches to no one: the SDK's
+        decoder, once it has seen an ``id``, took every such blank line for an event with empty
+        data, and failed the answer on it as JSON that is not valid."""
+        if line.rstrip(b"\r"):
+            if not line.startswith(b":"):  # a comment is read by no one
+                self._block.append(line)
+            return []
+        block, self._block = self._block, []
+        if not any(field.split(b":", 1)[0].rstrip(b"\r") == b"data" for field in block):
+            return []
+        return [*block, line]
 
     def close(self) -> None:
         close = getattr(self._inner, "close", None)
