@@ -838,6 +838,25 @@ def test_the_command_a_tool_error_suggests_builds_the_index_the_server_reads(wor
     anyio.run(session)
 
 
+def test_the_command_a_failed_kb_indexing_suggests_builds_the_index_the_server_reads(workdir: Path) -> None:
+    """``crag mcp --kb docs`` over an index built with another embedder stopped with "run
+    `python -m crag index docs` to re-index": typed in a shell without the client's
+    KB_AGENT_INDEX_DIR, that builds ./.crag, and the server fails again as it did."""
+    from tests.openai_server import FakeOpenAIServer
+
+    env = server_params(workdir).env
+    with FakeOpenAIServer(embedding_dim=1536) as srv:
+        built = subprocess.run([sys.executable, "-m", "crag", "index", "docs"], cwd=workdir, capture_output=True,
+                               text=True, timeout=60, env={**env, "KB_AGENT_EMBEDDER": "openai",
+                                                           "OPENAI_BASE_URL": srv.base_url, "OPENAI_API_KEY": "sk-test"})
+    assert built.returncode == 0, built.stderr
+    proc = subprocess.run([sys.executable, "-m", "crag", "mcp", "--kb", "docs"], cwd=workdir, env=env, input="",
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and proc.stdout == "", proc.stdout
+    assert proc.stderr.startswith("crag: error: index was built with openai:") and proc.stderr.count("\n") == 1
+    assert proc.stderr.endswith(f"run `python -m crag --index {workdir / 'index'} index docs` to re-index\n")
+
+
 @pytest.mark.parametrize("folder", ["/srv/kb\\g<1>index", "/srv/kb\\1x", "/srv/my kb/.crag", "/srv/it's/.crag"])
 def test_the_suggested_command_takes_any_index_folder_name(folder: str) -> None:
     """An index folder whose name held a backslash made every such tool error a traceback

@@ -7,15 +7,15 @@ import signal
 import sys
 from typing import TextIO
 
-from ..errors import UsageError
+from ..errors import CragError, UsageError
 from .ask import agent_for
 from .common import OVERRIDES, check_readable, settings
 
 
 def cmd_mcp(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from ..mcp_server import check_descriptions, missing_extra, serve
+    from ..mcp_server import check_descriptions, for_a_shell, missing_extra, serve
 
-    settings()
+    config = settings()
     if sys.stdin is None:  # `crag mcp <&-`: no client can send a request
         raise UsageError("standard input is closed: crag mcp serves one MCP client over its standard input and "
                          "output; let the client start it")
@@ -24,7 +24,12 @@ def cmd_mcp(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if problem is not None:
         raise UsageError(problem)
     check_descriptions()
-    with agent_for(args, err) as agent:
+    try:
+        agent = agent_for(args, err)
+    except CragError as exc:  # the --kb indexing failed: its advice aimed at this server's index, as a tool error's
+        exc.args = (for_a_shell(str(exc), config, bool(OVERRIDES.get("model"))), *exc.args[1:])
+        raise
+    with agent:
         from ..index import make_embedder
 
         make_embedder(agent.settings)  # a setting it refuses stops the server here, as it stops ``chat``
