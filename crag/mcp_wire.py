@@ -3,14 +3,18 @@
 ``serve_stdio`` serves an ``MCPServer`` as ``run_stdio_async`` does, except that what a
 careless or hostile client writes still gets a reply under its ``id``, so the client is never
 left waiting and the server never stops: a line that is not a JSON-RPC message (a JSON-RPC
-error, ``-32700`` or ``-32600``), JSON nested deeper than the SDK's parser reads, a string
-escaping half of a surrogate pair (read with U+FFFD, as crag reads text elsewhere).
+error, ``-32700`` or ``-32600``), JSON nested deeper than the SDK's parser reads, a line
+longer than the server will hold (read to its end, not kept), a string escaping half of a
+surrogate pair (read with U+FFFD, as crag reads text elsewhere).
 ``Explained`` adds to the SDK's bare ``Invalid request parameters`` what is wrong: the
 handshake is missing, or which field of the request's ``params`` the protocol refuses. See
 ``docs/mcp.md``.
 """
 
+import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -51,14 +55,72 @@ def log_to_stderr() -> None:
 async def serve_stdio(server: "MCPServer") -> None:
     """``MCPServer.run_stdio_async``, except that a line that is not a JSON-RPC message is
     answered with a JSON-RPC error (the SDK's transport hands it over as an exception, which
-    its server would only log), so a client is never left waiting on it."""
+    its server would only log), so a client is never left waiting on it, and that no line is
+    held longer than ``_MAX_LINE`` characters (``_BoundedLines``)."""
     from mcp.server.stdio import stdio_server
 
     lowlevel = server._lowlevel_server  # what run_stdio_async serves; the SDK is pinned below 3
     lowlevel.middleware.append(Explained())
-    async with stdio_server() as (read_stream, write_stream):
-        await lowlevel.run(_ErrorsAnswered(read_stream, write_stream), write_stream,
-                           lowlevel.create_initialization_options())
+    with _claimed_stdin() as stdin:
+        async with stdio_server(stdin) as (read_stream, write_stream):
+            await lowlevel.run(_ErrorsAnswered(read_stream, write_stream), write_stream,
+                               lowlevel.create_initialization_options())
+
+
+_MAX_LINE = 128 * 2**20  # characters of one message: twice the longest question crag reads (crag.agent)
+_TOO_LONG = "\x00crag: too long\x00"  # begins what _BoundedLines gives for a longer line: no JSON
+_HEAD = 4096  # characters of a line too long kept after _TOO_LONG, for its id
+
+
+class _BoundedLines:
+    """A text stream read a line at a time, none longer than ``_MAX_LINE`` characters: a longer
+    line is read to its end and dropped, and stands as ``_TOO_LONG`` and its first characters
+    (which the parser refuses, so ``_ErrorsAnswered`` answers it). The SDK's transport reads a
+    line whole, however long: one with no end (a client writing ``/dev/zero``) took all the
+    machine's memory until the kernel killed a process."""
+
+    def __init__(self, text: Any) -> None:
+        self._text = text
+
+    def readline(self) -> str:
+        line = self._text.readline(_MAX_LINE)
+        if len(line) < _MAX_LINE or line.endswith("\n"):
+            return line
+        while True:  # the rest of the line, a mebibyte at a time
+            rest = self._text.readline(2**20)
+            if not rest or rest.endswith("\n"):
+                return _TOO_LONG + " ".join(line[:_HEAD].splitlines()) + "\n"
+
+    def close(self) -> None:  # the descriptor stays open: a worker thread may still read it
+        pass
+
+
+@contextmanager
+def _claimed_stdin() -> Iterator[Any]:
+    """Standard input as ``stdio_server`` reads it, through ``_BoundedLines``, and claimed as
+    the SDK claims it: the protocol is read from a duplicate of fd 0, and fd 0 points at the
+    null device meanwhile, so nothing else reads the client's messages. None (the SDK's own
+    reading) when the descriptors cannot be duplicated."""
+    import io
+
+    try:
+        import fcntl  # POSIX: as the SDK, a duplicate above the standard descriptors
+
+        wire = fcntl.fcntl(0, fcntl.F_DUPFD_CLOEXEC, 3)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+    except (ImportError, OSError):
+        wire = None
+    if wire is None:
+        yield None
+        return
+    # never closed: a worker thread can still wait on it after the transport exits
+    text = io.TextIOWrapper(os.fdopen(wire, "rb", closefd=False), encoding="utf-8", errors="replace")
+    try:
+        yield anyio.wrap_file(_BoundedLines(text))
+    finally:
+        os.dup2(wire, 0)
 
 
 _SHOWN_ERRORS = 3  # of a refused request's params: a union of message types can list dozens
@@ -146,7 +208,10 @@ class _ErrorsAnswered:
             code, what = (PARSE_ERROR, "Parse error") if "json_invalid" in kinds else (INVALID_REQUEST, "Invalid Request")
             said = " ".join(str(e.get("msg", "")) for e in details)
             why = "not a JSON-RPC message"
-            if "recursion limit" in said:
+            if isinstance(line, str) and line.startswith(_TOO_LONG):
+                line = line.removeprefix(_TOO_LONG)
+                why = f"the message is longer than {_MAX_LINE // 2**20} Mi characters"
+            elif "recursion limit" in said:
                 why = f"the message nests JSON more than {_DEPTH} levels deep"
             elif "number out of range" in said:
                 why = "a number in the message is out of range"

@@ -186,3 +186,37 @@ def test_a_request_whose_id_is_no_string_or_integer_gets_an_error_reply(workdir:
     assert got[:4] == [refused] * 4
     assert got[4]["id"] == 10 and "result" in got[4]
     assert "Traceback" not in err
+
+
+def test_a_line_too_long_to_hold_is_an_error_under_its_id_and_the_server_keeps_its_memory(workdir: Path) -> None:
+    """A line is read whole before it is parsed: one with no end (a client writing /dev/zero)
+    took every byte of the machine's memory until the kernel killed a process. The server
+    here may use 1 GiB (so that failing, it fails alone); the line is 300 Mi characters."""
+    import resource
+
+    def one_gib() -> None:
+        resource.setrlimit(resource.RLIMIT_DATA, (2**30, 2**30))
+
+    params = server_params(workdir, "--kb", "docs")
+    proc = subprocess.Popen([params.command, *params.args], env=params.env, cwd=params.cwd, preexec_fn=one_gib,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        proc.stdin.write(f"{json.dumps(HELLO)}\n{json.dumps(READY)}\n".encode())
+        proc.stdin.write(search_call(7, "").removesuffix('"}}}').encode())
+        for _ in range(300):
+            proc.stdin.write(b"x" * 2**20)
+        proc.stdin.write(f'"}}}}}}\n{search_call(8)}\n'.encode())
+        proc.stdin.flush()
+        got = [json.loads(proc.stdout.readline() or "null") for _ in range(3)]
+        proc.stdin.close()
+        assert proc.wait(timeout=60) == 0
+        err = proc.stderr.read().decode()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert got[1] == {"jsonrpc": "2.0", "id": 7,
+                      "error": {"code": -32700, "message": "Parse error: the message is longer than 128 Mi characters"}}
+    assert got[2]["id"] == 8 and got[2]["result"]["structuredContent"]["hits"][0]["path"] == "docs/backup.md"
+    assert "Traceback" not in err
