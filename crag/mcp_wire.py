@@ -99,8 +99,11 @@ class _BoundedLines:
 def _claimed_stdin() -> Iterator[Any]:
     """Standard input as ``stdio_server`` reads it, through ``_BoundedLines``, and claimed as
     the SDK claims it: the protocol is read from a duplicate of fd 0, and fd 0 points at the
-    null device meanwhile, so nothing else reads the client's messages. None (the SDK's own
-    reading) when the descriptors cannot be duplicated."""
+    null device meanwhile, so nothing else reads the client's messages. A byte order mark
+    before the first message (what Windows tools write at the start of UTF-8) is no part of
+    it, as JSON's RFC 8259 allows: it made the ``initialize`` a parse error with ``id`` null,
+    and the client waited for its reply. None (the SDK's own reading) when the descriptors
+    cannot be duplicated."""
     import io
 
     try:
@@ -116,7 +119,7 @@ def _claimed_stdin() -> Iterator[Any]:
         yield None
         return
     # never closed: a worker thread can still wait on it after the transport exits
-    text = io.TextIOWrapper(os.fdopen(wire, "rb", closefd=False), encoding="utf-8", errors="replace")
+    text = io.TextIOWrapper(os.fdopen(wire, "rb", closefd=False), encoding="utf-8-sig", errors="replace")
     try:
         yield anyio.wrap_file(_BoundedLines(text))
     finally:

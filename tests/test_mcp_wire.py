@@ -220,3 +220,12 @@ def test_a_line_too_long_to_hold_is_an_error_under_its_id_and_the_server_keeps_i
                       "error": {"code": -32700, "message": "Parse error: the message is longer than 128 Mi characters"}}
     assert got[2]["id"] == 8 and got[2]["result"]["structuredContent"]["hits"][0]["path"] == "docs/backup.md"
     assert "Traceback" not in err
+
+
+def test_a_byte_order_mark_before_the_first_message_is_no_part_of_it(workdir: Path) -> None:
+    """A client writing UTF-8 with a byte order mark (as Windows tools do at a stream's start)
+    had its ``initialize`` answered with a parse error and ``id`` null: it waited for ever."""
+    got, err = exchange(workdir, ["\ufeff" + json.dumps(HELLO), json.dumps(READY), search_call(1)], 2, handshake=False)
+    assert got[0]["id"] == 0 and got[0]["result"]["serverInfo"]["name"] == "crag"
+    assert got[1]["id"] == 1 and "result" in got[1]
+    assert "Traceback" not in err
