@@ -68,7 +68,7 @@ INSTRUCTIONS = (
 )
 
 
-_THREADS = 40  # calls of one kind (asks, or searches and reads) running at once; more wait their turn
+_THREADS = 40  # calls of one tool (asks, searches or reads) running at once; more wait their turn
 
 # Request handlers of capabilities crag does not offer: the SDK registers them on every server.
 _UNOFFERED = ("prompts/list", "prompts/get", "resources/list", "resources/templates/list", "resources/read",
@@ -269,11 +269,12 @@ def build_server(agent: "Agent", *, model_option: bool = False) -> "MCPServer":
 
     server = Server("crag", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
 
-    # Worker threads: asks (which wait on the model) and the quick tools each have their own,
-    # so asks in flight, however many, never hold a search or a read_file.
-    threads = {"ask": anyio.CapacityLimiter(_THREADS), "quick": anyio.CapacityLimiter(_THREADS)}
+    # Worker threads: asks (which wait on the model), searches (which wait on the embeddings
+    # server when it embeds) and reads each have their own, so calls of one tool in flight,
+    # however many, never hold another tool's.
+    threads = {kind: anyio.CapacityLimiter(_THREADS) for kind in ("ask", "search", "read")}
 
-    async def guarded(fn: Any, *args: Any, kind: str = "quick") -> Any:
+    async def guarded(fn: Any, *args: Any, kind: str) -> Any:
         """``fn(*args)`` in a worker thread of its own, which a cancelled call really stops.
 
         Calls run side by side (the agent, its toolbox and index are shared safely), so a
@@ -326,7 +327,7 @@ def build_server(agent: "Agent", *, model_option: bool = False) -> "MCPServer":
         def searched() -> tuple[Any, tuple[str, ...]]:  # the search of ``crag search``, and its note
             return agent.search(query, top_k), agent.toolbox.missing_roots()
 
-        items, missing = await guarded(searched)
+        items, missing = await guarded(searched, kind="search")
         hits = hit_records(items)
         note = missing_roots_note(missing, shared=bool(agent.settings.store))  # stderr for ``crag search``
         return result(search_text(hits) + (f"{note}\n" if note else ""), {"hits": hits})
@@ -349,7 +350,7 @@ def build_server(agent: "Agent", *, model_option: bool = False) -> "MCPServer":
             args["end_line"] = end_line
         if page is not None:
             args["page"] = page
-        (item,) = await guarded(agent.toolbox.run, ToolCall(reader.name, args))
+        (item,) = await guarded(agent.toolbox.run, ToolCall(reader.name, args), kind="read")
         structured = {"path": item.source, **location(item.source, item.start_line, item.end_line), "text": item.text}
         return result(item.text, structured)
 

@@ -435,6 +435,36 @@ def test_a_slow_ask_never_holds_other_calls(workdir: Path) -> None:
         anyio.run(session)
 
 
+def test_searches_waiting_on_a_slow_embeddings_server_never_hold_a_read_file(workdir: Path) -> None:
+    """Searches and reads took their worker threads from one pool of 40: 40 searches waiting on
+    an embeddings server that does not answer held every one, and a read_file, which needs no
+    server, waited as long as they did (the server's timeout, then its retries)."""
+    import time
+
+    from tests.openai_server import Delay, FakeOpenAIServer
+
+    with FakeOpenAIServer(embedding_dim=1536) as srv:
+        params = server_params(workdir, "--kb", "docs")
+        params.env.update(KB_AGENT_EMBEDDER="openai", OPENAI_BASE_URL=srv.base_url, OPENAI_API_KEY="sk-test",
+                          KB_AGENT_LLM_TIMEOUT="60")
+
+        async def session() -> None:
+            async with Client(params, read_timeout_seconds=120) as client, anyio.create_task_group() as tg:
+                indexed = len(srv.requests)  # the --kb indexing's embeddings
+                srv.default("embeddings", Delay(120, None))
+                for n in range(40):
+                    tg.start_soon(client.call_tool, "search", {"query": f"backups {n}"})
+                while len(srv.requests) < indexed + 40:  # every search is waiting on the server
+                    await anyio.sleep(0.05)
+                started = time.monotonic()
+                got = await client.call_tool("read_file", {"path": "docs/setup.md", "end_line": 1})
+                assert not got.is_error and text_of(got) == "# Setup"
+                assert time.monotonic() - started < 20.0  # held: >= 60 s; within a second when measured
+                tg.cancel_scope.cancel()
+
+        anyio.run(session)
+
+
 # A client's first lines, written raw to the server's stdin, and an ask it then sends.
 _HANDSHAKE = (
     {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
