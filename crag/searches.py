@@ -22,9 +22,9 @@ finds (see ``docs/real-models.md``). They read what they need of a tool from its
   (``grep_search``), and ``tool_exec`` keeps only what earlier runs of that search did not
   return (``unseen``). Any other repeated call is dropped. Audited as ``call_repeated``.
 * ``searched_question``: what the question's own search looks for. A follow-up with no word
-  of its own to search ("and?", "why?", "more", "tell me more", "go on") is read with the
-  conversation's latest earlier user question that has one: ``How are uploads retried?
-  why?``. Any other question is searched as it is.
+  of its own to search ("and?", "why?", "more", "tell me more", "go on", "what about the second
+  one?") is read with the conversation's latest earlier user question that has one: ``How are
+  uploads retried? why?``. Any other question is searched as it is.
 * ``cap_matches``: a tool with a ``match_cap`` (``grep_search``: 2) keeps at most
   ``match_cap`` x ``KB_AGENT_TOP_K`` results, the files with the most matches first (in
   their order of discovery on ties), lines in file order within a file; when there were
@@ -66,9 +66,11 @@ __all__ = [
 ]
 
 
-# Words (as ``keywords`` stems them) that ask for more of the same rather than name a subject.
+# Words (as ``keywords`` stems them) that ask for more of the same rather than name a subject,
+# or point back at something the earlier turn named ("what about the second one?").
 FOLLOW_UP_WORDS = frozenset({"go", "continue", "elaborate", "detail", "expand", "clarify", "really", "ok", "okay",
-                             "sure", "example", "say"})
+                             "sure", "example", "say", "first", "second", "third", "last", "next", "previous",
+                             "former", "latter", "another"})
 # Words that carry no content in small talk ("thanks, that helped a lot!").
 _SMALL_TALK = frozenset(
     """

@@ -79,7 +79,10 @@ def test_the_plan_prompt_carries_the_conversation(kb: Path, tmp_path: Path, monk
     ("tell me more", "How do I install the service? tell me more"),
     ("go on", "How do I install the service? go on"),
     ("say more", "How do I install the service? say more"),
+    ("what about the second one?", "How do I install the service? what about the second one?"),
+    ("and the last one?", "How do I install the service? and the last one?"),
     ("and on Windows?", "and on Windows?"),  # a word of its own: searched as it is
+    ("What is the second step?", "What is the second step?"),
     ("Which port?", "Which port?"),
 ])
 def test_a_follow_up_with_no_word_of_its_own_is_searched_with_the_question_it_follows(question, searched) -> None:
