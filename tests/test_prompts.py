@@ -244,6 +244,13 @@ def test_a_stats_block_behind_markup_or_in_a_blockquote_goes_whole():
     assert strip_stats_blocks("Cost: see \U0001F4CA LLM Usage Stats\n- x: 1") == "Cost: see"
 
 
+def test_a_stats_block_with_windows_line_ends_goes_with_its_rule():
+    """A history turn written with "\r\n" kept the block's "---" rule (and a bare heading)."""
+    crlf = f"Use apt [1].\n\n[1] docs/install.md:L5\n\n{usage_block()}\n".replace("\n", "\r\n")
+    assert strip_stats_blocks(crlf) == "Use apt [1].\n\n[1] docs/install.md:L5"
+    assert strip_stats_blocks("A.\r\n**LLM Usage Stats:**\r\n- 1 call\r\n") == "A."
+
+
 def test_text_without_a_stats_block_is_unchanged():
     text = "Title\n---\n- a list\n\n  indented  "
     assert strip_stats_blocks(text) == text

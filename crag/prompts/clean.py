@@ -62,11 +62,12 @@ def strip_stats_blocks(text: str) -> str:
     (or the figures a model wrote there as plain lines, ``API calls: 3``).
 
     A ``---`` rule right before the heading goes too; so do the mojibake ``ðŸ“Š`` form and a
-    bare ``**LLM Usage Stats:**`` heading line. Text without such a block is returned as is.
+    bare ``**LLM Usage Stats:**`` heading line. Text without such a block is returned as is
+    (with one, its line ends are ``\n``).
     """
     if not isinstance(text, str):
         return ""
-    lines = text.split("\n")
+    lines = re.split(r"\r\n?|\n", text)  # a history written on Windows ends its lines with "\r\n"
     out: list[str] = []
     changed = False
     i = 0
