@@ -251,6 +251,14 @@ def test_a_stats_block_with_windows_line_ends_goes_with_its_rule():
     assert strip_stats_blocks("A.\r\n**LLM Usage Stats:**\r\n- 1 call\r\n") == "A."
 
 
+def test_an_earlier_answers_own_marks_go_with_windows_line_ends_too():
+    note = "_Note: 1 sentence of this answer is not supported by the evidence found (marked [unsupported])._"
+    turn = f"Use apt [1]. It is fast [unsupported].\n\n{note}\n\n[1] docs/install.md:L5".replace("\n", "\r\n")
+    text = contents(render(SynthesizeTask("q", (Message("user", "How?"), Message("assistant", turn)), (item(1),))))
+    assert "Use apt [1]. It is fast." in text
+    assert "_Note:" not in text and "[unsupported]" not in text
+
+
 def test_text_without_a_stats_block_is_unchanged():
     text = "Title\n---\n- a list\n\n  indented  "
     assert strip_stats_blocks(text) == text

@@ -147,6 +147,7 @@ def strip_own_marks(text: str) -> str:
     tags and crag's own ``_Note: ..._`` lines (unsupported sentences, weak evidence, a cut
     answer). They tell the user about the answer; sent back as history, a model copies them
     into its next answer, where grounding would take them for the model's words."""
+    text = re.sub(r"\r\n?", "\n", text)  # a history written on Windows: its note lines end in "\r\n"
     return re.sub(r"\n{3,}", "\n\n", _OWN_NOTE.sub("", _OWN_TAG.sub("", text)))
 
 
