@@ -239,6 +239,17 @@ def test_a_path_that_starts_with_a_dash_is_shown_how_to_give_it(kb: Path) -> Non
     assert err == "crag: error: unrecognized arguments: --wat (see python -m crag search --help)\n"
 
 
+def test_a_question_given_to_chat_says_where_its_questions_go(kb: Path) -> None:
+    """`crag chat how are backups kept` was only "unrecognized arguments: how are ...": chat
+    takes no question on its command line, and the line now says where one goes."""
+    code, out, err = cli("chat", "how", "long", "are", "backups", "kept")
+    assert (code, out) == (2, "") and err == (
+        "crag: error: unrecognized arguments: how long are backups kept (see python -m crag chat --help; chat reads "
+        "its questions at its prompt, `python -m crag ask QUESTION` asks one)\n")
+    code, _, err = cli("chat", "--wat")
+    assert err == "crag: error: unrecognized arguments: --wat (see python -m crag chat --help)\n"
+
+
 def test_options_of_a_command_without_the_command_are_one_line(kb: Path) -> None:
     code, out, err = cli("--json")
     assert (code, out) == (2, "") and err == "crag: error: unrecognized arguments: --json (see python -m crag --help)\n"

@@ -504,7 +504,10 @@ def _join_words(args: argparse.Namespace, extra: Sequence[str]) -> None:
     words = getattr(args, "words", None)
     unknown = [w for w in extra if words is None or (w.startswith("-") and w != "-")]
     if unknown:
-        raise UsageError(f"unrecognized arguments: {' '.join(unknown)} (see {prog()} {args.command} --help)")
+        hint = ""
+        if args.command == "chat" and not unknown[0].startswith("-"):  # `crag chat how do I ...`
+            hint = f"; chat reads its questions at its prompt, `{prog()} ask QUESTION` asks one"
+        raise UsageError(f"unrecognized arguments: {' '.join(unknown)} (see {prog()} {args.command} --help{hint})")
     if words is not None:  # text, not paths: UTF-8 whatever the locale
         args.words = common.utf8_arguments([*words, *extra])
 
