@@ -1108,6 +1108,37 @@ def test_a_role_that_may_only_read_is_told_why_an_update_is_refused(pg_server, p
         assert "permission denied" in line and "may only read" in line, line
 
 
+def test_a_role_not_granted_the_schema_is_told_the_grants(pg_server, pg_uri: str, tmp_path: Path) -> None:
+    """A role no one granted crag's schema: ``search``, ``roots`` and ``index`` failed with only
+    "permission denied for schema crag", then "... for table migrations" once given USAGE alone;
+    the line gives the grants docs/postgresql.md lists and who may run them."""
+    import psycopg
+
+    make_kb(tmp_path / "docs")
+    assert crag(env_for(pg_uri, tmp_path), tmp_path, "index", "docs").returncode == 0
+    role = "crag no grants"
+    with psycopg.connect(pg_uri, autocommit=True) as conn:
+        conn.execute(f'DROP ROLE IF EXISTS "{role}"')
+        conn.execute(f'CREATE ROLE "{role}" LOGIN')
+    env = env_for(pg_uri.replace("postgres:@", "crag%20no%20grants@").replace("postgres@", "crag%20no%20grants@"),
+                  tmp_path)
+    grants = (f'`GRANT USAGE ON SCHEMA crag TO "{role}"; GRANT SELECT ON ALL TABLES IN SCHEMA crag TO "{role}";`')
+    for usage in (False, True):
+        if usage:
+            with psycopg.connect(pg_uri, autocommit=True) as conn:
+                conn.execute(f'GRANT USAGE ON SCHEMA crag TO "{role}"')
+        for argv in (("search", "retries"), ("roots",), ("index", "docs")):
+            run = crag(env, tmp_path, *argv)
+            assert run.returncode == 1 and run.stdout == "", run.stdout
+            (line,) = run.stderr.strip().splitlines()
+            assert "permission denied" in line and f'role "{role}" may not read' in line, line
+            assert f"as postgres, the role that owns schema crag, run {grants}" in line, line
+    with psycopg.connect(pg_uri, autocommit=True) as conn:
+        conn.execute(f'GRANT SELECT ON ALL TABLES IN SCHEMA crag TO "{role}"')
+    found = crag(env, tmp_path, "search", "retries")
+    assert found.returncode == 0 and "retries" in found.stdout, found.stderr
+
+
 @pytest.mark.parametrize(
     ("uri", "password"),
     [

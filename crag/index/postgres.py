@@ -45,7 +45,15 @@ from ..errors import ConfigError, IndexFormatError, IndexStoreError
 from ..ports import FileRecord, StoreState
 from .documents import embedder_mismatch
 from .fusion import SearchWeights
-from .postgres_connections import LOCK_HELD, PerThread, bad_value, identifier, open_connection, options_timeout
+from .postgres_connections import (
+    LOCK_HELD,
+    PerThread,
+    bad_value,
+    identifier,
+    open_connection,
+    options_timeout,
+    refused_reading,
+)
 from .postgres_schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION, vector_literal
 from .postgres_search import PostgresRetriever
 from .postgres_update import PostgresUpdate, word_count
@@ -207,8 +215,10 @@ class PostgresStore:
             )
         if isinstance(exc, (errors.UndefinedTable, errors.UndefinedColumn, errors.UndefinedFunction)):
             return self._damaged(reason)  # a table, column or crag's function dropped since it was checked
-        if writing and isinstance(exc, self.psycopg.errors.InsufficientPrivilege):
+        if writing and isinstance(exc, errors.InsufficientPrivilege):
             reason += ": this role may only read; update the index with a role that may write (docs/postgresql.md)"
+        elif isinstance(exc, errors.InsufficientPrivilege):  # not even a reader's rights on crag's schema
+            reason += refused_reading(self.connect, SCHEMA, (IndexStoreError, ConfigError, self.psycopg.Error))
         return IndexStoreError(f"the PostgreSQL server {self.location} failed: {reason}", self.location)
 
     @contextmanager

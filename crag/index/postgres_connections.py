@@ -28,7 +28,7 @@ from typing import Any
 from ..errors import ConfigError, CragError, IndexStoreError
 
 __all__ = ["LOCK_HELD", "PerThread", "bad_value", "connect_failure", "failure_said", "identifier", "open_connection",
-           "options_timeout", "refused_settings", "utf8_database"]
+           "options_timeout", "refused_reading", "refused_settings", "utf8_database"]
 
 _LOGIN_REFUSED = re.compile(r"password authentication failed|authentication failed for user|no password supplied"
                             r"|role \"[^\"]*\" does not exist|no pg_hba\.conf entry", re.I)
@@ -93,6 +93,26 @@ def connect_failure(said: str, location: str, params: Mapping[str, Any] | None =
         return (f"the PostgreSQL server {location} refused the connection: {said}: as the database's owner, run "
                 f"`{grant}` (docs/postgresql.md)")
     return f"cannot reach the PostgreSQL server {location}: {said}"
+
+
+def refused_reading(connect: Callable[[], Any], schema: str, errors: tuple[type[BaseException], ...]) -> str:
+    """What to add to a right refused to a session that reads crag's schema (a role no one
+    granted it, docs/postgresql.md): the grants that let it search, for the schema's owner to
+    run. The role and the owner are read on a connection of their own (``connect``; the refused
+    one may be in a failed transaction), best effort: ``errors`` leave them unnamed."""
+    role, owner = None, None
+    try:
+        with connect() as conn:
+            role, owner = conn.execute(
+                "SELECT current_user, (SELECT nspowner::regrole::text FROM pg_namespace WHERE nspname = %s)", (schema,)
+            ).fetchone()
+    except errors:
+        pass
+    who = identifier(role) if role else "ROLE"
+    as_owner = f"as {owner}, the role that owns schema {schema}" if owner else f"as the role that owns schema {schema}"
+    return (f": role {who if role else 'of KB_AGENT_STORE'} may not read crag's index; {as_owner}, run `GRANT USAGE ON SCHEMA "
+            f"{schema} TO {who}; GRANT SELECT ON ALL TABLES IN SCHEMA {schema} TO {who};` for it to search, or "
+            "update the index as that role (docs/postgresql.md)")
 
 
 # libpq refusing a value before it connects, and the parameter it names (psycopg's wording:
