@@ -1690,6 +1690,32 @@ def test_the_users_statement_timeout_is_named_when_it_stops_crags_first_statemen
     ), str(caught.value)
 
 
+def test_an_update_stopped_by_the_users_statement_timeout_says_how_to_run_without_it(
+    pg_uri: str, tmp_path: Path
+) -> None:
+    """A statement_timeout of the URI, PGOPTIONS or the role (a managed service's role often has
+    one) that stopped an update was only "canceling statement due to statement timeout"; here
+    another session holds the row the update rewrites, so its write is the statement stopped."""
+    import psycopg
+
+    make_kb(tmp_path / "docs")
+    assert crag(env_for(pg_uri, tmp_path), tmp_path, "index", "docs").returncode == 0
+    write(tmp_path / "docs" / "setup.md", "# Setup\n\n## Retries\n\nThe client retries failed uploads five times.\n")
+    uri = pg_uri + "&options=-c%20statement_timeout%3D1000"
+    with psycopg.connect(pg_uri) as admin:
+        admin.execute("SELECT * FROM crag.files FOR UPDATE").fetchall()
+        run = crag(env_for(uri, tmp_path), tmp_path, "index", "docs")
+        admin.rollback()
+    assert run.returncode == 1 and run.stdout == "", run.stdout
+    (line,) = run.stderr.strip().splitlines()
+    assert line.startswith(f"crag: error: the PostgreSQL server {redact(uri)} failed: canceling statement due to "
+                           "statement timeout: a statement_timeout (KB_AGENT_STORE's options, PGOPTIONS or the "
+                           "role's) stopped the update, and the index is as it was; run `python -m crag index` "
+                           "without one, e.g. `options=-c%20statement_timeout%3D0`"), line
+    rerun = crag(env_for(uri.replace("%3D1000", "%3D0"), tmp_path), tmp_path, "index", "docs")
+    assert rerun.returncode == 0 and "1 changed" in rerun.stdout, rerun.stderr  # the index was as it was
+
+
 def test_a_search_path_without_pgvector_is_named_with_the_fix_when_searching(pg_uri: str, tmp_path: Path) -> None:
     """``options=-c search_path=...`` (or PGOPTIONS, or the role's) leaving out pgvector's schema:
     ``crag index`` of an up-to-date index worked, then every search failed with only

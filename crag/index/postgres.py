@@ -215,7 +215,11 @@ class PostgresStore:
             )
         if isinstance(exc, (errors.UndefinedTable, errors.UndefinedColumn, errors.UndefinedFunction)):
             return self._damaged(reason)  # a table, column or crag's function dropped since it was checked
-        if writing and isinstance(exc, errors.InsufficientPrivilege):
+        if writing and isinstance(exc, errors.QueryCanceled) and "statement timeout" in reason:
+            reason += (": a statement_timeout (KB_AGENT_STORE's options, PGOPTIONS or the role's) stopped the update, "
+                       "and the index is as it was; run `python -m crag index` without one, e.g. "
+                       "`options=-c%20statement_timeout%3D0` in the query of KB_AGENT_STORE")
+        elif writing and isinstance(exc, errors.InsufficientPrivilege):
             reason += ": this role may only read; update the index with a role that may write (docs/postgresql.md)"
         elif isinstance(exc, errors.InsufficientPrivilege):  # not even a reader's rights on crag's schema
             reason += refused_reading(self.connect, SCHEMA, (IndexStoreError, ConfigError, self.psycopg.Error))
