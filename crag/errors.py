@@ -8,7 +8,8 @@
     ├── IndexStoreError            the index is missing, damaged, locked, or was
     │   │                          built with another embedder                    exit 1
     │   ├── EmbedderMismatchError  the index's embedder is not the configured one
-    │   └── IndexFormatError       the index was written by a newer crag
+    │   ├── IndexFormatError       the index was written by a newer crag
+    │   └── IndexUnavailableError  its database could not be read just now: not damage
     ├── LLMError                   the LLM server failed after retries            exit 1
     │   └── LLMTimeoutError        ... by not answering in time
     └── ToolError                  one tool call failed; recorded, never evidence
@@ -120,6 +121,11 @@ class IndexFormatError(IndexStoreError):
     """The index was written by a newer crag, in a format this one cannot read: never rebuilt."""
 
 
+class IndexUnavailableError(IndexStoreError):
+    """The index's database could not be read just now (not reached, a statement stopped, a right
+    refused): not damage, so ``crag index`` stops instead of rebuilding it."""
+
+
 class LLMError(CragError):
     """The LLM backend could not produce a reply (after its retries).
 
@@ -172,6 +178,7 @@ __all__ = [
     "EmbedderMismatchError",
     "IndexFormatError",
     "IndexStoreError",
+    "IndexUnavailableError",
     "KnowledgeBaseError",
     "LLMContextError",
     "LLMError",

@@ -1716,6 +1716,32 @@ def test_an_update_stopped_by_the_users_statement_timeout_says_how_to_run_withou
     assert rerun.returncode == 0 and "1 changed" in rerun.stdout, rerun.stderr  # the index was as it was
 
 
+def test_an_index_that_could_not_be_read_just_now_is_not_rebuilt(pg_uri: str, tmp_path: Path) -> None:
+    """``crag index`` whose read of the index was stopped (here by the user's statement_timeout,
+    another session holding crag.files) took the index for damaged and re-embedded everything
+    once the table was free again: "re-embedded everything: the previous index could not be read"."""
+    import psycopg
+
+    make_kb(tmp_path / "docs")
+    assert crag(env_for(pg_uri, tmp_path), tmp_path, "index", "docs").returncode == 0
+    env = env_for(pg_uri + "&options=-c%20statement_timeout%3D1000", tmp_path)
+    waiting = ("SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = 'crag.files'::regclass "
+               "AND pid <> pg_backend_pid()")
+    with psycopg.connect(pg_uri) as admin, psycopg.connect(pg_uri, autocommit=True) as watch:
+        admin.execute("LOCK TABLE crag.files IN ACCESS EXCLUSIVE MODE")
+        run = subprocess.Popen([sys.executable, "-m", "crag", "index", "docs"], cwd=tmp_path, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while not watch.execute(waiting).fetchone()[0] and time.monotonic() < deadline:
+            time.sleep(0.01)  # the indexer's read waits for the table ...
+        while watch.execute(waiting).fetchone()[0] and time.monotonic() < deadline:
+            time.sleep(0.01)  # ... until its statement_timeout stops it
+        admin.rollback()
+        out, err = run.communicate(timeout=120)
+    assert run.returncode == 1 and "re-embedded" not in out + err, out + err
+    assert "did not answer" in err and "statement_timeout" in err, err
+
+
 def test_a_search_path_without_pgvector_is_named_with_the_fix_when_searching(pg_uri: str, tmp_path: Path) -> None:
     """``options=-c search_path=...`` (or PGOPTIONS, or the role's) leaving out pgvector's schema:
     ``crag index`` of an up-to-date index worked, then every search failed with only

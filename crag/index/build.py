@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from attrs import field, frozen
 
-from ..errors import IndexFormatError, IndexStoreError, KnowledgeBaseError, LLMError
+from ..errors import IndexFormatError, IndexStoreError, IndexUnavailableError, KnowledgeBaseError, LLMError
 from ..ports import BINARY_MARK, DocumentVersion, FileRecord, Store, StoreState
 from .chunker import DEFAULT_MAX_TOKENS, DEFAULT_MIN_TOKENS
 from .discover import (
@@ -252,8 +252,8 @@ def _load_base(store: Store, embedder: Embedder, chunker: str, allow_reembed: bo
     """The published state to build on, and whether it must be rebuilt (and why)."""
     try:
         state = store.state(files=True, check=True)
-    except IndexFormatError:
-        raise  # a newer crag's index is not ours to rebuild
+    except (IndexFormatError, IndexUnavailableError):
+        raise  # a newer crag's index is not ours to rebuild, nor one that could not be read just now
     except IndexStoreError as exc:
         if not allow_reembed:
             raise

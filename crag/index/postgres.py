@@ -41,7 +41,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from ..environment import store_credentials
-from ..errors import ConfigError, IndexFormatError, IndexStoreError
+from ..errors import ConfigError, IndexFormatError, IndexStoreError, IndexUnavailableError
 from ..ports import FileRecord, StoreState
 from .documents import embedder_mismatch
 from .fusion import SearchWeights
@@ -199,14 +199,14 @@ class PostgresStore:
             users = self._users_timeout or options_timeout(self.psycopg.conninfo.conninfo_to_dict(self.uri))
             within = (f"{users} (its statement_timeout, set by KB_AGENT_STORE's options, PGOPTIONS or the role; "
                       if users else f"{READ_TIMEOUT_MS / 1000:g} s (")
-            return IndexStoreError(
+            return IndexUnavailableError(
                 f"the PostgreSQL server {self.location} did not answer a search within {within}"
                 "another session may hold a lock on crag's tables, as an upgrade of the index does, or the server "
                 "is overloaded): try again later",
                 self.location,
             )
         if isinstance(exc, errors.UndefinedObject) and 'type "vector"' in reason:  # pgvector off the search_path
-            return IndexStoreError(
+            return IndexUnavailableError(
                 f"the PostgreSQL server {self.location} failed: {reason}: the schema of the vector extension "
                 "(pgvector, usually public) is not on this session's search_path; put it there, e.g. "
                 "`options=-c%20search_path%3Dpublic` in the query of KB_AGENT_STORE, or check PGOPTIONS and "
@@ -223,7 +223,7 @@ class PostgresStore:
             reason += ": this role may only read; update the index with a role that may write (docs/postgresql.md)"
         elif isinstance(exc, errors.InsufficientPrivilege):  # not even a reader's rights on crag's schema
             reason += refused_reading(self.connect, SCHEMA, (IndexStoreError, ConfigError, self.psycopg.Error))
-        return IndexStoreError(f"the PostgreSQL server {self.location} failed: {reason}", self.location)
+        return IndexUnavailableError(f"the PostgreSQL server {self.location} failed: {reason}", self.location)
 
     @contextmanager
     def session(self, autocommit: bool = True) -> Iterator[Any]:

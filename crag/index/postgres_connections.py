@@ -25,7 +25,7 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..errors import ConfigError, CragError, IndexStoreError
+from ..errors import ConfigError, CragError, IndexStoreError, IndexUnavailableError
 
 __all__ = ["LOCK_HELD", "PerThread", "bad_value", "connect_failure", "failure_said", "identifier", "open_connection",
            "options_timeout", "refused_reading", "refused_settings", "utf8_database"]
@@ -186,7 +186,7 @@ def open_connection(psycopg: Any, uri: str, location: str, autocommit: bool) -> 
     except psycopg.Error as exc:
         said, params = failure_said(str(exc)) or type(exc).__name__, psycopg.conninfo.conninfo_to_dict(uri)
         refused = refused_settings(said, params, location)
-        raise refused or IndexStoreError(connect_failure(said, location, params), location) from exc
+        raise refused or IndexUnavailableError(connect_failure(said, location, params), location) from exc
     except UnicodeError as exc:  # the resolver's IDNA codec: an empty label, or one over 63 characters
         raise IndexStoreError(
             f"cannot reach the PostgreSQL server {location}: its host name is not one a resolver "
