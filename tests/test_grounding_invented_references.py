@@ -58,6 +58,14 @@ def test_a_path_in_prose_or_in_code_is_left_as_written() -> None:
     assert prose.body.startswith("As docs/setup.md says")
 
 
+@pytest.mark.parametrize("link", ["[the setup guide](docs/setup.md)", "[docs/setup.md](docs/setup.md)"])
+def test_a_markdown_link_to_the_evidence_file_stays_a_link(link: str) -> None:
+    """A link's target (or its text) in parentheses or brackets is no citation: made a marker,
+    it left a broken link, "[the setup guide]([1])"."""
+    g = ground(f"The server listens on port 8080 by default [1]; {link} has more.", (SETUP,))
+    assert link in g.body and "([1])" not in g.body
+
+
 def test_ask_answers_when_the_model_adds_a_reference_it_invented(tmp_path, monkeypatch) -> None:
     from tests.fakes import clean_env
 

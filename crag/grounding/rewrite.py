@@ -255,7 +255,8 @@ def _cited_files(text: str, items: Sequence[EvidenceItem]) -> str:
     (``(see docs/setup.md)``, ``[docs/setup.md]``, ``(source: `docs/setup.md`)``: ``_cites``) as
     the marker of the first item of that file, which grounding moves to the item that supports
     the sentence. Left as written, the path was an identifier no passage holds, and a right
-    answer citing so was refused. In prose ("as docs/setup.md says") it stays."""
+    answer citing so was refused. In prose ("as docs/setup.md says") it stays, and so does a
+    Markdown link's text or target (``[the guide](docs/setup.md)``), which a marker broke."""
     first: dict[str, int] = {}
     for k, item in enumerate(items, start=1):
         first.setdefault(display_name(item.source), k)
@@ -266,12 +267,19 @@ def _cited_files(text: str, items: Sequence[EvidenceItem]) -> str:
     pieces = code_split(text)
     for i, piece in enumerate(pieces):
         if i % 2 == 0:
-            pieces[i] = path.sub(lambda m: f"[{first[m.group(1)]}]" if _cites(m) else m.group(0), piece)
+            pieces[i] = path.sub(lambda m: f"[{first[m.group(1)]}]" if _cites(m) and not _linked(m) else m.group(0), piece)
         elif piece.startswith("`") and not piece.startswith("```") and piece.strip("`").strip() in first:
             before, after = "".join(pieces[:i]), "".join(pieces[i + 1 :])  # a code span holding only the path
             if _OPENS_CITATION.search(before) and _CLOSES_CITATION.match(after):
                 pieces[i] = f"[{first[piece.strip('`').strip()]}]"
     return "".join(pieces)
+
+
+def _linked(match: re.Match[str]) -> bool:
+    """Whether ``match`` is a Markdown link's text (``[docs/setup.md](...)``) or its target
+    (``[...](docs/setup.md)``)."""
+    text, start, end = match.string, match.start(), match.end()
+    return text.endswith("](", 0, start) or (match.group(0).endswith("]") and text.startswith("(", end))
 
 
 def _cites(match: re.Match[str]) -> bool:
