@@ -131,13 +131,16 @@ class QuestionArg:
     ``find(question)`` lists the values the question contains, in order; ``match(raw,
     found)`` returns the value of ``found`` that a model's ``raw`` argument designates, or
     None (default: ``raw`` itself when it is one of them). ``what`` names the kind of value
-    for refusals and prompts ("a Jira key (like ABC-123)").
+    for refusals and prompts ("a Jira key (like ABC-123)"). ``fetchable(value)``: whether the
+    tool, once on, would fetch a value found (default: every one), so that a question naming
+    only values it refuses is not told to turn it on.
     """
 
     param: str
     find: Callable[[str], Sequence[str]]
     what: str
     match: Callable[[Any, Sequence[str]], str | None] | None = None
+    fetchable: Callable[[str], bool] | None = None
 
     def designated(self, raw: Any, found: Sequence[str]) -> str | None:
         if self.match is not None:

@@ -607,6 +607,9 @@ def test_a_question_naming_what_a_tool_that_is_off_would_fetch_gets_a_note(kb: P
         ("What does OPS-7 say about retries?",
          "crag: note: the question names a Jira key (like ABC-123), but jira_fetch is off (set JIRA_BASE_URL)\n"),
         ("How do uploads retry?", ""),
+        # web_fetch refuses such an address: turning it on would fetch nothing
+        ("Why does http://localhost:8080/health retry uploads?", ""),
+        ("Does https://10.0.0.5/notes say how uploads retry?", ""),
     ):
         code, out, err = cli("ask", "--json", question)
         assert code == 0 and err == note and json.loads(out)["answer"]

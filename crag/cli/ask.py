@@ -175,7 +175,7 @@ def fetch_failed_notes(result, agent, err: TextIO) -> None:
             err.write(shown_message(f"crag: note: {error}") + "\n")
     for tool in BUILTIN_TOOLS:  # the question names what a tool that is off would fetch: say how to turn it on
         qa = tool.question_arg
-        if qa is not None and tool.name not in fetching and qa.find(result.state.question):
+        if qa is not None and tool.name not in fetching and any(map(qa.fetchable or bool, qa.find(result.state.question))):
             err.write(f"crag: note: the question names {qa.what}, but {tool.name} is off ({tool.enable_hint})\n")
 
 

@@ -144,12 +144,27 @@ def _designated(raw: Any, found: Any) -> str | None:
     return None
 
 
+def _fetchable(url: str) -> bool:
+    """Whether ``url`` is one ``is_public_address`` may let through: not localhost, nor an
+    address written in it that is not public (a name's addresses only resolving tells)."""
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    from .http import is_public_address  # loaded when asked, as run loads it
+
+    try:
+        host = (urlsplit(url).hostname or "").rstrip(".").lower()
+        return host != "localhost" and not host.endswith(".localhost") and is_public_address(ipaddress.ip_address(host))
+    except ValueError:  # a name
+        return True
+
+
 TOOL = Tool(
     name=NAME,
     description="fetch a public web page",
     run=run,
     params=(Param("url", required=True, max_length=4096, hint='"https://..."'),),
-    question_arg=QuestionArg("url", find_urls, "an http(s) URL", _designated),
+    question_arg=QuestionArg("url", find_urls, "an http(s) URL", _designated, _fetchable),
     enabled=lambda settings: bool(settings.web_fetch),
     enable_hint="set KB_AGENT_WEB_FETCH=on",
 )
