@@ -60,13 +60,17 @@ def closest_setting(typed: str, known: list[str], cutoff: float = 0.6) -> list[s
     Names are compared without the ``KB_AGENT_`` prefix they share, which would make every
     name look close to every other (``KB_AGENT_TEMP`` read as ``KB_AGENT_TOP_K``, ``KB_AGENT_DEBUG``
     as ``KB_AGENT_MODEL``); a name that is the start or the last words of one setting's
-    (``KB_AGENT_TEMP``, ``KB_AGENT_TIMEOUT``) means that one. A name close to none gets none."""
+    (``KB_AGENT_TEMP``, ``KB_AGENT_TIMEOUT``) means that one. A name close to none gets none, and
+    so does one that is the start or the last words of several (``KB_AGENT_BASE_URL``: Jira's,
+    Confluence's, OpenAI's or the embeddings'), which naming one of them would guess."""
     import difflib
 
     bare = typed.removeprefix("KB_AGENT_")  # KB_AGENT_JIRA_BASE_URL: a setting named without the prefix
     stems = {name.removeprefix("KB_AGENT_"): name for name in known}
     if typed in known or bare in stems:
         return [typed] if typed in known else [stems[bare]]
+    if sum(stem.startswith(bare + "_") or stem.endswith("_" + bare) for stem in stems) > 1:
+        return []
     close = difflib.get_close_matches(bare, stems, n=1, cutoff=cutoff)
     if not close and len(bare) >= 3:
         parts = [stem for stem in stems if stem.startswith(bare) or stem.endswith("_" + bare)]

@@ -118,6 +118,8 @@ def test_a_setting_named_with_the_prefix_it_has_not_is_pointed_at_its_name(name,
     ("KB_AGENT_DEBUG", ""),  # was KB_AGENT_MODEL
     ("KB_AGENT_FOO", ""),  # was KB_AGENT_LOG
     ("KB_AGENT_PORT", ""),  # was KB_AGENT_STORE
+    ("KB_AGENT_BASE_URL", ""),  # the last words of four settings': was JIRA_BASE_URL
+    ("KB_AGENT_API_TOKEN", ""),  # Jira's or Confluence's: was JIRA_API_TOKEN
 ])
 def test_an_unknown_name_is_compared_without_the_prefix_every_setting_shares(name, hint):
     """The KB_AGENT_ prefix made every name close to every setting, so a name that means none
