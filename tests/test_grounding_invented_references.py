@@ -66,6 +66,16 @@ def test_a_markdown_link_to_the_evidence_file_stays_a_link(link: str) -> None:
     assert link in g.body and "([1])" not in g.body
 
 
+@pytest.mark.parametrize("text", [
+    "The default port is in the setup guide (docs/setup.md) [1].",
+    "The setup guide (docs/setup.md) says the server listens on port 8080 by default.",
+])
+def test_a_path_in_parentheses_inside_the_clause_names_its_file(text: str) -> None:
+    """Not a citation but the file the sentence talks about: made a marker, it went with the
+    markers of a sentence judged unsupported, and "which file" lost its answer."""
+    assert "(docs/setup.md)" in ground(text, (SETUP,)).body
+
+
 def test_ask_answers_when_the_model_adds_a_reference_it_invented(tmp_path, monkeypatch) -> None:
     from tests.fakes import clean_env
 

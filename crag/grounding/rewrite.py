@@ -255,8 +255,9 @@ def _cited_files(text: str, items: Sequence[EvidenceItem]) -> str:
     (``(see docs/setup.md)``, ``[docs/setup.md]``, ``(source: `docs/setup.md`)``: ``_cites``) as
     the marker of the first item of that file, which grounding moves to the item that supports
     the sentence. Left as written, the path was an identifier no passage holds, and a right
-    answer citing so was refused. In prose ("as docs/setup.md says") it stays, and so does a
-    Markdown link's text or target (``[the guide](docs/setup.md)``), which a marker broke."""
+    answer citing so was refused. In prose ("as docs/setup.md says") it stays, and so do a
+    Markdown link's text or target (``[the guide](docs/setup.md)``), which a marker broke, and
+    a path in parentheses inside the clause (``_aside``), which names the file it talks about."""
     first: dict[str, int] = {}
     for k, item in enumerate(items, start=1):
         first.setdefault(display_name(item.source), k)
@@ -267,12 +268,24 @@ def _cited_files(text: str, items: Sequence[EvidenceItem]) -> str:
     pieces = code_split(text)
     for i, piece in enumerate(pieces):
         if i % 2 == 0:
-            pieces[i] = path.sub(lambda m: f"[{first[m.group(1)]}]" if _cites(m) and not _linked(m) else m.group(0), piece)
+            pieces[i] = path.sub(lambda m: f"[{first[m.group(1)]}]" if _cites(m) and not (_linked(m) or _aside(m))
+                                 else m.group(0), piece)
         elif piece.startswith("`") and not piece.startswith("```") and piece.strip("`").strip() in first:
             before, after = "".join(pieces[:i]), "".join(pieces[i + 1 :])  # a code span holding only the path
             if _OPENS_CITATION.search(before) and _CLOSES_CITATION.match(after):
                 pieces[i] = f"[{first[piece.strip('`').strip()]}]"
     return "".join(pieces)
+
+
+# A path alone in parentheses that do not end the clause: "the config (config/app.yaml) sets it",
+# "... (config/app.yaml) [1].", the file the sentence talks about, which a marker took from it.
+_BARE_OPEN = re.compile(r"\(\s*\Z")
+_ENDS_CLAUSE = re.compile(r"\s*\)\s*(?:[.,;:!?](?!\S)|\Z)")
+
+
+def _aside(match: re.Match[str]) -> bool:
+    """Whether ``match`` is a path alone in parentheses that do not end the clause (``_BARE_OPEN``)."""
+    return bool(_BARE_OPEN.search(match.string, 0, match.start())) and not _ENDS_CLAUSE.match(match.string, match.end())
 
 
 def _linked(match: re.Match[str]) -> bool:
