@@ -32,22 +32,20 @@ from __future__ import annotations
 import signal
 import sys
 
-
-class _TerminatedLoading(BaseException):
-    """SIGTERM while the command line loads."""
+_SIGNALLED: list[int] = []  # signals that came while the modules below loaded
 
 
-def _terminated_loading(signum: int, frame: object) -> None:
-    raise _TerminatedLoading
+def _note_signal(signum: int, frame: object) -> None:
+    _SIGNALLED.append(signum)
 
 
-def _sigterm_while_loading():
-    """SIGTERM raised as ``_TerminatedLoading`` while the modules below load, when nothing else
-    handles it; the handler it replaces (None when it set none)."""
+def _defer_while_loading(signum: int):
+    """Hold Ctrl-C or SIGTERM while the modules below load (raised inside an import, it can end in
+    a traceback from importlib's clean-up), if Python's own handler has it; the one replaced."""
     try:
-        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-            return signal.signal(signal.SIGTERM, _terminated_loading)
-    except (AttributeError, ValueError, OSError):  # no SIGTERM, or not the main thread
+        if signal.getsignal(signum) in (signal.SIG_DFL, signal.default_int_handler):
+            return signal.signal(signum, _note_signal)
+    except (AttributeError, ValueError, OSError):  # no such signal, or not the main thread
         pass
     return None
 
@@ -69,7 +67,7 @@ def _stopped_loading(line: str, status: int) -> SystemExit:
     return SystemExit(status)
 
 
-_previous_sigterm = _sigterm_while_loading()
+_HELD = {signum: _defer_while_loading(signum) for signum in (signal.SIGINT, getattr(signal, "SIGTERM", None)) if signum}
 try:
     import argparse
     import contextlib
@@ -87,13 +85,16 @@ try:
     from .indexing import cmd_index, cmd_roots, cmd_search
     from .log import cmd_log
     from .serve import cmd_graph, cmd_mcp
-except KeyboardInterrupt:
+except KeyboardInterrupt:  # a handler crag could not replace
+    eval("None")  # as forget_interrupt does
     raise _stopped_loading("crag: interrupted", 130) from None
-except _TerminatedLoading:
-    raise _stopped_loading("crag: terminated", 143) from None
 finally:
-    if _previous_sigterm is not None:
-        signal.signal(signal.SIGTERM, _previous_sigterm)
+    for _signum, _previous in _HELD.items():
+        if _previous is not None:
+            signal.signal(_signum, _previous)
+if _SIGNALLED:
+    _int = _SIGNALLED[0] == signal.SIGINT
+    raise _stopped_loading("crag: interrupted" if _int else "crag: terminated", 130 if _int else 143)
 
 __all__ = ["build_parser", "main"]
 
@@ -214,8 +215,17 @@ def main(
         return _main(argv, out, stderr or sys.stderr or io.StringIO(), stdin)
     finally:
         common.forget_secrets()
+        forget_interrupt()
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def forget_interrupt() -> None:
+    """CPython marks a Ctrl-C that came while code built from a string ran (``exec``/``eval``:
+    namedtuple, attrs and dataclasses build classes so as they load) as never handled, even once
+    crag has, and ``python -m crag`` then ends killed by SIGINT, not with crag's status.
+    Evaluating a string clears the mark; a Ctrl-C that does leave ``main`` sets it again."""
+    eval("None")
 
 
 def _terminated(signum: int, frame: object) -> None:
