@@ -180,6 +180,16 @@ def test_ask_dash_with_empty_standard_input_is_a_usage_error(kb: Path) -> None:
     assert (code, out) == (2, "") and err == "crag: error: the question read from standard input is empty\n"
 
 
+def test_ask_dash_with_more_words_is_a_usage_error_not_a_question_starting_with_a_dash(kb: Path) -> None:
+    """``crag ask - more`` asked "- more" (and logged it), where ``-`` alone reads standard input."""
+    code, out, err = cli("ask", "-", "which", "port", stdin="How long is a backup kept?\n")
+    assert (code, out) == (2, "") and err == (
+        "crag: error: the question `-` is read from standard input and takes no other words: give `-` alone, "
+        "or the question's words without it\n")
+    code, out, err = cli("ask", "- which port", "--json")  # quoted, it is a question's words
+    assert code == 0 and json.loads(out)["question"] == "- which port", err
+
+
 def test_a_question_or_query_given_as_bytes_that_are_not_utf8_is_a_usage_error(kb: Path) -> None:
     """``crag ask $'caf\\xe9 port'`` asked "caf\ufffd port" (and logged it) with exit status 0,
     where the same bytes on standard input are a usage error: Python keeps such bytes as lone

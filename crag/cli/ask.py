@@ -222,6 +222,9 @@ def question_of(args: argparse.Namespace, limit: int) -> str:
     """The question's words joined, or standard input when the question is ``-`` (at most
     ``limit`` characters of it are read: ``ask - < /dev/zero`` is refused, not read forever);
     either is a usage error when its bytes are not UTF-8."""
+    if args.words[:1] == ["-"] and len(args.words) > 1:  # `ask - extra`: stdin, or "- extra"?
+        raise UsageError("the question `-` is read from standard input and takes no other words: give `-` "
+                         "alone, or the question's words without it")
     if args.words == ["-"]:
         check_readable(args.stdin)
         undecodable_bytes_kept(args.stdin)
