@@ -6,7 +6,7 @@ try:
 except KeyboardInterrupt:
     import sys
 
-    eval("None")  # as crag.cli.forget_interrupt does: python -m ends with 130, not killed by SIGINT
+    eval("None")  # as crag.cli._forget_interrupt does: python -m ends with 130, not killed by SIGINT
     print("crag: interrupted", file=sys.stderr)
     raise SystemExit(130) from None
 

@@ -86,7 +86,7 @@ try:
     from .log import cmd_log
     from .serve import cmd_graph, cmd_mcp
 except KeyboardInterrupt:  # a handler crag could not replace
-    eval("None")  # as forget_interrupt does
+    eval("None")  # as _forget_interrupt does
     raise _stopped_loading("crag: interrupted", 130) from None
 finally:
     for _signum, _previous in _HELD.items():
@@ -215,12 +215,12 @@ def main(
         return _main(argv, out, stderr or sys.stderr or io.StringIO(), stdin)
     finally:
         common.forget_secrets()
-        forget_interrupt()
+        _forget_interrupt()
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
 
 
-def forget_interrupt() -> None:
+def _forget_interrupt() -> None:
     """CPython marks a Ctrl-C that came while code built from a string ran (``exec``/``eval``:
     namedtuple, attrs and dataclasses build classes so as they load) as never handled, even once
     crag has, and ``python -m crag`` then ends killed by SIGINT, not with crag's status.
