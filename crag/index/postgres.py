@@ -54,7 +54,7 @@ from .postgres_connections import (
     options_timeout,
     refused_reading,
 )
-from .postgres_schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION, vector_literal
+from .postgres_schema import COLUMNS, MIGRATIONS, SCHEMA, SCHEMA_VERSION, vector_literal
 from .postgres_search import PostgresRetriever
 from .postgres_update import PostgresUpdate, word_count
 from .postgres_vectors import vector_kind
@@ -74,20 +74,6 @@ READ_TIMEOUT_MS = 120_000
 
 
 _ENABLE_VECTOR = "CREATE EXTENSION vector;"
-# What crag's tables must hold for a search or an update to work (``_damage``): a table, a
-# column or the function missing (dropped by hand, or with the vector extension) is damage,
-# which ``crag index`` mends by creating the schema again and indexing from the documents.
-_COLUMNS = {
-    "migrations": ("version",),
-    "meta": ("key", "value"),
-    "roots": ("path",),
-    "files": ("id", "path", "root", "size", "mtime_ns", "sha256", "chunks", "dl", "tsv"),
-    "chunks": ("id", "file_id", "start_line", "end_line", "heading", "tokens", "dl", "title", "text", "embedding", "tsv"),
-    "postings": ("lexeme", "chunk_id", "dl", "a", "b", "d"),
-    "file_postings": ("lexeme", "file_id", "dl", "a", "b", "d"),
-    "terms": ("lexeme", "df"),
-    "file_terms": ("lexeme", "df"),
-}
 _FUNCTIONS = (f"{SCHEMA}.fold_diacritics", f"{SCHEMA}.fts_text")
 # meta values readers turn into numbers (the first ones always present in a published state)
 _INT_META = ("version", "chunks", "dim", "next_chunk_id", "next_file_id", "text_files")
@@ -246,26 +232,30 @@ class PostgresStore:
         return IndexStoreError(f"the index in {self.location} is damaged ({what}): {self.reindex_hint}", self.location)
 
     def _damage(self, conn: Any) -> str | None:
-        """What is missing from crag's tables, columns and function (``_COLUMNS``), or None: none
-        is (or none of them is there: no index)."""
+        """What is missing from crag's tables, columns and function (``COLUMNS``), or of another
+        type, or None: none is (or none of them is there: no index)."""
         rows = conn.execute(
-            "SELECT c.relname, a.attname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "SELECT c.relname, a.attname, a.atttypid::regtype::text FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace "
             "LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped "
             "WHERE n.nspname = %s AND c.relkind IN ('r', 'p') AND c.relname = ANY(%s)",
-            (SCHEMA, list(_COLUMNS)),
+            (SCHEMA, list(COLUMNS)),
         ).fetchall()
         if not rows:
             return None
-        found: dict[str, set[str]] = {}
-        for table, column in rows:
-            found.setdefault(table, set()).add(column)
-        missing = [t for t in _COLUMNS if t not in found]
+        found: dict[str, dict[str, str]] = {}
+        for table, column, kind in rows:
+            found.setdefault(table, {})[column] = kind
+        missing = [t for t in COLUMNS if t not in found]
         if missing:
             return f"table {', '.join(f'{SCHEMA}.{t}' for t in missing)} is missing"
-        for table, columns in _COLUMNS.items():
+        for table, columns in COLUMNS.items():
             gone = [c for c in columns if c not in found[table]]
             if gone:
                 return f"column {', '.join(f'{SCHEMA}.{table}.{c}' for c in gone)} is missing"
+            for column, kind in columns.items():  # a type changed by hand (the vector type's schema aside)
+                if found[table][column].rpartition(".")[2] != kind:
+                    return f"column {SCHEMA}.{table}.{column} is of type {found[table][column]}, not {kind}"
         for function in _FUNCTIONS:
             if conn.execute("SELECT to_regprocedure(%s)", (f"{function}(text)",)).fetchone()[0] is None:
                 return f"function {function} is missing"
@@ -533,7 +523,7 @@ class PostgresStore:
             meta = self.meta(conn)
             damaged = "version" in meta and self._meta_damage(meta) is not None
         if damaged:
-            conn.execute(f"DROP TABLE IF EXISTS {', '.join(f'{SCHEMA}.{t}' for t in _COLUMNS)} CASCADE")
+            conn.execute(f"DROP TABLE IF EXISTS {', '.join(f'{SCHEMA}.{t}' for t in COLUMNS)} CASCADE")
             for function in _FUNCTIONS:
                 conn.execute(f"DROP FUNCTION IF EXISTS {function}(text) CASCADE")
             self.migrate(conn)

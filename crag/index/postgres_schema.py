@@ -15,7 +15,7 @@ from typing import Any
 from ..text import DIACRITICS
 
 __all__ = [
-    "MIGRATIONS", "POSTINGS_INDEXES", "SCHEMA", "SCHEMA_VERSION", "bulk_postings", "fold", "postings_of",
+    "COLUMNS", "MIGRATIONS", "POSTINGS_INDEXES", "SCHEMA", "SCHEMA_VERSION", "bulk_postings", "fold", "postings_of",
     "vector_literal", "words",
 ]
 
@@ -146,6 +146,27 @@ def _postings_of_tsvectors(table: str) -> str:
         f"{_COUNT.format('D')} AS d FROM {SCHEMA}.{table} c, unnest(c.tsv) AS u"
     )
 
+
+# What crag's tables must hold for a search or an update to work, each column with its type
+# (``PostgresStore._damage``): a table, a column or a function missing (dropped by hand, or
+# with the vector extension), or a column's type changed, is damage, which ``crag index``
+# mends by creating the schema again and indexing from the documents.
+_KEYED = {"lexeme": "text", "df": "integer"}
+_POSTED = {"dl": "integer", "a": "smallint", "b": "smallint", "d": "smallint"}
+COLUMNS: dict[str, dict[str, str]] = {
+    "migrations": {"version": "integer"},
+    "meta": {"key": "text", "value": "text"},
+    "roots": {"path": "text"},
+    "files": {"id": "bigint", "path": "text", "root": "text", "size": "bigint", "mtime_ns": "bigint",
+              "sha256": "text", "chunks": "integer", "dl": "integer", "tsv": "tsvector"},
+    "chunks": {"id": "bigint", "file_id": "bigint", "start_line": "integer", "end_line": "integer",
+               "heading": "text", "tokens": "integer", "dl": "integer", "title": "text", "text": "text",
+               "embedding": "vector", "tsv": "tsvector"},
+    "postings": {"lexeme": "text", "chunk_id": "bigint", **_POSTED},
+    "file_postings": {"lexeme": "text", "file_id": "bigint", **_POSTED},
+    "terms": _KEYED,
+    "file_terms": _KEYED,
+}
 
 # The postings' indexes (a first build drops them and creates them once the rows are in).
 POSTINGS_INDEXES = (
