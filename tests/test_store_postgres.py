@@ -1572,7 +1572,7 @@ def test_a_search_blocked_by_a_lock_ends_with_one_line_instead_of_waiting_for_ev
         with pytest.raises(IndexStoreError) as caught:
             reader.search("uploads retried", 2)
         assert str(caught.value) == (
-            f"the PostgreSQL server {redact(pg_uri)} did not answer a search within 0.5 s (another session may "
+            f"the PostgreSQL server {redact(pg_uri)} did not answer a read of the index within 0.5 s (another session may "
             "hold a lock on crag's tables, as an upgrade of the index does, or the server is overloaded): try again later"
         )
         admin.rollback()
@@ -1664,7 +1664,7 @@ def test_a_search_stopped_by_the_users_own_statement_timeout_names_that_timeout(
         with pytest.raises(IndexStoreError) as caught:
             reader.search("uploads retried", 2)
         assert str(caught.value).startswith(
-            f"the PostgreSQL server {redact(uri)} did not answer a search within 300ms (its statement_timeout, "
+            f"the PostgreSQL server {redact(uri)} did not answer a read of the index within 300ms (its statement_timeout, "
             "set by KB_AGENT_STORE's options, PGOPTIONS or the role; another session may hold a lock"
         ), str(caught.value)
         admin.rollback()
@@ -1689,7 +1689,29 @@ def test_the_users_statement_timeout_is_named_when_it_stops_crags_first_statemen
             open_index(Settings(store=uri)).search("uploads retried", 2)
         admin.rollback()
     assert str(caught.value).startswith(
-        f"the PostgreSQL server {redact(uri)} did not answer a search within 300ms (its statement_timeout, "
+        f"the PostgreSQL server {redact(uri)} did not answer a read of the index within 300ms (its statement_timeout, "
+    ), str(caught.value)
+
+
+def test_crag_index_stopped_reading_the_index_by_a_statement_timeout_does_not_speak_of_a_search(
+    pg_uri: str, tmp_path: Path
+) -> None:
+    """`crag index` reads the index before it updates it; stopped there by the user's
+    statement_timeout, it said the server "did not answer a search", which it had not run."""
+    import psycopg
+
+    from crag.errors import IndexStoreError
+
+    kb = make_kb(tmp_path / "kb")
+    index_roots(Settings(store=pg_uri), [kb])
+    uri = pg_uri + "&options=-c%20statement_timeout%3D300"
+    with psycopg.connect(pg_uri) as admin:
+        admin.execute("LOCK TABLE crag.migrations IN ACCESS EXCLUSIVE MODE")
+        with pytest.raises(IndexStoreError) as caught:
+            index_roots(Settings(store=uri), [kb], lock_timeout=5)
+        admin.rollback()
+    assert str(caught.value).startswith(
+        f"the PostgreSQL server {redact(uri)} did not answer a read of the index within 300ms (its statement_timeout, "
     ), str(caught.value)
 
 

@@ -186,7 +186,7 @@ class PostgresStore:
             within = (f"{users} (its statement_timeout, set by KB_AGENT_STORE's options, PGOPTIONS or the role; "
                       if users else f"{READ_TIMEOUT_MS / 1000:g} s (")
             return IndexUnavailableError(
-                f"the PostgreSQL server {self.location} did not answer a search within {within}"
+                f"the PostgreSQL server {self.location} did not answer a read of the index within {within}"
                 "another session may hold a lock on crag's tables, as an upgrade of the index does, or the server "
                 "is overloaded): try again later",
                 self.location,
