@@ -112,8 +112,11 @@ def test_failures_become_crag_errors(api: EmbeddingsServer) -> None:
                                       timeout=5, max_retries=0)
     with pytest.raises(LLMError, match=r"check the user and password in OPENAI_BASE_URL \(sent instead of OPENAI_API_KEY\)"):
         with_credentials.embed(["x"])
-    api.fail = [503, 503, 503]
-    with pytest.raises(LLMError, match=r"HTTP 503.*KB_AGENT_EMBEDDING_MODEL"):
+    api.fail = [404]
+    with pytest.raises(LLMError, match=r"HTTP 404: .*status 404 \(check KB_AGENT_EMBEDDING_MODEL\)$"):
+        embedder(api, max_retries=0).embed(["x"])
+    api.fail = [503, 503, 503]  # a failing server is no sign of a wrong model
+    with pytest.raises(LLMError, match=r"HTTP 503 \(after 2 retries\): .*status 503$"):
         embedder(api, max_retries=2).embed(["x"])
     with pytest.raises(LLMError, match="cannot reach the embeddings server"):
         OpenAIEmbedder("m", api_key="k", base_url="http://127.0.0.1:9/v1", timeout=2, max_retries=0).embed(["x"])

@@ -65,6 +65,8 @@ _KNOWN_DIMS = {
     "text-embedding-ada-002": 1536,
 }
 _MAX_INPUT_TOKENS = 8000  # the embeddings API refuses inputs above 8191 tokens
+# Statuses with which servers refuse a model they do not have or serve (OpenAI, Ollama, vLLM, TEI).
+_MODEL_REFUSALS = frozenset({400, 403, 404, 422})
 
 
 class OpenAIEmbedder:
@@ -181,9 +183,12 @@ class OpenAIEmbedder:
             if failure.status == 401:
                 what = credentials_hint(self._base_url, self._base_url_variable)
                 return LLMError(f"the embeddings server refused the API key: check {what}", status=401)
+            # A refused request may name a model the server does not have; a busy or failing
+            # server (429, 5xx, after the retries) says nothing about the model.
+            hint = " (check KB_AGENT_EMBEDDING_MODEL)" if failure.status in _MODEL_REFUSALS else ""
             return LLMError(
                 f"embedding with {self.model} failed with HTTP {failure.status}{after}: "
-                f"{_short(getattr(exc, 'message', exc))} (check KB_AGENT_EMBEDDING_MODEL)"
+                f"{_short(getattr(exc, 'message', exc))}{hint}"
                 + redirect_note(exc, self._base_url_variable),
                 status=failure.status,
             )
