@@ -235,7 +235,7 @@ class Agent:
         ``kb`` names the knowledge-base roots (one path or a list of them): they are indexed first when new or changed,
         and the tools look only inside them. Without it every root the index holds is used.
         ``chat_model`` and ``toolbox`` replace the ones the settings would build; ``tools``
-        adds your own ``Tool`` records to the built-in tools (not with ``toolbox``).
+        adds your own ``Tool`` records to the built-in tools (neither it nor ``kb`` with ``toolbox``).
         """
         if progress is not None and not callable(progress):
             raise UsageError(f"progress must be callable (it receives the indexer's progress), not {type(progress).__name__}")
@@ -247,6 +247,8 @@ class Agent:
             raise UsageError("kb must be a path or a list of paths (str, bytes or os.PathLike)")
         if toolbox is not None and tools:
             raise UsageError("pass tools= or toolbox=, not both: a toolbox of your own holds its own tools")
+        if toolbox is not None and kb:  # it would be neither indexed nor the tools' bound
+            raise UsageError("pass kb= or toolbox=, not both: a toolbox of your own searches its own roots")
         config = Settings.from_env(environ, dotenv, **settings)
         _warn_about_configuration(environ, dotenv)
         roots = [os.fsdecode(p) for p in kb] if kb else None

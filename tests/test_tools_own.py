@@ -129,6 +129,8 @@ def test_tools_and_toolbox_do_not_mix(kb) -> None:
 
     with pytest.raises(UsageError, match="not both"):
         Agent.from_env(toolbox=FakeToolbox(), tools=[TICKET_TOOL], environ=kb, dotenv=None)
+    with pytest.raises(UsageError, match=r"^pass kb= or toolbox=, not both"):  # not a root left unsearched, unsaid
+        Agent.from_env(["docs"], toolbox=FakeToolbox(), environ=kb, dotenv=None)
 
 
 def test_docs_list_the_registry_as_it_is() -> None:
