@@ -235,6 +235,41 @@ def test_a_lock_file_that_is_a_named_pipe_never_hangs_a_reader(kb: Path) -> None
     assert code == 1 and f"the lock file {index / 'LOCK'} is a named pipe" in line, line
 
 
+def _within(seconds: float, *argv: str, pipe: Path) -> tuple[int, str, str]:
+    """``cli(*argv)`` on a thread; a run still waiting after ``seconds`` fails the test, and the
+    named pipe it waits on is opened for writing so that its thread ends."""
+    import threading
+
+    done: list[tuple[int, str, str]] = []
+    worker = threading.Thread(target=lambda: done.append(cli(*argv)), daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if not done:
+        try:
+            os.close(os.open(pipe, os.O_WRONLY | os.O_NONBLOCK))
+        except OSError:
+            pass
+        pytest.fail(f"crag {' '.join(argv)} still waiting on the named pipe {pipe.name} after {seconds}s")
+    return done[0]
+
+
+@pytest.mark.parametrize("name", ["CURRENT", "CHECKSUMS", "vectors.faiss", "chunks.sqlite"])
+def test_a_named_pipe_in_place_of_an_index_file_is_damage_not_a_hang(kb: Path, name: str) -> None:
+    """A named pipe where CURRENT or a generation's file belongs made search, roots and index
+    wait for a writer forever (open() of a pipe blocks; SIGTERM could not stop it either)."""
+    pipe = kb / "index" / name if name == "CURRENT" else generation(kb) / name
+    pipe.unlink()
+    os.mkfifo(pipe)
+    rel = name if name == "CURRENT" else f"{pipe.parent.name}/{name}"
+    for argv in (("search", "port"), ("roots",)):
+        code, out, err = _within(30, *argv, pipe=pipe)
+        line = one_error_line(err)
+        assert code == 1 and not out and f"is damaged ({rel} is not a regular file)" in line, line
+    code, out, err = _within(60, "index", "docs", "notes", pipe=pipe)
+    assert code == 0 and "re-embedded everything: the previous index could not be read" in out, out + err
+    assert {path for path, _ in hits("port")} >= {"docs/setup.md", "notes/notes.md"}
+
+
 def test_publishing_never_writes_through_a_link_where_its_temporary_file_goes(kb: Path) -> None:
     """`CURRENT` is replaced by writing `CURRENT.tmp-PID` first; a symbolic link by that name
     (left over, or put there) was written through, truncating what it named."""

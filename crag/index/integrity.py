@@ -14,21 +14,34 @@ that is damage too. Every failure is an ``IndexStoreError`` saying what is damag
 rebuild; ``crag index`` rebuilds a damaged index from its documents instead of building on it.
 
 ``read_current_name`` reads the ``CURRENT`` pointer defensively (a folder, bytes that are
-not text, a huge file are damage, not a traceback).
+not text, a huge file are damage, not a traceback). ``open_regular`` opens an index file
+for reading without waiting: a named pipe or a device put where a file of the index
+belongs would block ``open`` (or a read) for ever; it is damage too.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sqlite3
+import stat
 import zlib
 from collections.abc import Mapping, Sequence
 
 from ..errors import IndexStoreError
 
 __all__ = [
-    "CHECKED_FILES", "CHECKSUMS", "INT_META", "TABLES", "int_meta", "not_a_folder", "read_current_name", "verify",
+    "CHECKED_FILES",
+    "CHECKSUMS",
+    "INT_META",
+    "TABLES",
+    "check_regular",
+    "int_meta",
+    "not_a_folder",
+    "open_regular",
+    "read_current_name",
+    "verify",
     "write_checksums",
 ]
 
@@ -79,11 +92,43 @@ def _damaged(index_dir: str, what: str, hint: str) -> IndexStoreError:
     return IndexStoreError(f"the index in {index_dir} is damaged ({what}): {hint}", index_dir)
 
 
+def open_regular(path: str, index_dir: str, hint: str) -> int:
+    """A read-only descriptor of the regular file at ``path`` (a file of the index folder).
+
+    Opened with ``O_NONBLOCK``, so that a named pipe there does not wait for a writer; anything
+    but a regular file (a pipe, a device, a socket) is damage. A folder raises
+    ``IsADirectoryError``, as ``open`` does; other failures are the ``OSError`` of ``os.open``.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError:
+        os.close(fd)
+        raise
+    if stat.S_ISREG(mode):
+        return fd
+    os.close(fd)
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+    name = os.path.relpath(path, index_dir)
+    raise _damaged(index_dir, f"{name} is not a regular file", hint)
+
+
+def check_regular(path: str) -> None:
+    """An ``OSError`` unless ``path`` is a regular file, found without opening it (for a
+    library that opens it by name and would wait on a named pipe)."""
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        raise OSError(errno.EINVAL, "not a regular file", path)
+
+
 def read_current_name(path: str, index_dir: str, hint: str) -> str | None:
     """The text of the ``CURRENT`` file at ``path``; None when absent; damage is an IndexStoreError."""
     try:
-        with open(path, "rb") as f:
-            raw = f.read(_MAX_CURRENT_BYTES + 1)
+        fd = open_regular(path, index_dir, hint)
+        try:
+            raw = os.read(fd, _MAX_CURRENT_BYTES + 1)
+        finally:
+            os.close(fd)
     except FileNotFoundError:
         return None
     except IsADirectoryError:

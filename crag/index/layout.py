@@ -263,19 +263,19 @@ def _close_all(held: dict[str, int]) -> None:
     held.clear()
 
 
-def _hold(gen_dir: str) -> dict[str, int] | None:
+def _hold(index_dir: str, gen_dir: str) -> dict[str, int] | None:
     """Descriptors of a generation's files (CHECKSUMS only when it has one); None when the
     generation is gone (an indexer removed it after publishing a newer one)."""
     held: dict[str, int] = {}
     try:
         for name in (integrity.CHECKSUMS, VECTORS, DATABASE):
             try:
-                held[name] = os.open(os.path.join(gen_dir, name), os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+                held[name] = integrity.open_regular(os.path.join(gen_dir, name), index_dir, reindex_hint(index_dir))
             except FileNotFoundError:
                 if name != integrity.CHECKSUMS:
                     _close_all(held)
                     return None
-    except OSError:
+    except (OSError, IndexStoreError):
         _close_all(held)
         raise
     return held
@@ -308,7 +308,7 @@ def open_generation(index_dir: str, verify: bool = False) -> Generation:
         db_path = os.path.join(gen_dir, DATABASE)
         vectors_path = os.path.join(gen_dir, VECTORS)
         try:
-            held = _hold(gen_dir)
+            held = _hold(index_dir, gen_dir)
         except OSError as exc:
             what = _unreadable(gen_dir, exc)
             raise IndexStoreError(f"cannot read {what} ({exc.strerror or exc}): {reindex_hint(index_dir)}", index_dir) from exc
@@ -389,8 +389,9 @@ def published_generations(index_dir: str) -> list[str]:
 
 def _rows(db_path: str, sql: str) -> list[tuple] | None:
     """The rows ``sql`` reads from a generation's database, opened read-only; None when it
-    cannot be read."""
+    cannot be read (nor waited for: a named pipe there is damage)."""
     try:
+        integrity.check_regular(db_path)
         conn = connect_ro(db_path)
         try:
             return conn.execute(sql).fetchall()
