@@ -270,6 +270,21 @@ def test_a_named_pipe_in_place_of_an_index_file_is_damage_not_a_hang(kb: Path, n
     assert {path for path, _ in hits("port")} >= {"docs/setup.md", "notes/notes.md"}
 
 
+def test_a_named_pipe_by_a_generation_name_is_removed_without_waiting(kb: Path) -> None:
+    """Each indexer removes the generations it does not keep; shutil.rmtree opens what it is
+    given, so a named pipe called gen-000009 in the index folder made `crag index` wait for a
+    writer forever. A link by such a name goes too, and what it leads to stays."""
+    index = kb / "index"
+    os.mkfifo(index / "gen-000009")
+    (kb / "victim").mkdir()
+    (kb / "victim" / "f").write_text("kept")
+    (index / "gen-000010").symlink_to(kb / "victim")
+    code, out, err = _within(60, "index", "docs", pipe=index / "gen-000009")
+    assert code == 0 and "up to date" in out, out + err
+    assert not os.path.lexists(index / "gen-000009") and not os.path.lexists(index / "gen-000010")
+    assert (kb / "victim" / "f").read_text() == "kept"
+
+
 def test_publishing_never_writes_through_a_link_where_its_temporary_file_goes(kb: Path) -> None:
     """`CURRENT` is replaced by writing `CURRENT.tmp-PID` first; a symbolic link by that name
     (left over, or put there) was written through, truncating what it named."""

@@ -520,9 +520,10 @@ def cleanup(index_dir: str, keep: str | None) -> None:
         return
     for name in names:
         path = os.path.join(index_dir, name)
-        if GENERATION.match(name) and name != keep:
+        stray = GENERATION.match(name) is not None and name != keep
+        if stray and os.path.isdir(path) and not os.path.islink(path):
             shutil.rmtree(path, ignore_errors=True)
-        elif name.startswith(f"{CURRENT}.tmp-"):
+        elif stray or name.startswith(f"{CURRENT}.tmp-"):  # not a folder: rmtree would open a named pipe and wait
             try:
                 os.unlink(path)
             except OSError:
