@@ -110,6 +110,29 @@ def test_a_log_that_cannot_be_written_is_one_note_a_chat_session(project: Path) 
     assert code == 0 and "8080" in out and err.startswith("crag: note: the answer log ") and err.count("\n") == 1
 
 
+class _Unwritable(io.StringIO):
+    def __init__(self, error: OSError) -> None:
+        super().__init__()
+        self.error = error
+
+    def write(self, text: str) -> int:
+        raise self.error
+
+
+@pytest.mark.parametrize(("error", "status"), [(BrokenPipeError(32, "Broken pipe"), 141),
+                                               (OSError(28, "No space left on device"), 1)])
+@pytest.mark.parametrize("json_flag", [[], ["--json"]])
+def test_an_answer_whose_output_cannot_be_written_is_still_logged(project: Path, error: OSError, status: int,
+                                                                  json_flag: list[str]) -> None:
+    """``crag ask ... | head -1`` whose reader went before the answer was written, or ``> /dev/full``:
+    the answer was made (and its tokens paid for), yet ``crag log`` and ``ask -c`` never saw it."""
+    err = io.StringIO()
+    assert main(["ask", "Which port does the server listen on?", *json_flag], _Unwritable(error), err) == status
+    entries = json.loads(cli("log", "--json")[1])
+    assert [e["question"] for e in entries] == ["Which port does the server listen on?"]
+    assert "8080" in entries[0]["body"]
+
+
 @pytest.mark.parametrize("ending", ["exit", "QUIT", " /quit ", ":q"])
 def test_a_line_saying_exit_ends_chat_and_is_never_asked(project: Path, ending: str) -> None:
     code, out, _ = cli("chat", stdin=f"Which port does the server listen on?\n{ending}\nHow long is a backup kept?\n")

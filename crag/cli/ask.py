@@ -281,11 +281,15 @@ def cmd_ask(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         gone = gone_roots_note(result, agent)
     for say in later:  # which index answered: after the answer, so a failure is one line
         say()
-    if args.json:
-        out.write(shown_json({**result.to_dict(), "index": index_label(agent.settings)}, out, indent=2) + "\n")
-    elif not live:
-        print_answer(out, result, show_usage=show_usage)
-    out.flush()  # the answer first: a log locked by another crag waits up to its timeout
+    try:
+        if args.json:
+            out.write(shown_json({**result.to_dict(), "index": index_label(agent.settings)}, out, indent=2) + "\n")
+        elif not live:
+            print_answer(out, result, show_usage=show_usage)
+        out.flush()  # the answer first: a log locked by another crag waits up to its timeout
+    except OSError:  # the reader gone (`| head -1`) or the disk full: the answer given is still logged
+        record(agent.settings, result, err, conversation, "ask")
+        raise
     fetch_failed_notes(result, agent, err)
     if gone:
         err.write(gone + "\n")
