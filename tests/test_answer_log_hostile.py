@@ -72,6 +72,9 @@ PASTED = {  # what a user pastes into a question, and the value that must not re
     "hf_Unconf0123456789abcdefABCDEFxyz0": "hf_Unconf0123456789abcdefABCDEFxyz0",
     "sk-proj-Unconf0123456789abcdefXYZ0123": "sk-proj-Unconf0123456789abcdefXYZ0123",
     "xoxb-123456789012-abcdefABCDEF": "xoxb-123456789012-abcdefABCDEF",
+    "glpat-Unconf0123456789abcdEF": "glpat-Unconf0123456789abcdEF",
+    "npm_Unconf0123456789abcdefABCDEFxyz01234": "npm_Unconf0123456789abcdefABCDEFxyz01234",
+    "sk_live_Unconf0123456789abcdefAB": "sk_live_Unconf0123456789abcdefAB",
     "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U":
         "dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
     "my password is Xy7unconfigured99,": "Xy7unconfigured99",
