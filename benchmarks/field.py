@@ -316,8 +316,10 @@ def run(args: argparse.Namespace, save: Any = None) -> dict[str, Any]:
     """Every question, one by one; ``save(report)`` is called after each, so a long run that
     is stopped early still leaves its figures so far."""
     questions = load_questions(args.questions, args.offset, args.questions_file)
-    index_dir = args.index_dir or tempfile.mkdtemp(prefix="crag-field-")
     cwd = SHARED / "corpora"
+    if not cwd.is_dir():  # before a temporary index folder is made for nothing
+        raise ValueError(f"the shared corpora are not at {cwd} (CRAG_SHARED=DIR to point elsewhere)")
+    index_dir = args.index_dir or tempfile.mkdtemp(prefix="crag-field-")
     offline = args.offline
     env = crag_env(index_dir, None, args.model, args.context_tokens, args.timeout, args.max_answer_tokens)
     env.update(args.settings)

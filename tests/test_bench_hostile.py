@@ -391,16 +391,20 @@ def test_grading_cost_names_query_ids_its_data_does_not_hold_in_its_one_line_for
     ("grading_cost", [], "no such file: ELSEWHERE/grading/trec_dl/judged_pairs.jsonl"),
     ("store_scale", ["--chunks", "1500", "--stores", "embedded"],
      "the shared corpora are not at ELSEWHERE: no folder ELSEWHERE/retrieval/squad_wiki/corpus"),
+    # "[Errno 2] No such file or directory: PosixPath(...)", once a temporary index folder was
+    # made (and left behind)
+    ("field", ["--offline", "--questions", "1"], "the shared corpora are not at ELSEWHERE/corpora"),
 ])
 def test_crag_shared_points_every_benchmark_at_the_shared_data_and_its_absence_is_one_line(name, argv, says, tmp_path):
     """CRAG_SHARED, as benchmarks.field and benchmarks.answers read it, is where every benchmark
     looks for the shared data; data missing there is one line naming the place, before any work."""
     elsewhere = tmp_path / "shared"
-    env = {**os.environ, "CRAG_SHARED": str(elsewhere)}
+    env = {**os.environ, "CRAG_SHARED": str(elsewhere), "TMPDIR": str(tmp_path)}
     proc = subprocess.run([sys.executable, "-m", f"benchmarks.{name}", *argv, "--out", str(tmp_path / "out")],
                           cwd=Path(__file__).resolve().parents[1], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert says.replace("ELSEWHERE", str(elsewhere)) in proc.stderr.strip().splitlines()[-1]
+    assert not list(tmp_path.glob("crag-*")), "a temporary folder was left behind"
 
 
 def test_field_asks_each_question_once_when_more_are_asked_for_than_the_file_holds(tmp_path, capsys):
