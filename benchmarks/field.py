@@ -314,12 +314,20 @@ def node_table(answers: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 def run(args: argparse.Namespace, save: Any = None) -> dict[str, Any]:
     """Every question, one by one; ``save(report)`` is called after each, so a long run that
-    is stopped early still leaves its figures so far."""
+    is stopped early still leaves its figures so far. Without ``--index-dir`` the corpora are
+    indexed into a temporary folder, removed when the run ends (also on an error or Ctrl-C)."""
     questions = load_questions(args.questions, args.offset, args.questions_file)
     cwd = SHARED / "corpora"
     if not cwd.is_dir():  # before a temporary index folder is made for nothing
         raise ValueError(f"the shared corpora are not at {cwd} (CRAG_SHARED=DIR to point elsewhere)")
-    index_dir = args.index_dir or tempfile.mkdtemp(prefix="crag-field-")
+    if args.index_dir:
+        return _run(args, questions, cwd, args.index_dir, save)
+    with tempfile.TemporaryDirectory(prefix="crag-field-") as index_dir:
+        return _run(args, questions, cwd, index_dir, save)
+
+
+def _run(args: argparse.Namespace, questions: list[dict[str, Any]], cwd: Path, index_dir: str,
+         save: Any) -> dict[str, Any]:
     offline = args.offline
     env = crag_env(index_dir, None, args.model, args.context_tokens, args.timeout, args.max_answer_tokens)
     env.update(args.settings)
@@ -451,7 +459,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-answer-tokens", type=at_least(1), default=int(os.environ.get("KB_AGENT_MAX_ANSWER_TOKENS", "1024")))
     p.add_argument("--timeout", type=float, default=600.0, help="KB_AGENT_LLM_TIMEOUT for crag, seconds")
     p.add_argument("--wall-timeout", type=float, default=3600.0, help="most seconds one question may take")
-    p.add_argument("--index-dir", default=None, help="reuse an index (default: a new temporary one)")
+    p.add_argument("--index-dir", default=None, help="reuse an index (default: a new temporary one, removed after the run)")
     p.add_argument("--name", type=results_name, default=None, help="results file name (field-NAME.json / .md)")
     p.add_argument("--out", type=out_dir, default=RESULTS_DIR)
     p.add_argument("--set", dest="settings", action="append", default=[], metavar="KB_AGENT_X=VALUE",

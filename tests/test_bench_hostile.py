@@ -334,6 +334,22 @@ def test_field_against_a_server_that_is_down_is_one_line_and_exit_status_1(tmp_p
     assert row.startswith("| ") and row.endswith(" |") and "crag: error: LLM server" in row
 
 
+@pytest.mark.parametrize("extra", [[], ["--set", "KB_AGENT_TOP_K=abc"]], ids=["answered", "index-refused"])
+def test_field_removes_the_temporary_index_it_made(extra, tmp_path):
+    """Without ``--index-dir`` every run left its index (tens of MB) in the temporary folder,
+    after a run that succeeded as after one that failed."""
+    if not SHARED_CORPORA.is_dir():
+        pytest.skip(f"benchmarks.field reads the shared corpora beside the clone, not at {SHARED_CORPORA}")
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.field", "--offline", "--questions", "1", *extra,
+                           "--out", str(tmp_path / "out")], cwd=Path(__file__).resolve().parents[1],
+                          env={**os.environ, "TMPDIR": str(temp)}, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == (2 if extra else 0) and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert "indexing 1 corpora into " + str(temp) in proc.stderr  # it made one there
+    assert not list(temp.glob("crag-field-*"))
+
+
 @pytest.mark.parametrize(("text", "says"), [
     ("", "holds no questions"),
     ('{"question": "q"}\n', "line 1 is not a question as JSON {question, path, corpus}"),
