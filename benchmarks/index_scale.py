@@ -407,8 +407,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks.index_scale", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", type=counts(1), default="10000,100000,1000000", help="comma-separated chunk counts (default: %(default)s)")
-    p.add_argument("--dim", type=int, default=None, help=f"vector dimension (default: {dim}, {source})")
-    p.add_argument("--rank", type=int, default=128, help="intrinsic dimension of the synthetic vectors (default: %(default)s)")
+    p.add_argument("--dim", type=at_least(1), default=None, help=f"vector dimension (default: {dim}, {source})")
+    p.add_argument("--rank", type=at_least(1), default=128, help="intrinsic dimension of the synthetic vectors (default: %(default)s)")
     p.add_argument("--methods", default=",".join(METHODS), help="comma-separated subset of flat,hnsw,ivf")
     p.add_argument("--queries", type=at_least(1), default=100, help="queries per size, for recall and batched search (default: %(default)s)")
     p.add_argument("--k", type=at_least(1), default=10, help="top-k searched, recall@k (default: %(default)s)")

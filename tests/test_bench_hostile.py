@@ -103,6 +103,10 @@ BAD_ARGUMENTS = [
      "argument --record: FILE is a file, not a folder"),
     # a count or a time of 0 that crashed in FAISS, divided by zero or reported a median of nothing
     ("index_scale", ["--hnsw-m", "0"], "argument --hnsw-m: must be at least 1, got 0"),
+    # a rank of 0 was FAISS's traceback ("input contains NaN's or Inf's"), a dimension of 0 a report
+    ("index_scale", ["--rank", "0"], "argument --rank: must be at least 1, got 0"),
+    ("index_scale", ["--dim", "0"], "argument --dim: must be at least 1, got 0"),
+    ("index_scale", ["--dim", "-5"], "argument --dim: must be at least 1, got -5"),
     ("index_scale", ["--ivf-nprobe", "0"], "argument --ivf-nprobe: must be at least 1, got 0"),
     ("index_scale", ["--batch-repeats", "0"], "argument --batch-repeats: must be at least 1, got 0"),
     ("index_scale", ["--latency-budget-ms", "-5"], "argument --latency-budget-ms: must be above 0, got -5"),
