@@ -88,6 +88,7 @@ from benchmarks.common import (
     at_least,
     environment,
     fmt,
+    llm_timeout,
     markdown_table,
     out_dir,
     quick_out,
@@ -701,20 +702,6 @@ def render_markdown(r: dict[str, Any]) -> str:
               "and no refusal. Honest: the answer refuses. \"Right when first evidence lacked it\": answerable "
               "questions whose first round of evidence held no gold answer string (SQuAD only)."]
     return "\n".join(lines) + "\n"
-
-
-def llm_timeout(value: str) -> float:
-    """argparse type of ``--timeout``: what crag's ``KB_AGENT_LLM_TIMEOUT`` accepts, checked when
-    the arguments are read. The benchmark hands it to crag in that variable, which refused a bad
-    one only after the indexing, blaming a setting "in the environment" the user never set."""
-    from crag.config import seconds
-    from crag.errors import ConfigError
-
-    rule = seconds(0.001)
-    try:
-        return rule("--timeout", value)
-    except ConfigError:
-        raise argparse.ArgumentTypeError(f"must be {rule.accepts}, got {value}") from None
 
 
 def main(argv: list[str] | None = None) -> int:

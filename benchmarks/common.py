@@ -232,6 +232,20 @@ def at_least(lo: int) -> Callable[[str], int]:
     return count
 
 
+def llm_timeout(value: str) -> float:
+    """argparse type of ``--timeout``: what crag's ``KB_AGENT_LLM_TIMEOUT`` accepts, checked when
+    the arguments are read. The benchmark hands it to crag in that variable, which refused a bad
+    one only after the indexing, blaming a setting "in the environment" the user never set."""
+    from crag.config import seconds
+    from crag.errors import ConfigError
+
+    rule = seconds(0.001)
+    try:
+        return rule("--timeout", value)
+    except ConfigError:
+        raise argparse.ArgumentTypeError(f"must be {rule.accepts}, got {value}") from None
+
+
 def positive(value: str) -> float:
     """argparse type of a duration, size or ratio: a finite number above 0."""
     try:

@@ -42,8 +42,10 @@ from .common import (
     RESULTS_DIR,
     at_least,
     environment,
+    llm_timeout,
     markdown_table,
     out_dir,
+    positive,
     results_name,
     run_main,
     write_json,
@@ -457,8 +459,8 @@ def main(argv: list[str] | None = None) -> int:
                         "(e.g. benchmarks/unanswerable.jsonl)")
     p.add_argument("--context-tokens", type=at_least(1), default=int(os.environ.get("KB_AGENT_CONTEXT_TOKENS", "8192")))
     p.add_argument("--max-answer-tokens", type=at_least(1), default=int(os.environ.get("KB_AGENT_MAX_ANSWER_TOKENS", "1024")))
-    p.add_argument("--timeout", type=float, default=600.0, help="KB_AGENT_LLM_TIMEOUT for crag, seconds")
-    p.add_argument("--wall-timeout", type=float, default=3600.0, help="most seconds one question may take")
+    p.add_argument("--timeout", type=llm_timeout, default=600.0, help="KB_AGENT_LLM_TIMEOUT for crag, seconds")
+    p.add_argument("--wall-timeout", type=positive, default=3600.0, help="most seconds one question may take")
     p.add_argument("--index-dir", default=None, help="reuse an index (default: a new temporary one, removed after the run)")
     p.add_argument("--name", type=results_name, default=None, help="results file name (field-NAME.json / .md)")
     p.add_argument("--out", type=out_dir, default=RESULTS_DIR)

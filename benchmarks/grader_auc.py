@@ -43,6 +43,7 @@ from benchmarks.common import (
     append_jsonl,
     at_least,
     environment,
+    llm_timeout,
     markdown_table,
     out_dir,
     read_jsonl,
@@ -236,7 +237,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--data", type=Path, default=DEFAULT_DATA, help="judged_pairs.jsonl (default: %(default)s)")
     p.add_argument("--record", type=record_file, default=RESULTS_DIR / "grader_auc.jsonl",
                    help="append-only JSONL of replies; a later run resumes from it (default: %(default)s)")
-    p.add_argument("--timeout", type=float, default=900.0, help="seconds per request (default: %(default)s)")
+    p.add_argument("--timeout", type=llm_timeout, default=900.0, help="seconds per request (default: %(default)s)")
     p.add_argument("--name", type=results_name, default="grader_auc", help="results file name (NAME.json / .md)")
     p.add_argument("--out", type=out_dir, default=RESULTS_DIR)
     args = p.parse_args(argv)

@@ -109,6 +109,7 @@ from benchmarks.common import (
     environment,
     fmt,
     fractions,
+    llm_timeout,
     load_pyplot,
     markdown_table,
     non_negative,
@@ -1109,7 +1110,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     real.add_argument("--record", type=record_file,
                       help="append-only JSONL of replies; a later run resumes from it "
                            "(default: grading_cost_real.jsonl under --out)")
-    real.add_argument("--timeout", type=float, default=900.0, help="seconds per request (default: %(default)s)")
+    real.add_argument("--timeout", type=llm_timeout, default=900.0, help="seconds per request (default: %(default)s)")
     p.add_argument("--out", type=out_dir, default=RESULTS_DIR)
     p.add_argument("--quiet", dest="verbose", action="store_false")
     args = p.parse_args(argv)

@@ -102,6 +102,15 @@ BAD_ARGUMENTS = [
     ("grading_cost", ["--base-url", "http://127.0.0.1:9/v1", "--record", "FILE/r.jsonl"],
      "argument --record: FILE is a file, not a folder"),
     # a count or a time of 0 that crashed in FAISS, divided by zero or reported a median of nothing
+    # a timeout crag refuses: its KB_AGENT_LLM_TIMEOUT line "set in the environment", exit
+    # status 1, after the indexing for field
+    ("grading_cost", ["--base-url", "http://127.0.0.1:9/v1", "--timeout", "-1"],
+     "argument --timeout: must be a number of seconds between 0.001 and 86400, got -1"),
+    ("grader_auc", ["--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--timeout", "0"],
+     "argument --timeout: must be a number of seconds between 0.001 and 86400, got 0"),
+    ("field", ["--offline", "--timeout", "-1"],
+     "argument --timeout: must be a number of seconds between 0.001 and 86400, got -1"),
+    ("field", ["--offline", "--wall-timeout", "0"], "argument --wall-timeout: must be above 0, got 0"),
     ("index_scale", ["--hnsw-m", "0"], "argument --hnsw-m: must be at least 1, got 0"),
     # a rank of 0 was FAISS's traceback ("input contains NaN's or Inf's"), a dimension of 0 a report
     ("index_scale", ["--rank", "0"], "argument --rank: must be at least 1, got 0"),
