@@ -270,6 +270,26 @@ def test_a_named_pipe_in_place_of_an_index_file_is_damage_not_a_hang(kb: Path, n
     assert {path for path, _ in hits("port")} >= {"docs/setup.md", "notes/notes.md"}
 
 
+@pytest.mark.parametrize("name", ["CURRENT", "CHECKSUMS", "vectors.faiss", "chunks.sqlite"])
+def test_a_socket_in_place_of_an_index_file_is_damage(kb: Path, name: str) -> None:
+    """A socket cannot be opened at all (ENXIO): it was "cannot read ... (No such device or
+    address)", and for CURRENT the advice to check --index, which no check mends."""
+    import socket
+
+    path = kb / "index" / name if name == "CURRENT" else generation(kb) / name
+    path.unlink()
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(path))
+        rel = name if name == "CURRENT" else f"{path.parent.name}/{name}"
+        for argv in (("search", "port"), ("roots",)):
+            code, out, err = cli(*argv)
+            line = one_error_line(err)
+            assert code == 1 and not out and f"is damaged ({rel} is not a regular file)" in line, line
+        code, out, err = cli("index", "docs", "notes")
+        assert code == 0 and "re-embedded everything: the previous index could not be read" in out, out + err
+    assert {path for path, _ in hits("port")} >= {"docs/setup.md", "notes/notes.md"}
+
+
 def test_a_named_pipe_by_a_generation_name_is_removed_without_waiting(kb: Path) -> None:
     """Each indexer removes the generations it does not keep; shutil.rmtree opens what it is
     given, so a named pipe called gen-000009 in the index folder made `crag index` wait for a

@@ -96,10 +96,17 @@ def open_regular(path: str, index_dir: str, hint: str) -> int:
     """A read-only descriptor of the regular file at ``path`` (a file of the index folder).
 
     Opened with ``O_NONBLOCK``, so that a named pipe there does not wait for a writer; anything
-    but a regular file (a pipe, a device, a socket) is damage. A folder raises
-    ``IsADirectoryError``, as ``open`` does; other failures are the ``OSError`` of ``os.open``.
+    but a regular file (a pipe, a device, a socket, which ``open`` refuses with ENXIO) is
+    damage. A folder raises ``IsADirectoryError``, as ``open`` does; other failures are the
+    ``OSError`` of ``os.open``.
     """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    name = os.path.relpath(path, index_dir)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:  # a socket (or a device without its driver): never opened at all
+            raise _damaged(index_dir, f"{name} is not a regular file", hint) from None
+        raise
     try:
         mode = os.fstat(fd).st_mode
     except OSError:
@@ -110,7 +117,6 @@ def open_regular(path: str, index_dir: str, hint: str) -> int:
     os.close(fd)
     if stat.S_ISDIR(mode):
         raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
-    name = os.path.relpath(path, index_dir)
     raise _damaged(index_dir, f"{name} is not a regular file", hint)
 
 
