@@ -163,6 +163,21 @@ def _link_trouble(link: str) -> str:
     return "a symbolic link to a folder" if stat.S_ISDIR(found.st_mode) else "a symbolic link to a file, not a folder"
 
 
+def _kind(path: str) -> str:
+    """What stands where a file belongs, for a message: a folder, a named pipe, a socket, a device."""
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return "a folder?"
+    if stat.S_ISFIFO(mode):
+        return "a named pipe"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a folder?" if stat.S_ISDIR(mode) else "a device"
+
+
 class AnswerLog:
     """The log file of one folder. Opened per command; every write is one transaction.
 
@@ -196,7 +211,7 @@ class AnswerLog:
             what = _link_trouble(above) if os.path.islink(above) else "not a folder"
             raise LogError(f"the answer log cannot be kept in {folder}: {above} is {what}")
         if os.path.lexists(self.path) and not os.path.isfile(self.path):
-            what = _link_trouble(self.path) if os.path.islink(self.path) else "not a file (a folder?)"
+            what = _link_trouble(self.path) if os.path.islink(self.path) else f"not a file ({_kind(self.path)})"
             raise LogError(f"the answer log {self.path} is {what}: move it away to start a new log")
         return os.path.isfile(self.path) and os.path.getsize(self.path) > 0
 

@@ -99,6 +99,23 @@ def test_crag_log_says_what_stands_where_the_log_belongs(proj: Path) -> None:
     assert code == 0 and out.startswith("Hello") and "crag: note: the answer log .crag/log.sqlite is not a file" in err
 
 
+def test_crag_log_names_a_named_pipe_or_socket_standing_for_the_log(proj: Path) -> None:
+    """A named pipe or a socket where ``log.sqlite`` belongs was "not a file (a folder?)"."""
+    import socket
+
+    (proj / ".crag").mkdir()
+    os.mkfifo(proj / ".crag" / "log.sqlite")
+    code, out, err = cli("log")
+    assert code == 1 and out == ""
+    assert err == "crag: error: the answer log .crag/log.sqlite is not a file (a named pipe): move it away to start a new log\n"
+    (proj / ".crag" / "log.sqlite").unlink()
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(proj / ".crag" / "log.sqlite"))
+        code, out, err = cli("ask", "hello")  # the answer is given; the log's trouble is a note
+        assert code == 0 and out.startswith("Hello")
+        assert "crag: note: the answer log .crag/log.sqlite is not a file (a socket)" in err
+
+
 def test_crag_log_says_where_a_link_standing_for_the_log_or_its_folder_leads(proj: Path) -> None:
     """A ``.crag`` linked to a file was called "a symbolic link to nothing", and a ``log.sqlite``
     linked to nothing, or round in a loop, "not a file (a folder?)": the line says what the link is."""
