@@ -253,7 +253,7 @@ def positive(value: str) -> float:
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number, got {value!r}") from None
     if not math.isfinite(x) or x <= 0:
-        raise argparse.ArgumentTypeError(f"must be above 0, got {value}")
+        raise argparse.ArgumentTypeError(f"must be a finite number above 0, got {value}")
     return x
 
 

@@ -110,7 +110,9 @@ BAD_ARGUMENTS = [
      "argument --timeout: must be a number of seconds between 0.001 and 86400, got 0"),
     ("field", ["--offline", "--timeout", "-1"],
      "argument --timeout: must be a number of seconds between 0.001 and 86400, got -1"),
-    ("field", ["--offline", "--wall-timeout", "0"], "argument --wall-timeout: must be above 0, got 0"),
+    ("field", ["--offline", "--wall-timeout", "0"], "argument --wall-timeout: must be a finite number above 0, got 0"),
+    # infinity is above 0: "must be above 0, got inf" said nothing of what was wrong
+    ("field", ["--offline", "--wall-timeout", "inf"], "argument --wall-timeout: must be a finite number above 0, got inf"),
     ("index_scale", ["--hnsw-m", "0"], "argument --hnsw-m: must be at least 1, got 0"),
     # a rank of 0 was FAISS's traceback ("input contains NaN's or Inf's"), a dimension of 0 a report
     ("index_scale", ["--rank", "0"], "argument --rank: must be at least 1, got 0"),
@@ -118,15 +120,15 @@ BAD_ARGUMENTS = [
     ("index_scale", ["--dim", "-5"], "argument --dim: must be at least 1, got -5"),
     ("index_scale", ["--ivf-nprobe", "0"], "argument --ivf-nprobe: must be at least 1, got 0"),
     ("index_scale", ["--batch-repeats", "0"], "argument --batch-repeats: must be at least 1, got 0"),
-    ("index_scale", ["--latency-budget-ms", "-5"], "argument --latency-budget-ms: must be above 0, got -5"),
+    ("index_scale", ["--latency-budget-ms", "-5"], "argument --latency-budget-ms: must be a finite number above 0, got -5"),
     ("overhead", ["--blocks", "0"], "argument --blocks: must be at least 1, got 0"),
     ("overhead", ["--startup-runs", "0"], "argument --startup-runs: must be at least 1, got 0"),
-    ("overhead", ["--target-ratio", "nan"], "argument --target-ratio: must be above 0, got nan"),
+    ("overhead", ["--target-ratio", "nan"], "argument --target-ratio: must be a finite number above 0, got nan"),
     # a store that is not one was measured as the embedded store under its name
     ("store_scale", ["--stores", "embedded,foo"], "--stores: unknown store foo (choose from embedded, postgresql)"),
     ("store_scale", ["--clients", "0"], "argument --clients: must be at least 1, got 0"),
     ("store_scale", ["--clients", "x"], "argument --clients: expected a whole number, got 'x'"),
-    ("store_scale", ["--client-seconds", "0"], "argument --client-seconds: must be above 0, got 0"),
+    ("store_scale", ["--client-seconds", "0"], "argument --client-seconds: must be a finite number above 0, got 0"),
     ("store_scale", ["--frequent", "0"], "argument --frequent: must be at least 1, got 0"),
     # nothing to measure: empty tables reported as results
     ("grading_cost", ["--strategies", ""], "--strategies needs at least one strategy"),
