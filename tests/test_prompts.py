@@ -244,6 +244,17 @@ def test_a_stats_block_behind_markup_or_in_a_blockquote_goes_whole():
     assert strip_stats_blocks("Cost: see \U0001F4CA LLM Usage Stats\n- x: 1") == "Cost: see"
 
 
+def test_a_stats_block_alone_in_a_code_fence_goes_with_its_fence():
+    """A model that wrote the block in a code fence left an empty fence in the answer, which
+    grounding then tagged [unsupported] with a note about it; a fence holding more keeps it."""
+    fenced = f"Port 8080 [1].\n\n```\n{STATS_HEADING}\n- **API calls:** 3\n```"
+    assert strip_stats_blocks(fenced) == "Port 8080 [1]."
+    assert strip_stats_blocks(f"A.\n\n~~~text\n\n---\n{STATS_HEADING}\n- x: 1\n\n~~~\n\nB.") == "A.\n\nB."
+    assert strip_stats_blocks(f"A.\n```\ncode\n{STATS_HEADING}\n- x: 1\n```") == "A.\n```\ncode\n```"
+    between = f"A.\n```\none\n```\n{STATS_HEADING}\n- x: 1\n```\ntwo\n```"
+    assert strip_stats_blocks(between) == "A.\n```\none\n```\n```\ntwo\n```"
+
+
 def test_a_stats_block_with_windows_line_ends_goes_with_its_rule():
     """A history turn written with "\r\n" kept the block's "---" rule (and a bare heading)."""
     crlf = f"Use apt [1].\n\n[1] docs/install.md:L5\n\n{usage_block()}\n".replace("\n", "\r\n")

@@ -42,6 +42,7 @@ _STAT_LINE = re.compile(
 )
 
 
+_FENCE = re.compile(r"^[ \t]*(?:`{3,}|~{3,})[\w+.-]*[ \t]*$")  # a code fence's line: "```", "```text"
 _QUOTE = re.compile(r"^[ \t]*(?:>[ \t]?)+")  # a blockquote's markers: "> ", ">> "
 _MARKUP_ONLY = re.compile(r"^[\s>#*_]*$")  # what may open a heading's line: "## ", "**", "> "
 
@@ -61,9 +62,9 @@ def strip_stats_blocks(text: str) -> str:
     """``text`` without any ``📊 **LLM Usage Stats:**`` block and the Markdown list after it
     (or the figures a model wrote there as plain lines, ``API calls: 3``).
 
-    A ``---`` rule right before the heading goes too; so do the mojibake ``ðŸ“Š`` form and a
-    bare ``**LLM Usage Stats:**`` heading line. Text without such a block is returned as is
-    (with one, its line ends are ``\n``).
+    A ``---`` rule right before the heading goes too, and a code fence that held the block
+    alone; so do the mojibake ``ðŸ“Š`` form and a bare ``**LLM Usage Stats:**`` heading line.
+    Text without such a block is returned as is (with one, its line ends are ``\n``).
     """
     if not isinstance(text, str):
         return ""
@@ -104,9 +105,27 @@ def strip_stats_blocks(text: str) -> str:
                 lines[i].strip() and not _unquoted(lines[i]).strip() and i + 1 < len(lines)
                 and _block_line(lines[i + 1]))):
             i += 1
+        i = _drop_fence_around(out, lines, i)
     if not changed:
         return text
     return re.sub(r"\n{3,}", "\n\n", "\n".join(out)).strip()
+
+
+def _drop_fence_around(out: list[str], lines: list[str], i: int) -> int:
+    """Where a usage block just cut from ``out`` stood alone in a code fence (the opening fence
+    last in ``out``, the closing one next in ``lines`` from ``i``, blank lines aside), both
+    fences go too, not an empty fence left behind. The index of the next line to read."""
+    opened = len(out)
+    while opened and not out[opened - 1].strip():
+        opened -= 1
+    closing = i
+    while closing < len(lines) and not lines[closing].strip():
+        closing += 1
+    inside = sum(1 for kept in out[:opened] if _FENCE.match(kept)) % 2  # an opening fence, not a closing one
+    if inside and _FENCE.match(out[opened - 1]) and closing < len(lines) and _FENCE.match(lines[closing]):
+        del out[opened - 1 :]
+        return closing + 1
+    return i
 
 
 _THINK_BLOCK = re.compile(r"<(think|thinking|reasoning)\b[^>]*>.*?</\1\s*>", re.S | re.I)
