@@ -255,6 +255,15 @@ def test_a_stats_block_alone_in_a_code_fence_goes_with_its_fence():
     assert strip_stats_blocks(between) == "A.\n```\none\n```\n```\ntwo\n```"
 
 
+def test_a_stats_heading_with_its_figures_on_one_line_goes():
+    """A model that wrote "LLM Usage Stats: 3 calls, 500 tokens." kept it in the answer (tagged
+    [unsupported]) above crag's own block: two of them. A sentence about the block stays."""
+    assert strip_stats_blocks("Port 8080 [1].\n\nLLM Usage Stats: 3 calls, 500 tokens.") == "Port 8080 [1]."
+    assert strip_stats_blocks("A.\n\n**LLM Usage Stats:** 3 API calls / 1,234 tokens\n- latency: 3 ms") == "A."
+    about = "LLM Usage Stats: the block crag ends every answer with, 2 calls for chitchat [1]."
+    assert strip_stats_blocks(about) == about
+
+
 def test_a_stats_block_with_windows_line_ends_goes_with_its_rule():
     """A history turn written with "\r\n" kept the block's "---" rule (and a bare heading)."""
     crlf = f"Use apt [1].\n\n[1] docs/install.md:L5\n\n{usage_block()}\n".replace("\n", "\r\n")

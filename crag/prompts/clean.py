@@ -28,6 +28,12 @@ _STATS_BARE = re.compile(
     r"^[ \t]*(?:#{1,6}[ \t]*)?(?:\*\*|__)?[ \t]*LLM[ \t]+Usage[ \t]+Stats[ \t]*:?[ \t]*(?:\*\*|__)?[ \t]*:?[ \t]*$",
     re.I,
 )
+# The heading and its figures on one line, the first right after it: "LLM Usage Stats: 3 API calls, 1,234 tokens".
+_STATS_ONE_LINE = re.compile(
+    r"^[ \t]*(?:#{1,6}[ \t]*)?(?:\*\*|__)?[ \t]*LLM[ \t]+Usage[ \t]+Stats[ \t]*(?:\*\*|__)?[ \t]*:"
+    r"[ \t]*(?:\*\*|__)?[ \t]*\d[\d,]*[ \t]*(?:(?:api|llm)[ \t]+)?(?:calls?|tokens?)\b",
+    re.I,
+)
 _RULE = re.compile(r"^[ \t]*(?:-{3,}|\*{3,}|_{3,})[ \t]*$")
 _RULE_TAIL = re.compile(r"[ \t]*(?:-{3,}|\*{3,}|_{3,})[ \t]*$")
 _OWN_TAG = re.compile(r"[ \t]?\[unsupported\]")  # crag.grounding.claims.UNSUPPORTED_TAG
@@ -63,7 +69,8 @@ def strip_stats_blocks(text: str) -> str:
     (or the figures a model wrote there as plain lines, ``API calls: 3``).
 
     A ``---`` rule right before the heading goes too, and a code fence that held the block
-    alone; so do the mojibake ``ðŸ“Š`` form and a bare ``**LLM Usage Stats:**`` heading line.
+    alone; so do the mojibake ``ðŸ“Š`` form, a bare ``**LLM Usage Stats:**`` heading line, and
+    one that holds its figures (``LLM Usage Stats: 3 calls, 500 tokens.``).
     Text without such a block is returned as is (with one, its line ends are ``\n``).
     """
     if not isinstance(text, str):
@@ -75,7 +82,7 @@ def strip_stats_blocks(text: str) -> str:
     while i < len(lines):
         line = lines[i]
         match = _STATS_INLINE.search(line)
-        start = match.start() if match else (0 if _STATS_BARE.match(line) else None)
+        start = match.start() if match else (0 if _STATS_BARE.match(line) or _STATS_ONE_LINE.match(line) else None)
         if start is None:
             out.append(line)
             i += 1
