@@ -10,6 +10,7 @@ import io
 import json
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -336,6 +337,51 @@ def test_a_folder_inside_a_root_that_cannot_be_listed_keeps_its_files(tmp_path: 
             (tmp_path / folder).chmod(0o755)
 
 
+def _crag_as_a_user(tmp_path: Path) -> Callable[..., tuple[int, str, str]]:
+    """``python -m crag`` in ``tmp_path`` as a process that folder permissions bind (root gives
+    up reading and entering any folder); the test is skipped where that cannot be done."""
+    import subprocess
+    import sys
+
+    prefix = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search,-fowner", "--inh-caps",
+              "-dac_override,-dac_read_search,-fowner"] if os.geteuid() == 0 else []
+    if prefix and subprocess.run([*prefix, "true"], capture_output=True).returncode != 0:
+        pytest.skip("root enters every folder, and may not give that up here")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KB_AGENT_", "OPENAI_"))}
+    env.update(PYTHONPATH=str(Path(__file__).resolve().parents[1]), KB_AGENT_LLM="offline",
+               KB_AGENT_INDEX_DIR=str(tmp_path / "idx"), XDG_STATE_HOME=str(tmp_path / "state"))
+
+    def crag(*argv: str) -> tuple[int, str, str]:
+        run = subprocess.run([*prefix, sys.executable, "-m", "crag", *argv], capture_output=True, text=True,
+                             env=env, cwd=tmp_path, timeout=120)
+        return run.returncode, run.stdout, run.stderr
+
+    return crag
+
+
+def test_a_root_inside_one_out_of_reach_is_searched_and_one_out_of_reach_is_not(tmp_path: Path) -> None:
+    """Roots `b` and `b/sub`: `b` that may be entered but not listed is left out of the search,
+    and `b/sub`, which can be reached, is searched still; `b/sub` out of reach is left out
+    whole, as its note says, though `b` holds its files too."""
+    crag = _crag_as_a_user(tmp_path)
+    (tmp_path / "b" / "sub").mkdir(parents=True)
+    (tmp_path / "b" / "b.md").write_text("# B\n\nThe badger toolkit compresses logs.\n", encoding="utf-8")
+    (tmp_path / "b" / "sub" / "c.md").write_text("# C\n\nThe capybara toolkit syncs calendars.\n", encoding="utf-8")
+    assert crag("index", "b", "b/sub")[0] == 0
+    try:
+        (tmp_path / "b").chmod(0o311)
+        code, out, err = crag("search", "toolkit", "--json")
+        assert code == 0 and [h["path"] for h in json.loads(out)] == ["b/sub/c.md"], out + err
+        (tmp_path / "b").chmod(0o755)
+        (tmp_path / "b" / "sub").chmod(0)
+        code, out, err = crag("search", "toolkit", "--json")
+        assert code == 0 and [h["path"] for h in json.loads(out)] == ["b/b.md"], out + err
+        assert err.startswith("crag: note: b/sub cannot be reached (Permission denied)"), err
+    finally:
+        (tmp_path / "b").chmod(0o755)
+        (tmp_path / "b" / "sub").chmod(0o755)
+
+
 @pytest.mark.parametrize("target", ["not-there", "notes"], ids=["dangling", "loop"])
 def test_a_root_replaced_by_a_link_to_nothing_is_missing_like_a_deleted_one(kb: Path, target: str) -> None:
     """``roots`` said such a root was missing and dropped by the next index, but search kept
@@ -350,6 +396,21 @@ def test_a_root_replaced_by_a_link_to_nothing_is_missing_like_a_deleted_one(kb: 
     code, out, err = cli("index", "docs")
     assert code == 0 and "dropped knowledge-base path(s) that no longer exist" in out and "notes/notes.md" in out, out + err
     assert cli("roots")[1].splitlines()[1:] == ["  docs  1 file, 1 chunk"]
+
+
+def test_a_deleted_root_inside_another_is_left_out_of_search_and_ask(kb: Path) -> None:
+    """`crag index docs docs/drafts`, then docs/drafts deleted: the note said it was left out of
+    the search, yet its file came back through docs, which holds it too, cited as if nothing
+    had happened."""
+    (kb / "docs" / "drafts").mkdir()
+    (kb / "docs" / "drafts" / "draft.md").write_text("# Draft\n\nThe zeppelin port is 6060.\n")
+    assert cli("index", "docs", "docs/drafts")[0] == 0
+    shutil.rmtree(kb / "docs" / "drafts")
+    code, out, err = cli("search", "zeppelin", "port", "--json")
+    assert code == 0 and "docs/drafts/draft.md" not in {h["path"] for h in json.loads(out)}, out
+    assert err.startswith("crag: note: docs/drafts no longer exists on disk and is left out of the search"), err
+    code, out, err = cli("ask", "zeppelin", "port?", "--json")
+    assert code == 0 and "docs/drafts/draft.md" not in {c["path"] for c in json.loads(out)["citations"]}, out
 
 
 def test_search_scores_follow_the_rank_order(kb: Path) -> None:

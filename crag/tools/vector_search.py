@@ -21,10 +21,11 @@ nothing, which the answer would say.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..index.current import current_lines, left_out, place_now
+from ..index.discover import is_gone, is_within, reachable
 from ..pages import span_ref
 from ..state import AuditEvent, EvidenceItem
 from ..toolspec import CONFIGURED_TOP_K, MAX_TOP_K, Paging, Param, Searches, Tool, ToolContext, ToolResult
@@ -36,12 +37,16 @@ IGNORED_HINT = "an ignore file (.cragignore, .ignore, .gitignore) leaves the fil
 
 def run(args: Mapping[str, Any], context: ToolContext) -> ToolResult:
     query, top_k = args["query"], args["top_k"]
-    hits = context.retriever().search(query, top_k, roots=context.search_roots())
+    searched = context.search_roots()
+    hits = context.retriever().search(query, top_k, roots=searched)
     items, audit = [], []
     files: dict[str, list[str] | None] = {}
     ignored: set[str] = set()  # files an ignore file leaves out now: read_file would refuse them
     roots = context.retriever().roots
+    absent = () if searched is None else _left_out_roots(roots, shared=bool(context.settings.store))
     for hit in hits:
+        if absent and _innermost_root(hit.path, roots) in absent:
+            continue
         source = context.label(hit.path)
         if hit.path not in files:
             if left_out(hit.path, roots):
@@ -64,6 +69,20 @@ def run(args: Mapping[str, Any], context: ToolContext) -> ToolResult:
         items.append(EvidenceItem(tool=NAME, source=source, text=text, start_line=start, end_line=end,
                                   score=hit.score, title=hit.heading))
     return ToolResult(items, audit)
+
+
+def _left_out_roots(roots: Sequence[str], *, shared: bool) -> tuple[str, ...]:
+    """The roots of the index the search leaves out (``Toolbox.search_roots``: gone from disk,
+    or out of reach). A root inside another that is still searched (``crag index docs
+    docs/drafts``, then ``docs/drafts`` deleted) has its files held by the outer one too, and
+    they are left out with it, as the note on the search says, not cited as if nothing had happened."""
+    return tuple(r for r in roots if not (reachable(r) or (shared and is_gone(r))))
+
+
+def _innermost_root(path: str, roots: Sequence[str]) -> str | None:
+    """The deepest of ``roots`` that holds ``path``: a root inside one left out (a folder that
+    may be entered but not listed) is searched still, and its files with it."""
+    return max((r for r in roots if is_within(path, r)), key=len, default=None)
 
 
 def _same_search(args: Mapping[str, Any]) -> str:
