@@ -249,6 +249,19 @@ def test_a_path_that_starts_with_a_dash_is_shown_how_to_give_it(kb: Path) -> Non
     assert err == "crag: error: unrecognized arguments: --wat (see python -m crag search --help)\n"
 
 
+def test_index_without_a_path_says_what_to_name(kb: Path) -> None:
+    """`crag index` alone, as "dropped by the next `crag index`" reads, said only "the following
+    arguments are required: PATH": the line now says what to name, and where the index's roots
+    are listed, with this run's --index."""
+    code, out, err = cli("index")
+    assert (code, out) == (2, "") and err == (
+        "crag: error: the following arguments are required: PATH (name the folders or files of your documents, "
+        "as in `python -m crag index docs`; `python -m crag roots` lists those the index holds)\n")
+    code, out, err = cli("--index", "my idx", "index", "--exclude", "drafts")
+    assert (code, out) == (2, "") and "`python -m crag --index 'my idx' roots` lists" in err, err
+    assert not (kb.parent / "my idx").exists()
+
+
 def test_a_question_given_to_chat_says_where_its_questions_go(kb: Path) -> None:
     """`crag chat how are backups kept` was only "unrecognized arguments: how are ...": chat
     takes no question on its command line, and the line now says where one goes."""

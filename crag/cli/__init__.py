@@ -252,7 +252,7 @@ def _main(argv: Sequence[str] | None, out: TextIO, err: TextIO, stdin: TextIO | 
         try:
             args, extra = _parse(parser, argv)
         except UsageError as exc:
-            raise _with_dash_path_hint(exc, argv) from None
+            raise common.usage_hint(exc, argv, parser) from None
         except SystemExit as exc:  # -h/--help: argparse wrote the help on standard output and exits
             sys.stdout.flush()  # a write that fails is the error line below, not a silent 0
             return int(exc.code or 0)
@@ -269,7 +269,7 @@ def _main(argv: Sequence[str] | None, out: TextIO, err: TextIO, stdin: TextIO | 
         try:
             _join_words(args, extra)
         except UsageError as exc:
-            raise _with_dash_path_hint(exc, argv) from None
+            raise common.usage_hint(exc, argv, parser) from None
         args.stdin = stdin or sys.stdin or io.StringIO()  # `<&-`: no sys.stdin; a closed input reads as empty
         _require_working_folder()
         common.OVERRIDES.clear()
@@ -520,21 +520,6 @@ def _join_words(args: argparse.Namespace, extra: Sequence[str]) -> None:
         raise UsageError(f"unrecognized arguments: {' '.join(unknown)} (see {prog()} {args.command} --help{hint})")
     if words is not None:  # text, not paths: UTF-8 whatever the locale
         args.words = common.utf8_arguments([*words, *extra])
-
-
-def _with_dash_path_hint(exc: UsageError, argv: Sequence[str]) -> UsageError:
-    """A usage error, with how to give a path that starts with ``-`` when a word of ``argv``
-    taken for an option names a file or folder (``crag index -notes.md``)."""
-    import os
-
-    words = argv[: argv.index("--")] if "--" in argv else argv
-    for word in words:
-        if word.startswith("-") and word != "-" and "=" not in word and "\x00" not in word and os.path.lexists(word):
-            from ..safe_text import display_name
-
-            name = display_name(word)
-            return UsageError(f"{exc} ({name} is taken for an option: write the path as ./{name})")
-    return exc
 
 
 def _missing_dependency(exc: ImportError) -> str | None:

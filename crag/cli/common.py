@@ -11,7 +11,7 @@ import os
 import re
 import shutil
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TextIO
 
 from ..errors import CragError, UsageError
@@ -330,3 +330,25 @@ def check_readable(stream: TextIO) -> None:
 
 def not_utf8(text: str) -> bool:
     return any("\udc80" <= ch <= "\udcff" for ch in text)
+
+
+def usage_hint(exc: UsageError, argv: Sequence[str], parser: argparse.ArgumentParser) -> UsageError:
+    """A usage error, with how to give a path that starts with ``-`` when a word of ``argv``
+    taken for an option names a file or folder (``crag index -notes.md``); and ``crag index``
+    without a path, as the notes on a root gone from disk ("dropped by the next `crag index`")
+    may lead one to type it, with what to name and where the index's roots are listed."""
+    words = argv[: argv.index("--")] if "--" in argv else argv
+    for word in words:
+        if word.startswith("-") and word != "-" and "=" not in word and "\x00" not in word and os.path.lexists(word):
+            from ..safe_text import display_name
+
+            name = display_name(word)
+            return UsageError(f"{exc} ({name} is taken for an option: write the path as ./{name})")
+    if str(exc) != "the following arguments are required: PATH":
+        return exc
+    try:  # this run's --index, which the suggested commands carry (``suggested``)
+        OVERRIDES["index_dir"] = parser.parse_known_args([*argv, "."])[0].index
+    except (UsageError, SystemExit):
+        pass
+    return UsageError(f"{exc} (name the folders or files of your documents, as in `{suggested()} index docs`; "
+                      f"`{suggested()} roots` lists those the index holds)")
