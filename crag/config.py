@@ -198,8 +198,11 @@ def _nonempty(var: str, raw: str) -> str:
 
 
 def _folder(var: str, raw: str) -> str:
-    """A folder name; ``~`` is the home folder, as a shell would read it (no shell reads ``.env``)."""
+    """A folder name; ``~`` is the home folder, as a shell would read it (no shell reads ``.env``).
+    ``$HOME`` or ``${HOME}`` in it is refused rather than made a folder of that name."""
     value = _nonempty(var, raw)
+    if re.search(r"\$(\{\w+\}|[A-Za-z_]\w*)", value):
+        raise ConfigError(var, raw, "a folder's path, in which $VARIABLES are not expanded (write ~ for your home folder)")
     return os.path.expanduser(value) if value.startswith("~") else value
 
 

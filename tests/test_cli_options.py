@@ -116,6 +116,18 @@ def test_an_index_dir_under_the_home_folder_written_with_a_tilde_is_there(projec
     assert (home / "kb-index" / "CURRENT").is_file() and not (project / "~").exists()
 
 
+@pytest.mark.parametrize("value", ["$HOME/kb-index", "${HOME}/kb-index", "/srv/$USER/kb-index"])
+def test_an_index_dir_with_a_shell_variable_is_refused_not_made_a_folder(project: Path, value: str) -> None:
+    """Nothing expands ``$HOME`` in ``.env`` (nor in a systemd ``Environment=``): crag made a folder
+    named ``$HOME`` (or ``${HOME}``) in the working directory and put the index there."""
+    (project / ".env").write_text(f"KB_AGENT_INDEX_DIR={value}\n", encoding="utf-8")
+    code, out, err = cli("index", "docs")
+    assert (code, out) == (2, "") and err == (
+        f"crag: error: KB_AGENT_INDEX_DIR={value} is not valid: expected a folder's path, in which $VARIABLES "
+        "are not expanded (write ~ for your home folder) (set in .env)\n")
+    assert sorted(p.name for p in project.iterdir()) == [".crag", ".env", "docs"]
+
+
 def test_model_option_overrides_the_setting_for_one_call(project: Path, monkeypatch) -> None:
     with FakeOpenAIServer() as srv:
         monkeypatch.setenv("KB_AGENT_LLM", "openai")
