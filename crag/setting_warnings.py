@@ -51,7 +51,35 @@ def setting_warnings(known: list[str], environ: Mapping[str, str] | None = None,
         found.append(f"{shown} (in {origin}) is not a crag setting{hint}")
     if len(unknown) > WARNINGS_SHOWN:
         found.append(f"{len(unknown) - WARNINGS_SHOWN:,} more KB_AGENT_* names are not crag settings")
-    return found
+    unread = _project_dotenv(known_set, env) if dotenv and os.fspath(dotenv) == ".env" else None
+    return [*found, unread] if unread else found
+
+
+def _project_dotenv(known: frozenset[str], env: Mapping[str, str]) -> str | None:
+    """A warning when the working folder has no ``.env`` but the project folder above it, whose
+    ``.crag`` is the index found (``find_index_dir``), has one setting crag's variables: only the
+    working folder's is read (SPEC §3), so a subfolder ran with other settings than the project,
+    without a word (the offline backend for the model; the index "built with another embedder",
+    and advised to be rebuilt with this one). Names, never values, are shown."""
+    from .environment import find_index_dir
+    from .safe_text import display_name
+
+    if os.path.lexists(".env") or env.get("KB_AGENT_INDEX_DIR", "").strip():
+        return None
+    index = find_index_dir()
+    if not os.path.isabs(index):  # in the working folder, or none above it
+        return None
+    project = os.path.dirname(index)
+    try:
+        names = [name for name in read_dotenv(os.path.join(project, ".env")) if name in known and name not in env]
+    except (ConfigError, OSError):
+        return None
+    if not names:
+        return None
+    listed = ", ".join(names[:3]) + (f" and {len(names) - 3:,} more" if len(names) > 3 else "")
+    return (f"{display_name(os.path.join(project, '.env'))} is not read here, only the working folder's .env is: "
+            f"its {listed} {'is' if len(names) == 1 else 'are'} not used; run crag in {display_name(project)}, "
+            "or set them in the environment")
 
 
 def closest_setting(typed: str, known: list[str], cutoff: float = 0.6) -> list[str]:

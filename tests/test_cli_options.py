@@ -52,6 +52,28 @@ def test_a_subfolder_finds_the_index_of_its_project_and_says_which(project: Path
     assert code == 0 and json.loads(out)[0]["path"] == str(project / "docs" / "deploy.md")
 
 
+def test_a_subfolder_is_told_the_dotenv_of_its_project_is_not_read(project: Path, monkeypatch) -> None:
+    """Only the working folder's .env is read: from a subfolder, the project's (beside the index
+    found above) was passed over without a word, so a search ran with the hash embedder and was
+    told to rebuild the project's index with it, and a question was answered offline."""
+    (project / ".env").write_text("# the project's\nKB_AGENT_TOP_K=2\nKB_AGENT_MODEL=llama3.1\nOTHER=1\n", encoding="utf-8")
+    monkeypatch.chdir(project / "docs" / "guides")
+    code, _, err = cli("search", "deploy")
+    assert code == 0 and err == (
+        f"crag: warning: {project / '.env'} is not read here, only the working folder's .env is: its "
+        f"KB_AGENT_TOP_K, KB_AGENT_MODEL are not used; run crag in {project}, or set them in the environment\n"
+        f"crag: index {project / '.crag'}\n")
+    monkeypatch.setenv("KB_AGENT_TOP_K", "2")
+    monkeypatch.setenv("KB_AGENT_MODEL", "llama3.1")  # set in the environment: nothing differs
+    assert "warning" not in cli("search", "deploy")[2]
+    monkeypatch.delenv("KB_AGENT_MODEL")
+    assert "its KB_AGENT_MODEL is not used" in cli("search", "deploy")[2]
+    (project / "docs" / "guides" / ".env").write_text("KB_AGENT_TOP_K=3\n", encoding="utf-8")  # a .env of its own
+    assert "warning" not in cli("search", "deploy")[2]
+    monkeypatch.chdir(project)
+    assert "warning" not in cli("search", "deploy")[2]
+
+
 def test_index_dir_from_the_environment_or_index_option_wins_over_the_search(project: Path, monkeypatch) -> None:
     monkeypatch.chdir(project / "docs")
     code, out, _ = cli("--index", str(project / "elsewhere"), "roots")
