@@ -73,6 +73,9 @@ PASTED = {  # what a user pastes into a question, and the value that must not re
     "sk-proj-Unconf0123456789abcdefXYZ0123": "sk-proj-Unconf0123456789abcdefXYZ0123",
     "xoxb-123456789012-abcdefABCDEF": "xoxb-123456789012-abcdefABCDEF",
     "glpat-Unconf0123456789abcdEF": "glpat-Unconf0123456789abcdEF",
+    "glptt-Unconf0123456789abcdEFgh": "glptt-Unconf0123456789abcdEFgh",  # GitLab's other tokens: trigger,
+    "gldt-Unconf0123456789abcdEFgh": "gldt-Unconf0123456789abcdEFgh",  # deploy,
+    "glrt-Unconf0123456789abcdEFgh": "glrt-Unconf0123456789abcdEFgh",  # runner
     "npm_Unconf0123456789abcdefABCDEFxyz01234": "npm_Unconf0123456789abcdefABCDEFxyz01234",
     "sk_live_Unconf0123456789abcdefAB": "sk_live_Unconf0123456789abcdefAB",
     "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U":
