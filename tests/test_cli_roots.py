@@ -304,22 +304,7 @@ def test_a_folder_inside_a_root_that_cannot_be_listed_keeps_its_files(tmp_path: 
     """A root inside another (`b` and `b/sub`) made `chmod 000`: `crag index b` walked `b`,
     could not list `b/sub`, and removed its files while saying they stay in the index. A plain
     folder that cannot be listed was taken for deleted the same way."""
-    import subprocess
-    import sys
-
-    prefix = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search,-fowner", "--inh-caps",
-              "-dac_override,-dac_read_search,-fowner"] if os.geteuid() == 0 else []
-    if prefix and subprocess.run([*prefix, "true"], capture_output=True).returncode != 0:
-        pytest.skip("root enters every folder, and may not give that up here")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("KB_AGENT_", "OPENAI_"))}
-    env.update(PYTHONPATH=str(Path(__file__).resolve().parents[1]), KB_AGENT_LLM="offline",
-               KB_AGENT_INDEX_DIR=str(tmp_path / "idx"), XDG_STATE_HOME=str(tmp_path / "state"))
-
-    def crag(*argv: str) -> tuple[int, str, str]:
-        run = subprocess.run([*prefix, sys.executable, "-m", "crag", *argv], capture_output=True, text=True,
-                             env=env, cwd=tmp_path, timeout=120)
-        return run.returncode, run.stdout, run.stderr
-
+    crag = _crag_as_a_user(tmp_path)
     for folder in ("b/sub", "b/plain"):
         (tmp_path / folder).mkdir(parents=True)
         (tmp_path / folder / "c.md").write_text("# C\n\nThe capybara toolkit syncs calendars.\n", encoding="utf-8")
