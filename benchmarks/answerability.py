@@ -145,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--index-dir", type=Path, default=Path(tempfile.gettempdir()) / "crag-answers-index")
     p.add_argument("--record", type=record_file, default=None, help="JSONL of finished questions (resumable)")
     args = p.parse_args(argv)
+    if not (args.squad / "questions.jsonl").is_file():
+        p.error(f"missing data: no {args.squad / 'questions.jsonl'} (--squad says where; CRAG_SHARED=DIR for the shared data)")
     from crag import Agent
 
     if args.answerable == args.unanswerable == 0:

@@ -447,6 +447,15 @@ def render_markdown(r: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _env_count(p: argparse.ArgumentParser, name: str, default: str) -> int:
+    """A count from the environment variable ``name`` (else ``default``), or the parser's error naming it."""
+    value = os.environ.get(name, default)
+    try:
+        return at_least(1)(value)
+    except argparse.ArgumentTypeError as e:
+        p.error(f"{name} in the environment: {e}")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.field", description=__doc__.split("\n\n")[0])
     p.add_argument("--base-url", default=os.environ.get("OPENAI_BASE_URL", "http://127.0.0.1:8091/v1"))
@@ -457,8 +466,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--questions-file", type=Path, default=QUESTIONS,
                    help="JSONL of {question, path, corpus}; path null: the corpus does not answer it "
                         "(e.g. benchmarks/unanswerable.jsonl)")
-    p.add_argument("--context-tokens", type=at_least(1), default=int(os.environ.get("KB_AGENT_CONTEXT_TOKENS", "8192")))
-    p.add_argument("--max-answer-tokens", type=at_least(1), default=int(os.environ.get("KB_AGENT_MAX_ANSWER_TOKENS", "1024")))
+    p.add_argument("--context-tokens", type=at_least(1), default=_env_count(p, "KB_AGENT_CONTEXT_TOKENS", "8192"),
+                   help="the context budget (default: KB_AGENT_CONTEXT_TOKENS, else 8192)")
+    p.add_argument("--max-answer-tokens", type=at_least(1), default=_env_count(p, "KB_AGENT_MAX_ANSWER_TOKENS", "1024"),
+                   help="the answer's reply budget (default: KB_AGENT_MAX_ANSWER_TOKENS, else 1024)")
     p.add_argument("--timeout", type=llm_timeout, default=600.0, help="KB_AGENT_LLM_TIMEOUT for crag, seconds")
     p.add_argument("--wall-timeout", type=positive, default=3600.0, help="most seconds one question may take")
     p.add_argument("--index-dir", default=None, help="reuse an index (default: a new temporary one, removed after the run)")

@@ -241,6 +241,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--name", type=results_name, default="grader_auc", help="results file name (NAME.json / .md)")
     p.add_argument("--out", type=out_dir, default=RESULTS_DIR)
     args = p.parse_args(argv)
+    if not args.base_url.startswith(("http://", "https://")):
+        p.error(f"--base-url must be an http:// or https:// URL, got {args.base_url!r}")
+    if not args.data.is_file():
+        p.error(f"missing data: no {args.data} (--data says where; CRAG_SHARED=DIR for the shared data)")
     args.styles = [s.strip() for s in args.styles.split(",") if s.strip()]
     unknown = [s for s in args.styles if s not in STYLES]
     if not args.styles or unknown:

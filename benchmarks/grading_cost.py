@@ -1130,6 +1130,10 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error(f"no such file: {args.data} (the TREC DL judged pairs; pass --data)")
     if args.base_url is not None and not args.base_url.startswith(("http://", "https://")):
         p.error(f"--base-url must be an http:// or https:// URL, got {args.base_url!r}")
+    import tiktoken
+
+    if args.encoding not in tiktoken.list_encoding_names():
+        p.error(f"unknown tiktoken encoding {args.encoding!r} (choose from {', '.join(tiktoken.list_encoding_names())})")
     if args.sample < 1:
         p.error("--sample must be at least 1")
     return args

