@@ -270,8 +270,9 @@ _CREDENTIALS: tuple[tuple[re.Pattern[str], int, bool], ...] = (
                 r"[\"']?[ \t]*[=:][ \t]*[\"']?([A-Za-z0-9._~+/=\-]{8,})"), 1, False),
     (re.compile(r"\b((?:AKIA|ASIA)[0-9A-Z]{16})\b"), 1, True),
     # tokens whose shape says what they are, wherever they stand: GitHub, Hugging Face, OpenAI
-    # and Anthropic style, GitLab, npm, Stripe, Slack, Google API keys, JSON web tokens
-    (re.compile(r"(?<![\w-])((?:gh[pousr]_|github_pat_|hf_)[A-Za-z0-9_]{30,}|sk-[A-Za-z0-9_\-]{20,}"
+    # and Anthropic style, GitLab, npm, Stripe, Slack, Google API keys, JSON web tokens; one that
+    # holds no digit nor capital letter is words (glpat-style-names, hf_hub_download_to_local_dir)
+    (re.compile(r"(?<![\w-])(?=[\w-]*?[0-9A-Z])((?:gh[pousr]_|github_pat_|hf_)[A-Za-z0-9_]{30,}|sk-[A-Za-z0-9_\-]{20,}"
                 r"|gl(?:pat|ptt|dt|rtr?|cbt|ft|imt|oas|soat|agent)-[A-Za-z0-9_\-]{20,}|npm_[A-Za-z0-9]{36}|[sr]k_(?:live|test)_[A-Za-z0-9]{20,}"
                 r"|xox[abposr]-[A-Za-z0-9\-]{10,}|AIza[0-9A-Za-z_\-]{35}"
                 r"|eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,})(?![\w-])"), 1, True),

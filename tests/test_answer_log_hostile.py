@@ -97,6 +97,21 @@ def test_a_credential_pasted_into_a_question_is_not_kept_in_the_log(project: Pat
     assert "***" in entry["question"] and entry["question"].endswith("and the key word stays.")
 
 
+@pytest.mark.parametrize("words", ["glpat-style-personal-access-token-names", "gldt-deploy-token-naming-rules",
+                                   "hf_hub_download_repository_to_local_dir", "xoxb-slack-bot-token-scopes"])
+def test_words_that_open_like_a_token_are_kept_in_the_log_as_written(project: Path, words: str) -> None:
+    """A token's prefix opening hyphenated words or an identifier (``glpat-style-...``, a
+    function ``hf_hub_download_...``) was logged as ``***``, in the answer quoting the document
+    and in the question: a real token holds digits or capital letters, words do not."""
+    (project / "docs" / "tokens.md").write_text(f"# Tokens\n\nThe runbook calls them {words} everywhere.\n")
+    assert cli("index", "docs")[0] == 0
+    code, out, err = cli("ask", f"What does the runbook call {words}?")
+    assert code == 0 and f"calls them {words} everywhere" in out, out + err
+    entry = json.loads(cli("log", "--json")[1])[0]
+    assert entry["question"] == f"What does the runbook call {words}?"
+    assert f"calls them {words} everywhere" in entry["answer"], entry["answer"]
+
+
 def test_a_credential_the_answer_repeats_bare_is_not_kept_in_the_log(project: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """A bearer token or a URL's password in the question was masked there, but an answer that
