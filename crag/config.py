@@ -35,6 +35,7 @@ from .environment import (  # re-exported
     shown_url,
     store_credentials,
     store_uri_ambiguous,
+    unexpanded_variable,
     url_credentials_ambiguous,
 )
 from .errors import ConfigError, UnknownSettingError, UsageError
@@ -199,9 +200,9 @@ def _nonempty(var: str, raw: str) -> str:
 
 def _folder(var: str, raw: str) -> str:
     """A folder name; ``~`` is the home folder, as a shell would read it (no shell reads ``.env``).
-    ``$HOME`` or ``${HOME}`` in it is refused rather than made a folder of that name."""
+    ``$HOME`` or ``${HOME}`` in it is refused rather than made a folder of that name (one on disk is used)."""
     value = _nonempty(var, raw)
-    if re.search(r"\$(\{\w+\}|[A-Za-z_]\w*)", value):
+    if unexpanded_variable(value):
         raise ConfigError(var, raw, "a folder's path, in which $VARIABLES are not expanded (write ~ for your home folder)")
     return os.path.expanduser(value) if value.startswith("~") else value
 

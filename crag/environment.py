@@ -420,3 +420,20 @@ def find_index_dir(cwd: str | None = None) -> str:
             break
         folder = parent
     return INDEX_FOLDER if found is None or found == start else os.path.join(found, INDEX_FOLDER)
+
+
+_VARIABLE = re.compile(r"\$(\{\w+\}|[A-Za-z_]\w*)")
+
+
+def unexpanded_variable(path: str) -> bool:
+    """Whether ``path`` holds a ``$VARIABLE`` (``$HOME/idx``, ``${HOME}/idx``) that nothing
+    expanded (``.env``, a systemd ``Environment=``), rather than naming a folder called so: one
+    the environment sets, or a path up to the last name holding one that is not on disk
+    (``--index 'my$dir'`` is that folder; a ``$HOME`` folder an older crag made is not used)."""
+    found = list(_VARIABLE.finditer(path))
+    if not found:
+        return False
+    if any(match.group(1).strip("{}") in os.environ for match in found):
+        return True
+    end = path.find("/", found[-1].end())
+    return not os.path.lexists(os.path.expanduser(path if end < 0 else path[:end]))

@@ -139,15 +139,29 @@ def test_an_index_dir_under_the_home_folder_written_with_a_tilde_is_there(projec
 
 
 @pytest.mark.parametrize("value", ["$HOME/kb-index", "${HOME}/kb-index", "/srv/$USER/kb-index"])
-def test_an_index_dir_with_a_shell_variable_is_refused_not_made_a_folder(project: Path, value: str) -> None:
+def test_an_index_dir_with_a_shell_variable_is_refused_not_made_a_folder(project: Path, monkeypatch,
+                                                                         value: str) -> None:
     """Nothing expands ``$HOME`` in ``.env`` (nor in a systemd ``Environment=``): crag made a folder
     named ``$HOME`` (or ``${HOME}``) in the working directory and put the index there."""
+    monkeypatch.setenv("USER", "ada")  # as a login shell sets it: /srv/$USER may be on disk, made so before
     (project / ".env").write_text(f"KB_AGENT_INDEX_DIR={value}\n", encoding="utf-8")
     code, out, err = cli("index", "docs")
     assert (code, out) == (2, "") and err == (
         f"crag: error: KB_AGENT_INDEX_DIR={value} is not valid: expected a folder's path, in which $VARIABLES "
         "are not expanded (write ~ for your home folder) (set in .env)\n")
     assert sorted(p.name for p in project.iterdir()) == [".crag", ".env", "docs"]
+
+
+@pytest.mark.parametrize("where", ["environment", "option"])
+def test_an_index_dir_in_a_folder_whose_name_holds_a_dollar_is_used(project: Path, monkeypatch, where: str) -> None:
+    """A folder that is named ``my$idx`` on disk, written in quotes (``--index 'my$idx/.crag'``),
+    was refused as a ``$VARIABLE`` nothing expanded, though the shell had read it as meant."""
+    (project / "my$idx").mkdir()
+    if where == "environment":
+        monkeypatch.setenv("KB_AGENT_INDEX_DIR", "my$idx/.crag")
+    code, _, err = cli(*(("--index", "my$idx/.crag") if where == "option" else ()), "index", "docs")
+    assert code == 0, err
+    assert (project / "my$idx" / ".crag" / "CURRENT").is_file()
 
 
 def test_model_option_overrides_the_setting_for_one_call(project: Path, monkeypatch) -> None:
