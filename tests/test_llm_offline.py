@@ -701,3 +701,12 @@ def test_offline_quotes_a_table_that_holds_the_answer_as_a_table():
         (cited,) = result.citations
         assert cited.path == item.source and item.text.split("\n")[cited.line - item.start_line] in table, cited
         assert result.state.grounding.supported >= 1
+
+
+def test_a_documents_sentence_opening_with_a_usage_figure_is_quoted():
+    """"LLM Usage Stats: 3 calls is what a simple question costs." in a document was never quoted
+    offline: taken for a usage block a model wrote on one line."""
+    item = EvidenceItem("vector_search", "docs/usage.md",
+                        "# Reporting\n\nLLM Usage Stats: 3 calls is what a simple question costs in our reports.\n", 1, 3)
+    quotes = [q for _, q in item_quotes(item, "How many calls does a simple question cost?")]
+    assert "LLM Usage Stats: 3 calls is what a simple question costs in our reports." in quotes

@@ -264,6 +264,17 @@ def test_a_stats_heading_with_its_figures_on_one_line_goes():
     assert strip_stats_blocks(about) == about
 
 
+def test_a_sentence_that_opens_with_a_usage_figure_is_kept_with_the_list_after_it():
+    """A document's "LLM Usage Stats: 3 calls is what a simple question costs." was taken for a
+    model's one-line usage block: a model quoting it lost it (and the list after it), and the
+    offline answer never quoted it. Figures alone after the heading are a block; a sentence is not."""
+    sentence = "LLM Usage Stats: 3 calls is what a simple question costs in our reports [1]."
+    listed = f"{sentence}\n- chitchat: 2 calls\n- simple: 3 calls"
+    assert strip_stats_blocks(listed) == listed
+    figures = "LLM Usage Stats: 3 API calls, 1,234 tokens (1,000 prompt / 234 completion), 2.1 s, model: mistral"
+    assert strip_stats_blocks(f"Port 8080 [1].\n\n{figures}") == "Port 8080 [1]."
+
+
 def test_a_stats_block_with_windows_line_ends_goes_with_its_rule():
     """A history turn written with "\r\n" kept the block's "---" rule (and a bare heading)."""
     crlf = f"Use apt [1].\n\n[1] docs/install.md:L5\n\n{usage_block()}\n".replace("\n", "\r\n")

@@ -34,6 +34,7 @@ _STATS_ONE_LINE = re.compile(
     r"[ \t]*(?:\*\*|__)?[ \t]*\d[\d,]*[ \t]*(?:(?:api|llm)[ \t]+)?(?:calls?|tokens?)\b",
     re.I,
 )
+_FIGURES_PARTS = re.compile(r"[,;/|()]|\band\b", re.I)  # "3 calls, 500 tokens (1.2 s) | model x"
 _RULE = re.compile(r"^[ \t]*(?:-{3,}|\*{3,}|_{3,})[ \t]*$")
 _RULE_TAIL = re.compile(r"[ \t]*(?:-{3,}|\*{3,}|_{3,})[ \t]*$")
 _OWN_TAG = re.compile(r"[ \t]?\[unsupported\]")  # crag.grounding.claims.UNSUPPORTED_TAG
@@ -64,6 +65,18 @@ def _block_line(line: str) -> bool:
     return bool(_LIST_LINE.match(line) or _CONTINUATION.match(line) or _STAT_LINE.match(line))
 
 
+def _figures_line(line: str) -> bool:
+    """Whether ``line`` is a usage heading with its figures and nothing else ("LLM Usage Stats:
+    3 calls, 500 tokens (1.2 s)"), not a sentence that opens with a figure ("LLM Usage Stats:
+    3 calls is what a simple question costs"): each part after the heading holds a number and
+    at most four words, or names the model."""
+    if not _STATS_ONE_LINE.match(line):
+        return False
+    parts = (part.strip(" \t.*_:") for part in _FIGURES_PARTS.split(line.split(":", 1)[1]))
+    return all(re.match(r"model\b", part, re.I) or (re.search(r"\d", part) and len(part.split()) <= 4)
+               for part in parts if part)
+
+
 def strip_stats_blocks(text: str) -> str:
     """``text`` without any ``📊 **LLM Usage Stats:**`` block and the Markdown list after it
     (or the figures a model wrote there as plain lines, ``API calls: 3``).
@@ -82,7 +95,7 @@ def strip_stats_blocks(text: str) -> str:
     while i < len(lines):
         line = lines[i]
         match = _STATS_INLINE.search(line)
-        start = match.start() if match else (0 if _STATS_BARE.match(line) or _STATS_ONE_LINE.match(line) else None)
+        start = match.start() if match else (0 if _STATS_BARE.match(line) or _figures_line(line) else None)
         if start is None:
             out.append(line)
             i += 1
