@@ -495,6 +495,28 @@ def test_a_label_token_without_alternatives_is_read_from_its_own_probability(top
     assert read_grades("yes", 1, unknown).scores == (1.0,) and not read_grades("yes", 1, unknown).from_logprobs
 
 
+def test_a_label_token_missing_from_its_alternatives_is_not_read_as_the_other_label():
+    """A ``yes`` whose own probability is not among its alternatives (it is listed as ``null`` or
+    NaN, or not at all) was read from the ``no`` alone: a sure 0.0 against the label written,
+    and its item removed."""
+    from crag.llm.logprobs import read_logprobs
+
+    def reply(own, top):
+        return read_logprobs({"content": [{"token": "1", "logprob": 0.0}, {"token": ":", "logprob": 0.0},
+                                          {"token": " yes", "logprob": own, "top_logprobs": top}]})
+
+    no = {"token": " no", "logprob": math.log(0.35)}
+    unknown = [reply(None, [{"token": " yes", "logprob": None}, no]), reply(float("nan"), [no]),
+               reply(None, [no])]
+    for tokens in unknown:  # no probability for the label written: read from the text
+        reading = read_grades("1: yes", 1, tokens)
+        assert reading.scores == (1.0,) and not reading.from_logprobs
+    unlisted = reply(math.log(0.4), [no, {"token": " No", "logprob": math.log(0.2)}])  # yes counted with its own
+    assert read_grades("1: yes", 1, unlisted).scores == pytest.approx((0.4 / 0.95,), abs=1e-3)
+    spelt = reply(math.log(0.55), [{"token": "yes", "logprob": math.log(0.55)}, no])  # its word listed: once
+    assert read_grades("1: yes", 1, spelt).scores == pytest.approx((0.55 / 0.9,), abs=1e-3)
+
+
 def test_an_alternative_listed_twice_is_counted_once():
     """vLLM lists the sampled token among ``top_logprobs`` again: P(yes) 0.5 was read as 0.67."""
     half = math.log(0.5)

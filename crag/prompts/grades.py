@@ -74,7 +74,10 @@ def p_label(choice: TokenLogprob) -> float | None:
     x score over the distinct label tokens among them, renormalised; None when no label word is among
     them. A token sent without alternatives (llama.cpp on some tokens; a server that honours
     ``logprobs`` but not ``top_logprobs``) is read from its own probability
-    (``own_label``), not as a sure one."""
+    (``own_label``), not as a sure one. A label word missing from the alternatives of its own
+    token counts with that token's probability; when that is unknown too (a ``null`` or
+    unreadable logprob), the other label's alone would read as a sure grade against the label
+    written: None."""
     if not any(token != choice.token for token, _ in choice.top):
         return own_label(choice)
     weights: dict[str, float] = {}
@@ -82,8 +85,11 @@ def p_label(choice: TokenLogprob) -> float | None:
         word = _word(token)
         if word in LABELS:
             weights[word] = weights.get(word, 0.0) + math.exp(logprob)
+    written = _word(choice.token)
+    if written in LABELS and not weights.get(written):  # not among its alternatives, or at -inf there
+        weights[written] = math.exp(choice.logprob)
     total = sum(weights.values())
-    if total <= 0.0:  # no label word, or only ones at -inf (a ``null`` logprob): nothing to read
+    if total <= 0.0 or weights.get(written) == 0.0:  # nothing to read, or nothing for the label written
         return None
     return sum(LABELS[w] * p for w, p in weights.items()) / total
 
