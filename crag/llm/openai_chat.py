@@ -78,7 +78,7 @@ from .completions import Reply, read_completion
 from .deadline import pause, request_deadline
 from .lease import LeasedClient
 from .logprobs import LOGPROBS as _LOGPROBS
-from .logprobs import covering, logprob_params, refuses_logprobs
+from .logprobs import covering, logprob_params
 from .retry import (
     RETRY_AFTER_CAP,
     WINDOW_ADVICE,
@@ -93,7 +93,7 @@ from .retry import (
     parse_retry_after,
     server_message,
 )
-from .server_memory import PROCESS, ServerMemory, adapted
+from .server_memory import PROCESS, ServerMemory, adapted, refused_param
 from .streams import finished_reply, read_chunks
 from .tokens import count_tokens, encoding_for_model
 from .usage_counts import reply_usage
@@ -111,9 +111,6 @@ _STREAM_MODES = ("usage", "plain", "off")
 _FORMAT_REFUSALS = frozenset({400, 422})
 _FORMATS = ("json_schema", "json_object", "off")
 
-# Request parameters a model may refuse, and what is sent instead: the reply budget under
-# its newer name, or no temperature (the model's default).
-_ADAPTABLE = ("max_tokens", "temperature")
 # What a server refused (or, for logprobs, ignored: crag.llm.logprobs) and the format that
 # worked are remembered per Agent in a ServerMemory (crag.llm.server_memory).
 
@@ -345,24 +342,11 @@ class OpenAIChatModel:
         return params
 
     def _refused_param(self, exc: BaseException, params: Mapping[str, Any]) -> str | None:
-        """The parameter of ``params`` that ``exc`` refuses and crag can send another way, if any:
-        "Unsupported parameter: 'name'" or "Unsupported value: 'name' ..." (OpenAI's codes
-        ``unsupported_parameter`` and ``unsupported_value`` with ``param``). A value that is
-        merely too large (a budget beyond the window) is not a refusal of the parameter."""
+        """The parameter of ``params`` that ``exc`` refuses and crag can send another way, if
+        any (``crag.llm.server_memory.refused_param``)."""
         if not isinstance(exc, self._openai.APIStatusError) or exc.status_code not in _FORMAT_REFUSALS:
             return None
-        named = getattr(exc, "param", None)
-        code = getattr(exc, "code", None)
-        text = str(getattr(exc, "message", "") or exc)
-        if refuses_logprobs(params, named, text) and context_overflow(exc, server_message(exc)) is None:
-            return _LOGPROBS
-        for param in _ADAPTABLE:
-            if param not in params:
-                continue
-            if (named == param and code in ("unsupported_parameter", "unsupported_value")) or (
-                    f"nsupported parameter: '{param}'" in text or f"nsupported value: '{param}'" in text):
-                return param
-        return None
+        return refused_param(exc, params)
 
     def _refused_format(self, exc: BaseException, params: Mapping[str, Any]) -> bool:
         """``exc`` is a refusal worth answering with a simpler response_format."""

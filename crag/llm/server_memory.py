@@ -9,17 +9,25 @@ module-level dict: ``OpenAIChatModel(memory=...)`` takes the one to use. By defa
 of the process); an embedding service that wants Agents independent passes each its own. Every
 request the memory changes says so (``Completion.adapted``, audited ``request_adapted`` with the
 node and what was left out or sent another way), so two identical questions that behave
-differently show why.
+differently show why. Which parameter a refused request named is ``refused_param``'s to say.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["PROCESS", "ServerMemory", "adapted"]
+from .logprobs import LOGPROBS, refuses_logprobs
+from .retry import context_overflow, server_message
+
+__all__ = ["ADAPTABLE", "PROCESS", "ServerMemory", "adapted", "refused_param"]
 
 Key = tuple[str, str]  # (server URL, model)
+
+# Request parameters a model may refuse, and what is sent instead: the reply budget under
+# its newer name, or no temperature (the model's default).
+ADAPTABLE = ("max_tokens", "temperature")
 
 
 class ServerMemory:
@@ -66,3 +74,23 @@ def adapted(request: Any, refused: frozenset[str], remembered_format: str, fmt: 
     if request.reply_schema is not None and remembered_format != first_format and fmt == remembered_format:
         notes.append(f"response_format={fmt}")
     return tuple(notes)
+
+
+def refused_param(exc: Any, params: Mapping[str, Any]) -> str | None:
+    """The parameter of ``params`` that the refusal ``exc`` (a 400 or 422 ``APIStatusError``)
+    names and crag can send another way, if any: "Unsupported parameter: 'name'" or
+    "Unsupported value: 'name' ..." (OpenAI's codes ``unsupported_parameter`` and
+    ``unsupported_value`` with ``param``), or ``logprobs`` (``refuses_logprobs``). A value that is
+    merely too large (a budget beyond the window) is not a refusal of the parameter."""
+    named = getattr(exc, "param", None)
+    code = getattr(exc, "code", None)
+    text = str(getattr(exc, "message", "") or exc)
+    if refuses_logprobs(params, named, text) and context_overflow(exc, server_message(exc)) is None:
+        return LOGPROBS
+    for param in ADAPTABLE:
+        if param not in params:
+            continue
+        if (named == param and code in ("unsupported_parameter", "unsupported_value")) or (
+                f"nsupported parameter: '{param}'" in text or f"nsupported value: '{param}'" in text):
+            return param
+    return None
