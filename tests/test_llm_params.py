@@ -307,6 +307,22 @@ def test_a_server_refusing_logprobs_is_asked_without_them_and_it_is_remembered(s
     assert [p["logprobs"] for p in srv.params()][2:] == [None]
 
 
+@pytest.mark.parametrize("refusal", [
+    Status(422, body={"detail": [{"type": "extra_forbidden", "loc": ["body", "logprobs"],
+                                  "msg": "Extra inputs are not permitted", "input": True}]}),
+    Status(422, body={"detail": "logprobs not supported"}),
+    Status(400, body={"message": "logprobs is not supported by this server"}),
+])
+def test_a_refusal_naming_logprobs_outside_an_error_object_is_asked_without_them(srv, refusal):
+    """A server (FastAPI's validation, a proxy) that names ``logprobs`` in a body without
+    ``error`` was not recognised, as the SDK's message is then "Error code: 422" alone: the
+    grading failed the question (exit 1) instead of being asked again without them."""
+    srv.script("grade_evidence", refusal, "1: yes\n2: no")
+    model = OpenAIChatModel(settings_for(srv, llm_max_retries=0))
+    assert model.complete(logprob_request()).text == "1: yes\n2: no"
+    assert [p["logprobs"] for p in srv.params()] == [True, None]
+
+
 def test_a_server_ignoring_logprobs_is_remembered(srv):
     srv.default("grade_evidence", "1: yes\n2: no")  # a Text without logprobs: the server sends none
     model = OpenAIChatModel(settings_for(srv))

@@ -81,10 +81,12 @@ def refused_param(exc: Any, params: Mapping[str, Any]) -> str | None:
     names and crag can send another way, if any: "Unsupported parameter: 'name'" or
     "Unsupported value: 'name' ..." (OpenAI's codes ``unsupported_parameter`` and
     ``unsupported_value`` with ``param``), or ``logprobs`` (``refuses_logprobs``). A value that is
-    merely too large (a budget beyond the window) is not a refusal of the parameter."""
+    merely too large (a budget beyond the window) is not a refusal of the parameter. The server's
+    own words are read as well as the SDK's message, which is "Error code: 422" alone for a body
+    without ``error`` (FastAPI's ``{"detail": [{"loc": ["body", "logprobs"], ...}]}``)."""
     named = getattr(exc, "param", None)
     code = getattr(exc, "code", None)
-    text = str(getattr(exc, "message", "") or exc)
+    text = f"{getattr(exc, 'message', '') or exc} {server_message(exc)}"
     if refuses_logprobs(params, named, text) and context_overflow(exc, server_message(exc)) is None:
         return LOGPROBS
     for param in ADAPTABLE:
