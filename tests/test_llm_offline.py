@@ -374,6 +374,30 @@ def test_an_offline_quote_grounding_does_not_judge_is_cited_at_its_own_line():
     assert "[1] kb/llm.md:L3\n[2] kb/llm.md:L7\n" in result.answer, result.answer
 
 
+def test_an_offline_quote_keeps_the_references_its_document_writes():
+    """The offline answer quotes verbatim (SPEC §7), but grounding read a document's
+    "docs/other.md:L2" as an evidence header a model copied, and a Markdown footnote's "[^1]"
+    as a marker: the quotes came out as "See [2] for ..." and "... by default.[1]", a
+    document's own reference made a citation of crag's."""
+    notes = EvidenceItem("vector_search", "docs/notes.md",
+                         "# Gateway notes\n\nSee docs/other.md:L2 for the flumox retry budget of 40 attempts.\n\n"
+                         "The plimsol cache holds 300 entries by default.[^1]\n\n"
+                         "[^1]: Measured on the plimsol test rig.", 1, 7, 0.9)
+    other = EvidenceItem("vector_search", "docs/other.md", "# Other\nThe flumox retry budget is 40 attempts per hour.",
+                         1, 2, 0.8)
+
+    def ask_offline(question: str) -> str:
+        toolbox = FakeToolbox({"vector_search": [[notes, other]]})
+        return Agent(OfflineChatModel(), toolbox, Settings()).ask(question).answer.split("\n\n---\n", 1)[0]
+
+    retries = ask_offline("What is the flumox retry budget?")
+    assert "- See docs/other.md:L2 for the flumox retry budget of 40 attempts. [1]" in retries, retries
+    assert retries.endswith("[1] docs/notes.md:L3\n[2] docs/other.md:L2"), retries
+    cache = ask_offline("How many entries does the plimsol cache hold?")
+    assert "- The plimsol cache holds 300 entries by default.[^1] [1]" in cache, cache
+    assert "[1] docs/notes.md:L5" in cache and "[1] docs/notes.md:L7" not in cache, cache
+
+
 def test_offline_never_quotes_an_include_directive():
     doc = EvidenceItem("vector_search", "docs/params.md",
                        "Declare a path parameter greater than zero with gt.\n\n"

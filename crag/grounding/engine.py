@@ -179,7 +179,7 @@ def ground(body: str, items: Sequence[EvidenceItem], mode: str = "note", questio
     (``crag.grounding.missing``)."""
     if mode not in MODES:
         raise ValueError(f"unknown grounding mode {mode!r}")
-    body = source_references(body, items)
+    body = _references(body, items)
     # the offline answer quotes its items: each quote cites the line it was copied from (SPEC §7),
     # not also other files that hold its words as a model's sentence would
     g = _Grounder(items, mode, question, unheld, quotes=quotes_only(body))
@@ -217,6 +217,13 @@ def ground(body: str, items: Sequence[EvidenceItem], mode: str = "note", questio
     return Grounded(out.body(), tuple(g.sources.sources), report)
 
 
+def _references(body: str, items: Sequence[EvidenceItem]) -> str:
+    """``source_references`` of a model's answer. The offline answer is left as it is: its
+    quotes are a document's text, verbatim (SPEC §7), and a "docs/a.md:L3" or a footnote's
+    "[^1]" a document holds is no reference the answer makes."""
+    return body if quotes_only(body) else source_references(body, items)
+
+
 def note_line(report: GroundingReport, mode: str) -> str | None:
     """The last line of a ``note``-mode body: how many sentences the evidence does not support."""
     n = len(report.unsupported)
@@ -251,7 +258,7 @@ def ground_prefix(
 ) -> Grounded | None:
     """``ground`` of the final pieces of a partial answer (see ``render_prefix``); None when
     no piece is final yet."""
-    text = source_references(text, items)
+    text = _references(text, items)
     pieces = split(text)
     while pieces and pieces[-1].kind == "space":
         pieces.pop()
@@ -259,7 +266,7 @@ def ground_prefix(
         return None
     cut = pieces[-1].start if not others else len(text)
     for other in dict.fromkeys(others):  # each distinct one once
-        cut = min(cut, _same_pieces(pieces, split(source_references(other, items)), cut))
+        cut = min(cut, _same_pieces(pieces, split(_references(other, items)), cut))
         if not cut:
             return None
     while cut and (again := _same_pieces(pieces, split(text[:cut]), cut)) < cut:
