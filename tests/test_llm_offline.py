@@ -398,6 +398,32 @@ def test_an_offline_quote_keeps_the_references_its_document_writes():
     assert "[1] docs/notes.md:L5" in cache and "[1] docs/notes.md:L7" not in cache, cache
 
 
+def test_offline_quotes_a_line_of_a_numbered_source_list_without_its_label():
+    """A document's list of sources or footnotes ("[3] Brown: the gateway listens on port
+    7431.") was never quoted: a sentence holding "[3]" is not quoted, and the lines ran on as one
+    sentence, so the answer was "The passages found have no quotable text". Each such line is
+    quoted without its label, as a list item is without its bullet, and cited at its own line;
+    a "[2]" inside a sentence still keeps it from being quoted."""
+    refs = EvidenceItem("vector_search", "docs/refs.md",
+                        "# Release references\n\nThe release process is described in these sources.\n"
+                        "[1] Smith: the staging cluster runs on Kubernetes 1.29.\n"
+                        "[2] Jones: nightly backups are kept for thirty days.\n"
+                        "[3] Brown: the zorblax gateway listens on port 7431.\n"
+                        "[4] Green: the zorblax rollback takes five minutes, as [2] says.", 1, 7, 0.9)
+
+    def ask_offline(question: str) -> str:
+        toolbox = FakeToolbox({"vector_search": [[refs]]})
+        return Agent(OfflineChatModel(), toolbox, Settings()).ask(question).answer.split("\n\n---\n", 1)[0]
+
+    port = ask_offline("Which port does the zorblax gateway listen on?")
+    assert "- Brown: the zorblax gateway listens on port 7431. [1]" in port, port
+    assert port.endswith("\n\n[1] docs/refs.md:L6"), port
+    backups = ask_offline("How long are nightly backups kept?")
+    assert "- Jones: nightly backups are kept for thirty days. [1]" in backups, backups
+    assert backups.endswith("\n\n[1] docs/refs.md:L5"), backups
+    assert "as [2] says" not in ask_offline("How long does the zorblax rollback take?")
+
+
 def test_offline_never_quotes_an_include_directive():
     doc = EvidenceItem("vector_search", "docs/params.md",
                        "Declare a path parameter greater than zero with gt.\n\n"

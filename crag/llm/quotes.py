@@ -24,6 +24,9 @@ __all__ = ["code_file", "code_quotes", "item_quotes", "quotable", "same_text", "
            "words_of"]
 
 _CITE_LIKE = re.compile(r"\[(\s*\d+(?:\s*[-–,;]\s*\d+)*\s*)\]")
+# A line that opens with a reference's label, as a numbered list of sources or footnotes writes
+# it ("[3] Brown: the gateway listens on port 7431."): the label is the line's bullet.
+_LABEL = re.compile(r"^[ \t]*" + _CITE_LIKE.pattern + r"[ \t]+(?=\S)", re.M)
 _MAX_SENTENCE = 600
 
 
@@ -267,6 +270,25 @@ def _lines_too_long(text: str) -> list[tuple[int, int]]:
     return out
 
 
+def _parts(text: str) -> list[tuple[int, int]]:
+    """(start, end) of each part of a passage to quote (``title_split``, ``_lines_too_long``),
+    each line that opens with a reference's label (``_LABEL``) cut from the text above it and
+    quoted without its label, as a list item is quoted without its bullet: sentence ends were
+    never read before such a label, so a list of sources ran on as one sentence, and a sentence
+    holding a label is never quoted (every marker of the answer is crag's)."""
+    labels = list(_LABEL.finditer(text))
+    if not labels:
+        return title_split(text) + _lines_too_long(text)
+    cuts = [(0, labels[0].start())] + [(m.end(), n.start() if n else len(text))
+                                       for m, n in zip(labels, [*labels[1:], None], strict=True)]
+    out = []
+    for a, b in cuts:
+        part = text[a:b].rstrip()
+        if part.strip():
+            out += [(a + start, a + end) for start, end in title_split(part) + _lines_too_long(part)]
+    return out
+
+
 def _bare_row(piece: grounding.Passage) -> bool:
     """Whether ``piece`` is a table row written without a leading pipe (a DOCX table's row, "a |
     b | c"): quoted as written, as a line of a DOCX always was; a Markdown table is quoted whole."""
@@ -291,7 +313,7 @@ def quotable(text: str, question: str = "", lead: str | None = None, org: bool =
     for piece in grounding.passages(text, org):
         if piece.kind not in ("sentence", "item") and not _bare_row(piece):  # prose, a list item's sentences
             continue
-        for start, end in title_split(piece.text) + _lines_too_long(piece.text):
+        for start, end in _parts(piece.text):
             sentence = _one_line(_QUOTE_PREFIX.sub("", piece.text[start:end]))
             if len(sentence) < 3 or len(sentence) > _MAX_SENTENCE or _markup_only(sentence):
                 continue
