@@ -51,7 +51,7 @@ from .errors import ConfigError, CragError
 from .llm.deadline import cancellable
 from .mcp_wire import log_to_stderr, serve_stdio
 from .pages import location
-from .safe_text import redact, redact_message, short_value
+from .safe_text import for_terminal, redact, redact_message, short_value
 from .state import ToolCall
 
 if TYPE_CHECKING:
@@ -330,7 +330,9 @@ def build_server(agent: "Agent", *, model_option: bool = False) -> "MCPServer":
         items, missing = await guarded(searched, kind="search")
         hits = hit_records(items)
         note = missing_roots_note(missing, shared=bool(agent.settings.store))  # stderr for ``crag search``
-        return result(search_text(hits) + (f"{note}\n" if note else ""), {"hits": hits})
+        # the list ``crag search`` prints, shown to a person as it shows it: a document's escape
+        # sequences and bidirectional overrides are left out (the hits keep the text as it is)
+        return result(for_terminal(search_text(hits)) + (f"{note}\n" if note else ""), {"hits": hits})
 
     async def read_file(
         path: str, start_line: Count = None, end_line: Count = None, page: Count = None

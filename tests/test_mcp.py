@@ -376,6 +376,27 @@ def test_mcp_prints_documents_with_auth_words_unchanged(workdir: Path) -> None:
     anyio.run(session)
 
 
+def test_mcp_search_text_is_the_list_crag_search_prints_without_a_documents_escapes(workdir: Path) -> None:
+    """``search``'s text content is the ranked list ``crag search`` prints (docs/mcp.md), shown to
+    a person; it carried a document's escape sequences (a window title, a clipboard write, a
+    cleared screen) and bidirectional overrides as they are, which ``crag search`` leaves out.
+    The hits keep the document's text as it is."""
+    hostile = ("The quokka relay retitles \x1b]0;owned\x07 windows, writes \x1b]52;c;ZWNobw==\x1b\\ clipboards,\n"
+               "clears \x1b[2J\x1b[H screens and reverses \u202eeht\u202c text; C1 \x9b31m too.\n")
+    (workdir / "docs" / "quokka.md").write_text(hostile, encoding="utf-8")
+
+    async def session() -> None:
+        async with Client(server_params(workdir, "--kb", "docs"), read_timeout_seconds=120) as client:
+            found = await client.call_tool("search", {"query": "quokka relay", "top_k": 1})
+            assert not found.is_error, text_of(found)
+            assert found.structured_content["hits"][0]["text"] == hostile.rstrip("\n")
+            text = text_of(found)
+            assert "docs/quokka.md:L1-L2" in text and "The quokka relay retitles" in text, text
+            assert not any(c in text for c in "\x1b\x07\x9b\u202e\u202c"), repr(text)
+
+    anyio.run(session)
+
+
 def _slow_llm_params(workdir: Path, srv) -> StdioServerParameters:
     params = server_params(workdir, "--kb", "docs")
     params.env.update(KB_AGENT_LLM="openai", OPENAI_BASE_URL=srv.base_url, OPENAI_API_KEY="sk-test",
