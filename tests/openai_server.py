@@ -162,9 +162,12 @@ class Drop:
 
 @dataclass(frozen=True)
 class Events:
-    """A 200 event stream whose body is exactly ``data`` (bytes as they are), ended cleanly."""
+    """A 200 event stream whose body is exactly ``data`` (bytes as they are), ended cleanly; with
+    ``cut``, never ended: after ``data`` the connection is closed (``"drop"``) or held open until
+    the client gives up (``"hang"``)."""
 
     data: bytes
+    cut: str | None = None
 
 
 Reply = str | Text | Status | Delay | Trickle | Garbage | EmptyChoices | NullContent | Raw | Drop | Events
@@ -473,6 +476,13 @@ class FakeOpenAIServer:
             h.send_header("Transfer-Encoding", "chunked")
             h.end_headers()
             _write_chunk(h, reply.data)
+            if reply.cut == "drop":
+                return self._drop(h)
+            if reply.cut == "hang":
+                h.wfile.flush()
+                self._stop.wait(30)
+                h.close_connection = True
+                return None
             _write_chunk(h, b"")
             h.wfile.flush()
             return None

@@ -764,6 +764,25 @@ def test_a_stream_dropped_after_text_was_shown_is_not_retried(srv):
     assert srv.calls() == 1
 
 
+@pytest.mark.parametrize("usage", [True, False])
+@pytest.mark.parametrize("cut", ["drop", "hang"])
+def test_a_stream_cut_after_its_finish_is_a_whole_answer_and_counted(srv, cut, usage):
+    # The whole answer had come, with its finish_reason (and its usage chunk): the connection then
+    # closed, or stalled, before [DONE]. The answer, paid for, was an error and in no usage.
+    chunks = [{"choices": [{"index": 0, "delta": {"content": "The whole answer."}}]},
+              {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}]
+    if usage:
+        chunks.append({"choices": [], "usage": {"prompt_tokens": 40, "completion_tokens": 3, "total_tokens": 43}})
+    srv.script("synthesize", Events(stream_of(*chunks).data.removesuffix(b"data: [DONE]\n\n"), cut=cut), "never sent")
+    deltas: list[str] = []
+    completion = model_for(srv, timeout=1.0).complete(request("synthesize"), deltas.append)
+    assert completion.text == "".join(deltas) == "The whole answer." and completion.finish_reason == "stop"
+    assert completion.usage_estimated is not usage
+    if usage:
+        assert (completion.prompt_tokens, completion.completion_tokens) == (40, 3)
+    assert srv.calls() == 1
+
+
 def test_a_stream_failing_before_any_text_is_retried(srv):
     srv.script("synthesize", Status(503), "streamed after a retry")
     deltas: list[str] = []

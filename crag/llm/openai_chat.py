@@ -72,7 +72,6 @@ from .bodies import (
     saw_done,
     server_label,
     watching_redirects,
-    whole_body,
 )
 from .completions import Reply, read_completion
 from .deadline import pause, request_deadline
@@ -94,7 +93,7 @@ from .retry import (
     server_message,
 )
 from .server_memory import PROCESS, ServerMemory, adapted, refused_param
-from .streams import finished_reply, read_chunks
+from .streams import finished_reply, read_chunks, whole_completion
 from .tokens import count_tokens, encoding_for_model
 from .usage_counts import reply_usage
 
@@ -409,23 +408,14 @@ class OpenAIChatModel:
                 raise _StreamRefused from exc  # (too long is not a refusal to stream)
             raise
         with stream:
-            read = read_chunks(stream, delivered, on_delta, limit, self._openai.APIError)
+            read = read_chunks(stream, delivered, on_delta, limit, self._openai.APIError,
+                               self._openai.APIConnectionError)
         if read.chunks == 0:  # not an event stream: the server ignored stream=True
-            whole = self._whole_completion(getattr(stream, "response", None))
+            whole = whole_completion(getattr(stream, "response", None), self._openai.types.chat.ChatCompletion)
             if whole is None:
                 raise _StreamRefused
             return evolve(read_completion(whole, "logprobs" in params), whole=True)  # its whole answer, not asked for again
         return finished_reply(read, delivered, saw_done(getattr(stream, "response", None)))
-
-    def _whole_completion(self, response: Any) -> Any:
-        """The chat completion a server sent whole when asked to stream, or None."""
-        body = whole_body(response)
-        if not body:
-            return None
-        try:
-            return self._openai.types.chat.ChatCompletion.model_validate_json(body)
-        except ValueError:  # not a whole completion either: the next streaming mode is worth a try
-            return None
 
     # -- accounting ------------------------------------------------------------------------
 

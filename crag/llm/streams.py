@@ -2,7 +2,8 @@
 
 A stream is read as a whole reply is: from the choice whose ``index`` is 0 (``choices[0]`` of a
 whole reply), up to and including the chunk that carries its ``finish_reason``; after that only
-``usage`` is read (with ``include_usage`` it comes last). Text is passed on piece by piece as it
+``usage`` is read (with ``include_usage`` it comes last), and a connection lost then leaves the
+answer whole (its usage, when it had not come, is counted). Text is passed on piece by piece as it
 arrives, at most ``limit`` characters of it (a server that ignores ``max_tokens`` is read no
 further). ``finished_reply`` then says what the stream was, as ``read_completion`` does for a
 whole reply: an answer, or a ``BadReply`` for a stream cut mid-answer, a refusal
@@ -22,10 +23,11 @@ from typing import Any
 
 from attrs import Factory, define
 
+from .bodies import whole_body
 from .completions import FILTERED, Reply, parts_text, tool_names
 from .retry import BadReply, body_message, one_line
 
-__all__ = ["STREAM_ERROR", "Streamed", "finished_reply", "read_chunks"]
+__all__ = ["STREAM_ERROR", "Streamed", "finished_reply", "read_chunks", "whole_completion"]
 
 STREAM_ERROR = "sent an error in the answer's stream"  # an error event, whatever its data's shape
 _ERROR_KEYS = ("error", "message", "msg", "detail")  # where an error event's data has its words (``body_message``)
@@ -43,10 +45,13 @@ class Streamed:
 
 
 def read_chunks(stream: Iterable[Any], delivered: list[str], on_delta: Callable[[str], None] | None,
-                limit: int | None, api_error: type[BaseException]) -> Streamed:
+                limit: int | None, api_error: type[BaseException],
+                lost: type[BaseException] | tuple[type[BaseException], ...] = ()) -> Streamed:
     """Read ``stream`` (the SDK's chunks), appending each piece of text to ``delivered`` and
     passing it to ``on_delta``; past ``limit`` characters the stream is left unread and the reply
-    is one stopped by its budget. ``api_error``: the SDK's ``APIError``, raised for an error event."""
+    is one stopped by its budget. ``api_error``: the SDK's ``APIError``, raised for an error event;
+    ``lost``: its errors of a connection closed or timed out, which after the finish end the
+    reading (the answer is whole, only its usage or ``[DONE]`` was still to come)."""
     read = Streamed()
     size = 0
     try:
@@ -82,6 +87,8 @@ def read_chunks(stream: Iterable[Any], delivered: list[str], on_delta: Callable[
                 if on_delta is not None:
                     on_delta(piece)
     except api_error as exc:
+        if read.finish is not None and isinstance(exc, lost):
+            return read
         if type(exc) is not api_error:  # a status, a connection, a validation: not an error event
             raise
         raise BadReply(STREAM_ERROR, body_message(getattr(exc, "body", None)) or one_line(exc, 160)) from exc
@@ -102,6 +109,18 @@ def finished_reply(read: Streamed, delivered: list[str], done: bool) -> Reply:
         raise BadReply("returned tool calls instead of an answer", one_line(tool_names(read.calls), 120),
                        billed=True, usage=read.usage)
     return Reply("".join(delivered), read.usage, read.finish)
+
+
+def whole_completion(response: Any, completion_type: Any) -> Any:
+    """The chat completion a server sent whole when asked to stream (``completion_type``: the
+    SDK's ``ChatCompletion``), or None."""
+    body = whole_body(response)
+    if not body:
+        return None
+    try:
+        return completion_type.model_validate_json(body)
+    except ValueError:  # not a whole completion either: the next streaming mode is worth a try
+        return None
 
 
 def _error_message(chunk: Any) -> str | None:
