@@ -285,9 +285,9 @@ class AnswerLog:
                 )
                 db.executemany(
                     "INSERT INTO node_usage (answer_id, node, calls, prompt_tokens, completion_tokens, "
-                    "cached_tokens, latency_ms) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    [(answer_id, node, u.calls, u.prompt_tokens, u.completion_tokens, u.cached_tokens, u.latency_ms)
-                     for node, u in usage.by_node.items()],
+                    "cached_tokens, latency_ms, estimated_calls) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    [(answer_id, node, u.calls, u.prompt_tokens, u.completion_tokens, u.cached_tokens, u.latency_ms,
+                      u.estimated_calls) for node, u in usage.by_node.items()],
                 )
         except sqlite3.Error as exc:
             raise LogError(f"the answer log {self.path} cannot be written ({exc}); "
@@ -397,13 +397,15 @@ class AnswerLog:
             return got
 
         by_node = {}
-        for node, c, p, k, cached, ms in db.execute(
-                "SELECT node, calls, prompt_tokens, completion_tokens, cached_tokens, latency_ms "
+        for node, c, p, k, cached, ms, guessed in db.execute(
+                "SELECT node, calls, prompt_tokens, completion_tokens, cached_tokens, latency_ms, estimated_calls "
                 "FROM node_usage WHERE answer_id = ? ORDER BY rowid", (answer_id,)):
+            guessed = cell("usage", guessed, _int)
             by_node[_text(node)] = {
                 "calls": cell("usage", c, _int), "prompt_tokens": cell("usage", p, _int),
                 "completion_tokens": cell("usage", k, _int), "cached_tokens": cell("usage", cached, _int),
-                "latency_ms": cell("usage", ms, _ms)}
+                **({"estimated_calls": guessed} if guessed else {}), "latency_ms": cell("usage", ms, _ms)}
+        estimated = sum(n.get("estimated_calls", 0) for n in by_node.values())  # as ask --json: only when not 0
         citations = []
         for n, path, line, page, tool in db.execute(
                 "SELECT n, path, line, page, tool FROM citations WHERE answer_id = ? ORDER BY n", (answer_id,)):
@@ -414,6 +416,7 @@ class AnswerLog:
         prompt, completion = cell("usage", prompt, _int), cell("usage", completion, _int)
         usage = {"llm_calls": cell("usage", calls, _int), "prompt_tokens": prompt, "completion_tokens": completion,
                  "total_tokens": None if prompt is None or completion is None else prompt + completion,
+                 **({"estimated_calls": estimated} if estimated else {}),
                  "latency_ms": cell("usage", latency, _ms), "by_node": by_node}
         entry = LogEntry(
             answer_id, cell("conversation", conversation, _optional_int), _text(source), cell("time", when, _time),

@@ -59,6 +59,13 @@ MIGRATIONS: tuple[tuple[int, str, str], ...] = (
         );
         """,
     ),
+    (
+        2,
+        "the calls of each node whose tokens crag counted itself (the server reported no usable counts)",
+        """
+        ALTER TABLE node_usage ADD COLUMN estimated_calls INTEGER NOT NULL DEFAULT 0;
+        """,
+    ),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

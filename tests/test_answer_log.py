@@ -15,7 +15,7 @@ import pytest
 from crag.answer_log import MIGRATIONS, SCHEMA_VERSION, AnswerLog
 from crag.cli import main
 from tests.fakes import clean_env, cli
-from tests.openai_server import FakeOpenAIServer
+from tests.openai_server import FakeOpenAIServer, NoUsage
 
 SETUP = "# Setup\n\nThe server listens on port 8080 by default.\n\n## Backups\n\nA backup is kept for thirty days.\n"
 
@@ -183,7 +183,7 @@ def test_migrations_are_numbered_and_recorded(tmp_path: Path) -> None:
     with AnswerLog(str(tmp_path)) as log:
         log._open()
     db = sqlite3.connect(tmp_path / "log.sqlite")
-    assert [v for (v,) in db.execute("SELECT version FROM migrations")] == [1]
+    assert [v for (v,) in db.execute("SELECT version FROM migrations")] == list(range(1, SCHEMA_VERSION + 1))
     tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert {"conversations", "answers", "citations", "node_usage", "migrations"} <= tables
     db.execute("INSERT INTO migrations VALUES (99, 'from the future', 0)")
@@ -191,6 +191,47 @@ def test_migrations_are_numbered_and_recorded(tmp_path: Path) -> None:
     db.close()
     with AnswerLog(str(tmp_path)) as log, pytest.raises(Exception, match="newer crag"):
         log._open()
+
+
+def test_the_log_says_which_token_counts_crag_estimated_as_ask_json_does(
+        project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reply without usage is counted by crag, and ``ask --json`` says so (``estimated_calls``);
+    ``crag log --json`` gave the same figures as if the server had reported them."""
+    with FakeOpenAIServer() as srv:
+        monkeypatch.setenv("KB_AGENT_LLM", "openai")
+        monkeypatch.setenv("OPENAI_BASE_URL", srv.base_url)
+        srv.default("analyze_and_route", json.dumps({"complexity": "chitchat", "suggested_tools": []}))
+        srv.default("synthesize", NoUsage("Hello there."))
+        code, out, _ = cli("ask", "--json", "hello")
+    asked = json.loads(out)["usage"]
+    logged = json.loads(cli("log", "--json")[1])[0]["usage"]
+    assert code == 0 and asked["estimated_calls"] == logged["estimated_calls"] == 1
+    assert asked["by_node"]["synthesize"]["estimated_calls"] == logged["by_node"]["synthesize"]["estimated_calls"] == 1
+    assert "estimated_calls" not in asked["by_node"]["analyze_and_route"]
+    assert "estimated_calls" not in logged["by_node"]["analyze_and_route"]
+
+
+def test_a_log_of_the_first_schema_is_migrated_and_its_answers_read(tmp_path: Path) -> None:
+    from crag.answer_log_schema import statements
+
+    db = sqlite3.connect(tmp_path / "log.sqlite")
+    db.execute("CREATE TABLE migrations (version INTEGER PRIMARY KEY, description TEXT NOT NULL, applied REAL NOT NULL)")
+    for statement in statements(MIGRATIONS[0][2]):
+        db.execute(statement)
+    db.execute("INSERT INTO migrations VALUES (1, 'first', 0)")
+    db.execute("INSERT INTO conversations VALUES (1, 0, 'ask')")
+    db.execute("INSERT INTO answers VALUES (1, 1, 0, 'q', 'a', 'a', 'm', 'simple', NULL, 1, 2, 30, 4, 5.0, '{}')")
+    db.execute("INSERT INTO node_usage VALUES (1, 'synthesize', 2, 30, 4, 0, 5.0)")
+    db.commit()
+    db.close()
+    with AnswerLog(str(tmp_path)) as log:
+        (entry,) = log.entries()
+    assert entry.usage["by_node"] == {"synthesize": {"calls": 2, "prompt_tokens": 30, "completion_tokens": 4,
+                                                     "cached_tokens": 0, "latency_ms": 5.0}}
+    assert "estimated_calls" not in entry.usage and not entry.damaged
+    db = sqlite3.connect(tmp_path / "log.sqlite")
+    assert [v for (v,) in db.execute("SELECT version FROM migrations")] == list(range(1, SCHEMA_VERSION + 1))
+    db.close()
 
 
 def _open_log_at(folder: str, barrier, results) -> None:  # a process of its own, as a second crag is
@@ -221,7 +262,7 @@ def test_processes_opening_a_new_log_at_once_all_open_it(tmp_path: Path) -> None
             worker.join(60)
         assert [results.get(timeout=5) for _ in workers] == ["opened"] * 4
         db = sqlite3.connect(folder / "log.sqlite")
-        assert [v for (v,) in db.execute("SELECT version FROM migrations")] == [1]
+        assert [v for (v,) in db.execute("SELECT version FROM migrations")] == list(range(1, SCHEMA_VERSION + 1))
         db.close()
 
 
