@@ -37,13 +37,16 @@ class CragError(Exception):
     def cost_note(self) -> str:
         """What the question had cost when this failed (the ``spent`` usage the driver gives
         an error leaving a step after calls were paid for), to end its one line with: "; before it, this question made 3
-        LLM calls (1,234 tokens)", or "" when it had made none."""
+        LLM calls (1,234 tokens)", or "" when it had made none. Tokens crag counted itself are said
+        to be estimates, as the usage block says: "(1,234 tokens, estimated for 1 of 3 calls)"."""
         spent = getattr(self, "spent", None)
         calls = getattr(spent, "llm_calls", 0)
         if not calls:
             return ""
+        estimated = getattr(spent, "estimated_calls", 0)
+        guess = f", estimated for {estimated} of {calls} calls" if estimated else ""
         return (f"; before it, this question made {calls} LLM call{'' if calls == 1 else 's'} "
-                f"({spent.total_tokens:,} tokens)")
+                f"({spent.total_tokens:,} tokens{guess})")
 
 
 class ConfigError(CragError):

@@ -558,6 +558,21 @@ def test_a_failed_chat_question_leaves_no_extra_blank_line_between_answers(llm: 
     assert second.startswith("\nSet SERVICE_PORT") and out.getvalue().count("\n\n\n") == 0, out.getvalue()
 
 
+def test_what_a_failed_question_cost_says_which_token_counts_crag_estimated(llm, monkeypatch) -> None:
+    """A server that reported no usage for a call: the usage block says its counts are crag's
+    estimates, but the error line of a question failing later gave them as the server's."""
+    from tests.openai_server import NoUsage
+
+    monkeypatch.setenv("KB_AGENT_LLM_MAX_RETRIES", "0")
+    llm.default("analyze_and_route", route("simple", "vector_search"))
+    llm.default("plan", NoUsage(plan(("vector_search", {"query": "port"}))))
+    llm.default("synthesize", Status(500))
+    code, out, err = cli("ask", "Which port does the server listen on?")
+    assert code == 1 and out == ""
+    assert re.search(r"; before it, this question made 2 LLM calls \([\d,]+ tokens, estimated for 1 of 2 calls\)$",
+                     err.strip()), err
+
+
 def test_a_refused_answer_counts_in_what_the_question_cost(llm) -> None:
     """The model declining to answer is a finished reply the server bills: the error line said
     "before it, this question made 2 LLM calls" for three calls paid for."""
@@ -568,8 +583,9 @@ def test_a_refused_answer_counts_in_what_the_question_cost(llm) -> None:
     llm.default("synthesize", NullContent(refusal="I can't help with that."))
     code, out, err = cli("ask", "Which port does the server listen on?")
     assert code == 1 and out == ""
-    assert "refusal: I can't help with that." in err
-    assert re.search(r"; before it, this question made 3 LLM calls \([\d,]+ tokens\)$", err.strip()), err
+    assert "refusal: I can't help with that." in err  # (a refusal with no usage: counted by crag)
+    assert re.search(r"; before it, this question made 3 LLM calls \([\d,]+ tokens, estimated for 1 of 3 calls\)$",
+                     err.strip()), err
 
 
 def test_a_piped_chat_answer_whose_stream_is_cut_leaves_no_fragment_on_standard_output(llm, tmp_path: Path) -> None:
