@@ -315,6 +315,18 @@ def test_big_pages_are_cut_and_binary_is_refused(server, tmp_path: Path) -> None
         fetch(box, f"{site.url}/img")
 
 
+def test_a_cut_page_without_text_is_an_error_not_an_item_of_the_cut_alone(server, tmp_path: Path) -> None:
+    # a page whose first MiB is an inline script bundle (or blank) became an item whose whole
+    # text was "[... cut at 1024 KiB]", graded and cited as if the page said something
+    script = b"<html><head><script>" + b"var a = 1;\n" * (200 * 1024) + b"</script></head><body>Hi</body></html>"
+    site = server({"/app": lambda h: (200, {"Content-Type": "text/html"}, script),
+                   "/blank": lambda h: (200, {"Content-Type": "text/plain"}, b" " * (2 * 1024 * 1024))})
+    box = web_box(tmp_path, address_allowed=loopback_only)
+    for path in ("/app", "/blank"):
+        with pytest.raises(ToolError, match=rf"^web_fetch: {site.url}{path} has no text in its first 1024 KiB$"):
+            fetch(box, f"{site.url}{path}")
+
+
 def test_html_to_text_drops_scripts_and_keeps_blocks() -> None:
     title, text = html_to_text("<title>T</title><div>a<script>var x = '<p>no</p>';</script></div><p>b &amp; c</p>")
     assert title == "T" and text == "a\n\nb & c"

@@ -73,10 +73,10 @@ def run(args: Mapping[str, Any], context: ToolContext) -> ToolResult:
     if "html" in ctype or (not ctype and "<html" in body[:2000].lower()):
         title, body = html_to_text(body)
     text = _cap(body.strip())
+    if not text:  # a page whose first MiB is only a script or whitespace: no item holding only the cut's marker
+        raise ToolError(NAME, f"{final} has no text" + (f" in its first {MAX_BYTES // 1024} KiB" if resp.truncated else ""))
     if resp.truncated:
         text += f"\n[... cut at {MAX_BYTES // 1024} KiB]"
-    if not text.strip():
-        raise ToolError(NAME, f"{final} has no text")
     return ToolResult((EvidenceItem(tool=NAME, source=final, text=text, url=final, title=title),))
 
 
