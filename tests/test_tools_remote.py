@@ -134,6 +134,25 @@ def test_jira_fetch_with_a_bearer_token_and_its_errors(server, tmp_path: Path) -
     assert len(jira.requests) == before
 
 
+def test_a_rate_limit_says_so_and_how_long_the_server_asked_to_wait(server, tmp_path: Path) -> None:
+    # a 429 read "Jira request failed: http://.../rest/api/2/issue/OPS-42?fields=... answered HTTP 429"
+    def limited(retry_after: str | None) -> Route:
+        headers = {"Content-Type": "application/json"} | ({"Retry-After": retry_after} if retry_after else {})
+        return lambda h: (429, headers, b'{"message": "rate limited"}')
+
+    site = server({"/rest/api/2/issue/OPS-42": limited("30"), "/rest/api/2/issue/OPS-43": limited(None),
+                   "/rest/api/content/98765": limited("Wed, 21 Oct 2015 07:28:00 GMT")})
+    box = box_for(tmp_path, jira_base_url=site.url, confluence_base_url=site.url, jira_api_token="pat-123")
+    with pytest.raises(ToolError, match=r"^jira_fetch: Jira is limiting requests \(HTTP 429, asking to wait 30 s\): "
+                                        r"try again later$"):
+        box.run(ToolCall("jira_fetch", {"key": "OPS-42"}))
+    with pytest.raises(ToolError, match=r"^jira_fetch: Jira is limiting requests \(HTTP 429\): try again later$"):
+        box.run(ToolCall("jira_fetch", {"key": "OPS-43"}))
+    with pytest.raises(ToolError, match=r"^confluence_fetch: Confluence is limiting requests \(HTTP 429\): "
+                                        r"try again later$"):  # a date in the past asks for no wait
+        box.run(ToolCall("confluence_fetch", {"page_id": "98765"}))
+
+
 def test_jira_unreachable_is_a_tool_error(tmp_path: Path) -> None:
     box = box_for(tmp_path, jira_base_url="http://127.0.0.1:9")
     with pytest.raises(ToolError, match="Jira request failed"):

@@ -45,6 +45,10 @@ def get_json(tool: str, service: str, env: str, url: str, email: str, token: str
             raise ToolError(
                 tool, f"{service} refused the request (HTTP {exc.status}): check {env}_EMAIL and {env}_API_TOKEN"
             ) from exc
+        if exc.status == 429:
+            wait = exc.retry_after
+            asked = f", asking to wait {wait:.0f} s" if wait is not None and 1 <= wait < 86400 * 365 else ""
+            raise ToolError(tool, f"{service} is limiting requests (HTTP 429{asked}): try again later") from exc
         if exc.status == 404:
             raise ToolError(tool, f"{missing} was not found (or is not visible with these credentials)") from exc
         raise ToolError(tool, f"{service} request failed: {exc}") from exc

@@ -41,6 +41,8 @@ from urllib.parse import urljoin, urlsplit
 
 from attrs import frozen
 
+from ..llm.retry import parse_retry_after
+
 __all__ = [
     "FetchError",
     "Response",
@@ -61,11 +63,14 @@ USER_AGENT = "crag/0.1 (+https://github.com/; knowledge-base agent)"
 class FetchError(Exception):
     """A request failed; ``str`` is one line, ``status`` the HTTP status when there was one.
     ``withheld_from`` is the origin (``https://host:port``) that answered with ``status`` without
-    having been sent the ``auth_headers`` (a redirect led to another origin), else None."""
+    having been sent the ``auth_headers`` (a redirect led to another origin), else None.
+    ``retry_after`` the seconds its ``Retry-After`` asked to wait (a 429's), else None."""
 
-    def __init__(self, message: str, status: int | None = None, withheld_from: str | None = None) -> None:
+    def __init__(self, message: str, status: int | None = None, withheld_from: str | None = None,
+                 retry_after: float | None = None) -> None:
         self.status = status
         self.withheld_from = withheld_from
+        self.retry_after = retry_after
         super().__init__(message)
 
 
@@ -317,6 +322,7 @@ def http_get(
                                      f"{location.strip()[:200]!r}", status) from exc
                 continue
             content_type = resp.getheader("Content-Type", "") or ""
+            retry_after = None if 200 <= status < 300 else parse_retry_after(dict(resp.getheaders()))
             body = _read_limited(resp, max_bytes, deadline, timeout, url)
             if watchdog.fired:  # the body ended because the deadline shut the connection
                 raise FetchError(f"timed out after {timeout:g}s fetching {url}")
@@ -342,7 +348,7 @@ def http_get(
         body = body[:max_bytes]
         if not 200 <= status < 300:
             origin = f"{scheme}://{urlsplit(current).netloc}" if withheld else None  # _check_url refused a user:password
-            raise FetchError(f"{current} answered HTTP {status}", status, origin)
+            raise FetchError(f"{current} answered HTTP {status}", status, origin, retry_after)
         mime, _, params = content_type.partition(";")
         charset = None
         for param in params.split(";"):
