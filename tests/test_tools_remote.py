@@ -134,6 +134,21 @@ def test_jira_fetch_with_a_bearer_token_and_its_errors(server, tmp_path: Path) -
     assert len(jira.requests) == before
 
 
+def test_a_refusal_of_a_request_sent_without_a_token_says_the_token_is_not_set(server, tmp_path: Path) -> None:
+    # JIRA_EMAIL alone sends no Authorization at all; the 401 said "check JIRA_EMAIL and JIRA_API_TOKEN"
+    site = server({"/rest/api/2/issue/OPS-42": json_route(ISSUE, auth="Bearer pat-123"),
+                   "/rest/api/content/98765": json_route(PAGE, auth="Bearer pat-123")})
+    box = box_for(tmp_path, jira_base_url=site.url, jira_email="me@example.com", confluence_base_url=site.url)
+    with pytest.raises(ToolError, match=r"^jira_fetch: Jira refused the request \(HTTP 401\), which was sent without "
+                                        r"credentials as JIRA_API_TOKEN is not set: set it \(with JIRA_EMAIL for Jira "
+                                        r"Cloud, alone for a bearer token\)$"):
+        box.run(ToolCall("jira_fetch", {"key": "OPS-42"}))
+    with pytest.raises(ToolError, match=r"^confluence_fetch: Confluence refused the request \(HTTP 401\), which was "
+                                        r"sent without credentials as CONFLUENCE_API_TOKEN is not set"):
+        box.run(ToolCall("confluence_fetch", {"page_id": "98765"}))
+    assert [h.get("Authorization") for _, h in site.requests] == [None, None]
+
+
 def test_a_rate_limit_says_so_and_how_long_the_server_asked_to_wait(server, tmp_path: Path) -> None:
     # a 429 read "Jira request failed: http://.../rest/api/2/issue/OPS-42?fields=... answered HTTP 429"
     def limited(retry_after: str | None) -> Route:

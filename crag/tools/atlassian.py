@@ -41,6 +41,11 @@ def get_json(tool: str, service: str, env: str, url: str, email: str, token: str
                 f"without credentials: crag sends {env}_EMAIL and {env}_API_TOKEN only to the scheme, host and "
                 f"port of {env}_BASE_URL (set {env}_BASE_URL to that address if {service} is served there)"
             ) from exc
+        if exc.status in (401, 403) and not token:  # JIRA_EMAIL alone sends nothing: email + token is basic auth
+            raise ToolError(
+                tool, f"{service} refused the request (HTTP {exc.status}), which was sent without credentials as "
+                f"{env}_API_TOKEN is not set: set it (with {env}_EMAIL for {service} Cloud, alone for a bearer token)"
+            ) from exc
         if exc.status in (401, 403):
             raise ToolError(
                 tool, f"{service} refused the request (HTTP {exc.status}): check {env}_EMAIL and {env}_API_TOKEN"
