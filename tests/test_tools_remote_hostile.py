@@ -73,6 +73,20 @@ def test_json_nested_past_the_parser_is_a_tool_error(server, tmp_path: Path) -> 
         wiki.run(ToolCall("confluence_fetch", {"page_id": "123"}))
 
 
+def test_a_web_page_instead_of_json_points_at_the_base_url(server, tmp_path: Path) -> None:
+    # an SSO proxy's sign-in page (HTTP 200) read "Jira answered something that is not JSON"
+    page = b"<!DOCTYPE html><html><head><title>Sign in</title></head><body><form>...</form></body></html>"
+    site = server({"/rest/api/2/issue/OPS-1": raw(page, "text/html; charset=utf-8"),
+                   "/rest/api/content/123": raw(page, "text/html")})
+    with pytest.raises(ToolError, match=r"^jira_fetch: Jira answered a web page, not JSON, for Jira issue OPS-1 \(a "
+                                        r"sign-in page or the address of another site\?\): check that JIRA_BASE_URL "
+                                        r"is Jira's address$"):
+        box_for(tmp_path, jira_base_url=site.url).run(ToolCall("jira_fetch", {"key": "OPS-1"}))
+    with pytest.raises(ToolError, match=r"^confluence_fetch: Confluence answered a web page, not JSON, for Confluence "
+                                        r"page 123 .*check that CONFLUENCE_BASE_URL is Confluence's address$"):
+        box_for(tmp_path, confluence_base_url=site.url).run(ToolCall("confluence_fetch", {"page_id": "123"}))
+
+
 def test_a_web_page_of_json_nested_past_the_parser_is_read_as_text(server, tmp_path: Path) -> None:
     site = server({"/deep": raw(DEEP)})
     [item] = fetch(web_box(tmp_path, address_allowed=loopback_only), f"{site.url}/deep")

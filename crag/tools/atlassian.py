@@ -60,4 +60,7 @@ def get_json(tool: str, service: str, env: str, url: str, email: str, token: str
     try:
         return json.loads(resp.text())
     except (ValueError, RecursionError) as exc:  # RecursionError: nested deeper than Python parses
+        if "html" in resp.content_type:  # a sign-in page of a proxy, or a web page of another path than the API's
+            raise ToolError(tool, f"{service} answered a web page, not JSON, for {missing} (a sign-in page or the "
+                            f"address of another site?): check that {env}_BASE_URL is {service}'s address") from exc
         raise ToolError(tool, f"{service} answered something that is not JSON for {missing}") from exc
