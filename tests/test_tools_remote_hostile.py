@@ -87,6 +87,25 @@ def test_a_web_page_instead_of_json_points_at_the_base_url(server, tmp_path: Pat
         box_for(tmp_path, confluence_base_url=site.url).run(ToolCall("confluence_fetch", {"page_id": "123"}))
 
 
+def test_a_compressed_body_crag_did_not_ask_for_is_an_error_that_says_so(server, tmp_path: Path) -> None:
+    # crag asks for identity and never inflates (a gzip bomb stays its few bytes); a server that
+    # compressed anyway read as "... is binary, not text" or "Jira answered something that is not JSON"
+    import gzip
+
+    bomb = gzip.compress(b" " * (10 * 1024 * 1024))
+
+    def gz(handler):
+        return 200, {"Content-Type": "application/json", "Content-Encoding": "gzip"}, bomb
+
+    site = server({"/page": gz, "/rest/api/2/issue/OPS-1": gz})
+    with pytest.raises(ToolError, match=r"^web_fetch: .*/page sent its body compressed \(gzip\) although crag asked "
+                                        r"for it uncompressed \(Accept-Encoding: identity\); crag does not decompress"):
+        fetch(web_box(tmp_path, address_allowed=loopback_only), f"{site.url}/page")
+    with pytest.raises(ToolError, match=r"^jira_fetch: Jira request failed: .* sent its body compressed \(gzip\)"):
+        box_for(tmp_path, jira_base_url=site.url).run(ToolCall("jira_fetch", {"key": "OPS-1"}))
+    assert all(h["Accept-Encoding"] == "identity" for _, h in site.requests)
+
+
 def test_a_web_page_of_json_nested_past_the_parser_is_read_as_text(server, tmp_path: Path) -> None:
     site = server({"/deep": raw(DEEP)})
     [item] = fetch(web_box(tmp_path, address_allowed=loopback_only), f"{site.url}/deep")

@@ -13,7 +13,8 @@ control:
   shuts the connection down when it passes, so a server trickling bytes cannot hold it;
 * a header value HTTP cannot carry (a token with a newline or a non-ASCII character) is a
   ``FetchError`` that does not repeat the value;
-* no proxy and no compression is used, so what is checked is what is fetched.
+* no proxy and no compression is used, so what is checked is what is fetched (a body sent
+  compressed all the same is a ``FetchError`` saying so: it is never inflated).
 
 ``is_public_address`` is the default guard for ``web_fetch``: only globally routable
 unicast addresses pass (loopback, private, link-local such as 169.254.169.254, CGNAT,
@@ -322,6 +323,10 @@ def http_get(
                                      f"{location.strip()[:200]!r}", status) from exc
                 continue
             content_type = resp.getheader("Content-Type", "") or ""
+            coding = (resp.getheader("Content-Encoding", "") or "").strip().lower()
+            if 200 <= status < 300 and coding not in ("", "identity"):  # never inflated: a gzip bomb stays a few bytes
+                raise FetchError(f"{current} sent its body compressed ({coding[:40]}) although crag asked for it "
+                                 "uncompressed (Accept-Encoding: identity); crag does not decompress fetched bodies")
             retry_after = None if 200 <= status < 300 else parse_retry_after(dict(resp.getheaders()))
             body = _read_limited(resp, max_bytes, deadline, timeout, url)
             if watchdog.fired:  # the body ended because the deadline shut the connection
