@@ -352,6 +352,21 @@ def test_an_ignore_file_in_a_folder_that_cannot_be_entered_is_said_only_when_the
     ]
 
 
+def test_a_folder_replaced_by_a_file_names_no_ignore_file(project: Path) -> None:
+    """A folder of indexed files replaced by a file of that name holds no ignore file: a
+    search that checked a hit there warned that its .cragignore, .ignore and .gitignore
+    "cannot be read (Not a directory)", their exclusions missing and secrets at risk."""
+    (project / "docs" / "runbooks").mkdir()
+    (project / "docs" / "runbooks" / "restart.md").write_text("# Restart\n\nRestart the kafka broker.\n",
+                                                              encoding="utf-8")
+    assert cli("index", "docs")[0] == 0
+    shutil.rmtree(project / "docs" / "runbooks")
+    (project / "docs" / "runbooks").write_text("now a file\n", encoding="utf-8")
+    code, out, err = cli("search", "--json", "restart kafka broker")
+    assert code == 0 and err == ""
+    assert json.loads(out)[0]["path"] == "docs/runbooks/restart.md"  # cited as the index holds it (docs/cli.md)
+
+
 @pytest.mark.parametrize("kind", ["fifo", "device"])
 def test_an_ignore_file_that_is_not_a_file_is_said(project: Path, kind: str) -> None:
     """An ignore file that cannot be read is a warning (docs/cli.md): its exclusions are missing.

@@ -76,7 +76,7 @@ def _parsed(path: str) -> RuleSet | None:
                   "left out (they may hold secrets): make it a file, or remove it")
             return None
         found, problems = _parse_version(path, (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # none there: its folder is gone, or is now a file
         return None
     except OSError as exc:
         if not _listed(path):  # e.g. a folder that lists but cannot be entered, or a name too long to open
