@@ -330,6 +330,8 @@ def build_server(agent: "Agent", *, model_option: bool = False) -> "MCPServer":
         items, missing = await guarded(searched, kind="search")
         hits = hit_records(items)
         note = missing_roots_note(missing, shared=bool(agent.settings.store))  # stderr for ``crag search``
+        if note:  # its commands, typed in a shell, must reach this server's index
+            note = for_a_shell(note, agent.settings, model_option)
         # the list ``crag search`` prints, shown to a person as it shows it: a document's escape
         # sequences and bidirectional overrides are left out (the hits keep the text as it is)
         return result(for_terminal(search_text(hits)) + (f"{note}\n" if note else ""), {"hits": hits})

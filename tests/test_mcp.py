@@ -829,6 +829,10 @@ def test_mcp_search_says_when_a_root_of_the_index_is_gone_from_disk(workdir: Pat
             assert not found.is_error and found.structured_content == {"hits": []}
             assert text_of(found).startswith("no matching chunks\n")
             assert "crag: note: docs no longer exists on disk and is left out of the search" in text_of(found)
+            # typed in a shell without the client's KB_AGENT_INDEX_DIR, `python -m crag index` would build ./.crag
+            index = workdir / "index"
+            assert (f"the next `python -m crag --index {index} index` drops it "
+                    f"(or `python -m crag --index {index} roots --remove PATH`)") in text_of(found)
 
     anyio.run(session)
 
