@@ -66,6 +66,18 @@ def test_terminal_escape_sequences_are_neither_words_nor_numbers_of_a_sentence()
     assert missing("\x1b[31mWhen\x1b[0m does the server listen on port 8080?", [SETUP.text]) == []
 
 
+def test_escape_sequences_in_the_evidence_are_not_part_of_its_words():
+    """A log captured with its colours (``\\x1b[31mretries``) made "31mretry" a word of the
+    evidence, so a sentence quoting it as a terminal shows it lacked its words there."""
+    from crag.grounding.evidence import vocabulary
+
+    coloured = "\x1b[1;31mretries\x1b[0m \x1b[33mfailed\x1b[0m \x1b[1muploads\x1b[0m three times."
+    assert vocabulary(coloured) == vocabulary("retries failed uploads three times.")
+    log = EvidenceItem("vector_search", "logs/ci.log", f"Upload step\n{coloured}\n", 1, 2, 0.7)
+    g = ground("Retries failed uploads three times.", (log,))
+    assert g.report.supported == 1 and g.report.unsupported == ()
+
+
 def test_a_marker_on_an_item_that_does_not_support_the_sentence_moves_to_the_one_that_does():
     g = ground("A backup is kept for thirty days [1].", ITEMS)
     assert g.body == "A backup is kept for thirty days [1]." and lines_of(g) == [("docs/backup.md", 4)]

@@ -17,6 +17,7 @@ from functools import cached_property
 
 from attrs import frozen
 
+from ..safe_text import for_terminal
 from ..sentences import sentences, split
 from ..state import EvidenceItem
 from ..text import in_vocabulary, stem, unspaced, words
@@ -33,9 +34,10 @@ _INCLUDE = re.compile(r"(?:\{\*[^{}\n]*\*\}|\{%[^{}\n]*%\}|\{\{[^{}\n]*\}\}|-{2}
 
 def vocabulary(text: str) -> set[str]:
     """The stemmed words of ``text``, numbers left out; Han and Kana as their character
-    bigrams (``crag.text.unspaced``), as ``claims`` reads a sentence."""
+    bigrams (``crag.text.unspaced``), as ``claims`` reads a sentence: escape sequences too, as a
+    terminal shows them (a log's ``\\x1b[31mred`` is the word red)."""
     out: set[str] = set()
-    for word in words(text):
+    for word in words(for_terminal(text)):
         if word.isascii():  # no Han nor Kana: the common case, read at once
             if not word.isdigit():
                 out.add(stem(word))
