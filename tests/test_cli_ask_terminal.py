@@ -178,6 +178,21 @@ def test_ctrl_c_with_json_on_a_terminal_says_interrupted_on_a_clean_line(llm: Fa
     assert code == 130 and "\r\033[Kcrag: interrupted" in term.text, term.text
 
 
+def test_ctrl_c_on_a_dumb_terminal_says_interrupted_at_the_start_of_a_line(llm: FakeOpenAIServer, kb: Path) -> None:
+    """A dumb terminal's step lines are whole lines, but the ``^C`` the terminal echoes is not
+    one: ``^Ccrag: interrupted`` ran the two together. A carriage return, which every terminal
+    takes, starts the line over it."""
+    llm.script("synthesize", Delay(20, REPLY))
+    term = Terminal(["ask", QUESTION], kb, child_env(kb, llm, term="dumb"))
+    try:
+        term.read_until("crag: synthesize…\r\n".encode())
+        term.proc.send_signal(signal.SIGINT)
+    finally:
+        code = term.finish()
+    assert code == 130 and term.text.endswith("…\r\n\rcrag: interrupted\r\n"), term.text
+    assert "\033" not in term.text
+
+
 def test_ctrl_c_on_a_terminal_erases_the_status_and_exits_130(llm: FakeOpenAIServer, kb: Path) -> None:
     code, shown = interrupted_while_answering(llm, kb, ["ask", QUESTION])
     assert code == 130 and "crag: interrupted" in shown and "Traceback" not in shown

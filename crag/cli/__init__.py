@@ -311,11 +311,14 @@ def _main(argv: Sequence[str] | None, out: TextIO, err: TextIO, stdin: TextIO | 
 def _line_start(err: TextIO) -> str:
     """What puts the line that ends a run at the start of a clean line of a terminal: the
     terminal wrote ``^C`` where the cursor was (with ``--json``, or the answer piped, nothing
-    of crag's erases it)."""
+    of crag's erases it). A dumb terminal takes no cursor control but a carriage return, and the
+    line written over the ``^C`` is longer than it."""
     from .common import isatty
     from .live import dumb_terminal
 
-    return "\r\033[K" if isatty(err) and not dumb_terminal() else ""
+    if not isatty(err):
+        return ""
+    return "\r" if dumb_terminal() else "\r\033[K"
 
 
 def _say(err: TextIO, line: str) -> None:
