@@ -132,18 +132,26 @@ def test_a_server_that_sends_no_token_probabilities_is_one_line_and_nothing_is_r
     assert not (tmp_path / "record.jsonl").exists() or not (tmp_path / "record.jsonl").read_text().strip()
 
 
-@pytest.mark.parametrize(("extra", "says"), [
-    (["--answerable", "0", "--unanswerable", "0"], "no questions: --answerable and --unanswerable are both 0"),
-    (["--squad", "/nonexistent/squad"], "/nonexistent/squad/questions.jsonl"),
-])
-def test_nothing_to_ask_is_one_line_before_any_request(extra, says, tmp_path: Path, squad: Path,  # noqa: F811
+def test_nothing_to_ask_is_one_line_before_any_request(tmp_path: Path, squad: Path,  # noqa: F811
                                                        capsys: pytest.CaptureFixture) -> None:
     with FakeOpenAIServer() as srv:
-        argv = _argv(tmp_path, squad, srv.base_url, *extra)
+        argv = _argv(tmp_path, squad, srv.base_url, "--answerable", "0", "--unanswerable", "0")
         assert run_main(lambda: answerability.main(argv), PROG) == 1
         assert srv.calls() == 0
     err = capsys.readouterr().err
-    assert err.startswith(f"{PROG}: error: ") and says in err and err.count("\n") == 1
+    assert err == f"{PROG}: error: no questions: --answerable and --unanswerable are both 0\n"
+
+
+def test_questions_that_are_not_there_are_refused_with_the_arguments(tmp_path: Path, squad: Path,  # noqa: F811
+                                                                     capsys: pytest.CaptureFixture) -> None:
+    with FakeOpenAIServer() as srv:
+        with pytest.raises(SystemExit) as exit_:
+            answerability.main(_argv(tmp_path, squad, srv.base_url, "--squad", "/nonexistent/squad"))
+        assert srv.calls() == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_.value.code == 2 and err[-1] == (
+        f"{PROG}: error: missing data: no /nonexistent/squad/questions.jsonl "
+        "(--squad says where; CRAG_SHARED=DIR for the shared data)")
 
 
 def test_a_negative_count_is_refused_by_the_parser(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
