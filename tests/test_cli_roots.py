@@ -161,6 +161,21 @@ def test_indexing_a_deleted_root_by_name_drops_it_instead_of_failing(kb: Path) -
     assert code == 1 and "never-was does not exist" in err
 
 
+def test_a_path_with_a_space_at_an_end_is_named_in_quotes_where_it_is_no_root(kb: Path) -> None:
+    """A space typed after a path (``--kb "docs "``, a path pasted into an MCP client's
+    settings) does not show: crag said "knowledge-base path docs does not exist" while docs
+    did, and "notes is not a root of the index (its roots: docs, notes)"."""
+    assert cli("index", "docs", "notes")[0] == 0
+    for argv in (("index", "docs "), ("search", "port", "--kb", "docs ", "--json"), ("ask", "port", "--kb", " docs")):
+        code, out, err = cli(*argv)
+        assert code == 1 and out == "" and err.count("\n") == 1, err
+        assert 'knowledge-base path "docs " does not exist' in err or 'path " docs" does not exist' in err, err
+    code, _, err = cli("roots", "--remove", "notes ")
+    assert code == 1 and err == 'crag: error: "notes " is not a root of the index (its roots: docs, notes)\n', err
+    code, _, err = cli("index", "never-was")
+    assert code == 1 and "path never-was does not exist" in err  # a plain name stays as it was
+
+
 def test_a_kb_root_deleted_while_a_toolbox_serves_it_is_left_out_and_named(kb: Path) -> None:
     """``crag mcp --kb docs --kb notes`` with notes deleted meanwhile (one process given
     ``--kb`` roots: ``mcp``, ``chat``, ``ask`` and ``search --kb`` alike): its chunks were still

@@ -479,7 +479,7 @@ def remove_roots(
         if unknown:
             held = ", ".join(relative_label(r) for r in state.roots) or "none"  # as `crag roots` lists them
             raise KnowledgeBaseError(
-                f"{relative_label(unknown[0])} is not a root of the index (its roots: {held})", unknown[0]
+                f"{relative_label(unknown[0], typed=True)} is not a root of the index (its roots: {held})", unknown[0]
             )
         keep = [r for r in state.roots if r not in drop]
         gone = sorted(p for p in state.files if not _still_held(p, keep, drop))

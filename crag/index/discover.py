@@ -145,7 +145,7 @@ def missing_root(path: str) -> str:
     """Why a root is not there, as a message: it does not exist, it is a symbolic link that
     leads nowhere or round in a loop, or it cannot be reached (a folder on its way may not be
     entered). The path is named as crag shows paths: relative to the working folder when under it."""
-    name = relative_label(path)
+    name = relative_label(path, typed=True)
     why = unreachable(path)
     if why is not None:
         return f"knowledge-base path {name} cannot be reached ({why})"
@@ -536,7 +536,11 @@ def relative_path(path: str | os.PathLike[str], cwd: str | os.PathLike[str] | No
     return p
 
 
-def relative_label(path: str | os.PathLike[str], cwd: str | os.PathLike[str] | None = None) -> str:
+def relative_label(path: str | os.PathLike[str], cwd: str | os.PathLike[str] | None = None, *,
+                   typed: bool = False) -> str:
     """``relative_path`` as crag shows it, in the display form of ``crag.safe_text.display_name``
-    (a newline or bytes that are not UTF-8 escaped: a name never adds a line to a report)."""
-    return display_name(relative_path(path, cwd))
+    (a newline or bytes that are not UTF-8 escaped: a name never adds a line to a report).
+    ``typed``: a path as given, quoted when a name in it starts or ends with a space, which
+    the message would hide (``"docs " does not exist``, while ``docs`` does)."""
+    label = display_name(relative_path(path, cwd))
+    return f'"{label}"' if typed and any(part != part.strip() for part in label.split(os.sep)) else label
