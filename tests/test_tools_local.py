@@ -237,6 +237,28 @@ def test_read_file_ranges_and_caps(env) -> None:
             run(box, "read_file", path=folder)
 
 
+def test_read_file_of_a_path_crag_showed_reads_that_file_from_a_folder_inside_a_root(tmp_path: Path) -> None:
+    """Working in a root's subfolder, crag shows ``kb/sub/backup.md`` as ``backup.md`` (under
+    the working folder) and ``kb/backup.md`` absolute. ``read_file("backup.md")``, the path a
+    search or a citation gave, read ``kb/backup.md``: another file than the one shown."""
+    kb = tmp_path / "kb"
+    write(kb / "backup.md", "# Backups\n\nBackups are kept for 30 days.\n")
+    shown = write(kb / "sub" / "backup.md", "# Sub\n\nThe sub team keeps its backups for 7 days.\n")
+    cfg = Settings(index_dir=str(tmp_path / "idx"))
+    ensure_indexed(cfg, [kb])
+    box = Toolbox(cfg, roots=[kb], cwd=shown.parent)
+    try:
+        [hit] = [i for i in run(box, "vector_search", query="sub team backups 7 days") if "7 days" in i.text]
+        assert hit.source == "backup.md"
+        [item] = run(box, "read_file", path=hit.source)
+        assert "7 days" in item.text and item.source == "backup.md"
+        [other] = run(box, "read_file", path=str(kb / "backup.md"))  # as crag shows it: absolute
+        assert "30 days" in other.text
+        assert "30 days" in run(box, "read_file", path="../backup.md")[0].text
+    finally:
+        box.close()
+
+
 def test_read_file_of_blank_lines_is_no_evidence(env) -> None:
     """Lines holding only whitespace are no evidence (SPEC §1: synthesis with no evidence makes
     no LLM call): a blank file is as empty as an empty one, a blank range says it holds no text."""

@@ -31,8 +31,9 @@ def resolve_in_roots(
 ) -> str:
     """The real path of ``requested`` when it is a file inside one of ``roots``.
 
-    A relative path is tried against each root (a file root: its folder) and then against
-    ``cwd``; an absolute path is taken as is. A path as crag shows it (a name with a newline
+    A relative path is tried against ``cwd`` first, since crag shows a file under the working
+    folder relative to it, and then against each root (a file root: its folder); an absolute
+    path is taken as is. A path as crag shows it (a name with a newline
     or a control character escaped, ``a\\nb.md``) is taken back when no file has the name as
     written. Raises ``ToolError`` otherwise.
     """
@@ -56,11 +57,11 @@ def _resolve(tool: str, requested: str, roots: Sequence[str], cwd: str, excluded
     candidates: list[str] = []
     if os.path.isabs(path):
         candidates.append(os.path.normpath(path))
-    else:
+    else:  # a path crag showed names its file first, whatever another root holds under that name
+        candidates.append(os.path.normpath(os.path.join(cwd, path)))
         for root, _ in real_roots:
             base = root if os.path.isdir(root) else os.path.dirname(root)
             candidates.append(os.path.normpath(os.path.join(base, path)))
-        candidates.append(os.path.normpath(os.path.join(cwd, path)))
     real_excluded = [os.path.realpath(e) for e in excluded]
     found_outside = False
     within = False  # a candidate lies in a root's folder, whether or not the file is there
