@@ -133,6 +133,17 @@ def test_search_kb_indexes_new_roots_first_and_stays_inside_them(kb: Path, tmp_p
     assert {h["path"] for h in json.loads(out)[:2]} == {"other/compose.md", "docs/deploy.md"}
 
 
+def test_a_link_to_nothing_given_as_a_root_is_named_as_given(kb: Path, tmp_path: Path) -> None:
+    """``--kb notes`` with notes a symbolic link to a folder since moved said "knowledge-base
+    path moved-away does not exist", a path the user never typed; ``crag index notes`` too."""
+    os.symlink("moved-away", tmp_path / "notes")
+    cli("index", "docs")  # an index to check --kb against, as ask and search do first
+    for argv in (("index", "notes"), ("search", "port", "--kb", "notes", "--json"), ("ask", "port", "--kb", "notes")):
+        code, out, err = cli(*argv)
+        assert (code, out) == (1, "") and err == (
+            "crag: error: knowledge-base path notes is a symbolic link to moved-away, which does not exist\n"), err
+
+
 def test_errors_are_one_line_with_the_right_exit_status(kb: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     code, out, err = cli("search", "anything")
     assert code == 1 and out == ""

@@ -202,7 +202,7 @@ def update_store(
         recorded = _recorded_roots(store)
         for r in gone:
             if r not in recorded or not is_gone(r):
-                raise KnowledgeBaseError(missing_root(r), r)
+                raise KnowledgeBaseError(missing_root(r, roots[root_list.index(r)]), r)
         root_list = [r for r in root_list if r not in gone]
     for r in root_list:  # a file named as a root that may not be read, as a folder that may not be entered
         if (why := unreadable_file(r)) is not None:
@@ -522,7 +522,7 @@ def quick_check(
     """
     root_list = [normalize_root(r) for r in roots]
     exclude = [store.location] if os.path.isabs(store.location) else []
-    discovery = discover(root_list, exclude=exclude)
+    discovery = discover(roots, exclude=exclude)  # as given: a link to nothing is named as typed
     state = store.state(files=True)
     if state is None:
         return None

@@ -141,10 +141,13 @@ def held_root(root: str, held: Sequence[str]) -> str:
     return name if name is not None and name in held else root
 
 
-def missing_root(path: str) -> str:
+def missing_root(path: str, given: str | os.PathLike[str] | None = None) -> str:
     """Why a root is not there, as a message: it does not exist, it is a symbolic link that
     leads nowhere or round in a loop, or it cannot be reached (a folder on its way may not be
-    entered). The path is named as crag shows paths: relative to the working folder when under it."""
+    entered). The path is named as crag shows paths: relative to the working folder when under it;
+    a link the user ``given`` is named, not the path it leads to (which ``path`` resolves)."""
+    if given is not None and os.path.islink(link := os.path.abspath(os.path.expanduser(os.fspath(given)))):
+        path = link
     name = relative_label(path, typed=True)
     why = unreachable(path)
     if why is not None:
@@ -269,7 +272,7 @@ def discover(
     for root in roots:
         root_abs = normalize_root(root)
         if not os.path.exists(root_abs):
-            raise KnowledgeBaseError(missing_root(root_abs), root_abs)
+            raise KnowledgeBaseError(missing_root(root_abs, root), root_abs)
         if not _utf8(root_abs):
             raise KnowledgeBaseError(
                 f"knowledge-base path {relative_label(root_abs)} cannot be indexed: its name is not valid UTF-8",
