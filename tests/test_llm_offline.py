@@ -374,6 +374,12 @@ def test_an_offline_quote_grounding_does_not_judge_is_cited_at_its_own_line():
     assert "[1] kb/llm.md:L3\n[2] kb/llm.md:L7\n" in result.answer, result.answer
 
 
+def _offline_body(question: str, *items: EvidenceItem) -> str:
+    """The offline answer's body (no usage block) to ``question`` over ``items`` found by a search."""
+    toolbox = FakeToolbox({"vector_search": [list(items)]})
+    return Agent(OfflineChatModel(), toolbox, Settings()).ask(question).answer.split("\n\n---\n", 1)[0]
+
+
 def test_an_offline_quote_keeps_the_references_its_document_writes():
     """The offline answer quotes verbatim (SPEC §7), but grounding read a document's
     "docs/other.md:L2" as an evidence header a model copied, and a Markdown footnote's "[^1]"
@@ -387,8 +393,7 @@ def test_an_offline_quote_keeps_the_references_its_document_writes():
                          1, 2, 0.8)
 
     def ask_offline(question: str) -> str:
-        toolbox = FakeToolbox({"vector_search": [[notes, other]]})
-        return Agent(OfflineChatModel(), toolbox, Settings()).ask(question).answer.split("\n\n---\n", 1)[0]
+        return _offline_body(question, notes, other)
 
     retries = ask_offline("What is the flumox retry budget?")
     assert "- See docs/other.md:L2 for the flumox retry budget of 40 attempts. [1]" in retries, retries
@@ -412,8 +417,7 @@ def test_offline_quotes_a_line_of_a_numbered_source_list_without_its_label():
                         "[4] Green: the zorblax rollback takes five minutes, as [2] says.", 1, 7, 0.9)
 
     def ask_offline(question: str) -> str:
-        toolbox = FakeToolbox({"vector_search": [[refs]]})
-        return Agent(OfflineChatModel(), toolbox, Settings()).ask(question).answer.split("\n\n---\n", 1)[0]
+        return _offline_body(question, refs)
 
     port = ask_offline("Which port does the zorblax gateway listen on?")
     assert "- Brown: the zorblax gateway listens on port 7431. [1]" in port, port
