@@ -225,7 +225,8 @@ def test_read_file_ranges_and_caps(env) -> None:
     assert (wide.start_line, wide.end_line) == (1, 100) and len(wide.text) == 100 * 1000 - 1  # 100,000 at most
     write(kb / "min.js", "x" * 300_000 + "\nnext line\n")  # one minified line: its start, cut at the cap
     [minified] = run(box, "read_file", path="min.js")
-    assert (minified.start_line, minified.end_line) == (1, 1) and minified.text == "x" * 100_000
+    assert (minified.start_line, minified.end_line) == (1, 1) and minified.text == (
+        "x" * 100_000 + " [... line 300,000 characters long, cut at 100,000]")
     with pytest.raises(ToolError, match="has 12 lines"):
         run(box, "read_file", path="setup.md", start_line=50)
     with pytest.raises(ToolError, match="before start_line"):

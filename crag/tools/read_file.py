@@ -5,7 +5,7 @@ a file inside the roots (``crag.tools.paths``): ``..``, outside absolute paths, 
 of a root, hidden files and binary files are refused with a ``ToolError``. At most
 ``MAX_LINES`` lines and ``MAX_CHARS`` characters are returned: from ``start_line`` (default 1)
 to ``end_line`` (default: as many as allowed), ending at the last whole line within the
-characters (a first line longer than that alone is cut there; ``end_line`` says where a read ended). Lines are numbered as everywhere in crag
+characters (a first line longer than that alone is cut there, and says so; ``end_line`` says where a read ended). Lines are numbered as everywhere in crag
 (``crag.index.discover.split_lines``). In a PDF they are lines of ``page`` (default 1), as
 ``ask`` and ``search`` cite them (``p2:L5`` is ``page=2, start_line=5``), and never run past
 that page; ``page`` is refused for a file without pages. A path as an answer's footer cites
@@ -100,11 +100,20 @@ def run(args: Mapping[str, Any], context: ToolContext) -> ToolResult:
         EvidenceItem(
             tool=NAME,
             source=context.label(real),
-            text="\n".join(lines[first - 1 : last])[:MAX_CHARS],  # a first line over MAX_CHARS alone: its start
+            text=_within(lines[first - 1 : last]),
             start_line=first,
             end_line=last,
         ),
     ))
+
+
+def _within(lines: list[str]) -> str:
+    """The lines joined: a first line over ``MAX_CHARS`` alone is its start, said to be cut on
+    the same line (a line of its own would read as the file's next line)."""
+    text = "\n".join(lines)
+    if len(text) <= MAX_CHARS:
+        return text
+    return f"{text[:MAX_CHARS]} [... line {len(lines[0]):,} characters long, cut at {MAX_CHARS:,}]"
 
 
 def _last_within(lines: list[str], first: int, last: int) -> int:
