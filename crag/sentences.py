@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 from attrs import frozen
 
-__all__ = ["FENCE", "Piece", "closes", "open_fence", "sentences", "split"]
+__all__ = ["FENCE", "SENTENCE_ENDS", "Piece", "closes", "open_fence", "sentences", "split"]
 
 FENCE = re.compile(r"^[ \t]*(?:>[ \t]?)*(`{3,}|~{3,})")
 _LIST_START = re.compile(r"^[ \t]*(?:>[ \t]?)*(?:[-*+]|\d{1,3}[.)])[ \t]+\S")
@@ -22,11 +22,14 @@ _INTERRUPT = re.compile(r"^[ \t]*(?:>[ \t]?)*(?:[-*+]|1[.)])[ \t]+\S")
 _HEADING = re.compile(r"^[ \t]{0,3}#{1,6}(?:[ \t]|$)")
 _RULE = re.compile(r"^[ \t]*(?:(?:-[ \t]*){3,}|(?:\*[ \t]*){3,}|(?:_[ \t]*){3,}|=+)[ \t]*$")
 _TABLE = re.compile(r"^[ \t]*\|")
-# A sentence ends at . ! ? (closing quotes, brackets, emphasis, the backtick of inline code
-# and citation markers stay with it) before whitespace and the start of another sentence,
-# also on the next line of a blockquote ("> ").
+# A sentence ends at . ! ? and the sentence ends of other spaced scripts (Arabic's ؟, Urdu's ۔,
+# the Devanagari danda । and ॥, Armenian ։, Ethiopic ።, Myanmar ။; closing quotes, brackets,
+# emphasis, the backtick of inline code and citation markers stay with it) before whitespace
+# and the start of another sentence, also on the next line of a blockquote ("> "); and at
+# 。！？ (written without a space after them) wherever they stand.
+SENTENCE_ENDS = ".!?\u061f\u06d4\u0964\u0965\u0589\u1362\u104b"
 _SENTENCE_END = re.compile(
-    r"[.!?]+[\"'”’)\]*_`]*(?:[ \t]*\[\s*\d[\d\s,;\-–]*\])*"
+    rf"[{SENTENCE_ENDS}]+" r"[\"'”’)\]*_`]*(?:[ \t]*\[\s*\d[\d\s,;\-–]*\])*"
     r"(?=\s+(?:(?<=\n)(?:>[ \t]?)+)?(?!\[\s*\d)[\[(\"'“‘`*_]*[A-Z0-9\u00c0-\uffff])"
     r"|[。！？]+(?:[ \t]*\[\s*\d[\d\s,;\-–]*\])*"
 )

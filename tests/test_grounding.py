@@ -534,6 +534,27 @@ def test_sentences_of_a_blockquote_are_cut_across_its_lines():
         "> One line.", "> Another one."]
 
 
+@pytest.mark.parametrize("text, answer", [
+    ("يفتح مكتب القاهرة في الساعة التاسعة صباحا؟ المكتب مغلق يوم الجمعة.",  # Arabic ؟
+     "يفتح مكتب القاهرة في الساعة التاسعة صباحا [1]؟ المكتب مغلق يوم الخميس ولا يعمل أحد هناك أبدا [1]."),
+    ("दिल्ली कार्यालय सुबह नौ बजे खुलता है। शनिवार को कार्यालय बंद रहता है।",  # the Devanagari danda
+     "दिल्ली कार्यालय सुबह नौ बजे खुलता है [1]। मुंबई का गोदाम रविवार को पांच बजे खुलता है [1]।"),
+    ("لاہور کا دفتر صبح نو بجے کھلتا ہے۔ اتوار کو دفتر بند رہتا ہے۔",  # Urdu ۔
+     "لاہور کا دفتر صبح نو بجے کھلتا ہے [1]۔ کراچی کا گودام رات گیارہ بجے کھلتا ہے [1]۔"),
+], ids=["arabic", "hindi", "urdu"])
+def test_sentences_end_at_the_sentence_ends_of_other_scripts(text, answer):
+    item = EvidenceItem("vector_search", "docs/office.md", f"# Office\n\n{text}", 1, 3, 0.5)
+    g = ground(answer, (item,))
+    assert g.report.sentences == 2 and g.report.supported == 1  # the invented second sentence rode on the first
+    assert g.body.startswith(answer.split(" [1]")[0] + " [1]")
+    assert g.body.splitlines()[0].endswith(f" {UNSUPPORTED_TAG}{answer[-1]}")
+
+
+def test_a_tag_goes_before_a_chinese_exclamation_mark_as_before_a_full_stop():
+    g = ground("北京办公室周末营业[1]！", (EvidenceItem("vector_search", "docs/zh.md", "上海办公室永久关闭了。", 1, 1),))
+    assert g.body.startswith(f"北京办公室周末营业 {UNSUPPORTED_TAG}！")
+
+
 def test_passages_opening_at_one_line_are_one_source_spanning_the_longer():
     item = EvidenceItem("vector_search", "docs/net.md",
                         "The server listens on port 8080 by default.\nIt answers health checks on that port too.",

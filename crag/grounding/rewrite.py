@@ -19,6 +19,7 @@ from attrs import evolve
 
 from ..answer import MARKER, code_split, marker_numbers, plain_markers, rewrite_markers
 from ..safe_text import display_name
+from ..sentences import SENTENCE_ENDS
 from ..state import EvidenceItem
 from .claims import strip_markers
 from .evidence import Evidence
@@ -52,13 +53,16 @@ def _file(item: EvidenceItem) -> str:
     return item.url or item.source
 
 
+_ENDS = SENTENCE_ENDS + "。！？"
+
+
 def place(text: str, tag: str) -> str:
     """``tag`` added where a marker goes: before the final punctuation, or at the end."""
     body = text.rstrip()
     trail = text[len(body) :]
-    if body and body[-1] in ".!?:;。":
+    if body and body[-1] in _ENDS + ":;":
         cut = len(body) - 1
-        while cut > 0 and body[cut - 1] in ".!?":
+        while cut > 0 and body[cut - 1] in _ENDS:
             cut -= 1
         return body[:cut].rstrip() + " " + tag + body[cut:] + trail
     return body + " " + tag + trail
