@@ -7,8 +7,10 @@ embedded store's (same hits, same order, same scores).
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
+import unicodedata
 from pathlib import Path
 
 import pytest
@@ -354,6 +356,26 @@ def test_accents_are_folded_alike_by_every_store(kb: Path, tmp_path: Path, cfg: 
         text = got.search("creme", 1, mode="lexical")[0].text
         assert "The CAFÉ on the corner serves crème brûlée." in text  # as written
         assert "re\u0301sume\u0301" in got.search("resume", 1, mode="hybrid")[0].text
+
+
+def test_a_query_written_decomposed_finds_the_words_of_every_script_in_every_store(kb: Path, cfg: Settings) -> None:
+    """A query in NFD (a file name copied on macOS: ``가`` as two jamo, ``ή`` as ``η`` and an
+    accent) found nothing of a document written composed, in Korean, Japanese, Greek or
+    Russian: its words were not the document's. Its composed words are searched too, and its
+    words as written still find a document written decomposed."""
+    nfd = functools.partial(unicodedata.normalize, "NFD")
+    write(kb / "ko.md", "# 데이터베이스\n\n서울 사무실은 오전 9시에 문을 엽니다.\n")
+    write(kb / "ja.md", "# 設定ガイド\n\n東京オフィスの設定です。\n")
+    write(kb / "el.md", "# Γραφείο\n\nΤο γραφείο της Αθήνας ανοίγει στις εννέα.\n")
+    write(kb / "ru.md", "# Офис\n\nМосковский офис открывается в девять утра.\n")
+    write(kb / "ko_nfd.md", nfd("# 백업\n\n부산 백업 서버는 매일 실행됩니다.\n"))
+    index_roots(cfg, [kb])
+    found = {"데이터베이스": "ko.md", "設定ガイド": "ja.md", "Αθήνας": "el.md", "Московский": "ru.md", "백업": "ko_nfd.md"}
+    with open_index(cfg) as reader:
+        for word, name in found.items():
+            for mode in ("lexical", "hybrid"):
+                hits = reader.search(nfd(word), 2, mode=mode)
+                assert nfd(word) != word and [Path(h.path).name for h in hits][:1] == [name], (word, mode, hits)
 
 
 def test_a_word_of_a_document_is_found_at_the_end_of_a_long_query(kb: Path, cfg: Settings) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import unicodedata
 from collections.abc import Sequence
 
 from ..errors import EmbedderMismatchError
@@ -64,11 +65,17 @@ def query_terms(text: str, max_terms: int = 32) -> list[str]:
     """The distinct lower-case words of ``text`` that are not stop words, in order.
 
     Words are runs of letters and digits, so no operator or quote of any query language
-    can reach a store.
+    can reach a store. A query written decomposed (NFD: a file name copied on macOS, where
+    ``가`` is two jamo and ``ή`` an ``η`` and an accent) has its composed words first, which
+    documents written composed hold, then its words as written, which documents written
+    decomposed hold.
     """
     terms: list[str] = []
     seen = set()
-    for word in re.findall(r"[^\W_]+", text.lower()):
+    composed = unicodedata.normalize("NFC", text)
+    written = re.findall(r"[^\W_]+", text.lower())
+    found = written if composed == text else re.findall(r"[^\W_]+", composed.lower()) + written
+    for word in found:
         if word in STOPWORDS or word in seen:
             continue
         seen.add(word)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 import string
+import unicodedata
 from collections.abc import Sequence
 
 import attrs
@@ -129,9 +130,10 @@ def sharing_a_word(hits: Sequence[Hit], query: str) -> list[Hit]:
     to share: its hits are those holding one of its pieces as written (``v1.2.3`` holds
     ``1.2.3``, a word such as ``C`` as a word), case and accents aside. The query's stop
     words and filler are no such pieces: "what do I need" shares nothing with a text that
-    has an "i" in it, and retrieves nothing.
+    has an "i" in it, and retrieves nothing. Both are read composed (NFC), so a word written
+    decomposed (a file name copied on macOS) is the same word.
     """
-    folded = fold_diacritics(query)
+    folded = fold_diacritics(unicodedata.normalize("NFC", query))
     words = set(keywords(folded))
     if not words and content_words(folded):
         pieces = {p for p in (w.strip(_PUNCTUATION) for w in folded.lower().split()) if p and p not in _FILLER}
@@ -146,4 +148,4 @@ def sharing_a_word(hits: Sequence[Hit], query: str) -> list[Hit]:
 
 def _shown(hit: Hit) -> str:
     """A hit's text as a user sees it, accents folded: its path, heading and text."""
-    return fold_diacritics(f"{relative_label(hit.path)}\n{hit.heading}\n{hit.text}")
+    return fold_diacritics(unicodedata.normalize("NFC", f"{relative_label(hit.path)}\n{hit.heading}\n{hit.text}"))
