@@ -127,8 +127,16 @@ WORD = re.compile(r"[^\W_]+")
 _CJK_RUN = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]+")
 
 
+# Full-width ASCII (``ＡＰＩ``, ``３０``, as Chinese and Japanese input methods type Latin text)
+# -> ASCII, so that an answer's "API" is the word its evidence writes ``ＡＰＩ``.
+_FULL_WIDTH = str.maketrans({chr(c): chr(c - 0xFEE0) for c in range(0xFF01, 0xFF5F)})
+
+
 def words(text: str) -> list[str]:
-    """The lower-cased words of ``text``, in order, their accents folded (``fold_diacritics``)."""
+    """The lower-cased words of ``text``, in order, their accents folded (``fold_diacritics``)
+    and full-width letters and digits read as ASCII ones."""
+    if not text.isascii():
+        text = text.translate(_FULL_WIDTH)
     return WORD.findall(fold_diacritics(text.lower()))
 
 

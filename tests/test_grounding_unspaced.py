@@ -19,6 +19,7 @@ import pytest
 from crag import Agent, Settings
 from crag.answer import NOT_ADDRESSED
 from crag.grounding import QUOTES_FOCUS_SHARE, addresses, claims, ground, says_nothing_new
+from crag.grounding.asked import missing
 from crag.llm.scripted import ScriptedChatModel
 from crag.state import EvidenceItem
 
@@ -145,3 +146,19 @@ def test_a_right_answer_from_a_line_with_full_width_digits_is_answered() -> None
     result = Agent(ScriptedChatModel(replies), FakeToolbox({"vector_search": [[OSAKA]]}), Settings()).ask(OSAKA_QUESTION)
     assert result.state.grounding.verdict == "answered"
     assert result.answer.startswith(OSAKA_RIGHT + "\n\n[1] kb/osaka.md:L3")
+
+
+KEYS = EvidenceItem("vector_search", "kb/keys.md", "# 鍵\n\nＡＰＩ　ＫＥＹ　ｒｏｔａｔｉｏｎ happens every ３０ days.", 1, 3, 0.5)
+KEYS_QUESTION = "How often does API key rotation happen?"
+
+
+def test_a_question_in_ascii_is_answered_by_a_line_in_full_width_letters() -> None:
+    """Input methods type Latin text full-width too: "ＡＰＩ" was no word "API", so the answer
+    copied from the line was refused as about something else, naming "API" as a term no document
+    mentions."""
+    replies = {"analyze_and_route": [route("simple")], "plan": [search_plan("rotation")],
+               "synthesize": ["API key rotation happens every 30 days [1]."]}
+    result = Agent(ScriptedChatModel(replies), FakeToolbox({"vector_search": [[KEYS]]}), Settings()).ask(KEYS_QUESTION)
+    assert result.state.grounding.verdict == "answered"
+    assert result.answer.startswith("API key rotation happens every 30 days [1].\n\n[1] kb/keys.md:L3")
+    assert missing(KEYS_QUESTION, [KEYS.text]) == []

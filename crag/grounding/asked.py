@@ -120,9 +120,9 @@ _PLAIN_LETTERS = str.maketrans({"ł": "l", "ø": "o", "đ": "d", "ð": "d", "ı"
 
 
 def _flat(text: str) -> str:
-    """``text`` lower-cased, folded and without what is not a letter or a digit: "Schrodinger"
-    writes "Schrödinger", "Boleslaw" "Bolesław"."""
-    return _NOT_WORD.sub("", fold_diacritics(text.lower()).translate(_PLAIN_LETTERS))
+    """``text`` lower-cased, folded (full-width letters and digits are ASCII ones: "API" writes
+    "ＡＰＩ") and without what is not a letter or a digit: "Schrodinger" writes "Schrödinger"."""
+    return _NOT_WORD.sub("", fold_diacritics(unicodedata.normalize("NFKC", text).lower()).translate(_PLAIN_LETTERS))
 
 
 def named(question: str) -> list[str]:
