@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
+import unicodedata
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -272,6 +274,23 @@ def test_read_file_of_blank_lines_is_no_evidence(env) -> None:
         run(box, "read_file", path="gap.md", start_line=2, end_line=4)
     [body] = run(box, "read_file", path="gap.md", start_line=2)
     assert body.text.strip() == "Body text."
+
+
+def test_read_file_finds_a_name_written_in_another_unicode_form_than_on_disk(env) -> None:
+    """macOS writes file names decomposed (NFD); a keyboard, an MCP client's model and the
+    planner write them composed (NFC). "kb/naïve/café.md" typed composed said "no file ... in
+    the knowledge base" for a folder and a file named decomposed, and the other way round."""
+    box, kb, base = env
+    nfd = functools.partial(unicodedata.normalize, "NFD")
+    write(kb / nfd("naïve") / nfd("café.md"), "The espresso machine is cleaned daily.\n")
+    write(kb / "서울.md", "The Seoul office opens at nine.\n")
+    cafe = nfd("kb/naïve/café.md")  # the file's own name, as the evidence carries it
+    for path, source in (("kb/naïve/café.md", cafe), (str(kb / "naïve" / "café.md"), cafe),
+                         ("naïve/café.md", cafe), (nfd("kb/서울.md"), "kb/서울.md")):
+        [read] = run(box, "read_file", path=path)
+        assert read.source == source and read.text.startswith("The "), (path, read.source)
+    with pytest.raises(ToolError, match="is outside the knowledge base"):
+        run(box, "read_file", path=unicodedata.normalize("NFC", str(base / "outside" / "secret.md")))
 
 
 @pytest.mark.parametrize(

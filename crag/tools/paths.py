@@ -13,6 +13,7 @@ environments), the index directory, and files that are not text by name (``serve
 from __future__ import annotations
 
 import os
+import unicodedata
 from collections.abc import Sequence
 
 from ..errors import ToolError
@@ -35,18 +36,46 @@ def resolve_in_roots(
     folder relative to it, and then against each root (a file root: its folder); an absolute
     path is taken as is. A path as crag shows it (a name with a newline
     or a control character escaped, ``a\\nb.md``) is taken back when no file has the name as
-    written. Raises ``ToolError`` otherwise.
+    written, and so is a name written in another Unicode form than its folder's (``_respelled``).
+    Raises ``ToolError`` otherwise.
     """
     try:
         return _resolve(tool, requested, roots, cwd, excluded)
     except ToolError as first:
-        name = read_back_name(requested)
-        if name is None:
-            raise
-        try:
-            return _resolve(tool, name, roots, cwd, excluded)
-        except ToolError:
-            raise first from None
+        bases = [cwd] + [r if os.path.isdir(r) else os.path.dirname(r) for r in roots]
+        for name in (read_back_name(requested), _respelled(requested, bases)):
+            if name is not None:
+                try:
+                    return _resolve(tool, name, roots, cwd, excluded)
+                except ToolError:
+                    pass
+        raise first from None
+
+
+def _respelled(requested: str, bases: Sequence[str]) -> str | None:
+    """``requested`` with each name spelled as its folder spells it, where the two differ only in
+    their Unicode form: macOS writes file names decomposed (NFD: ``ë`` as ``e`` and a combining
+    diaeresis, ``가`` as two jamo), a keyboard and a model write them composed (NFC). The first
+    base (``bases``, for a relative path) under which every name is found; None when none is."""
+    path = unicodedata.normalize("NFC", requested.strip())
+    names = [n for n in path.replace("\\", "/").split("/") if n]
+    for base in [os.sep] if os.path.isabs(path) else bases:
+        current = base
+        for name in names:
+            if name in (".", "..") or os.path.lexists(os.path.join(current, name)):
+                current = os.path.join(current, name)
+                continue
+            try:
+                same = [e for e in os.listdir(current) if unicodedata.normalize("NFC", e) == name]
+            except OSError:
+                break
+            if len(same) != 1:
+                break
+            current = os.path.join(current, same[0])
+        else:
+            if names:
+                return current
+    return None
 
 
 def _resolve(tool: str, requested: str, roots: Sequence[str], cwd: str, excluded: Sequence[str]) -> str:
