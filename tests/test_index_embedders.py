@@ -29,10 +29,12 @@ def fake_vector(text: str) -> list[float]:
 
 
 class EmbeddingsServer:
-    """POST /v1/embeddings like OpenAI; ``fail`` holds statuses to answer before succeeding."""
+    """POST /v1/embeddings like OpenAI; ``fail`` holds statuses to answer before succeeding;
+    a batch of more than ``max_batch`` texts is refused with 413, as TEI does."""
 
     def __init__(self) -> None:
         self.fail: list[int] = []
+        self.max_batch: int | None = None
         self.batches: list[list[str]] = []
         self.auth: list[str | None] = []
         outer = self
@@ -44,6 +46,10 @@ class EmbeddingsServer:
                 if outer.fail:
                     status = outer.fail.pop(0)
                     payload = {"error": {"message": f"status {status}", "type": "server_error"}}
+                elif outer.max_batch is not None and len(body["input"]) > outer.max_batch:
+                    status = 413
+                    payload = {"error": f"batch size {len(body['input'])} > maximum allowed batch size "
+                                        f"{outer.max_batch}", "error_type": "validation"}
                 else:
                     status = 200
                     texts = body["input"]
@@ -101,6 +107,25 @@ def test_429_and_5xx_are_retried(api: EmbeddingsServer) -> None:
     api.fail = [429, 500]
     vecs = embedder(api).embed(["hello world"])
     assert vecs.shape == (1, DIM) and api.fail == []
+
+
+def test_a_batch_the_server_refuses_as_too_large_is_sent_in_smaller_ones(api: EmbeddingsServer) -> None:
+    # TEI takes 32 texts a request by default and answers a larger batch with 413: indexing
+    # with crag's batches of 128 failed on the first one, whatever the knowledge base.
+    api.max_batch = 3
+    emb = embedder(api, batch_size=8, max_parallel=1)
+    texts = [f"text number {i}" for i in range(20)]
+    vecs = emb.embed(texts)
+    expected = np.asarray([fake_vector(t) for t in texts], dtype=np.float32)
+    assert np.allclose(vecs, expected / np.linalg.norm(expected, axis=1, keepdims=True))
+    assert [t for b in api.batches for t in b] == texts and max(len(b) for b in api.batches) <= 3
+    assert emb.batch_size == 2  # later batches are sent at a size the server took
+    api.batches.clear()
+    emb.embed(texts[:4])
+    assert [len(b) for b in api.batches] == [2, 2]
+    api.max_batch = 0  # refused even alone: the server's error, once
+    with pytest.raises(LLMError, match=r"HTTP 413"):
+        emb.embed(["x"])
 
 
 def test_failures_become_crag_errors(api: EmbeddingsServer) -> None:

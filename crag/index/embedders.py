@@ -12,7 +12,8 @@ scheme version and the dimension (``hash:v1:2048``), so an index built with anot
 scheme or size is detected as a mismatch.
 
 ``OpenAIEmbedder`` calls ``settings.embedding_model`` through the openai SDK's embeddings
-API (imported lazily): batched, a few requests in flight, retried under the same policy as
+API (imported lazily): batched (a batch the server refuses as too large, HTTP 413, is sent in
+halves), a few requests in flight, retried under the same policy as
 chat completions (``crag.llm.retry``: 429, 5xx, timeouts and dropped connections,
 ``KB_AGENT_LLM_MAX_RETRIES`` times, honouring ``Retry-After``), and its failures translated
 into ``LLMError`` at this one boundary. Like a chat request, each attempt has a total
@@ -160,6 +161,20 @@ class OpenAIEmbedder:
             raise LLMError(f"the embeddings server returned {len(data)} vectors for {len(batch)} texts")
         return _checked_vectors([d.embedding for d in data], self.model)
 
+    def _embed_batch(self, batch: list[str]) -> list[list[float]]:
+        """``batch``'s vectors. A server that refuses a batch as too large (HTTP 413: TEI takes
+        32 texts a request unless started with a larger ``--max-client-batch-size``) is sent it
+        again in halves, down to one text, and the later batches are no larger than what it took."""
+        try:
+            return self._request(batch)
+        except LLMError as exc:
+            if exc.status != 413 or len(batch) == 1:
+                raise
+        half = (len(batch) + 1) // 2
+        with self._lock:
+            self.batch_size = min(self.batch_size, half)
+        return self._embed_batch(batch[:half]) + self._embed_batch(batch[half:])
+
     def _translate(self, exc: BaseException, failure: Failure, retries: int) -> LLMError:
         """The one place an embeddings failure becomes a crag error, with the key (and any
         credential) a server echoed masked in it and in ``exc``, which is chained to it."""
@@ -205,7 +220,7 @@ class OpenAIEmbedder:
         inputs = self._truncate(texts)
         batches = [inputs[i : i + self.batch_size] for i in range(0, len(inputs), self.batch_size)]
         if len(batches) == 1 or self.max_parallel <= 1:
-            results = [self._request(b) for b in batches]
+            results = [self._embed_batch(b) for b in batches]
         else:
             import contextvars
             from concurrent.futures import ThreadPoolExecutor
@@ -214,7 +229,7 @@ class OpenAIEmbedder:
             # cancellation and where retry waits are reported (crag.llm.retry) follow it.
             contexts = [contextvars.copy_context() for _ in batches]
             with ThreadPoolExecutor(min(self.max_parallel, len(batches)), thread_name_prefix="crag-embed") as pool:
-                results = list(pool.map(lambda context, batch: context.run(self._request, batch), contexts, batches))
+                results = list(pool.map(lambda context, batch: context.run(self._embed_batch, batch), contexts, batches))
         vectors = np.asarray([v for r in results for v in r], dtype=np.float32)
         if vectors.ndim != 2 or vectors.shape[0] != len(texts):
             raise LLMError("the embeddings server returned vectors of inconsistent sizes")
