@@ -147,6 +147,38 @@ def test_failures_become_crag_errors(api: EmbeddingsServer) -> None:
         OpenAIEmbedder("m", api_key="k", base_url="http://127.0.0.1:9/v1", timeout=2, max_retries=0).embed(["x"])
 
 
+@pytest.mark.parametrize(("reply", "said"), [
+    # TEI puts its words in "error" itself; crag showed "HTTP 413: Error code: 413" alone.
+    ({"error": "Input validation error: `inputs` must have less than 512 tokens. Given: 780",
+      "error_type": "validation"}, r"HTTP 413: Input validation error: .* Given: 780 \(a chunk is longer than"),
+    ({"error": "batch size 1 > maximum allowed batch size 0", "error_type": "validation"},
+     r"HTTP 413: batch size 1 > maximum allowed batch size 0$"),
+])
+def test_an_embeddings_refusal_in_another_servers_words_is_shown(reply: dict, said: str) -> None:
+    from tests.openai_server import Status
+
+    with FakeOpenAIServer() as srv:
+        srv.script("embeddings", Status(413, reply))
+        emb = OpenAIEmbedder("bge-small", api_key="sk-test", base_url=srv.base_url, timeout=5, max_retries=0)
+        with pytest.raises(LLMError, match=said):
+            emb.embed(["one text"])
+
+
+def test_an_input_longer_than_the_embedding_model_takes_is_not_blamed_on_the_model_name() -> None:
+    # vLLM's refusal (400) was told to "check KB_AGENT_EMBEDDING_MODEL": the model was right.
+    from tests.openai_server import Status
+
+    vllm = {"object": "error", "type": "BadRequestError", "code": 400, "message": (
+        "This model's maximum context length is 512 tokens. However, you requested 610 tokens in the "
+        "input for embedding generation. Please reduce the length of the input.")}
+    with FakeOpenAIServer() as srv:
+        srv.script("embeddings", Status(400, vllm))
+        emb = OpenAIEmbedder("bge-small", api_key="sk-test", base_url=srv.base_url, timeout=5, max_retries=0)
+        with pytest.raises(LLMError, match=r"HTTP 400: This model's maximum context length is 512 tokens") as info:
+            emb.embed(["one text"])
+    assert "KB_AGENT_EMBEDDING_MODEL" not in str(info.value) and "have the server truncate" in str(info.value)
+
+
 def test_an_unreachable_embedding_server_names_the_variable_that_set_its_address() -> None:
     from crag.config import Settings
     from crag.index.embedders import make_embedder

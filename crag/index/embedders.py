@@ -28,6 +28,7 @@ sentence-transformers model from the folder ``KB_AGENT_EMBEDDING_PATH`` names, o
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -35,7 +36,16 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ConfigError, LLMError, LLMTimeoutError
 from ..llm.bodies import client_address, credentials_hint, http_client, redirect_note
 from ..llm.deadline import request_deadline
-from ..llm.retry import BadReplyFailure, ConnectionFailure, Failure, RetryPolicy, StatusFailure, TimeoutFailure
+from ..llm.retry import (
+    BadReplyFailure,
+    ConnectionFailure,
+    Failure,
+    RetryPolicy,
+    StatusFailure,
+    TimeoutFailure,
+    context_overflow,
+    server_message,
+)
 from ..safe_text import scrub_error, valid_text
 from ..text import STOPWORDS, stem
 from ..text import content_words as tokenize
@@ -68,6 +78,10 @@ _KNOWN_DIMS = {
 _MAX_INPUT_TOKENS = 8000  # the embeddings API refuses inputs above 8191 tokens
 # Statuses with which servers refuse a model they do not have or serve (OpenAI, Ollama, vLLM, TEI).
 _MODEL_REFUSALS = frozenset({400, 403, 404, 422})
+# How embedding servers say an input is longer than the model takes, beyond a chat server's words
+# (``crag.llm.retry.context_overflow``): TEI ("`inputs` must have less than 512 tokens"), llama.cpp
+# ("input is too large to process. increase the physical batch size").
+_TOO_LONG = re.compile(r"must have less than \d+ tokens|input (?:is )?too (?:large|long)", re.I)
 
 
 class OpenAIEmbedder:
@@ -198,12 +212,17 @@ class OpenAIEmbedder:
             if failure.status == 401:
                 what = credentials_hint(self._base_url, self._base_url_variable)
                 return LLMError(f"the embeddings server refused the API key: check {what}", status=401)
+            # The server's own words, however its body holds them (TEI: {"error": "..."}).
+            detail = server_message(exc) or _short(getattr(exc, "message", exc))
             # A refused request may name a model the server does not have; a busy or failing
-            # server (429, 5xx, after the retries) says nothing about the model.
+            # server (429, 5xx, after the retries) says nothing about the model, and a text
+            # longer than the model's window is no sign of a wrong model either.
             hint = " (check KB_AGENT_EMBEDDING_MODEL)" if failure.status in _MODEL_REFUSALS else ""
+            if context_overflow(exc, detail) is not None or _TOO_LONG.search(detail):
+                hint = (" (a chunk is longer than the model takes: have the server truncate long inputs, "
+                        "as TEI's --auto-truncate does, or use a model with a longer window)")
             return LLMError(
-                f"embedding with {self.model} failed with HTTP {failure.status}{after}: "
-                f"{_short(getattr(exc, 'message', exc))}{hint}"
+                f"embedding with {self.model} failed with HTTP {failure.status}{after}: {detail}{hint}"
                 + redirect_note(exc, self._base_url_variable),
                 status=failure.status,
             )
