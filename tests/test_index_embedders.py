@@ -138,7 +138,7 @@ def test_failures_become_crag_errors(api: EmbeddingsServer) -> None:
     with pytest.raises(LLMError, match=r"check the user and password in OPENAI_BASE_URL \(sent instead of OPENAI_API_KEY\)"):
         with_credentials.embed(["x"])
     api.fail = [404]
-    with pytest.raises(LLMError, match=r"HTTP 404: .*status 404 \(check KB_AGENT_EMBEDDING_MODEL\)$"):
+    with pytest.raises(LLMError, match=r"HTTP 404: .*status 404 \(check KB_AGENT_EMBEDDING_MODEL and OPENAI_BASE_URL\)$"):
         embedder(api, max_retries=0).embed(["x"])
     api.fail = [503, 503, 503]  # a failing server is no sign of a wrong model
     with pytest.raises(LLMError, match=r"HTTP 503 \(after 2 retries\): .*status 503$"):
@@ -161,6 +161,38 @@ def test_an_embeddings_refusal_in_another_servers_words_is_shown(reply: dict, sa
         srv.script("embeddings", Status(413, reply))
         emb = OpenAIEmbedder("bge-small", api_key="sk-test", base_url=srv.base_url, timeout=5, max_retries=0)
         with pytest.raises(LLMError, match=said):
+            emb.embed(["one text"])
+
+
+@pytest.mark.parametrize(("reply", "said"), [
+    # A sign-in page or a server's banner at the configured address read as "a reply without
+    # indexed vectors", as if an embeddings server had sent a broken list.
+    (b"<!doctype html><html><head><title>Sign in - Corp SSO</title></head><body>...</body></html>",
+     r'not JSON \("Sign in - Corp SSO"\) \(bge-small\): check that KB_AGENT_EMBEDDING_BASE_URL is the address'),
+    (b"Ollama is running", r'not JSON \("Ollama is running"\)'),
+    (b"<html><head><title>bad token sk-test-0123456789</title></head></html>", r'not JSON \("bad token \*\*\*"\)'),
+])
+def test_an_embeddings_address_answering_with_a_page_says_so(reply: bytes, said: str) -> None:
+    from tests.openai_server import Garbage
+
+    with FakeOpenAIServer() as srv:
+        srv.script("embeddings", Garbage(reply, content_type="text/html"))
+        emb = OpenAIEmbedder("bge-small", api_key="sk-test-0123456789", base_url=srv.base_url, timeout=5,
+                             max_retries=0, base_url_variable="KB_AGENT_EMBEDDING_BASE_URL")
+        with pytest.raises(LLMError, match=said) as info:
+            emb.embed(["one text"])
+    assert "0123456789" not in str(info.value)
+
+
+def test_a_404_from_an_address_without_v1_names_the_address_too() -> None:
+    # Ollama's address without /v1 answers "404 page not found": only the model was blamed.
+    from tests.openai_server import Status
+
+    with FakeOpenAIServer() as srv:
+        srv.script("embeddings", Status(404, "404 page not found"))
+        emb = OpenAIEmbedder("nomic-embed-text", base_url=srv.url, timeout=5, max_retries=0)
+        with pytest.raises(LLMError, match=r"HTTP 404: 404 page not found \(check KB_AGENT_EMBEDDING_MODEL and "
+                                           r"OPENAI_BASE_URL; OpenAI-compatible servers usually serve the API under /v1\)$"):
             emb.embed(["one text"])
 
 

@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, LLMError, LLMTimeoutError
-from ..llm.bodies import client_address, credentials_hint, http_client, redirect_note
+from ..llm.bodies import base_url_hint, client_address, credentials_hint, http_client, redirect_note
 from ..llm.deadline import request_deadline
 from ..llm.retry import (
     BadReplyFailure,
@@ -43,6 +43,7 @@ from ..llm.retry import (
     RetryPolicy,
     StatusFailure,
     TimeoutFailure,
+    body_message,
     context_overflow,
     server_message,
 )
@@ -167,6 +168,13 @@ class OpenAIEmbedder:
                 return client.embeddings.create(model=self.model, input=batch, encoding_format="float")
 
         response = self.policy.call(attempt, self._translate, server="embeddings")
+        if isinstance(response, str):  # the SDK hands over a 2xx body that is not JSON as its text
+            said = body_message(response)  # an HTML page's title, else its text, which may echo the key
+            raise scrub_error(LLMError(
+                "the embeddings server answered with something that is not JSON"
+                + (f' ("{said}")' if said else "")
+                + f" ({self.model}): check that {self._base_url_variable} is the address of its OpenAI-compatible API"
+            ), (self._api_key,) if self._api_key else ())
         data = getattr(response, "data", None)
         if not isinstance(data, list) or not all(isinstance(getattr(d, "index", None), int) for d in data):
             raise LLMError(f"the embeddings server sent a reply without indexed vectors ({self.model})")
@@ -218,6 +226,9 @@ class OpenAIEmbedder:
             # server (429, 5xx, after the retries) says nothing about the model, and a text
             # longer than the model's window is no sign of a wrong model either.
             hint = " (check KB_AGENT_EMBEDDING_MODEL)" if failure.status in _MODEL_REFUSALS else ""
+            if failure.status == 404:  # no such model, or no API at that address
+                url_hint = base_url_hint(self._base_url or "").strip(" ()")
+                hint = f" (check KB_AGENT_EMBEDDING_MODEL and {self._base_url_variable}{'; ' if url_hint else ''}{url_hint})"
             if context_overflow(exc, detail) is not None or _TOO_LONG.search(detail):
                 hint = (" (a chunk is longer than the model takes: have the server truncate long inputs, "
                         "as TEI's --auto-truncate does, or use a model with a longer window)")
