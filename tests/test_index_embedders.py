@@ -196,6 +196,19 @@ def test_a_404_from_an_address_without_v1_names_the_address_too() -> None:
             emb.embed(["one text"])
 
 
+def test_a_rate_limit_asking_for_a_long_wait_says_how_long() -> None:
+    # A 429 with Retry-After: 3600 is not waited for; the error read "HTTP 429: slow down", with
+    # nothing of the wait the server asked for, which the chat model's error does say.
+    from tests.openai_server import Status
+
+    with FakeOpenAIServer() as srv:
+        srv.script("embeddings", Status(429, {"error": {"message": "slow down"}}, retry_after=3600))
+        emb = OpenAIEmbedder("bge-small", base_url=srv.base_url, timeout=5, max_retries=3)
+        with pytest.raises(LLMError, match=r"HTTP 429: slow down \(it asked to retry after 3600 s, longer than 60 s"):
+            emb.embed(["one text"])
+        assert len(srv.requests) == 1
+
+
 def test_an_input_longer_than_the_embedding_model_takes_is_not_blamed_on_the_model_name() -> None:
     # vLLM's refusal (400) was told to "check KB_AGENT_EMBEDDING_MODEL": the model was right.
     from tests.openai_server import Status

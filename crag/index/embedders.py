@@ -28,6 +28,7 @@ sentence-transformers model from the folder ``KB_AGENT_EMBEDDING_PATH`` names, o
 
 from __future__ import annotations
 
+import math
 import re
 import threading
 from collections.abc import Sequence
@@ -229,7 +230,11 @@ class OpenAIEmbedder:
             if failure.status == 404:  # no such model, or no API at that address
                 url_hint = base_url_hint(self._base_url or "").strip(" ()")
                 hint = f" (check KB_AGENT_EMBEDDING_MODEL and {self._base_url_variable}{'; ' if url_hint else ''}{url_hint})"
-            if context_overflow(exc, detail) is not None or _TOO_LONG.search(detail):
+            if failure.too_long:  # not waited for, so not retried: say what the server asked
+                asked = failure.retry_after
+                wait = f"{asked:.0f} s" if asked is not None and math.isfinite(asked) else "longer than a number holds"
+                hint = f" (it asked to retry after {wait}, longer than {self.policy.retry_after_cap:g} s: try again later)"
+            elif context_overflow(exc, detail) is not None or _TOO_LONG.search(detail):
                 hint = (" (a chunk is longer than the model takes: have the server truncate long inputs, "
                         "as TEI's --auto-truncate does, or use a model with a longer window)")
             return LLMError(
