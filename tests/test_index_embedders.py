@@ -426,6 +426,23 @@ def test_an_embeddings_reply_crag_cannot_use_is_one_llm_error(reply: bytes, said
         assert srv.requests[0].body["encoding_format"] == "float"
 
 
+def test_batches_answered_with_vectors_of_different_lengths_are_one_llm_error() -> None:
+    # Each reply of one length, but not the two replies of one call (two models behind one name,
+    # a model swapped mid-run): a numpy ValueError traceback out of `crag index`.
+    from tests.openai_server import Raw
+
+    def reply(dim: int) -> Raw:
+        return Raw({"object": "list", "model": "m", "data": [{"object": "embedding", "index": 0,
+                                                             "embedding": [0.5] * dim}]})
+
+    with FakeOpenAIServer() as srv:
+        srv.script("embeddings", reply(4), reply(8))
+        emb = OpenAIEmbedder("fake-embed", base_url=srv.base_url, timeout=5, max_retries=0, batch_size=1,
+                             max_parallel=1)
+        with pytest.raises(LLMError, match=r"vectors of different lengths \(4, 8\) to one run's requests"):
+            emb.embed(["one text", "another text"])
+
+
 def test_an_embedding_model_whose_vectors_changed_length_is_re_embedded_not_a_traceback(tmp_path: Path,
                                                                                          monkeypatch) -> None:
     """The same model name served with another dimension (another model pulled under that tag,

@@ -265,6 +265,12 @@ class OpenAIEmbedder:
             contexts = [contextvars.copy_context() for _ in batches]
             with ThreadPoolExecutor(min(self.max_parallel, len(batches)), thread_name_prefix="crag-embed") as pool:
                 results = list(pool.map(lambda context, batch: context.run(self._embed_batch, batch), contexts, batches))
+        lengths = sorted({len(v) for r in results for v in r})
+        if len(lengths) > 1:  # each reply was of one length, but not all replies of the same
+            raise LLMError(
+                f"the embeddings server sent vectors of different lengths ({', '.join(map(str, lengths))}) "
+                f"to one run's requests ({self.model}): check that one model answers for that name"
+            )
         vectors = np.asarray([v for r in results for v in r], dtype=np.float32)
         if vectors.ndim != 2 or vectors.shape[0] != len(texts):
             raise LLMError("the embeddings server returned vectors of inconsistent sizes")
