@@ -479,6 +479,29 @@ def test_an_embedding_model_whose_vectors_changed_length_is_re_embedded_not_a_tr
         assert code == 0 and json.loads(out)[0]["path"] == "docs/b.md", err
 
 
+def test_an_openai_model_name_served_elsewhere_with_other_vectors_indexes_and_searches(tmp_path: Path,
+                                                                                       monkeypatch) -> None:
+    """LocalAI serves `text-embedding-ada-002` with a small local model by default: crag took the
+    name's OpenAI length (1536) for granted, and every `crag index` failed with "returned
+    64-dimensional vectors, expected 1536", which no setting could mend."""
+    from tests.fakes import clean_env, cli
+
+    clean_env(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.md").write_text("# A\n\nAlpha retention is 5 days.\n", encoding="utf-8")
+    monkeypatch.setenv("KB_AGENT_LLM", "offline")
+    monkeypatch.setenv("KB_AGENT_EMBEDDER", "openai")
+    monkeypatch.setenv("KB_AGENT_EMBEDDING_MODEL", "text-embedding-ada-002")
+    with FakeOpenAIServer(embedding_dim=64) as srv:
+        monkeypatch.setenv("KB_AGENT_EMBEDDING_BASE_URL", srv.base_url)
+        code, out, err = cli("index", "docs")
+        assert code == 0 and "1 in the index" in out, out + err
+        code, out, err = cli("search", "alpha retention", "--json")
+        assert code == 0 and json.loads(out)[0]["path"] == "docs/a.md", err
+    assert OpenAIEmbedder("text-embedding-ada-002").dim == 1536  # OpenAI itself: no request to learn it
+
+
 def test_an_index_whose_files_are_unchanged_is_re_embedded_when_its_vectors_changed_length(
     tmp_path: Path, monkeypatch
 ) -> None:

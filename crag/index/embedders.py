@@ -71,7 +71,9 @@ __all__ = [
     "tokenize",
 ]
 
-# Dimensions of well-known models, so that ``dim`` needs no request.
+# Dimensions of OpenAI's models, so that ``dim`` needs no request to OpenAI. Another server may
+# serve these names with a model of its own (LocalAI's default text-embedding-ada-002 is a small
+# local model): there the length is learnt from its vectors.
 _KNOWN_DIMS = {
     "text-embedding-3-small": 1536,
     "text-embedding-3-large": 3072,
@@ -113,7 +115,7 @@ class OpenAIEmbedder:
         self.batch_size = batch_size
         self.max_parallel = max_parallel
         self._client = client
-        self._dim: int | None = _KNOWN_DIMS.get(model)
+        self._dim: int | None = None if base_url else _KNOWN_DIMS.get(model)
         self._lock = threading.Lock()
 
     @property
