@@ -443,6 +443,25 @@ def test_batches_answered_with_vectors_of_different_lengths_are_one_llm_error() 
             emb.embed(["one text", "another text"])
 
 
+def test_an_embedder_whose_model_changed_length_fails_once_then_follows_the_new_length() -> None:
+    """A long-lived process (crag mcp, an Agent) learnt the length from its first search; once
+    the model behind the name changed, every search failed with "expected 64", even after
+    `crag index` had re-embedded the index as told, until the process was restarted."""
+    from tests.openai_server import Raw
+
+    def reply(dim: int) -> Raw:
+        return Raw({"object": "list", "model": "m", "data": [{"object": "embedding", "index": 0,
+                                                             "embedding": [0.5] * dim}]})
+
+    with FakeOpenAIServer() as srv:
+        srv.script("embeddings", reply(4), reply(8), reply(8))
+        emb = OpenAIEmbedder("fake-embed", base_url=srv.base_url, timeout=5, max_retries=0)
+        assert emb.embed(["query"]).shape == (1, 4)
+        with pytest.raises(LLMError, match=r"returned 8-dimensional vectors, expected 4: .* `python -m crag index`"):
+            emb.embed(["query"])
+        assert emb.embed(["query"]).shape == (1, 8) and emb.dim == 8
+
+
 def test_an_embedding_model_whose_vectors_changed_length_is_re_embedded_not_a_traceback(tmp_path: Path,
                                                                                          monkeypatch) -> None:
     """The same model name served with another dimension (another model pulled under that tag,

@@ -276,11 +276,14 @@ class OpenAIEmbedder:
         vectors = np.asarray([v for r in results for v in r], dtype=np.float32)
         if vectors.ndim != 2 or vectors.shape[0] != len(texts):
             raise LLMError("the embeddings server returned vectors of inconsistent sizes")
-        if self._dim is not None and vectors.shape[1] != self._dim:
+        expected, self._dim = self._dim, int(vectors.shape[1])
+        if expected is not None and self._dim != expected:
+            # This call fails (its vectors cannot join those of the same run), but the length is
+            # learnt: a long-lived process (crag mcp, an Agent) searches an index re-embedded since.
             raise LLMError(
-                f"{self.model} returned {vectors.shape[1]}-dimensional vectors, expected {self._dim}"
+                f"{self.model} returned {self._dim}-dimensional vectors, expected {expected}: the model "
+                "behind that name has changed; run `python -m crag index` to re-embed the index with it"
             )
-        self._dim = int(vectors.shape[1])
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
         np.divide(vectors, norms, out=vectors, where=norms > 0)
         return vectors
