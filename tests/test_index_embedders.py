@@ -412,6 +412,9 @@ def _body(data: list, extra: bytes = b"") -> bytes:
     (_body([[0.1, 0.2], [0.0, 0.0]]), "an all-zero vector"),
     (_body([[0.1, 0.2], ["x", 0.4]]), "not a list of numbers"),
     (b'{"object": "list", "data": null}', "without indexed vectors"),
+    # A gateway's 200 with an error object: its words were dropped.
+    (b'{"error": {"message": "model bge-small is not loaded", "type": "server_error"}}',
+     r"without indexed vectors \(fake-embed\): model bge-small is not loaded$"),
 ])
 def test_an_embeddings_reply_crag_cannot_use_is_one_llm_error(reply: bytes, said: str) -> None:
     # Vectors of different lengths, bad bytes and deep nesting were tracebacks; NaN and all-zero

@@ -180,7 +180,12 @@ class OpenAIEmbedder:
             ), (self._api_key,) if self._api_key else ())
         data = getattr(response, "data", None)
         if not isinstance(data, list) or not all(isinstance(getattr(d, "index", None), int) for d in data):
-            raise LLMError(f"the embeddings server sent a reply without indexed vectors ({self.model})")
+            # A gateway may answer 200 with an error object: its words say why there are no vectors.
+            dump = getattr(response, "model_dump", None)
+            said = body_message(dump(mode="json", exclude_unset=True, warnings=False)) if callable(dump) else ""
+            raise scrub_error(LLMError(
+                f"the embeddings server sent a reply without indexed vectors ({self.model})" + (f": {said}" if said else "")
+            ), (self._api_key,) if self._api_key else ())
         data = sorted(data, key=lambda d: d.index)
         if len(data) != len(batch):
             raise LLMError(f"the embeddings server returned {len(data)} vectors for {len(batch)} texts")
