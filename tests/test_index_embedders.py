@@ -150,7 +150,7 @@ def test_failures_become_crag_errors(api: EmbeddingsServer) -> None:
 @pytest.mark.parametrize(("reply", "said"), [
     # TEI puts its words in "error" itself; crag showed "HTTP 413: Error code: 413" alone.
     ({"error": "Input validation error: `inputs` must have less than 512 tokens. Given: 780",
-      "error_type": "validation"}, r"HTTP 413: Input validation error: .* Given: 780 \(a chunk is longer than"),
+      "error_type": "validation"}, r"HTTP 413: Input validation error: .* Given: 780 \(a chunk or question is longer than"),
     ({"error": "batch size 1 > maximum allowed batch size 0", "error_type": "validation"},
      r"HTTP 413: batch size 1 > maximum allowed batch size 0$"),
 ])

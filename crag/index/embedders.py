@@ -242,7 +242,7 @@ class OpenAIEmbedder:
                 wait = f"{asked:.0f} s" if asked is not None and math.isfinite(asked) else "longer than a number holds"
                 hint = f" (it asked to retry after {wait}, longer than {self.policy.retry_after_cap:g} s: try again later)"
             elif context_overflow(exc, detail) is not None or _TOO_LONG.search(detail):
-                hint = (" (a chunk is longer than the model takes: have the server truncate long inputs, "
+                hint = (" (a chunk or question is longer than the model takes: have the server truncate long inputs, "
                         "as TEI's --auto-truncate does, or use a model with a longer window)")
             return LLMError(
                 f"embedding with {self.model} failed with HTTP {failure.status}{after}: {detail}{hint}"
