@@ -8,7 +8,9 @@ counts with). What gives way, in this order (see ``docs/real-models.md``):
 1. history, oldest turns first;
 2. the text of evidence items: each is cut to the lines around its best match for the
    question (the line holding most of the question's keywords), in steps of
-   ``EXCERPT_LINES``; the item keeps its header with the real line numbers of the excerpt,
+   ``EXCERPT_LINES``; an item that still does not fit alone (a paragraph written as one line,
+   a minified file) is its best line cut to the characters around the match, in steps of
+   ``EXCERPT_CHARS``; the item keeps its header with the real line numbers of the excerpt,
    and two items cut to the same lines of a file are shown once (the later one is left out);
 3. the lowest-ranked items, left out of the prompt (``Fitted.dropped`` says which): the
    node decides what that means (grading: they leave ``context``; the answer: not cited).
@@ -25,6 +27,8 @@ recompute what its ``prepare`` sent.
 
 from __future__ import annotations
 
+import collections
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -35,10 +39,11 @@ from .ports import GradeTask, PlanTask, SynthesizeTask, Task
 from .state import EvidenceItem
 from .text import keywords
 
-__all__ = ["EXCERPT_LINES", "HEADROOM", "Fitted", "excerpt", "fit", "prompt_tokens", "rough_count"]
+__all__ = ["EXCERPT_CHARS", "EXCERPT_LINES", "HEADROOM", "Fitted", "excerpt", "fit", "prompt_tokens", "rough_count"]
 
 HEADROOM = 0.10
 EXCERPT_LINES = (40, 20, 10, 5, 2)  # the excerpt sizes tried, longest first
+EXCERPT_CHARS = (2000, 1000, 500, 250)  # then, for an item too long alone, its best line cut to these
 
 Counter = Callable[[str], int]
 Render = Callable[[Any], Sequence[dict[str, str]]]
@@ -74,11 +79,14 @@ def _items_field(task: Task) -> str | None:
     return None
 
 
-def excerpt(item: EvidenceItem, words: Sequence[str], lines: int) -> EvidenceItem:
-    """``item`` cut to ``lines`` lines around its best match for ``words`` (real line numbers kept)."""
+def excerpt(item: EvidenceItem, words: Sequence[str], lines: int, chars: int | None = None) -> EvidenceItem:
+    """``item`` cut to ``lines`` lines around its best match for ``words`` (real line numbers kept);
+    with ``chars``, those lines also cut to at most that many characters around the match."""
     text_lines = item.text.split("\n")
     if len(text_lines) <= lines:
-        return item
+        if chars is None or len(item.text) <= chars:
+            return item
+        return evolve(item, text=_around(item.text, words, chars))
     wanted = set(words)
     best, best_score = 0, -1
     for i, line in enumerate(text_lines):
@@ -94,7 +102,34 @@ def excerpt(item: EvidenceItem, words: Sequence[str], lines: int) -> EvidenceIte
     anchor = item.anchor_line
     if anchor is not None and start is not None and not start <= anchor <= (end or anchor):
         anchor = None
-    return evolve(item, text="\n".join(text_lines[lo:hi]), start_line=start, end_line=end, anchor_line=anchor)
+    text = "\n".join(text_lines[lo:hi])
+    if chars is not None and len(text) > chars:
+        text = _around(text, words, chars)
+    return evolve(item, text=text, start_line=start, end_line=end, anchor_line=anchor)
+
+
+def _around(text: str, words: Sequence[str], chars: int) -> str:
+    """At most ``chars`` characters of ``text`` holding the most of ``words`` (the first such
+    stretch, starting a little before it; the opening when none is held), cut between words
+    where there are spaces."""
+    wanted = set(words)
+    hits = [(m.start(), collections.Counter(set(keywords(m.group())) & wanted)) for m in re.finditer(r"\S+", text)]
+    hits = [(at, held) for at, held in hits if held]
+    best, best_at, held, j = 0, 0, collections.Counter[str](), 0
+    for at, first in hits:  # a window from each hit: the words held by the hits inside it
+        while j < len(hits) and hits[j][0] < at + chars:
+            held += hits[j][1]
+            j += 1
+        if len(held) > best:
+            best, best_at = len(held), at
+        held -= first
+    lo = max(0, min(best_at - chars // 4, len(text) - chars))
+    hi = lo + chars
+    if lo > 0 and not text[lo - 1].isspace() and " " in text[lo : lo + chars // 4]:
+        lo = text.index(" ", lo) + 1  # not from the middle of a word
+    if hi < len(text) and not text[hi].isspace() and " " in text[hi - chars // 4 : hi]:
+        hi = text.rindex(" ", lo, hi)
+    return text[lo:hi].strip()
 
 
 def fit(
@@ -167,10 +202,23 @@ def fit(
         def fits(t: Any) -> bool:
             return size(t)[1] <= room - reply(t)
 
-        # an item too long to fit even alone (one long line no excerpt shortens) goes last,
-        # whatever its rank: ranked first, it left out every item after it
-        alone = {n: fits(evolve(task, **{name: (items[n],)})) for n in order}
-        order = [n for n in order if alone[n]] + [n for n in order if not alone[n]]
+        def alone(item: EvidenceItem) -> bool:
+            return fits(evolve(task, **{name: (item,)}))
+
+        # an item too long to fit even alone (a line no excerpt of lines shortens: a paragraph
+        # written as one line, a minified file) is its best line cut to the characters around the
+        # match; one that fits no way goes last, whatever its rank: ranked first, it left out
+        # every item after it
+        fitting = {}
+        for n in order:
+            fitting[n] = alone(items[n])
+            for chars in () if fitting[n] else EXCERPT_CHARS:
+                shorter = excerpt(items[n], words, 1, chars)
+                if alone(shorter):
+                    items, fitting[n], cut = (*items[:n], shorter, *items[n + 1 :]), True, True
+                    task = evolve(task, **{name: items})
+                    break
+        order = [n for n in order if fitting[n]] + [n for n in order if not fitting[n]]
         lo, hi = 0, len(items)  # 3. the largest number of best-ranked items that fits
         while lo < hi:
             mid = (lo + hi + 1) // 2

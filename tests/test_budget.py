@@ -98,7 +98,7 @@ def test_a_question_that_cannot_fit_is_a_usage_error():
 
 def test_a_question_that_leaves_no_room_for_one_item_is_a_usage_error_where_items_are_needed():
     items = (big_item(1, 2, 100),)
-    question = "why " * 1500  # fits alone, not with a 2-line excerpt of the item (an answer prompt quotes it whole)
+    question = "why " * 1650  # fits alone, not with the item cut to its shortest excerpt (250 characters)
     assert not fit(SynthesizeTask(question, (), items), 32, 2048, render, cl100k).task.items  # by default: left out
     with pytest.raises(UsageError, match="no room for its evidence"):
         fit(SynthesizeTask(question, (), items), 32, 2048, render, cl100k, min_items=1)
@@ -106,15 +106,36 @@ def test_a_question_that_leaves_no_room_for_one_item_is_a_usage_error_where_item
     assert fit(SynthesizeTask(QUESTION, (), items), 32, 2048, render, cl100k, min_items=1).task.items == items
 
 
-def test_an_item_too_long_to_fit_alone_leaves_room_for_the_items_ranked_after_it():
+def test_an_item_too_long_to_fit_alone_is_cut_to_fit_and_the_question_is_not_refused():
     """A grep hit on a file of one long line cannot be cut to fewer lines: ranked first, it was
-    the one item tried, and the question was refused though the other items fit."""
+    the one item tried, and the question was refused though the other items fit. It is cut to
+    the characters around its match instead (its real line kept), and shown as ranked."""
     huge = EvidenceItem("grep_search", "docs/one-line.txt", "uploads retry " * 2000, 1, 1, 0.9)
     small = (big_item(1, 3, 10), big_item(2, 3, 10))
     task = SynthesizeTask(QUESTION, (), (huge, *small))
     fitted = fit(task, 512, 1024, render, cl100k, min_items=1)
-    assert [i.source for i in fitted.task.items] == ["docs/big1.md", "docs/big2.md"] and fitted.dropped == (0,)
+    shown = fitted.task.items
+    assert shown[0].source == "docs/one-line.txt" and shown[0].label == "docs/one-line.txt:L1"
+    assert shown[0].text in huge.text and len(shown[0].text) <= 2000 and fitted.cut
     assert fitted.prompt_tokens + 512 <= int(1024 * 0.9)
+
+
+def test_evidence_written_as_one_long_line_is_cut_to_its_match_not_left_out():
+    """A paragraph written as one line (a chunk of 400 tokens on line 7) could not be cut by
+    lines: in a small window the answer's prompt left out the one item that answers, or, when
+    it was the only one, the question was refused as leaving no room for its evidence. Its line
+    is cut to the characters around the question's words, with its real line number."""
+    filler = " ".join(f"step{i} of the pipeline runs" for i in range(120))
+    line = f"{filler} so uploads retry after a failure with a backoff of 30 seconds. {filler}"
+    item = EvidenceItem("vector_search", "docs/one-line.md", line, 7, 7, 0.9)
+    heading = EvidenceItem("vector_search", "docs/one-line.md", "# Uploads", 1, 1, 0.8)
+    for items in ((item,), (heading, item)):
+        fitted = fit(SynthesizeTask(QUESTION, (), items), 512, 1024, render, cl100k, min_items=1)
+        shown = {i.source + str(i.start_line): i for i in fitted.task.items}
+        cut = shown["docs/one-line.md7"]
+        assert "uploads retry after a failure with a backoff of 30 seconds" in cut.text and cut.text in line
+        assert (cut.start_line, cut.end_line, cut.label) == (7, 7, "docs/one-line.md:L7") and fitted.cut
+        assert fitted.prompt_tokens + 512 <= int(1024 * 0.9)
 
 
 def run_agent(items, history, question, context_tokens, answer_tokens=256):
@@ -360,7 +381,7 @@ def tiny_window_ask(tmp_path, monkeypatch, text: str, question: str, window: int
         code = main(["ask", question], out, err)
         nodes = srv.nodes()
     assert "Traceback" not in err.getvalue()
-    return code, out.getvalue(), err.getvalue().splitlines()[-1], nodes
+    return code, out.getvalue(), (err.getvalue().splitlines() or [""])[-1], nodes
 
 
 def test_a_planning_prompt_grown_by_earlier_rounds_drops_their_oldest_calls_not_the_question():
@@ -408,14 +429,25 @@ def test_a_question_too_long_for_the_answers_prompt_is_refused_before_any_call(t
 
 
 def test_a_question_whose_evidence_leaves_the_answer_no_room_says_what_it_had_already_spent(tmp_path, monkeypatch):
-    """Evidence too long for the answer's prompt (one line no excerpt can shorten) is found only
-    at synthesize, after calls the user paid for: the one line says what they cost, as the line
-    of a server that fails mid-question does."""
-    text = "# Uploads\n\n" + " ".join(f"upload retry step{i} waits" for i in range(60)) + "\n"
-    code, out, line, nodes = tiny_window_ask(tmp_path, monkeypatch, text, QUESTION)
+    """Evidence too long for the answer's prompt (one line of Chinese that, even cut to its
+    shortest excerpt of 250 characters, leaves a longer question no room) is found only at
+    synthesize, after calls the user paid for: the one line says what they cost, as the line of
+    a server that fails mid-question does."""
+    text = "# Uploads\n\nupload retry " + "上传失败后重试" * 60 + "\n"
+    question = QUESTION + " Please explain the upload retry in detail." * 8
+    code, out, line, nodes = tiny_window_ask(tmp_path, monkeypatch, text, question)
     assert code == 2 and out == "" and len(nodes) >= 2 and nodes[-1] != "synthesize", (line, nodes)
     assert line.startswith("crag: error: the question leaves no room for its evidence")
     assert re.search(rf"; before it, this question made {len(nodes)} LLM calls \([\d,]+ tokens\)$", line), line
+
+
+def test_a_paragraph_written_as_one_line_is_answered_in_the_smallest_window(tmp_path, monkeypatch):
+    """``crag ask`` at KB_AGENT_CONTEXT_TOKENS=1024 over a file whose paragraph is one line: it
+    was refused after three paid calls (`the question leaves no room for its evidence`); the
+    answer's prompt now quotes the line cut to the characters around the question's words."""
+    text = "# Uploads\n\n" + " ".join(f"upload retry step{i} waits" for i in range(60)) + "\n"
+    code, out, line, nodes = tiny_window_ask(tmp_path, monkeypatch, text, QUESTION)
+    assert code == 0 and nodes[-1] == "synthesize" and "Uploads retry" in out, (line, nodes)
 
 
 @pytest.mark.parametrize("turns", [3, 12, 5_000])
