@@ -4,9 +4,9 @@
 given: its size and sha256, and (when the content is new or changed and is text) its
 decoded text and chunks; or why it could not be read. Files are read in batches of about
 ``_BATCH_BYTES`` by two worker threads (tiktoken and hashing release the GIL), at most a
-window of batches ahead of the caller. Once the caller stops (Ctrl-C, SIGTERM, an error, the
-iterator closed), a batch being read stops before its next file: the file being read is the
-last, bounded by its reader's own time limit.
+window of batches, and of ``_WINDOW_BYTES`` of files, ahead of the caller. Once the caller
+stops (Ctrl-C, SIGTERM, an error, the iterator closed), a batch being read stops before its
+next file: the file being read is the last, bounded by its reader's own time limit.
 """
 
 from __future__ import annotations
@@ -29,6 +29,9 @@ __all__ = ["Prepared", "prepare_all", "sha256"]
 # Files are read and chunked by worker threads in batches of about this many bytes.
 _BATCH_BYTES = 256 << 10
 _BATCH_FILES = 64
+# Batches read ahead hold at most about this many bytes of files: a file over ``_BATCH_BYTES``
+# is a batch of its own, and its text, lines and chunks take several times its size.
+_WINDOW_BYTES = 16 * _BATCH_BYTES
 
 
 @frozen
@@ -96,32 +99,38 @@ def prepare_all(
             done[i] = Prepared(f, size=len(data), sha=sha, text=text, chunks=chunks)
         return done  # type: ignore[return-value]
 
-    for batch in _ordered_map(prepare, _batches(files), stopped):
+    batches = _batches(files)
+    for batch in _ordered_map(prepare, batches, stopped, weights=[sum(f.size for f in b) for b in batches]):
         yield from batch
 
 
 def _ordered_map(fn: Callable[[Any], Any], items: Sequence[Any], stopped: threading.Event, workers: int = 2,
-                 window: int = 16) -> Iterable[Any]:
-    """``map(fn, items)`` in order, computed by ``workers`` threads at most ``window`` items ahead;
-    ``stopped`` is set when the caller stops taking them, before the threads are waited for."""
+                 window: int = 16, weights: Sequence[int] = (), max_weight: int = _WINDOW_BYTES) -> Iterable[Any]:
+    """``map(fn, items)`` in order, computed by ``workers`` threads at most ``window`` items ahead
+    and, given each item's ``weights``, at most ``max_weight`` of them (or ``workers`` items, so
+    that each thread is busy); ``stopped`` is set when the caller stops taking them, before the
+    threads are waited for."""
     if len(items) <= 1:
         yield from map(fn, items)
         return
     from concurrent.futures import ThreadPoolExecutor
 
+    weight = list(weights) or [0] * len(items)
     with ThreadPoolExecutor(workers, thread_name_prefix="crag-index") as pool:
         pending: deque[Any] = deque()
-        it = iter(items)
+        ahead = 0  # the weight of the pending items
         try:
-            for item in it:
-                pending.append(pool.submit(fn, item))
-                if len(pending) >= window:
-                    yield pending.popleft().result()
+            for item, w in zip(items, weight):
+                while pending and (len(pending) >= window or (len(pending) >= workers and ahead + w > max_weight)):
+                    ahead -= pending[0][1]
+                    yield pending.popleft()[0].result()
+                pending.append((pool.submit(fn, item), w))
+                ahead += w
             while pending:
-                yield pending.popleft().result()
+                yield pending.popleft()[0].result()
         finally:
             stopped.set()  # the running calls end at their next file: waited for below, not their batch
-            for fut in pending:
+            for fut, _ in pending:
                 fut.cancel()
 
 
