@@ -144,6 +144,23 @@ def test_a_link_to_nothing_given_as_a_root_is_named_as_given(kb: Path, tmp_path:
             "crag: error: knowledge-base path notes is a symbolic link to moved-away, which does not exist\n"), err
 
 
+def test_a_link_to_a_pipe_or_device_given_as_a_root_is_named_as_given(kb: Path, tmp_path: Path) -> None:
+    """``crag index notes.md`` with notes.md a symbolic link to ``/dev/zero`` said "knowledge-base
+    path /dev/zero is not a file or folder", a path the user never typed; a pipe given as
+    itself is named as before."""
+    os.mkfifo(tmp_path / "queue")
+    os.symlink("queue", tmp_path / "notes.md")
+    os.symlink(os.devnull, tmp_path / "null.md")
+    cli("index", "docs")  # an index to check --kb against, as ask and search do first
+    said = {"notes.md": "notes.md is a symbolic link to queue, which is not a file or folder",
+            "null.md": f"null.md is a symbolic link to {os.devnull}, which is not a file or folder",
+            "queue": "queue is not a file or folder"}
+    for path, why in said.items():
+        for argv in (("index", path), ("search", "port", "--kb", path, "--json")):
+            code, out, err = cli(*argv)
+            assert (code, out, err) == (1, "", f"crag: error: knowledge-base path {why}\n"), argv
+
+
 def test_errors_are_one_line_with_the_right_exit_status(kb: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     code, out, err = cli("search", "anything")
     assert code == 1 and out == ""

@@ -50,7 +50,7 @@ from .discover import (
 from .documents import chunker_id, embedder_mismatch
 from .ignore import check_excludes
 from .layout import DEFAULT_LOCK_TIMEOUT, IndexLock
-from .reach import unreadable_file
+from .reach import refused_root
 from .reading import prepare_all
 
 if TYPE_CHECKING:
@@ -196,17 +196,18 @@ def update_store(
     started = time.perf_counter()
     check_excludes(patterns, roots)  # before anything is written
     root_list = [normalize_root(r) for r in roots]
+    given = dict(zip(root_list, roots))  # a link is named as typed, not by where it leads
     gone = [r for r in root_list if is_gone(r) or unreachable(r)]
     if gone:
         # A recorded root that is gone from disk is dropped (as by any update); any other is an error.
         recorded = _recorded_roots(store)
         for r in gone:
             if r not in recorded or not is_gone(r):
-                raise KnowledgeBaseError(missing_root(r, roots[root_list.index(r)]), r)
+                raise KnowledgeBaseError(missing_root(r, given[r]), r)
         root_list = [r for r in root_list if r not in gone]
-    for r in root_list:  # a file named as a root that may not be read, as a folder that may not be entered
-        if (why := unreadable_file(r)) is not None:
-            raise KnowledgeBaseError(f"knowledge-base path {relative_label(r)} cannot be read ({why})", r)
+    for r in root_list:  # a file named as a root that may not be read (as a folder that may not be entered), a pipe
+        if (why := refused_root(r, given[r])) is not None:
+            raise KnowledgeBaseError(why, r)
     chunking = (max_tokens, min_tokens)
     with store.writer_lock(lock_timeout, waiting):
         base = _load_base(store, embedder, chunker_id(*chunking), allow_reembed)

@@ -39,7 +39,8 @@ from attrs import field, frozen
 from ..errors import KnowledgeBaseError, UsageError
 from ..safe_text import display_name, read_back_name
 from .ignore import Ignores
-from .reach import is_gone, reachable, stat_error, unreachable  # re-exported here
+from .labels import is_within, relative_label, relative_path  # re-exported here
+from .reach import is_gone, not_a_file_or_folder, reachable, stat_error, unreachable  # re-exported here
 from .readers import MAX_TEXT_BYTES, decode_text, reader_for, utf16_codec, utf16_text  # decode_text: re-exported here
 
 __all__ = [
@@ -160,14 +161,6 @@ def missing_root(path: str, given: str | os.PathLike[str] | None = None) -> str:
                 return f"knowledge-base path {name} is a symbolic link that leads round in a loop"
         return f"knowledge-base path {name} is a symbolic link to {display_name(os.readlink(path))}, which does not exist"
     return f"knowledge-base path {name} does not exist"
-
-
-def is_within(path: str, root: str) -> bool:
-    """True when ``path`` is ``root`` or lies below it (both absolute and normalised)."""
-    if path == root:
-        return True
-    prefix = root if root.endswith(os.sep) else root + os.sep
-    return path.startswith(prefix)
 
 
 def is_indexable_name(name: str) -> bool:
@@ -294,7 +287,7 @@ def discover(
                 found[entry.path] = entry
             continue
         if not stat.S_ISDIR(st.st_mode):
-            raise KnowledgeBaseError(f"knowledge-base path {relative_label(root_abs)} is not a file or folder", root_abs)
+            raise KnowledgeBaseError(not_a_file_or_folder(root_abs, root), root_abs)
         if not os.access(root_abs, os.R_OK | os.X_OK):  # said as `crag index` says it (missing_root)
             raise KnowledgeBaseError(missing_root(root_abs) if unreachable(root_abs) else
                                      f"knowledge-base folder {relative_label(root_abs)} cannot be read (permission denied)",
@@ -524,26 +517,3 @@ def split_lines(text: str) -> list[str]:
     if lines[-1] == "":
         lines.pop()
     return lines
-
-
-def relative_path(path: str | os.PathLike[str], cwd: str | os.PathLike[str] | None = None) -> str:
-    """``path`` as crag cites it: relative to ``cwd`` (default: the working directory) when under
-    it, else absolute; a URI as it is. Unescaped, so a program opens the file it names (evidence,
-    citations, ``--json``); what crag shows a person is ``relative_label``."""
-    if "://" in os.fspath(path):
-        return os.fspath(path)
-    p = os.path.abspath(os.fspath(path))
-    base = os.path.abspath(os.fspath(cwd)) if cwd is not None else os.getcwd()
-    if is_within(p, base) and p != base:
-        return os.path.relpath(p, base)
-    return p
-
-
-def relative_label(path: str | os.PathLike[str], cwd: str | os.PathLike[str] | None = None, *,
-                   typed: bool = False) -> str:
-    """``relative_path`` as crag shows it, in the display form of ``crag.safe_text.display_name``
-    (a newline or bytes that are not UTF-8 escaped: a name never adds a line to a report).
-    ``typed``: a path as given, quoted when a name in it starts or ends with a space, which
-    the message would hide (``"docs " does not exist``, while ``docs`` does)."""
-    label = display_name(relative_path(path, cwd))
-    return f'"{label}"' if typed and any(part != part.strip() for part in label.split(os.sep)) else label

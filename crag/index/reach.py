@@ -13,7 +13,10 @@ from __future__ import annotations
 import errno
 import os
 
-__all__ = ["is_gone", "reachable", "stat_error", "unreachable", "unreadable_file"]
+from ..safe_text import display_name
+from .labels import relative_label
+
+__all__ = ["is_gone", "not_a_file_or_folder", "reachable", "refused_root", "stat_error", "unreachable", "unreadable_file"]
 
 _GONE = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP)
 
@@ -75,3 +78,29 @@ def _folder_error(path: str) -> OSError | None:
     except OSError as exc:
         return exc
     return None
+
+
+def not_a_file_or_folder(path: str, given: str | os.PathLike[str]) -> str:
+    """Why a root that is there cannot be indexed: it is neither a file nor a folder (a named
+    pipe, a device, a socket). A symbolic link the user ``given`` is named as typed, with where
+    it leads, not by the path it leads to (which ``path`` resolves): ``/dev/zero`` is no name
+    the user wrote."""
+    if os.path.islink(link := os.path.abspath(os.path.expanduser(os.fspath(given)))):
+        return (f"knowledge-base path {relative_label(link, typed=True)} is a symbolic link to "
+                f"{display_name(os.readlink(link))}, which is not a file or folder")
+    return f"knowledge-base path {relative_label(path)} is not a file or folder"
+
+
+def refused_root(path: str, given: str | os.PathLike[str]) -> str | None:
+    """Why a root that is there cannot be indexed, as a message (None: it can): a file named as
+    a root that may not be read, or a path that is neither a file nor a folder (named as
+    ``given``, see ``not_a_file_or_folder``). Asked before anything is written."""
+    import stat
+
+    if (why := unreadable_file(path)) is not None:
+        return f"knowledge-base path {relative_label(path)} cannot be read ({why})"
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None  # said by the walk, as it finds it
+    return None if stat.S_ISREG(mode) or stat.S_ISDIR(mode) else not_a_file_or_folder(path, given)

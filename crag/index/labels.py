@@ -1,0 +1,41 @@
+"""How crag names a path to a person and to a program: relative to the working folder when
+under it (``relative_path``), and in a display form for a person (``relative_label``)."""
+
+from __future__ import annotations
+
+import os
+
+from ..safe_text import display_name
+
+__all__ = ["is_within", "relative_label", "relative_path"]
+
+
+def is_within(path: str, root: str) -> bool:
+    """True when ``path`` is ``root`` or lies below it (both absolute and normalised)."""
+    if path == root:
+        return True
+    prefix = root if root.endswith(os.sep) else root + os.sep
+    return path.startswith(prefix)
+
+
+def relative_path(path: str | os.PathLike[str], cwd: str | os.PathLike[str] | None = None) -> str:
+    """``path`` as crag cites it: relative to ``cwd`` (default: the working directory) when under
+    it, else absolute; a URI as it is. Unescaped, so a program opens the file it names (evidence,
+    citations, ``--json``); what crag shows a person is ``relative_label``."""
+    if "://" in os.fspath(path):
+        return os.fspath(path)
+    p = os.path.abspath(os.fspath(path))
+    base = os.path.abspath(os.fspath(cwd)) if cwd is not None else os.getcwd()
+    if is_within(p, base) and p != base:
+        return os.path.relpath(p, base)
+    return p
+
+
+def relative_label(path: str | os.PathLike[str], cwd: str | os.PathLike[str] | None = None, *,
+                   typed: bool = False) -> str:
+    """``relative_path`` as crag shows it, in the display form of ``crag.safe_text.display_name``
+    (a newline or bytes that are not UTF-8 escaped: a name never adds a line to a report).
+    ``typed``: a path as given, quoted when a name in it starts or ends with a space, which
+    the message would hide (``"docs " does not exist``, while ``docs`` does)."""
+    label = display_name(relative_path(path, cwd))
+    return f'"{label}"' if typed and any(part != part.strip() for part in label.split(os.sep)) else label
