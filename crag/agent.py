@@ -459,6 +459,12 @@ def _warn_about_configuration(environ: Mapping[str, str] | None, dotenv: str | o
 def _check_handler(on_event: object) -> None:
     if on_event is not None and not callable(on_event):
         raise UsageError(f"on_event must be callable (it receives each crag.Event), not {type(on_event).__name__}")
+    from inspect import iscoroutinefunction
+
+    if on_event is not None and (iscoroutinefunction(on_event) or iscoroutinefunction(type(on_event).__call__)):
+        # crag calls the handler and never awaits it: every event would be lost unseen
+        raise UsageError("on_event must be a plain function, not async: crag calls it without awaiting it "
+                         "(under aask and astream on the event loop's thread, so it may put_nowait on an asyncio.Queue)")
 
 
 def _on_loop(on_event: EventHandler, loop: Any, cancel: Any) -> EventHandler:

@@ -439,6 +439,35 @@ def test_the_other_arguments_of_the_wrong_type_are_usage_errors_said_before_any_
                 agent.astream("which port?", on_event=5)
 
 
+def test_an_async_event_handler_is_a_usage_error_not_every_event_lost() -> None:
+    """``on_event`` is called, never awaited: an ``async def`` handler (a service forwarding
+    events to a websocket, say) was accepted by ``ask``, ``aask``, ``stream`` and ``astream``,
+    and each event became a coroutine never awaited, so the handler saw nothing and the answer
+    came back as if all was well."""
+    seen: list[object] = []
+
+    async def handler(event) -> None:
+        seen.append(event)
+
+    class Forwarder:
+        async def __call__(self, event) -> None:
+            seen.append(event)
+
+    agent = Agent(ScriptedChatModel({"analyze_and_route": [route("chitchat")], "synthesize": ["Hello!"]}),
+                  FakeToolbox(), Settings())
+    for on_event in (handler, Forwarder()):
+        with pytest.raises(crag.UsageError, match=r"^on_event must be a plain function, not async"):
+            agent.ask("hi", on_event=on_event)
+        with pytest.raises(crag.UsageError, match=r"^on_event must be a plain function, not async"):
+            agent.stream("hi", on_event=on_event)
+        with pytest.raises(crag.UsageError, match=r"^on_event must be a plain function, not async"):
+            agent.astream("hi", on_event=on_event)
+        with pytest.raises(crag.UsageError, match=r"^on_event must be a plain function, not async"):
+            asyncio.run(agent.aask("hi", on_event=on_event))
+    assert not seen
+    assert agent.ask("hi", on_event=seen.append).answer.startswith("Hello!") and seen  # a plain one is called
+
+
 def test_every_error_crag_raises_on_purpose_can_be_caught_by_its_name_from_crag() -> None:
     """``crag.IndexFormatError`` (an index written by a newer crag) was raised to library users
     but was no name of ``crag``, unlike its sibling ``crag.EmbedderMismatchError``."""
