@@ -183,6 +183,7 @@ class RecordedRequest:
     body: Any
     node: str | None
     query: str = ""  # the query string of the URL, without "?"
+    client_port: int = 0  # the client's end of the connection it came on
 
 
 class _Server(ThreadingHTTPServer):
@@ -404,7 +405,8 @@ class FakeOpenAIServer:
         node = headers.get("x-crag-node")
         path, _, query = h.path.partition("?")
         with self._lock:
-            self._requests.append(RecordedRequest(h.command, path, headers, body, node, query))
+            self._requests.append(RecordedRequest(h.command, path, headers, body, node, query,
+                                                 h.client_address[1]))
         try:
             if h.command == "GET" and path.rstrip("/").endswith("/models"):
                 self._send_json(h, 200, {"object": "list", "data": [{"id": self.model, "object": "model"}]})

@@ -224,3 +224,67 @@ def test_closing_an_agent_while_other_threads_ask_lets_their_questions_finish(tm
         t.join()
     agent.close()
     assert not errors, errors[:3]
+
+
+def test_a_process_forked_after_the_agent_asked_sends_its_requests_on_connections_of_its_own(
+        tmp_path, monkeypatch) -> None:
+    """A server that makes its agent and then forks its workers (``gunicorn --preload``, a
+    ``multiprocessing`` pool) shared the parent's keep-alive connections to the LLM and
+    embedding servers with every child: two processes wrote on one socket and read each
+    other's replies, so one question got the answer to another (or a grading reply where it
+    asked for a route), and the other waited for a reply that never came. A forked child now
+    opens connections of its own."""
+    import json
+    import re
+    import signal
+
+    from .openai_server import Delay, Text
+
+    docs = kb(tmp_path)
+    monkeypatch.chdir(tmp_path)
+
+    def tagged(node: str):
+        def reply(body):  # the question's own number, read back from the reply's usage
+            n = int(re.findall(r"Q(\d+)Q", json.dumps(body["messages"]))[0])
+            text = (route("simple") if node == "analyze_and_route" else
+                    '{"tool_calls": []}' if node == "plan" else "The bravo service listens on port 805 [1].")
+            return Delay(0.2, Text(text, completion_tokens=n))
+        return reply
+
+    with FakeOpenAIServer(embedding_dim=1536) as srv:
+        for node in ("analyze_and_route", "plan", "synthesize"):
+            srv.default(node, tagged(node))
+        agent = Agent.from_env([docs], dotenv=None, environ={}, openai_base_url=srv.base_url, llm_timeout=5,
+                               embedder="openai", llm_max_retries=0, log=False, index_dir=str(tmp_path / "index"))
+
+        def answered(n: int) -> str:
+            try:
+                usage = agent.ask(f"Which port does the bravo service listen on, Q{n}Q?").usage
+            except Exception as exc:
+                return f"{type(exc).__name__}: {exc}"
+            got = {name: u.completion_tokens for name, u in usage.by_node.items()}
+            return "ok" if set(got.values()) == {n} else f"got the replies of {got}"
+
+        assert answered(1) == "ok"  # the connections the child inherits are open
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: report through the pipe, never return into pytest
+            try:
+                signal.alarm(30)
+                os.write(write, ",".join(answered(n) for n in (200, 201)).encode())
+            finally:
+                os._exit(0)
+        os.close(write)
+        parent = [answered(n) for n in (100, 101)]
+        with os.fdopen(read) as pipe:
+            child = pipe.read()
+        os.waitpid(pid, 0)
+        agent.close()
+    assert parent == ["ok", "ok"]
+    assert child.split(",") == ["ok", "ok"]
+
+    def ports(*tags: str) -> set[int]:
+        return {r.client_port for r in srv.requests if any(tag in json.dumps(r.body) for tag in tags)}
+
+    # every chat and embedding request of the child came on a connection the parent never used
+    assert ports("Q200Q", "Q201Q") and not ports("Q200Q", "Q201Q") & ports("Q1Q", "Q100Q", "Q101Q")

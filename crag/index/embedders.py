@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ConfigError, LLMError, LLMTimeoutError
 from ..llm.bodies import base_url_hint, client_address, credentials_hint, http_client, redirect_note
 from ..llm.deadline import request_deadline
+from ..llm.lease import fork_safe
 from ..llm.retry import (
     BadReplyFailure,
     ConnectionFailure,
@@ -117,6 +118,13 @@ class OpenAIEmbedder:
         self._client = client
         self._dim: int | None = None if base_url else _KNOWN_DIMS.get(model)
         self._lock = threading.Lock()
+        if client is None:  # the client crag makes is not shared with a forked child
+            fork_safe(self)
+
+    def _forked(self) -> None:
+        """In a forked child: the next ``embed`` opens a client of its own (``crag.llm.lease``)."""
+        self._lock = threading.Lock()
+        self._client = None
 
     @property
     def dim(self) -> int:

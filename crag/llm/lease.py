@@ -4,16 +4,39 @@
 closed one's place at once; the old one is closed when the last request using it ends, not
 under it. So an ``Agent`` closed while other threads ask lets those questions finish, and
 an agent asked again after ``close`` simply uses the fresh client (docs/architecture.md).
+
+A process forked from one that holds a client (a server's workers started after the agent
+was made) does not share the parent's connections: two processes writing on one keep-alive
+connection read each other's replies. ``fork_safe`` registers an object whose
+``_forked()`` drops what it holds in the child, before the child runs anything else.
 """
 
 from __future__ import annotations
 
+import os
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["LeasedClient"]
+__all__ = ["LeasedClient", "fork_safe"]
+
+_HOLDERS: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def fork_safe(holder: Any) -> None:
+    """Call ``holder._forked()`` in every process forked from this one while it lives."""
+    _HOLDERS.add(holder)
+
+
+def _in_child() -> None:
+    for holder in list(_HOLDERS):
+        holder._forked()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_in_child)
 
 
 class LeasedClient:
@@ -25,6 +48,14 @@ class LeasedClient:
         self._client = make()
         self._users: dict[int, int] = {}  # id(client) -> requests using it
         self._retired: dict[int, Any] = {}  # closed by ``close`` while in use: closed by its last user
+        fork_safe(self)
+
+    def _forked(self) -> None:
+        """In a forked child: the parent's client and its connections are left to the parent
+        (not closed: closing them here could end the parent's requests)."""
+        self._lock = threading.Lock()
+        self._client = self._make()
+        self._users, self._retired = {}, {}
 
     @contextmanager
     def use(self) -> Iterator[Any]:
