@@ -1854,3 +1854,46 @@ def test_of_several_hosts_the_one_that_refused_the_login_is_named_not_the_last_o
     (line,) = run.stderr.strip().splitlines()
     assert line.startswith(f"crag: error: the PostgreSQL server {redact(uri)} refused the login: "), line
     assert 'role "crag_nobody_here" does not exist' in line and "sekret9" not in run.stderr, line
+
+
+def test_a_process_forked_after_the_agent_searched_reads_on_connections_of_its_own(
+        pg_uri: str, tmp_path: Path, monkeypatch) -> None:
+    """A server that makes its agent and then forks its workers kept, in each child, the
+    parent's per-thread connection: both processes sent queries on one session and read each
+    other's results, so the parent's searches failed ("got no result", "the last operation
+    didn't produce a result", even a ValueError from another query's rows) and the child hung.
+    A forked child now opens its own, and the parent's session is not ended by the child."""
+    from crag import Agent
+
+    docs = make_kb(tmp_path / "docs", n=6)
+    monkeypatch.chdir(tmp_path)
+    agent = Agent.from_env([docs], dotenv=None, environ={}, llm="offline", store=pg_uri, log=False)
+
+    def found(n: int) -> list[str]:
+        said = []
+        for _ in range(15):
+            try:
+                hits = agent.search(f"page {n} edition {n}", top_k=1)
+                said.append("ok" if hits and hits[0].source.endswith(f"page{n:03d}.md") else f"found {hits[:1]}")
+            except Exception as exc:
+                said.append(f"{type(exc).__name__}: {exc}")
+        return said
+
+    assert found(1) == ["ok"] * 15  # the session the child inherits is open
+    read, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report through the pipe, never return into pytest
+        try:
+            signal.alarm(60)
+            os.write(write_end, json.dumps(found(2)).encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    parent = found(4)
+    with os.fdopen(read) as pipe:
+        child = pipe.read()
+    os.waitpid(pid, 0)
+    assert parent == ["ok"] * 15
+    assert child and json.loads(child) == ["ok"] * 15
+    assert found(5) == ["ok"] * 15  # the child's exit ended nothing of the parent's
+    agent.close()

@@ -7,7 +7,8 @@ connection held for a thread that has ended would stay open on the database for 
 of the process. So a thread's connection lives in its thread-local storage alone: when the
 thread ends, the storage goes and a finalizer closes the connection. ``close`` closes those
 of the threads still running; ``connections`` lists them (a benchmark reads their backends'
-CPU time).
+CPU time). A process forked from one holding connections leaves them to its parent and opens
+its own (``_forked``): two processes on one connection read each other's results.
 
 ``open_connection`` opens each (the store's ``connect``), into a UTF8 database only
 (``utf8_database``), and says what a connection that failed says: a server not reached, a
@@ -26,6 +27,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..errors import ConfigError, CragError, IndexStoreError, IndexUnavailableError
+from ..llm.lease import fork_safe
 
 __all__ = ["LOCK_HELD", "PerThread", "bad_value", "connect_failure", "failure_said", "identifier", "open_connection",
            "options_timeout", "refused_reading", "refused_settings", "utf8_database"]
@@ -240,6 +242,25 @@ class PerThread:
         self._open = open
         self._local = threading.local()
         self._held: weakref.WeakSet[_Held] = weakref.WeakSet()
+        self._lock = threading.Lock()
+        fork_safe(self)
+
+    def _forked(self) -> None:
+        """In a forked child: each inherited connection's socket now leads to the null device,
+        so closing it here (as dropping it does) tells the server nothing and the parent keeps
+        its session; every thread of the child opens a connection of its own."""
+        for held in list(self._held):
+            try:
+                fd = held.conn.pgconn.socket
+            except Exception:  # closed, or no socket: nothing of the parent's to keep
+                continue
+            null = os.open(os.devnull, os.O_RDWR)
+            try:
+                os.dup2(null, fd)
+            finally:
+                os.close(null)
+        self._local = threading.local()
+        self._held = weakref.WeakSet()
         self._lock = threading.Lock()
 
     def get(self) -> Any:
