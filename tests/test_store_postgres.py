@@ -1897,3 +1897,31 @@ def test_a_process_forked_after_the_agent_searched_reads_on_connections_of_its_o
     assert child and json.loads(child) == ["ok"] * 15
     assert found(5) == ["ok"] * 15  # the child's exit ended nothing of the parent's
     agent.close()
+
+
+def test_an_update_reads_only_the_postings_of_the_rows_it_removes(
+    pg_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Changing a file removes its rows' postings by (lexeme, id): not every row of its frequent
+    words (a scan by lexeme alone, which made each changed file cost seconds on a large index)."""
+    from crag.index.postgres_update import PostgresUpdate
+
+    kb = tmp_path / "kb"
+    for n in range(300):
+        unique = " ".join(f"word{n}x{k}" for k in range(20))
+        write(kb / f"doc{n:03d}.md", f"# Doc {n}\n\nThe archive server keeps backup records. {unique}.\n")
+    cfg = Settings(store=pg_uri)
+    index_roots(cfg, [kb])
+    write(kb / "doc007.md", "# Doc 7\n\nThe archive server keeps backup records, rewritten.\n")
+    read: list[int] = []
+    commit = PostgresUpdate.commit
+
+    def counted(self: PostgresUpdate) -> int:
+        read.append(self.conn.execute(
+            "SELECT pg_stat_get_xact_tuples_returned('crag.postings_lexeme'::regclass)").fetchone()[0])
+        return commit(self)
+
+    monkeypatch.setattr(PostgresUpdate, "commit", counted)
+    index_roots(cfg, [kb])
+    # doc007's one chunk had 27 postings; "archive", "server", ... each hold 300 rows
+    assert read and read[0] < 100, read

@@ -221,6 +221,11 @@ class PostgresUpdate:
                 "CREATE TEMPORARY TABLE crag_df (tab text NOT NULL, lexeme text NOT NULL, n integer NOT NULL) "
                 "ON COMMIT DROP"
             )
+            # A removed row's postings are found by (lexeme, id) in the b-tree. The planner, which
+            # knows only the average rows of a lexeme, would rather scan each lexeme's rows once
+            # and cache them by lexeme (Memoize): every row of the frequent words, for each file.
+            if self.conn.info.server_version >= 140000:  # PostgreSQL 13 has no Memoize
+                self.conn.execute("SET LOCAL enable_memoize = off")
             if self.bulk:
                 self.next_chunk_id = 1
                 self.next_file_id = 1
