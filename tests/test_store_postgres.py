@@ -1297,6 +1297,8 @@ DAMAGE = [
     ("DROP TABLE crag.chunks CASCADE", "table crag.chunks is missing"),
     ("DROP TABLE crag.postings", "table crag.postings is missing"),
     ("DROP TABLE crag.migrations", "table crag.migrations is missing"),
+    # emptied: a search said "no index", and `crag index` failed on "relation meta already exists"
+    ("DELETE FROM crag.migrations", "table crag.migrations is empty"),
     ("ALTER TABLE crag.files DROP COLUMN dl", "column crag.files.dl is missing"),
     ("DROP FUNCTION crag.fts_text CASCADE", "column crag.chunks.tsv is missing"),
     ("DROP FUNCTION crag.fold_diacritics CASCADE", "function crag.fold_diacritics is missing"),
