@@ -75,6 +75,7 @@ READ_TIMEOUT_MS = 120_000
 
 _ENABLE_VECTOR = "CREATE EXTENSION vector;"
 _FUNCTIONS = (f"{SCHEMA}.fold_diacritics", f"{SCHEMA}.fts_text")
+_FULL_TEXT = ("postings", "terms", "file_postings", "file_terms")  # derived from the chunks: never empty beside them
 # meta values readers turn into numbers (the first ones always present in a published state)
 _INT_META = ("version", "chunks", "dim", "next_chunk_id", "next_file_id", "text_files")
 _FLOAT_META = ("avgdl_chunks", "avgdl_files")
@@ -434,6 +435,13 @@ class PostgresStore:
             ).fetchone()
             if not rows == listed == int(meta["chunks"]):
                 what = f"{rows} chunk rows, {listed} listed by its files, {meta['chunks']} recorded"
+        if what is None:  # the full-text tables emptied by hand (TRUNCATE) while chunks have words
+            found = conn.execute(
+                "SELECT " + ", ".join(f"EXISTS (SELECT FROM {SCHEMA}.{t})" for t in _FULL_TEXT)
+                + f", EXISTS (SELECT FROM {SCHEMA}.chunks WHERE length(tsv) > 0)"
+            ).fetchone()
+            if found[-1]:
+                what = next((f"table {SCHEMA}.{t} is empty" for t, there in zip(_FULL_TEXT, found) if not there), None)
         if what is not None:
             raise self._damaged(what)
         roots = tuple(r for (r,) in conn.execute(f"SELECT path FROM {SCHEMA}.roots ORDER BY path"))
