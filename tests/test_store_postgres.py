@@ -1675,19 +1675,24 @@ def test_a_search_stopped_by_the_users_own_statement_timeout_names_that_timeout(
         admin.rollback()
 
 
-@pytest.mark.parametrize("how", ["uri", "environment"])
+@pytest.mark.parametrize("how", ["uri", "environment", "role"])
 def test_the_users_statement_timeout_is_named_when_it_stops_crags_first_statements(
     pg_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
 ) -> None:
     """A statement_timeout of 1 or 2 ms stopped the statements that open the index (its format,
     read before crag recorded the user's timeout): the line said "within 120 s", crag's own,
-    which that session never had. A lock on crag.migrations stops them here, at 300 ms."""
+    which that session never had. A lock on crag.migrations stops them here, at 300 ms. The
+    role's (``ALTER ROLE ... SET``), which no option shows, was still said to be crag's 120 s."""
     import psycopg
 
     index_roots(Settings(store=pg_uri), [make_kb(tmp_path / "kb")])
     uri = pg_uri + "&options=-c%20statement_timeout%3D300" if how == "uri" else pg_uri
     if how == "environment":
         monkeypatch.setenv("PGOPTIONS", "-c statement_timeout=300")
+    if how == "role":  # in this test's database alone
+        with psycopg.connect(pg_uri, autocommit=True) as admin:
+            admin.execute("DO $$ BEGIN EXECUTE format('ALTER ROLE %I IN DATABASE %I SET statement_timeout = 300', "
+                          "current_user, current_database()); END $$")
     with psycopg.connect(pg_uri) as admin:
         admin.execute("LOCK TABLE crag.migrations IN ACCESS EXCLUSIVE MODE")
         with pytest.raises(IndexStoreError) as caught:

@@ -53,6 +53,7 @@ from .postgres_connections import (
     open_connection,
     options_timeout,
     refused_reading,
+    sessions_timeout,
 )
 from .postgres_schema import COLUMNS, MIGRATIONS, SCHEMA, SCHEMA_VERSION, vector_literal
 from .postgres_search import PostgresRetriever
@@ -183,7 +184,8 @@ class PostgresStore:
         errors = self.psycopg.errors
         if isinstance(exc, errors.QueryCanceled) and not writing:
             # not recorded: stopped before ``reading`` ran (or on a session it never runs on, as ``state``'s)
-            users = self._users_timeout or options_timeout(self.psycopg.conninfo.conninfo_to_dict(self.uri))
+            users = (self._users_timeout or options_timeout(self.psycopg.conninfo.conninfo_to_dict(self.uri))
+                     or sessions_timeout(self.connect, (IndexStoreError, ConfigError, self.psycopg.Error)))
             within = (f"{users} (its statement_timeout, set by KB_AGENT_STORE's options, PGOPTIONS or the role; "
                       if users else f"{READ_TIMEOUT_MS / 1000:g} s (")
             return IndexUnavailableError(

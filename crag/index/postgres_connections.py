@@ -225,6 +225,17 @@ def options_timeout(params: Mapping[str, Any]) -> str | None:
     return found[-1] + "ms" if found[-1].isdigit() else found[-1]
 
 
+def sessions_timeout(connect: Callable[[], Any], errors: tuple[type[BaseException], ...]) -> str | None:
+    """The statement_timeout a new session starts with (the role's, or the options'), as the
+    server shows it (``1ms``), or None: none, or it could not be read (``errors``)."""
+    try:
+        with connect() as conn:
+            value = conn.execute("SELECT current_setting('statement_timeout')").fetchone()[0]
+    except errors:
+        return None
+    return None if value == "0" else value
+
+
 class _Held:
     """A thread's connection; closing it is the holder's finalizer."""
 
