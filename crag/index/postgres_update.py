@@ -221,11 +221,6 @@ class PostgresUpdate:
                 "CREATE TEMPORARY TABLE crag_df (tab text NOT NULL, lexeme text NOT NULL, n integer NOT NULL) "
                 "ON COMMIT DROP"
             )
-            # A removed row's postings are found by (lexeme, id) in the b-tree. The planner, which
-            # knows only the average rows of a lexeme, would rather scan each lexeme's rows once
-            # and cache them by lexeme (Memoize): every row of the frequent words, for each file.
-            if self.conn.info.server_version >= 140000:  # PostgreSQL 13 has no Memoize
-                self.conn.execute("SET LOCAL enable_memoize = off")
             if self.bulk:
                 self.next_chunk_id = 1
                 self.next_file_id = 1
@@ -272,13 +267,27 @@ class PostgresUpdate:
             if table == "files":  # and what an older crag derived from the file's own tsv (its whole text)
                 gone += f" UNION SELECT u.lexeme, c.id FROM {SCHEMA}.files c, unnest(c.tsv) AS u WHERE {where}"
                 params = [*params, *params]
-            sql = (f"WITH gone AS ({gone}), d AS (DELETE FROM {SCHEMA}.{postings} p "
+            sql = (f"WITH gone AS MATERIALIZED ({gone}), d AS (DELETE FROM {SCHEMA}.{postings} p "
                    f"USING gone WHERE p.lexeme = gone.lexeme AND p.{key} = gone.id RETURNING p.lexeme) "
                    "INSERT INTO crag_df SELECT %s, lexeme, -count(*) FROM d GROUP BY lexeme")
         else:
             sql = (f"WITH p AS (INSERT INTO {SCHEMA}.{postings} {postings_of(table, where)} RETURNING lexeme) "
                    "INSERT INTO crag_df SELECT %s, lexeme, count(*) FROM p GROUP BY lexeme")
+        if not remove:
+            self._execute(sql, [*params, table])
+            return
+        # A removed row's postings are found by (lexeme, id) in the b-tree, a few probes a row.
+        # The planner, which knows only the average rows of a lexeme, would rather read each
+        # lexeme's rows once, cached by lexeme (Memoize), or all of them (a merge or hash join):
+        # every row of the frequent words, for each file removed, seconds a file on a large index.
+        plans = ("enable_hashjoin", "enable_mergejoin")
+        if self.conn.info.server_version >= 140000:  # PostgreSQL 13 has no Memoize
+            plans += ("enable_memoize",)
+        for plan in plans:
+            self._execute(f"SET LOCAL {plan} = off")
         self._execute(sql, [*params, table])
+        for plan in plans:
+            self._execute(f"RESET {plan}")
 
     def remove_file(self, path: str) -> None:
         self._postings("chunks", f"c.file_id = (SELECT id FROM {SCHEMA}.files WHERE path = %s)", (path,), remove=True)
