@@ -33,6 +33,7 @@ from .errors import CragError, LLMContextError, LLMError, ToolError, UsageError
 from .events import AnswerDelta, AnswerStarted, EventHandler, NodeFinished, NodeStarted, RetryWaiting
 from .graph import END, START, TRANSITIONS, GraphError, Node, Outcome, next_node
 from .grounding import missing
+from .llm.lease import fork_safe
 from .llm.retry import WINDOW_ADVICE, reporting_waits
 from .nodes import NODES, NodeConfig
 from .nodes.synthesize import asked, verdict_may_rewrite
@@ -148,6 +149,13 @@ class Driver:
         self._lock = threading.Lock()
         self.learnt_window: int | None = None  # the smallest window a server asked for so far
         self._fitted: dict[int, NodeConfig] = {}
+        fork_safe(self)
+
+    def _forked(self) -> None:
+        """In a forked child: the tool threads stayed in the parent (a pool without them would
+        wait for ever); the child's next plan of several calls starts threads of its own."""
+        self._pool = None
+        self._lock = threading.Lock()
 
     def close(self) -> None:
         with self._lock:

@@ -288,3 +288,41 @@ def test_a_process_forked_after_the_agent_asked_sends_its_requests_on_connection
 
     # every chat and embedding request of the child came on a connection the parent never used
     assert ports("Q200Q", "Q201Q") and not ports("Q200Q", "Q201Q") & ports("Q1Q", "Q100Q", "Q101Q")
+
+
+def test_a_process_forked_after_the_agent_ran_tools_at_once_runs_them_on_threads_of_its_own(
+        tmp_path, monkeypatch) -> None:
+    """A plan of two searches runs them on the agent's tool threads. A process forked after
+    such a question (a ``gunicorn --preload`` worker) inherited the pool but not its threads:
+    its first plan of two searches waited for ever for threads that were not there."""
+    import signal
+    import time
+
+    from .fakes import plan
+
+    docs = kb(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    with FakeOpenAIServer() as srv:
+        srv.default("analyze_and_route", route("simple"))
+        srv.default("plan", plan(("vector_search", {"query": "bravo port"}), ("grep_search", {"pattern": "bravo"})))
+        srv.default("synthesize", "The bravo service listens on port 805 [1].")
+        agent = Agent.from_env([docs], dotenv=None, environ={}, openai_base_url=srv.base_url, llm_timeout=5,
+                               llm_max_retries=0, log=False, index_dir=str(tmp_path / "index"))
+        question = "Which port does the bravo service listen on?"
+        assert agent.ask(question).citations  # the tool threads ran both searches, and are idle
+        time.sleep(0.2)
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: report through the pipe, never return into pytest
+            try:
+                signal.alarm(10)
+                os.write(write, b"ok" if agent.ask(question).citations else b"no citation")
+            finally:
+                os._exit(0)
+        os.close(write)
+        with os.fdopen(read) as pipe:
+            child = pipe.read()
+        os.waitpid(pid, 0)
+        assert agent.ask(question).citations  # the parent's threads still run its tools
+        agent.close()
+    assert child == "ok"
