@@ -279,7 +279,7 @@ class Agent:
     ) -> Answer:
         """Answer one question. ``history`` is a list of ``{"role", "content"}`` dicts or Messages."""
         _check_text("the question", question)
-        _check_handler(on_event)
+        on_event = _check_handler(on_event)
         limit = input_limit(self.settings)
         if len(question) > limit and len(question := question.strip()) > limit:
             raise too_long("the question", len(question), self.settings)
@@ -335,7 +335,7 @@ class Agent:
 
         from .llm.deadline import cancellable
 
-        _check_handler(on_event)
+        on_event = _check_handler(on_event)
         turns = parse_history(history)
         context = contextvars.copy_context()  # as asyncio.to_thread does
         loop = asyncio.get_running_loop()
@@ -381,20 +381,22 @@ class Agent:
         ``result`` (the ``Answer``). ``crag.stream`` says what the chunks are and when."""
         from .stream import AnswerStream
 
-        return AnswerStream(self._streamed(question, history, on_event), self.settings.grounding, on_event)
+        return AnswerStream(*self._streamed(question, history, on_event))
 
     def astream(self, question: str, history: Iterable[Any] = (), on_event: EventHandler | None = None) -> AsyncAnswerStream:
         """``stream`` for an event loop: ``async for chunk in agent.astream(...)``, then ``.result``."""
         from .stream import AsyncAnswerStream
 
-        return AsyncAnswerStream(self._streamed(question, history, on_event), self.settings.grounding, on_event)
+        return AsyncAnswerStream(*self._streamed(question, history, on_event))
 
-    def _streamed(self, question: str, history: Iterable[Any], on_event: EventHandler | None) -> Callable[[EventHandler], Answer]:
-        """The streamed run of ``ask``, checked now, run when the stream is iterated."""
+    def _streamed(self, question: str, history: Iterable[Any],
+                  on_event: EventHandler | None) -> tuple[Callable[[EventHandler], Answer], str, EventHandler | None]:
+        """The streamed run of ``ask``, checked now, run when the stream is iterated; the
+        grounding and the checked ``on_event`` the stream hands its events to."""
         _check_text("the question", question)
-        _check_handler(on_event)
+        on_event = _check_handler(on_event)
         turns = parse_history(history)
-        return lambda on_event: self.ask(question, turns, on_event, stream=True)
+        return lambda relay: self.ask(question, turns, relay, stream=True), self.settings.grounding, on_event
 
     def search(self, query: str, top_k: int | None = None) -> tuple[EvidenceItem, ...]:
         """The knowledge-base passages that best match ``query``, best first: retrieval alone,
@@ -456,15 +458,28 @@ def _warn_about_configuration(environ: Mapping[str, str] | None, dotenv: str | o
         warnings.warn(CragWarning(warning), stacklevel=3)
 
 
-def _check_handler(on_event: object) -> None:
+def _check_handler(on_event: Any) -> EventHandler | None:
+    """``on_event`` checked, and refused (``UsageError``) at its first event when it returns a
+    coroutine (``lambda event: queue.put(event)``): crag never awaits what it returns."""
     if on_event is not None and not callable(on_event):
         raise UsageError(f"on_event must be callable (it receives each crag.Event), not {type(on_event).__name__}")
-    from inspect import iscoroutinefunction
+    from inspect import iscoroutine, iscoroutinefunction
 
     if on_event is not None and (iscoroutinefunction(on_event) or iscoroutinefunction(type(on_event).__call__)):
         # crag calls the handler and never awaits it: every event would be lost unseen
         raise UsageError("on_event must be a plain function, not async: crag calls it without awaiting it "
                          "(under aask and astream on the event loop's thread, so it may put_nowait on an asyncio.Queue)")
+    if on_event is None:
+        return None
+
+    def called(event: Any) -> None:
+        if iscoroutine(result := on_event(event)):  # every event would be lost unseen, as above
+            result.close()
+            raise UsageError("on_event must be a plain function, not async: it returned a coroutine, which crag never "
+                             "awaits (under aask and astream it runs on the event loop's thread: put_nowait on an "
+                             "asyncio.Queue, or create_task)")
+
+    return called
 
 
 def _on_loop(on_event: EventHandler, loop: Any, cancel: Any) -> EventHandler:

@@ -468,6 +468,43 @@ def test_an_async_event_handler_is_a_usage_error_not_every_event_lost() -> None:
     assert agent.ask("hi", on_event=seen.append).answer.startswith("Hello!") and seen  # a plain one is called
 
 
+def test_a_plain_handler_that_returns_a_coroutine_is_a_usage_error_at_its_first_event() -> None:
+    """``on_event=lambda event: queue.put(event)`` (an ``asyncio.Queue``'s ``put`` is async) is
+    a plain function, so it passed the check for an ``async def`` handler, and each event it
+    was given became a coroutine never awaited: the handler saw nothing and the answer came
+    back as if all was well. A handler that schedules a task (``create_task``) still works."""
+    model = ScriptedChatModel({"analyze_and_route": [route("chitchat")] * 4, "synthesize": ["Hello!"] * 4})
+    agent = Agent(model, FakeToolbox(), Settings())
+    put: list[object] = []
+
+    async def store(event) -> None:
+        put.append(event)
+
+    def forward(event):
+        return store(event)
+
+    async def streamed() -> str:
+        return "".join([chunk async for chunk in agent.astream("hi", on_event=forward)])
+
+    refused = r"^on_event must be a plain function, not async: it returned a coroutine"
+    with pytest.raises(crag.UsageError, match=refused):
+        agent.ask("hi", on_event=forward)
+    with pytest.raises(crag.UsageError, match=refused):
+        asyncio.run(agent.aask("hi", on_event=forward))
+    assert not model.calls("analyze_and_route")  # refused before any call to the model
+    with pytest.raises(crag.UsageError, match=refused):
+        "".join(agent.stream("hi", on_event=forward))
+    with pytest.raises(crag.UsageError, match=refused):
+        asyncio.run(streamed())
+    assert not put
+
+    async def scheduled() -> crag.Answer:
+        answer = await agent.aask("hi", on_event=lambda event: asyncio.get_running_loop().create_task(store(event)))
+        await asyncio.sleep(0)
+        return answer
+
+    assert asyncio.run(scheduled()).answer.startswith("Hello!") and put
+
 def test_every_error_crag_raises_on_purpose_can_be_caught_by_its_name_from_crag() -> None:
     """``crag.IndexFormatError`` (an index written by a newer crag) was raised to library users
     but was no name of ``crag``, unlike its sibling ``crag.EmbedderMismatchError``."""
