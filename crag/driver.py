@@ -22,6 +22,7 @@ import math
 import queue
 import re
 import threading
+import unicodedata
 from collections.abc import Iterator, Sequence
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from typing import Any
@@ -176,10 +177,13 @@ class Driver:
         on_event: EventHandler | None = None,
         stream: bool = False,
     ) -> AgentState:
-        """Answer ``question``; returns the final state (``state.answer`` holds the text)."""
+        """Answer ``question``; returns the final state (``state.answer`` holds the text). The
+        question is read composed (NFC): written decomposed (a name copied on macOS, Korean as
+        jamo), its words were none of the composed evidence's, and a right answer was judged
+        about something else."""
         window = self.learnt_window
         state = AgentState(
-            question=question,
+            question=unicodedata.normalize("NFC", question),
             history=tuple(history),
             usage=Usage(model=getattr(self.model, "model", "")),
             context_window=window,

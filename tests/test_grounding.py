@@ -1358,3 +1358,21 @@ def test_without_a_thing_still_negates_that_thing(passage, answer):
     there is none, and an answer saying there is one is not supported."""
     item = EvidenceItem("vector_search", "kb/snarfle.md", f"# Snarfle\n\n{passage}\n", 1, 3, 0.9)
     assert ground(answer, [item], "note", "What happens when the snarfle backup is restored?").report.supported == 0
+
+
+def test_a_question_written_decomposed_is_answered_as_the_same_question_composed() -> None:
+    """A question written decomposed (NFD: Korean as jamo, as a name copied on macOS holds it)
+    found its passage, but its words were none of the composed passage's: the right answer was
+    judged about something else and replaced, where the same question composed was answered."""
+    import unicodedata
+
+    item = EvidenceItem("vector_search", "kb/ko.md", "# 설정\n\n서버 설정은 매일 갱신됩니다.", 1, 3, 0.5)
+    question = "서버 설정은 언제 갱신되나요?"
+    answers = []
+    for form in ("NFC", "NFD"):
+        replies = {"analyze_and_route": [route("simple")], "plan": [search_plan("서버 설정")],
+                   "synthesize": ["서버 설정은 매일 갱신됩니다 [1]."]}
+        agent = Agent(ScriptedChatModel(replies), FakeToolbox({"vector_search": [[item]]}), Settings())
+        result = agent.ask(unicodedata.normalize(form, question))
+        answers.append((result.state.grounding.verdict, result.answer.split("\n")[0]))
+    assert answers[1] == answers[0] == ("answered", "서버 설정은 매일 갱신됩니다 [1].")
