@@ -293,6 +293,18 @@ def test_read_file_finds_a_name_written_in_another_unicode_form_than_on_disk(env
         run(box, "read_file", path=unicodedata.normalize("NFC", str(base / "outside" / "secret.md")))
 
 
+def test_read_file_finds_a_name_in_another_unicode_form_under_the_home_folder(env, monkeypatch) -> None:
+    """A path from the home folder (``~/...``), read as everywhere else, found no file named in
+    another Unicode form than the one typed: the home folder was looked for as a folder named "~"."""
+    box, kb, base = env
+    monkeypatch.setenv("HOME", str(base))
+    write(kb / unicodedata.normalize("NFD", "café.md"), "The espresso machine is cleaned daily.\n")
+    [read] = run(box, "read_file", path="~/work/kb/café.md")
+    assert read.text.startswith("The espresso machine")
+    with pytest.raises(ToolError, match="is outside the knowledge base"):
+        run(box, "read_file", path="~/outside/secret.md")
+
+
 @pytest.mark.parametrize(
     "path",
     ["../outside/secret.md", "../../outside/secret.md", "{outside}/secret.md", ".env", "kb/.env", "/etc/passwd",

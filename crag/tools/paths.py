@@ -57,7 +57,7 @@ def _respelled(requested: str, bases: Sequence[str]) -> str | None:
     their Unicode form: macOS writes file names decomposed (NFD: ``ë`` as ``e`` and a combining
     diaeresis, ``가`` as two jamo), a keyboard and a model write them composed (NFC). The first
     base (``bases``, for a relative path) under which every name is found; None when none is."""
-    path = unicodedata.normalize("NFC", requested.strip())
+    path = unicodedata.normalize("NFC", os.path.expanduser(requested.strip()))  # "~/...": as ``_resolve`` reads it
     names = [n for n in path.replace("\\", "/").split("/") if n]
     for base in [os.sep] if os.path.isabs(path) else bases:
         current = base
