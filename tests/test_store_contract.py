@@ -378,6 +378,21 @@ def test_a_query_written_decomposed_finds_the_words_of_every_script_in_every_sto
                 assert nfd(word) != word and [Path(h.path).name for h in hits][:1] == [name], (word, mode, hits)
 
 
+def test_a_query_written_decomposed_is_embedded_as_the_same_query_composed(kb: Path, cfg: Settings) -> None:
+    """A query in NFD found its Korean passage by full text, but its vector was that of other
+    words (jamo): every hit scored 0 and the vectors ranked nothing, where the same query
+    composed scored and ranked its hits."""
+    write(kb / "ko.md", "# 서버 설정\n\n서버 설정은 매일 갱신됩니다.\n")
+    write(kb / "ko_notes.md", "# 회의록\n\n오늘 회의에서 점심 메뉴와 휴가 일정을 논의했습니다.\n")
+    index_roots(cfg, [kb])
+    query = "서버 설정 갱신"
+    with open_index(cfg) as reader:
+        for mode in ("vector", "hybrid"):
+            composed = [(h.path, round(h.score, 6)) for h in reader.search(query, 3, mode=mode)]
+            decomposed = [(h.path, round(h.score, 6)) for h in reader.search(unicodedata.normalize("NFD", query), 3, mode=mode)]
+            assert decomposed == composed and composed[0][1] > 0, (mode, decomposed, composed)
+
+
 def test_a_word_of_a_document_is_found_at_the_end_of_a_long_query(kb: Path, cfg: Settings) -> None:
     """A pasted page of text: the one word a document holds counts wherever it stands. The
     full-text ranking used to keep the first 32 words of a query, so a word past them was

@@ -82,7 +82,7 @@ def hybrid_search(
     if top_k <= 0 or not query.strip():
         return []
     pool = max(weights.candidates, top_k)
-    qvec = retriever.embed_query(query)
+    qvec = retriever.embed_query(unicodedata.normalize("NFC", query))  # a query written decomposed: its words' vector
     vec_rank = retriever.vector_ranking(qvec, pool, roots) if mode != "lexical" else []
     lex_rank = retriever.lexical_ranking(query, pool, roots) if mode != "vector" else []
     if mode == "hybrid" and vec_rank and lex_rank:
