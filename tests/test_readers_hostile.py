@@ -291,6 +291,8 @@ def test_html_text_keeps_every_piece_on_its_source_line() -> None:
     assert read(b"<script>if (a<b) x</script>ok<STYLE>p{}</style >Z") == "ok Z\n"
     assert read(b"text <a unterminated") == "text\n" and read(b"x<!-- open comment") == "x\n"
     assert read(b"<p>\n\n  hello\n   world <i>x</i>y</p>\n\n") == "\n\nhello\nworld x y\n"
+    # a line break an entity writes in a <pre> (as code highlighters do) moved every later line down one
+    assert read(b"<pre>a&#10;b&#13;c</pre>\n<p>X</p>") == "a b c\nX\n"
 
 
 def test_no_mutation_of_a_valid_docx_escapes_the_reader(tmp_path: Path) -> None:

@@ -39,6 +39,9 @@ _TAG_STOP = re.compile(r"[>\"']")
 _CHECK_EVERY = 1024  # constructs scanned between two calls of html_text's `check`
 _COMMENT_END = re.compile(r"--!?>")
 _RAW_END = {name: re.compile(rf"</{name}[\t\n\f\r />]", re.IGNORECASE) for name in _RAW}
+# A <pre>'s text as it is, but soft hyphens dropped and a line break an entity writes ("&#10;")
+# read as a space: each line of text stays on its line of the source.
+_PRE_TEXT = str.maketrans({"\xad": None, "\r": " ", "\n": " "})
 
 
 # Where a page may declare its character set, and how: ``<meta charset=...>``, the charset of a
@@ -145,7 +148,7 @@ def html_text(text: str, check: Callable[[int], None] | None = None) -> str:
             k = line + text.count("\n", pos, data_start)
             for n_, part in enumerate(text[data_start:end].split("\n")):
                 if pre and part:
-                    put(k + n_, (html.unescape(part).replace("\xad", ""), True))
+                    put(k + n_, (html.unescape(part).translate(_PRE_TEXT), True))
                 elif part.strip():
                     words = " ".join(html.unescape(part).replace("\xad", "").split())
                     if words:
