@@ -41,6 +41,15 @@ def test_a_page_or_a_text_named_pdf_is_refused_saying_what_it_is(tmp_path: Path)
     assert refusal("g.pdf", pdf[:200]).startswith("pypdf cannot read it (")
 
 
+def test_a_git_lfs_pointer_in_a_documents_place_says_how_to_fetch_the_document() -> None:
+    """A clone made without Git LFS's files holds a pointer of three lines in place of each PDF:
+    the reason was pypdf's "Stream has ended unexpectedly", as if every PDF were damaged."""
+    pointer = (b"version https://git-lfs.github.com/spec/v1\n"
+               b"oid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\nsize 12345\n")
+    for name in ("guide.pdf", "report.docx", "page.html"):
+        assert refusal(name, pointer) == "it is a Git LFS pointer, not the file itself: run git lfs pull to fetch it"
+
+
 def test_a_pdf_or_a_page_named_docx_is_refused_saying_what_it_is(tmp_path: Path) -> None:
     pdf = make_pdf(tmp_path / "guide.pdf", [["Page one."]]).read_bytes()
     assert refusal("guide.docx", pdf) == "it is not a DOCX but a PDF: rename it to .pdf to index it"

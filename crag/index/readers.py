@@ -26,8 +26,8 @@ it among the files skipped for their type, with the ``pip install`` that include
 A reader is a boundary (``read_document``): whatever its library raises, a text over
 ``MAX_TEXT_BYTES`` (checked as the text is read), a PDF of more than ``MAX_PDF_PAGES`` pages, a DOCX that unpacks to more
 than ``MAX_DOCX_XML_BYTES`` (or at more than ``MAX_ZIP_RATIO`` to one), binary data named
-``.html``, a read that takes longer than ``TIME_BUDGET_SECONDS``, a document with no text (a
-scanned PDF): each is a ``ValueError``
+``.html``, a Git LFS pointer in the file's place, a read that takes longer than
+``TIME_BUDGET_SECONDS``, a document with no text (a scanned PDF): each is a ``ValueError``
 with one line saying why, which the indexer reports as a skipped file and the tools as a
 file they cannot read. The libraries' own log lines (pypdf logs what it repairs) are
 caught while a reader runs, never printed; the last one joins the reason when the library
@@ -152,9 +152,15 @@ def _one_line(text: str, limit: int = 200) -> str:
     return words if len(words) <= limit else words[: limit - 3] + "..."
 
 
+# What a clone made without Git LFS's files holds in place of each: a pointer of a few lines of text.
+_LFS_POINTER = re.compile(rb"version https://git-lfs\.github\.com/spec/v\d+\n")
+
+
 def read_document(reader: Reader, data: bytes) -> str:
     """``reader.read(data)`` behind the boundary (see the module docstring): its text, or
     ``ValueError`` with one line saying why not."""
+    if len(data) < 1024 and _LFS_POINTER.match(data):  # no parser's error can say what it is
+        raise ValueError("it is a Git LFS pointer, not the file itself: run git lfs pull to fetch it")
     with _caught_logs() as logged:
         try:
             text = reader.read(data)
