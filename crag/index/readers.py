@@ -9,7 +9,7 @@ it among the files skipped for their type, with the ``pip install`` that include
 * **PDF** (``pypdf``, extra ``pdf``): page after page, each starting at line
   ``(page - 1) * PAGE_LINES + 1`` (``crag.pages``), so a citation reads ``guide.pdf:p3:L12``:
   page 3, the 12th line of text on it, the values filled into its form fields after its text;
-  ligatures ("ﬁ") read as their letters. A PDF
+  ligatures ("ﬁ") read as their letters (``crag.index.pdf_text``). A PDF
   encrypted with an empty user password (one that opens without asking) is read; one that
   needs a password is not.
 * **DOCX** (``python-docx``, extra ``docx``): one line per paragraph or table row, in the
@@ -54,6 +54,7 @@ from attrs import frozen
 from ..pages import PAGE_LINES
 from ..safe_text import display_name
 from .decoding import UTF16_BOMS, decode_text, utf16_codec, utf16_text
+from .pdf_text import LIGATURES, form_values, joined_hyphens
 
 __all__ = [
     "DISTRIBUTION", "MAX_DOCX_XML_BYTES", "MAX_PDF_PAGES", "MAX_TEXT_BYTES", "READERS", "UTF16_BOMS",
@@ -221,10 +222,10 @@ def _pdf(data: bytes) -> str:
         pages = []
         for page in reader.pages:
             text = page.extract_text(visitor_operand_before=budget.check) or ""
-            values = _form_values(page, text)
+            values = form_values(page, text)
             if values:
                 text = "\n".join([*([text.rstrip("\n")] if text.strip() else []), *values])
-            pages.append(text.translate(_LIGATURES))
+            pages.append(text.translate(LIGATURES))
             budget.add(pages[-1])
     except PyPdfError as exc:
         other = _sniffed(data)
@@ -241,74 +242,13 @@ def _pdf(data: bytes) -> str:
                        "crag reads only a PDF's text (run OCR on it to index it)" if pages else "the PDF has no pages")
     out: list[str] = []
     for text in pages:
-        lines = _joined_hyphens([line.rstrip() for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n")])
+        lines = joined_hyphens([line.rstrip() for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n")])
         if len(lines) > PAGE_LINES:  # keep every word, on the page's last line (the chunker cuts it)
             lines[PAGE_LINES - 1 :] = [" ".join(lines[PAGE_LINES - 1 :])]
         out += lines + [""] * (PAGE_LINES - len(lines))
     while out and not out[-1]:
         out.pop()
     return "\n".join(out) + "\n" if out else ""
-
-
-def _form_values(page: object, text: str) -> list[str]:
-    """The lines of the values filled into the form fields of ``page``, top to bottom and left to
-    right (a value the page's text already shows, a flattened form's, is not read twice). A
-    damaged annotation costs its own values, never the page's text nor another field's."""
-    found: list[tuple[float, float, str]] = []
-    try:
-        annotations = list(page.get("/Annots") or [])  # type: ignore[attr-defined]
-    except Exception:  # pypdf's objects of a damaged file raise anything (a broken reference, say)
-        return []
-    for ref in annotations:
-        try:
-            found += [place for place in _widget_values(ref.get_object()) if place[2] not in text]
-        except Exception:  # a Rect of names, a value that is a broken reference
-            continue
-    return [v for _, _, v in sorted(found)]
-
-
-def _widget_values(widget: object) -> list[tuple[float, float, str]]:
-    """The text values of one form widget, each with its place (from the top, from the left)."""
-    from pypdf.generic import TextStringObject
-
-    if not hasattr(widget, "get") or widget.get("/Subtype") != "/Widget":
-        return []
-    field, value = widget, None
-    for _ in range(8):  # a widget's value may be on its parent field (a field with several widgets)
-        value = field.get("/V")
-        if value is not None or "/Parent" not in field:
-            break
-        field = field["/Parent"].get_object()
-    values = value if isinstance(value, list) else [value]  # a list box's choices
-    shown = [" ".join(str(v).split()) for v in values if isinstance(v, TextStringObject) and str(v).strip()]
-    rect = [float(x) for x in widget.get("/Rect") or [0, 0, 0, 0]][:4]
-    return [(-max(rect[1], rect[3]), min(rect[0], rect[2]), v) for v in shown]
-
-
-# A word a typesetter broke at a line's end ("infor-" / "mation"): letters before the hyphen and a
-# lower-case letter after it.
-_BROKEN = re.compile(r"(?<![\w-])([^\W\d_]{2,})-$")
-_REST = re.compile(r"([^\W\d_](?:[\w'’-]*[\w'’])?)([,.;:!?)\]]*)\s*(.*)")
-
-
-def _joined_hyphens(lines: list[str]) -> list[str]:
-    """A page's lines with each word broken at a line's end written whole on the first line (the
-    rest of the next line stays where it is, so every line keeps its number): what a person reads
-    and searches for. A compound broken at its own hyphen ("well-" / "known") loses that hyphen,
-    as in other PDF readers that join broken words."""
-    for i in range(len(lines) - 1):
-        broken = _BROKEN.search(lines[i])
-        nxt = lines[i + 1].lstrip()
-        rest = _REST.fullmatch(nxt) if broken and nxt[:1].islower() else None
-        if rest and rest.group(1) not in ("and", "or", "to"):  # "pre-" / "and post-war": a suspended hyphen
-            lines[i] = lines[i][: broken.start()] + broken.group(1) + rest.group(1) + rest.group(2)
-            lines[i + 1] = rest.group(3)
-    return lines
-
-
-# A PDF's typographic ligatures (U+FB00-FB06) as the letters a person types, soft hyphens dropped.
-_LIGATURES = str.maketrans({"\ufb00": "ff", "\ufb01": "fi", "\ufb02": "fl", "\ufb03": "ffi", "\ufb04": "ffl",
-                            "\ufb05": "st", "\ufb06": "st", "\xad": None})
 
 
 _OLE = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"  # the signature of an OLE compound file
