@@ -240,6 +240,47 @@ def test_docx_zip_bombs_are_refused_by_their_declared_sizes(folder: Path, monkey
     assert why["docs/big.docx"] == "its XML unpacks to 3.6 MiB; crag reads at most 2 MiB"
 
 
+def docx_with_picture(path: Path, picture: bytes) -> Path:
+    """A real DOCX whose body refers to the bitmap ``picture`` (as an inserted picture does),
+    stored in the archive as it is."""
+    make_docx(path)
+    with zipfile.ZipFile(path) as z:
+        parts = {i.filename: z.read(i) for i in z.infolist()}
+    parts["[Content_Types].xml"] = parts["[Content_Types].xml"].replace(
+        b"<Default Extension=", b'<Default Extension="bmp" ContentType="image/bmp"/><Default Extension=', 1)
+    parts["word/_rels/document.xml.rels"] = parts["word/_rels/document.xml.rels"].replace(b"</Relationships>", (
+        b'<Relationship Id="rIdPicture" Target="media/image1.bmp" '
+        b'Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/image"/></Relationships>'))
+    parts["word/media/image1.bmp"] = picture
+    with zipfile.ZipFile(path, "w") as z:
+        for name, data in parts.items():
+            z.writestr(name, data)
+    return path
+
+
+def test_a_docx_is_read_from_its_xml_alone_never_unpacking_its_pictures(tmp_path: Path, monkeypatch) -> None:
+    """python-docx unpacked every part a relationship reaches: a 28 MB DOCX holding 1.5 GiB of
+    bitmap took 3.4 GB of memory and 23 s to index, and a picture damaged in the archive cost the
+    document its text ("python-docx cannot read it (BadZipFile: Bad CRC-32 ...)")."""
+    picture = b"BM" + bytes(4096)
+    data = docx_with_picture(tmp_path / "report.docx", picture).read_bytes()
+    unpacked: list[str] = []
+    real_open = zipfile.ZipFile.open
+
+    def open_part(self: zipfile.ZipFile, name: str | zipfile.ZipInfo, mode: str = "r", *args: object, **kwargs: object):
+        info = name if isinstance(name, zipfile.ZipInfo) else self.getinfo(name)
+        if mode == "r" and info.file_size:
+            unpacked.append(info.filename)
+        return real_open(self, name, mode, *args, **kwargs)
+
+    monkeypatch.setattr(zipfile.ZipFile, "open", open_part)
+    assert "The gearbox ships in March." in read_document(DOCX_READER, data)
+    assert "word/document.xml" in unpacked and not [n for n in unpacked if not n.endswith((".xml", ".rels"))], unpacked
+    at = data.index(picture)
+    damaged = data[:at] + b"XX" + data[at + 2 :]  # the stored picture no longer matches its CRC
+    assert "The gearbox ships in March." in read_document(DOCX_READER, damaged)
+
+
 def test_every_reader_refuses_text_over_the_text_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(readers, "MAX_TEXT_BYTES", 4096)
     docx_bytes = docx_with(tmp_path / "long.docx", paragraphs("word " * 20, 100)).read_bytes()

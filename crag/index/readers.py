@@ -18,7 +18,8 @@ it among the files skipped for their type, with the ``pip install`` that include
   that anchors it, a nested table in its cell's text (``crag.index.docx_text``); then the
   headers, footers, footnotes and endnotes, after the body. Word's macro-enabled documents and
   templates (``.docm``, ``.dotx``, ``.dotm``) are read alike; another package named ``.docx``
-  (a workbook, an e-book, an old ``.doc``) is refused saying what it is.
+  (a workbook, an e-book, an old ``.doc``) is refused saying what it is. Only its XML is
+  unpacked: its pictures, however large or damaged, never are.
 * **HTML** (``crag.index.html_text``, in linear time): the text only (no tags, scripts or
   styles; entities decoded), each piece on the line it has in the HTML file, so
   ``page.html:L42`` opens the source where the text is.
@@ -45,6 +46,7 @@ import os
 import re
 import threading
 import time
+import zipfile
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -67,7 +69,7 @@ DISTRIBUTION = "crag-kb"
 MAX_TEXT_BYTES = 8 * 1024 * 1024  # the most text of one file: a text file's size, a document's text
 MAX_PDF_PAGES = 2000  # pypdf needs about 1.5 ms and 80 KB a page: a longer PDF is refused
 MAX_DOCX_XML_BYTES = 32 * 1024 * 1024  # what a DOCX's XML may unpack to (python-docx holds it all)
-MAX_ZIP_RATIO = 100  # a part over 1 MiB unpacking to more than this many times its size: a zip bomb
+MAX_ZIP_RATIO = 100  # an XML part over 1 MiB unpacking to more than this many times its size: a zip bomb
 TIME_BUDGET_SECONDS = 60.0  # a reader taking longer gives up (checked at each PDF operator, each DOCX paragraph)
 
 # The loggers of the libraries readers use, caught while a reader runs.
@@ -254,11 +256,10 @@ def _pdf(data: bytes) -> str:
 _OLE = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"  # the signature of an OLE compound file
 
 
-def _check_zip(data: bytes) -> None:
-    """Refuse a DOCX whose parts would unpack past ``MAX_DOCX_XML_BYTES`` or at a bomb's ratio,
-    by the sizes its zip directory declares (zipfile never unpacks more than declared)."""
-    import zipfile
-
+def _check_zip(data: bytes) -> zipfile.ZipFile:
+    """The zip archive of a DOCX; refused when its parts would unpack past ``MAX_DOCX_XML_BYTES``
+    or at a bomb's ratio, by the sizes its zip directory declares (zipfile never unpacks more
+    than declared)."""
     if not data:
         raise _Refused("the file is empty")
     if data.startswith(_OLE):  # Word's own container: a .doc, or a DOCX encrypted with a password
@@ -280,13 +281,29 @@ def _check_zip(data: bytes) -> None:
         kind = names.get("mimetype")
         mimetype = _one_line(zf.read(kind)[:100].decode("ascii", "replace"), 80) if kind and kind.file_size <= 100 else ""
         raise _Refused(f"it is not a DOCX but a zip archive {f'of {mimetype}' if mimetype else 'with no Word document in it'}")
-    for p in parts:
-        if p.file_size > 1024 * 1024 and p.file_size > MAX_ZIP_RATIO * max(p.compress_size, 1):
+    for p in parts:  # only the XML is unpacked (``_xml_only``)
+        if _is_xml(p.filename) and p.file_size > 1024 * 1024 and p.file_size > MAX_ZIP_RATIO * max(p.compress_size, 1):
             raise _Refused(f"its part {_one_line(p.filename, 80)} unpacks {p.file_size // max(p.compress_size, 1):,} "
                            f"times over (a zip bomb?); crag allows {MAX_ZIP_RATIO} times")
-    xml = sum(p.file_size for p in parts if p.filename.endswith((".xml", ".rels")))
+    xml = sum(p.file_size for p in parts if _is_xml(p.filename))
     if xml > MAX_DOCX_XML_BYTES:
         raise _Refused(f"its XML unpacks to {_mib(xml)}; crag reads at most {_mib(MAX_DOCX_XML_BYTES)}")
+    return zf
+
+
+def _is_xml(name: str) -> bool:
+    return name.lower().endswith((".xml", ".rels"))
+
+
+def _xml_only(zf: zipfile.ZipFile) -> bytes:
+    """The package of ``zf`` with every part but its XML emptied: python-docx unpacks every part a
+    relationship reaches, and a DOCX's images may unpack to gigabytes (a 28 MB file held 1.5 GiB
+    of bitmap); crag reads only the XML, at most ``MAX_DOCX_XML_BYTES`` of it."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as kept:  # stored: compressing again would cost more than it saves
+        for name in dict.fromkeys(zf.namelist()):
+            kept.writestr(name, zf.read(name) if _is_xml(name) else b"")
+    return out.getvalue()
 
 
 _HTML_START = re.compile(rb"\s*<(?:!doctype\s+html|html|head|body)\b", re.IGNORECASE)
@@ -321,10 +338,10 @@ def _docx(data: bytes) -> str:
 
     from .docx_text import PARTS, blocks, not_word
 
-    _check_zip(data)
+    zf = _check_zip(data)
     budget = _Budget()
     try:
-        package = Package.open(io.BytesIO(data))
+        package = Package.open(io.BytesIO(_xml_only(zf)))
         main = package.main_document_part
     except KeyError as exc:  # a zip of Office parts whose package names no main document
         raise _Refused("it is not a DOCX but a zip archive with no Word document in it") from exc
