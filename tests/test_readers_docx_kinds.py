@@ -88,3 +88,15 @@ def test_an_old_word_file_an_encrypted_docx_and_an_empty_file_each_say_so() -> N
         "it is not a DOCX but a Word 97-2003 document (.doc): save it as .docx to index it")
     assert refusal(ole + "EncryptedPackage".encode("utf-16-le") + b"\x00" * 1000) == "the DOCX is encrypted with a password"
     assert refusal(b"") == "the file is empty"
+
+
+def test_a_word_document_saved_as_strict_open_xml_says_how_to_index_it(tmp_path: Path) -> None:
+    """Word's "Strict Open XML Document" is a .docx whose relationships python-docx does not
+    know: it was refused as "not a DOCX but a zip archive with no Word document in it"."""
+    with zipfile.ZipFile(make_docx(tmp_path / "r.docx")) as z:
+        parts = {name: z.read(name) for name in z.namelist()}
+    strict = zip_of({name: data.replace(b"http://schemas.openxmlformats.org/officeDocument/2006/relationships",
+                                        b"http://purl.oclc.org/ooxml/officeDocument/relationships").decode()
+                     for name, data in parts.items() if name.endswith((".xml", ".rels"))})
+    assert refusal(strict) == ("it is a Word document saved as Strict Open XML, which python-docx cannot read: "
+                               "save it as a Word Document (.docx) to index it")

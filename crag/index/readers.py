@@ -332,6 +332,15 @@ def _mib(size: int) -> str:
     return f"{size / (1024 * 1024):.1f}".removesuffix(".0") + " MiB"
 
 
+def _strict_word(zf: zipfile.ZipFile) -> bool:
+    """Whether ``zf`` is a Word document in ISO 29500 Strict, whose relationships python-docx
+    does not know (Word's "Strict Open XML Document", saved as .docx)."""
+    names = zf.namelist()
+    return ("_rels/.rels" in names and "[Content_Types].xml" in names
+            and b"purl.oclc.org/ooxml/officeDocument/relationships/officeDocument" in zf.read("_rels/.rels")
+            and b"wordprocessingml" in zf.read("[Content_Types].xml"))
+
+
 def _docx(data: bytes) -> str:
     from docx.oxml import parse_xml
     from docx.package import Package
@@ -344,6 +353,9 @@ def _docx(data: bytes) -> str:
         package = Package.open(io.BytesIO(_xml_only(zf)))
         main = package.main_document_part
     except KeyError as exc:  # a zip of Office parts whose package names no main document
+        if _strict_word(zf):
+            raise _Refused("it is a Word document saved as Strict Open XML, which python-docx cannot read: "
+                           "save it as a Word Document (.docx) to index it") from exc
         raise _Refused("it is not a DOCX but a zip archive with no Word document in it") from exc
     except Exception as exc:  # python-docx raises zipfile, lxml and its own errors alike
         raise _Refused(f"python-docx cannot read it ({_one_line(f'{type(exc).__name__}: {exc}')})") from exc
