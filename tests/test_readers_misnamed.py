@@ -36,6 +36,10 @@ def test_a_page_or_a_text_named_pdf_is_refused_saying_what_it_is(tmp_path: Path)
     assert refusal("empty.pdf", b"") == "the file is empty"
     assert refusal("r.pdf", make_docx(tmp_path / "r.docx").read_bytes()) == (
         "it is not a PDF but a DOCX: rename it to .docx to index it")
+    # A download's error saved as .pdf in another form than a page said "Stream has ended unexpectedly".
+    for error in (b"Access denied\n", b'{"error": "not found"}',
+                  b'<?xml version="1.0"?>\n<Error><Code>AccessDenied</Code></Error>\n'):
+        assert refusal("report.pdf", error) == "it is not a PDF (it does not start with %PDF-, as a PDF does)"
     # A PDF cut short keeps pypdf's reason: it is a PDF, damaged.
     pdf = make_pdf(tmp_path / "g.pdf", [["Page one."]]).read_bytes()
     assert refusal("g.pdf", pdf[:200]).startswith("pypdf cannot read it (")
