@@ -88,6 +88,17 @@ def test_a_docx_footnote_is_read_after_the_body(tmp_path: Path) -> None:
     assert lines[10:] == ["Header says confidential", "Footer says revision seven", "Footnote on the torque table"], lines
 
 
+def test_a_line_break_inside_a_docx_runs_text_keeps_its_paragraph_on_one_line(tmp_path: Path) -> None:
+    """Apache POI writes run.setText("a\\nb") as a line break inside <w:t>, which Word shows as a
+    space: it split the paragraph over two lines, and every later citation pointed a line early."""
+    from tests.test_readers_hostile import docx_with
+
+    path = docx_with(tmp_path / "r.docx", b'<w:p><w:r><w:t xml:space="preserve">first half\nsecond half</w:t></w:r></w:p>'
+                     b"<w:p><w:r><w:t>Last paragraph.</w:t></w:r></w:p>")
+    lines = read_document(reader_for("x.docx"), path.read_bytes()).splitlines()
+    assert lines[-2:] == ["first half second half", "Last paragraph."], lines
+
+
 def test_pdf_ligatures_are_read_as_the_letters_a_person_types(tmp_path: Path) -> None:
     from tests.test_readers import make_pdf
 

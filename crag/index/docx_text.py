@@ -39,6 +39,9 @@ PARTS = ("header", "footer", "footnotes", "endnotes")
 # copy of a drawing (its text box is also in the drawing itself), properties.
 _HIDDEN = frozenset({"del", "moveFrom", "delText", "instrText", "delInstrText", "Fallback", "pPr", "rPr", "sectPr"})
 _CHARS = {"tab": "\t", "ptab": "\t", "br": " ", "cr": " ", "noBreakHyphen": "-"}
+# A no-break space, and a line break written into a run's text (as Apache POI writes "a\nb"; Word
+# shows a space), read as spaces: a paragraph is one line.
+_SPACES = str.maketrans({"\u00a0": " ", "\n": " ", "\r": " "})
 
 
 def _local(element: object) -> str:
@@ -56,7 +59,7 @@ def blocks(parent: object, lines: list[str], budget: Budget) -> None:
             boxes: list[object] = []
             _inline(child, words, boxes)
             if words or not boxes:
-                lines.append("".join(words).replace("\u00a0", " "))
+                lines.append("".join(words).translate(_SPACES))
                 budget.add(lines[-1])
             for box in boxes:
                 blocks(box, lines, budget)
