@@ -40,9 +40,12 @@ def test_a_page_or_a_text_named_pdf_is_refused_saying_what_it_is(tmp_path: Path)
     for error in (b"Access denied\n", b'{"error": "not found"}',
                   b'<?xml version="1.0"?>\n<Error><Code>AccessDenied</Code></Error>\n'):
         assert refusal("report.pdf", error) == "it is not a PDF (it does not start with %PDF-, as a PDF does)"
-    # A PDF cut short keeps pypdf's reason: it is a PDF, damaged.
+    # A PDF cut short keeps pypdf's reason: it is a PDF, damaged; what was "Stream has ended
+    # unexpectedly" alone says the file is cut short (a copy or a download interrupted).
     pdf = make_pdf(tmp_path / "g.pdf", [["Page one."]]).read_bytes()
-    assert refusal("g.pdf", pdf[:200]).startswith("pypdf cannot read it (")
+    why = refusal("g.pdf", pdf[:200])
+    assert why.startswith("pypdf cannot read it (")
+    assert why.endswith("): the PDF is cut short, with no %%EOF at its end (copy it again)"), why
 
 
 def test_a_git_lfs_pointer_in_a_documents_place_says_how_to_fetch_the_document() -> None:

@@ -235,7 +235,8 @@ def _pdf(data: bytes) -> str:
             raise _Refused(f"it is not a PDF but {other[0]}{_renamed(other)}") from exc
         if b"%PDF-" not in data[:1024]:  # pypdf reads a PDF with a header that late, or none, but not this one
             raise _Refused("it is not a PDF (it does not start with %PDF-, as a PDF does)") from exc
-        raise _Refused(f"pypdf cannot read it ({_one_line(exc)})") from exc
+        cut = ": the PDF is cut short, with no %%EOF at its end (copy it again)" if b"%%EOF" not in data else ""
+        raise _Refused(f"pypdf cannot read it ({_one_line(exc)}){cut}") from exc
     except DependencyError as exc:
         if "AES" not in str(exc):
             raise
