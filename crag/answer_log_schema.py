@@ -4,6 +4,7 @@ crag appends a migration; one written is never changed."""
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -73,17 +74,19 @@ SCHEMA_VERSION = MIGRATIONS[-1][0]
 def migrate(db: sqlite3.Connection) -> None:
     """Apply the migrations this file has not had yet, in one transaction that holds the write
     lock from the moment it reads what was applied: another crag opening the same new log
-    waits, then finds the tables made (it failed with "table conversations already exists")."""
-    db.execute("CREATE TABLE IF NOT EXISTS migrations (version INTEGER PRIMARY KEY, description TEXT NOT NULL, "
-               "applied REAL NOT NULL)")
-    done = {v for (v,) in db.execute("SELECT version FROM migrations")}
+    waits, then finds the tables made (it failed with "table conversations already exists").
+    ``migrations`` is made in that transaction too, so a new log that cannot be written (a full
+    disk) is left empty, as it was, not holding that table alone."""
+    done = _applied(db)
     if done and max(done) > SCHEMA_VERSION:
         raise sqlite3.DatabaseError(f"it was written by a newer crag (schema {max(done)}, this crag knows {SCHEMA_VERSION})")
     if done >= {version for version, _, _ in MIGRATIONS}:
         return
     db.execute("BEGIN IMMEDIATE")
     try:
-        done = {v for (v,) in db.execute("SELECT version FROM migrations")}
+        db.execute("CREATE TABLE IF NOT EXISTS migrations (version INTEGER PRIMARY KEY, description TEXT NOT NULL, "
+                   "applied REAL NOT NULL)")
+        done = _applied(db)
         for version, description, sql in MIGRATIONS:
             if version in done:
                 continue
@@ -92,8 +95,20 @@ def migrate(db: sqlite3.Connection) -> None:
             db.execute("INSERT INTO migrations VALUES (?, ?, ?)", (version, description, time.time()))
         db.execute("COMMIT")
     except BaseException:
-        db.execute("ROLLBACK")
+        # After a disk error SQLite has rolled back itself: a second ROLLBACK would fail with
+        # "no transaction is active" in place of the error that says what went wrong.
+        if db.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                db.execute("ROLLBACK")
         raise
+
+
+def _applied(db: sqlite3.Connection) -> set[int]:
+    """The migrations the log has had (none when it has no ``migrations`` table: reading
+    that writes nothing, so an empty file stays empty)."""
+    if db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'migrations'").fetchone() is None:
+        return set()
+    return {v for (v,) in db.execute("SELECT version FROM migrations")}
 
 
 def statements(sql: str) -> Iterator[str]:

@@ -612,6 +612,36 @@ def test_an_empty_log_file_is_read_as_no_answers_without_writing_to_it(project: 
     assert cli("log", "-n", "1")[0] == 0 and cli("log", "--show", "last")[0] == 2 and log.stat().st_size == 0
 
 
+def test_a_new_log_that_a_full_disk_refuses_is_left_empty_and_the_note_says_why(project: Path) -> None:
+    """The first write of a new log fails part way on a full disk (here a file that may not grow
+    past 8 KiB), and SQLite rolls it back itself: crag's own ROLLBACK then failed with "cannot
+    rollback - no transaction is active" in place of the disk's error, and the file kept the
+    ``migrations`` table alone, so ``crag log`` and ``ask -c`` had to write to it (and failed
+    again, exit 1). The note names the disk's error; the file is left empty and read as no answers."""
+    import resource
+    import subprocess
+    import sys
+
+    def small_files() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (8192, 8192))
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.run([sys.executable, "-m", "crag", "ask", "Which port does the server listen on?"],
+                          env=env, capture_output=True, text=True, timeout=120, preexec_fn=small_files)
+    assert proc.returncode == 0 and "8080" in proc.stdout
+    assert "cannot be opened (disk I/O error)" in proc.stderr and "rollback" not in proc.stderr
+    assert (project / ".crag" / "log.sqlite").stat().st_size == 0
+    assert cli("log") == (0, "no logged answers in .crag/log.sqlite\n", "")
+    code, _, err = cli("ask", "-c", "Which port does the server listen on?")
+    assert code == 0 and "no earlier conversation" in err
+
+
+def test_a_full_disk_is_said_with_what_to_do() -> None:
+    from crag.answer_log import _remedy
+
+    assert _remedy(sqlite3.OperationalError("database or disk is full"), ", or ") == "free some disk space, or "
+
+
 def test_crag_log_strips_control_sequences_from_what_it_shows(project: Path) -> None:
     assert cli("ask", "Which port does the server listen on?")[0] == 0
     db = sqlite3.connect(project / ".crag" / "log.sqlite")
