@@ -160,7 +160,11 @@ def _link_trouble(link: str) -> str:
         if exc.errno == errno.ELOOP:  # `.crag -> .crag`
             return "a symbolic link that leads round in a loop"
         return "a symbolic link to nothing"
-    return "a symbolic link to a folder" if stat.S_ISDIR(found.st_mode) else "a symbolic link to a file, not a folder"
+    if stat.S_ISDIR(found.st_mode):
+        return "a symbolic link to a folder"
+    if stat.S_ISREG(found.st_mode):
+        return "a symbolic link to a file, not a folder"
+    return f"a symbolic link to {os.path.realpath(link)}, {_kind(link)}"  # `log.sqlite -> /dev/full`
 
 
 def _kind(path: str) -> str:

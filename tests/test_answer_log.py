@@ -540,6 +540,21 @@ def test_a_log_that_is_no_file_is_one_error_line_not_an_empty_log(tmp_path: Path
     assert code == 1 and out == "" and err.startswith("crag: error: the answer log ") and "not a file" in err
 
 
+def test_a_log_that_links_to_a_device_or_a_pipe_is_named_so(project: Path) -> None:
+    """``log.sqlite -> /dev/full`` (a disk that is always full) was "a symbolic link to a file,
+    not a folder": neither is what stands there. The line names where the link leads and what
+    that is."""
+    log, pipe = project / ".crag" / "log.sqlite", project / "pipe"
+    os.mkfifo(pipe)
+    for target, what in (("/dev/null", "a device"), (str(pipe), "a named pipe")):
+        os.symlink(target, log)
+        line = f"the answer log .crag/log.sqlite is a symbolic link to {target}, {what}: move it away to start a new log\n"
+        assert cli("log") == (1, "", f"crag: error: {line}")
+        code, out, err = cli("ask", "Which port does the server listen on?")
+        assert code == 0 and "8080" in out and err == f"crag: note: {line}"
+        log.unlink()
+
+
 def test_crag_log_names_the_log_it_read_when_it_lies_outside_the_working_folder(
         project: Path, monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
     """``crag log`` in a subfolder read ``../.crag/log.sqlite`` (or the state folder's log)
