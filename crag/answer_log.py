@@ -448,6 +448,8 @@ def _remedy(exc: BaseException, after: str, before: str = "") -> str:
         return ""
     if "locked" in text or "busy" in text:
         return f"{before}another crag is writing it: try again{after}"
+    if "newer crag" in text:
+        return f"{before}upgrade crag{after}"
     if "disk is full" in text:
         return f"{before}free some disk space{after}"
     if any(w in text for w in ("not a database", "malformed", "corrupt", "no such table", "no such column", "already exists")):

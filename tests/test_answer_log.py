@@ -193,6 +193,25 @@ def test_migrations_are_numbered_and_recorded(tmp_path: Path) -> None:
         log._open()
 
 
+def test_a_log_from_a_newer_crag_says_to_upgrade_and_costs_no_answer(project: Path) -> None:
+    """A log a newer crag migrated further was refused with "KB_AGENT_LOG=off stops logging"
+    alone, which does nothing for ``crag log``: the line says to upgrade crag, as a newer
+    index's does. The answer is given all the same and the log is left as it was."""
+    assert cli("ask", "Which port does the server listen on?")[0] == 0
+    db = sqlite3.connect(project / ".crag" / "log.sqlite")
+    db.execute("INSERT INTO migrations VALUES (?, 'from the future', 0)", (SCHEMA_VERSION + 1,))
+    db.commit()
+    db.close()
+    line = (f"the answer log .crag/log.sqlite cannot be opened (it was written by a newer crag (schema "
+            f"{SCHEMA_VERSION + 1}, this crag knows {SCHEMA_VERSION})); upgrade crag, or KB_AGENT_LOG=off stops logging\n")
+    assert cli("log") == (1, "", f"crag: error: {line}")
+    code, out, err = cli("ask", "Which port does the server listen on?")
+    assert code == 0 and "8080" in out and err == f"crag: note: {line}"
+    db = sqlite3.connect(project / ".crag" / "log.sqlite")
+    assert db.execute("SELECT count(*) FROM answers").fetchone() == (1,)
+    db.close()
+
+
 def test_the_log_says_which_token_counts_crag_estimated_as_ask_json_does(
         project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A reply without usage is counted by crag, and ``ask --json`` says so (``estimated_calls``);
