@@ -146,6 +146,12 @@ def test_log_off_keeps_nothing(project: Path, monkeypatch: pytest.MonkeyPatch) -
     assert not (project / ".crag" / "log.sqlite").exists()
     code, out, _ = cli("log")
     assert code == 0 and "no logged answers" in out and "KB_AGENT_LOG=off" in out
+    # -c said only that there was nothing to continue, not what to do about it
+    line = ("crag: error: KB_AGENT_LOG=off keeps no conversation to continue: leave -c/--continue out, "
+            "or set KB_AGENT_LOG=on\n")
+    assert cli("ask", "-c", "Which port does the server listen on?") == (2, "", line)
+    assert cli("chat", "--continue", stdin="Which port does the server listen on?\n") == (2, "", line)
+    assert not (project / ".crag" / "log.sqlite").exists()
 
 
 def test_log_off_says_so_when_it_lists_answers_logged_before(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:

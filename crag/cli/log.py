@@ -54,7 +54,7 @@ def last_conversation(config, err: TextIO) -> tuple[int | None, list[dict[str, s
     """The newest logged conversation, for ``ask -c`` and ``chat --continue``."""
     log = answer_log(config)
     if log is None:
-        raise UsageError("KB_AGENT_LOG=off keeps no conversation to continue")
+        raise UsageError("KB_AGENT_LOG=off keeps no conversation to continue: leave -c/--continue out, or set KB_AGENT_LOG=on")
     from ..agent import input_limit
 
     with log:
