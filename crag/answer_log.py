@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 from attrs import frozen
 
-from .answer_log_schema import MIGRATIONS, SCHEMA_VERSION, migrate
+from .answer_log_schema import MIGRATIONS, SCHEMA_VERSION, applied, migrate
 from .errors import CragError
 
 if TYPE_CHECKING:
@@ -193,6 +193,7 @@ class AnswerLog:
         self.secrets = tuple(secrets)
         self.create = create
         self._db: sqlite3.Connection | None = None
+        self._guessed = "estimated_calls"  # what node_usage holds of it: "0" in a log not migrated to schema 2
 
     @classmethod
     def for_settings(cls, settings: Settings) -> AnswerLog:
@@ -229,7 +230,15 @@ class AnswerLog:
                 db.execute("PRAGMA foreign_keys = ON")
                 db.text_factory = _text  # a cell that is not UTF-8 (another tool wrote it) is read, not an error
                 db.create_function("fold", 1, _fold, deterministic=True)  # LIKE folds ASCII letters only
-                migrate(db)
+                try:
+                    migrate(db)
+                except sqlite3.OperationalError as exc:
+                    # An older crag's log this crag cannot write (another user's index, a read-only
+                    # disk) is read as it is; an answer logged to it fails at its write, as it would.
+                    if not ("readonly" in str(exc) or "unable to open" in str(exc)) or not applied(db):
+                        raise
+                    columns = {column[1] for column in db.execute("PRAGMA table_info(node_usage)")}
+                    self._guessed = "estimated_calls" if "estimated_calls" in columns else "0"
             except (OSError, sqlite3.Error) as exc:
                 raise LogError(f"the answer log {self.path} cannot be opened ({exc}); "
                                f"{_remedy(exc, ', or ')}KB_AGENT_LOG=off stops logging") from exc
@@ -387,8 +396,7 @@ class AnswerLog:
                 return
             below, left = batch[-1].id - 1, left - size
 
-    @staticmethod
-    def _entry(db: sqlite3.Connection, row: tuple[Any, ...]) -> LogEntry:
+    def _entry(self, db: sqlite3.Connection, row: tuple[Any, ...]) -> LogEntry:
         (answer_id, conversation, source, when, question, answer, body, model, complexity, action, iterations,
          calls, prompt, completion, latency, settings) = row
         damaged: list[str] = []
@@ -402,8 +410,8 @@ class AnswerLog:
 
         by_node = {}
         for node, c, p, k, cached, ms, guessed in db.execute(
-                "SELECT node, calls, prompt_tokens, completion_tokens, cached_tokens, latency_ms, estimated_calls "
-                "FROM node_usage WHERE answer_id = ? ORDER BY rowid", (answer_id,)):
+                "SELECT node, calls, prompt_tokens, completion_tokens, cached_tokens, latency_ms, "
+                f"{self._guessed} FROM node_usage WHERE answer_id = ? ORDER BY rowid", (answer_id,)):
             guessed = cell("usage", guessed, _int)
             by_node[_text(node)] = {
                 "calls": cell("usage", c, _int), "prompt_tokens": cell("usage", p, _int),

@@ -9,7 +9,7 @@ import sqlite3
 import time
 from collections.abc import Iterator
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "migrate"]
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "applied", "migrate"]
 
 MIGRATIONS: tuple[tuple[int, str, str], ...] = (
     (
@@ -77,7 +77,7 @@ def migrate(db: sqlite3.Connection) -> None:
     waits, then finds the tables made (it failed with "table conversations already exists").
     ``migrations`` is made in that transaction too, so a new log that cannot be written (a full
     disk) is left empty, as it was, not holding that table alone."""
-    done = _applied(db)
+    done = applied(db)
     if done and max(done) > SCHEMA_VERSION:
         raise sqlite3.DatabaseError(f"it was written by a newer crag (schema {max(done)}, this crag knows {SCHEMA_VERSION})")
     if done >= {version for version, _, _ in MIGRATIONS}:
@@ -86,7 +86,7 @@ def migrate(db: sqlite3.Connection) -> None:
     try:
         db.execute("CREATE TABLE IF NOT EXISTS migrations (version INTEGER PRIMARY KEY, description TEXT NOT NULL, "
                    "applied REAL NOT NULL)")
-        done = _applied(db)
+        done = applied(db)
         for version, description, sql in MIGRATIONS:
             if version in done:
                 continue
@@ -103,7 +103,7 @@ def migrate(db: sqlite3.Connection) -> None:
         raise
 
 
-def _applied(db: sqlite3.Connection) -> set[int]:
+def applied(db: sqlite3.Connection) -> set[int]:
     """The migrations the log has had (none when it has no ``migrations`` table: reading
     that writes nothing, so an empty file stays empty)."""
     if db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'migrations'").fetchone() is None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import sqlite3
 from pathlib import Path
 
@@ -257,6 +258,46 @@ def test_a_log_of_the_first_schema_is_migrated_and_its_answers_read(tmp_path: Pa
     db = sqlite3.connect(tmp_path / "log.sqlite")
     assert [v for (v,) in db.execute("SELECT version FROM migrations")] == list(range(1, SCHEMA_VERSION + 1))
     db.close()
+
+
+@pytest.mark.skipif(os.geteuid() == 0 and not shutil.which("setpriv"), reason="root writes every file")
+def test_an_older_crags_log_that_cannot_be_written_is_read_as_it_is(project: Path) -> None:
+    """An older crag's log (schema 1) in a folder this user may not write (a teammate's index)
+    could not be migrated, so ``crag log`` failed with "attempt to write a readonly database"
+    (exit 1) and ``ask -c`` too, with nothing to write. It is read as it is; only logging the
+    new answer fails, as a note."""
+    import subprocess
+    import sys
+
+    assert cli("ask", "Which port does the server listen on?")[0] == 0
+    log = project / ".crag" / "log.sqlite"
+    db = sqlite3.connect(log)
+    db.execute("DELETE FROM migrations WHERE version > 1")
+    db.execute("ALTER TABLE node_usage DROP COLUMN estimated_calls")
+    db.commit()
+    db.close()
+    prefix = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search", "--inh-caps",
+              "-dac_override,-dac_read_search"] if os.geteuid() == 0 else []
+    if prefix and subprocess.run([*prefix, "true"], capture_output=True).returncode != 0:
+        pytest.skip("root writes every file, and may not give that up here")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+
+    def crag(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*prefix, sys.executable, "-m", "crag", *argv], capture_output=True, text=True,
+                              env=env, timeout=120)
+
+    log.chmod(0o444)
+    log.parent.chmod(0o555)
+    try:
+        listed, asked = crag("log", "--json"), crag("ask", "-c", "How long is a backup kept?")
+    finally:
+        log.parent.chmod(0o755)
+        log.chmod(0o644)
+    assert listed.returncode == 0 and listed.stderr == "", listed.stderr
+    (entry,) = json.loads(listed.stdout)
+    assert entry["question"] == "Which port does the server listen on?" and "estimated_calls" not in entry["usage"]
+    assert asked.returncode == 0 and "thirty days" in asked.stdout
+    assert "cannot be written" in asked.stderr and "cannot be opened" not in asked.stderr, asked.stderr
 
 
 def _open_log_at(folder: str, barrier, results) -> None:  # a process of its own, as a second crag is
