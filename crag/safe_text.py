@@ -280,13 +280,25 @@ _CREDENTIALS: tuple[tuple[re.Pattern[str], int, bool], ...] = (
      1, True),
 )
 
+# A password a person chose holds any printable characters ("Tr0ub4dor&3", "P@ssw0rd!2024"), not
+# only a token's: after "password" or "secret", or assigned to a name holding such a word, the
+# value runs to the next space or quote, less a sentence's closing punctuation. Matched before
+# the rows above, which stop at the first "&" or "!" and showed the rest.
+_PASSWORD_CHARS = r"([^\s\"'`]{7,}[^\s\"'`.,;:!?)\]}>])"
+_PASSWORDS: tuple[tuple[re.Pattern[str], int, bool], ...] = (
+    (re.compile(r"(?i)\b(password|passwd|passphrase|secret)(\s*[=:]\s*|\s+(?:is\s+|was\s+)?)" + _PASSWORD_CHARS),
+     3, False),
+    (re.compile(r"(?i)(?:secret|passw(?:or)?d|passphrase)(?:[_.\-][A-Za-z0-9_.\-]{0,40})?[\"']?[ \t]*[=:][ \t]*[\"']?"
+                + _PASSWORD_CHARS), 1, False),
+)
+
 
 def credentials_in(text: str) -> tuple[str, ...]:
     """The credentials written in ``text`` (``_CREDENTIALS``; a value after a word such as
     ``token`` only when it is secret-shaped): those of a question are masked wherever its answer
     repeats them, ``Bearer`` or no."""
     found = []
-    for pattern, group, any_value in _CREDENTIALS:
+    for pattern, group, any_value in (*_PASSWORDS, *_CREDENTIALS):
         for match in pattern.finditer(text):
             value = match.group(group)
             if any_value or secret_shaped(value):  # a private key's body: each of its lines
@@ -303,7 +315,7 @@ def redact_credentials(text: str, secrets: Iterable[str] = ()) -> str:
     names its issuer (``ghp_...``, ``hf_...``, ``sk-...``, ``xoxb-...``, a JSON web token). For what the answer log keeps of the user's text: a credential pasted
     into a question is not written to disk."""
     text = redact(text, secrets)
-    for pattern, group, any_value in _CREDENTIALS:
+    for pattern, group, any_value in (*_PASSWORDS, *_CREDENTIALS):
         text = pattern.sub(lambda m, g=group, a=any_value: _masked(m, g, a), text)
     return text
 

@@ -736,6 +736,22 @@ def test_crag_log_strips_control_sequences_from_what_it_shows(project: Path) -> 
     assert "\x1b" not in out and json.loads(out)[0]["question"].startswith("port\x1b]0;pwned")
 
 
+def test_a_password_with_symbols_in_a_question_is_not_kept_in_the_log(project: Path) -> None:
+    """A password after "password" or "secret" was masked only up to its first character
+    outside a token's (``&``, ``!``, ``@``, ``#``, ``$``): "Tr0ub4dor&3" was kept as "***&3",
+    and "P@ssw0rd!2024" or "DB_PASSWORD=s3cr3t!pass#word" were kept whole. Words stay words."""
+    question = ("Why is my password P@ssw0rd!2024 refused, when password: Tr0ub4dor&3 worked, DB_PASSWORD=s3cr3t!pass#word "
+                "is set and the secret is $uper$ecret99? Is the password reset policy to blame?")
+    code, _, err = cli("ask", question)
+    assert code == 0, err
+    raw = (project / ".crag" / "log.sqlite").read_bytes()
+    for secret in (b"P@ssw0rd", b"0rd!2024", b"Tr0ub4dor", b"dor&3", b"s3cr3t", b"pass#word", b"uper$ecret99"):
+        assert secret not in raw, secret
+    entry = json.loads(cli("log", "--json")[1])[0]
+    assert entry["question"] == ("Why is my password *** refused, when password: *** worked, DB_PASSWORD=*** "
+                                 "is set and the secret is ***? Is the password reset policy to blame?")
+
+
 def test_credentials_written_in_a_question_are_not_kept_in_the_log(project: Path) -> None:
     question = ("Why does postgresql://admin:Hunter2Pass9@db/app refuse Authorization: Bearer abcDEF1234567890xyz "
                 "and api_key=tok_0a1b2c3d4e when the token expires?")
