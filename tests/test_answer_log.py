@@ -79,6 +79,26 @@ def test_ask_continue_carries_on_the_last_conversation(project: Path, monkeypatc
     assert entries[1]["conversation"] == entries[2]["conversation"] != entries[0]["conversation"]
 
 
+def test_ask_continue_says_so_when_not_even_the_newest_turn_fits(
+        project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the newest turns that fit the model's window are carried on; when not even the newest
+    one fits (a long question pasted, a smaller KB_AGENT_CONTEXT_TOKENS since), ``ask -c`` sent
+    the question with no earlier turn at all and said nothing, as if it carried the conversation on."""
+    assert cli("ask", "Which port does the server listen on?")[0] == 0
+    monkeypatch.setenv("KB_AGENT_CONTEXT_TOKENS", "1024")  # 131,072 characters of history at most
+    for argv in (("ask", "-c", "How long is a backup kept?"), ("chat", "--continue")):
+        db = sqlite3.connect(project / ".crag" / "log.sqlite")
+        db.execute("UPDATE answers SET answer = answer || ? WHERE id = (SELECT max(id) FROM answers)", ("z" * 140_000,))
+        db.commit()
+        db.close()
+        code, _, err = cli(*argv, stdin="How long is a backup kept?\n")
+        assert code == 0 and ("crag: note: the last conversation's newest turn is longer than "
+                              "KB_AGENT_CONTEXT_TOKENS=1024 can fit; carrying it on without its earlier turns\n") in err, err
+        assert "earlier question(s)" not in err
+    entries = json.loads(cli("log", "--json")[1])
+    assert len({e["conversation"] for e in entries}) == 1
+
+
 def test_chat_turns_are_logged_and_chat_continue_picks_up_the_conversation(project: Path) -> None:
     code, _, _ = cli("chat", stdin="Which port does the server listen on?\n\n")
     assert code == 0

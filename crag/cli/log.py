@@ -61,6 +61,9 @@ def last_conversation(config, err: TextIO) -> tuple[int | None, list[dict[str, s
         found = log.last_conversation(input_limit(config))
     if found[0] is None and not found[1]:
         err.write(shown_message(f"crag: note: no earlier conversation in {log.path}; starting a new one") + "\n")
+    elif not found[1]:  # its newest turn alone cannot fit: the question would go without a word of it
+        err.write(f"crag: note: the last conversation's newest turn is longer than KB_AGENT_CONTEXT_TOKENS="
+                  f"{config.context_tokens} can fit; carrying it on without its earlier turns\n")
     return found
 
 
