@@ -286,8 +286,11 @@ _CREDENTIALS: tuple[tuple[re.Pattern[str], int, bool], ...] = (
 # the rows above, which stop at the first "&" or "!" and showed the rest.
 _PASSWORD_CHARS = r"([^\s\"'`]{7,}[^\s\"'`.,;:!?)\]}>])"
 _PASSWORDS: tuple[tuple[re.Pattern[str], int, bool], ...] = (
-    (re.compile(r"(?i)\b(password|passwd|passphrase|secret)(\s*[=:]\s*|\s+(?:is\s+|was\s+)?)" + _PASSWORD_CHARS),
-     3, False),
+    (re.compile(r"(?i)\b(password|passwd|passphrase|secret)(\s*=\s*)" + _PASSWORD_CHARS), 3, False),
+    # in prose ("the secret is Base64-encoded", "Secret: ConfigMap2024 objects") only a value
+    # holding a symbol inside it, as a chosen password does: a word's hyphen or dot is no symbol
+    (re.compile(r"(?i)\b(password|passwd|passphrase|secret)(\s*:\s*|\s+(?:is\s+|was\s+)?)"
+                r"(?=[^\s\"'`]*[^\w\s\"'`.\-][^\s\"'`]*[^\s\"'`.,;:!?)\]}>])" + _PASSWORD_CHARS), 3, False),
     (re.compile(r"(?i)(?:secret|passw(?:or)?d|passphrase)(?:[_.\-][A-Za-z0-9_.\-]{0,40})?[\"']?[ \t]*[=:][ \t]*[\"']?"
                 + _PASSWORD_CHARS), 1, False),
 )
