@@ -239,6 +239,25 @@ def test_an_exclude_that_cannot_match_is_a_usage_error(project: Path) -> None:
     assert not (project / ".crag").exists()
 
 
+def test_a_dot_folder_in_a_pattern_is_named_as_a_line_git_never_matches(project: Path) -> None:
+    """git compares ``./secret.md`` with paths, which never hold a ``.`` or ``..`` folder: in
+    ``--exclude`` it would leave in the file it means, so it is a usage error; in an ignore
+    file it is a skipped line, named."""
+    for pattern in ("./secret.md", "../docs/secret.md", "drafts/./x.md", "."):
+        code, out, err = cli("index", "docs", "--exclude", pattern)
+        assert code == 2 and out == "" and len(err.splitlines()) == 1, err
+        assert err.startswith(f'crag: error: --exclude "{pattern}" is not a pattern crag can use: it holds a "." '
+                              'or ".." folder name'), err
+    assert not (project / ".crag").exists()
+    code, out, err = cli("index", "docs", "--exclude", "./docs/secret.md")  # from the working folder: as a path is
+    assert code == 2 and '--exclude "secret.md"' in err, err
+    (project / "docs" / ".gitignore").write_text("./secret.md\n", encoding="utf-8")
+    code, out, err = cli("index", "docs")
+    assert code == 0 and indexed(out) == {"docs/ok.md", "docs/secret.md"}, err
+    assert err.startswith('crag: warning: docs/.gitignore line 1 "./secret.md" is skipped: it holds a "." or ".." '
+                          'folder name'), err
+
+
 def test_an_exclude_written_from_the_working_folder_is_a_usage_error_naming_the_pattern_to_write(project: Path) -> None:
     """``--exclude`` patterns are relative to the root: ``docs/secret.md`` for the root docs names
     docs/docs/secret.md, which is not there, and would leave the file it means in the index."""

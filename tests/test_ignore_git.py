@@ -91,6 +91,9 @@ def test_a_root_below_the_top_of_a_repository_honours_the_ignore_files_above_it(
     (["d\\/b.md"], ["d/b.md", "d/c.md"], {"d/c.md"}),
     # Patterns match bytes, as git's do: "?" is one byte, not one character.
     (["?b.md", "[é]c.md", "[!a]d.md", "éé.md"], ["éb.md", "ab.md", "éc.md", "éd.md", "éé.md"], {"éb.md", "éc.md", "éd.md"}),
+    # A "." or ".." folder never matches (paths hold none), a "." within a name does.
+    (["./a.md", "d/../b.md", "d/.", "x/..", "*/.c.md", "d.?/e.md"], ["a.md", "b.md", "d/b.md", "x/y.md", "d.x/e.md"],
+     {"a.md", "b.md", "d/b.md", "x/y.md"}),
 ])
 def test_patterns_git_reads_in_its_own_way(tmp_path: Path, lines: list[str], files: list[str], left: set[str]) -> None:
     top = tmp_path / "kb"

@@ -22,7 +22,7 @@ must have to match them (a first folder, a last or first character), and only th
 can match are tried one by one, from the last back, stopping at the first match.
 
 A line git would never match (``!`` alone, a trailing ``\\``, an unclosed ``[``, an unknown
-``[:class:]``) is a ``Problem`` that skips it; an empty range (``[z-a]``) is a ``Problem`` that
+``[:class:]``, a ``.`` or ``..`` folder as in ``./drafts``) is a ``Problem`` that skips it; an empty range (``[z-a]``) is a ``Problem`` that
 keeps the line, whose range matches nothing, as in git.
 """
 
@@ -97,6 +97,7 @@ class Glob:
 
 
 GLOBSTAR = None  # a component that is only ``**``: any number of folders
+_NO_NAMES = (Glob((".",)), Glob(("..",)))  # a component no path has: git never matches a line holding one
 
 
 def _path_matches(segments: tuple[Glob | None, ...], parts: Sequence[str]) -> bool:
@@ -344,6 +345,10 @@ def _rule(number: int, line: str, problems: list[str]) -> list[Rule]:
         if "" in parts:
             raise _Dead("it names no path" if not pattern.strip("/") else "it holds an empty folder name (\"//\")")
         alternatives = [_segments(parts, anchored, problems)]
+    alternatives = [segments for segments in alternatives if not any(seg in _NO_NAMES for seg in segments)]
+    if not alternatives:  # "./drafts", "../x": git compares them with paths, which never hold such a folder
+        raise _Dead("it holds a \".\" or \"..\" folder name, which no path holds (patterns are relative to "
+                    "their folder: write \"drafts\", not \"./drafts\")")
     shown = _as_text(text)
     return [Rule(number, shown, negated, dir_only, anchored, tuple(segments)) for segments in alternatives]
 

@@ -23,10 +23,11 @@ backtracking, a large file looked up rather than scanned). Within one file the l
 matching line decides.
 
 A line git would never match (``!`` alone, a trailing ``\\``, an unclosed ``[``, an unknown
-``[:class:]``) is skipped and named once, with its file and line, as a ``CragWarning`` (the
-CLI prints it as ``crag: warning: ...``); so is an ignore file that cannot be read, whose
-exclusions are then missing. A byte-order mark is dropped, and size is no reason to skip a
-file. In ``--exclude`` such a pattern is a ``UsageError``.
+``[:class:]``, a ``.`` or ``..`` folder as in ``./drafts``) is skipped and named once, with
+its file and line, as a ``CragWarning`` (the CLI prints it as ``crag: warning: ...``); so is
+an ignore file that cannot be read, whose exclusions are then missing. A byte-order mark is
+dropped, and size is no reason to skip a file. In ``--exclude`` such a pattern is a
+``UsageError``.
 """
 
 from __future__ import annotations
@@ -137,8 +138,8 @@ def check_excludes(patterns: Sequence[str], roots: Sequence[str] = ()) -> None:
     """Raise ``UsageError`` for an ``--exclude`` pattern that could never match, or one written
     from the working folder (``crag index docs --exclude docs/drafts``, ``docs/drafts/*.md``, or
     an absolute path): relative to every root it names nothing, and what it means would be
-    indexed. A glob is judged by the folders written before its first wildcard."""
-    _exclude_rules(patterns)
+    indexed. A glob is judged by the folders written before its first wildcard (``./docs/drafts``
+    too, which git would never match: the error names the pattern to write)."""
     for pattern in patterns:
         path = pattern.rstrip("/")
         if pattern.startswith("!") or "/" not in path:
@@ -160,8 +161,13 @@ def check_excludes(patterns: Sequence[str], roots: Sequence[str] = ()) -> None:
                 written = os.path.relpath(meant, root).replace(os.sep, "/") + rest
             else:
                 continue
+            try:
+                _exclude_rules([written])
+            except UsageError:
+                continue  # a pattern git would never match, said as such below
             raise UsageError(f"--exclude \"{display_name(pattern)}\" names nothing in {_shown(root)}: patterns are "
                              f"relative to the root indexed; write --exclude \"{display_name(written)}\"")
+    _exclude_rules(patterns)
 
 
 class Ignores:
