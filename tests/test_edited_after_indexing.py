@@ -118,17 +118,18 @@ def test_a_file_an_ignore_file_now_leaves_out_is_not_evidence(kb: Path) -> None:
 
 
 def test_a_file_indexed_through_a_link_inside_the_root_is_read_through_it(tmp_path: Path, monkeypatch) -> None:
-    """``crag index`` indexes a file under the path of a link inside the root when the link
-    leads where nothing else does (a hidden folder); an edit of the file it leads to moved the
-    text, and the hit was cited at its indexed lines, which no longer show it."""
+    """A file indexed and then replaced by a link inside the root (to where it moved, and was
+    edited) is read through the link: the text moved, and the hit was cited at its indexed
+    lines, which no longer show it."""
     clean_env(monkeypatch)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("KB_AGENT_INDEX_DIR", str(tmp_path / "index"))
     monkeypatch.setenv("KB_AGENT_LLM", "offline")
-    target = write(tmp_path / "docs" / ".drafts" / "gateway.md", ORIGINAL)
-    (tmp_path / "docs" / "gateway.md").symlink_to(target)
+    write(tmp_path / "docs" / "gateway.md", ORIGINAL)
     assert cli("index", "docs")[0] == 0
-    write(target, MOVED)
+    target = write(tmp_path / "docs" / "drafts" / "gateway.md", MOVED)
+    (tmp_path / "docs" / "gateway.md").unlink()
+    (tmp_path / "docs" / "gateway.md").symlink_to(target)
     result = search(tmp_path / "docs", "walrus gateway port")
     assert result.items and result.items[0].source == "docs/gateway.md"
     now = lines_of(target)

@@ -82,7 +82,7 @@ def test_symlinks_out_of_the_root_are_not_followed_and_inner_ones_count_once(tmp
 
 def test_a_file_or_folder_reached_through_an_inner_link_is_indexed_under_its_own_path(tmp_path: Path) -> None:
     """A link inside the root to a file or folder of the root leaves it under its real path,
-    whichever name sorts first; a link to something reached no other way still counts."""
+    whichever name sorts first; a link to what is left out where it lies does not bring it in."""
     kb = tmp_path / "kb"
     write(kb / "zz" / "guide.md", "# Guide\n")
     write(kb / "zz" / "deep" / "notes.md", "# Notes\n")
@@ -91,7 +91,31 @@ def test_a_file_or_folder_reached_through_an_inner_link_is_indexed_under_its_own
     (kb / "aa-guide.md").symlink_to(kb / "zz" / "guide.md")
     (kb / "aa-dir").symlink_to(kb / "zz", target_is_directory=True)
     (kb / "bb-only").symlink_to(kb / "private", target_is_directory=True)
-    assert names(discover([kb]), kb) == ["bb-only/only.md", "zz/deep/notes.md", "zz/guide.md"]
+    assert names(discover([kb]), kb) == ["zz/deep/notes.md", "zz/guide.md"]
+
+
+def test_a_link_in_the_root_does_not_bring_in_what_is_left_out_where_it_lies(tmp_path: Path) -> None:
+    """An ignore file, ``--exclude``, a hidden or vendored folder, or a name crag does not index
+    leaves a file out under a link's name too: read_file refuses it there, and the link is no
+    way round the rules (``env.md`` leading to ``.env`` indexed the secret)."""
+    kb = tmp_path / "kb"
+    write(kb / "ok.md", "# Ok\n")
+    write(kb / ".env", "API_KEY=sk-live-123\n")
+    write(kb / ".private" / "h.md", "# Hidden\n")
+    write(kb / "node_modules" / "n.md", "# Vendored\n")
+    write(kb / "server.key", "-----BEGIN KEY-----\n")
+    write(kb / "secret" / "vault.md", "# Vault\n")
+    write(kb / "drafts" / "plan.md", "# Plan\n")
+    write(kb / "some" / "a.md", "# Left out by the rule of its real folder's parent\n")
+    write(kb / "some" / "b.txt", "# Kept\n")
+    write(kb / ".gitignore", "secret/\nsome/*.md\n")
+    links = {"env.md": ".env", "hid.md": ".private/h.md", "nm.md": "node_modules/n.md", "key.md": "server.key",
+             "vault.md": "secret/vault.md", "plan.md": "drafts/plan.md", "pub": "secret", "hidden": ".private",
+             "vendored": "node_modules", "other": "some", "later": "drafts"}
+    for name, target in links.items():
+        (kb / name).symlink_to(kb / target, target_is_directory=(kb / target).is_dir())
+    assert names(discover([kb], patterns=["drafts/"]), kb) == ["ok.md", "some/b.txt"]
+    assert names(discover([kb]), kb) == ["drafts/plan.md", "ok.md", "some/b.txt"]
 
 
 def test_non_utf8_text_is_decoded_with_a_fallback() -> None:

@@ -211,7 +211,7 @@ def _utf8(name: str) -> bool:
     return True
 
 
-def excluded_reason(path: str, root: str) -> str | None:
+def excluded_reason(path: str, root: str, ignores: Ignores | None = None) -> str | None:
     """Why discovery would not index the file ``path`` under ``root`` (None: it would).
 
     Both are absolute and normalised, ``path`` inside ``root``. The same rules as the walk:
@@ -223,7 +223,7 @@ def excluded_reason(path: str, root: str) -> str | None:
         return None
     rel = os.path.relpath(path, root).split(os.sep)
     folder = root
-    ignores = Ignores(root)
+    ignores = ignores or Ignores(root)
     for part in rel[:-1]:
         folder = os.path.join(folder, part)
         if part.startswith(".") or not _utf8(part) or _skipped_dir(part, folder):
@@ -240,6 +240,22 @@ def excluded_reason(path: str, root: str) -> str | None:
     if ignores.ignored(path, is_dir=False):
         return "an ignore file (.cragignore, .ignore, .gitignore) leaves it out"
     return None
+
+
+def _left_out_where_it_lies(real: str, root_abs: str, root_real: str, ignores: Ignores, is_dir: bool) -> bool:
+    """Whether what a symbolic link in the root leads to (``real``, inside it) is left out where
+    it lies: hidden, in a folder crag does not index, left out by an ignore file or ``--exclude``
+    (a file: not a name crag indexes). A link is another name for it, not a way round those
+    rules, as ``read_file``, which serves only the real path, refuses it."""
+    there = os.path.join(root_abs, os.path.relpath(real, root_real))
+    if not is_dir:
+        return excluded_reason(there, root_abs, ignores) is not None
+    folder = root_abs
+    for part in os.path.relpath(there, root_abs).split(os.sep) if there != root_abs else ():
+        folder = os.path.join(folder, part)
+        if part.startswith(".") or _skipped_dir(part, folder) or ignores.ignored(folder, is_dir=True):
+            return True
+    return False
 
 
 def discover(
@@ -342,18 +358,21 @@ def _walk(
     visited_dirs = {root_real}
     # (folder as reached from the root, its real path): the real path of an entry that is
     # not a symbolic link is then its folder's plus its name, with no realpath() walk.
-    stack = [(root_abs, root_real)]
+    stack = [(root_abs, root_real, False)]  # and whether a symbolic link led to it
     # Entries reached through a symbolic link inside the root, taken once every folder reached
     # without one has been walked: a file is indexed under its own path, and a link counts only
-    # when it leads to something not yet seen. (path, real path, stat; None for a folder)
+    # when it leads to something not yet seen that is not left out where it lies. (path, real
+    # path, stat; None for a folder)
     linked: list[tuple[str, str, os.stat_result | None]] = []
     while stack or linked:
         if not stack:
             for path, real, st in linked:
+                if _left_out_where_it_lies(real, root_abs, root_real, ignores, is_dir=st is None):
+                    continue
                 if st is None:
                     if real not in visited_dirs:
                         visited_dirs.add(real)
-                        stack.append((path, real))
+                        stack.append((path, real, True))
                 elif real not in seen_real:
                     item = _regular_file(path, root_abs, st, max_bytes, warnings)
                     if item is not None:
@@ -362,7 +381,7 @@ def _walk(
             linked = []
             stack.reverse()
             continue
-        directory, directory_real = stack.pop()
+        directory, directory_real, through = stack.pop()
         try:
             with os.scandir(directory) as it:
                 entries = sorted(it, key=lambda e: e.name)
@@ -396,8 +415,10 @@ def _walk(
                     if link:
                         linked.append((path, real, None))
                         continue
+                    if through and _left_out_where_it_lies(real, root_abs, root_real, ignores, is_dir=True):
+                        continue
                     visited_dirs.add(real)
-                    subdirs.append((path, real))
+                    subdirs.append((path, real, through))
                     continue
                 if ignores.ignored(path, is_dir=False):
                     continue
@@ -419,7 +440,7 @@ def _walk(
             if link:
                 linked.append((path, real, st))
                 continue
-            if real in seen_real:
+            if real in seen_real or (through and _left_out_where_it_lies(real, root_abs, root_real, ignores, False)):
                 continue
             item = _regular_file(path, root_abs, st, max_bytes, warnings)
             if item is not None:
