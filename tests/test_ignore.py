@@ -232,6 +232,19 @@ def test_a_bad_ignore_line_is_skipped_and_named_once(project: Path) -> None:
     assert code == 0 and "zebra-plum" not in out and err.count("line 4") == 1
 
 
+def test_an_ignore_file_of_many_bad_lines_names_ten_and_counts_the_rest(project: Path) -> None:
+    """A file that is no ignore file at all (a Windows path a line, each ending in ``\\``) does
+    not fill the screen with one warning a line on every run."""
+    (project / "docs" / ".gitignore").write_text("[z-a]\n" + "C:\\docs\\\n" * 20_000 + "secret.md\n", encoding="utf-8")
+    code, out, err = cli("index", "docs")
+    assert code == 0 and indexed(out) == {"docs/ok.md"}, err
+    lines = err.splitlines()
+    assert len(lines) == 11 and lines[0].startswith('crag: warning: docs/.gitignore line 1 "[z-a]"'), lines[:3]
+    assert lines[9].startswith('crag: warning: docs/.gitignore line 10 "C:\\docs\\" is skipped'), lines[9]
+    assert lines[10] == ("crag: warning: docs/.gitignore has 19991 more lines with such problems (lines 11 to 20001, "
+                         "19991 of them skipped); they are not named one by one")
+
+
 def test_an_exclude_that_cannot_match_is_a_usage_error(project: Path) -> None:
     for pattern in ("!", "[abc", "foo\\", ""):
         code, out, err = cli("index", "docs", "--exclude", pattern)

@@ -24,8 +24,8 @@ matching line decides.
 
 A line git would never match (``!`` alone, a trailing ``\\``, an unclosed ``[``, an unknown
 ``[:class:]``, a ``.`` or ``..`` folder as in ``./drafts``) is skipped and named once, with
-its file and line, as a ``CragWarning`` (the CLI prints it as ``crag: warning: ...``); so is
-an ignore file that cannot be read, whose exclusions are then missing. A byte-order mark is
+its file and line, as a ``CragWarning`` (the CLI prints it as ``crag: warning: ...``; ten per
+file, then one warning counts the rest); so is an ignore file that cannot be read, whose exclusions are then missing. A byte-order mark is
 dropped, and size is no reason to skip a file. In ``--exclude`` such a pattern is a
 ``UsageError``.
 """
@@ -112,13 +112,21 @@ def _parse_version(path: str, version: tuple[int, ...]) -> tuple[RuleSet | None,
     return (RuleSet(found) if found else None), tuple(problems)
 
 
+_NAMED = 10  # problem lines named per ignore file; the rest are counted in one more line
+
+
 def _report(source: str, problems: Sequence[Problem]) -> None:
-    for p in problems:
+    for p in problems[:_NAMED]:
         shown_line = display_name(p.text)
         if p.skipped:
             _warn(f"{source} line {p.line} \"{shown_line}\" is skipped: {p.why}")
         else:
             _warn(f"{source} line {p.line} \"{shown_line}\": {p.why}")
+    if len(problems) > _NAMED:  # a file that is not an ignore file at all would name each of its lines
+        rest = problems[_NAMED:]
+        skipped = sum(p.skipped for p in rest)
+        _warn(f"{source} has {len(rest)} more lines with such problems (lines {rest[0].line} to {rest[-1].line}, "
+              f"{skipped} of them skipped); they are not named one by one")
 
 
 def _exclude_rules(patterns: Sequence[str]) -> RuleSet:
