@@ -271,6 +271,20 @@ def test_a_dot_folder_in_a_pattern_is_named_as_a_line_git_never_matches(project:
                           'folder name'), err
 
 
+def test_a_negated_exclude_with_nothing_to_take_back_is_a_usage_error(project: Path) -> None:
+    """``--exclude '!secret.md'`` (ripgrep's ``--glob`` way of leaving a file out) left
+    everything in; after a pattern it takes back from, it keeps its git meaning."""
+    (project / "docs" / ".gitignore").write_text("ok.md\n", encoding="utf-8")
+    for argv in (["--exclude", "!secret.md"], ["--exclude", "!ok.md", "--exclude", "secret.md"]):
+        code, out, err = cli("index", "docs", *argv)
+        assert code == 2 and out == "" and len(err.splitlines()) == 1, err
+        assert err.startswith(f'crag: error: --exclude "{argv[1]}" leaves nothing out') and \
+            f'write --exclude "{argv[1][1:]}"' in err, err
+    assert not (project / ".crag").exists()
+    code, out, err = cli("index", "docs", "--exclude", "*.md", "--exclude", "!secret.md")
+    assert code == 0 and indexed(out) == {"docs/secret.md"}, err
+
+
 def test_an_exclude_written_from_the_working_folder_is_a_usage_error_naming_the_pattern_to_write(project: Path) -> None:
     """``--exclude`` patterns are relative to the root: ``docs/secret.md`` for the root docs names
     docs/docs/secret.md, which is not there, and would leave the file it means in the index."""

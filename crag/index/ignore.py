@@ -147,7 +147,9 @@ def check_excludes(patterns: Sequence[str], roots: Sequence[str] = ()) -> None:
     from the working folder (``crag index docs --exclude docs/drafts``, ``docs/drafts/*.md``, or
     an absolute path): relative to every root it names nothing, and what it means would be
     indexed. A glob is judged by the folders written before its first wildcard (``./docs/drafts``
-    too, which git would never match: the error names the pattern to write)."""
+    too, which git would never match: the error names the pattern to write). So is a ``!``
+    pattern with no earlier one to take back from (``--exclude '!drafts'``, as ripgrep's
+    ``--glob`` is written, leaves nothing out)."""
     for pattern in patterns:
         path = pattern.rstrip("/")
         if pattern.startswith("!") or "/" not in path:
@@ -176,6 +178,11 @@ def check_excludes(patterns: Sequence[str], roots: Sequence[str] = ()) -> None:
             raise UsageError(f"--exclude \"{display_name(pattern)}\" names nothing in {_shown(root)}: patterns are "
                              f"relative to the root indexed; write --exclude \"{display_name(written)}\"")
     _exclude_rules(patterns)
+    for i, pattern in enumerate(patterns):  # "!drafts" takes back only what an earlier --exclude leaves out
+        if pattern.startswith("!") and all(p.startswith("!") for p in patterns[:i]):
+            raise UsageError(f"--exclude \"{display_name(pattern)}\" leaves nothing out: a \"!\" pattern takes back only "
+                             "what an earlier --exclude leaves out (not what an ignore file does); to leave "
+                             f"{display_name(pattern[1:])} out, write --exclude \"{display_name(pattern[1:])}\"")
 
 
 class Ignores:
