@@ -154,6 +154,20 @@ def test_an_answer_whose_output_cannot_be_written_is_still_logged(project: Path,
     assert "8080" in entries[0]["body"]
 
 
+@pytest.mark.parametrize(("error", "status"), [(BrokenPipeError(32, "Broken pipe"), 141),
+                                               (OSError(28, "No space left on device"), 1)])
+def test_a_chat_answer_whose_output_cannot_be_written_is_still_logged(project: Path, error: OSError,
+                                                                      status: int) -> None:
+    """``crag chat | head -1`` or ``crag chat > /dev/full``: the answer was made and paid for, as
+    ``ask``'s above, yet it was lost to ``crag log`` and to ``chat --continue``."""
+    err = io.StringIO()
+    stdin = io.StringIO("Which port does the server listen on?\n\n")
+    assert main(["chat"], _Unwritable(error), err, stdin) == status
+    entries = json.loads(cli("log", "--json")[1])
+    assert [(e["question"], e["source"]) for e in entries] == [("Which port does the server listen on?", "chat")]
+    assert "8080" in entries[0]["body"]
+
+
 @pytest.mark.parametrize("ending", ["exit", "QUIT", " /quit ", ":q"])
 def test_a_line_saying_exit_ends_chat_and_is_never_asked(project: Path, ending: str) -> None:
     code, out, _ = cli("chat", stdin=f"Which port does the server listen on?\n{ending}\nHow long is a backup kept?\n")

@@ -156,8 +156,9 @@ class Progress:
 
 
 def streamed(agent, question: str, history, progress: Progress):
-    """The ``Answer`` to ``question``, its chunks printed by ``progress`` as they come. An error
-    or Ctrl-C stops the run at its next step and is raised again for the session to handle."""
+    """The ``Answer`` to ``question``, its chunks printed by ``progress`` as they come (its rest
+    by ``progress.finish``, once the answer is logged should that printing fail). An error or
+    Ctrl-C stops the run at its next step and is raised again for the session to handle."""
     stream = agent.stream(question, history=history, on_event=progress)
     chunks = iter(stream)
     try:
@@ -170,7 +171,6 @@ def streamed(agent, question: str, history, progress: Progress):
             progress.out.write("\n")
         progress.reset()
         raise
-    progress.finish()
     return stream.result
 
 
@@ -331,12 +331,18 @@ def cmd_chat(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 print("crag: error: that line is not UTF-8 text; type it again", file=err)
                 continue
             question = line.strip()
+            result = None
             try:
                 if live:
                     screen = LiveAnswer(out, err, progress.show_usage, lead=ANSWER_LEAD, render=False)
                     result = answer_live(agent, question, parse_history(history), screen)
                 else:
                     result = streamed(agent, question, parse_history(history), progress)
+                    progress.finish()
+            except OSError:  # the reader gone or the disk full: an answer given is logged all the same, as ask's
+                if result is not None:
+                    record(agent.settings, result, err, conversation, "chat", said)
+                raise
             except CragError as exc:  # one question failed (too long, server down): the session goes on
                 print(error_line(exc), file=err)
                 continue
