@@ -356,6 +356,32 @@ def test_a_grounded_sentence_shows_with_its_citation_marker_at_once() -> None:
     assert out.getvalue() == sentence
 
 
+def test_chat_with_its_answers_redirected_keeps_the_step_shown_while_the_model_writes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``crag chat > answers.md`` typed at a terminal: each answer goes to the file whole, so the
+    step's name on stderr is all the terminal shows while the model writes. It was erased as the
+    reply began, leaving a blank line for the minute a local model takes (and Ctrl-C's ``^C``
+    glued to ``crag: answer cancelled``); after a retry's wait it comes back once the reply does."""
+    from crag.cli import _Progress
+    from crag.events import RetryWaiting
+
+    monkeypatch.setenv("TERM", "xterm")
+    err, out = FakeTerminal(), io.StringIO()
+    progress = _Progress(err, out)
+    progress(NodeStarted("synthesize"))
+    progress(AnswerStarted(()))
+    progress(AnswerDelta("Backups are kept "))
+    assert err.getvalue().endswith("  … synthesize"), repr(err.getvalue())
+    progress(RetryWaiting("synthesize", "LLM", "503 service unavailable", 1.0, 0.0, 1, 3, 503))
+    progress(AnswerDelta("Backups are kept "))
+    assert err.getvalue().endswith("\r\033[K  … synthesize"), repr(err.getvalue())
+    progress.chunk("Backups are kept for 30 days.")
+    progress(NodeFinished("synthesize"))
+    progress.finish()
+    shown = err.getvalue()  # erased before the answer's lead
+    assert shown.endswith("  … synthesize\r\033[K\ncrag> ") and out.getvalue() == "Backups are kept for 30 days.\n"
+
+
 def chat_with_a_terminal_stderr(kb: Path, srv: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch,
                                 term: str = "xterm", columns: int = 100) -> str:
     """``chat`` with its questions and answers on pipes and only stderr a terminal: what stderr showed."""

@@ -59,6 +59,8 @@ class Progress:
         self.tty = hasattr(err, "isatty") and err.isatty()
         self.dumb = dumb_terminal()  # TERM=dumb: a plain line per step, no cursor control
         self.status = False  # a step's name is on stderr's last line, to be erased
+        self.step = ""  # the running step's name
+        self.waited = False  # a retry's wait shows in place of the step's name
         self.leads = self.tty  # the ``crag>`` lead on stderr: off when a script sends the questions
         self.show_usage = show_usage  # off: the usage block (in the last chunk) is not printed
         self.screen: ShownStream | None = None  # the answer on screen, once it streams
@@ -70,17 +72,24 @@ class Progress:
 
         streaming = self.screen is not None  # the status line is gone once the answer streams
         if isinstance(event, NodeStarted) and self.tty and not streaming:
+            self.step, self.waited = event.node, False
             self._status(event.node)
         elif isinstance(event, RetryWaiting) and self.tty and not self.started:
             if not self.dumb or event.left == event.seconds:  # a dumb terminal: one line when it starts
                 self._status(f"{event.node}: {waiting_text(event)}", ending="")
+                self.waited = not self.dumb
+        elif self.hold and isinstance(event, (AnswerStarted, AnswerDelta)):
+            # The answer is not on the screen (it goes to a file or a pipe whole): its step stays
+            # there while the model writes, back in place of a retry's wait once the reply comes.
+            if self.waited and isinstance(event, AnswerDelta):
+                self.waited = False
+                self._status(self.step)
         elif isinstance(event, AnswerDelta) or (isinstance(event, NodeFinished) and not streaming):
             self.clear_status()  # the step is over, or its retry's wait (the answer streams on stdout)
         elif isinstance(event, AnswerStarted) and not streaming:  # again: a refit request, nothing shown yet
             self.clear_status()
-            if not self.hold:
-                self.screen = ShownStream(secrets(), whole_words=False)  # final chunks: their last word too
-                self._lead()
+            self.screen = ShownStream(secrets(), whole_words=False)  # final chunks: their last word too
+            self._lead()
 
     def _status(self, text: str, ending: str = "…") -> None:
         """``text`` (a step's name, a retry's wait) on stderr's status line; a dumb terminal's
