@@ -168,3 +168,21 @@ def test_search_help_says_the_search_looks_only_inside_the_kb() -> None:
     code, out = done.returncode, done.stdout
     assert code == 0
     assert "the search looks only inside" in " ".join(out.split()) and "the tools" not in out
+
+
+PASTED = "\x1b[1mhow long\x1b[0m are backups \x1b]8;;https://example.com/x\x07kept\x1b]8;;\x07?"
+
+
+def test_a_pasted_question_is_asked_as_the_terminal_shows_it(project: Path) -> None:
+    """Text pasted from a terminal holds escape sequences the screen never shows (bold, a
+    hyperlink's hidden address). They went to the model and the search as part of the question,
+    and the hidden address drew the note that the question names a URL web_fetch would fetch
+    (with web_fetch on, it was a URL the planner could fetch): the question asked is now the one
+    shown, in chat as in ask."""
+    code, out, err = cli("chat", stdin=PASTED + "\n")
+    assert (code, err) == (0, "") and "30 days" in out
+    code, out, err = cli("ask", PASTED)
+    assert (code, err) == (0, "") and "30 days" in out
+    code, out, err = cli("ask", "-", stdin=PASTED)
+    assert (code, err) == (0, "") and "30 days" in out
+    assert logged_questions() == ["how long are backups kept?"] * 3

@@ -10,7 +10,7 @@ from typing import TextIO
 
 from ..errors import UsageError
 from ..modes import MAX_TOP_K
-from ..safe_text import blank, display_name
+from ..safe_text import blank, display_name, for_terminal
 from .common import (
     OVERRIDES,
     check_readable,
@@ -242,12 +242,12 @@ def question_of(args: argparse.Namespace, limit: int) -> str:
         text = text.removeprefix("\ufeff")  # a byte order mark an editor wrote is no part of the question
         if blank(text):
             raise UsageError("the question read from standard input is empty")
-        return text.strip()
+        return for_terminal(text).strip()  # the question a terminal shows: no escape sequence (docs/cli.md)
     question = " ".join(args.words)
     if not_utf8(question):  # bytes Python kept as lone surrogates: asked, they became U+FFFD
         raise UsageError("the question is not UTF-8 text: type it in a UTF-8 terminal, or save it as UTF-8 and "
                          f"give it as {suggested()} ask - < FILE")
-    return question
+    return for_terminal(question)
 
 
 def cmd_ask(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

@@ -339,7 +339,7 @@ def cmd_chat(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             if not_utf8(line):
                 print("crag: error: that line is not UTF-8 text; type it again", file=err)
                 continue
-            question = line.strip()
+            question = for_terminal(line).strip()  # as the terminal showed it: no escape sequence (docs/cli.md)
             result = None
             try:
                 if live:
