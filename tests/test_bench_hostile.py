@@ -132,9 +132,10 @@ BAD_ARGUMENTS = [
     ("store_scale", ["--frequent", "0"], "argument --frequent: must be at least 1, got 0"),
     # nothing to measure: empty tables reported as results
     ("grading_cost", ["--strategies", ""], "--strategies needs at least one strategy"),
-    ("grader_auc", ["--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--styles", " , "],
+    ("grader_auc", ["--data", "FILE", "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--styles", " , "],
      "--styles needs at least one style"),
-    ("grader_auc", ["--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--styles", "batch,nope"],
+    ("grader_auc", ["--data", "FILE", "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--styles",
+                    "batch,nope"],
      "unknown style: nope (choose from batch, pointwise, scores)"),
     ("answers", ["--offline", "--configs", ""], "--configs needs at least one configuration"),
     ("answers", ["--offline", "--sets", " , "], "--sets needs at least one set"),
@@ -148,7 +149,7 @@ BAD_ARGUMENTS = [
     # a failure of the first request (exit 1), or tiktoken's own message
     ("grader_auc", ["--base-url", "127.0.0.1:9", "--model", "m"],
      "--base-url must be an http:// or https:// URL, got '127.0.0.1:9'"),
-    ("grading_cost", ["--encoding", "nope"], "unknown tiktoken encoding 'nope' (choose from "),
+    ("grading_cost", ["--data", "FILE", "--encoding", "nope"], "unknown tiktoken encoding 'nope' (choose from "),
     ("retrieval", ["--local-threads", "0"], "argument --local-threads: must be at least 1, got 0"),
 ]
 
@@ -204,11 +205,13 @@ def test_a_grading_cost_number_it_cannot_use_is_refused_when_the_arguments_are_r
     assert capsys.readouterr().err.strip().splitlines()[-1] == f"python -m benchmarks.grading_cost: error: {says}"
 
 
-def test_grading_cost_reads_the_sweep_and_zero_noise_it_can_use():
-    args = grading_cost.parse_args(["--sweep", " 0.8, 0.3 ,0,1", "--noise", "0", "--latency-fixed-ms", "0"])
+def test_grading_cost_reads_the_sweep_and_zero_noise_it_can_use(tmp_path):
+    data = ["--data", str(tmp_path / "pairs.jsonl")]  # read later; given, so the shared data need not be here
+    (tmp_path / "pairs.jsonl").write_text("")
+    args = grading_cost.parse_args([*data, "--sweep", " 0.8, 0.3 ,0,1", "--noise", "0", "--latency-fixed-ms", "0"])
     assert args.sweep == [0.8, 0.3, 0.0, 1.0] and args.noise == 0.0 and args.latency_fixed_ms == 0.0
-    assert grading_cost.parse_args(["--sweep", ""]).sweep == []
-    assert grading_cost.parse_args([]).sweep == list(grading_cost.SWEEP_THRESHOLDS)
+    assert grading_cost.parse_args([*data, "--sweep", ""]).sweep == []
+    assert grading_cost.parse_args(data).sweep == list(grading_cost.SWEEP_THRESHOLDS)
 
 
 def test_a_failure_the_benchmark_can_name_is_one_line_and_exit_status_1(capsys):
