@@ -465,20 +465,10 @@ def test_an_embedder_whose_model_changed_length_fails_once_then_follows_the_new_
         assert emb.embed(["query"]).shape == (1, 8) and emb.dim == 8
 
 
-def test_an_embedding_model_whose_vectors_changed_length_is_re_embedded_not_a_traceback(tmp_path: Path,
-                                                                                         monkeypatch) -> None:
-    """The same model name served with another dimension (another model pulled under that tag,
-    another server): adding a file was a numpy ValueError traceback from concatenating 64- and
-    32-dimensional vectors. It is an embedder change: `index` re-embeds and says so, `--kb`
-    (which never re-embeds) is one line telling to re-index."""
-    import io
-
-    from crag.cli import main
+def _one_file_with_an_openai_embedder(tmp_path: Path, monkeypatch, model: str) -> None:
+    """A knowledge base ``docs`` of one file in ``tmp_path`` (the working folder), to be indexed
+    with the openai embedder's ``model`` and answered offline."""
     from tests.fakes import clean_env
-
-    def cli(*argv: str) -> tuple[int, str, str]:
-        out, err = io.StringIO(), io.StringIO()
-        return main(list(argv), out, err), out.getvalue(), err.getvalue()
 
     clean_env(monkeypatch)
     monkeypatch.chdir(tmp_path)
@@ -486,7 +476,18 @@ def test_an_embedding_model_whose_vectors_changed_length_is_re_embedded_not_a_tr
     (tmp_path / "docs" / "a.md").write_text("# A\n\nAlpha retention is 5 days.\n", encoding="utf-8")
     monkeypatch.setenv("KB_AGENT_LLM", "offline")
     monkeypatch.setenv("KB_AGENT_EMBEDDER", "openai")
-    monkeypatch.setenv("KB_AGENT_EMBEDDING_MODEL", "custom-embed")
+    monkeypatch.setenv("KB_AGENT_EMBEDDING_MODEL", model)
+
+
+def test_an_embedding_model_whose_vectors_changed_length_is_re_embedded_not_a_traceback(tmp_path: Path,
+                                                                                         monkeypatch) -> None:
+    """The same model name served with another dimension (another model pulled under that tag,
+    another server): adding a file was a numpy ValueError traceback from concatenating 64- and
+    32-dimensional vectors. It is an embedder change: `index` re-embeds and says so, `--kb`
+    (which never re-embeds) is one line telling to re-index."""
+    from tests.fakes import cli
+
+    _one_file_with_an_openai_embedder(tmp_path, monkeypatch, "custom-embed")
     with FakeOpenAIServer(embedding_dim=64) as srv:
         monkeypatch.setenv("OPENAI_BASE_URL", srv.base_url)
         assert cli("index", "docs")[0] == 0
@@ -506,15 +507,9 @@ def test_an_openai_model_name_served_elsewhere_with_other_vectors_indexes_and_se
     """LocalAI serves `text-embedding-ada-002` with a small local model by default: crag took the
     name's OpenAI length (1536) for granted, and every `crag index` failed with "returned
     64-dimensional vectors, expected 1536", which no setting could mend."""
-    from tests.fakes import clean_env, cli
+    from tests.fakes import cli
 
-    clean_env(monkeypatch)
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "docs").mkdir()
-    (tmp_path / "docs" / "a.md").write_text("# A\n\nAlpha retention is 5 days.\n", encoding="utf-8")
-    monkeypatch.setenv("KB_AGENT_LLM", "offline")
-    monkeypatch.setenv("KB_AGENT_EMBEDDER", "openai")
-    monkeypatch.setenv("KB_AGENT_EMBEDDING_MODEL", "text-embedding-ada-002")
+    _one_file_with_an_openai_embedder(tmp_path, monkeypatch, "text-embedding-ada-002")
     with FakeOpenAIServer(embedding_dim=64) as srv:
         monkeypatch.setenv("KB_AGENT_EMBEDDING_BASE_URL", srv.base_url)
         code, out, err = cli("index", "docs")
