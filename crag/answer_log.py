@@ -38,6 +38,7 @@ from attrs import frozen
 
 from .answer_log_schema import MIGRATIONS, SCHEMA_VERSION, applied, migrate
 from .errors import CragError
+from .index.labels import logged_path, shown_logged_path
 
 if TYPE_CHECKING:
     from .agent import Answer
@@ -294,7 +295,8 @@ class AnswerLog:
                 ).lastrowid
                 db.executemany(
                     "INSERT INTO citations (answer_id, n, path, line, page, tool) VALUES (?, ?, ?, ?, ?, ?)",
-                    [(answer_id, c.n, clean(c.path), c.line, c.page, c.tool) for c in answer.citations],
+                    [(answer_id, c.n, clean(logged_path(c.path, c.line)), c.line, c.page, c.tool)
+                     for c in answer.citations],
                 )
                 db.executemany(
                     "INSERT INTO node_usage (answer_id, node, calls, prompt_tokens, completion_tokens, "
@@ -422,7 +424,7 @@ class AnswerLog:
         for n, path, line, page, tool in db.execute(
                 "SELECT n, path, line, page, tool FROM citations WHERE answer_id = ? ORDER BY n", (answer_id,)):
             page = cell("citations", page, _optional_int)
-            citations.append({"n": cell("citations", n, _int), "path": _text(path),
+            citations.append({"n": cell("citations", n, _int), "path": shown_logged_path(_text(path)),
                               "line": cell("citations", line, _optional_int),
                               **({"page": page} if page is not None else {}), "tool": _text(tool)})
         prompt, completion = cell("usage", prompt, _int), cell("usage", completion, _int)

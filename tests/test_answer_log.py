@@ -680,6 +680,26 @@ def test_crag_log_names_the_log_it_read_when_it_lies_outside_the_working_folder(
     assert code == 0 and err == f"crag: log {away / 'state' / 'crag' / 'log.sqlite'}\n"
 
 
+def test_crag_log_names_cited_files_relative_to_the_folder_it_runs_in(
+        project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The log kept a citation's path as the question's folder named it (``docs/setup.md``), so
+    ``crag log --json`` in a subfolder or a sibling named a file that is not there; SPEC §4: paths
+    in ``--json`` are relative to the working directory when under it, absolute otherwise."""
+    assert cli("ask", "Which port does the server listen on?")[0] == 0
+    (project / "sibling").mkdir()
+    for folder, shown in ((project, "docs/setup.md"), (project / "docs", "setup.md"),
+                          (project / "sibling", str(project / "docs" / "setup.md"))):
+        monkeypatch.chdir(folder)
+        code, out, _ = cli("--index", str(project / ".crag"), "log", "--json")
+        assert code == 0 and json.loads(out)[0]["citations"][0]["path"] == shown, (folder, out)
+    db = sqlite3.connect(project / ".crag" / "log.sqlite")
+    db.execute("UPDATE citations SET path = 'docs/setup.md'")  # as an older crag logged it
+    db.commit()
+    db.close()
+    code, out, _ = cli("--index", str(project / ".crag"), "log", "--json")
+    assert code == 0 and json.loads(out)[0]["citations"][0]["path"] == "docs/setup.md"  # its folder is not known
+
+
 def test_a_file_where_the_state_folder_belongs_is_one_error_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """With no index folder the log is ``$XDG_STATE_HOME/crag/log.sqlite``; a file standing
     where a folder above it belongs (``XDG_STATE_HOME``, or ``~/.local/state``, is a file)
