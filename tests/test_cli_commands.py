@@ -76,6 +76,15 @@ def test_version_prints_the_package_version() -> None:
     assert f"| `crag --version` | `crag {crag.__version__}` | 0 |" in (ROOT / "docs" / "cli.md").read_text()
 
 
+@pytest.mark.parametrize("argv", [("--version", "search"), ("--version", "ask"), ("-m", "x", "--version", "index"),
+                                  ("--vers", "roots"), ("--version", "ask", "port")])
+def test_version_before_a_command_prints_the_version_whatever_follows(argv: tuple[str, ...]) -> None:
+    """``crag --version search`` said "the following arguments are required: QUERY" (exit 2),
+    while ``crag --version ask port`` printed the version: as ``git --version status``, crag's
+    own ``--version`` is answered before the command's arguments are read."""
+    assert cli(*argv) == (0, f"crag {crag.__version__}\n", "")
+
+
 def test_bare_crag_prints_the_help_on_stdout_and_exits_0(tmp_path: Path) -> None:
     proc = run_crag(cwd=tmp_path)
     assert proc.returncode == 0 and proc.stderr == ""

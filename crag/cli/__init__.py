@@ -248,6 +248,11 @@ def _main(argv: Sequence[str] | None, out: TextIO, err: TextIO, stdin: TextIO | 
     try:
         parser = build_parser()
         _check_command(argv)
+        if _asks_version(argv):  # `crag --version search`: the version, not the query it lacks
+            from .. import __version__
+
+            out.write(f"crag {__version__}\n")
+            return 0
         _check_option_places(parser, argv)
         try:
             args, extra = _parse(parser, argv)
@@ -256,11 +261,6 @@ def _main(argv: Sequence[str] | None, out: TextIO, err: TextIO, stdin: TextIO | 
         except SystemExit as exc:  # -h/--help: argparse wrote the help on standard output and exits
             sys.stdout.flush()  # a write that fails is the error line below, not a silent 0
             return int(exc.code or 0)
-        if args.version:
-            from .. import __version__
-
-            out.write(f"crag {__version__}\n")
-            return 0
         if args.command is None:
             if extra:  # `crag --kb docs`: options of a command, given without the command
                 raise UsageError(f"unrecognized arguments: {' '.join(extra)} (see {prog()} --help)")
@@ -453,6 +453,17 @@ def _own_option(word: str) -> tuple[str, bool] | None:
     if len(found) != 1:
         return None
     return found[0], found[0] in _TAKES_VALUE and not eq
+
+
+def _asks_version(argv: Sequence[str]) -> bool:
+    """Whether ``--version`` is among crag's own options, before a command's name and whatever
+    follows it (``git --version status`` prints the version too); not after ``--help``."""
+    i = 0
+    while i < len(argv) and (own := _own_option(argv[i])) is not None and own[0] not in ("-h", "--help"):
+        if own[0] == "--version" and "=" not in argv[i]:
+            return True
+        i += 2 if own[1] else 1
+    return False
 
 
 def _check_option_places(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
