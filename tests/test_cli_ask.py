@@ -217,6 +217,31 @@ def test_exactly_one_stats_block_despite_history_and_a_hallucinating_model(
     assert "How are uploads retried?" in first  # the history reached the model, without its stats
 
 
+def test_history_left_out_to_fit_the_window_is_audited_and_said(llm: FakeOpenAIServer, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """``ask --history`` of turns longer than KB_AGENT_CONTEXT_TOKENS answered as if they had not
+    been given, without a word; the oldest go first (docs/real-models.md), and now the answer's
+    audit and a note on stderr say how many."""
+    history = tmp_path / "history.json"
+    history.write_text(json.dumps([
+        {"role": "user", "content": "Tell me about uploads. " * 800},
+        {"role": "assistant", "content": "Uploads are retried."},
+        {"role": "user", "content": "And the port?"},
+        {"role": "assistant", "content": "It is 8080."},
+    ]))
+    monkeypatch.setenv("KB_AGENT_CONTEXT_TOKENS", "2048")
+    llm.script("analyze_and_route", route("simple", "grep_search"))
+    llm.script("plan", plan(("grep_search", {"pattern": "port 8080"})))
+    llm.script("synthesize", "It listens on 8080 [1].")
+    code, out, err = cli("ask", "What port by default?", "--history", str(history), "--json")
+    assert code == 0, err
+    trimmed = [e for e in json.loads(out)["audit"] if e["event"] == "history_trimmed"]
+    assert trimmed == [{"event": "history_trimmed", "node": "synthesize", "count": 1}]
+    assert "And the port?" in json.dumps(llm.requests[-1].body)  # the newer turns were sent
+    assert err == ("crag: note: the answer was written without the 1 oldest of the 4 history messages, "
+                   "which do not fit KB_AGENT_CONTEXT_TOKENS=2048\n")
+
+
 def test_no_evidence_gives_the_fixed_sentence_without_footer_or_answer_call(
     llm: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -291,6 +291,10 @@ def cmd_ask(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         record(agent.settings, result, err, conversation, "ask")
         raise
     fetch_failed_notes(result, agent, err)
+    trimmed = sum(e.fields.get("count", 0) for e in result.state.audit if e.event == "history_trimmed")
+    if trimmed:  # earlier turns given, and not read: say so, as `ask -c` does
+        err.write(f"crag: note: the answer was written without the {trimmed:,} oldest of the {len(history):,} "
+                  f"history messages, which do not fit KB_AGENT_CONTEXT_TOKENS={agent.settings.context_tokens}\n")
     if gone:
         err.write(gone + "\n")
     record(agent.settings, result, err, conversation, "ask")

@@ -169,6 +169,8 @@ def ask_again(step: Step, reply: Completion) -> bool:
 def apply(state: AgentState, step: Step, reply: Completion | None, cfg: NodeConfig) -> AgentState:
     fitted: budget.Fitted | None = step.plan
     stopped = stopped_note(step, reply)
+    if fitted is not None and fitted.history_dropped:  # the oldest turns did not fit the window
+        state = evolve(state, audit=state.log("history_trimmed", node=NAME, count=fitted.history_dropped))
     if fitted is not None and fitted.task.chitchat:
         # No evidence, so no citation: markers and a source list the model wrote go (SPEC §7).
         body = answer.without_citations(prompts.clean_answer(reply.text)) if reply is not None else ""
