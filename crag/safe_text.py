@@ -283,14 +283,19 @@ _CREDENTIALS: tuple[tuple[re.Pattern[str], int, bool], ...] = (
 # A password a person chose holds any printable characters ("Tr0ub4dor&3", "P@ssw0rd!2024"), not
 # only a token's: after "password" or "secret", or assigned to a name holding such a word, the
 # value runs to the next space or quote, less a sentence's closing punctuation. Matched before
-# the rows above, which stop at the first "&" or "!" and showed the rest.
-_PASSWORD_CHARS = r"([^\s\"'`]{7,}[^\s\"'`.,;:!?)\]}>])"
+# the rows above, which stop at the first "&" or "!" and showed the rest. Only a value with a
+# symbol inside it, as a chosen password has (a word's hyphen or dot, a path's slashes and a
+# citation's colon are none; "#general" leads with one), that is no URL, e-mail address, call
+# or subscript (``hash_v2(pw, salt)``, ``os.environ[``) nor placeholder (``${DB_PASS}``,
+# ``<your-secret>``): those are left to the rows above, as they were before this rule.
+_PASSWORD_CHARS = (r"(?=[^\s\"'`]+[^\w\s\"'`.\-/\\:][^\s\"'`]*[^\s\"'`.,;:!?)\]}>])"
+                   r"(?![a-z][a-z0-9+.\-]*://|[\w.+\-]+@[\w\-]+(?:\.[\w\-]+)*\.[a-z]{2,}(?:[.,;:!?)\]}>]*(?:[\s\"'`]|$))"
+                   r"|[\w.\-]+[(\[]|\$[{(]|\{\{|%\(|<[\w\-]+>)"
+                   r"([^\s\"'`]{7,}[^\s\"'`.,;:!?)\]}>])")
 _PASSWORDS: tuple[tuple[re.Pattern[str], int, bool], ...] = (
     (re.compile(r"(?i)\b(password|passwd|passphrase|secret)(\s*=\s*)" + _PASSWORD_CHARS), 3, False),
-    # in prose ("the secret is Base64-encoded", "Secret: ConfigMap2024 objects") only a value
-    # holding a symbol inside it, as a chosen password does: a word's hyphen or dot is no symbol
-    (re.compile(r"(?i)\b(password|passwd|passphrase|secret)(\s*:\s*|\s+(?:is\s+|was\s+)?)"
-                r"(?=[^\s\"'`]*[^\w\s\"'`.\-][^\s\"'`]*[^\s\"'`.,;:!?)\]}>])" + _PASSWORD_CHARS), 3, False),
+    # in prose too: "the secret is Base64-encoded", "Secret: ConfigMap2024 objects" are words
+    (re.compile(r"(?i)\b(password|passwd|passphrase|secret)(\s*:\s*|\s+(?:is\s+|was\s+)?)" + _PASSWORD_CHARS), 3, False),
     (re.compile(r"(?i)(?:secret|passw(?:or)?d|passphrase)(?:[_.\-][A-Za-z0-9_.\-]{0,40})?[\"']?[ \t]*[=:][ \t]*[\"']?"
                 + _PASSWORD_CHARS), 1, False),
 )

@@ -806,6 +806,19 @@ def test_a_password_with_symbols_in_a_question_is_not_kept_in_the_log(project: P
                                  "is set and the secret is ***? Is the password reset policy to blame?")
 
 
+def test_urls_paths_e_mails_and_code_after_password_are_kept_in_the_log(project: Path) -> None:
+    """The rule that masks a password with symbols whole took any value holding one: a URL, a
+    citation, an e-mail address, a call or a placeholder after "secret is" or "Password:" was
+    kept as ``***`` (the citation's ``docs/auth.md:L40`` lost, ``hash_v2(pw, salt)`` kept as
+    ``***, salt)``). They are no passwords, and are kept as written."""
+    question = ("Is the secret https://vault.example.com/v1/secret/data/app?x=1&y=2 or Password: docs/auth.md:L40 "
+                "or C:\\Users\\me\\pw2.txt, and the secret is admin2@example.com. Is password = hash_v2(pw, salt), "
+                "secret: ${DB_PASS2} or secret: <your-secret-2>, and the secret is #general-2 on Slack?")
+    code, _, err = cli("ask", question)
+    assert code == 0, err
+    assert json.loads(cli("log", "--json")[1])[0]["question"] == question
+
+
 def test_credentials_written_in_a_question_are_not_kept_in_the_log(project: Path) -> None:
     question = ("Why does postgresql://admin:Hunter2Pass9@db/app refuse Authorization: Bearer abcDEF1234567890xyz "
                 "and api_key=tok_0a1b2c3d4e when the token expires?")
