@@ -155,7 +155,14 @@ def for_terminal(text: str) -> str:
     if text.replace("\n", "").replace("\t", "").isprintable():
         return text
     text = _ESCAPES.sub("", text)
-    return "".join(_shown(ch) if _terminal_unsafe(ch) else ch for ch in text)
+    return "".join(part if i % 2 else "".join(_shown(ch) if _terminal_unsafe(ch) else ch for ch in part)
+                   for i, part in enumerate(_FLAG_TAGS.split(text)))
+
+
+# A flag of a country's part (England, Scotland, Wales): a black flag, the tag characters that
+# name the part ("gbsct") and a cancel tag. Format characters that only shape the emoji, kept
+# whole as ZWJ is; other tag characters (text a screen never shows) go.
+_FLAG_TAGS = re.compile("(\U0001f3f4[\U000e0030-\U000e0039\U000e0061-\U000e007a]{1,7}\U000e007f)")
 
 
 def _shown(ch: str) -> str:

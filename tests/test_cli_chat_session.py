@@ -186,3 +186,17 @@ def test_a_pasted_question_is_asked_as_the_terminal_shows_it(project: Path) -> N
     code, out, err = cli("ask", "-", stdin=PASTED)
     assert (code, err) == (0, "") and "30 days" in out
     assert logged_questions() == ["how long are backups kept?"] * 3
+
+
+SCOTLAND = "\U0001f3f4\U000e0067\U000e0062\U000e0073\U000e0063\U000e0074\U000e007f"
+
+
+def test_a_question_with_a_flag_of_tag_characters_is_asked_whole(project: Path) -> None:
+    """Scotland's, England's and Wales's flags are a black flag with tag characters after it.
+    Leaving out what a terminal does not show took those tags as control characters: the
+    question was asked and logged with a plain black flag in place of Scotland's."""
+    question = f"How long are backups kept in {SCOTLAND} Scotland?"
+    assert cli("chat", stdin=question + "\n")[0] == 0
+    assert cli("ask", question)[0] == 0
+    assert cli("ask", "-", stdin=question)[0] == 0
+    assert logged_questions() == [question] * 3
