@@ -271,6 +271,19 @@ def test_a_dot_folder_in_a_pattern_is_named_as_a_line_git_never_matches(project:
                           'folder name'), err
 
 
+def test_a_dot_folder_line_is_told_the_pattern_to_write(project: Path) -> None:
+    """The error for ``./*.md`` said to write "drafts", not "./drafts", whatever was written: it
+    names the line without its ``./`` now, anchored to its folder as ``./`` meant; an example
+    only when no one pattern says what was meant (``../docs``)."""
+    for pattern, meant in (("./*.md", "/*.md"), ("./drafts/", "/drafts/"), ("!./secret.md", "!/secret.md"),
+                           ("./**/x.md", "**/x.md"), ("../docs", 'drafts", not "./drafts')):
+        code, _, err = cli("index", "docs", "--exclude", "secret.md", "--exclude", pattern)
+        assert code == 2 and err.rstrip().endswith(f'(patterns are relative to their folder: write "{meant}")'), err
+    (project / "docs" / ".gitignore").write_text("./secret.md\n", encoding="utf-8")
+    code, _, err = cli("index", "docs")
+    assert code == 0 and 'write "/secret.md")' in err, err
+
+
 def test_a_negated_exclude_with_nothing_to_take_back_is_a_usage_error(project: Path) -> None:
     """``--exclude '!secret.md'`` (ripgrep's ``--glob`` way of leaving a file out) left
     everything in; after a pattern it takes back from, it keeps its git meaning."""

@@ -348,9 +348,20 @@ def _rule(number: int, line: str, problems: list[str]) -> list[Rule]:
     alternatives = [segments for segments in alternatives if not any(seg in _NO_NAMES for seg in segments)]
     if not alternatives:  # "./drafts", "../x": git compares them with paths, which never hold such a folder
         raise _Dead("it holds a \".\" or \"..\" folder name, which no path holds (patterns are relative to "
-                    "their folder: write \"drafts\", not \"./drafts\")")
+                    f"their folder: write {_without_dot_folders(text, negated)})")
     shown = _as_text(text)
     return [Rule(number, shown, negated, dir_only, anchored, tuple(segments)) for segments in alternatives]
+
+
+def _without_dot_folders(text: str, negated: bool) -> str:
+    """What to write for a line ``./drafts/`` (``"/drafts/"``, the folder's own, as meant;
+    ``./docs/*.md`` is ``"docs/*.md"``); an example when no one line does (``../x``, ``./a/../b``)."""
+    lead, rest = text[: int(negated)], text[int(negated) :]
+    while rest.startswith("./"):
+        rest = rest[2:]
+    if rest == text[int(negated) :] or not rest.strip("/") or "/./" in f"/{rest}/".replace("/../", "/./"):
+        return "\"drafts\", not \"./drafts\""
+    return f"\"{_as_text(lead + ('' if '/' in rest.rstrip('/') else '/') + rest)}\""
 
 
 @frozen
