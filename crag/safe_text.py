@@ -301,8 +301,10 @@ _PASSWORD_CHARS = (r"(?=[^\s\"'`]+[^\w\s\"'`.\-/\\:][^\s\"'`]*[^\s\"'`.,;:!?)\]}
                    r"([^\s\"'`]{7,}[^\s\"'`.,;:!?)\]}>])")
 _PASSWORDS: tuple[tuple[re.Pattern[str], int, bool], ...] = (
     (re.compile(r"(?i)\b(password|passwd|passphrase|secret)(\s*=\s*)" + _PASSWORD_CHARS), 3, False),
-    # in prose too: "the secret is Base64-encoded", "Secret: ConfigMap2024 objects" are words
-    (re.compile(r"(?i)\b(password|passwd|passphrase|secret)(\s*:\s*|\s+(?:is\s+|was\s+)?)" + _PASSWORD_CHARS), 3, False),
+    # in prose too ("the secret is Base64-encoded", "Secret: ConfigMap2024 objects" are words),
+    # in quotes or as code: "my password `P@ssw0rd!2024` is refused"
+    (re.compile(r"(?i)\b(password|passwd|passphrase|secret)(\s*:\s*|\s+(?:is\s+|was\s+)?)[\"'`]?" + _PASSWORD_CHARS),
+     3, False),
     (re.compile(r"(?i)(?:secret|passw(?:or)?d|passphrase)(?:[_.\-][A-Za-z0-9_.\-]{0,40})?[\"']?[ \t]*[=:][ \t]*[\"']?"
                 + _PASSWORD_CHARS), 1, False),
 )

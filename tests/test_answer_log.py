@@ -806,6 +806,19 @@ def test_a_password_with_symbols_in_a_question_is_not_kept_in_the_log(project: P
                                  "is set and the secret is ***? Is the password reset policy to blame?")
 
 
+def test_a_password_with_symbols_in_quotes_is_not_kept_in_the_log(project: Path) -> None:
+    """A password written as code or quoted after "password" ("my password `P@ssw0rd!2024`")
+    was logged as it was: the rule for a password with symbols began its value after the
+    spaces only, and the quote stopped it."""
+    question = "Why is my password `P@ssw0rd!2024` refused, when the password is 'Tr0ub4dor&3' at home?"
+    code, _, err = cli("ask", question)
+    assert code == 0, err
+    raw = (project / ".crag" / "log.sqlite").read_bytes()
+    assert b"P@ssw0rd" not in raw and b"Tr0ub4dor" not in raw
+    entry = json.loads(cli("log", "--json")[1])[0]
+    assert entry["question"] == "Why is my password `***` refused, when the password is '***' at home?"
+
+
 def test_urls_paths_e_mails_and_code_after_password_are_kept_in_the_log(project: Path) -> None:
     """The rule that masks a password with symbols whole took any value holding one: a URL, a
     citation, an e-mail address, a call or a placeholder after "secret is" or "Password:" was
