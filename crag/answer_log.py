@@ -168,6 +168,11 @@ def _link_trouble(link: str) -> str:
     return f"a symbolic link to {os.path.realpath(link)}, {_kind(link)}"  # `log.sqlite -> /dev/full`
 
 
+# What SQLite says when it cannot write a file it can read: its permissions, a read-only disk, a
+# full one (or a file size limit, "disk I/O error").
+_UNWRITABLE = ("readonly", "unable to open", "disk is full", "disk I/O error")
+
+
 def _kind(path: str) -> str:
     """What stands where a file belongs, for a message: a folder, a named pipe, a socket, a device."""
     import stat
@@ -235,8 +240,8 @@ class AnswerLog:
                     migrate(db)
                 except sqlite3.OperationalError as exc:
                     # An older crag's log this crag cannot write (another user's index, a read-only
-                    # disk) is read as it is; an answer logged to it fails at its write, as it would.
-                    if not ("readonly" in str(exc) or "unable to open" in str(exc)) or not applied(db):
+                    # or full disk) is read as it is; an answer logged to it fails at its write, as it would.
+                    if not any(w in str(exc) for w in _UNWRITABLE) or not applied(db):
                         raise
                     columns = {column[1] for column in db.execute("PRAGMA table_info(node_usage)")}
                     self._guessed = "estimated_calls" if "estimated_calls" in columns else "0"

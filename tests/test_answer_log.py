@@ -334,6 +334,34 @@ def test_an_older_crags_log_that_cannot_be_written_is_read_as_it_is(project: Pat
     assert "cannot be written" in asked.stderr and "cannot be opened" not in asked.stderr, asked.stderr
 
 
+def test_an_older_crags_log_on_a_full_disk_is_read_as_it_is(project: Path) -> None:
+    """An older crag's log (schema 1) that a full disk (here a file size limit) keeps from being
+    migrated could not be read at all, as a read-only one could not: ``crag log`` failed with
+    "disk I/O error" (exit 1), ``ask -c`` too. It is read as it is; logging fails as a note."""
+    import resource
+    import subprocess
+    import sys
+
+    assert cli("ask", "Which port does the server listen on?")[0] == 0
+    log = project / ".crag" / "log.sqlite"
+    db = sqlite3.connect(log)
+    db.execute("DELETE FROM migrations WHERE version > 1")
+    db.execute("ALTER TABLE node_usage DROP COLUMN estimated_calls")
+    db.commit()
+    db.close()
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+
+    def crag(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "crag", *argv], capture_output=True, text=True, env=env,
+                              timeout=120, preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (1024, 1024)))
+
+    listed, asked = crag("log", "--json"), crag("ask", "-c", "How long is a backup kept?")
+    assert listed.returncode == 0 and listed.stderr == "", listed.stderr
+    assert json.loads(listed.stdout)[0]["question"] == "Which port does the server listen on?"
+    assert asked.returncode == 0 and "thirty days" in asked.stdout
+    assert "cannot be written" in asked.stderr and "cannot be opened" not in asked.stderr, asked.stderr
+
+
 def _open_log_at(folder: str, barrier, results) -> None:  # a process of its own, as a second crag is
     barrier.wait()
     try:
