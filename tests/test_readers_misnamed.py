@@ -57,6 +57,18 @@ def test_a_git_lfs_pointer_in_a_documents_place_says_how_to_fetch_the_document()
         assert refusal(name, pointer) == "it is a Git LFS pointer, not the file itself: run git lfs pull to fetch it"
 
 
+def test_a_git_lfs_pointer_in_a_text_files_place_is_not_indexed_as_its_text() -> None:
+    """Git LFS keeps large CSV and JSON files too: their pointer was indexed and cited as their
+    text ("version https://git-lfs..."), with nothing said; it is refused as a document's is."""
+    from crag.index.discover import text_of
+
+    pointer = b"version https://git-lfs.github.com/spec/v1\noid sha256:4d7a2146\nsize 12345\n"
+    for name in ("data.csv", "notes.md", "schema.json"):
+        with pytest.raises(ValueError, match=r"^it is a Git LFS pointer, not the file itself: run git lfs pull"):
+            text_of(name, pointer)
+    assert text_of("notes.md", b"# LFS\n\n" + pointer) == "# LFS\n\n" + pointer.decode()  # one quoted is text
+
+
 def test_a_pdf_or_a_page_named_docx_is_refused_saying_what_it_is(tmp_path: Path) -> None:
     pdf = make_pdf(tmp_path / "guide.pdf", [["Page one."]]).read_bytes()
     assert refusal("guide.docx", pdf) == "it is not a DOCX but a PDF: rename it to .pdf to index it"

@@ -505,6 +505,9 @@ def text_of(path: str, data: bytes) -> str:
     if reader is None:
         if is_binary(data):
             raise BinaryFileError("binary file")
+        from .readers import refuse_lfs_pointer
+
+        refuse_lfs_pointer(data)  # a CSV's pointer, in a clone made without Git LFS's files
         return decode_text(data)
     if not reader.available():
         from .readers import DISTRIBUTION

@@ -60,7 +60,7 @@ from .pdf_text import LIGATURES, form_values, joined_hyphens
 
 __all__ = [
     "DISTRIBUTION", "MAX_DOCX_XML_BYTES", "MAX_PDF_PAGES", "MAX_TEXT_BYTES", "READERS", "UTF16_BOMS",
-    "Reader", "cached_text", "decode_text", "extras_line", "read_document", "reader_for", "skipped_line", "utf16_codec", "utf16_text",
+    "Reader", "cached_text", "decode_text", "extras_line", "read_document", "reader_for", "refuse_lfs_pointer", "skipped_line", "utf16_codec", "utf16_text",
 ]
 
 # The name crag is installed under from the package index (the import name stays ``crag``).
@@ -159,11 +159,17 @@ def _one_line(text: str, limit: int = 200) -> str:
 _LFS_POINTER = re.compile(rb"version https://git-lfs\.github\.com/spec/v\d+\n")
 
 
+def refuse_lfs_pointer(data: bytes) -> None:
+    """``ValueError`` when ``data`` is a Git LFS pointer (a document's or a text file's: a CSV's,
+    whose pointer would be indexed as its text): no parser's error can say what it is."""
+    if len(data) < 1024 and _LFS_POINTER.match(data):
+        raise ValueError("it is a Git LFS pointer, not the file itself: run git lfs pull to fetch it")
+
+
 def read_document(reader: Reader, data: bytes) -> str:
     """``reader.read(data)`` behind the boundary (see the module docstring): its text, or
     ``ValueError`` with one line saying why not."""
-    if len(data) < 1024 and _LFS_POINTER.match(data):  # no parser's error can say what it is
-        raise ValueError("it is a Git LFS pointer, not the file itself: run git lfs pull to fetch it")
+    refuse_lfs_pointer(data)
     with _caught_logs() as logged:
         try:
             text = reader.read(data)
