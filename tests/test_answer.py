@@ -51,6 +51,16 @@ def test_a_source_list_the_model_wrote_at_its_end_is_left_out_for_the_footer():
         assert without_source_list(kept) == kept
 
 
+
+def test_a_code_block_the_answer_leaves_open_is_closed_as_it_was_opened():
+    # A reply cut by its budget mid-code: left open, the block held the footer and usage block.
+    assert clean_answer("Run [1]:\n\n```sh\nmake") == "Run [1]:\n\n```sh\nmake\n```"
+    assert clean_answer("Run:\n> ~~~~\n> make") == "Run:\n> ~~~~\n> make\n> ~~~~"
+    assert clean_answer("A\n```\nx\n```\nB\n````py\n```\ny") == "A\n```\nx\n```\nB\n````py\n```\ny\n````"
+    assert clean_answer("Run [1].\n\n```sh\n") == "Run [1]."  # an empty block opened last goes
+    assert clean_answer("Run:\n```sh\nmake\n```") == "Run:\n```sh\nmake\n```"
+
+
 @pytest.mark.parametrize("listed", [
     "\n\n**Sources:** [1], [2]", "\n\nReferences: docs/setup.md:L7, docs/faq.md:L5", "\n\nSources: docs/setup.md",
     "\n\n**Sources**\n1. docs/setup.md\n2. docs/faq.md", "\n\n### References\n- docs/setup.md:L7 (Setup)\n- https://x.org/a",

@@ -34,7 +34,7 @@ from crag.tools import Toolbox
 from crag.tools.http import FetchError, http_get
 from tests.auth_words import AUTH_WORD, auth_word_document, auth_word_lines
 from tests.fakes import clean_env
-from tests.openai_server import Events, FakeOpenAIServer, Garbage, Status, Trickle
+from tests.openai_server import Events, FakeOpenAIServer, Garbage, Status, Text, Trickle
 from tests.strategies import hostile_dotenv, hostile_file_name, hostile_reply
 
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
@@ -990,6 +990,36 @@ def test_13_any_server_body_bytes_depth_or_cut_point_is_an_answer_or_one_line(
             assert "LLM server " in one_error_line(err)
         else:
             assert "LLM Usage Stats" in out
+
+
+@pytest.mark.parametrize("opening", ["```sh", "~~~"])
+def test_13_an_answer_cut_inside_a_code_block_has_the_block_closed_and_cited(llm: FakeOpenAIServer, kb: Path,
+                                                                             opening: str) -> None:
+    # A reply stopped by its budget mid-code left the block open: crag's marker for the block
+    # went inside it, read as code and never cited, and a Markdown reader showed the notes,
+    # footer and usage block as code.
+    (kb / "run.md").write_text("# Run\n\nStart the server:\n\n```sh\nservice start --port 8080\n"
+                               "service status\n```\n", encoding="utf-8")
+    assert cli("index", "docs")[0] == 0
+    llm.script("analyze_and_route", route("simple", "vector_search"))
+    llm.script("plan", plan())
+    code_lines = "service start --port 8080\nservice status"
+    llm.script("synthesize", Text(f"Start the server [1]:\n\n{opening}\n{code_lines}", finish_reason="length"))
+    code, out, err = cli("ask", "--json", "How do I start the server?")
+    assert code == 0, err
+    result = json.loads(out)
+    closing = opening[:3]
+    assert f"{opening}\n{code_lines}\n{closing}\n" in result["body"]
+    marker = result["body"].split(f"{code_lines}\n{closing}", 1)[1].split()[0]
+    assert re.fullmatch(r"\[\d\]", marker) and int(marker[1]) <= len(result["citations"]), result["body"]
+    assert {(c["path"], c["line"]) for c in result["citations"]} >= {("docs/run.md", 5)}
+    assert result["grounding"]["unsupported"] == []
+
+    llm.script("analyze_and_route", route("simple", "vector_search"))
+    llm.script("plan", plan())
+    llm.script("synthesize", Text(f"Start the server [1].\n\n{opening}", finish_reason="length"))
+    code, out, err = cli("ask", "--json", "How do I start the server?")
+    assert code == 0 and opening not in json.loads(out)["answer"], out  # an empty block opened last goes
 
 
 # -- the property: hostile names, .env files and server replies ------------------------------

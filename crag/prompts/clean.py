@@ -17,6 +17,7 @@ from typing import Any
 
 from ..answer import renumber, without_source_list
 from ..safe_text import for_terminal
+from ..sentences import FENCE, closes
 from ..text import words
 
 __all__ = ["clean_answer", "strip_own_marks", "strip_stats_blocks", "strip_think", "without_echo"]
@@ -201,7 +202,28 @@ def clean_answer(text: Any) -> str:
     text = without_source_list(strip_stats_blocks(strip_think(text, answer=True)))
     # Runs of blank lines collapse to one always (not only where a block was cut out), so an
     # answer streamed piece by piece reads the same as the finished one.
-    return re.sub(r"\n{3,}", "\n\n", text).strip()
+    return _fences_closed(re.sub(r"\n{3,}", "\n\n", text).strip())
+
+
+def _fences_closed(text: str) -> str:
+    """``text`` with the code block it leaves open (a reply cut by its budget mid-code) closed,
+    as its opening fence was written ("> ```sh" closes with "> ```"), or without its opening
+    fence when nothing follows it. Left open, it held crag's marker for the block, its notes,
+    footer and usage block: a Markdown reader showed them as code, and the block's marker was
+    read as code, not cited."""
+    lines = text.split("\n")
+    at, mark, closing = None, "", ""
+    for i, line in enumerate(lines):
+        if at is None:
+            if fence := FENCE.match(line):
+                at, mark, closing = i, fence.group(1), line[: fence.end(1)]
+        elif closes(line, mark):
+            at = None
+    if at is None:
+        return text
+    if not "".join(lines[at + 1 :]).strip():
+        return "\n".join(lines[:at]).rstrip()
+    return text + "\n" + closing
 
 
 # The answer prompt ends "Start with the direct answer to: QUESTION" (crag.prompts.render); a
