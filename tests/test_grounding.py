@@ -700,6 +700,18 @@ def test_a_code_block_from_the_evidence_is_cited_at_its_fence():
     assert g.body.endswith("```\n[1]")
 
 
+
+def test_a_code_block_in_a_blockquote_is_judged_by_its_lines_not_the_quote_markers():
+    # "> ```sh" / "> pip install crag": the "> " of each line is no part of the code. Read with
+    # it, no line was in the evidence, and a simple answer that was only this block was refused.
+    doc = EvidenceItem("read_file", "README.md", "Run:\n\n```sh\npip install crag\ncrag index docs\n```\n", 10, 15)
+    g = ground("Like this:\n\n> ```sh\n> pip install crag\n>  crag index docs\n> ```", (doc,))
+    assert g.report.supported == 1 and lines_of(g) == [("README.md", 12)]
+    assert g.body.endswith("> ```\n[1]")
+    nested = ground("Like this:\n\n> > ```sh\n> > pip install crag\n> > crag index docs\n> > ```", (doc,))
+    assert nested.report.supported == 1
+
+
 DEPLOYS = EvidenceItem("vector_search", "kb/codes.md", (
     "# Deploy recipes\n\nAlpha deploy:\n\n```sh\nset -e\ncd /srv/alpha\n./deploy --region eu\n```\n\n"
     "Beta deploy:\n\n```sh\nset -e\ncd /srv/beta\n./deploy --region us\n```\n\n"

@@ -300,8 +300,15 @@ def _tightened(s: Support, text: str, c: Claims, topic: frozenset[str] = frozens
 
 
 def code_lines(code: str) -> list[str]:
-    """The lines of a fenced code block, fences left out, whitespace made single spaces."""
-    lines = code.split("\n")[1:]
+    """The lines of a fenced code block, fences left out, whitespace made single spaces; in a
+    blockquote ("> ```sh"), without the quote's markers, which no line of a document has."""
+    lines = code.split("\n")
+    opening = FENCE.match(lines[0])
+    depth = lines[0][: opening.start(1)].count(">") if opening else 0
+    if depth:
+        quote = re.compile(rf"[ \t]*(?:>[ \t]?){{1,{depth}}}")
+        lines = [line[m.end() :] if (m := quote.match(line)) else line for line in lines]
+    lines = lines[1:]
     if lines and FENCE.match(lines[-1]):
         lines = lines[:-1]
     return [" ".join(line.split()) for line in lines if line.strip()]
