@@ -792,6 +792,15 @@ def test_a_sentence_of_an_org_file_is_cited_at_its_line_not_at_the_markup_above_
     assert ("heading", "** Pellucid dynamo") in kinds and not any("BEGIN" in text or "END" in text for _, text in kinds)
 
 
+def test_a_sentence_in_a_container_admonition_is_cited_at_its_line_not_at_the_fence():
+    # ":::note" opens the text below it, as "> [!NOTE]" does; read as its first words, the
+    # sentence was cited at the fence (L3), for L4.
+    doc = "# Frob\n\n:::note\nThe frobnicator calibration log is kept in /var/log/frob.log.\n:::\n"
+    g = ground("The calibration log is kept in /var/log/frob.log [1].", (EvidenceItem("vector_search", "kb/f.md", doc, 1, 5),))
+    assert g.report.supported == 1 and lines_of(g) == [("kb/f.md", 4)]
+    assert [p.text for p in passages(doc)] == ["# Frob", "The frobnicator calibration log is kept in /var/log/frob.log."]
+
+
 def test_claims_see_numbers_identifiers_and_code():
     c = claims("Set `SERVICE_PORT` in config/app.yaml to 8080 with --port, since v2.1 [3].")
     kinds = {kind for kind, _ in c.anchors}

@@ -577,6 +577,23 @@ def test_org_markup_lines_are_never_quoted_and_a_quote_is_cited_where_its_senten
     assert "#+TITLE: Org guide" in [q for _, q in item_quotes(EvidenceItem("vector_search", "kb/doc.md", ORG_DOC, 1, 13))]
 
 
+def test_the_text_of_a_container_admonition_is_quoted_without_its_fence_and_cited_at_its_line():
+    """Docusaurus, MyST and Pandoc write admonitions as ":::note" ... ":::": the text ran into
+    the fence line above it, so its sentence opened with ":::", read as an admonition marker,
+    and the offline answer never quoted it."""
+    doc = ("# Frobnicator\n\nThe frobnicator must be calibrated before each shift.\n\n:::note\n"
+           "The frobnicator calibration log is kept in /var/log/frob.log.\n:::\n\n"
+           "::: warning Hot surface\nNever touch the frobnicator while it runs.\n:::\n")
+    item = EvidenceItem("vector_search", "kb/frob.md", doc, 1, 12, 0.5)
+    result = Agent(OfflineChatModel(), FakeToolbox({"vector_search": [[item]]}), Settings()).ask(
+        "Where is the frobnicator calibration log kept?")
+    assert "- The frobnicator calibration log is kept in /var/log/frob.log. [" in result.answer, result.answer
+    assert ":::" not in result.answer
+    assert ("kb/frob.md", 6) in {(c.path, c.line) for c in result.citations}
+    quotes = [q for _, q in item_quotes(item, "frobnicator")]
+    assert "Never touch the frobnicator while it runs." in quotes and not any(":::" in q for q in quotes)
+
+
 RUN_DOC = """\
 # Run it
 

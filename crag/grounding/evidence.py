@@ -138,6 +138,11 @@ _ORG_MARKUP = (
     (re.compile(r"[ \t]*#\+(?:begin|end)_\S*(?:[ \t].*)?|[ \t]*:[\w-]+:(?:[ \t].*)?", re.I), _MARKUP),
     (re.compile(r"[ \t]*#\+\w+:.*|\*+[ \t]+\S.*"), "heading"),
 )
+# A container's fence (":::note", "::: warning Title", "::::{admonition}", ":::"), as Docusaurus,
+# MyST, VuePress and Pandoc write admonitions: no passage. The text opens on the next line,
+# and ran into the fence: ":::note The log is kept in ..." was cited at the fence, and the
+# offline answer never quoted it (a sentence opening with ":::" is an admonition marker).
+_CONTAINER_FENCE = re.compile(r"[ \t]*(?:>[ \t]?)*:{3,}(?:[ \t]*[\w{\[].*)?[ \t]*")
 
 
 def _lines_apart(text: str, org: bool = False) -> dict[int, str]:
@@ -150,7 +155,8 @@ def _lines_apart(text: str, org: bool = False) -> dict[int, str]:
       the table. A row stands apart when a row of as many cells is next to it: a prose line
       with pipes in it ("accepts the modes fast | slow | auto and", a shell pipeline wrapped
       over two lines) runs on as prose;
-    * with ``org``, Org's markup lines (``_ORG_MARKUP``)."""
+    * with ``org``, Org's markup lines (``_ORG_MARKUP``);
+    * a container's fence (``:::note``, ``:::``: ``_CONTAINER_FENCE``)."""
     lines, pos = [], 0
     for line in text.split("\n"):
         lines.append((pos, line, _cells_of(line)))
@@ -163,6 +169,8 @@ def _lines_apart(text: str, org: bool = False) -> dict[int, str]:
         kind = next((kind for pattern, kind in _ORG_MARKUP if pattern.fullmatch(line)), None) if org else None
         if kind is not None:
             out[at] = kind
+        elif _CONTAINER_FENCE.fullmatch(line):
+            out[at] = _MARKUP
     return out
 
 
