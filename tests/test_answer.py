@@ -129,6 +129,14 @@ def test_a_sentence_that_only_pointed_at_no_evidence_goes_whole() -> None:
     assert renumber("Kept [1].\n- See [9].\n- Restore [1].", 1)[0] == "Kept [1].\n- Restore [1]."
     assert renumber("Kept [1].\n1. See [9].\n2. Restore [1].", 1)[0] == "Kept [1].\n2. Restore [1]."
     assert renumber("Kept [1].\n\nSources: [9].", 1)[0].rstrip() == "Kept [1]."
+    # the words that led up to the "see" at a sentence's start go too: "Also." and "For more
+    # details." were left, fragments of crag's making
+    for lead in ("Also see", "Also, see", "For more details, see", "For details see", "You can also see",
+                 "Please see", "For further information, see"):
+        assert renumber(f"Kept [1]. {lead} [9].", 1)[0] == "Kept [1].", lead
+        assert renumber(f"Kept [1].\n- {lead} [9].\n- Restore [1].", 1)[0] == "Kept [1].\n- Restore [1].", lead
+    assert renumber("Kept [1]. For more details, see [1].", 1)[0] == "Kept [1]. For more details, see [1]."
+    assert renumber("Kept [1] (also see [9]).", 1)[0] == "Kept [1]."
 
 
 def test_markers_in_superscript_or_in_brackets_of_their_own_are_markers() -> None:
