@@ -801,6 +801,24 @@ def test_a_sentence_in_a_container_admonition_is_cited_at_its_line_not_at_the_fe
     assert [p.text for p in passages(doc)] == ["# Frob", "The frobnicator calibration log is kept in /var/log/frob.log."]
 
 
+def test_a_sentence_pointing_at_its_source_keeps_its_see_with_the_marker_after_it():
+    # "See [2] for the rollback command." whose marker moved to another passage (or item) lost
+    # its "See" with the marker: " for the rollback command [2]." was printed, and an
+    # unsupported one read " for the moon landing [unsupported]."
+    doc = EvidenceItem("vector_search", "kb/deploy.md",
+                       "# Deploy\n\nDeployments run every Tuesday.\nRollbacks use the command `widget rollback`.\n", 1, 4)
+    other = EvidenceItem("vector_search", "kb/other.md", "# Other\n\nThe cafeteria opens at noon.\n", 1, 3)
+    for see in ("See", "Also see", "You can also see"):
+        g = ground(f"Deployments run every Tuesday [1]. {see} [2] for the rollback command `widget rollback`. "
+                   f"{see} [9] for the moon landing.", (doc, other))
+        assert g.body.startswith(f"Deployments run every Tuesday [1]. {see} [2] for the rollback command `widget "
+                                 f"rollback`. {see} [unsupported] for the moon landing."), g.body
+        assert lines_of(g) == [("kb/deploy.md", 3), ("kb/deploy.md", 4)]
+    g = ground("Deployments run every Tuesday. See [2] for the rollback command `widget rollback`.", (doc, other),
+               mode="strict")
+    assert g.body == "Deployments run every Tuesday [1]. See [2] for the rollback command `widget rollback`."
+
+
 def test_claims_see_numbers_identifiers_and_code():
     c = claims("Set `SERVICE_PORT` in config/app.yaml to 8080 with --port, since v2.1 [3].")
     kinds = {kind for kind, _ in c.anchors}

@@ -21,7 +21,7 @@ from ..text import in_vocabulary
 from .asked import writes_any
 from .claims import UNSUPPORTED_TAG, Claims, claims, clauses, has_anchor, lead_in, restates, strip_markers
 from .evidence import Evidence
-from .rewrite import Assembly, Numbering, Sources, place, place_block, source_references
+from .rewrite import Assembly, Numbering, Sources, place_block, replace_markers, source_references
 from .rules import NO_RULE, Support, first_rule, quoted_table, supports
 
 __all__ = ["BY_CLAUSE", "MODES", "Grounded", "ground", "note_line", "render_prefix"]
@@ -109,7 +109,7 @@ class _Grounder:
                 return "", verdict
             if piece.kind in ("code", "table"):
                 return place_block(stripped, piece.kind, UNSUPPORTED_TAG), verdict
-            return place(stripped, UNSUPPORTED_TAG), verdict
+            return replace_markers(piece.text, UNSUPPORTED_TAG), verdict
         verdict = Judgement(bare, True, first_rule(found))
         if piece.kind in ("code", "table"):
             best = max(found, key=lambda s: s.coverage)
@@ -164,7 +164,7 @@ class _Grounder:
             if found:
                 text += self.sources.cite(body, found) + trail
             else:
-                text += place(strip_markers(body), UNSUPPORTED_TAG) + trail
+                text += replace_markers(body, UNSUPPORTED_TAG) + trail
             verdicts.append(Judgement(_bare(part), bool(found), first_rule(found)))
         supported = all(v.supported for v in verdicts)
         return text, Judgement(_bare(piece.text), supported, BY_CLAUSE, tuple(verdicts))

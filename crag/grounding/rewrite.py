@@ -33,6 +33,7 @@ __all__ = [
     "narrow",
     "place",
     "place_block",
+    "replace_markers",
     "source_references",
 ]
 
@@ -54,6 +55,22 @@ def _file(item: EvidenceItem) -> str:
 
 
 _ENDS = SENTENCE_ENDS + "。！？"
+
+
+# A sentence that points at its source before saying what is there: "See [2] for the rollback
+# command.", "Also see [1][3] for ...". Its marker stays after the "see".
+_POINTER = re.compile(r"([ \t]*(?:(?:also,?|please|you[ \t]+can(?:[ \t]+also)?)[ \t]+)?see(?:[ \t]+also)?)"
+                      r"[ \t]*(?:\[[^\]\n]*\d[^\]\n]*\][ \t]*)+(?=[^\W\d_])", re.I)
+
+
+def replace_markers(text: str, tag: str) -> str:
+    """``text`` with its markers replaced by ``tag``: right after the "see" of a sentence that
+    opens by pointing at its source ("See [2] for ..."), where the marker's "see" would
+    otherwise go with it ("for the rollback command [2]."), else where ``place`` puts it."""
+    pointer = _POINTER.match(text)
+    if pointer is not None:
+        return pointer.group(1) + " " + tag + " " + strip_markers(text[pointer.end() :])
+    return place(strip_markers(text), tag)
 
 
 def place(text: str, tag: str) -> str:
@@ -160,7 +177,7 @@ class Sources:
         if kept:
             return after_last_marker(self.remap(text, by_item), self.corroborating(found, kept, about))
         best = max(found, key=lambda s: s.coverage)
-        return place(strip_markers(text), self.marker(best) + self.corroborating(found, [best.index], about))
+        return replace_markers(text, self.marker(best) + self.corroborating(found, [best.index], about))
 
     def corroborating(self, found: Sequence[Support], cited: Sequence[int], about: Sequence[int] | None = None) -> str:
         """Markers for up to ``CORROBORATING`` more files that hold a prose sentence fully
