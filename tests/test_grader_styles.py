@@ -418,6 +418,26 @@ def test_the_first_item_of_a_batch_is_removed_only_on_a_sure_no():
     assert five[0].label in [e["source"] for e in numbers.audit if e["event"] == "evidence_removed"]
 
 
+def test_with_a_drop_threshold_above_half_no_item_stays_in_context_below_it():
+    """KB_AGENT_DROP_THRESHOLD above 0.5 (the ungraded score): the items an uninformative reading
+    keeps stay at the drop threshold, not at 0.5, and a batch's first label read below it is not
+    spared, since as ungraded it would stay below it (seed 000's filter, at the user's threshold)."""
+    five = [item(k, score=0.5) for k in range(1, 6)]
+    replies = {"analyze_and_route": [route("complex")], "plan": [search_plan()],
+               "synthesize": ["Evidence number 1 about the retry policy [1]."]}
+    raised = Settings(drop_threshold=0.6, max_iterations=1)
+    coin, _ = _run({**replies, "grade_evidence": [label_reply(0.45, 0.5, 0.55, 0.4, 0.6)]},
+                   {"vector_search": [five]}, raised)
+    assert [e["reason"] for e in coin.audit if e["event"] == "grader_uninformative"] == ["coin_toss"]
+    assert coin.state.context == tuple(five) and coin.state.evidence_scores == (0.6,) * 5
+    first, _ = _run({**replies, "grade_evidence": [label_reply(0.2, 0.1, 0.85, 0.2, 0.9)]},
+                    {"vector_search": [five]}, raised)
+    assert not [e for e in first.audit if e["event"] == "first_label_spared"]
+    assert [e["source"] for e in first.audit if e["event"] == "evidence_removed"] == [five[0].label, five[1].label,
+                                                                                     five[3].label]
+    assert first.state.context == (five[2], five[4]) and min(first.state.evidence_scores) >= 0.6
+
+
 def test_a_term_no_item_holds_sends_the_first_round_back_to_search_once():
     """The ``named_terms`` rule: grades read from token probabilities approve evidence that
     never mentions Kafka; the first round refines (rule ``term_missing``), a second round

@@ -12,7 +12,8 @@ where a small model's habits show (docs/real-models.md, "Grading a real model"):
   count in the mean; when no kept item was decided, retrieval's facts choose the action;
 * ``first_label``: a batch's first item (the first passage of the prompt, the position a
   small model labels ``no`` whatever it says) read below the drop
-  threshold is kept, as ungraded (0.5), unless the grader was sure of its ``no``;
+  threshold is kept, as ungraded (0.5), unless the grader was sure of its ``no`` (with a drop
+  threshold above 0.5 nothing is spared: the seeds' filter removes it);
 * ``named_terms``: when the question names a term (``HTTP/3``, ``User Access Token``) that no
   item holds, the first round's evidence does not answer it whatever the grades say: search
   again (``REFINE``) once, where the seeds' arithmetic would have generated.

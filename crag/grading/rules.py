@@ -31,8 +31,9 @@ probabilities do not line up with the reply's text are read from the text (audit
 ``logprobs_unaligned``); a number list is
 always numbers, decided by the seeds' rows; the policy's rows (and its ``first_label``
 spare, which keeps a batch's first item read below the drop threshold, as ungraded: 0.5, so
-that no item below it stays in context) apply only to grades read through token
-probabilities (``Reading.from_logprobs``). "Retrieval's" action: ``GENERATE``
+that no item below it stays in context; with a drop threshold above 0.5 nothing is spared)
+apply only to grades read through token probabilities (``Reading.from_logprobs``).
+"Retrieval's" action: ``GENERATE``
 when an item came from the question's own search, or retrieval scored it at least the drop
 threshold, or it is a literal match with no retrieval score; else ``REFINE``; and ``REFINE``
 in the first round when the question names a term no item holds (with ``named_terms``).
@@ -70,12 +71,20 @@ __all__ = [
     "Rule",
     "decide",
     "mean",
+    "ungraded_score",
     "uninformative",
     "verdict",
 ]
 
 PARSE_FAILURE_SCORE = 0.5
 UNGRADED_SCORE = PARSE_FAILURE_SCORE  # what an item the grader did not inform about is worth
+
+
+def ungraded_score(drop_threshold: float) -> float:
+    """The score of the items an uninformative reading keeps without a grade: ``UNGRADED_SCORE``,
+    or the drop threshold when that is higher, so that no item in context scores below it (seed
+    000). It decides nothing: the ``uninformative`` row's action comes from retrieval."""
+    return max(UNGRADED_SCORE, drop_threshold)
 
 
 class GradeRule(enum.StrEnum):
@@ -286,10 +295,11 @@ class _Facts:
         first = case.todo[0] if case.todo else None
         if (self.probabilities and policy.first_label and case.batch and first is not None
                 and self.scores[first] < case.drop_threshold - EPS and len(new) > 1
-                and new[0] > 1.0 - policy.sure + EPS):
+                and new[0] > 1.0 - policy.sure + EPS and case.drop_threshold <= UNGRADED_SCORE + EPS):
             self.spared = (first,)
             self.read = self.scores[first]  # what the reading said, for the audit
-            # kept, it is ungraded: no item scoring below the drop threshold stays in context (seed 000)
+            # kept, it is ungraded: no item scoring below the drop threshold stays in context (seed 000),
+            # which is why there is no spare when the drop threshold is above the ungraded score
             self.scores = (*self.scores[:first], UNGRADED_SCORE, *self.scores[first + 1:])
         self.undecided = self.probabilities and policy.undecided
         unsure = case.facts.action(case.items, case.drop_threshold, policy.named_terms) if self.undecided else None
@@ -363,7 +373,8 @@ def verdict(case: GradeCase, policy: GradingPolicy) -> GradeVerdict:
                              scores=list(reading.scores) if reading else [], from_logprobs=True))
         events.append(decided)
         # the items sent are ungraded; those graded in an earlier round keep their score (grade memory)
-        ungraded = merge_scores(items, case.remembered, case.todo, (UNGRADED_SCORE,) * len(case.todo))
+        kept_as = ungraded_score(case.drop_threshold)
+        ungraded = merge_scores(items, case.remembered, case.todo, (kept_as,) * len(case.todo))
         return GradeVerdict(row.rule, action, GradedBy.UNGRADED, tuple(range(n)), (), ungraded, tuple(events))
     if f.parse_failure:
         events.append(_event("grader_parse_failure", level="warning", items=len(case.todo),
