@@ -11,7 +11,7 @@ import pytest
 from crag import Agent
 from crag.cli import main
 from tests.fakes import clean_env
-from tests.openai_server import FakeOpenAIServer
+from tests.openai_server import FakeOpenAIServer, grades
 
 INSTALL = """# Install
 
@@ -140,3 +140,29 @@ def test_with_a_model_whose_plan_adds_nothing_why_is_still_answered(kb: Path, tm
         assert run.stdout.count("[1] docs/install.md:L4") == 3, run.stdout
         assert "I couldn't find relevant information" not in run.stdout
         assert srv.nodes().count("synthesize") == 3
+
+
+def test_a_plan_with_no_valid_call_searches_a_follow_up_with_the_question_it_follows(
+    kb: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The plan's fall-back search (nothing valid planned) is the question's own search: for
+    "why?" the question it follows with "why?", as in round 1's search of the question. It
+    searched "why?" alone, which finds nothing, so every later round's fall-back (one page
+    deeper) found nothing too."""
+    with FakeOpenAIServer() as srv:
+        monkeypatch.setenv("KB_AGENT_LLM", "openai")
+        monkeypatch.setenv("OPENAI_BASE_URL", srv.base_url)
+        monkeypatch.setenv("KB_AGENT_LLM_TIMEOUT", "5")
+        monkeypatch.setenv("KB_AGENT_MAX_ITERATIONS", "2")
+        monkeypatch.setenv("KB_AGENT_AUTO_APPROVE_MAX_ITEMS", "0")  # grade the two items: REFINE
+        srv.default("analyze_and_route", json.dumps({"complexity": "complex", "suggested_tools": ["vector_search"]}))
+        srv.default("plan", json.dumps({"tool_calls": []}))
+        srv.default("grade_evidence", grades(rest=0.5))
+        srv.default("synthesize", "With pip install example-service [1].")
+        with Agent.from_env() as agent:
+            result = agent.ask("why?", history=HISTORY)
+    runs = result.state.tool_history
+    assert [run.round for run in runs] == [1, 2]
+    assert {run.call.args["query"] for run in runs} == {"How do I install the service? why?"}
+    assert [a.fields["reason"] for a in result.state.audit if a.event == "plan_call_rejected"] == [
+        "no valid tool call in the plan; searching for the question with vector_search"] * 2

@@ -62,9 +62,9 @@ def prepare(state: AgentState, cfg: NodeConfig) -> Step:
 
 def apply(state: AgentState, step: Step, reply: Completion | None, cfg: NodeConfig) -> AgentState:
     text = reply.text if reply is not None else ""
-    calls, rejected = prompts.parse_plan(text, state.question, step.plan, cfg.tools, cfg.top_k)
-    events = [AuditEvent("plan_call_rejected", {"reason": reason}) for reason in rejected]
     searched = searches.searched_question(state.question, state.history)  # "why?" with what it asks about
+    calls, rejected = prompts.parse_plan(text, state.question, step.plan, cfg.tools, cfg.top_k, searched)
+    events = [AuditEvent("plan_call_rejected", {"reason": reason}) for reason in rejected]
     if state.iteration == 0:
         calls, added = searches.with_question_search(
             calls, searched, cfg.top_k, prompts.find_paths(state.question), cfg.tools

@@ -87,6 +87,7 @@ def parse_plan(
     routing_plan: RoutingPlan,
     tools: Sequence[Tool],
     top_k: int,
+    searched: str | None = None,
 ) -> tuple[tuple[ToolCall, ...], tuple[str, ...]]:
     """The valid tool calls of a plan reply, and a reason for every entry refused.
 
@@ -96,7 +97,11 @@ def parse_plan(
     (``Tool.from_question``). Either way a tool outside ``routing_plan.suggested_tools`` or
     ``tools`` is refused, a ``question_arg`` must be written in the question, and when no
     call survives the plan is the question's own search (``toolspec.question_search``).
+    ``searched`` is what that search looks for (``searches.searched_question``: a follow-up
+    such as "why?" with the question it follows), default ``question``; the text fallback's
+    search for the question looks for it too.
     """
+    searched = question if searched is None else searched
     by_name = {t.name: t for t in tools}
     suggested = tuple(routing_plan.suggested_tools)
     top_k = min(max(top_k, 1), MAX_TOP_K) if _is_int(top_k) else 5
@@ -117,7 +122,7 @@ def parse_plan(
             reasons.append(f"{name} is not among the routing plan's suggested tools")
             return
         if args is None:
-            args = _question_args(record, question)
+            args = _question_args(record, searched if record.searches_question else question)
             if args is None:
                 reasons.append(f"{name}: no arguments can be built from the question")
                 return
@@ -143,7 +148,7 @@ def parse_plan(
         for name in _mentioned_tools(text, tools):
             admit(name, None)
 
-    fallback = None if calls else question_search(tools, question.strip() or question, top_k)
+    fallback = None if calls else question_search(tools, searched.strip() or searched, top_k)
     if fallback is not None:
         reasons.append(f"no valid tool call in the plan; searching for the question with {fallback.tool}")
         calls.append(fallback)
