@@ -10,9 +10,9 @@ finds (see ``docs/real-models.md``). They read what they need of a tool from its
   that ``searches_question``, ``vector_search``: the user's question with ``top_k`` =
   ``KB_AGENT_TOP_K``), once, besides the planned calls (after them, so the planner's
   targeted finds keep the first numbers). The one exception: when every planned call reads
-  a file (``path_arg``) whose path the question itself names (as written, or with the folders
-  above it: ``docs/setup.md`` read as ``kb/docs/setup.md``), the user pointed at the
-  source and only those reads run; when one of them finds nothing (lines the planner chose past
+  a file (``path_arg``) whose path the question itself names (as written, spelt another way
+  such as ``docs//setup.md``, or with the folders above it: ``docs/setup.md`` read as
+  ``kb/docs/setup.md``), the user pointed at the source and only those reads run; when one of them finds nothing (lines the planner chose past
   the file's end), the question's search runs after them (``ToolRequest.fallback``, made
   by ``tool_exec``) rather than the answer having no evidence.
 * ``deepen_repeats``: a planned call identical to one already run for this question (the
@@ -41,6 +41,7 @@ finds (see ``docs/real-models.md``). They read what they need of a tool from its
 
 from __future__ import annotations
 
+import posixpath
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -161,11 +162,11 @@ def with_question_search(
     if own_search is None:
         return calls, ()
     records = _records(tools)
-    named = [p.lstrip("./") for p in named_paths]
+    named = [_spelt(p) for p in named_paths]
 
     def reads_named_file(call: ToolCall) -> bool:
         arg = records[call.tool].path_arg if call.tool in records else None
-        return arg is not None and any(_same_file(str(call.args.get(arg, "")).lstrip("./"), p) for p in named)
+        return arg is not None and any(_same_file(_spelt(str(call.args.get(arg, ""))), p) for p in named)
 
     if calls and named and all(reads_named_file(c) for c in calls):
         return calls, ()
@@ -180,6 +181,12 @@ def with_question_search(
         return tuple(ToolCall(c.tool, {**c.args, "top_k": k}) if c is first else c for c in kept), ()
     event = AuditEvent("question_searched", {"query": str(query).strip(), "top_k": top_k})
     return (*calls, own_search), (event,)
+
+
+def _spelt(path: str) -> str:
+    """``path`` as one spelling of it (``docs//setup.md``, ``./docs/./setup.md`` and
+    ``docs/setup.md/`` are ``docs/setup.md``); empty stays empty."""
+    return posixpath.normpath(path) if path else ""
 
 
 def _same_file(read: str, named: str) -> bool:

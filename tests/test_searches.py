@@ -69,7 +69,8 @@ def test_reading_only_files_the_question_names_runs_only_those_reads():
 
 
 @pytest.mark.parametrize(("named", "read"), [("docs/setup.md", "kb/docs/setup.md"), ("kb/docs/setup.md", "docs/setup.md"),
-                                             ("setup.md", "/srv/kb/docs/setup.md")])
+                                             ("setup.md", "/srv/kb/docs/setup.md"), ("docs/setup.md", "docs//setup.md"),
+                                             ("docs/setup.md", "./docs/./setup.md"), ("./docs/setup.md", "docs/setup.md/")])
 def test_a_read_of_the_named_file_by_another_path_to_it_runs_alone(named, read):
     # The question named docs/setup.md and the planner read it as kb/docs/setup.md (the path
     # crag's own citations show): the question was searched too, and seed 001's read_file rule
