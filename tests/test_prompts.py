@@ -521,6 +521,21 @@ def test_parse_plan_accepts_objects_bare_arrays_and_fences():
     assert parse_plan(f"Plan:\n```json\n{bare}\n```", Q, plan, LOCAL_T, 5)[0] == calls
 
 
+@pytest.mark.parametrize("cut_at", ['{"tool": "grep_sea', "", " ,", '{"tool": "grep_search", "args": {"pattern": "retry'])
+def test_a_plan_cut_by_its_token_budget_keeps_every_whole_call(cut_at):
+    # A reply stopped by max_tokens (finish_reason "length", audited reply_truncated) is
+    # parsed like any other: its list never closes, and only its first call ran.
+    plan = plan_for("vector_search", "grep_search")
+    whole = call_json(("vector_search", {"query": "upload retry"}), ("grep_search", {"pattern": "max_retries"}))
+    calls, reasons = parse_plan(whole[: whole.rindex("]")] + ", " + cut_at, Q, plan, LOCAL_T, 5)
+    assert calls == parse_plan(whole, Q, plan, LOCAL_T, 5)[0] and len(calls) == 2
+    assert reasons == ()
+    bare = whole[len('{"tool_calls": '):whole.rindex("]")]
+    assert parse_plan(f"```json\n{bare}, {cut_at}", Q, plan, LOCAL_T, 5)[0] == calls
+    one = json.dumps({"tool": "grep_search", "args": {"pattern": "[retry"}})  # a "[" that opens no list
+    assert parse_plan(one, Q, plan, LOCAL_T, 5)[0] == (ToolCall("grep_search", {"pattern": "[retry", "regex": False}),)
+
+
 def test_parse_plan_drops_tools_outside_the_routing_plan_or_not_available():
     calls, reasons = parse_plan(
         call_json(("grep_search", {"pattern": "x"}), ("magic", {}), ("vector_search", {"query": "q"})),

@@ -38,7 +38,8 @@ def _raw_calls(text: Any) -> list[Any] | None:
                 if isinstance(value.get(key), list):
                     return value[key]
             if "tool" in value or "name" in value:
-                return [value]
+                cut = _cut_list(text)
+                return cut if cut and cut[0] == value else [value]
         elif isinstance(value, list) and any(
             isinstance(e, dict) and ("tool" in e or "name" in e or "function" in e) for e in value
         ):
@@ -46,6 +47,41 @@ def _raw_calls(text: Any) -> list[Any] | None:
         elif isinstance(value, list) and not value:
             return []
     return None
+
+
+def _cut_list(text: Any) -> list[Any] | None:
+    """The complete entries of the call list a reply breaks off in (cut by its token budget:
+    ``{"tool_calls": [{...}, {...}, {"to``), or None when its first list closes or holds none."""
+    cleaned = strip_think(text) if isinstance(text, str) else ""
+    start = cleaned.find("[")
+    if start < 0:
+        return None
+    decoder = json.JSONDecoder()
+    try:
+        decoder.raw_decode(cleaned, start)
+        return None  # a whole list: read as it is
+    except (ValueError, RecursionError):
+        pass
+    entries: list[Any] = []
+    pos = start + 1
+    while True:
+        try:
+            value, pos = decoder.raw_decode(cleaned, _skip(cleaned, pos))
+        except (ValueError, RecursionError):
+            return entries or None
+        if not isinstance(value, dict):
+            return entries or None
+        entries.append(value)
+        pos = _skip(cleaned, pos)
+        if not cleaned.startswith(",", pos):
+            return entries
+        pos += 1
+
+
+def _skip(text: str, pos: int) -> int:
+    while pos < len(text) and text[pos] in " \t\r\n":
+        pos += 1
+    return pos
 
 
 def _entry(entry: Any) -> tuple[Any, Any]:
