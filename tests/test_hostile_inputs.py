@@ -369,6 +369,17 @@ def test_5_a_catastrophic_planned_regex_is_a_tool_error_not_a_hang(llm: FakeOpen
     assert errors and "longer than 1 s" in json.dumps(errors)
 
 
+def test_5_a_plain_regex_over_many_lines_gets_the_time_their_size_takes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The limit was the same 5 s however much text the matching process was sent: over 45 MB
+    of lines a plain ``filler text`` took 3.5 to 5 s and was refused as if it backtracked."""
+    from crag.tools.regex_guard import matching_lines
+
+    monkeypatch.setattr("crag.tools.regex_guard.TIME_LIMIT", 0.05)  # less than sending 8 MB takes
+    documents = [[f"row {i} filler text" for i in range(400_000)], ["a widget9 here"]]
+    found = matching_lines(r"widget\d|row 7 ", documents, max_chars=4000)
+    assert found == [[7], [0]]
+
+
 def test_5_a_regex_that_finishes_still_finds_its_lines(kb: Path) -> None:
     box = Toolbox(Settings.from_env())
     items = box.run(ToolCall("grep_search", {"pattern": r"port \d+", "regex": True}))

@@ -4,7 +4,10 @@ Python's ``re`` backtracks: a pattern such as ``^(\\w+\\s?)*$`` takes exponentia
 ordinary 120-character line, and a running match can be neither interrupted nor timed out
 from inside the process (it holds the interpreter lock). A pattern a model wrote is
 untrusted input, so ``matching_lines`` runs it in a separate Python process over the lines
-to search and kills that process when it exceeds ``TIME_LIMIT`` seconds; the caller gets a
+to search and kills that process when it exceeds ``TIME_LIMIT`` seconds, plus
+``SECONDS_PER_MB`` for each megabyte of text it is sent (sending and searching the lines of a
+large knowledge base takes time whatever the pattern: 45 MB took 3.5 to 5 s on a 2-core
+machine, so a plain ``filler text`` was refused as if it backtracked); the caller gets a
 ``RegexRefused`` and reports it as a tool error. Literal (escaped) patterns never need this:
 they match in linear time and stay in process.
 """
@@ -16,9 +19,10 @@ import subprocess
 import sys
 from collections.abc import Sequence
 
-__all__ = ["TIME_LIMIT", "RegexRefused", "matching_lines"]
+__all__ = ["SECONDS_PER_MB", "TIME_LIMIT", "RegexRefused", "matching_lines"]
 
 TIME_LIMIT = 5.0  # seconds for one call's matching, process start included
+SECONDS_PER_MB = 0.25  # more seconds per megabyte of lines sent to the matching process
 
 _WORKER = """
 import json, re, sys
@@ -43,12 +47,12 @@ def matching_lines(
 ) -> list[list[int]]:
     """Per document, the 0-based indexes of the lines whose first ``max_chars`` characters
     match ``pattern`` (case-insensitive). Raises ``RegexRefused`` past ``time_limit``
-    (default ``TIME_LIMIT``);
+    (default ``TIME_LIMIT`` plus ``SECONDS_PER_MB`` per megabyte of ``documents``);
     ``pattern`` must already compile (``re.error`` is the caller's to report)."""
     if not documents:
         return []
-    limit = TIME_LIMIT if time_limit is None else time_limit
     request = json.dumps({"pattern": pattern, "max_chars": max_chars, "documents": documents}).encode("utf-8")
+    limit = TIME_LIMIT + SECONDS_PER_MB * len(request) / 1e6 if time_limit is None else time_limit
     proc = subprocess.Popen(
         [sys.executable, "-I", "-S", "-c", _WORKER],
         stdin=subprocess.PIPE,
@@ -58,7 +62,7 @@ def matching_lines(
     try:
         out, err = proc.communicate(request, timeout=limit)
     except subprocess.TimeoutExpired:
-        raise RegexRefused(f"the regular expression took longer than {limit:g} s") from None
+        raise RegexRefused(f"the regular expression took longer than {round(limit, 1):g} s") from None
     finally:
         if proc.poll() is None:
             proc.kill()
