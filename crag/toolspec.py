@@ -454,16 +454,16 @@ def _value(tool: str, param: Param, value: Any, planned: bool) -> Any:
             if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
                 value = int(value.strip())
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ArgumentError(tool, f"argument {param.name!r} must be an integer, got {value!r}")
+            raise ArgumentError(tool, f"argument {param.name!r} must be an integer, got {_shown(value)}")
         lo, hi = param.minimum, param.maximum
         if (lo is None or value >= lo) and (hi is None or value <= hi):
             return value
         if planned and param.clamp:
             return min(max(value, lo if lo is not None else value), hi if hi is not None else value)
         if lo is not None and hi is not None:
-            raise ArgumentError(tool, f"argument {param.name!r} must be between {lo} and {hi}, got {value}")
+            raise ArgumentError(tool, f"argument {param.name!r} must be between {lo} and {hi}, got {_shown(value)}")
         bound = f"at least {lo}" if lo is not None else f"at most {hi}"
-        raise ArgumentError(tool, f"argument {param.name!r} must be {bound}, got {value}")
+        raise ArgumentError(tool, f"argument {param.name!r} must be {bound}, got {_shown(value)}")
     # boolean
     if isinstance(value, bool):
         return value
@@ -472,4 +472,18 @@ def _value(tool: str, param: Param, value: Any, planned: bool) -> Any:
             return value.strip().lower() in _TRUE
         if isinstance(value, int) and value in (0, 1):
             return bool(value)
-    raise ArgumentError(tool, f"argument {param.name!r} must be true or false, got {value!r}")
+    raise ArgumentError(tool, f"argument {param.name!r} must be true or false, got {_shown(value)}")
+
+SHOWN_CHARS = 40  # of a refused value in its error: a 300-digit start_line is not worth reading
+
+
+def _shown(value: Any) -> str:
+    """A refused value as its error shows it: an integer as written, anything else as its
+    ``repr``; either cut to ``SHOWN_CHARS`` characters, saying how long it was."""
+    try:
+        text = str(value) if isinstance(value, int) and not isinstance(value, bool) else repr(value)
+    except ValueError:  # an integer of more digits than Python converts
+        return "an integer of thousands of digits"
+    if len(text) <= SHOWN_CHARS:
+        return text
+    return f"{text[: SHOWN_CHARS - 3]}... ({len(text):,} characters)"

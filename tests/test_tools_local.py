@@ -98,6 +98,14 @@ def test_unknown_tools_disabled_tools_and_bad_arguments_are_tool_errors(env) -> 
         run(box, "vector_search", query="x", top_k=True)
     with pytest.raises(ToolError, match="'start_line' must be an integer"):
         run(box, "read_file", path="setup.md", start_line="two")
+    # a refused value is shown cut short: MCP hands 1e300 on as its 301-digit integer
+    with pytest.raises(ToolError) as huge:
+        run(box, "read_file", path="setup.md", start_line=10**300)
+    assert str(huge.value).endswith("got 1000000000000000000000000000000000000... (301 characters)")
+    with pytest.raises(ToolError, match=r"got 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\.\.\. \(10,002 characters\)$"):
+        run(box, "read_file", path="setup.md", start_line="x" * 10_000)
+    with pytest.raises(ToolError, match=r"got an integer of thousands of digits$"):
+        run(box, "read_file", path="setup.md", start_line=10**5000)
 
 
 def test_vector_search_returns_one_item_per_chunk_with_lines_and_cosine(env) -> None:
