@@ -755,6 +755,41 @@ def test_a_server_ignoring_stream_true_is_asked_once_and_its_whole_answer_used(s
     assert srv.calls() == 2 and srv.requests[-1].body.get("stream") is None  # remembered
 
 
+@pytest.mark.parametrize("loose", [
+    {"usage": {"prompt_tokens": 9, "completion_tokens": 2}},  # no total_tokens
+    {"id": None, "created": None, "model": None},  # a minimal server's bare completion
+    {"finish": "eos"},  # a finish_reason outside the SDK's list
+])
+def test_a_server_ignoring_stream_true_is_taken_at_its_word_however_loosely_it_writes(srv, loose):
+    # The whole reply was checked against the SDK's strict model, which a reply the SDK reads
+    # happily when not streaming fails (usage without total_tokens, no id): crag took it for no
+    # completion and asked twice more, three generations of the same answer.
+    choice = {"index": 0, "finish_reason": loose.get("finish", "stop"),
+              "message": {"role": "assistant", "content": "whole answer"}}
+    whole = {"id": "c", "object": "chat.completion", "created": 0, "model": "m", "choices": [choice]}
+    whole.update({key: value for key, value in loose.items() if key != "finish"})
+    srv.default("synthesize", Raw({key: value for key, value in whole.items() if value is not None}))
+    deltas: list[str] = []
+    completion = model_for(srv).complete(request("synthesize"), deltas.append)
+    assert deltas == ["whole answer"] and completion.text == "whole answer"
+    assert srv.calls() == 1
+    if "usage" in loose:
+        assert (completion.prompt_tokens, completion.completion_tokens) == (9, 2)
+
+
+@pytest.mark.parametrize("body", [
+    {"choices": [{"index": 0, "delta": {"content": "a chunk"}, "finish_reason": "stop"}]},  # a chunk, not a completion
+    {"choices": []}, {"choices": "x"}, {"error": {"message": "quota"}}, [1],
+])
+def test_a_body_sent_whole_to_a_streaming_request_that_is_no_completion_tries_the_next_mode(body):
+    from types import SimpleNamespace
+
+    from crag.llm.streams import whole_completion
+
+    response = SimpleNamespace(stream=SimpleNamespace(body=json.dumps(body).encode()))
+    assert whole_completion(response, openai.types.chat.ChatCompletion) is None
+
+
 def test_a_stream_dropped_after_text_was_shown_is_not_retried(srv):
     srv.script("synthesize", Drop(after=2, text="one two three four"), "never sent")
     deltas: list[str] = []

@@ -113,14 +113,20 @@ def finished_reply(read: Streamed, delivered: list[str], done: bool) -> Reply:
 
 def whole_completion(response: Any, completion_type: Any) -> Any:
     """The chat completion a server sent whole when asked to stream (``completion_type``: the
-    SDK's ``ChatCompletion``), or None."""
+    SDK's ``ChatCompletion``), or None. It is read as the SDK reads a reply it did not stream:
+    without validation, so that a field the model requires (usage's ``total_tokens``, ``id``)
+    missing, or a ``finish_reason`` outside its list, does not make it no completion."""
+    import json
+
     body = whole_body(response)
-    if not body:
-        return None
     try:
-        return completion_type.model_validate_json(body)
-    except ValueError:  # not a whole completion either: the next streaming mode is worth a try
-        return None
+        data = json.loads(body) if body else None
+    except ValueError:
+        data = None
+    choices = data.get("choices") if isinstance(data, dict) else None
+    if not (isinstance(choices, list) and choices and isinstance(choices[0], dict) and "message" in choices[0]):
+        return None  # not a whole completion either (a chunk's delta): the next streaming mode is worth a try
+    return completion_type.construct(**data)
 
 
 def _error_message(chunk: Any) -> str | None:
