@@ -382,6 +382,9 @@ def test_a_dropped_connection_is_retried(srv):
 @pytest.mark.parametrize("reply,words", [
     (Garbage(), "not valid JSON"),
     (Garbage(b"<html>hi</html>", content_type="text/html"), "not a chat completion"),
+    # an empty body is said to be one, not "Expecting value: line 1 column 1 (char 0)"
+    (Garbage(b""), "sent an empty body for node"),
+    (Garbage(b" \r\n", content_type="text/plain"), "sent an empty body for node"),
     (EmptyChoices(), "returned no choices"),
     (Raw([1, 2, 3]), "not a chat completion"),
     (Raw({"id": "x"}), "returned no choices"),

@@ -15,7 +15,7 @@ from attrs import frozen
 
 from ..state import TokenLogprob
 from .logprobs import read_logprobs
-from .retry import BadReply, body_message, one_line
+from .retry import EMPTY_BODY, BadReply, body_message, one_line
 
 __all__ = ["FILTERED", "Reply", "parts_text", "read_completion"]
 
@@ -38,6 +38,8 @@ def read_completion(reply: Any, logprobs: bool = False, refusal_is_reply: bool =
     """The ``Reply`` of a whole chat completion; ``logprobs``: they were asked for.
     ``refusal_is_reply``: a refusal is the reply (empty, with ``refusal``), else an error."""
     choices = getattr(reply, "choices", None)
+    if isinstance(reply, (str, bytes)) and not reply.strip():
+        raise BadReply(EMPTY_BODY)
     if isinstance(reply, (str, bytes)) or not hasattr(reply, "choices"):
         raise BadReply("sent a reply that is not a chat completion", repr(one_line(as_sent(reply), 80)))
     if not isinstance(choices, list) or not choices:

@@ -45,6 +45,7 @@ from ..events import RetryWaiting
 from .deadline import pause
 
 __all__ = [
+    "EMPTY_BODY",
     "RETRY_AFTER_CAP",
     "WINDOW_ADVICE",
     "BadReply",
@@ -69,6 +70,9 @@ _ON_WAIT: contextvars.ContextVar[Callable[[RetryWaiting], None] | None] = contex
     "crag_on_wait", default=None)
 
 T = TypeVar("T")
+
+
+EMPTY_BODY = "sent an empty body"  # a 2xx reply with no text at all, whatever its content type
 
 
 class BadReply(Exception):
@@ -219,6 +223,8 @@ class RetryPolicy:
         if isinstance(exc, BadReply):
             return BadReplyFailure(exc.what, exc.note)
         if isinstance(exc, json.JSONDecodeError):
+            if not exc.doc.strip():  # the parser's "Expecting value: line 1 column 1" says nothing of it
+                return BadReplyFailure(EMPTY_BODY)
             return BadReplyFailure("sent a body that is not valid JSON", one_line(exc, 80))
         oa = sys.modules.get("openai")  # the clients import it; never imported here
         if oa is not None:
