@@ -22,7 +22,7 @@ from crag.prompts import render
 from crag.state import EvidenceItem, Message
 
 from .fakes import FakeToolbox
-from .openai_server import FakeOpenAIServer, grades
+from .openai_server import FakeOpenAIServer, Text, grades
 
 QUESTION = "How do uploads retry after a failure?"
 ROUTE = json.dumps({"complexity": "complex", "suggested_tools": ["vector_search", "grep_search"]})
@@ -256,6 +256,20 @@ def test_a_question_too_long_for_the_window_the_server_taught_names_that_window_
     assert "the window of 3,000 tokens the server's refusals left (KB_AGENT_CONTEXT_TOKENS=8192)" in message, message
     assert "KB_AGENT_CONTEXT_TOKENS=3000" not in message and "raise KB_AGENT_CONTEXT_TOKENS" not in message
     assert "give the model a larger window on the server" in message
+
+
+def test_an_answer_cut_short_at_the_budget_the_servers_window_left_names_that_window_not_a_setting():
+    """A server with a window of 2,000 tokens: the answer's budget is half of it, 1,000 tokens,
+    below KB_AGENT_MAX_ANSWER_TOKENS (1024). An answer cut short there said it was cut at its
+    budget "(KB_AGENT_MAX_ANSWER_TOKENS)", the setting to raise, which changes nothing."""
+    with FakeOpenAIServer() as srv:
+        agent, _ = window_run(srv, 2000, "llama.cpp")
+        srv.default("synthesize", Text("Uploads retry [1]. And then", finish_reason="length"))
+        result = agent.ask(QUESTION)
+    assert srv.params("synthesize")[-1]["max_tokens"] == 1000
+    assert ("_Note: the answer was cut short at its budget of 1000 tokens, half of the model's context "
+            "window on the server (2000 tokens)._") in result.answer, result.answer
+    assert "KB_AGENT_MAX_ANSWER_TOKENS" not in result.answer
 
 
 def test_a_server_that_does_not_say_its_window_gets_smaller_requests_until_one_fits():

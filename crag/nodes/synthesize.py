@@ -139,16 +139,20 @@ EMPTY_REPLY = answer.EMPTY_REPLY
 FILTERED_NOTE = "_Note: the server's content filter stopped this answer before it was finished._"
 
 
-def stopped_note(step: Step, reply: Completion | None) -> str | None:
+def stopped_note(step: Step, reply: Completion | None, window: int | None = None) -> str | None:
     """The note for an answer the server stopped before it was finished: by its budget
-    (``finish_reason`` ``length``) or by its content filter; what was written stays, said to be cut."""
+    (``finish_reason`` ``length``) or by its content filter; what was written stays, said to be cut.
+    A budget that is half the ``window`` the server's refusals left (``crag.driver``) is that
+    window's, not the setting's: raising the setting would change nothing."""
     if reply is None:
         return None
     if reply.finish_reason == "content_filter":
         return FILTERED_NOTE
     if reply.truncated and step.request is not None:
-        return (f"_Note: the answer was cut short at its budget of {step.request.max_tokens} tokens "
-                "(KB_AGENT_MAX_ANSWER_TOKENS)._")
+        tokens = step.request.max_tokens
+        why = (f", half of the model's context window on the server ({window} tokens)"
+               if window is not None and tokens == window // 2 else " (KB_AGENT_MAX_ANSWER_TOKENS)")
+        return f"_Note: the answer was cut short at its budget of {tokens} tokens{why}._"
     return None
 
 
@@ -168,7 +172,7 @@ def ask_again(step: Step, reply: Completion) -> bool:
 
 def apply(state: AgentState, step: Step, reply: Completion | None, cfg: NodeConfig) -> AgentState:
     fitted: budget.Fitted | None = step.plan
-    stopped = stopped_note(step, reply)
+    stopped = stopped_note(step, reply, state.context_window)
     if fitted is not None and fitted.history_dropped:  # the oldest turns did not fit the window
         state = evolve(state, audit=state.log("history_trimmed", node=NAME, count=fitted.history_dropped))
     if fitted is not None and fitted.task.chitchat:
