@@ -385,6 +385,9 @@ def test_a_dropped_connection_is_retried(srv):
     # an empty body is said to be one, not "Expecting value: line 1 column 1 (char 0)"
     (Garbage(b""), "sent an empty body for node"),
     (Garbage(b" \r\n", content_type="text/plain"), "sent an empty body for node"),
+    # a key the SDK takes for an argument of its own when it builds the reply: no traceback
+    (Raw({"_fields_set": 5, "choices": [{"index": 0, "message": {"content": "x"}}]}), "a reply the openai SDK cannot read"),
+    (Raw({"choices": [{"index": 0, "message": {"content": "x", "_fields_set": []}}]}), "a reply the openai SDK cannot read"),
     (EmptyChoices(), "returned no choices"),
     (Raw([1, 2, 3]), "not a chat completion"),
     (Raw({"id": "x"}), "returned no choices"),
@@ -791,6 +794,18 @@ def test_a_body_sent_whole_to_a_streaming_request_that_is_no_completion_tries_th
 
     response = SimpleNamespace(stream=SimpleNamespace(body=json.dumps(body).encode()))
     assert whole_completion(response, openai.types.chat.ChatCompletion) is None
+
+
+def test_a_streamed_reply_the_sdk_cannot_build_is_one_line_not_a_traceback(srv):
+    chunk = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m", "_fields_set": 1,
+             "choices": [{"index": 0, "delta": {"content": "x"}, "finish_reason": "stop"}]}
+    srv.script("synthesize", Events(b"data: " + json.dumps(chunk).encode() + b"\n\ndata: [DONE]\n\n"))
+    with pytest.raises(LLMError, match="sent a reply the openai SDK cannot read for node synthesize"):
+        model_for(srv).complete(request("synthesize"), [].append)
+    whole = {"_fields_set": 1, "choices": [{"index": 0, "message": {"content": "x"}, "finish_reason": "stop"}]}
+    srv.script("synthesize", Raw(whole))  # sent whole to a streaming request
+    with pytest.raises(LLMError, match="sent a reply the openai SDK cannot read for node synthesize"):
+        model_for(srv).complete(request("synthesize"), [].append)
 
 
 def test_a_stream_dropped_after_text_was_shown_is_not_retried(srv):

@@ -222,6 +222,10 @@ class RetryPolicy:
         """What kind of failure ``exc`` is, or None when it is not the server's doing."""
         if isinstance(exc, BadReply):
             return BadReplyFailure(exc.what, exc.note)
+        if isinstance(exc, (TypeError, AttributeError)) and _in_sdk_models(exc):
+            # a reply the SDK fails to build its objects from (a key "_fields_set", which it
+            # takes for an argument of its own): the server's doing, not a bug to show as one
+            return BadReplyFailure("sent a reply the openai SDK cannot read", one_line(exc, 80))
         if isinstance(exc, json.JSONDecodeError):
             if not exc.doc.strip():  # the parser's "Expecting value: line 1 column 1" says nothing of it
                 return BadReplyFailure(EMPTY_BODY)
@@ -305,6 +309,14 @@ class RetryPolicy:
                     raise translate(exc, failure, retries) from exc
                 retries += 1
                 self.rest(wait, retries, failure, server=server)
+
+
+def _in_sdk_models(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised in the openai SDK's model building (``openai/_models.py``)."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and tb.tb_frame.f_code.co_filename.replace("\\", "/").endswith("/openai/_models.py")
 
 
 def _redirect_loop(exc: BaseException) -> bool:
