@@ -373,6 +373,46 @@ def test_a_long_lived_agent_lets_go_of_the_generations_a_re_index_replaced(tmp_p
             assert held_deleted() == []
 
 
+def test_a_replaced_generations_database_is_let_go_of_without_waiting_for_the_garbage_collector(
+        tmp_path, monkeypatch) -> None:
+    """A replaced reader's descriptors were closed as soon as it was dropped, but its SQLite
+    connection (a reference cycle of its own) only at the next full collection, which a
+    long-lived server may not run for hours: ``crag mcp`` held a deleted database per re-index
+    open, and with it that database's disk space."""
+    import gc
+    import os
+
+    from crag.index import index_roots
+
+    def held_deleted() -> list[str]:
+        out = []
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                target = os.readlink(f"/proc/self/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith(str(tmp_path / "i")) and target.endswith("(deleted)"):
+                out.append(target)
+        return out
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    monkeypatch.chdir(tmp_path)
+    env = {"KB_AGENT_INDEX_DIR": str(tmp_path / "i"), "KB_AGENT_LLM": "offline"}
+    with Agent.from_env([docs], environ=env, dotenv=None) as agent:
+        gc.collect()
+        gc.disable()
+        try:
+            for round in range(3):
+                (docs / "retry.md").write_text(f"# Retries\n\ncrag retries {round + 1} times on 429.\n",
+                                               encoding="utf-8")
+                index_roots(agent.settings, [docs])
+                assert f"{round + 1} times" in agent.ask("How many times does crag retry?").answer
+                assert held_deleted() == []
+        finally:
+            gc.enable()
+
+
 def test_an_agent_searches_an_index_folder_deleted_and_built_again_not_the_one_it_had_open(
         tmp_path, monkeypatch) -> None:
     """``rm -rf .crag && crag index other`` while a service's agent was open: the new index's

@@ -250,11 +250,12 @@ class Generation:
         return os.path.join(self.index_dir, self.name, name)
 
     def close(self) -> None:
-        self.conn.close()
-        _close_all(self.held)
+        _close_all(self.held, self.conn)
 
 
-def _close_all(held: dict[str, int]) -> None:
+def _close_all(held: dict[str, int], conn: sqlite3.Connection | None = None) -> None:
+    if conn is not None:
+        conn.close()
     for fd in held.values():
         try:
             os.close(fd)
@@ -329,9 +330,9 @@ def open_generation(index_dir: str, verify: bool = False) -> Generation:
                 f"the index database in {gen_dir} is damaged ({exc}): {reindex_hint(index_dir)}", index_dir
             ) from exc
         gen = Generation(index_dir, name, db_path, vectors_path, conn, meta, held)
-        # A reader a re-index replaced is left to the garbage collector (another thread may
-        # still use it): its connection closes itself then, these descriptors would not.
-        weakref.finalize(gen, _close_all, held)
+        # A reader a re-index replaced is left to the garbage collector (another thread may still use
+        # it): its files are let go of with it, the connection too (a cycle: only a full collection frees it).
+        weakref.finalize(gen, _close_all, held, conn)
         try:
             schema = meta.get("schema", "unknown")
             if schema.isdigit() and len(schema) < 10 and int(schema) > SCHEMA_VERSION:
