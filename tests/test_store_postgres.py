@@ -960,6 +960,43 @@ def test_connections_of_a_thread_that_ended_are_closed(pg_uri: str, tmp_path: Pa
     store.close()
 
 
+def test_a_searcher_a_re_index_replaced_closes_its_connections_without_the_garbage_collector(
+        pg_uri: str, tmp_path: Path) -> None:
+    """A long-lived agent (``crag mcp``) opens a new searcher after each re-index and drops the
+    one it replaces; that searcher and its connections were a reference cycle, closed only at
+    the next full collection, which a server may not run for hours: each re-index left an idle
+    connection on the database, towards its ``max_connections``."""
+    import gc
+
+    import psycopg
+
+    from crag import Agent
+
+    def backends() -> int:
+        with psycopg.connect(pg_uri, autocommit=True) as conn:
+            return conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                                "AND pid <> pg_backend_pid()").fetchone()[0]
+
+    kb = make_kb(tmp_path / "kb")
+    agent = Agent.from_env([kb], dotenv=None, environ={}, llm="offline", store=pg_uri, log=False)
+    try:
+        assert agent.search("retries")
+        gc.collect()
+        gc.disable()
+        before = backends()
+        for round in range(3):
+            write(kb / "setup.md", f"# Setup\n\n## Retries\n\nThe client retries failed uploads {round + 4} times.\n")
+            index_roots(agent.settings, [kb])
+            assert f"{round + 4} times" in agent.search("how many times does the client retry")[0].text
+            deadline = time.monotonic() + 10
+            while backends() > before and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert backends() == before
+    finally:
+        gc.enable()
+        agent.close()
+
+
 def test_a_files_postings_are_its_chunks_summed_so_its_text_is_parsed_once(pg_uri: str, tmp_path: Path) -> None:
     """A file's postings come from its chunks' (not from parsing its whole text again): a word's
     count is the sum of its chunks' counts, beyond the 256 positions a file's tsvector would keep,

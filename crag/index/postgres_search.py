@@ -29,6 +29,7 @@ from one committed state. This module reads ``crag.index.postgres_schema``; the 
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import threading
@@ -67,6 +68,20 @@ def _idf(total: int, df: int) -> float:
     return max(math.log((max(total - df, 0) + 0.5) / (df + 0.5)), 1e-6)
 
 
+def _search_connection(store: PostgresStore, ivf_probes: int) -> Any:
+    """A new connection for a searcher's thread, with the vector index's search settings."""
+    conn = store.connect(autocommit=True)
+    try:
+        store.reading(conn)
+        conn.execute(f"SET hnsw.ef_search = {_EF_SEARCH}")
+        if ivf_probes:
+            conn.execute(f"SET ivfflat.probes = {ivf_probes}")
+    except store.psycopg.Error as exc:
+        conn.close()
+        raise store.error(exc) from exc
+    return conn
+
+
 class PostgresRetriever:
     """A published state of a PostgreSQL store opened for search (a ``Retriever``).
 
@@ -86,7 +101,6 @@ class PostgresRetriever:
         self.weights = weights
         self.psycopg = store.psycopg
         self._local = threading.local()  # the last query vector sent (``_vector_param``)
-        self._conns = PerThread(self._connect)  # each thread's connection
         with store.session() as conn:
             meta = store.meta(conn)
             self.vector_index, self.kind = self._index_of(
@@ -97,6 +111,10 @@ class PostgresRetriever:
         self.n_files = int(meta.get("text_files", "0"))
         self.avgdl_chunks = float(meta.get("avgdl_chunks", "1")) or 1.0
         self.avgdl_files = float(meta.get("avgdl_files", "1")) or 1.0
+        # Each thread's connection. Opened by a function that does not hold this searcher: a
+        # searcher a re-index replaced then goes, with its connections, as soon as it is dropped
+        # (a cycle through a bound method would keep them open until a full garbage collection).
+        self._conns = PerThread(functools.partial(_search_connection, store, self.probes))
 
     def _index_of(self, vectors: str | None, indexes: list[str], kind: str | None) -> tuple[str, str | None]:
         """What vector searches use, and the type its index was built on (pgvector may have been
@@ -114,19 +132,6 @@ class PostgresRetriever:
 
     def _conn(self) -> Any:
         return self._conns.get()
-
-    def _connect(self) -> Any:
-        """A new connection for this thread, with the vector index's search settings."""
-        conn = self.store.connect(autocommit=True)
-        try:
-            self.store.reading(conn)
-            conn.execute(f"SET hnsw.ef_search = {_EF_SEARCH}")
-            if self.probes:
-                conn.execute(f"SET ivfflat.probes = {self.probes}")
-        except self.psycopg.Error as exc:
-            conn.close()
-            raise self.store.error(exc) from exc
-        return conn
 
     def close(self) -> None:
         self._conns.close()
