@@ -254,11 +254,11 @@ class Agent:
         roots = [os.fsdecode(p) for p in kb] if kb else None
         owned: list[Any] = []
         if toolbox is None:
-            from .index import ensure_indexed
+            from .index import ensure_indexed, warn_skipped
             from .tools import Toolbox as LocalToolbox
 
-            if roots:
-                ensure_indexed(config, roots, progress=progress)
+            if roots:  # a file it could not read is a warning: the answer cannot say why it is not cited
+                warn_skipped(ensure_indexed(config, roots, progress=progress))
             toolbox = LocalToolbox(config, roots=roots, tools=tools)
             owned.append(toolbox)
         if chat_model is None:

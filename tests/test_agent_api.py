@@ -286,6 +286,26 @@ def test_a_library_user_filters_what_crag_works_around_by_its_warning_class(tmp_
             Agent.from_env(kb=[str(kb)], dotenv=None, environ={}, **{**settings, "index_dir": str(tmp_path / "b")})
 
 
+def test_a_document_the_agent_could_not_read_is_a_crag_warning_naming_it_on_every_start(tmp_path, monkeypatch) -> None:
+    """README: a document crag could not read comes as a ``crag.CragWarning``. ``Agent.from_env(kb=...)``
+    skipped a damaged PDF in silence (``crag ask --kb`` names it on stderr): its questions were
+    answered "couldn't find" with no word of why."""
+    import warnings
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "kb").mkdir()
+    (tmp_path / "kb" / "notes.md").write_text("# Notes\n\nThe client retries failed uploads three times.\n")
+    (tmp_path / "kb" / "manual.pdf").write_bytes(b"The valve is blue, but this is no PDF.\n")
+    settings = {"llm": "offline", "index_dir": "idx", "log": "off"}
+    for _ in range(2):  # indexed, then found current: named both times, as --kb names it
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            Agent.from_env(kb="kb", dotenv=None, environ={}, **settings).close()
+        said = [str(w.message) for w in seen if issubclass(w.category, crag.CragWarning)]
+        assert said == ["skipped kb/manual.pdf: it is not a PDF (it does not start with %PDF-, as a PDF does)"], said
+        assert all(w.filename == __file__ for w in seen)  # said at the caller's line
+
+
 @pytest.mark.parametrize("backend", ["offline", "openai"])
 def test_an_agent_from_env_reused_after_close_answers_and_its_next_close_releases_everything(
         tmp_path, monkeypatch, backend) -> None:

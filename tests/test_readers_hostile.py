@@ -166,6 +166,7 @@ def test_a_pdf_named_as_the_root_and_skipped_for_its_content_is_named_as_in_a_fo
     assert code == 0 and skipped(out) == {"docs/locked.pdf": "the PDF is encrypted with a password"}, out + err
     code, _, err = cli("ask", "--kb", "docs/locked.pdf", "what", "colour", "is", "the", "valve?", "--json")
     assert code == 0 and "crag: skipped docs/locked.pdf: the PDF is encrypted with a password" in err.splitlines(), err
+    assert err.count("docs/locked.pdf") == 1, err  # not said again as the agent's warning
 
 
 def test_binary_data_named_html_is_skipped_as_binary(folder: Path) -> None:

@@ -86,7 +86,10 @@ def agent_for(args: argparse.Namespace, err: TextIO, later: list[Callable[[], No
     written: the command says it once the index has served, so that a missing or damaged
     index is its one error line. ``progress``: whether the indexing line may be drawn on a
     terminal's stderr (``ask`` piped or with ``--json`` draws none of its progress)."""
+    import warnings
+
     from ..agent import Agent
+    from ..index import SkippedFileWarning
 
     top_k = getattr(args, "top_k", None)
     if top_k is not None and not 1 <= top_k <= MAX_TOP_K:
@@ -110,7 +113,9 @@ def agent_for(args: argparse.Namespace, err: TextIO, later: list[Callable[[], No
     else:
         index_note(config, err)
     overrides = {k: v for k, v in OVERRIDES.items() if v is not None}
-    return Agent.from_env(kb=args.kb or None, progress=notes, top_k=config.top_k, **overrides)
+    with warnings.catch_warnings():  # the skipped files are said above, once
+        warnings.simplefilter("ignore", SkippedFileWarning)
+        return Agent.from_env(kb=args.kb or None, progress=notes, top_k=config.top_k, **overrides)
 
 
 def kb_note(report, cwd: str | None = None) -> str:

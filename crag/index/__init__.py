@@ -29,6 +29,8 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..errors import CragWarning
+
 if TYPE_CHECKING:
     from ..config import Settings
     from ..ports import Embedder, Retriever, Store
@@ -41,6 +43,7 @@ __all__ = [
     "IndexReader",
     "IndexReport",
     "SearchWeights",
+    "SkippedFileWarning",
     "drop_roots",
     "ensure_indexed",
     "index_roots",
@@ -156,6 +159,32 @@ def drop_roots(
         )
     finally:
         store.close()
+
+
+SKIPPED_NAMED = 10  # skipped files named one by one; ``crag index`` names every one
+
+
+class SkippedFileWarning(CragWarning):
+    """A file of the roots ``Agent.from_env(kb=...)`` indexed that crag could not read (binary,
+    damaged, encrypted, a scan) or that an extra not installed would read."""
+
+
+def warn_skipped(report: IndexReport) -> None:
+    """The files the indexing of ``report`` skipped, as ``SkippedFileWarning``s at the caller of
+    ``Agent.from_env``: what ``--kb`` says on stderr, since an answer cannot say why it never
+    cites them."""
+    import warnings
+
+    from .labels import relative_label
+    from .readers import extras_line
+
+    said = [f"skipped {relative_label(path)}: {why}" for path, why in report.warnings[:SKIPPED_NAMED]]
+    if len(report.warnings) > SKIPPED_NAMED:
+        said.append(f"skipped {len(report.warnings) - SKIPPED_NAMED} more file(s): `crag index` names every one")
+    if line := extras_line(report.skipped_types):
+        said.append(line)
+    for message in said:
+        warnings.warn(SkippedFileWarning(message), stacklevel=3)
 
 
 @contextlib.contextmanager
