@@ -57,3 +57,19 @@ def test_the_layout_in_architecture_md_lists_every_module_of_crag_and_no_other()
     present = {p.name + ("/" if p.is_dir() else "") for p in (ROOT / "crag").iterdir()
                if (p.suffix == ".py" or (p / "__init__.py").is_file()) and p.name != "__main__.py"}
     assert listed == present
+
+
+def test_the_readme_names_every_field_ask_json_prints(tmp_path, monkeypatch) -> None:
+    """The README's list of `ask --json`'s fields left out `question`, `judgements` and a
+    citation's `end_line`, which every answer carries."""
+    from crag import Agent
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "kb").mkdir()
+    (tmp_path / "kb" / "setup.md").write_text("# Setup\n\nThe server listens on port 8080.\n")
+    with Agent.from_env(kb="kb", llm="offline", index_dir="idx", log="off", dotenv=None, environ={}) as agent:
+        printed = agent.ask("Which port does the server listen on?").to_dict()
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    listed = set(re.findall(r"`([a-z_]+)`", readme.split("`--json` prints one object with", 1)[1].split("Only the JSON", 1)[0]))
+    assert printed["citations"]
+    assert {*printed, "index", *printed["citations"][0]} - listed == set()
