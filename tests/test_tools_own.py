@@ -141,6 +141,16 @@ def test_docs_list_the_registry_as_it_is() -> None:
     assert all(f"`{t.name}`" in page for t in BUILTIN_TOOLS)
 
 
+def test_the_readme_shows_the_planner_line_of_its_tool_as_the_planner_sees_it() -> None:
+    """The README's ticket_lookup line stopped at its arguments; the planner is also told that
+    the ticket number must be written in the question."""
+    from crag.toolspec import planner_line
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    shown = re.search(r"The planner sees `([^`]*)`", readme)
+    assert shown is not None and shown.group(1) == planner_line(TICKET_TOOL)
+
+
 def test_a_tool_gets_a_context_never_the_toolbox(tmp_path: Path) -> None:
     from crag import Settings, ToolContext, ToolResult
     from crag.state import ToolCall
