@@ -28,9 +28,10 @@ from .config import MAX_WINDOW, Settings
 from .driver import Driver
 from .errors import IndexStoreError, UsageError
 from .events import EventHandler, NodeStarted
+from .history import fitting_turns, input_limit, parse_history, too_long
 from .nodes import NodeConfig
 from .ports import ChatModel, Toolbox
-from .safe_text import blank, short_value, valid_text
+from .safe_text import blank, valid_text
 from .state import (
     AgentState,
     Citation,
@@ -38,6 +39,7 @@ from .state import (
     EvidenceItem,
     GraderAction,
     GroundingReport,
+    Judgement,
     Message,
     Usage,
     output_converter,
@@ -83,6 +85,10 @@ class Answer:
         return f"{body}\n\n{footer}" if footer else body
 
     @property
+    def question(self) -> str:
+        return self.state.question
+
+    @property
     def complexity(self) -> Complexity | None:
         return self.state.complexity
 
@@ -106,6 +112,11 @@ class Answer:
     def audit(self) -> list[dict[str, Any]]:
         return output_converter.unstructure(self.state.audit)
 
+    @property
+    def judgements(self) -> tuple[Judgement, ...]:
+        """Each judged sentence's verdict (docs/grounding.md); empty when nothing was grounded."""
+        return self.grounding.judgements if self.grounding is not None else ()
+
     def to_dict(self) -> dict[str, Any]:
         """The object ``ask --json`` prints (docs/wire-contract.md), by ``output_converter``."""
         return output_converter.unstructure(self)
@@ -113,7 +124,7 @@ class Answer:
 
 def _answer_json(a: Answer) -> dict[str, Any]:
     return {
-        "question": a.state.question,
+        "question": a.question,
         "answer": a.answer,
         "body": a.body,
         "complexity": a.complexity.value if a.complexity is not None else None,
@@ -125,76 +136,11 @@ def _answer_json(a: Answer) -> dict[str, Any]:
         "usage": output_converter.unstructure(a.usage),
         "audit": output_converter.unstructure(a.state.audit),
         "grounding": output_converter.unstructure(a.grounding),
-        "judgements": output_converter.unstructure(a.grounding.judgements) if a.grounding else [],
+        "judgements": output_converter.unstructure(a.judgements),
     }
 
 
 output_converter.register_unstructure_hook(Answer, _answer_json)
-
-
-# No token of the encodings crag counts with (cl100k_base, o200k_base) is longer than 128
-# characters, so a text of more than 128 x KB_AGENT_CONTEXT_TOKENS characters cannot fit the
-# window: it is refused (a question) or left out (the oldest turns of a history) before any
-# tokenizing, which for a 300 MB question took minutes and gigabytes.
-MAX_TOKEN_CHARS = 128
-# And whatever the window, no question is over 64 Mi characters: more than any window up to
-# KB_AGENT_CONTEXT_TOKENS' ceiling (10,000,000 tokens) holds of real text, and what a
-# `chat` or `ask -` reading a stream with no end (/dev/zero) holds in memory before refusing it.
-MAX_INPUT_CHARS = 64 * 2**20
-
-
-def input_limit(settings: Settings) -> int:
-    """The most characters a question can have and still fit ``KB_AGENT_CONTEXT_TOKENS``."""
-    return min(MAX_TOKEN_CHARS * settings.context_tokens, MAX_INPUT_CHARS)
-
-
-def too_long(what: str, size: int, settings: Settings) -> UsageError:
-    """The refusal of an input that cannot fit the model's window, said before tokenizing it."""
-    return UsageError(
-        f"{what} is {size:,} characters, more than can fit KB_AGENT_CONTEXT_TOKENS={settings.context_tokens} "
-        f"({input_limit(settings):,} characters at most): shorten it"
-    )
-
-
-def _fitting_turns(turns: Sequence[Message], limit: int) -> tuple[Message, ...]:
-    """The newest turns whose text adds up to at most ``limit`` characters: older ones could
-    never fit the window, and the budget drops the oldest turns first anyway."""
-    kept: list[Message] = []
-    size = 0
-    for turn in reversed(turns):
-        size += len(turn.content)
-        if size > limit:
-            break
-        kept.append(turn)
-    return tuple(reversed(kept))
-
-
-def parse_history(messages: Iterable[Any]) -> tuple[Message, ...]:
-    """Earlier turns as ``Message`` records, from dicts with ``role`` and ``content`` (None: none)."""
-    if messages is None:
-        return ()
-    # A string or one message is iterable too, but not a list of messages.
-    if not isinstance(messages, Iterable) or isinstance(messages, (str, bytes, Mapping)):
-        raise UsageError(f"history must be a list of {{\"role\", \"content\"}} messages, not {type(messages).__name__}")
-    out = []
-    for i, m in enumerate(messages):
-        if isinstance(m, Message):
-            out.append(m)
-            continue
-        if not isinstance(m, Mapping) or not isinstance(m.get("role"), str) or not isinstance(
-            m.get("content"), str
-        ):
-            raise UsageError(
-                f"history message {i} must be an object with string fields \"role\" and \"content\""
-            )
-        if m["role"] not in ROLES:
-            raise UsageError(f"history message {i} has the role \"{short_value(m['role'])}\": "
-                             f"earlier turns are \"user\" or \"assistant\"")
-        out.append(Message(m["role"], m["content"]))
-    return tuple(out)
-
-
-ROLES = frozenset({"user", "assistant"})  # the roles of earlier turns a history may hold
 
 
 class Agent:
@@ -284,7 +230,7 @@ class Agent:
         if len(question) > limit and len(question := question.strip()) > limit:
             raise too_long("the question", len(question), self.settings)
         # Bytes that were not UTF-8 (a command line, a JSON escape) cannot go to a server as they are.
-        turns = tuple(Message(m.role, valid_text(m.content)) for m in _fitting_turns(parse_history(history), limit))
+        turns = tuple(Message(m.role, valid_text(m.content)) for m in fitting_turns(parse_history(history), limit))
         on_event = self._index_guard(on_event)
         state = self.driver.run(valid_text(question.strip()), turns, on_event, stream)
         return Answer(

@@ -143,6 +143,22 @@ def test_an_answer_holds_its_enums_and_grounding_and_json_writes_their_words() -
     assert type(result.to_dict()["grader_action"]) is str
 
 
+def test_an_answer_has_every_field_ask_json_prints_under_the_same_name() -> None:
+    """``ask --json`` prints ``question`` and ``judgements``, which the ``Answer`` a library
+    caller gets had no attribute for (``result.question`` was an AttributeError)."""
+    from crag import EvidenceItem
+
+    items = [EvidenceItem("vector_search", "docs/retries.md", "Uploads are retried three times.", 1, 1, score=0.5)]
+    model = ScriptedChatModel({"analyze_and_route": [route("simple", ("vector_search",))],
+                               "plan": ['{"tool_calls": [{"tool": "vector_search", "args": {"query": "retries"}}]}'],
+                               "synthesize": ["Uploads are retried three times [1]."]})
+    result = Agent(model, FakeToolbox({"vector_search": [items]}), Settings()).ask("How often are uploads retried?")
+    printed = result.to_dict()
+    assert [name for name in printed if not hasattr(result, name)] == []
+    assert result.question == printed["question"] == "How often are uploads retried?"
+    assert result.judgements == result.grounding.judgements and len(printed["judgements"]) == 1
+
+
 def test_event_is_what_a_handler_receives() -> None:
     from crag import AnswerDelta, AnswerStarted, Event, EventHandler, NodeFinished, NodeStarted, RetryWaiting
 

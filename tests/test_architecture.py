@@ -159,7 +159,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("the knowledge-base index", frozenset({"index"})),
     ("the tools", frozenset({"tools"})),
     ("the loop", frozenset({"driver"})),
-    ("the library", frozenset({"agent", "stream", "answer_log", "answer_log_schema"})),
+    ("the library", frozenset({"agent", "history", "stream", "answer_log", "answer_log_schema"})),
     ("the interfaces", frozenset({"cli", "mcp_server", "mcp_wire", "__main__", "__init__"})),
 )
 

@@ -256,7 +256,7 @@ def question_of(args: argparse.Namespace, limit: int) -> str:
 
 
 def cmd_ask(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from ..agent import input_limit, parse_history
+    from ..history import input_limit, parse_history
     from .log import last_conversation, record
     from .render import print_answer
 

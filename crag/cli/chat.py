@@ -270,7 +270,7 @@ HELP_TEXT = ("Type a question about your knowledge base; earlier questions of th
 
 
 def cmd_chat(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from ..agent import parse_history
+    from ..history import parse_history
     from .log import last_conversation, record
 
     config = settings()
@@ -301,7 +301,7 @@ def cmd_chat(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             else:  # on a pipe, stderr holds it as crag's other notes
                 err.write(f"crag: note: {said_how}\n")
         undecodable_bytes_kept(args.stdin)
-        from ..agent import input_limit
+        from ..history import input_limit
 
         read_line = line_reader(args.stdin, talk, input_limit(config))
         while True:

@@ -55,7 +55,7 @@ def last_conversation(config, err: TextIO) -> tuple[int | None, list[dict[str, s
     log = answer_log(config)
     if log is None:
         raise UsageError("KB_AGENT_LOG=off keeps no conversation to continue: leave -c/--continue out, or set KB_AGENT_LOG=on")
-    from ..agent import input_limit
+    from ..history import input_limit
 
     with log:
         found = log.last_conversation(input_limit(config))
