@@ -380,6 +380,44 @@ def test_5_a_plain_regex_over_many_lines_gets_the_time_their_size_takes(monkeypa
     assert found == [[7], [0]]
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads a process's state in /proc")
+def test_5_a_regex_process_ends_itself_when_the_process_that_started_it_is_gone(tmp_path: Path) -> None:
+    """``crag mcp`` stopped by SIGTERM (as a client stops its server) mid-match left the
+    matching process running at 100% CPU for as long as the pattern backtracked: forever."""
+    import time
+
+    script = (
+        "import os, subprocess, sys, threading\n"
+        "from crag.tools import regex_guard\n"
+        "real = subprocess.Popen\n"
+        "def started(*a, **k):\n"
+        "    proc = real(*a, **k)\n"
+        "    print(proc.pid, flush=True)\n"
+        "    threading.Timer(0.5, os._exit, (0,)).start()\n"
+        "    return proc\n"
+        "subprocess.Popen = started\n"
+        "regex_guard.matching_lines(r'^(\\w+\\s?)*$', [['word ' * 24 + '!']], max_chars=4000, time_limit=1)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    parent = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    pid = int(parent.stdout.split()[0])
+
+    def running() -> bool:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            return False
+        return state not in ("Z", "X")
+
+    deadline = time.monotonic() + 20  # its limit is 1 s (2 s for the process itself): loose for a busy machine
+    while running() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    alive = running()
+    if alive:
+        os.kill(pid, 9)
+    assert not alive, "the matching process outlived the process that started it"
+
+
 def test_5_a_regex_that_finishes_still_finds_its_lines(kb: Path) -> None:
     box = Toolbox(Settings.from_env())
     items = box.run(ToolCall("grep_search", {"pattern": r"port \d+", "regex": True}))

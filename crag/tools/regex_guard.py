@@ -9,12 +9,17 @@ to search and kills that process when it exceeds ``TIME_LIMIT`` seconds, plus
 large knowledge base takes time whatever the pattern: 45 MB took 3.5 to 5 s on a 2-core
 machine, so a plain ``filler text`` was refused as if it backtracked); the caller gets a
 ``RegexRefused`` and reports it as a tool error. Literal (escaped) patterns never need this:
-they match in linear time and stay in process.
+they match in linear time and stay in process. The process also ends itself (``SIGALRM``, on
+POSIX) a second after that limit: the process that started it can be gone without killing it
+(``crag mcp`` stopped by SIGTERM, as a client stops its server), and a match left running
+would hold a CPU for as long as it backtracks, which may be forever.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import signal
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -25,7 +30,9 @@ TIME_LIMIT = 5.0  # seconds for one call's matching, process start included
 SECONDS_PER_MB = 0.25  # more seconds per megabyte of lines sent to the matching process
 
 _WORKER = """
-import json, re, sys
+import json, re, signal, sys
+if hasattr(signal, "alarm"):  # its default action ends the process, even inside a match
+    signal.alarm(int(sys.argv[1]))
 request = json.loads(sys.stdin.buffer.read().decode("utf-8"))
 rx = re.compile(request["pattern"], re.IGNORECASE)
 n = request["max_chars"]
@@ -54,7 +61,7 @@ def matching_lines(
     request = json.dumps({"pattern": pattern, "max_chars": max_chars, "documents": documents}).encode("utf-8")
     limit = TIME_LIMIT + SECONDS_PER_MB * len(request) / 1e6 if time_limit is None else time_limit
     proc = subprocess.Popen(
-        [sys.executable, "-I", "-S", "-c", _WORKER],
+        [sys.executable, "-I", "-S", "-c", _WORKER, str(math.ceil(limit) + 1)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -67,6 +74,8 @@ def matching_lines(
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+    if hasattr(signal, "SIGALRM") and proc.returncode == -signal.SIGALRM:  # it ended itself first (a busy machine)
+        raise RegexRefused(f"the regular expression took longer than {limit:g} s")
     if proc.returncode != 0:
         last = (err.decode("utf-8", "replace").strip().splitlines() or ["no output"])[-1]
         raise RegexRefused(f"the regular expression could not be run ({last[:200]})")
