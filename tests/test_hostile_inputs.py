@@ -418,6 +418,31 @@ def test_5_a_regex_process_ends_itself_when_the_process_that_started_it_is_gone(
     assert not alive, "the matching process outlived the process that started it"
 
 
+def test_5_a_cancelled_call_stops_its_regex_at_once() -> None:
+    """A client that cancelled an ask, or closed ``crag mcp``'s stdin, mid-match waited for the
+    whole time limit: the server could not exit until the match was killed."""
+    import time
+
+    from crag.llm.deadline import Cancelled, cancellable
+    from crag.tools import regex_guard
+
+    started: list[subprocess.Popen] = []
+    real = subprocess.Popen
+
+    def popen(*args, **kwargs):
+        started.append(real(*args, **kwargs))
+        return started[-1]
+
+    cancel = threading.Event()
+    threading.Timer(0.5, cancel.set).start()
+    begun = time.monotonic()
+    with pytest.MonkeyPatch.context() as mp, cancellable(cancel), pytest.raises(Cancelled):
+        mp.setattr(regex_guard.subprocess, "Popen", popen)
+        regex_guard.matching_lines(r"^(\w+\s?)*$", [["word " * 24 + "!"]], max_chars=4000, time_limit=60)
+    assert time.monotonic() - begun < 20  # 0.5 s and a slice of 0.2 s: loose for a busy machine
+    assert started and started[0].poll() is not None
+
+
 def test_5_a_regex_that_finishes_still_finds_its_lines(kb: Path) -> None:
     box = Toolbox(Settings.from_env())
     items = box.run(ToolCall("grep_search", {"pattern": r"port \d+", "regex": True}))

@@ -33,7 +33,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["CANCEL_CHECK", "Cancelled", "cancellable", "deadline_http_client", "pause", "remaining",
+__all__ = ["CANCEL_CHECK", "Cancelled", "cancellable", "check_cancelled", "deadline_http_client", "pause", "remaining",
            "request_deadline"]
 
 _DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("crag_request_deadline", default=None)
@@ -55,7 +55,8 @@ def cancellable(event: threading.Event) -> Iterator[None]:
         _CANCEL.reset(token)
 
 
-def _check_cancelled() -> None:
+def check_cancelled() -> None:
+    """``Cancelled`` when the call this work belongs to was cancelled (for waits of other kinds)."""
     event = _CANCEL.get()
     if event is not None and event.is_set():
         raise Cancelled("the call was cancelled")
@@ -110,7 +111,7 @@ class _Stream:
         # that timed out consumed nothing, so it is simply made again).
         end = None if timeout is None else time.monotonic() + timeout
         while True:
-            _check_cancelled()
+            check_cancelled()
             limit = _limit(None if end is None else max(0.0, end - time.monotonic()))
             if limit is not None and limit <= 0:
                 raise self._core.ReadTimeout("the request's deadline has passed")
@@ -122,7 +123,7 @@ class _Stream:
                     raise
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        _check_cancelled()
+        check_cancelled()
         limit = _limit(timeout)
         if limit is not None and limit <= 0:
             raise self._core.WriteTimeout("the request's deadline has passed")
@@ -147,7 +148,7 @@ class _Backend:
 
     def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
                     socket_options: Any = None) -> _Stream:
-        _check_cancelled()
+        check_cancelled()
         limit = _limit(timeout)
         if limit is not None and limit <= 0:
             raise self._core.ConnectTimeout("the request's deadline has passed")

@@ -12,7 +12,9 @@ machine, so a plain ``filler text`` was refused as if it backtracked); the calle
 they match in linear time and stay in process. The process also ends itself (``SIGALRM``, on
 POSIX) a second after that limit: the process that started it can be gone without killing it
 (``crag mcp`` stopped by SIGTERM, as a client stops its server), and a match left running
-would hold a CPU for as long as it backtracks, which may be forever.
+would hold a CPU for as long as it backtracks, which may be forever. A call cancelled meanwhile
+(``crag.llm.deadline``: an MCP client's cancellation, or its closing the connection) kills
+the process within ``CANCEL_CHECK`` seconds and raises ``Cancelled``, as a wait for a server does.
 """
 
 from __future__ import annotations
@@ -22,7 +24,10 @@ import math
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
+
+from ..llm.deadline import CANCEL_CHECK, check_cancelled
 
 __all__ = ["SECONDS_PER_MB", "TIME_LIMIT", "RegexRefused", "matching_lines"]
 
@@ -67,7 +72,7 @@ def matching_lines(
         stderr=subprocess.PIPE,
     )
     try:
-        out, err = proc.communicate(request, timeout=limit)
+        out, err = _communicate(proc, request, limit)
     except subprocess.TimeoutExpired:
         raise RegexRefused(f"the regular expression took longer than {round(limit, 1):g} s") from None
     finally:
@@ -75,9 +80,25 @@ def matching_lines(
             proc.kill()
             proc.wait()
     if hasattr(signal, "SIGALRM") and proc.returncode == -signal.SIGALRM:  # it ended itself first (a busy machine)
-        raise RegexRefused(f"the regular expression took longer than {limit:g} s")
+        raise RegexRefused(f"the regular expression took longer than {round(limit, 1):g} s")
     if proc.returncode != 0:
         last = (err.decode("utf-8", "replace").strip().splitlines() or ["no output"])[-1]
         raise RegexRefused(f"the regular expression could not be run ({last[:200]})")
     found = json.loads(out)
     return [[int(i) for i in lines] for lines in found]
+
+
+def _communicate(proc: subprocess.Popen, request: bytes, limit: float) -> tuple[bytes, bytes]:
+    """``proc.communicate(request, timeout=limit)``, waiting in slices of ``CANCEL_CHECK``
+    seconds so that a cancelled call stops waiting (``Cancelled``); a retried ``communicate``
+    goes on sending the request where it stopped."""
+    end = time.monotonic() + limit
+    given: bytes | None = request
+    while True:
+        try:
+            return proc.communicate(given, timeout=max(0.0, min(CANCEL_CHECK, end - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            if time.monotonic() >= end:
+                raise
+        given = None
+        check_cancelled()
