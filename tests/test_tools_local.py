@@ -438,3 +438,12 @@ def test_read_file_names_the_file_of_a_cited_path_in_its_errors(env) -> None:
         run(box, "read_file", path="kb/setup.md:L999")
     with pytest.raises(ToolError, match=r"read_file: kb/setup\.md has no pages"):
         run(box, "read_file", path="kb/setup.md:p2:L1")
+
+
+def test_a_cited_line_or_page_0_is_no_place_in_the_file(env) -> None:
+    # "kb/setup.md:L0" read the file from line 1 as if it had been cited so, "kb/setup.md:L0-L0"
+    # said "end_line 0 is before start_line 1" (a start_line never given); footers count from 1.
+    box, _kb, _ = env
+    for path in ("kb/setup.md:L0", "kb/setup.md:L0-L0", "kb/setup.md:L2-L0", "kb/setup.md:p0:L1", "kb/setup.md:L00"):
+        with pytest.raises(ToolError, match=rf"no file {re.escape(path)} in the knowledge base"):
+            run(box, "read_file", path=path)

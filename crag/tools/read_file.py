@@ -33,8 +33,9 @@ MAX_LINES = 200
 MAX_CHARS = 100_000  # of one read: 200 lines of a minified file could be megabytes
 
 
-# The place a citation adds to a path ("docs/setup.md:L40-L58", "guide.pdf:p2:L1").
-_CITED_AT = re.compile(r":(?:p(?P<page>\d+)(?::|\Z))?(?:L(?P<start>\d+)(?:-L(?P<end>\d+))?)?\Z")
+# The place a citation adds to a path ("docs/setup.md:L40-L58", "guide.pdf:p2:L1"). Lines and
+# pages count from 1: "setup.md:L0" is no place (it read the file from line 1, as if cited so).
+_CITED_AT = re.compile(r":(?:p(?P<page>0*[1-9]\d*)(?::|\Z))?(?:L(?P<start>0*[1-9]\d*)(?:-L(?P<end>0*[1-9]\d*))?)?\Z")
 
 
 def _cited(args: Mapping[str, Any], context: ToolContext) -> tuple[str, Mapping[str, Any]]:
