@@ -86,6 +86,7 @@ from typing import Any
 from benchmarks.common import (
     append_jsonl,
     at_least,
+    command_line,
     environment,
     fmt,
     llm_timeout,
@@ -666,7 +667,7 @@ def report(args: argparse.Namespace, rows: list[dict], configs: list[str], quest
         else None,
         "table": table,
         "answers": sorted(rows, key=lambda r: (r["set"], r["config"], r["id"])),
-        "command": " ".join(["python -m benchmarks.answers", *(args.argv or [])]),
+        "command": command_line("python -m benchmarks.answers", args.argv or []),
         "environment": environment(["openai", "langgraph"]),
     }
 

@@ -27,6 +27,7 @@ __all__ = [
     "SHARED",
     "append_jsonl",
     "at_least",
+    "command_line",
     "counts",
     "environment",
     "fmt",
@@ -294,6 +295,24 @@ def counts(lo: int) -> Callable[[str], list[int]]:
 
     parse.__name__ = f"counts >= {lo}"
     return parse
+
+
+def command_line(prog: str, argv: Sequence[str]) -> str:
+    """The command a report quotes: ``prog`` and ``argv`` with the value of ``--api-key`` (or an
+    abbreviation argparse takes for it) masked, and a password in a URL or another credential
+    shape too (crag's ``redact_message``). Reports are committed beside the code: a key typed
+    on the command line must not go with them."""
+    from crag.safe_text import REDACTED, redact_message
+
+    words, hide = [], False
+    for arg in argv:
+        name, eq, _ = arg.partition("=")
+        if hide:
+            arg, hide = REDACTED, False
+        elif len(name) > 4 and "--api-key".startswith(name):
+            arg, hide = (name + eq + REDACTED, False) if eq else (arg, True)
+        words.append(arg)
+    return redact_message(" ".join([prog, *words]))
 
 
 def run_main(main: Callable[[], Any], prog: str) -> int:

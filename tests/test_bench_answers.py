@@ -112,6 +112,17 @@ def test_all_four_configurations_against_a_scripted_server(tmp_path: Path, squad
     assert {r["route"] for r in result["answers"] if r["config"] == "crag-complex"} == {"complex"}
 
 
+def test_a_key_typed_on_the_command_line_stays_out_of_the_reports(tmp_path: Path, squad: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    key = "sk-live-0123456789abcdefXYZ"
+    result = run(tmp_path, squad, "--offline", "--configs", "crag", "--api-key", key,
+                 "--base-url", "http://user:hunter2pass@127.0.0.1:9/v1")
+    written = "".join(path.read_text() for path in (tmp_path / "out").iterdir())
+    assert key not in written and "hunter2pass" not in written
+    assert "--api-key *** " in result["command"] and "--configs crag" in result["command"]
+
+
 def test_squad_normalisation_and_refusals() -> None:
     assert answers.normalize("The  Aletsch-Glacier!") == "aletschglacier"
     assert answers.holds_answer("It is the Aletsch glacier, in the Alps.", ["Aletsch glacier"])
