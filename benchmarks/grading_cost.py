@@ -1127,7 +1127,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     args.qids = [q.strip() for q in args.qids.split(",") if q.strip()]
     args.record = args.record or args.out / "grading_cost_real.jsonl"
     if not Path(args.data).exists():
-        p.error(f"no such file: {args.data} (the TREC DL judged pairs; pass --data)")
+        p.error(f"no such file: {args.data} (the TREC DL judged pairs; --data says where, CRAG_SHARED=DIR for the "
+                "shared data)")
     if args.base_url is not None and not args.base_url.startswith(("http://", "https://")):
         p.error(f"--base-url must be an http:// or https:// URL, got {args.base_url!r}")
     import tiktoken

@@ -274,10 +274,11 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=out_dir, default=None,
                    help="results directory (default: benchmarks/results; a --quick run: a new temporary folder)")
     args = p.parse_args(argv)
-    args.out = quick_out(args.out, args.quick, RESULTS)
-    if not (SHARED / "corpora").is_dir():
-        print(f"benchmarks.grounding: the shared corpora are not at {SHARED / 'corpora'}", file=sys.stderr)
+    if not (SHARED / "corpora").is_dir():  # before a --quick run's temporary folder is made
+        print(f"benchmarks.grounding: the shared corpora are not at {SHARED / 'corpora'} "
+              "(CRAG_SHARED=DIR to point elsewhere)", file=sys.stderr)
         return 2
+    args.out = quick_out(args.out, args.quick, RESULTS)
     result = {
         "offline": offline_part(20 if args.quick else None),
         "labelled": labelled_part(),

@@ -249,7 +249,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = p.parse_args(argv)
     for corpus in CORPORA:
         if not (SHARED / "corpora" / corpus).is_dir():
-            p.error(f"no such corpus: {SHARED / 'corpora' / corpus}")
+            p.error(f"no such corpus: {SHARED / 'corpora' / corpus} (CRAG_SHARED=DIR to point elsewhere)")
     return args
 
 

@@ -859,7 +859,8 @@ def main(argv: list[str] | None = None) -> int:
     chosen = [c for c in CORPORA if not args.corpus or c.name in args.corpus]
     missing = [str(path) for c in chosen for path in (*c.roots, c.questions) if not path.exists()]
     if missing:
-        print(f"benchmarks.retrieval: missing {', '.join(missing)}", file=sys.stderr)
+        print(f"benchmarks.retrieval: missing {', '.join(missing)} (CRAG_SHARED=DIR to point elsewhere)",
+              file=sys.stderr)
         return 2
     if not has_bm25():
         print("benchmarks.retrieval: no plain BM25 baseline: it needs the bench extra (pip install -e '.[bench]')",

@@ -446,7 +446,16 @@ def test_crag_shared_points_every_benchmark_at_the_shared_data_and_its_absence_i
                           cwd=Path(__file__).resolve().parents[1], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert says.replace("ELSEWHERE", str(elsewhere)) in proc.stderr.strip().splitlines()[-1]
+    assert "CRAG_SHARED=DIR" in proc.stderr.strip().splitlines()[-1]  # and how to point it elsewhere
     assert not list(tmp_path.glob("crag-*")), "a temporary folder was left behind"
+
+
+def test_a_quick_grounding_run_without_the_shared_data_is_its_one_line_and_makes_no_folder(tmp_path):
+    env = {**os.environ, "CRAG_SHARED": str(tmp_path / "shared"), "TMPDIR": str(tmp_path)}
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.grounding", "--quick"],
+                          cwd=Path(__file__).resolve().parents[1], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert not list(tmp_path.glob("crag-*")), "a --quick run's temporary folder was made for nothing"
 
 
 def test_answerability_without_the_shared_questions_is_one_line_naming_them(tmp_path):
