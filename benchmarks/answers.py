@@ -84,6 +84,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import (
+    SHARED,
     append_jsonl,
     at_least,
     command_line,
@@ -102,8 +103,6 @@ from benchmarks.common import (
     write_text,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("CRAG_SHARED", ROOT.parent / "shared"))
 SQUAD = SHARED / "retrieval" / "squad_wiki"
 DOCS_QUESTIONS = Path(__file__).with_name("questions.jsonl")
 DOCS_UNANSWERABLE = Path(__file__).with_name("unanswerable.jsonl")

@@ -40,6 +40,7 @@ from typing import Any
 
 from .common import (
     RESULTS_DIR,
+    SHARED,
     at_least,
     environment,
     llm_timeout,
@@ -53,7 +54,6 @@ from .common import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("CRAG_SHARED", ROOT.parent / "shared"))  # the shared corpora
 QUESTIONS = Path(__file__).with_name("questions.jsonl")
 NODES = ("analyze_and_route", "plan", "grade_evidence", "synthesize")
 

@@ -450,6 +450,17 @@ def test_crag_shared_points_every_benchmark_at_the_shared_data_and_its_absence_i
     assert not list(tmp_path.glob("crag-*")), "a temporary folder was left behind"
 
 
+def test_an_empty_crag_shared_means_the_default_place_for_every_benchmark():
+    """``CRAG_SHARED=`` (set, empty) is the default for every benchmark: benchmarks.field and
+    benchmarks.answers read it as the current folder while the others ignored it."""
+    code = ("import benchmarks.answers as a, benchmarks.common as c, benchmarks.field as f; "
+            "print(a.SHARED, c.SHARED, f.SHARED, a.SQUAD.parent.parent)")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1],
+                          env={**os.environ, "CRAG_SHARED": ""}, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert len(set(proc.stdout.split())) == 1 and proc.stdout.split()[0] != ".", proc.stdout
+
+
 def test_a_quick_grounding_run_without_the_shared_data_is_its_one_line_and_makes_no_folder(tmp_path):
     env = {**os.environ, "CRAG_SHARED": str(tmp_path / "shared"), "TMPDIR": str(tmp_path)}
     proc = subprocess.run([sys.executable, "-m", "benchmarks.grounding", "--quick"],
