@@ -261,7 +261,10 @@ def main(argv=None) -> int:
         name, _, rest = item.partition("=")
         if name not in BENCHMARKS:
             p.error(f"--args: unknown benchmark {name!r}")
-        extra[name] = extra.get(name, []) + shlex.split(rest)
+        try:
+            extra[name] = extra.get(name, []) + shlex.split(rest)
+        except ValueError as exc:  # "No closing quotation", naming neither the option nor the value
+            p.error(f"--args {item!r}: {str(exc).lower()}")
     base = QUICK_ARGS if args.quick else FULL_ARGS if args.full else DEFAULT_ARGS
     if args.out is None:
         args.out = (Path(tempfile.mkdtemp(prefix="crag-bench-")) if args.quick

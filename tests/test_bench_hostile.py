@@ -151,6 +151,8 @@ BAD_ARGUMENTS = [
      "--base-url must be an http:// or https:// URL, got '127.0.0.1:9'"),
     ("grading_cost", ["--data", "FILE", "--encoding", "nope"], "unknown tiktoken encoding 'nope' (choose from "),
     ("retrieval", ["--local-threads", "0"], "argument --local-threads: must be at least 1, got 0"),
+    # shlex's own "No closing quotation", naming neither the option nor the value
+    ("run_all", ["--quick", "--args", 'grounding="--x'], """--args 'grounding="--x': no closing quotation"""),
 ]
 
 
