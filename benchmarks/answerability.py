@@ -41,7 +41,15 @@ from typing import Any
 import attrs
 
 from benchmarks.answers import SQUAD, holds_answer, llm_timeout, squad_questions
-from benchmarks.common import append_jsonl, at_least, read_jsonl, record_file, run_main, same_setup
+from benchmarks.common import (
+    append_jsonl,
+    at_least,
+    check_server_url,
+    read_jsonl,
+    record_file,
+    run_main,
+    same_setup,
+)
 
 LABEL = "Does the evidence above state the answer to this exact question? Reply with one word: yes or no."
 THRESHOLDS = (0.28, 0.30, 0.32, 0.34, 0.36, 0.38, 0.40)
@@ -145,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--index-dir", type=Path, default=Path(tempfile.gettempdir()) / "crag-answers-index")
     p.add_argument("--record", type=record_file, default=None, help="JSONL of finished questions (resumable)")
     args = p.parse_args(argv)
+    check_server_url(p, args.base_url)
     if not (args.squad / "questions.jsonl").is_file():
         p.error(f"missing data: no {args.squad / 'questions.jsonl'} (--squad says where; CRAG_SHARED=DIR for the shared data)")
     from crag import Agent

@@ -87,6 +87,7 @@ from benchmarks.common import (
     SHARED,
     append_jsonl,
     at_least,
+    check_server_url,
     command_line,
     environment,
     fmt,
@@ -733,6 +734,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="another crag setting for the crag configurations (repeatable)")
     args = p.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
+    if not args.offline:
+        check_server_url(p, args.base_url)
     args.configs = [c.strip() for c in args.configs.split(",") if c.strip()]
     args.sets = [s.strip() for s in args.sets.split(",") if s.strip()]
     unknown = [c for c in args.configs if c not in CONFIGS] + [s for s in args.sets if s not in SETS]

@@ -27,6 +27,7 @@ __all__ = [
     "SHARED",
     "append_jsonl",
     "at_least",
+    "check_server_url",
     "command_line",
     "counts",
     "environment",
@@ -245,6 +246,24 @@ def llm_timeout(value: str) -> float:
         return rule("--timeout", value)
     except ConfigError:
         raise argparse.ArgumentTypeError(f"must be {rule.accepts}, got {value}") from None
+
+
+def check_server_url(parser: argparse.ArgumentParser, value: str) -> None:
+    """Refuse a ``--base-url`` crag's ``OPENAI_BASE_URL`` would not accept, when the arguments are
+    read (``parser.error``: one line, exit status 2). The benchmark hands it to crag in that
+    variable, which refused a bad one only after the indexing (benchmarks.field after every
+    question), blaming a setting "in the environment" the user never set. Checked only for a
+    run that uses a server, as its default comes from ``OPENAI_BASE_URL``."""
+    from crag.config import Settings
+    from crag.errors import ConfigError
+    from crag.safe_text import short_value
+
+    try:
+        if not value.strip():
+            raise ConfigError("OPENAI_BASE_URL", value, "an http:// or https:// URL")
+        Settings(openai_base_url=value)
+    except ConfigError as exc:
+        parser.error(f"argument --base-url: must be {exc.accepts}, got {short_value(exc.value) or repr('')}")
 
 
 def positive(value: str) -> float:

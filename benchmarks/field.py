@@ -42,6 +42,7 @@ from .common import (
     RESULTS_DIR,
     SHARED,
     at_least,
+    check_server_url,
     environment,
     llm_timeout,
     markdown_table,
@@ -478,6 +479,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--set", dest="settings", action="append", default=[], metavar="KB_AGENT_X=VALUE",
                    help="another crag setting for every question (repeatable), e.g. KB_AGENT_GRADE_MEMORY=on")
     args = p.parse_args(argv)
+    if not args.offline:
+        check_server_url(p, args.base_url)
     pairs = [s.partition("=") for s in args.settings]
     bad = [k for k, eq, _ in pairs if not eq or not k.startswith("KB_AGENT_")]
     if bad:

@@ -151,6 +151,13 @@ BAD_ARGUMENTS = [
      "--base-url must be an http:// or https:// URL, got '127.0.0.1:9'"),
     ("grading_cost", ["--data", "FILE", "--encoding", "nope"], "unknown tiktoken encoding 'nope' (choose from "),
     ("retrieval", ["--local-threads", "0"], "argument --local-threads: must be at least 1, got 0"),
+    # crag's "OPENAI_BASE_URL=... is not valid ... (set in the environment)", after the indexing
+    # (benchmarks.field: after every question)
+    ("answers", ["--base-url", "127.0.0.1:9"],
+     "argument --base-url: must be an http:// or https:// URL (printable ASCII, no spaces), got 127.0.0.1:9"),
+    ("field", ["--base-url", "http://127.0.0.1:0/v1"],
+     "argument --base-url: must be an http:// or https:// URL with a host and a port from 1 to 65535"),
+    ("answerability", ["--base-url", ""], "argument --base-url: must be an http:// or https:// URL, got ''"),
     # shlex's own "No closing quotation", naming neither the option nor the value
     ("run_all", ["--quick", "--args", 'grounding="--x'], """--args 'grounding="--x': no closing quotation"""),
 ]
