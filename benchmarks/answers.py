@@ -50,7 +50,8 @@ Scoring (one table, per set and configuration):
   appear to answer") or says in its first 300 characters that the context does not hold the
   answer ("I don't know", "does not mention", ...; ``REFUSAL_PHRASES``). The same test
   applies to every configuration.
-- Calls, prompt tokens and seconds per question. For crag also: whether the loop acted
+- Calls, prompt tokens and seconds per question, over the questions answered (a failed one's
+  row holds no count of what it spent before it failed). For crag also: whether the loop acted
   (``grade_evidence`` followed by another round: REFINE or RE_RETRIEVE), whether the first
   round's evidence held a gold answer, and right answers by route.
 
@@ -615,7 +616,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def summarize(rows: list[dict]) -> dict[str, Any]:
     answerable = [r for r in rows if r["answerable"]]
     unanswerable = [r for r in rows if not r["answerable"]]
-    n = max(1, len(rows))
+    done = [r for r in rows if not r.get("error")]  # a failed question's row says 0 calls, 0 s
+    n = max(1, len(done))
     by_route: dict[str, dict[str, int]] = {}
     for r in answerable:
         if r.get("route"):
@@ -631,9 +633,9 @@ def summarize(rows: list[dict]) -> dict[str, Any]:
         "refused_answerable": sum(r["refused"] for r in answerable),
         "honest_unanswerable": sum(r["refused"] for r in unanswerable),
         "errors": sum(1 for r in rows if r.get("error")),
-        "calls_per_question": round(sum(r["calls"] or 0 for r in rows) / n, 2),
-        "prompt_tokens_per_question": round(sum(r["prompt_tokens"] or 0 for r in rows) / n, 1),
-        "seconds_per_question": round(sum(r["seconds"] or 0 for r in rows) / n, 2),
+        "calls_per_question": round(sum(r["calls"] or 0 for r in done) / n, 2),
+        "prompt_tokens_per_question": round(sum(r["prompt_tokens"] or 0 for r in done) / n, 1),
+        "seconds_per_question": round(sum(r["seconds"] or 0 for r in done) / n, 2),
         "loop_acted": sum(1 for r in rows if r.get("loop_acted")),
         "first_evidence_lacked_answer": len(lacked),
         "right_when_first_evidence_lacked": sum(r["right"] for r in lacked),
@@ -700,7 +702,8 @@ def render_markdown(r: dict[str, Any]) -> str:
         lines += ["", "## crag's right answers by route (answerable questions)", "",
                   markdown_table(["set", "configuration", "route", "right", "prompt tokens / q"], route_rows, "lllrr")]
     lines += ["", "Right: a gold answer (SQuAD normalisation) in the body, or for the docs set the gold page cited, "
-              "and no refusal. Honest: the answer refuses. \"Right when first evidence lacked it\": answerable "
+              "and no refusal. Honest: the answer refuses. Calls, tokens and seconds: per question answered (without "
+              "an error). \"Right when first evidence lacked it\": answerable "
               "questions whose first round of evidence held no gold answer string (SQuAD only)."]
     return "\n".join(lines) + "\n"
 

@@ -123,6 +123,18 @@ def test_a_key_typed_on_the_command_line_stays_out_of_the_reports(tmp_path: Path
     assert "--api-key *** " in result["command"] and "--configs crag" in result["command"]
 
 
+def test_a_failed_question_does_not_lower_the_cost_per_question() -> None:
+    """A failed question's row says 0 calls and 0 s (a timeout may have taken minutes): the
+    cost columns are per question answered, not halved by a server that failed half of them."""
+    answered = {"answerable": True, "right": True, "refused": False, "calls": 4, "prompt_tokens": 2000,
+                "seconds": 30.0}
+    failed = {"answerable": True, "right": False, "refused": False, "calls": 0, "prompt_tokens": 0,
+              "seconds": 0.0, "error": "LLMError: did not answer within 600 s"}
+    s = answers.summarize([answered, failed])
+    assert (s["calls_per_question"], s["prompt_tokens_per_question"], s["seconds_per_question"]) == (4, 2000, 30)
+    assert s["errors"] == 1 and s["answerable"] == 2 and s["right"] == 1
+
+
 def test_squad_normalisation_and_refusals() -> None:
     assert answers.normalize("The  Aletsch-Glacier!") == "aletschglacier"
     assert answers.holds_answer("It is the Aletsch glacier, in the Alps.", ["Aletsch glacier"])
