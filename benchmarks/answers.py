@@ -342,12 +342,18 @@ SEARCH_K = 3  # the tutorial's web search (TavilySearchResults(k=3))
 class TutorialModel:
     """The tutorial's ``ChatOpenAI(temperature=0)``: the openai SDK on the same server, its
     calls and prompt tokens counted. The node name goes in ``X-Crag-Node`` so a recording
-    proxy or a scripted server can tell the steps apart."""
+    proxy or a scripted server can tell the steps apart. A call, its retry included, ends
+    within ``timeout`` (crag's total deadline): the SDK's own timeout bounds each network
+    read, and a server sending its reply a byte at a time held the run for ever."""
 
     def __init__(self, base_url: str, api_key: str, model: str, timeout: float) -> None:
         import openai
 
-        self.client = openai.OpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=1)
+        from crag.llm.deadline import deadline_http_client
+
+        self.client = openai.OpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=1,
+                                    http_client=deadline_http_client(openai))
+        self.timeout = timeout
         self.model = model
         self.calls = self.prompt_tokens = 0
         self.structured = True  # falls back to plain text when the server refuses a JSON schema
@@ -355,12 +361,15 @@ class TutorialModel:
     def chat(self, node: str, messages: list[dict[str, str]], structured: bool = False) -> str:
         import openai
 
+        from crag.llm.deadline import request_deadline
+
         extra: dict[str, Any] = {}
         if structured and self.structured:
             extra["response_format"] = GRADE_SCHEMA
         try:
-            reply = self.client.chat.completions.create(model=self.model, messages=messages, temperature=0,
-                                                        extra_headers={"X-Crag-Node": node}, **extra)
+            with request_deadline(self.timeout):
+                reply = self.client.chat.completions.create(model=self.model, messages=messages, temperature=0,
+                                                            extra_headers={"X-Crag-Node": node}, **extra)
         except openai.BadRequestError:
             if not extra:
                 raise

@@ -135,6 +135,27 @@ def test_a_failed_question_does_not_lower_the_cost_per_question() -> None:
     assert s["errors"] == 1 and s["answerable"] == 2 and s["right"] == 1
 
 
+def test_a_tutorial_call_ends_within_the_timeout_when_the_server_sends_a_byte_at_a_time() -> None:
+    """``--timeout`` bounds a call of the tutorial's model as it bounds crag's: the SDK's own
+    timeout bounds each network read, and a trickling server held the run for ever."""
+    import time
+
+    import openai
+
+    from tests.openai_server import Trickle
+
+    with FakeOpenAIServer() as srv:
+        srv.default("*", Trickle(0.05, "yes"))
+        model = answers.TutorialModel(srv.base_url, "k", "m", 1.0)
+        started = time.monotonic()
+        try:
+            with pytest.raises(openai.APITimeoutError):
+                model.chat("grade_documents", [{"role": "user", "content": "Is it relevant?"}])
+        finally:
+            model.close()
+        assert time.monotonic() - started < 5
+
+
 def test_squad_normalisation_and_refusals() -> None:
     assert answers.normalize("The  Aletsch-Glacier!") == "aletschglacier"
     assert answers.holds_answer("It is the Aletsch glacier, in the Alps.", ["Aletsch glacier"])
