@@ -90,6 +90,7 @@ from benchmarks.common import (
     at_least,
     check_server_url,
     command_line,
+    crag_settings,
     environment,
     fmt,
     llm_timeout,
@@ -760,11 +761,7 @@ def main(argv: list[str] | None = None) -> int:
     counts = {"squad": (args.answerable, args.unanswerable), "docs": (args.docs_answerable, args.docs_unanswerable)}
     if not args.quick and not any(n for s in args.sets for n in counts[s]):
         p.error("no questions: every count of the sets asked for is 0")
-    pairs = [s.partition("=") for s in args.settings]
-    bad = [k for k, eq, _ in pairs if not eq or not k.startswith("KB_AGENT_")]
-    if bad:
-        p.error(f"--set takes KB_AGENT_NAME=VALUE, not {bad[0]!r}")
-    args.settings = {k: v for k, _, v in pairs}
+    args.settings = crag_settings(p, args.settings)
     missing = missing_data(args)
     if missing:
         p.error(f"missing data: {', '.join(missing)} (--squad and --shared say where; CRAG_SHARED=DIR for both)")

@@ -30,6 +30,7 @@ __all__ = [
     "check_server_url",
     "command_line",
     "counts",
+    "crag_settings",
     "environment",
     "fmt",
     "fractions",
@@ -264,6 +265,25 @@ def check_server_url(parser: argparse.ArgumentParser, value: str) -> None:
         Settings(openai_base_url=value)
     except ConfigError as exc:
         parser.error(f"argument --base-url: must be {exc.accepts}, got {short_value(exc.value) or repr('')}")
+
+
+def crag_settings(parser: argparse.ArgumentParser, items: Sequence[str]) -> dict[str, str]:
+    """The ``--set KB_AGENT_X=VALUE`` items as a mapping, each a crag setting, or
+    ``parser.error``: a name crag does not know (``KB_AGENT_GRADE_MEMROY=on``) would be ignored
+    by crag, and the whole run measured its default under the setting's name."""
+    from crag.config import OTHER_VARIABLES, SETTINGS_TABLE
+    from crag.setting_warnings import closest_setting
+
+    pairs = [item.partition("=") for item in items]
+    bad = [k for k, eq, _ in pairs if not eq or not k.startswith("KB_AGENT_")]
+    if bad:
+        parser.error(f"--set takes KB_AGENT_NAME=VALUE, not {bad[0]!r}")
+    known = [var for var, _ in SETTINGS_TABLE.values()] + list(OTHER_VARIABLES)
+    unknown = [k for k, _, _ in pairs if k not in known]
+    if unknown:
+        close = closest_setting(unknown[0].upper(), known)
+        parser.error(f"--set: {unknown[0]} is not a crag setting" + (f"; did you mean {close[0]}?" if close else ""))
+    return {k: v for k, _, v in pairs}
 
 
 def positive(value: str) -> float:

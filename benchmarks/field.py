@@ -43,6 +43,7 @@ from .common import (
     SHARED,
     at_least,
     check_server_url,
+    crag_settings,
     environment,
     llm_timeout,
     markdown_table,
@@ -481,11 +482,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if not args.offline:
         check_server_url(p, args.base_url)
-    pairs = [s.partition("=") for s in args.settings]
-    bad = [k for k, eq, _ in pairs if not eq or not k.startswith("KB_AGENT_")]
-    if bad:
-        p.error(f"--set takes KB_AGENT_NAME=VALUE, not {bad[0]!r}")
-    args.settings = {k: v for k, _, v in pairs}
+    args.settings = crag_settings(p, args.settings)
     name = args.name or ("offline" if args.offline else "".join(c if c.isalnum() else "-" for c in args.model))
 
     def save(result: dict[str, Any]) -> None:

@@ -158,6 +158,10 @@ BAD_ARGUMENTS = [
     ("field", ["--base-url", "http://127.0.0.1:0/v1"],
      "argument --base-url: must be an http:// or https:// URL with a host and a port from 1 to 65535"),
     ("answerability", ["--base-url", ""], "argument --base-url: must be an http:// or https:// URL, got ''"),
+    # a setting crag does not know: ignored by crag, the run measured the default under its name
+    ("answers", ["--offline", "--set", "KB_AGENT_GRADE_MEMROY=on"],
+     "--set: KB_AGENT_GRADE_MEMROY is not a crag setting; did you mean KB_AGENT_GRADE_MEMORY?"),
+    ("field", ["--offline", "--set", "KB_AGENT_NO_SUCH_THING=1"], "--set: KB_AGENT_NO_SUCH_THING is not a crag setting"),
     # shlex's own "No closing quotation", naming neither the option nor the value
     ("run_all", ["--quick", "--args", 'grounding="--x'], """--args 'grounding="--x': no closing quotation"""),
 ]
