@@ -242,6 +242,25 @@ def test_history_left_out_to_fit_the_window_is_audited_and_said(llm: FakeOpenAIS
                    "which do not fit KB_AGENT_CONTEXT_TOKENS=2048\n")
 
 
+def test_history_left_out_to_fit_a_server_window_names_that_window(llm: FakeOpenAIServer, tmp_path: Path) -> None:
+    """A server whose window is smaller than KB_AGENT_CONTEXT_TOKENS refuses the answer's request,
+    and crag fits it to that window, leaving history out: the note named the setting (8192), which
+    raising would not change; it names the server's window, as an answer cut at its budget does."""
+    history = tmp_path / "history.json"
+    turns = [m for i in range(12) for m in ({"role": "user", "content": f"Tell me about uploads {i}. " * 60},
+                                            {"role": "assistant", "content": "Uploads are retried."})]
+    history.write_text(json.dumps(turns))
+    llm.context_window = 2048
+    llm.default("analyze_and_route", route("simple", "grep_search"))
+    llm.default("plan", plan(("grep_search", {"pattern": "port 8080"})))
+    llm.default("synthesize", "It listens on 8080 [1].")
+    code, _out, err = cli("ask", "What port by default?", "--history", str(history))
+    assert code == 0, err
+    assert err.startswith("crag: note: the answer was written without the ")
+    assert err.endswith(" of the 24 history messages, which do not fit the model's context window on the server "
+                        "(2,048 tokens)\n"), err
+
+
 def test_no_evidence_gives_the_fixed_sentence_without_footer_or_answer_call(
     llm: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:

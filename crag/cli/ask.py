@@ -298,8 +298,11 @@ def cmd_ask(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     fetch_failed_notes(result, agent, err)
     trimmed = sum(e.fields.get("count", 0) for e in result.state.audit if e.event == "history_trimmed")
     if trimmed:  # earlier turns given, and not read: say so, as `ask -c` does
+        window = result.state.context_window  # a server's smaller window: raising the setting changes nothing
+        fit = (f"the model's context window on the server ({window:,} tokens)" if window is not None
+               else f"KB_AGENT_CONTEXT_TOKENS={agent.settings.context_tokens}")
         err.write(f"crag: note: the answer was written without the {trimmed:,} oldest of the {len(history):,} "
-                  f"history messages, which do not fit KB_AGENT_CONTEXT_TOKENS={agent.settings.context_tokens}\n")
+                  f"history messages, which do not fit {fit}\n")
     if gone:
         err.write(gone + "\n")
     record(agent.settings, result, err, conversation, "ask")
