@@ -536,6 +536,21 @@ def test_a_plan_cut_by_its_token_budget_keeps_every_whole_call(cut_at):
     assert parse_plan(one, Q, plan, LOCAL_T, 5)[0] == (ToolCall("grep_search", {"pattern": "[retry", "regex": False}),)
 
 
+def test_a_plan_of_function_calls_cut_by_its_token_budget_keeps_them():
+    # OpenAI's shape ({"type": "function", "function": {"name", "arguments"}}) is read in a whole
+    # list; cut short, no entry was taken for a call at all, and the plan became the tools its text
+    # names with arguments made from the question ("upload retry" and "max_retries" lost).
+    plan = plan_for("vector_search", "grep_search")
+    entries = [{"type": "function", "function": {"name": t, "arguments": json.dumps(a)}}
+               for t, a in (("vector_search", {"query": "upload retry"}), ("grep_search", {"pattern": "max_retries"}))]
+    whole = json.dumps({"tool_calls": entries})
+    calls = parse_plan(whole[: whole.rindex("]")] + ', {"type": "func', Q, plan, LOCAL_T, 5)[0]
+    assert calls == parse_plan(whole, Q, plan, LOCAL_T, 5)[0] == (
+        ToolCall("vector_search", {"query": "upload retry", "top_k": 5}),
+        ToolCall("grep_search", {"pattern": "max_retries", "regex": False}))
+    assert parse_plan(json.dumps(entries[1]), Q, plan, LOCAL_T, 5)[0] == calls[1:]  # one call, not in a list
+
+
 def test_parse_plan_drops_tools_outside_the_routing_plan_or_not_available():
     calls, reasons = parse_plan(
         call_json(("grep_search", {"pattern": "x"}), ("magic", {}), ("vector_search", {"query": "q"})),

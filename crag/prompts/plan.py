@@ -37,7 +37,7 @@ def _raw_calls(text: Any) -> list[Any] | None:
             for key in ("tool_calls", "calls", "plan"):
                 if isinstance(value.get(key), list):
                     return value[key]
-            if "tool" in value or "name" in value:
+            if "tool" in value or "name" in value or isinstance(value.get("function"), dict):
                 cut = _cut_list(text)
                 return cut if cut and cut[0] == value else [value]
         elif isinstance(value, list) and any(
