@@ -106,12 +106,13 @@ _AFTER_CODE = "\ue001"  # what stands before a piece that follows a code span, f
 _AFTER_GONE = re.compile(r"[ \t]*,?[ \t]*" + _GONE + r"(?=[ \t]*[,.;:!?)])")
 # What only introduced a dropped run goes with it: its parentheses ("(see [9])", "([7])",
 # "(source: [9])") and a "see" or "cf." before it; at a sentence's start, the words that led up
-# to the "see" too ("Also see [9].", "For more details, see [9].": no "For more details." left).
+# to the "see" too, when the sentence ends there ("Also see [9].", "For more details, see [9].": no
+# "For more details." left); one that goes on keeps them ("For details, see [9] and the FAQ.").
 _LEAD = r"(?:(?:also[ \t]+)?see(?:[ \t]+also)?|cf\.?|sources?|refs?|references?)"
 _PAREN_GONE = re.compile(r"[ \t]*\([ \t]*(?:" + _LEAD + r"[ \t]*:?[ \t]*)?" + _GONE + r"[ \t]*\)", re.I)
 _SEE_GONE = re.compile(r"(?:(?<=[.!?][ \t])|(?m:^)(?:[ \t]*(?:[-*+]|\d{1,3}[.)])[ \t]+)?)(?:for[ \t]+(?:(?:more|further"
                        r"|full)[ \t]+)?(?:details?|information|info)[ \t]*,?[ \t]*)?(?:(?:you[ \t]+can|please)[ \t]+)?"
-                       r"(?:also,?[ \t]+)?see(?:[ \t]+also)?[ \t]*:?[ \t]*" + _GONE
+                       r"(?:also,?[ \t]+)?see(?:[ \t]+also)?[ \t]*:?[ \t]*" + _GONE + r"(?=[ \t]*(?:[.!?]+(?:\s|$)|\n|$))"
                        + r"|\b(?:see(?:[ \t]+also)?|cf\.?|(?:sources?|refs?|references?)(?=[ \t]*:))[ \t]*:?[ \t]*" + _GONE, re.I)
 # A sentence that was only that ("See [2].") goes whole, its full stop too; so does a line, or
 # a list item, that was ("- See [2].").

@@ -137,6 +137,11 @@ def test_a_sentence_that_only_pointed_at_no_evidence_goes_whole() -> None:
         assert renumber(f"Kept [1].\n- {lead} [9].\n- Restore [1].", 1)[0] == "Kept [1].\n- Restore [1].", lead
     assert renumber("Kept [1]. For more details, see [1].", 1)[0] == "Kept [1]. For more details, see [1]."
     assert renumber("Kept [1] (also see [9]).", 1)[0] == "Kept [1]."
+    # only when the sentence ends at the marker: one that goes on keeps the words it opens with
+    # ("I can help.; ask me anything." and "and the FAQ." were left)
+    assert renumber("I can help. For details see [9]; ask me anything.", 1)[0].startswith("I can help. For details")
+    for lead in ("For more details, see", "You can also see"):
+        assert renumber(f"Kept [1]. {lead} [9] and the FAQ.", 1)[0].startswith(f"Kept [1]. {lead.rsplit(None, 1)[0]}")
 
 
 def test_markers_in_superscript_or_in_brackets_of_their_own_are_markers() -> None:
