@@ -817,6 +817,13 @@ def test_a_sentence_pointing_at_its_source_keeps_its_see_with_the_marker_after_i
     g = ground("Deployments run every Tuesday. See [2] for the rollback command `widget rollback`.", (doc, other),
                mode="strict")
     assert g.body == "Deployments run every Tuesday [1]. See [2] for the rollback command `widget rollback`."
+    # so does a run of markers, whatever joins them: "See [2] and for ..." was left of the first
+    # and " for ... [2]." of a run joined by a comma
+    for run in ("[2] and [9]", "[9], [2]", "[2] or [9]", "[9]; [2]", "[2][9]", "[9], [2], and [8]"):
+        g = ground(f"Deployments run every Tuesday [1]. See {run} for the rollback command `widget rollback`.",
+                   (doc, other))
+        assert g.body.startswith("Deployments run every Tuesday [1]. See [2] for the rollback command `widget "
+                                 "rollback`."), (run, g.body)
 
 
 def test_claims_see_numbers_identifiers_and_code():

@@ -58,9 +58,12 @@ _ENDS = SENTENCE_ENDS + "。！？"
 
 
 # A sentence that points at its source before saying what is there: "See [2] for the rollback
-# command.", "Also see [1][3] for ...". Its marker stays after the "see".
-_POINTER = re.compile(r"([ \t]*(?:(?:also,?|please|you[ \t]+can(?:[ \t]+also)?)[ \t]+)?see(?:[ \t]+also)?)"
-                      r"[ \t]*(?:\[[^\]\n]*\d[^\]\n]*\][ \t]*)+(?=[^\W\d_])", re.I)
+# command.", "Also see [1][3] for ...", "See [1], [3] and [4] for ...". Its marker stays after the
+# "see", in the place of the whole run ("See [2] and for ..." was left of "See [3] and [4] for ...").
+_POINTED = r"\[[^\]\n]*\d[^\]\n]*\]"
+_POINTER = re.compile(r"([ \t]*(?:(?:also,?|please|you[ \t]+can(?:[ \t]+also)?)[ \t]+)?see(?:[ \t]+also)?)[ \t]*"
+                      + _POINTED + r"(?:(?:[ \t]*[,;&][ \t]*(?:(?:and|or)[ \t]+)?|[ \t]+(?:and|or)[ \t]+|[ \t]*)"
+                      + _POINTED + r")*[ \t]*(?=[^\W\d_])", re.I)
 
 
 def replace_markers(text: str, tag: str) -> str:
