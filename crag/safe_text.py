@@ -290,7 +290,8 @@ _CREDENTIALS: tuple[tuple[re.Pattern[str], int, bool], ...] = (
 # A password a person chose holds any printable characters ("Tr0ub4dor&3", "P@ssw0rd!2024"), not
 # only a token's: after "password" or "secret", or assigned to a name holding such a word, the
 # value runs to the next space or quote, less a sentence's closing punctuation. Matched before
-# the rows above, which stop at the first "&" or "!" and showed the rest. Only a value with a
+# the rows above, which stop at the first "&" or "!" and showed the rest; before a closing quote
+# that punctuation is the value's own ("`P@ss(w0rd)!`" left ")!" shown). Only a value with a
 # symbol inside it, as a chosen password has (a word's hyphen or dot, a path's slashes and a
 # citation's colon are none; "#general" leads with one), that is no URL, e-mail address, call
 # or subscript (``hash_v2(pw, salt)``, ``os.environ[``) nor placeholder (``${DB_PASS}``,
@@ -298,7 +299,7 @@ _CREDENTIALS: tuple[tuple[re.Pattern[str], int, bool], ...] = (
 _PASSWORD_CHARS = (r"(?=[^\s\"'`]+[^\w\s\"'`.\-/\\:][^\s\"'`]*[^\s\"'`.,;:!?)\]}>])"
                    r"(?![a-z][a-z0-9+.\-]*://|[\w.+\-]+@[\w\-]+(?:\.[\w\-]+)*\.[a-z]{2,}(?:[.,;:!?)\]}>]*(?:[\s\"'`]|$))"
                    r"|[\w.\-]+[(\[]|\$[{(]|\{\{|%\(|<[\w\-]+>)"
-                   r"([^\s\"'`]{7,}[^\s\"'`.,;:!?)\]}>])")
+                   r"([^\s\"'`]{7,}(?:[^\s\"'`.,;:!?)\]}>]|[.,;:!?)\]}>]+(?=[\"'`])))")
 _PASSWORDS: tuple[tuple[re.Pattern[str], int, bool], ...] = (
     (re.compile(r"(?i)\b(password|passwd|passphrase|secret)(\s*=\s*)" + _PASSWORD_CHARS), 3, False),
     # in prose too ("the secret is Base64-encoded", "Secret: ConfigMap2024 objects" are words),

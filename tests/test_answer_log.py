@@ -845,6 +845,11 @@ def test_a_password_with_symbols_in_quotes_is_not_kept_in_the_log(project: Path)
     assert b"P@ssw0rd" not in raw and b"Tr0ub4dor" not in raw
     entry = json.loads(cli("log", "--json")[1])[0]
     assert entry["question"] == "Why is my password `***` refused, when the password is '***' at home?"
+    # punctuation at its end is the password's own before the closing quote: ")!" was left shown
+    code, _, err = cli("ask", 'Why is my password `P@ss(w0rd)!` refused, and the secret "Tr0ub4dor&3."?')
+    assert code == 0, err
+    entry = json.loads(cli("log", "--json")[1])[0]
+    assert entry["question"] == 'Why is my password `***` refused, and the secret "***"?'
 
 
 def test_urls_paths_e_mails_and_code_after_password_are_kept_in_the_log(project: Path) -> None:
