@@ -551,6 +551,16 @@ def test_a_plan_of_function_calls_cut_by_its_token_budget_keeps_them():
     assert parse_plan(json.dumps(entries[1]), Q, plan, LOCAL_T, 5)[0] == calls[1:]  # one call, not in a list
 
 
+def test_a_cut_plan_after_prose_holding_a_bracket_keeps_every_whole_call():
+    # the cut list was looked for at the reply's first "[", which a line of prose before the JSON
+    # may hold ("Step [1]: ..."): only the first call ran
+    plan = plan_for("vector_search", "grep_search")
+    whole = call_json(("vector_search", {"query": "upload retry"}), ("grep_search", {"pattern": "max_retries"}))
+    for prose in ("Step [1]: search the docs.\n", "I will search [first], then grep.\n```json\n"):
+        calls = parse_plan(prose + whole[: whole.rindex("]")] + ', {"tool": "grep', Q, plan, LOCAL_T, 5)[0]
+        assert calls == parse_plan(whole, Q, plan, LOCAL_T, 5)[0] and len(calls) == 2, prose
+
+
 def test_parse_plan_drops_tools_outside_the_routing_plan_or_not_available():
     calls, reasons = parse_plan(
         call_json(("grep_search", {"pattern": "x"}), ("magic", {}), ("vector_search", {"query": "q"})),

@@ -49,11 +49,16 @@ def _raw_calls(text: Any) -> list[Any] | None:
     return None
 
 
+_LIST_KEY = re.compile(r'"(?:tool_calls|calls|plan)"\s*:\s*\[')
+
+
 def _cut_list(text: Any) -> list[Any] | None:
     """The complete entries of the call list a reply breaks off in (cut by its token budget:
-    ``{"tool_calls": [{...}, {...}, {"to``), or None when its first list closes or holds none."""
+    ``{"tool_calls": [{...}, {...}, {"to``), or None when that list (the first one, when no key
+    names it: prose before the JSON may hold a "[") closes or holds none."""
     cleaned = strip_think(text) if isinstance(text, str) else ""
-    start = cleaned.find("[")
+    keyed = _LIST_KEY.search(cleaned)
+    start = keyed.end() - 1 if keyed else cleaned.find("[")
     if start < 0:
         return None
     decoder = json.JSONDecoder()
