@@ -60,16 +60,20 @@ def _project_dotenv(known: frozenset[str], env: Mapping[str, str]) -> str | None
     ``.crag`` is the index found (``find_index_dir``), has one setting crag's variables: only the
     working folder's is read (SPEC §3), so a subfolder ran with other settings than the project,
     without a word (the offline backend for the model; the index "built with another embedder",
-    and advised to be rebuilt with this one). Names, never values, are shown."""
+    and advised to be rebuilt with this one). So too a ``.env`` nearer than that index (or above
+    a folder with none) that says where the index is: a subfolder used another index, or made a
+    second one in its own ``.crag``. Names, never values, are shown."""
     from .environment import find_index_dir
     from .safe_text import display_name
 
     if os.path.lexists(".env") or env.get("KB_AGENT_INDEX_DIR", "").strip():
         return None
     index = find_index_dir()
-    if not os.path.isabs(index):  # in the working folder, or none above it
+    if not os.path.isabs(index) and os.path.lexists(os.path.join(index, "CURRENT")):
+        return None  # the index is in the working folder
+    project = _dotenv_placing_index(os.path.dirname(index) if os.path.isabs(index) else None, env)
+    if project is None:
         return None
-    project = os.path.dirname(index)
     try:
         names = [name for name in read_dotenv(os.path.join(project, ".env")) if name in known and name not in env]
     except (ConfigError, OSError):
@@ -80,6 +84,27 @@ def _project_dotenv(known: frozenset[str], env: Mapping[str, str]) -> str | None
     return (f"{display_name(os.path.join(project, '.env'))} is not read here, only the working folder's .env is: "
             f"its {listed} {'is' if len(names) == 1 else 'are'} not used; run crag in {display_name(project)}, "
             "or set them in the environment")
+
+
+def _dotenv_placing_index(project: str | None, env: Mapping[str, str]) -> str | None:
+    """The folder above the working one, nearer than ``project`` (that of the index found, or
+    the filesystem's root with none), whose ``.env`` says where the index is: its
+    ``KB_AGENT_INDEX_DIR`` or ``KB_AGENT_STORE`` would have chosen another index than the one
+    found (or ``./.crag``, which ``crag index`` would create beside the project's); else
+    ``project``."""
+    folder = os.path.dirname(os.getcwd())
+    while folder != project:
+        try:
+            values = read_dotenv(os.path.join(folder, ".env"))
+        except (ConfigError, OSError):
+            values = {}
+        if any(name in values and name not in env for name in ("KB_AGENT_INDEX_DIR", "KB_AGENT_STORE")):
+            return folder
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+    return project
 
 
 def closest_setting(typed: str, known: list[str], cutoff: float = 0.6) -> list[str]:

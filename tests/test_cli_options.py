@@ -74,6 +74,33 @@ def test_a_subfolder_is_told_the_dotenv_of_its_project_is_not_read(project: Path
     assert "warning" not in cli("search", "deploy")[2]
 
 
+def test_a_subfolder_is_told_the_dotenv_above_it_that_places_the_index_is_not_read(tmp_path: Path, monkeypatch) -> None:
+    """A project whose .env sets KB_AGENT_INDEX_DIR has no .crag to find: from its subfolder,
+    crag said "no index in .crag (nor a .crag in any parent folder)" without a word of that .env,
+    and `crag index` made a second index there; with an index found further up (~/.crag), that
+    one was searched instead of the project's."""
+    project = tmp_path / "home" / "proj"
+    (project / "docs" / "guides").mkdir(parents=True)
+    (project / "docs" / "deploy.md").write_text(DOC, encoding="utf-8")
+    (project / ".env").write_text("KB_AGENT_INDEX_DIR=idx\nKB_AGENT_TOP_K=2\n", encoding="utf-8")
+    clean_env(monkeypatch)
+    monkeypatch.setenv("KB_AGENT_LLM", "offline")
+    monkeypatch.chdir(project)
+    assert cli("index", "docs")[0] == 0 and (project / "idx" / "CURRENT").exists()
+    monkeypatch.chdir(project / "docs" / "guides")
+    warning = (f"crag: warning: {project / '.env'} is not read here, only the working folder's .env is: its "
+               f"KB_AGENT_INDEX_DIR, KB_AGENT_TOP_K are not used; run crag in {project}, or set them in the environment")
+    code, _, err = cli("search", "deploy")
+    assert code == 1 and err.splitlines()[0] == warning, err
+    monkeypatch.chdir(tmp_path / "home")
+    assert cli("index", str(project / "docs"))[0] == 0  # an index above the project: ~/.crag
+    monkeypatch.chdir(project / "docs" / "guides")
+    code, _, err = cli("search", "deploy")
+    assert code == 0 and err.splitlines()[0] == warning, err
+    monkeypatch.setenv("KB_AGENT_INDEX_DIR", str(project / "idx"))  # set in the environment: nothing differs
+    assert "warning" not in cli("search", "deploy")[2]
+
+
 def test_index_dir_from_the_environment_or_index_option_wins_over_the_search(project: Path, monkeypatch) -> None:
     monkeypatch.chdir(project / "docs")
     code, out, _ = cli("--index", str(project / "elsewhere"), "roots")
