@@ -132,6 +132,17 @@ def test_an_index_in_the_working_directory_itself_needs_no_note(project: Path) -
     assert code == 0 and "docker compose up" in out and err == "", err
 
 
+def test_from_the_root_folder_every_index_and_log_is_under_it_and_needs_no_note(project: Path, monkeypatch) -> None:
+    """From ``/``, "crag: index tmp/.../.crag" and "crag: log tmp/.../log.sqlite" were said on
+    stderr, as for an index outside the working folder: the test looked for "//" at the start."""
+    assert cli("ask", "How do I deploy the server?")[0] == 0  # a log beside the index
+    monkeypatch.chdir("/")
+    code, out, err = cli("--index", str(project / ".crag"), "search", "deploy")
+    assert code == 0 and out.startswith(f"1. {str(project / 'docs' / 'deploy.md').lstrip('/')}:") and err == "", err
+    code, out, err = cli("--index", str(project / ".crag"), "log")
+    assert code == 0 and "How do I deploy the server?" in out and err == "", err
+
+
 def test_an_index_kept_in_the_project_folder_indexes_the_folder_and_its_roots_again(project: Path) -> None:
     """docs/cli.md: ``--index .`` leaves the project's documents indexable (``crag --index .
     index docs``, or ``.``). After ``index docs``, ``index .`` was exit status 1, "knowledge-base

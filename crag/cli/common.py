@@ -244,12 +244,11 @@ def index_note(config, err: TextIO) -> None:
     in a parent folder, or named by ``--index`` or ``KB_AGENT_INDEX_DIR``); ``roots`` always
     names it, and ``ask --json`` has it as ``index``. Not for a folder with no index yet: the
     command's own line names it then (``indexed ... into DIR``, or the error ``no index in DIR``)."""
+    from ..index.labels import is_within
     from ..index.layout import current_exists
 
-    here = os.path.abspath(os.getcwd())
-    index_dir = os.path.abspath(config.index_dir)
-    if config.store or index_dir == here or index_dir.startswith(here + os.sep):
-        return
+    if config.store or is_within(os.path.abspath(config.index_dir), os.path.abspath(os.getcwd())):
+        return  # under the working folder, "/" included
     if not current_exists(config.index_dir):
         return
     err.write(shown_message(f"crag: index {index_label(config)}") + "\n")

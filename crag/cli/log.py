@@ -170,10 +170,10 @@ def _log_note(path: str, err: TextIO) -> int:
     import os
 
     from ..index.discover import relative_label
+    from ..index.labels import is_within
 
-    here = os.path.abspath(os.getcwd())
-    if os.path.abspath(path).startswith(here + os.sep) or not os.path.isfile(path):
-        return 0
+    if is_within(os.path.abspath(path), os.path.abspath(os.getcwd())) or not os.path.isfile(path):
+        return 0  # under the working folder, "/" included
     err.write(shown_message(f"crag: log {relative_label(path)}") + "\n")
     return 0
 
