@@ -375,26 +375,29 @@ def test_an_agent_from_env_reused_after_close_answers_and_its_next_close_release
         assert srv.calls("synthesize") == (3 if backend == "openai" else 0)
 
 
+def _held_deleted(prefix: Path) -> list[str]:
+    """The deleted files under ``prefix`` this process still holds open (Linux: ``/proc``)."""
+    import os
+
+    out = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(str(prefix)) and target.endswith("(deleted)"):
+            out.append(target)
+    return out
+
+
 def test_a_long_lived_agent_lets_go_of_the_generations_a_re_index_replaced(tmp_path, monkeypatch) -> None:
     """A service's agent asked between re-indexes kept every replaced generation's files open
     (three descriptors each, deleted but holding their disk space): the reader a re-index
     replaces was left to the garbage collector, which closed its database but not the
     descriptors that keep a deleted generation readable."""
     import gc
-    import os
 
     from crag.index import index_roots
-
-    def held_deleted() -> list[str]:
-        out = []
-        for fd in os.listdir("/proc/self/fd"):
-            try:
-                target = os.readlink(f"/proc/self/fd/{fd}")
-            except OSError:
-                continue
-            if target.startswith(str(tmp_path / "i")) and target.endswith("(deleted)"):
-                out.append(target)
-        return out
 
     docs = tmp_path / "docs"
     docs.mkdir()
@@ -406,7 +409,7 @@ def test_a_long_lived_agent_lets_go_of_the_generations_a_re_index_replaced(tmp_p
             index_roots(agent.settings, [docs])  # publishes a new generation, deletes the old one
             assert f"{round + 1} times" in agent.ask("How many times does crag retry?").answer
             gc.collect()
-            assert held_deleted() == []
+            assert _held_deleted(tmp_path / "i") == []
 
 
 def test_a_replaced_generations_database_is_let_go_of_without_waiting_for_the_garbage_collector(
@@ -416,20 +419,8 @@ def test_a_replaced_generations_database_is_let_go_of_without_waiting_for_the_ga
     long-lived server may not run for hours: ``crag mcp`` held a deleted database per re-index
     open, and with it that database's disk space."""
     import gc
-    import os
 
     from crag.index import index_roots
-
-    def held_deleted() -> list[str]:
-        out = []
-        for fd in os.listdir("/proc/self/fd"):
-            try:
-                target = os.readlink(f"/proc/self/fd/{fd}")
-            except OSError:
-                continue
-            if target.startswith(str(tmp_path / "i")) and target.endswith("(deleted)"):
-                out.append(target)
-        return out
 
     docs = tmp_path / "docs"
     docs.mkdir()
@@ -444,7 +435,7 @@ def test_a_replaced_generations_database_is_let_go_of_without_waiting_for_the_ga
                                                encoding="utf-8")
                 index_roots(agent.settings, [docs])
                 assert f"{round + 1} times" in agent.ask("How many times does crag retry?").answer
-                assert held_deleted() == []
+                assert _held_deleted(tmp_path / "i") == []
         finally:
             gc.enable()
 

@@ -295,6 +295,18 @@ def test_a_log_of_the_first_schema_is_migrated_and_its_answers_read(tmp_path: Pa
 
 
 @pytest.mark.skipif(os.geteuid() == 0 and not shutil.which("setpriv"), reason="root writes every file")
+def _logged_by_an_older_crag(project: Path) -> Path:
+    """One question asked, and the log it went to turned into an older crag's (schema 1)."""
+    assert cli("ask", "Which port does the server listen on?")[0] == 0
+    log = project / ".crag" / "log.sqlite"
+    db = sqlite3.connect(log)
+    db.execute("DELETE FROM migrations WHERE version > 1")
+    db.execute("ALTER TABLE node_usage DROP COLUMN estimated_calls")
+    db.commit()
+    db.close()
+    return log
+
+
 def test_an_older_crags_log_that_cannot_be_written_is_read_as_it_is(project: Path) -> None:
     """An older crag's log (schema 1) in a folder this user may not write (a teammate's index)
     could not be migrated, so ``crag log`` failed with "attempt to write a readonly database"
@@ -303,13 +315,7 @@ def test_an_older_crags_log_that_cannot_be_written_is_read_as_it_is(project: Pat
     import subprocess
     import sys
 
-    assert cli("ask", "Which port does the server listen on?")[0] == 0
-    log = project / ".crag" / "log.sqlite"
-    db = sqlite3.connect(log)
-    db.execute("DELETE FROM migrations WHERE version > 1")
-    db.execute("ALTER TABLE node_usage DROP COLUMN estimated_calls")
-    db.commit()
-    db.close()
+    log = _logged_by_an_older_crag(project)
     prefix = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search", "--inh-caps",
               "-dac_override,-dac_read_search"] if os.geteuid() == 0 else []
     if prefix and subprocess.run([*prefix, "true"], capture_output=True).returncode != 0:
@@ -342,13 +348,7 @@ def test_an_older_crags_log_on_a_full_disk_is_read_as_it_is(project: Path) -> No
     import subprocess
     import sys
 
-    assert cli("ask", "Which port does the server listen on?")[0] == 0
-    log = project / ".crag" / "log.sqlite"
-    db = sqlite3.connect(log)
-    db.execute("DELETE FROM migrations WHERE version > 1")
-    db.execute("ALTER TABLE node_usage DROP COLUMN estimated_calls")
-    db.commit()
-    db.close()
+    _logged_by_an_older_crag(project)
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
 
     def crag(*argv: str) -> subprocess.CompletedProcess[str]:
