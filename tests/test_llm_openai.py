@@ -390,6 +390,9 @@ def test_a_dropped_connection_is_retried(srv):
     (Raw({"choices": [{"index": 0, "message": {"content": "x", "_fields_set": []}}]}), "a reply the openai SDK cannot read"),
     (EmptyChoices(), "returned no choices"),
     (Raw([1, 2, 3]), "not a chat completion"),
+    # a gateway that streams every reply, asked for a whole one: said so, not "not a chat completion"
+    (Garbage(b'data: {"object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"hi"}}]}\n\n'
+             b"data: [DONE]\n\n", content_type="text/event-stream"), "sent an event stream to a request that did not ask"),
     (Raw({"id": "x"}), "returned no choices"),
 ])
 def test_unusable_bodies_are_clear_llm_errors_without_retry(srv, reply, words):

@@ -41,7 +41,11 @@ def read_completion(reply: Any, logprobs: bool = False, refusal_is_reply: bool =
     if isinstance(reply, (str, bytes)) and not reply.strip():
         raise BadReply(EMPTY_BODY)
     if isinstance(reply, (str, bytes)) or not hasattr(reply, "choices"):
-        raise BadReply("sent a reply that is not a chat completion", repr(one_line(as_sent(reply), 80)))
+        shown = as_sent(reply)
+        if isinstance(reply, (str, bytes)) and shown.lstrip().startswith(("data:", "event:")):
+            # a gateway that streams every reply: the request asked for one whole completion
+            raise BadReply("sent an event stream to a request that did not ask to stream", repr(one_line(shown, 80)))
+        raise BadReply("sent a reply that is not a chat completion", repr(one_line(shown, 80)))
     if not isinstance(choices, list) or not choices:
         extra = getattr(reply, "model_extra", None) or {}
         said = body_message(extra) if "error" in extra or getattr(reply, "object", None) == "error" else ""
