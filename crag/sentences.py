@@ -25,12 +25,13 @@ _TABLE = re.compile(r"^[ \t]*\|")
 # A sentence ends at . ! ? and the sentence ends of other spaced scripts (Arabic's ؟, Urdu's ۔,
 # the Devanagari danda । and ॥, Armenian ։, Ethiopic ።, Myanmar ။; closing quotes, brackets,
 # emphasis, the backtick of inline code and citation markers stay with it) before whitespace
-# and the start of another sentence, also on the next line of a blockquote ("> "); and at
-# 。！？ (written without a space after them) wherever they stand.
+# and the start of another sentence (a capital, a digit, or any character from U+00C0 up,
+# an emoji opening it too: "🚀 The rocket ..."), also on the next line of a blockquote ("> ");
+# and at 。！？ (written without a space after them) wherever they stand.
 SENTENCE_ENDS = ".!?\u061f\u06d4\u0964\u0965\u0589\u1362\u104b"
 _SENTENCE_END = re.compile(
     rf"[{SENTENCE_ENDS}]+" r"[\"'”’)\]*_`]*(?:[ \t]*\[\s*\d[\d\s,;\-–]*\])*"
-    r"(?=\s+(?:(?<=\n)(?:>[ \t]?)+)?(?!\[\s*\d)[\[(\"'“‘`*_]*[A-Z0-9\u00c0-\uffff])"
+    r"(?=\s+(?:(?<=\n)(?:>[ \t]?)+)?(?!\[\s*\d)[\[(\"'“‘`*_]*[A-Z0-9\u00c0-\U0010ffff])"
     r"|[。！？]+(?:[ \t]*\[\s*\d[\d\s,;\-–]*\])*"
 )
 _CODE_SPAN = re.compile(r"`[^`]*`")  # within a paragraph (no blank line), line breaks included

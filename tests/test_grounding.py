@@ -534,6 +534,20 @@ def test_sentences_of_a_blockquote_are_cut_across_its_lines():
         "> One line.", "> Another one."]
 
 
+def test_a_sentence_opening_with_an_emoji_is_judged_and_cited_on_its_own():
+    """A sentence opening with an emoji ("🚀 The rocket ...", as READMEs write) was read as the
+    end of the sentence before it: the two were judged as one, cited at the first one's line,
+    and a wrong first sentence took the right second one down with it."""
+    doc = EvidenceItem("vector_search", "docs/launch.md",
+                       "# Launch\n\nThe launch window opens at 09:00 UTC.\n\n🚀 The rocket lifts off at 09:30 UTC.", 1, 5, 0.5)
+    g = ground("The launch window opens at 09:00 UTC [1]. 🚀 The rocket lifts off at 09:30 UTC [1].", (doc,))
+    assert g.report.sentences == 2 and g.report.supported == 2
+    assert [(s.start_line, s.end_line) for s in g.sources] == [(3, 3), (5, 5)]
+    g = ground("The launch window opens at 10:00 UTC [1]. 🚀 The rocket lifts off at 09:30 UTC [1].", (doc,))
+    assert g.report.unsupported == ("The launch window opens at 10:00 UTC.",)
+    assert lines_of(g) == [("docs/launch.md", 5)]
+
+
 @pytest.mark.parametrize("text, answer", [
     ("يفتح مكتب القاهرة في الساعة التاسعة صباحا؟ المكتب مغلق يوم الجمعة.",  # Arabic ؟
      "يفتح مكتب القاهرة في الساعة التاسعة صباحا [1]؟ المكتب مغلق يوم الخميس ولا يعمل أحد هناك أبدا [1]."),
