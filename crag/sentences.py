@@ -35,7 +35,10 @@ _SENTENCE_END = re.compile(
     r"|[。！？]+(?:[ \t]*\[\s*\d[\d\s,;\-–]*\])*"
 )
 _CODE_SPAN = re.compile(r"`[^`]*`")  # within a paragraph (no blank line), line breaks included
-_ABBREVIATION = re.compile(r"(?:\b(?:e\.g|i\.e|etc|vs|cf|approx|fig|no|mr|mrs|dr|st)|\b[A-Za-z])\.$", re.I)
+# A letter alone before a full stop is an initial ("J. Smith"), not a unit after a number or a
+# degree sign ("heats to 80 °C.", "runs at 12 V."), which ends its sentence.
+_ABBREVIATION = re.compile(r"(?:\b(?:e\.g|i\.e|etc|vs|cf|approx|fig|no|mr|mrs|dr|st)|(?<![°\d] )(?<!°)\b[A-Za-z])\.$",
+                           re.I)
 
 
 @frozen

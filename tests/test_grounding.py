@@ -548,6 +548,20 @@ def test_a_sentence_opening_with_an_emoji_is_judged_and_cited_on_its_own():
     assert lines_of(g) == [("docs/launch.md", 5)]
 
 
+def test_a_sentence_ending_in_a_unit_after_a_number_ends_there():
+    """A sentence ending in a one-letter unit ("heats to 80 °C.", "runs at 12 V.") was read as
+    ending in an initial ("J. Smith"): it ran on into the next sentence, so the two were
+    judged as one and cited at the first one's line, the offline answer quoting both as one."""
+    doc = EvidenceItem("vector_search", "docs/boiler.md", "# Boiler\n\nThe boiler heats the water to 80 °C.\n"
+                       "The boiler is serviced every March.\nThe fan runs at 12 V.\nThe fan is replaced yearly.", 1, 6, 0.5)
+    g = ground("The boiler heats the water to 80 °C. The boiler is serviced every March. "
+               "The fan runs at 12 V. The fan is replaced yearly.", (doc,))
+    assert g.report.sentences == 4 and g.report.supported == 4
+    assert [s.start_line for s in g.sources] == [3, 4, 5, 6]
+    assert [p.text for p in split("J. Smith wrote it. Use plan B. Then stop.") if p.kind == "sentence"] == [
+        "J. Smith wrote it.", "Use plan B. Then stop."]
+
+
 @pytest.mark.parametrize("text, answer", [
     ("يفتح مكتب القاهرة في الساعة التاسعة صباحا؟ المكتب مغلق يوم الجمعة.",  # Arabic ؟
      "يفتح مكتب القاهرة في الساعة التاسعة صباحا [1]؟ المكتب مغلق يوم الخميس ولا يعمل أحد هناك أبدا [1]."),
