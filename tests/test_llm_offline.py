@@ -459,6 +459,17 @@ def test_offline_never_quotes_link_definitions_template_tags_or_attribute_lists(
         assert markup not in text
     assert "- The okapi service stores its data in the okapi bucket for ninety days. [1]" in text
 
+def test_offline_never_quotes_a_restructuredtext_directive():
+    """A reStructuredText directive (".. code-block:: bash") is markup, but its name and argument
+    made three words, so the offline answer quoted it as a sentence of the file."""
+    doc = EvidenceItem("vector_search", "docs/guide.rst",
+                       "The gryphon ledger is rebuilt by the gryphon command line.\n\n.. code-block:: bash\n\n"
+                       "   gryphon-cli rebuild --ledger\n\n.. image:: gryphon-ledger.png\n", 12, 18, 0.9)
+    text = ask(SynthesizeTask("Which gryphon bash code block rebuilds the ledger image?", (), (doc,)))
+    assert ".. code-block::" not in text and ".. image::" not in text
+    assert "- The gryphon ledger is rebuilt by the gryphon command line. [1]" in text
+
+
 GIZMO = "---\ntitle: Gizmo reference\nauthor: Ada Lovelace\n---\n\n# Gizmo\n\nThe gizmo reference card ships in the box.\n"
 
 

@@ -57,10 +57,11 @@ _INLINE_CODE = re.compile(r"(`+)[^`\n]+?\1")
 _LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
 _ADMONITION = re.compile(r"^\s*(?:\[![A-Za-z]+\]|!!!|\?\?\?|:::|///|\{\*.*\*\}\s*$)")  # or an include: {* file *}
 # A line that is only link reference definitions ([label]: url "title"), a template tag
-# ({% include x %}, {{< shortcode >}}) or an attribute list ({: #id .class}).
+# ({% include x %}, {{< shortcode >}}), an attribute list ({: #id .class}) or a reStructuredText
+# directive with at most its one argument (".. code-block:: bash", ".. image:: logo.png").
 _DIRECTIVE = re.compile(
     r"^(?:(?:\s*\[[^\]]+\]:\s*<?\S+>?(?:\s+(?:\"[^\"]*\"|'[^']*'|\([^)]*\)))?)+"
-    r"|\s*\{%.*%\}|\s*\{\{.*\}\}|\s*\{:.*\})\s*$"
+    r"|\s*\{%.*%\}|\s*\{\{.*\}\}|\s*\{:.*\}|\s*\.\.[ \t]+[\w:.+-]+::(?:[ \t]+\S+)?)\s*$"
 )
 _QUOTE_PREFIX = re.compile(r"^[ \t]*(?:>[ \t]?)+", re.M)
 
