@@ -139,17 +139,19 @@ class Grade:
     """A relevance grade an item got in an earlier grading of the same question.
 
     Kept by item identity (source and line span), so the memories of ``grade_evidence``
-    recognise the item when a later round retrieves it again.
+    recognise the item when a later round retrieves it again. ``from_logprobs``: it was read
+    through token probabilities, so the grading policy's rules apply to it when remembered.
     """
 
     source: str
     start_line: int | None
     end_line: int | None
     score: float = field(validator=_unit_score)
+    from_logprobs: bool = False
 
     @classmethod
-    def of(cls, item: EvidenceItem, score: float) -> Grade:
-        return cls(item.source, item.start_line, item.end_line, float(score))
+    def of(cls, item: EvidenceItem, score: float, from_logprobs: bool = False) -> Grade:
+        return cls(item.source, item.start_line, item.end_line, float(score), from_logprobs)
 
     @property
     def key(self) -> tuple[str, int | None, int | None]:

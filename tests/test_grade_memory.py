@@ -128,6 +128,30 @@ def test_memory_on_keeps_remembered_scores_when_the_new_items_grade_carries_no_i
     assert result.state.evidence_scores == (0.6, 0.4, 0.5, 0.5, 0.5, 0.5)
 
 
+@pytest.mark.parametrize("memory", [False, True])
+def test_remembered_probability_grades_are_decided_by_the_policy_when_nothing_is_new(memory):
+    """Grades read through token probabilities stay such grades when remembered: a round with
+    nothing new to grade (no call, grade memory on) decides them under the grading policy, as
+    grading them again does (memory off), not by the seeds' mean alone."""
+    a, b, c = (item(n, score=0.1) for n in range(1, 4))
+    model = ScriptedChatModel(
+        {
+            "analyze_and_route": [route("complex")] * 2,
+            "plan": [search_plan("retry backoff"), search_plan("upload limits")],
+            "grade_evidence": [label_reply(0.65, 0.62, 0.1), label_reply(0.65, 0.62)],
+        },
+        default={"synthesize": "Uploads retry [1]."},
+    )
+    # the second search scores a at 0.5: retrieval's action is GENERATE for the undecided grades
+    toolbox = FakeToolbox({"vector_search": [[a, b, c], [item(1, score=0.5)]]}, question=QUESTION)
+    settings = Settings(max_iterations=2, grade_memory=memory, auto_approve_max_items=0)
+    result = Agent(model, toolbox, settings).ask(QUESTION)
+    assert len(grade_requests(model)) == (1 if memory else 2)
+    decided = [(e["rule"], e["action"]) for e in events(result, "grade_decided")]
+    assert decided == [("undecided", "REFINE"), ("undecided", "GENERATE")]
+    assert result.state.evidence_scores == pytest.approx((0.65, 0.62), abs=1e-3)
+
+
 @pytest.mark.parametrize("raw, value", [("on", True), ("off", False), ("ON", True), ("", False)])
 def test_grade_memory_setting(raw, value):
     assert Settings.from_env({"KB_AGENT_GRADE_MEMORY": raw}, dotenv=None).grade_memory is value

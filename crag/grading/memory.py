@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from ..state import EvidenceItem, Grade
 
-__all__ = ["merge_scores", "remember", "skipped", "unremembered"]
+__all__ = ["merge_scores", "remember", "remembered_from_logprobs", "skipped", "unremembered"]
 
 
 def remember(grades: Sequence[Grade], new: Sequence[Grade]) -> tuple[Grade, ...]:
@@ -32,6 +32,12 @@ def unremembered(context: Sequence[EvidenceItem], grades: Sequence[Grade]) -> tu
     """Indices of the ``context`` items that have no remembered grade."""
     known = {g.key for g in grades}
     return tuple(i for i, item in enumerate(context) if item.key not in known)
+
+
+def remembered_from_logprobs(context: Sequence[EvidenceItem], grades: Sequence[Grade]) -> bool:
+    """Whether every ``context`` item has a remembered grade read through token probabilities."""
+    read = {g.key for g in grades if g.from_logprobs}
+    return bool(context) and all(item.key in read for item in context)
 
 
 def merge_scores(

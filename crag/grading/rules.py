@@ -32,7 +32,8 @@ probabilities do not line up with the reply's text are read from the text (audit
 always numbers, decided by the seeds' rows; the policy's rows (and its ``first_label``
 spare, which keeps a batch's first item read below the drop threshold, as ungraded: 0.5, so
 that no item below it stays in context; with a drop threshold above 0.5 nothing is spared)
-apply only to grades read through token probabilities (``Reading.from_logprobs``).
+apply only to grades read through token probabilities (``Reading.from_logprobs``; in a round
+with nothing new to grade, the remembered grades' ``Grade.from_logprobs``).
 "Retrieval's" action: ``GENERATE``
 when an item came from the question's own search, or retrieval scored it at least the drop
 threshold, or it is a literal match with no retrieval score; else ``REFINE``; and ``REFINE``
@@ -55,7 +56,7 @@ from ..grounding.asked import absent
 from ..prompts.grades import Reading
 from ..state import AuditEvent, EvidenceItem, Grade, GradedBy, GraderAction
 from .fast_path import EPS
-from .memory import merge_scores
+from .memory import merge_scores, remembered_from_logprobs
 from .policy import GradingPolicy
 
 __all__ = [
@@ -287,8 +288,10 @@ class _Facts:
             new: tuple[float, ...] = (PARSE_FAILURE_SCORE,) * len(case.todo)
         else:
             new = reading.scores
-        self.probabilities = reading is not None and reading.from_logprobs and bool(case.todo)
-        if self.probabilities and policy.uninformative:
+        read = reading is not None and reading.from_logprobs and bool(case.todo)
+        # nothing new to grade (grade memory): the remembered grades are read as they were read
+        self.probabilities = read or (not case.todo and remembered_from_logprobs(case.items, case.remembered))
+        if read and policy.uninformative:
             self.why = uninformative(new, _tosses(new, policy.toss_margin), reading.labels,
                                      _sure(new, policy.sure), policy.min_items)
         self.scores = merge_scores(case.items, case.remembered, case.todo, new)
@@ -392,7 +395,7 @@ def verdict(case: GradeCase, policy: GradingPolicy) -> GradeVerdict:
     events.append(decided)
     events.extend(_event("evidence_removed", source=items[i].label, tool=items[i].tool, score=f.scores[i])
                   for i in d.removed)
-    graded = () if f.parse_failure else tuple(Grade.of(items[i], f.scores[i]) for i in case.todo)
+    graded = () if f.parse_failure else tuple(Grade.of(items[i], f.scores[i], f.probabilities) for i in case.todo)
     graded_by = GradedBy.PARSE_FAILURE if f.parse_failure else GradedBy.GRADER
     return GradeVerdict(row.rule, action, graded_by, d.kept, d.removed, tuple(float(s) for s in f.scores),
                         tuple(events), graded)
