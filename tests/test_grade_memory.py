@@ -152,6 +152,20 @@ def test_remembered_probability_grades_are_decided_by_the_policy_when_nothing_is
     assert result.state.evidence_scores == pytest.approx((0.65, 0.62), abs=1e-3)
 
 
+def test_remembered_number_grades_keep_the_seeds_rule_when_new_items_are_read_from_probabilities():
+    """A reply of numbers is decided by the seeds' rule: remembered, its grades still are, so
+    a later round whose new items are read through token probabilities does not leave them
+    out of the mean as undecided (0.5, 0.5, 0.5 with 0.95 and 0.9: mean 0.67, REFINE)."""
+    a, b, c, d, e = (item(n) for n in range(1, 6))
+    result, model = run([scores(0.5, 0.5, 0.5), label_reply(0.95, 0.9)], [[a, b, c], [d, e]],
+                        max_iterations=2, grade_memory=True)
+    assert grade_requests(model)[1].task.items == (d, e)
+    assert result.state.evidence_scores == pytest.approx((0.5, 0.5, 0.5, 0.95, 0.9), abs=1e-3)
+    decided = [(x["rule"], x["action"]) for x in events(result, "grade_decided")]
+    assert decided == [("mean_low", "REFINE"), ("mean_low", "REFINE")]
+    assert not events(result, "grades_undecided")
+
+
 @pytest.mark.parametrize("raw, value", [("on", True), ("off", False), ("ON", True), ("", False)])
 def test_grade_memory_setting(raw, value):
     assert Settings.from_env({"KB_AGENT_GRADE_MEMORY": raw}, dotenv=None).grade_memory is value

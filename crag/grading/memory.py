@@ -35,9 +35,10 @@ def unremembered(context: Sequence[EvidenceItem], grades: Sequence[Grade]) -> tu
 
 
 def remembered_from_logprobs(context: Sequence[EvidenceItem], grades: Sequence[Grade]) -> bool:
-    """Whether every ``context`` item has a remembered grade read through token probabilities."""
+    """Whether every ``context`` item has a remembered grade read through token probabilities
+    (so none, for no item)."""
     read = {g.key for g in grades if g.from_logprobs}
-    return bool(context) and all(item.key in read for item in context)
+    return all(item.key in read for item in context)
 
 
 def merge_scores(

@@ -32,8 +32,8 @@ probabilities do not line up with the reply's text are read from the text (audit
 always numbers, decided by the seeds' rows; the policy's rows (and its ``first_label``
 spare, which keeps a batch's first item read below the drop threshold, as ungraded: 0.5, so
 that no item below it stays in context; with a drop threshold above 0.5 nothing is spared)
-apply only to grades read through token probabilities (``Reading.from_logprobs``; in a round
-with nothing new to grade, the remembered grades' ``Grade.from_logprobs``).
+apply only to grades read through token probabilities (``Reading.from_logprobs``, and with grade
+memory every remembered grade deciding too: ``Grade.from_logprobs``).
 "Retrieval's" action: ``GENERATE``
 when an item came from the question's own search, or retrieval scored it at least the drop
 threshold, or it is a literal match with no retrieval score; else ``REFINE``; and ``REFINE``
@@ -289,8 +289,10 @@ class _Facts:
         else:
             new = reading.scores
         read = reading is not None and reading.from_logprobs and bool(case.todo)
-        # nothing new to grade (grade memory): the remembered grades are read as they were read
-        self.probabilities = read or (not case.todo and remembered_from_logprobs(case.items, case.remembered))
+        # with grade memory the remembered grades count as they were read: the policy's rules
+        # apply when every grade deciding was read through token probabilities
+        others = [item for i, item in enumerate(case.items) if i not in case.todo]
+        self.probabilities = (read or not case.todo) and remembered_from_logprobs(others, case.remembered)
         if read and policy.uninformative:
             self.why = uninformative(new, _tosses(new, policy.toss_margin), reading.labels,
                                      _sure(new, policy.sure), policy.min_items)
