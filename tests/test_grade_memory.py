@@ -164,6 +164,8 @@ def test_remembered_number_grades_keep_the_seeds_rule_when_new_items_are_read_fr
     decided = [(x["rule"], x["action"]) for x in events(result, "grade_decided")]
     assert decided == [("mean_low", "REFINE"), ("mean_low", "REFINE")]
     assert not events(result, "grades_undecided")
+    # each grade remembers how it was read, whatever decided the round it was read in
+    assert [g.from_logprobs for g in result.state.grades] == [False, False, False, True, True]
 
 
 @pytest.mark.parametrize("raw, value", [("on", True), ("off", False), ("ON", True), ("", False)])

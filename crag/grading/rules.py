@@ -270,7 +270,7 @@ class _Facts:
     def __init__(self, case: GradeCase, policy: GradingPolicy) -> None:
         self.case = case
         self.policy = policy
-        self.parse_failure = self.probabilities = self.undecided = False
+        self.parse_failure = self.probabilities = self.new_from_logprobs = self.undecided = False
         self.why: str | None = None
         self.scores: tuple[float, ...] = ()
         self.spared: tuple[int, ...] = ()
@@ -288,7 +288,7 @@ class _Facts:
             new: tuple[float, ...] = (PARSE_FAILURE_SCORE,) * len(case.todo)
         else:
             new = reading.scores
-        read = reading is not None and reading.from_logprobs and bool(case.todo)
+        read = self.new_from_logprobs = reading is not None and reading.from_logprobs and bool(case.todo)
         # with grade memory the remembered grades count as they were read: the policy's rules
         # apply when every grade deciding was read through token probabilities
         others = [item for i, item in enumerate(case.items) if i not in case.todo]
@@ -397,7 +397,7 @@ def verdict(case: GradeCase, policy: GradingPolicy) -> GradeVerdict:
     events.append(decided)
     events.extend(_event("evidence_removed", source=items[i].label, tool=items[i].tool, score=f.scores[i])
                   for i in d.removed)
-    graded = () if f.parse_failure else tuple(Grade.of(items[i], f.scores[i], f.probabilities) for i in case.todo)
+    graded = () if f.parse_failure else tuple(Grade.of(items[i], f.scores[i], f.new_from_logprobs) for i in case.todo)
     graded_by = GradedBy.PARSE_FAILURE if f.parse_failure else GradedBy.GRADER
     return GradeVerdict(row.rule, action, graded_by, d.kept, d.removed, tuple(float(s) for s in f.scores),
                         tuple(events), graded)
