@@ -93,11 +93,12 @@ _REFUSAL = "The knowledge base does not appear to answer this question:"  # how 
 _ONE_MARKER = r"\[(\s*\d+(?:\s*[-–]\s*\d+)?(?:\s*[,;]\s*\d+(?:\s*[-–]\s*\d+)?)*\s*)\](?!\()"
 _MARKER = re.compile(r"[ \t]?" + _ONE_MARKER)
 MARKER = _MARKER
-# Markers a model lists as prose ("[1], [2], and [3]", "[1]; [4]") or side by side ("[1][1]",
-# "[1] [2]"): rewritten as one, so dropping some of them leaves no stray commas behind and
-# one item is never cited twice in a row.
+# Markers a model lists as prose ("[1], [2], and [3]", "[1]; [4]", "[1] or [2]") or side by side
+# ("[1][1]", "[1] [2]"): rewritten as one, so dropping some of them leaves no stray commas or
+# "or" behind ("See [1] or." was left of "See [1] or [9].") and one item is never cited twice in a row.
 _MARKER_RUN = re.compile(
-    r"[ \t]?" + _ONE_MARKER + r"(?:(?:[ \t]*[,;&][ \t]*(?:and[ \t]+)?|[ \t]+and[ \t]+|[ \t]*)" + _ONE_MARKER + r")*"
+    r"[ \t]?" + _ONE_MARKER + r"(?:(?:[ \t]*[,;&][ \t]*(?:(?:and|or)[ \t]+)?|[ \t]+(?:and|or)[ \t]+|[ \t]*)"
+    + _ONE_MARKER + r")*"
 )
 # Where a run was dropped: the comma before it goes too when punctuation follows
 # ("as the evidence says, [4], it ..." -> "as the evidence says, it ...").

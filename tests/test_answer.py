@@ -115,6 +115,10 @@ def test_markers_listed_as_prose_are_renumbered_as_one_run_and_leave_no_stray_co
     assert renumber(text, 0)[0] == "According to the evidence, there were 500,000."
     assert renumber("See [2] and [1]; [2].", 2) == ("See [1][2].", [1, 0])
     assert renumber("Use `a[1], [2]` as [3] and [1] do.", 3)[0] == "Use `a[1], [2]` as [1][2] do."
+    # joined by "or" too: dropping the second left "See [1] or." and "Also see [1] or for retries."
+    assert renumber("The port is set in [1] or [9].", 1)[0] == "The port is set in [1]."
+    assert renumber("Also see [1] or [9] for retries.", 1)[0] == "Also see [1] for retries."
+    assert renumber("Use [1], or [2] for it.", 2)[0] == "Use [1][2] for it."
 
 
 def test_a_sentence_that_only_pointed_at_no_evidence_goes_whole() -> None:
