@@ -291,12 +291,14 @@ _CREDENTIALS: tuple[tuple[re.Pattern[str], int, bool], ...] = (
 # only a token's: after "password" or "secret", or assigned to a name holding such a word, the
 # value runs to the next space or quote, less a sentence's closing punctuation. Matched before
 # the rows above, which stop at the first "&" or "!" and showed the rest; before a closing quote
-# that punctuation is the value's own ("`P@ss(w0rd)!`" left ")!" shown). Only a value with a
+# that punctuation is the value's own ("`P@ss(w0rd)!`" left ")!" shown), its symbol when it has no
+# other ("`Summer2024!`" was kept whole). Only a value with a
 # symbol inside it, as a chosen password has (a word's hyphen or dot, a path's slashes and a
 # citation's colon are none; "#general" leads with one), that is no URL, e-mail address, call
 # or subscript (``hash_v2(pw, salt)``, ``os.environ[``) nor placeholder (``${DB_PASS}``,
 # ``<your-secret>``): those are left to the rows above, as they were before this rule.
-_PASSWORD_CHARS = (r"(?=[^\s\"'`]+[^\w\s\"'`.\-/\\:][^\s\"'`]*[^\s\"'`.,;:!?)\]}>])"
+_PASSWORD_CHARS = (r"(?=[^\s\"'`]+[^\w\s\"'`.\-/\\:][^\s\"'`]*[^\s\"'`.,;:!?)\]}>]"
+                   r"|[^\s\"'`]*[^\s\"'`.,;:!?)\]}>][.,;:]*[!?)\]}>][.,;:!?)\]}>]*[\"'`])"
                    r"(?![a-z][a-z0-9+.\-]*://|[\w.+\-]+@[\w\-]+(?:\.[\w\-]+)*\.[a-z]{2,}(?:[.,;:!?)\]}>]*(?:[\s\"'`]|$))"
                    r"|[\w.\-]+[(\[]|\$[{(]|\{\{|%\(|<[\w\-]+>)"
                    r"([^\s\"'`]{7,}(?:[^\s\"'`.,;:!?)\]}>]|[.,;:!?)\]}>]+(?=[\"'`])))")

@@ -850,6 +850,11 @@ def test_a_password_with_symbols_in_quotes_is_not_kept_in_the_log(project: Path)
     assert code == 0, err
     entry = json.loads(cli("log", "--json")[1])[0]
     assert entry["question"] == 'Why is my password `***` refused, and the secret "***"?'
+    # so is a password whose one symbol is that punctuation: "`Summer2024!`" was kept whole
+    code, _, err = cli("ask", 'Why is my password `Summer2024!` refused, and the password "Welcome1!"?')
+    assert code == 0, err
+    entry = json.loads(cli("log", "--json")[1])[0]
+    assert entry["question"] == 'Why is my password `***` refused, and the password "***"?'
 
 
 def test_urls_paths_e_mails_and_code_after_password_are_kept_in_the_log(project: Path) -> None:
