@@ -560,6 +560,10 @@ def test_a_sentence_ending_in_a_unit_after_a_number_ends_there():
     assert [s.start_line for s in g.sources] == [3, 4, 5, 6]
     assert [p.text for p in split("J. Smith wrote it. Use plan B. Then stop.") if p.kind == "sentence"] == [
         "J. Smith wrote it.", "Use plan B. Then stop."]
+    # so does one whose number and unit a no-break space joins, as typeset text writes them
+    for space in ("\u00a0", "\u202f"):
+        assert [p.text for p in split(f"The fan runs at 12{space}V. The fan is replaced yearly.")
+                if p.kind == "sentence"] == [f"The fan runs at 12{space}V.", "The fan is replaced yearly."], space
 
 
 @pytest.mark.parametrize("text, answer", [
