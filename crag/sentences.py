@@ -35,11 +35,11 @@ _SENTENCE_END = re.compile(
     r"|[。！？]+(?:[ \t]*\[\s*\d[\d\s,;\-–]*\])*"
 )
 _CODE_SPAN = re.compile(r"`[^`]*`")  # within a paragraph (no blank line), line breaks included
-# A letter alone before a full stop is an initial ("J. Smith"), not a unit after a number or a
-# degree sign ("heats to 80 °C.", "runs at 12 V.", the space a no-break one as typesetting writes
-# it: "12\u202fV."), which ends its sentence.
+# A letter alone before a full stop is an initial ("J. Smith", "U.S."), not a unit after a number or
+# a degree sign ("heats to 80 °C.", "runs at 12 V.", the space a no-break one as typesetting writes
+# it: "12\u202fV.") nor a file's extension ("edit main.c."), which end their sentences.
 _ABBREVIATION = re.compile(r"(?:\b(?:e\.g|i\.e|etc|vs|cf|approx|fig|no|mr|mrs|dr|st)|(?<![°\d][ \u00a0\u202f])(?<!°)"
-                           r"\b[A-Za-z])\.$", re.I)
+                           r"(?<!\w\w\.)\b[A-Za-z])\.$", re.I)
 
 
 @frozen

@@ -566,6 +566,15 @@ def test_a_sentence_ending_in_a_unit_after_a_number_ends_there():
                 if p.kind == "sentence"] == [f"The fan runs at 12{space}V.", "The fan is replaced yearly."], space
 
 
+def test_a_sentence_ending_in_a_file_name_with_a_one_letter_extension_ends_there():
+    """"Edit main.c." was read as ending in an initial, as "J. Smith" and "U.S." are: the sentence
+    ran on into the next one, the two judged as one and cited at the first one's line."""
+    cut = [p.text for p in split("Edit main.c. Then open config.h. The U.S. Army and J. R. R. Tolkien "
+                                 "wrote it. He has a Ph.D. Then stop.") if p.kind == "sentence"]
+    assert cut == ["Edit main.c.", "Then open config.h.", "The U.S. Army and J. R. R. Tolkien wrote it.",
+                   "He has a Ph.D.", "Then stop."]
+
+
 @pytest.mark.parametrize("text, answer", [
     ("يفتح مكتب القاهرة في الساعة التاسعة صباحا؟ المكتب مغلق يوم الجمعة.",  # Arabic ؟
      "يفتح مكتب القاهرة في الساعة التاسعة صباحا [1]؟ المكتب مغلق يوم الخميس ولا يعمل أحد هناك أبدا [1]."),
