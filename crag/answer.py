@@ -101,10 +101,11 @@ _MARKER_RUN = re.compile(
     + _ONE_MARKER + r")*"
 )
 # Where a run was dropped: the comma before it goes too when punctuation follows
-# ("as the evidence says, [4], it ..." -> "as the evidence says, it ...").
+# ("as the evidence says, [4], it ..." -> "as the evidence says, it ..."), and the space
+# before it when one follows ("For details, see [9] and the FAQ." left "details,  and").
 _GONE = "\ue000"
 _AFTER_CODE = "\ue001"  # what stands before a piece that follows a code span, for ^ not to match there
-_AFTER_GONE = re.compile(r"[ \t]*,?[ \t]*" + _GONE + r"(?=[ \t]*[,.;:!?)])")
+_AFTER_GONE = re.compile(r"[ \t]*,?[ \t]*" + _GONE + r"(?=[ \t]*[,.;:!?)])|[ \t]+" + _GONE + r"(?=[ \t])")
 # What only introduced a dropped run goes with it: its parentheses ("(see [9])", "([7])",
 # "(source: [9])") and a "see" or "cf." before it; at a sentence's start, the words that led up
 # to the "see" too, when the sentence ends there ("Also see [9].", "For more details, see [9].": no

@@ -146,6 +146,10 @@ def test_a_sentence_that_only_pointed_at_no_evidence_goes_whole() -> None:
     assert renumber("I can help. For details see [9]; ask me anything.", 1)[0].startswith("I can help. For details")
     for lead in ("For more details, see", "You can also see"):
         assert renumber(f"Kept [1]. {lead} [9] and the FAQ.", 1)[0].startswith(f"Kept [1]. {lead.rsplit(None, 1)[0]}")
+    # with one space where the "see" and its marker stood ("details,  and the FAQ" had two)
+    assert renumber("Kept [1]. For more details, see [9] and the FAQ.", 1)[0] == (
+        "Kept [1]. For more details, and the FAQ.")
+    assert renumber("The port, see [9] and the FAQ, is 80 [1].", 1)[0] == "The port, and the FAQ, is 80 [1]."
 
 
 def test_markers_in_superscript_or_in_brackets_of_their_own_are_markers() -> None:
