@@ -91,14 +91,14 @@ def _dotenv_placing_index(project: str | None, env: Mapping[str, str]) -> str | 
     the filesystem's root with none), whose ``.env`` says where the index is: its
     ``KB_AGENT_INDEX_DIR`` or ``KB_AGENT_STORE`` would have chosen another index than the one
     found (or ``./.crag``, which ``crag index`` would create beside the project's); else
-    ``project``."""
+    ``project``. A name left empty says nothing (``.crag``, as unset)."""
     folder = os.path.dirname(os.getcwd())
     while folder != project:
         try:
             values = read_dotenv(os.path.join(folder, ".env"))
         except (ConfigError, OSError):
             values = {}
-        if any(name in values and name not in env for name in ("KB_AGENT_INDEX_DIR", "KB_AGENT_STORE")):
+        if any(values.get(name, "").strip() and name not in env for name in ("KB_AGENT_INDEX_DIR", "KB_AGENT_STORE")):
             return folder
         parent = os.path.dirname(folder)
         if parent == folder:

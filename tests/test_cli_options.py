@@ -99,6 +99,12 @@ def test_a_subfolder_is_told_the_dotenv_above_it_that_places_the_index_is_not_re
     assert code == 0 and err.splitlines()[0] == warning, err
     monkeypatch.setenv("KB_AGENT_INDEX_DIR", str(project / "idx"))  # set in the environment: nothing differs
     assert "warning" not in cli("search", "deploy")[2]
+    monkeypatch.delenv("KB_AGENT_INDEX_DIR")
+    # a .env nearer that leaves the name empty says nothing of where the index is (.crag, as
+    # unset): it was named instead of the project's, and "run crag in docs" changed nothing
+    (project / "docs" / ".env").write_text("KB_AGENT_INDEX_DIR=\n", encoding="utf-8")
+    code, _, err = cli("search", "deploy")
+    assert code == 0 and err.splitlines()[0] == warning, err
 
 
 def test_index_dir_from_the_environment_or_index_option_wins_over_the_search(project: Path, monkeypatch) -> None:
