@@ -468,6 +468,15 @@ def test_offline_never_quotes_a_restructuredtext_directive():
     text = ask(SynthesizeTask("Which gryphon bash code block rebuilds the ledger image?", (), (doc,)))
     assert ".. code-block::" not in text and ".. image::" not in text
     assert "- The gryphon ledger is rebuilt by the gryphon command line. [1]" in text
+    # nor one with its options on the lines below it, a substitution's or a link target: the
+    # options made the directive a sentence of the file again
+    doc = EvidenceItem("vector_search", "docs/guide.rst",
+                       "The gryphon ledger is rebuilt by the gryphon command line.\n\n.. |logo| image:: gryphon.png\n\n"
+                       ".. code-block:: bash\n   :linenos:\n   :caption: Rebuild the gryphon ledger\n\n"
+                       "   gryphon-cli rebuild --ledger\n\n.. _gryphon-ledger-image:\n", 12, 22, 0.9)
+    text = ask(SynthesizeTask("Which gryphon bash code block rebuilds the ledger image?", (), (doc,)))
+    assert ".. " not in text and ":caption:" not in text, text
+    assert "- The gryphon ledger is rebuilt by the gryphon command line. [1]" in text
 
 
 GIZMO = "---\ntitle: Gizmo reference\nauthor: Ada Lovelace\n---\n\n# Gizmo\n\nThe gizmo reference card ships in the box.\n"

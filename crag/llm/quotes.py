@@ -58,10 +58,14 @@ _LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
 _ADMONITION = re.compile(r"^\s*(?:\[![A-Za-z]+\]|!!!|\?\?\?|:::|///|\{\*.*\*\}\s*$)")  # or an include: {* file *}
 # A line that is only link reference definitions ([label]: url "title"), a template tag
 # ({% include x %}, {{< shortcode >}}), an attribute list ({: #id .class}) or a reStructuredText
-# directive with at most its one argument (".. code-block:: bash", ".. image:: logo.png").
+# directive with at most its one argument (".. code-block:: bash", ".. image:: logo.png", a
+# substitution's ".. |logo| image:: logo.png") and the options on the lines below it
+# ("   :caption: Rebuild the ledger", which made it a sentence of the file again), or a link
+# target (".. _ledger-image:").
 _DIRECTIVE = re.compile(
     r"^(?:(?:\s*\[[^\]]+\]:\s*<?\S+>?(?:\s+(?:\"[^\"]*\"|'[^']*'|\([^)]*\)))?)+"
-    r"|\s*\{%.*%\}|\s*\{\{.*\}\}|\s*\{:.*\}|\s*\.\.[ \t]+[\w:.+-]+::(?:[ \t]+\S+)?)\s*$"
+    r"|\s*\{%.*%\}|\s*\{\{.*\}\}|\s*\{:.*\}|\s*\.\.[ \t]+(?:\|[^|\n]+\|[ \t]+)?[\w:.+-]+::(?:[ \t]+\S+)?"
+    r"(?:\s+:[\w-]+:.*)?|\s*\.\.[ \t]+_[^:\n]+:(?:[ \t]+\S+)?)\s*$"
 )
 _QUOTE_PREFIX = re.compile(r"^[ \t]*(?:>[ \t]?)+", re.M)
 
