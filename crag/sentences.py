@@ -22,6 +22,10 @@ _INTERRUPT = re.compile(r"^[ \t]*(?:>[ \t]?)*(?:[-*+]|1[.)])[ \t]+\S")
 _HEADING = re.compile(r"^[ \t]{0,3}#{1,6}(?:[ \t]|$)")
 _RULE = re.compile(r"^[ \t]*(?:(?:-[ \t]*){3,}|(?:\*[ \t]*){3,}|(?:_[ \t]*){3,}|=+)[ \t]*$")
 _TABLE = re.compile(r"^[ \t]*\|")
+# A container's fence (":::note", "::: warning Title", ":::"), as Docusaurus, MyST and Pandoc
+# write admonitions: a line of its own, as a rule is (a marker placed at the end of the
+# sentence above it went into the closing fence, ":: [2]:").
+_CONTAINER_FENCE = re.compile(r"^[ \t]*(?:>[ \t]?)*:{3,}(?:[ \t]*[\w{\[].*)?[ \t]*$")
 # A sentence ends at . ! ? and the sentence ends of other spaced scripts (Arabic's ؟, Urdu's ۔,
 # the Devanagari danda । and ॥, Armenian ։, Ethiopic ።, Myanmar ။; closing quotes, brackets,
 # emphasis, the backtick of inline code and citation markers stay with it) before whitespace
@@ -87,7 +91,8 @@ def _next_item(line: str):
 
 
 def _special(line: str) -> bool:
-    return bool(FENCE.match(line) or _HEADING.match(line) or _RULE.match(line) or _TABLE.match(line))
+    return bool(FENCE.match(line) or _HEADING.match(line) or _RULE.match(line) or _TABLE.match(line)
+                or _CONTAINER_FENCE.match(line))
 
 
 def closes(line: str, mark: str) -> bool:
@@ -161,7 +166,7 @@ def split(text: str) -> list[Piece]:
         elif _HEADING.match(line):
             blocks.append(("heading", i, i + 1))
             i += 1
-        elif _RULE.match(line):
+        elif _RULE.match(line) or _CONTAINER_FENCE.match(line):
             blocks.append(("rule", i, i + 1))
             i += 1
         elif _LIST_START.match(line):

@@ -548,6 +548,19 @@ def test_a_sentence_opening_with_an_emoji_is_judged_and_cited_on_its_own():
     assert lines_of(g) == [("docs/launch.md", 5)]
 
 
+def test_a_container_fence_the_answer_writes_is_left_as_written():
+    """A container the model writes (":::note" ... ":::", as Docusaurus and MyST write
+    admonitions) ran into the sentence above its closing fence: the marker grounding gave that
+    sentence went before the fence's last colon, ":: [2]:", and the container was never closed."""
+    doc = EvidenceItem("vector_search", "docs/launch.md",
+                       "# Launch\n\nThe launch window opens at 09:00 UTC.\n\nThe rocket lifts off at 09:30 UTC.", 1, 5, 0.5)
+    g = ground("The launch window opens at 09:00 UTC [1].\n\n:::note\nThe rocket lifts off at 09:30 UTC.\n:::\n\n"
+               "::: tip Timing\nThe launch window opens at 09:00 UTC.\n:::", (doc,))
+    assert g.body == ("The launch window opens at 09:00 UTC [1].\n\n:::note\nThe rocket lifts off at 09:30 UTC [2].\n:::"
+                      "\n\n::: tip Timing\nThe launch window opens at 09:00 UTC [1].\n:::"), g.body
+    assert g.report.sentences == 3 and g.report.supported == 3
+
+
 def test_a_sentence_ending_in_a_unit_after_a_number_ends_there():
     """A sentence ending in a one-letter unit ("heats to 80 °C.", "runs at 12 V.") was read as
     ending in an initial ("J. Smith"): it ran on into the next sentence, so the two were
