@@ -878,6 +878,12 @@ def test_a_sentence_pointing_at_its_source_keeps_its_see_with_the_marker_after_i
                    (doc, other))
         assert g.body.startswith("Deployments run every Tuesday [1]. See [2] for the rollback command `widget "
                                  "rollback`."), (run, g.body)
+    # so does "According to [2], ..." ("According to, the rollback ... [2]." was left)
+    for lead in ("According to", "As described in"):
+        g = ground(f"Deployments run every Tuesday [1]. {lead} [9], the rollback command is `widget rollback`.",
+                   (doc, other))
+        assert g.body.startswith(f"Deployments run every Tuesday [1]. {lead} [2], the rollback command is `widget "
+                                 "rollback`."), (lead, g.body)
 
 
 def test_claims_see_numbers_identifiers_and_code():

@@ -58,21 +58,25 @@ _ENDS = SENTENCE_ENDS + "。！？"
 
 
 # A sentence that points at its source before saying what is there: "See [2] for the rollback
-# command.", "Also see [1][3] for ...", "See [1], [3] and [4] for ...". Its marker stays after the
-# "see", in the place of the whole run ("See [2] and for ..." was left of "See [3] and [4] for ...").
+# command.", "Also see [1][3] for ...", "See [1], [3] and [4] for ...", "According to [2], the ...".
+# Its marker stays after the "see", in the place of the whole run ("See [2] and for ..." was left
+# of "See [3] and [4] for ...", and "According to, the ... [2]." of "According to [2], the ...").
 _POINTED = r"\[[^\]\n]*\d[^\]\n]*\]"
-_POINTER = re.compile(r"([ \t]*(?:(?:also,?|please|you[ \t]+can(?:[ \t]+also)?)[ \t]+)?see(?:[ \t]+also)?)[ \t]*"
+_POINTER = re.compile(r"([ \t]*(?:(?:(?:also,?|please|you[ \t]+can(?:[ \t]+also)?)[ \t]+)?see(?:[ \t]+also)?"
+                      r"|according[ \t]+to|as[ \t]+(?:noted|stated|described|explained|shown|mentioned)[ \t]+in))[ \t]*"
                       + _POINTED + r"(?:(?:[ \t]*[,;&][ \t]*(?:(?:and|or)[ \t]+)?|[ \t]+(?:and|or)[ \t]+|[ \t]*)"
-                      + _POINTED + r")*[ \t]*(?=[^\W\d_])", re.I)
+                      + _POINTED + r")*(?=[ \t]*,?[ \t]*[^\W\d_])", re.I)
 
 
 def replace_markers(text: str, tag: str) -> str:
     """``text`` with its markers replaced by ``tag``: right after the "see" of a sentence that
-    opens by pointing at its source ("See [2] for ..."), where the marker's "see" would
-    otherwise go with it ("for the rollback command [2]."), else where ``place`` puts it."""
+    opens by pointing at its source ("See [2] for ...", "According to [2], ..."), where the
+    marker's "see" would otherwise go with it ("for the rollback command [2]."), else where
+    ``place`` puts it."""
     pointer = _POINTER.match(text)
     if pointer is not None:
-        return pointer.group(1) + " " + tag + " " + strip_markers(text[pointer.end() :])
+        rest = strip_markers(text[pointer.end() :]).lstrip()
+        return pointer.group(1) + " " + tag + ("" if rest.startswith(",") else " ") + rest
     return place(strip_markers(text), tag)
 
 
