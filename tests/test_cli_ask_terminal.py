@@ -507,3 +507,44 @@ def test_chat_on_a_terminal_shows_each_piped_question_after_its_prompt(llm: Fake
     first = term.text.index(f"you> {QUESTION}\r\n")
     second = term.text.index("you> What port does it use?\r\n")  # shown as typed, made terminal-safe
     assert first < term.text.index("… analyze_and_route") < term.text.index("crag> ") < second, term.text
+
+
+
+def test_a_line_typed_while_chat_answers_is_not_echoed_into_the_status(llm: FakeOpenAIServer, kb: Path) -> None:
+    """The next question typed (Enter included) while the model writes: the terminal echoed it
+    into the status region, its newline moved the cursor a row down, and the erase left the
+    step line ``  … synthesize`` above the answer. The terminal's echo is off while the status
+    shows; the typed line waits in its buffer and is asked at the next prompt, shown there."""
+    import fcntl
+    import pty
+    import termios
+
+    llm.default("synthesize", Text(REPLY, interval=0.15))
+    main_fd, child_fd = pty.openpty()
+
+    def keyboard() -> None:  # the terminal is the child's own, as a shell's job has it
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    proc = subprocess.Popen([sys.executable, "-m", "crag", "chat", "--no-usage"], cwd=kb, env=child_env(kb, llm),
+                            stdin=child_fd, stdout=child_fd, stderr=child_fd, close_fds=True,
+                            start_new_session=True, preexec_fn=keyboard)
+    os.close(child_fd)
+    term = Terminal.__new__(Terminal)
+    term.main_fd, term.proc, term.seen = main_fd, proc, b""
+    try:
+        term.read_until(b"you> ")
+        os.write(main_fd, f"{QUESTION}\r".encode())
+        term.read_until(b"    The client retries")
+        os.write(main_fd, b"What port does it use?\r")  # typed ahead, while the model writes
+        term.read_until(b"you> What port does it use?")
+        deadline = time.monotonic() + 60  # a generous bound that only catches a hang
+        while term.text.count("you> ") < 3 and time.monotonic() < deadline:  # the second answer is done
+            if select.select([main_fd], [], [], 0.2)[0]:
+                term.seen += os.read(main_fd, 65536)
+        os.write(main_fd, b"\x04")
+        assert proc.wait(timeout=60) == 0, term.text
+        assert termios.tcgetattr(main_fd)[3] & termios.ECHO  # on again at the end
+    finally:
+        term.finish()
+    assert term.text.count("What port does it use?") == 1, term.text  # at its prompt only
+    assert llm.calls("synthesize") == 2

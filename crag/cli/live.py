@@ -34,7 +34,10 @@ locale), each line is measured as it is written, its characters as backslash esc
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
+import sys
 import threading
 import time
 import unicodedata
@@ -272,19 +275,56 @@ class LiveAnswer:
 def answer_live(agent, question: str, history, screen: LiveAnswer):
     """``agent.ask`` with its progress on ``screen``; the ``Answer``. An error or Ctrl-C erases
     the status, stops the run at its next step and is raised again for the command to handle."""
-    stream = agent.stream(question, history=history, on_event=screen.event)
-    chunks = iter(stream)
+    echo = echo_off(sys.stdin) if screen.status and not screen.dumb else None
     try:
-        for chunk in chunks:
-            if finished(stream):  # this chunk is the answer's rest, which ``finish`` prints
-                break
-            screen.chunk(chunk)
-    except BaseException:
-        chunks.close()
-        screen.abort()
-        raise
-    screen.finish(stream.result)
+        stream = agent.stream(question, history=history, on_event=screen.event)
+        chunks = iter(stream)
+        try:
+            for chunk in chunks:
+                if finished(stream):  # this chunk is the answer's rest, which ``finish`` prints
+                    break
+                screen.chunk(chunk)
+        except BaseException:
+            chunks.close()
+            screen.abort()
+            raise
+        screen.finish(stream.result)
+    finally:
+        if echo is not None:
+            echo()
     return stream.result
+
+
+def echo_off(keyboard: TextIO):
+    """Stop the terminal echoing what is typed at ``keyboard`` while the status region is drawn,
+    and return what turns it back on (None when there is nothing to do). A line typed ahead
+    (the next question of ``chat``, a shell command after ``ask``) was echoed into the region,
+    its Enter moved the cursor a row down, and the region's erase then left its first row (the
+    step line) on the screen. The typed text stays in the terminal's buffer, not lost: the next
+    prompt (``readline``, the shell) reads and shows it."""
+    try:
+        import termios
+    except ImportError:  # not on this platform: the typing shows, as before
+        return None
+    try:
+        fd = keyboard.fileno()
+        if not os.isatty(fd) or os.tcgetpgrp(fd) != os.getpgrp():  # in the background: tcsetattr stops crag
+            return None
+        kept = termios.tcgetattr(fd)
+        if not kept[3] & termios.ECHO:
+            return None
+        quiet = list(kept)
+        quiet[3] &= ~termios.ECHO
+        termios.tcsetattr(fd, termios.TCSANOW, quiet)  # not TCSAFLUSH: what was typed is kept
+    except (AttributeError, ValueError, OSError, termios.error):  # no file descriptor, no terminal
+        return None
+
+    def restore() -> None:
+        with contextlib.suppress(OSError, termios.error):
+            if os.tcgetpgrp(fd) == os.getpgrp():  # sent to the background since (Ctrl-Z, bg): the shell's now
+                termios.tcsetattr(fd, termios.TCSANOW, kept)
+
+    return restore
 
 
 def finished(stream) -> bool:
