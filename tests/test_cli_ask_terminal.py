@@ -510,11 +510,15 @@ def test_chat_on_a_terminal_shows_each_piped_question_after_its_prompt(llm: Fake
 
 
 
-def test_a_line_typed_while_chat_answers_is_not_echoed_into_the_status(llm: FakeOpenAIServer, kb: Path) -> None:
+@pytest.mark.parametrize("redirected", [False, True])
+def test_a_line_typed_while_chat_answers_is_not_echoed_into_the_status(llm: FakeOpenAIServer, kb: Path,
+                                                                       redirected: bool) -> None:
     """The next question typed (Enter included) while the model writes: the terminal echoed it
     into the status region, its newline moved the cursor a row down, and the erase left the
-    step line ``  … synthesize`` above the answer. The terminal's echo is off while the status
-    shows; the typed line waits in its buffer and is asked at the next prompt, shown there."""
+    step line ``  … synthesize`` above the answer (with the answers redirected, ``chat >
+    answers.md``, the step line with the typed text after it). The terminal's echo is off while
+    the status shows; the typed line waits in its buffer and is asked at the next prompt, shown
+    there."""
     import fcntl
     import pty
     import termios
@@ -525,16 +529,20 @@ def test_a_line_typed_while_chat_answers_is_not_echoed_into_the_status(llm: Fake
     def keyboard() -> None:  # the terminal is the child's own, as a shell's job has it
         fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
+    answers = (kb / "answers.md").open("wb") if redirected else child_fd
     proc = subprocess.Popen([sys.executable, "-m", "crag", "chat", "--no-usage"], cwd=kb, env=child_env(kb, llm),
-                            stdin=child_fd, stdout=child_fd, stderr=child_fd, close_fds=True,
+                            stdin=child_fd, stdout=answers, stderr=child_fd, close_fds=True,
                             start_new_session=True, preexec_fn=keyboard)
     os.close(child_fd)
+    if redirected:
+        answers.close()
     term = Terminal.__new__(Terminal)
     term.main_fd, term.proc, term.seen = main_fd, proc, b""
     try:
         term.read_until(b"you> ")
         os.write(main_fd, f"{QUESTION}\r".encode())
-        term.read_until(b"    The client retries")
+        term.read_until(b"  \xe2\x80\xa6 synthesize")
+        time.sleep(1)  # the model writing
         os.write(main_fd, b"What port does it use?\r")  # typed ahead, while the model writes
         term.read_until(b"you> What port does it use?")
         deadline = time.monotonic() + 60  # a generous bound that only catches a hang

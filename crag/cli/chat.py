@@ -38,7 +38,16 @@ from .common import (
     undecodable_bytes_kept,
     unreadable_input,
 )
-from .live import LiveAnswer, answer_live, as_written, dumb_terminal, fitted, waiting_text, wants_progress
+from .live import (
+    LiveAnswer,
+    answer_live,
+    as_written,
+    dumb_terminal,
+    echo_off,
+    fitted,
+    waiting_text,
+    wants_progress,
+)
 
 ANSWER_LEAD = "\ncrag> "  # what a terminal shows before each answer
 
@@ -168,18 +177,23 @@ def streamed(agent, question: str, history, progress: Progress):
     """The ``Answer`` to ``question``, its chunks printed by ``progress`` as they come (its rest
     by ``progress.finish``, once the answer is logged should that printing fail). An error or
     Ctrl-C stops the run at its next step and is raised again for the session to handle."""
-    stream = agent.stream(question, history=history, on_event=progress)
-    chunks = iter(stream)
+    echo = echo_off(sys.stdin) if progress.tty and not progress.dumb else None  # a typed line kept off the step's
     try:
-        for chunk in chunks:
-            progress.chunk(chunk)
-    except BaseException:
-        chunks.close()
-        progress.clear_status()  # before the error line or the note of Ctrl-C
-        if progress.started:  # the line of an answer cut short ends
-            progress.out.write("\n")
-        progress.reset()
-        raise
+        stream = agent.stream(question, history=history, on_event=progress)
+        chunks = iter(stream)
+        try:
+            for chunk in chunks:
+                progress.chunk(chunk)
+        except BaseException:
+            chunks.close()
+            progress.clear_status()  # before the error line or the note of Ctrl-C
+            if progress.started:  # the line of an answer cut short ends
+                progress.out.write("\n")
+            progress.reset()
+            raise
+    finally:
+        if echo is not None:
+            echo()
     return stream.result
 
 
