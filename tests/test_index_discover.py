@@ -133,6 +133,28 @@ def test_a_byte_order_mark_inside_a_file_is_dropped() -> None:
     assert decode_text("a\n\ufeffb\n".encode("utf-16")) == "a\nb\n"
 
 
+def test_invisible_breaks_inside_a_word_are_dropped_so_the_word_is_found(tmp_path: Path) -> None:
+    """A soft hyphen, a zero-width space or a word joiner pasted from a web page splits nothing
+    a reader sees ("wam\\u200bbler" shows as "wambler"), but it split the word for the full-text
+    index: ``crag search wambler`` found no chunk. Dropped as a BOM inside the text is; the
+    joiners that shape text (ZWJ in an emoji, ZWNJ in Persian) stay."""
+    text = "# Misc\n\nThe wam\u200bbler service listens on port 7100.\nThe fri\u00adbble one on 7000.\n"
+    text += "The tro\u2060ggle one on 7300.\nFamily \U0001f468\u200d\U0001f469 and \u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645.\n"
+    assert decode_text(text.encode()) == (
+        "# Misc\n\nThe wambler service listens on port 7100.\nThe fribble one on 7000.\n"
+        "The troggle one on 7300.\nFamily \U0001f468\u200d\U0001f469 and \u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645.\n"
+    )
+    kb = tmp_path / "kb"
+    write(kb / "misc.md", text)
+    write(kb / "other.md", "# Other\n\nThe kilo service listens on port 8010.\n")
+    settings = Settings(index_dir=str(tmp_path / "index"))
+    index_roots(settings, [kb])
+    with open_index(settings) as reader:
+        for word in ("wambler", "fribble", "troggle"):
+            hits = reader.search(word, 3)
+            assert hits and hits[0].path.endswith("misc.md"), word
+
+
 def test_a_file_mixing_utf8_and_cp1252_lines_keeps_both_readable() -> None:
     """A log appended to by two tools: one UTF-8 line was enough to turn every other UTF-8
     line of the file into mojibake ("cafÃ©"), which no search for "café" found."""

@@ -81,7 +81,8 @@ def _decode_line(line: bytes) -> str:
 
 def decode_text(data: bytes) -> str:
     """Bytes to text: UTF-16 with its BOM (``utf16_text``), else UTF-8 (BOM dropped), else
-    each line as UTF-8, else cp1252, else latin-1; newlines normalised, byte order marks dropped.
+    each line as UTF-8, else cp1252, else latin-1; newlines normalised, byte order marks, soft
+    hyphens, zero-width spaces and word joiners dropped.
 
     NUL bytes are dropped: a file with one in its first 8 KiB is binary (``is_binary``) and
     never decoded; one further on is padding, and PostgreSQL refuses it in text. One rule,
@@ -92,6 +93,12 @@ def decode_text(data: bytes) -> str:
         text = _decode_bytes(data)
     if "\r" in text:
         text = text.replace("\r\n", "\n").replace("\r", "\n")
-    if "\ufeff" in text:  # a BOM inside the text (files joined with cat): invisible, and stuck to a word
-        text = text.replace("\ufeff", "")
+    if not text.isascii():
+        # A BOM inside the text (files joined with cat), a soft hyphen, a zero-width space or a
+        # word joiner (pasted from a web page): invisible, and they split the word they sit in
+        # for the full-text index. The joiners that shape text (ZWJ, ZWNJ) stay.
+        text = _INVISIBLE.sub("", text)
     return text
+
+
+_INVISIBLE = re.compile("[\ufeff\u00ad\u200b\u2060]")
