@@ -81,13 +81,15 @@ NOT_MENTIONED = (
 FIXED_SENTENCES = frozenset({NO_EVIDENCE, OFFLINE_PREFACE, NO_QUOTABLE, EMPTY_REPLY, NOT_ANSWERED, NOT_ADDRESSED,
                              ONLY_RESTATED})
 
-# A fenced block or an inline code span: left untouched by renumbering.
-_CODE = re.compile(r"(```.*?(?:```|\Z)|~~~.*?(?:~~~|\Z)|`[^`\n]*`)", re.S)
+# A fenced block or an inline code span: left untouched by renumbering. A fence of four or five
+# marks ends only at as many: a README's ````console block that shows an answer holds a ```sh
+# block and the answer's footer, whose "[2] README.md:L116" is no marker.
+_FENCED = "|".join(rf"{m}{{{n},}}.*?(?:{m}{{{n}}}|\Z)" for m in ("`", "~") for n in (5, 4, 3))
+_CODE = re.compile(rf"({_FENCED}|`[^`\n]*`)", re.S)
 # ... and in the offline answer, a table: a quote of the evidence, each row as written, its
 # marker on the line below it (crag.llm.offline). A bracket in a row ("in [0, 1]", "see [2]")
 # is the document's text: read as a marker, it was removed, or made a citation of an item.
-_CODE_OR_QUOTED_TABLE = re.compile(r"(```.*?(?:```|\Z)|~~~.*?(?:~~~|\Z)|(?m:^\|[^\n]*(?:\n\|[^\n]*)*)|`[^`\n]*`)",
-                                   re.S)
+_CODE_OR_QUOTED_TABLE = re.compile(rf"({_FENCED}|(?m:^\|[^\n]*(?:\n\|[^\n]*)*)|`[^`\n]*`)", re.S)
 _REFUSAL = "The knowledge base does not appear to answer this question:"  # how each opening above starts
 # [1], [1, 2], [1,2;3], [1-3]; not a Markdown link "[1](...)" nor a footnote "[^1]".
 _ONE_MARKER = r"\[(\s*\d+(?:\s*[-–]\s*\d+)?(?:\s*[,;]\s*\d+(?:\s*[-–]\s*\d+)?)*\s*)\](?!\()"

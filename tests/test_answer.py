@@ -31,6 +31,18 @@ def test_code_links_and_footnotes_are_left_alone():
     assert text.endswith("ok [1]") and order == [1]
 
 
+def test_a_longer_fence_holding_a_shorter_one_is_code_to_its_end():
+    """A README shows an answer in a ````console block that holds a ```sh block and the answer's
+    own footer: the inner ``` was taken for the end of the code, so the offline answer quoting it
+    renumbered the example's "[2] README.md:L116" as a citation ("[4] README.md:L116", one
+    dropped) beside crag's own footer, and a code block must stay as the file writes it."""
+    example = "````console\ncrag log\n```\n[3]\n\n- Ollama: [4]\n\n[1] README.md:L191\n[2] README.md:L116\n````"
+    text, order = renumber(f"Intro [2]:\n\n{example}\n[2]\n\nAfter [1].", 2)
+    assert text == f"Intro [1]:\n\n{example}\n[1]\n\nAfter [2]." and order == [1, 0]
+    tilde = "~~~~\n~~~\n[3] a.md:L1\n~~~~"
+    assert renumber(f"Run [2]:\n{tilde}\n[1]", 2)[0] == f"Run [1]:\n{tilde}\n[2]"
+
+
 def test_an_answer_citing_nothing_has_no_footer():
     # The footer lists only what the body cites (grounding adds the markers the model left out).
     items = [item(1, source="a.md", start=3), item(2, source="b.md", start=None)]
