@@ -114,6 +114,15 @@ def test_html_code_keeps_its_indentation_soft_hyphens_vanish_and_navigation_is_d
     assert lines[:6] == ["", "software", "def f():", "    return  42", "", "after the code"], lines
 
 
+def test_an_html_entity_for_a_zero_width_space_or_word_joiner_splits_no_word() -> None:
+    """``wam&#8203;bler`` shows as "wambler", but the zero-width space the entity wrote split the
+    word for the full-text index, and no search for it found the page: dropped as a soft hyphen
+    is, and as a text file drops them."""
+    page = "<p>The wam&#8203;bler and tro&NoBreak;ggle and zib&ZeroWidthSpace;ble</p>\n<pre>x&#8203;y</pre>\n"
+    lines = read_document(reader_for("x.html"), page.encode()).split("\n")
+    assert lines[:2] == ["The wambler and troggle and zibble", "xy"], lines
+
+
 def test_the_offline_answer_quotes_a_docx_paragraph_as_it_reads_never_run_into_the_one_above(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

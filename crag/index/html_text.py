@@ -39,9 +39,13 @@ _TAG_STOP = re.compile(r"[>\"']")
 _CHECK_EVERY = 1024  # constructs scanned between two calls of html_text's `check`
 _COMMENT_END = re.compile(r"--!?>")
 _RAW_END = {name: re.compile(rf"</{name}[\t\n\f\r />]", re.IGNORECASE) for name in _RAW}
-# A <pre>'s text as it is, but soft hyphens dropped and a line break an entity writes ("&#10;")
-# read as a space: each line of text stays on its line of the source.
-_PRE_TEXT = str.maketrans({"\xad": None, "\r": " ", "\n": " "})
+# A <pre>'s text as it is, but soft hyphens, zero-width spaces and word joiners dropped and a
+# line break an entity writes ("&#10;") read as a space: each line of text stays on its line of
+# the source.
+_PRE_TEXT = str.maketrans({"\xad": None, "\u200b": None, "\u2060": None, "\ufeff": None, "\r": " ", "\n": " "})
+# Text outside a <pre>: soft hyphens, zero-width spaces and word joiners an entity writes
+# ("wam&#8203;bler") dropped, as a text file drops them, for they split the word they sit in.
+_INVISIBLE = str.maketrans(dict.fromkeys("\xad\u200b\u2060\ufeff"))
 
 
 # Where a page may declare its character set, and how: ``<meta charset=...>``, the charset of a
@@ -150,7 +154,7 @@ def html_text(text: str, check: Callable[[int], None] | None = None) -> str:
                 if pre and part:
                     put(k + n_, (html.unescape(part).translate(_PRE_TEXT), True))
                 elif part.strip():
-                    words = " ".join(html.unescape(part).replace("\xad", "").split())
+                    words = " ".join(html.unescape(part).translate(_INVISIBLE).split())
                     if words:
                         put(k + n_, (words, False))
         line += text.count("\n", pos, end)
