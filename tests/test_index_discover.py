@@ -153,6 +153,9 @@ def test_invisible_breaks_inside_a_word_are_dropped_so_the_word_is_found(tmp_pat
         for word in ("wambler", "fribble", "troggle"):
             hits = reader.search(word, 3)
             assert hits and hits[0].path.endswith("misc.md"), word
+        for word in ("wam\u200bbler", "fri\u00adbble", "tro\u2060ggle"):  # a query pasted with them: found too
+            hits = reader.search(word, 3)
+            assert hits and hits[0].path.endswith("misc.md"), ascii(word)
 
 
 def test_a_file_mixing_utf8_and_cp1252_lines_keeps_both_readable() -> None:

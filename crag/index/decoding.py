@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["UTF16_BOMS", "decode_text", "utf16_codec", "utf16_text"]
+__all__ = ["UTF16_BOMS", "decode_text", "utf16_codec", "utf16_text", "without_invisible"]
 
 
 UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
@@ -93,12 +93,15 @@ def decode_text(data: bytes) -> str:
         text = _decode_bytes(data)
     if "\r" in text:
         text = text.replace("\r\n", "\n").replace("\r", "\n")
-    if not text.isascii():
-        # A BOM inside the text (files joined with cat), a soft hyphen, a zero-width space or a
-        # word joiner (pasted from a web page): invisible, and they split the word they sit in
-        # for the full-text index. The joiners that shape text (ZWJ, ZWNJ) stay.
-        text = _INVISIBLE.sub("", text)
-    return text
+    return without_invisible(text)
 
 
 _INVISIBLE = re.compile("[\ufeff\u00ad\u200b\u2060]")
+
+
+def without_invisible(text: str) -> str:
+    """``text`` without a BOM inside it (files joined with cat), soft hyphens, zero-width spaces
+    and word joiners (pasted from a web page): invisible, and they split the word they sit in
+    for the full-text index, in a document as in a query. The joiners that shape text (ZWJ,
+    ZWNJ) stay."""
+    return text if text.isascii() else _INVISIBLE.sub("", text)

@@ -30,6 +30,7 @@ import attrs
 from ..errors import IndexStoreError
 from ..ports import Hit, Retriever
 from ..text import QUESTION_FILLER, STOPWORDS, content_words, fold_diacritics, keywords
+from .decoding import without_invisible
 from .discover import relative_label
 from .fusion import SearchWeights, fuse, scores_in_rank_order
 
@@ -79,6 +80,7 @@ def hybrid_search(
     """The ``top_k`` best chunks for ``query``: ``mode`` is hybrid, vector or lexical."""
     if mode not in MODES:
         raise ValueError(f"unknown search mode {mode!r}")
+    query = without_invisible(query)  # "wam\u200bbler" pasted is the word a document's text holds
     if top_k <= 0 or not query.strip():
         return []
     pool = max(weights.candidates, top_k)
