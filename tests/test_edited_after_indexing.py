@@ -183,3 +183,21 @@ def test_a_pdf_is_cited_as_indexed_without_extracting_its_text_again(tmp_path: P
     assert current_lines(str(tmp_path / "guide.pdf"), [str(tmp_path)]) is None
     (tmp_path / "notes.md").write_text("one\ntwo\n")
     assert current_lines(str(tmp_path / "notes.md"), [str(tmp_path)]) == ["one", "two"]
+
+
+def test_a_file_an_older_crag_indexed_with_its_invisible_characters_is_still_evidence(
+    kb: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An older crag kept a zero-width space or a soft hyphen in a text file's indexed text;
+    crag now reads the file without them, and ``crag index`` leaves it alone (its bytes are the
+    same). Compared with the file as read now, its chunk was "no longer there": no evidence,
+    audited source_changed, until the file itself changed."""
+    import crag.index.decoding as decoding
+
+    write(kb / "gateway.md", ORIGINAL.replace("walrus gateway", "wal\u200brus gate\u00adway"))
+    with monkeypatch.context() as older:
+        older.setattr(decoding, "without_invisible", lambda text: text)  # as an older crag read it
+        assert cli("index", "docs")[0] == 0
+    result = search(kb, "walrus admin panel")
+    assert [item.start_line for item in result.items] == [1] and not result.audit, result.audit
+    assert "The walrus gateway listens on port 7001" in result.items[0].text

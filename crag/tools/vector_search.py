@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..index.current import current_lines, left_out, place_now
+from ..index.decoding import without_invisible
 from ..index.discover import is_gone, is_within, reachable
 from ..pages import span_ref
 from ..state import AuditEvent, EvidenceItem
@@ -53,12 +54,14 @@ def run(args: Mapping[str, Any], context: ToolContext) -> ToolResult:
                 ignored.add(hit.path)
             files[hit.path] = None if hit.path in ignored else current_lines(hit.path, roots)
         lines = files[hit.path]
+        # read as the file is read now: an older crag kept its zero-width spaces and soft hyphens
+        indexed = hit.text if lines is None else without_invisible(hit.text)
         if hit.path in ignored:
             place = None
         else:
-            place = (hit.start_line, hit.end_line, hit.text) if lines is None else place_now(
-                hit.text, hit.start_line, hit.end_line, lines)
-        if place != (hit.start_line, hit.end_line, hit.text):
+            place = (hit.start_line, hit.end_line, indexed) if lines is None else place_now(
+                indexed, hit.start_line, hit.end_line, lines)
+        if place != (hit.start_line, hit.end_line, indexed):
             audit.append(AuditEvent("source_changed", {
                 "source": source, "indexed": span_ref(source, hit.start_line, hit.end_line),
                 "line": None if place is None else place[0],
