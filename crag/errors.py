@@ -34,6 +34,14 @@ class CragError(Exception):
 
     exit_status = 1
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as its class, message and attributes, made again without ``__init__`` (whose
+        parameters are not the message for every class): an error raised in a worker process
+        (``ProcessPoolExecutor``, ``multiprocessing``) reaches the parent as itself."""
+        import copyreg
+
+        return copyreg.__newobj__, (type(self), *self.args), self.__dict__
+
     def cost_note(self) -> str:
         """What the question had cost when this failed (the ``spent`` usage the driver gives
         an error leaving a step after calls were paid for), to end its one line with: "; before it, this question made 3

@@ -581,6 +581,30 @@ def test_every_error_crag_raises_on_purpose_can_be_caught_by_its_name_from_crag(
         assert name in crag.__all__ and getattr(crag, name) is getattr(crag.errors, name), name
 
 
+def test_every_crag_error_crosses_a_process_boundary_as_itself() -> None:
+    """A ``ConfigError`` raised in a ``ProcessPoolExecutor`` worker (``Agent.from_env(top_k="lots")``)
+    broke the whole pool (``BrokenProcessPool`` for that call and every later one): the parent
+    unpickles an exception by calling its class with its message alone, which ``ConfigError``,
+    ``UnknownSettingError`` and ``ToolError`` do not take."""
+    import pickle
+
+    from crag.answer_log import LogError
+
+    errors = [
+        crag.ConfigError("KB_AGENT_TOP_K", "lots", "a whole number from 1 to 50"),
+        crag.UnknownSettingError("topk", ("top_k", "model")),
+        crag.ToolError("vector_search", "the index is busy"),
+        crag.LLMContextError("too long", node="plan", status=400, window=4096),
+        crag.IndexStoreError("no index in .crag", index_dir=".crag"),
+        crag.UsageError("the question is empty"),
+        LogError("the answer log is damaged"),
+    ]
+    for error in errors:
+        copy = pickle.loads(pickle.dumps(error))
+        assert type(copy) is type(error) and str(copy) == str(error), error
+        assert vars(copy) == vars(error), error
+
+
 def test_agent_settings_of_the_wrong_type_are_a_usage_error_when_the_agent_is_made() -> None:
     """``Agent(model, toolbox, {"top_k": 3})`` (or the class ``Settings``) was accepted and
     failed at the first question with an AttributeError from crag's insides."""
