@@ -620,6 +620,22 @@ def test_roots_remove_says_so_while_it_waits_for_another_crag_index(kb: Path, tm
     assert err.splitlines() == [f"crag: another crag index is at work on {tmp_path / 'index'}; waiting for it to finish"]
 
 
+def test_roots_remove_while_the_first_index_is_built_says_it_is_being_built(kb: Path, tmp_path: Path) -> None:
+    """``roots --remove`` while the first ``crag index`` of the index runs said "no index: run
+    `python -m crag index PATH` first", to a user who just did, as ``search`` did before it."""
+    from crag.index.layout import IndexLock
+
+    first = tmp_path / "first"
+    first.mkdir()
+    with IndexLock(str(first)):
+        code, out, err = cli("--index", str(first), "roots", "--remove", "docs")
+    assert (code, out) == (1, "")
+    assert err == (f"crag: error: no index in {first} yet: a crag index is building it now; "
+                   "try again when it has finished\n")
+    code, _, err = cli("--index", str(first), "roots", "--remove", "docs")  # none built: none to wait for
+    assert code == 1 and err.startswith(f"crag: error: no index in {first}: run ") and err.count("\n") == 1
+
+
 @pytest.mark.parametrize("command", [("ask", "Which page is another?"), ("search", "another", "page")])
 def test_ask_and_search_with_kb_say_so_while_they_wait_for_another_crag_index(kb: Path, tmp_path: Path, command) -> None:
     """``--kb`` indexes first: while another crag index held the index, ``ask`` and ``search``

@@ -468,7 +468,7 @@ def remove_roots(
     started = time.perf_counter()
     drop = [normalize_root(r) for r in roots]
     if store.version() is None and store.state(files=False) is None:  # before the lock, which makes the folder
-        raise IndexStoreError(f"no index in {store.location}: run `python -m crag index PATH` first", store.location)
+        store.roots()  # the store's own "no index", which says "yet" while the first crag index builds it
     with store.writer_lock(lock_timeout, waiting):
         # Checked as an update's base is: a generation built on damaged files would carry the
         # damage on under fresh checksums, and nothing would find it again.
