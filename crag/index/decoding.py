@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["UTF16_BOMS", "decode_text", "utf16_codec", "utf16_text", "without_invisible"]
+__all__ = ["INVISIBLE", "UTF16_BOMS", "decode_text", "utf16_codec", "utf16_text", "without_invisible"]
 
 
 UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
@@ -96,7 +96,10 @@ def decode_text(data: bytes) -> str:
     return without_invisible(text)
 
 
-_INVISIBLE = re.compile("[\ufeff\u00ad\u200b\u2060]")
+# A BOM inside a text, soft hyphen, zero-width space and word joiner: no glyph, and each splits
+# the word it sits in. Every reader drops them (see ``without_invisible``; HTML too).
+INVISIBLE = "\ufeff\u00ad\u200b\u2060"
+_INVISIBLE = re.compile(f"[{INVISIBLE}]")
 
 
 def without_invisible(text: str) -> str:

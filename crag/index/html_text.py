@@ -27,6 +27,8 @@ import html
 import re
 from collections.abc import Callable
 
+from .decoding import INVISIBLE
+
 __all__ = ["declared_codec", "html_text"]
 
 # Elements whose content is not text a reader sees (nested tags inside still count).
@@ -42,10 +44,10 @@ _RAW_END = {name: re.compile(rf"</{name}[\t\n\f\r />]", re.IGNORECASE) for name 
 # A <pre>'s text as it is, but soft hyphens, zero-width spaces and word joiners dropped and a
 # line break an entity writes ("&#10;") read as a space: each line of text stays on its line of
 # the source.
-_PRE_TEXT = str.maketrans({"\xad": None, "\u200b": None, "\u2060": None, "\ufeff": None, "\r": " ", "\n": " "})
+_PRE_TEXT = str.maketrans(dict.fromkeys(INVISIBLE) | {"\r": " ", "\n": " "})
 # Text outside a <pre>: soft hyphens, zero-width spaces and word joiners an entity writes
 # ("wam&#8203;bler") dropped, as a text file drops them, for they split the word they sit in.
-_INVISIBLE = str.maketrans(dict.fromkeys("\xad\u200b\u2060\ufeff"))
+_INVISIBLE = str.maketrans(dict.fromkeys(INVISIBLE))
 
 
 # Where a page may declare its character set, and how: ``<meta charset=...>``, the charset of a
