@@ -431,6 +431,21 @@ def test_read_file_takes_a_path_as_a_footer_cites_it(env) -> None:
         run(box, "read_file", path="missing.md:L3")
 
 
+def test_read_file_takes_a_place_as_grep_writes_it_or_a_repository_page_links_it(env) -> None:
+    # "setup.md:5" (grep -n) and "setup.md#L5-L8" (a link to the file on a repository's web
+    # page) were "no file ... in the knowledge base".
+    box, _kb, _ = env
+    for path, first, last in (("setup.md:5", 5, None), ("kb/setup.md:5-8", 5, 8), ("setup.md#L5-L8", 5, 8),
+                              ("setup.md#L5", 5, None)):
+        [item] = run(box, "read_file", path=path)
+        assert item.source == "kb/setup.md" and item.start_line == first and last in (None, item.end_line)
+    with pytest.raises(ToolError, match=r"read_file: setup\.md has no pages"):
+        run(box, "read_file", path="setup.md:p1:5")
+    for path in ("setup.md:L5-8", "setup.md:5-L8", "setup.md#5", "setup.md#L0", "setup.md:0", "setup.md#L5-8"):
+        with pytest.raises(ToolError, match=rf"no file {re.escape(path)} in the knowledge base"):
+            run(box, "read_file", path=path)
+
+
 def test_read_file_names_the_file_of_a_cited_path_in_its_errors(env) -> None:
     # "kb/setup.md:L999 has 12 lines" (a place has no lines) and "kb/setup.md:p2:L1 has no pages".
     box, _kb, _ = env

@@ -33,9 +33,13 @@ MAX_LINES = 200
 MAX_CHARS = 100_000  # of one read: 200 lines of a minified file could be megabytes
 
 
-# The place a citation adds to a path ("docs/setup.md:L40-L58", "guide.pdf:p2:L1"). Lines and
-# pages count from 1: "setup.md:L0" is no place (it read the file from line 1, as if cited so).
-_CITED_AT = re.compile(r":(?:p(?P<page>0*[1-9]\d*)(?::|\Z))?(?:L(?P<start>0*[1-9]\d*)(?:-L(?P<end>0*[1-9]\d*))?)?\Z")
+# The place a citation adds to a path ("docs/setup.md:L40-L58", "guide.pdf:p2:L1"), as grep
+# writes it ("setup.md:40") or as a web page of the repository links it ("setup.md#L40-L58").
+# Lines and pages count from 1: "setup.md:L0" is no place (it read the file from line 1, as if
+# cited so).
+_N = r"0*[1-9]\d*"
+_CITED_AT = re.compile(rf":(?:p(?P<page>{_N})(?::|\Z))?(?:(?P<L>L?)(?P<start>{_N})(?:-(?P=L)(?P<end>{_N}))?)?\Z"
+                       rf"|#L(?P<hash_start>{_N})(?:-L(?P<hash_end>{_N}))?\Z")
 
 
 def _cited(args: Mapping[str, Any], context: ToolContext) -> tuple[str, Mapping[str, Any]]:
@@ -48,7 +52,7 @@ def _cited(args: Mapping[str, Any], context: ToolContext) -> tuple[str, Mapping[
                                 excluded=[context.index_dir]), args
     except ToolError as first:
         cited = _CITED_AT.search(args["path"])
-        if cited is None or not any(cited.groups()):
+        if cited is None or not any(cited.group("page", "start", "hash_start")):
             raise
         try:
             real = resolve_in_roots(NAME, args["path"][: cited.start()], context.file_roots(), context.cwd,
@@ -58,7 +62,8 @@ def _cited(args: Mapping[str, Any], context: ToolContext) -> tuple[str, Mapping[
     args = {**args, "path": args["path"][: cited.start()]}
     if any(args.get(k) is not None for k in ("start_line", "end_line", "page")):
         return real, args
-    place = {"page": cited["page"], "start_line": cited["start"], "end_line": cited["end"]}
+    place = {"page": cited["page"], "start_line": cited["start"] or cited["hash_start"],
+             "end_line": cited["end"] or cited["hash_end"]}
     return real, {**args, **{k: int(v) for k, v in place.items() if v is not None}}
 
 
