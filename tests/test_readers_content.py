@@ -205,3 +205,15 @@ def test_the_values_of_a_filled_pdf_form_are_read_on_their_page(tmp_path: Path) 
     data = path.read_bytes().replace(b"/Rect [ 72 600 372 620 ]", b"/Rect [ /A /B /C /D ]")
     assert data != path.read_bytes()
     assert read_document(reader_for("order.pdf"), data).split("\n")[:2] == ["Service order form", "Pier 7 workshop"]
+
+
+def test_a_soft_hyphen_or_zero_width_space_in_a_docx_or_pdf_splits_no_word(tmp_path: Path) -> None:
+    """A soft hyphen or a zero-width space written into a DOCX run's text (pasted from a web page)
+    or mapped by a PDF font stayed in the text: the word was two words for the full-text index,
+    and no search for it found the document, while a text file or an HTML page drops them."""
+    from tests.test_readers_hostile import docx_with, pdf_with_unicode_map
+
+    path = docx_with(tmp_path / "r.docx", "<w:p><w:r><w:t>The wam\u00adbler and zib\u200bble\u2060s</w:t></w:r></w:p>".encode())
+    assert read_document(reader_for("x.docx"), path.read_bytes()).splitlines()[-1] == "The wambler and zibbles"
+    pdf = pdf_with_unicode_map(tmp_path / "z.pdf", "The troAggle valve.", {"A": "200B"})
+    assert read_document(reader_for("z.pdf"), pdf.read_bytes()).splitlines()[0] == "The troggle valve."

@@ -55,7 +55,7 @@ from attrs import frozen
 
 from ..pages import PAGE_LINES
 from ..safe_text import display_name
-from .decoding import UTF16_BOMS, decode_text, utf16_codec, utf16_text
+from .decoding import UTF16_BOMS, decode_text, utf16_codec, utf16_text, without_invisible
 from .pdf_text import LIGATURES, form_values, joined_hyphens
 
 __all__ = [
@@ -193,7 +193,10 @@ def _storable(text: str) -> str:
     """A document's text as every store keeps it: NUL dropped (PostgreSQL refuses it in text, and
     ``decode_text`` drops it from text files), a surrogate pair joined into its character and a
     lone surrogate (a PDF's ToUnicode map may name one; it has no UTF-8 form, so SQLite cannot
-    store it) read as U+FFFD, the character a reader shows for one it cannot show."""
+    store it) read as U+FFFD, the character a reader shows for one it cannot show; soft hyphens and
+    zero-width spaces (a DOCX run's text pasted from a web page, a PDF font's map) dropped, as a
+    text file drops them (``without_invisible``), for they split the word they sit in."""
+    text = without_invisible(text)
     if "\x00" in text:
         text = text.replace("\x00", "")
     try:
