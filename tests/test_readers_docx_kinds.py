@@ -100,3 +100,17 @@ def test_a_word_document_saved_as_strict_open_xml_says_how_to_index_it(tmp_path:
                      for name, data in parts.items() if name.endswith((".xml", ".rels"))})
     assert refusal(strict) == ("it is a Word document saved as Strict Open XML, which python-docx cannot read: "
                                "save it as a Word Document (.docx) to index it")
+
+
+def test_a_docx_missing_a_part_it_names_is_damaged_not_another_kind_of_zip(tmp_path: Path) -> None:
+    """A Word document whose archive lacks a part its relationships name (its styles, a header,
+    its body) was refused as "not a DOCX but a zip archive with no Word document in it": a
+    Word document, called something else, with nothing saying what is wrong with it."""
+    plain = make_docx(tmp_path / "r.docx").read_bytes()
+    for missing in ("word/styles.xml", "word/document.xml", "[Content_Types].xml", "_rels/.rels"):
+        out = io.BytesIO()
+        with zipfile.ZipFile(io.BytesIO(plain)) as src, zipfile.ZipFile(out, "w") as dst:
+            for info in src.infolist():
+                if info.filename != missing:
+                    dst.writestr(info, src.read(info))
+        assert refusal(out.getvalue()) == f"the DOCX is damaged (its part {missing} is missing)", missing

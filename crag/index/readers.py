@@ -289,6 +289,8 @@ def _check_zip(data: bytes) -> zipfile.ZipFile:
             raise _Refused(f"the DOCX is damaged or cut short (its zip archive cannot be opened: {_one_line(exc)})") from exc
         raise _Refused(f"it is not a DOCX (not a zip archive: {_one_line(exc)})") from exc
     names = {p.filename: p for p in parts}
+    if "[Content_Types].xml" not in names and _wordish(names):
+        raise _Refused("the DOCX is damaged (its part [Content_Types].xml is missing)")
     if "[Content_Types].xml" not in names:  # no Office package: an e-book, an OpenDocument, any zip
         kind = names.get("mimetype")
         mimetype = _one_line(zf.read(kind)[:100].decode("ascii", "replace"), 80) if kind and kind.file_size <= 100 else ""
@@ -301,6 +303,15 @@ def _check_zip(data: bytes) -> zipfile.ZipFile:
     if xml > MAX_DOCX_XML_BYTES:
         raise _Refused(f"its XML unpacks to {_mib(xml)}; crag reads at most {_mib(MAX_DOCX_XML_BYTES)}")
     return zf
+
+
+def _wordish(names: Iterable[str]) -> bool:
+    """Whether a zip holding ``names`` has Word's parts (its ``word/`` folder): a DOCX, if a damaged one."""
+    return any(name.startswith("word/") for name in names)
+
+
+# python-docx's error for a part a package's relationships name and its zip archive lacks (zipfile's).
+_NO_PART = re.compile(r"There is no item named '(.*)' in the archive")
 
 
 def _is_xml(name: str) -> bool:
@@ -364,10 +375,15 @@ def _docx(data: bytes) -> str:
     try:
         package = Package.open(io.BytesIO(_xml_only(zf)))
         main = package.main_document_part
-    except KeyError as exc:  # a zip of Office parts whose package names no main document
+    except KeyError as exc:  # a zip of Office parts whose package names no main document, or lacks a part
         if _strict_word(zf):
             raise _Refused("it is a Word document saved as Strict Open XML, which python-docx cannot read: "
                            "save it as a Word Document (.docx) to index it") from exc
+        named = _NO_PART.search(str(exc))  # a part its relationships name, its styles or a header, say
+        names = zf.namelist()
+        missing = named[1] if named else "_rels/.rels" if "_rels/.rels" not in names and _wordish(names) else None
+        if missing is not None:
+            raise _Refused(f"the DOCX is damaged (its part {_one_line(missing, 80)} is missing)") from exc
         raise _Refused("it is not a DOCX but a zip archive with no Word document in it") from exc
     except Exception as exc:  # python-docx raises zipfile, lxml and its own errors alike
         raise _Refused(f"python-docx cannot read it ({_one_line(f'{type(exc).__name__}: {exc}')})") from exc
