@@ -274,3 +274,26 @@ def test_a_grep_match_in_a_pdf_keeps_its_window_on_the_matching_page(kb: Path, t
     assert first.text == "Installation steps follow.\nThe widget needs a torque wrench.\nTighten every flange to forty newton metres."
     assert location(intro.source, intro.start_line, intro.end_line) == {"page": 1, "start_line": 1, "end_line": 2}
     assert intro.text == "Widget guide\nAn introduction to the widget."
+
+
+def test_a_pdf_ending_in_blank_pages_keeps_its_page_count(kb: Path, tmp_path: Path) -> None:
+    """The text of a PDF ended at its last line of text, so its blank last pages were gone:
+    ``read_file`` of page 4 of a four-page PDF whose last page is blank said "has 3 pages;
+    page 4 is past the end"; it is a page with no text, as a blank page inside it is."""
+    from crag.config import Settings
+    from crag.errors import ToolError
+    from crag.state import ToolCall
+    from crag.tools import Toolbox
+
+    make_pdf(kb / "blank.pdf", [["First page."], [], ["Third page."], []])
+    assert cli("index", "docs")[0] == 0
+    box = Toolbox(Settings(index_dir=str(tmp_path / ".crag")), cwd=tmp_path)
+    try:
+        for page, said in ((2, "page 2 of docs/blank.pdf has no text"), (4, "page 4 of docs/blank.pdf has no text"),
+                           (5, "docs/blank.pdf has 4 pages; page 5 is past the end")):
+            with pytest.raises(ToolError, match=said):
+                box.run(ToolCall("read_file", {"path": "docs/blank.pdf", "page": page}))
+        [third] = box.run(ToolCall("read_file", {"path": "docs/blank.pdf", "page": 3}))
+    finally:
+        box.close()
+    assert third.text == "Third page."

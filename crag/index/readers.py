@@ -260,7 +260,8 @@ def _pdf(data: bytes) -> str:
         if len(lines) > PAGE_LINES:  # keep every word, on the page's last line (the chunker cuts it)
             lines[PAGE_LINES - 1 :] = [" ".join(lines[PAGE_LINES - 1 :])]
         out += lines + [""] * (PAGE_LINES - len(lines))
-    while out and not out[-1]:
+    last_page = (len(pages) - 1) * PAGE_LINES + 1  # the last page's first line: a blank last page is still a page
+    while len(out) > last_page and not out[-1]:
         out.pop()
     return "\n".join(out) + "\n" if out else ""
 
