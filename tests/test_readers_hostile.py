@@ -209,6 +209,27 @@ def test_a_pdf_over_the_page_limit_or_the_time_budget_is_refused_and_not_parsed_
     assert len(opened) == 2
 
 
+def test_the_time_budget_holds_while_pypdf_repairs_a_damaged_pdf(monkeypatch: pytest.MonkeyPatch) -> None:
+    """pypdf parses every object of a PDF whose cross-reference table is wrong before it reads a
+    page, and the time was checked only at a page's operators: a 52 MB file of small objects took
+    100 s to be refused for taking longer than 60 s. The time is now checked as pypdf reads."""
+    import pypdf
+
+    objects = b"".join(b"%d 0 obj\n<< /Type /Page /Parent 2 0 R >>\nendobj\n" % n for n in range(3, 3000))
+    data = (b"%PDF-1.4\n1 0 obj\n<< /Type /Catalog /Pages 2 0 R >>\nendobj\n2 0 obj\n<< /Type /Pages /Kids [3 0 R] "
+            b"/Count 1 >>\nendobj\n" + objects + b"trailer\n<< /Root 1 0 R >>\nstartxref\n123\n%%EOF\n")
+    opened = []
+    real = pypdf.PdfReader.__init__
+    monkeypatch.setattr(pypdf.PdfReader, "__init__", lambda self, *a, **k: real(self, *a, **k) or opened.append(1))
+    monkeypatch.setattr(readers, "TIME_BUDGET_SECONDS", -1.0)
+    with pytest.raises(ValueError, match=r"^reading it took longer than -1 s$"):
+        read_document(PDF_READER, data)
+    assert not opened  # refused while pypdf was still repairing the file
+    monkeypatch.setattr(readers, "TIME_BUDGET_SECONDS", 60.0)
+    with pytest.raises(ValueError, match=r"^no text on its 1 page"):  # repaired, within the time
+        read_document(PDF_READER, data)
+
+
 def docx_with(path: Path, extra_xml: bytes) -> Path:
     """A real DOCX (python-docx) whose document.xml gets ``extra_xml`` before the body's end."""
     make_docx(path)

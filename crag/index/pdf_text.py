@@ -1,14 +1,39 @@
 """The text of a PDF page as a person reads it, beyond what pypdf extracts: the values filled
 into its form fields (``form_values``), words a typesetter broke at a line's end read whole
-(``joined_hyphens``), typographic ligatures as the letters a person types (``LIGATURES``).
-The reader (``crag.index.readers``) opens the PDF and owns the limits.
+(``joined_hyphens``), typographic ligatures as the letters a person types (``LIGATURES``);
+and the file's bytes as pypdf reads them, within the reader's time (``TimedBytes``). The reader
+(``crag.index.readers``) opens the PDF and owns the limits.
 """
 
 from __future__ import annotations
 
+import io
 import re
+import time
 
-__all__ = ["LIGATURES", "form_values", "joined_hyphens"]
+__all__ = ["LIGATURES", "OutOfTime", "TimedBytes", "form_values", "joined_hyphens"]
+
+
+class OutOfTime(BaseException):
+    """A PDF's time is up, raised from inside pypdf: not an ``Exception``, which pypdf catches and
+    goes on from while it repairs a damaged file."""
+
+
+class TimedBytes(io.BytesIO):
+    """A PDF's bytes as pypdf reads them, raising ``OutOfTime`` past ``deadline`` (a
+    ``time.monotonic`` value): pypdf parses every object of a PDF whose cross-reference table is
+    damaged before it reads a page (minutes for a large file), while the reader checks its time
+    at a page's operators, after that."""
+
+    def __init__(self, data: bytes, deadline: float) -> None:
+        super().__init__(data)
+        self.deadline, self.reads = deadline, 0
+
+    def read(self, size: int | None = -1) -> bytes:
+        self.reads += 1
+        if not self.reads % 1024 and time.monotonic() > self.deadline:
+            raise OutOfTime
+        return super().read(size)
 
 
 def form_values(page: object, text: str) -> list[str]:

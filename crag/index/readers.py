@@ -56,7 +56,7 @@ from attrs import frozen
 from ..pages import PAGE_LINES
 from ..safe_text import display_name
 from .decoding import UTF16_BOMS, decode_text, utf16_codec, utf16_text, without_invisible
-from .pdf_text import LIGATURES, form_values, joined_hyphens
+from .pdf_text import LIGATURES, OutOfTime, TimedBytes, form_values, joined_hyphens
 
 __all__ = [
     "DISTRIBUTION", "MAX_DOCX_XML_BYTES", "MAX_PDF_PAGES", "MAX_TEXT_BYTES", "READERS", "UTF16_BOMS",
@@ -70,7 +70,7 @@ MAX_TEXT_BYTES = 8 * 1024 * 1024  # the most text of one file: a text file's siz
 MAX_PDF_PAGES = 2000  # pypdf needs about 1.5 ms and 80 KB a page: a longer PDF is refused
 MAX_DOCX_XML_BYTES = 32 * 1024 * 1024  # what a DOCX's XML may unpack to (python-docx holds it all)
 MAX_ZIP_RATIO = 100  # an XML part over 1 MiB unpacking to more than this many times its size: a zip bomb
-TIME_BUDGET_SECONDS = 60.0  # a reader taking longer gives up (checked at each PDF operator, each DOCX paragraph)
+TIME_BUDGET_SECONDS = 60.0  # a reader taking longer gives up (checked as pypdf reads, at each PDF operator, each DOCX paragraph)
 
 # The loggers of the libraries readers use, caught while a reader runs.
 _LIBRARY_LOGGERS = ("pypdf",)
@@ -219,7 +219,7 @@ def _pdf(data: bytes) -> str:
         raise _Refused("the file is empty")
     budget = _Budget()
     try:
-        reader = PdfReader(io.BytesIO(data))
+        reader = PdfReader(TimedBytes(data, budget.deadline))
         if reader.is_encrypted:
             try:
                 opened = reader.decrypt("")  # an empty user password: it opens without asking
@@ -246,6 +246,8 @@ def _pdf(data: bytes) -> str:
             raise _Refused("it is not a PDF (it does not start with %PDF-, as a PDF does)") from exc
         cut = ": the PDF is cut short, with no %%EOF at its end (copy it again)" if b"%%EOF" not in data else ""
         raise _Refused(f"pypdf cannot read it ({_one_line(exc)}){cut}") from exc
+    except OutOfTime:  # pypdf spent the time reading the file, before any page's operators
+        raise _Refused(f"reading it took longer than {TIME_BUDGET_SECONDS:g} s") from None
     except DependencyError as exc:
         if "AES" not in str(exc):
             raise
