@@ -313,8 +313,12 @@ def build_server(agent: "Agent", *, model_option: bool = False) -> "MCPServer":
         The text is the answer with its footer and usage block; the structured content also has
         `citations`, `usage`, `grounding`, `complexity`, `trace` and `audit`.
         """
-        answer = await guarded(agent.ask, question, history or [], kind="ask")
-        await anyio.to_thread.run_sync(_log, agent, answer, limiter=threads["ask"])
+        def answered() -> Any:  # answered and logged in one thread: a second one for the log queued behind asks
+            answer = agent.ask(question, history or [])
+            _log(agent, answer)
+            return answer
+
+        answer = await guarded(answered, kind="ask")
         return result(answer.answer, answer.to_dict())
 
     async def search(query: str, top_k: Count = None) -> Annotated[CallToolResult, search_result]:

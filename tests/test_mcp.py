@@ -456,6 +456,55 @@ def test_a_slow_ask_never_holds_other_calls(workdir: Path) -> None:
         anyio.run(session)
 
 
+def test_a_finished_ask_is_answered_while_more_asks_wait_for_a_thread(workdir: Path) -> None:
+    """An answer the model had given waited for a worker thread to add it to the answer log,
+    queued behind asks that had not started yet, so it reached its client only once enough
+    asks held by a slow model had ended (their timeout, then their retries)."""
+    import threading
+    import time
+
+    from tests.fakes import route
+    from tests.openai_server import Delay, FakeOpenAIServer
+
+    released = threading.Event()
+
+    def held(body):  # the first ask's reply, once the others fill every ask thread and queue
+        released.wait(60)
+        return route("chitchat")
+
+    with FakeOpenAIServer() as srv:
+        srv.script("analyze_and_route", held)
+        srv.default("analyze_and_route", Delay(120, route("chitchat")))
+        srv.default("synthesize", "Hello! Ask me about the documents.")
+        params = _slow_llm_params(workdir, srv)
+
+        async def session() -> None:
+            async with Client(params, read_timeout_seconds=120) as client, anyio.create_task_group() as tg:
+                done = anyio.Event()
+
+                async def first() -> None:
+                    got = await client.call_tool("ask", {"question": "hello there"})
+                    assert not got.is_error and "Hello!" in text_of(got), text_of(got)
+                    done.set()
+
+                tg.start_soon(first)
+                while not srv.requests:
+                    await anyio.sleep(0.05)
+                for n in range(43):  # 40 threads: the first ask and 39 more hold them, 4 wait
+                    tg.start_soon(client.call_tool, "ask", {"question": f"hello {n}"})
+                while len(srv.requests) < 40:
+                    await anyio.sleep(0.05)
+                await anyio.sleep(1.0)  # the 4 others are queued for a thread
+                started = time.monotonic()
+                released.set()
+                with anyio.fail_after(30):  # held: until 4 slow asks end, >= 60 s
+                    await done.wait()
+                assert time.monotonic() - started < 20.0
+                tg.cancel_scope.cancel()
+
+        anyio.run(session)
+
+
 def test_searches_waiting_on_a_slow_embeddings_server_never_hold_a_read_file(workdir: Path) -> None:
     """Searches and reads took their worker threads from one pool of 40: 40 searches waiting on
     an embeddings server that does not answer held every one, and a read_file, which needs no
