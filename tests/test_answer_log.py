@@ -916,6 +916,14 @@ def test_a_log_search_finds_an_accented_letter_however_it_was_typed(project: Pat
     assert code == 0 and "no logged answers matching" in out
 
 
+def test_a_search_that_finds_nothing_names_the_query_as_it_was_typed(project: Path) -> None:
+    """``crag log 'C:\\temp\\build'`` said "no logged answers matching 'C:\\\\temp\\\\build'": the
+    query was shown as Python writes a string, each backslash doubled, not as it was typed."""
+    assert cli("ask", "Which port does the server listen on?")[0] == 0
+    code, out, err = cli("log", "C:\\temp\\build", "O'Brien")
+    assert (code, out, err) == (0, "no logged answers matching 'C:\\temp\\build O'Brien' in .crag/log.sqlite\n", "")
+
+
 def test_a_log_search_reads_the_answers_text_not_its_usage_block_or_source_list(project: Path) -> None:
     """``crag log latency`` (or plan, tokens, the cited folder's name) listed every answer: each
     one's usage block and source list hold those words."""

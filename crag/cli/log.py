@@ -154,7 +154,7 @@ def cmd_log(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             _write_json(entries, out)
             return _log_note(log.path, err)
         if not _write_list(entries, out):
-            what = f"matching {query!r} " if query else ""
+            what = f"matching '{short_value(query)}' " if query else ""  # as typed: no doubled backslash
             off = " (KB_AGENT_LOG=off: nothing is logged)" if not config.log else ""
             out.write(shown(f"no logged answers {what}in {log.path}{off}") + "\n")
             return 0
