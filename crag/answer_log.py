@@ -467,7 +467,8 @@ def _remedy(exc: BaseException, after: str, before: str = "") -> str:
         return f"{before}upgrade crag{after}"
     if "disk is full" in text:
         return f"{before}free some disk space{after}"
-    if any(w in text for w in ("not a database", "malformed", "corrupt", "no such table", "no such column", "already exists")):
+    if any(w in text for w in ("not a database", "malformed", "corrupt", "no such table", "no such column",
+                               "already exists", "another program's")):
         return f"{before}move it away to start a new log{after}"  # damaged, or not crag's tables
     return ""
 

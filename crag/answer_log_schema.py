@@ -105,10 +105,15 @@ def migrate(db: sqlite3.Connection) -> None:
 
 def applied(db: sqlite3.Connection) -> set[int]:
     """The migrations the log has had (none when it has no ``migrations`` table: reading
-    that writes nothing, so an empty file stays empty)."""
+    that writes nothing, so an empty file stays empty). A version that is no whole number
+    (another program's ``migrations``, a row edited by hand) is an error saying so: compared
+    with crag's numbers it was a traceback."""
     if db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'migrations'").fetchone() is None:
         return set()
-    return {v for (v,) in db.execute("SELECT version FROM migrations")}
+    done = {v for (v,) in db.execute("SELECT version FROM migrations")}
+    if any(not isinstance(version, int) for version in done):
+        raise sqlite3.DatabaseError("its migrations table is another program's: a version is not a whole number")
+    return done
 
 
 def statements(sql: str) -> Iterator[str]:

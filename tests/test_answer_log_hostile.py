@@ -268,6 +268,27 @@ def test_another_programs_database_where_the_log_belongs_says_to_move_it_away(pr
     assert code == 0 and "8080" in out and "crag: note: " in err and "move it away to start a new log" in err
 
 
+@pytest.mark.parametrize("version", ["'20240101_init'", "NULL", "1.5", "x'01'"])
+def test_a_migrations_table_of_another_program_says_to_move_the_log_away(project: Path, version: str) -> None:
+    """A ``log.sqlite`` whose ``migrations`` table is another program's (a version named
+    ``20240101_init``, or empty, or a fraction) was a traceback comparing it with crag's
+    numbers, from ``crag log`` and after every answer, with exit status 1."""
+    import sqlite3
+
+    db = sqlite3.connect(project / ".crag" / "log.sqlite")
+    db.execute("CREATE TABLE migrations (version, description TEXT, applied REAL)")
+    db.execute(f"INSERT INTO migrations VALUES ({version}, 'init', 0)")
+    db.commit()
+    db.close()
+    code, out, err = cli("log")
+    assert code == 1 and out == "" and err.count("\n") == 1 and "Traceback" not in err, err
+    assert err.startswith("crag: error: ") and "another program's" in err and "move it away to start a new log" in err
+    code, out, err = cli("ask", "Which port does the server listen on?")
+    assert code == 0 and "8080" in out and "crag: note: " in err and "move it away to start a new log" in err, err
+    code, out, err = cli("ask", "-c", "And backups?")
+    assert code == 1 and err.count("\n") == 1 and "move it away to start a new log" in err, err
+
+
 def test_the_note_of_no_earlier_conversation_names_its_log_without_escape_sequences(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``ask -c`` with no logged conversation names the log it looked in; a state folder whose
