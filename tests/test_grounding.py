@@ -884,6 +884,21 @@ def test_a_sentence_pointing_at_its_source_keeps_its_see_with_the_marker_after_i
                    (doc, other))
         assert g.body.startswith(f"Deployments run every Tuesday [1]. {lead} [2], the rollback command is `widget "
                                  "rollback`."), (lead, g.body)
+    # whatever follows its comma, and in a list item or a quote: "According to, `widget rollback` is
+    # ... [2]." was left, and "- for the rollback command ... [2]." of "- See [9] for the ..."
+    for said, kept in (("According to [9], `widget rollback` is the rollback command.",
+                        "According to [2], `widget rollback` is the rollback command."),
+                       ("As stated in [9], 30 seconds is what a rollback takes.",
+                        "As stated in [2], 30 seconds is what a rollback takes."),
+                       ("- See [9] for the rollback command `widget rollback`.",
+                        "- See [2] for the rollback command `widget rollback`."),
+                       ("> According to [9], the rollback command is `widget rollback`.",
+                        "> According to [2], the rollback command is `widget rollback`."),
+                       ("2. According to [9], the rollback command is `widget rollback`.",
+                        "2. According to [2], the rollback command is `widget rollback`.")):
+        timed = EvidenceItem("vector_search", "kb/deploy.md", doc.text + "A rollback takes 30 seconds.\n", 1, 5)
+        g = ground(f"- Deployments run every Tuesday [1].\n{said}", (timed, other))
+        assert g.body.startswith(f"- Deployments run every Tuesday [1].\n{kept}"), (said, g.body)
 
 
 def test_claims_see_numbers_identifiers_and_code():

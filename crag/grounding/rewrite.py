@@ -58,14 +58,17 @@ _ENDS = SENTENCE_ENDS + "。！？"
 
 
 # A sentence that points at its source before saying what is there: "See [2] for the rollback
-# command.", "Also see [1][3] for ...", "See [1], [3] and [4] for ...", "According to [2], the ...".
+# command.", "Also see [1][3] for ...", "See [1], [3] and [4] for ...", "According to [2], the ...",
+# "According to [2], `widget rollback` is ...", a list item's or a quote's ("- See [2] for ...").
 # Its marker stays after the "see", in the place of the whole run ("See [2] and for ..." was left
-# of "See [3] and [4] for ...", and "According to, the ... [2]." of "According to [2], the ...").
+# of "See [3] and [4] for ...", "According to, the ... [2]." of "According to [2], the ...", and
+# "- for the ... [2]." of "- See [9] for the ...").
 _POINTED = r"\[[^\]\n]*\d[^\]\n]*\]"
-_POINTER = re.compile(r"([ \t]*(?:(?:(?:also,?|please|you[ \t]+can(?:[ \t]+also)?)[ \t]+)?see(?:[ \t]+also)?"
+_POINTER = re.compile(r"([ \t]*(?:>[ \t]?)*(?:(?:[-*+]|\d{1,9}[.)])[ \t]+)?"
+                      r"(?:(?:(?:also,?|please|you[ \t]+can(?:[ \t]+also)?)[ \t]+)?see(?:[ \t]+also)?"
                       r"|according[ \t]+to|as[ \t]+(?:noted|stated|described|explained|shown|mentioned)[ \t]+in))[ \t]*"
                       + _POINTED + r"(?:(?:[ \t]*[,;&][ \t]*(?:(?:and|or)[ \t]+)?|[ \t]+(?:and|or)[ \t]+|[ \t]*)"
-                      + _POINTED + r")*(?=[ \t]*,?[ \t]*[^\W\d_])", re.I)
+                      + _POINTED + r")*(?=[ \t]*,?[ \t]*[^\W\d_]|[ \t]*,[ \t]*[\d`\"'“‘(*_])", re.I)
 
 
 def replace_markers(text: str, tag: str) -> str:
