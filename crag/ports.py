@@ -435,7 +435,7 @@ class Store(Protocol):
     with ``check`` also when its vectors do not match its metadata); ``version()`` is a cheap check of which
     state is published. ``writer_lock(timeout, waiting)`` is held by the one indexer allowed
     at a time (a second calls ``waiting()`` once, when given, then waits up to ``timeout``
-    seconds and raises ``IndexStoreError``).
+    seconds and raises ``IndexStoreError``); ``building()`` whether an indexer holds it now.
     ``roots()`` are the published state's roots; ``roots(salvage=True)`` the roots a state
     that cannot be read as this crag's (damaged, an older format) still records, as far as
     they can be read, else (): what a rebuild walks besides the paths it is given.
@@ -453,6 +453,8 @@ class Store(Protocol):
     def roots(self, salvage: bool = False) -> tuple[str, ...]: ...
 
     def writer_lock(self, timeout: float, waiting: Callable[[], None] | None = None) -> AbstractContextManager[object]: ...
+
+    def building(self) -> bool: ...
 
     def begin(self, base: StoreState | None, embedder: Embedder, chunker: str) -> StoreUpdate: ...
 

@@ -636,6 +636,22 @@ def test_roots_remove_while_the_first_index_is_built_says_it_is_being_built(kb: 
     assert code == 1 and err.startswith(f"crag: error: no index in {first}: run ") and err.count("\n") == 1
 
 
+def test_roots_while_the_first_index_is_built_says_it_is_being_built(kb: Path, tmp_path: Path) -> None:
+    """``roots`` while the first ``crag index`` of the index runs said "no roots: `python -m crag
+    index PATH` adds one", to a user who just ran it, where ``search`` and ``roots --remove``
+    say the index is being built."""
+    from crag.index.layout import IndexLock
+
+    first = tmp_path / "first"
+    first.mkdir()
+    with IndexLock(str(first)):
+        code, out, err = cli("--index", str(first), "roots")
+    assert (code, out, err) == (0, "no roots in first yet: a crag index is building it now; try again when it "
+                                   "has finished\n", "")
+    code, out, _ = cli("--index", str(first), "roots")  # none being built: index one
+    assert code == 0 and out.startswith("no roots in first: `python -m crag ") and out.endswith(" index PATH` adds one\n")
+
+
 @pytest.mark.parametrize("command", [("ask", "Which page is another?"), ("search", "another", "page")])
 def test_ask_and_search_with_kb_say_so_while_they_wait_for_another_crag_index(kb: Path, tmp_path: Path, command) -> None:
     """``--kb`` indexes first: while another crag index held the index, ``ask`` and ``search``

@@ -240,9 +240,13 @@ def _count(n: int, one: str) -> str:
     return f"{n} {one}" if n == 1 else f"{n} {one}s"
 
 
-def roots_text(rows: Sequence[RootRow], location: str, state: StoreState | None, cwd: str | None = None) -> str:
-    """What ``python -m crag roots`` prints: one line per root, missing ones said so."""
+def roots_text(rows: Sequence[RootRow], location: str, state: StoreState | None, cwd: str | None = None,
+               building: bool = False) -> str:
+    """What ``python -m crag roots`` prints: one line per root, missing ones said so; with none
+    published while the first ``crag index`` is ``building`` the index, that it is."""
     where = location_label(location, cwd)
+    if state is None and building:
+        return f"no roots in {where} yet: a crag index is building it now; try again when it has finished\n"
     if state is None or not rows:
         return f"no roots in {where}: `python -m crag index PATH` adds one\n"
     names = [display_name(relative_label(r.path, cwd)) for r in rows]

@@ -48,7 +48,8 @@ def cmd_roots(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             report = drop_roots(config, args.remove, waiting=waiting_note(config, err))
             out.write(shown(own_name(removed_text(report, before))))
         else:
-            out.write(shown(own_name(roots_text(before, store.location, store.state(files=False)))))
+            state = store.state(files=False)
+            out.write(shown(own_name(roots_text(before, store.location, state, building=state is None and store.building()))))
     finally:
         store.close()
     return 0

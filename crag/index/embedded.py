@@ -90,6 +90,9 @@ class EmbeddedStore:
             return layout.salvage_roots(self.index_dir)
         return indexed_roots(self.index_dir)
 
+    def building(self) -> bool:
+        return layout.being_built(self.index_dir)
+
     def open_retriever(self, embedder: Embedder, weights: SearchWeights | None = None) -> IndexReader:
         return open_index(self.index_dir, embedder, weights)
 

@@ -475,14 +475,16 @@ class PostgresStore:
             raise self._no_index()
         return state.roots
 
-    def _no_index(self) -> IndexStoreError:
-        """"No index" as the embedded store says it: "yet" while an indexer holds the lock."""
+    def building(self) -> bool:
         try:
             with self.connect(autocommit=True) as conn:
-                building = conn.execute(LOCK_HELD, (LOCK_KEY,)).fetchone()[0]
+                return bool(conn.execute(LOCK_HELD, (LOCK_KEY,)).fetchone()[0])
         except (IndexStoreError, self.psycopg.Error):
-            building = False
-        if building:
+            return False
+
+    def _no_index(self) -> IndexStoreError:
+        """"No index" as the embedded store says it: "yet" while an indexer holds the lock."""
+        if self.building():
             return IndexStoreError(f"no index in {self.location} yet: a crag index is building it now; "
                                    "try again when it has finished", self.location)
         return IndexStoreError(f"no index in {self.location}: run `python -m crag index PATH` first", self.location)
