@@ -215,3 +215,24 @@ def test_cragignore_and_ignore_outrank_a_deeper_gitignore_as_ripgrep_ranks_them(
     (kb / "sub" / ".ignore").write_text("!y.md\n", encoding="utf-8")  # a deeper file of the same kind decides
     (kb / ".cragignore").write_text("x.md\n!w.md\n", encoding="utf-8")  # and .cragignore outranks .ignore
     assert crag_indexed(kb) == {"sub/y.md", "w.md"}
+
+
+@pytest.mark.parametrize("kind", ["empty folder", "file naming a folder that is gone", "repository"])
+def test_a_git_that_is_no_repository_does_not_stop_the_ignore_files_above(tmp_path: Path, kind: str) -> None:
+    """A folder holding an empty ``.git`` folder, or a ``.git`` file whose ``gitdir:`` is gone (a
+    submodule copied out of its project), is no repository to git, which leaves out there what
+    the ``.gitignore`` above says; crag took any ``.git`` for a repository of its own and indexed
+    ``sub/secret.md``. A real repository inside keeps its own rules."""
+    kb = tmp_path / "kb"
+    build(kb, ["sub"], ["ok.md", "secret.md", "sub/ok.md", "sub/secret.md"], {"": ["secret.md"]})
+    if kind == "empty folder":
+        (kb / "sub" / ".git").mkdir()
+    elif kind == "repository":
+        subprocess.run(["git", "init", "-q", str(kb / "sub")], check=True, env=git_env(str(tmp_path)))
+    else:
+        (kb / "sub" / ".git").write_text("gitdir: ../../super/.git/modules/sub\n", encoding="utf-8")
+    outer = git_untracked(kb, kb)
+    assert outer == ({"ok.md", "sub/"} if kind == "repository" else {"ok.md", "sub/ok.md"})  # git does not enter a repository
+    inner = {"sub/ok.md", "sub/secret.md"} if kind == "repository" else {"sub/ok.md"}
+    assert crag_indexed(kb) == {"ok.md"} | inner
+    assert crag_indexed(kb / "sub") == {name.removeprefix("sub/") for name in inner}

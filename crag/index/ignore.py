@@ -6,13 +6,14 @@ matches a path decides for its kind. The kinds rank as ripgrep ranks them, whate
 depth: ``.cragignore`` (crag's own, as ripgrep's ``.rgignore``) first, then ``.ignore``,
 then ``.gitignore``, then the repository's ``.git/info/exclude``, then git's
 ``core.excludesFile``: a ``.gitignore`` deeper down cannot take back what a ``.cragignore``
-leaves out. A folder holding ``.git`` is a repository of its own: ``.gitignore`` files
+leaves out. A folder holding a ``.git`` git takes for a repository (not an empty
+``.git`` folder, nor a ``.git`` file naming one gone) is a repository of its own: ``.gitignore`` files
 above it do not reach into it, and its own ``.git/info/exclude`` applies (in the folder a
 ``.git`` file names, for a linked work tree or a submodule, as git finds it). The
 ``.cragignore`` and ``.ignore`` files of every folder above a root are read, up to the
 filesystem's root, git work tree or not (as ripgrep reads its own in parent folders); the
 ``.gitignore`` files above it only up to the top of its git work tree (the nearest folder
-holding ``.git``; none outside one), so ``crag index docs`` in a repository honours the
+holding such a ``.git``; none outside one), so ``crag index docs`` in a repository honours the
 repository's ``.gitignore``. Unlike ripgrep, a ``.gitignore`` inside the root counts
 outside a git work tree too. A folder that is
 ignored is not entered, so nothing under it can be taken back (as in git). ``--exclude
@@ -224,7 +225,7 @@ class Ignores:
 
     def _repository(self, folder: str) -> bool:
         if folder not in self._repos:
-            self._repos[folder] = os.path.lexists(os.path.join(folder, ".git"))
+            self._repos[folder] = _holds_repository(folder)
         return self._repos[folder]
 
     def ignored(self, path: str, is_dir: bool) -> bool:
@@ -343,12 +344,22 @@ def _core_excludes(config: str) -> str | None:
     return value
 
 
-def _git_common_dir(git: str) -> str | None:
-    """The folder holding a work tree's ``info/exclude``, as git finds it: ``.git`` itself; for
-    a ``.git`` file (a linked work tree, a submodule) the folder its ``gitdir:`` line names, or
-    the common folder that folder's ``commondir`` names. None when there is none."""
-    if os.path.isdir(git):
-        return git
+def _holds_repository(folder: str) -> bool:
+    """Whether ``folder/.git`` is a repository as git recognises one: its git folder holds
+    ``HEAD``, its common folder ``objects`` and ``refs``. An empty ``.git`` folder, or a
+    ``.git`` file naming a folder that is gone (a submodule copied out of its project), is
+    not one, and the ignore files above still reach into ``folder``, as git applies them."""
+    git = os.path.join(folder, ".git")
+    common = _git_common_dir(git)
+    if common is None:
+        return False
+    own = git if os.path.isdir(git) else _gitdir_named(git)
+    return (own is not None and os.path.isfile(os.path.join(own, "HEAD"))
+            and all(os.path.isdir(os.path.join(common, name)) for name in ("objects", "refs")))
+
+
+def _gitdir_named(git: str) -> str | None:
+    """The folder a ``.git`` file's ``gitdir:`` line names (None: not such a file)."""
     try:
         with open(git, "rb") as f:
             head = f.read(4096).decode("utf-8", "surrogateescape")
@@ -356,7 +367,18 @@ def _git_common_dir(git: str) -> str | None:
         return None
     if not head.startswith("gitdir:"):
         return None
-    found = os.path.join(os.path.dirname(git), head[len("gitdir:"):].splitlines()[0].strip())
+    return os.path.join(os.path.dirname(git), head[len("gitdir:"):].splitlines()[0].strip())
+
+
+def _git_common_dir(git: str) -> str | None:
+    """The folder holding a work tree's ``info/exclude``, as git finds it: ``.git`` itself; for
+    a ``.git`` file (a linked work tree, a submodule) the folder its ``gitdir:`` line names, or
+    the common folder that folder's ``commondir`` names. None when there is none."""
+    if os.path.isdir(git):
+        return git
+    found = _gitdir_named(git)
+    if found is None:
+        return None
     try:
         with open(os.path.join(found, "commondir"), "rb") as f:
             common = f.read(4096).decode("utf-8", "surrogateescape").splitlines()
@@ -373,7 +395,7 @@ def _work_tree_top(root: str) -> str:
     start = root if os.path.isdir(root) else os.path.dirname(root)
     folder = start
     while True:
-        if os.path.exists(os.path.join(folder, ".git")):
+        if _holds_repository(folder):
             return folder
         parent = os.path.dirname(folder)
         if parent == folder:
