@@ -236,3 +236,28 @@ def test_a_git_that_is_no_repository_does_not_stop_the_ignore_files_above(tmp_pa
     inner = {"sub/ok.md", "sub/secret.md"} if kind == "repository" else {"sub/ok.md"}
     assert crag_indexed(kb) == {"ok.md"} | inner
     assert crag_indexed(kb / "sub") == {name.removeprefix("sub/") for name in inner}
+
+
+def test_an_excludes_file_set_empty_reads_none_as_git_reads_none(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``core.excludesFile`` set empty in the repository's configuration turns off the user's
+    excludes file for that repository, the default one as well, in git; crag took an empty
+    value for an unset one and went on leaving out what the global one names."""
+    top, home = tmp_path / "kb", tmp_path / "home"
+    build(top, [], ["a.md", "global-secret.md", "default-secret.md"], {})
+    (home / "git").mkdir(parents=True)
+    (home / "git" / "ignore").write_text("default-*\n", encoding="utf-8")
+    (tmp_path / "global ignore").write_text("global-*\n", encoding="utf-8")
+    config = tmp_path / "gitconfig"
+    config.write_text(f'[core]\n\texcludesFile = "{tmp_path / "global ignore"}"\n', encoding="utf-8")
+    env = {**os.environ, "HOME": str(home), "XDG_CONFIG_HOME": str(home), "GIT_CONFIG_NOSYSTEM": "1",
+           "GIT_CONFIG_GLOBAL": str(config)}
+    for name in ("HOME", "XDG_CONFIG_HOME", "GIT_CONFIG_NOSYSTEM", "GIT_CONFIG_GLOBAL"):
+        monkeypatch.setenv(name, env[name])
+    subprocess.run(["git", "init", "-q", str(top)], check=True, env=env)
+    assert crag_indexed(top) == {"a.md", "default-secret.md"}
+    subprocess.run(["git", "-C", str(top), "config", "core.excludesFile", ""], check=True, env=env)
+    out = subprocess.run(["git", "-C", str(top), "ls-files", "--others", "--exclude-standard", "-z"],
+                         check=True, capture_output=True, env=env).stdout
+    by_git = {os.fsdecode(p) for p in out.split(b"\0") if p}
+    assert by_git == {"a.md", "global-secret.md", "default-secret.md"}
+    assert crag_indexed(top) == by_git

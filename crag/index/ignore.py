@@ -296,8 +296,8 @@ class Ignores:
 def _excludes_file(common: str, top: str) -> str | None:
     """The file git reads as ``core.excludesFile`` for the repository in ``common``: the last
     value in the system, user and repository configuration (``GIT_CONFIG_NOSYSTEM`` and
-    ``GIT_CONFIG_GLOBAL`` honoured; ``include`` directives are not followed), else
-    ``$XDG_CONFIG_HOME/git/ignore`` (``~/.config/git/ignore``)."""
+    ``GIT_CONFIG_GLOBAL`` honoured; ``include`` directives are not followed; an empty one
+    names no file), else ``$XDG_CONFIG_HOME/git/ignore`` (``~/.config/git/ignore``)."""
     home = os.path.expanduser("~")
     xdg = os.environ.get("XDG_CONFIG_HOME") or os.path.join(home, ".config")
     configs = [] if os.environ.get("GIT_CONFIG_NOSYSTEM") else ["/etc/gitconfig"]
@@ -306,16 +306,20 @@ def _excludes_file(common: str, top: str) -> str | None:
     configs.append(os.path.join(common, "config"))
     value = None
     for config in configs:
-        value = _core_excludes(config) or value
+        found = _core_excludes(config)
+        value = value if found is None else found
     if value is None:
         return os.path.join(xdg, "git", "ignore")
+    if not value:  # set empty: git reads no excludes file, not even its default one
+        return None
     if value == "~" or value.startswith("~/"):
         value = home + value[1:]
     return os.path.join(top, value)  # an absolute value stays as it is
 
 
 def _core_excludes(config: str) -> str | None:
-    """The last ``excludesFile`` of the ``[core]`` section of a git config file, if any."""
+    """The last ``excludesFile`` of the ``[core]`` section of a git config file, if any
+    (``""``: set empty)."""
     try:
         with open(config, "rb") as f:
             text = f.read(1 << 20).decode("utf-8", "surrogateescape")
@@ -340,7 +344,7 @@ def _core_excludes(config: str) -> str | None:
                 break
             else:
                 out.append(ch)
-        value = "".join(out).strip() or None
+        value = "".join(out).strip()
     return value
 
 
