@@ -252,6 +252,17 @@ def test_an_exclude_that_cannot_match_is_a_usage_error(project: Path) -> None:
     assert not (project / ".crag").exists()
 
 
+def test_an_exclude_that_is_a_comment_is_told_the_pattern_to_write(project: Path) -> None:
+    """``--exclude '#draft.md'`` is a comment to git, as in an ignore file; the error said only
+    "empty, or a # comment", not how to name a file whose name starts with ``#``."""
+    (project / "docs" / "#draft.md").write_text("# Draft\n\nNot ready.\n", encoding="utf-8")
+    code, out, err = cli("index", "docs", "--exclude", "#draft.md")
+    assert code == 2 and out == "" and err == ('crag: error: --exclude "#draft.md" is a # comment, not a pattern; '
+                                               'for a name starting with #, write --exclude "\\#draft.md"\n'), err
+    code, out, err = cli("index", "docs", "--exclude", "\\#draft.md")
+    assert code == 0 and indexed(out) == {"docs/ok.md", "docs/secret.md"}, (out, err)
+
+
 def test_a_dot_folder_in_a_pattern_is_named_as_a_line_git_never_matches(project: Path) -> None:
     """git compares ``./secret.md`` with paths, which never hold a ``.`` or ``..`` folder: in
     ``--exclude`` it would leave in the file it means, so it is a usage error; in an ignore

@@ -137,6 +137,9 @@ def _exclude_rules(patterns: Sequence[str]) -> RuleSet:
         found, problems = parse_rules([pattern])
         if problems:
             raise UsageError(f"--exclude \"{display_name(pattern)}\" is not a pattern crag can use: {problems[0].why}")
+        if not found and pattern.startswith("#"):  # a name starting with "#" is written escaped, as in an ignore file
+            raise UsageError(f"--exclude \"{display_name(pattern)}\" is a # comment, not a pattern; for a name "
+                             f"starting with #, write --exclude \"\\{display_name(pattern)}\"")
         if not found:
             raise UsageError(f"--exclude \"{display_name(pattern)}\" is not a pattern (it is empty, or a # comment)")
         rules += found
