@@ -458,6 +458,22 @@ def test_a_compressed_reply_sent_although_crag_asked_for_none_is_read(srv):
         model_for(srv).complete(request())
 
 
+def test_a_reply_marked_compressed_that_cannot_be_decoded_is_one_line_not_asked_again(srv):
+    # A proxy that labels a plain body gzip: it was taken for a dropped connection, asked again
+    # up to KB_AGENT_LLM_MAX_RETRIES times and said as "closed the connection".
+    body = json.dumps({"id": "c", "object": "chat.completion", "created": 0, "model": "m", "choices": [
+        {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "plain answer"}}]})
+    srv.script("plan", Status(200, body.encode(), headers={"Content-Encoding": "gzip"}))
+    with pytest.raises(LLMError) as caught:
+        model_for(srv).complete(request())
+    assert "sent a body marked Content-Encoding: gzip that cannot be decoded for node plan (" in str(caught.value)
+    assert srv.calls("plan") == 1
+    # an error body that cannot be decoded is dropped: the status speaks alone
+    srv.script("plan", Status(400, b"not gzip", headers={"Content-Encoding": "gzip"}))
+    with pytest.raises(LLMError, match=r"answered 400 for node plan$"):
+        model_for(srv).complete(request())
+
+
 @pytest.mark.parametrize("between", [b": keep-alive\n\n", b"retry: 3000\n\n", b"\n", b"event: ping\n\n"])
 def test_a_stream_with_event_ids_and_events_without_data_is_read(srv, between):
     # The SSE specification dispatches no event without data (a keep-alive comment, a retry

@@ -38,7 +38,7 @@ from typing import Any
 from attrs import frozen
 
 from .deadline import deadline_http_client
-from .retry import BadReply
+from .retry import BadReply, one_line
 
 __all__ = ["MAX_BODY_BYTES", "MAX_DEPTH", "MAX_LINE_BYTES", "OPENAI_API_URL", "Redirect", "base_url_hint", "check_json",
            "client_address", "credentials_hint", "hops_note", "http_client", "redirect_note", "saw_done", "server_label",
@@ -324,7 +324,7 @@ def _response_hook(base: type) -> Any:
             decoder = getattr(response, "_get_content_decoder", None)
             if decoder is None:
                 return
-            response.stream = decoded(response.stream, decoder())
+            response.stream = decoded(response.stream, decoder(), encoding, response.status_code >= 400)
             del response.headers["content-encoding"]
             # The library keeps the decoder it made; left there, it would decode the decoded
             # bytes again. Without it, the library makes one from the headers: identity.
@@ -336,16 +336,31 @@ def _response_hook(base: type) -> Any:
 
 
 class _Decoded:
-    """A compressed byte stream, decoded (so that what is checked is what will be parsed)."""
+    """A compressed byte stream, decoded (so that what is checked is what will be parsed).
+    Bytes its ``Content-Encoding`` cannot decode are a 2xx ``BadReply``, never a dropped
+    connection to ask again; an error body that cannot be decoded is dropped."""
 
-    def __init__(self, inner: Any, decoder: Any) -> None:
+    def __init__(self, inner: Any, decoder: Any, encoding: str, error: bool) -> None:
         self._inner = inner
         self._decoder = decoder
+        self._encoding = encoding
+        self._error = error
 
     def __iter__(self) -> Iterator[bytes]:
         for chunk in self._inner:
-            yield from _pieces(self._decoder.decode(chunk))
-        yield from _pieces(self._decoder.flush())
+            yield from self._decode(chunk)
+        yield from self._decode(None)
+
+    def _decode(self, chunk: bytes | None) -> Iterator[bytes]:
+        try:
+            decoded = self._decoder.flush() if chunk is None else self._decoder.decode(chunk)
+            pieces = list(_pieces(decoded))
+        except Exception as exc:  # the library's DecodingError (zlib, brotli, zstd): the bytes are bad
+            if self._error:
+                return
+            raise BadReply(f"sent a body marked Content-Encoding: {self._encoding} that cannot be decoded",
+                           one_line(exc, 80)) from exc
+        yield from pieces
 
     def close(self) -> None:
         close = getattr(self._inner, "close", None)
