@@ -381,7 +381,11 @@ def test_a_dropped_connection_is_retried(srv):
 
 @pytest.mark.parametrize("reply,words", [
     (Garbage(), "not valid JSON"),
-    (Garbage(b"<html>hi</html>", content_type="text/html"), "not a chat completion"),
+    (Garbage(b"<html>hi</html>", content_type="text/html"), "sent a web page instead of a chat completion for node grade_evidence ('hi')"),
+    # a sign-in page at the base URL: its title, not the first 80 characters of its markup
+    (Garbage(b'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="x">'
+             b"<title>Sign in &middot; Proxy</title></head><body>...</body></html>", content_type="text/html"),
+     "sent a web page instead of a chat completion for node grade_evidence ('Sign in \u00b7 Proxy')"),
     # an empty body is said to be one, not "Expecting value: line 1 column 1 (char 0)"
     (Garbage(b""), "sent an empty body for node"),
     (Garbage(b" \r\n", content_type="text/plain"), "sent an empty body for node"),

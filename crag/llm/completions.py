@@ -15,7 +15,7 @@ from attrs import frozen
 
 from ..state import TokenLogprob
 from .logprobs import read_logprobs
-from .retry import EMPTY_BODY, BadReply, body_message, one_line
+from .retry import EMPTY_BODY, BadReply, body_message, one_line, web_page
 
 __all__ = ["FILTERED", "Reply", "parts_text", "read_completion"]
 
@@ -45,6 +45,9 @@ def read_completion(reply: Any, logprobs: bool = False, refusal_is_reply: bool =
         if isinstance(reply, (str, bytes)) and shown.lstrip().startswith(("data:", "event:")):
             # a gateway that streams every reply: the request asked for one whole completion
             raise BadReply("sent an event stream to a request that did not ask to stream", repr(one_line(shown, 80)))
+        page = web_page(shown) if isinstance(reply, (str, bytes)) else None
+        if page is not None:  # a proxy's sign-in page, a web UI at the base URL: what it says, not its markup
+            raise BadReply("sent a web page instead of a chat completion", repr(page))
         raise BadReply("sent a reply that is not a chat completion", repr(one_line(shown, 80)))
     if not isinstance(choices, list) or not choices:
         extra = getattr(reply, "model_extra", None) or {}

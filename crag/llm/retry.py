@@ -61,6 +61,7 @@ __all__ = [
     "parse_retry_after",
     "reporting_waits",
     "wait_reason",
+    "web_page",
 ]
 
 RETRY_AFTER_CAP = 60.0  # seconds; a server asking for longer gets an error, not a wait
@@ -379,6 +380,12 @@ _HTML_PAGE = re.compile(r"\s*<(?:!doctype\s+html|html)\b", re.I)
 _PAGE_TITLE = re.compile(r"<title\b[^>]*>(.*?)</title\s*>", re.I | re.S)
 _PAGE_HIDDEN = re.compile(r"<(head|script|style)\b.*?</\1\s*>", re.I | re.S)
 _PAGE_TAG = re.compile(r"<[^>]*>")
+
+
+def web_page(text: str) -> str | None:
+    """What ``text`` says when it is an HTML page (its title, else its text, on one line), or
+    None when it is not one."""
+    return one_line(_page_text(text), 160) if _HTML_PAGE.match(text) else None
 
 
 def _page_text(text: str) -> str:
