@@ -204,12 +204,13 @@ def _numbers(group: str) -> list[int]:
     """``"1, 2-4"`` -> ``[1, 2, 3, 4]``; a reversed or huge range counts its two ends only."""
     out: list[int] = []
     for part in re.split(r"[,;]", group):
-        bounds = re.split(r"[-–]", part)
+        # a number of ten digits or more names no item: 0 (int() refuses one of 4300 digits)
+        bounds = [int(n) if len(n.strip().lstrip("0")) < 10 else 0 for n in re.split(r"[-–]", part)]
         if len(bounds) == 2:
-            a, b = int(bounds[0]), int(bounds[1])
+            a, b = bounds
             out.extend(range(a, b + 1) if 0 < b - a <= 50 else (a, b))
         else:
-            out.append(int(part))
+            out.append(bounds[0])
     return out
 
 

@@ -25,6 +25,13 @@ def test_markers_pointing_at_no_evidence_are_removed():
     assert order == [1]
 
 
+def test_a_marker_too_long_for_int_is_removed_like_any_marker_naming_no_item():
+    """int() refuses a number of more than 4300 digits: a model's "[999...9]" was a traceback."""
+    huge = "9" * 5000
+    assert renumber(f"A [{huge}]. B [2]. C [[{huge}]]. D [1-{huge}]. E [0000000002].", 2) == (
+        "A. B [1]. C. D [2]. E [1].", [1, 0])
+
+
 def test_code_links_and_footnotes_are_left_alone():
     text, order = renumber("Use `arr[1]` and [docs](https://x) [^1]\n```\nx = y[2]\n```\nok [2]", 2)
     assert "`arr[1]`" in text and "[docs](https://x)" in text and "[^1]" in text and "y[2]" in text
