@@ -27,7 +27,7 @@ RIGHT = "The server listens on port 8080 by default [1]."
 @pytest.mark.parametrize("reference", [
     " (see [9])", " (see docs/other.md:L3)", " (docs/other.md:L3)", " [docs/other.md:L3]",
     ", see docs/other.md:L3", " (see docs/setup.md:L99)", " (source: docs/other.md:L3-L9)", " (cf. [4])",
-    " ([7])",
+    " ([7])", " (see docs/setup.md:L0)", f" (see docs/setup.md:L{'9' * 5000})",  # int() refuses that line
 ])
 def test_a_reference_to_no_evidence_goes_with_its_brackets(reference: str) -> None:
     g = ground(f"The server listens on port 8080 by default{reference}.", (SETUP,))

@@ -263,7 +263,8 @@ def source_references(text: str, items: Sequence[EvidenceItem]) -> str:
 
     def marker(match: re.Match[str]) -> str | None:
         found = spans.get(match.group(1))
-        line = int(match.group(2))
+        digits = match.group(2).lstrip("0")  # a line of ten digits or more is no item's: int() refuses 4300
+        line = int(digits or 0) if len(digits) < 10 else 0
         k = next((k for k, a, b in found or () if a <= line <= b), None)
         return None if k is None else f"[{k}]"
 
