@@ -221,7 +221,8 @@ def fetch(box: Toolbox, url: str):
 @pytest.mark.parametrize(
     "address",
     ["127.0.0.1", "10.0.0.1", "169.254.169.254", "::1", "192.168.1.10", "172.16.5.5", "100.64.0.1", "0.0.0.0",
-     "::ffff:127.0.0.1", "fe80::1", "fc00::1", "224.0.0.1", "::", "192.0.0.8", "192.0.0.255", "::ffff:192.0.0.8"],
+     "::ffff:127.0.0.1", "fe80::1", "fc00::1", "224.0.0.1", "::", "192.0.0.8", "192.0.0.255", "::ffff:192.0.0.8",
+     "fec0::1", "feff::1"],  # site-local (deprecated, still routed inside some networks)
 )
 def test_private_and_special_addresses_are_not_public(address: str) -> None:
     assert not is_public_address(ipaddress.ip_address(address))

@@ -17,7 +17,7 @@ control:
   compressed all the same is a ``FetchError`` saying so: it is never inflated).
 
 ``is_public_address`` is the default guard for ``web_fetch``: only globally routable
-unicast addresses pass (loopback, private, link-local such as 169.254.169.254, CGNAT,
+unicast addresses pass (loopback, private, link-local such as 169.254.169.254, IPv6 site-local, CGNAT,
 multicast, reserved, unspecified, IPv4-mapped and 6to4 forms of those are refused).
 Jira and Confluence use no guard: their base URLs are configured by the user and are often
 internal hosts; only the issue key or page id comes from the model, and it is validated.
@@ -120,7 +120,7 @@ def is_public_address(ip: IPAddress) -> bool:
             return is_public_address(ip.ipv4_mapped)
         if ip.sixtofour is not None:
             return is_public_address(ip.sixtofour)
-        if ip.teredo is not None:
+        if ip.teredo is not None or ip.is_site_local:  # fec0::/10: deprecated, yet routed inside some networks
             return False
     if isinstance(ip, ipaddress.IPv4Address) and ip in _IETF_PROTOCOL and ip not in _GLOBAL_ANYCAST:
         return False  # IANA's special-purpose block, which older Pythons call global past 192.0.0.7
