@@ -1,5 +1,6 @@
 """How ``web_fetch`` decodes a body, as browsers do: a byte order mark first, then the charset
-of ``Content-Type``, then (HTML) the charset the page declares, then UTF-8. A body that
+of ``Content-Type``, then (HTML) the charset the page declares, then UTF-8 (a body that is not UTF-8: line by line
+cp1252, as a saved page is read). A body that
 cannot be read so is one ``ToolError``, never text of NULs and replacement characters."""
 
 from __future__ import annotations
@@ -87,3 +88,13 @@ def test_binary_data_behind_a_utf16_mark_is_still_binary(server, tmp_path: Path,
 def test_a_page_declaring_a_codec_that_is_no_charset_reads_as_utf8(server, tmp_path: Path, charset: str) -> None:
     [item] = read(server, tmp_path, f'<meta charset="{charset}"><p>Crème brûlée.</p>'.encode(), "text/html")
     assert item.text == "Crème brûlée."
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", "text/html", None])
+def test_a_body_that_names_no_charset_and_is_not_utf8_reads_as_a_saved_file_does(server, tmp_path: Path, content_type) -> None:
+    """A Latin-1 page naming no charset anywhere was decoded as UTF-8: 'Cr\\ufffdme br\\ufffdl\\ufffde',
+    a word no question finds, where the same page saved in the knowledge base reads as cp1252."""
+    sentence = "Crème brûlée at the café – open at 9."
+    body = sentence.encode("cp1252") if content_type == "text/plain" else f"<html><body><p>{sentence}</p></body></html>".encode("cp1252")
+    [item] = read(server, tmp_path, body, content_type)
+    assert item.text == sentence

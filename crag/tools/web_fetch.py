@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urldefrag
 
 from ..errors import ToolError
-from ..index.decoding import utf16_codec
+from ..index.decoding import decode_text, utf16_codec
 from ..index.discover import is_binary
 from ..index.html_text import declared_codec
 from ..prompts.find import find_urls
@@ -84,7 +84,7 @@ def _text(resp: Response) -> str:
     """The body as browsers read it: in the codec of its byte order mark, else of its
     ``Content-Type``'s charset, else (HTML) of the charset the page declares in its first bytes,
     else UTF-16 when it is UTF-16 text without a mark (NUL bytes ``is_binary`` let through), else
-    UTF-8. A UTF-16 body sent as another character set is a tool error: read so, it is NULs."""
+    UTF-8, and a body that is not UTF-8 line by line as cp1252 (``decode_text``, as a saved page). A UTF-16 body sent as another character set is a tool error: read so, it is NULs."""
     codec = resp.encoding
     if codec is None and ("html" in resp.content_type or (not resp.content_type and b"<html" in resp.body[:2000].lower())):
         codec = _declared(resp.body)
@@ -92,7 +92,9 @@ def _text(resp: Response) -> str:
         codec = codec or utf16_codec(resp.body)
         if codec is None or not codecs.lookup(codec).name.startswith("utf-16"):
             raise ToolError(NAME, f"{resp.url} is UTF-16 text but says it is {codec}: it cannot be read as that")
-    return resp.text(codec or "utf-8")
+    if codec is None:  # said nowhere: UTF-8, else line by line cp1252, as crag reads a saved page
+        return decode_text(resp.body)
+    return resp.text(codec)
 
 
 def _declared(body: bytes) -> str | None:
