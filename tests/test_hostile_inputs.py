@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -528,6 +529,25 @@ def test_8_http_tools_have_a_total_deadline_too() -> None:
     finally:
         stop.set()
         server.close()
+
+
+def test_8_a_name_whose_resolution_never_answers_is_held_to_the_deadline_too() -> None:
+    """The deadline began after the host name was resolved: a DNS server that did not answer
+    held a fetch for as long as the resolver's own retries (30 s and more), whatever the limit."""
+    started, answer = threading.Event(), threading.Event()
+
+    def silent_dns(host: str, port: int) -> list[str]:
+        started.set()
+        answer.wait(10)
+        return ["127.0.0.1"]
+
+    begun = time.monotonic()
+    try:
+        with pytest.raises(FetchError, match=r"^timed out after 0\.5s fetching http://intranet\.example/$"):
+            http_get("http://intranet.example/", timeout=0.5, resolver=silent_dns)
+        assert started.is_set() and time.monotonic() - begun < 3
+    finally:
+        answer.set()
 
 
 # -- 9. secrets never reach the screen or the audit log -------------------------------------

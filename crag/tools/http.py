@@ -10,7 +10,8 @@ control:
 * redirects (at most ``max_redirects``) are followed by hand and each hop is checked
   again; credentials (``auth_headers``) are only ever sent to the first URL's origin;
 * the body is read up to ``max_bytes``; the whole exchange has a deadline: a watchdog
-  shuts the connection down when it passes, so a server trickling bytes cannot hold it;
+  shuts the connection down when it passes, so a server trickling bytes cannot hold it,
+  and a name the resolver has not resolved by then is a timeout too;
 * a header value HTTP cannot carry (a token with a newline or a non-ASCII character) is a
   ``FetchError`` that does not repeat the value;
 * no proxy and no compression is used, so what is checked is what is fetched (a body sent
@@ -236,13 +237,38 @@ def _check_url(url: str) -> tuple[str, str, int, str]:
     return parts.scheme, parts.hostname, port, target
 
 
-def _pick_address(host: str, port: int, resolver: Resolver, allowed: AddressPolicy | None) -> str:
+def _resolve(resolver: Resolver, host: str, port: int, seconds: float) -> list[str] | None:
+    """``resolver(host, port)``, or None when it has not answered within ``seconds``: a DNS
+    server that never answers would hold the caller for as long as the system resolver retries."""
+    answer: list[list[str] | BaseException] = []
+
+    def resolve() -> None:
+        try:
+            answer.append(list(resolver(host, port)))
+        except BaseException as exc:  # handed to the caller, which raises it there
+            answer.append(exc)
+
+    worker = threading.Thread(target=resolve, name="crag-resolve", daemon=True)
+    worker.start()
+    worker.join(max(0.0, seconds))
+    if not answer:
+        return None
+    if isinstance(answer[0], BaseException):
+        raise answer[0]
+    return answer[0]
+
+
+def _pick_address(host: str, port: int, resolver: Resolver, allowed: AddressPolicy | None, seconds: float) -> str | None:
+    """The checked address to connect to, or None when resolving ``host`` took ``seconds``."""
     try:
         literal = ipaddress.ip_address(host)
         addresses = [str(literal)]
     except ValueError:
         try:
-            addresses = list(resolver(host, port))
+            resolved = _resolve(resolver, host, port, seconds)
+            if resolved is None:
+                return None
+            addresses = resolved
         except (OSError, UnicodeError) as exc:
             raise FetchError(f"cannot resolve {host}: {getattr(exc, 'strerror', None) or exc}") from exc
     if not addresses:
@@ -282,9 +308,9 @@ def http_get(
     current = url
     for hop in range(max_redirects + 1):
         scheme, host, port, target = _check_url(current)
-        address = _pick_address(host, port, resolver, address_allowed)
+        address = _pick_address(host, port, resolver, address_allowed, deadline - time.monotonic())
         remaining = deadline - time.monotonic()
-        if remaining <= 0:
+        if address is None or remaining <= 0:
             raise FetchError(f"timed out after {timeout:g}s fetching {url}")
         watchdog = _Watchdog(remaining)
         if scheme == "https":
