@@ -287,6 +287,20 @@ def test_web_fetch_reads_an_allowed_page_as_text(server, tmp_path: Path) -> None
     assert item.title == "Status page" and item.text == "All good\n\nUptime is 99.9%."
 
 
+def test_a_url_of_letters_beyond_ascii_is_sent_percent_encoded_as_browsers_send_it(server, tmp_path: Path) -> None:
+    """``https://de.wikipedia.org/wiki/Köln`` was the tool error "a request header (Accept-Encoding,
+    User-Agent) holds characters HTTP cannot carry; check the configured credentials": http.client
+    refuses a request line that is not ASCII. So was a redirect to such a URL, or one with a space."""
+    page = lambda h: (200, {"Content-Type": "text/plain"}, b"Cologne lies on the Rhine.")  # noqa: E731
+    site = server({"/wiki/K%C3%B6ln": page, "/alt": lambda h: (302, {"Location": "/wiki/Köln old"}, b""), "/wiki/K%C3%B6ln%20old": page})
+    box = web_box(tmp_path, address_allowed=loopback_only)
+    [item] = fetch(box, f"{site.url}/wiki/Köln?lang=dé")
+    assert item.text == "Cologne lies on the Rhine." and item.url == f"{site.url}/wiki/Köln?lang=dé"
+    [item] = fetch(box, f"{site.url}/alt")
+    assert item.text == "Cologne lies on the Rhine."
+    assert [path for path, _ in site.requests] == ["/wiki/K%C3%B6ln?lang=d%C3%A9", "/alt", "/wiki/K%C3%B6ln%20old"]
+
+
 @pytest.mark.parametrize("charset", ["idna", "punycode", "base64", "no-such-codec"])
 def test_a_page_declaring_a_charset_that_cannot_read_text_is_read_as_utf8(server, tmp_path: Path, charset) -> None:
     """``charset=idna`` (a codec that refuses to replace what it cannot decode) ended ``web_fetch``

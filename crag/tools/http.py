@@ -39,7 +39,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from html.parser import HTMLParser
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import quote, urljoin, urlsplit
 
 from attrs import frozen
 
@@ -218,6 +218,9 @@ def _origin(url: str) -> tuple[str, str, int]:
     return parts.scheme, (parts.hostname or "").lower(), port
 
 
+_URL_ASCII = "".join(chr(c) for c in range(0x21, 0x7F))  # printable ASCII but the space: kept as it is
+
+
 def _check_url(url: str) -> tuple[str, str, int, str]:
     try:
         parts = urlsplit(url)
@@ -234,7 +237,9 @@ def _check_url(url: str) -> tuple[str, str, int, str]:
     target = parts.path or "/"
     if parts.query:
         target += "?" + parts.query
-    return parts.scheme, parts.hostname, port, target
+    # As browsers send it: letters beyond ASCII, spaces and control characters percent-encoded
+    # as UTF-8 (http.client refuses a request line that is not ASCII), the rest as written.
+    return parts.scheme, parts.hostname, port, quote(target, safe=_URL_ASCII)
 
 
 def _resolve(resolver: Resolver, host: str, port: int, seconds: float) -> list[str] | None:
