@@ -531,6 +531,40 @@ def test_8_http_tools_have_a_total_deadline_too() -> None:
         server.close()
 
 
+def _raw_server(answer: bytes) -> socket.socket:
+    """A server that answers one request with ``answer`` as it is, then closes the connection."""
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        conn, _ = server.accept()
+        with conn:
+            conn.recv(4096)
+            conn.sendall(answer)
+
+    threading.Thread(target=serve, daemon=True).start()
+    return server
+
+
+@pytest.mark.parametrize(
+    ("answer", "said"),
+    [
+        (b"HTTP/1.1 abc crag: error: a line of the server's\r\n\r\n", "answered with something that is not HTTP"),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n", "the body it sent was cut short or malformed"),
+    ],
+)
+def test_8_a_server_that_does_not_speak_http_is_one_line_saying_so(answer: bytes, said: str) -> None:
+    """A bad status line was repeated into the tool error with its CR LF (a blank line after the
+    note, and text the server chose); a broken chunked body said only 'IncompleteRead(0 bytes read)'."""
+    server = _raw_server(answer)
+    try:
+        url = f"http://127.0.0.1:{server.getsockname()[1]}/"
+        with pytest.raises(FetchError) as caught:
+            http_get(url, timeout=5)
+        assert str(caught.value) == f"cannot fetch {url}: {said}"
+    finally:
+        server.close()
+
+
 def test_8_a_name_whose_resolution_never_answers_is_held_to_the_deadline_too() -> None:
     """The deadline began after the host name was resolved: a DNS server that did not answer
     held a fetch for as long as the resolver's own retries (30 s and more), whatever the limit."""

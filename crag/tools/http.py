@@ -373,7 +373,7 @@ def http_get(
                     reason = f"{reason}: {exc.verify_message}"  # what is wrong with the certificate
                 raise FetchError(f"TLS error talking to {host}: {reason}") from exc
             if isinstance(exc, (OSError, http.client.HTTPException)):
-                raise FetchError(f"cannot fetch {current}: {getattr(exc, 'strerror', None) or exc}") from exc
+                raise FetchError(f"cannot fetch {current}: {_failure(exc)}") from exc
             raise
         finally:
             watchdog.cancel()
@@ -398,6 +398,15 @@ def http_get(
                 charset = None
         return Response(current, status, mime.strip().lower(), charset, body, truncated)
     raise FetchError(f"too many redirects fetching {url}")  # pragma: no cover - loop returns or raises
+
+
+def _failure(exc: OSError | http.client.HTTPException) -> str:
+    """What went wrong, in words: never the server's own status line (its CR LF, its text)."""
+    if isinstance(exc, http.client.BadStatusLine) and not isinstance(exc, OSError):  # RemoteDisconnected is both
+        return "answered with something that is not HTTP"
+    if isinstance(exc, http.client.IncompleteRead):
+        return "the body it sent was cut short or malformed"
+    return " ".join(str(getattr(exc, "strerror", None) or exc).split())
 
 
 def _read_limited(resp: http.client.HTTPResponse, max_bytes: int, deadline: float, timeout: float, url: str) -> bytes:
