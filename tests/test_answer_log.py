@@ -271,6 +271,26 @@ def test_the_log_says_which_token_counts_crag_estimated_as_ask_json_does(
     assert "estimated_calls" not in logged["by_node"]["analyze_and_route"]
 
 
+def test_the_log_list_and_show_say_the_tokens_crag_estimated_as_the_usage_block_does(
+        project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``crag log`` and ``--show`` gave an answer's counted tokens as if the server had reported them."""
+    with FakeOpenAIServer() as srv:
+        monkeypatch.setenv("KB_AGENT_LLM", "openai")
+        monkeypatch.setenv("OPENAI_BASE_URL", srv.base_url)
+        srv.default("analyze_and_route", json.dumps({"complexity": "chitchat", "suggested_tools": []}))
+        srv.default("synthesize", NoUsage("Hello there."))
+        assert cli("ask", "hello")[0] == 0
+        srv.default("synthesize", "Hello again.")
+        assert cli("ask", "hello again")[0] == 0
+    estimated, reported = json.loads(cli("log", "--json")[1])[::-1]
+    listed = [line for line in cli("log")[1].splitlines() if "cited" in line]
+    assert listed[0].endswith(f"(0 cited, {reported['usage']['total_tokens']:,} tokens)")
+    assert listed[1].endswith(f"(0 cited, {estimated['usage']['total_tokens']:,} tokens, estimated for 1 of 2 calls)")
+    shown_estimated = cli("log", "--show", str(estimated["id"]))[1].splitlines()[1]
+    assert f"2 LLM calls, {estimated['usage']['total_tokens']:,} tokens (estimated for 1 of 2 calls), " in shown_estimated
+    assert f"2 LLM calls, {reported['usage']['total_tokens']:,} tokens, " in cli("log", "--show", "last")[1]
+
+
 def test_a_log_of_the_first_schema_is_migrated_and_its_answers_read(tmp_path: Path) -> None:
     from crag.answer_log_schema import statements
 

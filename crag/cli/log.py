@@ -87,6 +87,13 @@ def _count(value: object) -> str:
     return f"{value:,}" if isinstance(value, int) else "?"
 
 
+def _estimated(usage: dict) -> str:
+    """"estimated for 2 of 3 calls" when crag counted the tokens of some of an entry's calls (the
+    usage block and the error line say so too), else ""."""
+    estimated = usage.get("estimated_calls")
+    return f"estimated for {estimated:,} of {_count(usage['llm_calls'])} calls" if isinstance(estimated, int) else ""
+
+
 def _show_arg(value: str) -> int | None:
     """``--show``'s answer number, None for ``last``; anything else is a usage error."""
     if value.strip().lower() == "last":  # LAST and Last too
@@ -206,17 +213,19 @@ def _write_list(entries, out: TextIO) -> int:
         gist = e.body.replace(OFFLINE_PREFACE, "").lstrip(" \n-*")  # the offline answer's preface says nothing
         damaged = f"  [damaged: {', '.join(e.damaged)}]" if e.damaged else ""
         out.write(shown(f"#{e.id}  {_when(e.time)}  {e.model}  {_one_line(e.question, 70)}{damaged}") + "\n")
+        guess = _estimated(e.usage)
         out.write(shown(f"      {_one_line(gist, 90)}  ({len(e.citations)} cited, "
-                        f"{_count(e.usage['total_tokens'])} tokens)") + "\n")
+                        f"{_count(e.usage['total_tokens'])} tokens{', ' + guess if guess else ''})") + "\n")
         count += 1
     return count
 
 
 def _full(e) -> str:
-    latency = e.usage["latency_ms"]
+    latency, guess = e.usage["latency_ms"], _estimated(e.usage)
     lines = [
         f"#{e.id}  {_when(e.time)}  {e.source}, conversation {e.conversation if e.conversation is not None else '?'}",
-        f"model: {e.model}; {_count(e.usage['llm_calls'])} LLM calls, {_count(e.usage['total_tokens'])} tokens, "
+        f"model: {e.model}; {_count(e.usage['llm_calls'])} LLM calls, {_count(e.usage['total_tokens'])} tokens"
+        f"{f' ({guess})' if guess else ''}, "
         f"{f'{latency:,.0f}' if latency is not None else '?'} ms; {e.complexity or 'unrouted'}, "
         f"{_count(e.iterations)} retrieval round(s)",
         *([f"damaged: {', '.join(e.damaged)} (the log's row does not hold what crag wrote)"] if e.damaged else []),
